@@ -1,0 +1,252 @@
+"""The ``spec-inspector`` command line (argparse).
+
+``spec-inspector``            opens the inspector window (GUI).
+``spec-inspector run ...``    runs speculative decoding headless and writes receipts.
+``spec-inspector view FILE``  prints the summary of a receipts file.
+
+Every failure a user can cause (bad flag, missing file, damaged model, prompt
+too long) ends with one line on stderr and a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+EXIT_USAGE = 2
+EXIT_ERROR = 1
+EXIT_GENERATION_ERROR = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and the exit status 2)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {v}")
+    return v
+
+
+def _non_negative(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {v}")
+    return v
+
+
+def _fault(text: str):
+    from inspector.engine.faults import Fault
+
+    try:
+        return Fault.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from inspector.engine.faults import FAULT_KINDS
+
+    parser = _Parser(prog="spec-inspector", description="See speculative decoding happen on llama.cpp.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run speculative decoding headless and write receipts",
+                         description="Run speculative decoding on a prompt, print the text and a summary, write receipts.")
+    p = run.add_mutually_exclusive_group(required=True)
+    p.add_argument("--prompt", help="the prompt text (sent as a user message through the chat template)")
+    p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
+    run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
+    run.add_argument("--source", choices=["ngram", "scripted", "none"], default="ngram",
+                     help="proposal source (none: plain one-token decoding) [ngram]")
+    run.add_argument("--script", help="scripted source: text whose tokens are proposed as the continuation")
+    run.add_argument("--script-file", type=Path, help="scripted source: read the script text from this file")
+    run.add_argument("--ngram-max", type=_positive, default=3, help="n-gram source: longest n-gram to match [3]")
+    run.add_argument("--ngram-min", type=_positive, default=1, help="n-gram source: shortest n-gram to match [1]")
+    run.add_argument("--max-tokens", type=_positive, default=256, help="most tokens to generate [256]")
+    run.add_argument("--draft-max", type=_non_negative, default=16, help="most proposal tokens per window [16]")
+    run.add_argument("--n-ctx", type=_positive, default=2048, help="context size in tokens [2048]")
+    run.add_argument("--n-batch", type=_positive, default=512, help="most rows per decode [512]")
+    run.add_argument("--threads", type=_positive, default=None, help="CPU threads [all cores]")
+    run.add_argument("--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)")
+    run.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
+    s = run.add_argument_group("sampling (default greedy)")
+    s.add_argument("--temperature", type=float, default=0.0, help="0 = greedy [0]")
+    s.add_argument("--top-k", type=int, default=40, help="[40]")
+    s.add_argument("--top-p", type=float, default=0.95, help="[0.95]")
+    s.add_argument("--min-p", type=float, default=0.05, help="[0.05]")
+    s.add_argument("--seed", type=int, default=0, help="[0]")
+    run.add_argument("--inject", action="append", default=[], type=_fault, metavar="FAULT",
+                     help="inject a fault: KIND[@WINDOW[:TOKEN]], KIND one of " + ", ".join(FAULT_KINDS)
+                     + " (e.g. callback_error@3:2); repeatable")
+    run.add_argument("--resume", action="store_true",
+                     help="after an error (e.g. an injected one), resume from the canonical position and finish")
+    run.add_argument("--receipts", type=Path, metavar="OUT.json", help="write the receipts document here")
+    run.add_argument("--events", action="store_true", help="print the ordered event list")
+    run.add_argument("--quiet", action="store_true", help="do not stream the generated text")
+
+    view = sub.add_parser("view", help="print the summary of a receipts file")
+    view.add_argument("file", type=Path)
+    return parser
+
+
+def _fail(message: str, status: int = EXIT_ERROR) -> int:
+    print(f"spec-inspector: error: {message}", file=sys.stderr)
+    return status
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text("utf-8")
+    except FileNotFoundError:
+        raise _UserError(f"{what} {path}: no such file") from None
+    except IsADirectoryError:
+        raise _UserError(f"{what} {path}: is a directory") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _UserError(f"{what} {path}: cannot read it ({exc})") from None
+
+
+class _UserError(Exception):
+    pass
+
+
+def cmd_run(args) -> int:
+    from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeScheduler, SamplingSettings
+    from inspector.engine.errors import EngineError
+    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.receipts import ReceiptsFileError, build_document, write_document
+    from inspector.run_output import StreamPrinter, format_summary
+
+    try:
+        prompt = args.prompt if args.prompt is not None else _read_text(args.prompt_file, "prompt file")
+        script = None
+        if args.source == "scripted":
+            if args.script is None and args.script_file is None:
+                raise _UserError("--source scripted needs --script TEXT or --script-file F")
+            script = args.script if args.script is not None else _read_text(args.script_file, "script file")
+        if args.ngram_min > args.ngram_max:
+            raise _UserError(f"--ngram-min {args.ngram_min} is larger than --ngram-max {args.ngram_max}")
+        model = args.model or bundled_model_path()
+    except _UserError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except ModelFileError as exc:
+        return _fail(str(exc))
+
+    from inspector.llama.runtime import LlamaRuntime
+    from inspector.sources import NgramSource, ScriptedSource
+
+    print(f"loading {model} ...", file=sys.stderr, flush=True)
+    try:
+        runtime = LlamaRuntime(model, n_ctx=args.n_ctx, n_batch=args.n_batch, n_threads=args.threads, n_seq_max=1)
+    except (ModelFileError, EngineError, ValueError) as exc:
+        return _fail(str(exc))
+    try:
+        templated = None if args.raw else runtime.chat_prompt(prompt)
+        tokens = runtime.prompt_tokens(prompt, raw=args.raw)
+    except EngineError as exc:
+        return _fail(str(exc))
+    if not tokens:
+        return _fail("the prompt is empty after tokenization", EXIT_USAGE)
+
+    if args.source == "ngram":
+        source = NgramSource(n_max=args.ngram_max, n_min=args.ngram_min)
+    elif args.source == "scripted":
+        source = ScriptedSource.from_text(lambda t: runtime.tokenize(t, False, True), script)
+    else:
+        source = None
+    settings = GenerationSettings(
+        max_new_tokens=args.max_tokens, draft_max=args.draft_max, stop=tuple(args.stop),
+        sampling=SamplingSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed),
+    )
+    scheduler = RuntimeScheduler(runtime)
+    faults = FaultPlan(list(args.inject))
+    printer = StreamPrinter(sys.stdout, quiet=args.quiet)
+    gen = Generation(scheduler, source, tokens, settings, faults=faults, observer=printer)
+    status = 0
+    t0 = time.perf_counter()
+    try:
+        gen.start()
+    except EngineError as exc:
+        return _fail(str(exc))
+    attempts = 0
+    while True:
+        try:
+            gen.run()
+            break
+        except Exception as exc:  # engine or injected error: already repaired, receipts kept
+            printer.newline()
+            print(f"spec-inspector: generation error: {exc}", file=sys.stderr)
+            if args.resume and attempts < 20:
+                attempts += 1
+                print("spec-inspector: resuming from the canonical position", file=sys.stderr)
+                gen.resume()
+                continue
+            status = EXIT_GENERATION_ERROR
+            break
+    wall = time.perf_counter() - t0
+    printer.newline()
+    if args.events:
+        for e in gen.events:
+            print(f"  {e.seq:5d} {e.t_us:10d}us {e.kind:8s} window={e.window} token={e.token} "
+                  f"row={e.row} position={e.position} {e.detail}")
+    print(format_summary(gen.summary(), wall, kv_length=gen.kv_length(), canonical=gen.canonical_position))
+    if args.receipts:
+        doc = build_document(gen, runtime, prompt_text=prompt, templated_text=templated, raw=args.raw,
+                             source_settings=source.settings() if source else {},
+                             faults=[f"{f.kind}@{f.window or ''}:{f.token}" for f in args.inject])
+        try:
+            path = write_document(doc, args.receipts)
+        except (OSError, ReceiptsFileError) as exc:
+            return _fail(f"cannot write receipts {args.receipts}: {exc}")
+        print(f"receipts: {path}")
+    runtime.close()
+    return status
+
+
+def cmd_view(args) -> int:
+    from inspector.receipts import ReceiptsFileError, load_document
+    from inspector.run_output import format_document
+
+    try:
+        doc = load_document(args.file)
+    except ReceiptsFileError as exc:
+        return _fail(str(exc))
+    print(format_document(doc))
+    return 0
+
+
+def cmd_gui(argv: list[str]) -> int:
+    try:
+        from inspector.gui.app import main as gui_main
+    except ImportError as exc:
+        if "inspector.gui" in str(exc):
+            return _fail("the inspector window is not part of this build; use `spec-inspector run --help`")
+        return _fail(f"cannot start the inspector window: {exc}")
+    return gui_main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("run", "view", "-h", "--help"):
+        return cmd_gui(argv)
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "view":
+            return cmd_view(args)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    build_parser().print_help()
+    return EXIT_USAGE

@@ -1,0 +1,97 @@
+"""Pure decision functions of one proposal window (SPEC steps 5 and 8).
+
+Both functions take plain token lists and return small frozen values, so they
+are tested on tiny lists without any model (``tests/test_classify.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+FULL_ACCEPT = "full_accept"
+FIRST_MISMATCH = "first_mismatch"
+STOPPED = "stopped"
+DISPOSITIONS = (FULL_ACCEPT, FIRST_MISMATCH, STOPPED)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDecision:
+    """What the classifier decided for one verified window (SPEC step 5).
+
+    ``accepted``: proposal tokens that matched the target's row predictions
+    (tokens, 0..len(proposal)).
+    ``commit_count``: how many row predictions enter the output (tokens, >= 1).
+    ``rejected``: True when the walk stopped at a mismatch; the prediction at
+    index ``accepted`` is then the correction.
+    """
+
+    accepted: int
+    commit_count: int
+    rejected: bool
+
+
+def classify_window(
+    proposal: Sequence[int],
+    predictions: Sequence[int],
+    generated: int,
+    max_new_tokens: int,
+    is_eog: Callable[[int], bool],
+) -> WindowDecision:
+    """Classify a verified window by walking the proposal (SPEC step 5).
+
+    ``proposal``: the proposal's token ids, length P >= 1.
+    ``predictions``: the target's prediction for every verification row,
+    length >= P + 1 (row 0 is the current token's row).
+    ``generated``: tokens generated before this window.
+    ``max_new_tokens``: the request's limit on generated tokens.
+    ``is_eog``: end-of-generation test (llama.cpp ``llama_vocab_is_eog``).
+
+    Raises ``ValueError`` when there are fewer predictions than P + 1 or the
+    proposal is empty.
+    """
+    n = len(proposal)
+    if n == 0:
+        raise ValueError("cannot classify an empty proposal: expected 1 or more tokens, observed 0")
+    if len(predictions) < n + 1:
+        raise ValueError(
+            f"too few row predictions: observed {len(predictions)}, expected {n + 1} "
+            f"(one per verification row)"
+        )
+    accepted = 0
+    for i in range(n):
+        if predictions[i] != proposal[i]:
+            return WindowDecision(accepted=i, commit_count=i + 1, rejected=True)
+        accepted += 1
+        if is_eog(proposal[i]) or generated + i + 1 >= max_new_tokens:
+            return WindowDecision(accepted=accepted, commit_count=i + 1, rejected=False)
+    return WindowDecision(
+        accepted=accepted,
+        commit_count=min(n + 1, max_new_tokens - generated),
+        rejected=False,
+    )
+
+
+def window_disposition(
+    decision: WindowDecision,
+    proposal_token_count: int,
+    committed_token_count: int,
+    reached_stop: bool,
+) -> str:
+    """Name how a window ended (SPEC step 8).
+
+    Returns ``"stopped"`` when the token callback stopped, or when a window that
+    was not rejected did not accept every proposal token plus the bonus token;
+    ``"first_mismatch"`` when it was rejected; else ``"full_accept"``.
+    """
+    if reached_stop or (
+        not decision.rejected
+        and (
+            decision.accepted != proposal_token_count
+            or committed_token_count != proposal_token_count + 1
+        )
+    ):
+        return STOPPED
+    if decision.rejected:
+        return FIRST_MISMATCH
+    return FULL_ACCEPT

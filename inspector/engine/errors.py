@@ -1,0 +1,67 @@
+"""Errors the engine raises. Messages give observed and expected values."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class of every error raised by the engine and the runtime adapter."""
+
+
+class RequestCancelled(EngineError):
+    """The request was cancelled (SPEC step 6); raised only after repair ran."""
+
+    def __init__(self, message: str = "request cancelled") -> None:
+        super().__init__(message)
+
+
+class RepairFailed(EngineError):
+    """Trim failed: the session was dropped (retired) (SPEC step 7)."""
+
+
+class PositionMismatch(EngineError):
+    """The KV length is not what the engine expects (SPEC steps 4 and 7)."""
+
+    def __init__(self, what: str, observed: int, expected: int) -> None:
+        super().__init__(f"{what} position mismatch: observed {observed}, expected {expected}")
+        self.observed = observed
+        self.expected = expected
+
+
+class NothingCommitted(EngineError):
+    """A window committed no target token (SPEC step 7)."""
+
+
+class DecodeFailed(EngineError):
+    """``llama_decode`` returned a non-zero status (1: no KV slot, < 0: error)."""
+
+    def __init__(self, status: int, rows: int, position: int) -> None:
+        super().__init__(
+            f"llama_decode failed with status {status} for {rows} rows at position {position}"
+            + (" (no free KV slot)" if status == 1 else "")
+        )
+        self.status = status
+
+
+class DecodeAborted(DecodeFailed):
+    """``llama_decode`` returned 2: the abort callback cancelled it in flight."""
+
+
+class PromptTooLong(EngineError):
+    """The prompt does not fit the context (checked before any decode)."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(
+            f"prompt is {prompt_tokens} tokens but the context holds {n_ctx}: "
+            f"expected at most {n_ctx - 1} (one position must stay free to generate); "
+            f"shorten the prompt or raise --n-ctx"
+        )
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+
+
+class SessionRetired(EngineError):
+    """The session was dropped after a failed repair; ``resume`` opens a new one."""
+
+
+class InjectedCallbackError(EngineError):
+    """Raised by the fault plan in place of a failing token callback."""

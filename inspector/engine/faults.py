@@ -1,0 +1,112 @@
+"""The fault plan: injected failures the GUI buttons and ``--inject`` use.
+
+A ``Fault`` names a kind and where it fires. ``window`` is the 1-based index
+of the verified window it targets (None: the next one that reaches the hook);
+``token`` is the 1-based commit token inside that window (commit faults only).
+Each fault fires once and is then removed. The plan is thread safe: the GUI
+thread adds faults while the worker consumes them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+CANCEL = "cancel"
+"""Cancel the request before commit token ``token`` of window ``window`` (SPEC step 6)."""
+CALLBACK_ERROR = "callback_error"
+"""The token callback raises at commit token ``token`` of window ``window``."""
+TRIM_FAILURE = "trim_failure"
+"""The next trim fails as ``llama_memory_seq_rm`` returning false: the session is retired."""
+POSITION_DRIFT = "position_drift"
+"""Before verifying window ``window`` one extra token is decoded into the session."""
+LATE_PROPOSAL = "late_proposal"
+"""The source answers after its deadline (discard ``deadline_exceeded``)."""
+NEGATIVE_TOKEN_ID = "negative_token_id"
+"""The source's next proposal holds token id -1 (discard ``invalid_token_id``)."""
+TOKEN_ID_TOO_LARGE = "token_id_too_large"
+"""The source's next proposal holds token id n_vocab (discard ``invalid_token_id``)."""
+TOO_MANY_TOKENS = "too_many_tokens"
+"""The source's next proposal holds cap + 1 tokens (discard ``invalid_token_count``)."""
+
+COMMIT_FAULTS = (CANCEL, CALLBACK_ERROR)
+PROPOSAL_FAULTS = (LATE_PROPOSAL, NEGATIVE_TOKEN_ID, TOKEN_ID_TOO_LARGE, TOO_MANY_TOKENS)
+FAULT_KINDS = (CANCEL, CALLBACK_ERROR, TRIM_FAILURE, POSITION_DRIFT) + PROPOSAL_FAULTS
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One injected failure; see the module docstring for ``window`` and ``token``."""
+
+    kind: str
+    window: int | None = None
+    token: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {self.kind!r}: expected one of {', '.join(FAULT_KINDS)}")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"fault window must be >= 1, observed {self.window}")
+        if self.token < 1:
+            raise ValueError(f"fault token must be >= 1, observed {self.token}")
+
+    @classmethod
+    def parse(cls, spec: str) -> "Fault":
+        """Parse ``KIND[@WINDOW[:TOKEN]]``, e.g. ``cancel@3:2`` or ``trim_failure``.
+
+        Raises ``ValueError`` with the accepted forms on bad input.
+        """
+        kind, _, where = spec.strip().partition("@")
+        window: int | None = None
+        token = 1
+        try:
+            if where:
+                w, _, t = where.partition(":")
+                window = int(w) if w else None
+                token = int(t) if t else 1
+        except ValueError:
+            raise ValueError(f"bad fault {spec!r}: expected KIND[@WINDOW[:TOKEN]] with whole numbers") from None
+        return cls(kind.strip().replace("-", "_"), window, token)
+
+
+class FaultPlan:
+    """Pending faults, consumed by the engine at its hooks."""
+
+    def __init__(self, faults: list[Fault] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[Fault] = list(faults or [])
+        self.fired: list[tuple[Fault, int | None]] = []
+        """(fault, window index) for every fault that fired, in order."""
+
+    def add(self, fault: Fault) -> None:
+        with self._lock:
+            self._pending.append(fault)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pending.clear()
+
+    def pending(self) -> list[Fault]:
+        with self._lock:
+            return list(self._pending)
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+    def take(self, kind: str, window: int | None, token: int | None = None) -> Fault | None:
+        """Remove and return the first pending fault of ``kind`` that targets
+        ``window`` (or any window) and, when ``token`` is given, that token."""
+        if not self._pending:
+            return None
+        with self._lock:
+            for i, f in enumerate(self._pending):
+                if f.kind != kind:
+                    continue
+                if f.window is not None and f.window != window:
+                    continue
+                if token is not None and f.token != token:
+                    continue
+                del self._pending[i]
+                self.fired.append((f, window))
+                return f
+        return None

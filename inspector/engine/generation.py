@@ -1,0 +1,481 @@
+"""The generation loop: prefill, then proposal windows or plain steps until a stop.
+
+One ``Generation`` is one request on one session (a KV-cache sequence). Each
+decode step asks the source for a proposal (SPEC step 1), validates it (step
+2), and runs ``execute_window`` (steps 3-8) or a plain one-token step. After
+an error the session is left at its canonical position (or retired), and
+``resume()`` + ``run()`` continue exactly where the canonical stream ends.
+
+Invariant between steps: the session's KV length is ``len(tokens) - 1``; the
+last committed token (the current token) is not yet in the KV cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from time import perf_counter, perf_counter_ns
+from typing import Sequence
+
+from inspector.engine import faults as F
+from inspector.engine.errors import (
+    DecodeAborted,
+    EngineError,
+    InjectedCallbackError,
+    PromptTooLong,
+    RequestCancelled,
+)
+from inspector.engine.faults import FaultPlan
+from inspector.engine.proposal import (
+    EXECUTION_FAILED,
+    POSITION_MISMATCH,
+    Proposal,
+    ProposalRequest,
+    ProposalSource,
+    max_proposal_tokens,
+    validate_proposal,
+)
+from inspector.engine.receipt import (
+    COMMIT,
+    DISCARD,
+    ERROR,
+    FINISH,
+    PREFILL,
+    REPAIR,
+    STEP,
+    Discard,
+    EngineEvent,
+    PartialWindow,
+    WindowReceipt,
+)
+from inspector.engine.scheduler import RuntimeScheduler
+from inspector.engine.settings import GenerationSettings
+from inspector.engine.stats import summarize
+from inspector.engine.text import CommittedText
+from inspector.engine.window import WindowContext, WindowTrace, _repair_to, execute_window
+
+log = logging.getLogger(__name__)
+
+# Finish reasons.
+FINISH_LENGTH = "length"
+FINISH_EOG = "eog"
+FINISH_STOP = "stop"
+FINISH_CALLBACK_STOP = "callback_stop"
+FINISH_CONTEXT_FULL = "context_full"
+
+
+class GenerationObserver:
+    """Receives what a generation produces, on the generation's thread.
+
+    Override what you need; every method defaults to doing nothing.
+    ``on_token`` may return True to stop generation (the window ends
+    ``stopped``) or raise (the error reaches the caller after repair).
+    ``before_commit`` may block (step-token mode).
+    """
+
+    def on_event(self, event: EngineEvent) -> None: ...
+
+    def on_receipt(self, receipt: WindowReceipt) -> None: ...
+
+    def on_discard(self, discard: Discard) -> None: ...
+
+    def on_token(self, token: int, text: str) -> bool | None: ...
+
+    def before_commit(self, window: int, row: int, token: int, position: int) -> None: ...
+
+    def on_finish(self, reason: str) -> None: ...
+
+
+class Generation:
+    """One request: prompt tokens in, committed tokens, receipts and events out.
+
+    ``scheduler``: owns the runtime (see ``inspector.engine.window`` for the
+    calls used). ``source``: a ``ProposalSource`` or None (plain decoding).
+    ``prompt_tokens``: >= 1 token ids; the last is the first current token.
+    ``session_id``: an open session of the runtime, or None to open one.
+    Raises ``PromptTooLong`` from ``start`` when the prompt does not fit.
+    """
+
+    def __init__(
+        self,
+        scheduler: RuntimeScheduler,
+        source: ProposalSource | None,
+        prompt_tokens: Sequence[int],
+        settings: GenerationSettings,
+        *,
+        request_id: int = 1,
+        session_id: int | None = None,
+        faults: FaultPlan | None = None,
+        observer: GenerationObserver | None = None,
+    ) -> None:
+        if not prompt_tokens:
+            raise ValueError("the prompt is empty: expected at least 1 token, observed 0")
+        self.scheduler = scheduler
+        self.runtime = scheduler.runtime
+        self.source = source
+        self.settings = settings
+        self.request_id = request_id
+        self.session_id = session_id
+        self.faults = faults if faults is not None else FaultPlan()
+        self.observer = observer or GenerationObserver()
+        self.tokens: list[int] = list(prompt_tokens)
+        self.prompt_token_count = len(self.tokens)
+        self.receipts: list[WindowReceipt] = []
+        self.discards: list[Discard] = []
+        self.events: list[EngineEvent] = []
+        self.plain_steps = 0
+        self.decode_step = 0
+        self.window_count = 0
+        self.finish_reason: str | None = None
+        self.session_retired = False
+        self.errors: list[str] = []
+        self.cancel_event = threading.Event()
+        self.text = CommittedText(self.runtime.token_piece, settings.stop)
+        self.prefill_elapsed_us = 0
+        self.decode_elapsed_us = 0
+        self._t0 = perf_counter_ns()
+        self._started = False
+        self._ctx: WindowContext | None = None
+        self._commit_window: int | None = None
+        self._consumer_stop = False
+
+    # -- state ---------------------------------------------------------------
+    @property
+    def generated(self) -> list[int]:
+        """Generated token ids (committed after the prompt)."""
+        return self.tokens[self.prompt_token_count :]
+
+    @property
+    def generated_count(self) -> int:
+        return len(self.tokens) - self.prompt_token_count
+
+    @property
+    def canonical_position(self) -> int:
+        """The KV length the session must have between steps (tokens)."""
+        return len(self.tokens) - 1
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def kv_length(self) -> int | None:
+        """The session's KV length read from the runtime (under the lock), or None if retired."""
+        if self.session_retired or self.session_id is None:
+            return None
+        sid = self.session_id
+        return self.scheduler.execute("stats", sid, lambda rt: rt.kv_length(sid)).value
+
+    def summary(self):
+        """Acceptance figures of this request so far (``inspector.engine.stats.summarize``)."""
+        return summarize(self)
+
+    def cancel(self) -> None:
+        """Ask the running step to stop: at the next commit token, or in the decode in flight."""
+        self.cancel_event.set()
+
+    # -- events --------------------------------------------------------------
+    def _emit(self, kind, window=None, token=None, row=None, position=None, detail="") -> None:
+        ev = EngineEvent(
+            len(self.events), (perf_counter_ns() - self._t0) // 1000, kind,
+            -1 if self.session_id is None else self.session_id, window, token, row, position, detail,
+        )
+        self.events.append(ev)
+        self.observer.on_event(ev)
+
+    # -- lifecycle -----------------------------------------------------------
+    def start(self) -> None:
+        """Open the session if needed and prefill every prompt token but the last.
+
+        Raises ``PromptTooLong`` before any decode when the prompt needs more
+        than ``n_ctx - 1`` positions.
+        """
+        n_ctx = self.runtime.n_ctx
+        if self.prompt_token_count >= n_ctx:
+            raise PromptTooLong(self.prompt_token_count, n_ctx)
+        self._open_and_prefill()
+        self._started = True
+
+    def _open_and_prefill(self) -> None:
+        if self.session_id is None or self.session_retired:
+            sampling = self.settings.sampling
+            self.session_id = self.scheduler.execute("open", -1, lambda rt: rt.open_session(sampling)).value
+            self.session_retired = False
+        self._ctx = WindowContext(
+            self.scheduler, self.session_id, self.request_id, self.cancel_event, self.faults,
+            self._emit_window, self.observer.before_commit,
+        )
+        sid = self.session_id
+        prefix = self.tokens[:-1]
+        t = perf_counter_ns()
+
+        def prefill(rt):
+            rt.trim(sid, 0)
+            if prefix:
+                rt.prefill(sid, prefix, 0)
+            return rt.kv_length(sid)
+
+        kv = self.scheduler.execute("prefill", sid, prefill).value
+        self.prefill_elapsed_us += (perf_counter_ns() - t) // 1000
+        self._emit(PREFILL, position=kv, detail=f"{len(prefix)} tokens")
+
+    def _emit_window(self, kind, window, token, row, position, detail) -> None:
+        self._emit(kind, window, token, row, position, detail)
+
+    def resume(self) -> None:
+        """Make the session canonical again after an error and clear the cancellation.
+
+        A retired session is replaced by a new one prefilled with the
+        canonical stream; otherwise the KV cache is trimmed (or refilled) to
+        ``len(tokens) - 1``.
+        """
+        self.cancel_event.clear()
+        self._consumer_stop = False
+        if not self._started:
+            self.start()
+            return
+        if self.session_retired:
+            self._open_and_prefill()
+        else:
+            self._resync()
+
+    def _resync(self) -> None:
+        """Bring the KV length back to ``canonical_position`` (trim extra, decode missing)."""
+        sid = self.session_id
+        base = self.canonical_position
+        kv = self.kv_length()
+        if kv == base:
+            return
+        if kv > base:
+            _repair_to(self._ctx, WindowTrace(), base, None, "resync")
+            return
+        missing = self.tokens[kv:base]
+        self.scheduler.execute("prefill", sid, lambda rt: rt.prefill(sid, missing, kv))
+        self._emit(REPAIR, position=base, detail=f"resync: decoded {len(missing)} missing tokens")
+
+    def run(self, max_steps: int | None = None) -> str | None:
+        """Run decode steps until the request finishes (or ``max_steps`` ran).
+
+        Returns the finish reason (None if ``max_steps`` ended it first).
+        Raises whatever a step raises, after repair; call ``resume()`` then
+        ``run()`` to continue from the canonical position.
+        """
+        if not self._started:
+            self.start()
+        n = 0
+        while not self.finished and (max_steps is None or n < max_steps):
+            self.step()
+            n += 1
+        return self.finish_reason
+
+    # -- one decode step ------------------------------------------------------
+    def step(self) -> None:
+        """Run one decode step: a proposal window, or a plain one-token step."""
+        if self.finished:
+            return
+        if self.cancel_event.is_set():
+            raise RequestCancelled()
+        t_step = perf_counter_ns()
+        try:
+            self._step(t_step)
+        finally:
+            self.decode_elapsed_us += (perf_counter_ns() - t_step) // 1000
+            self.decode_step += 1
+
+    def _step(self, started_ns: int) -> None:
+        settings = self.settings
+        base = self.canonical_position
+        generated = self.generated_count
+        remaining = settings.max_new_tokens - generated
+        if remaining <= 0:
+            self._finish(FINISH_LENGTH)
+            return
+        free = self.runtime.n_ctx - base
+        if free <= 0:
+            self._finish(FINISH_CONTEXT_FULL)
+            return
+        cap = max_proposal_tokens(remaining, self.runtime.n_batch, settings.draft_max, free)
+        proposal = None
+        proposal_us = 0
+        if cap > 0 and self.source is not None:
+            proposal, proposal_us = self._query(cap)
+        if proposal is None:
+            self._plain_step(base)
+            return
+
+        window_index = self.window_count + 1
+        self._commit_window = window_index
+        trace = WindowTrace()
+        try:
+            receipt = execute_window(
+                self._ctx, trace,
+                window_index=window_index, decode_step=self.decode_step,
+                source_name=self.source.name, current=self.tokens[-1], proposal=proposal,
+                base_position=base, generated=generated, max_new_tokens=settings.max_new_tokens,
+                on_commit=self._commit, proposal_elapsed_us=proposal_us, started_ns=started_ns,
+            )
+        except BaseException as exc:
+            self.window_count = window_index
+            if trace.session_retired:
+                self.session_retired = True
+            partial = PartialWindow(
+                window_index, base, trace.position_after_verification,
+                base + len(trace.committed), tuple(trace.committed), trace.predictions,
+                trace.session_retired,
+            )
+            self._error(exc, window_index)
+            self._discard(proposal, EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__, partial=partial)
+            raise
+        if receipt is None:
+            self._discard(proposal, POSITION_MISMATCH, base)
+            self._plain_step(base)
+            return
+        self.window_count = window_index
+        self.receipts.append(receipt)
+        try:
+            self.source.report(receipt)
+        except Exception:  # SPEC step 9: a failing report is logged, never fatal
+            log.exception("proposal source %s failed in report()", self.source.name)
+        self.observer.on_receipt(receipt)
+        self._check_finished()
+
+    def _query(self, cap: int) -> tuple[Proposal | None, int]:
+        """Ask the source (SPEC step 1) and validate its answer (step 2)."""
+        source = self.source
+        deadline = perf_counter() + self.settings.proposal_deadline_ms / 1000.0
+        request = ProposalRequest(self.tokens, self.prompt_token_count, self.decode_step, cap, deadline)
+        t = perf_counter_ns()
+        try:
+            proposal = source.propose(request)
+        except Exception as exc:
+            log.exception("proposal source %s failed in propose()", source.name)
+            self._emit(ERROR, detail=f"proposal source failed: {exc}")
+            return None, 0
+        if self.faults:
+            proposal = self._inject_proposal_faults(proposal, cap, deadline)
+        answered = perf_counter()
+        elapsed_us = (perf_counter_ns() - t) // 1000
+        if proposal is None:
+            return None, elapsed_us
+        reason = validate_proposal(proposal, cap, self.runtime.n_vocab, answered, deadline)
+        if reason is not None:
+            self._discard(proposal, reason, self.canonical_position)
+            return None, elapsed_us
+        return proposal, elapsed_us
+
+    def _inject_proposal_faults(self, proposal: Proposal | None, cap: int, deadline: float) -> Proposal | None:
+        """Apply a pending proposal fault (``inspector.engine.faults``) to the source's answer."""
+        window = self.window_count + 1
+        kind = next(
+            (f.kind for f in self.faults.pending() if f.kind in F.PROPOSAL_FAULTS and f.window in (None, window)),
+            None,
+        )
+        if kind is None or self.faults.take(kind, window) is None:
+            return proposal
+        base = proposal or Proposal(b"injected", (self.tokens[-1],))
+        ids = base.token_ids
+        if kind == F.LATE_PROPOSAL:
+            time.sleep(max(0.0, deadline - perf_counter()) + 0.002)
+        elif kind == F.NEGATIVE_TOKEN_ID:
+            ids = (-1,) + ids[1:]
+        elif kind == F.TOKEN_ID_TOO_LARGE:
+            ids = ids[:-1] + (self.runtime.n_vocab,)
+        elif kind == F.TOO_MANY_TOKENS:
+            ids = (ids[0],) * (cap + 1)
+        return Proposal(base.decision_id, ids)
+
+    def _plain_step(self, base: int) -> None:
+        """Decode the current token alone and commit the target's prediction.
+
+        If the session's KV length is not ``base`` (e.g. after a
+        ``position_mismatch`` discard) it is made canonical first.
+        """
+        sid = self.session_id
+        current = self.tokens[-1]
+        cancel = self.cancel_event
+
+        def step(rt):
+            if rt.kv_length(sid) != base:
+                return None
+            return rt.decode_rows(sid, (current,), base, cancel)
+
+        self._commit_window = None
+        try:
+            timed = self.scheduler.execute("step", sid, step)
+            if timed.value is None:
+                self._resync()
+                timed = self.scheduler.execute("step", sid, step)
+        except DecodeAborted:
+            _repair_to(self._ctx, WindowTrace(), base, None, "after aborted step")
+            self._error(RequestCancelled(), None)
+            raise RequestCancelled() from None
+        token = timed.value[0]
+        self.plain_steps += 1
+        self._emit(STEP, token=token, row=0, position=base + 1)
+        self.observer.before_commit(None, 0, token, base + 1)
+        if self.faults and self.faults.take(F.CANCEL, None, 1):
+            cancel.set()
+        if cancel.is_set():
+            _repair_to(self._ctx, WindowTrace(), base, None, "cancelled before commit")
+            exc = RequestCancelled()
+            self._error(exc, None)
+            raise exc
+        try:
+            self._commit(token, 0, base)
+        except BaseException as exc:
+            self._error(exc, None)
+            raise
+        self._check_finished()
+
+    def _commit(self, token: int, row: int, base_position: int) -> bool:
+        """Append a committed token, stream its text and ask the consumer (SPEC step 6).
+
+        ``row``: the verification row whose prediction this is; the token's
+        own position in the stream is ``base_position + row + 1``.
+        Returns True to stop (a stop string was found, or the consumer asked).
+        Raises the consumer's error, or an injected callback error.
+        """
+        self.tokens.append(token)
+        window = self._commit_window
+        self._emit(COMMIT, window, token, row, base_position + row + 1)
+        delta = self.text.push(token)
+        if self.faults and self.faults.take(F.CALLBACK_ERROR, window, row + 1):
+            where = f"token {row + 1} of window {window}" if window else "a plain step"
+            raise InjectedCallbackError(f"token callback failed (injected) at {where}")
+        if self.observer.on_token(token, delta):
+            self._consumer_stop = True
+        return self._consumer_stop or self.text.stopped_by is not None
+
+    def _check_finished(self) -> None:
+        if self.text.stopped_by is not None:
+            self._finish(FINISH_STOP)
+        elif self._consumer_stop:
+            self._finish(FINISH_CALLBACK_STOP)
+        elif self.generated_count and self.runtime.is_eog(self.tokens[-1]):
+            self._finish(FINISH_EOG)
+        elif self.generated_count >= self.settings.max_new_tokens:
+            self._finish(FINISH_LENGTH)
+
+    def _finish(self, reason: str) -> None:
+        self.text.finish()
+        self.finish_reason = reason
+        self._emit(FINISH, detail=reason)
+        self.observer.on_finish(reason)
+
+    def _discard(self, proposal: Proposal, reason: str, base: int, *, error=None, partial=None) -> None:
+        d = Discard(
+            self.decode_step, proposal.decision_id.hex() if isinstance(proposal.decision_id, bytes) else str(proposal.decision_id),
+            self.source.name, reason, tuple(proposal.token_ids), base, error, partial,
+        )
+        self.discards.append(d)
+        self._emit(DISCARD, partial.window_index if partial else None, detail=reason if error is None else f"{reason}: {error}")
+        try:
+            self.source.discard(proposal.decision_id, reason)
+        except Exception:
+            log.exception("proposal source %s failed in discard()", self.source.name)
+        self.observer.on_discard(d)
+
+    def _error(self, exc: BaseException, window: int | None) -> None:
+        msg = str(exc) or type(exc).__name__
+        self.errors.append(msg)
+        self._emit(ERROR, window, detail=msg)

@@ -1,0 +1,202 @@
+"""Immutable records the engine produces: window receipts, discards, events.
+
+These cross thread boundaries (worker -> GUI) unchanged, so they are frozen.
+Field names are the JSON keys of the receipts document (SPEC "Receipt fields").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class WindowReceipt:
+    """The record of one verified proposal window (SPEC "Receipt fields").
+
+    Positions are KV-cache lengths of this session (tokens); times are
+    microseconds. ``window_index`` is 1-based over verified windows of the
+    request. ``verification_row_predictions`` holds one prediction per row;
+    entries at index >= ``canonical_prediction_count`` are branch-conditioned
+    and must never be shown as output.
+    """
+
+    request_id: int
+    session_id: int
+    window_index: int
+    decode_step: int
+    decision_id: str
+    source: str
+    disposition: str
+    proposal_token_ids: tuple[int, ...]
+    proposal_token_count: int
+    verification_rows: int
+    accepted_proposal_tokens: int
+    generated_token_count: int
+    canonical_prediction_count: int
+    committed_tokens: tuple[int, ...]
+    verification_row_predictions: tuple[int, ...]
+    correction_or_boundary_token: int | None
+    base_position: int
+    position_after_verification: int
+    canonical_position: int
+    trimmed_rows: int
+    proposal_elapsed_us: int
+    verification_elapsed_us: int
+    repair_elapsed_us: int
+    total_elapsed_us: int
+    runtime_lock_wait_us: int
+    runtime_lock_hold_us: int
+    runtime_lock_acquires: int
+    repair: str
+    """``"trim"`` or ``"retire"``: which repair ran (SPEC step 7)."""
+
+    def to_json(self) -> dict:
+        """Plain-JSON dict of every field (tuples become lists)."""
+        d = asdict(self)
+        for k in ("proposal_token_ids", "committed_tokens", "verification_row_predictions"):
+            d[k] = list(d[k])
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class PartialWindow:
+    """What is known of a window that ended in an error (SPEC step 9).
+
+    Kept with the ``execution_failed`` discard so the views can show the
+    repaired state: ``committed_tokens`` were committed before the error;
+    ``canonical_position`` = ``base_position`` + len(committed_tokens).
+    ``position_after_verification`` is None when verification did not finish.
+    ``session_retired`` is True when repair failed and the session was dropped.
+    """
+
+    window_index: int
+    base_position: int
+    position_after_verification: int | None
+    canonical_position: int
+    committed_tokens: tuple[int, ...]
+    verification_row_predictions: tuple[int, ...]
+    session_retired: bool
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["committed_tokens"] = list(self.committed_tokens)
+        d["verification_row_predictions"] = list(self.verification_row_predictions)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Discard:
+    """A proposal that produced no receipt, with its reason (SPEC step 2, 3, 9).
+
+    ``reason`` is one of ``inspector.engine.proposal.DISCARD_REASONS``;
+    ``error`` is the error message for ``execution_failed``; ``partial`` what
+    the failed window did before the error.
+    """
+
+    decode_step: int
+    decision_id: str
+    source: str
+    reason: str
+    proposal_token_ids: tuple[int, ...]
+    base_position: int
+    error: str | None = None
+    partial: PartialWindow | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "decode_step": self.decode_step,
+            "decision_id": self.decision_id,
+            "source": self.source,
+            "reason": self.reason,
+            "proposal_token_ids": list(self.proposal_token_ids),
+            "base_position": self.base_position,
+            "error": self.error,
+            "partial": self.partial.to_json() if self.partial else None,
+        }
+
+
+# Event kinds, in the order a window can produce them.
+PREFILL = "prefill"
+VERIFY = "verify"
+COMMIT = "commit"
+REPAIR = "repair"
+ERROR = "error"
+DISCARD = "discard"
+STEP = "step"
+FINISH = "finish"
+EVENT_KINDS = (PREFILL, VERIFY, COMMIT, REPAIR, ERROR, DISCARD, STEP, FINISH)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEvent:
+    """One entry of the ordered event list (SPEC invariant: verify -> commits -> repair -> error).
+
+    ``seq``: 0-based order within the request. ``t_us``: microseconds since
+    the request started. ``window``: 1-based window index or None (prefill,
+    plain step, discard). ``token``/``row``/``position``: the committed token,
+    its verification row and KV position (commit, step); for verify and repair
+    ``position`` is the KV length after the operation. ``detail``: reason or
+    error text.
+    """
+
+    seq: int
+    t_us: int
+    kind: str
+    session_id: int
+    window: int | None = None
+    token: int | None = None
+    row: int | None = None
+    position: int | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class LockOperation:
+    """One runtime operation run under the scheduler's lock.
+
+    ``kind``: prefill, verify, trim, retire, step, stats, drift.
+    ``started_us``: microseconds since the scheduler was created, when the
+    lock was requested. ``wait_us``: time waiting for the lock; ``hold_us``:
+    time holding it (microseconds).
+    """
+
+    kind: str
+    session_id: int
+    started_us: int
+    wait_us: int
+    hold_us: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class Summary:
+    """Acceptance figures with named definitions (SPEC last invariant).
+
+    ``acceptance_rate`` = accepted / proposed over verified windows;
+    ``mean_accepted_length`` = 1 + accepted / windows (tokens per window);
+    ``acceptance_by_position[i]`` = share of windows whose proposal had a token
+    at index i that accepted it. Rates are None when undefined (no windows).
+    """
+
+    windows: int = 0
+    plain_steps: int = 0
+    discards: int = 0
+    proposed_tokens: int = 0
+    accepted_tokens: int = 0
+    generated_tokens: int = 0
+    dispositions: dict = field(default_factory=dict)
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
+    acceptance_by_position: list = field(default_factory=list)
+    decode_elapsed_us: int = 0
+    decode_tokens_per_s: float | None = None
+    prefill_elapsed_us: int = 0
+    finish_reason: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,80 @@
+"""Acceptance statistics with named definitions (SPEC, last invariant).
+
+Only receipts feed these figures, and receipts count only committed tokens
+(``accepted_proposal_tokens`` = min(accepted, committed)), so
+branch-conditioned predictions never reach them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from inspector.engine.receipt import Summary, WindowReceipt
+
+
+def acceptance_by_position(receipts: Iterable[WindowReceipt]) -> list[float]:
+    """Per proposal index i: accepted / offered over windows whose proposal had an index i."""
+    offered: list[int] = []
+    accepted: list[int] = []
+    for r in receipts:
+        n = r.proposal_token_count
+        if len(offered) < n:
+            offered.extend([0] * (n - len(offered)))
+            accepted.extend([0] * (n - len(accepted)))
+        for i in range(n):
+            offered[i] += 1
+        for i in range(r.accepted_proposal_tokens):
+            accepted[i] += 1
+    return [a / o for a, o in zip(accepted, offered)]
+
+
+def summarize_receipts(
+    receipts: list[WindowReceipt],
+    *,
+    plain_steps: int,
+    discards: int,
+    generated_tokens: int,
+    decode_elapsed_us: int,
+    prefill_elapsed_us: int = 0,
+    finish_reason: str | None = None,
+) -> Summary:
+    """Build the ``Summary`` of a request from its receipts and counters.
+
+    ``acceptance_rate`` = sum(accepted_proposal_tokens) / sum(proposal_token_count);
+    ``mean_accepted_length`` = 1 + accepted / windows;
+    ``decode_tokens_per_s`` = generated tokens / decode time (prefill excluded).
+    """
+    s = Summary()
+    s.windows = len(receipts)
+    s.plain_steps = plain_steps
+    s.discards = discards
+    s.generated_tokens = generated_tokens
+    s.proposed_tokens = sum(r.proposal_token_count for r in receipts)
+    s.accepted_tokens = sum(r.accepted_proposal_tokens for r in receipts)
+    for r in receipts:
+        s.dispositions[r.disposition] = s.dispositions.get(r.disposition, 0) + 1
+    if s.proposed_tokens:
+        s.acceptance_rate = s.accepted_tokens / s.proposed_tokens
+    if s.windows:
+        s.mean_accepted_length = 1 + s.accepted_tokens / s.windows
+    s.acceptance_by_position = acceptance_by_position(receipts)
+    s.decode_elapsed_us = decode_elapsed_us
+    s.prefill_elapsed_us = prefill_elapsed_us
+    if decode_elapsed_us > 0:
+        s.decode_tokens_per_s = generated_tokens / (decode_elapsed_us / 1e6)
+    s.finish_reason = finish_reason
+    return s
+
+
+def summarize(generation) -> Summary:
+    """``summarize_receipts`` over a ``Generation``'s state."""
+    g = generation
+    return summarize_receipts(
+        g.receipts,
+        plain_steps=g.plain_steps,
+        discards=len(g.discards),
+        generated_tokens=g.generated_count,
+        decode_elapsed_us=g.decode_elapsed_us,
+        prefill_elapsed_us=g.prefill_elapsed_us,
+        finish_reason=g.finish_reason,
+    )

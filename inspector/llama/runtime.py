@@ -1,0 +1,370 @@
+"""``LlamaRuntime``: the engine's runtime over llama-cpp-python's low-level API.
+
+One llama.cpp context; each session is a KV-cache sequence (``seq_id``) with
+its own sampler chain. Every method here is meant to run under the
+``RuntimeScheduler`` lock (the engine never calls it otherwise), so nothing
+here locks. Preconditions that would make llama.cpp abort the process
+(LLAMA_CPP_NOTES "Process-killing preconditions") are checked in Python first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from typing import Callable, Sequence
+
+from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
+from inspector.engine.settings import SamplingSettings
+from inspector.llama.model_file import ModelFileError, ModelInfo, check_gguf
+
+logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
+import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
+
+try:  # llama-cpp-python installs a stderr logger at import; keep llama.cpp quiet
+    from llama_cpp import _logger as _llama_logger
+
+    _llama_logger.set_verbose(False)
+except Exception:  # pragma: no cover - older/newer layouts
+    pass
+
+_backend_ready = False
+_backend_lock = threading.Lock()
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+class LlamaRuntime:
+    """A loaded GGUF model and one context holding several sessions.
+
+    ``model_path``: a GGUF file, checked with ``check_gguf`` first.
+    ``n_ctx``: context size (positions, shared by all sessions: the KV cache
+    is unified, so each session may use up to ``n_ctx``).
+    ``n_batch``: most rows per decode; a verify batch is at most ``n_batch``
+    rows (so proposals are capped at ``n_batch - 1``).
+    ``n_seq_max``: most sessions at once. ``n_threads``: CPU threads.
+    ``swa_full``: full-size sliding-window cache (needed for exact rollback on
+    sliding-window models such as Gemma 3; LLAMA_CPP_NOTES "Gemma 3").
+    ``progress``: called with 0.0..1.0 while the weights load.
+
+    Raises ``ModelFileError`` for a file llama.cpp cannot load.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        n_ctx: int = 2048,
+        n_batch: int = 512,
+        n_seq_max: int = 4,
+        n_threads: int | None = None,
+        swa_full: bool = True,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        if n_ctx < 2:
+            raise ValueError(f"n_ctx must be >= 2, observed {n_ctx}")
+        if n_batch < 1:
+            raise ValueError(f"n_batch must be >= 1, observed {n_batch}")
+        self.info: ModelInfo = check_gguf(model_path)
+        self.model_path = self.info.path
+        _init_backend()
+        mparams = llama_cpp.llama_model_default_params()
+        if progress is not None:
+            def _progress(value: float, _data) -> bool:
+                try:
+                    progress(float(value))
+                except Exception:
+                    pass
+                return True
+
+            self._progress_cb = llama_cpp.llama_progress_callback(_progress)
+            mparams.progress_callback = self._progress_cb
+        self.model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), mparams)
+        if not self.model:
+            raise ModelFileError(
+                self.model_path,
+                f"llama.cpp could not load it (architecture {self.info.architecture!r} may be unsupported, "
+                f"or the file is damaged)",
+            )
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.vocab_type = int(llama_cpp.llama_vocab_type(self.vocab))
+        self.n_ctx = n_ctx
+        self.n_batch = min(n_batch, n_ctx)
+        self.n_seq_max = max(1, n_seq_max)
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = self.n_batch
+        cparams.n_ubatch = self.n_batch
+        cparams.n_seq_max = self.n_seq_max
+        cparams.kv_unified = True
+        cparams.swa_full = swa_full
+        threads = n_threads or os.cpu_count() or 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self.n_threads = threads
+        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+            raise ModelFileError(self.model_path, f"llama.cpp could not create a context of {n_ctx} positions")
+        self.mem = llama_cpp.llama_get_memory(self.ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
+        self._abort_event: threading.Event | None = None
+        self._abort_cb = llama_cpp.ggml_abort_callback(self._should_abort)
+        llama_cpp.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        self._samplers: dict[int, object] = {}
+        self._pieces: dict[int, bytes] = {}
+        self._special_pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.architecture = self.info.architecture
+
+    # -- lifecycle -----------------------------------------------------------
+    def close(self) -> None:
+        """Free every sampler, the batch, the context and the model (idempotent)."""
+        for s in list(self._samplers):
+            self.drop_session(s)
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "ctx", None):
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _should_abort(self, _data) -> bool:
+        ev = self._abort_event
+        return ev is not None and ev.is_set()
+
+    # -- sessions ------------------------------------------------------------
+    def open_session(self, sampling: SamplingSettings | None = None) -> int:
+        """Open a session (a free KV sequence id) with its own sampler; return its id.
+
+        Raises ``EngineError`` when all ``n_seq_max`` sequences are in use.
+        """
+        for sid in range(self.n_seq_max):
+            if sid not in self._samplers:
+                llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
+                self._samplers[sid] = self._make_sampler(sampling or SamplingSettings())
+                return sid
+        raise EngineError(f"no free session: all {self.n_seq_max} KV sequences are in use")
+
+    def _make_sampler(self, s: SamplingSettings):
+        sparams = llama_cpp.llama_sampler_chain_default_params()
+        chain = llama_cpp.llama_sampler_chain_init(sparams)
+        if s.greedy:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+            return chain
+        if s.top_k > 0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(s.top_k))
+        if 0.0 < s.top_p < 1.0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(s.top_p, 1))
+        if 0.0 < s.min_p < 1.0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_min_p(s.min_p, 1))
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(s.temperature))
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(s.seed & 0xFFFFFFFF))
+        return chain
+
+    def drop_session(self, sid: int) -> None:
+        """Remove the whole sequence from the KV cache and free its sampler."""
+        llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
+        chain = self._samplers.pop(sid, None)
+        if chain is not None:
+            llama_cpp.llama_sampler_free(chain)
+
+    def session_open(self, sid: int) -> bool:
+        return sid in self._samplers
+
+    def kv_length(self, sid: int) -> int:
+        """Tokens of session ``sid`` in the KV cache (``llama_memory_seq_pos_max`` + 1)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, sid)) + 1
+
+    # -- decoding ------------------------------------------------------------
+    def _fill(self, sid: int, tokens: Sequence[int], position: int, logits: int | None) -> None:
+        n = len(tokens)
+        if n > self.n_batch:
+            raise EngineError(f"batch of {n} rows exceeds n_batch {self.n_batch}")
+        if position + n > self.n_ctx:
+            raise EngineError(
+                f"batch of {n} rows at position {position} exceeds the context: "
+                f"needs {position + n} positions, n_ctx is {self.n_ctx}"
+            )
+        if sid not in self._samplers:
+            raise EngineError(f"session {sid} is not open")
+        b = self._batch
+        tok, pos, nseq, seq, lg = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
+        last = n - 1
+        for i in range(n):
+            tok[i] = tokens[i]
+            pos[i] = position + i
+            nseq[i] = 1
+            seq[i][0] = sid
+            lg[i] = 1 if (logits is None or i == last and logits == -1) else 0
+        b.n_tokens = n
+
+    def _decode(self, n: int, position: int, abort: threading.Event | None) -> None:
+        self._abort_event = abort
+        try:
+            rc = llama_cpp.llama_decode(self.ctx, self._batch)
+        finally:
+            self._abort_event = None
+        if rc == 2:
+            raise DecodeAborted(rc, n, position)
+        if rc != 0:
+            raise DecodeFailed(rc, n, position)
+
+    def decode_rows(
+        self, sid: int, tokens: Sequence[int], position: int, abort: threading.Event | None = None
+    ) -> list[int]:
+        """Decode ``tokens`` at positions ``position..`` in ONE batch with logits on
+        every row, and return the session sampler's prediction for each row.
+
+        Used for verification (N rows) and plain steps (1 row). ``abort``: when
+        set during the decode, llama.cpp stops it (``DecodeAborted``).
+        Raises ``EngineError`` if the batch exceeds ``n_batch`` or the context,
+        ``DecodeFailed`` on a non-zero ``llama_decode`` status.
+        """
+        n = len(tokens)
+        self._fill(sid, tokens, position, None)
+        self._decode(n, position, abort)
+        chain = self._samplers[sid]
+        sample = llama_cpp.llama_sampler_sample
+        ctx = self.ctx
+        return [sample(chain, ctx, i) for i in range(n)]
+
+    def prefill(self, sid: int, tokens: Sequence[int], position: int) -> None:
+        """Decode ``tokens`` into session ``sid`` from ``position``, in chunks of
+        ``n_batch``, asking for logits on the last row only (never sampled here)."""
+        step = self.n_batch
+        for start in range(0, len(tokens), step):
+            chunk = tokens[start : start + step]
+            self._fill(sid, chunk, position + start, -1)
+            self._decode(len(chunk), position + start, None)
+
+    def trim(self, sid: int, position: int) -> bool:
+        """Remove positions >= ``position`` of session ``sid``.
+
+        Returns llama.cpp's answer (``llama_memory_seq_rm``): False when a
+        partial removal is impossible (recurrent/hybrid caches). The caller
+        re-reads ``kv_length`` to confirm.
+        """
+        return bool(llama_cpp.llama_memory_seq_rm(self.mem, sid, position, -1))
+
+    def retire_checkpoint(self, sid: int, start: int, count: int) -> None:
+        """Nothing to release: llama.cpp's KV cache keeps no verify checkpoint.
+
+        Kept as a runtime operation so a full accept still records its repair
+        lock acquisition (SPEC step 7, ``runtime_lock_acquires`` = 2).
+        """
+
+    # -- vocabulary ----------------------------------------------------------
+    def is_eog(self, token: int) -> bool:
+        """End-of-generation test (``llama_vocab_is_eog``), cached."""
+        v = self._eog.get(token)
+        if v is None:
+            v = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        return v
+
+    def token_piece(self, token: int, special: bool = False) -> bytes:
+        """The token's bytes (``llama_token_to_piece``); may be a partial UTF-8 sequence.
+
+        ``special``: render control tokens (``<|im_end|>``) instead of b"".
+        """
+        cache = self._special_pieces if special else self._pieces
+        b = cache.get(token)
+        if b is None:
+            if token < 0 or token >= self.n_vocab:
+                return b""
+            buf = self._piece_buf
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            b = cache[token] = buf.raw[:n]
+        return b
+
+    def token_text(self, token: int) -> str:
+        """Display text of one token (special tokens rendered; partial UTF-8 shown as U+FFFD)."""
+        return self.token_piece(token, True).decode("utf-8", errors="replace")
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Join the tokens' bytes and decode once (UTF-8 safe; special tokens not rendered)."""
+        return b"".join(self.token_piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Text -> token ids (``llama_tokenize``). ``add_special`` adds BOS if the model wants it."""
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        return list(buf[:n])
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def chat_prompt(self, user_text: str) -> str:
+        """Render ``user_text`` as one user message through the model's chat template
+        (LLAMA_CPP_NOTES "Chat template"). Raises ``EngineError`` if the model has none."""
+        template = self.chat_template()
+        if not template:
+            raise EngineError(f"model {self.model_path} has no chat template; use --raw")
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        bos = self.token_piece(llama_cpp.llama_vocab_bos(self.vocab), True).decode("utf-8", "replace")
+        eos = self.token_piece(llama_cpp.llama_vocab_eos(self.vocab), True).decode("utf-8", "replace")
+        fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
+        return fmt(messages=[{"role": "user", "content": user_text}]).prompt
+
+    def prompt_tokens(self, text: str, raw: bool = False) -> list[int]:
+        """Token ids of a prompt: through the chat template (no extra BOS), or
+        as is with the model's BOS when ``raw``."""
+        if raw:
+            return self.tokenize(text, add_special=True, parse_special=False)
+        return self.tokenize(self.chat_prompt(text), add_special=False, parse_special=True)
+
+    # -- diagnostics ---------------------------------------------------------
+    def row_logits_top2(self, row: int) -> tuple[int, int, float]:
+        """(top token, second token, logit margin) of ``row`` of the last decode."""
+        import numpy as np
+
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, row)
+        arr = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        i2 = np.argpartition(arr, -2)[-2:]
+        a, b = (int(i2[0]), int(i2[1])) if arr[i2[0]] >= arr[i2[1]] else (int(i2[1]), int(i2[0]))
+        return a, b, float(arr[a] - arr[b])
+
+    def describe(self) -> dict:
+        """Model facts for the receipts document."""
+        return {
+            "path": self.model_path,
+            "architecture": self.architecture,
+            "name": self.info.name,
+            "n_vocab": self.n_vocab,
+            "vocab_type": self.vocab_type,
+            "size_bytes": self.info.size_bytes,
+            "n_ctx": self.n_ctx,
+            "n_batch": self.n_batch,
+            "n_threads": self.n_threads,
+        }

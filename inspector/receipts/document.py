@@ -1,0 +1,160 @@
+"""Build, validate, write and load receipts documents.
+
+The document layout is ``assets/receipts.schema.json`` (JSON Schema 2020-12,
+validated with ``jsonschema``). Token texts are stored next to token ids so a
+file can be read without the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema
+
+import inspector
+from inspector.llama.model_file import file_sha256
+
+SCHEMA_ID = "spec-inspector/receipts"
+SCHEMA_VERSION = 1
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+DEFINITIONS = {
+    "acceptance_rate": "accepted_proposal_tokens / proposal_token_count, summed over verified windows",
+    "mean_accepted_length": "1 + accepted_proposal_tokens / windows (tokens committed per window when accepted tokens are followed by one target token)",
+    "acceptance_by_position": "per proposal index i: windows that accepted index i / windows whose proposal had index i",
+    "decode_tokens_per_s": "generated tokens / decode time (prefill excluded)",
+}
+
+
+class ReceiptsFileError(Exception):
+    """A receipts file that cannot be read or does not match the schema; the message says where."""
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    """The receipts JSON Schema from ``assets/receipts.schema.json``."""
+    return json.loads(inspector.asset_path("receipts.schema.json").read_text("utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _validator():
+    return jsonschema.Draft202012Validator(schema())
+
+
+def validate_document(doc: object) -> None:
+    """Raise ``ReceiptsFileError`` naming the first schema violation (JSON path and message)."""
+    v = _validator()
+    err = jsonschema.exceptions.best_match(v.iter_errors(doc))
+    if err is not None:
+        where = "/".join(str(p) for p in err.absolute_path) or "(document root)"
+        raise ReceiptsFileError(f"receipts document does not match schema {SCHEMA_ID} v{SCHEMA_VERSION} at {where}: {err.message}")
+
+
+@lru_cache(maxsize=8)
+def _hash(path: str, size: int, mtime: float) -> str:
+    return file_sha256(path)
+
+
+def model_sha256(path: str) -> str:
+    """SHA-256 of the model file, cached by (path, size, mtime)."""
+    st = os.stat(path)
+    return _hash(path, st.st_size, st.st_mtime)
+
+
+def build_document(generation, runtime, *, prompt_text: str, templated_text: str | None,
+                   raw: bool, source_settings: dict | None = None, faults: list[str] | None = None,
+                   include_lock_operations: bool = True) -> dict:
+    """The receipts document of one ``Generation`` run on ``runtime``.
+
+    ``prompt_text``: what the user typed; ``templated_text``: after the chat
+    template (None with ``raw``). Token texts come from ``runtime.token_text``.
+    """
+    g = generation
+    text_of = runtime.token_text
+    windows = []
+    for r in g.receipts:
+        d = r.to_json()
+        d["proposal_token_texts"] = [text_of(t) for t in r.proposal_token_ids]
+        d["verification_row_prediction_texts"] = [text_of(t) for t in r.verification_row_predictions]
+        windows.append(d)
+    model = runtime.describe()
+    model["sha256"] = model_sha256(runtime.model_path)
+    summary = g.summary().to_json()
+    summary["definitions"] = dict(DEFINITIONS)
+    sessions = {g.session_id}
+    doc = {
+        "schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"name": "spec-inspector", "version": inspector.__version__},
+        "model": model,
+        "settings": {
+            **g.settings.to_json(),
+            "source": {"name": g.source.name if g.source else "none", "settings": source_settings or {}},
+            "raw": raw,
+            "faults": list(faults or []),
+        },
+        "prompt": {"text": prompt_text, "templated_text": templated_text, "token_ids": list(g.tokens[: g.prompt_token_count])},
+        "output": {
+            "token_ids": list(g.generated),
+            "token_texts": [text_of(t) for t in g.generated],
+            "text": g.text.text,
+            "finish_reason": g.finish_reason,
+            "errors": list(g.errors),
+        },
+        "windows": windows,
+        "discards": [d.to_json() for d in g.discards],
+        "events": [e.to_json() for e in g.events],
+        "summary": summary,
+    }
+    if include_lock_operations:
+        doc["lock_operations"] = [op.to_json() for op in g.scheduler.operations if op.session_id in sessions]
+    return doc
+
+
+def write_document(doc: dict, path: str | os.PathLike) -> Path:
+    """Validate ``doc`` and write it atomically (temp file + rename). Returns the path."""
+    validate_document(doc)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, ensure_ascii=False, indent=1)
+            fh.write("\n")
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return p
+
+
+def load_document(path: str | os.PathLike) -> dict:
+    """Read and validate a receipts file. Raises ``ReceiptsFileError`` with the file and the problem."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise ReceiptsFileError(f"cannot read receipts {p}: {exc.strerror or exc}") from None
+    if size > MAX_FILE_BYTES:
+        raise ReceiptsFileError(f"receipts {p} is {size} bytes, more than the {MAX_FILE_BYTES}-byte limit")
+    try:
+        doc = json.loads(p.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ReceiptsFileError(f"receipts {p} is not readable JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA_ID:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise ReceiptsFileError(f"receipts {p} has schema {got!r}, expected {SCHEMA_ID!r}")
+    try:
+        validate_document(doc)
+    except ReceiptsFileError as exc:
+        raise ReceiptsFileError(f"{p}: {exc}") from None
+    return doc

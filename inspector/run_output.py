@@ -1,0 +1,73 @@
+"""Terminal output of ``spec-inspector run`` and ``view``: streamed text and summaries."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from inspector.engine.generation import GenerationObserver
+from inspector.engine.receipt import Summary
+
+
+class StreamPrinter(GenerationObserver):
+    """Prints committed text as it arrives (nothing branch-conditioned ever reaches it)."""
+
+    def __init__(self, out: TextIO, quiet: bool = False) -> None:
+        self.out = out
+        self.quiet = quiet
+        self._open_line = False
+
+    def on_token(self, token: int, text: str) -> None:
+        if text and not self.quiet:
+            self.out.write(text)
+            self.out.flush()
+            self._open_line = not text.endswith("\n")
+
+    def newline(self) -> None:
+        if self._open_line:
+            self.out.write("\n")
+            self.out.flush()
+            self._open_line = False
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None, fmt: str = ".2f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, canonical=None) -> str:
+    """Multi-line summary with the definitions of the acceptance figures."""
+    disp = ", ".join(f"{k} {v}" for k, v in sorted(s.dispositions.items())) or "none"
+    lines = [
+        "--- summary ---",
+        f"finish reason:        {s.finish_reason or 'unfinished (error)'}",
+        f"generated tokens:     {s.generated_tokens}",
+        f"windows:              {s.windows} ({disp}); plain steps {s.plain_steps}; discards {s.discards}",
+        f"accepted/proposed:    {s.accepted_tokens}/{s.proposed_tokens} = {_pct(s.acceptance_rate)}",
+        f"mean accepted length: {_num(s.mean_accepted_length)} tokens per window (1 + accepted / windows)",
+        f"decode tokens/s:      {_num(s.decode_tokens_per_s, '.1f')} (generated / decode time, prefill excluded)",
+    ]
+    if s.acceptance_by_position:
+        lines.append("acceptance by proposal position: "
+                     + " ".join(f"{i + 1}:{100 * r:.0f}%" for i, r in enumerate(s.acceptance_by_position[:16])))
+    if wall_s is not None:
+        lines.append(f"wall time:            {wall_s:.2f} s (prefill {s.prefill_elapsed_us / 1e3:.0f} ms)")
+    if kv_length is not None or canonical is not None:
+        lines.append(f"KV length:            {kv_length if kv_length is not None else 'session retired'}"
+                     f" (canonical position {canonical})")
+    return "\n".join(lines)
+
+
+def format_document(doc: dict) -> str:
+    """Human summary of a loaded receipts document."""
+    s = Summary(**{k: v for k, v in doc["summary"].items() if k in Summary.__dataclass_fields__})
+    head = [
+        f"model:   {doc['model'].get('name', '')} ({doc['model']['architecture']}) {doc['model']['path']}",
+        f"source:  {doc['settings']['source']['name']}",
+        f"prompt:  {len(doc['prompt']['token_ids'])} tokens",
+        "--- output ---",
+        doc["output"]["text"],
+    ]
+    return "\n".join(head) + "\n" + format_summary(s)

@@ -1,0 +1,74 @@
+"""Scripted proposals, taken from a given token list or text (tests, demonstrations)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from inspector.engine.proposal import Proposal, ProposalRequest
+
+
+class ScriptedSource:
+    """Proposes from a script, in one of two modes.
+
+    ``continuation`` (tokens given): while the generated tokens equal the
+    script's first tokens, propose the next script tokens (up to the cap);
+    once generation leaves the script, propose nothing.
+    ``proposals`` (a list of token lists): hand out one proposal per query,
+    in order, truncated to nothing (None) when exhausted; proposals longer than
+    the cap are proposed as given (and discarded by the engine) unless
+    ``clip`` is True.
+
+    Build from text with ``ScriptedSource.from_text(runtime.tokenize, text)``.
+    """
+
+    name = "scripted"
+
+    def __init__(
+        self,
+        continuation: Sequence[int] | None = None,
+        proposals: Sequence[Sequence[int]] | None = None,
+        clip: bool = True,
+    ) -> None:
+        if (continuation is None) == (proposals is None):
+            raise ValueError("give exactly one of continuation= or proposals=")
+        self.continuation = tuple(continuation) if continuation is not None else None
+        self.proposals = [tuple(p) for p in proposals] if proposals is not None else None
+        self.clip = clip
+        self._next = 0
+        self.reported: list = []
+        self.discarded: list[tuple[bytes, str]] = []
+
+    @classmethod
+    def from_text(cls, tokenize, text: str) -> "ScriptedSource":
+        """A continuation script from text; ``tokenize(text) -> list[int]`` without BOS."""
+        return cls(continuation=tokenize(text))
+
+    def settings(self) -> dict:
+        if self.continuation is not None:
+            return {"mode": "continuation", "tokens": list(self.continuation)}
+        return {"mode": "proposals", "proposals": [list(p) for p in self.proposals]}
+
+    def propose(self, request: ProposalRequest) -> Proposal | None:
+        cap = request.max_proposal_tokens
+        if self.proposals is not None:
+            if self._next >= len(self.proposals):
+                return None
+            ids = self.proposals[self._next]
+            self._next += 1
+            if self.clip:
+                ids = ids[:cap]
+            return Proposal(b"script:%d" % self._next, ids) if ids else None
+        g0 = request.prompt_token_count
+        tokens = request.tokens
+        g = len(tokens) - g0
+        script = self.continuation
+        if g >= len(script) or tuple(tokens[g0:]) != script[:g]:
+            return None
+        self._next += 1
+        return Proposal(b"script:%d" % self._next, script[g : g + cap])
+
+    def report(self, receipt) -> None:
+        self.reported.append(receipt)
+
+    def discard(self, decision_id: bytes, reason: str) -> None:
+        self.discarded.append((decision_id, reason))
