@@ -18,7 +18,7 @@ class NgramSource:
 
     name = "ngram"
 
-    def __init__(self, n_max: int = 3, n_min: int = 1) -> None:
+    def __init__(self, n_max: int = 4, n_min: int = 2) -> None:
         if n_min < 1 or n_max < n_min:
             raise ValueError(f"n-gram sizes must satisfy 1 <= n_min <= n_max, observed n_min={n_min}, n_max={n_max}")
         self.n_max = n_max
