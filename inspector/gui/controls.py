@@ -1,0 +1,307 @@
+"""The control panel: model, proposal source, sampling, limits, prompt, run
+controls, break conditions, fault buttons and background sessions.
+
+Widgets only: ``MainWindow`` connects them. ``settings_values`` /
+``apply_values`` convert to and from a plain dict (QSettings and tests).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+import inspector
+from inspector.engine.settings import GenerationSettings, SamplingSettings
+from inspector.gui.contention import MAX_BACKGROUND
+
+BUNDLED = "(bundled SmolLM2-135M-Instruct)"
+
+
+def example_prompts() -> dict[str, str]:
+    """Example prompts from ``assets/prompts/*.txt``: name -> text."""
+    folder = inspector.asset_path("prompts")
+    out = {}
+    for p in sorted(Path(folder).glob("*.txt")):
+        out[p.stem] = p.read_text("utf-8").strip()
+    return out
+
+
+def _spin(lo: int, hi: int, value: int, tip: str = "") -> QSpinBox:
+    s = QSpinBox()
+    s.setRange(lo, hi)
+    s.setValue(value)
+    s.setToolTip(tip)
+    s.setMaximumWidth(110)
+    return s
+
+
+def _dspin(lo: float, hi: float, value: float, step: float, tip: str = "") -> QDoubleSpinBox:
+    s = QDoubleSpinBox()
+    s.setRange(lo, hi)
+    s.setDecimals(2)
+    s.setSingleStep(step)
+    s.setValue(value)
+    s.setToolTip(tip)
+    s.setMaximumWidth(80)
+    return s
+
+
+class ControlPanel(QWidget):
+    """All inputs of a run and the buttons that drive it."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.setSpacing(6)
+
+        # Model
+        g = QGroupBox("Model")
+        gl = QVBoxLayout(g)
+        self.model_combo = QComboBox()
+        self.model_combo.setToolTip("recent models; drop a .gguf file on the window to add one")
+        self.model_combo.addItem(BUNDLED, "")
+        self.open_model = QPushButton("Open…")
+        self.open_model.setToolTip("Open a GGUF model file")
+        self.model_status = QLabel("not loaded")
+        self.model_status.setWordWrap(True)
+        self.model_status.setStyleSheet("color:#555")
+        row = QHBoxLayout()
+        row.addWidget(self.model_combo, 1)
+        row.addWidget(self.open_model)
+        gl.addLayout(row)
+        gl.addWidget(self.model_status)
+        lay.addWidget(g)
+
+        # Proposal source + limits
+        g = QGroupBox("Proposal source")
+        f = QFormLayout(g)
+        self.source = QComboBox()
+        self.source.addItems(["ngram", "scripted", "none"])
+        self.source.setToolTip("ngram: prompt lookup; scripted: propose the tokens of a text; none: plain decoding")
+        self.ngram_max = _spin(1, 16, 4, "longest n-gram to match (tokens)")
+        self.ngram_min = _spin(1, 16, 2, "shortest n-gram to match (tokens)")
+        ng = QHBoxLayout()
+        ng.addWidget(QLabel("n_max"))
+        ng.addWidget(self.ngram_max)
+        ng.addWidget(QLabel("n_min"))
+        ng.addWidget(self.ngram_min)
+        self.script = QPlainTextEdit()
+        self.script.setPlaceholderText("script text: its tokens are proposed as the continuation")
+        self.script.setMaximumHeight(48)
+        self.draft_max = _spin(0, 64, 8, "most proposal tokens per window")
+        self.max_tokens = _spin(1, 4096, 128, "most tokens to generate")
+        f.addRow("source", self.source)
+        f.addRow("n-gram", ng)
+        f.addRow("script", self.script)
+        lim = QHBoxLayout()
+        lim.addWidget(self.draft_max)
+        lim.addWidget(QLabel("max tokens"))
+        lim.addWidget(self.max_tokens)
+        f.addRow("draft max", lim)
+        lay.addWidget(g)
+        self.source.currentTextChanged.connect(self._source_changed)
+
+        # Sampling
+        g = QGroupBox("Sampling (temperature 0 = greedy)")
+        grid = QGridLayout(g)
+        self.temperature = _dspin(0.0, 5.0, 0.0, 0.1, "0 = greedy (argmax)")
+        self.top_k = _spin(0, 1000, 40, "0 = off")
+        self.top_p = _dspin(0.0, 1.0, 0.95, 0.05, "1 = off")
+        self.min_p = _dspin(0.0, 1.0, 0.05, 0.01, "0 = off")
+        self.seed = _spin(0, 2**31 - 1, 0)
+        for i, (name, w) in enumerate((("temperature", self.temperature), ("top-k", self.top_k),
+                                       ("top-p", self.top_p), ("min-p", self.min_p), ("seed", self.seed))):
+            grid.addWidget(QLabel(name), i // 2, (i % 2) * 2)
+            grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
+        lay.addWidget(g)
+
+        # Prompt
+        g = QGroupBox("Prompt")
+        gl = QVBoxLayout(g)
+        self.examples = QComboBox()
+        self.examples.addItem("example prompts…", "")
+        for name, text in example_prompts().items():
+            self.examples.addItem(name, text)
+        self.examples.activated.connect(self._example_chosen)
+        self.prompt = QPlainTextEdit()
+        self.prompt.setPlaceholderText("Type a prompt (sent as a user message through the chat template)")
+        self.prompt.setMinimumHeight(70)
+        self.raw = QCheckBox("raw (no chat template)")
+        row = QHBoxLayout()
+        row.addWidget(self.examples, 1)
+        row.addWidget(self.raw)
+        gl.addLayout(row)
+        gl.addWidget(self.prompt, 1)
+        lay.addWidget(g, 1)
+
+        # Run controls
+        g = QGroupBox("Run")
+        grid = QGridLayout(g)
+        self.run = QPushButton("▶ Run")
+        self.pause = QPushButton("Pause")
+        self.step_window = QPushButton("Step window")
+        self.step_token = QPushButton("Step token")
+        self.stop = QPushButton("■ Stop")
+        self.resume = QPushButton("Resume")
+        self.run.setToolTip("Run (Ctrl+R); continues a paused run")
+        self.pause.setToolTip("Pause between windows (Space or Ctrl+P)")
+        self.step_window.setToolTip("Run one decode step, then pause (F10)")
+        self.step_token.setToolTip("Commit one token, then hold before the next (F11)")
+        self.stop.setToolTip("End the run (Esc)")
+        self.resume.setToolTip("After an error: resume from the canonical position and continue (Ctrl+Shift+R)")
+        for i, b in enumerate((self.run, self.pause, self.stop, self.step_window, self.step_token, self.resume)):
+            grid.addWidget(b, i // 3, i % 3)
+        brk = QHBoxLayout()
+        brk.addWidget(QLabel("break on"))
+        self.break_boxes: dict[str, QCheckBox] = {}
+        for kind, label in (("first_mismatch", "mismatch"), ("stopped", "stopped"), ("discard", "discard"),
+                            ("error", "error")):
+            cb = QCheckBox(label)
+            cb.setToolTip(f"pause after a window that ends with {kind}")
+            cb.setChecked(kind == "error")
+            self.break_boxes[kind] = cb
+            brk.addWidget(cb)
+        grid.addLayout(brk, 2, 0, 1, 3)
+        lay.addWidget(g)
+
+        # Faults
+        g = QGroupBox("Inject a fault (fires once)")
+        grid = QGridLayout(g)
+        self.fault_cancel = QPushButton("Cancel at next commit")
+        self.fault_cancel.setToolTip("Fault('cancel'): the request is cancelled before the next commit token")
+        self.fault_callback = QPushButton("Fail callback at token")
+        self.fault_callback.setToolTip("Fault('callback_error', token=j): the token callback raises at commit token j of the next window that reaches it")
+        self.fault_token = _spin(1, 64, 1, "j: 1-based commit token inside the window")
+        self.fault_trim = QPushButton("Fail next repair")
+        self.fault_trim.setToolTip("Fault('trim_failure'): the next trim fails; the session is retired")
+        self.fault_drift = QPushButton("Shift session position")
+        self.fault_drift.setToolTip("Fault('position_drift'): one extra token is decoded into the session before the next verification")
+        grid.addWidget(self.fault_cancel, 0, 0, 1, 2)
+        grid.addWidget(self.fault_trim, 0, 2)
+        grid.addWidget(self.fault_callback, 1, 0)
+        grid.addWidget(self.fault_token, 1, 1)
+        grid.addWidget(self.fault_drift, 1, 2)
+        self.pending_faults = QLabel("")
+        self.pending_faults.setStyleSheet("color:#c62828")
+        grid.addWidget(self.pending_faults, 2, 0, 1, 3)
+        lay.addWidget(g)
+
+        # Contention
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Background sessions"))
+        self.background = _spin(0, MAX_BACKGROUND, 0,
+                                "other sessions generating through the same runtime lock (plain and n-gram)")
+        row.addWidget(self.background)
+        row.addStretch(1)
+        lay.addLayout(row)
+        self._source_changed(self.source.currentText())
+
+    # -- behaviour -------------------------------------------------------------
+    def _source_changed(self, name: str) -> None:
+        self.ngram_max.setEnabled(name == "ngram")
+        self.ngram_min.setEnabled(name == "ngram")
+        self.script.setEnabled(name == "scripted")
+        self.draft_max.setEnabled(name != "none")
+
+    def _example_chosen(self, index: int) -> None:
+        text = self.examples.itemData(index)
+        if text:
+            self.prompt.setPlainText(text)
+
+    def choose_example(self, name: str) -> None:
+        """Load the example prompt ``name`` (file stem of ``assets/prompts``)."""
+        i = self.examples.findText(name)
+        if i < 0:
+            raise KeyError(f"no example prompt {name!r}")
+        self.examples.setCurrentIndex(i)
+        self._example_chosen(i)
+
+    def break_on(self) -> frozenset:
+        return frozenset(k for k, cb in self.break_boxes.items() if cb.isChecked())
+
+    def generation_settings(self) -> GenerationSettings:
+        """The limits and sampling typed in the panel (tokens)."""
+        sampling = SamplingSettings(self.temperature.value(), self.top_k.value(), self.top_p.value(),
+                                    self.min_p.value(), self.seed.value())
+        return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=self.draft_max.value(),
+                                  sampling=sampling)
+
+    def model_path(self) -> str:
+        """The chosen model file ("" = bundled)."""
+        return self.model_combo.currentData() or ""
+
+    def add_recent_model(self, path: str, select: bool = True) -> None:
+        i = self.model_combo.findData(path)
+        if i < 0:
+            self.model_combo.insertItem(1, Path(path).name, path)
+            self.model_combo.setItemData(1, path, Qt.ItemDataRole.ToolTipRole)
+            i = 1
+            while self.model_combo.count() > 9:
+                self.model_combo.removeItem(self.model_combo.count() - 1)
+        if select:
+            self.model_combo.setCurrentIndex(i)
+
+    def recent_models(self) -> list[str]:
+        return [self.model_combo.itemData(i) for i in range(1, self.model_combo.count())]
+
+    def values(self) -> dict:
+        """Every setting as a plain dict (saved in QSettings)."""
+        return {
+            "source": self.source.currentText(), "ngram_max": self.ngram_max.value(),
+            "ngram_min": self.ngram_min.value(), "script": self.script.toPlainText(),
+            "draft_max": self.draft_max.value(), "max_tokens": self.max_tokens.value(),
+            "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
+            "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
+            "raw": self.raw.isChecked(), "break_on": sorted(self.break_on()),
+            "model": self.model_path(), "recent_models": self.recent_models(),
+        }
+
+    def apply_values(self, v: dict) -> None:
+        """Set the panel from ``values()`` output; unknown or bad entries are ignored."""
+        def num(key, widget, cast):
+            try:
+                if key in v and v[key] is not None:
+                    widget.setValue(cast(v[key]))
+            except (TypeError, ValueError):
+                pass
+
+        if v.get("source") in ("ngram", "scripted", "none"):
+            self.source.setCurrentText(v["source"])
+        for key, w in (("ngram_max", self.ngram_max), ("ngram_min", self.ngram_min), ("draft_max", self.draft_max),
+                       ("max_tokens", self.max_tokens), ("top_k", self.top_k), ("seed", self.seed)):
+            num(key, w, int)
+        for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p)):
+            num(key, w, float)
+        if isinstance(v.get("script"), str):
+            self.script.setPlainText(v["script"])
+        if isinstance(v.get("prompt"), str):
+            self.prompt.setPlainText(v["prompt"])
+        if "raw" in v:
+            self.raw.setChecked(str(v["raw"]).lower() in ("true", "1"))
+        if isinstance(v.get("break_on"), (list, tuple)):
+            for k, cb in self.break_boxes.items():
+                cb.setChecked(k in v["break_on"])
+        recent = v.get("recent_models") or []
+        if isinstance(recent, str):
+            recent = [recent]
+        for p in reversed([p for p in recent if p]):
+            self.add_recent_model(p, select=False)
+        if v.get("model"):
+            self.add_recent_model(v["model"], select=True)

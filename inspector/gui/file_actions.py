@@ -1,0 +1,187 @@
+"""File menu actions of the main window: models, receipts, autosave, PNG export.
+
+Slow work (building a receipts document hashes the model file and renders
+token texts) runs on a ``BackgroundJob`` thread; the GUI thread only opens
+dialogs and shows results. Errors become dialogs, never tracebacks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from inspector.gui.session_model import SessionData
+from inspector.gui.session_store import BackgroundJob, autosave_is_clean
+
+
+class FileActions(QObject):
+    """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery for ``window``."""
+
+    exported = Signal(str, str)
+    """(path, error): a receipts export finished ("" error on success)."""
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.win = window
+        self.jobs: list[BackgroundJob] = []
+
+    # -- models ------------------------------------------------------------------------
+    def open_model_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.win, "Open GGUF model", "", "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.use_model(path)
+
+    def use_model(self, path: str) -> None:
+        """Select ``path`` as the model (added to the recent models) and load it on the worker thread."""
+        if self.win.state != "idle":
+            self.win.show_error("Run in progress", "Stop the run before changing the model.")
+            return
+        self.win.panel.add_recent_model(str(Path(path).resolve()))
+        self.win.panel.model_status.setText(f"loading {Path(path).name} …")
+        self.win.requestLoad.emit(str(Path(path).resolve()), 2048)
+
+    # -- receipts ------------------------------------------------------------------------
+    def open_receipts_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.win, "Open receipts", "",
+                                              "Receipts (*.json *.jsonl);;All files (*)")
+        if path:
+            self.open_receipts(path)
+
+    def open_receipts(self, path: str) -> bool:
+        """Show a saved receipts document (or an autosave ``.jsonl``) with run controls disabled."""
+        from inspector.receipts import ReceiptsFileError, load_document
+
+        if self.win.state != "idle":
+            self.win.show_error("Run in progress", "Stop the run before opening receipts.")
+            return False
+        try:
+            if str(path).endswith(".jsonl"):
+                session = SessionData.from_autosave(path)
+            else:
+                session = SessionData.from_document(load_document(path))
+        except ReceiptsFileError as exc:
+            self.win.show_error("Cannot open receipts", str(exc))
+            return False
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            self.win.show_error("Cannot open receipts", f"{path}: {exc}")
+            return False
+        self.win.set_session(session)
+        self.win.refresh_all()
+        self.win.banner.setText(f"Viewing <b>{Path(path).name}</b> — {len(session.tokens)} tokens, "
+                                f"{len(session.receipts)} windows, model {session.model_name}. Run controls start a new live run.")
+        self.win.banner.setStyleSheet("background:#e3f2fd;color:#0d47a1;padding:4px")
+        self.win.banner.show()
+        self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
+        self.win._set_state("idle")
+        return True
+
+    def export_receipts_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.win, "Export receipts", "receipts.json", "Receipts (*.json)")
+        if path:
+            self.export_receipts(path)
+
+    def export_receipts(self, path: str) -> BackgroundJob | None:
+        """Write the shown session as a receipts document (``build_document`` / ``write_document``)
+        on a background thread; ``exported(path, error)`` reports the end."""
+        from inspector.receipts import build_document, write_document
+
+        s = self.win.session
+        w = self.win.worker
+        if s.document is not None:
+            doc = s.document
+
+            def job():
+                return str(write_document(doc, path))
+        elif s.origin == "live" and w.generation is not None and w.config is not None:
+            gen, rt, cfg = w.generation, w.runtime, w.config
+            templated, source_settings = w.templated_text, dict(w.source_settings)
+            faults = [f"{f.kind}@{win or ''}:{f.token}" for f, win in w.faults.fired]
+
+            def job():
+                doc = build_document(gen, rt, prompt_text=cfg.prompt_text, templated_text=templated, raw=cfg.raw,
+                                     source_settings=source_settings, faults=faults)
+                return str(write_document(doc, path))
+        else:
+            self.win.show_error("Nothing to export", "Run a generation or open receipts first "
+                                "(an autosave can be viewed but not exported as a receipts document).")
+            return None
+        j = BackgroundJob(job, self)
+        j.done.connect(self._export_done)
+        self.jobs.append(j)
+        self.win.status_state.setText(f"exporting {Path(path).name} …")
+        j.start()
+        return j
+
+    def _export_done(self, result, error: str) -> None:
+        if error:
+            self.win.show_error("Export failed", error)
+            self.exported.emit("", error)
+        else:
+            self.win.status_state.setText(f"receipts written: {result}")
+            self.exported.emit(str(result), "")
+
+    def wait(self) -> None:
+        for j in self.jobs:
+            j.wait(30)
+
+    # -- plots -------------------------------------------------------------------------
+    def export_plots_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.win, "Export plots as PNG (prefix)", "spec-inspector.png",
+                                              "PNG images (*.png)")
+        if path:
+            written = self.export_plots(path)
+            self.win.status_state.setText("plots written: " + ", ".join(Path(p).name for p in written))
+
+    def export_plots(self, path: str) -> list[str]:
+        """Save the timeline, lock plots and statistics as PNG files next to ``path``
+        (``NAME-timeline.png`` etc.); returns the files written."""
+        self.win.refresh_all()
+        base = Path(path)
+        stem = base.with_suffix("")
+        out = []
+        for name, widget in (("timeline", self.win.timeline), ("lock-timing", self.win.lock_plots),
+                             ("statistics", self.win.stats)):
+            if widget.width() < 100:
+                widget.resize(1000, 560)
+            target = f"{stem}-{name}.png"
+            if not widget.grab().save(target):
+                self.win.show_error("Export failed", f"cannot write {target}")
+                return out
+            out.append(target)
+        return out
+
+    # -- autosave recovery -----------------------------------------------------------------
+    def last_unclean_autosave(self) -> str | None:
+        s = self.win.settings
+        path = s.value("autosave/path")
+        clean = str(s.value("autosave/clean", True)).lower() in ("true", "1")
+        if not path or clean or not Path(path).exists() or autosave_is_clean(path):
+            return None
+        return str(path)
+
+    def offer_recovery(self) -> None:
+        """If the last run did not finish cleanly, ask whether to open its autosave (non-blocking)."""
+        path = self.last_unclean_autosave()
+        if path is None:
+            return
+        box = QMessageBox(QMessageBox.Icon.Question, "Last run did not finish",
+                          f"The last run did not finish cleanly. Its receipts were autosaved to\n{path}\n\nOpen them?",
+                          QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Discard, self.win)
+
+        def answered(button) -> None:
+            if box.standardButton(button) == QMessageBox.StandardButton.Open:
+                self.open_receipts(path)
+            self.win.settings.setValue("autosave/clean", True)
+
+        box.buttonClicked.connect(answered)
+        box.open()
+        self.recovery_box = box
+
+    def open_last_autosave(self) -> None:
+        path = self.win.settings.value("autosave/path")
+        if not path or not Path(path).exists():
+            self.win.show_error("No autosave", "No autosaved run was found.")
+            return
+        self.open_receipts(str(path))

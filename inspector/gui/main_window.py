@@ -1,0 +1,528 @@
+"""The inspector's main window: wiring between the control panel, the engine
+worker (on its own ``QThread``) and the views.
+
+Worker signals append immutable engine records to a ``SessionData``; a
+``QTimer`` redraws the views at ``REDRAW_HZ``. The GUI thread never calls
+llama.cpp and never waits for the worker (except when the window closes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.engine.faults import Fault
+from inspector.gui import worker as W
+from inspector.gui.controls import ControlPanel
+from inspector.gui.event_log import EventLog
+from inspector.gui.file_actions import FileActions
+from inspector.gui.lock_plots import LockPlots
+from inspector.gui.session_model import SessionData
+from inspector.gui.session_store import app_data_dir
+from inspector.gui.stats_view import StatsView
+from inspector.gui.timeline import Timeline
+from inspector.gui.token_view import TokenView
+from inspector.gui.window_detail import WindowDetail
+
+REDRAW_HZ = 25
+ACTIVE_STATES = (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR, W.LOADING)
+
+
+class MainWindow(QMainWindow):
+    """The inspector window.
+
+    ``runtime``: an already-loaded ``LlamaRuntime`` to use (tests pass the
+    session fixture's; it is not closed here), or None to load the chosen
+    model on the worker thread when Run is pressed. ``settings``: QSettings
+    to read and write (default: the user's). ``data_dir``: where autosave
+    files go (default: the QStandardPaths app data folder).
+    ``offer_recovery``: ask to open the last autosave if that run did not
+    finish cleanly.
+    """
+
+    requestRun = Signal(object)
+    requestLoad = Signal(str, int)
+    requestShutdown = Signal()
+    stateChanged = Signal(str)
+
+    def __init__(self, runtime=None, *, settings: QSettings | None = None, data_dir: Path | None = None,
+                 offer_recovery: bool = False, model_path: str | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
+        self.setAcceptDrops(True)
+        self.settings = settings if settings is not None else QSettings("spec-inspector", "spec-inspector")
+        self.data_dir = Path(data_dir) if data_dir is not None else app_data_dir()
+        self.state = W.IDLE
+        self.session = SessionData()
+        self.last_error = ""
+        self.model_info: dict | None = runtime.describe() if runtime is not None else None
+        self._closing = False
+
+        # Worker thread
+        self.worker = W.EngineWorker(runtime, owns_runtime=False)
+        self.thread = QThread(self)
+        self.thread.setObjectName("spec-inspector-engine")
+        self.worker.moveToThread(self.thread)
+        self.requestRun.connect(self.worker.start_run)
+        self.requestLoad.connect(self.worker.load_model)
+        self.requestShutdown.connect(self.worker.shutdown)
+        w = self.worker
+        w.modelProgress.connect(self._model_progress)
+        w.modelLoaded.connect(self._model_loaded)
+        w.modelFailed.connect(self._model_failed)
+        w.runStarted.connect(self._run_started)
+        w.stateChanged.connect(self._worker_state)
+        w.texts.connect(lambda t: self.session.add_texts(t))
+        w.proposal.connect(lambda p: self.session.add_proposal(p))
+        w.event.connect(lambda e: self.session.add_event(e))
+        w.receipt.connect(lambda r: self.session.add_receipt(r))
+        w.discard.connect(lambda d: self.session.add_discard(d))
+        w.lockOperation.connect(self._lock_operation)
+        w.progress.connect(lambda p: self.session.set_progress(p))
+        w.aboutToCommit.connect(self._about_to_commit)
+        w.errorOccurred.connect(self._error)
+        w.runFinished.connect(self._run_finished)
+        self.thread.start()
+
+        self._build_ui()
+        self.files = FileActions(self)
+        self._build_menus()
+        self._wire_controls()
+        self._restore_settings()
+        if model_path:
+            self.panel.add_recent_model(str(Path(model_path).resolve()))
+        if self.model_info is not None:
+            self._model_loaded(self.model_info)
+        self.set_session(SessionData())
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000 // REDRAW_HZ)
+        self.timer.timeout.connect(self.redraw)
+        self.timer.start()
+        self._set_state(W.IDLE)
+        if offer_recovery:
+            QTimer.singleShot(0, self.files.offer_recovery)
+
+    # -- layout ---------------------------------------------------------------------
+    def _build_ui(self) -> None:
+        self.panel = ControlPanel()
+        scroll = QScrollArea()
+        scroll.setWidget(self.panel)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(380)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+        self.banner = QLabel("")
+        self.banner.setWordWrap(True)
+        self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.banner.hide()
+        self.token_view = TokenView()
+        self.window_detail = WindowDetail()
+        self.timeline = Timeline()
+        self.lock_plots = LockPlots()
+        self.stats = StatsView()
+        self.event_log = EventLog()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.window_detail, "Windows")
+        self.tabs.addTab(self.timeline, "KV timeline")
+        self.tabs.addTab(self.lock_plots, "Lock timing")
+        self.tabs.addTab(self.stats, "Statistics")
+        self.tabs.addTab(self.event_log, "Event log")
+        self.token_view.windowClicked.connect(self._show_window)
+
+        top = QWidget()
+        tl = QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.banner)
+        tl.addWidget(self.token_view, 1)
+        self.right_split = QSplitter(Qt.Orientation.Vertical)
+        self.right_split.addWidget(top)
+        self.right_split.addWidget(self.tabs)
+        self.right_split.setSizes([300, 460])
+        self.main_split = QSplitter(Qt.Orientation.Horizontal)
+        self.main_split.addWidget(scroll)
+        self.main_split.addWidget(self.right_split)
+        self.main_split.setSizes([390, 890])
+        self.main_split.setStretchFactor(1, 1)
+        self.setCentralWidget(self.main_split)
+
+        self.status_state = QLabel("")
+        self.status_counts = QLabel("")
+        self.load_progress = QProgressBar()
+        self.load_progress.setRange(0, 100)
+        self.load_progress.setMaximumWidth(200)
+        self.load_progress.hide()
+        sb = self.statusBar()
+        sb.addWidget(self.status_state)
+        sb.addWidget(self.load_progress)
+        sb.addPermanentWidget(self.status_counts)
+        self.resize(1280, 800)
+
+    def _action(self, menu, text, slot, shortcuts=(), tip="") -> QAction:
+        a = QAction(text, self)
+        if shortcuts:
+            a.setShortcuts([QKeySequence(s) for s in shortcuts])
+        a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        a.triggered.connect(slot)
+        if tip:
+            a.setStatusTip(tip)
+        menu.addAction(a)
+        self.addAction(a)
+        return a
+
+    def _build_menus(self) -> None:
+        f = self.menuBar().addMenu("&File")
+        self.act_open_model = self._action(f, "Open GGUF model…", self.files.open_model_dialog)
+        self.act_open = self._action(f, "Open receipts…", self.files.open_receipts_dialog, ["Ctrl+O"])
+        self.act_export = self._action(f, "Export receipts…", self.files.export_receipts_dialog, ["Ctrl+E"])
+        self.act_png = self._action(f, "Export plots as PNG…", self.files.export_plots_dialog, ["Ctrl+Shift+E"])
+        self.act_recover = self._action(f, "Open last autosave", self.files.open_last_autosave)
+        f.addSeparator()
+        self._action(f, "Quit", self.close, ["Ctrl+Q"])
+        r = self.menuBar().addMenu("&Run")
+        self.act_run = self._action(r, "Run / continue", self.run_clicked, ["Ctrl+R"])
+        self.act_pause = self._action(r, "Pause", self.pause_clicked, ["Space", "Ctrl+P"])
+        self.act_step_window = self._action(r, "Step window", self.step_window_clicked, ["F10", "Ctrl+W"])
+        self.act_step_token = self._action(r, "Step token", self.step_token_clicked, ["F11", "Ctrl+T"])
+        self.act_stop = self._action(r, "Stop", self.stop_clicked, ["Esc"])
+        self.act_resume = self._action(r, "Resume after error", self.resume_clicked, ["Ctrl+Shift+R"])
+
+    def _wire_controls(self) -> None:
+        p = self.panel
+        p.run.clicked.connect(self.run_clicked)
+        p.pause.clicked.connect(self.pause_clicked)
+        p.step_window.clicked.connect(self.step_window_clicked)
+        p.step_token.clicked.connect(self.step_token_clicked)
+        p.stop.clicked.connect(self.stop_clicked)
+        p.resume.clicked.connect(self.resume_clicked)
+        p.open_model.clicked.connect(self.files.open_model_dialog)
+        p.fault_cancel.clicked.connect(lambda: self.inject(Fault("cancel")))
+        p.fault_callback.clicked.connect(lambda: self.inject(Fault("callback_error", token=p.fault_token.value())))
+        p.fault_trim.clicked.connect(lambda: self.inject(Fault("trim_failure")))
+        p.fault_drift.clicked.connect(lambda: self.inject(Fault("position_drift")))
+        p.background.valueChanged.connect(self.worker.set_background)
+        for cb in p.break_boxes.values():
+            cb.toggled.connect(lambda _=None: self.worker.set_break_on(p.break_on()))
+
+    # -- sessions ---------------------------------------------------------------------
+    def set_session(self, session: SessionData) -> None:
+        """Show ``session`` in every view."""
+        self.session = session
+        for v in (self.token_view, self.window_detail, self.timeline, self.lock_plots, self.stats, self.event_log):
+            v.set_session(session)
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Redraw what changed (called by the timer at ``REDRAW_HZ``)."""
+        self.token_view.refresh()
+        self.window_detail.refresh()
+        current = self.tabs.currentWidget()
+        for v in (self.timeline, self.lock_plots, self.stats, self.event_log):
+            if v is current or not self.isVisible():
+                v.refresh()
+        s = self.session
+        self.status_counts.setText(
+            f"{len(s.tokens)} tokens · {len(s.receipts)} windows · {s.plain_steps} plain steps · "
+            f"{len(s.discards)} discards · canonical position {s.canonical_position if s.canonical_position is not None else '—'}")
+        pending = self.worker.faults.pending() if self.state in ACTIVE_STATES else []
+        self.panel.pending_faults.setText(
+            ("pending: " + ", ".join(f.kind + (f"@token {f.token}" if f.kind == "callback_error" else "") for f in pending))
+            if pending else "")
+
+    def refresh_all(self) -> None:
+        """Redraw every view now (tests and export)."""
+        self.redraw()
+        for v in (self.timeline, self.lock_plots, self.stats, self.event_log):
+            v.refresh()
+
+    def _show_window(self, w: int) -> None:
+        self.tabs.setCurrentWidget(self.window_detail)
+        self.window_detail.select_window(w)
+
+    # -- state ---------------------------------------------------------------------------
+    def _set_state(self, state: str, detail: str = "") -> None:
+        self.state = state
+        viewing = self.session.origin != "live"
+        p = self.panel
+        idle = state == W.IDLE
+        active = state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR)
+        p.run.setEnabled(idle or state in (W.PAUSED, W.TOKEN_HOLD))
+        p.run.setText("▶ Run" if idle else "▶ Continue")
+        p.pause.setEnabled(state in (W.RUNNING, W.TOKEN_HOLD))
+        p.step_window.setEnabled(idle or state in (W.PAUSED, W.TOKEN_HOLD))
+        p.step_token.setEnabled(idle or state in (W.PAUSED, W.TOKEN_HOLD))
+        p.stop.setEnabled(active)
+        p.resume.setEnabled(state == W.ERROR)
+        for b in (p.fault_cancel, p.fault_callback, p.fault_trim, p.fault_drift):
+            b.setEnabled(active and state != W.ERROR)
+        for b in (p.model_combo, p.open_model, p.source, p.prompt, p.examples, p.max_tokens, p.draft_max):
+            b.setEnabled(not active and state != W.LOADING)
+        self.act_run.setEnabled(p.run.isEnabled())
+        self.act_pause.setEnabled(p.pause.isEnabled())
+        self.act_step_window.setEnabled(p.step_window.isEnabled())
+        self.act_step_token.setEnabled(p.step_token.isEnabled())
+        self.act_stop.setEnabled(p.stop.isEnabled())
+        self.act_resume.setEnabled(p.resume.isEnabled())
+        self.act_open.setEnabled(not active)
+        label = {W.IDLE: "ready", W.LOADING: "loading model…", W.RUNNING: "running", W.PAUSED: "paused",
+                 W.TOKEN_HOLD: "holding before a commit (Step token)", W.ERROR: "error — Resume continues"}[state]
+        if viewing and idle:
+            label = f"viewing {'saved receipts' if self.session.origin == 'document' else 'an autosave'}" \
+                    " — Run starts a new live run"
+        self.status_state.setText(label + (f" · {detail}" if detail else ""))
+        if state != W.TOKEN_HOLD:
+            self.token_view.show_hold(None)
+        self.stateChanged.emit(state)
+
+    def _worker_state(self, state: str, detail: str) -> None:
+        if state == W.LOADING:
+            self.load_progress.setValue(0)
+            self.load_progress.show()
+        if state == W.RUNNING and self.state == W.ERROR and detail != "resumed":
+            return
+        if state == W.IDLE and self.state != W.LOADING:
+            return  # the run's end is handled by _run_finished
+        self._set_state(state, "" if state == W.IDLE else detail)
+
+    # -- run controls ----------------------------------------------------------------------
+    def start_run(self, *, paused: bool = False) -> bool:
+        """Start a new live run with the panel's settings. Returns False if it cannot start."""
+        prompt = self.panel.prompt.toPlainText().strip()
+        if not prompt:
+            self.show_error("No prompt", "Type a prompt or pick an example prompt first.")
+            return False
+        src = self.panel.source.currentText()
+        if src == "scripted" and not self.panel.script.toPlainText():
+            self.show_error("No script", "The scripted source needs a script text.")
+            return False
+        if self.panel.ngram_min.value() > self.panel.ngram_max.value():
+            self.show_error("n-gram sizes", "n_min is larger than n_max.")
+            return False
+        try:
+            model = self.panel.model_path() or self._bundled_path()
+        except Exception as exc:
+            self.show_error("No model", str(exc))
+            return False
+        cfg = W.RunConfig(
+            model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
+            ngram_max=self.panel.ngram_max.value(), ngram_min=self.panel.ngram_min.value(),
+            script_text=self.panel.script.toPlainText(), raw=self.panel.raw.isChecked(),
+            break_on=self.panel.break_on(), start_paused=paused, autosave_dir=self.data_dir / "autosave",
+        )
+        session = SessionData()
+        session.prompt_text = prompt
+        session.source_name = src
+        self.set_session(session)
+        self.banner.hide()
+        self._set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
+        self.requestRun.emit(cfg)
+        return True
+
+    @staticmethod
+    def _bundled_path() -> Path:
+        from inspector.llama import bundled_model_path
+
+        return bundled_model_path()
+
+    def run_clicked(self) -> None:
+        if self.state == W.IDLE:
+            self.start_run()
+        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
+            self.worker.request_continue()
+            self._set_state(W.RUNNING)
+        elif self.state == W.ERROR:
+            self.resume_clicked()
+
+    def pause_clicked(self) -> None:
+        if self.state in (W.RUNNING, W.TOKEN_HOLD):
+            self.worker.request_pause()
+
+    def step_window_clicked(self) -> None:
+        if self.state == W.IDLE:
+            if self.start_run(paused=True):
+                self.worker.request_step_window()
+        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
+            self.worker.request_step_window()
+            self._set_state(W.RUNNING, "one window")
+
+    def step_token_clicked(self) -> None:
+        if self.state == W.IDLE:
+            if self.start_run(paused=True):
+                self.worker.request_step_token()
+        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
+            self.worker.request_step_token()
+            self._set_state(W.RUNNING, "one token")
+
+    def stop_clicked(self) -> None:
+        if self.state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR):
+            self.worker.request_stop()
+
+    def resume_clicked(self) -> None:
+        if self.state == W.ERROR:
+            self.banner.hide()
+            self.worker.request_resume()
+            self._set_state(W.RUNNING, "resuming")
+
+    def inject(self, fault: Fault) -> None:
+        """Add ``fault`` to the running generation's fault plan (thread safe)."""
+        self.worker.faults.add(fault)
+        self.redraw()
+
+    # -- worker signals -----------------------------------------------------------------------
+    def _lock_operation(self, op) -> None:
+        if self.session.origin == "live" and self.state in ACTIVE_STATES:
+            self.session.add_lock_operation(op)
+
+    def _model_progress(self, v: float) -> None:
+        self.load_progress.show()
+        self.load_progress.setValue(int(v * 100))
+
+    def _model_loaded(self, info: dict) -> None:
+        self.model_info = info
+        self.load_progress.hide()
+        size = info.get("size_bytes")
+        self.panel.model_status.setText(
+            f"loaded: {info.get('name') or Path(info['path']).name} ({info['architecture']}, "
+            f"{info['n_vocab']} tokens vocab{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
+
+    def _model_failed(self, message: str) -> None:
+        self.load_progress.hide()
+        self.panel.model_status.setText("not loaded (see the error)")
+        self.show_error("Cannot load the model", message)
+
+    def _run_started(self, info: dict) -> None:
+        self.session.main_session_id = info["session_id"]
+        self.session.prompt_token_count = info["prompt_tokens"]
+        if info.get("autosave"):
+            self.settings.setValue("autosave/path", info["autosave"])
+            self.settings.setValue("autosave/clean", False)
+            self.settings.sync()
+        self._set_state(W.PAUSED if self.state == W.PAUSED else self.state if self.state != W.LOADING else W.RUNNING)
+
+    def _about_to_commit(self, info: dict) -> None:
+        self.redraw()
+        self.token_view.show_hold(info)
+
+    def _error(self, message: str, info: dict) -> None:
+        self.last_error = message
+        if not info:
+            self.show_error("Run failed", message)
+            return
+        if info.get("retired"):
+            repaired = "the session was retired (the repair failed); Resume opens a new session prefilled with the canonical stream"
+        elif info.get("kv_length") == info.get("canonical_position"):
+            repaired = f"repaired: KV length {info['kv_length']} = canonical position {info['canonical_position']}"
+        else:
+            repaired = f"KV length {info.get('kv_length')} ≠ canonical position {info.get('canonical_position')}"
+        self.session.kv_length = info.get("kv_length")
+        self.banner.setText(f"<b>Error:</b> {message}<br>{repaired}. Press <b>Resume</b> to continue.")
+        self.banner.setStyleSheet("background:#ffebee;color:#b71c1c;padding:6px;border:1px solid #ef9a9a")
+        self.banner.show()
+        self.error_info = info
+        self.redraw()
+        if self.state != W.ERROR:
+            self._set_state(W.ERROR, message)
+
+    def _run_finished(self, reason: str, info: dict) -> None:
+        self.settings.setValue("autosave/clean", True)
+        self.settings.sync()
+        self.finish_info = info
+        self.session.finish_reason = self.session.finish_reason or (reason if reason not in ("error",) else None)
+        self.refresh_all()
+        if reason != "error":
+            kv = info.get("kv_length")
+            self.banner.setText(f"Finished: <b>{reason}</b> · {len(self.session.tokens)} tokens · KV length {kv} "
+                                f"(canonical position {info.get('canonical_position')})")
+            self.banner.setStyleSheet("background:#e8f5e9;color:#1b5e20;padding:4px")
+            self.banner.show()
+        self._set_state(W.IDLE, reason)
+
+    # -- dialogs ---------------------------------------------------------------------------
+    def show_error(self, title: str, message: str) -> None:
+        """Show an error without blocking (a window-modal box); kept in ``last_error``."""
+        self.last_error = message
+        box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        self.error_box = box
+
+    # -- drag and drop ---------------------------------------------------------------------
+    def dragEnterEvent(self, ev) -> None:
+        if any(u.toLocalFile().lower().endswith((".gguf", ".json", ".jsonl")) for u in ev.mimeData().urls()):
+            ev.acceptProposedAction()
+
+    def dropEvent(self, ev) -> None:
+        for u in ev.mimeData().urls():
+            path = u.toLocalFile()
+            if path.lower().endswith(".gguf"):
+                self.files.use_model(path)
+            elif path.lower().endswith((".json", ".jsonl")):
+                self.files.open_receipts(path)
+            break
+
+    # -- settings and closing ----------------------------------------------------------------
+    def _restore_settings(self) -> None:
+        s = self.settings
+        geo = s.value("window/geometry")
+        if isinstance(geo, QByteArray) and not geo.isEmpty():
+            self.restoreGeometry(geo)
+        for key, split in (("window/main_split", self.main_split), ("window/right_split", self.right_split),
+                           ("window/detail_split", self.window_detail.splitter)):
+            v = s.value(key)
+            if isinstance(v, QByteArray) and not v.isEmpty():
+                split.restoreState(v)
+        values = {}
+        s.beginGroup("controls")
+        for k in s.childKeys():
+            values[k] = s.value(k)
+        s.endGroup()
+        if not values.get("prompt"):
+            values.setdefault("prompt", "")
+        self.panel.apply_values(values)
+        if not self.panel.prompt.toPlainText():
+            try:
+                self.panel.choose_example("copy-with-corrections")
+            except KeyError:
+                pass
+
+    def save_settings(self) -> None:
+        s = self.settings
+        s.setValue("window/geometry", self.saveGeometry())
+        s.setValue("window/main_split", self.main_split.saveState())
+        s.setValue("window/right_split", self.right_split.saveState())
+        s.setValue("window/detail_split", self.window_detail.splitter.saveState())
+        s.beginGroup("controls")
+        for k, v in self.panel.values().items():
+            s.setValue(k, v)
+        s.endGroup()
+        s.sync()
+
+    def shutdown(self, timeout_ms: int = 30000) -> None:
+        """Stop the run and background sessions, then end the worker thread (blocks; used at close)."""
+        if self._closing:
+            return
+        self._closing = True
+        self.timer.stop()
+        self.worker.request_stop(closing=True)
+        self.requestShutdown.emit()
+        self.thread.quit()
+        self.thread.wait(timeout_ms)
+        self.files.wait()
+
+    def closeEvent(self, ev) -> None:
+        self.save_settings()
+        self.shutdown()
+        super().closeEvent(ev)

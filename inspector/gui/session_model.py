@@ -1,0 +1,334 @@
+"""The records of one session as the views read them (no Qt).
+
+A ``SessionData`` is filled either live, from the worker's signals (events,
+receipts, discards, lock operations, token texts, proposals), or at once from
+a saved receipts document or an autosave file. Views never talk to the
+engine; they read this object on their redraw timer and use ``version`` /
+``tokens_dirty_from`` to redraw only what changed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from inspector.engine.receipt import (
+    COMMIT,
+    FINISH,
+    REPAIR,
+    STEP,
+    VERIFY,
+    Discard,
+    EngineEvent,
+    LockOperation,
+    PartialWindow,
+    Summary,
+    WindowReceipt,
+)
+from inspector.engine.stats import summarize_receipts
+from inspector.gui import outcomes as O
+
+
+@dataclass(slots=True)
+class TokenInfo:
+    """One committed (output) token.
+
+    ``index``: 0-based index among generated tokens. ``window``: 1-based window
+    index, None for a plain step. ``row``: its verification row. ``position``:
+    its position in the stream (= base_position + row + 1, tokens).
+    ``proposed``: the proposal token of that row (None for the bonus token
+    and plain steps). ``outcome``: one of ``inspector.gui.outcomes``.
+    """
+
+    index: int
+    token: int
+    text: str
+    window: int | None
+    row: int
+    position: int
+    proposed: int | None
+    outcome: str
+
+
+@dataclass(slots=True)
+class WindowEntry:
+    """A window as the window list shows it: a receipt, or a failed window."""
+
+    window_index: int
+    receipt: WindowReceipt | None
+    discard: Discard | None
+
+    @property
+    def failed(self) -> bool:
+        return self.receipt is None
+
+
+def _tuple_fields(d: dict, keys) -> dict:
+    out = dict(d)
+    for k in keys:
+        if k in out and isinstance(out[k], list):
+            out[k] = tuple(out[k])
+    return out
+
+
+def receipt_from_json(d: dict) -> WindowReceipt:
+    """A ``WindowReceipt`` from a receipts-document window (extra keys ignored)."""
+    names = {f.name for f in fields(WindowReceipt)}
+    d = _tuple_fields(d, ("proposal_token_ids", "committed_tokens", "verification_row_predictions"))
+    d.setdefault("decode_step", 0)
+    d.setdefault("source", "")
+    d.setdefault("repair", "retire" if d.get("trimmed_rows", 0) == 0 else "trim")
+    return WindowReceipt(**{k: v for k, v in d.items() if k in names})
+
+
+def discard_from_json(d: dict) -> Discard:
+    """A ``Discard`` (with its ``PartialWindow``) from its JSON form."""
+    partial = d.get("partial")
+    if partial:
+        partial = PartialWindow(**_tuple_fields(partial, ("committed_tokens", "verification_row_predictions")))
+    return Discard(
+        d["decode_step"], d["decision_id"], d.get("source", ""), d["reason"],
+        tuple(d.get("proposal_token_ids", ())), d["base_position"], d.get("error"), partial,
+    )
+
+
+class SessionData:
+    """Everything the views show about one request (tokens, positions in tokens, times in microseconds)."""
+
+    def __init__(self) -> None:
+        self.receipts: list[WindowReceipt] = []
+        self.receipts_by_window: dict[int, WindowReceipt] = {}
+        self.discards: list[Discard] = []
+        self.failed_windows: dict[int, Discard] = {}
+        self.events: list[EngineEvent] = []
+        self.lock_ops: list[LockOperation] = []
+        self.texts: dict[int, str] = {}
+        self.proposals: dict[int, tuple[int, ...]] = {}
+        self.tokens: list[TokenInfo] = []
+        self.main_session_id: int | None = None
+        self.prompt_text = ""
+        self.prompt_token_count = 0
+        self.model_name = ""
+        self.source_name = ""
+        self.finish_reason: str | None = None
+        self.errors: list[str] = []
+        self.plain_steps = 0
+        self.decode_elapsed_us = 0
+        self.prefill_elapsed_us = 0
+        self.kv_length: int | None = None
+        self.canonical_position: int | None = None
+        self.document: dict | None = None
+        """The loaded receipts document (None for a live session)."""
+        self.origin = "live"
+        """``live``, ``document`` or ``autosave``."""
+        self.version = 0
+        """Bumped on every change; views compare it with what they drew."""
+        self.tokens_dirty_from = 0
+        """Smallest token index changed since the token view last drew."""
+        self._pending_proposal: tuple[int, ...] | None = None
+
+    # -- live input ------------------------------------------------------------
+    def _touch(self) -> None:
+        self.version += 1
+
+    def add_texts(self, texts: dict[int, str]) -> None:
+        self.texts.update(texts)
+
+    def add_proposal(self, token_ids: tuple[int, ...]) -> None:
+        """The proposal the source just made (verified or discarded next)."""
+        self._pending_proposal = tuple(token_ids)
+
+    def add_event(self, ev: EngineEvent) -> None:
+        self.events.append(ev)
+        if ev.kind == VERIFY and ev.window is not None:
+            if ev.window not in self.proposals and self._pending_proposal is not None:
+                self.proposals[ev.window] = self._pending_proposal
+        elif ev.kind == STEP:
+            self.plain_steps += 1
+        elif ev.kind == COMMIT and ev.token is not None:
+            self._add_token(ev)
+        elif ev.kind == FINISH:
+            self.finish_reason = ev.detail or None
+            if self.tokens:
+                self.tokens[-1].outcome = O.END
+                self.tokens_dirty_from = min(self.tokens_dirty_from, len(self.tokens) - 1)
+        if ev.kind in (VERIFY, REPAIR) and ev.position is not None and ev.detail != "trim failed; session retired":
+            self.kv_length = ev.position
+        self._touch()
+
+    def _add_token(self, ev: EngineEvent) -> None:
+        row = ev.row or 0
+        if ev.window is None:
+            proposed, outcome = None, O.PLAIN
+        else:
+            prop = self.proposals.get(ev.window)
+            outcome = O.classify_row(row, ev.token, prop)
+            proposed = prop[row] if prop is not None and row < len(prop) else None
+        position = ev.position if ev.position is not None else 0
+        self.tokens.append(TokenInfo(len(self.tokens), ev.token, self.texts.get(ev.token, ""),
+                                     ev.window, row, position, proposed, outcome))
+        self.canonical_position = position
+
+    def add_receipt(self, r: WindowReceipt) -> None:
+        self.receipts.append(r)
+        self.receipts_by_window[r.window_index] = r
+        self._set_proposal(r.window_index, r.proposal_token_ids)
+        self.canonical_position = r.canonical_position
+        self._touch()
+
+    def add_discard(self, d: Discard) -> None:
+        self.discards.append(d)
+        if d.partial is not None:
+            self.failed_windows[d.partial.window_index] = d
+            self._set_proposal(d.partial.window_index, d.proposal_token_ids)
+            self.canonical_position = d.partial.canonical_position
+        if d.error:
+            self.errors.append(d.error)
+        self._touch()
+
+    def add_lock_operation(self, op: LockOperation) -> None:
+        self.lock_ops.append(op)
+        self._touch()
+
+    def set_progress(self, p: dict) -> None:
+        """Counters the worker sends after each step (``decode_elapsed_us`` etc.)."""
+        self.decode_elapsed_us = p.get("decode_elapsed_us", self.decode_elapsed_us)
+        self.prefill_elapsed_us = p.get("prefill_elapsed_us", self.prefill_elapsed_us)
+        if "kv_length" in p:
+            self.kv_length = p["kv_length"]
+        if "canonical_position" in p:
+            self.canonical_position = p["canonical_position"]
+        self._touch()
+
+    def _set_proposal(self, window: int, ids: tuple[int, ...]) -> None:
+        self.proposals[window] = tuple(ids)
+        for t in self.tokens:
+            if t.window == window and t.outcome == O.PENDING:
+                t.outcome = O.classify_row(t.row, t.token, self.proposals[window])
+                t.proposed = ids[t.row] if t.row < len(ids) else None
+                self.tokens_dirty_from = min(self.tokens_dirty_from, t.index)
+
+    # -- derived ---------------------------------------------------------------
+    def text_of(self, token: int | None) -> str:
+        if token is None:
+            return ""
+        return self.texts.get(token, f"<{token}>")
+
+    @property
+    def output_text(self) -> str:
+        return "".join(t.text for t in self.tokens)
+
+    def windows(self) -> list[WindowEntry]:
+        """Verified windows and failed windows, by window index."""
+        idx = sorted(set(self.receipts_by_window) | set(self.failed_windows))
+        return [WindowEntry(w, self.receipts_by_window.get(w), self.failed_windows.get(w)) for w in idx]
+
+    def summary(self) -> Summary:
+        """Acceptance figures (``inspector.engine.stats.summarize_receipts``)."""
+        return summarize_receipts(
+            self.receipts, plain_steps=self.plain_steps, discards=len(self.discards),
+            generated_tokens=len(self.tokens), decode_elapsed_us=self.decode_elapsed_us,
+            prefill_elapsed_us=self.prefill_elapsed_us, finish_reason=self.finish_reason,
+        )
+
+    # -- loading ----------------------------------------------------------------
+    @classmethod
+    def from_document(cls, doc: dict) -> "SessionData":
+        """A session from a validated receipts document (``load_document``)."""
+        s = cls()
+        s.document = doc
+        s.origin = "document"
+        out = doc["output"]
+        for tid, text in zip(out["token_ids"], out.get("token_texts", [])):
+            s.texts[tid] = text
+        for w in doc["windows"]:
+            for tid, text in zip(w["proposal_token_ids"], w.get("proposal_token_texts", [])):
+                s.texts.setdefault(tid, text)
+            for tid, text in zip(w["verification_row_predictions"], w.get("verification_row_prediction_texts", [])):
+                s.texts.setdefault(tid, text)
+        s.prompt_text = doc["prompt"]["text"]
+        s.prompt_token_count = len(doc["prompt"]["token_ids"])
+        s.model_name = doc["model"].get("name") or Path(doc["model"]["path"]).name
+        s.source_name = doc["settings"]["source"]["name"]
+        for w in doc["windows"]:
+            s.add_receipt(receipt_from_json(w))
+        for d in doc["discards"]:
+            s.add_discard(discard_from_json(d))
+        s.errors = list(out.get("errors", []))
+        s.plain_steps = 0
+        for e in doc["events"]:
+            s.add_event(EngineEvent(**e))
+        if s.events:
+            s.main_session_id = s.events[0].session_id
+        for op in doc.get("lock_operations", []):
+            s.lock_ops.append(LockOperation(**op))
+        summ = doc["summary"]
+        s.decode_elapsed_us = summ.get("decode_elapsed_us", 0)
+        s.prefill_elapsed_us = summ.get("prefill_elapsed_us", 0)
+        s.finish_reason = out.get("finish_reason")
+        s._touch()
+        return s
+
+    @classmethod
+    def from_autosave(cls, path: str | Path) -> "SessionData":
+        """A session from an autosave JSON Lines file (``inspector.gui.session_store``).
+
+        Lines: ``header``, then ``receipt`` / ``discard`` / ``step`` in the
+        order they happened, and ``end`` after a clean finish. A torn last
+        line (the run crashed while writing) is ignored.
+        """
+        s = cls()
+        s.origin = "autosave"
+        seq = 0
+
+        def ev(kind, window=None, token=None, row=None, position=None, detail=""):
+            nonlocal seq
+            s.add_event(EngineEvent(seq, 0, kind, s.main_session_id or 0, window, token, row, position, detail))
+            seq += 1
+
+        for line in Path(path).read_text("utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = rec.get("kind")
+            if kind == "header":
+                s.prompt_text = rec.get("prompt", "")
+                s.model_name = rec.get("model", "")
+                s.source_name = rec.get("source", "")
+                s.main_session_id = rec.get("session_id")
+            elif kind == "receipt":
+                w = rec["receipt"]
+                for key_ids, key_texts in (("proposal_token_ids", "proposal_token_texts"),
+                                           ("verification_row_predictions", "verification_row_prediction_texts")):
+                    for tid, text in zip(w[key_ids], w.get(key_texts, [])):
+                        s.texts[tid] = text
+                r = receipt_from_json(w)
+                s.proposals[r.window_index] = r.proposal_token_ids
+                ev(VERIFY, r.window_index, position=r.position_after_verification, detail=f"{r.verification_rows} rows")
+                for row, tok in enumerate(r.committed_tokens):
+                    ev(COMMIT, r.window_index, tok, row, r.base_position + row + 1)
+                ev(REPAIR, r.window_index, position=r.canonical_position, detail=r.repair)
+                s.add_receipt(r)
+            elif kind == "discard":
+                d = discard_from_json(rec["discard"])
+                for tid, text in zip(d.proposal_token_ids, rec.get("proposal_token_texts", [])):
+                    s.texts[tid] = text
+                for tid, text in zip(rec.get("committed_tokens", []), rec.get("committed_token_texts", [])):
+                    s.texts[tid] = text
+                if d.partial is not None:
+                    s.proposals[d.partial.window_index] = d.proposal_token_ids
+                    for row, tok in enumerate(d.partial.committed_tokens):
+                        ev(COMMIT, d.partial.window_index, tok, row, d.base_position + row + 1)
+                s.add_discard(d)
+                ev("discard", d.partial.window_index if d.partial else None, detail=d.reason)
+            elif kind == "step":
+                s.texts[rec["token"]] = rec.get("text", "")
+                ev(STEP, token=rec["token"], row=0, position=rec["position"])
+                ev(COMMIT, None, rec["token"], 0, rec["position"])
+            elif kind == "end":
+                ev(FINISH, detail=rec.get("finish_reason") or "")
+                s.decode_elapsed_us = rec.get("decode_elapsed_us", 0)
+        s._touch()
+        return s

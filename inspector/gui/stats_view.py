@@ -1,0 +1,107 @@
+"""Acceptance statistics (``inspector.engine.stats`` definitions, stated in the view).
+
+Figures: acceptance rate (accepted / proposed over verified windows), mean
+accepted length (1 + accepted / windows, tokens per window), acceptance by
+proposal position, dispositions, decode tokens per second (generated /
+decode time, prefill excluded). Computed from receipts only, so
+branch-conditioned predictions never reach them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from inspector.engine.receipt import Summary
+from inspector.gui.session_model import SessionData
+
+DISPOSITIONS = ("full_accept", "first_mismatch", "stopped")
+DISPOSITION_BRUSH = ("#66bb6a", "#ffa726", "#9575cd")
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f} %"
+
+
+class StatsView(QWidget):
+    """Summary figures and two bar charts (by proposal position, by disposition)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session: SessionData | None = None
+        self._drawn_version = -1
+        self.summary: Summary | None = None
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        form_box = QWidget()
+        form = QFormLayout(form_box)
+        self.labels: dict[str, QLabel] = {}
+        for key, label, tip in (
+            ("windows", "windows", "verified proposal windows (receipts)"),
+            ("plain_steps", "plain steps", "one-token decode steps without a proposal"),
+            ("discards", "discards", "proposals that produced no receipt"),
+            ("generated", "generated tokens", ""),
+            ("acceptance", "acceptance rate", "accepted proposal tokens / proposed tokens, over verified windows"),
+            ("mean_len", "mean accepted length", "1 + accepted / windows: tokens committed per window"),
+            ("dispositions", "dispositions", ""),
+            ("tps", "decode tokens/s", "generated tokens / decode time (prefill excluded)"),
+            ("prefill", "prefill", ""),
+            ("finish", "finish reason", ""),
+        ):
+            lab = QLabel("—")
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            name = QLabel(label)
+            name.setToolTip(tip)
+            lab.setToolTip(tip)
+            form.addRow(name, lab)
+            self.labels[key] = lab
+        defs = QLabel("<small>acceptance rate = accepted / proposed · mean accepted length = 1 + accepted / windows"
+                      " · by position i = windows that accepted index i / windows whose proposal had index i</small>")
+        defs.setWordWrap(True)
+        form.addRow(defs)
+        lay.addWidget(form_box, 2)
+
+        charts = QVBoxLayout()
+        self.by_pos = pg.PlotWidget(background="w", title="Acceptance by proposal position")
+        self.by_pos.setLabel("bottom", "proposal position (1-based)")
+        self.by_pos.setLabel("left", "accepted share")
+        self.by_pos.setYRange(0, 1.05)
+        self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush="#42a5f5")
+        self.by_pos.addItem(self.pos_bars)
+        self.disp = pg.PlotWidget(background="w", title="Dispositions")
+        self.disp.setLabel("left", "windows")
+        self.disp.getAxis("bottom").setTicks([[(i, d) for i, d in enumerate(DISPOSITIONS)]])
+        self.disp_bars = pg.BarGraphItem(x=list(range(3)), height=[0, 0, 0], width=0.6, brushes=list(DISPOSITION_BRUSH))
+        self.disp.addItem(self.disp_bars)
+        charts.addWidget(self.by_pos)
+        charts.addWidget(self.disp)
+        lay.addLayout(charts, 3)
+
+    def set_session(self, session: SessionData) -> None:
+        self.session = session
+        self._drawn_version = -1
+        self.refresh()
+
+    def refresh(self) -> None:
+        s = self.session
+        if s is None or s.version == self._drawn_version:
+            return
+        self._drawn_version = s.version
+        m = s.summary()
+        self.summary = m
+        L = self.labels
+        L["windows"].setText(str(m.windows))
+        L["plain_steps"].setText(str(m.plain_steps))
+        L["discards"].setText(str(m.discards))
+        L["generated"].setText(str(m.generated_tokens))
+        L["acceptance"].setText(f"{_pct(m.acceptance_rate)}  ({m.accepted_tokens} / {m.proposed_tokens})")
+        L["mean_len"].setText("n/a" if m.mean_accepted_length is None else f"{m.mean_accepted_length:.2f} tokens per window")
+        L["dispositions"].setText(", ".join(f"{k} {m.dispositions.get(k, 0)}" for k in DISPOSITIONS))
+        L["tps"].setText("n/a" if m.decode_tokens_per_s is None else f"{m.decode_tokens_per_s:.1f}")
+        L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({s.prompt_token_count} prompt tokens)")
+        L["finish"].setText(m.finish_reason or ("running" if s.origin == "live" else "unfinished"))
+        n = len(m.acceptance_by_position)
+        self.pos_bars.setOpts(x=np.arange(1, n + 1), height=np.array(m.acceptance_by_position, float), width=0.7)
+        self.disp_bars.setOpts(height=[m.dispositions.get(k, 0) for k in DISPOSITIONS])

@@ -1,0 +1,503 @@
+"""The engine thread: a worker ``QObject`` living on a ``QThread``.
+
+The worker loads the model (with progress), tokenizes the prompt, runs the
+``Generation`` step by step and forwards the engine's immutable records
+(``EngineEvent``, ``WindowReceipt``, ``Discard``, ``LockOperation``) through
+signals. It never touches a widget. The GUI controls it through the
+thread-safe ``request_*`` methods (a condition variable), because the worker's
+own event loop is busy while a run goes: Pause takes effect between windows,
+Step token blocks in ``GenerationObserver.before_commit`` until released.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings, RuntimeScheduler
+from inspector.engine.errors import EngineError, RequestCancelled
+from inspector.engine.proposal import Proposal, ProposalRequest
+from inspector.engine.receipt import COMMIT, Discard, EngineEvent, WindowReceipt
+from inspector.gui.contention import Contention
+from inspector.gui.session_store import AutoSaveWriter
+
+# Worker states (``stateChanged``).
+IDLE = "idle"
+LOADING = "loading"
+RUNNING = "running"
+PAUSED = "paused"
+TOKEN_HOLD = "token_hold"
+ERROR = "error"
+
+BREAK_KINDS = ("first_mismatch", "stopped", "discard", "error")
+MAX_AUTO_RESUMES = 50
+
+
+@dataclass
+class RunConfig:
+    """What one run needs. Token counts in tokens; ``n_ctx`` in positions."""
+
+    model_path: str
+    prompt_text: str
+    settings: GenerationSettings
+    source: str = "ngram"
+    """``ngram``, ``scripted`` or ``none``."""
+    ngram_max: int = 4
+    ngram_min: int = 2
+    script_text: str = ""
+    raw: bool = False
+    break_on: frozenset = frozenset({"error"})
+    start_paused: bool = False
+    autosave_dir: Path | None = None
+    n_ctx: int = 2048
+    extra: dict = field(default_factory=dict)
+
+
+class RecordingSource:
+    """Wraps a proposal source and reports each proposal to ``on_proposal`` (GUI layer only)."""
+
+    def __init__(self, inner, on_proposal) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._on_proposal = on_proposal
+
+    def settings(self) -> dict:
+        return self.inner.settings() if hasattr(self.inner, "settings") else {}
+
+    def propose(self, request: ProposalRequest) -> Proposal | None:
+        p = self.inner.propose(request)
+        if p is not None:
+            self._on_proposal(p)
+        return p
+
+    def report(self, receipt) -> None:
+        self.inner.report(receipt)
+
+    def discard(self, decision_id: bytes, reason: str) -> None:
+        self.inner.discard(decision_id, reason)
+
+
+class _Observer(GenerationObserver):
+    def __init__(self, worker: "EngineWorker") -> None:
+        self.w = worker
+
+    def on_event(self, event: EngineEvent) -> None:
+        self.w._on_event(event)
+
+    def on_receipt(self, receipt: WindowReceipt) -> None:
+        self.w._on_receipt(receipt)
+
+    def on_discard(self, discard: Discard) -> None:
+        self.w._on_discard(discard)
+
+    def before_commit(self, window, row, token, position) -> None:
+        self.w._before_commit(window, row, token, position)
+
+
+class EngineWorker(QObject):
+    """Owns the runtime, the scheduler, the current ``Generation`` and the background sessions.
+
+    Slots ``load_model`` and ``start_run`` run on the worker thread (call them
+    through queued signals). ``request_*`` methods are called from the GUI
+    thread. ``faults`` is the current run's ``FaultPlan`` (thread safe).
+    """
+
+    modelProgress = Signal(float)
+    modelLoaded = Signal(object)
+    modelFailed = Signal(str)
+    runStarted = Signal(object)
+    stateChanged = Signal(str, str)
+    texts = Signal(object)
+    proposal = Signal(object)
+    event = Signal(object)
+    receipt = Signal(object)
+    discard = Signal(object)
+    lockOperation = Signal(object)
+    progress = Signal(object)
+    aboutToCommit = Signal(object)
+    errorOccurred = Signal(str, object)
+    runFinished = Signal(str, object)
+
+    def __init__(self, runtime=None, owns_runtime: bool = False) -> None:
+        super().__init__()
+        self.runtime = None
+        self.scheduler: RuntimeScheduler | None = None
+        self.contention: Contention | None = None
+        self.owns_runtime = owns_runtime
+        self.generation: Generation | None = None
+        self.config: RunConfig | None = None
+        self.faults = FaultPlan()
+        self.templated_text: str | None = None
+        self.source_settings: dict = {}
+        self._cv = threading.Condition()
+        self._paused = False
+        self._window_budget = 0
+        self._token_mode = False
+        self._token_permits = 0
+        self._stop = False
+        self._resume = False
+        self._break_on: frozenset = frozenset({"error"})
+        self._background = 0
+        self._running = False
+        self._closing = False
+        self._sent_texts: set[int] = set()
+        self._autosave: AutoSaveWriter | None = None
+        if runtime is not None:
+            self._set_runtime(runtime, owns=owns_runtime)
+
+    # -- runtime -----------------------------------------------------------------
+    def _set_runtime(self, runtime, owns: bool) -> None:
+        self.runtime = runtime
+        self.owns_runtime = owns
+        self.scheduler = RuntimeScheduler(runtime)
+        self.scheduler.add_listener(self.lockOperation.emit)
+        self.contention = Contention(self.scheduler)
+        self.contention.set_count(self._background)
+        self._sent_texts = set()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @Slot(str, int)
+    def load_model(self, path: str, n_ctx: int = 2048) -> bool:
+        """Load a GGUF model (worker thread); emits progress, then loaded or failed."""
+        from inspector.llama.model_file import ModelFileError
+        from inspector.llama.runtime import LlamaRuntime
+
+        if self.runtime is not None and str(self.runtime.model_path) == str(path):
+            self.modelLoaded.emit(self.runtime.describe())
+            return True
+        self.stateChanged.emit(LOADING, f"loading {Path(path).name}")
+        try:
+            rt = LlamaRuntime(path, n_ctx=n_ctx, n_batch=512, n_seq_max=4, progress=self.modelProgress.emit)
+        except (ModelFileError, EngineError, ValueError, OSError) as exc:
+            self.modelFailed.emit(str(exc))
+            self.stateChanged.emit(IDLE, "")
+            return False
+        self._drop_runtime()
+        self._set_runtime(rt, owns=True)
+        self.modelLoaded.emit(rt.describe())
+        self.stateChanged.emit(IDLE, "")
+        return True
+
+    def _drop_runtime(self) -> None:
+        if self.contention is not None:
+            self.contention.stop_all()
+        if self.runtime is not None and self.owns_runtime:
+            self.runtime.close()
+        self.runtime = None
+        self.scheduler = None
+        self.contention = None
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Stop background sessions, drop sessions, close an owned runtime (worker thread)."""
+        if self.contention is not None:
+            self.contention.stop_all()
+        if self.runtime is not None and self.owns_runtime:
+            self.runtime.close()
+            self.runtime = None
+
+    # -- control (GUI thread) -------------------------------------------------------
+    def request_pause(self) -> None:
+        """Pause at the next window boundary."""
+        with self._cv:
+            self._paused = True
+            self._cv.notify_all()
+
+    def request_continue(self) -> None:
+        """Leave pause / token-step mode and run on."""
+        with self._cv:
+            self._paused = False
+            self._window_budget = 0
+            self._token_mode = False
+            self._token_permits = 0
+            self._cv.notify_all()
+
+    def request_step_window(self) -> None:
+        """Run exactly one decode step (a window or a plain step), then pause."""
+        with self._cv:
+            self._paused = False
+            self._window_budget = 1
+            self._token_mode = False
+            self._token_permits = 0
+            self._cv.notify_all()
+
+    def request_step_token(self) -> None:
+        """Commit exactly one more token, then hold before the next one."""
+        with self._cv:
+            self._paused = False
+            self._window_budget = 0
+            self._token_mode = True
+            self._token_permits += 1
+            self._cv.notify_all()
+
+    def request_resume(self) -> None:
+        """After an error: ``generation.resume()`` then continue (runs on the worker thread)."""
+        with self._cv:
+            self._resume = True
+            self._paused = False
+            self._token_mode = False
+            self._token_permits = 0
+            self._cv.notify_all()
+
+    def request_stop(self, closing: bool = False) -> None:
+        """End the run: cancel the step in flight; the run finishes as ``stopped``.
+
+        ``closing``: also refuse runs that were requested but not started yet.
+        """
+        with self._cv:
+            self._stop = True
+            self._closing = self._closing or closing
+            g = self.generation
+            if g is not None and self._running:
+                g.cancel()
+            self._cv.notify_all()
+
+    def set_break_on(self, kinds) -> None:
+        with self._cv:
+            self._break_on = frozenset(kinds)
+
+    def set_background(self, n: int) -> None:
+        """Run ``n`` background sessions (0..3) through the same scheduler."""
+        self._background = n
+        if self.contention is not None:
+            self.contention.set_count(n)
+
+    # -- observer callbacks (worker thread, or background for lock ops) -------------------
+    def _send_texts(self, ids) -> None:
+        rt = self.runtime
+        new = {t: rt.token_text(t) for t in ids if t not in self._sent_texts and 0 <= t < rt.n_vocab}
+        if new:
+            self._sent_texts.update(new)
+            self.texts.emit(new)
+
+    def _on_event(self, ev: EngineEvent) -> None:
+        if ev.token is not None:
+            self._send_texts((ev.token,))
+        self.event.emit(ev)
+        if ev.kind == COMMIT and ev.window is None and self._autosave is not None:
+            self._autosave.write({"kind": "step", "token": ev.token, "text": self.runtime.token_text(ev.token),
+                                  "position": ev.position})
+
+    def _on_proposal(self, p: Proposal) -> None:
+        self._send_texts(p.token_ids)
+        self.proposal.emit(tuple(p.token_ids))
+
+    def _on_receipt(self, r: WindowReceipt) -> None:
+        self._send_texts(r.verification_row_predictions)
+        self.receipt.emit(r)
+        if self._autosave is not None:
+            d = r.to_json()
+            text = self.runtime.token_text
+            d["proposal_token_texts"] = [text(t) for t in r.proposal_token_ids]
+            d["verification_row_prediction_texts"] = [text(t) for t in r.verification_row_predictions]
+            self._autosave.write({"kind": "receipt", "receipt": d})
+
+    def _on_discard(self, d: Discard) -> None:
+        self.discard.emit(d)
+        if self._autosave is not None:
+            text = self.runtime.token_text
+            committed = d.partial.committed_tokens if d.partial else ()
+            self._autosave.write({
+                "kind": "discard", "discard": d.to_json(),
+                "proposal_token_texts": [text(t) for t in d.proposal_token_ids if 0 <= t < self.runtime.n_vocab],
+                "committed_tokens": list(committed), "committed_token_texts": [text(t) for t in committed],
+            })
+
+    def _before_commit(self, window, row, token, position) -> None:
+        with self._cv:
+            if not self._token_mode or self._stop:
+                return
+            if self._token_permits > 0:
+                self._token_permits -= 1
+                return
+        self._send_texts((token,))
+        self.aboutToCommit.emit({"window": window, "row": row, "token": token, "position": position})
+        self.stateChanged.emit(TOKEN_HOLD, f"window {window or '(plain step)'} row {row}")
+        with self._cv:
+            while self._token_mode and self._token_permits == 0 and not self._stop:
+                self._cv.wait()
+            if self._token_permits > 0:
+                self._token_permits -= 1
+        self.stateChanged.emit(RUNNING, "")
+
+    # -- the run (worker thread) ---------------------------------------------------------
+    @Slot(object)
+    def start_run(self, config: RunConfig) -> None:
+        """Load the model if needed, prefill, then step until finished or stopped."""
+        from inspector.sources import NgramSource, ScriptedSource
+
+        if self._running or self._closing:
+            return
+        if self.runtime is None or str(self.runtime.model_path) != str(config.model_path):
+            if not self.load_model(str(config.model_path), config.n_ctx):
+                self.runFinished.emit("error", {})
+                return
+        rt = self.runtime
+        self.config = config
+        with self._cv:
+            self._stop = False
+            self._resume = False
+            self._paused = config.start_paused
+            self._window_budget = 0
+            self._token_mode = False
+            self._token_permits = 0
+            self._break_on = frozenset(config.break_on)
+        self.faults = FaultPlan()
+        try:
+            self.templated_text = None if config.raw else rt.chat_prompt(config.prompt_text)
+            tokens = rt.prompt_tokens(config.prompt_text, raw=config.raw)
+            if not tokens:
+                raise EngineError("the prompt is empty after tokenization")
+            if config.source == "ngram":
+                inner = NgramSource(n_max=config.ngram_max, n_min=config.ngram_min)
+            elif config.source == "scripted":
+                if not config.script_text:
+                    raise EngineError("the scripted source needs a script text")
+                inner = ScriptedSource.from_text(lambda t: rt.tokenize(t, False, True), config.script_text)
+            else:
+                inner = None
+        except (EngineError, ValueError) as exc:
+            self.errorOccurred.emit(str(exc), {})
+            self.runFinished.emit("error", {})
+            return
+        source = RecordingSource(inner, self._on_proposal) if inner is not None else None
+        self.source_settings = source.settings() if source else {}
+        sid = self._open_session(config.settings)
+        if sid is None:
+            self.errorOccurred.emit("no free KV sequence for the run: lower the background sessions", {})
+            self.runFinished.emit("error", {})
+            return
+        gen = Generation(self.scheduler, source, tokens, config.settings, session_id=sid,
+                         faults=self.faults, observer=_Observer(self))
+        self.generation = gen
+        self._autosave = None
+        if config.autosave_dir is not None:
+            try:
+                self._autosave = AutoSaveWriter(Path(config.autosave_dir), {
+                    "prompt": config.prompt_text, "model": Path(str(rt.model_path)).name,
+                    "source": source.name if source else "none", "session_id": sid,
+                    "settings": config.settings.to_json(),
+                })
+            except OSError:
+                self._autosave = None
+        self._running = True
+        self.runStarted.emit({"session_id": sid, "prompt_tokens": len(tokens),
+                              "autosave": str(self._autosave.path) if self._autosave else "",
+                              "templated": self.templated_text})
+        reason = self._loop(gen)
+        info = self._kv_info(gen)
+        if not gen.session_retired and gen.session_id is not None:
+            s = gen.session_id
+            self.scheduler.execute("drop", s, lambda r: r.drop_session(s))
+        self._running = False
+        if self._autosave is not None:
+            self._autosave.close({"finish_reason": reason, "decode_elapsed_us": gen.decode_elapsed_us})
+            self._autosave = None
+        self.progress.emit(self._progress(gen))
+        self.stateChanged.emit(IDLE, reason)
+        self.runFinished.emit(reason, info)
+
+    def _open_session(self, settings: GenerationSettings) -> int | None:
+        sampling = settings.sampling
+        for _ in range(60):  # a stopping background session may still hold its sequence
+            try:
+                return self.scheduler.execute("open", -1, lambda r: r.open_session(sampling)).value
+            except EngineError:
+                time.sleep(0.05)
+        return None
+
+    def _kv_info(self, gen: Generation) -> dict:
+        try:
+            kv = gen.kv_length()
+        except Exception:
+            kv = None
+        return {"kv_length": kv, "canonical_position": gen.canonical_position, "retired": gen.session_retired}
+
+    def _progress(self, gen: Generation) -> dict:
+        return {"decode_elapsed_us": gen.decode_elapsed_us, "prefill_elapsed_us": gen.prefill_elapsed_us,
+                "generated": gen.generated_count, "canonical_position": gen.canonical_position}
+
+    def _wait_to_go(self) -> str:
+        """Block while paused. Returns ``stop``, ``resume`` or ``go``."""
+        announced = False
+        with self._cv:
+            while self._paused and not self._stop and not self._resume:
+                if not announced:
+                    announced = True
+                    self._cv.release()
+                    try:
+                        self.stateChanged.emit(PAUSED, "")
+                    finally:
+                        self._cv.acquire()
+                    continue
+                self._cv.wait()
+            if self._stop:
+                return "stop"
+            if self._resume:
+                self._resume = False
+                return "resume"
+            return "go"
+
+    def _loop(self, gen: Generation) -> str:
+        try:
+            gen.start()
+        except Exception as exc:
+            self.errorOccurred.emit(str(exc), {})
+            return "error"
+        self.progress.emit(self._progress(gen))
+        self.stateChanged.emit(RUNNING, "")
+        in_error = False
+        auto_resumes = 0
+        while True:
+            what = self._wait_to_go()
+            if what == "stop":
+                return "stopped"
+            if what == "resume" or (in_error and what == "go"):
+                try:
+                    gen.resume()
+                except Exception as exc:
+                    self.errorOccurred.emit(f"resume failed: {exc}", self._kv_info(gen))
+                    with self._cv:
+                        self._paused = True
+                    continue
+                in_error = False
+                self.stateChanged.emit(RUNNING, "resumed")
+            if gen.finished:
+                return gen.finish_reason or "finished"
+            n_receipts, n_discards = len(gen.receipts), len(gen.discards)
+            try:
+                gen.step()
+            except Exception as exc:
+                if self._stop:
+                    return "stopped"
+                in_error = True
+                self.progress.emit(self._progress(gen))
+                self.errorOccurred.emit(str(exc) or type(exc).__name__, self._kv_info(gen))
+                with self._cv:
+                    if "error" in self._break_on or auto_resumes >= MAX_AUTO_RESUMES:
+                        self._paused = True
+                        self._token_mode = False
+                        self._window_budget = 0
+                    else:
+                        auto_resumes += 1
+                continue
+            self.progress.emit(self._progress(gen))
+            if gen.finished:
+                return gen.finish_reason or "finished"
+            with self._cv:
+                brk = self._break_on
+                hit = any(r.disposition in brk for r in gen.receipts[n_receipts:])
+                hit = hit or ("discard" in brk and len(gen.discards) > n_discards)
+                if self._window_budget > 0:
+                    self._window_budget -= 1
+                    if self._window_budget == 0:
+                        self._paused = True
+                if hit and not self._token_mode:
+                    self._paused = True
