@@ -34,22 +34,55 @@ def scheduler(runtime):
     return RuntimeScheduler(runtime)
 
 
+class KvChecker(GenerationObserver):
+    """Checks the SPEC invariant after every window: KV length == canonical_position."""
+
+    def __init__(self, scheduler, inner: GenerationObserver | None = None):
+        self.scheduler = scheduler
+        self.inner = inner or GenerationObserver()
+        self.checked = 0
+
+    def on_receipt(self, receipt):
+        sid = receipt.session_id
+        kv = self.scheduler.execute("stats", sid, lambda rt: rt.kv_length(sid)).value
+        assert kv == receipt.canonical_position, (
+            f"window {receipt.window_index}: KV length {kv}, canonical position {receipt.canonical_position}"
+        )
+        self.checked += 1
+        self.inner.on_receipt(receipt)
+
+    def on_event(self, event):
+        self.inner.on_event(event)
+
+    def on_discard(self, discard):
+        self.inner.on_discard(discard)
+
+    def on_token(self, token, text):
+        return self.inner.on_token(token, text)
+
+    def before_commit(self, window, row, token, position):
+        self.inner.before_commit(window, row, token, position)
+
+    def on_finish(self, reason):
+        self.inner.on_finish(reason)
+
+
 @pytest.fixture
 def make_generation(scheduler):
-    """Factory for ``Generation`` on the shared runtime; its sessions are dropped after the test."""
+    """Factory for ``Generation`` on the shared runtime. Every window's KV length is
+    checked against its canonical position; sessions are dropped after the test."""
     made: list[Generation] = []
 
     def make(source, prompt_tokens, observer: GenerationObserver | None = None, **settings) -> Generation:
         faults = settings.pop("faults", None)
-        g = Generation(scheduler, source, prompt_tokens, GenerationSettings(**settings), faults=faults, observer=observer)
+        g = Generation(scheduler, source, prompt_tokens, GenerationSettings(**settings), faults=faults,
+                       observer=KvChecker(scheduler, observer))
         made.append(g)
         return g
 
     yield make
     for g in made:
-        if g.session_id is not None and not g.session_retired:
-            sid = g.session_id
-            scheduler.execute("drop", sid, lambda rt: rt.drop_session(sid))
+        g.close()
 
 
 @pytest.fixture(scope="session")

@@ -170,6 +170,13 @@ class Generation:
         """Acceptance figures of this request so far (``inspector.engine.stats.summarize``)."""
         return summarize(self)
 
+    def close(self) -> None:
+        """Drop the session from the KV cache (the request's records are kept). Idempotent."""
+        if self.session_id is not None and not self.session_retired:
+            sid = self.session_id
+            self.scheduler.execute("drop", sid, lambda rt: rt.drop_session(sid))
+        self.session_retired = True
+
     def cancel(self) -> None:
         """Ask the running step to stop: at the next commit token, or in the decode in flight."""
         self.cancel_event.set()
