@@ -1,0 +1,116 @@
+"""The `spec-inspector` command line, run as a user would (real processes, real model)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inspector import asset_path
+from inspector.llama.model_file import ModelFileError, check_gguf
+from inspector.receipts import load_document
+
+COPY_PROMPT = asset_path("prompts/copy-with-corrections.txt")
+
+
+def cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "inspector", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_clear_line(stderr: str) -> str:
+    lines = [l for l in stderr.strip().splitlines() if l.strip() and not l.startswith("loading ")]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_run_on_the_copy_with_corrections_prompt_prints_text_summary_and_valid_receipts(tmp_path):
+    out = tmp_path / "r.json"
+    p = cli("run", "--prompt-file", COPY_PROMPT, "--max-tokens", "64", "--receipts", out)
+    assert p.returncode == 0, p.stderr
+    assert "library" in p.stdout.lower()
+    assert "accepted/proposed:" in p.stdout and "mean accepted length:" in p.stdout and "decode tokens/s:" in p.stdout
+    doc = load_document(out)  # validates against assets/receipts.schema.json
+    assert doc["summary"]["windows"] == len(doc["windows"]) > 0
+    assert doc["model"]["architecture"] == "llama" and doc["model"]["n_vocab"] == 49152
+    assert doc["output"]["text"].strip() and doc["output"]["text"].strip() in p.stdout
+
+    v = cli("view", out)
+    assert v.returncode == 0 and "accepted/proposed:" in v.stdout
+
+
+def test_an_injected_callback_error_is_reported_and_resume_finishes(tmp_path):
+    out = tmp_path / "r.json"
+    p = cli("run", "--prompt", "Copy this line exactly: one two three four five six seven eight",
+            "--ngram-min", "1", "--max-tokens", "24", "--inject", "callback_error@1:1", "--resume", "--events",
+            "--receipts", out)
+    assert p.returncode == 0, p.stderr
+    assert "generation error: token callback failed (injected)" in p.stderr
+    doc = load_document(out)
+    kinds = [e["kind"] for e in doc["events"] if e["window"] == 1]
+    assert kinds[:4] == ["verify", "commit", "repair", "error"]
+    assert doc["discards"][0]["reason"] == "execution_failed"
+
+
+def test_case_truncated_gguf_is_refused_with_one_line_naming_the_file(tmp_path, model_path):
+    """cases.json `truncated-gguf` (CLI part)."""
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(Path(model_path).read_bytes()[:1_000_000])
+    p = cli("run", "--prompt", "Hello", "--model", bad)
+    assert p.returncode == 1
+    line = one_clear_line(p.stderr)
+    assert str(bad) in line and "truncated" in line
+
+
+@pytest.mark.parametrize("args, status, needle", [
+    (["run", "--prompt", "x", "--max-tokens", "zero"], 2, "expected a whole number"),
+    (["run", "--prompt", "x", "--bogus"], 2, "unrecognized arguments: --bogus"),
+    (["run", "--prompt-file", "/no/such/prompt.txt"], 2, "no such file"),
+    (["run", "--prompt", "x", "--inject", "explode"], 2, "unknown fault"),
+    (["run", "--prompt", "x", "--model", "/no/such/model.gguf"], 1, "no such file"),
+    (["view", "/no/such/receipts.json"], 1, "cannot read receipts"),
+])
+def test_bad_input_exits_non_zero_with_one_clear_line(args, status, needle):
+    p = cli(*args)
+    assert p.returncode == status
+    assert needle in one_clear_line(p.stderr)
+
+
+def test_a_prompt_longer_than_the_context_is_refused(tmp_path):
+    p = cli("run", "--prompt", "word " * 200, "--n-ctx", "64")
+    assert p.returncode == 1
+    assert "context holds 64" in one_clear_line(p.stderr)
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"", "empty"),
+    (b"not a model at all", "not a GGUF file"),
+    (b"GGUF\x03\x00\x00\x00garbage", "damaged GGUF header"),
+])
+def test_damaged_model_files_are_named_with_their_problem(tmp_path, content, problem):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(content)
+    with pytest.raises(ModelFileError, match=problem) as err:
+        check_gguf(f)
+    assert str(f) in str(err.value)
+
+
+def test_a_directory_is_not_a_model(tmp_path):
+    with pytest.raises(ModelFileError, match="directory"):
+        check_gguf(tmp_path)
+
+
+def test_a_receipts_file_with_the_wrong_schema_is_refused(tmp_path):
+    from inspector.receipts import ReceiptsFileError
+
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"schema": "something-else"}))
+    with pytest.raises(ReceiptsFileError, match="expected 'spec-inspector/receipts'"):
+        load_document(f)
+    f.write_text(json.dumps({"schema": "spec-inspector/receipts", "schema_version": 1}))
+    with pytest.raises(ReceiptsFileError, match="does not match schema"):
+        load_document(f)
