@@ -7,6 +7,7 @@ Every window of every run here is checked for KV length == canonical_position
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -306,3 +307,37 @@ def test_receipts_document_validates_and_reads_without_the_model(make_generation
     w = back["windows"][0]
     assert len(w["verification_row_prediction_texts"]) == w["verification_rows"]
     assert back["summary"]["definitions"]["acceptance_rate"].startswith("accepted_proposal_tokens")
+
+
+def test_request_abort_from_another_thread_stops_a_decode_in_flight(runtime, scheduler, chat_tokens):
+    """The abort flag is read by llama.cpp between graph nodes, without the GIL."""
+    tokens = (chat_tokens(COPY) * 6)[:200]
+    stop = threading.Event()
+    started = threading.Event()
+
+    def op(rt):
+        sid = rt.open_session()
+        try:
+            started.set()
+            try:
+                rt.decode_rows(sid, tokens, 0, stop)
+                outcome = "finished"
+            except DecodeAborted:
+                outcome = "aborted"
+            rt.trim(sid, 0)
+            return outcome, rt.kv_length(sid), sid
+        finally:
+            rt.drop_session(sid)
+
+    def press_stop():
+        started.wait(10)
+        time.sleep(0.02)
+        stop.set()
+        runtime.request_abort(0)
+        runtime.request_abort(1)
+
+    t = threading.Thread(target=press_stop)
+    t.start()
+    outcome, kv, sid = scheduler.execute("test", -1, op).value
+    t.join()
+    assert outcome == "aborted" and kv == 0

@@ -178,8 +178,12 @@ class Generation:
         self.session_retired = True
 
     def cancel(self) -> None:
-        """Ask the running step to stop: at the next commit token, or in the decode in flight."""
+        """Ask the running step to stop: at the next commit token, or in the decode in flight
+        (through the runtime's ``request_abort``, when it has one). Any thread."""
         self.cancel_event.set()
+        abort = getattr(self.runtime, "request_abort", None)
+        if abort is not None and self.session_id is not None:
+            abort(self.session_id)
 
     # -- events --------------------------------------------------------------
     def _emit(self, kind, window=None, token=None, row=None, position=None, detail="") -> None:

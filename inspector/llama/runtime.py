@@ -21,6 +21,7 @@ from inspector.llama.model_file import ModelFileError, ModelInfo, check_gguf
 
 logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
 import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
+import numpy as np  # noqa: E402
 
 try:  # llama-cpp-python installs a stderr logger at import; keep llama.cpp quiet
     from llama_cpp import _logger as _llama_logger
@@ -28,6 +29,25 @@ try:  # llama-cpp-python installs a stderr logger at import; keep llama.cpp quie
     _llama_logger.set_verbose(False)
 except Exception:  # pragma: no cover - older/newer layouts
     pass
+
+def _abort_callback():
+    """llama.cpp abort callback that reads a flag byte without entering Python.
+
+    A Python callback would be called hundreds of times per decode and must
+    take the GIL each time, so a busy GUI thread would slow every decode.
+    libc's ``strlen`` over a 2-byte buffer ``[flag, 0]`` returns 1 when the
+    flag byte is set and 0 otherwise: exactly the ``bool (*)(void *)`` that
+    ``llama_set_abort_callback`` wants. Where libc is not found, a Python
+    callback reading the same byte is used.
+    Returns (flag buffer, callback).
+    """
+    flag = ctypes.create_string_buffer(2)
+    try:
+        strlen = ctypes.CDLL(None).strlen
+        return flag, ctypes.cast(strlen, llama_cpp.ggml_abort_callback)
+    except (OSError, AttributeError, TypeError):  # pragma: no cover - non-POSIX
+        return flag, llama_cpp.ggml_abort_callback(lambda _data: flag.raw[0] != 0)
+
 
 _backend_ready = False
 _backend_lock = threading.Lock()
@@ -118,14 +138,16 @@ class LlamaRuntime:
             raise ModelFileError(self.model_path, f"llama.cpp could not create a context of {n_ctx} positions")
         self.mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
-        self._abort_event: threading.Event | None = None
-        self._abort_cb = llama_cpp.ggml_abort_callback(self._should_abort)
-        llama_cpp.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        self._abort_owner: int | None = None
+        self._abort_flag, self._abort_cb = _abort_callback()
+        llama_cpp.llama_set_abort_callback(
+            self.ctx, self._abort_cb, ctypes.cast(self._abort_flag, ctypes.c_void_p)
+        )
         self._samplers: dict[int, object] = {}
+        self._greedy: set[int] = set()
         self._pieces: dict[int, bytes] = {}
         self._special_pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
         self.architecture = self.info.architecture
 
     # -- lifecycle -----------------------------------------------------------
@@ -149,9 +171,14 @@ class LlamaRuntime:
         except Exception:
             pass
 
-    def _should_abort(self, _data) -> bool:
-        ev = self._abort_event
-        return ev is not None and ev.is_set()
+    def request_abort(self, sid: int) -> None:
+        """Abort the decode in flight if it belongs to session ``sid`` (any thread).
+
+        The caller sets its cancellation event first; ``decode_rows`` checks
+        that event when it starts, so a request is never lost.
+        """
+        if self._abort_owner == sid:
+            self._abort_flag[0] = b"\x01"
 
     # -- sessions ------------------------------------------------------------
     def open_session(self, sampling: SamplingSettings | None = None) -> int:
@@ -162,7 +189,12 @@ class LlamaRuntime:
         for sid in range(self.n_seq_max):
             if sid not in self._samplers:
                 llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
-                self._samplers[sid] = self._make_sampler(sampling or SamplingSettings())
+                sampling = sampling or SamplingSettings()
+                self._samplers[sid] = self._make_sampler(sampling)
+                if sampling.greedy:
+                    self._greedy.add(sid)
+                else:
+                    self._greedy.discard(sid)
                 return sid
         raise EngineError(f"no free session: all {self.n_seq_max} KV sequences are in use")
 
@@ -186,6 +218,7 @@ class LlamaRuntime:
         """Remove the whole sequence from the KV cache and free its sampler."""
         llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
         chain = self._samplers.pop(sid, None)
+        self._greedy.discard(sid)
         if chain is not None:
             llama_cpp.llama_sampler_free(chain)
 
@@ -219,12 +252,16 @@ class LlamaRuntime:
             lg[i] = 1 if (logits is None or i == last and logits == -1) else 0
         b.n_tokens = n
 
-    def _decode(self, n: int, position: int, abort: threading.Event | None) -> None:
-        self._abort_event = abort
+    def _decode(self, n: int, position: int, abort: threading.Event | None, sid: int = -1) -> None:
+        if abort is not None:
+            self._abort_owner = sid
+            if abort.is_set():
+                self._abort_flag[0] = b"\x01"
         try:
             rc = llama_cpp.llama_decode(self.ctx, self._batch)
         finally:
-            self._abort_event = None
+            self._abort_owner = None
+            self._abort_flag[0] = b"\x00"
         if rc == 2:
             raise DecodeAborted(rc, n, position)
         if rc != 0:
@@ -243,7 +280,12 @@ class LlamaRuntime:
         """
         n = len(tokens)
         self._fill(sid, tokens, position, None)
-        self._decode(n, position, abort)
+        self._decode(n, position, abort, sid)
+        if sid in self._greedy:
+            # Greedy: argmax of every row at once (all rows have logits, in batch order);
+            # the same choice as llama_sampler_init_greedy, without n C sampler calls.
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(n, self.n_vocab))
+            return logits.argmax(axis=1).tolist()
         chain = self._samplers[sid]
         sample = llama_cpp.llama_sampler_sample
         ctx = self.ctx
@@ -292,7 +334,7 @@ class LlamaRuntime:
         if b is None:
             if token < 0 or token >= self.n_vocab:
                 return b""
-            buf = self._piece_buf
+            buf = ctypes.create_string_buffer(64)  # per call: callers may be on several threads
             n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
             if n < 0:
                 buf = ctypes.create_string_buffer(-n)
