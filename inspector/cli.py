@@ -68,8 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", help="the prompt text (sent as a user message through the chat template)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
     run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
-    run.add_argument("--source", choices=["ngram", "scripted", "none"], default="ngram",
-                     help="proposal source (none: plain one-token decoding) [ngram]")
+    from inspector.sources.registry import available_sources
+
+    run.add_argument("--source", choices=[*available_sources(), "none"], default="ngram",
+                     help="proposal source (none: plain one-token decoding; third-party sources come from "
+                          "the entry-point group spec_inspector.sources) [ngram]")
+    run.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="an option for the source's factory (repeatable)")
+    run.add_argument("--draft-model", type=Path, help="draft source: the draft GGUF")
+    run.add_argument("--draft-min", type=_non_negative, default=0, help="draft source: drop shorter drafts [0]")
+    run.add_argument("--p-min", type=float, default=0.0,
+                     help="draft source: stop drafting below this top probability [0]")
+    run.add_argument("--replay", type=Path, metavar="FILE", help="replay source: the receipts file to replay")
     run.add_argument("--script", help="scripted source: text whose tokens are proposed as the continuation")
     run.add_argument("--script-file", type=Path, help="scripted source: read the script text from this file")
     run.add_argument("--ngram-max", type=_positive, default=4, help="n-gram source: longest n-gram to match [4]")
@@ -137,6 +147,11 @@ def cmd_run(args) -> int:
             script = args.script if args.script is not None else _read_text(args.script_file, "script file")
         if args.ngram_min > args.ngram_max:
             raise _UserError(f"--ngram-min {args.ngram_min} is larger than --ngram-max {args.ngram_max}")
+        options = _source_options(args)
+        if args.source == "draft" and not args.draft_model:
+            raise _UserError("--source draft needs --draft-model PATH")
+        if args.source == "replay" and not args.replay:
+            raise _UserError("--source replay needs --replay FILE")
         model = args.model or bundled_model_path()
     except _UserError as exc:
         return _fail(str(exc), EXIT_USAGE)
@@ -144,7 +159,8 @@ def cmd_run(args) -> int:
         return _fail(str(exc))
 
     from inspector.llama.runtime import LlamaRuntime
-    from inspector.sources import NgramSource, ScriptedSource
+    from inspector.sources.compat import IncompatibleDraft
+    from inspector.sources.registry import SourceContext, available_sources
 
     print(f"loading {model} ...", file=sys.stderr, flush=True)
     try:
@@ -159,12 +175,14 @@ def cmd_run(args) -> int:
     if not tokens:
         return _fail("the prompt is empty after tokenization", EXIT_USAGE)
 
-    if args.source == "ngram":
-        source = NgramSource(n_max=args.ngram_max, n_min=args.ngram_min)
-    elif args.source == "scripted":
-        source = ScriptedSource.from_text(lambda t: runtime.tokenize(t, False, True), script)
-    else:
-        source = None
+    if script is not None:
+        options["script"] = script
+    source = None
+    if args.source != "none":
+        try:
+            source = available_sources()[args.source](SourceContext(runtime), **options)
+        except (IncompatibleDraft, ModelFileError, ReceiptsFileError, EngineError, ValueError, TypeError) as exc:
+            return _fail(str(exc))
     settings = GenerationSettings(
         max_new_tokens=args.max_tokens, draft_max=args.draft_max, stop=tuple(args.stop),
         sampling=SamplingSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed),
@@ -210,8 +228,36 @@ def cmd_run(args) -> int:
         except (OSError, ReceiptsFileError) as exc:
             return _fail(f"cannot write receipts {args.receipts}: {exc}")
         print(f"receipts: {path}")
+    _close_source(source)
     runtime.close()
     return status
+
+
+def _source_options(args) -> dict:
+    """Keyword options for the source factory, from the dedicated flags and --source-option."""
+    opts: dict = {}
+    if args.source == "ngram":
+        opts.update(n_max=args.ngram_max, n_min=args.ngram_min)
+    elif args.source == "draft":
+        opts.update(draft_model=str(args.draft_model), draft_max=args.draft_max, draft_min=args.draft_min,
+                    p_min=args.p_min)
+    elif args.source == "replay":
+        opts.update(replay=str(args.replay))
+    for item in args.source_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _UserError(f"--source-option {item!r}: expected KEY=VALUE")
+        opts[key.strip()] = value
+    return opts
+
+
+def _close_source(source) -> None:
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
+    draft = getattr(source, "draft", None)
+    if draft is not None and hasattr(draft, "close"):
+        draft.close()
 
 
 def cmd_view(args) -> int:

@@ -387,12 +387,17 @@ class LlamaRuntime:
         return self.tokenize(self.chat_prompt(text), add_special=False, parse_special=True)
 
     # -- diagnostics ---------------------------------------------------------
+    def row_logits(self, row: int) -> "np.ndarray":
+        """Logits of output ``row`` of the last decode, as a float32 numpy view of
+        ``n_vocab`` values (valid until the next decode)."""
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, row)
+        if not ptr:
+            raise EngineError(f"no logits for row {row} of the last decode")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
     def row_logits_top2(self, row: int) -> tuple[int, int, float]:
         """(top token, second token, logit margin) of ``row`` of the last decode."""
-        import numpy as np
-
-        ptr = llama_cpp.llama_get_logits_ith(self.ctx, row)
-        arr = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        arr = self.row_logits(row)
         i2 = np.argpartition(arr, -2)[-2:]
         a, b = (int(i2[0]), int(i2[1])) if arr[i2[0]] >= arr[i2[1]] else (int(i2[1]), int(i2[0]))
         return a, b, float(arr[a] - arr[b])

@@ -1,9 +1,12 @@
 """Proposal sources: anything that suggests continuation tokens (SPEC "proposal source").
 
-Every source follows ``inspector.engine.proposal.ProposalSource``.
+Every source follows ``inspector.engine.proposal.ProposalSource``; the
+registry (``available_sources``) lists built-in and entry-point sources.
 """
 
 from inspector.sources.ngram import NgramSource
+from inspector.sources.registry import ENTRY_POINT_GROUP, SourceContext, available_sources
+from inspector.sources.replay import ReplaySource
 from inspector.sources.scripted import ScriptedSource
 
-__all__ = ["NgramSource", "ScriptedSource"]
+__all__ = ["NgramSource", "ScriptedSource", "ReplaySource", "SourceContext", "available_sources", "ENTRY_POINT_GROUP"]

@@ -1,0 +1,119 @@
+"""Draft-model proposals: a smaller GGUF drafts tokens in its own llama.cpp context.
+
+The draft's KV cache follows the target's canonical stream: before drafting it
+is brought to hold exactly the committed tokens but the current one; on
+``report`` it keeps the accepted prefix and trims the rest; on ``discard`` it
+rolls back everything it drafted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from inspector.engine.proposal import Proposal, ProposalRequest
+from inspector.sources.compat import check_compatible, vocab_facts
+
+
+class DraftModelSource:
+    """Greedy drafting with a draft model (llama.cpp ``common_speculative`` style).
+
+    ``draft``: a ``LlamaRuntime`` of the draft GGUF (its own context; this
+    source owns session 0 of it). ``target``: the target's runtime; when
+    given, ``check_compatible`` runs here and raises ``IncompatibleDraft``.
+    ``draft_max``: most tokens per proposal (tokens). ``draft_min``: proposals
+    shorter than this are dropped (None is returned). ``p_min``: drafting stops
+    when the draft's top probability falls below it (0 = never).
+    """
+
+    name = "draft"
+
+    def __init__(self, draft, target=None, *, draft_max: int = 8, draft_min: int = 0, p_min: float = 0.0) -> None:
+        if target is not None:
+            check_compatible(vocab_facts(target), vocab_facts(draft))
+        if draft_max < 1 or draft_min < 0 or not 0.0 <= p_min <= 1.0:
+            raise ValueError(f"bad draft settings: draft_max={draft_max} (>= 1), draft_min={draft_min} (>= 0), "
+                             f"p_min={p_min} (0..1)")
+        self.draft = draft
+        self.draft_max = draft_max
+        self.draft_min = draft_min
+        self.p_min = p_min
+        self.sid = draft.open_session(None)
+        self.kv_tokens: list[int] = []
+        """Tokens the draft's KV cache holds, in order (a prefix of the target's stream, then drafts)."""
+        self._pending: dict[bytes, int] = {}  # decision id -> draft KV length before drafting
+        self._count = 0
+        self.last_top_probabilities: list[float] = []
+
+    def settings(self) -> dict:
+        return {"draft_model": self.draft.model_path, "draft_max": self.draft_max,
+                "draft_min": self.draft_min, "p_min": self.p_min}
+
+    def close(self) -> None:
+        self.draft.drop_session(self.sid)
+
+    def _trim_to(self, n: int) -> None:
+        if n < len(self.kv_tokens):
+            if not self.draft.trim(self.sid, n):
+                self.draft.drop_session(self.sid)
+                self.sid = self.draft.open_session(None)
+                self.kv_tokens = []
+                return
+            del self.kv_tokens[n:]
+
+    def _sync(self, prefix) -> None:
+        """Make the draft KV hold exactly ``prefix`` (keep the common part, decode the rest)."""
+        kv = self.kv_tokens
+        common = 0
+        limit = min(len(kv), len(prefix))
+        while common < limit and kv[common] == prefix[common]:
+            common += 1
+        self._trim_to(common)
+        missing = list(prefix[common:])
+        if missing:
+            self.draft.prefill(self.sid, missing, common)
+            kv.extend(missing)
+
+    def propose(self, request: ProposalRequest) -> Proposal | None:
+        tokens = request.tokens
+        self._sync(tokens[:-1])
+        before = len(self.kv_tokens)
+        k = min(request.max_proposal_tokens, self.draft_max)
+        out: list[int] = []
+        probs: list[float] = []
+        current = tokens[-1]
+        rt = self.draft
+        for _ in range(k):
+            rt.decode_rows(self.sid, (current,), len(self.kv_tokens))
+            self.kv_tokens.append(current)
+            logits = rt.row_logits(0)
+            top = int(logits.argmax())
+            p_top = float(1.0 / np.exp(logits - logits[top]).sum())
+            if self.p_min > 0.0 and p_top < self.p_min:
+                break
+            out.append(top)
+            probs.append(p_top)
+            current = top
+        self.last_top_probabilities = probs
+        if not out or len(out) < self.draft_min:
+            self._trim_to(before)
+            return None
+        self._count += 1
+        decision = b"draft:%d" % self._count
+        self._pending[decision] = before
+        return Proposal(decision, tuple(out))
+
+    def report(self, receipt) -> None:
+        """Keep the draft KV's accepted prefix (canonical stream), trim the rest."""
+        before = self._pending.pop(bytes.fromhex(receipt.decision_id), None)
+        if before is None:
+            return
+        # The draft KV holds [..stream.., current, d0, d1, ...]; the target committed
+        # d0..d(accepted-1) then its own token, which the draft has not seen yet.
+        keep = before + 1 + min(receipt.accepted_proposal_tokens, receipt.canonical_prediction_count - 1)
+        self._trim_to(keep)
+
+    def discard(self, decision_id: bytes, reason: str) -> None:
+        """Roll back whatever was drafted for this proposal."""
+        before = self._pending.pop(bytes(decision_id), None)
+        if before is not None:
+            self._trim_to(before)

