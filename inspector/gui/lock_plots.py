@@ -75,7 +75,6 @@ class LockPlots(QWidget):
     def set_session(self, session: SessionData) -> None:
         self.session = session
         self._drawn_ops = -1
-        self.refresh()
 
     def series_counts(self) -> dict[str, int]:
         """Operations drawn per series."""

@@ -58,6 +58,9 @@ class MainWindow(QMainWindow):
     requestLoad = Signal(str, int)
     requestShutdown = Signal()
     stateChanged = Signal(str)
+    runFinished = Signal(str, object)
+    """(finish reason, KV info): emitted on the GUI thread after every record of the run was shown."""
+    errorShown = Signal(str)
 
     def __init__(self, runtime=None, *, settings: QSettings | None = None, data_dir: Path | None = None,
                  offer_recovery: bool = False, model_path: str | None = None) -> None:
@@ -86,13 +89,15 @@ class MainWindow(QMainWindow):
         w.modelFailed.connect(self._model_failed)
         w.runStarted.connect(self._run_started)
         w.stateChanged.connect(self._worker_state)
-        w.texts.connect(lambda t: self.session.add_texts(t))
-        w.proposal.connect(lambda p: self.session.add_proposal(p))
-        w.event.connect(lambda e: self.session.add_event(e))
-        w.receipt.connect(lambda r: self.session.add_receipt(r))
-        w.discard.connect(lambda d: self.session.add_discard(d))
+        # Bound methods of this (GUI-thread) object: queued connections, so the
+        # session is only ever changed on the GUI thread.
+        w.texts.connect(self._on_texts)
+        w.proposal.connect(self._on_proposal)
+        w.event.connect(self._on_event)
+        w.receipt.connect(self._on_receipt)
+        w.discard.connect(self._on_discard)
         w.lockOperation.connect(self._lock_operation)
-        w.progress.connect(lambda p: self.session.set_progress(p))
+        w.progress.connect(self._on_progress)
         w.aboutToCommit.connect(self._about_to_commit)
         w.errorOccurred.connect(self._error)
         w.runFinished.connect(self._run_finished)
@@ -142,6 +147,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.stats, "Statistics")
         self.tabs.addTab(self.event_log, "Event log")
         self.token_view.windowClicked.connect(self._show_window)
+        self.tabs.currentChanged.connect(lambda _i: self.tabs.currentWidget().refresh())
 
         top = QWidget()
         tl = QVBoxLayout(top)
@@ -213,7 +219,7 @@ class MainWindow(QMainWindow):
         p.fault_callback.clicked.connect(lambda: self.inject(Fault("callback_error", token=p.fault_token.value())))
         p.fault_trim.clicked.connect(lambda: self.inject(Fault("trim_failure")))
         p.fault_drift.clicked.connect(lambda: self.inject(Fault("position_drift")))
-        p.background.valueChanged.connect(self.worker.set_background)
+        p.background.valueChanged.connect(lambda n: self.worker.set_background(n))  # direct: the worker may be busy
         for cb in p.break_boxes.values():
             cb.toggled.connect(lambda _=None: self.worker.set_break_on(p.break_on()))
 
@@ -223,7 +229,6 @@ class MainWindow(QMainWindow):
         self.session = session
         for v in (self.token_view, self.window_detail, self.timeline, self.lock_plots, self.stats, self.event_log):
             v.set_session(session)
-        self.redraw()
 
     def redraw(self) -> None:
         """Redraw what changed (called by the timer at ``REDRAW_HZ``)."""
@@ -298,8 +303,11 @@ class MainWindow(QMainWindow):
         self._set_state(state, "" if state == W.IDLE else detail)
 
     # -- run controls ----------------------------------------------------------------------
-    def start_run(self, *, paused: bool = False) -> bool:
-        """Start a new live run with the panel's settings. Returns False if it cannot start."""
+    def start_run(self, *, paused: bool = False, first_action: str = "") -> bool:
+        """Start a new live run with the panel's settings. Returns False if it cannot start.
+
+        ``paused``: hold before the first decode step; ``first_action`` (``window``
+        or ``token``) runs one window or commits one token first."""
         prompt = self.panel.prompt.toPlainText().strip()
         if not prompt:
             self.show_error("No prompt", "Type a prompt or pick an example prompt first.")
@@ -320,7 +328,7 @@ class MainWindow(QMainWindow):
             model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
             ngram_max=self.panel.ngram_max.value(), ngram_min=self.panel.ngram_min.value(),
             script_text=self.panel.script.toPlainText(), raw=self.panel.raw.isChecked(),
-            break_on=self.panel.break_on(), start_paused=paused, autosave_dir=self.data_dir / "autosave",
+            break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
         )
         session = SessionData()
         session.prompt_text = prompt
@@ -352,16 +360,14 @@ class MainWindow(QMainWindow):
 
     def step_window_clicked(self) -> None:
         if self.state == W.IDLE:
-            if self.start_run(paused=True):
-                self.worker.request_step_window()
+            self.start_run(paused=True, first_action="window")
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
             self.worker.request_step_window()
             self._set_state(W.RUNNING, "one window")
 
     def step_token_clicked(self) -> None:
         if self.state == W.IDLE:
-            if self.start_run(paused=True):
-                self.worker.request_step_token()
+            self.start_run(paused=True, first_action="token")
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
             self.worker.request_step_token()
             self._set_state(W.RUNNING, "one token")
@@ -382,6 +388,24 @@ class MainWindow(QMainWindow):
         self.redraw()
 
     # -- worker signals -----------------------------------------------------------------------
+    def _on_texts(self, texts) -> None:
+        self.session.add_texts(texts)
+
+    def _on_proposal(self, ids) -> None:
+        self.session.add_proposal(ids)
+
+    def _on_event(self, ev) -> None:
+        self.session.add_event(ev)
+
+    def _on_receipt(self, r) -> None:
+        self.session.add_receipt(r)
+
+    def _on_discard(self, d) -> None:
+        self.session.add_discard(d)
+
+    def _on_progress(self, p) -> None:
+        self.session.set_progress(p)
+
     def _lock_operation(self, op) -> None:
         if self.session.origin == "live" and self.state in ACTIVE_STATES:
             self.session.add_lock_operation(op)
@@ -435,13 +459,14 @@ class MainWindow(QMainWindow):
         self.redraw()
         if self.state != W.ERROR:
             self._set_state(W.ERROR, message)
+        self.errorShown.emit(message)
 
     def _run_finished(self, reason: str, info: dict) -> None:
         self.settings.setValue("autosave/clean", True)
         self.settings.sync()
         self.finish_info = info
         self.session.finish_reason = self.session.finish_reason or (reason if reason not in ("error",) else None)
-        self.refresh_all()
+        self.redraw()
         if reason != "error":
             kv = info.get("kv_length")
             self.banner.setText(f"Finished: <b>{reason}</b> · {len(self.session.tokens)} tokens · KV length {kv} "
@@ -449,6 +474,7 @@ class MainWindow(QMainWindow):
             self.banner.setStyleSheet("background:#e8f5e9;color:#1b5e20;padding:4px")
             self.banner.show()
         self._set_state(W.IDLE, reason)
+        self.runFinished.emit(reason, info)
 
     # -- dialogs ---------------------------------------------------------------------------
     def show_error(self, title: str, message: str) -> None:

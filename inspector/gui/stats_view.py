@@ -82,7 +82,6 @@ class StatsView(QWidget):
     def set_session(self, session: SessionData) -> None:
         self.session = session
         self._drawn_version = -1
-        self.refresh()
 
     def refresh(self) -> None:
         s = self.session

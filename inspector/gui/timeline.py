@@ -44,7 +44,6 @@ class Timeline(QWidget):
     def set_session(self, session: SessionData) -> None:
         self.session = session
         self._drawn_version = -1
-        self.refresh()
 
     def point_count(self) -> int:
         """Windows drawn (verified + failed)."""

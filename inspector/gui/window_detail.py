@@ -63,6 +63,7 @@ class WindowDetail(QWidget):
         self._drawn_windows = 0
         self._drawn_version = -1
         self.selected: int | None = None
+        self._rows_sized = False
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         split = QSplitter(Qt.Orientation.Horizontal)
@@ -72,7 +73,7 @@ class WindowDetail(QWidget):
         self.windows.verticalHeader().setVisible(False)
         self.windows.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.windows.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.windows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.windows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.windows.itemSelectionChanged.connect(self._selection_changed)
         split.addWidget(self.windows)
 
@@ -80,7 +81,7 @@ class WindowDetail(QWidget):
         self.rows = QTableWidget(0, len(ROW_COLUMNS))
         self.rows.setHorizontalHeaderLabels(ROW_COLUMNS)
         self.rows.verticalHeader().setVisible(False)
-        self.rows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.rows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.rows.horizontalHeader().setStretchLastSection(True)
         right.addWidget(self.rows)
         tabs = QTabWidget()
@@ -124,10 +125,13 @@ class WindowDetail(QWidget):
         if len(entries) == self._drawn_windows:
             return
         follow = self.selected is None or self.selected == self._last_index()
+        first = self._drawn_windows == 0
         self.windows.setRowCount(len(entries))
         for i, e in enumerate(entries[self._drawn_windows:], start=self._drawn_windows):
             self._fill_window_row(i, e)
         self._drawn_windows = len(entries)
+        if first:
+            self.windows.resizeColumnsToContents()
         if follow and entries and self.isVisible():
             self.select_window(entries[-1].window_index)
 
@@ -223,6 +227,9 @@ class WindowDetail(QWidget):
                 if removed:
                     it.setFont(strike)
                 self.rows.setItem(i, c, it)
+        if not self._rows_sized:
+            self._rows_sized = True
+            self.rows.resizeColumnsToContents()
         self.fields.setText(self._fields_html(w, r, d, accepted, base, after, canonical, committed))
         self.raw.setPlainText(self._raw_json(w, r, d))
 

@@ -11,6 +11,7 @@ Step token blocks in ``GenerationObserver.before_commit`` until released.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ class RunConfig:
     raw: bool = False
     break_on: frozenset = frozenset({"error"})
     start_paused: bool = False
+    first_action: str = ""
+    """``window`` or ``token``: with ``start_paused``, run one window / commit one token first."""
     autosave_dir: Path | None = None
     n_ctx: int = 2048
     extra: dict = field(default_factory=dict)
@@ -144,6 +147,7 @@ class EngineWorker(QObject):
         self._background = 0
         self._running = False
         self._closing = False
+        self._threads_saved = None
         self._sent_texts: set[int] = set()
         self._autosave: AutoSaveWriter | None = None
         if runtime is not None:
@@ -151,6 +155,7 @@ class EngineWorker(QObject):
 
     # -- runtime -----------------------------------------------------------------
     def _set_runtime(self, runtime, owns: bool) -> None:
+        self._restore_threads()
         self.runtime = runtime
         self.owns_runtime = owns
         self.scheduler = RuntimeScheduler(runtime)
@@ -158,6 +163,30 @@ class EngineWorker(QObject):
         self.contention = Contention(self.scheduler)
         self.contention.set_count(self._background)
         self._sent_texts = set()
+
+    def _reserve_gui_core(self) -> None:
+        """Leave one CPU core to the GUI: llama.cpp's threads spin at barriers, so
+        ``n_threads`` = all cores starves the event loop. Runs on the worker thread
+        (under the scheduler lock) before the first run; ``_restore_threads`` undoes it."""
+        import llama_cpp
+
+        rt = self.runtime
+        cores = os.cpu_count() or 1
+        n = getattr(rt, "n_threads", None)
+        if self._threads_saved is not None or n is None or not getattr(rt, "ctx", None) or n < cores or n <= 1:
+            return
+        self._threads_saved = (rt, n)
+        self.scheduler.execute("stats", -1, lambda r: llama_cpp.llama_set_n_threads(r.ctx, n - 1, n - 1))
+
+    def _restore_threads(self) -> None:
+        saved, self._threads_saved = getattr(self, "_threads_saved", None), None
+        if saved is None:
+            return
+        import llama_cpp
+
+        rt, n = saved
+        if getattr(rt, "ctx", None):
+            llama_cpp.llama_set_n_threads(rt.ctx, n, n)
 
     @property
     def running(self) -> bool:
@@ -174,7 +203,8 @@ class EngineWorker(QObject):
             return True
         self.stateChanged.emit(LOADING, f"loading {Path(path).name}")
         try:
-            rt = LlamaRuntime(path, n_ctx=n_ctx, n_batch=512, n_seq_max=4, progress=self.modelProgress.emit)
+            rt = LlamaRuntime(path, n_ctx=n_ctx, n_batch=512, n_seq_max=4, n_threads=max(1, (os.cpu_count() or 2) - 1),
+                              progress=self.modelProgress.emit)
         except (ModelFileError, EngineError, ValueError, OSError) as exc:
             self.modelFailed.emit(str(exc))
             self.stateChanged.emit(IDLE, "")
@@ -188,6 +218,7 @@ class EngineWorker(QObject):
     def _drop_runtime(self) -> None:
         if self.contention is not None:
             self.contention.stop_all()
+        self._restore_threads()
         if self.runtime is not None and self.owns_runtime:
             self.runtime.close()
         self.runtime = None
@@ -199,6 +230,7 @@ class EngineWorker(QObject):
         """Stop background sessions, drop sessions, close an owned runtime (worker thread)."""
         if self.contention is not None:
             self.contention.stop_all()
+        self._restore_threads()
         if self.runtime is not None and self.owns_runtime:
             self.runtime.close()
             self.runtime = None
@@ -340,6 +372,7 @@ class EngineWorker(QObject):
                 self.runFinished.emit("error", {})
                 return
         rt = self.runtime
+        self._reserve_gui_core()
         self.config = config
         with self._cv:
             self._stop = False
@@ -349,6 +382,10 @@ class EngineWorker(QObject):
             self._token_mode = False
             self._token_permits = 0
             self._break_on = frozenset(config.break_on)
+            if config.first_action == "window":
+                self._paused, self._window_budget = False, 1
+            elif config.first_action == "token":
+                self._paused, self._token_mode, self._token_permits = False, True, 1
         self.faults = FaultPlan()
         try:
             self.templated_text = None if config.raw else rt.chat_prompt(config.prompt_text)

@@ -1,0 +1,96 @@
+"""A full run of the copy-heavy example: every view holds what the receipts hold."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QElapsedTimer, QTimer
+
+from inspector.gui import outcomes as O
+from test_gui_support import make_window, run_to_end
+
+
+def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    reason, info = run_to_end(qtbot, w)
+    g = w.worker.generation
+    s = w.session
+    assert reason == g.finish_reason
+    assert len(g.receipts) >= 2, "the copy-heavy example should verify several windows"
+    # Token view: exactly the committed tokens, nothing branch-conditioned.
+    assert [t.token for t in s.tokens] == g.generated
+    assert w.token_view.token_count() == len(g.generated)
+    assert w.token_view.stream.toPlainText() == "".join(runtime.token_text(t) for t in g.generated)
+    # Window table, timeline, statistics: one entry per receipt.
+    assert w.window_detail.window_count() == len(g.receipts)
+    assert w.timeline.point_count() == len(g.receipts)
+    assert w.stats.summary.windows == len(g.receipts)
+    engine = g.summary()
+    assert w.stats.summary.acceptance_rate == engine.acceptance_rate
+    assert w.stats.summary.acceptance_by_position == engine.acceptance_by_position
+    assert w.stats.summary.dispositions == engine.dispositions
+    assert w.stats.summary.plain_steps == g.plain_steps
+    # Event log: every engine event, in order.
+    assert w.event_log.kinds() == [e.kind for e in g.events]
+    # Token outcomes agree with the receipts.
+    outcomes = {t.outcome for t in s.tokens}
+    assert O.ACCEPTED in outcomes and O.PENDING not in outcomes
+    assert s.tokens[-1].outcome == O.END
+    for r in g.receipts:
+        toks = [t for t in s.tokens if t.window == r.window_index]
+        assert [t.token for t in toks] == list(r.committed_tokens)
+        assert sum(t.outcome == O.ACCEPTED for t in toks) == r.accepted_proposal_tokens
+    # KV state after the run.
+    assert info["kv_length"] == info["canonical_position"] == g.canonical_position
+    # The lock plots saw the main session's verify operations.
+    assert w.lock_plots.series_counts()["verify"] == len(g.receipts)
+    # Selecting a window shows its rows; rows past the committed ones are struck through.
+    r = next(r for r in g.receipts if r.trimmed_rows > 0)
+    w.window_detail.select_window(r.window_index)
+    assert w.window_detail.rows.rowCount() == r.verification_rows
+    last = w.window_detail.rows.item(r.verification_rows - 1, 0)
+    assert last.font().strikeOut()
+    assert not w.window_detail.rows.item(0, 0).font().strikeOut()
+    # Hover text of an accepted token names window, row, proposal and position.
+    t = next(t for t in s.tokens if t.outcome == O.ACCEPTED)
+    tip = w.token_view.tooltip(t.index)
+    assert f"window {t.window}, row {t.row}" in tip and f"position: {t.position}" in tip
+
+
+def test_gui_thread_never_blocks_while_generating(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    w.panel.background.setValue(1)
+    qtbot.waitExposed(w)
+    w.repaint()  # the first paint of a new window is not part of generating
+    gaps = []
+    clock = QElapsedTimer()
+    clock.start()
+    last = [clock.elapsed()]
+
+    def tick():
+        now = clock.elapsed()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(tick)
+    timer.start()
+    try:
+        run_to_end(qtbot, w)
+    finally:
+        timer.stop()
+        w.panel.background.setValue(0)
+    assert len(gaps) > 5
+    assert max(gaps) < 100, f"event loop blocked for {max(gaps)} ms"
+
+
+def test_background_sessions_make_lock_waits_visible(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=40)
+    w.panel.background.setValue(2)
+    qtbot.waitUntil(lambda: w.worker.contention is not None and w.worker.contention.count == 2)
+    run_to_end(qtbot, w)
+    counts = w.lock_plots.series_counts()
+    assert counts["background"] > 0
+    ops = [op for op in w.session.lock_ops if op.session_id == w.session.main_session_id]
+    assert ops and all(op.wait_us >= 0 for op in ops)
+    w.panel.background.setValue(0)
+    assert w.worker.contention.count == 0
