@@ -75,6 +75,10 @@ class MainWindow(QMainWindow):
         self.model_info: dict | None = runtime.describe() if runtime is not None else None
         self._closing = False
 
+        # Import the chat-template formatter (jinja2) now: importing it on the worker
+        # during the first run holds the GIL long enough to stall the event loop.
+        import llama_cpp.llama_chat_format  # noqa: F401
+
         # Worker thread
         self.worker = W.EngineWorker(runtime, owns_runtime=False)
         self.thread = QThread(self)
@@ -296,7 +300,7 @@ class MainWindow(QMainWindow):
         if state == W.LOADING:
             self.load_progress.setValue(0)
             self.load_progress.show()
-        if state == W.RUNNING and self.state == W.ERROR and detail != "resumed":
+        if state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD) and self.state == W.ERROR and detail != "resumed":
             return
         if state == W.IDLE and self.state != W.LOADING:
             return  # the run's end is handled by _run_finished
