@@ -1,0 +1,155 @@
+"""Files: export/open receipts, autosave and recovery, PNG export, settings, bad model, no display."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtCore import QSettings
+
+from inspector.gui import app as gui_app
+from inspector.gui import worker as W
+from inspector.gui.session_model import SessionData
+from inspector.receipts import load_document
+from test_gui_support import make_window, run_to_end
+
+
+def test_export_then_open_in_a_fresh_window(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    run_to_end(qtbot, w)
+    out = tmp_path / "receipts.json"
+    with qtbot.waitSignal(w.files.exported, timeout=60_000) as blocker:
+        w.files.export_receipts(str(out))
+    assert blocker.args == [str(out), ""]
+    doc = load_document(out)  # validates against the schema
+    assert len(doc["windows"]) == len(w.session.receipts)
+    live_summary = w.stats.summary
+
+    v = make_window(qtbot, None, tmp_path, settings_file="viewer.ini")
+    assert v.files.open_receipts(str(out))
+    v.refresh_all()
+    s = v.session
+    assert s.origin == "document"
+    assert [t.token for t in s.tokens] == [t.token for t in w.session.tokens]
+    assert v.token_view.stream.toPlainText() == w.token_view.stream.toPlainText()
+    assert v.window_detail.window_count() == w.window_detail.window_count() == len(doc["windows"])
+    assert v.timeline.point_count() == w.timeline.point_count()
+    assert v.event_log.kinds() == w.event_log.kinds()
+    assert v.stats.summary.windows == live_summary.windows
+    assert v.stats.summary.acceptance_rate == live_summary.acceptance_rate
+    assert v.stats.summary.mean_accepted_length == live_summary.mean_accepted_length
+    assert v.stats.summary.acceptance_by_position == live_summary.acceptance_by_position
+    assert v.stats.summary.dispositions == live_summary.dispositions
+    assert v.stats.summary.plain_steps == live_summary.plain_steps
+    assert sum(v.lock_plots.series_counts().values()) > 0
+    # Every view works without a model; run controls start a new live run, fault buttons are off.
+    assert v.worker.runtime is None
+    assert not v.panel.stop.isEnabled() and not v.panel.fault_cancel.isEnabled() and not v.panel.resume.isEnabled()
+    v.window_detail.select_window(1)
+    assert v.window_detail.rows.rowCount() == doc["windows"][0]["verification_rows"]
+    assert '"window_index": 1' in v.window_detail.raw.toPlainText()
+    # Export of a loaded document writes it again, still valid.
+    again = tmp_path / "again.json"
+    with qtbot.waitSignal(v.files.exported, timeout=60_000):
+        v.files.export_receipts(str(again))
+    assert load_document(again)["windows"] == doc["windows"]
+
+
+def test_bad_receipts_and_bad_model_show_errors_and_keep_the_session(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    run_to_end(qtbot, w)
+    n = len(w.session.receipts)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "spec-inspector/receipts", "schema_version": 1}))
+    assert not w.files.open_receipts(str(bad))
+    assert "does not match schema" in w.last_error
+    assert len(w.session.receipts) == n
+    gguf = tmp_path / "broken.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 64)
+    with qtbot.waitSignal(w.worker.modelFailed, timeout=30_000):
+        w.files.use_model(str(gguf))
+    qtbot.waitUntil(lambda: "cannot use model" in w.last_error)
+    assert w.isVisible() and len(w.session.receipts) == n
+    assert w.worker.runtime is runtime  # the loaded model stays
+
+
+def test_autosave_lines_and_recovery_offer(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    run_to_end(qtbot, w)
+    path = w.settings.value("autosave/path")
+    assert path and str(path).startswith(str(tmp_path / "data" / "autosave"))
+    lines = [json.loads(line) for line in open(path, encoding="utf-8")]
+    kinds = [rec["kind"] for rec in lines]
+    assert kinds[0] == "header" and kinds[-1] == "end"
+    assert kinds.count("receipt") == len(w.session.receipts)
+    assert kinds.count("discard") == len(w.session.discards)
+    recovered = SessionData.from_autosave(path)
+    assert [t.token for t in recovered.tokens] == [t.token for t in w.session.tokens]
+    assert len(recovered.receipts) == len(w.session.receipts)
+    assert w.files.last_unclean_autosave() is None
+    # A run that did not finish: drop the end line, mark unclean; a new window offers to open it.
+    with open(path, "w", encoding="utf-8") as fh:
+        for rec in lines[:-1]:
+            fh.write(json.dumps(rec) + "\n")
+    w.settings.setValue("autosave/clean", False)
+    w.settings.sync()
+    v = make_window(qtbot, None, tmp_path, offer_recovery=True)
+    qtbot.waitUntil(lambda: getattr(v.files, "recovery_box", None) is not None and v.files.recovery_box.isVisible())
+    assert v.files.last_unclean_autosave() == str(path)
+    v.files.recovery_box.button(v.files.recovery_box.StandardButton.Open).click()
+    qtbot.waitUntil(lambda: v.session.origin == "autosave")
+    v.refresh_all()
+    assert v.window_detail.window_count() == len(w.session.receipts)
+
+
+def test_export_plots_as_png(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    run_to_end(qtbot, w)
+    written = w.files.export_plots(str(tmp_path / "plots.png"))
+    assert len(written) == 3
+    for p in written:
+        assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_settings_are_restored(qtbot, tmp_path):
+    w = make_window(qtbot, None, tmp_path, max_tokens=77)
+    w.panel.source.setCurrentText("scripted")
+    w.panel.script.setPlainText("hello there")
+    w.panel.temperature.setValue(0.7)
+    w.panel.break_boxes["discard"].setChecked(True)
+    w.panel.add_recent_model("/models/other.gguf", select=False)
+    w.save_settings()
+    v = make_window(qtbot, None, tmp_path, max_tokens=5)
+    v.panel.apply_values({})  # nothing breaks on an empty dict
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    assert int(settings.value("controls/max_tokens")) == 77
+    from inspector.gui.main_window import MainWindow
+
+    x = MainWindow(None, settings=settings, data_dir=tmp_path / "data")
+    qtbot.addWidget(x)
+    assert x.panel.source.currentText() == "scripted"
+    assert x.panel.script.toPlainText() == "hello there"
+    assert abs(x.panel.temperature.value() - 0.7) < 1e-9
+    assert x.panel.max_tokens.value() == 77
+    assert x.panel.break_on() == {"error", "discard"}
+    assert "/models/other.gguf" in x.panel.recent_models()
+
+
+def test_shortcuts_and_states(qtbot, tmp_path):
+    w = make_window(qtbot, None, tmp_path)
+    keys = {a.text(): [s.toString() for s in a.shortcuts()] for a in w.actions()}
+    assert "Ctrl+R" in keys["Run / continue"]
+    assert "Space" in keys["Pause"] and "Ctrl+P" in keys["Pause"]
+    assert keys["Step window"] and keys["Step token"]
+    assert "Ctrl+E" in keys["Export receipts…"] and "Ctrl+O" in keys["Open receipts…"]
+    assert w.state == W.IDLE and w.panel.run.isEnabled() and not w.panel.resume.isEnabled()
+
+
+def test_no_display_prints_one_line(monkeypatch, capsys):
+    for k in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(gui_app.sys, "platform", "linux")
+    assert gui_app.main([]) == gui_app.EXIT_NO_DISPLAY
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "spec-inspector run" in err[0] and "QT_QPA_PLATFORM=offscreen" in err[0]
+    assert gui_app.display_available({"QT_QPA_PLATFORM": "offscreen"}, "linux")
