@@ -143,13 +143,14 @@ class ControlPanel(QWidget):
         self.prompt = QPlainTextEdit()
         self.prompt.setPlaceholderText("Type a prompt (sent as a user message through the chat template)")
         self.prompt.setMinimumHeight(70)
+        self.prompt.setMaximumHeight(150)
         self.raw = QCheckBox("raw (no chat template)")
         row = QHBoxLayout()
         row.addWidget(self.examples, 1)
         row.addWidget(self.raw)
         gl.addLayout(row)
         gl.addWidget(self.prompt, 1)
-        lay.addWidget(g, 1)
+        lay.addWidget(g)
 
         # Run controls
         g = QGroupBox("Run")
@@ -211,6 +212,7 @@ class ControlPanel(QWidget):
         row.addWidget(self.background)
         row.addStretch(1)
         lay.addLayout(row)
+        lay.addStretch(1)
         self._source_changed(self.source.currentText())
 
     # -- behaviour -------------------------------------------------------------

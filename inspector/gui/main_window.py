@@ -161,7 +161,7 @@ class MainWindow(QMainWindow):
         self.right_split = QSplitter(Qt.Orientation.Vertical)
         self.right_split.addWidget(top)
         self.right_split.addWidget(self.tabs)
-        self.right_split.setSizes([300, 460])
+        self.right_split.setSizes([220, 540])
         self.main_split = QSplitter(Qt.Orientation.Horizontal)
         self.main_split.addWidget(scroll)
         self.main_split.addWidget(self.right_split)
@@ -209,6 +209,16 @@ class MainWindow(QMainWindow):
         self.act_step_token = self._action(r, "Step token", self.step_token_clicked, ["F11", "Ctrl+T"])
         self.act_stop = self._action(r, "Stop", self.stop_clicked, ["Esc"])
         self.act_resume = self._action(r, "Resume after error", self.resume_clicked, ["Ctrl+Shift+R"])
+        tb = self.addToolBar("Run")
+        tb.setObjectName("run-toolbar")
+        tb.setMovable(False)
+        for a, label in ((self.act_run, "▶ Run"), (self.act_pause, "Pause"), (self.act_step_window, "Step window"),
+                         (self.act_step_token, "Step token"), (self.act_stop, "■ Stop"), (self.act_resume, "Resume")):
+            a.setIconText(label)
+            tb.addAction(a)
+        tb.addSeparator()
+        tb.addAction(self.act_open)
+        tb.addAction(self.act_export)
 
     def _wire_controls(self) -> None:
         p = self.panel

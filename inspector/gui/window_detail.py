@@ -31,6 +31,7 @@ from inspector.gui import outcomes as O
 from inspector.gui.session_model import SessionData, WindowEntry
 
 WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed")
+WINDOW_HEADERS = ("#", "disposition", "prop.", "acc.", "comm.", "base", "canon.", "trim")
 ROW_COLUMNS = ("row", "position", "input token", "proposed token", "target prediction", "outcome")
 DISPOSITION_COLORS = {"full_accept": "#e8f5e9", "first_mismatch": "#fff3e0", "stopped": "#ede7f6", "error": "#ffcdd2"}
 
@@ -69,8 +70,11 @@ class WindowDetail(QWidget):
         split = QSplitter(Qt.Orientation.Horizontal)
         self.splitter = split
         self.windows = QTableWidget(0, len(WINDOW_COLUMNS))
-        self.windows.setHorizontalHeaderLabels(WINDOW_COLUMNS)
+        self.windows.setHorizontalHeaderLabels(WINDOW_HEADERS)
+        for i, tip in enumerate(WINDOW_COLUMNS):
+            self.windows.horizontalHeaderItem(i).setToolTip(tip)
         self.windows.verticalHeader().setVisible(False)
+        self.windows.verticalHeader().setDefaultSectionSize(22)
         self.windows.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.windows.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.windows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
@@ -81,6 +85,9 @@ class WindowDetail(QWidget):
         self.rows = QTableWidget(0, len(ROW_COLUMNS))
         self.rows.setHorizontalHeaderLabels(ROW_COLUMNS)
         self.rows.verticalHeader().setVisible(False)
+        self.rows.setWordWrap(False)
+        self.rows.verticalHeader().setDefaultSectionSize(22)
+        self.rows.setToolTip("struck through: KV entries the repair removed (position >= canonical_position)")
         self.rows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.rows.horizontalHeader().setStretchLastSection(True)
         right.addWidget(self.rows)
@@ -98,7 +105,7 @@ class WindowDetail(QWidget):
         right.addWidget(tabs)
         right.setSizes([260, 200])
         split.addWidget(right)
-        split.setSizes([420, 640])
+        split.setSizes([360, 520])
         lay.addWidget(split)
 
     def set_session(self, session: SessionData) -> None:
@@ -211,14 +218,14 @@ class WindowDetail(QWidget):
             elif pred is None:
                 outcome, pred_text = "not verified", "—"
             elif first_mismatch is not None and i > first_mismatch:
-                outcome, pred_text = O.BRANCH, _tok(s, pred) + "  [branch-conditioned, never output]"
+                outcome, pred_text = O.BRANCH, _tok(s, pred)
             else:
-                outcome, pred_text = O.NOT_COMMITTED, _tok(s, pred) + "  [not committed]"
+                outcome, pred_text = O.NOT_COMMITTED, _tok(s, pred)
             removed = after is not None and base + i >= canonical
             label = {O.ACCEPTED: "accepted", O.CORRECTION: "correction", O.BONUS: "bonus token",
-                     O.BRANCH: "branch-conditioned", O.NOT_COMMITTED: "not committed"}.get(outcome, outcome)
+                     O.BRANCH: "branch-conditioned (never output)", O.NOT_COMMITTED: "not committed"}.get(outcome, outcome)
             if removed:
-                label += " · KV entry trimmed"
+                label += " · trimmed"
             vals = (i, base + i, _tok(s, inp) + ("  [current]" if i == 0 else ""), _tok(s, prop), pred_text, label)
             for c, v in enumerate(vals):
                 it = _item(v, color=O.BACKGROUNDS.get(outcome), align_right=c < 2)
