@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.engine.faults import Fault
+from inspector.gui import none_refcount
 from inspector.gui import worker as W
 from inspector.gui.controls import ControlPanel
 from inspector.gui.event_log import EventLog
@@ -64,6 +65,7 @@ class MainWindow(QMainWindow):
 
     def __init__(self, runtime=None, *, settings: QSettings | None = None, data_dir: Path | None = None,
                  offer_recovery: bool = False, model_path: str | None = None) -> None:
+        none_refcount.install()
         super().__init__()
         self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
         self.setAcceptDrops(True)
@@ -246,6 +248,7 @@ class MainWindow(QMainWindow):
 
     def redraw(self) -> None:
         """Redraw what changed (called by the timer at ``REDRAW_HZ``)."""
+        none_refcount.top_up()
         self.token_view.refresh()
         self.window_detail.refresh()
         current = self.tabs.currentWidget()
