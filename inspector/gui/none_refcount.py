@@ -4,11 +4,12 @@ With PySide6 6.12 on Python 3.11 every call of a Qt method that returns
 ``void`` gives back ``None`` without taking a reference, so each such call
 lowers ``None``'s reference count by one. ``None`` starts near 5,000
 references, so after a few thousand widget updates CPython aborts with
-"Fatal Python error: none_dealloc". Python 3.12+ makes ``None`` immortal,
+"Fatal Python error: none_dealloc" (``True``/``False`` are drained the same
+way through some bool paths: "bool_dealloc"). Python 3.12+ makes ``None`` immortal,
 which hides the bug there.
 
 ``install()`` probes for the bug once and, only when it is present, adds a
-large reserve of references to ``None``; ``top_up()`` (called on the redraw
+large reserve of references to ``None``, ``True`` and ``False``; ``top_up()`` (called on the redraw
 timer) refills the reserve if it ever runs low. Nothing happens on an
 interpreter without the bug.
 """
@@ -36,9 +37,14 @@ def _probe() -> bool:
     return sys.getrefcount(None) <= before - 32
 
 
+GUARDED = (None, True, False)
+"""Singletons the bug can drain (``True``/``False`` through bool results and overrides)."""
+
+
 def _add(n: int) -> None:
     # CPython object header: ob_refcnt (Py_ssize_t) is the first field.
-    ctypes.c_ssize_t.from_address(id(None)).value += n
+    for obj in GUARDED:
+        ctypes.c_ssize_t.from_address(id(obj)).value += n
 
 
 def install() -> bool:
@@ -56,5 +62,5 @@ def install() -> bool:
 
 def top_up() -> None:
     """Refill the reserve when it ran low (cheap; call it periodically)."""
-    if _active and sys.getrefcount(None) < LOW_WATER:
+    if _active and min(sys.getrefcount(o) for o in GUARDED) < LOW_WATER:
         _add(RESERVE)
