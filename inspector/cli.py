@@ -3,6 +3,7 @@
 ``spec-inspector``            opens the inspector window (GUI).
 ``spec-inspector run ...``    runs speculative decoding headless and writes receipts.
 ``spec-inspector view FILE``  prints the summary of a receipts file.
+``spec-inspector make-draft`` re-quantizes a model into a draft model.
 
 Every failure a user can cause (bad flag, missing file, damaged model, prompt
 too long) ends with one line on stderr and a non-zero exit status.
@@ -97,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--top-p", type=float, default=0.95, help="[0.95]")
     s.add_argument("--min-p", type=float, default=0.05, help="[0.05]")
     s.add_argument("--seed", type=int, default=0, help="[0]")
+    s.add_argument("--verification", choices=["sample_match", "rejection"], default="sample_match",
+                   help="with temperature > 0: accept while the target's sample equals the proposal "
+                        "(sample_match), or rejection sampling with the draft's probabilities (rejection; "
+                        "draft source only) [sample_match]")
     run.add_argument("--inject", action="append", default=[], type=_fault, metavar="FAULT",
                      help="inject a fault: KIND[@WINDOW[:TOKEN]], KIND one of " + ", ".join(FAULT_KINDS)
                      + " (e.g. callback_error@3:2); repeatable")
@@ -108,6 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     view = sub.add_parser("view", help="print the summary of a receipts file")
     view.add_argument("file", type=Path)
+
+    from inspector.llama.quantize import QUANT_TYPES
+
+    md = sub.add_parser("make-draft", help="make a draft model by re-quantizing the target",
+                        description="Re-quantize a GGUF into a smaller type (llama.cpp llama_model_quantize) and "
+                                    "print the draft's path; use it with run --source draft --draft-model PATH.")
+    md.add_argument("--model", type=Path, help="the target GGUF (default: the bundled model)")
+    md.add_argument("--type", choices=list(QUANT_TYPES), default="Q4_0", help="draft quantization [Q4_0]")
+    md.add_argument("--out", type=Path, help="folder for the draft (default: the user cache folder)")
     return parser
 
 
@@ -177,16 +191,17 @@ def cmd_run(args) -> int:
 
     if script is not None:
         options["script"] = script
-    source = None
-    if args.source != "none":
-        try:
-            source = available_sources()[args.source](SourceContext(runtime), **options)
-        except (IncompatibleDraft, ModelFileError, ReceiptsFileError, EngineError, ValueError, TypeError) as exc:
-            return _fail(str(exc))
     settings = GenerationSettings(
         max_new_tokens=args.max_tokens, draft_max=args.draft_max, stop=tuple(args.stop),
         sampling=SamplingSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed),
+        verification=args.verification,
     )
+    source = None
+    if args.source != "none":
+        try:
+            source = available_sources()[args.source](SourceContext(runtime, settings), **options)
+        except (IncompatibleDraft, ModelFileError, ReceiptsFileError, EngineError, ValueError, TypeError) as exc:
+            return _fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
     faults = FaultPlan(list(args.inject))
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
@@ -272,6 +287,20 @@ def cmd_view(args) -> int:
     return 0
 
 
+def cmd_make_draft(args) -> int:
+    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.llama.quantize import make_draft
+
+    try:
+        model = args.model or bundled_model_path()
+        print(f"re-quantizing {model} to {args.type} ...", file=sys.stderr, flush=True)
+        path = make_draft(model, args.type, args.out)
+    except (ModelFileError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    print(path)
+    return 0
+
+
 def cmd_gui(argv: list[str]) -> int:
     try:
         from inspector.gui.app import main as gui_main
@@ -284,7 +313,7 @@ def cmd_gui(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("run", "view", "-h", "--help"):
+    if not argv or argv[0] not in ("run", "view", "make-draft", "-h", "--help"):
         return cmd_gui(argv)
     args = build_parser().parse_args(argv)
     try:
@@ -292,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "view":
             return cmd_view(args)
+        if args.command == "make-draft":
+            return cmd_make_draft(args)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     build_parser().print_help()

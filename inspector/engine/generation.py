@@ -18,6 +18,8 @@ import time
 from time import perf_counter, perf_counter_ns
 from typing import Sequence
 
+import numpy as np
+
 from inspector.engine import faults as F
 from inspector.engine.errors import (
     DecodeAborted,
@@ -138,6 +140,7 @@ class Generation:
         self._started = False
         self._ctx: WindowContext | None = None
         self._commit_window: int | None = None
+        self._rng = np.random.default_rng(settings.sampling.seed)
         self._consumer_stop = False
 
     # -- state ---------------------------------------------------------------
@@ -214,7 +217,8 @@ class Generation:
             self.session_retired = False
         self._ctx = WindowContext(
             self.scheduler, self.session_id, self.request_id, self.cancel_event, self.faults,
-            self._emit_window, self.observer.before_commit,
+            self._emit_window, self.observer.before_commit, self.settings.sampling,
+            self.settings.verification, self._rng,
         )
         sid = self.session_id
         prefix = self.tokens[:-1]

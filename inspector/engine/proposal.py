@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 # Discard reasons (SPEC step 2, step 3 and step 9). Exact strings appear in receipts.
 DEADLINE_EXCEEDED = "deadline_exceeded"
@@ -31,10 +31,14 @@ class Proposal:
     ``decision_id``: opaque id chosen by the source, 1..64 bytes; the engine
     hands it back in ``report`` (through the receipt) or ``discard``.
     ``token_ids``: 1..max_proposal_tokens token ids, each in [0, n_vocab).
+    ``draft_probabilities``: optional, one distribution (numpy array of
+    n_vocab floats) per token, the draft's q that the token was sampled from;
+    the ``rejection`` verification rule needs it (``inspector.engine.sampling``).
     """
 
     decision_id: bytes
     token_ids: tuple[int, ...]
+    draft_probabilities: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

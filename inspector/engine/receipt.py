@@ -49,6 +49,8 @@ class WindowReceipt:
     runtime_lock_acquires: int
     repair: str
     """``"trim"`` or ``"retire"``: which repair ran (SPEC step 7)."""
+    verification_rule: str = "greedy"
+    """How row predictions were picked: greedy, sample_match or rejection (``inspector.engine.sampling``)."""
 
     def to_json(self) -> dict:
         """Plain-JSON dict of every field (tuples become lists)."""

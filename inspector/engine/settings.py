@@ -38,6 +38,9 @@ class GenerationSettings:
     ``stop``: stop strings, matched on committed text only.
     ``proposal_deadline_ms``: advisory deadline given to the source; a later
     answer is discarded as ``deadline_exceeded``.
+    ``verification``: ``"sample_match"`` (default) or ``"rejection"`` (uses the
+    proposal's draft probabilities when it has them and temperature > 0;
+    see ``inspector.engine.sampling``). Greedy sampling always verifies greedily.
     """
 
     max_new_tokens: int = 128
@@ -45,8 +48,11 @@ class GenerationSettings:
     stop: tuple[str, ...] = ()
     proposal_deadline_ms: float = 250.0
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    verification: str = "sample_match"
 
     def __post_init__(self) -> None:
+        if self.verification not in ("sample_match", "rejection"):
+            raise ValueError(f"verification must be sample_match or rejection, observed {self.verification!r}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, observed {self.max_new_tokens}")
         if self.draft_max < 0:

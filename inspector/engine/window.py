@@ -6,7 +6,8 @@ cancellation, a failing token callback) is raised only after repair ran, so
 the observable order is verify -> commits -> repair -> error.
 
 The runtime it drives (through ``RuntimeScheduler``) needs: ``kv_length(s)``,
-``decode_rows(s, tokens, position, abort)`` (one batch, a prediction per row),
+``decode_rows(s, tokens, position, abort)`` (one batch, a prediction per row;
+``decode_logits`` with the same arguments for the ``rejection`` rule),
 ``trim(s, position) -> bool``, ``retire_checkpoint(s, start, count)``,
 ``drop_session(s)`` and ``is_eog(token)``.
 """
@@ -17,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Callable
+
+import numpy as np
 
 from inspector.engine import faults as F
 from inspector.engine.classify import STOPPED, classify_window, window_disposition
@@ -30,7 +33,9 @@ from inspector.engine.errors import (
 from inspector.engine.faults import FaultPlan
 from inspector.engine.proposal import Proposal
 from inspector.engine.receipt import REPAIR, VERIFY, WindowReceipt
+from inspector.engine.sampling import GREEDY, REJECTION, SAMPLE_MATCH, rejection_predictions
 from inspector.engine.scheduler import RuntimeScheduler
+from inspector.engine.settings import SamplingSettings
 
 CommitCallback = Callable[[int, int, int], bool]
 """``(token, row, base_position) -> stop``: commits the prediction of verification
@@ -65,6 +70,18 @@ class WindowContext:
     faults: FaultPlan
     emit: Callable[..., None]
     before_commit: Callable[[int, int, int, int], None] | None = None
+    sampling: SamplingSettings | None = None
+    verification: str = SAMPLE_MATCH
+    rng: np.random.Generator | None = None
+    """Random numbers of the ``rejection`` rule (seeded from the sampling seed)."""
+
+    def rule_for(self, proposal: Proposal) -> str:
+        """The verification rule this proposal gets (``inspector.engine.sampling``)."""
+        if self.sampling is None or self.sampling.greedy:
+            return GREEDY
+        if self.verification == REJECTION and proposal.draft_probabilities is not None:
+            return REJECTION
+        return SAMPLE_MATCH
 
 
 def _us(ns: int) -> int:
@@ -117,10 +134,16 @@ def execute_window(
     # SPEC steps 3-4: position check and verification, one lock acquisition.
     t_verify = perf_counter_ns()
 
+    rule = ctx.rule_for(proposal)
+
     def verify(rt):
         if rt.kv_length(sid) != base_position:
             return None
-        predictions = rt.decode_rows(sid, rows, base_position, cancel)
+        if rule == REJECTION:
+            logits = rt.decode_logits(sid, rows, base_position, cancel)
+            predictions = rejection_predictions(logits, tokens, proposal.draft_probabilities, ctx.sampling, ctx.rng)
+        else:
+            predictions = rt.decode_rows(sid, rows, base_position, cancel)
         return predictions, rt.kv_length(sid)
 
     try:
@@ -220,6 +243,7 @@ def execute_window(
         runtime_lock_hold_us=lock_hold,
         runtime_lock_acquires=acquires,
         repair=kind,
+        verification_rule=rule,
     )
 
 

@@ -291,6 +291,16 @@ class LlamaRuntime:
         ctx = self.ctx
         return [sample(chain, ctx, i) for i in range(n)]
 
+    def decode_logits(
+        self, sid: int, tokens: Sequence[int], position: int, abort: threading.Event | None = None
+    ) -> "np.ndarray":
+        """Like ``decode_rows`` but return every row's logits, shape (rows, n_vocab),
+        a float32 copy (for the ``rejection`` verification rule)."""
+        n = len(tokens)
+        self._fill(sid, tokens, position, None)
+        self._decode(n, position, abort, sid)
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(n, self.n_vocab)).copy()
+
     def prefill(self, sid: int, tokens: Sequence[int], position: int) -> None:
         """Decode ``tokens`` into session ``sid`` from ``position``, in chunks of
         ``n_batch``, asking for logits on the last row only (never sampled here)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from inspector.engine.proposal import Proposal, ProposalRequest
+from inspector.engine.sampling import distribution
+from inspector.engine.settings import SamplingSettings
 from inspector.sources.compat import check_compatible, vocab_facts
 
 
@@ -23,11 +25,15 @@ class DraftModelSource:
     ``draft_max``: most tokens per proposal (tokens). ``draft_min``: proposals
     shorter than this are dropped (None is returned). ``p_min``: drafting stops
     when the draft's top probability falls below it (0 = never).
+    ``sampling``: with temperature > 0 the draft samples each token from its
+    distribution q under these settings (seeded) and attaches q to the
+    proposal, so the ``rejection`` rule can verify it; else it drafts greedily.
     """
 
     name = "draft"
 
-    def __init__(self, draft, target=None, *, draft_max: int = 8, draft_min: int = 0, p_min: float = 0.0) -> None:
+    def __init__(self, draft, target=None, *, draft_max: int = 8, draft_min: int = 0, p_min: float = 0.0,
+                 sampling: SamplingSettings | None = None) -> None:
         if target is not None:
             check_compatible(vocab_facts(target), vocab_facts(draft))
         if draft_max < 1 or draft_min < 0 or not 0.0 <= p_min <= 1.0:
@@ -37,6 +43,8 @@ class DraftModelSource:
         self.draft_max = draft_max
         self.draft_min = draft_min
         self.p_min = p_min
+        self.sampling = sampling if sampling is not None and not sampling.greedy else None
+        self._rng = np.random.default_rng(None if sampling is None else sampling.seed + 1)
         self.sid = draft.open_session(None)
         self.kv_tokens: list[int] = []
         """Tokens the draft's KV cache holds, in order (a prefix of the target's stream, then drafts)."""
@@ -80,6 +88,7 @@ class DraftModelSource:
         k = min(request.max_proposal_tokens, self.draft_max)
         out: list[int] = []
         probs: list[float] = []
+        dists: list[np.ndarray] = []
         current = tokens[-1]
         rt = self.draft
         for _ in range(k):
@@ -90,6 +99,10 @@ class DraftModelSource:
             p_top = float(1.0 / np.exp(logits - logits[top]).sum())
             if self.p_min > 0.0 and p_top < self.p_min:
                 break
+            if self.sampling is not None:
+                q = distribution(logits, self.sampling)
+                top = int(self._rng.choice(q.shape[0], p=q))
+                dists.append(q)
             out.append(top)
             probs.append(p_top)
             current = top
@@ -100,7 +113,7 @@ class DraftModelSource:
         self._count += 1
         decision = b"draft:%d" % self._count
         self._pending[decision] = before
-        return Proposal(decision, tuple(out))
+        return Proposal(decision, tuple(out), tuple(dists) if dists else None)
 
     def report(self, receipt) -> None:
         """Keep the draft KV's accepted prefix (canonical stream), trim the rest."""

@@ -61,7 +61,9 @@ def _draft(ctx: SourceContext, draft_model: str = "", draft_max: str | int = 8, 
     draft = LlamaRuntime(draft_model, n_ctx=target.n_ctx, n_batch=target.n_batch, n_seq_max=1,
                          n_threads=target.n_threads)
     try:
-        return DraftModelSource(draft, target, draft_max=int(draft_max), draft_min=int(draft_min), p_min=float(p_min))
+        sampling = getattr(ctx.settings, "sampling", None)
+        return DraftModelSource(draft, target, draft_max=int(draft_max), draft_min=int(draft_min),
+                                p_min=float(p_min), sampling=sampling)
     except Exception:
         draft.close()
         raise
