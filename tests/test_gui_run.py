@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from PySide6.QtCore import QElapsedTimer, QTimer
 
 from inspector.gui import outcomes as O
@@ -56,6 +58,10 @@ def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path):
 
 
 def test_gui_thread_never_blocks_while_generating(qtbot, runtime, tmp_path):
+    # Objects left by earlier tests of this pytest session would make a full garbage
+    # collection (a pause the app itself never has) land inside the measurement.
+    gc.collect()
+    gc.freeze()
     w = make_window(qtbot, runtime, tmp_path)
     w.panel.background.setValue(1)
     qtbot.waitExposed(w)
@@ -79,8 +85,10 @@ def test_gui_thread_never_blocks_while_generating(qtbot, runtime, tmp_path):
     finally:
         timer.stop()
         w.panel.background.setValue(0)
+        gc.unfreeze()
     assert len(gaps) > 5
-    assert max(gaps) < 100, f"event loop blocked for {max(gaps)} ms"
+    worst = max(gaps)
+    assert worst < 100, f"event loop blocked for {worst} ms (tick {gaps.index(worst)} of {len(gaps)})"
 
 
 def test_background_sessions_make_lock_waits_visible(qtbot, runtime, tmp_path):
