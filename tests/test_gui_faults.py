@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from inspector.gui import worker as W
+from inspector.gui.session_model import SessionData
+from inspector.receipts import load_document
 from test_gui_support import MAX_TOKENS, example_text, make_window, reference_tokens, wait_state
 
 EXAMPLE = "copy-with-corrections"
@@ -74,6 +76,13 @@ def test_fault_button_repairs_then_reports_and_resume_finishes(qtbot, runtime, t
     assert blocker.args[1]["kv_length"] == blocker.args[1]["canonical_position"]
     assert list(g.generated) == expected
     assert [t.token for t in w.session.tokens] == expected
+    # The exported receipts keep the failed window; opened again it shows the same state.
+    out = tmp_path / "fault.json"
+    with qtbot.waitSignal(w.files.exported, timeout=60_000):
+        w.files.export_receipts(str(out))
+    reopened = SessionData.from_document(load_document(out))
+    assert set(reopened.failed_windows) == set(w.session.failed_windows)
+    assert [t.token for t in reopened.tokens] == expected
 
 
 def test_position_drift_is_discarded_and_resynced(qtbot, runtime, tmp_path, make_generation, chat_tokens, reference):

@@ -41,9 +41,11 @@ def test_export_then_open_in_a_fresh_window(qtbot, runtime, tmp_path):
     assert v.stats.summary.dispositions == live_summary.dispositions
     assert v.stats.summary.plain_steps == live_summary.plain_steps
     assert sum(v.lock_plots.series_counts().values()) > 0
-    # Every view works without a model; run controls start a new live run, fault buttons are off.
+    # Every view works without a model; run controls are disabled.
     assert v.worker.runtime is None
-    assert not v.panel.stop.isEnabled() and not v.panel.fault_cancel.isEnabled() and not v.panel.resume.isEnabled()
+    for b in (v.panel.run, v.panel.step_window, v.panel.step_token, v.panel.stop, v.panel.resume, v.panel.fault_cancel):
+        assert not b.isEnabled()
+    assert not v.act_run.isEnabled()
     v.window_detail.select_window(1)
     assert v.window_detail.rows.rowCount() == doc["windows"][0]["verification_rows"]
     assert '"window_index": 1' in v.window_detail.raw.toPlainText()
@@ -52,6 +54,8 @@ def test_export_then_open_in_a_fresh_window(qtbot, runtime, tmp_path):
     with qtbot.waitSignal(v.files.exported, timeout=60_000):
         v.files.export_receipts(str(again))
     assert load_document(again)["windows"] == doc["windows"]
+    v.new_live_session()
+    assert v.panel.run.isEnabled() and v.session.origin == "live"
 
 
 def test_bad_receipts_and_bad_model_show_errors_and_keep_the_session(qtbot, runtime, tmp_path):

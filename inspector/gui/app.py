@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.prompt:
         win.panel.prompt.setPlainText(args.prompt)
     win.show()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # startup objects (Qt, pyqtgraph, numpy) never enter later collections: shorter pauses
     if args.receipts is not None:
         win.files.open_receipts(str(args.receipts))
     return int(app.exec())

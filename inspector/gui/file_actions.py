@@ -70,7 +70,8 @@ class FileActions(QObject):
         self.win.set_session(session)
         self.win.refresh_all()
         self.win.banner.setText(f"Viewing <b>{Path(path).name}</b> — {len(session.tokens)} tokens, "
-                                f"{len(session.receipts)} windows, model {session.model_name}. Run controls start a new live run.")
+                                f"{len(session.receipts)} windows, model {session.model_name}. Read only: File &gt; New live session "
+                                f"(Ctrl+N) enables the run controls.")
         self.win.banner.setStyleSheet("background:#e3f2fd;color:#0d47a1;padding:4px")
         self.win.banner.show()
         self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")

@@ -197,6 +197,8 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         f = self.menuBar().addMenu("&File")
+        self.act_new = self._action(f, "New live session", self.new_live_session, ["Ctrl+N"],
+                                    "leave the opened receipts and enable the run controls again")
         self.act_open_model = self._action(f, "Open GGUF model…", self.files.open_model_dialog)
         self.act_open = self._action(f, "Open receipts…", self.files.open_receipts_dialog, ["Ctrl+O"])
         self.act_export = self._action(f, "Export receipts…", self.files.export_receipts_dialog, ["Ctrl+E"])
@@ -281,11 +283,12 @@ class MainWindow(QMainWindow):
         p = self.panel
         idle = state == W.IDLE
         active = state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR)
-        p.run.setEnabled(idle or state in (W.PAUSED, W.TOKEN_HOLD))
+        can_start = idle and not viewing  # a saved session is read only: File > New live session
+        p.run.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
         p.run.setText("▶ Run" if idle else "▶ Continue")
         p.pause.setEnabled(state in (W.RUNNING, W.TOKEN_HOLD))
-        p.step_window.setEnabled(idle or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.step_token.setEnabled(idle or state in (W.PAUSED, W.TOKEN_HOLD))
+        p.step_window.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
+        p.step_token.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
         p.stop.setEnabled(active)
         p.resume.setEnabled(state == W.ERROR)
         for b in (p.fault_cancel, p.fault_callback, p.fault_trim, p.fault_drift):
@@ -303,7 +306,7 @@ class MainWindow(QMainWindow):
                  W.TOKEN_HOLD: "holding before a commit (Step token)", W.ERROR: "error — Resume continues"}[state]
         if viewing and idle:
             label = f"viewing {'saved receipts' if self.session.origin == 'document' else 'an autosave'}" \
-                    " — Run starts a new live run"
+                    " (read only) — File > New live session (Ctrl+N) to run"
         self.status_state.setText(label + (f" · {detail}" if detail else ""))
         if state != W.TOKEN_HOLD:
             self.token_view.show_hold(None)
@@ -362,7 +365,18 @@ class MainWindow(QMainWindow):
 
         return bundled_model_path()
 
+    def new_live_session(self) -> None:
+        """Leave a viewed receipts file: empty live session, run controls enabled."""
+        if self.state != W.IDLE:
+            return
+        self.set_session(SessionData())
+        self.banner.hide()
+        self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
+        self._set_state(W.IDLE)
+
     def run_clicked(self) -> None:
+        if self.state == W.IDLE and self.session.origin != "live":
+            return
         if self.state == W.IDLE:
             self.start_run()
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
@@ -376,14 +390,14 @@ class MainWindow(QMainWindow):
             self.worker.request_pause()
 
     def step_window_clicked(self) -> None:
-        if self.state == W.IDLE:
+        if self.state == W.IDLE and self.session.origin == "live":
             self.start_run(paused=True, first_action="window")
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
             self.worker.request_step_window()
             self._set_state(W.RUNNING, "one window")
 
     def step_token_clicked(self) -> None:
-        if self.state == W.IDLE:
+        if self.state == W.IDLE and self.session.origin == "live":
             self.start_run(paused=True, first_action="token")
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
             self.worker.request_step_token()
