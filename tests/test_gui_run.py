@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gc
 
-from PySide6.QtCore import QElapsedTimer, QTimer
+from PySide6.QtCore import QElapsedTimer, QPoint, Qt, QTimer
+from PySide6.QtGui import QTextCursor
 
 from inspector.gui import outcomes as O
 from test_gui_support import make_window, run_to_end
@@ -55,6 +56,18 @@ def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path):
     t = next(t for t in s.tokens if t.outcome == O.ACCEPTED)
     tip = w.token_view.tooltip(t.index)
     assert f"window {t.window}, row {t.row}" in tip and f"position: {t.position}" in tip
+    # The pointer finds that token in the text, and a click selects its window.
+    w.tabs.setCurrentWidget(w.timeline)
+    stream = w.token_view.stream
+    cur = QTextCursor(stream.document())
+    cur.setPosition(w.token_view._starts[t.index])
+    stream.setTextCursor(cur)
+    stream.ensureCursorVisible()
+    point = stream.cursorRect(cur).center() + QPoint(3, 0)
+    assert stream.token_at(point) == t.index
+    qtbot.mouseClick(stream.viewport(), Qt.MouseButton.LeftButton, pos=point)
+    assert w.tabs.currentWidget() is w.window_detail
+    assert w.window_detail.selected == t.window
 
 
 def test_gui_thread_never_blocks_while_generating(qtbot, runtime, tmp_path):
