@@ -350,6 +350,7 @@ class MainWindow(QMainWindow):
             script_text=self.panel.script.toPlainText(), raw=self.panel.raw.isChecked(),
             break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
         )
+        self.worker.faults = cfg.faults  # fault buttons work before the worker picks the run up
         session = SessionData()
         session.prompt_text = prompt
         session.source_name = src

@@ -57,7 +57,8 @@ class RunConfig:
     """``window`` or ``token``: with ``start_paused``, run one window / commit one token first."""
     autosave_dir: Path | None = None
     n_ctx: int = 2048
-    extra: dict = field(default_factory=dict)
+    faults: FaultPlan = field(default_factory=FaultPlan)
+    """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
 
 
 class RecordingSource:
@@ -386,7 +387,7 @@ class EngineWorker(QObject):
                 self._paused, self._window_budget = False, 1
             elif config.first_action == "token":
                 self._paused, self._token_mode, self._token_permits = False, True, 1
-        self.faults = FaultPlan()
+        self.faults = config.faults
         try:
             self.templated_text = None if config.raw else rt.chat_prompt(config.prompt_text)
             tokens = rt.prompt_tokens(config.prompt_text, raw=config.raw)
