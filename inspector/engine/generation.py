@@ -78,6 +78,9 @@ class GenerationObserver:
 
     def on_event(self, event: EngineEvent) -> None: ...
 
+    def on_proposal(self, window: int, proposal: Proposal) -> None:
+        """A valid proposal is about to be verified as window ``window`` (1-based)."""
+
     def on_receipt(self, receipt: WindowReceipt) -> None: ...
 
     def on_discard(self, discard: Discard) -> None: ...
@@ -320,6 +323,7 @@ class Generation:
 
         window_index = self.window_count + 1
         self._commit_window = window_index
+        self.observer.on_proposal(window_index, proposal)
         trace = WindowTrace()
         try:
             receipt = execute_window(

@@ -23,12 +23,17 @@ logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
 import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
 import numpy as np  # noqa: E402
 
-try:  # llama-cpp-python installs a stderr logger at import; keep llama.cpp quiet
-    from llama_cpp import _logger as _llama_logger
+_llama_log = logging.getLogger("inspector.llama.cpp")
 
-    _llama_logger.set_verbose(False)
-except Exception:  # pragma: no cover - older/newer layouts
-    pass
+
+@llama_cpp.llama_log_callback
+def _log_to_python(level: int, text: bytes, _user_data) -> None:
+    """llama.cpp's log lines go to Python logging (debug level), not to stderr."""
+    if _llama_log.isEnabledFor(logging.DEBUG):
+        _llama_log.debug(text.decode("utf-8", errors="replace").rstrip())
+
+
+llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
 
 def _abort_callback():
     """llama.cpp abort callback that reads a flag byte without entering Python.
@@ -179,6 +184,13 @@ class LlamaRuntime:
         """
         if self._abort_owner == sid:
             self._abort_flag[0] = b"\x01"
+
+    def set_threads(self, n_threads: int) -> None:
+        """Use ``n_threads`` CPU threads for later decodes (``llama_set_n_threads``).
+        Call under the scheduler lock."""
+        n = max(1, int(n_threads))
+        llama_cpp.llama_set_n_threads(self.ctx, n, n)
+        self.n_threads = n
 
     # -- sessions ------------------------------------------------------------
     def open_session(self, sampling: SamplingSettings | None = None) -> int:
