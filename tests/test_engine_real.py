@@ -341,3 +341,44 @@ def test_request_abort_from_another_thread_stops_a_decode_in_flight(runtime, sch
     outcome, kv, sid = scheduler.execute("test", -1, op).value
     t.join()
     assert outcome == "aborted" and kv == 0
+
+
+def test_a_tiny_context_caps_proposals_and_ends_with_context_full(model_path, chat_tokens):
+    """n_ctx 64 with 10-token proposals: never a failed llama_decode, finish reason context_full."""
+    from inspector.engine import RuntimeScheduler
+    from inspector.llama.runtime import LlamaRuntime
+
+    rt = LlamaRuntime(model_path, n_ctx=64, n_batch=64, n_seq_max=1)
+    try:
+        tokens = rt.prompt_tokens("Copy: one two three one two three one two three")
+        assert len(tokens) < 64
+        g = Generation(RuntimeScheduler(rt), ngram(), tokens, GenerationSettings(max_new_tokens=200, draft_max=10))
+        g.run()
+        assert g.finish_reason in ("context_full", "eog")
+        if g.finish_reason == "context_full":
+            assert g.canonical_position == 64 and g.kv_length() == 64
+        assert all(r.position_after_verification <= 64 for r in g.receipts)
+        assert not g.errors
+    finally:
+        rt.close()
+
+
+def test_multibyte_text_split_by_real_tokens_streams_exactly_as_the_final_text(runtime):
+    """CJK and emoji that the bundled vocabulary splits mid-character are joined; no U+FFFD."""
+    from inspector.engine.text import CommittedText
+
+    script = "猫は🙂が好きです。Ünïcödé ok"
+    ids = runtime.tokenize(script, False, False)
+
+    def valid(b: bytes) -> bool:
+        try:
+            b.decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            return False
+
+    assert any(not valid(runtime.token_piece(t)) for t in ids), "expected a token that splits a character"
+    text = CommittedText(runtime.token_piece)
+    streamed = "".join(text.push(t) for t in ids) + text.finish()
+    assert streamed == text.text == script
+    assert runtime.detokenize(ids) == script
