@@ -19,9 +19,13 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
+    QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -31,6 +35,24 @@ from inspector.engine.settings import GenerationSettings, SamplingSettings
 from inspector.gui.contention import MAX_BACKGROUND
 
 BUNDLED = "(bundled SmolLM2-135M-Instruct)"
+BUILTIN_SETTINGS = ("ngram", "draft", "scripted", "replay")
+"""Sources with a settings page; any other (third-party) source is made with no options."""
+SOURCE_TIPS = {
+    "ngram": "prompt lookup: the tokens that followed the last earlier match of the last n tokens",
+    "draft": "a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
+    "scripted": "propose the tokens of a typed text as the continuation",
+    "replay": "propose exactly what a receipts file recorded, at the same decode steps",
+    "none": "no proposals: plain one-token decoding",
+}
+
+
+def source_names() -> list[str]:
+    """The picker's entries: built-in sources, then entry-point sources, then ``none``."""
+    from inspector.sources.registry import available_sources
+
+    names = list(available_sources())
+    builtin = [n for n in BUILTIN_SETTINGS if n in names]
+    return builtin + [n for n in names if n not in builtin and n != "none"] + ["none"]
 
 
 def example_prompts() -> dict[str, str]:
@@ -93,27 +115,23 @@ class ControlPanel(QWidget):
         g = QGroupBox("Proposal source")
         f = QFormLayout(g)
         self.source = QComboBox()
-        self.source.addItems(["ngram", "scripted", "none"])
-        self.source.setToolTip("ngram: prompt lookup; scripted: propose the tokens of a text; none: plain decoding")
-        self.ngram_max = _spin(1, 16, 4, "longest n-gram to match (tokens)")
-        self.ngram_min = _spin(1, 16, 2, "shortest n-gram to match (tokens)")
-        ng = QHBoxLayout()
-        ng.addWidget(QLabel("n_max"))
-        ng.addWidget(self.ngram_max)
-        ng.addWidget(QLabel("n_min"))
-        ng.addWidget(self.ngram_min)
-        self.script = QPlainTextEdit()
-        self.script.setPlaceholderText("script text: its tokens are proposed as the continuation")
-        self.script.setMaximumHeight(48)
-        self.draft_max = _spin(0, 64, 8, "most proposal tokens per window")
-        self.max_tokens = _spin(1, 4096, 128, "most tokens to generate")
+        for name in source_names():
+            self.source.addItem(name)
+            tip = SOURCE_TIPS.get(name, "third-party source (entry point spec_inspector.sources): no settings")
+            self.source.setItemData(self.source.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        self.source.setToolTip("where proposals come from; hover an entry for what it does")
         f.addRow("source", self.source)
-        f.addRow("n-gram", ng)
-        f.addRow("script", self.script)
+        self.source_pages = QStackedWidget()
+        self._pages: dict[str, QWidget] = {}
+        self._build_source_pages()
+        f.addRow(self.source_pages)
+        self.draft_max = _spin(0, 64, 8, "most proposal tokens per window (a draft model drafts at most this many)")
+        self.max_tokens = _spin(1, 4096, 128, "most tokens to generate")
         lim = QHBoxLayout()
         lim.addWidget(self.draft_max)
         lim.addWidget(QLabel("max tokens"))
         lim.addWidget(self.max_tokens)
+        lim.addStretch(1)
         f.addRow("draft max", lim)
         lay.addWidget(g)
         self.source.currentTextChanged.connect(self._source_changed)
@@ -130,6 +148,17 @@ class ControlPanel(QWidget):
                                        ("top-p", self.top_p), ("min-p", self.min_p), ("seed", self.seed))):
             grid.addWidget(QLabel(name), i // 2, (i % 2) * 2)
             grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
+        self.verification = QComboBox()
+        self.verification.addItems(["sample_match", "rejection"])
+        self.verification.setToolTip(
+            "how a sampled run verifies proposals (temperature > 0 only)\n"
+            "sample_match: accept while the proposal equals the target's sample (any source)\n"
+            "rejection: speculative sampling with the draft's probabilities (draft source; "
+            "other sources fall back to sample_match)")
+        grid.addWidget(QLabel("verify"), 2, 2)
+        grid.addWidget(self.verification, 2, 3)
+        self.temperature.valueChanged.connect(self._temperature_changed)
+        self._temperature_changed(self.temperature.value())
         lay.addWidget(g)
 
         # Prompt
@@ -215,12 +244,130 @@ class ControlPanel(QWidget):
         lay.addStretch(1)
         self._source_changed(self.source.currentText())
 
+    def _build_source_pages(self) -> None:
+        def page(name: str) -> QFormLayout:
+            w = QWidget()
+            form = QFormLayout(w)
+            form.setContentsMargins(0, 0, 0, 0)
+            self._pages[name] = w
+            self.source_pages.addWidget(w)
+            return form
+
+        # n-gram
+        form = page("ngram")
+        self.ngram_max = _spin(1, 16, 4, "longest n-gram to match (tokens)")
+        self.ngram_min = _spin(1, 16, 2, "shortest n-gram to match (tokens)")
+        ng = QHBoxLayout()
+        ng.addWidget(QLabel("n_max"))
+        ng.addWidget(self.ngram_max)
+        ng.addWidget(QLabel("n_min"))
+        ng.addWidget(self.ngram_min)
+        ng.addStretch(1)
+        form.addRow("n-gram", ng)
+
+        # draft model
+        from inspector.llama.quantize import QUANT_TYPES
+
+        form = page("draft")
+        self.draft_model = QLineEdit()
+        self.draft_model.setPlaceholderText("draft GGUF: Open… or Make draft")
+        self.draft_model.setToolTip("the draft model file; it must share the target's vocabulary")
+        self.open_draft = QPushButton("Open…")
+        self.open_draft.setToolTip("Open a draft GGUF model file")
+        row = QHBoxLayout()
+        row.addWidget(self.draft_model, 1)
+        row.addWidget(self.open_draft)
+        form.addRow("draft", row)
+        self.draft_type = QComboBox()
+        self.draft_type.addItems(list(QUANT_TYPES))
+        self.draft_type.setCurrentText("Q4_0")
+        self.draft_type.setToolTip("llama.cpp quantization of the made draft (Q4_0: about 30-45% accepted "
+                                   "on the bundled model)")
+        self.make_draft = QPushButton("Make draft from target")
+        self.make_draft.setToolTip("re-quantize the chosen target model with llama.cpp's quantize "
+                                   "(a few seconds; cached) and use it as the draft")
+        self.draft_busy = QProgressBar()
+        self.draft_busy.setRange(0, 0)
+        self.draft_busy.setMaximumWidth(60)
+        self.draft_busy.setTextVisible(False)
+        self.draft_busy.hide()
+        row = QHBoxLayout()
+        row.addWidget(self.draft_type)
+        row.addWidget(self.make_draft, 1)
+        row.addWidget(self.draft_busy)
+        form.addRow("make", row)
+        self.draft_min = _spin(0, 64, 0, "drop drafts shorter than this (tokens; 0 = keep all)")
+        self.p_min = _dspin(0.0, 1.0, 0.0, 0.05, "stop drafting when the draft's top probability is below this "
+                                                 "(0 = never)")
+        row = QHBoxLayout()
+        row.addWidget(self.draft_min)
+        row.addWidget(QLabel("p-min"))
+        row.addWidget(self.p_min)
+        row.addStretch(1)
+        form.addRow("draft min", row)
+
+        # scripted
+        form = page("scripted")
+        self.script = QPlainTextEdit()
+        self.script.setPlaceholderText("script text: its tokens are proposed as the continuation")
+        self.script.setMaximumHeight(48)
+        form.addRow("script", self.script)
+
+        # replay
+        form = page("replay")
+        self.replay_file = QLineEdit()
+        self.replay_file.setPlaceholderText("receipts file (.json) to replay")
+        self.replay_file.setToolTip("an exported receipts document: its proposals are made again at the same "
+                                    "decode steps")
+        self.open_replay = QPushButton("Open…")
+        self.open_replay.setToolTip("Open a receipts file")
+        row = QHBoxLayout()
+        row.addWidget(self.replay_file, 1)
+        row.addWidget(self.open_replay)
+        form.addRow("receipts", row)
+
+        # third-party and none
+        form = page("other")
+        self.other_note = QLabel("")
+        self.other_note.setWordWrap(True)
+        self.other_note.setStyleSheet("color:#555")
+        form.addRow(self.other_note)
+
     # -- behaviour -------------------------------------------------------------
     def _source_changed(self, name: str) -> None:
-        self.ngram_max.setEnabled(name == "ngram")
-        self.ngram_min.setEnabled(name == "ngram")
-        self.script.setEnabled(name == "scripted")
+        shown = self._pages.get(name, self._pages["other"])
+        for w in self._pages.values():  # the stack takes the height of the page shown, not of the tallest
+            pol = QSizePolicy.Policy.Preferred if w is shown else QSizePolicy.Policy.Ignored
+            w.setSizePolicy(QSizePolicy.Policy.Preferred, pol)
+        self.source_pages.setCurrentWidget(shown)
+        if name not in self._pages:
+            self.other_note.setText("plain one-token decoding: nothing is proposed" if name == "none" else
+                                    f"third-party source {name!r}: made with no options")
         self.draft_max.setEnabled(name != "none")
+
+    def _temperature_changed(self, t: float) -> None:
+        self.verification.setEnabled(t > 0.0)
+
+    def source_options(self) -> dict:
+        """Keyword options for the selected source's factory (third-party sources get none)."""
+        name = self.source.currentText()
+        if name == "ngram":
+            return {"n_max": self.ngram_max.value(), "n_min": self.ngram_min.value()}
+        if name == "scripted":
+            return {"script": self.script.toPlainText()}
+        if name == "draft":
+            return {"draft_model": self.draft_model.text().strip(), "draft_max": max(1, self.draft_max.value()),
+                    "draft_min": self.draft_min.value(), "p_min": self.p_min.value()}
+        if name == "replay":
+            return {"replay": self.replay_file.text().strip()}
+        return {}
+
+    def set_source(self, name: str) -> bool:
+        """Select source ``name`` if the picker has it."""
+        i = self.source.findText(name)
+        if i >= 0:
+            self.source.setCurrentIndex(i)
+        return i >= 0
 
     def _example_chosen(self, index: int) -> None:
         text = self.examples.itemData(index)
@@ -242,8 +389,9 @@ class ControlPanel(QWidget):
         """The limits and sampling typed in the panel (tokens)."""
         sampling = SamplingSettings(self.temperature.value(), self.top_k.value(), self.top_p.value(),
                                     self.min_p.value(), self.seed.value())
+        verification = self.verification.currentText() if not sampling.greedy else "sample_match"
         return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=self.draft_max.value(),
-                                  sampling=sampling)
+                                  sampling=sampling, verification=verification)
 
     def model_path(self) -> str:
         """The chosen model file ("" = bundled)."""
@@ -271,6 +419,9 @@ class ControlPanel(QWidget):
             "draft_max": self.draft_max.value(), "max_tokens": self.max_tokens.value(),
             "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
             "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
+            "verification": self.verification.currentText(), "draft_model": self.draft_model.text(),
+            "draft_type": self.draft_type.currentText(), "draft_min": self.draft_min.value(),
+            "p_min": self.p_min.value(), "replay_file": self.replay_file.text(),
             "raw": self.raw.isChecked(), "break_on": sorted(self.break_on()),
             "model": self.model_path(), "recent_models": self.recent_models(),
         }
@@ -284,13 +435,21 @@ class ControlPanel(QWidget):
             except (TypeError, ValueError):
                 pass
 
-        if v.get("source") in ("ngram", "scripted", "none"):
-            self.source.setCurrentText(v["source"])
+        if isinstance(v.get("source"), str):
+            self.set_source(v["source"])  # a source no longer installed keeps the default
         for key, w in (("ngram_max", self.ngram_max), ("ngram_min", self.ngram_min), ("draft_max", self.draft_max),
-                       ("max_tokens", self.max_tokens), ("top_k", self.top_k), ("seed", self.seed)):
+                       ("max_tokens", self.max_tokens), ("top_k", self.top_k), ("seed", self.seed),
+                       ("draft_min", self.draft_min)):
             num(key, w, int)
-        for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p)):
+        for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p),
+                       ("p_min", self.p_min)):
             num(key, w, float)
+        for key, combo in (("verification", self.verification), ("draft_type", self.draft_type)):
+            if isinstance(v.get(key), str) and combo.findText(v[key]) >= 0:
+                combo.setCurrentText(v[key])
+        for key, edit in (("draft_model", self.draft_model), ("replay_file", self.replay_file)):
+            if isinstance(v.get(key), str):
+                edit.setText(v[key])
         if isinstance(v.get("script"), str):
             self.script.setPlainText(v["script"])
         if isinstance(v.get("prompt"), str):

@@ -8,6 +8,7 @@ llama.cpp and never waits for the worker (except when the window closes).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, QTimer, Signal
@@ -52,7 +53,8 @@ class MainWindow(QMainWindow):
     to read and write (default: the user's). ``data_dir``: where autosave
     files go (default: the QStandardPaths app data folder).
     ``offer_recovery``: ask to open the last autosave if that run did not
-    finish cleanly.
+    finish cleanly. ``draft_dir``: where "Make draft from target" writes
+    drafts (default: ``inspector.llama.quantize.cache_dir()``).
     """
 
     requestRun = Signal(object)
@@ -62,9 +64,14 @@ class MainWindow(QMainWindow):
     runFinished = Signal(str, object)
     """(finish reason, KV info): emitted on the GUI thread after every record of the run was shown."""
     errorShown = Signal(str)
+    sourceRefused = Signal(str)
+    """(message): the run's proposal source could not be made; the previous session is shown again."""
+    draftMade = Signal(str, str)
+    """(path, error): "Make draft from target" finished ("" error on success)."""
 
     def __init__(self, runtime=None, *, settings: QSettings | None = None, data_dir: Path | None = None,
-                 offer_recovery: bool = False, model_path: str | None = None) -> None:
+                 offer_recovery: bool = False, model_path: str | None = None,
+                 draft_dir: Path | None = None) -> None:
         none_refcount.install()
         super().__init__()
         self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
@@ -76,6 +83,9 @@ class MainWindow(QMainWindow):
         self.last_error = ""
         self.model_info: dict | None = runtime.describe() if runtime is not None else None
         self._closing = False
+        self.draft_dir = Path(draft_dir) if draft_dir is not None else None
+        self.draft_job = None
+        self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
 
         # Import the chat-template formatter (jinja2) now: importing it on the worker
         # during the first run holds the GIL long enough to stall the event loop.
@@ -106,6 +116,7 @@ class MainWindow(QMainWindow):
         w.progress.connect(self._on_progress)
         w.aboutToCommit.connect(self._about_to_commit)
         w.errorOccurred.connect(self._error)
+        w.sourceFailed.connect(self._source_failed)
         w.runFinished.connect(self._run_finished)
         self.thread.start()
 
@@ -233,6 +244,9 @@ class MainWindow(QMainWindow):
         p.stop.clicked.connect(self.stop_clicked)
         p.resume.clicked.connect(self.resume_clicked)
         p.open_model.clicked.connect(self.files.open_model_dialog)
+        p.open_draft.clicked.connect(self.open_draft_dialog)
+        p.open_replay.clicked.connect(self.open_replay_dialog)
+        p.make_draft.clicked.connect(self.make_draft_clicked)
         p.fault_cancel.clicked.connect(lambda: self.inject(Fault("cancel")))
         p.fault_callback.clicked.connect(lambda: self.inject(Fault("callback_error", token=p.fault_token.value())))
         p.fault_trim.clicked.connect(lambda: self.inject(Fault("trim_failure")))
@@ -293,8 +307,12 @@ class MainWindow(QMainWindow):
         p.resume.setEnabled(state == W.ERROR)
         for b in (p.fault_cancel, p.fault_callback, p.fault_trim, p.fault_drift):
             b.setEnabled(active and state != W.ERROR)
-        for b in (p.model_combo, p.open_model, p.source, p.prompt, p.examples, p.max_tokens, p.draft_max):
+        for b in (p.model_combo, p.open_model, p.source, p.source_pages, p.prompt, p.examples, p.max_tokens,
+                  p.draft_max, p.temperature, p.verification):
             b.setEnabled(not active and state != W.LOADING)
+        if not active and state != W.LOADING:
+            p._temperature_changed(p.temperature.value())
+        p.make_draft.setEnabled(self.draft_job is None)
         self.act_run.setEnabled(p.run.isEnabled())
         self.act_pause.setEnabled(p.pause.isEnabled())
         self.act_step_window.setEnabled(p.step_window.isEnabled())
@@ -336,8 +354,17 @@ class MainWindow(QMainWindow):
         if src == "scripted" and not self.panel.script.toPlainText():
             self.show_error("No script", "The scripted source needs a script text.")
             return False
-        if self.panel.ngram_min.value() > self.panel.ngram_max.value():
+        if src == "ngram" and self.panel.ngram_min.value() > self.panel.ngram_max.value():
             self.show_error("n-gram sizes", "n_min is larger than n_max.")
+            return False
+        if src == "draft" and not self.panel.draft_model.text().strip():
+            self.show_error("No draft model", "Choose a draft GGUF (Open…) or press “Make draft from target”.")
+            return False
+        if src == "draft" and self.draft_job is not None:
+            self.show_error("Draft in progress", "Wait until the draft is made.")
+            return False
+        if src == "replay" and not self.panel.replay_file.text().strip():
+            self.show_error("No receipts file", "The replay source needs a receipts file (Open…).")
             return False
         try:
             model = self.panel.model_path() or self._bundled_path()
@@ -346,10 +373,10 @@ class MainWindow(QMainWindow):
             return False
         cfg = W.RunConfig(
             model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
-            ngram_max=self.panel.ngram_max.value(), ngram_min=self.panel.ngram_min.value(),
-            script_text=self.panel.script.toPlainText(), raw=self.panel.raw.isChecked(),
+            source_options=self.panel.source_options(), raw=self.panel.raw.isChecked(),
             break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
         )
+        self._before_run = (self.session, self.worker.faults)
         self.worker.faults = cfg.faults  # fault buttons work before the worker picks the run up
         session = SessionData()
         session.prompt_text = prompt
@@ -423,8 +450,8 @@ class MainWindow(QMainWindow):
     def _on_texts(self, texts) -> None:
         self.session.add_texts(texts)
 
-    def _on_proposal(self, ids) -> None:
-        self.session.add_proposal(ids)
+    def _on_proposal(self, window_ids) -> None:
+        self.session.add_proposal(*window_ids)
 
     def _on_event(self, ev) -> None:
         self.session.add_event(ev)
@@ -459,7 +486,84 @@ class MainWindow(QMainWindow):
         self.panel.model_status.setText("not loaded (see the error)")
         self.show_error("Cannot load the model", message)
 
+    def _source_failed(self, name: str, message: str) -> None:
+        """The worker could not make the run's source: show why, and the previous session again."""
+        if self._before_run is not None:
+            session, faults = self._before_run
+            self.worker.faults = faults
+            self.set_session(session)
+            self.refresh_all()
+        self._before_run = None
+        self._set_state(W.IDLE, f"{name} source refused")
+        title = "Draft model refused" if "refused" in message and name == "draft" else \
+            f"Cannot use the {name} proposal source"
+        self.show_error(title, message)
+        self.sourceRefused.emit(message)
+
+    # -- draft model and replay files ---------------------------------------------------------
+    def open_draft_dialog(self) -> None:
+        current = self.panel.draft_model.text().strip()
+        path, _ = QFileDialog.getOpenFileName(self, "Open draft GGUF model", str(Path(current).parent) if current else "",
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.panel.draft_model.setText(path)
+            self.panel.set_source("draft")
+
+    def open_replay_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Receipts file to replay", "", "Receipts (*.json);;All files (*)")
+        if path:
+            self.panel.replay_file.setText(path)
+            self.panel.set_source("replay")
+
+    def make_draft_clicked(self):
+        """Re-quantize the chosen target model to the chosen type on a background thread
+        (``make_draft``; cached by file); then the draft path is filled in. Returns the job."""
+        from inspector.gui.session_store import BackgroundJob
+        from inspector.llama.quantize import make_draft
+
+        if self.draft_job is not None:
+            return None
+        try:
+            target = str(self.panel.model_path() or self._bundled_path())
+        except Exception as exc:
+            self.show_error("No model", str(exc))
+            return None
+        qtype = self.panel.draft_type.currentText()
+        out_dir = self.draft_dir
+        threads = max(1, (os.cpu_count() or 2) - 1)  # one core stays with the GUI
+
+        def job():
+            return str(make_draft(target, qtype, out_dir=out_dir, threads=threads))
+
+        p = self.panel
+        p.make_draft.setEnabled(False)
+        p.make_draft.setText(f"Making {qtype} draft…")
+        p.draft_busy.show()
+        self.status_state.setText(f"making a {qtype} draft of {Path(target).name} (llama.cpp quantize)…")
+        j = BackgroundJob(job, self)
+        j.done.connect(self._draft_done)
+        self.draft_job = j
+        j.start()
+        return j
+
+    def _draft_done(self, result, error: str) -> None:
+        p = self.panel
+        self.draft_job = None
+        p.draft_busy.hide()
+        p.make_draft.setText("Make draft from target")
+        self._set_state(self.state)
+        if error:
+            self.status_state.setText("making the draft failed")
+            self.show_error("Cannot make the draft", error)
+            self.draftMade.emit("", error)
+            return
+        p.draft_model.setText(str(result))
+        p.set_source("draft")
+        self.status_state.setText(f"draft ready: {Path(result).name}")
+        self.draftMade.emit(str(result), "")
+
     def _run_started(self, info: dict) -> None:
+        self._before_run = None
         self.session.main_session_id = info["session_id"]
         self.session.prompt_token_count = info["prompt_tokens"]
         if info.get("autosave"):
@@ -579,6 +683,8 @@ class MainWindow(QMainWindow):
         self.thread.quit()
         self.thread.wait(timeout_ms)
         self.files.wait()
+        if self.draft_job is not None:
+            self.draft_job.wait(60)
 
     def closeEvent(self, ev) -> None:
         self.save_settings()

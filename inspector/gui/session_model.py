@@ -126,7 +126,6 @@ class SessionData:
         """Bumped on every change; views compare it with what they drew."""
         self.tokens_dirty_from = 0
         """Smallest token index changed since the token view last drew."""
-        self._pending_proposal: tuple[int, ...] | None = None
 
     # -- live input ------------------------------------------------------------
     def _touch(self) -> None:
@@ -135,16 +134,14 @@ class SessionData:
     def add_texts(self, texts: dict[int, str]) -> None:
         self.texts.update(texts)
 
-    def add_proposal(self, token_ids: tuple[int, ...]) -> None:
-        """The proposal the source just made (verified or discarded next)."""
-        self._pending_proposal = tuple(token_ids)
+    def add_proposal(self, window: int, token_ids: tuple[int, ...]) -> None:
+        """The valid proposal about to be verified as window ``window``
+        (the engine's ``GenerationObserver.on_proposal``)."""
+        self.proposals[window] = tuple(token_ids)
 
     def add_event(self, ev: EngineEvent) -> None:
         self.events.append(ev)
-        if ev.kind == VERIFY and ev.window is not None:
-            if ev.window not in self.proposals and self._pending_proposal is not None:
-                self.proposals[ev.window] = self._pending_proposal
-        elif ev.kind == STEP:
+        if ev.kind == STEP:
             self.plain_steps += 1
         elif ev.kind == COMMIT and ev.token is not None:
             self._add_token(ev)

@@ -11,6 +11,7 @@ Step token blocks in ``GenerationObserver.before_commit`` until released.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -21,7 +22,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError, RequestCancelled
-from inspector.engine.proposal import Proposal, ProposalRequest
+from inspector.engine.proposal import Proposal
 from inspector.engine.receipt import COMMIT, Discard, EngineEvent, WindowReceipt
 from inspector.gui.contention import Contention
 from inspector.gui.session_store import AutoSaveWriter
@@ -35,6 +36,7 @@ TOKEN_HOLD = "token_hold"
 ERROR = "error"
 
 BREAK_KINDS = ("first_mismatch", "stopped", "discard", "error")
+log = logging.getLogger(__name__)
 MAX_AUTO_RESUMES = 50
 
 
@@ -46,10 +48,10 @@ class RunConfig:
     prompt_text: str
     settings: GenerationSettings
     source: str = "ngram"
-    """``ngram``, ``scripted`` or ``none``."""
-    ngram_max: int = 4
-    ngram_min: int = 2
-    script_text: str = ""
+    """A name of ``inspector.sources.registry.available_sources()``, or ``none`` (plain decoding)."""
+    source_options: dict = field(default_factory=dict)
+    """Keyword options for the source's factory (``ngram``: n_max, n_min; ``scripted``: script;
+    ``draft``: draft_model, draft_max, draft_min, p_min; ``replay``: replay; others: none)."""
     raw: bool = False
     break_on: frozenset = frozenset({"error"})
     start_paused: bool = False
@@ -61,36 +63,15 @@ class RunConfig:
     """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
 
 
-class RecordingSource:
-    """Wraps a proposal source and reports each proposal to ``on_proposal`` (GUI layer only)."""
-
-    def __init__(self, inner, on_proposal) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self._on_proposal = on_proposal
-
-    def settings(self) -> dict:
-        return self.inner.settings() if hasattr(self.inner, "settings") else {}
-
-    def propose(self, request: ProposalRequest) -> Proposal | None:
-        p = self.inner.propose(request)
-        if p is not None:
-            self._on_proposal(p)
-        return p
-
-    def report(self, receipt) -> None:
-        self.inner.report(receipt)
-
-    def discard(self, decision_id: bytes, reason: str) -> None:
-        self.inner.discard(decision_id, reason)
-
-
 class _Observer(GenerationObserver):
     def __init__(self, worker: "EngineWorker") -> None:
         self.w = worker
 
     def on_event(self, event: EngineEvent) -> None:
         self.w._on_event(event)
+
+    def on_proposal(self, window: int, proposal: Proposal) -> None:
+        self.w._on_proposal(window, proposal)
 
     def on_receipt(self, receipt: WindowReceipt) -> None:
         self.w._on_receipt(receipt)
@@ -124,6 +105,8 @@ class EngineWorker(QObject):
     progress = Signal(object)
     aboutToCommit = Signal(object)
     errorOccurred = Signal(str, object)
+    sourceFailed = Signal(str, str)
+    """(source name, message): the run's proposal source could not be made (the run did not start)."""
     runFinished = Signal(str, object)
 
     def __init__(self, runtime=None, owns_runtime: bool = False) -> None:
@@ -136,6 +119,8 @@ class EngineWorker(QObject):
         self.config: RunConfig | None = None
         self.faults = FaultPlan()
         self.templated_text: str | None = None
+        self.source = None
+        """The last run's proposal source (a draft source owns a second runtime: closed when replaced)."""
         self.source_settings: dict = {}
         self._cv = threading.Condition()
         self._paused = False
@@ -168,26 +153,41 @@ class EngineWorker(QObject):
     def _reserve_gui_core(self) -> None:
         """Leave one CPU core to the GUI: llama.cpp's threads spin at barriers, so
         ``n_threads`` = all cores starves the event loop. Runs on the worker thread
-        (under the scheduler lock) before the first run; ``_restore_threads`` undoes it."""
-        import llama_cpp
-
+        (``runtime.set_threads`` under the scheduler lock) before the first run;
+        ``_restore_threads`` undoes it. A draft runtime made later copies the target's count."""
         rt = self.runtime
         cores = os.cpu_count() or 1
         n = getattr(rt, "n_threads", None)
         if self._threads_saved is not None or n is None or not getattr(rt, "ctx", None) or n < cores or n <= 1:
             return
-        self._threads_saved = (rt, n)
-        self.scheduler.execute("stats", -1, lambda r: llama_cpp.llama_set_n_threads(r.ctx, n - 1, n - 1))
+        self._threads_saved = (rt, self.scheduler, n)
+        self.scheduler.execute("stats", -1, lambda r: r.set_threads(n - 1))
 
     def _restore_threads(self) -> None:
         saved, self._threads_saved = getattr(self, "_threads_saved", None), None
         if saved is None:
             return
-        import llama_cpp
-
-        rt, n = saved
+        rt, scheduler, n = saved
         if getattr(rt, "ctx", None):
-            llama_cpp.llama_set_n_threads(rt.ctx, n, n)
+            scheduler.execute("stats", -1, lambda r: r.set_threads(n))
+
+    def _close_source(self) -> None:
+        """Close the last run's source (worker thread): ``close()``, then a draft's own runtime."""
+        source, self.source = self.source, None
+        if source is None:
+            return
+        try:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+        except Exception:
+            log.exception("closing proposal source %s failed", getattr(source, "name", source))
+        draft = getattr(source, "draft", None)
+        if draft is not None and hasattr(draft, "close"):
+            try:
+                draft.close()
+            except Exception:
+                log.exception("closing the draft runtime failed")
 
     @property
     def running(self) -> bool:
@@ -219,6 +219,7 @@ class EngineWorker(QObject):
     def _drop_runtime(self) -> None:
         if self.contention is not None:
             self.contention.stop_all()
+        self._close_source()  # a draft was checked against this target
         self._restore_threads()
         if self.runtime is not None and self.owns_runtime:
             self.runtime.close()
@@ -231,6 +232,7 @@ class EngineWorker(QObject):
         """Stop background sessions, drop sessions, close an owned runtime (worker thread)."""
         if self.contention is not None:
             self.contention.stop_all()
+        self._close_source()
         self._restore_threads()
         if self.runtime is not None and self.owns_runtime:
             self.runtime.close()
@@ -318,9 +320,9 @@ class EngineWorker(QObject):
             self._autosave.write({"kind": "step", "token": ev.token, "text": self.runtime.token_text(ev.token),
                                   "position": ev.position})
 
-    def _on_proposal(self, p: Proposal) -> None:
+    def _on_proposal(self, window: int, p: Proposal) -> None:
         self._send_texts(p.token_ids)
-        self.proposal.emit(tuple(p.token_ids))
+        self.proposal.emit((window, tuple(p.token_ids)))
 
     def _on_receipt(self, r: WindowReceipt) -> None:
         self._send_texts(r.verification_row_predictions)
@@ -363,9 +365,10 @@ class EngineWorker(QObject):
     # -- the run (worker thread) ---------------------------------------------------------
     @Slot(object)
     def start_run(self, config: RunConfig) -> None:
-        """Load the model if needed, prefill, then step until finished or stopped."""
-        from inspector.sources import NgramSource, ScriptedSource
+        """Load the model if needed, make the source, prefill, then step until finished or stopped.
 
+        When the source cannot be made (an incompatible draft, a bad file),
+        ``sourceFailed`` is emitted and the previous run's records stay as they were."""
         if self._running or self._closing:
             return
         if self.runtime is None or str(self.runtime.model_path) != str(config.model_path):
@@ -374,7 +377,24 @@ class EngineWorker(QObject):
                 return
         rt = self.runtime
         self._reserve_gui_core()
+        try:
+            templated_text = None if config.raw else rt.chat_prompt(config.prompt_text)
+            tokens = rt.prompt_tokens(config.prompt_text, raw=config.raw)
+            if not tokens:
+                raise EngineError("the prompt is empty after tokenization")
+        except (EngineError, ValueError) as exc:
+            self.errorOccurred.emit(str(exc), {})
+            self.runFinished.emit("error", {})
+            return
+        self._close_source()
+        try:
+            source = self.make_source(config)
+        except Exception as exc:  # third-party factories may raise anything: a dialog, never a crash
+            self.sourceFailed.emit(config.source, str(exc) or type(exc).__name__)
+            return
+        self.source = source
         self.config = config
+        self.templated_text = templated_text
         with self._cv:
             self._stop = False
             self._resume = False
@@ -389,24 +409,9 @@ class EngineWorker(QObject):
                 self._paused, self._token_mode, self._token_permits = False, True, 1
         self.faults = config.faults
         try:
-            self.templated_text = None if config.raw else rt.chat_prompt(config.prompt_text)
-            tokens = rt.prompt_tokens(config.prompt_text, raw=config.raw)
-            if not tokens:
-                raise EngineError("the prompt is empty after tokenization")
-            if config.source == "ngram":
-                inner = NgramSource(n_max=config.ngram_max, n_min=config.ngram_min)
-            elif config.source == "scripted":
-                if not config.script_text:
-                    raise EngineError("the scripted source needs a script text")
-                inner = ScriptedSource.from_text(lambda t: rt.tokenize(t, False, True), config.script_text)
-            else:
-                inner = None
-        except (EngineError, ValueError) as exc:
-            self.errorOccurred.emit(str(exc), {})
-            self.runFinished.emit("error", {})
-            return
-        source = RecordingSource(inner, self._on_proposal) if inner is not None else None
-        self.source_settings = source.settings() if source else {}
+            self.source_settings = source.settings() if source is not None and hasattr(source, "settings") else {}
+        except Exception:
+            self.source_settings = {}
         sid = self._open_session(config.settings)
         if sid is None:
             self.errorOccurred.emit("no free KV sequence for the run: lower the background sessions", {})
@@ -441,6 +446,21 @@ class EngineWorker(QObject):
         self.progress.emit(self._progress(gen))
         self.stateChanged.emit(IDLE, reason)
         self.runFinished.emit(reason, info)
+
+    def make_source(self, config: RunConfig):
+        """The run's proposal source (worker thread: a draft model is loaded here), or None for ``none``.
+
+        Raises what the factory raises: ``IncompatibleDraft`` (names the failed check),
+        ``ModelFileError`` (names the file), ``ReceiptsFileError``, ``ValueError``, ..."""
+        from inspector.sources.registry import SourceContext, available_sources
+
+        if config.source == "none":
+            return None
+        factories = available_sources()
+        if config.source not in factories:
+            raise ValueError(f"unknown proposal source {config.source!r}: expected one of "
+                             f"{', '.join([*factories, 'none'])}")
+        return factories[config.source](SourceContext(self.runtime, config.settings), **config.source_options)
 
     def _open_session(self, settings: GenerationSettings) -> int | None:
         sampling = settings.sampling
