@@ -494,6 +494,7 @@ class MainWindow(QMainWindow):
             self.set_session(session)
             self.refresh_all()
         self._before_run = None
+        self.load_progress.hide()
         self._set_state(W.IDLE, f"{name} source refused")
         title = "Draft model refused" if "refused" in message and name == "draft" else \
             f"Cannot use the {name} proposal source"

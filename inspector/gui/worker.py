@@ -386,16 +386,7 @@ class EngineWorker(QObject):
             self.errorOccurred.emit(str(exc), {})
             self.runFinished.emit("error", {})
             return
-        self._close_source()
-        try:
-            source = self.make_source(config)
-        except Exception as exc:  # third-party factories may raise anything: a dialog, never a crash
-            self.sourceFailed.emit(config.source, str(exc) or type(exc).__name__)
-            return
-        self.source = source
-        self.config = config
-        self.templated_text = templated_text
-        with self._cv:
+        with self._cv:  # before the source is made: a Stop while a draft loads is kept
             self._stop = False
             self._resume = False
             self._paused = config.start_paused
@@ -407,6 +398,18 @@ class EngineWorker(QObject):
                 self._paused, self._window_budget = False, 1
             elif config.first_action == "token":
                 self._paused, self._token_mode, self._token_permits = False, True, 1
+        self._close_source()
+        if config.source == "draft":
+            name = Path(str(config.source_options.get("draft_model", ""))).name
+            self.stateChanged.emit(RUNNING, f"loading the draft model {name} and checking it against the target…")
+        try:
+            source = self.make_source(config)
+        except Exception as exc:  # third-party factories may raise anything: a dialog, never a crash
+            self.sourceFailed.emit(config.source, str(exc) or type(exc).__name__)
+            return
+        self.source = source
+        self.config = config
+        self.templated_text = templated_text
         self.faults = config.faults
         try:
             self.source_settings = source.settings() if source is not None and hasattr(source, "settings") else {}

