@@ -272,6 +272,8 @@ class ControlPanel(QWidget):
         self.draft_model = QLineEdit()
         self.draft_model.setPlaceholderText("draft GGUF: Open… or Make draft")
         self.draft_model.setToolTip("the draft model file; it must share the target's vocabulary")
+        self.draft_model.textChanged.connect(
+            lambda t: self.draft_model.setToolTip(t or "the draft model file; it must share the target's vocabulary"))
         self.open_draft = QPushButton("Open…")
         self.open_draft.setToolTip("Open a draft GGUF model file")
         row = QHBoxLayout()
@@ -321,6 +323,7 @@ class ControlPanel(QWidget):
                                     "decode steps")
         self.open_replay = QPushButton("Open…")
         self.open_replay.setToolTip("Open a receipts file")
+        self.replay_file.textChanged.connect(lambda t: self.replay_file.setToolTip(t or "receipts file to replay"))
         row = QHBoxLayout()
         row.addWidget(self.replay_file, 1)
         row.addWidget(self.open_replay)
