@@ -60,12 +60,18 @@ def _fault(text: str):
 def build_parser() -> argparse.ArgumentParser:
     from inspector.engine.faults import FAULT_KINDS
 
-    parser = _Parser(prog="spec-inspector", description="See speculative decoding happen on llama.cpp.")
+    parser = _Parser(
+        prog="spec-inspector",
+        description="See speculative decoding happen on llama.cpp.",
+        epilog="Without a command, spec-inspector opens the inspector window; its options: "
+               "--model PATH (GGUF to load), --receipts FILE (a receipts .json or autosave .jsonl to open), "
+               "--prompt TEXT (prompt to put in the editor).",
+    )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run speculative decoding headless and write receipts",
                          description="Run speculative decoding on a prompt, print the text and a summary, write receipts.")
-    p = run.add_mutually_exclusive_group(required=True)
+    p = run.add_mutually_exclusive_group()
     p.add_argument("--prompt", help="the prompt text (sent as a user message through the chat template)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
     run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
@@ -108,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true",
                      help="after an error (e.g. an injected one), resume from the canonical position and finish")
     run.add_argument("--receipts", type=Path, metavar="OUT.json", help="write the receipts document here")
+    run.add_argument("--proposal-deadline-ms", type=float, default=2000.0, metavar="MS",
+                     help="a proposal that arrives later is discarded as deadline_exceeded [2000]")
     run.add_argument("--events", action="store_true", help="print the ordered event list")
     run.add_argument("--quiet", action="store_true", help="do not stream the generated text")
 
@@ -145,15 +153,23 @@ class _UserError(Exception):
     pass
 
 
+def _strip_final_newline(text: str) -> str:
+    return text[:-1] if text.endswith("\n") else text
+
+
 def cmd_run(args) -> int:
     from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeScheduler, SamplingSettings
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError, bundled_model_path
     from inspector.receipts import ReceiptsFileError, build_document, write_document
-    from inspector.run_output import StreamPrinter, format_summary
+    from inspector.run_output import StreamPrinter, format_event, format_summary
 
     try:
-        prompt = args.prompt if args.prompt is not None else _read_text(args.prompt_file, "prompt file")
+        if args.prompt is None and args.prompt_file is None:
+            raise _UserError("give the prompt with --prompt TEXT or --prompt-file F")
+        # A prompt file's final newline is the file's, not the prompt's.
+        prompt = args.prompt if args.prompt is not None else _strip_final_newline(
+            _read_text(args.prompt_file, "prompt file"))
         script = None
         if args.source == "scripted":
             if args.script is None and args.script_file is None:
@@ -193,6 +209,7 @@ def cmd_run(args) -> int:
         options["script"] = script
     settings = GenerationSettings(
         max_new_tokens=args.max_tokens, draft_max=args.draft_max, stop=tuple(args.stop),
+        proposal_deadline_ms=args.proposal_deadline_ms,
         sampling=SamplingSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed),
         verification=args.verification,
     )
@@ -218,8 +235,8 @@ def cmd_run(args) -> int:
             gen.run()
             break
         except Exception as exc:  # engine or injected error: already repaired, receipts kept
-            printer.newline()
-            print(f"spec-inspector: generation error: {exc}", file=sys.stderr)
+            sys.stdout.flush()
+            print(f"\nspec-inspector: generation error: {exc}", file=sys.stderr, flush=True)
             if args.resume and attempts < 20:
                 attempts += 1
                 print("spec-inspector: resuming from the canonical position", file=sys.stderr)
@@ -231,8 +248,10 @@ def cmd_run(args) -> int:
     printer.newline()
     if args.events:
         for e in gen.events:
-            print(f"  {e.seq:5d} {e.t_us:10d}us {e.kind:8s} window={e.window} token={e.token} "
-                  f"row={e.row} position={e.position} {e.detail}")
+            print(format_event(e, runtime.token_text))
+    if gen.finish_reason == "context_full":
+        print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
+              f"raise --n-ctx", file=sys.stderr)
     print(format_summary(gen.summary(), wall, kv_length=gen.kv_length(), canonical=gen.canonical_position))
     if args.receipts:
         doc = build_document(gen, runtime, prompt_text=prompt, templated_text=templated, raw=args.raw,
@@ -279,6 +298,8 @@ def cmd_view(args) -> int:
     from inspector.receipts import ReceiptsFileError, load_document
     from inspector.run_output import format_document
 
+    if not args.file.exists():
+        return _fail(f"cannot read receipts {args.file}: no such file")
     try:
         doc = load_document(args.file)
     except ReceiptsFileError as exc:
@@ -311,11 +332,22 @@ def cmd_gui(argv: list[str]) -> int:
     return gui_main(argv)
 
 
+COMMANDS = ("run", "view", "make-draft")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("run", "view", "make-draft", "-h", "--help"):
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        return _fail(f"unknown command {argv[0]!r}: expected one of {', '.join(COMMANDS)} "
+                     f"(no command opens the window; see spec-inspector --help)", EXIT_USAGE)
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         return cmd_gui(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        print(f"spec-inspector {args.command}: error: unrecognized arguments: {' '.join(extras)} "
+              f"(see spec-inspector {args.command} --help)", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.command == "run":
             return cmd_run(args)

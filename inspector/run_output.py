@@ -29,6 +29,22 @@ class StreamPrinter(GenerationObserver):
             self._open_line = False
 
 
+def format_event(e, token_text) -> str:
+    """One line of the event list, fields that do not apply left out."""
+    parts = [f"{e.seq:5d}", f"{e.t_us / 1000:10.1f} ms", f"{e.kind:8s}"]
+    if e.window is not None:
+        parts.append(f"window {e.window}")
+    if e.row is not None:
+        parts.append(f"row {e.row}")
+    if e.token is not None:
+        parts.append(f"token {e.token} {token_text(e.token)!r}")
+    if e.position is not None:
+        parts.append(f"position {e.position}")
+    if e.detail:
+        parts.append(e.detail)
+    return "  " + "  ".join(parts)
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 

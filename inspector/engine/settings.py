@@ -46,7 +46,7 @@ class GenerationSettings:
     max_new_tokens: int = 128
     draft_max: int = 8
     stop: tuple[str, ...] = ()
-    proposal_deadline_ms: float = 250.0
+    proposal_deadline_ms: float = 2000.0
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     verification: str = "sample_match"
 

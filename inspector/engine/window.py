@@ -272,7 +272,7 @@ def _repair_to(ctx: WindowContext, trace: WindowTrace, canonical: int, window: i
     status, observed = r.value
     if status != "ok":
         trace.session_retired = True
-        ctx.emit(REPAIR, window, None, None, 0, "trim failed; session retired")
+        ctx.emit(REPAIR, window, None, None, None, "trim failed; session retired")
         if status == "failed":
             cause = "injected trim failure" if injected else "llama_memory_seq_rm returned false"
             raise RepairFailed(
