@@ -89,7 +89,7 @@ def test_a_prompt_longer_than_the_context_is_refused(tmp_path):
 @pytest.mark.parametrize("content, problem", [
     (b"", "empty"),
     (b"not a model at all", "not a GGUF file"),
-    (b"GGUF\x03\x00\x00\x00garbage", "damaged GGUF header"),
+    (b"GGUF\x03\x00\x00\x00garbage", "damaged GGUF header|truncated"),
 ])
 def test_damaged_model_files_are_named_with_their_problem(tmp_path, content, problem):
     f = tmp_path / "m.gguf"
@@ -114,3 +114,22 @@ def test_a_receipts_file_with_the_wrong_schema_is_refused(tmp_path):
     f.write_text(json.dumps({"schema": "spec-inspector/receipts", "schema_version": 1}))
     with pytest.raises(ReceiptsFileError, match="does not match schema"):
         load_document(f)
+
+
+@pytest.mark.parametrize("cut", [5, 24, 200, 5_000, 2_000_000, -10])
+def test_a_gguf_cut_anywhere_is_refused_as_truncated_or_damaged(tmp_path, model_path, cut):
+    data = Path(model_path).read_bytes()
+    f = tmp_path / "cut.gguf"
+    f.write_bytes(data[:cut])
+    with pytest.raises(ModelFileError, match="truncated|damaged") as err:
+        check_gguf(f)
+    assert str(f) in str(err.value)
+
+
+def test_the_header_check_agrees_with_the_gguf_package(model_path):
+    from gguf import GGUFReader
+
+    info = check_gguf(model_path)
+    reader = GGUFReader(str(model_path))
+    assert info.tensor_count == len(reader.tensors)
+    assert info.n_vocab == len(reader.fields["tokenizer.ggml.tokens"].data)
