@@ -4,6 +4,7 @@
 ``spec-inspector run ...``    runs speculative decoding headless and writes receipts.
 ``spec-inspector view FILE``  prints the summary of a receipts file.
 ``spec-inspector make-draft`` re-quantizes a model into a draft model.
+``spec-inspector trace FILE -o OUT`` writes a Chrome trace (Perfetto) of a receipts file.
 
 Every failure a user can cause (bad flag, missing file, damaged model, prompt
 too long) ends with one line on stderr and a non-zero exit status.
@@ -121,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     view = sub.add_parser("view", help="print the summary of a receipts file")
     view.add_argument("file", type=Path)
+
+    tr = sub.add_parser("trace", help="write a Chrome trace (Perfetto) of a receipts file",
+                        description="Convert a receipts file to Chrome trace event JSON: open it in "
+                                    "https://ui.perfetto.dev or chrome://tracing.")
+    tr.add_argument("file", type=Path, help="receipts .json")
+    tr.add_argument("-o", "--out", type=Path, required=True, help="trace .json to write")
 
     from inspector.llama.quantize import QUANT_TYPES
 
@@ -308,6 +315,22 @@ def cmd_view(args) -> int:
     return 0
 
 
+def cmd_trace(args) -> int:
+    from inspector.receipts import ReceiptsFileError, load_document
+    from inspector.receipts.trace import write_trace
+
+    if not args.file.exists():
+        return _fail(f"cannot read receipts {args.file}: no such file")
+    try:
+        path = write_trace(load_document(args.file), args.out)
+    except ReceiptsFileError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot write {args.out}: {exc.strerror or exc}")
+    print(path)
+    return 0
+
+
 def cmd_make_draft(args) -> int:
     from inspector.llama.model_file import ModelFileError, bundled_model_path
     from inspector.llama.quantize import make_draft
@@ -332,7 +355,7 @@ def cmd_gui(argv: list[str]) -> int:
     return gui_main(argv)
 
 
-COMMANDS = ("run", "view", "make-draft")
+COMMANDS = ("run", "view", "make-draft", "trace")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_view(args)
         if args.command == "make-draft":
             return cmd_make_draft(args)
+        if args.command == "trace":
+            return cmd_trace(args)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     build_parser().print_help()

@@ -133,3 +133,23 @@ def test_the_header_check_agrees_with_the_gguf_package(model_path):
     reader = GGUFReader(str(model_path))
     assert info.tensor_count == len(reader.tensors)
     assert info.n_vocab == len(reader.fields["tokenizer.ggml.tokens"].data)
+
+
+def test_a_trace_of_a_receipts_file_parses_and_has_one_verify_slice_per_window(tmp_path):
+    out = tmp_path / "r.json"
+    p = cli("run", "--prompt", "Copy this line exactly: one two three four five six seven eight",
+            "--ngram-min", "1", "--max-tokens", "24", "--inject", "callback_error@1:1", "--resume", "--quiet",
+            "--receipts", out)
+    assert p.returncode == 0, p.stderr
+    trace_path = tmp_path / "trace.json"
+    t = cli("trace", out, "-o", trace_path)
+    assert t.returncode == 0, t.stderr
+    trace = json.loads(trace_path.read_text())
+    events = trace["traceEvents"]
+    assert all({"name", "ph", "ts", "pid", "tid"} <= set(e) for e in events)
+    doc = load_document(out)
+    verify = [e for e in events if e["name"] == "verify" and e["ph"] == "X"]
+    assert len(verify) == len(doc["windows"]) > 0
+    assert {e["args"]["window_index"] for e in verify} == {w["window_index"] for w in doc["windows"]}
+    assert any(e["ph"] == "C" for e in events) and any(e["name"] == "lock wait" or e["name"].startswith("lock hold") for e in events)
+    assert any(e["name"] == "verify (window failed)" for e in events)

@@ -140,6 +140,9 @@ class Generation:
         self.prefill_elapsed_us = 0
         self.decode_elapsed_us = 0
         self._t0 = perf_counter_ns()
+        self.started_us = (self._t0 - scheduler.epoch_ns) // 1000
+        """When the request started, in microseconds on the scheduler's clock
+        (``LockOperation.started_us``); event ``t_us`` values count from here."""
         self._started = False
         self._ctx: WindowContext | None = None
         self._commit_window: int | None = None

@@ -35,7 +35,8 @@ class RuntimeScheduler:
     def __init__(self, runtime: Any, history: int = 100_000) -> None:
         self.runtime = runtime
         self._lock = threading.Lock()
-        self._epoch_ns = perf_counter_ns()
+        self.epoch_ns = perf_counter_ns()
+        """``perf_counter_ns`` when the scheduler was made: time zero of ``LockOperation.started_us``."""
         self.operations: deque[LockOperation] = deque(maxlen=history)
         self.totals: dict[str, list[int]] = {}
         """kind -> [acquisitions, total wait us, total hold us]."""
@@ -66,7 +67,7 @@ class RuntimeScheduler:
         return Timed(value, (t1 - t0) // 1000, (t2 - t1) // 1000)
 
     def _record(self, kind: str, session_id: int, t0: int, t1: int, t2: int) -> None:
-        op = LockOperation(kind, session_id, (t0 - self._epoch_ns) // 1000, (t1 - t0) // 1000, (t2 - t1) // 1000)
+        op = LockOperation(kind, session_id, (t0 - self.epoch_ns) // 1000, (t1 - t0) // 1000, (t2 - t1) // 1000)
         self.operations.append(op)
         tot = self.totals.get(kind)
         if tot is None:

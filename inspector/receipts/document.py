@@ -111,6 +111,8 @@ def build_document(generation, runtime, *, prompt_text: str, templated_text: str
         "discards": [d.to_json() for d in g.discards],
         "events": [e.to_json() for e in g.events],
         "summary": summary,
+        "timing": {"request_started_us": g.started_us,
+                   "clock": "event t_us count from request_started_us; lock operation started_us from the scheduler's start"},
     }
     if include_lock_operations:
         doc["lock_operations"] = [op.to_json() for op in g.scheduler.operations if op.session_id in sessions]
