@@ -129,6 +129,19 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("file", type=Path, help="receipts .json")
     tr.add_argument("-o", "--out", type=Path, required=True, help="trace .json to write")
 
+    from inspector.bench.run import TASKS
+
+    bn = sub.add_parser("bench", help="plain vs speculative decoding on fixed tasks, with the cost model",
+                        description="Measure plain decoding, our n-gram speculation and llama-cpp-python's "
+                                    "LlamaPromptLookupDecoding on the same prompts in one process.")
+    bn.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    bn.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
+    bn.add_argument("--max-tokens", type=_positive, default=128, help="tokens per run [128]")
+    bn.add_argument("--k-max", type=_positive, default=16, help="largest verify batch in the cost model [16]")
+    bn.add_argument("--repeats", type=_positive, default=3, help="repeats per cost-model point [3]")
+    bn.add_argument("--no-llama-cpp-python", action="store_true", help="skip LlamaPromptLookupDecoding")
+    bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
+
     from inspector.llama.quantize import QUANT_TYPES
 
     md = sub.add_parser("make-draft", help="make a draft model by re-quantizing the target",
@@ -315,6 +328,33 @@ def cmd_view(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    import json
+
+    from inspector.bench.run import TASKS, format_bench, run_bench
+    from inspector.engine.errors import EngineError
+    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.llama.runtime import LlamaRuntime
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+    try:
+        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=2048, n_seq_max=1)
+    except (ModelFileError, EngineError) as exc:
+        return _fail(str(exc))
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats,
+                       not args.no_llama_cpp_python, progress)
+    print(format_bench(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"json: {args.json}")
+    runtime.close()
+    return 0
+
+
 def cmd_trace(args) -> int:
     from inspector.receipts import ReceiptsFileError, load_document
     from inspector.receipts.trace import write_trace
@@ -355,7 +395,7 @@ def cmd_gui(argv: list[str]) -> int:
     return gui_main(argv)
 
 
-COMMANDS = ("run", "view", "make-draft", "trace")
+COMMANDS = ("run", "view", "make-draft", "trace", "bench")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_make_draft(args)
         if args.command == "trace":
             return cmd_trace(args)
+        if args.command == "bench":
+            return cmd_bench(args)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     build_parser().print_help()

@@ -153,3 +153,25 @@ def test_a_trace_of_a_receipts_file_parses_and_has_one_verify_slice_per_window(t
     assert {e["args"]["window_index"] for e in verify} == {w["window_index"] for w in doc["windows"]}
     assert any(e["ph"] == "C" for e in events) and any(e["name"] == "lock wait" or e["name"].startswith("lock hold") for e in events)
     assert any(e["name"] == "verify (window failed)" for e in events)
+
+
+def test_bench_on_a_tiny_setting_prints_a_table_and_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    p = cli("bench", "--tasks", "copy-with-corrections", "--max-tokens", "6", "--k-max", "3", "--repeats", "1",
+            "--json", out)
+    assert p.returncode == 0, p.stderr
+    assert "ngram/plain" in p.stdout and "ceiling" in p.stdout
+    result = json.loads(out.read_text())
+    assert len(result["cost_model"]["row_ms"]) == 3 and all(v > 0 for v in result["cost_model"]["row_ms"])
+    assert result["cost_model"]["ceiling"] >= 1.0
+    task = result["tasks"][0]
+    assert task["task"] == "copy-with-corrections" and task["plain_tps"] > 0 and task["ngram_tps"] > 0
+
+
+def test_the_cost_model_gives_positive_medians_and_a_ceiling_of_at_least_one(scheduler, chat_tokens):
+    from inspector.bench.cost_model import measure_cost_model
+
+    cm = measure_cost_model(scheduler, chat_tokens("Count from one to twenty."), k_max=16, repeats=1)
+    assert len(cm.row_ms) == 16 and all(v > 0 for v in cm.row_ms)
+    assert cm.ceiling >= 1.0
+    assert cm.break_even(1) == 0.0

@@ -13,6 +13,7 @@ import ctypes
 import logging
 import os
 import threading
+import time
 from typing import Callable, Sequence
 
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
@@ -144,6 +145,8 @@ class LlamaRuntime:
         self.mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
         self._abort_owner: int | None = None
+        self.decode_ns = 0
+        """Total time spent inside ``llama_decode`` (nanoseconds), for benchmarks."""
         self._abort_flag, self._abort_cb = _abort_callback()
         llama_cpp.llama_set_abort_callback(
             self.ctx, self._abort_cb, ctypes.cast(self._abort_flag, ctypes.c_void_p)
@@ -269,9 +272,11 @@ class LlamaRuntime:
             self._abort_owner = sid
             if abort.is_set():
                 self._abort_flag[0] = b"\x01"
+        t = time.perf_counter_ns()
         try:
             rc = llama_cpp.llama_decode(self.ctx, self._batch)
         finally:
+            self.decode_ns += time.perf_counter_ns() - t
             self._abort_owner = None
             self._abort_flag[0] = b"\x00"
         if rc == 2:

@@ -1,0 +1,1 @@
+"""Measurements of what speculation buys on this machine: cost model and benchmark."""

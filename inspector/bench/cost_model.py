@@ -1,0 +1,92 @@
+"""Cost model: what a verify batch of k rows costs the target, and what that allows.
+
+On a CPU, verifying k rows is not nearly free (LLAMA_CPP_NOTES: 16 rows cost
+about 7 single rows here), so a window pays off only with long accepted runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+from time import perf_counter_ns
+from typing import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Median time to decode a batch of k rows, k = 1..len(row_ms) (milliseconds).
+
+    ``ceiling``: best possible speedup over plain decoding, every proposal
+    accepted: max over k of k * c(1) / c(k) (a window of k rows then commits
+    k tokens). ``break_even(k)``: accepted proposal tokens a window of k rows
+    needs to match plain decoding: c(k) / c(1) - 1 (it commits accepted + 1).
+    """
+
+    row_ms: tuple[float, ...]
+
+    def cost(self, rows: int) -> float:
+        if rows <= len(self.row_ms):
+            return self.row_ms[rows - 1]
+        # Beyond the measured range: extend the last measured slope.
+        k = len(self.row_ms)
+        slope = max(0.0, self.row_ms[-1] - self.row_ms[-2]) if k > 1 else self.row_ms[-1]
+        return self.row_ms[-1] + slope * (rows - k)
+
+    def speedup(self, rows: int) -> float:
+        return rows * self.row_ms[0] / self.cost(rows)
+
+    @property
+    def ceiling(self) -> float:
+        return max(self.speedup(k) for k in range(1, len(self.row_ms) + 1))
+
+    @property
+    def best_rows(self) -> int:
+        return max(range(1, len(self.row_ms) + 1), key=self.speedup)
+
+    def break_even(self, rows: int) -> float:
+        return self.cost(rows) / self.row_ms[0] - 1.0
+
+    def expected_speedup(self, windows: Sequence[tuple[int, int]], plain_steps: int) -> float | None:
+        """Speedup these costs predict for a run: ``windows`` as (verification rows,
+        committed tokens) pairs, plus ``plain_steps`` one-row steps. None if empty."""
+        tokens = sum(c for _, c in windows) + plain_steps
+        cost = sum(self.cost(r) for r, _ in windows) + plain_steps * self.row_ms[0]
+        return None if cost <= 0 or tokens == 0 else tokens * self.row_ms[0] / cost
+
+    def to_json(self) -> dict:
+        return {
+            "row_ms": list(self.row_ms),
+            "ceiling": self.ceiling,
+            "best_rows": self.best_rows,
+            "break_even_accepted": [self.break_even(k) for k in range(1, len(self.row_ms) + 1)],
+        }
+
+
+def measure_cost_model(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5) -> CostModel:
+    """Measure c(k) for k = 1..k_max on the loaded model: decode k rows after the
+    prompt ``repeats`` times (trimming back each time), take the median.
+    Runs under the scheduler lock; uses a temporary session."""
+    if len(prompt_tokens) + k_max > scheduler.runtime.n_ctx:
+        raise ValueError(f"prompt of {len(prompt_tokens)} tokens + {k_max} rows exceeds n_ctx")
+    rows_src = list(prompt_tokens) * (1 + k_max // max(1, len(prompt_tokens)))
+
+    def op(rt):
+        sid = rt.open_session(None)
+        try:
+            base = len(prompt_tokens) - 1
+            if base:
+                rt.prefill(sid, list(prompt_tokens[:-1]), 0)
+            out = []
+            for k in range(1, k_max + 1):
+                times = []
+                for _ in range(repeats + 1):  # the first is a warm-up
+                    t = perf_counter_ns()
+                    rt.decode_rows(sid, rows_src[:k], base)
+                    times.append((perf_counter_ns() - t) / 1e6)
+                    rt.trim(sid, base)
+                out.append(median(times[1:]))
+            return tuple(out)
+        finally:
+            rt.drop_session(sid)
+
+    return CostModel(scheduler.execute("cost_model", -1, op).value)
