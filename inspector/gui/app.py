@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(["spec-inspector"])
     app.setOrganizationName("spec-inspector")
     app.setApplicationName("spec-inspector")
-    win = create_window(None, offer_recovery=args.receipts is None, model_path=str(args.model) if args.model else None)
+    win = create_window(None, offer_recovery=args.receipts is None, model_path=str(args.model) if args.model else None,
+                        load_at_start=True)  # the model loads on the worker now, with a progress bar
     if args.prompt:
         win.panel.prompt.setPlainText(args.prompt)
     win.show()

@@ -1,6 +1,11 @@
 """The control panel: model, proposal source, sampling, limits, prompt, run
 controls, break conditions, fault buttons and background sessions.
 
+The run setup (model, source, sampling, prompt) scrolls in its own area; the
+run controls, the fault buttons and the background sessions sit below it and
+are always visible (1280x800 included). Spin boxes and combo boxes ignore
+the mouse wheel unless they have focus, so wheeling over the panel scrolls it.
+
 Widgets only: ``MainWindow`` connects them. ``settings_values`` /
 ``apply_values`` convert to and from a plain dict (QSettings and tests).
 """
@@ -9,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -23,6 +28,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QStackedWidget,
@@ -35,6 +41,9 @@ from inspector.engine.settings import GenerationSettings, SamplingSettings
 from inspector.gui.contention import MAX_BACKGROUND
 
 BUNDLED = "(bundled SmolLM2-135M-Instruct)"
+CUSTOM_PROMPT = "custom prompt"
+"""The example picker's entry when the editor holds no example prompt's text."""
+FAULT_DISABLED_TIP = "Available while a run is running or paused."
 BUILTIN_SETTINGS = ("ngram", "draft", "scripted", "replay")
 """Sources with a settings page; any other (third-party) source is made with no options."""
 SOURCE_TIPS = {
@@ -56,12 +65,40 @@ def source_names() -> list[str]:
 
 
 def example_prompts() -> dict[str, str]:
-    """Example prompts from ``assets/prompts/*.txt``: name -> text."""
+    """Example prompts from ``assets/prompts/*.txt``: name -> the file's text without its
+    final newline (as ``spec-inspector run --prompt-file`` reads it)."""
     folder = inspector.asset_path("prompts")
     out = {}
     for p in sorted(Path(folder).glob("*.txt")):
-        out[p.stem] = p.read_text("utf-8").strip()
+        text = p.read_text("utf-8")
+        out[p.stem] = text[:-1] if text.endswith("\n") else text
     return out
+
+
+class _WheelGuard(QObject):
+    """Event filter: a wheel event over an unfocused spin box or combo box is not
+    theirs (it goes to the parent, so the scroll area scrolls)."""
+
+    def eventFilter(self, obj, ev) -> bool:
+        if ev.type() == QEvent.Type.Wheel and isinstance(obj, (QSpinBox, QDoubleSpinBox, QComboBox)) \
+                and not obj.hasFocus():
+            ev.ignore()
+            parent = obj.parentWidget()
+            while parent is not None and not isinstance(parent, QScrollArea):
+                parent = parent.parentWidget()
+            if parent is not None:
+                QCoreApplication.sendEvent(parent.verticalScrollBar(), ev)
+            return True
+        return False
+
+
+def guard_wheel(root: QWidget, guard: QObject) -> None:
+    """Install ``guard`` on every spin box and combo box under ``root``; they take focus
+    by click or Tab only (never by wheel)."""
+    for cls in (QSpinBox, QDoubleSpinBox, QComboBox):
+        for w in root.findChildren(cls):
+            w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            w.installEventFilter(guard)
 
 
 def _spin(lo: int, hi: int, value: int, tip: str = "") -> QSpinBox:
@@ -89,9 +126,24 @@ class ControlPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        lay = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(4)
+        # The run setup scrolls; the run, fault and contention controls below it do not.
+        self.setup = QWidget()
+        lay = QVBoxLayout(self.setup)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.setSpacing(6)
+        self.setup_scroll = QScrollArea()
+        self.setup_scroll.setWidget(self.setup)
+        self.setup_scroll.setWidgetResizable(True)
+        self.setup_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setup_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer.addWidget(self.setup_scroll, 1)
+        fixed = QVBoxLayout()
+        fixed.setContentsMargins(4, 0, 4, 4)
+        fixed.setSpacing(4)
+        outer.addLayout(fixed)
 
         # Model
         g = QGroupBox("Model")
@@ -165,7 +217,9 @@ class ControlPanel(QWidget):
         g = QGroupBox("Prompt")
         gl = QVBoxLayout(g)
         self.examples = QComboBox()
-        self.examples.addItem("example prompts…", "")
+        self.examples.setToolTip("example prompts (assets/prompts); “custom prompt” when the editor holds "
+                                 "another text")
+        self.examples.addItem(CUSTOM_PROMPT, "")
         for name, text in example_prompts().items():
             self.examples.addItem(name, text)
         self.examples.activated.connect(self._example_chosen)
@@ -180,6 +234,8 @@ class ControlPanel(QWidget):
         gl.addLayout(row)
         gl.addWidget(self.prompt, 1)
         lay.addWidget(g)
+        lay.addStretch(1)
+        self.prompt.textChanged.connect(self._sync_example)
 
         # Run controls
         g = QGroupBox("Run")
@@ -209,11 +265,16 @@ class ControlPanel(QWidget):
             self.break_boxes[kind] = cb
             brk.addWidget(cb)
         grid.addLayout(brk, 2, 0, 1, 3)
-        lay.addWidget(g)
+        grid.setContentsMargins(6, 4, 6, 4)
+        grid.setVerticalSpacing(2)
+        fixed.addWidget(g)
+        self.run_group = g
 
-        # Faults
-        g = QGroupBox("Inject a fault (fires once)")
+        # Faults and contention
+        g = QGroupBox("Faults (fire once) and contention")
         grid = QGridLayout(g)
+        grid.setContentsMargins(6, 4, 6, 4)
+        grid.setVerticalSpacing(2)
         self.fault_cancel = QPushButton("Cancel at next commit")
         self.fault_cancel.setToolTip("Fault('cancel'): the request is cancelled before the next commit token")
         self.fault_callback = QPushButton("Fail callback at token")
@@ -228,21 +289,23 @@ class ControlPanel(QWidget):
         grid.addWidget(self.fault_callback, 1, 0)
         grid.addWidget(self.fault_token, 1, 1)
         grid.addWidget(self.fault_drift, 1, 2)
-        self.pending_faults = QLabel("")
-        self.pending_faults.setStyleSheet("color:#c62828")
-        grid.addWidget(self.pending_faults, 2, 0, 1, 3)
-        lay.addWidget(g)
-
-        # Contention
+        self.fault_buttons = (self.fault_cancel, self.fault_callback, self.fault_trim, self.fault_drift)
+        self._fault_tips = {b: b.toolTip() for b in self.fault_buttons}
+        self.set_faults_enabled(False)
         row = QHBoxLayout()
         row.addWidget(QLabel("Background sessions"))
         self.background = _spin(0, MAX_BACKGROUND, 0,
                                 "other sessions generating through the same runtime lock (plain and n-gram)")
         row.addWidget(self.background)
-        row.addStretch(1)
-        lay.addLayout(row)
-        lay.addStretch(1)
+        self.pending_faults = QLabel("")
+        self.pending_faults.setStyleSheet("color:#c62828")
+        row.addWidget(self.pending_faults, 1)
+        grid.addLayout(row, 2, 0, 1, 3)
+        fixed.addWidget(g)
+        self.fault_group = g
         self._source_changed(self.source.currentText())
+        self._wheel_guard = _WheelGuard(self)
+        guard_wheel(self, self._wheel_guard)
 
     def _build_source_pages(self) -> None:
         def page(name: str) -> QFormLayout:
@@ -372,10 +435,27 @@ class ControlPanel(QWidget):
             self.source.setCurrentIndex(i)
         return i >= 0
 
+    def set_faults_enabled(self, on: bool) -> None:
+        """Enable the fault buttons (a run is running or paused); disabled ones say when they work."""
+        for b in self.fault_buttons:
+            b.setEnabled(on)
+            b.setToolTip(self._fault_tips[b] if on else f"{self._fault_tips[b]}\n{FAULT_DISABLED_TIP}")
+
     def _example_chosen(self, index: int) -> None:
         text = self.examples.itemData(index)
         if text:
             self.prompt.setPlainText(text)
+        else:
+            self._sync_example()
+
+    def _sync_example(self) -> None:
+        """Show the example whose text is in the editor, else “custom prompt”."""
+        i = self.examples.findData(self.prompt.toPlainText()) if self.prompt.toPlainText() else -1
+        self.examples.setCurrentIndex(max(i, 0))
+
+    def example_name(self) -> str:
+        """The example prompt in the editor ("" for a custom prompt)."""
+        return self.examples.currentText() if self.examples.currentIndex() > 0 else ""
 
     def choose_example(self, name: str) -> None:
         """Load the example prompt ``name`` (file stem of ``assets/prompts``)."""

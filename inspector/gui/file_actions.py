@@ -35,12 +35,15 @@ class FileActions(QObject):
 
     def use_model(self, path: str) -> None:
         """Select ``path`` as the model (added to the recent models) and load it on the worker thread."""
-        if self.win.state != "idle":
+        if self.win.state not in ("idle", "loading"):
             self.win.show_error("Run in progress", "Stop the run before changing the model.")
             return
         self.win.panel.add_recent_model(str(Path(path).resolve()))
-        self.win.panel.model_status.setText(f"loading {Path(path).name} …")
-        self.win.requestLoad.emit(str(Path(path).resolve()), 2048)
+        if self.win.state == "idle":
+            self.win.load_selected_model()
+        else:  # queued after the load in flight
+            self.win.panel.model_status.setText(f"loading {Path(path).name} …")
+            self.win.requestLoad.emit(str(Path(path).resolve()), 2048)
 
     # -- receipts ------------------------------------------------------------------------
     def open_receipts_dialog(self) -> None:
@@ -53,7 +56,7 @@ class FileActions(QObject):
         """Show a saved receipts document (or an autosave ``.jsonl``) with run controls disabled."""
         from inspector.receipts import ReceiptsFileError, load_document
 
-        if self.win.state != "idle":
+        if self.win.state not in ("idle", "loading"):  # a model loading (at startup) is no run
             self.win.show_error("Run in progress", "Stop the run before opening receipts.")
             return False
         try:
@@ -75,7 +78,7 @@ class FileActions(QObject):
         self.win.banner.setStyleSheet("background:#e3f2fd;color:#0d47a1;padding:4px")
         self.win.banner.show()
         self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
-        self.win._set_state("idle")
+        self.win._set_state(self.win.state)
         return True
 
     def export_receipts_dialog(self) -> None:

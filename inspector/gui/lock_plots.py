@@ -3,8 +3,10 @@
 Top row: wait and hold of every operation of the main session over time
 (seconds since the scheduler started), one series per kind (verify, repair
 = trim/retire, prefill, step) plus one for all background sessions. Bottom
-row: their distributions (histograms on a log10 microsecond axis). Items
-are created once and updated with ``setData``.
+row: their distributions (histograms on a log10 microsecond axis). The
+legend is a row of its own above the plots (it never covers a point); the
+main session's prefill, one operation per run, is drawn as a larger diamond.
+Items are created once and updated with ``setData``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ class LockPlots(QWidget):
         self._session_ref = None
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
+        self.legend = QLabel(" &nbsp; ".join(
+            f"<span style='color:{color};font-size:14pt'>{'◆' if name == 'prefill' else '●'}</span>&nbsp;{name}"
+            for name, color in SERIES))
+        self.legend.setToolTip("one point per runtime operation under the lock; repair = trim or retire; "
+                               "background = all background sessions")
         self.wait_plot = self._plot("lock wait (µs)", "time (s)")
         self.hold_plot = self._plot("lock hold (µs)", "time (s)")
         self.wait_hist = self._plot("operations", "lock wait, log10 µs")
@@ -47,10 +54,11 @@ class LockPlots(QWidget):
         self.hold_plot.setTitle("Lock hold per operation")
         self.wait_hist.setTitle("Wait distribution")
         self.hold_hist.setTitle("Hold distribution")
-        self.wait_plot.addLegend(offset=(5, 5))
         self.scatter_wait, self.scatter_hold, self.hist_wait, self.hist_hold = {}, {}, {}, {}
         for name, color in SERIES:
-            kw = dict(pen=None, symbol="o", symbolSize=5, symbolPen=None, symbolBrush=color)
+            big = name == "prefill"
+            kw = dict(pen=None, symbol="d" if big else "o", symbolSize=11 if big else 5,
+                      symbolPen=pg.mkPen("#ffffff") if big else None, symbolBrush=color)
             self.scatter_wait[name] = self.wait_plot.plot([], [], name=name, **kw)
             self.scatter_hold[name] = self.hold_plot.plot([], [], **kw)
             hpen = pg.mkPen(color, width=2)
@@ -58,11 +66,12 @@ class LockPlots(QWidget):
             self.hist_hold[name] = self.hold_hist.plot([0, 1], [0], stepMode="center", pen=hpen)
         self.totals = QLabel("")
         self.totals.setWordWrap(True)
-        grid.addWidget(self.wait_plot, 0, 0)
-        grid.addWidget(self.hold_plot, 0, 1)
-        grid.addWidget(self.wait_hist, 1, 0)
-        grid.addWidget(self.hold_hist, 1, 1)
-        grid.addWidget(self.totals, 2, 0, 1, 2)
+        grid.addWidget(self.legend, 0, 0, 1, 2)
+        grid.addWidget(self.wait_plot, 1, 0)
+        grid.addWidget(self.hold_plot, 1, 1)
+        grid.addWidget(self.wait_hist, 2, 0)
+        grid.addWidget(self.hold_hist, 2, 1)
+        grid.addWidget(self.totals, 3, 0, 1, 2)
 
     @staticmethod
     def _plot(left: str, bottom: str) -> pg.PlotWidget:

@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QProgressBar,
-    QScrollArea,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -41,6 +40,7 @@ from inspector.gui.token_view import TokenView
 from inspector.gui.window_detail import WindowDetail
 
 REDRAW_HZ = 25
+LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
 ACTIVE_STATES = (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR, W.LOADING)
 
 
@@ -48,8 +48,11 @@ class MainWindow(QMainWindow):
     """The inspector window.
 
     ``runtime``: an already-loaded ``LlamaRuntime`` to use (tests pass the
-    session fixture's; it is not closed here), or None to load the chosen
-    model on the worker thread when Run is pressed. ``settings``: QSettings
+    session fixture's; it is not closed here), or None: then with
+    ``load_at_start`` (the app's window) the selected model (``model_path``,
+    else the remembered one, else the bundled one) loads on the worker thread
+    right away, with a progress bar; without it (a window that only views
+    receipts), the model loads when Run is pressed. ``settings``: QSettings
     to read and write (default: the user's). ``data_dir``: where autosave
     files go (default: the QStandardPaths app data folder).
     ``offer_recovery``: ask to open the last autosave if that run did not
@@ -71,7 +74,7 @@ class MainWindow(QMainWindow):
 
     def __init__(self, runtime=None, *, settings: QSettings | None = None, data_dir: Path | None = None,
                  offer_recovery: bool = False, model_path: str | None = None,
-                 draft_dir: Path | None = None) -> None:
+                 draft_dir: Path | None = None, load_at_start: bool = False) -> None:
         none_refcount.install()
         super().__init__()
         self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
@@ -85,6 +88,7 @@ class MainWindow(QMainWindow):
         self._closing = False
         self.draft_dir = Path(draft_dir) if draft_dir is not None else None
         self.draft_job = None
+        self._hint_on_load = False  # show "Model loaded. …" when the load in flight ends (not a run's load)
         self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
 
         # Import the chat-template formatter (jinja2) now: importing it on the worker
@@ -127,25 +131,24 @@ class MainWindow(QMainWindow):
         self._restore_settings()
         if model_path:
             self.panel.add_recent_model(str(Path(model_path).resolve()))
-        if self.model_info is not None:
-            self._model_loaded(self.model_info)
         self.set_session(SessionData())
+        if self.model_info is not None:
+            self._hint_on_load = True
+            self._model_loaded(self.model_info)
         self.timer = QTimer(self)
         self.timer.setInterval(1000 // REDRAW_HZ)
         self.timer.timeout.connect(self.redraw)
         self.timer.start()
         self._set_state(W.IDLE)
+        if runtime is None and load_at_start:
+            self.load_selected_model()
         if offer_recovery:
             QTimer.singleShot(0, self.files.offer_recovery)
 
     # -- layout ---------------------------------------------------------------------
     def _build_ui(self) -> None:
         self.panel = ControlPanel()
-        scroll = QScrollArea()
-        scroll.setWidget(self.panel)
-        scroll.setWidgetResizable(True)
-        scroll.setMinimumWidth(380)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.panel.setMinimumWidth(380)
 
         self.banner = QLabel("")
         self.banner.setWordWrap(True)
@@ -176,7 +179,7 @@ class MainWindow(QMainWindow):
         self.right_split.addWidget(self.tabs)
         self.right_split.setSizes([220, 540])
         self.main_split = QSplitter(Qt.Orientation.Horizontal)
-        self.main_split.addWidget(scroll)
+        self.main_split.addWidget(self.panel)
         self.main_split.addWidget(self.right_split)
         self.main_split.setSizes([390, 890])
         self.main_split.setStretchFactor(1, 1)
@@ -244,6 +247,7 @@ class MainWindow(QMainWindow):
         p.stop.clicked.connect(self.stop_clicked)
         p.resume.clicked.connect(self.resume_clicked)
         p.open_model.clicked.connect(self.files.open_model_dialog)
+        p.model_combo.activated.connect(lambda _i: self.load_selected_model())
         p.open_draft.clicked.connect(self.open_draft_dialog)
         p.open_replay.clicked.connect(self.open_replay_dialog)
         p.make_draft.clicked.connect(self.make_draft_clicked)
@@ -305,11 +309,18 @@ class MainWindow(QMainWindow):
         p.step_token.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
         p.stop.setEnabled(active)
         p.resume.setEnabled(state == W.ERROR)
-        for b in (p.fault_cancel, p.fault_callback, p.fault_trim, p.fault_drift):
-            b.setEnabled(active and state != W.ERROR)
+        p.set_faults_enabled(active and state != W.ERROR)
+        setup_on = not active and state != W.LOADING
+        bar = p.setup_scroll.verticalScrollBar()
+        scrolled = bar.value()
+        focus = self.focusWidget()
+        if not setup_on and focus is not None and p.setup.isAncestorOf(focus):
+            # Disabling the focused input would move the focus (and scroll the panel) to the next one.
+            self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
         for b in (p.model_combo, p.open_model, p.source, p.source_pages, p.prompt, p.examples, p.max_tokens,
                   p.draft_max, p.temperature, p.verification):
-            b.setEnabled(not active and state != W.LOADING)
+            b.setEnabled(setup_on)
+        bar.setValue(scrolled)  # Run never scrolls the side panel
         if not active and state != W.LOADING:
             p._temperature_changed(p.temperature.value())
         p.make_draft.setEnabled(self.draft_job is None)
@@ -346,8 +357,8 @@ class MainWindow(QMainWindow):
 
         ``paused``: hold before the first decode step; ``first_action`` (``window``
         or ``token``) runs one window or commits one token first."""
-        prompt = self.panel.prompt.toPlainText().strip()
-        if not prompt:
+        prompt = self.panel.prompt.toPlainText()  # as typed: the CLI sends --prompt verbatim too
+        if not prompt.strip():
             self.show_error("No prompt", "Type a prompt or pick an example prompt first.")
             return False
         src = self.panel.source.currentText()
@@ -371,6 +382,7 @@ class MainWindow(QMainWindow):
         except Exception as exc:
             self.show_error("No model", str(exc))
             return False
+        self._hint_on_load = False
         cfg = W.RunConfig(
             model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
             source_options=self.panel.source_options(), raw=self.panel.raw.isChecked(),
@@ -385,6 +397,24 @@ class MainWindow(QMainWindow):
         self.banner.hide()
         self._set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
         self.requestRun.emit(cfg)
+        return True
+
+    def load_selected_model(self) -> bool:
+        """Load the model chosen in the panel (bundled by default) on the worker thread,
+        with the progress bar; a hint to press Run shows once it is loaded."""
+        if self.state != W.IDLE:
+            return False
+        try:
+            model = str(self.panel.model_path() or self._bundled_path())
+        except Exception as exc:
+            self.show_error("No model", str(exc))
+            return False
+        self._hint_on_load = True
+        self.panel.model_status.setText(f"loading {Path(model).name} …")
+        self.load_progress.setValue(0)
+        self.load_progress.show()
+        self._set_state(W.LOADING, Path(model).name)
+        self.requestLoad.emit(model, W.RunConfig.n_ctx)
         return True
 
     @staticmethod
@@ -480,8 +510,15 @@ class MainWindow(QMainWindow):
         self.panel.model_status.setText(
             f"loaded: {info.get('name') or Path(info['path']).name} ({info['architecture']}, "
             f"{info['n_vocab']} tokens vocab{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
+        hint, self._hint_on_load = self._hint_on_load, False
+        if hint and self.session.origin == "live" and not self.session.tokens:
+            self.banner.setText(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "
+                                "F11 go one window or one token at a time.)</span>")
+            self.banner.setStyleSheet("background:#e3f2fd;color:#0d47a1;padding:6px")
+            self.banner.show()
 
     def _model_failed(self, message: str) -> None:
+        self._hint_on_load = False
         self.load_progress.hide()
         self.panel.model_status.setText("not loaded (see the error)")
         self.show_error("Cannot load the model", message)

@@ -377,6 +377,8 @@ class EngineWorker(QObject):
                 return
         rt = self.runtime
         self._reserve_gui_core()
+        # Token texts are sent once per run: every run fills a new SessionData on the GUI side.
+        self._sent_texts = set()
         try:
             templated_text = None if config.raw else rt.chat_prompt(config.prompt_text)
             tokens = rt.prompt_tokens(config.prompt_text, raw=config.raw)
