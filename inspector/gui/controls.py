@@ -101,6 +101,26 @@ def guard_wheel(root: QWidget, guard: QObject) -> None:
             w.installEventFilter(guard)
 
 
+class _Note(QLabel):
+    """A grey word-wrapped note of exactly two lines (the full text is its tooltip).
+    Without height-for-width, the scrolled setup is sized by its minimum size, so
+    it needs no scroll bar when it fits."""
+
+    def __init__(self, text: str = "") -> None:
+        super().__init__(text)
+        self.setWordWrap(True)
+        self.setStyleSheet("color:#555")
+        self.setFixedHeight(2 * self.fontMetrics().lineSpacing() + 2)
+        self.setMinimumWidth(0)
+
+    def hasHeightForWidth(self) -> bool:
+        return False
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setToolTip(text)
+
+
 def _spin(lo: int, hi: int, value: int, tip: str = "") -> QSpinBox:
     s = QSpinBox()
     s.setRange(lo, hi)
@@ -148,14 +168,14 @@ class ControlPanel(QWidget):
         # Model
         g = QGroupBox("Model")
         gl = QVBoxLayout(g)
+        gl.setContentsMargins(6, 4, 6, 4)
+        gl.setSpacing(4)
         self.model_combo = QComboBox()
         self.model_combo.setToolTip("recent models; drop a .gguf file on the window to add one")
         self.model_combo.addItem(BUNDLED, "")
         self.open_model = QPushButton("Open…")
         self.open_model.setToolTip("Open a GGUF model file")
-        self.model_status = QLabel("not loaded")
-        self.model_status.setWordWrap(True)
-        self.model_status.setStyleSheet("color:#555")
+        self.model_status = _Note("not loaded")
         row = QHBoxLayout()
         row.addWidget(self.model_combo, 1)
         row.addWidget(self.open_model)
@@ -166,6 +186,8 @@ class ControlPanel(QWidget):
         # Proposal source + limits
         g = QGroupBox("Proposal source")
         f = QFormLayout(g)
+        f.setContentsMargins(6, 4, 6, 4)
+        f.setVerticalSpacing(4)
         self.source = QComboBox()
         for name in source_names():
             self.source.addItem(name)
@@ -191,6 +213,8 @@ class ControlPanel(QWidget):
         # Sampling
         g = QGroupBox("Sampling (temperature 0 = greedy)")
         grid = QGridLayout(g)
+        grid.setContentsMargins(6, 4, 6, 4)
+        grid.setSpacing(4)
         self.temperature = _dspin(0.0, 5.0, 0.0, 0.1, "0 = greedy (argmax)")
         self.top_k = _spin(0, 1000, 40, "0 = off")
         self.top_p = _dspin(0.0, 1.0, 0.95, 0.05, "1 = off")
@@ -216,6 +240,8 @@ class ControlPanel(QWidget):
         # Prompt
         g = QGroupBox("Prompt")
         gl = QVBoxLayout(g)
+        gl.setContentsMargins(6, 4, 6, 4)
+        gl.setSpacing(4)
         self.examples = QComboBox()
         self.examples.setToolTip("example prompts (assets/prompts); “custom prompt” when the editor holds "
                                  "another text")
@@ -394,9 +420,7 @@ class ControlPanel(QWidget):
 
         # third-party and none
         form = page("other")
-        self.other_note = QLabel("")
-        self.other_note.setWordWrap(True)
-        self.other_note.setStyleSheet("color:#555")
+        self.other_note = _Note("")
         form.addRow(self.other_note)
 
     # -- behaviour -------------------------------------------------------------

@@ -303,7 +303,7 @@ class MainWindow(QMainWindow):
         active = state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR)
         can_start = idle and not viewing  # a saved session is read only: File > New live session
         p.run.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.run.setText("▶ Run" if idle else "▶ Continue")
+        p.run.setText("▶ Run" if state in (W.IDLE, W.LOADING) else "▶ Continue")
         p.pause.setEnabled(state in (W.RUNNING, W.TOKEN_HOLD))
         p.step_window.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
         p.step_token.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
