@@ -132,7 +132,7 @@ def format_bench(result: dict) -> str:
     """The benchmark as a text table."""
     cm = result["cost_model"]
     lines = [
-        f"cost model: c(k) ms = " + " ".join(f"{k + 1}:{v:.1f}" for k, v in enumerate(cm["row_ms"])),
+        "cost model: c(k) ms = " + " ".join(f"{k + 1}:{v:.1f}" for k, v in enumerate(cm["row_ms"])),
         f"ceiling {cm['ceiling']:.2f}x at {cm['best_rows']} rows",
         "",
         f"{'task':24s} {'plain t/s':>9s} {'ngram t/s':>9s} {'lcpp t/s':>9s} {'ngram/plain':>11s} {'ngram/lcpp':>10s} "

@@ -23,7 +23,6 @@ import numpy as np
 from inspector.engine import faults as F
 from inspector.engine.errors import (
     DecodeAborted,
-    EngineError,
     InjectedCallbackError,
     PromptTooLong,
     RequestCancelled,

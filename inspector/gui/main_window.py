@@ -8,13 +8,11 @@ llama.cpp and never waits for the worker (except when the window closes).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QFileDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -31,6 +29,7 @@ from inspector.gui import worker as W
 from inspector.gui.controls import ControlPanel
 from inspector.gui.event_log import EventLog
 from inspector.gui.file_actions import FileActions
+from inspector.gui.source_actions import SourceActions
 from inspector.gui.lock_plots import LockPlots
 from inspector.gui.session_model import SessionData
 from inspector.gui.session_store import app_data_dir
@@ -87,7 +86,6 @@ class MainWindow(QMainWindow):
         self.model_info: dict | None = runtime.describe() if runtime is not None else None
         self._closing = False
         self.draft_dir = Path(draft_dir) if draft_dir is not None else None
-        self.draft_job = None
         self._hint_on_load = False  # show "Model loaded. …" when the load in flight ends (not a run's load)
         self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
 
@@ -126,6 +124,7 @@ class MainWindow(QMainWindow):
 
         self._build_ui()
         self.files = FileActions(self)
+        self.sources = SourceActions(self)
         self._build_menus()
         self._wire_controls()
         self._restore_settings()
@@ -248,9 +247,9 @@ class MainWindow(QMainWindow):
         p.resume.clicked.connect(self.resume_clicked)
         p.open_model.clicked.connect(self.files.open_model_dialog)
         p.model_combo.activated.connect(lambda _i: self.load_selected_model())
-        p.open_draft.clicked.connect(self.open_draft_dialog)
-        p.open_replay.clicked.connect(self.open_replay_dialog)
-        p.make_draft.clicked.connect(self.make_draft_clicked)
+        p.open_draft.clicked.connect(self.sources.open_draft_dialog)
+        p.open_replay.clicked.connect(self.sources.open_replay_dialog)
+        p.make_draft.clicked.connect(self.sources.make_draft_clicked)
         p.fault_cancel.clicked.connect(lambda: self.inject(Fault("cancel")))
         p.fault_callback.clicked.connect(lambda: self.inject(Fault("callback_error", token=p.fault_token.value())))
         p.fault_trim.clicked.connect(lambda: self.inject(Fault("trim_failure")))
@@ -323,7 +322,7 @@ class MainWindow(QMainWindow):
         bar.setValue(scrolled)  # Run never scrolls the side panel
         if not active and state != W.LOADING:
             p._temperature_changed(p.temperature.value())
-        p.make_draft.setEnabled(self.draft_job is None)
+        p.make_draft.setEnabled(self.sources.job is None)
         self.act_run.setEnabled(p.run.isEnabled())
         self.act_pause.setEnabled(p.pause.isEnabled())
         self.act_step_window.setEnabled(p.step_window.isEnabled())
@@ -371,7 +370,7 @@ class MainWindow(QMainWindow):
         if src == "draft" and not self.panel.draft_model.text().strip():
             self.show_error("No draft model", "Choose a draft GGUF (Open…) or press “Make draft from target”.")
             return False
-        if src == "draft" and self.draft_job is not None:
+        if src == "draft" and self.sources.job is not None:
             self.show_error("Draft in progress", "Wait until the draft is made.")
             return False
         if src == "replay" and not self.panel.replay_file.text().strip():
@@ -538,68 +537,6 @@ class MainWindow(QMainWindow):
         self.show_error(title, message)
         self.sourceRefused.emit(message)
 
-    # -- draft model and replay files ---------------------------------------------------------
-    def open_draft_dialog(self) -> None:
-        current = self.panel.draft_model.text().strip()
-        path, _ = QFileDialog.getOpenFileName(self, "Open draft GGUF model", str(Path(current).parent) if current else "",
-                                              "GGUF models (*.gguf);;All files (*)")
-        if path:
-            self.panel.draft_model.setText(path)
-            self.panel.set_source("draft")
-
-    def open_replay_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Receipts file to replay", "", "Receipts (*.json);;All files (*)")
-        if path:
-            self.panel.replay_file.setText(path)
-            self.panel.set_source("replay")
-
-    def make_draft_clicked(self):
-        """Re-quantize the chosen target model to the chosen type on a background thread
-        (``make_draft``; cached by file); then the draft path is filled in. Returns the job."""
-        from inspector.gui.session_store import BackgroundJob
-        from inspector.llama.quantize import make_draft
-
-        if self.draft_job is not None:
-            return None
-        try:
-            target = str(self.panel.model_path() or self._bundled_path())
-        except Exception as exc:
-            self.show_error("No model", str(exc))
-            return None
-        qtype = self.panel.draft_type.currentText()
-        out_dir = self.draft_dir
-        threads = max(1, (os.cpu_count() or 2) - 1)  # one core stays with the GUI
-
-        def job():
-            return str(make_draft(target, qtype, out_dir=out_dir, threads=threads))
-
-        p = self.panel
-        p.make_draft.setEnabled(False)
-        p.make_draft.setText(f"Making {qtype} draft…")
-        p.draft_busy.show()
-        self.status_state.setText(f"making a {qtype} draft of {Path(target).name} (llama.cpp quantize)…")
-        j = BackgroundJob(job, self)
-        j.done.connect(self._draft_done)
-        self.draft_job = j
-        j.start()
-        return j
-
-    def _draft_done(self, result, error: str) -> None:
-        p = self.panel
-        self.draft_job = None
-        p.draft_busy.hide()
-        p.make_draft.setText("Make draft from target")
-        self._set_state(self.state)
-        if error:
-            self.status_state.setText("making the draft failed")
-            self.show_error("Cannot make the draft", error)
-            self.draftMade.emit("", error)
-            return
-        p.draft_model.setText(str(result))
-        p.set_source("draft")
-        self.status_state.setText(f"draft ready: {Path(result).name}")
-        self.draftMade.emit(str(result), "")
-
     def _run_started(self, info: dict) -> None:
         self._before_run = None
         self.session.main_session_id = info["session_id"]
@@ -721,8 +658,8 @@ class MainWindow(QMainWindow):
         self.thread.quit()
         self.thread.wait(timeout_ms)
         self.files.wait()
-        if self.draft_job is not None:
-            self.draft_job.wait(60)
+        if self.sources.job is not None:
+            self.sources.job.wait(60)
 
     def closeEvent(self, ev) -> None:
         self.save_settings()

@@ -21,7 +21,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings, RuntimeScheduler
-from inspector.engine.errors import EngineError, RequestCancelled
+from inspector.engine.errors import EngineError
 from inspector.engine.proposal import Proposal
 from inspector.engine.receipt import COMMIT, Discard, EngineEvent, WindowReceipt
 from inspector.gui.contention import Contention
