@@ -269,6 +269,11 @@ def cmd_run(args) -> int:
     if args.events:
         for e in gen.events:
             print(format_event(e, runtime.token_text))
+    for f in faults.pending():
+        where = f" at window {f.window}" if f.window else ""
+        where += f", commit token {f.token}" if f.token else ""
+        print(f"spec-inspector: fault {f.kind}{where} never fired (that window or token did not occur)",
+              file=sys.stderr)
     if gen.finish_reason == "context_full":
         print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
               f"raise --n-ctx", file=sys.stderr)
@@ -276,7 +281,7 @@ def cmd_run(args) -> int:
     if args.receipts:
         doc = build_document(gen, runtime, prompt_text=prompt, templated_text=templated, raw=args.raw,
                              source_settings=source.settings() if source else {},
-                             faults=[f"{f.kind}@{f.window or ''}:{f.token}" for f in args.inject])
+                             faults=[f"{f.kind}@{f.window or ''}:{f.token or ''}" for f in args.inject])
         try:
             path = write_document(doc, args.receipts)
         except (OSError, ReceiptsFileError) as exc:

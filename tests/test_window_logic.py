@@ -133,3 +133,28 @@ def test_proposals_are_capped_so_the_verify_batch_fits_the_context():
     g.run()
     assert g.finish_reason == "context_full"
     assert g.canonical_position == 12 and rt.kv_length(g.session_id) == 12
+
+
+def test_a_cancel_added_while_holding_before_a_commit_fires_at_that_very_commit():
+    """The GUI's "cancel at next commit" pressed while stepping token by token."""
+    from inspector.engine import GenerationObserver
+
+    rt, src, g = make([follow(4)])
+
+    class PressCancelAtRow1(GenerationObserver):
+        def before_commit(self, window, row, token, position):
+            if window == 1 and row == 1:
+                g.faults.add(Fault("cancel"))
+
+    g.observer = PressCancelAtRow1()
+    g.start()
+    g._ctx.before_commit = g.observer.before_commit
+    with pytest.raises(RequestCancelled):
+        g.step()
+    assert g.generated == [103]
+    assert kinds(g, 1) == ["verify", "commit", "repair", "error", "discard"]
+
+
+def test_fault_spec_without_a_token_means_the_next_commit_token():
+    assert Fault.parse("cancel").token is None and Fault.parse("cancel@3").window == 3
+    assert Fault.parse("callback_error@2:4") == Fault("callback_error", 2, 4)

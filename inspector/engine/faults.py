@@ -1,8 +1,9 @@
 """The fault plan: injected failures the GUI buttons and ``--inject`` use.
 
 A ``Fault`` names a kind and where it fires. ``window`` is the 1-based index
-of the verified window it targets (None: the next one that reaches the hook);
-``token`` is the 1-based commit token inside that window (commit faults only).
+of the verified window it targets (None: the next one that reaches the hook,
+plain steps included); ``token`` is the 1-based commit token inside that
+window (commit faults only; None: the next commit token).
 Each fault fires once and is then removed. The plan is thread safe: the GUI
 thread adds faults while the worker consumes them.
 """
@@ -40,14 +41,14 @@ class Fault:
 
     kind: str
     window: int | None = None
-    token: int = 1
+    token: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {self.kind!r}: expected one of {', '.join(FAULT_KINDS)}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"fault window must be >= 1, observed {self.window}")
-        if self.token < 1:
+        if self.token is not None and self.token < 1:
             raise ValueError(f"fault token must be >= 1, observed {self.token}")
 
     @classmethod
@@ -58,12 +59,12 @@ class Fault:
         """
         kind, _, where = spec.strip().partition("@")
         window: int | None = None
-        token = 1
+        token: int | None = None
         try:
             if where:
                 w, _, t = where.partition(":")
                 window = int(w) if w else None
-                token = int(t) if t else 1
+                token = int(t) if t else None
         except ValueError:
             raise ValueError(f"bad fault {spec!r}: expected KIND[@WINDOW[:TOKEN]] with whole numbers") from None
         return cls(kind.strip().replace("-", "_"), window, token)
@@ -95,7 +96,7 @@ class FaultPlan:
 
     def take(self, kind: str, window: int | None, token: int | None = None) -> Fault | None:
         """Remove and return the first pending fault of ``kind`` that targets
-        ``window`` (or any window) and, when ``token`` is given, that token."""
+        ``window`` (or any window) and ``token`` (or any token)."""
         if not self._pending:
             return None
         with self._lock:
@@ -104,7 +105,7 @@ class FaultPlan:
                     continue
                 if f.window is not None and f.window != window:
                     continue
-                if token is not None and f.token != token:
+                if token is not None and f.token is not None and f.token != token:
                     continue
                 del self._pending[i]
                 self.fired.append((f, window))

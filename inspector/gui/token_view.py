@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QEvent, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
@@ -94,6 +94,7 @@ class TokenView(QWidget):
         legend.setWordWrap(True)
         self.legend = legend
         self.hold_label = QLabel("")
+        self.hold_label.setTextFormat(Qt.TextFormat.RichText)  # token texts arrive HTML-escaped
         self.hold_label.setStyleSheet("color:#e65100;font-weight:bold")
         lay.addWidget(legend)
         lay.addWidget(self.hold_label)
@@ -143,7 +144,7 @@ class TokenView(QWidget):
         s = self.session
         text = _show(s.text_of(info["token"])) if s else str(info["token"])
         where = f"window {info['window']}, row {info['row']}" if info["window"] else "plain step, row 0"
-        self.hold_label.setText(f"⏸ about to commit: {text} (token {info['token']}) — {where}, position {info['position']}")
+        self.hold_label.setText(f"Holding — about to commit: {text} (token {info['token']}) — {where}, position {info['position']}")
 
     def refresh(self) -> None:
         """Draw tokens added or changed since the last call."""
