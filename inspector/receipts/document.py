@@ -150,7 +150,7 @@ def load_document(path: str | os.PathLike) -> dict:
         raise ReceiptsFileError(f"receipts {p} is {size} bytes, more than the {MAX_FILE_BYTES}-byte limit")
     try:
         doc = json.loads(p.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, huge ints
         raise ReceiptsFileError(f"receipts {p} is not readable JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA_ID:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
