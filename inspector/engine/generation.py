@@ -222,7 +222,7 @@ class Generation:
             self.session_retired = False
         self._ctx = WindowContext(
             self.scheduler, self.session_id, self.request_id, self.cancel_event, self.faults,
-            self._emit_window, self.observer.before_commit, self.settings.sampling,
+            self._emit, self.observer.before_commit, self.settings.sampling,
             self.settings.verification, self._rng,
         )
         sid = self.session_id
@@ -238,9 +238,6 @@ class Generation:
         kv = self.scheduler.execute("prefill", sid, prefill).value
         self.prefill_elapsed_us += (perf_counter_ns() - t) // 1000
         self._emit(PREFILL, position=kv, detail=f"{len(prefix)} tokens")
-
-    def _emit_window(self, kind, window, token, row, position, detail) -> None:
-        self._emit(kind, window, token, row, position, detail)
 
     def resume(self) -> None:
         """Make the session canonical again after an error and clear the cancellation.

@@ -245,32 +245,26 @@ class EngineWorker(QObject):
             self._paused = True
             self._cv.notify_all()
 
-    def request_continue(self) -> None:
-        """Leave pause / token-step mode and run on."""
+    def _set_mode(self, *, window_budget: int, token_mode: bool, add_permit: bool) -> None:
+        """Leave pause and run under the given stepping mode (GUI thread)."""
         with self._cv:
             self._paused = False
-            self._window_budget = 0
-            self._token_mode = False
-            self._token_permits = 0
+            self._window_budget = window_budget
+            self._token_mode = token_mode
+            self._token_permits = self._token_permits + 1 if add_permit else 0
             self._cv.notify_all()
+
+    def request_continue(self) -> None:
+        """Leave pause / token-step mode and run on."""
+        self._set_mode(window_budget=0, token_mode=False, add_permit=False)
 
     def request_step_window(self) -> None:
         """Run exactly one decode step (a window or a plain step), then pause."""
-        with self._cv:
-            self._paused = False
-            self._window_budget = 1
-            self._token_mode = False
-            self._token_permits = 0
-            self._cv.notify_all()
+        self._set_mode(window_budget=1, token_mode=False, add_permit=False)
 
     def request_step_token(self) -> None:
         """Commit exactly one more token, then hold before the next one."""
-        with self._cv:
-            self._paused = False
-            self._window_budget = 0
-            self._token_mode = True
-            self._token_permits += 1
-            self._cv.notify_all()
+        self._set_mode(window_budget=0, token_mode=True, add_permit=True)
 
     def request_resume(self) -> None:
         """After an error: ``generation.resume()`` then continue (runs on the worker thread)."""

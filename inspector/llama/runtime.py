@@ -245,7 +245,7 @@ class LlamaRuntime:
         return int(llama_cpp.llama_memory_seq_pos_max(self.mem, sid)) + 1
 
     # -- decoding ------------------------------------------------------------
-    def _fill(self, sid: int, tokens: Sequence[int], position: int, logits: int | None) -> None:
+    def _fill(self, sid: int, tokens: Sequence[int], position: int, all_logits: bool) -> None:
         n = len(tokens)
         if n > self.n_batch:
             raise EngineError(f"batch of {n} rows exceeds n_batch {self.n_batch}")
@@ -264,7 +264,7 @@ class LlamaRuntime:
             pos[i] = position + i
             nseq[i] = 1
             seq[i][0] = sid
-            lg[i] = 1 if (logits is None or i == last and logits == -1) else 0
+            lg[i] = 1 if all_logits or i == last else 0
         b.n_tokens = n
 
     def _decode(self, n: int, position: int, abort: threading.Event | None, sid: int = -1) -> None:
@@ -296,7 +296,7 @@ class LlamaRuntime:
         ``DecodeFailed`` on a non-zero ``llama_decode`` status.
         """
         n = len(tokens)
-        self._fill(sid, tokens, position, None)
+        self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
         if sid in self._greedy:
             # Greedy: argmax of every row at once (all rows have logits, in batch order);
@@ -314,7 +314,7 @@ class LlamaRuntime:
         """Like ``decode_rows`` but return every row's logits, shape (rows, n_vocab),
         a float32 copy (for the ``rejection`` verification rule)."""
         n = len(tokens)
-        self._fill(sid, tokens, position, None)
+        self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
         return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(n, self.n_vocab)).copy()
 
@@ -324,7 +324,7 @@ class LlamaRuntime:
         step = self.n_batch
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
-            self._fill(sid, chunk, position + start, -1)
+            self._fill(sid, chunk, position + start, False)
             self._decode(len(chunk), position + start, None)
 
     def trim(self, sid: int, position: int) -> bool:
