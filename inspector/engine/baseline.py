@@ -102,3 +102,81 @@ def compare_with_plain(
         speculative_generated[i] if i < len(speculative_generated) else -1,
         top, second, margin,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineResult:
+    """A plain one-token run of the same prompt and sampling, compared with a
+    speculative run (issue 5 "Baseline").
+
+    ``plain_tokens``: the plain run's generated token ids.
+    ``plain_decode_tokens_per_s`` / ``speculative_decode_tokens_per_s``:
+    generated tokens / decode time (prefill excluded) of each run, None when
+    undefined. ``divergence``: the first difference, or None when the streams
+    are identical. ``observed_speedup`` = speculative / plain decode tokens/s.
+    """
+
+    plain_tokens: tuple[int, ...]
+    plain_decode_tokens_per_s: float | None
+    speculative_decode_tokens_per_s: float | None
+    divergence: Divergence | None
+
+    @property
+    def identical(self) -> bool:
+        return self.divergence is None
+
+    @property
+    def observed_speedup(self) -> float | None:
+        p, s = self.plain_decode_tokens_per_s, self.speculative_decode_tokens_per_s
+        return None if not p or s is None else s / p
+
+    def describe(self) -> str:
+        """One line for people: identical or where it diverged, and the speedup."""
+        speed = f"; speculative/plain decode tokens/s = {self.observed_speedup:.2f}x" if self.observed_speedup else ""
+        if self.divergence is None:
+            return f"identical to plain decoding ({len(self.plain_tokens)} tokens){speed}"
+        return self.divergence.describe() + speed
+
+    def to_json(self, token_text=None) -> dict:
+        """The document's ``baseline`` object; ``token_text(id) -> str`` adds texts."""
+        d = self.divergence
+        div = None
+        if d is not None:
+            div = {"index": d.index, "plain_token": d.plain_token, "speculative_token": d.speculative_token,
+                   "top_token": d.top_token, "second_token": d.second_token, "margin": d.margin}
+            if token_text is not None:
+                div["plain_text"] = token_text(d.plain_token) if d.plain_token >= 0 else ""
+                div["speculative_text"] = token_text(d.speculative_token) if d.speculative_token >= 0 else ""
+        return {
+            "plain_token_ids": list(self.plain_tokens),
+            "plain_decode_tokens_per_s": self.plain_decode_tokens_per_s,
+            "speculative_decode_tokens_per_s": self.speculative_decode_tokens_per_s,
+            "observed_speedup": self.observed_speedup,
+            "identical": self.identical,
+            "divergence": div,
+        }
+
+
+def run_baseline(scheduler: RuntimeScheduler, generation: Generation) -> BaselineResult:
+    """Plain-decode ``generation``'s prompt with its settings and compare the two
+    streams (the speculative run must have finished or stopped).
+
+    Runs on a new session (the speculative session is untouched), under the
+    scheduler lock per decode step. Raises what plain decoding raises.
+    """
+    g = generation
+    prompt = list(g.tokens[: g.prompt_token_count])
+    plain = plain_generation(scheduler, prompt, g.settings)
+    spec = list(g.generated)
+    i = first_difference(plain.generated, spec)
+    divergence = None
+    if i is not None:
+        top, second, margin = top2_after(scheduler, prompt + list(plain.generated[:i]))
+        divergence = Divergence(
+            i,
+            plain.generated[i] if i < len(plain.generated) else -1,
+            spec[i] if i < len(spec) else -1,
+            top, second, margin,
+        )
+    return BaselineResult(tuple(plain.generated), plain.summary().decode_tokens_per_s,
+                          g.summary().decode_tokens_per_s, divergence)

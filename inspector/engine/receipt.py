@@ -183,6 +183,10 @@ class Summary:
     ``mean_accepted_length`` = 1 + accepted / windows (tokens per window);
     ``acceptance_by_position[i]`` = share of windows whose proposal had a token
     at index i that accepted it. Rates are None when undefined (no windows).
+    ``accepted_length_histogram[n]`` = windows that accepted exactly n
+    proposal tokens (n = 0..longest proposal).
+    ``decode_tokens_per_s`` = generated tokens / decode time (prefill excluded);
+    ``end_to_end_tokens_per_s`` = generated tokens / (prefill + decode time).
     """
 
     windows: int = 0
@@ -195,9 +199,11 @@ class Summary:
     acceptance_rate: float | None = None
     mean_accepted_length: float | None = None
     acceptance_by_position: list = field(default_factory=list)
+    accepted_length_histogram: list = field(default_factory=list)
     decode_elapsed_us: int = 0
     decode_tokens_per_s: float | None = None
     prefill_elapsed_us: int = 0
+    end_to_end_tokens_per_s: float | None = None
     finish_reason: str | None = None
 
     def to_json(self) -> dict:

@@ -28,6 +28,17 @@ def acceptance_by_position(receipts: Iterable[WindowReceipt]) -> list[float]:
     return [a / o for a, o in zip(accepted, offered)]
 
 
+def accepted_length_histogram(receipts: Iterable[WindowReceipt]) -> list[int]:
+    """``h[n]`` = windows that accepted exactly n proposal tokens, n = 0..max proposal length."""
+    h: list[int] = []
+    for r in receipts:
+        n = max(r.proposal_token_count, r.accepted_proposal_tokens)
+        if len(h) <= n:
+            h.extend([0] * (n + 1 - len(h)))
+        h[r.accepted_proposal_tokens] += 1
+    return h
+
+
 def summarize_receipts(
     receipts: list[WindowReceipt],
     *,
@@ -42,7 +53,9 @@ def summarize_receipts(
 
     ``acceptance_rate`` = sum(accepted_proposal_tokens) / sum(proposal_token_count);
     ``mean_accepted_length`` = 1 + accepted / windows;
-    ``decode_tokens_per_s`` = generated tokens / decode time (prefill excluded).
+    ``decode_tokens_per_s`` = generated tokens / decode time (prefill excluded);
+    ``end_to_end_tokens_per_s`` = generated tokens / (prefill + decode time);
+    ``accepted_length_histogram[n]`` = windows that accepted exactly n proposal tokens.
     """
     s = Summary()
     s.windows = len(receipts)
@@ -58,10 +71,13 @@ def summarize_receipts(
     if s.windows:
         s.mean_accepted_length = 1 + s.accepted_tokens / s.windows
     s.acceptance_by_position = acceptance_by_position(receipts)
+    s.accepted_length_histogram = accepted_length_histogram(receipts)
     s.decode_elapsed_us = decode_elapsed_us
     s.prefill_elapsed_us = prefill_elapsed_us
     if decode_elapsed_us > 0:
         s.decode_tokens_per_s = generated_tokens / (decode_elapsed_us / 1e6)
+    if decode_elapsed_us + prefill_elapsed_us > 0:
+        s.end_to_end_tokens_per_s = generated_tokens / ((decode_elapsed_us + prefill_elapsed_us) / 1e6)
     s.finish_reason = finish_reason
     return s
 

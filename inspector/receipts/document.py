@@ -28,6 +28,8 @@ DEFINITIONS = {
     "mean_accepted_length": "1 + accepted_proposal_tokens / windows (tokens committed per window when accepted tokens are followed by one target token)",
     "acceptance_by_position": "per proposal index i: windows that accepted index i / windows whose proposal had index i",
     "decode_tokens_per_s": "generated tokens / decode time (prefill excluded)",
+    "end_to_end_tokens_per_s": "generated tokens / (prefill time + decode time)",
+    "accepted_length_histogram": "entry n: windows that accepted exactly n proposal tokens",
 }
 
 
@@ -68,8 +70,11 @@ def model_sha256(path: str) -> str:
 
 def build_document(generation, runtime, *, prompt_text: str, templated_text: str | None,
                    raw: bool, source_settings: dict | None = None, faults: list[str] | None = None,
-                   include_lock_operations: bool = True) -> dict:
+                   include_lock_operations: bool = True, baseline=None) -> dict:
     """The receipts document of one ``Generation`` run on ``runtime``.
+
+    ``baseline``: an ``inspector.engine.baseline.BaselineResult`` to include
+    as the document's ``baseline`` object (plain run and first divergence).
 
     ``prompt_text``: what the user typed; ``templated_text``: after the chat
     template (None with ``raw``). Token texts come from ``runtime.token_text``.
@@ -114,6 +119,8 @@ def build_document(generation, runtime, *, prompt_text: str, templated_text: str
         "timing": {"request_started_us": g.started_us,
                    "clock": "event t_us count from request_started_us; lock operation started_us from the scheduler's start"},
     }
+    if baseline is not None:
+        doc["baseline"] = baseline.to_json(text_of)
     if include_lock_operations:
         doc["lock_operations"] = [op.to_json() for op in g.scheduler.operations if op.session_id in sessions]
     return doc
