@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--proposal-deadline-ms", type=float, default=2000.0, metavar="MS",
                      help="a proposal that arrives later is discarded as deadline_exceeded [2000]")
     run.add_argument("--events", action="store_true", help="print the ordered event list")
+    run.add_argument("--baseline", action="store_true",
+                     help="also run plain one-token decoding with the same sampling and report the first "
+                          "token where the outputs differ (and the target's top-2 logit margin there)")
     run.add_argument("--quiet", action="store_true", help="do not stream the generated text")
 
     view = sub.add_parser("view", help="print the summary of a receipts file")
@@ -141,6 +144,23 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--repeats", type=_positive, default=3, help="repeats per cost-model point [3]")
     bn.add_argument("--no-llama-cpp-python", action="store_true", help="skip LlamaPromptLookupDecoding")
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
+
+    cp = sub.add_parser("compare", help="run one prompt with several configurations, side by side",
+                        description="Run one prompt with several configurations (source, draft max, source "
+                                    "options) one after the other on one loaded model and print a table; "
+                                    "--json/--csv export it.")
+    cp.add_argument("--prompt", help="the prompt text (default: the copy-with-corrections example)")
+    cp.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
+    cp.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    cp.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
+                    help="a configuration, e.g. none, ngram:draft_max=4, ngram:draft_max=16,n_min=1, "
+                         "draft:draft_model=D.gguf (repeatable; default: plain and ngram with draft_max 4, 8, 16)")
+    cp.add_argument("--max-tokens", type=_positive, default=128, help="tokens per run [128]")
+    cp.add_argument("--threads", type=_positive, default=None, help="CPU threads [all cores]")
+    cp.add_argument("--cost-model", action="store_true",
+                    help="measure the cost model first and add each run's expected speedup")
+    cp.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
+    cp.add_argument("--csv", type=Path, metavar="OUT", help="write the comparison as CSV")
 
     from inspector.llama.quantize import QUANT_TYPES
 
@@ -210,11 +230,12 @@ def cmd_run(args) -> int:
 
     from inspector.llama.runtime import LlamaRuntime
     from inspector.sources.compat import IncompatibleDraft
-    from inspector.sources.registry import SourceContext, available_sources
+    from inspector.sources.registry import SourceContext, available_sources, close_source
 
     print(f"loading {model} ...", file=sys.stderr, flush=True)
     try:
-        runtime = LlamaRuntime(model, n_ctx=args.n_ctx, n_batch=args.n_batch, n_threads=args.threads, n_seq_max=1)
+        runtime = LlamaRuntime(model, n_ctx=args.n_ctx, n_batch=args.n_batch, n_threads=args.threads,
+                               n_seq_max=2 if args.baseline else 1)
     except (ModelFileError, EngineError, ValueError) as exc:
         return _fail(str(exc))
     try:
@@ -278,16 +299,28 @@ def cmd_run(args) -> int:
         print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
               f"raise --n-ctx", file=sys.stderr)
     print(format_summary(gen.summary(), wall, kv_length=gen.kv_length(), canonical=gen.canonical_position))
+    baseline = None
+    if args.baseline:
+        from inspector.engine.baseline import run_baseline
+
+        print("baseline: plain one-token decoding of the same prompt ...", file=sys.stderr, flush=True)
+        try:
+            baseline = run_baseline(scheduler, gen)
+        except Exception as exc:  # the speculative receipts are kept either way
+            print(f"spec-inspector: baseline failed: {exc}", file=sys.stderr)
+        else:
+            print(f"baseline:             {baseline.describe()}")
     if args.receipts:
         doc = build_document(gen, runtime, prompt_text=prompt, templated_text=templated, raw=args.raw,
                              source_settings=source.settings() if source else {},
-                             faults=[f"{f.kind}@{f.window or ''}:{f.token or ''}" for f in args.inject])
+                             faults=[f"{f.kind}@{f.window or ''}:{f.token or ''}" for f in args.inject],
+                             baseline=baseline)
         try:
             path = write_document(doc, args.receipts)
         except (OSError, ReceiptsFileError) as exc:
             return _fail(f"cannot write receipts {args.receipts}: {exc}")
         print(f"receipts: {path}")
-    _close_source(source)
+    close_source(source)
     runtime.close()
     return status
 
@@ -309,14 +342,6 @@ def _source_options(args) -> dict:
         opts[key.strip()] = value
     return opts
 
-
-def _close_source(source) -> None:
-    close = getattr(source, "close", None)
-    if close is not None:
-        close()
-    draft = getattr(source, "draft", None)
-    if draft is not None and hasattr(draft, "close"):
-        draft.close()
 
 
 def cmd_view(args) -> int:
@@ -360,6 +385,58 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from inspector import asset_path
+    from inspector.bench.compare import (default_configs, format_compare, parse_config, run_compare,
+                                         write_compare_csv, write_compare_json)
+    from inspector.bench.cost_model import measure_cost_model
+    from inspector.engine import GenerationSettings, RuntimeScheduler
+    from inspector.engine.errors import EngineError
+    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.llama.runtime import LlamaRuntime
+
+    try:
+        configs = [parse_config(c) for c in args.config] or default_configs()
+        from inspector.sources.registry import available_sources
+
+        known = [*available_sources(), "none"]
+        for c in configs:
+            if c.source not in known:
+                raise _UserError(f"unknown proposal source {c.source!r} in --config: expected one of {', '.join(known)}")
+        if args.prompt is not None and args.prompt_file is not None:
+            raise _UserError("give --prompt or --prompt-file, not both")
+        if args.prompt is not None:
+            prompt = args.prompt
+        else:
+            prompt = _strip_final_newline(_read_text(
+                args.prompt_file or asset_path("prompts/copy-with-corrections.txt"), "prompt file"))
+    except (ValueError, _UserError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    try:
+        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=2048, n_seq_max=2, n_threads=args.threads)
+        tokens = runtime.prompt_tokens(prompt)
+    except (ModelFileError, EngineError) as exc:
+        return _fail(str(exc))
+    scheduler = RuntimeScheduler(runtime)
+    settings = GenerationSettings(max_new_tokens=args.max_tokens)
+    cost_model = None
+    if args.cost_model:
+        print("measuring the cost model ...", file=sys.stderr, flush=True)
+        cost_model = measure_cost_model(scheduler, tokens[:64], k_max=16, repeats=3)
+    progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
+    result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
+    print(format_compare(result))
+    try:
+        if args.json:
+            print(f"json: {write_compare_json(result, args.json)}")
+        if args.csv:
+            print(f"csv: {write_compare_csv(result, args.csv)}")
+    except OSError as exc:
+        return _fail(f"cannot write the comparison: {exc}")
+    runtime.close()
+    return 1 if any(r.error for r in result.rows) else 0
+
+
 def cmd_trace(args) -> int:
     from inspector.receipts import ReceiptsFileError, load_document
     from inspector.receipts.trace import write_trace
@@ -400,7 +477,7 @@ def cmd_gui(argv: list[str]) -> int:
     return gui_main(argv)
 
 
-COMMANDS = ("run", "view", "make-draft", "trace", "bench")
+COMMANDS = ("run", "view", "make-draft", "trace", "bench", "compare")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -427,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_trace(args)
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "compare":
+            return cmd_compare(args)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     build_parser().print_help()

@@ -175,3 +175,32 @@ def test_the_cost_model_gives_positive_medians_and_a_ceiling_of_at_least_one(sch
     assert len(cm.row_ms) == 16 and all(v > 0 for v in cm.row_ms)
     assert cm.ceiling >= 1.0
     assert cm.break_even(1) == 0.0
+
+
+def test_run_with_baseline_reports_the_plain_comparison_and_stores_it_in_the_receipts(tmp_path):
+    out = tmp_path / "r.json"
+    p = cli("run", "--prompt", "Copy this: The library opens at nine.", "--max-tokens", "12", "--baseline",
+            "--quiet", "--receipts", out)
+    assert p.returncode == 0, p.stderr
+    line = next(l for l in p.stdout.splitlines() if l.startswith("baseline:"))
+    assert "identical to plain decoding" in line or "diverges from plain decoding" in line
+    doc = json.loads(out.read_text())
+    assert len(doc["baseline"]["plain_token_ids"]) >= 1
+    assert doc["baseline"]["identical"] == (doc["baseline"]["divergence"] is None)
+
+
+def test_compare_prints_a_table_and_writes_json_and_csv(tmp_path):
+    js, cs = tmp_path / "c.json", tmp_path / "c.csv"
+    p = cli("compare", "--prompt", "Copy this: The library opens at nine.", "--max-tokens", "8",
+            "--config", "none", "--config", "ngram:draft_max=4", "--json", js, "--csv", cs)
+    assert p.returncode == 0, p.stderr
+    assert "ngram draft_max 4" in p.stdout and "vs plain" in p.stdout
+    doc = json.loads(js.read_text())
+    assert [r["config"]["source"] for r in doc["rows"]] == ["none", "ngram"]
+    assert cs.read_text().count("\n") == 3
+
+
+def test_compare_refuses_an_unknown_source_before_loading_the_model():
+    p = cli("compare", "--config", "nope")
+    assert p.returncode == 2
+    assert "unknown proposal source 'nope'" in one_clear_line(p.stderr)

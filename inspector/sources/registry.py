@@ -90,3 +90,16 @@ def _lazy(ep) -> SourceFactory:
 
     factory.__doc__ = f"entry point {ep.value}"
     return factory
+
+
+def close_source(source) -> None:
+    """Release what a factory-made source holds: its ``close()``, then the draft
+    runtime a ``draft`` factory loaded for it (the factory's source owns it)."""
+    if source is None:
+        return
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
+    draft = getattr(source, "draft", None)
+    if draft is not None and hasattr(draft, "close"):
+        draft.close()

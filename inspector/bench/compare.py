@@ -1,0 +1,313 @@
+"""Compare: one prompt run with several configurations, side by side (issue 5).
+
+Each configuration names a proposal source (``"none"`` = plain one-token
+decoding), its draft max and the source's options. The runs share one loaded
+target and run one after the other on fresh sessions, so their tokens/s are
+measured under the same conditions. The first ``"none"`` configuration (or
+an extra plain run when there is none) is the reference for "speedup vs
+plain" and "same output as plain".
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from inspector.bench.cost_model import CostModel
+from inspector.engine.errors import RequestCancelled
+from inspector.engine.generation import Generation
+from inspector.engine.receipt import Summary
+from inspector.engine.scheduler import RuntimeScheduler
+from inspector.engine.settings import GenerationSettings
+
+PLAIN = "none"
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """One configuration: ``label`` (shown in tables), ``source`` (a registry
+    name, or ``"none"`` for plain decoding), ``draft_max`` (proposal tokens at
+    most per window) and ``options`` for the source's factory (e.g.
+    ``{"n_max": 4, "n_min": 2}`` for ``ngram``, ``{"draft_model": PATH}`` for
+    ``draft``)."""
+
+    label: str
+    source: str
+    draft_max: int = 8
+    options: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "source": self.source, "draft_max": self.draft_max, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """The figures of one configuration's run.
+
+    ``summary``: the run's ``Summary`` (named definitions in
+    ``inspector.engine.receipt.Summary``). ``speedup_vs_plain``: decode
+    tokens/s over the plain run's (None without a plain run).
+    ``expected_speedup``: what the cost model predicts from this run's windows
+    (None without a cost model or windows). ``same_output_as_plain``: the
+    generated token ids equal the plain run's. ``generated_tokens``: the ids.
+    ``error``: the message when the run failed (figures then describe what it
+    did before the error).
+    """
+
+    config: CompareConfig
+    summary: Summary
+    speedup_vs_plain: float | None
+    expected_speedup: float | None
+    same_output_as_plain: bool | None
+    generated_tokens: tuple[int, ...]
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "config": self.config.to_json(),
+            "summary": self.summary.to_json(),
+            "speedup_vs_plain": self.speedup_vs_plain,
+            "expected_speedup": self.expected_speedup,
+            "same_output_as_plain": self.same_output_as_plain,
+            "generated_token_ids": list(self.generated_tokens),
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Every configuration's row, in the order given, plus what they shared."""
+
+    rows: tuple[CompareRow, ...]
+    prompt_token_count: int
+    settings: GenerationSettings
+    cost_model: CostModel | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "kind": "spec-inspector/compare",
+            "version": 1,
+            "prompt_token_count": self.prompt_token_count,
+            "settings": self.settings.to_json(),
+            "cost_model": None if self.cost_model is None else self.cost_model.to_json(),
+            "rows": [r.to_json() for r in self.rows],
+            "definitions": {
+                "decode_tokens_per_s": "generated tokens / decode time (prefill excluded)",
+                "speedup_vs_plain": "decode_tokens_per_s / the plain run's decode_tokens_per_s",
+                "expected_speedup": "tokens * c(1) / (sum of c(rows) over windows + plain steps * c(1)), cost model",
+                "acceptance_rate": "accepted / proposed tokens over verified windows",
+                "mean_accepted_length": "1 + accepted / windows",
+            },
+        }
+
+
+CSV_COLUMNS = ("label", "source", "draft_max", "decode_tokens_per_s", "speedup_vs_plain", "expected_speedup",
+               "acceptance_rate", "mean_accepted_length", "windows", "plain_steps", "generated_tokens",
+               "same_output_as_plain", "error")
+
+
+def write_compare_json(result: CompareResult, path: str | os.PathLike) -> Path:
+    """Write ``result.to_json()`` to ``path`` (UTF-8, indented). Returns the path."""
+    p = Path(path)
+    p.write_text(json.dumps(result.to_json(), indent=1, ensure_ascii=False) + "\n", "utf-8")
+    return p
+
+
+def write_compare_csv(result: CompareResult, path: str | os.PathLike) -> Path:
+    """Write one line per configuration with ``CSV_COLUMNS``. Returns the path."""
+    p = Path(path)
+    with p.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        for r in result.rows:
+            s = r.summary
+            w.writerow([r.config.label, r.config.source, r.config.draft_max, s.decode_tokens_per_s,
+                        r.speedup_vs_plain, r.expected_speedup, s.acceptance_rate, s.mean_accepted_length,
+                        s.windows, s.plain_steps, s.generated_tokens, r.same_output_as_plain, r.error or ""])
+    return p
+
+
+def default_configs() -> list[CompareConfig]:
+    """Plain decoding and the n-gram source at three draft maxima."""
+    return [
+        CompareConfig("plain", PLAIN, 0),
+        CompareConfig("ngram draft_max 4", "ngram", 4),
+        CompareConfig("ngram draft_max 8", "ngram", 8),
+        CompareConfig("ngram draft_max 16", "ngram", 16),
+    ]
+
+
+def parse_config(text: str) -> CompareConfig:
+    """Parse ``SOURCE[:key=value,...]`` (CLI ``compare --config``), e.g.
+    ``ngram:draft_max=4,n_min=1`` or ``none``. ``label=`` names it.
+    Raises ``ValueError`` with the offending text."""
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not name:
+        raise ValueError(f"configuration {text!r} has no source name (expected SOURCE[:key=value,...])")
+    options: dict = {}
+    draft_max = 0 if name == PLAIN else 8
+    label = None
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq:
+            raise ValueError(f"configuration {text!r}: {part!r} is not key=value")
+        key = key.strip()
+        if key == "draft_max":
+            try:
+                draft_max = int(value)
+            except ValueError:
+                raise ValueError(f"configuration {text!r}: draft_max must be an integer, observed {value!r}") from None
+        elif key == "label":
+            label = value
+        else:
+            options[key] = value
+    if label is None:
+        label = name if name == PLAIN else f"{name} draft_max {draft_max}" + "".join(
+            f" {k}={v}" for k, v in options.items())
+    return CompareConfig(label, name, draft_max, options)
+
+
+def registry_source_factory(runtime, settings: GenerationSettings) -> Callable[[CompareConfig], object]:
+    """``make_source`` for ``run_compare`` from the source registry
+    (``inspector.sources.registry``): ``"none"`` gives None."""
+    from inspector.sources.registry import SourceContext, available_sources
+
+    def make(config: CompareConfig):
+        if config.source == PLAIN:
+            return None
+        sources = available_sources()
+        if config.source not in sources:
+            raise ValueError(f"unknown proposal source {config.source!r}: expected one of "
+                             f"{', '.join([*sources, PLAIN])}")
+        options = dict(config.options)
+        if config.source == "draft":
+            options.setdefault("draft_max", config.draft_max)
+        return sources[config.source](SourceContext(runtime, settings), **options)
+
+    return make
+
+
+def run_compare(
+    scheduler: RuntimeScheduler,
+    prompt_tokens: Sequence[int],
+    configs: Sequence[CompareConfig],
+    settings: GenerationSettings,
+    make_source: Callable[[CompareConfig], object] | None = None,
+    cost_model: CostModel | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> CompareResult:
+    """Run ``prompt_tokens`` once per configuration (in order) with ``settings``
+    (its ``draft_max`` replaced by each configuration's) and compare.
+
+    ``make_source(config)`` returns the proposal source (None for plain);
+    default: ``registry_source_factory``. Sources with ``close()`` are closed
+    after their run. ``progress(done, total, label)`` is called before each run.
+    ``cancel``: when set, the run in flight is cancelled and
+    ``RequestCancelled`` is raised (rows already finished are lost to the
+    caller only if it does not catch it: they are in the exception's
+    ``partial`` attribute).
+    A configuration whose source cannot be made or whose run fails gets a row
+    with ``error`` set; the other configurations still run.
+    Raises ``ValueError`` when ``configs`` is empty.
+    """
+    from inspector.sources.registry import close_source
+
+    if not configs:
+        raise ValueError("no configurations to compare")
+    make_source = make_source or registry_source_factory(scheduler.runtime, settings)
+    order = list(configs)
+    plain_first = next((c for c in order if c.source == PLAIN), None)
+    extra_plain = plain_first is None
+    if extra_plain:
+        plain_first = CompareConfig("plain (reference)", PLAIN, 0)
+        order.insert(0, plain_first)
+    else:  # the reference runs first, so every other row can be compared with it
+        order.remove(plain_first)
+        order.insert(0, plain_first)
+    runs: dict[int, tuple[Generation | None, str | None]] = {}
+    total = len(order)
+    for i, config in enumerate(order):
+        if progress is not None:
+            progress(i, total, config.label)
+        s = _with_draft_max(settings, config.draft_max)
+        gen, error = None, None
+        try:
+            source = make_source(config)
+        except Exception as exc:  # a bad configuration is a row with its error, not the end of the compare
+            runs[id(config)] = (None, f"{type(exc).__name__}: {exc}")
+            continue
+        try:
+            gen = Generation(scheduler, source, prompt_tokens, s)
+            if cancel is not None:
+                gen.cancel_event = cancel
+            try:
+                gen.run()
+            except RequestCancelled:
+                raise
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            finally:
+                gen.close()
+        except RequestCancelled as exc:
+            exc.partial = _result(runs, order[:i], None, prompt_tokens, settings, cost_model)
+            raise
+        except Exception as exc:  # e.g. the prompt does not fit the context
+            gen, error = None, f"{type(exc).__name__}: {exc}"
+        finally:
+            close_source(source)
+        runs[id(config)] = (gen, error)
+    plain_gen = runs[id(plain_first)][0]
+    result_order = [c for c in configs] if not extra_plain else [plain_first, *configs]
+    return _result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model)
+
+
+def _with_draft_max(settings: GenerationSettings, draft_max: int) -> GenerationSettings:
+    from dataclasses import replace
+
+    return replace(settings, draft_max=max(0, int(draft_max)))
+
+
+def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> CompareResult:
+    plain_tps = plain_gen.summary().decode_tokens_per_s if plain_gen is not None else None
+    rows = []
+    for config in configs:
+        gen, error = runs.get(id(config), (None, "not run"))
+        if gen is None:
+            rows.append(CompareRow(config, Summary(), None, None, None, (), error))
+            continue
+        s = gen.summary()
+        speedup = None if not plain_tps or s.decode_tokens_per_s is None else s.decode_tokens_per_s / plain_tps
+        expected = None
+        if cost_model is not None:
+            expected = cost_model.expected_speedup(
+                [(r.verification_rows, r.canonical_prediction_count) for r in gen.receipts], gen.plain_steps)
+        same = None if plain_gen is None else list(gen.generated) == list(plain_gen.generated)
+        rows.append(CompareRow(config, s, speedup, expected, same, tuple(gen.generated), error))
+    return CompareResult(tuple(rows), len(prompt_tokens), settings, cost_model)
+
+
+def format_compare(result: CompareResult) -> str:
+    """The comparison as a text table (one line per configuration)."""
+    head = (f"{'configuration':28s} {'tok/s':>7s} {'vs plain':>8s} {'expected':>8s} {'accept':>7s} "
+            f"{'mean len':>8s} {'windows':>7s} same")
+    lines = [head]
+    for r in result.rows:
+        s = r.summary
+        tps = f"{s.decode_tokens_per_s:.1f}" if s.decode_tokens_per_s else "n/a"
+        vs = f"{r.speedup_vs_plain:.2f}x" if r.speedup_vs_plain else "n/a"
+        exp = f"{r.expected_speedup:.2f}x" if r.expected_speedup else "n/a"
+        acc = f"{100 * s.acceptance_rate:.0f}%" if s.acceptance_rate is not None else "n/a"
+        mal = f"{s.mean_accepted_length:.2f}" if s.mean_accepted_length is not None else "n/a"
+        same = "n/a" if r.same_output_as_plain is None else ("yes" if r.same_output_as_plain else "no")
+        line = f"{r.config.label[:28]:28s} {tps:>7s} {vs:>8s} {exp:>8s} {acc:>7s} {mal:>8s} {s.windows:7d} {same}"
+        if r.error:
+            line += f"  error: {r.error}"
+        lines.append(line)
+    return "\n".join(lines)
