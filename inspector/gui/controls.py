@@ -291,6 +291,10 @@ class ControlPanel(QWidget):
             self.break_boxes[kind] = cb
             brk.addWidget(cb)
         grid.addLayout(brk, 2, 0, 1, 3)
+        self.baseline = QCheckBox("Compare with plain decoding")
+        self.baseline.setToolTip("after the run (or Stop), decode the same prompt one token per step with the same "
+                                 "sampling, mark the first token where the outputs differ and measure the speedup")
+        grid.addWidget(self.baseline, 3, 0, 1, 3)
         grid.setContentsMargins(6, 4, 6, 4)
         grid.setVerticalSpacing(2)
         fixed.addWidget(g)
@@ -530,6 +534,7 @@ class ControlPanel(QWidget):
             "draft_type": self.draft_type.currentText(), "draft_min": self.draft_min.value(),
             "p_min": self.p_min.value(), "replay_file": self.replay_file.text(),
             "raw": self.raw.isChecked(), "break_on": sorted(self.break_on()),
+            "baseline": self.baseline.isChecked(),
             "model": self.model_path(), "recent_models": self.recent_models(),
         }
 
@@ -561,8 +566,9 @@ class ControlPanel(QWidget):
             self.script.setPlainText(v["script"])
         if isinstance(v.get("prompt"), str):
             self.prompt.setPlainText(v["prompt"])
-        if "raw" in v:
-            self.raw.setChecked(str(v["raw"]).lower() in ("true", "1"))
+        for key, box in (("raw", self.raw), ("baseline", self.baseline)):
+            if key in v:
+                box.setChecked(str(v[key]).lower() in ("true", "1"))
         if isinstance(v.get("break_on"), (list, tuple)):
             for k, cb in self.break_boxes.items():
                 cb.setChecked(k in v["break_on"])

@@ -102,10 +102,11 @@ class FileActions(QObject):
             gen, rt, cfg = w.generation, w.runtime, w.config
             templated, source_settings = w.templated_text, dict(w.source_settings)
             faults = [f"{f.kind}@{win or ''}:{f.token}" for f, win in w.faults.fired]
+            baseline = s.baseline_result
 
             def job():
                 doc = build_document(gen, rt, prompt_text=cfg.prompt_text, templated_text=templated, raw=cfg.raw,
-                                     source_settings=source_settings, faults=faults)
+                                     source_settings=source_settings, faults=faults, baseline=baseline)
                 return str(write_document(doc, path))
         else:
             self.win.show_error("Nothing to export", "Run a generation or open receipts first "

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from inspector.engine.faults import Fault
 from inspector.gui import none_refcount
 from inspector.gui import worker as W
+from inspector.gui.analysis_actions import AnalysisActions
 from inspector.gui.controls import ControlPanel
 from inspector.gui.event_log import EventLog
 from inspector.gui.file_actions import FileActions
@@ -125,6 +126,7 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.files = FileActions(self)
         self.sources = SourceActions(self)
+        self.analysis = AnalysisActions(self)
         self._build_menus()
         self._wire_controls()
         self._restore_settings()
@@ -386,6 +388,7 @@ class MainWindow(QMainWindow):
             model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
             source_options=self.panel.source_options(), raw=self.panel.raw.isChecked(),
             break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
+            baseline=self.panel.baseline.isChecked(),
         )
         self._before_run = (self.session, self.worker.faults)
         self.worker.faults = cfg.faults  # fault buttons work before the worker picks the run up

@@ -120,6 +120,11 @@ class SessionData:
         self.canonical_position: int | None = None
         self.document: dict | None = None
         """The loaded receipts document (None for a live session)."""
+        self.baseline: dict | None = None
+        """The comparison with plain decoding in the document's ``baseline`` form
+        (``BaselineResult.to_json`` with token texts), or None when none ran."""
+        self.baseline_result = None
+        """The live run's ``BaselineResult`` (exported with the receipts), or None."""
         self.origin = "live"
         """``live``, ``document`` or ``autosave``."""
         self.version = 0
@@ -198,6 +203,24 @@ class SessionData:
             self.canonical_position = p["canonical_position"]
         self._touch()
 
+    def set_baseline(self, result) -> None:
+        """Keep a ``BaselineResult`` of this run; the divergent token is redrawn with its mark."""
+        self.baseline_result = result
+        self._set_baseline_json(result.to_json(self.text_of))
+
+    def _set_baseline_json(self, d: dict | None) -> None:
+        self.baseline = d
+        i = self.divergence_index
+        if i is not None:
+            self.tokens_dirty_from = min(self.tokens_dirty_from, i)
+        self._touch()
+
+    @property
+    def divergence_index(self) -> int | None:
+        """Generated-token index where the output first differs from plain decoding, or None."""
+        div = (self.baseline or {}).get("divergence")
+        return None if not div else int(div["index"])
+
     def _set_proposal(self, window: int, ids: tuple[int, ...]) -> None:
         self.proposals[window] = tuple(ids)
         for t in self.tokens:
@@ -264,7 +287,7 @@ class SessionData:
         s.decode_elapsed_us = summ.get("decode_elapsed_us", 0)
         s.prefill_elapsed_us = summ.get("prefill_elapsed_us", 0)
         s.finish_reason = out.get("finish_reason")
-        s._touch()
+        s._set_baseline_json(doc.get("baseline"))
         return s
 
     @classmethod

@@ -4,7 +4,10 @@ Figures: acceptance rate (accepted / proposed over verified windows), mean
 accepted length (1 + accepted / windows, tokens per window), acceptance by
 proposal position, dispositions, decode tokens per second (generated /
 decode time, prefill excluded). Computed from receipts only, so
-branch-conditioned predictions never reach them.
+branch-conditioned predictions never reach them. After a comparison with
+plain decoding: whether the outputs are identical (or where they first
+differ, with the target's top-2 logit margin), plain decode tokens/s and the
+observed speedup (speculative / plain decode tokens/s).
 """
 
 from __future__ import annotations
@@ -49,8 +52,13 @@ class StatsView(QWidget):
             ("tps", "decode tokens/s", "generated tokens / decode time (prefill excluded)"),
             ("prefill", "prefill", ""),
             ("finish", "finish reason", ""),
+            ("baseline", "baseline", "the same prompt and sampling decoded one token per step (Run: "
+                                     "“Compare with plain decoding”)"),
+            ("plain_tps", "plain decode tokens/s", "the plain run's generated tokens / decode time"),
+            ("observed", "observed speedup", "speculative / plain decode tokens/s"),
         ):
             lab = QLabel("—")
+            lab.setWordWrap(key == "baseline")
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             name = QLabel(label)
             name.setToolTip(tip)
@@ -101,6 +109,32 @@ class StatsView(QWidget):
         L["tps"].setText("n/a" if m.decode_tokens_per_s is None else f"{m.decode_tokens_per_s:.1f}")
         L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({s.prompt_token_count} prompt tokens)")
         L["finish"].setText(m.finish_reason or ("running" if s.origin == "live" else "unfinished"))
+        self._show_baseline(s.baseline)
         n = len(m.acceptance_by_position)
         self.pos_bars.setOpts(x=np.arange(1, n + 1), height=np.array(m.acceptance_by_position, float), width=0.7)
         self.disp_bars.setOpts(height=[m.dispositions.get(k, 0) for k in DISPOSITIONS])
+
+    def _show_baseline(self, b: dict | None) -> None:
+        L = self.labels
+        if not b:
+            L["baseline"].setText("not run")
+            L["plain_tps"].setText("—")
+            L["observed"].setText("—")
+            return
+        d = b.get("divergence")
+        if d is None:
+            L["baseline"].setText(f"identical to plain decoding ({len(b.get('plain_token_ids', []))} tokens)")
+            L["baseline"].setStyleSheet("color:#1b5e20")
+        else:
+            def tok(key):
+                t = d[key]
+                text = d.get(key.replace("_token", "_text"))
+                return "(ended)" if t < 0 else f"{text!r} ({t})" if text is not None else str(t)
+
+            L["baseline"].setText(f"diverges at generated token {d['index']}: plain {tok('plain_token')}, "
+                                  f"speculative {tok('speculative_token')}; top-2 margin {float(d['margin']):.4f} logits")
+            L["baseline"].setStyleSheet("color:#c62828")
+        tps = b.get("plain_decode_tokens_per_s")
+        L["plain_tps"].setText("n/a" if tps is None else f"{tps:.1f}")
+        sp = b.get("observed_speedup")
+        L["observed"].setText("n/a" if sp is None else f"{sp:.2f}x (measured against the plain run)")

@@ -3,6 +3,9 @@
 Only committed tokens are ever shown (branch-conditioned predictions never
 reach this view). Hovering a token shows its window, verification row,
 proposed vs predicted token and position; clicking selects its window.
+After a comparison with plain decoding, the first token where the output
+differs is marked (red on yellow, wavy red underline) and a line above the text says
+whether the outputs are identical.
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ from inspector.gui import outcomes as O
 from inspector.gui.session_model import SessionData
 
 TOKEN_PROPERTY = QTextCharFormat.UserProperty + 1
+
+
+DIVERGENCE_COLOR = "#d50000"
+DIVERGENCE_BACKGROUND = "#ffd600"
+NEAR_TIE_LOGITS = 1.0
+"""A divergence whose top-2 logit margin is below this is called a near-tie (batch arithmetic can flip it)."""
 
 
 def _show(text: str) -> str:
@@ -86,6 +95,13 @@ class TokenView(QWidget):
             if outcome == O.END:
                 fmt.setFontUnderline(True)
             self._formats[outcome] = fmt
+        self._diverged = QTextCharFormat()
+        self._diverged.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
+        self._diverged.setUnderlineColor(QColor(DIVERGENCE_COLOR))
+        self._diverged.setFontWeight(QFont.Weight.Bold)
+        self._diverged.setForeground(QColor(DIVERGENCE_COLOR))
+        self._diverged.setBackground(QColor(DIVERGENCE_BACKGROUND))
+        self._baseline_shown: object = None
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         legend = QLabel(" &nbsp; ".join(
@@ -96,7 +112,12 @@ class TokenView(QWidget):
         self.hold_label = QLabel("")
         self.hold_label.setTextFormat(Qt.TextFormat.RichText)  # token texts arrive HTML-escaped
         self.hold_label.setStyleSheet("color:#e65100;font-weight:bold")
+        self.baseline_label = QLabel("")
+        self.baseline_label.setTextFormat(Qt.TextFormat.RichText)
+        self.baseline_label.setWordWrap(True)
+        self.baseline_label.hide()
         lay.addWidget(legend)
+        lay.addWidget(self.baseline_label)
         lay.addWidget(self.hold_label)
         self.stream = _Stream(self)
         self.stream.tokenClicked.connect(self._clicked)
@@ -108,10 +129,20 @@ class TokenView(QWidget):
         self._starts = []
         self.stream.clear()
         self.hold_label.setText("")
+        self._baseline_shown = None
+        self.baseline_label.hide()
         self.refresh()
 
     def token_count(self) -> int:
         return self.rendered
+
+    def is_marked_divergent(self, index: int) -> bool:
+        """Whether token ``index`` is drawn with the divergence mark (tests)."""
+        if index >= self.rendered:
+            return False
+        cur = QTextCursor(self.stream.document())
+        cur.setPosition(self._starts[index] + 1)
+        return cur.charFormat().underlineStyle() == QTextCharFormat.UnderlineStyle.WaveUnderline
 
     def tooltip(self, index: int) -> str:
         """Tooltip text of generated token ``index``."""
@@ -129,7 +160,47 @@ class TokenView(QWidget):
             lines.append(f"proposed: {proposed}")
         lines.append(f"predicted (committed): {_show(t.text)} ({t.token})")
         lines.append(f"position: {t.position}")
+        if index == s.divergence_index:
+            lines.append(f"<span style='color:{DIVERGENCE_COLOR}'><b>first difference from plain decoding</b></span>")
+            lines.extend(self._divergence_lines(s.baseline["divergence"]))
         return "<br>".join(lines)
+
+    def _divergence_lines(self, d: dict) -> list[str]:
+        s = self.session
+
+        def tok(key: str) -> str:
+            t = d[key]
+            if t < 0:
+                return "— (that run had ended)"
+            return f"{_show(d.get(key.replace('_token', '_text')) or s.text_of(t))} ({t})"
+
+        margin = float(d["margin"])
+        tie = " — a near-tie: batch arithmetic can flip it" if margin < NEAR_TIE_LOGITS else ""
+        return [f"plain decoding: {tok('plain_token')}", f"speculative: {tok('speculative_token')}",
+                f"target's top-2 margin there: {margin:.4f} logits{tie}"]
+
+    def baseline_text(self) -> str:
+        """The line above the text about the comparison with plain decoding ("" when none ran)."""
+        s = self.session
+        b = s.baseline if s is not None else None
+        if not b:
+            return ""
+        if b.get("identical"):
+            return (f"<span style='color:#1b5e20'><b>Baseline:</b> identical to plain decoding "
+                    f"({len(b.get('plain_token_ids', []))} tokens)</span>")
+        d = b["divergence"]
+        return (f"<span style='color:{DIVERGENCE_COLOR}'><b>Baseline:</b> differs from plain decoding at generated "
+                f"token {d['index']}</span> (marked <span style='background:{DIVERGENCE_BACKGROUND};"
+                f"color:{DIVERGENCE_COLOR};font-weight:bold;text-decoration:underline'>&nbsp;so&nbsp;</span>): " + " · ".join(self._divergence_lines(d)))
+
+    def _show_baseline(self) -> None:
+        s = self.session
+        if s is None or s.baseline is self._baseline_shown:
+            return
+        self._baseline_shown = s.baseline
+        text = self.baseline_text()
+        self.baseline_label.setText(text)
+        self.baseline_label.setVisible(bool(text))
 
     def _clicked(self, index: int) -> None:
         s = self.session
@@ -151,6 +222,7 @@ class TokenView(QWidget):
         s = self.session
         if s is None:
             return
+        self._show_baseline()
         start = min(s.tokens_dirty_from, self.rendered)
         n = len(s.tokens)
         if start >= n and self.rendered == n:
@@ -165,8 +237,11 @@ class TokenView(QWidget):
             cur.removeSelectedText()
             del self._starts[start:]
         cur.movePosition(QTextCursor.MoveOperation.End)
+        diverged = s.divergence_index
         for t in s.tokens[start:]:
             fmt = QTextCharFormat(self._formats.get(t.outcome, self._formats[O.PLAIN]))
+            if t.index == diverged:
+                fmt.merge(self._diverged)
             fmt.setProperty(TOKEN_PROPERTY, t.index)
             self._starts.append(cur.position())
             text = t.text if t.text else "\u2205"

@@ -61,6 +61,8 @@ class RunConfig:
     n_ctx: int = 2048
     faults: FaultPlan = field(default_factory=FaultPlan)
     """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
+    baseline: bool = False
+    """After the run finishes or is stopped, decode the same prompt plainly and emit ``baselineReady``."""
 
 
 class _Observer(GenerationObserver):
@@ -108,6 +110,9 @@ class EngineWorker(QObject):
     sourceFailed = Signal(str, str)
     """(source name, message): the run's proposal source could not be made (the run did not start)."""
     runFinished = Signal(str, object)
+    baselineReady = Signal(object, str)
+    """(``BaselineResult`` or None, error): the plain-decoding comparison of the run that just ended
+    (emitted before ``runFinished``)."""
 
     def __init__(self, runtime=None, owns_runtime: bool = False) -> None:
         super().__init__()
@@ -443,8 +448,26 @@ class EngineWorker(QObject):
             self._autosave.close({"finish_reason": reason, "decode_elapsed_us": gen.decode_elapsed_us})
             self._autosave = None
         self.progress.emit(self._progress(gen))
+        if config.baseline and reason != "error" and gen.generated_count > 0 and not self._closing:
+            self._baseline(gen)
         self.stateChanged.emit(IDLE, reason)
         self.runFinished.emit(reason, info)
+
+    def _baseline(self, gen: Generation) -> None:
+        """Plain-decode the run's prompt (``inspector.gui.analysis.run_plain_baseline``) and emit the result."""
+        from inspector.gui.analysis import run_plain_baseline
+
+        self.stateChanged.emit(RUNNING, "comparing with plain decoding…")
+        try:
+            result = run_plain_baseline(self.scheduler, gen)
+        except Exception as exc:  # a failed comparison never loses the run
+            log.exception("baseline failed")
+            self.baselineReady.emit(None, str(exc) or type(exc).__name__)
+            return
+        d = result.divergence
+        if d is not None:
+            self._send_texts(t for t in (d.plain_token, d.speculative_token, d.top_token, d.second_token) if t >= 0)
+        self.baselineReady.emit(result, "")
 
     def make_source(self, config: RunConfig):
         """The run's proposal source (worker thread: a draft model is loaded here), or None for ``none``.

@@ -1,0 +1,137 @@
+"""What speculation buys, measured on the engine thread (no widgets).
+
+``run_plain_baseline``: the plain one-token run of a finished or stopped
+speculative run, compared token by token (``inspector.engine.baseline``).
+``AnalysisWorker``: a ``QObject`` that lives on the engine worker's thread
+next to ``EngineWorker`` and measures the cost model (verify time per batch
+of k verification rows) and runs comparisons of proposal configurations.
+Slots run on that thread, one at a time with runs (its event loop is
+shared), and results leave through signals as immutable objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from inspector.engine.baseline import BaselineResult, run_baseline
+from inspector.engine.errors import EngineError
+from inspector.engine.settings import GenerationSettings
+
+log = logging.getLogger(__name__)
+
+COST_K_MAX = 16
+"""Largest verify batch measured by the cost model (verification rows)."""
+COST_REPEATS = 3
+"""Timed decodes per batch size (the median is kept; one warm-up before)."""
+
+
+@dataclass(frozen=True)
+class _StoppedRun:
+    """The parts of a stopped ``Generation`` that ``run_baseline`` reads, with
+    ``max_new_tokens`` cut to the tokens it generated: the plain run then
+    covers exactly the same output length (a stopped run is no divergence)."""
+
+    tokens: tuple
+    prompt_token_count: int
+    settings: GenerationSettings
+    generated: tuple
+    summary: Callable
+
+
+def run_plain_baseline(scheduler, gen) -> BaselineResult:
+    """``run_baseline`` for the GUI: a run that did not finish (Stop) is compared
+    over the tokens it generated. Runs plain decoding on a new session (seconds
+    for a few hundred tokens); call on the engine thread only."""
+    if not gen.finished:
+        gen = _StoppedRun(tuple(gen.tokens), gen.prompt_token_count,
+                          replace(gen.settings, max_new_tokens=max(1, gen.generated_count)),
+                          tuple(gen.generated), gen.summary)
+    return run_baseline(scheduler, gen)
+
+
+@dataclass(frozen=True)
+class CostRequest:
+    """Measure the cost model on the loaded model with this prompt (text as typed)."""
+
+    prompt_text: str
+    raw: bool = False
+    k_max: int = COST_K_MAX
+    repeats: int = COST_REPEATS
+
+
+@dataclass(frozen=True)
+class CostMeasured:
+    """A measured ``CostModel`` and where: model file, CPU threads, prompt length (tokens)."""
+
+    model: object
+    model_path: str
+    n_threads: int
+    prompt_tokens: int
+
+
+class AnalysisWorker(QObject):
+    """Cost-model measurement and configuration comparison on the engine thread.
+
+    ``engine`` is the window's ``EngineWorker`` (same thread): its runtime and
+    scheduler are used, never while a run goes (the GUI refuses, and the shared
+    event loop runs one slot at a time). ``request_cancel`` (any thread) ends a
+    comparison after the configuration in flight.
+    """
+
+    costMeasured = Signal(object)
+    """``CostMeasured``."""
+    compareProgress = Signal(str)
+    """A line for the status bar: which configuration runs."""
+    compareDone = Signal(object)
+    """``inspector.bench.compare.CompareResult``."""
+    failed = Signal(str, str)
+    """(what: ``cost`` or ``compare``, message)."""
+
+    def __init__(self, engine) -> None:
+        super().__init__()
+        self.engine = engine
+        self._cancel = threading.Event()
+
+    def request_cancel(self) -> None:
+        """Stop a comparison after its current configuration (thread safe)."""
+        self._cancel.set()
+
+    def _ready(self, what: str) -> bool:
+        e = self.engine
+        if e.running:
+            self.failed.emit(what, "a run is going: stop it first")
+            return False
+        if e.runtime is None or e.scheduler is None:
+            self.failed.emit(what, "no model is loaded")
+            return False
+        e._reserve_gui_core()  # llama.cpp on every core would starve the event loop
+        return True
+
+    def _prompt_tokens(self, text: str, raw: bool) -> list[int]:
+        tokens = self.engine.runtime.prompt_tokens(text, raw=raw)
+        if not tokens:
+            raise EngineError("the prompt is empty after tokenization")
+        return tokens
+
+    @Slot(object)
+    def measure_cost(self, req: CostRequest) -> None:
+        """Measure c(k), k = 1..``req.k_max`` (``measure_cost_model``, under the runtime lock)."""
+        from inspector.bench.cost_model import measure_cost_model
+
+        if not self._ready("cost"):
+            return
+        rt = self.engine.runtime
+        try:
+            tokens = self._prompt_tokens(req.prompt_text, req.raw)
+            tokens = tokens[: max(1, rt.n_ctx - req.k_max - 1)]
+            cm = measure_cost_model(self.engine.scheduler, tokens, k_max=req.k_max, repeats=req.repeats)
+        except Exception as exc:
+            log.exception("cost model failed")
+            self.failed.emit("cost", str(exc) or type(exc).__name__)
+            return
+        self.costMeasured.emit(CostMeasured(cm, str(rt.model_path), int(getattr(rt, "n_threads", 0) or 0), len(tokens)))

@@ -1,0 +1,100 @@
+"""Compare with plain decoding: the baseline after a run, its mark in the token view,
+the Statistics lines, and the ``baseline`` object of exported receipts."""
+
+from __future__ import annotations
+
+from inspector.gui import worker as W
+from inspector.receipts import load_document
+from test_gui_support import example_text, make_window, run_to_end, wait_state
+
+PLANTED = 10
+"""Generated-token index where the planted perturbation changes the speculative output."""
+
+
+def test_copy_heavy_run_matches_plain_decoding(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    w.panel.baseline.setChecked(True)
+    run_to_end(qtbot, w)
+    b = w.session.baseline
+    assert b is not None and w.session.baseline_result is not None
+    assert b["plain_decode_tokens_per_s"] > 0 and b["observed_speedup"] > 0
+    label = w.stats.labels["baseline"].text()
+    if b["identical"]:
+        assert label.startswith("identical to plain decoding")
+        assert b["plain_token_ids"] == [t.token for t in w.session.tokens]
+        assert "identical" in w.token_view.baseline_text()
+    else:  # batch arithmetic may flip a near-tie: reported, never hidden
+        d = b["divergence"]
+        print("near-tie divergence:", d)
+        assert d["margin"] < 1.0
+        assert w.token_view.is_marked_divergent(d["index"])
+    assert "x" in w.stats.labels["observed"].text()
+    assert not w.token_view.baseline_label.isHidden()
+    assert w.panel.values()["baseline"] is True
+
+
+def test_planted_divergence_is_marked_exported_and_reopened(qtbot, runtime, tmp_path):
+    """A scripted perturbation of the sampling: while the speculative run goes, the
+    target's prediction for generated token ``PLANTED`` is replaced (every row that
+    predicts it); the plain baseline afterwards is unperturbed."""
+    w = make_window(qtbot, runtime, tmp_path)
+    w.panel.baseline.setChecked(True)
+    prompt_len = len(runtime.prompt_tokens(example_text("copy-with-corrections")))
+    row_position = prompt_len - 1 + PLANTED  # the row whose prediction is generated token PLANTED
+    original = runtime.decode_rows
+
+    def perturbed(sid, tokens, position, abort=None):
+        out = original(sid, tokens, position, abort)
+        j = row_position - position
+        if w.worker.running and 0 <= j < len(out):  # the speculative run only, not the baseline after it
+            out = list(out)
+            out[j] = (out[j] + 1) % runtime.n_vocab
+        return out
+
+    runtime.decode_rows = perturbed
+    try:
+        run_to_end(qtbot, w)
+    finally:
+        del runtime.decode_rows
+    s = w.session
+    assert s.divergence_index == PLANTED
+    d = s.baseline["divergence"]
+    assert d["plain_token"] == (d["speculative_token"] - 1) % runtime.n_vocab
+    assert d["speculative_token"] == s.tokens[PLANTED].token
+    # The token view marks exactly that token; its tooltip names both tokens and the margin.
+    tv = w.token_view
+    assert tv.is_marked_divergent(PLANTED)
+    assert not tv.is_marked_divergent(PLANTED - 1) and not tv.is_marked_divergent(PLANTED + 1)
+    tip = tv.tooltip(PLANTED)
+    assert "first difference from plain decoding" in tip and "margin" in tip
+    assert f"({d['plain_token']})" in tip and f"({d['speculative_token']})" in tip
+    assert f"token {PLANTED}" in tv.baseline_text()
+    assert w.stats.labels["baseline"].text().startswith(f"diverges at generated token {PLANTED}")
+    # Exported receipts carry the baseline; opening them shows the mark again.
+    out = tmp_path / "baseline.json"
+    with qtbot.waitSignal(w.files.exported, timeout=60_000):
+        w.files.export_receipts(str(out))
+    doc = load_document(out)
+    assert doc["baseline"]["divergence"]["index"] == PLANTED
+    assert doc["baseline"]["identical"] is False
+    v = make_window(qtbot, None, tmp_path, settings_file="viewer.ini")
+    assert v.files.open_receipts(str(out))
+    v.refresh_all()
+    assert v.token_view.is_marked_divergent(PLANTED)
+    assert v.stats.labels["baseline"].text() == w.stats.labels["baseline"].text()
+
+
+def test_stopped_run_is_compared_over_its_own_tokens(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    w.panel.baseline.setChecked(True)
+    assert w.start_run(paused=True, first_action="window")
+    wait_state(qtbot, w, W.PAUSED)
+    with qtbot.waitSignal(w.runFinished, timeout=120_000) as blocker:
+        w.stop_clicked()
+    assert blocker.args[0] == "stopped"
+    w.refresh_all()
+    b = w.session.baseline
+    n = len(w.session.tokens)
+    assert 0 < n < 48
+    assert len(b["plain_token_ids"]) == n
+    assert b["identical"], b["divergence"]
