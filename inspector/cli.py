@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--script-file", type=Path, help="scripted source: read the script text from this file")
     run.add_argument("--ngram-max", type=_positive, default=4, help="n-gram source: longest n-gram to match [4]")
     run.add_argument("--ngram-min", type=_positive, default=2, help="n-gram source: shortest n-gram to match [2]")
+    run.add_argument("--ngram-length", choices=["adaptive", "fixed"], default="adaptive",
+                     help="n-gram source: adaptive proposes the length that buys the most tokens per unit of "
+                          "verification cost (learned from the receipts), or nothing when a plain step is "
+                          "cheaper; fixed proposes up to --draft-max tokens [adaptive]")
     run.add_argument("--max-tokens", type=_positive, default=256, help="most tokens to generate [256]")
     run.add_argument("--draft-max", type=_non_negative, default=8, help="most proposal tokens per window [8]")
     run.add_argument("--n-ctx", type=_positive, default=2048, help="context size in tokens [2048]")
@@ -329,7 +333,7 @@ def _source_options(args) -> dict:
     """Keyword options for the source factory, from the dedicated flags and --source-option."""
     opts: dict = {}
     if args.source == "ngram":
-        opts.update(n_max=args.ngram_max, n_min=args.ngram_min)
+        opts.update(n_max=args.ngram_max, n_min=args.ngram_min, length=args.ngram_length)
     elif args.source == "draft":
         opts.update(draft_model=str(args.draft_model), draft_max=args.draft_max, draft_min=args.draft_min,
                     p_min=args.p_min)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from inspector.engine.proposal import Proposal, ProposalRequest
+from inspector.sources.length_policy import CostAwareLength
+
+MAX_MATCH = 64
+"""Longest match length measured (tokens): longer matches are all 'long'."""
 
 
 class NgramSource:
@@ -14,22 +18,40 @@ class NgramSource:
     the tokens that followed it. ``n_min`` >= 1, ``n_max`` >= ``n_min``
     (tokens). Lookups cost O(n_max) per query: every n-gram of the stream is
     indexed once, by the position right after its most recent occurrence.
+
+    ``length``: ``"fixed"`` proposes everything that followed the match, up
+    to the cap (as llama.cpp's lookup does); ``"adaptive"`` proposes the
+    length that buys the most tokens per unit of verification cost, or
+    nothing when a plain step is cheaper (``length_policy.CostAwareLength``:
+    acceptance learned per match length from the receipts, row cost ratio
+    ``row_cost_ratio`` fitted from verification times unless given).
+    The decision id names the n-gram size and the match length:
+    ``ngram:<count>:n<n>:L<match length>``.
     """
 
     name = "ngram"
 
-    def __init__(self, n_max: int = 4, n_min: int = 2) -> None:
+    def __init__(self, n_max: int = 4, n_min: int = 2, length: str = "fixed",
+                 row_cost_ratio: float | None = None) -> None:
         if n_min < 1 or n_max < n_min:
             raise ValueError(f"n-gram sizes must satisfy 1 <= n_min <= n_max, observed n_min={n_min}, n_max={n_max}")
+        if length not in ("fixed", "adaptive"):
+            raise ValueError(f"length must be 'fixed' or 'adaptive', observed {length!r}")
         self.n_max = n_max
         self.n_min = n_min
+        self.length = length
+        self.policy = CostAwareLength(row_cost_ratio) if length == "adaptive" else None
+        self._pending: dict[str, int] = {}  # decision id (hex) -> match length
         self._index: dict[int, dict[tuple, int]] = {n: {} for n in range(n_min, n_max + 1)}
         self._indexed = 0  # positions < _indexed have their n-grams ending there indexed
         self._stream: list[int] = []
         self._count = 0
 
     def settings(self) -> dict:
-        return {"n_max": self.n_max, "n_min": self.n_min}
+        d = {"n_max": self.n_max, "n_min": self.n_min, "length": self.length}
+        if self.policy is not None:
+            d["row_cost_ratio"] = round(self.policy.row_cost_ratio, 4)
+        return d
 
     def _sync(self, tokens) -> None:
         n_tok = len(tokens)
@@ -63,14 +85,35 @@ class NgramSource:
             follow = self._index[n].get(tuple(st[n_tok - n :]))
             if follow is None or follow >= n_tok:
                 continue
-            ids = st[follow : follow + cap]
-            if ids:
-                self._count += 1
-                return Proposal(b"ngram:%d:n%d" % (self._count, n), tuple(ids))
+            # Match length: how far back the context keeps matching the occurrence.
+            match = n
+            while match < MAX_MATCH and follow - 1 - match >= 0 and st[n_tok - 1 - match] == st[follow - 1 - match]:
+                match += 1
+            want = cap if self.policy is None else self.policy.length(match, min(cap, n_tok - follow))
+            ids = st[follow : follow + want]
+            if not ids:
+                return None  # the adaptive policy prefers a plain step
+            self._count += 1
+            decision = b"ngram:%d:n%d:L%d" % (self._count, n, match)
+            if self.policy is not None:
+                if len(self._pending) > 256:  # receipts that never came back (errors)
+                    self._pending.clear()
+                self._pending[decision.hex()] = match
+            return Proposal(decision, tuple(ids))
         return None
 
     def report(self, receipt) -> None:
-        """Nothing to learn: committed tokens arrive with the next request."""
+        """Adaptive length: learn acceptance for the proposal's match length and the
+        verification cost per row from the receipt. Fixed length: nothing to learn."""
+        if self.policy is None:
+            return
+        match = self._pending.pop(receipt.decision_id, None)
+        if match is None:
+            return
+        self.policy.observe(match, receipt.proposal_token_count, receipt.accepted_proposal_tokens,
+                            receipt.disposition == "first_mismatch", receipt.verification_rows,
+                            receipt.verification_elapsed_us)
 
     def discard(self, decision_id: bytes, reason: str) -> None:
-        """Nothing to roll back."""
+        """Nothing to roll back; forget the pending decision."""
+        self._pending.pop(decision_id.hex() if isinstance(decision_id, (bytes, bytearray)) else decision_id, None)

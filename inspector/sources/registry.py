@@ -32,10 +32,12 @@ class SourceContext:
 SourceFactory = Callable[..., ProposalSource]
 
 
-def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, **_) -> ProposalSource:
+def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, length: str = "adaptive",
+           row_cost_ratio: str | float | None = None, **_) -> ProposalSource:
     from inspector.sources.ngram import NgramSource
 
-    return NgramSource(int(n_max), int(n_min))
+    ratio = None if row_cost_ratio in (None, "", "auto") else float(row_cost_ratio)
+    return NgramSource(int(n_max), int(n_min), length=str(length), row_cost_ratio=ratio)
 
 
 def _scripted(ctx: SourceContext, script: str = "", **_) -> ProposalSource:

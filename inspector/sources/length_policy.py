@@ -1,0 +1,129 @@
+"""How many tokens to propose: the length that buys the most tokens per unit of
+verification cost, learned from the source's own receipts.
+
+A window that verifies k rows costs the target c(k); on a CPU c(k) grows
+almost linearly: c(k) = c(1) * (1 + r * (k - 1)) with r about 0.5 for the
+bundled model here (LLAMA_CPP_NOTES "Measured here"; ``spec-inspector
+bench`` measures it). If each proposal token is accepted with probability p
+given the ones before it were, a proposal of m tokens commits on average
+E(m) = 1 + p + ... + p^m tokens (accepted ones, then the correction or the
+bonus token). A plain step commits 1 token for c(1). So proposing m tokens
+pays off when E(m) / (1 + r * m) > 1, and the best m maximizes that ratio.
+
+p is estimated per match-length bucket (how many tokens of the current
+context match the earlier occurrence) from the receipts reported back; r is
+fitted to the receipts' verification times once windows of several sizes
+were seen, or fixed by the caller.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+BUCKET_EDGES = (2, 4, 8, 16, 32)
+"""Match-length buckets (tokens): [1,2), [2,4), [4,8), [8,16), [16,32), [32, inf)."""
+
+PRIOR_P = (0.35, 0.5, 0.65, 0.75, 0.85, 0.9)
+"""Prior acceptance probability per bucket, before any receipt."""
+
+PRIOR_WEIGHT = 4.0
+"""The prior counts as this many observed tokens (accepted + mismatched)."""
+
+DEFAULT_ROW_COST_RATIO = 0.5
+"""r before it is fitted: the bundled model on 2 CPU cores (issue 5 measurements)."""
+
+
+def bucket_of(match_length: int) -> int:
+    """Index of the bucket holding ``match_length`` (tokens, >= 0)."""
+    for i, edge in enumerate(BUCKET_EDGES):
+        if match_length < edge:
+            return i
+    return len(BUCKET_EDGES)
+
+
+def expected_committed(p: float, m: int) -> float:
+    """E(m) = 1 + p + ... + p^m: tokens a window of m proposal tokens commits on
+    average when each is accepted with probability p after its predecessors."""
+    if p >= 1.0:
+        return m + 1.0
+    return (1.0 - p ** (m + 1)) / (1.0 - p)
+
+
+def best_length(p: float, r: float, cap: int, min_gain: float = 1.0) -> int:
+    """The m in 1..cap maximizing E(m) / (1 + r * m), or 0 when no m beats a
+    plain step by more than ``min_gain`` (tokens per unit cost, plain = 1)."""
+    best_m, best = 0, min_gain
+    for m in range(1, cap + 1):
+        v = expected_committed(p, m) / (1.0 + r * m)
+        if v > best:
+            best_m, best = m, v
+    return best_m
+
+
+@dataclass
+class _Counts:
+    accepted: float
+    mismatched: float
+
+    @property
+    def p(self) -> float:
+        return self.accepted / (self.accepted + self.mismatched)
+
+
+class CostAwareLength:
+    """Per-bucket acceptance estimates and the row cost ratio r -> proposal length.
+
+    ``row_cost_ratio``: r fixed by the caller (None: fitted from receipts,
+    starting at ``DEFAULT_ROW_COST_RATIO``). ``min_gain``: propose only when
+    the expected tokens per unit cost beat a plain step's by this factor.
+    """
+
+    def __init__(self, row_cost_ratio: float | None = None, min_gain: float = 1.02) -> None:
+        if row_cost_ratio is not None and row_cost_ratio < 0:
+            raise ValueError(f"row_cost_ratio must be >= 0, observed {row_cost_ratio}")
+        self.fixed_ratio = row_cost_ratio
+        self.min_gain = min_gain
+        self.counts = [_Counts(PRIOR_WEIGHT * p, PRIOR_WEIGHT * (1 - p)) for p in PRIOR_P]
+        self._timings: deque[tuple[int, float]] = deque(maxlen=64)
+        self._ratio = DEFAULT_ROW_COST_RATIO if row_cost_ratio is None else row_cost_ratio
+
+    @property
+    def row_cost_ratio(self) -> float:
+        """r: the cost of one more verification row, as a fraction of a one-row decode."""
+        return self._ratio
+
+    def length(self, match_length: int, cap: int) -> int:
+        """Tokens to propose (0..cap) after a match of ``match_length`` tokens."""
+        if cap <= 0:
+            return 0
+        return best_length(self.counts[bucket_of(match_length)].p, self._ratio, cap, self.min_gain)
+
+    def observe(self, match_length: int, proposed: int, accepted: int, mismatched: bool,
+                rows: int, verification_us: float) -> None:
+        """Learn from one receipt: ``accepted`` of ``proposed`` tokens, ``mismatched``
+        when a proposal token was rejected (not when generation merely stopped),
+        and the window's verification time for ``rows`` rows (microseconds)."""
+        c = self.counts[bucket_of(match_length)]
+        c.accepted += accepted
+        c.mismatched += 1.0 if mismatched else 0.0
+        if self.fixed_ratio is None and verification_us > 0:
+            self._timings.append((rows, float(verification_us)))
+            self._refit()
+
+    def _refit(self) -> None:
+        pts = self._timings
+        if len(pts) < 8:
+            return
+        xs = [x for x, _ in pts]
+        if max(xs) - min(xs) < 3:
+            return
+        n = len(pts)
+        mx = sum(xs) / n
+        my = sum(y for _, y in pts) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+        one_row = my + slope * (1 - mx)  # fitted c(1)
+        if one_row <= 0:
+            return
+        self._ratio = min(1.5, max(0.02, slope / one_row))

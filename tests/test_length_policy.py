@@ -1,0 +1,104 @@
+"""The adaptive proposal length (inspector.sources.length_policy) and the n-gram source that uses it."""
+
+from __future__ import annotations
+
+import pytest
+
+from inspector.engine.proposal import ProposalRequest
+from inspector.sources.length_policy import CostAwareLength, best_length, bucket_of, expected_committed
+from inspector.sources.ngram import NgramSource
+
+
+def test_expected_committed_tokens_follow_the_geometric_sum():
+    assert expected_committed(0.0, 5) == 1.0
+    assert expected_committed(1.0, 5) == 6.0
+    assert expected_committed(0.5, 2) == pytest.approx(1.75)
+
+
+def test_a_proposal_is_made_only_when_it_beats_a_plain_step():
+    # Free rows (r = 0): any acceptance pays, so propose the whole cap.
+    assert best_length(0.3, 0.0, 8) == 8
+    # Rows cost half a step each: p = 0.3 never pays, p = 0.97 pays with a long proposal.
+    assert best_length(0.3, 0.5, 8) == 0
+    assert best_length(0.97, 0.5, 16) >= 6
+    # Rows as expensive as a plain step: never worth it.
+    assert best_length(0.99, 1.0, 16) == 0
+
+
+def test_match_lengths_fall_into_buckets():
+    assert [bucket_of(n) for n in (1, 2, 3, 4, 7, 8, 16, 31, 32, 500)] == [0, 1, 1, 2, 2, 3, 4, 4, 5, 5]
+
+
+def test_the_policy_learns_acceptance_per_match_length_and_the_row_cost_from_receipts():
+    policy = CostAwareLength()
+    start = policy.length(40, 16)
+    for _ in range(10):  # long matches always fully accepted
+        policy.observe(40, 8, 8, False, 9, 1000 + 500 * 8)
+    assert policy.length(40, 16) > start
+    for _ in range(10):  # short matches always rejected at once
+        policy.observe(2, 4, 0, True, 5, 1000 + 500 * 4)
+    assert policy.length(2, 16) == 0
+    # Timings c(k) = 500 + 500 k: r = slope / c(1) = 0.5, once rows of several sizes were seen.
+    for k in (1, 4, 8, 12, 16, 2, 6, 10):
+        policy.observe(40, k - 1, k - 1, False, k, 500 + 500 * k)
+    assert policy.row_cost_ratio == pytest.approx(0.5, rel=0.05)
+
+
+def request(tokens, cap=16):
+    return ProposalRequest(tokens, len(tokens), 0, cap, 1e18)
+
+
+def test_the_adaptive_ngram_source_names_the_match_length_and_stays_within_the_cap():
+    text = list(range(100, 140))
+    src = NgramSource(4, 2, length="adaptive", row_cost_ratio=0.1)
+    p = src.propose(request(text + text[:20], cap=8))
+    assert p is not None and 1 <= len(p.token_ids) <= 8
+    assert p.token_ids == tuple(text[20 : 20 + len(p.token_ids)])
+    assert b":L20" in p.decision_id
+    fixed = NgramSource(4, 2).propose(request(text + text[:20], cap=8))
+    assert fixed.token_ids == tuple(text[20:28])
+
+
+def test_the_adaptive_ngram_source_proposes_nothing_where_it_keeps_failing():
+    src = NgramSource(2, 2, length="adaptive", row_cost_ratio=0.5)
+
+    class Receipt:
+        proposal_token_count = 2
+        accepted_proposal_tokens = 0
+        disposition = "first_mismatch"
+        verification_rows = 3
+        verification_elapsed_us = 2000
+
+    tokens = [1, 2, 3, 9, 9, 1, 2]
+    for _ in range(30):
+        p = src.propose(request(tokens))
+        if p is None:
+            break
+        r = Receipt()
+        r.decision_id = p.decision_id.hex()
+        src.report(r)
+    assert src.propose(request(tokens)) is None
+
+
+def test_on_the_real_model_adaptive_lengths_keep_the_output_and_waste_fewer_rows(make_generation, chat_tokens):
+    from inspector import asset_path
+    from inspector.bench.cost_model import CostModel
+
+    cost = CostModel(tuple(8.0 * (1 + 0.5 * (k - 1)) for k in range(1, 17)))  # r = 0.5, as measured here
+    tokens = chat_tokens(asset_path("prompts/code-rewrite.txt").read_text("utf-8").rstrip("\n"))
+    runs = {}
+    for length in ("fixed", "adaptive"):
+        g = make_generation(NgramSource(length=length, row_cost_ratio=0.5), tokens, max_new_tokens=48)
+        g.run()
+        runs[length] = g
+    fixed, adaptive = runs["fixed"], runs["adaptive"]
+    assert adaptive.generated == fixed.generated
+    wasted = {k: sum(r.trimmed_rows for r in g.receipts) for k, g in runs.items()}
+    assert wasted["adaptive"] < wasted["fixed"], wasted
+
+    def expected(g):
+        return cost.expected_speedup([(r.verification_rows, r.canonical_prediction_count) for r in g.receipts],
+                                     g.plain_steps)
+
+    print({k: expected(g) for k, g in runs.items()})
+    assert expected(adaptive) >= expected(fixed)
