@@ -1,24 +1,71 @@
 """The window's "what speculation buys" wiring (GUI thread): the comparison
-with plain decoding after a run.
+with plain decoding after a run, and the cost model (Measure, cache, PNG).
 
 The work itself runs on the engine thread (``EngineWorker`` for the
-baseline, ``inspector.gui.analysis``); this object only receives the
-immutable results and hands them to the session and the views.
+baseline, ``inspector.gui.analysis.AnalysisWorker`` for the rest); this
+object starts it through queued signals, shows the busy state (the window's
+``busy`` state: Run and model changes are refused meanwhile) and hands the
+immutable results to the session and the views.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog
+
+from inspector.gui import worker as W
+from inspector.gui.analysis import AnalysisWorker, CostMeasured, CostRequest
+
+SETTINGS_GROUP = "cost_models"
+"""QSettings group of the cached cost models, one JSON value per model file and CPU thread count."""
+
+
+def cost_key(model_path: str, n_threads: int) -> str:
+    """The cache key of a cost model: model file and CPU threads (settings keys cannot hold paths)."""
+    return hashlib.sha1(f"{Path(model_path).resolve()}|{n_threads}".encode()).hexdigest()[:16]
 
 
 class AnalysisActions(QObject):
-    """Baseline results of ``window``'s runs."""
+    """Baseline results, cost-model measurement and its per-model cache for ``window``.
+
+    ``cost_models``: measured ``CostMeasured`` by ``cost_key`` (kept for the
+    app's lifetime, and in QSettings). ``current``: the loaded model's, or None.
+    """
+
+    requestMeasure = Signal(object)
+    costReady = Signal(object, str)
+    """(``CostMeasured`` or None, error): a measurement ended (tests, status)."""
 
     def __init__(self, window) -> None:
         super().__init__(window)
         self.w = window
+        self.cost_models: dict[str, CostMeasured] = {}
+        self.current: CostMeasured | None = None
+        self.busy = ""
+        """What the engine thread measures for us ("" when nothing)."""
+        self.worker = AnalysisWorker(window.worker)
+        self.worker.moveToThread(window.thread)
+        self.requestMeasure.connect(self.worker.measure_cost)
+        self.worker.costMeasured.connect(self._cost_measured)
+        self.worker.failed.connect(self._failed)
         window.worker.baselineReady.connect(self._baseline_ready)
+        window.worker.modelLoaded.connect(self._model_loaded)
+        view = window.cost_view
+        view.measure.clicked.connect(self.measure)
+        view.export.clicked.connect(self.export_png_dialog)
+        menu = window.menuBar().addMenu("&Analysis")
+        self.act_measure = window._action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
+                                          "time verify batches of 1..16 rows on the loaded model")
+        self.act_cost_png = window._action(menu, "Export cost curve PNG…", self.export_png_dialog)
+        if window.model_info is not None:
+            self._model_loaded(window.model_info)
 
+    # -- baseline ------------------------------------------------------------------
     def _baseline_ready(self, result, error: str) -> None:
         """The comparison with plain decoding of the run that just ended (before its ``runFinished``)."""
         if error:
@@ -27,3 +74,109 @@ class AnalysisActions(QObject):
             return
         if self.w.session.origin == "live":
             self.w.session.set_baseline(result)
+
+    # -- busy state ----------------------------------------------------------------
+    def _start(self, what: str, detail: str) -> bool:
+        w = self.w
+        if w.state != W.IDLE:
+            w.show_error("Run in progress", f"Stop the run before {detail.rstrip('…')}.")
+            return False
+        if w.worker.runtime is None:
+            w.show_error("No model loaded", "Load a model first (the bundled one loads at startup).")
+            return False
+        self.busy = what
+        w._set_state(W.BUSY, detail)
+        return True
+
+    def _end(self) -> None:
+        self.busy = ""
+        if self.w.state == W.BUSY:
+            self.w._set_state(W.IDLE)
+
+    def _prompt(self) -> tuple[str, bool]:
+        from inspector.gui.controls import example_prompts
+
+        p = self.w.panel
+        text = p.prompt.toPlainText()
+        if not text.strip():
+            text = example_prompts().get("copy-with-corrections", "Hello")
+        return text, p.raw.isChecked()
+
+    # -- cost model ----------------------------------------------------------------
+    def measure(self) -> bool:
+        """Measure the cost model of the loaded model after the current prompt, on the engine thread.
+        Refused (with a message) while a run goes or no model is loaded."""
+        if not self._start("cost", "measuring the cost model…"):
+            return False
+        self.w.cost_view.set_busy(True, "measuring c(k) for k = 1..16 verification rows (median of 3) …")
+        self.w.tabs.setCurrentWidget(self.w.cost_view)
+        text, raw = self._prompt()
+        self.requestMeasure.emit(CostRequest(text, raw))
+        return True
+
+    def _cost_measured(self, m: CostMeasured) -> None:
+        key = cost_key(m.model_path, m.n_threads)
+        self.cost_models[key] = m
+        self._save(key, m)
+        self._use(m)
+        self.w.cost_view.set_busy(False)
+        self._end()
+        self.w.status_state.setText(f"cost model measured: {self.w.cost_view.ceiling_text()}")
+        self.costReady.emit(m, "")
+
+    def _failed(self, what: str, message: str) -> None:
+        if what == "cost":
+            self.w.cost_view.set_busy(False)
+            self._end()
+            self.w.show_error("Cannot measure the cost model", message)
+            self.costReady.emit(None, message)
+
+    def _use(self, m: CostMeasured | None) -> None:
+        self.current = m
+        self.w.cost_view.set_cost_model(m)
+        self.w.stats.set_cost_model(None if m is None else m.model)
+
+    def _model_loaded(self, info: dict) -> None:
+        """Show the cost model cached for this model (and the thread count a run uses), if any."""
+        path = str(info.get("path", ""))
+        n = int(info.get("n_threads") or 0)
+        cores = os.cpu_count() or 1
+        for threads in (n, n - 1 if n >= cores and n > 1 else n):
+            key = cost_key(path, threads)
+            m = self.cost_models.get(key) or self._load(key)
+            if m is not None:
+                self.cost_models[key] = m
+                self._use(m)
+                return
+        self._use(None)
+
+    def _save(self, key: str, m: CostMeasured) -> None:
+        s = self.w.settings
+        s.setValue(f"{SETTINGS_GROUP}/{key}", json.dumps({
+            "row_ms": list(m.model.row_ms), "model_path": m.model_path, "n_threads": m.n_threads,
+            "prompt_tokens": m.prompt_tokens}))
+        s.sync()
+
+    def _load(self, key: str) -> CostMeasured | None:
+        from inspector.bench.cost_model import CostModel
+
+        raw = self.w.settings.value(f"{SETTINGS_GROUP}/{key}")
+        try:
+            d = json.loads(raw) if isinstance(raw, str) else None
+            if not d or not d["row_ms"] or min(d["row_ms"]) <= 0:
+                return None
+            return CostMeasured(CostModel(tuple(float(x) for x in d["row_ms"])), str(d["model_path"]),
+                                int(d["n_threads"]), int(d.get("prompt_tokens", 0)))
+        except (TypeError, ValueError, KeyError):
+            return None
+
+    def export_png_dialog(self) -> None:
+        if self.current is None:
+            self.w.show_error("No cost model", "Measure the cost model first (Cost model tab).")
+            return
+        path, _ = QFileDialog.getSaveFileName(self.w, "Export cost curve PNG", "cost-curve.png", "PNG images (*.png)")
+        if path:
+            if self.w.cost_view.export_png(path):
+                self.w.status_state.setText(f"cost curve written: {path}")
+            else:
+                self.w.show_error("Export failed", f"cannot write {path}")

@@ -28,6 +28,7 @@ from inspector.gui import none_refcount
 from inspector.gui import worker as W
 from inspector.gui.analysis_actions import AnalysisActions
 from inspector.gui.controls import ControlPanel
+from inspector.gui.cost_view import CostView
 from inspector.gui.event_log import EventLog
 from inspector.gui.file_actions import FileActions
 from inspector.gui.source_actions import SourceActions
@@ -126,8 +127,8 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.files = FileActions(self)
         self.sources = SourceActions(self)
-        self.analysis = AnalysisActions(self)
         self._build_menus()
+        self.analysis = AnalysisActions(self)
         self._wire_controls()
         self._restore_settings()
         if model_path:
@@ -160,6 +161,7 @@ class MainWindow(QMainWindow):
         self.timeline = Timeline()
         self.lock_plots = LockPlots()
         self.stats = StatsView()
+        self.cost_view = CostView()
         self.event_log = EventLog()
         self.tabs = QTabWidget()
         self.tabs.addTab(self.window_detail, "Windows")
@@ -167,6 +169,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.lock_plots, "Lock timing")
         self.tabs.addTab(self.stats, "Statistics")
         self.tabs.addTab(self.event_log, "Event log")
+        self.tabs.addTab(self.cost_view, "Cost model")
         self.token_view.windowClicked.connect(self._show_window)
         self.tabs.currentChanged.connect(lambda _i: self.tabs.currentWidget().refresh())
 
@@ -273,7 +276,7 @@ class MainWindow(QMainWindow):
         self.token_view.refresh()
         self.window_detail.refresh()
         current = self.tabs.currentWidget()
-        for v in (self.timeline, self.lock_plots, self.stats, self.event_log):
+        for v in (self.timeline, self.lock_plots, self.stats, self.event_log, self.cost_view):
             if v is current or not self.isVisible():
                 v.refresh()
         s = self.session
@@ -288,7 +291,7 @@ class MainWindow(QMainWindow):
     def refresh_all(self) -> None:
         """Redraw every view now (tests and export)."""
         self.redraw()
-        for v in (self.timeline, self.lock_plots, self.stats, self.event_log):
+        for v in (self.timeline, self.lock_plots, self.stats, self.event_log, self.cost_view):
             v.refresh()
 
     def _show_window(self, w: int) -> None:
@@ -304,7 +307,7 @@ class MainWindow(QMainWindow):
         active = state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR)
         can_start = idle and not viewing  # a saved session is read only: File > New live session
         p.run.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.run.setText("▶ Run" if state in (W.IDLE, W.LOADING) else "▶ Continue")
+        p.run.setText("▶ Run" if state in (W.IDLE, W.LOADING, W.BUSY) else "▶ Continue")
         p.pause.setEnabled(state in (W.RUNNING, W.TOKEN_HOLD))
         p.step_window.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
         p.step_token.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
@@ -332,7 +335,7 @@ class MainWindow(QMainWindow):
         self.act_stop.setEnabled(p.stop.isEnabled())
         self.act_resume.setEnabled(p.resume.isEnabled())
         self.act_open.setEnabled(not active)
-        label = {W.IDLE: "ready", W.LOADING: "loading model…", W.RUNNING: "running", W.PAUSED: "paused",
+        label = {W.IDLE: "ready", W.LOADING: "loading model…", W.BUSY: "busy", W.RUNNING: "running", W.PAUSED: "paused",
                  W.TOKEN_HOLD: "holding before a commit (Step token)", W.ERROR: "error — Resume continues"}[state]
         if viewing and idle:
             label = f"viewing {'saved receipts' if self.session.origin == 'document' else 'an autosave'}" \

@@ -36,6 +36,12 @@ class StatsView(QWidget):
         self.session: SessionData | None = None
         self._drawn_version = -1
         self.summary: Summary | None = None
+        self.cost_model = None
+        """The ``CostModel`` of the loaded model (``set_cost_model``), or None."""
+        self.expected_speedup: float | None = None
+        self.observed_speedup: float | None = None
+        """Shown speedups (x); ``observed_estimated``: the observed one is an estimate (no baseline)."""
+        self.observed_estimated = False
         lay = QHBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         form_box = QWidget()
@@ -55,10 +61,13 @@ class StatsView(QWidget):
             ("baseline", "baseline", "the same prompt and sampling decoded one token per step (Run: "
                                      "“Compare with plain decoding”)"),
             ("plain_tps", "plain decode tokens/s", "the plain run's generated tokens / decode time"),
-            ("observed", "observed speedup", "speculative / plain decode tokens/s"),
+            ("expected", "expected speedup", "what the cost model predicts for these windows: tokens · c(1) / "
+                                             "(Σ c(verification rows) over windows + plain steps · c(1))"),
+            ("observed", "observed speedup", "speculative / plain decode tokens/s (measured with “Compare with "
+                                             "plain decoding”; else estimated as decode tokens/s ÷ (1000 / c(1)))"),
         ):
             lab = QLabel("—")
-            lab.setWordWrap(key == "baseline")
+            lab.setWordWrap(key in ("baseline", "expected", "observed"))
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             name = QLabel(label)
             name.setToolTip(tip)
@@ -91,6 +100,11 @@ class StatsView(QWidget):
         self.session = session
         self._drawn_version = -1
 
+    def set_cost_model(self, cost_model) -> None:
+        """Use ``cost_model`` (``inspector.bench.cost_model.CostModel`` or None) for the expected speedup."""
+        self.cost_model = cost_model
+        self._drawn_version = -1
+
     def refresh(self) -> None:
         s = self.session
         if s is None or s.version == self._drawn_version:
@@ -110,6 +124,7 @@ class StatsView(QWidget):
         L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({s.prompt_token_count} prompt tokens)")
         L["finish"].setText(m.finish_reason or ("running" if s.origin == "live" else "unfinished"))
         self._show_baseline(s.baseline)
+        self._show_speedups(s, m)
         n = len(m.acceptance_by_position)
         self.pos_bars.setOpts(x=np.arange(1, n + 1), height=np.array(m.acceptance_by_position, float), width=0.7)
         self.disp_bars.setOpts(height=[m.dispositions.get(k, 0) for k in DISPOSITIONS])
@@ -119,7 +134,6 @@ class StatsView(QWidget):
         if not b:
             L["baseline"].setText("not run")
             L["plain_tps"].setText("—")
-            L["observed"].setText("—")
             return
         d = b.get("divergence")
         if d is None:
@@ -136,5 +150,26 @@ class StatsView(QWidget):
             L["baseline"].setStyleSheet("color:#c62828")
         tps = b.get("plain_decode_tokens_per_s")
         L["plain_tps"].setText("n/a" if tps is None else f"{tps:.1f}")
-        sp = b.get("observed_speedup")
-        L["observed"].setText("n/a" if sp is None else f"{sp:.2f}x (measured against the plain run)")
+
+    def _show_speedups(self, s: SessionData, m: Summary) -> None:
+        """Expected speedup (cost model over the receipts) beside the observed one (baseline, else estimate)."""
+        L = self.labels
+        cm = self.cost_model
+        self.expected_speedup = None
+        if cm is None:
+            L["expected"].setText("n/a — measure the cost model (Cost model tab)")
+        else:
+            self.expected_speedup = cm.expected_speedup(
+                [(r.verification_rows, r.canonical_prediction_count) for r in s.receipts], m.plain_steps)
+            L["expected"].setText("n/a (no decode steps yet)" if self.expected_speedup is None else
+                                  f"{self.expected_speedup:.2f}x (cost model, c(1) = {cm.row_ms[0]:.1f} ms)")
+        b = s.baseline or {}
+        self.observed_speedup, self.observed_estimated = b.get("observed_speedup"), False
+        if self.observed_speedup is not None:
+            L["observed"].setText(f"{self.observed_speedup:.2f}x (measured against the plain run)")
+        elif cm is not None and m.decode_tokens_per_s:
+            self.observed_speedup, self.observed_estimated = m.decode_tokens_per_s * cm.row_ms[0] / 1000.0, True
+            L["observed"].setText(f"≈ {self.observed_speedup:.2f}x (estimate: decode tokens/s ÷ 1000/c(1); "
+                                  "“Compare with plain decoding” measures it)")
+        else:
+            L["observed"].setText("n/a — “Compare with plain decoding” measures it")

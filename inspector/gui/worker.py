@@ -34,6 +34,8 @@ RUNNING = "running"
 PAUSED = "paused"
 TOKEN_HOLD = "token_hold"
 ERROR = "error"
+BUSY = "busy"
+"""Not a worker state: the window while the engine thread measures the cost model or compares configurations."""
 
 BREAK_KINDS = ("first_mismatch", "stopped", "discard", "error")
 log = logging.getLogger(__name__)

@@ -1,0 +1,178 @@
+"""The "Cost model" tab: what a verify batch costs the target on this machine.
+
+Top plot: the measured verify cost c(k) in milliseconds for a batch of
+k = 1..16 verification rows (left axis), and the speedup ceiling
+k * c(1) / c(k) (right axis: the speedup over plain decoding if a window of
+k rows accepted every proposal token). Bottom plot: the break-even accepted
+length per k, c(k) / c(1) - 1 accepted proposal tokens a window of k rows
+needs to match plain decoding, against the k - 1 it can accept at most.
+The label states the ceiling ("best possible speedup 1.9x at 14 rows").
+
+Widgets only: ``AnalysisActions`` measures (on the engine thread) and calls
+``set_cost_model``; the plot items are created once and updated with
+``setData`` on ``refresh`` (the window's redraw timer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+
+COST_PEN = "#1565c0"
+CEILING_PEN = "#e65100"
+BREAK_EVEN_BRUSH = "#90caf9"
+EMPTY_TEXT = ("Press <b>Measure</b>: the loaded model decodes verify batches of 1..16 rows after the current "
+              "prompt (median of 3 repeats, a few seconds; the runtime lock is held meanwhile).")
+
+
+class CostView(QWidget):
+    """Cost-model plots, the ceiling label, Measure and Export buttons."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.measured = None
+        """The shown ``inspector.gui.analysis.CostMeasured``, or None."""
+        self._version = 0
+        self._drawn = -1
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.setSpacing(4)
+        top = QHBoxLayout()
+        self.measure = QPushButton("Measure")
+        self.measure.setToolTip("time verify batches of 1..16 rows on the loaded model (engine thread; "
+                                "not while a run goes)")
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)
+        self.busy.setMaximumWidth(90)
+        self.busy.setTextVisible(False)
+        self.busy.hide()
+        self.ceiling_label = QLabel(EMPTY_TEXT)
+        self.ceiling_label.setWordWrap(True)
+        self.ceiling_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.export = QPushButton("Export cost curve PNG…")
+        self.export.setEnabled(False)
+        top.addWidget(self.measure)
+        top.addWidget(self.busy)
+        top.addWidget(self.ceiling_label, 1)
+        top.addWidget(self.export)
+        lay.addLayout(top)
+
+        self.layout_widget = pg.GraphicsLayoutWidget()
+        self.layout_widget.setBackground("w")
+        self.title = self.layout_widget.addLabel("", row=0, col=0, color="#333", size="10pt")
+        self.cost_plot = self.layout_widget.addPlot(row=1, col=0)
+        p = self.cost_plot
+        p.setTitle("Verify cost c(k) and speedup ceiling k·c(1)/c(k)", color="#333")
+        p.setLabel("bottom", "verification rows k")
+        p.setLabel("left", "c(k), ms", color=COST_PEN)
+        p.setLabel("right", "speedup ceiling, x", color=CEILING_PEN)
+        p.showGrid(x=True, y=True, alpha=0.2)
+        p.addLegend(offset=(-10, -10))  # bottom right: c(k) rises to the right
+        self.cost_curve = p.plot([], [], pen=pg.mkPen(COST_PEN, width=2), symbol="o", symbolSize=7,
+                                 symbolBrush=COST_PEN, symbolPen=None, name="c(k): median verify time, ms")
+        self.ceiling_vb = pg.ViewBox()
+        p.scene().addItem(self.ceiling_vb)
+        p.getAxis("right").linkToView(self.ceiling_vb)
+        self.ceiling_vb.setXLink(p)
+        self.ceiling_curve = pg.PlotDataItem([], [], pen=pg.mkPen(CEILING_PEN, width=2, style=Qt.PenStyle.DashLine),
+                                             symbol="s", symbolSize=6, symbolBrush=CEILING_PEN, symbolPen=None)
+        self.best_point = pg.ScatterPlotItem([], [], symbol="star", size=18, brush=CEILING_PEN, pen=pg.mkPen("#bf360c"))
+        self.even_line = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", style=Qt.PenStyle.DotLine))
+        for item in (self.ceiling_curve, self.best_point, self.even_line):
+            self.ceiling_vb.addItem(item)
+        p.legend.addItem(self.ceiling_curve, "k·c(1)/c(k): speedup if every proposal is accepted")
+        p.vb.sigResized.connect(self._sync_views)
+
+        self.break_plot = self.layout_widget.addPlot(row=2, col=0)
+        b = self.break_plot
+        b.setTitle("Break-even accepted length per window of k rows", color="#333")
+        b.setLabel("bottom", "verification rows k")
+        b.setLabel("left", "accepted proposal tokens")
+        b.showGrid(x=False, y=True, alpha=0.2)
+        b.addLegend(offset=(10, 10))
+        self.break_bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=BREAK_EVEN_BRUSH,
+                                          name="needed to match plain decoding: c(k)/c(1) − 1")
+        b.addItem(self.break_bars)
+        self.max_line = b.plot([], [], pen=pg.mkPen("#2e7d32", width=2), name="most it can accept: k − 1")
+        b.setXLink(p)
+        b.showAxis("right")
+        b.getAxis("right").setStyle(showValues=False)
+        for plot in (p, b):  # equal axis widths: k lines up in both plots
+            plot.getAxis("left").setWidth(60)
+            plot.getAxis("right").setWidth(60)
+        self.layout_widget.ci.layout.setRowStretchFactor(1, 3)
+        self.layout_widget.ci.layout.setRowStretchFactor(2, 2)
+        lay.addWidget(self.layout_widget, 1)
+
+    def _sync_views(self) -> None:
+        self.ceiling_vb.setGeometry(self.cost_plot.vb.sceneBoundingRect())
+        self.ceiling_vb.linkedViewChanged(self.cost_plot.vb, self.ceiling_vb.XAxis)
+
+    # -- data -----------------------------------------------------------------------
+    def set_cost_model(self, measured) -> None:
+        """Show a ``CostMeasured`` (drawn on the next ``refresh``)."""
+        self.measured = measured
+        self._version += 1
+
+    def set_busy(self, busy: bool, text: str = "") -> None:
+        """Show the measuring state: busy bar on, Measure off, ``text`` in the label."""
+        self.busy.setVisible(busy)
+        self.measure.setEnabled(not busy)
+        if busy:
+            self.ceiling_label.setText(text or "measuring…")
+        else:
+            self._drawn = -1
+
+    def ceiling_text(self) -> str:
+        """"best possible speedup 1.9x at 14 rows" for the shown model ("" when none)."""
+        if self.measured is None:
+            return ""
+        cm = self.measured.model
+        return f"best possible speedup {cm.ceiling:.1f}x at {cm.best_rows} rows"
+
+    def point_count(self) -> int:
+        """Measured batch sizes drawn (tests)."""
+        x, _ = self.cost_curve.getData()
+        return 0 if x is None else len(x)
+
+    def refresh(self) -> None:
+        if self._drawn == self._version or self.busy.isVisible():
+            return
+        self._drawn = self._version
+        m = self.measured
+        self.export.setEnabled(m is not None)
+        if m is None:
+            self.ceiling_label.setText(EMPTY_TEXT)
+            return
+        cm = m.model
+        k = np.arange(1, len(cm.row_ms) + 1)
+        cost = np.array(cm.row_ms, float)
+        ceiling = k * cost[0] / cost
+        self.cost_curve.setData(k, cost)
+        self.ceiling_curve.setData(k, ceiling)
+        self.best_point.setData([cm.best_rows], [cm.ceiling])
+        self.break_bars.setOpts(x=k, height=np.array([cm.break_even(int(i)) for i in k]), width=0.6)
+        self.max_line.setData(k, k - 1)
+        self.ceiling_vb.setYRange(0, max(1.2, float(ceiling.max()) * 1.1), padding=0)
+        self.cost_plot.setYRange(0, float(cost.max()) * 1.1, padding=0)
+        self.cost_plot.setXRange(0.5, len(cost) + 0.5, padding=0)
+        self._sync_views()
+        threads = f"{m.n_threads} CPU thread{'s' if m.n_threads != 1 else ''}"
+        self.title.setText(f"<b>{self.ceiling_text()}</b> · {Path(m.model_path).name} · {threads}")
+        self.ceiling_label.setText(
+            f"<b>{self.ceiling_text()}</b> · c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms "
+            f"({threads}, after a {m.prompt_tokens}-token prompt) · a window must accept more than the bar "
+            "to beat plain decoding")
+
+    def export_png(self, path: str, width: int = 1200) -> bool:
+        """Write both plots (title included) as a PNG ``width`` pixels wide (pyqtgraph's ImageExporter)."""
+        import pyqtgraph.exporters as ex
+
+        self.refresh()
+        exporter = ex.ImageExporter(self.layout_widget.scene())
+        exporter.parameters()["width"] = width
+        return exporter.export(path) is not False
