@@ -160,7 +160,7 @@ def test_bench_on_a_tiny_setting_prints_a_table_and_writes_json(tmp_path):
     p = cli("bench", "--tasks", "copy-with-corrections", "--max-tokens", "6", "--k-max", "3", "--repeats", "1",
             "--json", out)
     assert p.returncode == 0, p.stderr
-    assert "ngram/plain" in p.stdout and "ceiling" in p.stdout
+    assert "adapt/plain" in p.stdout and "ceiling" in p.stdout
     result = json.loads(out.read_text())
     assert len(result["cost_model"]["row_ms"]) == 3 and all(v > 0 for v in result["cost_model"]["row_ms"])
     assert result["cost_model"]["ceiling"] >= 1.0

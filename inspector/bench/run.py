@@ -2,7 +2,12 @@
 ``LlamaPromptLookupDecoding`` on fixed tasks, in one process, with the cost model.
 
 Tokens/s are decode phase (prefill excluded). For llama-cpp-python the decode
-time is (time for N tokens) - (time for 1 token) on a reset cache.
+time is (time for N tokens) - (time for 1 token) on a reset cache. Our n-gram
+source runs twice: with the adaptive proposal length (the default) and with
+the fixed length (everything that followed the match, up to draft max 8,
+as llama.cpp's lookup does). Time outside ``llama_decode`` is split into
+picking the predictions (argmax over every row's logits, numpy) and the
+engine's own Python bookkeeping.
 """
 
 from __future__ import annotations
@@ -28,13 +33,18 @@ class TaskResult:
     generated_tokens: int
     plain_tps: float
     ngram_tps: float
+    ngram_fixed_tps: float
     lcpp_lookup_tps: float | None
     ngram_over_plain: float
+    ngram_fixed_over_plain: float
     ngram_over_lcpp: float | None
+    fraction_of_ceiling: float
     acceptance_rate: float | None
     mean_accepted_length: float | None
     windows: int
     python_us_per_step: float
+    predict_us_per_step: float
+    engine_us_per_step: float
     expected_speedup: float | None
     same_output_as_plain: bool
 
@@ -44,15 +54,20 @@ def _prompt(name: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
-def _run(scheduler, source, tokens, max_tokens) -> Generation:
+def _run(scheduler, source, tokens, max_tokens, draft_max: int = 8) -> Generation:
     rt = scheduler.runtime
-    g = Generation(scheduler, source, tokens, GenerationSettings(max_new_tokens=max_tokens))
+    g = Generation(scheduler, source, tokens, GenerationSettings(max_new_tokens=max_tokens, draft_max=draft_max))
     g.start()
-    before = rt.decode_ns
+    before, predict_before = rt.decode_ns, getattr(rt, "predict_ns", 0)
     g.run()
     g.decode_ns_inside = rt.decode_ns - before
+    g.predict_ns = getattr(rt, "predict_ns", 0) - predict_before
     g.close()
     return g
+
+
+ADAPTIVE_DRAFT_MAX = 16
+"""Draft max for the adaptive n-gram runs: the policy picks the length below it."""
 
 
 def _lcpp_lookup_tps(model_path: str, tokens, max_tokens: int, n_ctx: int, threads: int) -> float | None:
@@ -90,29 +105,40 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
         tokens = runtime.prompt_tokens(_prompt(name))
         progress(f"{name}: plain ...")
         plain = _run(scheduler, None, tokens, max_tokens)
-        progress(f"{name}: n-gram ...")
-        spec = _run(scheduler, NgramSource(), tokens, max_tokens)
+        progress(f"{name}: n-gram, fixed length ...")
+        fixed = _run(scheduler, NgramSource(length="fixed"), tokens, max_tokens)
+        progress(f"{name}: n-gram, adaptive length ...")
+        spec = _run(scheduler, NgramSource(length="adaptive"), tokens, max_tokens, ADAPTIVE_DRAFT_MAX)
         lcpp = None
         if compare_llama_cpp_python:
             progress(f"{name}: llama-cpp-python LlamaPromptLookupDecoding ...")
             lcpp = _lcpp_lookup_tps(runtime.model_path, tokens, max_tokens, runtime.n_ctx, runtime.n_threads)
-        sp, ss = plain.summary(), spec.summary()
+        sp, ss, sf = plain.summary(), spec.summary(), fixed.summary()
         steps = max(1, spec.decode_step)
+        outside_us = (spec.decode_elapsed_us * 1000 - spec.decode_ns_inside) / steps / 1000
+        predict_us = spec.predict_ns / steps / 1000
+        plain_tps = max(1e-9, sp.decode_tokens_per_s or 0.0)
+        over_plain = (ss.decode_tokens_per_s or 0.0) / plain_tps
         results.append(TaskResult(
             task=name,
             generated_tokens=spec.generated_count,
             plain_tps=sp.decode_tokens_per_s or 0.0,
             ngram_tps=ss.decode_tokens_per_s or 0.0,
+            ngram_fixed_tps=sf.decode_tokens_per_s or 0.0,
             lcpp_lookup_tps=lcpp,
-            ngram_over_plain=(ss.decode_tokens_per_s or 0.0) / max(1e-9, sp.decode_tokens_per_s or 0.0),
+            ngram_over_plain=over_plain,
+            ngram_fixed_over_plain=(sf.decode_tokens_per_s or 0.0) / plain_tps,
             ngram_over_lcpp=None if not lcpp else (ss.decode_tokens_per_s or 0.0) / lcpp,
+            fraction_of_ceiling=over_plain / cm.ceiling,
             acceptance_rate=ss.acceptance_rate,
             mean_accepted_length=ss.mean_accepted_length,
             windows=ss.windows,
-            python_us_per_step=(spec.decode_elapsed_us * 1000 - spec.decode_ns_inside) / steps / 1000,
+            python_us_per_step=outside_us,
+            predict_us_per_step=predict_us,
+            engine_us_per_step=outside_us - predict_us,
             expected_speedup=cm.expected_speedup(
                 [(r.verification_rows, r.canonical_prediction_count) for r in spec.receipts], spec.plain_steps),
-            same_output_as_plain=plain.generated == spec.generated,
+            same_output_as_plain=plain.generated == spec.generated == fixed.generated,
         ))
     return {
         "model": runtime.describe(),
@@ -122,6 +148,11 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
         "definitions": {
             "tps": "generated tokens / decode time (prefill excluded)",
             "python_us_per_step": "decode time outside llama_decode per decode step (window or plain step), microseconds",
+            "predict_us_per_step": "of which picking greedy predictions: argmax over every row's logits (numpy)",
+            "engine_us_per_step": "of which the engine's Python bookkeeping (query, classify, commit, repair, receipt)",
+            "ngram_tps": "n-gram source, adaptive proposal length (draft max 16)",
+            "ngram_fixed_tps": "n-gram source, fixed proposal length (draft max 8)",
+            "fraction_of_ceiling": "ngram_over_plain / the cost model's ceiling",
             "expected_speedup": "tokens * c(1) / (sum of c(rows) over windows + plain steps * c(1)), from the cost model",
             "ceiling": "max over k of k * c(1) / c(k): every proposal accepted",
         },
@@ -135,15 +166,21 @@ def format_bench(result: dict) -> str:
         "cost model: c(k) ms = " + " ".join(f"{k + 1}:{v:.1f}" for k, v in enumerate(cm["row_ms"])),
         f"ceiling {cm['ceiling']:.2f}x at {cm['best_rows']} rows",
         "",
-        f"{'task':24s} {'plain t/s':>9s} {'ngram t/s':>9s} {'lcpp t/s':>9s} {'ngram/plain':>11s} {'ngram/lcpp':>10s} "
-        f"{'expected':>8s} {'accept':>7s} {'py us/step':>10s} same",
+        f"{'task':22s} {'plain':>6s} {'fixed':>6s} {'adapt':>6s} {'lcpp':>6s} {'adapt/plain':>11s} {'fixed/plain':>11s} "
+        f"{'adapt/lcpp':>10s} {'expected':>8s} {'of ceil':>7s} {'accept':>6s} {'us/step':>7s} {'argmax':>6s} "
+        f"{'engine':>6s} same",
     ]
     for t in result["tasks"]:
         lcpp = f"{t['lcpp_lookup_tps']:.1f}" if t["lcpp_lookup_tps"] else "n/a"
         rel = f"{t['ngram_over_lcpp']:.2f}x" if t["ngram_over_lcpp"] else "n/a"
         exp = f"{t['expected_speedup']:.2f}x" if t["expected_speedup"] else "n/a"
         acc = f"{100 * t['acceptance_rate']:.0f}%" if t["acceptance_rate"] is not None else "n/a"
-        lines.append(f"{t['task']:24s} {t['plain_tps']:9.1f} {t['ngram_tps']:9.1f} {lcpp:>9s} "
-                     f"{t['ngram_over_plain']:10.2f}x {rel:>10s} {exp:>8s} {acc:>7s} {t['python_us_per_step']:10.0f} "
+        lines.append(f"{t['task'][:22]:22s} {t['plain_tps']:6.1f} {t['ngram_fixed_tps']:6.1f} {t['ngram_tps']:6.1f} "
+                     f"{lcpp:>6s} {t['ngram_over_plain']:10.2f}x {t['ngram_fixed_over_plain']:10.2f}x {rel:>10s} "
+                     f"{exp:>8s} {100 * t['fraction_of_ceiling']:6.0f}% {acc:>6s} {t['python_us_per_step']:7.0f} "
+                     f"{t['predict_us_per_step']:6.0f} {t['engine_us_per_step']:6.0f} "
                      f"{'yes' if t['same_output_as_plain'] else 'no'}")
+    lines += ["", "tokens/s are decode phase (prefill excluded); fixed = n-gram proposing up to 8 tokens, "
+              "adapt = n-gram with the adaptive length (default); us/step = time outside llama_decode per "
+              "decode step: argmax over the rows' logits + engine bookkeeping"]
     return "\n".join(lines)

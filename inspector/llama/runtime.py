@@ -164,6 +164,9 @@ class LlamaRuntime:
         self._abort_owner: int | None = None
         self.decode_ns = 0
         """Total time spent inside ``llama_decode`` (nanoseconds), for benchmarks."""
+        self.predict_ns = 0
+        """Total time spent picking greedy predictions from the rows' logits (argmax,
+        nanoseconds), for benchmarks: verification work outside llama.cpp."""
         self._abort_flag, self._abort_cb = _abort_callback()
         llama_cpp.llama_set_abort_callback(
             self.ctx, self._abort_cb, ctypes.cast(self._abort_flag, ctypes.c_void_p)
@@ -319,7 +322,10 @@ class LlamaRuntime:
         if sid in self._greedy:
             # Greedy: argmax of every row at once (all rows have logits, in batch order);
             # the same choice as llama_sampler_init_greedy, without n C sampler calls.
-            return self._logits(n).argmax(axis=1).tolist()
+            t = time.perf_counter_ns()
+            out = self._logits(n).argmax(axis=1).tolist()
+            self.predict_ns += time.perf_counter_ns() - t
+            return out
         chain = self._samplers[sid]
         sample = llama_cpp.llama_sampler_sample
         ctx = self.ctx
