@@ -74,6 +74,18 @@ class CostMeasured:
     prompt_tokens: int
 
 
+@dataclass(frozen=True)
+class CompareRequest:
+    """Run ``configs`` (``CompareConfig``) on this prompt with ``settings``; ``cost_model``
+    (a ``CostModel`` or None) gives each row its expected speedup."""
+
+    prompt_text: str
+    raw: bool
+    configs: tuple
+    settings: GenerationSettings
+    cost_model: object = None
+
+
 class AnalysisWorker(QObject):
     """Cost-model measurement and configuration comparison on the engine thread.
 
@@ -85,10 +97,10 @@ class AnalysisWorker(QObject):
 
     costMeasured = Signal(object)
     """``CostMeasured``."""
-    compareProgress = Signal(str)
-    """A line for the status bar: which configuration runs."""
-    compareDone = Signal(object)
-    """``inspector.bench.compare.CompareResult``."""
+    compareProgress = Signal(int, int, str)
+    """(configurations done, total, label of the one starting)."""
+    compareDone = Signal(object, str)
+    """(``inspector.bench.compare.CompareResult``, note): the note says when it was cancelled."""
     failed = Signal(str, str)
     """(what: ``cost`` or ``compare``, message)."""
 
@@ -135,3 +147,28 @@ class AnalysisWorker(QObject):
             self.failed.emit("cost", str(exc) or type(exc).__name__)
             return
         self.costMeasured.emit(CostMeasured(cm, str(rt.model_path), int(getattr(rt, "n_threads", 0) or 0), len(tokens)))
+
+    @Slot(object)
+    def run_compare(self, req: CompareRequest) -> None:
+        """Run every configuration one after the other (``inspector.bench.compare.run_compare``).
+        A cancellation keeps the rows that finished."""
+        from inspector.bench.compare import run_compare
+        from inspector.engine.errors import RequestCancelled
+
+        self._cancel.clear()
+        if not self._ready("compare"):
+            return
+        try:
+            tokens = self._prompt_tokens(req.prompt_text, req.raw)
+            result = run_compare(self.engine.scheduler, tokens, list(req.configs), req.settings,
+                                 cost_model=req.cost_model, progress=self.compareProgress.emit, cancel=self._cancel)
+        except RequestCancelled as exc:
+            partial = getattr(exc, "partial", None)
+            done = len(partial.rows) if partial is not None else 0
+            self.compareDone.emit(partial, f"cancelled after {done} configuration{'s' if done != 1 else ''}")
+            return
+        except Exception as exc:
+            log.exception("compare failed")
+            self.failed.emit("compare", str(exc) or type(exc).__name__)
+            return
+        self.compareDone.emit(result, "")

@@ -1,5 +1,6 @@
 """The window's "what speculation buys" wiring (GUI thread): the comparison
-with plain decoding after a run, and the cost model (Measure, cache, PNG).
+with plain decoding after a run, the cost model (Measure, cache, PNG) and the
+Compare window (several proposal configurations on the current prompt).
 
 The work itself runs on the engine thread (``EngineWorker`` for the
 baseline, ``inspector.gui.analysis.AnalysisWorker`` for the rest); this
@@ -15,11 +16,11 @@ import json
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog
 
 from inspector.gui import worker as W
-from inspector.gui.analysis import AnalysisWorker, CostMeasured, CostRequest
+from inspector.gui.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest
 
 SETTINGS_GROUP = "cost_models"
 """QSettings group of the cached cost models, one JSON value per model file and CPU thread count."""
@@ -38,8 +39,11 @@ class AnalysisActions(QObject):
     """
 
     requestMeasure = Signal(object)
+    requestCompare = Signal(object)
     costReady = Signal(object, str)
     """(``CostMeasured`` or None, error): a measurement ended (tests, status)."""
+    compareReady = Signal(object, str)
+    """(``CompareResult`` or None, note or error): a comparison ended (tests, status)."""
 
     def __init__(self, window) -> None:
         super().__init__(window)
@@ -51,7 +55,10 @@ class AnalysisActions(QObject):
         self.worker = AnalysisWorker(window.worker)
         self.worker.moveToThread(window.thread)
         self.requestMeasure.connect(self.worker.measure_cost)
+        self.requestCompare.connect(self.worker.run_compare)
         self.worker.costMeasured.connect(self._cost_measured)
+        self.worker.compareProgress.connect(self._compare_progress)
+        self.worker.compareDone.connect(self._compare_done)
         self.worker.failed.connect(self._failed)
         window.worker.baselineReady.connect(self._baseline_ready)
         window.worker.modelLoaded.connect(self._model_loaded)
@@ -62,6 +69,11 @@ class AnalysisActions(QObject):
         self.act_measure = window._action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
                                           "time verify batches of 1..16 rows on the loaded model")
         self.act_cost_png = window._action(menu, "Export cost curve PNG…", self.export_png_dialog)
+        menu.addSeparator()
+        self.act_compare = window._action(menu, "Compare configurations…", self.show_compare, ["Ctrl+K"],
+                                          "run the prompt with several proposal configurations, side by side")
+        self.compare_view = None
+        window.requestShutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
         if window.model_info is not None:
             self._model_loaded(window.model_info)
 
@@ -125,11 +137,15 @@ class AnalysisActions(QObject):
         self.costReady.emit(m, "")
 
     def _failed(self, what: str, message: str) -> None:
+        self._end()
         if what == "cost":
             self.w.cost_view.set_busy(False)
-            self._end()
             self.w.show_error("Cannot measure the cost model", message)
             self.costReady.emit(None, message)
+        elif self.compare_view is not None:
+            self.compare_view.set_running(False, f"failed: {message}")
+            self.compare_view._error("Comparison failed", message)
+            self.compareReady.emit(None, message)
 
     def _use(self, m: CostMeasured | None) -> None:
         self.current = m
@@ -180,3 +196,88 @@ class AnalysisActions(QObject):
                 self.w.status_state.setText(f"cost curve written: {path}")
             else:
                 self.w.show_error("Export failed", f"cannot write {path}")
+
+    # -- compare -------------------------------------------------------------------
+    def show_compare(self):
+        """Open (or raise) the Compare window; returns it."""
+        from inspector.gui.compare_view import CompareView
+        from inspector.gui.controls import source_names
+
+        if self.compare_view is None:
+            v = CompareView(source_names(), self.w)
+            v.runRequested.connect(self.run_compare)
+            v.cancelRequested.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
+            self._restore_configs(v)
+            self.w.timer.timeout.connect(v.refresh)  # redrawn with the window's views
+            self.compare_view = v
+        self._describe_prompt()
+        self.compare_view.show()
+        self.compare_view.raise_()
+        return self.compare_view
+
+    def _describe_prompt(self) -> None:
+        p = self.w.panel
+        name = p.example_name() or "custom prompt"
+        s = p.generation_settings()
+        sampling = "greedy" if s.sampling.greedy else f"temperature {s.sampling.temperature:g}"
+        cm = "" if self.current is None else " · expected speedup from the measured cost model"
+        self.compare_view.set_prompt_info(f"on the main window's prompt ({name}), max tokens {s.max_new_tokens}, "
+                                          f"{sampling}{cm}")
+
+    def run_compare(self, configs) -> bool:
+        """Run ``configs`` (``CompareConfig``) on the current prompt on the engine thread.
+        Refused (with a message) while a run goes or no model is loaded."""
+        v = self.compare_view or self.show_compare()
+        self._describe_prompt()
+        if not self._start("compare", "comparing configurations…"):
+            return False
+        self._save_configs(configs)
+        text, raw = self._prompt()
+        panel = self.w.panel
+        configs = [self._with_panel_draft(c) for c in configs]
+        v.set_running(True, f"starting {len(configs)} configurations …")
+        self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), panel.generation_settings(),
+                                                None if self.current is None else self.current.model))
+        return True
+
+    def _with_panel_draft(self, c):
+        """A ``draft`` configuration without ``draft_model`` uses the main window's draft model."""
+        from dataclasses import replace
+
+        path = self.w.panel.draft_model.text().strip()
+        if c.source == "draft" and "draft_model" not in c.options and path:
+            return replace(c, options={**c.options, "draft_model": path})
+        return c
+
+    def _compare_progress(self, done: int, total: int, label: str) -> None:
+        if self.compare_view is not None:
+            self.compare_view.set_progress(done, total, label)
+        self.w.status_state.setText(f"busy · comparing configurations: {done + 1}/{total} {label}")
+
+    def _compare_done(self, result, note: str) -> None:
+        self._end()
+        v = self.compare_view
+        if v is not None:
+            v.set_running(False)
+            failed = [r.config.label for r in (result.rows if result else ()) if r.error]
+            text = note or f"done: {len(result.rows)} configurations"
+            if failed:
+                text += f" · failed: {', '.join(failed)} (hover the row for the error)"
+            v.set_result(result, text)
+        self.w.status_state.setText(f"comparison {note or 'done'}")
+        self.compareReady.emit(result, note)
+
+    def _save_configs(self, configs) -> None:
+        self.w.settings.setValue("compare/configs", json.dumps([c.to_json() for c in configs]))
+
+    def _restore_configs(self, v) -> None:
+        from inspector.bench.compare import CompareConfig
+
+        raw = self.w.settings.value("compare/configs")
+        try:
+            items = json.loads(raw) if isinstance(raw, str) else None
+            if items:
+                v.set_configs([CompareConfig(str(d["label"]), str(d["source"]), int(d["draft_max"]),
+                                             dict(d.get("options") or {})) for d in items])
+        except (TypeError, ValueError, KeyError):
+            pass

@@ -1,0 +1,58 @@
+"""The Compare window: configurations run one after the other on the engine thread,
+the results table and plots, JSON/CSV export."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from inspector.bench.compare import CompareConfig
+from inspector.gui import worker as W
+from test_gui_support import RUN_TIMEOUT_MS, make_window
+
+
+def test_two_configurations_fill_the_table_and_export(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    v = w.analysis.show_compare()
+    assert [c.source for c in v.config_list()] == ["none", "ngram", "ngram", "ngram"]  # the defaults
+    assert [c.draft_max for c in v.config_list()] == [0, 4, 8, 16]
+    v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram 4", "ngram", 4, {"n_max": 3, "n_min": 1})])
+    configs = v.config_list()
+    assert configs[1].options == {"n_max": 3, "n_min": 1}
+    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert w.analysis.run_compare(configs)
+        assert w.state == W.BUSY and not w.panel.run.isEnabled() and not v.run.isEnabled()
+        assert not w.analysis.measure()  # one job at a time
+    result, note = blocker.args
+    assert note == ""
+    assert w.state == W.IDLE and v.run.isEnabled()
+    v.refresh()
+    assert v.row_count() == 2
+    assert [v.results.item(i, 0).text() for i in range(2)] == ["plain", "ngram 4"]
+    plain, ngram = result.rows
+    assert plain.summary.generated_tokens == ngram.summary.generated_tokens == 24
+    assert ngram.summary.windows > 0 and v.results.item(1, 6).text() == str(ngram.summary.windows)
+    assert v.results.item(0, 2).text() == "1.00x"
+    assert v.results.item(1, 7).text() in ("yes", "no")
+    x, y = v._curves[1].getData()
+    assert len(y) == len(ngram.summary.acceptance_by_position) > 0
+    out = tmp_path / "compare.json"
+    assert v.export(str(out), "json")
+    doc = json.loads(out.read_text("utf-8"))
+    assert [r["config"]["label"] for r in doc["rows"]] == ["plain", "ngram 4"]
+    assert doc["rows"][1]["summary"]["windows"] == ngram.summary.windows
+    assert v.export(str(tmp_path / "compare.csv"), "csv")
+    with open(tmp_path / "compare.csv", newline="", encoding="utf-8") as fh:
+        assert len(list(csv.DictReader(fh))) == 2
+    # The configurations are remembered for the next window.
+    v2 = make_window(qtbot, runtime, tmp_path).analysis.show_compare()
+    assert [c.label for c in v2.config_list()] == ["plain", "ngram 4"]
+
+
+def test_bad_configuration_is_refused_before_running(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    v = w.analysis.show_compare()
+    v.set_configs([CompareConfig("bad", "ngram", 4, {"n_max": 2, "n_min": 3})])
+    v._run_clicked()
+    assert w.state == W.IDLE
+    assert "n_min 3 is larger than n_max 2" in v.error_box.text()
