@@ -65,3 +65,9 @@ class SessionRetired(EngineError):
 
 class InjectedCallbackError(EngineError):
     """Raised by the fault plan in place of a failing token callback."""
+
+
+class SpeculationUnsupported(EngineError):
+    """The model's KV cache cannot remove a partial suffix exactly, so proposal
+    windows (which trim rejected rows) cannot run; plain decoding still can.
+    The message names the model and why (issue 6 "Unusual caches")."""

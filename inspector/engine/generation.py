@@ -25,6 +25,7 @@ from inspector.engine.errors import (
     DecodeAborted,
     InjectedCallbackError,
     PromptTooLong,
+    SpeculationUnsupported,
     RequestCancelled,
 )
 from inspector.engine.faults import FaultPlan
@@ -207,11 +208,20 @@ class Generation:
         """Open the session if needed and prefill every prompt token but the last.
 
         Raises ``PromptTooLong`` before any decode when the prompt needs more
-        than ``n_ctx - 1`` positions.
+        than ``n_ctx - 1`` positions, and ``SpeculationUnsupported`` when a
+        proposal source is set but the runtime's KV cache cannot remove a
+        partial suffix exactly (its ``rollback`` probe; plain decoding, with no
+        source, still runs).
         """
         n_ctx = self.runtime.n_ctx
         if self.prompt_token_count >= n_ctx:
             raise PromptTooLong(self.prompt_token_count, n_ctx)
+        if self.source is not None:
+            probe = self.scheduler.execute("probe", -1, lambda rt: getattr(rt, "rollback", None)).value
+            if probe is not None and not probe.ok:
+                raise SpeculationUnsupported(
+                    f"speculative decoding needs a KV cache that can drop rejected rows; model "
+                    f"{getattr(self.runtime, 'model_path', '?')}: {probe.detail}. Plain decoding (source none) works.")
         self._open_and_prefill()
         self._started = True
 

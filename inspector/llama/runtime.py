@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
@@ -84,6 +85,14 @@ def _init_backend() -> None:
             _backend_ready = True
 
 
+@dataclass(frozen=True)
+class RollbackProbe:
+    """Whether the KV cache can remove a partial suffix exactly (``ok``) and why (``detail``)."""
+
+    ok: bool
+    detail: str
+
+
 class LlamaRuntime:
     """A loaded GGUF model and one context holding several sessions.
 
@@ -149,6 +158,8 @@ class LlamaRuntime:
         cparams.n_seq_max = self.n_seq_max
         cparams.kv_unified = True
         cparams.swa_full = swa_full
+        self.swa_full = swa_full
+        self._rollback: RollbackProbe | None = None
         threads = n_threads or os.cpu_count() or 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
@@ -464,6 +475,68 @@ class LlamaRuntime:
         i2 = np.argpartition(arr, -2)[-2:]
         a, b = (int(i2[0]), int(i2[1])) if arr[i2[0]] >= arr[i2[1]] else (int(i2[1]), int(i2[0]))
         return a, b, float(arr[a] - arr[b])
+
+    # -- cache capabilities --------------------------------------------------
+    @property
+    def rollback(self) -> "RollbackProbe":
+        """Whether this context's KV cache can remove a partial suffix exactly
+        (probed once, on first use; see ``probe_rollback``). Call under the
+        scheduler lock (or before any session runs)."""
+        if self._rollback is None:
+            self._rollback = self.probe_rollback()
+        return self._rollback
+
+    def probe_rollback(self) -> "RollbackProbe":
+        """Probe partial-suffix removal on a spare session (issue 6 "Unusual caches").
+
+        Recurrent and hybrid models: not possible (their state has no per-position
+        cells). Sliding-window models without a full-size window cache
+        (``swa_full=False``): ``seq_rm`` reports success even where the window
+        cache already reused cells (LLAMA_CPP_NOTES "Gemma 3"), so not exact.
+        Otherwise decode two tokens, remove the second, check llama.cpp's answer
+        and the KV length (1), decode the second again and check that its logits
+        equal the first decode's; then drop the session.
+        Returns a ``RollbackProbe``; never raises for a capable model.
+        """
+        arch = self.architecture
+        if llama_cpp.llama_model_is_recurrent(self.model) or llama_cpp.llama_model_is_hybrid(self.model):
+            return RollbackProbe(False, f"{arch} keeps a recurrent state, not per-position KV cells: "
+                                        "rejected proposal rows cannot be removed")
+        n_swa = int(llama_cpp.llama_model_n_swa(self.model))
+        if n_swa > 0 and not self.swa_full:
+            return RollbackProbe(False, f"{arch} uses sliding-window attention (window {n_swa}) and the context "
+                                        "was made without a full-size window cache (swa_full): removing rows "
+                                        "is not exact; reload with swa_full")
+        free = next((s for s in range(self.n_seq_max) if s not in self._samplers), None)
+        if free is None:
+            return RollbackProbe(True, "not probed: every sequence is in use")
+        bos = int(llama_cpp.llama_vocab_bos(self.vocab))
+        first = bos if 0 <= bos < self.n_vocab else 0
+        second = 1 if first != 1 else 2
+        self._samplers[free] = None  # reserve the sequence for the probe
+        try:
+            llama_cpp.llama_memory_seq_rm(self.mem, free, -1, -1)
+            self._fill(free, (first, second), 0, True)
+            self._decode(2, 0, None)
+            before = np.array(self._logits(2)[1])
+            removed = bool(llama_cpp.llama_memory_seq_rm(self.mem, free, 1, -1))
+            length = self.kv_length(free)
+            if not removed or length != 1:
+                return RollbackProbe(False, f"removing position 1 of 2 failed (llama.cpp answered {removed}, "
+                                            f"KV length {length}, expected 1)")
+            self._fill(free, (second,), 1, True)
+            self._decode(1, 1, None)
+            again = self._logits(1)[0]
+            if not np.allclose(before, again, rtol=1e-3, atol=1e-3):
+                diff = float(np.max(np.abs(before - again)))
+                return RollbackProbe(False, f"after removing a row, decoding it again gave other logits "
+                                            f"(max difference {diff:.4f})")
+            return RollbackProbe(True, "partial suffix removal is exact")
+        except EngineError as exc:
+            return RollbackProbe(False, f"the probe failed: {exc}")
+        finally:
+            llama_cpp.llama_memory_seq_rm(self.mem, free, -1, -1)
+            self._samplers.pop(free, None)
 
     def describe(self) -> dict:
         """Model facts for the receipts document."""
