@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true",
                      help="after an error (e.g. an injected one), resume from the canonical position and finish")
     run.add_argument("--receipts", type=Path, metavar="OUT.json", help="write the receipts document here")
+    run.add_argument("--autosave", type=Path, metavar="OUT.jsonl",
+                     help="append every receipt, discard and plain step to this JSON Lines file as it happens "
+                          "(flushed per record: survives a crash; spec-inspector view opens it)")
     run.add_argument("--proposal-deadline-ms", type=float, default=2000.0, metavar="MS",
                      help="a proposal that arrives later is discarded as deadline_exceeded [2000]")
     run.add_argument("--events", action="store_true", help="print the ordered event list")
@@ -127,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "token where the outputs differ (and the target's top-2 logit margin there)")
     run.add_argument("--quiet", action="store_true", help="do not stream the generated text")
 
-    view = sub.add_parser("view", help="print the summary of a receipts file")
+    view = sub.add_parser("view", help="print the summary of a receipts file (.json) or an autosave (.jsonl)")
     view.add_argument("file", type=Path)
 
     tr = sub.add_parser("trace", help="write a Chrome trace (Perfetto) of a receipts file",
@@ -267,7 +270,19 @@ def cmd_run(args) -> int:
     scheduler = RuntimeScheduler(runtime)
     faults = FaultPlan(list(args.inject))
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
-    gen = Generation(scheduler, source, tokens, settings, faults=faults, observer=printer)
+    observer = printer
+    autosave = None
+    if args.autosave:
+        from inspector.receipts.autosave import AutosaveRecorder, AutosaveWriter
+
+        try:
+            autosave = AutosaveWriter(args.autosave, {
+                "prompt": prompt, "model": Path(str(runtime.model_path)).name,
+                "source": source.name if source else "none", "settings": settings.to_json()})
+        except OSError as exc:
+            return _fail(f"cannot write autosave {args.autosave}: {exc.strerror or exc}")
+        observer = AutosaveRecorder(autosave, runtime, printer)
+    gen = Generation(scheduler, source, tokens, settings, faults=faults, observer=observer)
     status = 0
     t0 = time.perf_counter()
     try:
@@ -291,6 +306,10 @@ def cmd_run(args) -> int:
             break
     wall = time.perf_counter() - t0
     printer.newline()
+    if autosave is not None:
+        autosave.close({"finish_reason": gen.finish_reason} if gen.finish_reason else None)
+        if autosave.error:
+            print(f"spec-inspector: autosave stopped: {autosave.error}", file=sys.stderr)
     if args.events:
         for e in gen.events:
             print(format_event(e, runtime.token_text))
@@ -354,6 +373,16 @@ def cmd_view(args) -> int:
 
     if not args.file.exists():
         return _fail(f"cannot read receipts {args.file}: no such file")
+    if args.file.suffix == ".jsonl":
+        from inspector.receipts.autosave import read_autosave
+        from inspector.run_output import format_autosave
+
+        try:
+            run = read_autosave(args.file)
+        except ReceiptsFileError as exc:
+            return _fail(str(exc))
+        print(format_autosave(run))
+        return 0
     try:
         doc = load_document(args.file)
     except ReceiptsFileError as exc:

@@ -87,3 +87,20 @@ def format_document(doc: dict) -> str:
         doc["output"]["text"],
     ]
     return "\n".join(head) + "\n" + format_summary(s)
+
+
+def format_autosave(run) -> str:
+    """Human summary of an autosave file (``inspector.receipts.autosave.AutosaveRun``)."""
+    h = run.header
+    state = ("finished: " + str(run.end.get("finish_reason", "?"))) if run.clean else \
+        "unfinished (the run stopped or was killed): every complete record is shown"
+    head = [
+        f"autosave: {run.path}",
+        f"state:    {state}",
+        f"model:    {h.get('model', '?')}",
+        f"source:   {h.get('source', '?')}",
+    ]
+    if run.bad_lines:
+        head.append(f"skipped:  {run.bad_lines} incomplete or damaged line(s)")
+    head += ["--- output ---", run.text]
+    return "\n".join(head) + "\n" + format_summary(run.summary())

@@ -208,3 +208,36 @@ class Summary:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def _tuples(d: dict, keys) -> dict:
+    out = dict(d)
+    for k in keys:
+        if k in out and isinstance(out[k], list):
+            out[k] = tuple(out[k])
+    return out
+
+
+def receipt_from_json(d: dict) -> WindowReceipt:
+    """A ``WindowReceipt`` from its JSON form (a receipts-document window; extra
+    keys such as token texts are ignored). Raises ``TypeError``/``KeyError``
+    when a field is missing."""
+    from dataclasses import fields
+
+    names = {f.name for f in fields(WindowReceipt)}
+    d = _tuples(d, ("proposal_token_ids", "committed_tokens", "verification_row_predictions"))
+    d.setdefault("decode_step", 0)
+    d.setdefault("source", "")
+    d.setdefault("repair", "retire" if d.get("trimmed_rows", 0) == 0 else "trim")
+    return WindowReceipt(**{k: v for k, v in d.items() if k in names})
+
+
+def discard_from_json(d: dict) -> Discard:
+    """A ``Discard`` (with its ``PartialWindow``) from its JSON form."""
+    partial = d.get("partial")
+    if partial:
+        partial = PartialWindow(**_tuples(partial, ("committed_tokens", "verification_row_predictions")))
+    return Discard(
+        d["decode_step"], d["decision_id"], d.get("source", ""), d["reason"],
+        tuple(d.get("proposal_token_ids", ())), d["base_position"], d.get("error"), partial,
+    )

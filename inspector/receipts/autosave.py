@@ -1,0 +1,210 @@
+"""Autosave: a run's records as JSON Lines, one flushed line per record.
+
+Lines, in the order things happened: ``header`` (prompt, model, source,
+settings), then ``receipt`` (a receipts-document window), ``discard`` (a
+discard, with the texts of its tokens) and ``step`` (a plain step's committed
+token), and ``end`` after a clean finish. Each line is written whole and
+flushed, so a process killed mid-run loses at most the record being written:
+``read_autosave`` keeps every complete line and counts a torn last line.
+Used by ``spec-inspector run --autosave`` and the window (its autosave folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inspector.engine.generation import GenerationObserver
+from inspector.engine.receipt import COMMIT, Discard, WindowReceipt, discard_from_json, receipt_from_json
+from inspector.engine.stats import summarize_receipts
+from inspector.receipts.document import MAX_FILE_BYTES, ReceiptsFileError
+
+
+class AutosaveWriter:
+    """Appends one flushed JSON line per record to ``path`` (created or truncated),
+    starting with the ``header`` record.
+
+    Write errors disable the writer (the run goes on) and are kept in ``error``.
+    ``fsync``: also ``os.fsync`` each line (survives a power cut, slower).
+    """
+
+    def __init__(self, path: str | os.PathLike, header: dict, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.error: str | None = None
+        self.fsync = fsync
+        self._fh = open(self.path, "w", encoding="utf-8")
+        self.write({"kind": "header", **header})
+
+    def write(self, record: dict) -> None:
+        """Write ``record`` as one line and flush it (no-op after an error or close)."""
+        if self._fh is None:
+            return
+        try:
+            self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._fh.flush()
+            if self.fsync:
+                os.fsync(self._fh.fileno())
+        except (OSError, ValueError) as exc:
+            self.error = str(exc)
+            self.close()
+
+    def close(self, end: dict | None = None) -> None:
+        """Write the ``end`` line (a clean finish) when given, then close."""
+        if self._fh is None:
+            return
+        if end is not None:
+            try:
+                self._fh.write(json.dumps({"kind": "end", **end}) + "\n")
+            except (OSError, ValueError):
+                pass
+        try:
+            self._fh.close()
+        finally:
+            self._fh = None
+
+
+def receipt_record(receipt: WindowReceipt, token_text) -> dict:
+    """The ``receipt`` line of a window: its JSON form plus token texts."""
+    d = receipt.to_json()
+    d["proposal_token_texts"] = [token_text(t) for t in receipt.proposal_token_ids]
+    d["verification_row_prediction_texts"] = [token_text(t) for t in receipt.verification_row_predictions]
+    return {"kind": "receipt", "receipt": d}
+
+
+def discard_record(d: Discard, token_text, n_vocab: int) -> dict:
+    """The ``discard`` line: the discard and the texts of its (valid) tokens."""
+    committed = d.partial.committed_tokens if d.partial else ()
+    return {
+        "kind": "discard", "discard": d.to_json(),
+        "proposal_token_texts": [token_text(t) for t in d.proposal_token_ids if 0 <= t < n_vocab],
+        "committed_tokens": list(committed), "committed_token_texts": [token_text(t) for t in committed],
+    }
+
+
+class AutosaveRecorder(GenerationObserver):
+    """A ``GenerationObserver`` that writes every receipt, discard and plain step
+    to an ``AutosaveWriter`` as it happens, then passes each call on to ``inner``."""
+
+    def __init__(self, writer: AutosaveWriter, runtime, inner: GenerationObserver | None = None) -> None:
+        self.writer = writer
+        self.runtime = runtime
+        self.inner = inner or GenerationObserver()
+
+    def on_event(self, event) -> None:
+        if event.kind == COMMIT and event.window is None:
+            self.writer.write({"kind": "step", "token": event.token, "text": self.runtime.token_text(event.token),
+                               "position": event.position})
+        self.inner.on_event(event)
+
+    def on_proposal(self, window, proposal) -> None:
+        self.inner.on_proposal(window, proposal)
+
+    def on_receipt(self, receipt) -> None:
+        self.writer.write(receipt_record(receipt, self.runtime.token_text))
+        self.inner.on_receipt(receipt)
+
+    def on_discard(self, discard) -> None:
+        self.writer.write(discard_record(discard, self.runtime.token_text, self.runtime.n_vocab))
+        self.inner.on_discard(discard)
+
+    def on_token(self, token, text):
+        return self.inner.on_token(token, text)
+
+    def before_commit(self, window, row, token, position) -> None:
+        self.inner.before_commit(window, row, token, position)
+
+    def on_finish(self, reason) -> None:
+        self.inner.on_finish(reason)
+
+
+@dataclass
+class AutosaveRun:
+    """What an autosave file holds: every complete record, in order.
+
+    ``clean``: the file ends with the ``end`` record (the run finished).
+    ``bad_lines``: lines that were not complete JSON records (a torn last line
+    after a kill, or damage), skipped. ``text``: the committed text rebuilt
+    from the records' token texts.
+    """
+
+    path: Path
+    header: dict = field(default_factory=dict)
+    receipts: list = field(default_factory=list)
+    discards: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    end: dict | None = None
+    bad_lines: int = 0
+    committed: list = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def clean(self) -> bool:
+        return self.end is not None
+
+    def summary(self):
+        """``Summary`` of the complete records (no decode times are saved: tokens/s are None)."""
+        return summarize_receipts(self.receipts, plain_steps=len(self.steps), discards=len(self.discards),
+                                  generated_tokens=len(self.committed), decode_elapsed_us=0,
+                                  finish_reason=(self.end or {}).get("finish_reason"))
+
+
+def read_autosave(path: str | os.PathLike) -> AutosaveRun:
+    """Read an autosave file, keeping every complete record.
+
+    Raises ``ReceiptsFileError`` when the file cannot be read, is larger than
+    the receipts limit, or holds no header record (not an autosave file).
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ReceiptsFileError(f"autosave {p} is {size} bytes, more than the {MAX_FILE_BYTES}-byte limit")
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ReceiptsFileError(f"cannot read autosave {p}: {exc.strerror or exc}") from None
+    run = AutosaveRun(p)
+    texts: dict[int, str] = {}
+    pieces: list[str] = []
+    seen_header = False
+    for line in raw.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line.decode("utf-8"))
+            kind = rec["kind"]
+            if kind == "header":
+                run.header = rec
+                seen_header = True
+            elif kind == "receipt":
+                w = rec["receipt"]
+                for ids, txt in (("proposal_token_ids", "proposal_token_texts"),
+                                 ("verification_row_predictions", "verification_row_prediction_texts")):
+                    texts.update(zip(w[ids], w.get(txt, [])))
+                r = receipt_from_json(w)
+                run.receipts.append(r)
+                run.committed.extend(r.committed_tokens)
+                pieces.extend(texts.get(t, "") for t in r.committed_tokens)
+            elif kind == "discard":
+                d = discard_from_json(rec["discard"])
+                run.discards.append(d)
+                committed = rec.get("committed_tokens", [])
+                run.committed.extend(committed)
+                pieces.extend(rec.get("committed_token_texts", [""] * len(committed)))
+            elif kind == "step":
+                run.steps.append(rec)
+                run.committed.append(rec["token"])
+                pieces.append(rec.get("text", ""))
+            elif kind == "end":
+                run.end = rec
+            else:
+                run.bad_lines += 1
+        except (ValueError, KeyError, TypeError, RecursionError):  # torn or damaged line: skip it
+            run.bad_lines += 1
+    if not seen_header:
+        raise ReceiptsFileError(f"{p} is not an autosave file: no header record "
+                                f"(expected JSON Lines written by spec-inspector)")
+    run.text = "".join(pieces)
+    return run
