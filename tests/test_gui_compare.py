@@ -56,3 +56,17 @@ def test_bad_configuration_is_refused_before_running(qtbot, runtime, tmp_path):
     v._run_clicked()
     assert w.state == W.IDLE
     assert "n_min 3 is larger than n_max 2" in v.error_box.text()
+
+
+def test_cancel_keeps_the_window_usable(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    v = w.analysis.show_compare()
+    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert w.analysis.run_compare(v.config_list())
+        v.cancel.click()  # before the engine thread starts: still counts
+    result, note = blocker.args
+    assert note.startswith("cancelled after")
+    assert result is not None and len(result.rows) < 4
+    assert w.state == W.IDLE and v.run.isEnabled() and not v.cancel.isEnabled()
+    v.refresh()
+    assert v.row_count() == len(result.rows) and v.status.text() == note

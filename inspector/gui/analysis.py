@@ -91,8 +91,8 @@ class AnalysisWorker(QObject):
 
     ``engine`` is the window's ``EngineWorker`` (same thread): its runtime and
     scheduler are used, never while a run goes (the GUI refuses, and the shared
-    event loop runs one slot at a time). ``request_cancel`` (any thread) ends a
-    comparison after the configuration in flight.
+    event loop runs one slot at a time). ``request_cancel`` (any thread) cancels a
+    comparison (the configuration in flight stops; finished rows are kept).
     """
 
     costMeasured = Signal(object)
@@ -110,8 +110,13 @@ class AnalysisWorker(QObject):
         self._cancel = threading.Event()
 
     def request_cancel(self) -> None:
-        """Stop a comparison after its current configuration (thread safe)."""
+        """Cancel a comparison: the configuration in flight stops, finished rows are kept (thread safe)."""
         self._cancel.set()
+
+    def reset_cancel(self) -> None:
+        """Forget an old cancellation; call (GUI thread) before requesting a comparison, so a
+        Cancel pressed before the comparison starts still counts."""
+        self._cancel.clear()
 
     def _ready(self, what: str) -> bool:
         e = self.engine
@@ -155,7 +160,6 @@ class AnalysisWorker(QObject):
         from inspector.bench.compare import run_compare
         from inspector.engine.errors import RequestCancelled
 
-        self._cancel.clear()
         if not self._ready("compare"):
             return
         try:

@@ -236,6 +236,7 @@ class AnalysisActions(QObject):
         panel = self.w.panel
         configs = [self._with_panel_draft(c) for c in configs]
         v.set_running(True, f"starting {len(configs)} configurations …")
+        self.worker.reset_cancel()
         self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), panel.generation_settings(),
                                                 None if self.current is None else self.current.model))
         return True

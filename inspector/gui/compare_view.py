@@ -93,7 +93,7 @@ class CompareView(QWidget):
     """The Compare window (a top-level window owned by the main window).
 
     ``runRequested(configs)`` asks to run the list of ``CompareConfig``;
-    ``cancelRequested`` asks to stop after the configuration in flight.
+    ``cancelRequested`` asks to cancel (the configuration in flight stops; finished rows are shown).
     ``result``: the shown ``CompareResult`` or None.
     """
 
@@ -132,6 +132,7 @@ class CompareView(QWidget):
         self.run.setToolTip("run the current prompt once per configuration, one after the other, on the engine "
                             "thread (max tokens and sampling from the main window)")
         self.cancel = QPushButton("Cancel")
+        self.cancel.setToolTip("stop the configuration in flight; the finished ones are shown")
         self.cancel.setEnabled(False)
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(160)
