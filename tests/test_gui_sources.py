@@ -4,7 +4,7 @@ draft refused with a dialog, replay of exported receipts, entry-point sources, s
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 
 from inspector.gui import outcomes as O
 from inspector.gui import worker as W
