@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from inspector.receipts import ReceiptsFileError, load_document
@@ -59,3 +61,67 @@ def test_a_number_too_long_to_parse_is_a_clear_error(tmp_path):
         raise AssertionError("must not load")
     except ReceiptsFileError as exc:
         assert "huge.json" in str(exc)
+
+
+@pytest.fixture(scope="module")
+def real_document(runtime, chat_tokens):
+    """A receipts document of a short real n-gram run on the bundled model."""
+    from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
+    from inspector.receipts import build_document
+    from inspector.sources import NgramSource
+
+    g = Generation(RuntimeScheduler(runtime), NgramSource(3, 1), chat_tokens("Copy this twice: red, green, blue."),
+                   GenerationSettings(max_new_tokens=24))
+    try:
+        g.run()
+    finally:
+        g.close()
+    doc = build_document(g, runtime, prompt_text="Copy this twice: red, green, blue.", templated_text=None, raw=False)
+    assert doc["windows"], "the run verified no window"
+    return doc
+
+
+def big_document(doc: dict, megabytes: int) -> dict:
+    """``doc`` with its windows repeated until the JSON is about ``megabytes`` MB."""
+    w = doc["windows"]
+    per_window = len(json.dumps(w[0])) + 2
+    n = megabytes * 1_000_000 // per_window
+    return {**doc, "windows": [dict(w[i % len(w)], window_index=i + 1) for i in range(n)]}
+
+
+def test_a_50_mb_receipts_file_loads_and_validates(tmp_path, real_document):
+    f = tmp_path / "big.json"
+    big = big_document(real_document, 50)
+    f.write_text(json.dumps(big))
+    assert f.stat().st_size > 45_000_000
+    doc = load_document(f)
+    assert len(doc["windows"]) == len(big["windows"]) > 10_000
+
+
+def test_a_50_mb_file_with_one_bad_window_names_that_window(tmp_path, real_document):
+    f = tmp_path / "big-bad.json"
+    big = big_document(real_document, 50)
+    bad = len(big["windows"]) // 2
+    big["windows"][bad]["base_position"] = -3
+    f.write_text(json.dumps(big))
+    with pytest.raises(ReceiptsFileError, match=f"windows/{bad}/base_position"):
+        load_document(f)
+
+
+@pytest.mark.parametrize("value", [-1, 2**70, "12", None, 1.5])
+def test_negative_huge_or_mistyped_numbers_are_a_clear_error(tmp_path, real_document, value):
+    doc = json.loads(json.dumps(real_document))
+    doc["windows"][0]["canonical_position"] = value
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(ReceiptsFileError, match="windows/0/canonical_position"):
+        load_document(f)
+
+
+def test_a_missing_field_is_a_clear_error(tmp_path, real_document):
+    doc = json.loads(json.dumps(real_document))
+    del doc["windows"][0]["committed_tokens"]
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(ReceiptsFileError, match="committed_tokens"):
+        load_document(f)

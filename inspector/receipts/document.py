@@ -1,7 +1,7 @@
 """Build, validate, write and load receipts documents.
 
 The document layout is ``assets/receipts.schema.json`` (JSON Schema 2020-12,
-validated with ``jsonschema``). Token texts are stored next to token ids so a
+validated with ``jsonschema-rs``). Token texts are stored next to token ids so a
 file can be read without the model.
 """
 
@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
-import jsonschema
+import jsonschema_rs
 
 import inspector
 from inspector.llama.model_file import file_sha256
@@ -45,15 +45,22 @@ def schema() -> dict:
 
 @lru_cache(maxsize=1)
 def _validator():
-    return jsonschema.Draft202012Validator(schema())
+    # jsonschema-rs (Rust): a 20,000-window document validates in about 50 ms,
+    # where the pure-Python jsonschema took about 30 s (issue 6, large files).
+    return jsonschema_rs.Draft202012Validator(schema())
 
 
 def validate_document(doc: object) -> None:
     """Raise ``ReceiptsFileError`` naming the first schema violation (JSON path and message)."""
     v = _validator()
-    err = jsonschema.exceptions.best_match(v.iter_errors(doc))
+    try:
+        if v.is_valid(doc):
+            return
+        err = next(iter(v.iter_errors(doc)), None)
+    except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer beyond 64 bits
+        raise ReceiptsFileError(f"receipts document cannot be checked against schema {SCHEMA_ID}: {exc}") from None
     if err is not None:
-        where = "/".join(str(p) for p in err.absolute_path) or "(document root)"
+        where = "/".join(str(p) for p in err.instance_path) or "(document root)"
         raise ReceiptsFileError(f"receipts document does not match schema {SCHEMA_ID} v{SCHEMA_VERSION} at {where}: {err.message}")
 
 
