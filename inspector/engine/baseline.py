@@ -53,11 +53,14 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def plain_generation(
-    scheduler: RuntimeScheduler, prompt_tokens: Sequence[int], settings: GenerationSettings
+    scheduler: RuntimeScheduler, prompt_tokens: Sequence[int], settings: GenerationSettings, cancel=None
 ) -> Generation:
     """Run plain one-token decoding (no proposal source) to completion on a new
-    session, drop the session, and return the finished ``Generation``."""
+    session, drop the session, and return the finished ``Generation``.
+    ``cancel``: a ``threading.Event``; when set, the run raises ``RequestCancelled``."""
     g = Generation(scheduler, None, prompt_tokens, settings)
+    if cancel is not None:
+        g.cancel_event = cancel
     try:
         g.run()
     finally:
@@ -157,16 +160,24 @@ class BaselineResult:
         }
 
 
-def run_baseline(scheduler: RuntimeScheduler, generation: Generation) -> BaselineResult:
+def run_baseline(scheduler: RuntimeScheduler, generation: Generation, *, max_new_tokens: int | None = None,
+                 cancel=None) -> BaselineResult:
     """Plain-decode ``generation``'s prompt with its settings and compare the two
     streams (the speculative run must have finished or stopped).
 
-    Runs on a new session (the speculative session is untouched), under the
-    scheduler lock per decode step. Raises what plain decoding raises.
+    ``max_new_tokens``: generate at most this many plain tokens (e.g. the
+    number a stopped run generated, so stopping is not a divergence); default
+    the run's own limit. ``cancel``: a ``threading.Event`` that stops the
+    plain run (``RequestCancelled``). Runs on a new session (the speculative
+    session is untouched), under the scheduler lock per decode step. Raises
+    what plain decoding raises.
     """
+    from dataclasses import replace
+
     g = generation
     prompt = list(g.tokens[: g.prompt_token_count])
-    plain = plain_generation(scheduler, prompt, g.settings)
+    settings = g.settings if max_new_tokens is None else replace(g.settings, max_new_tokens=max(1, max_new_tokens))
+    plain = plain_generation(scheduler, prompt, settings, cancel)
     spec = list(g.generated)
     i = first_difference(plain.generated, spec)
     divergence = None
