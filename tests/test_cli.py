@@ -204,3 +204,22 @@ def test_compare_refuses_an_unknown_source_before_loading_the_model():
     p = cli("compare", "--config", "nope")
     assert p.returncode == 2
     assert "unknown proposal source 'nope'" in one_clear_line(p.stderr)
+
+
+def test_a_gguf_of_an_architecture_llama_cpp_cannot_load_is_one_clear_line(tmp_path):
+    import gguf
+    import numpy as np
+
+    f = tmp_path / "alien.gguf"
+    w = gguf.GGUFWriter(str(f), "alien-arch")
+    w.add_name("alien test model")
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    check_gguf(f)  # a well-formed GGUF: only llama.cpp can tell
+    p = cli("run", "--prompt", "hi", "--model", f)
+    assert p.returncode == 1
+    line = one_clear_line(p.stderr)
+    assert str(f) in line and "'alien-arch'" in line and "could not load" in line
