@@ -456,6 +456,9 @@ def cmd_compare(args) -> int:
     if args.cost_model:
         print("measuring the cost model ...", file=sys.stderr, flush=True)
         cost_model = measure_cost_model(scheduler, tokens[:64], k_max=16, repeats=3)
+        from inspector.bench.cost_cache import store_cost_model
+
+        store_cost_model(runtime.model_path, runtime.n_threads, cost_model)
     progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
     result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
     print(format_compare(result))

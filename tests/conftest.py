@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Cost models measured by tests (bench, compare) must not steer later tests' adaptive
+# n-gram lengths, nor come from the user's cache: a cache file per test session.
+import tempfile  # noqa: E402
+
+os.environ["SPEC_INSPECTOR_COST_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="spec-inspector-tests-"),
+                                                       "cost-models.json")
 
 import pytest  # noqa: E402
 

@@ -102,3 +102,35 @@ def test_on_the_real_model_adaptive_lengths_keep_the_output_and_waste_fewer_rows
 
     print({k: expected(g) for k, g in runs.items()})
     assert expected(adaptive) >= expected(fixed)
+
+
+def test_a_measured_cost_table_overrides_the_linear_model():
+    # Two rows cost almost two steps (matrix-vector vs matrix-matrix kernels): one-token
+    # proposals do not pay even at p = 0.8, which the linear model (r = 0.5) would allow.
+    assert best_length(0.8, 0.5, 1) == 1
+    assert best_length(0.8, 0.5, 1, costs=[1.0, 1.9]) == 0
+    policy = CostAwareLength(row_costs=[8.0, 15.2, 20.6, 22.1])
+    assert policy.row_costs[1] == pytest.approx(1.9)
+
+
+def test_stored_cost_models_are_found_per_model_and_thread_count(tmp_path, monkeypatch):
+    from inspector.bench.cost_cache import load_cost_model, store_cost_model
+    from inspector.bench.cost_model import CostModel
+    from inspector.sources.registry import SourceContext, available_sources
+
+    monkeypatch.setenv("SPEC_INSPECTOR_COST_CACHE", str(tmp_path / "c.json"))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"x")
+    cm = CostModel(tuple(8.0 + 4.5 * k for k in range(16)))
+    assert store_cost_model(model, 2, CostModel((1.0, 2.0))) is None  # too small to keep
+    assert store_cost_model(model, 2, cm) is not None
+    assert load_cost_model(model, 2) == cm and load_cost_model(model, 1) is None
+
+    class Rt:
+        model_path = str(model)
+        n_threads = 2
+
+    src = available_sources()["ngram"](SourceContext(Rt()))
+    assert src.settings()["row_costs"][0] == 1.0 and len(src.settings()["row_costs"]) == 16
+    linear = available_sources()["ngram"](SourceContext(Rt()), row_costs="linear")
+    assert "row_cost_ratio" in linear.settings()

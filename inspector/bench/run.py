@@ -100,6 +100,9 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
     first = runtime.prompt_tokens(_prompt(names[0]))
     progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats) ...")
     cm = measure_cost_model(scheduler, first[:64], k_max=k_max, repeats=repeats)
+    from inspector.bench.cost_cache import store_cost_model
+
+    store_cost_model(runtime.model_path, runtime.n_threads, cm)
     results = []
     for name in names:
         tokens = runtime.prompt_tokens(_prompt(name))
@@ -108,7 +111,8 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
         progress(f"{name}: n-gram, fixed length ...")
         fixed = _run(scheduler, NgramSource(length="fixed"), tokens, max_tokens)
         progress(f"{name}: n-gram, adaptive length ...")
-        spec = _run(scheduler, NgramSource(length="adaptive"), tokens, max_tokens, ADAPTIVE_DRAFT_MAX)
+        spec = _run(scheduler, NgramSource(length="adaptive", row_costs=cm.row_ms), tokens, max_tokens,
+                    ADAPTIVE_DRAFT_MAX)
         lcpp = None
         if compare_llama_cpp_python:
             progress(f"{name}: llama-cpp-python LlamaPromptLookupDecoding ...")
@@ -150,7 +154,7 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
             "python_us_per_step": "decode time outside llama_decode per decode step (window or plain step), microseconds",
             "predict_us_per_step": "of which picking greedy predictions: argmax over every row's logits (numpy)",
             "engine_us_per_step": "of which the engine's Python bookkeeping (query, classify, commit, repair, receipt)",
-            "ngram_tps": "n-gram source, adaptive proposal length (draft max 16)",
+            "ngram_tps": "n-gram source, adaptive proposal length with this run's cost model (draft max 16)",
             "ngram_fixed_tps": "n-gram source, fixed proposal length (draft max 8)",
             "fraction_of_ceiling": "ngram_over_plain / the cost model's ceiling",
             "expected_speedup": "tokens * c(1) / (sum of c(rows) over windows + plain steps * c(1)), from the cost model",

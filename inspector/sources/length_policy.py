@@ -50,12 +50,19 @@ def expected_committed(p: float, m: int) -> float:
     return (1.0 - p ** (m + 1)) / (1.0 - p)
 
 
-def best_length(p: float, r: float, cap: int, min_gain: float = 1.0) -> int:
-    """The m in 1..cap maximizing E(m) / (1 + r * m), or 0 when no m beats a
-    plain step by more than ``min_gain`` (tokens per unit cost, plain = 1)."""
+def best_length(p: float, r: float, cap: int, min_gain: float = 1.0, costs=None) -> int:
+    """The m in 1..cap maximizing E(m) / cost(m + 1 rows), or 0 when no m beats a
+    plain step by more than ``min_gain`` (tokens per unit cost, plain = 1).
+
+    ``costs``: measured relative costs, ``costs[k-1]`` = c(k) / c(1) for k rows
+    (a ``CostModel``'s ``row_ms`` divided by its first entry); rows beyond the
+    table and the default use the linear model 1 + r * (k - 1).
+    """
     best_m, best = 0, min_gain
     for m in range(1, cap + 1):
-        v = expected_committed(p, m) / (1.0 + r * m)
+        rows = m + 1
+        cost = costs[rows - 1] if costs is not None and rows <= len(costs) else 1.0 + r * m
+        v = expected_committed(p, m) / cost
         if v > best:
             best_m, best = m, v
     return best_m
@@ -75,13 +82,24 @@ class CostAwareLength:
     """Per-bucket acceptance estimates and the row cost ratio r -> proposal length.
 
     ``row_cost_ratio``: r fixed by the caller (None: fitted from receipts,
-    starting at ``DEFAULT_ROW_COST_RATIO``). ``min_gain``: propose only when
-    the expected tokens per unit cost beat a plain step's by this factor.
+    starting at ``DEFAULT_ROW_COST_RATIO``). ``row_costs``: a measured cost
+    model, milliseconds per batch of k = 1.. rows (``CostModel.row_ms``);
+    when given it is used for the batch sizes it covers instead of the linear
+    model (c(2) is often far above 1 + r: one row uses a matrix-vector kernel).
+    ``min_gain``: propose only when the expected tokens per unit cost beat a
+    plain step's by this factor.
     """
 
-    def __init__(self, row_cost_ratio: float | None = None, min_gain: float = 1.02) -> None:
+    def __init__(self, row_cost_ratio: float | None = None, min_gain: float = 1.02,
+                 row_costs=None) -> None:
         if row_cost_ratio is not None and row_cost_ratio < 0:
             raise ValueError(f"row_cost_ratio must be >= 0, observed {row_cost_ratio}")
+        if row_costs is not None:
+            row_costs = [float(c) for c in row_costs]
+            if not row_costs or row_costs[0] <= 0 or any(c <= 0 for c in row_costs):
+                raise ValueError(f"row_costs must be positive milliseconds per batch size, observed {row_costs}")
+            row_costs = [c / row_costs[0] for c in row_costs]
+        self.row_costs = row_costs
         self.fixed_ratio = row_cost_ratio
         self.min_gain = min_gain
         self.counts = [_Counts(PRIOR_WEIGHT * p, PRIOR_WEIGHT * (1 - p)) for p in PRIOR_P]
@@ -97,7 +115,7 @@ class CostAwareLength:
         """Tokens to propose (0..cap) after a match of ``match_length`` tokens."""
         if cap <= 0:
             return 0
-        return best_length(self.counts[bucket_of(match_length)].p, self._ratio, cap, self.min_gain)
+        return best_length(self.counts[bucket_of(match_length)].p, self._ratio, cap, self.min_gain, self.row_costs)
 
     def observe(self, match_length: int, proposed: int, accepted: int, mismatched: bool,
                 rows: int, verification_us: float) -> None:

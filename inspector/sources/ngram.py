@@ -24,7 +24,8 @@ class NgramSource:
     length that buys the most tokens per unit of verification cost, or
     nothing when a plain step is cheaper (``length_policy.CostAwareLength``:
     acceptance learned per match length from the receipts, row cost ratio
-    ``row_cost_ratio`` fitted from verification times unless given).
+    ``row_cost_ratio`` fitted from verification times unless given, or a
+    measured cost model ``row_costs``: ms per batch of k = 1.. rows).
     The decision id names the n-gram size and the match length:
     ``ngram:<count>:n<n>:L<match length>``.
     """
@@ -32,7 +33,7 @@ class NgramSource:
     name = "ngram"
 
     def __init__(self, n_max: int = 4, n_min: int = 2, length: str = "fixed",
-                 row_cost_ratio: float | None = None) -> None:
+                 row_cost_ratio: float | None = None, row_costs=None) -> None:
         if n_min < 1 or n_max < n_min:
             raise ValueError(f"n-gram sizes must satisfy 1 <= n_min <= n_max, observed n_min={n_min}, n_max={n_max}")
         if length not in ("fixed", "adaptive"):
@@ -40,7 +41,7 @@ class NgramSource:
         self.n_max = n_max
         self.n_min = n_min
         self.length = length
-        self.policy = CostAwareLength(row_cost_ratio) if length == "adaptive" else None
+        self.policy = CostAwareLength(row_cost_ratio, row_costs=row_costs) if length == "adaptive" else None
         self._pending: dict[str, int] = {}  # decision id (hex) -> match length
         self._index: dict[int, dict[tuple, int]] = {n: {} for n in range(n_min, n_max + 1)}
         self._indexed = 0  # positions < _indexed have their n-grams ending there indexed
@@ -50,7 +51,10 @@ class NgramSource:
     def settings(self) -> dict:
         d = {"n_max": self.n_max, "n_min": self.n_min, "length": self.length}
         if self.policy is not None:
-            d["row_cost_ratio"] = round(self.policy.row_cost_ratio, 4)
+            if self.policy.row_costs is not None:
+                d["row_costs"] = [round(c, 4) for c in self.policy.row_costs]
+            else:
+                d["row_cost_ratio"] = round(self.policy.row_cost_ratio, 4)
         return d
 
     def _sync(self, tokens) -> None:

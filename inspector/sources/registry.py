@@ -33,11 +33,22 @@ SourceFactory = Callable[..., ProposalSource]
 
 
 def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, length: str = "adaptive",
-           row_cost_ratio: str | float | None = None, **_) -> ProposalSource:
+           row_cost_ratio: str | float | None = None, row_costs=None, **_) -> ProposalSource:
+    """``row_costs``: ms per batch of k = 1.. rows (a list, or "a,b,c"); by default the
+    cost model stored for this model and thread count (``inspector.bench.cost_cache``),
+    if any; ``"linear"``: none (the linear model, fitted from the receipts)."""
     from inspector.sources.ngram import NgramSource
 
     ratio = None if row_cost_ratio in (None, "", "auto") else float(row_cost_ratio)
-    return NgramSource(int(n_max), int(n_min), length=str(length), row_cost_ratio=ratio)
+    if isinstance(row_costs, str):
+        row_costs = None if row_costs in ("", "linear") else [float(v) for v in row_costs.split(",")]
+    elif row_costs is None and str(length) == "adaptive" and ratio is None:
+        from inspector.bench.cost_cache import load_cost_model
+
+        rt = ctx.runtime
+        cm = load_cost_model(rt.model_path, rt.n_threads) if getattr(rt, "model_path", None) else None
+        row_costs = list(cm.row_ms) if cm is not None else None
+    return NgramSource(int(n_max), int(n_min), length=str(length), row_cost_ratio=ratio, row_costs=row_costs)
 
 
 def _scripted(ctx: SourceContext, script: str = "", **_) -> ProposalSource:

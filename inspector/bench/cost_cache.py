@@ -1,0 +1,81 @@
+"""Measured cost models kept between runs, per model file and thread count.
+
+``spec-inspector bench`` and ``compare --cost-model`` store what they measure;
+``run`` (and the registry's n-gram factory) load it so the adaptive proposal
+length uses the measured c(k) table instead of the linear default. The file
+is ``$XDG_CACHE_HOME/spec-inspector/cost-models.json`` (default ~/.cache), or
+``$SPEC_INSPECTOR_COST_CACHE`` when set (the tests point it elsewhere).
+A cost model is keyed by the model's path, size and modification time, and
+the number of CPU threads, because c(k) depends on all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from inspector.bench.cost_model import CostModel
+
+
+def cache_file() -> Path:
+    override = os.environ.get("SPEC_INSPECTOR_COST_CACHE")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "spec-inspector" / "cost-models.json"
+
+
+def _key(model_path: str | os.PathLike, n_threads: int) -> str:
+    p = Path(model_path).resolve()
+    try:
+        st = p.stat()
+        stamp = f"{st.st_size}:{int(st.st_mtime)}"
+    except OSError:
+        stamp = "?"
+    return f"{p}|{stamp}|threads={int(n_threads)}"
+
+
+def _read() -> dict:
+    try:
+        data = json.loads(cache_file().read_text("utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def load_cost_model(model_path: str | os.PathLike, n_threads: int) -> CostModel | None:
+    """The cost model stored for this model file and thread count, or None."""
+    entry = _read().get(_key(model_path, n_threads))
+    try:
+        row_ms = tuple(float(v) for v in entry["row_ms"])
+    except (TypeError, KeyError, ValueError):
+        return None
+    if not row_ms or any(v <= 0 for v in row_ms):
+        return None
+    return CostModel(row_ms)
+
+
+MIN_ROWS_STORED = 8
+"""Cost models measured over fewer batch sizes (quick checks) are not stored."""
+
+
+def store_cost_model(model_path: str | os.PathLike, n_threads: int, cost_model: CostModel) -> Path | None:
+    """Store ``cost_model`` for this model file and thread count; returns the file,
+    or None when it is too small to keep (fewer than ``MIN_ROWS_STORED`` batch
+    sizes) or cannot be written (the cache is a convenience, never an error)."""
+    if len(cost_model.row_ms) < MIN_ROWS_STORED:
+        return None
+    data = _read()
+    data[_key(model_path, n_threads)] = {"row_ms": list(cost_model.row_ms),
+                                         "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    f = cache_file()
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1), "utf-8")
+        os.replace(tmp, f)
+    except OSError:
+        return None
+    return f
