@@ -48,6 +48,7 @@ def test_export_then_open_in_a_fresh_window(qtbot, runtime, tmp_path):
     assert not v.act_run.isEnabled()
     v.window_detail.select_window(1)
     assert v.window_detail.rows.rowCount() == doc["windows"][0]["verification_rows"]
+    v.window_detail.detail_tabs.setCurrentWidget(v.window_detail.raw)  # rendered when shown
     assert '"window_index": 1' in v.window_detail.raw.toPlainText()
     # Export of a loaded document writes it again, still valid.
     again = tmp_path / "again.json"

@@ -126,7 +126,6 @@ class AnalysisWorker(QObject):
         if e.runtime is None or e.scheduler is None:
             self.failed.emit(what, "no model is loaded")
             return False
-        e._reserve_gui_core()  # llama.cpp on every core would starve the event loop
         return True
 
     def _prompt_tokens(self, text: str, raw: bool) -> list[int]:

@@ -42,6 +42,7 @@ from inspector.gui.window_detail import WindowDetail
 
 REDRAW_HZ = 25
 LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
+STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
 ACTIVE_STATES = (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR, W.LOADING)
 
 
@@ -191,6 +192,10 @@ class MainWindow(QMainWindow):
 
         self.status_state = QLabel("")
         self.status_counts = QLabel("")
+        # A fixed size: the counts change at every redraw and must not re-lay out the window.
+        fm = self.status_counts.fontMetrics()
+        self.status_counts.setFixedSize(fm.horizontalAdvance(STATUS_TEMPLATE), fm.height() + 2)
+        self.status_counts.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.load_progress = QProgressBar()
         self.load_progress.setRange(0, 100)
         self.load_progress.setMaximumWidth(200)
@@ -280,13 +285,18 @@ class MainWindow(QMainWindow):
             if v is current or not self.isVisible():
                 v.refresh()
         s = self.session
-        self.status_counts.setText(
-            f"{len(s.tokens)} tokens · {len(s.receipts)} windows · {s.plain_steps} plain steps · "
-            f"{len(s.discards)} discards · canonical position {s.canonical_position if s.canonical_position is not None else '—'}")
+        # Texts are set only when they change: a label whose text changes asks its
+        # parents to lay out again, which repaints much of the window.
+        counts = (f"{len(s.tokens)} tokens · {len(s.receipts)} windows · {s.plain_steps} plain steps · "
+                  f"{len(s.discards)} discards · canonical position "
+                  f"{s.canonical_position if s.canonical_position is not None else '—'}")
+        if counts != self.status_counts.text():
+            self.status_counts.setText(counts)
         pending = self.worker.faults.pending() if self.state in ACTIVE_STATES else []
-        self.panel.pending_faults.setText(
-            ("pending: " + ", ".join(f.kind + (f"@token {f.token}" if f.kind == "callback_error" else "") for f in pending))
-            if pending else "")
+        text = ("pending: " + ", ".join(f.kind + (f"@token {f.token}" if f.kind == "callback_error" else "")
+                                        for f in pending)) if pending else ""
+        if text != self.panel.pending_faults.text():
+            self.panel.pending_faults.setText(text)
 
     def refresh_all(self) -> None:
         """Redraw every view now (tests and export)."""

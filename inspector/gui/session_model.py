@@ -131,6 +131,7 @@ class SessionData:
         """Bumped on every change; views compare it with what they drew."""
         self.tokens_dirty_from = 0
         """Smallest token index changed since the token view last drew."""
+        self._windows: tuple | None = None  # ((receipts, failed windows), windows()) cache
 
     # -- live input ------------------------------------------------------------
     def _touch(self) -> None:
@@ -240,9 +241,14 @@ class SessionData:
         return "".join(t.text for t in self.tokens)
 
     def windows(self) -> list[WindowEntry]:
-        """Verified windows and failed windows, by window index."""
-        idx = sorted(set(self.receipts_by_window) | set(self.failed_windows))
-        return [WindowEntry(w, self.receipts_by_window.get(w), self.failed_windows.get(w)) for w in idx]
+        """Verified windows and failed windows, by window index (cached until a window is added;
+        do not modify the list)."""
+        key = (len(self.receipts_by_window), len(self.failed_windows))
+        if self._windows is None or self._windows[0] != key:
+            idx = sorted(set(self.receipts_by_window) | set(self.failed_windows))
+            self._windows = (key, [WindowEntry(w, self.receipts_by_window.get(w), self.failed_windows.get(w))
+                                   for w in idx])
+        return self._windows[1]
 
     def summary(self) -> Summary:
         """Acceptance figures (``inspector.engine.stats.summarize_receipts``)."""

@@ -14,7 +14,7 @@ import html
 
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QLabel, QTextEdit, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
 from inspector.gui import outcomes as O
 from inspector.gui.session_model import SessionData
@@ -24,6 +24,10 @@ TOKEN_PROPERTY = QTextCharFormat.UserProperty + 1
 
 DIVERGENCE_COLOR = "#d50000"
 DIVERGENCE_BACKGROUND = "#ffd600"
+MAX_SHOWN = 20_000
+"""Most generated tokens in the document at once (a longer stream is shown in pages)."""
+CHUNK = 5_000
+"""Tokens dropped from the head at a time while a long live stream is followed."""
 NEAR_TIE_LOGITS = 1.0
 """A divergence whose top-2 logit margin is below this is called a near-tie (batch arithmetic can flip it)."""
 
@@ -46,6 +50,8 @@ class _Stream(QTextEdit):
         f.setStyleHint(QFont.StyleHint.Monospace)
         f.setPointSize(11)
         self.document().setDefaultFont(f)
+        self.document().setUndoRedoEnabled(False)  # read only: an undo stack would only grow
+        self.viewport().installEventFilter(self)
 
     def token_at(self, pos) -> int | None:
         cur = self.cursorForPosition(pos)
@@ -54,7 +60,9 @@ class _Stream(QTextEdit):
         v = cur.charFormat().property(TOKEN_PROPERTY)
         return int(v) if v is not None else None
 
-    def viewportEvent(self, ev) -> bool:
+    def eventFilter(self, obj, ev) -> bool:
+        # Tooltips through an event filter on the viewport, not a viewportEvent override:
+        # paint events then never pass through Python.
         if ev.type() == QEvent.Type.ToolTip:
             idx = self.token_at(ev.pos())
             if idx is not None:
@@ -62,7 +70,7 @@ class _Stream(QTextEdit):
             else:
                 QToolTip.hideText()
             return True
-        return super().viewportEvent(ev)
+        return False
 
     def mouseReleaseEvent(self, ev) -> None:
         super().mouseReleaseEvent(ev)
@@ -82,9 +90,11 @@ class TokenView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.session: SessionData | None = None
+        self.first = 0
+        """Index of the first generated token in the document (0 unless the stream is long)."""
         self.rendered = 0
-        """Tokens drawn so far (their count)."""
-        self._starts: list[int] = []  # document position where each drawn token starts
+        """Index after the last generated token in the document (= tokens drawn when ``first`` is 0)."""
+        self._starts: list[int] = []  # document position where each drawn token starts (from ``first``)
         self._formats = {}
         for outcome in O.COLORS:
             fmt = QTextCharFormat()
@@ -121,27 +131,44 @@ class TokenView(QWidget):
         lay.addWidget(self.hold_label)
         self.stream = _Stream(self)
         self.stream.tokenClicked.connect(self._clicked)
+        self.nav = QWidget()
+        nl = QHBoxLayout(self.nav)
+        nl.setContentsMargins(0, 0, 0, 0)
+        self.nav_label = QLabel("")
+        self.nav_label.setStyleSheet("color:#555")
+        self.earlier = QPushButton("◀ earlier")
+        self.later = QPushButton("later ▶")
+        self.earlier.clicked.connect(lambda: self.page(-1))
+        self.later.clicked.connect(lambda: self.page(1))
+        for wdg in (self.nav_label, self.earlier, self.later):
+            nl.addWidget(wdg)
+        nl.addStretch(1)
+        self.nav.setToolTip(f"a long stream is shown {MAX_SHOWN:,} tokens at a time")
+        self.nav.hide()
+        lay.addWidget(self.nav)
         lay.addWidget(self.stream, 1)
 
     def set_session(self, session: SessionData) -> None:
         self.session = session
-        self.rendered = 0
+        self.first = self.rendered = 0
         self._starts = []
         self.stream.clear()
+        self.nav.hide()
         self.hold_label.setText("")
         self._baseline_shown = None
         self.baseline_label.hide()
         self.refresh()
 
     def token_count(self) -> int:
-        return self.rendered
+        """Tokens in the document (all of them unless the stream is longer than ``MAX_SHOWN``)."""
+        return self.rendered - self.first
 
     def is_marked_divergent(self, index: int) -> bool:
         """Whether token ``index`` is drawn with the divergence mark (tests)."""
-        if index >= self.rendered:
+        if not self.first <= index < self.rendered:
             return False
         cur = QTextCursor(self.stream.document())
-        cur.setPosition(self._starts[index] + 1)
+        cur.setPosition(self._starts[index - self.first] + 1)
         return cur.charFormat().underlineStyle() == QTextCharFormat.UnderlineStyle.WaveUnderline
 
     def tooltip(self, index: int) -> str:
@@ -218,35 +245,107 @@ class TokenView(QWidget):
         self.hold_label.setText(f"Holding — about to commit: {text} (token {info['token']}) — {where}, position {info['position']}")
 
     def refresh(self) -> None:
-        """Draw tokens added or changed since the last call."""
+        """Draw tokens added or changed since the last call, in one edit block (one
+        layout per redraw). Keeps at most ``MAX_SHOWN`` tokens in the document:
+        while the view follows the end, the oldest are dropped ``CHUNK`` at a time."""
         s = self.session
         if s is None:
             return
         self._show_baseline()
-        start = min(s.tokens_dirty_from, self.rendered)
         n = len(s.tokens)
+        start = max(min(s.tokens_dirty_from, self.rendered), self.first)
         if start >= n and self.rendered == n:
             s.tokens_dirty_from = n
             return
-        cur = QTextCursor(self.stream.document())
         bar = self.stream.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4
+        if at_end and n - self.first > MAX_SHOWN:
+            if n - self.rendered > MAX_SHOWN - CHUNK:  # far behind (a long session opened): draw its end
+                self._show_from(n - MAX_SHOWN)
+                s.tokens_dirty_from = n
+                bar.setValue(bar.maximum())
+                return
+            drop = -(-(n - MAX_SHOWN - self.first) // CHUNK) * CHUNK  # whole chunks
+            self._drop_head(min(drop, self.rendered - self.first))
+            start = max(start, self.first)
+        end = min(n, self.first + MAX_SHOWN)
+        if start < end or start < self.rendered:
+            self._draw(start, end)
+        s.tokens_dirty_from = n
+        self._update_nav()
+        if at_end:
+            bar.setValue(bar.maximum())
+
+    def _draw(self, start: int, end: int) -> None:
+        """Replace tokens ``start..`` of the document with tokens ``start..end-1`` (one edit block)."""
+        s = self.session
+        doc = self.stream.document()
+        cur = QTextCursor(doc)
+        cur.beginEditBlock()
         if start < self.rendered:
-            cur.setPosition(self._starts[start])
+            cur.setPosition(self._starts[start - self.first])
             cur.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cur.removeSelectedText()
-            del self._starts[start:]
+            del self._starts[start - self.first:]
         cur.movePosition(QTextCursor.MoveOperation.End)
         diverged = s.divergence_index
-        for t in s.tokens[start:]:
-            fmt = QTextCharFormat(self._formats.get(t.outcome, self._formats[O.PLAIN]))
+        formats = self._formats
+        plain = formats[O.PLAIN]
+        pos = cur.position()
+        for t in s.tokens[start:end]:
+            fmt = QTextCharFormat(formats.get(t.outcome, plain))
             if t.index == diverged:
                 fmt.merge(self._diverged)
             fmt.setProperty(TOKEN_PROPERTY, t.index)
-            self._starts.append(cur.position())
+            self._starts.append(pos)
             text = t.text if t.text else "\u2205"
             cur.insertText(text, fmt)
-        self.rendered = n
-        s.tokens_dirty_from = n
-        if at_end:
-            bar.setValue(bar.maximum())
+            pos = cur.position()
+        cur.endEditBlock()
+        self.rendered = end
+
+    def _drop_head(self, count: int) -> None:
+        """Remove the first ``count`` shown tokens from the document."""
+        if count <= 0:
+            return
+        cut = self._starts[count] if count < len(self._starts) else self.stream.document().characterCount() - 1
+        cur = QTextCursor(self.stream.document())
+        cur.setPosition(cut, QTextCursor.MoveMode.KeepAnchor)
+        cur.removeSelectedText()
+        self._starts = [p - cut for p in self._starts[count:]]
+        self.first += count
+
+    def _show_from(self, first: int) -> None:
+        """Show tokens ``first..first+MAX_SHOWN-1`` (rebuilds the document)."""
+        s = self.session
+        n = len(s.tokens)
+        first = max(0, min(first, n - 1 if n else 0))
+        self.stream.clear()
+        self._starts = []
+        self.first = self.rendered = first
+        self._draw(first, min(n, first + MAX_SHOWN))
+        self._update_nav()
+
+    def page(self, step: int) -> None:
+        """Show the previous (``step`` < 0) or next ``MAX_SHOWN`` tokens of a long stream."""
+        if self.session is None:
+            return
+        self._show_from(self.first + step * MAX_SHOWN)
+        bar = self.stream.verticalScrollBar()
+        bar.setValue(bar.maximum() if step < 0 else 0)
+
+    def shown_range(self) -> tuple[int, int]:
+        """(first, end): the generated-token indices in the document."""
+        return self.first, self.rendered
+
+    def _update_nav(self) -> None:
+        n = len(self.session.tokens) if self.session is not None else 0
+        partial = self.first > 0 or self.rendered < n
+        if partial:
+            text = f"showing tokens {self.first + 1:,}–{self.rendered:,} of {n:,}"
+            if text != self.nav_label.text():
+                self.nav_label.setText(text)
+            self.earlier.setEnabled(self.first > 0)
+            self.later.setEnabled(self.rendered < n)
+        if partial != self.nav.isVisible():
+            self.nav.setVisible(partial)

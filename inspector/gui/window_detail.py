@@ -9,31 +9,37 @@ output). Below: the receipt's positions and timings, and its raw JSON.
 
 from __future__ import annotations
 
+import bisect
 import html
 import json
+import time
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFrame,
     QHeaderView,
-    QLabel,
     QPlainTextEdit,
     QSplitter,
+    QTableView,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
+    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
 from inspector.gui import outcomes as O
-from inspector.gui.session_model import SessionData, WindowEntry
+from inspector.gui.session_model import SessionData
+from inspector.gui.window_table import WIDEST, WINDOW_HEADERS, WindowTableModel
 
-WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed")
-WINDOW_HEADERS = ("#", "disposition", "prop.", "acc.", "comm.", "base", "canon.", "trim")
+EMPTY_TEXT = "Select a window."
+FOLLOW_S = 0.2
+"""Shortest time between two follows of the newest window while a run goes (seconds)."""
+
 ROW_COLUMNS = ("row", "position", "input token", "proposed token", "target prediction", "outcome")
-DISPOSITION_COLORS = {"full_accept": "#e8f5e9", "first_mismatch": "#fff3e0", "stopped": "#ede7f6", "error": "#ffcdd2"}
 
 
 def _tok(s: SessionData, t: int | None) -> str:
@@ -54,31 +60,44 @@ def _item(text, *, color: str | None = None, align_right=False) -> QTableWidgetI
 
 
 class WindowDetail(QWidget):
-    """Windows table (one row per verified or failed window) and the selected window's rows."""
+    """Windows table (one row per verified or failed window; a virtualized
+    ``QTableView``) and the selected window's rows, receipt fields and raw JSON.
+
+    While the newest window is selected, the selection follows new windows.
+    The raw JSON is rendered when its tab is shown.
+    """
 
     windowSelected = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.session: SessionData | None = None
-        self._drawn_windows = 0
         self._drawn_version = -1
         self.selected: int | None = None
         self._rows_sized = False
+        self._raw_for: int | None = None  # window whose raw JSON is in ``raw``
+        self._follow_pending = False  # new windows arrived while following: select the newest
+        self._followed_at = 0.0  # time.monotonic() of the last follow (s)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         split = QSplitter(Qt.Orientation.Horizontal)
         self.splitter = split
-        self.windows = QTableWidget(0, len(WINDOW_COLUMNS))
-        self.windows.setHorizontalHeaderLabels(WINDOW_HEADERS)
-        for i, tip in enumerate(WINDOW_COLUMNS):
-            self.windows.horizontalHeaderItem(i).setToolTip(tip)
+        self.model = WindowTableModel()
+        self.windows = QTableView()
+        self.windows.setModel(self.model)
         self.windows.verticalHeader().setVisible(False)
+        self.windows.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         self.windows.verticalHeader().setDefaultSectionSize(22)
         self.windows.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.windows.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.windows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.windows.itemSelectionChanged.connect(self._selection_changed)
+        self.windows.setWordWrap(False)
+        header = self.windows.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        fm = self.windows.fontMetrics()
+        pad = 2 * fm.horizontalAdvance("M")
+        for c, widest in enumerate(WIDEST):
+            header.resizeSection(c, max(fm.horizontalAdvance(widest), fm.horizontalAdvance(WINDOW_HEADERS[c])) + pad)
+        self.windows.selectionModel().selectionChanged.connect(self._selection_changed)
         split.addWidget(self.windows)
 
         right = QSplitter(Qt.Orientation.Vertical)
@@ -91,18 +110,20 @@ class WindowDetail(QWidget):
         self.rows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.rows.horizontalHeader().setStretchLastSection(True)
         right.addWidget(self.rows)
-        tabs = QTabWidget()
-        self.fields = QLabel("Select a window.")
-        self.fields.setTextFormat(Qt.TextFormat.RichText)
-        self.fields.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.fields.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.fields.setWordWrap(True)
+        self.detail_tabs = QTabWidget()
+        # A text browser, not a word-wrapped label: new text never changes its size
+        # hint, so showing a window does not re-lay out the main window.
+        self.fields = QTextBrowser()
+        self.fields.setFrameShape(QFrame.Shape.NoFrame)
+        self.fields.setOpenLinks(False)
+        self.fields.setHtml(EMPTY_TEXT)
         self.raw = QPlainTextEdit()
         self.raw.setReadOnly(True)
         self.raw.setFont(QFont("DejaVu Sans Mono", 9))
-        tabs.addTab(self.fields, "Receipt")
-        tabs.addTab(self.raw, "Raw JSON")
-        right.addWidget(tabs)
+        self.detail_tabs.addTab(self.fields, "Receipt")
+        self.detail_tabs.addTab(self.raw, "Raw JSON")
+        self.detail_tabs.currentChanged.connect(lambda _i: self._show_raw())
+        right.addWidget(self.detail_tabs)
         right.setSizes([260, 200])
         split.addWidget(right)
         split.setSizes([360, 520])
@@ -110,64 +131,46 @@ class WindowDetail(QWidget):
 
     def set_session(self, session: SessionData) -> None:
         self.session = session
-        self._drawn_windows = 0
         self._drawn_version = -1
         self.selected = None
-        self.windows.setRowCount(0)
+        self._raw_for = None
+        self._follow_pending = False
+        self.model.set_session(session)
         self.rows.setRowCount(0)
-        self.fields.setText("Select a window.")
+        self.fields.setHtml(EMPTY_TEXT)
         self.raw.setPlainText("")
         self.refresh()
 
     def window_count(self) -> int:
-        return self.windows.rowCount()
+        """Rows of the Windows table (verified and failed windows)."""
+        return self.model.rowCount()
 
     def refresh(self) -> None:
-        """Add rows for new windows (the table is append-only; failed windows appear once known)."""
+        """Add rows for new windows (cheap when nothing changed: one version check).
+
+        While the newest window is selected, the selection follows new windows,
+        at most every ``FOLLOW_S`` seconds (a run makes 10-20 windows a second;
+        drawing each one's detail would only cost the engine time)."""
         s = self.session
-        if s is None or s.version == self._drawn_version:
+        if s is None:
             return
-        self._drawn_version = s.version
-        entries = s.windows()
-        if len(entries) == self._drawn_windows:
+        if s.version != self._drawn_version:
+            self._drawn_version = s.version
+            n = self.model.rowCount()
+            follow = self._follow_pending or self.selected is None or \
+                bool(n and self.selected == self.model.window_at(n - 1))
+            if self.model.sync() and follow:
+                self._follow_pending = True
+        if self._follow_pending and self.isVisible() and time.monotonic() - self._followed_at >= FOLLOW_S:
+            self._followed_at = time.monotonic()
+            self.select_window(self.model.window_at(self.model.rowCount() - 1))
+
+    def _selection_changed(self, *_a) -> None:
+        rows = self.windows.selectionModel().selectedRows()
+        if not rows:
             return
-        follow = self.selected is None or self.selected == self._last_index()
-        first = self._drawn_windows == 0
-        self.windows.setRowCount(len(entries))
-        for i, e in enumerate(entries[self._drawn_windows:], start=self._drawn_windows):
-            self._fill_window_row(i, e)
-        self._drawn_windows = len(entries)
-        if first:
-            self.windows.resizeColumnsToContents()
-        if follow and entries and self.isVisible():
-            self.select_window(entries[-1].window_index)
-
-    def _last_index(self) -> int | None:
-        n = self.windows.rowCount()
-        if not n:
-            return None
-        return int(self.windows.item(n - 1, 0).text())
-
-    def _fill_window_row(self, i: int, e: WindowEntry) -> None:
-        if e.receipt is not None:
-            r = e.receipt
-            vals = (r.window_index, r.disposition, r.proposal_token_count, r.accepted_proposal_tokens,
-                    r.canonical_prediction_count, r.base_position, r.canonical_position, r.trimmed_rows)
-            color = DISPOSITION_COLORS.get(r.disposition)
-        else:
-            d, p = e.discard, e.discard.partial
-            trimmed = "" if p.position_after_verification is None else p.position_after_verification - p.canonical_position
-            vals = (p.window_index, "error", len(d.proposal_token_ids), "", len(p.committed_tokens),
-                    p.base_position, p.canonical_position, trimmed)
-            color = DISPOSITION_COLORS["error"]
-        for c, v in enumerate(vals):
-            self.windows.setItem(i, c, _item(v, color=color, align_right=c != 1))
-
-    def _selection_changed(self) -> None:
-        items = self.windows.selectedItems()
-        if not items:
-            return
-        w = int(self.windows.item(items[0].row(), 0).text())
+        w = self.model.window_at(rows[0].row())
+        self._follow_pending = False
         if w != self.selected:
             self.selected = w
             self._show_window(w)
@@ -175,14 +178,16 @@ class WindowDetail(QWidget):
 
     def select_window(self, window_index: int) -> None:
         """Select window ``window_index`` (1-based) in the table and show its rows."""
-        for i in range(self.windows.rowCount()):
-            if int(self.windows.item(i, 0).text()) == window_index:
-                self.windows.selectRow(i)
-                self.windows.scrollToItem(self.windows.item(i, 0))
-                if self.selected != window_index:
-                    self.selected = window_index
-                    self._show_window(window_index)
-                return
+        self.model.sync()
+        row = self.model.row_of(window_index)
+        if row is None:
+            return
+        self._follow_pending = False
+        self.windows.selectRow(row)
+        self.windows.scrollTo(self.model.index(row, 0))
+        if self.selected != window_index:
+            self.selected = window_index
+            self._show_window(window_index)
 
     # -- detail ----------------------------------------------------------------------
     def _show_window(self, w: int) -> None:
@@ -237,18 +242,25 @@ class WindowDetail(QWidget):
         if not self._rows_sized:
             self._rows_sized = True
             self.rows.resizeColumnsToContents()
-        self.fields.setText(self._fields_html(w, r, d, accepted, base, after, canonical, committed))
-        self.raw.setPlainText(self._raw_json(w, r, d))
+        self.fields.setHtml(self._fields_html(w, r, d, accepted, base, after, canonical, committed))
+        self._raw_for = None
+        self._show_raw()
+
+    def _show_raw(self) -> None:
+        """Render the selected window's raw JSON if its tab is shown (and it is not there yet)."""
+        w = self.selected
+        if w is None or w == self._raw_for or self.detail_tabs.currentWidget() is not self.raw:
+            return
+        s = self.session
+        self._raw_for = w
+        self.raw.setPlainText(self._raw_json(w, s.receipts_by_window.get(w), s.failed_windows.get(w)))
 
     def _current_token(self, w: int, base: int) -> int | None:
-        """The current token of window ``w``: the committed token at position ``base``."""
-        s = self.session
-        for t in reversed(s.tokens):
-            if t.position == base:
-                return t.token
-            if t.position < base:
-                break
-        return None
+        """The current token of window ``w``: the committed token at position ``base``
+        (positions of generated tokens increase by one: a binary search)."""
+        toks = self.session.tokens
+        i = bisect.bisect_left(toks, base, key=lambda t: t.position)
+        return toks[i].token if i < len(toks) and toks[i].position == base else None
 
     def _fields_html(self, w, r, d, accepted, base, after, canonical, committed) -> str:
         s = self.session
@@ -282,10 +294,6 @@ class WindowDetail(QWidget):
 
     def _raw_json(self, w, r, d) -> str:
         s = self.session
-        if s.document is not None and r is not None:
-            for win in s.document["windows"]:
-                if win["window_index"] == w:
-                    return json.dumps(win, indent=1, ensure_ascii=False)
         if r is not None:
             doc = r.to_json()
             doc["proposal_token_texts"] = [s.text_of(t) for t in r.proposal_token_ids]

@@ -12,7 +12,6 @@ Step token blocks in ``GenerationObserver.before_commit`` until released.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -140,7 +139,6 @@ class EngineWorker(QObject):
         self._background = 0
         self._running = False
         self._closing = False
-        self._threads_saved = None
         self._sent_texts: set[int] = set()
         self._autosave: AutoSaveWriter | None = None
         if runtime is not None:
@@ -148,7 +146,6 @@ class EngineWorker(QObject):
 
     # -- runtime -----------------------------------------------------------------
     def _set_runtime(self, runtime, owns: bool) -> None:
-        self._restore_threads()
         self.runtime = runtime
         self.owns_runtime = owns
         self.scheduler = RuntimeScheduler(runtime)
@@ -156,27 +153,6 @@ class EngineWorker(QObject):
         self.contention = Contention(self.scheduler)
         self.contention.set_count(self._background)
         self._sent_texts = set()
-
-    def _reserve_gui_core(self) -> None:
-        """Leave one CPU core to the GUI: llama.cpp's threads spin at barriers, so
-        ``n_threads`` = all cores starves the event loop. Runs on the worker thread
-        (``runtime.set_threads`` under the scheduler lock) before the first run;
-        ``_restore_threads`` undoes it. A draft runtime made later copies the target's count."""
-        rt = self.runtime
-        cores = os.cpu_count() or 1
-        n = getattr(rt, "n_threads", None)
-        if self._threads_saved is not None or n is None or not getattr(rt, "ctx", None) or n < cores or n <= 1:
-            return
-        self._threads_saved = (rt, self.scheduler, n)
-        self.scheduler.execute("stats", -1, lambda r: r.set_threads(n - 1))
-
-    def _restore_threads(self) -> None:
-        saved, self._threads_saved = getattr(self, "_threads_saved", None), None
-        if saved is None:
-            return
-        rt, scheduler, n = saved
-        if getattr(rt, "ctx", None):
-            scheduler.execute("stats", -1, lambda r: r.set_threads(n))
 
     def _close_source(self) -> None:
         """Close the last run's source (worker thread): ``close()``, then a draft's own runtime."""
@@ -211,8 +187,7 @@ class EngineWorker(QObject):
             return True
         self.stateChanged.emit(LOADING, f"loading {Path(path).name}")
         try:
-            rt = LlamaRuntime(path, n_ctx=n_ctx, n_batch=512, n_seq_max=4, n_threads=max(1, (os.cpu_count() or 2) - 1),
-                              progress=self.modelProgress.emit)
+            rt = LlamaRuntime(path, n_ctx=n_ctx, n_batch=512, n_seq_max=4, progress=self.modelProgress.emit)
         except (ModelFileError, EngineError, ValueError, OSError) as exc:
             self.modelFailed.emit(str(exc))
             self.stateChanged.emit(IDLE, "")
@@ -227,7 +202,6 @@ class EngineWorker(QObject):
         if self.contention is not None:
             self.contention.stop_all()
         self._close_source()  # a draft was checked against this target
-        self._restore_threads()
         if self.runtime is not None and self.owns_runtime:
             self.runtime.close()
         self.runtime = None
@@ -240,7 +214,6 @@ class EngineWorker(QObject):
         if self.contention is not None:
             self.contention.stop_all()
         self._close_source()
-        self._restore_threads()
         if self.runtime is not None and self.owns_runtime:
             self.runtime.close()
             self.runtime = None
@@ -377,7 +350,6 @@ class EngineWorker(QObject):
                 self.runFinished.emit("error", {})
                 return
         rt = self.runtime
-        self._reserve_gui_core()
         # Token texts are sent once per run: every run fills a new SessionData on the GUI side.
         self._sent_texts = set()
         try:

@@ -1,0 +1,138 @@
+"""The Windows table's model: one row per proposal window, verified or failed.
+
+A ``QAbstractTableModel`` over ``SessionData.windows()`` (virtualized: the view
+asks only for the rows it shows, so 20,000 windows cost nothing to display).
+New windows are appended with ``beginInsertRows`` on the redraw timer; a
+failed window (an index but no receipt: the engine's error discarded it) is a
+row marked ``failed (no receipt)``, so the table numbers windows as the event
+log does.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtGui import QBrush, QColor
+
+from inspector.gui.session_model import SessionData, WindowEntry
+
+WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed")
+WINDOW_HEADERS = ("#", "disposition", "prop.", "acc.", "comm.", "base", "canon.", "trim")
+WINDOW_TIPS = (
+    "window index (1-based; failed windows are numbered too, as in the event log)",
+    "full_accept, first_mismatch, stopped; failed (no receipt): the window raised an error and was discarded",
+    "proposal tokens", "accepted proposal tokens", "committed tokens (canonical predictions)",
+    "base_position (tokens)", "canonical_position after repair (tokens)", "KV rows removed by the repair",
+)
+WIDEST = ("99999", "failed (no receipt)", "prop.", "acc.", "comm.", "99999", "99999", "trim")
+"""The widest value (or header) of each column: column widths are set from these, so nothing is cut."""
+FAILED = "failed (no receipt)"
+DISPOSITION_COLORS = {"full_accept": "#e8f5e9", "first_mismatch": "#fff3e0", "stopped": "#ede7f6", FAILED: "#ffcdd2"}
+_BRUSHES = {k: QBrush(QColor(v)) for k, v in DISPOSITION_COLORS.items()}
+_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+_DISPLAY = int(Qt.ItemDataRole.DisplayRole.value)
+_BACKGROUND = int(Qt.ItemDataRole.BackgroundRole.value)
+_ALIGN = int(Qt.ItemDataRole.TextAlignmentRole.value)
+_TOOLTIP = int(Qt.ItemDataRole.ToolTipRole.value)
+
+
+def entry_values(e: WindowEntry) -> tuple:
+    """The row of window entry ``e`` (see ``WINDOW_COLUMNS``; tokens and positions in tokens)."""
+    if e.receipt is not None:
+        r = e.receipt
+        return (r.window_index, r.disposition, r.proposal_token_count, r.accepted_proposal_tokens,
+                r.canonical_prediction_count, r.base_position, r.canonical_position, r.trimmed_rows)
+    d, p = e.discard, e.discard.partial
+    trimmed = "" if p.position_after_verification is None else p.position_after_verification - p.canonical_position
+    return (p.window_index, FAILED, len(d.proposal_token_ids), "", len(p.committed_tokens),
+            p.base_position, p.canonical_position, trimmed)
+
+
+class WindowTableModel(QAbstractTableModel):
+    """Rows of ``SessionData.windows()``, by window index; ``sync`` appends new ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session: SessionData | None = None
+        self.entries: list[WindowEntry] = []
+        self._keys: list[int] = []  # window index of each row (sorted: bisect)
+        self._synced = -1  # (receipts + failed windows) when last synced
+        self._text: dict[int, tuple] = {}  # row -> display texts (rows drawn lately; bounded)
+
+    def set_session(self, s: SessionData | None) -> None:
+        self.beginResetModel()
+        self.session = s
+        self.entries, self._keys, self._synced, self._text = [], [], -1, {}
+        self.endResetModel()
+        self.sync()
+
+    def sync(self) -> int:
+        """Take the session's new windows; returns how many rows were added (0: unchanged)."""
+        s = self.session
+        if s is None:
+            return 0
+        count = len(s.receipts_by_window) + len(s.failed_windows)
+        if count == self._synced:
+            return 0
+        self._synced = count
+        entries = s.windows()
+        old = len(self.entries)
+        if len(entries) < old or (old and entries[old - 1].window_index != self._keys[-1]):
+            self.beginResetModel()  # a window arrived out of order: rebuild (never happens live)
+            self.entries, self._keys, self._text = entries, [e.window_index for e in entries], {}
+            self.endResetModel()
+            return len(entries)
+        if len(entries) == old:
+            return 0
+        self.beginInsertRows(QModelIndex(), old, len(entries) - 1)
+        self.entries = entries
+        self._keys.extend(e.window_index for e in entries[old:])
+        self.endInsertRows()
+        return len(entries) - old
+
+    def row_of(self, window_index: int) -> int | None:
+        """The row showing window ``window_index``, or None."""
+        i = bisect.bisect_left(self._keys, window_index)
+        return i if i < len(self._keys) and self._keys[i] == window_index else None
+
+    def window_at(self, row: int) -> int:
+        return self._keys[row]
+
+    # -- QAbstractTableModel -------------------------------------------------------------
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.entries)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return len(WINDOW_COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return WINDOW_HEADERS[section]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return WINDOW_TIPS[section]
+        return None
+
+    def data(self, index, role=_DISPLAY):
+        # Called for every visible cell and role at each paint: plain int compares, cached rows.
+        r = index.row()
+        if role == _DISPLAY:
+            row = self._text.get(r)
+            if row is None:
+                if len(self._text) > 4096:
+                    self._text.clear()
+                row = self._text[r] = tuple(str(v) for v in entry_values(self.entries[r]))
+            return row[index.column()]
+        if role == _BACKGROUND:
+            e = self.entries[r]
+            return _BRUSHES.get(FAILED if e.receipt is None else e.receipt.disposition)
+        if role == _ALIGN:
+            return None if index.column() == 1 else _RIGHT
+        if role == _TOOLTIP:
+            e = self.entries[r]
+            if e.receipt is None:
+                d = e.discard
+                return f"window {e.window_index} failed: {d.error or d.reason}. It has an index but no receipt."
+        return None
