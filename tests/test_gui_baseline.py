@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from inspector.gui import worker as W
 from inspector.receipts import load_document
-from test_gui_support import example_text, make_window, run_to_end, wait_state
+from test_gui_support import example_text, make_window, open_receipts, run_to_end, wait_state
 
 PLANTED = 10
 """Generated-token index where the planted perturbation changes the speculative output."""
@@ -78,7 +78,7 @@ def test_planted_divergence_is_marked_exported_and_reopened(qtbot, runtime, tmp_
     assert doc["baseline"]["divergence"]["index"] == PLANTED
     assert doc["baseline"]["identical"] is False
     v = make_window(qtbot, None, tmp_path, settings_file="viewer.ini")
-    assert v.files.open_receipts(str(out))
+    assert open_receipts(qtbot, v, out) == ""
     v.refresh_all()
     assert v.token_view.is_marked_divergent(PLANTED)
     assert v.stats.labels["baseline"].text() == w.stats.labels["baseline"].text()

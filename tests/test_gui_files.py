@@ -10,7 +10,7 @@ from inspector.gui import app as gui_app
 from inspector.gui import worker as W
 from inspector.gui.session_model import SessionData
 from inspector.receipts import load_document
-from test_gui_support import make_window, run_to_end
+from test_gui_support import make_window, open_receipts, run_to_end
 
 
 def test_export_then_open_in_a_fresh_window(qtbot, runtime, tmp_path):
@@ -25,7 +25,7 @@ def test_export_then_open_in_a_fresh_window(qtbot, runtime, tmp_path):
     live_summary = w.stats.summary
 
     v = make_window(qtbot, None, tmp_path, settings_file="viewer.ini")
-    assert v.files.open_receipts(str(out))
+    assert open_receipts(qtbot, v, out) == ""
     v.refresh_all()
     s = v.session
     assert s.origin == "document"
@@ -65,7 +65,7 @@ def test_bad_receipts_and_bad_model_show_errors_and_keep_the_session(qtbot, runt
     n = len(w.session.receipts)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema": "spec-inspector/receipts", "schema_version": 1}))
-    assert not w.files.open_receipts(str(bad))
+    assert "does not match schema" in open_receipts(qtbot, w, bad)
     assert "does not match schema" in w.last_error
     assert len(w.session.receipts) == n
     gguf = tmp_path / "broken.gguf"

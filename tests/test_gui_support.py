@@ -51,3 +51,11 @@ def example_text(name: str) -> str:
     from inspector.gui.controls import example_prompts
 
     return example_prompts()[name]
+
+
+def open_receipts(qtbot, w, path) -> str:
+    """Open a receipts file in ``w`` (read on a background thread) and wait until it is
+    shown or refused; returns the error ("" when shown)."""
+    with qtbot.waitSignal(w.files.opened, timeout=120_000) as blocker:
+        assert w.files.open_receipts(str(path))
+    return blocker.args[1]

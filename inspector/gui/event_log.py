@@ -85,8 +85,7 @@ class EventLog(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = EventModel()
-        self.proxy = _KindFilter()
-        self.proxy.setSourceModel(self.model)
+        self.proxy = _KindFilter()  # in use only while commits are hidden (it asks Python about every row)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         top = QHBoxLayout()
@@ -96,8 +95,9 @@ class EventLog(QWidget):
         top.addStretch(1)
         lay.addLayout(top)
         self.table = QTableView()
-        self.table.setModel(self.proxy)
+        self.table.setModel(self.model)
         self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)  # no per-row sizing
         self.table.verticalHeader().setDefaultSectionSize(20)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
@@ -107,7 +107,11 @@ class EventLog(QWidget):
 
     def _toggle(self, on: bool) -> None:
         self.proxy.hide_commits = on
-        self.proxy.invalidateFilter()
+        widths = [self.table.columnWidth(i) for i in range(len(COLUMNS))]
+        self.proxy.setSourceModel(self.model if on else None)
+        self.table.setModel(self.proxy if on else self.model)
+        for i, w in enumerate(widths):
+            self.table.setColumnWidth(i, w)
 
     def set_session(self, s: SessionData) -> None:
         self.model.set_session(s)

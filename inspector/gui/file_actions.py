@@ -12,7 +12,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from inspector.gui.session_model import SessionData
 from inspector.gui.session_store import BackgroundJob, autosave_is_clean
 
 
@@ -21,11 +20,15 @@ class FileActions(QObject):
 
     exported = Signal(str, str)
     """(path, error): a receipts export finished ("" error on success)."""
+    opened = Signal(str, str)
+    """(path, error): opening a receipts file ended ("" error when it is shown)."""
 
     def __init__(self, window) -> None:
         super().__init__(window)
         self.win = window
         self.jobs: list[BackgroundJob] = []
+        self.opening: str | None = None
+        """The receipts file being read on a background thread, or None."""
 
     # -- models ------------------------------------------------------------------------
     def open_model_dialog(self) -> None:
@@ -53,33 +56,58 @@ class FileActions(QObject):
             self.open_receipts(path)
 
     def open_receipts(self, path: str) -> bool:
-        """Show a saved receipts document (or an autosave ``.jsonl``) with run controls disabled."""
-        from inspector.receipts import ReceiptsFileError, load_document
+        """Open a saved receipts document (or an autosave ``.jsonl``) with run controls disabled.
 
+        Reading and checking the file runs on a background thread (a 20,000-window
+        file takes seconds) with a busy bar; ``opened(path, error)`` reports the end.
+        Returns whether the opening started."""
         if self.win.state not in ("idle", "loading"):  # a model loading (at startup) is no run
             self.win.show_error("Run in progress", "Stop the run before opening receipts.")
             return False
-        try:
-            if str(path).endswith(".jsonl"):
-                session = SessionData.from_autosave(path)
-            else:
-                session = SessionData.from_document(load_document(path))
-        except ReceiptsFileError as exc:
-            self.win.show_error("Cannot open receipts", str(exc))
+        if self.opening:
+            self.win.show_error("Opening receipts", f"Still opening {Path(self.opening).name}.")
             return False
-        except (OSError, KeyError, TypeError, ValueError) as exc:
-            self.win.show_error("Cannot open receipts", f"{path}: {exc}")
-            return False
+        from inspector.gui.receipts_loading import read_session
+
+        path = str(path)
+        self.opening = path
+        job = BackgroundJob(lambda: read_session(path), self)
+        job.done.connect(lambda result, error: self._opened(path, result, error))
+        self.jobs.append(job)
+        self.win._set_state(self.win.state)  # Run and Open wait for the file
+        self.win.status_state.setText(f"opening {Path(path).name} …")
+        self.win.load_progress.setRange(0, 0)  # busy
+        self.win.load_progress.show()
+        job.start()
+        return True
+
+    def _opened(self, path: str, result, error: str) -> None:
+        self.opening = None
+        self.jobs = [j for j in self.jobs if j.running()]
+        self.win.load_progress.setRange(0, 100)
+        if self.win.state != "loading":
+            self.win.load_progress.hide()
+        session, message = result if result is not None else (None, error)
+        if session is None or self.win.state not in ("idle", "loading"):
+            self.win.status_state.setText("")
+            self.win.show_error("Cannot open receipts", message or "a run started meanwhile")
+            self.win._set_state(self.win.state)
+            self.opened.emit(path, message or "a run started meanwhile")
+            return
         self.win.set_session(session)
-        self.win.refresh_all()
+        self.win.redraw()  # the shown tab; the others draw when shown
+        skipped = getattr(session, "skipped_lines", 0)
+        partial = (f" <b>Partial view:</b> {skipped} damaged or incomplete line{'s' if skipped != 1 else ''} "
+                   "skipped.") if skipped else ""
         self.win.banner.setText(f"Viewing <b>{Path(path).name}</b> — {len(session.tokens)} tokens, "
-                                f"{len(session.receipts)} windows, model {session.model_name}. Read only: File &gt; New live session "
-                                f"(Ctrl+N) enables the run controls.")
-        self.win.banner.setStyleSheet("background:#e3f2fd;color:#0d47a1;padding:4px")
+                                f"{len(session.receipts)} windows, model {session.model_name}.{partial} Read only: "
+                                "File &gt; New live session (Ctrl+N) enables the run controls.")
+        self.win.banner.setStyleSheet("background:#fff3e0;color:#e65100;padding:4px" if skipped else
+                                      "background:#e3f2fd;color:#0d47a1;padding:4px")
         self.win.banner.show()
         self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
         self.win._set_state(self.win.state)
-        return True
+        self.opened.emit(path, "")
 
     def export_receipts_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self.win, "Export receipts", "receipts.json", "Receipts (*.json)")
@@ -93,11 +121,13 @@ class FileActions(QObject):
 
         s = self.win.session
         w = self.win.worker
-        if s.document is not None:
-            doc = s.document
+        if s.document is not None or s.document_path is not None:
+            doc, source = s.document, s.document_path
 
             def job():
-                return str(write_document(doc, path))
+                from inspector.receipts import load_document
+
+                return str(write_document(doc if doc is not None else load_document(source), path))
         elif s.origin == "live" and w.generation is not None and w.config is not None:
             gen, rt, cfg = w.generation, w.runtime, w.config
             templated, source_settings = w.templated_text, dict(w.source_settings)

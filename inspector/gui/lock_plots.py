@@ -16,6 +16,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from inspector.gui.session_model import SessionData
+from inspector.gui.timeline import set_limited
 
 SERIES = (
     ("verify", "#1565c0"),
@@ -112,8 +113,8 @@ class LockPlots(QWidget):
             t = g[:, 0] / 1e6
             wait = np.maximum(g[:, 1], 1.0)  # log axis: 0 µs is drawn at 1 µs
             hold = np.maximum(g[:, 2], 1.0)
-            self.scatter_wait[name].setData(t, wait)
-            self.scatter_hold[name].setData(t, hold)
+            set_limited(self.scatter_wait[name], t, wait)  # long sessions: downsampled
+            set_limited(self.scatter_hold[name], t, hold)
             hw, _ = np.histogram(np.log10(wait), BINS)
             hh, _ = np.histogram(np.log10(hold), BINS)
             self.hist_wait[name].setData(BINS, hw)

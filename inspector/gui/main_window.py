@@ -315,7 +315,8 @@ class MainWindow(QMainWindow):
         p = self.panel
         idle = state == W.IDLE
         active = state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR)
-        can_start = idle and not viewing  # a saved session is read only: File > New live session
+        opening = getattr(self, "files", None) is not None and self.files.opening is not None
+        can_start = idle and not viewing and not opening  # a saved session is read only: File > New live session
         p.run.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
         p.run.setText("▶ Run" if state in (W.IDLE, W.LOADING, W.BUSY) else "▶ Continue")
         p.pause.setEnabled(state in (W.RUNNING, W.TOKEN_HOLD))
@@ -344,7 +345,7 @@ class MainWindow(QMainWindow):
         self.act_step_token.setEnabled(p.step_token.isEnabled())
         self.act_stop.setEnabled(p.stop.isEnabled())
         self.act_resume.setEnabled(p.resume.isEnabled())
-        self.act_open.setEnabled(not active)
+        self.act_open.setEnabled(not active and not opening)
         label = {W.IDLE: "ready", W.LOADING: "loading model…", W.BUSY: "busy", W.RUNNING: "running", W.PAUSED: "paused",
                  W.TOKEN_HOLD: "holding before a commit (Step token)", W.ERROR: "error — Resume continues"}[state]
         if viewing and idle:

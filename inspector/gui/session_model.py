@@ -119,7 +119,9 @@ class SessionData:
         self.kv_length: int | None = None
         self.canonical_position: int | None = None
         self.document: dict | None = None
-        """The loaded receipts document (None for a live session)."""
+        """The loaded receipts document, when it was not read from a file (else ``document_path``)."""
+        self.document_path: str | None = None
+        """The receipts file this session was opened from (None for a live session)."""
         self.baseline: dict | None = None
         """The comparison with plain decoding in the document's ``baseline`` form
         (``BaselineResult.to_json`` with token texts), or None when none ran."""
@@ -224,7 +226,10 @@ class SessionData:
 
     def _set_proposal(self, window: int, ids: tuple[int, ...]) -> None:
         self.proposals[window] = tuple(ids)
-        for t in self.tokens:
+        # Tokens of ``window`` are the newest ones: look back only to the previous window's.
+        for t in reversed(self.tokens):
+            if t.window is not None and t.window < window:
+                break
             if t.window == window and t.outcome == O.PENDING:
                 t.outcome = O.classify_row(t.row, t.token, self.proposals[window])
                 t.proposed = ids[t.row] if t.row < len(ids) else None
@@ -260,10 +265,15 @@ class SessionData:
 
     # -- loading ----------------------------------------------------------------
     @classmethod
-    def from_document(cls, doc: dict) -> "SessionData":
-        """A session from a validated receipts document (``load_document``)."""
+    def from_document(cls, doc: dict, path: str | Path | None = None) -> "SessionData":
+        """A session from a validated receipts document (``load_document``).
+
+        ``path``: the file it came from; the session then keeps the path, not the
+        document (a long session's parsed JSON would double its memory), and an
+        export reads the file again."""
         s = cls()
-        s.document = doc
+        s.document = doc if path is None else None
+        s.document_path = None if path is None else str(path)
         s.origin = "document"
         out = doc["output"]
         for tid, text in zip(out["token_ids"], out.get("token_texts", [])):

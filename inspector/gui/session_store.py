@@ -111,6 +111,9 @@ class BackgroundJob(QObject):
     def wait(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         try:
             result = self._fn()

@@ -4,7 +4,8 @@ Per window: ``base_position`` (KV length before verification),
 ``position_after_verification`` (base + rows), ``canonical_position`` (after
 repair), and the live KV length traced through each window (grows by the
 verify batch, drops back by the trim). Failed windows are marked in red.
-Plot items are created once and updated with ``setData``.
+Plot items are created once and updated with ``setData``; a long session's
+series are downsampled to ``MAX_POINTS`` (peak: the extremes of each stretch).
 """
 
 from __future__ import annotations
@@ -14,6 +15,22 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from inspector.gui.session_model import SessionData
+
+
+MAX_POINTS = 2000
+"""Most points a plot series draws (about; twice as many for a line); longer series
+are downsampled (``set_limited``)."""
+
+
+def set_limited(item: pg.PlotDataItem, x: np.ndarray, y: np.ndarray) -> None:
+    """``item.setData(x, y)``, downsampled to about ``MAX_POINTS`` points when longer:
+    a line keeps the minimum and maximum of each stretch of ``ds`` points (no spike is
+    lost), symbols keep every ``ds``-th point. Symbols for tens of thousands of points
+    would take pyqtgraph seconds per redraw. ``item.xData`` stays the full series."""
+    ds = -(-len(x) // MAX_POINTS) if len(x) > MAX_POINTS else 1
+    line = item.opts.get("pen") is not None
+    item.setDownsampling(ds=ds, auto=False, method="peak" if line else "subsample")
+    item.setData(x, y)
 
 
 class Timeline(QWidget):
@@ -74,11 +91,12 @@ class Timeline(QWidget):
                     a = b
             lx += [w - 0.3, w, w + 0.3]
             ly += [b, a, c]
-        self.base.setData(np.array(xs, float), np.array(base, float))
-        self.after.setData(np.array(xs, float), np.array(after, float))
-        self.canonical.setData(np.array(xs, float), np.array(canon, float))
-        self.failed.setData(np.array(fx, float), np.array(fy, float))
-        self.live.setData(np.array(lx, float), np.array(ly, float))
+        x = np.array(xs, float)
+        set_limited(self.base, x, np.array(base, float))
+        set_limited(self.after, x, np.array(after, float))
+        set_limited(self.canonical, x, np.array(canon, float))
+        set_limited(self.failed, np.array(fx, float), np.array(fy, float))
+        set_limited(self.live, np.array(lx, float), np.array(ly, float))
         kv = s.kv_length
         self.plot.setTitle(f"live KV length {kv if kv is not None else '—'} · canonical position "
                            f"{s.canonical_position if s.canonical_position is not None else '—'} (tokens)")

@@ -24,9 +24,9 @@ TOKEN_PROPERTY = QTextCharFormat.UserProperty + 1
 
 DIVERGENCE_COLOR = "#d50000"
 DIVERGENCE_BACKGROUND = "#ffd600"
-MAX_SHOWN = 20_000
+MAX_SHOWN = 10_000
 """Most generated tokens in the document at once (a longer stream is shown in pages)."""
-CHUNK = 5_000
+CHUNK = 2_500
 """Tokens dropped from the head at a time while a long live stream is followed."""
 NEAR_TIE_LOGITS = 1.0
 """A divergence whose top-2 logit margin is below this is called a near-tie (batch arithmetic can flip it)."""

@@ -1,0 +1,147 @@
+"""Long sessions: a 20,000-window receipts file opens off the GUI thread, every
+view shows all 20,000 windows, and the event loop keeps turning meanwhile."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from PySide6.QtCore import QElapsedTimer, QTimer
+
+from inspector.gui.token_view import MAX_SHOWN
+from test_gui_support import make_window
+
+N_WINDOWS = 20_000
+SHIFTED = ("base_position", "position_after_verification", "canonical_position")
+
+
+def long_document(doc: dict, n_windows: int) -> dict:
+    """``doc``'s run repeated until it has ``n_windows`` windows: window indices,
+    positions, generated-token counts, event sequence numbers and times shifted per
+    repeat, so the output, events, windows and lock operations stay consistent."""
+    wins, events, ops = doc["windows"], doc["events"], doc.get("lock_operations", [])
+    head = [e for e in events if e["kind"] == "prefill"]
+    tail = [e for e in events if e["kind"] == "finish"]
+    body = [e for e in events if e["kind"] not in ("prefill", "finish")]
+    out = doc["output"]
+    span = len(out["token_ids"])  # positions advance by the generated tokens per repeat
+    t_span = max(e["t_us"] for e in events) + 1
+    op_span = max(op["started_us"] for op in ops) + 1 if ops else 0
+    nw = len(wins)
+    windows, new_events, new_ops, tokens, texts = [], list(head), [], [], []
+    k = 0
+    while len(windows) < n_windows:
+        for w in wins[: n_windows - len(windows)]:
+            d = dict(w, window_index=k * nw + w["window_index"],
+                     generated_token_count=w["generated_token_count"] + k * span)
+            for key in SHIFTED:
+                d[key] = w[key] + k * span
+            windows.append(d)
+        last = windows[-1]["window_index"]
+        for e in body:
+            if e["window"] is not None and k * nw + e["window"] > last:
+                break
+            new_events.append(dict(e, seq=len(new_events), t_us=e["t_us"] + k * t_span,
+                                   window=None if e["window"] is None else k * nw + e["window"],
+                                   position=None if e["position"] is None else e["position"] + k * span))
+        added, verifies = len(windows) - k * nw, 0  # windows of this repeat: as many verify operations
+        for op in ops:
+            verifies += op["kind"] == "verify"
+            if op["kind"] in ("prefill", "drop") or verifies > added:
+                continue
+            new_ops.append(dict(op, started_us=op["started_us"] + k * op_span))
+        tokens.extend(out["token_ids"])
+        texts.extend(out["token_texts"])
+        k += 1
+    new_events.extend(dict(e, seq=len(new_events) + i, t_us=e["t_us"] + k * t_span) for i, e in enumerate(tail))
+    return {**doc, "windows": windows, "events": new_events,
+            "lock_operations": [op for op in ops if op["kind"] == "prefill"] + new_ops
+            + [dict(op, started_us=op["started_us"] + k * op_span) for op in ops if op["kind"] == "drop"],
+            "output": {**out, "token_ids": tokens, "token_texts": texts, "text": "".join(texts)}}
+
+
+@pytest.fixture(scope="module")
+def long_file(runtime, chat_tokens, tmp_path_factory):
+    """A 20,000-window receipts file built from a short real n-gram run."""
+    from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
+    from inspector.receipts import build_document
+    from inspector.sources import NgramSource
+    from test_gui_support import example_text
+
+    text = example_text("copy-with-corrections")
+    g = Generation(RuntimeScheduler(runtime), NgramSource(), chat_tokens(text), GenerationSettings(max_new_tokens=40))
+    try:
+        g.run()
+    finally:
+        g.close()
+    doc = build_document(g, runtime, prompt_text=text, templated_text=None, raw=False)
+    assert doc["windows"]
+    path = tmp_path_factory.mktemp("long") / "long.json"
+    path.write_text(json.dumps(long_document(doc, N_WINDOWS)))
+    return path
+
+
+def test_a_20000_window_file_opens_off_the_gui_thread_and_every_view_shows_it(qtbot, runtime, tmp_path, long_file):
+    w = make_window(qtbot, None, tmp_path)
+    qtbot.waitExposed(w)
+    from inspector.gui import session_model
+
+    threads = []
+    real = session_model.SessionData.from_document.__func__
+
+    def spy(cls, doc, path=None):
+        threads.append(threading.current_thread())
+        return real(cls, doc, path)
+
+    gaps, clock, last = [], QElapsedTimer(), [0]
+    clock.start()
+
+    def tick():
+        now = clock.elapsed()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(tick)
+    session_model.SessionData.from_document = classmethod(spy)
+    try:
+        timer.start()
+        with qtbot.waitSignal(w.files.opened, timeout=120_000) as blocker:
+            assert w.files.open_receipts(str(long_file))
+            assert w.files.opening and w.load_progress.isVisible()  # busy while it loads
+        assert blocker.args == [str(long_file), ""]
+        # Scroll the long views: the windows table and the event log.
+        for view in (w.window_detail.windows, w.event_log.table):
+            w.tabs.setCurrentWidget(w.window_detail if view is w.window_detail.windows else w.event_log)
+            bar = view.verticalScrollBar()
+            for frac in (0.0, 0.5, 1.0):
+                bar.setValue(int(bar.maximum() * frac))
+                qtbot.wait(20)
+        w.window_detail.select_window(N_WINDOWS // 2)
+        w.window_detail.select_window(N_WINDOWS)
+        qtbot.wait(50)
+    finally:
+        timer.stop()
+        session_model.SessionData.from_document = classmethod(real)
+    worst = max(gaps)
+    w.refresh_all()  # every tab (the user pays for one when it is shown)
+    assert threads and all(t is not threading.main_thread() for t in threads)
+    assert not w.files.opening and not w.load_progress.isVisible()
+    s = w.session
+    assert len(s.receipts) == N_WINDOWS
+    assert w.window_detail.window_count() == N_WINDOWS
+    assert w.timeline.point_count() == N_WINDOWS
+    assert w.stats.summary.windows == N_WINDOWS
+    assert w.event_log.kinds().count("verify") == N_WINDOWS
+    assert w.lock_plots.series_counts()["verify"] == N_WINDOWS
+    assert f"{N_WINDOWS} windows" in w.status_counts.text()
+    assert f"{N_WINDOWS} windows" in w.banner.text()
+    # The token view holds a bounded part of the long stream and says so.
+    first, end = w.token_view.shown_range()
+    assert end == len(s.tokens) and end - first <= MAX_SHOWN
+    assert w.token_view.nav.isVisible() and f"of {len(s.tokens):,}" in w.token_view.nav_label.text()
+    assert w.window_detail.selected == N_WINDOWS and w.window_detail.rows.rowCount() > 0
+    # The event loop kept turning (generous bound: no tight timing on a shared machine).
+    assert len(gaps) > 5 and worst < 500, f"event loop blocked for {worst} ms"
