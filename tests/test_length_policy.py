@@ -134,3 +134,13 @@ def test_stored_cost_models_are_found_per_model_and_thread_count(tmp_path, monke
     assert src.settings()["row_costs"][0] == 1.0 and len(src.settings()["row_costs"]) == 16
     linear = available_sources()["ngram"](SourceContext(Rt()), row_costs="linear")
     assert "row_cost_ratio" in linear.settings()
+
+
+def test_one_disturbed_cost_median_does_not_steer_the_policy():
+    from inspector.sources.length_policy import robust_costs
+
+    clean = [8.0] + [10.0 + 4.0 * k for k in range(2, 17)]
+    noisy = list(clean)
+    noisy[14] = 2972.0  # another process took the CPU during that measurement
+    assert robust_costs(noisy)[14] == pytest.approx(clean[14], rel=0.01)
+    assert robust_costs(noisy)[0] == 8.0 and robust_costs(noisy)[1] == pytest.approx(18.0, rel=0.01)

@@ -68,6 +68,23 @@ def best_length(p: float, r: float, cap: int, min_gain: float = 1.0, costs=None)
     return best_m
 
 
+def robust_costs(row_ms) -> list[float]:
+    """A measured c(k) table (ms, k = 1..) with measurement noise removed: c(1)
+    as measured, and for k >= 2 a Theil-Sen line (median of pairwise slopes)
+    through the k >= 2 points, so one disturbed median (another process on a
+    shared machine) cannot make a batch size look free or prohibitive. The
+    kink between one row (matrix-vector kernels) and two rows stays."""
+    c = [float(v) for v in row_ms]
+    pts = list(enumerate(c[1:], start=2))
+    if len(pts) < 3:
+        return c
+    slopes = sorted((y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(pts) for x2, y2 in pts[i + 1:])
+    slope = max(0.0, slopes[len(slopes) // 2])
+    intercepts = sorted(y - slope * x for x, y in pts)
+    b = intercepts[len(intercepts) // 2]
+    return [c[0]] + [max(c[0], b + slope * k) for k in range(2, len(c) + 1)]
+
+
 @dataclass
 class _Counts:
     accepted: float
@@ -96,8 +113,9 @@ class CostAwareLength:
             raise ValueError(f"row_cost_ratio must be >= 0, observed {row_cost_ratio}")
         if row_costs is not None:
             row_costs = [float(c) for c in row_costs]
-            if not row_costs or row_costs[0] <= 0 or any(c <= 0 for c in row_costs):
+            if not row_costs or any(c <= 0 for c in row_costs):
                 raise ValueError(f"row_costs must be positive milliseconds per batch size, observed {row_costs}")
+            row_costs = robust_costs(row_costs)
             row_costs = [c / row_costs[0] for c in row_costs]
         self.row_costs = row_costs
         self.fixed_ratio = row_cost_ratio
