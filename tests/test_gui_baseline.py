@@ -98,3 +98,16 @@ def test_stopped_run_is_compared_over_its_own_tokens(qtbot, runtime, tmp_path):
     assert 0 < n < 48
     assert len(b["plain_token_ids"]) == n
     assert b["identical"], b["divergence"]
+
+
+def test_stop_cancels_the_comparison_with_plain_decoding(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=400, example="open-ended")
+    w.panel.baseline.setChecked(True)
+    stopped = []
+    w.worker.baselineReady.connect(lambda result, error: stopped.append((result, error)))
+    with qtbot.waitSignal(w.runFinished, timeout=180_000):
+        assert w.start_run()
+        qtbot.waitUntil(lambda: "comparing with plain decoding" in w.status_state.text(), timeout=120_000)
+        w.stop_clicked()
+    assert stopped == [(None, "")]  # cancelled: no result, no error dialog
+    assert w.session.baseline is None and w.state == W.IDLE

@@ -106,6 +106,33 @@ def test_autosave_lines_and_recovery_offer(qtbot, runtime, tmp_path):
     assert v.window_detail.window_count() == len(w.session.receipts)
 
 
+def test_damaged_autosave_opens_as_a_partial_view(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    run_to_end(qtbot, w)
+    lines = open(w.settings.value("autosave/path"), encoding="utf-8").read().splitlines()
+    receipts = [i for i, line in enumerate(lines) if '"kind": "receipt"' in line]
+    assert len(receipts) >= 2
+    torn = lines[receipts[0]][: len(lines[receipts[0]]) // 2]  # cut in the middle of a window
+    bad_types = json.loads(lines[receipts[1]])
+    bad_types["receipt"]["base_position"] = "twelve"
+    damaged = [torn if i == receipts[0] else json.dumps(bad_types) if i == receipts[1] else line
+               for i, line in enumerate(lines[:-1])]  # and no end line: the run was killed
+    damaged.insert(2, "\x00\x01 not json")
+    path = tmp_path / "damaged.jsonl"
+    path.write_text("\n".join(damaged) + "\n" + '{"kind": "receipt", "rec', encoding="utf-8")
+    assert open_receipts(qtbot, w, path) == ""
+    s = w.session
+    assert s.origin == "autosave" and s.skipped_lines == 4
+    assert len(s.receipts) == len(receipts) - 2
+    assert w.window_detail.window_count() == len(receipts) - 2
+    assert "Partial view" in w.banner.text() and "4 damaged or incomplete lines skipped" in w.banner.text()
+    # A .jsonl that is no autosave is refused with a dialog; the shown session stays.
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"a": 1}\n')
+    assert "not an autosave file" in open_receipts(qtbot, w, other)
+    assert w.session is s
+
+
 def test_export_plots_as_png(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
     run_to_end(qtbot, w)

@@ -1,7 +1,5 @@
 """What speculation buys, measured on the engine thread (no widgets).
 
-``run_plain_baseline``: the plain one-token run of a finished or stopped
-speculative run, compared token by token (``inspector.engine.baseline``).
 ``AnalysisWorker``: a ``QObject`` that lives on the engine worker's thread
 next to ``EngineWorker`` and measures the cost model (verify time per batch
 of k verification rows) and runs comparisons of proposal configurations.
@@ -13,12 +11,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, replace
-from typing import Callable
+from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from inspector.engine.baseline import BaselineResult, run_baseline
 from inspector.engine.errors import EngineError
 from inspector.engine.settings import GenerationSettings
 
@@ -28,30 +24,6 @@ COST_K_MAX = 16
 """Largest verify batch measured by the cost model (verification rows)."""
 COST_REPEATS = 3
 """Timed decodes per batch size (the median is kept; one warm-up before)."""
-
-
-@dataclass(frozen=True)
-class _StoppedRun:
-    """The parts of a stopped ``Generation`` that ``run_baseline`` reads, with
-    ``max_new_tokens`` cut to the tokens it generated: the plain run then
-    covers exactly the same output length (a stopped run is no divergence)."""
-
-    tokens: tuple
-    prompt_token_count: int
-    settings: GenerationSettings
-    generated: tuple
-    summary: Callable
-
-
-def run_plain_baseline(scheduler, gen) -> BaselineResult:
-    """``run_baseline`` for the GUI: a run that did not finish (Stop) is compared
-    over the tokens it generated. Runs plain decoding on a new session (seconds
-    for a few hundred tokens); call on the engine thread only."""
-    if not gen.finished:
-        gen = _StoppedRun(tuple(gen.tokens), gen.prompt_token_count,
-                          replace(gen.settings, max_new_tokens=max(1, gen.generated_count)),
-                          tuple(gen.generated), gen.summary)
-    return run_baseline(scheduler, gen)
 
 
 @dataclass(frozen=True)

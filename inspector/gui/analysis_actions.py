@@ -84,6 +84,9 @@ class AnalysisActions(QObject):
             self.w.status_state.setText(f"comparison with plain decoding failed: {error}")
             self.w.show_error("Comparison with plain decoding failed", error)
             return
+        if result is None:  # Stop during the comparison
+            self.w.status_state.setText("comparison with plain decoding stopped")
+            return
         if self.w.session.origin == "live":
             self.w.session.set_baseline(result)
 

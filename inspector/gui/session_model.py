@@ -10,7 +10,7 @@ engine; they read this object on their redraw timer and use ``version`` /
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.engine.receipt import (
@@ -22,9 +22,10 @@ from inspector.engine.receipt import (
     Discard,
     EngineEvent,
     LockOperation,
-    PartialWindow,
     Summary,
     WindowReceipt,
+    discard_from_json,
+    receipt_from_json,
 )
 from inspector.engine.stats import summarize_receipts
 from inspector.gui import outcomes as O
@@ -64,35 +65,6 @@ class WindowEntry:
         return self.receipt is None
 
 
-def _tuple_fields(d: dict, keys) -> dict:
-    out = dict(d)
-    for k in keys:
-        if k in out and isinstance(out[k], list):
-            out[k] = tuple(out[k])
-    return out
-
-
-def receipt_from_json(d: dict) -> WindowReceipt:
-    """A ``WindowReceipt`` from a receipts-document window (extra keys ignored)."""
-    names = {f.name for f in fields(WindowReceipt)}
-    d = _tuple_fields(d, ("proposal_token_ids", "committed_tokens", "verification_row_predictions"))
-    d.setdefault("decode_step", 0)
-    d.setdefault("source", "")
-    d.setdefault("repair", "retire" if d.get("trimmed_rows", 0) == 0 else "trim")
-    return WindowReceipt(**{k: v for k, v in d.items() if k in names})
-
-
-def discard_from_json(d: dict) -> Discard:
-    """A ``Discard`` (with its ``PartialWindow``) from its JSON form."""
-    partial = d.get("partial")
-    if partial:
-        partial = PartialWindow(**_tuple_fields(partial, ("committed_tokens", "verification_row_predictions")))
-    return Discard(
-        d["decode_step"], d["decision_id"], d.get("source", ""), d["reason"],
-        tuple(d.get("proposal_token_ids", ())), d["base_position"], d.get("error"), partial,
-    )
-
-
 class SessionData:
     """Everything the views show about one request (tokens, positions in tokens, times in microseconds)."""
 
@@ -129,6 +101,8 @@ class SessionData:
         """The live run's ``BaselineResult`` (exported with the receipts), or None."""
         self.origin = "live"
         """``live``, ``document`` or ``autosave``."""
+        self.skipped_lines = 0
+        """Autosave lines that were not complete records (torn or damaged), skipped."""
         self.version = 0
         """Bumped on every change; views compare it with what they drew."""
         self.tokens_dirty_from = 0
@@ -308,63 +282,99 @@ class SessionData:
 
     @classmethod
     def from_autosave(cls, path: str | Path) -> "SessionData":
-        """A session from an autosave JSON Lines file (``inspector.gui.session_store``).
+        """A session from an autosave JSON Lines file (``inspector.receipts.autosave``).
 
         Lines: ``header``, then ``receipt`` / ``discard`` / ``step`` in the
-        order they happened, and ``end`` after a clean finish. A torn last
-        line (the run crashed while writing) is ignored.
+        order they happened, and ``end`` after a clean finish. Every complete
+        record is shown; a line that is not one (torn by a kill, or damaged) is
+        skipped and counted in ``skipped_lines`` (a partial view). Raises
+        ``ReceiptsFileError`` when the file is too large, unreadable or has no header.
         """
+        from inspector.receipts.autosave import MAX_FILE_BYTES, ReceiptsFileError
+
+        p = Path(path)
+        try:
+            if p.stat().st_size > MAX_FILE_BYTES:
+                raise ReceiptsFileError(f"autosave {p} is {p.stat().st_size} bytes, more than the "
+                                        f"{MAX_FILE_BYTES}-byte limit")
+            raw = p.read_bytes()
+        except OSError as exc:
+            raise ReceiptsFileError(f"cannot read autosave {p}: {exc.strerror or exc}") from None
         s = cls()
         s.origin = "autosave"
+        s.document_path = str(p)
         seq = 0
+        header = False
 
         def ev(kind, window=None, token=None, row=None, position=None, detail=""):
             nonlocal seq
             s.add_event(EngineEvent(seq, 0, kind, s.main_session_id or 0, window, token, row, position, detail))
             seq += 1
 
-        for line in Path(path).read_text("utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
+        for line in raw.split(b"\n"):
+            if not line.strip():
                 continue
-            kind = rec.get("kind")
-            if kind == "header":
-                s.prompt_text = rec.get("prompt", "")
-                s.model_name = rec.get("model", "")
-                s.source_name = rec.get("source", "")
-                s.main_session_id = rec.get("session_id")
-            elif kind == "receipt":
-                w = rec["receipt"]
-                for key_ids, key_texts in (("proposal_token_ids", "proposal_token_texts"),
-                                           ("verification_row_predictions", "verification_row_prediction_texts")):
-                    for tid, text in zip(w[key_ids], w.get(key_texts, [])):
-                        s.texts[tid] = text
-                r = receipt_from_json(w)
-                s.proposals[r.window_index] = r.proposal_token_ids
-                ev(VERIFY, r.window_index, position=r.position_after_verification, detail=f"{r.verification_rows} rows")
-                for row, tok in enumerate(r.committed_tokens):
-                    ev(COMMIT, r.window_index, tok, row, r.base_position + row + 1)
-                ev(REPAIR, r.window_index, position=r.canonical_position, detail=r.repair)
-                s.add_receipt(r)
-            elif kind == "discard":
-                d = discard_from_json(rec["discard"])
-                for tid, text in zip(d.proposal_token_ids, rec.get("proposal_token_texts", [])):
-                    s.texts[tid] = text
-                for tid, text in zip(rec.get("committed_tokens", []), rec.get("committed_token_texts", [])):
-                    s.texts[tid] = text
-                if d.partial is not None:
-                    s.proposals[d.partial.window_index] = d.proposal_token_ids
-                    for row, tok in enumerate(d.partial.committed_tokens):
-                        ev(COMMIT, d.partial.window_index, tok, row, d.base_position + row + 1)
-                s.add_discard(d)
-                ev("discard", d.partial.window_index if d.partial else None, detail=d.reason)
-            elif kind == "step":
-                s.texts[rec["token"]] = rec.get("text", "")
-                ev(STEP, token=rec["token"], row=0, position=rec["position"])
-                ev(COMMIT, None, rec["token"], 0, rec["position"])
-            elif kind == "end":
-                ev(FINISH, detail=rec.get("finish_reason") or "")
-                s.decode_elapsed_us = rec.get("decode_elapsed_us", 0)
+            try:
+                rec = json.loads(line.decode("utf-8"))
+                kind = rec["kind"]
+                if kind == "header":
+                    s.prompt_text = str(rec.get("prompt", ""))
+                    s.model_name = str(rec.get("model", ""))
+                    s.source_name = str(rec.get("source", ""))
+                    s.main_session_id = rec.get("session_id")
+                    header = True
+                elif kind == "receipt":
+                    s._autosave_receipt(rec["receipt"], ev)
+                elif kind == "discard":
+                    s._autosave_discard(rec, ev)
+                elif kind == "step":
+                    token, position = int(rec["token"]), int(rec["position"])
+                    s.texts[token] = str(rec.get("text", ""))
+                    ev(STEP, token=token, row=0, position=position)
+                    ev(COMMIT, None, token, 0, position)
+                elif kind == "end":
+                    ev(FINISH, detail=rec.get("finish_reason") or "")
+                    s.decode_elapsed_us = int(rec.get("decode_elapsed_us", 0))
+                else:
+                    s.skipped_lines += 1
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+                s.skipped_lines += 1  # torn or damaged: the records before and after still count
+        if not header:
+            raise ReceiptsFileError(f"{p} is not an autosave file: no header record "
+                                    "(expected JSON Lines written by spec-inspector)")
         s._touch()
         return s
+
+    def _autosave_receipt(self, w: dict, ev) -> None:
+        """Add an autosave ``receipt`` record (its events: verify, commits, repair). Raises before
+        changing anything when the record is damaged."""
+        r = receipt_from_json(w)
+        numbers = (r.window_index, r.base_position, r.position_after_verification, r.canonical_position,
+                   r.trimmed_rows, r.verification_rows, *r.proposal_token_ids, *r.committed_tokens,
+                   *r.verification_row_predictions)
+        if not all(type(v) is int and v >= 0 for v in numbers):
+            raise ValueError(f"window {r.window_index!r}: a position, count or token is not a non-negative integer")
+        texts = {}
+        for key_ids, key_texts in (("proposal_token_ids", "proposal_token_texts"),
+                                   ("verification_row_predictions", "verification_row_prediction_texts")):
+            texts.update(zip(w[key_ids], map(str, w.get(key_texts, []))))
+        self.texts.update(texts)
+        self.proposals[r.window_index] = tuple(r.proposal_token_ids)
+        ev(VERIFY, r.window_index, position=r.position_after_verification, detail=f"{r.verification_rows} rows")
+        for row, tok in enumerate(r.committed_tokens):
+            ev(COMMIT, r.window_index, tok, row, r.base_position + row + 1)
+        ev(REPAIR, r.window_index, position=r.canonical_position, detail=r.repair)
+        self.add_receipt(r)
+
+    def _autosave_discard(self, rec: dict, ev) -> None:
+        """Add an autosave ``discard`` record (a failed window's commits, then the discard)."""
+        d = discard_from_json(rec["discard"])
+        texts = dict(zip(d.proposal_token_ids, map(str, rec.get("proposal_token_texts", []))))
+        texts.update(zip(rec.get("committed_tokens", []), map(str, rec.get("committed_token_texts", []))))
+        self.texts.update(texts)
+        if d.partial is not None:
+            self.proposals[d.partial.window_index] = tuple(d.proposal_token_ids)
+            for row, tok in enumerate(d.partial.committed_tokens):
+                ev(COMMIT, d.partial.window_index, tok, row, d.base_position + row + 1)
+        self.add_discard(d)
+        ev("discard", d.partial.window_index if d.partial else None, detail=d.reason)

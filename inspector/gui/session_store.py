@@ -2,7 +2,8 @@
 
 Autosave: while a run goes, the worker appends one JSON line per receipt,
 discard and plain step to ``<app data>/autosave/run-<time>.jsonl`` and
-flushes it, so a crash loses at most the window in flight. The main window
+flushes it (``inspector.receipts.autosave``: the same writer and format as
+``spec-inspector run --autosave``), so a crash loses at most the window in flight. The main window
 records the file in QSettings and marks it clean when the run ends; an
 unclean file is offered for opening on the next start.
 """
@@ -27,54 +28,21 @@ def app_data_dir() -> Path:
     return Path(loc or Path.home() / ".spec-inspector")
 
 
-class AutoSaveWriter:
-    """Appends one flushed JSON line per record to a new file in ``folder``.
+def open_autosave(folder: Path, header: dict):
+    """A new ``inspector.receipts.autosave.AutosaveWriter`` in ``folder`` (the window's
+    naming: ``run-<date>-<time>-<ms>.jsonl``), after deleting all but the newest
+    ``AUTOSAVE_KEEP`` - 1 autosave files there. Raises ``OSError``."""
+    from inspector.receipts.autosave import AutosaveWriter
 
-    Used on the worker thread only. Write errors disable the writer (the run
-    goes on) and are kept in ``error``.
-    """
-
-    def __init__(self, folder: Path, header: dict) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self._prune(folder)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.path = folder / f"run-{stamp}-{int(time.time() * 1000) % 1000:03d}.jsonl"
-        self.error: str | None = None
-        self._fh = open(self.path, "w", encoding="utf-8")
-        self.write({"kind": "header", **header})
-
-    @staticmethod
-    def _prune(folder: Path) -> None:
-        files = sorted(folder.glob("run-*.jsonl"))
-        for old in files[: max(0, len(files) - AUTOSAVE_KEEP + 1)]:
-            try:
-                old.unlink()
-            except OSError:
-                pass
-
-    def write(self, record: dict) -> None:
-        if self._fh is None:
-            return
+    folder.mkdir(parents=True, exist_ok=True)
+    files = sorted(folder.glob("run-*.jsonl"))
+    for old in files[: max(0, len(files) - AUTOSAVE_KEEP + 1)]:
         try:
-            self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-            self._fh.flush()
-        except (OSError, ValueError) as exc:
-            self.error = str(exc)
-            self.close()
-
-    def close(self, end: dict | None = None) -> None:
-        """Write the ``end`` line (a clean finish) when given, then close."""
-        if self._fh is None:
-            return
-        if end is not None:
-            try:
-                self._fh.write(json.dumps({"kind": "end", **end}) + "\n")
-            except (OSError, ValueError):
-                pass
-        try:
-            self._fh.close()
-        finally:
-            self._fh = None
+            old.unlink()
+        except OSError:
+            pass
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return AutosaveWriter(folder / f"run-{stamp}-{int(time.time() * 1000) % 1000:03d}.jsonl", header)
 
 
 def autosave_is_clean(path: str | Path) -> bool:

@@ -22,9 +22,9 @@ from PySide6.QtCore import QObject, Signal, Slot
 from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.engine.proposal import Proposal
-from inspector.engine.receipt import COMMIT, Discard, EngineEvent, WindowReceipt
+from inspector.engine.receipt import Discard, EngineEvent, WindowReceipt
 from inspector.gui.contention import Contention
-from inspector.gui.session_store import AutoSaveWriter
+from inspector.gui.session_store import open_autosave
 
 # Worker states (``stateChanged``).
 IDLE = "idle"
@@ -129,6 +129,7 @@ class EngineWorker(QObject):
         """The last run's proposal source (a draft source owns a second runtime: closed when replaced)."""
         self.source_settings: dict = {}
         self._cv = threading.Condition()
+        self._baseline_cancel = threading.Event()
         self._paused = False
         self._window_budget = 0
         self._token_mode = False
@@ -140,7 +141,8 @@ class EngineWorker(QObject):
         self._running = False
         self._closing = False
         self._sent_texts: set[int] = set()
-        self._autosave: AutoSaveWriter | None = None
+        self._autosave = None
+        """The run's ``AutosaveWriter`` (``inspector.receipts.autosave``), or None."""
         if runtime is not None:
             self._set_runtime(runtime, owns=owns_runtime)
 
@@ -263,6 +265,7 @@ class EngineWorker(QObject):
         with self._cv:
             self._stop = True
             self._closing = self._closing or closing
+            self._baseline_cancel.set()  # a comparison with plain decoding in flight stops too
             g = self.generation
             if g is not None and self._running:
                 g.cancel()
@@ -290,9 +293,6 @@ class EngineWorker(QObject):
         if ev.token is not None:
             self._send_texts((ev.token,))
         self.event.emit(ev)
-        if ev.kind == COMMIT and ev.window is None and self._autosave is not None:
-            self._autosave.write({"kind": "step", "token": ev.token, "text": self.runtime.token_text(ev.token),
-                                  "position": ev.position})
 
     def _on_proposal(self, window: int, p: Proposal) -> None:
         self._send_texts(p.token_ids)
@@ -301,23 +301,9 @@ class EngineWorker(QObject):
     def _on_receipt(self, r: WindowReceipt) -> None:
         self._send_texts(r.verification_row_predictions)
         self.receipt.emit(r)
-        if self._autosave is not None:
-            d = r.to_json()
-            text = self.runtime.token_text
-            d["proposal_token_texts"] = [text(t) for t in r.proposal_token_ids]
-            d["verification_row_prediction_texts"] = [text(t) for t in r.verification_row_predictions]
-            self._autosave.write({"kind": "receipt", "receipt": d})
 
     def _on_discard(self, d: Discard) -> None:
         self.discard.emit(d)
-        if self._autosave is not None:
-            text = self.runtime.token_text
-            committed = d.partial.committed_tokens if d.partial else ()
-            self._autosave.write({
-                "kind": "discard", "discard": d.to_json(),
-                "proposal_token_texts": [text(t) for t in d.proposal_token_ids if 0 <= t < self.runtime.n_vocab],
-                "committed_tokens": list(committed), "committed_token_texts": [text(t) for t in committed],
-            })
 
     def _before_commit(self, window, row, token, position) -> None:
         with self._cv:
@@ -395,19 +381,24 @@ class EngineWorker(QObject):
             self.errorOccurred.emit("no free KV sequence for the run: lower the background sessions", {})
             self.runFinished.emit("error", {})
             return
-        gen = Generation(self.scheduler, source, tokens, config.settings, session_id=sid,
-                         faults=self.faults, observer=_Observer(self))
-        self.generation = gen
         self._autosave = None
         if config.autosave_dir is not None:
             try:
-                self._autosave = AutoSaveWriter(Path(config.autosave_dir), {
+                self._autosave = open_autosave(Path(config.autosave_dir), {
                     "prompt": config.prompt_text, "model": Path(str(rt.model_path)).name,
                     "source": source.name if source else "none", "session_id": sid,
                     "settings": config.settings.to_json(),
                 })
             except OSError:
                 self._autosave = None
+        observer = _Observer(self)
+        if self._autosave is not None:  # one flushed line per receipt, discard and plain step
+            from inspector.receipts.autosave import AutosaveRecorder
+
+            observer = AutosaveRecorder(self._autosave, rt, observer)
+        gen = Generation(self.scheduler, source, tokens, config.settings, session_id=sid,
+                         faults=self.faults, observer=observer)
+        self.generation = gen
         self._running = True
         self.runStarted.emit({"session_id": sid, "prompt_tokens": len(tokens),
                               "autosave": str(self._autosave.path) if self._autosave else "",
@@ -428,12 +419,20 @@ class EngineWorker(QObject):
         self.runFinished.emit(reason, info)
 
     def _baseline(self, gen: Generation) -> None:
-        """Plain-decode the run's prompt (``inspector.gui.analysis.run_plain_baseline``) and emit the result."""
-        from inspector.gui.analysis import run_plain_baseline
+        """Plain-decode the run's prompt (``inspector.engine.baseline.run_baseline``) and emit the
+        result. A stopped run is compared over the tokens it generated (stopping is no divergence).
+        Stop cancels the comparison: ``baselineReady(None, "")``."""
+        from inspector.engine.baseline import run_baseline
+        from inspector.engine.errors import RequestCancelled
 
+        self._baseline_cancel.clear()
         self.stateChanged.emit(RUNNING, "comparing with plain decoding…")
         try:
-            result = run_plain_baseline(self.scheduler, gen)
+            result = run_baseline(self.scheduler, gen, cancel=self._baseline_cancel,
+                                  max_new_tokens=None if gen.finished else max(1, gen.generated_count))
+        except RequestCancelled:
+            self.baselineReady.emit(None, "")
+            return
         except Exception as exc:  # a failed comparison never loses the run
             log.exception("baseline failed")
             self.baselineReady.emit(None, str(exc) or type(exc).__name__)
