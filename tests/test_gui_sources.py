@@ -182,3 +182,42 @@ def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot,
     assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_max": q.draft_max.value(),
                                   "draft_min": 2, "p_min": 0.4}
     v.close()
+
+
+def test_ngram_length_is_a_remembered_source_option(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    p = w.panel
+    p.set_source("ngram")
+    assert p.ngram_length.currentText() == "adaptive"  # the registry's default
+    p.ngram_length.setCurrentText("fixed")
+    assert p.source_options() == {"n_max": p.ngram_max.value(), "n_min": p.ngram_min.value(), "length": "fixed"}
+    assert p.values()["ngram_length"] == "fixed"
+    sent = []
+    w.requestRun.disconnect()
+    w.requestRun.connect(sent.append)
+    assert w.start_run()
+    assert sent[0].source_options["length"] == "fixed"
+    w.worker.runFinished.emit("stopped", {})  # nothing ran: back to idle
+    qtbot.waitUntil(lambda: w.state == "idle")
+    w.save_settings()
+    v = make_window(qtbot, runtime, tmp_path)
+    assert v.panel.ngram_length.currentText() == "fixed"
+
+
+def test_a_model_that_cannot_drop_rows_refuses_speculation_in_a_dialog(qtbot, runtime, tmp_path, monkeypatch):
+    from inspector.llama.runtime import RollbackProbe
+
+    monkeypatch.setattr(runtime, "_rollback", RollbackProbe(False, "recurrent state (test)"))
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=6)
+    w.panel.set_source("ngram")
+    with qtbot.waitSignal(w.runFinished, timeout=60_000) as blocker:
+        assert w.start_run()
+    assert blocker.args[0] == "error"
+    assert "speculative decoding needs a KV cache that can drop rejected rows" in w.last_error
+    assert "recurrent state (test)" in w.last_error and "source none" in w.last_error
+    assert w.error_box.windowTitle() == "Speculative decoding is not supported by this model"
+    w.error_box.close()
+    assert w.state == "idle" and w.isVisible()
+    w.panel.set_source("none")  # plain decoding still runs
+    reason, _ = run_to_end(qtbot, w)
+    assert reason != "error" and len(w.session.tokens) == 6

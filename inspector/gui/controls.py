@@ -55,6 +55,14 @@ SOURCE_TIPS = {
 }
 
 
+NGRAM_LENGTHS = {
+    "adaptive": "propose the length that buys the most tokens per unit of verification cost "
+                "(acceptance learned per match length); nothing when a plain step is cheaper",
+    "fixed": "propose everything that followed the match, up to draft max (llama.cpp's prompt lookup)",
+}
+"""The n-gram source's ``length`` option: name -> what it does (the first is the default)."""
+
+
 def source_names() -> list[str]:
     """The picker's entries: built-in sources, then entry-point sources, then ``none``."""
     from inspector.sources.registry import available_sources
@@ -355,6 +363,14 @@ class ControlPanel(QWidget):
         ng.addWidget(self.ngram_max)
         ng.addWidget(QLabel("n_min"))
         ng.addWidget(self.ngram_min)
+        self.ngram_length = QComboBox()
+        self.ngram_length.addItems(list(NGRAM_LENGTHS))
+        for i, tip in enumerate(NGRAM_LENGTHS.values()):
+            self.ngram_length.setItemData(i, tip, Qt.ItemDataRole.ToolTipRole)
+        self.ngram_length.setToolTip("proposal length: adaptive (cost-aware) or fixed (everything that "
+                                     "followed the match, up to draft max)")
+        ng.addWidget(QLabel("length"))
+        ng.addWidget(self.ngram_length)
         ng.addStretch(1)
         form.addRow("n-gram", ng)
 
@@ -446,7 +462,8 @@ class ControlPanel(QWidget):
         """Keyword options for the selected source's factory (third-party sources get none)."""
         name = self.source.currentText()
         if name == "ngram":
-            return {"n_max": self.ngram_max.value(), "n_min": self.ngram_min.value()}
+            return {"n_max": self.ngram_max.value(), "n_min": self.ngram_min.value(),
+                    "length": self.ngram_length.currentText()}
         if name == "scripted":
             return {"script": self.script.toPlainText()}
         if name == "draft":
@@ -526,7 +543,8 @@ class ControlPanel(QWidget):
         """Every setting as a plain dict (saved in QSettings)."""
         return {
             "source": self.source.currentText(), "ngram_max": self.ngram_max.value(),
-            "ngram_min": self.ngram_min.value(), "script": self.script.toPlainText(),
+            "ngram_min": self.ngram_min.value(), "ngram_length": self.ngram_length.currentText(),
+            "script": self.script.toPlainText(),
             "draft_max": self.draft_max.value(), "max_tokens": self.max_tokens.value(),
             "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
             "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
@@ -556,7 +574,8 @@ class ControlPanel(QWidget):
         for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p),
                        ("p_min", self.p_min)):
             num(key, w, float)
-        for key, combo in (("verification", self.verification), ("draft_type", self.draft_type)):
+        for key, combo in (("verification", self.verification), ("draft_type", self.draft_type),
+                           ("ngram_length", self.ngram_length)):
             if isinstance(v.get(key), str) and combo.findText(v[key]) >= 0:
                 combo.setCurrentText(v[key])
         for key, edit in (("draft_model", self.draft_model), ("replay_file", self.replay_file)):

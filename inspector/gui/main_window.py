@@ -523,9 +523,10 @@ class MainWindow(QMainWindow):
         self.model_info = info
         self.load_progress.hide()
         size = info.get("size_bytes")
+        name = f" — {info['name']}" if info.get("name") else ""  # GGUF general.name
         self.panel.model_status.setText(
-            f"loaded: {info.get('name') or Path(info['path']).name} ({info['architecture']}, "
-            f"{info['n_vocab']} tokens vocab{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
+            f"loaded: {Path(info['path']).name}{name} ({info['architecture']}, vocab {info['n_vocab']}"
+            f"{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
         hint, self._hint_on_load = self._hint_on_load, False
         if hint and self.session.origin == "live" and not self.session.tokens:
             self.banner.setText(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "
@@ -570,8 +571,9 @@ class MainWindow(QMainWindow):
 
     def _error(self, message: str, info: dict) -> None:
         self.last_error = message
-        if not info:
-            self.show_error("Run failed", message)
+        if not info or info.get("refused"):
+            self.show_error("Speculative decoding is not supported by this model" if info else "Run failed",
+                            message + ("\n\nChoose the proposal source “none” to decode plainly." if info else ""))
             return
         if info.get("retired"):
             repaired = "the session was retired (the repair failed); Resume opens a new session prefilled with the canonical stream"

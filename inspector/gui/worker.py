@@ -20,7 +20,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings, RuntimeScheduler
-from inspector.engine.errors import EngineError
+from inspector.engine.errors import EngineError, SpeculationUnsupported
 from inspector.engine.proposal import Proposal
 from inspector.engine.receipt import Discard, EngineEvent, WindowReceipt
 from inspector.gui.contention import Contention
@@ -501,6 +501,9 @@ class EngineWorker(QObject):
     def _loop(self, gen: Generation) -> str:
         try:
             gen.start()
+        except SpeculationUnsupported as exc:  # the model's cache cannot drop rejected rows
+            self.errorOccurred.emit(str(exc), {"refused": "speculation"})
+            return "error"
         except Exception as exc:
             self.errorOccurred.emit(str(exc), {})
             return "error"
