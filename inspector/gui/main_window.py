@@ -524,8 +524,10 @@ class MainWindow(QMainWindow):
         self.load_progress.hide()
         size = info.get("size_bytes")
         name = f" — {info['name']}" if info.get("name") else ""  # GGUF general.name
-        self.panel.model_status.setText(
-            f"loaded: {Path(info['path']).name}{name} ({info['architecture']}, vocab {info['n_vocab']}"
+        self.panel.model_status.setText(f"loaded: {Path(info['path']).name}{name} ({info['architecture']}, "
+                                        f"n_ctx {info['n_ctx']})")
+        self.panel.model_status.setToolTip(
+            f"{info['path']}{name} ({info['architecture']}, vocab {info['n_vocab']} tokens"
             f"{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
         hint, self._hint_on_load = self._hint_on_load, False
         if hint and self.session.origin == "live" and not self.session.tokens:

@@ -94,9 +94,11 @@ class WindowDetail(QWidget):
         header = self.windows.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         fm = self.windows.fontMetrics()
-        pad = 2 * fm.horizontalAdvance("M")
+        pad = fm.horizontalAdvance("MM")
         for c, widest in enumerate(WIDEST):
             header.resizeSection(c, max(fm.horizontalAdvance(widest), fm.horizontalAdvance(WINDOW_HEADERS[c])) + pad)
+        # Wide enough for every column (and a scroll bar): no column is cut, even when empty.
+        self._table_width = header.length() + self.windows.verticalScrollBar().sizeHint().width() + 4
         self.windows.selectionModel().selectionChanged.connect(self._selection_changed)
         split.addWidget(self.windows)
 
@@ -126,7 +128,8 @@ class WindowDetail(QWidget):
         right.addWidget(self.detail_tabs)
         right.setSizes([260, 200])
         split.addWidget(right)
-        split.setSizes([360, 520])
+        split.setSizes([self._table_width, 880 - self._table_width])
+        split.setStretchFactor(1, 1)
         lay.addWidget(split)
 
     def set_session(self, session: SessionData) -> None:
