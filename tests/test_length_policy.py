@@ -144,3 +144,12 @@ def test_one_disturbed_cost_median_does_not_steer_the_policy():
     noisy[14] = 2972.0  # another process took the CPU during that measurement
     assert robust_costs(noisy)[14] == pytest.approx(clean[14], rel=0.01)
     assert robust_costs(noisy)[0] == 8.0 and robust_costs(noisy)[1] == pytest.approx(18.0, rel=0.01)
+
+
+def test_a_bucket_that_stopped_proposing_is_tried_again_later():
+    policy = CostAwareLength(row_cost_ratio=0.5)
+    for _ in range(6):
+        policy.observe(40, 4, 0, True, 5, 3000)
+    assert policy.length(40, 16) == 0
+    later = [policy.length(40, 16) for _ in range(300)]
+    assert later[0] == 0 and max(later) > 0, "without proposals the estimate must fade back toward the prior"

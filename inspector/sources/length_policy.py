@@ -85,14 +85,36 @@ def robust_costs(row_ms) -> list[float]:
     return [c[0]] + [max(c[0], b + slope * k) for k in range(2, len(c) + 1)]
 
 
+FORGET_PER_QUERY = 0.99
+"""Observed counts fade toward the prior by this factor per query (half-life
+about 70 queries), so a bucket that stopped proposing after some mismatches
+is tried again later: without a proposal there is no receipt to learn from."""
+
+FORGET_PER_OBSERVATION = 1.0
+"""Older observations in a bucket weigh this much less with each new one (1: all
+count alike; lower values were not better on the bench tasks)."""
+
+
 @dataclass
 class _Counts:
-    accepted: float
-    mismatched: float
+    """Prior pseudo-counts and faded observed counts (accepted tokens, mismatches)."""
 
-    @property
-    def p(self) -> float:
-        return self.accepted / (self.accepted + self.mismatched)
+    prior_accepted: float
+    prior_mismatched: float
+    accepted: float = 0.0
+    mismatched: float = 0.0
+    last_query: int = 0
+
+    def p(self, now: int) -> float:
+        f = FORGET_PER_QUERY ** max(0, now - self.last_query)
+        a = self.prior_accepted + f * self.accepted
+        return a / (a + self.prior_mismatched + f * self.mismatched)
+
+    def add(self, accepted: float, mismatched: float, now: int) -> None:
+        f = FORGET_PER_QUERY ** max(0, now - self.last_query) * FORGET_PER_OBSERVATION
+        self.accepted = f * self.accepted + accepted
+        self.mismatched = f * self.mismatched + mismatched
+        self.last_query = now
 
 
 class CostAwareLength:
@@ -121,6 +143,7 @@ class CostAwareLength:
         self.fixed_ratio = row_cost_ratio
         self.min_gain = min_gain
         self.counts = [_Counts(PRIOR_WEIGHT * p, PRIOR_WEIGHT * (1 - p)) for p in PRIOR_P]
+        self._queries = 0
         self._timings: deque[tuple[int, float]] = deque(maxlen=64)
         self._ratio = DEFAULT_ROW_COST_RATIO if row_cost_ratio is None else row_cost_ratio
 
@@ -131,18 +154,22 @@ class CostAwareLength:
 
     def length(self, match_length: int, cap: int) -> int:
         """Tokens to propose (0..cap) after a match of ``match_length`` tokens."""
+        self._queries += 1
         if cap <= 0:
             return 0
-        return best_length(self.counts[bucket_of(match_length)].p, self._ratio, cap, self.min_gain, self.row_costs)
+        p = self.counts[bucket_of(match_length)].p(self._queries)
+        return best_length(p, self._ratio, cap, self.min_gain, self.row_costs)
+
+    def acceptance(self, match_length: int) -> float:
+        """The current estimate of p for ``match_length`` (per proposal token)."""
+        return self.counts[bucket_of(match_length)].p(self._queries)
 
     def observe(self, match_length: int, proposed: int, accepted: int, mismatched: bool,
                 rows: int, verification_us: float) -> None:
         """Learn from one receipt: ``accepted`` of ``proposed`` tokens, ``mismatched``
         when a proposal token was rejected (not when generation merely stopped),
         and the window's verification time for ``rows`` rows (microseconds)."""
-        c = self.counts[bucket_of(match_length)]
-        c.accepted += accepted
-        c.mismatched += 1.0 if mismatched else 0.0
+        self.counts[bucket_of(match_length)].add(accepted, 1.0 if mismatched else 0.0, self._queries)
         if self.fixed_ratio is None and verification_us > 0:
             self._timings.append((rows, float(verification_us)))
             self._refit()
