@@ -92,10 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--script-file", type=Path, help="scripted source: read the script text from this file")
     run.add_argument("--ngram-max", type=_positive, default=4, help="n-gram source: longest n-gram to match [4]")
     run.add_argument("--ngram-min", type=_positive, default=2, help="n-gram source: shortest n-gram to match [2]")
-    run.add_argument("--ngram-length", choices=["adaptive", "fixed"], default="adaptive",
-                     help="n-gram source: adaptive proposes the length that buys the most tokens per unit of "
-                          "verification cost (learned from the receipts), or nothing when a plain step is "
-                          "cheaper; fixed proposes up to --draft-max tokens [adaptive]")
+    run.add_argument("--ngram-length", choices=["fixed", "adaptive"], default="fixed",
+                     help="n-gram source: fixed proposes everything that followed the match, up to --draft-max "
+                          "tokens (llama.cpp's prompt lookup); adaptive proposes the length that buys the most "
+                          "tokens per unit of verification cost (the stored cost model, acceptance learned from "
+                          "the receipts), or nothing when a plain step is cheaper [fixed]")
     run.add_argument("--max-tokens", type=_positive, default=256, help="most tokens to generate [256]")
     run.add_argument("--draft-max", type=_non_negative, default=8, help="most proposal tokens per window [8]")
     run.add_argument("--n-ctx", type=_positive, default=2048, help="context size in tokens [2048]")

@@ -188,20 +188,20 @@ def test_ngram_length_is_a_remembered_source_option(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
     p = w.panel
     p.set_source("ngram")
-    assert p.ngram_length.currentText() == "adaptive"  # the registry's default
-    p.ngram_length.setCurrentText("fixed")
-    assert p.source_options() == {"n_max": p.ngram_max.value(), "n_min": p.ngram_min.value(), "length": "fixed"}
-    assert p.values()["ngram_length"] == "fixed"
+    assert p.ngram_length.currentText() == "fixed"  # the registry's default
+    p.ngram_length.setCurrentText("adaptive")
+    assert p.source_options() == {"n_max": p.ngram_max.value(), "n_min": p.ngram_min.value(), "length": "adaptive"}
+    assert p.values()["ngram_length"] == "adaptive"
     sent = []
     w.requestRun.disconnect()
     w.requestRun.connect(sent.append)
     assert w.start_run()
-    assert sent[0].source_options["length"] == "fixed"
+    assert sent[0].source_options["length"] == "adaptive"
     w.worker.runFinished.emit("stopped", {})  # nothing ran: back to idle
     qtbot.waitUntil(lambda: w.state == "idle")
     w.save_settings()
     v = make_window(qtbot, runtime, tmp_path)
-    assert v.panel.ngram_length.currentText() == "fixed"
+    assert v.panel.ngram_length.currentText() == "adaptive"
 
 
 def test_a_model_that_cannot_drop_rows_refuses_speculation_in_a_dialog(qtbot, runtime, tmp_path, monkeypatch):

@@ -130,9 +130,9 @@ def test_stored_cost_models_are_found_per_model_and_thread_count(tmp_path, monke
         model_path = str(model)
         n_threads = 2
 
-    src = available_sources()["ngram"](SourceContext(Rt()))
+    src = available_sources()["ngram"](SourceContext(Rt()), length="adaptive")
     assert src.settings()["row_costs"][0] == 1.0 and len(src.settings()["row_costs"]) == 16
-    linear = available_sources()["ngram"](SourceContext(Rt()), row_costs="linear")
+    linear = available_sources()["ngram"](SourceContext(Rt()), length="adaptive", row_costs="linear")
     assert "row_cost_ratio" in linear.settings()
 
 

@@ -56,9 +56,10 @@ SOURCE_TIPS = {
 
 
 NGRAM_LENGTHS = {
-    "adaptive": "propose the length that buys the most tokens per unit of verification cost "
-                "(acceptance learned per match length); nothing when a plain step is cheaper",
     "fixed": "propose everything that followed the match, up to draft max (llama.cpp's prompt lookup)",
+    "adaptive": "propose the length that buys the most tokens per unit of verification cost "
+                "(acceptance learned per match length); nothing when a plain step is cheaper, so on a "
+                "CPU where verifying is expensive it may propose nothing at all",
 }
 """The n-gram source's ``length`` option: name -> what it does (the first is the default)."""
 

@@ -32,7 +32,7 @@ class SourceContext:
 SourceFactory = Callable[..., ProposalSource]
 
 
-def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, length: str = "adaptive",
+def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, length: str = "fixed",
            row_cost_ratio: str | float | None = None, row_costs=None, **_) -> ProposalSource:
     """``row_costs``: ms per batch of k = 1.. rows (a list, or "a,b,c"); by default the
     cost model stored for this model and thread count (``inspector.bench.cost_cache``),
