@@ -8,8 +8,7 @@ import textwrap
 
 import pytest
 
-from inspector.engine import GenerationSettings
-from inspector.engine.baseline import compare_with_plain, plain_generation
+from inspector.engine.baseline import compare_with_plain
 from inspector.receipts import build_document, load_document, write_document
 from inspector.sources import NgramSource, ReplaySource
 from inspector.sources.compat import IncompatibleDraft, VocabFacts, check_compatible

@@ -8,6 +8,8 @@ llama.cpp and never waits for the worker (except when the window closes).
 
 from __future__ import annotations
 
+import importlib
+
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, QTimer, Signal
@@ -94,7 +96,7 @@ class MainWindow(QMainWindow):
 
         # Import the chat-template formatter (jinja2) now: importing it on the worker
         # during the first run holds the GIL long enough to stall the event loop.
-        import llama_cpp.llama_chat_format  # noqa: F401
+        importlib.import_module("llama_cpp.llama_chat_format")
 
         # Worker thread
         self.worker = W.EngineWorker(runtime, owns_runtime=False)
