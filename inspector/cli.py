@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = run.add_mutually_exclusive_group()
     p.add_argument("--prompt", help="the prompt text (sent as a user message through the chat template)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
+    p.add_argument("--example", choices=["copy-with-corrections", "code-rewrite", "open-ended"],
+                   help="use one of the bundled example prompts (the window's examples)")
     run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
     from inspector.sources.registry import available_sources
 
@@ -213,8 +215,12 @@ def cmd_run(args) -> int:
     from inspector.run_output import StreamPrinter, format_event, format_summary
 
     try:
+        if args.example is not None:
+            from inspector import asset_path
+
+            args.prompt_file = asset_path(f"prompts/{args.example}.txt")
         if args.prompt is None and args.prompt_file is None:
-            raise _UserError("give the prompt with --prompt TEXT or --prompt-file F")
+            raise _UserError("give the prompt with --prompt TEXT, --prompt-file F or --example NAME")
         # A prompt file's final newline is the file's, not the prompt's.
         prompt = args.prompt if args.prompt is not None else _strip_final_newline(
             _read_text(args.prompt_file, "prompt file"))
@@ -323,6 +329,14 @@ def cmd_run(args) -> int:
         print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
               f"raise --n-ctx", file=sys.stderr)
     print(format_summary(gen.summary(), wall, kv_length=gen.kv_length(), canonical=gen.canonical_position))
+    policy = getattr(source, "policy", None)
+    if policy is not None and not gen.receipts:
+        costs = "the stored cost model" if policy.row_costs is not None else \
+            f"the linear cost model (each extra row = {policy.row_cost_ratio:.2f} of a step)"
+        print(f"note: the adaptive length proposed nothing: with {costs} no proposal length was expected to "
+              f"beat a plain step (use --ngram-length fixed to see windows anyway)")
+    if autosave is not None:
+        print(f"autosave: {autosave.path}")
     baseline = None
     if args.baseline:
         from inspector.engine.baseline import run_baseline

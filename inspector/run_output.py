@@ -58,7 +58,7 @@ def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, c
     disp = ", ".join(f"{k} {v}" for k, v in sorted(s.dispositions.items())) or "none"
     lines = [
         "--- summary ---",
-        f"finish reason:        {s.finish_reason or 'unfinished (error)'}",
+        f"finish reason:        {s.finish_reason or 'none (an error stopped it, or it did not finish)'}",
         f"generated tokens:     {s.generated_tokens}",
         f"windows:              {s.windows} ({disp}); plain steps {s.plain_steps}; discards {s.discards}",
         f"accepted/proposed:    {s.accepted_tokens}/{s.proposed_tokens} = {_pct(s.acceptance_rate)}",
@@ -86,7 +86,19 @@ def format_document(doc: dict) -> str:
         "--- output ---",
         doc["output"]["text"],
     ]
-    return "\n".join(head) + "\n" + format_summary(s)
+    tail = ""
+    b = doc.get("baseline")
+    if b:
+        d = b.get("divergence")
+        if d is None:
+            line = f"identical to plain decoding ({len(b.get('plain_token_ids', []))} tokens)"
+        else:
+            line = (f"diverges from plain decoding at generated token {d['index']}: plain {d['plain_token']}, "
+                    f"speculative {d['speculative_token']}; target top-2 margin there {d['margin']:.4f} logits")
+        if b.get("observed_speedup"):
+            line += f"; speculative/plain decode tokens/s = {b['observed_speedup']:.2f}x"
+        tail = f"\nbaseline:             {line}"
+    return "\n".join(head) + "\n" + format_summary(s) + tail
 
 
 def format_autosave(run) -> str:
@@ -103,4 +115,5 @@ def format_autosave(run) -> str:
     if run.bad_lines:
         head.append(f"skipped:  {run.bad_lines} incomplete or damaged line(s)")
     head += ["--- output ---", run.text]
-    return "\n".join(head) + "\n" + format_summary(run.summary())
+    return ("\n".join(head) + "\n" + format_summary(run.summary())
+            + "\n(decode times are not autosaved: tokens/s are in the receipts document of a finished run)")

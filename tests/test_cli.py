@@ -187,6 +187,14 @@ def test_run_with_baseline_reports_the_plain_comparison_and_stores_it_in_the_rec
     doc = json.loads(out.read_text())
     assert len(doc["baseline"]["plain_token_ids"]) >= 1
     assert doc["baseline"]["identical"] == (doc["baseline"]["divergence"] is None)
+    v = cli("view", out)
+    assert v.returncode == 0 and "baseline:" in v.stdout
+
+
+def test_run_takes_a_bundled_example_by_name():
+    p = cli("run", "--example", "copy-with-corrections", "--max-tokens", "4", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "generated tokens:     4" in p.stdout
 
 
 def test_compare_prints_a_table_and_writes_json_and_csv(tmp_path):

@@ -123,6 +123,9 @@ def test_stored_cost_models_are_found_per_model_and_thread_count(tmp_path, monke
     model.write_bytes(b"x")
     cm = CostModel(tuple(8.0 + 4.5 * k for k in range(16)))
     assert store_cost_model(model, 2, CostModel((1.0, 2.0))) is None  # too small to keep
+    disturbed = CostModel((2976.0,) + tuple(8.0 + 4.5 * k for k in range(1, 16)))  # another process took the CPU
+    assert "c(1)" in disturbed.disturbed()
+    assert store_cost_model(model, 2, disturbed) is None and load_cost_model(model, 2) is None
     assert store_cost_model(model, 2, cm) is not None
     assert load_cost_model(model, 2) == cm and load_cost_model(model, 1) is None
 

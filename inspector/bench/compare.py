@@ -295,7 +295,7 @@ def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> Co
 
 def format_compare(result: CompareResult) -> str:
     """The comparison as a text table (one line per configuration)."""
-    head = (f"{'configuration':28s} {'tok/s':>7s} {'vs plain':>8s} {'expected':>8s} {'accept':>7s} "
+    head = (f"{'configuration':40s} {'tok/s':>7s} {'vs plain':>8s} {'expected':>8s} {'accept':>7s} "
             f"{'mean len':>8s} {'windows':>7s} same")
     lines = [head]
     for r in result.rows:
@@ -306,7 +306,7 @@ def format_compare(result: CompareResult) -> str:
         acc = f"{100 * s.acceptance_rate:.0f}%" if s.acceptance_rate is not None else "n/a"
         mal = f"{s.mean_accepted_length:.2f}" if s.mean_accepted_length is not None else "n/a"
         same = "n/a" if r.same_output_as_plain is None else ("yes" if r.same_output_as_plain else "no")
-        line = f"{r.config.label[:28]:28s} {tps:>7s} {vs:>8s} {exp:>8s} {acc:>7s} {mal:>8s} {s.windows:7d} {same}"
+        line = f"{r.config.label[:40]:40s} {tps:>7s} {vs:>8s} {exp:>8s} {acc:>7s} {mal:>8s} {s.windows:7d} {same}"
         if r.error:
             line += f"  error: {r.error}"
         lines.append(line)

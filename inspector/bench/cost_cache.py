@@ -54,7 +54,8 @@ def load_cost_model(model_path: str | os.PathLike, n_threads: int) -> CostModel 
         return None
     if not row_ms or any(v <= 0 for v in row_ms):
         return None
-    return CostModel(row_ms)
+    cm = CostModel(row_ms)
+    return None if cm.disturbed() else cm
 
 
 MIN_ROWS_STORED = 8
@@ -64,8 +65,9 @@ MIN_ROWS_STORED = 8
 def store_cost_model(model_path: str | os.PathLike, n_threads: int, cost_model: CostModel) -> Path | None:
     """Store ``cost_model`` for this model file and thread count; returns the file,
     or None when it is too small to keep (fewer than ``MIN_ROWS_STORED`` batch
-    sizes) or cannot be written (the cache is a convenience, never an error)."""
-    if len(cost_model.row_ms) < MIN_ROWS_STORED:
+    sizes), looks disturbed (``CostModel.disturbed``), or cannot be written (the
+    cache is a convenience, never an error)."""
+    if len(cost_model.row_ms) < MIN_ROWS_STORED or cost_model.disturbed():
         return None
     data = _read()
     data[_key(model_path, n_threads)] = {"row_ms": list(cost_model.row_ms),

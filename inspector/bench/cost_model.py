@@ -53,6 +53,25 @@ class CostModel:
         cost = sum(self.cost(r) for r, _ in windows) + plain_steps * self.row_ms[0]
         return None if cost <= 0 or tokens == 0 else tokens * self.row_ms[0] / cost
 
+    def disturbed(self) -> str | None:
+        """Why this table cannot be a clean measurement, or None when it looks plausible.
+
+        A batch of k rows never costs less than one row, and neighbouring batch
+        sizes cost about the same: a median more than 3x off its neighbours, or a
+        one-row decode dearer than the largest batch, means another process took
+        the CPU during the measurement.
+        """
+        c = self.row_ms
+        if len(c) >= 2 and c[0] > max(c[1:]):
+            return f"c(1) = {c[0]:.1f} ms is more than every larger batch (max {max(c[1:]):.1f} ms)"
+        for k in range(1, len(c) - 1):
+            lo, hi = min(c[k - 1], c[k + 1]), max(c[k - 1], c[k + 1])
+            if c[k] > 3 * hi or c[k] < lo / 3:
+                return f"c({k + 1}) = {c[k]:.1f} ms is out of line with c({k}) = {c[k - 1]:.1f} and c({k + 2}) = {c[k + 1]:.1f} ms"
+        if len(c) >= 2 and c[-1] > 3 * c[-2]:
+            return f"c({len(c)}) = {c[-1]:.1f} ms is out of line with c({len(c) - 1}) = {c[-2]:.1f} ms"
+        return None
+
     def to_json(self) -> dict:
         return {
             "row_ms": list(self.row_ms),
@@ -64,8 +83,10 @@ class CostModel:
 
 def measure_cost_model(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5) -> CostModel:
     """Measure c(k) for k = 1..k_max on the loaded model: decode k rows after the
-    prompt ``repeats`` times (trimming back each time), take the median.
-    Runs under the scheduler lock; uses a temporary session."""
+    prompt (trimming back each time), ``repeats`` rounds over every k in turn
+    after one warm-up round, and take the median per k. Interleaving the rounds
+    spreads a disturbance (another process) over all batch sizes instead of
+    one. Runs under the scheduler lock; uses a temporary session."""
     if len(prompt_tokens) + k_max > scheduler.runtime.n_ctx:
         raise ValueError(f"prompt of {len(prompt_tokens)} tokens + {k_max} rows exceeds n_ctx")
     rows_src = list(prompt_tokens) * (1 + k_max // max(1, len(prompt_tokens)))
@@ -76,16 +97,15 @@ def measure_cost_model(scheduler, prompt_tokens: Sequence[int], k_max: int = 16,
             base = len(prompt_tokens) - 1
             if base:
                 rt.prefill(sid, list(prompt_tokens[:-1]), 0)
-            out = []
-            for k in range(1, k_max + 1):
-                times = []
-                for _ in range(repeats + 1):  # the first is a warm-up
+            times: list[list[float]] = [[] for _ in range(k_max)]
+            for rnd in range(repeats + 1):  # round 0 is a warm-up
+                for k in range(1, k_max + 1):
                     t = perf_counter_ns()
                     rt.decode_rows(sid, rows_src[:k], base)
-                    times.append((perf_counter_ns() - t) / 1e6)
+                    if rnd:
+                        times[k - 1].append((perf_counter_ns() - t) / 1e6)
                     rt.trim(sid, base)
-                out.append(median(times[1:]))
-            return tuple(out)
+            return tuple(median(t) for t in times)
         finally:
             rt.drop_session(sid)
 

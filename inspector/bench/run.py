@@ -102,7 +102,12 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
     cm = measure_cost_model(scheduler, first[:64], k_max=k_max, repeats=repeats)
     from inspector.bench.cost_cache import store_cost_model
 
-    store_cost_model(runtime.model_path, runtime.n_threads, cm)
+    disturbed = cm.disturbed()
+    if disturbed:
+        progress(f"warning: the cost model looks disturbed ({disturbed}); another process probably took "
+                 f"the CPU. Its figures are unreliable and it is not stored; run bench again on a quiet machine.")
+    else:
+        store_cost_model(runtime.model_path, runtime.n_threads, cm)
     results = []
     for name in names:
         tokens = runtime.prompt_tokens(_prompt(name))
@@ -147,7 +152,7 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
     return {
         "model": runtime.describe(),
         "max_tokens": max_tokens,
-        "cost_model": cm.to_json(),
+        "cost_model": {**cm.to_json(), "disturbed": disturbed},
         "tasks": [r.__dict__ for r in results],
         "definitions": {
             "tps": "generated tokens / decode time (prefill excluded)",
@@ -184,7 +189,12 @@ def format_bench(result: dict) -> str:
                      f"{exp:>8s} {100 * t['fraction_of_ceiling']:6.0f}% {acc:>6s} {t['python_us_per_step']:7.0f} "
                      f"{t['predict_us_per_step']:6.0f} {t['engine_us_per_step']:6.0f} "
                      f"{'yes' if t['same_output_as_plain'] else 'no'}")
-    lines += ["", "tokens/s are decode phase (prefill excluded); fixed = n-gram proposing up to 8 tokens, "
-              "adapt = n-gram with the adaptive length (default); us/step = time outside llama_decode per "
-              "decode step: argmax over the rows' logits + engine bookkeeping"]
+    if cm.get("disturbed"):
+        lines.insert(2, f"WARNING: the cost model looks disturbed ({cm['disturbed']}): figures unreliable")
+    lines += ["", "tokens/s are decode phase (prefill excluded); fixed = n-gram proposing up to 8 tokens (the "
+              "default); adapt = n-gram with --ngram-length adaptive, using this run's cost model; "
+              "expected = speedup the cost model predicts for the adapt run; of ceil = adapt/plain as a share "
+              "of the ceiling; accept = accepted / proposed tokens of the adapt run (n/a: it proposed nothing); "
+              "us/step = time outside llama_decode per decode step = argmax over the rows' logits + engine "
+              "bookkeeping"]
     return "\n".join(lines)
