@@ -40,6 +40,16 @@ FOLLOW_S = 0.2
 """Shortest time between two follows of the newest window while a run goes (seconds)."""
 
 ROW_COLUMNS = ("row", "position", "input token", "proposed token", "target prediction", "outcome")
+ROW_HEADERS = ("row", "pos.", "input", "proposed", "target", "outcome")
+"""Short header labels of the rows table (``ROW_COLUMNS`` are their tooltips, with ``ROW_TIPS``)."""
+ROW_TIPS = (
+    "verification row (0: the current token's row)",
+    "KV position of the row's input token (tokens)",
+    "input token of the row: the current token, then the proposal tokens",
+    "proposed token this row verifies",
+    "target prediction: the token the target model predicts after the input token",
+    "accepted, correction, bonus token, branch-conditioned (never output), not committed; trimmed: KV entry removed",
+)
 
 
 def _tok(s: SessionData, t: int | None) -> str:
@@ -74,13 +84,18 @@ class WindowDetail(QWidget):
         self.session: SessionData | None = None
         self._drawn_version = -1
         self.selected: int | None = None
-        self._rows_sized = False
         self._raw_for: int | None = None  # window whose raw JSON is in ``raw``
         self._follow_pending = False  # new windows arrived while following: select the newest
         self._followed_at = 0.0  # time.monotonic() of the last follow (s)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        # Top: the windows table (as wide as its columns) beside the selected window's
+        # receipt; below, the full width for the rows table (six columns of token texts).
+        outer = QSplitter(Qt.Orientation.Vertical)
+        outer.setChildrenCollapsible(False)
+        self.outer_splitter = outer
         split = QSplitter(Qt.Orientation.Horizontal)
+        split.setChildrenCollapsible(False)
         self.splitter = split
         self.model = WindowTableModel()
         self.windows = QTableView()
@@ -91,6 +106,7 @@ class WindowDetail(QWidget):
         self.windows.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.windows.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.windows.setWordWrap(False)
+        self.windows.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         header = self.windows.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         fm = self.windows.fontMetrics()
@@ -99,25 +115,17 @@ class WindowDetail(QWidget):
             header.resizeSection(c, max(fm.horizontalAdvance(widest), fm.horizontalAdvance(WINDOW_HEADERS[c])) + pad)
         # Wide enough for every column (and a scroll bar): no column is cut, even when empty.
         self._table_width = header.length() + self.windows.verticalScrollBar().sizeHint().width() + 4
+        self.windows.setMinimumWidth(self._table_width)
         self.windows.selectionModel().selectionChanged.connect(self._selection_changed)
         split.addWidget(self.windows)
 
-        right = QSplitter(Qt.Orientation.Vertical)
-        self.rows = QTableWidget(0, len(ROW_COLUMNS))
-        self.rows.setHorizontalHeaderLabels(ROW_COLUMNS)
-        self.rows.verticalHeader().setVisible(False)
-        self.rows.setWordWrap(False)
-        self.rows.verticalHeader().setDefaultSectionSize(22)
-        self.rows.setToolTip("struck through: KV entries the repair removed (position >= canonical_position)")
-        self.rows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.rows.horizontalHeader().setStretchLastSection(True)
-        right.addWidget(self.rows)
         self.detail_tabs = QTabWidget()
         # A text browser, not a word-wrapped label: new text never changes its size
         # hint, so showing a window does not re-lay out the main window.
         self.fields = QTextBrowser()
         self.fields.setFrameShape(QFrame.Shape.NoFrame)
         self.fields.setOpenLinks(False)
+        self.fields.document().setDocumentMargin(3)
         self.fields.setHtml(EMPTY_TEXT)
         self.raw = QPlainTextEdit()
         self.raw.setReadOnly(True)
@@ -125,12 +133,29 @@ class WindowDetail(QWidget):
         self.detail_tabs.addTab(self.fields, "Receipt")
         self.detail_tabs.addTab(self.raw, "Raw JSON")
         self.detail_tabs.currentChanged.connect(lambda _i: self._show_raw())
-        right.addWidget(self.detail_tabs)
-        right.setSizes([260, 200])
-        split.addWidget(right)
-        split.setSizes([self._table_width, 880 - self._table_width])
+        split.addWidget(self.detail_tabs)
+        split.setStretchFactor(0, 0)  # the windows table keeps its width; the receipt takes the rest
         split.setStretchFactor(1, 1)
-        lay.addWidget(split)
+        split.setSizes([self._table_width, 880 - self._table_width])
+        outer.addWidget(split)
+
+        self.rows = QTableWidget(0, len(ROW_COLUMNS))
+        self.rows.setHorizontalHeaderLabels(ROW_HEADERS)
+        for c, tip in enumerate(ROW_TIPS):
+            self.rows.horizontalHeaderItem(c).setToolTip(f"{ROW_COLUMNS[c]}: {tip}")
+        self.rows.verticalHeader().setVisible(False)
+        self.rows.setWordWrap(False)
+        self.rows.verticalHeader().setDefaultSectionSize(22)
+        self.rows.setToolTip("struck through: KV entries the repair removed (position >= canonical_position)")
+        self.rows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.rows.horizontalHeader().setStretchLastSection(True)
+        for c in range(len(ROW_COLUMNS) - 1):
+            self.rows.resizeColumnToContents(c)
+        outer.addWidget(self.rows)
+        outer.setStretchFactor(0, 1)
+        outer.setStretchFactor(1, 1)
+        outer.setSizes([260, 200])
+        lay.addWidget(outer)
 
     def set_session(self, session: SessionData) -> None:
         self.session = session
@@ -242,9 +267,10 @@ class WindowDetail(QWidget):
                 if removed:
                     it.setFont(strike)
                 self.rows.setItem(i, c, it)
-        if not self._rows_sized:
-            self._rows_sized = True
-            self.rows.resizeColumnsToContents()
+        # At most draft max + 1 rows: sizing the columns to their texts is cheap (the last
+        # column stretches to the table's width).
+        for c in range(len(ROW_COLUMNS) - 1):
+            self.rows.resizeColumnToContents(c)
         self.fields.setHtml(self._fields_html(w, r, d, accepted, base, after, canonical, committed))
         self._raw_for = None
         self._show_raw()
@@ -269,31 +295,35 @@ class WindowDetail(QWidget):
         s = self.session
         e = html.escape
         if r is not None:
-            head = f"<b>Window {w}</b> — <b>{r.disposition}</b> · source {e(r.source)} · decision {e(r.decision_id)}"
+            head = f"<b>Window {w}</b> — <b>{r.disposition}</b>"
+            nxt = r.correction_or_boundary_token
             rows = [
-                ("proposal", f"{r.proposal_token_count} tokens; accepted {r.accepted_proposal_tokens}; committed {committed}"),
-                ("correction / bonus token", e(_tok(s, r.correction_or_boundary_token)) if r.correction_or_boundary_token is not None else "none (stopped)"),
-                ("positions (tokens)", f"base {base} → after verification {after} → canonical {canonical} "
-                                       f"(trimmed {r.trimmed_rows}; repair: {r.repair})"),
-                ("generated so far", f"{r.generated_token_count} tokens"),
+                ("source", f"{e(r.source)} · decision {e(r.decision_id)}"),
+                ("proposal", f"{r.proposal_token_count} tokens · accepted {r.accepted_proposal_tokens} · "
+                             f"committed {committed}"),
+                ("correction / bonus", e(_tok(s, nxt)) if nxt is not None else "none (stopped)"),
+                ("positions", f"base {base} → verified {after} → canonical {canonical}"),
+                ("repair", f"{r.repair} · trimmed {r.trimmed_rows} rows"),
+                ("generated", f"{r.generated_token_count} tokens so far"),
                 ("time (µs)", f"proposal {r.proposal_elapsed_us:,} · verification {r.verification_elapsed_us:,} · "
                               f"repair {r.repair_elapsed_us:,} · total {r.total_elapsed_us:,}"),
-                ("runtime lock (µs)", f"wait {r.runtime_lock_wait_us:,} · hold {r.runtime_lock_hold_us:,} · "
-                                      f"acquisitions {r.runtime_lock_acquires}"),
+                ("lock (µs)", f"wait {r.runtime_lock_wait_us:,} · hold {r.runtime_lock_hold_us:,} · "
+                              f"{r.runtime_lock_acquires} acquisitions"),
             ]
         else:
             p = d.partial
             head = f"<b>Window {w}</b> — <b style='color:#c62828'>error</b>: {e(d.error or d.reason)}"
             after_s = "not verified" if after is None else str(after)
             rows = [
-                ("proposal", f"{len(d.proposal_token_ids)} tokens; committed before the error {committed}"),
-                ("positions (tokens)", f"base {base} → after verification {after_s} → canonical {canonical}"),
+                ("proposal", f"{len(d.proposal_token_ids)} tokens · committed before the error {committed}"),
+                ("positions", f"base {base} → verified {after_s} → canonical {canonical}"),
                 ("repaired state", "session retired (resume opens a new one)" if p.session_retired
                  else f"KV cache trimmed to the canonical position {canonical}"),
                 ("discard", f"{d.reason} (decision {e(d.decision_id)})"),
             ]
-        body = "".join(f"<tr><td style='color:#555;padding-right:12px'>{k}</td><td>{v}</td></tr>" for k, v in rows)
-        return f"{head}<table>{body}</table>"
+        body = "".join(f"<tr><td style='color:#555;padding-right:8px;white-space:nowrap'>{k}</td><td>{v}</td></tr>"
+                       for k, v in rows)
+        return f"{head}<table cellspacing='0'>{body}</table>"
 
     def _raw_json(self, w, r, d) -> str:
         s = self.session
