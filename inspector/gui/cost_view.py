@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QStackedWidget, QVBoxLayout, QWidget
 
 COST_PEN = "#1565c0"
 CEILING_PEN = "#e65100"
 BREAK_EVEN_BRUSH = "#90caf9"
+EMPTY_LABEL = "No cost model measured yet."
 EMPTY_TEXT = ("Press <b>Measure</b>: the loaded model decodes verify batches of 1..16 rows after the current "
               "prompt (median of 3 repeats, a few seconds; the runtime lock is held meanwhile).")
 
@@ -50,7 +51,7 @@ class CostView(QWidget):
         self.busy.setMaximumWidth(90)
         self.busy.setTextVisible(False)
         self.busy.hide()
-        self.ceiling_label = QLabel(EMPTY_TEXT)
+        self.ceiling_label = QLabel(EMPTY_LABEL)
         self.ceiling_label.setWordWrap(True)
         self.ceiling_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.export = QPushButton("Export cost curve PNG…")
@@ -64,14 +65,15 @@ class CostView(QWidget):
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground("w")
         self.title = self.layout_widget.addLabel("", row=0, col=0, color="#333", size="10pt")
-        self.cost_plot = self.layout_widget.addPlot(row=1, col=0)
+        # Legends in their own rows above the plots: never on top of the data.
+        self.cost_legend = self._legend(row=1)
+        self.cost_plot = self.layout_widget.addPlot(row=2, col=0)
         p = self.cost_plot
         p.setTitle("Verify cost c(k) and speedup ceiling k·c(1)/c(k)", color="#333")
         p.setLabel("bottom", "verification rows k")
         p.setLabel("left", "c(k), ms", color=COST_PEN)
         p.setLabel("right", "speedup ceiling, x", color=CEILING_PEN)
         p.showGrid(x=True, y=True, alpha=0.2)
-        p.addLegend(offset=(-10, -10))  # bottom right: c(k) rises to the right
         self.cost_curve = p.plot([], [], pen=pg.mkPen(COST_PEN, width=2), symbol="o", symbolSize=7,
                                  symbolBrush=COST_PEN, symbolPen=None, name="c(k): median verify time, ms")
         self.ceiling_vb = pg.ViewBox()
@@ -84,29 +86,46 @@ class CostView(QWidget):
         self.even_line = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", style=Qt.PenStyle.DotLine))
         for item in (self.ceiling_curve, self.best_point, self.even_line):
             self.ceiling_vb.addItem(item)
-        p.legend.addItem(self.ceiling_curve, "k·c(1)/c(k): speedup if every proposal is accepted")
+        self.cost_legend.addItem(self.cost_curve, "c(k): median verify time, ms")
+        self.cost_legend.addItem(self.ceiling_curve, "k·c(1)/c(k): speedup if every proposal is accepted")
         p.vb.sigResized.connect(self._sync_views)
 
-        self.break_plot = self.layout_widget.addPlot(row=2, col=0)
+        self.break_legend = self._legend(row=3)
+        self.break_plot = self.layout_widget.addPlot(row=4, col=0)
         b = self.break_plot
         b.setTitle("Break-even accepted length per window of k rows", color="#333")
         b.setLabel("bottom", "verification rows k")
         b.setLabel("left", "accepted proposal tokens")
         b.showGrid(x=False, y=True, alpha=0.2)
-        b.addLegend(offset=(10, 10))
         self.break_bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=BREAK_EVEN_BRUSH,
                                           name="needed to match plain decoding: c(k)/c(1) − 1")
         b.addItem(self.break_bars)
         self.max_line = b.plot([], [], pen=pg.mkPen("#2e7d32", width=2), name="most it can accept: k − 1")
+        self.break_legend.addItem(self.break_bars, "needed to match plain decoding: c(k)/c(1) − 1")
+        self.break_legend.addItem(self.max_line, "most it can accept: k − 1")
         b.setXLink(p)
         b.showAxis("right")
         b.getAxis("right").setStyle(showValues=False)
         for plot in (p, b):  # equal axis widths: k lines up in both plots
             plot.getAxis("left").setWidth(60)
             plot.getAxis("right").setWidth(60)
-        self.layout_widget.ci.layout.setRowStretchFactor(1, 3)
-        self.layout_widget.ci.layout.setRowStretchFactor(2, 2)
-        lay.addWidget(self.layout_widget, 1)
+        self.layout_widget.ci.layout.setRowStretchFactor(2, 3)
+        self.layout_widget.ci.layout.setRowStretchFactor(4, 2)
+        # Before Measure: the hint, not empty 0..1 axes.
+        self.empty_hint = QLabel(EMPTY_TEXT)
+        self.empty_hint.setWordWrap(True)
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint.setStyleSheet("color:#555;font-size:11pt;padding:40px;background:white")
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.empty_hint)
+        self.stack.addWidget(self.layout_widget)
+        lay.addWidget(self.stack, 1)
+
+    def _legend(self, row: int) -> pg.LegendItem:
+        """A two-column legend in its own layout row (above its plot)."""
+        legend = pg.LegendItem(colCount=2, labelTextColor="#333", horSpacing=30, verSpacing=-4)
+        self.layout_widget.addItem(legend, row=row, col=0)
+        return legend
 
     def _sync_views(self) -> None:
         self.ceiling_vb.setGeometry(self.cost_plot.vb.sceneBoundingRect())
@@ -146,8 +165,10 @@ class CostView(QWidget):
         m = self.measured
         self.export.setEnabled(m is not None)
         if m is None:
-            self.ceiling_label.setText(EMPTY_TEXT)
+            self.ceiling_label.setText(EMPTY_LABEL)
+            self.stack.setCurrentWidget(self.empty_hint)
             return
+        self.stack.setCurrentWidget(self.layout_widget)
         cm = m.model
         k = np.arange(1, len(cm.row_ms) + 1)
         cost = np.array(cm.row_ms, float)
@@ -173,6 +194,7 @@ class CostView(QWidget):
         import pyqtgraph.exporters as ex
 
         self.refresh()
+        self.stack.setCurrentWidget(self.layout_widget)
         exporter = ex.ImageExporter(self.layout_widget.scene())
         exporter.parameters()["width"] = width
         return exporter.export(path) is not False
