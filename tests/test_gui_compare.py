@@ -18,7 +18,7 @@ def test_two_configurations_fill_the_table_and_export(qtbot, runtime, tmp_path):
     assert [c.draft_max for c in v.config_list()] == [0, 4, 8, 16]
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram 4", "ngram", 4, {"n_max": 3, "n_min": 1})])
     configs = v.config_list()
-    assert configs[1].options == {"n_max": 3, "n_min": 1}
+    assert configs[1].options == {"n_max": 3, "n_min": 1, "length": "fixed"}  # fixed: the default length
     with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         assert w.analysis.run_compare(configs)
         assert w.state == W.BUSY and not w.panel.run.isEnabled() and not v.run.isEnabled()
@@ -56,6 +56,22 @@ def test_bad_configuration_is_refused_before_running(qtbot, runtime, tmp_path):
     v._run_clicked()
     assert w.state == W.IDLE
     assert "n_min 3 is larger than n_max 2" in v.error_box.text()
+
+
+def test_length_column_passes_the_ngram_length(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    v = w.analysis.show_compare()
+    v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("a", "ngram", 8, {"length": "adaptive", "k": "1"})])
+    t = v.configs
+    assert t.cellWidget(1, 5).currentText() == "adaptive" and t.cellWidget(1, 5).isEnabled()
+    assert not t.cellWidget(0, 5).isEnabled()  # plain decoding has no length
+    plain, ngram = v.config_list()
+    assert plain.options == {} and ngram.options == {"n_max": 4, "n_min": 2, "length": "adaptive", "k": "1"}
+    t.cellWidget(1, 5).setCurrentText("fixed")
+    assert v.config_list()[1].options["length"] == "fixed"
+    # The spin boxes have room for their digits beside the arrows.
+    spin = t.cellWidget(1, 2)
+    assert spin.width() >= spin.fontMetrics().horizontalAdvance("99999") + 30
 
 
 def test_cancel_keeps_the_window_usable(qtbot, runtime, tmp_path):

@@ -2,7 +2,7 @@
 side by side (``inspector.bench.compare``).
 
 Top: the configurations, an editable table (label, source, draft max,
-n-gram n_max / n_min, other source options as ``key=value, ...``) with Add,
+n-gram n_max / n_min / length (fixed or adaptive), other source options as ``key=value, ...``) with Add,
 Remove and Defaults (plain, n-gram draft max 4, 8, 16), and Run / Cancel
 with progress. Below: the results table (decode tokens/s, speedup vs plain,
 expected speedup from the cost model, acceptance rate, mean accepted
@@ -41,7 +41,12 @@ from PySide6.QtWidgets import (
 
 from inspector.bench.compare import PLAIN, CompareConfig, CompareResult, default_configs
 
-CONFIG_HEADERS = ("label", "source", "draft max", "n_max", "n_min", "other options (key=value, …)")
+CONFIG_HEADERS = ("label", "source", "draft max", "n_max", "n_min", "length", "other options (key=value, …)")
+OPTIONS_COL = len(CONFIG_HEADERS) - 1
+LENGTHS = ("fixed", "adaptive")
+"""The n-gram ``length`` option's values (the first is the default)."""
+SPIN_WIDTH = "99999"
+"""Spin boxes are this many digits wide (plus their arrows): the value never touches the arrows."""
 RESULT_HEADERS = ("configuration", "decode tokens/s", "speedup vs plain", "expected speedup", "acceptance rate",
                   "mean accepted length", "windows", "same output as plain")
 RESULT_TIPS = (
@@ -85,7 +90,9 @@ def _spin(lo: int, hi: int, value: int) -> QSpinBox:
     s = QSpinBox()
     s.setRange(lo, hi)
     s.setValue(value)
-    s.setFrame(False)
+    s.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    # Room for the digits beside the arrows (a frameless spin box in a cell is cramped).
+    s.setMinimumWidth(s.fontMetrics().horizontalAdvance(SPIN_WIDTH) + 36)
     return s
 
 
@@ -122,6 +129,10 @@ class CompareView(QWidget):
         h.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         h.setSectionResizeMode(len(CONFIG_HEADERS) - 1, QHeaderView.ResizeMode.Stretch)
         self.configs.setColumnWidth(0, 200)
+        self.configs.verticalHeader().setDefaultSectionSize(max(30, _spin(0, 1, 0).sizeHint().height() + 4))
+        self.configs.horizontalHeaderItem(5).setToolTip(
+            "n-gram proposal length: fixed (everything that matched, up to draft max) or adaptive (cost-aware; "
+            "may propose nothing where verifying is expensive)")
         self.add = QPushButton("Add")
         self.remove = QPushButton("Remove")
         self.defaults = QPushButton("Defaults")
@@ -235,9 +246,14 @@ class CompareView(QWidget):
         t.setCellWidget(r, 1, src)
         opts = dict(c.options)
         n_max, n_min = int(opts.pop("n_max", 4)), int(opts.pop("n_min", 2))
+        length = str(opts.pop("length", LENGTHS[0]))
         for col, w in ((2, _spin(0, 64, c.draft_max)), (3, _spin(1, 16, n_max)), (4, _spin(1, 16, n_min))):
             t.setCellWidget(r, col, w)
-        t.setItem(r, 5, QTableWidgetItem(", ".join(f"{k}={v}" for k, v in opts.items())))
+        lc = QComboBox()
+        lc.addItems(LENGTHS if length in LENGTHS else [*LENGTHS, length])
+        lc.setCurrentText(length)
+        t.setCellWidget(r, 5, lc)
+        t.setItem(r, OPTIONS_COL, QTableWidgetItem(", ".join(f"{k}={v}" for k, v in opts.items())))
         src.currentTextChanged.connect(lambda _t, combo=src: self._source_changed(combo))
         self._source_changed(src)
 
@@ -251,7 +267,7 @@ class CompareView(QWidget):
         r = self._row_of(combo)
         name = combo.currentText()
         self.configs.cellWidget(r, 2).setEnabled(name != PLAIN)
-        for col in (3, 4):
+        for col in (3, 4, 5):
             self.configs.cellWidget(r, col).setEnabled(name == "ngram")
 
     def set_configs(self, configs) -> None:
@@ -268,14 +284,14 @@ class CompareView(QWidget):
             source = t.cellWidget(r, 1).currentText()
             draft_max = 0 if source == PLAIN else t.cellWidget(r, 2).value()
             try:
-                options = parse_options(t.item(r, 5).text() if t.item(r, 5) else "")
+                options = parse_options(t.item(r, OPTIONS_COL).text() if t.item(r, OPTIONS_COL) else "")
             except ValueError as exc:
                 raise ValueError(f"row {r + 1}: {exc}") from None
             if source == "ngram":
                 n_max, n_min = t.cellWidget(r, 3).value(), t.cellWidget(r, 4).value()
                 if n_min > n_max:
                     raise ValueError(f"row {r + 1}: n_min {n_min} is larger than n_max {n_max}")
-                options = {"n_max": n_max, "n_min": n_min, **options}
+                options = {"n_max": n_max, "n_min": n_min, "length": t.cellWidget(r, 5).currentText(), **options}
             if source != PLAIN and draft_max < 1:
                 raise ValueError(f"row {r + 1}: draft max must be at least 1 for source {source}")
             label = (t.item(r, 0).text().strip() if t.item(r, 0) else "") or (
