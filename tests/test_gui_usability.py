@@ -187,3 +187,19 @@ def test_lock_legend_is_outside_the_plots(qtbot, runtime, tmp_path):
     for name in ("verify", "repair", "prefill", "step", "background"):
         assert name in lp.legend.text()
     assert lp.legend.geometry().bottom() < lp.wait_plot.geometry().top()
+
+
+def test_banner_keeps_its_space_when_a_run_starts(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=16)
+    w.resize(1280, 800)
+    qtbot.waitExposed(w)
+    QApplication.processEvents()
+    y = w.token_view.mapTo(w, QPoint(0, 0)).y()
+    assert w.banner.isVisible() and "Model loaded" in w.banner.text()
+    with qtbot.waitSignal(w.runFinished, timeout=180_000):
+        assert w.start_run()
+        QApplication.processEvents()
+        assert w.banner.isVisible() and "Running" in w.banner.text()  # the run status replaces the hint
+        assert w.token_view.mapTo(w, QPoint(0, 0)).y() == y  # the view below does not jump
+    QApplication.processEvents()
+    assert "Finished" in w.banner.text() and w.token_view.mapTo(w, QPoint(0, 0)).y() == y

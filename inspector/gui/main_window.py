@@ -8,6 +8,8 @@ llama.cpp and never waits for the worker (except when the window closes).
 
 from __future__ import annotations
 
+import html
+
 import importlib
 
 from pathlib import Path
@@ -43,6 +45,11 @@ from inspector.gui.token_view import TokenView
 from inspector.gui.window_detail import WindowDetail
 
 REDRAW_HZ = 25
+BANNER_PAD = 4
+BANNER_NEUTRAL = "background:#f5f5f5;color:#424242"
+BANNER_HINT = "background:#e3f2fd;color:#0d47a1"
+BANNER_DONE = "background:#e8f5e9;color:#1b5e20"
+BANNER_ERROR = "background:#ffebee;color:#b71c1c"
 LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
 STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
 ACTIVE_STATES = (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR, W.LOADING)
@@ -158,7 +165,10 @@ class MainWindow(QMainWindow):
         self.banner = QLabel("")
         self.banner.setWordWrap(True)
         self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.banner.hide()
+        # Always shown (its text changes: hint, run status, finished, error): the view below never jumps.
+        fm = self.banner.fontMetrics()
+        self.banner.setMinimumHeight(fm.height() + 2 * BANNER_PAD + 2)
+        self.set_banner("", BANNER_NEUTRAL)
         self.token_view = TokenView()
         self.window_detail = WindowDetail()
         self.timeline = Timeline()
@@ -412,7 +422,10 @@ class MainWindow(QMainWindow):
         session.prompt_text = prompt
         session.source_name = src
         self.set_session(session)
-        self.banner.hide()
+        loading = "loading the model, then " if self.worker.runtime is None else ""
+        what = "stepping" if paused or first_action else "running"
+        self.set_banner(f"{(loading + what).capitalize()}: source <b>{src}</b> · up to "
+                        f"{self.panel.max_tokens.value()} tokens …", BANNER_NEUTRAL)
         self._set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
         self.requestRun.emit(cfg)
         return True
@@ -429,6 +442,8 @@ class MainWindow(QMainWindow):
             return False
         self._hint_on_load = True
         self.panel.model_status.setText(f"loading {Path(model).name} …")
+        if self.session.origin == "live" and not self.session.tokens:
+            self.set_banner(f"Loading the model <b>{html.escape(Path(model).name)}</b> …", BANNER_NEUTRAL)
         self.load_progress.setValue(0)
         self.load_progress.show()
         self._set_state(W.LOADING, Path(model).name)
@@ -446,7 +461,7 @@ class MainWindow(QMainWindow):
         if self.state != W.IDLE:
             return
         self.set_session(SessionData())
-        self.banner.hide()
+        self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
         self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
         self._set_state(W.IDLE)
 
@@ -485,7 +500,7 @@ class MainWindow(QMainWindow):
 
     def resume_clicked(self) -> None:
         if self.state == W.ERROR:
-            self.banner.hide()
+            self.set_banner("Resuming after the error …", BANNER_NEUTRAL)
             self.worker.request_resume()
             self._set_state(W.RUNNING, "resuming")
 
@@ -533,10 +548,8 @@ class MainWindow(QMainWindow):
             f"{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
         hint, self._hint_on_load = self._hint_on_load, False
         if hint and self.session.origin == "live" and not self.session.tokens:
-            self.banner.setText(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "
-                                "F11 go one window or one token at a time.)</span>")
-            self.banner.setStyleSheet("background:#e3f2fd;color:#0d47a1;padding:6px")
-            self.banner.show()
+            self.set_banner(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "
+                            "F11 go one window or one token at a time.)</span>", BANNER_HINT)
 
     def _model_failed(self, message: str) -> None:
         self._hint_on_load = False
@@ -586,9 +599,7 @@ class MainWindow(QMainWindow):
         else:
             repaired = f"KV length {info.get('kv_length')} ≠ canonical position {info.get('canonical_position')}"
         self.session.kv_length = info.get("kv_length")
-        self.banner.setText(f"<b>Error:</b> {message}<br>{repaired}. Press <b>Resume</b> to continue.")
-        self.banner.setStyleSheet("background:#ffebee;color:#b71c1c;padding:6px;border:1px solid #ef9a9a")
-        self.banner.show()
+        self.set_banner(f"<b>Error:</b> {message}<br>{repaired}. Press <b>Resume</b> to continue.", BANNER_ERROR)
         self.error_info = info
         self.redraw()
         if self.state != W.ERROR:
@@ -603,12 +614,17 @@ class MainWindow(QMainWindow):
         self.redraw()
         if reason != "error":
             kv = info.get("kv_length")
-            self.banner.setText(f"Finished: <b>{reason}</b> · {len(self.session.tokens)} tokens · KV length {kv} "
-                                f"(canonical position {info.get('canonical_position')})")
-            self.banner.setStyleSheet("background:#e8f5e9;color:#1b5e20;padding:4px")
-            self.banner.show()
+            self.set_banner(f"Finished: <b>{reason}</b> · {len(self.session.tokens)} tokens · KV length {kv} "
+                            f"(canonical position {info.get('canonical_position')})", BANNER_DONE)
         self._set_state(W.IDLE, reason)
         self.runFinished.emit(reason, info)
+
+    def set_banner(self, text: str, style: str) -> None:
+        """Show ``text`` in the banner above the tokens (``style``: one of the ``BANNER_*`` colors).
+        The banner is never hidden, so its space stays and the view below does not jump."""
+        self.banner.setText(text)
+        self.banner.setStyleSheet(f"{style};padding:{BANNER_PAD}px")
+        self.banner.show()
 
     # -- dialogs ---------------------------------------------------------------------------
     def show_error(self, title: str, message: str) -> None:
