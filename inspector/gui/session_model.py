@@ -9,7 +9,6 @@ engine; they read this object on their redraw timer and use ``version`` /
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -290,91 +289,51 @@ class SessionData:
         skipped and counted in ``skipped_lines`` (a partial view). Raises
         ``ReceiptsFileError`` when the file is too large, unreadable or has no header.
         """
-        from inspector.receipts.autosave import MAX_FILE_BYTES, ReceiptsFileError
+        from inspector.receipts.autosave import read_autosave
 
-        p = Path(path)
-        try:
-            if p.stat().st_size > MAX_FILE_BYTES:
-                raise ReceiptsFileError(f"autosave {p} is {p.stat().st_size} bytes, more than the "
-                                        f"{MAX_FILE_BYTES}-byte limit")
-            raw = p.read_bytes()
-        except OSError as exc:
-            raise ReceiptsFileError(f"cannot read autosave {p}: {exc.strerror or exc}") from None
+        run = read_autosave(path)  # raises ReceiptsFileError (too large, unreadable, no header)
         s = cls()
         s.origin = "autosave"
-        s.document_path = str(p)
+        s.document_path = str(run.path)
+        h = run.header
+        s.prompt_text = str(h.get("prompt", ""))
+        s.model_name = str(h.get("model", ""))
+        s.source_name = str(h.get("source", ""))
+        s.main_session_id = h.get("session_id")
+        s.skipped_lines = run.bad_lines
+        s.texts.update(run.texts)
         seq = 0
-        header = False
 
         def ev(kind, window=None, token=None, row=None, position=None, detail=""):
             nonlocal seq
             s.add_event(EngineEvent(seq, 0, kind, s.main_session_id or 0, window, token, row, position, detail))
             seq += 1
 
-        for line in raw.split(b"\n"):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line.decode("utf-8"))
-                kind = rec["kind"]
-                if kind == "header":
-                    s.prompt_text = str(rec.get("prompt", ""))
-                    s.model_name = str(rec.get("model", ""))
-                    s.source_name = str(rec.get("source", ""))
-                    s.main_session_id = rec.get("session_id")
-                    header = True
-                elif kind == "receipt":
-                    s._autosave_receipt(rec["receipt"], ev)
-                elif kind == "discard":
-                    s._autosave_discard(rec, ev)
-                elif kind == "step":
-                    token, position = int(rec["token"]), int(rec["position"])
-                    s.texts[token] = str(rec.get("text", ""))
-                    ev(STEP, token=token, row=0, position=position)
-                    ev(COMMIT, None, token, 0, position)
-                elif kind == "end":
-                    ev(FINISH, detail=rec.get("finish_reason") or "")
-                    s.decode_elapsed_us = int(rec.get("decode_elapsed_us", 0))
-                else:
-                    s.skipped_lines += 1
-            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-                s.skipped_lines += 1  # torn or damaged: the records before and after still count
-        if not header:
-            raise ReceiptsFileError(f"{p} is not an autosave file: no header record "
-                                    "(expected JSON Lines written by spec-inspector)")
+        for kind, value, _texts in run.records:
+            if kind == "receipt":
+                r = value
+                s.proposals[r.window_index] = tuple(r.proposal_token_ids)
+                ev(VERIFY, r.window_index, position=r.position_after_verification, detail=f"{r.verification_rows} rows")
+                for row, tok in enumerate(r.committed_tokens):
+                    ev(COMMIT, r.window_index, tok, row, r.base_position + row + 1)
+                ev(REPAIR, r.window_index, position=r.canonical_position, detail=r.repair)
+                s.add_receipt(r)
+            elif kind == "discard":
+                d = value
+                if d.partial is not None:
+                    s.proposals[d.partial.window_index] = tuple(d.proposal_token_ids)
+                    for row, tok in enumerate(d.partial.committed_tokens):
+                        ev(COMMIT, d.partial.window_index, tok, row, d.base_position + row + 1)
+                s.add_discard(d)
+                ev("discard", d.partial.window_index if d.partial else None, detail=d.reason)
+            elif kind == "step":
+                token, position = value
+                ev(STEP, token=token, row=0, position=position)
+                ev(COMMIT, None, token, 0, position)
+            elif kind == "end":
+                ev(FINISH, detail=value.get("finish_reason") or "")
+                us = value.get("decode_elapsed_us")
+                s.decode_elapsed_us = us if type(us) is int and us >= 0 else 0
         s._touch()
         return s
 
-    def _autosave_receipt(self, w: dict, ev) -> None:
-        """Add an autosave ``receipt`` record (its events: verify, commits, repair). Raises before
-        changing anything when the record is damaged."""
-        r = receipt_from_json(w)
-        numbers = (r.window_index, r.base_position, r.position_after_verification, r.canonical_position,
-                   r.trimmed_rows, r.verification_rows, *r.proposal_token_ids, *r.committed_tokens,
-                   *r.verification_row_predictions)
-        if not all(type(v) is int and v >= 0 for v in numbers):
-            raise ValueError(f"window {r.window_index!r}: a position, count or token is not a non-negative integer")
-        texts = {}
-        for key_ids, key_texts in (("proposal_token_ids", "proposal_token_texts"),
-                                   ("verification_row_predictions", "verification_row_prediction_texts")):
-            texts.update(zip(w[key_ids], map(str, w.get(key_texts, []))))
-        self.texts.update(texts)
-        self.proposals[r.window_index] = tuple(r.proposal_token_ids)
-        ev(VERIFY, r.window_index, position=r.position_after_verification, detail=f"{r.verification_rows} rows")
-        for row, tok in enumerate(r.committed_tokens):
-            ev(COMMIT, r.window_index, tok, row, r.base_position + row + 1)
-        ev(REPAIR, r.window_index, position=r.canonical_position, detail=r.repair)
-        self.add_receipt(r)
-
-    def _autosave_discard(self, rec: dict, ev) -> None:
-        """Add an autosave ``discard`` record (a failed window's commits, then the discard)."""
-        d = discard_from_json(rec["discard"])
-        texts = dict(zip(d.proposal_token_ids, map(str, rec.get("proposal_token_texts", []))))
-        texts.update(zip(rec.get("committed_tokens", []), map(str, rec.get("committed_token_texts", []))))
-        self.texts.update(texts)
-        if d.partial is not None:
-            self.proposals[d.partial.window_index] = tuple(d.proposal_token_ids)
-            for row, tok in enumerate(d.partial.committed_tokens):
-                ev(COMMIT, d.partial.window_index, tok, row, d.base_position + row + 1)
-        self.add_discard(d)
-        ev("discard", d.partial.window_index if d.partial else None, detail=d.reason)

@@ -125,9 +125,12 @@ class AutosaveRun:
     """What an autosave file holds: every complete record, in order.
 
     ``clean``: the file ends with the ``end`` record (the run finished).
-    ``bad_lines``: lines that were not complete JSON records (a torn last line
-    after a kill, or damage), skipped. ``text``: the committed text rebuilt
-    from the records' token texts.
+    ``bad_lines``: lines that were not complete, valid records (a torn last
+    line after a kill, or damage), skipped. ``text``: the committed text
+    rebuilt from the records' token texts. ``records``: every valid record in
+    file order as ``(kind, value, texts)``: ``("receipt", WindowReceipt, {id: text})``,
+    ``("discard", Discard, {id: text})``, ``("step", (token, position), {id: text})``,
+    ``("end", dict, {})``. ``texts``: every token text seen, id -> text.
     """
 
     path: Path
@@ -139,6 +142,8 @@ class AutosaveRun:
     bad_lines: int = 0
     committed: list = field(default_factory=list)
     text: str = ""
+    records: list = field(default_factory=list)
+    texts: dict = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -149,6 +154,34 @@ class AutosaveRun:
         return summarize_receipts(self.receipts, plain_steps=len(self.steps), discards=len(self.discards),
                                   generated_tokens=len(self.committed), decode_elapsed_us=0,
                                   finish_reason=(self.end or {}).get("finish_reason"))
+
+
+def _check_ints(values, what: str) -> None:
+    if not all(type(v) is int and 0 <= v < 2**31 for v in values):
+        raise ValueError(f"{what}: a position, count or token is not a non-negative 32-bit integer")
+
+
+def _receipt(w: dict):
+    """(receipt, token texts, committed tokens) of a ``receipt`` record; raises when damaged."""
+    r = receipt_from_json(w)
+    _check_ints((r.window_index, r.base_position, r.position_after_verification, r.canonical_position,
+                 r.trimmed_rows, r.verification_rows, *r.proposal_token_ids, *r.committed_tokens,
+                 *r.verification_row_predictions), f"window {r.window_index!r}")
+    texts = {}
+    for ids, txt in (("proposal_token_ids", "proposal_token_texts"),
+                     ("verification_row_predictions", "verification_row_prediction_texts")):
+        texts.update(zip(w[ids], map(str, w.get(txt, []))))
+    return r, texts, r.committed_tokens
+
+
+def _discard(rec: dict):
+    """(discard, token texts, committed tokens) of a ``discard`` record; raises when damaged."""
+    d = discard_from_json(rec["discard"])
+    committed = tuple(rec.get("committed_tokens", ()))
+    _check_ints((d.base_position, *committed), "discard")
+    texts = dict(zip(d.proposal_token_ids, map(str, rec.get("proposal_token_texts", []))))
+    texts.update(zip(committed, map(str, rec.get("committed_token_texts", []))))
+    return d, texts, committed
 
 
 def read_autosave(path: str | os.PathLike) -> AutosaveRun:
@@ -166,7 +199,6 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
     except OSError as exc:
         raise ReceiptsFileError(f"cannot read autosave {p}: {exc.strerror or exc}") from None
     run = AutosaveRun(p)
-    texts: dict[int, str] = {}
     pieces: list[str] = []
     seen_header = False
     for line in raw.split(b"\n"):
@@ -178,31 +210,32 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
             if kind == "header":
                 run.header = rec
                 seen_header = True
-            elif kind == "receipt":
-                w = rec["receipt"]
-                for ids, txt in (("proposal_token_ids", "proposal_token_texts"),
-                                 ("verification_row_predictions", "verification_row_prediction_texts")):
-                    texts.update(zip(w[ids], w.get(txt, [])))
-                r = receipt_from_json(w)
-                run.receipts.append(r)
-                run.committed.extend(r.committed_tokens)
-                pieces.extend(texts.get(t, "") for t in r.committed_tokens)
+                continue
+            if kind == "receipt":
+                value, texts, committed = _receipt(rec["receipt"])
+                run.receipts.append(value)
             elif kind == "discard":
-                d = discard_from_json(rec["discard"])
-                run.discards.append(d)
-                committed = rec.get("committed_tokens", [])
-                run.committed.extend(committed)
-                pieces.extend(rec.get("committed_token_texts", [""] * len(committed)))
+                value, texts, committed = _discard(rec)
+                run.discards.append(value)
             elif kind == "step":
+                token, position = rec["token"], rec["position"]
+                _check_ints((token, position), "step")
+                value, texts, committed = (token, position), {token: str(rec.get("text", ""))}, (token,)
                 run.steps.append(rec)
-                run.committed.append(rec["token"])
-                pieces.append(rec.get("text", ""))
             elif kind == "end":
                 run.end = rec
+                run.records.append(("end", rec, {}))
+                continue
             else:
                 run.bad_lines += 1
-        except (ValueError, KeyError, TypeError, RecursionError):  # torn or damaged line: skip it
+                continue
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # torn or damaged: skip it
             run.bad_lines += 1
+            continue
+        run.records.append((kind, value, texts))
+        run.texts.update(texts)
+        run.committed.extend(committed)
+        pieces.extend(run.texts.get(t, "") for t in committed)
     if not seen_header:
         raise ReceiptsFileError(f"{p} is not an autosave file: no header record "
                                 f"(expected JSON Lines written by spec-inspector)")
