@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from statistics import median
+from time import perf_counter_ns
 
 from inspector import asset_path
 from inspector.bench.cost_model import measure_cost_model
@@ -43,6 +45,7 @@ class TaskResult:
     mean_accepted_length: float | None
     windows: int
     python_us_per_step: float
+    python_us_per_window: float | None
     predict_us_per_step: float
     engine_us_per_step: float
     expected_speedup: float | None
@@ -59,7 +62,12 @@ def _run(scheduler, source, tokens, max_tokens, draft_max: int = 8) -> Generatio
     g = Generation(scheduler, source, tokens, GenerationSettings(max_new_tokens=max_tokens, draft_max=draft_max))
     g.start()
     before, predict_before = rt.decode_ns, getattr(rt, "predict_ns", 0)
-    g.run()
+    g.window_outside_us = []  # per window step: time outside llama_decode (microseconds)
+    while not g.finished:
+        windows, d0, t0 = len(g.receipts), rt.decode_ns, perf_counter_ns()
+        g.step()
+        if len(g.receipts) > windows:
+            g.window_outside_us.append((perf_counter_ns() - t0 - (rt.decode_ns - d0)) / 1000)
     g.decode_ns_inside = rt.decode_ns - before
     g.predict_ns = getattr(rt, "predict_ns", 0) - predict_before
     g.close()
@@ -143,6 +151,7 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
             mean_accepted_length=ss.mean_accepted_length,
             windows=ss.windows,
             python_us_per_step=outside_us,
+            python_us_per_window=median(fixed.window_outside_us) if fixed.window_outside_us else None,
             predict_us_per_step=predict_us,
             engine_us_per_step=outside_us - predict_us,
             expected_speedup=cm.expected_speedup(
@@ -157,6 +166,7 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
         "definitions": {
             "tps": "generated tokens / decode time (prefill excluded)",
             "python_us_per_step": "decode time outside llama_decode per decode step (window or plain step), microseconds",
+            "python_us_per_window": "median time outside llama_decode per window of the fixed n-gram run, microseconds",
             "predict_us_per_step": "of which picking greedy predictions: argmax over every row's logits (numpy)",
             "engine_us_per_step": "of which the engine's Python bookkeeping (query, classify, commit, repair, receipt)",
             "ngram_tps": "n-gram source, adaptive proposal length with this run's cost model (draft max 16)",
@@ -177,7 +187,7 @@ def format_bench(result: dict) -> str:
         "",
         f"{'task':22s} {'plain':>6s} {'fixed':>6s} {'adapt':>6s} {'lcpp':>6s} {'adapt/plain':>11s} {'fixed/plain':>11s} "
         f"{'adapt/lcpp':>10s} {'expected':>8s} {'of ceil':>7s} {'accept':>6s} {'us/step':>7s} {'argmax':>6s} "
-        f"{'engine':>6s} same",
+        f"{'engine':>6s} {'us/win':>6s} same",
     ]
     for t in result["tasks"]:
         lcpp = f"{t['lcpp_lookup_tps']:.1f}" if t["lcpp_lookup_tps"] else "n/a"
@@ -188,6 +198,7 @@ def format_bench(result: dict) -> str:
                      f"{lcpp:>6s} {t['ngram_over_plain']:10.2f}x {t['ngram_fixed_over_plain']:10.2f}x {rel:>10s} "
                      f"{exp:>8s} {100 * t['fraction_of_ceiling']:6.0f}% {acc:>6s} {t['python_us_per_step']:7.0f} "
                      f"{t['predict_us_per_step']:6.0f} {t['engine_us_per_step']:6.0f} "
+                     f"{t['python_us_per_window'] or 0:6.0f} "
                      f"{'yes' if t['same_output_as_plain'] else 'no'}")
     if cm.get("disturbed"):
         lines.insert(2, f"WARNING: the cost model looks disturbed ({cm['disturbed']}): figures unreliable")
@@ -195,6 +206,6 @@ def format_bench(result: dict) -> str:
               "default); adapt = n-gram with --ngram-length adaptive, using this run's cost model; "
               "expected = speedup the cost model predicts for the adapt run; of ceil = adapt/plain as a share "
               "of the ceiling; accept = accepted / proposed tokens of the adapt run (n/a: it proposed nothing); "
-              "us/step = time outside llama_decode per decode step = argmax over the rows' logits + engine "
-              "bookkeeping"]
+              "us/step = time outside llama_decode per decode step of the adapt run = argmax over the rows' logits + "
+              "engine bookkeeping; us/win = the same per window of the fixed run (median)"]
     return "\n".join(lines)
