@@ -231,3 +231,10 @@ def test_a_gguf_of_an_architecture_llama_cpp_cannot_load_is_one_clear_line(tmp_p
     assert p.returncode == 1
     line = one_clear_line(p.stderr)
     assert str(f) in line and "'alien-arch'" in line and "could not load" in line
+
+
+def test_an_unknown_source_option_is_refused_by_name():
+    p = cli("run", "--prompt", "hi", "--max-tokens", "2", "--source-option", "bogus=1")
+    assert p.returncode == 1
+    line = one_clear_line(p.stderr)
+    assert "unknown option for source ngram: bogus" in line and "n_max" in line

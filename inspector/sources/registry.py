@@ -32,13 +32,22 @@ class SourceContext:
 SourceFactory = Callable[..., ProposalSource]
 
 
+def _refuse_unknown(source: str, unknown: dict, known: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` naming options a built-in factory does not take (a typo
+    must not pass silently)."""
+    if unknown:
+        raise ValueError(f"unknown option{'s' if len(unknown) > 1 else ''} for source {source}: "
+                         f"{', '.join(sorted(unknown))} (expected {', '.join(known)})")
+
+
 def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, length: str = "fixed",
-           row_cost_ratio: str | float | None = None, row_costs=None, **_) -> ProposalSource:
+           row_cost_ratio: str | float | None = None, row_costs=None, **unknown) -> ProposalSource:
     """``row_costs``: ms per batch of k = 1.. rows (a list, or "a,b,c"); by default the
     cost model stored for this model and thread count (``inspector.bench.cost_cache``),
     if any; ``"linear"``: none (the linear model, fitted from the receipts)."""
     from inspector.sources.ngram import NgramSource
 
+    _refuse_unknown("ngram", unknown, ("n_max", "n_min", "length", "row_cost_ratio", "row_costs"))
     ratio = None if row_cost_ratio in (None, "", "auto") else float(row_cost_ratio)
     if isinstance(row_costs, str):
         row_costs = None if row_costs in ("", "linear") else [float(v) for v in row_costs.split(",")]
@@ -51,25 +60,28 @@ def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, lengt
     return NgramSource(int(n_max), int(n_min), length=str(length), row_cost_ratio=ratio, row_costs=row_costs)
 
 
-def _scripted(ctx: SourceContext, script: str = "", **_) -> ProposalSource:
+def _scripted(ctx: SourceContext, script: str = "", **unknown) -> ProposalSource:
     from inspector.sources.scripted import ScriptedSource
 
+    _refuse_unknown("scripted", unknown, ("script",))
     rt = ctx.runtime
     return ScriptedSource.from_text(lambda t: rt.tokenize(t, False, True), script)
 
 
-def _replay(ctx: SourceContext, replay: str = "", **_) -> ProposalSource:
+def _replay(ctx: SourceContext, replay: str = "", **unknown) -> ProposalSource:
     from inspector.receipts import load_document
     from inspector.sources.replay import ReplaySource
 
+    _refuse_unknown("replay", unknown, ("replay",))
     return ReplaySource(load_document(replay))
 
 
 def _draft(ctx: SourceContext, draft_model: str = "", draft_max: str | int = 8, draft_min: str | int = 0,
-           p_min: str | float = 0.0, **_) -> ProposalSource:
+           p_min: str | float = 0.0, **unknown) -> ProposalSource:
     from inspector.llama.runtime import LlamaRuntime
     from inspector.sources.draft import DraftModelSource
 
+    _refuse_unknown("draft", unknown, ("draft_model", "draft_max", "draft_min", "p_min"))
     target = ctx.runtime
     draft = LlamaRuntime(draft_model, n_ctx=target.n_ctx, n_batch=target.n_batch, n_seq_max=1,
                          n_threads=target.n_threads)
