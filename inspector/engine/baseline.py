@@ -95,14 +95,21 @@ def compare_with_plain(
     Returns (plain generated tokens, the first ``Divergence`` or None).
     """
     plain = plain_generation(scheduler, prompt_tokens, settings).generated
-    i = first_difference(plain, speculative_generated)
+    return plain, find_divergence(scheduler, prompt_tokens, plain, speculative_generated)
+
+
+def find_divergence(scheduler: RuntimeScheduler, prompt_tokens: Sequence[int], plain: Sequence[int],
+                    speculative: Sequence[int]) -> Divergence | None:
+    """The first ``Divergence`` of two generated streams of ``prompt_tokens``
+    (with the target's top-2 margin there, decoded one row at a time), or None."""
+    i = first_difference(plain, speculative)
     if i is None:
-        return plain, None
+        return None
     top, second, margin = top2_after(scheduler, list(prompt_tokens) + list(plain[:i]))
-    return plain, Divergence(
+    return Divergence(
         i,
         plain[i] if i < len(plain) else -1,
-        speculative_generated[i] if i < len(speculative_generated) else -1,
+        speculative[i] if i < len(speculative) else -1,
         top, second, margin,
     )
 
@@ -179,15 +186,6 @@ def run_baseline(scheduler: RuntimeScheduler, generation: Generation, *, max_new
     settings = g.settings if max_new_tokens is None else replace(g.settings, max_new_tokens=max(1, max_new_tokens))
     plain = plain_generation(scheduler, prompt, settings, cancel)
     spec = list(g.generated)
-    i = first_difference(plain.generated, spec)
-    divergence = None
-    if i is not None:
-        top, second, margin = top2_after(scheduler, prompt + list(plain.generated[:i]))
-        divergence = Divergence(
-            i,
-            plain.generated[i] if i < len(plain.generated) else -1,
-            spec[i] if i < len(spec) else -1,
-            top, second, margin,
-        )
+    divergence = find_divergence(scheduler, prompt, plain.generated, spec)
     return BaselineResult(tuple(plain.generated), plain.summary().decode_tokens_per_s,
                           g.summary().decode_tokens_per_s, divergence)

@@ -11,22 +11,14 @@ GUI thread (every ``sys.getswitchinterval()`` seconds).
 from __future__ import annotations
 
 import gc
-import os
 
 from inspector.gui.session_model import SessionData
-
-
-def load_document_yielding(path: str | os.PathLike) -> dict:
-    """``inspector.receipts.load_document`` parsed so that other Python threads keep running."""
-    from inspector.receipts.document import load_document
-
-    return load_document(path, yield_gil=True)
 
 
 def read_session(path: str) -> tuple[SessionData | None, str]:
     """(session, "") from a receipts document (``.json``) or an autosave (``.jsonl``),
     or (None, message) naming the file and the problem. Safe on any thread (no Qt)."""
-    from inspector.receipts import ReceiptsFileError
+    from inspector.receipts import ReceiptsFileError, load_document
 
     # The load makes millions of objects: with the cyclic GC on, its full collections
     # (a second each, holding the GIL) would freeze the GUI thread. The records hold no
@@ -38,7 +30,7 @@ def read_session(path: str) -> tuple[SessionData | None, str]:
         if str(path).endswith(".jsonl"):
             session = SessionData.from_autosave(path)
         else:
-            session = SessionData.from_document(load_document_yielding(path), path=path)
+            session = SessionData.from_document(load_document(path, yield_gil=True), path=path)
         session.windows()  # sorted and cached here, not on the GUI thread
         return session, ""
     except ReceiptsFileError as exc:

@@ -90,11 +90,6 @@ FORGET_PER_QUERY = 0.99
 about 70 queries), so a bucket that stopped proposing after some mismatches
 is tried again later: without a proposal there is no receipt to learn from."""
 
-FORGET_PER_OBSERVATION = 1.0
-"""Older observations in a bucket weigh this much less with each new one (1: all
-count alike; lower values were not better on the bench tasks)."""
-
-
 @dataclass
 class _Counts:
     """Prior pseudo-counts and faded observed counts (accepted tokens, mismatches)."""
@@ -111,7 +106,7 @@ class _Counts:
         return a / (a + self.prior_mismatched + f * self.mismatched)
 
     def add(self, accepted: float, mismatched: float, now: int) -> None:
-        f = FORGET_PER_QUERY ** max(0, now - self.last_query) * FORGET_PER_OBSERVATION
+        f = FORGET_PER_QUERY ** max(0, now - self.last_query)
         self.accepted = f * self.accepted + accepted
         self.mismatched = f * self.mismatched + mismatched
         self.last_query = now
@@ -159,10 +154,6 @@ class CostAwareLength:
             return 0
         p = self.counts[bucket_of(match_length)].p(self._queries)
         return best_length(p, self._ratio, cap, self.min_gain, self.row_costs)
-
-    def acceptance(self, match_length: int) -> float:
-        """The current estimate of p for ``match_length`` (per proposal token)."""
-        return self.counts[bucket_of(match_length)].p(self._queries)
 
     def observe(self, match_length: int, proposed: int, accepted: int, mismatched: bool,
                 rows: int, verification_us: float) -> None:
