@@ -14,13 +14,12 @@ __version__ = "0.1.0"
 
 
 def asset_path(name: str):
-    """Path of a file from the top-level ``assets/`` folder (a source checkout or
-    an editable install), or from the installed ``inspector.assets`` package."""
+    """Path of a file of the top-level ``assets/`` folder, ``name`` relative to it
+    (e.g. ``"prompts/open-ended.txt"``).
+
+    ``inspector/assets`` is a symlink to ``assets/`` in a checkout and a real folder
+    (the package ``inspector.assets``) in an installed wheel, so one path serves both.
+    """
     from pathlib import Path
 
-    local = Path(__file__).resolve().parent.parent / "assets" / name
-    if local.exists():
-        return local
-    from importlib import resources
-
-    return Path(str(resources.files("inspector.assets").joinpath(name)))
+    return Path(__file__).resolve().parent / "assets" / name
