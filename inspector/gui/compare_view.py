@@ -13,6 +13,12 @@ Export JSON / CSV.
 Widgets only: ``AnalysisActions`` runs the comparison on the engine thread
 and calls ``set_running`` / ``set_progress`` / ``set_result``; plot items
 are updated with ``setData`` on ``refresh`` (the window's redraw timer).
+
+Close (the button, Esc, Ctrl+W, or the title bar) hides the window. A
+comparison in flight keeps running on the engine thread (the main window's
+status bar shows its progress); Analysis > Compare configurations (Ctrl+K)
+shows the window again with its progress or results. Cancel stops it.
+Ctrl+C in either table copies the selected rows (``install_row_copy``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QAction, QBrush, QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -40,6 +46,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.bench.compare import PLAIN, CompareConfig, CompareResult, default_configs
+from inspector.gui.table_copy import install_row_copy
 
 CONFIG_HEADERS = ("label", "source", "draft max", "n_max", "n_min", "length", "other options (key=value, …)")
 OPTIONS_COL = len(CONFIG_HEADERS) - 1
@@ -192,6 +199,8 @@ class CompareView(QWidget):
         row.addWidget(self.export_csv)
         ml.addLayout(row)
         ml.addWidget(self.results, 1)
+        install_row_copy(self.configs)
+        install_row_copy(self.results)
 
         # Plots
         self.tps_plot = pg.PlotWidget(background="w", title="Decode tokens/s")
@@ -221,6 +230,20 @@ class CompareView(QWidget):
         split.setSizes([230, 190, 320])
         lay.addWidget(split, 1)
         self.splitter = split
+        self.close_button = QPushButton("Close")
+        self.close_button.setToolTip("hide this window (Esc, Ctrl+W); a comparison in flight keeps running "
+                                     "(Ctrl+K shows it again; Cancel stops it)")
+        self.close_button.setAutoDefault(False)
+        bottom = QHBoxLayout()
+        bottom.addStretch(1)
+        bottom.addWidget(self.close_button)
+        lay.addLayout(bottom)
+        self.close_action = QAction("Close", self)
+        self.close_action.setShortcut(QKeySequence("Ctrl+W"))
+        self.close_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.close_action.triggered.connect(self.close)
+        self.addAction(self.close_action)
+        self.close_button.clicked.connect(self.close)
 
         self.add.clicked.connect(self._add_clicked)
         self.remove.clicked.connect(self._remove_clicked)
@@ -231,6 +254,15 @@ class CompareView(QWidget):
         self.export_csv.clicked.connect(lambda: self._export("csv"))
         self.set_configs(default_configs())
         self.resize(1100, 760)
+
+    def keyPressEvent(self, event) -> None:
+        """Esc closes the window (as in a dialog) unless a child used it first (a cell editor
+        cancels its edit, an open list closes)."""
+        if event.key() == Qt.Key.Key_Escape and event.modifiers() == Qt.KeyboardModifier.NoModifier:
+            event.accept()
+            self.close()
+            return
+        super().keyPressEvent(event)
 
     # -- configurations -----------------------------------------------------------------
     def add_config(self, c: CompareConfig) -> None:

@@ -22,6 +22,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QStackedWidget, QVBoxLayout, QWidget
 
+from inspector.gui.wording import count_noun
+
 COST_PEN = "#1565c0"
 CEILING_PEN = "#e65100"
 BREAK_EVEN_BRUSH = "#90caf9"
@@ -151,7 +153,7 @@ class CostView(QWidget):
         if self.measured is None:
             return ""
         cm = self.measured.model
-        return f"best possible speedup {cm.ceiling:.1f}x at {cm.best_rows} rows"
+        return f"best possible speedup {cm.ceiling:.1f}x at {count_noun(cm.best_rows, 'row')}"
 
     def point_count(self) -> int:
         """Measured batch sizes drawn (tests)."""
@@ -182,11 +184,11 @@ class CostView(QWidget):
         self.cost_plot.setYRange(0, float(cost.max()) * 1.1, padding=0)
         self.cost_plot.setXRange(0.5, len(cost) + 0.5, padding=0)
         self._sync_views()
-        threads = f"{m.n_threads} CPU thread{'s' if m.n_threads != 1 else ''}"
+        threads = count_noun(m.n_threads, "CPU thread")
         self.title.setText(f"<b>{self.ceiling_text()}</b> · {Path(m.model_path).name} · {threads}")
         self.ceiling_label.setText(
             f"<b>{self.ceiling_text()}</b> · c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms "
-            f"({threads}, after a {m.prompt_tokens}-token prompt) · a window must accept more than the bar "
+            f"({threads}, after a prompt of {count_noun(m.prompt_tokens, 'token')}) · a window must accept more than the bar "
             "to beat plain decoding")
 
     def export_png(self, path: str, width: int = 1200) -> bool:

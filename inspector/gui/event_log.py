@@ -2,16 +2,18 @@
 
 A table model that only appends (``beginInsertRows``), so the redraw timer
 adds the new events in one batch. Time is milliseconds since the request
-started (``EngineEvent.t_us`` / 1000).
+started (``EngineEvent.t_us`` / 1000). Rows are selected whole; Ctrl+C copies
+the selected rows as tab-separated text (``install_row_copy``).
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QHeaderView, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QHBoxLayout, QHeaderView, QTableView, QVBoxLayout, QWidget
 
 from inspector.gui.session_model import SessionData
+from inspector.gui.table_copy import install_row_copy
 
 COLUMNS = ("seq", "time (ms)", "kind", "window", "row", "token", "position", "detail")
 KIND_COLORS = {"error": "#ffcdd2", "discard": "#fff3e0", "repair": "#e3f2fd", "verify": "#f1f8e9", "finish": "#ede7f6"}
@@ -101,6 +103,8 @@ class EventLog(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(20)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        install_row_copy(self.table)
         for i, w in enumerate((50, 80, 70, 60, 40, 140, 70)):
             self.table.setColumnWidth(i, w)
         lay.addWidget(self.table)

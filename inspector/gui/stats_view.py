@@ -8,6 +8,11 @@ branch-conditioned predictions never reach them. After a comparison with
 plain decoding: whether the outputs are identical (or where they first
 differ, with the target's top-2 logit margin), plain decode tokens/s and the
 observed speedup (speculative / plain decode tokens/s).
+
+With no verified window (e.g. max tokens 1, or a source that proposed
+nothing) every step was plain: the per-window figures and both speedups say
+"n/a" (a measured ratio of two plain runs is timing noise, not a speedup; it
+is named as such), and the charts are empty on a 0..1 axis.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QVBoxLayout, QWi
 
 from inspector.engine.receipt import Summary
 from inspector.gui.session_model import SessionData
+from inspector.gui.timeline import IntegerAxis
+from inspector.gui.wording import count_noun
 
 DISPOSITIONS = ("full_accept", "first_mismatch", "stopped")
 DISPOSITION_BRUSH = ("#66bb6a", "#ffa726", "#9575cd")
@@ -87,7 +94,7 @@ class StatsView(QWidget):
         self.by_pos.setYRange(0, 1.05)
         self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush="#42a5f5")
         self.by_pos.addItem(self.pos_bars)
-        self.disp = pg.PlotWidget(background="w", title="Dispositions")
+        self.disp = pg.PlotWidget(background="w", title="Dispositions", axisItems={"left": IntegerAxis("left")})
         self.disp.setLabel("left", "windows")
         self.disp.getAxis("bottom").setTicks([[(i, d) for i, d in enumerate(DISPOSITIONS)]])
         self.disp_bars = pg.BarGraphItem(x=list(range(3)), height=[0, 0, 0], width=0.6, brushes=list(DISPOSITION_BRUSH))
@@ -117,17 +124,30 @@ class StatsView(QWidget):
         L["plain_steps"].setText(str(m.plain_steps))
         L["discards"].setText(str(m.discards))
         L["generated"].setText(str(m.generated_tokens))
-        L["acceptance"].setText(f"{_pct(m.acceptance_rate)}  ({m.accepted_tokens} / {m.proposed_tokens})")
-        L["mean_len"].setText("n/a" if m.mean_accepted_length is None else f"{m.mean_accepted_length:.2f} tokens per window")
-        L["dispositions"].setText(", ".join(f"{k} {m.dispositions.get(k, 0)}" for k in DISPOSITIONS))
+        L["acceptance"].setText("n/a (no windows)" if not m.windows else
+                                f"{_pct(m.acceptance_rate)}  ({m.accepted_tokens} / {m.proposed_tokens})")
+        L["mean_len"].setText("n/a (no windows)" if not m.windows or m.mean_accepted_length is None else
+                              f"{m.mean_accepted_length:.2f} tokens per window")
+        L["dispositions"].setText("n/a (no windows)" if not m.windows else
+                                  ", ".join(f"{k} {m.dispositions.get(k, 0)}" for k in DISPOSITIONS))
         L["tps"].setText("n/a" if m.decode_tokens_per_s is None else f"{m.decode_tokens_per_s:.1f}")
-        L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({s.prompt_token_count} prompt tokens)")
+        L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({count_noun(s.prompt_token_count, 'prompt token')})")
         L["finish"].setText(m.finish_reason or ("running" if s.origin == "live" else "unfinished"))
         self._show_baseline(s.baseline)
         self._show_speedups(s, m)
-        n = len(m.acceptance_by_position)
-        self.pos_bars.setOpts(x=np.arange(1, n + 1), height=np.array(m.acceptance_by_position, float), width=0.7)
-        self.disp_bars.setOpts(height=[m.dispositions.get(k, 0) for k in DISPOSITIONS])
+        self._draw_charts(m)
+
+    def _draw_charts(self, m: Summary) -> None:
+        """Both bar charts, on axes that fit their bars (0..1 windows when there are none)."""
+        by_pos = [0.0 if v is None else v for v in m.acceptance_by_position] if m.windows else []
+        n = len(by_pos)
+        self.pos_bars.setOpts(x=np.arange(1, n + 1), height=np.array(by_pos, float), width=0.7)
+        self.by_pos.setXRange(0.5, max(n, 1) + 0.5, padding=0)
+        self.by_pos.setYRange(0, 1.05, padding=0)
+        heights = [m.dispositions.get(k, 0) for k in DISPOSITIONS]
+        self.disp_bars.setOpts(height=heights)
+        self.disp.setXRange(-0.5, len(DISPOSITIONS) - 0.5, padding=0)
+        self.disp.setYRange(0, max(1, max(heights)) * 1.05, padding=0)
 
     def _show_baseline(self, b: dict | None) -> None:
         L = self.labels
@@ -137,7 +157,7 @@ class StatsView(QWidget):
             return
         d = b.get("divergence")
         if d is None:
-            L["baseline"].setText(f"identical to plain decoding ({len(b.get('plain_token_ids', []))} tokens)")
+            L["baseline"].setText(f"identical to plain decoding ({count_noun(len(b.get('plain_token_ids', [])), 'token')})")
             L["baseline"].setStyleSheet("color:#1b5e20")
         else:
             def tok(key):
@@ -156,6 +176,15 @@ class StatsView(QWidget):
         L = self.labels
         cm = self.cost_model
         self.expected_speedup = None
+        self.observed_speedup, self.observed_estimated = None, False
+        if not m.windows:  # nothing was verified: a speedup of speculation has no meaning
+            why = "no windows yet" if s.origin == "live" and m.finish_reason is None else \
+                "no windows: every decode step was plain"
+            L["expected"].setText("n/a — measure the cost model (Cost model tab)" if cm is None else f"n/a ({why})")
+            measured = (s.baseline or {}).get("observed_speedup")
+            L["observed"].setText(f"n/a ({why})" if measured is None else
+                                  f"n/a ({why}; the measured {measured:.2f}x compares two plain runs: timing noise)")
+            return
         if cm is None:
             L["expected"].setText("n/a — measure the cost model (Cost model tab)")
         else:

@@ -1,11 +1,23 @@
-"""The KV position timeline (pyqtgraph): positions per window, in tokens.
+"""The KV position timeline (pyqtgraph): positions per decode step, in tokens.
 
-Per window: ``base_position`` (KV length before verification),
-``position_after_verification`` (base + rows), ``canonical_position`` (after
-repair), and the live KV length traced through each window (grows by the
-verify batch, drops back by the trim). Failed windows are marked in red.
-Plot items are created once and updated with ``setData``; a long session's
-series are downsampled to ``MAX_POINTS`` (peak: the extremes of each stretch).
+The x-axis is the decode step (``WindowReceipt.decode_step``: 0 for the first
+step after the prefill): every proposal window and every plain one-token step
+is one decode step, so windows and the plain steps between them share one
+axis with integer ticks. Per window: ``base_position`` (KV length before
+verification), ``position_after_verification`` (base + rows),
+``canonical_position`` (after repair). Per plain step: the KV length after it
+(base + 1). The live KV length line runs through every decode step: it rises
+by the verify batch and drops back by the trim in a window, and rises by one
+token in a plain step (after the last window too). Failed windows are marked
+in red. Plot items are created once and updated with ``setData``; a long
+session's series are downsampled to ``MAX_POINTS`` (peak: the extremes of
+each stretch).
+
+The decode step of a plain step is not recorded in the session; it is the
+decode step of the window before it (its receipt, or the failed window's
+discard) plus the plain steps since that window (-1 plus the plain steps when
+no window came before). A ``position_mismatch`` or invalid-proposal discard
+shares its decode step with the plain step that follows it.
 """
 
 from __future__ import annotations
@@ -14,12 +26,15 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from inspector.engine.receipt import DISCARD, STEP, VERIFY
 from inspector.gui.session_model import SessionData
 
 
 MAX_POINTS = 2000
 """Most points a plot series draws (about; twice as many for a line); longer series
 are downsampled (``set_limited``)."""
+HALF = 0.3
+"""Half the width of one decode step on the live KV line (fraction of a step)."""
 
 
 def set_limited(item: pg.PlotDataItem, x: np.ndarray, y: np.ndarray) -> None:
@@ -33,17 +48,36 @@ def set_limited(item: pg.PlotDataItem, x: np.ndarray, y: np.ndarray) -> None:
     item.setData(x, y)
 
 
+class IntegerAxis(pg.AxisItem):
+    """An axis whose ticks are whole numbers only (decode steps, window counts): a tick
+    spacing below 1 becomes 1, so no tick falls between two steps."""
+
+    def tickSpacing(self, minVal, maxVal, size):
+        levels = super().tickSpacing(minVal, maxVal, size)
+        out = []
+        for spacing, offset in levels:
+            spacing = max(1.0, float(round(spacing)))
+            if all(spacing != s for s, _ in out):
+                out.append((spacing, 0.0))
+        return out or [(1.0, 0.0)]
+
+    def tickValues(self, minVal, maxVal, size):
+        return [(spacing, [v for v in values if float(v).is_integer()])
+                for spacing, values in super().tickValues(minVal, maxVal, size)]
+
+
 class Timeline(QWidget):
-    """KV positions (tokens) against window index."""
+    """KV positions (tokens) against the decode step (windows and plain steps)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.session: SessionData | None = None
         self._drawn_version = -1
+        self._reset_steps()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.plot = pg.PlotWidget(background="w")
-        self.plot.setLabel("bottom", "window")
+        self.plot = pg.PlotWidget(background="w", axisItems={"bottom": IntegerAxis("bottom")})
+        self.plot.setLabel("bottom", "decode step")
         self.plot.setLabel("left", "KV position (tokens)")
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.plot.addLegend(offset=(10, 10))
@@ -54,49 +88,98 @@ class Timeline(QWidget):
                                     symbolPen=None, name="position_after_verification")
         self.canonical = self.plot.plot([], [], pen=None, symbol="s", symbolSize=7, symbolBrush="#2e7d32",
                                         symbolPen=None, name="canonical_position")
+        self.plain = self.plot.plot([], [], pen=None, symbol="o", symbolSize=4, symbolBrush="#78909c",
+                                    symbolPen=None, name="plain step (KV length after)")
         self.failed = self.plot.plot([], [], pen=None, symbol="x", symbolSize=12, symbolBrush="#c62828",
                                      symbolPen=pg.mkPen("#c62828", width=2), name="failed window (canonical)")
         lay.addWidget(self.plot)
 
+    def _reset_steps(self) -> None:
+        # Plain steps read from the session's events so far (append-only): for each,
+        # (window before it or None, plain steps since that window, KV length after it).
+        self._events_read = 0
+        self._last_window: int | None = None
+        self._since_window = 0
+        self._plain: list[tuple[int | None, int, int]] = []
+
     def set_session(self, session: SessionData) -> None:
         self.session = session
         self._drawn_version = -1
+        self._reset_steps()
 
     def point_count(self) -> int:
         """Windows drawn (verified + failed)."""
         return len(self.base.xData if self.base.xData is not None else []) + \
             len(self.failed.xData if self.failed.xData is not None else [])
 
+    def plain_step_count(self) -> int:
+        """Plain steps drawn."""
+        return 0 if self.plain.xData is None else len(self.plain.xData)
+
+    def _read_events(self, s: SessionData) -> None:
+        events = s.events
+        for i in range(self._events_read, len(events)):
+            e = events[i]
+            if e.kind == VERIFY or (e.kind == DISCARD and e.window is not None):
+                if e.window != self._last_window:
+                    self._last_window, self._since_window = e.window, 0
+            elif e.kind == STEP and e.position is not None:
+                self._since_window += 1
+                self._plain.append((self._last_window, self._since_window, e.position))
+        self._events_read = len(events)
+
+    def decode_steps(self) -> tuple[dict[int, int], list[tuple[int, int]]]:
+        """(window index -> decode step, [(decode step, KV length after) per plain step]), as drawn.
+        A plain step after a window whose receipt has not arrived yet is left out until it does."""
+        s = self.session
+        if s is None:
+            return {}, []
+        self._read_events(s)
+        steps = {w: r.decode_step for w, r in s.receipts_by_window.items()}
+        for w, d in s.failed_windows.items():
+            steps.setdefault(w, d.decode_step)
+        plain = []
+        for window, k, position in self._plain:
+            anchor = -1 if window is None else steps.get(window)
+            if anchor is not None:
+                plain.append((anchor + k, position))
+        return steps, plain
+
     def refresh(self) -> None:
         s = self.session
         if s is None or s.version == self._drawn_version:
             return
         self._drawn_version = s.version
-        xs, base, after, canon, lx, ly, fx, fy = [], [], [], [], [], [], [], []
+        steps, plain = self.decode_steps()
+        xs, base, after, canon, fx, fy = [], [], [], [], [], []
+        line: list[tuple[float, float, float, float, float, float]] = []  # x0 y0 x1 y1 x2 y2 per step
         for e in s.windows():
-            w = e.window_index
+            d = steps[e.window_index]
             if e.receipt is not None:
                 r = e.receipt
                 b, a, c = r.base_position, r.position_after_verification, r.canonical_position
-                xs.append(w)
+                xs.append(d)
                 base.append(b)
                 after.append(a)
                 canon.append(c)
             else:
                 p = e.discard.partial
                 b, a, c = p.base_position, p.position_after_verification, p.canonical_position
-                fx.append(w)
+                fx.append(d)
                 fy.append(c)
                 if a is None:
                     a = b
-            lx += [w - 0.3, w, w + 0.3]
-            ly += [b, a, c]
+            line.append((d - HALF, b, d, a, d + HALF, c))
+        for d, position in plain:
+            line.append((d - HALF, position - 1, d, position - 0.5, d + HALF, position))
+        pts = np.array(sorted(line), float).reshape(-1, 6)
         x = np.array(xs, float)
         set_limited(self.base, x, np.array(base, float))
         set_limited(self.after, x, np.array(after, float))
         set_limited(self.canonical, x, np.array(canon, float))
         set_limited(self.failed, np.array(fx, float), np.array(fy, float))
-        set_limited(self.live, np.array(lx, float), np.array(ly, float))
+        set_limited(self.plain, np.array([d for d, _ in plain], float), np.array([p for _, p in plain], float))
+        set_limited(self.live, pts[:, 0::2].ravel(), pts[:, 1::2].ravel())
         kv = s.kv_length
         self.plot.setTitle(f"live KV length {kv if kv is not None else '—'} · canonical position "
                            f"{s.canonical_position if s.canonical_position is not None else '—'} (tokens)")

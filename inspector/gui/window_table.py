@@ -5,7 +5,10 @@ asks only for the rows it shows, so 20,000 windows cost nothing to display).
 New windows are appended with ``beginInsertRows`` on the redraw timer; a
 failed window (an index but no receipt: the engine's error discarded it) is a
 row marked ``failed (no receipt)``, so the table numbers windows as the event
-log does.
+log does. A row's tooltip names the window's decision (``decision_id_text``:
+the text when the bytes are printable, ``ngram:1:n2:L2``, else hex) and
+decode step. Copied rows (``inspector.gui.table_copy``) are headed with
+``WINDOW_COLUMNS``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import bisect
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor
 
+from inspector.engine.receipt import decision_id_text
 from inspector.gui.session_model import SessionData, WindowEntry
+from inspector.gui.table_copy import COPY_HEADER_ROLE
 
 WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed")
 WINDOW_HEADERS = ("#", "disposition", "prop.", "acc.", "comm.", "base", "canon.", "trim")
@@ -113,6 +118,8 @@ class WindowTableModel(QAbstractTableModel):
             return WINDOW_HEADERS[section]
         if role == Qt.ItemDataRole.ToolTipRole:
             return WINDOW_TIPS[section]
+        if role == COPY_HEADER_ROLE:
+            return WINDOW_COLUMNS[section]
         return None
 
     def data(self, index, role=_DISPLAY):
@@ -134,5 +141,9 @@ class WindowTableModel(QAbstractTableModel):
             e = self.entries[r]
             if e.receipt is None:
                 d = e.discard
-                return f"window {e.window_index} failed: {d.error or d.reason}. It has an index but no receipt."
+                return (f"window {e.window_index} failed: {d.error or d.reason}. It has an index but no receipt. "
+                        f"Decision {decision_id_text(d.decision_id)} ({d.source}), decode step {d.decode_step}.")
+            rc = e.receipt
+            return (f"window {rc.window_index} · decision {decision_id_text(rc.decision_id)} ({rc.source}) · "
+                    f"decode step {rc.decode_step}")
         return None

@@ -1,0 +1,14 @@
+"""Wording shared by the views: counts with their noun in the right number."""
+
+from __future__ import annotations
+
+
+def count_noun(n: int, singular: str, plural: str | None = None) -> str:
+    """``n`` and its noun: ``count_noun(1, "window")`` -> ``"1 window"``,
+    ``count_noun(2, "window")`` -> ``"2 windows"``, ``count_noun(0, "window")`` -> ``"0 windows"``.
+
+    ``plural`` defaults to ``singular + "s"``; pass it for irregular nouns
+    (``count_noun(2, "discard reason", "discard reasons")``, ``count_noun(3, "batch", "batches")``).
+    Only exactly 1 takes the singular.
+    """
+    return f"{n} {singular if n == 1 else (plural if plural is not None else singular + 's')}"

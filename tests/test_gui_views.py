@@ -1,0 +1,340 @@
+"""Views a new user reads (issue 11): the KV timeline on decode steps, lock timing from the
+run's start with 0 µs shown as 0, Statistics with no windows, counts in the right number,
+the Compare window's Close, Ctrl+C copying rows, decision ids as text.
+
+The timeline, lock, table and event-log tests read a ``SessionData`` filled from a real
+engine run on the bundled model, as the window's worker fills it; a scripted source
+proposes at the first and fourth decode steps only, so plain steps fall between the two
+windows and after the last one (whatever the model predicts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QItemSelectionModel, Qt
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QLineEdit, QTableView
+
+from inspector.engine import GenerationObserver
+from inspector.engine.receipt import LockOperation
+from inspector.gui import worker as W
+from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end
+
+MAX_TOKENS = 12
+
+
+class _Feed(GenerationObserver):
+    """Fills a ``SessionData`` from the engine's callbacks (what the worker's signals carry)."""
+
+    def __init__(self, session, runtime) -> None:
+        self.s, self.runtime = session, runtime
+
+    def on_event(self, ev):
+        if ev.token is not None:
+            self.s.add_texts({ev.token: self.runtime.token_text(ev.token)})
+        self.s.add_event(ev)
+
+    def on_receipt(self, r):
+        self.s.add_receipt(r)
+
+    def on_discard(self, d):
+        self.s.add_discard(d)
+
+    def on_token(self, token, text):
+        return False
+
+
+def _engine_run(make_generation, scheduler, chat_tokens, runtime, proposals, faults=None):
+    """(session, generation) of a scripted-source run to ``MAX_TOKENS`` tokens, resumed after each error."""
+    from inspector.engine.errors import EngineError
+    from inspector.gui.session_model import SessionData
+    from inspector.sources import ScriptedSource
+    from test_gui_support import example_text
+
+    prompt = chat_tokens(example_text("copy-with-corrections"))
+    s = SessionData()
+    scheduler.add_listener(s.add_lock_operation)
+    try:
+        g = make_generation(ScriptedSource(proposals=[prompt[a:b] for a, b in proposals]), prompt,
+                            _Feed(s, runtime), max_new_tokens=MAX_TOKENS, faults=faults)
+        for _ in range(5):
+            try:
+                g.run()
+                break
+            except EngineError:
+                g.resume()
+    finally:
+        scheduler.remove_listener(s.add_lock_operation)
+    s.main_session_id = g.session_id
+    s.prompt_token_count = len(prompt)
+    s.set_progress({"decode_elapsed_us": g.decode_elapsed_us, "prefill_elapsed_us": g.prefill_elapsed_us})
+    return s, g
+
+
+@pytest.fixture
+def engine_session(make_generation, scheduler, chat_tokens, runtime):
+    """(session, generation) of a finished run: a window at decode step 0, two plain steps,
+    a window at step 3, then plain steps to ``MAX_TOKENS`` tokens."""
+    s, g = _engine_run(make_generation, scheduler, chat_tokens, runtime, [(5, 8), (0, 0), (0, 0), (9, 10), (0, 0)])
+    assert len(g.receipts) == 2 and g.plain_steps >= 3, "the script proposes at two decode steps"
+    return s, g
+
+
+# -- 1. KV timeline ----------------------------------------------------------------------
+def test_timeline_x_axis_is_the_decode_step_and_covers_plain_steps(qtbot, engine_session):
+    from inspector.gui.timeline import Timeline
+
+    s, g = engine_session
+    t = Timeline()
+    qtbot.addWidget(t)
+    t.set_session(s)
+    t.refresh()
+    assert t.plot.getPlotItem().getAxis("bottom").labelText == "decode step"
+    window_steps = [r.decode_step for r in g.receipts]
+    assert window_steps == [0, 3]
+    assert list(t.base.xData) == list(t.canonical.xData) == window_steps
+    assert list(t.canonical.yData) == [r.canonical_position for r in g.receipts]
+    # Every plain step is drawn at its own decode step: windows and plain steps tile 0..n-1.
+    plain_steps = [int(x) for x in t.plain.xData]
+    assert t.plain_step_count() == g.plain_steps == s.plain_steps
+    assert sorted(window_steps + plain_steps) == list(range(g.decode_step))
+    assert plain_steps[:2] == [1, 2] and max(plain_steps) > max(window_steps)  # between and after the windows
+    assert [int(y) for y in t.plain.yData] == [e.position for e in s.events if e.kind == "step"]
+    # The live KV length runs through the last plain step and ends at the canonical position.
+    last = g.decode_step - 1
+    assert last < t.live.xData.max() < last + 0.5 and t.live.xData.min() > -0.5
+    assert t.live.yData[-1] == g.canonical_position
+    assert np.all(np.diff(t.live.xData) >= 0)
+    assert t.point_count() == len(g.receipts)
+
+
+def test_timeline_keeps_one_axis_through_a_failed_window_and_a_discard(qtbot, make_generation, scheduler,
+                                                                       chat_tokens, runtime):
+    """Window 1 fails at its first token (resumed), window 2's proposal is discarded
+    (position_mismatch) and a plain step takes its decode step."""
+    from inspector.engine.faults import Fault, FaultPlan
+    from inspector.gui.timeline import Timeline
+
+    faults = FaultPlan([Fault("callback_error", 1, 1), Fault("position_drift", 2)])
+    s, g = _engine_run(make_generation, scheduler, chat_tokens, runtime, [(5, 8), (0, 0), (9, 10), (0, 0)], faults)
+    assert not g.receipts and set(s.failed_windows) == {1}
+    assert [d.reason for d in s.discards] == ["execution_failed", "position_mismatch"]
+    t = Timeline()
+    qtbot.addWidget(t)
+    t.set_session(s)
+    t.refresh()
+    assert list(t.failed.xData) == [s.failed_windows[1].decode_step] == [0]
+    plain_steps = [int(x) for x in t.plain.xData]
+    assert sorted([0] + plain_steps) == list(range(g.decode_step))
+    assert s.discards[1].decode_step in plain_steps  # the discarded proposal's step was a plain step
+    assert t.live.yData[-1] == g.canonical_position
+
+
+def test_timeline_ticks_are_whole_decode_steps(qtbot):
+    from inspector.gui.timeline import Timeline
+
+    t = Timeline()
+    qtbot.addWidget(t)
+    axis = t.plot.getPlotItem().getAxis("bottom")
+    for lo, hi in ((-0.3, 1.3), (0.7, 3.3), (-0.3, 40.3), (0, 20000)):
+        values = [v for _spacing, level in axis.tickValues(lo, hi, 600) for v in level]
+        assert values and all(float(v).is_integer() for v in values), (lo, hi, values)
+        assert all(s == "" or "." not in s for s in axis.tickStrings(values, 1, 1))
+
+
+# -- 2. Lock timing ----------------------------------------------------------------------
+def test_lock_time_counts_from_the_run_start(qtbot, engine_session):
+    from inspector.gui.lock_plots import LockPlots
+
+    s, g = engine_session
+    lp = LockPlots()
+    qtbot.addWidget(lp)
+    lp.set_session(s)
+    lp.refresh()
+    first = min(op.started_us for op in s.lock_ops)
+    assert first > 0  # the scheduler (the app) started earlier
+    prefill = next(op for op in s.lock_ops if op.kind == "prefill" and op.session_id == g.session_id)
+    assert list(lp.scatter_wait["prefill"].xData) == [pytest.approx((prefill.started_us - first) / 1e6)]
+    xs = np.concatenate([v.xData for v in lp.scatter_wait.values() if v.xData is not None and len(v.xData)])
+    assert xs.min() >= 0 and xs.max() <= (max(op.started_us for op in s.lock_ops) - first) / 1e6 + 1e-9
+    assert "since the run started" in lp.wait_plot.getPlotItem().getAxis("bottom").labelText
+
+
+def test_zero_waits_are_drawn_as_zero_not_one_microsecond(qtbot):
+    from inspector.gui.lock_plots import LockPlots
+    from inspector.gui.session_model import SessionData
+
+    s = SessionData()
+    s.main_session_id = 3
+    s.lock_ops = [LockOperation("prefill", 3, 7_000_000, 0, 500), LockOperation("verify", 3, 7_001_000, 0, 300),
+                  LockOperation("verify", 3, 7_002_000, 1, 250), LockOperation("step", 3, 7_005_000, 40, 1000)]
+    lp = LockPlots()
+    qtbot.addWidget(lp)
+    lp.set_session(s)
+    lp.refresh()
+    zero_y, one_y = lp.scatter_wait["verify"].yData  # 0 µs on a row of its own below 1 µs (at log10(1))
+    assert one_y == 0.0 and zero_y < -0.5
+    assert list(lp.scatter_wait["verify"].xData) == pytest.approx([0.001, 0.002])
+    assert list(lp.scatter_hold["step"].yData) == [3.0]
+    left = lp.wait_plot.getPlotItem().getAxis("left")
+    assert left.tickStrings([zero_y, 0.0, 1.0, 3.0, 6.0], 1, 1) == ["0", "1 µs", "10 µs", "1 ms", "1 s"]
+    ticks = [v for _s, level in left.tickValues(zero_y - 0.2, 2.2, 300) for v in level]
+    assert zero_y in ticks
+    x, counts = lp.hist_wait["verify"].getData()
+    assert counts[0] == 1 and (x[0] + x[1]) / 2 == zero_y  # the 0 µs bin is drawn at the "0" tick
+    assert counts[1:].sum() == 1
+    bottom = lp.wait_hist.getPlotItem().getAxis("bottom")
+    assert bottom.tickStrings([zero_y], 1, 1) == ["0"]
+    assert "<b>prefill</b> 1 op," in lp.totals.text() and "<b>verify</b> 2 ops," in lp.totals.text()
+
+
+# -- 3. Statistics with no windows -------------------------------------------------------
+def test_max_tokens_one_statistics_say_na_and_keep_a_sane_axis(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=1)
+    w.panel.baseline.setChecked(True)
+    run_to_end(qtbot, w)
+    st = w.stats
+    st.refresh()
+    assert st.summary.windows == 0 and st.summary.generated_tokens == 1
+    assert w.session.baseline is not None and w.session.baseline.get("observed_speedup") is not None
+    for key in ("acceptance", "mean_len", "expected", "observed"):
+        assert st.labels[key].text().startswith("n/a"), (key, st.labels[key].text())
+    assert "plain" in st.labels["observed"].text()
+    assert st.observed_speedup is None and st.expected_speedup is None
+    (x0, x1), (y0, y1) = st.disp.getPlotItem().viewRange()
+    assert y0 == pytest.approx(0) and 1 <= y1 <= 1.1
+    assert x0 < 0 < 2 < x1 < 3
+    (_px0, _px1), (py0, py1) = st.by_pos.getPlotItem().viewRange()
+    assert py0 == pytest.approx(0) and py1 <= 1.1
+    left = st.disp.getPlotItem().getAxis("left")
+    assert all(float(v).is_integer() for _s, level in left.tickValues(0, 1.05, 200) for v in level)
+
+
+# -- 4. Counts ---------------------------------------------------------------------------
+def test_count_noun():
+    from inspector.gui.wording import count_noun
+
+    assert count_noun(1, "window") == "1 window"
+    assert count_noun(2, "window") == "2 windows"
+    assert count_noun(0, "window") == "0 windows"
+    assert count_noun(1, "discard") == "1 discard" and count_noun(3, "token") == "3 tokens"
+    assert count_noun(2, "batch", "batches") == "2 batches" and count_noun(1, "batch", "batches") == "1 batch"
+
+
+# -- 5. Compare window: Close, Esc, Ctrl+W -----------------------------------------------
+def test_compare_window_closes_and_a_running_comparison_goes_on(qtbot, runtime, tmp_path):
+    from inspector.bench.compare import CompareConfig
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    v = w.analysis.show_compare()
+    qtbot.waitExposed(v)
+    assert v.close_button.isVisible()
+    v.close_button.click()
+    assert not v.isVisible()
+    v = w.analysis.show_compare()
+    v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram 4", "ngram", 4)])
+    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert w.analysis.run_compare(v.config_list())
+        qtbot.keyClick(v.results, Qt.Key.Key_Escape)  # from a child: Esc reaches the window
+        assert not v.isVisible()
+        assert w.state == W.BUSY  # closing hides the window; the comparison keeps running
+    result, note = blocker.args
+    assert note == "" and len(result.rows) == 2 and not any(r.error for r in result.rows)
+    assert w.state == W.IDLE
+    assert w.analysis.show_compare() is v and v.isVisible()
+    v.refresh()
+    assert v.row_count() == 2 and v.run.isEnabled()
+    # Ctrl+W closes it too.
+    v.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is v, timeout=5000)
+    qtbot.keyClick(v.results, Qt.Key.Key_W, Qt.KeyboardModifier.ControlModifier)
+    assert not v.isVisible()
+    # Esc in an open cell editor cancels the edit and keeps the window.
+    v = w.analysis.show_compare()
+    v.configs.editItem(v.configs.item(0, 0))
+    assert v.configs.state() == QAbstractItemView.State.EditingState
+    (editor,) = v.configs.viewport().findChildren(QLineEdit, options=Qt.FindChildOption.FindDirectChildrenOnly)
+    qtbot.keyClick(editor, Qt.Key.Key_Escape)
+    assert v.isVisible() and v.configs.state() != QAbstractItemView.State.EditingState
+    # Ctrl+C copies the selected result rows.
+    v.results.selectRow(1)
+    qtbot.keyClick(v.results, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    lines = QApplication.clipboard().text().splitlines()
+    assert lines[0].split("\t")[:3] == ["configuration", "decode tokens/s", "speedup vs plain"]
+    assert lines[1].split("\t")[0] == "ngram 4" and len(lines) == 2
+
+
+# -- 6. Ctrl+C copies rows ---------------------------------------------------------------
+def _select_rows(view: QTableView, rows) -> None:
+    sm = view.selectionModel()
+    sm.clearSelection()
+    flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
+    for r in rows:
+        sm.select(view.model().index(r, 0), flags)
+    sm.setCurrentIndex(view.model().index(rows[-1], 0), QItemSelectionModel.SelectionFlag.NoUpdate)
+
+
+def test_ctrl_c_copies_selected_window_rows_as_tsv(qtbot, engine_session):
+    from inspector.gui.table_copy import install_row_copy
+    from inspector.gui.window_table import WINDOW_COLUMNS, WindowTableModel, entry_values
+
+    s, g = engine_session
+    model = WindowTableModel()
+    model.set_session(s)
+    view = QTableView()
+    qtbot.addWidget(view)
+    view.setModel(model)
+    install_row_copy(view)
+    install_row_copy(view)  # twice: still one copy
+    view.show()
+    view.setFocus()
+    _select_rows(view, [0, 1])
+    QApplication.clipboard().clear()
+    qtbot.keyClick(view, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    text = QApplication.clipboard().text()
+    expected = ["\t".join(WINDOW_COLUMNS)] + ["\t".join(str(v) for v in entry_values(e)) for e in s.windows()]
+    assert text.splitlines() == expected
+    assert text.endswith("\n")
+
+
+def test_ctrl_c_copies_event_log_rows(qtbot, engine_session):
+    from inspector.gui.event_log import COLUMNS, EventLog
+
+    s, g = engine_session
+    log = EventLog()
+    qtbot.addWidget(log)
+    log.set_session(s)
+    log.refresh()
+    log.show()
+    view = log.table
+    model = view.model()
+    commit = next(i for i, e in enumerate(s.events) if e.kind == "commit")
+    _select_rows(view, [0, commit])
+    QApplication.clipboard().clear()
+    qtbot.keyClick(view, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    lines = QApplication.clipboard().text().splitlines()
+    assert lines[0] == "\t".join(COLUMNS)
+    assert len(lines) == 3
+    for line, row in zip(lines[1:], (0, commit)):
+        assert line.split("\t") == [str(model.data(model.index(row, c)) or "") for c in range(len(COLUMNS))]
+    assert lines[2].split("\t")[2] == "commit"
+    # With commits hidden (a filtered view), the copy follows what is shown.
+    log.hide_commits.setChecked(True)
+    _select_rows(log.table, [0, 1])
+    qtbot.keyClick(log.table, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    kinds = [line.split("\t")[2] for line in QApplication.clipboard().text().splitlines()[1:]]
+    assert len(kinds) == 2 and "commit" not in kinds and "step" not in kinds
+
+
+# -- 7. Decision ids as text -------------------------------------------------------------
+def test_windows_table_shows_decision_ids_as_text(engine_session):
+    from inspector.gui.window_table import WindowTableModel
+
+    s, g = engine_session
+    model = WindowTableModel()
+    model.set_session(s)
+    for row, r in enumerate(g.receipts):
+        text = bytes.fromhex(r.decision_id).decode()  # the receipt stores the source's bytes as hex
+        assert text.startswith("script:") and r.decision_id != text
+        tip = model.data(model.index(row, 0), Qt.ItemDataRole.ToolTipRole)
+        assert f"decision {text} " in tip and r.decision_id not in tip
+        assert f"decode step {r.decode_step}" in tip
