@@ -49,6 +49,41 @@ def _non_negative(text: str) -> int:
     return v
 
 
+def _setting(name: str, convert):
+    """An argparse type that parses with ``convert`` and checks the value with the
+    engine's rule for the setting ``name`` (``inspector.engine.settings.interpret_setting``:
+    values llama.cpp gives a meaning, such as temperature -1 or seed -1, pass and are
+    interpreted when the settings are made). Returns the value as typed."""
+
+    def parse(text: str):
+        from inspector.engine.settings import interpret_setting
+
+        try:
+            value = convert(text)
+        except ValueError:
+            what = "a whole number" if convert is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        try:
+            interpret_setting(name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = name  # argparse names the type in some messages
+    return parse
+
+
+def _stop_string(text: str) -> str:
+    """``--stop``: a non-empty stop string (the engine's rule, ``check_stop``)."""
+    from inspector.engine.settings import check_stop
+
+    try:
+        return check_stop((text,))[0]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a stop string must be non-empty, observed {text!r} (an empty one would match everywhere)") from None
+
+
 def _fault(text: str):
     from inspector.engine.faults import Fault
 
@@ -60,6 +95,7 @@ def _fault(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     from inspector.engine.faults import FAULT_KINDS
+    from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, SEED_MAX
 
     parser = _Parser(
         prog="spec-inspector",
@@ -99,19 +135,25 @@ def build_parser() -> argparse.ArgumentParser:
                           "tokens (llama.cpp's prompt lookup); adaptive proposes the length that buys the most "
                           "tokens per unit of verification cost (the stored cost model, acceptance learned from "
                           "the receipts), or nothing when a plain step is cheaper [fixed]")
-    run.add_argument("--max-tokens", type=_positive, default=256, help="most tokens to generate [256]")
-    run.add_argument("--draft-max", type=_non_negative, default=8, help="most proposal tokens per window [8]")
+    run.add_argument("--max-tokens", type=_setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
+                     help=f"most tokens to generate (>= 1) [{DEFAULT_MAX_NEW_TOKENS}]")
+    run.add_argument("--draft-max", type=_setting("draft_max", int), default=8,
+                     help="most proposal tokens per window (>= 0) [8]")
     run.add_argument("--n-ctx", type=_positive, default=2048, help="context size in tokens [2048]")
-    run.add_argument("--n-batch", type=_positive, default=512, help="most rows per decode [512]")
+    run.add_argument("--n-batch", type=_positive, default=512,
+                     help="most rows per decode; speculation needs >= 2 (proposals are capped at n-batch - 1) [512]")
     run.add_argument("--threads", type=_positive, default=None, help="CPU threads [all cores]")
-    run.add_argument("--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)")
+    run.add_argument("--stop", action="append", default=[], type=_stop_string, metavar="STR",
+                     help="stop string, non-empty (repeatable)")
     run.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
     s = run.add_argument_group("sampling (default greedy)")
-    s.add_argument("--temperature", type=float, default=0.0, help="0 = greedy [0]")
-    s.add_argument("--top-k", type=int, default=40, help="[40]")
-    s.add_argument("--top-p", type=float, default=0.95, help="[0.95]")
-    s.add_argument("--min-p", type=float, default=0.05, help="[0.05]")
-    s.add_argument("--seed", type=int, default=0, help="[0]")
+    s.add_argument("--temperature", type=_setting("temperature", float), default=0.0,
+                   help="<= 0 = greedy, as in llama.cpp [0]")
+    s.add_argument("--top-k", type=_setting("top_k", int), default=40, help="<= 0 = no top-k limit, as in llama.cpp [40]")
+    s.add_argument("--top-p", type=_setting("top_p", float), default=0.95, help="0..1; 0 or 1 = no top-p stage [0.95]")
+    s.add_argument("--min-p", type=_setting("min_p", float), default=0.05, help="0..1; 0 or 1 = no min-p stage [0.05]")
+    s.add_argument("--seed", type=_setting("seed", int), default=0,
+                   help=f"0..{SEED_MAX}; -1 = a random seed (llama.cpp's), drawn and recorded in the receipts [0]")
     s.add_argument("--verification", choices=["sample_match", "rejection"], default="sample_match",
                    help="with temperature > 0: accept while the target's sample equals the proposal "
                         "(sample_match), or rejection sampling with the draft's probabilities (rejection; "
@@ -125,8 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--autosave", type=Path, metavar="OUT.jsonl",
                      help="append every receipt, discard and plain step to this JSON Lines file as it happens "
                           "(flushed per record: survives a crash; spec-inspector view opens it)")
-    run.add_argument("--proposal-deadline-ms", type=float, default=2000.0, metavar="MS",
-                     help="a proposal that arrives later is discarded as deadline_exceeded [2000]")
+    run.add_argument("--proposal-deadline-ms", type=_setting("proposal_deadline_ms", float), default=2000.0,
+                     metavar="MS", help="a proposal that arrives later is discarded as deadline_exceeded (> 0) [2000]")
     run.add_argument("--events", action="store_true", help="print the ordered event list")
     run.add_argument("--baseline", action="store_true",
                      help="also run plain one-token decoding with the same sampling and report the first "
@@ -135,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     view = sub.add_parser("view", help="print the summary of a receipts file (.json) or an autosave (.jsonl)")
     view.add_argument("file", type=Path)
+    view.add_argument("--windows", action="store_true",
+                      help="also print one line per window and per discard (decode step, decision id, outcome)")
+    view.add_argument("--events", action="store_true", help="also print the ordered event list (receipts .json)")
 
     tr = sub.add_parser("trace", help="write a Chrome trace (Perfetto) of a receipts file",
                         description="Convert a receipts file to Chrome trace event JSON: open it in "
@@ -165,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
                     help="a configuration, e.g. none, ngram:draft_max=4, ngram:draft_max=16,n_min=1, "
                          "draft:draft_model=D.gguf (repeatable; default: plain and ngram with draft_max 4, 8, 16)")
-    cp.add_argument("--max-tokens", type=_positive, default=128, help="tokens per run [128]")
+    cp.add_argument("--max-tokens", type=_setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
+                    help=f"tokens per run [{DEFAULT_MAX_NEW_TOKENS}]")
     cp.add_argument("--threads", type=_positive, default=None, help="CPU threads [all cores]")
     cp.add_argument("--cost-model", action="store_true",
                     help="measure the cost model first and add each run's expected speedup")
@@ -208,11 +254,11 @@ def _strip_final_newline(text: str) -> str:
 
 
 def cmd_run(args) -> int:
-    from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeScheduler, SamplingSettings
+    from inspector.engine import FaultPlan, Generation, RuntimeScheduler
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError, bundled_model_path
     from inspector.receipts import ReceiptsFileError, build_document, write_document
-    from inspector.run_output import StreamPrinter, format_event, format_summary
+    from inspector.run_output import StreamPrinter, format_events, format_summary
 
     try:
         if args.example is not None:
@@ -236,11 +282,14 @@ def cmd_run(args) -> int:
             raise _UserError("--source draft needs --draft-model PATH")
         if args.source == "replay" and not args.replay:
             raise _UserError("--source replay needs --replay FILE")
+        settings, notes = _run_settings(args)
         model = args.model or bundled_model_path()
     except _UserError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except ModelFileError as exc:
         return _fail(str(exc))
+    for note in notes:
+        print(f"spec-inspector: note: {note}", file=sys.stderr)
 
     from inspector.llama.runtime import LlamaRuntime
     from inspector.sources.compat import IncompatibleDraft
@@ -262,12 +311,6 @@ def cmd_run(args) -> int:
 
     if script is not None:
         options["script"] = script
-    settings = GenerationSettings(
-        max_new_tokens=args.max_tokens, draft_max=args.draft_max, stop=tuple(args.stop),
-        proposal_deadline_ms=args.proposal_deadline_ms,
-        sampling=SamplingSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed),
-        verification=args.verification,
-    )
     source = None
     if args.source != "none":
         try:
@@ -318,8 +361,8 @@ def cmd_run(args) -> int:
         if autosave.error:
             print(f"spec-inspector: autosave stopped: {autosave.error}", file=sys.stderr)
     if args.events:
-        for e in gen.events:
-            print(format_event(e, runtime.token_text))
+        for line in format_events(gen.events, runtime.token_text, gen.receipts, gen.discards):
+            print(line)
     for f in faults.pending():
         where = f" at window {f.window}" if f.window else ""
         where += f", commit token {f.token}" if f.token else ""
@@ -363,6 +406,32 @@ def cmd_run(args) -> int:
     return status
 
 
+def _run_settings(args):
+    """``(GenerationSettings, notes)`` of ``run``, checked before the model loads.
+
+    The value rules are the engine's (``inspector.engine.settings``): a refused
+    value raises ``_UserError`` with the rule's one-line message. ``notes``:
+    one line per value llama.cpp gives a meaning (``sampling_settings``:
+    negative temperature, top-k <= 0, seed -1 with the seed drawn for the run).
+    """
+    from inspector.engine import GenerationSettings
+    from inspector.engine.settings import check_n_batch_for_source, sampling_settings
+
+    try:
+        check_n_batch_for_source(args.n_batch, speculative=args.source != "none")
+    except ValueError as exc:
+        raise _UserError(f"--n-batch: {exc}") from None
+    try:
+        sampling, notes = sampling_settings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+        settings = GenerationSettings(
+            max_new_tokens=args.max_tokens, draft_max=args.draft_max, stop=tuple(args.stop),
+            proposal_deadline_ms=args.proposal_deadline_ms, sampling=sampling, verification=args.verification,
+        )
+    except ValueError as exc:
+        raise _UserError(str(exc)) from None
+    return settings, list(notes)
+
+
 def _source_options(args) -> dict:
     """Keyword options for the source factory, from the dedicated flags and --source-option."""
     opts: dict = {}
@@ -384,7 +453,7 @@ def _source_options(args) -> dict:
 
 def cmd_view(args) -> int:
     from inspector.receipts import ReceiptsFileError, load_document
-    from inspector.run_output import format_document
+    from inspector.run_output import document_token_text, format_document, format_events, format_windows
 
     if not args.file.exists():
         return _fail(f"cannot read receipts {args.file}: no such file")
@@ -397,12 +466,24 @@ def cmd_view(args) -> int:
         except ReceiptsFileError as exc:
             return _fail(str(exc))
         print(format_autosave(run))
+        if args.windows:
+            print("--- windows and discards ---")
+            print("\n".join(format_windows(run.receipts, run.discards)))
+        if args.events:
+            print("spec-inspector: note: an autosave holds no event list; view the receipts .json of the run "
+                  "(or use --windows)", file=sys.stderr)
         return 0
     try:
         doc = load_document(args.file)
     except ReceiptsFileError as exc:
         return _fail(str(exc))
     print(format_document(doc))
+    if args.windows:
+        print("--- windows and discards ---")
+        print("\n".join(format_windows(doc["windows"], doc["discards"])))
+    if args.events:
+        print("--- events ---")
+        print("\n".join(format_events(doc["events"], document_token_text(doc), doc["windows"], doc["discards"])))
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from inspector.engine.generation import GenerationObserver
-from inspector.engine.receipt import Summary
+from inspector.engine.receipt import DISCARD, VERIFY, Summary, decision_id_text
 
 
 class StreamPrinter(GenerationObserver):
@@ -29,20 +29,99 @@ class StreamPrinter(GenerationObserver):
             self._open_line = False
 
 
-def format_event(e, token_text) -> str:
-    """One line of the event list, fields that do not apply left out."""
-    parts = [f"{e.seq:5d}", f"{e.t_us / 1000:10.1f} ms", f"{e.kind:8s}"]
-    if e.window is not None:
-        parts.append(f"window {e.window}")
-    if e.row is not None:
-        parts.append(f"row {e.row}")
-    if e.token is not None:
-        parts.append(f"token {e.token} {token_text(e.token)!r}")
-    if e.position is not None:
-        parts.append(f"position {e.position}")
-    if e.detail:
-        parts.append(e.detail)
+def _get(obj, name):
+    """A field of an engine record or of its JSON form (receipts documents hold dicts)."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name)
+
+
+def format_event(e, token_text, decision_id=None) -> str:
+    """One line of the event list, fields that do not apply left out.
+
+    ``e``: an ``EngineEvent`` or its JSON form. ``token_text(id) -> str``.
+    ``decision_id``: the proposal's decision id (bytes or stored hex), shown
+    with ``decision_id_text`` on verify and discard lines.
+    """
+    parts = [f"{_get(e, 'seq'):5d}", f"{_get(e, 't_us') / 1000:10.1f} ms", f"{_get(e, 'kind'):8s}"]
+    if _get(e, "window") is not None:
+        parts.append(f"window {_get(e, 'window')}")
+    if _get(e, "row") is not None:
+        parts.append(f"row {_get(e, 'row')}")
+    if _get(e, "token") is not None:
+        parts.append(f"token {_get(e, 'token')} {token_text(_get(e, 'token'))!r}")
+    if _get(e, "position") is not None:
+        parts.append(f"position {_get(e, 'position')}")
+    if decision_id is not None:
+        parts.append(f"decision {decision_id_text(decision_id)}")
+    if _get(e, "detail"):
+        parts.append(_get(e, "detail"))
     return "  " + "  ".join(parts)
+
+
+def format_events(events, token_text, receipts=(), discards=()) -> list[str]:
+    """The event list, one line per event (``format_event``), with the decision
+    id of the proposal on every verify and discard line.
+
+    ``receipts``/``discards``: the run's ``WindowReceipt``/``Discard`` records
+    or their JSON forms. A verify event takes the decision id of its window's
+    receipt (or, for a window that ended in an error, of the discard that kept
+    its partial window); the n-th discard event is the n-th discard (both are
+    appended in the same order, ``Generation._discard``).
+    """
+    by_window = {}
+    for d in discards:
+        partial = _get(d, "partial")
+        if partial:
+            by_window[_get(partial, "window_index")] = _get(d, "decision_id")
+    for r in receipts:
+        by_window[_get(r, "window_index")] = _get(r, "decision_id")
+    discards = list(discards)
+    lines, n_discard = [], 0
+    for e in events:
+        kind, decision = _get(e, "kind"), None
+        if kind == VERIFY:
+            decision = by_window.get(_get(e, "window"))
+        elif kind == DISCARD:
+            if n_discard < len(discards):
+                decision = _get(discards[n_discard], "decision_id")
+            n_discard += 1
+        lines.append(format_event(e, token_text, decision))
+    return lines
+
+
+def document_token_text(doc: dict):
+    """``token_text(id) -> str`` from the token texts a receipts document stores
+    (output, proposals, row predictions); an id it does not hold shows as ``<id N>``."""
+    texts: dict[int, str] = {}
+    out = doc.get("output", {})
+    texts.update(zip(out.get("token_ids", []), out.get("token_texts", [])))
+    for w in doc.get("windows", []):
+        texts.update(zip(w.get("proposal_token_ids", []), w.get("proposal_token_texts", [])))
+        texts.update(zip(w.get("verification_row_predictions", []), w.get("verification_row_prediction_texts", [])))
+    return lambda t: texts.get(t, f"<id {t}>")
+
+
+def format_windows(windows, discards) -> list[str]:
+    """One line per verified window and per discard, in decode-step order, with
+    the decision id (``decision_id_text``) and what happened to the proposal.
+
+    ``windows``/``discards``: ``WindowReceipt``/``Discard`` records or their
+    JSON forms (a receipts document's ``windows`` and ``discards``).
+    """
+    rows = []
+    for w in windows:
+        rows.append((_get(w, "decode_step"), 0, (
+            f"  window {_get(w, 'window_index'):4d}  step {_get(w, 'decode_step'):5d}  "
+            f"decision {decision_id_text(_get(w, 'decision_id'))}  {_get(w, 'disposition')}  "
+            f"accepted {_get(w, 'accepted_proposal_tokens')}/{_get(w, 'proposal_token_count')}  "
+            f"base {_get(w, 'base_position')} -> canonical {_get(w, 'canonical_position')}")))
+    for d in discards:
+        error = _get(d, "error")
+        rows.append((_get(d, "decode_step"), 1, (
+            f"  discard      step {_get(d, 'decode_step'):5d}  decision {decision_id_text(_get(d, 'decision_id'))}  "
+            f"{_get(d, 'reason')}  {len(_get(d, 'proposal_token_ids') or ())} proposed"
+            + (f"  ({error})" if error else ""))))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return [r[2] for r in rows]
 
 
 def _pct(x: float | None) -> str:

@@ -23,7 +23,7 @@ from inspector.engine.errors import RequestCancelled
 from inspector.engine.generation import Generation
 from inspector.engine.receipt import Summary
 from inspector.engine.scheduler import RuntimeScheduler
-from inspector.engine.settings import GenerationSettings
+from inspector.engine.settings import GenerationSettings, check_setting
 
 PLAIN = "none"
 
@@ -40,6 +40,11 @@ class CompareConfig:
     source: str
     draft_max: int = 8
     options: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Raises ``ValueError`` for a ``draft_max`` outside the engine's rule
+        (``inspector.engine.settings.check_setting``: >= 0)."""
+        check_setting("draft_max", self.draft_max)
 
     def to_json(self) -> dict:
         return {"label": self.label, "source": self.source, "draft_max": self.draft_max, "options": dict(self.options)}
@@ -145,7 +150,12 @@ def default_configs() -> list[CompareConfig]:
 def parse_config(text: str) -> CompareConfig:
     """Parse ``SOURCE[:key=value,...]`` (CLI ``compare --config``), e.g.
     ``ngram:draft_max=4,n_min=1`` or ``none``. ``label=`` names it.
-    Raises ``ValueError`` with the offending text."""
+
+    Values are checked here, before any model loads: ``draft_max`` with the
+    engine's rule (>= 0; >= 1 for ``draft``), a built-in source's options with
+    ``inspector.sources.registry.check_source_options`` (e.g. ngram ``n_max``,
+    ``n_min`` >= 1, ``n_min`` <= ``n_max``). Raises ``ValueError`` with the
+    offending text, the option, the observed value and the valid range."""
     name, _, rest = text.partition(":")
     name = name.strip()
     if not name:
@@ -162,11 +172,25 @@ def parse_config(text: str) -> CompareConfig:
             try:
                 draft_max = int(value)
             except ValueError:
-                raise ValueError(f"configuration {text!r}: draft_max must be an integer, observed {value!r}") from None
+                raise ValueError(f"configuration {text!r}: draft_max must be an integer >= 0, "
+                                 f"observed {value!r}") from None
+            try:
+                check_setting("draft_max", draft_max)
+            except ValueError as exc:
+                raise ValueError(f"configuration {text!r}: {exc}") from None
         elif key == "label":
             label = value
         else:
             options[key] = value
+    if name == PLAIN and options:
+        raise ValueError(f"configuration {text!r}: plain decoding (none) takes no options, observed "
+                         f"{', '.join(sorted(options))}")
+    from inspector.sources.registry import check_source_options
+
+    try:
+        check_source_options(name, {**options, "draft_max": draft_max} if name == "draft" else options)
+    except ValueError as exc:
+        raise ValueError(f"configuration {text!r}: {exc}") from None
     if label is None:
         label = name if name == PLAIN else f"{name} draft_max {draft_max}" + "".join(
             f" {k}={v}" for k, v in options.items())

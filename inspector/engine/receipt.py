@@ -241,3 +241,33 @@ def discard_from_json(d: dict) -> Discard:
         d["decode_step"], d["decision_id"], d.get("source", ""), d["reason"],
         tuple(d.get("proposal_token_ids", ())), d["base_position"], d.get("error"), partial,
     )
+
+
+def decision_id_text(decision_id: bytes | bytearray | str) -> str:
+    """A decision id as people read it.
+
+    ``decision_id``: the source's bytes (``Proposal.decision_id``), or the
+    lowercase hex that receipts and discards store (``WindowReceipt.decision_id``).
+    Rule: when the bytes decode as UTF-8 and every character is printable
+    (``str.isprintable``: letters, digits, punctuation, spaces, printable
+    non-ASCII; no control characters, newlines or tabs), the text, e.g.
+    ``6e6772616d3a313a6e323a4c32`` -> ``ngram:1:n2:L2``; otherwise the hex
+    (as stored, so it can be found in the receipts file). A ``str`` that is not
+    hex (a discarded, invalid id kept as text) is returned unchanged. Note that
+    a printable id and the hex of another id can look alike (``b"cafe"`` and
+    ``b"\\xca\\xfe"`` both show as ``cafe``). Never raises for ``bytes``/``str``.
+    """
+    if isinstance(decision_id, (bytes, bytearray, memoryview)):
+        raw = bytes(decision_id)
+        hex_text = raw.hex()
+    else:
+        hex_text = str(decision_id)
+        try:
+            raw = bytes.fromhex(hex_text)
+        except ValueError:
+            return hex_text
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return hex_text
+    return text if text and text.isprintable() else hex_text

@@ -493,9 +493,11 @@ class LlamaRuntime:
         cells). Sliding-window models without a full-size window cache
         (``swa_full=False``): ``seq_rm`` reports success even where the window
         cache already reused cells (LLAMA_CPP_NOTES "Gemma 3"), so not exact.
-        Otherwise decode two tokens, remove the second, check llama.cpp's answer
-        and the KV length (1), decode the second again and check that its logits
-        equal the first decode's; then drop the session.
+        Otherwise decode two tokens, one row per decode (so the probe runs with
+        any ``n_batch``, 1 included: the cache's ability does not depend on the
+        batch size), remove the second, check llama.cpp's answer and the KV
+        length (1), decode the second again and check that its logits equal the
+        first decode's; then drop the session.
         Returns a ``RollbackProbe``; never raises for a capable model.
         """
         arch = self.architecture
@@ -516,9 +518,11 @@ class LlamaRuntime:
         self._samplers[free] = None  # reserve the sequence for the probe
         try:
             llama_cpp.llama_memory_seq_rm(self.mem, free, -1, -1)
-            self._fill(free, (first, second), 0, True)
-            self._decode(2, 0, None)
-            before = np.array(self._logits(2)[1])
+            self._fill(free, (first,), 0, True)
+            self._decode(1, 0, None)
+            self._fill(free, (second,), 1, True)
+            self._decode(1, 1, None)
+            before = np.array(self._logits(1)[0])
             removed = bool(llama_cpp.llama_memory_seq_rm(self.mem, free, 1, -1))
             length = self.kv_length(free)
             if not removed or length != 1:

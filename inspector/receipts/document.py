@@ -77,11 +77,16 @@ def model_sha256(path: str) -> str:
 
 def build_document(generation, runtime, *, prompt_text: str, templated_text: str | None,
                    raw: bool, source_settings: dict | None = None, faults: list[str] | None = None,
-                   include_lock_operations: bool = True, baseline=None) -> dict:
+                   include_lock_operations: bool = True, baseline=None, background_sessions: int = 0) -> dict:
     """The receipts document of one ``Generation`` run on ``runtime``.
 
     ``baseline``: an ``inspector.engine.baseline.BaselineResult`` to include
     as the document's ``baseline`` object (plain run and first divergence).
+    ``background_sessions``: how many other sessions generated through the same
+    runtime lock during the run (the window's contention setting); recorded in
+    ``settings.background_sessions``. ``lock_operations`` keep every session's
+    operations from the request's start on, so waits caused by background sessions
+    keep their cause (``sessions`` names the main and background session ids).
 
     ``prompt_text``: what the user typed; ``templated_text``: after the chat
     template (None with ``raw``). Token texts come from ``runtime.token_text``.
@@ -128,8 +133,13 @@ def build_document(generation, runtime, *, prompt_text: str, templated_text: str
     }
     if baseline is not None:
         doc["baseline"] = baseline.to_json(text_of)
+    doc["settings"]["background_sessions"] = int(background_sessions)
+    ops = [op for op in g.scheduler.operations if op.session_id in sessions or op.started_us >= g.started_us]
+    doc["sessions"] = {"main": g.session_id,
+                       "background": sorted({op.session_id for op in ops if op.session_id not in sessions
+                                             and op.session_id >= 0})}
     if include_lock_operations:
-        doc["lock_operations"] = [op.to_json() for op in g.scheduler.operations if op.session_id in sessions]
+        doc["lock_operations"] = [op.to_json() for op in ops]
     return doc
 
 
@@ -159,6 +169,27 @@ def _object_hook(obj: dict) -> dict:
     return obj
 
 
+_JSON_TYPE_NAMES = {list: "a JSON array", str: "a JSON string", int: "a JSON number", float: "a JSON number",
+                    bool: "a JSON boolean", type(None): "JSON null"}
+
+
+def _check_schema_field(doc, p: Path) -> None:
+    """Raise ``ReceiptsFileError`` unless ``doc`` is an object whose ``schema`` is ``SCHEMA_ID``:
+    the message says what is there instead (not an object, no ``schema`` field, another schema)."""
+    if not isinstance(doc, dict):
+        what = _JSON_TYPE_NAMES.get(type(doc), type(doc).__name__)
+        raise ReceiptsFileError(f"receipts {p} is {what}, not a JSON object with \"schema\": \"{SCHEMA_ID}\"")
+    if "schema" not in doc:
+        raise ReceiptsFileError(f"receipts {p} has no \"schema\" field, expected \"schema\": \"{SCHEMA_ID}\" "
+                                f"(not a spec-inspector receipts document)")
+    got = doc["schema"]
+    if got != SCHEMA_ID:
+        shown = repr(got) if isinstance(got, str) else json.dumps(got)  # JSON spelling: null, 3, [...]
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        raise ReceiptsFileError(f"receipts {p} has schema {shown}, expected {SCHEMA_ID!r}")
+
+
 def load_document(path: str | os.PathLike, *, yield_gil: bool = False) -> dict:
     """Read and validate a receipts file. Raises ``ReceiptsFileError`` with the file and the problem.
 
@@ -177,9 +208,7 @@ def load_document(path: str | os.PathLike, *, yield_gil: bool = False) -> dict:
         doc = json.loads(p.read_text("utf-8"), object_hook=_object_hook if yield_gil else None)
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, huge ints
         raise ReceiptsFileError(f"receipts {p} is not readable JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA_ID:
-        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise ReceiptsFileError(f"receipts {p} has schema {got!r}, expected {SCHEMA_ID!r}")
+    _check_schema_field(doc, p)
     try:
         validate_document(doc)
     except ReceiptsFileError as exc:

@@ -34,7 +34,10 @@ class NgramSource:
 
     def __init__(self, n_max: int = 4, n_min: int = 2, length: str = "fixed",
                  row_cost_ratio: float | None = None, row_costs=None) -> None:
-        if n_min < 1 or n_max < n_min:
+        for key, value in (("n_max", n_max), ("n_min", n_min)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be a whole number >= 1 (tokens), observed {value!r}")
+        if n_max < n_min:
             raise ValueError(f"n-gram sizes must satisfy 1 <= n_min <= n_max, observed n_min={n_min}, n_max={n_max}")
         if length not in ("fixed", "adaptive"):
             raise ValueError(f"length must be 'fixed' or 'adaptive', observed {length!r}")
