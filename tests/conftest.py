@@ -75,14 +75,17 @@ class KvChecker(GenerationObserver):
 
 @pytest.fixture
 def make_generation(scheduler):
-    """Factory for ``Generation`` on the shared runtime. Every window's KV length is
-    checked against its canonical position; sessions are dropped after the test."""
+    """Factory for ``Generation`` on the shared runtime (or on ``on=``, a scheduler of
+    a proxy of it: ``tests/scenarios.py``). Every window's KV length is checked
+    against its canonical position; sessions are dropped after the test."""
     made: list[Generation] = []
 
-    def make(source, prompt_tokens, observer: GenerationObserver | None = None, **settings) -> Generation:
+    def make(source, prompt_tokens, observer: GenerationObserver | None = None, on: RuntimeScheduler | None = None,
+             **settings) -> Generation:
         faults = settings.pop("faults", None)
-        g = Generation(scheduler, source, prompt_tokens, GenerationSettings(**settings), faults=faults,
-                       observer=KvChecker(scheduler, observer))
+        sched = on or scheduler
+        g = Generation(sched, source, prompt_tokens, GenerationSettings(**settings), faults=faults,
+                       observer=KvChecker(sched, observer))
         made.append(g)
         return g
 
