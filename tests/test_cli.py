@@ -1,4 +1,11 @@
-"""The `spec-inspector` command line, run as a user would (real processes, real model)."""
+"""The `spec-inspector` command line, run as a user would (real processes, real model).
+
+Nothing here relies on the model's words (they differ between CPUs): runs that
+need a window use single-token n-gram matches (``--ngram-min 1``: the first query
+always proposes, since a templated prompt's last token, a newline, occurs earlier
+in the prompt), so window 1 exists and commits at least one token; token counts
+are checked against the run's own finish reason.
+"""
 
 from __future__ import annotations
 
@@ -30,14 +37,13 @@ def one_clear_line(stderr: str) -> str:
 
 def test_run_on_the_copy_with_corrections_prompt_prints_text_summary_and_valid_receipts(tmp_path):
     out = tmp_path / "r.json"
-    p = cli("run", "--prompt-file", COPY_PROMPT, "--max-tokens", "64", "--receipts", out)
+    p = cli("run", "--prompt-file", COPY_PROMPT, "--ngram-min", "1", "--max-tokens", "64", "--receipts", out)
     assert p.returncode == 0, p.stderr
-    assert "library" in p.stdout.lower()
     assert "accepted/proposed:" in p.stdout and "mean accepted length:" in p.stdout and "decode tokens/s:" in p.stdout
     doc = load_document(out)  # validates against assets/receipts.schema.json
     assert doc["summary"]["windows"] == len(doc["windows"]) > 0
     assert doc["model"]["architecture"] == "llama" and doc["model"]["n_vocab"] == 49152
-    assert doc["output"]["text"].strip() and doc["output"]["text"].strip() in p.stdout
+    assert doc["output"]["token_ids"] and doc["output"]["text"].strip() in p.stdout  # the text may be empty (end of turn)
 
     v = cli("view", out)
     assert v.returncode == 0 and "accepted/proposed:" in v.stdout
@@ -136,9 +142,12 @@ def test_the_header_check_agrees_with_the_gguf_package(model_path):
 
 
 def test_a_trace_of_a_receipts_file_parses_and_has_one_verify_slice_per_window(tmp_path):
+    """Window 1 (the first query's) is cancelled before it commits anything; after the
+    resume the same query proposes again: a failed and a verified window whatever the
+    model says."""
     out = tmp_path / "r.json"
     p = cli("run", "--prompt", "Copy this line exactly: one two three four five six seven eight",
-            "--ngram-min", "1", "--max-tokens", "24", "--inject", "callback_error@1:1", "--resume", "--quiet",
+            "--ngram-min", "1", "--max-tokens", "24", "--inject", "cancel@1:1", "--resume", "--quiet",
             "--receipts", out)
     assert p.returncode == 0, p.stderr
     trace_path = tmp_path / "trace.json"
@@ -191,10 +200,15 @@ def test_run_with_baseline_reports_the_plain_comparison_and_stores_it_in_the_rec
     assert v.returncode == 0 and "baseline:" in v.stdout
 
 
-def test_run_takes_a_bundled_example_by_name():
-    p = cli("run", "--example", "copy-with-corrections", "--max-tokens", "4", "--quiet")
+def test_run_takes_a_bundled_example_by_name(tmp_path):
+    out = tmp_path / "r.json"
+    p = cli("run", "--example", "copy-with-corrections", "--max-tokens", "4", "--quiet", "--receipts", out)
     assert p.returncode == 0, p.stderr
-    assert "generated tokens:     4" in p.stdout
+    doc = load_document(out)
+    assert doc["prompt"]["text"] == Path(COPY_PROMPT).read_text("utf-8").removesuffix("\n")
+    n = doc["summary"]["generated_tokens"]
+    assert n == 4 or (doc["summary"]["finish_reason"] == "eog" and 0 < n < 4)  # the model may end its answer
+    assert f"generated tokens:     {n}\n" in p.stdout
 
 
 def test_compare_prints_a_table_and_writes_json_and_csv(tmp_path):
