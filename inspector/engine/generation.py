@@ -132,6 +132,9 @@ class Generation:
         self.plain_steps = 0
         self.decode_step = 0
         self.window_count = 0
+        self.window_in_flight: tuple[int, Proposal, WindowTrace] | None = None
+        """(window index, proposal, trace so far) while a window executes (its predictions are
+        in the trace once verified), else None. Read by observers on the engine thread."""
         self.finish_reason: str | None = None
         self.session_retired = False
         self.errors: list[str] = []
@@ -334,6 +337,7 @@ class Generation:
         self._commit_window = window_index
         self.observer.on_proposal(window_index, proposal)
         trace = WindowTrace()
+        self.window_in_flight = (window_index, proposal, trace)
         try:
             receipt = execute_window(
                 self._ctx, trace,
@@ -354,6 +358,8 @@ class Generation:
             self._error(exc, window_index)
             self._discard(proposal, EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__, partial=partial)
             raise
+        finally:
+            self.window_in_flight = None
         if receipt is None:
             self._discard(proposal, POSITION_MISMATCH, base)
             self._plain_step(base)

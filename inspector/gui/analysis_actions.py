@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from inspector.gui import worker as W
 from inspector.gui.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest
+from inspector.gui.wording import count_noun
 
 SETTINGS_GROUP = "cost_models"
 """QSettings group of the cached cost models, one JSON value per model file and CPU thread count."""
@@ -238,7 +239,7 @@ class AnalysisActions(QObject):
         text, raw = self._prompt()
         panel = self.w.panel
         configs = [self._with_panel_draft(c) for c in configs]
-        v.set_running(True, f"starting {len(configs)} configurations …")
+        v.set_running(True, f"starting {count_noun(len(configs), 'configuration')} …")
         self.worker.reset_cancel()
         self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), panel.generation_settings(),
                                                 None if self.current is None else self.current.model))
@@ -264,7 +265,7 @@ class AnalysisActions(QObject):
         if v is not None:
             v.set_running(False)
             failed = [r.config.label for r in (result.rows if result else ()) if r.error]
-            text = note or f"done: {len(result.rows)} configurations"
+            text = note or f"done: {count_noun(len(result.rows), 'configuration')}"
             if failed:
                 text += f" · failed: {', '.join(failed)} (hover the row for the error)"
             v.set_result(result, text)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFormLayout,
     QGridLayout,
     QGroupBox,
@@ -30,20 +29,23 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
-    QSpinBox,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
 import inspector
-from inspector.engine.settings import GenerationSettings, SamplingSettings
+from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, GenerationSettings, SamplingSettings
 from inspector.gui.contention import MAX_BACKGROUND
+from inspector.gui.panel_values import PanelValues, parse_stop_strings
+from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, spin
 
 BUNDLED = "(bundled SmolLM2-135M-Instruct)"
+DEFAULT_N_CTX = 2048
+"""The window's context size (positions), as ``spec-inspector run --n-ctx``."""
 CUSTOM_PROMPT = "custom prompt"
 """The example picker's entry when the editor holds no example prompt's text."""
-FAULT_DISABLED_TIP = "Available while a run is running or paused."
+FAULT_DISABLED_TIP = "Available in a live session: before a run (armed for it) or while it runs or is paused."
 BUILTIN_SETTINGS = ("ngram", "draft", "scripted", "replay")
 """Sources with a settings page; any other (third-party) source is made with no options."""
 SOURCE_TIPS = {
@@ -84,73 +86,7 @@ def example_prompts() -> dict[str, str]:
     return out
 
 
-class _WheelGuard(QObject):
-    """Event filter: a wheel event over an unfocused spin box or combo box is not
-    theirs (it goes to the parent, so the scroll area scrolls)."""
-
-    def eventFilter(self, obj, ev) -> bool:
-        if ev.type() == QEvent.Type.Wheel and isinstance(obj, (QSpinBox, QDoubleSpinBox, QComboBox)) \
-                and not obj.hasFocus():
-            ev.ignore()
-            parent = obj.parentWidget()
-            while parent is not None and not isinstance(parent, QScrollArea):
-                parent = parent.parentWidget()
-            if parent is not None:
-                QCoreApplication.sendEvent(parent.verticalScrollBar(), ev)
-            return True
-        return False
-
-
-def guard_wheel(root: QWidget, guard: QObject) -> None:
-    """Install ``guard`` on every spin box and combo box under ``root``; they take focus
-    by click or Tab only (never by wheel)."""
-    for cls in (QSpinBox, QDoubleSpinBox, QComboBox):
-        for w in root.findChildren(cls):
-            w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-            w.installEventFilter(guard)
-
-
-class _Note(QLabel):
-    """A grey word-wrapped note of exactly two lines (the full text is its tooltip).
-    Without height-for-width, the scrolled setup is sized by its minimum size, so
-    it needs no scroll bar when it fits."""
-
-    def __init__(self, text: str = "") -> None:
-        super().__init__(text)
-        self.setWordWrap(True)
-        self.setStyleSheet("color:#555")
-        self.setFixedHeight(2 * self.fontMetrics().lineSpacing() + 2)
-        self.setMinimumWidth(0)
-
-    def hasHeightForWidth(self) -> bool:
-        return False
-
-    def setText(self, text: str) -> None:
-        super().setText(text)
-        self.setToolTip(text)
-
-
-def _spin(lo: int, hi: int, value: int, tip: str = "") -> QSpinBox:
-    s = QSpinBox()
-    s.setRange(lo, hi)
-    s.setValue(value)
-    s.setToolTip(tip)
-    s.setMaximumWidth(110)
-    return s
-
-
-def _dspin(lo: float, hi: float, value: float, step: float, tip: str = "") -> QDoubleSpinBox:
-    s = QDoubleSpinBox()
-    s.setRange(lo, hi)
-    s.setDecimals(2)
-    s.setSingleStep(step)
-    s.setValue(value)
-    s.setToolTip(tip)
-    s.setMaximumWidth(80)
-    return s
-
-
-class ControlPanel(QWidget):
+class ControlPanel(PanelValues, QWidget):
     """All inputs of a run and the buttons that drive it."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -184,7 +120,7 @@ class ControlPanel(QWidget):
         self.model_combo.addItem(BUNDLED, "")
         self.open_model = QPushButton("Open…")
         self.open_model.setToolTip("Open a GGUF model file")
-        self.model_status = _Note("not loaded")
+        self.model_status = Note("not loaded")
         row = QHBoxLayout()
         row.addWidget(self.model_combo, 1)
         row.addWidget(self.open_model)
@@ -208,27 +144,46 @@ class ControlPanel(QWidget):
         self._pages: dict[str, QWidget] = {}
         self._build_source_pages()
         f.addRow(self.source_pages)
-        self.draft_max = _spin(0, 64, 8, "most proposal tokens per window (a draft model drafts at most this many)")
-        self.max_tokens = _spin(1, 4096, 128, "most tokens to generate")
-        lim = QHBoxLayout()
-        lim.addWidget(self.draft_max)
-        lim.addWidget(QLabel("max tokens"))
-        lim.addWidget(self.max_tokens)
-        lim.addStretch(1)
-        f.addRow("draft max", lim)
+        self.draft_max = spin(0, 64, 8, "--draft-max: most proposal tokens per window (a draft model drafts at "
+                                        "most this many)")
+        f.addRow("draft max", self.draft_max)
         lay.addWidget(g)
         self.source.currentTextChanged.connect(self._source_changed)
+
+        # Limits (llama.cpp's names in the tooltips)
+        g = QGroupBox("Limits")
+        grid = QGridLayout(g)
+        grid.setContentsMargins(6, 4, 6, 4)
+        grid.setSpacing(4)
+        self.max_tokens = spin(1, 32768, DEFAULT_MAX_NEW_TOKENS, "--max-tokens (llama.cpp -n, n_predict): most "
+                               f"tokens to generate [{DEFAULT_MAX_NEW_TOKENS}]")
+        self.n_ctx = spin(64, 131072, DEFAULT_N_CTX, f"--n-ctx (llama.cpp -c): context size in positions, prompt "
+                          f"+ output [{DEFAULT_N_CTX}]; a change reloads the model")
+        self.threads = spin(0, 256, 0, "--threads (llama.cpp -t): CPU threads for decoding; 0 = all cores")
+        self.threads.setSpecialValueText("all cores")
+        self.stop_strings = QLineEdit()
+        self.stop_strings.setPlaceholderText("stop strings, separated by |  (\\n = newline)")
+        self.stop_strings.setToolTip("--stop: generation ends when the committed text contains one of these "
+                                     "(the stop string is not output). Separate several with |; write a newline "
+                                     "as \\n, a tab as \\t, a | as \\|.")
+        for i, (name, w) in enumerate((("max tokens", self.max_tokens), ("context", self.n_ctx),
+                                       ("threads", self.threads))):
+            grid.addWidget(QLabel(name), i // 2, (i % 2) * 2)
+            grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
+        grid.addWidget(QLabel("stop"), 2, 0)
+        grid.addWidget(self.stop_strings, 2, 1, 1, 3)
+        lay.addWidget(g)
 
         # Sampling
         g = QGroupBox("Sampling (temperature 0 = greedy)")
         grid = QGridLayout(g)
         grid.setContentsMargins(6, 4, 6, 4)
         grid.setSpacing(4)
-        self.temperature = _dspin(0.0, 5.0, 0.0, 0.1, "0 = greedy (argmax)")
-        self.top_k = _spin(0, 1000, 40, "0 = off")
-        self.top_p = _dspin(0.0, 1.0, 0.95, 0.05, "1 = off")
-        self.min_p = _dspin(0.0, 1.0, 0.05, 0.01, "0 = off")
-        self.seed = _spin(0, 2**31 - 1, 0)
+        self.temperature = dspin(0.0, 5.0, 0.0, 0.1, "0 = greedy (argmax)")
+        self.top_k = spin(0, 1000, 40, "0 = off")
+        self.top_p = dspin(0.0, 1.0, 0.95, 0.05, "1 = off")
+        self.min_p = dspin(0.0, 1.0, 0.05, 0.01, "0 = off")
+        self.seed = spin(0, 2**31 - 1, 0)
         for i, (name, w) in enumerate((("temperature", self.temperature), ("top-k", self.top_k),
                                        ("top-p", self.top_p), ("min-p", self.min_p), ("seed", self.seed))):
             grid.addWidget(QLabel(name), i // 2, (i % 2) * 2)
@@ -258,6 +213,9 @@ class ControlPanel(QWidget):
         for name, text in example_prompts().items():
             self.examples.addItem(name, text)
         self.examples.activated.connect(self._example_chosen)
+        self._live_values: dict | None = None  # the live settings while a saved session's are shown
+        self.custom_prompt = ""
+        """The last prompt typed in the editor (not an example's text): “custom prompt” restores it."""
         self.prompt = QPlainTextEdit()
         self.prompt.setPlaceholderText("Type a prompt (sent as a user message through the chat template)")
         self.prompt.setMinimumHeight(70)
@@ -318,7 +276,7 @@ class ControlPanel(QWidget):
         self.fault_cancel.setToolTip("Fault('cancel'): the request is cancelled before the next commit token")
         self.fault_callback = QPushButton("Fail callback at token")
         self.fault_callback.setToolTip("Fault('callback_error', token=j): the token callback raises at commit token j of the next window that reaches it")
-        self.fault_token = _spin(1, 64, 1, "j: 1-based commit token inside the window")
+        self.fault_token = spin(1, 64, 1, "j: 1-based commit token inside the window")
         self.fault_trim = QPushButton("Fail next repair")
         self.fault_trim.setToolTip("Fault('trim_failure'): the next trim fails; the session is retired")
         self.fault_drift = QPushButton("Shift session position")
@@ -333,7 +291,7 @@ class ControlPanel(QWidget):
         self.set_faults_enabled(False)
         row = QHBoxLayout()
         row.addWidget(QLabel("Background sessions"))
-        self.background = _spin(0, MAX_BACKGROUND, 0,
+        self.background = spin(0, MAX_BACKGROUND, 0,
                                 "other sessions generating through the same runtime lock (plain and n-gram)")
         row.addWidget(self.background)
         self.pending_faults = QLabel("")
@@ -343,7 +301,7 @@ class ControlPanel(QWidget):
         fixed.addWidget(g)
         self.fault_group = g
         self._source_changed(self.source.currentText())
-        self._wheel_guard = _WheelGuard(self)
+        self._wheel_guard = WheelGuard(self)
         guard_wheel(self, self._wheel_guard)
 
     def _build_source_pages(self) -> None:
@@ -357,8 +315,8 @@ class ControlPanel(QWidget):
 
         # n-gram
         form = page("ngram")
-        self.ngram_max = _spin(1, 16, 4, "longest n-gram to match (tokens)")
-        self.ngram_min = _spin(1, 16, 2, "shortest n-gram to match (tokens)")
+        self.ngram_max = spin(1, 16, 4, "longest n-gram to match (tokens)")
+        self.ngram_min = spin(1, 16, 2, "shortest n-gram to match (tokens)")
         ng = QHBoxLayout()
         ng.addWidget(QLabel("n_max"))
         ng.addWidget(self.ngram_max)
@@ -408,8 +366,8 @@ class ControlPanel(QWidget):
         row.addWidget(self.make_draft, 1)
         row.addWidget(self.draft_busy)
         form.addRow("make", row)
-        self.draft_min = _spin(0, 64, 0, "drop drafts shorter than this (tokens; 0 = keep all)")
-        self.p_min = _dspin(0.0, 1.0, 0.0, 0.05, "stop drafting when the draft's top probability is below this "
+        self.draft_min = spin(0, 64, 0, "drop drafts shorter than this (tokens; 0 = keep all)")
+        self.p_min = dspin(0.0, 1.0, 0.0, 0.05, "stop drafting when the draft's top probability is below this "
                                                  "(0 = never)")
         row = QHBoxLayout()
         row.addWidget(self.draft_min)
@@ -441,7 +399,7 @@ class ControlPanel(QWidget):
 
         # third-party and none
         form = page("other")
-        self.other_note = _Note("")
+        self.other_note = Note("")
         form.addRow(self.other_note)
 
     # -- behaviour -------------------------------------------------------------
@@ -488,11 +446,15 @@ class ControlPanel(QWidget):
             b.setToolTip(self._fault_tips[b] if on else f"{self._fault_tips[b]}\n{FAULT_DISABLED_TIP}")
 
     def _example_chosen(self, index: int) -> None:
+        """An example replaces the editor's text; a typed (custom) prompt is kept first, and
+        choosing “custom prompt” brings it back (an empty editor when none was typed)."""
         text = self.examples.itemData(index)
-        if text:
-            self.prompt.setPlainText(text)
-        else:
-            self._sync_example()
+        current = self.prompt.toPlainText()
+        if current and self.examples.findData(current) < 0:
+            self.custom_prompt = current
+        self.prompt.setPlainText(text if text else self.custom_prompt)
+        if not text:
+            self.examples.setCurrentIndex(0)
 
     def _sync_example(self) -> None:
         """Show the example whose text is in the editor, else “custom prompt”."""
@@ -520,14 +482,21 @@ class ControlPanel(QWidget):
                                     self.min_p.value(), self.seed.value())
         verification = self.verification.currentText() if not sampling.greedy else "sample_match"
         return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=self.draft_max.value(),
-                                  sampling=sampling, verification=verification)
+                                  stop=self.stop_list(), sampling=sampling, verification=verification)
+
+    def stop_list(self) -> tuple[str, ...]:
+        """The stop strings typed in the panel: separated by ``|``; ``\\n``, ``\\t``, ``\\|`` and
+        ``\\\\`` are a newline, a tab, a ``|`` and a backslash. Empty entries are dropped."""
+        return parse_stop_strings(self.stop_strings.text())
 
     def model_path(self) -> str:
         """The chosen model file ("" = bundled)."""
         return self.model_combo.currentData() or ""
 
     def add_recent_model(self, path: str, select: bool = True) -> None:
-        i = self.model_combo.findData(path)
+        """Put ``path`` (a GGUF file) in the model list, first after the bundled entry; the
+        bundled model's own file is its entry, never a second one."""
+        i = self._model_index(path)
         if i < 0:
             self.model_combo.insertItem(1, Path(path).name, path)
             self.model_combo.setItemData(1, path, Qt.ItemDataRole.ToolTipRole)
@@ -537,65 +506,28 @@ class ControlPanel(QWidget):
         if select:
             self.model_combo.setCurrentIndex(i)
 
+    def _model_index(self, path: str) -> int:
+        """The model list's entry for ``path``: 0 for the bundled file, -1 when absent."""
+        if not path:
+            return 0
+        try:
+            from inspector.llama import bundled_model_path
+
+            if Path(path).resolve() == bundled_model_path().resolve():
+                return 0
+        except Exception:  # no bundled model installed: every path is a recent one
+            pass
+        return self.model_combo.findData(path)
+
+    def select_model(self, path: str) -> None:
+        """Select the entry of ``path`` (e.g. the loaded model), adding it if needed."""
+        self.add_recent_model(path, select=True)
+
+    def remove_recent_model(self, path: str) -> None:
+        """Drop ``path`` from the model list (a file that failed to load); never the bundled entry."""
+        i = self._model_index(path)
+        if i > 0:
+            self.model_combo.removeItem(i)
+
     def recent_models(self) -> list[str]:
         return [self.model_combo.itemData(i) for i in range(1, self.model_combo.count())]
-
-    def values(self) -> dict:
-        """Every setting as a plain dict (saved in QSettings)."""
-        return {
-            "source": self.source.currentText(), "ngram_max": self.ngram_max.value(),
-            "ngram_min": self.ngram_min.value(), "ngram_length": self.ngram_length.currentText(),
-            "script": self.script.toPlainText(),
-            "draft_max": self.draft_max.value(), "max_tokens": self.max_tokens.value(),
-            "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
-            "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
-            "verification": self.verification.currentText(), "draft_model": self.draft_model.text(),
-            "draft_type": self.draft_type.currentText(), "draft_min": self.draft_min.value(),
-            "p_min": self.p_min.value(), "replay_file": self.replay_file.text(),
-            "raw": self.raw.isChecked(), "break_on": sorted(self.break_on()),
-            "baseline": self.baseline.isChecked(),
-            "model": self.model_path(), "recent_models": self.recent_models(),
-        }
-
-    def apply_values(self, v: dict) -> None:
-        """Set the panel from ``values()`` output; unknown or bad entries are ignored."""
-        def num(key, widget, cast):
-            try:
-                if key in v and v[key] is not None:
-                    widget.setValue(cast(v[key]))
-            except (TypeError, ValueError):
-                pass
-
-        if isinstance(v.get("source"), str):
-            self.set_source(v["source"])  # a source no longer installed keeps the default
-        for key, w in (("ngram_max", self.ngram_max), ("ngram_min", self.ngram_min), ("draft_max", self.draft_max),
-                       ("max_tokens", self.max_tokens), ("top_k", self.top_k), ("seed", self.seed),
-                       ("draft_min", self.draft_min)):
-            num(key, w, int)
-        for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p),
-                       ("p_min", self.p_min)):
-            num(key, w, float)
-        for key, combo in (("verification", self.verification), ("draft_type", self.draft_type),
-                           ("ngram_length", self.ngram_length)):
-            if isinstance(v.get(key), str) and combo.findText(v[key]) >= 0:
-                combo.setCurrentText(v[key])
-        for key, edit in (("draft_model", self.draft_model), ("replay_file", self.replay_file)):
-            if isinstance(v.get(key), str):
-                edit.setText(v[key])
-        if isinstance(v.get("script"), str):
-            self.script.setPlainText(v["script"])
-        if isinstance(v.get("prompt"), str):
-            self.prompt.setPlainText(v["prompt"])
-        for key, box in (("raw", self.raw), ("baseline", self.baseline)):
-            if key in v:
-                box.setChecked(str(v[key]).lower() in ("true", "1"))
-        if isinstance(v.get("break_on"), (list, tuple)):
-            for k, cb in self.break_boxes.items():
-                cb.setChecked(k in v["break_on"])
-        recent = v.get("recent_models") or []
-        if isinstance(recent, str):
-            recent = [recent]
-        for p in reversed([p for p in recent if p]):
-            self.add_recent_model(p, select=False)
-        if v.get("model"):
-            self.add_recent_model(v["model"], select=True)

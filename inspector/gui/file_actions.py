@@ -7,12 +7,14 @@ dialogs and shows results. Errors become dialogs, never tracebacks.
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from inspector.gui.session_store import BackgroundJob, autosave_is_clean
+from inspector.gui.wording import count_noun
 
 
 class FileActions(QObject):
@@ -46,7 +48,7 @@ class FileActions(QObject):
             self.win.load_selected_model()
         else:  # queued after the load in flight
             self.win.panel.model_status.setText(f"loading {Path(path).name} …")
-            self.win.requestLoad.emit(str(Path(path).resolve()), 2048)
+            self.win.requestLoad.emit(str(Path(path).resolve()), self.win.panel.n_ctx.value())
 
     # -- receipts ------------------------------------------------------------------------
     def open_receipts_dialog(self) -> None:
@@ -96,15 +98,19 @@ class FileActions(QObject):
             return
         self.win.set_session(session)
         self.win.redraw()  # the shown tab; the others draw when shown
-        skipped = getattr(session, "skipped_lines", 0)
-        partial = (f" <b>Partial view:</b> {skipped} damaged or incomplete line{'s' if skipped != 1 else ''} "
+        skipped = session.skipped_lines
+        partial = (f" <b>Partial view:</b> {count_noun(skipped, 'damaged or incomplete line')} "
                    "skipped.") if skipped else ""
-        self.win.banner.setText(f"Viewing <b>{Path(path).name}</b> — {len(session.tokens)} tokens, "
-                                f"{len(session.receipts)} windows, model {session.model_name}.{partial} Read only: "
-                                "File &gt; New live session (Ctrl+N) enables the run controls.")
-        self.win.banner.setStyleSheet("background:#fff3e0;color:#e65100;padding:4px" if skipped else
-                                      "background:#e3f2fd;color:#0d47a1;padding:4px")
-        self.win.banner.show()
+        unfinished = (" <b>Unfinished run</b> (it stopped or was killed): every complete record is shown."
+                      if session.unfinished else "")
+        background = (f" {count_noun(session.background_sessions, 'background session')} ran beside it."
+                      if session.background_sessions else "")
+        self.win.set_banner(f"Viewing <b>{html.escape(Path(path).name)}</b> — "
+                            f"{count_noun(len(session.tokens), 'token')}, {count_noun(len(session.receipts), 'window')}"
+                            f", model {html.escape(session.model_name)}.{unfinished}{partial}{background} Read only "
+                            "(the panel shows the file's settings): File &gt; New live session (Ctrl+N) enables the "
+                            "run controls.", "background:#fff3e0;color:#e65100" if skipped or session.unfinished
+                            else "background:#e3f2fd;color:#0d47a1")
         self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
         self.win._set_state(self.win.state)
         self.opened.emit(path, "")
@@ -117,27 +123,48 @@ class FileActions(QObject):
     def export_receipts(self, path: str) -> BackgroundJob | None:
         """Write the shown session as a receipts document (``build_document`` / ``write_document``)
         on a background thread; ``exported(path, error)`` reports the end."""
-        from inspector.receipts import build_document, write_document
+        from inspector.receipts import write_document
+
+        return self._export(path, lambda doc: str(write_document(doc, path)))
+
+    def export_trace_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.win, "Export Perfetto trace", "trace.json",
+                                              "Chrome trace JSON (*.json)")
+        if path:
+            self.export_trace(path)
+
+    def export_trace(self, path: str) -> BackgroundJob | None:
+        """Write the shown session as a Chrome trace (``inspector.receipts.trace``, as
+        ``spec-inspector trace``; open it in https://ui.perfetto.dev) on a background thread;
+        ``exported(path, error)`` reports the end."""
+        from inspector.receipts.trace import write_trace
+
+        return self._export(path, lambda doc: str(write_trace(doc, path)))
+
+    def _export(self, path: str, write) -> BackgroundJob | None:
+        """Run ``write(receipts document of the shown session)`` on a background thread."""
+        from inspector.receipts import build_document
 
         s = self.win.session
         w = self.win.worker
-        if s.document is not None or s.document_path is not None:
+        if s.document is not None or s.document_path is not None and s.origin == "document":
             doc, source = s.document, s.document_path
 
             def job():
                 from inspector.receipts import load_document
 
-                return str(write_document(doc if doc is not None else load_document(source), path))
+                return write(doc if doc is not None else load_document(source))
         elif s.origin == "live" and w.generation is not None and w.config is not None:
             gen, rt, cfg = w.generation, w.runtime, w.config
             templated, source_settings = w.templated_text, dict(w.source_settings)
             faults = [f"{f.kind}@{win or ''}:{f.token}" for f, win in w.faults.fired]
             baseline = s.baseline_result
+            background = w.run_background_max
 
             def job():
-                doc = build_document(gen, rt, prompt_text=cfg.prompt_text, templated_text=templated, raw=cfg.raw,
-                                     source_settings=source_settings, faults=faults, baseline=baseline)
-                return str(write_document(doc, path))
+                return write(build_document(gen, rt, prompt_text=cfg.prompt_text, templated_text=templated,
+                                            raw=cfg.raw, source_settings=source_settings, faults=faults,
+                                            baseline=baseline, background_sessions=background))
         else:
             self.win.show_error("Nothing to export", "Run a generation or open receipts first "
                                 "(an autosave can be viewed but not exported as a receipts document).")

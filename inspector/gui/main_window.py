@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.engine.faults import Fault
+from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui import none_refcount
 from inspector.gui import worker as W
 from inspector.gui.analysis_actions import AnalysisActions
@@ -37,25 +37,29 @@ from inspector.gui.event_log import EventLog
 from inspector.gui.file_actions import FileActions
 from inspector.gui.source_actions import SourceActions
 from inspector.gui.lock_plots import LockPlots
+from inspector.gui.run_control import (
+    ACTIVE_STATES,
+    BANNER_DONE,
+    BANNER_ERROR,
+    BANNER_HINT,
+    BANNER_NEUTRAL,
+    BANNER_PAD,
+    LOADED_HINT,
+    RunControl,
+)
 from inspector.gui.session_model import SessionData
 from inspector.gui.session_store import app_data_dir
 from inspector.gui.stats_view import StatsView
 from inspector.gui.timeline import Timeline
 from inspector.gui.token_view import TokenView
 from inspector.gui.window_detail import WindowDetail
+from inspector.gui.wording import count_noun
 
 REDRAW_HZ = 25
-BANNER_PAD = 4
-BANNER_NEUTRAL = "background:#f5f5f5;color:#424242"
-BANNER_HINT = "background:#e3f2fd;color:#0d47a1"
-BANNER_DONE = "background:#e8f5e9;color:#1b5e20"
-BANNER_ERROR = "background:#ffebee;color:#b71c1c"
-LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
 STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
-ACTIVE_STATES = (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR, W.LOADING)
 
 
-class MainWindow(QMainWindow):
+class MainWindow(RunControl, QMainWindow):
     """The inspector window.
 
     ``runtime``: an already-loaded ``LlamaRuntime`` to use (tests pass the
@@ -100,6 +104,9 @@ class MainWindow(QMainWindow):
         self.draft_dir = Path(draft_dir) if draft_dir is not None else None
         self._hint_on_load = False  # show "Model loaded. …" when the load in flight ends (not a run's load)
         self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
+        self._run_status: str | None = None  # "source ngram · up to 128 tokens" while a live run goes
+        self.armed_faults = FaultPlan()
+        """Faults pressed while no run goes: the next run starts with them (first opportunity)."""
 
         # Import the chat-template formatter (jinja2) now: importing it on the worker
         # during the first run holds the GIL long enough to stall the event loop.
@@ -238,6 +245,8 @@ class MainWindow(QMainWindow):
         self.act_open = self._action(f, "Open receipts…", self.files.open_receipts_dialog, ["Ctrl+O"])
         self.act_export = self._action(f, "Export receipts…", self.files.export_receipts_dialog, ["Ctrl+E"])
         self.act_png = self._action(f, "Export plots as PNG…", self.files.export_plots_dialog, ["Ctrl+Shift+E"])
+        self.act_trace = self._action(f, "Export Perfetto trace…", self.files.export_trace_dialog, ["Ctrl+Shift+T"],
+                                      "a Chrome trace of the session: open it in https://ui.perfetto.dev")
         self.act_recover = self._action(f, "Open last autosave", self.files.open_last_autosave)
         f.addSeparator()
         self._action(f, "Quit", self.close, ["Ctrl+Q"])
@@ -284,8 +293,14 @@ class MainWindow(QMainWindow):
     def set_session(self, session: SessionData) -> None:
         """Show ``session`` in every view."""
         self.session = session
+        if session.origin == "live":
+            self.panel.show_live()
+        else:  # the file's settings, read only (``_set_state`` disables the inputs)
+            self.panel.show_saved(session.settings, session.prompt_text, session.model_name)
         for v in (self.token_view, self.window_detail, self.timeline, self.lock_plots, self.stats, self.event_log):
             v.set_session(session)
+        if session.origin == "live" and self.model_info is not None:
+            self._show_model(self.model_info)
 
     def redraw(self) -> None:
         """Redraw what changed (called by the timer at ``REDRAW_HZ``)."""
@@ -299,14 +314,17 @@ class MainWindow(QMainWindow):
         s = self.session
         # Texts are set only when they change: a label whose text changes asks its
         # parents to lay out again, which repaints much of the window.
-        counts = (f"{len(s.tokens)} tokens · {len(s.receipts)} windows · {s.plain_steps} plain steps · "
-                  f"{len(s.discards)} discards · canonical position "
+        counts = (f"{count_noun(len(s.tokens), 'token')} · {count_noun(len(s.receipts), 'window')} · "
+                  f"{count_noun(s.plain_steps, 'plain step')} · {count_noun(len(s.discards), 'discard')} · "
+                  "canonical position "
                   f"{s.canonical_position if s.canonical_position is not None else '—'}")
         if counts != self.status_counts.text():
             self.status_counts.setText(counts)
-        pending = self.worker.faults.pending() if self.state in ACTIVE_STATES else []
-        text = ("pending: " + ", ".join(f.kind + (f"@token {f.token}" if f.kind == "callback_error" else "")
-                                        for f in pending)) if pending else ""
+        running = self.state in ACTIVE_STATES
+        pending = self.worker.faults.pending() if running else self.armed_faults.pending()
+        text = (("pending: " if running else "armed for the next run: ") +
+                ", ".join(f.kind + (f"@token {f.token}" if f.kind == "callback_error" else "")
+                          for f in pending)) if pending else ""
         if text != self.panel.pending_faults.text():
             self.panel.pending_faults.setText(text)
 
@@ -319,195 +337,6 @@ class MainWindow(QMainWindow):
     def _show_window(self, w: int) -> None:
         self.tabs.setCurrentWidget(self.window_detail)
         self.window_detail.select_window(w)
-
-    # -- state ---------------------------------------------------------------------------
-    def _set_state(self, state: str, detail: str = "") -> None:
-        self.state = state
-        viewing = self.session.origin != "live"
-        p = self.panel
-        idle = state == W.IDLE
-        active = state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR)
-        opening = getattr(self, "files", None) is not None and self.files.opening is not None
-        can_start = idle and not viewing and not opening  # a saved session is read only: File > New live session
-        p.run.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.run.setText("▶ Run" if state in (W.IDLE, W.LOADING, W.BUSY) else "▶ Continue")
-        p.pause.setEnabled(state in (W.RUNNING, W.TOKEN_HOLD))
-        p.step_window.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.step_token.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.stop.setEnabled(active)
-        p.resume.setEnabled(state == W.ERROR)
-        p.set_faults_enabled(active and state != W.ERROR)
-        setup_on = not active and state != W.LOADING
-        bar = p.setup_scroll.verticalScrollBar()
-        scrolled = bar.value()
-        focus = self.focusWidget()
-        if not setup_on and focus is not None and p.setup.isAncestorOf(focus):
-            # Disabling the focused input would move the focus (and scroll the panel) to the next one.
-            self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
-        for b in (p.model_combo, p.open_model, p.source, p.source_pages, p.prompt, p.examples, p.max_tokens,
-                  p.draft_max, p.temperature, p.verification):
-            b.setEnabled(setup_on)
-        bar.setValue(scrolled)  # Run never scrolls the side panel
-        if not active and state != W.LOADING:
-            p._temperature_changed(p.temperature.value())
-        p.make_draft.setEnabled(self.sources.job is None)
-        self.act_run.setEnabled(p.run.isEnabled())
-        self.act_pause.setEnabled(p.pause.isEnabled())
-        self.act_step_window.setEnabled(p.step_window.isEnabled())
-        self.act_step_token.setEnabled(p.step_token.isEnabled())
-        self.act_stop.setEnabled(p.stop.isEnabled())
-        self.act_resume.setEnabled(p.resume.isEnabled())
-        self.act_open.setEnabled(not active and not opening)
-        label = {W.IDLE: "ready", W.LOADING: "loading model…", W.BUSY: "busy", W.RUNNING: "running", W.PAUSED: "paused",
-                 W.TOKEN_HOLD: "holding before a commit (Step token)", W.ERROR: "error — Resume continues"}[state]
-        if viewing and idle:
-            label = f"viewing {'saved receipts' if self.session.origin == 'document' else 'an autosave'}" \
-                    " (read only) — File > New live session (Ctrl+N) to run"
-        self.status_state.setText(label + (f" · {detail}" if detail else ""))
-        if state != W.TOKEN_HOLD:
-            self.token_view.show_hold(None)
-        self.stateChanged.emit(state)
-
-    def _worker_state(self, state: str, detail: str) -> None:
-        if state == W.LOADING:
-            self.load_progress.setValue(0)
-            self.load_progress.show()
-        if state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD) and self.state == W.ERROR and detail != "resumed":
-            return
-        if state == W.IDLE and self.state != W.LOADING:
-            return  # the run's end is handled by _run_finished
-        self._set_state(state, "" if state == W.IDLE else detail)
-
-    # -- run controls ----------------------------------------------------------------------
-    def start_run(self, *, paused: bool = False, first_action: str = "") -> bool:
-        """Start a new live run with the panel's settings. Returns False if it cannot start.
-
-        ``paused``: hold before the first decode step; ``first_action`` (``window``
-        or ``token``) runs one window or commits one token first."""
-        prompt = self.panel.prompt.toPlainText()  # as typed: the CLI sends --prompt verbatim too
-        if not prompt.strip():
-            self.show_error("No prompt", "Type a prompt or pick an example prompt first.")
-            return False
-        src = self.panel.source.currentText()
-        if src == "scripted" and not self.panel.script.toPlainText():
-            self.show_error("No script", "The scripted source needs a script text.")
-            return False
-        if src == "ngram" and self.panel.ngram_min.value() > self.panel.ngram_max.value():
-            self.show_error("n-gram sizes", "n_min is larger than n_max.")
-            return False
-        if src == "draft" and not self.panel.draft_model.text().strip():
-            self.show_error("No draft model", "Choose a draft GGUF (Open…) or press “Make draft from target”.")
-            return False
-        if src == "draft" and self.sources.job is not None:
-            self.show_error("Draft in progress", "Wait until the draft is made.")
-            return False
-        if src == "replay" and not self.panel.replay_file.text().strip():
-            self.show_error("No receipts file", "The replay source needs a receipts file (Open…).")
-            return False
-        try:
-            model = self.panel.model_path() or self._bundled_path()
-        except Exception as exc:
-            self.show_error("No model", str(exc))
-            return False
-        self._hint_on_load = False
-        cfg = W.RunConfig(
-            model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
-            source_options=self.panel.source_options(), raw=self.panel.raw.isChecked(),
-            break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
-            baseline=self.panel.baseline.isChecked(),
-        )
-        self._before_run = (self.session, self.worker.faults)
-        self.worker.faults = cfg.faults  # fault buttons work before the worker picks the run up
-        session = SessionData()
-        session.prompt_text = prompt
-        session.source_name = src
-        self.set_session(session)
-        loading = "loading the model, then " if self.worker.runtime is None else ""
-        what = "stepping" if paused or first_action else "running"
-        self.set_banner(f"{(loading + what).capitalize()}: source <b>{src}</b> · up to "
-                        f"{self.panel.max_tokens.value()} tokens …", BANNER_NEUTRAL)
-        self._set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
-        self.requestRun.emit(cfg)
-        return True
-
-    def load_selected_model(self) -> bool:
-        """Load the model chosen in the panel (bundled by default) on the worker thread,
-        with the progress bar; a hint to press Run shows once it is loaded."""
-        if self.state != W.IDLE:
-            return False
-        try:
-            model = str(self.panel.model_path() or self._bundled_path())
-        except Exception as exc:
-            self.show_error("No model", str(exc))
-            return False
-        self._hint_on_load = True
-        self.panel.model_status.setText(f"loading {Path(model).name} …")
-        if self.session.origin == "live" and not self.session.tokens:
-            self.set_banner(f"Loading the model <b>{html.escape(Path(model).name)}</b> …", BANNER_NEUTRAL)
-        self.load_progress.setValue(0)
-        self.load_progress.show()
-        self._set_state(W.LOADING, Path(model).name)
-        self.requestLoad.emit(model, W.RunConfig.n_ctx)
-        return True
-
-    @staticmethod
-    def _bundled_path() -> Path:
-        from inspector.llama import bundled_model_path
-
-        return bundled_model_path()
-
-    def new_live_session(self) -> None:
-        """Leave a viewed receipts file: empty live session, run controls enabled."""
-        if self.state != W.IDLE:
-            return
-        self.set_session(SessionData())
-        self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
-        self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
-        self._set_state(W.IDLE)
-
-    def run_clicked(self) -> None:
-        if self.state == W.IDLE and self.session.origin != "live":
-            return
-        if self.state == W.IDLE:
-            self.start_run()
-        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
-            self.worker.request_continue()
-            self._set_state(W.RUNNING)
-        elif self.state == W.ERROR:
-            self.resume_clicked()
-
-    def pause_clicked(self) -> None:
-        if self.state in (W.RUNNING, W.TOKEN_HOLD):
-            self.worker.request_pause()
-
-    def step_window_clicked(self) -> None:
-        if self.state == W.IDLE and self.session.origin == "live":
-            self.start_run(paused=True, first_action="window")
-        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
-            self.worker.request_step_window()
-            self._set_state(W.RUNNING, "one window")
-
-    def step_token_clicked(self) -> None:
-        if self.state == W.IDLE and self.session.origin == "live":
-            self.start_run(paused=True, first_action="token")
-        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
-            self.worker.request_step_token()
-            self._set_state(W.RUNNING, "one token")
-
-    def stop_clicked(self) -> None:
-        if self.state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR):
-            self.worker.request_stop()
-
-    def resume_clicked(self) -> None:
-        if self.state == W.ERROR:
-            self.set_banner("Resuming after the error …", BANNER_NEUTRAL)
-            self.worker.request_resume()
-            self._set_state(W.RUNNING, "resuming")
-
-    def inject(self, fault: Fault) -> None:
-        """Add ``fault`` to the running generation's fault plan (thread safe)."""
-        self.worker.faults.add(fault)
-        self.redraw()
 
     # -- worker signals -----------------------------------------------------------------------
     def _on_texts(self, texts) -> None:
@@ -536,9 +365,12 @@ class MainWindow(QMainWindow):
         self.load_progress.show()
         self.load_progress.setValue(int(v * 100))
 
-    def _model_loaded(self, info: dict) -> None:
-        self.model_info = info
-        self.load_progress.hide()
+    def _show_model(self, info: dict | None) -> None:
+        """The model panel's status line: the loaded model (file, GGUF name) or "not loaded"."""
+        if info is None:
+            self.panel.model_status.setText("not loaded")
+            self.panel.model_status.setToolTip("")
+            return
         size = info.get("size_bytes")
         name = f" — {info['name']}" if info.get("name") else ""  # GGUF general.name
         self.panel.model_status.setText(f"loaded: {Path(info['path']).name}{name} ({info['architecture']}, "
@@ -546,15 +378,34 @@ class MainWindow(QMainWindow):
         self.panel.model_status.setToolTip(
             f"{info['path']}{name} ({info['architecture']}, vocab {info['n_vocab']} tokens"
             f"{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
+
+    def _model_loaded(self, info: dict) -> None:
+        self.model_info = info
+        self.load_progress.hide()
+        self._show_model(info)
+        self.panel.select_model(str(info["path"]))
+        self.panel.n_ctx.setValue(int(info["n_ctx"]))  # the context the loaded model has
         hint, self._hint_on_load = self._hint_on_load, False
         if hint and self.session.origin == "live" and not self.session.tokens:
             self.set_banner(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "
                             "F11 go one window or one token at a time.)</span>", BANNER_HINT)
 
-    def _model_failed(self, message: str) -> None:
+    def _model_failed(self, message: str, path: str = "") -> None:
+        """``path`` could not be loaded: the model loaded before stays loaded, selected and usable;
+        the bad file leaves the recent models."""
         self._hint_on_load = False
         self.load_progress.hide()
-        self.panel.model_status.setText("not loaded (see the error)")
+        if path:
+            self.panel.remove_recent_model(path)
+        loaded = self.model_info if self.worker.runtime is not None else None
+        self._show_model(loaded)
+        if loaded is not None:
+            self.panel.select_model(str(loaded["path"]))
+        keeps = (f"{html.escape(Path(loaded['path']).name)} stays loaded." if loaded is not None
+                 else "No model is loaded: pick one in the Model list or Open… a GGUF file.")
+        if self.session.origin == "live" and not self.session.tokens:
+            self.set_banner(f"<b>Cannot load {html.escape(Path(path).name) or 'the model'}</b> (see the message). "
+                            f"{keeps}", BANNER_ERROR)
         self.show_error("Cannot load the model", message)
 
     def _source_failed(self, name: str, message: str) -> None:
@@ -565,6 +416,7 @@ class MainWindow(QMainWindow):
             self.set_session(session)
             self.refresh_all()
         self._before_run = None
+        self._run_status = None
         self.load_progress.hide()
         self._set_state(W.IDLE, f"{name} source refused")
         title = "Draft model refused" if "refused" in message and name == "draft" else \
@@ -583,8 +435,12 @@ class MainWindow(QMainWindow):
         self._set_state(W.PAUSED if self.state == W.PAUSED else self.state if self.state != W.LOADING else W.RUNNING)
 
     def _about_to_commit(self, info: dict) -> None:
+        """Step token holds before a commit: the token view names the token and what it is
+        (accepted proposal token, correction, bonus token, plain step); the Windows tab shows
+        the window being committed (no receipt yet)."""
         self.redraw()
         self.token_view.show_hold(info)
+        self.window_detail.show_in_flight(info)
 
     def _error(self, message: str, info: dict) -> None:
         self.last_error = message
@@ -607,6 +463,7 @@ class MainWindow(QMainWindow):
         self.errorShown.emit(message)
 
     def _run_finished(self, reason: str, info: dict) -> None:
+        self._run_status = None
         self.settings.setValue("autosave/clean", True)
         self.settings.sync()
         self.finish_info = info
@@ -614,8 +471,11 @@ class MainWindow(QMainWindow):
         self.redraw()
         if reason != "error":
             kv = info.get("kv_length")
-            self.set_banner(f"Finished: <b>{reason}</b> · {len(self.session.tokens)} tokens · KV length {kv} "
-                            f"(canonical position {info.get('canonical_position')})", BANNER_DONE)
+            self.set_banner(f"Finished: <b>{reason}</b> · {count_noun(len(self.session.tokens), 'token')} · "
+                            f"KV length {kv} (canonical position {info.get('canonical_position')})", BANNER_DONE)
+        elif self.state != W.ERROR and not info:  # the run never started (model, prompt): say why, not "Running"
+            self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
+                            BANNER_ERROR)
         self._set_state(W.IDLE, reason)
         self.runFinished.emit(reason, info)
 

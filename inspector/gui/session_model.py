@@ -15,6 +15,7 @@ from pathlib import Path
 from inspector.engine.receipt import (
     COMMIT,
     FINISH,
+    PREFILL,
     REPAIR,
     STEP,
     VERIFY,
@@ -98,6 +99,13 @@ class SessionData:
         (``BaselineResult.to_json`` with token texts), or None when none ran."""
         self.baseline_result = None
         """The live run's ``BaselineResult`` (exported with the receipts), or None."""
+        self.settings: dict | None = None
+        """The run's settings as a receipts document stores them (``settings``: limits, sampling,
+        ``source`` name and options, ``raw``), for a session read from a file; None when live."""
+        self.background_sessions = 0
+        """Other sessions that generated through the same runtime lock during the run."""
+        self.unfinished = False
+        """An autosave without its ``end`` record: the run stopped or was killed."""
         self.origin = "live"
         """``live``, ``document`` or ``autosave``."""
         self.skipped_lines = 0
@@ -258,6 +266,8 @@ class SessionData:
                 s.texts.setdefault(tid, text)
         s.prompt_text = doc["prompt"]["text"]
         s.prompt_token_count = len(doc["prompt"]["token_ids"])
+        s.settings = doc["settings"]
+        s.background_sessions = int(doc["settings"].get("background_sessions", 0))
         s.model_name = doc["model"].get("name") or Path(doc["model"]["path"]).name
         s.source_name = doc["settings"]["source"]["name"]
         for w in doc["windows"]:
@@ -301,6 +311,21 @@ class SessionData:
         s.source_name = str(h.get("source", ""))
         s.main_session_id = h.get("session_id")
         s.skipped_lines = run.bad_lines
+        s.unfinished = not run.clean
+        settings = h.get("settings")
+        s.settings = dict(settings) if isinstance(settings, dict) else {}
+        if not isinstance(s.settings.get("source"), dict):  # autosaves before the source's options were kept
+            s.settings["source"] = {"name": s.source_name, "settings": {}}
+        count = h.get("background_sessions")
+        s.background_sessions = count if type(count) is int and count >= 0 else 0
+        prefill = run.prefill or {}
+        prompt_tokens = prefill.get("prompt_tokens", h.get("prompt_tokens"))
+        if type(prompt_tokens) is int and prompt_tokens >= 0:
+            s.prompt_token_count = prompt_tokens
+        elif type(prefill.get("kv_length")) is int:
+            s.prompt_token_count = prefill["kv_length"] + 1  # the last prompt token is not prefilled
+        if type(prefill.get("elapsed_us")) is int:
+            s.prefill_elapsed_us = prefill["elapsed_us"]
         s.texts.update(run.texts)
         seq = 0
 
@@ -330,6 +355,8 @@ class SessionData:
                 token, position = value
                 ev(STEP, token=token, row=0, position=position)
                 ev(COMMIT, None, token, 0, position)
+            elif kind == "prefill":
+                ev(PREFILL, position=value.get("kv_length"), detail=f"{s.prompt_token_count} prompt tokens")
             elif kind == "end":
                 ev(FINISH, detail=value.get("finish_reason") or "")
                 us = value.get("decode_elapsed_us")

@@ -178,15 +178,16 @@ class TokenView(QWidget):
             return ""
         t = s.tokens[index]
         lines = [f"<b>{O.LEGEND_LABEL.get(t.outcome, t.outcome)}</b>"]
+        # One position convention everywhere (rows table, hold banner, tooltip): the row's KV
+        # position, where its input token sits (base + row); the committed token comes after it.
         if t.window is None:
-            lines.append("plain step (no proposal)")
+            lines.append(f"plain step (no proposal), row 0 at KV position {t.position - 1}")
         else:
-            lines.append(f"window {t.window}, row {t.row}")
+            lines.append(f"window {t.window}, row {t.row} at KV position {t.position - 1}")
             proposed = "— (bonus row: no proposal token)" if t.proposed is None else \
                 f"{_show(s.text_of(t.proposed))} ({t.proposed})"
             lines.append(f"proposed: {proposed}")
         lines.append(f"predicted (committed): {_show(t.text)} ({t.token})")
-        lines.append(f"position: {t.position}")
         if index == s.divergence_index:
             lines.append(f"<span style='color:{DIVERGENCE_COLOR}'><b>first difference from plain decoding</b></span>")
             lines.extend(self._divergence_lines(s.baseline["divergence"]))
@@ -242,7 +243,15 @@ class TokenView(QWidget):
         s = self.session
         text = _show(s.text_of(info["token"])) if s else str(info["token"])
         where = f"window {info['window']}, row {info['row']}" if info["window"] else "plain step, row 0"
-        self.hold_label.setText(f"Holding — about to commit: {text} (token {info['token']}) — {where}, position {info['position']}")
+        kind = ""
+        if info.get("window") and "proposal" in info:
+            kind = {O.ACCEPTED: "an accepted proposal token", O.CORRECTION: "a correction (the proposal token "
+                    "was rejected)", O.BONUS: "the bonus token (every proposal token accepted)"}.get(
+                O.classify_row(info["row"], info["token"], info["proposal"]), "")
+        elif not info.get("window"):
+            kind = "a plain step's token"
+        self.hold_label.setText(f"Holding — about to commit: {text} (token {info['token']}){': ' + kind if kind else ''}"
+                                f" — {where} at KV position {info['position'] - 1}")
 
     def refresh(self) -> None:
         """Draw tokens added or changed since the last call, in one edit block (one

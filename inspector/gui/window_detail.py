@@ -31,11 +31,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.engine.receipt import decision_id_text
 from inspector.gui import outcomes as O
 from inspector.gui.session_model import SessionData
+from inspector.gui.table_copy import install_row_copy
 from inspector.gui.window_table import WIDEST, WINDOW_HEADERS, WindowTableModel
 
 EMPTY_TEXT = "Select a window."
+HOLD_BACKGROUND = "#fff59d"
+"""Background of the row Step token holds before."""
+ROW_LABELS = {O.ACCEPTED: "accepted proposal token", O.CORRECTION: "correction", O.BONUS: "bonus token",
+              O.BRANCH: "branch-conditioned (never output)", O.NOT_COMMITTED: "not committed"}
+"""Outcome of a verification row in words (rows table, hold banner)."""
 FOLLOW_S = 0.2
 """Shortest time between two follows of the newest window while a run goes (seconds)."""
 
@@ -104,7 +111,9 @@ class WindowDetail(QWidget):
         self.windows.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         self.windows.verticalHeader().setDefaultSectionSize(22)
         self.windows.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.windows.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        # Extended: Ctrl+C copies every selected window; the detail shows the current one.
+        self.windows.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        install_row_copy(self.windows)
         self.windows.setWordWrap(False)
         self.windows.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         header = self.windows.horizontalHeader()
@@ -151,6 +160,7 @@ class WindowDetail(QWidget):
         self.rows.horizontalHeader().setStretchLastSection(True)
         for c in range(len(ROW_COLUMNS) - 1):
             self.rows.resizeColumnToContents(c)
+        install_row_copy(self.rows)  # Ctrl+C copies the selected rows as tab-separated text
         outer.addWidget(self.rows)
         outer.setStretchFactor(0, 1)
         outer.setStretchFactor(1, 1)
@@ -197,7 +207,9 @@ class WindowDetail(QWidget):
         rows = self.windows.selectionModel().selectedRows()
         if not rows:
             return
-        w = self.model.window_at(rows[0].row())
+        current = self.windows.selectionModel().currentIndex()
+        row = current.row() if current.isValid() and any(r.row() == current.row() for r in rows) else rows[-1].row()
+        w = self.model.window_at(row)
         self._follow_pending = False
         if w != self.selected:
             self.selected = w
@@ -235,7 +247,18 @@ class WindowDetail(QWidget):
             accepted = sum(1 for i in range(min(committed, len(proposal))) if preds[i] == proposal[i])
         else:
             return
-        current = self._current_token(w, base)
+        self._fill_rows(self._current_token(w, base), proposal, preds, base, committed, canonical, after)
+        self.fields.setHtml(self._fields_html(w, r, d, accepted, base, after, canonical, committed))
+        self._raw_for = None
+        self._show_raw()
+
+    def _fill_rows(self, current, proposal, preds, base, committed, canonical, after, held_row=None) -> None:
+        """The rows table: one row per verification row (KV position base + row).
+
+        ``committed``: rows whose prediction was committed; ``canonical``: the repaired KV
+        length (None while the window is still committing); ``held_row``: the row whose
+        prediction Step token holds before committing (None otherwise)."""
+        s = self.session
         n_rows = len(proposal) + 1
         self.rows.setRowCount(n_rows)
         strike = QFont()
@@ -245,23 +268,27 @@ class WindowDetail(QWidget):
             inp = current if i == 0 else proposal[i - 1]
             prop = proposal[i] if i < len(proposal) else None
             pred = preds[i] if i < len(preds) else None
-            if i < committed:
+            held = held_row is not None and i == held_row
+            if i < committed or held:
                 outcome = O.classify_row(i, pred, proposal)
                 pred_text = _tok(s, pred)
             elif pred is None:
                 outcome, pred_text = "not verified", "—"
             elif first_mismatch is not None and i > first_mismatch:
                 outcome, pred_text = O.BRANCH, _tok(s, pred)
+            elif held_row is not None:
+                outcome, pred_text = "not committed yet", _tok(s, pred)
             else:
                 outcome, pred_text = O.NOT_COMMITTED, _tok(s, pred)
-            removed = after is not None and base + i >= canonical
-            label = {O.ACCEPTED: "accepted", O.CORRECTION: "correction", O.BONUS: "bonus token",
-                     O.BRANCH: "branch-conditioned (never output)", O.NOT_COMMITTED: "not committed"}.get(outcome, outcome)
+            removed = canonical is not None and after is not None and base + i >= canonical
+            label = ROW_LABELS.get(outcome, outcome)
+            if held:
+                label = f"held: about to commit ({label})"
             if removed:
                 label += " · trimmed"
             vals = (i, base + i, _tok(s, inp) + ("  [current]" if i == 0 else ""), _tok(s, prop), pred_text, label)
             for c, v in enumerate(vals):
-                it = _item(v, color=O.BACKGROUNDS.get(outcome), align_right=c < 2)
+                it = _item(v, color=HOLD_BACKGROUND if held else O.BACKGROUNDS.get(outcome), align_right=c < 2)
                 if outcome in O.COLORS:
                     it.setForeground(QBrush(QColor(O.COLORS[outcome])))
                 if removed:
@@ -271,9 +298,35 @@ class WindowDetail(QWidget):
         # column stretches to the table's width).
         for c in range(len(ROW_COLUMNS) - 1):
             self.rows.resizeColumnToContents(c)
-        self.fields.setHtml(self._fields_html(w, r, d, accepted, base, after, canonical, committed))
+
+    def show_in_flight(self, info: dict) -> None:
+        """Show the window Step token holds in (no receipt yet): its proposal, the rows verified
+        so far and the held row. ``info``: the worker's hold record (``proposal``, ``predictions``,
+        ``base_position``, ``committed``, ``row``, ``token``, ``window``); a plain step shows nothing here."""
+        if info.get("window") is None or "proposal" not in info:
+            return
+        self._follow_pending = False
+        self.windows.clearSelection()
+        self.selected = None
+        w, row = info["window"], info["row"]
+        proposal, preds, base = info["proposal"], info["predictions"], info["base_position"]
+        self._fill_rows(self._current_token(w, base), proposal, preds, base, len(info.get("committed", ())),
+                        None, info.get("position_after_verification"), held_row=row)
+        kind = ROW_LABELS.get(O.classify_row(row, info["token"], proposal), "")
+        e = html.escape
+        rows = [
+            ("decision", e(decision_id_text(info.get("decision_id", b"")))),
+            ("proposal", f"{len(proposal)} tokens · committed so far {len(info.get('committed', ()))}"),
+            ("held", f"row {row} (KV position {base + row}): {e(_tok(self.session, info['token']))} — {kind}"),
+            ("positions", f"base {base} → verified {info.get('position_after_verification')} → canonical: "
+                          "after the commit loop and repair"),
+        ]
+        body = "".join(f"<tr><td style='color:#555;padding-right:8px;white-space:nowrap'>{k}</td><td>{v}</td></tr>"
+                       for k, v in rows)
+        self.fields.setHtml(f"<b>Window {w}</b> — <b>committing</b> (no receipt until it is repaired)"
+                            f"<table cellspacing='0'>{body}</table>")
+        self.raw.setPlainText("")
         self._raw_for = None
-        self._show_raw()
 
     def _show_raw(self) -> None:
         """Render the selected window's raw JSON if its tab is shown (and it is not there yet)."""
@@ -298,7 +351,7 @@ class WindowDetail(QWidget):
             head = f"<b>Window {w}</b> — <b>{r.disposition}</b>"
             nxt = r.correction_or_boundary_token
             rows = [
-                ("source", f"{e(r.source)} · decision {e(r.decision_id)}"),
+                ("source", f"{e(r.source)} · decision {e(decision_id_text(r.decision_id))}"),
                 ("proposal", f"{r.proposal_token_count} tokens · accepted {r.accepted_proposal_tokens} · "
                              f"committed {committed}"),
                 ("correction / bonus", e(_tok(s, nxt)) if nxt is not None else "none (stopped)"),
@@ -319,7 +372,7 @@ class WindowDetail(QWidget):
                 ("positions", f"base {base} → verified {after_s} → canonical {canonical}"),
                 ("repaired state", "session retired (resume opens a new one)" if p.session_retired
                  else f"KV cache trimmed to the canonical position {canonical}"),
-                ("discard", f"{d.reason} (decision {e(d.decision_id)})"),
+                ("discard", f"{d.reason} (decision {e(decision_id_text(d.decision_id))})"),
             ]
         body = "".join(f"<tr><td style='color:#555;padding-right:8px;white-space:nowrap'>{k}</td><td>{v}</td></tr>"
                        for k, v in rows)

@@ -12,6 +12,7 @@ Step token blocks in ``GenerationObserver.before_commit`` until released.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,13 +26,13 @@ from inspector.engine.proposal import Proposal
 from inspector.engine.receipt import Discard, EngineEvent, WindowReceipt
 from inspector.gui.contention import Contention
 from inspector.gui.session_store import open_autosave
+from inspector.gui import stepping
+from inspector.gui.stepping import SteppingControl
 
 # Worker states (``stateChanged``).
+RUNNING, PAUSED, TOKEN_HOLD = stepping.RUNNING, stepping.PAUSED, stepping.TOKEN_HOLD
 IDLE = "idle"
 LOADING = "loading"
-RUNNING = "running"
-PAUSED = "paused"
-TOKEN_HOLD = "token_hold"
 ERROR = "error"
 BUSY = "busy"
 """Not a worker state: the window while the engine thread measures the cost model or compares configurations."""
@@ -60,6 +61,9 @@ class RunConfig:
     """``window`` or ``token``: with ``start_paused``, run one window / commit one token first."""
     autosave_dir: Path | None = None
     n_ctx: int = 2048
+    """Context size (positions); a loaded model with another size is loaded again."""
+    n_threads: int | None = None
+    """CPU threads for decoding (llama.cpp ``-t``); None = all cores."""
     faults: FaultPlan = field(default_factory=FaultPlan)
     """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
     baseline: bool = False
@@ -86,7 +90,7 @@ class _Observer(GenerationObserver):
         self.w._before_commit(window, row, token, position)
 
 
-class EngineWorker(QObject):
+class EngineWorker(SteppingControl, QObject):
     """Owns the runtime, the scheduler, the current ``Generation`` and the background sessions.
 
     Slots ``load_model`` and ``start_run`` run on the worker thread (call them
@@ -96,7 +100,8 @@ class EngineWorker(QObject):
 
     modelProgress = Signal(float)
     modelLoaded = Signal(object)
-    modelFailed = Signal(str)
+    modelFailed = Signal(str, str)
+    """(message, path): ``path`` could not be loaded; the runtime loaded before (if any) is kept."""
     runStarted = Signal(object)
     stateChanged = Signal(str, str)
     texts = Signal(object)
@@ -134,10 +139,14 @@ class EngineWorker(QObject):
         self._window_budget = 0
         self._token_mode = False
         self._token_permits = 0
+        self._holding = False
+        """The commit loop waits in ``_before_commit`` (Step token) for a permit."""
         self._stop = False
         self._resume = False
         self._break_on: frozenset = frozenset({"error"})
         self._background = 0
+        self.run_background_max = 0
+        """Most background sessions that ran during the current (or last) run: exported with its receipts."""
         self._running = False
         self._closing = False
         self._sent_texts: set[int] = set()
@@ -184,14 +193,16 @@ class EngineWorker(QObject):
         from inspector.llama.model_file import ModelFileError
         from inspector.llama.runtime import LlamaRuntime
 
-        if self.runtime is not None and str(self.runtime.model_path) == str(path):
+        if self.runtime is not None and str(self.runtime.model_path) == str(path) and self.runtime.n_ctx == n_ctx:
             self.modelLoaded.emit(self.runtime.describe())
+            self.stateChanged.emit(IDLE, "")  # the window waits in LOADING for this
             return True
         self.stateChanged.emit(LOADING, f"loading {Path(path).name}")
         try:
             rt = LlamaRuntime(path, n_ctx=n_ctx, n_batch=512, n_seq_max=4, progress=self.modelProgress.emit)
         except (ModelFileError, EngineError, ValueError, OSError) as exc:
-            self.modelFailed.emit(str(exc))
+            # The model loaded before (if any) stays loaded and usable.
+            self.modelFailed.emit(str(exc), path)
             self.stateChanged.emit(IDLE, "")
             return False
         self._drop_runtime()
@@ -220,64 +231,11 @@ class EngineWorker(QObject):
             self.runtime.close()
             self.runtime = None
 
-    # -- control (GUI thread) -------------------------------------------------------
-    def request_pause(self) -> None:
-        """Pause at the next window boundary."""
-        with self._cv:
-            self._paused = True
-            self._cv.notify_all()
-
-    def _set_mode(self, *, window_budget: int, token_mode: bool, add_permit: bool) -> None:
-        """Leave pause and run under the given stepping mode (GUI thread)."""
-        with self._cv:
-            self._paused = False
-            self._window_budget = window_budget
-            self._token_mode = token_mode
-            self._token_permits = self._token_permits + 1 if add_permit else 0
-            self._cv.notify_all()
-
-    def request_continue(self) -> None:
-        """Leave pause / token-step mode and run on."""
-        self._set_mode(window_budget=0, token_mode=False, add_permit=False)
-
-    def request_step_window(self) -> None:
-        """Run exactly one decode step (a window or a plain step), then pause."""
-        self._set_mode(window_budget=1, token_mode=False, add_permit=False)
-
-    def request_step_token(self) -> None:
-        """Commit exactly one more token, then hold before the next one."""
-        self._set_mode(window_budget=0, token_mode=True, add_permit=True)
-
-    def request_resume(self) -> None:
-        """After an error: ``generation.resume()`` then continue (runs on the worker thread)."""
-        with self._cv:
-            self._resume = True
-            self._paused = False
-            self._token_mode = False
-            self._token_permits = 0
-            self._cv.notify_all()
-
-    def request_stop(self, closing: bool = False) -> None:
-        """End the run: cancel the step in flight; the run finishes as ``stopped``.
-
-        ``closing``: also refuse runs that were requested but not started yet.
-        """
-        with self._cv:
-            self._stop = True
-            self._closing = self._closing or closing
-            self._baseline_cancel.set()  # a comparison with plain decoding in flight stops too
-            g = self.generation
-            if g is not None and self._running:
-                g.cancel()
-            self._cv.notify_all()
-
-    def set_break_on(self, kinds) -> None:
-        with self._cv:
-            self._break_on = frozenset(kinds)
-
     def set_background(self, n: int) -> None:
         """Run ``n`` background sessions (0..3) through the same scheduler."""
         self._background = n
+        if self._running:  # between runs the last run's figure stays (its receipts may still be exported)
+            self.run_background_max = max(self.run_background_max, n)
         if self.contention is not None:
             self.contention.set_count(n)
 
@@ -305,23 +263,6 @@ class EngineWorker(QObject):
     def _on_discard(self, d: Discard) -> None:
         self.discard.emit(d)
 
-    def _before_commit(self, window, row, token, position) -> None:
-        with self._cv:
-            if not self._token_mode or self._stop:
-                return
-            if self._token_permits > 0:
-                self._token_permits -= 1
-                return
-        self._send_texts((token,))
-        self.aboutToCommit.emit({"window": window, "row": row, "token": token, "position": position})
-        self.stateChanged.emit(TOKEN_HOLD, f"window {window or '(plain step)'} row {row}")
-        with self._cv:
-            while self._token_mode and self._token_permits == 0 and not self._stop:
-                self._cv.wait()
-            if self._token_permits > 0:
-                self._token_permits -= 1
-        self.stateChanged.emit(RUNNING, "")
-
     # -- the run (worker thread) ---------------------------------------------------------
     @Slot(object)
     def start_run(self, config: RunConfig) -> None:
@@ -331,11 +272,15 @@ class EngineWorker(QObject):
         ``sourceFailed`` is emitted and the previous run's records stay as they were."""
         if self._running or self._closing:
             return
-        if self.runtime is None or str(self.runtime.model_path) != str(config.model_path):
+        if self.runtime is None or str(self.runtime.model_path) != str(config.model_path) \
+                or self.runtime.n_ctx != config.n_ctx:
             if not self.load_model(str(config.model_path), config.n_ctx):
                 self.runFinished.emit("error", {})
                 return
         rt = self.runtime
+        threads = config.n_threads or os.cpu_count() or 1
+        if rt.n_threads != threads:
+            self.scheduler.execute("stats", -1, lambda r: r.set_threads(threads))
         # Token texts are sent once per run: every run fills a new SessionData on the GUI side.
         self._sent_texts = set()
         try:
@@ -357,8 +302,8 @@ class EngineWorker(QObject):
             self._break_on = frozenset(config.break_on)
             if config.first_action == "window":
                 self._paused, self._window_budget = False, 1
-            elif config.first_action == "token":
-                self._paused, self._token_mode, self._token_permits = False, True, 1
+            elif config.first_action == "token":  # hold before the first token
+                self._paused, self._token_mode, self._token_permits = False, True, 0
         self._close_source()
         if config.source == "draft":
             name = Path(str(config.source_options.get("draft_model", ""))).name
@@ -387,7 +332,10 @@ class EngineWorker(QObject):
                 self._autosave = open_autosave(Path(config.autosave_dir), {
                     "prompt": config.prompt_text, "model": Path(str(rt.model_path)).name,
                     "source": source.name if source else "none", "session_id": sid,
-                    "settings": config.settings.to_json(),
+                    "settings": {**config.settings.to_json(), "raw": config.raw,
+                                 "source": {"name": source.name if source else "none",
+                                            "settings": self.source_settings}},
+                    "prompt_tokens": len(tokens), "n_ctx": rt.n_ctx, "background_sessions": self._background,
                 })
             except OSError:
                 self._autosave = None
@@ -398,7 +346,10 @@ class EngineWorker(QObject):
             observer = AutosaveRecorder(self._autosave, rt, observer)
         gen = Generation(self.scheduler, source, tokens, config.settings, session_id=sid,
                          faults=self.faults, observer=observer)
+        if self._autosave is not None:
+            observer.generation = gen  # the prefill record carries the prompt's figures
         self.generation = gen
+        self.run_background_max = self._background
         self._running = True
         self.runStarted.emit({"session_id": sid, "prompt_tokens": len(tokens),
                               "autosave": str(self._autosave.path) if self._autosave else "",
@@ -477,27 +428,6 @@ class EngineWorker(QObject):
         return {"decode_elapsed_us": gen.decode_elapsed_us, "prefill_elapsed_us": gen.prefill_elapsed_us,
                 "generated": gen.generated_count, "canonical_position": gen.canonical_position}
 
-    def _wait_to_go(self) -> str:
-        """Block while paused. Returns ``stop``, ``resume`` or ``go``."""
-        announced = False
-        with self._cv:
-            while self._paused and not self._stop and not self._resume:
-                if not announced:
-                    announced = True
-                    self._cv.release()
-                    try:
-                        self.stateChanged.emit(PAUSED, "")
-                    finally:
-                        self._cv.acquire()
-                    continue
-                self._cv.wait()
-            if self._stop:
-                return "stop"
-            if self._resume:
-                self._resume = False
-                return "resume"
-            return "go"
-
     def _loop(self, gen: Generation) -> str:
         try:
             gen.start()
@@ -519,9 +449,9 @@ class EngineWorker(QObject):
                 try:
                     gen.resume()
                 except Exception as exc:
-                    self.errorOccurred.emit(f"resume failed: {exc}", self._kv_info(gen))
-                    with self._cv:
+                    with self._cv:  # before the GUI hears of it (see the step error below)
                         self._paused = True
+                    self.errorOccurred.emit(f"resume failed: {exc}", self._kv_info(gen))
                     continue
                 in_error = False
                 self.stateChanged.emit(RUNNING, "resumed")
@@ -534,8 +464,8 @@ class EngineWorker(QObject):
                 if self._stop:
                     return "stopped"
                 in_error = True
-                self.progress.emit(self._progress(gen))
-                self.errorOccurred.emit(str(exc) or type(exc).__name__, self._kv_info(gen))
+                # Pause before telling the GUI: a Resume pressed as soon as the error shows must
+                # find the pause already set (it clears it), never be overridden by it.
                 with self._cv:
                     if "error" in self._break_on or auto_resumes >= MAX_AUTO_RESUMES:
                         self._paused = True
@@ -543,6 +473,8 @@ class EngineWorker(QObject):
                         self._window_budget = 0
                     else:
                         auto_resumes += 1
+                self.progress.emit(self._progress(gen))
+                self.errorOccurred.emit(str(exc) or type(exc).__name__, self._kv_info(gen))
                 continue
             self.progress.emit(self._progress(gen))
             if gen.finished:

@@ -1,7 +1,7 @@
 """Autosave: a run's records as JSON Lines, one flushed line per record.
 
 Lines, in the order things happened: ``header`` (prompt, model, source,
-settings), then ``receipt`` (a receipts-document window), ``discard`` (a
+settings), ``prefill`` (the prompt's token count, KV length and prefill time), then ``receipt`` (a receipts-document window), ``discard`` (a
 discard, with the texts of its tokens) and ``step`` (a plain step's committed
 token), and ``end`` after a clean finish. Each line is written whole and
 flushed, so a process killed mid-run loses at most the record being written:
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.engine.generation import GenerationObserver
-from inspector.engine.receipt import COMMIT, Discard, WindowReceipt, discard_from_json, receipt_from_json
+from inspector.engine.receipt import COMMIT, PREFILL, Discard, WindowReceipt, discard_from_json, receipt_from_json
 from inspector.engine.stats import summarize_receipts
 from inspector.receipts.document import MAX_FILE_BYTES, ReceiptsFileError
 
@@ -43,7 +43,7 @@ class AutosaveWriter:
         if self._fh is None:
             return
         try:
-            self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
             self._fh.flush()
             if self.fsync:
                 os.fsync(self._fh.fileno())
@@ -92,9 +92,18 @@ class AutosaveRecorder(GenerationObserver):
         self.writer = writer
         self.runtime = runtime
         self.inner = inner or GenerationObserver()
+        self.generation = None
+        """The ``Generation`` observed (set after it is made): its prefill figures go in the
+        ``prefill`` record. Without it the record has the KV length only."""
 
     def on_event(self, event) -> None:
-        if event.kind == COMMIT and event.window is None:
+        if event.kind == PREFILL:
+            g = self.generation
+            rec = {"kind": "prefill", "kv_length": event.position}
+            if g is not None:
+                rec.update(prompt_tokens=g.prompt_token_count, elapsed_us=g.prefill_elapsed_us)
+            self.writer.write(rec)
+        elif event.kind == COMMIT and event.window is None:
             self.writer.write({"kind": "step", "token": event.token, "text": self.runtime.token_text(event.token),
                                "position": event.position})
         self.inner.on_event(event)
@@ -130,7 +139,7 @@ class AutosaveRun:
     rebuilt from the records' token texts. ``records``: every valid record in
     file order as ``(kind, value, texts)``: ``("receipt", WindowReceipt, {id: text})``,
     ``("discard", Discard, {id: text})``, ``("step", (token, position), {id: text})``,
-    ``("end", dict, {})``. ``texts``: every token text seen, id -> text.
+    ``("prefill", dict, {})``, ``("end", dict, {})``. ``texts``: every token text seen, id -> text.
     """
 
     path: Path
@@ -139,6 +148,9 @@ class AutosaveRun:
     discards: list = field(default_factory=list)
     steps: list = field(default_factory=list)
     end: dict | None = None
+    prefill: dict | None = None
+    """The ``prefill`` record (``kv_length``; ``prompt_tokens`` and ``elapsed_us`` in µs when
+    the writer knew them), or None (a file from before it existed, or killed before prefill)."""
     bad_lines: int = 0
     committed: list = field(default_factory=list)
     text: str = ""
@@ -225,6 +237,11 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
             elif kind == "end":
                 run.end = rec
                 run.records.append(("end", rec, {}))
+                continue
+            elif kind == "prefill":
+                _check_ints([v for k, v in rec.items() if k != "kind"], "prefill")
+                run.prefill = rec
+                run.records.append(("prefill", rec, {}))
                 continue
             else:
                 run.bad_lines += 1

@@ -1,0 +1,144 @@
+"""The control panel's settings as a plain dict (QSettings, tests) and a saved session's
+settings shown read only in place of the live ones; stop strings typed on one line.
+
+``PanelValues`` is a mixin of ``ControlPanel`` (it reads and sets the panel's widgets).
+"""
+
+from __future__ import annotations
+
+
+def parse_stop_strings(text: str) -> tuple[str, ...]:
+    """Stop strings from one line: ``|`` separates them; ``\\n``, ``\\t``, ``\\|`` and ``\\\\``
+    stand for a newline, a tab, a ``|`` and a backslash. Empty strings are dropped."""
+    out, cur, i = [], [], 0
+    escapes = {"n": "\n", "t": "\t", "|": "|", "\\": "\\"}
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in escapes:
+            cur.append(escapes[text[i + 1]])
+            i += 2
+            continue
+        if c == "|":
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    out.append("".join(cur))
+    return tuple(x for x in out if x)
+
+
+def join_stop_strings(stops) -> str:
+    """The inverse of ``parse_stop_strings``: one line with ``|`` between the strings."""
+    def esc(x: str) -> str:
+        return x.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "\\n").replace("\t", "\\t")
+
+    return "|".join(esc(str(x)) for x in stops)
+
+
+class PanelValues:
+    """``values`` / ``apply_values`` and ``show_saved`` / ``show_live`` of ``ControlPanel``."""
+
+    def values(self) -> dict:
+        """Every setting as a plain dict (saved in QSettings)."""
+        return {
+            "source": self.source.currentText(), "ngram_max": self.ngram_max.value(),
+            "ngram_min": self.ngram_min.value(), "ngram_length": self.ngram_length.currentText(),
+            "script": self.script.toPlainText(),
+            "draft_max": self.draft_max.value(), "max_tokens": self.max_tokens.value(),
+            "n_ctx": self.n_ctx.value(), "threads": self.threads.value(), "stop": self.stop_strings.text(),
+            "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
+            "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
+            "custom_prompt": self.custom_prompt,
+            "verification": self.verification.currentText(), "draft_model": self.draft_model.text(),
+            "draft_type": self.draft_type.currentText(), "draft_min": self.draft_min.value(),
+            "p_min": self.p_min.value(), "replay_file": self.replay_file.text(),
+            "raw": self.raw.isChecked(), "break_on": sorted(self.break_on()),
+            "baseline": self.baseline.isChecked(),
+            "model": self.model_path(), "recent_models": self.recent_models(),
+        }
+
+    def show_saved(self, settings: dict | None, prompt: str, model_name: str) -> None:
+        """Show a saved session's settings (a receipts file's or an autosave's ``settings``) instead of
+        the live ones; the window keeps the inputs read only while it is shown. ``show_live`` puts
+        the live settings back."""
+        if self._live_values is None:
+            self._live_values = self.values()
+        st = settings or {}
+        samp = st.get("sampling") or {}
+        src = st.get("source") or {}
+        opts = src.get("settings") or {}
+        v = {"prompt": prompt, "max_tokens": st.get("max_new_tokens"), "draft_max": st.get("draft_max"),
+             "temperature": samp.get("temperature"), "top_k": samp.get("top_k"), "top_p": samp.get("top_p"),
+             "min_p": samp.get("min_p"), "seed": samp.get("seed"), "verification": st.get("verification"),
+             "raw": bool(st.get("raw", False)), "n_ctx": st.get("n_ctx"),
+             "stop": join_stop_strings(st.get("stop") or ()),
+             "ngram_max": opts.get("n_max"), "ngram_min": opts.get("n_min"), "ngram_length": opts.get("length"),
+             "draft_model": str(opts.get("draft_model", "")), "draft_min": opts.get("draft_min"),
+             "p_min": opts.get("p_min"), "replay_file": str(opts.get("replay", opts.get("replays", "")))}
+        self.apply_values({k: x for k, x in v.items() if x is not None})
+        name = str(src.get("name", ""))
+        if not self.set_source(name):
+            self.other_note.setText(f"source {name!r} (not installed here)")
+        self.model_status.setText(f"from the file: {model_name or 'model not named'} (read only)")
+        self.setup.setToolTip("the settings of the opened file (read only): File > New live session "
+                              "(Ctrl+N) brings back your own")
+
+    def show_live(self) -> None:
+        """Leave ``show_saved``: the live settings as they were before."""
+        if self._live_values is None:
+            return
+        values, self._live_values = self._live_values, None
+        self.apply_values(values)
+        self.setup.setToolTip("")
+
+    @property
+    def showing_saved(self) -> bool:
+        """The panel shows a saved session's settings (``show_saved``)."""
+        return self._live_values is not None
+
+    def apply_values(self, v: dict) -> None:
+        """Set the panel from ``values()`` output; unknown or bad entries are ignored."""
+        def num(key, widget, cast):
+            try:
+                if key in v and v[key] is not None:
+                    widget.setValue(cast(v[key]))
+            except (TypeError, ValueError):
+                pass
+
+        if isinstance(v.get("source"), str):
+            self.set_source(v["source"])  # a source no longer installed keeps the default
+        for key, w in (("ngram_max", self.ngram_max), ("ngram_min", self.ngram_min), ("draft_max", self.draft_max),
+                       ("max_tokens", self.max_tokens), ("top_k", self.top_k), ("seed", self.seed),
+                       ("draft_min", self.draft_min), ("n_ctx", self.n_ctx), ("threads", self.threads)):
+            num(key, w, int)
+        for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p),
+                       ("p_min", self.p_min)):
+            num(key, w, float)
+        for key, combo in (("verification", self.verification), ("draft_type", self.draft_type),
+                           ("ngram_length", self.ngram_length)):
+            if isinstance(v.get(key), str) and combo.findText(v[key]) >= 0:
+                combo.setCurrentText(v[key])
+        for key, edit in (("draft_model", self.draft_model), ("replay_file", self.replay_file),
+                          ("stop", self.stop_strings)):
+            if isinstance(v.get(key), str):
+                edit.setText(v[key])
+        if isinstance(v.get("script"), str):
+            self.script.setPlainText(v["script"])
+        if isinstance(v.get("custom_prompt"), str):
+            self.custom_prompt = v["custom_prompt"]
+        if isinstance(v.get("prompt"), str):
+            self.prompt.setPlainText(v["prompt"])
+        for key, box in (("raw", self.raw), ("baseline", self.baseline)):
+            if key in v:
+                box.setChecked(str(v[key]).lower() in ("true", "1"))
+        if isinstance(v.get("break_on"), (list, tuple)):
+            for k, cb in self.break_boxes.items():
+                cb.setChecked(k in v["break_on"])
+        recent = v.get("recent_models") or []
+        if isinstance(recent, str):
+            recent = [recent]
+        for p in reversed([p for p in recent if p]):
+            self.add_recent_model(p, select=False)
+        if v.get("model"):
+            self.add_recent_model(v["model"], select=True)

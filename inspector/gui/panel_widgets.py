@@ -1,0 +1,73 @@
+"""Small widgets of the control panel: spin boxes that ignore the wheel unless focused,
+and a fixed-height grey note."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLabel, QScrollArea, QSpinBox, QWidget
+
+
+class WheelGuard(QObject):
+    """Event filter: a wheel event over an unfocused spin box or combo box is not
+    theirs (it goes to the parent, so the scroll area scrolls)."""
+
+    def eventFilter(self, obj, ev) -> bool:
+        if ev.type() == QEvent.Type.Wheel and isinstance(obj, (QSpinBox, QDoubleSpinBox, QComboBox)) \
+                and not obj.hasFocus():
+            ev.ignore()
+            parent = obj.parentWidget()
+            while parent is not None and not isinstance(parent, QScrollArea):
+                parent = parent.parentWidget()
+            if parent is not None:
+                QCoreApplication.sendEvent(parent.verticalScrollBar(), ev)
+            return True
+        return False
+
+
+def guard_wheel(root: QWidget, guard: QObject) -> None:
+    """Install ``guard`` on every spin box and combo box under ``root``; they take focus
+    by click or Tab only (never by wheel)."""
+    for cls in (QSpinBox, QDoubleSpinBox, QComboBox):
+        for w in root.findChildren(cls):
+            w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            w.installEventFilter(guard)
+
+
+class Note(QLabel):
+    """A grey word-wrapped note of exactly two lines (the full text is its tooltip).
+    Without height-for-width, the scrolled setup is sized by its minimum size, so
+    it needs no scroll bar when it fits."""
+
+    def __init__(self, text: str = "") -> None:
+        super().__init__(text)
+        self.setWordWrap(True)
+        self.setStyleSheet("color:#555")
+        self.setFixedHeight(2 * self.fontMetrics().lineSpacing() + 2)
+        self.setMinimumWidth(0)
+
+    def hasHeightForWidth(self) -> bool:
+        return False
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setToolTip(text)
+
+
+def spin(lo: int, hi: int, value: int, tip: str = "") -> QSpinBox:
+    s = QSpinBox()
+    s.setRange(lo, hi)
+    s.setValue(value)
+    s.setToolTip(tip)
+    s.setMaximumWidth(110)
+    return s
+
+
+def dspin(lo: float, hi: float, value: float, step: float, tip: str = "") -> QDoubleSpinBox:
+    s = QDoubleSpinBox()
+    s.setRange(lo, hi)
+    s.setDecimals(2)
+    s.setSingleStep(step)
+    s.setValue(value)
+    s.setToolTip(tip)
+    s.setMaximumWidth(80)
+    return s

@@ -1,0 +1,247 @@
+"""Run control of the main window: the window's state (idle, loading, running, paused,
+holding before a commit, error), what each state enables, the banner that says what a run
+is doing, and the Run / Pause / Step window / Step token / Stop / Resume handlers.
+
+``RunControl`` is a mixin of ``MainWindow`` (it uses the window's panel, worker, banner and
+actions); it never calls llama.cpp: requests go to the worker through queued signals or its
+thread-safe ``request_*`` methods.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+
+from inspector.engine.faults import Fault, FaultPlan
+from inspector.gui import worker as W
+from inspector.gui.session_model import SessionData
+from inspector.gui.wording import count_noun
+
+BANNER_PAD = 4
+BANNER_NEUTRAL = "background:#f5f5f5;color:#424242"
+BANNER_HINT = "background:#e3f2fd;color:#0d47a1"
+BANNER_DONE = "background:#e8f5e9;color:#1b5e20"
+BANNER_ERROR = "background:#ffebee;color:#b71c1c"
+LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
+ACTIVE_STATES = (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR, W.LOADING)
+
+
+class RunControl:
+    """States and run controls of ``MainWindow`` (a mixin: see the module docstring)."""
+
+    # -- state ---------------------------------------------------------------------------
+    def _set_state(self, state: str, detail: str = "") -> None:
+        self.state = state
+        viewing = self.session.origin != "live"
+        p = self.panel
+        idle = state == W.IDLE
+        active = state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR)
+        opening = getattr(self, "files", None) is not None and self.files.opening is not None
+        can_start = idle and not viewing and not opening  # a saved session is read only: File > New live session
+        p.run.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
+        p.run.setText("▶ Run" if state in (W.IDLE, W.LOADING, W.BUSY) else "▶ Continue")
+        p.pause.setEnabled(state in (W.RUNNING, W.TOKEN_HOLD))
+        p.step_window.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
+        p.step_token.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
+        p.stop.setEnabled(active)
+        p.resume.setEnabled(state == W.ERROR)
+        p.set_faults_enabled((active and state != W.ERROR) or (idle and not viewing))
+        setup_on = not active and state != W.LOADING and not viewing
+        bar = p.setup_scroll.verticalScrollBar()
+        scrolled = bar.value()
+        focus = self.focusWidget()
+        if not setup_on and focus is not None and p.setup.isAncestorOf(focus):
+            # Disabling the focused input would move the focus (and scroll the panel) to the next one.
+            self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
+        for b in (p.model_combo, p.open_model, p.source, p.source_pages, p.prompt, p.examples, p.max_tokens,
+                  p.draft_max, p.temperature, p.verification, p.top_k, p.top_p, p.min_p, p.seed, p.n_ctx,
+                  p.threads, p.stop_strings, p.raw):
+            b.setEnabled(setup_on)
+        bar.setValue(scrolled)  # Run never scrolls the side panel
+        if setup_on:
+            p._temperature_changed(p.temperature.value())
+        self._run_banner(state)
+        p.make_draft.setEnabled(self.sources.job is None)
+        self.act_run.setEnabled(p.run.isEnabled())
+        self.act_run.setIconText(p.run.text())  # toolbar and panel say the same: Run or Continue
+        self.act_pause.setEnabled(p.pause.isEnabled())
+        self.act_step_window.setEnabled(p.step_window.isEnabled())
+        self.act_step_token.setEnabled(p.step_token.isEnabled())
+        self.act_stop.setEnabled(p.stop.isEnabled())
+        self.act_resume.setEnabled(p.resume.isEnabled())
+        self.act_open.setEnabled(not active and not opening)
+        label = {W.IDLE: "ready", W.LOADING: "loading model…", W.BUSY: "busy", W.RUNNING: "running", W.PAUSED: "paused",
+                 W.TOKEN_HOLD: "holding before a commit (Step token)", W.ERROR: "error — Resume continues"}[state]
+        if viewing and idle:
+            label = f"viewing {'saved receipts' if self.session.origin == 'document' else 'an autosave'}" \
+                    " (read only) — File > New live session (Ctrl+N) to run"
+        self.status_state.setText(label + (f" · {detail}" if detail else ""))
+        if state != W.TOKEN_HOLD:
+            self.token_view.show_hold(None)
+        self.stateChanged.emit(state)
+
+    def _run_banner(self, state: str) -> None:
+        """The banner during a live run says what the run is doing now: running, paused (with
+        what continues it) or holding before a commit; errors and the end set their own text."""
+        what = self._run_status
+        if what is None or state not in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD):
+            return
+        n = count_noun(len(self.session.tokens), "token")
+        if state == W.PAUSED:
+            self.set_banner(f"<b>Paused</b>: {what} · {n} so far. <b>Continue</b> (Ctrl+R) runs on; Step window "
+                            "(F10) and Step token (F11) go one window or one token at a time.", BANNER_HINT)
+        elif state == W.TOKEN_HOLD:
+            self.set_banner(f"<b>Step token</b>: holding before a commit ({n} so far; the token is named above "
+                            "the stream, its window in the Windows tab). F11 commits it; Continue (Ctrl+R) runs "
+                            "on.", BANNER_HINT)
+        elif self.banner.text().startswith(("<b>Paused", "<b>Step token")):
+            self.set_banner(f"Running: {what} …", BANNER_NEUTRAL)
+
+    def _worker_state(self, state: str, detail: str) -> None:
+        if state == W.LOADING:
+            self.load_progress.setValue(0)
+            self.load_progress.show()
+        if state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD) and self.state == W.ERROR and detail != "resumed":
+            return
+        if state == W.IDLE and self.state != W.LOADING:
+            return  # the run's end is handled by _run_finished
+        self._set_state(state, "" if state == W.IDLE else detail)
+
+    # -- run controls ----------------------------------------------------------------------
+    def start_run(self, *, paused: bool = False, first_action: str = "") -> bool:
+        """Start a new live run with the panel's settings. Returns False if it cannot start.
+
+        ``paused``: hold before the first decode step; ``first_action`` (``window``
+        or ``token``) runs one window or commits one token first."""
+        prompt = self.panel.prompt.toPlainText()  # as typed: the CLI sends --prompt verbatim too
+        if not prompt.strip():
+            self.show_error("No prompt", "Type a prompt or pick an example prompt first.")
+            return False
+        src = self.panel.source.currentText()
+        if src == "scripted" and not self.panel.script.toPlainText():
+            self.show_error("No script", "The scripted source needs a script text.")
+            return False
+        if src == "ngram" and self.panel.ngram_min.value() > self.panel.ngram_max.value():
+            self.show_error("n-gram sizes", "n_min is larger than n_max.")
+            return False
+        if src == "draft" and not self.panel.draft_model.text().strip():
+            self.show_error("No draft model", "Choose a draft GGUF (Open…) or press “Make draft from target”.")
+            return False
+        if src == "draft" and self.sources.job is not None:
+            self.show_error("Draft in progress", "Wait until the draft is made.")
+            return False
+        if src == "replay" and not self.panel.replay_file.text().strip():
+            self.show_error("No receipts file", "The replay source needs a receipts file (Open…).")
+            return False
+        try:
+            model = self.panel.model_path() or self._bundled_path()
+        except Exception as exc:
+            self.show_error("No model", str(exc))
+            return False
+        self._hint_on_load = False
+        cfg = W.RunConfig(
+            model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
+            source_options=self.panel.source_options(), raw=self.panel.raw.isChecked(),
+            break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
+            baseline=self.panel.baseline.isChecked(), n_ctx=self.panel.n_ctx.value(),
+            n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
+        )
+        self.armed_faults = FaultPlan()
+        self._before_run = (self.session, self.worker.faults)
+        self.worker.faults = cfg.faults  # fault buttons work before the worker picks the run up
+        session = SessionData()
+        session.prompt_text = prompt
+        session.source_name = src
+        self.set_session(session)
+        loading = "loading the model, then " if self.worker.runtime is None else ""
+        what = "stepping" if paused or first_action else "running"
+        self._run_status = f"source <b>{src}</b> · up to {count_noun(self.panel.max_tokens.value(), 'token')}"
+        self.set_banner(f"{(loading + what).capitalize()}: {self._run_status} …", BANNER_NEUTRAL)
+        self._set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
+        self.requestRun.emit(cfg)
+        return True
+
+    def load_selected_model(self) -> bool:
+        """Load the model chosen in the panel (bundled by default) on the worker thread,
+        with the progress bar; a hint to press Run shows once it is loaded."""
+        if self.state != W.IDLE:
+            return False
+        try:
+            model = str(self.panel.model_path() or self._bundled_path())
+        except Exception as exc:
+            self.show_error("No model", str(exc))
+            return False
+        self._hint_on_load = True
+        self.panel.model_status.setText(f"loading {Path(model).name} …")
+        if self.session.origin == "live" and not self.session.tokens:
+            self.set_banner(f"Loading the model <b>{html.escape(Path(model).name)}</b> …", BANNER_NEUTRAL)
+        self.load_progress.setValue(0)
+        self.load_progress.show()
+        self._set_state(W.LOADING, Path(model).name)
+        self.requestLoad.emit(model, self.panel.n_ctx.value())
+        return True
+
+    @staticmethod
+    def _bundled_path() -> Path:
+        from inspector.llama import bundled_model_path
+
+        return bundled_model_path()
+
+    def new_live_session(self) -> None:
+        """Leave a viewed receipts file: empty live session, run controls enabled."""
+        if self.state != W.IDLE:
+            return
+        self.set_session(SessionData())
+        self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
+        self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
+        self._set_state(W.IDLE)
+
+    def run_clicked(self) -> None:
+        if self.state == W.IDLE and self.session.origin != "live":
+            return
+        if self.state == W.IDLE:
+            self.start_run()
+        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
+            self.worker.request_continue()
+            self._set_state(W.RUNNING)
+        elif self.state == W.ERROR:
+            self.resume_clicked()
+
+    def pause_clicked(self) -> None:
+        if self.state in (W.RUNNING, W.TOKEN_HOLD):
+            self.worker.request_pause()
+
+    def step_window_clicked(self) -> None:
+        if self.state == W.IDLE and self.session.origin == "live":
+            self.start_run(paused=True, first_action="window")
+        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
+            self.worker.request_step_window()
+            self._set_state(W.RUNNING, "one window")
+
+    def step_token_clicked(self) -> None:
+        if self.state == W.IDLE and self.session.origin == "live":
+            self.start_run(paused=True, first_action="token")
+        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
+            self.worker.request_step_token()
+            self._set_state(W.RUNNING, "one token")
+
+    def stop_clicked(self) -> None:
+        if self.state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR):
+            self.worker.request_stop()
+
+    def resume_clicked(self) -> None:
+        if self.state == W.ERROR:
+            self.set_banner("Resuming after the error …", BANNER_NEUTRAL)
+            self.worker.request_resume()
+            self._set_state(W.RUNNING, "resuming")
+
+    def inject(self, fault: Fault) -> None:
+        """Add ``fault`` to the running generation's fault plan (thread safe); with no run going, arm it
+        for the next run (it fires at the first opportunity there)."""
+        if self.state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD):
+            self.worker.faults.add(fault)
+        else:
+            self.armed_faults.add(fault)
+        self.redraw()

@@ -1,0 +1,224 @@
+"""What a new user hit in the window (issue 11), each on the real model and independent of
+what the model says: scripted proposals, targets taken from the run's own records."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtWidgets import QApplication
+
+from inspector.gui import worker as W
+from inspector.gui.panel_values import join_stop_strings, parse_stop_strings
+from test_gui_support import make_window, open_receipts, run_to_end, wait_state
+
+SCRIPT = "The quick brown fox jumps over the lazy dog, again and again and again."
+
+
+def _scripted(w) -> None:
+    """A scripted source: the first decode step is always a window, whatever the model says."""
+    w.panel.set_source("scripted")
+    w.panel.script.setPlainText(SCRIPT)
+
+
+def test_a_failed_model_open_keeps_the_loaded_model_selected_and_usable(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=6)
+    bad = tmp_path / "fake_model.gguf"
+    bad.write_text("this is not a model\n")
+    with qtbot.waitSignal(w.worker.modelFailed, timeout=30_000):
+        w.files.use_model(str(bad))
+    wait_state(qtbot, w, W.IDLE, timeout=30_000)
+    assert w.worker.runtime is runtime, "the model loaded before stays loaded"
+    assert str(bad.resolve()) not in w.panel.recent_models(), "the bad file leaves the model list"
+    assert w.panel.model_combo.currentIndex() == 0, "the bundled model is selected again"
+    assert "stays loaded" in w.banner.text() and "loaded:" in w.panel.model_status.text()
+    assert w.panel.run.isEnabled()
+    reason, info = run_to_end(qtbot, w)
+    assert reason != "error" and info["kv_length"] == info["canonical_position"]
+    # Picking the (already loaded) bundled model in the list ends in "ready", not "loading" forever.
+    assert w.load_selected_model()
+    wait_state(qtbot, w, W.IDLE, timeout=30_000)
+    assert w.panel.run.isEnabled() and w.panel.model_combo.isEnabled()
+    assert [w.panel.model_combo.itemText(i) for i in range(w.panel.model_combo.count())].count(
+        w.panel.model_combo.itemText(0)) == 1
+
+
+def test_the_bundled_model_file_is_never_a_second_entry_in_the_model_list(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    n = w.panel.model_combo.count()
+    w.panel.add_recent_model(str(runtime.model_path))
+    assert w.panel.model_combo.count() == n and w.panel.model_combo.currentIndex() == 0
+
+
+def test_step_token_from_a_pause_holds_before_the_next_token_and_names_it(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=12)
+    _scripted(w)
+    assert w.start_run(paused=True)
+    wait_state(qtbot, w, W.PAUSED)
+    g = w.worker.generation
+    assert w.banner.text().startswith("<b>Paused") and w.act_run.iconText() == w.panel.run.text() == "▶ Continue"
+    w.step_token_clicked()
+    wait_state(qtbot, w, W.TOKEN_HOLD, timeout=60_000)
+    assert len(g.generated) == 0, "Step token from a pause holds before the first token, committing nothing"
+    hold = w.token_view.hold_label.text()
+    assert "about to commit" in hold and "window 1, row 0 at KV position" in hold
+    assert any(k in hold for k in ("an accepted proposal token", "a correction", "the bonus token"))
+    # The Windows tab shows the window being committed: its proposal rows, the held row marked.
+    rows = w.window_detail.rows
+    assert rows.rowCount() == len(g.window_in_flight[1].token_ids) + 1
+    assert rows.item(0, 5).text().startswith("held: about to commit")
+    assert int(rows.item(0, 1).text()) == g.window_in_flight[2].base_position
+    assert "committing" in w.window_detail.fields.toPlainText()
+    for n in (1, 2, 3):
+        w.step_token_clicked()
+        qtbot.waitUntil(lambda: w.state == W.TOKEN_HOLD and len(g.generated) == n, timeout=60_000)
+    with qtbot.waitSignal(w.runFinished, timeout=120_000):
+        w.stop_clicked()
+
+
+def test_step_token_from_idle_holds_before_the_first_token(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    w.step_token_clicked()
+    wait_state(qtbot, w, W.TOKEN_HOLD)
+    assert len(w.worker.generation.generated) == 0
+    with qtbot.waitSignal(w.runFinished, timeout=120_000):
+        w.stop_clicked()
+
+
+def test_exported_receipts_keep_the_background_sessions_and_their_lock_operations(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    w.panel.background.setValue(1)
+    try:
+        qtbot.waitUntil(lambda: any(op.session_id != -1 for op in w.worker.scheduler.operations), timeout=30_000)
+        reason, _info = run_to_end(qtbot, w)
+    finally:
+        w.panel.background.setValue(0)
+    out = tmp_path / "bg.json"
+    with qtbot.waitSignal(w.files.exported, timeout=60_000) as blocker:
+        w.files.export_receipts(str(out))
+    assert blocker.args[1] == ""
+    doc = json.loads(out.read_text("utf-8"))
+    main = doc["sessions"]["main"]
+    assert doc["settings"]["background_sessions"] == 1
+    assert doc["sessions"]["background"], "the background session is named"
+    others = {op["session_id"] for op in doc["lock_operations"]} - {main, -1}
+    assert others and others <= set(doc["sessions"]["background"])
+    assert open_receipts(qtbot, w, out) == ""
+    assert w.session.background_sessions == 1 and "1 background session ran beside it" in w.banner.text()
+    assert {op.session_id for op in w.session.lock_ops} - {main, -1}
+
+
+def test_an_unfinished_autosave_shows_its_prompt_prefill_and_says_it_is_unfinished(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=16)
+    run_to_end(qtbot, w)
+    prompt_tokens, canonical = w.session.prompt_token_count, w.session.canonical_position
+    path = w.settings.value("autosave/path")
+    lines = open(path, encoding="utf-8").read().splitlines()
+    assert json.loads(lines[-1])["kind"] == "end"
+    killed = tmp_path / "killed.jsonl"
+    killed.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")  # as after kill -9: no end record
+    assert open_receipts(qtbot, w, killed) == ""
+    s = w.session
+    assert s.unfinished and "Unfinished run" in w.banner.text()
+    assert s.prompt_token_count == prompt_tokens and s.prefill_elapsed_us > 0
+    assert s.canonical_position == canonical, "plain steps after the last window count too"
+    assert s.summary().prefill_elapsed_us == s.prefill_elapsed_us
+
+
+def test_a_typed_prompt_survives_picking_an_example_and_custom_prompt_brings_it_back(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    p = w.panel
+    p.prompt.setPlainText("my own prompt")
+    assert p.examples.currentIndex() == 0
+    i = p.examples.findText("open-ended")
+    p.examples.setCurrentIndex(i)
+    p._example_chosen(i)
+    assert p.prompt.toPlainText() == p.examples.itemData(i)
+    p.examples.setCurrentIndex(0)
+    p._example_chosen(0)
+    assert p.prompt.toPlainText() == "my own prompt" and p.examples.currentIndex() == 0
+    assert p.values()["custom_prompt"] == "my own prompt"
+
+
+def test_viewing_a_file_shows_its_settings_read_only_and_a_new_live_session_restores_yours(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=10)
+    _scripted(w)
+    w.panel.stop_strings.setText("zzzz-never|\\n\\n\\n\\n\\n")
+    run_to_end(qtbot, w)
+    out = tmp_path / "scripted.json"
+    with qtbot.waitSignal(w.files.exported, timeout=60_000):
+        w.files.export_receipts(str(out))
+    file_prompt = w.panel.prompt.toPlainText()
+    w.panel.set_source("none")
+    w.panel.prompt.setPlainText("a live prompt")
+    w.panel.max_tokens.setValue(77)
+    assert open_receipts(qtbot, w, out) == ""
+    p = w.panel
+    assert p.source.currentText() == "scripted" and p.prompt.toPlainText() == file_prompt
+    assert p.max_tokens.value() == 10 and p.stop_list() == ("zzzz-never", "\n\n\n\n\n")
+    assert not p.prompt.isEnabled() and not p.source.isEnabled() and not p.max_tokens.isEnabled()
+    w.new_live_session()
+    assert p.source.currentText() == "none" and p.prompt.toPlainText() == "a live prompt"
+    assert p.max_tokens.value() == 77 and p.prompt.isEnabled() and p.source.isEnabled()
+
+
+def test_a_fault_armed_before_run_fires_at_the_first_opportunity(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    assert w.panel.fault_cancel.isEnabled(), "fault buttons work before a run"
+    w.panel.fault_cancel.click()
+    w.redraw()
+    assert w.panel.pending_faults.text() == "armed for the next run: cancel"
+    with qtbot.waitSignal(w.errorShown, timeout=120_000) as blocker:
+        assert w.start_run()
+    assert "cancelled" in blocker.args[0]
+    assert w.state == W.ERROR
+    with qtbot.waitSignal(w.runFinished, timeout=120_000):
+        w.resume_clicked()  # at once: the worker's pause after the error must not override it
+    assert w.worker.generation.finished and not w.armed_faults.pending()
+
+
+def test_stop_strings_typed_on_one_line_reach_the_run(qtbot, runtime, tmp_path):
+    assert parse_stop_strings("a|b\\|c|\\n\\n|") == ("a", "b|c", "\n\n")
+    for stops in (("a", "b|c"), ("\n\n",), ("x\\y", "\t")):
+        assert parse_stop_strings(join_stop_strings(stops)) == stops
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=20)
+    w.panel.stop_strings.setText("\\n")
+    assert w.panel.generation_settings().stop == ("\n",)
+    w.panel.threads.setValue(1)
+    reason, _ = run_to_end(qtbot, w)
+    assert w.worker.runtime.n_threads == 1 and w.worker.config.n_threads == 1
+    text = w.session.output_text
+    assert "\n" not in text and (reason == "stop" or len(w.session.tokens) == 20 or reason == "eog"), reason
+    w.panel.threads.setValue(0)
+    run_to_end(qtbot, w)
+    assert w.worker.runtime.n_threads >= 1
+
+
+def test_a_perfetto_trace_is_exported_from_the_window(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    run_to_end(qtbot, w)
+    out = tmp_path / "trace.json"
+    with qtbot.waitSignal(w.files.exported, timeout=60_000) as blocker:
+        w.files.export_trace(str(out))
+    assert blocker.args == [str(out), ""]
+    assert json.loads(out.read_text("utf-8"))["traceEvents"]
+    assert "Export Perfetto trace…" in [a.text() for a in w.menuBar().actions()[0].menu().actions()]
+
+
+def test_a_run_that_cannot_start_says_why_in_the_banner(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    w.panel.raw.setChecked(True)
+    w.panel.prompt.setPlainText(" ")
+    assert not w.start_run()  # refused before the worker: a dialog
+    QApplication.processEvents()
+    assert w.state == W.IDLE and w.last_error
+
+
+def test_one_position_convention_rows_table_and_token_tooltip(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=10)
+    _scripted(w)
+    run_to_end(qtbot, w)
+    t = next(t for t in w.session.tokens if t.window is not None)
+    r = w.session.receipts_by_window[t.window]
+    assert f"row {t.row} at KV position {r.base_position + t.row}" in w.token_view.tooltip(t.index)
+    w.window_detail.select_window(t.window)
+    assert int(w.window_detail.rows.item(t.row, 1).text()) == r.base_position + t.row
