@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 from inspector.receipts.autosave import read_autosave
@@ -14,6 +16,8 @@ COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 2
 
 
 def complete_records(path) -> list[dict]:
+    if not path.exists():
+        return []
     out = []
     for line in path.read_bytes().split(b"\n"):
         try:
@@ -23,21 +27,88 @@ def complete_records(path) -> list[dict]:
     return out
 
 
+WINDOWS = 3
+"""Windows the child verifies before it holds (mid-way) until it is killed."""
+
+
+def hold_source_package(folder) -> dict:
+    """An entry-point proposal source ``hold`` for the child (its environment is returned).
+
+    It proposes the last token at every query, so every decode step is a window, and
+    after ``windows`` receipts its next query never returns: the run is mid-way, with
+    every window so far written to the autosave, until the test kills the process.
+    Its factory also bans end-of-generation on the target (as ``NoEndOfTurn`` in
+    scenarios.py), so the run cannot end before that whatever the model answers.
+    No timing: the test waits for the receipts, however long the CPU takes.
+    """
+    pkg = folder / "site"
+    (pkg / "hold_source").mkdir(parents=True)
+    (pkg / "hold_source" / "__init__.py").write_text(textwrap.dedent('''
+        import threading
+
+        import numpy as np
+
+        from inspector.engine.proposal import Proposal
+
+
+        class Hold:
+            name = "hold"
+
+            def __init__(self, windows):
+                self.windows = windows
+                self.reported = 0
+
+            def propose(self, request):
+                if self.reported >= self.windows:
+                    threading.Event().wait()  # mid-way until killed
+                return Proposal(b"hold:%d" % request.decode_step, (request.tokens[-1],))
+
+            def report(self, receipt):
+                self.reported += 1
+
+            def discard(self, decision_id, reason):
+                pass
+
+
+        def make(ctx, windows="3", **options):
+            rt = ctx.runtime
+            real = rt.decode_rows
+            eog = [t for t in range(rt.n_vocab) if rt.is_eog(t)]
+
+            def no_end_of_turn(sid, tokens, position, abort=None):
+                preds = list(real(sid, tokens, position, abort))
+                for i, p in enumerate(preds):
+                    if rt.is_eog(p):
+                        row = np.array(rt.row_logits(i), dtype=np.float32)
+                        row[eog] = -np.inf
+                        preds[i] = int(np.argmax(row))
+                return preds
+
+            rt.decode_rows = no_end_of_turn
+            return Hold(int(windows))
+    '''))
+    dist = pkg / "hold_source-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: hold-source\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[spec_inspector.sources]\nhold = hold_source:make\n")
+    path = os.pathsep.join(p for p in (str(pkg), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def test_a_run_killed_mid_way_leaves_an_autosave_that_view_and_the_window_open(tmp_path):
     autosave = tmp_path / "run.jsonl"
+    env = hold_source_package(tmp_path)
     child = subprocess.Popen(
         [sys.executable, "-m", "inspector", "run", "--raw", "--prompt", COUNTING, "--max-tokens", "2000",
-         "--n-ctx", "4096", "--ngram-length", "fixed", "--quiet", "--autosave", str(autosave)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+         "--n-ctx", "4096", "--source", "hold", "--source-option", f"windows={WINDOWS}", "--quiet",
+         "--autosave", str(autosave)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if autosave.exists() and sum(r.get("kind") == "receipt" for r in complete_records(autosave)) >= 3:
-                break
+        deadline = time.monotonic() + 600  # a hang guard, not a timing: the child holds once it has them
+        while sum(r.get("kind") == "receipt" for r in complete_records(autosave)) < WINDOWS:
             assert child.poll() is None, child.stderr.read().decode()
+            assert time.monotonic() < deadline, f"the child wrote no {WINDOWS} receipts in 600 s"
             time.sleep(0.05)
-        else:
-            raise AssertionError("the child wrote no 3 receipts in 180 s")
         child.send_signal(signal.SIGKILL)
         child.wait(30)
     finally:
@@ -47,7 +118,7 @@ def test_a_run_killed_mid_way_leaves_an_autosave_that_view_and_the_window_open(t
     assert child.returncode == -signal.SIGKILL
     records = complete_records(autosave)
     windows = [r["receipt"]["window_index"] for r in records if r.get("kind") == "receipt"]
-    assert len(windows) >= 3 and windows == list(range(1, len(windows) + 1))
+    assert windows == list(range(1, WINDOWS + 1))
     assert not any(r.get("kind") == "end" for r in records)
 
     # The headless viewer shows every complete window and says the run did not finish.
@@ -58,7 +129,7 @@ def test_a_run_killed_mid_way_leaves_an_autosave_that_view_and_the_window_open(t
                        timeout=120)
     assert p.returncode == 0, p.stderr
     assert "unfinished" in p.stdout and f"windows:              {len(windows)} " in p.stdout
-    assert run.text and run.text in p.stdout
+    assert run.text in p.stdout
 
     # A torn last line (killed while writing) is skipped, the rest still opens.
     with autosave.open("ab") as fh:
