@@ -189,6 +189,31 @@ ALTERNATE = ((4, None), (4, 1))
 """A plan with both dispositions: a full accept of 4 tokens, then a first mismatch at index 1."""
 
 
+def spoil_first_proposal(source, scheduler, prompt_tokens: Sequence[int]) -> None:
+    """Make ``source``'s proposal at the first query (right after the prompt) start with
+    a token the target surely rejects: window 1 is a first mismatch whatever the model
+    says (e.g. a draft model that would agree with the target). The rest of the proposal
+    and of the source are untouched; a source that proposes nothing there is left alone."""
+    import dataclasses
+
+    pred, second = plain_reference(scheduler, prompt_tokens, 1)
+    wrong = wrong_token(scheduler.runtime, pred[0], second[0])
+    inner = source.propose
+    first = [True]
+
+    def propose(request):
+        p = inner(request)
+        at_prompt = len(request.tokens) == len(prompt_tokens)
+        if first[0] and at_prompt and p is not None:
+            first[0] = False
+            return dataclasses.replace(p, token_ids=(wrong,) + tuple(p.token_ids[1:]))
+        first[0] = first[0] and at_prompt
+        return p
+
+    source.propose = propose
+    source.spoiled_token = wrong
+
+
 # -- the target's sampling, scripted ----------------------------------------------------
 
 class RuntimeProxy:

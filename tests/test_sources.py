@@ -1,4 +1,9 @@
-"""Proposal sources on the real model: draft models, replay, the registry; compatibility rules."""
+"""Proposal sources on the real model: draft models, replay, the registry; compatibility rules.
+
+Nothing here relies on the model's words: a mismatch the requantized draft must show
+is planted in its first proposal (``spoil_first_proposal``), and where the target as
+its own draft is corrected, that must be a near-tie flipped by batch arithmetic.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,12 @@ import textwrap
 
 import pytest
 
-from inspector.engine.baseline import compare_with_plain
+from inspector.engine.baseline import compare_with_plain, top2_after
 from inspector.receipts import build_document, load_document, write_document
 from inspector.sources import NgramSource, ReplaySource
 from inspector.sources.compat import IncompatibleDraft, VocabFacts, check_compatible
 from inspector.sources.draft import DraftModelSource
+from scenarios import spoil_first_proposal
 
 STORY = "Write a short story about a lighthouse keeper."
 
@@ -68,12 +74,14 @@ class DraftInStep:
         self.windows += 1
 
 
-def run_with_draft(make_generation, scheduler, runtime, draft_path, prompt_tokens, max_new=48):
+def run_with_draft(make_generation, scheduler, runtime, draft_path, prompt_tokens, max_new=48, spoil=False):
     from inspector.engine import GenerationObserver
 
     d = draft_runtime(draft_path, runtime)
     try:
         source = DraftModelSource(d, runtime, draft_max=6)
+        if spoil:
+            spoil_first_proposal(source, scheduler, prompt_tokens)
         holder = []
         check = DraftInStep(source, holder)
 
@@ -94,8 +102,12 @@ def test_the_target_as_its_own_draft_is_always_fully_accepted(make_generation, s
     tokens = chat_tokens(STORY)
     g, check = run_with_draft(make_generation, scheduler, runtime, model_path, tokens)
     assert g.receipts and check.windows == len(g.receipts)
-    assert all(r.disposition in ("full_accept", "stopped") for r in g.receipts)
-    assert sum(r.disposition == "full_accept" for r in g.receipts) >= len(g.receipts) - 1
+    for r in g.receipts:  # a correction only where batch arithmetic flips a near-tie
+        if r.disposition == "first_mismatch":
+            at = r.generated_token_count - r.canonical_prediction_count + r.accepted_proposal_tokens
+            _, _, margin = top2_after(scheduler, tokens + g.generated[:at])
+            print(f"window {r.window_index} corrected at generated token {at}, margin {margin:.4f}")
+            assert margin < 1.0
     plain, divergence = compare_with_plain(scheduler, tokens, g.generated, g.settings)
     assert divergence is None or divergence.margin < 1.0, divergence.describe()
 
@@ -103,10 +115,13 @@ def test_the_target_as_its_own_draft_is_always_fully_accepted(make_generation, s
 def test_a_requantized_draft_mismatches_sometimes_and_keeps_the_output_of_plain_greedy(
     make_generation, scheduler, runtime, requantized_draft, chat_tokens
 ):
+    """The draft's first proposal starts with a token the target surely rejects, so the
+    draft is corrected at least once whatever the two models say; its other proposals
+    are its own."""
     tokens = chat_tokens(STORY)
-    g, check = run_with_draft(make_generation, scheduler, runtime, requantized_draft, tokens)
-    dispositions = {r.disposition for r in g.receipts}
-    assert "first_mismatch" in dispositions
+    g, check = run_with_draft(make_generation, scheduler, runtime, requantized_draft, tokens, spoil=True)
+    assert g.receipts[0].disposition == "first_mismatch" and g.receipts[0].accepted_proposal_tokens == 0
+    print("the draft's own mismatches:", sum(r.disposition == "first_mismatch" for r in g.receipts[1:]))
     assert check.windows == len(g.receipts)
     plain, divergence = compare_with_plain(scheduler, tokens, g.generated, g.settings)
     if divergence is not None:
