@@ -94,3 +94,26 @@ def summarize(generation) -> Summary:
         prefill_elapsed_us=g.prefill_elapsed_us,
         finish_reason=g.finish_reason,
     )
+
+
+SLOW_VERIFICATION_FACTOR = 5.0
+"""A verification slower than this many times the run's median is marked slow."""
+SLOW_VERIFICATION_HINT = (
+    "llama.cpp's threads waited for a CPU core: with as many threads as cores, every barrier of the "
+    "decode waits while another process or thread runs (two llama.cpp processes on one machine slow "
+    "each other 10-30x, a single row by much more). Stop the other work, or lower Threads (-t).")
+"""Why a verification is far slower than its neighbours on a CPU (measured here: a 1-row decode of
+~6 ms took 2.7 s while a second llama.cpp process ran; issue 11)."""
+
+
+def slow_verification_threshold_us(verification_us) -> float | None:
+    """Verification time (µs) above which a window counts as slow: ``SLOW_VERIFICATION_FACTOR``
+    times the median of ``verification_us`` (the run's ``verification_elapsed_us`` values), or
+    None with fewer than 5 windows (no median worth comparing with)."""
+    v = sorted(verification_us)
+    if len(v) < 5:
+        return None
+    n = len(v)
+    median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    return SLOW_VERIFICATION_FACTOR * max(median, 1)
+

@@ -27,7 +27,7 @@ from inspector.engine.receipt import (
     discard_from_json,
     receipt_from_json,
 )
-from inspector.engine.stats import summarize_receipts
+from inspector.engine.stats import slow_verification_threshold_us, summarize_receipts
 from inspector.gui import outcomes as O
 
 
@@ -115,6 +115,7 @@ class SessionData:
         self.tokens_dirty_from = 0
         """Smallest token index changed since the token view last drew."""
         self._windows: tuple | None = None  # ((receipts, failed windows), windows()) cache
+        self._slow: tuple | None = None  # (receipts counted, slow verification threshold µs)
 
     # -- live input ------------------------------------------------------------
     def _touch(self) -> None:
@@ -235,6 +236,17 @@ class SessionData:
             self._windows = (key, [WindowEntry(w, self.receipts_by_window.get(w), self.failed_windows.get(w))
                                    for w in idx])
         return self._windows[1]
+
+    def slow_verification_us(self) -> float | None:
+        """Verification time (µs) above which a window of this session is slow
+        (``inspector.engine.stats.slow_verification_threshold_us``); recomputed when the
+        number of receipts changed (up to 256 windows), then when it has grown by a quarter
+        (cheap for 20,000 windows)."""
+        n = len(self.receipts)
+        cached = self._slow
+        if cached is None or (n != cached[0] and (n < 256 or n > cached[0] * 1.25 or n < cached[0])):
+            self._slow = cached = (n, slow_verification_threshold_us(r.verification_elapsed_us for r in self.receipts))
+        return cached[1]
 
     def summary(self) -> Summary:
         """Acceptance figures (``inspector.engine.stats.summarize_receipts``)."""

@@ -19,18 +19,21 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor
 
 from inspector.engine.receipt import decision_id_text
+from inspector.engine.stats import SLOW_VERIFICATION_FACTOR, SLOW_VERIFICATION_HINT
 from inspector.gui.session_model import SessionData, WindowEntry
 from inspector.gui.table_copy import COPY_HEADER_ROLE
 
-WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed")
-WINDOW_HEADERS = ("#", "disposition", "prop.", "acc.", "comm.", "base", "canon.", "trim")
+WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed",
+                  "verification ms")
+WINDOW_HEADERS = ("#", "disposition", "prop.", "acc.", "comm.", "base", "canon.", "trim", "verify ms")
 WINDOW_TIPS = (
     "window index (1-based; failed windows are numbered too, as in the event log)",
     "full_accept, first_mismatch, stopped; failed (no receipt): the window raised an error and was discarded",
     "proposal tokens", "accepted proposal tokens", "committed tokens (canonical predictions)",
     "base_position (tokens)", "canonical_position after repair (tokens)", "KV rows removed by the repair",
+    "verification_elapsed_us in ms; red: more than 5x the run's median (llama.cpp's threads waited for a core)",
 )
-WIDEST = ("99999", "failed (no receipt)", "prop.", "acc.", "comm.", "99999", "99999", "trim")
+WIDEST = ("99999", "failed (no receipt)", "prop.", "acc.", "comm.", "99999", "99999", "trim", "99999.9")
 """The widest value (or header) of each column: column widths are set from these, so nothing is cut."""
 FAILED = "failed (no receipt)"
 DISPOSITION_COLORS = {"full_accept": "#e8f5e9", "first_mismatch": "#fff3e0", "stopped": "#ede7f6", FAILED: "#ffcdd2"}
@@ -40,6 +43,9 @@ _DISPLAY = int(Qt.ItemDataRole.DisplayRole.value)
 _BACKGROUND = int(Qt.ItemDataRole.BackgroundRole.value)
 _ALIGN = int(Qt.ItemDataRole.TextAlignmentRole.value)
 _TOOLTIP = int(Qt.ItemDataRole.ToolTipRole.value)
+_FOREGROUND = int(Qt.ItemDataRole.ForegroundRole.value)
+_SLOW = QBrush(QColor("#c62828"))
+SLOW_COLUMN = WINDOW_COLUMNS.index("verification ms")
 
 
 def entry_values(e: WindowEntry) -> tuple:
@@ -47,11 +53,12 @@ def entry_values(e: WindowEntry) -> tuple:
     if e.receipt is not None:
         r = e.receipt
         return (r.window_index, r.disposition, r.proposal_token_count, r.accepted_proposal_tokens,
-                r.canonical_prediction_count, r.base_position, r.canonical_position, r.trimmed_rows)
+                r.canonical_prediction_count, r.base_position, r.canonical_position, r.trimmed_rows,
+                f"{r.verification_elapsed_us / 1000:.1f}")
     d, p = e.discard, e.discard.partial
     trimmed = "" if p.position_after_verification is None else p.position_after_verification - p.canonical_position
     return (p.window_index, FAILED, len(d.proposal_token_ids), "", len(p.committed_tokens),
-            p.base_position, p.canonical_position, trimmed)
+            p.base_position, p.canonical_position, trimmed, "")
 
 
 class WindowTableModel(QAbstractTableModel):
@@ -96,6 +103,11 @@ class WindowTableModel(QAbstractTableModel):
         self.endInsertRows()
         return len(entries) - old
 
+    def _slow(self, e: WindowEntry) -> bool:
+        """The window's verification took more than ``SLOW_VERIFICATION_FACTOR`` x the run's median."""
+        limit = self.session.slow_verification_us() if self.session is not None else None
+        return limit is not None and e.receipt is not None and e.receipt.verification_elapsed_us > limit
+
     def row_of(self, window_index: int) -> int | None:
         """The row showing window ``window_index``, or None."""
         i = bisect.bisect_left(self._keys, window_index)
@@ -137,6 +149,8 @@ class WindowTableModel(QAbstractTableModel):
             return _BRUSHES.get(FAILED if e.receipt is None else e.receipt.disposition)
         if role == _ALIGN:
             return None if index.column() == 1 else _RIGHT
+        if role == _FOREGROUND:
+            return _SLOW if index.column() == SLOW_COLUMN and self._slow(self.entries[r]) else None
         if role == _TOOLTIP:
             e = self.entries[r]
             if e.receipt is None:
@@ -144,6 +158,10 @@ class WindowTableModel(QAbstractTableModel):
                 return (f"window {e.window_index} failed: {d.error or d.reason}. It has an index but no receipt. "
                         f"Decision {decision_id_text(d.decision_id)} ({d.source}), decode step {d.decode_step}.")
             rc = e.receipt
-            return (f"window {rc.window_index} · decision {decision_id_text(rc.decision_id)} ({rc.source}) · "
-                    f"decode step {rc.decode_step}")
+            tip = (f"window {rc.window_index} · decision {decision_id_text(rc.decision_id)} ({rc.source}) · "
+                   f"decode step {rc.decode_step}")
+            if self._slow(e):
+                tip += (f"\nslow verification: {rc.verification_elapsed_us / 1000:,.1f} ms, more than "
+                        f"{SLOW_VERIFICATION_FACTOR:g}x the run's median. {SLOW_VERIFICATION_HINT}")
+            return tip
         return None
