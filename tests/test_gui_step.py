@@ -1,9 +1,15 @@
-"""Step-through: Pause, Step window (one decode step), Step token (one commit), Stop."""
+"""Step-through: Pause, Step window (one decode step), Step token (one commit), Stop.
+
+Whatever the model says: the target has end-of-generation banned (``NoEndOfTurn``),
+so a run never ends before the steps a test takes; a window among the first tokens
+comes from the n-gram source's first query (``ngram_min=1``) or from ``follow_window``.
+"""
 
 from __future__ import annotations
 
 from inspector.gui import worker as W
-from test_gui_support import make_window, wait_state
+from scenarios import NoEndOfTurn
+from test_gui_support import follow_window, make_window, wait_state
 
 
 def _steps(w) -> int:
@@ -11,7 +17,7 @@ def _steps(w) -> int:
 
 
 def test_step_window_advances_exactly_one_decode_step(qtbot, runtime, tmp_path):
-    w = make_window(qtbot, runtime, tmp_path)
+    w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path)
     w.step_window_clicked()  # from idle: starts paused, then runs one step
     wait_state(qtbot, w, W.PAUSED)
     qtbot.waitUntil(lambda: w.worker.generation is not None and _steps(w) == 1)
@@ -31,13 +37,13 @@ def test_step_window_advances_exactly_one_decode_step(qtbot, runtime, tmp_path):
 
 
 def test_step_token_commits_exactly_one_token(qtbot, runtime, tmp_path):
-    w = make_window(qtbot, runtime, tmp_path)
-    w.step_token_clicked()  # from idle: one token commits, then the worker holds before the next
+    w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path, ngram_min=1)
+    w.step_token_clicked()  # from idle: the worker holds before the first token
     wait_state(qtbot, w, W.TOKEN_HOLD)
     g = w.worker.generation
-    assert len(g.generated) == 1
+    assert len(g.generated) == 0
     seen_windows = set()
-    for n in range(2, 14):
+    for n in range(1, 13):
         w.step_token_clicked()
         qtbot.waitUntil(lambda: w.state == W.TOKEN_HOLD and len(g.generated) == n, timeout=60_000)
         qtbot.waitUntil(lambda: len(w.session.tokens) == n)
@@ -51,8 +57,9 @@ def test_step_token_commits_exactly_one_token(qtbot, runtime, tmp_path):
     assert w.state == W.IDLE and g.finished
 
 
-def test_pause_between_windows_and_continue(qtbot, runtime, tmp_path):
-    w = make_window(qtbot, runtime, tmp_path)
+def test_pause_between_windows_and_continue(qtbot, runtime, tmp_path, monkeypatch):
+    """Window 2 of ``follow_window``'s plan is a first mismatch whatever the model says."""
+    w = follow_window(qtbot, monkeypatch, runtime, tmp_path)
     w.panel.break_boxes["first_mismatch"].setChecked(True)
     w.start_run()
     wait_state(qtbot, w, W.PAUSED)

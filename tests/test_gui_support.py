@@ -1,8 +1,20 @@
-"""Helpers for the GUI tests (no tests here): a main window on the session's runtime."""
+"""Helpers for the GUI tests (no tests here): a main window on the session's runtime.
+
+The GUI tests must not rely on the model's words (greedy text differs between
+CPUs). Runs that need windows of a given kind use ``follow_window`` (the target's
+own continuation with a surely rejected token every other window,
+``scenarios.Follower``) or single-token n-gram matches (``ngram_min=1``: the
+first query always proposes, since a templated prompt's last token, a newline,
+occurs earlier in the prompt); runs that must reach their length limit ban
+end-of-generation (``scenarios.NoEndOfTurn``); tests that need the engine at a
+given point hold it there (``DecodeHold``) instead of racing it.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
+from contextlib import contextmanager
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -13,8 +25,10 @@ RUN_TIMEOUT_MS = 180_000
 
 
 def make_window(qtbot, runtime, tmp_path, *, max_tokens: int = MAX_TOKENS, example: str = "copy-with-corrections",
-                settings_file: str = "settings.ini", **kwargs):
-    """A shown ``MainWindow`` reusing ``runtime``, with settings and autosave under ``tmp_path``."""
+                settings_file: str = "settings.ini", ngram_min: int | None = None, **kwargs):
+    """A shown ``MainWindow`` reusing ``runtime``, with settings and autosave under ``tmp_path``.
+    ``ngram_min=1``: the n-gram source's first query always proposes (a window whatever
+    the model says)."""
     from inspector.gui.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / settings_file), QSettings.Format.IniFormat)
@@ -22,8 +36,104 @@ def make_window(qtbot, runtime, tmp_path, *, max_tokens: int = MAX_TOKENS, examp
     qtbot.addWidget(w)
     w.panel.choose_example(example)
     w.panel.max_tokens.setValue(max_tokens)
+    if ngram_min is not None:
+        w.panel.ngram_min.setValue(ngram_min)
     w.show()
     return w
+
+
+def use_source(monkeypatch, name: str, factory) -> None:
+    """Offer ``factory`` as proposal source ``name`` (as an entry point would) to windows
+    made after this call, for the rest of the test."""
+    from inspector.sources import registry
+
+    real = registry.available_sources
+    monkeypatch.setattr(registry, "available_sources", lambda: {**real(), name: factory})
+
+
+def follow_window(qtbot, monkeypatch, runtime, tmp_path, plan=None, *, end_of_turn: bool = False, **kwargs):
+    """A window whose runs propose the target's own continuation (``scenarios.Follower``,
+    by default ``ALTERNATE``: a full accept, then a first mismatch at index 1, and so on),
+    on ``runtime`` with end-of-generation banned unless ``end_of_turn``: windows of both
+    kinds and a run to the length limit, whatever the model says."""
+    from scenarios import ALTERNATE, Follower, NoEndOfTurn
+
+    target = runtime if end_of_turn else NoEndOfTurn(runtime)
+    holder = {}
+
+    def factory(ctx, **options):  # on the engine thread
+        return Follower(holder["w"].worker.scheduler, ALTERNATE if plan is None else plan, prompt=holder["prompt"])
+
+    use_source(monkeypatch, "follow", factory)
+    w = make_window(qtbot, target, tmp_path, **kwargs)
+    holder["w"] = w
+    holder["prompt"] = runtime.prompt_tokens(w.panel.prompt.toPlainText())
+    assert w.panel.set_source("follow")
+    return w
+
+
+def plain_tokens(runtime, text: str, max_tokens: int = MAX_TOKENS, *, end_of_turn: bool = True) -> list[int]:
+    """The target's plain greedy output for ``text`` (through the chat template); with
+    ``end_of_turn=False`` on the target with end-of-generation banned."""
+    from inspector.engine import RuntimeScheduler
+    from scenarios import NoEndOfTurn, plain_reference
+
+    target = runtime if end_of_turn else NoEndOfTurn(runtime)
+    return plain_reference(RuntimeScheduler(target), runtime.prompt_tokens(text), max_tokens)[0]
+
+
+def assert_same_greedy_output(runtime, text: str, expected, observed, *, end_of_turn: bool = True) -> None:
+    """``observed`` equals ``expected`` (greedy streams of ``text``), or they first differ at
+    a near-tie that batch arithmetic may flip (reported with its margin)."""
+    from inspector.engine import RuntimeScheduler
+    from scenarios import NoEndOfTurn, same_greedy_output
+
+    target = runtime if end_of_turn else NoEndOfTurn(runtime)
+    if same_greedy_output(RuntimeScheduler(target), runtime.prompt_tokens(text), expected, observed):
+        assert list(observed) == list(expected)
+
+
+class DecodeHold:
+    """Holds the first ``decode_rows`` call of ``runtime`` for which ``when()`` is true
+    (on the engine's thread, inside the runtime lock) until ``release()``, so a test can
+    look at the window while the engine is surely in the middle of a run. ``held`` is
+    set while it waits; ``threads`` names the threads that decoded. A hang guard
+    (``HOLD_GUARD_S``) lets it go on by itself; ``released`` says whether the test did."""
+
+    HOLD_GUARD_S = 300
+
+    def __init__(self, runtime, when=lambda: True) -> None:
+        self.runtime = runtime
+        self.when = when
+        self.held = threading.Event()
+        self._go = threading.Event()
+        self.released = False
+        self.done = False
+        self.threads: set[str] = set()
+
+    def release(self) -> None:
+        self.released = True
+        self._go.set()
+
+    @contextmanager
+    def installed(self):
+        rt = self.runtime
+        real = rt.decode_rows
+
+        def decode_rows(sid, tokens, position, abort=None):
+            self.threads.add(threading.current_thread().name)
+            if not self.done and self.when():
+                self.done = True
+                self.held.set()
+                self._go.wait(self.HOLD_GUARD_S)
+            return real(sid, tokens, position, abort)
+
+        rt.decode_rows = decode_rows
+        try:
+            yield self
+        finally:
+            self._go.set()
+            del rt.decode_rows
 
 
 def run_to_end(qtbot, w, **start) -> tuple[str, dict]:
