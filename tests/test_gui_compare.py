@@ -8,10 +8,12 @@ import json
 
 from inspector.bench.compare import CompareConfig
 from inspector.gui import worker as W
-from test_gui_support import RUN_TIMEOUT_MS, make_window
+from test_gui_support import RUN_TIMEOUT_MS, DecodeHold, make_window
 
 
 def test_two_configurations_fill_the_table_and_export(qtbot, runtime, tmp_path):
+    """The n-gram configuration matches single tokens: its first query always proposes
+    (a window whatever the model says); token counts are checked against each run's finish."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
     v = w.analysis.show_compare()
     assert [c.source for c in v.config_list()] == ["none", "ngram", "ngram", "ngram"]  # the defaults
@@ -30,10 +32,14 @@ def test_two_configurations_fill_the_table_and_export(qtbot, runtime, tmp_path):
     assert v.row_count() == 2
     assert [v.results.item(i, 0).text() for i in range(2)] == ["plain", "ngram 4"]
     plain, ngram = result.rows
-    assert plain.summary.generated_tokens == ngram.summary.generated_tokens == 24
+    for row in (plain, ngram):  # 24 tokens, unless the model's answer ended earlier
+        assert row.summary.generated_tokens == 24 or (
+            row.summary.finish_reason == "eog" and 0 < row.summary.generated_tokens < 24)
+    if ngram.same_output_as_plain:
+        assert plain.summary.generated_tokens == ngram.summary.generated_tokens
     assert ngram.summary.windows > 0 and v.results.item(1, 6).text() == str(ngram.summary.windows)
     assert v.results.item(0, 2).text() == "1.00x"
-    assert v.results.item(1, 7).text() in ("yes", "no")
+    assert v.results.item(1, 7).text() == ("yes" if ngram.same_output_as_plain else "no")
     x, y = v._curves[1].getData()
     assert len(y) == len(ngram.summary.acceptance_by_position) > 0
     out = tmp_path / "compare.json"
@@ -75,11 +81,16 @@ def test_length_column_passes_the_ngram_length(qtbot, runtime, tmp_path):
 
 
 def test_cancel_keeps_the_window_usable(qtbot, runtime, tmp_path):
+    """Cancel is clicked right after the start; no decode of the comparison finishes
+    before the click (a decode reached earlier is held until then), so the comparison
+    stops before its last configuration however fast the CPU."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
     v = w.analysis.show_compare()
-    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+    hold = DecodeHold(runtime)
+    with hold.installed(), qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         assert w.analysis.run_compare(v.config_list())
         v.cancel.click()  # before the engine thread starts: still counts
+        hold.release()
     result, note = blocker.args
     assert note.startswith("cancelled after")
     assert result is not None and len(result.rows) < 4
