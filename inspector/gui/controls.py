@@ -226,7 +226,9 @@ class ControlPanel(PanelValues, QWidget):
         row.addWidget(self.raw)
         gl.addLayout(row)
         gl.addWidget(self.prompt, 1)
-        lay.addWidget(g)
+        # The prompt comes right after the model: visible without scrolling at 1280x800,
+        # whichever source page (the draft's is the tallest) is shown below it.
+        lay.insertWidget(1, g)
         lay.addStretch(1)
         self.prompt.textChanged.connect(self._sync_example)
 
@@ -303,6 +305,9 @@ class ControlPanel(PanelValues, QWidget):
         self._source_changed(self.source.currentText())
         self._wheel_guard = WheelGuard(self)
         guard_wheel(self, self._wheel_guard)
+        # As wide as the widest setup row (and the scroll bar): no input is cut on the right.
+        self.setMinimumWidth(self.setup.minimumSizeHint().width()
+                             + self.setup_scroll.verticalScrollBar().sizeHint().width() + 6)
 
     def _build_source_pages(self) -> None:
         def page(name: str) -> QFormLayout:

@@ -167,14 +167,14 @@ class MainWindow(RunControl, QMainWindow):
     # -- layout ---------------------------------------------------------------------
     def _build_ui(self) -> None:
         self.panel = ControlPanel()
-        self.panel.setMinimumWidth(380)
+        self.panel.setMinimumWidth(max(380, self.panel.minimumWidth()))
 
         self.banner = QLabel("")
         self.banner.setWordWrap(True)
         self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # Always shown (its text changes: hint, run status, finished, error): the view below never jumps.
         fm = self.banner.fontMetrics()
-        self.banner.setMinimumHeight(fm.height() + 2 * BANNER_PAD + 2)
+        self.banner.setMinimumHeight(2 * fm.lineSpacing() + 2 * BANNER_PAD + 2)  # hints and run status fit in two lines
         self.set_banner("", BANNER_NEUTRAL)
         self.token_view = TokenView()
         self.window_detail = WindowDetail()
@@ -205,7 +205,7 @@ class MainWindow(RunControl, QMainWindow):
         self.main_split = QSplitter(Qt.Orientation.Horizontal)
         self.main_split.addWidget(self.panel)
         self.main_split.addWidget(self.right_split)
-        self.main_split.setSizes([390, 890])
+        self.main_split.setSizes([self.panel.minimumWidth() + 4, 1280 - self.panel.minimumWidth() - 4])
         self.main_split.setStretchFactor(1, 1)
         self.setCentralWidget(self.main_split)
 
