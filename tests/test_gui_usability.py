@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QApplication
 import inspector
 from inspector.gui import worker as W
 from inspector.gui.controls import CUSTOM_PROMPT, FAULT_DISABLED_TIP, example_prompts
-from test_gui_support import make_window, run_to_end
+from test_gui_support import DecodeHold, make_window, run_to_end
 
 
 def _texts_shown(w, runtime, g) -> None:
@@ -34,7 +34,9 @@ def _texts_shown(w, runtime, g) -> None:
 
 
 def test_second_run_shows_token_texts(qtbot, runtime, tmp_path):
-    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    """Single-token n-gram matches: the first query always proposes, so each run has a
+    window to show whatever the model says."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24, ngram_min=1)
     run_to_end(qtbot, w)
     _texts_shown(w, runtime, w.worker.generation)
     # The main session's prefill is a point of the lock-timing plots.
@@ -132,11 +134,13 @@ def test_side_panel_at_1280x800(qtbot, runtime, tmp_path):
     for b in (p.run, p.pause, p.stop, p.step_window, p.step_token, p.resume, *p.fault_buttons, p.fault_token,
               p.background, *p.break_boxes.values()):
         assert _fully_visible(b, w), b.text() if hasattr(b, "text") else b
-    # Disabled fault buttons say when they work.
+    # Fault buttons work in a live session, idle included (armed for the next run);
+    # disabled ones say when they work.
+    assert p.fault_cancel.isEnabled() and FAULT_DISABLED_TIP not in p.fault_cancel.toolTip()
+    p.set_faults_enabled(False)
     assert not p.fault_cancel.isEnabled() and FAULT_DISABLED_TIP in p.fault_cancel.toolTip()
     p.set_faults_enabled(True)
     assert FAULT_DISABLED_TIP not in p.fault_cancel.toolTip()
-    p.set_faults_enabled(False)
     # A wheel over an unfocused spin box or combo scrolls the setup, never changes the value.
     bar = p.setup_scroll.verticalScrollBar()
     p.setup_scroll.widget().setMinimumHeight(2000)  # make sure the setup can scroll
@@ -190,16 +194,21 @@ def test_lock_legend_is_outside_the_plots(qtbot, runtime, tmp_path):
 
 
 def test_banner_keeps_its_space_when_a_run_starts(qtbot, runtime, tmp_path):
+    """The banner is looked at while the run's first decode is held in the runtime
+    (``DecodeHold``): the run is surely going, however fast the CPU."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=16)
     w.resize(1280, 800)
     qtbot.waitExposed(w)
     QApplication.processEvents()
     y = w.token_view.mapTo(w, QPoint(0, 0)).y()
     assert w.banner.isVisible() and "Model loaded" in w.banner.text()
-    with qtbot.waitSignal(w.runFinished, timeout=180_000):
+    hold = DecodeHold(runtime, when=lambda: w.worker.running)
+    with hold.installed(), qtbot.waitSignal(w.runFinished, timeout=180_000):
         assert w.start_run()
+        qtbot.waitUntil(hold.held.is_set, timeout=120_000)
         QApplication.processEvents()
         assert w.banner.isVisible() and "Running" in w.banner.text()  # the run status replaces the hint
         assert w.token_view.mapTo(w, QPoint(0, 0)).y() == y  # the view below does not jump
+        hold.release()
     QApplication.processEvents()
     assert "Finished" in w.banner.text() and w.token_view.mapTo(w, QPoint(0, 0)).y() == y
