@@ -73,7 +73,9 @@ def test_the_baseline_finds_a_divergence_planted_in_the_speculative_run(runtime,
     assert d is not None, "the planted divergence was not found"
     assert d.index == planted
     assert d.speculative_token == g.generated[planted]
-    assert d.plain_token == result.plain_tokens[planted] == d.top_token
+    assert d.plain_token == result.plain_tokens[planted]
+    # The one-row re-decode of the prefix agrees with the plain run, or that is a near-tie.
+    assert d.top_token == d.plain_token or d.margin < 1.0
     assert d.speculative_token != d.plain_token
     assert d.margin >= 0
     assert f"generated token {planted}" in result.describe()

@@ -440,10 +440,12 @@ def test_seeded_temperature_sampling_is_reproducible(make_generation, chat_token
 
 def test_receipts_document_validates_and_reads_without_the_model(make_generation, chat_tokens, runtime, tmp_path):
     """Scripted proposals (of prompt tokens): every query proposes, so the document has
-    windows whatever the model answers; the first proposal is the late one."""
+    windows whatever the model answers (end-of-generation banned: the run goes on after
+    the first query, whose proposal is the late one)."""
     tokens = chat_tokens(COPY)
     source = ScriptedSource(proposals=[tokens[-8:-4]] * 4)
-    g = make_generation(source, tokens, max_new_tokens=MAX, faults=FaultPlan([Fault("late_proposal")]))
+    g = make_generation(source, tokens, on=no_end_of_turn(runtime), max_new_tokens=MAX,
+                        faults=FaultPlan([Fault("late_proposal")]))
     g.run()
     assert g.receipts
     doc = build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False,
