@@ -173,6 +173,9 @@ class LlamaRuntime:
         self.mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
         self._abort_owner: int | None = None
+        self._abort_lock = threading.Lock()
+        """Guards ``_abort_owner`` with the flag byte: an abort requested as a decode ends must
+        not leave the flag set for the next decode (of any session)."""
         self.decode_ns = 0
         """Total time spent inside ``llama_decode`` (nanoseconds), for benchmarks."""
         self.predict_ns = 0
@@ -217,8 +220,9 @@ class LlamaRuntime:
         The caller sets its cancellation event first; ``decode_rows`` checks
         that event when it starts, so a request is never lost.
         """
-        if self._abort_owner == sid:
-            self._abort_flag[0] = b"\x01"
+        with self._abort_lock:
+            if self._abort_owner == sid:
+                self._abort_flag[0] = b"\x01"
 
     def set_threads(self, n_threads: int) -> None:
         """Use ``n_threads`` CPU threads for later decodes (``llama_set_n_threads``).
@@ -301,16 +305,18 @@ class LlamaRuntime:
 
     def _decode(self, n: int, position: int, abort: threading.Event | None, sid: int = -1) -> None:
         if abort is not None:
-            self._abort_owner = sid
-            if abort.is_set():
-                self._abort_flag[0] = b"\x01"
+            with self._abort_lock:
+                self._abort_owner = sid
+                if abort.is_set():
+                    self._abort_flag[0] = b"\x01"
         t = time.perf_counter_ns()
         try:
             rc = llama_cpp.llama_decode(self.ctx, self._batch)
         finally:
             self.decode_ns += time.perf_counter_ns() - t
-            self._abort_owner = None
-            self._abort_flag[0] = b"\x00"
+            with self._abort_lock:
+                self._abort_owner = None
+                self._abort_flag[0] = b"\x00"
         if rc == 2:
             raise DecodeAborted(rc, n, position)
         if rc != 0:
