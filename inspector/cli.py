@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--n-ctx", type=_positive, default=2048, help="context size in tokens [2048]")
     run.add_argument("--n-batch", type=_positive, default=512,
                      help="most rows per decode; speculation needs >= 2 (proposals are capped at n-batch - 1) [512]")
-    run.add_argument("--threads", type=_positive, default=None, help="CPU threads [all cores]")
+    run.add_argument("--threads", type=_non_negative, default=None,
+                     help="CPU threads (llama.cpp -t) [0 = all cores]; on a busy machine fewer is faster")
     run.add_argument("--stop", action="append", default=[], type=_stop_string, metavar="STR",
                      help="stop string, non-empty (repeatable)")
     run.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
@@ -193,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Measure plain decoding, our n-gram speculation and llama-cpp-python's "
                                     "LlamaPromptLookupDecoding on the same prompts in one process.")
     bn.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    bn.add_argument("--threads", type=_non_negative, default=None,
+                    help="CPU threads (llama.cpp -t) [0 = all cores]; measure with nothing else running")
     bn.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
     bn.add_argument("--max-tokens", type=_positive, default=128, help="tokens per run [128]")
     bn.add_argument("--k-max", type=_positive, default=16, help="largest verify batch in the cost model [16]")
@@ -212,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "draft:draft_model=D.gguf (repeatable; default: plain and ngram with draft_max 4, 8, 16)")
     cp.add_argument("--max-tokens", type=_setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
                     help=f"tokens per run [{DEFAULT_MAX_NEW_TOKENS}]")
-    cp.add_argument("--threads", type=_positive, default=None, help="CPU threads [all cores]")
+    cp.add_argument("--threads", type=_non_negative, default=None,
+                    help="CPU threads (llama.cpp -t) [0 = all cores]; on a busy machine fewer is faster")
     cp.add_argument("--cost-model", action="store_true",
                     help="measure the cost model first and add each run's expected speedup")
     cp.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
@@ -288,6 +292,10 @@ def cmd_run(args) -> int:
         return _fail(str(exc), EXIT_USAGE)
     except ModelFileError as exc:
         return _fail(str(exc))
+    if args.verification == "rejection" and args.source != "draft" and settings.sampling.temperature > 0:
+        notes.append(f"--verification rejection needs a draft model's probabilities; the {args.source} source "
+                     "has none, so every window verifies with sample_match (each receipt's verification_rule "
+                     "says so)")
     for note in notes:
         print(f"spec-inspector: note: {note}", file=sys.stderr)
 
@@ -297,7 +305,7 @@ def cmd_run(args) -> int:
 
     print(f"loading {model} ...", file=sys.stderr, flush=True)
     try:
-        runtime = LlamaRuntime(model, n_ctx=args.n_ctx, n_batch=args.n_batch, n_threads=args.threads,
+        runtime = LlamaRuntime(model, n_ctx=args.n_ctx, n_batch=args.n_batch, n_threads=args.threads or None,
                                n_seq_max=2 if args.baseline else 1)
     except (ModelFileError, EngineError, ValueError) as exc:
         return _fail(str(exc))
@@ -500,7 +508,8 @@ def cmd_bench(args) -> int:
     if unknown or not tasks:
         return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
     try:
-        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=2048, n_seq_max=1)
+        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=2048, n_seq_max=1,
+                               n_threads=args.threads or None)
     except (ModelFileError, EngineError) as exc:
         return _fail(str(exc))
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -542,7 +551,7 @@ def cmd_compare(args) -> int:
     except (ValueError, _UserError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     try:
-        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=2048, n_seq_max=2, n_threads=args.threads)
+        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=2048, n_seq_max=2, n_threads=args.threads or None)
         tokens = runtime.prompt_tokens(prompt)
     except (ModelFileError, EngineError) as exc:
         return _fail(str(exc))
@@ -640,5 +649,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compare(args)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    except BrokenPipeError:  # e.g. `spec-inspector view r.json --windows | head`: the reader left
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     build_parser().print_help()
     return EXIT_USAGE

@@ -255,3 +255,22 @@ def test_a_verification_far_slower_than_the_runs_median_is_marked_with_its_likel
     assert model.data(idx, Qt.ItemDataRole.ForegroundRole) is not None
     assert "slow verification" in model.data(idx, Qt.ItemDataRole.ToolTipRole)
     assert model.data(model.index(model.row_of(1000), SLOW_COLUMN), Qt.ItemDataRole.ForegroundRole) is None
+
+
+def test_exported_receipts_hold_only_the_runs_own_lock_operations(qtbot, runtime, tmp_path):
+    """A fresh user's trial: after an earlier run, the export held that run's operations too
+    (the window reuses session ids). Now only operations inside the run's span are kept."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=12)
+    run_to_end(qtbot, w)
+    run_to_end(qtbot, w)
+    out = tmp_path / "second.json"
+    with qtbot.waitSignal(w.files.exported, timeout=60_000):
+        w.files.export_receipts(str(out))
+    doc = json.loads(out.read_text("utf-8"))
+    kinds = [op["kind"] for op in doc["lock_operations"]]
+    assert kinds.count("prefill") == 1
+    assert kinds.count("verify") == len(doc["windows"]) + sum(1 for d in doc["discards"] if d.get("partial"))
+    steps = sum(1 for e in doc["events"] if e["kind"] == "step")
+    assert kinds.count("step") == steps
+    start = doc["timing"]["request_started_us"]
+    assert all(op["started_us"] >= start for op in doc["lock_operations"])

@@ -150,6 +150,8 @@ class LockPlots(QWidget):
         p = pg.PlotWidget(background="w", axisItems=axes)
         p.setLabel("left", left)
         p.setLabel("bottom", bottom)
+        for name in ("left", "bottom"):  # the ticks carry their units: no "(x0.001)" beside µs labels
+            p.getAxis(name).enableAutoSIPrefix(False)
         p.showGrid(x=True, y=True, alpha=0.25)
         return p
 

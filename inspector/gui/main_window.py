@@ -56,6 +56,8 @@ from inspector.gui.window_detail import WindowDetail
 from inspector.gui.wording import count_noun
 
 REDRAW_HZ = 25
+FRAME_ALLOWANCE = 32
+"""Pixels left for the window manager's title bar when the window first sizes itself to the screen."""
 STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
 
 
@@ -224,6 +226,11 @@ class MainWindow(RunControl, QMainWindow):
         sb.addWidget(self.load_progress)
         sb.addPermanentWidget(self.status_counts)
         self.resize(1280, 800)
+        screen = self.screen()
+        avail = screen.availableGeometry() if screen is not None else None
+        if avail is not None and avail.width() >= 1024 and avail.height() < 800 + FRAME_ALLOWANCE:
+            # A first start on a 1280x800 screen fits it, title bar included (a saved geometry wins later).
+            self.resize(min(1280, avail.width()), avail.height() - FRAME_ALLOWANCE)
 
     def _action(self, menu, text, slot, shortcuts=(), tip="") -> QAction:
         a = QAction(text, self)

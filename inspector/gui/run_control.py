@@ -41,7 +41,7 @@ class RunControl:
         opening = getattr(self, "files", None) is not None and self.files.opening is not None
         can_start = idle and not viewing and not opening  # a saved session is read only: File > New live session
         p.run.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.run.setText("▶ Run" if state in (W.IDLE, W.LOADING, W.BUSY) else "▶ Continue")
+        p.run.setText("▶ Continue" if state in (W.PAUSED, W.TOKEN_HOLD) else "▶ Run")
         p.pause.setEnabled(state in (W.RUNNING, W.TOKEN_HOLD))
         p.step_window.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
         p.step_token.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
@@ -94,8 +94,8 @@ class RunControl:
                             "(F10) and Step token (F11) go one window or one token at a time.", BANNER_HINT)
         elif state == W.TOKEN_HOLD:
             self.set_banner(f"<b>Step token</b>: holding before a commit ({n} so far; the token is named above "
-                            "the stream, its window in the Windows tab). F11 commits it; Continue (Ctrl+R) runs "
-                            "on.", BANNER_HINT)
+                            "the stream, a window's rows in the Windows tab). F11 commits it; Continue (Ctrl+R) "
+                            "runs on.", BANNER_HINT)
         elif self.banner.text().startswith(("<b>Paused", "<b>Step token")):
             self.set_banner(f"Running: {what} …", BANNER_NEUTRAL)
 
@@ -149,6 +149,7 @@ class RunControl:
             n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
         )
         self.armed_faults = FaultPlan()
+        self.save_settings()  # a crash during the run must not lose the settings it ran with
         self._before_run = (self.session, self.worker.faults)
         self.worker.faults = cfg.faults  # fault buttons work before the worker picks the run up
         session = SessionData()

@@ -14,7 +14,7 @@ import html
 
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTextEdit, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
 from inspector.gui import outcomes as O
 from inspector.gui.session_model import SessionData
@@ -122,6 +122,10 @@ class TokenView(QWidget):
         self.hold_label = QLabel("")
         self.hold_label.setTextFormat(Qt.TextFormat.RichText)  # token texts arrive HTML-escaped
         self.hold_label.setStyleSheet("color:#e65100;font-weight:bold")
+        # A long hold line wraps; it never widens the window past the screen.
+        self.hold_label.setWordWrap(True)
+        self.hold_label.setMinimumWidth(1)
+        self.hold_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.baseline_label = QLabel("")
         self.baseline_label.setTextFormat(Qt.TextFormat.RichText)
         self.baseline_label.setWordWrap(True)

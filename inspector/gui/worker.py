@@ -261,6 +261,9 @@ class EngineWorker(SteppingControl, QObject):
         self.receipt.emit(r)
 
     def _on_discard(self, d: Discard) -> None:
+        if d.partial is not None:  # a failed window's rows show their predictions' texts
+            self._send_texts(d.partial.verification_row_predictions)
+            self._send_texts(d.proposal_token_ids)
         self.discard.emit(d)
 
     # -- the run (worker thread) ---------------------------------------------------------

@@ -85,8 +85,9 @@ def build_document(generation, runtime, *, prompt_text: str, templated_text: str
     ``background_sessions``: how many other sessions generated through the same
     runtime lock during the run (the window's contention setting); recorded in
     ``settings.background_sessions``. ``lock_operations`` keep every session's
-    operations from the request's start on, so waits caused by background sessions
-    keep their cause (``sessions`` names the main and background session ids).
+    operations that started between the request's start and its last event (µs on the
+    scheduler's clock), so waits caused by background sessions keep their cause and
+    nothing from other runs gets in (``sessions`` names the main and background ids).
 
     ``prompt_text``: what the user typed; ``templated_text``: after the chat
     template (None with ``raw``). Token texts come from ``runtime.token_text``.
@@ -134,7 +135,10 @@ def build_document(generation, runtime, *, prompt_text: str, templated_text: str
     if baseline is not None:
         doc["baseline"] = baseline.to_json(text_of)
     doc["settings"]["background_sessions"] = int(background_sessions)
-    ops = [op for op in g.scheduler.operations if op.session_id in sessions or op.started_us >= g.started_us]
+    # The run's own span: a window reuses session ids run after run, and the scheduler keeps
+    # every operation since it was made (earlier runs, cost-model measurements, comparisons).
+    end_us = g.started_us + max((e.t_us for e in g.events), default=0) + 1
+    ops = [op for op in g.scheduler.operations if g.started_us <= op.started_us <= end_us]
     doc["sessions"] = {"main": g.session_id,
                        "background": sorted({op.session_id for op in ops if op.session_id not in sessions
                                              and op.session_id >= 0})}
