@@ -156,9 +156,12 @@ def test_viewing_a_file_shows_its_settings_read_only_and_a_new_live_session_rest
     assert p.source.currentText() == "scripted" and p.prompt.toPlainText() == file_prompt
     assert p.max_tokens.value() == 10 and p.stop_list() == ("zzzz-never", "\n\n\n\n\n")
     assert not p.prompt.isEnabled() and not p.source.isEnabled() and not p.max_tokens.isEnabled()
+    assert not p.fault_token.isEnabled() and not p.baseline.isEnabled() and not p.background.isEnabled()
+    assert not any(cb.isEnabled() for cb in p.break_boxes.values())
     w.new_live_session()
     assert p.source.currentText() == "none" and p.prompt.toPlainText() == "a live prompt"
     assert p.max_tokens.value() == 77 and p.prompt.isEnabled() and p.source.isEnabled()
+    assert p.fault_token.isEnabled() and p.baseline.isEnabled() and p.background.isEnabled()
 
 
 def test_a_fault_armed_before_run_fires_at_the_first_opportunity(qtbot, runtime, tmp_path):

@@ -60,6 +60,8 @@ class RunControl:
                   p.threads, p.stop_strings, p.raw):
             b.setEnabled(setup_on)
         bar.setValue(scrolled)  # Run never scrolls the side panel
+        for b in (p.fault_token, p.baseline, p.background, *p.break_boxes.values()):
+            b.setEnabled(not viewing)  # a saved session is read only; live runs keep these usable
         if setup_on:
             p._temperature_changed(p.temperature.value())
         self._run_banner(state)
