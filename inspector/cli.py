@@ -5,6 +5,7 @@
 ``spec-inspector view FILE``  prints the summary of a receipts file.
 ``spec-inspector make-draft`` re-quantizes a model into a draft model.
 ``spec-inspector trace FILE -o OUT`` writes a Chrome trace (Perfetto) of a receipts file.
+``spec-inspector bench`` / ``compare`` measure speed (``inspector.cli_bench``).
 
 Every failure a user can cause (bad flag, missing file, damaged model, prompt
 too long) ends with one line on stderr and a non-zero exit status.
@@ -95,7 +96,7 @@ def _fault(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     from inspector.engine.faults import FAULT_KINDS
-    from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, SEED_MAX
+    from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, SEED_MAX
 
     parser = _Parser(
         prog="spec-inspector",
@@ -139,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"most tokens to generate (>= 1) [{DEFAULT_MAX_NEW_TOKENS}]")
     run.add_argument("--draft-max", type=_setting("draft_max", int), default=8,
                      help="most proposal tokens per window (>= 0) [8]")
-    run.add_argument("--n-ctx", type=_positive, default=2048, help="context size in tokens [2048]")
+    run.add_argument("--n-ctx", type=_positive, default=DEFAULT_N_CTX,
+                     help=f"context size in tokens (llama.cpp -c) [{DEFAULT_N_CTX}]")
     run.add_argument("--n-batch", type=_positive, default=512,
                      help="most rows per decode; speculation needs >= 2 (proposals are capped at n-batch - 1) [512]")
     run.add_argument("--threads", type=_non_negative, default=None,
@@ -495,89 +497,6 @@ def cmd_view(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    import json
-
-    from inspector.bench.run import TASKS, format_bench, run_bench
-    from inspector.engine.errors import EngineError
-    from inspector.llama.model_file import ModelFileError, bundled_model_path
-    from inspector.llama.runtime import LlamaRuntime
-
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown or not tasks:
-        return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
-    try:
-        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=2048, n_seq_max=1,
-                               n_threads=args.threads or None)
-    except (ModelFileError, EngineError) as exc:
-        return _fail(str(exc))
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats,
-                       not args.no_llama_cpp_python, progress)
-    print(format_bench(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
-        print(f"json: {args.json}")
-    runtime.close()
-    return 0
-
-
-def cmd_compare(args) -> int:
-    from inspector import asset_path
-    from inspector.bench.compare import (default_configs, format_compare, parse_config, run_compare,
-                                         write_compare_csv, write_compare_json)
-    from inspector.bench.cost_model import measure_cost_model
-    from inspector.engine import GenerationSettings, RuntimeScheduler
-    from inspector.engine.errors import EngineError
-    from inspector.llama.model_file import ModelFileError, bundled_model_path
-    from inspector.llama.runtime import LlamaRuntime
-
-    try:
-        configs = [parse_config(c) for c in args.config] or default_configs()
-        from inspector.sources.registry import available_sources
-
-        known = [*available_sources(), "none"]
-        for c in configs:
-            if c.source not in known:
-                raise _UserError(f"unknown proposal source {c.source!r} in --config: expected one of {', '.join(known)}")
-        if args.prompt is not None and args.prompt_file is not None:
-            raise _UserError("give --prompt or --prompt-file, not both")
-        if args.prompt is not None:
-            prompt = args.prompt
-        else:
-            prompt = _strip_final_newline(_read_text(
-                args.prompt_file or asset_path("prompts/copy-with-corrections.txt"), "prompt file"))
-    except (ValueError, _UserError) as exc:
-        return _fail(str(exc), EXIT_USAGE)
-    try:
-        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=2048, n_seq_max=2, n_threads=args.threads or None)
-        tokens = runtime.prompt_tokens(prompt)
-    except (ModelFileError, EngineError) as exc:
-        return _fail(str(exc))
-    scheduler = RuntimeScheduler(runtime)
-    settings = GenerationSettings(max_new_tokens=args.max_tokens)
-    cost_model = None
-    if args.cost_model:
-        print("measuring the cost model ...", file=sys.stderr, flush=True)
-        cost_model = measure_cost_model(scheduler, tokens[:64], k_max=16, repeats=3)
-        from inspector.bench.cost_cache import store_cost_model
-
-        store_cost_model(runtime.model_path, runtime.n_threads, cost_model)
-    progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
-    result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
-    print(format_compare(result))
-    try:
-        if args.json:
-            print(f"json: {write_compare_json(result, args.json)}")
-        if args.csv:
-            print(f"csv: {write_compare_csv(result, args.csv)}")
-    except OSError as exc:
-        return _fail(f"cannot write the comparison: {exc}")
-    runtime.close()
-    return 1 if any(r.error for r in result.rows) else 0
-
-
 def cmd_trace(args) -> int:
     from inspector.receipts import ReceiptsFileError, load_document
     from inspector.receipts.trace import write_trace
@@ -644,8 +563,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "trace":
             return cmd_trace(args)
         if args.command == "bench":
+            from inspector.cli_bench import cmd_bench
+
             return cmd_bench(args)
         if args.command == "compare":
+            from inspector.cli_bench import cmd_compare
+
             return cmd_compare(args)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)

@@ -169,3 +169,11 @@ def open_receipts(qtbot, w, path) -> str:
     with qtbot.waitSignal(w.files.opened, timeout=120_000) as blocker:
         assert w.files.open_receipts(str(path))
     return blocker.args[1]
+
+
+def export_session(qtbot, w, path, what: str = "receipts") -> list:
+    """Export the shown session (``what``: ``receipts`` or ``trace``) from ``w`` on its
+    background thread and wait for the end; returns ``exported``'s args (path, error)."""
+    with qtbot.waitSignal(w.files.exported, timeout=60_000) as blocker:
+        assert getattr(w.files, f"export_{what}")(str(path)) is not None
+    return blocker.args

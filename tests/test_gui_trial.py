@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QApplication
 
 from inspector.gui import worker as W
 from inspector.gui.panel_values import join_stop_strings, parse_stop_strings
-from test_gui_support import make_window, open_receipts, run_to_end, wait_state
+from test_gui_support import export_session, make_window, open_receipts, run_to_end, wait_state
 
 SCRIPT = "The quick brown fox jumps over the lazy dog, again and again and again."
 
@@ -93,9 +93,8 @@ def test_exported_receipts_keep_the_background_sessions_and_their_lock_operation
     finally:
         w.panel.background.setValue(0)
     out = tmp_path / "bg.json"
-    with qtbot.waitSignal(w.files.exported, timeout=60_000) as blocker:
-        w.files.export_receipts(str(out))
-    assert blocker.args[1] == ""
+    exported = export_session(qtbot, w, out)
+    assert exported[1] == ""
     doc = json.loads(out.read_text("utf-8"))
     main = doc["sessions"]["main"]
     assert doc["settings"]["background_sessions"] == 1
@@ -145,8 +144,7 @@ def test_viewing_a_file_shows_its_settings_read_only_and_a_new_live_session_rest
     w.panel.stop_strings.setText("zzzz-never|\\n\\n\\n\\n\\n")
     run_to_end(qtbot, w)
     out = tmp_path / "scripted.json"
-    with qtbot.waitSignal(w.files.exported, timeout=60_000):
-        w.files.export_receipts(str(out))
+    export_session(qtbot, w, out)
     file_prompt = w.panel.prompt.toPlainText()
     w.panel.set_source("none")
     w.panel.prompt.setPlainText("a live prompt")
@@ -200,9 +198,8 @@ def test_a_perfetto_trace_is_exported_from_the_window(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
     run_to_end(qtbot, w)
     out = tmp_path / "trace.json"
-    with qtbot.waitSignal(w.files.exported, timeout=60_000) as blocker:
-        w.files.export_trace(str(out))
-    assert blocker.args == [str(out), ""]
+    exported = export_session(qtbot, w, out, "trace")
+    assert exported == [str(out), ""]
     assert json.loads(out.read_text("utf-8"))["traceEvents"]
     assert "Export Perfetto trace…" in [a.text() for a in w.menuBar().actions()[0].menu().actions()]
 
@@ -267,8 +264,7 @@ def test_exported_receipts_hold_only_the_runs_own_lock_operations(qtbot, runtime
     run_to_end(qtbot, w)
     run_to_end(qtbot, w)
     out = tmp_path / "second.json"
-    with qtbot.waitSignal(w.files.exported, timeout=60_000):
-        w.files.export_receipts(str(out))
+    export_session(qtbot, w, out)
     doc = json.loads(out.read_text("utf-8"))
     kinds = [op["kind"] for op in doc["lock_operations"]]
     assert kinds.count("prefill") == 1

@@ -18,6 +18,9 @@ DEFAULT_MAX_NEW_TOKENS = 128
 """Generated tokens at most when nothing else is asked for: the engine's
 ``GenerationSettings.max_new_tokens``, ``spec-inspector run --max-tokens`` and
 the window's spin box."""
+DEFAULT_N_CTX = 2048
+"""Context size (positions, prompt + output) when nothing else is asked for: ``run --n-ctx``,
+``bench``, ``compare`` and the window's context field."""
 
 SEED_MAX = 0xFFFFFFFE
 """Largest seed of a reproducible run. llama.cpp's seed is a uint32

@@ -35,14 +35,12 @@ from PySide6.QtWidgets import (
 )
 
 import inspector
-from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, GenerationSettings, SamplingSettings
+from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, GenerationSettings, SamplingSettings
 from inspector.gui.contention import MAX_BACKGROUND
 from inspector.gui.panel_values import PanelValues, parse_stop_strings
 from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, spin
 
 BUNDLED = "(bundled SmolLM2-135M-Instruct)"
-DEFAULT_N_CTX = 2048
-"""The window's context size (positions), as ``spec-inspector run --n-ctx``."""
 CUSTOM_PROMPT = "custom prompt"
 """The example picker's entry when the editor holds no example prompt's text."""
 FAULT_DISABLED_TIP = "Available in a live session: before a run (armed for it) or while it runs or is paused."

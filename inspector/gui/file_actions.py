@@ -147,7 +147,7 @@ class FileActions(QObject):
 
         s = self.win.session
         w = self.win.worker
-        if s.document is not None or s.document_path is not None and s.origin == "document":
+        if s.origin == "document":  # a saved receipts document (an autosave cannot be exported)
             doc, source = s.document, s.document_path
 
             def job():

@@ -24,6 +24,7 @@ from inspector.engine import FaultPlan, Generation, GenerationObserver, Generati
 from inspector.engine.errors import EngineError, SpeculationUnsupported
 from inspector.engine.proposal import Proposal
 from inspector.engine.receipt import Discard, EngineEvent, WindowReceipt
+from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.gui.contention import Contention
 from inspector.gui.session_store import open_autosave
 from inspector.gui import stepping
@@ -60,7 +61,7 @@ class RunConfig:
     first_action: str = ""
     """``window`` or ``token``: with ``start_paused``, run one window / commit one token first."""
     autosave_dir: Path | None = None
-    n_ctx: int = 2048
+    n_ctx: int = DEFAULT_N_CTX
     """Context size (positions); a loaded model with another size is loaded again."""
     n_threads: int | None = None
     """CPU threads for decoding (llama.cpp ``-t``); None = all cores."""
@@ -188,7 +189,7 @@ class EngineWorker(SteppingControl, QObject):
         return self._running
 
     @Slot(str, int)
-    def load_model(self, path: str, n_ctx: int = 2048) -> bool:
+    def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX) -> bool:
         """Load a GGUF model (worker thread); emits progress, then loaded or failed."""
         from inspector.llama.model_file import ModelFileError
         from inspector.llama.runtime import LlamaRuntime

@@ -1,0 +1,92 @@
+"""``spec-inspector bench`` and ``spec-inspector compare``: the commands that measure speed
+(their options are declared with the others in ``inspector.cli.build_parser``)."""
+
+from __future__ import annotations
+
+import sys
+
+from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError
+from inspector.engine.settings import DEFAULT_N_CTX
+
+
+def cmd_bench(args) -> int:
+    import json
+
+    from inspector.bench.run import TASKS, format_bench, run_bench
+    from inspector.engine.errors import EngineError
+    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.llama.runtime import LlamaRuntime
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+    try:
+        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=DEFAULT_N_CTX, n_seq_max=1,
+                               n_threads=args.threads or None)
+    except (ModelFileError, EngineError) as exc:
+        return _fail(str(exc))
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats,
+                       not args.no_llama_cpp_python, progress)
+    print(format_bench(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"json: {args.json}")
+    runtime.close()
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from inspector import asset_path
+    from inspector.bench.compare import (default_configs, format_compare, parse_config, run_compare,
+                                         write_compare_csv, write_compare_json)
+    from inspector.bench.cost_model import measure_cost_model
+    from inspector.engine import GenerationSettings, RuntimeScheduler
+    from inspector.engine.errors import EngineError
+    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.llama.runtime import LlamaRuntime
+
+    try:
+        configs = [parse_config(c) for c in args.config] or default_configs()
+        from inspector.sources.registry import available_sources
+
+        known = [*available_sources(), "none"]
+        for c in configs:
+            if c.source not in known:
+                raise _UserError(f"unknown proposal source {c.source!r} in --config: expected one of {', '.join(known)}")
+        if args.prompt is not None and args.prompt_file is not None:
+            raise _UserError("give --prompt or --prompt-file, not both")
+        if args.prompt is not None:
+            prompt = args.prompt
+        else:
+            prompt = _strip_final_newline(_read_text(
+                args.prompt_file or asset_path("prompts/copy-with-corrections.txt"), "prompt file"))
+    except (ValueError, _UserError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    try:
+        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
+        tokens = runtime.prompt_tokens(prompt)
+    except (ModelFileError, EngineError) as exc:
+        return _fail(str(exc))
+    scheduler = RuntimeScheduler(runtime)
+    settings = GenerationSettings(max_new_tokens=args.max_tokens)
+    cost_model = None
+    if args.cost_model:
+        print("measuring the cost model ...", file=sys.stderr, flush=True)
+        cost_model = measure_cost_model(scheduler, tokens[:64], k_max=16, repeats=3)
+        from inspector.bench.cost_cache import store_cost_model
+
+        store_cost_model(runtime.model_path, runtime.n_threads, cost_model)
+    progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
+    result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
+    print(format_compare(result))
+    try:
+        if args.json:
+            print(f"json: {write_compare_json(result, args.json)}")
+        if args.csv:
+            print(f"csv: {write_compare_csv(result, args.csv)}")
+    except OSError as exc:
+        return _fail(f"cannot write the comparison: {exc}")
+    runtime.close()
+    return 1 if any(r.error for r in result.rows) else 0
