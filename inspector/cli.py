@@ -303,6 +303,7 @@ def cmd_run(args) -> int:
 
     from inspector.llama.runtime import LlamaRuntime
     from inspector.sources.compat import IncompatibleDraft
+    from inspector.bench.cost_cache import stored_row_costs
     from inspector.sources.registry import SourceContext, available_sources, close_source
 
     print(f"loading {model} ...", file=sys.stderr, flush=True)
@@ -324,7 +325,7 @@ def cmd_run(args) -> int:
     source = None
     if args.source != "none":
         try:
-            source = available_sources()[args.source](SourceContext(runtime, settings), **options)
+            source = available_sources()[args.source](SourceContext(runtime, settings, row_costs=stored_row_costs(runtime)), **options)
         except (IncompatibleDraft, ModelFileError, ReceiptsFileError, EngineError, ValueError, TypeError) as exc:
             return _fail(str(exc))
     scheduler = RuntimeScheduler(runtime)

@@ -164,7 +164,7 @@ def test_a_measured_cost_table_overrides_the_linear_model():
 
 
 def test_stored_cost_models_are_found_per_model_and_thread_count(tmp_path, monkeypatch):
-    from inspector.bench.cost_cache import load_cost_model, store_cost_model
+    from inspector.bench.cost_cache import load_cost_model, store_cost_model, stored_row_costs
     from inspector.bench.cost_model import CostModel
     from inspector.sources.registry import SourceContext, available_sources
 
@@ -183,9 +183,10 @@ def test_stored_cost_models_are_found_per_model_and_thread_count(tmp_path, monke
         model_path = str(model)
         n_threads = 2
 
-    src = available_sources()["ngram"](SourceContext(Rt()), length="adaptive")
+    ctx = SourceContext(Rt(), row_costs=stored_row_costs(Rt()))  # the callers' lookup (cli, window, compare)
+    src = available_sources()["ngram"](ctx, length="adaptive")
     assert src.settings()["row_costs"][0] == 1.0 and len(src.settings()["row_costs"]) == 16
-    linear = available_sources()["ngram"](SourceContext(Rt()), length="adaptive", row_costs="linear")
+    linear = available_sources()["ngram"](ctx, length="adaptive", row_costs="linear")
     assert "row_cost_ratio" in linear.settings()
 
 

@@ -200,6 +200,7 @@ def parse_config(text: str) -> CompareConfig:
 def registry_source_factory(runtime, settings: GenerationSettings) -> Callable[[CompareConfig], object]:
     """``make_source`` for ``run_compare`` from the source registry
     (``inspector.sources.registry``): ``"none"`` gives None."""
+    from inspector.bench.cost_cache import stored_row_costs
     from inspector.sources.registry import SourceContext, available_sources
 
     def make(config: CompareConfig):
@@ -212,7 +213,7 @@ def registry_source_factory(runtime, settings: GenerationSettings) -> Callable[[
         options = dict(config.options)
         if config.source == "draft":
             options.setdefault("draft_max", config.draft_max)
-        return sources[config.source](SourceContext(runtime, settings), **options)
+        return sources[config.source](SourceContext(runtime, settings, row_costs=stored_row_costs(runtime)), **options)
 
     return make
 

@@ -81,3 +81,12 @@ def store_cost_model(model_path: str | os.PathLike, n_threads: int, cost_model: 
     except OSError:
         return None
     return f
+
+
+def stored_row_costs(runtime) -> tuple[float, ...] | None:
+    """The stored c(k) (ms per batch of k rows) for ``runtime``'s model file and thread
+    count, or None: what ``SourceContext.row_costs`` carries to the n-gram source."""
+    path = getattr(runtime, "model_path", None)
+    cm = load_cost_model(path, runtime.n_threads) if path else None
+    return tuple(cm.row_ms) if cm is not None else None
+

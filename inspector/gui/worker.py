@@ -402,6 +402,7 @@ class EngineWorker(SteppingControl, QObject):
 
         Raises what the factory raises: ``IncompatibleDraft`` (names the failed check),
         ``ModelFileError`` (names the file), ``ReceiptsFileError``, ``ValueError``, ..."""
+        from inspector.bench.cost_cache import stored_row_costs
         from inspector.sources.registry import SourceContext, available_sources
 
         if config.source == "none":
@@ -410,7 +411,7 @@ class EngineWorker(SteppingControl, QObject):
         if config.source not in factories:
             raise ValueError(f"unknown proposal source {config.source!r}: expected one of "
                              f"{', '.join([*factories, 'none'])}")
-        return factories[config.source](SourceContext(self.runtime, config.settings), **config.source_options)
+        return factories[config.source](SourceContext(self.runtime, config.settings, row_costs=stored_row_costs(self.runtime)), **config.source_options)
 
     def _open_session(self, settings: GenerationSettings) -> int | None:
         sampling = settings.sampling

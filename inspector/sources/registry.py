@@ -22,11 +22,16 @@ log = logging.getLogger(__name__)
 @dataclass
 class SourceContext:
     """What a source factory may use: the target's runtime (tokenize, token_text,
-    n_vocab, n_ctx) and the request's settings."""
+    n_vocab, n_ctx) and the request's settings.
+
+    ``row_costs``: the verify cost c(k) measured for this runtime (ms per batch of
+    k = 1.. rows), or None; the caller looks it up (``inspector.bench.cost_cache.
+    stored_row_costs``), so sources never reach up into ``bench``."""
 
     runtime: Any
     settings: Any = None
     extra: dict = field(default_factory=dict)
+    row_costs: tuple[float, ...] | None = None
 
 
 SourceFactory = Callable[..., ProposalSource]
@@ -142,8 +147,8 @@ def check_source_options(source: str, options: dict) -> dict:
 def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, length: str = "fixed",
            row_cost_ratio: str | float | None = None, row_costs=None, **unknown) -> ProposalSource:
     """``row_costs``: ms per batch of k = 1.. rows (a list, or "a,b,c"); by default the
-    cost model stored for this model and thread count (``inspector.bench.cost_cache``),
-    if any; ``"linear"``: none (the linear model, fitted from the receipts).
+    context's ``row_costs`` (the cost model stored for this model and thread count), if
+    any; ``"linear"``: none (the linear model, fitted from the receipts).
     Options are checked by ``check_source_options`` (``ValueError``)."""
     from inspector.sources.ngram import NgramSource
 
@@ -151,11 +156,7 @@ def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, lengt
                                        "row_cost_ratio": row_cost_ratio, "row_costs": row_costs, **unknown})
     ratio, costs = o["row_cost_ratio"], o["row_costs"]
     if row_costs is None and o["length"] == "adaptive" and ratio is None:
-        from inspector.bench.cost_cache import load_cost_model
-
-        rt = ctx.runtime
-        cm = load_cost_model(rt.model_path, rt.n_threads) if getattr(rt, "model_path", None) else None
-        costs = list(cm.row_ms) if cm is not None else None
+        costs = list(ctx.row_costs) if ctx.row_costs else None
     return NgramSource(o["n_max"], o["n_min"], length=o["length"], row_cost_ratio=ratio, row_costs=costs)
 
 

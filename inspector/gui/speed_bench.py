@@ -1,6 +1,6 @@
 """GUI vs headless decode speed, measured in one process (a benchmark, not a test).
 
-``python -m inspector.bench.gui_speed`` builds the inspector window (offscreen
+``python -m inspector.gui.speed_bench`` builds the inspector window (offscreen
 unless ``--show``), runs one task from it several times (the engine on its
 worker thread, the views redrawing at their normal rate) and, alternating with
 those runs, the same task headless (``Generation`` on the calling thread, as
@@ -43,6 +43,7 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
     from inspector.gui.main_window import MainWindow
     from inspector.llama import bundled_model_path
     from inspector.llama.runtime import LlamaRuntime
+    from inspector.bench.cost_cache import stored_row_costs
     from inspector.sources.registry import SourceContext, available_sources
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -75,7 +76,7 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
             return win.worker.generation.summary().decode_tokens_per_s
 
         def headless_run() -> float:
-            source = available_sources()["ngram"](SourceContext(rt, gen_settings), **options)
+            source = available_sources()["ngram"](SourceContext(rt, gen_settings, row_costs=stored_row_costs(rt)), **options)
             g = Generation(scheduler, source, prompt_tokens, gen_settings)
             try:
                 g.run()
@@ -100,7 +101,7 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m inspector.bench.gui_speed", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m inspector.gui.speed_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="GGUF model (default: the bundled one)")
     ap.add_argument("--task", default=TASK, help=f"example prompt name (default {TASK})")
     ap.add_argument("--max-tokens", type=int, default=128)
