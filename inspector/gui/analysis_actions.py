@@ -67,12 +67,12 @@ class AnalysisActions(QObject):
         view.measure.clicked.connect(self.measure)
         view.export.clicked.connect(self.export_png_dialog)
         menu = window.menuBar().addMenu("&Analysis")
-        self.act_measure = window._action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
-                                          "time verify batches of 1..16 rows on the loaded model")
-        self.act_cost_png = window._action(menu, "Export cost curve PNG…", self.export_png_dialog)
+        self.act_measure = window.add_action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
+                                             "time verify batches of 1..16 rows on the loaded model")
+        self.act_cost_png = window.add_action(menu, "Export cost curve PNG…", self.export_png_dialog)
         menu.addSeparator()
-        self.act_compare = window._action(menu, "Compare configurations…", self.show_compare, ["Ctrl+K"],
-                                          "run the prompt with several proposal configurations, side by side")
+        self.act_compare = window.add_action(menu, "Compare configurations…", self.show_compare, ["Ctrl+K"],
+                                             "run the prompt with several proposal configurations, side by side")
         self.compare_view = None
         window.requestShutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
         if window.model_info is not None:
@@ -94,20 +94,20 @@ class AnalysisActions(QObject):
     # -- busy state ----------------------------------------------------------------
     def _start(self, what: str, detail: str) -> bool:
         w = self.w
-        if w.state != W.IDLE:
+        if not w.is_idle:
             w.show_error("Run in progress", f"Stop the run before {detail.rstrip('…')}.")
             return False
         if w.worker.runtime is None:
             w.show_error("No model loaded", "Load a model first (the bundled one loads at startup).")
             return False
         self.busy = what
-        w._set_state(W.BUSY, detail)
+        w.set_state(W.BUSY, detail)
         return True
 
     def _end(self) -> None:
         self.busy = ""
         if self.w.state == W.BUSY:
-            self.w._set_state(W.IDLE)
+            self.w.set_state(W.IDLE)
 
     def _prompt(self) -> tuple[str, bool]:
         from inspector.gui.controls import example_prompts

@@ -13,6 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from inspector.gui import worker as W
 from inspector.gui.session_store import BackgroundJob, autosave_is_clean
 from inspector.gui.wording import count_noun
 
@@ -40,11 +41,11 @@ class FileActions(QObject):
 
     def use_model(self, path: str) -> None:
         """Select ``path`` as the model (added to the recent models) and load it on the worker thread."""
-        if self.win.state not in ("idle", "loading"):
+        if self.win.engine_busy:
             self.win.show_error("Run in progress", "Stop the run before changing the model.")
             return
         self.win.panel.add_recent_model(str(Path(path).resolve()))
-        if self.win.state == "idle":
+        if self.win.is_idle:
             self.win.load_selected_model()
         else:  # queued after the load in flight
             self.win.panel.model_status.setText(f"loading {Path(path).name} …")
@@ -63,7 +64,7 @@ class FileActions(QObject):
         Reading and checking the file runs on a background thread (a 20,000-window
         file takes seconds) with a busy bar; ``opened(path, error)`` reports the end.
         Returns whether the opening started."""
-        if self.win.state not in ("idle", "loading"):  # a model loading (at startup) is no run
+        if self.win.engine_busy:  # a model loading (at startup) is no run
             self.win.show_error("Run in progress", "Stop the run before opening receipts.")
             return False
         if self.opening:
@@ -76,7 +77,7 @@ class FileActions(QObject):
         job = BackgroundJob(lambda: read_session(path), self)
         job.done.connect(lambda result, error: self._opened(path, result, error))
         self.jobs.append(job)
-        self.win._set_state(self.win.state)  # Run and Open wait for the file
+        self.win.refresh_controls()  # Run and Open wait for the file
         self.win.status_state.setText(f"opening {Path(path).name} …")
         self.win.load_progress.setRange(0, 0)  # busy
         self.win.load_progress.show()
@@ -87,13 +88,13 @@ class FileActions(QObject):
         self.opening = None
         self.jobs = [j for j in self.jobs if j.running()]
         self.win.load_progress.setRange(0, 100)
-        if self.win.state != "loading":
+        if self.win.state != W.LOADING:
             self.win.load_progress.hide()
         session, message = result if result is not None else (None, error)
-        if session is None or self.win.state not in ("idle", "loading"):
+        if session is None or self.win.engine_busy:
             self.win.status_state.setText("")
             self.win.show_error("Cannot open receipts", message or "a run started meanwhile")
-            self.win._set_state(self.win.state)
+            self.win.refresh_controls()
             self.opened.emit(path, message or "a run started meanwhile")
             return
         self.win.set_session(session)
@@ -112,7 +113,7 @@ class FileActions(QObject):
                             "run controls.", "background:#fff3e0;color:#e65100" if skipped or session.unfinished
                             else "background:#e3f2fd;color:#0d47a1")
         self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
-        self.win._set_state(self.win.state)
+        self.win.refresh_controls()
         self.opened.emit(path, "")
 
     def export_receipts_dialog(self) -> None:

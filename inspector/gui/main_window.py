@@ -160,7 +160,7 @@ class MainWindow(RunControl, QMainWindow):
         self.timer.setInterval(1000 // REDRAW_HZ)
         self.timer.timeout.connect(self.redraw)
         self.timer.start()
-        self._set_state(W.IDLE)
+        self.set_state(W.IDLE)
         if runtime is None and load_at_start:
             self.load_selected_model()
         if offer_recovery:
@@ -232,7 +232,8 @@ class MainWindow(RunControl, QMainWindow):
             # A first start on a 1280x800 screen fits it, title bar included (a saved geometry wins later).
             self.resize(min(1280, avail.width()), avail.height() - FRAME_ALLOWANCE)
 
-    def _action(self, menu, text, slot, shortcuts=(), tip="") -> QAction:
+    def add_action(self, menu, text, slot, shortcuts=(), tip="") -> QAction:
+        """A menu action with window-wide shortcuts (helpers add their menus' actions here too)."""
         a = QAction(text, self)
         if shortcuts:
             a.setShortcuts([QKeySequence(s) for s in shortcuts])
@@ -246,24 +247,25 @@ class MainWindow(RunControl, QMainWindow):
 
     def _build_menus(self) -> None:
         f = self.menuBar().addMenu("&File")
-        self.act_new = self._action(f, "New live session", self.new_live_session, ["Ctrl+N"],
-                                    "leave the opened receipts and enable the run controls again")
-        self.act_open_model = self._action(f, "Open GGUF model…", self.files.open_model_dialog)
-        self.act_open = self._action(f, "Open receipts…", self.files.open_receipts_dialog, ["Ctrl+O"])
-        self.act_export = self._action(f, "Export receipts…", self.files.export_receipts_dialog, ["Ctrl+E"])
-        self.act_png = self._action(f, "Export plots as PNG…", self.files.export_plots_dialog, ["Ctrl+Shift+E"])
-        self.act_trace = self._action(f, "Export Perfetto trace…", self.files.export_trace_dialog, ["Ctrl+Shift+T"],
-                                      "a Chrome trace of the session: open it in https://ui.perfetto.dev")
-        self.act_recover = self._action(f, "Open last autosave", self.files.open_last_autosave)
+        self.act_new = self.add_action(f, "New live session", self.new_live_session, ["Ctrl+N"],
+                                       "leave the opened receipts and enable the run controls again")
+        self.act_open_model = self.add_action(f, "Open GGUF model…", self.files.open_model_dialog)
+        self.act_open = self.add_action(f, "Open receipts…", self.files.open_receipts_dialog, ["Ctrl+O"])
+        self.act_export = self.add_action(f, "Export receipts…", self.files.export_receipts_dialog, ["Ctrl+E"])
+        self.act_png = self.add_action(f, "Export plots as PNG…", self.files.export_plots_dialog, ["Ctrl+Shift+E"])
+        self.act_trace = self.add_action(
+            f, "Export Perfetto trace…", self.files.export_trace_dialog, ["Ctrl+Shift+T"],
+            "a Chrome trace of the session: open it in https://ui.perfetto.dev")
+        self.act_recover = self.add_action(f, "Open last autosave", self.files.open_last_autosave)
         f.addSeparator()
-        self._action(f, "Quit", self.close, ["Ctrl+Q"])
+        self.add_action(f, "Quit", self.close, ["Ctrl+Q"])
         r = self.menuBar().addMenu("&Run")
-        self.act_run = self._action(r, "Run / continue", self.run_clicked, ["Ctrl+R"])
-        self.act_pause = self._action(r, "Pause", self.pause_clicked, ["Space", "Ctrl+P"])
-        self.act_step_window = self._action(r, "Step window", self.step_window_clicked, ["F10", "Ctrl+W"])
-        self.act_step_token = self._action(r, "Step token", self.step_token_clicked, ["F11", "Ctrl+T"])
-        self.act_stop = self._action(r, "Stop", self.stop_clicked, ["Esc"])
-        self.act_resume = self._action(r, "Resume after error", self.resume_clicked, ["Ctrl+Shift+R"])
+        self.act_run = self.add_action(r, "Run / continue", self.run_clicked, ["Ctrl+R"])
+        self.act_pause = self.add_action(r, "Pause", self.pause_clicked, ["Space", "Ctrl+P"])
+        self.act_step_window = self.add_action(r, "Step window", self.step_window_clicked, ["F10", "Ctrl+W"])
+        self.act_step_token = self.add_action(r, "Step token", self.step_token_clicked, ["F11", "Ctrl+T"])
+        self.act_stop = self.add_action(r, "Stop", self.stop_clicked, ["Esc"])
+        self.act_resume = self.add_action(r, "Resume after error", self.resume_clicked, ["Ctrl+Shift+R"])
         tb = self.addToolBar("Run")
         tb.setObjectName("run-toolbar")
         tb.setMovable(False)
@@ -302,7 +304,7 @@ class MainWindow(RunControl, QMainWindow):
         self.session = session
         if session.origin == "live":
             self.panel.show_live()
-        else:  # the file's settings, read only (``_set_state`` disables the inputs)
+        else:  # the file's settings, read only (``set_state`` disables the inputs)
             self.panel.show_saved(session.settings, session.prompt_text, session.model_name)
         for v in (self.token_view, self.window_detail, self.timeline, self.lock_plots, self.stats, self.event_log):
             v.set_session(session)
@@ -425,7 +427,7 @@ class MainWindow(RunControl, QMainWindow):
         self._before_run = None
         self._run_status = None
         self.load_progress.hide()
-        self._set_state(W.IDLE, f"{name} source refused")
+        self.set_state(W.IDLE, f"{name} source refused")
         title = "Draft model refused" if "refused" in message and name == "draft" else \
             f"Cannot use the {name} proposal source"
         self.show_error(title, message)
@@ -439,7 +441,7 @@ class MainWindow(RunControl, QMainWindow):
             self.settings.setValue("autosave/path", info["autosave"])
             self.settings.setValue("autosave/clean", False)
             self.settings.sync()
-        self._set_state(W.PAUSED if self.state == W.PAUSED else self.state if self.state != W.LOADING else W.RUNNING)
+        self.set_state(W.PAUSED if self.state == W.PAUSED else self.state if self.state != W.LOADING else W.RUNNING)
 
     def _about_to_commit(self, info: dict) -> None:
         """Step token holds before a commit: the token view names the token and what it is
@@ -466,7 +468,7 @@ class MainWindow(RunControl, QMainWindow):
         self.error_info = info
         self.redraw()
         if self.state != W.ERROR:
-            self._set_state(W.ERROR, message)
+            self.set_state(W.ERROR, message)
         self.errorShown.emit(message)
 
     def _run_finished(self, reason: str, info: dict) -> None:
@@ -483,7 +485,7 @@ class MainWindow(RunControl, QMainWindow):
         elif self.state != W.ERROR and not info:  # the run never started (model, prompt): say why, not "Running"
             self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
                             BANNER_ERROR)
-        self._set_state(W.IDLE, reason)
+        self.set_state(W.IDLE, reason)
         self.runFinished.emit(reason, info)
 
     def set_banner(self, text: str, style: str) -> None:

@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt
 
 from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui import worker as W
+from inspector.gui.control_rules import ACTIVE_STATES, control_states, state_label  # noqa: F401 (main_window)
 from inspector.gui.session_model import SessionData
 from inspector.gui.wording import count_noun
 
@@ -25,30 +26,28 @@ BANNER_HINT = "background:#e3f2fd;color:#0d47a1"
 BANNER_DONE = "background:#e8f5e9;color:#1b5e20"
 BANNER_ERROR = "background:#ffebee;color:#b71c1c"
 LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
-ACTIVE_STATES = (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR, W.LOADING)
 
 
 class RunControl:
     """States and run controls of ``MainWindow`` (a mixin: see the module docstring)."""
 
     # -- state ---------------------------------------------------------------------------
-    def _set_state(self, state: str, detail: str = "") -> None:
+    def set_state(self, state: str, detail: str = "") -> None:
+        """Enter ``state`` (``inspector.gui.control_rules``): enable the controls it allows, set the
+        banner and the status bar, emit ``stateChanged``."""
         self.state = state
-        viewing = self.session.origin != "live"
         p = self.panel
-        idle = state == W.IDLE
-        active = state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR)
-        opening = getattr(self, "files", None) is not None and self.files.opening is not None
-        can_start = idle and not viewing and not opening  # a saved session is read only: File > New live session
-        p.run.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.run.setText("▶ Continue" if state in (W.PAUSED, W.TOKEN_HOLD) else "▶ Run")
-        p.pause.setEnabled(state in (W.RUNNING, W.TOKEN_HOLD))
-        p.step_window.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.step_token.setEnabled(can_start or state in (W.PAUSED, W.TOKEN_HOLD))
-        p.stop.setEnabled(active)
-        p.resume.setEnabled(state == W.ERROR)
-        p.set_faults_enabled((active and state != W.ERROR) or (idle and not viewing))
-        setup_on = not active and state != W.LOADING and not viewing
+        on = control_states(state, origin=self.session.origin, making_draft=self.sources.job is not None,
+                            opening=getattr(self, "files", None) is not None and self.files.opening is not None)
+        p.run.setEnabled(on["run"])
+        p.run.setText("▶ Continue" if on["run_continues"] else "▶ Run")
+        p.pause.setEnabled(on["pause"])
+        p.step_window.setEnabled(on["step_window"])
+        p.step_token.setEnabled(on["step_token"])
+        p.stop.setEnabled(on["stop"])
+        p.resume.setEnabled(on["resume"])
+        p.set_faults_enabled(on["faults"])
+        setup_on = on["setup"]
         bar = p.setup_scroll.verticalScrollBar()
         scrolled = bar.value()
         focus = self.focusWidget()
@@ -61,28 +60,38 @@ class RunControl:
             b.setEnabled(setup_on)
         bar.setValue(scrolled)  # Run never scrolls the side panel
         for b in (p.fault_token, p.baseline, p.background, *p.break_boxes.values()):
-            b.setEnabled(not viewing)  # a saved session is read only; live runs keep these usable
+            b.setEnabled(on["live_options"])  # a saved session is read only; live runs keep these usable
         if setup_on:
             p._temperature_changed(p.temperature.value())
         self._run_banner(state)
-        p.make_draft.setEnabled(self.sources.job is None)
-        self.act_run.setEnabled(p.run.isEnabled())
+        p.make_draft.setEnabled(on["make_draft"])
+        self.act_run.setEnabled(on["run"])
         self.act_run.setIconText(p.run.text())  # toolbar and panel say the same: Run or Continue
-        self.act_pause.setEnabled(p.pause.isEnabled())
-        self.act_step_window.setEnabled(p.step_window.isEnabled())
-        self.act_step_token.setEnabled(p.step_token.isEnabled())
-        self.act_stop.setEnabled(p.stop.isEnabled())
-        self.act_resume.setEnabled(p.resume.isEnabled())
-        self.act_open.setEnabled(not active and not opening)
-        label = {W.IDLE: "ready", W.LOADING: "loading model…", W.BUSY: "busy", W.RUNNING: "running", W.PAUSED: "paused",
-                 W.TOKEN_HOLD: "holding before a commit (Step token)", W.ERROR: "error — Resume continues"}[state]
-        if viewing and idle:
-            label = f"viewing {'saved receipts' if self.session.origin == 'document' else 'an autosave'}" \
-                    " (read only) — File > New live session (Ctrl+N) to run"
-        self.status_state.setText(label + (f" · {detail}" if detail else ""))
+        self.act_pause.setEnabled(on["pause"])
+        self.act_step_window.setEnabled(on["step_window"])
+        self.act_step_token.setEnabled(on["step_token"])
+        self.act_stop.setEnabled(on["stop"])
+        self.act_resume.setEnabled(on["resume"])
+        self.act_open.setEnabled(on["open_receipts"])
+        self.status_state.setText(state_label(state, detail, origin=self.session.origin))
         if state != W.TOKEN_HOLD:
             self.token_view.show_hold(None)
         self.stateChanged.emit(state)
+
+    def refresh_controls(self) -> None:
+        """Apply the current state again (after what the rules read changed: a file opened, a draft made)."""
+        self.set_state(self.state)
+
+    @property
+    def is_idle(self) -> bool:
+        """No run, load, measurement or comparison is going."""
+        return self.state == W.IDLE
+
+    @property
+    def engine_busy(self) -> bool:
+        """A run (paused, holding or at an error too), a measurement or a comparison holds the engine
+        thread; a model loading does not (what is asked next waits for it)."""
+        return self.state not in (W.IDLE, W.LOADING)
 
     def _run_banner(self, state: str) -> None:
         """The banner during a live run says what the run is doing now: running, paused (with
@@ -109,7 +118,7 @@ class RunControl:
             return
         if state == W.IDLE and self.state != W.LOADING:
             return  # the run's end is handled by _run_finished
-        self._set_state(state, "" if state == W.IDLE else detail)
+        self.set_state(state, "" if state == W.IDLE else detail)
 
     # -- run controls ----------------------------------------------------------------------
     def start_run(self, *, paused: bool = False, first_action: str = "") -> bool:
@@ -162,7 +171,7 @@ class RunControl:
         what = "stepping" if paused or first_action else "running"
         self._run_status = f"source <b>{src}</b> · up to {count_noun(self.panel.max_tokens.value(), 'token')}"
         self.set_banner(f"{(loading + what).capitalize()}: {self._run_status} …", BANNER_NEUTRAL)
-        self._set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
+        self.set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
         self.requestRun.emit(cfg)
         return True
 
@@ -182,7 +191,7 @@ class RunControl:
             self.set_banner(f"Loading the model <b>{html.escape(Path(model).name)}</b> …", BANNER_NEUTRAL)
         self.load_progress.setValue(0)
         self.load_progress.show()
-        self._set_state(W.LOADING, Path(model).name)
+        self.set_state(W.LOADING, Path(model).name)
         self.requestLoad.emit(model, self.panel.n_ctx.value())
         return True
 
@@ -199,7 +208,7 @@ class RunControl:
         self.set_session(SessionData())
         self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
         self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
-        self._set_state(W.IDLE)
+        self.set_state(W.IDLE)
 
     def run_clicked(self) -> None:
         if self.state == W.IDLE and self.session.origin != "live":
@@ -208,7 +217,7 @@ class RunControl:
             self.start_run()
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
             self.worker.request_continue()
-            self._set_state(W.RUNNING)
+            self.set_state(W.RUNNING)
         elif self.state == W.ERROR:
             self.resume_clicked()
 
@@ -221,14 +230,14 @@ class RunControl:
             self.start_run(paused=True, first_action="window")
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
             self.worker.request_step_window()
-            self._set_state(W.RUNNING, "one window")
+            self.set_state(W.RUNNING, "one window")
 
     def step_token_clicked(self) -> None:
         if self.state == W.IDLE and self.session.origin == "live":
             self.start_run(paused=True, first_action="token")
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
             self.worker.request_step_token()
-            self._set_state(W.RUNNING, "one token")
+            self.set_state(W.RUNNING, "one token")
 
     def stop_clicked(self) -> None:
         if self.state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR):
@@ -238,7 +247,7 @@ class RunControl:
         if self.state == W.ERROR:
             self.set_banner("Resuming after the error …", BANNER_NEUTRAL)
             self.worker.request_resume()
-            self._set_state(W.RUNNING, "resuming")
+            self.set_state(W.RUNNING, "resuming")
 
     def inject(self, fault: Fault) -> None:
         """Add ``fault`` to the running generation's fault plan (thread safe); with no run going, arm it

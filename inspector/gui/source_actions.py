@@ -65,7 +65,7 @@ class SourceActions:
         self.job = None
         p.draft_busy.hide()
         p.make_draft.setText("Make draft from target")
-        self.w._set_state(self.w.state)
+        self.w.refresh_controls()
         if error:
             self.w.status_state.setText("making the draft failed")
             self.w.show_error("Cannot make the draft", error)

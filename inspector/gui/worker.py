@@ -27,20 +27,13 @@ from inspector.engine.receipt import Discard, EngineEvent, WindowReceipt
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.gui.contention import Contention
 from inspector.gui.session_store import open_autosave
-from inspector.gui import stepping
+from inspector.gui.control_rules import BUSY, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD  # noqa: F401
 from inspector.gui.stepping import SteppingControl
+from inspector.session.step_control import BREAK_KINDS, MAX_AUTO_RESUMES, StepControl  # noqa: F401
 
-# Worker states (``stateChanged``).
-RUNNING, PAUSED, TOKEN_HOLD = stepping.RUNNING, stepping.PAUSED, stepping.TOKEN_HOLD
-IDLE = "idle"
-LOADING = "loading"
-ERROR = "error"
-BUSY = "busy"
-"""Not a worker state: the window while the engine thread measures the cost model or compares configurations."""
-
-BREAK_KINDS = ("first_mismatch", "stopped", "discard", "error")
+# Worker states (``stateChanged``): IDLE, LOADING, RUNNING, PAUSED, TOKEN_HOLD; ERROR and BUSY are
+# the window's own (see ``inspector.gui.control_rules``).
 log = logging.getLogger(__name__)
-MAX_AUTO_RESUMES = 50
 
 
 @dataclass
@@ -134,17 +127,9 @@ class EngineWorker(SteppingControl, QObject):
         self.source = None
         """The last run's proposal source (a draft source owns a second runtime: closed when replaced)."""
         self.source_settings: dict = {}
-        self._cv = threading.Condition()
         self._baseline_cancel = threading.Event()
-        self._paused = False
-        self._window_budget = 0
-        self._token_mode = False
-        self._token_permits = 0
-        self._holding = False
-        """The commit loop waits in ``_before_commit`` (Step token) for a permit."""
-        self._stop = False
-        self._resume = False
-        self._break_on: frozenset = frozenset({"error"})
+        self.step = StepControl(announce=self.stateChanged.emit, hold=self._on_hold)
+        """Pause / step window / step token / stop / break-on of the current run (``request_*`` delegate)."""
         self._background = 0
         self.run_background_max = 0
         """Most background sessions that ran during the current (or last) run: exported with its receipts."""
@@ -296,18 +281,9 @@ class EngineWorker(SteppingControl, QObject):
             self.errorOccurred.emit(str(exc), {})
             self.runFinished.emit("error", {})
             return
-        with self._cv:  # before the source is made: a Stop while a draft loads is kept
-            self._stop = False
-            self._resume = False
-            self._paused = config.start_paused
-            self._window_budget = 0
-            self._token_mode = False
-            self._token_permits = 0
-            self._break_on = frozenset(config.break_on)
-            if config.first_action == "window":
-                self._paused, self._window_budget = False, 1
-            elif config.first_action == "token":  # hold before the first token
-                self._paused, self._token_mode, self._token_permits = False, True, 0
+        # Before the source is made: a Stop while a draft loads is kept.
+        self.step.begin_run(start_paused=config.start_paused, first_action=config.first_action,
+                            break_on=config.break_on)
         self._close_source()
         if config.source == "draft":
             name = Path(str(config.source_options.get("draft_model", ""))).name
@@ -442,55 +418,6 @@ class EngineWorker(SteppingControl, QObject):
         except Exception as exc:
             self.errorOccurred.emit(str(exc), {})
             return "error"
-        self.progress.emit(self._progress(gen))
-        self.stateChanged.emit(RUNNING, "")
-        in_error = False
-        auto_resumes = 0
-        while True:
-            what = self._wait_to_go()
-            if what == "stop":
-                return "stopped"
-            if what == "resume" or (in_error and what == "go"):
-                try:
-                    gen.resume()
-                except Exception as exc:
-                    with self._cv:  # before the GUI hears of it (see the step error below)
-                        self._paused = True
-                    self.errorOccurred.emit(f"resume failed: {exc}", self._kv_info(gen))
-                    continue
-                in_error = False
-                self.stateChanged.emit(RUNNING, "resumed")
-            if gen.finished:
-                return gen.finish_reason or "finished"
-            n_receipts, n_discards = len(gen.receipts), len(gen.discards)
-            try:
-                gen.step()
-            except Exception as exc:
-                if self._stop:
-                    return "stopped"
-                in_error = True
-                # Pause before telling the GUI: a Resume pressed as soon as the error shows must
-                # find the pause already set (it clears it), never be overridden by it.
-                with self._cv:
-                    if "error" in self._break_on or auto_resumes >= MAX_AUTO_RESUMES:
-                        self._paused = True
-                        self._token_mode = False
-                        self._window_budget = 0
-                    else:
-                        auto_resumes += 1
-                self.progress.emit(self._progress(gen))
-                self.errorOccurred.emit(str(exc) or type(exc).__name__, self._kv_info(gen))
-                continue
-            self.progress.emit(self._progress(gen))
-            if gen.finished:
-                return gen.finish_reason or "finished"
-            with self._cv:
-                brk = self._break_on
-                hit = any(r.disposition in brk for r in gen.receipts[n_receipts:])
-                hit = hit or ("discard" in brk and len(gen.discards) > n_discards)
-                if self._window_budget > 0:
-                    self._window_budget -= 1
-                    if self._window_budget == 0:
-                        self._paused = True
-                if hit and not self._token_mode:
-                    self._paused = True
+        # Pauses, steps, break-on and resumes after errors: ``StepControl.run``.
+        return self.step.run(gen, progress=lambda: self.progress.emit(self._progress(gen)),
+                             error=lambda message: self.errorOccurred.emit(message, self._kv_info(gen)))

@@ -1,0 +1,75 @@
+"""The window's states and which controls each enables, without Qt.
+
+States: the worker's ``IDLE``, ``LOADING``, ``RUNNING``, ``PAUSED`` and ``TOKEN_HOLD``
+(``EngineWorker.stateChanged``), and the window's own ``ERROR`` (a run failed; Resume
+continues) and ``BUSY`` (the engine thread measures the cost model or compares
+configurations). ``control_states`` decides what is enabled from the state and what the
+window shows; ``RunControl.set_state`` applies it to the widgets and actions.
+"""
+
+from __future__ import annotations
+
+from inspector.session.step_control import PAUSED, RUNNING, TOKEN_HOLD
+
+IDLE = "idle"
+LOADING = "loading"
+ERROR = "error"
+BUSY = "busy"
+"""Not a worker state: the window while the engine thread measures the cost model or compares configurations."""
+
+RUN_STATES = (RUNNING, PAUSED, TOKEN_HOLD, ERROR)
+"""A run is going (it may be paused, holding or stopped at an error)."""
+ACTIVE_STATES = (*RUN_STATES, LOADING)
+"""A run is going or a model is loading: the views follow the live session."""
+STEPPING_STATES = (PAUSED, TOKEN_HOLD)
+"""Waiting for the user: Continue, Step window and Step token go on."""
+
+LIVE = "live"
+"""``SessionData.origin`` of a session the window runs; a saved one (``document``, ``autosave``) is read only."""
+
+CONTROLS = ("run", "run_continues", "pause", "step_window", "step_token", "stop", "resume", "faults",
+            "setup", "live_options", "make_draft", "open_receipts")
+
+
+def control_states(state: str, *, origin: str = LIVE, opening: bool = False,
+                   making_draft: bool = False) -> dict[str, bool]:
+    """Which controls are enabled in ``state`` (keys: ``CONTROLS``).
+
+    ``origin``: the shown session's origin (a saved session is read only: no run starts until
+    File > New live session); ``opening``: a receipts file is being read; ``making_draft``: a
+    draft model is being made. ``run_continues``: Run reads Continue; ``setup``: the run's
+    settings (model, source, prompt, sampling, limits); ``live_options``: the fault token,
+    break-on boxes, Compare with plain decoding and background sessions (usable during a run);
+    ``faults``: the fault buttons (armed before a run, injected during it)."""
+    viewing = origin != LIVE
+    idle = state == IDLE
+    active = state in RUN_STATES
+    stepping = state in STEPPING_STATES
+    can_start = idle and not viewing and not opening
+    return {
+        "run": can_start or stepping,
+        "run_continues": stepping,
+        "pause": state in (RUNNING, TOKEN_HOLD),
+        "step_window": can_start or stepping,
+        "step_token": can_start or stepping,
+        "stop": active,
+        "resume": state == ERROR,
+        "faults": (active and state != ERROR) or (idle and not viewing),
+        "setup": not active and state != LOADING and not viewing,
+        "live_options": not viewing,
+        "make_draft": not making_draft,
+        "open_receipts": not active and not opening,
+    }
+
+
+STATE_LABELS = {IDLE: "ready", LOADING: "loading model…", BUSY: "busy", RUNNING: "running", PAUSED: "paused",
+                TOKEN_HOLD: "holding before a commit (Step token)", ERROR: "error — Resume continues"}
+
+
+def state_label(state: str, detail: str = "", *, origin: str = LIVE) -> str:
+    """The status bar's text for ``state`` (with ``detail`` after a dot)."""
+    label = STATE_LABELS[state]
+    if origin != LIVE and state == IDLE:
+        label = f"viewing {'saved receipts' if origin == 'document' else 'an autosave'}" \
+                " (read only) — File > New live session (Ctrl+N) to run"
+    return label + (f" · {detail}" if detail else "")
