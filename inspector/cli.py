@@ -115,27 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--example", choices=["copy-with-corrections", "code-rewrite", "open-ended"],
                    help="use one of the bundled example prompts (the window's examples)")
     run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
-    from inspector.sources.registry import available_sources
+    from inspector.cli_sources import add_source_flags
+    from inspector.sources.registry import source_names
 
-    run.add_argument("--source", choices=[*available_sources(), "none"], default="ngram",
+    run.add_argument("--source", choices=source_names(), default="ngram",
                      help="proposal source (none: plain one-token decoding; third-party sources come from "
                           "the entry-point group spec_inspector.sources) [ngram]")
     run.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
-                     help="an option for the source's factory (repeatable)")
-    run.add_argument("--draft-model", type=Path, help="draft source: the draft GGUF")
-    run.add_argument("--draft-min", type=_non_negative, default=0, help="draft source: drop shorter drafts [0]")
-    run.add_argument("--p-min", type=float, default=0.0,
-                     help="draft source: stop drafting below this top probability [0]")
-    run.add_argument("--replay", type=Path, metavar="FILE", help="replay source: the receipts file to replay")
-    run.add_argument("--script", help="scripted source: text whose tokens are proposed as the continuation")
-    run.add_argument("--script-file", type=Path, help="scripted source: read the script text from this file")
-    run.add_argument("--ngram-max", type=_positive, default=4, help="n-gram source: longest n-gram to match [4]")
-    run.add_argument("--ngram-min", type=_positive, default=2, help="n-gram source: shortest n-gram to match [2]")
-    run.add_argument("--ngram-length", choices=["fixed", "adaptive"], default="fixed",
-                     help="n-gram source: fixed proposes everything that followed the match, up to --draft-max "
-                          "tokens (llama.cpp's prompt lookup); adaptive proposes the length that buys the most "
-                          "tokens per unit of verification cost (the stored cost model, acceptance learned from "
-                          "the receipts), or nothing when a plain step is cheaper [fixed]")
+                     help="an option for the source's factory (repeatable; checked against the source's "
+                          "declared options)")
+    add_source_flags(run)  # --ngram-max, --draft-model, --script, ...: from the sources' declarations
     run.add_argument("--max-tokens", type=_setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
                      help=f"most tokens to generate (>= 1) [{DEFAULT_MAX_NEW_TOKENS}]")
     run.add_argument("--draft-max", type=_setting("draft_max", int), default=8,
@@ -260,10 +249,10 @@ def _strip_final_newline(text: str) -> str:
 
 
 def cmd_run(args) -> int:
-    from inspector.engine import FaultPlan, Generation, RuntimeScheduler
+    from inspector.engine import FaultPlan, RuntimeScheduler
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError, bundled_model_path
-    from inspector.receipts import ReceiptsFileError, build_document, write_document
+    from inspector.receipts import ReceiptsFileError, write_document
     from inspector.run_output import StreamPrinter, format_events, format_summary
 
     try:
@@ -302,9 +291,9 @@ def cmd_run(args) -> int:
         print(f"spec-inspector: note: {note}", file=sys.stderr)
 
     from inspector.llama.runtime import LlamaRuntime
-    from inspector.sources.compat import IncompatibleDraft
-    from inspector.bench.cost_cache import stored_row_costs
-    from inspector.sources.registry import SourceContext, available_sources, close_source
+    from inspector.session.document import record_document
+    from inspector.session.record import SessionRecord
+    from inspector.session.run import RunRefused, RunRequest, SessionRun
 
     print(f"loading {model} ...", file=sys.stderr, flush=True)
     try:
@@ -312,49 +301,38 @@ def cmd_run(args) -> int:
                                n_seq_max=2 if args.baseline else 1)
     except (ModelFileError, EngineError, ValueError) as exc:
         return _fail(str(exc))
-    try:
-        templated = None if args.raw else runtime.chat_prompt(prompt)
-        tokens = runtime.prompt_tokens(prompt, raw=args.raw)
-    except EngineError as exc:
-        return _fail(str(exc))
-    if not tokens:
-        return _fail("the prompt is empty after tokenization", EXIT_USAGE)
-
     if script is not None:
         options["script"] = script
-    source = None
-    if args.source != "none":
-        try:
-            source = available_sources()[args.source](SourceContext(runtime, settings, row_costs=stored_row_costs(runtime)), **options)
-        except (IncompatibleDraft, ModelFileError, ReceiptsFileError, EngineError, ValueError, TypeError) as exc:
-            return _fail(str(exc))
-    scheduler = RuntimeScheduler(runtime)
-    faults = FaultPlan(list(args.inject))
+    record = SessionRecord()
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
-    observer = printer
-    autosave = None
+    opener = None
     if args.autosave:
-        from inspector.receipts.autosave import AutosaveRecorder, AutosaveWriter
+        from inspector.receipts.autosave import AutosaveWriter
 
-        try:
-            autosave = AutosaveWriter(args.autosave, {
-                "prompt": prompt, "model": Path(str(runtime.model_path)).name,
-                "source": source.name if source else "none", "settings": settings.to_json()})
-        except OSError as exc:
-            return _fail(f"cannot write autosave {args.autosave}: {exc.strerror or exc}")
-        observer = AutosaveRecorder(autosave, runtime, printer)
-    gen = Generation(scheduler, source, tokens, settings, faults=faults, observer=observer)
+        opener = lambda header: AutosaveWriter(args.autosave, header)  # noqa: E731
+    request = RunRequest(prompt, settings, args.source, options, raw=args.raw, faults=FaultPlan(list(args.inject)))
+    run = SessionRun(RuntimeScheduler(runtime), request, record.apply, observer=printer, open_autosave=opener)
+    try:
+        run.tokenize()
+    except RunRefused as exc:
+        return _fail(str(exc), EXIT_USAGE if exc.what == "empty_prompt" else EXIT_ERROR)
+    try:
+        run.make_source()
+        gen = run.open()
+    except RunRefused as exc:
+        return _fail(str(exc))
+    if run.autosave_error:
+        return _fail(f"cannot write autosave {args.autosave}: {run.autosave_error}")
     status = 0
     t0 = time.perf_counter()
     try:
-        gen.start()
+        run.start()
     except EngineError as exc:
         return _fail(str(exc))
     attempts = 0
-    while True:
+    while not gen.finished:
         try:
-            gen.run()
-            break
+            run.step()
         except Exception as exc:  # engine or injected error: already repaired, receipts kept
             sys.stdout.flush()
             print(f"\nspec-inspector: generation error: {exc}", file=sys.stderr, flush=True)
@@ -367,52 +345,43 @@ def cmd_run(args) -> int:
             break
     wall = time.perf_counter() - t0
     printer.newline()
-    if autosave is not None:
-        autosave.close({"finish_reason": gen.finish_reason} if gen.finish_reason else None)
-        if autosave.error:
-            print(f"spec-inspector: autosave stopped: {autosave.error}", file=sys.stderr)
+    end = run.end(gen.finish_reason or "error")
+    if run.autosave_error:
+        print(f"spec-inspector: autosave stopped: {run.autosave_error}", file=sys.stderr)
     if args.events:
-        for line in format_events(gen.events, runtime.token_text, gen.receipts, gen.discards):
+        for line in format_events(record.events, record.text_of, record.receipts, record.discards):
             print(line)
-    for f in faults.pending():
+    for f in request.faults.pending():
         where = f" at window {f.window}" if f.window else ""
         where += f", commit token {f.token}" if f.token else ""
         print(f"spec-inspector: fault {f.kind}{where} never fired (that window or token did not occur)",
               file=sys.stderr)
-    if gen.finish_reason == "context_full":
+    if record.finish_reason == "context_full":
         print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
               f"raise --n-ctx", file=sys.stderr)
-    print(format_summary(gen.summary(), wall, kv_length=gen.kv_length(), canonical=gen.canonical_position))
-    policy = getattr(source, "policy", None)
-    if policy is not None and not gen.receipts:
+    print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position))
+    policy = getattr(run.source, "policy", None)
+    if policy is not None and not record.receipts:
         costs = "the stored cost model" if policy.row_costs is not None else \
             f"the linear cost model (each extra row = {policy.row_cost_ratio:.2f} of a step)"
         print(f"note: the adaptive length proposed nothing: with {costs} no proposal length was expected to "
               f"beat a plain step (use --ngram-length fixed to see windows anyway)")
-    if autosave is not None:
-        print(f"autosave: {autosave.path}")
-    baseline = None
+    if run.autosave is not None:
+        print(f"autosave: {run.autosave.writer.path}")
     if args.baseline:
-        from inspector.engine.baseline import run_baseline
-
         print("baseline: plain one-token decoding of the same prompt ...", file=sys.stderr, flush=True)
-        try:
-            baseline = run_baseline(scheduler, gen)
-        except Exception as exc:  # the speculative receipts are kept either way
-            print(f"spec-inspector: baseline failed: {exc}", file=sys.stderr)
+        baseline = run.compare_with_plain()
+        if baseline is None:  # the speculative receipts are kept either way
+            print(f"spec-inspector: baseline failed: {record.baseline_error}", file=sys.stderr)
         else:
             print(f"baseline:             {baseline.describe()}")
     if args.receipts:
-        doc = build_document(gen, runtime, prompt_text=prompt, templated_text=templated, raw=args.raw,
-                             source_settings=source.settings() if source else {},
-                             faults=[f"{f.kind}@{f.window or ''}:{f.token or ''}" for f in args.inject],
-                             baseline=baseline)
         try:
-            path = write_document(doc, args.receipts)
+            path = write_document(record_document(record), args.receipts)
         except (OSError, ReceiptsFileError) as exc:
             return _fail(f"cannot write receipts {args.receipts}: {exc}")
         print(f"receipts: {path}")
-    close_source(source)
+    run.close_source()
     runtime.close()
     return status
 
@@ -444,22 +413,14 @@ def _run_settings(args):
 
 
 def _source_options(args) -> dict:
-    """Keyword options for the source factory, from the dedicated flags and --source-option."""
-    opts: dict = {}
-    if args.source == "ngram":
-        opts.update(n_max=args.ngram_max, n_min=args.ngram_min, length=args.ngram_length)
-    elif args.source == "draft":
-        opts.update(draft_model=str(args.draft_model), draft_max=args.draft_max, draft_min=args.draft_min,
-                    p_min=args.p_min)
-    elif args.source == "replay":
-        opts.update(replay=str(args.replay))
-    for item in args.source_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise _UserError(f"--source-option {item!r}: expected KEY=VALUE")
-        opts[key.strip()] = value
-    return opts
+    """Keyword options for the source factory, from the source's generated flags and
+    --source-option (``inspector.cli_sources.source_options_from_args``); raises ``_UserError``."""
+    from inspector.cli_sources import SourceFlagError, source_options_from_args
 
+    try:
+        return source_options_from_args(args)
+    except SourceFlagError as exc:
+        raise _UserError(str(exc)) from None
 
 
 def cmd_view(args) -> int:

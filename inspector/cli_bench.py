@@ -41,20 +41,15 @@ def cmd_compare(args) -> int:
     from inspector import asset_path
     from inspector.bench.compare import (default_configs, format_compare, parse_config, run_compare,
                                          write_compare_csv, write_compare_json)
-    from inspector.bench.cost_model import measure_cost_model
+    from inspector.llama.cost_model import measure_cost_model
     from inspector.engine import GenerationSettings, RuntimeScheduler
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError, bundled_model_path
     from inspector.llama.runtime import LlamaRuntime
 
     try:
+        # parse_config checks each source name (UnknownSource) and its options before the model loads.
         configs = [parse_config(c) for c in args.config] or default_configs()
-        from inspector.sources.registry import available_sources
-
-        known = [*available_sources(), "none"]
-        for c in configs:
-            if c.source not in known:
-                raise _UserError(f"unknown proposal source {c.source!r} in --config: expected one of {', '.join(known)}")
         if args.prompt is not None and args.prompt_file is not None:
             raise _UserError("give --prompt or --prompt-file, not both")
         if args.prompt is not None:
@@ -75,7 +70,7 @@ def cmd_compare(args) -> int:
     if args.cost_model:
         print("measuring the cost model ...", file=sys.stderr, flush=True)
         cost_model = measure_cost_model(scheduler, tokens[:64], k_max=16, repeats=3)
-        from inspector.bench.cost_cache import store_cost_model
+        from inspector.llama.cost_cache import store_cost_model
 
         store_cost_model(runtime.model_path, runtime.n_threads, cost_model)
     progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731

@@ -60,6 +60,9 @@ class KvChecker(GenerationObserver):
     def on_event(self, event):
         self.inner.on_event(event)
 
+    def on_proposal(self, window, proposal):
+        self.inner.on_proposal(window, proposal)
+
     def on_discard(self, discard):
         self.inner.on_discard(discard)
 

@@ -16,7 +16,8 @@ import pytest
 from inspector.bench.compare import CompareConfig, parse_config, run_compare, write_compare_csv, write_compare_json
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.baseline import plain_generation, run_baseline
-from inspector.receipts import build_document, validate_document
+from inspector.receipts import validate_document
+from inspector.session.document import build_document
 from inspector.sources import NgramSource
 
 COPY = "Copy this sentence twice: The library opens at nine and closes at five."

@@ -179,7 +179,7 @@ def test_bench_on_a_tiny_setting_prints_a_table_and_writes_json(tmp_path):
 
 
 def test_the_cost_model_gives_positive_medians_and_a_ceiling_of_at_least_one(scheduler, chat_tokens):
-    from inspector.bench.cost_model import measure_cost_model
+    from inspector.llama.cost_model import measure_cost_model
 
     cm = measure_cost_model(scheduler, chat_tokens("Count from one to twenty."), k_max=16, repeats=1)
     assert len(cm.row_ms) == 16 and all(v > 0 for v in cm.row_ms)

@@ -21,7 +21,8 @@ from inspector.engine import Fault, FaultPlan, Generation, GenerationSettings, R
 from inspector.engine.baseline import compare_with_plain, first_difference, top2_after
 from inspector.engine.errors import DecodeAborted, EngineError, PromptTooLong, RepairFailed, RequestCancelled
 from inspector.engine.text import CommittedText
-from inspector.receipts import build_document, load_document, write_document
+from inspector.receipts import load_document, write_document
+from inspector.session.document import build_document
 from inspector.sources import NgramSource, ScriptedSource
 from scenarios import ALTERNATE, EndsTurnBy, Follower, NoEndOfTurn, first_window, plain_reference, same_greedy_output
 

@@ -66,7 +66,7 @@ def long_file(runtime, chat_tokens, tmp_path_factory):
     """A 20,000-window receipts file built from a short real n-gram run (single-token
     matches: the first query always proposes, so the run has windows whatever the model says)."""
     from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
-    from inspector.receipts import build_document
+    from inspector.session.document import build_document
     from inspector.sources import NgramSource
     from test_gui_support import example_text
 
@@ -87,10 +87,10 @@ def long_file(runtime, chat_tokens, tmp_path_factory):
 def test_a_20000_window_file_opens_off_the_gui_thread_and_every_view_shows_it(qtbot, runtime, tmp_path, long_file):
     w = make_window(qtbot, None, tmp_path)
     qtbot.waitExposed(w)
-    from inspector.gui import session_model
+    from inspector.session import record as session_model
 
     threads = []
-    real = session_model.SessionData.from_document.__func__
+    real = session_model.SessionRecord.from_document.__func__
 
     def spy(cls, doc, path=None):
         threads.append(threading.current_thread())
@@ -107,7 +107,7 @@ def test_a_20000_window_file_opens_off_the_gui_thread_and_every_view_shows_it(qt
     timer = QTimer()
     timer.setInterval(10)
     timer.timeout.connect(tick)
-    session_model.SessionData.from_document = classmethod(spy)
+    session_model.SessionRecord.from_document = classmethod(spy)
     try:
         timer.start()
         with qtbot.waitSignal(w.files.opened, timeout=120_000) as blocker:
@@ -126,7 +126,7 @@ def test_a_20000_window_file_opens_off_the_gui_thread_and_every_view_shows_it(qt
         qtbot.wait(50)
     finally:
         timer.stop()
-        session_model.SessionData.from_document = classmethod(real)
+        session_model.SessionRecord.from_document = classmethod(real)
     worst = max(gaps)
     w.refresh_all()  # every tab (the user pays for one when it is shown)
     assert threads and all(t is not threading.main_thread() for t in threads)

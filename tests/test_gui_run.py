@@ -40,7 +40,7 @@ def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path, monkeypatch):
     assert w.event_log.kinds() == [e.kind for e in g.events]
     # Token outcomes agree with the receipts.
     outcomes = {t.outcome for t in s.tokens}
-    assert O.ACCEPTED in outcomes and O.PENDING not in outcomes
+    assert O.ACCEPTED in outcomes and outcomes <= {O.ACCEPTED, O.CORRECTION, O.BONUS, O.PLAIN, O.END}
     assert s.tokens[-1].outcome == O.END
     for r in g.receipts:
         toks = [t for t in s.tokens if t.window == r.window_index]

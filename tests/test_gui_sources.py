@@ -69,7 +69,7 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
     assert w.window_detail.window_count() == len(g.receipts)
     s = w.session
     for r in mismatches:
-        assert s.proposals[r.window_index] == r.proposal_token_ids  # from the on_proposal hook
+        assert s.window(r.window_index).proposal == r.proposal_token_ids
         toks = [t for t in s.tokens if t.window == r.window_index]
         assert [t.token for t in toks] == list(r.committed_tokens)
         assert [t.outcome for t in toks[:-1]] == [O.ACCEPTED] * r.accepted_proposal_tokens
@@ -142,7 +142,7 @@ def test_replay_of_exported_receipts_gives_the_same_windows(qtbot, runtime, tmp_
     assert windows(g) == windows(first)
     assert g.generated == first.generated
     assert w.window_detail.window_count() == len(first.receipts)
-    assert w.session.proposals == {r.window_index: r.proposal_token_ids for r in first.receipts}
+    assert [e.proposal for e in w.session.windows()] == [r.proposal_token_ids for r in first.receipts]
 
 
 class RepeatLast:

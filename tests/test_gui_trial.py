@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QApplication
 
 from inspector.gui import worker as W
 from inspector.gui.panel_values import join_stop_strings, parse_stop_strings
+from inspector.session.record import SessionRecord
 from test_gui_support import export_session, make_window, open_receipts, run_to_end, wait_state
 
 SCRIPT = "The quick brown fox jumps over the lazy dog, again and again and again."
@@ -218,7 +219,7 @@ def test_one_position_convention_rows_table_and_token_tooltip(qtbot, runtime, tm
     _scripted(w)
     run_to_end(qtbot, w)
     t = next(t for t in w.session.tokens if t.window is not None)
-    r = w.session.receipts_by_window[t.window]
+    r = w.session.receipt(t.window)
     assert f"row {t.row} at KV position {r.base_position + t.row}" in w.token_view.tooltip(t.index)
     w.window_detail.select_window(t.window)
     assert int(w.window_detail.rows.item(t.row, 1).text()) == r.base_position + t.row
@@ -244,10 +245,8 @@ def test_a_verification_far_slower_than_the_runs_median_is_marked_with_its_likel
     assert len(s.receipts) >= 1
     limit = slow_verification_threshold_us([r.verification_elapsed_us for r in s.receipts] * 5)
     slow = dataclasses.replace(s.receipts[0], verification_elapsed_us=int(limit * 10))
-    for i in range(4):  # enough windows for a median
-        s.add_receipt(dataclasses.replace(s.receipts[0], window_index=1000 + i))
-    s.receipts[0] = slow
-    s.receipts_by_window[slow.window_index] = slow
+    s = SessionRecord()  # the run's windows, the first one slow, and enough more for a median
+    s.extend([slow, *(dataclasses.replace(w.session.receipts[0], window_index=1000 + i) for i in range(4))])
     model = w.window_detail.model
     model.set_session(s)
     row = model.row_of(slow.window_index)

@@ -2,7 +2,7 @@
 run's start with 0 µs shown as 0, Statistics with no windows, counts in the right number,
 the Compare window's Close, Ctrl+C copying rows, decision ids as text.
 
-The timeline, lock, table and event-log tests read a ``SessionData`` filled from a real
+The timeline, lock, table and event-log tests read a ``SessionRecord`` filled from a real
 engine run on the bundled model, as the window's worker fills it; a scripted source
 proposes at the first and fourth decode steps only, so plain steps fall between the two
 windows and after the last one (whatever the model predicts)."""
@@ -14,7 +14,6 @@ import pytest
 from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QLineEdit, QTableView
 
-from inspector.engine import GenerationObserver
 from inspector.engine.receipt import LockOperation
 from inspector.gui import worker as W
 from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end
@@ -22,40 +21,23 @@ from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end
 MAX_TOKENS = 12
 
 
-class _Feed(GenerationObserver):
-    """Fills a ``SessionData`` from the engine's callbacks (what the worker's signals carry)."""
-
-    def __init__(self, session, runtime) -> None:
-        self.s, self.runtime = session, runtime
-
-    def on_event(self, ev):
-        if ev.token is not None:
-            self.s.add_texts({ev.token: self.runtime.token_text(ev.token)})
-        self.s.add_event(ev)
-
-    def on_receipt(self, r):
-        self.s.add_receipt(r)
-
-    def on_discard(self, d):
-        self.s.add_discard(d)
-
-    def on_token(self, token, text):
-        return False
-
-
 def _engine_run(make_generation, scheduler, chat_tokens, runtime, proposals, faults=None):
-    """(session, generation) of a scripted-source run to ``MAX_TOKENS`` tokens, resumed after each error."""
+    """(session, generation) of a scripted-source run to ``MAX_TOKENS`` tokens, resumed after each error;
+    the session record is filled by the engine's observer, as the worker fills it (``RecordingObserver``)."""
     from inspector.engine.errors import EngineError
-    from inspector.gui.session_model import SessionData
+    from inspector.session.record import SessionRecord
+    from inspector.session.records import Progress, RecordingObserver, RunHeader
     from inspector.sources import ScriptedSource
     from test_gui_support import example_text
 
     prompt = chat_tokens(example_text("copy-with-corrections"))
-    s = SessionData()
-    scheduler.add_listener(s.add_lock_operation)
+    s = SessionRecord()
+    feed = RecordingObserver(s.apply, runtime.token_text, runtime.n_vocab)
+    scheduler.add_listener(s.apply)
     try:
         g = make_generation(ScriptedSource(proposals=[prompt[a:b] for a, b in proposals]), prompt,
-                            _Feed(s, runtime), max_new_tokens=MAX_TOKENS, faults=faults)
+                            feed, max_new_tokens=MAX_TOKENS, faults=faults)
+        s.apply(RunHeader(g.session_id or 0, "", None, tuple(prompt), runtime.describe(), {}, g.started_us))
         for _ in range(5):
             try:
                 g.run()
@@ -63,10 +45,9 @@ def _engine_run(make_generation, scheduler, chat_tokens, runtime, proposals, fau
             except EngineError:
                 g.resume()
     finally:
-        scheduler.remove_listener(s.add_lock_operation)
+        scheduler.remove_listener(s.apply)
     s.main_session_id = g.session_id
-    s.prompt_token_count = len(prompt)
-    s.set_progress({"decode_elapsed_us": g.decode_elapsed_us, "prefill_elapsed_us": g.prefill_elapsed_us})
+    s.apply(Progress(g.decode_elapsed_us, g.prefill_elapsed_us, g.generated_count, g.canonical_position))
     return s, g
 
 
@@ -161,9 +142,9 @@ def test_lock_time_counts_from_the_run_start(qtbot, engine_session):
 
 def test_zero_waits_are_drawn_as_zero_not_one_microsecond(qtbot):
     from inspector.gui.lock_plots import LockPlots
-    from inspector.gui.session_model import SessionData
+    from inspector.session.record import SessionRecord
 
-    s = SessionData()
+    s = SessionRecord()
     s.main_session_id = 3
     s.lock_ops = [LockOperation("prefill", 3, 7_000_000, 0, 500), LockOperation("verify", 3, 7_001_000, 0, 300),
                   LockOperation("verify", 3, 7_002_000, 1, 250), LockOperation("step", 3, 7_005_000, 40, 1000)]

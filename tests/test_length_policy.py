@@ -126,7 +126,7 @@ def test_on_the_real_model_adaptive_lengths_keep_the_output_and_waste_fewer_rows
     batches, receipts and the policy's learning are the real ones.
     """
     from inspector import asset_path
-    from inspector.bench.cost_model import CostModel
+    from inspector.llama.cost_model import CostModel
     from scenarios import Follower, same_greedy_output
 
     cost = CostModel(tuple(8.0 * (1 + 0.5 * (k - 1)) for k in range(1, 17)))  # r = 0.5, as measured here
@@ -164,8 +164,8 @@ def test_a_measured_cost_table_overrides_the_linear_model():
 
 
 def test_stored_cost_models_are_found_per_model_and_thread_count(tmp_path, monkeypatch):
-    from inspector.bench.cost_cache import load_cost_model, store_cost_model, stored_row_costs
-    from inspector.bench.cost_model import CostModel
+    from inspector.llama.cost_cache import load_cost_model, store_cost_model, stored_row_costs
+    from inspector.llama.cost_model import CostModel
     from inspector.sources.registry import SourceContext, available_sources
 
     monkeypatch.setenv("SPEC_INSPECTOR_COST_CACHE", str(tmp_path / "c.json"))

@@ -67,7 +67,7 @@ def test_a_number_too_long_to_parse_is_a_clear_error(tmp_path):
 def real_document(runtime, chat_tokens):
     """A receipts document of a short real n-gram run on the bundled model."""
     from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
-    from inspector.receipts import build_document
+    from inspector.session.document import build_document
     from inspector.sources import NgramSource
 
     g = Generation(RuntimeScheduler(runtime), NgramSource(3, 1), chat_tokens("Copy this twice: red, green, blue."),

@@ -14,7 +14,8 @@ import textwrap
 import pytest
 
 from inspector.engine.baseline import compare_with_plain, top2_after
-from inspector.receipts import build_document, load_document, write_document
+from inspector.receipts import load_document, write_document
+from inspector.session.document import build_document
 from inspector.sources import NgramSource, ReplaySource
 from inspector.sources.compat import IncompatibleDraft, VocabFacts, check_compatible
 from inspector.sources.draft import DraftModelSource

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from inspector.bench.cost_model import CostModel
+from inspector.llama.cost_model import CostModel
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.generation import Generation
 from inspector.engine.receipt import Summary
@@ -152,10 +152,11 @@ def parse_config(text: str) -> CompareConfig:
     ``ngram:draft_max=4,n_min=1`` or ``none``. ``label=`` names it.
 
     Values are checked here, before any model loads: ``draft_max`` with the
-    engine's rule (>= 0; >= 1 for ``draft``), a built-in source's options with
-    ``inspector.sources.registry.check_source_options`` (e.g. ngram ``n_max``,
-    ``n_min`` >= 1, ``n_min`` <= ``n_max``). Raises ``ValueError`` with the
-    offending text, the option, the observed value and the valid range."""
+    engine's rule (>= 0; >= 1 for ``draft``), the source's options with its
+    declaration (``inspector.sources.registry.describe_source``: e.g. ngram ``n_max``,
+    ``n_min`` >= 1, ``n_min`` <= ``n_max``; ``none`` takes none). Raises ``ValueError``
+    with the offending text, the option, the observed value and the valid range, or
+    ``unknown proposal source 'x': ...`` (``UnknownSource``)."""
     name, _, rest = text.partition(":")
     name = name.strip()
     if not name:
@@ -182,13 +183,12 @@ def parse_config(text: str) -> CompareConfig:
             label = value
         else:
             options[key] = value
-    if name == PLAIN and options:
-        raise ValueError(f"configuration {text!r}: plain decoding (none) takes no options, observed "
-                         f"{', '.join(sorted(options))}")
-    from inspector.sources.registry import check_source_options
+    from inspector.sources.registry import describe_source
 
-    try:
-        check_source_options(name, {**options, "draft_max": draft_max} if name == "draft" else options)
+    try:  # an unknown name is UnknownSource (a ValueError); "none" takes no options
+        descriptor = describe_source(name)
+        shared = {o.name: draft_max for o in descriptor.options or () if o.from_setting == "draft_max"}
+        descriptor.check_options({**options, **shared})
     except ValueError as exc:
         raise ValueError(f"configuration {text!r}: {exc}") from None
     if label is None:
@@ -199,21 +199,15 @@ def parse_config(text: str) -> CompareConfig:
 
 def registry_source_factory(runtime, settings: GenerationSettings) -> Callable[[CompareConfig], object]:
     """``make_source`` for ``run_compare`` from the source registry
-    (``inspector.sources.registry``): ``"none"`` gives None."""
-    from inspector.bench.cost_cache import stored_row_costs
-    from inspector.sources.registry import SourceContext, available_sources
+    (``inspector.sources.registry.make_source``): ``"none"`` gives None; raises
+    ``UnknownSource`` and what the source's factory raises."""
+    from inspector.llama.cost_cache import stored_row_costs
+    from inspector.sources.registry import SourceContext, make_source
 
     def make(config: CompareConfig):
-        if config.source == PLAIN:
-            return None
-        sources = available_sources()
-        if config.source not in sources:
-            raise ValueError(f"unknown proposal source {config.source!r}: expected one of "
-                             f"{', '.join([*sources, PLAIN])}")
-        options = dict(config.options)
-        if config.source == "draft":
-            options.setdefault("draft_max", config.draft_max)
-        return sources[config.source](SourceContext(runtime, settings, row_costs=stored_row_costs(runtime)), **options)
+        # The context's settings carry the configuration's draft_max (a draft's own draft_max by default).
+        ctx = SourceContext(runtime, _with_draft_max(settings, config.draft_max), row_costs=stored_row_costs(runtime))
+        return make_source(config.source, ctx, config.options)
 
     return make
 

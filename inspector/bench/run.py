@@ -18,7 +18,7 @@ from statistics import median
 from time import perf_counter_ns
 
 from inspector import asset_path
-from inspector.bench.cost_model import measure_cost_model
+from inspector.llama.cost_model import measure_cost_model
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.sources import NgramSource
 
@@ -108,7 +108,7 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
     first = runtime.prompt_tokens(_prompt(names[0]))
     progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats) ...")
     cm = measure_cost_model(scheduler, first[:64], k_max=k_max, repeats=repeats)
-    from inspector.bench.cost_cache import store_cost_model
+    from inspector.llama.cost_cache import store_cost_model
 
     disturbed = cm.disturbed()
     if disturbed:

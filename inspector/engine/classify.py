@@ -95,3 +95,71 @@ def window_disposition(
     if decision.rejected:
         return FIRST_MISMATCH
     return FULL_ACCEPT
+
+
+# -- what happened to one committed token (the token stream's colours come from these) ------------
+ACCEPTED = "accepted"
+"""A proposal token the target predicted too (committed)."""
+CORRECTION = "correction"
+"""The target's prediction at the first mismatch (committed instead of the proposal token)."""
+BONUS = "bonus"
+"""The extra token predicted from the last row after a full accept."""
+PLAIN = "plain"
+"""A plain one-token decode step (no proposal)."""
+TOKEN_OUTCOMES = (ACCEPTED, CORRECTION, BONUS, PLAIN)
+
+
+def token_outcome(row: int, token: int, proposal: Sequence[int] | None) -> str:
+    """What the committed prediction ``token`` of verification row ``row`` is (SPEC step 5).
+
+    ``proposal``: the window's proposal token ids, or None for a plain step.
+    Row i's prediction is checked against proposal token i: equal means the
+    proposal token was accepted; different means it is the correction; row
+    ``len(proposal)`` (past the last proposal token) is the bonus token.
+    The engine writes this into every commit event's ``detail``
+    (``Generation._commit``); readers of older receipts call it themselves.
+    """
+    if proposal is None:
+        return PLAIN
+    if row < len(proposal):
+        return ACCEPTED if proposal[row] == token else CORRECTION
+    return BONUS
+
+
+BRANCH = "branch"
+"""A verification row past the first mismatch: its prediction is branch-conditioned, never output."""
+NOT_COMMITTED = "not committed"
+"""A verified row whose prediction was not committed (stop, cancellation, error, length limit)."""
+NOT_COMMITTED_YET = "not committed yet"
+"""A verified row after the row Step token holds before (the window is still committing)."""
+NOT_VERIFIED = "not verified"
+"""A row the window never verified (its verification failed)."""
+
+
+def row_outcomes(proposal: Sequence[int], predictions: Sequence[int], committed: int,
+                 held_row: int | None = None) -> list[str]:
+    """What each of the ``len(proposal) + 1`` verification rows of a window became.
+
+    ``predictions``: the rows verified so far (shorter, or empty, when verification
+    failed); ``committed``: how many rows' predictions were committed (tokens);
+    ``held_row``: the row Step token holds before (shown as its outcome-to-be), or None.
+    Committed (and held) rows get ``token_outcome``; then ``not verified`` rows without a
+    prediction, ``branch`` rows past the first mismatch, ``not committed yet`` rows while
+    a row is held, and ``not committed`` otherwise.
+    """
+    n = len(proposal)
+    first_mismatch = next((i for i in range(min(len(predictions), n)) if predictions[i] != proposal[i]), None)
+    out = []
+    for i in range(n + 1):
+        pred = predictions[i] if i < len(predictions) else None
+        if pred is not None and (i < committed or i == held_row):
+            out.append(token_outcome(i, pred, proposal))
+        elif pred is None:
+            out.append(NOT_VERIFIED)
+        elif first_mismatch is not None and i > first_mismatch:
+            out.append(BRANCH)
+        elif held_row is not None:
+            out.append(NOT_COMMITTED_YET)
+        else:
+            out.append(NOT_COMMITTED)
+    return out

@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from inspector.engine import faults as F
+from inspector.engine.classify import token_outcome
 from inspector.engine.errors import (
     DecodeAborted,
     InjectedCallbackError,
@@ -471,7 +472,9 @@ class Generation:
         """
         self.tokens.append(token)
         window = self._commit_window
-        self._emit(COMMIT, window, token, row, base_position + row + 1)
+        flight = self.window_in_flight
+        proposal = flight[1].token_ids if window is not None and flight is not None else None
+        self._emit(COMMIT, window, token, row, base_position + row + 1, token_outcome(row, token, proposal))
         delta = self.text.push(token)
         if self.faults and self.faults.take(F.CALLBACK_ERROR, window, row + 1):
             where = f"token {row + 1} of window {window}" if window else "a plain step"

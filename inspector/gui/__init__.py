@@ -2,6 +2,6 @@
 
 Layout: ``app`` (entry point), ``main_window`` (wiring), ``controls`` (left
 panel), ``worker`` (the engine thread), ``contention`` (background sessions),
-``session_model`` (records the views read), ``session_store`` (autosave,
-recovery, export), and one module per view.
+``session_store`` (autosave,
+recovery, export), and one module per view. Every view reads ``inspector.session.record.SessionRecord``.
 """

@@ -109,7 +109,7 @@ class AnalysisWorker(QObject):
     @Slot(object)
     def measure_cost(self, req: CostRequest) -> None:
         """Measure c(k), k = 1..``req.k_max`` (``measure_cost_model``, under the runtime lock)."""
-        from inspector.bench.cost_model import measure_cost_model
+        from inspector.llama.cost_model import measure_cost_model
 
         if not self._ready("cost"):
             return

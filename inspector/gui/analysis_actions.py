@@ -80,16 +80,15 @@ class AnalysisActions(QObject):
 
     # -- baseline ------------------------------------------------------------------
     def _baseline_ready(self, result, error: str) -> None:
-        """The comparison with plain decoding of the run that just ended (before its ``runFinished``)."""
+        """The comparison with plain decoding of the run that just ended (before its ``runFinished``);
+        the result reaches the shown session as its ``BaselineDone`` record."""
+        self.w.drain_records()
         if error:
             self.w.status_state.setText(f"comparison with plain decoding failed: {error}")
             self.w.show_error("Comparison with plain decoding failed", error)
             return
         if result is None:  # Stop during the comparison
             self.w.status_state.setText("comparison with plain decoding stopped")
-            return
-        if self.w.session.origin == "live":
-            self.w.session.set_baseline(result)
 
     # -- busy state ----------------------------------------------------------------
     def _start(self, what: str, detail: str) -> bool:
@@ -178,7 +177,7 @@ class AnalysisActions(QObject):
         s.sync()
 
     def _load(self, key: str) -> CostMeasured | None:
-        from inspector.bench.cost_model import CostModel
+        from inspector.llama.cost_model import CostModel
 
         raw = self.w.settings.value(f"{SETTINGS_GROUP}/{key}")
         try:

@@ -25,7 +25,7 @@ STEPPING_STATES = (PAUSED, TOKEN_HOLD)
 """Waiting for the user: Continue, Step window and Step token go on."""
 
 LIVE = "live"
-"""``SessionData.origin`` of a session the window runs; a saved one (``document``, ``autosave``) is read only."""
+"""``SessionRecord.origin`` of a session the window runs; a saved one (``document``, ``autosave``) is read only."""
 
 CONTROLS = ("run", "run_continues", "pause", "step_window", "step_token", "stop", "resume", "faults",
             "setup", "live_options", "make_draft", "open_receipts")

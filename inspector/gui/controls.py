@@ -39,38 +39,24 @@ from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, Gen
 from inspector.gui.contention import MAX_BACKGROUND
 from inspector.gui.panel_values import PanelValues, parse_stop_strings
 from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, spin
+from inspector.gui.source_options import OptionControl, build_source_page, describe
 
 BUNDLED = "(bundled SmolLM2-135M-Instruct)"
 CUSTOM_PROMPT = "custom prompt"
 """The example picker's entry when the editor holds no example prompt's text."""
 FAULT_DISABLED_TIP = "Available in a live session: before a run (armed for it) or while it runs or is paused."
-BUILTIN_SETTINGS = ("ngram", "draft", "scripted", "replay")
-"""Sources with a settings page; any other (third-party) source is made with no options."""
-SOURCE_TIPS = {
-    "ngram": "prompt lookup: the tokens that followed the last earlier match of the last n tokens",
-    "draft": "a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
-    "scripted": "propose the tokens of a typed text as the continuation",
-    "replay": "propose exactly what a receipts file recorded, at the same decode steps",
-    "none": "no proposals: plain one-token decoding",
-}
-
-
-NGRAM_LENGTHS = {
-    "fixed": "propose everything that followed the match, up to draft max (llama.cpp's prompt lookup)",
-    "adaptive": "propose the length that buys the most tokens per unit of verification cost "
-                "(acceptance learned per match length); nothing when a plain step is cheaper, so on a "
-                "CPU where verifying is expensive it may propose nothing at all",
-}
-"""The n-gram source's ``length`` option: name -> what it does (the first is the default)."""
+PICKER_ORDER = ("ngram", "draft", "scripted", "replay")
+"""Built-in sources first in the source picker, in this order; then entry-point sources, then ``none``."""
+OTHER_TIP = "third-party source (entry point spec_inspector.sources)"
 
 
 def source_names() -> list[str]:
     """The picker's entries: built-in sources, then entry-point sources, then ``none``."""
-    from inspector.sources.registry import available_sources
+    from inspector.sources.registry import PLAIN, available_sources
 
     names = list(available_sources())
-    builtin = [n for n in BUILTIN_SETTINGS if n in names]
-    return builtin + [n for n in names if n not in builtin and n != "none"] + ["none"]
+    builtin = [n for n in PICKER_ORDER if n in names]
+    return builtin + [n for n in names if n not in builtin and n != PLAIN] + [PLAIN]
 
 
 def example_prompts() -> dict[str, str]:
@@ -132,9 +118,13 @@ class ControlPanel(PanelValues, QWidget):
         f.setContentsMargins(6, 4, 6, 4)
         f.setVerticalSpacing(4)
         self.source = QComboBox()
-        for name in source_names():
+        self.source_descriptors = {name: describe(name) for name in source_names()}
+        """Source name -> its declaration (``inspector.sources.descriptors``): the pages are built from it."""
+        for name, d in self.source_descriptors.items():
             self.source.addItem(name)
-            tip = SOURCE_TIPS.get(name, "third-party source (entry point spec_inspector.sources): no settings")
+            tip = d.help or OTHER_TIP
+            if not d.declared:
+                tip += ": options not declared (made with none)"
             self.source.setItemData(self.source.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         self.source.setToolTip("where proposals come from; hover an entry for what it does")
         f.addRow("source", self.source)
@@ -308,49 +298,34 @@ class ControlPanel(PanelValues, QWidget):
                              + self.setup_scroll.verticalScrollBar().sizeHint().width() + 6)
 
     def _build_source_pages(self) -> None:
-        def page(name: str) -> QFormLayout:
-            w = QWidget()
-            form = QFormLayout(w)
-            form.setContentsMargins(0, 0, 0, 0)
-            self._pages[name] = w
-            self.source_pages.addWidget(w)
-            return form
+        """A page per source with declared options (``source_options.build_source_page``);
+        one "other" page for sources without (and ``none``). Built-in options are also
+        panel attributes named by their keys (``ngram_max``, ``draft_model``, ``script``,
+        ``replay_file``, ...)."""
+        self.option_controls: dict[str, dict[str, OptionControl]] = {}
+        """Source name -> option name -> its control (sources with a page only)."""
+        for name, d in self.source_descriptors.items():
+            page, controls = build_source_page(d, {"draft_model": self._add_make_draft_row} if name == "draft" else None)
+            if not controls:
+                continue
+            self._pages[name] = page
+            self.source_pages.addWidget(page)
+            self.option_controls[name] = controls
+            for c in controls.values():
+                if c.key.isidentifier() and not hasattr(self, c.key):
+                    setattr(self, c.key, c.widget)
+        w = QWidget()
+        form = QFormLayout(w)
+        form.setContentsMargins(0, 0, 0, 0)
+        self._pages["other"] = w
+        self.source_pages.addWidget(w)
+        self.other_note = Note("")
+        form.addRow(self.other_note)
 
-        # n-gram
-        form = page("ngram")
-        self.ngram_max = spin(1, 16, 4, "longest n-gram to match (tokens)")
-        self.ngram_min = spin(1, 16, 2, "shortest n-gram to match (tokens)")
-        ng = QHBoxLayout()
-        ng.addWidget(QLabel("n_max"))
-        ng.addWidget(self.ngram_max)
-        ng.addWidget(QLabel("n_min"))
-        ng.addWidget(self.ngram_min)
-        self.ngram_length = QComboBox()
-        self.ngram_length.addItems(list(NGRAM_LENGTHS))
-        for i, tip in enumerate(NGRAM_LENGTHS.values()):
-            self.ngram_length.setItemData(i, tip, Qt.ItemDataRole.ToolTipRole)
-        self.ngram_length.setToolTip("proposal length: adaptive (cost-aware) or fixed (everything that "
-                                     "followed the match, up to draft max)")
-        ng.addWidget(QLabel("length"))
-        ng.addWidget(self.ngram_length)
-        ng.addStretch(1)
-        form.addRow("n-gram", ng)
-
-        # draft model
+    def _add_make_draft_row(self, form: QFormLayout) -> None:
+        """The draft page's own row: re-quantize the target into a draft (not a source option)."""
         from inspector.llama.quantize import QUANT_TYPES
 
-        form = page("draft")
-        self.draft_model = QLineEdit()
-        self.draft_model.setPlaceholderText("draft GGUF: Open… or Make draft")
-        self.draft_model.setToolTip("the draft model file; it must share the target's vocabulary")
-        self.draft_model.textChanged.connect(
-            lambda t: self.draft_model.setToolTip(t or "the draft model file; it must share the target's vocabulary"))
-        self.open_draft = QPushButton("Open…")
-        self.open_draft.setToolTip("Open a draft GGUF model file")
-        row = QHBoxLayout()
-        row.addWidget(self.draft_model, 1)
-        row.addWidget(self.open_draft)
-        form.addRow("draft", row)
         self.draft_type = QComboBox()
         self.draft_type.addItems(list(QUANT_TYPES))
         self.draft_type.setCurrentText("Q4_0")
@@ -369,41 +344,11 @@ class ControlPanel(PanelValues, QWidget):
         row.addWidget(self.make_draft, 1)
         row.addWidget(self.draft_busy)
         form.addRow("make", row)
-        self.draft_min = spin(0, 64, 0, "drop drafts shorter than this (tokens; 0 = keep all)")
-        self.p_min = dspin(0.0, 1.0, 0.0, 0.05, "stop drafting when the draft's top probability is below this "
-                                                 "(0 = never)")
-        row = QHBoxLayout()
-        row.addWidget(self.draft_min)
-        row.addWidget(QLabel("p-min"))
-        row.addWidget(self.p_min)
-        row.addStretch(1)
-        form.addRow("draft min", row)
 
-        # scripted
-        form = page("scripted")
-        self.script = QPlainTextEdit()
-        self.script.setPlaceholderText("script text: its tokens are proposed as the continuation")
-        self.script.setMaximumHeight(48)
-        form.addRow("script", self.script)
-
-        # replay
-        form = page("replay")
-        self.replay_file = QLineEdit()
-        self.replay_file.setPlaceholderText("receipts file (.json) to replay")
-        self.replay_file.setToolTip("an exported receipts document: its proposals are made again at the same "
-                                    "decode steps")
-        self.open_replay = QPushButton("Open…")
-        self.open_replay.setToolTip("Open a receipts file")
-        self.replay_file.textChanged.connect(lambda t: self.replay_file.setToolTip(t or "receipts file to replay"))
-        row = QHBoxLayout()
-        row.addWidget(self.replay_file, 1)
-        row.addWidget(self.open_replay)
-        form.addRow("receipts", row)
-
-        # third-party and none
-        form = page("other")
-        self.other_note = Note("")
-        form.addRow(self.other_note)
+    def option_buttons(self) -> list[tuple[str, str, QPushButton]]:
+        """``(source, option name, Open… button)`` of every path option's control."""
+        return [(s, n, c.open_button) for s, cs in self.option_controls.items() for n, c in cs.items()
+                if c.open_button is not None]
 
     # -- behaviour -------------------------------------------------------------
     def _source_changed(self, name: str) -> None:
@@ -413,27 +358,47 @@ class ControlPanel(PanelValues, QWidget):
             w.setSizePolicy(QSizePolicy.Policy.Preferred, pol)
         self.source_pages.setCurrentWidget(shown)
         if name not in self._pages:
+            d = self.source_descriptors.get(name)
             self.other_note.setText("plain one-token decoding: nothing is proposed" if name == "none" else
-                                    f"third-party source {name!r}: made with no options")
+                                    f"third-party source {name!r}: "
+                                    + ("takes no options" if d is not None and d.declared else "made with no options"))
         self.draft_max.setEnabled(name != "none")
 
     def _temperature_changed(self, t: float) -> None:
         self.verification.setEnabled(t > 0.0)
 
     def source_options(self) -> dict:
-        """Keyword options for the selected source's factory (third-party sources get none)."""
+        """Keyword options for the selected source's factory: one per control of its page, and
+        the options taken from a generation setting (``Option.from_setting``: the draft's
+        ``draft_max`` is the panel's draft max, at least the option's minimum). Sources
+        without declared options get none."""
         name = self.source.currentText()
-        if name == "ngram":
-            return {"n_max": self.ngram_max.value(), "n_min": self.ngram_min.value(),
-                    "length": self.ngram_length.currentText()}
-        if name == "scripted":
-            return {"script": self.script.toPlainText()}
-        if name == "draft":
-            return {"draft_model": self.draft_model.text().strip(), "draft_max": max(1, self.draft_max.value()),
-                    "draft_min": self.draft_min.value(), "p_min": self.p_min.value()}
-        if name == "replay":
-            return {"replay": self.replay_file.text().strip()}
-        return {}
+        controls = self.option_controls.get(name, {})
+        out = {n: c.value() for n, c in controls.items()}
+        d = self.source_descriptors.get(name)
+        settings = {"draft_max": self.draft_max.value()}
+        for o in (d.options or ()) if d is not None else ():
+            if o.from_setting in settings:
+                value = settings[o.from_setting]
+                out[o.name] = max(int(o.minimum), value) if o.minimum is not None else value
+        return out
+
+    def source_problem(self) -> tuple[str, str] | None:
+        """``(title, message)`` of why the selected source cannot run with the options typed, by
+        its declaration: a required option left empty (``Option.required``: e.g. "No draft
+        model"), or a broken rule (``SourceDescriptor.check_options``: e.g. ``n_min`` <=
+        ``n_max``). None when nothing is wrong (or the source declares nothing)."""
+        name = self.source.currentText()
+        for c in self.option_controls.get(name, {}).values():
+            if c.option.required and c.is_empty():
+                return f"No {c.option.label}", c.option.missing or f"The {name} source needs its {c.option.label}."
+        d = self.source_descriptors.get(name)
+        try:
+            if d is not None:
+                d.check_options(self.source_options())
+        except ValueError as exc:
+            return f"{name} options", str(exc)
+        return None
 
     def set_source(self, name: str) -> bool:
         """Select source ``name`` if the picker has it."""

@@ -12,7 +12,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyMod
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QHBoxLayout, QHeaderView, QTableView, QVBoxLayout, QWidget
 
-from inspector.gui.session_model import SessionData
+from inspector.session.record import SessionRecord
 from inspector.gui.table_copy import install_row_copy
 
 COLUMNS = ("seq", "time (ms)", "kind", "window", "row", "token", "position", "detail")
@@ -20,14 +20,14 @@ KIND_COLORS = {"error": "#ffcdd2", "discard": "#fff3e0", "repair": "#e3f2fd", "v
 
 
 class EventModel(QAbstractTableModel):
-    """Rows of ``SessionData.events`` (append-only)."""
+    """Rows of ``SessionRecord.events`` (append-only)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.session: SessionData | None = None
+        self.session: SessionRecord | None = None
         self.n = 0
 
-    def set_session(self, s: SessionData) -> None:
+    def set_session(self, s: SessionRecord) -> None:
         self.beginResetModel()
         self.session = s
         self.n = 0
@@ -117,7 +117,7 @@ class EventLog(QWidget):
         for i, w in enumerate(widths):
             self.table.setColumnWidth(i, w)
 
-    def set_session(self, s: SessionData) -> None:
+    def set_session(self, s: SessionRecord) -> None:
         self.model.set_session(s)
 
     def refresh(self) -> None:

@@ -122,7 +122,7 @@ class FileActions(QObject):
             self.export_receipts(path)
 
     def export_receipts(self, path: str) -> BackgroundJob | None:
-        """Write the shown session as a receipts document (``build_document`` / ``write_document``)
+        """Write the shown session as a receipts document (``record_document`` / ``write_document``)
         on a background thread; ``exported(path, error)`` reports the end."""
         from inspector.receipts import write_document
 
@@ -143,11 +143,11 @@ class FileActions(QObject):
         return self._export(path, lambda doc: str(write_trace(doc, path)))
 
     def _export(self, path: str, write) -> BackgroundJob | None:
-        """Run ``write(receipts document of the shown session)`` on a background thread."""
-        from inspector.receipts import build_document
+        """Run ``write(receipts document of the shown session)`` on a background thread
+        (``inspector.session.document.record_document``: the file holds what the window shows)."""
+        from inspector.session.document import record_document
 
         s = self.win.session
-        w = self.win.worker
         if s.origin == "document":  # a saved receipts document (an autosave cannot be exported)
             doc, source = s.document, s.document_path
 
@@ -155,17 +155,9 @@ class FileActions(QObject):
                 from inspector.receipts import load_document
 
                 return write(doc if doc is not None else load_document(source))
-        elif s.origin == "live" and w.generation is not None and w.config is not None:
-            gen, rt, cfg = w.generation, w.runtime, w.config
-            templated, source_settings = w.templated_text, dict(w.source_settings)
-            faults = [f"{f.kind}@{win or ''}:{f.token}" for f, win in w.faults.fired]
-            baseline = s.baseline_result
-            background = w.run_background_max
-
-            def job():
-                return write(build_document(gen, rt, prompt_text=cfg.prompt_text, templated_text=templated,
-                                            raw=cfg.raw, source_settings=source_settings, faults=faults,
-                                            baseline=baseline, background_sessions=background))
+        elif s.origin == "live" and s.header is not None:
+            def job():  # the record is only appended to: what it holds now is what gets written
+                return write(record_document(s))
         else:
             self.win.show_error("Nothing to export", "Run a generation or open receipts first "
                                 "(an autosave can be viewed but not exported as a receipts document).")

@@ -23,7 +23,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
-from inspector.gui.session_model import SessionData
+from inspector.session.record import SessionRecord
 from inspector.gui.timeline import set_limited
 from inspector.gui.wording import count_noun
 
@@ -83,7 +83,7 @@ class MicrosecondAxis(pg.AxisItem):
         return [ZERO_LABEL if abs(v - ZERO_ROW) < 1e-9 else format_us(round(10 ** v, 6)) for v in values]
 
 
-def run_start_us(session: SessionData) -> int:
+def run_start_us(session: SessionRecord) -> int:
     """Time zero of the time axis: ``started_us`` of the first lock operation recorded for the
     session (its run's first operation: the probe, open or prefill), in the scheduler's
     microseconds; 0 when there is none."""
@@ -96,7 +96,7 @@ class LockPlots(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.session: SessionData | None = None
+        self.session: SessionRecord | None = None
         self._drawn_ops = -1
         self._session_ref = None
         self.start_us = 0
@@ -155,7 +155,7 @@ class LockPlots(QWidget):
         p.showGrid(x=True, y=True, alpha=0.25)
         return p
 
-    def set_session(self, session: SessionData) -> None:
+    def set_session(self, session: SessionRecord) -> None:
         self.session = session
         self._drawn_ops = -1
 

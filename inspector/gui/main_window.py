@@ -1,8 +1,9 @@
 """The inspector's main window: wiring between the control panel, the engine
 worker (on its own ``QThread``) and the views.
 
-Worker signals append immutable engine records to a ``SessionData``; a
-``QTimer`` redraws the views at ``REDRAW_HZ``. The GUI thread never calls
+The worker appends a run's immutable records to its ``RecordStream``; a
+``QTimer`` at ``REDRAW_HZ`` applies them to the shown ``SessionRecord``
+(``inspector.session.record``) and redraws the views from it. The GUI thread never calls
 llama.cpp and never waits for the worker (except when the window closes).
 """
 
@@ -47,8 +48,8 @@ from inspector.gui.run_control import (
     LOADED_HINT,
     RunControl,
 )
-from inspector.gui.session_model import SessionData
 from inspector.gui.session_store import app_data_dir
+from inspector.session.record import SessionRecord
 from inspector.gui.stats_view import StatsView
 from inspector.gui.timeline import Timeline
 from inspector.gui.token_view import TokenView
@@ -99,7 +100,7 @@ class MainWindow(RunControl, QMainWindow):
         self.settings = settings if settings is not None else QSettings("spec-inspector", "spec-inspector")
         self.data_dir = Path(data_dir) if data_dir is not None else app_data_dir()
         self.state = W.IDLE
-        self.session = SessionData()
+        self.session = SessionRecord()
         self.last_error = ""
         self.model_info: dict | None = runtime.describe() if runtime is not None else None
         self._closing = False
@@ -128,15 +129,8 @@ class MainWindow(RunControl, QMainWindow):
         w.modelFailed.connect(self._model_failed)
         w.runStarted.connect(self._run_started)
         w.stateChanged.connect(self._worker_state)
-        # Bound methods of this (GUI-thread) object: queued connections, so the
-        # session is only ever changed on the GUI thread.
-        w.texts.connect(self._on_texts)
-        w.proposal.connect(self._on_proposal)
-        w.event.connect(self._on_event)
-        w.receipt.connect(self._on_receipt)
-        w.discard.connect(self._on_discard)
-        w.lockOperation.connect(self._lock_operation)
-        w.progress.connect(self._on_progress)
+        # The run's records arrive in ``worker.records``; ``drain_records`` applies them on this
+        # thread (every redraw tick, and first thing in each lifecycle handler below).
         w.aboutToCommit.connect(self._about_to_commit)
         w.errorOccurred.connect(self._error)
         w.sourceFailed.connect(self._source_failed)
@@ -152,7 +146,7 @@ class MainWindow(RunControl, QMainWindow):
         self._restore_settings()
         if model_path:
             self.panel.add_recent_model(str(Path(model_path).resolve()))
-        self.set_session(SessionData())
+        self.set_session(SessionRecord())
         if self.model_info is not None:
             self._hint_on_load = True
             self._model_loaded(self.model_info)
@@ -287,8 +281,8 @@ class MainWindow(RunControl, QMainWindow):
         p.resume.clicked.connect(self.resume_clicked)
         p.open_model.clicked.connect(self.files.open_model_dialog)
         p.model_combo.activated.connect(lambda _i: self.load_selected_model())
-        p.open_draft.clicked.connect(self.sources.open_draft_dialog)
-        p.open_replay.clicked.connect(self.sources.open_replay_dialog)
+        for source, name, button in p.option_buttons():  # Open… of every path option (draft model, receipts, ...)
+            button.clicked.connect(lambda _=False, s=source, n=name: self.sources.open_option_file(s, n))
         p.make_draft.clicked.connect(self.sources.make_draft_clicked)
         p.fault_cancel.clicked.connect(lambda: self.inject(Fault("cancel")))
         p.fault_callback.clicked.connect(lambda: self.inject(Fault("callback_error", token=p.fault_token.value())))
@@ -299,8 +293,9 @@ class MainWindow(RunControl, QMainWindow):
             cb.toggled.connect(lambda _=None: self.worker.set_break_on(p.break_on()))
 
     # -- sessions ---------------------------------------------------------------------
-    def set_session(self, session: SessionData) -> None:
-        """Show ``session`` in every view."""
+    def set_session(self, session: SessionRecord) -> None:
+        """Show ``session`` in every view (records still in the worker's stream go to the one shown before)."""
+        self.drain_records()
         self.session = session
         if session.origin == "live":
             self.panel.show_live()
@@ -312,8 +307,9 @@ class MainWindow(RunControl, QMainWindow):
             self._show_model(self.model_info)
 
     def redraw(self) -> None:
-        """Redraw what changed (called by the timer at ``REDRAW_HZ``)."""
+        """Apply the new records, then redraw what changed (called by the timer at ``REDRAW_HZ``)."""
         none_refcount.top_up()
+        self.drain_records()
         self.token_view.refresh()
         self.window_detail.refresh()
         current = self.tabs.currentWidget()
@@ -348,27 +344,12 @@ class MainWindow(RunControl, QMainWindow):
         self.window_detail.select_window(w)
 
     # -- worker signals -----------------------------------------------------------------------
-    def _on_texts(self, texts) -> None:
-        self.session.add_texts(texts)
-
-    def _on_proposal(self, window_ids) -> None:
-        self.session.add_proposal(*window_ids)
-
-    def _on_event(self, ev) -> None:
-        self.session.add_event(ev)
-
-    def _on_receipt(self, r) -> None:
-        self.session.add_receipt(r)
-
-    def _on_discard(self, d) -> None:
-        self.session.add_discard(d)
-
-    def _on_progress(self, p) -> None:
-        self.session.set_progress(p)
-
-    def _lock_operation(self, op) -> None:
-        if self.session.origin == "live" and self.state in ACTIVE_STATES:
-            self.session.add_lock_operation(op)
+    def drain_records(self) -> None:
+        """Apply the records the worker appended since the last call to the shown live session
+        (a session read from a file takes none; they belong to no shown run)."""
+        items = self.worker.records.drain()
+        if items and self.session.origin == "live":
+            self.session.extend(items)
 
     def _model_progress(self, v: float) -> None:
         self.load_progress.show()
@@ -435,8 +416,7 @@ class MainWindow(RunControl, QMainWindow):
 
     def _run_started(self, info: dict) -> None:
         self._before_run = None
-        self.session.main_session_id = info["session_id"]
-        self.session.prompt_token_count = info["prompt_tokens"]
+        self.drain_records()  # the run's header
         if info.get("autosave"):
             self.settings.setValue("autosave/path", info["autosave"])
             self.settings.setValue("autosave/clean", False)
@@ -447,11 +427,12 @@ class MainWindow(RunControl, QMainWindow):
         """Step token holds before a commit: the token view names the token and what it is
         (accepted proposal token, correction, bonus token, plain step); the Windows tab shows
         the window being committed (no receipt yet)."""
-        self.redraw()
+        self.redraw()  # drains the records first: the held token's text is among them
         self.token_view.show_hold(info)
         self.window_detail.show_in_flight(info)
 
     def _error(self, message: str, info: dict) -> None:
+        self.drain_records()
         self.last_error = message
         if not info or info.get("refused"):
             self.show_error("Speculative decoding is not supported by this model" if info else "Run failed",
@@ -463,7 +444,6 @@ class MainWindow(RunControl, QMainWindow):
             repaired = f"repaired: KV length {info['kv_length']} = canonical position {info['canonical_position']}"
         else:
             repaired = f"KV length {info.get('kv_length')} ≠ canonical position {info.get('canonical_position')}"
-        self.session.kv_length = info.get("kv_length")
         self.set_banner(f"<b>Error:</b> {message}<br>{repaired}. Press <b>Resume</b> to continue.", BANNER_ERROR)
         self.error_info = info
         self.redraw()
@@ -476,8 +456,7 @@ class MainWindow(RunControl, QMainWindow):
         self.settings.setValue("autosave/clean", True)
         self.settings.sync()
         self.finish_info = info
-        self.session.finish_reason = self.session.finish_reason or (reason if reason not in ("error",) else None)
-        self.redraw()
+        self.redraw()  # drains the run's last records (its end, a comparison with plain decoding)
         if reason != "error":
             kv = info.get("kv_length")
             self.set_banner(f"Finished: <b>{reason}</b> · {count_noun(len(self.session.tokens), 'token')} · "

@@ -41,18 +41,15 @@ class PanelValues:
 
     def values(self) -> dict:
         """Every setting as a plain dict (saved in QSettings)."""
+        options = {c.key: c.stored() for cs in self.option_controls.values() for c in cs.values()}
         return {
-            "source": self.source.currentText(), "ngram_max": self.ngram_max.value(),
-            "ngram_min": self.ngram_min.value(), "ngram_length": self.ngram_length.currentText(),
-            "script": self.script.toPlainText(),
+            "source": self.source.currentText(), **options,
             "draft_max": self.draft_max.value(), "max_tokens": self.max_tokens.value(),
             "n_ctx": self.n_ctx.value(), "threads": self.threads.value(), "stop": self.stop_strings.text(),
             "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
             "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
             "custom_prompt": self.custom_prompt,
-            "verification": self.verification.currentText(), "draft_model": self.draft_model.text(),
-            "draft_type": self.draft_type.currentText(), "draft_min": self.draft_min.value(),
-            "p_min": self.p_min.value(), "replay_file": self.replay_file.text(),
+            "verification": self.verification.currentText(), "draft_type": self.draft_type.currentText(),
             "raw": self.raw.isChecked(), "break_on": sorted(self.break_on()),
             "baseline": self.baseline.isChecked(),
             "model": self.model_path(), "recent_models": self.recent_models(),
@@ -72,12 +69,11 @@ class PanelValues:
              "temperature": samp.get("temperature"), "top_k": samp.get("top_k"), "top_p": samp.get("top_p"),
              "min_p": samp.get("min_p"), "seed": samp.get("seed"), "verification": st.get("verification"),
              "raw": bool(st.get("raw", False)), "n_ctx": st.get("n_ctx"),
-             "stop": join_stop_strings(st.get("stop") or ()),
-             "ngram_max": opts.get("n_max"), "ngram_min": opts.get("n_min"), "ngram_length": opts.get("length"),
-             "draft_model": str(opts.get("draft_model", "")), "draft_min": opts.get("draft_min"),
-             "p_min": opts.get("p_min"), "replay_file": str(opts.get("replay", opts.get("replays", "")))}
-        self.apply_values({k: x for k, x in v.items() if x is not None})
+             "stop": join_stop_strings(st.get("stop") or ())}
         name = str(src.get("name", ""))
+        # The saved source's own options, by its declaration (as its settings() recorded them).
+        v.update({c.key: opts.get(n) for n, c in self.option_controls.get(name, {}).items()})
+        self.apply_values({k: x for k, x in v.items() if x is not None})
         if not self.set_source(name):
             self.other_note.setText(f"source {name!r} (not installed here)")
         self.model_status.setText(f"from the file: {model_name or 'model not named'} (read only)")
@@ -108,23 +104,20 @@ class PanelValues:
 
         if isinstance(v.get("source"), str):
             self.set_source(v["source"])  # a source no longer installed keeps the default
-        for key, w in (("ngram_max", self.ngram_max), ("ngram_min", self.ngram_min), ("draft_max", self.draft_max),
-                       ("max_tokens", self.max_tokens), ("top_k", self.top_k), ("seed", self.seed),
-                       ("draft_min", self.draft_min), ("n_ctx", self.n_ctx), ("threads", self.threads)):
+        for key, w in (("draft_max", self.draft_max), ("max_tokens", self.max_tokens), ("top_k", self.top_k),
+                       ("seed", self.seed), ("n_ctx", self.n_ctx), ("threads", self.threads)):
             num(key, w, int)
-        for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p),
-                       ("p_min", self.p_min)):
+        for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p)):
             num(key, w, float)
-        for key, combo in (("verification", self.verification), ("draft_type", self.draft_type),
-                           ("ngram_length", self.ngram_length)):
+        for key, combo in (("verification", self.verification), ("draft_type", self.draft_type)):
             if isinstance(v.get(key), str) and combo.findText(v[key]) >= 0:
                 combo.setCurrentText(v[key])
-        for key, edit in (("draft_model", self.draft_model), ("replay_file", self.replay_file),
-                          ("stop", self.stop_strings)):
-            if isinstance(v.get(key), str):
-                edit.setText(v[key])
-        if isinstance(v.get("script"), str):
-            self.script.setPlainText(v["script"])
+        if isinstance(v.get("stop"), str):
+            self.stop_strings.setText(v["stop"])
+        for controls in self.option_controls.values():  # every source's declared options (source_options)
+            for c in controls.values():
+                if v.get(c.key) is not None:
+                    c.set_value(v[c.key])
         if isinstance(v.get("custom_prompt"), str):
             self.custom_prompt = v["custom_prompt"]
         if isinstance(v.get("prompt"), str):

@@ -1,4 +1,4 @@
-"""Reading a receipts file into a ``SessionData`` on a background thread.
+"""Reading a receipts file into a ``SessionRecord`` on a background thread.
 
 ``inspector.receipts.load_document`` parses the file with one ``json.loads``
 call, which holds the GIL for its whole duration (over a second for a
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import gc
 
-from inspector.gui.session_model import SessionData
+from inspector.session.record import SessionRecord
 
 
-def read_session(path: str) -> tuple[SessionData | None, str]:
+def read_session(path: str) -> tuple[SessionRecord | None, str]:
     """(session, "") from a receipts document (``.json``) or an autosave (``.jsonl``),
     or (None, message) naming the file and the problem. Safe on any thread (no Qt)."""
     from inspector.receipts import ReceiptsFileError, load_document
@@ -28,9 +28,9 @@ def read_session(path: str) -> tuple[SessionData | None, str]:
     gc.disable()
     try:
         if str(path).endswith(".jsonl"):
-            session = SessionData.from_autosave(path)
+            session = SessionRecord.from_autosave(path)
         else:
-            session = SessionData.from_document(load_document(path, yield_gil=True), path=path)
+            session = SessionRecord.from_document(load_document(path, yield_gil=True), path=path)
         session.windows()  # sorted and cached here, not on the GUI thread
         return session, ""
     except ReceiptsFileError as exc:

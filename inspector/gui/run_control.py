@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui import worker as W
 from inspector.gui.control_rules import ACTIVE_STATES, control_states, state_label  # noqa: F401 (main_window)
-from inspector.gui.session_model import SessionData
+from inspector.session.record import SessionRecord
 from inspector.gui.wording import count_noun
 
 BANNER_PAD = 4
@@ -131,20 +131,12 @@ class RunControl:
             self.show_error("No prompt", "Type a prompt or pick an example prompt first.")
             return False
         src = self.panel.source.currentText()
-        if src == "scripted" and not self.panel.script.toPlainText():
-            self.show_error("No script", "The scripted source needs a script text.")
-            return False
-        if src == "ngram" and self.panel.ngram_min.value() > self.panel.ngram_max.value():
-            self.show_error("n-gram sizes", "n_min is larger than n_max.")
-            return False
-        if src == "draft" and not self.panel.draft_model.text().strip():
-            self.show_error("No draft model", "Choose a draft GGUF (Open…) or press “Make draft from target”.")
+        problem = self.panel.source_problem()  # by the source's declared options: required, ranges, rules
+        if problem is not None:
+            self.show_error(*problem)
             return False
         if src == "draft" and self.sources.job is not None:
             self.show_error("Draft in progress", "Wait until the draft is made.")
-            return False
-        if src == "replay" and not self.panel.replay_file.text().strip():
-            self.show_error("No receipts file", "The replay source needs a receipts file (Open…).")
             return False
         try:
             model = self.panel.model_path() or self._bundled_path()
@@ -163,7 +155,7 @@ class RunControl:
         self.save_settings()  # a crash during the run must not lose the settings it ran with
         self._before_run = (self.session, self.worker.faults)
         self.worker.faults = cfg.faults  # fault buttons work before the worker picks the run up
-        session = SessionData()
+        session = SessionRecord()
         session.prompt_text = prompt
         session.source_name = src
         self.set_session(session)
@@ -205,7 +197,7 @@ class RunControl:
         """Leave a viewed receipts file: empty live session, run controls enabled."""
         if self.state != W.IDLE:
             return
-        self.set_session(SessionData())
+        self.set_session(SessionRecord())
         self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
         self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
         self.set_state(W.IDLE)

@@ -1,4 +1,5 @@
-"""Draft-model and replay files of the source panel: Open dialogs and "Make draft from target"."""
+"""Files of the source panel (a path option's Open… dialog: draft model, replay receipts, a
+third-party source's file) and "Make draft from target"."""
 
 from __future__ import annotations
 
@@ -9,25 +10,24 @@ from PySide6.QtWidgets import QFileDialog
 
 
 class SourceActions:
-    """The window's draft/replay file actions; ``job`` is the running make-draft job or None."""
+    """The window's source file actions; ``job`` is the running make-draft job or None."""
 
     def __init__(self, window) -> None:
         self.w = window
         self.job = None
 
-    def open_draft_dialog(self) -> None:
-        current = self.w.panel.draft_model.text().strip()
-        path, _ = QFileDialog.getOpenFileName(self.w, "Open draft GGUF model", str(Path(current).parent) if current else "",
-                                              "GGUF models (*.gguf);;All files (*)")
+    def open_option_file(self, source: str, name: str) -> None:
+        """The Open… dialog of path option ``name`` of ``source`` (its ``file_filter``, starting in
+        the folder of the current file); a chosen file fills the option and selects the source."""
+        control = self.w.panel.option_controls[source][name]
+        o = control.option
+        current = control.value()
+        path, _ = QFileDialog.getOpenFileName(self.w, f"Open {o.label} ({source} source)",
+                                              str(Path(current).parent) if current else "",
+                                              o.file_filter or "All files (*)")
         if path:
-            self.w.panel.draft_model.setText(path)
-            self.w.panel.set_source("draft")
-
-    def open_replay_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.w, "Receipts file to replay", "", "Receipts (*.json);;All files (*)")
-        if path:
-            self.w.panel.replay_file.setText(path)
-            self.w.panel.set_source("replay")
+            control.set_value(path)
+            self.w.panel.set_source(source)
 
     def make_draft_clicked(self):
         """Re-quantize the chosen target model to the chosen type on a background thread

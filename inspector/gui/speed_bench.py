@@ -43,8 +43,8 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
     from inspector.gui.main_window import MainWindow
     from inspector.llama import bundled_model_path
     from inspector.llama.runtime import LlamaRuntime
-    from inspector.bench.cost_cache import stored_row_costs
-    from inspector.sources.registry import SourceContext, available_sources
+    from inspector.llama.cost_cache import stored_row_costs
+    from inspector.sources.registry import SourceContext, make_source
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     rt = LlamaRuntime(model_path or bundled_model_path(), n_ctx=2048, n_batch=512, n_seq_max=4, n_threads=threads)
@@ -76,7 +76,7 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
             return win.worker.generation.summary().decode_tokens_per_s
 
         def headless_run() -> float:
-            source = available_sources()["ngram"](SourceContext(rt, gen_settings, row_costs=stored_row_costs(rt)), **options)
+            source = make_source("ngram", SourceContext(rt, gen_settings, row_costs=stored_row_costs(rt)), options)
             g = Generation(scheduler, source, prompt_tokens, gen_settings)
             try:
                 g.run()

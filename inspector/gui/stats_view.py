@@ -23,7 +23,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from inspector.engine.receipt import Summary
-from inspector.gui.session_model import SessionData
+from inspector.session.record import SessionRecord
 from inspector.gui.timeline import IntegerAxis
 from inspector.gui.wording import count_noun
 
@@ -40,7 +40,7 @@ class StatsView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.session: SessionData | None = None
+        self.session: SessionRecord | None = None
         self._drawn_version = -1
         self.summary: Summary | None = None
         self.cost_model = None
@@ -103,12 +103,12 @@ class StatsView(QWidget):
         charts.addWidget(self.disp)
         lay.addLayout(charts, 3)
 
-    def set_session(self, session: SessionData) -> None:
+    def set_session(self, session: SessionRecord) -> None:
         self.session = session
         self._drawn_version = -1
 
     def set_cost_model(self, cost_model) -> None:
-        """Use ``cost_model`` (``inspector.bench.cost_model.CostModel`` or None) for the expected speedup."""
+        """Use ``cost_model`` (``inspector.llama.cost_model.CostModel`` or None) for the expected speedup."""
         self.cost_model = cost_model
         self._drawn_version = -1
 
@@ -132,7 +132,8 @@ class StatsView(QWidget):
                                   ", ".join(f"{k} {m.dispositions.get(k, 0)}" for k in DISPOSITIONS))
         L["tps"].setText("n/a" if m.decode_tokens_per_s is None else f"{m.decode_tokens_per_s:.1f}")
         L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({count_noun(s.prompt_token_count, 'prompt token')})")
-        L["finish"].setText(m.finish_reason or ("running" if s.origin == "live" else "unfinished"))
+        ended = s.end.reason if s.end is not None and s.end.reason != "error" else None
+        L["finish"].setText(m.finish_reason or ended or ("running" if s.origin == "live" else "unfinished"))
         self._show_baseline(s.baseline)
         self._show_speedups(s, m)
         self._draw_charts(m)
@@ -171,7 +172,7 @@ class StatsView(QWidget):
         tps = b.get("plain_decode_tokens_per_s")
         L["plain_tps"].setText("n/a" if tps is None else f"{tps:.1f}")
 
-    def _show_speedups(self, s: SessionData, m: Summary) -> None:
+    def _show_speedups(self, s: SessionRecord, m: Summary) -> None:
         """Expected speedup (cost model over the receipts) beside the observed one (baseline, else estimate)."""
         L = self.labels
         cm = self.cost_model

@@ -27,7 +27,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from inspector.engine.receipt import DISCARD, STEP, VERIFY
-from inspector.gui.session_model import SessionData
+from inspector.session.record import SessionRecord
 
 
 MAX_POINTS = 2000
@@ -71,7 +71,7 @@ class Timeline(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.session: SessionData | None = None
+        self.session: SessionRecord | None = None
         self._drawn_version = -1
         self._reset_steps()
         lay = QVBoxLayout(self)
@@ -102,7 +102,7 @@ class Timeline(QWidget):
         self._since_window = 0
         self._plain: list[tuple[int | None, int, int]] = []
 
-    def set_session(self, session: SessionData) -> None:
+    def set_session(self, session: SessionRecord) -> None:
         self.session = session
         self._drawn_version = -1
         self._reset_steps()
@@ -116,7 +116,7 @@ class Timeline(QWidget):
         """Plain steps drawn."""
         return 0 if self.plain.xData is None else len(self.plain.xData)
 
-    def _read_events(self, s: SessionData) -> None:
+    def _read_events(self, s: SessionRecord) -> None:
         events = s.events
         for i in range(self._events_read, len(events)):
             e = events[i]
@@ -135,9 +135,7 @@ class Timeline(QWidget):
         if s is None:
             return {}, []
         self._read_events(s)
-        steps = {w: r.decode_step for w, r in s.receipts_by_window.items()}
-        for w, d in s.failed_windows.items():
-            steps.setdefault(w, d.decode_step)
+        steps = {e.window_index: e.decode_step for e in s.windows()}
         plain = []
         for window, k, position in self._plain:
             anchor = -1 if window is None else steps.get(window)

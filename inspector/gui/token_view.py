@@ -16,8 +16,9 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
+from inspector.engine.classify import token_outcome
 from inspector.gui import outcomes as O
-from inspector.gui.session_model import SessionData
+from inspector.session.record import SessionRecord
 
 TOKEN_PROPERTY = QTextCharFormat.UserProperty + 1
 
@@ -89,7 +90,7 @@ class TokenView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.session: SessionData | None = None
+        self.session: SessionRecord | None = None
         self.first = 0
         """Index of the first generated token in the document (0 unless the stream is long)."""
         self.rendered = 0
@@ -152,7 +153,7 @@ class TokenView(QWidget):
         lay.addWidget(self.nav)
         lay.addWidget(self.stream, 1)
 
-    def set_session(self, session: SessionData) -> None:
+    def set_session(self, session: SessionRecord) -> None:
         self.session = session
         self.first = self.rendered = 0
         self._starts = []
@@ -251,7 +252,7 @@ class TokenView(QWidget):
         if info.get("window") and "proposal" in info:
             kind = {O.ACCEPTED: "an accepted proposal token", O.CORRECTION: "a correction (the proposal token "
                     "was rejected)", O.BONUS: "the bonus token (every proposal token accepted)"}.get(
-                O.classify_row(info["row"], info["token"], info["proposal"]), "")
+                token_outcome(info["row"], info["token"], info["proposal"]), "")
         elif not info.get("window"):
             kind = "a plain step's token"
         self.hold_label.setText(f"Holding — about to commit: {text} (token {info['token']}){': ' + kind if kind else ''}"

@@ -32,8 +32,9 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.engine.receipt import decision_id_text
+from inspector.engine.classify import row_outcomes, token_outcome
 from inspector.gui import outcomes as O
-from inspector.gui.session_model import SessionData
+from inspector.session.record import SessionRecord
 from inspector.gui.table_copy import install_row_copy
 from inspector.gui.window_table import WIDEST, WINDOW_HEADERS, WindowTableModel
 
@@ -59,7 +60,7 @@ ROW_TIPS = (
 )
 
 
-def _tok(s: SessionData, t: int | None) -> str:
+def _tok(s: SessionRecord, t: int | None) -> str:
     if t is None:
         return "—"
     text = s.text_of(t).replace("\n", "\\n").replace("\t", "\\t")
@@ -88,7 +89,7 @@ class WindowDetail(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.session: SessionData | None = None
+        self.session: SessionRecord | None = None
         self._drawn_version = -1
         self.selected: int | None = None
         self._raw_for: int | None = None  # window whose raw JSON is in ``raw``
@@ -167,7 +168,7 @@ class WindowDetail(QWidget):
         outer.setSizes([260, 200])
         lay.addWidget(outer)
 
-    def set_session(self, session: SessionData) -> None:
+    def set_session(self, session: SessionRecord) -> None:
         self.session = session
         self._drawn_version = -1
         self.selected = None
@@ -231,29 +232,23 @@ class WindowDetail(QWidget):
 
     # -- detail ----------------------------------------------------------------------
     def _show_window(self, w: int) -> None:
-        s = self.session
-        r = s.receipts_by_window.get(w)
-        d = s.failed_windows.get(w)
-        if r is not None:
-            proposal, preds = r.proposal_token_ids, r.verification_row_predictions
-            base, committed = r.base_position, r.canonical_prediction_count
-            canonical, after = r.canonical_position, r.position_after_verification
-            accepted = r.accepted_proposal_tokens
-        elif d is not None:
-            p = d.partial
-            proposal, preds = d.proposal_token_ids, p.verification_row_predictions
-            base, committed = p.base_position, len(p.committed_tokens)
-            canonical, after = p.canonical_position, p.position_after_verification
-            accepted = sum(1 for i in range(min(committed, len(proposal))) if preds[i] == proposal[i])
-        else:
+        e = self.session.window(w)
+        if e is None:
             return
-        self._fill_rows(self._current_token(w, base), proposal, preds, base, committed, canonical, after)
-        self.fields.setHtml(self._fields_html(w, r, d, accepted, base, after, canonical, committed))
+        r, d = e.receipt, e.discard
+        if r is not None:
+            canonical, after = r.canonical_position, r.position_after_verification
+        else:
+            canonical, after = d.partial.canonical_position, d.partial.position_after_verification
+        base, committed = e.base_position, len(e.committed)
+        self._fill_rows(self._current_token(w, base), e.proposal, e.predictions, base, committed, canonical, after)
+        self.fields.setHtml(self._fields_html(w, r, d, e.accepted, base, after, canonical, committed))
         self._raw_for = None
         self._show_raw()
 
     def _fill_rows(self, current, proposal, preds, base, committed, canonical, after, held_row=None) -> None:
-        """The rows table: one row per verification row (KV position base + row).
+        """The rows table: one row per verification row (KV position base + row), each with the
+        engine's row outcome (``inspector.engine.classify.row_outcomes``).
 
         ``committed``: rows whose prediction was committed; ``canonical``: the repaired KV
         length (None while the window is still committing); ``held_row``: the row whose
@@ -263,23 +258,13 @@ class WindowDetail(QWidget):
         self.rows.setRowCount(n_rows)
         strike = QFont()
         strike.setStrikeOut(True)
-        first_mismatch = next((i for i in range(min(len(preds), len(proposal))) if preds[i] != proposal[i]), None)
-        for i in range(n_rows):
+        outcomes = row_outcomes(proposal, preds, committed, held_row)
+        for i, outcome in enumerate(outcomes):
             inp = current if i == 0 else proposal[i - 1]
             prop = proposal[i] if i < len(proposal) else None
             pred = preds[i] if i < len(preds) else None
             held = held_row is not None and i == held_row
-            if i < committed or held:
-                outcome = O.classify_row(i, pred, proposal)
-                pred_text = _tok(s, pred)
-            elif pred is None:
-                outcome, pred_text = "not verified", "—"
-            elif first_mismatch is not None and i > first_mismatch:
-                outcome, pred_text = O.BRANCH, _tok(s, pred)
-            elif held_row is not None:
-                outcome, pred_text = "not committed yet", _tok(s, pred)
-            else:
-                outcome, pred_text = O.NOT_COMMITTED, _tok(s, pred)
+            pred_text = "—" if pred is None else _tok(s, pred)
             removed = canonical is not None and after is not None and base + i >= canonical
             label = ROW_LABELS.get(outcome, outcome)
             if held:
@@ -312,7 +297,7 @@ class WindowDetail(QWidget):
         proposal, preds, base = info["proposal"], info["predictions"], info["base_position"]
         self._fill_rows(self._current_token(w, base), proposal, preds, base, len(info.get("committed", ())),
                         None, info.get("position_after_verification"), held_row=row)
-        kind = ROW_LABELS.get(O.classify_row(row, info["token"], proposal), "")
+        kind = ROW_LABELS.get(token_outcome(row, info["token"], proposal), "")
         e = html.escape
         rows = [
             ("decision", e(decision_id_text(info.get("decision_id", b"")))),
@@ -335,7 +320,8 @@ class WindowDetail(QWidget):
             return
         s = self.session
         self._raw_for = w
-        self.raw.setPlainText(self._raw_json(w, s.receipts_by_window.get(w), s.failed_windows.get(w)))
+        e = s.window(w)
+        self.raw.setPlainText(self._raw_json(w, e.receipt if e else None, e.discard if e else None))
 
     def _current_token(self, w: int, base: int) -> int | None:
         """The current token of window ``w``: the committed token at position ``base``

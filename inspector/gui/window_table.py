@@ -1,6 +1,6 @@
 """The Windows table's model: one row per proposal window, verified or failed.
 
-A ``QAbstractTableModel`` over ``SessionData.windows()`` (virtualized: the view
+A ``QAbstractTableModel`` over ``SessionRecord.windows()`` (virtualized: the view
 asks only for the rows it shows, so 20,000 windows cost nothing to display).
 New windows are appended with ``beginInsertRows`` on the redraw timer; a
 failed window (an index but no receipt: the engine's error discarded it) is a
@@ -20,7 +20,7 @@ from PySide6.QtGui import QBrush, QColor
 
 from inspector.engine.receipt import decision_id_text
 from inspector.engine.stats import SLOW_VERIFICATION_FACTOR, SLOW_VERIFICATION_HINT
-from inspector.gui.session_model import SessionData, WindowEntry
+from inspector.session.record import SessionRecord, WindowEntry
 from inspector.gui.table_copy import COPY_HEADER_ROLE
 
 WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed",
@@ -62,17 +62,17 @@ def entry_values(e: WindowEntry) -> tuple:
 
 
 class WindowTableModel(QAbstractTableModel):
-    """Rows of ``SessionData.windows()``, by window index; ``sync`` appends new ones."""
+    """Rows of ``SessionRecord.windows()``, by window index; ``sync`` appends new ones."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.session: SessionData | None = None
+        self.session: SessionRecord | None = None
         self.entries: list[WindowEntry] = []
         self._keys: list[int] = []  # window index of each row (sorted: bisect)
-        self._synced = -1  # (receipts + failed windows) when last synced
+        self._synced = -1  # windows when last synced
         self._text: dict[int, tuple] = {}  # row -> display texts (rows drawn lately; bounded)
 
-    def set_session(self, s: SessionData | None) -> None:
+    def set_session(self, s: SessionRecord | None) -> None:
         self.beginResetModel()
         self.session = s
         self.entries, self._keys, self._synced, self._text = [], [], -1, {}
@@ -84,7 +84,7 @@ class WindowTableModel(QAbstractTableModel):
         s = self.session
         if s is None:
             return 0
-        count = len(s.receipts_by_window) + len(s.failed_windows)
+        count = len(s.windows())
         if count == self._synced:
             return 0
         self._synced = count
@@ -92,13 +92,13 @@ class WindowTableModel(QAbstractTableModel):
         old = len(self.entries)
         if len(entries) < old or (old and entries[old - 1].window_index != self._keys[-1]):
             self.beginResetModel()  # a window arrived out of order: rebuild (never happens live)
-            self.entries, self._keys, self._text = entries, [e.window_index for e in entries], {}
+            self.entries, self._keys, self._text = list(entries), [e.window_index for e in entries], {}
             self.endResetModel()
             return len(entries)
         if len(entries) == old:
             return 0
         self.beginInsertRows(QModelIndex(), old, len(entries) - 1)
-        self.entries = entries
+        self.entries.extend(entries[old:])  # the model's own rows: the record's list grows before Qt is told
         self._keys.extend(e.window_index for e in entries[old:])
         self.endInsertRows()
         return len(entries) - old

@@ -1,9 +1,11 @@
 """The engine thread: a worker ``QObject`` living on a ``QThread``.
 
-The worker loads the model (with progress), tokenizes the prompt, runs the
-``Generation`` step by step and forwards the engine's immutable records
-(``EngineEvent``, ``WindowReceipt``, ``Discard``, ``LockOperation``) through
-signals. It never touches a widget. The GUI controls it through the
+The worker loads the model (with progress) and drives one run at a time through
+the run service (``inspector.session.run.SessionRun``), stepping under
+``inspector.session.step_control.StepControl``. The run's immutable records
+(``inspector.session.records``) go into one ``RecordStream`` the window drains
+on its redraw tick; signals carry only the lifecycle (model loaded, run started,
+state, hold, error, finished). It never touches a widget. The GUI controls it through the
 thread-safe ``request_*`` methods (a condition variable), because the worker's
 own event loop is busy while a run goes: Pause takes effect between windows,
 Step token blocks in ``GenerationObserver.before_commit`` until released.
@@ -14,18 +16,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings, RuntimeScheduler
+from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError, SpeculationUnsupported
-from inspector.engine.proposal import Proposal
-from inspector.engine.receipt import Discard, EngineEvent, WindowReceipt
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.gui.contention import Contention
+from inspector.session.records import RecordStream
 from inspector.gui.session_store import open_autosave
 from inspector.gui.control_rules import BUSY, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD  # noqa: F401
 from inspector.gui.stepping import SteppingControl
@@ -64,26 +64,6 @@ class RunConfig:
     """After the run finishes or is stopped, decode the same prompt plainly and emit ``baselineReady``."""
 
 
-class _Observer(GenerationObserver):
-    def __init__(self, worker: "EngineWorker") -> None:
-        self.w = worker
-
-    def on_event(self, event: EngineEvent) -> None:
-        self.w._on_event(event)
-
-    def on_proposal(self, window: int, proposal: Proposal) -> None:
-        self.w._on_proposal(window, proposal)
-
-    def on_receipt(self, receipt: WindowReceipt) -> None:
-        self.w._on_receipt(receipt)
-
-    def on_discard(self, discard: Discard) -> None:
-        self.w._on_discard(discard)
-
-    def before_commit(self, window, row, token, position) -> None:
-        self.w._before_commit(window, row, token, position)
-
-
 class EngineWorker(SteppingControl, QObject):
     """Owns the runtime, the scheduler, the current ``Generation`` and the background sessions.
 
@@ -98,21 +78,14 @@ class EngineWorker(SteppingControl, QObject):
     """(message, path): ``path`` could not be loaded; the runtime loaded before (if any) is kept."""
     runStarted = Signal(object)
     stateChanged = Signal(str, str)
-    texts = Signal(object)
-    proposal = Signal(object)
-    event = Signal(object)
-    receipt = Signal(object)
-    discard = Signal(object)
-    lockOperation = Signal(object)
-    progress = Signal(object)
     aboutToCommit = Signal(object)
     errorOccurred = Signal(str, object)
     sourceFailed = Signal(str, str)
     """(source name, message): the run's proposal source could not be made (the run did not start)."""
     runFinished = Signal(str, object)
     baselineReady = Signal(object, str)
-    """(``BaselineResult`` or None, error): the plain-decoding comparison of the run that just ended
-    (emitted before ``runFinished``)."""
+    """(``BaselineResult`` or None, error; "" when cancelled): the plain-decoding comparison of the run
+    that just ended (emitted before ``runFinished``, after its ``BaselineDone`` record)."""
 
     def __init__(self, runtime=None, owns_runtime: bool = False) -> None:
         super().__init__()
@@ -123,10 +96,8 @@ class EngineWorker(SteppingControl, QObject):
         self.generation: Generation | None = None
         self.config: RunConfig | None = None
         self.faults = FaultPlan()
-        self.templated_text: str | None = None
         self.source = None
         """The last run's proposal source (a draft source owns a second runtime: closed when replaced)."""
-        self.source_settings: dict = {}
         self._baseline_cancel = threading.Event()
         self.step = StepControl(announce=self.stateChanged.emit, hold=self._on_hold)
         """Pause / step window / step token / stop / break-on of the current run (``request_*`` delegate)."""
@@ -135,9 +106,11 @@ class EngineWorker(SteppingControl, QObject):
         """Most background sessions that ran during the current (or last) run: exported with its receipts."""
         self._running = False
         self._closing = False
-        self._sent_texts: set[int] = set()
-        self._autosave = None
-        """The run's ``AutosaveWriter`` (``inspector.receipts.autosave``), or None."""
+        self.records = RecordStream()
+        """Every record of the current run, in order (``inspector.session.records``): the window drains
+        it on its redraw tick and before it handles a lifecycle signal."""
+        self.run = None
+        """The current (or last) run's ``SessionRun``."""
         if runtime is not None:
             self._set_runtime(runtime, owns=owns_runtime)
 
@@ -146,10 +119,8 @@ class EngineWorker(SteppingControl, QObject):
         self.runtime = runtime
         self.owns_runtime = owns
         self.scheduler = RuntimeScheduler(runtime)
-        self.scheduler.add_listener(self.lockOperation.emit)
         self.contention = Contention(self.scheduler)
         self.contention.set_count(self._background)
-        self._sent_texts = set()
 
     def _close_source(self) -> None:
         """Close the last run's source (worker thread): ``close()``, then a draft's own runtime."""
@@ -225,40 +196,23 @@ class EngineWorker(SteppingControl, QObject):
         if self.contention is not None:
             self.contention.set_count(n)
 
-    # -- observer callbacks (worker thread, or background for lock ops) -------------------
+    # -- records (worker thread, or any thread for lock operations) -----------------------
     def _send_texts(self, ids) -> None:
-        rt = self.runtime
-        new = {t: rt.token_text(t) for t in ids if t not in self._sent_texts and 0 <= t < rt.n_vocab}
-        if new:
-            self._sent_texts.update(new)
-            self.texts.emit(new)
-
-    def _on_event(self, ev: EngineEvent) -> None:
-        if ev.token is not None:
-            self._send_texts((ev.token,))
-        self.event.emit(ev)
-
-    def _on_proposal(self, window: int, p: Proposal) -> None:
-        self._send_texts(p.token_ids)
-        self.proposal.emit((window, tuple(p.token_ids)))
-
-    def _on_receipt(self, r: WindowReceipt) -> None:
-        self._send_texts(r.verification_row_predictions)
-        self.receipt.emit(r)
-
-    def _on_discard(self, d: Discard) -> None:
-        if d.partial is not None:  # a failed window's rows show their predictions' texts
-            self._send_texts(d.partial.verification_row_predictions)
-            self._send_texts(d.proposal_token_ids)
-        self.discard.emit(d)
+        """Push the texts of ``ids`` the window has not been sent yet (before a hold shows them)."""
+        run = self.run
+        if run is not None and run.recording is not None:
+            run.recording.texts(ids)
 
     # -- the run (worker thread) ---------------------------------------------------------
     @Slot(object)
     def start_run(self, config: RunConfig) -> None:
-        """Load the model if needed, make the source, prefill, then step until finished or stopped.
+        """Load the model if needed, make the source, prefill, then step until finished or stopped
+        (``inspector.session.run.SessionRun``; its records go to ``records``).
 
         When the source cannot be made (an incompatible draft, a bad file),
         ``sourceFailed`` is emitted and the previous run's records stay as they were."""
+        from inspector.session.run import RunRefused, RunRequest, SessionRun
+
         if self._running or self._closing:
             return
         if self.runtime is None or str(self.runtime.model_path) != str(config.model_path) \
@@ -270,14 +224,16 @@ class EngineWorker(SteppingControl, QObject):
         threads = config.n_threads or os.cpu_count() or 1
         if rt.n_threads != threads:
             self.scheduler.execute("stats", -1, lambda r: r.set_threads(threads))
-        # Token texts are sent once per run: every run fills a new SessionData on the GUI side.
-        self._sent_texts = set()
+        folder = Path(config.autosave_dir) if config.autosave_dir is not None else None
+        run = SessionRun(self.scheduler, RunRequest(config.prompt_text, config.settings, config.source,
+                                                    dict(config.source_options), config.raw, config.faults,
+                                                    config.baseline),
+                         self.records.push, before_commit=self._before_commit,
+                         open_autosave=(lambda header: open_autosave(folder, header)) if folder else None,
+                         background_sessions=lambda: self._background)
         try:
-            templated_text = None if config.raw else rt.chat_prompt(config.prompt_text)
-            tokens = rt.prompt_tokens(config.prompt_text, raw=config.raw)
-            if not tokens:
-                raise EngineError("the prompt is empty after tokenization")
-        except (EngineError, ValueError) as exc:
+            run.tokenize()
+        except RunRefused as exc:
             self.errorOccurred.emit(str(exc), {})
             self.runFinished.emit("error", {})
             return
@@ -289,125 +245,40 @@ class EngineWorker(SteppingControl, QObject):
             name = Path(str(config.source_options.get("draft_model", ""))).name
             self.stateChanged.emit(RUNNING, f"loading the draft model {name} and checking it against the target…")
         try:
-            source = self.make_source(config)
-        except Exception as exc:  # third-party factories may raise anything: a dialog, never a crash
-            self.sourceFailed.emit(config.source, str(exc) or type(exc).__name__)
+            run.make_source()
+        except RunRefused as exc:
+            self.sourceFailed.emit(config.source, str(exc))
             return
-        self.source = source
+        self.source = run.source
         self.config = config
-        self.templated_text = templated_text
         self.faults = config.faults
         try:
-            self.source_settings = source.settings() if source is not None and hasattr(source, "settings") else {}
-        except Exception:
-            self.source_settings = {}
-        sid = self._open_session(config.settings)
-        if sid is None:
-            self.errorOccurred.emit("no free KV sequence for the run: lower the background sessions", {})
+            gen = run.open()
+        except RunRefused as exc:
+            self.errorOccurred.emit(str(exc), {})
             self.runFinished.emit("error", {})
             return
-        self._autosave = None
-        if config.autosave_dir is not None:
-            try:
-                self._autosave = open_autosave(Path(config.autosave_dir), {
-                    "prompt": config.prompt_text, "model": Path(str(rt.model_path)).name,
-                    "source": source.name if source else "none", "session_id": sid,
-                    "settings": {**config.settings.to_json(), "raw": config.raw,
-                                 "source": {"name": source.name if source else "none",
-                                            "settings": self.source_settings}},
-                    "prompt_tokens": len(tokens), "n_ctx": rt.n_ctx, "background_sessions": self._background,
-                })
-            except OSError:
-                self._autosave = None
-        observer = _Observer(self)
-        if self._autosave is not None:  # one flushed line per receipt, discard and plain step
-            from inspector.receipts.autosave import AutosaveRecorder
-
-            observer = AutosaveRecorder(self._autosave, rt, observer)
-        gen = Generation(self.scheduler, source, tokens, config.settings, session_id=sid,
-                         faults=self.faults, observer=observer)
-        if self._autosave is not None:
-            observer.generation = gen  # the prefill record carries the prompt's figures
+        self.run = run
         self.generation = gen
         self.run_background_max = self._background
         self._running = True
-        self.runStarted.emit({"session_id": sid, "prompt_tokens": len(tokens),
-                              "autosave": str(self._autosave.path) if self._autosave else "",
-                              "templated": self.templated_text})
+        self.runStarted.emit({"session_id": gen.session_id, "prompt_tokens": len(run.prompt_tokens),
+                              "autosave": str(run.autosave.writer.path) if run.autosave else "",
+                              "templated": run.templated_text})
         reason = self._loop(gen)
-        info = self._kv_info(gen)
-        if not gen.session_retired and gen.session_id is not None:
-            s = gen.session_id
-            self.scheduler.execute("drop", s, lambda r: r.drop_session(s))
         self._running = False
-        if self._autosave is not None:
-            self._autosave.close({"finish_reason": reason, "decode_elapsed_us": gen.decode_elapsed_us})
-            self._autosave = None
-        self.progress.emit(self._progress(gen))
+        end = run.end(reason, self.run_background_max)
+        info = {"kv_length": end.kv_length, "canonical_position": end.canonical_position, "retired": end.retired}
         if config.baseline and reason != "error" and gen.generated_count > 0 and not self._closing:
-            self._baseline(gen)
+            self._baseline_cancel.clear()
+            self.stateChanged.emit(RUNNING, "comparing with plain decoding…")
+            result = run.compare_with_plain(self._baseline_cancel)
+            self.baselineReady.emit(result, run.baseline_error)
         self.stateChanged.emit(IDLE, reason)
         self.runFinished.emit(reason, info)
 
-    def _baseline(self, gen: Generation) -> None:
-        """Plain-decode the run's prompt (``inspector.engine.baseline.run_baseline``) and emit the
-        result. A stopped run is compared over the tokens it generated (stopping is no divergence).
-        Stop cancels the comparison: ``baselineReady(None, "")``."""
-        from inspector.engine.baseline import run_baseline
-        from inspector.engine.errors import RequestCancelled
-
-        self._baseline_cancel.clear()
-        self.stateChanged.emit(RUNNING, "comparing with plain decoding…")
-        try:
-            result = run_baseline(self.scheduler, gen, cancel=self._baseline_cancel,
-                                  max_new_tokens=None if gen.finished else max(1, gen.generated_count))
-        except RequestCancelled:
-            self.baselineReady.emit(None, "")
-            return
-        except Exception as exc:  # a failed comparison never loses the run
-            log.exception("baseline failed")
-            self.baselineReady.emit(None, str(exc) or type(exc).__name__)
-            return
-        d = result.divergence
-        if d is not None:
-            self._send_texts(t for t in (d.plain_token, d.speculative_token, d.top_token, d.second_token) if t >= 0)
-        self.baselineReady.emit(result, "")
-
-    def make_source(self, config: RunConfig):
-        """The run's proposal source (worker thread: a draft model is loaded here), or None for ``none``.
-
-        Raises what the factory raises: ``IncompatibleDraft`` (names the failed check),
-        ``ModelFileError`` (names the file), ``ReceiptsFileError``, ``ValueError``, ..."""
-        from inspector.bench.cost_cache import stored_row_costs
-        from inspector.sources.registry import SourceContext, available_sources
-
-        if config.source == "none":
-            return None
-        factories = available_sources()
-        if config.source not in factories:
-            raise ValueError(f"unknown proposal source {config.source!r}: expected one of "
-                             f"{', '.join([*factories, 'none'])}")
-        return factories[config.source](SourceContext(self.runtime, config.settings, row_costs=stored_row_costs(self.runtime)), **config.source_options)
-
-    def _open_session(self, settings: GenerationSettings) -> int | None:
-        sampling = settings.sampling
-        for _ in range(60):  # a stopping background session may still hold its sequence
-            try:
-                return self.scheduler.execute("open", -1, lambda r: r.open_session(sampling)).value
-            except EngineError:
-                time.sleep(0.05)
-        return None
-
     def _kv_info(self, gen: Generation) -> dict:
-        try:
-            kv = gen.kv_length()
-        except Exception:
-            kv = None
-        return {"kv_length": kv, "canonical_position": gen.canonical_position, "retired": gen.session_retired}
-
-    def _progress(self, gen: Generation) -> dict:
-        return {"decode_elapsed_us": gen.decode_elapsed_us, "prefill_elapsed_us": gen.prefill_elapsed_us,
-                "generated": gen.generated_count, "canonical_position": gen.canonical_position}
+        return self.run.kv_info() if self.run is not None else {}
 
     def _loop(self, gen: Generation) -> str:
         try:
@@ -419,5 +290,5 @@ class EngineWorker(SteppingControl, QObject):
             self.errorOccurred.emit(str(exc), {})
             return "error"
         # Pauses, steps, break-on and resumes after errors: ``StepControl.run``.
-        return self.step.run(gen, progress=lambda: self.progress.emit(self._progress(gen)),
+        return self.step.run(gen, progress=self.run.progress,
                              error=lambda message: self.errorOccurred.emit(message, self._kv_info(gen)))

@@ -3,7 +3,9 @@
 Lines, in the order things happened: ``header`` (prompt, model, source,
 settings), ``prefill`` (the prompt's token count, KV length and prefill time), then ``receipt`` (a receipts-document window), ``discard`` (a
 discard, with the texts of its tokens) and ``step`` (a plain step's committed
-token), and ``end`` after a clean finish. Each line is written whole and
+token), and ``end`` after a clean finish. Every line after the header also
+carries ``events``: the engine events emitted since the line before (so a
+reader shows the run's own event list, times included). Each line is written whole and
 flushed, so a process killed mid-run loses at most the record being written:
 ``read_autosave`` keeps every complete line and counts a torn last line.
 Used by ``spec-inspector run --autosave`` and the window (its autosave folder).
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.engine.generation import GenerationObserver
-from inspector.engine.receipt import COMMIT, PREFILL, Discard, WindowReceipt, discard_from_json, receipt_from_json
+from inspector.engine.receipt import COMMIT, PREFILL, Discard, EngineEvent, WindowReceipt, discard_from_json, receipt_from_json
 from inspector.engine.stats import summarize_receipts
 from inspector.receipts.document import MAX_FILE_BYTES, ReceiptsFileError
 
@@ -95,28 +97,41 @@ class AutosaveRecorder(GenerationObserver):
         self.generation = None
         """The ``Generation`` observed (set after it is made): its prefill figures go in the
         ``prefill`` record. Without it the record has the KV length only."""
+        self._events: list[dict] = []  # events since the last line: the next line carries them
+
+    def _write(self, record: dict) -> None:
+        record["events"], self._events = self._events, []
+        self.writer.write(record)
 
     def on_event(self, event) -> None:
+        self._events.append(event.to_json())
         if event.kind == PREFILL:
             g = self.generation
             rec = {"kind": "prefill", "kv_length": event.position}
             if g is not None:
                 rec.update(prompt_tokens=g.prompt_token_count, elapsed_us=g.prefill_elapsed_us)
-            self.writer.write(rec)
+            self._write(rec)
         elif event.kind == COMMIT and event.window is None:
-            self.writer.write({"kind": "step", "token": event.token, "text": self.runtime.token_text(event.token),
-                               "position": event.position})
+            self._write({"kind": "step", "token": event.token, "text": self.runtime.token_text(event.token),
+                         "position": event.position})
         self.inner.on_event(event)
+
+    def close(self, end: dict | None = None) -> None:
+        """Close the writer; ``end`` (a clean finish) gets the events not written yet."""
+        if end is not None:
+            end = {**end, "events": self._events}
+            self._events = []
+        self.writer.close(end)
 
     def on_proposal(self, window, proposal) -> None:
         self.inner.on_proposal(window, proposal)
 
     def on_receipt(self, receipt) -> None:
-        self.writer.write(receipt_record(receipt, self.runtime.token_text))
+        self._write(receipt_record(receipt, self.runtime.token_text))
         self.inner.on_receipt(receipt)
 
     def on_discard(self, discard) -> None:
-        self.writer.write(discard_record(discard, self.runtime.token_text, self.runtime.n_vocab))
+        self._write(discard_record(discard, self.runtime.token_text, self.runtime.n_vocab))
         self.inner.on_discard(discard)
 
     def on_token(self, token, text):
@@ -139,7 +154,9 @@ class AutosaveRun:
     rebuilt from the records' token texts. ``records``: every valid record in
     file order as ``(kind, value, texts)``: ``("receipt", WindowReceipt, {id: text})``,
     ``("discard", Discard, {id: text})``, ``("step", (token, position), {id: text})``,
-    ``("prefill", dict, {})``, ``("end", dict, {})``. ``texts``: every token text seen, id -> text.
+    ``("prefill", dict, {})``, ``("end", dict, {})``, each with a fourth item: the
+    ``EngineEvent`` list the line carried (the events since the line before), or None in
+    files written before lines carried events. ``texts``: every token text seen, id -> text.
     """
 
     path: Path
@@ -196,6 +213,17 @@ def _discard(rec: dict):
     return d, texts, committed
 
 
+def _events(rec: dict) -> list[EngineEvent] | None:
+    """The events a line carries (raises on a damaged one), or None when it has no ``events``."""
+    raw = rec.get("events")
+    if raw is None:
+        return None
+    events = [EngineEvent(**e) for e in raw]
+    _check_ints([v for e in events for v in (e.seq, e.t_us, e.window, e.token, e.row, e.position)
+                 if v is not None], "events")
+    return events
+
+
 def read_autosave(path: str | os.PathLike) -> AutosaveRun:
     """Read an autosave file, keeping every complete record.
 
@@ -219,6 +247,7 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
         try:
             rec = json.loads(line.decode("utf-8"))
             kind = rec["kind"]
+            events = _events(rec) if kind != "header" else None
             if kind == "header":
                 run.header = rec
                 seen_header = True
@@ -236,12 +265,12 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
                 run.steps.append(rec)
             elif kind == "end":
                 run.end = rec
-                run.records.append(("end", rec, {}))
+                run.records.append(("end", rec, {}, events))
                 continue
             elif kind == "prefill":
-                _check_ints([v for k, v in rec.items() if k != "kind"], "prefill")
+                _check_ints([v for k, v in rec.items() if k not in ("kind", "events")], "prefill")
                 run.prefill = rec
-                run.records.append(("prefill", rec, {}))
+                run.records.append(("prefill", rec, {}, events))
                 continue
             else:
                 run.bad_lines += 1
@@ -249,7 +278,7 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # torn or damaged: skip it
             run.bad_lines += 1
             continue
-        run.records.append((kind, value, texts))
+        run.records.append((kind, value, texts, events))
         run.texts.update(texts)
         run.committed.extend(committed)
         pieces.extend(run.texts.get(t, "") for t in committed)

@@ -1,4 +1,4 @@
-"""Build, validate, write and load receipts documents.
+"""Validate, write and load receipts documents (``inspector.session.document`` builds them).
 
 The document layout is ``assets/receipts.schema.json`` (JSON Schema 2020-12,
 validated with ``jsonschema-rs``). Token texts are stored next to token ids so a
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
@@ -73,78 +72,6 @@ def model_sha256(path: str) -> str:
     """SHA-256 of the model file, cached by (path, size, mtime)."""
     st = os.stat(path)
     return _hash(path, st.st_size, st.st_mtime)
-
-
-def build_document(generation, runtime, *, prompt_text: str, templated_text: str | None,
-                   raw: bool, source_settings: dict | None = None, faults: list[str] | None = None,
-                   include_lock_operations: bool = True, baseline=None, background_sessions: int = 0) -> dict:
-    """The receipts document of one ``Generation`` run on ``runtime``.
-
-    ``baseline``: an ``inspector.engine.baseline.BaselineResult`` to include
-    as the document's ``baseline`` object (plain run and first divergence).
-    ``background_sessions``: how many other sessions generated through the same
-    runtime lock during the run (the window's contention setting); recorded in
-    ``settings.background_sessions``. ``lock_operations`` keep every session's
-    operations that started between the request's start and its last event (µs on the
-    scheduler's clock), so waits caused by background sessions keep their cause and
-    nothing from other runs gets in (``sessions`` names the main and background ids).
-
-    ``prompt_text``: what the user typed; ``templated_text``: after the chat
-    template (None with ``raw``). Token texts come from ``runtime.token_text``.
-    """
-    g = generation
-    text_of = runtime.token_text
-    windows = []
-    for r in g.receipts:
-        d = r.to_json()
-        d["proposal_token_texts"] = [text_of(t) for t in r.proposal_token_ids]
-        d["verification_row_prediction_texts"] = [text_of(t) for t in r.verification_row_predictions]
-        windows.append(d)
-    model = runtime.describe()
-    model["sha256"] = model_sha256(runtime.model_path)
-    summary = g.summary().to_json()
-    summary["definitions"] = dict(DEFINITIONS)
-    sessions = {g.session_id}
-    doc = {
-        "schema": SCHEMA_ID,
-        "schema_version": SCHEMA_VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"name": "spec-inspector", "version": inspector.__version__},
-        "model": model,
-        "settings": {
-            **g.settings.to_json(),
-            "source": {"name": g.source.name if g.source else "none", "settings": source_settings or {}},
-            "raw": raw,
-            "faults": list(faults or []),
-        },
-        "prompt": {"text": prompt_text, "templated_text": templated_text, "token_ids": list(g.tokens[: g.prompt_token_count])},
-        "output": {
-            "token_ids": list(g.generated),
-            "token_texts": [text_of(t) for t in g.generated],
-            "text": g.text.text,
-            "finish_reason": g.finish_reason,
-            "errors": list(g.errors),
-        },
-        "windows": windows,
-        "discards": [d.to_json() for d in g.discards],
-        "events": [e.to_json() for e in g.events],
-        "summary": summary,
-        "timing": {"request_started_us": g.started_us,
-                   "clock": "event t_us count from request_started_us; lock operation started_us from the scheduler's start"},
-    }
-    if baseline is not None:
-        doc["baseline"] = baseline.to_json(text_of)
-    doc["settings"]["background_sessions"] = int(background_sessions)
-    # The run's own span: a window reuses session ids run after run, and the scheduler keeps
-    # every operation since it was made (earlier runs, cost-model measurements, comparisons).
-    end_us = g.started_us + max((e.t_us for e in g.events), default=0) + 1
-    ops = [op for op in g.scheduler.operations if g.started_us <= op.started_us <= end_us]
-    doc["sessions"] = {"main": g.session_id,
-                       "background": sorted({op.session_id for op in ops if op.session_id not in sessions
-                                             and op.session_id >= 0})}
-    if include_lock_operations:
-        doc["lock_operations"] = [op.to_json() for op in ops]
-    return doc
 
 
 def write_document(doc: dict, path: str | os.PathLike) -> Path:

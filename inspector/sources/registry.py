@@ -1,9 +1,31 @@
-"""Which proposal sources exist: the built-in ones and third-party ones.
+"""Which proposal sources exist, what options they take, and how one is made.
 
-Third-party sources register a factory in the Python entry-point group
-``spec_inspector.sources``; the factory is called as
-``factory(context: SourceContext, **options)`` and returns a ``ProposalSource``.
-``options`` are strings from the CLI (``--source-option key=value``).
+Built-in sources (``BUILTIN``) and third-party ones: a package registers a factory
+in the Python entry-point group ``spec_inspector.sources``. A factory is called as
+``factory(context: SourceContext, **options)`` and returns a ``ProposalSource``
+(``inspector.engine.proposal``).
+
+Options are declared once per source (``inspector.sources.descriptors``): the CLI
+flags, ``--source-option`` and compare ``--config`` checks, and the window's
+source pages are generated from the declarations. A third-party factory declares
+its options with one of these attributes (read when the entry point is loaded):
+
+- ``descriptor``: a ``SourceDescriptor`` (its ``options``, ``help``,
+  ``capabilities``, an optional cross-option ``check``);
+- ``options``: a sequence of ``Option`` (or of dicts of ``Option`` fields, for
+  packages that do not import ``inspector``), with optional ``capabilities``
+  (names from ``descriptors.CAPABILITIES``) and ``help`` (else the docstring's first
+  line).
+
+A declared factory receives checked, converted values (``int``, ``float``, ``str``)
+with the defaults of options not given filled in; an unknown option is refused by
+name before the factory runs; the window shows a control per option (no GUI code).
+A factory without declarations still works: it receives the options as given
+(strings from ``--source-option key=value``; nothing from the window) and checks
+them itself. Third-party options have no dedicated CLI flags: ``--source-option``.
+
+"Unknown proposal source" is decided only in ``resolve_source`` (``UnknownSource``);
+``make_source`` makes a source from its name, context and options.
 """
 
 from __future__ import annotations
@@ -11,11 +33,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from inspector.engine.proposal import ProposalSource
+from inspector.sources.descriptors import Option, SourceDescriptor, descriptor_from
 
 ENTRY_POINT_GROUP = "spec_inspector.sources"
+PLAIN = "none"
+"""The source name of plain one-token decoding (no source is made)."""
 log = logging.getLogger(__name__)
 
 
@@ -25,7 +50,7 @@ class SourceContext:
     n_vocab, n_ctx) and the request's settings.
 
     ``row_costs``: the verify cost c(k) measured for this runtime (ms per batch of
-    k = 1.. rows), or None; the caller looks it up (``inspector.bench.cost_cache.
+    k = 1.. rows), or None; the caller looks it up (``inspector.llama.cost_cache.
     stored_row_costs``), so sources never reach up into ``bench``."""
 
     runtime: Any
@@ -35,42 +60,6 @@ class SourceContext:
 
 
 SourceFactory = Callable[..., ProposalSource]
-
-
-def _refuse_unknown(source: str, unknown: dict, known: tuple[str, ...]) -> None:
-    """Raise ``ValueError`` naming options a built-in factory does not take (a typo
-    must not pass silently)."""
-    if unknown:
-        raise ValueError(f"unknown option{'s' if len(unknown) > 1 else ''} for source {source}: "
-                         f"{', '.join(sorted(unknown))} (expected {', '.join(known)})")
-
-
-def _whole(minimum: int):
-    def convert(source: str, key: str, value) -> int:
-        try:
-            number = int(value) if not isinstance(value, (bool, float)) else None
-        except (TypeError, ValueError):
-            number = None
-        if number is None or number < minimum:
-            raise ValueError(f"source {source} option {key} must be a whole number >= {minimum}, observed {value!r}")
-        return number
-    return convert
-
-
-def _fraction(source: str, key: str, value) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or not 0.0 <= number <= 1.0:
-        raise ValueError(f"source {source} option {key} must be a number 0 <= {key} <= 1, observed {value!r}")
-    return number
-
-
-def _length(source: str, key: str, value) -> str:
-    if str(value) not in ("fixed", "adaptive"):
-        raise ValueError(f"source {source} option {key} must be fixed or adaptive, observed {value!r}")
-    return str(value)
 
 
 def _row_cost_ratio(source: str, key: str, value) -> float | None:
@@ -87,8 +76,12 @@ def _row_cost_ratio(source: str, key: str, value) -> float | None:
 
 
 def _row_costs(source: str, key: str, value):
-    if value is None or value in ("", "linear"):
+    """None (not given: the context's stored table), ``"linear"`` (``""`` too: no table) or
+    the milliseconds per batch of 1, 2, ... rows."""
+    if value is None:
         return None
+    if isinstance(value, str) and value in ("", "linear"):
+        return "linear"
     items = value.split(",") if isinstance(value, str) else value
     try:
         costs = [float(v) for v in items]
@@ -100,90 +93,105 @@ def _row_costs(source: str, key: str, value):
     return costs
 
 
-def _text(source: str, key: str, value) -> str:
-    return str(value)
+def _ngram_sizes(given: dict, merged: dict) -> None:
+    """The n-gram source's cross rule: ``n_min`` <= ``n_max`` (names a default used)."""
+    n_min, n_max = merged["n_min"], merged["n_max"]
+    if n_min > n_max:
+        shown = [f"{k}={v}" + ("" if k in given else " (the default)") for k, v in (("n_min", n_min), ("n_max", n_max))]
+        raise ValueError(f"source ngram options must satisfy 1 <= n_min <= n_max, observed {', '.join(shown)}")
 
 
-OPTION_RULES: dict[str, dict[str, Callable]] = {
-    "ngram": {"n_max": _whole(1), "n_min": _whole(1), "length": _length, "row_cost_ratio": _row_cost_ratio,
-              "row_costs": _row_costs},
-    "draft": {"draft_model": _text, "draft_max": _whole(1), "draft_min": _whole(0), "p_min": _fraction},
-    "scripted": {"script": _text},
-    "replay": {"replay": _text},
+NGRAM_LENGTHS = {
+    "fixed": "propose everything that followed the match, up to draft max (llama.cpp's prompt lookup)",
+    "adaptive": "propose the length that buys the most tokens per unit of verification cost "
+                "(the stored cost model, acceptance learned per match length from the receipts); nothing when "
+                "a plain step is cheaper, so on a CPU where verifying is expensive it may propose nothing at all",
 }
-"""Built-in source -> option -> converter ``(source, key, value) -> value`` (raises ``ValueError``)."""
+"""The n-gram source's ``length`` option: name -> what it does (the first is the default)."""
 
-_NGRAM_DEFAULTS = {"n_max": 4, "n_min": 2}
+NGRAM = SourceDescriptor("ngram", (
+    Option("n_max", "int", 4, "longest n-gram to match (tokens)", minimum=1, control_max=16, flag="--ngram-max"),
+    Option("n_min", "int", 2, "shortest n-gram to match (tokens)", minimum=1, control_max=16, flag="--ngram-min"),
+    Option("length", "choice", "fixed", "proposal length", choices=NGRAM_LENGTHS, flag="--ngram-length"),
+    Option("row_cost_ratio", default=None, convert=_row_cost_ratio, control=False,
+           help="adaptive length: auto, or the cost of one more row as a fraction of a one-row decode"),
+    Option("row_costs", default=None, convert=_row_costs, control=False,
+           help="adaptive length: linear, or ms per batch of 1, 2, ... rows (\"a,b,c\"); default: the stored "
+                "cost model"),
+), help="prompt lookup: the tokens that followed the last earlier match of the last n tokens",
+    capabilities=frozenset({"settings"}), check=_ngram_sizes)
+
+DRAFT = SourceDescriptor("draft", (
+    Option("draft_model", "path", "", "the draft model file (GGUF); it must share the target's vocabulary",
+           label="draft model", flag="--draft-model", metavar="PATH", required=True,
+           missing="Choose a draft GGUF (Open…) or press “Make draft from target”.",
+           placeholder="draft GGUF: Open… or Make draft", file_filter="GGUF models (*.gguf);;All files (*)"),
+    Option("draft_max", "int", 8, "most tokens drafted per window (the generation's draft max)", minimum=1,
+           from_setting="draft_max"),
+    Option("draft_min", "int", 0, "drop drafts shorter than this (tokens; 0 = keep all)", minimum=0,
+           control_max=64, label="draft min", flag="--draft-min"),
+    Option("p_min", "float", 0.0, "stop drafting when the draft's top probability is below this (0 = never)",
+           minimum=0.0, maximum=1.0, step=0.05, label="p-min", flag="--p-min"),
+), help="a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
+    capabilities=frozenset({"settings", "close", "loads_model"}))
+
+SCRIPTED = SourceDescriptor("scripted", (
+    Option("script", "text", "", "text whose tokens are proposed as the continuation", flag="--script",
+           metavar="TEXT", file_flag="--script-file", required=True, missing="The scripted source needs a script text.",
+           multiline=True, placeholder="script text: its tokens are proposed as the continuation"),
+), help="propose the tokens of a typed text as the continuation", capabilities=frozenset({"settings"}))
+
+REPLAY = SourceDescriptor("replay", (
+    Option("replay", "path", "", "an exported receipts document: its proposals are made again at the same "
+                                 "decode steps", label="receipts file", flag="--replay", metavar="FILE", key="replay_file",
+           required=True, missing="The replay source needs a receipts file (Open…).",
+           placeholder="receipts file (.json) to replay", file_filter="Receipts (*.json);;All files (*)"),
+), help="propose exactly what a receipts file recorded, at the same decode steps", capabilities=frozenset({"settings"}))
+
+PLAIN_SOURCE = SourceDescriptor(PLAIN, (), help="no proposals: plain one-token decoding")
+
+BUILTIN_DESCRIPTORS: dict[str, SourceDescriptor] = {d.name: d for d in (NGRAM, SCRIPTED, DRAFT, REPLAY)}
+"""Built-in source name -> its declaration (the only place their options are declared)."""
 
 
-def check_source_options(source: str, options: dict) -> dict:
-    """Check and convert the options of a built-in source before anything loads.
-
-    ``options``: key -> value, strings from the CLI (``--source-option``,
-    ``compare --config``) or typed values. Returns the converted options (only
-    the keys given). Raises ``ValueError`` naming the source, the option, the
-    observed value and the valid range (e.g. ``source ngram option n_min must
-    be a whole number >= 1, observed '0'``), or the unknown options. Ranges:
-    ngram ``n_max``, ``n_min`` >= 1 with ``n_min`` <= ``n_max`` (defaults 4
-    and 2), ``length`` fixed or adaptive, ``row_cost_ratio`` >= 0,
-    ``row_costs`` > 0 each; draft ``draft_max`` >= 1 (``DraftModelSource``),
-    ``draft_min`` >= 0, ``p_min`` 0..1. A third-party source's options are
-    returned unchanged (its factory checks them).
-    """
-    rules = OPTION_RULES.get(source)
-    if rules is None:
-        return dict(options)
-    _refuse_unknown(source, {k: v for k, v in options.items() if k not in rules}, tuple(rules))
-    out = {k: rules[k](source, k, v) for k, v in options.items()}
-    if source == "ngram":
-        n_max = out.get("n_max", _NGRAM_DEFAULTS["n_max"])
-        n_min = out.get("n_min", _NGRAM_DEFAULTS["n_min"])
-        if n_min > n_max:
-            shown = [f"{k}={v}" + ("" if k in out else " (the default)") for k, v in (("n_min", n_min), ("n_max", n_max))]
-            raise ValueError(f"source ngram options must satisfy 1 <= n_min <= n_max, observed {', '.join(shown)}")
-    return out
-
-
-def _ngram(ctx: SourceContext, n_max: str | int = 4, n_min: str | int = 2, length: str = "fixed",
-           row_cost_ratio: str | float | None = None, row_costs=None, **unknown) -> ProposalSource:
+def _ngram(ctx: SourceContext, **options) -> ProposalSource:
     """``row_costs``: ms per batch of k = 1.. rows (a list, or "a,b,c"); by default the
     context's ``row_costs`` (the cost model stored for this model and thread count), if
     any; ``"linear"``: none (the linear model, fitted from the receipts).
-    Options are checked by ``check_source_options`` (``ValueError``)."""
+    Options are checked with ``NGRAM`` (``ValueError``)."""
     from inspector.sources.ngram import NgramSource
 
-    o = check_source_options("ngram", {"n_max": n_max, "n_min": n_min, "length": length,
-                                       "row_cost_ratio": row_cost_ratio, "row_costs": row_costs, **unknown})
+    o = NGRAM.with_defaults(options)
     ratio, costs = o["row_cost_ratio"], o["row_costs"]
-    if row_costs is None and o["length"] == "adaptive" and ratio is None:
+    if costs is None and o["length"] == "adaptive" and ratio is None:
         costs = list(ctx.row_costs) if ctx.row_costs else None
+    elif costs == "linear":
+        costs = None
     return NgramSource(o["n_max"], o["n_min"], length=o["length"], row_cost_ratio=ratio, row_costs=costs)
 
 
-def _scripted(ctx: SourceContext, script: str = "", **unknown) -> ProposalSource:
+def _scripted(ctx: SourceContext, **options) -> ProposalSource:
     from inspector.sources.scripted import ScriptedSource
 
-    o = check_source_options("scripted", {"script": script, **unknown})
+    o = SCRIPTED.with_defaults(options)
     rt = ctx.runtime
     return ScriptedSource.from_text(lambda t: rt.tokenize(t, False, True), o["script"])
 
 
-def _replay(ctx: SourceContext, replay: str = "", **unknown) -> ProposalSource:
+def _replay(ctx: SourceContext, **options) -> ProposalSource:
     from inspector.receipts import load_document
     from inspector.sources.replay import ReplaySource
 
-    o = check_source_options("replay", {"replay": replay, **unknown})
+    o = REPLAY.with_defaults(options)
     return ReplaySource(load_document(o["replay"]))
 
 
-def _draft(ctx: SourceContext, draft_model: str = "", draft_max: str | int = 8, draft_min: str | int = 0,
-           p_min: str | float = 0.0, **unknown) -> ProposalSource:
-    """Options are checked by ``check_source_options`` before the draft model loads."""
+def _draft(ctx: SourceContext, **options) -> ProposalSource:
+    """Options are checked with ``DRAFT`` before the draft model loads."""
     from inspector.llama.runtime import LlamaRuntime
     from inspector.sources.draft import DraftModelSource
 
-    o = check_source_options("draft", {"draft_model": draft_model, "draft_max": draft_max,
-                                       "draft_min": draft_min, "p_min": p_min, **unknown})
+    o = DRAFT.with_defaults(options)
     target = ctx.runtime
     draft = LlamaRuntime(o["draft_model"], n_ctx=target.n_ctx, n_batch=target.n_batch, n_seq_max=1,
                          n_threads=target.n_threads)
@@ -196,7 +204,35 @@ def _draft(ctx: SourceContext, draft_model: str = "", draft_max: str | int = 8, 
         raise
 
 
+for _factory, _descriptor in ((_ngram, NGRAM), (_scripted, SCRIPTED), (_draft, DRAFT), (_replay, REPLAY)):
+    _factory.descriptor = _descriptor
+
 BUILTIN: dict[str, SourceFactory] = {"ngram": _ngram, "scripted": _scripted, "draft": _draft, "replay": _replay}
+
+
+class UnknownSource(ValueError):
+    """A source name that is neither installed nor ``none``. ``name``: the name asked
+    for; ``known``: the names that exist (built-in, entry points, then ``none``)."""
+
+    def __init__(self, name: str, known) -> None:
+        self.name = name
+        self.known = tuple(known)
+        super().__init__(f"unknown proposal source {name!r}: expected one of {', '.join(self.known)}")
+
+
+class EntryPointFactory:
+    """The factory of an entry point, imported on first use (``load``)."""
+
+    def __init__(self, ep) -> None:
+        self.ep = ep
+        self.__doc__ = f"entry point {ep.value}"
+
+    def load(self):
+        """The object the entry point names (the plugin's factory); raises what importing it raises."""
+        return self.ep.load()
+
+    def __call__(self, ctx: SourceContext, **options) -> ProposalSource:
+        return self.load()(ctx, **options)
 
 
 def available_sources() -> dict[str, SourceFactory]:
@@ -207,21 +243,99 @@ def available_sources() -> dict[str, SourceFactory]:
         if ep.name in found:
             log.warning("ignoring proposal source %r from %s: the name is taken", ep.name, ep.value)
             continue
-        found[ep.name] = _lazy(ep)
+        found[ep.name] = EntryPointFactory(ep)
     return found
 
 
-def _lazy(ep) -> SourceFactory:
-    def factory(ctx: SourceContext, **options):
-        return ep.load()(ctx, **options)
+def source_names() -> list[str]:
+    """Every name ``--source`` takes: the available sources in order, then ``none``."""
+    return [*available_sources(), PLAIN]
 
-    factory.__doc__ = f"entry point {ep.value}"
-    return factory
+
+def resolve_source(name: str) -> SourceFactory | None:
+    """The factory of source ``name`` (None for ``none``), without loading anything.
+
+    The one place that decides "unknown proposal source": raises ``UnknownSource``
+    (``unknown proposal source 'x': expected one of ngram, scripted, draft, replay, ..., none``)."""
+    if name == PLAIN:
+        return None
+    factories = available_sources()
+    if name not in factories:
+        raise UnknownSource(name, [*factories, PLAIN])
+    return factories[name]
+
+
+def check_source_name(name: str) -> str:
+    """``name`` if it is a source or ``none``; raises ``UnknownSource`` (see ``resolve_source``)."""
+    resolve_source(name)
+    return name
+
+
+def describe_source(name: str) -> SourceDescriptor:
+    """The declaration of source ``name``: a built-in's, ``none``'s (no options), or what a
+    third-party factory declares (``descriptor``/``options``, see the module docstring;
+    loading its entry point). A factory without declarations gives a descriptor with
+    ``options`` None. Raises ``UnknownSource``, ``ValueError`` for a malformed
+    declaration, or what importing the plugin raises."""
+    factory = resolve_source(name)
+    if factory is None:
+        return PLAIN_SOURCE
+    if name in BUILTIN_DESCRIPTORS:  # a name of a built-in is always the built-in (or a test's stand-in)
+        return BUILTIN_DESCRIPTORS[name]
+    return descriptor_from(name, factory.load() if isinstance(factory, EntryPointFactory) else factory)
+
+
+def check_source_options(source: str, options: Mapping) -> dict:
+    """Check and convert the options of a source before anything loads, by its declaration.
+
+    ``options``: key -> value, strings from the CLI (``--source-option``,
+    ``compare --config``) or typed values. Returns the converted options (only
+    the keys given). Raises ``ValueError`` naming the source, the option, the
+    observed value and the valid range (e.g. ``source ngram option n_min must
+    be a whole number >= 1, observed '0'``), or the unknown options
+    (``unknown option for source ngram: bogus (expected n_max, ...)``;
+    ``none`` takes none), and ``UnknownSource`` for an unknown source. Ranges:
+    ngram ``n_max``, ``n_min`` >= 1 with ``n_min`` <= ``n_max`` (defaults 4
+    and 2), ``length`` fixed or adaptive, ``row_cost_ratio`` >= 0,
+    ``row_costs`` > 0 each; draft ``draft_max`` >= 1 (``DraftModelSource``),
+    ``draft_min`` >= 0, ``p_min`` 0..1. A third-party source without
+    declarations gets its options back unchanged (its factory checks them).
+    """
+    return describe_source(source).check_options(options)
+
+
+def make_source(name: str, context: SourceContext, options: Mapping) -> ProposalSource | None:
+    """Make source ``name`` for ``context`` with ``options`` (key -> value); None for ``none``.
+
+    A declared source's options are checked and converted (``check_source_options``),
+    an option taken from a generation setting (``Option.from_setting``, e.g. the draft's
+    ``draft_max``) and not given comes from ``context.settings``, and the defaults of the
+    others are filled in; an undeclared third-party factory gets ``options`` unchanged.
+    Raises ``UnknownSource``, ``ValueError`` for bad options (``none`` takes none), and
+    what the factory raises (``IncompatibleDraft``, ``ModelFileError``,
+    ``ReceiptsFileError``, ... for a third-party factory anything)."""
+    factory = resolve_source(name)
+    descriptor = describe_source(name)
+    given = dict(options)
+    for o in descriptor.options or ():
+        if o.from_setting and o.name not in given and hasattr(context.settings, o.from_setting):
+            given[o.name] = getattr(context.settings, o.from_setting)
+    checked = descriptor.with_defaults(given)
+    if factory is None:
+        return None
+    return factory(context, **checked)
+
+
+def source_settings(source) -> dict:
+    """What a made source records in the receipts: its ``settings()`` (capability
+    ``settings``), ``{}`` for None or a source without it."""
+    settings = getattr(source, "settings", None)
+    return dict(settings()) if callable(settings) else {}
 
 
 def close_source(source) -> None:
-    """Release what a factory-made source holds: its ``close()``, then the draft
-    runtime a ``draft`` factory loaded for it (the factory's source owns it)."""
+    """Release what a factory-made source holds (capability ``close``): its ``close()``,
+    then the draft runtime a ``draft`` factory loaded for it (the factory's source owns it)."""
     if source is None:
         return
     close = getattr(source, "close", None)
@@ -230,3 +344,4 @@ def close_source(source) -> None:
     draft = getattr(source, "draft", None)
     if draft is not None and hasattr(draft, "close"):
         draft.close()
+

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from inspector.bench.cost_model import CostModel
+from inspector.llama.cost_model import CostModel
 
 
 def cache_file() -> Path:

@@ -1,0 +1,139 @@
+"""``spec-inspector run``'s proposal-source flags, generated from the source declarations.
+
+Each built-in source's options with a ``flag`` (``inspector.sources.registry.
+BUILTIN_DESCRIPTORS``) become flags in an argument group of their own:
+``--ngram-max``, ``--ngram-min``, ``--ngram-length``, ``--script``/``--script-file``,
+``--draft-model``, ``--draft-min``, ``--p-min``, ``--replay``. ``--draft-max`` is a
+generation setting (the draft's ``draft_max`` option is taken from it). Third-party
+sources take their options through ``--source-option KEY=VALUE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from inspector.sources.descriptors import Option, SourceDescriptor
+
+
+class SourceFlagError(ValueError):
+    """A source flag the run cannot use: a required one missing, an unreadable file, a
+    malformed ``--source-option``, or values that break the source's rules. One line."""
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _shown(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _flag_type(source: str, option: Option):
+    """An argparse type that converts with the option's own check (its range in the message)."""
+    if option.kind == "path":
+        return Path
+    if option.kind in ("text", "choice"):
+        return str
+
+    def parse(text: str):
+        try:
+            return option.check(source, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = option.name  # argparse names the type in some messages
+    return parse
+
+
+def _help(option: Option) -> str:
+    text = option.help
+    if option.choice_help and any(option.choice_help):
+        text += ": " + "; ".join(f"{c}: {h}" for c, h in zip(option.choices, option.choice_help))
+    if not option.required:
+        text += f" [{_shown(option.default)}]"
+    return text.replace("%", "%%")
+
+
+def _builtin_descriptors() -> dict[str, SourceDescriptor]:
+    from inspector.sources.registry import BUILTIN_DESCRIPTORS
+
+    return BUILTIN_DESCRIPTORS
+
+
+def add_source_flags(parser: argparse.ArgumentParser) -> None:
+    """Add every built-in source's flagged options to ``parser`` (the ``run`` subparser),
+    one argument group per source. Defaults are the declared ones (None for a required
+    option, so a missing one can be named); the flag's destination is its name with ``_``
+    (``--ngram-max`` -> ``args.ngram_max``)."""
+    for d in _builtin_descriptors().values():
+        flagged = [o for o in d.options or () if o.flag]
+        if not flagged:
+            continue
+        others = [o for o in d.options if not o.flag and not o.from_setting]
+        description = "; ".join(f"--source-option {o.name}=...: {o.help}" for o in others) or None
+        group = parser.add_argument_group(f"{d.name} source (--source {d.name})",
+                                          description and description.replace("%", "%%"))
+        for o in flagged:
+            kwargs = {"type": _flag_type(d.name, o), "default": None if o.required else o.default,
+                      "help": _help(o)}
+            if o.choices:
+                kwargs["choices"] = list(o.choices)
+            if o.metavar or o.kind in ("int", "float"):
+                kwargs["metavar"] = o.metavar or {"int": "N", "float": "X"}[o.kind]
+            group.add_argument(o.flag, **kwargs)
+            if o.file_flag:
+                group.add_argument(o.file_flag, type=Path, metavar="F",
+                                   help=f"read the {o.name} text from this file (UTF-8)")
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text("utf-8")
+    except FileNotFoundError:
+        raise SourceFlagError(f"{what} {path}: no such file") from None
+    except IsADirectoryError:
+        raise SourceFlagError(f"{what} {path}: is a directory") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceFlagError(f"{what} {path}: cannot read it ({exc})") from None
+
+
+def source_options_from_args(args) -> dict:
+    """Keyword options for ``args.source``'s factory: its flags (a ``file_flag``'s file
+    read), options taken from a generation setting (``--draft-max``), then every
+    ``--source-option KEY=VALUE`` (strings, checked when the source is made).
+
+    The flag values are checked together with the source's rules (e.g. ``n_min`` <=
+    ``n_max``) before anything loads. Raises ``SourceFlagError``: ``--source draft needs
+    --draft-model PATH``, ``--source scripted needs --script TEXT or --script-file F``,
+    ``script file F: no such file``, ``--source-option 'x': expected KEY=VALUE``, ..."""
+    name = args.source
+    opts: dict = {}
+    d = _builtin_descriptors().get(name)
+    for o in (d.options if d is not None else ()):
+        if o.from_setting:
+            if getattr(args, o.from_setting, None) is not None:
+                opts[o.name] = getattr(args, o.from_setting)
+            continue
+        if not o.flag:
+            continue
+        value = getattr(args, _dest(o.flag), None)
+        if value is None and o.file_flag and getattr(args, _dest(o.file_flag), None) is not None:
+            value = _read(getattr(args, _dest(o.file_flag)), f"{o.name} file")
+        if value is None:
+            if o.required:
+                raise SourceFlagError(f"--source {name} needs {o.flag} {o.metavar or 'VALUE'}"
+                                      + (f" or {o.file_flag} F" if o.file_flag else ""))
+            continue
+        opts[o.name] = str(value) if isinstance(value, Path) else value
+    if d is not None:
+        try:
+            d.check_options(opts)
+        except ValueError as exc:
+            raise SourceFlagError(str(exc)) from None
+    for item in args.source_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SourceFlagError(f"--source-option {item!r}: expected KEY=VALUE")
+        opts[key.strip()] = value
+    return opts

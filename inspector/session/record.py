@@ -1,0 +1,472 @@
+"""``SessionRecord``: one request as every view and export reads it (no Qt).
+
+Built three ways that agree on the same run (``tests/test_session_record.py``):
+live, by ``apply`` of the records a run appends (``inspector.session.records``);
+from a receipts document (``from_document``); from an autosave
+(``from_autosave``). Token outcomes are the engine's (each commit event's
+``detail``, ``inspector.engine.classify.token_outcome``); the views never
+classify. Views redraw on a timer and use ``version`` / ``tokens_dirty_from``
+to redraw only what changed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from pathlib import Path
+
+from inspector.engine.classify import ACCEPTED, BONUS, TOKEN_OUTCOMES, row_outcomes, token_outcome
+from inspector.engine.receipt import (
+    COMMIT,
+    FINISH,
+    REPAIR,
+    STEP,
+    VERIFY,
+    Discard,
+    EngineEvent,
+    LockOperation,
+    Summary,
+    WindowReceipt,
+    discard_from_json,
+    receipt_from_json,
+)
+from inspector.engine.stats import slow_verification_threshold_us, summarize_receipts
+from inspector.session.records import BaselineDone, Progress, ProposalStarted, RunEnd, RunHeader, TokenTexts
+
+END = "end"
+"""Display outcome of the token that ended generation (the engine's ``finish`` event)."""
+
+
+@dataclass(slots=True)
+class TokenInfo:
+    """One committed (output) token.
+
+    ``index``: 0-based index among generated tokens. ``window``: 1-based window
+    index, None for a plain step. ``row``: its verification row. ``position``:
+    its position in the stream (= base_position + row + 1, tokens).
+    ``proposed``: the proposal token of that row (None for the bonus token
+    and plain steps). ``outcome``: the engine's (``accepted``, ``correction``,
+    ``bonus``, ``plain``), or ``end`` for the token that ended generation.
+    """
+
+    index: int
+    token: int
+    text: str
+    window: int | None
+    row: int
+    position: int
+    proposed: int | None
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEntry:
+    """A window as the window list shows it: a receipt, or a failed window (its discard,
+    whose ``partial`` holds what it verified and committed)."""
+
+    window_index: int
+    receipt: WindowReceipt | None
+    discard: Discard | None
+
+    @property
+    def failed(self) -> bool:
+        return self.receipt is None
+
+    @property
+    def proposal(self) -> tuple:
+        """The window's proposal token ids."""
+        return self.receipt.proposal_token_ids if self.receipt is not None else self.discard.proposal_token_ids
+
+    @property
+    def predictions(self) -> tuple:
+        """The target's prediction on each verification row (rows a failed window verified)."""
+        if self.receipt is not None:
+            return self.receipt.verification_row_predictions
+        return self.discard.partial.verification_row_predictions
+
+    @property
+    def committed(self) -> tuple:
+        """The tokens the window committed (a failed window: before its error)."""
+        if self.receipt is not None:
+            return self.receipt.committed_tokens
+        return self.discard.partial.committed_tokens
+
+    @property
+    def base_position(self) -> int:
+        return self.receipt.base_position if self.receipt is not None else self.discard.partial.base_position
+
+    @property
+    def decode_step(self) -> int:
+        return self.receipt.decode_step if self.receipt is not None else self.discard.decode_step
+
+    def row_outcomes(self) -> list[str]:
+        """Per verification row, what it became (``inspector.engine.classify.row_outcomes``)."""
+        return row_outcomes(self.proposal, self.predictions, len(self.committed))
+
+    @property
+    def accepted(self) -> int:
+        """Proposal tokens accepted (a failed window: among the rows it committed)."""
+        if self.receipt is not None:
+            return self.receipt.accepted_proposal_tokens
+        return sum(1 for o in self.row_outcomes() if o == ACCEPTED)
+
+
+class SessionRecord:
+    """Everything known about one request (tokens, positions in tokens, times in microseconds).
+
+    ``origin``: ``live`` (a run in this process), ``document`` or ``autosave``.
+    Live records are changed on one thread only (the GUI thread, or the CLI's).
+    """
+
+    def __init__(self) -> None:
+        self.header: RunHeader | None = None
+        """What the run is (live runs); None for a record read from a file."""
+        self.end: RunEnd | None = None
+        """How the live run ended, once it has."""
+        self.receipts: list[WindowReceipt] = []
+        self.discards: list[Discard] = []
+        self._windows: list[WindowEntry] = []  # by window index (windows are numbered in order)
+        self.events: list[EngineEvent] = []
+        self.lock_ops: list[LockOperation] = []
+        self.texts: dict[int, str] = {}
+        self.tokens: list[TokenInfo] = []
+        self.in_flight: ProposalStarted | None = None
+        """The proposal of the window being verified (no receipt yet), else None."""
+        self.main_session_id: int | None = None
+        self.prompt_text = ""
+        self.prompt_token_count = 0
+        self.model_name = ""
+        self.source_name = ""
+        self.finish_reason: str | None = None
+        self.errors: list[str] = []
+        self.plain_steps = 0
+        self.decode_elapsed_us = 0
+        self.prefill_elapsed_us = 0
+        self.kv_length: int | None = None
+        self.canonical_position: int | None = None
+        self.document: dict | None = None
+        """The loaded receipts document, when it was not read from a file (else ``document_path``)."""
+        self.document_path: str | None = None
+        """The file this session was opened from (None for a live session)."""
+        self.baseline: dict | None = None
+        """The comparison with plain decoding in the document's ``baseline`` form (with token
+        texts), or None when none ran."""
+        self.baseline_result = None
+        """The live run's ``BaselineResult``, or None."""
+        self.baseline_error = ""
+        self.settings: dict | None = None
+        """The run's settings in the receipts document's ``settings`` form (limits, sampling,
+        ``source`` name and options, ``raw``; ``faults`` that fired once known)."""
+        self.background_sessions = 0
+        """Other sessions that generated through the same runtime lock during the run."""
+        self.unfinished = False
+        """An autosave without its ``end`` record: the run stopped or was killed."""
+        self.origin = "live"
+        self.skipped_lines = 0
+        """Autosave lines that were not complete records (torn or damaged), skipped."""
+        self.version = 0
+        """Bumped on every change; views compare it with what they drew."""
+        self.tokens_dirty_from = 0
+        """Smallest token index changed since the token view last drew."""
+        self._slow: tuple | None = None  # (receipts counted, slow verification threshold µs)
+
+    # -- live input ------------------------------------------------------------
+    def extend(self, items) -> None:
+        """``apply`` each record of ``items`` in order."""
+        for item in items:
+            self.apply(item)
+
+    def apply(self, item) -> None:
+        """Append one record of a run (an engine record or one of ``inspector.session.records``).
+        Lock operations count only between the run's header and its end."""
+        kind = type(item)
+        if kind is EngineEvent:
+            self._add_event(item)
+        elif kind is TokenTexts:
+            self.texts.update(item.texts)
+            return
+        elif kind is ProposalStarted:
+            self.in_flight = item
+        elif kind is WindowReceipt:
+            self._add_receipt(item)
+        elif kind is Discard:
+            self._add_discard(item)
+        elif kind is LockOperation:
+            if self.header is None or self.end is not None:
+                return
+            self.lock_ops.append(item)
+        elif kind is Progress:
+            self.decode_elapsed_us = item.decode_elapsed_us
+            self.prefill_elapsed_us = item.prefill_elapsed_us
+            self.canonical_position = item.canonical_position
+            if item.kv_length is not None:
+                self.kv_length = item.kv_length
+        elif kind is RunHeader:
+            self._start(item)
+        elif kind is RunEnd:
+            self._finish_run(item)
+        elif kind is BaselineDone:
+            self.baseline_error = item.error
+            if item.result is not None:
+                self.baseline_result = item.result
+                self._set_baseline_json(item.result.to_json(self.text_of))
+        else:
+            raise TypeError(f"not a session record: {kind.__name__}")
+        self.version += 1
+
+    def _start(self, h: RunHeader) -> None:
+        self.header = h
+        self.main_session_id = h.session_id
+        self.prompt_text = h.prompt_text
+        self.prompt_token_count = len(h.prompt_token_ids)
+        self.model_name = Path(str(h.model.get("path", ""))).name
+        self.settings = dict(h.settings)
+        self.source_name = h.settings.get("source", {}).get("name", "")
+        self.background_sessions = h.background_sessions
+
+    def _finish_run(self, e: RunEnd) -> None:
+        self.end = e
+        self.in_flight = None
+        self.decode_elapsed_us = e.decode_elapsed_us
+        self.prefill_elapsed_us = e.prefill_elapsed_us
+        self.kv_length = e.kv_length
+        if e.canonical_position is not None:
+            self.canonical_position = e.canonical_position
+        self.background_sessions = max(self.background_sessions, e.background_sessions)
+        if self.settings is not None:
+            self.settings["faults"] = list(e.faults_fired)
+            self.settings["background_sessions"] = self.background_sessions
+
+    def _add_event(self, ev: EngineEvent) -> None:
+        self.events.append(ev)
+        kind = ev.kind
+        if kind == COMMIT and ev.token is not None:
+            outcome = ev.detail if ev.detail in TOKEN_OUTCOMES else None
+            self._add_token(ev.token, ev.window, ev.row or 0, ev.position or 0, outcome)
+        elif kind == STEP:
+            self.plain_steps += 1
+        elif kind == FINISH:
+            self.finish_reason = ev.detail or None
+            if self.tokens:
+                self.tokens[-1].outcome = END
+                self.tokens_dirty_from = min(self.tokens_dirty_from, len(self.tokens) - 1)
+        elif kind in (VERIFY, REPAIR) and ev.position is not None:  # a retired session's repair has none
+            self.kv_length = ev.position
+
+    def _proposal_of(self, window: int) -> tuple | None:
+        f = self.in_flight
+        if f is not None and f.window == window:
+            return f.token_ids
+        e = self.window(window)
+        return e.proposal if e is not None else None
+
+    def _add_token(self, token: int, window: int | None, row: int, position: int, outcome: str | None) -> None:
+        proposal = None if window is None else self._proposal_of(window)
+        if outcome is None:  # receipts written before commit events named their outcome
+            outcome = token_outcome(row, token, proposal) if window is None or proposal is not None else BONUS
+        proposed = proposal[row] if proposal is not None and row < len(proposal) else None
+        self.tokens.append(TokenInfo(len(self.tokens), token, self.texts.get(token, ""),
+                                     window, row, position, proposed, outcome))
+        self.canonical_position = position
+
+    def _add_window(self, entry: WindowEntry) -> None:
+        w = self._windows
+        if not w or w[-1].window_index < entry.window_index:
+            w.append(entry)
+        else:
+            w.insert(bisect_left([e.window_index for e in w], entry.window_index), entry)
+        if self.in_flight is not None and self.in_flight.window == entry.window_index:
+            self.in_flight = None
+
+    def _add_receipt(self, r: WindowReceipt) -> None:
+        self.receipts.append(r)
+        self._add_window(WindowEntry(r.window_index, r, None))
+        self.canonical_position = r.canonical_position
+
+    def _add_discard(self, d: Discard) -> None:
+        self.discards.append(d)
+        if d.partial is not None:
+            self._add_window(WindowEntry(d.partial.window_index, None, d))
+            self.canonical_position = d.partial.canonical_position
+        if d.error:
+            self.errors.append(d.error)
+
+    def _set_baseline_json(self, d: dict | None) -> None:
+        self.baseline = d
+        i = self.divergence_index
+        if i is not None:
+            self.tokens_dirty_from = min(self.tokens_dirty_from, i)
+
+    # -- derived ---------------------------------------------------------------
+    @property
+    def divergence_index(self) -> int | None:
+        """Generated-token index where the output first differs from plain decoding, or None."""
+        div = (self.baseline or {}).get("divergence")
+        return None if not div else int(div["index"])
+
+    def text_of(self, token: int | None) -> str:
+        if token is None:
+            return ""
+        return self.texts.get(token, f"<{token}>")
+
+    @property
+    def output_text(self) -> str:
+        """The committed text: the engine's UTF-8-safe text once the run ended, else the tokens' texts."""
+        if self.end is not None:
+            return self.end.output_text
+        return "".join(t.text for t in self.tokens)
+
+    def windows(self) -> list[WindowEntry]:
+        """Verified and failed windows, by window index (do not modify the list)."""
+        return self._windows
+
+    def window(self, index: int) -> WindowEntry | None:
+        """The window with 1-based ``index`` (verified or failed), or None."""
+        w = self._windows
+        if w and w[-1].window_index == index:
+            return w[-1]
+        i = bisect_left(w, index, key=lambda e: e.window_index)
+        return w[i] if i < len(w) and w[i].window_index == index else None
+
+    def receipt(self, index: int) -> WindowReceipt | None:
+        """The receipt of window ``index``, or None (failed or unknown)."""
+        e = self.window(index)
+        return e.receipt if e is not None else None
+
+    @property
+    def failed_windows(self) -> dict[int, Discard]:
+        """Window index -> the discard of each window that failed (a new dict)."""
+        return {e.window_index: e.discard for e in self._windows if e.receipt is None}
+
+    @property
+    def generated_token_ids(self) -> list[int]:
+        return [t.token for t in self.tokens]
+
+    def slow_verification_us(self) -> float | None:
+        """Verification time (µs) above which a window of this session is slow
+        (``inspector.engine.stats.slow_verification_threshold_us``); recomputed when the
+        number of receipts changed (up to 256 windows), then when it has grown by a quarter
+        (cheap for 20,000 windows)."""
+        n = len(self.receipts)
+        cached = self._slow
+        if cached is None or (n != cached[0] and (n < 256 or n > cached[0] * 1.25 or n < cached[0])):
+            self._slow = cached = (n, slow_verification_threshold_us(r.verification_elapsed_us for r in self.receipts))
+        return cached[1]
+
+    def summary(self) -> Summary:
+        """Acceptance figures (``inspector.engine.stats.summarize_receipts``)."""
+        return summarize_receipts(
+            self.receipts, plain_steps=self.plain_steps, discards=len(self.discards),
+            generated_tokens=len(self.tokens), decode_elapsed_us=self.decode_elapsed_us,
+            prefill_elapsed_us=self.prefill_elapsed_us, finish_reason=self.finish_reason,
+        )
+
+    # -- loading ----------------------------------------------------------------
+    @classmethod
+    def from_document(cls, doc: dict, path: str | Path | None = None) -> "SessionRecord":
+        """A session from a validated receipts document (``load_document``).
+
+        ``path``: the file it came from; the session then keeps the path, not the
+        document (a long session's parsed JSON would double its memory), and an
+        export reads the file again."""
+        s = cls()
+        s.document = doc if path is None else None
+        s.document_path = None if path is None else str(path)
+        s.origin = "document"
+        out = doc["output"]
+        texts = s.texts
+        for w in doc["windows"]:
+            texts.update(zip(w["proposal_token_ids"], w.get("proposal_token_texts", [])))
+            texts.update(zip(w["verification_row_predictions"], w.get("verification_row_prediction_texts", [])))
+        texts.update(zip(out["token_ids"], out.get("token_texts", [])))
+        s.prompt_text = doc["prompt"]["text"]
+        s.prompt_token_count = len(doc["prompt"]["token_ids"])
+        s.settings = doc["settings"]
+        s.background_sessions = int(doc["settings"].get("background_sessions", 0))
+        s.model_name = doc["model"].get("name") or Path(doc["model"]["path"]).name
+        s.source_name = doc["settings"]["source"]["name"]
+        for w in doc["windows"]:
+            s._add_receipt(receipt_from_json(w))
+        for d in doc["discards"]:
+            s._add_discard(discard_from_json(d))
+        s.errors = list(out.get("errors", []))
+        for e in doc["events"]:
+            s._add_event(EngineEvent(**e))
+        if s.events:
+            s.main_session_id = s.events[0].session_id
+        s.lock_ops = [LockOperation(**op) for op in doc.get("lock_operations", [])]
+        summ = doc["summary"]
+        s.decode_elapsed_us = summ.get("decode_elapsed_us", 0)
+        s.prefill_elapsed_us = summ.get("prefill_elapsed_us", 0)
+        s.finish_reason = out.get("finish_reason")
+        s._set_baseline_json(doc.get("baseline"))
+        s.version += 1
+        return s
+
+    @classmethod
+    def from_autosave(cls, path: str | Path) -> "SessionRecord":
+        """A session from an autosave JSON Lines file (``inspector.receipts.autosave``).
+
+        Every complete record is shown; a line that is not one (torn by a kill, or
+        damaged) is skipped and counted in ``skipped_lines`` (a partial view). The
+        events are the ones the run emitted (each line carries those since the line
+        before); an autosave written before lines carried events shows its windows
+        and tokens and no events. Raises ``ReceiptsFileError`` when the file is too
+        large, unreadable or has no header.
+        """
+        from inspector.receipts.autosave import read_autosave
+
+        run = read_autosave(path)  # raises ReceiptsFileError (too large, unreadable, no header)
+        s = cls()
+        s.origin = "autosave"
+        s.document_path = str(run.path)
+        h = run.header
+        s.prompt_text = str(h.get("prompt", ""))
+        s.model_name = str(h.get("model", ""))
+        s.source_name = str(h.get("source", ""))
+        s.main_session_id = h.get("session_id")
+        s.skipped_lines = run.bad_lines
+        s.unfinished = not run.clean
+        settings = h.get("settings")
+        s.settings = dict(settings) if isinstance(settings, dict) else {}
+        if not isinstance(s.settings.get("source"), dict):  # autosaves before the source's options were kept
+            s.settings["source"] = {"name": s.source_name, "settings": {}}
+        count = h.get("background_sessions")
+        s.background_sessions = count if type(count) is int and count >= 0 else 0
+        prefill = run.prefill or {}
+        prompt_tokens = prefill.get("prompt_tokens", h.get("prompt_tokens"))
+        if type(prompt_tokens) is int and prompt_tokens >= 0:
+            s.prompt_token_count = prompt_tokens
+        elif type(prefill.get("kv_length")) is int:
+            s.prompt_token_count = prefill["kv_length"] + 1  # the last prompt token is not prefilled
+        if type(prefill.get("elapsed_us")) is int:
+            s.prefill_elapsed_us = prefill["elapsed_us"]
+        s.texts.update(run.texts)
+        for kind, value, _texts, events in run.records:
+            if kind == "receipt":
+                s._add_receipt(value)
+            elif kind == "discard":
+                s._add_discard(value)
+            if events is not None:
+                for ev in events:
+                    s._add_event(ev)
+            elif kind == "receipt":  # an autosave from before lines carried events: tokens from the records
+                for row, tok in enumerate(value.committed_tokens):
+                    s._add_token(tok, value.window_index, row, value.base_position + row + 1, None)
+            elif kind == "discard" and value.partial is not None:
+                p = value.partial
+                for row, tok in enumerate(p.committed_tokens):
+                    s._add_token(tok, p.window_index, row, p.base_position + row + 1, None)
+            elif kind == "step":
+                token, position = value
+                s.plain_steps += 1
+                s._add_token(token, None, 0, position, None)
+            elif kind == "end":
+                s.finish_reason = value.get("finish_reason") or None
+                if s.tokens:
+                    s.tokens[-1].outcome = END
+        if run.end is not None:
+            us = run.end.get("decode_elapsed_us")
+            s.decode_elapsed_us = us if type(us) is int and us >= 0 else 0
+        s.version += 1
+        return s

@@ -1,0 +1,259 @@
+"""Source descriptors: what a proposal source declares about its options and itself.
+
+A source declares each option once (``Option``: name, kind, default, range or
+choices, help, CLI flag, window label, how to check it) and its capabilities
+(``SourceDescriptor.capabilities``). From these declarations the registry checks
+options (``SourceDescriptor.check_options``), the CLI builds its flags
+(``inspector.cli_sources``) and the window builds its source pages
+(``inspector.gui.source_options``). Qt-free and model-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+KINDS = ("int", "float", "choice", "text", "path")
+"""Option kinds: ``int`` (whole number), ``float``, ``choice`` (one of ``choices``),
+``text`` (any string), ``path`` (a file name: the window offers an Open… button)."""
+
+CAPABILITIES = ("close", "settings", "loads_model")
+"""Known capabilities of a source: ``close`` (made sources hold resources that
+``registry.close_source`` releases), ``settings`` (made sources have ``settings()``,
+a JSON dict recorded in the receipts), ``loads_model`` (the factory loads a model
+file and checks it against the target: slow, may refuse the file)."""
+
+Converter = Callable[[str, str, Any], Any]
+"""``convert(source, key, value) -> value``; raises ``ValueError`` naming the source, the
+option, the observed value and the valid range."""
+
+
+def _number_text(x: float) -> str:
+    return f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a proposal source, declared once.
+
+    ``name``: the factory's keyword (``--source-option NAME=VALUE``, compare
+    ``--config SOURCE:NAME=VALUE``). ``kind``: one of ``KINDS``. ``default``: the
+    value when the option is not given. ``minimum``/``maximum``: inclusive bounds
+    checked for ``int`` and ``float`` (None: unbounded). ``choices``: the values of a
+    ``choice`` option, a sequence of names or a mapping name -> what it does (the
+    window's tooltips). ``help``: one line, the window's tooltip and the CLI help.
+
+    Front ends: ``label`` (the window; default ``name``); ``flag`` (the dedicated
+    ``spec-inspector run`` flag, e.g. ``--ngram-max``; built-in sources only, third-party
+    options go through ``--source-option``), ``metavar``, ``file_flag`` (a flag that reads
+    a ``text`` value from a UTF-8 file); ``required`` (an empty value refuses the run with
+    ``missing``, the window's message); ``control`` (False: no control in the window,
+    only ``--source-option``); ``control_max`` (the largest value the window's spin box
+    offers when ``maximum`` is None); ``step`` (a ``float`` spin box's step);
+    ``placeholder``, ``multiline`` (a ``text`` control of several lines), ``file_filter``
+    (a ``path`` option's Open dialog filter); ``from_setting`` (the value is the generation
+    setting of that name, e.g. ``draft_max``: no flag or control of its own); ``key``
+    (where front ends store the value: the window's settings and panel attribute;
+    default: the flag's name with ``_`` for ``-``, else ``SOURCE.NAME``).
+    ``convert``: a custom ``Converter`` replacing the kind's check.
+    """
+
+    name: str
+    kind: str = "text"
+    default: Any = None
+    help: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: Any = ()
+    label: str = ""
+    flag: str | None = None
+    metavar: str | None = None
+    file_flag: str | None = None
+    required: bool = False
+    missing: str = ""
+    control: bool = True
+    control_max: float | None = None
+    step: float | None = None
+    placeholder: str = ""
+    multiline: bool = False
+    file_filter: str = ""
+    from_setting: str | None = None
+    key: str | None = None
+    convert: Converter | None = None
+    choice_help: tuple[str, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        """Raises ``ValueError`` for an unknown kind, a choice without choices, or a bad name."""
+        if not isinstance(self.name, str) or not self.name or "=" in self.name or "," in self.name:
+            raise ValueError(f"option name must be a non-empty string without '=' or ',', observed {self.name!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"option {self.name}: kind must be one of {', '.join(KINDS)}, observed {self.kind!r}")
+        choices = self.choices
+        if isinstance(choices, Mapping):
+            object.__setattr__(self, "choice_help", tuple(str(v) for v in choices.values()))
+            choices = tuple(str(k) for k in choices)
+        else:
+            choices = tuple(str(c) for c in choices)
+            object.__setattr__(self, "choice_help", ("",) * len(choices))
+        object.__setattr__(self, "choices", choices)
+        if self.kind == "choice" and not choices:
+            raise ValueError(f"option {self.name}: a choice option needs choices")
+        if not self.label:
+            object.__setattr__(self, "label", self.name)
+
+    def check(self, source: str, value: Any) -> Any:
+        """``value`` (a CLI string or a typed value) converted to the option's type.
+
+        Returns an ``int``, ``float`` or ``str`` (or what ``convert`` returns). Raises
+        ``ValueError`` such as ``source ngram option n_min must be a whole number >= 1,
+        observed '0'``."""
+        if self.convert is not None:
+            return self.convert(source, self.name, value)
+        where = f"source {source} option {self.name}"
+        if self.kind == "int":
+            try:
+                number = int(value) if not isinstance(value, (bool, float)) else None
+            except (TypeError, ValueError):
+                number = None
+            if number is None or not self._within(number):
+                raise ValueError(f"{where} must be a whole number{self._range_text()}, observed {value!r}")
+            return number
+        if self.kind == "float":
+            try:
+                number = float(value) if not isinstance(value, bool) else None
+            except (TypeError, ValueError):
+                number = None
+            if number is None or math.isnan(number) or not self._within(number):
+                raise ValueError(f"{where} must be a number{self._range_text()}, observed {value!r}")
+            return number
+        if self.kind == "choice":
+            if str(value) not in self.choices:
+                names = list(self.choices)
+                text = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+                raise ValueError(f"{where} must be {text}, observed {value!r}")
+            return str(value)
+        return "" if value is None else str(value)
+
+    def _within(self, number: float) -> bool:
+        return (self.minimum is None or number >= self.minimum) and (self.maximum is None or number <= self.maximum)
+
+    def _range_text(self) -> str:
+        lo, hi = self.minimum, self.maximum
+        if lo is not None and hi is not None:
+            return f" {_number_text(lo)} <= {self.name} <= {_number_text(hi)}"
+        if lo is not None:
+            return f" >= {_number_text(lo)}"
+        if hi is not None:
+            return f" <= {_number_text(hi)}"
+        return ""
+
+    def store_key(self, source: str) -> str:
+        """Where front ends store the value (see ``key``): e.g. ``ngram_max`` for
+        ``--ngram-max``, ``my-source.k`` for a third-party option ``k``."""
+        if self.key:
+            return self.key
+        if self.flag:
+            return self.flag.lstrip("-").replace("-", "_")
+        return f"{source}.{self.name}"
+
+
+@dataclass(frozen=True)
+class SourceDescriptor:
+    """What a proposal source declares: its ``options`` (None: not declared, the options
+    are passed to the factory unchecked), ``help`` (one line: what it proposes),
+    ``capabilities`` (names from ``CAPABILITIES``) and ``check``, a rule across options
+    ``check(given, merged)`` (the converted options given, and the same with defaults
+    filled in) that raises ``ValueError``."""
+
+    name: str
+    options: tuple[Option, ...] | None = ()
+    help: str = ""
+    capabilities: frozenset = frozenset()
+    check: Callable[[dict, dict], None] | None = None
+
+    def __post_init__(self) -> None:
+        """Raises ``ValueError`` for options that are not ``Option`` or share a name."""
+        if self.options is not None:
+            opts = tuple(self.options)
+            if not all(isinstance(o, Option) for o in opts):
+                raise ValueError(f"source {self.name}: options must be Option declarations")
+            names = [o.name for o in opts]
+            if len(set(names)) != len(names):
+                raise ValueError(f"source {self.name}: option names repeat: {', '.join(names)}")
+            object.__setattr__(self, "options", opts)
+        object.__setattr__(self, "capabilities", frozenset(self.capabilities))
+
+    @property
+    def declared(self) -> bool:
+        """The source declared its options (possibly none)."""
+        return self.options is not None
+
+    def option(self, name: str) -> Option | None:
+        """The declared option ``name``, or None."""
+        return next((o for o in self.options or () if o.name == name), None)
+
+    def defaults(self) -> dict:
+        """Option name -> default, for every declared option."""
+        return {o.name: o.default for o in self.options or ()}
+
+    def check_options(self, options: Mapping) -> dict:
+        """Check and convert ``options`` (name -> value, strings or typed values).
+
+        Returns the converted options, only the names given (an undeclared source:
+        ``options`` unchanged). Raises ``ValueError`` naming unknown options
+        (``unknown option for source ngram: bogus (expected n_max, ...)``), or the
+        source, option, observed value and range of a bad one, or the broken cross rule."""
+        if self.options is None:
+            return dict(options)
+        known = tuple(o.name for o in self.options)
+        unknown = sorted(k for k in options if k not in known)
+        if unknown:
+            if not known:
+                raise ValueError(f"source {self.name} takes no options, observed {', '.join(unknown)}")
+            raise ValueError(f"unknown option{'s' if len(unknown) > 1 else ''} for source {self.name}: "
+                             f"{', '.join(unknown)} (expected {', '.join(known)})")
+        out = {k: self.option(k).check(self.name, v) for k, v in options.items()}
+        if self.check is not None:
+            self.check(out, {**self.defaults(), **out})
+        return out
+
+    def with_defaults(self, options: Mapping) -> dict:
+        """``check_options(options)`` with the defaults of the options not given
+        (an undeclared source: ``options`` unchanged)."""
+        out = self.check_options(options)
+        if self.options is None:
+            return out
+        return {**self.defaults(), **out}
+
+
+def descriptor_from(name: str, declared: Any) -> SourceDescriptor:
+    """The descriptor of a factory (or any object) ``declared``: its ``descriptor``
+    attribute (a ``SourceDescriptor``, renamed to ``name``), else its ``options`` (a
+    sequence of ``Option`` or of dicts of ``Option`` fields) with ``capabilities`` and
+    ``help`` (its docstring's first line by default), else an undeclared descriptor.
+    Raises ``ValueError`` for a malformed declaration."""
+    from dataclasses import replace
+
+    d = getattr(declared, "descriptor", None)
+    if d is not None:
+        if not isinstance(d, SourceDescriptor):
+            raise ValueError(f"source {name}: descriptor must be a SourceDescriptor, observed {type(d).__name__}")
+        return d if d.name == name else replace(d, name=name)
+    options = getattr(declared, "options", None)
+    if options is None or callable(options):
+        return SourceDescriptor(name, None, help=_first_line(declared))
+    if isinstance(options, (str, bytes, Mapping)):
+        raise ValueError(f"source {name}: options must be a sequence of Option, observed {type(options).__name__}")
+    try:
+        opts = tuple(o if isinstance(o, Option) else Option(**o) for o in options)
+    except TypeError as exc:
+        raise ValueError(f"source {name}: bad option declaration ({exc})") from None
+    return SourceDescriptor(name, opts, help=str(getattr(declared, "help", "") or _first_line(declared)),
+                            capabilities=frozenset(getattr(declared, "capabilities", ()) or ()))
+
+
+def _first_line(obj: Any) -> str:
+    doc = getattr(obj, "__doc__", None) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""

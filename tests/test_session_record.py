@@ -1,0 +1,211 @@
+"""The session record without Qt or a model: built live, from its receipts document and from
+its autosave, the three agree on the same run; token outcomes are the engine's.
+
+The fake target predicts (t + 1) % n_vocab after token t (``fake_runtime``), so scripted
+proposals decide exactly which tokens are accepted, corrected or bonus. The same record
+is built on the real model in ``test_cli.py`` (``run --receipts --autosave``) and the window tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from inspector.engine import Fault, FaultPlan, GenerationSettings, RuntimeScheduler
+from inspector.engine.classify import (
+    ACCEPTED,
+    BONUS,
+    BRANCH,
+    CORRECTION,
+    NOT_COMMITTED,
+    NOT_COMMITTED_YET,
+    NOT_VERIFIED,
+    PLAIN,
+    row_outcomes,
+    token_outcome,
+)
+from inspector.receipts import validate_document
+from inspector.receipts.autosave import AutosaveWriter
+from inspector.session.document import record_document
+from inspector.session.record import END, SessionRecord
+from inspector.session.records import RecordStream, RunEnd
+from inspector.session.run import RunRefused, RunRequest, SessionRun
+
+from fake_runtime import FakeRuntime, ListSource, follow
+
+
+class DescribedRuntime(FakeRuntime):
+    """The fake target with what the run service and the document need from a runtime."""
+
+    def __init__(self, model_path, **kw):
+        super().__init__(**kw)
+        self.model_path = str(model_path)
+
+    def describe(self) -> dict:
+        return {"path": self.model_path, "architecture": "fake", "n_vocab": self.n_vocab, "n_ctx": self.n_ctx}
+
+    def chat_prompt(self, text):
+        return text
+
+    def prompt_tokens(self, text, raw=False):
+        return [100 + (ord(c) % 50) for c in text]
+
+
+def run_scripted(tmp_path, proposals, *, faults=(), max_new=10, resume=True):
+    """Run ``proposals`` through the run service with a live record and an autosave;
+    returns (record, document, autosave path)."""
+    model = tmp_path / "fake.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    rt = DescribedRuntime(model, eog=(999,))
+    record = SessionRecord()
+    autosave = tmp_path / "run.jsonl"
+    request = RunRequest("abc", GenerationSettings(max_new_tokens=max_new, draft_max=16), "list",
+                         faults=FaultPlan(list(faults)))
+    run = SessionRun(RuntimeScheduler(rt), request, record.apply, make_source=lambda req: ListSource(proposals),
+                     open_autosave=lambda header: AutosaveWriter(autosave, header))
+    gen = run.prepare()
+    run.start()
+    while not gen.finished:
+        try:
+            run.step()
+        except Exception:
+            if not resume:
+                break
+            gen.resume()
+    run.end(gen.finish_reason or "error")
+    doc = record_document(record)
+    validate_document(doc)
+    return record, doc, autosave
+
+
+def view_of(s: SessionRecord) -> dict:
+    """What the views show of a record (everything but times, which an autosave keeps too)."""
+    return {
+        "tokens": [(t.token, t.text, t.window, t.row, t.position, t.proposed, t.outcome) for t in s.tokens],
+        "windows": [(e.window_index, e.failed, e.proposal, e.predictions, e.committed, e.row_outcomes())
+                    for e in s.windows()],
+        "events": [(e.seq, e.t_us, e.kind, e.window, e.token, e.row, e.position, e.detail) for e in s.events],
+        "discards": [(d.reason, d.proposal_token_ids, d.error) for d in s.discards],
+        "plain_steps": s.plain_steps,
+        "finish_reason": s.finish_reason,
+        "prompt": (s.prompt_text, s.prompt_token_count),
+        "summary": {k: v for k, v in s.summary().to_json().items() if "per_s" not in k and "elapsed" not in k},
+    }
+
+
+SCRIPT = [follow(2), lambda req: [req.tokens[-1] + 1, 999, 5], None, [2, 3]]
+"""A full accept (2 + bonus), a first mismatch at row 1, a plain step, a mismatch at row 0."""
+
+
+def test_live_document_and_autosave_records_of_one_run_agree(tmp_path):
+    live, doc, autosave = run_scripted(tmp_path, SCRIPT)
+    from_doc = SessionRecord.from_document(doc)
+    from_autosave = SessionRecord.from_autosave(autosave)
+    assert view_of(live) == view_of(from_doc) == view_of(from_autosave)
+    assert not from_autosave.unfinished and from_autosave.skipped_lines == 0
+    assert [e.kind for e in from_autosave.events][:2] == ["prefill", "verify"]
+
+
+def test_a_failed_window_and_its_repair_agree_in_all_three_records(tmp_path):
+    live, doc, autosave = run_scripted(tmp_path, [follow(3), follow(3), follow(2)],
+                                       faults=[Fault("callback_error", window=2, token=2)])
+    assert list(live.failed_windows) == [2]
+    failed = live.window(2)
+    assert failed.failed and failed.committed == failed.predictions[:2]  # the callback fails on its 2nd token
+    assert view_of(live) == view_of(SessionRecord.from_document(doc)) == view_of(SessionRecord.from_autosave(autosave))
+
+
+def test_token_outcomes_come_from_the_engines_commit_events(tmp_path):
+    live, _doc, _ = run_scripted(tmp_path, SCRIPT)
+    commits = [e for e in live.events if e.kind == "commit"]
+    assert [t.outcome for t in live.tokens[:-1]] == [e.detail for e in commits[:-1]]
+    # window 1: follow(2) -> two accepted and the bonus; window 2: its 1st token accepted, 999 corrected.
+    assert [t.outcome for t in live.tokens[:5]] == [ACCEPTED, ACCEPTED, BONUS, ACCEPTED, CORRECTION]
+    assert live.tokens[5].outcome == PLAIN and live.tokens[5].window is None
+    assert live.tokens[-1].outcome == END
+
+
+def test_an_autosave_from_before_lines_carried_events_shows_its_tokens_and_no_events(tmp_path):
+    import json
+
+    _live, _doc, autosave = run_scripted(tmp_path, SCRIPT)
+    old = tmp_path / "old.jsonl"
+    lines = [json.loads(line) for line in autosave.read_text().splitlines()]
+    for rec in lines:
+        rec.pop("events", None)
+    old.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    s = SessionRecord.from_autosave(old)
+    assert s.events == []
+    assert [(t.token, t.outcome) for t in s.tokens] == [(t.token, t.outcome) for t in _live.tokens]
+
+
+def test_lock_operations_count_only_between_the_runs_header_and_end(tmp_path):
+    live, doc, _ = run_scripted(tmp_path, SCRIPT)
+    n = len(live.lock_ops)
+    assert 0 < len(doc["lock_operations"]) <= n  # the document keeps those up to the last event
+    assert {op["kind"] for op in doc["lock_operations"]} >= {"prefill", "verify"}
+    live.apply(live.lock_ops[0])  # after the end: another run's, or a measurement's
+    assert len(live.lock_ops) == n
+
+
+def test_a_record_drained_from_the_stream_in_batches_equals_one_applied_directly(tmp_path):
+    direct, _doc, _ = run_scripted(tmp_path, SCRIPT)
+    stream = RecordStream()
+    model = tmp_path / "fake.gguf"
+    rt = DescribedRuntime(model, eog=(999,))
+    run = SessionRun(RuntimeScheduler(rt), RunRequest("abc", GenerationSettings(max_new_tokens=10, draft_max=16),
+                                                      "list"),
+                     stream.push, make_source=lambda req: ListSource(list(SCRIPT)))
+    gen = run.prepare()
+    run.start()
+    batched = SessionRecord()
+    while not gen.finished:
+        run.step()
+        batched.extend(stream.drain())  # one batch per decode step, as the window's redraw tick
+    run.end(gen.finish_reason)
+    batched.extend(stream.drain())
+    strip = lambda v: {**v, "events": [e[:1] + e[2:] for e in v["events"]]}  # noqa: E731 - times differ
+    assert strip(view_of(batched)) == strip(view_of(direct))
+    assert isinstance(batched.end, RunEnd) and batched.end.output_text == batched.output_text
+
+
+def test_an_unknown_source_refuses_the_run_before_anything_is_recorded(tmp_path):
+    rt = DescribedRuntime(tmp_path / "x.gguf")
+    record = SessionRecord()
+    run = SessionRun(RuntimeScheduler(rt), RunRequest("abc", GenerationSettings(), "nope"), record.apply)
+    run.tokenize()
+    with pytest.raises(RunRefused, match="unknown proposal source 'nope'") as err:
+        run.make_source()
+    assert err.value.what == "source" and record.version == 0
+
+
+def test_an_empty_prompt_is_refused_as_such(tmp_path):
+    rt = DescribedRuntime(tmp_path / "x.gguf")
+    run = SessionRun(RuntimeScheduler(rt), RunRequest("", GenerationSettings(), "none"), lambda item: None)
+    with pytest.raises(RunRefused) as err:
+        run.tokenize()
+    assert err.value.what == "empty_prompt"
+
+
+# -- row outcomes on tiny token lists ----------------------------------------------------------
+def test_token_outcome_names_accepted_correction_bonus_and_plain():
+    assert token_outcome(0, 5, (5, 6)) == ACCEPTED
+    assert token_outcome(1, 7, (5, 6)) == CORRECTION
+    assert token_outcome(2, 9, (5, 6)) == BONUS
+    assert token_outcome(0, 9, None) == PLAIN
+
+
+def test_rows_past_a_first_mismatch_are_branch_conditioned():
+    assert row_outcomes((5, 6, 7), (5, 9, 7, 8), committed=2) == [ACCEPTED, CORRECTION, BRANCH, BRANCH]
+
+
+def test_rows_a_stopped_window_did_not_commit_are_not_committed():
+    assert row_outcomes((5, 6), (5, 6, 7), committed=1) == [ACCEPTED, NOT_COMMITTED, NOT_COMMITTED]
+
+
+def test_a_held_row_shows_its_outcome_and_later_rows_wait():
+    assert row_outcomes((5, 6), (5, 6, 7), committed=0, held_row=0) == [ACCEPTED, NOT_COMMITTED_YET,
+                                                                         NOT_COMMITTED_YET]
+
+
+def test_rows_of_a_failed_verification_are_not_verified():
+    assert row_outcomes((5, 6), (), committed=0) == [NOT_VERIFIED] * 3
