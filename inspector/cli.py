@@ -97,6 +97,7 @@ def _fault(text: str):
 def build_parser() -> argparse.ArgumentParser:
     from inspector.engine.faults import FAULT_KINDS
     from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, SEED_MAX
+    from inspector.prompts import EXAMPLES
 
     parser = _Parser(
         prog="spec-inspector",
@@ -112,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = run.add_mutually_exclusive_group()
     p.add_argument("--prompt", help="the prompt text (sent as a user message through the chat template)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
-    p.add_argument("--example", choices=["copy-with-corrections", "code-rewrite", "open-ended"],
+    p.add_argument("--example", choices=EXAMPLES,
                    help="use one of the bundled example prompts (the window's examples)")
     run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
     from inspector.cli_sources import add_source_flags
@@ -257,9 +258,9 @@ def cmd_run(args) -> int:
 
     try:
         if args.example is not None:
-            from inspector import asset_path
+            from inspector.prompts import example_path
 
-            args.prompt_file = asset_path(f"prompts/{args.example}.txt")
+            args.prompt_file = example_path(args.example)
         if args.prompt is None and args.prompt_file is None:
             raise _UserError("give the prompt with --prompt TEXT, --prompt-file F or --example NAME")
         # A prompt file's final newline is the file's, not the prompt's.

@@ -38,7 +38,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from inspector import asset_path
+    from inspector.prompts import DEFAULT_EXAMPLE, example_path
     from inspector.bench.compare import (default_configs, format_compare, parse_config, run_compare,
                                          write_compare_csv, write_compare_json)
     from inspector.llama.cost_model import measure_cost_model
@@ -56,7 +56,7 @@ def cmd_compare(args) -> int:
             prompt = args.prompt
         else:
             prompt = _strip_final_newline(_read_text(
-                args.prompt_file or asset_path("prompts/copy-with-corrections.txt"), "prompt file"))
+                args.prompt_file or example_path(DEFAULT_EXAMPLE), "prompt file"))
     except (ValueError, _UserError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     try:

@@ -158,7 +158,7 @@ def reference_tokens(make_generation, chat_tokens, text: str, max_tokens: int = 
 
 
 def example_text(name: str) -> str:
-    from inspector.gui.controls import example_prompts
+    from inspector.prompts import example_prompts
 
     return example_prompts()[name]
 

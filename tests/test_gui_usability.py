@@ -11,7 +11,8 @@ from PySide6.QtWidgets import QApplication
 
 import inspector
 from inspector.gui import worker as W
-from inspector.gui.controls import CUSTOM_PROMPT, FAULT_DISABLED_TIP, example_prompts
+from inspector.gui.controls import CUSTOM_PROMPT, FAULT_DISABLED_TIP
+from inspector.prompts import example_prompts
 from test_gui_support import DecodeHold, make_window, run_to_end
 
 

@@ -236,7 +236,8 @@ def run_compare(
     with ``error`` set; the other configurations still run.
     Raises ``ValueError`` when ``configs`` is empty.
     """
-    from inspector.sources.registry import close_source
+    from inspector.session.record import SessionRecord
+    from inspector.session.run import RunRefused, RunRequest, SessionRun
 
     if not configs:
         raise ValueError("no configurations to compare")
@@ -256,31 +257,38 @@ def run_compare(
         if progress is not None:
             progress(i, total, config.label)
         s = _with_draft_max(settings, config.draft_max)
+        run = SessionRun(scheduler, RunRequest("", s, config.source, dict(config.options),
+                                               prompt_token_ids=tuple(prompt_tokens)),
+                         SessionRecord().apply, make_source=lambda _req, c=config: make_source(c))
         gen, error = None, None
         try:
-            source = make_source(config)
-        except Exception as exc:  # a bad configuration is a row with its error, not the end of the compare
-            runs[id(config)] = (None, f"{type(exc).__name__}: {exc}")
+            run.tokenize()
+            run.make_source()
+        except RunRefused as exc:  # a bad configuration is a row with its error, not the end of the compare
+            cause = exc.cause or exc
+            runs[id(config)] = (None, f"{type(cause).__name__}: {cause}")
             continue
         try:
-            gen = Generation(scheduler, source, prompt_tokens, s)
+            gen = run.open()
             if cancel is not None:
                 gen.cancel_event = cancel
             try:
-                gen.run()
+                run.start()
+                while not gen.finished:
+                    run.step()
             except RequestCancelled:
                 raise
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
             finally:
-                gen.close()
+                run.end(gen.finish_reason or "error")
         except RequestCancelled as exc:
             exc.partial = _result(runs, order[:i], None, prompt_tokens, settings, cost_model)
             raise
         except Exception as exc:  # e.g. the prompt does not fit the context
             gen, error = None, f"{type(exc).__name__}: {exc}"
         finally:
-            close_source(source)
+            run.close_source()
         runs[id(config)] = (gen, error)
     plain_gen = runs[id(plain_first)][0]
     result_order = [c for c in configs] if not extra_plain else [plain_first, *configs]

@@ -17,16 +17,15 @@ from dataclasses import dataclass
 from statistics import median
 from time import perf_counter_ns
 
-from inspector import asset_path
+from inspector.prompts import EXAMPLES, example_prompt
 from inspector.llama.cost_model import measure_cost_model
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
+from inspector.session.record import SessionRecord
+from inspector.session.run import RunRequest, SessionRun
 from inspector.sources import NgramSource
 
-TASKS = {
-    "copy-with-corrections": "prompts/copy-with-corrections.txt",
-    "code-rewrite": "prompts/code-rewrite.txt",
-    "open-ended": "prompts/open-ended.txt",
-}
+TASKS = EXAMPLES
+"""The bench's tasks: the bundled examples (``inspector.prompts``)."""
 
 
 @dataclass
@@ -52,25 +51,29 @@ class TaskResult:
     same_output_as_plain: bool
 
 
-def _prompt(name: str) -> str:
-    text = asset_path(TASKS[name]).read_text("utf-8")
-    return text[:-1] if text.endswith("\n") else text
+_prompt = example_prompt
 
 
 def _run(scheduler, source, tokens, max_tokens, draft_max: int = 8) -> Generation:
+    """One run through the run service, as ``spec-inspector run`` makes it (a session record
+    filled as it goes); the time outside ``llama_decode`` per window step is measured."""
     rt = scheduler.runtime
-    g = Generation(scheduler, source, tokens, GenerationSettings(max_new_tokens=max_tokens, draft_max=draft_max))
-    g.start()
+    settings = GenerationSettings(max_new_tokens=max_tokens, draft_max=draft_max)
+    run = SessionRun(scheduler, RunRequest("", settings, source.name if source else "none",
+                                           prompt_token_ids=tuple(tokens)),
+                     SessionRecord().apply, make_source=lambda _req: source)
+    g = run.prepare()
+    run.start()
     before, predict_before = rt.decode_ns, getattr(rt, "predict_ns", 0)
     g.window_outside_us = []  # per window step: time outside llama_decode (microseconds)
     while not g.finished:
         windows, d0, t0 = len(g.receipts), rt.decode_ns, perf_counter_ns()
-        g.step()
+        run.step()
         if len(g.receipts) > windows:
             g.window_outside_us.append((perf_counter_ns() - t0 - (rt.decode_ns - d0)) / 1000)
     g.decode_ns_inside = rt.decode_ns - before
     g.predict_ns = getattr(rt, "predict_ns", 0) - predict_before
-    g.close()
+    run.end(g.finish_reason)
     return g
 
 

@@ -109,7 +109,7 @@ class AnalysisActions(QObject):
             self.w.set_state(W.IDLE)
 
     def _prompt(self) -> tuple[str, bool]:
-        from inspector.gui.controls import example_prompts
+        from inspector.prompts import example_prompts
 
         p = self.w.panel
         text = p.prompt.toPlainText()

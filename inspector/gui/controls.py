@@ -34,9 +34,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import inspector
 from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, GenerationSettings, SamplingSettings
 from inspector.gui.contention import MAX_BACKGROUND
+from inspector.prompts import example_prompts
 from inspector.gui.panel_values import PanelValues, parse_stop_strings
 from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, spin
 from inspector.gui.source_options import OptionControl, build_source_page, describe
@@ -59,15 +59,6 @@ def source_names() -> list[str]:
     return builtin + [n for n in names if n not in builtin and n != PLAIN] + [PLAIN]
 
 
-def example_prompts() -> dict[str, str]:
-    """Example prompts from ``assets/prompts/*.txt``: name -> the file's text without its
-    final newline (as ``spec-inspector run --prompt-file`` reads it)."""
-    folder = inspector.asset_path("prompts")
-    out = {}
-    for p in sorted(Path(folder).glob("*.txt")):
-        text = p.read_text("utf-8")
-        out[p.stem] = text[:-1] if text.endswith("\n") else text
-    return out
 
 
 class ControlPanel(PanelValues, QWidget):

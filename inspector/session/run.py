@@ -38,15 +38,19 @@ class RunRequest:
     raw: bool = False
     faults: FaultPlan = field(default_factory=FaultPlan)
     baseline: bool = False
+    prompt_token_ids: tuple | None = None
+    """Tokens to run instead of tokenizing ``prompt_text`` (compare and bench tokenize once)."""
 
 
 class RunRefused(Exception):
     """The run could not start; nothing was recorded. ``what``: ``prompt`` (it cannot be tokenized),
     ``empty_prompt``, ``source`` (the factory refused) or ``session`` (no free KV sequence)."""
 
-    def __init__(self, what: str, message: str) -> None:
+    def __init__(self, what: str, message: str, cause: BaseException | None = None) -> None:
         super().__init__(message)
         self.what = what
+        self.cause = cause
+        """The exception that refused it (a source factory's ``IncompatibleDraft``, ...), or None."""
 
 
 def fault_labels(plan: FaultPlan) -> list[str]:
@@ -96,11 +100,14 @@ class SessionRun:
     def tokenize(self) -> list[int]:
         """The prompt's tokens (through the chat template unless raw). Raises ``RunRefused("prompt")``."""
         rt, req = self.runtime, self.request
-        try:
-            self.templated_text = None if req.raw else rt.chat_prompt(req.prompt_text)
-            tokens = rt.prompt_tokens(req.prompt_text, raw=req.raw)
-        except (EngineError, ValueError) as exc:
-            raise RunRefused("prompt", str(exc)) from None
+        if req.prompt_token_ids is not None:
+            tokens = list(req.prompt_token_ids)
+        else:
+            try:
+                self.templated_text = None if req.raw else rt.chat_prompt(req.prompt_text)
+                tokens = rt.prompt_tokens(req.prompt_text, raw=req.raw)
+            except (EngineError, ValueError) as exc:
+                raise RunRefused("prompt", str(exc), exc) from None
         if not tokens:
             raise RunRefused("empty_prompt", "the prompt is empty after tokenization")
         self.prompt_tokens = list(tokens)
@@ -125,7 +132,7 @@ class SessionRun:
                 ctx = SourceContext(self.runtime, req.settings, row_costs=row_costs)
                 source = make_source(req.source, ctx, dict(req.source_options))
         except Exception as exc:  # third-party factories may raise anything: a message, never a crash
-            raise RunRefused("source", str(exc) or type(exc).__name__) from None
+            raise RunRefused("source", str(exc) or type(exc).__name__, exc) from None
         self.source = source
         try:
             self.source_settings = source_settings(source)

@@ -1,10 +1,10 @@
 """GUI vs headless decode speed, measured in one process (a benchmark, not a test).
 
-``python -m inspector.gui.speed_bench`` builds the inspector window (offscreen
+``python -m inspector.gui_speed`` builds the inspector window (offscreen
 unless ``--show``), runs one task from it several times (the engine on its
 worker thread, the views redrawing at their normal rate) and, alternating with
-those runs, the same task headless (``Generation`` on the calling thread, as
-``spec-inspector run`` does) on the same runtime with the same source options
+those runs, the same task headless (on the calling thread, as
+``spec-inspector run`` does: the run service filling a session record) on the same runtime with the same source options
 and settings. Prints decode tokens/s (generated / decode time, prefill
 excluded) of every run, the medians and their ratio, and the GUI thread's CPU
 share (GUI-thread CPU seconds / wall seconds) during the GUI runs.
@@ -38,13 +38,13 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
     from PySide6.QtCore import QEventLoop, QSettings
     from PySide6.QtWidgets import QApplication
 
-    from inspector.engine import Generation, RuntimeScheduler
-    from inspector.gui.controls import example_prompts
+    from inspector.engine import RuntimeScheduler
+    from inspector.prompts import example_prompts
     from inspector.gui.main_window import MainWindow
     from inspector.llama import bundled_model_path
     from inspector.llama.runtime import LlamaRuntime
-    from inspector.llama.cost_cache import stored_row_costs
-    from inspector.sources.registry import SourceContext, make_source
+    from inspector.session.record import SessionRecord
+    from inspector.session.run import RunRequest, SessionRun
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     rt = LlamaRuntime(model_path or bundled_model_path(), n_ctx=2048, n_batch=512, n_seq_max=4, n_threads=threads)
@@ -58,7 +58,7 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
         win.resize(1280, 800)
         win.show()
         app.processEvents()
-        prompt_tokens = rt.prompt_tokens(example_prompts()[task])
+        prompt = example_prompts()[task]
         gen_settings = win.panel.generation_settings()
         options = win.panel.source_options()
         scheduler = RuntimeScheduler(rt)
@@ -75,13 +75,13 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
             win.runFinished.disconnect(loop.quit)
             return win.worker.generation.summary().decode_tokens_per_s
 
-        def headless_run() -> float:
-            source = make_source("ngram", SourceContext(rt, gen_settings, row_costs=stored_row_costs(rt)), options)
-            g = Generation(scheduler, source, prompt_tokens, gen_settings)
-            try:
-                g.run()
-            finally:
-                g.close()
+        def headless_run() -> float:  # as spec-inspector run: the run service filling a session record
+            run = SessionRun(scheduler, RunRequest(prompt, gen_settings, "ngram", dict(options)), SessionRecord().apply)
+            g = run.prepare()
+            run.start()
+            while not g.finished:
+                run.step()
+            run.end(g.finish_reason)
             return g.summary().decode_tokens_per_s
 
         gui_run()  # warm-up: first-run imports and allocations
@@ -101,7 +101,7 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m inspector.gui.speed_bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m inspector.gui_speed", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="GGUF model (default: the bundled one)")
     ap.add_argument("--task", default=TASK, help=f"example prompt name (default {TASK})")
     ap.add_argument("--max-tokens", type=int, default=128)

@@ -1,0 +1,29 @@
+"""The bundled example prompts (``assets/prompts/*.txt``): one list for the CLI (``run --example``,
+``compare``'s default), ``bench``'s tasks and the window's example picker."""
+
+from __future__ import annotations
+
+from inspector import asset_path
+
+EXAMPLES = ("copy-with-corrections", "code-rewrite", "open-ended")
+"""Names of the bundled examples, in the order the window and ``bench`` show them."""
+DEFAULT_EXAMPLE = "copy-with-corrections"
+"""The example ``compare`` runs without a prompt, and the window's first."""
+
+
+def example_path(name: str):
+    """Path of example ``name``'s file. Raises ``KeyError`` for a name not in ``EXAMPLES``."""
+    if name not in EXAMPLES:
+        raise KeyError(f"unknown example {name!r}: expected one of {', '.join(EXAMPLES)}")
+    return asset_path(f"prompts/{name}.txt")
+
+
+def example_prompt(name: str) -> str:
+    """The text of example ``name`` without its file's final newline (as ``run --prompt-file`` reads it)."""
+    text = example_path(name).read_text("utf-8")
+    return text[:-1] if text.endswith("\n") else text
+
+
+def example_prompts() -> dict[str, str]:
+    """Every bundled example: name -> text (``example_prompt``), in ``EXAMPLES`` order."""
+    return {name: example_prompt(name) for name in EXAMPLES}
