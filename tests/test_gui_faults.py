@@ -65,10 +65,10 @@ def test_fault_button_repairs_then_reports_and_resume_finishes(qtbot, runtime, t
     info = w.error_info
     # Repaired state: KV length = canonical position (or the session retired, and says so).
     if button == "fault_trim":
-        assert info["retired"] and info["kv_length"] is None
+        assert info.retired and info.kv_length is None
         assert "retired" in w.banner.text()
     else:
-        assert info["kv_length"] == info["canonical_position"] == g.canonical_position
+        assert info.kv_length == info.canonical_position == g.canonical_position
         assert "repaired" in w.banner.text()
     # Event order of the failed window: verify, commit..., repair, error.
     qtbot.waitUntil(lambda: any(e.kind == "error" for e in w.session.events))
@@ -94,7 +94,7 @@ def test_fault_button_repairs_then_reports_and_resume_finishes(qtbot, runtime, t
     assert w.panel.resume.isEnabled()
     with qtbot.waitSignal(w.runFinished, timeout=180_000) as blocker:
         w.resume_clicked()
-    assert blocker.args[1]["kv_length"] == blocker.args[1]["canonical_position"]
+    assert blocker.args[1].kv_length == blocker.args[1].canonical_position
     assert [t.token for t in w.session.tokens] == list(g.generated)
     _same_output(runtime, expected, g.generated)
     # The exported receipts keep the failed window; opened again it shows the same state.
@@ -115,7 +115,7 @@ def test_position_drift_is_discarded_and_resynced(qtbot, runtime, tmp_path, monk
         w.run_clicked()
     reasons = [d.reason for d in w.session.discards]
     assert "position_mismatch" in reasons
-    assert blocker.args[1]["kv_length"] == blocker.args[1]["canonical_position"]
+    assert blocker.args[1].kv_length == blocker.args[1].canonical_position
     assert [t.token for t in w.session.tokens] == list(w.worker.generation.generated)
     _same_output(runtime, expected, w.worker.generation.generated)
     assert len(w.session.tokens) == MAX_TOKENS

@@ -47,7 +47,7 @@ def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path, monkeypatch):
         assert [t.token for t in toks] == list(r.committed_tokens)
         assert sum(t.outcome == O.ACCEPTED for t in toks) == r.accepted_proposal_tokens
     # KV state after the run.
-    assert info["kv_length"] == info["canonical_position"] == g.canonical_position
+    assert info.kv_length == info.canonical_position == g.canonical_position
     # The lock plots saw the main session's verify operations.
     assert w.lock_plots.series_counts()["verify"] == len(g.receipts)
     # Selecting a window shows its rows; rows past the committed ones are struck through.

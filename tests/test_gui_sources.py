@@ -63,7 +63,7 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
 
     assert isinstance(source, DraftModelSource) and g.source is source  # the engine sees the real source
     assert str(source.draft.model_path) == path
-    assert info["kv_length"] == info["canonical_position"]
+    assert info.kv_length == info.canonical_position
     mismatches = [r for r in g.receipts if r.disposition == "first_mismatch"]
     assert mismatches and mismatches[0].window_index == 1
     assert w.window_detail.window_count() == len(g.receipts)
@@ -223,7 +223,7 @@ def test_ngram_length_is_a_remembered_source_option(qtbot, runtime, tmp_path):
     w.requestRun.connect(sent.append)
     assert w.start_run()
     assert sent[0].source_options["length"] == "adaptive"
-    w.worker.runFinished.emit("stopped", {})  # nothing ran: back to idle
+    w.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
     qtbot.waitUntil(lambda: w.state == "idle")
     w.save_settings()
     v = make_window(qtbot, runtime, tmp_path)

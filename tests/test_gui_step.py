@@ -33,7 +33,7 @@ def test_step_window_advances_exactly_one_decode_step(qtbot, runtime, tmp_path):
     with qtbot.waitSignal(w.runFinished, timeout=60_000) as blocker:
         w.stop_clicked()
     assert blocker.args[0] == "stopped"
-    assert blocker.args[1]["kv_length"] == blocker.args[1]["canonical_position"]
+    assert blocker.args[1].kv_length == blocker.args[1].canonical_position
 
 
 def test_step_token_commits_exactly_one_token(qtbot, runtime, tmp_path):

@@ -136,8 +136,8 @@ class DecodeHold:
             del rt.decode_rows
 
 
-def run_to_end(qtbot, w, **start) -> tuple[str, dict]:
-    """Start a run and wait for ``runFinished``; returns (reason, kv info)."""
+def run_to_end(qtbot, w, **start) -> tuple:
+    """Start a run and wait for ``runFinished``; returns (reason, ``RunEnd`` or None)."""
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as blocker:
         assert w.start_run(**start)
     w.refresh_all()

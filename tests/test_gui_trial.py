@@ -34,7 +34,7 @@ def test_a_failed_model_open_keeps_the_loaded_model_selected_and_usable(qtbot, r
     assert "stays loaded" in w.banner.text() and "loaded:" in w.panel.model_status.text()
     assert w.panel.run.isEnabled()
     reason, info = run_to_end(qtbot, w)
-    assert reason != "error" and info["kv_length"] == info["canonical_position"]
+    assert reason != "error" and info.kv_length == info.canonical_position
     # Picking the (already loaded) bundled model in the list ends in "ready", not "loading" forever.
     assert w.load_selected_model()
     wait_state(qtbot, w, W.IDLE, timeout=30_000)

@@ -50,6 +50,7 @@ from inspector.gui.run_control import (
 )
 from inspector.gui.session_store import app_data_dir
 from inspector.session.record import SessionRecord
+from inspector.session.records import REFUSED, SPECULATION_REFUSED, RunEnd, RunError
 from inspector.gui.stats_view import StatsView
 from inspector.gui.timeline import Timeline
 from inspector.gui.token_view import TokenView
@@ -83,7 +84,7 @@ class MainWindow(RunControl, QMainWindow):
     requestShutdown = Signal()
     stateChanged = Signal(str)
     runFinished = Signal(str, object)
-    """(finish reason, KV info): emitted on the GUI thread after every record of the run was shown."""
+    """(finish reason, ``RunEnd`` or None when the run never started): emitted on the GUI thread after every record of the run was shown."""
     errorShown = Signal(str)
     sourceRefused = Signal(str)
     """(message): the run's proposal source could not be made; the previous session is shown again."""
@@ -431,41 +432,47 @@ class MainWindow(RunControl, QMainWindow):
         self.token_view.show_hold(info)
         self.window_detail.show_in_flight(info)
 
-    def _error(self, message: str, info: dict) -> None:
+    def _error(self, err: RunError) -> None:
+        """A run's error: a dialog when the run did not start, else the banner with where the
+        repair left the KV cache (the run waits for Resume)."""
         self.drain_records()
+        message = err.message
         self.last_error = message
-        if not info or info.get("refused"):
-            self.show_error("Speculative decoding is not supported by this model" if info else "Run failed",
-                            message + ("\n\nChoose the proposal source “none” to decode plainly." if info else ""))
+        if err.kind == SPECULATION_REFUSED:
+            self.show_error("Speculative decoding is not supported by this model",
+                            message + "\n\nChoose the proposal source “none” to decode plainly.")
             return
-        if info.get("retired"):
+        if err.kind == REFUSED:
+            self.show_error("Run failed", message)
+            return
+        if err.retired:
             repaired = "the session was retired (the repair failed); Resume opens a new session prefilled with the canonical stream"
-        elif info.get("kv_length") == info.get("canonical_position"):
-            repaired = f"repaired: KV length {info['kv_length']} = canonical position {info['canonical_position']}"
+        elif err.repaired:
+            repaired = f"repaired: KV length {err.kv_length} = canonical position {err.canonical_position}"
         else:
-            repaired = f"KV length {info.get('kv_length')} ≠ canonical position {info.get('canonical_position')}"
+            repaired = f"KV length {err.kv_length} ≠ canonical position {err.canonical_position}"
         self.set_banner(f"<b>Error:</b> {message}<br>{repaired}. Press <b>Resume</b> to continue.", BANNER_ERROR)
-        self.error_info = info
+        self.error_info = err
         self.redraw()
         if self.state != W.ERROR:
             self.set_state(W.ERROR, message)
         self.errorShown.emit(message)
 
-    def _run_finished(self, reason: str, info: dict) -> None:
+    def _run_finished(self, reason: str, end: RunEnd | None) -> None:
+        """The run ended (``end`` None: it never started)."""
         self._run_status = None
         self.settings.setValue("autosave/clean", True)
         self.settings.sync()
-        self.finish_info = info
+        self.finish_info = end
         self.redraw()  # drains the run's last records (its end, a comparison with plain decoding)
-        if reason != "error":
-            kv = info.get("kv_length")
+        if reason != "error" and end is not None:
             self.set_banner(f"Finished: <b>{reason}</b> · {count_noun(len(self.session.tokens), 'token')} · "
-                            f"KV length {kv} (canonical position {info.get('canonical_position')})", BANNER_DONE)
-        elif self.state != W.ERROR and not info:  # the run never started (model, prompt): say why, not "Running"
+                            f"KV length {end.kv_length} (canonical position {end.canonical_position})", BANNER_DONE)
+        elif self.state != W.ERROR and end is None:  # the run never started (model, prompt): say why, not "Running"
             self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
                             BANNER_ERROR)
         self.set_state(W.IDLE, reason)
-        self.runFinished.emit(reason, info)
+        self.runFinished.emit(reason, end)
 
     def set_banner(self, text: str, style: str) -> None:
         """Show ``text`` in the banner above the tokens (``style``: one of the ``BANNER_*`` colors).

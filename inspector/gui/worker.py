@@ -25,7 +25,7 @@ from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeS
 from inspector.engine.errors import EngineError, SpeculationUnsupported
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.gui.contention import Contention
-from inspector.session.records import RecordStream
+from inspector.session.records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
 from inspector.gui.session_store import open_autosave
 from inspector.gui.control_rules import BUSY, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD  # noqa: F401
 from inspector.gui.stepping import SteppingControl
@@ -79,10 +79,12 @@ class EngineWorker(SteppingControl, QObject):
     runStarted = Signal(object)
     stateChanged = Signal(str, str)
     aboutToCommit = Signal(object)
-    errorOccurred = Signal(str, object)
+    errorOccurred = Signal(object)
+    """(``inspector.session.records.RunError``): what failed, and where the repair left the KV cache."""
     sourceFailed = Signal(str, str)
     """(source name, message): the run's proposal source could not be made (the run did not start)."""
     runFinished = Signal(str, object)
+    """(reason, ``RunEnd`` or None when the run never started): the run ended; its records are in ``records``."""
     baselineReady = Signal(object, str)
     """(``BaselineResult`` or None, error; "" when cancelled): the plain-decoding comparison of the run
     that just ended (emitted before ``runFinished``, after its ``BaselineDone`` record)."""
@@ -218,7 +220,7 @@ class EngineWorker(SteppingControl, QObject):
         if self.runtime is None or str(self.runtime.model_path) != str(config.model_path) \
                 or self.runtime.n_ctx != config.n_ctx:
             if not self.load_model(str(config.model_path), config.n_ctx):
-                self.runFinished.emit("error", {})
+                self.runFinished.emit("error", None)
                 return
         rt = self.runtime
         threads = config.n_threads or os.cpu_count() or 1
@@ -234,8 +236,8 @@ class EngineWorker(SteppingControl, QObject):
         try:
             run.tokenize()
         except RunRefused as exc:
-            self.errorOccurred.emit(str(exc), {})
-            self.runFinished.emit("error", {})
+            self.errorOccurred.emit(RunError(str(exc), REFUSED))
+            self.runFinished.emit("error", None)
             return
         # Before the source is made: a Stop while a draft loads is kept.
         self.step.begin_run(start_paused=config.start_paused, first_action=config.first_action,
@@ -255,8 +257,8 @@ class EngineWorker(SteppingControl, QObject):
         try:
             gen = run.open()
         except RunRefused as exc:
-            self.errorOccurred.emit(str(exc), {})
-            self.runFinished.emit("error", {})
+            self.errorOccurred.emit(RunError(str(exc), REFUSED))
+            self.runFinished.emit("error", None)
             return
         self.run = run
         self.generation = gen
@@ -268,27 +270,23 @@ class EngineWorker(SteppingControl, QObject):
         reason = self._loop(gen)
         self._running = False
         end = run.end(reason, self.run_background_max)
-        info = {"kv_length": end.kv_length, "canonical_position": end.canonical_position, "retired": end.retired}
         if config.baseline and reason != "error" and gen.generated_count > 0 and not self._closing:
             self._baseline_cancel.clear()
             self.stateChanged.emit(RUNNING, "comparing with plain decoding…")
             result = run.compare_with_plain(self._baseline_cancel)
             self.baselineReady.emit(result, run.baseline_error)
         self.stateChanged.emit(IDLE, reason)
-        self.runFinished.emit(reason, info)
-
-    def _kv_info(self, gen: Generation) -> dict:
-        return self.run.kv_info() if self.run is not None else {}
+        self.runFinished.emit(reason, end)
 
     def _loop(self, gen: Generation) -> str:
         try:
             gen.start()
         except SpeculationUnsupported as exc:  # the model's cache cannot drop rejected rows
-            self.errorOccurred.emit(str(exc), {"refused": "speculation"})
+            self.errorOccurred.emit(RunError(str(exc), SPECULATION_REFUSED))
             return "error"
         except Exception as exc:
-            self.errorOccurred.emit(str(exc), {})
+            self.errorOccurred.emit(RunError(str(exc), REFUSED))
             return "error"
         # Pauses, steps, break-on and resumes after errors: ``StepControl.run``.
         return self.step.run(gen, progress=self.run.progress,
-                             error=lambda message: self.errorOccurred.emit(message, self._kv_info(gen)))
+                             error=lambda message: self.errorOccurred.emit(RunError(message, STEP_FAILED, **self.run.kv_info())))

@@ -99,6 +99,34 @@ class RunEnd:
     prefill_elapsed_us: int = 0
 
 
+REFUSED = "refused"
+"""``RunError.kind``: the run did not start (model, prompt, KV session); nothing was recorded."""
+SPECULATION_REFUSED = "speculation"
+"""``RunError.kind``: the model's cache cannot drop rejected rows, so it cannot speculate."""
+STEP_FAILED = "step"
+"""``RunError.kind``: a decode step failed after its repair; Resume continues from the canonical position."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    """An error of a run as the window reports it (the worker's ``errorOccurred``).
+
+    ``kind``: ``REFUSED``, ``SPECULATION_REFUSED`` or ``STEP_FAILED`` (a failed resume too).
+    ``kv_length``: the session's KV length read after the repair (None when the session
+    was retired or could not be read); ``canonical_position``: what it must be (tokens)."""
+
+    message: str
+    kind: str = STEP_FAILED
+    kv_length: int | None = None
+    canonical_position: int | None = None
+    retired: bool = False
+
+    @property
+    def repaired(self) -> bool:
+        """The repair left the KV cache at the canonical position."""
+        return not self.retired and self.kv_length is not None and self.kv_length == self.canonical_position
+
+
 @dataclass(frozen=True, slots=True)
 class BaselineDone:
     """The comparison with plain decoding ended: ``result`` is an
