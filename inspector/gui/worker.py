@@ -64,6 +64,27 @@ class RunConfig:
     """After the run finishes or is stopped, decode the same prompt plainly and emit ``baselineReady``."""
 
 
+def _capabilities(name: str) -> frozenset:
+    """The declared capabilities of source ``name`` (none when it is unknown or its plugin fails to load:
+    the run then reports why)."""
+    from inspector.sources.registry import describe_source
+
+    try:
+        return describe_source(name).capabilities
+    except Exception:
+        return frozenset()
+
+
+def _path_options(name: str) -> list:
+    """The declared file options of source ``name`` (what a model-loading source loads)."""
+    from inspector.sources.registry import describe_source
+
+    try:
+        return [o for o in describe_source(name).options or () if o.kind == "path"]
+    except Exception:
+        return []
+
+
 class EngineWorker(SteppingControl, QObject):
     """Owns the runtime, the scheduler, the current ``Generation`` and the background sessions.
 
@@ -243,9 +264,11 @@ class EngineWorker(SteppingControl, QObject):
         self.step.begin_run(start_paused=config.start_paused, first_action=config.first_action,
                             break_on=config.break_on)
         self._close_source()
-        if config.source == "draft":
-            name = Path(str(config.source_options.get("draft_model", ""))).name
-            self.stateChanged.emit(RUNNING, f"loading the draft model {name} and checking it against the target…")
+        if "loads_model" in _capabilities(config.source):
+            paths = [Path(str(config.source_options[o.name])).name for o in _path_options(config.source)
+                     if config.source_options.get(o.name)]
+            self.stateChanged.emit(RUNNING, f"loading the {config.source} source's model {', '.join(paths)} "
+                                            "and checking it against the target…")
         try:
             run.make_source()
         except RunRefused as exc:
