@@ -178,41 +178,36 @@ class SessionRecord:
 
     def apply(self, item) -> None:
         """Append one record of a run (an engine record or one of ``inspector.session.records``).
-        Lock operations count only between the run's header and its end."""
-        kind = type(item)
-        if kind is EngineEvent:
-            self._add_event(item)
-        elif kind is TokenTexts:
-            self.texts.update(item.texts)
-            return
-        elif kind is ProposalStarted:
-            self.in_flight = item
-        elif kind is WindowReceipt:
-            self._add_receipt(item)
-        elif kind is Discard:
-            self._add_discard(item)
-        elif kind is LockOperation:
-            if self.header is None or self.end is not None:
-                return
-            self.lock_ops.append(item)
-        elif kind is Progress:
-            self.decode_elapsed_us = item.decode_elapsed_us
-            self.prefill_elapsed_us = item.prefill_elapsed_us
-            self.canonical_position = item.canonical_position
-            if item.kv_length is not None:
-                self.kv_length = item.kv_length
-        elif kind is RunHeader:
-            self._start(item)
-        elif kind is RunEnd:
-            self._finish_run(item)
-        elif kind is BaselineDone:
-            self.baseline_error = item.error
-            if item.result is not None:
-                self.baseline_result = item.result
-                self._set_baseline_json(item.result.to_json(self.text_of))
-        else:
-            raise TypeError(f"not a session record: {kind.__name__}")
+        Lock operations count only between the run's header and its end. Raises ``TypeError``
+        for anything else."""
+        handler = self._handlers.get(type(item))
+        if handler is None:
+            raise TypeError(f"not a session record: {type(item).__name__}")
+        handler(self, item)
         self.version += 1
+
+    def _texts(self, item: TokenTexts) -> None:
+        self.texts.update(item.texts)
+
+    def _proposal(self, item: ProposalStarted) -> None:
+        self.in_flight = item
+
+    def _lock_op(self, op: LockOperation) -> None:
+        if self.header is not None and self.end is None:
+            self.lock_ops.append(op)
+
+    def _progress(self, item: Progress) -> None:
+        self.decode_elapsed_us = item.decode_elapsed_us
+        self.prefill_elapsed_us = item.prefill_elapsed_us
+        self.canonical_position = item.canonical_position
+        if item.kv_length is not None:
+            self.kv_length = item.kv_length
+
+    def _baseline_done(self, item: BaselineDone) -> None:
+        self.baseline_error = item.error
+        if item.result is not None:
+            self.baseline_result = item.result
+            self._set_baseline_json(item.result.to_json(self.text_of))
 
     def _start(self, h: RunHeader) -> None:
         self.header = h
@@ -470,3 +465,13 @@ class SessionRecord:
             s.decode_elapsed_us = us if type(us) is int and us >= 0 else 0
         s.version += 1
         return s
+
+
+SessionRecord._handlers = {
+    EngineEvent: SessionRecord._add_event, TokenTexts: SessionRecord._texts,
+    ProposalStarted: SessionRecord._proposal, WindowReceipt: SessionRecord._add_receipt,
+    Discard: SessionRecord._add_discard, LockOperation: SessionRecord._lock_op,
+    Progress: SessionRecord._progress, RunHeader: SessionRecord._start, RunEnd: SessionRecord._finish_run,
+    BaselineDone: SessionRecord._baseline_done,
+}
+"""Record type -> how ``SessionRecord.apply`` files it."""

@@ -19,21 +19,19 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from inspector.engine.generation import GenerationObserver
 
 
-@dataclass(frozen=True, slots=True)
-class TokenTexts:
+class TokenTexts(NamedTuple):  # a NamedTuple: made on the hot path, cheaper than a frozen dataclass
     """Texts of token ids (id -> UTF-8 text of its piece; a piece that is part of a
     multi-byte character shows as its replacement)."""
 
     texts: dict
 
 
-@dataclass(frozen=True, slots=True)
-class ProposalStarted:
+class ProposalStarted(NamedTuple):
     """A valid proposal is being verified as window ``window`` (1-based); its receipt
     (or its failed-window discard) follows. ``token_ids``: the proposal, tokens."""
 
@@ -41,8 +39,7 @@ class ProposalStarted:
     token_ids: tuple
 
 
-@dataclass(frozen=True, slots=True)
-class Progress:
+class Progress(NamedTuple):
     """Counters after a decode step. Times in microseconds; positions in tokens."""
 
     decode_elapsed_us: int
@@ -186,8 +183,10 @@ class RecordingObserver(GenerationObserver):
             self.push(TokenTexts(new))
 
     def on_event(self, event) -> None:
-        if event.token is not None:
-            self.texts((event.token,))
+        t = event.token
+        if t is not None and t not in self._sent and 0 <= t < self.n_vocab:  # one token: no set building
+            self._sent.add(t)
+            self.push(TokenTexts({t: self.token_text(t)}))
         self.push(event)
         if self.inner is not None:
             self.inner.on_event(event)
