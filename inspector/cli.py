@@ -346,7 +346,7 @@ def cmd_run(args) -> int:
             break
     wall = time.perf_counter() - t0
     printer.newline()
-    end = run.end(gen.finish_reason or "error")
+    end = run.end(gen.finish_reason or "error", clean=gen.finished)
     if run.autosave_error:
         print(f"spec-inspector: autosave stopped: {run.autosave_error}", file=sys.stderr)
     if args.events:

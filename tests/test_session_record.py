@@ -209,3 +209,48 @@ def test_a_held_row_shows_its_outcome_and_later_rows_wait():
 
 def test_rows_of_a_failed_verification_are_not_verified():
     assert row_outcomes((5, 6), (), committed=0) == [NOT_VERIFIED] * 3
+
+
+def test_a_run_cut_short_reads_back_with_how_it_ended_from_its_autosave(tmp_path):
+    live, doc, autosave = run_scripted(tmp_path, SCRIPT, faults=[Fault("cancel", window=2)], resume=False)
+    assert live.finish_reason is None and live.ended_as == "error"  # the engine never finished it
+    from_autosave = SessionRecord.from_autosave(autosave)
+    assert from_autosave.finish_reason is None and from_autosave.ended_as == "error"
+    assert view_of(live) == view_of(SessionRecord.from_document(doc)) == view_of(from_autosave)
+
+
+def test_a_failed_run_ended_unclean_leaves_its_autosave_unfinished(tmp_path):
+    model = tmp_path / "fake.gguf"
+    model.write_bytes(b"GGUF")
+    rt = DescribedRuntime(model)
+    autosave = tmp_path / "run.jsonl"
+    run = SessionRun(RuntimeScheduler(rt), RunRequest("abc", GenerationSettings(max_new_tokens=8), "list",
+                                                      faults=FaultPlan([Fault("callback_error", window=1, token=1)])),
+                     SessionRecord().apply, make_source=lambda req: ListSource([follow(2)]),
+                     open_autosave=lambda header: AutosaveWriter(autosave, header))
+    gen = run.prepare()
+    run.start()
+    with pytest.raises(Exception, match="injected"):
+        run.step()
+    run.end("error", clean=gen.finished)  # as spec-inspector run does for a run it did not finish
+    s = SessionRecord.from_autosave(autosave)
+    assert s.unfinished and s.ended_as is None and len(s.failed_windows) == 1
+
+
+def test_a_run_error_sets_the_kv_length_its_repair_left_and_joins_the_errors():
+    from inspector.session.records import RunError
+
+    s = SessionRecord()
+    s.kv_length = 12
+    s.apply(RunError("trim failed", kv_length=None, canonical_position=10, retired=True))
+    assert s.kv_length is None and s.errors == ["trim failed"]
+    assert not RunError("x", kv_length=10, canonical_position=10, retired=True).repaired
+    assert RunError("x", kv_length=10, canonical_position=10).repaired
+
+
+def test_a_snapshot_does_not_change_when_the_run_goes_on(tmp_path):
+    live, _doc, _ = run_scripted(tmp_path, SCRIPT)
+    snap = live.snapshot()
+    n = len(snap.events)
+    live.apply(live.events[0])
+    assert len(snap.events) == n and len(live.events) == n + 1

@@ -212,6 +212,11 @@ def registry_source_factory(runtime, settings: GenerationSettings) -> Callable[[
     return make
 
 
+def _ignore(record) -> None:
+    """The records of a compare run: its rows are read from the ``Generation``s (and background
+    sessions' lock operations arrive on other threads, where no record may be changed)."""
+
+
 def run_compare(
     scheduler: RuntimeScheduler,
     prompt_tokens: Sequence[int],
@@ -236,7 +241,6 @@ def run_compare(
     with ``error`` set; the other configurations still run.
     Raises ``ValueError`` when ``configs`` is empty.
     """
-    from inspector.session.record import SessionRecord
     from inspector.session.run import RunRefused, RunRequest, SessionRun
 
     if not configs:
@@ -259,7 +263,7 @@ def run_compare(
         s = _with_draft_max(settings, config.draft_max)
         run = SessionRun(scheduler, RunRequest("", s, config.source, dict(config.options),
                                                prompt_token_ids=tuple(prompt_tokens)),
-                         SessionRecord().apply, make_source=lambda _req, c=config: make_source(c))
+                         _ignore, make_source=lambda _req, c=config: make_source(c))
         gen, error = None, None
         try:
             run.tokenize()

@@ -156,8 +156,10 @@ class FileActions(QObject):
 
                 return write(doc if doc is not None else load_document(source))
         elif s.origin == "live" and s.header is not None:
-            def job():  # the record is only appended to: what it holds now is what gets written
-                return write(record_document(s))
+            shown = s.snapshot()  # on this thread: the run may go on appending while the job writes
+
+            def job():
+                return write(record_document(shown))
         else:
             self.win.show_error("Nothing to export", "Run a generation or open receipts first "
                                 "(an autosave can be viewed but not exported as a receipts document).")

@@ -139,7 +139,7 @@ class RunControl:
             self.show_error("Draft in progress", "Wait until the draft is made.")
             return False
         try:
-            model = self.panel.model_path() or self._bundled_path()
+            model = self.panel.model_path() or self.bundled_path()
         except Exception as exc:
             self.show_error("No model", str(exc))
             return False
@@ -151,6 +151,10 @@ class RunControl:
             baseline=self.panel.baseline.isChecked(), n_ctx=self.panel.n_ctx.value(),
             n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
         )
+        # Reset the stepping here, not on the worker: a Stop pressed before the worker picks the
+        # run up (it may still be tokenizing or loading the model) is kept.
+        self.worker.step.begin_run(start_paused=paused, first_action=first_action, break_on=cfg.break_on)
+        cfg.stepping_begun = True
         self.armed_faults = FaultPlan()
         self.save_settings()  # a crash during the run must not lose the settings it ran with
         self._before_run = (self.session, self.worker.faults)
@@ -173,7 +177,7 @@ class RunControl:
         if self.state != W.IDLE:
             return False
         try:
-            model = str(self.panel.model_path() or self._bundled_path())
+            model = str(self.panel.model_path() or self.bundled_path())
         except Exception as exc:
             self.show_error("No model", str(exc))
             return False
@@ -188,7 +192,7 @@ class RunControl:
         return True
 
     @staticmethod
-    def _bundled_path() -> Path:
+    def bundled_path() -> Path:
         from inspector.llama import bundled_model_path
 
         return bundled_model_path()

@@ -38,7 +38,7 @@ class SourceActions:
         if self.job is not None:
             return None
         try:
-            target = str(self.w.panel.model_path() or self.w._bundled_path())
+            target = str(self.w.panel.model_path() or self.w.bundled_path())
         except Exception as exc:
             self.w.show_error("No model", str(exc))
             return None

@@ -132,7 +132,7 @@ class StatsView(QWidget):
                                   ", ".join(f"{k} {m.dispositions.get(k, 0)}" for k in DISPOSITIONS))
         L["tps"].setText("n/a" if m.decode_tokens_per_s is None else f"{m.decode_tokens_per_s:.1f}")
         L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({count_noun(s.prompt_token_count, 'prompt token')})")
-        ended = s.end.reason if s.end is not None and s.end.reason != "error" else None
+        ended = s.ended_as if s.ended_as != "error" else None
         L["finish"].setText(m.finish_reason or ended or ("running" if s.origin == "live" else "unfinished"))
         self._show_baseline(s.baseline)
         self._show_speedups(s, m)

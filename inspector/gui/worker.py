@@ -62,6 +62,9 @@ class RunConfig:
     """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
     baseline: bool = False
     """After the run finishes or is stopped, decode the same prompt plainly and emit ``baselineReady``."""
+    stepping_begun: bool = False
+    """The window already reset the stepping for this run (``StepControl.begin_run``) before asking for
+    it, so a Stop pressed while the worker picks the run up is kept."""
 
 
 def _capabilities(name: str) -> frozenset:
@@ -260,15 +263,15 @@ class EngineWorker(SteppingControl, QObject):
             self.errorOccurred.emit(RunError(str(exc), REFUSED))
             self.runFinished.emit("error", None)
             return
-        # Before the source is made: a Stop while a draft loads is kept.
-        self.step.begin_run(start_paused=config.start_paused, first_action=config.first_action,
-                            break_on=config.break_on)
+        if not config.stepping_begun:  # before the source is made: a Stop while a draft loads is kept
+            self.step.begin_run(start_paused=config.start_paused, first_action=config.first_action,
+                                break_on=config.break_on)
         self._close_source()
         if "loads_model" in _capabilities(config.source):
             paths = [Path(str(config.source_options[o.name])).name for o in _path_options(config.source)
                      if config.source_options.get(o.name)]
-            self.stateChanged.emit(RUNNING, f"loading the {config.source} source's model {', '.join(paths)} "
-                                            "and checking it against the target…")
+            what = f"the {config.source} source's model" + (f" {', '.join(paths)}" if paths else "")
+            self.stateChanged.emit(RUNNING, f"loading {what} and checking it against the target…")
         try:
             run.make_source()
         except RunRefused as exc:
@@ -301,15 +304,21 @@ class EngineWorker(SteppingControl, QObject):
         self.stateChanged.emit(IDLE, reason)
         self.runFinished.emit(reason, end)
 
+    def _report(self, err: RunError) -> None:
+        """An error of the running run: into its records (errors, KV length after the repair), then
+        to the window."""
+        self.records.push(err)
+        self.errorOccurred.emit(err)
+
     def _loop(self, gen: Generation) -> str:
         try:
             gen.start()
         except SpeculationUnsupported as exc:  # the model's cache cannot drop rejected rows
-            self.errorOccurred.emit(RunError(str(exc), SPECULATION_REFUSED))
+            self._report(RunError(str(exc), SPECULATION_REFUSED))
             return "error"
         except Exception as exc:
-            self.errorOccurred.emit(RunError(str(exc), REFUSED))
+            self._report(RunError(str(exc), REFUSED))
             return "error"
         # Pauses, steps, break-on and resumes after errors: ``StepControl.run``.
         return self.step.run(gen, progress=self.run.progress,
-                             error=lambda message: self.errorOccurred.emit(RunError(message, STEP_FAILED, **self.run.kv_info())))
+                             error=lambda message: self._report(RunError(message, STEP_FAILED, **self.run.kv_info())))

@@ -42,7 +42,6 @@ def record_document(record: SessionRecord, *, include_lock_operations: bool = Tr
     model["sha256"] = model_sha256(model["path"])
     summary = record.summary().to_json()
     summary["definitions"] = dict(DEFINITIONS)
-    end = record.end
     generated = record.generated_token_ids
     settings = dict(record.settings or h.settings)
     settings.setdefault("faults", [])
@@ -60,7 +59,7 @@ def record_document(record: SessionRecord, *, include_lock_operations: bool = Tr
             "token_texts": [text_of(t) for t in generated],
             "text": record.output_text,
             "finish_reason": record.finish_reason,
-            "errors": list(end.errors) if end is not None else list(record.errors),
+            "errors": list(record.errors),
         },
         "windows": windows,
         "discards": [d.to_json() for d in record.discards],

@@ -11,6 +11,7 @@ to redraw only what changed.
 
 from __future__ import annotations
 
+import copy
 from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,16 @@ from inspector.engine.receipt import (
     receipt_from_json,
 )
 from inspector.engine.stats import slow_verification_threshold_us, summarize_receipts
-from inspector.session.records import BaselineDone, Progress, ProposalStarted, RunEnd, RunHeader, TokenTexts
+from inspector.session.records import (
+    STEP_FAILED,
+    BaselineDone,
+    Progress,
+    ProposalStarted,
+    RunEnd,
+    RunError,
+    RunHeader,
+    TokenTexts,
+)
 
 END = "end"
 """Display outcome of the token that ended generation (the engine's ``finish`` event)."""
@@ -138,7 +148,13 @@ class SessionRecord:
         self.model_name = ""
         self.source_name = ""
         self.finish_reason: str | None = None
+        """The engine's finish reason (its ``finish`` event): None for a run stopped or failed."""
+        self.ended_as: str | None = None
+        """How the run ended as the user saw it: the finish reason, ``stopped`` or ``error``
+        (a live run's ``RunEnd``, an autosave's ``end`` line); None while it runs or unknown."""
         self.errors: list[str] = []
+        """Every error of the run, in order (``RunError`` records live; the document's
+        ``output.errors``; an autosave's failed windows)."""
         self.plain_steps = 0
         self.decode_elapsed_us = 0
         self.prefill_elapsed_us = 0
@@ -202,6 +218,8 @@ class SessionRecord:
         self.canonical_position = item.canonical_position
         if item.kv_length is not None:
             self.kv_length = item.kv_length
+        if item.faults_fired and self.settings is not None:
+            self.settings["faults"] = list(item.faults_fired)
 
     def _baseline_done(self, item: BaselineDone) -> None:
         self.baseline_error = item.error
@@ -219,8 +237,15 @@ class SessionRecord:
         self.source_name = h.settings.get("source", {}).get("name", "")
         self.background_sessions = h.background_sessions
 
+    def _run_error(self, e: RunError) -> None:
+        self.errors.append(e.message)
+        if e.kind == STEP_FAILED:  # where the repair left the KV cache (None: the session was retired)
+            self.kv_length = e.kv_length
+
     def _finish_run(self, e: RunEnd) -> None:
         self.end = e
+        self.ended_as = e.reason
+        self.errors = list(e.errors)
         self.in_flight = None
         self.decode_elapsed_us = e.decode_elapsed_us
         self.prefill_elapsed_us = e.prefill_elapsed_us
@@ -240,6 +265,7 @@ class SessionRecord:
             self._add_token(ev.token, ev.window, ev.row or 0, ev.position or 0, outcome)
         elif kind == STEP:
             self.plain_steps += 1
+            self.kv_length = ev.position  # the current token's row joined the KV cache
         elif kind == FINISH:
             self.finish_reason = ev.detail or None
             if self.tokens:
@@ -283,14 +309,22 @@ class SessionRecord:
         if d.partial is not None:
             self._add_window(WindowEntry(d.partial.window_index, None, d))
             self.canonical_position = d.partial.canonical_position
-        if d.error:
-            self.errors.append(d.error)
 
     def _set_baseline_json(self, d: dict | None) -> None:
         self.baseline = d
         i = self.divergence_index
         if i is not None:
             self.tokens_dirty_from = min(self.tokens_dirty_from, i)
+
+    def snapshot(self) -> "SessionRecord":
+        """A copy that later records do not change (its lists and dicts are copied; the records in
+        them are immutable): what an export on another thread writes while the run goes on."""
+        s = copy.copy(self)
+        for name in ("receipts", "discards", "_windows", "events", "lock_ops", "tokens", "errors"):
+            setattr(s, name, list(getattr(self, name)))
+        s.texts = dict(self.texts)
+        s.settings = dict(self.settings) if self.settings is not None else None
+        return s
 
     # -- derived ---------------------------------------------------------------
     @property
@@ -394,6 +428,7 @@ class SessionRecord:
         s.decode_elapsed_us = summ.get("decode_elapsed_us", 0)
         s.prefill_elapsed_us = summ.get("prefill_elapsed_us", 0)
         s.finish_reason = out.get("finish_reason")
+        s.ended_as = s.finish_reason
         s._set_baseline_json(doc.get("baseline"))
         s.version += 1
         return s
@@ -448,19 +483,27 @@ class SessionRecord:
             elif kind == "receipt":  # an autosave from before lines carried events: tokens from the records
                 for row, tok in enumerate(value.committed_tokens):
                     s._add_token(tok, value.window_index, row, value.base_position + row + 1, None)
+                s.kv_length = value.canonical_position
             elif kind == "discard" and value.partial is not None:
                 p = value.partial
                 for row, tok in enumerate(p.committed_tokens):
                     s._add_token(tok, p.window_index, row, p.base_position + row + 1, None)
+                s.kv_length = p.canonical_position
             elif kind == "step":
                 token, position = value
                 s.plain_steps += 1
+                s.kv_length = position
                 s._add_token(token, None, 0, position, None)
             elif kind == "end":
                 s.finish_reason = value.get("finish_reason") or None
                 if s.tokens:
                     s.tokens[-1].outcome = END
+            if kind == "discard" and value.error:
+                s.errors.append(value.error)
         if run.end is not None:
+            s.ended_as = run.end.get("finish_reason") or None
+            if s.finish_reason is None and s.ended_as not in (None, "stopped", "error"):
+                s.finish_reason = s.ended_as  # an end line whose finish event was not kept
             us = run.end.get("decode_elapsed_us")
             s.decode_elapsed_us = us if type(us) is int and us >= 0 else 0
         s.version += 1
@@ -472,6 +515,7 @@ SessionRecord._handlers = {
     ProposalStarted: SessionRecord._proposal, WindowReceipt: SessionRecord._add_receipt,
     Discard: SessionRecord._add_discard, LockOperation: SessionRecord._lock_op,
     Progress: SessionRecord._progress, RunHeader: SessionRecord._start, RunEnd: SessionRecord._finish_run,
+    RunError: SessionRecord._run_error,
     BaselineDone: SessionRecord._baseline_done,
 }
 """Record type -> how ``SessionRecord.apply`` files it."""

@@ -48,6 +48,8 @@ class Progress(NamedTuple):
     canonical_position: int
     kv_length: int | None = None
     """The session's KV length when it was read (after an error or at the end), else None."""
+    faults_fired: tuple = ()
+    """``KIND@WINDOW:TOKEN`` of each injected fault that fired so far."""
 
 
 @dataclass(frozen=True, slots=True)

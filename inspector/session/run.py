@@ -197,8 +197,9 @@ class SessionRun:
     def progress(self, kv_length: int | None = None) -> None:
         """Push the decode counters (after a step; ``kv_length`` when it was read)."""
         g = self.generation
+        fired = tuple(fault_labels(self.request.faults)) if self.request.faults.fired else ()
         self.push(Progress(g.decode_elapsed_us, g.prefill_elapsed_us, g.generated_count,
-                           g.canonical_position, kv_length))
+                           g.canonical_position, kv_length, fired))
 
     def start(self) -> None:
         """Prefill the prompt (raises ``PromptTooLong``, ``SpeculationUnsupported``, engine errors)."""
@@ -222,22 +223,26 @@ class SessionRun:
             kv = None
         return {"kv_length": kv, "canonical_position": g.canonical_position, "retired": g.session_retired}
 
-    def end(self, reason: str, background_sessions: int = 0) -> RunEnd:
+    def end(self, reason: str, background_sessions: int = 0, *, clean: bool = True) -> RunEnd:
         """End the run: read the KV length, drop the session, close the autosave (with its ``end``
-        line unless the run failed), push and return ``RunEnd``. Idempotent."""
+        line when ``clean``: the CLI leaves it out for a run that failed, so the file reads as
+        unfinished), push and return ``RunEnd``. Idempotent; the listener and the autosave are
+        released even when dropping the session fails."""
         if self.ended is not None:
             return self.ended
         g = self.generation
         info = self.kv_info()
-        if not g.session_retired and g.session_id is not None:
-            s = g.session_id
-            self.scheduler.execute("drop", s, lambda r: r.drop_session(s))
-        self.scheduler.remove_listener(self.push)
-        if self.autosave is not None:
-            self.autosave.close({"finish_reason": g.finish_reason or reason,
-                                 "decode_elapsed_us": g.decode_elapsed_us})
-            if self.autosave.writer.error:
-                self.autosave_error = self.autosave.writer.error
+        try:
+            if not g.session_retired and g.session_id is not None:
+                s = g.session_id
+                self.scheduler.execute("drop", s, lambda r: r.drop_session(s))
+        finally:
+            self.scheduler.remove_listener(self.push)
+            if self.autosave is not None:
+                self.autosave.close({"finish_reason": g.finish_reason or reason,
+                                     "decode_elapsed_us": g.decode_elapsed_us} if clean else None)
+                if self.autosave.writer.error:
+                    self.autosave_error = self.autosave.writer.error
         self.ended = RunEnd(reason, g.text.text, tuple(g.errors), info["kv_length"], g.canonical_position,
                             g.session_retired, tuple(fault_labels(self.request.faults)),
                             max(background_sessions, self._background()),

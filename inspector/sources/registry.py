@@ -183,7 +183,7 @@ def _replay(ctx: SourceContext, **options) -> ProposalSource:
     from inspector.sources.replay import ReplaySource
 
     o = REPLAY.with_defaults(options)
-    return ReplaySource(load_document(o["replay"]))
+    return ReplaySource(load_document(o["replay"]), path=o["replay"])
 
 
 def _draft(ctx: SourceContext, **options) -> ProposalSource:

@@ -8,7 +8,7 @@ from inspector.engine.proposal import Proposal, ProposalRequest
 class ReplaySource:
     """Proposes, at each recorded decode step, the proposal recorded there.
 
-    ``document``: a loaded receipts document (``inspector.receipts.load_document``).
+    ``document``: a loaded receipts document (``inspector.receipts.load_document``); ``path``: its file.
     Proposals come from its windows and discards (invalid ones too, so they are
     discarded again), ordered by ``decode_step``. At a decode step with no
     recorded proposal, None (a plain step). On the same model and settings the
@@ -17,7 +17,9 @@ class ReplaySource:
 
     name = "replay"
 
-    def __init__(self, document: dict) -> None:
+    def __init__(self, document: dict, path: str = "") -> None:
+        self.path = str(path)
+        """The receipts file replayed ("" when the document was given directly): in ``settings()``."""
         recorded = [(w["decode_step"], w["decision_id"], w["proposal_token_ids"]) for w in document["windows"]]
         recorded += [(d["decode_step"], d["decision_id"], d["proposal_token_ids"]) for d in document["discards"]]
         self.by_step: dict[int, Proposal] = {}
@@ -31,7 +33,10 @@ class ReplaySource:
         self.replayed = 0
 
     def settings(self) -> dict:
-        return {"replays": self.source_name, "proposals": len(self.by_step)}
+        out = {"replays": self.source_name, "proposals": len(self.by_step)}
+        if self.path:
+            out["replay"] = self.path  # the option's own name: a saved session shows the file it replayed
+        return out
 
     def propose(self, request: ProposalRequest) -> Proposal | None:
         p = self.by_step.get(request.decode_step)
