@@ -266,18 +266,7 @@ def cmd_run(args) -> int:
         # A prompt file's final newline is the file's, not the prompt's.
         prompt = args.prompt if args.prompt is not None else _strip_final_newline(
             _read_text(args.prompt_file, "prompt file"))
-        script = None
-        if args.source == "scripted":
-            if args.script is None and args.script_file is None:
-                raise _UserError("--source scripted needs --script TEXT or --script-file F")
-            script = args.script if args.script is not None else _read_text(args.script_file, "script file")
-        if args.ngram_min > args.ngram_max:
-            raise _UserError(f"--ngram-min {args.ngram_min} is larger than --ngram-max {args.ngram_max}")
-        options = _source_options(args)
-        if args.source == "draft" and not args.draft_model:
-            raise _UserError("--source draft needs --draft-model PATH")
-        if args.source == "replay" and not args.replay:
-            raise _UserError("--source replay needs --replay FILE")
+        options = _source_options(args)  # required options, files and cross-option rules: the declarations'
         settings, notes = _run_settings(args)
         model = args.model or bundled_model_path()
     except _UserError as exc:
@@ -302,8 +291,6 @@ def cmd_run(args) -> int:
                                n_seq_max=2 if args.baseline else 1)
     except (ModelFileError, EngineError, ValueError) as exc:
         return _fail(str(exc))
-    if script is not None:
-        options["script"] = script
     record = SessionRecord()
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
     opener = None

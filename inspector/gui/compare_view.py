@@ -46,11 +46,19 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.bench.compare import PLAIN, CompareConfig, CompareResult, default_configs
+from inspector.sources.registry import NGRAM
 from inspector.gui.table_copy import install_row_copy
 
 CONFIG_HEADERS = ("label", "source", "draft max", "n_max", "n_min", "length", "other options (key=value, …)")
 OPTIONS_COL = len(CONFIG_HEADERS) - 1
-LENGTHS = ("fixed", "adaptive")
+_NGRAM = {o.name: o for o in NGRAM.options}
+"""The n-gram source's declared options: the table's n_max, n_min and length columns follow them."""
+LENGTHS = tuple(_NGRAM["length"].choices)
+
+
+def _ngram_spin(name: str, value: int) -> QSpinBox:
+    o = _NGRAM[name]
+    return _spin(int(o.minimum), int(o.control_max or o.maximum or 64), value)
 """The n-gram ``length`` option's values (the first is the default)."""
 SPIN_WIDTH = "99999"
 """Spin boxes are this many digits wide (plus their arrows): the value never touches the arrows."""
@@ -277,9 +285,11 @@ class CompareView(QWidget):
         src.setCurrentText(c.source)
         t.setCellWidget(r, 1, src)
         opts = dict(c.options)
-        n_max, n_min = int(opts.pop("n_max", 4)), int(opts.pop("n_min", 2))
-        length = str(opts.pop("length", LENGTHS[0]))
-        for col, w in ((2, _spin(0, 64, c.draft_max)), (3, _spin(1, 16, n_max)), (4, _spin(1, 16, n_min))):
+        n_max = int(opts.pop("n_max", _NGRAM["n_max"].default))
+        n_min = int(opts.pop("n_min", _NGRAM["n_min"].default))
+        length = str(opts.pop("length", _NGRAM["length"].default))
+        for col, w in ((2, _spin(0, 64, c.draft_max)), (3, _ngram_spin("n_max", n_max)),
+                       (4, _ngram_spin("n_min", n_min))):
             t.setCellWidget(r, col, w)
         lc = QComboBox()
         lc.addItems(LENGTHS if length in LENGTHS else [*LENGTHS, length])
@@ -320,10 +330,13 @@ class CompareView(QWidget):
             except ValueError as exc:
                 raise ValueError(f"row {r + 1}: {exc}") from None
             if source == "ngram":
-                n_max, n_min = t.cellWidget(r, 3).value(), t.cellWidget(r, 4).value()
-                if n_min > n_max:
-                    raise ValueError(f"row {r + 1}: n_min {n_min} is larger than n_max {n_max}")
-                options = {"n_max": n_max, "n_min": n_min, "length": t.cellWidget(r, 5).currentText(), **options}
+                columns = {"n_max": t.cellWidget(r, 3).value(), "n_min": t.cellWidget(r, 4).value(),
+                           "length": t.cellWidget(r, 5).currentText()}
+                options = {**columns, **options}
+                try:  # the declared ranges and n_min <= n_max; the free-text options are checked by the run
+                    NGRAM.check_options(columns)
+                except ValueError as exc:
+                    raise ValueError(f"row {r + 1}: {exc}") from None
             if source != PLAIN and draft_max < 1:
                 raise ValueError(f"row {r + 1}: draft max must be at least 1 for source {source}")
             label = (t.item(r, 0).text().strip() if t.item(r, 0) else "") or (
