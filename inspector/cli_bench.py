@@ -41,7 +41,7 @@ def cmd_compare(args) -> int:
     from inspector.prompts import DEFAULT_EXAMPLE, example_path
     from inspector.bench.compare import (default_configs, format_compare, parse_config, run_compare,
                                          write_compare_csv, write_compare_json)
-    from inspector.llama.cost_model import measure_cost_model
+    from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
     from inspector.engine import GenerationSettings, RuntimeScheduler
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError, bundled_model_path
@@ -73,6 +73,7 @@ def cmd_compare(args) -> int:
         from inspector.llama.cost_cache import store_cost_model
 
         store_cost_model(runtime.model_path, runtime.n_threads, cost_model)
+        print("cost model: " + verify_cost_diagnosis(cost_model, runtime.info.weight_types))
     progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
     result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
     print(format_compare(result))

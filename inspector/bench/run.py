@@ -12,13 +12,15 @@ engine's own Python bookkeeping.
 
 from __future__ import annotations
 
+import textwrap
+
 import time
 from dataclasses import dataclass
 from statistics import median
 from time import perf_counter_ns
 
 from inspector.prompts import EXAMPLES, example_prompt
-from inspector.llama.cost_model import measure_cost_model
+from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.session.record import SessionRecord
 from inspector.session.run import RunRequest, SessionRun
@@ -164,7 +166,10 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
     return {
         "model": runtime.describe(),
         "max_tokens": max_tokens,
-        "cost_model": {**cm.to_json(), "disturbed": disturbed},
+        "cost_model": {**cm.to_json(), "disturbed": disturbed,
+                       "weight_types": {t: b for t, b in getattr(getattr(runtime, "info", None), "weight_types", ())},
+                       "diagnosis": verify_cost_diagnosis(
+                           cm, tuple(getattr(getattr(runtime, "info", None), "weight_types", ())))},
         "tasks": [r.__dict__ for r in results],
         "definitions": {
             "tps": "generated tokens / decode time (prefill excluded)",
@@ -187,6 +192,7 @@ def format_bench(result: dict) -> str:
     lines = [
         "cost model: c(k) ms = " + " ".join(f"{k + 1}:{v:.1f}" for k, v in enumerate(cm["row_ms"])),
         f"ceiling {cm['ceiling']:.2f}x at {cm['best_rows']} rows",
+        *([textwrap.fill(cm["diagnosis"], 110)] if cm.get("diagnosis") else []),
         "",
         f"{'task':22s} {'plain':>6s} {'fixed':>6s} {'adapt':>6s} {'lcpp':>6s} {'adapt/plain':>11s} {'fixed/plain':>11s} "
         f"{'adapt/lcpp':>10s} {'expected':>8s} {'of ceil':>7s} {'accept':>6s} {'us/step':>7s} {'argmax':>6s} "

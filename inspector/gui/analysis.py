@@ -38,12 +38,14 @@ class CostRequest:
 
 @dataclass(frozen=True)
 class CostMeasured:
-    """A measured ``CostModel`` and where: model file, CPU threads, prompt length (tokens)."""
+    """A measured ``CostModel`` and where: model file, CPU threads, prompt length (tokens), and the
+    model's weight types (``ModelInfo.weight_types``: (GGML type, bytes), largest first)."""
 
     model: object
     model_path: str
     n_threads: int
     prompt_tokens: int
+    weight_types: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ class AnalysisWorker(QObject):
             log.exception("cost model failed")
             self.failed.emit("cost", str(exc) or type(exc).__name__)
             return
-        self.costMeasured.emit(CostMeasured(cm, str(rt.model_path), int(getattr(rt, "n_threads", 0) or 0), len(tokens)))
+        self.costMeasured.emit(CostMeasured(cm, str(rt.model_path), int(getattr(rt, "n_threads", 0) or 0), len(tokens),
+                                            tuple(getattr(getattr(rt, "info", None), "weight_types", ()))))
 
     @Slot(object)
     def run_compare(self, req: CompareRequest) -> None:

@@ -15,6 +15,8 @@ Widgets only: ``AnalysisActions`` measures (on the engine thread) and calls
 
 from __future__ import annotations
 
+import html
+
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QStackedWidget, QVBoxLayout, QWidget
 
 from inspector.gui.wording import count_noun
+from inspector.llama.cost_model import verify_cost_diagnosis
 
 COST_PEN = "#1565c0"
 CEILING_PEN = "#e65100"
@@ -189,7 +192,7 @@ class CostView(QWidget):
         self.ceiling_label.setText(
             f"<b>{self.ceiling_text()}</b> · c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms "
             f"({threads}, after a prompt of {count_noun(m.prompt_tokens, 'token')}) · a window must accept more than the bar "
-            "to beat plain decoding")
+            f"to beat plain decoding<br>{html.escape(verify_cost_diagnosis(cm, m.weight_types))}")
 
     def export_png(self, path: str, width: int = 1200) -> bool:
         """Write both plots (title included) as a PNG ``width`` pixels wide (pyqtgraph's ImageExporter)."""

@@ -2,6 +2,15 @@
 
 On a CPU, verifying k rows is not nearly free (LLAMA_CPP_NOTES: 16 rows cost
 about 7 single rows here), so a window pays off only with long accepted runs.
+How steep c(k) is depends on the weight type: llama.cpp's CPU backend (ggml-cpu
+in the llama.cpp that llama-cpp-python 0.3.36 vendors) multiplies several rows
+at once only for types with a multi-row kernel: the repacked layouts of
+``ggml/src/ggml-cpu/repack.cpp`` (``ggml_repack_get_optimal_repack_type``: Q4_0,
+Q4_K, Q2_K, IQ4_NL on AVX2) and llamafile's tinyBLAS
+(``ggml/src/ggml-cpu/llamafile/sgemm.cpp``: Q8_0, Q4_0, Q5_0, IQ4_NL on AVX2).
+Other types (Q4_1 among them) run one matrix-vector product per row, so k rows
+cost about k single rows. ``verify_cost_diagnosis`` says which case a measured
+curve is, in words.
 """
 
 from __future__ import annotations
@@ -79,6 +88,48 @@ class CostModel:
             "best_rows": self.best_rows,
             "break_even_accepted": [self.break_even(k) for k in range(1, len(self.row_ms) + 1)],
         }
+
+
+MULTI_ROW_KERNEL_TYPES = frozenset({"Q4_0", "Q4_K", "Q2_K", "IQ4_NL", "Q8_0", "Q5_0"})
+"""Weight types with a multi-row CPU kernel on x86 AVX2 (see the module docstring)."""
+NO_BATCHING_RATIO = 1.7
+"""c(2)/c(1) at or above this: a second row costs nearly a whole extra decode (no multi-row kernel)."""
+CHEAP_ROWS_RATIO = 1.3
+"""c(2)/c(1) below this: extra rows are cheap (a multi-row kernel, or a GPU)."""
+
+
+def verify_cost_diagnosis(cm: CostModel, weight_types=()) -> str:
+    """One paragraph on why the verify cost has the shape it has, from the measured ``cm``
+    and the model's ``weight_types`` (``ModelInfo.weight_types``: (GGML type, bytes) pairs,
+    largest first). Names the main weight type and its share of the matrix bytes, the
+    ratio c(2)/c(1) and the marginal cost of a row, then the reason in words: no multi-row
+    kernel (ratio >= ``NO_BATCHING_RATIO``), cheap rows (< ``CHEAP_ROWS_RATIO``) or between."""
+    c = cm.row_ms
+    total = sum(b for _t, b in weight_types) or 1
+    main, main_bytes = weight_types[0] if weight_types else ("", 0)
+    others = ", ".join(f"{t} {100 * b / total:.0f}%" for t, b in weight_types[1:])
+    types = (f"weights: {main} ({100 * main_bytes / total:.0f}% of the matrix bytes"
+             + (f"; {others}" if others else "") + ")") if main else "weight types unknown"
+    if len(c) < 2:
+        return f"{types}; measure at least 2 rows to see how the cost grows"
+    ratio = c[1] / c[0]
+    marginal = (c[-1] - c[0]) / (len(c) - 1) / c[0]
+    figures = (f"{types}; c(2)/c(1) = {ratio:.2f}, each extra row costs {100 * marginal:.0f}% of a one-row "
+               f"decode on average up to {len(c)} rows")
+    if ratio >= NO_BATCHING_RATIO:
+        why = (f"Two rows cost nearly two single rows: llama.cpp's CPU backend has no multi-row kernel for "
+               f"{main or 'this weight type'} here, so it multiplies the weights once per row"
+               if main not in MULTI_ROW_KERNEL_TYPES else
+               "Two rows cost nearly two single rows although this type has a multi-row kernel on AVX2: "
+               "the CPU may lack the instructions, or another process took the cores while measuring")
+        hint = (" A type with such a kernel (Q8_0, Q4_0) makes extra rows cheaper; speculation then pays "
+                "with shorter accepted runs.") if main not in MULTI_ROW_KERNEL_TYPES else ""
+        return f"{figures}. {why}.{hint}"
+    if ratio < CHEAP_ROWS_RATIO:
+        return (f"{figures}. Extra rows are cheap (a multi-row kernel or a GPU does the rows together): "
+                f"long proposals pay, raise draft max.")
+    return (f"{figures}. Rows are partly batched: proposals pay once about {max(1.0, cm.break_even(cm.best_rows)):.1f} "
+            f"tokens of a {cm.best_rows}-row window are accepted.")
 
 
 def measure_cost_model(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5) -> CostModel:

@@ -32,6 +32,9 @@ class ModelInfo:
 
     ``size_bytes``: file size. ``n_vocab``: vocabulary size from the token
     list (tokens). ``architecture``: ``general.architecture``.
+    ``weight_types``: GGML type name (``Q4_1``, ``Q8_0``, ``F32``, ...) -> bytes of the
+    matrix tensors (2 or more dimensions) stored in it, largest first: the kernels
+    llama.cpp runs a decode with.
     """
 
     path: str
@@ -40,6 +43,12 @@ class ModelInfo:
     size_bytes: int
     n_vocab: int
     tensor_count: int
+    weight_types: tuple = ()
+
+    @property
+    def main_weight_type(self) -> str:
+        """The type holding most matrix bytes ("" when unknown)."""
+        return self.weight_types[0][0] if self.weight_types else ""
 
 
 def bundled_model_path() -> Path:
@@ -180,22 +189,28 @@ def check_gguf(path: str | os.PathLike) -> ModelInfo:
             except (ValueError, UnicodeDecodeError) as exc:
                 raise ModelFileError(p, f"damaged GGUF header or tensor table ({exc}); the file may be truncated") from None
     end = data_start
+    by_type: dict[str, int] = {}
     for name, dims, ttype, offset in tensors:
         try:
-            block, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
+            qtype = GGMLQuantizationType(ttype)
+            block, nbytes = GGML_QUANT_SIZES[qtype]
         except (ValueError, KeyError):
             raise ModelFileError(p, f"tensor {name!r} has an unknown type {ttype}") from None
         n = 1
         for d in dims:
             n *= d
         end = max(end, data_start + offset + n // block * nbytes)
+        if sum(1 for d in dims if d > 1) >= 2:
+            by_type[qtype.name] = by_type.get(qtype.name, 0) + n // block * nbytes
     if end > size:
         raise ModelFileError(p, f"truncated: tensor data needs {end} bytes, the file has {size}")
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelFileError(p, "no general.architecture in the GGUF metadata")
     n_vocab = int(meta.get("len:tokenizer.ggml.tokens", 0))
-    return ModelInfo(str(p.resolve()), arch, str(meta.get("general.name") or p.stem), size, n_vocab, len(tensors))
+    weight_types = tuple(sorted(by_type.items(), key=lambda kv: -kv[1]))
+    return ModelInfo(str(p.resolve()), arch, str(meta.get("general.name") or p.stem), size, n_vocab, len(tensors),
+                     weight_types)
 
 
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
