@@ -347,7 +347,8 @@ def cmd_run(args) -> int:
     if record.finish_reason == "context_full":
         print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
               f"raise --n-ctx", file=sys.stderr)
-    print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position))
+    print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
+                         ended_as=end.reason))
     policy = getattr(run.source, "policy", None)
     if policy is not None and not record.receipts:
         costs = "the stored cost model" if policy.row_costs is not None else \
@@ -418,20 +419,24 @@ def cmd_view(args) -> int:
     if not args.file.exists():
         return _fail(f"cannot read receipts {args.file}: no such file")
     if args.file.suffix == ".jsonl":
-        from inspector.receipts.autosave import read_autosave
         from inspector.run_output import format_autosave
+        from inspector.session.record import SessionRecord
 
         try:
-            run = read_autosave(args.file)
+            rec = SessionRecord.from_autosave(args.file)
         except ReceiptsFileError as exc:
             return _fail(str(exc))
-        print(format_autosave(run))
+        print(format_autosave(rec))
         if args.windows:
             print("--- windows and discards ---")
-            print("\n".join(format_windows(run.receipts, run.discards)))
+            print("\n".join(format_windows(rec.receipts, rec.discards)))
         if args.events:
-            print("spec-inspector: note: an autosave holds no event list; view the receipts .json of the run "
-                  "(or use --windows)", file=sys.stderr)
+            if rec.events:
+                print("--- events ---")
+                print("\n".join(format_events(rec.events, rec.text_of, rec.receipts, rec.discards)))
+            else:
+                print("spec-inspector: note: this autosave holds no event list (written before autosaves kept "
+                      "events); view the receipts .json of the run (or use --windows)", file=sys.stderr)
         return 0
     try:
         doc = load_document(args.file)

@@ -132,12 +132,18 @@ def _num(x: float | None, fmt: str = ".2f") -> str:
     return "n/a" if x is None else format(x, fmt)
 
 
-def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, canonical=None) -> str:
-    """Multi-line summary with the definitions of the acceptance figures."""
+ENDED_AS_WORDS = {"stopped": "none (stopped by the user)", "error": "none (an error stopped it)"}
+
+
+def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, canonical=None,
+                   ended_as: str | None = None) -> str:
+    """Multi-line summary with the definitions of the acceptance figures. ``ended_as``: how the
+    run ended when the engine did not finish it (``stopped``, ``error``), if known."""
     disp = ", ".join(f"{k} {v}" for k, v in sorted(s.dispositions.items())) or "none"
+    ended = s.finish_reason or ENDED_AS_WORDS.get(ended_as or "", "none (an error stopped it, or it did not finish)")
     lines = [
         "--- summary ---",
-        f"finish reason:        {s.finish_reason or 'none (an error stopped it, or it did not finish)'}",
+        f"finish reason:        {ended}",
         f"generated tokens:     {s.generated_tokens}",
         f"windows:              {s.windows} ({disp}); plain steps {s.plain_steps}; discards {s.discards}",
         f"accepted/proposed:    {s.accepted_tokens}/{s.proposed_tokens} = {_pct(s.acceptance_rate)}",
@@ -177,22 +183,22 @@ def format_document(doc: dict) -> str:
         if b.get("observed_speedup"):
             line += f"; speculative/plain decode tokens/s = {b['observed_speedup']:.2f}x"
         tail = f"\nbaseline:             {line}"
-    return "\n".join(head) + "\n" + format_summary(s) + tail
+    return "\n".join(head) + "\n" + format_summary(s, ended_as=doc["output"].get("ended_as")) + tail
 
 
-def format_autosave(run) -> str:
-    """Human summary of an autosave file (``inspector.receipts.autosave.AutosaveRun``)."""
-    h = run.header
-    state = ("finished: " + str(run.end.get("finish_reason", "?"))) if run.clean else \
+def format_autosave(record) -> str:
+    """Human summary of an autosave file read as a ``SessionRecord`` (``SessionRecord.from_autosave``)."""
+    state = ("finished: " + str(record.ended_as or "?")) if not record.unfinished else \
         "unfinished (the run stopped or was killed): every complete record is shown"
     head = [
-        f"autosave: {run.path}",
+        f"autosave: {record.document_path}",
         f"state:    {state}",
-        f"model:    {h.get('model', '?')}",
-        f"source:   {h.get('source', '?')}",
+        f"model:    {record.model_name or '?'}",
+        f"source:   {record.source_name or '?'}",
     ]
-    if run.bad_lines:
-        head.append(f"skipped:  {run.bad_lines} incomplete or damaged line(s)")
-    head += ["--- output ---", run.text]
-    return ("\n".join(head) + "\n" + format_summary(run.summary())
-            + "\n(decode times are not autosaved: tokens/s are in the receipts document of a finished run)")
+    if record.skipped_lines:
+        head.append(f"skipped:  {record.skipped_lines} incomplete or damaged line(s)")
+    head += ["--- output ---", record.output_text]
+    tail = "" if record.decode_elapsed_us else \
+        "\n(no decode time: only a finished run's end line has it, so tokens/s are n/a)"
+    return "\n".join(head) + "\n" + format_summary(record.summary(), ended_as=record.ended_as) + tail

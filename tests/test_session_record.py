@@ -254,3 +254,51 @@ def test_a_snapshot_does_not_change_when_the_run_goes_on(tmp_path):
     n = len(snap.events)
     live.apply(live.events[0])
     assert len(snap.events) == n and len(live.events) == n + 1
+
+
+def test_a_run_the_user_stopped_says_so_in_its_document_and_when_reopened(tmp_path):
+    model = tmp_path / "fake.gguf"
+    model.write_bytes(b"GGUF")
+    record = SessionRecord()
+    run = SessionRun(RuntimeScheduler(DescribedRuntime(model)),
+                     RunRequest("abc", GenerationSettings(max_new_tokens=50, draft_max=16), "list"),
+                     record.apply, make_source=lambda req: ListSource([follow(2)] * 20))
+    run.prepare()
+    run.start()
+    run.step()
+    run.end("stopped")  # Stop pressed: the engine never finished the run
+    doc = record_document(record)
+    validate_document(doc)
+    assert doc["output"]["finish_reason"] is None and doc["output"]["ended_as"] == "stopped"
+    assert SessionRecord.from_document(doc).ended_as == "stopped"
+
+
+def test_time_held_before_a_commit_is_no_decode_time():
+    import time as _time
+
+    from inspector.engine import Generation, GenerationObserver
+
+    class Holds(GenerationObserver):
+        def before_commit(self, window, row, token, position):
+            _time.sleep(0.02)
+
+    g = Generation(RuntimeScheduler(FakeRuntime()), ListSource([follow(3)]), [1, 2, 3],
+                   GenerationSettings(max_new_tokens=4, draft_max=8), observer=Holds())
+    g.run()
+    assert g.generated_count == 4
+    assert g.decode_elapsed_us < 20_000, f"observed {g.decode_elapsed_us} us for 4 held commits of 20 ms each"
+
+
+def test_a_plain_step_cancelled_before_its_commit_is_not_counted():
+    from inspector.engine import Generation
+    from inspector.engine.errors import RequestCancelled
+
+    g = Generation(RuntimeScheduler(FakeRuntime()), None, [1, 2, 3], GenerationSettings(max_new_tokens=4),
+                   faults=FaultPlan([Fault("cancel")]))
+    g.start()
+    with pytest.raises(RequestCancelled):
+        g.step()
+    assert g.plain_steps == 0 and g.generated_count == 0
+    g.resume()
+    g.run()
+    assert g.plain_steps == 4 == g.generated_count

@@ -143,6 +143,8 @@ class Generation:
         self.text = CommittedText(self.runtime.token_piece, settings.stop)
         self.prefill_elapsed_us = 0
         self.decode_elapsed_us = 0
+        """Time spent in decode steps (µs), without the time the observer held a commit."""
+        self._held_ns = 0
         self._t0 = perf_counter_ns()
         self.started_us = (self._t0 - scheduler.epoch_ns) // 1000
         """When the request started, in microseconds on the scheduler's clock
@@ -236,7 +238,7 @@ class Generation:
             self.session_retired = False
         self._ctx = WindowContext(
             self.scheduler, self.session_id, self.request_id, self.cancel_event, self.faults,
-            self._emit, self.observer.before_commit, self.settings.sampling,
+            self._emit, self._before_commit, self.settings.sampling,
             self.settings.verification, self._rng,
         )
         sid = self.session_id
@@ -307,11 +309,21 @@ class Generation:
         if self.cancel_event.is_set():
             raise RequestCancelled()
         t_step = perf_counter_ns()
+        held = self._held_ns
         try:
             self._step(t_step)
-        finally:
-            self.decode_elapsed_us += (perf_counter_ns() - t_step) // 1000
+        finally:  # time the observer held a commit (Step token) is no decode time
+            self.decode_elapsed_us += (perf_counter_ns() - t_step - (self._held_ns - held)) // 1000
             self.decode_step += 1
+
+    def _before_commit(self, window, row, token, position) -> None:
+        """The observer's ``before_commit``, timed: the time it blocks (Step token holds there) is
+        kept out of ``decode_elapsed_us``."""
+        t = perf_counter_ns()
+        try:
+            self.observer.before_commit(window, row, token, position)
+        finally:
+            self._held_ns += perf_counter_ns() - t
 
     def _step(self, started_ns: int) -> None:
         settings = self.settings
@@ -445,9 +457,8 @@ class Generation:
             self._error(RequestCancelled(), None)
             raise RequestCancelled() from None
         token = timed.value[0]
-        self.plain_steps += 1
         self._emit(STEP, token=token, row=0, position=base + 1)
-        self.observer.before_commit(None, 0, token, base + 1)
+        self._before_commit(None, 0, token, base + 1)
         if self.faults and self.faults.take(F.CANCEL, None, 1):
             cancel.set()
         if cancel.is_set():
@@ -455,6 +466,7 @@ class Generation:
             exc = RequestCancelled()
             self._error(exc, None)
             raise exc
+        self.plain_steps += 1  # a plain step counts once its token is committed (a cancelled one is not)
         try:
             self._commit(token, 0, base)
         except BaseException as exc:

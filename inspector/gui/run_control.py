@@ -111,6 +111,7 @@ class RunControl:
             self.set_banner(f"Running: {what} …", BANNER_NEUTRAL)
 
     def _worker_state(self, state: str, detail: str) -> None:
+        self.drain_records()  # the banner counts what the run did up to this state (a pause: its last step)
         if state == W.LOADING:
             self.load_progress.setValue(0)
             self.load_progress.show()

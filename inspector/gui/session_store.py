@@ -23,9 +23,12 @@ AUTOSAVE_KEEP = 20
 
 
 def app_data_dir() -> Path:
-    """The per-user application data folder (QStandardPaths.AppDataLocation)."""
-    loc = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
-    return Path(loc or Path.home() / ".spec-inspector")
+    """The per-user application data folder: ``spec-inspector`` in the generic data location
+    (``~/.local/share/spec-inspector`` on Linux, ``~/Library/Application Support/spec-inspector`` on
+    macOS, ``%LOCALAPPDATA%/spec-inspector`` on Windows); the window's autosaves go in its ``autosave``
+    folder. (AppDataLocation would add the organization name: ``spec-inspector/spec-inspector``.)"""
+    loc = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation)
+    return Path(loc) / "spec-inspector" if loc else Path.home() / ".spec-inspector"
 
 
 def open_autosave(folder: Path, header: dict):

@@ -59,6 +59,7 @@ def record_document(record: SessionRecord, *, include_lock_operations: bool = Tr
             "token_texts": [text_of(t) for t in generated],
             "text": record.output_text,
             "finish_reason": record.finish_reason,
+            **({"ended_as": record.ended_as} if record.ended_as else {}),
             "errors": list(record.errors),
         },
         "windows": windows,

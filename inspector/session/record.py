@@ -262,9 +262,10 @@ class SessionRecord:
         kind = ev.kind
         if kind == COMMIT and ev.token is not None:
             outcome = ev.detail if ev.detail in TOKEN_OUTCOMES else None
+            if ev.window is None:
+                self.plain_steps += 1  # as the engine counts: a plain step whose token was committed
             self._add_token(ev.token, ev.window, ev.row or 0, ev.position or 0, outcome)
         elif kind == STEP:
-            self.plain_steps += 1
             self.kv_length = ev.position  # the current token's row joined the KV cache
         elif kind == FINISH:
             self.finish_reason = ev.detail or None
@@ -340,10 +341,12 @@ class SessionRecord:
 
     @property
     def output_text(self) -> str:
-        """The committed text: the engine's UTF-8-safe text once the run ended, else the tokens' texts."""
+        """The committed text: the engine's UTF-8-safe text once the run ended, else the tokens' texts
+        (without the end-of-generation token's, which the engine's text leaves out too)."""
         if self.end is not None:
             return self.end.output_text
-        return "".join(t.text for t in self.tokens)
+        tokens = self.tokens[:-1] if self.finish_reason == "eog" and self.tokens else self.tokens
+        return "".join(t.text for t in tokens)
 
     def windows(self) -> list[WindowEntry]:
         """Verified and failed windows, by window index (do not modify the list)."""
@@ -428,7 +431,7 @@ class SessionRecord:
         s.decode_elapsed_us = summ.get("decode_elapsed_us", 0)
         s.prefill_elapsed_us = summ.get("prefill_elapsed_us", 0)
         s.finish_reason = out.get("finish_reason")
-        s.ended_as = s.finish_reason
+        s.ended_as = out.get("ended_as") or s.finish_reason
         s._set_baseline_json(doc.get("baseline"))
         s.version += 1
         return s
