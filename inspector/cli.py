@@ -193,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--k-max", type=_positive, default=16, help="largest verify batch in the cost model [16]")
     bn.add_argument("--repeats", type=_positive, default=3, help="repeats per cost-model point [3]")
     bn.add_argument("--no-llama-cpp-python", action="store_true", help="skip LlamaPromptLookupDecoding")
+    bn.add_argument("--weights", metavar="T1,T2,...",
+                    help="compare weight layouts instead: convert the model to each type (llama.cpp quantize, "
+                         "cached), then per layout c(k), its ceiling, plain vs n-gram on the copy task and whether "
+                         "greedy output stays the original's (e.g. Q4_1,Q8_0,Q4_0)")
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
 
     cp = sub.add_parser("compare", help="run one prompt with several configurations, side by side",
@@ -214,13 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
     cp.add_argument("--csv", type=Path, metavar="OUT", help="write the comparison as CSV")
 
-    from inspector.llama.quantize import QUANT_TYPES
+    from inspector.llama.quantize import DRAFT_TYPES
 
     md = sub.add_parser("make-draft", help="make a draft model by re-quantizing the target",
                         description="Re-quantize a GGUF into a smaller type (llama.cpp llama_model_quantize) and "
                                     "print the draft's path; use it with run --source draft --draft-model PATH.")
     md.add_argument("--model", type=Path, help="the target GGUF (default: the bundled model)")
-    md.add_argument("--type", choices=list(QUANT_TYPES), default="Q4_0", help="draft quantization [Q4_0]")
+    md.add_argument("--type", choices=list(DRAFT_TYPES), default="Q4_0", help="draft quantization [Q4_0]")
     md.add_argument("--out", type=Path, help="folder for the draft (default: the user cache folder)")
     return parser
 

@@ -17,6 +17,8 @@ def cmd_bench(args) -> int:
     from inspector.llama.model_file import ModelFileError, bundled_model_path
     from inspector.llama.runtime import LlamaRuntime
 
+    if args.weights:
+        return _bench_weights(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
@@ -34,6 +36,34 @@ def cmd_bench(args) -> int:
         args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
         print(f"json: {args.json}")
     runtime.close()
+    return 0
+
+
+def _bench_weights(args) -> int:
+    """``bench --weights T1,T2,...``: every weight layout of the model in one run (``inspector.bench.weights``)."""
+    import json
+
+    from inspector.bench.weights import bench_weights, format_weights
+    from inspector.engine.errors import EngineError
+    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.llama.quantize import QUANT_TYPES
+
+    types = [t.strip().upper() for t in args.weights.split(",") if t.strip()]
+    unknown = [t for t in types if t not in QUANT_TYPES]
+    if unknown or not types:
+        return _fail(f"--weights: unknown weight type {', '.join(unknown) or '(none)'}: expected types from "
+                     f"{', '.join(QUANT_TYPES)}", EXIT_USAGE)
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        result = bench_weights(args.model or bundled_model_path(), types, max_tokens=args.max_tokens,
+                               k_max=args.k_max, repeats=args.repeats, threads=args.threads or None,
+                               progress=progress)
+    except (ModelFileError, EngineError, ValueError) as exc:
+        return _fail(str(exc))
+    print(format_weights(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"json: {args.json}")
     return 0
 
 

@@ -26,3 +26,30 @@ def test_the_bundled_models_weight_types_come_from_its_header():
     assert info.main_weight_type == "Q4_1"
     assert [t for t, _b in info.weight_types] == sorted({t for t, _b in info.weight_types},
                                                        key=dict(info.weight_types).get, reverse=True)
+
+
+def test_the_original_layout_is_the_model_file_itself_not_a_conversion():
+    from inspector.bench.weights import weight_form
+
+    path, converted = weight_form(bundled_model_path(), "Q4_1")
+    assert not converted and path == bundled_model_path()
+
+
+def test_the_layout_table_reads_per_weight_type():
+    from inspector.bench.weights import format_weights
+
+    row = {"weight_type": "Q8_0", "path": "m.gguf", "size_bytes": 145_000_000, "converted": True,
+           "row_ms": (6.0, 7.0), "ceiling": 1.71, "best_rows": 2, "diagnosis": "weights: Q8_0 (100%)",
+           "plain_tps": 100.0, "ngram_tps": 250.0, "ngram_draft_max": 16, "ngram_over_plain": 2.5,
+           "fraction_of_ceiling": 0.8, "acceptance_rate": 0.9, "same_as_original": {"copy": True, "story": False},
+           "top_token_differs": 0.021, "best_draft_max": 16}
+    text = format_weights({"layouts": [row], "task": "copy", "max_tokens": 8})
+    assert "Q8_0    c(k) ms = 1:6.0 2:7.0   ceiling 1.71x at 2 rows" in text
+    assert "2.50x" in text and "2.1%" in text and "copy yes, story NO" in text
+
+
+def test_an_unknown_weight_type_is_refused_before_anything_loads(capsys):
+    from inspector.cli import main
+
+    assert main(["bench", "--weights", "Q4_1,Q9_9"]) == 2
+    assert "unknown weight type Q9_9" in capsys.readouterr().err

@@ -315,10 +315,10 @@ class ControlPanel(PanelValues, QWidget):
 
     def _add_make_draft_row(self, form: QFormLayout) -> None:
         """The draft page's own row: re-quantize the target into a draft (not a source option)."""
-        from inspector.llama.quantize import QUANT_TYPES
+        from inspector.llama.quantize import DRAFT_TYPES
 
         self.draft_type = QComboBox()
-        self.draft_type.addItems(list(QUANT_TYPES))
+        self.draft_type.addItems(list(DRAFT_TYPES))
         self.draft_type.setCurrentText("Q4_0")
         self.draft_type.setToolTip("llama.cpp quantization of the made draft (Q4_0: about 30-45% accepted "
                                    "on the bundled model)")

@@ -13,8 +13,11 @@ from pathlib import Path
 
 from inspector.llama.model_file import ModelFileError, check_gguf
 
-QUANT_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q4_K_M": 15, "Q3_K_M": 12, "Q2_K": 10}
-"""Offered draft types -> llama.cpp ``LLAMA_FTYPE_MOSTLY_*`` values."""
+QUANT_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q4_K_M": 15, "Q3_K_M": 12, "Q2_K": 10, "Q4_1": 3, "Q5_0": 8,
+               "IQ4_NL": 25, "F16": 1}
+"""Offered types -> llama.cpp ``LLAMA_FTYPE_MOSTLY_*`` values (drafts, and ``bench --weights`` layouts)."""
+DRAFT_TYPES = ("Q8_0", "Q4_0", "Q4_K_M", "Q3_K_M", "Q2_K")
+"""The types offered for a draft made from the target (smaller or differently rounded weights)."""
 
 
 def cache_dir() -> Path:
