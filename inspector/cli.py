@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--example", choices=EXAMPLES,
                    help="use one of the bundled example prompts (the window's examples)")
     run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
+    run.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
+                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
+                          "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
     from inspector.cli_sources import add_source_flags
     from inspector.sources.registry import source_names
 
@@ -186,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Measure plain decoding, our n-gram speculation and llama-cpp-python's "
                                     "LlamaPromptLookupDecoding on the same prompts in one process.")
     bn.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    bn.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
+                    help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
+                          "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
     bn.add_argument("--threads", type=_non_negative, default=None,
                     help="CPU threads (llama.cpp -t) [0 = all cores]; measure with nothing else running")
     bn.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
@@ -206,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--prompt", help="the prompt text (default: the copy-with-corrections example)")
     cp.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
     cp.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    cp.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
+                    help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
+                          "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
     cp.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
                     help="a configuration, e.g. none, ngram:draft_max=4, ngram:draft_max=16,n_min=1, "
                          "draft:draft_model=D.gguf (repeatable; default: plain and ngram with draft_max 4, 8, 16)")
@@ -227,6 +236,30 @@ def build_parser() -> argparse.ArgumentParser:
     md.add_argument("--type", choices=list(DRAFT_TYPES), default="Q4_0", help="draft quantization [Q4_0]")
     md.add_argument("--out", type=Path, help="folder for the draft (default: the user cache folder)")
     return parser
+
+
+def _weight_type(text: str) -> str:
+    from inspector.llama.quantize import QUANT_TYPES
+
+    t = text.strip().upper()
+    if t not in QUANT_TYPES:
+        raise argparse.ArgumentTypeError(f"unknown weight type {text!r}: expected one of {', '.join(QUANT_TYPES)}")
+    return t
+
+
+def target_model(args) -> Path:
+    """The model file a command runs: ``--model`` (default: the bundled one), in ``--target-weights``
+    form when given (converted once, then cached; ``inspector.llama.quantize.weight_form``).
+    Raises ``ModelFileError``."""
+    from inspector.llama.model_file import bundled_model_path
+    from inspector.llama.quantize import weight_form
+
+    model = args.model or bundled_model_path()
+    if getattr(args, "target_weights", None):
+        print(f"target weights {args.target_weights}: converting {Path(model).name} if not done before "
+              "(llama.cpp quantize, cached) ...", file=sys.stderr, flush=True)
+        model, _converted = weight_form(model, args.target_weights)
+    return Path(model)
 
 
 def _fail(message: str, status: int = EXIT_ERROR) -> int:
@@ -256,7 +289,7 @@ def _strip_final_newline(text: str) -> str:
 def cmd_run(args) -> int:
     from inspector.engine import FaultPlan, RuntimeScheduler
     from inspector.engine.errors import EngineError
-    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.llama.model_file import ModelFileError
     from inspector.receipts import ReceiptsFileError, write_document
     from inspector.run_output import StreamPrinter, format_events, format_summary
 
@@ -272,7 +305,7 @@ def cmd_run(args) -> int:
             _read_text(args.prompt_file, "prompt file"))
         options = _source_options(args)  # required options, files and cross-option rules: the declarations'
         settings, notes = _run_settings(args)
-        model = args.model or bundled_model_path()
+        model = target_model(args)
     except _UserError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except ModelFileError as exc:

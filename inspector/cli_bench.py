@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError
+from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, target_model
 from inspector.engine.settings import DEFAULT_N_CTX
 
 
@@ -14,7 +14,7 @@ def cmd_bench(args) -> int:
 
     from inspector.bench.run import TASKS, format_bench, run_bench
     from inspector.engine.errors import EngineError
-    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.llama.model_file import ModelFileError
     from inspector.llama.runtime import LlamaRuntime
 
     if args.weights:
@@ -24,7 +24,7 @@ def cmd_bench(args) -> int:
     if unknown or not tasks:
         return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
     try:
-        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=DEFAULT_N_CTX, n_seq_max=1,
+        runtime = LlamaRuntime(target_model(args), n_ctx=DEFAULT_N_CTX, n_seq_max=1,
                                n_threads=args.threads or None)
     except (ModelFileError, EngineError) as exc:
         return _fail(str(exc))
@@ -74,7 +74,7 @@ def cmd_compare(args) -> int:
     from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
     from inspector.engine import GenerationSettings, RuntimeScheduler
     from inspector.engine.errors import EngineError
-    from inspector.llama.model_file import ModelFileError, bundled_model_path
+    from inspector.llama.model_file import ModelFileError
     from inspector.llama.runtime import LlamaRuntime
 
     try:
@@ -90,7 +90,7 @@ def cmd_compare(args) -> int:
     except (ValueError, _UserError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     try:
-        runtime = LlamaRuntime(args.model or bundled_model_path(), n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
+        runtime = LlamaRuntime(target_model(args), n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
         tokens = runtime.prompt_tokens(prompt)
     except (ModelFileError, EngineError) as exc:
         return _fail(str(exc))

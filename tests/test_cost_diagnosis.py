@@ -29,7 +29,7 @@ def test_the_bundled_models_weight_types_come_from_its_header():
 
 
 def test_the_original_layout_is_the_model_file_itself_not_a_conversion():
-    from inspector.bench.weights import weight_form
+    from inspector.llama.quantize import weight_form
 
     path, converted = weight_form(bundled_model_path(), "Q4_1")
     assert not converted and path == bundled_model_path()

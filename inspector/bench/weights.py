@@ -19,6 +19,7 @@ from pathlib import Path
 
 from inspector.engine import RuntimeScheduler
 from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
+from inspector.llama.quantize import weight_form
 from inspector.prompts import EXAMPLES, example_prompt
 
 COPY_TASK = "copy-with-corrections"
@@ -49,18 +50,6 @@ class LayoutResult:
     """Share of the original's output positions (all examples) where this layout's top token differs."""
     best_draft_max: int | None = None
     """The draft max (of those tried) that gave the most n-gram tokens/s on the copy task."""
-
-
-def weight_form(model_path: str | Path, weight_type: str, out_dir=None) -> tuple[Path, bool]:
-    """(path of the model in ``weight_type``, converted?): the file itself when its main weight
-    type is already ``weight_type``, else a cached llama.cpp re-quantization. Raises
-    ``ValueError`` for an unknown type, ``ModelFileError`` when llama.cpp cannot convert it."""
-    from inspector.llama.model_file import check_gguf
-    from inspector.llama.quantize import make_draft
-
-    if check_gguf(model_path).main_weight_type == weight_type:
-        return Path(model_path), False
-    return make_draft(model_path, weight_type, out_dir), True
 
 
 def _plain_and_ngram(scheduler, tokens, max_tokens: int, draft_maxes):

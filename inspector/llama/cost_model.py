@@ -94,8 +94,12 @@ MULTI_ROW_KERNEL_TYPES = frozenset({"Q4_0", "Q4_K", "Q2_K", "IQ4_NL", "Q8_0", "Q
 """Weight types with a multi-row CPU kernel on x86 AVX2 (see the module docstring)."""
 NO_BATCHING_RATIO = 1.7
 """c(2)/c(1) at or above this: a second row costs nearly a whole extra decode (no multi-row kernel)."""
+NO_BATCHING_MARGINAL = 0.7
+"""Average extra-row cost (fraction of c(1)) at or above this: rows are not batched either."""
 CHEAP_ROWS_RATIO = 1.3
-"""c(2)/c(1) below this: extra rows are cheap (a multi-row kernel, or a GPU)."""
+"""c(2)/c(1) below this, with the average extra row below ``CHEAP_ROWS_MARGINAL``: extra rows are cheap."""
+CHEAP_ROWS_MARGINAL = 0.25
+"""Average extra-row cost (fraction of c(1)) below this: rows are cheap all along the curve."""
 
 
 def verify_cost_diagnosis(cm: CostModel, weight_types=()) -> str:
@@ -103,7 +107,8 @@ def verify_cost_diagnosis(cm: CostModel, weight_types=()) -> str:
     and the model's ``weight_types`` (``ModelInfo.weight_types``: (GGML type, bytes) pairs,
     largest first). Names the main weight type and its share of the matrix bytes, the
     ratio c(2)/c(1) and the marginal cost of a row, then the reason in words: no multi-row
-    kernel (ratio >= ``NO_BATCHING_RATIO``), cheap rows (< ``CHEAP_ROWS_RATIO``) or between."""
+    kernel (ratio >= ``NO_BATCHING_RATIO`` or an average extra row >= ``NO_BATCHING_MARGINAL``), cheap
+    rows (ratio < ``CHEAP_ROWS_RATIO`` and average < ``CHEAP_ROWS_MARGINAL``) or between."""
     c = cm.row_ms
     total = sum(b for _t, b in weight_types) or 1
     main, main_bytes = weight_types[0] if weight_types else ("", 0)
@@ -116,7 +121,7 @@ def verify_cost_diagnosis(cm: CostModel, weight_types=()) -> str:
     marginal = (c[-1] - c[0]) / (len(c) - 1) / c[0]
     figures = (f"{types}; c(2)/c(1) = {ratio:.2f}, each extra row costs {100 * marginal:.0f}% of a one-row "
                f"decode on average up to {len(c)} rows")
-    if ratio >= NO_BATCHING_RATIO:
+    if ratio >= NO_BATCHING_RATIO or marginal >= NO_BATCHING_MARGINAL:
         why = (f"Two rows cost nearly two single rows: llama.cpp's CPU backend has no multi-row kernel for "
                f"{main or 'this weight type'} here, so it multiplies the weights once per row"
                if main not in MULTI_ROW_KERNEL_TYPES else
@@ -125,7 +130,7 @@ def verify_cost_diagnosis(cm: CostModel, weight_types=()) -> str:
         hint = (" A type with such a kernel (Q8_0, Q4_0) makes extra rows cheaper; speculation then pays "
                 "with shorter accepted runs.") if main not in MULTI_ROW_KERNEL_TYPES else ""
         return f"{figures}. {why}.{hint}"
-    if ratio < CHEAP_ROWS_RATIO:
+    if ratio < CHEAP_ROWS_RATIO and marginal < CHEAP_ROWS_MARGINAL:
         return (f"{figures}. Extra rows are cheap (a multi-row kernel or a GPU does the rows together): "
                 f"long proposals pay, raise draft max.")
     return (f"{figures}. Rows are partly batched: proposals pay once about {max(1.0, cm.break_even(cm.best_rows)):.1f} "

@@ -60,3 +60,12 @@ def make_draft(target: str | os.PathLike, qtype: str = "Q4_0", out_dir: str | os
         raise ModelFileError(src, f"llama.cpp could not re-quantize it to {qtype} (status {rc})")
     os.replace(tmp, out)
     return out
+
+
+def weight_form(model_path: str | Path, weight_type: str, out_dir=None) -> tuple[Path, bool]:
+    """(path of the model in ``weight_type``, converted?): the file itself when its main weight
+    type is already ``weight_type``, else a cached llama.cpp re-quantization. Raises
+    ``ValueError`` for an unknown type, ``ModelFileError`` when llama.cpp cannot convert it."""
+    if check_gguf(model_path).main_weight_type == weight_type:
+        return Path(model_path), False
+    return make_draft(model_path, weight_type, out_dir), True
