@@ -20,10 +20,10 @@ from pathlib import Path
 from inspector.engine import RuntimeScheduler
 from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
 from inspector.llama.quantize import weight_form
-from inspector.prompts import EXAMPLES, example_prompt
+from inspector.prompts import COPY_EXACT, EXAMPLES, example_prompt
 
-COPY_TASK = "copy-with-corrections"
-"""The task whose plain and n-gram speeds are compared per layout (the bundled copy example)."""
+COPY_TASK = COPY_EXACT
+"""The task whose plain and n-gram speeds are compared per layout: the example the model copies."""
 
 
 @dataclass
@@ -50,6 +50,8 @@ class LayoutResult:
     """Share of the original's output positions (all examples) where this layout's top token differs."""
     best_draft_max: int | None = None
     """The draft max (of those tried) that gave the most n-gram tokens/s on the copy task."""
+    ngram_same_as_plain: bool | None = None
+    """The n-gram run's output equals plain decoding's of the same layout (greedy: it must)."""
 
 
 def _plain_and_ngram(scheduler, tokens, max_tokens: int, draft_maxes):
@@ -130,7 +132,8 @@ def bench_weights(model_path, weight_types, *, max_tokens: int = 128, k_max: int
                 t, str(path), info.size_bytes, converted, cm.row_ms, cm.ceiling, cm.best_rows,
                 verify_cost_diagnosis(cm, info.weight_types), plain_tps, best.decode_tokens_per_s or 0.0, best_d,
                 over, over / cm.ceiling, best.acceptance_rate, same,
-                None if not positions else differs / positions, best_d))
+                None if not positions else differs / positions, best_d,
+                list(ngram[best_d].generated) == list(plain.generated)))
         finally:
             rt.close()
     return {"model": str(model_path), "max_tokens": max_tokens, "task": COPY_TASK,
@@ -140,6 +143,7 @@ def bench_weights(model_path, weight_types, *, max_tokens: int = 128, k_max: int
                 "ngram_tps": f"n-gram source, fixed length, the best of draft max {', '.join(map(str, draft_maxes))}",
                 "fraction_of_ceiling": "ngram_over_plain / ceiling",
                 "same_as_original": "greedy output of each bundled example equals the original file's",
+                "ngram_same_as_plain": "the n-gram run's output equals plain decoding of the same layout",
                 "top_token_differs": "share of the original's greedy output positions where this layout's top "
                                      "token differs (teacher-forced on the original's output)"}}
 
@@ -152,14 +156,16 @@ def format_weights(result: dict) -> str:
                      + f"   ceiling {r['ceiling']:.2f}x at {r['best_rows']} rows")
     lines.append("")
     lines.append(f"{'weights':7s} {'MB':>5s} {'plain':>6s} {'n-gram':>6s} {'n-gram/plain':>12s} {'of ceil':>7s} "
-                 f"{'accept':>6s} {'best dmax':>9s} {'top differs':>11s}  same greedy output as the original")
+                 f"{'accept':>6s} {'best dmax':>9s} {'= plain':>7s} {'top differs':>11s}  "
+                 "same greedy output as the original")
     for r in result["layouts"]:
         acc = "n/a" if r["acceptance_rate"] is None else f"{100 * r['acceptance_rate']:.0f}%"
         diff = "(ref)" if r["top_token_differs"] is None else f"{100 * r['top_token_differs']:.1f}%"
         same = ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r["same_as_original"].items())
+        eq = {True: "yes", False: "NO", None: "n/a"}[r.get("ngram_same_as_plain")]
         lines.append(f"{r['weight_type']:7s} {r['size_bytes'] / 1e6:5.0f} {r['plain_tps']:6.1f} {r['ngram_tps']:6.1f} "
                      f"{r['ngram_over_plain']:11.2f}x {100 * r['fraction_of_ceiling']:6.0f}% {acc:>6s} "
-                     f"{r['best_draft_max']:9d} {diff:>11s}  {same}")
+                     f"{r['best_draft_max']:9d} {eq:>7s} {diff:>11s}  {same}")
     lines.append("")
     for r in result["layouts"]:
         lines.append(textwrap.fill(f"{r['weight_type']}: {r['diagnosis']}", 110))
