@@ -56,3 +56,30 @@ def test_measure_fills_the_plot_and_statistics_show_expected_speedup(qtbot, runt
     assert v.analysis.current.model.row_ms == cm.row_ms
     v.refresh_all()
     assert v.cost_view.point_count() == 16
+
+
+def test_try_other_weight_types_plots_each_layout_and_offers_the_best(qtbot, runtime, tmp_path, monkeypatch):
+    """Issue 13: the loaded Q4_1 model converted to Q8_0 and Q4_0 (into a fresh cache folder), c(k)
+    of each measured and drawn; "Use … form" loads the layout with the best ceiling, whichever
+    this CPU makes it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    w = make_window(qtbot, runtime, tmp_path)
+    view = w.cost_view
+    with qtbot.waitSignal(w.analysis.layoutsReady, timeout=MEASURE_TIMEOUT_MS) as blocker:
+        assert w.analysis.try_layouts()
+        assert w.state == W.BUSY and not view.try_layouts.isEnabled()
+    layouts, error = blocker.args
+    assert error == "" and [t for t, _m in layouts] == ["Q4_1", "Q8_0", "Q4_0"]
+    assert all(len(m.model.row_ms) == 16 and min(m.model.row_ms) > 0 for _t, m in layouts)
+    assert layouts[1][1].weight_types[0][0] == "Q8_0" and layouts[0][1].model_path == str(runtime.model_path)
+    w.refresh_all()
+    assert len(view._layout_curves) == 2 and "weight layouts:" in view.ceiling_label.text()
+    best = max(layouts, key=lambda tm: tm[1].model.ceiling)
+    if best is layouts[0]:
+        assert view.offered_layout() is None and not view.use_layout.isVisible()
+        return
+    assert view.offered_layout() is best and view.use_layout.text() == f"Use {best[0]} form"
+    with qtbot.waitSignal(w.worker.modelLoaded, timeout=MEASURE_TIMEOUT_MS):
+        assert w.analysis.use_layout()
+    assert str(w.worker.runtime.model_path) == best[1].model_path
+    assert w.panel.model_path() == best[1].model_path

@@ -48,6 +48,22 @@ class CostMeasured:
     weight_types: tuple = ()
 
 
+LAYOUT_TYPES = ("Q8_0", "Q4_0")
+"""Weight types "Try other weight types" measures besides the loaded model's own."""
+
+
+@dataclass(frozen=True)
+class LayoutsRequest:
+    """Measure c(k) of the loaded model in each weight type of ``types`` (converted with llama.cpp's
+    quantizer, cached), after this prompt."""
+
+    prompt_text: str
+    raw: bool = False
+    types: tuple = LAYOUT_TYPES
+    k_max: int = COST_K_MAX
+    repeats: int = COST_REPEATS
+
+
 @dataclass(frozen=True)
 class CompareRequest:
     """Run ``configs`` (``CompareConfig``) on this prompt with ``settings``; ``cost_model``
@@ -71,6 +87,10 @@ class AnalysisWorker(QObject):
 
     costMeasured = Signal(object)
     """``CostMeasured``."""
+    layoutsMeasured = Signal(object)
+    """List of (weight type, ``CostMeasured``): the loaded model's own layout first."""
+    layoutProgress = Signal(str)
+    """What "Try other weight types" does now (converting, measuring)."""
     compareProgress = Signal(int, int, str)
     """(configurations done, total, label of the one starting)."""
     compareDone = Signal(object, str)
@@ -128,6 +148,43 @@ class AnalysisWorker(QObject):
                                             tuple(getattr(getattr(rt, "info", None), "weight_types", ()))))
 
     @Slot(object)
+    def measure_layouts(self, req: LayoutsRequest) -> None:
+        """c(k) of the loaded model and of its other weight layouts (``inspector.llama.quantize.weight_form``):
+        each converted file is loaded on its own (one KV sequence, the same threads), measured, and closed."""
+        from inspector.engine import RuntimeScheduler
+        from inspector.llama.cost_model import measure_cost_model
+        from inspector.llama.quantize import weight_form
+        from inspector.llama.runtime import LlamaRuntime
+
+        if not self._ready("layouts"):
+            return
+        rt = self.engine.runtime
+        own = rt.info.main_weight_type
+        results = []
+        try:
+            tokens = self._prompt_tokens(req.prompt_text, req.raw)[: max(1, rt.n_ctx - req.k_max - 1)][:64]
+            for t in (own, *[t for t in req.types if t != own]):
+                self.layoutProgress.emit(f"{t}: converting (llama.cpp quantize, cached) …")
+                path, converted = weight_form(rt.model_path, t)
+                self.layoutProgress.emit(f"{t}: measuring c(k) for k = 1..{req.k_max} …")
+                other = None if not converted else LlamaRuntime(path, n_ctx=max(256, len(tokens) + req.k_max + 8),
+                                                                 n_seq_max=1, n_threads=rt.n_threads)
+                try:
+                    target = other or rt
+                    sched = RuntimeScheduler(other) if other is not None else self.engine.scheduler
+                    cm = measure_cost_model(sched, tokens, k_max=req.k_max, repeats=req.repeats)
+                finally:
+                    if other is not None:
+                        other.close()
+                results.append((t, CostMeasured(cm, str(path), int(target.n_threads or 0), len(tokens),
+                                                tuple(check_weight_types(path)))))
+        except Exception as exc:
+            log.exception("weight layouts failed")
+            self.failed.emit("layouts", str(exc) or type(exc).__name__)
+            return
+        self.layoutsMeasured.emit(results)
+
+    @Slot(object)
     def run_compare(self, req: CompareRequest) -> None:
         """Run every configuration one after the other (``inspector.bench.compare.run_compare``).
         A cancellation keeps the rows that finished."""
@@ -150,3 +207,10 @@ class AnalysisWorker(QObject):
             self.failed.emit("compare", str(exc) or type(exc).__name__)
             return
         self.compareDone.emit(result, "")
+
+
+def check_weight_types(path) -> tuple:
+    """The weight types of the GGUF at ``path`` (``ModelInfo.weight_types``)."""
+    from inspector.llama.model_file import check_gguf
+
+    return check_gguf(path).weight_types

@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog
 
 from inspector.gui import worker as W
-from inspector.gui.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest
+from inspector.gui.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
 from inspector.gui.wording import count_noun
 
 SETTINGS_GROUP = "cost_models"
@@ -43,6 +43,9 @@ class AnalysisActions(QObject):
     requestCompare = Signal(object)
     costReady = Signal(object, str)
     """(``CostMeasured`` or None, error): a measurement ended (tests, status)."""
+    layoutsReady = Signal(object, str)
+    """(list of (weight type, ``CostMeasured``) or None, error): "Try other weight types" ended."""
+    requestLayouts = Signal(object)
     compareReady = Signal(object, str)
     """(``CompareResult`` or None, note or error): a comparison ended (tests, status)."""
 
@@ -57,6 +60,9 @@ class AnalysisActions(QObject):
         self.worker.moveToThread(window.thread)
         self.requestMeasure.connect(self.worker.measure_cost)
         self.requestCompare.connect(self.worker.run_compare)
+        self.requestLayouts.connect(self.worker.measure_layouts)
+        self.worker.layoutsMeasured.connect(self._layouts_measured)
+        self.worker.layoutProgress.connect(lambda text: self.w.cost_view.set_busy(True, text))
         self.worker.costMeasured.connect(self._cost_measured)
         self.worker.compareProgress.connect(self._compare_progress)
         self.worker.compareDone.connect(self._compare_done)
@@ -66,6 +72,8 @@ class AnalysisActions(QObject):
         view = window.cost_view
         view.measure.clicked.connect(self.measure)
         view.export.clicked.connect(self.export_png_dialog)
+        view.try_layouts.clicked.connect(self.try_layouts)
+        view.use_layout.clicked.connect(self.use_layout)
         menu = window.menuBar().addMenu("&Analysis")
         self.act_measure = window.add_action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
                                              "time verify batches of 1..16 rows on the loaded model")
@@ -139,8 +147,48 @@ class AnalysisActions(QObject):
         self.w.status_state.setText(f"cost model measured: {self.w.cost_view.ceiling_text()}")
         self.costReady.emit(m, "")
 
+    # -- weight layouts ----------------------------------------------------------------
+    def try_layouts(self) -> bool:
+        """Measure c(k) of the loaded model in its other weight types (``LAYOUT_TYPES``), on the engine
+        thread; the Cost model tab then plots every layout's curve and offers the best one."""
+        if not self._start("layouts", "trying other weight types…"):
+            return False
+        self.w.cost_view.set_busy(True, "converting the model to other weight types (llama.cpp quantize, cached) "
+                                        "and measuring c(k) for each …")
+        self.w.tabs.setCurrentWidget(self.w.cost_view)
+        text, raw = self._prompt()
+        self.requestLayouts.emit(LayoutsRequest(text, raw))
+        return True
+
+    def _layouts_measured(self, results) -> None:
+        self.w.cost_view.set_busy(False)
+        self._end()
+        own = results[0][1]  # the loaded layout's c(k): the current cost model too
+        key = cost_key(own.model_path, own.n_threads)
+        self.cost_models[key] = own
+        self._save(key, own)
+        self._use(own)
+        self.w.cost_view.set_layouts(results)
+        self.w.status_state.setText("weight layouts measured: " + ", ".join(
+            f"{t} {m.model.ceiling:.1f}x" for t, m in results))
+        self.layoutsReady.emit(results, "")
+
+    def use_layout(self) -> bool:
+        """Load the model in the layout the Cost model tab offers (its best ceiling)."""
+        best = self.w.cost_view.offered_layout()
+        if best is None or not self.w.is_idle:
+            return False
+        _t, m = best
+        self.w.panel.add_recent_model(m.model_path)
+        return self.w.load_selected_model()
+
     def _failed(self, what: str, message: str) -> None:
         self._end()
+        if what == "layouts":
+            self.w.cost_view.set_busy(False)
+            self.w.show_error("Cannot try other weight types", message)
+            self.layoutsReady.emit(None, message)
+            return
         if what == "cost":
             self.w.cost_view.set_busy(False)
             self.w.show_error("Cannot measure the cost model", message)

@@ -30,6 +30,8 @@ from inspector.llama.cost_model import verify_cost_diagnosis
 COST_PEN = "#1565c0"
 CEILING_PEN = "#e65100"
 BREAK_EVEN_BRUSH = "#90caf9"
+LAYOUT_PENS = ("#1565c0", "#6a1b9a", "#2e7d32", "#c62828")
+"""Colours of the weight layouts' c(k) curves (the loaded layout's is ``COST_PEN``)."""
 EMPTY_LABEL = "No cost model measured yet."
 EMPTY_TEXT = ("Press <b>Measure</b>: the loaded model decodes verify batches of 1..16 rows after the current "
               "prompt (median of 3 repeats, a few seconds; the runtime lock is held meanwhile).")
@@ -61,11 +63,27 @@ class CostView(QWidget):
         self.ceiling_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.export = QPushButton("Export cost curve PNG…")
         self.export.setEnabled(False)
+        self.try_layouts = QPushButton("Try other weight types")
+        self.try_layouts.setToolTip("convert the loaded model to Q8_0 and Q4_0 (llama.cpp quantize, cached) and "
+                                    "measure c(k) of each: on a CPU the weight type decides whether extra rows are cheap")
+        self.use_layout = QPushButton("Use …")
+        self.use_layout.setToolTip("load the model in the layout with the best ceiling (a converted file: the "
+                                   "greedy text may differ from the original's; bench --weights checks it)")
+        self.use_layout.hide()
+        self.layouts: list = []
+        """(weight type, ``CostMeasured``) of "Try other weight types", the loaded layout first."""
+        self._layout_curves: list = []
         top.addWidget(self.measure)
+        top.addWidget(self.try_layouts)
+        top.addWidget(self.use_layout)
         top.addWidget(self.busy)
-        top.addWidget(self.ceiling_label, 1)
+        top.addStretch(1)
         top.addWidget(self.export)
         lay.addLayout(top)
+        # The figures and the diagnosis in their own full-width row: beside the buttons they wrapped
+        # into a tall column that squeezed the plots.
+        self.ceiling_label.setStyleSheet("color:#222")
+        lay.addWidget(self.ceiling_label)
 
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground("w")
@@ -138,18 +156,61 @@ class CostView(QWidget):
 
     # -- data -----------------------------------------------------------------------
     def set_cost_model(self, measured) -> None:
-        """Show a ``CostMeasured`` (drawn on the next ``refresh``)."""
+        """Show a ``CostMeasured`` (drawn on the next ``refresh``); the weight layouts of another model go."""
         self.measured = measured
+        if self.layouts and (measured is None or measured.model_path != self.layouts[0][1].model_path):
+            self.layouts = []
+            self.use_layout.hide()
         self._version += 1
 
     def set_busy(self, busy: bool, text: str = "") -> None:
         """Show the measuring state: busy bar on, Measure off, ``text`` in the label."""
         self.busy.setVisible(busy)
-        self.measure.setEnabled(not busy)
+        for button in (self.measure, self.try_layouts, self.use_layout):
+            button.setEnabled(not busy)
         if busy:
             self.ceiling_label.setText(text or "measuring…")
         else:
             self._drawn = -1
+
+    def set_layouts(self, layouts) -> None:
+        """Show every layout's c(k) (list of (weight type, ``CostMeasured``), the loaded one first) next
+        to the loaded model's, and offer the layout with the best ceiling when it is not the loaded one."""
+        self.layouts = list(layouts)
+        if self.layouts and self.measured is None:
+            self.measured = self.layouts[0][1]
+        best = self.offered_layout()
+        self.use_layout.setVisible(best is not None)
+        if best is not None:
+            self.use_layout.setText(f"Use {best[0]} form")
+        self._version += 1
+
+    def offered_layout(self):
+        """(weight type, ``CostMeasured``) with the best ceiling when it beats the loaded layout, else None."""
+        if len(self.layouts) < 2:
+            return None
+        best = max(self.layouts, key=lambda tm: tm[1].model.ceiling)
+        return None if best is self.layouts[0] else best
+
+    def _draw_layouts(self) -> str:
+        """Draw the layouts' curves (one colour each); returns their legend line for the label."""
+        for item in self._layout_curves:
+            self.cost_plot.removeItem(item)
+            self.cost_legend.removeItem(item)
+        self._layout_curves = []
+        parts = []
+        for i, (t, m) in enumerate(self.layouts):
+            cm = m.model
+            color = LAYOUT_PENS[i % len(LAYOUT_PENS)]
+            k = np.arange(1, len(cm.row_ms) + 1)
+            if i:  # the loaded layout is the main curve already
+                curve = self.cost_plot.plot(k, np.array(cm.row_ms, float), pen=pg.mkPen(color, width=2),
+                                            symbol="t", symbolSize=6, symbolBrush=color, symbolPen=None)
+                self._layout_curves.append(curve)
+                self.cost_legend.addItem(curve, f"c(k) of the {t} form, ms (ceiling {cm.ceiling:.1f}x)")
+            parts.append(f"<span style='color:{color if i else COST_PEN}'><b>{t}</b></span>: ceiling "
+                         f"{cm.ceiling:.1f}x, c(1) {cm.row_ms[0]:.1f} ms, c({len(cm.row_ms)}) {cm.row_ms[-1]:.1f} ms")
+        return " · ".join(parts)
 
     def ceiling_text(self) -> str:
         """"best possible speedup 1.9x at 14 rows" for the shown model ("" when none)."""
@@ -189,10 +250,15 @@ class CostView(QWidget):
         self._sync_views()
         threads = count_noun(m.n_threads, "CPU thread")
         self.title.setText(f"<b>{self.ceiling_text()}</b> · {Path(m.model_path).name} · {threads}")
+        layouts = self._draw_layouts()
+        if layouts:
+            top = max(float(cost.max()), *(max(lm.model.row_ms) for _t, lm in self.layouts))
+            self.cost_plot.setYRange(0, top * 1.1, padding=0)
         self.ceiling_label.setText(
             f"<b>{self.ceiling_text()}</b> · c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms "
             f"({threads}, after a prompt of {count_noun(m.prompt_tokens, 'token')}) · a window must accept more than the bar "
-            f"to beat plain decoding<br>{html.escape(verify_cost_diagnosis(cm, m.weight_types))}")
+            f"to beat plain decoding<br>{html.escape(verify_cost_diagnosis(cm, m.weight_types))}"
+            + (f"<br>weight layouts: {layouts}" if layouts else ""))
 
     def export_png(self, path: str, width: int = 1200) -> bool:
         """Write both plots (title included) as a PNG ``width`` pixels wide (pyqtgraph's ImageExporter)."""
