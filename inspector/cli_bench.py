@@ -79,7 +79,7 @@ def cmd_compare(args) -> int:
 
     try:
         # parse_config checks each source name (UnknownSource) and its options before the model loads.
-        configs = [parse_config(c) for c in args.config] or default_configs()
+        configs = [parse_config(c) for c in args.config]  # none: the defaults, after the cost model
         if args.prompt is not None and args.prompt_file is not None:
             raise _UserError("give --prompt or --prompt-file, not both")
         if args.prompt is not None:
@@ -104,6 +104,10 @@ def cmd_compare(args) -> int:
 
         store_cost_model(runtime.model_path, runtime.n_threads, cost_model)
         print("cost model: " + verify_cost_diagnosis(cost_model, runtime.info.weight_types))
+    if not configs:
+        from inspector.llama.cost_cache import load_cost_model
+
+        configs = default_configs(cost_model or load_cost_model(runtime.model_path, runtime.n_threads))
     progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
     result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
     print(format_compare(result))

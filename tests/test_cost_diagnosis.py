@@ -53,3 +53,13 @@ def test_an_unknown_weight_type_is_refused_before_anything_loads(capsys):
 
     assert main(["bench", "--weights", "Q4_1,Q9_9"]) == 2
     assert "unknown weight type Q9_9" in capsys.readouterr().err
+
+
+def test_compare_defaults_add_the_draft_max_the_measured_curve_implies():
+    from inspector.bench.compare import default_configs
+
+    assert [c.draft_max for c in default_configs()] == [0, 4, 8, 16]
+    flat = CostModel(tuple(6.0 + 0.5 * k for k in range(16)))  # the ceiling's best window: 16 rows
+    assert [c.draft_max for c in default_configs(flat)] == [0, 4, 8, 16, 15]
+    steep = CostModel((6.0, 12.0, 18.0, 24.0, 30.0, 31.0, 40.0, 48.0))
+    assert default_configs(steep)[-1].label == f"ngram draft_max {steep.best_rows - 1} (the cost model's best)"

@@ -137,14 +137,20 @@ def write_compare_csv(result: CompareResult, path: str | os.PathLike) -> Path:
     return p
 
 
-def default_configs() -> list[CompareConfig]:
-    """Plain decoding and the n-gram source at three draft maxima."""
-    return [
+def default_configs(cost_model: CostModel | None = None) -> list[CompareConfig]:
+    """Plain decoding and the n-gram source at three draft maxima; with a measured ``cost_model``
+    also at the draft max its ceiling's best window implies (best_rows - 1 proposal tokens),
+    when that is not one of the three: the curve decides where longer proposals stop paying."""
+    configs = [
         CompareConfig("plain", PLAIN, 0),
         CompareConfig("ngram draft_max 4", "ngram", 4),
         CompareConfig("ngram draft_max 8", "ngram", 8),
         CompareConfig("ngram draft_max 16", "ngram", 16),
     ]
+    best = cost_model.best_rows - 1 if cost_model is not None else 0
+    if best >= 1 and best not in (4, 8, 16):
+        configs.append(CompareConfig(f"ngram draft_max {best} (the cost model's best)", "ngram", best))
+    return configs
 
 
 def parse_config(text: str) -> CompareConfig:

@@ -261,6 +261,7 @@ class AnalysisActions(QObject):
             self._restore_configs(v)
             self.w.timer.timeout.connect(v.refresh)  # redrawn with the window's views
             self.compare_view = v
+        self.compare_view.cost_model = None if self.current is None else self.current.model
         self._describe_prompt()
         self.compare_view.show()
         self.compare_view.raise_()

@@ -255,7 +255,10 @@ class CompareView(QWidget):
 
         self.add.clicked.connect(self._add_clicked)
         self.remove.clicked.connect(self._remove_clicked)
-        self.defaults.clicked.connect(lambda: self.set_configs(default_configs()))
+        self.cost_model = None
+        """The window's measured ``CostModel`` (set by the window): Defaults adds the draft max its curve
+        implies."""
+        self.defaults.clicked.connect(lambda: self.set_configs(default_configs(self.cost_model)))
         self.run.clicked.connect(self._run_clicked)
         self.cancel.clicked.connect(self.cancelRequested.emit)
         self.export_json.clicked.connect(lambda: self._export("json"))
