@@ -359,6 +359,7 @@ def cmd_run(args) -> int:
         try:
             run.step()
         except Exception as exc:  # engine or injected error: already repaired, receipts kept
+            printer.catch_up(gen.text.text)
             sys.stdout.flush()
             print(f"\nspec-inspector: generation error: {exc}", file=sys.stderr, flush=True)
             if args.resume and attempts < 20:

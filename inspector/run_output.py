@@ -15,12 +15,24 @@ class StreamPrinter(GenerationObserver):
         self.out = out
         self.quiet = quiet
         self._open_line = False
+        self.printed = 0
+        """Characters of the committed text printed so far."""
 
     def on_token(self, token: int, text: str) -> None:
+        self._write(text)
+
+    def _write(self, text: str) -> None:
+        self.printed += len(text)
         if text and not self.quiet:
             self.out.write(text)
             self.out.flush()
             self._open_line = not text.endswith("\n")
+
+    def catch_up(self, committed_text: str) -> None:
+        """Print what was committed but not streamed (the token whose callback failed: the engine
+        committed it before the callback raised), so the printed text is the committed text."""
+        if len(committed_text) > self.printed:
+            self._write(committed_text[self.printed:])
 
     def newline(self) -> None:
         if self._open_line:

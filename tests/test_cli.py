@@ -61,6 +61,9 @@ def test_an_injected_callback_error_is_reported_and_resume_finishes(tmp_path):
     kinds = [e["kind"] for e in doc["events"] if e["window"] == 1]
     assert kinds[:4] == ["verify", "commit", "repair", "error"]
     assert doc["discards"][0]["reason"] == "execution_failed"
+    # The printed text is the committed text, the token whose callback failed included.
+    printed = p.stdout.split("--- summary ---")[0].replace("\n", "")
+    assert doc["output"]["text"].replace("\n", "") in printed
 
 
 def test_case_truncated_gguf_is_refused_with_one_line_naming_the_file(tmp_path, model_path):

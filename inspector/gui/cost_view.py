@@ -257,7 +257,8 @@ class CostView(QWidget):
         self.ceiling_label.setText(
             f"<b>{self.ceiling_text()}</b> · c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms "
             f"({threads}, after a prompt of {count_noun(m.prompt_tokens, 'token')}) · a window must accept more than the bar "
-            f"to beat plain decoding<br>{html.escape(verify_cost_diagnosis(cm, m.weight_types))}"
+            f"to beat plain decoding · the curve's best window is {cm.best_rows} rows: draft max {cm.best_rows - 1} "
+            f"if proposals are mostly accepted<br>{html.escape(verify_cost_diagnosis(cm, m.weight_types))}"
             + (f"<br>weight layouts: {layouts}" if layouts else ""))
 
     def export_png(self, path: str, width: int = 1200) -> bool:
