@@ -86,10 +86,13 @@ def test_fault_button_repairs_then_reports_and_resume_finishes(qtbot, runtime, t
         # The failed window appears in the window table with its repaired state.
         w.refresh_all()
         assert err.window in w.session.failed_windows
-        # Numbered as in the event log: a row marked "failed (no receipt)".
+        # Numbered as in the event log: a row marked "failed (no receipt)", or "cancelled (no receipt)" for a
+        # cancellation (as a Stop ends a window: repaired, not a failure).
         m = w.window_detail.model
         row = m.row_of(err.window)
-        assert row is not None and m.index(row, 1).data() == "failed (no receipt)"
+        label = "cancelled (no receipt)" if button == "fault_cancel" else "failed (no receipt)"
+        assert row is not None and m.index(row, 1).data() == label
+        assert w.session.window(err.window).discard.cancelled == (button == "fault_cancel")
         assert m.index(row, 0).data() == str(err.window)
     assert w.panel.resume.isEnabled()
     with qtbot.waitSignal(w.runFinished, timeout=180_000) as blocker:

@@ -369,7 +369,8 @@ class Generation:
                 trace.session_retired,
             )
             self._error(exc, window_index)
-            self._discard(proposal, EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__, partial=partial)
+            self._discard(proposal, EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__, partial=partial,
+                          error_type=type(exc).__name__)
             raise
         finally:
             self.window_in_flight = None
@@ -511,10 +512,11 @@ class Generation:
         self._emit(FINISH, detail=reason)
         self.observer.on_finish(reason)
 
-    def _discard(self, proposal: Proposal, reason: str, base: int, *, error=None, partial=None) -> None:
+    def _discard(self, proposal: Proposal, reason: str, base: int, *, error=None, partial=None,
+                 error_type: str = "") -> None:
         d = Discard(
             self.decode_step, proposal.decision_id.hex() if isinstance(proposal.decision_id, bytes) else str(proposal.decision_id),
-            self.source.name, reason, tuple(proposal.token_ids), base, error, partial,
+            self.source.name, reason, tuple(proposal.token_ids), base, error, partial, error_type,
         )
         self.discards.append(d)
         self._emit(DISCARD, partial.window_index if partial else None, detail=reason if error is None else f"{reason}: {error}")

@@ -103,6 +103,14 @@ class Discard:
     base_position: int
     error: str | None = None
     partial: PartialWindow | None = None
+    error_type: str = ""
+    """The error's class name for ``execution_failed`` (``RequestCancelled``: a Stop or an injected
+    cancellation, not a failure), "" when there is none or it was not recorded."""
+
+    @property
+    def cancelled(self) -> bool:
+        """The window ended because the request was cancelled (Stop, or an injected cancellation)."""
+        return self.error_type == "RequestCancelled"
 
     def to_json(self) -> dict:
         return {
@@ -114,6 +122,7 @@ class Discard:
             "base_position": self.base_position,
             "error": self.error,
             "partial": self.partial.to_json() if self.partial else None,
+            **({"error_type": self.error_type} if self.error_type else {}),
         }
 
 
@@ -240,6 +249,7 @@ def discard_from_json(d: dict) -> Discard:
     return Discard(
         d["decode_step"], d["decision_id"], d.get("source", ""), d["reason"],
         tuple(d.get("proposal_token_ids", ())), d["base_position"], d.get("error"), partial,
+        str(d.get("error_type") or ""),
     )
 
 

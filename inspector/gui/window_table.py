@@ -28,15 +28,19 @@ WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", 
 WINDOW_HEADERS = ("#", "disposition", "prop.", "acc.", "comm.", "base", "canon.", "trim", "verify ms")
 WINDOW_TIPS = (
     "window index (1-based; failed windows are numbered too, as in the event log)",
-    "full_accept, first_mismatch, stopped; failed (no receipt): the window raised an error and was discarded",
+    "full_accept, first_mismatch, stopped; failed (no receipt): the window raised an error and was discarded; "
+    "cancelled (no receipt): Stop (or an injected cancellation) ended it, repaired first",
     "proposal tokens", "accepted proposal tokens", "committed tokens (canonical predictions)",
     "base_position (tokens)", "canonical_position after repair (tokens)", "KV rows removed by the repair",
     "verification_elapsed_us in ms; red: more than 5x the run's median (llama.cpp's threads waited for a core)",
 )
-WIDEST = ("99999", "failed (no receipt)", "prop.", "acc.", "comm.", "99999", "99999", "trim", "99999.9")
+WIDEST = ("99999", "cancelled (no receipt)", "prop.", "acc.", "comm.", "99999", "99999", "trim", "99999.9")
 """The widest value (or header) of each column: column widths are set from these, so nothing is cut."""
 FAILED = "failed (no receipt)"
-DISPOSITION_COLORS = {"full_accept": "#e8f5e9", "first_mismatch": "#fff3e0", "stopped": "#ede7f6", FAILED: "#ffcdd2"}
+CANCELLED = "cancelled (no receipt)"
+"""A window the request's cancellation ended (Stop, or an injected cancellation): repaired, not a failure."""
+DISPOSITION_COLORS = {"full_accept": "#e8f5e9", "first_mismatch": "#fff3e0", "stopped": "#ede7f6", FAILED: "#ffcdd2",
+                      CANCELLED: "#eeeeee"}
 _BRUSHES = {k: QBrush(QColor(v)) for k, v in DISPOSITION_COLORS.items()}
 _RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 _DISPLAY = int(Qt.ItemDataRole.DisplayRole.value)
@@ -57,7 +61,7 @@ def entry_values(e: WindowEntry) -> tuple:
                 f"{r.verification_elapsed_us / 1000:.1f}")
     d, p = e.discard, e.discard.partial
     trimmed = "" if p.position_after_verification is None else p.position_after_verification - p.canonical_position
-    return (p.window_index, FAILED, len(d.proposal_token_ids), "", len(p.committed_tokens),
+    return (p.window_index, CANCELLED if d.cancelled else FAILED, len(d.proposal_token_ids), "", len(p.committed_tokens),
             p.base_position, p.canonical_position, trimmed, "")
 
 
@@ -146,7 +150,8 @@ class WindowTableModel(QAbstractTableModel):
             return row[index.column()]
         if role == _BACKGROUND:
             e = self.entries[r]
-            return _BRUSHES.get(FAILED if e.receipt is None else e.receipt.disposition)
+            return _BRUSHES.get((CANCELLED if e.discard.cancelled else FAILED) if e.receipt is None
+                                else e.receipt.disposition)
         if role == _ALIGN:
             return None if index.column() == 1 else _RIGHT
         if role == _FOREGROUND:
