@@ -34,6 +34,12 @@ def test_measure_fills_the_plot_and_statistics_show_expected_speedup(qtbot, runt
     assert view.ceiling_text() == f"best possible speedup {cm.ceiling:.1f}x at {cm.best_rows} rows"
     assert cm.ceiling >= 1.0
     assert view.ceiling_text() in view.ceiling_label.text()
+    # Draft max follows the curve: its best window's rows - 1 (none when one row is best on this CPU).
+    if cm.best_rows > 1:
+        assert view.use_draft_max.text() == f"Use draft max {cm.best_rows - 1}"
+        assert w.analysis.use_draft_max() == cm.best_rows - 1 == w.panel.draft_max.value()
+    else:
+        assert w.analysis.use_draft_max() == 0 and not view.use_draft_max.isVisible()
     png = tmp_path / "cost-curve.png"
     assert view.export_png(str(png)) and png.stat().st_size > 10_000
 

@@ -74,6 +74,7 @@ class AnalysisActions(QObject):
         view.export.clicked.connect(self.export_png_dialog)
         view.try_layouts.clicked.connect(self.try_layouts)
         view.use_layout.clicked.connect(self.use_layout)
+        view.use_draft_max.clicked.connect(self.use_draft_max)
         menu = window.menuBar().addMenu("&Analysis")
         self.act_measure = window.add_action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
                                              "time verify batches of 1..16 rows on the loaded model")
@@ -172,6 +173,15 @@ class AnalysisActions(QObject):
         self.w.status_state.setText("weight layouts measured: " + ", ".join(
             f"{t} {m.model.ceiling:.1f}x" for t, m in results))
         self.layoutsReady.emit(results, "")
+
+    def use_draft_max(self) -> int:
+        """Set the panel's draft max to what the measured curve implies (``CostView.suggested_draft_max``);
+        returns it (0: no cost model, nothing changed)."""
+        n = self.w.cost_view.suggested_draft_max()
+        if n >= 1:
+            self.w.panel.draft_max.setValue(n)
+            self.w.status_state.setText(f"draft max {n}: the cost curve's best window")
+        return n
 
     def use_layout(self) -> bool:
         """Load the model in the layout the Cost model tab offers (its best ceiling)."""

@@ -70,12 +70,17 @@ class CostView(QWidget):
         self.use_layout.setToolTip("load the model in the layout with the best ceiling (a converted file: the "
                                    "greedy text may differ from the original's; bench --weights checks it)")
         self.use_layout.hide()
+        self.use_draft_max = QPushButton("Use draft max …")
+        self.use_draft_max.setToolTip("set draft max to the proposal length of the curve's best window (best rows "
+                                      "- 1): right when proposals are mostly accepted; lower it when they are not")
+        self.use_draft_max.hide()
         self.layouts: list = []
         """(weight type, ``CostMeasured``) of "Try other weight types", the loaded layout first."""
         self._layout_curves: list = []
         top.addWidget(self.measure)
         top.addWidget(self.try_layouts)
         top.addWidget(self.use_layout)
+        top.addWidget(self.use_draft_max)
         top.addWidget(self.busy)
         top.addStretch(1)
         top.addWidget(self.export)
@@ -166,7 +171,7 @@ class CostView(QWidget):
     def set_busy(self, busy: bool, text: str = "") -> None:
         """Show the measuring state: busy bar on, Measure off, ``text`` in the label."""
         self.busy.setVisible(busy)
-        for button in (self.measure, self.try_layouts, self.use_layout):
+        for button in (self.measure, self.try_layouts, self.use_layout, self.use_draft_max):
             button.setEnabled(not busy)
         if busy:
             self.ceiling_label.setText(text or "measuring…")
@@ -184,6 +189,10 @@ class CostView(QWidget):
         if best is not None:
             self.use_layout.setText(f"Use {best[0]} form")
         self._version += 1
+
+    def suggested_draft_max(self) -> int:
+        """The draft max the shown curve implies: its best window's rows - 1 (0 when none is shown)."""
+        return self.measured.model.best_rows - 1 if self.measured is not None else 0
 
     def offered_layout(self):
         """(weight type, ``CostMeasured``) with the best ceiling when it beats the loaded layout, else None."""
@@ -250,6 +259,8 @@ class CostView(QWidget):
         self._sync_views()
         threads = count_noun(m.n_threads, "CPU thread")
         self.title.setText(f"<b>{self.ceiling_text()}</b> · {Path(m.model_path).name} · {threads}")
+        self.use_draft_max.setText(f"Use draft max {self.suggested_draft_max()}")
+        self.use_draft_max.setVisible(self.suggested_draft_max() >= 1)
         layouts = self._draw_layouts()
         if layouts:
             top = max(float(cost.max()), *(max(lm.model.row_ms) for _t, lm in self.layouts))
