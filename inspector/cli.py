@@ -243,7 +243,7 @@ def _weight_type(text: str) -> str:
 
     t = text.strip().upper()
     if t not in QUANT_TYPES:
-        raise argparse.ArgumentTypeError(f"unknown weight type {text!r}: expected one of {', '.join(QUANT_TYPES)}")
+        raise argparse.ArgumentTypeError(f"unknown weight type {text.strip()}: expected one of {', '.join(QUANT_TYPES)}")
     return t
 
 
@@ -268,14 +268,12 @@ def _fail(message: str, status: int = EXIT_ERROR) -> int:
 
 
 def _read_text(path: Path, what: str) -> str:
+    from inspector.cli_sources import SourceFlagError, read_text_file
+
     try:
-        return path.read_text("utf-8")
-    except FileNotFoundError:
-        raise _UserError(f"{what} {path}: no such file") from None
-    except IsADirectoryError:
-        raise _UserError(f"{what} {path}: is a directory") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _UserError(f"{what} {path}: cannot read it ({exc})") from None
+        return read_text_file(path, what)
+    except SourceFlagError as exc:
+        raise _UserError(str(exc)) from None
 
 
 class _UserError(Exception):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, target_model
@@ -46,13 +47,14 @@ def _bench_weights(args) -> int:
     from inspector.bench.weights import bench_weights, format_weights
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError, bundled_model_path
-    from inspector.llama.quantize import QUANT_TYPES
+    from inspector.cli import _weight_type
 
-    types = [t.strip().upper() for t in args.weights.split(",") if t.strip()]
-    unknown = [t for t in types if t not in QUANT_TYPES]
-    if unknown or not types:
-        return _fail(f"--weights: unknown weight type {', '.join(unknown) or '(none)'}: expected types from "
-                     f"{', '.join(QUANT_TYPES)}", EXIT_USAGE)
+    try:
+        types = [_weight_type(t) for t in args.weights.split(",") if t.strip()]
+        if not types:
+            raise ValueError("no weight type given, e.g. --weights Q4_1,Q8_0,Q4_0")
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        return _fail(f"--weights: {exc}", EXIT_USAGE)
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         result = bench_weights(args.model or bundled_model_path(), types, max_tokens=args.max_tokens,

@@ -87,7 +87,9 @@ def add_source_flags(parser: argparse.ArgumentParser) -> None:
                                    help=f"read the {o.name} text from this file (UTF-8)")
 
 
-def _read(path: Path, what: str) -> str:
+def read_text_file(path: Path, what: str) -> str:
+    """The UTF-8 text of ``path``; raises ``SourceFlagError`` naming ``what`` and the problem
+    (no such file, a directory, unreadable). Used for every file a CLI flag names."""
     try:
         return path.read_text("utf-8")
     except FileNotFoundError:
@@ -119,7 +121,7 @@ def source_options_from_args(args) -> dict:
             continue
         value = getattr(args, _dest(o.flag), None)
         if value is None and o.file_flag and getattr(args, _dest(o.file_flag), None) is not None:
-            value = _read(getattr(args, _dest(o.file_flag)), f"{o.name} file")
+            value = read_text_file(getattr(args, _dest(o.file_flag)), f"{o.name} file")
         if value is None:
             if o.required:
                 raise SourceFlagError(f"--source {name} needs {o.flag} {o.metavar or 'VALUE'}"

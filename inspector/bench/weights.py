@@ -17,6 +17,7 @@ import textwrap
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from inspector.bench.run import _run
 from inspector.engine import RuntimeScheduler
 from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
 from inspector.llama.quantize import weight_form
@@ -56,7 +57,6 @@ class LayoutResult:
 
 def _plain_and_ngram(scheduler, tokens, max_tokens: int, draft_maxes):
     """(plain generation, {draft max: n-gram generation}) on ``tokens``, through the run service."""
-    from inspector.bench.run import _run
     from inspector.sources import NgramSource
 
     plain = _run(scheduler, None, tokens, max_tokens)
@@ -112,19 +112,14 @@ def bench_weights(model_path, weight_types, *, max_tokens: int = 128, k_max: int
             over = (best.decode_tokens_per_s or 0.0) / max(1e-9, plain_tps)
             same, differs, positions = {}, 0, 0
             for name in EXAMPLES:
-                tokens = copy_tokens if name == COPY_TASK else rt.prompt_tokens(example_prompt(name))
-                out = list(plain.generated) if name == COPY_TASK else None
-                if name not in reference:  # this layout is the reference (the first, the original file)
-                    if out is None:
-                        out = list(_plain_and_ngram(scheduler, tokens, max_tokens, ())[0].generated)
-                    reference[name] = (tokens, out)
-                    same[name] = True
-                    continue
-                ref_tokens, ref_out = reference[name]
-                if out is None:
-                    out = list(_plain_and_ngram(scheduler, tokens, max_tokens, ())[0].generated)
+                if name == COPY_TASK:
+                    tokens, out = copy_tokens, list(plain.generated)
+                else:
+                    tokens = rt.prompt_tokens(example_prompt(name))
+                    out = list(_run(scheduler, None, tokens, max_tokens).generated)
+                ref_tokens, ref_out = reference.setdefault(name, (tokens, out))  # the first layout: the original
                 same[name] = out == ref_out
-                if ref_out and ref_tokens == tokens:
+                if ref_out is not out and ref_tokens == tokens:
                     differs += top_token_differences(rt, ref_tokens, ref_out)
                     positions += len(ref_out)
             info = check_gguf(path)

@@ -153,6 +153,7 @@ class AnalysisWorker(QObject):
         each converted file is loaded on its own (one KV sequence, the same threads), measured, and closed."""
         from inspector.engine import RuntimeScheduler
         from inspector.llama.cost_model import measure_cost_model
+        from inspector.llama.model_file import weight_types_of
         from inspector.llama.quantize import weight_form
         from inspector.llama.runtime import LlamaRuntime
 
@@ -177,7 +178,7 @@ class AnalysisWorker(QObject):
                     if other is not None:
                         other.close()
                 results.append((t, CostMeasured(cm, str(path), int(target.n_threads or 0), len(tokens),
-                                                tuple(check_weight_types(path)))))
+                                                weight_types_of(path))))
         except Exception as exc:
             log.exception("weight layouts failed")
             self.failed.emit("layouts", str(exc) or type(exc).__name__)
@@ -208,9 +209,3 @@ class AnalysisWorker(QObject):
             return
         self.compareDone.emit(result, "")
 
-
-def check_weight_types(path) -> tuple:
-    """The weight types of the GGUF at ``path`` (``ModelInfo.weight_types``)."""
-    from inspector.llama.model_file import check_gguf
-
-    return check_gguf(path).weight_types

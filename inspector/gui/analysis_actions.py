@@ -236,6 +236,7 @@ class AnalysisActions(QObject):
 
     def _load(self, key: str) -> CostMeasured | None:
         from inspector.llama.cost_model import CostModel
+        from inspector.llama.model_file import weight_types_of
 
         raw = self.w.settings.value(f"{SETTINGS_GROUP}/{key}")
         try:
@@ -243,7 +244,7 @@ class AnalysisActions(QObject):
             if not d or not d["row_ms"] or min(d["row_ms"]) <= 0:
                 return None
             return CostMeasured(CostModel(tuple(float(x) for x in d["row_ms"])), str(d["model_path"]),
-                                int(d["n_threads"]), int(d.get("prompt_tokens", 0)), _weight_types(d["model_path"]))
+                                int(d["n_threads"]), int(d.get("prompt_tokens", 0)), weight_types_of(d["model_path"]))
         except (TypeError, ValueError, KeyError):
             return None
 
@@ -345,12 +346,3 @@ class AnalysisActions(QObject):
         except (TypeError, ValueError, KeyError):
             pass
 
-
-def _weight_types(path: str) -> tuple:
-    """The weight types of the model at ``path`` (a header scan), or () when it cannot be read."""
-    from inspector.llama.model_file import ModelFileError, check_gguf
-
-    try:
-        return check_gguf(path).weight_types
-    except (ModelFileError, OSError):
-        return ()

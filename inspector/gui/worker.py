@@ -67,25 +67,22 @@ class RunConfig:
     it, so a Stop pressed while the worker picks the run up is kept."""
 
 
-def _capabilities(name: str) -> frozenset:
-    """The declared capabilities of source ``name`` (none when it is unknown or its plugin fails to load:
-    the run then reports why)."""
+def _loading_note(config) -> str:
+    """What the status says while a model-loading source (declared capability ``loads_model``) is made,
+    naming its model files; "" for other sources, or one whose declaration cannot be read (the run
+    then reports why)."""
     from inspector.sources.registry import describe_source
 
     try:
-        return describe_source(name).capabilities
+        d = describe_source(config.source)
     except Exception:
-        return frozenset()
-
-
-def _path_options(name: str) -> list:
-    """The declared file options of source ``name`` (what a model-loading source loads)."""
-    from inspector.sources.registry import describe_source
-
-    try:
-        return [o for o in describe_source(name).options or () if o.kind == "path"]
-    except Exception:
-        return []
+        return ""
+    if "loads_model" not in d.capabilities:
+        return ""
+    paths = [Path(str(config.source_options[o.name])).name for o in d.options or ()
+             if o.kind == "path" and config.source_options.get(o.name)]
+    what = f"the {config.source} source's model" + (f" {', '.join(paths)}" if paths else "")
+    return f"loading {what} and checking it against the target…"
 
 
 class EngineWorker(SteppingControl, QObject):
@@ -149,22 +146,11 @@ class EngineWorker(SteppingControl, QObject):
         self.contention.set_count(self._background)
 
     def _close_source(self) -> None:
-        """Close the last run's source (worker thread): ``close()``, then a draft's own runtime."""
+        """Close the last run's source (worker thread; ``inspector.sources.registry.close_source``)."""
+        from inspector.sources.registry import close_source
+
         source, self.source = self.source, None
-        if source is None:
-            return
-        try:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-        except Exception:
-            log.exception("closing proposal source %s failed", getattr(source, "name", source))
-        draft = getattr(source, "draft", None)
-        if draft is not None and hasattr(draft, "close"):
-            try:
-                draft.close()
-            except Exception:
-                log.exception("closing the draft runtime failed")
+        close_source(source)
 
     @property
     def running(self) -> bool:
@@ -267,11 +253,9 @@ class EngineWorker(SteppingControl, QObject):
             self.step.begin_run(start_paused=config.start_paused, first_action=config.first_action,
                                 break_on=config.break_on)
         self._close_source()
-        if "loads_model" in _capabilities(config.source):
-            paths = [Path(str(config.source_options[o.name])).name for o in _path_options(config.source)
-                     if config.source_options.get(o.name)]
-            what = f"the {config.source} source's model" + (f" {', '.join(paths)}" if paths else "")
-            self.stateChanged.emit(RUNNING, f"loading {what} and checking it against the target…")
+        note = _loading_note(config)
+        if note:
+            self.stateChanged.emit(RUNNING, note)
         try:
             run.make_source()
         except RunRefused as exc:

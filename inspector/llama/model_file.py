@@ -213,6 +213,14 @@ def check_gguf(path: str | os.PathLike) -> ModelInfo:
                      weight_types)
 
 
+def weight_types_of(path: str | os.PathLike) -> tuple:
+    """``ModelInfo.weight_types`` of the GGUF at ``path`` (a header scan), or () when it cannot be read."""
+    try:
+        return check_gguf(path).weight_types
+    except (ModelFileError, OSError):
+        return ()
+
+
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """SHA-256 of the whole file (hex)."""
     h = hashlib.sha256()

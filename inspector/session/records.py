@@ -49,7 +49,8 @@ class Progress(NamedTuple):
     kv_length: int | None = None
     """The session's KV length when it was read (after an error or at the end), else None."""
     faults_fired: tuple = ()
-    """``KIND@WINDOW:TOKEN`` of each injected fault that fired so far."""
+    """``KIND@WINDOW:TOKEN`` of every injected fault that fired so far, when one fired since the last
+    ``Progress`` (else empty: nothing new)."""
 
 
 @dataclass(frozen=True, slots=True)

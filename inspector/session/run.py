@@ -93,6 +93,7 @@ class SessionRun:
         """The run's ``AutosaveRecorder`` (``inspector.receipts.autosave``), or None."""
         self.autosave_error = ""
         self.baseline_error = ""
+        self._fired = 0  # faults fired when the last Progress named them
         self.recording: RecordingObserver | None = None
         self.ended: RunEnd | None = None
 
@@ -197,7 +198,10 @@ class SessionRun:
     def progress(self, kv_length: int | None = None) -> None:
         """Push the decode counters (after a step; ``kv_length`` when it was read)."""
         g = self.generation
-        fired = tuple(fault_labels(self.request.faults)) if self.request.faults.fired else ()
+        fired = ()
+        if len(self.request.faults.fired) != self._fired:  # a fault fired since the last progress
+            self._fired = len(self.request.faults.fired)
+            fired = tuple(fault_labels(self.request.faults))
         self.push(Progress(g.decode_elapsed_us, g.prefill_elapsed_us, g.generated_count,
                            g.canonical_position, kv_length, fired))
 

@@ -335,13 +335,20 @@ def source_settings(source) -> dict:
 
 def close_source(source) -> None:
     """Release what a factory-made source holds (capability ``close``): its ``close()``,
-    then the draft runtime a ``draft`` factory loaded for it (the factory's source owns it)."""
+    then the draft runtime a ``draft`` factory loaded for it (the factory's source owns it).
+    A failing ``close()`` is logged and the draft runtime is still closed (closing never raises)."""
     if source is None:
         return
-    close = getattr(source, "close", None)
-    if close is not None:
-        close()
+    try:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+    except Exception:
+        log.exception("closing proposal source %s failed", getattr(source, "name", source))
     draft = getattr(source, "draft", None)
     if draft is not None and hasattr(draft, "close"):
-        draft.close()
+        try:
+            draft.close()
+        except Exception:
+            log.exception("closing the draft runtime failed")
 
