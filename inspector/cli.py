@@ -50,6 +50,18 @@ def _non_negative(text: str) -> int:
     return v
 
 
+def _draft_max(text: str):
+    """``--draft-max``: ``auto`` (None: the run service picks it from the stored cost model,
+    ``inspector.llama.cost_model.auto_draft_max``) or a count checked with the engine's rule."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
+    return _setting("draft_max", int)(text)
+
+
 def _setting(name: str, convert):
     """An argparse type that parses with ``convert`` and checks the value with the
     engine's rule for the setting ``name`` (``inspector.engine.settings.interpret_setting``:
@@ -131,8 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_source_flags(run)  # --ngram-max, --draft-model, --script, ...: from the sources' declarations
     run.add_argument("--max-tokens", type=_setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
                      help=f"most tokens to generate (>= 1) [{DEFAULT_MAX_NEW_TOKENS}]")
-    run.add_argument("--draft-max", type=_setting("draft_max", int), default=8,
-                     help="most proposal tokens per window (>= 0) [8]")
+    run.add_argument("--draft-max", type=_draft_max, default=None, metavar="N|auto",
+                     help="most proposal tokens per window (>= 0), or auto: the best window of the cost model "
+                          "stored for this model and thread count (bench, compare --cost-model or the window's "
+                          "Cost model tab store one), else 8 [auto]")
     run.add_argument("--n-ctx", type=_positive, default=DEFAULT_N_CTX,
                      help=f"context size in tokens (llama.cpp -c) [{DEFAULT_N_CTX}]")
     run.add_argument("--n-batch", type=_positive, default=512,
@@ -247,19 +261,22 @@ def _weight_type(text: str) -> str:
     return t
 
 
-def target_model(args) -> Path:
-    """The model file a command runs: ``--model`` (default: the bundled one), in ``--target-weights``
-    form when given (converted once, then cached; ``inspector.llama.quantize.weight_form``).
-    Raises ``ModelFileError``."""
+def open_target_runtime(args, **runtime_options):
+    """The ``LlamaRuntime`` a command runs: ``--model`` (default: the bundled one), in
+    ``--target-weights`` form when given (``inspector.llama.quantize.open_target``: converted once,
+    then cached; the receipts name the original). Raises ``ModelFileError``, ``EngineError``."""
     from inspector.llama.model_file import bundled_model_path
-    from inspector.llama.quantize import weight_form
+    from inspector.llama.quantize import open_target
 
     model = args.model or bundled_model_path()
-    if getattr(args, "target_weights", None):
-        print(f"target weights {args.target_weights}: converting {Path(model).name} if not done before "
+    print(f"loading {model} ...", file=sys.stderr, flush=True)
+
+    def converting(t: str) -> None:
+        print(f"target weights {t}: converting {Path(model).name} if not done before "
               "(llama.cpp quantize, cached) ...", file=sys.stderr, flush=True)
-        model, _converted = weight_form(model, args.target_weights)
-    return Path(model)
+
+    return open_target(model, getattr(args, "target_weights", None) or "", on_convert=converting,
+                       **runtime_options)
 
 
 def _fail(message: str, status: int = EXIT_ERROR) -> int:
@@ -303,11 +320,8 @@ def cmd_run(args) -> int:
             _read_text(args.prompt_file, "prompt file"))
         options = _source_options(args)  # required options, files and cross-option rules: the declarations'
         settings, notes = _run_settings(args)
-        model = target_model(args)
     except _UserError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    except ModelFileError as exc:
-        return _fail(str(exc))
     if args.verification == "rejection" and args.source != "draft" and settings.sampling.temperature > 0:
         notes.append(f"--verification rejection needs a draft model's probabilities; the {args.source} source "
                      "has none, so every window verifies with sample_match (each receipt's verification_rule "
@@ -315,15 +329,13 @@ def cmd_run(args) -> int:
     for note in notes:
         print(f"spec-inspector: note: {note}", file=sys.stderr)
 
-    from inspector.llama.runtime import LlamaRuntime
     from inspector.session.document import record_document
     from inspector.session.record import SessionRecord
     from inspector.session.run import RunRefused, RunRequest, SessionRun
 
-    print(f"loading {model} ...", file=sys.stderr, flush=True)
     try:
-        runtime = LlamaRuntime(model, n_ctx=args.n_ctx, n_batch=args.n_batch, n_threads=args.threads or None,
-                               n_seq_max=2 if args.baseline else 1)
+        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_batch=args.n_batch, n_threads=args.threads or None,
+                                      n_seq_max=2 if args.baseline else 1)
     except (ModelFileError, EngineError, ValueError) as exc:
         return _fail(str(exc))
     record = SessionRecord()
@@ -333,7 +345,8 @@ def cmd_run(args) -> int:
         from inspector.receipts.autosave import AutosaveWriter
 
         opener = lambda header: AutosaveWriter(args.autosave, header)  # noqa: E731
-    request = RunRequest(prompt, settings, args.source, options, raw=args.raw, faults=FaultPlan(list(args.inject)))
+    request = RunRequest(prompt, settings, args.source, options, raw=args.raw, faults=FaultPlan(list(args.inject)),
+                         draft_max_auto=args.draft_max is None and args.source != "none")
     run = SessionRun(RuntimeScheduler(runtime), request, record.apply, observer=printer, open_autosave=opener)
     try:
         run.tokenize()
@@ -385,6 +398,8 @@ def cmd_run(args) -> int:
               f"raise --n-ctx", file=sys.stderr)
     print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
                          ended_as=end.reason))
+    if run.draft_max_from:
+        print(f"draft max:            {run.request.settings.draft_max} ({run.draft_max_from})")
     policy = getattr(run.source, "policy", None)
     if policy is not None and not record.receipts:
         costs = "the stored cost model" if policy.row_costs is not None else \
@@ -421,6 +436,7 @@ def _run_settings(args):
     """
     from inspector.engine import GenerationSettings
     from inspector.engine.settings import check_n_batch_for_source, sampling_settings
+    from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 
     try:
         check_n_batch_for_source(args.n_batch, speculative=args.source != "none")
@@ -429,7 +445,8 @@ def _run_settings(args):
     try:
         sampling, notes = sampling_settings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
         settings = GenerationSettings(
-            max_new_tokens=args.max_tokens, draft_max=args.draft_max, stop=tuple(args.stop),
+            max_new_tokens=args.max_tokens, stop=tuple(args.stop),
+            draft_max=DEFAULT_DRAFT_MAX if args.draft_max is None else args.draft_max,
             proposal_deadline_ms=args.proposal_deadline_ms, sampling=sampling, verification=args.verification,
         )
     except ValueError as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, target_model
+from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, open_target_runtime
 from inspector.engine.settings import DEFAULT_N_CTX
 
 
@@ -16,7 +16,6 @@ def cmd_bench(args) -> int:
     from inspector.bench.run import TASKS, format_bench, run_bench
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError
-    from inspector.llama.runtime import LlamaRuntime
 
     if args.weights:
         return _bench_weights(args)
@@ -25,8 +24,7 @@ def cmd_bench(args) -> int:
     if unknown or not tasks:
         return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
     try:
-        runtime = LlamaRuntime(target_model(args), n_ctx=DEFAULT_N_CTX, n_seq_max=1,
-                               n_threads=args.threads or None)
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
     except (ModelFileError, EngineError) as exc:
         return _fail(str(exc))
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -77,7 +75,6 @@ def cmd_compare(args) -> int:
     from inspector.engine import GenerationSettings, RuntimeScheduler
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError
-    from inspector.llama.runtime import LlamaRuntime
 
     try:
         # parse_config checks each source name (UnknownSource) and its options before the model loads.
@@ -92,7 +89,7 @@ def cmd_compare(args) -> int:
     except (ValueError, _UserError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     try:
-        runtime = LlamaRuntime(target_model(args), n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
         tokens = runtime.prompt_tokens(prompt)
     except (ModelFileError, EngineError) as exc:
         return _fail(str(exc))

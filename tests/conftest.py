@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-# Cost models measured by tests (bench, compare) must not steer later tests' adaptive
-# n-gram lengths, nor come from the user's cache: a cache file per test session.
+# Cost models measured by tests (bench, compare, the Cost model tab) must not steer later
+# tests' adaptive n-gram lengths or auto draft max, nor come from the user's cache: a cache
+# file per test (``_own_cost_cache``), and one per session for code outside a test.
 import tempfile  # noqa: E402
 
 os.environ["SPEC_INSPECTOR_COST_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="spec-inspector-tests-"),
@@ -18,6 +19,12 @@ from inspector.engine import Generation, GenerationObserver, GenerationSettings,
 from inspector.llama import bundled_model_path  # noqa: E402
 
 N_CTX = 1024
+
+
+@pytest.fixture(autouse=True)
+def _own_cost_cache(tmp_path, monkeypatch):
+    """Each test starts with no stored cost model (``inspector.llama.cost_cache``)."""
+    monkeypatch.setenv("SPEC_INSPECTOR_COST_CACHE", str(tmp_path / "cost-models.json"))
 
 
 @pytest.fixture(scope="session")

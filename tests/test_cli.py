@@ -256,3 +256,35 @@ def test_an_unknown_source_option_is_refused_by_name():
     assert p.returncode == 1
     line = one_clear_line(p.stderr)
     assert "unknown option for source ngram: bogus" in line and "n_max" in line
+
+
+def test_run_with_draft_max_auto_takes_the_stored_cost_models_best_window(tmp_path, monkeypatch):
+    """The curve is stored for the bundled file and 2 threads in a fresh cache: its best window
+    is 4 rows, so draft max is 3 and no window proposes more (whatever the model says)."""
+    import os
+
+    from inspector.llama import bundled_model_path
+    from inspector.llama.cost_cache import store_cost_model
+    from inspector.llama.cost_model import CostModel
+
+    cache = tmp_path / "cost-models.json"
+    monkeypatch.setenv("SPEC_INSPECTOR_COST_CACHE", str(cache))
+    curve = CostModel((10.0, 12.0, 14.0, 16.0, 30.0, 36.0, 42.0, 48.0))  # 4 * 10 / 16 = 2.5x, the best
+    assert store_cost_model(bundled_model_path(), 2, curve) == cache
+    env = dict(os.environ)
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "inspector", "run", "--prompt-file", str(COPY_PROMPT), "--ngram-min",
+                        "1", "--max-tokens", "24", "--threads", "2", "--receipts", str(out)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "draft max:            3 (auto: the stored cost model's best window: 4 rows, ceiling 2.50x)" in p.stdout
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["draft_max"] == 3 and "4 rows" in doc["settings"]["draft_max_from"]
+    assert doc["windows"] and all(w["proposal_token_count"] <= 3 for w in doc["windows"])
+    load_document(out)  # validates
+    # A given draft max is used as given, with no auto note.
+    p = subprocess.run([sys.executable, "-m", "inspector", "run", "--prompt-file", str(COPY_PROMPT), "--ngram-min",
+                        "1", "--max-tokens", "8", "--threads", "2", "--draft-max", "5", "--receipts", str(out)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0 and "draft max:" not in p.stdout
+    assert "draft_max_from" not in json.loads(out.read_text())["settings"]

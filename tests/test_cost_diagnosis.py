@@ -63,3 +63,24 @@ def test_compare_defaults_add_the_draft_max_the_measured_curve_implies():
     assert [c.draft_max for c in default_configs(flat)] == [0, 4, 8, 16, 15]
     steep = CostModel((6.0, 12.0, 18.0, 24.0, 30.0, 31.0, 40.0, 48.0))
     assert default_configs(steep)[-1].label == f"ngram draft_max {steep.best_rows - 1} (the cost model's best)"
+
+
+def test_auto_draft_max_is_long_on_a_flat_curve_and_short_on_a_steep_one():
+    from inspector.llama.cost_model import auto_draft_max
+
+    flat = CostModel((6.0, 6.3, 6.6, 6.9, 7.2, 7.5, 7.8, 8.1))  # every extra row cheap: the 8-row window is best
+    steep = CostModel((6.0, 8.0, 11.5, 16.0, 21.0, 26.0, 31.0, 36.0))  # 3 rows: 18/11.5 = 1.57x, the best
+    assert flat.best_draft_max == 7 and auto_draft_max(flat).value == 7
+    assert steep.best_draft_max == 2 and auto_draft_max(steep).value == 2
+    assert "3 rows, ceiling 1.57x" in auto_draft_max(steep).why
+
+
+def test_auto_draft_max_without_a_curve_or_without_a_paying_window_is_the_default():
+    from inspector.llama.cost_model import DEFAULT_DRAFT_MAX, auto_draft_max
+
+    assert auto_draft_max(None).value == DEFAULT_DRAFT_MAX == 8
+    assert "no cost model is stored" in auto_draft_max(None).why
+    never = CostModel((6.0, 12.5, 19.0, 26.0))  # every batch dearer than its rows as plain steps
+    assert never.best_draft_max == 0
+    choice = auto_draft_max(never)
+    assert choice.value == DEFAULT_DRAFT_MAX and "no window beats a plain step" in choice.why

@@ -3,6 +3,8 @@ settings cache, PNG export, and expected vs observed speedup in Statistics."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from inspector.gui import worker as W
 from test_gui_support import make_window, run_to_end
 
@@ -79,7 +81,7 @@ def test_try_other_weight_types_plots_each_layout_and_offers_the_best(qtbot, run
     assert all(len(m.model.row_ms) == 16 and min(m.model.row_ms) > 0 for _t, m in layouts)
     assert layouts[1][1].weight_types[0][0] == "Q8_0" and layouts[0][1].model_path == str(runtime.model_path)
     w.refresh_all()
-    assert len(view._layout_curves) == 2 and "weight layouts:" in view.ceiling_label.text()
+    assert len(view._layout_curves) == 2 and "Weight layouts:" in view.ceiling_label.text()
     best = max(layouts, key=lambda tm: tm[1].model.ceiling)
     if best is layouts[0]:
         assert view.offered_layout() is None and not view.use_layout.isVisible()
@@ -88,4 +90,55 @@ def test_try_other_weight_types_plots_each_layout_and_offers_the_best(qtbot, run
     with qtbot.waitSignal(w.worker.modelLoaded, timeout=MEASURE_TIMEOUT_MS):
         assert w.analysis.use_layout()
     assert str(w.worker.runtime.model_path) == best[1].model_path
-    assert w.panel.model_path() == best[1].model_path
+    assert w.panel.target_weights() == best[0] and w.panel.model_path() == ""  # the bundled entry, in that form
+
+
+def test_the_weights_choice_converts_once_loads_that_form_and_is_remembered_per_model(qtbot, runtime, tmp_path,
+                                                                                     monkeypatch):
+    """Issue 13 item 3: "Q8_0 form" for the bundled model converts it (llama.cpp quantize, into a fresh
+    cache), loads it, names the original in the model line and the receipts, and a new window with
+    the same settings has the choice back; another model keeps "as stored"."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    assert w.panel.target_weights() == ""
+    w.panel.set_target_weights("Q8_0")
+    with qtbot.waitSignal(w.worker.modelLoaded, timeout=MEASURE_TIMEOUT_MS) as blocker:
+        assert w.load_selected_model()
+    info = blocker.args[0]
+    assert info["weights"] == "Q8_0" and info["converted_from"] == str(Path(runtime.model_path).resolve())
+    assert (tmp_path / "cache" / "spec-inspector").exists()
+    qtbot.waitUntil(lambda: w.state == W.IDLE, timeout=MEASURE_TIMEOUT_MS)
+    assert "in Q8_0 form" in w.panel.model_status.text() and w.panel.model_path() == ""
+    run_to_end(qtbot, w)  # runs on the converted form: no second load
+    assert w.session.header.model["converted_from"] == info["converted_from"]
+    w.panel.add_recent_model(str(tmp_path / "other.gguf"))
+    assert w.panel.target_weights() == ""  # another model: as stored
+    w.panel.model_combo.setCurrentIndex(0)
+    assert w.panel.target_weights() == "Q8_0"
+    w.save_settings()
+    v = make_window(qtbot, runtime, tmp_path)
+    v.panel.model_combo.setCurrentIndex(0)
+    assert v.panel.target_weights() == "Q8_0"
+
+
+def test_draft_max_auto_is_the_default_and_a_run_takes_the_stored_curves_best_window(qtbot, runtime, tmp_path):
+    """A curve whose best window is 4 rows is stored for the loaded model: a run with the panel's
+    default (auto) uses draft max 3 and says so beside the spin box; no window proposes more."""
+    import os
+
+    from inspector.llama.cost_cache import store_cost_model
+    from inspector.llama.cost_model import CostModel
+
+    store_cost_model(runtime.model_path, os.cpu_count() or 1,
+                     CostModel((10.0, 12.0, 14.0, 16.0, 30.0, 36.0, 42.0, 48.0)))
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24, ngram_min=1)
+    assert w.panel.draft_max_auto() and w.panel.draft_max.text() == "auto"
+    run_to_end(qtbot, w)
+    assert w.session.settings["draft_max"] == 3
+    assert w.panel.draft_max_used.text() == "→ 3" and "4 rows" in w.panel.draft_max_used.toolTip()
+    assert w.session.receipts and all(r.proposal_token_count <= 3 for r in w.session.receipts)
+    # A draft max typed in is used as given.
+    w.panel.draft_max.setValue(2)
+    assert w.panel.draft_max_used.text() == ""
+    run_to_end(qtbot, w)
+    assert w.session.settings["draft_max"] == 2 and "draft_max_from" not in w.session.settings

@@ -205,8 +205,11 @@ def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot,
     assert q.replay_file.text() == "/runs/r.json"
     assert q.verification.currentText() == "rejection" and q.verification.isEnabled()
     assert q.set_source("draft")
-    assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_max": q.draft_max.value(),
-                                  "draft_min": 2, "p_min": 0.4}
+    # Draft max auto: the draft's draft_max comes from the run's settings (chosen when the run starts).
+    assert q.draft_max_auto()
+    assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_min": 2, "p_min": 0.4}
+    q.draft_max.setValue(5)
+    assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_max": 5, "draft_min": 2, "p_min": 0.4}
     v.close()
 
 

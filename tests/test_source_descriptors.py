@@ -228,7 +228,7 @@ def test_the_run_flags_keep_their_names_and_defaults():
 
     args = build_parser().parse_args(["run", "--prompt", "x"])
     assert (args.ngram_max, args.ngram_min, args.ngram_length) == (4, 2, "fixed")
-    assert (args.draft_model, args.draft_min, args.p_min, args.draft_max) == (None, 0, 0.0, 8)
+    assert (args.draft_model, args.draft_min, args.p_min, args.draft_max) == (None, 0, 0.0, None)  # None: auto
     assert (args.replay, args.script, args.script_file, args.source_option) == (None, None, None, [])
     args = build_parser().parse_args(["run", "--prompt", "x", "--ngram-max", "6", "--p-min", "0.5",
                                       "--draft-model", "d.gguf", "--script-file", "s.txt", "--replay", "r.json"])

@@ -147,7 +147,7 @@ def default_configs(cost_model: CostModel | None = None) -> list[CompareConfig]:
         CompareConfig("ngram draft_max 8", "ngram", 8),
         CompareConfig("ngram draft_max 16", "ngram", 16),
     ]
-    best = cost_model.best_rows - 1 if cost_model is not None else 0
+    best = cost_model.best_draft_max if cost_model is not None else 0
     if best >= 1 and best not in (4, 8, 16):
         configs.append(CompareConfig(f"ngram draft_max {best} (the cost model's best)", "ngram", best))
     return configs

@@ -184,12 +184,13 @@ class AnalysisActions(QObject):
         return n
 
     def use_layout(self) -> bool:
-        """Load the model in the layout the Cost model tab offers (its best ceiling)."""
+        """Run the model in the weight type the Cost model tab offers (its best ceiling) from now on:
+        the model panel's weights choice (remembered for this model), then load it."""
         best = self.w.cost_view.offered_layout()
         if best is None or not self.w.is_idle:
             return False
-        _t, m = best
-        self.w.panel.add_recent_model(m.model_path)
+        weight_type, _m = best
+        self.w.panel.set_target_weights(weight_type)
         return self.w.load_selected_model()
 
     def _failed(self, what: str, message: str) -> None:

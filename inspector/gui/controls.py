@@ -40,6 +40,11 @@ from inspector.prompts import example_prompts
 from inspector.gui.panel_values import PanelValues, parse_stop_strings
 from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, spin
 from inspector.gui.source_options import OptionControl, build_source_page, describe
+from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
+from inspector.llama.quantize import TARGET_TYPES
+
+DRAFT_MAX_AUTO = -1
+"""The draft max spin box's ``auto`` value (shown as "auto")."""
 
 BUNDLED = "(bundled SmolLM2-135M-Instruct)"
 CUSTOM_PROMPT = "custom prompt"
@@ -100,8 +105,24 @@ class ControlPanel(PanelValues, QWidget):
         row.addWidget(self.model_combo, 1)
         row.addWidget(self.open_model)
         gl.addLayout(row)
+        self.weights = QComboBox()
+        self.weights.addItem("as stored", "")
+        for t in TARGET_TYPES:
+            self.weights.addItem(f"{t} form", t)
+        self.weights.setToolTip(
+            "--target-weights: run the model in this weight type, converted once with llama.cpp's quantize "
+            "(cached); remembered per model. On a CPU the weight type decides whether extra verification rows "
+            "are cheap: Cost model tab > Try other weight types measures it")
+        self.weights_by_model: dict[str, str] = {}
+        """Model path ("" = bundled) -> the weight type chosen for it (absent: as stored)."""
+        wrow = QHBoxLayout()
+        wrow.addWidget(QLabel("weights"))
+        wrow.addWidget(self.weights, 1)
+        gl.addLayout(wrow)
         gl.addWidget(self.model_status)
         lay.addWidget(g)
+        self.model_combo.currentIndexChanged.connect(self._show_model_weights)
+        self.weights.currentIndexChanged.connect(self._weights_chosen)
 
         # Proposal source + limits
         g = QGroupBox("Proposal source")
@@ -123,9 +144,18 @@ class ControlPanel(PanelValues, QWidget):
         self._pages: dict[str, QWidget] = {}
         self._build_source_pages()
         f.addRow(self.source_pages)
-        self.draft_max = spin(0, 64, 8, "--draft-max: most proposal tokens per window (a draft model drafts at "
-                                        "most this many)")
-        f.addRow("draft max", self.draft_max)
+        self.draft_max = spin(DRAFT_MAX_AUTO, 64, DRAFT_MAX_AUTO,
+                              "--draft-max: most proposal tokens per window (a draft model drafts at most this "
+                              "many). auto: the best window of the cost model stored for this model and thread "
+                              "count (Cost model tab > Measure), else 8")
+        self.draft_max.setSpecialValueText("auto")
+        self.draft_max_used = Note("")
+        """What ``auto`` became in the last run ("auto → 15: ..."), empty otherwise."""
+        self.draft_max.valueChanged.connect(lambda _v: self.draft_max_used.setText(""))
+        dm = QHBoxLayout()
+        dm.addWidget(self.draft_max)
+        dm.addWidget(self.draft_max_used, 1)
+        f.addRow("draft max", dm)
         lay.addWidget(g)
         self.source.currentTextChanged.connect(self._source_changed)
 
@@ -367,8 +397,8 @@ class ControlPanel(PanelValues, QWidget):
         controls = self.option_controls.get(name, {})
         out = {n: c.value() for n, c in controls.items()}
         d = self.source_descriptors.get(name)
-        settings = {"draft_max": self.draft_max.value()}
-        for o in (d.options or ()) if d is not None else ():
+        settings = {"draft_max": self.draft_max.value()} if not self.draft_max_auto() else {}
+        for o in (d.options or ()) if d is not None else ():  # auto: the registry takes the run's value
             if o.from_setting in settings:
                 value = settings[o.from_setting]
                 out[o.name] = max(int(o.minimum), value) if o.minimum is not None else value
@@ -440,8 +470,21 @@ class ControlPanel(PanelValues, QWidget):
         sampling = SamplingSettings(self.temperature.value(), self.top_k.value(), self.top_p.value(),
                                     self.min_p.value(), self.seed.value())
         verification = self.verification.currentText() if not sampling.greedy else "sample_match"
-        return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=self.draft_max.value(),
+        draft_max = DEFAULT_DRAFT_MAX if self.draft_max_auto() else self.draft_max.value()
+        return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=draft_max,
                                   stop=self.stop_list(), sampling=sampling, verification=verification)
+
+    def show_draft_max_used(self, settings: dict | None) -> None:
+        """Name the draft max a run with ``auto`` used (its settings' ``draft_max_from``), else nothing."""
+        st = settings or {}
+        why = str(st.get("draft_max_from") or "")
+        self.draft_max_used.setText(f"→ {st.get('draft_max')}" if why and self.draft_max_auto() else "")
+        self.draft_max_used.setToolTip(why)
+
+    def draft_max_auto(self) -> bool:
+        """Draft max is ``auto``: the run takes it from the stored cost model
+        (``inspector.llama.cost_model.auto_draft_max``; ``RunRequest.draft_max_auto``)."""
+        return self.draft_max.value() == DRAFT_MAX_AUTO
 
     def stop_list(self) -> tuple[str, ...]:
         """The stop strings typed in the panel: separated by ``|``; ``\\n``, ``\\t``, ``\\|`` and
@@ -451,6 +494,31 @@ class ControlPanel(PanelValues, QWidget):
     def model_path(self) -> str:
         """The chosen model file ("" = bundled)."""
         return self.model_combo.currentData() or ""
+
+    def target_weights(self) -> str:
+        """The weight type the chosen model runs in ("" = as stored; else a ``TARGET_TYPES`` entry)."""
+        return self.weights.currentData() or ""
+
+    def set_target_weights(self, weight_type: str) -> None:
+        """Run the chosen model in ``weight_type`` ("" = as stored) from now on (remembered for it)."""
+        i = self.weights.findData(weight_type or "")
+        if i >= 0:
+            self.weights.setCurrentIndex(i)
+            self._weights_chosen(i)
+
+    def _weights_chosen(self, _index: int) -> None:
+        t = self.target_weights()
+        if t:
+            self.weights_by_model[self.model_path()] = t
+        else:
+            self.weights_by_model.pop(self.model_path(), None)
+
+    def _show_model_weights(self, _index: int = 0) -> None:
+        """The weights choice remembered for the model now chosen."""
+        i = self.weights.findData(self.weights_by_model.get(self.model_path(), ""))
+        self.weights.blockSignals(True)
+        self.weights.setCurrentIndex(max(0, i))
+        self.weights.blockSignals(False)
 
     def add_recent_model(self, path: str, select: bool = True) -> None:
         """Put ``path`` (a GGUF file) in the model list, first after the bundled entry; the

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QStackedWidget,
+                               QVBoxLayout, QWidget)
 
 from inspector.gui.wording import count_noun
 from inspector.llama.cost_model import verify_cost_diagnosis
@@ -85,10 +86,16 @@ class CostView(QWidget):
         top.addStretch(1)
         top.addWidget(self.export)
         lay.addLayout(top)
-        # The figures and the diagnosis in their own full-width row: beside the buttons they wrapped
-        # into a tall column that squeezed the plots.
+        # The figures and the diagnosis in a scrolling column right of the plots: above them (five
+        # lines at 1280x800) they left the c(k) plot about 70 px high.
         self.ceiling_label.setStyleSheet("color:#222")
-        lay.addWidget(self.ceiling_label)
+        self.ceiling_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.figures = QScrollArea()
+        self.figures.setWidget(self.ceiling_label)
+        self.figures.setWidgetResizable(True)
+        self.figures.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.figures.setMinimumWidth(260)
+        self.figures.setMaximumWidth(380)
 
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground("w")
@@ -147,7 +154,10 @@ class CostView(QWidget):
         self.stack = QStackedWidget()
         self.stack.addWidget(self.empty_hint)
         self.stack.addWidget(self.layout_widget)
-        lay.addWidget(self.stack, 1)
+        body = QHBoxLayout()
+        body.addWidget(self.stack, 3)
+        body.addWidget(self.figures, 1)
+        lay.addLayout(body, 1)
 
     def _legend(self, row: int) -> pg.LegendItem:
         """A two-column legend in its own layout row (above its plot)."""
@@ -192,7 +202,7 @@ class CostView(QWidget):
 
     def suggested_draft_max(self) -> int:
         """The draft max the shown curve implies: its best window's rows - 1 (0 when none is shown)."""
-        return self.measured.model.best_rows - 1 if self.measured is not None else 0
+        return self.measured.model.best_draft_max if self.measured is not None else 0
 
     def offered_layout(self):
         """(weight type, ``CostMeasured``) with the best ceiling when it beats the loaded layout, else None."""
@@ -219,7 +229,7 @@ class CostView(QWidget):
                 self.cost_legend.addItem(curve, f"c(k) of the {t} form, ms (ceiling {cm.ceiling:.1f}x)")
             parts.append(f"<span style='color:{color if i else COST_PEN}'><b>{t}</b></span>: ceiling "
                          f"{cm.ceiling:.1f}x, c(1) {cm.row_ms[0]:.1f} ms, c({len(cm.row_ms)}) {cm.row_ms[-1]:.1f} ms")
-        return " · ".join(parts)
+        return "<br>".join(parts)
 
     def ceiling_text(self) -> str:
         """"best possible speedup 1.9x at 14 rows" for the shown model ("" when none)."""
@@ -266,11 +276,13 @@ class CostView(QWidget):
             top = max(float(cost.max()), *(max(lm.model.row_ms) for _t, lm in self.layouts))
             self.cost_plot.setYRange(0, top * 1.1, padding=0)
         self.ceiling_label.setText(
-            f"<b>{self.ceiling_text()}</b> · c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms "
-            f"({threads}, after a prompt of {count_noun(m.prompt_tokens, 'token')}) · a window must accept more than the bar "
-            f"to beat plain decoding · the curve's best window is {cm.best_rows} rows: draft max {cm.best_rows - 1} "
-            f"if proposals are mostly accepted<br>{html.escape(verify_cost_diagnosis(cm, m.weight_types))}"
-            + (f"<br>weight layouts: {layouts}" if layouts else ""))
+            f"<p><b>{self.ceiling_text()}</b></p>"
+            f"<p>c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms ({threads}, after a prompt of "
+            f"{count_noun(m.prompt_tokens, 'token')}).</p>"
+            f"<p>A window must accept more than its bar to beat plain decoding. The best window is "
+            f"{cm.best_rows} rows: draft max {cm.best_draft_max} if proposals are mostly accepted (draft max "
+            f"<i>auto</i> uses it).</p><p>{html.escape(verify_cost_diagnosis(cm, m.weight_types))}</p>"
+            + (f"<p>Weight layouts:<br>{layouts}</p>" if layouts else ""))
 
     def export_png(self, path: str, width: int = 1200) -> bool:
         """Write both plots (title included) as a PNG ``width`` pixels wide (pyqtgraph's ImageExporter)."""

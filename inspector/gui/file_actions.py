@@ -49,7 +49,8 @@ class FileActions(QObject):
             self.win.load_selected_model()
         else:  # queued after the load in flight
             self.win.panel.model_status.setText(f"loading {Path(path).name} …")
-            self.win.requestLoad.emit(str(Path(path).resolve()), self.win.panel.n_ctx.value())
+            self.win.requestLoad.emit(str(Path(path).resolve()), self.win.panel.n_ctx.value(),
+                                      self.win.panel.target_weights())
 
     # -- receipts ------------------------------------------------------------------------
     def open_receipts_dialog(self) -> None:

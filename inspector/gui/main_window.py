@@ -80,7 +80,7 @@ class MainWindow(RunControl, QMainWindow):
     """
 
     requestRun = Signal(object)
-    requestLoad = Signal(str, int)
+    requestLoad = Signal(str, int, str)
     requestShutdown = Signal()
     stateChanged = Signal(str)
     runFinished = Signal(str, object)
@@ -364,17 +364,19 @@ class MainWindow(RunControl, QMainWindow):
             return
         size = info.get("size_bytes")
         name = f" — {info['name']}" if info.get("name") else ""  # GGUF general.name
-        self.panel.model_status.setText(f"loaded: {Path(info['path']).name}{name} ({info['architecture']}, "
-                                        f"n_ctx {info['n_ctx']})")
+        shown = Path(info.get("converted_from") or info["path"]).name
+        form = f" in {info.get('weights')} form" if info.get("converted_from") else ""
+        self.panel.model_status.setText(f"loaded: {shown}{form}{name} ({info['architecture']}, n_ctx {info['n_ctx']})")
         self.panel.model_status.setToolTip(
-            f"{info['path']}{name} ({info['architecture']}, vocab {info['n_vocab']} tokens"
+            f"{info['path']}{name} ({info['architecture']}, weights {info.get('weights', '?')}, "
+            f"vocab {info['n_vocab']} tokens"
             f"{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
 
     def _model_loaded(self, info: dict) -> None:
         self.model_info = info
         self.load_progress.hide()
         self._show_model(info)
-        self.panel.select_model(str(info["path"]))
+        self.panel.select_model(str(info.get("converted_from") or info["path"]))  # a converted file: its original
         self.panel.n_ctx.setValue(int(info["n_ctx"]))  # the context the loaded model has
         hint, self._hint_on_load = self._hint_on_load, False
         if hint and self.session.origin == "live" and not self.session.tokens:
@@ -418,6 +420,7 @@ class MainWindow(RunControl, QMainWindow):
     def _run_started(self, info: dict) -> None:
         self._before_run = None
         self.drain_records()  # the run's header
+        self.panel.show_draft_max_used(self.session.settings)
         if info.get("autosave"):
             self.settings.setValue("autosave/path", info["autosave"])
             self.settings.setValue("autosave/clean", False)

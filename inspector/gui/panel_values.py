@@ -6,6 +6,8 @@ settings shown read only in place of the live ones; stop strings typed on one li
 
 from __future__ import annotations
 
+import json
+
 
 def parse_stop_strings(text: str) -> tuple[str, ...]:
     """Stop strings from one line: ``|`` separates them; ``\\n``, ``\\t``, ``\\|`` and ``\\\\``
@@ -53,6 +55,7 @@ class PanelValues:
             "raw": self.raw.isChecked(), "break_on": sorted(self.break_on()),
             "baseline": self.baseline.isChecked(),
             "model": self.model_path(), "recent_models": self.recent_models(),
+            "model_weights": json.dumps(self.weights_by_model, sort_keys=True),
         }
 
     def show_saved(self, settings: dict | None, prompt: str, model_name: str) -> None:
@@ -128,6 +131,12 @@ class PanelValues:
         if isinstance(v.get("break_on"), (list, tuple)):
             for k, cb in self.break_boxes.items():
                 cb.setChecked(k in v["break_on"])
+        try:
+            weights = json.loads(v["model_weights"]) if isinstance(v.get("model_weights"), str) else {}
+        except ValueError:
+            weights = {}
+        if isinstance(weights, dict):
+            self.weights_by_model = {str(m): str(t) for m, t in weights.items() if self.weights.findData(str(t)) > 0}
         recent = v.get("recent_models") or []
         if isinstance(recent, str):
             recent = [recent]
@@ -135,3 +144,4 @@ class PanelValues:
             self.add_recent_model(p, select=False)
         if v.get("model"):
             self.add_recent_model(v["model"], select=True)
+        self._show_model_weights()

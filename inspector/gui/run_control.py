@@ -151,6 +151,8 @@ class RunControl:
             break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
             baseline=self.panel.baseline.isChecked(), n_ctx=self.panel.n_ctx.value(),
             n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
+            draft_max_auto=self.panel.draft_max_auto() and src != "none",
+            target_weights=self.panel.target_weights(),
         )
         # Reset the stepping here, not on the worker: a Stop pressed before the worker picks the
         # run up (it may still be tokenizing or loading the model) is kept.
@@ -189,7 +191,7 @@ class RunControl:
         self.load_progress.setValue(0)
         self.load_progress.show()
         self.set_state(W.LOADING, Path(model).name)
-        self.requestLoad.emit(model, self.panel.n_ctx.value())
+        self.requestLoad.emit(model, self.panel.n_ctx.value(), self.panel.target_weights())
         return True
 
     @staticmethod

@@ -58,6 +58,10 @@ class RunConfig:
     """Context size (positions); a loaded model with another size is loaded again."""
     n_threads: int | None = None
     """CPU threads for decoding (llama.cpp ``-t``); None = all cores."""
+    draft_max_auto: bool = False
+    """Take the draft max from the stored cost model (``RunRequest.draft_max_auto``)."""
+    target_weights: str = ""
+    """Run the model in this weight type ("" = as stored; ``inspector.llama.quantize.open_target``)."""
     faults: FaultPlan = field(default_factory=FaultPlan)
     """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
     baseline: bool = False
@@ -156,19 +160,25 @@ class EngineWorker(SteppingControl, QObject):
     def running(self) -> bool:
         return self._running
 
-    @Slot(str, int)
-    def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX) -> bool:
-        """Load a GGUF model (worker thread); emits progress, then loaded or failed."""
+    @Slot(str, int, str)
+    def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, weights: str = "") -> bool:
+        """Load a GGUF model (worker thread), in ``weights`` form when given (converted with llama.cpp's
+        quantize first, cached: ``open_target``); emits progress, then loaded or failed."""
         from inspector.llama.model_file import ModelFileError
-        from inspector.llama.runtime import LlamaRuntime
+        from inspector.llama.quantize import open_target
 
-        if self.runtime is not None and str(self.runtime.model_path) == str(path) and self.runtime.n_ctx == n_ctx:
+        if self.is_loaded(path, n_ctx, weights):
             self.modelLoaded.emit(self.runtime.describe())
             self.stateChanged.emit(IDLE, "")  # the window waits in LOADING for this
             return True
         self.stateChanged.emit(LOADING, f"loading {Path(path).name}")
+
+        def converting(t: str) -> None:
+            self.stateChanged.emit(LOADING, f"converting {Path(path).name} to {t} (llama.cpp quantize, once) …")
+
         try:
-            rt = LlamaRuntime(path, n_ctx=n_ctx, n_batch=512, n_seq_max=4, progress=self.modelProgress.emit)
+            rt = open_target(path, weights, on_convert=converting, n_ctx=n_ctx, n_batch=512, n_seq_max=4,
+                             progress=self.modelProgress.emit)
         except (ModelFileError, EngineError, ValueError, OSError) as exc:
             # The model loaded before (if any) stays loaded and usable.
             self.modelFailed.emit(str(exc), path)
@@ -179,6 +189,17 @@ class EngineWorker(SteppingControl, QObject):
         self.modelLoaded.emit(rt.describe())
         self.stateChanged.emit(IDLE, "")
         return True
+
+    def is_loaded(self, path: str, n_ctx: int, weights: str = "") -> bool:
+        """The loaded runtime is ``path`` in ``weights`` form ("" = the file as stored) with ``n_ctx``."""
+        rt = self.runtime
+        if rt is None or rt.n_ctx != n_ctx:
+            return False
+        original = getattr(rt, "converted_from", None)
+        if not weights:
+            return original is None and str(rt.model_path) == str(path)
+        same_file = str(original or rt.model_path) == str(Path(path).resolve()) or str(original or rt.model_path) == str(path)
+        return same_file and rt.info.main_weight_type == weights
 
     def _drop_runtime(self) -> None:
         if self.contention is not None:
@@ -227,9 +248,8 @@ class EngineWorker(SteppingControl, QObject):
 
         if self._running or self._closing:
             return
-        if self.runtime is None or str(self.runtime.model_path) != str(config.model_path) \
-                or self.runtime.n_ctx != config.n_ctx:
-            if not self.load_model(str(config.model_path), config.n_ctx):
+        if not self.is_loaded(str(config.model_path), config.n_ctx, config.target_weights):
+            if not self.load_model(str(config.model_path), config.n_ctx, config.target_weights):
                 self.runFinished.emit("error", None)
                 return
         rt = self.runtime
@@ -239,7 +259,7 @@ class EngineWorker(SteppingControl, QObject):
         folder = Path(config.autosave_dir) if config.autosave_dir is not None else None
         run = SessionRun(self.scheduler, RunRequest(config.prompt_text, config.settings, config.source,
                                                     dict(config.source_options), config.raw, config.faults,
-                                                    config.baseline),
+                                                    config.baseline, draft_max_auto=config.draft_max_auto),
                          self.records.push, before_commit=self._before_commit,
                          open_autosave=(lambda header: open_autosave(folder, header)) if folder else None,
                          background_sessions=lambda: self._background)

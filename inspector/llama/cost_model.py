@@ -52,6 +52,13 @@ class CostModel:
     def best_rows(self) -> int:
         return max(range(1, len(self.row_ms) + 1), key=self.speedup)
 
+    @property
+    def best_draft_max(self) -> int:
+        """Proposal tokens of the best window (``best_rows - 1``; 0 when no window beats a
+        plain step). A longer proposal only pays less: with every token accepted the speedup
+        peaks there, and with some rejected the best length is shorter still."""
+        return self.best_rows - 1
+
     def break_even(self, rows: int) -> float:
         return self.cost(rows) / self.row_ms[0] - 1.0
 
@@ -88,6 +95,38 @@ class CostModel:
             "best_rows": self.best_rows,
             "break_even_accepted": [self.break_even(k) for k in range(1, len(self.row_ms) + 1)],
         }
+
+
+DEFAULT_DRAFT_MAX = 8
+"""Draft max without a measured curve (the engine's ``GenerationSettings`` default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DraftMaxChoice:
+    """The draft max (proposal tokens per window) a run uses when the user asked for
+    ``auto``, and ``why`` in one line (shown by ``run`` and the window, kept in receipts
+    as ``settings.draft_max_from``)."""
+
+    value: int
+    why: str
+
+
+def auto_draft_max(cm: "CostModel | None") -> DraftMaxChoice:
+    """Draft max from the measured verify-cost curve (issue 13 item 4): the best window's
+    proposal length (``CostModel.best_draft_max``), which follows the curve: a flat c(k)
+    gives long proposals, a steep one short ones. The adaptive length policy then picks
+    each window's length at or below it. Without a curve, or when no window beats a plain
+    step, ``DEFAULT_DRAFT_MAX``."""
+    if cm is None:
+        return DraftMaxChoice(DEFAULT_DRAFT_MAX, f"the default {DEFAULT_DRAFT_MAX}: no cost model is stored for "
+                                                 "this model file and thread count (measure one in the Cost "
+                                                 "model tab, or with bench)")
+    best = cm.best_draft_max
+    if best < 1:
+        return DraftMaxChoice(DEFAULT_DRAFT_MAX, f"the default {DEFAULT_DRAFT_MAX}: on the stored cost model no "
+                                                 "window beats a plain step")
+    return DraftMaxChoice(best, f"the stored cost model's best window: {cm.best_rows} rows, "
+                                f"ceiling {cm.ceiling:.2f}x")
 
 
 MULTI_ROW_KERNEL_TYPES = frozenset({"Q4_0", "Q4_K", "Q2_K", "IQ4_NL", "Q8_0", "Q5_0"})

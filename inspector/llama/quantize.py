@@ -16,6 +16,9 @@ from inspector.llama.model_file import ModelFileError, check_gguf
 QUANT_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q4_K_M": 15, "Q3_K_M": 12, "Q2_K": 10, "Q4_1": 3, "Q5_0": 8,
                "IQ4_NL": 25, "F16": 1}
 """Offered types -> llama.cpp ``LLAMA_FTYPE_MOSTLY_*`` values (drafts, and ``bench --weights`` layouts)."""
+TARGET_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "IQ4_NL", "Q4_K_M", "F16")
+"""The types a target can be run in (``--target-weights``, the window's weights choice): the CPU
+backend's multi-row kernels cover Q8_0, Q4_0, Q5_0 and IQ4_NL (``inspector.llama.cost_model``)."""
 DRAFT_TYPES = ("Q8_0", "Q4_0", "Q4_K_M", "Q3_K_M", "Q2_K")
 """The types offered for a draft made from the target (smaller or differently rounded weights)."""
 
@@ -69,3 +72,22 @@ def weight_form(model_path: str | Path, weight_type: str, out_dir=None) -> tuple
     if check_gguf(model_path).main_weight_type == weight_type:
         return Path(model_path), False
     return make_draft(model_path, weight_type, out_dir), True
+
+
+def open_target(model_path: str | Path, weight_type: str = "", *, on_convert=None, **runtime_options):
+    """A ``LlamaRuntime`` of ``model_path`` run in ``weight_type`` ("" = as stored): the file itself,
+    or its cached conversion (``weight_form``; ``on_convert(weight_type)`` is called before one is
+    looked up or made, for a progress note), with ``converted_from`` naming the original.
+    ``runtime_options`` go to ``LlamaRuntime`` (n_ctx, n_threads, progress, ...). Raises
+    ``ValueError`` (unknown type), ``ModelFileError`` (the file, or the conversion, failed)."""
+    from inspector.llama.runtime import LlamaRuntime
+
+    path, converted = Path(model_path), False
+    if weight_type:
+        if on_convert is not None:
+            on_convert(weight_type)
+        path, converted = weight_form(model_path, weight_type)
+    rt = LlamaRuntime(path, **runtime_options)
+    if converted:
+        rt.converted_from = str(Path(model_path).resolve())
+    return rt

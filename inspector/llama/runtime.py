@@ -192,6 +192,9 @@ class LlamaRuntime:
         self._eog: dict[int, bool] = {}
         self._logit_types: dict[int, type] = {}
         self.architecture = self.info.architecture
+        self.converted_from: str | None = None
+        """The model file this one was converted from (``inspector.llama.quantize.weight_form``, set by
+        whoever converted it), or None: named in the receipts' ``model`` block."""
 
     # -- lifecycle -----------------------------------------------------------
     def close(self) -> None:
@@ -560,4 +563,6 @@ class LlamaRuntime:
             "n_ctx": self.n_ctx,
             "n_batch": self.n_batch,
             "n_threads": self.n_threads,
+            "weights": self.info.main_weight_type,
+            **({"converted_from": str(self.converted_from)} if self.converted_from else {}),
         }

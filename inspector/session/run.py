@@ -40,6 +40,9 @@ class RunRequest:
     baseline: bool = False
     prompt_token_ids: tuple | None = None
     """Tokens to run instead of tokenizing ``prompt_text`` (compare and bench tokenize once)."""
+    draft_max_auto: bool = False
+    """Replace ``settings.draft_max`` by the draft max the stored cost model of this model file and
+    thread count implies (``inspector.llama.cost_model.auto_draft_max``), when the source is made."""
 
 
 class RunRefused(Exception):
@@ -96,6 +99,8 @@ class SessionRun:
         self._fired = 0  # faults fired when the last Progress named them
         self.recording: RecordingObserver | None = None
         self.ended: RunEnd | None = None
+        self.draft_max_from = ""
+        """Why the run uses its draft max when it was ``auto`` (``DraftMaxChoice.why``), else ""."""
 
     # -- before the run -------------------------------------------------------
     def tokenize(self) -> list[int]:
@@ -119,6 +124,8 @@ class SessionRun:
         with the factory's message (an incompatible draft names the failed check)."""
         from inspector.sources.registry import SourceContext, check_source_name, make_source, source_settings
 
+        if self.request.draft_max_auto:
+            self._resolve_draft_max()
         req = self.request
         try:
             if self._make_source is not None:
@@ -141,10 +148,26 @@ class SessionRun:
             self.source_settings = {}
         return source
 
+    def _resolve_draft_max(self) -> None:
+        """``auto`` draft max: the stored cost model's choice (``auto_draft_max``), written into the request."""
+        from dataclasses import replace
+
+        from inspector.llama.cost_cache import load_cost_model
+        from inspector.llama.cost_model import auto_draft_max
+
+        rt = self.runtime
+        path = getattr(rt, "model_path", None)
+        choice = auto_draft_max(load_cost_model(path, rt.n_threads) if path else None)
+        self.request = replace(self.request, draft_max_auto=False,
+                               settings=replace(self.request.settings, draft_max=choice.value))
+        self.draft_max_from = f"auto: {choice.why}"
+
     def settings_json(self) -> dict:
-        """The settings as applied, in the receipts document's ``settings`` form."""
+        """The settings as applied, in the receipts document's ``settings`` form (``draft_max_from``
+        when the draft max was chosen from the cost model)."""
         name = self.source.name if self.source is not None else "none"
-        return {**self.request.settings.to_json(), "raw": self.request.raw,
+        extra = {"draft_max_from": self.draft_max_from} if self.draft_max_from else {}
+        return {**self.request.settings.to_json(), **extra, "raw": self.request.raw,
                 "source": {"name": name, "settings": self.source_settings}}
 
     def open(self, session_id: int | None = None) -> Generation:
