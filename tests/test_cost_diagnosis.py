@@ -69,10 +69,18 @@ def test_auto_draft_max_is_long_on_a_flat_curve_and_short_on_a_steep_one():
     from inspector.llama.cost_model import auto_draft_max
 
     flat = CostModel((6.0, 6.3, 6.6, 6.9, 7.2, 7.5, 7.8, 8.1))  # every extra row cheap: the 8-row window is best
-    steep = CostModel((6.0, 8.0, 11.5, 16.0, 21.0, 26.0, 31.0, 36.0))  # 3 rows: 18/11.5 = 1.57x, the best
+    steep = CostModel((6.0, 8.0, 11.5, 16.0, 21.0, 26.0, 31.0, 36.0))  # with all accepted 3 rows: 18/11.5 = 1.57x
     assert flat.best_draft_max == 7 and auto_draft_max(flat).value == 7
-    assert steep.best_draft_max == 2 and auto_draft_max(steep).value == 2
-    assert "3 rows, ceiling 1.57x" in auto_draft_max(steep).why
+    assert steep.best_draft_max == 2
+    # At 90% acceptance per token 2 rows commit 1.9 tokens per 8 ms, 3 rows 2.71 per 11.5 ms: 1 proposal token.
+    assert steep.best_draft_max_at(0.9) == 1 and auto_draft_max(steep).value == 1
+    assert "if 90% of proposal tokens are accepted (2 if all are; ceiling 1.57x)" in auto_draft_max(steep).why
+
+
+def test_lower_acceptance_never_asks_for_longer_proposals():
+    curve = CostModel((12.2, 19.6, 26.3, 31.8, 38.7, 48.8, 61.9, 54.8, 62.1, 66.0, 73.4, 78.8, 96.5, 111.8, 97.1, 104.1))
+    lengths = [curve.best_draft_max_at(a) for a in (1.0, 0.95, 0.9, 0.8, 0.5)]
+    assert lengths[0] == curve.best_draft_max == 14 and lengths == sorted(lengths, reverse=True)
 
 
 def test_auto_draft_max_without_a_curve_or_without_a_paying_window_is_the_default():
@@ -83,4 +91,4 @@ def test_auto_draft_max_without_a_curve_or_without_a_paying_window_is_the_defaul
     never = CostModel((6.0, 12.5, 19.0, 26.0))  # every batch dearer than its rows as plain steps
     assert never.best_draft_max == 0
     choice = auto_draft_max(never)
-    assert choice.value == DEFAULT_DRAFT_MAX and "no window beats a plain step" in choice.why
+    assert choice.value == DEFAULT_DRAFT_MAX and "no proposal beats a plain step" in choice.why

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, Q
                                QVBoxLayout, QWidget)
 
 from inspector.gui.wording import count_noun
-from inspector.llama.cost_model import verify_cost_diagnosis
+from inspector.llama.cost_model import NOMINAL_ACCEPTANCE, auto_draft_max, verify_cost_diagnosis
 
 COST_PEN = "#1565c0"
 CEILING_PEN = "#e65100"
@@ -104,7 +104,6 @@ class CostView(QWidget):
         self.cost_legend = self._legend(row=1)
         self.cost_plot = self.layout_widget.addPlot(row=2, col=0)
         p = self.cost_plot
-        p.setTitle("Verify cost c(k) and speedup ceiling k·c(1)/c(k)", color="#333")
         p.setLabel("bottom", "verification rows k")
         p.setLabel("left", "c(k), ms", color=COST_PEN)
         p.setLabel("right", "speedup ceiling, x", color=CEILING_PEN)
@@ -121,14 +120,14 @@ class CostView(QWidget):
         self.even_line = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen("#9e9e9e", style=Qt.PenStyle.DotLine))
         for item in (self.ceiling_curve, self.best_point, self.even_line):
             self.ceiling_vb.addItem(item)
-        self.cost_legend.addItem(self.cost_curve, "c(k): median verify time, ms")
-        self.cost_legend.addItem(self.ceiling_curve, "k·c(1)/c(k): speedup if every proposal is accepted")
+        # No plot titles (they cost the plots 50 px at 1280x800): the legends and axes name everything.
+        self.cost_legend.addItem(self.cost_curve, "verify cost c(k): median ms")
+        self.cost_legend.addItem(self.ceiling_curve, "ceiling k·c(1)/c(k): speedup if all accepted")
         p.vb.sigResized.connect(self._sync_views)
 
         self.break_legend = self._legend(row=3)
         self.break_plot = self.layout_widget.addPlot(row=4, col=0)
         b = self.break_plot
-        b.setTitle("Break-even accepted length per window of k rows", color="#333")
         b.setLabel("bottom", "verification rows k")
         b.setLabel("left", "accepted proposal tokens")
         b.showGrid(x=False, y=True, alpha=0.2)
@@ -136,8 +135,8 @@ class CostView(QWidget):
                                           name="needed to match plain decoding: c(k)/c(1) − 1")
         b.addItem(self.break_bars)
         self.max_line = b.plot([], [], pen=pg.mkPen("#2e7d32", width=2), name="most it can accept: k − 1")
-        self.break_legend.addItem(self.break_bars, "needed to match plain decoding: c(k)/c(1) − 1")
-        self.break_legend.addItem(self.max_line, "most it can accept: k − 1")
+        self.break_legend.addItem(self.break_bars, "break-even accepted tokens: c(k)/c(1) − 1")
+        self.break_legend.addItem(self.max_line, "most a window accepts: k − 1")
         b.setXLink(p)
         b.showAxis("right")
         b.getAxis("right").setStyle(showValues=False)
@@ -161,7 +160,7 @@ class CostView(QWidget):
 
     def _legend(self, row: int) -> pg.LegendItem:
         """A two-column legend in its own layout row (above its plot)."""
-        legend = pg.LegendItem(colCount=2, labelTextColor="#333", horSpacing=30, verSpacing=-4)
+        legend = pg.LegendItem(colCount=2, labelTextColor="#333", horSpacing=16, verSpacing=-4)
         self.layout_widget.addItem(legend, row=row, col=0)
         return legend
 
@@ -226,7 +225,7 @@ class CostView(QWidget):
                 curve = self.cost_plot.plot(k, np.array(cm.row_ms, float), pen=pg.mkPen(color, width=2),
                                             symbol="t", symbolSize=6, symbolBrush=color, symbolPen=None)
                 self._layout_curves.append(curve)
-                self.cost_legend.addItem(curve, f"c(k) of the {t} form, ms (ceiling {cm.ceiling:.1f}x)")
+                self.cost_legend.addItem(curve, f"c(k) of the {t} form (ceiling {cm.ceiling:.1f}x)")
             parts.append(f"<span style='color:{color if i else COST_PEN}'><b>{t}</b></span>: ceiling "
                          f"{cm.ceiling:.1f}x, c(1) {cm.row_ms[0]:.1f} ms, c({len(cm.row_ms)}) {cm.row_ms[-1]:.1f} ms")
         return "<br>".join(parts)
@@ -268,7 +267,7 @@ class CostView(QWidget):
         self.cost_plot.setXRange(0.5, len(cost) + 0.5, padding=0)
         self._sync_views()
         threads = count_noun(m.n_threads, "CPU thread")
-        self.title.setText(f"<b>{self.ceiling_text()}</b> · {Path(m.model_path).name} · {threads}")
+        self.title.setText(self._title(with_model=False))  # the model panel names the model; a PNG does
         self.use_draft_max.setText(f"Use draft max {self.suggested_draft_max()}")
         self.use_draft_max.setVisible(self.suggested_draft_max() >= 1)
         layouts = self._draw_layouts()
@@ -280,8 +279,9 @@ class CostView(QWidget):
             f"<p>c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms ({threads}, after a prompt of "
             f"{count_noun(m.prompt_tokens, 'token')}).</p>"
             f"<p>A window must accept more than its bar to beat plain decoding. The best window is "
-            f"{cm.best_rows} rows: draft max {cm.best_draft_max} if proposals are mostly accepted (draft max "
-            f"<i>auto</i> uses it).</p><p>{html.escape(verify_cost_diagnosis(cm, m.weight_types))}</p>"
+            f"{cm.best_rows} rows: draft max {cm.best_draft_max} if every proposal token is accepted; draft max "
+            f"<i>auto</i> takes {auto_draft_max(cm).value} (the most tokens per ms if "
+            f"{NOMINAL_ACCEPTANCE:.0%} are).</p><p>{html.escape(verify_cost_diagnosis(cm, m.weight_types))}</p>"
             + (f"<p>Weight layouts:<br>{layouts}</p>" if layouts else ""))
 
     def export_png(self, path: str, width: int = 1200) -> bool:
@@ -290,6 +290,18 @@ class CostView(QWidget):
 
         self.refresh()
         self.stack.setCurrentWidget(self.layout_widget)
-        exporter = ex.ImageExporter(self.layout_widget.scene())
-        exporter.parameters()["width"] = width
-        return exporter.export(path) is not False
+        self.title.setText(self._title(with_model=True))
+        try:
+            exporter = ex.ImageExporter(self.layout_widget.scene())
+            exporter.parameters()["width"] = width
+            return exporter.export(path) is not False
+        finally:
+            self.title.setText(self._title(with_model=False))
+
+    def _title(self, with_model: bool) -> str:
+        """The plots' title: the ceiling and the thread count (and the model file, for a PNG)."""
+        m = self.measured
+        if m is None:
+            return ""
+        model = f" · {Path(m.model_path).name}" if with_model else ""
+        return f"<b>{self.ceiling_text()}</b>{model} · {count_noun(m.n_threads, 'CPU thread')}"

@@ -59,6 +59,19 @@ class CostModel:
         peaks there, and with some rejected the best length is shorter still."""
         return self.best_rows - 1
 
+    def best_draft_max_at(self, acceptance: float) -> int:
+        """Proposal length d (0..len(row_ms) - 1) with the most committed tokens per millisecond when
+        each proposal token is accepted with probability ``acceptance`` (0..1) given the ones before
+        it: a window commits 1 + a + a^2 + ... + a^d tokens on average and costs c(d + 1). At
+        ``acceptance`` 1 this is ``best_draft_max``; lower acceptance gives shorter proposals. 0: no
+        proposal beats a plain step."""
+        a = min(1.0, max(0.0, float(acceptance)))
+
+        def tokens_per_ms(d: int) -> float:
+            return sum(a ** i for i in range(d + 1)) / self.cost(d + 1)
+
+        return max(range(len(self.row_ms)), key=tokens_per_ms)
+
     def break_even(self, rows: int) -> float:
         return self.cost(rows) / self.row_ms[0] - 1.0
 
@@ -111,22 +124,29 @@ class DraftMaxChoice:
     why: str
 
 
-def auto_draft_max(cm: "CostModel | None") -> DraftMaxChoice:
-    """Draft max from the measured verify-cost curve (issue 13 item 4): the best window's
-    proposal length (``CostModel.best_draft_max``), which follows the curve: a flat c(k)
-    gives long proposals, a steep one short ones. The adaptive length policy then picks
-    each window's length at or below it. Without a curve, or when no window beats a plain
-    step, ``DEFAULT_DRAFT_MAX``."""
+NOMINAL_ACCEPTANCE = 0.9
+"""Per-token acceptance ``auto_draft_max`` assumes: each proposal token accepted with this probability
+given the ones before it (copy-heavy text; the n-gram source accepted 57-97% of its tokens on the
+bundled tasks). At 1.0 every window would be as long as the ceiling's best window, which on a steep
+curve wastes most of a window's rows at the first mismatch."""
+
+
+def auto_draft_max(cm: "CostModel | None", acceptance: float = NOMINAL_ACCEPTANCE) -> DraftMaxChoice:
+    """Draft max from the measured verify-cost curve (issue 13 item 4): the proposal length with the
+    most committed tokens per millisecond at ``acceptance`` (``CostModel.best_draft_max_at``), which
+    follows the curve: a flat c(k) gives long proposals, a steep one short ones. The adaptive length
+    policy then picks each window's length at or below it. Without a curve, or when no proposal
+    beats a plain step, ``DEFAULT_DRAFT_MAX``."""
     if cm is None:
         return DraftMaxChoice(DEFAULT_DRAFT_MAX, f"the default {DEFAULT_DRAFT_MAX}: no cost model is stored for "
                                                  "this model file and thread count (measure one in the Cost "
                                                  "model tab, or with bench)")
-    best = cm.best_draft_max
+    best = cm.best_draft_max_at(acceptance)
     if best < 1:
         return DraftMaxChoice(DEFAULT_DRAFT_MAX, f"the default {DEFAULT_DRAFT_MAX}: on the stored cost model no "
-                                                 "window beats a plain step")
-    return DraftMaxChoice(best, f"the stored cost model's best window: {cm.best_rows} rows, "
-                                f"ceiling {cm.ceiling:.2f}x")
+                                                 "proposal beats a plain step")
+    return DraftMaxChoice(best, f"the most tokens per ms on the stored cost model if {acceptance:.0%} of proposal "
+                                f"tokens are accepted ({cm.best_draft_max} if all are; ceiling {cm.ceiling:.2f}x)")
 
 
 MULTI_ROW_KERNEL_TYPES = frozenset({"Q4_0", "Q4_K", "Q2_K", "IQ4_NL", "Q8_0", "Q5_0"})
