@@ -303,5 +303,5 @@ class CostView(QWidget):
         m = self.measured
         if m is None:
             return ""
-        model = f" · {Path(m.model_path).name}" if with_model else ""
+        model = f"<br>{Path(m.model_path).name}" if with_model else ""  # a second line: wider than the plots
         return f"<b>{self.ceiling_text()}</b>{model} · {count_noun(m.n_threads, 'CPU thread')}"
