@@ -106,6 +106,10 @@ def _fault(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+from inspector.cli_devices import add_commands as add_device_commands  # noqa: E402
+from inspector.cli_devices import add_offload_flags, offload_from_args  # noqa: E402
+
+
 def build_parser() -> argparse.ArgumentParser:
     from inspector.engine.faults import FAULT_KINDS
     from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, SEED_MAX
@@ -153,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="most rows per decode; speculation needs >= 2 (proposals are capped at n-batch - 1) [512]")
     run.add_argument("--threads", type=_non_negative, default=None,
                      help="CPU threads (llama.cpp -t) [0 = all cores]; on a busy machine fewer is faster")
+    add_offload_flags(run)
     run.add_argument("--stop", action="append", default=[], type=_stop_string, metavar="STR",
                      help="stop string, non-empty (repeatable)")
     run.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
@@ -218,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "cached), then per layout c(k), its ceiling, plain vs n-gram on the copy task and whether "
                          "greedy output stays the original's (e.g. Q4_1,Q8_0,Q4_0)")
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
+    add_offload_flags(bn)
 
     cp = sub.add_parser("compare", help="run one prompt with several configurations, side by side",
                         description="Run one prompt with several configurations (source, draft max, source "
@@ -240,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure the cost model first and add each run's expected speedup")
     cp.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
     cp.add_argument("--csv", type=Path, metavar="OUT", help="write the comparison as CSV")
+    add_offload_flags(cp)
 
     from inspector.llama.quantize import DRAFT_TYPES
 
@@ -249,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     md.add_argument("--model", type=Path, help="the target GGUF (default: the bundled model)")
     md.add_argument("--type", choices=list(DRAFT_TYPES), default="Q4_0", help="draft quantization [Q4_0]")
     md.add_argument("--out", type=Path, help="folder for the draft (default: the user cache folder)")
+    add_device_commands(sub)
     return parser
 
 
@@ -275,8 +283,13 @@ def open_target_runtime(args, **runtime_options):
         print(f"target weights {t}: converting {Path(model).name} if not done before "
               "(llama.cpp quantize, cached) ...", file=sys.stderr, flush=True)
 
-    return open_target(model, getattr(args, "target_weights", None) or "", on_convert=converting,
-                       **runtime_options)
+    rt = open_target(model, getattr(args, "target_weights", None) or "", on_convert=converting,
+                     offload=offload_from_args(args), **runtime_options)
+    if getattr(rt, "offload_note", ""):
+        print(f"spec-inspector: note: {rt.offload_note}", file=sys.stderr)
+    if getattr(rt, "rpc_devices", None):
+        print(f"model: {rt.layers} (the model runs in a child process)", file=sys.stderr, flush=True)
+    return rt
 
 
 def _fail(message: str, status: int = EXIT_ERROR) -> int:
@@ -304,6 +317,7 @@ def _strip_final_newline(text: str) -> str:
 def cmd_run(args) -> int:
     from inspector.engine import FaultPlan, RuntimeScheduler
     from inspector.engine.errors import EngineError
+    from inspector.llama.devices import RpcUnavailable
     from inspector.llama.model_file import ModelFileError
     from inspector.receipts import ReceiptsFileError, write_document
     from inspector.run_output import StreamPrinter, format_events, format_summary
@@ -336,7 +350,7 @@ def cmd_run(args) -> int:
     try:
         runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_batch=args.n_batch, n_threads=args.threads or None,
                                       n_seq_max=2 if args.baseline else 1)
-    except (ModelFileError, EngineError, ValueError) as exc:
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
     record = SessionRecord()
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
@@ -370,10 +384,14 @@ def cmd_run(args) -> int:
         try:
             run.step()
         except Exception as exc:  # engine or injected error: already repaired, receipts kept
+            from inspector.engine.errors import RuntimeLost
+
             printer.catch_up(gen.text.text)
             sys.stdout.flush()
-            print(f"\nspec-inspector: generation error: {exc}", file=sys.stderr, flush=True)
-            if args.resume and attempts < 20:
+            lost = isinstance(exc, RuntimeLost)
+            message = exc.at_window(gen.window_count) if lost else str(exc)
+            print(f"\nspec-inspector: generation error: {message}", file=sys.stderr, flush=True)
+            if args.resume and attempts < 20 and not lost:
                 attempts += 1
                 print("spec-inspector: resuming from the canonical position", file=sys.stderr)
                 gen.resume()
@@ -465,62 +483,6 @@ def _source_options(args) -> dict:
         raise _UserError(str(exc)) from None
 
 
-def cmd_view(args) -> int:
-    from inspector.receipts import ReceiptsFileError, load_document
-    from inspector.run_output import document_token_text, format_document, format_events, format_windows
-
-    if not args.file.exists():
-        return _fail(f"cannot read receipts {args.file}: no such file")
-    if args.file.suffix == ".jsonl":
-        from inspector.run_output import format_autosave
-        from inspector.session.record import SessionRecord
-
-        try:
-            rec = SessionRecord.from_autosave(args.file)
-        except ReceiptsFileError as exc:
-            return _fail(str(exc))
-        print(format_autosave(rec))
-        if args.windows:
-            print("--- windows and discards ---")
-            print("\n".join(format_windows(rec.receipts, rec.discards)))
-        if args.events:
-            if rec.events:
-                print("--- events ---")
-                print("\n".join(format_events(rec.events, rec.text_of, rec.receipts, rec.discards)))
-            else:
-                print("spec-inspector: note: this autosave holds no event list (written before autosaves kept "
-                      "events); view the receipts .json of the run (or use --windows)", file=sys.stderr)
-        return 0
-    try:
-        doc = load_document(args.file)
-    except ReceiptsFileError as exc:
-        return _fail(str(exc))
-    print(format_document(doc))
-    if args.windows:
-        print("--- windows and discards ---")
-        print("\n".join(format_windows(doc["windows"], doc["discards"])))
-    if args.events:
-        print("--- events ---")
-        print("\n".join(format_events(doc["events"], document_token_text(doc), doc["windows"], doc["discards"])))
-    return 0
-
-
-def cmd_trace(args) -> int:
-    from inspector.receipts import ReceiptsFileError, load_document
-    from inspector.receipts.trace import write_trace
-
-    if not args.file.exists():
-        return _fail(f"cannot read receipts {args.file}: no such file")
-    try:
-        path = write_trace(load_document(args.file), args.out)
-    except ReceiptsFileError as exc:
-        return _fail(str(exc))
-    except OSError as exc:
-        return _fail(f"cannot write {args.out}: {exc.strerror or exc}")
-    print(path)
-    return 0
-
-
 def cmd_make_draft(args) -> int:
     from inspector.llama.model_file import ModelFileError, bundled_model_path
     from inspector.llama.quantize import make_draft
@@ -545,7 +507,7 @@ def cmd_gui(argv: list[str]) -> int:
     return gui_main(argv)
 
 
-COMMANDS = ("run", "view", "make-draft", "trace", "bench", "compare")
+COMMANDS = ("run", "view", "make-draft", "trace", "bench", "compare", "rpc-server", "devices")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -565,10 +527,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return cmd_run(args)
         if args.command == "view":
+            from inspector.cli_view import cmd_view
+
             return cmd_view(args)
         if args.command == "make-draft":
             return cmd_make_draft(args)
         if args.command == "trace":
+            from inspector.cli_view import cmd_trace
+
             return cmd_trace(args)
         if args.command == "bench":
             from inspector.cli_bench import cmd_bench
@@ -578,6 +544,14 @@ def main(argv: list[str] | None = None) -> int:
             from inspector.cli_bench import cmd_compare
 
             return cmd_compare(args)
+        if args.command == "rpc-server":
+            from inspector.cli_devices import cmd_rpc_server
+
+            return cmd_rpc_server(args)
+        if args.command == "devices":
+            from inspector.cli_devices import cmd_devices
+
+            return cmd_devices(args)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except BrokenPipeError:  # e.g. `spec-inspector view r.json --windows | head`: the reader left

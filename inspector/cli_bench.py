@@ -15,17 +15,20 @@ def cmd_bench(args) -> int:
 
     from inspector.bench.run import TASKS, format_bench, run_bench
     from inspector.engine.errors import EngineError
+    from inspector.llama.devices import RpcUnavailable
     from inspector.llama.model_file import ModelFileError
 
     if args.weights:
         return _bench_weights(args)
+    if args.rpc:
+        return _bench_rpc(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
         return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
-    except (ModelFileError, EngineError) as exc:
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats,
@@ -35,6 +38,30 @@ def cmd_bench(args) -> int:
         args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
         print(f"json: {args.json}")
     runtime.close()
+    return 0
+
+
+def _bench_rpc(args) -> int:
+    """``bench --rpc HOST:PORT``: c(k) and speedups with the model local and over the RPC servers
+    (``inspector.bench.rpc``), in one run."""
+    import json
+
+    from inspector.bench.rpc import bench_rpc, format_rpc
+    from inspector.engine.errors import EngineError
+    from inspector.llama.devices import RpcUnavailable
+    from inspector.llama.model_file import ModelFileError, bundled_model_path
+
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        result = bench_rpc(args.model or bundled_model_path(), args.rpc, max_tokens=args.max_tokens,
+                           k_max=args.k_max, repeats=args.repeats, threads=args.threads or None,
+                           n_gpu_layers=args.n_gpu_layers, progress=progress)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return _fail(str(exc))
+    print(format_rpc(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"json: {args.json}")
     return 0
 
 
@@ -74,6 +101,7 @@ def cmd_compare(args) -> int:
     from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
     from inspector.engine import GenerationSettings, RuntimeScheduler
     from inspector.engine.errors import EngineError
+    from inspector.llama.devices import RpcUnavailable
     from inspector.llama.model_file import ModelFileError
 
     try:
@@ -91,7 +119,7 @@ def cmd_compare(args) -> int:
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
         tokens = runtime.prompt_tokens(prompt)
-    except (ModelFileError, EngineError) as exc:
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
     settings = GenerationSettings(max_new_tokens=args.max_tokens)
@@ -99,14 +127,14 @@ def cmd_compare(args) -> int:
     if args.cost_model:
         print("measuring the cost model ...", file=sys.stderr, flush=True)
         cost_model = measure_cost_model(scheduler, tokens[:64], k_max=16, repeats=3)
-        from inspector.llama.cost_cache import store_cost_model
+        from inspector.llama.cost_cache import placement, store_cost_model
 
-        store_cost_model(runtime.model_path, runtime.n_threads, cost_model)
+        store_cost_model(runtime.model_path, runtime.n_threads, cost_model, placement(runtime))
         print("cost model: " + verify_cost_diagnosis(cost_model, runtime.info.weight_types))
     if not configs:
-        from inspector.llama.cost_cache import load_cost_model
+        from inspector.llama.cost_cache import load_cost_model, placement
 
-        configs = default_configs(cost_model or load_cost_model(runtime.model_path, runtime.n_threads))
+        configs = default_configs(cost_model or load_cost_model(runtime.model_path, runtime.n_threads, placement(runtime)))
     progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
     result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
     print(format_compare(result))

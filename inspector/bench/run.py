@@ -113,14 +113,14 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
     first = runtime.prompt_tokens(_prompt(names[0]))
     progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats) ...")
     cm = measure_cost_model(scheduler, first[:64], k_max=k_max, repeats=repeats)
-    from inspector.llama.cost_cache import store_cost_model
+    from inspector.llama.cost_cache import placement, store_cost_model
 
     disturbed = cm.disturbed()
     if disturbed:
         progress(f"warning: the cost model looks disturbed ({disturbed}); another process probably took "
                  f"the CPU. Its figures are unreliable and it is not stored; run bench again on a quiet machine.")
     else:
-        store_cost_model(runtime.model_path, runtime.n_threads, cm)
+        store_cost_model(runtime.model_path, runtime.n_threads, cm, placement(runtime))
     results = []
     for name in names:
         tokens = runtime.prompt_tokens(_prompt(name))

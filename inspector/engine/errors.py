@@ -71,3 +71,26 @@ class SpeculationUnsupported(EngineError):
     """The model's KV cache cannot remove a partial suffix exactly, so proposal
     windows (which trim rejected rows) cannot run; plain decoding still can.
     The message names the model and why (issue 6 "Unusual caches")."""
+
+
+class RuntimeLost(EngineError):
+    """The process running the model ended (an RPC server went away and llama.cpp aborted it;
+    ``inspector.llama.remote``). ``endpoints``: the RPC servers; ``exit_code``; ``last_line``:
+    llama.cpp's last stderr line. Every later runtime call raises it too."""
+
+    def __init__(self, endpoints, exit_code, last_line: str) -> None:
+        where = f"RPC server {', '.join(endpoints)} went away" if endpoints else "the model's process ended"
+        why = f" (llama.cpp: {last_line})" if last_line else ""
+        code = f"; its process exited with {exit_code}" if exit_code is not None else ""
+        super().__init__(f"{where}{why}{code}")
+        self.endpoints = tuple(endpoints)
+        self.exit_code = exit_code
+        self.last_line = last_line
+
+    def at_window(self, window: int | None) -> str:
+        """The message with the window that was running: "RPC server H:P went away at window 4 (...)"."""
+        text = str(self)
+        if window:
+            text = text.replace(" went away", f" went away at window {window}", 1).replace(
+                "the model's process ended", f"the model's process ended at window {window}", 1)
+        return text

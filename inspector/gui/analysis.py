@@ -131,7 +131,7 @@ class AnalysisWorker(QObject):
     @Slot(object)
     def measure_cost(self, req: CostRequest) -> None:
         """Measure c(k), k = 1..``req.k_max`` (``measure_cost_model``, under the runtime lock)."""
-        from inspector.llama.cost_cache import store_cost_model
+        from inspector.llama.cost_cache import placement, store_cost_model
         from inspector.llama.cost_model import measure_cost_model
 
         if not self._ready("cost"):
@@ -141,7 +141,7 @@ class AnalysisWorker(QObject):
             tokens = self._prompt_tokens(req.prompt_text, req.raw)
             tokens = tokens[: max(1, rt.n_ctx - req.k_max - 1)]
             cm = measure_cost_model(self.engine.scheduler, tokens, k_max=req.k_max, repeats=req.repeats)
-            store_cost_model(rt.model_path, rt.n_threads, cm)  # runs read it: adaptive length, auto draft max
+            store_cost_model(rt.model_path, rt.n_threads, cm, placement(rt))  # runs read it: adaptive length, auto draft max
         except Exception as exc:
             log.exception("cost model failed")
             self.failed.emit("cost", str(exc) or type(exc).__name__)
@@ -154,7 +154,7 @@ class AnalysisWorker(QObject):
         """c(k) of the loaded model and of its other weight layouts (``inspector.llama.quantize.weight_form``):
         each converted file is loaded on its own (one KV sequence, the same threads), measured, and closed."""
         from inspector.engine import RuntimeScheduler
-        from inspector.llama.cost_cache import store_cost_model
+        from inspector.llama.cost_cache import placement, store_cost_model
         from inspector.llama.cost_model import measure_cost_model
         from inspector.llama.model_file import weight_types_of
         from inspector.llama.quantize import weight_form
@@ -177,7 +177,7 @@ class AnalysisWorker(QObject):
                     target = other or rt
                     sched = RuntimeScheduler(other) if other is not None else self.engine.scheduler
                     cm = measure_cost_model(sched, tokens, k_max=req.k_max, repeats=req.repeats)
-                    store_cost_model(path, target.n_threads, cm)
+                    store_cost_model(path, target.n_threads, cm, placement(target))
                 finally:
                     if other is not None:
                         other.close()

@@ -12,7 +12,6 @@ Widgets only: ``MainWindow`` connects them. ``settings_values`` /
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -37,16 +36,15 @@ from PySide6.QtWidgets import (
 from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, GenerationSettings, SamplingSettings
 from inspector.gui.contention import MAX_BACKGROUND
 from inspector.prompts import example_prompts
+from inspector.gui.model_choice import ModelChoice
 from inspector.gui.panel_values import PanelValues, parse_stop_strings
 from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, spin
 from inspector.gui.source_options import OptionControl, build_source_page, describe
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
-from inspector.llama.quantize import TARGET_TYPES
 
 DRAFT_MAX_AUTO = -1
 """The draft max spin box's ``auto`` value (shown as "auto")."""
 
-BUNDLED = "(bundled SmolLM2-135M-Instruct)"
 CUSTOM_PROMPT = "custom prompt"
 """The example picker's entry when the editor holds no example prompt's text."""
 FAULT_DISABLED_TIP = "Available in a live session: before a run (armed for it) or while it runs or is paused."
@@ -66,7 +64,7 @@ def source_names() -> list[str]:
 
 
 
-class ControlPanel(PanelValues, QWidget):
+class ControlPanel(ModelChoice, PanelValues, QWidget):
     """All inputs of a run and the buttons that drive it."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -90,39 +88,7 @@ class ControlPanel(PanelValues, QWidget):
         fixed.setSpacing(4)
         outer.addLayout(fixed)
 
-        # Model
-        g = QGroupBox("Model")
-        gl = QVBoxLayout(g)
-        gl.setContentsMargins(6, 4, 6, 4)
-        gl.setSpacing(4)
-        self.model_combo = QComboBox()
-        self.model_combo.setToolTip("recent models; drop a .gguf file on the window to add one")
-        self.model_combo.addItem(BUNDLED, "")
-        self.open_model = QPushButton("Open…")
-        self.open_model.setToolTip("Open a GGUF model file")
-        self.model_status = Note("not loaded")
-        row = QHBoxLayout()
-        row.addWidget(self.model_combo, 1)
-        row.addWidget(self.open_model)
-        gl.addLayout(row)
-        self.weights = QComboBox()
-        self.weights.addItem("as stored", "")
-        for t in TARGET_TYPES:
-            self.weights.addItem(f"{t} form", t)
-        self.weights.setToolTip(
-            "--target-weights: run the model in this weight type, converted once with llama.cpp's quantize "
-            "(cached); remembered per model. On a CPU the weight type decides whether extra verification rows "
-            "are cheap: Cost model tab > Try other weight types measures it")
-        self.weights_by_model: dict[str, str] = {}
-        """Model path ("" = bundled) -> the weight type chosen for it (absent: as stored)."""
-        wrow = QHBoxLayout()
-        wrow.addWidget(QLabel("weights"))
-        wrow.addWidget(self.weights, 1)
-        gl.addLayout(wrow)
-        gl.addWidget(self.model_status)
-        lay.addWidget(g)
-        self.model_combo.currentIndexChanged.connect(self._show_model_weights)
-        self.weights.currentIndexChanged.connect(self._weights_chosen)
+        lay.addWidget(self.build_model_group())
 
         # Proposal source + limits
         g = QGroupBox("Proposal source")
@@ -490,71 +456,3 @@ class ControlPanel(PanelValues, QWidget):
         """The stop strings typed in the panel: separated by ``|``; ``\\n``, ``\\t``, ``\\|`` and
         ``\\\\`` are a newline, a tab, a ``|`` and a backslash. Empty entries are dropped."""
         return parse_stop_strings(self.stop_strings.text())
-
-    def model_path(self) -> str:
-        """The chosen model file ("" = bundled)."""
-        return self.model_combo.currentData() or ""
-
-    def target_weights(self) -> str:
-        """The weight type the chosen model runs in ("" = as stored; else a ``TARGET_TYPES`` entry)."""
-        return self.weights.currentData() or ""
-
-    def set_target_weights(self, weight_type: str) -> None:
-        """Run the chosen model in ``weight_type`` ("" = as stored) from now on (remembered for it)."""
-        i = self.weights.findData(weight_type or "")
-        if i >= 0:
-            self.weights.setCurrentIndex(i)
-            self._weights_chosen(i)
-
-    def _weights_chosen(self, _index: int) -> None:
-        t = self.target_weights()
-        if t:
-            self.weights_by_model[self.model_path()] = t
-        else:
-            self.weights_by_model.pop(self.model_path(), None)
-
-    def _show_model_weights(self, _index: int = 0) -> None:
-        """The weights choice remembered for the model now chosen."""
-        i = self.weights.findData(self.weights_by_model.get(self.model_path(), ""))
-        self.weights.blockSignals(True)
-        self.weights.setCurrentIndex(max(0, i))
-        self.weights.blockSignals(False)
-
-    def add_recent_model(self, path: str, select: bool = True) -> None:
-        """Put ``path`` (a GGUF file) in the model list, first after the bundled entry; the
-        bundled model's own file is its entry, never a second one."""
-        i = self._model_index(path)
-        if i < 0:
-            self.model_combo.insertItem(1, Path(path).name, path)
-            self.model_combo.setItemData(1, path, Qt.ItemDataRole.ToolTipRole)
-            i = 1
-            while self.model_combo.count() > 9:
-                self.model_combo.removeItem(self.model_combo.count() - 1)
-        if select:
-            self.model_combo.setCurrentIndex(i)
-
-    def _model_index(self, path: str) -> int:
-        """The model list's entry for ``path``: 0 for the bundled file, -1 when absent."""
-        if not path:
-            return 0
-        try:
-            from inspector.llama import bundled_model_path
-
-            if Path(path).resolve() == bundled_model_path().resolve():
-                return 0
-        except Exception:  # no bundled model installed: every path is a recent one
-            pass
-        return self.model_combo.findData(path)
-
-    def select_model(self, path: str) -> None:
-        """Select the entry of ``path`` (e.g. the loaded model), adding it if needed."""
-        self.add_recent_model(path, select=True)
-
-    def remove_recent_model(self, path: str) -> None:
-        """Drop ``path`` from the model list (a file that failed to load); never the bundled entry."""
-        i = self._model_index(path)
-        if i > 0:
-            self.model_combo.removeItem(i)
-
-    def recent_models(self) -> list[str]:
-        return [self.model_combo.itemData(i) for i in range(1, self.model_combo.count())]

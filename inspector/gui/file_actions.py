@@ -50,7 +50,7 @@ class FileActions(QObject):
         else:  # queued after the load in flight
             self.win.panel.model_status.setText(f"loading {Path(path).name} …")
             self.win.requestLoad.emit(str(Path(path).resolve()), self.win.panel.n_ctx.value(),
-                                      self.win.panel.target_weights())
+                                      self.win.panel.target_weights(), self.win.offload_or_none())
 
     # -- receipts ------------------------------------------------------------------------
     def open_receipts_dialog(self) -> None:

@@ -80,7 +80,7 @@ class MainWindow(RunControl, QMainWindow):
     """
 
     requestRun = Signal(object)
-    requestLoad = Signal(str, int, str)
+    requestLoad = Signal(str, int, str, object)
     requestShutdown = Signal()
     stateChanged = Signal(str)
     runFinished = Signal(str, object)
@@ -366,7 +366,9 @@ class MainWindow(RunControl, QMainWindow):
         name = f" — {info['name']}" if info.get("name") else ""  # GGUF general.name
         shown = Path(info.get("converted_from") or info["path"]).name
         form = f" in {info.get('weights')} form" if info.get("converted_from") else ""
-        self.panel.model_status.setText(f"loaded: {shown}{form}{name} ({info['architecture']}, n_ctx {info['n_ctx']})")
+        where = f", {info['layers']}" if info.get("devices") else ""  # layers on RPC servers (or a GPU)
+        self.panel.model_status.setText(f"loaded: {shown}{form}{name} ({info['architecture']}, n_ctx {info['n_ctx']}"
+                                        f"{where})")
         self.panel.model_status.setToolTip(
             f"{info['path']}{name} ({info['architecture']}, weights {info.get('weights', '?')}, "
             f"vocab {info['n_vocab']} tokens"

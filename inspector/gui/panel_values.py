@@ -56,6 +56,7 @@ class PanelValues:
             "baseline": self.baseline.isChecked(),
             "model": self.model_path(), "recent_models": self.recent_models(),
             "model_weights": json.dumps(self.weights_by_model, sort_keys=True),
+            "gpu_layers": self.gpu_layers.value(), "rpc_servers": self.rpc_servers.text(),
         }
 
     def show_saved(self, settings: dict | None, prompt: str, model_name: str) -> None:
@@ -107,7 +108,10 @@ class PanelValues:
 
         if isinstance(v.get("source"), str):
             self.set_source(v["source"])  # a source no longer installed keeps the default
+        if isinstance(v.get("rpc_servers"), str):
+            self.rpc_servers.setText(v["rpc_servers"])
         for key, w in (("draft_max", self.draft_max), ("max_tokens", self.max_tokens), ("top_k", self.top_k),
+                       ("gpu_layers", self.gpu_layers),
                        ("seed", self.seed), ("n_ctx", self.n_ctx), ("threads", self.threads)):
             num(key, w, int)
         for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p)):

@@ -144,6 +144,9 @@ class RunControl:
         except Exception as exc:
             self.show_error("No model", str(exc))
             return False
+        offload = self.offload_or_none()
+        if offload is None:
+            return False
         self._hint_on_load = False
         cfg = W.RunConfig(
             model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
@@ -152,7 +155,7 @@ class RunControl:
             baseline=self.panel.baseline.isChecked(), n_ctx=self.panel.n_ctx.value(),
             n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
             draft_max_auto=self.panel.draft_max_auto() and src != "none",
-            target_weights=self.panel.target_weights(),
+            target_weights=self.panel.target_weights(), offload=offload,
         )
         # Reset the stepping here, not on the worker: a Stop pressed before the worker picks the
         # run up (it may still be tokenizing or loading the model) is kept.
@@ -184,6 +187,9 @@ class RunControl:
         except Exception as exc:
             self.show_error("No model", str(exc))
             return False
+        offload = self.offload_or_none()
+        if offload is None:
+            return False
         self._hint_on_load = True
         self.panel.model_status.setText(f"loading {Path(model).name} …")
         if self.session.origin == "live" and not self.session.tokens:
@@ -191,8 +197,16 @@ class RunControl:
         self.load_progress.setValue(0)
         self.load_progress.show()
         self.set_state(W.LOADING, Path(model).name)
-        self.requestLoad.emit(model, self.panel.n_ctx.value(), self.panel.target_weights())
+        self.requestLoad.emit(model, self.panel.n_ctx.value(), self.panel.target_weights(), offload)
         return True
+
+    def offload_or_none(self):
+        """The panel's offload settings (``Offload``), or None after saying what is wrong with them."""
+        try:
+            return self.panel.offload()
+        except ValueError as exc:
+            self.show_error("RPC servers", str(exc))
+            return None
 
     @staticmethod
     def bundled_path() -> Path:

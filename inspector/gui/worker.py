@@ -62,6 +62,8 @@ class RunConfig:
     """Take the draft max from the stored cost model (``RunRequest.draft_max_auto``)."""
     target_weights: str = ""
     """Run the model in this weight type ("" = as stored; ``inspector.llama.quantize.open_target``)."""
+    offload: object = None
+    """llama.cpp's offload settings (``inspector.llama.devices.Offload``; None = its defaults)."""
     faults: FaultPlan = field(default_factory=FaultPlan)
     """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
     baseline: bool = False
@@ -160,14 +162,17 @@ class EngineWorker(SteppingControl, QObject):
     def running(self) -> bool:
         return self._running
 
-    @Slot(str, int, str)
-    def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, weights: str = "") -> bool:
+    @Slot(str, int, str, object)
+    def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, weights: str = "", offload=None) -> bool:
         """Load a GGUF model (worker thread), in ``weights`` form when given (converted with llama.cpp's
-        quantize first, cached: ``open_target``); emits progress, then loaded or failed."""
+        quantize first, cached: ``open_target``), with ``offload`` (``Offload``: with RPC servers the
+        model runs in a child process); emits progress, then loaded or failed."""
+        from inspector.llama.devices import Offload, RpcUnavailable
         from inspector.llama.model_file import ModelFileError
         from inspector.llama.quantize import open_target
 
-        if self.is_loaded(path, n_ctx, weights):
+        offload = offload if offload is not None else Offload()
+        if self.is_loaded(path, n_ctx, weights, offload):
             self.modelLoaded.emit(self.runtime.describe())
             self.stateChanged.emit(IDLE, "")  # the window waits in LOADING for this
             return True
@@ -178,8 +183,8 @@ class EngineWorker(SteppingControl, QObject):
 
         try:
             rt = open_target(path, weights, on_convert=converting, n_ctx=n_ctx, n_batch=512, n_seq_max=4,
-                             progress=self.modelProgress.emit)
-        except (ModelFileError, EngineError, ValueError, OSError) as exc:
+                             progress=self.modelProgress.emit, offload=offload)
+        except (ModelFileError, EngineError, ValueError, OSError, RpcUnavailable) as exc:
             # The model loaded before (if any) stays loaded and usable.
             self.modelFailed.emit(str(exc), path)
             self.stateChanged.emit(IDLE, "")
@@ -190,10 +195,15 @@ class EngineWorker(SteppingControl, QObject):
         self.stateChanged.emit(IDLE, "")
         return True
 
-    def is_loaded(self, path: str, n_ctx: int, weights: str = "") -> bool:
-        """The loaded runtime is ``path`` in ``weights`` form ("" = the file as stored) with ``n_ctx``."""
+    def is_loaded(self, path: str, n_ctx: int, weights: str = "", offload=None) -> bool:
+        """The loaded runtime is ``path`` in ``weights`` form ("" = the file as stored) with ``n_ctx`` and
+        ``offload`` (None: llama.cpp's defaults), and still answers (a lost RPC server ends its child)."""
+        from inspector.llama.devices import Offload
+
         rt = self.runtime
-        if rt is None or rt.n_ctx != n_ctx:
+        if rt is None or rt.n_ctx != n_ctx or not getattr(rt, "alive", True):
+            return False
+        if getattr(rt, "offload", Offload()) != (offload if offload is not None else Offload()):
             return False
         original = getattr(rt, "converted_from", None)
         if not weights:
@@ -248,8 +258,8 @@ class EngineWorker(SteppingControl, QObject):
 
         if self._running or self._closing:
             return
-        if not self.is_loaded(str(config.model_path), config.n_ctx, config.target_weights):
-            if not self.load_model(str(config.model_path), config.n_ctx, config.target_weights):
+        if not self.is_loaded(str(config.model_path), config.n_ctx, config.target_weights, config.offload):
+            if not self.load_model(str(config.model_path), config.n_ctx, config.target_weights, config.offload):
                 self.runFinished.emit("error", None)
                 return
         rt = self.runtime

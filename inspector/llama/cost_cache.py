@@ -5,8 +5,10 @@
 length uses the measured c(k) table instead of the linear default. The file
 is ``$XDG_CACHE_HOME/spec-inspector/cost-models.json`` (default ~/.cache), or
 ``$SPEC_INSPECTOR_COST_CACHE`` when set (the tests point it elsewhere).
-A cost model is keyed by the model's path, size and modification time, and
-the number of CPU threads, because c(k) depends on all of them.
+A cost model is keyed by the model's path, size and modification time, the
+number of CPU threads and where the layers run (``placement``: llama.cpp's offload
+flags, e.g. ``-ngl 99 --rpc 127.0.0.1:50052``), because c(k) depends on all of them.
+The window's Cost model tab stores its measurements here too.
 """
 
 from __future__ import annotations
@@ -27,14 +29,20 @@ def cache_file() -> Path:
     return Path(base) / "spec-inspector" / "cost-models.json"
 
 
-def _key(model_path: str | os.PathLike, n_threads: int) -> str:
+def placement(runtime) -> str:
+    """Where ``runtime``'s layers run, as llama.cpp flags ("" = llama.cpp's defaults, this machine)."""
+    offload = getattr(runtime, "offload", None)
+    return " ".join(offload.flags()) if offload is not None and not offload.default else ""
+
+
+def _key(model_path: str | os.PathLike, n_threads: int, where: str = "") -> str:
     p = Path(model_path).resolve()
     try:
         st = p.stat()
         stamp = f"{st.st_size}:{int(st.st_mtime)}"
     except OSError:
         stamp = "?"
-    return f"{p}|{stamp}|threads={int(n_threads)}"
+    return f"{p}|{stamp}|threads={int(n_threads)}" + (f"|{where}" if where else "")
 
 
 def _read() -> dict:
@@ -45,9 +53,9 @@ def _read() -> dict:
         return {}
 
 
-def load_cost_model(model_path: str | os.PathLike, n_threads: int) -> CostModel | None:
-    """The cost model stored for this model file and thread count, or None."""
-    entry = _read().get(_key(model_path, n_threads))
+def load_cost_model(model_path: str | os.PathLike, n_threads: int, where: str = "") -> CostModel | None:
+    """The cost model stored for this model file, thread count and placement (``placement``), or None."""
+    entry = _read().get(_key(model_path, n_threads, where))
     try:
         row_ms = tuple(float(v) for v in entry["row_ms"])
     except (TypeError, KeyError, ValueError):
@@ -62,7 +70,8 @@ MIN_ROWS_STORED = 8
 """Cost models measured over fewer batch sizes (quick checks) are not stored."""
 
 
-def store_cost_model(model_path: str | os.PathLike, n_threads: int, cost_model: CostModel) -> Path | None:
+def store_cost_model(model_path: str | os.PathLike, n_threads: int, cost_model: CostModel,
+                     where: str = "") -> Path | None:
     """Store ``cost_model`` for this model file and thread count; returns the file,
     or None when it is too small to keep (fewer than ``MIN_ROWS_STORED`` batch
     sizes), looks disturbed (``CostModel.disturbed``), or cannot be written (the
@@ -70,7 +79,7 @@ def store_cost_model(model_path: str | os.PathLike, n_threads: int, cost_model: 
     if len(cost_model.row_ms) < MIN_ROWS_STORED or cost_model.disturbed():
         return None
     data = _read()
-    data[_key(model_path, n_threads)] = {"row_ms": list(cost_model.row_ms),
+    data[_key(model_path, n_threads, where)] = {"row_ms": list(cost_model.row_ms),
                                          "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     f = cache_file()
     try:
@@ -87,6 +96,6 @@ def stored_row_costs(runtime) -> tuple[float, ...] | None:
     """The stored c(k) (ms per batch of k rows) for ``runtime``'s model file and thread
     count, or None: what ``SourceContext.row_costs`` carries to the n-gram source."""
     path = getattr(runtime, "model_path", None)
-    cm = load_cost_model(path, runtime.n_threads) if path else None
+    cm = load_cost_model(path, runtime.n_threads, placement(runtime)) if path else None
     return tuple(cm.row_ms) if cm is not None else None
 

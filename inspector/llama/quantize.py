@@ -78,16 +78,21 @@ def open_target(model_path: str | Path, weight_type: str = "", *, on_convert=Non
     """A ``LlamaRuntime`` of ``model_path`` run in ``weight_type`` ("" = as stored): the file itself,
     or its cached conversion (``weight_form``; ``on_convert(weight_type)`` is called before one is
     looked up or made, for a progress note), with ``converted_from`` naming the original.
-    ``runtime_options`` go to ``LlamaRuntime`` (n_ctx, n_threads, progress, ...). Raises
-    ``ValueError`` (unknown type), ``ModelFileError`` (the file, or the conversion, failed)."""
-    from inspector.llama.runtime import LlamaRuntime
-
+    ``runtime_options`` go to ``LlamaRuntime`` (n_ctx, n_threads, progress, offload, ...); with RPC
+    servers in ``offload`` the runtime is a ``RemoteRuntime`` (a child process). Raises
+    ``ValueError`` (unknown type), ``ModelFileError`` (the file, or the conversion, failed),
+    ``RpcUnavailable``, ``RuntimeLost`` (the child died while loading)."""
     path, converted = Path(model_path), False
     if weight_type:
         if on_convert is not None:
             on_convert(weight_type)
         path, converted = weight_form(model_path, weight_type)
-    rt = LlamaRuntime(path, **runtime_options)
+    offload = runtime_options.get("offload")
+    if offload is not None and offload.rpc:  # llama.cpp's RPC client may abort: not in this process
+        from inspector.llama.remote import RemoteRuntime as Runtime
+    else:
+        from inspector.llama.runtime import LlamaRuntime as Runtime
+    rt = Runtime(path, **runtime_options)
     if converted:
         rt.converted_from = str(Path(model_path).resolve())
     return rt

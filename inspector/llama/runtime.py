@@ -12,9 +12,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
@@ -28,11 +28,21 @@ import numpy as np  # noqa: E402
 _llama_log = logging.getLogger("inspector.llama.cpp")
 
 
+_log_capture: list[str] | None = None
+"""While a model loads: llama.cpp's log lines, read for where the layers went."""
+
+
 @llama_cpp.llama_log_callback
 def _log_to_python(level: int, text: bytes, _user_data) -> None:
     """llama.cpp's log lines go to Python logging (debug level), not to stderr."""
+    capture = _log_capture
+    if capture is not None:
+        capture.append(text.decode("utf-8", errors="replace"))
     if _llama_log.isEnabledFor(logging.DEBUG):
         _llama_log.debug(text.decode("utf-8", errors="replace").rstrip())
+
+
+_ASSIGNED = re.compile(r"layer\s+\d+ assigned to device (\S+?),")
 
 
 llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
@@ -85,12 +95,7 @@ def _init_backend() -> None:
             _backend_ready = True
 
 
-@dataclass(frozen=True)
-class RollbackProbe:
-    """Whether the KV cache can remove a partial suffix exactly (``ok``) and why (``detail``)."""
-
-    ok: bool
-    detail: str
+from inspector.llama.rollback import RollbackProbe  # noqa: E402  (re-exported)
 
 
 class LlamaRuntime:
@@ -105,8 +110,12 @@ class LlamaRuntime:
     ``swa_full``: full-size sliding-window cache (needed for exact rollback on
     sliding-window models such as Gemma 3; LLAMA_CPP_NOTES "Gemma 3").
     ``progress``: called with 0.0..1.0 while the weights load.
+    ``offload``: llama.cpp's offload settings (``inspector.llama.devices.Offload``: ``-ngl``,
+    split mode, RPC servers); None = llama.cpp's defaults. RPC servers are registered here, so a
+    runtime with RPC belongs in a child process (``inspector.llama.remote``).
 
-    Raises ``ModelFileError`` for a file llama.cpp cannot load.
+    Raises ``ModelFileError`` for a file llama.cpp cannot load, ``RpcUnavailable`` for an RPC
+    server that does not answer (or a build without RPC).
     """
 
     def __init__(
@@ -119,6 +128,7 @@ class LlamaRuntime:
         n_threads: int | None = None,
         swa_full: bool = True,
         progress: Callable[[float], None] | None = None,
+        offload=None,
     ) -> None:
         if n_ctx < 2:
             raise ValueError(f"n_ctx must be >= 2, observed {n_ctx}")
@@ -127,7 +137,30 @@ class LlamaRuntime:
         self.info: ModelInfo = check_gguf(model_path)
         self.model_path = self.info.path
         _init_backend()
+        from inspector.llama.devices import Offload, SPLIT_MODES, add_rpc_servers, device_array, list_devices
+
+        self.offload = offload if offload is not None else Offload()
+        self.rpc_devices = add_rpc_servers(self.offload.rpc) if self.offload.rpc else []
         mparams = llama_cpp.llama_model_default_params()
+        o = self.offload
+        if self.rpc_devices:  # the layers go to the RPC servers (llama.cpp's --rpc adds them to the list)
+            gpus = [d for d in list_devices() if d.type in ("GPU", "IGPU") and not d.name.startswith("RPC")]
+            self._devices = device_array([*self.rpc_devices, *gpus])
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        if o.n_gpu_layers is not None:
+            mparams.n_gpu_layers = o.n_gpu_layers
+        if o.split_mode is not None:
+            mparams.split_mode = SPLIT_MODES[o.split_mode]
+        if o.main_gpu is not None:
+            mparams.main_gpu = o.main_gpu
+        if o.tensor_split is not None:
+            self._tensor_split = (ctypes.c_float * 128)(*o.tensor_split[:128])
+            mparams.tensor_split = self._tensor_split
+        self.offload_note = ""
+        """One line when a setting could not be honoured (layers asked for, no device to put them on)."""
+        if (o.n_gpu_layers or 0) != 0 and not any(d.type in ("GPU", "IGPU") for d in list_devices()):
+            self.offload_note = (f"-ngl {o.n_gpu_layers} has no effect: llama.cpp sees no GPU here and no RPC "
+                                 "server was given (--rpc HOST:PORT), so every layer runs on the CPU")
         if progress is not None:
             def _progress(value: float, _data) -> bool:
                 try:
@@ -138,7 +171,15 @@ class LlamaRuntime:
 
             self._progress_cb = llama_cpp.llama_progress_callback(_progress)
             mparams.progress_callback = self._progress_cb
-        self.model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), mparams)
+        global _log_capture
+        captured: list[str] = []
+        _log_capture = captured
+        try:
+            self.model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), mparams)
+        finally:
+            _log_capture = None
+        self.layers = self._where_layers_went(captured)
+        """Where the layers went, e.g. "31/31 layers on RPC0[127.0.0.1:50052]" (llama.cpp's load log)."""
         if not self.model:
             raise ModelFileError(
                 self.model_path,
@@ -195,6 +236,18 @@ class LlamaRuntime:
         self.converted_from: str | None = None
         """The model file this one was converted from (``inspector.llama.quantize.weight_form``, set by
         whoever converted it), or None: named in the receipts' ``model`` block."""
+
+    def _where_layers_went(self, log_lines) -> str:
+        """"30/30 layers on RPC0[127.0.0.1:50052]" or "all layers on the CPU", from llama.cpp's
+        "layer N assigned to device D" load lines (the output layer is counted by llama.cpp's
+        "offloaded" line, not here)."""
+        devices = [m.group(1) for m in map(_ASSIGNED.search, log_lines) if m]
+        off = [d for d in devices if d != "CPU"]
+        if not off:
+            return "all layers on the CPU"
+        labels = {d.name: d.label() for d in self.rpc_devices}
+        where = ", ".join(labels.get(d, d) for d in dict.fromkeys(off))
+        return f"{len(off)}/{len(devices)} layers on {where}"
 
     # -- lifecycle -----------------------------------------------------------
     def close(self) -> None:
@@ -315,6 +368,9 @@ class LlamaRuntime:
         t = time.perf_counter_ns()
         try:
             rc = llama_cpp.llama_decode(self.ctx, self._batch)
+            # With layers on an RPC server (or a GPU) llama_decode returns before the work is done
+            # (LLAMA_CPP_NOTES): wait here, so decode time is the decode's. A no-op on the CPU.
+            llama_cpp.llama_synchronize(self.ctx)
         finally:
             self.decode_ns += time.perf_counter_ns() - t
             with self._abort_lock:
@@ -496,60 +552,10 @@ class LlamaRuntime:
         return self._rollback
 
     def probe_rollback(self) -> "RollbackProbe":
-        """Probe partial-suffix removal on a spare session (issue 6 "Unusual caches").
+        """Probe partial-suffix removal on a spare session (``inspector.llama.rollback.probe_rollback``)."""
+        from inspector.llama.rollback import probe_rollback
 
-        Recurrent and hybrid models: not possible (their state has no per-position
-        cells). Sliding-window models without a full-size window cache
-        (``swa_full=False``): ``seq_rm`` reports success even where the window
-        cache already reused cells (LLAMA_CPP_NOTES "Gemma 3"), so not exact.
-        Otherwise decode two tokens, one row per decode (so the probe runs with
-        any ``n_batch``, 1 included: the cache's ability does not depend on the
-        batch size), remove the second, check llama.cpp's answer and the KV
-        length (1), decode the second again and check that its logits equal the
-        first decode's; then drop the session.
-        Returns a ``RollbackProbe``; never raises for a capable model.
-        """
-        arch = self.architecture
-        if llama_cpp.llama_model_is_recurrent(self.model) or llama_cpp.llama_model_is_hybrid(self.model):
-            return RollbackProbe(False, f"{arch} keeps a recurrent state, not per-position KV cells: "
-                                        "rejected proposal rows cannot be removed")
-        n_swa = int(llama_cpp.llama_model_n_swa(self.model))
-        if n_swa > 0 and not self.swa_full:
-            return RollbackProbe(False, f"{arch} uses sliding-window attention (window {n_swa}) and the context "
-                                        "was made without a full-size window cache (swa_full): removing rows "
-                                        "is not exact; reload with swa_full")
-        free = next((s for s in range(self.n_seq_max) if s not in self._samplers), None)
-        if free is None:
-            return RollbackProbe(True, "not probed: every sequence is in use")
-        bos = int(llama_cpp.llama_vocab_bos(self.vocab))
-        first = bos if 0 <= bos < self.n_vocab else 0
-        second = 1 if first != 1 else 2
-        self._samplers[free] = None  # reserve the sequence for the probe
-        try:
-            llama_cpp.llama_memory_seq_rm(self.mem, free, -1, -1)
-            self._fill(free, (first,), 0, True)
-            self._decode(1, 0, None)
-            self._fill(free, (second,), 1, True)
-            self._decode(1, 1, None)
-            before = np.array(self._logits(1)[0])
-            removed = bool(llama_cpp.llama_memory_seq_rm(self.mem, free, 1, -1))
-            length = self.kv_length(free)
-            if not removed or length != 1:
-                return RollbackProbe(False, f"removing position 1 of 2 failed (llama.cpp answered {removed}, "
-                                            f"KV length {length}, expected 1)")
-            self._fill(free, (second,), 1, True)
-            self._decode(1, 1, None)
-            again = self._logits(1)[0]
-            if not np.allclose(before, again, rtol=1e-3, atol=1e-3):
-                diff = float(np.max(np.abs(before - again)))
-                return RollbackProbe(False, f"after removing a row, decoding it again gave other logits "
-                                            f"(max difference {diff:.4f})")
-            return RollbackProbe(True, "partial suffix removal is exact")
-        except EngineError as exc:
-            return RollbackProbe(False, f"the probe failed: {exc}")
-        finally:
-            llama_cpp.llama_memory_seq_rm(self.mem, free, -1, -1)
-            self._samplers.pop(free, None)
+        return probe_rollback(self)
 
     def describe(self) -> dict:
         """Model facts for the receipts document."""
@@ -564,5 +570,8 @@ class LlamaRuntime:
             "n_batch": self.n_batch,
             "n_threads": self.n_threads,
             "weights": self.info.main_weight_type,
+            "layers": self.layers,
+            **({"offload": self.offload.to_json()} if not self.offload.default else {}),
+            **({"devices": [d.to_json() for d in self.rpc_devices]} if self.rpc_devices else {}),
             **({"converted_from": str(self.converted_from)} if self.converted_from else {}),
         }

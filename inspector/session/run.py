@@ -152,12 +152,12 @@ class SessionRun:
         """``auto`` draft max: the stored cost model's choice (``auto_draft_max``), written into the request."""
         from dataclasses import replace
 
-        from inspector.llama.cost_cache import load_cost_model
+        from inspector.llama.cost_cache import load_cost_model, placement
         from inspector.llama.cost_model import auto_draft_max
 
         rt = self.runtime
         path = getattr(rt, "model_path", None)
-        choice = auto_draft_max(load_cost_model(path, rt.n_threads) if path else None)
+        choice = auto_draft_max(load_cost_model(path, rt.n_threads, placement(rt)) if path else None)
         self.request = replace(self.request, draft_max_auto=False,
                                settings=replace(self.request.settings, draft_max=choice.value))
         self.draft_max_from = f"auto: {choice.why}"
@@ -263,6 +263,8 @@ class SessionRun:
             if not g.session_retired and g.session_id is not None:
                 s = g.session_id
                 self.scheduler.execute("drop", s, lambda r: r.drop_session(s))
+        except EngineError:  # the runtime is gone (a lost RPC server): nothing is left to drop
+            pass
         finally:
             self.scheduler.remove_listener(self.push)
             if self.autosave is not None:

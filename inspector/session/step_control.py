@@ -18,6 +18,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, Sequence
 
+from inspector.engine.errors import RuntimeLost
+
 RUNNING = "running"
 PAUSED = "paused"
 TOKEN_HOLD = "token_hold"
@@ -254,6 +256,10 @@ class StepControl:
             except Exception as exc:
                 if self._stop:
                     return "stopped"
+                if isinstance(exc, RuntimeLost):  # nothing to resume on: the run ends, its receipts stay
+                    progress()
+                    error(exc.at_window(gen.window_count))
+                    return "error"
                 in_error = True
                 self.after_error()
                 progress()

@@ -1,0 +1,131 @@
+"""Command-line flags for where the model runs, with llama.cpp's names (``common/arg.cpp`` of the
+llama.cpp that llama-cpp-python 0.3.36 vendors): ``-ngl``/``--n-gpu-layers``, ``--split-mode``,
+``--main-gpu``, ``--tensor-split``, ``--rpc``; and the
+``rpc-server`` and ``devices`` commands (``inspector.llama.devices``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_offload_flags(p: argparse.ArgumentParser) -> None:
+    """Add the offload flags to ``p``."""
+    from inspector.llama.devices import SPLIT_MODES
+
+    p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", dest="n_gpu_layers", type=int, default=None, metavar="N",
+                   help="layers on the GPU or RPC devices (llama.cpp -ngl; -1 = all) [llama.cpp's default: all]")
+    p.add_argument("--split-mode", "-sm", dest="split_mode", choices=list(SPLIT_MODES), default=None,
+                   help="how to split the model across devices (llama.cpp -sm) [layer]")
+    p.add_argument("--main-gpu", "-mg", dest="main_gpu", type=int, default=None, metavar="I",
+                   help="the device for the whole model with --split-mode none (llama.cpp -mg) [0]")
+    p.add_argument("--tensor-split", "-ts", dest="tensor_split", type=_shares, default=None, metavar="A,B,...",
+                   help="share of the model on each device, e.g. 3,1 (llama.cpp -ts)")
+    p.add_argument("--rpc", type=_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT...]",
+                   help="offload to llama.cpp RPC servers (spec-inspector rpc-server, or llama.cpp's rpc-server); "
+                        "the model then runs in a child process, which a lost server cannot take the app down with")
+
+
+def _shares(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected non-negative shares, got {text!r}")
+    return values
+
+
+def _endpoints(text: str) -> tuple[str, ...]:
+    from inspector.llama.devices import parse_endpoints
+
+    try:
+        return parse_endpoints(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def offload_from_args(args):
+    """The ``Offload`` the flags ask for (``inspector.llama.devices.Offload``). Raises ``ValueError``."""
+    from inspector.llama.devices import Offload
+
+    return Offload(n_gpu_layers=getattr(args, "n_gpu_layers", None), split_mode=getattr(args, "split_mode", None),
+                   main_gpu=getattr(args, "main_gpu", None), tensor_split=getattr(args, "tensor_split", None),
+                   rpc=tuple(getattr(args, "rpc", ()) or ()))
+
+
+def add_commands(sub) -> None:
+    """The ``rpc-server`` and ``devices`` commands."""
+    from inspector.llama.devices import DEFAULT_RPC_PORT
+
+    rs = sub.add_parser("rpc-server", help="serve this machine's CPU (or GPU) to other machines over llama.cpp's RPC",
+                        description="Run llama.cpp's RPC server (the ggml RPC backend's own server, as llama.cpp's "
+                                    "rpc-server tool does) so another machine can offload layers here with "
+                                    "--rpc HOST:PORT. The protocol has no authentication: keep it on 127.0.0.1 or "
+                                    "a private network.")
+    rs.add_argument("--host", "-H", default="127.0.0.1", help="address to bind to [127.0.0.1]")
+    rs.add_argument("--port", "-p", type=int, default=DEFAULT_RPC_PORT, help=f"port [{DEFAULT_RPC_PORT}]")
+    rs.add_argument("--threads", "-t", type=int, default=None, metavar="N",
+                    help="CPU threads for the CPU device [half the cores, as llama.cpp]")
+    rs.add_argument("--device", "-d", default="", metavar="DEV1,DEV2",
+                    help="devices to serve (names from spec-inspector devices) [the GPUs, else the CPU]")
+    rs.add_argument("--cache", "-c", action="store_true",
+                    help="keep received tensors in llama.cpp's local file cache ($LLAMA_CACHE/rpc)")
+    dv = sub.add_parser("devices", help="list the devices llama.cpp sees (and RPC servers' devices)")
+    dv.add_argument("--rpc", type=_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT...]",
+                    help="also add these RPC servers and list their devices")
+
+
+def cmd_rpc_server(args) -> int:
+    """Serve until interrupted. Exit 1 with one line when RPC is missing or the port is taken."""
+    from inspector.llama.devices import SECURITY_WARNING, RpcUnavailable, serve_rpc
+
+    if not 0 < args.port < 65536:
+        print(f"spec-inspector rpc-server: error: --port must be 1..65535, observed {args.port}", file=sys.stderr)
+        return 2
+    if args.host != "127.0.0.1":
+        print(f"spec-inspector rpc-server: WARNING: binding to {args.host}, not 127.0.0.1: {SECURITY_WARNING}.",
+              file=sys.stderr)
+    if _port_taken(args.host, args.port):
+        print(f"spec-inspector rpc-server: error: {args.host}:{args.port} is in use (another RPC server?); "
+              "choose another --port", file=sys.stderr)
+        return 1
+    devices = tuple(d.strip() for d in args.device.split(",") if d.strip())
+    print(f"spec-inspector rpc-server: serving on {args.host}:{args.port} (llama.cpp RPC; {SECURITY_WARNING}). "
+          f"Clients: --rpc {args.host}:{args.port}. Ctrl+C stops it.", file=sys.stderr, flush=True)
+    try:
+        serve_rpc(args.host, args.port, args.threads, args.cache, devices)
+    except (RpcUnavailable, ValueError) as exc:
+        print(f"spec-inspector rpc-server: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _port_taken(host: str, port: int) -> bool:
+    import socket
+
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        s.bind((host, port))
+        return False
+    except OSError:
+        return True
+    finally:
+        s.close()
+
+
+def cmd_devices(args) -> int:
+    from inspector.llama.devices import REBUILD_HINT, RpcUnavailable, add_rpc_servers, list_devices, rpc_supported
+
+    try:
+        if args.rpc:
+            add_rpc_servers(args.rpc)
+    except RpcUnavailable as exc:
+        print(f"spec-inspector devices: error: {exc}", file=sys.stderr)
+        return 1
+    for d in list_devices():
+        mem = f"{d.total_bytes / 2**20:.0f} MiB, {d.free_bytes / 2**20:.0f} MiB free" if d.total_bytes else "memory n/a"
+        print(f"{d.name:8s} {d.type:5s} {d.description} ({mem})")
+    gpus = [d.name for d in list_devices() if d.type in ("GPU", "IGPU") and not d.name.startswith("RPC")]
+    print(f"this llama.cpp: GPUs {', '.join(gpus) or 'none'}, RPC {'yes' if rpc_supported() else 'no (' + REBUILD_HINT + ')'}")
+    return 0

@@ -1,0 +1,63 @@
+"""The ``view`` and ``trace`` commands: read a receipts file (or an autosave) without a model."""
+
+from __future__ import annotations
+
+import sys
+
+from inspector.cli import _fail
+
+
+def cmd_view(args) -> int:
+    from inspector.receipts import ReceiptsFileError, load_document
+    from inspector.run_output import document_token_text, format_document, format_events, format_windows
+
+    if not args.file.exists():
+        return _fail(f"cannot read receipts {args.file}: no such file")
+    if args.file.suffix == ".jsonl":
+        from inspector.run_output import format_autosave
+        from inspector.session.record import SessionRecord
+
+        try:
+            rec = SessionRecord.from_autosave(args.file)
+        except ReceiptsFileError as exc:
+            return _fail(str(exc))
+        print(format_autosave(rec))
+        if args.windows:
+            print("--- windows and discards ---")
+            print("\n".join(format_windows(rec.receipts, rec.discards)))
+        if args.events:
+            if rec.events:
+                print("--- events ---")
+                print("\n".join(format_events(rec.events, rec.text_of, rec.receipts, rec.discards)))
+            else:
+                print("spec-inspector: note: this autosave holds no event list (written before autosaves kept "
+                      "events); view the receipts .json of the run (or use --windows)", file=sys.stderr)
+        return 0
+    try:
+        doc = load_document(args.file)
+    except ReceiptsFileError as exc:
+        return _fail(str(exc))
+    print(format_document(doc))
+    if args.windows:
+        print("--- windows and discards ---")
+        print("\n".join(format_windows(doc["windows"], doc["discards"])))
+    if args.events:
+        print("--- events ---")
+        print("\n".join(format_events(doc["events"], document_token_text(doc), doc["windows"], doc["discards"])))
+    return 0
+
+
+def cmd_trace(args) -> int:
+    from inspector.receipts import ReceiptsFileError, load_document
+    from inspector.receipts.trace import write_trace
+
+    if not args.file.exists():
+        return _fail(f"cannot read receipts {args.file}: no such file")
+    try:
+        path = write_trace(load_document(args.file), args.out)
+    except ReceiptsFileError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot write {args.out}: {exc.strerror or exc}")
+    print(path)
+    return 0

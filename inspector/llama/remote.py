@@ -1,0 +1,315 @@
+"""``RemoteRuntime``: a ``LlamaRuntime`` in a child process, for runtimes that llama.cpp may kill.
+
+llama.cpp's RPC client aborts the whole process when a server cannot be reached or goes
+away (LLAMA_CPP_NOTES "Devices, offload, RPC": exit 134 from ``ggml-rpc.cpp``). So an
+RPC-backed runtime lives in a child process (``multiprocessing`` spawn) and this proxy
+forwards each runtime call over a pipe; the engine, the scheduler lock, the session record
+and the window stay in this process, unchanged. When the child dies, the call in flight and
+every later one raise ``RuntimeLost`` (an ``EngineError``) naming the RPC servers and
+llama.cpp's last line, so the engine ends the run as a failed window: every receipt before
+it is kept and a new run can load a new child.
+
+Cancellation reaches a decode in flight through a shared byte the child's llama.cpp abort
+callback reads (the same ``strlen`` callback as in-process, ``runtime._abort_callback``).
+Values that depend only on the model (token pieces, end-of-generation tests) are cached here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import tempfile
+import threading
+from multiprocessing import shared_memory
+from pathlib import Path
+
+from inspector.engine.errors import EngineError, RuntimeLost  # noqa: F401  (RuntimeLost: re-exported)
+
+_LOCAL = ("info", "model_path", "n_ctx", "n_batch", "n_seq_max", "n_threads", "n_vocab", "vocab_type",
+          "architecture", "swa_full", "layers", "offload", "rpc_devices", "offload_note", "converted_from")
+"""Attributes read once from the child after loading (they do not change; ``n_threads`` follows
+``set_threads``)."""
+STARTUP_TIMEOUT_S = 600.0
+"""Longest wait for the model to load in the child (seconds)."""
+CALL_TIMEOUT_S = 300.0
+"""Default longest wait for one runtime call (``RemoteRuntime.call_timeout_s``)."""
+
+
+def _remote_error(module: str, name: str, message: str, attrs: dict) -> BaseException:
+    """Rebuild an exception raised in the child (``__init__`` signatures differ, so not by pickle)."""
+    import importlib
+
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise TypeError
+    except Exception:
+        cls = EngineError
+    exc = cls.__new__(cls)
+    BaseException.__init__(exc, message)
+    try:
+        exc.__dict__.update(attrs)
+    except Exception:
+        pass
+    return exc
+
+
+def _child(conn, model_path: str, options: dict, flag_name: str, stderr_path: str) -> None:
+    """The child: load the runtime, then answer calls until told to close or the pipe ends."""
+    fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)  # llama.cpp's abort message lands in the file the parent reads
+    os.environ["GGML_NO_BACKTRACE"] = "1"  # an abort would attach gdb for a backtrace: seconds, and noise
+    import llama_cpp  # noqa: F401  (loads the libraries before the runtime module sets its log level)
+
+    from inspector.llama.runtime import LlamaRuntime
+
+    flag_mem = shared_memory.SharedMemory(name=flag_name)
+    try:
+        rt = LlamaRuntime(model_path, progress=lambda v: conn.send(("progress", v)), **options)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, never lost
+        conn.send(("err", type(exc).__module__, type(exc).__qualname__, str(exc), _attrs(exc)))
+        return
+    # Cancellation: llama.cpp's abort callback reads the shared byte instead of the runtime's own.
+    flag = (ctypes.c_char * 2).from_buffer(flag_mem.buf)
+    rt._abort_flag = flag
+    llama_cpp.llama_set_abort_callback(rt.ctx, rt._abort_cb, ctypes.c_void_p(ctypes.addressof(flag)))
+    conn.send(("ready", {a: getattr(rt, a) for a in _LOCAL}))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        kind, name, args, kwargs = msg
+        if kind == "close":
+            break
+        d0, p0 = rt.decode_ns, rt.predict_ns
+        try:
+            value = getattr(rt, name)
+            if kind == "call":
+                value = value(*args, **kwargs)
+            conn.send(("ok", value, rt.decode_ns - d0, rt.predict_ns - p0))
+        except BaseException as exc:  # noqa: BLE001
+            conn.send(("err", type(exc).__module__, type(exc).__qualname__, str(exc), _attrs(exc)))
+    del flag
+    rt.close()
+    flag_mem.close()
+
+
+def _attrs(exc: BaseException) -> dict:
+    out = {}
+    for k, v in getattr(exc, "__dict__", {}).items():
+        if isinstance(v, (int, float, str, bool, tuple, type(None))):
+            out[k] = v
+    return out
+
+
+class RemoteRuntime:
+    """A ``LlamaRuntime`` (same methods and attributes) running in a child process.
+
+    ``model_path`` and ``runtime_options`` (``n_ctx``, ``n_threads``, ``offload``, ...) go to
+    ``LlamaRuntime`` in the child; ``progress`` gets the load progress (0.0..1.0) here. Raises
+    what ``LlamaRuntime`` raises (``ModelFileError``, ``RpcUnavailable``) or ``RuntimeLost``
+    when the child dies while loading (llama.cpp aborted: e.g. a server that is not llama.cpp's
+    RPC server). Every call later may raise ``RuntimeLost``; ``alive`` says whether it can
+    still answer.
+    """
+
+    def __init__(self, model_path, *, progress=None, call_timeout_s: float = CALL_TIMEOUT_S,
+                 **runtime_options) -> None:
+        self.call_timeout_s = call_timeout_s
+        """Longest wait for one call (seconds): a server that stops answering without closing its
+        connection would otherwise hang the run forever."""
+        offload = runtime_options.get("offload")
+        self._endpoints = tuple(getattr(offload, "rpc", ()) or ())
+        self._lock = threading.RLock()
+        self._flag = shared_memory.SharedMemory(create=True, size=2)
+        self._flag.buf[0] = 0
+        self._inflight_sid: int | None = None
+        fd, self._stderr_path = tempfile.mkstemp(prefix="spec-inspector-runtime-", suffix=".log")
+        os.close(fd)
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe()
+        self._proc = ctx.Process(target=_child, daemon=True, name="spec-inspector-runtime",
+                                 args=(child_conn, str(model_path), runtime_options, self._flag.name,
+                                       self._stderr_path))
+        self._proc.start()
+        child_conn.close()
+        self._lost: RuntimeLost | None = None
+        self.decode_ns = 0
+        self.predict_ns = 0
+        self._pieces: dict = {}
+        self._eog: dict = {}
+        while True:
+            msg = self._receive(STARTUP_TIMEOUT_S)
+            if msg[0] == "progress":
+                if progress is not None:
+                    try:
+                        progress(float(msg[1]))
+                    except Exception:
+                        pass
+                continue
+            if msg[0] == "err":
+                self._stop()
+                raise _remote_error(*msg[1:])
+            for k, v in msg[1].items():
+                setattr(self, k, v)
+            break
+
+    # -- the pipe -----------------------------------------------------------------------------
+    def _receive(self, timeout_s: float | None = None):
+        """The child's next message; ``RuntimeLost`` when it died or said nothing for ``timeout_s``
+        (a server that hangs without closing its connection: the child is then ended)."""
+        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
+        try:
+            if not self._conn.poll(timeout_s):
+                self._proc.kill()
+                self._hung_s = timeout_s
+                raise EOFError
+            return self._conn.recv()
+        except (EOFError, OSError, ConnectionError):
+            raise self._died() from None
+
+    def _died(self) -> RuntimeLost:
+        if self._lost is None:
+            self._proc.join(timeout=5)
+            code = self._proc.exitcode
+            if code is None:
+                self._proc.kill()
+                self._proc.join(timeout=5)
+            last = _last_line(self._stderr_path)
+            if getattr(self, "_hung_s", None):
+                last = f"no answer for {self._hung_s:g} s; the runtime's process was ended"
+            self._lost = RuntimeLost(self._endpoints, code, last)
+        return self._lost
+
+    def _call(self, kind: str, name: str, *args, **kwargs):
+        with self._lock:
+            if self._lost is not None:
+                raise self._lost
+            try:
+                self._conn.send((kind, name, args, kwargs))
+            except (OSError, ValueError, ConnectionError):
+                raise self._died() from None
+            msg = self._receive()
+        if msg[0] == "err":
+            raise _remote_error(*msg[1:])
+        _ok, value, d_ns, p_ns = msg
+        self.decode_ns += d_ns
+        self.predict_ns += p_ns
+        return value
+
+    @property
+    def alive(self) -> bool:
+        """The child still answers (False after ``RuntimeLost`` or ``close``)."""
+        return self._lost is None and self._proc.is_alive()
+
+    # -- the runtime's methods ------------------------------------------------------------------
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def method(*args, **kwargs):
+            return self._call("call", name, *args, **kwargs)
+
+        method.__name__ = name
+        return method
+
+    def decode_rows(self, sid, tokens, position, abort=None):
+        return self._decode("decode_rows", sid, tokens, position, abort)
+
+    def decode_logits(self, sid, tokens, position, abort=None):
+        return self._decode("decode_logits", sid, tokens, position, abort)
+
+    def _decode(self, name, sid, tokens, position, abort):
+        with self._lock:
+            self._inflight_sid = sid if abort is not None else None
+            if abort is not None and abort.is_set():
+                self._flag.buf[0] = 1
+            try:
+                return self._call("call", name, sid, tuple(tokens), position)
+            finally:
+                self._inflight_sid = None
+                self._flag.buf[0] = 0
+
+    def request_abort(self, sid: int) -> None:
+        """Abort the decode in flight if it belongs to session ``sid`` (any thread)."""
+        if self._inflight_sid == sid and self._lost is None:
+            self._flag.buf[0] = 1
+
+    @property
+    def rollback(self):
+        return self._call("get", "rollback")
+
+    def set_threads(self, n_threads: int) -> None:
+        self._call("call", "set_threads", n_threads)
+        self.n_threads = max(1, int(n_threads))
+
+    def token_piece(self, token: int, special: bool = False) -> bytes:
+        key = (token, special)
+        b = self._pieces.get(key)
+        if b is None:
+            b = self._pieces[key] = self._call("call", "token_piece", token, special)
+        return b
+
+    def token_text(self, token: int) -> str:
+        return self.token_piece(token, True).decode("utf-8", errors="replace")
+
+    def detokenize(self, tokens) -> str:
+        return b"".join(self.token_piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        v = self._eog.get(token)
+        if v is None:
+            v = self._eog[token] = bool(self._call("call", "is_eog", token))
+        return v
+
+    def describe(self) -> dict:
+        return {**self._call("call", "describe"), "process": "child (llama.cpp's RPC client aborts on a lost server)"}
+
+    def close(self) -> None:
+        """End the child (idempotent)."""
+        if getattr(self, "_proc", None) is None:
+            return
+        with self._lock:
+            if self._lost is None and self._proc.is_alive():
+                try:
+                    self._conn.send(("close", "", (), {}))
+                except (OSError, ValueError):
+                    pass
+            self._stop()
+
+    def _stop(self) -> None:
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
+        self._conn.close()
+        self._flag.close()
+        try:
+            self._flag.unlink()
+        except FileNotFoundError:
+            pass
+        Path(self._stderr_path).unlink(missing_ok=True)
+        self._proc = None
+        if self._lost is None:
+            self._lost = RuntimeLost(self._endpoints, None, "closed")
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _last_line(path: str) -> str:
+    """llama.cpp's last meaningful stderr line (an ``ggml-rpc.cpp:566: ...`` abort), or ""."""
+    try:
+        lines = [l.strip() for l in Path(path).read_text("utf-8", errors="replace").splitlines() if l.strip()]
+    except OSError:
+        return ""
+    for l in reversed(lines):
+        if "ggml" in l or "error" in l.lower() or "failed" in l.lower():
+            return l[:300]
+    return lines[-1][:300] if lines else ""

@@ -1,0 +1,236 @@
+"""llama.cpp's RPC backend, both ends (issue 14): a real ``spec-inspector rpc-server`` on
+127.0.0.1 (a free port, one thread: two llama.cpp processes share these cores), the model's
+layers on it through a child process (``RemoteRuntime``), and what happens when the server
+is not there or goes away. Nothing here relies on the model's words: proposals are the
+target's own continuation (``Follower``) or single-token n-gram matches, and outputs are
+compared with the same run on the local model.
+
+RPC is never registered in this test process: llama.cpp would then offload every later model
+of the session to it. Devices are listed by a subprocess, runtimes run in children.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from inspector.engine import Fault, FaultPlan, GenerationSettings, RuntimeScheduler
+from inspector.engine.errors import EngineError, RepairFailed, RuntimeLost
+from inspector.llama.devices import Offload, RpcUnavailable, rpc_supported
+from inspector.prompts import example_prompt
+from inspector.receipts import load_document
+from inspector.sources import NgramSource
+from scenarios import ALTERNATE, Follower, NoEndOfTurn, first_window, same_greedy_output
+
+pytestmark = pytest.mark.skipif(not rpc_supported(), reason="llama.cpp built without GGML_RPC (see README)")
+
+MAX = 24
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int) -> subprocess.Popen:
+    """``spec-inspector rpc-server`` on 127.0.0.1:port with one thread; returns once it accepts."""
+    p = subprocess.Popen([sys.executable, "-m", "inspector", "rpc-server", "--port", str(port), "--threads", "1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            raise AssertionError(f"rpc-server exited with {p.returncode}: {p.stderr.read()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return p
+        except OSError:
+            time.sleep(0.2)
+    p.kill()
+    raise AssertionError("rpc-server did not accept connections within 60 s")
+
+
+@pytest.fixture(scope="module")
+def rpc_server():
+    port = free_port()
+    p = start_server(port)
+    yield f"127.0.0.1:{port}"
+    p.terminate()
+    p.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def rpc_runtime(model_path, rpc_server):
+    """The bundled model with every layer on the RPC server, in a child process."""
+    from inspector.llama.remote import RemoteRuntime
+
+    rt = RemoteRuntime(model_path, offload=Offload(n_gpu_layers=99, rpc=(rpc_server,)), n_ctx=1024,
+                       n_batch=256, n_seq_max=2, n_threads=1)
+    yield rt
+    rt.close()
+
+
+def test_the_rpc_server_warns_and_the_device_list_names_the_cpu_and_the_servers_device(rpc_server):
+    p = subprocess.run([sys.executable, "-m", "inspector", "devices", "--rpc", rpc_server],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert any(l.startswith("CPU") for l in lines), p.stdout
+    assert any(l.startswith("RPC0") and rpc_server in l for l in lines), p.stdout
+    assert "RPC yes" in p.stdout
+
+
+def test_every_layer_goes_to_the_rpc_device_and_the_receipts_name_it(rpc_runtime, rpc_server):
+    assert rpc_runtime.layers.endswith(f"layers on RPC0[{rpc_server}]")
+    done, total = rpc_runtime.layers.split()[0].split("/")
+    assert done == total and int(total) > 0
+    d = rpc_runtime.describe()
+    assert d["devices"][0]["name"] == "RPC0" and d["devices"][0]["description"] == rpc_server
+    assert d["offload"] == {"n_gpu_layers": 99, "rpc": [rpc_server]}
+
+
+def test_greedy_ngram_speculation_over_rpc_keeps_the_invariants_and_the_local_output(
+        rpc_runtime, make_generation, chat_tokens, scheduler):
+    tokens = chat_tokens(example_prompt("copy-with-corrections"))
+    remote = RuntimeScheduler(rpc_runtime)
+    g = make_generation(NgramSource(n_min=1), tokens, on=remote, max_new_tokens=MAX)  # KvChecker: every window
+    g.run()
+    local = make_generation(NgramSource(n_min=1), tokens, max_new_tokens=MAX)
+    local.run()
+    assert g.receipts, "single-token matches always propose after a templated prompt"
+    for r in g.receipts:
+        assert r.canonical_position == r.base_position + r.canonical_prediction_count
+        assert r.trimmed_rows == r.position_after_verification - r.canonical_position
+        assert r.runtime_lock_acquires == 2
+    if same_greedy_output(scheduler, tokens, local.generated, g.generated):
+        assert g.generated == local.generated
+
+
+@pytest.mark.parametrize("fault", ["cancel@W:3", "callback_error@W:1", "trim_failure"])
+def test_each_fault_over_rpc_repairs_before_its_error_and_resume_matches_an_uninterrupted_run(
+        fault, rpc_runtime, make_generation, chat_tokens):
+    target = RuntimeScheduler(NoEndOfTurn(rpc_runtime))
+    tokens = chat_tokens(example_prompt("copy-with-corrections"))
+    reference = make_generation(Follower(target, ALTERNATE, prompt=tokens), tokens, on=target, max_new_tokens=MAX)
+    reference.run()
+    fault = fault.replace("W", str(first_window(reference.receipts, at_least=3)))
+    plan = FaultPlan([Fault.parse(fault)])
+    g = make_generation(Follower(target, ALTERNATE, prompt=tokens), tokens, on=target, max_new_tokens=MAX,
+                        faults=plan)
+    errors = []
+    while not g.finished:
+        try:
+            g.run()
+        except EngineError as exc:
+            errors.append(exc)
+            window = g.events[-2].window if g.events[-1].kind == "discard" else g.events[-1].window
+            seq = [e.kind for e in g.events if e.window == window and e.kind != "discard"]
+            assert seq[0] == "verify" and seq[-2:] == ["repair", "error"], seq
+            assert set(seq[1:-2]) <= {"commit"}
+            if isinstance(exc, RepairFailed):
+                assert g.session_retired
+            else:
+                assert g.kv_length() == g.canonical_position
+            g.resume()
+    assert plan.fired and len(errors) == 1
+    assert g.generated == reference.generated
+
+
+def test_an_unreachable_server_is_a_clear_error_within_seconds(model_path):
+    from inspector.llama.remote import RemoteRuntime
+
+    port = free_port()
+    t = time.monotonic()
+    with pytest.raises(RpcUnavailable, match=f"RPC server 127.0.0.1:{port}: cannot connect"):
+        RemoteRuntime(model_path, offload=Offload(rpc=(f"127.0.0.1:{port}",)), n_ctx=256, n_threads=1)
+    assert time.monotonic() - t < 60  # a child process starts, checks the port and reports
+    p = subprocess.run([sys.executable, "-m", "inspector", "run", "--example", "copy-exact", "--rpc",
+                        f"127.0.0.1:{port}", "--max-tokens", "4"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert f"RPC server 127.0.0.1:{port}: cannot connect" in p.stderr.strip().splitlines()[-1]
+
+
+def test_a_server_killed_mid_run_ends_the_cli_with_a_clear_line_and_the_receipts_so_far(tmp_path):
+    port = free_port()
+    server = start_server(port)
+    out = tmp_path / "r.json"
+    # A raw story prompt: the model goes on writing (no end of turn), long enough to be cut.
+    cli = subprocess.Popen([sys.executable, "-u", "-m", "inspector", "run", "--raw", "--prompt",
+                            "Once upon a time, in a small village by the sea, there lived", "--ngram-min", "1",
+                            "--rpc", f"127.0.0.1:{port}", "-ngl", "99", "--threads", "1", "--max-tokens", "1000",
+                            "--receipts", str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        printed = ""
+        while len(printed) < 60:  # the run is going: text streams as windows commit
+            ch = cli.stdout.read(1)
+            assert ch, f"the run ended early: {cli.stderr.read()}"
+            printed += ch
+        server.kill()
+        stdout, stderr = cli.communicate(timeout=120)
+    finally:
+        server.kill()
+        cli.kill()
+    assert cli.returncode != 0 and "Traceback" not in stderr
+    assert f"RPC server 127.0.0.1:{port} went away at window" in stderr, stderr
+    doc = load_document(out)  # valid, with the windows before the loss
+    assert doc["windows"] and doc["model"]["devices"][0]["name"] == "RPC0"
+    assert json.loads(out.read_text())["output"]["ended_as"] == "error"
+
+
+def test_a_lost_runtime_refuses_every_later_call(model_path):
+    """The child is killed under a loaded runtime: the next call raises ``RuntimeLost``, not a hang."""
+    from inspector.llama.remote import RemoteRuntime
+
+    port = free_port()
+    server = start_server(port)
+    try:
+        rt = RemoteRuntime(model_path, offload=Offload(n_gpu_layers=99, rpc=(f"127.0.0.1:{port}",)), n_ctx=256,
+                           n_threads=1)
+        sid = rt.open_session(GenerationSettings().sampling)
+        server.kill()
+        server.wait(timeout=10)
+        with pytest.raises(RuntimeLost, match=f"RPC server 127.0.0.1:{port} went away"):
+            rt.prefill(sid, [1, 2, 3], 0)
+            rt.decode_rows(sid, [4], 3)
+        assert not rt.alive
+        with pytest.raises(RuntimeLost):
+            rt.kv_length(sid)
+        rt.close()
+    finally:
+        server.kill()
+
+
+def test_the_window_runs_over_rpc_and_stays_up_when_the_server_goes_away(qtbot, runtime, tmp_path):
+    """The panel's RPC field and -ngl: the run loads the model in a child process with every layer
+    on the server; the server is killed mid-run: the run ends with the line naming the server and
+    the window, its receipts stay, and the window still works (the next run is refused clearly)."""
+    from inspector.gui import worker as W
+    from test_gui_support import make_window
+
+    port = free_port()
+    server = start_server(port)
+    try:
+        w = make_window(qtbot, runtime, tmp_path, max_tokens=400, ngram_min=1)
+        w.panel.rpc_servers.setText(f"127.0.0.1:{port}")
+        w.panel.gpu_layers.setValue(99)
+        w.panel.threads.setValue(1)
+        with qtbot.waitSignal(w.runFinished, timeout=300_000):
+            assert w.start_run()
+            qtbot.waitUntil(lambda: len(w.worker.generation.receipts if w.worker.generation else ()) >= 2,
+                            timeout=300_000)
+            assert f"RPC0[127.0.0.1:{port}]" in w.panel.model_status.text()
+            server.kill()
+        w.refresh_all()
+        assert f"RPC server 127.0.0.1:{port} went away at window" in w.last_error
+        assert len(w.session.receipts) >= 2 and w.state == W.IDLE
+        with qtbot.waitSignal(w.runFinished, timeout=120_000):  # the next run: no server, a clear refusal
+            assert w.start_run()
+        assert "cannot connect" in w.last_error and w.isVisible()
+    finally:
+        server.kill()
