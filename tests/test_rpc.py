@@ -181,6 +181,12 @@ def test_a_server_killed_mid_run_ends_the_cli_with_a_clear_line_and_the_receipts
     doc = load_document(out)  # valid, with the windows before the loss
     assert doc["windows"] and doc["model"]["devices"][0]["name"] == "RPC0"
     assert json.loads(out.read_text())["output"]["ended_as"] == "error"
+    trace = tmp_path / "t.json"
+    p = subprocess.run([sys.executable, "-m", "inspector", "trace", str(out), "-o", str(trace)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    names = [e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["name"] == "process_name"]
+    assert names and f"RPC0[127.0.0.1:{port}]" in names[0]  # the trace says where the layers ran
 
 
 def test_a_lost_runtime_refuses_every_later_call(model_path):

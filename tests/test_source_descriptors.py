@@ -123,7 +123,7 @@ def test_compare_configurations_use_the_same_decision_and_declarations():
     ("draft", {"draft_min": "-1"}, "source draft option draft_min must be a whole number >= 0"),
     ("draft", {"p_min": "2"}, "source draft option p_min must be a number 0 <= p_min <= 1, observed '2'"),
     ("draft", {"a": 1, "b": 2}, "unknown options for source draft: a, b (expected draft_model, draft_max, "
-                                "draft_min, p_min)"),
+                                "draft_min, p_min, n_gpu_layers)"),
 ])
 def test_check_source_options_keeps_its_messages(source, options, message):
     with pytest.raises(ValueError) as err:
@@ -166,7 +166,7 @@ def test_an_option_taken_from_a_generation_setting_comes_from_the_context(monkey
 
     monkeypatch.setattr(registry, "available_sources", lambda: {**registry.BUILTIN, "draft": fake_draft})
     make_source("draft", SourceContext(None, GenerationSettings(draft_max=5)), {"draft_model": "d.gguf"})
-    assert seen == [{"draft_model": "d.gguf", "draft_max": 5, "draft_min": 0, "p_min": 0.0}]
+    assert seen == [{"draft_model": "d.gguf", "draft_max": 5, "draft_min": 0, "p_min": 0.0, "n_gpu_layers": -1}]
     make_source("draft", SourceContext(None, GenerationSettings(draft_max=5)), {"draft_model": "d", "draft_max": 2})
     assert seen[-1]["draft_max"] == 2
 
@@ -292,7 +292,7 @@ def test_source_options_from_the_flags_and_source_option(tmp_path):
     assert opts("--source-option", "row_costs=1,2", "--source-option", " n_max =7") == \
         {"n_max": "7", "n_min": 2, "length": "fixed", "row_costs": "1,2"}
     assert opts("--source", "draft", "--draft-model", "d.gguf", "--draft-max", "5") == \
-        {"draft_model": "d.gguf", "draft_max": 5, "draft_min": 0, "p_min": 0.0}
+        {"draft_model": "d.gguf", "draft_max": 5, "draft_min": 0, "p_min": 0.0, "n_gpu_layers": -1}
     script = tmp_path / "s.txt"
     script.write_text("the script\n", "utf-8")
     assert opts("--source", "scripted", "--script-file", script) == {"script": "the script\n"}

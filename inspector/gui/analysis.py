@@ -46,6 +46,8 @@ class CostMeasured:
     n_threads: int
     prompt_tokens: int
     weight_types: tuple = ()
+    layers: str = ""
+    """Where the layers ran ("30/30 layers on RPC0[...]"); "" or "all layers on the CPU" locally."""
 
 
 LAYOUT_TYPES = ("Q8_0", "Q4_0")
@@ -147,7 +149,8 @@ class AnalysisWorker(QObject):
             self.failed.emit("cost", str(exc) or type(exc).__name__)
             return
         self.costMeasured.emit(CostMeasured(cm, str(rt.model_path), int(getattr(rt, "n_threads", 0) or 0), len(tokens),
-                                            tuple(getattr(getattr(rt, "info", None), "weight_types", ()))))
+                                            tuple(getattr(getattr(rt, "info", None), "weight_types", ())),
+                                            str(getattr(rt, "layers", ""))))
 
     @Slot(object)
     def measure_layouts(self, req: LayoutsRequest) -> None:

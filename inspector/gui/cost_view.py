@@ -304,4 +304,5 @@ class CostView(QWidget):
         if m is None:
             return ""
         model = f"<br>{Path(m.model_path).name}" if with_model else ""  # a second line: wider than the plots
-        return f"<b>{self.ceiling_text()}</b>{model} · {count_noun(m.n_threads, 'CPU thread')}"
+        where = f" · {m.layers}" if m.layers and "CPU" not in m.layers else ""  # e.g. 30/30 layers on RPC0[...]
+        return f"<b>{self.ceiling_text()}</b>{model} · {count_noun(m.n_threads, 'CPU thread')}{where}"

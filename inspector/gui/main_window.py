@@ -366,11 +366,14 @@ class MainWindow(RunControl, QMainWindow):
         name = f" — {info['name']}" if info.get("name") else ""  # GGUF general.name
         shown = Path(info.get("converted_from") or info["path"]).name
         form = f" in {info.get('weights')} form" if info.get("converted_from") else ""
-        where = f", {info['layers']}" if info.get("devices") else ""  # layers on RPC servers (or a GPU)
-        self.panel.model_status.setText(f"loaded: {shown}{form}{name} ({info['architecture']}, n_ctx {info['n_ctx']}"
-                                        f"{where})")
+        if info.get("devices"):  # layers on RPC servers: where they went, in two lines at most
+            self.panel.model_status.setText(f"loaded: {shown}{form} · {info['layers']}")
+        else:
+            self.panel.model_status.setText(f"loaded: {shown}{form}{name} ({info['architecture']}, "
+                                            f"n_ctx {info['n_ctx']})")
         self.panel.model_status.setToolTip(
             f"{info['path']}{name} ({info['architecture']}, weights {info.get('weights', '?')}, "
+            f"{info.get('layers', 'all layers on the CPU')}, "
             f"vocab {info['n_vocab']} tokens"
             f"{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
 
@@ -378,6 +381,8 @@ class MainWindow(RunControl, QMainWindow):
         self.model_info = info
         self.load_progress.hide()
         self._show_model(info)
+        if info.get("offload_note"):  # e.g. -ngl asked for, no GPU and no RPC server: say so, once
+            self.status_state.setText(f"note: {info['offload_note']}")
         self.panel.select_model(str(info.get("converted_from") or info["path"]))  # a converted file: its original
         self.panel.n_ctx.setValue(int(info["n_ctx"]))  # the context the loaded model has
         hint, self._hint_on_load = self._hint_on_load, False

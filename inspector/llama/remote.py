@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import re
 import tempfile
 import threading
 from multiprocessing import shared_memory
@@ -311,5 +312,5 @@ def _last_line(path: str) -> str:
         return ""
     for l in reversed(lines):
         if "ggml" in l or "error" in l.lower() or "failed" in l.lower():
-            return l[:300]
+            return re.sub(r"\S*/(ggml-[\w.-]+\.cpp:\d+)", r"\1", l)[:300]  # the build folder's path: noise
     return lines[-1][:300] if lines else ""

@@ -573,5 +573,6 @@ class LlamaRuntime:
             "layers": self.layers,
             **({"offload": self.offload.to_json()} if not self.offload.default else {}),
             **({"devices": [d.to_json() for d in self.rpc_devices]} if self.rpc_devices else {}),
+            **({"offload_note": self.offload_note} if self.offload_note else {}),
             **({"converted_from": str(self.converted_from)} if self.converted_from else {}),
         }

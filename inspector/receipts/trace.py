@@ -78,6 +78,9 @@ def chrome_trace(doc: dict) -> dict:
             name = "plain step" if op["kind"] == "step" else "prefill"
             ev(name=name, cat="runtime", ph="X", ts=start + wait, dur=max(1, hold), tid=sid)
 
+    where = doc["model"].get("layers")  # e.g. "30/30 layers on RPC0[127.0.0.1:50052]": the lanes say where
+    ev(name="process_name", ph="M", ts=0, tid=0,
+       args={"name": f"spec-inspector · {Path(str(doc['model'].get('path', ''))).name}" + (f" · {where}" if where else "")})
     for sid in sorted(sessions):
         ev(name="thread_name", ph="M", ts=0, tid=sid, args={"name": f"session {sid}"})
         ev(name="thread_name", ph="M", ts=0, tid=LOCK_LANE + max(sid, 0), args={"name": f"lock, session {sid}"})
@@ -85,7 +88,7 @@ def chrome_trace(doc: dict) -> dict:
         "traceEvents": out,
         "displayTimeUnit": "ms",
         "metadata": {"source": "spec-inspector", "model": doc["model"].get("path"),
-                     "windows": len(doc["windows"])},
+                     "layers": where, "offload": doc["model"].get("offload"), "windows": len(doc["windows"])},
     }
 
 

@@ -132,6 +132,9 @@ DRAFT = SourceDescriptor("draft", (
            control_max=64, label="draft min", flag="--draft-min"),
     Option("p_min", "float", 0.0, "stop drafting when the draft's top probability is below this (0 = never)",
            minimum=0.0, maximum=1.0, step=0.05, label="p-min", flag="--p-min"),
+    Option("n_gpu_layers", "int", -1, "layers of the draft model on a local GPU (llama.cpp -ngld; -1: llama.cpp's "
+           "default, all of them when there is a GPU; the draft never goes over RPC)", minimum=-1, control=False,
+           flag="--n-gpu-layers-draft"),
 ), help="a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
     capabilities=frozenset({"settings", "close", "loads_model"}))
 
@@ -193,8 +196,13 @@ def _draft(ctx: SourceContext, **options) -> ProposalSource:
 
     o = DRAFT.with_defaults(options)
     target = ctx.runtime
+    from inspector.llama.devices import Offload
+
+    ngl = o["n_gpu_layers"]
     draft = LlamaRuntime(o["draft_model"], n_ctx=target.n_ctx, n_batch=target.n_batch, n_seq_max=1,
-                         n_threads=target.n_threads)
+                         n_threads=target.n_threads, offload=Offload(n_gpu_layers=None if ngl == -1 else ngl))
+    if draft.offload_note:
+        log.warning("draft model: %s", draft.offload_note.replace("-ngl", "--n-gpu-layers-draft"))
     try:
         sampling = getattr(ctx.settings, "sampling", None)
         return DraftModelSource(draft, target, draft_max=o["draft_max"], draft_min=o["draft_min"],
