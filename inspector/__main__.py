@@ -4,4 +4,5 @@ import sys
 
 from inspector.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a spawned child process (the RPC runtime) imports it
+    sys.exit(main())
