@@ -31,8 +31,12 @@ def cmd_bench(args) -> int:
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats,
-                       not args.no_llama_cpp_python, progress)
+    try:
+        result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats,
+                           not args.no_llama_cpp_python, progress)
+    except EngineError as exc:
+        runtime.close()
+        return _fail(str(exc))
     print(format_bench(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
@@ -126,7 +130,11 @@ def cmd_compare(args) -> int:
     cost_model = None
     if args.cost_model:
         print("measuring the cost model ...", file=sys.stderr, flush=True)
-        cost_model = measure_cost_model(scheduler, tokens[:64], k_max=16, repeats=3)
+        try:
+            cost_model = measure_cost_model(scheduler, tokens[:64], k_max=16, repeats=3)
+        except EngineError as exc:  # e.g. a lost RPC server
+            runtime.close()
+            return _fail(str(exc))
         from inspector.llama.cost_cache import placement, store_cost_model
 
         store_cost_model(runtime.model_path, runtime.n_threads, cost_model, placement(runtime))
@@ -136,7 +144,11 @@ def cmd_compare(args) -> int:
 
         configs = default_configs(cost_model or load_cost_model(runtime.model_path, runtime.n_threads, placement(runtime)))
     progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
-    result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
+    try:
+        result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
+    except EngineError as exc:  # e.g. a lost RPC server: one line, not a traceback
+        runtime.close()
+        return _fail(str(exc))
     print(format_compare(result))
     try:
         if args.json:

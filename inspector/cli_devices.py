@@ -115,17 +115,19 @@ def _port_taken(host: str, port: int) -> bool:
 
 
 def cmd_devices(args) -> int:
-    from inspector.llama.devices import REBUILD_HINT, RpcUnavailable, add_rpc_servers, list_devices, rpc_supported
+    """Print every device llama.cpp sees (with ``--rpc``: listed by a child process that adds the servers)."""
+    from inspector.engine.errors import RuntimeLost
+    from inspector.llama.devices import REBUILD_HINT, RpcUnavailable, list_devices, local_gpus, rpc_supported
+    from inspector.llama.remote import devices_with_rpc
 
     try:
-        if args.rpc:
-            add_rpc_servers(args.rpc)
-    except RpcUnavailable as exc:
+        devices = devices_with_rpc(args.rpc) if args.rpc else list_devices()
+    except (RpcUnavailable, RuntimeLost) as exc:
         print(f"spec-inspector devices: error: {exc}", file=sys.stderr)
         return 1
-    for d in list_devices():
+    for d in devices:
         mem = f"{d.total_bytes / 2**20:.0f} MiB, {d.free_bytes / 2**20:.0f} MiB free" if d.total_bytes else "memory n/a"
         print(f"{d.name:8s} {d.type:5s} {d.description} ({mem})")
-    gpus = [d.name for d in list_devices() if d.type in ("GPU", "IGPU") and not d.name.startswith("RPC")]
+    gpus = [d.name for d in local_gpus()]
     print(f"this llama.cpp: GPUs {', '.join(gpus) or 'none'}, RPC {'yes' if rpc_supported() else 'no (' + REBUILD_HINT + ')'}")
     return 0

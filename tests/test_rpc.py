@@ -27,7 +27,15 @@ from inspector.receipts import load_document
 from inspector.sources import NgramSource
 from scenarios import ALTERNATE, Follower, NoEndOfTurn, first_window, same_greedy_output
 
-pytestmark = pytest.mark.skipif(not rpc_supported(), reason="llama.cpp built without GGML_RPC (see README)")
+
+def test_this_llama_cpp_has_its_rpc_backend():
+    """The README's install commands build llama.cpp with GGML_RPC: without it the tests below cannot run."""
+    from inspector.llama.devices import REBUILD_HINT
+
+    assert rpc_supported(), REBUILD_HINT
+
+
+needs_rpc = pytest.mark.skipif(not rpc_supported(), reason="llama.cpp built without GGML_RPC (see README)")
 
 MAX = 24
 
@@ -39,13 +47,18 @@ def free_port() -> int:
 
 
 def start_server(port: int) -> subprocess.Popen:
-    """``spec-inspector rpc-server`` on 127.0.0.1:port with one thread; returns once it accepts."""
+    """``spec-inspector rpc-server`` on 127.0.0.1:port with one thread; returns once it accepts. Its
+    output goes to a file (a pipe nobody reads would fill with "Accepted client connection" lines)."""
+    import tempfile
+
+    log = tempfile.TemporaryFile(mode="w+")
     p = subprocess.Popen([sys.executable, "-m", "inspector", "rpc-server", "--port", str(port), "--threads", "1"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                         stdout=log, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if p.poll() is not None:
-            raise AssertionError(f"rpc-server exited with {p.returncode}: {p.stderr.read()}")
+            log.seek(0)
+            raise AssertionError(f"rpc-server exited with {p.returncode}: {log.read()}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return p
@@ -75,6 +88,7 @@ def rpc_runtime(model_path, rpc_server):
     rt.close()
 
 
+@needs_rpc
 def test_the_rpc_server_warns_and_the_device_list_names_the_cpu_and_the_servers_device(rpc_server):
     p = subprocess.run([sys.executable, "-m", "inspector", "devices", "--rpc", rpc_server],
                        capture_output=True, text=True, timeout=120)
@@ -85,6 +99,7 @@ def test_the_rpc_server_warns_and_the_device_list_names_the_cpu_and_the_servers_
     assert "RPC yes" in p.stdout
 
 
+@needs_rpc
 def test_every_layer_goes_to_the_rpc_device_and_the_receipts_name_it(rpc_runtime, rpc_server):
     assert rpc_runtime.layers.endswith(f"layers on RPC0[{rpc_server}]")
     done, total = rpc_runtime.layers.split()[0].split("/")
@@ -94,6 +109,7 @@ def test_every_layer_goes_to_the_rpc_device_and_the_receipts_name_it(rpc_runtime
     assert d["offload"] == {"n_gpu_layers": 99, "rpc": [rpc_server]}
 
 
+@needs_rpc
 def test_greedy_ngram_speculation_over_rpc_keeps_the_invariants_and_the_local_output(
         rpc_runtime, make_generation, chat_tokens, scheduler):
     tokens = chat_tokens(example_prompt("copy-with-corrections"))
@@ -112,6 +128,7 @@ def test_greedy_ngram_speculation_over_rpc_keeps_the_invariants_and_the_local_ou
 
 
 @pytest.mark.parametrize("fault", ["cancel@W:3", "callback_error@W:1", "trim_failure"])
+@needs_rpc
 def test_each_fault_over_rpc_repairs_before_its_error_and_resume_matches_an_uninterrupted_run(
         fault, rpc_runtime, make_generation, chat_tokens):
     target = RuntimeScheduler(NoEndOfTurn(rpc_runtime))
@@ -141,6 +158,7 @@ def test_each_fault_over_rpc_repairs_before_its_error_and_resume_matches_an_unin
     assert g.generated == reference.generated
 
 
+@needs_rpc
 def test_an_unreachable_server_is_a_clear_error_within_seconds(model_path):
     from inspector.llama.remote import RemoteRuntime
 
@@ -155,6 +173,7 @@ def test_an_unreachable_server_is_a_clear_error_within_seconds(model_path):
     assert f"RPC server 127.0.0.1:{port}: cannot connect" in p.stderr.strip().splitlines()[-1]
 
 
+@needs_rpc
 def test_a_server_killed_mid_run_ends_the_cli_with_a_clear_line_and_the_receipts_so_far(tmp_path):
     port = free_port()
     server = start_server(port)
@@ -189,6 +208,7 @@ def test_a_server_killed_mid_run_ends_the_cli_with_a_clear_line_and_the_receipts
     assert names and f"RPC0[127.0.0.1:{port}]" in names[0]  # the trace says where the layers ran
 
 
+@needs_rpc
 def test_a_lost_runtime_refuses_every_later_call(model_path):
     """The child is killed under a loaded runtime: the next call raises ``RuntimeLost``, not a hang."""
     from inspector.llama.remote import RemoteRuntime
@@ -212,6 +232,7 @@ def test_a_lost_runtime_refuses_every_later_call(model_path):
         server.kill()
 
 
+@needs_rpc
 def test_the_window_runs_over_rpc_and_stays_up_when_the_server_goes_away(qtbot, runtime, tmp_path):
     """The panel's RPC field and -ngl: the run loads the model in a child process with every layer
     on the server; the server is killed mid-run: the run ends with the line naming the server and
@@ -240,3 +261,22 @@ def test_the_window_runs_over_rpc_and_stays_up_when_the_server_goes_away(qtbot, 
         assert "cannot connect" in w.last_error and w.isVisible()
     finally:
         server.kill()
+
+
+@needs_rpc
+def test_a_local_draft_model_proposes_for_a_target_on_the_rpc_server(rpc_runtime, make_generation, chat_tokens,
+                                                                     model_path, tmp_path):
+    """The draft's vocabulary check reads the target's vocabulary in the target's child process."""
+    from inspector.llama.quantize import make_draft
+    from inspector.sources.registry import SourceContext, close_source, make_source
+
+    draft_path = make_draft(model_path, "Q8_0", tmp_path)
+    settings = GenerationSettings(max_new_tokens=12, draft_max=4)
+    source = make_source("draft", SourceContext(rpc_runtime, settings), {"draft_model": str(draft_path)})
+    try:
+        tokens = chat_tokens(example_prompt("copy-exact"))
+        g = make_generation(source, tokens, on=RuntimeScheduler(rpc_runtime), max_new_tokens=12, draft_max=4)
+        g.run()
+        assert g.receipts and g.generated_count == len(g.generated) > 0
+    finally:
+        close_source(source)

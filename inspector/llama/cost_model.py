@@ -20,6 +20,8 @@ from statistics import median
 from time import perf_counter_ns
 from typing import Sequence
 
+from inspector.engine.settings import GenerationSettings
+
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
@@ -110,8 +112,8 @@ class CostModel:
         }
 
 
-DEFAULT_DRAFT_MAX = 8
-"""Draft max without a measured curve (the engine's ``GenerationSettings`` default)."""
+DEFAULT_DRAFT_MAX = GenerationSettings.__dataclass_fields__["draft_max"].default
+"""Draft max without a measured curve: the engine's ``GenerationSettings`` default (8)."""
 
 
 @dataclass(frozen=True, slots=True)

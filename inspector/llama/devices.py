@@ -244,13 +244,25 @@ def add_rpc_servers(endpoints) -> list[Device]:
     add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(_rpc_proc("ggml_backend_rpc_add_server"))
     out: list[Device] = []
     for endpoint in endpoints:
-        check_endpoint(endpoint)
-        reg = add(endpoint.encode())
-        if not reg:
-            raise RpcUnavailable(endpoint, "llama.cpp could not add it")
-        lib.ggml_backend_register(reg)
-        out += [_device(lib, lib.ggml_backend_reg_dev_get(reg, i)) for i in range(int(lib.ggml_backend_reg_dev_count(reg)))]
+        if endpoint not in _registered:  # once per process: llama.cpp keeps the registry
+            check_endpoint(endpoint)
+            reg = add(endpoint.encode())
+            if not reg:
+                raise RpcUnavailable(endpoint, "llama.cpp could not add it")
+            lib.ggml_backend_register(reg)
+            _registered[endpoint] = [_device(lib, lib.ggml_backend_reg_dev_get(reg, i))
+                                     for i in range(int(lib.ggml_backend_reg_dev_count(reg)))]
+        out += _registered[endpoint]
     return out
+
+
+_registered: dict[str, list[Device]] = {}
+"""RPC servers added to llama.cpp in this process -> their devices."""
+
+
+def local_gpus() -> list[Device]:
+    """This machine's GPUs as llama.cpp sees them (GPU and IGPU devices, RPC servers excluded)."""
+    return [d for d in list_devices() if d.type in ("GPU", "IGPU") and not d.name.startswith("RPC")]
 
 
 def serve_rpc(host: str = "127.0.0.1", port: int = DEFAULT_RPC_PORT, threads: int | None = None,

@@ -20,6 +20,7 @@ import ctypes
 import multiprocessing
 import os
 import re
+import signal
 import tempfile
 import threading
 from multiprocessing import shared_memory
@@ -31,6 +32,9 @@ _LOCAL = ("info", "model_path", "n_ctx", "n_batch", "n_seq_max", "n_threads", "n
           "architecture", "swa_full", "layers", "offload", "rpc_devices", "offload_note", "converted_from")
 """Attributes read once from the child after loading (they do not change; ``n_threads`` follows
 ``set_threads``)."""
+RPC_HELLO_TIMEOUT_S = 30.0
+"""Longest wait for the RPC servers to answer llama.cpp's hello (seconds): something that accepts the
+connection but is not llama.cpp's RPC server never answers."""
 STARTUP_TIMEOUT_S = 600.0
 """Longest wait for the model to load in the child (seconds)."""
 CALL_TIMEOUT_S = 300.0
@@ -62,21 +66,29 @@ def _child(conn, model_path: str, options: dict, flag_name: str, stderr_path: st
     os.dup2(fd, 1)
     os.dup2(fd, 2)  # llama.cpp's abort message lands in the file the parent reads
     os.environ["GGML_NO_BACKTRACE"] = "1"  # an abort would attach gdb for a backtrace: seconds, and noise
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the parent's to handle (it ends the child)
     import llama_cpp  # noqa: F401  (loads the libraries before the runtime module sets its log level)
 
+    from inspector.llama.devices import add_rpc_servers
     from inspector.llama.runtime import LlamaRuntime
 
     flag_mem = shared_memory.SharedMemory(name=flag_name)
     try:
+        offload = options.get("offload")
+        if offload is not None and offload.rpc:  # first, so the parent can time the servers' answer alone
+            add_rpc_servers(offload.rpc)
+            conn.send(("registered", None))
         rt = LlamaRuntime(model_path, progress=lambda v: conn.send(("progress", v)), **options)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, never lost
         conn.send(("err", type(exc).__module__, type(exc).__qualname__, str(exc), _attrs(exc)))
+        flag_mem.close()
         return
     # Cancellation: llama.cpp's abort callback reads the shared byte instead of the runtime's own.
     flag = (ctypes.c_char * 2).from_buffer(flag_mem.buf)
     rt._abort_flag = flag
     llama_cpp.llama_set_abort_callback(rt.ctx, rt._abort_cb, ctypes.c_void_p(ctypes.addressof(flag)))
-    conn.send(("ready", {a: getattr(rt, a) for a in _LOCAL}))
+    methods = sorted(n for n in dir(rt) if not n.startswith("_") and callable(getattr(rt, n, None)))
+    conn.send(("ready", {a: getattr(rt, a) for a in _LOCAL}, methods))
     while True:
         try:
             msg = conn.recv()
@@ -87,12 +99,16 @@ def _child(conn, model_path: str, options: dict, flag_name: str, stderr_path: st
             break
         d0, p0 = rt.decode_ns, rt.predict_ns
         try:
-            value = getattr(rt, name)
-            if kind == "call":
-                value = value(*args, **kwargs)
+            if kind == "apply":  # a module-level function (pickled by name) run on the real runtime
+                value = name(rt, *args, **kwargs)
+            else:
+                value = getattr(rt, name)
+                if kind == "call":
+                    value = value(*args, **kwargs)
             conn.send(("ok", value, rt.decode_ns - d0, rt.predict_ns - p0))
         except BaseException as exc:  # noqa: BLE001
             conn.send(("err", type(exc).__module__, type(exc).__qualname__, str(exc), _attrs(exc)))
+    rt._abort_flag = None  # the last view of the shared byte: SharedMemory.close refuses while one exists
     del flag
     rt.close()
     flag_mem.close()
@@ -113,8 +129,9 @@ class RemoteRuntime:
     ``LlamaRuntime`` in the child; ``progress`` gets the load progress (0.0..1.0) here. Raises
     what ``LlamaRuntime`` raises (``ModelFileError``, ``RpcUnavailable``) or ``RuntimeLost``
     when the child dies while loading (llama.cpp aborted: e.g. a server that is not llama.cpp's
-    RPC server). Every call later may raise ``RuntimeLost``; ``alive`` says whether it can
-    still answer.
+    RPC server) and ``RpcUnavailable`` when the servers do not answer llama.cpp's hello within
+    ``RPC_HELLO_TIMEOUT_S``. Every call later may raise ``RuntimeLost``; ``alive`` says whether it
+    can still answer. A call with no answer for ``call_timeout_s`` seconds ends the child.
     """
 
     def __init__(self, model_path, *, progress=None, call_timeout_s: float = CALL_TIMEOUT_S,
@@ -125,6 +142,9 @@ class RemoteRuntime:
         offload = runtime_options.get("offload")
         self._endpoints = tuple(getattr(offload, "rpc", ()) or ())
         self._lock = threading.RLock()
+        self._abort_lock = threading.Lock()
+        """Guards ``_inflight_sid`` with the flag byte: an abort requested as a decode ends must not
+        stay set for the next call (as ``LlamaRuntime._abort_lock``)."""
         self._flag = shared_memory.SharedMemory(create=True, size=2)
         self._flag.buf[0] = 0
         self._inflight_sid: int | None = None
@@ -142,6 +162,28 @@ class RemoteRuntime:
         self.predict_ns = 0
         self._pieces: dict = {}
         self._eog: dict = {}
+        self._methods: frozenset = frozenset()
+        try:
+            self._start(progress)
+        except BaseException:
+            self._stop()
+            raise
+
+    def _start(self, progress) -> None:
+        """Wait for the child: the RPC servers' answer (``RPC_HELLO_TIMEOUT_S``), then the model."""
+        if self._endpoints:
+            try:
+                msg = self._receive(RPC_HELLO_TIMEOUT_S)
+            except RuntimeLost as exc:
+                if getattr(self, "_hung_s", None):
+                    from inspector.llama.devices import RpcUnavailable
+
+                    raise RpcUnavailable(",".join(self._endpoints), f"no answer to llama.cpp's RPC hello within "
+                                         f"{RPC_HELLO_TIMEOUT_S:g} s: is it llama.cpp's RPC server (protocol "
+                                         f"7.x, spec-inspector rpc-server)?") from None
+                raise exc from None
+            if msg[0] == "err":
+                raise _remote_error(*msg[1:])
         while True:
             msg = self._receive(STARTUP_TIMEOUT_S)
             if msg[0] == "progress":
@@ -152,10 +194,10 @@ class RemoteRuntime:
                         pass
                 continue
             if msg[0] == "err":
-                self._stop()
                 raise _remote_error(*msg[1:])
             for k, v in msg[1].items():
                 setattr(self, k, v)
+            self._methods = frozenset(msg[2])
             break
 
     # -- the pipe -----------------------------------------------------------------------------
@@ -204,12 +246,14 @@ class RemoteRuntime:
     @property
     def alive(self) -> bool:
         """The child still answers (False after ``RuntimeLost`` or ``close``)."""
-        return self._lost is None and self._proc.is_alive()
+        return self._lost is None and self._proc is not None and self._proc.is_alive()
 
     # -- the runtime's methods ------------------------------------------------------------------
     def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
+        """Any other ``LlamaRuntime`` method, forwarded (data attributes other than ``_LOCAL`` do not
+        exist here: ``vocab``, ``ctx`` and ``model`` are pointers in the child's memory)."""
+        if name.startswith("_") or name not in self.__dict__.get("_methods", ()):
+            raise AttributeError(f"RemoteRuntime has no {name!r} (a pointer in the child, or no such method)")
 
         def method(*args, **kwargs):
             return self._call("call", name, *args, **kwargs)
@@ -217,37 +261,50 @@ class RemoteRuntime:
         method.__name__ = name
         return method
 
+    def apply(self, fn, *args, **kwargs):
+        """``fn(runtime, *args, **kwargs)`` run in the child on the real ``LlamaRuntime`` (``fn``: a
+        module-level function, pickled by name; its result must pickle). For code that needs the
+        runtime's llama.cpp pointers, e.g. ``inspector.sources.compat.vocab_facts``."""
+        return self._call("apply", fn, *args, **kwargs)
+
     def decode_rows(self, sid, tokens, position, abort=None):
+        """``LlamaRuntime.decode_rows`` in the child; ``abort`` (an Event) reaches it through the shared byte."""
         return self._decode("decode_rows", sid, tokens, position, abort)
 
     def decode_logits(self, sid, tokens, position, abort=None):
+        """``LlamaRuntime.decode_logits`` in the child (the logits come back as a numpy copy)."""
         return self._decode("decode_logits", sid, tokens, position, abort)
 
     def _decode(self, name, sid, tokens, position, abort):
         with self._lock:
-            self._inflight_sid = sid if abort is not None else None
-            if abort is not None and abort.is_set():
-                self._flag.buf[0] = 1
+            with self._abort_lock:
+                self._inflight_sid = sid if abort is not None else None
+                self._flag.buf[0] = 1 if abort is not None and abort.is_set() else 0
             try:
                 return self._call("call", name, sid, tuple(tokens), position)
             finally:
-                self._inflight_sid = None
-                self._flag.buf[0] = 0
+                with self._abort_lock:
+                    self._inflight_sid = None
+                    self._flag.buf[0] = 0
 
     def request_abort(self, sid: int) -> None:
-        """Abort the decode in flight if it belongs to session ``sid`` (any thread)."""
-        if self._inflight_sid == sid and self._lost is None:
-            self._flag.buf[0] = 1
+        """Abort the decode in flight if it belongs to session ``sid`` (any thread; never blocks on a call)."""
+        with self._abort_lock:
+            if self._inflight_sid == sid and self._lost is None:
+                self._flag.buf[0] = 1
 
     @property
     def rollback(self):
+        """``LlamaRuntime.rollback`` (probed in the child)."""
         return self._call("get", "rollback")
 
     def set_threads(self, n_threads: int) -> None:
+        """``LlamaRuntime.set_threads`` in the child; ``n_threads`` follows."""
         self._call("call", "set_threads", n_threads)
         self.n_threads = max(1, int(n_threads))
 
     def token_piece(self, token: int, special: bool = False) -> bytes:
+        """The token's bytes (cached here: they depend only on the model)."""
         key = (token, special)
         b = self._pieces.get(key)
         if b is None:
@@ -255,19 +312,26 @@ class RemoteRuntime:
         return b
 
     def token_text(self, token: int) -> str:
+        """Display text of one token (as ``LlamaRuntime.token_text``)."""
         return self.token_piece(token, True).decode("utf-8", errors="replace")
 
     def detokenize(self, tokens) -> str:
+        """Join the tokens' bytes and decode once (as ``LlamaRuntime.detokenize``)."""
         return b"".join(self.token_piece(t) for t in tokens).decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
+        """End-of-generation test (cached here)."""
         v = self._eog.get(token)
         if v is None:
             v = self._eog[token] = bool(self._call("call", "is_eog", token))
         return v
 
     def describe(self) -> dict:
-        return {**self._call("call", "describe"), "process": "child (llama.cpp's RPC client aborts on a lost server)"}
+        """``LlamaRuntime.describe`` with ``converted_from`` (set here) and ``process``."""
+        d = {**self._call("call", "describe"), "process": "child (llama.cpp's RPC client aborts on a lost server)"}
+        if getattr(self, "converted_from", None):
+            d["converted_from"] = str(self.converted_from)
+        return d
 
     def close(self) -> None:
         """End the child (idempotent)."""
@@ -282,6 +346,8 @@ class RemoteRuntime:
             self._stop()
 
     def _stop(self) -> None:
+        if self._proc is None:
+            return
         self._proc.join(timeout=10)
         if self._proc.is_alive():
             self._proc.kill()
@@ -314,3 +380,44 @@ def _last_line(path: str) -> str:
         if "ggml" in l or "error" in l.lower() or "failed" in l.lower():
             return re.sub(r"\S*/(ggml-[\w.-]+\.cpp:\d+)", r"\1", l)[:300]  # the build folder's path: noise
     return lines[-1][:300] if lines else ""
+
+
+def _devices_child(conn, endpoints) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["GGML_NO_BACKTRACE"] = "1"
+    from inspector.llama.devices import add_rpc_servers, list_devices
+
+    try:
+        add_rpc_servers(endpoints)
+        conn.send(("ok", list_devices()))
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("err", type(exc).__module__, type(exc).__qualname__, str(exc), _attrs(exc)))
+
+
+def devices_with_rpc(endpoints, timeout_s: float = RPC_HELLO_TIMEOUT_S):
+    """``list_devices()`` after adding the RPC servers ``endpoints``, computed in a child process
+    (llama.cpp's RPC client may abort its process; registering here would also offload every
+    later model to the servers). Raises ``RpcUnavailable`` (not reachable, no answer within
+    ``timeout_s`` seconds) and ``RuntimeLost`` (llama.cpp aborted the child)."""
+    from inspector.llama.devices import RpcUnavailable
+
+    ctx = multiprocessing.get_context("spawn")
+    conn, child_conn = ctx.Pipe()
+    proc = ctx.Process(target=_devices_child, args=(child_conn, tuple(endpoints)), daemon=True)
+    proc.start()
+    child_conn.close()
+    try:
+        if not conn.poll(timeout_s):
+            raise RpcUnavailable(",".join(endpoints), f"no answer to llama.cpp's RPC hello within {timeout_s:g} s")
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            proc.join(timeout=5)
+            raise RuntimeLost(endpoints, proc.exitcode, "") from None
+        if msg[0] == "err":
+            raise _remote_error(*msg[1:])
+        return msg[1]
+    finally:
+        proc.kill()
+        proc.join(timeout=5)
+        conn.close()

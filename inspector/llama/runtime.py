@@ -137,15 +137,14 @@ class LlamaRuntime:
         self.info: ModelInfo = check_gguf(model_path)
         self.model_path = self.info.path
         _init_backend()
-        from inspector.llama.devices import Offload, SPLIT_MODES, add_rpc_servers, device_array, list_devices
+        from inspector.llama.devices import Offload, SPLIT_MODES, add_rpc_servers, device_array, local_gpus
 
         self.offload = offload if offload is not None else Offload()
         self.rpc_devices = add_rpc_servers(self.offload.rpc) if self.offload.rpc else []
         mparams = llama_cpp.llama_model_default_params()
         o = self.offload
         if self.rpc_devices:  # the layers go to the RPC servers (llama.cpp's --rpc adds them to the list)
-            gpus = [d for d in list_devices() if d.type in ("GPU", "IGPU") and not d.name.startswith("RPC")]
-            self._devices = device_array([*self.rpc_devices, *gpus])
+            self._devices = device_array([*self.rpc_devices, *local_gpus()])
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         if o.n_gpu_layers is not None:
             mparams.n_gpu_layers = o.n_gpu_layers
@@ -158,7 +157,7 @@ class LlamaRuntime:
             mparams.tensor_split = self._tensor_split
         self.offload_note = ""
         """One line when a setting could not be honoured (layers asked for, no device to put them on)."""
-        if (o.n_gpu_layers or 0) != 0 and not any(d.type in ("GPU", "IGPU") for d in list_devices()):
+        if (o.n_gpu_layers or 0) != 0 and not self.rpc_devices and not local_gpus():
             self.offload_note = (f"-ngl {o.n_gpu_layers} has no effect: llama.cpp sees no GPU here and no RPC "
                                  "server was given (--rpc HOST:PORT), so every layer runs on the CPU")
         if progress is not None:

@@ -71,10 +71,21 @@ def check_compatible(target: VocabFacts, draft: VocabFacts) -> None:
             raise IncompatibleDraft(f"text of token {i}", repr(a), repr(b))
 
 
+def _vocab_values(runtime) -> tuple:
+    """The vocabulary figures and every token's text (bytes), picklable: ``vocab_facts`` of a runtime
+    in another process (``RemoteRuntime.apply``)."""
+    f = vocab_facts(runtime)
+    return (f.vocab_type, f.add_bos, f.bos, f.add_eos, f.eos, f.n_vocab, [f.token_text(i) for i in range(f.n_vocab)])
+
+
 def vocab_facts(runtime) -> VocabFacts:
-    """``VocabFacts`` of a loaded ``LlamaRuntime``."""
+    """``VocabFacts`` of a loaded ``LlamaRuntime`` (or of a ``RemoteRuntime``: read in its process)."""
     import llama_cpp
 
+    apply = getattr(runtime, "apply", None)
+    if apply is not None:
+        *figures, texts = apply(_vocab_values)
+        return VocabFacts(*figures, lambda i: texts[i] if 0 <= i < len(texts) else b"")
     v = runtime.vocab
 
     def text(i: int) -> bytes:
