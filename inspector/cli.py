@@ -389,7 +389,7 @@ def cmd_run(args) -> int:
             printer.catch_up(gen.text.text)
             sys.stdout.flush()
             lost = isinstance(exc, RuntimeLost)
-            message = exc.at_window(gen.window_count) if lost else str(exc)
+            message = exc.at(gen.failure_place()) if lost else str(exc)
             print(f"\nspec-inspector: generation error: {message}", file=sys.stderr, flush=True)
             if args.resume and attempts < 20 and not lost:
                 attempts += 1

@@ -129,5 +129,5 @@ def cmd_devices(args) -> int:
         mem = f"{d.total_bytes / 2**20:.0f} MiB, {d.free_bytes / 2**20:.0f} MiB free" if d.total_bytes else "memory n/a"
         print(f"{d.name:8s} {d.type:5s} {d.description} ({mem})")
     gpus = [d.name for d in local_gpus()]
-    print(f"this llama.cpp: GPUs {', '.join(gpus) or 'none'}, RPC {'yes' if rpc_supported() else 'no (' + REBUILD_HINT + ')'}")
+    print(f"this llama.cpp: local GPUs {', '.join(gpus) or 'none'}, RPC {'yes' if rpc_supported() else 'no (' + REBUILD_HINT + ')'}")
     return 0

@@ -135,7 +135,7 @@ def test_draft_max_auto_is_the_default_and_a_run_takes_the_stored_curves_best_wi
     assert w.panel.draft_max_auto() and w.panel.draft_max.text() == "auto"
     run_to_end(qtbot, w)
     assert w.session.settings["draft_max"] == 3
-    assert w.panel.draft_max_used.text() == "→ 3" and "ceiling 2.50x" in w.panel.draft_max_used.toolTip()
+    assert w.panel.draft_max_used.text().strip() == "→ 3" and "ceiling 2.50x" in w.panel.draft_max_used.toolTip()
     assert w.session.receipts and all(r.proposal_token_count <= 3 for r in w.session.receipts)
     # A draft max typed in is used as given.
     w.panel.draft_max.setValue(2)

@@ -45,6 +45,7 @@ def bench_rpc(model_path, endpoints, *, max_tokens: int = 128, k_max: int = 16, 
     """Measure the model local, then on ``endpoints`` (RPC servers, HOST:PORT); return a JSON-ready
     dict (``placements``: ``PlacementResult`` fields). Raises ``ModelFileError``, ``RpcUnavailable``
     and ``RuntimeLost`` (a server went away)."""
+    from inspector.llama.cost_cache import placement, store_cost_model
     from inspector.llama.devices import Offload
     from inspector.llama.quantize import open_target
     from inspector.sources import NgramSource
@@ -60,6 +61,7 @@ def bench_rpc(model_path, endpoints, *, max_tokens: int = 128, k_max: int = 16, 
             tokens = rt.prompt_tokens(example_prompt(COPY_TASK))
             progress(f"{where}: cost model (k = 1..{k_max}) ...")
             cm = measure_cost_model(scheduler, tokens[:64], k_max=k_max, repeats=repeats)
+            store_cost_model(rt.model_path, rt.n_threads, cm, placement(rt))  # runs there read it (draft max auto)
             progress(f"{where}: plain and n-gram on {COPY_TASK} ...")
             plain = _run(scheduler, None, tokens, max_tokens)
             ngram = _run(scheduler, NgramSource(length="fixed"), tokens, max_tokens, draft_max)

@@ -87,10 +87,11 @@ class RuntimeLost(EngineError):
         self.exit_code = exit_code
         self.last_line = last_line
 
-    def at_window(self, window: int | None) -> str:
-        """The message with the window that was running: "RPC server H:P went away at window 4 (...)"."""
+    def at(self, place: str) -> str:
+        """The message with where the run was (``Generation.failure_place``): "RPC server H:P went
+        away at window 4 (...)", "... went away in a plain step after window 10 (...)"."""
         text = str(self)
-        if window:
-            text = text.replace(" went away", f" went away at window {window}", 1).replace(
-                "the model's process ended", f"the model's process ended at window {window}", 1)
+        if place:
+            text = text.replace(" went away", f" went away {place}", 1).replace(
+                "the model's process ended", f"the model's process ended {place}", 1)
         return text

@@ -457,6 +457,9 @@ class Generation:
             _repair_to(self._ctx, WindowTrace(), base, None, "after aborted step")
             self._error(RequestCancelled(), None)
             raise RequestCancelled() from None
+        except Exception as exc:  # a failed plain step (e.g. the runtime is gone): an error event, then up
+            self._error(exc, None)
+            raise
         token = timed.value[0]
         self._emit(STEP, token=token, row=0, position=base + 1)
         self._before_commit(None, 0, token, base + 1)
@@ -525,6 +528,17 @@ class Generation:
         except Exception:
             log.exception("proposal source %s failed in discard()", self.source.name)
         self.observer.on_discard(d)
+
+    def failure_place(self) -> str:
+        """Where the last error happened, for messages: "at window 4", "in a plain step after window
+        10", "in a plain step before the first window", or "" when nothing failed."""
+        last = next((e for e in reversed(self.events) if e.kind == ERROR), None)
+        if last is None:
+            return ""
+        if last.window is not None:
+            return f"at window {last.window}"
+        return f"in a plain step after window {self.window_count}" if self.window_count else \
+            "in a plain step before the first window"
 
     def _error(self, exc: BaseException, window: int | None) -> None:
         msg = str(exc) or type(exc).__name__

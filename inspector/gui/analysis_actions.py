@@ -216,12 +216,21 @@ class AnalysisActions(QObject):
 
     def _model_loaded(self, info: dict) -> None:
         """Show the cost model cached for this model (and the thread count a run uses), if any."""
+        from inspector.llama.cost_cache import load_cost_model, placement
+        from inspector.llama.model_file import weight_types_of
+
         path = str(info.get("path", ""))
         n = int(info.get("n_threads") or 0)
         cores = os.cpu_count() or 1
+        rt = self.w.worker.runtime
+        where = placement(rt) if rt is not None else ""
         for threads in (n, n - 1 if n >= cores and n > 1 else n):
             key = cost_key(path, threads)
-            m = self.cost_models.get(key) or self._load(key)
+            m = None if where else self.cost_models.get(key) or self._load(key)  # the window's own, local
+            if m is None:  # what bench, compare or another window stored for this placement
+                cm = load_cost_model(path, threads, where)
+                m = None if cm is None else CostMeasured(cm, path, threads, 0, weight_types_of(path),
+                                                         str(info.get("layers", "")))
             if m is not None:
                 self.cost_models[key] = m
                 self._use(m)

@@ -444,7 +444,7 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         """Name the draft max a run with ``auto`` used (its settings' ``draft_max_from``), else nothing."""
         st = settings or {}
         why = str(st.get("draft_max_from") or "")
-        self.draft_max_used.setText(f"→ {st.get('draft_max')}" if why and self.draft_max_auto() else "")
+        self.draft_max_used.setText(f"  → {st.get('draft_max')}" if why and self.draft_max_auto() else "")
         self.draft_max_used.setToolTip(why)
 
     def draft_max_auto(self) -> bool:

@@ -135,8 +135,8 @@ class CostView(QWidget):
                                           name="needed to match plain decoding: c(k)/c(1) − 1")
         b.addItem(self.break_bars)
         self.max_line = b.plot([], [], pen=pg.mkPen("#2e7d32", width=2), name="most it can accept: k − 1")
-        self.break_legend.addItem(self.break_bars, "break-even accepted tokens: c(k)/c(1) − 1")
-        self.break_legend.addItem(self.max_line, "most a window accepts: k − 1")
+        self.break_legend.addItem(self.break_bars, "break-even: c(k)/c(1) − 1 accepted")
+        self.break_legend.addItem(self.max_line, "most accepted: k − 1")
         b.setXLink(p)
         b.showAxis("right")
         b.getAxis("right").setStyle(showValues=False)
@@ -251,6 +251,7 @@ class CostView(QWidget):
         if m is None:
             self.ceiling_label.setText(EMPTY_LABEL)
             self.stack.setCurrentWidget(self.empty_hint)
+            self.use_draft_max.hide()  # nothing measured for this model: nothing to suggest
             return
         self.stack.setCurrentWidget(self.layout_widget)
         cm = m.model
@@ -276,8 +277,11 @@ class CostView(QWidget):
             self.cost_plot.setYRange(0, top * 1.1, padding=0)
         self.ceiling_label.setText(
             f"<p><b>{self.ceiling_text()}</b></p>"
-            f"<p>c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms ({threads}, after a prompt of "
-            f"{count_noun(m.prompt_tokens, 'token')}).</p>"
+            f"<p>c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms ({threads}"
+            + (f", after a prompt of {count_noun(m.prompt_tokens, 'token')}" if m.prompt_tokens else
+               ", stored by bench or compare")
+            + (f"; {html.escape(m.layers)}: every decode also pays the round trip to the server"
+               if m.layers and "RPC" in m.layers else "") + ").</p>"
             f"<p>A window must accept more than its bar to beat plain decoding. The best window is "
             f"{cm.best_rows} rows: draft max {cm.best_draft_max} if every proposal token is accepted; draft max "
             f"<i>auto</i> takes {auto_draft_max(cm).value} (the most tokens per ms if "
@@ -304,5 +308,5 @@ class CostView(QWidget):
         if m is None:
             return ""
         model = f"<br>{Path(m.model_path).name}" if with_model else ""  # a second line: wider than the plots
-        where = f" · {m.layers}" if m.layers and "CPU" not in m.layers else ""  # e.g. 30/30 layers on RPC0[...]
+        where = f"<br>{m.layers}" if m.layers and "CPU" not in m.layers else ""  # e.g. 30/30 layers on RPC0[...]
         return f"<b>{self.ceiling_text()}</b>{model} · {count_noun(m.n_threads, 'CPU thread')}{where}"

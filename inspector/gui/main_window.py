@@ -15,7 +15,7 @@ import importlib
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, QTimer, Signal
+from PySide6.QtCore import QByteArray, QRect, QSettings, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
@@ -282,6 +282,7 @@ class MainWindow(RunControl, QMainWindow):
         p.resume.clicked.connect(self.resume_clicked)
         p.open_model.clicked.connect(self.files.open_model_dialog)
         p.model_combo.activated.connect(lambda _i: self.load_selected_model())
+        p.weights.activated.connect(lambda _i: self.load_selected_model())  # converts (once) and loads now
         for source, name, button in p.option_buttons():  # Open… of every path option (draft model, receipts, ...)
             button.clicked.connect(lambda _=False, s=source, n=name: self.sources.open_option_file(s, n))
         p.make_draft.clicked.connect(self.sources.make_draft_clicked)
@@ -376,6 +377,11 @@ class MainWindow(RunControl, QMainWindow):
             f"{info.get('layers', 'all layers on the CPU')}, "
             f"vocab {info['n_vocab']} tokens"
             f"{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
+        label = self.panel.model_status  # room for every wrapped line (the scrolling panel squeezed it)
+        width = max(120, label.width())
+        lines = label.fontMetrics().boundingRect(QRect(0, 0, width, 10_000), int(Qt.TextFlag.TextWordWrap),
+                                                 label.text()).height()
+        label.setMinimumHeight(lines + 4)
 
     def _model_loaded(self, info: dict) -> None:
         self.model_info = info
@@ -395,12 +401,13 @@ class MainWindow(RunControl, QMainWindow):
         the bad file leaves the recent models."""
         self._hint_on_load = False
         self.load_progress.hide()
-        if path:
+        self._restore_before_run()  # a run that could not load its model keeps the session shown before
+        if path and not self.panel.rpc_servers.text().strip():  # an RPC failure is the server's, not the file's
             self.panel.remove_recent_model(path)
         loaded = self.model_info if self.worker.runtime is not None else None
         self._show_model(loaded)
         if loaded is not None:
-            self.panel.select_model(str(loaded["path"]))
+            self.panel.select_model(str(loaded.get("converted_from") or loaded["path"]))
         keeps = (f"{html.escape(Path(loaded['path']).name)} stays loaded." if loaded is not None
                  else "No model is loaded: pick one in the Model list or Open… a GGUF file.")
         if self.session.origin == "live" and not self.session.tokens:
@@ -408,14 +415,19 @@ class MainWindow(RunControl, QMainWindow):
                             f"{keeps}", BANNER_ERROR)
         self.show_error("Cannot load the model", message)
 
-    def _source_failed(self, name: str, message: str) -> None:
-        """The worker could not make the run's source: show why, and the previous session again."""
+    def _restore_before_run(self) -> None:
+        """Show the session (and faults) shown before the last ``start_run`` again, if that run never
+        started (its model or source could not be made)."""
         if self._before_run is not None:
             session, faults = self._before_run
             self.worker.faults = faults
             self.set_session(session)
             self.refresh_all()
         self._before_run = None
+
+    def _source_failed(self, name: str, message: str) -> None:
+        """The worker could not make the run's source: show why, and the previous session again."""
+        self._restore_before_run()
         self._run_status = None
         self.load_progress.hide()
         self.set_state(W.IDLE, f"{name} source refused")
@@ -455,10 +467,19 @@ class MainWindow(RunControl, QMainWindow):
         if err.kind == REFUSED:
             self.show_error("Run failed", message)
             return
+        if err.ended:  # the runtime is gone (a lost RPC server): the run is over, its receipts stay
+            self.set_banner(f"<b>Error:</b> {html.escape(message)}<br>The run ended here; its receipts are kept "
+                            "(Export receipts). Start the server again, then <b>Run</b>.", BANNER_ERROR)
+            self.error_info = err
+            self.redraw()
+            self.errorShown.emit(message)
+            return
         if err.retired:
             repaired = "the session was retired (the repair failed); Resume opens a new session prefilled with the canonical stream"
         elif err.repaired:
             repaired = f"repaired: KV length {err.kv_length} = canonical position {err.canonical_position}"
+        elif err.kv_length is None:
+            repaired = f"KV length unknown (it could not be read), canonical position {err.canonical_position}"
         else:
             repaired = f"KV length {err.kv_length} ≠ canonical position {err.canonical_position}"
         self.set_banner(f"<b>Error:</b> {message}<br>{repaired}. Press <b>Resume</b> to continue.", BANNER_ERROR)

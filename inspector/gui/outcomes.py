@@ -43,7 +43,7 @@ LEGEND = (
     (CORRECTION, "correction at a mismatch"),
     (BONUS, "bonus token after a full accept"),
     (PLAIN, "plain step"),
-    (END, "token that ended generation"),
+    (END, "end of generation"),
 )
 
 LEGEND_LABEL = dict(LEGEND)

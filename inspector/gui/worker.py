@@ -185,7 +185,9 @@ class EngineWorker(SteppingControl, QObject):
             rt = open_target(path, weights, on_convert=converting, n_ctx=n_ctx, n_batch=512, n_seq_max=4,
                              progress=self.modelProgress.emit, offload=offload)
         except (ModelFileError, EngineError, ValueError, OSError, RpcUnavailable) as exc:
-            # The model loaded before (if any) stays loaded and usable.
+            # The model loaded before (if any) stays loaded and usable, unless it is gone (a lost RPC server).
+            if self.runtime is not None and not getattr(self.runtime, "alive", True):
+                self._drop_runtime()
             self.modelFailed.emit(str(exc), path)
             self.stateChanged.emit(IDLE, "")
             return False
@@ -335,4 +337,5 @@ class EngineWorker(SteppingControl, QObject):
             return "error"
         # Pauses, steps, break-on and resumes after errors: ``StepControl.run``.
         return self.step.run(gen, progress=self.run.progress,
-                             error=lambda message: self._report(RunError(message, STEP_FAILED, **self.run.kv_info())))
+                             error=lambda message, ended=False: self._report(
+                                 RunError(message, STEP_FAILED, **self.run.kv_info(), ended=ended)))

@@ -194,7 +194,7 @@ def verify_cost_diagnosis(cm: CostModel, weight_types=()) -> str:
     if ratio < CHEAP_ROWS_RATIO and marginal < CHEAP_ROWS_MARGINAL:
         return (f"{figures}. Extra rows are cheap (a multi-row kernel or a GPU does the rows together): "
                 f"long proposals pay, raise draft max.")
-    return (f"{figures}. Rows are partly batched: proposals pay once about {max(1.0, cm.break_even(cm.best_rows)):.1f} "
+    return (f"{figures}. Rows are partly batched: proposals pay off once about {max(1.0, cm.break_even(cm.best_rows)):.1f} "
             f"tokens of a {cm.best_rows}-row window are accepted.")
 
 

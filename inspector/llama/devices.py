@@ -102,8 +102,10 @@ class Offload:
 def parse_endpoint(text: str) -> str:
     """``HOST:PORT`` checked (port 1..65535). Raises ``ValueError``."""
     host, sep, port = str(text).strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdigit():
         raise ValueError(f"RPC server {text!r}: expected HOST:PORT, e.g. 127.0.0.1:{DEFAULT_RPC_PORT}")
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"RPC server {text!r}: the port must be 1..65535, observed {port}")
     return f"{host}:{int(port)}"
 
 

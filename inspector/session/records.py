@@ -120,6 +120,8 @@ class RunError:
     kv_length: int | None = None
     canonical_position: int | None = None
     retired: bool = False
+    ended: bool = False
+    """The run ended with this error (its runtime is gone: ``RuntimeLost``): nothing to resume."""
 
     @property
     def repaired(self) -> bool:

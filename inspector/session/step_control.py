@@ -258,7 +258,7 @@ class StepControl:
                     return "stopped"
                 if isinstance(exc, RuntimeLost):  # nothing to resume on: the run ends, its receipts stay
                     progress()
-                    error(exc.at_window(gen.window_count))
+                    error(exc.at(gen.failure_place()), ended=True)
                     return "error"
                 in_error = True
                 self.after_error()
