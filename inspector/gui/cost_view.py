@@ -267,7 +267,7 @@ class CostView(QWidget):
         self.cost_plot.setYRange(0, float(cost.max()) * 1.1, padding=0)
         self.cost_plot.setXRange(0.5, len(cost) + 0.5, padding=0)
         self._sync_views()
-        threads = count_noun(m.n_threads, "CPU thread")
+        threads = self._threads(m)
         self.title.setText(self._title(with_model=False))  # the model panel names the model; a PNG does
         self.use_draft_max.setText(f"Use draft max {self.suggested_draft_max()}")
         self.use_draft_max.setVisible(self.suggested_draft_max() >= 1)
@@ -309,4 +309,10 @@ class CostView(QWidget):
             return ""
         model = f"<br>{Path(m.model_path).name}" if with_model else ""  # a second line: wider than the plots
         where = f"<br>{m.layers}" if m.layers and "CPU" not in m.layers else ""  # e.g. 30/30 layers on RPC0[...]
-        return f"<b>{self.ceiling_text()}</b>{model} · {count_noun(m.n_threads, 'CPU thread')}{where}"
+        return f"<b>{self.ceiling_text()}</b>{model} · {self._threads(m)}{where}"
+
+    @staticmethod
+    def _threads(m) -> str:
+        """"2 CPU threads", or "2 client threads" when the layers ran on an RPC server (its own count)."""
+        remote = bool(m.layers) and "RPC" in m.layers
+        return count_noun(m.n_threads, "client thread" if remote else "CPU thread")
