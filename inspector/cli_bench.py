@@ -11,8 +11,6 @@ from inspector.engine.settings import DEFAULT_N_CTX
 
 
 def cmd_bench(args) -> int:
-    import json
-
     from inspector.bench.run import TASKS, format_bench, run_bench
     from inspector.engine.errors import EngineError
     from inspector.llama.devices import RpcUnavailable
@@ -37,19 +35,24 @@ def cmd_bench(args) -> int:
     except EngineError as exc:
         runtime.close()
         return _fail(str(exc))
-    print(format_bench(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
-        print(f"json: {args.json}")
+    _print_result(format_bench(result), result, args.json)
     runtime.close()
     return 0
+
+
+def _print_result(text: str, result: dict, json_path) -> None:
+    """Print a bench table, and write its figures as JSON when ``--json OUT`` was given."""
+    import json
+
+    print(text)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"json: {json_path}")
 
 
 def _bench_rpc(args) -> int:
     """``bench --rpc HOST:PORT``: c(k) and speedups with the model local and over the RPC servers
     (``inspector.bench.rpc``), in one run."""
-    import json
-
     from inspector.bench.rpc import bench_rpc, format_rpc
     from inspector.engine.errors import EngineError
     from inspector.llama.devices import RpcUnavailable
@@ -62,17 +65,12 @@ def _bench_rpc(args) -> int:
                            n_gpu_layers=args.n_gpu_layers, progress=progress)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
-    print(format_rpc(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
-        print(f"json: {args.json}")
+    _print_result(format_rpc(result), result, args.json)
     return 0
 
 
 def _bench_weights(args) -> int:
     """``bench --weights T1,T2,...``: every weight layout of the model in one run (``inspector.bench.weights``)."""
-    import json
-
     from inspector.bench.weights import bench_weights, format_weights
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError, bundled_model_path
@@ -91,10 +89,7 @@ def _bench_weights(args) -> int:
                                progress=progress)
     except (ModelFileError, EngineError, ValueError) as exc:
         return _fail(str(exc))
-    print(format_weights(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
-        print(f"json: {args.json}")
+    _print_result(format_weights(result), result, args.json)
     return 0
 
 

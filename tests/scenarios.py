@@ -292,3 +292,29 @@ def first_window(receipts, *, disposition: str | None = None, at_least: int = 1,
     raise AssertionError(f"no window from {from_window} committed {at_least} tokens"
                          + (f" as {disposition}" if disposition else "") + ": "
                          + str([(r.window_index, r.disposition, r.canonical_prediction_count) for r in receipts]))
+
+
+def run_resuming_after_each_error(g, max_errors: int = 1) -> list:
+    """Run ``g`` to its end, resuming after each ``EngineError``; return the errors. After each
+    one, checks what SPEC promises of a failed window: its events read verify, commit..., repair,
+    error (a discard aside), and the KV length is the canonical position (None when a failed
+    repair retired the session). At most ``max_errors`` errors."""
+    from inspector.engine.errors import EngineError, RepairFailed
+
+    errors = []
+    while not g.finished:
+        try:
+            g.run()
+        except EngineError as exc:
+            errors.append(exc)
+            window = g.events[-2].window if g.events[-1].kind == "discard" else g.events[-1].window
+            seq = [e.kind for e in g.events if e.window == window and e.kind != "discard"]
+            assert seq[0] == "verify" and seq[-2:] == ["repair", "error"], seq
+            assert set(seq[1:-2]) <= {"commit"}
+            if isinstance(exc, RepairFailed):
+                assert g.session_retired and g.kv_length() is None
+            else:
+                assert g.kv_length() == g.canonical_position
+            g.resume()
+        assert len(errors) <= max_errors
+    return errors

@@ -19,12 +19,13 @@ import pytest
 
 from inspector.engine import Fault, FaultPlan, Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.baseline import compare_with_plain, first_difference, top2_after
-from inspector.engine.errors import DecodeAborted, EngineError, PromptTooLong, RepairFailed, RequestCancelled
+from inspector.engine.errors import DecodeAborted, EngineError, PromptTooLong, RequestCancelled
 from inspector.engine.text import CommittedText
 from inspector.receipts import load_document, write_document
 from inspector.session.document import build_document
 from inspector.sources import NgramSource, ScriptedSource
-from scenarios import ALTERNATE, EndsTurnBy, Follower, NoEndOfTurn, first_window, plain_reference, same_greedy_output
+from scenarios import (ALTERNATE, EndsTurnBy, Follower, NoEndOfTurn, first_window, plain_reference,
+                       run_resuming_after_each_error, same_greedy_output)
 
 COPY = "Copy this sentence twice: The library opens at nine and closes at five."
 COUNT = "Count from one to twenty in words, separated by spaces."
@@ -278,22 +279,7 @@ def test_each_fault_repairs_before_its_error_and_resume_matches_an_uninterrupted
     plan = FaultPlan([Fault.parse(fault)])
     g = make_generation(Follower(follow_target, ALTERNATE, prompt=tokens), tokens, on=follow_target,
                         max_new_tokens=MAX, faults=plan)
-    errors = []
-    while not g.finished:
-        try:
-            g.run()
-        except EngineError as exc:
-            errors.append(exc)
-            window = g.events[-2].window if g.events[-1].kind == "discard" else g.events[-1].window
-            seq = [e.kind for e in g.events if e.window == window and e.kind != "discard"]
-            assert seq[0] == "verify" and seq[-2:] == ["repair", "error"], seq
-            assert set(seq[1:-2]) <= {"commit"}
-            if isinstance(exc, RepairFailed):
-                assert g.session_retired and g.kv_length() is None
-            else:
-                assert g.kv_length() == g.canonical_position
-            g.resume()
-        assert len(errors) <= 1
+    errors = run_resuming_after_each_error(g)
     assert plan.fired, f"fault {fault} never fired"
     if same_greedy_output(follow_target, tokens, reference.generated, g.generated):
         assert g.generated == reference.generated

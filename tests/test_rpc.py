@@ -21,12 +21,12 @@ import time
 import pytest
 
 from inspector.engine import Fault, FaultPlan, GenerationSettings, RuntimeScheduler
-from inspector.engine.errors import EngineError, RepairFailed, RuntimeLost
+from inspector.engine.errors import RuntimeLost
 from inspector.llama.devices import Offload, RpcUnavailable, rpc_supported
 from inspector.prompts import example_prompt
 from inspector.receipts import load_document
 from inspector.sources import NgramSource
-from scenarios import ALTERNATE, Follower, NoEndOfTurn, first_window, same_greedy_output
+from scenarios import ALTERNATE, Follower, NoEndOfTurn, first_window, run_resuming_after_each_error, same_greedy_output
 
 
 def test_this_llama_cpp_has_its_rpc_backend():
@@ -140,21 +140,7 @@ def test_each_fault_over_rpc_repairs_before_its_error_and_resume_matches_an_unin
     plan = FaultPlan([Fault.parse(fault)])
     g = make_generation(Follower(target, ALTERNATE, prompt=tokens), tokens, on=target, max_new_tokens=MAX,
                         faults=plan)
-    errors = []
-    while not g.finished:
-        try:
-            g.run()
-        except EngineError as exc:
-            errors.append(exc)
-            window = g.events[-2].window if g.events[-1].kind == "discard" else g.events[-1].window
-            seq = [e.kind for e in g.events if e.window == window and e.kind != "discard"]
-            assert seq[0] == "verify" and seq[-2:] == ["repair", "error"], seq
-            assert set(seq[1:-2]) <= {"commit"}
-            if isinstance(exc, RepairFailed):
-                assert g.session_retired
-            else:
-                assert g.kv_length() == g.canonical_position
-            g.resume()
+    errors = run_resuming_after_each_error(g)
     assert plan.fired and len(errors) == 1
     assert g.generated == reference.generated
 

@@ -79,19 +79,16 @@ class RuntimeLost(EngineError):
     llama.cpp's last stderr line. Every later runtime call raises it too."""
 
     def __init__(self, endpoints, exit_code, last_line: str) -> None:
-        where = f"RPC server {', '.join(endpoints)} went away" if endpoints else "the model's process ended"
-        why = f" (llama.cpp: {last_line})" if last_line else ""
-        code = f"; its process exited with {exit_code}" if exit_code is not None else ""
-        super().__init__(f"{where}{why}{code}")
         self.endpoints = tuple(endpoints)
         self.exit_code = exit_code
         self.last_line = last_line
+        super().__init__(self.at(""))
 
     def at(self, place: str) -> str:
-        """The message with where the run was (``Generation.failure_place``): "RPC server H:P went
-        away at window 4 (...)", "... went away in a plain step after window 10 (...)"."""
-        text = str(self)
-        if place:
-            text = text.replace(" went away", f" went away {place}", 1).replace(
-                "the model's process ended", f"the model's process ended {place}", 1)
-        return text
+        """The message with where the run was (``Generation.failure_place``; "" = not said): "RPC
+        server H:P went away at window 4 (...)", "... went away in a plain step after window 10 (...)"."""
+        where = f"RPC server {', '.join(self.endpoints)} went away" if self.endpoints else "the model's process ended"
+        where += f" {place}" if place else ""
+        why = f" (llama.cpp: {self.last_line})" if self.last_line else ""
+        code = f"; its process exited with {self.exit_code}" if self.exit_code is not None else ""
+        return f"{where}{why}{code}"

@@ -210,8 +210,8 @@ class EngineWorker(SteppingControl, QObject):
         original = getattr(rt, "converted_from", None)
         if not weights:
             return original is None and str(rt.model_path) == str(path)
-        same_file = str(original or rt.model_path) == str(Path(path).resolve()) or str(original or rt.model_path) == str(path)
-        return same_file and rt.info.main_weight_type == weights
+        source = str(original or rt.model_path)
+        return source in (str(path), str(Path(path).resolve())) and rt.info.main_weight_type == weights
 
     def _drop_runtime(self) -> None:
         if self.contention is not None:
