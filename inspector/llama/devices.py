@@ -215,13 +215,6 @@ def rpc_supported() -> bool:
         return False
 
 
-def gpu_supported() -> bool:
-    """This llama.cpp can offload layers to a GPU (``llama_supports_gpu_offload``)."""
-    import llama_cpp
-
-    return bool(llama_cpp.llama_supports_gpu_offload())
-
-
 def _rpc_proc(name: str):
     lib = _ggml()
     reg = lib.ggml_backend_reg_by_name(b"RPC")
