@@ -7,6 +7,10 @@ tests cover the same behaviours on llama.cpp.
 
 from __future__ import annotations
 
+import numpy as np
+
+from inspector.engine.probabilities import summarise_rows
+
 
 class FakeRuntime:
     def __init__(self, n_vocab: int = 1000, n_ctx: int = 256, n_batch: int = 64, eog: tuple[int, ...] = ()):
@@ -31,7 +35,16 @@ class FakeRuntime:
         kv = self.kv[sid]
         assert position == len(kv), f"decode at {position} but kv holds {len(kv)}"
         kv.extend(tokens)
+        self._last_rows = tuple(tokens)
         return [(t + 1) % self.n_vocab for t in tokens]
+
+    def row_probabilities(self, n, proposed, predictions, sampling=None):
+        """Figures from made-up logits: after token t, t+1 has logit 4, t+2 logit 2, the rest 0."""
+        logits = np.zeros((n, self.n_vocab), dtype=np.float32)
+        for i, t in enumerate(self._last_rows[-n:]):
+            logits[i, (t + 1) % self.n_vocab] = 4.0
+            logits[i, (t + 2) % self.n_vocab] = 2.0
+        return summarise_rows(logits, proposed, predictions, sampling)
 
     def prefill(self, sid, tokens, position):
         self.decode_rows(sid, tokens, position)

@@ -201,10 +201,11 @@ class Generation:
             abort(self.session_id)
 
     # -- events --------------------------------------------------------------
-    def _emit(self, kind, window=None, token=None, row=None, position=None, detail="") -> None:
+    def _emit(self, kind, window=None, token=None, row=None, position=None, detail="", probabilities=None) -> None:
         ev = EngineEvent(
             len(self.events), (perf_counter_ns() - self._t0) // 1000, kind,
             -1 if self.session_id is None else self.session_id, window, token, row, position, detail,
+            probabilities,
         )
         self.events.append(ev)
         self.observer.on_event(ev)
@@ -239,7 +240,7 @@ class Generation:
         self._ctx = WindowContext(
             self.scheduler, self.session_id, self.request_id, self.cancel_event, self.faults,
             self._emit, self._before_commit, self.settings.sampling,
-            self.settings.verification, self._rng,
+            self.settings.verification, self._rng, self.settings.probabilities,
         )
         sid = self.session_id
         prefix = self.tokens[:-1]
@@ -442,10 +443,15 @@ class Generation:
         current = self.tokens[-1]
         cancel = self.cancel_event
 
+        want_probabilities = self.settings.probabilities
+        sampling = self.settings.sampling
+
         def step(rt):
             if rt.kv_length(sid) != base:
                 return None
-            return rt.decode_rows(sid, (current,), base, cancel)
+            predictions = rt.decode_rows(sid, (current,), base, cancel)
+            probs = rt.row_probabilities(1, (), predictions, sampling) if want_probabilities else None
+            return predictions[0], probs
 
         self._commit_window = None
         try:
@@ -460,8 +466,8 @@ class Generation:
         except Exception as exc:  # a failed plain step (e.g. the runtime is gone): an error event, then up
             self._error(exc, None)
             raise
-        token = timed.value[0]
-        self._emit(STEP, token=token, row=0, position=base + 1)
+        token, probs = timed.value
+        self._emit(STEP, token=token, row=0, position=base + 1, probabilities=probs)
         self._before_commit(None, 0, token, base + 1)
         if self.faults and self.faults.take(F.CANCEL, None, 1):
             cancel.set()

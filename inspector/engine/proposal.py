@@ -34,11 +34,14 @@ class Proposal:
     ``draft_probabilities``: optional, one distribution (numpy array of
     n_vocab floats) per token, the draft's q that the token was sampled from;
     the ``rejection`` verification rule needs it (``inspector.engine.sampling``).
+    ``draft_token_probabilities``: optional, the draft's probability q (0..1) of each
+    proposed token, kept in the window's probability figures (``draft_q``).
     """
 
     decision_id: bytes
     token_ids: tuple[int, ...]
     draft_probabilities: Any = field(default=None, compare=False, repr=False)
+    draft_token_probabilities: tuple[float, ...] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

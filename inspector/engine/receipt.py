@@ -6,7 +6,9 @@ Field names are the JSON keys of the receipts document (SPEC "Receipt fields").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+from inspector.engine.probabilities import WindowProbabilities
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +53,28 @@ class WindowReceipt:
     """``"trim"`` or ``"retire"``: which repair ran (SPEC step 7)."""
     verification_rule: str = "greedy"
     """How row predictions were picked: greedy, sample_match or rejection (``inspector.engine.sampling``)."""
+    probabilities: WindowProbabilities | None = None
+    """The target's probability figures per verification row (``inspector.engine.probabilities``), or
+    None when they were turned off or the file predates them (schema version 1)."""
 
     def to_json(self) -> dict:
-        """Plain-JSON dict of every field (tuples become lists)."""
-        d = asdict(self)
+        """Plain-JSON dict of every field (tuples become lists; no ``probabilities`` key when None)."""
+        probs = self.probabilities
+        d = asdict(replace(self, probabilities=None))
         for k in ("proposal_token_ids", "committed_tokens", "verification_row_predictions"):
             d[k] = list(d[k])
+        del d["probabilities"]
+        if probs is not None:
+            d["probabilities"] = probs.to_json()
         return d
+
+    def row_probabilities(self, row: int):
+        """Row ``row``'s figures as a ``RowProbabilities`` (proposed and predicted tokens named), or None
+        when the receipt has none or the row is out of range."""
+        p = self.probabilities
+        if p is None or not 0 <= row < p.rows:
+            return None
+        return p.row(row, self.proposal_token_ids, self.verification_row_predictions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +176,24 @@ class EngineEvent:
     row: int | None = None
     position: int | None = None
     detail: str = ""
+    probabilities: WindowProbabilities | None = None
+    """A plain step's figures for its one row (``step`` events; None elsewhere or when turned off)."""
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """Plain-JSON dict (no ``probabilities`` key when None)."""
+        d = {"seq": self.seq, "t_us": self.t_us, "kind": self.kind, "session_id": self.session_id,
+             "window": self.window, "token": self.token, "row": self.row, "position": self.position,
+             "detail": self.detail}
+        if self.probabilities is not None:
+            d["probabilities"] = self.probabilities.to_json()
+        return d
+
+
+def event_from_json(d: dict) -> EngineEvent:
+    """An ``EngineEvent`` from its JSON form. Raises ``TypeError``/``KeyError``/``ValueError`` when damaged."""
+    d = dict(d)
+    probs = d.pop("probabilities", None)
+    return EngineEvent(**d, probabilities=None if probs is None else WindowProbabilities.from_json(probs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +270,8 @@ def receipt_from_json(d: dict) -> WindowReceipt:
     d.setdefault("decode_step", 0)
     d.setdefault("source", "")
     d.setdefault("repair", "retire" if d.get("trimmed_rows", 0) == 0 else "trim")
+    probs = d.get("probabilities")
+    d["probabilities"] = None if probs is None else WindowProbabilities.from_json(probs)
     return WindowReceipt(**{k: v for k, v in d.items() if k in names})
 
 

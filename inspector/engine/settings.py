@@ -257,6 +257,9 @@ class GenerationSettings:
     ``verification``: ``"sample_match"`` (default) or ``"rejection"`` (uses the
     proposal's draft probabilities when it has them and temperature > 0;
     see ``inspector.engine.sampling``). Greedy sampling always verifies greedily.
+    ``probabilities``: keep the target's per-row probability figures (issue 15,
+    ``inspector.engine.probabilities``) in receipts and plain-step events; False writes
+    none (the smallest files, ``--no-probabilities``).
     A bad value raises ``ValueError`` naming the field, the observed value
     and the valid range (``check_setting``, ``check_stop``).
     """
@@ -267,6 +270,7 @@ class GenerationSettings:
     proposal_deadline_ms: float = 2000.0
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     verification: str = "sample_match"
+    probabilities: bool = True
 
     def __post_init__(self) -> None:
         if self.verification not in ("sample_match", "rejection"):

@@ -8,6 +8,8 @@ the observable order is verify -> commits -> repair -> error.
 The runtime it drives (through ``RuntimeScheduler``) needs: ``kv_length(s)``,
 ``decode_rows(s, tokens, position, abort)`` (one batch, a prediction per row;
 ``decode_logits`` with the same arguments for the ``rejection`` rule),
+``row_probabilities(rows, proposed, predictions, sampling)`` (the last batch's per-row
+figures, ``inspector.engine.probabilities``; only when ``WindowContext.probabilities``),
 ``trim(s, position) -> bool``, ``retire_checkpoint(s, start, count)``,
 ``drop_session(s)`` and ``is_eog(token)``.
 """
@@ -31,6 +33,7 @@ from inspector.engine.errors import (
     RequestCancelled,
 )
 from inspector.engine.faults import FaultPlan
+from inspector.engine.probabilities import summarise_rows
 from inspector.engine.proposal import Proposal
 from inspector.engine.receipt import REPAIR, VERIFY, WindowReceipt
 from inspector.engine.sampling import GREEDY, REJECTION, SAMPLE_MATCH, rejection_predictions
@@ -74,6 +77,8 @@ class WindowContext:
     verification: str = SAMPLE_MATCH
     rng: np.random.Generator | None = None
     """Random numbers of the ``rejection`` rule (seeded from the sampling seed)."""
+    probabilities: bool = True
+    """Summarise each verification row's probabilities (``inspector.engine.probabilities``)."""
 
     def rule_for(self, proposal: Proposal) -> str:
         """The verification rule this proposal gets (``inspector.engine.sampling``)."""
@@ -139,12 +144,17 @@ def execute_window(
     def verify(rt):
         if rt.kv_length(sid) != base_position:
             return None
+        probs = None
         if rule == REJECTION:
             logits = rt.decode_logits(sid, rows, base_position, cancel)
             predictions = rejection_predictions(logits, tokens, proposal.draft_probabilities, ctx.sampling, ctx.rng)
+            if ctx.probabilities:
+                probs = summarise_rows(logits, tokens, predictions, ctx.sampling)
         else:
             predictions = rt.decode_rows(sid, rows, base_position, cancel)
-        return predictions, rt.kv_length(sid)
+            if ctx.probabilities:  # from the same batch's logits, still under the lock
+                probs = rt.row_probabilities(n_rows, tokens, predictions, ctx.sampling)
+        return predictions, rt.kv_length(sid), probs
 
     try:
         timed = sched.execute("verify", sid, verify)
@@ -153,7 +163,9 @@ def execute_window(
         raise RequestCancelled() from None
     if timed.value is None:
         return None
-    predictions, after = timed.value
+    predictions, after, probabilities = timed.value
+    if probabilities is not None and proposal.draft_token_probabilities is not None:
+        probabilities = probabilities.with_draft_q(proposal.draft_token_probabilities)
     trace.predictions = tuple(predictions)
     trace.position_after_verification = after
     lock_wait, lock_hold, acquires = timed.wait_us, timed.hold_us, 1
@@ -244,6 +256,7 @@ def execute_window(
         runtime_lock_acquires=acquires,
         repair=kind,
         verification_rule=rule,
+        probabilities=probabilities,
     )
 
 

@@ -18,6 +18,7 @@ import time
 from typing import Callable, Sequence
 
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
+from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
 from inspector.llama.model_file import ModelFileError, ModelInfo, check_gguf
 
@@ -221,6 +222,10 @@ class LlamaRuntime:
         self.predict_ns = 0
         """Total time spent picking greedy predictions from the rows' logits (argmax,
         nanoseconds), for benchmarks: verification work outside llama.cpp."""
+        self.probability_ns = 0
+        """Total time spent in ``row_probabilities`` (nanoseconds) and the rows it summarised, for
+        benchmarks (µs per row: ``probability_ns / 1000 / probability_rows``)."""
+        self.probability_rows = 0
         self._abort_flag, self._abort_cb = _abort_callback()
         llama_cpp.llama_set_abort_callback(
             self.ctx, self._abort_cb, ctypes.cast(self._abort_flag, ctypes.c_void_p)
@@ -415,6 +420,17 @@ class LlamaRuntime:
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
         return self._logits(n).copy()
+
+    def row_probabilities(self, n: int, proposed: Sequence[int], predictions: Sequence[int],
+                          sampling: SamplingSettings | None = None) -> WindowProbabilities:
+        """The per-row probability figures of the last decode's ``n`` rows (all with logits), from its
+        logits in place (``inspector.engine.probabilities.summarise_rows``; arguments as there).
+        Adds its time to ``probability_ns`` and ``n`` to ``probability_rows`` (benchmarks)."""
+        t = time.perf_counter_ns()
+        out = summarise_rows(self._logits(n), proposed, predictions, sampling)
+        self.probability_ns += time.perf_counter_ns() - t
+        self.probability_rows += n
+        return out
 
     def _logits(self, n: int) -> "np.ndarray":
         """The last decode's logits as a (n, n_vocab) float32 view (valid until the

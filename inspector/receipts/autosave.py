@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.engine.generation import GenerationObserver
-from inspector.engine.receipt import COMMIT, PREFILL, Discard, EngineEvent, WindowReceipt, discard_from_json, receipt_from_json
+from inspector.engine.receipt import (COMMIT, PREFILL, Discard, EngineEvent, WindowReceipt, discard_from_json,
+                                      event_from_json, receipt_from_json)
 from inspector.engine.stats import summarize_receipts
 from inspector.receipts.document import MAX_FILE_BYTES, ReceiptsFileError
 
@@ -218,7 +219,7 @@ def _events(rec: dict) -> list[EngineEvent] | None:
     raw = rec.get("events")
     if raw is None:
         return None
-    events = [EngineEvent(**e) for e in raw]
+    events = [event_from_json(e) for e in raw]
     _check_ints([v for e in events for v in (e.seq, e.t_us, e.window, e.token, e.row, e.position)
                  if v is not None], "events")
     return events

@@ -19,7 +19,10 @@ import inspector
 from inspector.llama.model_file import file_sha256
 
 SCHEMA_ID = "spec-inspector/receipts"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version written. 2 adds per-row probabilities (``inspector.engine.probabilities``); version-1 files
+still validate and open (``READABLE_VERSIONS``)."""
+READABLE_VERSIONS = (1, 2)
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
 DEFINITIONS = {
@@ -61,6 +64,17 @@ def validate_document(doc: object) -> None:
     if err is not None:
         where = "/".join(str(p) for p in err.instance_path) or "(document root)"
         raise ReceiptsFileError(f"receipts document does not match schema {SCHEMA_ID} v{SCHEMA_VERSION} at {where}: {err.message}")
+
+
+def version_note(doc: dict) -> str:
+    """Which schema version a loaded document is, as the window and ``view`` say it, e.g. "receipts
+    schema v1 (written before per-row probabilities: no probability figures)"."""
+    v = doc.get("schema_version")
+    if v == 1:
+        return "receipts schema v1 (written before per-row probabilities: no probability figures)"
+    if v == SCHEMA_VERSION and not doc.get("settings", {}).get("probabilities", True):
+        return f"receipts schema v{v} (probabilities were turned off for this run)"
+    return f"receipts schema v{v}"
 
 
 @lru_cache(maxsize=8)

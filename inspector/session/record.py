@@ -30,6 +30,7 @@ from inspector.engine.receipt import (
     WindowReceipt,
     discard_from_json,
     receipt_from_json,
+    event_from_json,
 )
 from inspector.engine.stats import slow_verification_threshold_us, summarize_receipts
 from inspector.session.records import (
@@ -423,7 +424,7 @@ class SessionRecord:
             s._add_discard(discard_from_json(d))
         s.errors = list(out.get("errors", []))
         for e in doc["events"]:
-            s._add_event(EngineEvent(**e))
+            s._add_event(event_from_json(e))
         if s.events:
             s.main_session_id = s.events[0].session_id
         s.lock_ops = [LockOperation(**op) for op in doc.get("lock_operations", [])]

@@ -89,6 +89,7 @@ class DraftModelSource:
         out: list[int] = []
         probs: list[float] = []
         dists: list[np.ndarray] = []
+        qs: list[float] = []
         current = tokens[-1]
         rt = self.draft
         for _ in range(k):
@@ -103,6 +104,9 @@ class DraftModelSource:
                 q = distribution(logits, self.sampling)
                 top = int(self._rng.choice(q.shape[0], p=q))
                 dists.append(q)
+                qs.append(float(q[top]))
+            else:
+                qs.append(p_top)  # greedy: the draft's softmax of its argmax
             out.append(top)
             probs.append(p_top)
             current = top
@@ -113,7 +117,7 @@ class DraftModelSource:
         self._count += 1
         decision = b"draft:%d" % self._count
         self._pending[decision] = before
-        return Proposal(decision, tuple(out), tuple(dists) if dists else None)
+        return Proposal(decision, tuple(out), tuple(dists) if dists else None, tuple(qs[: len(out)]))
 
     def report(self, receipt) -> None:
         """Keep the draft KV's accepted prefix (canonical stream), trim the rest."""

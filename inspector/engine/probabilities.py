@@ -1,0 +1,272 @@
+"""How sure the target was on each verification row (issue 15), from the logits the verify batch produced.
+
+No extra decode: ``summarise_rows`` reads the (rows, n_vocab) logits of the batch that
+verified the proposal (or of a plain step) and keeps, per row, the target's probability
+and rank of the proposed token, the top ``TOP`` tokens with probabilities, the entropy
+and the logit margin between the top two. A window's figures are one
+``WindowProbabilities`` (columns, one entry per verification row); ``row(i)`` gives
+one row as a ``RowProbabilities``.
+
+Basis (named in every block as ``basis``):
+
+- ``softmax`` (temperature 0, greedy): the raw softmax of the logits.
+- ``sampler`` (temperature > 0): the session's sampler chain, ``inspector.engine.sampling.
+  distribution`` (top-k, top-p, min-p, temperature, as llama.cpp's chain): tokens the
+  chain cuts have probability 0.
+
+Ranks always follow the logits (1 = the argmax; ties go to the lower token id, as
+``numpy.argmax`` and ``llama_sampler_init_greedy`` pick). The margin is in logits
+(the top token's logit minus the second's), whatever the basis. Entropy is in nats.
+
+Cost: a partial sort (the top ``TOP`` found inside the ``TOP`` blocks of 1,024 logits
+with the largest maxima, never a sort of the vocabulary) and, for the softmax, one
+exp-and-sum pass over each row. ``bench`` prints the time per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from inspector.engine.settings import SamplingSettings
+
+TOP = 5
+"""Tokens kept per row with their probabilities."""
+SOFTMAX = "softmax"
+SAMPLER = "sampler"
+BASES = (SOFTMAX, SAMPLER)
+DEFAULT_NEAR_TIE_MARGIN = 0.5
+"""A row whose top two logits differ by less than this (logits) is a near-tie: a different
+CPU's kernels can swap the two (the baseline's divergence check uses the same idea)."""
+_BLOCK = 1024
+_DIGITS = 6
+
+
+def _r(x: float) -> float:
+    return round(float(x), _DIGITS)
+
+
+@dataclass(frozen=True, slots=True)
+class RowProbabilities:
+    """One verification row's figures (a view of ``WindowProbabilities``).
+
+    ``proposed``: the proposal token this row judged, None on the bonus row (the row after
+    the last proposal token) and on a plain step. ``proposed_p``/``proposed_rank``: its
+    target probability (0..1) and rank (1 = top by logits), None with it. ``predicted``: the
+    row's prediction (what the target would commit here) and ``predicted_p`` its
+    probability. ``top``: (token, probability) pairs, most likely first. ``entropy``: nats.
+    ``margin``: logits, top minus second. ``draft_q``: the draft's probability of the
+    proposed token (draft sources only), else None.
+    """
+
+    row: int
+    proposed: int | None
+    proposed_p: float | None
+    proposed_rank: int | None
+    predicted: int
+    predicted_p: float
+    top: tuple[tuple[int, float], ...]
+    entropy: float
+    margin: float
+    draft_q: float | None
+    basis: str
+
+    def near_tie(self, threshold: float = DEFAULT_NEAR_TIE_MARGIN) -> bool:
+        """True when the top two logits differ by less than ``threshold`` (logits)."""
+        return self.margin < threshold
+
+
+@dataclass(frozen=True, slots=True)
+class WindowProbabilities:
+    """Per-row probability figures of one verify batch (or plain step), as columns.
+
+    Every tuple has one entry per verification row except ``draft_q`` (one per proposal
+    token, or None when the source is not a draft model). ``proposed_p``/``proposed_rank``
+    are None on the bonus row and for a plain step's single row. The receipts document
+    stores exactly these columns (``to_json``; schema ``$defs/probabilities``).
+    """
+
+    basis: str
+    proposed_p: tuple[float | None, ...]
+    proposed_rank: tuple[int | None, ...]
+    predicted_p: tuple[float, ...]
+    top_tokens: tuple[tuple[int, ...], ...]
+    top_p: tuple[tuple[float, ...], ...]
+    entropy: tuple[float, ...]
+    margin: tuple[float, ...]
+    draft_q: tuple[float, ...] | None = None
+
+    @property
+    def rows(self) -> int:
+        return len(self.predicted_p)
+
+    def row(self, i: int, proposal: Sequence[int] = (), predictions: Sequence[int] = ()) -> RowProbabilities:
+        """Row ``i`` (0-based) as a ``RowProbabilities``; ``proposal``/``predictions``: the window's
+        tokens (the receipt's), to name the proposed and predicted token. Raises ``IndexError``."""
+        if not 0 <= i < self.rows:
+            raise IndexError(f"row {i} of a {self.rows}-row window")
+        proposed = proposal[i] if i < len(proposal) else None
+        predicted = predictions[i] if i < len(predictions) else self.top_tokens[i][0]
+        q = self.draft_q[i] if self.draft_q is not None and i < len(self.draft_q) else None
+        return RowProbabilities(i, proposed, self.proposed_p[i], self.proposed_rank[i], predicted,
+                                self.predicted_p[i], tuple(zip(self.top_tokens[i], self.top_p[i])),
+                                self.entropy[i], self.margin[i], q, self.basis)
+
+    def with_draft_q(self, q: Sequence[float] | None) -> "WindowProbabilities":
+        """A copy with the draft's probabilities of the proposed tokens."""
+        return replace(self, draft_q=None if q is None else tuple(_r(v) for v in q))
+
+    def to_json(self) -> dict:
+        """The compact per-window block of the receipts document (lists of columns)."""
+        d = {
+            "basis": self.basis,
+            "proposed_p": list(self.proposed_p),
+            "proposed_rank": list(self.proposed_rank),
+            "predicted_p": list(self.predicted_p),
+            "top_tokens": [list(t) for t in self.top_tokens],
+            "top_p": [list(p) for p in self.top_p],
+            "entropy": list(self.entropy),
+            "margin": list(self.margin),
+        }
+        if self.draft_q is not None:
+            d["draft_q"] = list(self.draft_q)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "WindowProbabilities":
+        """Inverse of ``to_json``. Raises ``KeyError``/``TypeError``/``ValueError`` on a damaged block
+        (columns of different lengths included)."""
+        out = cls(
+            str(d["basis"]),
+            tuple(d["proposed_p"]), tuple(d["proposed_rank"]), tuple(d["predicted_p"]),
+            tuple(tuple(t) for t in d["top_tokens"]), tuple(tuple(p) for p in d["top_p"]),
+            tuple(d["entropy"]), tuple(d["margin"]),
+            None if d.get("draft_q") is None else tuple(d["draft_q"]),
+        )
+        n = out.rows
+        if any(len(c) != n for c in (out.proposed_p, out.proposed_rank, out.top_tokens, out.top_p,
+                                     out.entropy, out.margin)):
+            raise ValueError(f"probability columns of different lengths (predicted_p has {n} rows)")
+        return out
+
+
+def _top(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, values) of each row's ``k`` largest logits, largest first (ties: lower index first).
+
+    ``x``: (rows, n_vocab) float32. The k largest of a row lie in the k blocks of ``_BLOCK``
+    logits with the largest maxima (plus the short tail block), so only those are
+    partitioned: one max pass instead of a partition of the whole vocabulary. A row with a
+    tie at the k-th value is redone exactly (a partition of the row), so equal logits
+    always go to the lower token ids, as ``_rank`` counts them."""
+    n, v = x.shape
+    k = min(k, v)
+    nb = v // _BLOCK
+    if nb <= k:
+        idx = np.argpartition(x, v - k, axis=1)[:, v - k:] if k < v else np.tile(np.arange(v), (n, 1))
+        kth = np.take_along_axis(x, idx, axis=1).min(axis=1)
+        redo = (x >= kth[:, None]).sum(axis=1) > k
+    else:
+        head = x[:, : nb * _BLOCK].reshape(n, nb, _BLOCK)
+        block_max = head.max(axis=2)
+        blocks = np.argpartition(block_max, nb - k, axis=1)[:, nb - k:]  # (n, k)
+        rows = np.arange(n)[:, None]
+        cand = head[rows, blocks].reshape(n, k * _BLOCK)
+        cand_idx = (blocks[:, :, None] * _BLOCK + np.arange(_BLOCK)).reshape(n, k * _BLOCK)
+        if v > nb * _BLOCK:
+            tail = np.arange(nb * _BLOCK, v)
+            cand = np.concatenate([cand, x[:, tail]], axis=1)
+            cand_idx = np.concatenate([cand_idx, np.broadcast_to(tail, (n, tail.size))], axis=1)
+        m = cand.shape[1]
+        pick = np.argpartition(cand, m - k, axis=1)[:, m - k:]
+        idx = np.take_along_axis(cand_idx, pick, axis=1)
+        kth = np.take_along_axis(cand, pick, axis=1).min(axis=1)
+        # More than k candidates at or above the k-th value, or another block reaching it: a tie.
+        redo = ((cand >= kth[:, None]).sum(axis=1) > k) | ((block_max >= kth[:, None]).sum(axis=1) > k)
+    for r in np.nonzero(redo)[0]:
+        row = x[r]
+        above = np.nonzero(row > kth[r])[0]
+        ties = np.nonzero(row == kth[r])[0][: k - above.size]
+        idx[r] = np.concatenate([above, ties])
+    idx = np.sort(idx, axis=1)  # k items per row: by (-value, index)
+    order = np.argsort(-np.take_along_axis(x, idx, axis=1), axis=1, kind="stable")
+    idx = np.take_along_axis(idx, order, axis=1)
+    return idx, np.take_along_axis(x, idx, axis=1)
+
+
+def _rank(row: np.ndarray, token: int, top_idx: np.ndarray) -> int:
+    """1-based rank of ``token`` by logit (ties: lower token id first)."""
+    hit = np.nonzero(top_idx == token)[0]
+    if hit.size:
+        return int(hit[0]) + 1
+    value = row[token]
+    return int(np.count_nonzero(row > value)) + int(np.count_nonzero(row[:token] == value)) + 1
+
+
+def summarise_rows(
+    logits: np.ndarray,
+    proposed: Sequence[int],
+    predictions: Sequence[int],
+    sampling: SamplingSettings | None = None,
+    draft_q: Sequence[float] | None = None,
+) -> WindowProbabilities:
+    """The probability figures of a verify batch (or a plain step's single row).
+
+    ``logits``: (rows, n_vocab) float32, row i predicting the token after row i's token.
+    ``proposed``: the proposal tokens (rows - 1 of them for a window, none for a plain
+    step): row i judges ``proposed[i]``. ``predictions``: the row predictions the rule
+    picked (one per row). ``sampling``: the session's sampler (None or temperature 0:
+    softmax basis; else the sampler basis). ``draft_q``: the draft's probability of each
+    proposed token, kept as is. Values are rounded to 6 decimals.
+    Raises ``ValueError`` when the shapes disagree.
+    """
+    x = np.asarray(logits)
+    if x.ndim != 2 or x.shape[0] != len(predictions) or len(proposed) > x.shape[0]:
+        raise ValueError(f"probabilities need (rows, n_vocab) logits, {len(predictions)} predictions and at most "
+                         f"rows proposal tokens, observed logits {x.shape}, {len(predictions)} predictions, "
+                         f"{len(proposed)} proposal tokens")
+    n = x.shape[0]
+    top_idx, top_val = _top(x, TOP)
+    margin = (top_val[:, 0] - top_val[:, 1]) if top_idx.shape[1] > 1 else np.full(n, np.inf, dtype=np.float32)
+    sampled = sampling is not None and not sampling.greedy
+    if not sampled:
+        m = top_val[:, 0].astype(np.float64)
+        e = np.subtract(x, top_val[:, :1], dtype=np.float32)
+        np.exp(e, out=e)  # e = exp(x - max), in place: one buffer, two passes
+        z = e.sum(axis=1).astype(np.float64)  # numpy's pairwise float32 sum: ~1e-7 relative
+        # entropy = log z - sum(e * (x - max)) / z, with sum(e * (x - max)) = e . x - max * z (BLAS dot per row)
+        s = np.array([float(e[i] @ x[i]) for i in range(n)]) - m * z
+        ent = [_r(max(0.0, h)) for h in (np.log(z) - s / z)]
+        top_p = [tuple(_r(v) for v in row) for row in np.exp(top_val - m[:, None]) / z[:, None]]
+        rows = np.arange(n)
+        p_pred = [_r(v) for v in np.exp(x[rows, list(predictions)] - m) / z]
+        k = len(proposed)
+        pp = np.exp(x[rows[:k], list(proposed)] - m[:k]) / z[:k] if k else ()
+        p_prop = [_r(v) for v in pp] + [None] * (n - k)
+        r_prop = [_rank(x[i], proposed[i], top_idx[i]) for i in range(k)] + [None] * (n - k)
+    else:
+        from inspector.engine.sampling import distribution
+
+        p_prop, r_prop, p_pred, top_p, ent = [], [], [], [], []
+        for i in range(n):
+            row = x[i]
+            p = distribution(row, sampling)
+            nz = p[p > 0.0]
+            ent.append(_r(max(0.0, float(-(nz * np.log(nz)).sum()))))
+            top_p.append(tuple(_r(p[t]) for t in top_idx[i]))
+            p_pred.append(_r(p[predictions[i]]))
+            if i < len(proposed):
+                t = proposed[i]
+                p_prop.append(_r(p[t]))
+                r_prop.append(_rank(row, t, top_idx[i]))
+            else:
+                p_prop.append(None)
+                r_prop.append(None)
+    return WindowProbabilities(
+        SAMPLER if sampled else SOFTMAX,
+        tuple(p_prop), tuple(r_prop), tuple(p_pred),
+        tuple(tuple(int(t) for t in r) for r in top_idx), tuple(top_p), tuple(ent),
+        tuple(_r(m) for m in margin),
+        None if draft_q is None else tuple(_r(q) for q in draft_q),
+    )
