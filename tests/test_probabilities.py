@@ -243,3 +243,17 @@ def test_a_version_1_file_still_opens_and_says_which_version_it_is():
     rec = SessionRecord.from_document(doc)
     assert rec.receipts and all(r.probabilities is None for r in rec.receipts)
     assert rec.receipts[0].row_probabilities(0) is None
+
+
+def test_the_session_record_gives_each_committed_token_its_rows_figures(make_generation, scheduler, chat_tokens):
+    prompt = chat_tokens(PROMPT)
+    plan = ((3, None), None, (3, 1))  # a window, a plain step, a window with a mismatch
+    g = make_generation(Follower(scheduler, plan, prompt=prompt), prompt, max_new_tokens=12, draft_max=3)
+    g.run()
+    rec = SessionRecord()
+    rec.extend(g.receipts)
+    rec.extend(g.events)
+    assert rec.tokens and any(t.window is None for t in rec.tokens)
+    for info in rec.tokens:
+        row = rec.token_probabilities(info)
+        assert row is not None and row.predicted == info.token and row.proposed == info.proposed

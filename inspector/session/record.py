@@ -141,6 +141,8 @@ class SessionRecord:
         self.lock_ops: list[LockOperation] = []
         self.texts: dict[int, str] = {}
         self.tokens: list[TokenInfo] = []
+        self.step_probabilities: dict = {}
+        """Plain steps' one-row ``WindowProbabilities`` by the KV position the step's token reached."""
         self.in_flight: ProposalStarted | None = None
         """The proposal of the window being verified (no receipt yet), else None."""
         self.main_session_id: int | None = None
@@ -268,6 +270,8 @@ class SessionRecord:
             self._add_token(ev.token, ev.window, ev.row or 0, ev.position or 0, outcome)
         elif kind == STEP:
             self.kv_length = ev.position  # the current token's row joined the KV cache
+            if ev.probabilities is not None and ev.position is not None:
+                self.step_probabilities[ev.position] = ev.probabilities
         elif kind == FINISH:
             self.finish_reason = ev.detail or None
             if self.tokens:
@@ -275,6 +279,17 @@ class SessionRecord:
                 self.tokens_dirty_from = min(self.tokens_dirty_from, len(self.tokens) - 1)
         elif kind in (VERIFY, REPAIR) and ev.position is not None:  # a retired session's repair has none
             self.kv_length = ev.position
+
+    def token_probabilities(self, info: TokenInfo):
+        """The target's figures for one committed token's row (``inspector.engine.probabilities.
+        RowProbabilities``: the proposed and predicted token with their probabilities, rank, top 5,
+        entropy, margin, draft q), or None: probabilities turned off, a schema-1 file, or a window
+        whose receipt has not arrived yet. A plain step's token has its step's one-row figures."""
+        if info.window is None:
+            p = self.step_probabilities.get(info.position)
+            return None if p is None else p.row(0, (), (info.token,))
+        r = self.receipt(info.window)
+        return None if r is None else r.row_probabilities(info.row)
 
     def _proposal_of(self, window: int) -> tuple | None:
         f = self.in_flight
@@ -325,6 +340,7 @@ class SessionRecord:
         for name in ("receipts", "discards", "_windows", "events", "lock_ops", "tokens", "errors"):
             setattr(s, name, list(getattr(self, name)))
         s.texts = dict(self.texts)
+        s.step_probabilities = dict(self.step_probabilities)
         s.settings = dict(self.settings) if self.settings is not None else None
         return s
 
