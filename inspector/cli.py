@@ -184,7 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "(flushed per record: survives a crash; spec-inspector view opens it)")
     run.add_argument("--proposal-deadline-ms", type=_setting("proposal_deadline_ms", float), default=2000.0,
                      metavar="MS", help="a proposal that arrives later is discarded as deadline_exceeded (> 0) [2000]")
-    run.add_argument("--events", action="store_true", help="print the ordered event list")
+    run.add_argument("--events", action="store_true",
+                     help="print the ordered event list (commit lines show the token's p and rank)")
+    run.add_argument("--no-probabilities", dest="probabilities", action="store_false",
+                     help="keep no per-row probability figures (p, rank, top 5, entropy, margin) in the receipts: "
+                          "the smallest files, and about 0.1 ms less per verification row")
     run.add_argument("--baseline", action="store_true",
                      help="also run plain one-token decoding with the same sampling and report the first "
                           "token where the outputs differ (and the target's top-2 logit margin there)")
@@ -195,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--windows", action="store_true",
                       help="also print one line per window and per discard (decode step, decision id, outcome)")
     view.add_argument("--events", action="store_true", help="also print the ordered event list (receipts .json)")
+    view.add_argument("--window", type=_positive, metavar="N", action="append", default=[],
+                      help="also print window N row by row with the target's probabilities (repeatable)")
 
     tr = sub.add_parser("trace", help="write a Chrome trace (Perfetto) of a receipts file",
                         description="Convert a receipts file to Chrome trace event JSON: open it in "
@@ -466,6 +472,7 @@ def _run_settings(args):
             max_new_tokens=args.max_tokens, stop=tuple(args.stop),
             draft_max=DEFAULT_DRAFT_MAX if args.draft_max is None else args.draft_max,
             proposal_deadline_ms=args.proposal_deadline_ms, sampling=sampling, verification=args.verification,
+            probabilities=args.probabilities,
         )
     except ValueError as exc:
         raise _UserError(str(exc)) from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from inspector.cli import _fail
+from inspector.cli import EXIT_ERROR, _fail
 
 
 def cmd_view(args) -> int:
@@ -25,6 +25,8 @@ def cmd_view(args) -> int:
         if args.windows:
             print("--- windows and discards ---")
             print("\n".join(format_windows(rec.receipts, rec.discards)))
+        if args.window and _print_windows(args.window, rec.receipts, rec.text_of, args.file):
+            return EXIT_ERROR
         if args.events:
             if rec.events:
                 print("--- events ---")
@@ -41,10 +43,33 @@ def cmd_view(args) -> int:
     if args.windows:
         print("--- windows and discards ---")
         print("\n".join(format_windows(doc["windows"], doc["discards"])))
+    if args.window:
+        from inspector.engine.receipt import receipt_from_json
+
+        if _print_windows(args.window, [receipt_from_json(w) for w in doc["windows"]], document_token_text(doc),
+                          args.file):
+            return EXIT_ERROR
     if args.events:
         print("--- events ---")
         print("\n".join(format_events(doc["events"], document_token_text(doc), doc["windows"], doc["discards"])))
     return 0
+
+
+def _print_windows(numbers, receipts, token_text, path) -> bool:
+    """Print each asked window row by row (``format_window_rows``); True (after a message naming the
+    windows the file has) when one of them is not in the file."""
+    from inspector.run_output import format_window_rows
+
+    by_index = {r.window_index: r for r in receipts}
+    for n in numbers:
+        r = by_index.get(n)
+        if r is None:
+            have = f"windows 1..{max(by_index)}" if by_index else "no verified windows"
+            _fail(f"{path} has no window {n} ({have})")
+            return True
+        print(f"--- window {n} ---")
+        print("\n".join(format_window_rows(r, token_text)))
+    return False
 
 
 def cmd_trace(args) -> int:

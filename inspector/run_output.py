@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TextIO
 
 from inspector.engine.generation import GenerationObserver
-from inspector.engine.receipt import DISCARD, VERIFY, Summary, decision_id_text
+from inspector.engine.probabilities import WindowProbabilities, top_texts_of
+from inspector.engine.receipt import COMMIT, DISCARD, STEP, VERIFY, Summary, decision_id_text
 
 
 class StreamPrinter(GenerationObserver):
@@ -46,12 +47,32 @@ def _get(obj, name):
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name)
 
 
-def format_event(e, token_text, decision_id=None) -> str:
+def _probabilities(obj) -> WindowProbabilities | None:
+    """The probability block of a receipt/event or of its JSON form, or None."""
+    p = _get(obj, "probabilities")
+    return WindowProbabilities.from_json(p) if isinstance(p, dict) else p
+
+
+def _figures(probs: WindowProbabilities | None, row: int | None) -> str:
+    """"p 0.912 rank 1" for a committed token's row: the committed token's probability and, when the
+    row judged a proposal token that was not committed, that token's p and rank too."""
+    if probs is None or row is None or not 0 <= row < probs.rows:
+        return ""
+    text = f"p {probs.predicted_p[row]:.3f}"
+    rank = probs.proposed_rank[row]
+    if rank is not None:
+        text += f" rank {rank}" if rank == 1 else f" (proposed p {probs.proposed_p[row]:.3f} rank {rank})"
+    return text
+
+
+def format_event(e, token_text, decision_id=None, probabilities=None) -> str:
     """One line of the event list, fields that do not apply left out.
 
     ``e``: an ``EngineEvent`` or its JSON form. ``token_text(id) -> str``.
     ``decision_id``: the proposal's decision id (bytes or stored hex), shown
-    with ``decision_id_text`` on verify and discard lines.
+    with ``decision_id_text`` on verify and discard lines. ``probabilities``: the
+    window's ``WindowProbabilities`` for a commit line (a step line has its own): the
+    committed token's p, and the rank of the proposal token its row judged.
     """
     parts = [f"{_get(e, 'seq'):5d}", f"{_get(e, 't_us') / 1000:10.1f} ms", f"{_get(e, 'kind'):8s}"]
     if _get(e, "window") is not None:
@@ -64,6 +85,11 @@ def format_event(e, token_text, decision_id=None) -> str:
         parts.append(f"position {_get(e, 'position')}")
     if decision_id is not None:
         parts.append(f"decision {decision_id_text(decision_id)}")
+    kind = _get(e, "kind")
+    if kind in (COMMIT, STEP):
+        figures = _figures(_probabilities(e) if kind == STEP else probabilities, _get(e, "row"))
+        if figures:
+            parts.append(figures)
     if _get(e, "detail"):
         parts.append(_get(e, "detail"))
     return "  " + "  ".join(parts)
@@ -79,13 +105,14 @@ def format_events(events, token_text, receipts=(), discards=()) -> list[str]:
     its partial window); the n-th discard event is the n-th discard (both are
     appended in the same order, ``Generation._discard``).
     """
-    by_window = {}
+    by_window, figures = {}, {}
     for d in discards:
         partial = _get(d, "partial")
         if partial:
             by_window[_get(partial, "window_index")] = _get(d, "decision_id")
     for r in receipts:
         by_window[_get(r, "window_index")] = _get(r, "decision_id")
+        figures[_get(r, "window_index")] = _probabilities(r)
     discards = list(discards)
     lines, n_discard = [], 0
     for e in events:
@@ -96,7 +123,47 @@ def format_events(events, token_text, receipts=(), discards=()) -> list[str]:
             if n_discard < len(discards):
                 decision = _get(discards[n_discard], "decision_id")
             n_discard += 1
-        lines.append(format_event(e, token_text, decision))
+        lines.append(format_event(e, token_text, decision, figures.get(_get(e, "window"))))
+    return lines
+
+
+def format_window_rows(receipt, token_text) -> list[str]:
+    """``view --window N``: one window's header and one line per verification row with the target's
+    figures (``inspector.engine.probabilities``): the proposal token the row judged with its p and rank,
+    the row's prediction with its p, the logit margin, the entropy, the top 5 and the draft's q.
+
+    ``receipt``: a ``WindowReceipt``. ``token_text(id) -> str``. Rows at or after
+    ``canonical_prediction_count`` are branch-conditioned (never output) and say so."""
+    from inspector.engine.classify import row_outcomes
+
+    r = receipt
+    lines = [f"window {r.window_index}  step {r.decode_step}  decision {decision_id_text(r.decision_id)}  "
+             f"{r.disposition}  accepted {r.accepted_proposal_tokens}/{r.proposal_token_count}  "
+             f"base {r.base_position} -> canonical {r.canonical_position}  ({r.verification_rule})"]
+    probs = r.probabilities
+    if probs is None:
+        lines.append("  (no probability figures: turned off for this run, or a schema-1 file)")
+    else:
+        lines.append(f"  probabilities: {probs.basis}" + (" (raw softmax of the logits)" if probs.basis == "softmax"
+                     else " (after the sampler chain)") + "; margin in logits, entropy in nats")
+    outcomes = row_outcomes(r.proposal_token_ids, r.verification_row_predictions, r.canonical_prediction_count)
+    for i in range(r.verification_rows):
+        pos = r.base_position + i + 1
+        pred = r.verification_row_predictions[i]
+        proposed = r.proposal_token_ids[i] if i < r.proposal_token_count else None
+        head = f"  row {i:2d}  position {pos:5d}  {outcomes[i]:12s}"
+        prop = "bonus row" if proposed is None else f"proposed {token_text(proposed)!r}"
+        row = None if probs is None else probs.row(i, r.proposal_token_ids, r.verification_row_predictions)
+        if row is None:
+            lines.append(f"{head}  {prop}  predicted {token_text(pred)!r}")
+            continue
+        if proposed is not None:
+            prop += f" p {row.proposed_p:.3f} rank {row.proposed_rank}"
+            if row.draft_q is not None:
+                prop += f" q {row.draft_q:.3f}"
+        top = ", ".join(f"{token_text(t)!r} {p:.3f}" for t, p in row.top)
+        lines.append(f"{head}  {prop}  predicted {token_text(pred)!r} p {row.predicted_p:.3f}  "
+                     f"margin {row.margin:.3f}  entropy {row.entropy:.3f}  top: {top}")
     return lines
 
 
@@ -109,6 +176,9 @@ def document_token_text(doc: dict):
     for w in doc.get("windows", []):
         texts.update(zip(w.get("proposal_token_ids", []), w.get("proposal_token_texts", [])))
         texts.update(zip(w.get("verification_row_predictions", []), w.get("verification_row_prediction_texts", [])))
+        texts.update(top_texts_of(w.get("probabilities")))
+    for e in doc.get("events", []):
+        texts.update(top_texts_of(e.get("probabilities")))
     return lambda t: texts.get(t, f"<id {t}>")
 
 
@@ -176,7 +246,10 @@ def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, c
 def format_document(doc: dict) -> str:
     """Human summary of a loaded receipts document."""
     s = Summary(**{k: v for k, v in doc["summary"].items() if k in Summary.__dataclass_fields__})
+    from inspector.receipts.document import version_note
+
     head = [
+        f"file:    {version_note(doc)}",
         f"model:   {doc['model'].get('name', '')} ({doc['model']['architecture']}) {doc['model']['path']}",
         f"source:  {doc['settings']['source']['name']}",
         f"prompt:  {len(doc['prompt']['token_ids'])} tokens",

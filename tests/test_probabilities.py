@@ -40,10 +40,10 @@ def test_a_rows_top_five_are_sorted_by_probability_and_its_figures_match_a_full_
     assert w.basis == SOFTMAX
     assert w.top_tokens[0] == (1, 3, 6, 2, 5)
     assert list(w.top_p[0]) == sorted(w.top_p[0], reverse=True) and sum(w.top_p[0]) <= 1.0
-    assert np.allclose(w.top_p[0], p[[1, 3, 6, 2, 5]], atol=1e-6)
-    assert w.predicted_p[0] == pytest.approx(p[1], abs=1e-6)
-    assert w.entropy[0] == pytest.approx(float(-(p * np.log(p)).sum()), abs=1e-5)
-    assert w.margin[0] == pytest.approx(0.5, abs=1e-6)
+    assert np.allclose(w.top_p[0], p[[1, 3, 6, 2, 5]], atol=1e-4)
+    assert w.predicted_p[0] == pytest.approx(p[1], abs=1e-4)
+    assert w.entropy[0] == pytest.approx(float(-(p * np.log(p)).sum()), abs=1e-4)
+    assert w.margin[0] == pytest.approx(0.5, abs=1e-4)
     assert w.proposed_p == (None,) and w.proposed_rank == (None,)  # a plain step judges no proposal
 
 
@@ -76,7 +76,7 @@ def test_the_sampler_basis_gives_the_tokens_the_chain_cuts_probability_zero():
     w = summarise_rows(logits, (), (0,), s)
     assert w.basis == SAMPLER
     assert w.top_tokens[0] == (0, 1, 2, 3, 4) and w.top_p[0][3:] == (0.0, 0.0)
-    assert sum(w.top_p[0]) == pytest.approx(1.0, abs=1e-5)
+    assert sum(w.top_p[0]) == pytest.approx(1.0, abs=1e-3)
     assert w.margin[0] == pytest.approx(1.0)  # margins stay in logits
 
 
@@ -111,7 +111,7 @@ def test_greedy_rows_give_accepted_tokens_rank_1_and_the_mismatched_proposal_a_l
             assert row.predicted == row.top[0][0], "a greedy row's prediction is its top-1 token"
             assert 0.0 <= row.predicted_p <= 1.0 and all(0.0 <= q <= 1.0 for _, q in row.top)
             tops = [q for _, q in row.top]
-            assert tops == sorted(tops, reverse=True) and sum(tops) <= 1.0 + 1e-6
+            assert tops == sorted(tops, reverse=True) and sum(tops) <= 1.0 + 5e-4  # five values rounded to 4 decimals
             assert row.margin >= 0.0 and row.entropy >= 0.0
         for i in range(r.accepted_proposal_tokens):
             assert r.row_probabilities(i).proposed_rank == 1
@@ -156,11 +156,11 @@ def test_a_plain_steps_probabilities_equal_a_separate_plain_decode_of_the_same_p
     for j, ref in enumerate(reference):
         token, figures = steps[len(prompt) + j]
         assert figures is not None and figures.top_tokens[0][0] == token
-        # Same model, same batch shapes: the same arithmetic. Tolerance 1e-5 (6-decimal rounding).
+        # Same model, same batch shapes: the same arithmetic. Tolerance 2e-4 (values are rounded to 4 decimals).
         assert figures.top_tokens == ref.top_tokens
-        assert np.allclose(figures.predicted_p, ref.predicted_p, atol=1e-5)
-        assert np.allclose(figures.top_p, ref.top_p, atol=1e-5)
-        assert np.allclose(figures.entropy, ref.entropy, atol=1e-4)
+        assert np.allclose(figures.predicted_p, ref.predicted_p, atol=2e-4)
+        assert np.allclose(figures.top_p, ref.top_p, atol=2e-4)
+        assert np.allclose(figures.entropy, ref.entropy, atol=2e-4)
 
 
 def test_committed_tokens_have_the_probabilities_of_plain_decoding_except_at_near_ties(
@@ -199,11 +199,11 @@ def test_a_draft_sources_q_is_the_draft_models_softmax_at_that_position(make_gen
         q = r.probabilities.draft_q
         assert q is not None and len(q) == r.proposal_token_count
         sid = draft.open_session(None)
-        stream = list(prompt)
-        draft.prefill(sid, stream[:-1], 0)
-        current = stream[-1]
+        base = r.base_position  # the window's current token is the stream's token at this position
+        draft.prefill(sid, g.tokens[:base], 0)
+        current = g.tokens[base]
         for i, token in enumerate(r.proposal_token_ids):
-            draft.decode_rows(sid, (current,), len(stream) - 1 + i)
+            draft.decode_rows(sid, (current,), base + i)
             p = softmax(draft.row_logits(0))
             assert q[i] == pytest.approx(p[token], abs=1e-3)
             current = token
@@ -257,3 +257,54 @@ def test_the_session_record_gives_each_committed_token_its_rows_figures(make_gen
     for info in rec.tokens:
         row = rec.token_probabilities(info)
         assert row is not None and row.predicted == info.token and row.proposed == info.proposed
+
+
+# -- headless ------------------------------------------------------------------------------------
+
+def test_run_events_show_p_and_rank_and_view_prints_a_window_row_by_row(tmp_path):
+    from tests.test_cli import cli
+
+    out, auto = tmp_path / "r.json", tmp_path / "r.jsonl"
+    r = cli("run", "--example", "copy-with-corrections", "--max-tokens", "16", "--draft-max", "4", "--quiet",
+            "--events", "--receipts", out, "--autosave", auto)
+    assert r.returncode == 0, r.stderr
+    commits = [line for line in r.stdout.splitlines() if " commit " in line]
+    assert commits and all(" p " in line for line in commits)
+    assert any(" rank 1" in line and "accepted" in line for line in commits) or not any(
+        "accepted" in line for line in commits)
+    doc = load_document(out)
+    window = doc["windows"][0]
+    assert window["probabilities"]["top_token_texts"][0][0] == window["verification_row_prediction_texts"][0]
+    v = cli("view", out, "--window", window["window_index"])
+    assert v.returncode == 0, v.stderr
+    rows = [line for line in v.stdout.splitlines() if line.strip().startswith("row ")]
+    assert len(rows) == window["verification_rows"]
+    assert all("margin" in line and "top:" in line for line in rows)
+    assert "schema v2" in v.stdout
+    missing = cli("view", out, "--window", 999)
+    assert missing.returncode != 0 and "no window 999" in missing.stderr
+    rec = SessionRecord.from_autosave(auto)  # the autosave carries the blocks too
+    assert rec.receipts and all(r.probabilities is not None for r in rec.receipts)
+    assert all(rec.token_probabilities(t) is not None for t in rec.tokens)
+
+
+def test_view_of_a_version_1_file_prints_its_rows_without_figures_and_names_the_version():
+    from tests.test_cli import cli
+
+    v = cli("view", V1_FILE, "--window", 1)
+    assert v.returncode == 0, v.stderr
+    assert "schema v1" in v.stdout and "no probability figures" in v.stdout
+
+
+def test_no_probabilities_on_the_command_line_leaves_the_blocks_out_of_both_files(tmp_path):
+    from tests.test_cli import cli
+
+    out, auto = tmp_path / "r.json", tmp_path / "r.jsonl"
+    r = cli("run", "--example", "copy-exact", "--max-tokens", "12", "--quiet", "--no-probabilities",
+            "--receipts", out, "--autosave", auto)
+    assert r.returncode == 0, r.stderr
+    doc = load_document(out)  # validates
+    assert doc["settings"]["probabilities"] is False
+    assert '"probabilities": {' not in out.read_text() and '"probabilities": {' not in auto.read_text()
+    rec = SessionRecord.from_autosave(auto)
+    assert all(r.probabilities is None for r in rec.receipts)

@@ -48,6 +48,8 @@ class TaskResult:
     python_us_per_step: float
     python_us_per_window: float | None
     predict_us_per_step: float
+    probability_us_per_row: float | None
+    probability_us_per_step: float | None
     engine_us_per_step: float
     expected_speedup: float | None
     same_output_as_plain: bool
@@ -67,6 +69,7 @@ def _run(scheduler, source, tokens, max_tokens, draft_max: int = 8) -> Generatio
     g = run.prepare()
     run.start()
     before, predict_before = rt.decode_ns, getattr(rt, "predict_ns", 0)
+    prob_before = getattr(rt, "probability_ns", 0), getattr(rt, "probability_rows", 0)
     g.window_outside_us = []  # per window step: time outside llama_decode (microseconds)
     while not g.finished:
         windows, d0, t0 = len(g.receipts), rt.decode_ns, perf_counter_ns()
@@ -75,6 +78,8 @@ def _run(scheduler, source, tokens, max_tokens, draft_max: int = 8) -> Generatio
             g.window_outside_us.append((perf_counter_ns() - t0 - (rt.decode_ns - d0)) / 1000)
     g.decode_ns_inside = rt.decode_ns - before
     g.predict_ns = getattr(rt, "predict_ns", 0) - predict_before
+    g.probability_ns = getattr(rt, "probability_ns", 0) - prob_before[0]
+    g.probability_rows = getattr(rt, "probability_rows", 0) - prob_before[1]
     run.end(g.finish_reason)
     return g
 
@@ -158,7 +163,9 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
             python_us_per_step=outside_us,
             python_us_per_window=median(fixed.window_outside_us) if fixed.window_outside_us else None,
             predict_us_per_step=predict_us,
-            engine_us_per_step=outside_us - predict_us,
+            probability_us_per_row=spec.probability_ns / spec.probability_rows / 1000 if spec.probability_rows else None,
+            probability_us_per_step=spec.probability_ns / steps / 1000 if spec.probability_rows else None,
+            engine_us_per_step=outside_us - predict_us - spec.probability_ns / steps / 1000,
             expected_speedup=cm.expected_speedup(
                 [(r.verification_rows, r.canonical_prediction_count) for r in spec.receipts], spec.plain_steps),
             same_output_as_plain=plain.generated == spec.generated == fixed.generated,
@@ -176,7 +183,11 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
             "python_us_per_step": "decode time outside llama_decode per decode step (window or plain step), microseconds",
             "python_us_per_window": "median time outside llama_decode per window of the fixed n-gram run, microseconds",
             "predict_us_per_step": "of which picking greedy predictions: argmax over every row's logits (numpy)",
-            "engine_us_per_step": "of which the engine's Python bookkeeping (query, classify, commit, repair, receipt)",
+            "probability_us_per_row": "of which the per-row probability figures (top 5, softmax, entropy, margin), "
+                                      "per verification row, microseconds (adapt run)",
+            "probability_us_per_step": "the same per decode step (window or plain step), microseconds",
+            "engine_us_per_step": "of which the engine's Python bookkeeping (query, classify, commit, repair, receipt), "
+                                  "probability figures excluded",
             "ngram_tps": "n-gram source, adaptive proposal length with this run's cost model (draft max 16)",
             "ngram_fixed_tps": "n-gram source, fixed proposal length (draft max 8)",
             "fraction_of_ceiling": "ngram_over_plain / the cost model's ceiling",
@@ -196,7 +207,7 @@ def format_bench(result: dict) -> str:
         "",
         f"{'task':22s} {'plain':>6s} {'fixed':>6s} {'adapt':>6s} {'lcpp':>6s} {'adapt/plain':>11s} {'fixed/plain':>11s} "
         f"{'adapt/lcpp':>10s} {'expected':>8s} {'of ceil':>7s} {'accept':>6s} {'us/step':>7s} {'argmax':>6s} "
-        f"{'engine':>6s} {'us/win':>6s} same",
+        f"{'engine':>6s} {'us/win':>6s} {'p/row':>5s} {'p/step':>6s} same",
     ]
     for t in result["tasks"]:
         lcpp = f"{t['lcpp_lookup_tps']:.1f}" if t["lcpp_lookup_tps"] else "n/a"
@@ -207,7 +218,8 @@ def format_bench(result: dict) -> str:
                      f"{lcpp:>6s} {t['ngram_over_plain']:10.2f}x {t['ngram_fixed_over_plain']:10.2f}x {rel:>10s} "
                      f"{exp:>8s} {100 * t['fraction_of_ceiling']:6.0f}% {acc:>6s} {t['python_us_per_step']:7.0f} "
                      f"{t['predict_us_per_step']:6.0f} {t['engine_us_per_step']:6.0f} "
-                     f"{t['python_us_per_window'] or 0:6.0f} "
+                     f"{t['python_us_per_window'] or 0:6.0f} {t.get('probability_us_per_row') or 0:5.0f} "
+                     f"{t.get('probability_us_per_step') or 0:6.0f} "
                      f"{'yes' if t['same_output_as_plain'] else 'no'}")
     if cm.get("disturbed"):
         lines.insert(2, f"WARNING: the cost model looks disturbed ({cm['disturbed']}): figures unreliable")
@@ -216,5 +228,7 @@ def format_bench(result: dict) -> str:
               "expected = speedup the cost model predicts for the adapt run; of ceil = adapt/plain as a share "
               "of the ceiling; accept = accepted / proposed tokens of the adapt run (n/a: it proposed nothing); "
               "us/step = time outside llama_decode per decode step of the adapt run = argmax over the rows' logits + "
-              "engine bookkeeping; us/win = the same per window of the fixed run (median)"]
+              "engine bookkeeping; us/win = the same per window of the fixed run (median); p/row, p/step = of "
+              "us/step, the per-row probability figures (top 5, softmax, entropy, margin; --no-probabilities in "
+              "run leaves them out), microseconds per verification row and per decode step"]
     return "\n".join(lines)

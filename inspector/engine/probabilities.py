@@ -41,7 +41,7 @@ DEFAULT_NEAR_TIE_MARGIN = 0.5
 """A row whose top two logits differ by less than this (logits) is a near-tie: a different
 CPU's kernels can swap the two (the baseline's divergence check uses the same idea)."""
 _BLOCK = 1024
-_DIGITS = 6
+_DIGITS = 4
 
 
 def _r(x: float) -> float:
@@ -134,6 +134,10 @@ class WindowProbabilities:
             d["draft_q"] = list(self.draft_q)
         return d
 
+    def top_token_ids(self) -> set[int]:
+        """Every token id in the rows' top 5 (whose texts a document stores beside them)."""
+        return {t for row in self.top_tokens for t in row}
+
     @classmethod
     def from_json(cls, d: dict) -> "WindowProbabilities":
         """Inverse of ``to_json``. Raises ``KeyError``/``TypeError``/``ValueError`` on a damaged block
@@ -218,7 +222,7 @@ def summarise_rows(
     step): row i judges ``proposed[i]``. ``predictions``: the row predictions the rule
     picked (one per row). ``sampling``: the session's sampler (None or temperature 0:
     softmax basis; else the sampler basis). ``draft_q``: the draft's probability of each
-    proposed token, kept as is. Values are rounded to 6 decimals.
+    proposed token, kept as is. Values are rounded to 4 decimals (the receipts keep what the window shows: 3).
     Raises ``ValueError`` when the shapes disagree.
     """
     x = np.asarray(logits)
@@ -270,3 +274,18 @@ def summarise_rows(
         tuple(_r(m) for m in margin),
         None if draft_q is None else tuple(_r(q) for q in draft_q),
     )
+
+
+def with_top_texts(block: dict | None, token_text) -> dict | None:
+    """A block's JSON form (``to_json``) with ``top_token_texts`` (one list of texts per row) added, so a
+    file shows the top 5 without the model; ``token_text(id) -> str``. None stays None."""
+    if block is None:
+        return None
+    return {**block, "top_token_texts": [[token_text(t) for t in row] for row in block["top_tokens"]]}
+
+
+def top_texts_of(block: dict | None) -> dict[int, str]:
+    """The id -> text pairs a stored block holds (``with_top_texts``); {} for None or a block without them."""
+    if not block or "top_token_texts" not in block:
+        return {}
+    return {t: str(x) for ids, texts in zip(block["top_tokens"], block["top_token_texts"]) for t, x in zip(ids, texts)}

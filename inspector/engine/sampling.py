@@ -36,14 +36,24 @@ def distribution(logits: np.ndarray, s: SamplingSettings) -> np.ndarray:
     """
     if s.temperature <= 0.0:
         raise ValueError(f"a distribution needs temperature > 0, observed {s.temperature}")
-    x = np.asarray(logits, dtype=np.float64)
+    x = np.asarray(logits)
+    n = x.shape[0]
+    if 0 < s.top_k < n:
+        # Only the top-k candidates can get a probability: work on them (a partition, not a sort
+        # of the vocabulary), then scatter back. Ties at the k-th logit are all kept, as before.
+        kth = np.partition(x, n - s.top_k)[n - s.top_k]
+        idx = np.nonzero(x >= kth)[0]
+        out = np.zeros(n, dtype=np.float64)
+        out[idx] = _chain(np.asarray(x[idx], dtype=np.float64), s)
+        return out
+    return _chain(np.asarray(x, dtype=np.float64), s)
+
+
+def _chain(x: np.ndarray, s: SamplingSettings) -> np.ndarray:
+    """top-p, min-p (on temperature-1 probabilities), then temperature, over candidate logits ``x``."""
     keep = np.ones(x.shape[0], dtype=bool)
-    if s.top_k > 0 and s.top_k < x.shape[0]:
-        kth = np.partition(x, -s.top_k)[-s.top_k]
-        keep &= x >= kth
     if 0.0 < s.top_p < 1.0 or 0.0 < s.min_p < 1.0:
-        z = np.where(keep, x, -np.inf)
-        p = np.exp(z - z.max())
+        p = np.exp(x - x.max())
         p /= p.sum()
         if 0.0 < s.top_p < 1.0:
             order = np.argsort(-p, kind="stable")

@@ -51,6 +51,12 @@ FAULT_DISABLED_TIP = "Available in a live session: before a run (armed for it) o
 PICKER_ORDER = ("ngram", "draft", "scripted", "replay")
 """Built-in sources first in the source picker, in this order; then entry-point sources, then ``none``."""
 OTHER_TIP = "third-party source (entry point spec_inspector.sources)"
+PROBABILITIES_TIP = (
+    "Keep the target's figures for every verification row in the receipts (the proposed token's probability "
+    "and rank, the top 5 tokens, entropy, logit margin; the draft's q for a draft model): the Statistics tab's "
+    "acceptance-vs-probability charts and the Windows tab's p columns read them. Costs about 0.1 ms per "
+    "verification row here (read from the verify batch's logits, no extra decode). Off (--no-probabilities): "
+    "receipts without probability blocks, the smallest files.")
 
 
 def source_names() -> list[str]:
@@ -145,6 +151,10 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
                                        ("threads", self.threads))):
             grid.addWidget(QLabel(name), i // 2, (i % 2) * 2)
             grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
+        self.probabilities = QCheckBox("probabilities")
+        self.probabilities.setChecked(True)
+        self.probabilities.setToolTip(PROBABILITIES_TIP)
+        grid.addWidget(self.probabilities, 1, 2, 1, 2)
         grid.addWidget(QLabel("stop"), 2, 0)
         grid.addWidget(self.stop_strings, 2, 1, 1, 3)
         lay.addWidget(g)
@@ -432,13 +442,15 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         return frozenset(k for k, cb in self.break_boxes.items() if cb.isChecked())
 
     def generation_settings(self) -> GenerationSettings:
-        """The limits and sampling typed in the panel (tokens)."""
+        """The limits and sampling typed in the panel (tokens), and whether receipts keep the per-row
+        probability figures (the "probabilities" box)."""
         sampling = SamplingSettings(self.temperature.value(), self.top_k.value(), self.top_p.value(),
                                     self.min_p.value(), self.seed.value())
         verification = self.verification.currentText() if not sampling.greedy else "sample_match"
         draft_max = DEFAULT_DRAFT_MAX if self.draft_max_auto() else self.draft_max.value()
         return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=draft_max,
-                                  stop=self.stop_list(), sampling=sampling, verification=verification)
+                                  stop=self.stop_list(), sampling=sampling, verification=verification,
+                                  probabilities=self.probabilities.isChecked())
 
     def show_draft_max_used(self, settings: dict | None) -> None:
         """Name the draft max a run with ``auto`` used (its settings' ``draft_max_from``), else nothing."""

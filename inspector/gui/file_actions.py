@@ -63,7 +63,8 @@ class FileActions(QObject):
         """Open a saved receipts document (or an autosave ``.jsonl``) with run controls disabled.
 
         Reading and checking the file runs on a background thread (a 20,000-window
-        file takes seconds) with a busy bar; ``opened(path, error)`` reports the end.
+        file takes seconds) with a busy bar; ``opened(path, error)`` reports the end, and the
+        status bar then names the document's schema version (``version_note``).
         Returns whether the opening started."""
         if self.win.engine_busy:  # a model loading (at startup) is no run
             self.win.show_error("Run in progress", "Stop the run before opening receipts.")
@@ -91,7 +92,7 @@ class FileActions(QObject):
         self.win.load_progress.setRange(0, 100)
         if self.win.state != W.LOADING:
             self.win.load_progress.hide()
-        session, message = result if result is not None else (None, error)
+        session, message, note = result if result is not None else (None, error, "")
         if session is None or self.win.engine_busy:
             self.win.status_state.setText("")
             self.win.show_error("Cannot open receipts", message or "a run started meanwhile")
@@ -115,6 +116,8 @@ class FileActions(QObject):
                             else "background:#e3f2fd;color:#0d47a1")
         self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
         self.win.refresh_controls()
+        if note:  # the schema version, after the state's own text (``refresh_controls``)
+            self.win.status_state.setText(f"viewing {Path(path).name} (read only) · {note}")
         self.opened.emit(path, "")
 
     def export_receipts_dialog(self) -> None:

@@ -174,6 +174,7 @@ class MainWindow(RunControl, QMainWindow):
         self.banner.setMinimumHeight(2 * fm.lineSpacing() + 2 * BANNER_PAD + 2)  # hints and run status fit in two lines
         self.set_banner("", BANNER_NEUTRAL)
         self.token_view = TokenView()
+        self.token_view.use_settings(self.settings)  # the near-tie threshold is remembered
         self.window_detail = WindowDetail()
         self.timeline = Timeline()
         self.lock_plots = LockPlots()

@@ -53,6 +53,7 @@ class PanelValues:
             "custom_prompt": self.custom_prompt,
             "verification": self.verification.currentText(), "draft_type": self.draft_type.currentText(),
             "raw": self.raw.isChecked(), "break_on": sorted(self.break_on()),
+            "probabilities": self.probabilities.isChecked(),
             "baseline": self.baseline.isChecked(),
             "model": self.model_path(), "recent_models": self.recent_models(),
             "model_weights": json.dumps(self.weights_by_model, sort_keys=True),
@@ -73,6 +74,8 @@ class PanelValues:
              "temperature": samp.get("temperature"), "top_k": samp.get("top_k"), "top_p": samp.get("top_p"),
              "min_p": samp.get("min_p"), "seed": samp.get("seed"), "verification": st.get("verification"),
              "raw": bool(st.get("raw", False)), "n_ctx": st.get("n_ctx"),
+             # a file without the setting was written before per-row probabilities (schema v1): none
+             "probabilities": bool(st.get("probabilities", False)),
              "stop": join_stop_strings(st.get("stop") or ())}
         name = str(src.get("name", ""))
         # The saved source's own options, by its declaration (as its settings() recorded them).
@@ -129,7 +132,7 @@ class PanelValues:
             self.custom_prompt = v["custom_prompt"]
         if isinstance(v.get("prompt"), str):
             self.prompt.setPlainText(v["prompt"])
-        for key, box in (("raw", self.raw), ("baseline", self.baseline)):
+        for key, box in (("raw", self.raw), ("baseline", self.baseline), ("probabilities", self.probabilities)):
             if key in v:
                 box.setChecked(str(v[key]).lower() in ("true", "1"))
         if isinstance(v.get("break_on"), (list, tuple)):

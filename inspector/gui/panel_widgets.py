@@ -1,5 +1,5 @@
 """Small widgets of the control panel: spin boxes that ignore the wheel unless focused,
-and a fixed-height grey note."""
+a fixed-height grey note, and a widget that is enabled exactly when another one is."""
 
 from __future__ import annotations
 

@@ -15,10 +15,14 @@ import gc
 from inspector.session.record import SessionRecord
 
 
-def read_session(path: str) -> tuple[SessionRecord | None, str]:
-    """(session, "") from a receipts document (``.json``) or an autosave (``.jsonl``),
-    or (None, message) naming the file and the problem. Safe on any thread (no Qt)."""
+def read_session(path: str) -> tuple[SessionRecord | None, str, str]:
+    """(session, "", note) from a receipts document (``.json``) or an autosave (``.jsonl``),
+    or (None, message, "") naming the file and the problem. ``note``: the document's schema
+    version as ``inspector.receipts.document.version_note`` says it (e.g. "receipts schema v1
+    (written before per-row probabilities: no probability figures)"), "" for an autosave.
+    Safe on any thread (no Qt)."""
     from inspector.receipts import ReceiptsFileError, load_document
+    from inspector.receipts.document import version_note
 
     # The load makes millions of objects: with the cyclic GC on, its full collections
     # (a second each, holding the GIL) would freeze the GUI thread. The records hold no
@@ -27,16 +31,20 @@ def read_session(path: str) -> tuple[SessionRecord | None, str]:
     # frees them when the session is closed.
     gc.disable()
     try:
+        note = ""
         if str(path).endswith(".jsonl"):
             session = SessionRecord.from_autosave(path)
         else:
-            session = SessionRecord.from_document(load_document(path, yield_gil=True), path=path)
+            doc = load_document(path, yield_gil=True)
+            note = version_note(doc)
+            session = SessionRecord.from_document(doc, path=path)
+            del doc
         session.windows()  # sorted and cached here, not on the GUI thread
-        return session, ""
+        return session, "", note
     except ReceiptsFileError as exc:
-        return None, str(exc)
+        return None, str(exc), ""
     except (OSError, KeyError, TypeError, ValueError, RecursionError) as exc:
-        return None, f"{path}: {exc}"
+        return None, f"{path}: {exc}", ""
     finally:
         gc.freeze()
         gc.enable()

@@ -56,7 +56,7 @@ class RunControl:
             self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
         for b in (p.model_combo, p.open_model, p.source, p.source_pages, p.prompt, p.examples, p.max_tokens,
                   p.draft_max, p.temperature, p.verification, p.top_k, p.top_p, p.min_p, p.seed, p.n_ctx,
-                  p.threads, p.stop_strings, p.raw):
+                  p.threads, p.stop_strings, p.probabilities, p.raw):
             b.setEnabled(setup_on)
         bar.setValue(scrolled)  # Run never scrolls the side panel
         for b in (p.fault_token, p.baseline, p.background, *p.break_boxes.values()):

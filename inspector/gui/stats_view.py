@@ -9,6 +9,14 @@ plain decoding: whether the outputs are identical (or where they first
 differ, with the target's top-2 logit margin), plain decode tokens/s and the
 observed speedup (speculative / plain decode tokens/s).
 
+Per-row probabilities (issue 15, ``inspector.engine.probability_stats``, judged
+proposal tokens only: the accepted ones and a window's first mismatch): the
+mean target probability of the proposed token beside each position's bar,
+acceptance against that probability in bins of 0.1 with the judged count of
+each bin, and for draft sources the same against the draft's q (calibration:
+the dashed diagonal). A run without figures (turned off, a schema v1 file)
+shows a sentence saying so in place of those charts.
+
 With no verified window (e.g. max tokens 1, or a source that proposed
 nothing) every step was plain: the per-window figures and both speedups say
 "n/a" (a measured ratio of two plain runs is timing noise, not a speedup; it
@@ -20,15 +28,30 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QStackedWidget, QVBoxLayout, QWidget
 
+from inspector.engine.probability_stats import DRAFT, TARGET, acceptance_by_probability, has_probabilities, \
+    probability_by_position
 from inspector.engine.receipt import Summary
+from inspector.gui.probability_plots import AcceptancePlot, no_figures_reason
 from inspector.session.record import SessionRecord
 from inspector.gui.timeline import IntegerAxis
 from inspector.gui.wording import count_noun
 
 DISPOSITIONS = ("full_accept", "first_mismatch", "stopped")
 DISPOSITION_BRUSH = ("#66bb6a", "#ffa726", "#9575cd")
+SHARE_BRUSH = "#42a5f5"
+MEAN_P_BRUSH = "#26a69a"
+POSITION_TITLE = (f'<span style="color:{SHARE_BRUSH}">■</span> accepted share '
+                  f'<span style="color:{MEAN_P_BRUSH}">■</span> mean target p')
+TITLE_SIZE = "9pt"
+DISPOSITION_TICK_PT = 8
+"""Point size of the dispositions' names under their bars."""
+FORM_MAX_WIDTH = 330
+"""The figures' column at most (pixels): the charts get the rest (two per row at 1280x800)."""
+PLOT_MIN = (160, 130)
+"""Smallest chart (pixels): layouts may shrink a chart this far (titles are short enough)."""
 
 
 def _pct(x: float | None) -> str:
@@ -36,7 +59,9 @@ def _pct(x: float | None) -> str:
 
 
 class StatsView(QWidget):
-    """Summary figures and two bar charts (by proposal position, by disposition)."""
+    """Summary figures and the charts: by proposal position (with the mean target p), by
+    disposition, acceptance against the target's p of the proposed token, and (draft sources)
+    against the draft's q."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -74,7 +99,7 @@ class StatsView(QWidget):
                                              "plain decoding”; else estimated as decode tokens/s ÷ (1000 / c(1)))"),
         ):
             lab = QLabel("—")
-            lab.setWordWrap(key in ("baseline", "expected", "observed"))
+            lab.setWordWrap(True)  # the column is at most FORM_MAX_WIDTH wide
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             name = QLabel(label)
             name.setToolTip(tip)
@@ -82,26 +107,72 @@ class StatsView(QWidget):
             form.addRow(name, lab)
             self.labels[key] = lab
         defs = QLabel("<small>acceptance rate = accepted / proposed · mean accepted length = 1 + accepted / windows"
-                      " · by position i = windows that accepted index i / windows whose proposal had index i</small>")
+                      " · by position i = windows that accepted index i / windows whose proposal had index i"
+                      " · judged = accepted proposal tokens and each first mismatch (the probability charts"
+                      " count judged tokens only)</small>")
         defs.setWordWrap(True)
         form.addRow(defs)
+        form_box.setMaximumWidth(FORM_MAX_WIDTH)
         lay.addWidget(form_box, 2)
 
         charts = QVBoxLayout()
-        self.by_pos = pg.PlotWidget(background="w", title="Acceptance by proposal position")
+        top = QHBoxLayout()
+        self.by_pos = pg.PlotWidget(background="w", axisItems={"bottom": IntegerAxis("bottom")})
+        self.by_pos.setTitle(POSITION_TITLE, size="8pt")
+        self.by_pos.setToolTip("blue: windows that accepted index i / windows whose proposal had index i\n"
+                               "orange: the mean target probability of the proposed token at i, over judged "
+                               "tokens (accepted, or the first mismatch)")
         self.by_pos.setLabel("bottom", "proposal position (1-based)")
-        self.by_pos.setLabel("left", "accepted share")
+        self.by_pos.setLabel("left", "share / p")
         self.by_pos.setYRange(0, 1.05)
-        self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush="#42a5f5")
+        self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=SHARE_BRUSH)
         self.by_pos.addItem(self.pos_bars)
-        self.disp = pg.PlotWidget(background="w", title="Dispositions", axisItems={"left": IntegerAxis("left")})
-        self.disp.setLabel("left", "windows")
+        self.pos_p_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush=MEAN_P_BRUSH)
+        self.by_pos.addItem(self.pos_p_bars)
+        self.disp = pg.PlotWidget(background="w", axisItems={"left": IntegerAxis("left")})
+        self.disp.setTitle("Dispositions (windows)", size=TITLE_SIZE)  # no axis label: room for the names
         self.disp.getAxis("bottom").setTicks([[(i, d) for i, d in enumerate(DISPOSITIONS)]])
+        tick_font = QFont()
+        tick_font.setPointSize(DISPOSITION_TICK_PT)  # the three names fit side by side in half the width
+        self.disp.getAxis("bottom").setStyle(tickFont=tick_font)
         self.disp_bars = pg.BarGraphItem(x=list(range(3)), height=[0, 0, 0], width=0.6, brushes=list(DISPOSITION_BRUSH))
         self.disp.addItem(self.disp_bars)
-        charts.addWidget(self.by_pos)
-        charts.addWidget(self.disp)
+        top.addWidget(self.by_pos, 1)
+        top.addWidget(self.disp, 1)
+        charts.addLayout(top, 1)
+
+        # Acceptance against probability; a sentence instead when the run has no figures.
+        self.prob_stack = QStackedWidget()
+        page = QWidget()
+        row = QHBoxLayout(page)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.vs_p = AcceptancePlot(
+            "Acceptance vs target p", "target p of the proposed token",
+            "judged proposal tokens binned by the target's probability of the proposed token; bar: accepted / "
+            "judged, label: judged tokens in the bin\ndashed: accepted with probability p (what sampling gives; "
+            "greedy accepts exactly the argmax, so bins above 0.5 reach 1)")
+        self.vs_q = AcceptancePlot(
+            "Acceptance vs draft q", "draft q of the proposed token",
+            "judged proposal tokens binned by the draft model's probability q of the proposed token; bar: "
+            "accepted / judged, label: judged tokens in the bin\ndashed: a calibrated draft (accepted as often "
+            "as it was sure)", brush="#ab47bc")
+        self.vs_q.hide()
+        for plot in (self.by_pos, self.disp, self.vs_p, self.vs_q):
+            plot.setMinimumSize(*PLOT_MIN)
+        row.addWidget(self.vs_p, 1)
+        row.addWidget(self.vs_q, 1)
+        self.prob_stack.addWidget(page)
+        self.no_figures = QLabel("")
+        self.no_figures.setWordWrap(True)
+        self.no_figures.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.no_figures.setStyleSheet("color:#555;background:#fafafa;border:1px solid #ddd;padding:12px")
+        self.prob_stack.addWidget(self.no_figures)
+        charts.addWidget(self.prob_stack, 1)
         lay.addLayout(charts, 3)
+
+    def no_figures_text(self) -> str:
+        """The sentence shown instead of the probability charts, "" when the charts are shown."""
+        return self.no_figures.text() if self.prob_stack.currentWidget() is self.no_figures else ""
 
     def set_session(self, session: SessionRecord) -> None:
         self.session = session
@@ -137,18 +208,45 @@ class StatsView(QWidget):
         self._show_baseline(s.baseline)
         self._show_speedups(s, m)
         self._draw_charts(m)
+        self._draw_probabilities(s)
 
     def _draw_charts(self, m: Summary) -> None:
         """Both bar charts, on axes that fit their bars (0..1 windows when there are none)."""
         by_pos = [0.0 if v is None else v for v in m.acceptance_by_position] if m.windows else []
         n = len(by_pos)
-        self.pos_bars.setOpts(x=np.arange(1, n + 1), height=np.array(by_pos, float), width=0.7)
+        s = self.session
+        mean_p = [f.mean_p for f in probability_by_position(s.receipts)] if s is not None and m.windows else []
+        x = np.arange(1, n + 1, dtype=float)
+        if any(p is not None for p in mean_p):  # the mean target p beside each position's share
+            heights = np.array([(mean_p[i] if i < len(mean_p) else None) or 0.0 for i in range(n)], float)
+            self.pos_bars.setOpts(x=x - 0.2, height=np.array(by_pos, float), width=0.4)
+            self.pos_p_bars.setOpts(x=x + 0.2, height=heights, width=0.4)
+        else:
+            self.pos_bars.setOpts(x=x, height=np.array(by_pos, float), width=0.7)
+            self.pos_p_bars.setOpts(x=[], height=[], width=0.4)
         self.by_pos.setXRange(0.5, max(n, 1) + 0.5, padding=0)
         self.by_pos.setYRange(0, 1.05, padding=0)
         heights = [m.dispositions.get(k, 0) for k in DISPOSITIONS]
         self.disp_bars.setOpts(height=heights)
         self.disp.setXRange(-0.5, len(DISPOSITIONS) - 0.5, padding=0)
         self.disp.setYRange(0, max(1, max(heights)) * 1.05, padding=0)
+
+    def _draw_probabilities(self, s: SessionRecord) -> None:
+        """Acceptance against the target's p (and the draft's q for draft sources), or the sentence
+        saying why the run has no figures."""
+        why = no_figures_reason(s)
+        if why is not None:
+            if self.no_figures.text() != why:
+                self.no_figures.setText(why)
+            self.prob_stack.setCurrentWidget(self.no_figures)
+            return
+        self.prob_stack.setCurrentIndex(0)
+        self.vs_p.draw(acceptance_by_probability(s.receipts, self.vs_p.edges, TARGET))
+        draft = s.source_name == "draft" or has_probabilities(s.receipts, DRAFT)
+        if draft == self.vs_q.isHidden():
+            self.vs_q.setVisible(draft)
+        if draft:
+            self.vs_q.draw(acceptance_by_probability(s.receipts, self.vs_q.edges, DRAFT))
 
     def _show_baseline(self, b: dict | None) -> None:
         L = self.labels

@@ -3,8 +3,8 @@
 ``install_row_copy(view)`` makes the standard Copy key (Ctrl+C; Cmd+C on
 macOS) on ``view`` put the selected rows on the clipboard as tab-separated
 text: a header line, then one line per selected row (rows in view order,
-every visible column). A cell shown by a widget (a combo box or spin box in
-an editable table) is copied as the widget's text. Tabs and line breaks
+every visible column, in the order the header shows them). A cell shown by a
+widget (a combo box or spin box in an editable table) is copied as the widget's text. Tabs and line breaks
 inside a cell become spaces, so each row stays one line.
 
 A model may give a longer header for the copy than its column header shows:
@@ -58,6 +58,8 @@ def selected_rows_text(view: QAbstractItemView) -> str:
         return ""
     hidden = view.isColumnHidden if isinstance(view, QTableView) else (lambda _c: False)
     cols = [c for c in range(model.columnCount()) if not hidden(c)]
+    if isinstance(view, QTableView):  # in the order shown (a header may show columns moved)
+        cols.sort(key=view.horizontalHeader().visualIndex)
     horizontal = Qt.Orientation.Horizontal
     header = []
     for c in cols:

@@ -2,7 +2,11 @@
 
 Only committed tokens are ever shown (branch-conditioned predictions never
 reach this view). Hovering a token shows its window, verification row,
-proposed vs predicted token and position; clicking selects its window.
+proposed vs predicted token and position, and the target's probability figures
+for that row (issue 15: proposed and predicted p, rank, top 5, entropy, margin,
+draft q, basis); clicking selects its window. A token whose row's top-2 logit
+margin is below the "near-tie" threshold (the spin box beside the legend,
+remembered in the window's QSettings) has a dotted underline.
 After a comparison with plain decoding, the first token where the output
 differs is marked (red on yellow, wavy red underline) and a line above the text says
 whether the outputs are identical.
@@ -10,14 +14,25 @@ whether the outputs are identical.
 
 from __future__ import annotations
 
-import html
-
-from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QTextEdit, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, QSettings, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QPainter, QPixmap, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QTextEdit,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
 
 from inspector.engine.classify import token_outcome
+from inspector.engine.probabilities import DEFAULT_NEAR_TIE_MARGIN
 from inspector.gui import outcomes as O
+from inspector.gui.token_figures import NEAR_TIE_COLOR, figures_html
+from inspector.gui.token_figures import quoted as _show
 from inspector.session.record import SessionRecord
 
 TOKEN_PROPERTY = QTextCharFormat.UserProperty + 1
@@ -29,13 +44,11 @@ MAX_SHOWN = 10_000
 """Most generated tokens in the document at once (a longer stream is shown in pages)."""
 CHUNK = 2_500
 """Tokens dropped from the head at a time while a long live stream is followed."""
-NEAR_TIE_LOGITS = 1.0
-"""A divergence whose top-2 logit margin is below this is called a near-tie (batch arithmetic can flip it)."""
-
-
-def _show(text: str) -> str:
-    """A token's text for a tooltip: quoted, whitespace made visible, HTML-escaped."""
-    return html.escape("'" + text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r") + "'")
+NEAR_TIE_MAX = 10.0
+"""Largest near-tie threshold the spin box offers (logits)."""
+NEAR_TIE_KEY = "token_view/near_tie_logits"
+"""QSettings key of the near-tie threshold (logits)."""
+_PENDING = object()  # margin of a token whose window has no receipt yet (figures still to come)
 
 
 class _Stream(QTextEdit):
@@ -112,6 +125,15 @@ class TokenView(QWidget):
         self._diverged.setFontWeight(QFont.Weight.Bold)
         self._diverged.setForeground(QColor(DIVERGENCE_COLOR))
         self._diverged.setBackground(QColor(DIVERGENCE_BACKGROUND))
+        self._near_tie = QTextCharFormat()
+        self._near_tie.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
+        self._near_tie.setUnderlineColor(QColor(NEAR_TIE_COLOR))
+        self.near_tie_margin = DEFAULT_NEAR_TIE_MARGIN
+        """Tokens whose row's top-2 logit margin is below this (logits) are marked near-ties."""
+        self._margins: list = []  # per generated token: its row's margin (logits), None, or _PENDING
+        self._pending_from: int | None = None  # first drawn token whose window had no receipt yet
+        self._entries_seen = (0, 0)  # (receipts, discards) when the pending tokens were last checked
+        self._settings: QSettings | None = None
         self._baseline_shown: object = None
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -120,6 +142,27 @@ class TokenView(QWidget):
             f"&nbsp;{label}" for o, label in O.LEGEND))
         legend.setWordWrap(True)
         self.legend = legend
+        # The near-tie entry of the legend: a sample drawn with the stream's own format (rich
+        # text in a label has no dotted underline), then the threshold.
+        self.near_tie_sample = QLabel()
+        self.near_tie_sample.setPixmap(self._sample_pixmap())
+        self.near_tie_spin = QDoubleSpinBox()
+        self.near_tie_spin.setRange(0.0, NEAR_TIE_MAX)
+        self.near_tie_spin.setSingleStep(0.1)
+        self.near_tie_spin.setDecimals(1)
+        self.near_tie_spin.setPrefix("near-tie < ")
+        self.near_tie_spin.setSuffix(" logits")
+        self.near_tie_spin.setValue(DEFAULT_NEAR_TIE_MARGIN)
+        tip = ("dotted underline: the target's top two logits on the token's verification row differ by less "
+               "than this margin (logits), so it nearly chose another token; 0 marks none")
+        for wdg in (self.near_tie_sample, self.near_tie_spin):
+            wdg.setToolTip(tip)
+        self.near_tie_spin.valueChanged.connect(self.set_near_tie_margin)
+        bar = QHBoxLayout()
+        bar.setContentsMargins(0, 0, 0, 0)
+        bar.addWidget(legend, 1)
+        bar.addWidget(self.near_tie_sample)
+        bar.addWidget(self.near_tie_spin)
         self.hold_label = QLabel("")
         self.hold_label.setTextFormat(Qt.TextFormat.RichText)  # token texts arrive HTML-escaped
         self.hold_label.setStyleSheet("color:#e65100;font-weight:bold")
@@ -131,7 +174,7 @@ class TokenView(QWidget):
         self.baseline_label.setTextFormat(Qt.TextFormat.RichText)
         self.baseline_label.setWordWrap(True)
         self.baseline_label.hide()
-        lay.addWidget(legend)
+        lay.addLayout(bar)
         lay.addWidget(self.baseline_label)
         lay.addWidget(self.hold_label)
         self.stream = _Stream(self)
@@ -153,10 +196,117 @@ class TokenView(QWidget):
         lay.addWidget(self.nav)
         lay.addWidget(self.stream, 1)
 
+    def _sample_pixmap(self) -> QPixmap:
+        """The legend's near-tie sample: a bold "abc" (as the legend's samples) with the stream's near-tie underline."""
+        doc = QTextDocument()
+        doc.setDocumentMargin(1)
+        f = QFont(self.font())
+        f.setBold(True)
+        doc.setDefaultFont(f)
+        fmt = QTextCharFormat(self._near_tie)
+        QTextCursor(doc).insertText("\u2009abc\u2009", fmt)
+        ratio = self.devicePixelRatioF()
+        size = doc.size().toSize()
+        pix = QPixmap(QSize(size.width(), size.height()) * ratio)
+        pix.setDevicePixelRatio(ratio)
+        pix.fill(QColor("#ffffff"))
+        painter = QPainter(pix)
+        doc.drawContents(painter)
+        painter.end()
+        return pix
+
+    def use_settings(self, settings: QSettings) -> None:
+        """Keep the near-tie threshold in ``settings`` (the window's QSettings): read it now, write it
+        on every change (the main window calls it once; without it the threshold is not remembered)."""
+        self._settings = settings
+        try:
+            v = float(settings.value(NEAR_TIE_KEY, DEFAULT_NEAR_TIE_MARGIN))
+        except (TypeError, ValueError):
+            v = DEFAULT_NEAR_TIE_MARGIN
+        if not 0.0 <= v <= NEAR_TIE_MAX:  # also NaN
+            v = DEFAULT_NEAR_TIE_MARGIN
+        self.near_tie_spin.setValue(v)
+        self.set_near_tie_margin(self.near_tie_spin.value())
+
+    def set_near_tie_margin(self, logits: float) -> None:
+        """Mark tokens whose row margin is below ``logits`` (0..``NEAR_TIE_MAX``) as near-ties; restyles
+        only the shown tokens whose mark changes, and stores the value in the settings."""
+        logits = float(logits)
+        if self.near_tie_spin.value() != logits:
+            self.near_tie_spin.setValue(logits)  # calls back here once
+            return
+        if self._settings is not None and self._settings.value(NEAR_TIE_KEY) != logits:
+            self._settings.setValue(NEAR_TIE_KEY, logits)
+        old, self.near_tie_margin = self.near_tie_margin, logits
+        if old == logits or self.session is None:
+            return
+        tokens, margins = self.session.tokens, self._margins
+        changed = [i for i in range(self.first, min(self.rendered, len(margins)))
+                   if isinstance(margins[i], float) and (margins[i] < old) != (margins[i] < logits)]
+        if not changed:
+            return
+        doc = self.stream.document()
+        cur = QTextCursor(doc)
+        cur.beginEditBlock()
+        end_of_doc = doc.characterCount() - 1
+        for i in changed:
+            k = i - self.first
+            cur.setPosition(self._starts[k])
+            cur.setPosition(self._starts[k + 1] if k + 1 < len(self._starts) else end_of_doc,
+                            QTextCursor.MoveMode.KeepAnchor)
+            cur.setCharFormat(self._format_of(tokens[i]))
+        cur.endEditBlock()
+
+    def _margin_of(self, t):
+        """Token ``t``'s row margin (logits; cached once known), None without figures, or ``_PENDING``
+        while its window has no receipt."""
+        m = self._margins
+        i = t.index
+        if i < len(m) and m[i] is not _PENDING:
+            return m[i]
+        s = self.session
+        p = s.token_probabilities(t)
+        if p is not None:
+            v = float(p.margin)
+        elif t.window is not None and s.window(t.window) is None:
+            v = _PENDING
+        else:
+            v = None
+        if i >= len(m):
+            m.extend([_PENDING] * (i + 1 - len(m)))
+        m[i] = v
+        return v
+
+    def _format_of(self, t) -> QTextCharFormat:
+        """Token ``t``'s character format: its outcome's, the near-tie and divergence marks, its index."""
+        fmt = QTextCharFormat(self._formats.get(t.outcome, self._formats[O.PLAIN]))
+        m = self._margin_of(t)
+        if isinstance(m, float) and m < self.near_tie_margin:
+            fmt.merge(self._near_tie)
+        if t.index == self.session.divergence_index:
+            fmt.merge(self._diverged)
+        fmt.setProperty(TOKEN_PROPERTY, t.index)
+        return fmt
+
+    def is_marked_near_tie(self, index: int) -> bool:
+        """Whether token ``index`` is drawn with the near-tie mark (dotted underline; tests)."""
+        if not self.first <= index < self.rendered:
+            return False
+        cur = QTextCursor(self.stream.document())
+        cur.setPosition(self._starts[index - self.first] + 1)
+        return cur.charFormat().underlineStyle() == QTextCharFormat.UnderlineStyle.DotLine
+
+    def near_tie_marks(self) -> list[int]:
+        """Indices of the shown tokens drawn with the near-tie mark (read from the document; tests)."""
+        return [i for i in range(self.first, self.rendered) if self.is_marked_near_tie(i)]
+
     def set_session(self, session: SessionRecord) -> None:
         self.session = session
         self.first = self.rendered = 0
         self._starts = []
+        self._margins = []
+        self._pending_from = None
+        self._entries_seen = (0, 0)
         self.stream.clear()
         self.nav.hide()
         self.hold_label.setText("")
@@ -196,7 +346,7 @@ class TokenView(QWidget):
         if index == s.divergence_index:
             lines.append(f"<span style='color:{DIVERGENCE_COLOR}'><b>first difference from plain decoding</b></span>")
             lines.extend(self._divergence_lines(s.baseline["divergence"]))
-        return "<br>".join(lines)
+        return "<br>".join(lines) + figures_html(s, t, self.near_tie_margin)
 
     def _divergence_lines(self, d: dict) -> list[str]:
         s = self.session
@@ -208,7 +358,7 @@ class TokenView(QWidget):
             return f"{_show(d.get(key.replace('_token', '_text')) or s.text_of(t))} ({t})"
 
         margin = float(d["margin"])
-        tie = " — a near-tie: batch arithmetic can flip it" if margin < NEAR_TIE_LOGITS else ""
+        tie = " — a near-tie: batch arithmetic can flip it" if margin < self.near_tie_margin else ""
         return [f"plain decoding: {tok('plain_token')}", f"speculative: {tok('speculative_token')}",
                 f"target's top-2 margin there: {margin:.4f} logits{tie}"]
 
@@ -268,6 +418,10 @@ class TokenView(QWidget):
         self._show_baseline()
         n = len(s.tokens)
         start = max(min(s.tokens_dirty_from, self.rendered), self.first)
+        if self._pending_from is not None and self._entries_seen != (len(s.receipts), len(s.discards)):
+            # A window ended: its tokens (drawn before its receipt) get their near-tie marks.
+            self._entries_seen = (len(s.receipts), len(s.discards))
+            start = min(start, max(self._pending_from, self.first))
         if start >= n and self.rendered == n:
             s.tokens_dirty_from = n
             return
@@ -302,15 +456,14 @@ class TokenView(QWidget):
             cur.removeSelectedText()
             del self._starts[start - self.first:]
         cur.movePosition(QTextCursor.MoveOperation.End)
-        diverged = s.divergence_index
-        formats = self._formats
-        plain = formats[O.PLAIN]
+        if self._pending_from is not None and self._pending_from >= start:
+            self._pending_from = None
+        self._entries_seen = (len(s.receipts), len(s.discards))
         pos = cur.position()
         for t in s.tokens[start:end]:
-            fmt = QTextCharFormat(formats.get(t.outcome, plain))
-            if t.index == diverged:
-                fmt.merge(self._diverged)
-            fmt.setProperty(TOKEN_PROPERTY, t.index)
+            fmt = self._format_of(t)
+            if self._pending_from is None and self._margins[t.index] is _PENDING:
+                self._pending_from = t.index
             self._starts.append(pos)
             text = t.text if t.text else "\u2205"
             cur.insertText(text, fmt)
@@ -336,6 +489,7 @@ class TokenView(QWidget):
         first = max(0, min(first, n - 1 if n else 0))
         self.stream.clear()
         self._starts = []
+        self._pending_from = None
         self.first = self.rendered = first
         self._draw(first, min(n, first + MAX_SHOWN))
         self._update_nav()

@@ -1,7 +1,8 @@
 """Window list and the detail of the selected window.
 
 The rows table lists the verification rows (row, KV position, input token,
-proposed token, target prediction, outcome); rows whose KV entries the
+proposed token, target prediction, the target's figures: p(proposed) and its
+rank, p(predicted), the top-2 logit margin; then the outcome); rows whose KV entries the
 repair removed (position >= canonical_position) are struck through, and
 predictions past the committed ones are marked branch-conditioned (never
 output). Below: the receipt's positions and timings, and its raw JSON.
@@ -36,6 +37,7 @@ from inspector.engine.classify import row_outcomes, token_outcome
 from inspector.gui import outcomes as O
 from inspector.session.record import SessionRecord
 from inspector.gui.table_copy import install_row_copy
+from inspector.gui.token_figures import margin_text, probability_text
 from inspector.gui.window_table import WIDEST, WINDOW_HEADERS, WindowTableModel
 
 EMPTY_TEXT = "Select a window."
@@ -47,8 +49,9 @@ ROW_LABELS = {O.ACCEPTED: "accepted proposal token", O.CORRECTION: "correction",
 FOLLOW_S = 0.2
 """Shortest time between two follows of the newest window while a run goes (seconds)."""
 
-ROW_COLUMNS = ("row", "position", "input token", "proposed token", "target prediction", "outcome")
-ROW_HEADERS = ("row", "pos.", "input", "proposed", "target", "outcome")
+ROW_COLUMNS = ("row", "position", "input token", "proposed token", "target prediction", "outcome",
+               "p(proposed)", "rank", "p(predicted)", "margin")
+ROW_HEADERS = ("row", "pos.", "input", "proposed", "target", "outcome", "p(proposed)", "rank", "p(predicted)", "margin")
 """Short header labels of the rows table (``ROW_COLUMNS`` are their tooltips, with ``ROW_TIPS``)."""
 ROW_TIPS = (
     "verification row (0: the current token's row)",
@@ -57,7 +60,17 @@ ROW_TIPS = (
     "proposed token this row verifies",
     "target prediction: the token the target model predicts after the input token",
     "accepted, correction, bonus token, branch-conditioned (never output), not committed; trimmed: KV entry removed",
+    "the target's probability of the proposed token on this row (0..1; the softmax of the logits at T=0, "
+    "after the sampler chain at T>0); — on the bonus row; empty when the window has no figures",
+    "rank of the proposed token among the target's logits on this row (1 = the target's top choice)",
+    "the target's probability of its own prediction on this row (0..1)",
+    "the target's top logit minus its second on this row (logits); a small margin is a near-tie",
 )
+OUTCOME_COLUMN = 5
+"""Index of the outcome column (shown last)."""
+FIGURE_COLUMNS = 6
+"""Index of the first probability column (p(proposed), rank, p(predicted), margin). On screen (and in a
+copy) they come before the outcome, which stays last and takes the table's spare width."""
 
 
 def _tok(s: SessionRecord, t: int | None) -> str:
@@ -75,6 +88,16 @@ def _item(text, *, color: str | None = None, align_right=False) -> QTableWidgetI
     if align_right:
         it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     return it
+
+
+def _figures(probs, row: int) -> tuple[str, str, str, str]:
+    """(p(proposed), rank, p(predicted), margin) of verification row ``row`` as table texts;
+    empty texts without figures (turned off, a schema v1 file, a window not verified yet)."""
+    if probs is None or not 0 <= row < probs.rows:
+        return "", "", "", ""
+    rank = probs.proposed_rank[row]
+    return (probability_text(probs.proposed_p[row]), "—" if rank is None else str(rank),
+            probability_text(probs.predicted_p[row]), margin_text(probs.margin[row]))
 
 
 class WindowDetail(QWidget):
@@ -157,10 +180,12 @@ class WindowDetail(QWidget):
         self.rows.setWordWrap(False)
         self.rows.verticalHeader().setDefaultSectionSize(22)
         self.rows.setToolTip("struck through: KV entries the repair removed (position >= canonical_position)")
-        self.rows.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.rows.horizontalHeader().setStretchLastSection(True)
-        for c in range(len(ROW_COLUMNS) - 1):
-            self.rows.resizeColumnToContents(c)
+        rows_header = self.rows.horizontalHeader()
+        rows_header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        rows_header.setStretchLastSection(True)
+        for c in range(FIGURE_COLUMNS, len(ROW_COLUMNS)):  # the short figures before the long outcome texts
+            rows_header.moveSection(rows_header.visualIndex(c), OUTCOME_COLUMN + c - FIGURE_COLUMNS)
+        self._resize_row_columns()
         install_row_copy(self.rows)  # Ctrl+C copies the selected rows as tab-separated text
         outer.addWidget(self.rows)
         outer.setStretchFactor(0, 1)
@@ -241,18 +266,21 @@ class WindowDetail(QWidget):
         else:
             canonical, after = d.partial.canonical_position, d.partial.position_after_verification
         base, committed = e.base_position, len(e.committed)
-        self._fill_rows(self._current_token(w, base), e.proposal, e.predictions, base, committed, canonical, after)
+        self._fill_rows(self._current_token(w, base), e.proposal, e.predictions, base, committed, canonical, after,
+                        probs=r.probabilities if r is not None else None)
         self.fields.setHtml(self._fields_html(w, r, d, e.accepted, base, after, canonical, committed))
         self._raw_for = None
         self._show_raw()
 
-    def _fill_rows(self, current, proposal, preds, base, committed, canonical, after, held_row=None) -> None:
+    def _fill_rows(self, current, proposal, preds, base, committed, canonical, after, held_row=None,
+                   probs=None) -> None:
         """The rows table: one row per verification row (KV position base + row), each with the
-        engine's row outcome (``inspector.engine.classify.row_outcomes``).
+        engine's row outcome (``inspector.engine.classify.row_outcomes``) and the target's figures.
 
         ``committed``: rows whose prediction was committed; ``canonical``: the repaired KV
         length (None while the window is still committing); ``held_row``: the row whose
-        prediction Step token holds before committing (None otherwise)."""
+        prediction Step token holds before committing (None otherwise); ``probs``: the
+        receipt's ``WindowProbabilities`` (None: the figure columns stay empty)."""
         s = self.session
         n_rows = len(proposal) + 1
         self.rows.setRowCount(n_rows)
@@ -272,17 +300,23 @@ class WindowDetail(QWidget):
             if removed:
                 label += " · trimmed"
             vals = (i, base + i, _tok(s, inp) + ("  [current]" if i == 0 else ""), _tok(s, prop), pred_text, label)
+            vals += _figures(probs, i)
             for c, v in enumerate(vals):
-                it = _item(v, color=HOLD_BACKGROUND if held else O.BACKGROUNDS.get(outcome), align_right=c < 2)
+                it = _item(v, color=HOLD_BACKGROUND if held else O.BACKGROUNDS.get(outcome),
+                           align_right=c < 2 or c >= FIGURE_COLUMNS)
                 if outcome in O.COLORS:
                     it.setForeground(QBrush(QColor(O.COLORS[outcome])))
                 if removed:
                     it.setFont(strike)
                 self.rows.setItem(i, c, it)
-        # At most draft max + 1 rows: sizing the columns to their texts is cheap (the last
-        # column stretches to the table's width).
-        for c in range(len(ROW_COLUMNS) - 1):
-            self.rows.resizeColumnToContents(c)
+        self._resize_row_columns()
+
+    def _resize_row_columns(self) -> None:
+        # At most draft max + 1 rows: sizing the columns to their texts is cheap (the outcome,
+        # shown last, stretches to the table's width).
+        for c in range(len(ROW_COLUMNS)):
+            if c != OUTCOME_COLUMN:
+                self.rows.resizeColumnToContents(c)
 
     def show_in_flight(self, info: dict) -> None:
         """Show the window Step token holds in (no receipt yet): its proposal, the rows verified

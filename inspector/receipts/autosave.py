@@ -21,6 +21,7 @@ from pathlib import Path
 from inspector.engine.generation import GenerationObserver
 from inspector.engine.receipt import (COMMIT, PREFILL, Discard, EngineEvent, WindowReceipt, discard_from_json,
                                       event_from_json, receipt_from_json)
+from inspector.engine.probabilities import top_texts_of, with_top_texts
 from inspector.engine.stats import summarize_receipts
 from inspector.receipts.document import MAX_FILE_BYTES, ReceiptsFileError
 
@@ -74,6 +75,8 @@ def receipt_record(receipt: WindowReceipt, token_text) -> dict:
     d = receipt.to_json()
     d["proposal_token_texts"] = [token_text(t) for t in receipt.proposal_token_ids]
     d["verification_row_prediction_texts"] = [token_text(t) for t in receipt.verification_row_predictions]
+    if "probabilities" in d:
+        d["probabilities"] = with_top_texts(d["probabilities"], token_text)
     return {"kind": "receipt", "receipt": d}
 
 
@@ -105,7 +108,10 @@ class AutosaveRecorder(GenerationObserver):
         self.writer.write(record)
 
     def on_event(self, event) -> None:
-        self._events.append(event.to_json())
+        d = event.to_json()
+        if "probabilities" in d:
+            d["probabilities"] = with_top_texts(d["probabilities"], self.runtime.token_text)
+        self._events.append(d)
         if event.kind == PREFILL:
             g = self.generation
             rec = {"kind": "prefill", "kv_length": event.position}
@@ -201,6 +207,7 @@ def _receipt(w: dict):
     for ids, txt in (("proposal_token_ids", "proposal_token_texts"),
                      ("verification_row_predictions", "verification_row_prediction_texts")):
         texts.update(zip(w[ids], map(str, w.get(txt, []))))
+    texts.update(top_texts_of(w.get("probabilities")))
     return r, texts, r.committed_tokens
 
 
@@ -249,6 +256,8 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
             rec = json.loads(line.decode("utf-8"))
             kind = rec["kind"]
             events = _events(rec) if kind != "header" else None
+            for e in rec.get("events") or ():
+                run.texts.update(top_texts_of(e.get("probabilities")))
             if kind == "header":
                 run.header = rec
                 seen_header = True

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import inspector
+from inspector.engine.probabilities import top_texts_of, with_top_texts
 from inspector.receipts.document import DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION, model_sha256
 from inspector.session.record import SessionRecord
 from inspector.session.records import BaselineDone, Progress, RunEnd, RunHeader, TokenTexts
@@ -37,6 +38,8 @@ def record_document(record: SessionRecord, *, include_lock_operations: bool = Tr
         d = r.to_json()
         d["proposal_token_texts"] = [text_of(t) for t in r.proposal_token_ids]
         d["verification_row_prediction_texts"] = [text_of(t) for t in r.verification_row_predictions]
+        if "probabilities" in d:
+            d["probabilities"] = with_top_texts(d["probabilities"], text_of)
         windows.append(d)
     model = dict(h.model)
     model["sha256"] = model_sha256(model["path"])
@@ -64,7 +67,7 @@ def record_document(record: SessionRecord, *, include_lock_operations: bool = Tr
         },
         "windows": windows,
         "discards": [d.to_json() for d in record.discards],
-        "events": [e.to_json() for e in record.events],
+        "events": [_event_json(e, text_of) for e in record.events],
         "summary": summary,
         "timing": {"request_started_us": h.started_us,
                    "clock": "event t_us count from request_started_us; lock operation started_us from the scheduler's start"},
@@ -79,6 +82,13 @@ def record_document(record: SessionRecord, *, include_lock_operations: bool = Tr
     if include_lock_operations:
         doc["lock_operations"] = [op.to_json() for op in ops]
     return doc
+
+
+def _event_json(e, text_of) -> dict:
+    d = e.to_json()
+    if "probabilities" in d:
+        d["probabilities"] = with_top_texts(d["probabilities"], text_of)
+    return d
 
 
 def record_of_generation(generation, runtime, *, prompt_text: str, templated_text: str | None, raw: bool,
@@ -97,6 +107,11 @@ def record_of_generation(generation, runtime, *, prompt_text: str, templated_tex
     ids = {*g.generated}
     for r in g.receipts:
         ids.update(r.proposal_token_ids, r.verification_row_predictions)
+        if r.probabilities is not None:
+            ids.update(r.probabilities.top_token_ids())
+    for e in g.events:
+        if e.probabilities is not None:
+            ids.update(e.probabilities.top_token_ids())
     for d in g.discards:
         ids.update(d.proposal_token_ids)
         if d.partial is not None:

@@ -16,6 +16,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 
+from inspector.engine.probabilities import top_texts_of
 from inspector.engine.classify import ACCEPTED, BONUS, TOKEN_OUTCOMES, row_outcomes, token_outcome
 from inspector.engine.receipt import (
     COMMIT,
@@ -427,6 +428,9 @@ class SessionRecord:
         for w in doc["windows"]:
             texts.update(zip(w["proposal_token_ids"], w.get("proposal_token_texts", [])))
             texts.update(zip(w["verification_row_predictions"], w.get("verification_row_prediction_texts", [])))
+            texts.update(top_texts_of(w.get("probabilities")))
+        for e in doc["events"]:
+            texts.update(top_texts_of(e.get("probabilities")))
         texts.update(zip(out["token_ids"], out.get("token_texts", [])))
         s.prompt_text = doc["prompt"]["text"]
         s.prompt_token_count = len(doc["prompt"]["token_ids"])

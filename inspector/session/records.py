@@ -192,6 +192,8 @@ class RecordingObserver(GenerationObserver):
         if t is not None and t not in self._sent and 0 <= t < self.n_vocab:  # one token: no set building
             self._sent.add(t)
             self.push(TokenTexts({t: self.token_text(t)}))
+        if event.probabilities is not None:
+            self.texts(event.probabilities.top_token_ids())
         self.push(event)
         if self.inner is not None:
             self.inner.on_event(event)
@@ -204,6 +206,8 @@ class RecordingObserver(GenerationObserver):
 
     def on_receipt(self, receipt) -> None:
         self.texts(receipt.verification_row_predictions)
+        if receipt.probabilities is not None:
+            self.texts(receipt.probabilities.top_token_ids())
         self.push(receipt)
         if self.inner is not None:
             self.inner.on_receipt(receipt)

@@ -1,0 +1,214 @@
+"""The target's probabilities in the window (issue 15): the token hover, the rows table's figure
+columns, the near-tie mark and its remembered threshold, and a schema-v1 file.
+
+Runs are short (16 tokens) on the bundled model; the figures are compared with the session
+record's own (``SessionRecord.token_probabilities``, the receipts' ``probabilities``), never
+with the model's particular words or numbers. The source follows the target's own continuation
+(``scenarios.Follower``): accepted tokens and corrections whatever the model says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QItemSelectionModel
+
+from inspector.engine.probabilities import DEFAULT_NEAR_TIE_MARGIN
+from inspector.gui import outcomes as O
+from inspector.gui.table_copy import selected_rows_text
+from inspector.gui.token_figures import margin_text, probability_text, quoted
+from inspector.gui.token_view import NEAR_TIE_KEY, TokenView
+from inspector.gui.window_detail import FIGURE_COLUMNS, ROW_HEADERS
+from test_gui_support import make_window, open_receipts, run_to_end, use_source
+
+MAX_TOKENS = 16
+V1_FILE = Path(__file__).parent / "data" / "receipts-v1.json"
+
+
+def _run(qtbot, monkeypatch, runtime, tmp_path):
+    """A window after a 16-token run whose source proposes the target's own continuation with a
+    surely rejected token every other window (``scenarios.Follower``, ``ALTERNATE``), end of
+    generation banned: accepted tokens and corrections whatever the model says."""
+    from scenarios import ALTERNATE, Follower, NoEndOfTurn
+
+    holder = {}
+
+    def factory(ctx, **options):  # on the engine thread; a short reference: 16 tokens need no more
+        return Follower(holder["w"].worker.scheduler, ALTERNATE, prompt=holder["prompt"], horizon=MAX_TOKENS + 4)
+
+    use_source(monkeypatch, "follow", factory)
+    w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path, max_tokens=MAX_TOKENS)
+    holder["w"] = w
+    holder["prompt"] = runtime.prompt_tokens(w.panel.prompt.toPlainText())
+    assert w.panel.set_source("follow")
+    run_to_end(qtbot, w)
+    assert w.session.receipts, "the follow source proposes at the first query"
+    return w
+
+
+def _expected_marks(s, threshold: float) -> list[int]:
+    return [t.index for t in s.tokens
+            if (p := s.token_probabilities(t)) is not None and p.margin < threshold and t.index != s.divergence_index]
+
+
+def test_hover_names_the_rows_p_rank_and_top_five(qtbot, monkeypatch, runtime, tmp_path):
+    w = _run(qtbot, monkeypatch, runtime, tmp_path)
+    s, view = w.session, w.token_view
+    assert all(s.token_probabilities(t) is not None for t in s.tokens), "every committed token has its row's figures"
+    seen = set()
+    for t in s.tokens:
+        p = s.token_probabilities(t)
+        tip = view.tooltip(t.index)
+        # The existing lines stay.
+        assert f"predicted (committed): {quoted(t.text)} ({t.token})" in tip
+        assert "target's figures" in tip and "softmax of the logits, T=0" in tip
+        assert f"predicted {quoted(s.text_of(p.predicted))} p={probability_text(p.predicted_p)}" in tip
+        assert p.predicted == t.token
+        if p.proposed is not None:
+            assert f"proposed {quoted(s.text_of(p.proposed))} p={probability_text(p.proposed_p)} " \
+                   f"(rank {p.proposed_rank})" in tip
+        assert f"entropy {p.entropy:.3f} nats" in tip and f"margin {margin_text(p.margin)} logits" in tip
+        assert len(p.top) == 5
+        for tok, prob in p.top:
+            assert f"{quoted(s.text_of(tok))} ({tok})" in tip and f"&nbsp;{probability_text(prob)}</td>" in tip
+        assert ("near-tie" in tip) == (p.margin < DEFAULT_NEAR_TIE_MARGIN)
+        seen.add(t.outcome)
+    assert {O.ACCEPTED, O.CORRECTION} <= seen
+    # An accepted token at T=0 was the target's top choice; a correction's proposed token was not.
+    acc = next(t for t in s.tokens if t.outcome == O.ACCEPTED)
+    assert s.token_probabilities(acc).proposed_rank == 1
+    cor = next(t for t in s.tokens if t.outcome == O.CORRECTION)
+    assert s.token_probabilities(cor).proposed_rank > 1
+
+
+def test_rows_table_shows_the_selected_windows_figures_and_copies_them(qtbot, monkeypatch, runtime, tmp_path):
+    w = _run(qtbot, monkeypatch, runtime, tmp_path)
+    d = w.window_detail
+    assert ROW_HEADERS[FIGURE_COLUMNS:] == ("p(proposed)", "rank", "p(predicted)", "margin")
+    tips = [d.rows.horizontalHeaderItem(c).toolTip() for c in range(FIGURE_COLUMNS, len(ROW_HEADERS))]
+    assert "0..1" in tips[0] and "logits" in tips[3]
+    for r in w.session.receipts:
+        p = r.probabilities
+        d.select_window(r.window_index)
+        assert d.rows.rowCount() == r.verification_rows == p.rows
+        for i in range(p.rows):
+            cells = [d.rows.item(i, c).text() for c in range(FIGURE_COLUMNS, FIGURE_COLUMNS + 4)]
+            rank = p.proposed_rank[i]
+            assert cells == [probability_text(p.proposed_p[i]), "—" if rank is None else str(rank),
+                             probability_text(p.predicted_p[i]), margin_text(p.margin[i])]
+        assert d.rows.item(p.rows - 1, FIGURE_COLUMNS).text() == "—"  # the bonus row has no proposal token
+        assert d.rows.item(0, 5).text()  # the outcome column stays where it was
+    # Shown (and copied) before the outcome, which stays last; the cells keep their columns.
+    shown = sorted(range(len(ROW_HEADERS)), key=d.rows.horizontalHeader().visualIndex)
+    assert shown == [0, 1, 2, 3, 4, 6, 7, 8, 9, 5]
+    # Ctrl+C's text: every column in the order shown, the figures included.
+    d.rows.selectionModel().select(d.rows.model().index(0, 0), QItemSelectionModel.SelectionFlag.ClearAndSelect
+                                   | QItemSelectionModel.SelectionFlag.Rows)
+    lines = selected_rows_text(d.rows).splitlines()
+    assert lines[0].split("\t") == [ROW_HEADERS[c] for c in shown]
+    assert lines[1].split("\t") == [d.rows.item(0, c).text() for c in shown]
+
+
+def test_near_tie_threshold_marks_tokens_and_is_remembered(qtbot, monkeypatch, runtime, tmp_path):
+    w = _run(qtbot, monkeypatch, runtime, tmp_path)
+    s, view = w.session, w.token_view
+    assert view.near_tie_spin.value() == DEFAULT_NEAR_TIE_MARGIN
+    assert view.near_tie_marks() == _expected_marks(s, DEFAULT_NEAR_TIE_MARGIN)
+    view.near_tie_spin.setValue(10.0)
+    assert view.near_tie_marks() == _expected_marks(s, 10.0)
+    assert view.near_tie_marks(), "some row of 16 tokens has a margin below 10 logits"
+    view.near_tie_spin.setValue(0.0)
+    assert view.near_tie_marks() == []
+    # A value in between restyles only the tokens that change, and a full redraw agrees.
+    middle = sorted(s.token_probabilities(t).margin for t in s.tokens)[len(s.tokens) // 2]
+    view.set_near_tie_margin(round(middle, 1))
+    marks = view.near_tie_marks()
+    assert marks == _expected_marks(s, round(middle, 1))
+    view.set_session(s)
+    assert view.near_tie_marks() == marks
+    assert w.token_view.stream.toPlainText() == "".join(t.text for t in s.tokens)  # the mark adds no text
+    view.near_tie_spin.setValue(3.7)
+    w.close()
+    again = make_window(qtbot, None, tmp_path)  # same settings file
+    assert again.token_view.near_tie_spin.value() == 3.7
+    assert again.token_view.near_tie_margin == 3.7
+    assert float(again.settings.value(NEAR_TIE_KEY)) == 3.7
+    fresh = make_window(qtbot, None, tmp_path, settings_file="other.ini")
+    assert fresh.token_view.near_tie_margin == DEFAULT_NEAR_TIE_MARGIN
+
+
+def test_tokens_drawn_before_their_receipt_get_their_mark_when_it_arrives(qtbot, make_generation, scheduler,
+                                                                          chat_tokens, runtime):
+    """The view draws a window's tokens as they are committed, before the receipt with their
+    figures: replaying a run's records in their order, with a redraw after each, ends with the
+    same marks as a drawing of the finished record; meanwhile the hover says the window is not
+    verified yet."""
+    from scenarios import ALTERNATE, Follower
+    from inspector.session.record import SessionRecord
+    from inspector.session.records import RecordingObserver, RunHeader
+    from test_gui_support import example_text
+
+    prompt = chat_tokens(example_text("copy-with-corrections"))
+    records = []
+    g = make_generation(Follower(scheduler, ALTERNATE, prompt=prompt, horizon=MAX_TOKENS + 4), prompt,
+                        RecordingObserver(records.append, runtime.token_text, runtime.n_vocab),
+                        max_new_tokens=MAX_TOKENS)
+    g.run()
+    assert g.receipts
+    s = SessionRecord()
+    s.apply(RunHeader(g.session_id or 0, "", None, tuple(prompt), runtime.describe(),
+                      {"probabilities": True}, g.started_us))
+    view = TokenView()
+    qtbot.addWidget(view)
+    view.set_near_tie_margin(10.0)
+    view.set_session(s)
+    said_not_verified = False
+    for item in records:
+        s.apply(item)
+        view.refresh()
+        t = s.tokens[-1] if s.tokens else None
+        if t is not None and t.window is not None and s.window(t.window) is None:
+            said_not_verified |= "no probability figures (window not verified yet)" in view.tooltip(t.index)
+    assert said_not_verified
+    assert [t.token for t in s.tokens] == g.generated
+    assert view.near_tie_marks() == _expected_marks(s, 10.0)
+    assert view.near_tie_marks()
+    whole = TokenView()
+    qtbot.addWidget(whole)
+    whole.set_near_tie_margin(10.0)
+    whole.set_session(s)
+    assert whole.near_tie_marks() == view.near_tie_marks()
+
+
+def test_schema_v1_file_opens_and_says_it_has_no_figures(qtbot, tmp_path):
+    v = make_window(qtbot, None, tmp_path, settings_file="viewer.ini")
+    assert open_receipts(qtbot, v, V1_FILE) == ""
+    v.refresh_all()
+    s, view = v.session, v.token_view
+    assert s.origin == "document" and len(s.receipts) == 5
+    assert view.token_count() == len(s.tokens) > 0
+    for t in s.tokens:
+        assert "no probability figures (schema v1 file)" in view.tooltip(t.index)
+        assert f"predicted (committed): {quoted(t.text)} ({t.token})" in view.tooltip(t.index)
+    view.near_tie_spin.setValue(10.0)
+    assert view.near_tie_marks() == []
+    d = v.window_detail
+    d.select_window(1)
+    assert d.rows.rowCount() > 0
+    assert all(d.rows.item(i, c).text() == "" for i in range(d.rows.rowCount())
+               for c in range(FIGURE_COLUMNS, len(ROW_HEADERS)))
+    assert d.rows.item(0, 3).text()  # the other columns are filled
+
+
+def test_probabilities_turned_off_are_named_so(qtbot, tmp_path):
+    """A schema-v2 record of a run with probabilities off (``--no-probabilities``): the hover
+    says they were turned off, not that the file is old."""
+    from inspector.receipts import load_document
+    from inspector.session.record import SessionRecord
+
+    doc = load_document(V1_FILE)
+    doc["settings"] = {**doc["settings"], "probabilities": False}
+    s = SessionRecord.from_document(doc)
+    view = TokenView()
+    qtbot.addWidget(view)
+    view.set_session(s)
+    assert "no probability figures (turned off for this run)" in view.tooltip(0)
