@@ -117,13 +117,17 @@ def format_events(events, token_text, receipts=(), discards=()) -> list[str]:
     lines, n_discard = [], 0
     for e in events:
         kind, decision = _get(e, "kind"), None
+        if kind == STEP:
+            figures[("step", _get(e, "position"))] = _probabilities(e)  # its commit line shows them too
         if kind == VERIFY:
             decision = by_window.get(_get(e, "window"))
         elif kind == DISCARD:
             if n_discard < len(discards):
                 decision = _get(discards[n_discard], "decision_id")
             n_discard += 1
-        lines.append(format_event(e, token_text, decision, figures.get(_get(e, "window"))))
+        window = _get(e, "window")
+        key = window if window is not None else ("step", _get(e, "position"))
+        lines.append(format_event(e, token_text, decision, figures.get(key)))
     return lines
 
 
