@@ -163,49 +163,65 @@ def _top(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     logits with the largest maxima (plus the short tail block), so only those are
     partitioned: one max pass instead of a partition of the whole vocabulary. A row with a
     tie at the k-th value is redone exactly (a partition of the row), so equal logits
-    always go to the lower token ids, as ``_rank`` counts them."""
+    always go to the lower token ids, as ``_ranks`` counts them. Few numpy calls: with one
+    row (a plain step) their overhead is most of the cost."""
     n, v = x.shape
     k = min(k, v)
     nb = v // _BLOCK
+    rows = np.arange(n)[:, None]
     if nb <= k:
         idx = np.argpartition(x, v - k, axis=1)[:, v - k:] if k < v else np.tile(np.arange(v), (n, 1))
-        kth = np.take_along_axis(x, idx, axis=1).min(axis=1)
+        kth = x[rows, idx].min(axis=1)
         redo = (x >= kth[:, None]).sum(axis=1) > k
     else:
         head = x[:, : nb * _BLOCK].reshape(n, nb, _BLOCK)
         block_max = head.max(axis=2)
         blocks = np.argpartition(block_max, nb - k, axis=1)[:, nb - k:]  # (n, k)
-        rows = np.arange(n)[:, None]
-        cand = head[rows, blocks].reshape(n, k * _BLOCK)
-        cand_idx = (blocks[:, :, None] * _BLOCK + np.arange(_BLOCK)).reshape(n, k * _BLOCK)
+        cand = head[rows, blocks].reshape(n, k * _BLOCK)  # whole blocks: a contiguous gather
         if v > nb * _BLOCK:
-            tail = np.arange(nb * _BLOCK, v)
-            cand = np.concatenate([cand, x[:, tail]], axis=1)
-            cand_idx = np.concatenate([cand_idx, np.broadcast_to(tail, (n, tail.size))], axis=1)
+            cand = np.concatenate([cand, x[:, nb * _BLOCK:]], axis=1)  # the tail block, always a candidate
         m = cand.shape[1]
-        pick = np.argpartition(cand, m - k, axis=1)[:, m - k:]
-        idx = np.take_along_axis(cand_idx, pick, axis=1)
-        kth = np.take_along_axis(cand, pick, axis=1).min(axis=1)
+        pick = np.argpartition(cand, m - k, axis=1)[:, m - k:]  # positions in cand, (n, k)
+        in_blocks = pick < k * _BLOCK
+        idx = np.where(in_blocks, blocks[rows, np.minimum(pick // _BLOCK, k - 1)] * _BLOCK + pick % _BLOCK,
+                       nb * _BLOCK + pick - k * _BLOCK)
+        kth = x[rows, idx].min(axis=1)
         # More than k candidates at or above the k-th value, or another block reaching it: a tie.
         redo = ((cand >= kth[:, None]).sum(axis=1) > k) | ((block_max >= kth[:, None]).sum(axis=1) > k)
-    for r in np.nonzero(redo)[0]:
-        row = x[r]
-        above = np.nonzero(row > kth[r])[0]
-        ties = np.nonzero(row == kth[r])[0][: k - above.size]
-        idx[r] = np.concatenate([above, ties])
-    idx = np.sort(idx, axis=1)  # k items per row: by (-value, index)
-    order = np.argsort(-np.take_along_axis(x, idx, axis=1), axis=1, kind="stable")
-    idx = np.take_along_axis(idx, order, axis=1)
-    return idx, np.take_along_axis(x, idx, axis=1)
+    if redo.any():
+        for r in np.nonzero(redo)[0]:
+            row = x[r]
+            above = np.nonzero(row > kth[r])[0]
+            ties = np.nonzero(row == kth[r])[0][: k - above.size]
+            idx[r] = np.concatenate([above, ties])
+    order = np.lexsort((idx, -x[rows, idx]), axis=-1)  # k items per row: by (-value, index)
+    idx = idx[rows, order]
+    return idx, x[rows, idx]
 
 
-def _rank(row: np.ndarray, token: int, top_idx: np.ndarray) -> int:
-    """1-based rank of ``token`` by logit (ties: lower token id first)."""
-    hit = np.nonzero(top_idx == token)[0]
-    if hit.size:
-        return int(hit[0]) + 1
-    value = row[token]
-    return int(np.count_nonzero(row > value)) + int(np.count_nonzero(row[:token] == value)) + 1
+def _ranks(x: np.ndarray, tokens: Sequence[int], top_idx: np.ndarray) -> list[int]:
+    """1-based rank by logit of ``tokens[i]`` in row ``i`` of ``x`` (ties: lower token id first).
+
+    A token among the row's top ``TOP`` has its place there; the others are counted in one
+    vectorised pass over their rows (logits above the token's), plus the equal logits of
+    lower ids."""
+    k = len(tokens)
+    out: list[int] = [0] * k
+    rest = []
+    for i, t in enumerate(tokens):
+        hit = np.flatnonzero(top_idx[i] == t)
+        if hit.size:
+            out[i] = int(hit[0]) + 1
+        else:
+            rest.append(i)
+    if rest:
+        sub = x[rest]
+        toks = [tokens[i] for i in rest]
+        values = x[rest, toks]
+        above = np.count_nonzero(sub > values[:, None], axis=1)
+        for j, i in enumerate(rest):
+            out[i] = int(above[j]) + int(np.count_nonzero(sub[j, : toks[j]] == values[j])) + 1
+    return out
 
 
 def summarise_rows(
@@ -238,7 +254,7 @@ def summarise_rows(
         m = top_val[:, 0].astype(np.float64)
         e = np.subtract(x, top_val[:, :1], dtype=np.float32)
         np.exp(e, out=e)  # e = exp(x - max), in place: one buffer, two passes
-        z = e.sum(axis=1).astype(np.float64)  # numpy's pairwise float32 sum: ~1e-7 relative
+        z = (e @ np.ones(x.shape[1], dtype=np.float32)).astype(np.float64)  # row sums: one BLAS gemv
         # entropy = log z - sum(e * (x - max)) / z, with sum(e * (x - max)) = e . x - max * z (BLAS dot per row)
         s = np.array([float(e[i] @ x[i]) for i in range(n)]) - m * z
         ent = [_r(max(0.0, h)) for h in (np.log(z) - s / z)]
@@ -248,7 +264,7 @@ def summarise_rows(
         k = len(proposed)
         pp = np.exp(x[rows[:k], list(proposed)] - m[:k]) / z[:k] if k else ()
         p_prop = [_r(v) for v in pp] + [None] * (n - k)
-        r_prop = [_rank(x[i], proposed[i], top_idx[i]) for i in range(k)] + [None] * (n - k)
+        r_prop = _ranks(x, list(proposed), top_idx) + [None] * (n - k)
     else:
         from inspector.engine.sampling import distribution
 
@@ -260,13 +276,8 @@ def summarise_rows(
             ent.append(_r(max(0.0, float(-(nz * np.log(nz)).sum()))))
             top_p.append(tuple(_r(p[t]) for t in top_idx[i]))
             p_pred.append(_r(p[predictions[i]]))
-            if i < len(proposed):
-                t = proposed[i]
-                p_prop.append(_r(p[t]))
-                r_prop.append(_rank(row, t, top_idx[i]))
-            else:
-                p_prop.append(None)
-                r_prop.append(None)
+            p_prop.append(_r(p[proposed[i]]) if i < len(proposed) else None)
+        r_prop = _ranks(x, list(proposed), top_idx) + [None] * (n - len(proposed))
     return WindowProbabilities(
         SAMPLER if sampled else SOFTMAX,
         tuple(p_prop), tuple(r_prop), tuple(p_pred),
