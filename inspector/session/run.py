@@ -43,6 +43,9 @@ class RunRequest:
     draft_max_auto: bool = False
     """Replace ``settings.draft_max`` by the draft max the stored cost model of this model file and
     thread count implies (``inspector.llama.cost_model.auto_draft_max``), when the source is made."""
+    source_memory: dict = field(default_factory=dict, compare=False, repr=False)
+    """What sources remember across requests (``SourceContext.memory``): pass the same dict to every
+    request of one session (a conversation's turns, a window session's runs)."""
 
 
 class RunRefused(Exception):
@@ -137,7 +140,7 @@ class SessionRun:
                     from inspector.llama.cost_cache import stored_row_costs
 
                     row_costs = stored_row_costs(self.runtime)
-                ctx = SourceContext(self.runtime, req.settings, row_costs=row_costs)
+                ctx = SourceContext(self.runtime, req.settings, row_costs=row_costs, memory=req.source_memory)
                 source = make_source(req.source, ctx, dict(req.source_options))
         except Exception as exc:  # third-party factories may raise anything: a message, never a crash
             raise RunRefused("source", str(exc) or type(exc).__name__, exc) from None

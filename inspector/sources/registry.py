@@ -51,12 +51,19 @@ class SourceContext:
 
     ``row_costs``: the verify cost c(k) measured for this runtime (ms per batch of
     k = 1.. rows), or None; the caller looks it up (``inspector.llama.cost_cache.
-    stored_row_costs``), so sources never reach up into ``bench``."""
+    stored_row_costs``), so sources never reach up into ``bench``.
+
+    ``memory``: state a source keeps across the requests of one session (the turns of a
+    conversation, the runs of one window session): the same dict is handed to every
+    factory call of the session. A source keeps its state under its own key, e.g.
+    ``ctx.memory.setdefault(("ngram-mod", n), Pool(...))`` (options that shape the state
+    belong in the key), and bounds what it keeps."""
 
     runtime: Any
     settings: Any = None
     extra: dict = field(default_factory=dict)
     row_costs: tuple[float, ...] | None = None
+    memory: dict = field(default_factory=dict)
 
 
 SourceFactory = Callable[..., ProposalSource]
