@@ -237,6 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "--json/--csv export it.")
     cp.add_argument("--prompt", help="the prompt text (default: the copy-with-corrections example)")
     cp.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
+    cp.add_argument("--turns", metavar="FILE|NAME",
+                    help="run a conversation instead of one prompt: a turns file (user messages separated by lines "
+                         "holding only ---, or a JSON list) or a bundled one (agent-edits); each turn's prompt is "
+                         "the chat so far with that configuration's own answers, sources keep their memory across "
+                         "turns, and each row sums every turn")
     cp.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
     cp.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "

@@ -108,7 +108,16 @@ def cmd_compare(args) -> int:
         configs = [parse_config(c) for c in args.config]  # none: the defaults, after the cost model
         if args.prompt is not None and args.prompt_file is not None:
             raise _UserError("give --prompt or --prompt-file, not both")
-        if args.prompt is not None:
+        turns = None
+        if args.turns is not None:
+            from inspector.prompts import turns_path
+            from inspector.session.conversation import read_turns
+
+            if args.prompt is not None or args.prompt_file is not None:
+                raise _UserError("give --turns or a prompt (--prompt, --prompt-file), not both")
+            turns = read_turns(turns_path(args.turns))
+            prompt = turns[0]
+        elif args.prompt is not None:
             prompt = args.prompt
         else:
             prompt = _strip_final_newline(_read_text(
@@ -140,10 +149,13 @@ def cmd_compare(args) -> int:
         configs = default_configs(cost_model or load_cost_model(runtime.model_path, runtime.n_threads, placement(runtime)))
     progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
     try:
-        result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress)
+        result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress,
+                             turns=turns)
     except EngineError as exc:  # e.g. a lost RPC server: one line, not a traceback
         runtime.close()
         return _fail(str(exc))
+    if turns is not None:
+        print(f"conversation: {len(turns)} turns ({args.turns}); each row sums every turn")
     print(format_compare(result))
     try:
         if args.json:

@@ -14,6 +14,23 @@ DEFAULT_EXAMPLE = "copy-with-corrections"
 """The example ``compare`` runs without a prompt, and the window's first."""
 
 
+TURNS_EXAMPLES = ("agent-edits",)
+"""Bundled conversations (``assets/prompts/turns/*.txt``, turns separated by ``---`` lines;
+``inspector.session.conversation``). ``agent-edits`` asks for a function, then three times to
+apply a change to "the function you wrote": every answer repeats most of the one before, as
+agent loops do."""
+
+
+def turns_path(name_or_path: str):
+    """The file of bundled conversation ``name_or_path`` (one of ``TURNS_EXAMPLES``), else the path as
+    given (a user's turns file)."""
+    from pathlib import Path
+
+    if name_or_path in TURNS_EXAMPLES:
+        return asset_path(f"prompts/turns/{name_or_path}.txt")
+    return Path(name_or_path)
+
+
 def example_path(name: str):
     """Path of example ``name``'s file. Raises ``KeyError`` for a name not in ``EXAMPLES``."""
     if name not in EXAMPLES:

@@ -210,9 +210,10 @@ def registry_source_factory(runtime, settings: GenerationSettings) -> Callable[[
     from inspector.llama.cost_cache import stored_row_costs
     from inspector.sources.registry import SourceContext, make_source
 
-    def make(config: CompareConfig):
+    def make(config: CompareConfig, memory: dict | None = None):
         # The context's settings carry the configuration's draft_max (a draft's own draft_max by default).
-        ctx = SourceContext(runtime, _with_draft_max(settings, config.draft_max), row_costs=stored_row_costs(runtime))
+        ctx = SourceContext(runtime, _with_draft_max(settings, config.draft_max), row_costs=stored_row_costs(runtime),
+                            memory={} if memory is None else memory)
         return make_source(config.source, ctx, config.options)
 
     return make
@@ -232,11 +233,18 @@ def run_compare(
     cost_model: CostModel | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     cancel: threading.Event | None = None,
+    turns: Sequence[str] | None = None,
 ) -> CompareResult:
     """Run ``prompt_tokens`` once per configuration (in order) with ``settings``
     (its ``draft_max`` replaced by each configuration's) and compare.
 
-    ``make_source(config)`` returns the proposal source (None for plain);
+    ``turns``: user messages of a conversation to run instead of ``prompt_tokens``
+    (``inspector.session.conversation``): each configuration runs every turn with its
+    own answers in the history and one source memory across the turns; its row sums
+    the turns (``TurnsRun``), and a failing turn gives the row an error naming it.
+
+    ``make_source(config, memory)`` returns the proposal source (None for plain; ``memory``:
+    the ``SourceContext.memory`` of the request, one dict across a conversation's turns);
     default: ``registry_source_factory``. Sources with ``close()`` are closed
     after their run. ``progress(done, total, label)`` is called before each run.
     ``cancel``: when set, the run in flight is cancelled and
@@ -247,8 +255,6 @@ def run_compare(
     with ``error`` set; the other configurations still run.
     Raises ``ValueError`` when ``configs`` is empty.
     """
-    from inspector.session.run import RunRefused, RunRequest, SessionRun
-
     if not configs:
         raise ValueError("no configurations to compare")
     make_source = make_source or registry_source_factory(scheduler.runtime, settings)
@@ -261,48 +267,118 @@ def run_compare(
     else:  # the reference runs first, so every other row can be compared with it
         order.remove(plain_first)
         order.insert(0, plain_first)
-    runs: dict[int, tuple[Generation | None, str | None]] = {}
+    runs: dict[int, tuple[object | None, str | None]] = {}
     total = len(order)
     for i, config in enumerate(order):
         if progress is not None:
             progress(i, total, config.label)
-        s = _with_draft_max(settings, config.draft_max)
-        run = SessionRun(scheduler, RunRequest("", s, config.source, dict(config.options),
-                                               prompt_token_ids=tuple(prompt_tokens)),
-                         _ignore, make_source=lambda _req, c=config: make_source(c))
-        gen, error = None, None
         try:
-            run.tokenize()
-            run.make_source()
-        except RunRefused as exc:  # a bad configuration is a row with its error, not the end of the compare
-            cause = exc.cause or exc
-            runs[id(config)] = (None, f"{type(cause).__name__}: {cause}")
-            continue
-        try:
-            gen = run.open()
-            if cancel is not None:
-                gen.cancel_event = cancel
-            try:
-                run.start()
-                while not gen.finished:
-                    run.step()
-            except RequestCancelled:
-                raise
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-            finally:
-                run.end(gen.finish_reason or "error")
+            if turns is None:
+                runs[id(config)] = _run_request(scheduler, config, settings, tuple(prompt_tokens), make_source,
+                                                cancel, {})
+            else:
+                runs[id(config)] = _run_turns(scheduler, config, settings, turns, make_source, cancel)
         except RequestCancelled as exc:
             exc.partial = _result(runs, order[:i], None, prompt_tokens, settings, cost_model)
             raise
-        except Exception as exc:  # e.g. the prompt does not fit the context
-            gen, error = None, f"{type(exc).__name__}: {exc}"
-        finally:
-            run.close_source()
-        runs[id(config)] = (gen, error)
     plain_gen = runs[id(plain_first)][0]
     result_order = [c for c in configs] if not extra_plain else [plain_first, *configs]
     return _result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model)
+
+
+def _run_request(scheduler, config: CompareConfig, settings: GenerationSettings, prompt_tokens: tuple,
+                 make_source, cancel, memory: dict) -> tuple[Generation | None, str | None]:
+    """Run one request of ``config`` to its end: (its ``Generation``, or None when the source could not
+    be made, and the error message, or None). Raises ``RequestCancelled`` when ``cancel`` is set."""
+    from inspector.session.run import RunRefused, RunRequest, SessionRun
+
+    s = _with_draft_max(settings, config.draft_max)
+    run = SessionRun(scheduler, RunRequest("", s, config.source, dict(config.options), prompt_token_ids=prompt_tokens,
+                                           source_memory=memory),
+                     _ignore, make_source=lambda req, c=config: make_source(c, req.source_memory))
+    gen, error = None, None
+    try:
+        run.tokenize()
+        run.make_source()
+    except RunRefused as exc:  # a bad configuration is a row with its error, not the end of the compare
+        cause = exc.cause or exc
+        return None, f"{type(cause).__name__}: {cause}"
+    try:
+        gen = run.open()
+        if cancel is not None:
+            gen.cancel_event = cancel
+        try:
+            run.start()
+            while not gen.finished:
+                run.step()
+        except RequestCancelled:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            run.end(gen.finish_reason or "error")
+    except RequestCancelled:
+        raise
+    except Exception as exc:  # e.g. the prompt does not fit the context
+        gen, error = None, f"{type(exc).__name__}: {exc}"
+    finally:
+        run.close_source()
+    return gen, error
+
+
+class TurnsRun:
+    """The turns of one configuration's conversation, read as one run: ``receipts``, ``plain_steps``,
+    ``generated`` (every turn's tokens, in order) and ``summary()`` over all turns (decode times
+    summed, prefill of every turn's history included in ``prefill_elapsed_us``)."""
+
+    def __init__(self) -> None:
+        self.generations: list[Generation] = []
+
+    @property
+    def receipts(self) -> list:
+        return [r for g in self.generations for r in g.receipts]
+
+    @property
+    def plain_steps(self) -> int:
+        return sum(g.plain_steps for g in self.generations)
+
+    @property
+    def generated(self) -> list[int]:
+        return [t for g in self.generations for t in g.generated]
+
+    def summary(self) -> Summary:
+        from inspector.engine.stats import summarize_receipts
+
+        gens = self.generations
+        return summarize_receipts(
+            self.receipts, plain_steps=self.plain_steps, discards=sum(len(g.discards) for g in gens),
+            generated_tokens=len(self.generated), decode_elapsed_us=sum(g.decode_elapsed_us for g in gens),
+            prefill_elapsed_us=sum(g.prefill_elapsed_us for g in gens),
+            finish_reason=gens[-1].finish_reason if gens else None)
+
+
+def _run_turns(scheduler, config: CompareConfig, settings: GenerationSettings, turns: Sequence[str], make_source,
+               cancel) -> tuple[TurnsRun | None, str | None]:
+    """Run ``config`` over a conversation (``inspector.session.conversation``): each turn's prompt is the
+    chat so far, with this configuration's own answers; one source memory for every turn. A failing
+    turn ends the conversation with an error naming it (earlier turns are kept in the row)."""
+    from inspector.session.conversation import ChatHistory, turn_prompt_tokens
+
+    history, memory, out = ChatHistory(), {}, TurnsRun()
+    runtime = scheduler.runtime
+    for n, text in enumerate(turns, 1):
+        try:
+            tokens = turn_prompt_tokens(runtime, history, text)
+        except Exception as exc:  # no chat template: every turn would fail the same way
+            return (out if out.generations else None), f"turn {n}: {type(exc).__name__}: {exc}"
+        gen, error = _run_request(scheduler, config, settings, tuple(tokens), make_source, cancel, memory)
+        if gen is None:
+            return (out if out.generations else None), f"turn {n}: {error}"
+        out.generations.append(gen)
+        if error is not None:
+            return out, f"turn {n}: {error}"
+        history.add_turn(text, gen.text.text)
+    return out, None
 
 
 def _with_draft_max(settings: GenerationSettings, draft_max: int) -> GenerationSettings:
@@ -312,6 +388,7 @@ def _with_draft_max(settings: GenerationSettings, draft_max: int) -> GenerationS
 
 
 def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> CompareResult:
+    """The rows of ``configs`` from ``runs`` (id(config) -> (a ``Generation`` or ``TurnsRun``, error))."""
     plain_tps = plain_gen.summary().decode_tokens_per_s if plain_gen is not None else None
     rows = []
     for config in configs:

@@ -523,6 +523,12 @@ class LlamaRuntime:
     def chat_prompt(self, user_text: str) -> str:
         """Render ``user_text`` as one user message through the model's chat template
         (LLAMA_CPP_NOTES "Chat template"). Raises ``EngineError`` if the model has none."""
+        return self.chat_messages_prompt([{"role": "user", "content": user_text}])
+
+    def chat_messages_prompt(self, messages: list[dict]) -> str:
+        """Render a chat (``{"role": "user"|"assistant"|"system", "content": str}`` dicts, in order)
+        through the model's chat template with the generation prompt added: a conversation's next
+        turn (``inspector.session.conversation``). Raises ``EngineError`` if the model has none."""
         template = self.chat_template()
         if not template:
             raise EngineError(f"model {self.model_path} has no chat template; use --raw")
@@ -531,7 +537,7 @@ class LlamaRuntime:
         bos = self.token_piece(llama_cpp.llama_vocab_bos(self.vocab), True).decode("utf-8", "replace")
         eos = self.token_piece(llama_cpp.llama_vocab_eos(self.vocab), True).decode("utf-8", "replace")
         fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
-        return fmt(messages=[{"role": "user", "content": user_text}]).prompt
+        return fmt(messages=list(messages)).prompt
 
     def prompt_tokens(self, text: str, raw: bool = False) -> list[int]:
         """Token ids of a prompt: through the chat template (no extra BOS), or
