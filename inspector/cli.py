@@ -131,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
     p.add_argument("--example", choices=EXAMPLES,
                    help="use one of the bundled example prompts (the window's examples)")
+    p.add_argument("--turns", metavar="FILE|NAME",
+                   help="run a conversation: a turns file (user messages separated by lines holding only ---, or a "
+                        "JSON list) or a bundled one (agent-edits); each turn's prompt is the chat so far, sources "
+                        "keep their memory across turns, --receipts writes one file per turn (OUT.turnN.json)")
     run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
     run.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
                      help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
@@ -325,6 +329,31 @@ def _strip_final_newline(text: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
+def drive_run(run, gen, printer, resume: bool) -> int:
+    """Step ``run`` until its generation finishes; an engine or injected error is reported on stderr
+    (receipts kept, the KV cache already repaired) and, with ``resume``, resumed from the canonical
+    position (at most 20 times; never after a lost runtime). Returns 0 or ``EXIT_GENERATION_ERROR``."""
+    from inspector.engine.errors import RuntimeLost
+
+    attempts = 0
+    while not gen.finished:
+        try:
+            run.step()
+        except Exception as exc:  # engine or injected error: already repaired, receipts kept
+            printer.catch_up(gen.text.text)
+            sys.stdout.flush()
+            lost = isinstance(exc, RuntimeLost)
+            message = exc.at(gen.failure_place()) if lost else str(exc)
+            print(f"\nspec-inspector: generation error: {message}", file=sys.stderr, flush=True)
+            if resume and attempts < 20 and not lost:
+                attempts += 1
+                print("spec-inspector: resuming from the canonical position", file=sys.stderr)
+                gen.resume()
+                continue
+            return EXIT_GENERATION_ERROR
+    return 0
+
+
 def cmd_run(args) -> int:
     from inspector.engine import FaultPlan, RuntimeScheduler
     from inspector.engine.errors import EngineError
@@ -338,11 +367,24 @@ def cmd_run(args) -> int:
             from inspector.prompts import example_path
 
             args.prompt_file = example_path(args.example)
-        if args.prompt is None and args.prompt_file is None:
-            raise _UserError("give the prompt with --prompt TEXT, --prompt-file F or --example NAME")
-        # A prompt file's final newline is the file's, not the prompt's.
-        prompt = args.prompt if args.prompt is not None else _strip_final_newline(
-            _read_text(args.prompt_file, "prompt file"))
+        turns = None
+        if args.turns is not None:
+            from inspector.prompts import turns_path
+            from inspector.session.conversation import read_turns
+
+            try:
+                turns = read_turns(turns_path(args.turns))
+            except ValueError as exc:
+                raise _UserError(str(exc)) from None
+            if args.baseline:
+                raise _UserError("--baseline compares one prompt with plain decoding; it does not run with --turns")
+            prompt = turns[0]
+        elif args.prompt is None and args.prompt_file is None:
+            raise _UserError("give the prompt with --prompt TEXT, --prompt-file F, --example NAME or --turns FILE")
+        else:
+            # A prompt file's final newline is the file's, not the prompt's.
+            prompt = args.prompt if args.prompt is not None else _strip_final_newline(
+                _read_text(args.prompt_file, "prompt file"))
         options = _source_options(args)  # required options, files and cross-option rules: the declarations'
         settings, notes = _run_settings(args)
     except _UserError as exc:
@@ -363,6 +405,13 @@ def cmd_run(args) -> int:
                                       n_seq_max=2 if args.baseline else 1)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
+    if turns is not None:
+        from inspector.cli_turns import run_turns
+
+        try:
+            return run_turns(args, runtime, turns, settings, options)
+        finally:
+            runtime.close()
     record = SessionRecord()
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
     opener = None
@@ -384,31 +433,12 @@ def cmd_run(args) -> int:
         return _fail(str(exc))
     if run.autosave_error:
         return _fail(f"cannot write autosave {args.autosave}: {run.autosave_error}")
-    status = 0
     t0 = time.perf_counter()
     try:
         run.start()
     except EngineError as exc:
         return _fail(str(exc))
-    attempts = 0
-    while not gen.finished:
-        try:
-            run.step()
-        except Exception as exc:  # engine or injected error: already repaired, receipts kept
-            from inspector.engine.errors import RuntimeLost
-
-            printer.catch_up(gen.text.text)
-            sys.stdout.flush()
-            lost = isinstance(exc, RuntimeLost)
-            message = exc.at(gen.failure_place()) if lost else str(exc)
-            print(f"\nspec-inspector: generation error: {message}", file=sys.stderr, flush=True)
-            if args.resume and attempts < 20 and not lost:
-                attempts += 1
-                print("spec-inspector: resuming from the canonical position", file=sys.stderr)
-                gen.resume()
-                continue
-            status = EXIT_GENERATION_ERROR
-            break
+    status = drive_run(run, gen, printer, args.resume)
     wall = time.perf_counter() - t0
     printer.newline()
     end = run.end(gen.finish_reason or "error", clean=gen.finished)

@@ -1,0 +1,97 @@
+"""Conversations (issue 16): turns files, run --turns and compare --turns on the bundled model.
+
+No test expects the model's words: the checks are about turns, files, history and memory.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inspector.prompts import TURNS_EXAMPLES, turns_path
+from inspector.receipts.document import load_document
+from inspector.session.conversation import ChatHistory, TurnsFileError, parse_turns, read_turns, turn_prompt_tokens
+from tests.test_cli import cli
+
+
+def test_a_plain_text_turns_file_splits_at_lines_holding_only_three_dashes():
+    assert parse_turns("first\nline two\n---\nsecond\n") == ["first\nline two", "second"]
+    assert parse_turns("only one turn") == ["only one turn"]
+
+
+def test_a_json_turns_file_takes_strings_or_user_messages():
+    assert parse_turns('["a", {"role": "user", "content": "b"}]') == ["a", "b"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "holds no turns"),
+    ("[]", "holds no turns"),
+    ("[1, ", "not valid JSON"),
+    ("[3]", "turn 1 is not a string"),
+    ("one\n---\n   \n---\nthree", "turn 2 is empty"),
+])
+def test_a_bad_turns_file_is_refused_naming_the_problem_and_the_turn(text, message):
+    with pytest.raises(TurnsFileError, match=message):
+        parse_turns(text, "turns file t.txt")
+
+
+def test_a_missing_turns_file_says_it_cannot_be_read(tmp_path):
+    with pytest.raises(TurnsFileError, match="cannot read turns file"):
+        read_turns(tmp_path / "nope.txt")
+
+
+def test_the_bundled_conversation_has_several_turns_that_ask_to_change_the_earlier_answer():
+    turns = read_turns(turns_path(TURNS_EXAMPLES[0]))
+    assert len(turns) >= 3 and all("the function you wrote" in t for t in turns[1:])
+
+
+def test_the_next_turns_prompt_holds_the_earlier_turn_and_its_answer(runtime):
+    history = ChatHistory()
+    first = turn_prompt_tokens(runtime, history, "Say hello.")
+    history.add_turn("Say hello.", "Hello there!")
+    second = turn_prompt_tokens(runtime, history, "Again.")
+    text = runtime.detokenize(second)
+    assert "Say hello." in text and "Hello there!" in text and "Again." in text
+    assert len(second) > len(first) and history.turns == 1
+
+
+def test_run_turns_writes_one_receipts_file_per_turn_with_the_turn_and_the_history(tmp_path):
+    turns = tmp_path / "t.txt"
+    turns.write_text("Repeat exactly: one two three four five six.\n---\n"
+                     "Repeat your answer exactly once more.\n")
+    r = cli("run", "--turns", turns, "--max-tokens", "12", "--quiet", "--receipts", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    assert "--- turn 1/2 ---" in r.stdout and "--- turn 2/2 ---" in r.stdout
+    one, two = (load_document(tmp_path / f"r.turn{n}.json") for n in (1, 2))
+    assert one["conversation"]["turn"] == 1 and two["conversation"]["turns"] == 2
+    assert two["conversation"]["history"][-1] == {"role": "assistant", "content": one["output"]["text"]}
+    assert all(w["turn"] == 2 for w in two["windows"])
+
+
+def test_a_turn_that_no_longer_fits_the_context_is_named_and_earlier_turns_are_kept(tmp_path):
+    turns = tmp_path / "t.json"
+    # Each message is about 60 tokens: whatever the model answers, the third turn's history cannot fit 160.
+    long = "Repeat exactly: " + " ".join(f"word{i}" for i in range(20))
+    turns.write_text(json.dumps([long, long, long, long]))
+    r = cli("run", "--turns", turns, "--max-tokens", "8", "--n-ctx", "160", "--quiet",
+            "--receipts", tmp_path / "r.json")
+    assert r.returncode != 0
+    failed = next(line for line in r.stderr.splitlines() if "error: turn" in line)
+    n = int(failed.split("error: turn ")[1].split()[0])
+    assert n >= 2 and "context" in failed
+    for k in range(1, n):
+        assert load_document(tmp_path / f"r.turn{k}.json")["conversation"]["turn"] == k
+
+
+def test_compare_over_turns_gives_one_row_per_configuration_summing_every_turn(scheduler):
+    from inspector.bench.compare import parse_config, run_compare
+    from inspector.engine.settings import GenerationSettings
+
+    turns = ["Repeat exactly: red green blue yellow.", "Repeat your answer exactly once more."]
+    result = run_compare(scheduler, [], [parse_config("none"), parse_config("ngram:draft_max=4")],
+                         GenerationSettings(max_new_tokens=10), turns=turns)
+    plain, ngram = result.rows
+    assert plain.error is None and ngram.error is None
+    assert plain.summary.generated_tokens > 10  # more than one turn's worth
+    assert ngram.same_output_as_plain is not None and ngram.summary.windows >= 1
