@@ -111,6 +111,8 @@ from inspector.cli_devices import add_offload_flags, offload_from_args  # noqa: 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from inspector.engine.probabilities import COST_NOTE
+
     from inspector.engine.faults import FAULT_KINDS
     from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, SEED_MAX
     from inspector.prompts import EXAMPLES
@@ -192,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the ordered event list (commit lines show the token's p and rank)")
     run.add_argument("--no-probabilities", dest="probabilities", action="store_false",
                      help="keep no per-row probability figures (p, rank, top 5, entropy, margin) in the receipts: "
-                          "the smallest files, and about 0.1 ms less per verification row")
+                          f"the smallest files; they cost {COST_NOTE}")
     run.add_argument("--baseline", action="store_true",
                      help="also run plain one-token decoding with the same sampling and report the first "
                           "token where the outputs differ (and the target's top-2 logit margin there)")

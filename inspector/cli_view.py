@@ -39,6 +39,16 @@ def cmd_view(args) -> int:
         doc = load_document(args.file)
     except ReceiptsFileError as exc:
         return _fail(str(exc))
+    if args.window and not (args.windows or args.events):
+        # Only the asked windows (and which file version they come from), as the README shows.
+        from inspector.engine.receipt import receipt_from_json
+        from inspector.receipts.document import version_note
+
+        print(f"file: {version_note(doc)}")
+        missing = ("this is a schema-1 file, written before per-row probabilities" if doc["schema_version"] == 1
+                   else "turned off for this run (--no-probabilities)")
+        return EXIT_ERROR if _print_windows(args.window, [receipt_from_json(w) for w in doc["windows"]],
+                                            document_token_text(doc), args.file, missing) else 0
     print(format_document(doc))
     if args.windows:
         print("--- windows and discards ---")
@@ -55,20 +65,21 @@ def cmd_view(args) -> int:
     return 0
 
 
-def _print_windows(numbers, receipts, token_text, path) -> bool:
-    """Print each asked window row by row (``format_window_rows``); True (after a message naming the
-    windows the file has) when one of them is not in the file."""
+def _print_windows(numbers, receipts, token_text, path, missing: str | None = None) -> bool:
+    """Print each asked window row by row (``format_window_rows``; ``missing``: why windows have no
+    figures); True, after a message naming the windows the file has and before anything is printed,
+    when one of them is not in the file."""
     from inspector.run_output import format_window_rows
 
     by_index = {r.window_index: r for r in receipts}
+    absent = [n for n in numbers if n not in by_index]
+    if absent:
+        have = f"windows 1..{max(by_index)}" if by_index else "no verified windows"
+        _fail(f"{path} has no window {absent[0]} ({have})")
+        return True
     for n in numbers:
-        r = by_index.get(n)
-        if r is None:
-            have = f"windows 1..{max(by_index)}" if by_index else "no verified windows"
-            _fail(f"{path} has no window {n} ({have})")
-            return True
         print(f"--- window {n} ---")
-        print("\n".join(format_window_rows(r, token_text)))
+        print("\n".join(format_window_rows(by_index[n], token_text, *(() if missing is None else (missing,)))))
     return False
 
 

@@ -53,16 +53,19 @@ def _probabilities(obj) -> WindowProbabilities | None:
     return WindowProbabilities.from_json(p) if isinstance(p, dict) else p
 
 
-def _figures(probs: WindowProbabilities | None, row: int | None) -> str:
-    """"p 0.912 rank 1" for a committed token's row: the committed token's probability and, when the
-    row judged a proposal token that was not committed, that token's p and rank too."""
+def _figures(probs: WindowProbabilities | None, row: int | None, outcome: str = "") -> str:
+    """A committed token's figures on its event line: "p 0.912 rank 1" for an accepted proposal
+    token (its p and rank), "p 0.384 (proposed p 0.069 rank 4)" for a correction (the committed
+    token's p, then the rejected proposal token's), "p 0.571" for a bonus token or a plain step."""
     if probs is None or row is None or not 0 <= row < probs.rows:
         return ""
     text = f"p {probs.predicted_p[row]:.3f}"
     rank = probs.proposed_rank[row]
-    if rank is not None:
-        text += f" rank {rank}" if rank == 1 else f" (proposed p {probs.proposed_p[row]:.3f} rank {rank})"
-    return text
+    if rank is None:
+        return text
+    if outcome == "accepted":
+        return f"{text} rank {rank}"
+    return f"{text} (proposed p {probs.proposed_p[row]:.3f} rank {rank})"
 
 
 def format_event(e, token_text, decision_id=None, probabilities=None) -> str:
@@ -87,7 +90,7 @@ def format_event(e, token_text, decision_id=None, probabilities=None) -> str:
         parts.append(f"decision {decision_id_text(decision_id)}")
     kind = _get(e, "kind")
     if kind in (COMMIT, STEP):
-        figures = _figures(_probabilities(e) if kind == STEP else probabilities, _get(e, "row"))
+        figures = _figures(_probabilities(e) if kind == STEP else probabilities, _get(e, "row"), _get(e, "detail"))
         if figures:
             parts.append(figures)
     if _get(e, "detail"):
@@ -131,13 +134,15 @@ def format_events(events, token_text, receipts=(), discards=()) -> list[str]:
     return lines
 
 
-def format_window_rows(receipt, token_text) -> list[str]:
+def format_window_rows(receipt, token_text, missing: str = "turned off for this run, or a schema-1 file") -> list[str]:
     """``view --window N``: one window's header and one line per verification row with the target's
     figures (``inspector.engine.probabilities``): the proposal token the row judged with its p and rank,
     the row's prediction with its p, the logit margin, the entropy, the top 5 and the draft's q.
 
-    ``receipt``: a ``WindowReceipt``. ``token_text(id) -> str``. Rows at or after
-    ``canonical_prediction_count`` are branch-conditioned (never output) and say so."""
+    ``receipt``: a ``WindowReceipt``. ``token_text(id) -> str``. ``missing``: why a window has no
+    figures, when it has none. Positions follow the window's rows table: row r's input token sits
+    at KV position base + r (its prediction is the token after it). Rows past the first mismatch
+    are branch-conditioned (never output) and say so."""
     from inspector.engine.classify import row_outcomes
 
     r = receipt
@@ -146,13 +151,13 @@ def format_window_rows(receipt, token_text) -> list[str]:
              f"base {r.base_position} -> canonical {r.canonical_position}  ({r.verification_rule})"]
     probs = r.probabilities
     if probs is None:
-        lines.append("  (no probability figures: turned off for this run, or a schema-1 file)")
+        lines.append(f"  (no probability figures: {missing})")
     else:
         lines.append(f"  probabilities: {probs.basis}" + (" (raw softmax of the logits)" if probs.basis == "softmax"
                      else " (after the sampler chain)") + "; margin in logits, entropy in nats")
     outcomes = row_outcomes(r.proposal_token_ids, r.verification_row_predictions, r.canonical_prediction_count)
     for i in range(r.verification_rows):
-        pos = r.base_position + i + 1
+        pos = r.base_position + i
         pred = r.verification_row_predictions[i]
         proposed = r.proposal_token_ids[i] if i < r.proposal_token_count else None
         head = f"  row {i:2d}  position {pos:5d}  {outcomes[i]:12s}"

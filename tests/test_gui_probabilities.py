@@ -83,7 +83,7 @@ def test_hover_names_the_rows_p_rank_and_top_five(qtbot, monkeypatch, runtime, t
 def test_rows_table_shows_the_selected_windows_figures_and_copies_them(qtbot, monkeypatch, runtime, tmp_path):
     w = _run(qtbot, monkeypatch, runtime, tmp_path)
     d = w.window_detail
-    assert ROW_HEADERS[FIGURE_COLUMNS:] == ("p(proposed)", "rank", "p(predicted)", "margin")
+    assert ROW_HEADERS[FIGURE_COLUMNS:] == ("p(proposed)", "rank", "p(target)", "margin")
     tips = [d.rows.horizontalHeaderItem(c).toolTip() for c in range(FIGURE_COLUMNS, len(ROW_HEADERS))]
     assert "0..1" in tips[0] and "logits" in tips[3]
     for r in w.session.receipts:

@@ -69,7 +69,9 @@ def test_with_probabilities_off_the_file_has_no_blocks_and_the_box_is_remembered
     assert not again.panel.probabilities.isChecked()
     fresh = make_window(qtbot, None, tmp_path, settings_file="fresh.ini")
     assert fresh.panel.probabilities.isChecked()  # on by default
-    assert "0.1 ms per verification row" in fresh.panel.probabilities.toolTip()
+    from inspector.engine.probabilities import COST_NOTE
+
+    assert COST_NOTE in fresh.panel.probabilities.toolTip()
     assert "smallest files" in fresh.panel.probabilities.toolTip()
 
 
@@ -78,7 +80,7 @@ def test_opening_a_v1_file_names_its_version_and_shows_no_figures(qtbot, tmp_pat
     assert v.panel.probabilities.isChecked() and v.panel.probabilities.isEnabled()
     assert open_receipts(qtbot, v, V1) == ""
     status = v.status_state.text()
-    assert "receipts-v1.json" in status and "schema v1" in status and "no probability figures" in status
+    assert "receipts-v1.json" in status and "schema v1" in status and "no per-row probabilities" in status
     v.tabs.setCurrentWidget(v.stats)
     v.refresh_all()
     assert "schema v1" in v.stats.no_figures_text()

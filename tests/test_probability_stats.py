@@ -24,23 +24,36 @@ def receipt(p, accepted, disposition, q=None, *, figures=True, index=1) -> Windo
                                 ((1, 2),) * rows, ((0.5, 0.2),) * rows, (1.0,) * rows, (1.0,) * rows,
                                 None if q is None else tuple(q)) if figures else None
     committed = accepted + (0 if disposition == "stopped" else 1)
+    proposal = tuple(range(10, 10 + n))
+    # the target agrees with the accepted tokens and predicts something else at the first rejection
+    predictions = proposal[:accepted] + tuple(range(500, 500 + rows - accepted))
     return WindowReceipt(
         request_id=1, session_id=0, window_index=index, decode_step=index, decision_id="d", source="test",
-        disposition=disposition, proposal_token_ids=tuple(range(10, 10 + n)), proposal_token_count=n,
+        disposition=disposition, proposal_token_ids=proposal, proposal_token_count=n,
         verification_rows=rows, accepted_proposal_tokens=accepted, generated_token_count=committed,
-        canonical_prediction_count=min(rows, accepted + 1), committed_tokens=tuple(range(committed)),
-        verification_row_predictions=tuple(range(rows)), correction_or_boundary_token=None,
+        canonical_prediction_count=committed, committed_tokens=predictions[:committed],
+        verification_row_predictions=predictions, correction_or_boundary_token=None,
         base_position=10, position_after_verification=10 + rows, canonical_position=10 + committed,
         trimmed_rows=rows - committed, proposal_elapsed_us=1, verification_elapsed_us=1, repair_elapsed_us=1,
         total_elapsed_us=3, runtime_lock_wait_us=0, runtime_lock_hold_us=1, runtime_lock_acquires=1,
         repair="trim", probabilities=probs)
 
 
-# full accept of 2; a mismatch at index 1 of 4 (indices 2, 3 never judged); a stop after 1 of 3
+# full accept of 2; a mismatch at index 1 of 4 (indices 2, 3 never judged); a stop after 1 of 3 (the stop
+# came with the accepted token: index 1 never judged)
 FULL = receipt([0.95, 0.85], 2, "full_accept", q=[0.9, 0.6])
 MISMATCH = receipt([0.91, 0.15, 0.99, 0.99], 1, "first_mismatch", q=[0.8, 0.55, 0.3, 0.3])
 STOPPED = receipt([0.35, 0.05, 0.05], 1, "stopped", q=[0.5, 0.1, 0.1])
 RECEIPTS = [FULL, MISMATCH, STOPPED]
+
+
+def test_a_stopped_windows_rejected_token_counts_when_its_correction_was_committed():
+    r = receipt([0.35, 0.05, 0.05], 1, "first_mismatch")
+    from dataclasses import replace
+
+    stopped_on_correction = replace(r, disposition="stopped")  # the correction ended the text (end of turn)
+    assert judged_count(stopped_on_correction) == 2
+    assert judged_tokens([stopped_on_correction])[-1] == (1, 0.05, False)
 
 
 def test_judged_tokens_are_the_accepted_ones_and_the_first_mismatch():

@@ -124,6 +124,7 @@ def test_greedy_ngram_speculation_over_rpc_keeps_the_invariants_and_the_local_ou
         assert r.canonical_position == r.base_position + r.canonical_prediction_count
         assert r.trimmed_rows == r.position_after_verification - r.canonical_position
         assert r.runtime_lock_acquires == 2
+        assert r.probabilities is not None and r.probabilities.rows == r.verification_rows  # made in the child
     if same_greedy_output(scheduler, tokens, local.generated, g.generated):
         assert g.generated == local.generated
 

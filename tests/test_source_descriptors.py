@@ -75,7 +75,9 @@ def test_an_unknown_source_is_decided_in_one_function_with_every_known_name():
     with pytest.raises(UnknownSource) as err:
         resolve_source("nope")
     message = str(err.value)
-    assert message == "unknown proposal source 'nope': expected one of ngram, scripted, draft, replay, none"
+    known = ", ".join([*registry.BUILTIN, "none"])
+    assert message == f"unknown proposal source 'nope': expected one of {known}"
+    assert known.startswith("ngram, scripted, draft, replay, ") and "ngram-mod" in known and "suffix" in known
     assert isinstance(err.value, ValueError) and err.value.name == "nope" and err.value.known[-1] == "none"
     for call in (lambda: check_source_name("nope"), lambda: check_source_options("nope", {}),
                  lambda: make_source("nope", SourceContext(None), {}), lambda: describe_source("nope")):
@@ -214,7 +216,7 @@ def test_entry_points_are_loaded_for_their_declarations(monkeypatch):
 
     monkeypatch.setattr(registry, "entry_points", lambda group: [FakeEntryPoint(), Clash()])
     factories = registry.available_sources()
-    assert list(factories) == ["ngram", "scripted", "draft", "replay", "quiet"]
+    assert list(factories) == [*registry.BUILTIN, "quiet"]
     assert factories["ngram"] is registry.BUILTIN["ngram"]  # a clashing name is ignored
     assert describe_source("quiet").option("k").maximum == 8
     make_source("quiet", SourceContext(None), {"table": "t"})

@@ -40,12 +40,15 @@ BASES = (SOFTMAX, SAMPLER)
 DEFAULT_NEAR_TIE_MARGIN = 0.5
 """A row whose top two logits differ by less than this (logits) is a near-tie: a different
 CPU's kernels can swap the two (the baseline's divergence check uses the same idea)."""
+COST_NOTE = "about 0.3-0.7 ms per verification row on a 2-core CPU (spec-inspector bench prints it as p/row)"
+"""What the figures cost, as the CLI help and the window's tooltip say it (measured by ``bench``)."""
 _BLOCK = 1024
 _DIGITS = 4
 
 
 def _r(x: float) -> float:
-    return round(float(x), _DIGITS)
+    """4 significant digits: small probabilities keep their size (3.2e-05, not 0.0)."""
+    return float(f"{float(x):.{_DIGITS}g}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,8 @@ class RowProbabilities:
     margin: float
     draft_q: float | None
     basis: str
+    predicted_rank: int | None = None
+    """The prediction's rank by logit (1 at T = 0; a sampled token may rank lower)."""
 
     def near_tie(self, threshold: float = DEFAULT_NEAR_TIE_MARGIN) -> bool:
         """True when the top two logits differ by less than ``threshold`` (logits)."""
@@ -97,9 +102,12 @@ class WindowProbabilities:
     entropy: tuple[float, ...]
     margin: tuple[float, ...]
     draft_q: tuple[float, ...] | None = None
+    predicted_rank: tuple[int, ...] | None = None
+    """Rank of each row's prediction by logit (1 unless the target sampled another token, T > 0)."""
 
     @property
     def rows(self) -> int:
+        """Verification rows (1 for a plain step)."""
         return len(self.predicted_p)
 
     def row(self, i: int, proposal: Sequence[int] = (), predictions: Sequence[int] = ()) -> RowProbabilities:
@@ -110,9 +118,10 @@ class WindowProbabilities:
         proposed = proposal[i] if i < len(proposal) else None
         predicted = predictions[i] if i < len(predictions) else self.top_tokens[i][0]
         q = self.draft_q[i] if self.draft_q is not None and i < len(self.draft_q) else None
+        rank = self.predicted_rank[i] if self.predicted_rank is not None else None
         return RowProbabilities(i, proposed, self.proposed_p[i], self.proposed_rank[i], predicted,
                                 self.predicted_p[i], tuple(zip(self.top_tokens[i], self.top_p[i])),
-                                self.entropy[i], self.margin[i], q, self.basis)
+                                self.entropy[i], self.margin[i], q, self.basis, rank)
 
     def with_draft_q(self, q: Sequence[float] | None) -> "WindowProbabilities":
         """A copy with the draft's probabilities of the proposed tokens."""
@@ -132,6 +141,8 @@ class WindowProbabilities:
         }
         if self.draft_q is not None:
             d["draft_q"] = list(self.draft_q)
+        if self.predicted_rank is not None:
+            d["predicted_rank"] = list(self.predicted_rank)
         return d
 
     def top_token_ids(self) -> set[int]:
@@ -148,6 +159,7 @@ class WindowProbabilities:
             tuple(tuple(t) for t in d["top_tokens"]), tuple(tuple(p) for p in d["top_p"]),
             tuple(d["entropy"]), tuple(d["margin"]),
             None if d.get("draft_q") is None else tuple(d["draft_q"]),
+            None if d.get("predicted_rank") is None else tuple(d["predicted_rank"]),
         )
         n = out.rows
         if any(len(c) != n for c in (out.proposed_p, out.proposed_rank, out.top_tokens, out.top_p,
@@ -252,11 +264,15 @@ def summarise_rows(
     sampled = sampling is not None and not sampling.greedy
     if not sampled:
         m = top_val[:, 0].astype(np.float64)
-        e = np.subtract(x, top_val[:, :1], dtype=np.float32)
-        np.exp(e, out=e)  # e = exp(x - max), in place: one buffer, two passes
+        shifted = np.subtract(x, top_val[:, :1], dtype=np.float32)  # x - max: <= 0, no cancellation below
+        e = np.exp(shifted)
         z = (e @ np.ones(x.shape[1], dtype=np.float32)).astype(np.float64)  # row sums: one BLAS gemv
-        # entropy = log z - sum(e * (x - max)) / z, with sum(e * (x - max)) = e . x - max * z (BLAS dot per row)
-        s = np.array([float(e[i] @ x[i]) for i in range(n)]) - m * z
+        # entropy = log z - sum(e * (x - max)) / z (BLAS dot per row)
+        s = np.array([float(e[i] @ shifted[i]) for i in range(n)])
+        for i in np.nonzero(~np.isfinite(s))[0]:  # a -inf logit (0 * -inf): that row in float64, masked
+            d = shifted[i].astype(np.float64)
+            keep = np.isfinite(d)
+            s[i] = float(np.exp(d[keep]) @ d[keep])
         ent = [_r(max(0.0, h)) for h in (np.log(z) - s / z)]
         top_p = [tuple(_r(v) for v in row) for row in np.exp(top_val - m[:, None]) / z[:, None]]
         rows = np.arange(n)
@@ -284,6 +300,7 @@ def summarise_rows(
         tuple(tuple(int(t) for t in r) for r in top_idx), tuple(top_p), tuple(ent),
         tuple(_r(m) for m in margin),
         None if draft_q is None else tuple(_r(q) for q in draft_q),
+        tuple(_ranks(x, list(predictions), top_idx)),
     )
 
 

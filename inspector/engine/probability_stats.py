@@ -4,7 +4,7 @@ A proposal token is *judged* when a verification row decided it: indices
 0..accepted_proposal_tokens-1 of a window were accepted, and for disposition
 ``first_mismatch`` index ``accepted_proposal_tokens`` was rejected. Later proposal
 tokens were never judged (their rows are branch-conditioned), and a ``stopped``
-window judged only what it accepted. Only judged tokens count here, so these
+window judged what it accepted, and the rejected token when its correction was committed. Only judged tokens count here, so these
 figures never read a branch-conditioned row.
 
 - ``acceptance_by_probability``: judged tokens binned by the target's probability p
@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from inspector.engine.receipt import WindowReceipt
-
-FIRST_MISMATCH = "first_mismatch"
 TARGET = "target"
 DRAFT = "draft"
 DEFAULT_EDGES = tuple(i / 10 for i in range(11))
@@ -79,10 +77,13 @@ class PositionFigures:
 
 
 def judged_count(receipt: WindowReceipt) -> int:
-    """How many proposal tokens of ``receipt`` a verification row judged: the accepted ones, plus
-    the rejected one of a ``first_mismatch`` window (tokens)."""
+    """How many proposal tokens of ``receipt`` a verification row judged: the accepted ones, plus the
+    rejected one when its correction was committed (a ``first_mismatch`` window, or a ``stopped`` one
+    whose correction ended the text) (tokens)."""
     a = receipt.accepted_proposal_tokens
-    rejected = receipt.disposition == FIRST_MISMATCH and a < receipt.proposal_token_count
+    r = receipt
+    rejected = (a < r.proposal_token_count and a < r.canonical_prediction_count
+                and r.verification_row_predictions[a] != r.proposal_token_ids[a])
     return a + (1 if rejected else 0)
 
 

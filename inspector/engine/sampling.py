@@ -49,6 +49,21 @@ def distribution(logits: np.ndarray, s: SamplingSettings) -> np.ndarray:
     return _chain(np.asarray(x, dtype=np.float64), s)
 
 
+def _top_p_order(p: np.ndarray, top_p: float) -> np.ndarray:
+    """Indices of the most likely tokens, most likely first (ties: lower index first), at least as many
+    as top-p needs (their probabilities sum to >= ``top_p``): the largest 64, 256, ... are partitioned
+    out and only they are sorted, never the whole vocabulary."""
+    n = p.shape[0]
+    m = 64
+    while m < n:
+        part = np.argpartition(p, n - m)[n - m:]
+        if p[part].sum() >= top_p and np.count_nonzero(p >= p[part].min()) == m:  # no tie at the cut
+            part = np.sort(part)
+            return part[np.argsort(-p[part], kind="stable")]
+        m *= 4
+    return np.argsort(-p, kind="stable")
+
+
 def _chain(x: np.ndarray, s: SamplingSettings) -> np.ndarray:
     """top-p, min-p (on temperature-1 probabilities), then temperature, over candidate logits ``x``."""
     keep = np.ones(x.shape[0], dtype=bool)
@@ -56,7 +71,7 @@ def _chain(x: np.ndarray, s: SamplingSettings) -> np.ndarray:
         p = np.exp(x - x.max())
         p /= p.sum()
         if 0.0 < s.top_p < 1.0:
-            order = np.argsort(-p, kind="stable")
+            order = _top_p_order(p, s.top_p)
             cum = np.cumsum(p[order])
             last = int(np.searchsorted(cum, s.top_p)) + 1
             mask = np.zeros_like(keep)

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, GenerationSettings, SamplingSettings
+from inspector.engine.probabilities import COST_NOTE
 from inspector.gui.contention import MAX_BACKGROUND
 from inspector.prompts import example_prompts
 from inspector.gui.model_choice import ModelChoice
@@ -54,8 +55,8 @@ OTHER_TIP = "third-party source (entry point spec_inspector.sources)"
 PROBABILITIES_TIP = (
     "Keep the target's figures for every verification row in the receipts (the proposed token's probability "
     "and rank, the top 5 tokens, entropy, logit margin; the draft's q for a draft model): the Statistics tab's "
-    "acceptance-vs-probability charts and the Windows tab's p columns read them. Costs about 0.1 ms per "
-    "verification row here (read from the verify batch's logits, no extra decode). Off (--no-probabilities): "
+    f"acceptance-vs-probability charts and the Windows tab's p columns read them. Costs {COST_NOTE} "
+    "(read from the verify batch's logits, no extra decode). Off (--no-probabilities): "
     "receipts without probability blocks, the smallest files.")
 
 

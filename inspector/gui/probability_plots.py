@@ -37,10 +37,10 @@ def no_figures_reason(session: SessionRecord | None) -> str | None:
     has them or may still get them (a live run before its first window)."""
     if session is None:
         return None
-    st = session.settings or {}
-    if st.get("probabilities") is False:
+    state = session.probabilities_state
+    if state == "off":
         return TURNED_OFF
-    if session.origin != "live" and session.settings is not None and "probabilities" not in st:
+    if state == "v1":
         return BEFORE_FIGURES
     receipts = session.receipts
     if receipts and all(r.probabilities is None for r in receipts):

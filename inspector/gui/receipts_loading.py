@@ -19,7 +19,7 @@ def read_session(path: str) -> tuple[SessionRecord | None, str, str]:
     """(session, "", note) from a receipts document (``.json``) or an autosave (``.jsonl``),
     or (None, message, "") naming the file and the problem. ``note``: the document's schema
     version as ``inspector.receipts.document.version_note`` says it (e.g. "receipts schema v1
-    (written before per-row probabilities: no probability figures)"), "" for an autosave.
+    (no per-row probabilities)"), "" for an autosave.
     Safe on any thread (no Qt)."""
     from inspector.receipts import ReceiptsFileError, load_document
     from inspector.receipts.document import version_note

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QStackedWidget, 
 from inspector.engine.probability_stats import DRAFT, TARGET, acceptance_by_probability, has_probabilities, \
     probability_by_position
 from inspector.engine.receipt import Summary
-from inspector.gui.probability_plots import AcceptancePlot, no_figures_reason
+from inspector.gui.probability_plots import TITLE_SIZE, AcceptancePlot, no_figures_reason
 from inspector.session.record import SessionRecord
 from inspector.gui.timeline import IntegerAxis
 from inspector.gui.wording import count_noun
@@ -45,7 +45,6 @@ SHARE_BRUSH = "#42a5f5"
 MEAN_P_BRUSH = "#26a69a"
 POSITION_TITLE = (f'<span style="color:{SHARE_BRUSH}">■</span> accepted share '
                   f'<span style="color:{MEAN_P_BRUSH}">■</span> mean target p')
-TITLE_SIZE = "9pt"
 DISPOSITION_TICK_PT = 8
 """Point size of the dispositions' names under their bars."""
 FORM_MAX_WIDTH = 330
@@ -120,7 +119,7 @@ class StatsView(QWidget):
         self.by_pos = pg.PlotWidget(background="w", axisItems={"bottom": IntegerAxis("bottom")})
         self.by_pos.setTitle(POSITION_TITLE, size="8pt")
         self.by_pos.setToolTip("blue: windows that accepted index i / windows whose proposal had index i\n"
-                               "orange: the mean target probability of the proposed token at i, over judged "
+                               "teal: the mean target probability of the proposed token at i, over judged "
                                "tokens (accepted, or the first mismatch)")
         self.by_pos.setLabel("bottom", "proposal position (1-based)")
         self.by_pos.setLabel("left", "share / p")

@@ -50,10 +50,10 @@ def basis_text(session: SessionRecord, basis: str) -> str:
 def no_figures_reason(session: SessionRecord, t: TokenInfo) -> str:
     """Why token ``t`` has no probability figures: a schema v1 file, turned off for the run, its
     window not verified yet, or failed."""
-    settings = session.settings or {}
-    if settings.get("probabilities") is False:
+    state = session.probabilities_state
+    if state == "off":
         return "no probability figures (turned off for this run)"
-    if "probabilities" not in settings and session.origin != "live":
+    if state == "v1":
         return "no probability figures (schema v1 file)"
     if t.window is not None:
         e = session.window(t.window)
@@ -76,14 +76,16 @@ def figures_html(session: SessionRecord, t: TokenInfo, near_tie_margin: float) -
         head = "proposed — (bonus row)" if t.window is not None else "plain step: no proposal"
     else:
         head = f"proposed {quoted(text_of(p.proposed))} p={probability_text(p.proposed_p)} (rank {p.proposed_rank})"
-    head += f" · predicted {quoted(text_of(p.predicted))} p={probability_text(p.predicted_p)}"
+    picked = "sampled" if p.basis == "sampler" else "predicted"  # at T > 0 the target samples its row
+    head += f" · {picked} {quoted(text_of(p.predicted))} p={probability_text(p.predicted_p)}"
     lines = [f"<hr><b>target's figures</b> ({basis_text(session, p.basis)})<br>{head}"]
     if p.draft_q is not None:
         lines.append(f"draft q={probability_text(p.draft_q)} (the draft's probability of the proposed token)")
     tie = ""
     if p.near_tie(near_tie_margin):
         tie = f" — <span style='color:{NEAR_TIE_COLOR}'><b>near-tie</b></span> (&lt; {near_tie_margin:g})"
-    lines.append(f"entropy {p.entropy:.3f} nats · margin {margin_text(p.margin)} logits (top 2){tie}")
+    raw = " raw" if p.basis == "sampler" else ""  # the margin is before the sampler chain, p after it
+    lines.append(f"entropy {p.entropy:.3f} nats · margin {margin_text(p.margin)}{raw} logits (top 2){tie}")
     cells = []
     for rank, (tok, prob) in enumerate(p.top, 1):
         name = f"{quoted(text_of(tok))} ({tok})"

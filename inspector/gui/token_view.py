@@ -44,6 +44,9 @@ MAX_SHOWN = 10_000
 """Most generated tokens in the document at once (a longer stream is shown in pages)."""
 CHUNK = 2_500
 """Tokens dropped from the head at a time while a long live stream is followed."""
+DIVERGENCE_NEAR_TIE_LOGITS = 1.0
+"""A divergence from plain decoding whose top-2 logit margin is below this is explained as a near-tie
+(batch arithmetic can flip it): fixed, unlike the user's marking threshold."""
 NEAR_TIE_MAX = 10.0
 """Largest near-tie threshold the spin box offers (logits)."""
 NEAR_TIE_KEY = "token_view/near_tie_logits"
@@ -159,7 +162,7 @@ class TokenView(QWidget):
             wdg.setToolTip(tip)
         self.near_tie_spin.valueChanged.connect(self.set_near_tie_margin)
         bar = QHBoxLayout()
-        bar.setContentsMargins(0, 0, 0, 0)
+        bar.setContentsMargins(0, 0, 6, 0)  # the spin box's frame never touches the window's edge
         bar.addWidget(legend, 1)
         bar.addWidget(self.near_tie_sample)
         bar.addWidget(self.near_tie_spin)
@@ -358,7 +361,7 @@ class TokenView(QWidget):
             return f"{_show(d.get(key.replace('_token', '_text')) or s.text_of(t))} ({t})"
 
         margin = float(d["margin"])
-        tie = " — a near-tie: batch arithmetic can flip it" if margin < self.near_tie_margin else ""
+        tie = " — a near-tie: batch arithmetic can flip it" if margin < DIVERGENCE_NEAR_TIE_LOGITS else ""
         return [f"plain decoding: {tok('plain_token')}", f"speculative: {tok('speculative_token')}",
                 f"target's top-2 margin there: {margin:.4f} logits{tie}"]
 

@@ -2,7 +2,7 @@
 
 The rows table lists the verification rows (row, KV position, input token,
 proposed token, target prediction, the target's figures: p(proposed) and its
-rank, p(predicted), the top-2 logit margin; then the outcome); rows whose KV entries the
+rank, p(target), the top-2 logit margin; then the outcome); rows whose KV entries the
 repair removed (position >= canonical_position) are struck through, and
 predictions past the committed ones are marked branch-conditioned (never
 output). Below: the receipt's positions and timings, and its raw JSON.
@@ -50,8 +50,8 @@ FOLLOW_S = 0.2
 """Shortest time between two follows of the newest window while a run goes (seconds)."""
 
 ROW_COLUMNS = ("row", "position", "input token", "proposed token", "target prediction", "outcome",
-               "p(proposed)", "rank", "p(predicted)", "margin")
-ROW_HEADERS = ("row", "pos.", "input", "proposed", "target", "outcome", "p(proposed)", "rank", "p(predicted)", "margin")
+               "p(proposed)", "rank", "p(target)", "margin")
+ROW_HEADERS = ("row", "pos.", "input", "proposed", "target", "outcome", "p(proposed)", "rank", "p(target)", "margin")
 """Short header labels of the rows table (``ROW_COLUMNS`` are their tooltips, with ``ROW_TIPS``)."""
 ROW_TIPS = (
     "verification row (0: the current token's row)",
@@ -69,7 +69,7 @@ ROW_TIPS = (
 OUTCOME_COLUMN = 5
 """Index of the outcome column (shown last)."""
 FIGURE_COLUMNS = 6
-"""Index of the first probability column (p(proposed), rank, p(predicted), margin). On screen (and in a
+"""Index of the first probability column (p(proposed), rank, p(target), margin). On screen (and in a
 copy) they come before the outcome, which stays last and takes the table's spare width."""
 
 
@@ -91,7 +91,7 @@ def _item(text, *, color: str | None = None, align_right=False) -> QTableWidgetI
 
 
 def _figures(probs, row: int) -> tuple[str, str, str, str]:
-    """(p(proposed), rank, p(predicted), margin) of verification row ``row`` as table texts;
+    """(p(proposed), rank, p(target), margin) of verification row ``row`` as table texts;
     empty texts without figures (turned off, a schema v1 file, a window not verified yet)."""
     if probs is None or not 0 <= row < probs.rows:
         return "", "", "", ""

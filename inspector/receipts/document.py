@@ -68,10 +68,10 @@ def validate_document(doc: object) -> None:
 
 def version_note(doc: dict) -> str:
     """Which schema version a loaded document is, as the window and ``view`` say it, e.g. "receipts
-    schema v1 (written before per-row probabilities: no probability figures)"."""
+    schema v1 (no per-row probabilities)"."""
     v = doc.get("schema_version")
     if v == 1:
-        return "receipts schema v1 (written before per-row probabilities: no probability figures)"
+        return "receipts schema v1 (no per-row probabilities)"
     if v == SCHEMA_VERSION and not doc.get("settings", {}).get("probabilities", True):
         return f"receipts schema v{v} (probabilities were turned off for this run)"
     return f"receipts schema v{v}"
@@ -147,6 +147,8 @@ def load_document(path: str | os.PathLike, *, yield_gil: bool = False) -> dict:
         size = p.stat().st_size
     except OSError as exc:
         raise ReceiptsFileError(f"cannot read receipts {p}: {exc.strerror or exc}") from None
+    if p.is_dir():
+        raise ReceiptsFileError(f"receipts {p} is a directory, not a receipts file")
     if size > MAX_FILE_BYTES:
         raise ReceiptsFileError(f"receipts {p} is {size} bytes, more than the {MAX_FILE_BYTES}-byte limit")
     try:

@@ -281,6 +281,18 @@ class SessionRecord:
         elif kind in (VERIFY, REPAIR) and ev.position is not None:  # a retired session's repair has none
             self.kv_length = ev.position
 
+    @property
+    def probabilities_state(self) -> str:
+        """Whether this session can have per-row probabilities: ``"off"`` (turned off for the run),
+        ``"v1"`` (read from a file written before them: no ``settings.probabilities``) or ``"on"``.
+        The one rule the window's hover and Statistics tab use to say why figures are missing."""
+        st = self.settings or {}
+        if st.get("probabilities") is False:
+            return "off"
+        if self.origin != "live" and self.settings is not None and "probabilities" not in st:
+            return "v1"
+        return "on"
+
     def token_probabilities(self, info: TokenInfo):
         """The target's figures for one committed token's row (``inspector.engine.probabilities.
         RowProbabilities``: the proposed and predicted token with their probabilities, rank, top 5,

@@ -224,6 +224,49 @@ for _factory, _descriptor in ((_ngram, NGRAM), (_scripted, SCRIPTED), (_draft, D
 
 BUILTIN: dict[str, SourceFactory] = {"ngram": _ngram, "scripted": _scripted, "draft": _draft, "replay": _replay}
 
+# llama.cpp's model-free proposers (--spec-type ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache).
+from inspector.sources import llama_ngram_cache, llama_ngram_map, llama_ngram_mod  # noqa: E402
+
+for _module in (llama_ngram_map, llama_ngram_mod, llama_ngram_cache):
+    for _name, (_factory, _descriptor) in _module.SOURCES.items():
+        _factory.descriptor = _descriptor
+        BUILTIN_DESCRIPTORS[_name] = _descriptor
+        BUILTIN[_name] = _factory
+
+
+SUFFIX = SourceDescriptor("suffix", (
+    Option("max_tree_depth", "int", 24, "longest match plus proposal (tokens): the depth of the suffix trees "
+           "(vLLM suffix_decoding_max_tree_depth)", minimum=2, maximum=64, label="max tree depth"),
+    Option("max_spec_factor", "float", 1.0, "propose at most this many tokens per matched token "
+           "(vLLM suffix_decoding_max_spec_factor)", minimum=0.0, maximum=64.0, step=0.25, label="max spec factor"),
+    Option("max_spec_offset", "float", 0.0, "tokens added to max spec factor x match length (arctic-inference "
+           "max_spec_offset)", minimum=-64.0, maximum=64.0, step=1.0, label="max spec offset"),
+    Option("min_token_prob", "float", 0.1, "stop where the continuation's estimated probability (count / parent "
+           "count, multiplied along the path) falls below this (vLLM suffix_decoding_min_token_prob)",
+           minimum=0.0, maximum=1.0, step=0.05, label="min token prob"),
+    Option("max_cached_tokens", "int", 100_000, "tokens of earlier requests' outputs remembered, the oldest "
+           "requests dropped first (0: this run neither uses nor changes the memory)", minimum=0, control_max=10_000_000,
+           label="max cached tokens"),
+    Option("memory_file", "path", "", "load the memory of earlier outputs from this JSON file and save it back "
+           "after each run (empty: this session only)", label="memory file",
+           placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)"),
+), help="suffix decoding: the most frequent continuation of the longest suffix match in the prompt, the output "
+        "and earlier requests' outputs", capabilities=frozenset({"settings", "close"}))
+
+
+def _suffix(ctx: SourceContext, **options) -> ProposalSource:
+    """Options are checked with ``SUFFIX``; the memory lives in ``ctx.memory`` (a broken memory
+    file raises ``ValueError`` naming it)."""
+    from inspector.sources.suffix import SuffixSource, memory_for
+
+    o = SUFFIX.with_defaults(options)
+    return SuffixSource(memory_for(ctx.memory, o["memory_file"], ctx.runtime), **o)
+
+
+_suffix.descriptor = SUFFIX
+BUILTIN_DESCRIPTORS[SUFFIX.name] = SUFFIX
+BUILTIN[SUFFIX.name] = _suffix
+
 
 class UnknownSource(ValueError):
     """A source name that is neither installed nor ``none``. ``name``: the name asked

@@ -1,0 +1,274 @@
+"""llama.cpp's ``ngram-cache`` proposer (lookup decoding) as a source.
+
+Our own Python for the rules of llama.cpp's ``common/ngram-cache.cpp`` / ``.h``
+(``common_ngram_cache_update``, ``try_draft``, ``common_ngram_cache_draft``,
+``common_ngram_cache_save``/``_load``/``_merge``; stored version
+5c5f166e8ba011eb880ebec21497d39e85a91b04), ``common_speculative_state_ngram_cache`` in
+``common/speculative.cpp`` (8 tokens drafted at most) and the ``-lcs``/``-lcd`` flags of
+``common/arg.cpp`` at 6870ab7e4d741fffc218dd5d370427d81ab17630. The dynamic cache is written
+back as llama.cpp's ``llama-lookup`` does at its end. No llama.cpp code is copied.
+
+Three caches map an n-gram to the counts of the tokens that followed it:
+
+- *context*: n-grams of 1..4 tokens of this request's stream (prompt and generated);
+- *dynamic*: earlier requests' context caches merged (``lookup_cache_dynamic``, ``-lcd``:
+  read when the source is made if the file exists, written when the source is closed; kept in
+  ``SourceContext.memory`` for the session without a file);
+- *static*: 2-gram counts from a file (``lookup_cache_static``, ``-lcs``: read only), e.g.
+  made by llama.cpp's ``llama-lookup-create``.
+
+A proposal grows one token at a time, at most ``N_DRAFT`` tokens: for the n-grams ending at
+the tip (longest first) the context cache proposes the follower with the largest count
+(weighted by 100x its static 2-gram count, 1 when the static cache does not know it) if its
+sample is large enough and it has a big enough share (``LAX``); else the dynamic cache with the
+stricter ``STRICT`` limits; else the static cache alone (``LAX`` for 2-grams). The first token
+without a candidate ends the proposal. Files use llama.cpp's format (little-endian int32:
+4 n-gram tokens padded with -1, follower count, then token/count pairs).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from inspector.engine.proposal import Proposal, ProposalRequest
+from inspector.sources.descriptors import Option, SourceDescriptor
+
+NGRAM_MIN, NGRAM_MAX, NGRAM_STATIC = 1, 4, 2
+"""llama.cpp ``LLAMA_NGRAM_MIN``, ``LLAMA_NGRAM_MAX``, ``LLAMA_NGRAM_STATIC``."""
+N_DRAFT = 8
+"""Most tokens drafted (llama.cpp ``create_state_ngram_cache``: ``n_draft = 8``)."""
+LAX = ((2, 66), (2, 50), (1, 50), (1, 50))
+"""(minimum sample, minimum percent) per n-gram size 1..4 for the context cache and the static cache."""
+STRICT = ((4, 75), (3, 66), (2, 66), (2, 66))
+"""The same for the dynamic cache."""
+MAX_DYNAMIC_NGRAMS = 1_000_000
+"""Our bound on the session's dynamic cache (llama.cpp does not bound it): beyond it, new
+n-grams are not added (counts of known ones still grow)."""
+_PAD = -1
+_NGRAM = struct.Struct("<4i")
+_INT = struct.Struct("<i")
+_PAIR = struct.Struct("<2i")
+
+Cache = dict  # tuple of 4 tokens (padded with -1) -> {token: count}
+
+
+def _key(tokens) -> tuple:
+    return tuple(tokens) + (_PAD,) * (NGRAM_MAX - len(tokens))
+
+
+def update(cache: Cache, tokens, n_new: int) -> None:
+    """Count every n-gram (1..4 tokens) followed by one of the last ``n_new`` tokens."""
+    size = len(tokens)
+    for n in range(NGRAM_MIN, NGRAM_MAX + 1):
+        for i in range(max(size - n_new, n), size):
+            part = cache.setdefault(_key(tokens[i - n:i]), {})
+            part[tokens[i]] = part.get(tokens[i], 0) + 1
+
+
+def merge(target: Cache, add: Cache, max_ngrams: int | None = None) -> None:
+    for ngram, part in add.items():
+        into = target.get(ngram)
+        if into is None:
+            if max_ngrams is not None and len(target) >= max_ngrams:
+                continue
+            target[ngram] = dict(part)
+            continue
+        for token, count in part.items():
+            into[token] = into.get(token, 0) + count
+
+
+def load(path: str, what: str) -> Cache:
+    """The cache in ``path``; raises ``ValueError`` naming the file and the problem."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{what} {path}: is a directory") from None
+    except OSError as exc:
+        raise ValueError(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
+    cache: Cache = {}
+    pos, end = 0, len(data)
+    while pos < end:
+        if end - pos < _NGRAM.size + _INT.size:
+            raise ValueError(f"{what} {path}: not a llama.cpp n-gram cache (truncated record at byte {pos})")
+        ngram = _NGRAM.unpack_from(data, pos)
+        (count,) = _INT.unpack_from(data, pos + _NGRAM.size)
+        pos += _NGRAM.size + _INT.size
+        if count <= 0 or end - pos < count * _PAIR.size:
+            raise ValueError(f"{what} {path}: not a llama.cpp n-gram cache (bad follower count {count} at byte "
+                             f"{pos - _INT.size})")
+        part = {}
+        for _ in range(count):
+            token, n = _PAIR.unpack_from(data, pos)
+            pos += _PAIR.size
+            if n <= 0 or token < 0:
+                raise ValueError(f"{what} {path}: not a llama.cpp n-gram cache (token {token} count {n} at byte "
+                                 f"{pos - _PAIR.size})")
+            part[token] = n
+        cache[ngram] = part
+    return cache
+
+
+def save(cache: Cache, path: str) -> None:
+    """Write ``cache`` in llama.cpp's format (through a temporary file, then renamed)."""
+    chunks = []
+    for ngram, part in cache.items():
+        chunks.append(_NGRAM.pack(*ngram) + _INT.pack(len(part)))
+        chunks.extend(_PAIR.pack(t, c) for t, c in part.items())
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(b"".join(chunks))
+    os.replace(tmp, path)
+
+
+def _best(part: dict, static_part: dict) -> tuple[int, int, int]:
+    """(token, its count, sample) of the follower with the largest count x static weight."""
+    best, best_count, best_weight, total = None, 0, 0, 0
+    for token, count in part.items():
+        weight = 100 * static_part[token] if token in static_part else 1
+        if count * weight > best_count * best_weight:
+            best, best_count, best_weight = token, count, weight
+        total += count
+    return best, best_count, total
+
+
+def _try_primary(cache: Cache, ngrams: list, static_part: dict, limits) -> int | None:
+    for i in range(len(ngrams) - 1, -1, -1):
+        part = cache.get(ngrams[i])
+        if not part:
+            continue
+        token, count, total = _best(part, static_part)
+        sample, percent = limits[i]
+        if total >= sample and 100 * count >= percent * total:
+            return token
+    return None
+
+
+def _try_static(static: Cache, ngram: tuple) -> int | None:
+    part = static.get(ngram)
+    if not part:
+        return None
+    token, count, total = _best(part, {})
+    sample, percent = LAX[NGRAM_STATIC - 1]
+    return token if total >= sample and 100 * count >= percent * total else None
+
+
+def draft(inp, n_draft: int, context: Cache, dynamic: Cache, static: Cache) -> list[int]:
+    """llama.cpp's ``common_ngram_cache_draft``: ``inp`` ends with the current token."""
+    if len(inp) < NGRAM_STATIC:
+        return []
+    seq = list(inp)
+    out: list[int] = []
+    while len(out) < n_draft:
+        static_ngram = _key(seq[-NGRAM_STATIC:])
+        static_part = static.get(static_ngram, {})
+        ngrams = [_key(seq[-n:]) for n in range(NGRAM_MIN, min(NGRAM_MAX, len(seq)) + 1)]
+        token = _try_primary(context, ngrams, static_part, LAX)
+        if token is None:
+            token = _try_primary(dynamic, ngrams, static_part, STRICT)
+        if token is None:
+            token = _try_static(static, static_ngram)
+        if token is None:
+            break
+        out.append(token)
+        seq.append(token)
+    return out
+
+
+class NgramCacheSource:
+    """llama.cpp ``--spec-type ngram-cache`` (see the module docstring)."""
+
+    name = "ngram-cache"
+
+    def __init__(self, lookup_cache_static: str = "", lookup_cache_dynamic: str = "",
+                 memory: dict | None = None) -> None:
+        self.static_path, self.dynamic_path = lookup_cache_static, lookup_cache_dynamic
+        memory = {} if memory is None else memory
+        self.static: Cache = {}
+        if lookup_cache_static:
+            key = ("ngram-cache", "static", os.path.abspath(lookup_cache_static))
+            if key not in memory:
+                memory[key] = load(lookup_cache_static, "static lookup cache")
+            self.static = memory[key]
+        key = ("ngram-cache", "dynamic", os.path.abspath(lookup_cache_dynamic) if lookup_cache_dynamic else "")
+        if key not in memory:
+            loaded: Cache = {}
+            if lookup_cache_dynamic and os.path.exists(lookup_cache_dynamic):
+                loaded = load(lookup_cache_dynamic, "dynamic lookup cache")
+            memory[key] = loaded  # a missing dynamic file is made when the source closes
+        self.dynamic: Cache = memory[key]
+        self.context: Cache = {}
+        self._stream: list[int] = []
+        self._count = 0
+        self.closed = False
+
+    def settings(self) -> dict:
+        return {"lookup_cache_static": self.static_path, "lookup_cache_dynamic": self.dynamic_path,
+                "n_draft": N_DRAFT}
+
+    def _sync(self, tokens) -> None:
+        st = self._stream
+        if len(tokens) < len(st) or list(tokens[:len(st)]) != st:  # not an extension: start again
+            self.context.clear()
+            st.clear()
+        n_new = len(tokens) - len(st)
+        st.extend(tokens[len(st):])
+        if n_new:
+            update(self.context, st, n_new)
+
+    def propose(self, request: ProposalRequest) -> Proposal | None:
+        self._sync(request.tokens)
+        ids = draft(self._stream, min(N_DRAFT, request.max_proposal_tokens), self.context, self.dynamic,
+                    self.static)
+        if not ids:
+            return None
+        self._count += 1
+        return Proposal(b"ngram-cache:%d" % self._count, tuple(ids))
+
+    def report(self, receipt) -> None:
+        """llama.cpp's ``accept`` is a no-op for ngram-cache: counts come from the stream itself."""
+
+    def discard(self, decision_id: bytes, reason: str) -> None:
+        """Nothing to roll back."""
+
+    def close(self) -> None:
+        """Merge this request's context cache into the dynamic cache (and its file, if named)."""
+        if self.closed:
+            return
+        self.closed = True
+        merge(self.dynamic, self.context, MAX_DYNAMIC_NGRAMS)
+        if self.dynamic_path:
+            save(self.dynamic, self.dynamic_path)
+
+
+def _path_check(source: str, key: str, value) -> str:
+    text = "" if value is None else str(value).strip()
+    if text and os.path.isdir(text):
+        raise ValueError(f"source {source} option {key} must be a file, observed a directory {text!r}")
+    return text
+
+
+NGRAM_CACHE = SourceDescriptor("ngram-cache", (
+    Option("lookup_cache_static", "path", "", "llama.cpp -lcs / --lookup-cache-static: path to a static lookup "
+           "cache (read, not updated by generation; e.g. from llama-lookup-create)", label="static cache",
+           flag="--lookup-cache-static", metavar="FNAME", convert=_path_check,
+           placeholder="static lookup cache (optional)", file_filter="Lookup caches (*.bin);;All files (*)"),
+    Option("lookup_cache_dynamic", "path", "", "llama.cpp -lcd / --lookup-cache-dynamic: path to a dynamic lookup "
+           "cache (read if it exists, updated by generation when the run ends)", label="dynamic cache",
+           flag="--lookup-cache-dynamic", metavar="FNAME", convert=_path_check,
+           placeholder="dynamic lookup cache (optional)", file_filter="Lookup caches (*.bin);;All files (*)"),
+), help="llama.cpp ngram-cache: lookup decoding from context, dynamic and static n-gram counts",
+    capabilities=frozenset({"settings", "close"}))
+
+
+def make_ngram_cache(ctx, **options) -> NgramCacheSource:
+    """Raises ``ValueError`` naming a missing or broken cache file."""
+    o = NGRAM_CACHE.with_defaults(options)
+    return NgramCacheSource(o["lookup_cache_static"], o["lookup_cache_dynamic"], memory=ctx.memory)
+
+
+SOURCES = {"ngram-cache": (make_ngram_cache, NGRAM_CACHE)}
+"""Source name -> (factory, declaration), registered by ``inspector.sources.registry``."""

@@ -1,0 +1,244 @@
+"""llama.cpp's model-free proposers as sources (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod,
+ngram-cache): their rules on tiny token lists, what they remember across requests through
+``SourceContext.memory``, the registry declarations, and one run on the bundled model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from inspector.engine.proposal import ProposalRequest
+from inspector.sources import llama_ngram_cache as nc
+from inspector.sources.llama_ngram_map import NgramMapSource, NgramSimpleSource
+from inspector.sources.llama_ngram_mod import NgramModSource
+from inspector.sources.registry import SourceContext, check_source_options, describe_source, make_source, source_names
+
+NAMES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+
+
+def req(tokens, cap=8, prompt=None):
+    """A request whose prompt is all of ``tokens`` unless ``prompt`` says how many."""
+    return ProposalRequest(list(tokens), len(tokens) if prompt is None else prompt, 0, cap, float("inf"))
+
+
+def ids(source, tokens, cap=8, prompt=None):
+    p = source.propose(req(tokens, cap, prompt))
+    return None if p is None else list(p.token_ids)
+
+
+def accept(source, proposal_tokens, accepted):
+    """Report a verified proposal of ``source`` (its last one) with ``accepted`` tokens accepted."""
+    p = source.propose(req(proposal_tokens))
+    assert p is not None
+    source.report(SimpleNamespace(decision_id=p.decision_id.hex(), accepted_proposal_tokens=accepted))
+    return list(p.token_ids)
+
+
+# --- registry -------------------------------------------------------------------------------------
+
+
+def test_the_five_sources_are_registered_with_llama_cpp_flags_and_defaults():
+    assert set(NAMES) <= set(source_names())
+    flags = {name: {o.flag: o.default for o in describe_source(name).options} for name in NAMES}
+    assert flags["ngram-simple"] == {"--spec-ngram-simple-size-n": 12, "--spec-ngram-simple-size-m": 48}
+    assert flags["ngram-map-k4v"] == {"--spec-ngram-map-k4v-size-n": 12, "--spec-ngram-map-k4v-size-m": 48,
+                                      "--spec-ngram-map-k4v-min-hits": 1}
+    assert flags["ngram-mod"] == {"--spec-ngram-mod-n-match": 24, "--spec-ngram-mod-n-min": 48,
+                                  "--spec-ngram-mod-n-max": 64}
+    assert flags["ngram-cache"] == {"--lookup-cache-static": "", "--lookup-cache-dynamic": ""}
+    with pytest.raises(ValueError, match="size_n must be a whole number 1 <= size_n <= 1024, observed '0'"):
+        check_source_options("ngram-map-k", {"size_n": "0"})
+    with pytest.raises(ValueError, match=r"n_min <= n_max, observed n_min=70, n_max=64 \(the default\)"):
+        check_source_options("ngram-mod", {"n_min": "70"})
+
+
+# --- ngram-simple -------------------------------------------------------------------------------
+
+
+def test_ngram_simple_proposes_the_m_tokens_after_the_most_recent_earlier_match():
+    s = NgramSimpleSource(size_n=2, size_m=3)
+    assert ids(s, [7, 1, 2, 3, 4, 5, 8, 8, 1, 2]) == [3, 4, 5]
+    assert ids(s, [7, 1, 2, 3, 4, 5, 1, 2, 6, 6, 6, 1, 2]) == [6, 6, 6]  # the later match wins
+    assert ids(s, [7, 1, 2, 3, 4, 5, 8, 8, 1, 2], cap=2) == [3, 4]  # the engine's cap (draft max)
+
+
+def test_ngram_simple_proposes_nothing_for_short_streams_position_zero_or_short_continuations():
+    s = NgramSimpleSource(size_n=2, size_m=3)
+    assert ids(s, [1, 2, 3, 4, 5, 1, 2]) is None  # 6 tokens before the current one: not > n + m + 1
+    assert ids(s, [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]) is None  # the only match starts at position 0
+    s3 = NgramSimpleSource(size_n=3, size_m=5)  # fewer than n tokens follow the match: nothing
+    assert ids(s3, [5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3, 1, 2, 3]) is None
+    assert ids(s3, [5, 6, 7, 8, 9, 10, 11, 1, 2, 3, 20, 1, 2, 3]) == [20, 1, 2]
+
+
+def test_ngram_simple_remembers_nothing_across_requests():
+    memory: dict = {}
+    ctx = SourceContext(runtime=None, memory=memory)
+    s = make_source("ngram-simple", ctx, {"size_n": 2, "size_m": 3})
+    assert ids(s, [7, 1, 2, 3, 4, 5, 8, 8, 1, 2]) == [3, 4, 5]
+    assert memory == {}
+
+
+# --- ngram-map-k ----------------------------------------------------------------------------------
+
+K_STREAM = [5, 1, 2, 3, 4, 6, 7, 8, 9, 1, 2]
+
+
+def test_ngram_map_k_proposes_what_followed_the_key_and_then_only_as_many_as_were_accepted():
+    s = NgramMapSource(size_n=2, size_m=2, key_only=True)
+    assert accept(s, K_STREAM, 1) == [3, 4]
+    assert ids(s, K_STREAM) == [3]  # min(size_m, accepted last time)
+    assert ids(NgramMapSource(size_n=2, size_m=2), K_STREAM[:5]) is None  # fewer than 2n + m tokens
+
+
+def test_ngram_map_k_key_refused_outright_proposes_nothing_again_and_ignores_min_hits():
+    s = NgramMapSource(size_n=2, size_m=2, min_hits=5, key_only=True)  # key-only mode: min_hits unused
+    assert accept(s, K_STREAM, 0) == [3, 4]
+    assert ids(s, K_STREAM) is None
+
+
+def test_ngram_map_k_remembers_accepted_lengths_across_requests_of_the_same_stream():
+    memory: dict = {}
+    first = make_source("ngram-map-k", SourceContext(None, memory=memory), {"size_n": 2, "size_m": 2})
+    assert accept(first, K_STREAM, 1) == [3, 4]
+    later = K_STREAM + [3, 9, 1, 2]  # the next turn: the conversation so far, then more
+    second = make_source("ngram-map-k", SourceContext(None, memory=memory), {"size_n": 2, "size_m": 2})
+    assert ids(second, later) == [3]  # the remembered key: its first occurrence, 1 token (accepted last time)
+    fresh = make_source("ngram-map-k", SourceContext(None, memory={}), {"size_n": 2, "size_m": 2})
+    assert ids(fresh, later) == [3, 9]  # a fresh map: the latest occurrence, size_m tokens
+    other = make_source("ngram-map-k", SourceContext(None, memory=memory), {"size_n": 2, "size_m": 2})
+    assert ids(other, [8, 8, 1, 2, 3, 4, 6, 7, 8, 9, 1, 2]) == [3, 4]  # another stream: a fresh map
+
+
+# --- ngram-map-k4v --------------------------------------------------------------------------------
+
+
+def test_ngram_map_k4v_proposes_only_when_one_value_occurs_twice_as_often_as_the_others():
+    tied = [0, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]  # after [1, 2]: [3, 4] once, [5, 6] once
+    assert ids(NgramMapSource(2, 2, key_only=False), tied) is None
+    assert ids(NgramMapSource(2, 2, key_only=False), [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]) == [5, 6]  # 2:1
+    clear = [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]  # [3, 4] three times, [5, 6] once
+    # As in llama.cpp, the tokens proposed are those after the matched (latest) occurrence.
+    assert ids(NgramMapSource(2, 2, key_only=False), clear) == [5, 6]
+
+
+def test_ngram_map_k4v_needs_min_hits_of_the_key():
+    clear = [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]
+    s = NgramMapSource(2, 2, min_hits=2, key_only=False)
+    assert ids(s, clear) is None  # first hit of the key
+    assert ids(s, clear) == [5, 6]  # second hit
+
+
+# --- ngram-mod ------------------------------------------------------------------------------------
+
+
+def test_ngram_mod_walks_the_pool_from_the_last_n_tokens_up_to_n_max():
+    s = NgramModSource(n_match=2, n_min=1, n_max=4, pool_size=1024)
+    assert ids(s, [1, 2, 3, 4, 5, 1, 2]) == [3, 4, 5, 1]
+    assert ids(NgramModSource(2, 1, 4, pool_size=1024), [1, 2, 3, 4, 5, 1, 2], cap=2) == [3, 4]
+
+
+def test_ngram_mod_proposes_nothing_when_the_walk_stops_before_n_min():
+    assert ids(NgramModSource(n_match=2, n_min=5, n_max=8, pool_size=1024), [1, 2, 3, 4, 5, 1, 2]) is None
+    assert ids(NgramModSource(n_match=2, n_min=4, n_max=8, pool_size=1024), [1, 2, 3, 4, 5, 1, 2]) == [3, 4, 5, 1]
+
+
+def test_ngram_mod_defaults_need_a_long_repeat():
+    a, b = list(range(100, 130)), [1, 2, 3, 4, 5]
+    stream = a + b + a[:24]  # the walk retraces 34 tokens: fewer than the default n_min 48
+    probe = NgramModSource(pool_size=1 << 16)
+    probe.n_min = 1
+    assert len(ids(probe, stream, cap=64)) == 34
+    s = make_source("ngram-mod", SourceContext(None, memory={}), {})
+    assert (s.n_match, s.n_min, s.n_max) == (24, 48, 64)
+    assert ids(s, stream) is None
+    long = list(range(100, 160))
+    assert ids(make_source("ngram-mod", SourceContext(None, memory={}), {}), long + long[:24]) == long[24:32]
+
+
+def test_ngram_mod_pool_is_shared_by_the_requests_of_a_session():
+    memory: dict = {}
+    opts = {"n_match": 2, "n_min": 1, "n_max": 3}
+    first = make_source("ngram-mod", SourceContext(None, memory=memory), opts)
+    assert ids(first, [1, 2, 3, 4, 5, 9]) is None  # learns the prompt's n-grams
+    second = make_source("ngram-mod", SourceContext(None, memory=memory), opts)
+    assert second.pool is first.pool
+    assert ids(second, [8, 1, 2]) == [3, 4, 5]  # from the first request's pool
+    assert ids(make_source("ngram-mod", SourceContext(None, memory={}), opts), [8, 1, 2]) is None
+    other = make_source("ngram-mod", SourceContext(None, memory=memory), {**opts, "n_match": 3})
+    assert other.pool is not first.pool  # the n-gram size shapes the pool: its own key
+
+
+def test_ngram_mod_empties_the_pool_after_three_poorly_accepted_proposals_and_when_over_full():
+    s = NgramModSource(n_match=2, n_min=1, n_max=4, pool_size=1024)
+    stream = [1, 2, 3, 4, 5, 1, 2]
+    for _ in range(3):
+        accept(s, stream, 1)  # 1 of 4 accepted: below half
+    assert s.pool.resets == 1 and s.pool.used == 0
+    assert ids(s, stream) is None
+    small = NgramModSource(n_match=1, n_min=1, n_max=4, pool_size=8)
+    small.propose(req(list(range(20)) * 2))  # 39 adds into 8 slots: used > a quarter at begin
+    assert small.pool.resets == 1
+
+
+# --- ngram-cache ----------------------------------------------------------------------------------
+
+
+def test_ngram_cache_drafts_from_the_context_cache_token_by_token():
+    s = nc.NgramCacheSource()
+    assert ids(s, [1, 2, 3, 1, 2, 3, 1, 2], cap=4) == [3, 1, 2, 3]
+    assert ids(nc.NgramCacheSource(), [1, 2, 3, 1, 2, 3, 1, 2], cap=64) == [3, 1, 2, 3, 1, 2, 3, 1]  # N_DRAFT 8
+    assert ids(nc.NgramCacheSource(), [5, 6, 7, 8]) is None  # nothing followed the tip
+    assert ids(nc.NgramCacheSource(), [4, 7, 4]) is None  # a 1-gram needs a sample of 2
+
+
+def test_ngram_cache_merges_each_request_into_the_dynamic_cache_and_its_file(tmp_path):
+    memory: dict = {}
+    dyn = str(tmp_path / "dynamic.bin")
+    first = make_source("ngram-cache", SourceContext(None, memory=memory), {"lookup_cache_dynamic": dyn})
+    assert ids(first, [1, 2, 3] * 4) == [1, 2, 3, 1, 2, 3, 1, 2]
+    first.close()  # what registry.close_source does at the end of a run
+    second = make_source("ngram-cache", SourceContext(None, memory=memory), {"lookup_cache_dynamic": dyn})
+    assert ids(second, [9, 1, 2], cap=1) == [3]  # (1, 2) -> 3 four times in the dynamic cache
+    assert ids(nc.NgramCacheSource(), [9, 1, 2]) is None  # without it: nothing
+    from_file = make_source("ngram-cache", SourceContext(None, memory={}), {"lookup_cache_dynamic": dyn})
+    assert ids(from_file, [9, 1, 2], cap=1) == [3]
+    assert nc.load(dyn, "x")[(1, 2, -1, -1)] == {3: 4}
+
+
+def test_ngram_cache_static_file_is_read_and_bad_files_are_refused_by_name(tmp_path):
+    static = str(tmp_path / "static.bin")
+    nc.save({(1, 2, -1, -1): {3: 5, 4: 1}}, static)
+    s = make_source("ngram-cache", SourceContext(None, memory={}), {"lookup_cache_static": static})
+    assert ids(s, [7, 1, 2]) == [3]
+    with pytest.raises(ValueError, match=r"static lookup cache .*missing\.bin: no such file"):
+        make_source("ngram-cache", SourceContext(None, memory={}), {"lookup_cache_static": str(tmp_path / "missing.bin")})
+    broken = tmp_path / "broken.bin"
+    broken.write_bytes(b"\x01\x02\x03")
+    with pytest.raises(ValueError, match=r"dynamic lookup cache .*broken\.bin: not a llama.cpp n-gram cache"):
+        make_source("ngram-cache", SourceContext(None, memory={}), {"lookup_cache_dynamic": str(broken)})
+
+
+# --- the bundled model ----------------------------------------------------------------------------
+
+
+def test_each_source_keeps_plain_greedy_output_on_the_bundled_model(make_generation, scheduler, runtime, chat_tokens):
+    from tests.scenarios import same_greedy_output
+
+    tokens = chat_tokens("Repeat exactly: the red cat sat on the mat, the red cat sat on the mat.")
+    plain = make_generation(None, tokens, max_new_tokens=24)
+    plain.run()
+    small = {"ngram-simple": {"size_n": 2, "size_m": 8}, "ngram-map-k": {"size_n": 2, "size_m": 8},
+             "ngram-map-k4v": {"size_n": 2, "size_m": 8}, "ngram-mod": {"n_match": 3, "n_min": 1, "n_max": 8},
+             "ngram-cache": {}}
+    for name in NAMES:
+        source = make_source(name, SourceContext(runtime, memory={}), small[name])
+        g = make_generation(source, tokens, max_new_tokens=24)
+        try:
+            g.run()
+        finally:
+            g.close()
+        print(name, len(g.receipts), "receipts", [len(r.proposal_token_ids) for r in g.receipts])
+        assert g.receipts, f"{name} made no proposal on a copy prompt"
+        assert same_greedy_output(scheduler, tokens, plain.generated, g.generated), name

@@ -1,0 +1,216 @@
+"""The suffix-decoding source (inspector.sources.suffix): scoring, memory across requests, memory files.
+
+Tiny token lists, then one short run on the real model whose output must be plain greedy's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from inspector.engine.proposal import ProposalRequest
+from inspector.sources.registry import SourceContext, make_source
+from inspector.sources.suffix import PAD, SuffixMemory, SuffixSource, load_memory, speculate
+from scenarios import plain_reference, same_greedy_output
+
+
+def ask(source, tokens, prompt_count=None, cap=8):
+    tokens = list(tokens)
+    return source.propose(ProposalRequest(tokens, len(tokens) if prompt_count is None else prompt_count,
+                                          0, cap, float("inf")))
+
+
+def run_request(source, prompt, output):
+    """One request: ``source`` is asked after every output token, then closed."""
+    for i in range(len(output) + 1):
+        ask(source, prompt + output[:i], len(prompt))
+    source.close()
+
+
+def suffix(memory: dict, **options):
+    return make_source("suffix", SourceContext(None, memory=memory), options)
+
+
+def test_it_proposes_the_most_frequent_continuation_of_the_longest_match():
+    # "2 3" is followed by 7 twice and by 9 once, but the longest match "1 2 3" by 9.
+    stream = [5, 2, 3, 7, 5, 2, 3, 7, 1, 2, 3, 9, 8, 1, 2, 3]
+    p = ask(SuffixSource(), stream)
+    assert p.token_ids == (9, 8, 1)  # at most max_spec_factor x match length (3) tokens
+    assert p.decision_id == b"suffix:1:m3:req"
+    # Only "3" matched (a 1-token match): the most frequent follower of 3, one token.
+    assert ask(SuffixSource(), [3, 7, 3, 7, 3, 9, 4, 3]).token_ids == (7,)
+
+
+def test_the_probability_threshold_and_the_spec_factor_bound_the_path():
+    # A period: the longest match (9 tokens) proposes what followed it, up to the stream's end.
+    assert ask(SuffixSource(), [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]).token_ids == (4, 5, 6, 1, 2, 3)
+    # "1 2" occurred 3 times before and once now: 4 follows it 2 of 4 times (p 0.5), then 8 or
+    # 9 once each (p 0.25; the tie goes to the latest).
+    stream = [7, 1, 2, 4, 8, 1, 2, 4, 9, 1, 2, 5, 6, 1, 2]
+    p = ask(SuffixSource(), stream)
+    assert p.token_ids == (4, 9) and p.decision_id.endswith(b":m2:req")
+    assert ask(SuffixSource(min_token_prob=0.3), stream).token_ids == (4,)
+    assert ask(SuffixSource(min_token_prob=0.6), stream) is None
+    assert ask(SuffixSource(max_spec_factor=0.5), stream).token_ids == (4,)
+    assert ask(SuffixSource(max_spec_factor=0.5, max_spec_offset=1.0), stream).token_ids == (4, 9)
+    assert speculate(np.full(PAD + 1, -1, dtype=np.int32), PAD, [], 8, 24, 1.0, 0.0, 0.1) == ((), 0.0, 0)
+
+
+def trie_speculate(seqs, pattern, cap, depth, factor, offset, min_prob):
+    """The scoring rule on an explicit bounded suffix trie: every string of <= depth tokens of each
+    sequence, with its count and its latest end (the tie-break)."""
+    count, latest, children = Counter(), {}, {}
+    for n, seq in enumerate(seqs):
+        for i in range(len(seq)):
+            for length in range(1, min(depth, len(seq) - i) + 1):
+                s = tuple(seq[i : i + length])
+                count[s] += 1
+                latest[s] = (n, i + length)
+                children.setdefault(s[:-1], set()).add(s[-1])
+    best = ((), 0.0, 0)
+    for m in range(1, len(pattern)):
+        node = tuple(pattern[-m:])
+        if not count[node]:
+            break
+        limit = min(cap, int(m * factor + offset + 1e-6), depth - m)
+        tokens, probs, prob = [], [], 1.0
+        while len(tokens) < limit and children.get(node):
+            t = max(children[node], key=lambda t: (count[node + (t,)], latest[node + (t,)]))
+            prob *= count[node + (t,)] / count[node]
+            if prob < min_prob:
+                break
+            tokens.append(t)
+            probs.append(prob)
+            node += (t,)
+        if probs and sum(probs) >= best[1]:
+            best = (tuple(tokens), sum(probs), m)
+    return best
+
+
+def test_the_implicit_trie_scores_as_an_explicit_suffix_trie():
+    rng = random.Random(16)
+    for case in range(300):
+        alphabet = rng.randint(2, 5)
+        seqs = [[rng.randrange(alphabet) for _ in range(rng.randint(1, 30))] for _ in range(rng.randint(1, 4))]
+        depth, cap = rng.randint(2, 9), rng.randint(1, 8)
+        factor, offset, min_prob = rng.choice([0.5, 1.0, 2.0]), rng.choice([0.0, 1.0]), rng.choice([0.0, 0.1, 0.3])
+        pattern = seqs[-1][-depth:]
+        store = SuffixMemory(seqs)
+        got = speculate(store.flat, store.flat.size, pattern, cap, depth, factor, offset, min_prob)
+        want = trie_speculate(seqs, pattern, cap, depth, factor, offset, min_prob)
+        assert got[0] == want[0] and got[2] == want[2] and got[1] == pytest.approx(want[1]), (case, seqs)
+    # Nodes with many occurrences choose their child with numpy: the same rule.
+    seqs = [[rng.randrange(3) for _ in range(400)]]
+    store = SuffixMemory(seqs)
+    for depth in (2, 3, 5, 8):
+        got = speculate(store.flat, store.flat.size, seqs[0][-depth:], 8, depth, 4.0, 0.0, 0.0)
+        want = trie_speculate(seqs, seqs[0][-depth:], 8, depth, 4.0, 0.0, 0.0)
+        assert got[0] == want[0] and got[2] == want[2] and got[1] == pytest.approx(want[1]), depth
+
+
+def test_it_never_proposes_more_than_the_cap():
+    stream = list(range(40)) * 3 + list(range(20))
+    for cap in (1, 3, 8):
+        p = ask(SuffixSource(max_spec_factor=4.0), stream, cap=cap)
+        assert p is not None and len(p.token_ids) == cap
+    # The depth bounds match plus proposal: at most max_tree_depth - 1 tokens.
+    assert len(ask(SuffixSource(max_tree_depth=6, max_spec_factor=9.0), stream, cap=32).token_ids) <= 5
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_a_continuation_from_an_earlier_request_is_remembered(closed):
+    memory: dict = {}
+    first = suffix(memory)
+    for i in range(9):
+        ask(first, [100, 101] + list(range(1, 1 + i)), 2)
+    if closed:
+        first.close()
+    second = suffix(memory)
+    p = ask(second, [200, 201, 1, 2, 3], 2)  # without memory, "1 2 3" never occurred
+    assert p is not None and p.token_ids == (4, 5, 6) and p.decision_id.endswith(b":m3:mem")
+    (store,) = memory.values()
+    assert store.sequences() == [list(range(1, 9))]  # outputs only, not the prompt
+    assert second.settings()["remembered_requests"] == (1 if closed else 0)
+    assert ask(suffix({}), [200, 201, 1, 2, 3], 2) is None
+
+
+def test_the_oldest_requests_are_dropped_first_at_the_token_cap():
+    memory: dict = {}
+    outputs = [[10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]]
+    for out in outputs:
+        run_request(suffix(memory, max_cached_tokens=10), [1], out)
+    (store,) = memory.values()
+    assert store.sequences() == outputs[1:] and store.tokens == 8
+    late = suffix(memory, max_cached_tokens=10)
+    assert ask(late, [2, 10, 11], 1) is None  # the first output is forgotten
+    assert ask(late, [2, 20, 21], 1).token_ids == (22, 23)
+    late.close()  # its output [20, 21] joins: 10 tokens
+    assert store.sequences() == [*outputs[1:], [20, 21]]
+    # A smaller cap at the next request's start drops more, oldest first.
+    suffix(memory, max_cached_tokens=4)
+    assert store.sequences() == [[20, 21]]
+    # An output longer than the cap keeps its last tokens; a cap of 0 neither uses nor changes the memory.
+    store.add(list(range(50, 60)), 4)
+    assert store.sequences() == [[56, 57, 58, 59]]
+    run_request(suffix(memory, max_cached_tokens=0), [1], [70, 71])
+    assert store.sequences() == [[56, 57, 58, 59]]
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("{not json", "not valid JSON"),
+    ('{"sequences": [[1, 2]]}', "not a suffix memory"),
+    ('{"format": "spec-inspector suffix memory", "version": 1, "sequences": [[1, -2]]}', "sequence 1"),
+    ('{"format": "spec-inspector suffix memory", "version": 7, "sequences": []}', "version 7"),
+])
+def test_a_broken_memory_file_is_refused_naming_the_file(tmp_path, content, problem):
+    path = tmp_path / "memory.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=problem) as err:
+        suffix({}, memory_file=str(path))
+    assert str(path) in str(err.value)
+
+
+def test_the_memory_file_round_trips(tmp_path):
+    path = str(tmp_path / "memory.json")
+    run_request(suffix({}, memory_file=path), [100], [1, 2, 3, 4, 5, 6])
+    run_request(suffix({}, memory_file=path), [100], [7, 8, 9])  # a new session: loads, adds, saves
+    assert load_memory(path).sequences() == [[1, 2, 3, 4, 5, 6], [7, 8, 9]]
+    assert json.loads(open(path, encoding="utf-8").read())["format"] == "spec-inspector suffix memory"
+    p = ask(suffix({}, memory_file=path), [200, 2, 3, 4], 1)
+    assert p.token_ids == (5, 6) and p.decision_id.endswith(b":mem")
+    same = SuffixMemory([[1, 2], [3]], vocabulary={"n_vocab": 10, "sample_sha1": "ab"})
+    same.save(path)
+    assert load_memory(path).sequences() == [[1, 2], [3]]
+    with pytest.raises(ValueError, match="another model's vocabulary"):
+        load_memory(path, {"n_vocab": 11, "sample_sha1": "cd"})
+
+
+def test_a_failure_inside_the_source_proposes_nothing(monkeypatch):
+    source = SuffixSource()
+    monkeypatch.setattr("inspector.sources.suffix.speculate", lambda *a: 1 / 0)
+    assert ask(source, [1, 2, 1, 2]) is None
+
+
+def test_with_memory_the_output_is_plain_greedy(make_generation, scheduler, runtime, chat_tokens):
+    tokens = chat_tokens("Copy this sentence twice: The library opens at nine and closes at five.")
+    plain, _ = plain_reference(scheduler, tokens, 24)
+    memory: dict = {}
+    runs = []
+    for _ in range(2):  # the second run finds the first one's output in the memory
+        source = make_source("suffix", SourceContext(runtime, memory=memory), {})
+        g = make_generation(source, tokens, max_new_tokens=24)
+        g.run()
+        source.close()
+        runs.append(g)
+        remembered = memory[("suffix", "")].sequences()[-1]  # the output, up to the last window's tokens
+        print("remembered", len(remembered), "of", len(g.generated))
+        assert g.generated[: len(remembered)] == remembered and len(remembered) >= len(g.generated) - 2
+        if same_greedy_output(scheduler, tokens, plain, g.generated):
+            assert g.generated == plain
+    second = runs[1]
+    assert sum(r.accepted_proposal_tokens for r in second.receipts) > 0
+    print("decision ids:", [bytes.fromhex(r.decision_id).decode() for r in second.receipts])
