@@ -265,6 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--csv", type=Path, metavar="OUT", help="write the comparison as CSV")
     add_offload_flags(cp)
 
+    fl = sub.add_parser("flags", help="print the llama-server arguments of a configuration",
+                        description="Print the exact llama-server arguments that reproduce a configuration of one "
+                                    "of llama.cpp's proposers (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
+                                    "ngram-cache) or a draft model, with the flag names of 2026's llama-server.")
+    fl.add_argument("config", metavar="SOURCE[:key=value,...]",
+                    help="a configuration as compare takes it, e.g. ngram-mod:n_min=16 or draft:draft_model=D.gguf")
+    fl.add_argument("--model", type=Path, help="add -m MODEL (the target GGUF)")
+
     from inspector.llama.quantize import DRAFT_TYPES
 
     md = sub.add_parser("make-draft", help="make a draft model by re-quantizing the target",
@@ -551,7 +559,7 @@ def cmd_gui(argv: list[str]) -> int:
     return gui_main(argv)
 
 
-COMMANDS = ("run", "view", "make-draft", "trace", "bench", "compare", "rpc-server", "devices")
+COMMANDS = ("run", "view", "make-draft", "trace", "bench", "compare", "rpc-server", "devices", "flags")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -592,6 +600,10 @@ def main(argv: list[str] | None = None) -> int:
             from inspector.cli_devices import cmd_rpc_server
 
             return cmd_rpc_server(args)
+        if args.command == "flags":
+            from inspector.cli_flags import cmd_flags
+
+            return cmd_flags(args)
         if args.command == "devices":
             from inspector.cli_devices import cmd_devices
 

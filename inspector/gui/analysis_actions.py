@@ -82,10 +82,36 @@ class AnalysisActions(QObject):
         menu.addSeparator()
         self.act_compare = window.add_action(menu, "Compare configurations…", self.show_compare, ["Ctrl+K"],
                                              "run the prompt with several proposal configurations, side by side")
+        self.act_server_flags = window.add_action(
+            menu, "Copy as llama-server flags", self.copy_server_flags, ["Ctrl+Shift+L"],
+            "copy the llama-server arguments that reproduce the chosen source and its settings "
+            "(llama.cpp's ngram-* proposers and draft models)")
         self.compare_view = None
         window.requestShutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
         if window.model_info is not None:
             self._model_loaded(window.model_info)
+
+    # -- llama-server --------------------------------------------------------------
+    def copy_server_flags(self) -> str | None:
+        """Copy ``llama-server ...`` for the side panel's source, options and draft max (and the loaded
+        model) to the clipboard and show it in the status bar; a source llama-server lacks gets a
+        message naming those it has. Returns the line, or None."""
+        from PySide6.QtGui import QGuiApplication
+
+        from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
+        from inspector.sources.server_flags import server_command
+
+        p = self.w.panel
+        draft_max = DEFAULT_DRAFT_MAX if p.draft_max_auto() else p.draft_max.value()
+        model = (self.w.model_info or {}).get("path")
+        try:
+            line = server_command(p.source.currentText(), p.source_options(), draft_max=draft_max, model=model)
+        except ValueError as exc:
+            self.w.show_error("No llama-server flags for this source", str(exc))
+            return None
+        QGuiApplication.clipboard().setText(line)
+        self.w.status_state.setText(f"copied: {line}")
+        return line
 
     # -- baseline ------------------------------------------------------------------
     def _baseline_ready(self, result, error: str) -> None:

@@ -82,6 +82,9 @@ class Option:
     from_setting: str | None = None
     key: str | None = None
     convert: Converter | None = None
+    server_flag: str | None = None
+    """The ``llama-server`` flag that sets this option (``inspector.sources.server_flags``); for a source
+    whose descriptor names a ``llama_server`` type, its ``flag`` when this is None."""
     choice_help: tuple[str, ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
@@ -172,6 +175,10 @@ class SourceDescriptor:
     help: str = ""
     capabilities: frozenset = frozenset()
     check: Callable[[dict, dict], None] | None = None
+    llama_server: str | None = None
+    """The llama-server configuration this source reproduces: its ``--spec-type`` value, ``""`` for one
+    set by its options' flags alone (a draft model: ``--model-draft``), None when llama-server has no
+    equivalent (``inspector.sources.server_flags``)."""
 
     def __post_init__(self) -> None:
         """Raises ``ValueError`` for options that are not ``Option`` or share a name."""

@@ -261,7 +261,7 @@ NGRAM_CACHE = SourceDescriptor("ngram-cache", (
            flag="--lookup-cache-dynamic", metavar="FNAME", convert=_path_check,
            placeholder="dynamic lookup cache (optional)", file_filter="Lookup caches (*.bin);;All files (*)"),
 ), help="llama.cpp ngram-cache: lookup decoding from context, dynamic and static n-gram counts",
-    capabilities=frozenset({"settings", "close"}))
+    capabilities=frozenset({"settings", "close"}), llama_server="ngram-cache")
 
 
 def make_ngram_cache(ctx, **options) -> NgramCacheSource:

@@ -269,14 +269,14 @@ def _sizes(name: str, prefix: str, with_hits: bool, hits_note: str = "") -> tupl
 
 NGRAM_SIMPLE = SourceDescriptor("ngram-simple", _sizes("ngram-simple", "ngram_simple", False),
                                 help="llama.cpp ngram-simple: the m tokens after the last earlier match of the "
-                                     "last n tokens", capabilities=frozenset({"settings"}))
+                                     "last n tokens", capabilities=frozenset({"settings"}), llama_server="ngram-simple")
 NGRAM_MAP_K = SourceDescriptor("ngram-map-k", _sizes("ngram-map-k", "ngram_map_k", True,
                                                      " (llama.cpp's key-only mode does not use it)"),
                                help="llama.cpp ngram-map-k: n-gram keys; each key proposes as many tokens as "
-                                    "were accepted last time", capabilities=frozenset({"settings"}))
+                                    "were accepted last time", capabilities=frozenset({"settings"}), llama_server="ngram-map-k")
 NGRAM_MAP_K4V = SourceDescriptor("ngram-map-k4v", _sizes("ngram-map-k4v", "ngram_map_k4v", True),
                                  help="llama.cpp ngram-map-k4v: n-gram keys with up to 4 counted m-gram values; "
-                                      "proposes when one value dominates", capabilities=frozenset({"settings"}))
+                                      "proposes when one value dominates", capabilities=frozenset({"settings"}), llama_server="ngram-map-k4v")
 
 
 def make_ngram_simple(ctx, **options) -> NgramSimpleSource:

@@ -185,7 +185,7 @@ NGRAM_MOD = SourceDescriptor("ngram-mod", (
     Option("n_max", "int", 64, "llama.cpp spec.ngram_mod.n_max: longest pool walk (tokens; the proposal is also "
            "capped by draft max)", minimum=1, maximum=1024, control_max=128, flag="--spec-ngram-mod-n-max"),
 ), help="llama.cpp ngram-mod: a hashed n-gram -> next token pool shared by the session's requests",
-    capabilities=frozenset({"settings"}), check=_sizes_rule)
+    capabilities=frozenset({"settings"}), check=_sizes_rule, llama_server="ngram-mod")
 
 
 def make_ngram_mod(ctx, **options) -> NgramModSource:

@@ -132,18 +132,19 @@ DRAFT = SourceDescriptor("draft", (
     Option("draft_model", "path", "", "the draft model file (GGUF); it must share the target's vocabulary",
            label="draft model", flag="--draft-model", metavar="PATH", required=True,
            missing="Choose a draft GGUF (Open…) or press “Make draft from target”.",
-           placeholder="draft GGUF: Open… or Make draft", file_filter="GGUF models (*.gguf);;All files (*)"),
+           placeholder="draft GGUF: Open… or Make draft", file_filter="GGUF models (*.gguf);;All files (*)",
+           server_flag="--model-draft"),
     Option("draft_max", "int", 8, "most tokens drafted per window (the generation's draft max)", minimum=1,
-           from_setting="draft_max"),
+           from_setting="draft_max", server_flag="--spec-draft-n-max"),
     Option("draft_min", "int", 0, "drop drafts shorter than this (tokens; 0 = keep all)", minimum=0,
-           control_max=64, label="draft min", flag="--draft-min"),
+           control_max=64, label="draft min", flag="--draft-min", server_flag="--spec-draft-n-min"),
     Option("p_min", "float", 0.0, "stop drafting when the draft's top probability is below this (0 = never)",
-           minimum=0.0, maximum=1.0, step=0.05, label="p-min", flag="--p-min"),
+           minimum=0.0, maximum=1.0, step=0.05, label="p-min", flag="--p-min", server_flag="--spec-draft-p-min"),
     Option("n_gpu_layers", "int", -1, "layers of the draft model on a local GPU (llama.cpp -ngld; -1: llama.cpp's "
            "default, all of them when there is a GPU; the draft never goes over RPC)", minimum=-1, control=False,
-           flag="--n-gpu-layers-draft"),
+           flag="--n-gpu-layers-draft", server_flag="--gpu-layers-draft"),
 ), help="a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
-    capabilities=frozenset({"settings", "close", "loads_model"}))
+    capabilities=frozenset({"settings", "close", "loads_model"}), llama_server="")
 
 SCRIPTED = SourceDescriptor("scripted", (
     Option("script", "text", "", "text whose tokens are proposed as the continuation", flag="--script",
