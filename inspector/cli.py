@@ -133,10 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
     p.add_argument("--example", choices=EXAMPLES,
                    help="use one of the bundled example prompts (the window's examples)")
-    p.add_argument("--turns", metavar="FILE|NAME",
-                   help="run a conversation: a turns file (user messages separated by lines holding only ---, or a "
-                        "JSON list) or a bundled one (agent-edits); each turn's prompt is the chat so far, sources "
-                        "keep their memory across turns, --receipts writes one file per turn (OUT.turnN.json)")
+    from inspector.cli_turns import add_turns_argument
+
+    add_turns_argument(p, "run")
     run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
     run.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
                      help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
@@ -243,11 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "--json/--csv export it.")
     cp.add_argument("--prompt", help="the prompt text (default: the copy-with-corrections example)")
     cp.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
-    cp.add_argument("--turns", metavar="FILE|NAME",
-                    help="run a conversation instead of one prompt: a turns file (user messages separated by lines "
-                         "holding only ---, or a JSON list) or a bundled one (agent-edits); each turn's prompt is "
-                         "the chat so far with that configuration's own answers, sources keep their memory across "
-                         "turns, and each row sums every turn")
+    add_turns_argument(cp, "compare")
     cp.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
     cp.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
@@ -265,13 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--csv", type=Path, metavar="OUT", help="write the comparison as CSV")
     add_offload_flags(cp)
 
-    fl = sub.add_parser("flags", help="print the llama-server arguments of a configuration",
-                        description="Print the exact llama-server arguments that reproduce a configuration of one "
-                                    "of llama.cpp's proposers (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
-                                    "ngram-cache) or a draft model, with the flag names of 2026's llama-server.")
-    fl.add_argument("config", metavar="SOURCE[:key=value,...]",
-                    help="a configuration as compare takes it, e.g. ngram-mod:n_min=16 or draft:draft_model=D.gguf")
-    fl.add_argument("--model", type=Path, help="add -m MODEL (the target GGUF)")
+    from inspector.cli_flags import add_flags_command
+
+    add_flags_command(sub)
 
     from inspector.llama.quantize import DRAFT_TYPES
 
@@ -339,55 +330,23 @@ def _strip_final_newline(text: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
-def drive_run(run, gen, printer, resume: bool) -> int:
-    """Step ``run`` until its generation finishes; an engine or injected error is reported on stderr
-    (receipts kept, the KV cache already repaired) and, with ``resume``, resumed from the canonical
-    position (at most 20 times; never after a lost runtime). Returns 0 or ``EXIT_GENERATION_ERROR``."""
-    from inspector.engine.errors import RuntimeLost
-
-    attempts = 0
-    while not gen.finished:
-        try:
-            run.step()
-        except Exception as exc:  # engine or injected error: already repaired, receipts kept
-            printer.catch_up(gen.text.text)
-            sys.stdout.flush()
-            lost = isinstance(exc, RuntimeLost)
-            message = exc.at(gen.failure_place()) if lost else str(exc)
-            print(f"\nspec-inspector: generation error: {message}", file=sys.stderr, flush=True)
-            if resume and attempts < 20 and not lost:
-                attempts += 1
-                print("spec-inspector: resuming from the canonical position", file=sys.stderr)
-                gen.resume()
-                continue
-            return EXIT_GENERATION_ERROR
-    return 0
-
-
 def cmd_run(args) -> int:
     from inspector.engine import FaultPlan, RuntimeScheduler
     from inspector.engine.errors import EngineError
     from inspector.llama.devices import RpcUnavailable
     from inspector.llama.model_file import ModelFileError
     from inspector.receipts import ReceiptsFileError, write_document
-    from inspector.run_output import StreamPrinter, format_events, format_summary
+    from inspector.run_output import StreamPrinter, drive_run, format_events, format_summary
 
     try:
         if args.example is not None:
             from inspector.prompts import example_path
 
             args.prompt_file = example_path(args.example)
-        turns = None
-        if args.turns is not None:
-            from inspector.prompts import turns_path
-            from inspector.session.conversation import read_turns
+        from inspector.cli_turns import turns_of
 
-            try:
-                turns = read_turns(turns_path(args.turns))
-            except ValueError as exc:
-                raise _UserError(str(exc)) from None
-            if args.baseline:
-                raise _UserError("--baseline compares one prompt with plain decoding; it does not run with --turns")
+        turns = turns_of(args)
+        if turns is not None:
             prompt = turns[0]
         elif args.prompt is None and args.prompt_file is None:
             raise _UserError("give the prompt with --prompt TEXT, --prompt-file F, --example NAME or --turns FILE")
@@ -448,7 +407,7 @@ def cmd_run(args) -> int:
         run.start()
     except EngineError as exc:
         return _fail(str(exc))
-    status = drive_run(run, gen, printer, args.resume)
+    status = 0 if drive_run(run, gen, printer, args.resume) else EXIT_GENERATION_ERROR
     wall = time.perf_counter() - t0
     printer.newline()
     end = run.end(gen.finish_reason or "error", clean=gen.finished)

@@ -7,7 +7,20 @@ from __future__ import annotations
 
 import sys
 
+from pathlib import Path
+
 from inspector.cli import EXIT_USAGE, _fail
+
+
+def add_flags_command(sub) -> None:
+    """The ``flags`` subcommand's arguments (on ``sub``, the CLI's subparsers)."""
+    fl = sub.add_parser("flags", help="print the llama-server arguments of a configuration",
+                        description="Print the exact llama-server arguments that reproduce a configuration of one "
+                                    "of llama.cpp's proposers (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
+                                    "ngram-cache) or a draft model, with the flag names of 2026's llama-server.")
+    fl.add_argument("config", metavar="SOURCE[:key=value,...]",
+                    help="a configuration as compare takes it, e.g. ngram-mod:n_min=16 or draft:draft_model=D.gguf")
+    fl.add_argument("--model", type=Path, help="add -m MODEL (the target GGUF)")
 
 
 def cmd_flags(args) -> int:

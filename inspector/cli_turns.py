@@ -15,7 +15,36 @@ import sys
 import time
 from pathlib import Path
 
-from inspector.cli import EXIT_ERROR, EXIT_GENERATION_ERROR, drive_run
+from inspector.cli import EXIT_ERROR, EXIT_GENERATION_ERROR
+
+
+TURNS_HELP = ("a turns file (user messages separated by lines holding only ---, or a JSON list) or a bundled one "
+              "(agent-edits); each turn's prompt is the chat so far, and sources keep their memory across turns")
+
+
+def add_turns_argument(parser, command: str) -> None:
+    """``--turns FILE|NAME`` for ``run`` (one receipts file per turn) or ``compare`` (rows sum the turns)."""
+    tail = ("; --receipts writes one file per turn (OUT.turnN.json)" if command == "run" else
+            "; each configuration answers with its own history, and each row sums every turn")
+    parser.add_argument("--turns", metavar="FILE|NAME", help=f"run a conversation: {TURNS_HELP}{tail}")
+
+
+def turns_of(args) -> list[str] | None:
+    """The turns of ``run --turns`` (None without it). Raises the CLI's ``_UserError`` for a turns file
+    that cannot be used (its message names the file and the turn) or for ``--baseline`` with turns."""
+    from inspector.cli import _UserError
+    from inspector.prompts import turns_path
+    from inspector.session.conversation import read_turns
+
+    if args.turns is None:
+        return None
+    try:
+        turns = read_turns(turns_path(args.turns))
+    except ValueError as exc:
+        raise _UserError(str(exc)) from None
+    if args.baseline:
+        raise _UserError("--baseline compares one prompt with plain decoding; it does not run with --turns")
+    return turns
 
 
 def turn_receipts_path(path: Path, turn: int) -> Path:
@@ -30,7 +59,7 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
     from inspector.engine import FaultPlan, RuntimeScheduler
     from inspector.engine.errors import EngineError
     from inspector.receipts import ReceiptsFileError, write_document
-    from inspector.run_output import StreamPrinter, format_summary
+    from inspector.run_output import StreamPrinter, drive_run, format_summary
     from inspector.session.conversation import ChatHistory, conversation_block, turn_prompt_tokens
     from inspector.session.document import record_document
     from inspector.session.record import SessionRecord
@@ -63,7 +92,7 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
                   file=sys.stderr)
             run.close_source()
             return EXIT_ERROR
-        status = drive_run(run, gen, printer, args.resume)
+        status = 0 if drive_run(run, gen, printer, args.resume) else EXIT_GENERATION_ERROR
         wall = time.perf_counter() - t0
         printer.newline()
         end = run.end(gen.finish_reason or "error", clean=gen.finished)

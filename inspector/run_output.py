@@ -42,6 +42,34 @@ class StreamPrinter(GenerationObserver):
             self._open_line = False
 
 
+def drive_run(run, gen, printer: StreamPrinter, resume: bool) -> bool:
+    """Step ``run`` (a ``SessionRun``) until its generation ``gen`` finishes. An engine or injected error
+    is reported on stderr (its receipts kept, the KV cache already repaired) and, with ``resume``,
+    resumed from the canonical position (at most 20 times; never after a lost runtime). Returns
+    True when the generation finished, False when an error ended it."""
+    import sys
+
+    from inspector.engine.errors import RuntimeLost
+
+    attempts = 0
+    while not gen.finished:
+        try:
+            run.step()
+        except Exception as exc:  # engine or injected error: already repaired, receipts kept
+            printer.catch_up(gen.text.text)
+            sys.stdout.flush()
+            lost = isinstance(exc, RuntimeLost)
+            message = exc.at(gen.failure_place()) if lost else str(exc)
+            print(f"\nspec-inspector: generation error: {message}", file=sys.stderr, flush=True)
+            if resume and attempts < 20 and not lost:
+                attempts += 1
+                print("spec-inspector: resuming from the canonical position", file=sys.stderr)
+                gen.resume()
+                continue
+            return False
+    return True
+
+
 def _get(obj, name):
     """A field of an engine record or of its JSON form (receipts documents hold dicts)."""
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name)

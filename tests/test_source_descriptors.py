@@ -324,7 +324,7 @@ def test_a_plugin_that_declares_options_gets_its_controls_in_the_window(qtbot, p
     p = ControlPanel()
     qtbot.addWidget(p)
     names = [p.source.itemText(i) for i in range(p.source.count())]
-    assert names == ["ngram", "draft", "scripted", "replay", "quiet", "raw", "none"]
+    assert names[:4] == ["ngram", "draft", "scripted", "replay"] and names[-3:] == ["quiet", "raw", "none"]
     assert p.set_source("quiet")
     assert p.source_pages.currentWidget() is p._pages["quiet"]
     c = p.option_controls["quiet"]
@@ -364,7 +364,8 @@ def test_built_in_pages_keep_their_controls_and_a_saved_session_shows_its_source
 
     p = ControlPanel()
     qtbot.addWidget(p)
-    assert set(p._pages) == {"ngram", "draft", "scripted", "replay", "other"}
+    assert {"ngram", "draft", "scripted", "replay", "other"} <= set(p._pages)
+    assert {"ngram-map-k", "ngram-mod", "ngram-cache", "suffix"} <= set(p._pages)  # pages from their declarations
     assert (p.ngram_max.maximum(), p.ngram_min.value(), p.ngram_length.currentText()) == (16, 2, "fixed")
     assert (p.draft_min.maximum(), p.p_min.maximum(), p.draft_type.currentText()) == (64, 1.0, "Q4_0")
     p.set_source("ngram")

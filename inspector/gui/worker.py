@@ -146,6 +146,9 @@ class EngineWorker(SteppingControl, QObject):
     # -- runtime -----------------------------------------------------------------
     def _set_runtime(self, runtime, owns: bool) -> None:
         self.runtime = runtime
+        self.source_memory: dict = {}
+        """What sources remember across this model's runs (``SourceContext.memory``: ngram-mod's pool,
+        the suffix tree's earlier outputs); a new model starts empty."""
         self.owns_runtime = owns
         self.scheduler = RuntimeScheduler(runtime)
         self.contention = Contention(self.scheduler)
@@ -271,7 +274,8 @@ class EngineWorker(SteppingControl, QObject):
         folder = Path(config.autosave_dir) if config.autosave_dir is not None else None
         run = SessionRun(self.scheduler, RunRequest(config.prompt_text, config.settings, config.source,
                                                     dict(config.source_options), config.raw, config.faults,
-                                                    config.baseline, draft_max_auto=config.draft_max_auto),
+                                                    config.baseline, draft_max_auto=config.draft_max_auto,
+                                                    source_memory=self.source_memory),
                          self.records.push, before_commit=self._before_commit,
                          open_autosave=(lambda header: open_autosave(folder, header)) if folder else None,
                          background_sessions=lambda: self._background)
