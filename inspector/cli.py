@@ -234,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "cached), then per layout c(k), its ceiling, plain vs n-gram on the copy task and whether "
                          "greedy output stays the original's (e.g. Q4_1,Q8_0,Q4_0)")
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
+    bn.add_argument("--turns", metavar="FILE|NAME", help="instead: every source over a conversation (e.g. agent-edits): "
+                    "acceptance, mean length, windows, speedup, share of the ceiling, proposal time, memory")
     add_offload_flags(bn)
 
     cp = sub.add_parser("compare", help="run one prompt with several configurations, side by side",

@@ -18,6 +18,8 @@ def cmd_bench(args) -> int:
 
     if args.weights:
         return _bench_weights(args)
+    if args.turns:
+        return _bench_turns(args)
     if args.rpc:
         return _bench_rpc(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -36,6 +38,40 @@ def cmd_bench(args) -> int:
         runtime.close()
         return _fail(str(exc))
     _print_result(format_bench(result), result, args.json)
+    runtime.close()
+    return 0
+
+
+def _bench_turns(args) -> int:
+    """``bench --turns FILE|NAME``: every source over the conversation (``inspector.bench.turns``)."""
+    from inspector.bench.turns import format_turns_bench, run_turns_bench
+    from inspector.engine import GenerationSettings, RuntimeScheduler
+    from inspector.engine.errors import EngineError
+    from inspector.llama.cost_model import measure_cost_model
+    from inspector.llama.devices import RpcUnavailable
+    from inspector.llama.model_file import ModelFileError
+    from inspector.prompts import turns_path
+    from inspector.session.conversation import read_turns
+
+    try:
+        turns = read_turns(turns_path(args.turns))
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    try:
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return _fail(str(exc))
+    scheduler = RuntimeScheduler(runtime)
+    try:
+        print(f"measuring the cost model (k = 1..{args.k_max}, {args.repeats} repeats) ...", file=sys.stderr, flush=True)
+        cm = measure_cost_model(scheduler, runtime.prompt_tokens(turns[0])[:64], k_max=args.k_max, repeats=args.repeats)
+        progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
+        result = run_turns_bench(scheduler, turns, GenerationSettings(max_new_tokens=args.max_tokens), cm,
+                                 progress=progress)
+    except EngineError as exc:
+        runtime.close()
+        return _fail(str(exc))
+    _print_result(format_turns_bench(result), result, args.json)
     runtime.close()
     return 0
 

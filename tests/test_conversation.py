@@ -95,3 +95,21 @@ def test_compare_over_turns_gives_one_row_per_configuration_summing_every_turn(s
     assert plain.error is None and ngram.error is None
     assert plain.summary.generated_tokens > 10  # more than one turn's worth
     assert ngram.same_output_as_plain is not None and ngram.summary.windows >= 1
+
+
+def test_bench_turns_gives_each_source_its_memory_and_proposal_time_over_the_conversation(scheduler):
+    from inspector.bench.turns import format_turns_bench, memory_bytes, run_turns_bench
+    from inspector.engine.settings import GenerationSettings
+    from inspector.llama.cost_model import CostModel
+
+    turns = ["Repeat exactly: red green blue yellow.", "Repeat your answer exactly once more."]
+    cm = CostModel((10.0, 14.0, 18.0, 22.0))  # a made-up curve: only its ceiling is read here
+    result = run_turns_bench(scheduler, turns, GenerationSettings(max_new_tokens=10), cm,
+                             sources=("none", "ngram-map-k", "suffix"))
+    rows = {r["source"]: r for r in result["rows"]}
+    assert set(rows) == {"none", "ngram-map-k", "suffix"} and all(r["error"] is None for r in rows.values())
+    assert rows["none"]["memory_bytes"] == 0 and rows["suffix"]["memory_bytes"] > 0  # suffix remembers outputs
+    assert rows["none"]["speedup_vs_plain"] == pytest.approx(1.0)
+    assert rows["ngram-map-k"]["fraction_of_ceiling"] == pytest.approx(rows["ngram-map-k"]["speedup_vs_plain"] / cm.ceiling)
+    assert "suffix" in format_turns_bench(result)
+    assert memory_bytes({"a": [1, 2, 3]}) > memory_bytes({})

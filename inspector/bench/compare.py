@@ -92,6 +92,9 @@ class CompareResult:
     prompt_token_count: int
     settings: GenerationSettings
     cost_model: CostModel | None = None
+    runs: tuple = ()
+    """With ``run_compare(keep_runs=True)``: each row's ``Generation`` or ``TurnsRun`` (None where the
+    source could not be made), in row order; not part of the JSON."""
 
     def to_json(self) -> dict:
         return {
@@ -234,10 +237,12 @@ def run_compare(
     progress: Callable[[int, int, str], None] | None = None,
     cancel: threading.Event | None = None,
     turns: Sequence[str] | None = None,
+    keep_runs: bool = False,
 ) -> CompareResult:
     """Run ``prompt_tokens`` once per configuration (in order) with ``settings``
     (its ``draft_max`` replaced by each configuration's) and compare.
 
+    ``keep_runs``: keep each row's ``Generation``/``TurnsRun`` in ``CompareResult.runs``.
     ``turns``: user messages of a conversation to run instead of ``prompt_tokens``
     (``inspector.session.conversation``): each configuration runs every turn with its
     own answers in the history and one source memory across the turns; its row sums
@@ -283,7 +288,12 @@ def run_compare(
             raise
     plain_gen = runs[id(plain_first)][0]
     result_order = [c for c in configs] if not extra_plain else [plain_first, *configs]
-    return _result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model)
+    result = _result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model)
+    if keep_runs:
+        from dataclasses import replace
+
+        result = replace(result, runs=tuple(runs.get(id(c), (None, None))[0] for c in result_order))
+    return result
 
 
 def _run_request(scheduler, config: CompareConfig, settings: GenerationSettings, prompt_tokens: tuple,
@@ -333,6 +343,8 @@ class TurnsRun:
 
     def __init__(self) -> None:
         self.generations: list[Generation] = []
+        self.memory: dict = {}
+        """What the source kept across the turns (``SourceContext.memory``)."""
 
     @property
     def receipts(self) -> list:
@@ -364,7 +376,8 @@ def _run_turns(scheduler, config: CompareConfig, settings: GenerationSettings, t
     turn ends the conversation with an error naming it (earlier turns are kept in the row)."""
     from inspector.session.conversation import ChatHistory, turn_prompt_tokens
 
-    history, memory, out = ChatHistory(), {}, TurnsRun()
+    history, out = ChatHistory(), TurnsRun()
+    memory = out.memory
     runtime = scheduler.runtime
     for n, text in enumerate(turns, 1):
         try:
