@@ -113,3 +113,21 @@ def test_bench_turns_gives_each_source_its_memory_and_proposal_time_over_the_con
     assert rows["ngram-map-k"]["fraction_of_ceiling"] == pytest.approx(rows["ngram-map-k"]["speedup_vs_plain"] / cm.ceiling)
     assert "suffix" in format_turns_bench(result)
     assert memory_bytes({"a": [1, 2, 3]}) > memory_bytes({})
+
+
+def test_every_source_keeps_plain_greedys_output_over_a_conversation_or_parts_at_a_near_tie(scheduler):
+    """Greedy verification commits the target's own tokens: a source's conversation equals plain
+    decoding's, or parts from it where the plain run's top two logits nearly tie (< 1 logit,
+    the baseline's rule); the bench reports where and the margin."""
+    from inspector.bench.turns import SOURCES, run_turns_bench
+    from inspector.engine.settings import GenerationSettings
+    from inspector.llama.cost_model import CostModel
+
+    turns = read_turns(turns_path("agent-edits"))[:2]
+    result = run_turns_bench(scheduler, turns, GenerationSettings(max_new_tokens=32), CostModel((10.0, 14.0)),
+                             sources=SOURCES)
+    for r in result["rows"]:
+        assert r["error"] is None, r
+        if r["same_output_as_plain"] is False:
+            d = r["divergence"]
+            assert d is not None and d["plain_margin"] is not None and d["plain_margin"] < 1.0, r

@@ -44,6 +44,17 @@ def memory_bytes(obj, _seen: set | None = None) -> int:
     return size
 
 
+def _divergence(plain, run, plain_margins: list[float]) -> dict | None:
+    """Where ``run``'s conversation output first differs from plain decoding's: the generated-token
+    ``index`` and the plain run's top-2 logit ``plain_margin`` there (its step's probability figures;
+    None when they were not kept), or None when one output is a prefix of the other."""
+    a, b = plain.generated, run.generated
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), None)
+    if i is None:
+        return None
+    return {"index": i, "plain_margin": plain_margins[i] if i < len(plain_margins) else None}
+
+
 def run_turns_bench(scheduler, turns: Sequence[str], settings, cost_model, sources: Sequence[str] = SOURCES,
                     progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Run ``sources`` over ``turns`` with ``settings`` (each source's default options, draft max from
@@ -53,6 +64,9 @@ def run_turns_bench(scheduler, turns: Sequence[str], settings, cost_model, sourc
     configs = [CompareConfig(s, s, 0 if s == "none" else settings.draft_max) for s in sources]
     result = run_compare(scheduler, [], configs, settings, cost_model=cost_model, progress=progress, turns=turns,
                          keep_runs=True)
+    plain = result.runs[0] if result.runs and sources and sources[0] == "none" else None
+    plain_margins = [e.probabilities.margin[0] for g in (plain.generations if plain is not None else ())
+                     for e in g.events if e.kind == "step" and e.probabilities is not None]
     rows = []
     for row, run in zip(result.rows, result.runs):
         s = row.summary
@@ -72,6 +86,7 @@ def run_turns_bench(scheduler, turns: Sequence[str], settings, cost_model, sourc
             "memory_bytes": mem,
             "memory_bytes_per_1000_tokens": mem / seen * 1000 if seen else None,
             "same_output_as_plain": row.same_output_as_plain,
+            "divergence": _divergence(plain, run, plain_margins) if row.same_output_as_plain is False else None,
             "error": row.error,
         })
     return {"turns": len(turns), "settings": settings.to_json(), "cost_model": cost_model.to_json(), "rows": rows,
@@ -80,6 +95,8 @@ def run_turns_bench(scheduler, turns: Sequence[str], settings, cost_model, sourc
                 "proposal_us_per_window": "median time the source took to propose, per verified window (µs)",
                 "memory_bytes_per_1000_tokens": "bytes the source kept across the turns (its SourceContext.memory) "
                                                 "per 1,000 tokens it saw (every turn's prompt and output)",
+                "divergence": "the first generated token where the output differs from plain decoding's, with the "
+                              "plain run's top-2 logit margin there (logits)",
             }}
 
 
@@ -95,6 +112,9 @@ def format_turns_bench(result: dict) -> str:
 
     for r in result["rows"]:
         same = "n/a" if r["same_output_as_plain"] is None else ("yes" if r["same_output_as_plain"] else "no")
+        d = r.get("divergence")
+        if d is not None:
+            same += f" (token {d['index']}, plain margin {f(d['plain_margin'], '.3f')})"
         acc = "n/a" if r["acceptance_rate"] is None else f"{100 * r['acceptance_rate']:.0f}%"
         line = (f"{r['source'][:14]:14s} {acc:>6s} {f(r['mean_accepted_length'], '.2f'):>8s} {r['windows']:7d} "
                 f"{f(r['speedup_vs_plain'], '.2f') + 'x':>8s} {f(r['fraction_of_ceiling'] and 100 * r['fraction_of_ceiling'], '.0f') + '%':>7s} "
@@ -103,6 +123,7 @@ def format_turns_bench(result: dict) -> str:
             line += f"  error: {r['error']}"
         lines.append(line)
     lines.append("us/prop = median proposal time per window (µs); mem = bytes kept across the turns per 1,000 tokens "
-                 "seen; same = the whole conversation's output equals plain decoding's (a near-tie flipped by batch "
-                 "arithmetic makes it differ: see the receipts' margins)")
+                 "seen; same = the whole conversation's output equals plain decoding's, else the first generated "
+                 "token that differs and the plain run's top-2 logit margin there (a near-tie that batch arithmetic "
+                 "flips is well below 1 logit)")
     return "\n".join(lines)
