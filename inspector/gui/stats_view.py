@@ -177,6 +177,17 @@ class StatsView(QWidget):
         self.session = session
         self._drawn_version = -1
 
+    def _probability_figures(self, s: SessionRecord) -> tuple:
+        """(per position, vs target p, vs draft q, has draft q) of ``s``'s receipts, computed again only
+        when a receipt arrived: the record's version moves with every token, its receipts do not."""
+        key = (id(s), len(s.receipts))
+        if getattr(self, "_figures_key", None) != key:
+            r = s.receipts
+            self._figures = (probability_by_position(r), acceptance_by_probability(r, self.vs_p.edges, TARGET),
+                             acceptance_by_probability(r, self.vs_q.edges, DRAFT), has_probabilities(r, DRAFT))
+            self._figures_key = key
+        return self._figures
+
     def set_cost_model(self, cost_model) -> None:
         """Use ``cost_model`` (``inspector.llama.cost_model.CostModel`` or None) for the expected speedup."""
         self.cost_model = cost_model
@@ -214,7 +225,7 @@ class StatsView(QWidget):
         by_pos = [0.0 if v is None else v for v in m.acceptance_by_position] if m.windows else []
         n = len(by_pos)
         s = self.session
-        mean_p = [f.mean_p for f in probability_by_position(s.receipts)] if s is not None and m.windows else []
+        mean_p = [f.mean_p for f in self._probability_figures(s)[0]] if s is not None and m.windows else []
         x = np.arange(1, n + 1, dtype=float)
         if any(p is not None for p in mean_p):  # the mean target p beside each position's share
             heights = np.array([(mean_p[i] if i < len(mean_p) else None) or 0.0 for i in range(n)], float)
@@ -240,12 +251,13 @@ class StatsView(QWidget):
             self.prob_stack.setCurrentWidget(self.no_figures)
             return
         self.prob_stack.setCurrentIndex(0)
-        self.vs_p.draw(acceptance_by_probability(s.receipts, self.vs_p.edges, TARGET))
-        draft = s.source_name == "draft" or has_probabilities(s.receipts, DRAFT)
+        _by_position, vs_p, vs_q, has_q = self._probability_figures(s)
+        self.vs_p.draw(vs_p)
+        draft = s.source_name == "draft" or has_q
         if draft == self.vs_q.isHidden():
             self.vs_q.setVisible(draft)
         if draft:
-            self.vs_q.draw(acceptance_by_probability(s.receipts, self.vs_q.edges, DRAFT))
+            self.vs_q.draw(vs_q)
 
     def _show_baseline(self, b: dict | None) -> None:
         L = self.labels
