@@ -90,10 +90,11 @@ def test_compare_over_turns_gives_one_row_per_configuration_summing_every_turn(s
 
     turns = ["Repeat exactly: red green blue yellow.", "Repeat your answer exactly once more."]
     result = run_compare(scheduler, [], [parse_config("none"), parse_config("ngram:draft_max=4")],
-                         GenerationSettings(max_new_tokens=10), turns=turns)
+                         GenerationSettings(max_new_tokens=10), turns=turns, keep_runs=True)
     plain, ngram = result.rows
     assert plain.error is None and ngram.error is None
-    assert plain.summary.generated_tokens > 10  # more than one turn's worth
+    runs = result.runs[0].generations
+    assert len(runs) == 2 and plain.summary.generated_tokens == sum(len(g.generated) for g in runs)  # every turn
     assert ngram.same_output_as_plain is not None and ngram.summary.windows >= 1
 
 
