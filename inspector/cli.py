@@ -206,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--events", action="store_true", help="also print the ordered event list (receipts .json)")
     view.add_argument("--window", type=_positive, metavar="N", action="append", default=[],
                       help="also print window N row by row with the target's probabilities (repeatable)")
+    view.add_argument("--turn", type=_positive, metavar="N",
+                      help="a conversation file (run --turns, the window's Next turn): show turn N as one request")
 
     tr = sub.add_parser("trace", help="write a Chrome trace (Perfetto) of a receipts file",
                         description="Convert a receipts file to Chrome trace event JSON: open it in "

@@ -3,17 +3,17 @@
 Each turn is one request whose prompt is the chat so far (``inspector.session.conversation``);
 sources keep what they remember across the turns (one ``RunRequest.source_memory``). The text of
 every turn streams as it is committed, each turn prints its summary, and ``--receipts OUT.json``
-writes one receipts document per turn (``OUT.turn1.json``, ...; each window names its ``turn``
-and the document keeps a ``conversation`` block). A turn that cannot run (its prompt no longer
-fits the context, the source refuses) ends the conversation with a message naming the turn;
-the receipts of the earlier turns are written.
+writes one conversation receipts document (``inspector.session.conversation.conversation_document``:
+one request document per turn, each window naming its ``turn``), written again after every turn.
+A turn that cannot run (its prompt no longer fits the context, the source refuses) ends the
+conversation with a message naming the turn; the file keeps the earlier turns and says where
+the conversation stopped.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 from inspector.cli import EXIT_ERROR, EXIT_GENERATION_ERROR
 
@@ -24,7 +24,7 @@ TURNS_HELP = ("a turns file (user messages separated by lines holding only ---, 
 
 def add_turns_argument(parser, command: str) -> None:
     """``--turns FILE|NAME`` for ``run`` (one receipts file per turn) or ``compare`` (rows sum the turns)."""
-    tail = ("; --receipts writes one file per turn (OUT.turnN.json)" if command == "run" else
+    tail = ("; --receipts writes one conversation document holding every turn" if command == "run" else
             "; each configuration answers with its own history, and each row sums every turn")
     parser.add_argument("--turns", metavar="FILE|NAME", help=f"run a conversation: {TURNS_HELP}{tail}")
 
@@ -47,39 +47,26 @@ def turns_of(args) -> list[str] | None:
     return turns
 
 
-def turn_receipts_path(path: Path, turn: int) -> Path:
-    """``r.json`` -> ``r.turn3.json`` for turn 3."""
-    return path.with_name(f"{path.stem}.turn{turn}{path.suffix or '.json'}")
-
-
 def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
     """Run every turn of ``turns`` with the ``run`` arguments ``args`` on ``runtime``; returns the exit
     status (0, ``EXIT_ERROR`` when a turn could not start, ``EXIT_GENERATION_ERROR`` after a failed
-    turn). Earlier turns' receipts are written whatever happens to a later one."""
+    turn). The receipts file holds every turn that ran, whatever happens to a later one."""
     from inspector.engine import FaultPlan, RuntimeScheduler
     from inspector.engine.errors import EngineError
-    from inspector.receipts import ReceiptsFileError, write_document
     from inspector.run_output import StreamPrinter, drive_run, format_summary
-    from inspector.session.conversation import ChatHistory, conversation_block, turn_prompt_tokens
-    from inspector.session.document import record_document
+    from inspector.session.conversation import Conversation
     from inspector.session.record import SessionRecord
     from inspector.session.run import RunRefused, RunRequest, SessionRun
 
     scheduler = RuntimeScheduler(runtime)
-    history, memory = ChatHistory(), {}
+    conv = Conversation(planned_turns=len(turns))
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
-    status = 0
     for n, text in enumerate(turns, 1):
         print(f"--- turn {n}/{len(turns)} ---", flush=True)
-        try:
-            tokens = turn_prompt_tokens(runtime, history, text)
-        except (EngineError, ValueError) as exc:
-            print(f"spec-inspector: error: turn {n}: {exc}", file=sys.stderr)
-            return EXIT_ERROR
         record = SessionRecord()
         request = RunRequest(text, settings, args.source, options, faults=FaultPlan(list(args.inject)),
-                             prompt_token_ids=tuple(tokens), source_memory=memory,
-                             draft_max_auto=args.draft_max is None and args.source != "none")
+                             draft_max_auto=args.draft_max is None and args.source != "none",
+                             **conv.next_turn(text))
         run = SessionRun(scheduler, request, record.apply, observer=printer)
         try:
             run.tokenize()
@@ -88,30 +75,41 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
             t0 = time.perf_counter()
             run.start()
         except (RunRefused, EngineError) as exc:
-            print(f"spec-inspector: error: turn {n} ({len(tokens)} prompt tokens, context {runtime.n_ctx}): {exc}",
-                  file=sys.stderr)
+            size = f"{len(run.prompt_tokens)} prompt tokens, " if run.prompt_tokens else ""
+            print(f"spec-inspector: error: turn {n} ({size}context {runtime.n_ctx}): {exc}", file=sys.stderr)
             run.close_source()
+            conv.stopped_at = f"turn {n} could not start: {exc}"
+            _write(args, conv)
             return EXIT_ERROR
-        status = 0 if drive_run(run, gen, printer, args.resume) else EXIT_GENERATION_ERROR
+        failed = not drive_run(run, gen, printer, args.resume)
         wall = time.perf_counter() - t0
         printer.newline()
         end = run.end(gen.finish_reason or "error", clean=gen.finished)
         print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
                              ended_as=end.reason))
-        if args.receipts:
-            doc = record_document(record)
-            doc["conversation"] = conversation_block(n, turns, history)
-            for w in doc["windows"]:
-                w["turn"] = n
-            out = turn_receipts_path(args.receipts, n)
-            try:
-                print(f"receipts: {write_document(doc, out)}")
-            except (OSError, ReceiptsFileError) as exc:
-                print(f"spec-inspector: error: cannot write receipts {out}: {exc}", file=sys.stderr)
-                status = EXIT_ERROR
         run.close_source()
-        if status:
+        conv.add_turn(record)
+        if failed:
+            conv.stopped_at = f"turn {n} failed: {'; '.join(end.errors) or end.reason}"
+        if not _write(args, conv):
+            return EXIT_ERROR
+        if failed:
             print(f"spec-inspector: the conversation stopped at turn {n}", file=sys.stderr)
-            return EXIT_GENERATION_ERROR if status == EXIT_GENERATION_ERROR else status
-        history.add_turn(text, gen.text.text)
-    return status
+            return EXIT_GENERATION_ERROR
+    return 0
+
+
+def _write(args, conv) -> bool:
+    """Write ``conv``'s receipts to ``--receipts`` (if given and a turn ran); False after saying why it failed."""
+    from inspector.receipts import ReceiptsFileError, write_document
+    from inspector.session.conversation import conversation_document
+
+    if not args.receipts or not conv.records:
+        return True
+    try:
+        path = write_document(conversation_document(conv), args.receipts)
+    except (OSError, ReceiptsFileError, ValueError) as exc:
+        print(f"spec-inspector: error: cannot write receipts {args.receipts}: {exc}", file=sys.stderr)
+        return False
+    print(f"receipts: {path} (turns 1-{conv.turns})" if conv.turns > 1 else f"receipts: {path} (turn 1)")
+    return True

@@ -39,6 +39,23 @@ def cmd_view(args) -> int:
         doc = load_document(args.file)
     except ReceiptsFileError as exc:
         return _fail(str(exc))
+    from inspector.session.conversation import is_conversation
+
+    if is_conversation(doc):
+        if args.turn is None:
+            from inspector.run_output import format_conversation
+
+            print(format_conversation(doc))
+            if args.windows or args.window or args.events:
+                print("spec-inspector: note: a conversation's windows and events are per turn: add --turn N",
+                      file=sys.stderr)
+            return 0
+        if args.turn > len(doc["turns"]):
+            return _fail(f"{args.file} has no turn {args.turn} (turns 1..{len(doc['turns'])})")
+        print(f"--- turn {args.turn}/{len(doc['turns'])} ---")
+        doc = doc["turns"][args.turn - 1]
+    elif args.turn is not None:
+        return _fail(f"{args.file} is one request, not a conversation: --turn does not apply")
     if args.window and not (args.windows or args.events):
         # Only the asked windows (and which file version they come from), as the README shows.
         from inspector.engine.receipt import receipt_from_json

@@ -308,6 +308,30 @@ def format_document(doc: dict) -> str:
     return "\n".join(head) + "\n" + format_summary(s, ended_as=doc["output"].get("ended_as")) + tail
 
 
+def format_conversation(doc: dict) -> str:
+    """Human summary of a loaded conversation document: one line per turn (its message, tokens,
+    windows, acceptance, how it ended), where it stopped, then the summary over every turn."""
+    c = doc["conversation"]
+    first = doc["turns"][0]
+    planned = c.get("planned_turns")
+    lines = [f"file:    conversation, {c['turns']} turn(s)" + (f" of {planned}" if planned and planned != c["turns"] else ""),
+             f"model:   {first['model'].get('name', '')} ({first['model']['architecture']}) {first['model']['path']}",
+             f"source:  {first['settings']['source']['name']}", "--- turns ---"]
+    for k, t in enumerate(doc["turns"], 1):
+        s = t["summary"]
+        message = " ".join((t.get("conversation", {}).get("user_text") or t["prompt"]["text"]).split())
+        if len(message) > 60:
+            message = message[:57] + "..."
+        lines.append(f"turn {k}: prompt {len(t['prompt']['token_ids'])} tokens, generated {s['generated_tokens']}, "
+                     f"windows {s['windows']}, acceptance {_pct(s.get('acceptance_rate'))}, "
+                     f"ended {t['output'].get('ended_as') or t['output'].get('finish_reason') or '?'} · {message}")
+    if c.get("stopped_at"):
+        lines.append(f"stopped: {c['stopped_at']}")
+    s = Summary(**{k: v for k, v in doc["summary"].items() if k in Summary.__dataclass_fields__})
+    return "\n".join(lines) + "\n(the summary below sums every turn)\n" + format_summary(s) + \
+        "\n(spec-inspector view FILE --turn N shows one turn: its output, windows and events)"
+
+
 def format_autosave(record) -> str:
     """Human summary of an autosave file read as a ``SessionRecord`` (``SessionRecord.from_autosave``)."""
     state = ("finished: " + str(record.ended_as or "?")) if not record.unfinished else \

@@ -56,17 +56,36 @@ def test_the_next_turns_prompt_holds_the_earlier_turn_and_its_answer(runtime):
     assert len(second) > len(first) and history.turns == 1
 
 
-def test_run_turns_writes_one_receipts_file_per_turn_with_the_turn_and_the_history(tmp_path):
+def test_run_turns_writes_one_conversation_document_holding_every_turn_with_the_turn_on_each_window(tmp_path):
     turns = tmp_path / "t.txt"
     turns.write_text("Repeat exactly: one two three four five six.\n---\n"
                      "Repeat your answer exactly once more.\n")
     r = cli("run", "--turns", turns, "--max-tokens", "12", "--quiet", "--receipts", tmp_path / "r.json")
     assert r.returncode == 0, r.stderr
     assert "--- turn 1/2 ---" in r.stdout and "--- turn 2/2 ---" in r.stdout
-    one, two = (load_document(tmp_path / f"r.turn{n}.json") for n in (1, 2))
+    doc = load_document(tmp_path / "r.json")  # validates against the schema
+    assert doc["kind"] == "conversation" and doc["conversation"]["turns"] == 2
+    one, two = doc["turns"]
     assert one["conversation"]["turn"] == 1 and two["conversation"]["turns"] == 2
     assert two["conversation"]["history"][-1] == {"role": "assistant", "content": one["output"]["text"]}
-    assert all(w["turn"] == 2 for w in two["windows"])
+    assert all(w["turn"] == 2 for w in two["windows"]) and all(w["turn"] == 1 for w in one["windows"])
+    assert two["prompt"]["templated_text"].count(one["output"]["text"]) >= 1
+    messages = doc["conversation"]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 2
+    assert messages[3]["content"] == two["output"]["text"]
+    s = doc["summary"]
+    assert s["windows"] == len(one["windows"]) + len(two["windows"])
+    assert s["generated_tokens"] == len(one["output"]["token_ids"]) + len(two["output"]["token_ids"])
+    v = cli("view", tmp_path / "r.json")
+    assert v.returncode == 0 and "conversation, 2 turn(s)" in v.stdout and "turn 2: prompt" in v.stdout
+    v2 = cli("view", tmp_path / "r.json", "--turn", "2", "--windows")
+    assert v2.returncode == 0 and "--- turn 2/2 ---" in v2.stdout and "--- windows and discards ---" in v2.stdout
+    v3 = cli("view", tmp_path / "r.json", "--turn", "3")
+    assert v3.returncode != 0 and "has no turn 3 (turns 1..2)" in v3.stderr
+    tr = cli("trace", tmp_path / "r.json", "-o", tmp_path / "t.json")
+    assert tr.returncode == 0, tr.stderr
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert {e["pid"] for e in trace["traceEvents"]} == {1, 2} and trace["metadata"]["turns"] == 2
 
 
 def test_a_turn_that_no_longer_fits_the_context_is_named_and_earlier_turns_are_kept(tmp_path):
@@ -80,8 +99,10 @@ def test_a_turn_that_no_longer_fits_the_context_is_named_and_earlier_turns_are_k
     failed = next(line for line in r.stderr.splitlines() if "error: turn" in line)
     n = int(failed.split("error: turn ")[1].split()[0])
     assert n >= 2 and "context" in failed
-    for k in range(1, n):
-        assert load_document(tmp_path / f"r.turn{k}.json")["conversation"]["turn"] == k
+    doc = load_document(tmp_path / "r.json")
+    assert [t["conversation"]["turn"] for t in doc["turns"]] == list(range(1, n))
+    assert doc["conversation"]["planned_turns"] == 4
+    assert doc["conversation"]["stopped_at"].startswith(f"turn {n} could not start")
 
 
 def test_compare_over_turns_gives_one_row_per_configuration_summing_every_turn(scheduler):

@@ -5,6 +5,7 @@ commit, repair and plain-step slices) and one per session for the runtime
 lock ("lock, session N": wait and hold slices). A counter track per session
 follows its KV position. Each verify slice carries its window's receipt
 figures as arguments. Times are microseconds on the scheduler's clock.
+A conversation document gives one process per turn ("turn N"), on the same clock.
 """
 
 from __future__ import annotations
@@ -25,18 +26,24 @@ def _window_args(w: dict) -> dict:
     return {k: w[k] for k in keys if k in w}
 
 
-def chrome_trace(doc: dict) -> dict:
-    """The trace of one receipts document (``inspector.receipts.load_document``).
+def chrome_trace(doc: dict, pid: int = PID, process: str = "") -> dict:
+    """The trace of one receipts document (``inspector.receipts.load_document``), as process ``pid``
+    (``process``: a prefix of its name); a conversation document traces each turn as process N.
 
     Returns ``{"traceEvents": [...], "displayTimeUnit": "ms", "metadata": {...}}``;
     every event has ``name``, ``ph``, ``ts``, ``pid`` and ``tid``.
     """
+    if doc.get("kind") == "conversation":
+        turns = [chrome_trace(d, k, f"turn {k}") for k, d in enumerate(doc["turns"], 1)]
+        return {"traceEvents": [e for t in turns for e in t["traceEvents"]], "displayTimeUnit": "ms",
+                "metadata": {**turns[0]["metadata"], "turns": len(turns),
+                             "windows": sum(t["metadata"]["windows"] for t in turns)}}
     t0 = int(doc.get("timing", {}).get("request_started_us", 0))
     out: list[dict] = []
     sessions: set[int] = set()
 
     def ev(**kw) -> None:
-        kw.setdefault("pid", PID)
+        kw.setdefault("pid", pid)
         out.append(kw)
 
     windows = {w["window_index"]: w for w in doc["windows"]}
@@ -80,7 +87,7 @@ def chrome_trace(doc: dict) -> dict:
 
     where = doc["model"].get("layers")  # e.g. "30/30 layers on RPC0[127.0.0.1:50052]": the lanes say where
     ev(name="process_name", ph="M", ts=0, tid=0,
-       args={"name": f"spec-inspector · {Path(str(doc['model'].get('path', ''))).name}" + (f" · {where}" if where else "")})
+       args={"name": (f"{process} · " if process else "") + f"spec-inspector · {Path(str(doc['model'].get('path', ''))).name}" + (f" · {where}" if where else "")})
     for sid in sorted(sessions):
         ev(name="thread_name", ph="M", ts=0, tid=sid, args={"name": f"session {sid}"})
         ev(name="thread_name", ph="M", ts=0, tid=LOCK_LANE + max(sid, 0), args={"name": f"lock, session {sid}"})

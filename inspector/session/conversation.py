@@ -104,15 +104,138 @@ class ChatHistory:
         self.messages += [{"role": "user", "content": user_text}, {"role": "assistant", "content": answer}]
 
 
+def chat_prompt(runtime, messages) -> tuple[str, list[int]]:
+    """The prompt of a chat: ``messages`` (``{"role", "content"}`` dicts, in order) rendered through the
+    model's chat template with the assistant's turn opened, and its token ids (special tokens parsed,
+    no extra BOS: the template writes its own). Raises what ``runtime.chat_messages_prompt`` raises
+    (``EngineError`` for a model without a chat template)."""
+    text = runtime.chat_messages_prompt([dict(m) for m in messages])
+    return text, runtime.tokenize(text, add_special=False, parse_special=True)
+
+
 def turn_prompt_tokens(runtime, history: ChatHistory, user_text: str) -> list[int]:
     """Token ids of the next turn's prompt (the chat template of the history plus ``user_text``).
     Raises what ``runtime.chat_messages_prompt`` raises (``EngineError`` without a template)."""
-    text = runtime.chat_messages_prompt(history.prompt_messages(user_text))
-    return runtime.tokenize(text, add_special=False, parse_special=True)
+    return chat_prompt(runtime, history.prompt_messages(user_text))[1]
 
 
-def conversation_block(turn: int, turns: list[str], history: ChatHistory) -> dict:
-    """The receipts document's ``conversation`` block of turn ``turn`` (1-based) of ``turns``:
-    which turn, how many there are, and the messages before it."""
-    return {"turn": turn, "turns": len(turns), "history": [dict(m) for m in history.messages],
-            "user_text": turns[turn - 1]}
+def conversation_block(turn: int, turns: list[str] | int, history: ChatHistory) -> dict:
+    """The receipts document's ``conversation`` block of turn ``turn`` (1-based): which turn, how many
+    there are (``turns``: the turns file's messages, or a count when the next ones are not known yet, as
+    in the window), the messages before it, and this turn's message (``turns[turn - 1]``, or the last
+    user message of a count's caller: pass it through ``Conversation.next_turn``)."""
+    count = turns if isinstance(turns, int) else len(turns)
+    block = {"turn": turn, "turns": count, "history": [dict(m) for m in history.messages]}
+    if not isinstance(turns, int):
+        block["user_text"] = turns[turn - 1]
+    return block
+
+
+def turn_answer(record) -> str:
+    """The committed text of a turn's ``SessionRecord`` (its ``RunEnd`` text when it ran here; the
+    document's output text when read from a file): what joins the chat history as the answer."""
+    end = getattr(record, "end", None)
+    return end.output_text if end is not None else record.output_text
+
+
+@dataclass
+class Conversation:
+    """A conversation: its turns' records (turn 1 first), the history the next turn starts from, and
+    what proposal sources remember across the turns (``memory``: pass it as ``RunRequest.source_memory``).
+
+    The window keeps one per live session (its Next turn input); ``run --turns`` one per run;
+    ``records_of_conversation`` makes one from a conversation receipts file (no memory then)."""
+
+    records: list = field(default_factory=list)
+    history: ChatHistory = field(default_factory=ChatHistory)
+    memory: dict = field(default_factory=dict)
+    planned_turns: int | None = None
+    """The turns file's number of turns (``run --turns``); None when turns come one at a time."""
+    stopped_at: str = ""
+    """Why the conversation ended before ``planned_turns`` ("" when it did not)."""
+
+    @property
+    def turns(self) -> int:
+        """Turns recorded so far."""
+        return len(self.records)
+
+    def next_turn(self, user_text: str) -> dict:
+        """The ``RunRequest`` fields of the next turn: ``chat_messages`` (the history plus ``user_text``),
+        ``conversation`` (its receipts block) and ``source_memory``. Raises ``ValueError`` for an empty
+        message."""
+        if not user_text.strip():
+            raise ValueError("the next turn's message is empty")
+        n = self.turns + 1
+        block = conversation_block(n, max(n, self.planned_turns or 0), self.history)
+        block["user_text"] = user_text
+        return {"chat_messages": tuple(self.history.prompt_messages(user_text)), "conversation": block,
+                "source_memory": self.memory}
+
+    def add_turn(self, record) -> None:
+        """Record a finished turn (a ``SessionRecord`` whose ``conversation`` block names its message): its
+        message and committed answer join the history. Raises ``ValueError`` for a record without a block."""
+        block = record.conversation
+        if not block or "user_text" not in block:
+            raise ValueError("this run is not a turn of the conversation (no conversation block)")
+        self.records.append(record)
+        self.history.add_turn(block["user_text"], turn_answer(record))
+
+
+def is_conversation(doc: dict) -> bool:
+    """Whether a loaded receipts document is a conversation (``"kind": "conversation"``: one request
+    document per turn under ``turns``) rather than one request."""
+    return isinstance(doc, dict) and doc.get("kind") == "conversation"
+
+
+def conversation_document(conversation: Conversation) -> dict:
+    """The receipts document of a whole conversation (schema ``$defs/conversation_document``): every
+    turn's request document (``record_document``, or the document a record was read from), the whole
+    chat, and a summary summing every turn's windows, tokens and times. Raises ``ValueError`` for a
+    conversation without turns."""
+    from datetime import datetime, timezone
+
+    import inspector
+    from inspector.engine.stats import summarize_receipts
+    from inspector.receipts.document import DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
+    from inspector.session.document import record_document
+
+    records = conversation.records
+    if not records:
+        raise ValueError("the conversation has no turns yet")
+    turns = [record_document(r) if r.header is not None else r.document for r in records]
+    if any(d is None for d in turns):
+        raise ValueError("a turn of this conversation has no document to write")
+    summary = summarize_receipts(
+        [w for r in records for w in r.receipts], plain_steps=sum(r.plain_steps for r in records),
+        discards=sum(len(r.discards) for r in records), generated_tokens=sum(len(r.tokens) for r in records),
+        decode_elapsed_us=sum(r.decode_elapsed_us for r in records),
+        prefill_elapsed_us=sum(r.prefill_elapsed_us for r in records),
+        finish_reason=records[-1].finish_reason).to_json()
+    summary["definitions"] = dict(DEFINITIONS)
+    messages = list(conversation.history.messages)
+    if len(messages) < 2 * len(records):  # the last turn is shown but not added to the history yet
+        last = records[-1]
+        messages += [{"role": "user", "content": last.conversation["user_text"]},
+                     {"role": "assistant", "content": turn_answer(last)}]
+    block = {"turns": len(records), "messages": messages}
+    if conversation.planned_turns:
+        block["planned_turns"] = conversation.planned_turns
+    if conversation.stopped_at:
+        block["stopped_at"] = conversation.stopped_at
+    return {"schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "kind": "conversation",
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "tool": {"name": "spec-inspector", "version": inspector.__version__},
+            "conversation": block, "summary": summary, "turns": turns}
+
+
+def records_of_conversation(doc: dict) -> Conversation:
+    """The ``Conversation`` of a loaded conversation document (``load_document``): one
+    ``SessionRecord.from_document`` per turn (each keeps its turn's document for export), the history
+    from the file's messages, no source memory."""
+    from inspector.session.record import SessionRecord
+
+    conv = Conversation(planned_turns=doc["conversation"].get("planned_turns"),
+                        stopped_at=doc["conversation"].get("stopped_at", ""))
+    conv.records = [SessionRecord.from_document(d) for d in doc["turns"]]
+    conv.history.messages = [dict(m) for m in doc["conversation"]["messages"]]
+    return conv

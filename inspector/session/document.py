@@ -33,9 +33,12 @@ def record_document(record: SessionRecord, *, include_lock_operations: bool = Tr
         raise ValueError("this session was read from a file: it has no run header to write "
                          "(export the file it came from)")
     text_of = record.text_of
+    turn = record.conversation.get("turn") if record.conversation else None
     windows = []
     for r in record.receipts:
         d = r.to_json()
+        if turn is not None:
+            d["turn"] = turn
         d["proposal_token_texts"] = [text_of(t) for t in r.proposal_token_ids]
         d["verification_row_prediction_texts"] = [text_of(t) for t in r.verification_row_predictions]
         if "probabilities" in d:
@@ -74,6 +77,8 @@ def record_document(record: SessionRecord, *, include_lock_operations: bool = Tr
     }
     if record.baseline is not None:
         doc["baseline"] = record.baseline
+    if record.conversation:
+        doc["conversation"] = dict(record.conversation)
     end_us = h.started_us + max((e.t_us for e in record.events), default=0) + 1
     ops = [op for op in record.lock_ops if h.started_us <= op.started_us <= end_us]
     doc["sessions"] = {"main": h.session_id,

@@ -179,6 +179,9 @@ class SessionRecord:
         ``source`` name and options, ``raw``; ``faults`` that fired once known)."""
         self.background_sessions = 0
         """Other sessions that generated through the same runtime lock during the run."""
+        self.conversation: dict | None = None
+        """A conversation's turn: the receipts' ``conversation`` block (``turn``, ``turns``, ``history``,
+        ``user_text``), else None."""
         self.unfinished = False
         """An autosave without its ``end`` record: the run stopped or was killed."""
         self.origin = "live"
@@ -240,6 +243,7 @@ class SessionRecord:
         self.settings = dict(h.settings)
         self.source_name = h.settings.get("source", {}).get("name", "")
         self.background_sessions = h.background_sessions
+        self.conversation = dict(h.conversation) if h.conversation else None
 
     def _run_error(self, e: RunError) -> None:
         self.errors.append(e.message)
@@ -466,6 +470,7 @@ class SessionRecord:
         s.finish_reason = out.get("finish_reason")
         s.ended_as = out.get("ended_as") or s.finish_reason
         s._set_baseline_json(doc.get("baseline"))
+        s.conversation = doc.get("conversation")
         s.version += 1
         return s
 

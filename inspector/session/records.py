@@ -75,6 +75,9 @@ class RunHeader:
     autosave_path: str = ""
     background_sessions: int = 0
     """Other sessions generating through the same runtime lock when the run started."""
+    conversation: dict | None = None
+    """A conversation's turn: the receipts document's ``conversation`` block (``turn``, ``turns``,
+    ``history``, ``user_text``; ``inspector.session.conversation.conversation_block``), else None."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,12 @@ class RunRequest:
     draft_max_auto: bool = False
     """Replace ``settings.draft_max`` by the draft max the stored cost model of this model file and
     thread count implies (``inspector.llama.cost_model.auto_draft_max``), when the source is made."""
+    chat_messages: tuple | None = None
+    """A conversation's turn: the chat so far plus this turn's user message (``{"role", "content"}``
+    dicts), rendered through the model's chat template into the prompt (``prompt_text`` is then the
+    turn's user message). None: ``prompt_text`` alone (or ``prompt_token_ids``)."""
+    conversation: dict | None = None
+    """The turn's ``conversation`` block for the receipts (``inspector.session.conversation``), or None."""
     source_memory: dict = field(default_factory=dict, compare=False, repr=False)
     """What sources remember across requests (``SourceContext.memory``): pass the same dict to every
     request of one session (a conversation's turns, a window session's runs)."""
@@ -111,6 +117,13 @@ class SessionRun:
         rt, req = self.runtime, self.request
         if req.prompt_token_ids is not None:
             tokens = list(req.prompt_token_ids)
+        elif req.chat_messages is not None:
+            from inspector.session.conversation import chat_prompt
+
+            try:
+                self.templated_text, tokens = chat_prompt(rt, req.chat_messages)
+            except (EngineError, ValueError) as exc:
+                raise RunRefused("prompt", str(exc), exc) from None
         else:
             try:
                 self.templated_text = None if req.raw else rt.chat_prompt(req.prompt_text)
@@ -202,7 +215,7 @@ class SessionRun:
         self.scheduler.add_listener(self.push)  # lock operations of every thread, background sessions too
         self.push(RunHeader(sid, req.prompt_text, self.templated_text, tuple(self.prompt_tokens), rt.describe(),
                             settings, gen.started_us, str(self.autosave.writer.path) if self.autosave else "",
-                            self._background()))
+                            self._background(), req.conversation))
         return gen
 
     def _open_session(self) -> int:
