@@ -67,12 +67,14 @@ def test_bad_configuration_is_refused_before_running(qtbot, runtime, tmp_path):
 def test_length_column_passes_the_ngram_length(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
     v = w.analysis.show_compare()
-    v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("a", "ngram", 8, {"length": "adaptive", "k": "1"})])
+    v.set_configs([CompareConfig("plain", "none", 0),
+                   CompareConfig("a", "ngram", 8, {"length": "adaptive", "row_cost_ratio": "0.5"})])
     t = v.configs
     assert t.cellWidget(1, 5).currentText() == "adaptive" and t.cellWidget(1, 5).isEnabled()
     assert not t.cellWidget(0, 5).isEnabled()  # plain decoding has no length
     plain, ngram = v.config_list()
-    assert plain.options == {} and ngram.options == {"n_max": 4, "n_min": 2, "length": "adaptive", "k": "1"}
+    assert plain.options == {} and ngram.options == {"n_max": 4, "n_min": 2, "length": "adaptive",
+                                                     "row_cost_ratio": "0.5"}
     t.cellWidget(1, 5).setCurrentText("fixed")
     assert v.config_list()[1].options["length"] == "fixed"
     # The spin boxes have room for their digits beside the arrows.
@@ -97,3 +99,112 @@ def test_cancel_keeps_the_window_usable(qtbot, runtime, tmp_path):
     assert w.state == W.IDLE and v.run.isEnabled() and not v.cancel.isEnabled()
     v.refresh()
     assert v.row_count() == len(result.rows) and v.status.text() == note
+
+
+def test_every_source_is_listed_with_its_own_options(qtbot, runtime, tmp_path):
+    """The source picker lists every registered source; the options cell shows the chosen source's
+    declared options and defaults, drops the old source's options on a change, and a bad option is
+    refused by the source's own check, naming the row and the option (nothing runs)."""
+    from inspector.sources.registry import source_names
+
+    w = make_window(qtbot, runtime, tmp_path)
+    v = w.analysis.show_compare()
+    v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("s", "ngram-simple", 8, {"size_n": "2"})])
+    combo = v.configs.cellWidget(1, 1)
+    listed = [combo.itemText(i) for i in range(combo.count())]
+    assert set(source_names()) <= set(listed)
+    for name in ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix"):
+        assert name in listed
+    cell = v.options_cell(1)
+    assert cell.text() == "size_n=2" and cell.placeholderText() == "defaults: size_n=12, size_m=48"
+    assert "size_m (default 48" in cell.toolTip() and "llama.cpp spec.ngram_simple.size_m" in cell.toolTip()
+    assert not v.options_cell(0).isEnabled() and not v.configs.cellWidget(1, 3).isEnabled()  # n-gram columns
+    combo.setCurrentText("ngram-mod")
+    assert cell.text() == "" and "n_match=24, n_min=48, n_max=64" in cell.placeholderText()
+    combo.setCurrentText("suffix")
+    assert "max_tree_depth=24" in cell.placeholderText() and "optional: memory_file" in cell.placeholderText()
+    cell.setText("max_tree_depth=1")
+    v._run_clicked()
+    assert w.state == W.IDLE
+    text = v.error_box.text()
+    assert text.startswith("row 2 (s): source suffix option max_tree_depth") and "observed '1'" in text
+    cell.setText("size_n=3")
+    try:
+        v.config_list()
+    except ValueError as exc:
+        assert str(exc).startswith("row 2 (s): unknown option for source suffix: size_n (expected max_tree_depth")
+    else:
+        raise AssertionError("an unknown option was accepted")
+    cell.setText("max_tree_depth=8, min_token_prob=0.2")
+    assert v.config_list()[1].options == {"max_tree_depth": "8", "min_token_prob": "0.2"}
+
+
+def test_new_sources_compare_in_the_window(qtbot, runtime, tmp_path):
+    """An ngram-simple and a suffix row give one result row each (after the plain reference)."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=12)
+    v = w.analysis.show_compare()
+    v.set_configs([CompareConfig("", "ngram-simple", 4, {"size_n": 1, "size_m": 4}), CompareConfig("", "suffix", 4)])
+    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        v.run.click()
+    result, note = blocker.args
+    assert note == "" and w.state == W.IDLE
+    assert [r.config.label for r in result.rows] == [
+        "plain (reference)", "ngram-simple draft_max 4 size_n=1 size_m=4", "suffix draft_max 4"]
+    for row in result.rows:
+        assert row.error is None and 0 < row.summary.generated_tokens <= 12
+    v.refresh()
+    assert v.row_count() == 3 and v.results.item(2, 0).text() == "suffix draft_max 4"
+
+
+def test_conversation_compare_sums_every_turn(qtbot, runtime, tmp_path):
+    """The bundled conversation: each configuration answers every turn; a row's tokens are the sum of its
+    turns (read from the result's runs, not from the model's text), with progress per turn."""
+    from inspector.prompts import turns_path
+    from inspector.session.conversation import read_turns
+
+    turns = read_turns(turns_path("agent-edits"))
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    v = w.analysis.show_compare()
+    v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("suffix", "suffix", 4)])
+    assert v.conversation() is None and v.input.currentText().startswith("prompt: copy-with-corrections")
+    assert v.choose_conversation("agent-edits")
+    assert v.input.currentText() == f"conversation: agent-edits (bundled, {len(turns)} turns)"
+    assert "per turn" in v.prompt_label.text()
+    seen = []
+    show = v.set_turn_progress
+    v.set_turn_progress = lambda *a: (show(*a), seen.append((a, v.status.text())))
+    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        v.run.click()
+    result, note = blocker.args
+    assert note == "" and w.state == W.IDLE
+    n = len(turns)
+    assert [a for a, _ in seen] == [(t, n, c, 2, label) for c, label in enumerate(("plain", "suffix"))
+                                    for t in range(1, n + 1)]
+    assert seen[n + 1][1] == f"turn 2/{n}, configuration 2/2: suffix …"
+    assert len(result.rows) == len(result.runs) == 2
+    for row, run in zip(result.rows, result.runs):
+        assert row.error is None and len(run.generations) == n
+        per_turn = [len(g.generated) for g in run.generations]
+        assert all(0 < k <= 8 for k in per_turn)
+        assert row.summary.generated_tokens == sum(per_turn) == len(row.generated_tokens)
+        assert row.summary.windows == sum(len(g.receipts) for g in run.generations)
+    v.refresh()
+    assert v.row_count() == 2 and v.results.item(1, 0).toolTip().startswith(f"{n} turns, summed in this row:")
+    assert f"× {n} turns" in v.status.text()
+    # The choice is remembered for the next window.
+    assert make_window(qtbot, runtime, tmp_path).analysis.show_compare().conversation()[0] == "agent-edits"
+
+
+def test_turns_file_is_checked_when_opened(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path)
+    v = w.analysis.show_compare()
+    bad = tmp_path / "empty.txt"
+    bad.write_text("first\n---\n\n", "utf-8")
+    assert not v.add_turns_file(str(bad))
+    assert "turn 2 is empty" in v.error_box.text() and str(bad) in v.error_box.text()
+    good = tmp_path / "two.txt"
+    good.write_text("Say red.\n---\nSay it again.\n", "utf-8")
+    assert v.add_turns_file(str(good))
+    assert v.input.currentText() == "conversation: two.txt (2 turns)"
+    assert v.conversation() == (str(good), ("Say red.", "Say it again."))
+    assert v.choose_conversation(None) and v.conversation() is None

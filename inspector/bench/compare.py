@@ -156,6 +156,20 @@ def default_configs(cost_model: CostModel | None = None) -> list[CompareConfig]:
     return configs
 
 
+def check_config_options(source: str, options: dict, draft_max: int) -> dict:
+    """A configuration's ``options`` checked by its source's declaration
+    (``inspector.sources.registry.describe_source``), with the options a source takes from the
+    generation's ``draft_max`` (``Option.from_setting``, e.g. the draft's) set to ``draft_max``:
+    the one check of ``compare --config`` and the Compare window. Returns the converted options.
+    Raises ``UnknownSource``, or ``ValueError`` naming the source, the option, the observed value
+    and the valid range (or the unknown options, or the broken cross rule)."""
+    from inspector.sources.registry import describe_source
+
+    descriptor = describe_source(source)
+    shared = {o.name: draft_max for o in descriptor.options or () if o.from_setting == "draft_max"}
+    return descriptor.check_options({**options, **shared})
+
+
 def parse_config(text: str) -> CompareConfig:
     """Parse ``SOURCE[:key=value,...]`` (CLI ``compare --config``), e.g.
     ``ngram:draft_max=4,n_min=1`` or ``none``. ``label=`` names it.
@@ -192,12 +206,8 @@ def parse_config(text: str) -> CompareConfig:
             label = value
         else:
             options[key] = value
-    from inspector.sources.registry import describe_source
-
     try:  # an unknown name is UnknownSource (a ValueError); "none" takes no options
-        descriptor = describe_source(name)
-        shared = {o.name: draft_max for o in descriptor.options or () if o.from_setting == "draft_max"}
-        descriptor.check_options({**options, **shared})
+        check_config_options(name, options, draft_max)
     except ValueError as exc:
         raise ValueError(f"configuration {text!r}: {exc}") from None
     if label is None:
@@ -238,6 +248,7 @@ def run_compare(
     cancel: threading.Event | None = None,
     turns: Sequence[str] | None = None,
     keep_runs: bool = False,
+    turn_progress: Callable[[int, int, int, int, str], None] | None = None,
 ) -> CompareResult:
     """Run ``prompt_tokens`` once per configuration (in order) with ``settings``
     (its ``draft_max`` replaced by each configuration's) and compare.
@@ -247,6 +258,8 @@ def run_compare(
     (``inspector.session.conversation``): each configuration runs every turn with its
     own answers in the history and one source memory across the turns; its row sums
     the turns (``TurnsRun``), and a failing turn gives the row an error naming it.
+    ``turn_progress(turn, turn_count, done, total, label)`` is called before each turn
+    (``turn`` 1-based; ``done``/``total``: configurations, as for ``progress``).
 
     ``make_source(config, memory)`` returns the proposal source (None for plain; ``memory``:
     the ``SourceContext.memory`` of the request, one dict across a conversation's turns);
@@ -282,7 +295,9 @@ def run_compare(
                 runs[id(config)] = _run_request(scheduler, config, settings, tuple(prompt_tokens), make_source,
                                                 cancel, {})
             else:
-                runs[id(config)] = _run_turns(scheduler, config, settings, turns, make_source, cancel)
+                on_turn = None if turn_progress is None else (
+                    lambda n, count, i=i, label=config.label: turn_progress(n, count, i, total, label))
+                runs[id(config)] = _run_turns(scheduler, config, settings, turns, make_source, cancel, on_turn)
         except RequestCancelled as exc:
             exc.partial = _result(runs, order[:i], None, prompt_tokens, settings, cost_model)
             raise
@@ -370,16 +385,19 @@ class TurnsRun:
 
 
 def _run_turns(scheduler, config: CompareConfig, settings: GenerationSettings, turns: Sequence[str], make_source,
-               cancel) -> tuple[TurnsRun | None, str | None]:
+               cancel, on_turn: Callable[[int, int], None] | None = None) -> tuple[TurnsRun | None, str | None]:
     """Run ``config`` over a conversation (``inspector.session.conversation``): each turn's prompt is the
     chat so far, with this configuration's own answers; one source memory for every turn. A failing
-    turn ends the conversation with an error naming it (earlier turns are kept in the row)."""
+    turn ends the conversation with an error naming it (earlier turns are kept in the row).
+    ``on_turn(turn, turn_count)`` is called before each turn (1-based)."""
     from inspector.session.conversation import ChatHistory, turn_prompt_tokens
 
     history, out = ChatHistory(), TurnsRun()
     memory = out.memory
     runtime = scheduler.runtime
     for n, text in enumerate(turns, 1):
+        if on_turn is not None:
+            on_turn(n, len(turns))
         try:
             tokens = turn_prompt_tokens(runtime, history, text)
         except Exception as exc:  # no chat template: every turn would fail the same way

@@ -76,6 +76,9 @@ class CompareRequest:
     configs: tuple
     settings: GenerationSettings
     cost_model: object = None
+    turns: tuple | None = None
+    """The user messages of a conversation to run instead of the prompt (``run_compare(turns=...)``):
+    each configuration answers every turn with its own history; the prompt fields are then unused."""
 
 
 class AnalysisWorker(QObject):
@@ -95,6 +98,8 @@ class AnalysisWorker(QObject):
     """What "Try other weight types" does now (converting, measuring)."""
     compareProgress = Signal(int, int, str)
     """(configurations done, total, label of the one starting)."""
+    compareTurnProgress = Signal(int, int, int, int, str)
+    """(turn starting (1-based), turns, configurations done, total, label): a conversation's progress."""
     compareDone = Signal(object, str)
     """(``inspector.bench.compare.CompareResult``, note): the note says when it was cancelled."""
     failed = Signal(str, str)
@@ -194,17 +199,21 @@ class AnalysisWorker(QObject):
 
     @Slot(object)
     def run_compare(self, req: CompareRequest) -> None:
-        """Run every configuration one after the other (``inspector.bench.compare.run_compare``).
-        A cancellation keeps the rows that finished."""
+        """Run every configuration one after the other (``inspector.bench.compare.run_compare``), on the
+        prompt or, with ``req.turns``, over the conversation (each row sums its turns); the result keeps
+        each row's run (``CompareResult.runs``). A cancellation keeps the rows that finished."""
         from inspector.bench.compare import run_compare
         from inspector.engine.errors import RequestCancelled
 
         if not self._ready("compare"):
             return
         try:
-            tokens = self._prompt_tokens(req.prompt_text, req.raw)
+            turns = list(req.turns) if req.turns else None
+            # A conversation's first turn through the chat template stands for "the prompt" (its token count).
+            tokens = self._prompt_tokens(turns[0], False) if turns else self._prompt_tokens(req.prompt_text, req.raw)
             result = run_compare(self.engine.scheduler, tokens, list(req.configs), req.settings,
-                                 cost_model=req.cost_model, progress=self.compareProgress.emit, cancel=self._cancel)
+                                 cost_model=req.cost_model, progress=self.compareProgress.emit, cancel=self._cancel,
+                                 turns=turns, turn_progress=self.compareTurnProgress.emit, keep_runs=True)
         except RequestCancelled as exc:
             partial = getattr(exc, "partial", None)
             done = len(partial.rows) if partial is not None else 0

@@ -1,6 +1,6 @@
 """The window's "what speculation buys" wiring (GUI thread): the comparison
 with plain decoding after a run, the cost model (Measure, cache, PNG) and the
-Compare window (several proposal configurations on the current prompt).
+Compare window (several proposal configurations on the current prompt or a conversation).
 
 The work itself runs on the engine thread (``EngineWorker`` for the
 baseline, ``inspector.gui.analysis.AnalysisWorker`` for the rest); this
@@ -65,6 +65,7 @@ class AnalysisActions(QObject):
         self.worker.layoutProgress.connect(lambda text: self.w.cost_view.set_busy(True, text))
         self.worker.costMeasured.connect(self._cost_measured)
         self.worker.compareProgress.connect(self._compare_progress)
+        self.worker.compareTurnProgress.connect(self._compare_turn_progress)
         self.worker.compareDone.connect(self._compare_done)
         self.worker.failed.connect(self._failed)
         window.worker.baselineReady.connect(self._baseline_ready)
@@ -87,6 +88,8 @@ class AnalysisActions(QObject):
             "copy the llama-server arguments that reproduce the chosen source and its settings "
             "(llama.cpp's ngram-* proposers and draft models)")
         self.compare_view = None
+        self._compare_turns: tuple | None = None
+        """The turns of the conversation being compared (None: the prompt, or no comparison)."""
         window.requestShutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
         if window.model_info is not None:
             self._model_loaded(window.model_info)
@@ -231,6 +234,7 @@ class AnalysisActions(QObject):
             self.w.show_error("Cannot measure the cost model", message)
             self.costReady.emit(None, message)
         elif self.compare_view is not None:
+            self._compare_turns = None
             self.compare_view.set_running(False, f"failed: {message}")
             self.compare_view._error("Comparison failed", message)
             self.compareReady.emit(None, message)
@@ -320,24 +324,28 @@ class AnalysisActions(QObject):
         s = p.generation_settings()
         sampling = "greedy" if s.sampling.greedy else f"temperature {s.sampling.temperature:g}"
         cm = "" if self.current is None else " · expected speedup from the measured cost model"
-        self.compare_view.set_prompt_info(f"on the main window's prompt ({name}), max tokens {s.max_new_tokens}, "
-                                          f"{sampling}{cm}")
+        self.compare_view.set_prompt_info(f"{name} (main window)", s.max_new_tokens, f"{sampling}{cm}")
 
-    def run_compare(self, configs) -> bool:
-        """Run ``configs`` (``CompareConfig``) on the current prompt on the engine thread.
-        Refused (with a message) while a run goes or no model is loaded."""
+    def run_compare(self, configs, conversation=None) -> bool:
+        """Run ``configs`` (``CompareConfig``) on the engine thread: on the main window's prompt, or
+        with ``conversation`` (``(name, turns)``, ``CompareView.conversation``) over its turns, each
+        configuration with its own history (a row sums every turn). Refused (with a message) while a
+        run goes or no model is loaded."""
         v = self.compare_view or self.show_compare()
         self._describe_prompt()
         if not self._start("compare", "comparing configurations…"):
             return False
-        self._save_configs(configs)
+        self._save_configs(configs, conversation)
         text, raw = self._prompt()
         panel = self.w.panel
         configs = [self._with_panel_draft(c) for c in configs]
-        v.set_running(True, f"starting {count_noun(len(configs), 'configuration')} …")
+        turns = None if conversation is None else tuple(conversation[1])
+        self._compare_turns = turns
+        what = "" if turns is None else f" over {count_noun(len(turns), 'turn')} of {conversation[0]}"
+        v.set_running(True, f"starting {count_noun(len(configs), 'configuration')}{what} …")
         self.worker.reset_cancel()
         self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), panel.generation_settings(),
-                                                None if self.current is None else self.current.model))
+                                                None if self.current is None else self.current.model, turns))
         return True
 
     def _with_panel_draft(self, c):
@@ -350,25 +358,39 @@ class AnalysisActions(QObject):
         return c
 
     def _compare_progress(self, done: int, total: int, label: str) -> None:
+        if self._compare_turns:  # a conversation: its turns report (_compare_turn_progress)
+            return
         if self.compare_view is not None:
             self.compare_view.set_progress(done, total, label)
         self.w.status_state.setText(f"busy · comparing configurations: {done + 1}/{total} {label}")
 
+    def _compare_turn_progress(self, turn: int, turns: int, done: int, total: int, label: str) -> None:
+        if self.compare_view is not None:
+            self.compare_view.set_turn_progress(turn, turns, done, total, label)
+        self.w.status_state.setText(f"busy · comparing configurations: turn {turn}/{turns}, "
+                                    f"configuration {done + 1}/{total} {label}")
+
     def _compare_done(self, result, note: str) -> None:
         self._end()
+        turns = self._compare_turns
+        self._compare_turns = None
         v = self.compare_view
         if v is not None:
             v.set_running(False)
             failed = [r.config.label for r in (result.rows if result else ()) if r.error]
             text = note or f"done: {count_noun(len(result.rows), 'configuration')}"
+            if turns and result is not None:
+                text += f" × {count_noun(len(turns), 'turn')} (each row sums every turn; hover a label for its turns)"
             if failed:
                 text += f" · failed: {', '.join(failed)} (hover the row for the error)"
             v.set_result(result, text)
         self.w.status_state.setText(f"comparison {note or 'done'}")
         self.compareReady.emit(result, note)
 
-    def _save_configs(self, configs) -> None:
-        self.w.settings.setValue("compare/configs", json.dumps([c.to_json() for c in configs]))
+    def _save_configs(self, configs, conversation=None) -> None:
+        s = self.w.settings
+        s.setValue("compare/configs", json.dumps([c.to_json() for c in configs]))
+        s.setValue("compare/conversation", "" if conversation is None else conversation[0])
 
     def _restore_configs(self, v) -> None:
         from inspector.bench.compare import CompareConfig
@@ -381,4 +403,9 @@ class AnalysisActions(QObject):
                                              dict(d.get("options") or {})) for d in items])
         except (TypeError, ValueError, KeyError):
             pass
+        chosen = self.w.settings.value("compare/conversation")
+        if isinstance(chosen, str) and chosen:
+            from inspector.prompts import TURNS_EXAMPLES
 
+            if chosen in TURNS_EXAMPLES or os.path.isfile(chosen):  # a file since removed is not offered
+                v.choose_conversation(chosen)
