@@ -92,7 +92,7 @@ class FileActions(QObject):
         self.win.load_progress.setRange(0, 100)
         if self.win.state != W.LOADING:
             self.win.load_progress.hide()
-        session, message, note = result if result is not None else (None, error, "")
+        session, message, note, conversation = result if result is not None else (None, error, "", None)
         if session is None or self.win.engine_busy:
             self.win.status_state.setText("")
             self.win.show_error("Cannot open receipts", message or "a run started meanwhile")
@@ -100,6 +100,10 @@ class FileActions(QObject):
             self.opened.emit(path, message or "a run started meanwhile")
             return
         self.win.set_session(session)
+        if conversation is not None:
+            self.win.turns.adopt(conversation, path)
+        else:
+            self.win.turns.forget()
         self.win.redraw()  # the shown tab; the others draw when shown
         skipped = session.skipped_lines
         partial = (f" <b>Partial view:</b> {count_noun(skipped, 'damaged or incomplete line')} "
@@ -108,7 +112,9 @@ class FileActions(QObject):
                       if session.unfinished else "")
         background = (f" {count_noun(session.background_sessions, 'background session')} ran beside it."
                       if session.background_sessions else "")
-        self.win.set_banner(f"Viewing <b>{html.escape(Path(path).name)}</b> — "
+        turns = (f"a conversation of {count_noun(len(conversation.records), 'turn')} (pick one beside "
+                 "the Next turn row; this is the last), " if conversation is not None else "")
+        self.win.set_banner(f"Viewing <b>{html.escape(Path(path).name)}</b> — {turns}"
                             f"{count_noun(len(session.tokens), 'token')}, {count_noun(len(session.receipts), 'window')}"
                             f", model {html.escape(session.model_name)}.{unfinished}{partial}{background} Read only "
                             "(the panel shows the file's settings): File &gt; New live session (Ctrl+N) enables the "
@@ -152,7 +158,18 @@ class FileActions(QObject):
         from inspector.session.document import record_document
 
         s = self.win.session
-        if s.origin == "document":  # a saved receipts document (an autosave cannot be exported)
+        conv = self.win.turns.export_conversation()
+        if isinstance(conv, str):  # a conversation file: written as it was read
+            def job():
+                from inspector.receipts import load_document
+
+                return write(load_document(conv))
+        elif conv is not None:  # every turn of the live conversation (snapshots: a turn may still run)
+            def job():
+                from inspector.session.conversation import conversation_document
+
+                return write(conversation_document(conv))
+        elif s.origin == "document":  # a saved receipts document (an autosave cannot be exported)
             doc, source = s.document, s.document_path
 
             def job():

@@ -33,6 +33,7 @@ from inspector.gui import none_refcount
 from inspector.gui import worker as W
 from inspector.gui.analysis_actions import AnalysisActions
 from inspector.gui.controls import ControlPanel
+from inspector.gui.conversation_bar import ConversationActions, ConversationBar
 from inspector.gui.cost_view import CostView
 from inspector.gui.event_log import EventLog
 from inspector.gui.file_actions import FileActions
@@ -140,6 +141,7 @@ class MainWindow(RunControl, QMainWindow):
 
         self._build_ui()
         self.files = FileActions(self)
+        self.turns = ConversationActions(self, self.conversation_bar)
         self.sources = SourceActions(self)
         self._build_menus()
         self.analysis = AnalysisActions(self)
@@ -196,6 +198,8 @@ class MainWindow(RunControl, QMainWindow):
         tl.setContentsMargins(0, 0, 0, 0)
         tl.addWidget(self.banner)
         tl.addWidget(self.token_view, 1)
+        self.conversation_bar = ConversationBar()  # Next turn: continue the run as a conversation
+        tl.addWidget(self.conversation_bar)
         self.right_split = QSplitter(Qt.Orientation.Vertical)
         self.right_split.addWidget(top)
         self.right_split.addWidget(self.tabs)
@@ -500,7 +504,7 @@ class MainWindow(RunControl, QMainWindow):
         if reason != "error" and end is not None:
             self.set_banner(f"Finished: <b>{reason}</b> · {count_noun(len(self.session.tokens), 'token')} · "
                             f"KV length {end.kv_length} (canonical position {end.canonical_position})", BANNER_DONE)
-        elif self.state != W.ERROR and end is None:  # the run never started (model, prompt): say why, not "Running"
+        elif self.state != W.ERROR and (end is None or not self.session.tokens):  # it never ran: say why
             self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
                             BANNER_ERROR)
         self.set_state(W.IDLE, reason)

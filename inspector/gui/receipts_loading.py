@@ -15,14 +15,17 @@ import gc
 from inspector.session.record import SessionRecord
 
 
-def read_session(path: str) -> tuple[SessionRecord | None, str, str]:
-    """(session, "", note) from a receipts document (``.json``) or an autosave (``.jsonl``),
-    or (None, message, "") naming the file and the problem. ``note``: the document's schema
-    version as ``inspector.receipts.document.version_note`` says it (e.g. "receipts schema v1
-    (no per-row probabilities)"), "" for an autosave.
+def read_session(path: str) -> tuple[SessionRecord | None, str, str, object]:
+    """(session, "", note, conversation) from a receipts document (``.json``) or an autosave
+    (``.jsonl``), or (None, message, "", None) naming the file and the problem. ``note``: the
+    document's schema version as ``inspector.receipts.document.version_note`` says it (e.g.
+    "receipts schema v1 (no per-row probabilities)"), "" for an autosave. A conversation document
+    gives its ``Conversation`` (``inspector.session.conversation.records_of_conversation``) and its
+    last turn as the session; else ``conversation`` is None.
     Safe on any thread (no Qt)."""
     from inspector.receipts import ReceiptsFileError, load_document
     from inspector.receipts.document import version_note
+    from inspector.session.conversation import is_conversation, records_of_conversation
 
     # The load makes millions of objects: with the cyclic GC on, its full collections
     # (a second each, holding the GIL) would freeze the GUI thread. The records hold no
@@ -31,20 +34,26 @@ def read_session(path: str) -> tuple[SessionRecord | None, str, str]:
     # frees them when the session is closed.
     gc.disable()
     try:
-        note = ""
+        note, conversation = "", None
         if str(path).endswith(".jsonl"):
             session = SessionRecord.from_autosave(path)
         else:
             doc = load_document(path, yield_gil=True)
-            note = version_note(doc)
-            session = SessionRecord.from_document(doc, path=path)
+            if is_conversation(doc):
+                conversation = records_of_conversation(doc)
+                session = conversation.records[-1]
+                note = f"conversation of {len(conversation.records)} turns · {version_note(doc['turns'][-1])}"
+            else:
+                note = version_note(doc)
+                session = SessionRecord.from_document(doc, path=path)
             del doc
-        session.windows()  # sorted and cached here, not on the GUI thread
-        return session, "", note
+        for s in conversation.records if conversation is not None else (session,):
+            s.windows()  # sorted and cached here, not on the GUI thread
+        return session, "", note, conversation
     except ReceiptsFileError as exc:
-        return None, str(exc), ""
+        return None, str(exc), "", None
     except (OSError, KeyError, TypeError, ValueError, RecursionError) as exc:
-        return None, f"{path}: {exc}", ""
+        return None, f"{path}: {exc}", "", None
     finally:
         gc.freeze()
         gc.enable()

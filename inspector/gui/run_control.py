@@ -122,12 +122,17 @@ class RunControl:
         self.set_state(state, "" if state == W.IDLE else detail)
 
     # -- run controls ----------------------------------------------------------------------
-    def start_run(self, *, paused: bool = False, first_action: str = "") -> bool:
+    def start_run(self, *, paused: bool = False, first_action: str = "", turn: dict | None = None) -> bool:
         """Start a new live run with the panel's settings. Returns False if it cannot start.
 
         ``paused``: hold before the first decode step; ``first_action`` (``window``
-        or ``token``) runs one window or commits one token first."""
-        prompt = self.panel.prompt.toPlainText()  # as typed: the CLI sends --prompt verbatim too
+        or ``token``) runs one window or commits one token first. ``turn``: the next turn of the
+        window's conversation (``Conversation.next_turn``: ``chat_messages``, ``conversation``); without
+        it the run starts from the panel's prompt and leaves the conversation."""
+        if turn is None:
+            prompt = self.panel.prompt.toPlainText()  # as typed: the CLI sends --prompt verbatim too
+        else:
+            prompt = turn["conversation"]["user_text"]
         if not prompt.strip():
             self.show_error("No prompt", "Type a prompt or pick an example prompt first.")
             return False
@@ -150,12 +155,13 @@ class RunControl:
         self._hint_on_load = False
         cfg = W.RunConfig(
             model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
-            source_options=self.panel.source_options(), raw=self.panel.raw.isChecked(),
+            source_options=self.panel.source_options(), raw=self.panel.raw.isChecked() and turn is None,
             break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
             baseline=self.panel.baseline.isChecked(), n_ctx=self.panel.n_ctx.value(),
             n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
             draft_max_auto=self.panel.draft_max_auto() and src != "none",
             target_weights=self.panel.target_weights(), offload=offload,
+            chat_messages=turn["chat_messages"] if turn else None, conversation=turn["conversation"] if turn else None,
         )
         # Reset the stepping here, not on the worker: a Stop pressed before the worker picks the
         # run up (it may still be tokenizing or loading the model) is kept.
@@ -168,10 +174,13 @@ class RunControl:
         session = SessionRecord()
         session.prompt_text = prompt
         session.source_name = src
+        if turn is None:
+            self.turns.forget()
         self.set_session(session)
         loading = "loading the model, then " if self.worker.runtime is None else ""
         what = "stepping" if paused or first_action else "running"
-        self._run_status = f"source <b>{src}</b> · up to {count_noun(self.panel.max_tokens.value(), 'token')}"
+        self._run_status = (f"turn {turn['conversation']['turn']} · " if turn else "") + \
+            f"source <b>{src}</b> · up to {count_noun(self.panel.max_tokens.value(), 'token')}"
         self.set_banner(f"{(loading + what).capitalize()}: {self._run_status} …", BANNER_NEUTRAL)
         self.set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
         self.requestRun.emit(cfg)
@@ -218,6 +227,7 @@ class RunControl:
         """Leave a viewed receipts file: empty live session, run controls enabled."""
         if self.state != W.IDLE:
             return
+        self.turns.forget()
         self.set_session(SessionRecord())
         self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
         self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")

@@ -68,6 +68,10 @@ class RunConfig:
     """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
     baseline: bool = False
     """After the run finishes or is stopped, decode the same prompt plainly and emit ``baselineReady``."""
+    chat_messages: tuple | None = None
+    """A conversation's next turn: the chat so far plus its message (``RunRequest.chat_messages``)."""
+    conversation: dict | None = None
+    """That turn's receipts block (``RunRequest.conversation``)."""
     stepping_begun: bool = False
     """The window already reset the stepping for this run (``StepControl.begin_run``) before asking for
     it, so a Stop pressed while the worker picks the run up is kept."""
@@ -275,6 +279,8 @@ class EngineWorker(SteppingControl, QObject):
         run = SessionRun(self.scheduler, RunRequest(config.prompt_text, config.settings, config.source,
                                                     dict(config.source_options), config.raw, config.faults,
                                                     config.baseline, draft_max_auto=config.draft_max_auto,
+                                                    chat_messages=config.chat_messages,
+                                                    conversation=config.conversation,
                                                     source_memory=self.source_memory),
                          self.records.push, before_commit=self._before_commit,
                          open_autosave=(lambda header: open_autosave(folder, header)) if folder else None,

@@ -205,6 +205,10 @@ def conversation_document(conversation: Conversation) -> dict:
     turns = [record_document(r) if r.header is not None else r.document for r in records]
     if any(d is None for d in turns):
         raise ValueError("a turn of this conversation has no document to write")
+    for d in turns:  # a turn written before the next ones were asked for counts them now
+        block = d.get("conversation")
+        if block is not None and block.get("turns", 0) < len(turns):
+            d["conversation"] = {**block, "turns": len(turns)}
     summary = summarize_receipts(
         [w for r in records for w in r.receipts], plain_steps=sum(r.plain_steps for r in records),
         discards=sum(len(r.discards) for r in records), generated_tokens=sum(len(r.tokens) for r in records),

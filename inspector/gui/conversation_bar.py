@@ -1,0 +1,220 @@
+"""The Next turn row under the token view: continue the shown run as a conversation (issue 16).
+
+After a run ends, a follow-up message typed here starts the next turn: its prompt is the
+chat so far (every earlier user message and the model's committed answer, through the
+model's chat template; ``RunRequest.chat_messages``), and proposal sources keep what they
+remember (the worker's ``source_memory`` of the loaded model). Once there are two turns,
+the turn picker shows any earlier turn in every view; Export receipts then writes one
+conversation document holding every turn (``inspector.session.conversation``), and
+opening such a file shows its turns the same way (read only).
+
+``ConversationBar`` is the widget; ``ConversationActions`` keeps the window's
+``Conversation`` and decides what the bar allows (the window's state, a raw prompt, a
+file). Neither calls llama.cpp: the turn is a run like any other on the worker.
+"""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidget
+
+from inspector.gui import worker as W
+from inspector.gui.run_control import BANNER_ERROR, BANNER_HINT
+from inspector.session.conversation import Conversation
+
+SEND_SHORTCUT = "Ctrl+Return"
+TURN_LABEL_CHARS = 48
+"""A turn picker item shows this many characters of its user message."""
+
+
+def turn_label(k: int, record) -> str:
+    """``Turn 2: Apply this change to …`` for the ``k``-th (1-based) turn's record."""
+    block = record.conversation or {}
+    text = " ".join((block.get("user_text") or record.prompt_text or "").split())
+    if len(text) > TURN_LABEL_CHARS:
+        text = text[: TURN_LABEL_CHARS - 1] + "…"
+    return f"Turn {k}: {text}" if text else f"Turn {k}"
+
+
+class ConversationBar(QWidget):
+    """Turn picker (hidden until there are two turns), the next message, and Send next turn.
+
+    ``sendRequested(text)``: Send (or Ctrl+Enter / Enter in the message) with a message.
+    ``turnChosen(index)``: the user picked turn ``index`` (0-based) to show."""
+
+    sendRequested = Signal(str)
+    turnChosen = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 2, 0, 0)
+        self.turn = QComboBox()
+        self.turn.setToolTip("which turn of the conversation every view shows")
+        self.turn.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.turn.hide()
+        self.title = QLabel("<b>Next turn</b>")
+        self.message = QLineEdit()
+        self.message.setClearButtonEnabled(True)
+        self.send = QPushButton("Send next turn")
+        self.send.setToolTip(f"run the next turn: the chat so far, then this message ({SEND_SHORTCUT})")
+        lay.addWidget(self.turn)
+        lay.addWidget(self.title)
+        lay.addWidget(self.message, 1)
+        lay.addWidget(self.send)
+        self.send.clicked.connect(self._send)
+        self.message.returnPressed.connect(self._send)
+        QShortcut(QKeySequence(SEND_SHORTCUT), self.message, self._send,
+                  context=Qt.ShortcutContext.WidgetShortcut)
+        self.turn.activated.connect(self.turnChosen.emit)
+
+    def _send(self) -> None:
+        if self.send.isEnabled() and self.message.text().strip():
+            self.sendRequested.emit(self.message.text())
+
+    def show_turns(self, labels: list[str], current: int) -> None:
+        """Fill the picker with ``labels`` (shown from two turns on) and select ``current``."""
+        if [self.turn.itemText(i) for i in range(self.turn.count())] != labels:
+            self.turn.clear()
+            self.turn.addItems(labels)
+        if 0 <= current < len(labels):
+            self.turn.setCurrentIndex(current)
+        self.turn.setVisible(len(labels) >= 2)
+
+    def set_sendable(self, ok: bool, why: str, next_turn: int) -> None:
+        """Enable the message and Send when ``ok``; else say ``why`` in the placeholder and tooltips."""
+        self.message.setEnabled(ok)
+        self.send.setEnabled(ok)
+        self.title.setText(f"<b>Turn {next_turn}</b>" if ok else "<b>Next turn</b>")
+        hint = (f"a follow-up message: turn {next_turn}'s prompt is the chat so far, then this message "
+                f"(Enter or {SEND_SHORTCUT} sends)") if ok else why
+        self.message.setPlaceholderText(hint)
+        self.message.setToolTip(hint)
+
+
+class ConversationActions(QObject):
+    """The window's conversation: which turns exist, what the bar allows, Send, the turn picker.
+
+    ``conversation``: the live conversation or the one read from a file (None: the shown run is
+    not part of one yet; a first Send makes the shown run turn 1). ``source_path``: the
+    conversation file it was read from ("" for a live one)."""
+
+    def __init__(self, window, bar: ConversationBar) -> None:
+        super().__init__(window)
+        self.win = window
+        self.bar = bar
+        self.conversation: Conversation | None = None
+        self.source_path = ""
+        self._running_turn = None  # the record of the turn being run, until it ends
+        bar.sendRequested.connect(self.send)
+        bar.turnChosen.connect(self.show_turn)
+        window.stateChanged.connect(lambda _s: self.refresh())
+        window.runFinished.connect(self._run_finished)
+        window.sourceRefused.connect(lambda _m: self._run_finished("error", None))
+
+    # -- what the bar allows ---------------------------------------------------------------
+    def records(self) -> list:
+        """The turns' records, the one running included."""
+        conv = self.conversation
+        rs = list(conv.records) if conv is not None else []
+        if self._running_turn is not None and self._running_turn not in rs:
+            rs.append(self._running_turn)
+        return rs
+
+    def why_not(self) -> str:
+        """Why a next turn cannot be sent now ("" when it can)."""
+        w, s = self.win, self.win.session
+        if self.source_path or s.origin != "live":
+            return "a receipts file is read only: File > New live session (Ctrl+N), then Run, to start a conversation"
+        if w.state != W.IDLE:
+            return "the next turn can be sent when this run has ended"
+        if s.header is None or s.end is None:
+            return "run a prompt first (Ctrl+R); then continue the conversation here"
+        if (s.settings or {}).get("raw"):
+            return "a raw prompt is no chat: turn raw off and run again to continue as a conversation"
+        return ""
+
+    def refresh(self) -> None:
+        """Set the bar from the window's state and the conversation."""
+        rs = self.records()
+        shown = next((k for k, r in enumerate(rs) if r is self.win.session), len(rs) - 1)
+        self.bar.show_turns([turn_label(k, r) for k, r in enumerate(rs, 1)], shown)
+        self.bar.turn.setEnabled(self.win.state == W.IDLE)
+        why = self.why_not()
+        self.bar.set_sendable(not why, why, max(len(rs), 1) + 1)
+
+    # -- turns -------------------------------------------------------------------------------
+    def forget(self) -> None:
+        """Leave the conversation (a new run from the prompt, a new live session, another file)."""
+        self.conversation, self.source_path, self._running_turn = None, "", None
+        self.refresh()
+
+    def adopt(self, conversation: Conversation, path: str = "") -> None:
+        """Show ``conversation`` (read from ``path``): its last turn in the views, the picker over its turns."""
+        self.conversation, self.source_path, self._running_turn = conversation, path, None
+        self.refresh()
+
+    def send(self, text: str) -> bool:
+        """Start the next turn with ``text``; returns whether it started (the reason is shown otherwise)."""
+        why = self.why_not()
+        if why or not text.strip():
+            self.win.show_error("Cannot send the next turn", why or "Type a message first.")
+            return False
+        conv = self.conversation
+        shown = self.win.session
+        if conv is None or not conv.records or conv.records[-1] is not shown:
+            if conv is None or shown not in conv.records:  # the shown run becomes turn 1 of a new conversation
+                conv = Conversation()
+                shown.conversation = {"turn": 1, "turns": 1, "history": [], "user_text": shown.prompt_text}
+                conv.add_turn(shown)
+            self.conversation = conv
+        fields = conv.next_turn(text)
+        if not self.win.start_run(turn=fields):
+            return False
+        self._running_turn = self.win.session
+        self.bar.message.clear()
+        self.refresh()
+        return True
+
+    def show_turn(self, index: int) -> None:
+        """Show turn ``index`` (0-based) in every view (only while no run goes)."""
+        rs = self.records()
+        if self.win.state != W.IDLE or not 0 <= index < len(rs) or rs[index] is self.win.session:
+            self.refresh()
+            return
+        self.win.set_session(rs[index])
+        self.win.refresh_all()
+        k = index + 1
+        self.win.set_banner(f"Showing turn <b>{k}</b> of {len(rs)}: "
+                            f"{html.escape(turn_label(k, rs[index]).split(': ', 1)[-1])}", BANNER_HINT)
+        self.refresh()
+
+    def _run_finished(self, reason: str, end) -> None:
+        turn, self._running_turn = self._running_turn, None
+        if turn is not None and self.conversation is not None:
+            if end is not None and turn.end is not None and (turn.tokens or end.reason != "error"):
+                self.conversation.add_turn(turn)
+            elif self.conversation.records:  # the turn never ran (its prompt no longer fits, ...)
+                n = len(self.conversation.records)
+                self.win.set_session(self.conversation.records[-1])
+                self.win.refresh_all()
+                self.win.set_banner(f"<b>Turn {n + 1} did not run:</b> {html.escape(self.win.last_error or reason)}"
+                                    f"<br>Turn {n} is shown; its receipts are kept.", BANNER_ERROR)
+        self.refresh()
+
+    # -- export --------------------------------------------------------------------------
+    def export_conversation(self):
+        """The conversation of the shown session when it has two turns or more: a ``Conversation`` whose
+        records are snapshots (the running turn too), or the path of the file it came from; None when
+        the shown session is a single run."""
+        rs = self.records()
+        if len(rs) < 2 or self.win.session not in rs:
+            return None
+        if self.source_path:
+            return self.source_path
+        conv = Conversation(records=[r.snapshot() if r.header is not None else r for r in rs])
+        conv.history.messages = list(self.conversation.history.messages) if self.conversation else []
+        return conv

@@ -1,0 +1,93 @@
+"""The window's Next turn row: a run continued as a conversation (issue 16), on the real model.
+
+No test relies on the model's words: the answers are whatever the model committed, read
+back from the run's own records."""
+
+from __future__ import annotations
+
+from test_gui_support import export_session, make_window, open_receipts, run_to_end
+
+MAX = 8
+
+
+def send_turn(qtbot, w, text: str) -> tuple:
+    """Type ``text`` in the Next turn row, press Send, and wait for the turn's end."""
+    from test_gui_support import RUN_TIMEOUT_MS
+
+    w.conversation_bar.message.setText(text)
+    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as blocker:
+        w.conversation_bar.send.click()
+    w.refresh_all()
+    return tuple(blocker.args)
+
+
+def test_the_next_turn_waits_for_a_finished_run_and_says_why(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
+    bar = w.conversation_bar
+    assert not bar.send.isEnabled() and "run a prompt first" in bar.message.placeholderText()
+    assert not bar.turn.isVisible()
+    w.panel.raw.setChecked(True)
+    run_to_end(qtbot, w)
+    assert not bar.send.isEnabled() and "raw prompt" in bar.message.placeholderText()
+
+
+def test_a_next_turn_prompts_with_the_chat_so_far_and_every_turn_is_exported_in_one_document(qtbot, runtime,
+                                                                                             tmp_path):
+    from inspector.receipts import load_document
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
+    run_to_end(qtbot, w)
+    first = w.session
+    answer = first.end.output_text
+    bar = w.conversation_bar
+    assert bar.send.isEnabled() and "turn 2" in bar.message.placeholderText()
+    reason, end = send_turn(qtbot, w, "Say it again.")
+    assert end is not None and reason != "error"
+    second = w.session
+    assert second is not first and second.conversation["turn"] == 2
+    assert second.header.templated_text.count(answer) >= 1 and "Say it again." in second.header.templated_text
+    assert second.prompt_token_count > first.prompt_token_count + len(first.tokens)
+    assert bar.turn.isVisible() and bar.turn.count() == 2 and bar.turn.currentIndex() == 1
+    assert "Turn 2: Say it again." == bar.turn.itemText(1)
+    # The picker shows turn 1 in every view, and Send still continues after turn 2.
+    bar.turn.activated.emit(0)
+    assert w.session is first and "turn <b>1</b>" in w.banner.text()
+    assert bar.send.isEnabled() and "turn 3" in bar.message.placeholderText()
+
+    path, error = export_session(qtbot, w, tmp_path / "conv.json")
+    assert error == ""
+    doc = load_document(path)
+    assert doc["kind"] == "conversation" and doc["conversation"]["turns"] == 2
+    assert [t["conversation"]["turn"] for t in doc["turns"]] == [1, 2]
+    assert all(w_["turn"] == 2 for w_ in doc["turns"][1]["windows"])
+    assert doc["conversation"]["messages"][1] == {"role": "assistant", "content": answer}
+    assert doc["summary"]["generated_tokens"] == len(first.tokens) + len(second.tokens)
+
+    # Opened again: both turns, read only, the last one shown.
+    other = make_window(qtbot, runtime, tmp_path, settings_file="other.ini")
+    assert open_receipts(qtbot, other, path) == ""
+    obar = other.conversation_bar
+    assert obar.turn.count() == 2 and other.session.conversation["turn"] == 2
+    assert not obar.send.isEnabled() and "read only" in obar.message.placeholderText()
+    obar.turn.activated.emit(0)
+    assert other.session.conversation["turn"] == 1 and len(other.session.tokens) == len(first.tokens)
+    # A new run from the prompt leaves the conversation.
+    run_to_end(qtbot, w)
+    assert not bar.turn.isVisible() and w.session.conversation is None
+
+
+def test_a_turn_that_no_longer_fits_the_context_is_refused_and_the_earlier_turn_stays_shown(qtbot, runtime,
+                                                                                            tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
+    run_to_end(qtbot, w)
+    first = w.session
+    errors = []
+    w.errorShown.connect(errors.append)
+    dialogs = []
+    w.show_error = lambda title, message: dialogs.append((title, message))
+    reason, end = send_turn(qtbot, w, "word " * (runtime.n_ctx + 10))
+    assert reason == "error"
+    assert "Turn 2 did not run" in w.banner.text() and "context holds" in w.banner.text()
+    assert dialogs and any(k in dialogs[0][1].lower() for k in ("context", "long")), dialogs
+    assert w.session is first and w.conversation_bar.turn.count() == 1
+    assert w.conversation_bar.send.isEnabled()
