@@ -185,8 +185,10 @@ def cmd_compare(args) -> int:
         configs = default_configs(cost_model or load_cost_model(runtime.model_path, runtime.n_threads, placement(runtime)))
     progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
     try:
+        turn_progress = None if turns is None else (  # noqa: E731
+            lambda k, n, i, m, label: print(f"    turn {k}/{n}", file=sys.stderr, flush=True))
         result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress,
-                             turns=turns)
+                             turns=turns, turn_progress=turn_progress)
     except EngineError as exc:  # e.g. a lost RPC server: one line, not a traceback
         runtime.close()
         return _fail(str(exc))

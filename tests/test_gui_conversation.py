@@ -43,6 +43,7 @@ def test_a_next_turn_prompts_with_the_chat_so_far_and_every_turn_is_exported_in_
     assert bar.send.isEnabled() and "turn 2" in bar.message.placeholderText()
     reason, end = send_turn(qtbot, w, "Say it again.")
     assert end is not None and reason != "error"
+    assert w.banner.text().startswith("Turn 2 · Finished")
     second = w.session
     assert second is not first and second.conversation["turn"] == 2
     assert second.header.templated_text.count(answer) >= 1 and "Say it again." in second.header.templated_text

@@ -22,7 +22,7 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidget
 
 from inspector.gui import worker as W
-from inspector.gui.run_control import BANNER_ERROR, BANNER_HINT
+from inspector.gui.run_control import BANNER_DONE, BANNER_ERROR, BANNER_HINT
 from inspector.session.conversation import Conversation
 
 SEND_SHORTCUT = "Ctrl+Return"
@@ -197,6 +197,8 @@ class ConversationActions(QObject):
         if turn is not None and self.conversation is not None:
             if end is not None and turn.end is not None and (turn.tokens or end.reason != "error"):
                 self.conversation.add_turn(turn)
+                if turn is self.win.session and reason != "error":
+                    self.win.set_banner(f"Turn {self.conversation.turns} · {self.win.banner.text()}", BANNER_DONE)
             elif self.conversation.records:  # the turn never ran (its prompt no longer fits, ...)
                 n = len(self.conversation.records)
                 self.win.set_session(self.conversation.records[-1])

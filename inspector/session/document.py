@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import inspector
-from inspector.engine.probabilities import top_texts_of, with_top_texts
+from inspector.engine.probabilities import with_top_texts
 from inspector.receipts.document import DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION, model_sha256
 from inspector.session.record import SessionRecord
 from inspector.session.records import BaselineDone, Progress, RunEnd, RunHeader, TokenTexts
