@@ -233,7 +233,9 @@ def test_compare_window_closes_and_a_running_comparison_goes_on(qtbot, runtime, 
     v = w.analysis.show_compare()
     v.configs.editItem(v.configs.item(0, 0))
     assert v.configs.state() == QAbstractItemView.State.EditingState
-    (editor,) = v.configs.viewport().findChildren(QLineEdit, options=Qt.FindChildOption.FindDirectChildrenOnly)
+    label = v.configs.item(0, 0).text()
+    (editor,) = [e for e in v.configs.viewport().findChildren(QLineEdit, options=Qt.FindChildOption.FindDirectChildrenOnly)
+                 if e.text() == label]  # the label cell's editor (the options cells are line edits too)
     qtbot.keyClick(editor, Qt.Key.Key_Escape)
     assert v.isVisible() and v.configs.state() != QAbstractItemView.State.EditingState
     # Ctrl+C copies the selected result rows.

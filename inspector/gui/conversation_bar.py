@@ -89,10 +89,11 @@ class ConversationBar(QWidget):
         self.message.setEnabled(ok)
         self.send.setEnabled(ok)
         self.title.setText(f"<b>Turn {next_turn}</b>" if ok else "<b>Next turn</b>")
-        hint = (f"a follow-up message: turn {next_turn}'s prompt is the chat so far, then this message "
-                f"(Enter or {SEND_SHORTCUT} sends)") if ok else why
-        self.message.setPlaceholderText(hint)
-        self.message.setToolTip(hint)
+        self.message.setPlaceholderText(f"a follow-up message; turn {next_turn}'s prompt is the chat so far "
+                                        "(Enter sends)" if ok else why)
+        self.message.setToolTip(f"turn {next_turn}'s prompt: every earlier message and the model's answers, "
+                                f"through the chat template, then this message (Enter or {SEND_SHORTCUT} sends); "
+                                "the proposal source keeps what it remembered" if ok else why)
 
 
 class ConversationActions(QObject):
