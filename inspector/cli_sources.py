@@ -31,8 +31,8 @@ def _shown(value) -> str:
 
 def _flag_type(source: str, option: Option):
     """An argparse type that converts with the option's own check (its range in the message)."""
-    if option.kind == "path":
-        return Path
+    if option.kind == "path":  # argparse converts a string default too: "" must stay "no file", not Path(".")
+        return lambda text: Path(text) if text else ""
     if option.kind in ("text", "choice"):
         return str
 

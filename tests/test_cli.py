@@ -289,3 +289,17 @@ def test_run_with_draft_max_auto_takes_the_stored_cost_models_best_window(tmp_pa
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0 and "draft max:" not in p.stdout
     assert "draft_max_from" not in json.loads(out.read_text())["settings"]
+
+
+def test_every_source_that_needs_no_file_runs_from_the_command_line_with_its_defaults(tmp_path):
+    """A path option left empty (ngram-cache's lookup caches, suffix's memory file) means "no file":
+    argparse once turned the empty default into Path(".") and refused the directory."""
+    from inspector.sources.registry import BUILTIN_DESCRIPTORS
+
+    names = [d.name for d in BUILTIN_DESCRIPTORS.values() if not any(o.required for o in d.options or ())]
+    assert {"ngram", "ngram-cache", "ngram-mod", "suffix"} <= set(names)
+    for name in names:
+        r = cli("run", "--example", "copy-exact", "--source", name, "--max-tokens", "4", "--quiet",
+                "--receipts", tmp_path / f"{name}.json")
+        assert r.returncode == 0, (name, r.stderr)
+        assert load_document(tmp_path / f"{name}.json")["settings"]["source"]["name"] == name
