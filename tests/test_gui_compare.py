@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import json
 
-from inspector.bench.compare import CompareConfig
+from inspector.bench.compare import CompareConfig, default_configs
 from inspector.gui import worker as W
 from test_gui_support import RUN_TIMEOUT_MS, DecodeHold, make_window
 
@@ -208,3 +208,22 @@ def test_turns_file_is_checked_when_opened(qtbot, runtime, tmp_path):
     assert v.input.currentText() == "conversation: two.txt (2 turns)"
     assert v.conversation() == (str(good), ("Say red.", "Say it again."))
     assert v.choose_conversation(None) and v.conversation() is None
+
+
+def test_a_rows_automatic_label_follows_its_source_and_draft_max_until_the_user_names_it(qtbot, runtime, tmp_path):
+    """The trial: rows switched from the default ngram to suffix kept "ngram draft_max 4" as their
+    label in the results, the plots and the export."""
+    w = make_window(qtbot, runtime, tmp_path)
+    v = w.analysis.show_compare()
+    v.set_configs(default_configs())
+    v.configs.cellWidget(1, 1).setCurrentText("suffix")
+    assert v.configs.item(1, 0).text() == "suffix draft_max 4"
+    v.configs.cellWidget(1, 2).setValue(6)
+    v.options_cell(1).setText("max_tree_depth=32")
+    v.options_cell(1).editingFinished.emit()
+    assert [c.label for c in v.config_list()][1] == "suffix draft_max 6 max_tree_depth=32"
+    v.configs.item(2, 0).setText("mine")  # typed by the user: kept
+    v.configs.cellWidget(2, 1).setCurrentText("ngram-simple")
+    assert v.config_list()[2].label == "mine" and v.config_list()[2].source == "ngram-simple"
+    v.configs.item(2, 0).setText("")  # emptied: automatic again
+    assert v.configs.item(2, 0).text() == "ngram-simple draft_max 8"

@@ -60,6 +60,18 @@ SPIN_WIDTH = "99999"
 """Spin boxes are this many digits wide (plus their arrows): the value never touches the arrows."""
 
 
+AUTO_LABEL_ROLE = Qt.ItemDataRole.UserRole + 1
+"""On a label cell: True while the label is automatic (it follows the row's settings)."""
+
+
+def auto_label(source: str, draft_max: int, extra: dict) -> str:
+    """A row's automatic label: ``plain``, or ``SOURCE draft_max N`` and its other options
+    (``suffix draft_max 8 max_tree_depth=32``)."""
+    if source == PLAIN:
+        return "plain"
+    return f"{source} draft_max {draft_max}" + "".join(f" {k}={v}" for k, v in extra.items())
+
+
 def _spin(lo: int, hi: int, value: int) -> QSpinBox:
     s = QSpinBox()
     s.setRange(lo, hi)
@@ -156,6 +168,8 @@ class CompareConfigsPanel:
         """Make the panel's widgets (``configs``, ``add``, ``remove``, ``defaults``, ``run``, ``cancel``,
         ``progress``, ``status``, ``input``, ``open_turns``, ``prompt_label``) and return the panel."""
         self.configs = QTableWidget(0, len(CONFIG_HEADERS))
+        self._labelling = False  # True while the code (not the user) sets a label cell
+        self.configs.itemChanged.connect(self._label_edited)
         self.configs.setHorizontalHeaderLabels(CONFIG_HEADERS)
         self.configs.verticalHeader().setVisible(False)
         self.configs.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -233,11 +247,18 @@ class CompareConfigsPanel:
 
     # -- configurations -----------------------------------------------------------------
     def add_config(self, c: CompareConfig) -> None:
-        """Append a row for ``c`` (n-gram sizes from its options, default 4 and 2)."""
+        """Append a row for ``c`` (n-gram sizes from its options, default 4 and 2). A label of the
+        automatic form (``auto_label``; Defaults' labels) follows the row's source, draft max and
+        options until the user types another one."""
         t = self.configs
         r = t.rowCount()
         t.insertRow(r)
-        t.setItem(r, 0, QTableWidgetItem(c.label))
+        item = QTableWidgetItem(c.label)
+        base = auto_label(c.source, c.draft_max, {})
+        item.setData(AUTO_LABEL_ROLE, not c.label or c.label.startswith(base))
+        self._labelling = True  # not the user's edit (itemChanged)
+        t.setItem(r, 0, item)
+        self._labelling = False
         src = QComboBox()
         src.setFrame(False)
         src.addItems(self.sources if c.source in self.sources else [*self.sources, c.source])
@@ -264,6 +285,8 @@ class CompareConfigsPanel:
         edit.setClearButtonEnabled(True)
         t.setCellWidget(r, OPTIONS_COL, edit)
         src.currentTextChanged.connect(lambda _t, combo=src: self._source_changed(combo, chosen=True))
+        t.cellWidget(r, 2).valueChanged.connect(lambda _v: self.refresh_labels())
+        edit.editingFinished.connect(self.refresh_labels)
         self._source_changed(src)
 
     def _row_of(self, widget) -> int:
@@ -299,6 +322,36 @@ class CompareConfigsPanel:
             if declared is not None:
                 keep = {o.name for o in declared}
                 edit.setText(", ".join(f"{k}={v}" for k, v in given.items() if k in keep))
+            self.refresh_labels()
+
+    def _label_edited(self, item: QTableWidgetItem) -> None:
+        """A label the user typed stays as typed (an emptied one is automatic again)."""
+        if item.column() == 0 and not self._labelling:
+            self._labelling = True
+            item.setData(AUTO_LABEL_ROLE, not item.text().strip())
+            self._labelling = False
+            if not item.text().strip():
+                self.refresh_labels()
+
+    def refresh_labels(self) -> None:
+        """Set every automatic label from its row's source, draft max and options (``auto_label``)."""
+        t = self.configs
+        self._labelling = True
+        try:
+            for r in range(t.rowCount()):
+                item, src = t.item(r, 0), t.cellWidget(r, 1)
+                if item is None or src is None or not item.data(AUTO_LABEL_ROLE):
+                    continue
+                source = src.currentText()
+                try:
+                    extra = parse_options(self.options_cell(r).text()) if source != PLAIN else {}
+                except ValueError:
+                    extra = {}
+                text = auto_label(source, t.cellWidget(r, 2).value(), extra)
+                if item.text() != text:
+                    item.setText(text)
+        finally:
+            self._labelling = False
 
     def set_configs(self, configs) -> None:
         """Replace the table's rows with ``configs`` (``CompareConfig``)."""
@@ -332,8 +385,7 @@ class CompareConfigsPanel:
                 check_config_options(source, options, draft_max)
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
-            label = typed or ("plain" if source == PLAIN else f"{source} draft_max {draft_max}" + "".join(
-                f" {k}={v}" for k, v in extra.items()))
+            label = typed or auto_label(source, draft_max, extra)
             out.append(CompareConfig(label, source, draft_max, options))
         if not out:
             raise ValueError("add at least one configuration")
