@@ -24,27 +24,22 @@ def add_flags_command(sub) -> None:
 
 
 def cmd_flags(args) -> int:
-    """Print ``llama-server ...`` for ``args.config`` (compare's ``SOURCE[:key=value,...]``), then a
-    note on stderr where spec-inspector's own proposal cap (draft max) is shorter than the source's
-    own maximum. Exit 2 for an unknown source, a bad option or a source llama-server lacks."""
+    """Print ``llama-server ...`` for ``args.config`` (compare's ``SOURCE[:key=value,...]``), then the
+    notes of ``server_notes`` on stderr (spec-inspector's own proposal cap, a draft max the type
+    ignores, a missing draft model). Exit 2 for an unknown source, a bad option or a source
+    llama-server lacks."""
     from inspector.bench.compare import parse_config
-    from inspector.sources.registry import describe_source
-    from inspector.sources.server_flags import LLAMA_SERVER_FLAGS_FROM, server_command
+    from inspector.sources.server_flags import LLAMA_SERVER_FLAGS_FROM, server_command, server_notes
 
     try:
         config = parse_config(args.config)
         line = server_command(config.source, config.options, draft_max=config.draft_max,
                               model=str(args.model) if args.model else None)
+        notes = server_notes(config.source, config.options, draft_max=config.draft_max)
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     print(line)
-    if config.source != "none":
-        d = describe_source(config.source)
-        values = d.with_defaults(d.check_options(config.options))
-        own = max((v for k, v in values.items() if k in ("size_m", "n_max") and isinstance(v, int)), default=None)
-        if own is not None and config.draft_max < own:
-            print(f"note: spec-inspector also caps each proposal at draft max {config.draft_max} "
-                  f"(this configuration's draft_max); llama-server's {d.llama_server} proposes up to {own} tokens. "
-                  f"Give draft_max={own} to compare like with like.", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     print(f"flag names: {LLAMA_SERVER_FLAGS_FROM}", file=sys.stderr)
     return 0

@@ -85,7 +85,21 @@ def test_the_window_copies_the_chosen_sources_llama_server_flags(qtbot, runtime,
     line = w.analysis.copy_server_flags()
     assert line is not None and "--spec-type ngram-mod" in line and line.startswith("llama-server -m ")
     assert QGuiApplication.clipboard().text() == line and "copied" in w.status_state.text()
+    # The whole line is readable in the banner, with what the flags do not carry (our draft max cap).
+    assert "--spec-ngram-mod-n-max 64" in w.banner.text() and "caps each proposal at draft max" in w.banner.text()
     source, options, _ = parse_server_arguments(shlex.split(line))
     assert source == "ngram-mod" and options["n_min"] == describe_source("ngram-mod").option("n_min").default
     w.panel.source.setCurrentText("ngram")
     assert w.analysis.copy_server_flags() is None and "no llama-server equivalent" in w.last_error
+
+
+def test_the_notes_say_what_the_flags_do_not_carry():
+    from inspector.sources.server_flags import server_notes
+
+    cap = server_notes("ngram-simple", {}, draft_max=8)
+    assert len(cap) == 1 and "draft max 8" in cap[0] and "up to 48 tokens" in cap[0]
+    assert server_notes("ngram-simple", {}, draft_max=48) == []
+    assert "changes nothing" in server_notes("ngram-cache", {}, draft_max=16)[0]
+    assert "up to 8 tokens" in server_notes("ngram-cache", {}, draft_max=4)[0]
+    assert "--model-draft PATH" in server_notes("draft", {}, draft_max=8)[0]
+    assert server_notes("none", {}, draft_max=8) == [] and server_notes("suffix", {}, draft_max=8) == []

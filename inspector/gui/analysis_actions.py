@@ -12,6 +12,7 @@ immutable results to the session and the views.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import os
 from pathlib import Path
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from inspector.gui import worker as W
 from inspector.gui.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
+from inspector.gui.run_control import BANNER_HINT
 from inspector.gui.wording import count_noun
 
 SETTINGS_GROUP = "cost_models"
@@ -102,18 +104,27 @@ class AnalysisActions(QObject):
         from PySide6.QtGui import QGuiApplication
 
         from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
-        from inspector.sources.server_flags import server_command
+        from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
         p = self.w.panel
         draft_max = DEFAULT_DRAFT_MAX if p.draft_max_auto() else p.draft_max.value()
         model = (self.w.model_info or {}).get("path")
+        source = p.source.currentText()
         try:
-            line = server_command(p.source.currentText(), p.source_options(), draft_max=draft_max, model=model)
+            line = server_command(source, p.source_options(), draft_max=draft_max, model=model)
+            notes = server_notes(source, p.source_options(), draft_max=draft_max)
+        except NoServerEquivalent as exc:
+            from PySide6.QtWidgets import QMessageBox
+
+            self.w.show_error("No llama-server flags for this source", str(exc), QMessageBox.Icon.Information)
+            return None
         except ValueError as exc:
             self.w.show_error("No llama-server flags for this source", str(exc))
             return None
         QGuiApplication.clipboard().setText(line)
-        self.w.status_state.setText(f"copied: {line}")
+        self.w.status_state.setText("llama-server flags copied to the clipboard")
+        self.w.set_banner("<b>Copied to the clipboard:</b> <code>" + html.escape(line) + "</code>" +
+                          "".join(f"<br>Note: {html.escape(n)}" for n in notes), BANNER_HINT)
         return line
 
     # -- baseline ------------------------------------------------------------------

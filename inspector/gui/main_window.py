@@ -518,10 +518,11 @@ class MainWindow(RunControl, QMainWindow):
         self.banner.show()
 
     # -- dialogs ---------------------------------------------------------------------------
-    def show_error(self, title: str, message: str) -> None:
-        """Show an error without blocking (a window-modal box); kept in ``last_error``."""
+    def show_error(self, title: str, message: str, icon=QMessageBox.Icon.Critical) -> None:
+        """Show an error (``icon``: Information for what is no failure) without blocking (a window-modal
+        box); kept in ``last_error``."""
         self.last_error = message
-        box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, self)
+        box = QMessageBox(icon, title, message, QMessageBox.StandardButton.Ok, self)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
         self.error_box = box

@@ -89,6 +89,41 @@ def server_command(source: str, options: Mapping | None = None, *, draft_max: in
     return shlex.join(["llama-server", *server_arguments(source, options, draft_max=draft_max, model=model)])
 
 
+def _own_maximum(source: str, values: Mapping) -> int | None:
+    """The most tokens llama-server's type proposes by its own settings (``size_m`` of ngram-simple /
+    ngram-map-k*, ``n_max`` of ngram-mod, ngram-cache's fixed ``N_DRAFT``), or None."""
+    if source == "ngram-cache":
+        from inspector.sources.llama_ngram_cache import N_DRAFT
+
+        return N_DRAFT
+    return max((v for k, v in values.items() if k in ("size_m", "n_max") and isinstance(v, int)), default=None)
+
+
+def server_notes(source: str, options: Mapping | None = None, *, draft_max: int | None = None) -> list[str]:
+    """What the printed arguments do not carry, in words (``spec-inspector flags`` prints them on
+    stderr, the window beside the copied line): spec-inspector's own cap on each proposal (draft
+    max) when it is shorter than the llama-server type's own maximum, a draft max the type ignores,
+    a draft model not given. Empty for plain decoding and a source without an equivalent. Raises
+    what ``server_arguments`` raises for bad options."""
+    if source == "none":
+        return []
+    d = describe_source(source)
+    if d.llama_server is None:
+        return []
+    values = d.with_defaults(d.check_options(dict(options or {})))
+    notes = []
+    if d.llama_server == "" and not values.get("draft_model"):
+        notes.append("no draft model given: add --model-draft PATH (the draft GGUF) before using these flags")
+    own = _own_maximum(source, values)
+    if own is not None and draft_max is not None and draft_max < own:
+        notes.append(f"spec-inspector also caps each proposal at draft max {draft_max}; llama-server's "
+                     f"{d.llama_server} proposes up to {own} tokens. Give draft_max={own} to compare like with like.")
+    elif own is not None and draft_max is not None and draft_max > own and source == "ngram-cache":
+        notes.append(f"draft max {draft_max} changes nothing here: ngram-cache drafts at most {own} tokens "
+                     "(llama.cpp's n_draft, as in spec-inspector), and no flag sets it")
+    return notes
+
+
 def parse_server_arguments(argv) -> tuple[str, dict, int | None]:
     """The configuration a llama-server argument list sets: ``(source, options, draft_max)``, options
     checked by the source's declaration (defaults not added), ``draft_max`` from the option taken
