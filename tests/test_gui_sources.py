@@ -58,10 +58,11 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
 
     reason, info = run_to_end(qtbot, w)
     g = w.worker.generation
-    source = w.worker.source
+    source = g.source
     from inspector.sources.draft import DraftModelSource
 
-    assert isinstance(source, DraftModelSource) and g.source is source  # the engine sees the real source
+    assert isinstance(source, DraftModelSource)  # the engine saw the real source
+    assert w.worker.source is None  # closed when the run ended (its draft runtime freed)
     assert str(source.draft.model_path) == path
     assert info.kv_length == info.canonical_position
     mismatches = [r for r in g.receipts if r.disposition == "first_mismatch"]
@@ -83,10 +84,9 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
     plain = plain_tokens(runtime, text, DRAFT_TOKENS, end_of_turn=False)
     assert len(plain) == DRAFT_TOKENS
     assert_same_greedy_output(runtime, text, plain, g.generated, end_of_turn=False)
-    # The draft's own runtime is closed when the window closes.
-    assert source.draft.ctx
-    w.close()
+    # The draft's own runtime was closed when the run ended.
     assert not source.draft.ctx
+    w.close()
 
 
 def test_incompatible_draft_is_refused_with_a_dialog_and_the_session_stays(qtbot, runtime, tmp_path):
@@ -252,3 +252,15 @@ def test_a_model_that_cannot_drop_rows_refuses_speculation_in_a_dialog(qtbot, ru
     reason, _ = run_to_end(qtbot, w)
     n = len(w.session.tokens)
     assert (reason, n) == ("length", 6) or (reason == "eog" and 0 < n < 6)  # the model may end its answer
+
+
+def test_ngram_caches_dynamic_file_is_written_when_the_run_ends(qtbot, runtime, tmp_path):
+    """The trial: the -lcd file appeared only when the next run started (the source was closed then)."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    p = w.panel
+    assert p.set_source("ngram-cache")
+    dynamic = tmp_path / "dyn.bin"
+    p.option_controls["ngram-cache"]["lookup_cache_dynamic"].set_value(str(dynamic))
+    reason, end = run_to_end(qtbot, w)
+    assert end is not None and reason != "error"
+    assert dynamic.exists() and dynamic.stat().st_size > 0

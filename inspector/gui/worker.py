@@ -327,6 +327,7 @@ class EngineWorker(SteppingControl, QObject):
             self.stateChanged.emit(RUNNING, "comparing with plain decoding…")
             result = run.compare_with_plain(self._baseline_cancel)
             self.baselineReady.emit(result, run.baseline_error)
+        self._close_source()  # now: a source's files (ngram-cache's -lcd, suffix's memory) are written at its end
         self.stateChanged.emit(IDLE, reason)
         self.runFinished.emit(reason, end)
 
