@@ -23,6 +23,8 @@ COMPACT_KINDS = ("int", "float", "choice")
 """Kinds whose controls share a row."""
 PER_ROW = 3
 """Most compact controls in one row."""
+ROW_LABEL_CHARS = 24
+"""Compact controls share a row while their labels hold at most this many characters in all."""
 _INT_SPAN = 1_000_000
 
 
@@ -176,6 +178,8 @@ def build_source_page(descriptor: SourceDescriptor,
         c = OptionControl(descriptor.name, o)
         controls[o.name] = c
         if o.kind in COMPACT_KINDS:
+            if row and sum(len(r.option.label) for r in (*row, c)) > ROW_LABEL_CHARS:
+                flush()  # long labels (suffix's max_tree_depth, ...) would widen the side panel
             row.append(c)
             if len(row) == PER_ROW:
                 flush()

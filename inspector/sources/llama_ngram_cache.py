@@ -253,13 +253,13 @@ def _path_check(source: str, key: str, value) -> str:
 
 NGRAM_CACHE = SourceDescriptor("ngram-cache", (
     Option("lookup_cache_static", "path", "", "llama.cpp -lcs / --lookup-cache-static: path to a static lookup "
-           "cache (read, not updated by generation; e.g. from llama-lookup-create)", label="static cache",
+           "cache (read, not updated by generation; e.g. from llama-lookup-create)", label="static cache (-lcs)",
            flag="--lookup-cache-static", metavar="FNAME", convert=_path_check,
-           placeholder="static lookup cache (optional)", file_filter="Lookup caches (*.bin);;All files (*)"),
+           placeholder="-lcs file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
     Option("lookup_cache_dynamic", "path", "", "llama.cpp -lcd / --lookup-cache-dynamic: path to a dynamic lookup "
-           "cache (read if it exists, updated by generation when the run ends)", label="dynamic cache",
+           "cache (read if it exists, updated by generation when the run ends)", label="dynamic cache (-lcd)",
            flag="--lookup-cache-dynamic", metavar="FNAME", convert=_path_check,
-           placeholder="dynamic lookup cache (optional)", file_filter="Lookup caches (*.bin);;All files (*)"),
+           placeholder="-lcd file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
 ), help="llama.cpp ngram-cache: lookup decoding from context, dynamic and static n-gram counts",
     capabilities=frozenset({"settings", "close"}), llama_server="ngram-cache")
 

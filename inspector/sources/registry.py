@@ -237,19 +237,18 @@ for _module in (llama_ngram_map, llama_ngram_mod, llama_ngram_cache):
 
 SUFFIX = SourceDescriptor("suffix", (
     Option("max_tree_depth", "int", 24, "longest match plus proposal (tokens): the depth of the suffix trees "
-           "(vLLM suffix_decoding_max_tree_depth)", minimum=2, maximum=64, label="depth"),
+           "(vLLM suffix_decoding_max_tree_depth)", minimum=2, maximum=64),
     Option("max_spec_factor", "float", 1.0, "propose at most this many tokens per matched token "
-           "(vLLM suffix_decoding_max_spec_factor)", minimum=0.0, maximum=64.0, step=0.25, label="spec factor"),
+           "(vLLM suffix_decoding_max_spec_factor)", minimum=0.0, maximum=64.0, step=0.25),
     Option("max_spec_offset", "float", 0.0, "tokens added to max spec factor x match length (arctic-inference "
-           "max_spec_offset)", minimum=-64.0, maximum=64.0, step=1.0, label="offset"),
+           "max_spec_offset)", minimum=-64.0, maximum=64.0, step=1.0),
     Option("min_token_prob", "float", 0.1, "stop where the continuation's estimated probability (count / parent "
            "count, multiplied along the path) falls below this (vLLM suffix_decoding_min_token_prob)",
-           minimum=0.0, maximum=1.0, step=0.05, label="min p"),
+           minimum=0.0, maximum=1.0, step=0.05),
     Option("max_cached_tokens", "int", 100_000, "tokens of earlier requests' outputs remembered, the oldest "
-           "requests dropped first (0: this run neither uses nor changes the memory)", minimum=0, control_max=10_000_000,
-           label="cache"),
+           "requests dropped first (0: this run neither uses nor changes the memory)", minimum=0, control_max=10_000_000),
     Option("memory_file", "path", "", "load the memory of earlier outputs from this JSON file and save it back "
-           "after each run (empty: this session only)", label="memory",
+           "after each run (empty: this session only)",
            placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)"),
 ), help="suffix decoding: the most frequent continuation of the longest suffix match in the prompt, the output "
         "and earlier requests' outputs", capabilities=frozenset({"settings", "close"}))
