@@ -163,8 +163,13 @@ def test_conversation_compare_sums_every_turn(qtbot, runtime, tmp_path):
     from inspector.session.conversation import read_turns
 
     turns = read_turns(turns_path("agent-edits"))
-    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=20)
     v = w.analysis.show_compare()
+    assert v.max_tokens.value() == 20  # the main window's, until set here
+    v.max_tokens.setValue(8)  # the trial: the window had no max tokens of its own
+    w.panel.max_tokens.setValue(30)
+    w.analysis.show_compare()
+    assert v.max_tokens.value() == 8
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("suffix", "suffix", 4)])
     assert v.conversation() is None and v.input.currentText().startswith("prompt: copy-with-corrections")
     assert v.choose_conversation("agent-edits")

@@ -355,7 +355,10 @@ class AnalysisActions(QObject):
         what = "" if turns is None else f" over {count_noun(len(turns), 'turn')} of {conversation[0]}"
         v.set_running(True, f"starting {count_noun(len(configs), 'configuration')}{what} …")
         self.worker.reset_cancel()
-        self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), panel.generation_settings(),
+        from dataclasses import replace
+
+        settings = replace(panel.generation_settings(), max_new_tokens=v.max_tokens.value())  # the window's own
+        self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), settings,
                                                 None if self.current is None else self.current.model, turns))
         return True
 

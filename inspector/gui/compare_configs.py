@@ -213,6 +213,12 @@ class CompareConfigsPanel:
         self.open_turns.setToolTip("a conversation of your own: a JSON list of user messages, or messages "
                                    "separated by lines holding only ---")
         self.open_turns.setAutoDefault(False)
+        self.max_tokens = _spin(1, 1 << 16, 128)
+        self.max_tokens.setToolTip("most tokens each configuration generates (per turn in a conversation); "
+                                   "taken from the main window's max tokens until you change it here")
+        self.max_tokens.valueChanged.connect(lambda _v: self._max_tokens_changed())
+        self._max_tokens_own = False  # True once the user set it here
+        self._max_tokens_setting = False
         buttons = QHBoxLayout()
         for b in (self.add, self.remove, self.defaults):
             buttons.addWidget(b)
@@ -231,6 +237,8 @@ class CompareConfigsPanel:
         on.addWidget(QLabel("Run on"))
         on.addWidget(self.input)
         on.addWidget(self.open_turns)
+        on.addWidget(QLabel("max tokens"))
+        on.addWidget(self.max_tokens)
         on.addWidget(self.prompt_label, 1)
         tl.addLayout(on)
         tl.addLayout(buttons)
@@ -468,13 +476,21 @@ class CompareConfigsPanel:
         beside the choice."""
         self.prompt_name = prompt_name
         self.prompt_details = (int(max_tokens), details)
+        if not self._max_tokens_own:
+            self._max_tokens_setting = True
+            self.max_tokens.setValue(int(max_tokens))
+            self._max_tokens_setting = False
         self.input.setItemText(0, f"prompt: {prompt_name}")
+        self._show_prompt_info()
+
+    def _max_tokens_changed(self) -> None:
+        if not self._max_tokens_setting:
+            self._max_tokens_own = True
         self._show_prompt_info()
 
     def _show_prompt_info(self) -> None:
         if not self.prompt_details:
             return
-        n, details = self.prompt_details
+        _n, details = self.prompt_details
         turns = self.input.currentData() is not None
-        self.prompt_label.setText(f"max tokens {n}{' per turn' if turns else ''}{', ' + details if details else ''}"
-                                  f"{'; a row sums every turn' if turns else ''}")
+        self.prompt_label.setText(f"{'per turn, ' if turns else ''}{details}{'; a row sums every turn' if turns else ''}")
