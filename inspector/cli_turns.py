@@ -53,7 +53,7 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
     turn). The receipts file holds every turn that ran, whatever happens to a later one."""
     from inspector.engine import FaultPlan, RuntimeScheduler
     from inspector.engine.errors import EngineError
-    from inspector.run_output import StreamPrinter, drive_run, format_summary
+    from inspector.run_output import StreamPrinter, drive_run, format_summary, turn_heading
     from inspector.session.conversation import Conversation
     from inspector.session.record import SessionRecord
     from inspector.session.run import RunRefused, RunRequest, SessionRun
@@ -62,7 +62,7 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
     conv = Conversation(planned_turns=len(turns))
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
     for n, text in enumerate(turns, 1):
-        print(f"--- turn {n}/{len(turns)} ---", flush=True)
+        print(turn_heading(n, len(turns), text), flush=True)
         record = SessionRecord()
         request = RunRequest(text, settings, args.source, options, faults=FaultPlan(list(args.inject)),
                              draft_max_auto=args.draft_max is None and args.source != "none",

@@ -52,8 +52,12 @@ def cmd_view(args) -> int:
             return 0
         if args.turn > len(doc["turns"]):
             return _fail(f"{args.file} has no turn {args.turn} (turns 1..{len(doc['turns'])})")
-        print(f"--- turn {args.turn}/{len(doc['turns'])} ---")
-        doc = doc["turns"][args.turn - 1]
+        from inspector.run_output import turn_heading
+
+        turn = doc["turns"][args.turn - 1]
+        print(turn_heading(args.turn, len(doc["turns"]),
+                           turn.get("conversation", {}).get("user_text") or turn["prompt"]["text"]))
+        doc = turn
     elif args.turn is not None:
         return _fail(f"{args.file} is one request, not a conversation: --turn does not apply")
     if args.window and not (args.windows or args.events):

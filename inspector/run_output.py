@@ -308,6 +308,13 @@ def format_document(doc: dict) -> str:
     return "\n".join(head) + "\n" + format_summary(s, ended_as=doc["output"].get("ended_as")) + tail
 
 
+def turn_heading(n: int, count: int, message: str) -> str:
+    """``--- turn 2/4: Apply this change to ... ---``: a turn's heading with its user message (one line,
+    at most 80 characters of it)."""
+    shown = " ".join(message.split())
+    return f"--- turn {n}/{count}: {shown[:77] + '...' if len(shown) > 80 else shown} ---"
+
+
 def format_conversation(doc: dict) -> str:
     """Human summary of a loaded conversation document: one line per turn (its message, tokens,
     windows, acceptance, how it ended), where it stopped, then the summary over every turn."""

@@ -62,7 +62,8 @@ def test_run_turns_writes_one_conversation_document_holding_every_turn_with_the_
                      "Repeat your answer exactly once more.\n")
     r = cli("run", "--turns", turns, "--max-tokens", "12", "--quiet", "--receipts", tmp_path / "r.json")
     assert r.returncode == 0, r.stderr
-    assert "--- turn 1/2 ---" in r.stdout and "--- turn 2/2 ---" in r.stdout
+    assert "--- turn 1/2: Repeat exactly: one two three four five six. ---" in r.stdout
+    assert "--- turn 2/2: Repeat your answer exactly once more. ---" in r.stdout
     doc = load_document(tmp_path / "r.json")  # validates against the schema
     assert doc["kind"] == "conversation" and doc["conversation"]["turns"] == 2
     one, two = doc["turns"]
@@ -79,7 +80,7 @@ def test_run_turns_writes_one_conversation_document_holding_every_turn_with_the_
     v = cli("view", tmp_path / "r.json")
     assert v.returncode == 0 and "conversation, 2 turn(s)" in v.stdout and "turn 2: prompt" in v.stdout
     v2 = cli("view", tmp_path / "r.json", "--turn", "2", "--windows")
-    assert v2.returncode == 0 and "--- turn 2/2 ---" in v2.stdout and "--- windows and discards ---" in v2.stdout
+    assert v2.returncode == 0 and "--- turn 2/2: Repeat your answer" in v2.stdout and "--- windows and discards ---" in v2.stdout
     v3 = cli("view", tmp_path / "r.json", "--turn", "3")
     assert v3.returncode != 0 and "has no turn 3 (turns 1..2)" in v3.stderr
     tr = cli("trace", tmp_path / "r.json", "-o", tmp_path / "t.json")

@@ -52,11 +52,11 @@ def test_a_next_turn_prompts_with_the_chat_so_far_and_every_turn_is_exported_in_
     assert "Turn 2: Say it again." == bar.turn.itemText(1)
     # The picker shows turn 1 in every view, and Send still continues after turn 2.
     bar.turn.activated.emit(0)
-    assert w.session is first and "turn <b>1</b>" in w.banner.text()
+    assert w.session is first and "turn <b>1</b>" in w.banner.text() and "continues after the last" in w.banner.text()
     assert bar.send.isEnabled() and "turn 3" in bar.message.placeholderText()
 
     path, error = export_session(qtbot, w, tmp_path / "conv.json")
-    assert error == ""
+    assert error == "" and w.files.receipts_dir() == str(tmp_path.resolve())  # the dialogs start there next
     doc = load_document(path)
     assert doc["kind"] == "conversation" and doc["conversation"]["turns"] == 2
     assert [t["conversation"]["turn"] for t in doc["turns"]] == [1, 2]
@@ -72,6 +72,7 @@ def test_a_next_turn_prompts_with_the_chat_so_far_and_every_turn_is_exported_in_
     assert not obar.send.isEnabled() and "read only" in obar.message.placeholderText()
     obar.turn.activated.emit(0)
     assert other.session.conversation["turn"] == 1 and len(other.session.tokens) == len(first.tokens)
+    assert "read only" in other.banner.text()
     # A new run from the prompt leaves the conversation.
     run_to_end(qtbot, w)
     assert not bar.turn.isVisible() and w.session.conversation is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,15 @@ def test_a_missing_field_is_a_clear_error(tmp_path, real_document):
     f.write_text(json.dumps(doc))
     with pytest.raises(ReceiptsFileError, match="committed_tokens"):
         load_document(f)
+
+
+def test_a_written_receipts_file_gets_the_usual_permissions_not_owner_only(tmp_path):
+    """The trial: exported receipts were mode 0600 (the temporary file's), unreadable to others."""
+    import os
+
+    from inspector.receipts.document import _umask, write_document
+
+    doc = json.loads((Path(__file__).parent / "data" / "receipts-v1.json").read_text("utf-8"))
+    path = write_document(doc, tmp_path / "r.json")
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert os.access(path, os.R_OK)

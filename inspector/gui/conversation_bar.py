@@ -51,7 +51,7 @@ class ConversationBar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         lay = QHBoxLayout(self)
-        lay.setContentsMargins(0, 2, 0, 0)
+        lay.setContentsMargins(0, 2, 4, 0)
         self.turn = QComboBox()
         self.turn.setToolTip("which turn of the conversation every view shows")
         self.turn.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
@@ -189,8 +189,10 @@ class ConversationActions(QObject):
         self.win.set_session(rs[index])
         self.win.refresh_all()
         k = index + 1
+        where = (" — read only (File &gt; New live session, Ctrl+N, to run)" if rs[index].origin != "live" else
+                 "; the next turn continues after the last")
         self.win.set_banner(f"Showing turn <b>{k}</b> of {len(rs)}: "
-                            f"{html.escape(turn_label(k, rs[index]).split(': ', 1)[-1])}", BANNER_HINT)
+                            f"{html.escape(turn_label(k, rs[index]).split(': ', 1)[-1])}{where}", BANNER_HINT)
         self.refresh()
 
     def _run_finished(self, reason: str, end) -> None:

@@ -53,8 +53,15 @@ class FileActions(QObject):
                                       self.win.panel.target_weights(), self.win.offload_or_none())
 
     # -- receipts ------------------------------------------------------------------------
+    def receipts_dir(self) -> str:
+        """Where the receipts dialogs start: the folder of the last receipts file opened or written
+        (remembered), else the working folder."""
+        return str(self.win.settings.value("files/receipts_dir", "") or "")
+
+    def _remember_dir(self, path: str) -> None:
+        self.win.settings.setValue("files/receipts_dir", str(Path(path).resolve().parent))
     def open_receipts_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.win, "Open receipts", "",
+        path, _ = QFileDialog.getOpenFileName(self.win, "Open receipts", self.receipts_dir(),
                                               "Receipts (*.json *.jsonl);;All files (*)")
         if path:
             self.open_receipts(path)
@@ -121,13 +128,15 @@ class FileActions(QObject):
                             "run controls.", "background:#fff3e0;color:#e65100" if skipped or session.unfinished
                             else "background:#e3f2fd;color:#0d47a1")
         self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
+        self._remember_dir(path)
         self.win.refresh_controls()
         if note:  # the schema version, after the state's own text (``refresh_controls``)
             self.win.status_state.setText(f"viewing {Path(path).name} (read only) · {note}")
         self.opened.emit(path, "")
 
     def export_receipts_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self.win, "Export receipts", "receipts.json", "Receipts (*.json)")
+        path, _ = QFileDialog.getSaveFileName(self.win, "Export receipts", str(Path(self.receipts_dir()) / "receipts.json"),
+                                              "Receipts (*.json)")
         if path:
             self.export_receipts(path)
 
@@ -139,7 +148,7 @@ class FileActions(QObject):
         return self._export(path, lambda doc: str(write_document(doc, path)))
 
     def export_trace_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self.win, "Export Perfetto trace", "trace.json",
+        path, _ = QFileDialog.getSaveFileName(self.win, "Export Perfetto trace", str(Path(self.receipts_dir()) / "trace.json"),
                                               "Chrome trace JSON (*.json)")
         if path:
             self.export_trace(path)
@@ -198,6 +207,7 @@ class FileActions(QObject):
             self.exported.emit("", error)
         else:
             self.win.status_state.setText(f"receipts written: {result}")
+            self._remember_dir(str(result))
             self.exported.emit(str(result), "")
 
     def wait(self) -> None:

@@ -95,6 +95,7 @@ def write_document(doc: dict, path: str | os.PathLike) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would make it (mkstemp's file is owner-only)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, ensure_ascii=False, indent=1)
             fh.write("\n")
@@ -106,6 +107,13 @@ def write_document(doc: dict, path: str | os.PathLike) -> Path:
             pass
         raise
     return p
+
+
+def _umask() -> int:
+    """The process's file creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _object_hook(obj: dict) -> dict:
