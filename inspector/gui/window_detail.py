@@ -376,11 +376,13 @@ class WindowDetail(QWidget):
                              f"committed {committed}"),
                 ("correction / bonus", e(_tok(s, nxt)) if nxt is not None else "none (stopped)"),
                 ("positions", f"base {base} → verified {after} → canonical {canonical}"),
-                ("repair", f"{r.repair} · trimmed {r.trimmed_rows} rows"),
+                ("repair", "retire the checkpoint (nothing to trim)" if r.repair == "retire" and not r.trimmed_rows
+                 else f"{r.repair} · trimmed {r.trimmed_rows} rows"),
                 ("generated", f"{r.generated_token_count} tokens so far"),
-                ("time (µs)", f"proposal {r.proposal_elapsed_us:,} · verification {r.verification_elapsed_us:,} · "
-                              f"repair {r.repair_elapsed_us:,} · total {r.total_elapsed_us:,}"),
-                ("lock (µs)", f"wait {r.runtime_lock_wait_us:,} · hold {r.runtime_lock_hold_us:,} · "
+                # One figure per line: the panel is narrow, and a figure split over two lines misreads.
+                ("time (µs)", f"proposal {r.proposal_elapsed_us:,}<br>verification {r.verification_elapsed_us:,}<br>"
+                              f"repair {r.repair_elapsed_us:,}<br>total {r.total_elapsed_us:,}"),
+                ("lock (µs)", f"wait {r.runtime_lock_wait_us:,}<br>hold {r.runtime_lock_hold_us:,}<br>"
                               f"{r.runtime_lock_acquires} acquisitions"),
             ]
         else:
