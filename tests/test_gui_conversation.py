@@ -93,3 +93,23 @@ def test_a_turn_that_no_longer_fits_the_context_is_refused_and_the_earlier_turn_
     assert dialogs and any(k in dialogs[0][1].lower() for k in ("context", "long")), dialogs
     assert w.session is first and w.conversation_bar.turn.count() == 1
     assert w.conversation_bar.send.isEnabled()
+
+
+def test_a_next_turn_can_start_paused_and_be_stepped_window_by_window(qtbot, runtime, tmp_path):
+    from inspector.gui import worker as W
+    from scenarios import NoEndOfTurn
+    from test_gui_support import RUN_TIMEOUT_MS, wait_state
+
+    w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path, max_tokens=24)  # no end of turn: steps remain
+    run_to_end(qtbot, w)
+    bar = w.conversation_bar
+    assert bar.step.isEnabled()
+    bar.message.setText("Again, please.")
+    bar.step.click()
+    wait_state(qtbot, w, W.PAUSED)
+    assert w.session.conversation["turn"] == 2 and not w.session.tokens  # held before its first step
+    w.step_window_clicked()
+    qtbot.waitUntil(lambda: w.state == W.PAUSED and w.worker.generation.decode_step == 1, timeout=RUN_TIMEOUT_MS)
+    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
+        w.run_clicked()
+    assert bar.turn.count() == 2 and w.session.conversation["turn"] == 2 and len(w.session.tokens) == 24

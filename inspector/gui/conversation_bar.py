@@ -26,6 +26,7 @@ from inspector.gui.run_control import BANNER_DONE, BANNER_ERROR, BANNER_HINT
 from inspector.session.conversation import Conversation
 
 SEND_SHORTCUT = "Ctrl+Return"
+STEP_SHORTCUT = "Shift+Return"
 TURN_LABEL_CHARS = 48
 """A turn picker item shows this many characters of its user message."""
 
@@ -42,10 +43,11 @@ def turn_label(k: int, record) -> str:
 class ConversationBar(QWidget):
     """Turn picker (hidden until there are two turns), the next message, and Send next turn.
 
-    ``sendRequested(text)``: Send (or Ctrl+Enter / Enter in the message) with a message.
+    ``sendRequested(text, paused)``: Send (or Ctrl+Enter / Enter in the message) with a message;
+    ``paused`` for Step (Shift+Enter): the turn holds before its first decode step.
     ``turnChosen(index)``: the user picked turn ``index`` (0-based) to show."""
 
-    sendRequested = Signal(str)
+    sendRequested = Signal(str, bool)
     turnChosen = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -64,16 +66,23 @@ class ConversationBar(QWidget):
         lay.addWidget(self.turn)
         lay.addWidget(self.title)
         lay.addWidget(self.message, 1)
+        self.step = QPushButton("Step")
+        self.step.setToolTip(f"start the next turn paused before its first window: then Step window (F10) or "
+                             f"Step token (F11) go one at a time ({STEP_SHORTCUT})")
         lay.addWidget(self.send)
+        lay.addWidget(self.step)
         self.send.clicked.connect(self._send)
+        self.step.clicked.connect(lambda: self._send(paused=True))
         self.message.returnPressed.connect(self._send)
         QShortcut(QKeySequence(SEND_SHORTCUT), self.message, self._send,
                   context=Qt.ShortcutContext.WidgetShortcut)
+        QShortcut(QKeySequence(STEP_SHORTCUT), self.message, lambda: self._send(paused=True),
+                  context=Qt.ShortcutContext.WidgetShortcut)
         self.turn.activated.connect(self.turnChosen.emit)
 
-    def _send(self) -> None:
+    def _send(self, paused: bool = False) -> None:
         if self.send.isEnabled() and self.message.text().strip():
-            self.sendRequested.emit(self.message.text())
+            self.sendRequested.emit(self.message.text(), paused)
 
     def show_turns(self, labels: list[str], current: int) -> None:
         """Fill the picker with ``labels`` (shown from two turns on) and select ``current``."""
@@ -88,6 +97,7 @@ class ConversationBar(QWidget):
         """Enable the message and Send when ``ok``; else say ``why`` in the placeholder and tooltips."""
         self.message.setEnabled(ok)
         self.send.setEnabled(ok)
+        self.step.setEnabled(ok)
         self.title.setText(f"<b>Turn {next_turn}</b>" if ok else "<b>Next turn</b>")
         self.message.setPlaceholderText(f"a follow-up message; turn {next_turn}'s prompt is the chat so far "
                                         "(Enter sends)" if ok else why)
@@ -158,8 +168,9 @@ class ConversationActions(QObject):
         self.conversation, self.source_path, self._running_turn = conversation, path, None
         self.refresh()
 
-    def send(self, text: str) -> bool:
-        """Start the next turn with ``text``; returns whether it started (the reason is shown otherwise)."""
+    def send(self, text: str, paused: bool = False) -> bool:
+        """Start the next turn with ``text`` (``paused``: holding before its first decode step, for
+        stepping); returns whether it started (the reason is shown otherwise)."""
         why = self.why_not()
         if why or not text.strip():
             self.win.show_error("Cannot send the next turn", why or "Type a message first.")
@@ -173,7 +184,7 @@ class ConversationActions(QObject):
                 conv.add_turn(shown)
             self.conversation = conv
         fields = conv.next_turn(text)
-        if not self.win.start_run(turn=fields):
+        if not self.win.start_run(turn=fields, paused=paused):
             return False
         self._running_turn = self.win.session
         self.bar.message.clear()
