@@ -23,7 +23,7 @@ TURNS_HELP = ("a turns file (user messages separated by lines holding only ---, 
 
 
 def add_turns_argument(parser, command: str) -> None:
-    """``--turns FILE|NAME`` for ``run`` (one receipts file per turn) or ``compare`` (rows sum the turns)."""
+    """``--turns FILE|NAME`` for ``run`` (one conversation receipts document) or ``compare`` (rows sum the turns)."""
     tail = ("; --receipts writes one conversation document holding every turn" if command == "run" else
             "; each configuration answers with its own history, and each row sums every turn")
     parser.add_argument("--turns", metavar="FILE|NAME", help=f"run a conversation: {TURNS_HELP}{tail}")

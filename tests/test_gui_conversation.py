@@ -113,3 +113,43 @@ def test_a_next_turn_can_start_paused_and_be_stepped_window_by_window(qtbot, run
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
         w.run_clicked()
     assert bar.turn.count() == 2 and w.session.conversation["turn"] == 2 and len(w.session.tokens) == 24
+
+
+def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_any_token_counts_no_turn(
+        qtbot, runtime, tmp_path):
+    """The review: a Run from the prompt that never started dropped the conversation (the next Send then
+    rebuilt turn 1 from turn 2); a turn stopped before its first token joined the history empty."""
+    from inspector.gui import worker as W
+    from test_gui_support import RUN_TIMEOUT_MS, wait_state
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
+    run_to_end(qtbot, w)
+    send_turn(qtbot, w, "Say it again.")
+    second = w.session
+    path, error = export_session(qtbot, w, tmp_path / "conv.json")
+    assert error == ""
+    # A run from the prompt whose source cannot be made (replay of a conversation file: refused by name).
+    dialogs = []
+    w.show_error = lambda title, message, *a: dialogs.append(message)
+    assert w.panel.set_source("replay")
+    w.panel.option_controls["replay"]["replay"].set_value(str(path))
+    with qtbot.waitSignal(w.sourceRefused, timeout=RUN_TIMEOUT_MS):
+        assert w.start_run()
+    assert dialogs and "is a conversation of 2 turns" in dialogs[-1]
+    assert w.session is second and w.turns.conversation is not None and w.conversation_bar.turn.count() == 2
+    assert w.panel.set_source("ngram")
+    # Another context size would load the model again: the next turn waits for it.
+    w.panel.n_ctx.setValue(runtime.n_ctx // 2)
+    w.turns.refresh()
+    assert not w.conversation_bar.send.isEnabled() and "context" in w.conversation_bar.message.placeholderText()
+    w.panel.n_ctx.setValue(runtime.n_ctx)
+    w.turns.refresh()
+    # Stopped while held before its first step: no turn, the message stays for another try.
+    w.conversation_bar.message.setText("Once more.")
+    w.conversation_bar.step.click()
+    wait_state(qtbot, w, W.PAUSED)
+    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
+        w.stop_clicked()
+    assert w.session is second and w.turns.conversation.turns == 2
+    assert "stopped before its first token" in w.banner.text()
+    assert w.conversation_bar.message.text() == "Once more."

@@ -190,7 +190,7 @@ class CompareConfigsPanel:
         self.defaults.setToolTip("plain decoding and the n-gram source at draft max 4, 8 and 16")
         self.run = QPushButton("▶ Run comparison")
         self.run.setToolTip("run the prompt or conversation once per configuration, one after the other, on the "
-                            "engine thread (max tokens and sampling from the main window)")
+                            "engine thread (max tokens from this window, sampling from the main window)")
         self.cancel = QPushButton("Cancel")
         self.cancel.setToolTip("stop the configuration in flight; the finished ones are shown")
         self.cancel.setEnabled(False)

@@ -125,6 +125,7 @@ class ConversationActions(QObject):
         window.stateChanged.connect(lambda _s: self.refresh())
         window.runFinished.connect(self._run_finished)
         window.sourceRefused.connect(lambda _m: self._run_finished("error", None))
+        window.worker.runStarted.connect(self._run_started)
 
     # -- what the bar allows ---------------------------------------------------------------
     def records(self) -> list:
@@ -146,6 +147,28 @@ class ConversationActions(QObject):
             return "run a prompt first (Ctrl+R); then continue the conversation here"
         if (s.settings or {}).get("raw"):
             return "a raw prompt is no chat: turn raw off and run again to continue as a conversation"
+        conv = self.conversation
+        if s.conversation is not None and (conv is None or s not in conv.records):
+            return "this run was a turn of a conversation left since: Run the prompt again to start a new one"
+        last = conv.records[-1] if conv is not None and conv.records else s
+        return self._model_changed(last)
+
+    def _model_changed(self, last) -> str:
+        """Why the panel's model no longer continues ``last``'s conversation ("" when it does): another
+        model file or context size would load a model again (and forget what the sources remembered)."""
+        h = last.header
+        try:
+            path = str(self.win.panel.model_path() or self.win.bundled_path())
+        except Exception:  # no model chosen: the run itself says why
+            return ""
+        from pathlib import Path
+
+        ran, n_ctx = str(h.model.get("path", "")), h.model.get("n_ctx")
+        if ran and Path(path).resolve() != Path(ran).resolve():
+            return f"the conversation ran on {Path(ran).name}: choose it again, or Run to start a new conversation"
+        if n_ctx and self.win.panel.n_ctx.value() != n_ctx:
+            return (f"the conversation ran with context {n_ctx}: set it back, or Run to start a new conversation "
+                    "(another context size loads the model again)")
         return ""
 
     def refresh(self) -> None:
@@ -187,9 +210,13 @@ class ConversationActions(QObject):
         if not self.win.start_run(turn=fields, paused=paused):
             return False
         self._running_turn = self.win.session
-        self.bar.message.clear()
-        self.refresh()
+        self.refresh()  # the message stays until the turn is counted (a refused turn keeps it)
         return True
+
+    def _run_started(self, _info) -> None:
+        """A run from the prompt (not a turn) has started: it leaves the conversation."""
+        if self._running_turn is None and (self.conversation is not None or self.source_path):
+            self.forget()
 
     def show_turn(self, index: int) -> None:
         """Show turn ``index`` (0-based) in every view (only while no run goes)."""
@@ -209,16 +236,19 @@ class ConversationActions(QObject):
     def _run_finished(self, reason: str, end) -> None:
         turn, self._running_turn = self._running_turn, None
         if turn is not None and self.conversation is not None:
-            if end is not None and turn.end is not None and (turn.tokens or end.reason != "error"):
+            if end is not None and turn.end is not None and turn.tokens:
                 self.conversation.add_turn(turn)
+                self.bar.message.clear()
                 if turn is self.win.session and reason != "error":
                     self.win.set_banner(f"Turn {self.conversation.turns} · {self.win.banner.text()}", BANNER_DONE)
             elif self.conversation.records:  # the turn never ran (its prompt no longer fits, ...)
                 n = len(self.conversation.records)
                 self.win.set_session(self.conversation.records[-1])
                 self.win.refresh_all()
-                self.win.set_banner(f"<b>Turn {n + 1} did not run:</b> {html.escape(self.win.last_error or reason)}"
-                                    f"<br>Turn {n} is shown; its receipts are kept.", BANNER_ERROR)
+                why = ("it was stopped before its first token" if end is not None and end.reason == "stopped"
+                       else html.escape(self.win.last_error or reason))
+                self.win.set_banner(f"<b>Turn {n + 1} did not run:</b> {why}<br>Turn {n} is shown; its receipts "
+                                    "are kept, and Send tries the message again.", BANNER_ERROR)
         self.refresh()
 
     # -- export --------------------------------------------------------------------------
@@ -226,8 +256,8 @@ class ConversationActions(QObject):
         """The conversation of the shown session when it has two turns or more: a ``Conversation`` whose
         records are snapshots (the running turn too), or the path of the file it came from; None when
         the shown session is a single run."""
-        rs = self.records()
-        if len(rs) < 2 or self.win.session not in rs:
+        rs = [r for r in self.records() if r.header is not None or r.document is not None]  # a turn not begun yet: none
+        if len(rs) < 2 or self.win.session not in self.records():
             return None
         if self.source_path:
             return self.source_path

@@ -504,7 +504,7 @@ class MainWindow(RunControl, QMainWindow):
         if reason != "error" and end is not None:
             self.set_banner(f"Finished: <b>{reason}</b> · {count_noun(len(self.session.tokens), 'token')} · "
                             f"KV length {end.kv_length} (canonical position {end.canonical_position})", BANNER_DONE)
-        elif self.state != W.ERROR and (end is None or not self.session.tokens):  # it never ran: say why
+        elif self.state != W.ERROR and (end is None or not (self.session.tokens or end.errors)):  # it never ran
             self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
                             BANNER_ERROR)
         self.set_state(W.IDLE, reason)

@@ -174,9 +174,7 @@ class RunControl:
         session = SessionRecord()
         session.prompt_text = prompt
         session.source_name = src
-        if turn is None:
-            self.turns.forget()
-        self.set_session(session)
+        self.set_session(session)  # a run from the prompt leaves the conversation once it starts
         loading = "loading the model, then " if self.worker.runtime is None else ""
         what = "stepping" if paused or first_action else "running"
         self._run_status = (f"turn {turn['conversation']['turn']} · " if turn else "") + \

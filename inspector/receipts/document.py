@@ -109,11 +109,18 @@ def write_document(doc: dict, path: str | os.PathLike) -> Path:
     return p
 
 
-def _umask() -> int:
-    """The process's file creation mask (read by setting it and putting it back)."""
-    mask = os.umask(0o022)
+def _read_umask() -> int:
+    mask = os.umask(0o022)  # read by setting it and putting it back: once, at import (threads write files later)
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()
+
+
+def _umask() -> int:
+    """The process's file creation mask, as it was when this module was imported."""
+    return _UMASK
 
 
 def _object_hook(obj: dict) -> dict:

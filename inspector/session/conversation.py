@@ -133,9 +133,12 @@ def conversation_block(turn: int, turns: list[str] | int, history: ChatHistory) 
 
 def turn_answer(record) -> str:
     """The committed text of a turn's ``SessionRecord`` (its ``RunEnd`` text when it ran here; the
-    document's output text when read from a file): what joins the chat history as the answer."""
+    document's ``output.text`` when read from a file): what joins the chat history as the answer."""
     end = getattr(record, "end", None)
-    return end.output_text if end is not None else record.output_text
+    if end is not None:
+        return end.output_text
+    doc = getattr(record, "document", None)
+    return doc["output"]["text"] if doc else record.output_text
 
 
 @dataclass

@@ -194,7 +194,11 @@ def _replay(ctx: SourceContext, **options) -> ProposalSource:
     from inspector.sources.replay import ReplaySource
 
     o = REPLAY.with_defaults(options)
-    return ReplaySource(load_document(o["replay"]), path=o["replay"])
+    doc = load_document(o["replay"])
+    if doc.get("kind") == "conversation":  # one request's windows are replayed, not a chat's
+        raise ValueError(f"{o['replay']} is a conversation of {len(doc['turns'])} turns: replay takes one request's "
+                         "receipts (spec-inspector view FILE --turn N shows a turn; export one run to replay it)")
+    return ReplaySource(doc, path=o["replay"])
 
 
 def _draft(ctx: SourceContext, **options) -> ProposalSource:
