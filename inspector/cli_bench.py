@@ -35,10 +35,10 @@ def cmd_bench(args) -> int:
         result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats,
                            not args.no_llama_cpp_python, progress)
     except EngineError as exc:
-        runtime.close()
         return _fail(str(exc))
+    finally:
+        runtime.close()
     _print_result(format_bench(result), result, args.json)
-    runtime.close()
     return 0
 
 
@@ -69,10 +69,10 @@ def _bench_turns(args) -> int:
         result = run_turns_bench(scheduler, turns, GenerationSettings(max_new_tokens=args.max_tokens), cm,
                                  progress=progress)
     except EngineError as exc:
-        runtime.close()
         return _fail(str(exc))
+    finally:
+        runtime.close()
     _print_result(format_turns_bench(result), result, args.json)
-    runtime.close()
     return 0
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -168,7 +168,6 @@ class CompareConfigsPanel:
         """Make the panel's widgets (``configs``, ``add``, ``remove``, ``defaults``, ``run``, ``cancel``,
         ``progress``, ``status``, ``input``, ``open_turns``, ``prompt_label``) and return the panel."""
         self.configs = QTableWidget(0, len(CONFIG_HEADERS))
-        self._labelling = False  # True while the code (not the user) sets a label cell
         self.configs.itemChanged.connect(self._label_edited)
         self.configs.setHorizontalHeaderLabels(CONFIG_HEADERS)
         self.configs.verticalHeader().setVisible(False)
@@ -218,7 +217,6 @@ class CompareConfigsPanel:
                                    "taken from the main window's max tokens until you change it here")
         self.max_tokens.valueChanged.connect(lambda _v: self._max_tokens_changed())
         self._max_tokens_own = False  # True once the user set it here
-        self._max_tokens_setting = False
         buttons = QHBoxLayout()
         for b in (self.add, self.remove, self.defaults):
             buttons.addWidget(b)
@@ -264,9 +262,8 @@ class CompareConfigsPanel:
         item = QTableWidgetItem(c.label)
         base = auto_label(c.source, c.draft_max, {})
         item.setData(AUTO_LABEL_ROLE, not c.label or c.label.startswith(base))
-        self._labelling = True  # not the user's edit (itemChanged)
-        t.setItem(r, 0, item)
-        self._labelling = False
+        with QSignalBlocker(t):  # not the user's edit (itemChanged)
+            t.setItem(r, 0, item)
         src = QComboBox()
         src.setFrame(False)
         src.addItems(self.sources if c.source in self.sources else [*self.sources, c.source])
@@ -334,18 +331,16 @@ class CompareConfigsPanel:
 
     def _label_edited(self, item: QTableWidgetItem) -> None:
         """A label the user typed stays as typed (an emptied one is automatic again)."""
-        if item.column() == 0 and not self._labelling:
-            self._labelling = True
-            item.setData(AUTO_LABEL_ROLE, not item.text().strip())
-            self._labelling = False
+        if item.column() == 0:
+            with QSignalBlocker(self.configs):
+                item.setData(AUTO_LABEL_ROLE, not item.text().strip())
             if not item.text().strip():
                 self.refresh_labels()
 
     def refresh_labels(self) -> None:
         """Set every automatic label from its row's source, draft max and options (``auto_label``)."""
         t = self.configs
-        self._labelling = True
-        try:
+        with QSignalBlocker(t):  # not the user's edits (itemChanged)
             for r in range(t.rowCount()):
                 item, src = t.item(r, 0), t.cellWidget(r, 1)
                 if item is None or src is None or not item.data(AUTO_LABEL_ROLE):
@@ -358,8 +353,6 @@ class CompareConfigsPanel:
                 text = auto_label(source, t.cellWidget(r, 2).value(), extra)
                 if item.text() != text:
                     item.setText(text)
-        finally:
-            self._labelling = False
 
     def set_configs(self, configs) -> None:
         """Replace the table's rows with ``configs`` (``CompareConfig``)."""
@@ -477,15 +470,13 @@ class CompareConfigsPanel:
         self.prompt_name = prompt_name
         self.prompt_details = (int(max_tokens), details)
         if not self._max_tokens_own:
-            self._max_tokens_setting = True
-            self.max_tokens.setValue(int(max_tokens))
-            self._max_tokens_setting = False
+            with QSignalBlocker(self.max_tokens):  # not the user's choice
+                self.max_tokens.setValue(int(max_tokens))
         self.input.setItemText(0, f"prompt: {prompt_name}")
         self._show_prompt_info()
 
     def _max_tokens_changed(self) -> None:
-        if not self._max_tokens_setting:
-            self._max_tokens_own = True
+        self._max_tokens_own = True  # the user's (set_prompt_info blocks its own change)
         self._show_prompt_info()
 
     def _show_prompt_info(self) -> None:

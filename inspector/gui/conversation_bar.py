@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushBu
 
 from inspector.gui import worker as W
 from inspector.gui.run_control import BANNER_DONE, BANNER_ERROR, BANNER_HINT
-from inspector.session.conversation import Conversation
+from inspector.session.conversation import Conversation, conversation_block
 
 SEND_SHORTCUT = "Ctrl+Return"
 STEP_SHORTCUT = "Shift+Return"
@@ -203,7 +203,7 @@ class ConversationActions(QObject):
         if conv is None or not conv.records or conv.records[-1] is not shown:
             if conv is None or shown not in conv.records:  # the shown run becomes turn 1 of a new conversation
                 conv = Conversation()
-                shown.conversation = {"turn": 1, "turns": 1, "history": [], "user_text": shown.prompt_text}
+                shown.conversation = conversation_block(1, 1, conv.history, shown.prompt_text)
                 conv.add_turn(shown)
             self.conversation = conv
         fields = conv.next_turn(text)
@@ -261,6 +261,4 @@ class ConversationActions(QObject):
             return None
         if self.source_path:
             return self.source_path
-        conv = Conversation(records=[r.snapshot() if r.header is not None else r for r in rs])
-        conv.history.messages = list(self.conversation.history.messages) if self.conversation else []
-        return conv
+        return Conversation(records=[r.snapshot() if r.header is not None else r for r in rs])

@@ -119,16 +119,11 @@ def turn_prompt_tokens(runtime, history: ChatHistory, user_text: str) -> list[in
     return chat_prompt(runtime, history.prompt_messages(user_text))[1]
 
 
-def conversation_block(turn: int, turns: list[str] | int, history: ChatHistory) -> dict:
-    """The receipts document's ``conversation`` block of turn ``turn`` (1-based): which turn, how many
-    there are (``turns``: the turns file's messages, or a count when the next ones are not known yet, as
-    in the window), the messages before it, and this turn's message (``turns[turn - 1]``, or the last
-    user message of a count's caller: pass it through ``Conversation.next_turn``)."""
-    count = turns if isinstance(turns, int) else len(turns)
-    block = {"turn": turn, "turns": count, "history": [dict(m) for m in history.messages]}
-    if not isinstance(turns, int):
-        block["user_text"] = turns[turn - 1]
-    return block
+def conversation_block(turn: int, turns: int, history: ChatHistory, user_text: str) -> dict:
+    """The receipts document's ``conversation`` block of turn ``turn`` (1-based) of ``turns`` (the turns
+    known so far: a turns file's count, or ``turn`` itself when the next ones come one at a time): the
+    messages before it and this turn's message."""
+    return {"turn": turn, "turns": turns, "history": [dict(m) for m in history.messages], "user_text": user_text}
 
 
 def turn_answer(record) -> str:
@@ -169,8 +164,7 @@ class Conversation:
         if not user_text.strip():
             raise ValueError("the next turn's message is empty")
         n = self.turns + 1
-        block = conversation_block(n, max(n, self.planned_turns or 0), self.history)
-        block["user_text"] = user_text
+        block = conversation_block(n, max(n, self.planned_turns or 0), self.history, user_text)
         return {"chat_messages": tuple(self.history.prompt_messages(user_text)), "conversation": block,
                 "source_memory": self.memory}
 
@@ -219,11 +213,9 @@ def conversation_document(conversation: Conversation) -> dict:
         prefill_elapsed_us=sum(r.prefill_elapsed_us for r in records),
         finish_reason=records[-1].finish_reason).to_json()
     summary["definitions"] = dict(DEFINITIONS)
-    messages = list(conversation.history.messages)
-    if len(messages) < 2 * len(records):  # the last turn is shown but not added to the history yet
-        last = records[-1]
-        messages += [{"role": "user", "content": last.conversation["user_text"]},
-                     {"role": "assistant", "content": turn_answer(last)}]
+    # The chat from the turns themselves (a turn still running has not joined the history yet).
+    messages = [m for r in records for m in ({"role": "user", "content": r.conversation["user_text"]},
+                                             {"role": "assistant", "content": turn_answer(r)})]
     block = {"turns": len(records), "messages": messages}
     if conversation.planned_turns:
         block["planned_turns"] = conversation.planned_turns
