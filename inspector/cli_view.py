@@ -39,7 +39,7 @@ def cmd_view(args) -> int:
         doc = load_document(args.file)
     except ReceiptsFileError as exc:
         return _fail(str(exc))
-    from inspector.session.conversation import is_conversation
+    from inspector.receipts.document import is_conversation
 
     if is_conversation(doc):
         if args.turn is None:

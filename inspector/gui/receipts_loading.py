@@ -25,7 +25,8 @@ def read_session(path: str) -> tuple[SessionRecord | None, str, str, object]:
     Safe on any thread (no Qt)."""
     from inspector.receipts import ReceiptsFileError, load_document
     from inspector.receipts.document import version_note
-    from inspector.session.conversation import is_conversation, records_of_conversation
+    from inspector.receipts.document import is_conversation
+    from inspector.session.conversation import records_of_conversation
 
     # The load makes millions of objects: with the cyclic GC on, its full collections
     # (a second each, holding the GIL) would freeze the GUI thread. The records hold no

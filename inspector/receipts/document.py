@@ -35,6 +35,16 @@ DEFINITIONS = {
 }
 
 
+CONVERSATION_KIND = "conversation"
+"""``kind`` of a conversation document (``$defs/conversation_document``: one request document per turn)."""
+
+
+def is_conversation(doc) -> bool:
+    """Whether a loaded receipts document is a conversation (``"kind": "conversation"``, its request
+    documents under ``turns``) rather than one request: the one test every reader uses."""
+    return isinstance(doc, dict) and doc.get("kind") == CONVERSATION_KIND
+
+
 class ReceiptsFileError(Exception):
     """A receipts file that cannot be read or does not match the schema; the message says where."""
 

@@ -33,7 +33,9 @@ def chrome_trace(doc: dict, pid: int = PID, process: str = "") -> dict:
     Returns ``{"traceEvents": [...], "displayTimeUnit": "ms", "metadata": {...}}``;
     every event has ``name``, ``ph``, ``ts``, ``pid`` and ``tid``.
     """
-    if doc.get("kind") == "conversation":
+    from inspector.receipts.document import is_conversation
+
+    if is_conversation(doc):
         turns = [chrome_trace(d, k, f"turn {k}") for k, d in enumerate(doc["turns"], 1)]
         return {"traceEvents": [e for t in turns for e in t["traceEvents"]], "displayTimeUnit": "ms",
                 "metadata": {**turns[0]["metadata"], "turns": len(turns),

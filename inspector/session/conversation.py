@@ -178,10 +178,6 @@ class Conversation:
         self.history.add_turn(block["user_text"], turn_answer(record))
 
 
-def is_conversation(doc: dict) -> bool:
-    """Whether a loaded receipts document is a conversation (``"kind": "conversation"``: one request
-    document per turn under ``turns``) rather than one request."""
-    return isinstance(doc, dict) and doc.get("kind") == "conversation"
 
 
 def conversation_document(conversation: Conversation) -> dict:
@@ -193,7 +189,7 @@ def conversation_document(conversation: Conversation) -> dict:
 
     import inspector
     from inspector.engine.stats import summarize_receipts
-    from inspector.receipts.document import DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
+    from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
     from inspector.session.document import record_document
 
     records = conversation.records
@@ -221,7 +217,7 @@ def conversation_document(conversation: Conversation) -> dict:
         block["planned_turns"] = conversation.planned_turns
     if conversation.stopped_at:
         block["stopped_at"] = conversation.stopped_at
-    return {"schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "kind": "conversation",
+    return {"schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "kind": CONVERSATION_KIND,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "tool": {"name": "spec-inspector", "version": inspector.__version__},
             "conversation": block, "summary": summary, "turns": turns}

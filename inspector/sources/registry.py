@@ -191,11 +191,12 @@ def _scripted(ctx: SourceContext, **options) -> ProposalSource:
 
 def _replay(ctx: SourceContext, **options) -> ProposalSource:
     from inspector.receipts import load_document
+    from inspector.receipts.document import is_conversation
     from inspector.sources.replay import ReplaySource
 
     o = REPLAY.with_defaults(options)
     doc = load_document(o["replay"])
-    if doc.get("kind") == "conversation":  # one request's windows are replayed, not a chat's
+    if is_conversation(doc):  # one request's windows are replayed, not a chat's
         raise ValueError(f"{o['replay']} is a conversation of {len(doc['turns'])} turns: replay takes one request's "
                          "receipts (spec-inspector view FILE --turn N shows a turn; export one run to replay it)")
     return ReplaySource(doc, path=o["replay"])
