@@ -6,7 +6,7 @@ from typing import TextIO
 
 from inspector.engine.generation import GenerationObserver
 from inspector.engine.probabilities import WindowProbabilities, top_texts_of
-from inspector.engine.receipt import COMMIT, DISCARD, STEP, VERIFY, Summary, decision_id_text
+from inspector.engine.receipt import COMMIT, DISCARD, PREFILL, STEP, VERIFY, Summary, decision_id_text
 
 
 class StreamPrinter(GenerationObserver):
@@ -117,8 +117,9 @@ def format_event(e, token_text, decision_id=None, probabilities=None) -> str:
     if decision_id is not None:
         parts.append(f"decision {decision_id_text(decision_id)}")
     kind = _get(e, "kind")
-    if kind in (COMMIT, STEP):
-        figures = _figures(_probabilities(e) if kind == STEP else probabilities, _get(e, "row"), _get(e, "detail"))
+    if kind in (COMMIT, STEP, PREFILL):
+        own = kind in (STEP, PREFILL)  # a step (or the prefill's last row) carries its own figures
+        figures = _figures(_probabilities(e) if own else probabilities, _get(e, "row"), _get(e, "detail"))
         if figures:
             parts.append(figures)
     if _get(e, "detail"):
@@ -148,7 +149,7 @@ def format_events(events, token_text, receipts=(), discards=()) -> list[str]:
     lines, n_discard = [], 0
     for e in events:
         kind, decision = _get(e, "kind"), None
-        if kind == STEP:
+        if kind in (STEP, PREFILL):
             figures[("step", _get(e, "position"))] = _probabilities(e)  # its commit line shows them too
         if kind == VERIFY:
             decision = by_window.get(_get(e, "window"))

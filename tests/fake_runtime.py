@@ -49,6 +49,9 @@ class FakeRuntime:
     def prefill(self, sid, tokens, position):
         self.decode_rows(sid, tokens, position)
 
+    def prefill_predict(self, sid, tokens, position):
+        return self.decode_rows(sid, tokens, position)[-1]
+
     def trim(self, sid, position) -> bool:
         self.calls.append(f"trim {position}")
         if not self.trim_result:

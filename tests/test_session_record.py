@@ -16,6 +16,7 @@ from inspector.engine.classify import (
     BONUS,
     BRANCH,
     CORRECTION,
+    FROM_PREFILL,
     NOT_COMMITTED,
     NOT_COMMITTED_YET,
     NOT_VERIFIED,
@@ -93,7 +94,8 @@ def view_of(s: SessionRecord) -> dict:
 
 
 SCRIPT = [follow(2), lambda req: [req.tokens[-1] + 1, 999, 5], None, [2, 3]]
-"""A full accept (2 + bonus), a first mismatch at row 1, a plain step, a mismatch at row 0."""
+"""After the first token (committed from the prefill): a full accept (2 + bonus), a first mismatch
+at row 1, a plain step, a mismatch at row 0."""
 
 
 def test_live_document_and_autosave_records_of_one_run_agree(tmp_path):
@@ -102,7 +104,7 @@ def test_live_document_and_autosave_records_of_one_run_agree(tmp_path):
     from_autosave = SessionRecord.from_autosave(autosave)
     assert view_of(live) == view_of(from_doc) == view_of(from_autosave)
     assert not from_autosave.unfinished and from_autosave.skipped_lines == 0
-    assert [e.kind for e in from_autosave.events][:2] == ["prefill", "verify"]
+    assert [e.kind for e in from_autosave.events][:3] == ["prefill", "commit", "verify"]  # the first token, then window 1
 
 
 def test_a_failed_window_and_its_repair_agree_in_all_three_records(tmp_path):
@@ -118,24 +120,42 @@ def test_token_outcomes_come_from_the_engines_commit_events(tmp_path):
     live, _doc, _ = run_scripted(tmp_path, SCRIPT)
     commits = [e for e in live.events if e.kind == "commit"]
     assert [t.outcome for t in live.tokens[:-1]] == [e.detail for e in commits[:-1]]
-    # window 1: follow(2) -> two accepted and the bonus; window 2: its 1st token accepted, 999 corrected.
-    assert [t.outcome for t in live.tokens[:5]] == [ACCEPTED, ACCEPTED, BONUS, ACCEPTED, CORRECTION]
-    assert live.tokens[5].outcome == PLAIN and live.tokens[5].window is None
+    # the first token from the prefill; window 1: follow(2) -> two accepted and the bonus;
+    # window 2: its 1st token accepted, 999 corrected; then a plain step.
+    assert [t.outcome for t in live.tokens[:6]] == [FROM_PREFILL, ACCEPTED, ACCEPTED, BONUS, ACCEPTED, CORRECTION]
+    assert live.tokens[0].window is None and live.plain_steps == 3  # the first token is no plain step
+    assert live.tokens[6].outcome == PLAIN and live.tokens[6].window is None
+    assert live.tokens[7].outcome == CORRECTION and live.tokens[7].window == 3  # the plain step is no window
     assert live.tokens[-1].outcome == END
 
 
-def test_an_autosave_from_before_lines_carried_events_shows_its_tokens_and_no_events(tmp_path):
+def _without_events(tmp_path, autosave):
+    """The autosave as a writer from before lines carried events would have written it."""
     import json
 
-    _live, _doc, autosave = run_scripted(tmp_path, SCRIPT)
     old = tmp_path / "old.jsonl"
     lines = [json.loads(line) for line in autosave.read_text().splitlines()]
     for rec in lines:
         rec.pop("events", None)
     old.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    s = SessionRecord.from_autosave(old)
+    return old
+
+
+def test_an_autosave_from_before_lines_carried_events_shows_its_tokens_and_no_events(tmp_path):
+    _live, _doc, autosave = run_scripted(tmp_path, SCRIPT)
+    s = SessionRecord.from_autosave(_without_events(tmp_path, autosave))
     assert s.events == []
-    assert [(t.token, t.outcome) for t in s.tokens] == [(t.token, t.outcome) for t in _live.tokens]
+    assert [t.token for t in s.tokens] == [t.token for t in _live.tokens]
+    # every window's and plain step's token keeps its outcome; the first token (the prefill's) is
+    # checked by the next test: its "step" line alone does not say it came from the prefill
+    assert [(t.token, t.outcome) for t in s.tokens[1:]] == [(t.token, t.outcome) for t in _live.tokens[1:]]
+
+
+def test_an_autosave_without_events_reads_the_first_token_as_the_prefills_not_a_plain_step(tmp_path):
+    live, _doc, autosave = run_scripted(tmp_path, SCRIPT)
+    s = SessionRecord.from_autosave(_without_events(tmp_path, autosave))
+    assert (s.tokens[0].token, s.tokens[0].outcome) == (live.tokens[0].token, FROM_PREFILL)
+    assert s.plain_steps == live.plain_steps == 3
 
 
 def test_lock_operations_count_only_between_the_runs_header_and_end(tmp_path):
@@ -282,10 +302,11 @@ def test_time_held_before_a_commit_is_no_decode_time():
         def before_commit(self, window, row, token, position):
             _time.sleep(0.02)
 
+    # the first token (4) is held in start(); then one decode step: a window of 3 accepted + the bonus
     g = Generation(RuntimeScheduler(FakeRuntime()), ListSource([follow(3)]), [1, 2, 3],
-                   GenerationSettings(max_new_tokens=4, draft_max=8), observer=Holds())
+                   GenerationSettings(max_new_tokens=5, draft_max=8), observer=Holds())
     g.run()
-    assert g.generated_count == 4
+    assert g.generated_count == 5 and g.decode_step == 1 and g.receipts[0].canonical_prediction_count == 4
     assert g.decode_elapsed_us < 20_000, f"observed {g.decode_elapsed_us} us for 4 held commits of 20 ms each"
 
 
@@ -295,10 +316,11 @@ def test_a_plain_step_cancelled_before_its_commit_is_not_counted():
 
     g = Generation(RuntimeScheduler(FakeRuntime()), None, [1, 2, 3], GenerationSettings(max_new_tokens=4),
                    faults=FaultPlan([Fault("cancel")]))
-    g.start()
+    g.start()  # the first token comes from the prefill: no plain step, and no fault fires on it
+    assert g.plain_steps == 0 and g.generated_count == 1
     with pytest.raises(RequestCancelled):
         g.step()
-    assert g.plain_steps == 0 and g.generated_count == 0
+    assert g.plain_steps == 0 and g.generated_count == 1
     g.resume()
     g.run()
-    assert g.plain_steps == 4 == g.generated_count
+    assert g.plain_steps == 3 == g.generated_count - 1

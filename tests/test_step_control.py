@@ -123,7 +123,8 @@ def test_pause_takes_effect_between_windows_and_continue_finishes_the_run():
 
     run = SteppedRun([follow(2)] * 4, max_new=30, hooks=PauseInWindowTwo)
     _state, _detail, steps, generated = run.rec.wait_for(PAUSED)
-    assert steps == 2 and len(run.gen.receipts) == 2 and generated == 6  # two windows: 2 accepted + bonus
+    # the prefill's first token, then two windows of 2 accepted + bonus
+    assert steps == 2 and len(run.gen.receipts) == 2 and generated == 1 + 3 + 3
     assert run.rt.kv_length(run.gen.session_id) == run.gen.canonical_position
     run.step.request_continue()
     assert run.join() == "length"
@@ -132,7 +133,7 @@ def test_pause_takes_effect_between_windows_and_continue_finishes_the_run():
 
 
 def test_step_window_runs_exactly_one_decode_step_then_pauses():
-    proposals = [follow(3), [103 + 4, 999], None, follow(2)]
+    proposals = [follow(3), [103 + 5, 999], None, follow(2)]  # after 103 (prefill) and 104..107: 108 right
     run = SteppedRun(proposals, max_new=40, first_action="window")
     for n in (1, 2, 3, 4, 5):
         _state, _detail, steps, _generated = run.rec.wait_for(PAUSED, n)
@@ -146,15 +147,18 @@ def test_step_window_runs_exactly_one_decode_step_then_pauses():
 def test_step_token_holds_before_each_token_and_each_request_releases_exactly_one():
     run = SteppedRun([follow(3)], max_new=6, first_action="token")
     first = run.rec.wait_holds(1)
-    assert first == (1, 0, 103, 3, 0)  # window 1, row 0, held before commit: nothing generated yet
-    assert run.step.holding and run.rec.states(TOKEN_HOLD)[-1][1] == "window 1 row 0"
+    assert first == (None, 0, 103, 3, 0)  # the prefill's token, held before its commit: nothing generated yet
+    _state, _detail, steps, generated = run.rec.wait_for(TOKEN_HOLD, 1)
+    assert run.step.holding and (steps, generated) == (0, 0)  # announced in start(), before any decode step
     for n in range(2, 7):
         run.step.request_step_token()
-        window, row, token, _position, generated = run.rec.wait_holds(n)
-        assert generated == n - 1 and token == 102 + n
-        assert (window, row) == ((1, n - 1) if n <= 4 else (None, 0))  # 3 accepted + bonus, then plain steps
+        window, row, token, position, generated = run.rec.wait_holds(n)
+        assert generated == n - 1 and token == 102 + n and position == 2 + n
+        assert (window, row) == ((1, n - 2) if n <= 5 else (None, 0))  # 3 accepted + bonus, then a plain step
         assert len(run.rec.holds) == n  # one per request, never more
-    assert run.rec.states(TOKEN_HOLD)[-1][1] == "window (plain step) row 0"
+        if n == 2:
+            assert run.rec.wait_for(TOKEN_HOLD, 2)[1] == "window 1 row 0"
+    assert run.rec.wait_for(TOKEN_HOLD, 6)[1] == "window (plain step) row 0"
     run.step.request_step_token()  # commits the 6th token: the run ends (max tokens)
     assert run.join() == "length"
     assert run.gen.generated == [103, 104, 105, 106, 107, 108] and len(run.rec.holds) == 6
@@ -164,7 +168,8 @@ def test_step_token_while_paused_holds_before_the_next_token_without_committing_
     run = SteppedRun([follow(2)], max_new=6, start_paused=True)
     run.rec.wait_for(PAUSED)
     run.step.request_step_token()
-    assert run.rec.wait_holds(1)[:2] == (1, 0) and run.gen.generated_count == 0
+    # the first token was committed by start() before the pause; the hold is window 1's row 0
+    assert run.rec.wait_holds(1)[:2] == (1, 0) and run.gen.generated_count == 1
     run.step.request_continue()
     assert run.join() == "length"
     assert len(run.rec.holds) == 1
@@ -174,7 +179,7 @@ def test_stop_while_holding_before_a_commit_ends_the_run_stopped_without_that_to
     run = SteppedRun([follow(4)], max_new=10, first_action="token")
     run.rec.wait_holds(1)
     run.step.request_step_token()
-    run.rec.wait_holds(2)
+    assert run.rec.wait_holds(2)[:3] == (1, 0, 104)  # after the prefill's 103: window 1's row 0
     run.stop()
     assert run.join() == "stopped"
     g = run.gen
@@ -201,7 +206,7 @@ def test_a_stop_requested_before_the_run_starts_ends_it_at_once():
 
 
 def test_break_on_first_mismatch_pauses_after_such_a_window():
-    proposals = [follow(2), [106, 999, 5], follow(2)]  # window 2: 106 accepted, 999 mismatches
+    proposals = [follow(2), [107, 999, 5], follow(2)]  # window 2 (after 103..106): 107 accepted, 999 mismatches
     run = SteppedRun(proposals, max_new=30, break_on=("first_mismatch",))
     _state, _detail, steps, _generated = run.rec.wait_for(PAUSED)
     g = run.gen
@@ -213,7 +218,7 @@ def test_break_on_first_mismatch_pauses_after_such_a_window():
 
 
 def test_break_on_is_read_at_each_step_boundary_so_turning_it_off_lets_the_run_go_on():
-    proposals = [[103, 999], [105, 999], follow(2)]
+    proposals = [[104, 999], [106, 999], follow(2)]  # each: one accepted, then a mismatch
     run = SteppedRun(proposals, max_new=20, break_on=("first_mismatch",))
     run.rec.wait_for(PAUSED)
     run.step.set_break_on(())
@@ -222,8 +227,9 @@ def test_break_on_is_read_at_each_step_boundary_so_turning_it_off_lets_the_run_g
 
 
 def test_break_on_first_mismatch_does_not_pause_while_stepping_token_by_token():
-    run = SteppedRun([[103, 999]], max_new=3, break_on=("first_mismatch",), first_action="token")
-    for n in (1, 2, 3):
+    # the prefill's 103, window 1's 104 (accepted) and 105 (correction), a plain step's 106
+    run = SteppedRun([[104, 999]], max_new=4, break_on=("first_mismatch",), first_action="token")
+    for n in (1, 2, 3, 4):
         run.rec.wait_holds(n)
         run.step.request_step_token()
     assert run.join() == "length"
@@ -233,7 +239,8 @@ def test_break_on_first_mismatch_does_not_pause_while_stepping_token_by_token():
 def test_break_on_discard_pauses_after_the_step_that_discarded_a_proposal():
     run = SteppedRun([follow(3)], max_new=10, faults=[Fault("position_drift")], break_on=("discard",))
     _state, _detail, steps, generated = run.rec.wait_for(PAUSED)
-    assert steps == 1 and [d.reason for d in run.gen.discards] == ["position_mismatch"] and generated == 1
+    # the prefill's token and the plain step's
+    assert steps == 1 and [d.reason for d in run.gen.discards] == ["position_mismatch"] and generated == 2
     run.step.request_continue()
     assert run.join() == "length"
 
@@ -242,7 +249,8 @@ def test_an_error_pauses_before_anyone_hears_of_it_and_resume_finishes_the_text(
     proposals = [follow(4), follow(2)]
     run = SteppedRun(proposals, max_new=12, faults=[Fault("callback_error", 1, 2)])
     _state, _detail, steps, generated = run.rec.wait_for(PAUSED)
-    assert steps == 1 and generated == 2  # the failing callback ran after token 2 was committed
+    # the prefill's token, then window 1's failing callback ran after its token 2 was committed
+    assert steps == 1 and generated == 1 + 2
     message, paused_when_told = run.rec.errors[0]
     assert "injected" in message.lower() and paused_when_told
     g = run.gen
@@ -255,7 +263,9 @@ def test_an_error_pauses_before_anyone_hears_of_it_and_resume_finishes_the_text(
 
 def test_an_error_leaves_step_token_mode_so_resume_runs_on_without_holding():
     run = SteppedRun([follow(4)], max_new=8, faults=[Fault("callback_error", 1, 1)], first_action="token")
-    run.rec.wait_holds(1)
+    assert run.rec.wait_holds(1)[:2] == (None, 0)  # the prefill's token
+    run.step.request_step_token()  # commits it (no fault fires on the first token)
+    assert run.rec.wait_holds(2)[:2] == (1, 0)
     run.step.request_step_token()  # commits row 0: its callback fails
     run.rec.wait_for(PAUSED)
     holds = len(run.rec.holds)

@@ -5,7 +5,8 @@ Every behaviour here also has a real-model test in test_engine_real.py.
 
 import pytest
 
-from inspector.engine import Fault, FaultPlan, Generation, GenerationSettings, RuntimeScheduler
+from inspector.engine import Fault, FaultPlan, Generation, GenerationObserver, GenerationSettings, RuntimeScheduler
+from inspector.engine.classify import ACCEPTED, BONUS, FROM_PREFILL, PLAIN
 from inspector.engine.errors import InjectedCallbackError, RepairFailed, RequestCancelled
 
 from fake_runtime import FakeRuntime, ListSource, follow
@@ -30,18 +31,20 @@ def test_full_accept_commits_proposal_plus_bonus_and_retires_instead_of_trimming
     r = g.receipts[0]
     assert (r.disposition, r.accepted_proposal_tokens, r.canonical_prediction_count, r.trimmed_rows) == ("full_accept", 3, 4, 0)
     assert r.repair == "retire" and r.runtime_lock_acquires == 2
-    assert r.correction_or_boundary_token == r.committed_tokens[-1] == 106
+    # start() committed 103 from the prefill; window 1 verifies [103, 104, 105, 106]: bonus 107
+    assert r.committed_tokens == (104, 105, 106, 107)
+    assert r.correction_or_boundary_token == r.committed_tokens[-1] == 107
     assert rt.kv_length(g.session_id) == r.canonical_position == r.base_position + 4
 
 
 def test_first_mismatch_commits_the_correction_and_trims_the_branch():
-    rt, src, g = make([[103, 999, 5]])
+    rt, src, g = make([[104, 999, 5]])  # current token 103 (from the prefill): 104 right, 999 wrong
     g.start()
     g.step()
     r = g.receipts[0]
-    assert (r.disposition, r.accepted_proposal_tokens, r.committed_tokens, r.trimmed_rows) == ("first_mismatch", 1, (103, 104), 2)
+    assert (r.disposition, r.accepted_proposal_tokens, r.committed_tokens, r.trimmed_rows) == ("first_mismatch", 1, (104, 105), 2)
     assert r.verification_row_predictions[2:] == (0, 6)  # branch-conditioned, never in the output
-    assert g.generated == [103, 104]
+    assert g.generated == [103, 104, 105]
     assert rt.kv_length(g.session_id) == r.canonical_position
 
 
@@ -51,9 +54,9 @@ def test_callback_error_reaches_the_caller_only_after_repair():
     with pytest.raises(InjectedCallbackError):
         g.step()
     assert kinds(g, 1) == ["verify", "commit", "commit", "repair", "error", "discard"]
-    assert rt.kv_length(g.session_id) == g.canonical_position == 2 + 2
+    assert rt.kv_length(g.session_id) == g.canonical_position == 3 + 2  # base 3 (the prompt) + 2 committed
     assert src.discarded == [(b"p0", "execution_failed")]
-    assert g.discards[0].partial.committed_tokens == (103, 104)
+    assert g.discards[0].partial.committed_tokens == (104, 105)
 
 
 def test_cancel_before_third_commit_of_a_full_accept_trims_to_base_plus_two():
@@ -61,13 +64,13 @@ def test_cancel_before_third_commit_of_a_full_accept_trims_to_base_plus_two():
     g.start()
     with pytest.raises(RequestCancelled):
         g.step()
-    assert "trim 4" in rt.calls and "retire" not in rt.calls
-    assert rt.kv_length(g.session_id) == 2 + 2
+    assert "trim 5" in rt.calls and "retire" not in rt.calls
+    assert rt.kv_length(g.session_id) == 3 + 2  # base 3 (the prompt) + the 2 tokens committed
     assert kinds(g, 1)[-3:] == ["repair", "error", "discard"]
 
 
 def test_failed_trim_retires_the_session_and_resume_continues_on_a_new_one():
-    rt, src, g = make([[103, 999], follow(2)], max_new=6, faults=[Fault("trim_failure")])
+    rt, src, g = make([[104, 999], follow(2)], max_new=6, faults=[Fault("trim_failure")])
     g.start()
     with pytest.raises(RepairFailed, match="session was retired"):
         g.step()
@@ -83,7 +86,7 @@ def test_position_drift_discards_position_mismatch_and_the_plain_step_repairs_fi
     g.start()
     g.step()
     assert [d.reason for d in g.discards] == ["position_mismatch"]
-    assert g.generated == [103] and g.plain_steps == 1
+    assert g.generated == [103, 104] and g.plain_steps == 1  # 103 from the prefill, 104 from the plain step
     assert rt.kv_length(g.session_id) == g.canonical_position
 
 
@@ -100,7 +103,7 @@ def test_invalid_or_late_proposals_are_discarded_and_a_plain_step_runs(fault, re
     g.step()
     assert [d.reason for d in g.discards] == [reason]
     assert src.discarded[0][1] == reason
-    assert g.generated == [103] and rt.kv_length(g.session_id) == g.canonical_position
+    assert g.generated == [103, 104] and g.plain_steps == 1 and rt.kv_length(g.session_id) == g.canonical_position
 
 
 def test_max_new_tokens_inside_a_long_proposal_emits_exactly_that_many():
@@ -114,7 +117,7 @@ def test_eog_inside_an_accepted_run_ends_the_output_there():
     rt, src, g = make([follow(6)], eog=(105,))
     g.run()
     assert g.generated == [103, 104, 105] and g.finish_reason == "eog"
-    assert g.receipts[0].disposition == "stopped"
+    assert g.receipts[0].disposition == "stopped" and g.receipts[0].committed_tokens == (104, 105)
 
 
 def test_a_failing_report_is_logged_never_fatal():
@@ -137,8 +140,6 @@ def test_proposals_are_capped_so_the_verify_batch_fits_the_context():
 
 def test_a_cancel_added_while_holding_before_a_commit_fires_at_that_very_commit():
     """The GUI's "cancel at next commit" pressed while stepping token by token."""
-    from inspector.engine import GenerationObserver
-
     rt, src, g = make([follow(4)])
 
     class PressCancelAtRow1(GenerationObserver):
@@ -151,10 +152,129 @@ def test_a_cancel_added_while_holding_before_a_commit_fires_at_that_very_commit(
     g._ctx.before_commit = g.observer.before_commit
     with pytest.raises(RequestCancelled):
         g.step()
-    assert g.generated == [103]
+    assert g.generated == [103, 104]  # the prefill's token and window 1's row 0
     assert kinds(g, 1) == ["verify", "commit", "repair", "error", "discard"]
 
 
 def test_fault_spec_without_a_token_means_the_next_commit_token():
     assert Fault.parse("cancel").token is None and Fault.parse("cancel@3").window == 3
     assert Fault.parse("callback_error@2:4") == Fault("callback_error", 2, 4)
+
+
+# -- the first token: committed by start() from the prefill's last row (SPEC "Prefill and the first token")
+def test_start_prefills_the_whole_prompt_and_commits_the_first_token_with_outcome_prefill():
+    rt, src, g = make([follow(3)])
+    g.start()
+    assert rt.calls == ["trim 0", "decode 3@0"]  # the whole prompt in one batch, no other decode
+    assert g.generated == [103] and g.tokens[-1] == 103  # the prefill's prediction is the current token
+    assert kinds(g) == ["prefill", "commit"]
+    prefill, commit = g.events
+    assert (prefill.token, prefill.row, prefill.position, prefill.window) == (103, 0, 3, None)
+    assert prefill.probabilities is not None and prefill.probabilities.row(0, (), (103,)).predicted == 103
+    assert prefill.probabilities.row(0, (), (103,)).top[0][0] == 103
+    assert (commit.token, commit.window, commit.row, commit.position) == (103, None, 0, 3)
+    assert commit.detail == FROM_PREFILL == "prefill"
+    assert rt.kv_length(g.session_id) == g.kv_length() == 3 == g.prompt_token_count == g.canonical_position
+    assert g.decode_step == 0 and g.plain_steps == 0 and g.window_count == 0 and not g.receipts
+    assert len(src.proposals) == 1  # the source was not asked for the first token
+    g.step()  # the first window proposes after the first token, verifying from position 3
+    r = g.receipts[0]
+    assert r.base_position == 3 and r.proposal_token_ids == (104, 105, 106) and r.decode_step == 0
+    assert g.generated == [103, 104, 105, 106, 107] and g.decode_step == 1
+
+
+def test_max_new_tokens_one_gives_only_the_prefills_token_with_finish_reason_length_and_no_decode_step():
+    rt, src, g = make([follow(3)], max_new=1)
+    assert g.run() == "length"
+    assert g.generated == [103] and g.finish_reason == "length"
+    assert g.decode_step == 0 and g.plain_steps == 0 and not g.receipts and not g.discards
+    assert rt.calls == ["trim 0", "decode 3@0"] and len(src.proposals) == 1
+    assert kinds(g) == ["prefill", "commit", "finish"]
+    assert rt.kv_length(g.session_id) == g.canonical_position == 3
+
+
+def test_an_observer_stopping_on_the_first_token_finishes_callback_stop_in_start():
+    rt, src, g = make([follow(3)])
+    seen = []
+
+    class StopAtOnce(GenerationObserver):
+        def on_token(self, token, text):
+            seen.append((token, text))
+            return True
+
+    g.observer = StopAtOnce()
+    g.start()
+    assert g.finished and g.finish_reason == "callback_stop"
+    assert seen == [(103, "103 ")] and g.generated == [103]
+    assert g.run() == "callback_stop" and g.decode_step == 0 and g.plain_steps == 0
+    assert rt.kv_length(g.session_id) == g.canonical_position == 3
+
+
+def test_an_end_of_generation_first_token_finishes_eog_without_a_decode_step():
+    rt, src, g = make([follow(3)], eog=(103,))
+    assert g.run() == "eog"
+    assert g.generated == [103] and g.decode_step == 0 and g.plain_steps == 0 and not g.receipts
+    assert g.text.text == ""  # the end-of-generation token has no text
+    assert kinds(g) == ["prefill", "commit", "finish"]
+
+
+def test_injected_faults_never_fire_on_the_first_token_and_wait_for_the_first_decode_step():
+    rt, src, g = make([], faults=[Fault("cancel"), Fault("callback_error")])
+    g.start()
+    assert g.generated == [103] and not g.errors
+    assert len(g.faults.pending()) == 2 and not g.faults.fired
+    with pytest.raises(RequestCancelled):
+        g.step()  # the plain step after it takes the cancel
+    assert g.generated == [103] and g.plain_steps == 0
+
+
+def test_a_cancel_before_the_first_tokens_commit_leaves_nothing_and_resume_starts_over_to_the_same_stream():
+    proposals = [follow(3), None, lambda req: [req.tokens[-1] + 1, 999]]
+    _rt, _src, whole = make(list(proposals), max_new=10)
+    whole.run()
+    rt, src, g = make(list(proposals), max_new=10)
+    held = []
+
+    class CancelOnce(GenerationObserver):
+        def before_commit(self, window, row, token, position):
+            held.append((window, row, token, position))
+            if len(held) == 1:
+                g.cancel()
+
+    g.observer = CancelOnce()
+    with pytest.raises(RequestCancelled):
+        g.start()
+    assert held == [(None, 0, 103, 3)]  # held before the first token's commit, at position 3
+    assert g.generated == [] and g.tokens == [100, 101, 102] and not g.finished
+    assert rt.kv_length(g.session_id) == g.kv_length() == 0  # the prompt left the KV cache
+    assert kinds(g) == ["prefill", "error"] and g.errors == ["request cancelled"]
+    assert g.decode_step == 0 and g.plain_steps == 0 and len(src.proposals) == 3
+    g.resume()  # starts over: prefills the prompt again and commits the first token
+    assert g.generated == [103] and rt.kv_length(g.session_id) == 3
+    assert g.run() == whole.finish_reason == "length"
+    assert g.generated == whole.generated == [103, 104, 105, 106, 107, 108, 109, 110, 111, 112]
+    assert [r.committed_tokens for r in g.receipts] == [r.committed_tokens for r in whole.receipts]
+    assert g.plain_steps == whole.plain_steps and rt.kv_length(g.session_id) == g.canonical_position
+
+
+def test_the_session_record_shows_the_first_token_as_from_the_prefill_and_not_as_a_plain_step():
+    from inspector.session.record import END, SessionRecord
+
+    rt, src, g = make([follow(2)], max_new=5)
+    g.start()
+    rec = SessionRecord()
+    rec.extend(g.events)
+    assert rec.kv_length == 3 and rec.plain_steps == 0
+    first = rec.tokens[0]
+    assert (first.token, first.window, first.row, first.position, first.proposed, first.outcome) == \
+        (103, None, 0, 3, None, FROM_PREFILL)
+    assert rec.token_probabilities(first).predicted == 103  # the prefill row's figures
+    n = len(g.events)
+    g.run()  # window 1: 104, 105 accepted, 106 bonus; then one plain step: 107 (max 5 tokens)
+    rec.extend(g.receipts)
+    rec.extend(g.events[n:])
+    assert [(t.token, t.outcome) for t in rec.tokens] == [(103, FROM_PREFILL), (104, ACCEPTED), (105, ACCEPTED),
+                                                           (106, BONUS), (107, END)]
+    assert rec.tokens[4].window is None and g.events[-2].detail == PLAIN  # the last commit: a plain step
+    assert rec.plain_steps == g.plain_steps == 1 and rec.summary().plain_steps == 1
+    assert rec.summary().generated_tokens == 5 and rec.finish_reason == "length"

@@ -68,12 +68,18 @@ def plain_generation(
     return g
 
 
-def top2_after(scheduler: RuntimeScheduler, tokens: Sequence[int]) -> tuple[int, int, float]:
-    """The target's top two tokens and logit margin after ``tokens``, decoding
-    the last token alone on a temporary session (plain arithmetic)."""
+def top2_after(scheduler: RuntimeScheduler, tokens: Sequence[int], prompt_token_count: int = 0
+               ) -> tuple[int, int, float]:
+    """The target's top two tokens and logit margin after ``tokens``, on a temporary session,
+    with plain decoding's arithmetic: when ``tokens`` is the prompt (``len(tokens) <=
+    prompt_token_count``) from the last row of one prefill, as the first generated token comes;
+    otherwise decoding the last token alone after a prefill of the rest."""
     def op(rt):
         sid = rt.open_session(None)
         try:
+            if len(tokens) <= prompt_token_count:
+                rt.prefill_predict(sid, list(tokens), 0)
+                return rt.row_logits_top2(-1)
             if len(tokens) > 1:
                 rt.prefill(sid, list(tokens[:-1]), 0)
             rt.decode_rows(sid, (tokens[-1],), len(tokens) - 1)
@@ -105,7 +111,7 @@ def find_divergence(scheduler: RuntimeScheduler, prompt_tokens: Sequence[int], p
     i = first_difference(plain, speculative)
     if i is None:
         return None
-    top, second, margin = top2_after(scheduler, list(prompt_tokens) + list(plain[:i]))
+    top, second, margin = top2_after(scheduler, list(prompt_tokens) + list(plain[:i]), len(prompt_tokens))
     return Divergence(
         i,
         plain[i] if i < len(plain) else -1,

@@ -106,7 +106,10 @@ BONUS = "bonus"
 """The extra token predicted from the last row after a full accept."""
 PLAIN = "plain"
 """A plain one-token decode step (no proposal)."""
-TOKEN_OUTCOMES = (ACCEPTED, CORRECTION, BONUS, PLAIN)
+FROM_PREFILL = "prefill"
+"""The first generated token: the target's prediction from the prefill's last row (llama.cpp's
+schedule, SPEC "Prefill and the first token"); no decode step of its own."""
+TOKEN_OUTCOMES = (ACCEPTED, CORRECTION, BONUS, PLAIN, FROM_PREFILL)
 
 
 def token_outcome(row: int, token: int, proposal: Sequence[int] | None) -> str:

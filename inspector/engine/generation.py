@@ -1,10 +1,14 @@
 """The generation loop: prefill, then proposal windows or plain steps until a stop.
 
-One ``Generation`` is one request on one session (a KV-cache sequence). Each
-decode step asks the source for a proposal (SPEC step 1), validates it (step
-2), and runs ``execute_window`` (steps 3-8) or a plain one-token step. After
-an error the session is left at its canonical position (or retired), and
-``resume()`` + ``run()`` continue exactly where the canonical stream ends.
+One ``Generation`` is one request on one session (a KV-cache sequence). ``start``
+prefills the whole prompt and commits the first generated token from the prefill's
+last row, as llama.cpp's server does (SPEC "Prefill and the first token"; llama.cpp
+0c1e570 ``tools/server/server-context.cpp``, ``update_slots``: the prompt's last batch
+row is the only output and the slot samples it). Each decode step then asks the
+source for a proposal (SPEC step 1), validates it (step 2), and runs
+``execute_window`` (steps 3-8) or a plain one-token step. After an error the
+session is left at its canonical position (or retired), and ``resume()`` + ``run()``
+continue exactly where the canonical stream ends.
 
 Invariant between steps: the session's KV length is ``len(tokens) - 1``; the
 last committed token (the current token) is not yet in the KV cache.
@@ -21,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from inspector.engine import faults as F
-from inspector.engine.classify import token_outcome
+from inspector.engine.classify import FROM_PREFILL, token_outcome
 from inspector.engine.errors import (
     DecodeAborted,
     InjectedCallbackError,
@@ -212,13 +216,21 @@ class Generation:
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> None:
-        """Open the session if needed and prefill every prompt token but the last.
+        """Open the session if needed, prefill the whole prompt and commit the first generated
+        token, the target's prediction from the prefill's last row (llama.cpp's schedule).
+
+        The first token is committed like any other (``before_commit``, the token callback, stop
+        strings, ``max_new_tokens``); its events are a ``prefill`` event carrying the token (and
+        its row's probabilities) and a commit whose outcome is ``prefill``. It takes no decode
+        step: ``decode_step`` stays 0 and its time counts as prefill time, as llama-server's
+        ``predicted_per_second`` counts it (every generated token over the time after the first).
 
         Raises ``PromptTooLong`` before any decode when the prompt needs more
         than ``n_ctx - 1`` positions, and ``SpeculationUnsupported`` when a
         proposal source is set but the runtime's KV cache cannot remove a
         partial suffix exactly (its ``rollback`` probe; plain decoding, with no
-        source, still runs).
+        source, still runs). A cancellation before the first token is committed raises
+        ``RequestCancelled`` with nothing committed; ``resume()`` then starts over.
         """
         n_ctx = self.runtime.n_ctx
         if self.prompt_token_count >= n_ctx:
@@ -229,10 +241,15 @@ class Generation:
                 raise SpeculationUnsupported(
                     f"speculative decoding needs a KV cache that can drop rejected rows; model "
                     f"{getattr(self.runtime, 'model_path', '?')}: {probe.detail}. Plain decoding (source none) works.")
-        self._open_and_prefill()
+        self._open_and_prefill(first=self.generated_count == 0)
         self._started = True
 
-    def _open_and_prefill(self) -> None:
+    def _open_and_prefill(self, first: bool = False) -> None:
+        """Open a session when there is none and decode the stream into it from position 0.
+
+        ``first``: the request's start: the whole prompt is decoded and its last row's prediction
+        committed as the first generated token. Otherwise (a retired session replaced) every
+        committed token but the current one is decoded, and nothing is predicted."""
         if self.session_id is None or self.session_retired:
             sampling = self.settings.sampling
             self.session_id = self.scheduler.execute("open", -1, lambda rt: rt.open_session(sampling)).value
@@ -243,18 +260,48 @@ class Generation:
             self.settings.verification, self._rng, self.settings.probabilities,
         )
         sid = self.session_id
-        prefix = self.tokens[:-1]
+        prefix = list(self.tokens) if first else self.tokens[:-1]
+        want_probabilities = first and self.settings.probabilities
+        sampling = self.settings.sampling
         t = perf_counter_ns()
 
         def prefill(rt):
             rt.trim(sid, 0)
+            if first:
+                token = rt.prefill_predict(sid, prefix, 0)
+                probs = rt.row_probabilities(1, (), (token,), sampling) if want_probabilities else None
+                return rt.kv_length(sid), token, probs
             if prefix:
                 rt.prefill(sid, prefix, 0)
-            return rt.kv_length(sid)
+            return rt.kv_length(sid), None, None
 
-        kv = self.scheduler.execute("prefill", sid, prefill).value
+        kv, token, probs = self.scheduler.execute("prefill", sid, prefill).value
         self.prefill_elapsed_us += (perf_counter_ns() - t) // 1000
-        self._emit(PREFILL, position=kv, detail=f"{len(prefix)} tokens")
+        self._emit(PREFILL, token=token, row=None if token is None else 0, position=kv,
+                   detail=f"{len(prefix)} tokens", probabilities=probs)
+        if token is not None:
+            self._commit_first(token, kv)
+
+    def _commit_first(self, token: int, kv: int) -> None:
+        """Commit the prefill's prediction (``kv`` = prompt tokens, its position) as the first
+        generated token. Cancelled before its commit: the prompt leaves the KV cache (trimmed to 0),
+        so ``resume`` prefills it again. Injected faults aim at windows and plain steps, never at
+        this token. Raises what ``_commit`` raises, and ``RequestCancelled``."""
+        base = kv - 1
+        self._commit_window = None
+        self._before_commit(None, 0, token, kv)
+        if self.cancel_event.is_set():
+            sid = self.session_id
+            self.scheduler.execute("trim", sid, lambda rt: rt.trim(sid, 0))
+            exc = RequestCancelled()
+            self._error(exc, None)
+            raise exc
+        try:
+            self._commit(token, 0, base, FROM_PREFILL)
+        except BaseException as exc:
+            self._error(exc, None)
+            raise
+        self._check_finished()
 
     def resume(self) -> None:
         """Make the session canonical again after an error and clear the cancellation.
@@ -484,11 +531,12 @@ class Generation:
             raise
         self._check_finished()
 
-    def _commit(self, token: int, row: int, base_position: int) -> bool:
+    def _commit(self, token: int, row: int, base_position: int, outcome: str | None = None) -> bool:
         """Append a committed token, stream its text and ask the consumer (SPEC step 6).
 
         ``row``: the verification row whose prediction this is; the token's
-        own position in the stream is ``base_position + row + 1``.
+        own position in the stream is ``base_position + row + 1``. ``outcome``: the commit
+        event's detail when it is not ``token_outcome``'s (the first token: ``prefill``).
         Returns True to stop (a stop string was found, or the consumer asked).
         Raises the consumer's error, or an injected callback error.
         """
@@ -496,9 +544,10 @@ class Generation:
         window = self._commit_window
         flight = self.window_in_flight
         proposal = flight[1].token_ids if window is not None and flight is not None else None
-        self._emit(COMMIT, window, token, row, base_position + row + 1, token_outcome(row, token, proposal))
+        self._emit(COMMIT, window, token, row, base_position + row + 1,
+                   outcome or token_outcome(row, token, proposal))
         delta = self.text.push(token)
-        if self.faults and self.faults.take(F.CALLBACK_ERROR, window, row + 1):
+        if self.faults and outcome is None and self.faults.take(F.CALLBACK_ERROR, window, row + 1):
             where = f"token {row + 1} of window {window}" if window else "a plain step"
             raise InjectedCallbackError(f"token callback failed (injected) at {where}")
         if self.observer.on_token(token, delta):

@@ -13,6 +13,7 @@ from inspector.engine.classify import (  # noqa: F401 - the outcomes views colou
     BONUS,
     BRANCH,
     CORRECTION,
+    FROM_PREFILL,
     NOT_COMMITTED,
     PLAIN,
 )
@@ -23,6 +24,7 @@ COLORS = {
     CORRECTION: "#c62828",
     BONUS: "#1565c0",
     PLAIN: "#424242",
+    FROM_PREFILL: "#e65100",
     END: "#6a1b9a",
     BRANCH: "#9e9e9e",
     NOT_COMMITTED: "#9e9e9e",
@@ -33,6 +35,7 @@ BACKGROUNDS = {
     CORRECTION: "#ffebee",
     BONUS: "#e3f2fd",
     PLAIN: "#ffffff",
+    FROM_PREFILL: "#fff3e0",
     END: "#f3e5f5",
     BRANCH: "#fafafa",
     NOT_COMMITTED: "#fafafa",
@@ -42,6 +45,7 @@ LEGEND = (
     (ACCEPTED, "accepted proposal token"),
     (CORRECTION, "correction at a mismatch"),
     (BONUS, "bonus token after a full accept"),
+    (FROM_PREFILL, "first token, from the prefill"),
     (PLAIN, "plain step"),
     (END, "end of generation"),
 )

@@ -2,7 +2,8 @@
 
 The x-axis is the decode step (``WindowReceipt.decode_step``: 0 for the first
 step after the prefill): every proposal window and every plain one-token step
-is one decode step, so windows and the plain steps between them share one
+is one decode step, and the prefill sits at step -1 (the KV length after it: the
+prompt; the first generated token comes from its last row, as in llama.cpp), so windows and the plain steps between them share one
 axis with integer ticks. Per window: ``base_position`` (KV length before
 verification), ``position_after_verification`` (base + rows),
 ``canonical_position`` (after repair). Per plain step: the KV length after it
@@ -26,7 +27,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from inspector.engine.receipt import DISCARD, STEP, VERIFY
+from inspector.engine.receipt import DISCARD, PREFILL, STEP, VERIFY
 from inspector.session.record import SessionRecord
 
 
@@ -92,12 +93,15 @@ class Timeline(QWidget):
                                     symbolPen=None, name="plain step (KV length after)")
         self.failed = self.plot.plot([], [], pen=None, symbol="x", symbolSize=12, symbolBrush="#c62828",
                                      symbolPen=pg.mkPen("#c62828", width=2), name="failed window (canonical)")
+        self.prefill = self.plot.plot([], [], pen=None, symbol="star", symbolSize=13, symbolBrush="#e65100",
+                                      symbolPen=None, name="prefill → first token")
         lay.addWidget(self.plot)
 
     def _reset_steps(self) -> None:
         # Plain steps read from the session's events so far (append-only): for each,
         # (window before it or None, plain steps since that window, KV length after it).
         self._events_read = 0
+        self._prefill_kv: int | None = None
         self._last_window: int | None = None
         self._since_window = 0
         self._plain: list[tuple[int | None, int, int]] = []
@@ -126,6 +130,8 @@ class Timeline(QWidget):
             elif e.kind == STEP and e.position is not None:
                 self._since_window += 1
                 self._plain.append((self._last_window, self._since_window, e.position))
+            elif e.kind == PREFILL and e.position is not None and e.token is not None:
+                self._prefill_kv = e.position  # the prompt's KV length; the first token came from its last row
         self._events_read = len(events)
 
     def decode_steps(self) -> tuple[dict[int, int], list[tuple[int, int]]]:
@@ -170,12 +176,16 @@ class Timeline(QWidget):
             line.append((d - HALF, b, d, a, d + HALF, c))
         for d, position in plain:
             line.append((d - HALF, position - 1, d, position - 0.5, d + HALF, position))
+        if self._prefill_kv is not None:
+            line.append((-1 - HALF, self._prefill_kv, -1, self._prefill_kv, -1 + HALF, self._prefill_kv))
         pts = np.array(sorted(line), float).reshape(-1, 6)
         x = np.array(xs, float)
         set_limited(self.base, x, np.array(base, float))
         set_limited(self.after, x, np.array(after, float))
         set_limited(self.canonical, x, np.array(canon, float))
         set_limited(self.failed, np.array(fx, float), np.array(fy, float))
+        pre = [] if self._prefill_kv is None else [self._prefill_kv]
+        self.prefill.setData(np.array([-1.0] * len(pre)), np.array(pre, float))
         set_limited(self.plain, np.array([d for d, _ in plain], float), np.array([p for _, p in plain], float))
         set_limited(self.live, pts[:, 0::2].ravel(), pts[:, 1::2].ravel())
         kv = s.kv_length

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import math
 
+from inspector.engine.classify import FROM_PREFILL
 from inspector.engine.probabilities import SAMPLER
 from inspector.session.record import SessionRecord, TokenInfo
 
@@ -73,7 +74,8 @@ def figures_html(session: SessionRecord, t: TokenInfo, near_tie_margin: float) -
         return f"<br><span style='color:#555'>{no_figures_reason(session, t)}</span>"
     text_of = session.text_of
     if p.proposed is None:
-        head = "proposed — (bonus row)" if t.window is not None else "plain step: no proposal"
+        head = "proposed — (bonus row)" if t.window is not None else (
+            "prefill: no proposal" if t.outcome == FROM_PREFILL else "plain step: no proposal")
     else:
         head = f"proposed {quoted(text_of(p.proposed))} p={probability_text(p.proposed_p)} (rank {p.proposed_rank})"
     picked = "sampled" if p.basis == "sampler" else "predicted"  # at T > 0 the target samples its row

@@ -338,7 +338,10 @@ class TokenView(QWidget):
         lines = [f"<b>{O.LEGEND_LABEL.get(t.outcome, t.outcome)}</b>"]
         # One position convention everywhere (rows table, hold banner, tooltip): the row's KV
         # position, where its input token sits (base + row); the committed token comes after it.
-        if t.window is None:
+        if t.outcome == O.FROM_PREFILL:
+            lines.append(f"the prefill's last row (the prompt's last token at KV position {t.position - 1}): "
+                         "the first token, as llama.cpp takes it")
+        elif t.window is None:
             lines.append(f"plain step (no proposal), row 0 at KV position {t.position - 1}")
         else:
             lines.append(f"window {t.window}, row {t.row} at KV position {t.position - 1}")

@@ -22,7 +22,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeScheduler
-from inspector.engine.errors import EngineError, SpeculationUnsupported
+from inspector.engine.errors import EngineError, RequestCancelled, SpeculationUnsupported
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.gui.contention import Contention
 from inspector.session.records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
@@ -339,7 +339,9 @@ class EngineWorker(SteppingControl, QObject):
 
     def _loop(self, gen: Generation) -> str:
         try:
-            gen.start()
+            gen.start()  # the prefill and its first token (a Stop while it is held cancels it)
+        except RequestCancelled:
+            return "stopped"
         except SpeculationUnsupported as exc:  # the model's cache cannot drop rejected rows
             self._report(RunError(str(exc), SPECULATION_REFUSED))
             return "error"

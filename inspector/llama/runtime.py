@@ -84,6 +84,12 @@ def _raw_logits_fn():
 
 _get_logits_address = _raw_logits_fn()
 
+SERVER_N_UBATCH = 512
+"""llama-server's physical batch (``-ub``, ``common_params.n_ubatch``): the rows one compute pass takes."""
+LLAMA_CPP_COMMIT = "0c1e570"
+"""The llama.cpp commit llama-cpp-python 0.3.36 vendors (its sdist's ``vendor/llama.cpp``): our
+runtime's kernels, and the llama-server our tests and ``compare --llama-server`` build."""
+
 _backend_ready = False
 _backend_lock = threading.Lock()
 
@@ -195,7 +201,7 @@ class LlamaRuntime:
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = self.n_batch
-        cparams.n_ubatch = self.n_batch
+        cparams.n_ubatch = min(self.n_batch, SERVER_N_UBATCH)  # llama-server computes 512 rows per pass
         cparams.n_seq_max = self.n_seq_max
         cparams.kv_unified = True
         cparams.swa_full = swa_full
@@ -206,6 +212,10 @@ class LlamaRuntime:
         cparams.n_threads_batch = threads
         cparams.no_perf = True
         self.n_threads = threads
+        self.flash_attn = llama_cpp.llama_flash_attn_type_name(cparams.flash_attn_type).decode()
+        """llama.cpp's flash attention setting: ``auto``, llama-server's default (``-fa auto``), which
+        turns it on where the backend supports it; it changes greedy text on a CPU (LLAMA_CPP_NOTES)."""
+        self.n_ubatch = cparams.n_ubatch
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)
@@ -454,6 +464,20 @@ class LlamaRuntime:
             self._fill(sid, chunk, position + start, False)
             self._decode(len(chunk), position + start, None)
 
+    def prefill_predict(self, sid: int, tokens: Sequence[int], position: int) -> int:
+        """``prefill`` ``tokens`` (>= 1) and return the session sampler's prediction from the last
+        row's logits: the first generated token, as llama.cpp's server takes it (SPEC "Prefill and
+        the first token"; llama.cpp 0c1e570 ``tools/server/server-context.cpp``: the prompt's last
+        batch row has ``logits = true`` and the slot samples its output index). The logits stay
+        readable (``row_probabilities(1, ...)``, ``row_logits_top2(-1)``) until the next decode.
+        Raises ``EngineError`` for an empty ``tokens``, ``DecodeFailed`` as ``_decode`` does."""
+        if not tokens:
+            raise EngineError("nothing to prefill: expected at least 1 token, observed 0")
+        self.prefill(sid, tokens, position)
+        if sid in self._greedy:
+            return int(self._logits(1)[0].argmax())
+        return int(llama_cpp.llama_sampler_sample(self._samplers[sid], self.ctx, -1))
+
     def trim(self, sid: int, position: int) -> bool:
         """Remove positions >= ``position`` of session ``sid``.
 
@@ -596,4 +620,35 @@ class LlamaRuntime:
             **({"devices": [d.to_json() for d in self.rpc_devices]} if self.rpc_devices else {}),
             **({"offload_note": self.offload_note} if self.offload_note else {}),
             **({"converted_from": str(self.converted_from)} if self.converted_from else {}),
+            "llama_cpp": self.llama_cpp_settings(),
+        }
+
+    def llama_cpp_settings(self) -> dict:
+        """The llama.cpp settings that decide the arithmetic, and one line for each that is not
+        llama-server's default (``differs_from_llama_server``; llama.cpp 0c1e570 ``common/common.h``
+        and ``tools/server``): the decode schedule (whole-prompt prefill, first token from its last
+        row), flash attention ``auto``, f16 K and V caches and a 512-row physical batch are the
+        server's. Our unified cache of ``n_seq_max`` sequences (the server: one per slot) does not
+        change a sequence's arithmetic (plain greedy output equals llama-server's, tested); the full
+        sliding-window cache does, on models with sliding-window attention only."""
+        notes = []
+        if self.swa_full and int(llama_cpp.llama_model_n_swa(self.model)) > 0:
+            notes.append("swa_full on (llama-server: off unless --swa-full): this model's sliding-window "
+                         "cache is kept whole so rejected rows can be removed exactly; start llama-server "
+                         "with --swa-full to compare")
+        if self.n_ubatch != SERVER_N_UBATCH:
+            notes.append(f"physical batch {self.n_ubatch} rows (llama-server: -ub {SERVER_N_UBATCH}): a prompt longer "
+                         f"than {min(self.n_ubatch, SERVER_N_UBATCH)} tokens is computed in other pieces, which can "
+                         "flip a near-tie")
+        return {
+            "commit": LLAMA_CPP_COMMIT,
+            "schedule": "whole prompt prefilled, first token from its last row (llama-server's)",
+            "flash_attn": self.flash_attn,
+            "type_k": "f16",
+            "type_v": "f16",
+            "n_ubatch": int(self.n_ubatch),
+            "kv_unified": True,
+            "n_seq_max": self.n_seq_max,
+            "swa_full": bool(self.swa_full),
+            "differs_from_llama_server": notes,
         }

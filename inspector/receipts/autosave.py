@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inspector.engine.classify import FROM_PREFILL
 from inspector.engine.generation import GenerationObserver
 from inspector.engine.receipt import (COMMIT, PREFILL, Discard, EngineEvent, WindowReceipt, discard_from_json,
                                       event_from_json, receipt_from_json)
@@ -118,9 +119,10 @@ class AutosaveRecorder(GenerationObserver):
             if g is not None:
                 rec.update(prompt_tokens=g.prompt_token_count, elapsed_us=g.prefill_elapsed_us)
             self._write(rec)
-        elif event.kind == COMMIT and event.window is None:
+        elif event.kind == COMMIT and event.window is None:  # a plain step's token, or the prefill's (first)
             self._write({"kind": "step", "token": event.token, "text": self.runtime.token_text(event.token),
-                         "position": event.position})
+                         "position": event.position,
+                         **({"outcome": FROM_PREFILL} if event.detail == FROM_PREFILL else {})})
         self.inner.on_event(event)
 
     def close(self, end: dict | None = None) -> None:
@@ -187,7 +189,8 @@ class AutosaveRun:
 
     def summary(self):
         """``Summary`` of the complete records (no decode times are saved: tokens/s are None)."""
-        return summarize_receipts(self.receipts, plain_steps=len(self.steps), discards=len(self.discards),
+        plain = sum(1 for st in self.steps if st.get("outcome") != FROM_PREFILL)
+        return summarize_receipts(self.receipts, plain_steps=plain, discards=len(self.discards),
                                   generated_tokens=len(self.committed), decode_elapsed_us=0,
                                   finish_reason=(self.end or {}).get("finish_reason"))
 

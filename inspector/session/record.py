@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.engine.probabilities import top_texts_of
-from inspector.engine.classify import ACCEPTED, BONUS, TOKEN_OUTCOMES, row_outcomes, token_outcome
+from inspector.engine.classify import ACCEPTED, BONUS, FROM_PREFILL, TOKEN_OUTCOMES, row_outcomes, token_outcome
 from inspector.engine.receipt import (
     COMMIT,
     FINISH,
+    PREFILL,
     REPAIR,
     STEP,
     VERIFY,
@@ -270,11 +271,11 @@ class SessionRecord:
         kind = ev.kind
         if kind == COMMIT and ev.token is not None:
             outcome = ev.detail if ev.detail in TOKEN_OUTCOMES else None
-            if ev.window is None:
+            if ev.window is None and outcome != FROM_PREFILL:
                 self.plain_steps += 1  # as the engine counts: a plain step whose token was committed
             self._add_token(ev.token, ev.window, ev.row or 0, ev.position or 0, outcome)
-        elif kind == STEP:
-            self.kv_length = ev.position  # the current token's row joined the KV cache
+        elif kind in (STEP, PREFILL):
+            self.kv_length = ev.position  # the current token's row (the prompt) joined the KV cache
             if ev.probabilities is not None and ev.position is not None:
                 self.step_probabilities[ev.position] = ev.probabilities
         elif kind == FINISH:
@@ -513,6 +514,7 @@ class SessionRecord:
         if type(prefill.get("elapsed_us")) is int:
             s.prefill_elapsed_us = prefill["elapsed_us"]
         s.texts.update(run.texts)
+        first_positions = {st.get("position") for st in run.steps if st.get("outcome") == FROM_PREFILL}
         for kind, value, _texts, events in run.records:
             if kind == "receipt":
                 s._add_receipt(value)
@@ -532,9 +534,10 @@ class SessionRecord:
                 s.kv_length = p.canonical_position
             elif kind == "step":
                 token, position = value
-                s.plain_steps += 1
+                first = position in first_positions  # the prefill's token (llama.cpp's schedule), not a step
+                s.plain_steps += 0 if first else 1
                 s.kv_length = position
-                s._add_token(token, None, 0, position, None)
+                s._add_token(token, None, 0, position, FROM_PREFILL if first else None)
             elif kind == "end":
                 s.finish_reason = value.get("finish_reason") or None
                 if s.tokens:
