@@ -262,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure the cost model first and add each run's expected speedup")
     cp.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
     cp.add_argument("--csv", type=Path, metavar="OUT", help="write the comparison as CSV")
+    cp.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH|URL",
+                    help="run each configuration through llama-server too (same prompt tokens, greedy, its flags) "
+                         "and show its tokens/s, drafted and accepted beside ours: a llama-server binary (started "
+                         "on 127.0.0.1 per configuration), a running server's URL (used as it is), or nothing: "
+                         "the one built from our llama.cpp (built once on first use, 7-15 minutes)")
     add_offload_flags(cp)
 
     from inspector.cli_flags import add_flags_command

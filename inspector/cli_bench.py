@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
+from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError, build_llama_server, find_llama_server
+from inspector.bench.server_compare import compare_with_llama_server, format_server_rows, is_url
 from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, open_target_runtime
 from inspector.engine.settings import DEFAULT_N_CTX
 
@@ -188,13 +191,22 @@ def cmd_compare(args) -> int:
         turn_progress = None if turns is None else (  # noqa: E731
             lambda k, n, i, m, label: print(f"    turn {k}/{n}", file=sys.stderr, flush=True))
         result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress,
-                             turns=turns, turn_progress=turn_progress)
+                             turns=turns, turn_progress=turn_progress, keep_runs=args.llama_server is not None)
     except EngineError as exc:  # e.g. a lost RPC server: one line, not a traceback
         runtime.close()
         return _fail(str(exc))
     if turns is not None:
         print(f"conversation: {len(turns)} turns ({args.turns}); each row sums every turn")
     print(format_compare(result))
+    server_failed = False
+    if args.llama_server is not None:
+        server_rows = _compare_with_server(args.llama_server, result, runtime, scheduler, tokens, settings)
+        if server_rows is None:
+            server_failed = True
+        else:
+            result = replace(result, llama_server=server_rows)
+            print(format_server_rows(server_rows))
+            server_failed = any(r.error for r in server_rows)
     try:
         if args.json:
             print(f"json: {write_compare_json(result, args.json)}")
@@ -203,4 +215,26 @@ def cmd_compare(args) -> int:
     except OSError as exc:
         return _fail(f"cannot write the comparison: {exc}")
     runtime.close()
-    return 1 if any(r.error for r in result.rows) else 0
+    return 1 if server_failed or any(r.error for r in result.rows) else 0
+
+
+def _compare_with_server(target: str, result, runtime, scheduler, tokens, settings):
+    """``compare --llama-server``: llama-server's rows for ``result`` (``inspector.bench.server_compare``),
+    or None after printing why there is no llama-server to run (a failed build)."""
+    if not target:
+        found = find_llama_server()
+        if found is None:
+            print(f"building llama-server from our llama.cpp once ({SERVER_BUILD_MINUTES} minutes on 2 cores) ...",
+                  file=sys.stderr, flush=True)
+            try:
+                found = build_llama_server(lambda line: print(f"    {line}", file=sys.stderr, flush=True))
+            except ServerBuildError as exc:
+                _fail(str(exc))
+                return None
+        target = str(found)
+    where = target if is_url(target) else f"{target}, {runtime.n_threads} threads"
+    print(f"llama-server: {where} ...", file=sys.stderr, flush=True)
+    return compare_with_llama_server(
+        target, result, model=runtime.model_path, prompt_tokens=tokens, n_predict=settings.max_new_tokens,
+        threads=runtime.n_threads, n_ctx=runtime.n_ctx, scheduler=scheduler,
+        progress=lambda i, n, label: print(f"[{i + 1}/{n}] llama-server: {label} ...", file=sys.stderr, flush=True))

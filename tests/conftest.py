@@ -15,6 +15,17 @@ os.environ["SPEC_INSPECTOR_COST_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="
 
 import pytest  # noqa: E402
 
+from inspector.bench.server_build import (  # noqa: E402
+    LLAMA_CPP_COMMIT,
+    SERVER_BUILD_MINUTES,
+    NotALlamaServer,
+    ServerBuildError,
+    build_llama_server,
+    cached_server_path,
+    find_llama_server,
+    server_version,
+)
+from inspector.bench.server_process import LlamaServerProcess  # noqa: E402
 from inspector.engine import Generation, GenerationObserver, GenerationSettings, RuntimeScheduler  # noqa: E402
 from inspector.llama import bundled_model_path  # noqa: E402
 
@@ -115,3 +126,63 @@ def chat_tokens(runtime):
         return list(cache[text])
 
     return tokens
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary(request):
+    """A llama-server of llama.cpp 0c1e570 (``$SPEC_INSPECTOR_LLAMA_SERVER`` or the cached build),
+    built once when there is none (``inspector.bench.server_build``), with its progress on the
+    terminal. A failed build fails the test with the build's one-line error (not a skip)."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    shown = {"percent": -10}
+
+    def say(message: str) -> None:
+        if message.startswith("building llama-server: ") and message.endswith("%"):
+            percent = int(message.rsplit(" ", 1)[1].rstrip("%"))
+            if percent < shown["percent"] + 10 and percent != 100:
+                return
+            shown["percent"] = percent
+        if reporter is None:
+            return
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(f"llama-server: {message}")
+        else:
+            reporter.write_line(f"llama-server: {message}")
+
+    problem = None
+    binary = find_llama_server()
+    if binary is None:
+        say(f"building llama-server from llama.cpp {LLAMA_CPP_COMMIT} once ({SERVER_BUILD_MINUTES} minutes on "
+            f"2 cores), cached in {cached_server_path().parent.parent}")
+        try:
+            binary = build_llama_server(say)
+        except ServerBuildError as exc:
+            problem = str(exc)
+    if problem is None:
+        try:
+            server_version(binary)
+        except NotALlamaServer as exc:
+            origin = "SPEC_INSPECTOR_LLAMA_SERVER" if os.environ.get("SPEC_INSPECTOR_LLAMA_SERVER") else "cached build"
+            problem = f"{origin}: {exc}"
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+    return binary
+
+
+@pytest.fixture
+def start_llama_server(llama_server_binary, model_path):
+    """Factory: ``start_llama_server(args=(), threads=1, n_ctx=1024)`` starts a llama-server on the
+    bundled model (``LlamaServerProcess``, ready for requests); every one is stopped after the test."""
+    started: list[LlamaServerProcess] = []
+
+    def start(args=(), threads: int = 1, n_ctx: int = N_CTX, timeout_s: float = 120) -> LlamaServerProcess:
+        server = LlamaServerProcess(llama_server_binary, model_path, args=args, threads=threads, n_ctx=n_ctx,
+                                    timeout_s=timeout_s)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

@@ -67,23 +67,24 @@ def wrong_token(runtime, prediction: int, runner_up: int) -> int:
 
 
 def plain_reference(scheduler, tokens: Sequence[int], max_new: int) -> tuple[list[int], list[int]]:
-    """The target's plain greedy continuation of ``tokens`` (one row per decode, as
-    plain decoding does) and the runner-up of every step: (predictions, runner-ups).
-    Stops after an end-of-generation token, ``max_new`` tokens or a full context.
-    One scheduler operation on a temporary session."""
+    """The target's plain greedy continuation of ``tokens`` (the first token from the prefill's
+    last row, then one row per decode, as plain decoding does) and the runner-up of every step:
+    (predictions, runner-ups). Stops after an end-of-generation token, ``max_new`` tokens or a
+    full context. One scheduler operation on a temporary session."""
     tokens = list(tokens)
 
     def op(rt):
         sid = rt.open_session(None)
         try:
-            if len(tokens) > 1:
-                rt.prefill(sid, tokens[:-1], 0)
             out: list[int] = []
             second: list[int] = []
-            cur, pos = tokens[-1], len(tokens) - 1
+            cur, pos = None, len(tokens) - 1  # pos: where the row that predicts the next token sits
             while len(out) < max_new and pos < rt.n_ctx:
-                pred = int(rt.decode_rows(sid, (cur,), pos)[0])
-                row = np.array(rt.row_logits(0), dtype=np.float32)
+                if cur is None:
+                    pred = int(rt.prefill_predict(sid, tokens, 0))
+                else:
+                    pred = int(rt.decode_rows(sid, (cur,), pos)[0])
+                row = np.array(rt.row_logits(-1), dtype=np.float32)
                 row[pred] = -np.inf
                 out.append(pred)
                 second.append(int(np.argmax(row)))

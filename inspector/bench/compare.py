@@ -95,6 +95,9 @@ class CompareResult:
     runs: tuple = ()
     """With ``run_compare(keep_runs=True)``: each row's ``Generation`` or ``TurnsRun`` (None where the
     source could not be made), in row order; not part of the JSON."""
+    llama_server: tuple = ()
+    """llama-server's figures per row (``inspector.bench.server_compare.ServerRow``, row order) when
+    the comparison ran through llama-server too, else empty."""
 
     def to_json(self) -> dict:
         return {
@@ -104,6 +107,7 @@ class CompareResult:
             "settings": self.settings.to_json(),
             "cost_model": None if self.cost_model is None else self.cost_model.to_json(),
             "rows": [r.to_json() for r in self.rows],
+            **({"llama_server": [r.to_json() for r in self.llama_server]} if self.llama_server else {}),
             "definitions": {
                 "decode_tokens_per_s": "generated tokens / decode time (prefill excluded)",
                 "speedup_vs_plain": "decode_tokens_per_s / the plain run's decode_tokens_per_s",
@@ -117,6 +121,10 @@ class CompareResult:
 CSV_COLUMNS = ("label", "source", "draft_max", "decode_tokens_per_s", "speedup_vs_plain", "expected_speedup",
                "acceptance_rate", "mean_accepted_length", "windows", "plain_steps", "generated_tokens",
                "same_output_as_plain", "error")
+SERVER_CSV_COLUMNS = ("llama_server_tokens_per_s", "llama_server_drafted", "llama_server_accepted",
+                      "drafted", "accepted", "same_output_as_llama_server", "llama_server_note")
+"""Added after ``CSV_COLUMNS`` when the comparison ran through llama-server (``drafted``/``accepted``:
+ours, in the same units: proposal tokens)."""
 
 
 def write_compare_json(result: CompareResult, path: str | os.PathLike) -> Path:
@@ -131,12 +139,18 @@ def write_compare_csv(result: CompareResult, path: str | os.PathLike) -> Path:
     p = Path(path)
     with p.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(CSV_COLUMNS)
-        for r in result.rows:
+        server = result.llama_server
+        w.writerow(CSV_COLUMNS + (SERVER_CSV_COLUMNS if server else ()))
+        for i, r in enumerate(result.rows):
             s = r.summary
-            w.writerow([r.config.label, r.config.source, r.config.draft_max, s.decode_tokens_per_s,
-                        r.speedup_vs_plain, r.expected_speedup, s.acceptance_rate, s.mean_accepted_length,
-                        s.windows, s.plain_steps, s.generated_tokens, r.same_output_as_plain, r.error or ""])
+            line = [r.config.label, r.config.source, r.config.draft_max, s.decode_tokens_per_s,
+                    r.speedup_vs_plain, r.expected_speedup, s.acceptance_rate, s.mean_accepted_length,
+                    s.windows, s.plain_steps, s.generated_tokens, r.same_output_as_plain, r.error or ""]
+            if server:
+                v = server[i]
+                line += [v.tokens_per_s, v.drafted, v.accepted, v.ours_drafted, v.ours_accepted, v.same_output,
+                         v.error or v.note]
+            w.writerow(line)
     return p
 
 

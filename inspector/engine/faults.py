@@ -11,7 +11,11 @@ thread adds faults while the worker consumes them.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
+from time import perf_counter
+
+from inspector.engine.proposal import Proposal
 
 CANCEL = "cancel"
 """Cancel the request before commit token ``token`` of window ``window`` (SPEC step 6)."""
@@ -111,3 +115,27 @@ class FaultPlan:
                 self.fired.append((f, window))
                 return f
         return None
+
+
+def inject_proposal_fault(plan: "FaultPlan", proposal: Proposal | None, window: int, cap: int, deadline: float,
+                          current: int, n_vocab: int) -> Proposal | None:
+    """The source's answer with a pending proposal fault of ``plan`` applied (one of
+    ``PROPOSAL_FAULTS`` aimed at ``window`` or any window), else ``proposal`` unchanged.
+
+    ``cap``: the request's most proposal tokens; ``deadline``: its ``perf_counter`` deadline (a late
+    proposal sleeps past it); ``current``: the current token (a fault on no proposal proposes it);
+    ``n_vocab``: vocabulary size (tokens)."""
+    kind = next((f.kind for f in plan.pending() if f.kind in PROPOSAL_FAULTS and f.window in (None, window)), None)
+    if kind is None or plan.take(kind, window) is None:
+        return proposal
+    base = proposal or Proposal(b"injected", (current,))
+    ids = base.token_ids
+    if kind == LATE_PROPOSAL:
+        time.sleep(max(0.0, deadline - perf_counter()) + 0.002)
+    elif kind == NEGATIVE_TOKEN_ID:
+        ids = (-1,) + ids[1:]
+    elif kind == TOKEN_ID_TOO_LARGE:
+        ids = ids[:-1] + (n_vocab,)
+    elif kind == TOO_MANY_TOKENS:
+        ids = (ids[0],) * (cap + 1)
+    return Proposal(base.decision_id, ids)

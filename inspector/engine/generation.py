@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from time import perf_counter, perf_counter_ns
 from typing import Sequence
 
@@ -448,7 +447,8 @@ class Generation:
             self._emit(ERROR, detail=f"proposal source failed: {exc}")
             return None, 0
         if self.faults:
-            proposal = self._inject_proposal_faults(proposal, cap, deadline)
+            proposal = F.inject_proposal_fault(self.faults, proposal, self.window_count + 1, cap, deadline,
+                                               self.tokens[-1], self.runtime.n_vocab)
         answered = perf_counter()
         elapsed_us = (perf_counter_ns() - t) // 1000
         if proposal is None:
@@ -458,27 +458,6 @@ class Generation:
             self._discard(proposal, reason, self.canonical_position)
             return None, elapsed_us
         return proposal, elapsed_us
-
-    def _inject_proposal_faults(self, proposal: Proposal | None, cap: int, deadline: float) -> Proposal | None:
-        """Apply a pending proposal fault (``inspector.engine.faults``) to the source's answer."""
-        window = self.window_count + 1
-        kind = next(
-            (f.kind for f in self.faults.pending() if f.kind in F.PROPOSAL_FAULTS and f.window in (None, window)),
-            None,
-        )
-        if kind is None or self.faults.take(kind, window) is None:
-            return proposal
-        base = proposal or Proposal(b"injected", (self.tokens[-1],))
-        ids = base.token_ids
-        if kind == F.LATE_PROPOSAL:
-            time.sleep(max(0.0, deadline - perf_counter()) + 0.002)
-        elif kind == F.NEGATIVE_TOKEN_ID:
-            ids = (-1,) + ids[1:]
-        elif kind == F.TOKEN_ID_TOO_LARGE:
-            ids = ids[:-1] + (self.runtime.n_vocab,)
-        elif kind == F.TOO_MANY_TOKENS:
-            ids = (ids[0],) * (cap + 1)
-        return Proposal(base.decision_id, ids)
 
     def _plain_step(self, base: int) -> None:
         """Decode the current token alone and commit the target's prediction.

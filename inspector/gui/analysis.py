@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from inspector.engine.errors import EngineError
+from inspector.bench.server_build import SERVER_BUILD_MINUTES, find_llama_server
+from inspector.bench.server_compare import compare_with_llama_server
+from inspector.engine.errors import EngineError, RequestCancelled
 from inspector.engine.settings import GenerationSettings
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,9 @@ class CompareRequest:
     turns: tuple | None = None
     """The user messages of a conversation to run instead of the prompt (``run_compare(turns=...)``):
     each configuration answers every turn with its own history; the prompt fields are then unused."""
+    llama_server: str | None = None
+    """Also run each configuration through llama-server (``inspector.bench.server_compare``): a
+    binary's path or a running server's URL; "" the one built from our llama.cpp; None not at all."""
 
 
 class AnalysisWorker(QObject):
@@ -223,5 +228,32 @@ class AnalysisWorker(QObject):
             log.exception("compare failed")
             self.failed.emit("compare", str(exc) or type(exc).__name__)
             return
-        self.compareDone.emit(result, "")
+        note = ""
+        if req.llama_server is not None:
+            result, note = self._through_llama_server(req.llama_server, result, tokens, req.settings)
+        self.compareDone.emit(result, note)
+
+    def _through_llama_server(self, target: str, result, tokens, settings):
+        """(``result`` with llama-server's rows, a note for the status line); the rows say what failed.
+        No binary given and none built: the note says how to build it (nothing is built here: a
+        build takes minutes and would hold the engine thread)."""
+        if not target:
+            found = find_llama_server()
+            if found is None:
+                return result, (f"no llama-server to compare with: give its path or URL, or build the one from our "
+                                f"llama.cpp once with `spec-inspector compare --llama-server` ({SERVER_BUILD_MINUTES} "
+                                f"minutes)")
+            target = str(found)
+        rt = self.engine.runtime
+        total = len(result.rows)
+        try:
+            rows = compare_with_llama_server(
+                target, result, model=rt.model_path, prompt_tokens=tokens, n_predict=settings.max_new_tokens,
+                threads=rt.n_threads, n_ctx=rt.n_ctx, scheduler=self.engine.scheduler, cancel=self._cancel,
+                progress=lambda i, n, label: self.compareProgress.emit(i, total, f"llama-server: {label}"))
+        except RequestCancelled:
+            return result, "llama-server comparison cancelled"
+        failed = sum(1 for r in rows if r.error)
+        return replace(result, llama_server=rows), (f"llama-server failed on {failed} of {len(rows)} rows"
+                                                    if failed else "")
 

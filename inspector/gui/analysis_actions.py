@@ -359,7 +359,8 @@ class AnalysisActions(QObject):
 
         settings = replace(panel.generation_settings(), max_new_tokens=v.max_tokens.value())  # the window's own
         self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), settings,
-                                                None if self.current is None else self.current.model, turns))
+                                                None if self.current is None else self.current.model, turns,
+                                                v.llama_server_target()))
         return True
 
     def _with_panel_draft(self, c):
@@ -405,11 +406,18 @@ class AnalysisActions(QObject):
         s = self.w.settings
         s.setValue("compare/configs", json.dumps([c.to_json() for c in configs]))
         s.setValue("compare/conversation", "" if conversation is None else conversation[0])
+        if self.compare_view is not None:  # "also through llama-server" and its path or URL
+            s.setValue("compare/llama_server", self.compare_view.server_target.text().strip())
+            s.setValue("compare/with_llama_server", self.compare_view.with_server.isChecked())
 
     def _restore_configs(self, v) -> None:
         from inspector.bench.compare import CompareConfig
 
         raw = self.w.settings.value("compare/configs")
+        target = self.w.settings.value("compare/llama_server")
+        if isinstance(target, str):
+            v.server_target.setText(target)
+        v.with_server.setChecked(str(self.w.settings.value("compare/with_llama_server")).lower() == "true")
         try:
             items = json.loads(raw) if isinstance(raw, str) else None
             if items:

@@ -29,10 +29,12 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QBrush, QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QMessageBox,
     QPushButton,
     QSplitter,
@@ -57,6 +59,16 @@ RESULT_TIPS = (
     "verified proposal windows (receipts)",
     "the generated token ids equal the plain run's",
 )
+SERVER_HEADERS = ("llama-server tokens/s", "drafted (ours / server)", "accepted (ours / server)",
+                  "same as llama-server")
+SERVER_TIPS = (
+    "llama-server's timings.predicted_per_second on the same prompt tokens (greedy, its flags for this row)",
+    "proposal tokens drafted: ours / llama-server's draft_n",
+    "proposal tokens accepted: ours / llama-server's draft_n_accepted",
+    "the same generated tokens and the same windows (drafted, accepted, accepted per draft position); "
+    "else where the outputs part and our target's top-2 logit margin there",
+)
+"""Columns added after ``RESULT_HEADERS`` when the comparison ran through llama-server too."""
 DODGE = 0.04
 """Sideways offset between configurations in the acceptance plot (proposal positions)."""
 COLORS = ("#616161", "#1565c0", "#2e7d32", "#e65100", "#6a1b9a", "#00838f", "#c62828", "#9e9d24")
@@ -135,6 +147,19 @@ class CompareView(QWidget, CompareConfigsPanel):
         ml.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
         row.addWidget(QLabel("<b>Results</b>"), 1)
+        self.with_server = QCheckBox("also through llama-server:")
+        self.with_server.setToolTip(
+            "after our runs, send the same prompt tokens to llama-server with each row's flags (greedy) and "
+            "show its tokens/s, drafted and accepted beside ours, and whether it produced the same output")
+        self.server_target = QLineEdit()
+        self.server_target.setPlaceholderText("the one built from our llama.cpp")
+        self.server_target.setToolTip(
+            "a llama-server binary (started on 127.0.0.1 for each row with our thread count and context, then "
+            "stopped), a running server's URL (http://…: used as it is, its flags cannot be checked), or empty: "
+            "the llama-server built from our llama.cpp by the tests or `spec-inspector compare --llama-server`")
+        self.server_target.setMinimumWidth(220)
+        row.addWidget(self.with_server)
+        row.addWidget(self.server_target, 1)
         row.addWidget(self.export_json)
         row.addWidget(self.export_csv)
         ml.addLayout(row)
@@ -190,6 +215,11 @@ class CompareView(QWidget, CompareConfigsPanel):
         self.export_csv.clicked.connect(lambda: self._export("csv"))
         self.set_configs(default_configs())
         self.resize(1100, 760)
+
+    def llama_server_target(self) -> str | None:
+        """What "also through llama-server" asks for: the typed path or URL, "" for the one built from our
+        llama.cpp, None when unticked (``CompareRequest.llama_server``)."""
+        return self.server_target.text().strip() if self.with_server.isChecked() else None
 
     def keyPressEvent(self, event) -> None:
         """Esc closes the window (as in a dialog) unless a child used it first (a cell editor
@@ -253,7 +283,14 @@ class CompareView(QWidget, CompareConfigsPanel):
         self.status.setText(self.note)
         rows = res.rows if res is not None else ()
         runs = res.runs if res is not None else ()
+        server = res.llama_server if res is not None else ()
         t = self.results
+        headers = RESULT_HEADERS + (SERVER_HEADERS if server else ())
+        if t.columnCount() != len(headers):
+            t.setColumnCount(len(headers))
+            t.setHorizontalHeaderLabels(headers)
+            for i, tip in enumerate(RESULT_TIPS + (SERVER_TIPS if server else ())):
+                t.horizontalHeaderItem(i).setToolTip(tip)
         t.setRowCount(len(rows))
         for i, r in enumerate(rows):
             turns_tip = turns_text(runs[i]) if i < len(runs) else ""
@@ -279,7 +316,30 @@ class CompareView(QWidget, CompareConfigsPanel):
                     it.setToolTip("the output differs from plain decoding (batch arithmetic can flip a near-tie; "
                                   "sampling with temperature > 0 differs by design)")
                 t.setItem(i, col, it)
+            if server:
+                self._server_cells(i, server[i])
         self._draw_plots(rows)
+
+    def _server_cells(self, i: int, v) -> None:
+        """Row ``i``'s llama-server columns from its ``ServerRow``: figures, or the error / note across them."""
+        first = len(RESULT_HEADERS)
+        if v.drafted is None:
+            cells = (v.error or v.note or "n/a", "", "", "")
+        else:
+            cells = (_fmt(v.tokens_per_s, ".1f"), f"{v.ours_drafted} / {v.drafted}", f"{v.ours_accepted} / {v.accepted}",
+                     "yes" if v.same_output and v.same_windows else
+                     ("output yes, windows no" if v.same_output else v.describe_output()))
+        tip = "\n".join(x for x in (v.error, v.note, " ".join(v.flags) and "llama-server " + " ".join(v.flags)) if x)
+        for k, text in enumerate(cells):
+            it = QTableWidgetItem(text)
+            it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if tip:
+                it.setToolTip(tip)
+            if v.error:
+                it.setBackground(QBrush(QColor("#ffebee")))
+            elif k == 3 and v.drafted is not None and not (v.same_output and v.same_windows):
+                it.setBackground(QBrush(QColor("#fff3e0")))
+            self.results.setItem(i, first + k, it)
 
     def _draw_plots(self, rows) -> None:
         n = len(rows)

@@ -21,10 +21,13 @@ from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
 from inspector.llama.model_file import ModelFileError, ModelInfo, check_gguf
+from inspector.llama.server_parity import SERVER_N_UBATCH, llama_cpp_settings
 
 logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
 import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
 import numpy as np  # noqa: E402
+
+from inspector.llama.native import abort_callback, raw_logits_function  # noqa: E402  (imports llama_cpp)
 
 _llama_log = logging.getLogger("inspector.llama.cpp")
 
@@ -48,47 +51,8 @@ _ASSIGNED = re.compile(r"layer\s+\d+ assigned to device (\S+?),")
 
 llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
 
-def _abort_callback():
-    """llama.cpp abort callback that reads a flag byte without entering Python.
+_get_logits_address = raw_logits_function()
 
-    A Python callback would be called hundreds of times per decode and must
-    take the GIL each time, so a busy GUI thread would slow every decode.
-    libc's ``strlen`` over a 2-byte buffer ``[flag, 0]`` returns 1 when the
-    flag byte is set and 0 otherwise: exactly the ``bool (*)(void *)`` that
-    ``llama_set_abort_callback`` wants. Where libc is not found, a Python
-    callback reading the same byte is used.
-    Returns (flag buffer, callback).
-    """
-    flag = ctypes.create_string_buffer(2)
-    try:
-        strlen = ctypes.CDLL(None).strlen
-        return flag, ctypes.cast(strlen, llama_cpp.ggml_abort_callback)
-    except (OSError, AttributeError, TypeError):  # pragma: no cover - non-POSIX
-        return flag, llama_cpp.ggml_abort_callback(lambda _data: flag.raw[0] != 0)
-
-
-def _raw_logits_fn():
-    """``llama_get_logits`` returning the address as an int (``c_void_p``): a
-    separate function object from llama-cpp-python's, so its typed wrapper is
-    untouched. Reading rows through a cached ctypes array type and
-    ``np.frombuffer`` costs a few microseconds where ``np.ctypeslib.as_array``
-    costs 50-70 (measured on the bundled model, issue 5)."""
-    try:
-        fn = llama_cpp.llama_cpp._lib["llama_get_logits"]
-    except (AttributeError, KeyError, TypeError):  # pragma: no cover - other bindings layout
-        return None
-    fn.argtypes = [llama_cpp.llama_context_p_ctypes]
-    fn.restype = ctypes.c_void_p
-    return fn
-
-
-_get_logits_address = _raw_logits_fn()
-
-SERVER_N_UBATCH = 512
-"""llama-server's physical batch (``-ub``, ``common_params.n_ubatch``): the rows one compute pass takes."""
-LLAMA_CPP_COMMIT = "0c1e570"
-"""The llama.cpp commit llama-cpp-python 0.3.36 vendors (its sdist's ``vendor/llama.cpp``): our
-runtime's kernels, and the llama-server our tests and ``compare --llama-server`` build."""
 
 _backend_ready = False
 _backend_lock = threading.Lock()
@@ -216,6 +180,8 @@ class LlamaRuntime:
         """llama.cpp's flash attention setting: ``auto``, llama-server's default (``-fa auto``), which
         turns it on where the backend supports it; it changes greedy text on a CPU (LLAMA_CPP_NOTES)."""
         self.n_ubatch = cparams.n_ubatch
+        self.n_swa = int(llama_cpp.llama_model_n_swa(self.model))
+        """The model's sliding attention window (tokens; 0: none)."""
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)
@@ -236,7 +202,7 @@ class LlamaRuntime:
         """Total time spent in ``row_probabilities`` (nanoseconds) and the rows it summarised, for
         benchmarks (µs per row: ``probability_ns / 1000 / probability_rows``)."""
         self.probability_rows = 0
-        self._abort_flag, self._abort_cb = _abort_callback()
+        self._abort_flag, self._abort_cb = abort_callback()
         llama_cpp.llama_set_abort_callback(
             self.ctx, self._abort_cb, ctypes.cast(self._abort_flag, ctypes.c_void_p)
         )
@@ -620,35 +586,5 @@ class LlamaRuntime:
             **({"devices": [d.to_json() for d in self.rpc_devices]} if self.rpc_devices else {}),
             **({"offload_note": self.offload_note} if self.offload_note else {}),
             **({"converted_from": str(self.converted_from)} if self.converted_from else {}),
-            "llama_cpp": self.llama_cpp_settings(),
-        }
-
-    def llama_cpp_settings(self) -> dict:
-        """The llama.cpp settings that decide the arithmetic, and one line for each that is not
-        llama-server's default (``differs_from_llama_server``; llama.cpp 0c1e570 ``common/common.h``
-        and ``tools/server``): the decode schedule (whole-prompt prefill, first token from its last
-        row), flash attention ``auto``, f16 K and V caches and a 512-row physical batch are the
-        server's. Our unified cache of ``n_seq_max`` sequences (the server: one per slot) does not
-        change a sequence's arithmetic (plain greedy output equals llama-server's, tested); the full
-        sliding-window cache does, on models with sliding-window attention only."""
-        notes = []
-        if self.swa_full and int(llama_cpp.llama_model_n_swa(self.model)) > 0:
-            notes.append("swa_full on (llama-server: off unless --swa-full): this model's sliding-window "
-                         "cache is kept whole so rejected rows can be removed exactly; start llama-server "
-                         "with --swa-full to compare")
-        if self.n_ubatch != SERVER_N_UBATCH:
-            notes.append(f"physical batch {self.n_ubatch} rows (llama-server: -ub {SERVER_N_UBATCH}): a prompt longer "
-                         f"than {min(self.n_ubatch, SERVER_N_UBATCH)} tokens is computed in other pieces, which can "
-                         "flip a near-tie")
-        return {
-            "commit": LLAMA_CPP_COMMIT,
-            "schedule": "whole prompt prefilled, first token from its last row (llama-server's)",
-            "flash_attn": self.flash_attn,
-            "type_k": "f16",
-            "type_v": "f16",
-            "n_ubatch": int(self.n_ubatch),
-            "kv_unified": True,
-            "n_seq_max": self.n_seq_max,
-            "swa_full": bool(self.swa_full),
-            "differs_from_llama_server": notes,
+            "llama_cpp": llama_cpp_settings(self),
         }

@@ -176,9 +176,9 @@ class SourceDescriptor:
     capabilities: frozenset = frozenset()
     check: Callable[[dict, dict], None] | None = None
     llama_server: str | None = None
-    """The llama-server configuration this source reproduces: its ``--spec-type`` value, ``""`` for one
-    set by its options' flags alone (a draft model: ``--model-draft``), None when llama-server has no
-    equivalent (``inspector.sources.server_flags``)."""
+    """The llama-server configuration this source reproduces: its ``--spec-type`` value (a draft model:
+    ``draft-simple``, which llama.cpp 0c1e570 needs beside ``--model-draft``: without it the server
+    drafts nothing), None when llama-server has no equivalent (``inspector.sources.server_flags``)."""
 
     def __post_init__(self) -> None:
         """Raises ``ValueError`` for options that are not ``Option`` or share a name."""

@@ -1,9 +1,16 @@
 """Draft-model proposals: a smaller GGUF drafts tokens in its own llama.cpp context.
 
-The draft's KV cache follows the target's canonical stream: before drafting it
-is brought to hold exactly the committed tokens but the current one; on
-``report`` it keeps the accepted prefix and trims the rest; on ``discard`` it
-rolls back everything it drafted.
+llama-server's ``draft-simple`` (llama.cpp 0c1e570 ``common/speculative.cpp``,
+``common_speculative_impl_draft_simple``, and ``tools/server/server-context.cpp``), in our own
+code: the draft's KV cache sees the target's batches, so its arithmetic is the server's.
+Drafting decodes the current token, then each drafted token, one row at a time, taking the
+draft's top token (``p_min``: stop when its probability among the top 10 candidates, llama.cpp's
+``top_k 10`` draft sampler, falls below it; ``draft_min``: drop a shorter draft); then the draft's
+KV is cut back to the target's (the server discards the drafting rows). On ``report`` the
+verification rows (current + proposal) are decoded into the draft in one batch, as the server's
+``common_speculative_process`` does with the target's verify batch, and the rows the target
+rejected are removed. A plain step's token reaches the draft at its next query (one row, as the
+server's one-row batch). ``discard`` leaves the draft at the target's stream.
 """
 
 from __future__ import annotations
@@ -48,7 +55,8 @@ class DraftModelSource:
         self.sid = draft.open_session(None)
         self.kv_tokens: list[int] = []
         """Tokens the draft's KV cache holds, in order (a prefix of the target's stream, then drafts)."""
-        self._pending: dict[bytes, int] = {}  # decision id -> draft KV length before drafting
+        self._pending: dict[bytes, tuple[int, tuple[int, ...]]] = {}
+        """decision id -> (draft KV length before drafting, the verification rows: current + proposal)"""
         self._count = 0
         self.last_top_probabilities: list[float] = []
 
@@ -98,7 +106,7 @@ class DraftModelSource:
             logits = rt.row_logits(0)
             top = int(logits.argmax())
             p_top = float(1.0 / np.exp(logits - logits[top]).sum())
-            if self.p_min > 0.0 and p_top < self.p_min:
+            if self.p_min > 0.0 and top10_probability(logits, top) < self.p_min:
                 break
             if self.sampling is not None:
                 q = distribution(logits, self.sampling)
@@ -111,26 +119,41 @@ class DraftModelSource:
             probs.append(p_top)
             current = top
         self.last_top_probabilities = probs
+        self._trim_to(before)  # the drafting rows leave the draft's cache (llama-server: seq_rm to the target's)
         if not out or len(out) < self.draft_min:
-            self._trim_to(before)
             return None
         self._count += 1
         decision = b"draft:%d" % self._count
-        self._pending[decision] = before
+        self._pending[decision] = (before, (tokens[-1], *out))
         return Proposal(decision, tuple(out), tuple(dists) if dists else None, tuple(qs[: len(out)]))
 
     def report(self, receipt) -> None:
-        """Keep the draft KV's accepted prefix (canonical stream), trim the rest."""
-        before = self._pending.pop(bytes.fromhex(receipt.decision_id), None)
-        if before is None:
+        """Decode the window's verification rows into the draft in one batch (as the target did) and keep
+        the accepted prefix: current, then the accepted proposal tokens (the target's own next token
+        reaches the draft with the next window's rows)."""
+        pending = self._pending.pop(bytes.fromhex(receipt.decision_id), None)
+        if pending is None:
             return
-        # The draft KV holds [..stream.., current, d0, d1, ...]; the target committed
-        # d0..d(accepted-1) then its own token, which the draft has not seen yet.
+        before, rows = pending
+        if len(self.kv_tokens) != before:
+            return  # the draft is not where the window started: the next query brings it back (_sync)
+        self.draft.prefill(self.sid, list(rows), before)
+        self.kv_tokens.extend(rows)
         keep = before + 1 + min(receipt.accepted_proposal_tokens, receipt.canonical_prediction_count - 1)
         self._trim_to(keep)
 
     def discard(self, decision_id: bytes, reason: str) -> None:
-        """Roll back whatever was drafted for this proposal."""
-        before = self._pending.pop(bytes(decision_id), None)
-        if before is not None:
-            self._trim_to(before)
+        """Forget the proposal: the draft's cache already holds only the target's stream."""
+        self._pending.pop(bytes(decision_id), None)
+
+
+TOP_K = 10
+"""Candidates llama.cpp's draft sampler keeps (``top_k 10``); ``p_min`` compares the top token's
+probability among them (``common_speculative_impl_draft_simple``)."""
+
+
+def top10_probability(logits: np.ndarray, top: int) -> float:
+    """The probability of token ``top`` (the argmax) after a top-``TOP_K`` cut of ``logits`` (shape
+    (n_vocab,)), as llama.cpp's draft sampler gives it to the ``p_min`` test."""
+    best = np.partition(logits, -TOP_K)[-TOP_K:] if logits.shape[0] > TOP_K else logits
+    return float(1.0 / np.exp(best - logits[top]).sum())

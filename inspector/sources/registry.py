@@ -144,7 +144,7 @@ DRAFT = SourceDescriptor("draft", (
            "default, all of them when there is a GPU; the draft never goes over RPC)", minimum=-1, control=False,
            flag="--n-gpu-layers-draft", server_flag="--gpu-layers-draft"),
 ), help="a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
-    capabilities=frozenset({"settings", "close", "loads_model"}), llama_server="")
+    capabilities=frozenset({"settings", "close", "loads_model"}), llama_server="draft-simple")
 
 SCRIPTED = SourceDescriptor("scripted", (
     Option("script", "text", "", "text whose tokens are proposed as the continuation", flag="--script",

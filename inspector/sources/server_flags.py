@@ -1,15 +1,16 @@
 """Take a configuration to llama-server: the exact ``llama-server`` arguments of a source's settings (issue 16).
 
 A source that reproduces a llama-server configuration says so in its declaration
-(``SourceDescriptor.llama_server``: the ``--spec-type`` value, or ``""`` for a draft model,
-which llama-server sets with ``--model-draft``); each of its options names its llama-server
+(``SourceDescriptor.llama_server``: the ``--spec-type`` value, ``draft-simple`` for a draft model
+with ``--model-draft``); each of its options names its llama-server
 flag (``Option.server_flag``, else its ``flag``, which for llama.cpp's own proposers is
 llama-server's name). So the rule lives in the declarations, and ``server_arguments`` /
 ``parse_server_arguments`` only read them: the printed arguments parse back to the same
 configuration (tested).
 
-Flag names: llama.cpp's ``common/arg.cpp`` as of its 2026 speculative options (``--spec-type``
-with ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``; the
+Flag names: llama.cpp's ``common/arg.cpp`` at 0c1e570, the commit our llama-cpp-python vendors and
+the llama-server of the tests (``--spec-type`` with ``ngram-simple``, ``ngram-map-k``,
+``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``, ``draft-simple``; the
 per-type ``--spec-ngram-<type>-*`` flags; ``--lookup-cache-static/-dynamic``; ``--model-draft``,
 ``--spec-draft-n-max``, ``--spec-draft-n-min``, ``--spec-draft-p-min``, ``--gpu-layers-draft``),
 read from ggml-org/llama.cpp (``common/arg.cpp``, ``common/common.h``) and llama-server's help.
@@ -112,7 +113,7 @@ def server_notes(source: str, options: Mapping | None = None, *, draft_max: int 
         return []
     values = d.with_defaults(d.check_options(dict(options or {})))
     notes = []
-    if d.llama_server == "" and not values.get("draft_model"):
+    if "draft_model" in values and not values.get("draft_model"):
         notes.append("no draft model given: add --model-draft PATH (the draft GGUF) before using these flags")
     own = _own_maximum(source, values)
     if own is not None and draft_max is not None and draft_max < own:
@@ -151,9 +152,7 @@ def parse_server_arguments(argv) -> tuple[str, dict, int | None]:
             raise ValueError(f"--spec-type {spec} is not one spec-inspector reproduces; these are: "
                              f"{', '.join(t for t in by_type if t)}")
         source = by_type[spec]
-    elif any(v is not None and flags[f][0] in by_type.get("", "") for f, v in given.items()):
-        source = by_type[""]
-    else:
+    else:  # no --spec-type: llama-server 0c1e570 drafts nothing, even with --model-draft
         return "none", {}, None
     d = describe_source(source)
     raw = {flags[f][1]: v for f, v in given.items() if v is not None and flags[f][0] == source}

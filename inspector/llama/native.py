@@ -1,0 +1,45 @@
+"""Reaching llama.cpp from ctypes without entering Python on its hot paths.
+
+``abort_callback``: the abort flag llama.cpp polls hundreds of times per decode, read in C;
+``raw_logits_function``: the logits buffer's address as an int, for cheap numpy views.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp
+
+
+def abort_callback():
+    """llama.cpp abort callback that reads a flag byte without entering Python.
+
+    A Python callback would be called hundreds of times per decode and must
+    take the GIL each time, so a busy GUI thread would slow every decode.
+    libc's ``strlen`` over a 2-byte buffer ``[flag, 0]`` returns 1 when the
+    flag byte is set and 0 otherwise: exactly the ``bool (*)(void *)`` that
+    ``llama_set_abort_callback`` wants. Where libc is not found, a Python
+    callback reading the same byte is used.
+    Returns (flag buffer, callback).
+    """
+    flag = ctypes.create_string_buffer(2)
+    try:
+        strlen = ctypes.CDLL(None).strlen
+        return flag, ctypes.cast(strlen, llama_cpp.ggml_abort_callback)
+    except (OSError, AttributeError, TypeError):  # pragma: no cover - non-POSIX
+        return flag, llama_cpp.ggml_abort_callback(lambda _data: flag.raw[0] != 0)
+
+
+def raw_logits_function():
+    """``llama_get_logits`` returning the address as an int (``c_void_p``): a
+    separate function object from llama-cpp-python's, so its typed wrapper is
+    untouched. Reading rows through a cached ctypes array type and
+    ``np.frombuffer`` costs a few microseconds where ``np.ctypeslib.as_array``
+    costs 50-70 (measured on the bundled model, issue 5)."""
+    try:
+        fn = llama_cpp.llama_cpp._lib["llama_get_logits"]
+    except (AttributeError, KeyError, TypeError):  # pragma: no cover - other bindings layout
+        return None
+    fn.argtypes = [llama_cpp.llama_context_p_ctypes]
+    fn.restype = ctypes.c_void_p
+    return fn
