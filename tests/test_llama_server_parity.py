@@ -30,6 +30,9 @@ N_PREDICT = 64
 SERVER_THREADS = 1
 """llama-server's own small thread count: two llama.cpp processes never compute at once here (ours
 waits for the server's answer), and a thread count does not change llama.cpp's CPU arithmetic."""
+NO_DEADLINE_MS = 600_000.0
+"""Our proposal deadline for these runs: on a busy machine a late draft would be discarded, a rule
+llama-server does not have (it waits for its proposer)."""
 NOT_A_COPY = ("Tell me a short story about a lighthouse keeper who finds a message in a bottle, "
               "and what she decides to do about it.")
 
@@ -85,7 +88,7 @@ def draft_path(model_path, tmp_path_factory):
 def test_every_llama_cpp_proposer_drafts_and_accepts_what_llama_server_does(
         example, scheduler, runtime, chat_tokens, llama_server_binary, model_path, draft_path):
     tokens = chat_tokens(example_prompt(example))
-    settings = GenerationSettings(max_new_tokens=N_PREDICT)
+    settings = GenerationSettings(max_new_tokens=N_PREDICT, proposal_deadline_ms=NO_DEADLINE_MS)
     result = run_compare(scheduler, tokens, _configs(draft_path), settings, keep_runs=True)
     assert not [r.error for r in result.rows if r.error]
     rows = compare_with_llama_server(str(llama_server_binary), result, model=model_path, prompt_tokens=tokens,
@@ -103,13 +106,14 @@ def test_every_llama_cpp_proposer_drafts_and_accepts_what_llama_server_does(
 
 def test_ngram_mods_pool_carries_across_two_requests_as_in_llama_server(scheduler, runtime, chat_tokens,
                                                                          start_llama_server):
-    options = {"n_match": 8, "n_min": 4, "n_max": 16}
-    server = start_llama_server(args=server_arguments("ngram-mod", options, draft_max=16), threads=SERVER_THREADS)
-    tokens = chat_tokens(example_prompt("copy-exact"))
+    options: dict = {}  # llama-server's defaults: n_match 24, n_min 48, n_max 64
+    server = start_llama_server(args=server_arguments("ngram-mod", options, draft_max=64), threads=SERVER_THREADS)
+    tokens = chat_tokens(example_prompt("open-ended"))  # nothing to copy: the first request drafts little
     memory: dict = {}
     ours, theirs = [], []
     for _ in range(2):
-        run = SessionRun(scheduler, RunRequest("", GenerationSettings(max_new_tokens=N_PREDICT, draft_max=16),
+        run = SessionRun(scheduler, RunRequest("", GenerationSettings(max_new_tokens=2 * N_PREDICT, draft_max=64,
+                                                                  proposal_deadline_ms=NO_DEADLINE_MS),
                                                "ngram-mod", dict(options), prompt_token_ids=tuple(tokens),
                                                source_memory=memory), lambda record: None)
         run.tokenize()
@@ -125,7 +129,7 @@ def test_ngram_mods_pool_carries_across_two_requests_as_in_llama_server(schedule
             g.close()
         ours.append((sum(r.proposal_token_count for r in g.receipts),
                      sum(r.accepted_proposal_tokens for r in g.receipts), g.generated))
-        done = server.client.complete(tokens, N_PREDICT)
+        done = server.client.complete(tokens, 2 * N_PREDICT)
         theirs.append((done.draft_n, done.draft_n_accepted, list(done.tokens)))
     assert ours == theirs
     assert ours[1][0] > ours[0][0], "the second request drafted no more than the first: the pool was not kept"
@@ -164,5 +168,5 @@ def test_a_bad_llama_server_gives_each_row_one_clear_line_and_keeps_our_rows(tar
     p = cli("compare", "--prompt", "Copy: one two three", "--max-tokens", "4", "--config", "none",
             "--llama-server", target.format(port=port))
     assert p.returncode == 1 and "Traceback" not in p.stderr + p.stdout
-    assert "plain" in p.stdout.splitlines()[1]  # our table is printed first, whole
+    assert p.stdout.splitlines()[1].startswith("none ")  # our table is printed first, whole
     assert needle.format(port=port) in p.stdout

@@ -10,7 +10,10 @@ back as llama.cpp's ``llama-lookup`` does at its end. No llama.cpp code is copie
 
 Three caches map an n-gram to the counts of the tokens that followed it:
 
-- *context*: n-grams of 1..4 tokens of this request's stream (prompt and generated);
+- *context*: n-grams of 1..4 tokens of this request's stream (prompt and generated), counted
+  as llama-server 0c1e570 counts them (``common_speculative_impl_ngram_cache::draft_one``): at
+  each query over the tokens new since the last one alone, so an n-gram that spans two queries'
+  tokens is never counted;
 - *dynamic*: earlier requests' context caches merged (``lookup_cache_dynamic``, ``-lcd``:
   read when the source is made if the file exists, written when the source is closed; kept in
   ``SourceContext.memory`` for the session without a file);
@@ -216,8 +219,8 @@ class NgramCacheSource:
             st.clear()
         n_new = len(tokens) - len(st)
         st.extend(tokens[len(st):])
-        if n_new:
-            update(self.context, st, n_new)
+        if n_new:  # the new tokens alone: llama-server counts no n-gram across two queries' tokens
+            update(self.context, st[-n_new:], n_new)
 
     def propose(self, request: ProposalRequest) -> Proposal | None:
         self._sync(request.tokens)
