@@ -191,24 +191,30 @@ ALTERNATE = ((4, None), (4, 1))
 
 
 def spoil_first_proposal(source, scheduler, prompt_tokens: Sequence[int]) -> None:
-    """Make ``source``'s proposal at the first query (right after the prompt) start with
+    """Make ``source``'s proposal at the first query (right after the prompt and the first
+    generated token, which the prefill's last row predicts: llama.cpp's schedule) start with
     a token the target surely rejects: window 1 is a first mismatch whatever the model
     says (e.g. a draft model that would agree with the target). The rest of the proposal
     and of the source are untouched; a source that proposes nothing there is left alone."""
     import dataclasses
 
-    pred, second = plain_reference(scheduler, prompt_tokens, 1)
-    wrong = wrong_token(scheduler.runtime, pred[0], second[0])
+    pred, second = plain_reference(scheduler, prompt_tokens, 2)
+    wrong = wrong_token(scheduler.runtime, pred[1], second[1]) if len(pred) == 2 else None
     inner = source.propose
     first = [True]
 
     def propose(request):
+        nonlocal wrong
         p = inner(request)
-        at_prompt = len(request.tokens) == len(prompt_tokens)
-        if first[0] and at_prompt and p is not None:
+        at_first = len(request.tokens) == len(prompt_tokens) + 1  # the prompt and the prefill's token
+        if first[0] and at_first and p is not None:
             first[0] = False
+            if list(request.tokens[-1:]) != pred[:1] or wrong is None:  # the first token was another
+                nxt, runner_up = plain_reference(scheduler, request.tokens, 1)
+                wrong = wrong_token(scheduler.runtime, nxt[0], runner_up[0])
+            source.spoiled_token = wrong
             return dataclasses.replace(p, token_ids=(wrong,) + tuple(p.token_ids[1:]))
-        first[0] = first[0] and at_prompt
+        first[0] = first[0] and at_first
         return p
 
     source.propose = propose
@@ -219,7 +225,9 @@ def spoil_first_proposal(source, scheduler, prompt_tokens: Sequence[int]) -> Non
 
 class RuntimeProxy:
     """The real runtime, with ``adjust(predictions, position)`` applied to every
-    ``decode_rows`` result (row i predicts stream position ``position + i + 1``)."""
+    ``decode_rows`` result (row i predicts stream position ``position + i + 1``) and to
+    ``prefill_predict``'s (the first generated token: its one row, the prefill's last, predicts
+    stream position ``position + len(tokens)``; ``last_row``: its logits are row -1)."""
 
     def __init__(self, runtime) -> None:
         self._rt = runtime
@@ -231,7 +239,11 @@ class RuntimeProxy:
         preds = list(self._rt.decode_rows(sid, tokens, position, abort))
         return self.adjust(preds, position)
 
-    def adjust(self, preds: list[int], position: int) -> list[int]:  # pragma: no cover - overridden
+    def prefill_predict(self, sid, tokens, position):
+        pred = int(self._rt.prefill_predict(sid, tokens, position))
+        return self.adjust([pred], position + len(tokens) - 1, last_row=True)[0]
+
+    def adjust(self, preds: list[int], position: int, last_row: bool = False) -> list[int]:  # pragma: no cover
         return preds
 
 
@@ -240,10 +252,10 @@ class NoEndOfTurn(RuntimeProxy):
     ``ignore_eos`` logit bias): where the model would end its turn it says its best
     other token, so a run always goes on to its length limit (or a full context)."""
 
-    def adjust(self, preds, position):
+    def adjust(self, preds, position, last_row=False):
         for i, p in enumerate(preds):
             if self._rt.is_eog(p):
-                row = np.array(self._rt.row_logits(i), dtype=np.float32)
+                row = np.array(self._rt.row_logits(-1 if last_row else i), dtype=np.float32)
                 row[eog_ids(self._rt)] = -np.inf
                 preds[i] = int(np.argmax(row))
         return preds
@@ -259,7 +271,7 @@ class EndsTurnBy(RuntimeProxy):
         self.position = position
         self.end_of_turn = end_of_turn(runtime)
 
-    def adjust(self, preds, position):
+    def adjust(self, preds, position, last_row=False):
         i = self.position - position - 1
         if 0 <= i < len(preds):
             preds[i] = self.end_of_turn

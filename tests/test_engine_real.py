@@ -19,6 +19,7 @@ import pytest
 
 from inspector.engine import Fault, FaultPlan, Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.baseline import compare_with_plain, first_difference, top2_after
+from inspector.engine.classify import FROM_PREFILL
 from inspector.engine.errors import DecodeAborted, EngineError, PromptTooLong, RequestCancelled
 from inspector.engine.text import CommittedText
 from inspector.receipts import load_document, write_document
@@ -190,7 +191,11 @@ def test_case_end_of_turn_inside_an_accepted_run(make_generation, chat_tokens, r
     summary = g.summary()
     assert summary.generated_tokens == len(g.generated)
     assert summary.accepted_tokens <= len(g.generated)
-    assert sum(r.canonical_prediction_count for r in g.receipts) + g.plain_steps == len(g.generated)
+    # Every generated token is one window's canonical prediction, one plain step's, or the first token,
+    # committed from the prefill's last row (llama.cpp's schedule: no decode step, no window).
+    first = [e for e in g.events if e.kind == "commit" and e.detail == FROM_PREFILL]
+    assert [(e.token, e.window) for e in first] == [(g.generated[0], None)]
+    assert sum(r.canonical_prediction_count for r in g.receipts) + g.plain_steps + 1 == len(g.generated)
 
 
 def test_case_cancel_mid_commit_on_a_full_accept(make_generation, chat_tokens, runtime):

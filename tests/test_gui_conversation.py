@@ -5,6 +5,7 @@ back from the run's own records."""
 
 from __future__ import annotations
 
+from inspector.engine.classify import FROM_PREFILL
 from test_gui_support import export_session, make_window, open_receipts, run_to_end
 
 MAX = 8
@@ -107,7 +108,9 @@ def test_a_next_turn_can_start_paused_and_be_stepped_window_by_window(qtbot, run
     bar.message.setText("Again, please.")
     bar.step.click()
     wait_state(qtbot, w, W.PAUSED)
-    assert w.session.conversation["turn"] == 2 and not w.session.tokens  # held before its first step
+    # Held before its first decode step, with its first token: the prefill's last row gave it (no step).
+    assert w.session.conversation["turn"] == 2 and w.worker.generation.decode_step == 0
+    assert [t.outcome for t in w.session.tokens] == [FROM_PREFILL] and w.worker.generation.generated_count == 1
     w.step_window_clicked()
     qtbot.waitUntil(lambda: w.state == W.PAUSED and w.worker.generation.decode_step == 1, timeout=RUN_TIMEOUT_MS)
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
@@ -116,9 +119,11 @@ def test_a_next_turn_can_start_paused_and_be_stepped_window_by_window(qtbot, run
 
 
 def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_any_token_counts_no_turn(
-        qtbot, runtime, tmp_path):
+        qtbot, runtime, tmp_path, monkeypatch):
     """The review: a Run from the prompt that never started dropped the conversation (the next Send then
     rebuilt turn 1 from turn 2); a turn stopped before its first token joined the history empty."""
+    import threading
+
     from inspector.gui import worker as W
     from test_gui_support import RUN_TIMEOUT_MS, wait_state
 
@@ -144,12 +149,31 @@ def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_
     assert not w.conversation_bar.send.isEnabled() and "context" in w.conversation_bar.message.placeholderText()
     w.panel.n_ctx.setValue(runtime.n_ctx)
     w.turns.refresh()
-    # Stopped while held before its first step: no turn, the message stays for another try.
+    # Stopped before its first token (Stop pressed while the worker has not begun the turn yet: its first
+    # call for a run is held until then): no turn, the message stays for another try.
+    gate, is_loaded = threading.Event(), w.worker.is_loaded
+
+    def held(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            gate.wait(RUN_TIMEOUT_MS / 1000)
+        return is_loaded(*args, **kwargs)
+
+    monkeypatch.setattr(w.worker, "is_loaded", held)
     w.conversation_bar.message.setText("Once more.")
     w.conversation_bar.step.click()
-    wait_state(qtbot, w, W.PAUSED)
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
         w.stop_clicked()
+        gate.set()
     assert w.session is second and w.turns.conversation.turns == 2
     assert "stopped before its first token" in w.banner.text()
     assert w.conversation_bar.message.text() == "Once more."
+    # Stopped while held before its first decode step: the prefill's last row already gave its first
+    # token, so it is a turn (of one token) and the message is used.
+    w.conversation_bar.step.click()
+    wait_state(qtbot, w, W.PAUSED)
+    third = w.session
+    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
+        w.stop_clicked()
+    assert w.session is third and len(third.tokens) == 1 and third.tokens[0].outcome == FROM_PREFILL
+    assert w.turns.conversation.turns == 3 and w.conversation_bar.turn.count() == 3
+    assert w.conversation_bar.message.text() == ""

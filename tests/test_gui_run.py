@@ -40,7 +40,11 @@ def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path, monkeypatch):
     assert w.event_log.kinds() == [e.kind for e in g.events]
     # Token outcomes agree with the receipts.
     outcomes = {t.outcome for t in s.tokens}
-    assert O.ACCEPTED in outcomes and outcomes <= {O.ACCEPTED, O.CORRECTION, O.BONUS, O.PLAIN, O.END}
+    assert O.ACCEPTED in outcomes and O.FROM_PREFILL in outcomes
+    assert outcomes <= {O.ACCEPTED, O.CORRECTION, O.BONUS, O.PLAIN, O.FROM_PREFILL, O.END}
+    # The first token, and only it, came from the prefill's last row: in no window, no plain step.
+    assert [t.index for t in s.tokens if t.outcome == O.FROM_PREFILL] == [0] and s.tokens[0].window is None
+    assert sum(len(r.committed_tokens) for r in g.receipts) + g.plain_steps + 1 == len(g.generated)
     assert s.tokens[-1].outcome == O.END
     for r in g.receipts:
         toks = [t for t in s.tokens if t.window == r.window_index]
@@ -61,6 +65,8 @@ def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path, monkeypatch):
     t = next(t for t in s.tokens if t.outcome == O.ACCEPTED)
     tip = w.token_view.tooltip(t.index)
     assert f"window {t.window}, row {t.row} at KV position {t.position - 1}" in tip
+    assert f"the prefill's last row (the prompt's last token at KV position {s.prompt_token_count - 1})" in \
+        w.token_view.tooltip(0)
     # The pointer finds that token in the text, and a click selects its window.
     w.tabs.setCurrentWidget(w.timeline)
     stream = w.token_view.stream

@@ -7,6 +7,7 @@ import json
 
 from PySide6.QtWidgets import QApplication
 
+from inspector.engine.classify import FROM_PREFILL
 from inspector.gui import worker as W
 from inspector.gui.panel_values import join_stop_strings, parse_stop_strings
 from inspector.session.record import SessionRecord
@@ -57,9 +58,11 @@ def test_step_token_from_a_pause_holds_before_the_next_token_and_names_it(qtbot,
     wait_state(qtbot, w, W.PAUSED)
     g = w.worker.generation
     assert w.banner.text().startswith("<b>Paused") and w.act_run.iconText() == w.panel.run.text() == "▶ Continue"
+    # Paused before the first decode step: the first token, from the prefill's last row, is committed.
+    assert len(g.generated) == 1 and g.decode_step == 0 and [t.outcome for t in w.session.tokens] == [FROM_PREFILL]
     w.step_token_clicked()
     wait_state(qtbot, w, W.TOKEN_HOLD, timeout=60_000)
-    assert len(g.generated) == 0, "Step token from a pause holds before the first token, committing nothing"
+    assert len(g.generated) == 1, "Step token from a pause holds before the next token, committing nothing"
     hold = w.token_view.hold_label.text()
     assert "about to commit" in hold and "window 1, row 0 at KV position" in hold
     assert any(k in hold for k in ("an accepted proposal token", "a correction", "the bonus token"))
@@ -69,7 +72,7 @@ def test_step_token_from_a_pause_holds_before_the_next_token_and_names_it(qtbot,
     assert rows.item(0, 5).text().startswith("held: about to commit")
     assert int(rows.item(0, 1).text()) == g.window_in_flight[2].base_position
     assert "committing" in w.window_detail.fields.toPlainText()
-    for n in (1, 2, 3):
+    for n in (2, 3, 4):
         w.step_token_clicked()
         qtbot.waitUntil(lambda: w.state == W.TOKEN_HOLD and len(g.generated) == n, timeout=60_000)
     with qtbot.waitSignal(w.runFinished, timeout=120_000):

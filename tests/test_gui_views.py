@@ -80,9 +80,17 @@ def test_timeline_x_axis_is_the_decode_step_and_covers_plain_steps(qtbot, engine
     assert sorted(window_steps + plain_steps) == list(range(g.decode_step))
     assert plain_steps[:2] == [1, 2] and max(plain_steps) > max(window_steps)  # between and after the windows
     assert [int(y) for y in t.plain.yData] == [e.position for e in s.events if e.kind == "step"]
-    # The live KV length runs through the last plain step and ends at the canonical position.
+    # The prefill is drawn at decode step -1: the KV length after it is the prompt (its last row gave the
+    # first token, which is no decode step), and window 1 (step 0) starts from there.
+    prompt = g.prompt_token_count
+    assert list(t.prefill.xData) == [-1] and list(t.prefill.yData) == [prompt]
+    assert [e.position for e in s.events if e.kind == "prefill"] == [prompt] == [g.receipts[0].base_position]
+    # The live KV length starts at the prefill, runs through the last plain step and ends at the canonical
+    # position; left of step 0 it is the prefill's alone.
     last = g.decode_step - 1
-    assert last < t.live.xData.max() < last + 0.5 and t.live.xData.min() > -0.5
+    assert last < t.live.xData.max() < last + 0.5 and -1.5 < t.live.xData.min() < -1
+    before = t.live.xData < -0.5
+    assert before.any() and set(t.live.yData[before]) == {prompt} and t.live.yData[0] == prompt
     assert t.live.yData[-1] == g.canonical_position
     assert np.all(np.diff(t.live.xData) >= 0)
     assert t.point_count() == len(g.receipts)
@@ -176,7 +184,14 @@ def test_max_tokens_one_statistics_say_na_and_keep_a_sane_axis(qtbot, runtime, t
     st = w.stats
     st.refresh()
     assert st.summary.windows == 0 and st.summary.generated_tokens == 1
-    assert w.session.baseline is not None and w.session.baseline.get("observed_speedup") is not None
+    # The one token came from the prefill's last row: no decode step, so no decode time on either side and
+    # no decode tokens/s to compare (the plain run was made, and gave the same token).
+    assert w.worker.generation.decode_step == 0 and st.summary.plain_steps == 0
+    assert st.summary.decode_tokens_per_s is None
+    b = w.session.baseline
+    assert b is not None and b["plain_token_ids"] == [t.token for t in w.session.tokens]
+    assert b["plain_decode_tokens_per_s"] is None and b["speculative_decode_tokens_per_s"] is None
+    assert b["observed_speedup"] is None
     for key in ("acceptance", "mean_len", "expected", "observed"):
         assert st.labels[key].text().startswith("n/a"), (key, st.labels[key].text())
     assert "plain" in st.labels["observed"].text()

@@ -23,6 +23,7 @@ from inspector.session.run import RunRequest, SessionRun
 from inspector.sources.server_flags import server_arguments
 
 from test_cli import cli
+from test_gui_support import RUN_TIMEOUT_MS, make_window
 
 pytestmark = pytest.mark.slow
 
@@ -170,3 +171,25 @@ def test_a_bad_llama_server_gives_each_row_one_clear_line_and_keeps_our_rows(tar
     assert p.returncode == 1 and "Traceback" not in p.stderr + p.stdout
     assert p.stdout.splitlines()[1].startswith("none ")  # our table is printed first, whole
     assert needle.format(port=port) in p.stdout
+
+
+def test_the_compare_window_shows_llama_servers_figures_beside_ours(qtbot, runtime, tmp_path, llama_server_binary):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    v = w.analysis.show_compare()
+    v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("simple", "ngram-simple", 16,
+                                                                    {"size_n": 3, "size_m": 16}),
+                   CompareConfig("ours", "ngram", 4)])
+    v.with_server.setChecked(True)
+    v.server_target.setText(str(llama_server_binary))
+    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert w.analysis.run_compare(v.config_list())
+    result, _note = blocker.args
+    v.refresh()
+    first = v.results.columnCount() - 4
+    assert v.results.horizontalHeaderItem(first).text() == "llama-server tokens/s"
+    plain, simple, ours = result.llama_server
+    assert plain.same_output and simple.same_output and simple.same_windows, (plain, simple)
+    assert v.results.item(1, first + 1).text() == f"{simple.ours_drafted} / {simple.drafted}"
+    assert v.results.item(1, first + 3).text() == "yes"
+    assert v.results.item(2, first).text() == "llama-server has no ngram source"  # a note, not a run
+    assert v.results.columnSpan(2, first) == 4

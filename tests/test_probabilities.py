@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from inspector.engine.probabilities import DEFAULT_NEAR_TIE_MARGIN, SAMPLER, SOFTMAX, summarise_rows
-from inspector.engine.receipt import COMMIT, STEP
+from inspector.engine.receipt import COMMIT, PREFILL, STEP
 from inspector.engine.settings import SamplingSettings
 from inspector.receipts.document import load_document, validate_document, version_note
 from inspector.session.document import build_document
@@ -137,14 +137,15 @@ def _step_figures(generation) -> dict[int, tuple[int, object]]:
 
 
 def _separate_plain_decode(scheduler, prompt, tokens, steps):
-    """Each step's one-row figures from a fresh session that prefills ``prompt`` but its last token,
-    then decodes ``tokens`` (the prompt and the output) one by one."""
+    """The one-row figures of each of the first ``steps`` generated tokens from a fresh session, on
+    plain decoding's schedule: the first from the last row of a prefill of the whole prompt, then one
+    decode per token of ``tokens`` (the prompt and the output), one by one."""
     def op(rt):
         sid = rt.open_session(None)
         try:
-            rt.prefill(sid, prompt[:-1], 0)
-            out = []
-            for j in range(steps):
+            pred = rt.prefill_predict(sid, prompt, 0)
+            out = [rt.row_probabilities(1, (), (pred,))]
+            for j in range(1, steps):
                 pos = len(prompt) - 1 + j
                 pred = rt.decode_rows(sid, (tokens[pos],), pos)
                 out.append(rt.row_probabilities(1, (), pred))
@@ -156,14 +157,23 @@ def _separate_plain_decode(scheduler, prompt, tokens, steps):
 
 def test_a_plain_steps_probabilities_equal_a_separate_plain_decode_of_the_same_prefix(
         make_generation, scheduler, chat_tokens):
+    """Plain decoding's figures, the prefill's (its last row gives the first token) and every plain
+    step's, equal those of a separate decode of the same prefix."""
     prompt = chat_tokens(PROMPT)
     g = make_generation(None, prompt, max_new_tokens=6)
     g.run()
     steps = _step_figures(g)
-    assert len(steps) == len(g.generated)
+    # The first token comes from the prefill (its event carries the figures); each later one is a plain step's.
+    prefill = [e for e in g.events if e.kind == PREFILL]
+    assert [(e.token, e.position) for e in prefill] == [(g.generated[0], len(prompt))]
+    assert len(steps) == len(g.generated) - 1 == g.plain_steps == g.decode_step
+    assert len(prompt) not in steps
+    steps[len(prompt)] = (prefill[0].token, prefill[0].probabilities)
     reference = _separate_plain_decode(scheduler, prompt, g.tokens, len(g.generated))
+    assert len(reference) == len(g.generated)
     for j, ref in enumerate(reference):
         token, figures = steps[len(prompt) + j]
+        assert token == g.generated[j]
         assert figures is not None and figures.top_tokens[0][0] == token
         # Same model and batch shapes in another KV sequence: the same arithmetic up to rounding. Tolerance
         # 1e-3 (values keep 4 significant digits); the top-5 sets agree except where two of them nearly tie.

@@ -61,7 +61,11 @@ def draft_runtime(path, target):
 
 
 class DraftInStep:
-    """After every window the draft's KV holds a prefix of the target's canonical stream."""
+    """After every window the draft's KV holds a prefix of the target's canonical stream: as
+    llama-server's draft-simple leaves it, the stream up to the window's base, its current token
+    and the proposal tokens the target accepted (the verification rows were decoded into the
+    draft, the rejected ones removed; the target's own next token, a correction or the bonus,
+    reaches the draft with the next window's rows)."""
 
     def __init__(self, source, generation_ref):
         self.source, self.g = source, generation_ref
@@ -71,7 +75,9 @@ class DraftInStep:
         g = self.g[0]
         kv = self.source.kv_tokens
         assert g.tokens[: len(kv)] == kv
-        assert len(kv) >= receipt.base_position + 1 + receipt.accepted_proposal_tokens - 1
+        kept = min(receipt.accepted_proposal_tokens, receipt.canonical_prediction_count - 1)
+        assert len(kv) == receipt.base_position + 1 + kept
+        assert self.source.draft.kv_length(self.source.sid) == len(kv)  # no drafting row is left in the cache
         self.windows += 1
 
 

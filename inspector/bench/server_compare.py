@@ -268,6 +268,8 @@ def format_server_rows(rows: Sequence[ServerRow]) -> str:
     for r in rows:
         if r.drafted is None:
             lines.append(f"{r.label[:34]:34s} " + (f"error: {r.error}" if r.error else r.note))
+            if r.error and r.note:
+                lines.append(f"{'':34s} note: {r.note}")
             continue
         ours = f"{r.ours_tokens_per_s:.1f}" if r.ours_tokens_per_s else "n/a"
         theirs = f"{r.tokens_per_s:.1f}" if r.tokens_per_s else "n/a"

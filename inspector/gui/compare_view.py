@@ -246,7 +246,8 @@ class CompareView(QWidget, CompareConfigsPanel):
     # -- running ---------------------------------------------------------------------
     def set_running(self, running: bool, text: str = "") -> None:
         """Busy state: Run and editing off, Cancel on, progress shown."""
-        for w in (self.run, self.add, self.remove, self.defaults, self.configs, self.input, self.open_turns):
+        for w in (self.run, self.add, self.remove, self.defaults, self.configs, self.input, self.open_turns,
+                  self.with_server, self.server_target):
             w.setEnabled(not running)
         self.cancel.setEnabled(running)
         self.progress.setVisible(running)
@@ -291,6 +292,11 @@ class CompareView(QWidget, CompareConfigsPanel):
             t.setHorizontalHeaderLabels(headers)
             for i, tip in enumerate(RESULT_TIPS + (SERVER_TIPS if server else ())):
                 t.horizontalHeaderItem(i).setToolTip(tip)
+            # With llama-server's columns the labels keep their width and the last column takes the rest.
+            t.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents if server
+                                                      else QHeaderView.ResizeMode.Stretch)
+            t.horizontalHeader().setStretchLastSection(bool(server))
+        t.clearSpans()
         t.setRowCount(len(rows))
         for i, r in enumerate(rows):
             turns_tip = turns_text(runs[i]) if i < len(runs) else ""
@@ -323,8 +329,9 @@ class CompareView(QWidget, CompareConfigsPanel):
     def _server_cells(self, i: int, v) -> None:
         """Row ``i``'s llama-server columns from its ``ServerRow``: figures, or the error / note across them."""
         first = len(RESULT_HEADERS)
-        if v.drafted is None:
-            cells = (v.error or v.note or "n/a", "", "", "")
+        if v.drafted is None:  # an error or a note instead of figures: one cell across the four columns
+            cells = (v.error or v.note or "n/a",)
+            self.results.setSpan(i, first, 1, len(SERVER_HEADERS))
         else:
             cells = (_fmt(v.tokens_per_s, ".1f"), f"{v.ours_drafted} / {v.drafted}", f"{v.ours_accepted} / {v.accepted}",
                      "yes" if v.same_output and v.same_windows else
@@ -332,7 +339,8 @@ class CompareView(QWidget, CompareConfigsPanel):
         tip = "\n".join(x for x in (v.error, v.note, " ".join(v.flags) and "llama-server " + " ".join(v.flags)) if x)
         for k, text in enumerate(cells):
             it = QTableWidgetItem(text)
-            it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if v.drafted is not None:
+                it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             if tip:
                 it.setToolTip(tip)
             if v.error:

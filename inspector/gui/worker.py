@@ -338,6 +338,8 @@ class EngineWorker(SteppingControl, QObject):
         self.errorOccurred.emit(err)
 
     def _loop(self, gen: Generation) -> str:
+        if self.step.stopping:  # Stop pressed before the run began (loading, tokenizing, making the source):
+            return "stopped"  # it ends at once, before start() would prefill and commit the first token
         try:
             gen.start()  # the prefill and its first token (a Stop while it is held cancels it)
         except RequestCancelled:
