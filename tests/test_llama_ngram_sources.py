@@ -242,3 +242,24 @@ def test_each_source_keeps_plain_greedy_output_on_the_bundled_model(make_generat
         print(name, len(g.receipts), "receipts", [len(r.proposal_token_ids) for r in g.receipts])
         assert g.receipts, f"{name} made no proposal on a copy prompt"
         assert same_greedy_output(scheduler, tokens, plain.generated, g.generated), name
+
+
+def test_ngram_cache_followers_iterate_in_libstdcxx_unordered_map_order_so_ties_break_as_in_llama_server():
+    """Hand-worked from libstdc++'s rules: 13 buckets after the first insert, a new key goes first in its
+    bucket (key % 13) or at the front; the 14th key rehashes to 29 buckets, re-placing in the old order."""
+    from inspector.sources.hash_order import Part
+
+    p = Part()
+    for t in (5, 18, 7, 31):  # 5, 18, 31 share bucket 5; 7 is alone in bucket 7
+        p.add(t)
+    assert list(p) == [7, 31, 18, 5] and p.buckets == 13
+    p.add(7, 2)
+    assert list(p) == [7, 31, 18, 5] and p[7] == 3  # a known key keeps its place
+    q = Part()
+    for t in range(14):
+        q.add(t)
+    assert q.buckets == 29
+    # 0..12 each alone in 13 buckets, each to the front: [12, 11, ..., 0]. The 14th key needs 29 buckets:
+    # the rehash re-places 12, 11, ..., 0 each at the front ([0, 1, ..., 12]), then 13 goes to the front
+    # (what g++ 12's unordered_map printed for the same inserts).
+    assert list(q) == [13, *range(13)]

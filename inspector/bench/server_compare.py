@@ -105,13 +105,27 @@ def _trim(counts: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def ours_accepted_per_position(receipts) -> tuple[int, ...]:
-    """Accepted proposal tokens per proposal position 0.. over ``receipts`` (``WindowReceipt``s):
-    position i counts the windows whose first i+1 proposal tokens were accepted, as llama-server's
-    ``spec_decode_num_accepted_tokens_per_pos`` counter does."""
+def server_counted_accepted(receipt, is_eog: Callable[[int], bool]) -> int:
+    """The proposal tokens of ``receipt`` llama-server counts as accepted (``draft_n_accepted``).
+
+    The same tokens are committed either way; only the count differs: a proposal token the target
+    predicted that is end-of-generation, with more proposal tokens after it, ends llama-server's
+    accepting walk as the target's own token (llama.cpp 0c1e570 ``common/sampling.cpp``,
+    ``common_sampler_sample_and_accept_n``), where our receipt counts it accepted (SPEC step 5)."""
+    n = receipt.accepted_proposal_tokens
+    ids = receipt.proposal_token_ids
+    if 0 < n < len(ids) and is_eog(ids[n - 1]):
+        return n - 1
+    return n
+
+
+def ours_accepted_per_position(receipts, is_eog: Callable[[int], bool] = lambda t: False) -> tuple[int, ...]:
+    """Accepted proposal tokens per proposal position 0.. over ``receipts`` (``WindowReceipt``s),
+    counted as llama-server counts them (``server_counted_accepted``): position i counts the windows
+    whose first i+1 proposal tokens were accepted, as its ``spec_decode_num_accepted_tokens_per_pos``."""
     counts: list[int] = []
     for r in receipts:
-        n = r.accepted_proposal_tokens
+        n = server_counted_accepted(r, is_eog)
         if len(counts) < n:
             counts.extend([0] * (n - len(counts)))
         for i in range(n):
@@ -144,13 +158,14 @@ def _row_flags(row: CompareRow) -> tuple[list[str], str]:
     return args, "; ".join(server_notes(c.source, c.options, draft_max=c.draft_max))
 
 
-def _ours(row: CompareRow, run) -> dict:
+def _ours(row: CompareRow, run, is_eog: Callable[[int], bool]) -> dict:
+    """Our row's figures in llama-server's units (its accepted count: ``server_counted_accepted``)."""
     receipts = list(getattr(run, "receipts", ()) or ())
     return {
         "ours_tokens_per_s": row.summary.decode_tokens_per_s,
         "ours_drafted": sum(r.proposal_token_count for r in receipts),
-        "ours_accepted": sum(r.accepted_proposal_tokens for r in receipts),
-        "ours_accepted_per_position": ours_accepted_per_position(receipts),
+        "ours_accepted": sum(server_counted_accepted(r, is_eog) for r in receipts),
+        "ours_accepted_per_position": ours_accepted_per_position(receipts, is_eog),
     }
 
 
@@ -195,7 +210,8 @@ def compare_with_llama_server(
     ``target``: a llama-server binary (one process per configuration, ``threads`` threads, context
     ``n_ctx`` positions, model ``model``) or a running server's URL (one request for all rows).
     ``prompt_tokens``: the prompt's token ids, as our rows ran it; ``n_predict``: tokens at most.
-    ``scheduler``: our runtime, for the top-2 margin where outputs part (None: no margin).
+    ``scheduler``: our runtime, for the top-2 margin where outputs part and the end-of-generation
+    test of llama-server's accepted count (None: no margin, and no token counts as end-of-generation).
     ``progress(done, total, label)`` before each configuration. ``cancel``: when set, raises
     ``RequestCancelled`` between configurations.
 
@@ -205,6 +221,7 @@ def compare_with_llama_server(
     a ``note`` instead of a run.
     """
     rows = result.rows
+    is_eog = scheduler.runtime.is_eog if scheduler is not None else (lambda _t: False)
     runs = result.runs or (None,) * len(rows)  # run_compare(keep_runs=True) keeps them: receipts per row
     url = is_url(target)
     head_note, shared = "", None
@@ -239,7 +256,8 @@ def compare_with_llama_server(
         try:
             flags, note = _row_flags(row)
         except NoServerEquivalent:
-            out.append(ServerRow(label, note=f"llama-server has no {row.config.source} source", **_ours(row, run)))
+            out.append(ServerRow(label, note=f"llama-server has no {row.config.source} source",
+                                 **_ours(row, run, is_eog)))
             continue
         note = "; ".join(n for n in (head_note, note) if n)
         try:
@@ -251,10 +269,10 @@ def compare_with_llama_server(
                     done = server.client.complete(prompt_tokens, n_predict)
                     figures = _server_figures(done, server.client.metrics(), None)
         except ServerError as exc:
-            out.append(ServerRow(label, tuple(flags), note=note, error=str(exc), **_ours(row, run)))
+            out.append(ServerRow(label, tuple(flags), note=note, error=str(exc), **_ours(row, run, is_eog)))
             continue
         compared = _compared(scheduler, prompt_tokens, row.generated_tokens, figures["generated_tokens"])
-        out.append(ServerRow(label, tuple(flags), note=note, **figures, **_ours(row, run), **compared))
+        out.append(ServerRow(label, tuple(flags), note=note, **figures, **_ours(row, run, is_eog), **compared))
     return tuple(out)
 
 

@@ -36,6 +36,7 @@ import struct
 
 from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.sources.descriptors import Option, SourceDescriptor
+from inspector.sources.hash_order import Part
 
 NGRAM_MIN, NGRAM_MAX, NGRAM_STATIC = 1, 4, 2
 """llama.cpp ``LLAMA_NGRAM_MIN``, ``LLAMA_NGRAM_MAX``, ``LLAMA_NGRAM_STATIC``."""
@@ -53,7 +54,10 @@ _NGRAM = struct.Struct("<4i")
 _INT = struct.Struct("<i")
 _PAIR = struct.Struct("<2i")
 
-Cache = dict  # tuple of 4 tokens (padded with -1) -> {token: count}
+Cache = dict
+"""tuple of 4 tokens (padded with -1) -> ``Part`` {token: count}, its followers in the order llama.cpp's
+``unordered_map`` iterates them (``inspector.sources.hash_order``): ties between equally frequent
+followers are broken as llama-server breaks them."""
 
 
 def _key(tokens) -> tuple:
@@ -65,8 +69,11 @@ def update(cache: Cache, tokens, n_new: int) -> None:
     size = len(tokens)
     for n in range(NGRAM_MIN, NGRAM_MAX + 1):
         for i in range(max(size - n_new, n), size):
-            part = cache.setdefault(_key(tokens[i - n:i]), {})
-            part[tokens[i]] = part.get(tokens[i], 0) + 1
+            key = _key(tokens[i - n:i])
+            part = cache.get(key)
+            if part is None:
+                part = cache[key] = Part()
+            part.add(tokens[i])
 
 
 def merge(target: Cache, add: Cache, max_ngrams: int | None = None) -> None:
@@ -75,10 +82,10 @@ def merge(target: Cache, add: Cache, max_ngrams: int | None = None) -> None:
         if into is None:
             if max_ngrams is not None and len(target) >= max_ngrams:
                 continue
-            target[ngram] = dict(part)
+            target[ngram] = part.copy()
             continue
         for token, count in part.items():
-            into[token] = into.get(token, 0) + count
+            into.add(token, count)
 
 
 def load(path: str, what: str) -> Cache:
@@ -103,14 +110,14 @@ def load(path: str, what: str) -> Cache:
         if count <= 0 or end - pos < count * _PAIR.size:
             raise ValueError(f"{what} {path}: not a llama.cpp n-gram cache (bad follower count {count} at byte "
                              f"{pos - _INT.size})")
-        part = {}
+        part = Part()
         for _ in range(count):
             token, n = _PAIR.unpack_from(data, pos)
             pos += _PAIR.size
             if n <= 0 or token < 0:
                 raise ValueError(f"{what} {path}: not a llama.cpp n-gram cache (token {token} count {n} at byte "
                                  f"{pos - _PAIR.size})")
-            part[token] = n
+            part.add(token, n)
         cache[ngram] = part
     return cache
 
