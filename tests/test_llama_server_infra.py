@@ -287,3 +287,17 @@ def test_starting_llama_server_with_a_removed_flag_names_the_flag(start_llama_se
         start_llama_server(args=["--draft-max", "4"])
     message = _one_line(err.value)
     assert "--draft-max" in message and "removed" in message, message
+
+
+def test_a_llama_server_of_another_llama_cpp_commit_is_named_in_one_line_and_still_compared(tmp_path):
+    from inspector.bench.server_compare import version_note
+
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho 'version: 0.6.0 (build 7100, commit deadbee)' >&2\n")
+    fake.chmod(0o755)
+    note = version_note(fake)
+    assert "deadbee" in note and LLAMA_CPP_COMMIT in note and "\n" not in note
+    same = tmp_path / "same"
+    same.write_text(f"#!/bin/sh\necho 'version: 0.5.0-dev (build 0, commit {LLAMA_CPP_COMMIT})' >&2\n")
+    same.chmod(0o755)
+    assert version_note(same) == ""
