@@ -10,7 +10,11 @@ Layout (no Qt below ``inspector.gui``):
 - ``inspector.cli``: the ``spec-inspector`` command line.
 """
 
+from inspector.thread_pools import limit_thread_pools
+
 __version__ = "0.1.0"
+
+limit_thread_pools()  # numpy's BLAS threads would spin beside llama.cpp's (inspector.thread_pools)
 
 
 def asset_path(name: str):
