@@ -8,7 +8,9 @@ import sys
 from dataclasses import replace
 
 from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError, build_llama_server, find_llama_server
-from inspector.bench.server_compare import compare_with_llama_server, format_server_rows, is_url
+from inspector.bench.server_build import NotALlamaServer
+from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
+from inspector.bench.server_process import ServerError
 from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, open_target_runtime
 from inspector.engine.settings import DEFAULT_N_CTX
 
@@ -154,6 +156,9 @@ def cmd_compare(args) -> int:
 
             if args.prompt is not None or args.prompt_file is not None:
                 raise _UserError("give --turns or a prompt (--prompt, --prompt-file), not both")
+            if args.llama_server is not None:
+                raise _UserError("--llama-server compares one prompt, not a conversation: leave out --turns "
+                                 "(or --llama-server)")
             turns = read_turns(turns_path(args.turns))
             prompt = turns[0]
         elif args.prompt is not None:
@@ -161,8 +166,12 @@ def cmd_compare(args) -> int:
         else:
             prompt = _strip_final_newline(_read_text(
                 args.prompt_file or example_path(DEFAULT_EXAMPLE), "prompt file"))
+        if args.llama_server:  # a path or URL that cannot serve is said before anything runs
+            check_llama_server(args.llama_server)
     except (ValueError, _UserError) as exc:
         return _fail(str(exc), EXIT_USAGE)
+    except (ServerError, NotALlamaServer) as exc:
+        return _fail(str(exc))
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
         tokens = runtime.prompt_tokens(prompt)

@@ -22,7 +22,7 @@ from inspector.prompts import EXAMPLES, example_prompt
 from inspector.session.run import RunRequest, SessionRun
 from inspector.sources.server_flags import server_arguments
 
-from test_cli import cli
+from test_cli import cli, one_clear_line
 from test_gui_support import RUN_TIMEOUT_MS, make_window
 
 pytestmark = pytest.mark.slow
@@ -161,16 +161,31 @@ def test_compare_with_llama_server_prints_both_programs_side_by_side_and_exports
 
 
 @pytest.mark.parametrize("target, needle", [
-    ("/bin/true", "not a llama-server"),
+    ("/bin/true", "/bin/true is not a llama-server"),
     ("http://127.0.0.1:{port}", "no llama-server answers at http://127.0.0.1:{port}"),
+    ("http://[::1", "is not a server URL"),
 ])
-def test_a_bad_llama_server_gives_each_row_one_clear_line_and_keeps_our_rows(target, needle):
+def test_a_target_that_cannot_serve_is_one_line_before_anything_runs(target, needle):
     port = free_port()
     p = cli("compare", "--prompt", "Copy: one two three", "--max-tokens", "4", "--config", "none",
             "--llama-server", target.format(port=port))
-    assert p.returncode == 1 and "Traceback" not in p.stderr + p.stdout
-    assert p.stdout.splitlines()[1].startswith("none ")  # our table is printed first, whole
-    assert needle.format(port=port) in p.stdout
+    assert p.returncode in (1, 2) and p.stdout == ""  # 2: a path that is no llama-server is a bad argument
+    assert needle.format(port=port) in one_clear_line(p.stderr)
+
+
+def test_a_llama_server_that_will_not_start_costs_each_row_one_line_and_keeps_our_rows(tmp_path):
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho 'version: 0.5.0-dev (build 0, commit 0c1e570)' >&2\n"
+                    "[ \"$1\" = --version ] && exit 0\necho 'error: invalid argument: --spec-type' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    out = tmp_path / "c.json"
+    p = cli("compare", "--prompt", "Copy: one two three", "--max-tokens", "4", "--config", "none",
+            "--config", "ngram-simple", "--llama-server", fake, "--json", out)
+    assert p.returncode == 1 and "Traceback" not in p.stdout + p.stderr
+    assert p.stdout.splitlines()[1].startswith("none ")  # our table first, whole
+    rows = json.loads(out.read_text())["llama_server"]
+    assert [r["error"].count("\n") for r in rows] == [0, 0]
+    assert all("invalid argument: --spec-type" in r["error"] for r in rows)
 
 
 def test_the_compare_window_shows_llama_servers_figures_beside_ours(qtbot, runtime, tmp_path, llama_server_binary):
@@ -186,7 +201,8 @@ def test_the_compare_window_shows_llama_servers_figures_beside_ours(qtbot, runti
     result, _note = blocker.args
     v.refresh()
     first = v.results.columnCount() - 4
-    assert v.results.horizontalHeaderItem(first).text() == "llama-server tokens/s"
+    assert v.results.horizontalHeaderItem(first).text() == "llama-server\ntokens/s"
+    assert v.results.horizontalHeader().visualIndex(first) == 2  # beside our decode tokens/s
     plain, simple, ours = result.llama_server
     assert plain.same_output and simple.same_output and simple.same_windows, (plain, simple)
     assert v.results.item(1, first + 1).text() == f"{simple.ours_drafted} / {simple.drafted}"

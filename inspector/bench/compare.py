@@ -122,7 +122,8 @@ CSV_COLUMNS = ("label", "source", "draft_max", "decode_tokens_per_s", "speedup_v
                "acceptance_rate", "mean_accepted_length", "windows", "plain_steps", "generated_tokens",
                "same_output_as_plain", "error")
 SERVER_CSV_COLUMNS = ("llama_server_tokens_per_s", "llama_server_drafted", "llama_server_accepted",
-                      "drafted", "accepted", "same_output_as_llama_server", "llama_server_note")
+                      "drafted", "accepted", "same_output_as_llama_server", "same_windows_as_llama_server",
+                      "llama_server_note")
 """Added after ``CSV_COLUMNS`` when the comparison ran through llama-server (``drafted``/``accepted``:
 ours, in the same units: proposal tokens)."""
 
@@ -149,7 +150,7 @@ def write_compare_csv(result: CompareResult, path: str | os.PathLike) -> Path:
             if server:
                 v = server[i]
                 line += [v.tokens_per_s, v.drafted, v.accepted, v.ours_drafted, v.ours_accepted, v.same_output,
-                         v.error or v.note]
+                         v.same_windows, v.error or v.note]
             w.writerow(line)
     return p
 
@@ -454,7 +455,8 @@ def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> Co
 
 def format_compare(result: CompareResult) -> str:
     """The comparison as a text table (one line per configuration)."""
-    head = (f"{'configuration':40s} {'tok/s':>7s} {'vs plain':>8s} {'expected':>8s} {'accept':>7s} "
+    w = max([40, *(len(r.config.label) for r in result.rows)])  # whole labels: their settings differ at the end
+    head = (f"{'configuration':{w}s} {'tok/s':>7s} {'vs plain':>8s} {'expected':>8s} {'accept':>7s} "
             f"{'mean len':>8s} {'windows':>7s} same")
     lines = [head]
     for r in result.rows:
@@ -465,7 +467,7 @@ def format_compare(result: CompareResult) -> str:
         acc = f"{100 * s.acceptance_rate:.0f}%" if s.acceptance_rate is not None else "n/a"
         mal = f"{s.mean_accepted_length:.2f}" if s.mean_accepted_length is not None else "n/a"
         same = "n/a" if r.same_output_as_plain is None else ("yes" if r.same_output_as_plain else "no")
-        line = f"{r.config.label[:40]:40s} {tps:>7s} {vs:>8s} {exp:>8s} {acc:>7s} {mal:>8s} {s.windows:7d} {same}"
+        line = f"{r.config.label:{w}s} {tps:>7s} {vs:>8s} {exp:>8s} {acc:>7s} {mal:>8s} {s.windows:7d} {same}"
         if r.error:
             line += f"  error: {r.error}"
         lines.append(line)

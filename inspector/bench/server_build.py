@@ -133,9 +133,10 @@ def server_version(binary: Path | str) -> ServerVersion:
     Raises ``NotALlamaServer`` (one line) when the file is missing, is a folder, is not
     executable, cannot be run, does not finish in time, or prints something else.
     """
-    path = Path(binary)
+    path = Path(binary).expanduser()
     if not path.exists():
         raise NotALlamaServer(f"no llama-server at {path}: the file does not exist")
+    path = path.absolute()  # "./llama-server" runs this folder's file, not one found on PATH
     if path.is_dir():
         raise NotALlamaServer(f"{path} is a folder, not a llama-server binary")
     if not os.access(path, os.X_OK):

@@ -19,6 +19,7 @@ Request fields, response fields and metric names: llama.cpp 0c1e570 ``tools/serv
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,8 +135,11 @@ def ours_accepted_per_position(receipts, is_eog: Callable[[int], bool] = lambda 
 
 
 def is_url(target: str) -> bool:
-    """Whether ``--llama-server`` names a running server (http:// or https://) rather than a binary."""
-    return target.startswith(("http://", "https://"))
+    """Whether ``--llama-server`` names a running server rather than a binary: ``SCHEME://...``, or
+    ``HOST:PORT`` that is not a file here (http is meant)."""
+    if "://" in target:
+        return True
+    return re.fullmatch(r"[\w.\-\[\]:]+:\d+", target) is not None and not Path(target).exists()
 
 
 def version_note(binary: str | Path) -> str:
@@ -146,6 +150,16 @@ def version_note(binary: str | Path) -> str:
         return ""
     return (f"this llama-server was built from llama.cpp {v.commit or 'an unknown commit'}, ours runs "
             f"{LLAMA_CPP_COMMIT}: outputs may part where the kernels differ")
+
+
+def check_llama_server(target: str) -> None:
+    """Raise, with one line, when ``target`` cannot serve a comparison: ``NotALlamaServer`` for a path
+    that is not a llama-server binary, ``ServerError`` for a URL that is malformed, does not answer or
+    is not a llama-server. Nothing is started (``--llama-server``'s check before our runs)."""
+    if is_url(target):
+        LlamaServerClient(target).check_reachable()
+    else:
+        server_version(target)
 
 
 def _row_flags(row: CompareRow) -> tuple[list[str], str]:
@@ -223,43 +237,35 @@ def compare_with_llama_server(
     rows = result.rows
     is_eog = scheduler.runtime.is_eog if scheduler is not None else (lambda _t: False)
     runs = result.runs or (None,) * len(rows)  # run_compare(keep_runs=True) keeps them: receipts per row
+    skipped = {i: _not_compared(row, run, is_eog) for i, (row, run) in enumerate(zip(rows, runs))}
     url = is_url(target)
-    head_note, shared = "", None
-    if url:
-        try:
+    head_note, shared, failed = "", None, None
+    try:
+        if url:
             client = LlamaServerClient(target)
             client.check_reachable()
             before = client.metrics()
             done = client.complete(prompt_tokens, n_predict)
             shared = _server_figures(done, client.metrics(), before)
             head_note = f"a running server at {target}: its flags cannot be checked"
-        except ServerError as exc:
-            return tuple(ServerRow(r.config.label, error=str(exc)) for r in rows)
-    else:
-        try:
+        else:
             head_note = version_note(target)
-        except NotALlamaServer as exc:
-            return tuple(ServerRow(r.config.label, error=str(exc)) for r in rows)
+    except (ServerError, NotALlamaServer) as exc:
+        failed = str(exc)
     out = []
     for i, (row, run) in enumerate(zip(rows, runs)):
         if cancel is not None and cancel.is_set():
             raise RequestCancelled()
-        if progress is not None:
-            progress(i, len(rows), row.config.label)
         label = row.config.label
-        if isinstance(run, TurnsRun):
-            out.append(ServerRow(label, note="a conversation: llama-server is compared on one prompt"))
+        if skipped[i] is not None or failed is not None:
+            out.append(skipped[i] or ServerRow(label, error=failed))
             continue
-        if row.error is not None and not row.generated_tokens:
-            out.append(ServerRow(label, note="our run of this configuration failed: nothing to compare"))
-            continue
-        try:
-            flags, note = _row_flags(row)
-        except NoServerEquivalent:
-            out.append(ServerRow(label, note=f"llama-server has no {row.config.source} source",
-                                 **_ours(row, run, is_eog)))
-            continue
-        note = "; ".join(n for n in (head_note, note) if n)
+        if progress is not None:
+            progress(i, len(rows), label)
+        flags, note = _row_flags(row)
+        ours = _ours(row, run, is_eog)
+        recounted = ours["ours_accepted"] != row.summary.accepted_tokens
+        note = "; ".join(n for n in (head_note, note, RECOUNTED if recounted else "") if n)
         try:
             if url:
                 figures = dict(shared)
@@ -269,35 +275,56 @@ def compare_with_llama_server(
                     done = server.client.complete(prompt_tokens, n_predict)
                     figures = _server_figures(done, server.client.metrics(), None)
         except ServerError as exc:
-            out.append(ServerRow(label, tuple(flags), note=note, error=str(exc), **_ours(row, run, is_eog)))
+            out.append(ServerRow(label, tuple(flags), note=note, error=str(exc), **ours))
             continue
         compared = _compared(scheduler, prompt_tokens, row.generated_tokens, figures["generated_tokens"])
-        out.append(ServerRow(label, tuple(flags), note=note, **figures, **_ours(row, run, is_eog), **compared))
+        out.append(ServerRow(label, tuple(flags), note=note, **figures, **ours, **compared))
     return tuple(out)
+
+
+RECOUNTED = ("accepted counted as llama-server counts them: a matched end-of-generation token inside a draft "
+             "is the target's own there (our receipts count it accepted)")
+"""The note of a row whose accepted count ``server_counted_accepted`` changed."""
+
+
+def _not_compared(row: CompareRow, run, is_eog) -> ServerRow | None:
+    """The row llama-server is not asked for, with the reason as its note (a conversation, a run of ours
+    that failed, a source llama-server lacks), else None."""
+    label = row.config.label
+    if isinstance(run, TurnsRun):
+        return ServerRow(label, note="not compared: llama-server is compared on a prompt, not a conversation")
+    if row.error is not None and not row.generated_tokens:
+        return ServerRow(label, note="not compared: our run of this configuration failed")
+    try:
+        _row_flags(row)
+    except NoServerEquivalent:
+        return ServerRow(label, note=f"llama-server has no {row.config.source} source", **_ours(row, run, is_eog))
+    return None
 
 
 def format_server_rows(rows: Sequence[ServerRow]) -> str:
     """The llama-server comparison as a text table: per configuration our tokens/s and the server's,
     drafted and accepted on both sides, and whether the outputs are the same; notes and errors on
     their own lines."""
-    head = (f"{'configuration':34s} {'ours tok/s':>10s} {'server':>7s} {'drafted':>13s} {'accepted':>13s} "
+    w = max([13, *(len(r.label) for r in rows)])
+    head = (f"{'configuration':{w}s} {'ours tok/s':>10s} {'server':>7s} {'drafted':>13s} {'accepted':>13s} "
             f"{'windows':>7s}  output")
     lines = ["llama-server (same prompt tokens, greedy):", head]
     for r in rows:
         if r.drafted is None:
-            lines.append(f"{r.label[:34]:34s} " + (f"error: {r.error}" if r.error else r.note))
+            lines.append(f"{r.label:{w}s} " + (f"error: {r.error}" if r.error else r.note))
             if r.error and r.note:
-                lines.append(f"{'':34s} note: {r.note}")
+                lines.append(f"{'':{w}s} note: {r.note}")
             continue
         ours = f"{r.ours_tokens_per_s:.1f}" if r.ours_tokens_per_s else "n/a"
         theirs = f"{r.tokens_per_s:.1f}" if r.tokens_per_s else "n/a"
         drafted = f"{r.ours_drafted}/{r.drafted}"
         accepted = f"{r.ours_accepted}/{r.accepted}"
         same = "same" if r.same_windows else "differ"
-        lines.append(f"{r.label[:34]:34s} {ours:>10s} {theirs:>7s} {drafted:>13s} {accepted:>13s} {same:>7s}  "
+        lines.append(f"{r.label:{w}s} {ours:>10s} {theirs:>7s} {drafted:>13s} {accepted:>13s} {same:>7s}  "
                      f"{r.describe_output()}")
         if r.note:
-            lines.append(f"{'':34s} note: {r.note}")
+            lines.append(f"{'':{w}s} note: {r.note}")
     lines.append("drafted, accepted: ours/llama-server's (tokens); windows: the two agree on drafted, accepted "
                  "and accepted per draft position")
     return "\n".join(lines)

@@ -38,6 +38,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,8 +171,17 @@ class LlamaServerClient:
     means http); each request waits at most ``timeout_s`` seconds. Proxy settings are ignored."""
 
     def __init__(self, url: str, timeout_s: float = 300):
+        """Raises ``ServerUnreachable`` for a URL that cannot name a server (a scheme other than
+        http/https, no host, a port that is not a number)."""
         self.url = (url if "://" in url else f"http://{url}").rstrip("/")
         self.timeout_s = timeout_s
+        try:
+            parts = urllib.parse.urlsplit(self.url)
+            parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
+        except ValueError as e:
+            raise ServerUnreachable(f"{url} is not a server URL ({e}): expected http://HOST:PORT") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ServerUnreachable(f"{url} is not a server URL: expected http://HOST:PORT")
 
     def complete(self, prompt_tokens: Sequence[int], n_predict: int,
                  fields: Mapping[str, object] | None = None) -> ServerCompletion:
@@ -287,7 +297,7 @@ class LlamaServerProcess:
 
     def __init__(self, binary: Path | str, model: Path | str, *, args: Sequence[str] = (), threads: int = 1,
                  n_ctx: int = 1024, timeout_s: float = 120):
-        self.binary = Path(binary)
+        self.binary = Path(binary).expanduser().absolute()  # "./llama-server" is this folder's, not PATH's
         self.model = Path(model)
         self._proc: subprocess.Popen | None = None
         self._log_dir = Path(tempfile.mkdtemp(prefix="llama-server-"))

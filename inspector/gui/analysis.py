@@ -229,7 +229,9 @@ class AnalysisWorker(QObject):
             self.failed.emit("compare", str(exc) or type(exc).__name__)
             return
         note = ""
-        if req.llama_server is not None:
+        if req.llama_server is not None and req.turns:
+            note = "llama-server is compared on a prompt, not a conversation: run on the main window's prompt"
+        elif req.llama_server is not None:
             result, note = self._through_llama_server(req.llama_server, result, tokens, req.settings)
         self.compareDone.emit(result, note)
 
@@ -253,7 +255,6 @@ class AnalysisWorker(QObject):
                 progress=lambda i, n, label: self.compareProgress.emit(i, total, f"llama-server: {label}"))
         except RequestCancelled:
             return result, "llama-server comparison cancelled"
-        failed = sum(1 for r in rows if r.error)
-        return replace(result, llama_server=rows), (f"llama-server failed on {failed} of {len(rows)} rows"
-                                                    if failed else "")
+        failed = [r for r in rows if r.error]
+        return replace(result, llama_server=rows), (f"llama-server failed: {failed[0].error}" if failed else "")
 

@@ -59,8 +59,8 @@ RESULT_TIPS = (
     "verified proposal windows (receipts)",
     "the generated token ids equal the plain run's",
 )
-SERVER_HEADERS = ("llama-server tokens/s", "drafted (ours / server)", "accepted (ours / server)",
-                  "same as llama-server")
+SERVER_HEADERS = ("llama-server\ntokens/s", "drafted\nours / server", "accepted\nours / server",
+                  "same as\nllama-server")
 SERVER_TIPS = (
     "llama-server's timings.predicted_per_second on the same prompt tokens (greedy, its flags for this row)",
     "proposal tokens drafted: ours / llama-server's draft_n",
@@ -86,6 +86,16 @@ def turns_text(run) -> str:
         lines.append(f"turn {n}: {len(g.generated)} tokens, {len(g.receipts)} windows, {accepted} accepted, "
                      f"ended: {g.finish_reason or 'n/a'}")
     return "\n".join(lines)
+
+
+def two_lines(label: str) -> str:
+    """A header on two lines, split at the space nearest its middle ("mean accepted\nlength");
+    a label without a space, or already on two lines, as it is."""
+    if "\n" in label or " " not in label:
+        return label
+    spaces = [i for i, ch in enumerate(label) if ch == " "]
+    cut = min(spaces, key=lambda i: abs(i - len(label) / 2))
+    return label[:cut] + "\n" + label[cut + 1:]
 
 
 def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
@@ -286,16 +296,8 @@ class CompareView(QWidget, CompareConfigsPanel):
         runs = res.runs if res is not None else ()
         server = res.llama_server if res is not None else ()
         t = self.results
-        headers = RESULT_HEADERS + (SERVER_HEADERS if server else ())
-        if t.columnCount() != len(headers):
-            t.setColumnCount(len(headers))
-            t.setHorizontalHeaderLabels(headers)
-            for i, tip in enumerate(RESULT_TIPS + (SERVER_TIPS if server else ())):
-                t.horizontalHeaderItem(i).setToolTip(tip)
-            # With llama-server's columns the labels keep their width and the last column takes the rest.
-            t.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents if server
-                                                      else QHeaderView.ResizeMode.Stretch)
-            t.horizontalHeader().setStretchLastSection(bool(server))
+        if t.columnCount() != len(RESULT_HEADERS) + (len(SERVER_HEADERS) if server else 0):
+            self._set_result_columns(bool(server))
         t.clearSpans()
         t.setRowCount(len(rows))
         for i, r in enumerate(rows):
@@ -326,6 +328,21 @@ class CompareView(QWidget, CompareConfigsPanel):
                 self._server_cells(i, server[i])
         self._draw_plots(rows)
 
+    def _set_result_columns(self, server: bool) -> None:
+        """Our columns, and llama-server's four after them when ``server``: then every header takes two
+        lines (twelve columns fit 1024 px) and llama-server's tokens/s is shown beside ours (moved on
+        screen only: the columns' indices stay ``RESULT_HEADERS`` then ``SERVER_HEADERS``)."""
+        t, h = self.results, self.results.horizontalHeader()
+        for visual in range(h.count()):  # back to the natural order before the columns change
+            h.moveSection(h.visualIndex(visual), visual)
+        headers = RESULT_HEADERS + (SERVER_HEADERS if server else ())
+        t.setColumnCount(len(headers))
+        t.setHorizontalHeaderLabels([two_lines(x) for x in headers] if server else list(headers))
+        for i, tip in enumerate(RESULT_TIPS + (SERVER_TIPS if server else ())):
+            t.horizontalHeaderItem(i).setToolTip(tip)
+        if server:
+            h.moveSection(h.visualIndex(len(RESULT_HEADERS)), 2)
+
     def _server_cells(self, i: int, v) -> None:
         """Row ``i``'s llama-server columns from its ``ServerRow``: figures, or the error / note across them."""
         first = len(RESULT_HEADERS)
@@ -335,7 +352,7 @@ class CompareView(QWidget, CompareConfigsPanel):
         else:
             cells = (_fmt(v.tokens_per_s, ".1f"), f"{v.ours_drafted} / {v.drafted}", f"{v.ours_accepted} / {v.accepted}",
                      "yes" if v.same_output and v.same_windows else
-                     ("output yes, windows no" if v.same_output else v.describe_output()))
+                     ("windows differ" if v.same_output else v.describe_output()))
         tip = "\n".join(x for x in (v.error, v.note, " ".join(v.flags) and "llama-server " + " ".join(v.flags)) if x)
         for k, text in enumerate(cells):
             it = QTableWidgetItem(text)
