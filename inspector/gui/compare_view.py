@@ -298,7 +298,6 @@ class CompareView(QWidget, CompareConfigsPanel):
         t = self.results
         if t.columnCount() != len(RESULT_HEADERS) + (len(SERVER_HEADERS) if server else 0):
             self._set_result_columns(bool(server))
-        t.clearSpans()
         t.setRowCount(len(rows))
         for i, r in enumerate(rows):
             turns_tip = turns_text(runs[i]) if i < len(runs) else ""
@@ -346,9 +345,8 @@ class CompareView(QWidget, CompareConfigsPanel):
     def _server_cells(self, i: int, v) -> None:
         """Row ``i``'s llama-server columns from its ``ServerRow``: figures, or the error / note across them."""
         first = len(RESULT_HEADERS)
-        if v.drafted is None:  # an error or a note instead of figures: one cell across the four columns
-            cells = (v.error or v.note or "n/a",)
-            self.results.setSpan(i, first, 1, len(SERVER_HEADERS))
+        if v.drafted is None:  # an error or a note instead of figures: said in the last column, whole in its tooltip
+            cells = ("", "", "", "failed" if v.error else "not compared")
         else:
             cells = (_fmt(v.tokens_per_s, ".1f"), f"{v.ours_drafted} / {v.drafted}", f"{v.ours_accepted} / {v.accepted}",
                      "yes" if v.same_output and v.same_windows else
@@ -356,8 +354,7 @@ class CompareView(QWidget, CompareConfigsPanel):
         tip = "\n".join(x for x in (v.error, v.note, " ".join(v.flags) and "llama-server " + " ".join(v.flags)) if x)
         for k, text in enumerate(cells):
             it = QTableWidgetItem(text)
-            if v.drafted is not None:
-                it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             if tip:
                 it.setToolTip(tip)
             if v.error:
