@@ -28,8 +28,15 @@ from inspector.bench.server_build import (  # noqa: E402
 from inspector.bench.server_process import LlamaServerProcess  # noqa: E402
 from inspector.engine import Generation, GenerationObserver, GenerationSettings, RuntimeScheduler  # noqa: E402
 from inspector.llama import bundled_model_path  # noqa: E402
+from inspector.thread_pools import limit_thread_pools  # noqa: E402
 
 N_CTX = 1024
+
+
+def pytest_collection_finish(session):
+    """Test modules may load another BLAS (scipy's, for statistics): cap it too, so no pool of ours
+    spins beside llama.cpp's threads in the tests either (``inspector.thread_pools``)."""
+    limit_thread_pools()
 
 
 @pytest.fixture(autouse=True)

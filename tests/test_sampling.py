@@ -12,6 +12,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from scipy.stats import chi2_contingency  # loads scipy's BLAS at collection: conftest caps it then
 
 from inspector.engine import Generation, GenerationSettings, SamplingSettings
 from inspector.engine.classify import classify_window
@@ -22,8 +23,6 @@ RUNS = 1000
 
 
 def chi2_p_value(a: Counter, b: Counter) -> float:
-    from scipy.stats import chi2_contingency
-
     keys = sorted(set(a) | set(b), key=lambda k: -(a[k] + b[k]))
     rows, other = [], [0, 0]
     for k in keys:
