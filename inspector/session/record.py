@@ -510,7 +510,8 @@ class SessionRecord:
         if type(prompt_tokens) is int and prompt_tokens >= 0:
             s.prompt_token_count = prompt_tokens
         elif type(prefill.get("kv_length")) is int:
-            s.prompt_token_count = prefill["kv_length"] + 1  # the last prompt token is not prefilled
+            # Files too old to name it: their schedule left the last prompt token out of the prefill.
+            s.prompt_token_count = prefill["kv_length"] + 1
         if type(prefill.get("elapsed_us")) is int:
             s.prefill_elapsed_us = prefill["elapsed_us"]
         s.texts.update(run.texts)
