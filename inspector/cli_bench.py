@@ -209,7 +209,12 @@ def cmd_compare(args) -> int:
     print(format_compare(result))
     server_failed = False
     if args.llama_server is not None:
-        server_rows = _compare_with_server(args.llama_server, result, runtime, scheduler, tokens, settings)
+        try:
+            server_rows = _compare_with_server(args.llama_server, result, runtime, scheduler, tokens, settings)
+        except Exception as exc:  # one line; our rows are printed above and still exported below
+            print(f"spec-inspector: error: llama-server comparison failed: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            server_rows = None
         if server_rows is None:
             server_failed = True
         else:

@@ -27,5 +27,5 @@ def limit_thread_pools() -> None:
 
 def thread_pools() -> list[dict]:
     """threadpoolctl's description of the native pools loaded now (``num_threads``, ``internal_api``,
-    ``filepath``, ...), for checks and ``devices``."""
+    ``filepath``, ...), for checks."""
     return threadpool_info()

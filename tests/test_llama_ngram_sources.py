@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from inspector.engine.proposal import ProposalRequest
+from inspector.sources.hash_order import Part
 from inspector.sources import llama_ngram_cache as nc
 from inspector.sources.llama_ngram_map import NgramMapSource, NgramSimpleSource
 from inspector.sources.llama_ngram_mod import NgramModSource
@@ -247,8 +248,6 @@ def test_each_source_keeps_plain_greedy_output_on_the_bundled_model(make_generat
 def test_ngram_cache_followers_iterate_in_libstdcxx_unordered_map_order_so_ties_break_as_in_llama_server():
     """Hand-worked from libstdc++'s rules: 13 buckets after the first insert, a new key goes first in its
     bucket (key % 13) or at the front; the 14th key rehashes to 29 buckets, re-placing in the old order."""
-    from inspector.sources.hash_order import Part
-
     p = Part()
     for t in (5, 18, 7, 31):  # 5, 18, 31 share bucket 5; 7 is alone in bucket 7
         p.add(t)

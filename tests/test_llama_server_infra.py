@@ -20,6 +20,7 @@ from inspector.bench.server_build import (
     find_llama_server,
     server_version,
 )
+from inspector.bench.server_compare import version_note
 from inspector.bench.server_process import (
     LlamaServerClient,
     LlamaServerProcess,
@@ -289,9 +290,7 @@ def test_starting_llama_server_with_a_removed_flag_names_the_flag(start_llama_se
     assert "--draft-max" in message and "removed" in message, message
 
 
-def test_a_llama_server_of_another_llama_cpp_commit_is_named_in_one_line_and_still_compared(tmp_path):
-    from inspector.bench.server_compare import version_note
-
+def test_a_llama_server_of_another_llama_cpp_commit_is_named_in_one_line(tmp_path):
     fake = tmp_path / "llama-server"
     fake.write_text("#!/bin/sh\necho 'version: 0.6.0 (build 7100, commit deadbee)' >&2\n")
     fake.chmod(0o755)

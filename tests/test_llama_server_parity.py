@@ -15,7 +15,7 @@ import pytest
 from inspector import asset_path
 from inspector.bench.compare import CompareConfig, run_compare
 from inspector.bench.server_process import free_port
-from inspector.bench.server_compare import compare_with_llama_server
+from inspector.bench.server_compare import compare_with_llama_server, server_counted_accepted
 from inspector.engine import Generation, GenerationSettings
 from inspector.llama.quantize import make_draft
 from inspector.prompts import EXAMPLES, example_prompt
@@ -129,7 +129,7 @@ def test_ngram_mods_pool_carries_across_two_requests_as_in_llama_server(schedule
             run.close_source()
             g.close()
         ours.append((sum(r.proposal_token_count for r in g.receipts),
-                     sum(r.accepted_proposal_tokens for r in g.receipts), g.generated))
+                     sum(server_counted_accepted(r, runtime.is_eog) for r in g.receipts), g.generated))
         done = server.client.complete(tokens, 2 * N_PREDICT)
         theirs.append((done.draft_n, done.draft_n_accepted, list(done.tokens)))
     assert ours == theirs

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 from inspector.bench.compare import PLAIN, CompareResult, CompareRow, TurnsRun
 from inspector.bench.server_build import LLAMA_CPP_COMMIT, NotALlamaServer, server_version
 from inspector.bench.server_process import (LlamaServerClient, LlamaServerProcess, ServerCompletion,
-                                            ServerError, ServerMetrics)
+                                            ServerError, ServerMetrics, ServerRequestError)
 from inspector.engine.baseline import first_difference, top2_after
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.scheduler import RuntimeScheduler
@@ -55,7 +55,7 @@ class ServerRow:
     tokens_per_s: float | None = None
     drafted: int | None = None
     accepted: int | None = None
-    accepted_per_position: tuple[int, ...] = ()
+    accepted_per_position: tuple[int, ...] | None = ()
     generated_tokens: tuple[int, ...] = ()
     ours_tokens_per_s: float | None = None
     ours_drafted: int = 0
@@ -69,11 +69,14 @@ class ServerRow:
 
     @property
     def same_windows(self) -> bool | None:
-        """Drafted, accepted and accepted-per-position all equal ours (None when the server did not run)."""
+        """Drafted, accepted and accepted-per-position all equal ours (None when the server did not run;
+        per position only where the server's ``/metrics`` answered: ``accepted_per_position`` not None)."""
         if self.drafted is None:
             return None
-        return (self.drafted, self.accepted, _trim(self.accepted_per_position)) == (
-            self.ours_drafted, self.ours_accepted, _trim(self.ours_accepted_per_position))
+        if (self.drafted, self.accepted) != (self.ours_drafted, self.ours_accepted):
+            return False
+        return (self.accepted_per_position is None
+                or _trim(self.accepted_per_position) == _trim(self.ours_accepted_per_position))
 
     def describe_output(self) -> str:
         """"same" or where the outputs part, in words."""
@@ -88,7 +91,7 @@ class ServerRow:
         return {
             "label": self.label, "flags": list(self.flags), "tokens_per_s": self.tokens_per_s,
             "drafted": self.drafted, "accepted": self.accepted,
-            "accepted_per_position": list(self.accepted_per_position),
+            "accepted_per_position": None if self.accepted_per_position is None else list(self.accepted_per_position),
             "generated_token_ids": list(self.generated_tokens),
             "ours": {"tokens_per_s": self.ours_tokens_per_s, "drafted": self.ours_drafted,
                      "accepted": self.ours_accepted, "accepted_per_position": list(self.ours_accepted_per_position)},
@@ -184,7 +187,9 @@ def _ours(row: CompareRow, run, is_eog: Callable[[int], bool]) -> dict:
 
 
 def _server_figures(done: ServerCompletion, metrics: ServerMetrics | None, before: ServerMetrics | None) -> dict:
-    per_position: tuple[int, ...] = ()
+    """llama-server's figures of one completion; ``metrics`` None (a server started without ``--metrics``):
+    no per-position counts (``accepted_per_position`` None)."""
+    per_position: tuple[int, ...] | None = None
     if metrics is not None:
         last = max(metrics.accepted_per_position, default=-1)
         per_position = tuple(
@@ -244,10 +249,12 @@ def compare_with_llama_server(
         if url:
             client = LlamaServerClient(target)
             client.check_reachable()
-            before = client.metrics()
+            before = _metrics_or_none(client)
             done = client.complete(prompt_tokens, n_predict)
-            shared = _server_figures(done, client.metrics(), before)
-            head_note = f"a running server at {target}: its flags cannot be checked"
+            shared = _server_figures(done, None if before is None else client.metrics(), before)
+            head_note = f"a running server at {target}: its flags cannot be checked" + (
+                "" if before is not None else "; it has no /metrics (start it with --metrics): per-position "
+                                              "counts not compared")
         else:
             head_note = version_note(target)
     except (ServerError, NotALlamaServer) as exc:
@@ -258,7 +265,7 @@ def compare_with_llama_server(
             raise RequestCancelled()
         label = row.config.label
         if skipped[i] is not None or failed is not None:
-            out.append(skipped[i] or ServerRow(label, error=failed))
+            out.append(skipped[i] or ServerRow(label, error=failed, **_ours(row, run, is_eog)))
             continue
         if progress is not None:
             progress(i, len(rows), label)
@@ -287,12 +294,21 @@ RECOUNTED = ("accepted counted as llama-server counts them: a matched end-of-gen
 """The note of a row whose accepted count ``server_counted_accepted`` changed."""
 
 
+def _metrics_or_none(client: LlamaServerClient) -> ServerMetrics | None:
+    """The server's ``/metrics``, or None when it was started without ``--metrics`` (HTTP 501)."""
+    try:
+        return client.metrics()
+    except ServerRequestError:
+        return None
+
+
 def _not_compared(row: CompareRow, run, is_eog) -> ServerRow | None:
     """The row llama-server is not asked for, with the reason as its note (a conversation, a run of ours
     that failed, a source llama-server lacks), else None."""
     label = row.config.label
     if isinstance(run, TurnsRun):
-        return ServerRow(label, note="not compared: llama-server is compared on a prompt, not a conversation")
+        return ServerRow(label, note="not compared: llama-server is compared on a prompt, not a conversation",
+                         **_ours(row, run, is_eog))
     if row.error is not None and not row.generated_tokens:
         return ServerRow(label, note="not compared: our run of this configuration failed")
     try:

@@ -28,6 +28,7 @@ exceptions with a one-line message. Followed at llama.cpp 0c1e570:
 
 from __future__ import annotations
 
+import atexit
 import http.client
 import json
 import os
@@ -40,6 +41,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +58,15 @@ _COMPLAINT_RES = (
     re.compile(r".*\b(error|failed|couldn't|cannot|unable|invalid|not found)\b.*", re.IGNORECASE),
 )
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_RUNNING: "weakref.WeakSet[LlamaServerProcess]" = weakref.WeakSet()
+"""Servers started and not stopped yet: stopped when this process exits (``_stop_all``), so closing
+the window during a comparison leaves no llama-server behind (it runs in its own session)."""
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_RUNNING):
+        server.stop()
 
 
 class ServerError(RuntimeError):
@@ -313,6 +324,7 @@ class LlamaServerProcess:
                      "-t", str(threads), "-tb", str(threads), "-np", "1", "-c", str(n_ctx),
                      "--no-ui", "--metrics", *[str(a) for a in args]]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+        _RUNNING.add(self)
         try:
             with open(self.log_path, "wb") as log:
                 self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
@@ -340,7 +352,7 @@ class LlamaServerProcess:
                 if status == 200:
                     return
                 last = f"HTTP {status} on /health"
-            except ServerUnreachable as e:
+            except ServerError as e:  # refused, reset or a read timeout while it loads: try again
                 last = str(e)
             if time.monotonic() > deadline:
                 raise ServerStartError(f"llama-server at {self.url} was not ready within {timeout_s:g} s ({last}); "
@@ -364,6 +376,7 @@ class LlamaServerProcess:
         """Terminate the server, kill it after STOP_GRACE_S (5) seconds; keep its log text and
         remove the temporary log folder. Idempotent."""
         proc, self._proc = self._proc, None
+        _RUNNING.discard(self)
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:

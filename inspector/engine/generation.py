@@ -101,7 +101,8 @@ class Generation:
 
     ``scheduler``: owns the runtime (see ``inspector.engine.window`` for the
     calls used). ``source``: a ``ProposalSource`` or None (plain decoding).
-    ``prompt_tokens``: >= 1 token ids; the last is the first current token.
+    ``prompt_tokens``: >= 1 token ids, all prefilled by ``start``, whose last row predicts the first
+    generated token (the first current token).
     ``session_id``: an open session of the runtime, or None to open one.
     Raises ``PromptTooLong`` from ``start`` when the prompt does not fit.
     """
@@ -295,6 +296,7 @@ class Generation:
             exc = RequestCancelled()
             self._error(exc, None)
             raise exc
+        self._started = True  # from here the stream holds the token: resume() continues, it does not start over
         try:
             self._commit(token, 0, base, FROM_PREFILL)
         except BaseException as exc:

@@ -232,7 +232,11 @@ class AnalysisWorker(QObject):
         if req.llama_server is not None and req.turns:
             note = "llama-server is compared on a prompt, not a conversation: run on the main window's prompt"
         elif req.llama_server is not None:
-            result, note = self._through_llama_server(req.llama_server, result, tokens, req.settings)
+            try:
+                result, note = self._through_llama_server(req.llama_server, result, tokens, req.settings)
+            except Exception as exc:  # our rows stay shown; the comparison with llama-server says what failed
+                log.exception("llama-server comparison failed")
+                note = f"llama-server comparison failed: {type(exc).__name__}: {exc}"
         self.compareDone.emit(result, note)
 
     def _through_llama_server(self, target: str, result, tokens, settings):

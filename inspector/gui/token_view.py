@@ -409,6 +409,8 @@ class TokenView(QWidget):
             kind = {O.ACCEPTED: "an accepted proposal token", O.CORRECTION: "a correction (the proposal token "
                     "was rejected)", O.BONUS: "the bonus token (every proposal token accepted)"}.get(
                 token_outcome(info["row"], info["token"], info["proposal"]), "")
+        elif not info.get("window") and s is not None and info["position"] == s.prompt_token_count:
+            kind, where = "the first token, from the prefill's last row", "the prefill's last row"
         elif not info.get("window"):
             kind = "a plain step's token"
         self.hold_label.setText(f"Holding — about to commit: {text} (token {info['token']}){': ' + kind if kind else ''}"

@@ -31,7 +31,7 @@ class DraftModelSource:
     given, ``check_compatible`` runs here and raises ``IncompatibleDraft``.
     ``draft_max``: most tokens per proposal (tokens). ``draft_min``: proposals
     shorter than this are dropped (None is returned). ``p_min``: drafting stops
-    when the draft's top probability falls below it (0 = never).
+    when the draft's top token's probability among its top 10 falls below it (0 = never).
     ``sampling``: with temperature > 0 the draft samples each token from its
     distribution q under these settings (seeded) and attaches q to the
     proposal, so the ``rejection`` rule can verify it; else it drafts greedily.
@@ -137,7 +137,13 @@ class DraftModelSource:
         before, rows = pending
         if len(self.kv_tokens) != before:
             return  # the draft is not where the window started: the next query brings it back (_sync)
-        self.draft.prefill(self.sid, list(rows), before)
+        try:
+            self.draft.prefill(self.sid, list(rows), before)
+        except Exception:  # the draft's cache is unknown now: start it again (the next query refills it)
+            self.draft.drop_session(self.sid)
+            self.sid = self.draft.open_session(None)
+            self.kv_tokens = []
+            raise
         self.kv_tokens.extend(rows)
         keep = before + 1 + min(receipt.accepted_proposal_tokens, receipt.canonical_prediction_count - 1)
         self._trim_to(keep)

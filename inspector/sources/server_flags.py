@@ -24,8 +24,9 @@ from typing import Mapping
 
 from inspector.sources.registry import describe_source, source_names
 
-LLAMA_SERVER_FLAGS_FROM = ("llama.cpp's llama-server flag names of 2026 (common/arg.cpp: --spec-type and the "
-                           "per-type --spec-ngram-* flags, --model-draft, --spec-draft-n-max/-n-min/-p-min)")
+LLAMA_SERVER_FLAGS_FROM = ("llama.cpp 0c1e570's llama-server flag names, the llama.cpp spec-inspector runs "
+                           "(common/arg.cpp: --spec-type and the per-type --spec-ngram-* flags, --model-draft with "
+                           "--spec-type draft-simple, --spec-draft-n-max/-n-min/-p-min)")
 """Where the flag names come from, as ``spec-inspector flags`` and the README say it."""
 SPEC_TYPE = "--spec-type"
 
