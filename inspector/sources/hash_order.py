@@ -21,6 +21,7 @@ be broken differently (the receipts and outputs stay valid; the windows can diff
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
 
 FAST_BUCKETS = (2, 2, 2, 3, 5, 5, 7, 7, 11, 11, 11, 11, 13, 13)
 """libstdc++'s ``__fast_bkt``: the bucket count for a request below 14."""
@@ -53,50 +54,63 @@ class Part(dict):
     """A token -> count map whose iteration order is libstdc++'s ``unordered_map<int, int>``'s.
 
     ``add(token, count)`` is ``emplace`` or ``+= count``; ``copy()`` is the C++ copy (same order,
-    bucket count and resize point). Plain ``dict`` reads work as usual; write through ``add``."""
+    bucket count and resize point). Iterating (``for``, ``keys()``, ``items()``) follows that order;
+    write through ``add``. The order is kept as libstdc++ keeps it, a chain of buckets with each
+    bucket's keys: an insert is O(1), a rehash O(n) at doubling sizes."""
 
-    __slots__ = ("buckets", "next_resize")
+    __slots__ = ("buckets", "next_resize", "_chain", "_members")
 
     def __init__(self) -> None:
         super().__init__()
         self.buckets = 1
         self.next_resize = 0
+        self._chain: deque[int] = deque()  # bucket ids, first iterated first
+        self._members: dict[int, deque[int]] = {}  # bucket id -> its keys, first iterated first
+
+    def __iter__(self):
+        members = self._members
+        for b in self._chain:
+            yield from members[b]
+
+    def keys(self):
+        return list(self)
+
+    def items(self):
+        return [(k, dict.__getitem__(self, k)) for k in self]
 
     def copy(self) -> "Part":
         other = Part()
-        dict.update(other, self)
+        dict.update(other, dict.items(self))
         other.buckets, other.next_resize = self.buckets, self.next_resize
+        other._chain = deque(self._chain)
+        other._members = {b: deque(keys) for b, keys in self._members.items()}
         return other
 
     def add(self, token: int, count: int = 1) -> None:
         """Count ``token`` ``count`` more times, inserting it where libstdc++ would."""
-        if token in self:
-            self[token] += count
+        if dict.__contains__(self, token):
+            dict.__setitem__(self, token, dict.__getitem__(self, token) + count)
             return
-        keys = list(self)
-        n = len(keys)
+        n = dict.__len__(self)
         if n + 1 > self.next_resize:  # _M_need_rehash
             min_buckets = max(n + 1, 0 if self.next_resize else 11)
             if min_buckets >= self.buckets:
+                old = list(self)
                 self.buckets, self.next_resize = next_bucket_count(max(min_buckets + 1, self.buckets * 2))
-                placed: list[int] = []
-                for k in keys:  # _M_rehash_aux: every node again, in the old order
-                    _place(placed, k, self.buckets)
-                keys = placed
+                self._chain, self._members = deque(), {}
+                for k in old:  # _M_rehash_aux: every node again, in the old order
+                    self._place(k)
             else:
                 self.next_resize = self.buckets
-        _place(keys, token, self.buckets)
-        counts = dict(self)
-        counts[token] = count
-        self.clear()
-        dict.update(self, ((k, counts[k]) for k in keys))
+        self._place(token)
+        dict.__setitem__(self, token, count)
 
-
-def _place(keys: list[int], token: int, buckets: int) -> None:
-    """Insert ``token`` into ``keys`` (iteration order) as ``_M_insert_bucket_begin`` does."""
-    b = token % buckets
-    for i, k in enumerate(keys):
-        if k % buckets == b:
-            keys.insert(i, token)
-            return
-    keys.insert(0, token)
+    def _place(self, token: int) -> None:
+        """Put ``token`` first in its bucket, or its bucket first in the chain (``_M_insert_bucket_begin``)."""
+        b = token % self.buckets
+        keys = self._members.get(b)
+        if keys is None:
+            self._members[b] = deque((token,))
+            self._chain.appendleft(b)
+        else:
+            keys.appendleft(token)
