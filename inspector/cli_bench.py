@@ -8,7 +8,6 @@ import sys
 from dataclasses import replace
 
 from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError, build_llama_server, find_llama_server
-from inspector.bench.server_build import NotALlamaServer
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_process import ServerError
 from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, open_target_runtime
@@ -170,7 +169,7 @@ def cmd_compare(args) -> int:
             check_llama_server(args.llama_server)
     except (ValueError, _UserError) as exc:
         return _fail(str(exc), EXIT_USAGE)
-    except (ServerError, NotALlamaServer) as exc:
+    except ServerError as exc:  # a URL (a path that is no llama-server is a ValueError: a usage error above)
         return _fail(str(exc))
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)

@@ -31,7 +31,7 @@ def llama_cpp_settings(runtime) -> dict:
                      "to compare")
     if runtime.n_ubatch != SERVER_N_UBATCH:
         notes.append(f"physical batch {runtime.n_ubatch} rows (llama-server: -ub {SERVER_N_UBATCH}): a prompt "
-                     f"longer than {min(runtime.n_ubatch, SERVER_N_UBATCH)} tokens is computed in other pieces, "
+                     f"longer than {runtime.n_ubatch} tokens is computed in other pieces, "
                      "which can flip a near-tie")
     return {
         "commit": LLAMA_CPP_COMMIT,

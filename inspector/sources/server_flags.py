@@ -72,8 +72,7 @@ def server_arguments(source: str, options: Mapping | None = None, *, draft_max: 
         raise NoServerEquivalent(
             f"source {source} has no llama-server equivalent; these do: {', '.join(server_sources())}")
     values = d.with_defaults(d.check_options(dict(options or {})))
-    if d.llama_server:
-        args += [SPEC_TYPE, d.llama_server]
+    args += [SPEC_TYPE, d.llama_server]
     for o in d.options or ():
         flag = _server_flag(d, o)
         if flag is None:
