@@ -79,6 +79,28 @@ def test_ties_at_the_fifth_place_go_to_the_lower_ids_in_a_large_vocabulary():
     assert w.proposed_rank[0] == 7  # 40000, then 2006, 7003, 12005, 20002, 30001 before 45004
 
 
+def test_a_row_with_hundreds_of_equal_logits_or_a_nan_still_gets_the_lowest_ids_first():
+    logits = np.zeros((3, 5000), dtype=np.float32)  # row 0: all tied
+    logits[1, 4000:] = 2.0  # row 1: a thousand tied at the top
+    logits[2, 10] = np.nan  # row 2: a NaN among zeros, one clear top
+    logits[2, 3000] = 1.0
+    w = summarise_rows(logits, (), (0, 4000, 3000))
+    assert w.top_tokens[0] == (0, 1, 2, 3, 4)
+    assert w.top_tokens[1] == (4000, 4001, 4002, 4003, 4004)
+    assert w.top_tokens[2][0] == 3000
+
+
+def test_flat_and_minus_infinity_rows_have_the_entropy_of_their_finite_part():
+    logits = np.full((2, 3000), -np.inf, dtype=np.float32)
+    logits[0, :4] = 0.0  # four equal: entropy log 4
+    logits[1] = 0.0
+    logits[1, 2999] = -np.inf
+    w = summarise_rows(logits, (), (0, 0))
+    assert w.entropy[0] == pytest.approx(np.log(4), abs=1e-3)
+    assert w.entropy[1] == pytest.approx(np.log(2999), abs=1e-3)
+    assert w.top_p[0][:4] == (0.25, 0.25, 0.25, 0.25)
+
+
 def test_the_sampler_basis_gives_the_tokens_the_chain_cuts_probability_zero():
     logits = np.array([[4.0, 3.0, 2.0, 1.0, 0.0, -1.0]], dtype=np.float32)
     s = SamplingSettings(temperature=0.7, top_k=3, top_p=1.0, min_p=0.0)

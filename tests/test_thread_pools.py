@@ -3,8 +3,11 @@ thread in every process that imports the package, llama.cpp's OpenMP pool is lef
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 from inspector.engine import Generation, GenerationSettings
 from inspector.thread_pools import thread_pools
@@ -36,3 +39,51 @@ def test_a_fresh_process_that_imports_any_entry_point_has_its_blas_capped():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
+
+
+SPIN_CHECK = """
+import os, numpy as np
+import inspector
+{uncap}
+from inspector.engine.probabilities import summarise_rows
+
+def cpu_ticks():
+    out = {{}}
+    for tid in os.listdir("/proc/self/task"):
+        fields = open(f"/proc/self/task/{{tid}}/stat").read().rsplit(")", 1)[1].split()
+        out[int(tid)] = int(fields[11]) + int(fields[12])  # utime + stime
+    return out
+
+x = (np.random.default_rng(0).standard_normal((17, 49152)) * 3).astype(np.float32)
+before = cpu_ticks()
+for _ in range(300):
+    summarise_rows(x, list(range(16)), x.argmax(axis=1).tolist())
+after = cpu_ticks()
+me = os.getpid()
+print(after[me] - before.get(me, 0), sum(v - before.get(t, 0) for t, v in after.items() if t != me))
+"""
+
+
+def _spin_ticks(uncap: str = "") -> tuple[int, int]:
+    out = subprocess.run([sys.executable, "-c", SPIN_CHECK.format(uncap=uncap)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    main, others = (int(v) for v in out.stdout.split())
+    return main, others
+
+
+def test_probability_figures_burn_no_cpu_on_any_thread_but_the_callers():
+    """The CPU time of every other thread of the process while 300 17-row summaries run, as a share of
+    the calling thread's (a ratio in one process, not a timed threshold): spinning BLAS threads take
+    a core from llama.cpp's next decode."""
+    main, others = _spin_ticks()
+    assert main > 0
+    assert others <= 0.05 * main, f"other threads used {others} ticks beside the caller's {main}"
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no second BLAS thread to spin")
+def test_the_spin_check_sees_a_blas_pool_that_was_not_capped():
+    """The check above can fail: with numpy's BLAS let loose on two threads, the other thread burns CPU."""
+    main, others = _spin_ticks("from threadpoolctl import threadpool_limits; "
+                               "threadpool_limits(limits=2, user_api='blas')")
+    assert others > 0.05 * main
