@@ -238,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
     bn.add_argument("--turns", metavar="FILE|NAME", help="instead: every source over a conversation (e.g. agent-edits): "
                     "acceptance, mean length, windows, speedup, share of the ceiling, proposal time, memory")
+    bn.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH",
+                    help="instead: ours against llama-server (a fresh one per run; default: the one built from our "
+                         "llama.cpp) for plain and every llama.cpp source, with and without probabilities, and the "
+                         "window against headless; --tasks, --repeats and --config choose the work")
+    bn.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
+                    help="with --llama-server: a configuration as compare takes it (repeatable; default: plain, "
+                         "every llama.cpp n-gram source at draft max 16, and a Q4_0 draft of the model)")
     add_offload_flags(bn)
 
     cp = sub.add_parser("compare", help="run one prompt with several configurations, side by side",

@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 
 from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError, build_llama_server, find_llama_server
+from inspector.bench.compare import CompareConfig, parse_config
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_process import ServerError
 from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, open_target_runtime
@@ -26,6 +27,8 @@ def cmd_bench(args) -> int:
         return _bench_turns(args)
     if args.rpc:
         return _bench_rpc(args)
+    if args.llama_server is not None:
+        return _bench_llama_server(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
@@ -44,6 +47,72 @@ def cmd_bench(args) -> int:
         runtime.close()
     _print_result(format_bench(result), result, args.json)
     return 0
+
+
+def _bench_llama_server(args) -> int:
+    """``bench --llama-server [PATH]``: ours against llama-server per example and configuration, with and
+    without probabilities (``inspector.bench.server_bench``), then the window against headless
+    (``inspector.gui_speed``), in one report."""
+    from inspector.bench.run import TASKS
+    from inspector.bench.server_bench import SERVER_BENCH_CONFIGS, format_server_bench, server_bench
+    from inspector.engine.errors import EngineError
+    from inspector.gui_speed import measure
+    from inspector.llama.devices import RpcUnavailable
+    from inspector.llama.model_file import ModelFileError
+    from inspector.llama.quantize import make_draft
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+    target = args.llama_server
+    if is_url(target):
+        return _fail("bench --llama-server starts its own llama-server for every run (its flags per configuration, "
+                     "a cold start each time): give a llama-server binary, or nothing for the one built from our "
+                     "llama.cpp; compare --llama-server URL uses a running one", EXIT_USAGE)
+    try:
+        if target:
+            check_llama_server(target)
+        configs = list(args.config)
+        for c in configs:
+            parse_config(c)  # a bad configuration is said before anything runs
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    if not target:
+        found = find_llama_server()
+        if found is None:
+            print(f"building llama-server from our llama.cpp once ({SERVER_BUILD_MINUTES} minutes on 2 cores) ...",
+                  file=sys.stderr, flush=True)
+            try:
+                found = build_llama_server(lambda line: print(f"    {line}", file=sys.stderr, flush=True))
+            except ServerBuildError as exc:
+                return _fail(str(exc))
+        target = str(found)
+    try:
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
+        if not configs:
+            draft = make_draft(runtime.model_path, "Q4_0")
+            configs = [*SERVER_BENCH_CONFIGS, CompareConfig("draft (Q4_0 of the model) draft_max 8", "draft", 8,
+                                                            {"draft_model": str(draft)})]
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return _fail(str(exc))
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    print(f"llama-server: {target}, {runtime.n_threads} threads on both sides; {args.repeats} repeats, "
+          f"{args.max_tokens} tokens", file=sys.stderr, flush=True)
+    try:
+        rows = server_bench(runtime, target, examples=tasks, configs=configs, max_tokens=args.max_tokens,
+                            repeats=args.repeats, progress=progress)
+    except EngineError as exc:
+        return _fail(str(exc))
+    finally:
+        model, threads = runtime.model_path, runtime.n_threads
+        runtime.close()
+    progress("the window against headless (every view live) ...")
+    gui = measure(str(model), max_tokens=args.max_tokens, repeats=max(3, args.repeats), threads=threads)
+    result = {"llama_server": target, "threads": threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
+              "rows": [r.to_json() for r in rows], "window_vs_headless": gui}
+    _print_result(format_server_bench(rows, gui), result, args.json)
+    return 1 if any(r.error for r in rows) else 0
 
 
 def _bench_turns(args) -> int:

@@ -121,6 +121,30 @@ def test_the_target_as_its_own_draft_is_always_fully_accepted(make_generation, s
     assert divergence is None or divergence.margin < 1.0, divergence.describe()
 
 
+def test_the_draft_holds_the_prompt_when_the_request_begins_so_its_first_query_decodes_one_row(
+        make_generation, runtime, model_path, chat_tokens):
+    tokens = chat_tokens(STORY)
+    d = draft_runtime(model_path, runtime)
+    try:
+        source = DraftModelSource(d, runtime, draft_max=4)
+        g = make_generation(source, tokens, max_new_tokens=8, proposal_deadline_ms=600_000)
+        g.start()
+        assert source.kv_tokens == tokens and d.kv_length(source.sid) == len(tokens)  # in the prefill's time
+        decodes = []  # (rows, first position) of every draft decode in the first step
+        rows_of, prefill_of = d.decode_rows, d.prefill
+        d.decode_rows = lambda sid, toks, pos, abort=None: (decodes.append((len(toks), pos)),
+                                                             rows_of(sid, toks, pos, abort))[1]
+        d.prefill = lambda sid, toks, pos: (decodes.append((len(toks), pos)), prefill_of(sid, toks, pos))[1]
+        g.step()
+        assert g.receipts  # a window: drafting decoded the current token first, one row at its position
+        assert decodes[0] == (1, len(tokens))
+        assert all(pos >= len(tokens) for _, pos in decodes)  # nothing of the prompt decoded again
+        g.close()
+        source.close()
+    finally:
+        d.close()
+
+
 def test_a_requantized_draft_mismatches_sometimes_and_keeps_the_output_of_plain_greedy(
     make_generation, scheduler, runtime, requantized_draft, chat_tokens
 ):

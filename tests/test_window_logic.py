@@ -131,6 +131,29 @@ def test_a_failing_report_is_logged_never_fatal():
     assert g.finish_reason == "length"
 
 
+def test_a_sources_begin_sees_the_prompt_once_before_its_first_query_inside_the_prefill_time():
+    rt, src, g = make([follow(2)])
+    calls = []
+    src.begin = lambda prompt: calls.append((tuple(prompt), len(src.proposals)))
+    g.start()
+    assert calls == [((100, 101, 102), 1)]  # the prompt, before the one proposal was asked for
+    assert g.decode_elapsed_us == 0 and g.prefill_elapsed_us >= 0
+    g.run()
+    assert len(calls) == 1 and g.receipts[0].accepted_proposal_tokens == 2
+
+
+def test_a_failing_begin_is_logged_and_the_run_goes_on(caplog):
+    rt, src, g = make([follow(2)])
+
+    def boom(prompt):
+        raise RuntimeError("begin failed")
+
+    src.begin = boom
+    g.run()
+    assert g.finish_reason == "length" and g.receipts[0].accepted_proposal_tokens == 2
+    assert "failed in begin()" in caplog.text
+
+
 def test_proposals_are_capped_so_the_verify_batch_fits_the_context():
     rt, src, g = make([lambda req: [0] * req.max_proposal_tokens] * 50, max_new=100, n_ctx=12, prompt=(1, 2, 3))
     g.run()

@@ -276,11 +276,24 @@ class Generation:
             return rt.kv_length(sid), None, None
 
         kv, token, probs = self.scheduler.execute("prefill", sid, prefill).value
+        if first:
+            self._begin_source(prefix)
         self.prefill_elapsed_us += (perf_counter_ns() - t) // 1000
         self._emit(PREFILL, token=token, row=None if token is None else 0, position=kv,
                    detail=f"{len(prefix)} tokens", probabilities=probs)
         if token is not None:
             self._commit_first(token, kv)
+
+    def _begin_source(self, prompt: list[int]) -> None:
+        """The source's optional ``begin(prompt_tokens)`` (``ProposalSource``), in the prefill's time;
+        an exception there is logged and ignored."""
+        begin = getattr(self.source, "begin", None)
+        if begin is None:
+            return
+        try:
+            begin(tuple(prompt))
+        except Exception:
+            log.exception("proposal source %s failed in begin()", self.source.name)
 
     def _commit_first(self, token: int, kv: int) -> None:
         """Commit the prefill's prediction (``kv`` = prompt tokens, its position) as the first

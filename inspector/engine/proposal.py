@@ -73,6 +73,14 @@ class ProposalSource(Protocol):
     proposal; ``discard`` receives the decision id and a reason from
     ``DISCARD_REASONS`` for each proposal that produced no receipt. Exceptions
     raised by ``report`` or ``discard`` are logged and ignored (SPEC step 9).
+
+    Optional: ``begin(prompt_tokens)``, called once per request right after the prompt's
+    prefill, before the first query, with the prompt's token ids; its time counts as
+    prefill time. llama.cpp's speculative sources have the same hook
+    (``common_speculative_begin``, llama.cpp 0c1e570 ``tools/server/server-context.cpp``,
+    called when the prompt is done, inside llama-server's prompt time): a draft model
+    prefills the prompt there, ngram-map and ngram-mod index it. Its exceptions are logged
+    and ignored too (the first query can still do the work).
     """
 
     name: str

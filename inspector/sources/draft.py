@@ -3,7 +3,8 @@
 llama-server's ``draft-simple`` (llama.cpp 0c1e570 ``common/speculative.cpp``,
 ``common_speculative_impl_draft_simple``, and ``tools/server/server-context.cpp``), in our own
 code: the draft's KV cache sees the target's batches, so its arithmetic is the server's.
-Drafting decodes the current token, then each drafted token, one row at a time, taking the
+The prompt reaches the draft's cache when the request begins (``begin``, inside the prefill's time,
+as the server's draft processes the prompt batches). Drafting decodes the current token, then each drafted token, one row at a time, taking the
 draft's top token (``p_min``: stop when its probability among the top 10 candidates, llama.cpp's
 ``top_k 10`` draft sampler, falls below it; ``draft_min``: drop a shorter draft); then the draft's
 KV is cut back to the target's (the server discards the drafting rows). On ``report`` the
@@ -88,6 +89,12 @@ class DraftModelSource:
         if missing:
             self.draft.prefill(self.sid, missing, common)
             kv.extend(missing)
+
+    def begin(self, prompt) -> None:
+        """A new request: prefill the prompt into the draft now, inside the prefill's time, as
+        llama-server's draft processes the target's prompt batches (``process``) before its first
+        draft; the first query then decodes only the current token."""
+        self._sync(list(prompt))
 
     def propose(self, request: ProposalRequest) -> Proposal | None:
         tokens = request.tokens

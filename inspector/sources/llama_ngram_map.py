@@ -224,12 +224,17 @@ class NgramMapSource(_Base):
     def settings(self) -> dict:
         return {"size_n": self.size_n, "size_m": self.size_m, "min_hits": self.min_hits}
 
-    def _state_for(self, request: ProposalRequest) -> MapState:
-        tokens = request.tokens
+    def begin(self, prompt) -> None:
+        """A new request (the engine calls it after the prefill, as llama-server calls
+        ``common_ngram_map_begin`` when the prompt is done): index the prompt."""
+        self._state_for(list(prompt), list(prompt))
+
+    def _state_for(self, tokens, begin: list[int]) -> MapState:
+        """The map for a stream ``tokens``: this request's, or the memory's when ``begin`` (the
+        request's prompt) continues its history, else a new one; ``begin`` is indexed."""
         st = self.state
         if st is not None and len(tokens) >= len(st.history) and list(tokens[:len(st.history)]) == st.history:
             return st
-        begin = _begin_tokens(request)
         st = self.memory.get(self.memory_key)
         if st is None or list(begin[:len(st.history)]) != st.history[:len(begin)]:
             st = MapState(self.size_n, self.size_m, self.key_only, self.min_hits)  # another stream
@@ -239,8 +244,8 @@ class NgramMapSource(_Base):
         return st
 
     def propose(self, request: ProposalRequest) -> Proposal | None:
-        st = self._state_for(request)
         tokens = request.tokens
+        st = self._state_for(tokens, _begin_tokens(request))
         ids = st.draft(tokens[:-1], tokens[-1])
         st.history = list(tokens)
         return self._answer(request, ids, f"{self.name}:n{self.size_n}")

@@ -105,7 +105,9 @@ class NgramModSource:
         return {"n_match": self.n_match, "n_min": self.n_min, "n_max": self.n_max}
 
     def begin(self, prompt) -> None:
-        """A new request: add the prompt's n-grams; empty an over-full pool."""
+        """A new request: add the prompt's n-grams; empty an over-full pool (the engine calls it after
+        the prefill, as llama-server does when the prompt is done; else the first query does)."""
+        self._begun = True
         self.i_last = self.n_draft_last = self.n_low = 0
         n = self.n_match
         if len(prompt) < n:
@@ -141,7 +143,6 @@ class NgramModSource:
     def propose(self, request: ProposalRequest) -> Proposal | None:
         tokens = request.tokens
         if not self._begun:
-            self._begun = True
             self.begin(list(tokens[: min(request.prompt_token_count, len(tokens) - 1)]))
         ids = self.draft(tokens[:-1], tokens[-1])[: request.max_proposal_tokens]
         if not ids:

@@ -1,0 +1,231 @@
+"""``spec-inspector bench --llama-server``: our decode speed against llama-server's on the same work,
+with and without per-row probabilities, from one run (issue 24).
+
+For every bundled example and every configuration (plain decoding and each llama.cpp source, with
+llama-server's flags for it: ``inspector.sources.server_flags``), each repeat runs, one after the
+other: our run with the per-row probability figures, a fresh llama-server process with that
+configuration (same GGUF, prompt token ids, greedy, thread count and context size), and our run
+without the figures. Interleaving spreads a noisy machine's slow phases over all three; a fresh
+server per repeat and a fresh source memory per our run compare cold with cold (ngram-mod's pool,
+ngram-map-k's and ngram-cache's counts start empty on both sides). Medians of the repeats are
+compared: ours / llama-server with and without the figures.
+
+Beside the speeds, our run with the figures reports where its time outside ``llama_decode`` went:
+per decode step (a window or a plain step), as a share of the decode time, and the figures' own
+cost per verification row. Decode tokens/s on both sides: generated tokens after the first (which
+comes from the prefill) / time after the prefill, llama-server's ``timings.predicted_per_second``.
+
+llama-server's request and reply fields: llama.cpp 0c1e570 ``tools/server`` (as
+``inspector.bench.server_compare``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from time import perf_counter_ns
+from typing import Callable, Sequence
+
+from inspector.bench.compare import PLAIN, CompareConfig, parse_config, registry_source_factory
+from inspector.bench.server_compare import server_counted_accepted
+from inspector.bench.server_process import LlamaServerProcess, ServerError
+from inspector.engine import GenerationSettings, RuntimeScheduler
+from inspector.prompts import EXAMPLES, example_prompt
+from inspector.session.record import SessionRecord
+from inspector.session.run import RunRequest, SessionRun
+from inspector.sources.server_flags import server_arguments
+
+SERVER_BENCH_CONFIGS = (
+    "none",
+    "ngram-simple:draft_max=16,size_n=3,size_m=16",
+    "ngram-map-k:draft_max=16,size_n=3,size_m=16",
+    "ngram-map-k4v:draft_max=16,size_n=3,size_m=16",
+    "ngram-mod:draft_max=16,n_match=8,n_min=4,n_max=16",
+    "ngram-cache:draft_max=16",
+)
+"""The default configurations: plain decoding and every llama.cpp n-gram source, each with a draft
+max of 16 and its own maximum equal to it (so both programs cap proposals alike). The draft-model
+source is added by the command line (it needs a draft GGUF: ``make_draft``)."""
+GOAL = 0.95
+"""ours / llama-server at or above this is the goal (issue 24)."""
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One of our runs, measured. ``tokens_per_s``: decode tokens/s (prefill excluded). ``steps``:
+    decode steps (windows and plain steps). ``decode_us``: time inside ``llama_decode`` after the
+    prefill; ``outside_us``: the decode phase's time outside it (proposal, validation, figures,
+    receipts, records, bookkeeping); ``probability_us`` and ``probability_rows``: the per-row figures'
+    share of it and their rows. All times in microseconds. ``generated``: the token ids;
+    ``drafted``/``accepted``: proposal tokens proposed and accepted (counted as llama-server counts:
+    ``server_counted_accepted``)."""
+
+    tokens_per_s: float
+    steps: int
+    decode_us: float
+    outside_us: float
+    probability_us: float
+    probability_rows: int
+    generated: tuple[int, ...]
+    drafted: int
+    accepted: int
+
+
+def measure_run(scheduler: RuntimeScheduler, config: CompareConfig, prompt_tokens: Sequence[int],
+                max_tokens: int, probabilities: bool) -> MeasuredRun:
+    """Run ``prompt_tokens`` with ``config`` through the run service (as ``spec-inspector run`` does:
+    a session record filled as it goes) and measure it. A fresh source (and source memory) per call.
+    Raises what the run raises (``EngineError``, the source factory's errors)."""
+    rt = scheduler.runtime
+    settings = GenerationSettings(max_new_tokens=max_tokens, draft_max=max(1, config.draft_max),
+                                  probabilities=probabilities)
+    make = registry_source_factory(rt, settings)
+    run = SessionRun(scheduler, RunRequest("", settings, config.source, dict(config.options),
+                                           prompt_token_ids=tuple(prompt_tokens)),
+                     SessionRecord().apply, make_source=lambda req: make(config, req.source_memory))
+    try:
+        g = run.prepare()
+        run.start()
+        d0, p0, r0 = rt.decode_ns, rt.probability_ns, rt.probability_rows
+        while not g.finished:
+            run.step()
+        inside_ns = rt.decode_ns - d0
+        prob_ns, rows = rt.probability_ns - p0, rt.probability_rows - r0
+        run.end(g.finish_reason)
+    finally:
+        run.close_source()
+    s = g.summary()
+    return MeasuredRun(
+        tokens_per_s=s.decode_tokens_per_s or 0.0, steps=g.decode_step, decode_us=inside_ns / 1000,
+        outside_us=max(0.0, g.decode_elapsed_us - inside_ns / 1000), probability_us=prob_ns / 1000,
+        probability_rows=rows, generated=tuple(g.generated),
+        drafted=sum(r.proposal_token_count for r in g.receipts),
+        accepted=sum(server_counted_accepted(r, rt.is_eog) for r in g.receipts))
+
+
+@dataclass
+class BenchRow:
+    """One example x configuration: per repeat, our tokens/s with the figures (``ours``), without
+    (``ours_bare``) and llama-server's (``server``); our runs' outside-decode figures with the figures
+    on (``outside_share``: outside / decode time; ``outside_us_per_step``; ``probability_us_per_row``);
+    ``same_output``: llama-server generated our token ids in every repeat; ``same_drafts``: and drafted
+    and accepted as many proposal tokens; ``error``: one line when llama-server could not run it."""
+
+    example: str
+    label: str
+    flags: tuple[str, ...]
+    ours: list[float] = field(default_factory=list)
+    ours_bare: list[float] = field(default_factory=list)
+    server: list[float] = field(default_factory=list)
+    outside_share: list[float] = field(default_factory=list)
+    outside_us_per_step: list[float] = field(default_factory=list)
+    probability_us_per_row: list[float] = field(default_factory=list)
+    same_output: bool = True
+    same_drafts: bool = True
+    error: str | None = None
+
+    def ratio(self, bare: bool = False) -> float | None:
+        """Median of ours (without the figures when ``bare``) / median of llama-server's; None without both."""
+        mine = self.ours_bare if bare else self.ours
+        if not mine or not self.server or median(self.server) <= 0:
+            return None
+        return median(mine) / median(self.server)
+
+    def to_json(self) -> dict:
+        med = lambda xs: median(xs) if xs else None  # noqa: E731
+        return {"example": self.example, "label": self.label, "flags": list(self.flags),
+                "ours_tps": self.ours, "ours_tps_without_probabilities": self.ours_bare, "server_tps": self.server,
+                "ratio": self.ratio(), "ratio_without_probabilities": self.ratio(bare=True),
+                "outside_share": med(self.outside_share), "outside_us_per_step": med(self.outside_us_per_step),
+                "probability_us_per_row": med(self.probability_us_per_row),
+                "same_output": self.same_output, "same_drafts": self.same_drafts, "error": self.error}
+
+
+def server_bench(
+    runtime,
+    binary: str | Path,
+    *,
+    examples: Sequence[str] = EXAMPLES,
+    configs: Sequence[str | CompareConfig] = SERVER_BENCH_CONFIGS,
+    max_tokens: int = 128,
+    repeats: int = 3,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> list[BenchRow]:
+    """Every example x configuration, ``repeats`` times each (see the module docstring).
+
+    ``runtime``: our loaded ``LlamaRuntime`` (its model, thread count and context size are the
+    server's); ``binary``: a llama-server executable; ``configs``: ``CompareConfig``s or ``compare
+    --config`` texts (``parse_config``; raises ``ValueError``/``UnknownSource`` for a bad one before
+    anything runs).
+    A configuration llama-server cannot run (it fails to start or to answer) keeps our figures and
+    gets ``error``; our own failures raise (``EngineError``)."""
+    parsed = [c if isinstance(c, CompareConfig) else parse_config(c) for c in configs]
+    scheduler = RuntimeScheduler(runtime)
+    rows = []
+    for name in examples:
+        tokens = runtime.prompt_tokens(example_prompt(name))
+        for config in parsed:
+            flags = () if config.source == PLAIN else tuple(server_arguments(config.source, config.options,
+                                                                             draft_max=config.draft_max))
+            row = BenchRow(name, config.label, flags)
+            rows.append(row)
+            for rep in range(repeats):
+                progress(f"{name} · {config.label} · repeat {rep + 1}/{repeats}")
+                with_p = measure_run(scheduler, config, tokens, max_tokens, True)
+                row.ours.append(with_p.tokens_per_s)
+                row.outside_share.append(with_p.outside_us / with_p.decode_us if with_p.decode_us else 0.0)
+                row.outside_us_per_step.append(with_p.outside_us / max(1, with_p.steps))
+                if with_p.probability_rows:
+                    row.probability_us_per_row.append(with_p.probability_us / with_p.probability_rows)
+                if row.error is None:
+                    try:
+                        with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=runtime.n_threads,
+                                                n_ctx=runtime.n_ctx) as server:
+                            done = server.client.complete(tokens, max_tokens)
+                        row.server.append(done.predicted_per_second)
+                        row.same_output &= tuple(done.tokens) == with_p.generated
+                        row.same_drafts &= (done.draft_n, done.draft_n_accepted) == (with_p.drafted, with_p.accepted)
+                    except ServerError as exc:
+                        row.error = str(exc)
+                row.ours_bare.append(measure_run(scheduler, config, tokens, max_tokens, False).tokens_per_s)
+    return rows
+
+
+def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None) -> str:
+    """The bench as a text table, one line per example x configuration, then the summary against
+    ``GOAL`` and, with ``gui`` (``inspector.gui_speed.measure``'s result), the window against headless."""
+    lines = [f"{'example':22s} {'configuration':50s} {'ours':>6s} {'bare':>6s} {'server':>6s} {'ratio':>6s} "
+             f"{'bare':>6s} {'outside':>7s} {'us/step':>7s} {'p/row':>5s} same"]
+    for r in rows:
+        med = lambda xs: f"{median(xs):6.1f}" if xs else "   n/a"  # noqa: E731
+        ratio = lambda x: f"{x:6.2f}" if x is not None else "   n/a"  # noqa: E731
+        same = "error: " + r.error if r.error else (
+            ("yes" if r.same_output else "no") + ("" if r.same_drafts or not r.same_output else " (drafts differ)"))
+        lines.append(f"{r.example[:22]:22s} {r.label[:50]:50s} {med(r.ours)} {med(r.ours_bare)} {med(r.server)} "
+                     f"{ratio(r.ratio())} {ratio(r.ratio(bare=True))} "
+                     f"{100 * median(r.outside_share) if r.outside_share else 0:6.1f}% "
+                     f"{median(r.outside_us_per_step) if r.outside_us_per_step else 0:7.0f} "
+                     f"{median(r.probability_us_per_row) if r.probability_us_per_row else 0:5.0f} {same}")
+    ratios = [x for x in (r.ratio() for r in rows) if x is not None]
+    bare = [x for x in (r.ratio(bare=True) for r in rows) if x is not None]
+    if ratios:
+        below = [f"{r.example} {r.label}" for r in rows if r.ratio() is not None and r.ratio() < GOAL]
+        lines += ["", f"ours / llama-server with probabilities: {min(ratios):.2f}-{max(ratios):.2f} "
+                      f"(median {median(ratios):.2f}); without: {min(bare):.2f}-{max(bare):.2f} "
+                      f"(median {median(bare):.2f}); goal >= {GOAL}: "
+                      + ("met" if not below else f"{len(below)} of {len(ratios)} below")]
+    shares = [median(r.outside_share) for r in rows if r.outside_share]
+    if shares:
+        lines.append(f"time outside llama_decode with probabilities: {100 * min(shares):.1f}-"
+                     f"{100 * max(shares):.1f}% of the decode time (goal <= 3%)")
+    if gui is not None:
+        lines.append(f"window / headless ({gui['task']}, every view live): {gui['ratio']:.2f}x "
+                     f"({gui['gui_median']:.1f} / {gui['headless_median']:.1f} tokens/s, GUI thread CPU "
+                     f"{gui['gui_cpu_share']:.0%}); goal >= {GOAL}")
+    lines += ["", "ours, bare, server: decode tokens/s (median of the repeats) with the per-row probability "
+              "figures, without them, and llama-server's; ratio, bare: ours / server; outside: time outside "
+              "llama_decode as a share of the decode time, with the figures; us/step: the same per decode step "
+              "(window or plain step), microseconds; p/row: of it, the figures' microseconds per verification row; "
+              "same: llama-server generated our tokens in every repeat (and drafted and accepted as many)"]
+    return "\n".join(lines)
