@@ -54,7 +54,8 @@ def _bench_llama_server(args) -> int:
     without probabilities (``inspector.bench.server_bench``), then the window against headless
     (``inspector.gui_speed``), in one report."""
     from inspector.bench.run import TASKS
-    from inspector.bench.server_bench import SERVER_BENCH_CONFIGS, format_server_bench, server_bench
+    from inspector.bench.server_bench import (SERVER_BENCH_CONFIGS, format_server_bench, server_bench,
+                                              weight_form_speedup)
     from inspector.engine.errors import EngineError
     from inspector.gui_speed import measure
     from inspector.llama.devices import RpcUnavailable
@@ -107,11 +108,16 @@ def _bench_llama_server(args) -> int:
     finally:
         model, threads = runtime.model_path, runtime.n_threads
         runtime.close()
+    try:
+        speedup = weight_form_speedup(model, max_tokens=args.max_tokens, repeats=args.repeats, threads=threads,
+                                      progress=progress)
+    except (ModelFileError, EngineError) as exc:
+        return _fail(str(exc))
     progress("the window against headless (every view live) ...")
     gui = measure(str(model), max_tokens=args.max_tokens, repeats=max(3, args.repeats), threads=threads)
     result = {"llama_server": target, "threads": threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
-              "rows": [r.to_json() for r in rows], "window_vs_headless": gui}
-    _print_result(format_server_bench(rows, gui), result, args.json)
+              "rows": [r.to_json() for r in rows], "weight_form_speedup": speedup, "window_vs_headless": gui}
+    _print_result(format_server_bench(rows, gui, speedup), result, args.json)
     return 1 if any(r.error for r in rows) else 0
 
 

@@ -31,6 +31,9 @@ from inspector.bench.compare import PLAIN, CompareConfig, parse_config, registry
 from inspector.bench.server_compare import server_counted_accepted
 from inspector.bench.server_process import LlamaServerProcess, ServerError
 from inspector.engine import GenerationSettings, RuntimeScheduler
+from inspector.engine.settings import DEFAULT_N_CTX
+from inspector.llama.quantize import weight_form
+from inspector.llama.runtime import LlamaRuntime
 from inspector.prompts import EXAMPLES, example_prompt
 from inspector.session.record import SessionRecord
 from inspector.session.run import RunRequest, SessionRun
@@ -192,7 +195,38 @@ def server_bench(
     return rows
 
 
-def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None) -> str:
+SPEEDUP_WEIGHTS = "Q8_0"
+"""The weight form whose n-gram speedup the bench reports (the bundled model's best layout for
+verification on a CPU: ``bench --weights``)."""
+SPEEDUP_GOAL = 2.5
+"""n-gram (draft max 16) / plain on that form at or above this is the goal (issue 24)."""
+
+
+def weight_form_speedup(model_path: str | Path, *, weight_type: str = SPEEDUP_WEIGHTS, example: str = "copy-exact",
+                        draft_max: int = 16, max_tokens: int = 128, repeats: int = 3, threads: int | None = None,
+                        progress: Callable[[str], None] = lambda _m: None) -> dict:
+    """Our n-gram source (draft max ``draft_max``) against plain decoding on the ``weight_type`` form of
+    the model (converted once with llama.cpp's quantizer, cached: ``weight_form``), probabilities on,
+    runs interleaved ``repeats`` times. Returns ``plain_tps`` and ``ngram_tps`` (lists, decode tokens/s)
+    and ``speedup`` (median / median). Raises ``ModelFileError`` and ``EngineError``."""
+    path, _converted = weight_form(model_path, weight_type)
+    rt = LlamaRuntime(path, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=threads)
+    try:
+        scheduler = RuntimeScheduler(rt)
+        tokens = rt.prompt_tokens(example_prompt(example))
+        plain, ngram = CompareConfig("plain", PLAIN, 0), CompareConfig("ngram", "ngram", draft_max)
+        p_tps, n_tps = [], []
+        for rep in range(repeats):
+            progress(f"{weight_type} form · {example} · plain and ngram draft max {draft_max} · repeat {rep + 1}/{repeats}")
+            p_tps.append(measure_run(scheduler, plain, tokens, max_tokens, True).tokens_per_s)
+            n_tps.append(measure_run(scheduler, ngram, tokens, max_tokens, True).tokens_per_s)
+    finally:
+        rt.close()
+    return {"weight_type": weight_type, "example": example, "draft_max": draft_max, "plain_tps": p_tps,
+            "ngram_tps": n_tps, "speedup": median(n_tps) / median(p_tps) if median(p_tps) > 0 else None}
+
+
+def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None, speedup: dict | None = None) -> str:
     """The bench as a text table, one line per example x configuration, then the summary against
     ``GOAL`` and, with ``gui`` (``inspector.gui_speed.measure``'s result), the window against headless."""
     lines = [f"{'example':22s} {'configuration':50s} {'ours':>6s} {'bare':>6s} {'server':>6s} {'ratio':>6s} "
@@ -219,6 +253,11 @@ def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None) -> st
     if shares:
         lines.append(f"time outside llama_decode with probabilities: {100 * min(shares):.1f}-"
                      f"{100 * max(shares):.1f}% of the decode time (goal <= 3%)")
+    if speedup is not None and speedup.get("speedup"):
+        lines.append(f"ngram draft max {speedup['draft_max']} / plain on the {speedup['weight_type']} form "
+                     f"({speedup['example']}, probabilities on): {speedup['speedup']:.2f}x "
+                     f"({median(speedup['ngram_tps']):.1f} / {median(speedup['plain_tps']):.1f} tokens/s); "
+                     f"goal >= {SPEEDUP_GOAL}")
     if gui is not None:
         lines.append(f"window / headless ({gui['task']}, every view live): {gui['ratio']:.2f}x "
                      f"({gui['gui_median']:.1f} / {gui['headless_median']:.1f} tokens/s, GUI thread CPU "

@@ -46,7 +46,7 @@ HOLD_BACKGROUND = "#fff59d"
 ROW_LABELS = {O.ACCEPTED: "accepted proposal token", O.CORRECTION: "correction", O.BONUS: "bonus token",
               O.BRANCH: "branch-conditioned (never output)", O.NOT_COMMITTED: "not committed"}
 """Outcome of a verification row in words (rows table, hold banner)."""
-FOLLOW_S = 0.2
+FOLLOW_S = 0.5
 """Shortest time between two follows of the newest window while a run goes (seconds)."""
 
 ROW_COLUMNS = ("row", "position", "input token", "proposed token", "target prediction", "outcome",
