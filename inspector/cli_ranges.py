@@ -1,0 +1,61 @@
+"""Ranges of the command line's numbers (issue 25): every count the receipts schema bounds
+(``$defs/count`` in ``assets/receipts.schema.json``: llama.cpp keeps tokens, positions and windows
+in 32 bits) is bounded when the command line is read, so no run fails after its work is done."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+COUNT_MAX = 2147483647
+"""The largest count a receipts document holds (``$defs/count``), llama.cpp's int32."""
+
+
+def whole_number(low: int, high: int = COUNT_MAX, name: str = "N"):
+    """An argparse type for a whole number ``low <= N <= high``; the message says the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number {low}..{high}, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number {low}..{high}, got {value}")
+        return value
+
+    parse.__name__ = name  # argparse names the type in some messages
+    return parse
+
+
+positive = whole_number(1, name="positive")
+"""1..2147483647."""
+
+THREADS_MAX = 512
+"""ggml's ``GGML_MAX_N_THREADS``: more threads than this llama.cpp cannot start."""
+
+THREADS = whole_number(0, THREADS_MAX, name="threads")
+"""``--threads``: 0 (all cores) .. ``THREADS_MAX``."""
+
+
+def check_count(value: int, what: str, low: int = 0, high: int = COUNT_MAX) -> int:
+    """``value`` when ``low <= value <= high``; else ``argparse.ArgumentTypeError`` naming ``what``
+    and the range (for values an engine rule has already parsed, e.g. ``--draft-max``)."""
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{what} must be {low}..{high}, got {value}")
+    return value
+
+
+def finite_shares(text: str, max_devices: int = 128) -> tuple[float, ...]:
+    """``--tensor-split A,B,...``: finite, non-negative shares, at least one above 0, at most
+    ``max_devices`` of them (llama.cpp's device limit). Raises ``argparse.ArgumentTypeError``."""
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    if not values or any(not math.isfinite(v) or v < 0 for v in values) or not any(values):
+        raise argparse.ArgumentTypeError(
+            f"expected finite non-negative shares, at least one above 0, got {text!r}")
+    if len(values) > max_devices:
+        raise argparse.ArgumentTypeError(f"expected at most {max_devices} shares, got {len(values)}")
+    return values
