@@ -31,65 +31,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 from inspector.cli_interrupt import Interrupted, install_interrupt_handlers, signals_held  # noqa: E402
-from inspector.cli_ranges import COUNT_MAX, check_count, whole_number  # noqa: E402
+from inspector.cli_paths import OutputPathError, check_outputs  # noqa: E402
+from inspector.cli_ranges import COUNT_MAX, whole_number  # noqa: E402
+from inspector.cli_ranges import draft_max as _draft_max, fault as _fault  # noqa: E402
+from inspector.cli_ranges import setting as _setting, stop_string as _stop_string  # noqa: E402
 from inspector.cli_ranges import THREADS, THREADS_MAX  # noqa: E402
 from inspector.cli_ranges import positive as _positive  # noqa: E402
-
-
-def _draft_max(text: str):
-    """``--draft-max``: ``auto`` (None: the run service picks it from the stored cost model,
-    ``inspector.llama.cost_model.auto_draft_max``) or a count checked with the engine's rule."""
-    if text.strip().lower() == "auto":
-        return None
-    try:
-        int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
-    return check_count(_setting("draft_max", int)(text), "--draft-max")
-
-
-def _setting(name: str, convert):
-    """An argparse type that parses with ``convert`` and checks the value with the
-    engine's rule for the setting ``name`` (``inspector.engine.settings.interpret_setting``:
-    values llama.cpp gives a meaning, such as temperature -1 or seed -1, pass and are
-    interpreted when the settings are made). Returns the value as typed."""
-
-    def parse(text: str):
-        from inspector.engine.settings import interpret_setting
-
-        try:
-            value = convert(text)
-        except ValueError:
-            what = "a whole number" if convert is int else "a number"
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        try:
-            interpret_setting(name, value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return value
-
-    parse.__name__ = name  # argparse names the type in some messages
-    return parse
-
-
-def _stop_string(text: str) -> str:
-    """``--stop``: a non-empty stop string (the engine's rule, ``check_stop``)."""
-    from inspector.engine.settings import check_stop
-
-    try:
-        return check_stop((text,))[0]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"a stop string must be non-empty, observed {text!r} (an empty one would match everywhere)") from None
-
-
-def _fault(text: str):
-    from inspector.engine.faults import Fault
-
-    try:
-        return Fault.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 from inspector.cli_devices import add_commands as add_device_commands  # noqa: E402
@@ -555,6 +502,10 @@ def _command(argv: list[str]) -> int:
         print(f"spec-inspector {args.command}: error: unrecognized arguments: {' '.join(extras)} "
               f"(see spec-inspector {args.command} --help)", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        check_outputs(args)  # writable, no folder, never an input: before any work (issue 25)
+    except OutputPathError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     try:
         if args.command == "run":
             return cmd_run(args)

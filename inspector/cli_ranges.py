@@ -1,4 +1,4 @@
-"""Ranges of the command line's numbers (issue 25): every count the receipts schema bounds
+"""The command line's value types and their ranges (issue 25): every count the receipts schema bounds
 (``$defs/count`` in ``assets/receipts.schema.json``: llama.cpp keeps tokens, positions and windows
 in 32 bits) is bounded when the command line is read, so no run fails after its work is done."""
 
@@ -59,3 +59,60 @@ def finite_shares(text: str, max_devices: int = 128) -> tuple[float, ...]:
     if len(values) > max_devices:
         raise argparse.ArgumentTypeError(f"expected at most {max_devices} shares, got {len(values)}")
     return values
+
+
+def draft_max(text: str):
+    """``--draft-max``: ``auto`` (None: the run service picks it from the stored cost model,
+    ``inspector.llama.cost_model.auto_draft_max``) or a count checked with the engine's rule."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
+    return check_count(setting("draft_max", int)(text), "--draft-max")
+
+
+def setting(name: str, convert):
+    """An argparse type that parses with ``convert`` and checks the value with the
+    engine's rule for the setting ``name`` (``inspector.engine.settings.interpret_setting``:
+    values llama.cpp gives a meaning, such as temperature -1 or seed -1, pass and are
+    interpreted when the settings are made). Returns the value as typed."""
+
+    def parse(text: str):
+        from inspector.engine.settings import interpret_setting
+
+        try:
+            value = convert(text)
+        except ValueError:
+            what = "a whole number" if convert is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        try:
+            interpret_setting(name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = name  # argparse names the type in some messages
+    return parse
+
+
+def stop_string(text: str) -> str:
+    """``--stop``: a non-empty stop string (the engine's rule, ``check_stop``)."""
+    from inspector.engine.settings import check_stop
+
+    try:
+        return check_stop((text,))[0]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a stop string must be non-empty, observed {text!r} (an empty one would match everywhere)") from None
+
+
+def fault(text: str):
+    """``--inject KIND[@WINDOW[:TOKEN]]``: a ``Fault`` (``inspector.engine.faults.Fault.parse``)."""
+    from inspector.engine.faults import Fault
+
+    try:
+        return Fault.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
