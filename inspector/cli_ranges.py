@@ -46,16 +46,19 @@ def check_count(value: int, what: str, low: int = 0, high: int = COUNT_MAX) -> i
     return value
 
 
-def finite_shares(text: str, max_devices: int = 128) -> tuple[float, ...]:
-    """``--tensor-split A,B,...``: finite, non-negative shares, at least one above 0, at most
+MAX_DEVICES = 16
+"""llama.cpp's ``llama_max_devices()``: device indexes 0..15, at most 16 tensor-split shares."""
+
+
+def finite_shares(text: str, max_devices: int = MAX_DEVICES) -> tuple[float, ...]:
+    """``--tensor-split A,B,...``: finite, non-negative shares (all 0: llama.cpp's default split), at most
     ``max_devices`` of them (llama.cpp's device limit). Raises ``argparse.ArgumentTypeError``."""
     try:
         values = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-    if not values or any(not math.isfinite(v) or v < 0 for v in values) or not any(values):
-        raise argparse.ArgumentTypeError(
-            f"expected finite non-negative shares, at least one above 0, got {text!r}")
+    if not values or any(not math.isfinite(v) or v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite non-negative shares, got {text!r}")
     if len(values) > max_devices:
         raise argparse.ArgumentTypeError(f"expected at most {max_devices} shares, got {len(values)}")
     return values
