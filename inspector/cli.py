@@ -30,80 +30,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {v}")
-    return v
-
-
-def _non_negative(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {v}")
-    return v
-
-
-def _draft_max(text: str):
-    """``--draft-max``: ``auto`` (None: the run service picks it from the stored cost model,
-    ``inspector.llama.cost_model.auto_draft_max``) or a count checked with the engine's rule."""
-    if text.strip().lower() == "auto":
-        return None
-    try:
-        int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
-    return _setting("draft_max", int)(text)
-
-
-def _setting(name: str, convert):
-    """An argparse type that parses with ``convert`` and checks the value with the
-    engine's rule for the setting ``name`` (``inspector.engine.settings.interpret_setting``:
-    values llama.cpp gives a meaning, such as temperature -1 or seed -1, pass and are
-    interpreted when the settings are made). Returns the value as typed."""
-
-    def parse(text: str):
-        from inspector.engine.settings import interpret_setting
-
-        try:
-            value = convert(text)
-        except ValueError:
-            what = "a whole number" if convert is int else "a number"
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        try:
-            interpret_setting(name, value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return value
-
-    parse.__name__ = name  # argparse names the type in some messages
-    return parse
-
-
-def _stop_string(text: str) -> str:
-    """``--stop``: a non-empty stop string (the engine's rule, ``check_stop``)."""
-    from inspector.engine.settings import check_stop
-
-    try:
-        return check_stop((text,))[0]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"a stop string must be non-empty, observed {text!r} (an empty one would match everywhere)") from None
-
-
-def _fault(text: str):
-    from inspector.engine.faults import Fault
-
-    try:
-        return Fault.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from inspector.cli_interrupt import Interrupted, install_interrupt_handlers, signals_held  # noqa: E402
+from inspector.cli_paths import OutputPathError, check_outputs  # noqa: E402
+from inspector.cli_ranges import COUNT_MAX, whole_number  # noqa: E402
+from inspector.cli_ranges import draft_max as _draft_max, fault as _fault  # noqa: E402
+from inspector.cli_ranges import setting as _setting, stop_string as _stop_string  # noqa: E402
+from inspector.cli_ranges import THREADS, THREADS_MAX  # noqa: E402
+from inspector.cli_ranges import positive as _positive  # noqa: E402
 
 
 from inspector.cli_devices import add_commands as add_device_commands  # noqa: E402
@@ -153,15 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-tokens", type=_setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
                      help=f"most tokens to generate (>= 1) [{DEFAULT_MAX_NEW_TOKENS}]")
     run.add_argument("--draft-max", type=_draft_max, default=None, metavar="N|auto",
-                     help="most proposal tokens per window (>= 0), or auto: the best window of the cost model "
+                     help=f"most proposal tokens per window (0..{COUNT_MAX}), or auto: the best window of the cost model "
                           "stored for this model and thread count (bench, compare --cost-model or the window's "
                           "Cost model tab store one), else 8 [auto]")
     run.add_argument("--n-ctx", type=_positive, default=DEFAULT_N_CTX,
-                     help=f"context size in tokens (llama.cpp -c) [{DEFAULT_N_CTX}]")
+                     help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
     run.add_argument("--n-batch", type=_positive, default=512,
-                     help="most rows per decode; speculation needs >= 2 (proposals are capped at n-batch - 1) [512]")
-    run.add_argument("--threads", type=_non_negative, default=None,
-                     help="CPU threads (llama.cpp -t) [0 = all cores]; on a busy machine fewer is faster")
+                     help=f"most rows per decode (1..{COUNT_MAX}); speculation needs >= 2 (proposals are capped at n-batch - 1) [512]")
+    run.add_argument("--threads", type=THREADS, default=None,
+                     help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
     add_offload_flags(run)
     run.add_argument("--stop", action="append", default=[], type=_stop_string, metavar="STR",
                      help="stop string, non-empty (repeatable)")
@@ -224,12 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
                           "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
-    bn.add_argument("--threads", type=_non_negative, default=None,
-                    help="CPU threads (llama.cpp -t) [0 = all cores]; measure with nothing else running")
+    bn.add_argument("--threads", type=THREADS, default=None,
+                    help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; measure with nothing else running")
     bn.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
-    bn.add_argument("--max-tokens", type=_positive, default=128, help="tokens per run [128]")
-    bn.add_argument("--k-max", type=_positive, default=16, help="largest verify batch in the cost model [16]")
-    bn.add_argument("--repeats", type=_positive, default=3, help="repeats per cost-model point [3]")
+    bn.add_argument("--max-tokens", type=whole_number(1, DEFAULT_N_CTX), default=128,
+                    help=f"tokens per run (1..{DEFAULT_N_CTX}, the context) [128]")
+    bn.add_argument("--k-max", type=whole_number(1, 256), default=16,
+                    help="largest verify batch in the cost model (1..256) [16]")
+    bn.add_argument("--repeats", type=whole_number(1, 1000), default=3, help="repeats per cost-model point (1..1000) [3]")
     bn.add_argument("--no-llama-cpp-python", action="store_true", help="skip LlamaPromptLookupDecoding")
     bn.add_argument("--weights", metavar="T1,T2,...",
                     help="compare weight layouts instead: convert the model to each type (llama.cpp quantize, "
@@ -263,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "draft:draft_model=D.gguf (repeatable; default: plain and ngram with draft_max 4, 8, 16)")
     cp.add_argument("--max-tokens", type=_setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
                     help=f"tokens per run [{DEFAULT_MAX_NEW_TOKENS}]")
-    cp.add_argument("--threads", type=_non_negative, default=None,
-                    help="CPU threads (llama.cpp -t) [0 = all cores]; on a busy machine fewer is faster")
+    cp.add_argument("--threads", type=THREADS, default=None,
+                    help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
     cp.add_argument("--cost-model", action="store_true",
                     help="measure the cost model first and add each run's expected speedup")
     cp.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
@@ -351,8 +286,7 @@ def cmd_run(args) -> int:
     from inspector.engine.errors import EngineError
     from inspector.llama.devices import RpcUnavailable
     from inspector.llama.model_file import ModelFileError
-    from inspector.receipts import ReceiptsFileError, write_document
-    from inspector.run_output import StreamPrinter, drive_run, format_events, format_summary
+    from inspector.run_output import StreamPrinter
 
     try:
         if args.example is not None:
@@ -381,7 +315,6 @@ def cmd_run(args) -> int:
     for note in notes:
         print(f"spec-inspector: note: {note}", file=sys.stderr)
 
-    from inspector.session.document import record_document
     from inspector.session.record import SessionRecord
     from inspector.session.run import RunRefused, RunRequest, SessionRun
 
@@ -418,6 +351,21 @@ def cmd_run(args) -> int:
         return _fail(str(exc))
     if run.autosave_error:
         return _fail(f"cannot write autosave {args.autosave}: {run.autosave_error}")
+    try:
+        return _finish_run(args, run, gen, record, printer, request, runtime)
+    except Interrupted as exc:  # SIGINT, SIGTERM, SIGHUP: the complete windows are kept (issue 25)
+        from inspector.cli_interrupt import keep_interrupted_run
+
+        return keep_interrupted_run(args, run, record, printer, exc)
+
+
+def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
+    """``run``'s run from the prefill to the receipts file; returns the exit status."""
+    from inspector.engine.errors import EngineError
+    from inspector.receipts import ReceiptsFileError, write_document
+    from inspector.run_output import drive_run, format_events, format_summary
+    from inspector.session.document import record_document
+
     t0 = time.perf_counter()
     try:
         run.start()
@@ -461,7 +409,8 @@ def cmd_run(args) -> int:
             print(f"baseline:             {baseline.describe()}")
     if args.receipts:
         try:
-            path = write_document(record_document(record), args.receipts)
+            with signals_held():  # a Ctrl-C now would leave no receipts
+                path = write_document(record_document(record), args.receipts)
         except (OSError, ReceiptsFileError) as exc:
             return _fail(f"cannot write receipts {args.receipts}: {exc}")
         print(f"receipts: {path}")
@@ -544,12 +493,26 @@ def main(argv: list[str] | None = None) -> int:
                      f"(no command opens the window; see spec-inspector --help)", EXIT_USAGE)
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         return cmd_gui(argv)
+    install_interrupt_handlers()  # SIGINT/SIGTERM/SIGHUP raise Interrupted: one line, never a traceback
+    try:
+        return _command(argv)
+    except (Interrupted, KeyboardInterrupt) as exc:  # before a run had anything to keep
+        status = exc.status if isinstance(exc, Interrupted) else 130
+        name = f" ({exc.name})" if isinstance(exc, Interrupted) else ""
+        return _fail(f"interrupted{name}; nothing was written", status)
+
+
+def _command(argv: list[str]) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
         print(f"spec-inspector {args.command}: error: unrecognized arguments: {' '.join(extras)} "
               f"(see spec-inspector {args.command} --help)", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        check_outputs(args)  # writable, no folder, never an input: before any work (issue 25)
+    except OutputPathError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     try:
         if args.command == "run":
             return cmd_run(args)
@@ -583,8 +546,6 @@ def main(argv: list[str] | None = None) -> int:
             from inspector.cli_devices import cmd_devices
 
             return cmd_devices(args)
-    except KeyboardInterrupt:
-        return _fail("interrupted", 130)
     except BrokenPipeError:  # e.g. `spec-inspector view r.json --windows | head`: the reader left
         import os
 

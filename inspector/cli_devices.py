@@ -8,32 +8,27 @@ from __future__ import annotations
 import argparse
 import sys
 
+from inspector.cli_ranges import COUNT_MAX, MAX_DEVICES, finite_shares, whole_number
+
 
 def add_offload_flags(p: argparse.ArgumentParser) -> None:
     """Add the offload flags to ``p``."""
     from inspector.llama.devices import SPLIT_MODES
 
-    p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", dest="n_gpu_layers", type=int, default=None, metavar="N",
-                   help="layers on the GPU or RPC devices (llama.cpp -ngl; -1 = all) [llama.cpp's default: all]")
+    p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", dest="n_gpu_layers", type=whole_number(-1),
+                   default=None, metavar="N", help=f"layers on the GPU or RPC devices (llama.cpp -ngl; -1 = all; "
+                                                   f"-1..{COUNT_MAX}) [llama.cpp's default: all]")
     p.add_argument("--split-mode", "-sm", dest="split_mode", choices=list(SPLIT_MODES), default=None,
                    help="how to split the model across devices (llama.cpp -sm) [layer]")
-    p.add_argument("--main-gpu", "-mg", dest="main_gpu", type=int, default=None, metavar="I",
-                   help="the device for the whole model with --split-mode none (llama.cpp -mg) [0]")
-    p.add_argument("--tensor-split", "-ts", dest="tensor_split", type=_shares, default=None, metavar="A,B,...",
-                   help="share of the model on each device, e.g. 3,1 (llama.cpp -ts)")
+    p.add_argument("--main-gpu", "-mg", dest="main_gpu", type=whole_number(0, MAX_DEVICES - 1), default=None,
+                   metavar="I", help=f"the device for the whole model with --split-mode none (llama.cpp -mg; "
+                                     f"0..{MAX_DEVICES - 1}) [0]")
+    p.add_argument("--tensor-split", "-ts", dest="tensor_split", type=finite_shares, default=None, metavar="A,B,...",
+                   help=f"share of the model on each device, e.g. 3,1 (llama.cpp -ts; finite, >= 0, "
+                        f"at most {MAX_DEVICES})")
     p.add_argument("--rpc", type=_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT...]",
                    help="offload to llama.cpp RPC servers (spec-inspector rpc-server, or llama.cpp's rpc-server); "
                         "the model then runs in a child process, which a lost server cannot take the app down with")
-
-
-def _shares(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected non-negative shares, got {text!r}")
-    return values
 
 
 def _endpoints(text: str) -> tuple[str, ...]:

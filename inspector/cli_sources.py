@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from inspector.bounded_read import BoundedReadError, read_bounded_text
 from inspector.sources.descriptors import Option, SourceDescriptor
 
 
@@ -50,6 +51,10 @@ def _help(option: Option) -> str:
     text = option.help
     if option.choice_help and any(option.choice_help):
         text += ": " + "; ".join(f"{c}: {h}" for c, h in zip(option.choices, option.choice_help))
+    if option.kind in ("int", "float") and (option.minimum is not None or option.maximum is not None):
+        lo = "" if option.minimum is None else _shown(option.minimum)
+        hi = "" if option.maximum is None else _shown(option.maximum)
+        text += f" ({lo}..{hi})"
     if not option.required:
         text += f" [{_shown(option.default)}]"
     return text.replace("%", "%%")
@@ -87,11 +92,18 @@ def add_source_flags(parser: argparse.ArgumentParser) -> None:
                                    help=f"read the {o.name} text from this file (UTF-8)")
 
 
+MAX_TEXT_FILE_BYTES = 16 * 1024 * 1024
+"""Most bytes of a text file a flag names (a prompt, a script): far beyond any context."""
+
+
 def read_text_file(path: Path, what: str) -> str:
-    """The UTF-8 text of ``path``; raises ``SourceFlagError`` naming ``what`` and the problem
-    (no such file, a directory, unreadable). Used for every file a CLI flag names."""
+    """The UTF-8 text of ``path`` (at most ``MAX_TEXT_FILE_BYTES`` read, whatever size it reports);
+    raises ``SourceFlagError`` naming ``what`` and the problem (no such file, a directory, a FIFO or
+    device, too large, unreadable). Used for every file a CLI flag names."""
     try:
-        return path.read_text("utf-8")
+        return read_bounded_text(path, MAX_TEXT_FILE_BYTES, what)
+    except BoundedReadError as exc:
+        raise SourceFlagError(str(exc)) from None
     except FileNotFoundError:
         raise SourceFlagError(f"{what} {path}: no such file") from None
     except IsADirectoryError:

@@ -51,65 +51,110 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
     """Run every turn of ``turns`` with the ``run`` arguments ``args`` on ``runtime``; returns the exit
     status (0, ``EXIT_ERROR`` when a turn could not start, ``EXIT_GENERATION_ERROR`` after a failed
     turn). The receipts file holds every turn that ran, whatever happens to a later one."""
-    from inspector.engine import FaultPlan, RuntimeScheduler
-    from inspector.engine.errors import EngineError
-    from inspector.run_output import StreamPrinter, drive_run, format_summary, turn_heading
+    from inspector.cli_interrupt import Interrupted
+    from inspector.engine import RuntimeScheduler
+    from inspector.run_output import StreamPrinter
     from inspector.session.conversation import Conversation
-    from inspector.session.record import SessionRecord
-    from inspector.session.run import RunRefused, RunRequest, SessionRun
 
     scheduler = RuntimeScheduler(runtime)
     conv = Conversation(planned_turns=len(turns))
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
+    current: dict = {}
     for n, text in enumerate(turns, 1):
-        print(turn_heading(n, len(turns), text), flush=True)
-        record = SessionRecord()
-        request = RunRequest(text, settings, args.source, options, faults=FaultPlan(list(args.inject)),
-                             draft_max_auto=args.draft_max is None and args.source != "none",
-                             **conv.next_turn(text))
-        run = SessionRun(scheduler, request, record.apply, observer=printer)
         try:
-            run.tokenize()
-            run.make_source()
-            gen = run.open()
-            t0 = time.perf_counter()
-            run.start()
-        except (RunRefused, EngineError) as exc:
-            size = f"{len(run.prompt_tokens)} prompt tokens, " if run.prompt_tokens else ""
-            print(f"spec-inspector: error: turn {n} ({size}context {runtime.n_ctx}): {exc}", file=sys.stderr)
-            run.close_source()
-            conv.stopped_at = f"turn {n} could not start: {exc}"
-            _write(args, conv)
-            return EXIT_ERROR
-        failed = not drive_run(run, gen, printer, args.resume)
-        wall = time.perf_counter() - t0
-        printer.newline()
-        end = run.end(gen.finish_reason or "error", clean=gen.finished)
-        print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
-                             ended_as=end.reason))
-        run.close_source()
-        conv.add_turn(record)
-        if failed:
-            conv.stopped_at = f"turn {n} failed: {'; '.join(end.errors) or end.reason}"
-        if not _write(args, conv):
-            return EXIT_ERROR
-        if failed:
-            print(f"spec-inspector: the conversation stopped at turn {n}", file=sys.stderr)
-            return EXIT_GENERATION_ERROR
+            status = _run_turn(args, scheduler, conv, printer, n, text, settings, options, current)
+        except Interrupted as exc:  # the turns so far, and this turn's complete windows, are kept
+            return _interrupted(args, conv, n, exc, current)
+        if status is not None:
+            return status
     return 0
 
 
-def _write(args, conv) -> bool:
-    """Write ``conv``'s receipts to ``--receipts`` (if given and a turn ran); False after saying why it failed."""
+def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, options, current: dict) -> int | None:
+    """Run turn ``n`` (its message ``text``); None when the conversation goes on, else the exit status.
+    ``current`` gets the turn's ``run`` and ``record`` as soon as they exist (for an interrupt)."""
+    from inspector.engine import FaultPlan
+    from inspector.engine.errors import EngineError
+    from inspector.run_output import drive_run, format_summary, turn_heading
+    from inspector.session.record import SessionRecord
+    from inspector.session.run import RunRefused, RunRequest, SessionRun
+
+    runtime = scheduler.runtime
+    turns = conv.planned_turns
+    print(turn_heading(n, turns, text), flush=True)
+    record = SessionRecord()
+    request = RunRequest(text, settings, args.source, options, faults=FaultPlan(list(args.inject)),
+                         draft_max_auto=args.draft_max is None and args.source != "none",
+                         **conv.next_turn(text))
+    run = SessionRun(scheduler, request, record.apply, observer=printer)
+    current.update(run=run, record=record)
+    try:
+        run.tokenize()
+        run.make_source()
+        gen = run.open()
+        t0 = time.perf_counter()
+        run.start()
+    except (RunRefused, EngineError) as exc:
+        size = f"{len(run.prompt_tokens)} prompt tokens, " if run.prompt_tokens else ""
+        print(f"spec-inspector: error: turn {n} ({size}context {runtime.n_ctx}): {exc}", file=sys.stderr)
+        run.close_source()
+        conv.stopped_at = f"turn {n} could not start: {exc}"
+        _write(args, conv)
+        return EXIT_ERROR
+    failed = not drive_run(run, gen, printer, args.resume)
+    wall = time.perf_counter() - t0
+    printer.newline()
+    end = run.end(gen.finish_reason or "error", clean=gen.finished)
+    print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
+                         ended_as=end.reason))
+    run.close_source()
+    conv.add_turn(record)
+    if failed:
+        conv.stopped_at = f"turn {n} failed: {'; '.join(end.errors) or end.reason}"
+    if not _write(args, conv):
+        return EXIT_ERROR
+    if failed:
+        print(f"spec-inspector: the conversation stopped at turn {n}", file=sys.stderr)
+        return EXIT_GENERATION_ERROR
+    return None
+
+
+def _interrupted(args, conv, n: int, exc, current: dict) -> int:
+    """A signal ended turn ``n``: keep it (its complete windows, ``ended_as: interrupted``) when its run
+    had opened, write every turn to ``--receipts`` and say so in one line. Returns ``exc.status``."""
+    from inspector.cli_interrupt import end_interrupted, interrupted_line, signals_held
+
+    with signals_held():
+        run, record = current.get("run"), current.get("record")
+        if run is not None and run.generation is not None and record is not None and record.header is not None:
+            if run.ended is None:
+                end_interrupted(run, exc)
+            if record.ended_as is None:
+                record.ended_as = "interrupted"
+            if not conv.records or conv.records[-1] is not record:
+                conv.add_turn(record)
+        conv.stopped_at = f"turn {n} interrupted ({exc.name})"
+        written = _write(args, conv, quiet=True)
+        if written is not False:  # False: the write failed, and its line said why
+            windows = sum(len(r.receipts) for r in conv.records)
+            print(interrupted_line(exc, windows, written, ""), file=sys.stderr)
+    return exc.status
+
+
+def _write(args, conv, quiet: bool = False):
+    """Write ``conv``'s receipts to ``--receipts`` (if given and a turn ran); False after saying why it failed.
+    ``quiet``: print nothing on success and return the path written ("" when nothing was)."""
     from inspector.receipts import ReceiptsFileError, write_document
     from inspector.session.conversation import conversation_document
 
     if not args.receipts or not conv.records:
-        return True
+        return "" if quiet else True
     try:
         path = write_document(conversation_document(conv), args.receipts)
     except (OSError, ReceiptsFileError, ValueError) as exc:
         print(f"spec-inspector: error: cannot write receipts {args.receipts}: {exc}", file=sys.stderr)
         return False
+    if quiet:
+        return str(path)
     print(f"receipts: {path} (turns 1-{conv.turns})" if conv.turns > 1 else f"receipts: {path} (turn 1)")
     return True

@@ -62,28 +62,44 @@ def cmd_view(args) -> int:
         return _fail(f"{args.file} is one request, not a conversation: --turn does not apply")
     if args.window and not (args.windows or args.events):
         # Only the asked windows (and which file version they come from), as the README shows.
-        from inspector.engine.receipt import receipt_from_json
         from inspector.receipts.document import version_note
 
         print(f"file: {version_note(doc)}")
         missing = ("this is a schema-1 file, written before per-row probabilities" if doc["schema_version"] == 1
                    else "turned off for this run (--no-probabilities)")
-        return EXIT_ERROR if _print_windows(args.window, [receipt_from_json(w) for w in doc["windows"]],
+        receipts = _receipts_of(doc, args.file)
+        if receipts is None:
+            return EXIT_ERROR
+        return EXIT_ERROR if _print_windows(args.window, receipts,
                                             document_token_text(doc), args.file, missing) else 0
     print(format_document(doc))
     if args.windows:
         print("--- windows and discards ---")
         print("\n".join(format_windows(doc["windows"], doc["discards"])))
     if args.window:
-        from inspector.engine.receipt import receipt_from_json
-
-        if _print_windows(args.window, [receipt_from_json(w) for w in doc["windows"]], document_token_text(doc),
-                          args.file):
+        receipts = _receipts_of(doc, args.file)
+        if receipts is None or _print_windows(args.window, receipts, document_token_text(doc), args.file):
             return EXIT_ERROR
     if args.events:
         print("--- events ---")
         print("\n".join(format_events(doc["events"], document_token_text(doc), doc["windows"], doc["discards"])))
     return 0
+
+
+def _receipts_of(doc: dict, path) -> list | None:
+    """The ``WindowReceipt`` of every window of a loaded document, or None after one line naming the
+    first window whose fields do not fit together (the schema checks each field, not their agreement)."""
+    from inspector.engine.receipt import receipt_from_json
+
+    out = []
+    for i, w in enumerate(doc["windows"]):
+        try:
+            out.append(receipt_from_json(w))
+        except (IndexError, KeyError, TypeError, ValueError) as exc:
+            _fail(f"{path}: window {w.get('window_index', i + 1)} is damaged ({exc}); expected every probability "
+                  "column and row list to have one entry per verification row")
+            return None
+    return out
 
 
 def _print_windows(numbers, receipts, token_text, path, missing: str | None = None) -> bool:
@@ -98,9 +114,19 @@ def _print_windows(numbers, receipts, token_text, path, missing: str | None = No
         have = f"windows 1..{max(by_index)}" if by_index else "no verified windows"
         _fail(f"{path} has no window {absent[0]} ({have})")
         return True
-    for n in numbers:
+    blocks = []
+    for n in numbers:  # every asked window formatted before one is printed: a damaged one is one line
+        r = by_index[n]
+        try:
+            blocks.append((n, format_window_rows(r, token_text, *(() if missing is None else (missing,)))))
+        except (IndexError, KeyError, TypeError, ValueError) as exc:
+            _fail(f"{path}: window {n}'s rows do not add up ({type(exc).__name__}: {exc}); expected every "
+                  f"probability column and row list to have one entry per verification row "
+                  f"({r.verification_rows}): the file is damaged")
+            return True
+    for n, lines in blocks:
         print(f"--- window {n} ---")
-        print("\n".join(format_window_rows(by_index[n], token_text, *(() if missing is None else (missing,)))))
+        print("\n".join(lines))
     return False
 
 

@@ -252,7 +252,8 @@ def _num(x: float | None, fmt: str = ".2f") -> str:
     return "n/a" if x is None else format(x, fmt)
 
 
-ENDED_AS_WORDS = {"stopped": "none (stopped by the user)", "error": "none (an error stopped it)"}
+ENDED_AS_WORDS = {"stopped": "none (stopped by the user)", "error": "none (an error stopped it)",
+                  "interrupted": "none (interrupted by a signal: the complete windows are kept)"}
 
 
 def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, canonical=None,

@@ -11,7 +11,7 @@ import inspector
 
 ROOT = Path(inspector.__file__).parent
 LAYERS = {
-    "inspector": 0, "inspector.engine": 0,
+    "inspector": 0, "inspector.engine": 0, "inspector.bounded_read": 0,
     "inspector.llama": 1, "inspector.receipts": 1,
     "inspector.sources": 2,
     "inspector.session": 3, "inspector.run_output": 3,
@@ -19,6 +19,7 @@ LAYERS = {
     "inspector.gui": 5,
     "inspector.gui_speed": 6, "inspector.cli": 6, "inspector.cli_bench": 6, "inspector.cli_sources": 6,
     "inspector.cli_devices": 6, "inspector.cli_view": 6, "inspector.cli_flags": 6, "inspector.cli_turns": 6,
+    "inspector.cli_interrupt": 6, "inspector.cli_paths": 6, "inspector.cli_ranges": 6,
     "inspector.__main__": 6,
 }
 MAX_LINES = 600

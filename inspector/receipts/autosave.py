@@ -24,6 +24,7 @@ from inspector.engine.receipt import (COMMIT, PREFILL, Discard, EngineEvent, Win
                                       event_from_json, receipt_from_json)
 from inspector.engine.probabilities import top_texts_of, with_top_texts
 from inspector.engine.stats import summarize_receipts
+from inspector.bounded_read import BoundedReadError, read_bounded
 from inspector.receipts.document import MAX_FILE_BYTES, ReceiptsFileError
 
 
@@ -243,10 +244,9 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
     """
     p = Path(path)
     try:
-        size = p.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ReceiptsFileError(f"autosave {p} is {size} bytes, more than the {MAX_FILE_BYTES}-byte limit")
-        raw = p.read_bytes()
+        raw = read_bounded(p, MAX_FILE_BYTES, "autosave")  # the bytes read count, not the size reported
+    except BoundedReadError as exc:
+        raise ReceiptsFileError(str(exc)) from None
     except OSError as exc:
         raise ReceiptsFileError(f"cannot read autosave {p}: {exc.strerror or exc}") from None
     run = AutosaveRun(p)

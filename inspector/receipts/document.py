@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema_rs
 
 import inspector
+from inspector.bounded_read import BoundedReadError, read_bounded
 from inspector.llama.model_file import file_sha256
 
 SCHEMA_ID = "spec-inspector/receipts"
@@ -99,15 +100,22 @@ def model_sha256(path: str) -> str:
 
 
 def write_document(doc: dict, path: str | os.PathLike) -> Path:
-    """Validate ``doc`` and write it atomically (temp file + rename). Returns the path."""
+    """Validate ``doc`` and write it atomically (temp file + rename). Returns the path. Raises
+    ``ReceiptsFileError`` for a document the schema refuses or that holds NaN or Infinity (strict
+    JSON has neither: such a file would not open elsewhere), ``OSError`` when writing fails."""
     validate_document(doc)
+    try:
+        text = json.dumps(doc, ensure_ascii=False, indent=1, allow_nan=False)
+    except ValueError as exc:
+        raise ReceiptsFileError(f"receipts document holds a value strict JSON cannot hold ({exc}); "
+                                "expected finite numbers only") from None
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # as open() would make it (mkstemp's file is owner-only)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, ensure_ascii=False, indent=1)
+            fh.write(text)
             fh.write("\n")
         os.replace(tmp, p)
     except BaseException:
@@ -168,17 +176,15 @@ def load_document(path: str | os.PathLike, *, yield_gil: bool = False) -> dict:
     the window loads on a background thread with this set). Slower in total.
     """
     p = Path(path)
-    try:
-        size = p.stat().st_size
+    try:  # the bytes read count, not the size reported (/dev/zero reports 0); a FIFO is refused, not waited on
+        raw = read_bounded(p, MAX_FILE_BYTES, "receipts")
+    except BoundedReadError as exc:
+        raise ReceiptsFileError(str(exc)) from None
     except OSError as exc:
         raise ReceiptsFileError(f"cannot read receipts {p}: {exc.strerror or exc}") from None
-    if p.is_dir():
-        raise ReceiptsFileError(f"receipts {p} is a directory, not a receipts file")
-    if size > MAX_FILE_BYTES:
-        raise ReceiptsFileError(f"receipts {p} is {size} bytes, more than the {MAX_FILE_BYTES}-byte limit")
     try:
-        doc = json.loads(p.read_text("utf-8"), object_hook=_object_hook if yield_gil else None)
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, huge ints
+        doc = json.loads(raw.decode("utf-8"), object_hook=_object_hook if yield_gil else None)
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, huge ints
         raise ReceiptsFileError(f"receipts {p} is not readable JSON: {exc}") from None
     _check_schema_field(doc, p)
     try:

@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inspector.bounded_read import BoundedReadError, read_bounded_text
+
 TURN_SEPARATOR = "---"
 """A line holding only this separates two turns of a plain-text turns file."""
 MAX_TURNS_FILE_BYTES = 4 * 1024 * 1024
@@ -74,9 +76,9 @@ def read_turns(path: str | os.PathLike) -> list[str]:
     than ``MAX_TURNS_FILE_BYTES``, is not UTF-8, or holds no usable turns."""
     p = Path(path)
     try:
-        if p.stat().st_size > MAX_TURNS_FILE_BYTES:
-            raise TurnsFileError(f"turns file {p} is larger than {MAX_TURNS_FILE_BYTES} bytes")
-        text = p.read_text("utf-8")
+        text = read_bounded_text(p, MAX_TURNS_FILE_BYTES, "turns file")  # read, not reported, bytes count
+    except BoundedReadError as exc:
+        raise TurnsFileError(str(exc)) from None
     except OSError as exc:
         raise TurnsFileError(f"cannot read turns file {p}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import struct
+import tempfile
 
 from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.sources.descriptors import Option, SourceDescriptor
@@ -122,6 +123,23 @@ def load(path: str, what: str) -> Cache:
     return cache
 
 
+def check_writable_folder(path: str) -> None:
+    """Raise ``ValueError`` (one line, naming ``--lookup-cache-dynamic``) unless the folder of ``path``
+    exists and a file can be made there (tried: permission bits do not tell for root or a read-only
+    mount), so a dynamic cache is known to be savable before the run, not found unsavable after it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--lookup-cache-dynamic {path}: the folder {folder} does not exist; expected a path in "
+                         "an existing folder (the cache is saved there when the run ends)")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".lookup-cache-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(f"--lookup-cache-dynamic {path}: the folder {folder} is not writable "
+                         f"({exc.strerror or exc}); expected a folder the cache can be saved in") from None
+
+
 def save(cache: Cache, path: str) -> None:
     """Write ``cache`` in llama.cpp's format (through a temporary file, then renamed)."""
     chunks = []
@@ -196,6 +214,8 @@ class NgramCacheSource:
     def __init__(self, lookup_cache_static: str = "", lookup_cache_dynamic: str = "",
                  memory: dict | None = None) -> None:
         self.static_path, self.dynamic_path = lookup_cache_static, lookup_cache_dynamic
+        if lookup_cache_dynamic:
+            check_writable_folder(lookup_cache_dynamic)
         memory = {} if memory is None else memory
         self.static: Cache = {}
         if lookup_cache_static:

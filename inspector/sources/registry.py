@@ -117,8 +117,10 @@ NGRAM_LENGTHS = {
 """The n-gram source's ``length`` option: name -> what it does (the first is the default)."""
 
 NGRAM = SourceDescriptor("ngram", (
-    Option("n_max", "int", 4, "longest n-gram to match (tokens)", minimum=1, control_max=16, flag="--ngram-max"),
-    Option("n_min", "int", 2, "shortest n-gram to match (tokens)", minimum=1, control_max=16, flag="--ngram-min"),
+    Option("n_max", "int", 4, "longest n-gram to match (tokens; one table per size: bounded)", minimum=1, maximum=16,
+           control_max=16, flag="--ngram-max"),
+    Option("n_min", "int", 2, "shortest n-gram to match (tokens)", minimum=1, maximum=16, control_max=16,
+           flag="--ngram-min"),
     Option("length", "choice", "fixed", "proposal length", choices=NGRAM_LENGTHS, flag="--ngram-length"),
     Option("row_cost_ratio", default=None, convert=_row_cost_ratio, control=False,
            help="adaptive length: auto, or the cost of one more row as a fraction of a one-row decode"),
@@ -137,11 +139,12 @@ DRAFT = SourceDescriptor("draft", (
     Option("draft_max", "int", 8, "most tokens drafted per window (the generation's draft max)", minimum=1,
            from_setting="draft_max", server_flag="--spec-draft-n-max"),
     Option("draft_min", "int", 0, "drop drafts shorter than this (tokens; 0 = keep all)", minimum=0,
-           control_max=64, label="draft min", flag="--draft-min", server_flag="--spec-draft-n-min"),
+           maximum=64, control_max=64, label="draft min", flag="--draft-min", server_flag="--spec-draft-n-min"),
     Option("p_min", "float", 0.0, "stop drafting when the draft's top probability is below this (0 = never)",
            minimum=0.0, maximum=1.0, step=0.05, label="p-min", flag="--p-min", server_flag="--spec-draft-p-min"),
     Option("n_gpu_layers", "int", -1, "layers of the draft model on a local GPU (llama.cpp -ngld; -1: llama.cpp's "
-           "default, all of them when there is a GPU; the draft never goes over RPC)", minimum=-1, control=False,
+           "default, all of them when there is a GPU; the draft never goes over RPC)", minimum=-1, maximum=2147483647,
+           control=False,
            flag="--n-gpu-layers-draft", server_flag="--gpu-layers-draft"),
 ), help="a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
     capabilities=frozenset({"settings", "close", "loads_model"}), llama_server="draft-simple")
@@ -251,7 +254,8 @@ SUFFIX = SourceDescriptor("suffix", (
            "count, multiplied along the path) falls below this (vLLM suffix_decoding_min_token_prob)",
            minimum=0.0, maximum=1.0, step=0.05),
     Option("max_cached_tokens", "int", 100_000, "tokens of earlier requests' outputs remembered, the oldest "
-           "requests dropped first (0: this run neither uses nor changes the memory)", minimum=0, control_max=10_000_000),
+           "requests dropped first (0: this run neither uses nor changes the memory)", minimum=0, maximum=10_000_000,
+           control_max=10_000_000),
     Option("memory_file", "path", "", "load the memory of earlier outputs from this JSON file and save it back "
            "after each run (empty: this session only)",
            placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)"),
