@@ -58,7 +58,7 @@ GOAL = 0.95
 class MeasuredRun:
     """One of our runs, measured. ``tokens_per_s``: decode tokens/s (prefill excluded). ``steps``:
     decode steps (windows and plain steps). ``decode_us``: time inside ``llama_decode`` after the
-    prefill; ``outside_us``: the decode phase's time outside it (proposal, validation, figures,
+    prefill (the target's, and a draft model's); ``outside_us``: the decode phase's time outside it (proposal, validation, figures,
     receipts, records, bookkeeping); ``probability_us`` and ``probability_rows``: the per-row figures'
     share of it and their rows. All times in microseconds. ``generated``: the token ids;
     ``drafted``/``accepted``: proposal tokens proposed and accepted (counted as llama-server counts:
@@ -84,16 +84,20 @@ def measure_run(scheduler: RuntimeScheduler, config: CompareConfig, prompt_token
     settings = GenerationSettings(max_new_tokens=max_tokens, draft_max=max(1, config.draft_max),
                                   probabilities=probabilities)
     make = registry_source_factory(rt, settings)
+    made = []
     run = SessionRun(scheduler, RunRequest("", settings, config.source, dict(config.options),
                                            prompt_token_ids=tuple(prompt_tokens)),
-                     SessionRecord().apply, make_source=lambda req: make(config, req.source_memory))
+                     SessionRecord().apply,
+                     make_source=lambda req: made.append(make(config, req.source_memory)) or made[-1])
     try:
         g = run.prepare()
         run.start()
-        d0, p0, r0 = rt.decode_ns, rt.probability_ns, rt.probability_rows
+        draft = getattr(made[0], "draft", None) if made else None  # a draft model decodes in llama.cpp too
+        draft_ns = lambda: getattr(draft, "decode_ns", 0)  # noqa: E731
+        d0, p0, r0, dd0 = rt.decode_ns, rt.probability_ns, rt.probability_rows, draft_ns()
         while not g.finished:
             run.step()
-        inside_ns = rt.decode_ns - d0
+        inside_ns = rt.decode_ns - d0 + draft_ns() - dd0
         prob_ns, rows = rt.probability_ns - p0, rt.probability_rows - r0
         run.end(g.finish_reason)
     finally:
