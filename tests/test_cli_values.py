@@ -54,8 +54,8 @@ def test_a_bad_run_value_is_refused_with_its_range_in_one_line(flag, value, need
 
 @pytest.mark.parametrize("config, needles", [
     ("ngram:draft_max=-3", ["draft_max", "-3", ">= 0"]),
-    ("ngram:n_max=0", ["n_max", "'0'", ">= 1"]),
-    ("ngram:n_min=0", ["n_min", "'0'", ">= 1"]),
+    ("ngram:n_max=0", ["n_max", "'0'", "1 <= n_max"]),
+    ("ngram:n_min=0", ["n_min", "'0'", "1 <= n_min"]),
     ("ngram:n_max=1", ["n_min=2 (the default)", "n_max=1", "n_min <= n_max"]),
     ("ngram:length=long", ["length", "fixed or adaptive", "'long'"]),
     ("draft:draft_model=d.gguf,draft_max=0", ["draft_max", ">= 1"]),
