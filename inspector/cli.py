@@ -535,7 +535,7 @@ def _command(argv: list[str]) -> int:
 
             return cmd_compare(args)
         if args.command == "rpc-server":
-            from inspector.cli_devices import cmd_rpc_server
+            from inspector.cli_rpc_server import cmd_rpc_server
 
             return cmd_rpc_server(args)
         if args.command == "flags":

@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from inspector.cli_ranges import COUNT_MAX, MAX_DEVICES, finite_shares, whole_number
+from inspector.cli_rpc_server import add_command as add_rpc_server_command
 
 
 def add_offload_flags(p: argparse.ArgumentParser) -> None:
@@ -50,63 +51,11 @@ def offload_from_args(args):
 
 
 def add_commands(sub) -> None:
-    """The ``rpc-server`` and ``devices`` commands."""
-    from inspector.llama.devices import DEFAULT_RPC_PORT
-
-    rs = sub.add_parser("rpc-server", help="serve this machine's CPU (or GPU) to other machines over llama.cpp's RPC",
-                        description="Run llama.cpp's RPC server (the ggml RPC backend's own server, as llama.cpp's "
-                                    "rpc-server tool does) so another machine can offload layers here with "
-                                    "--rpc HOST:PORT. The protocol has no authentication: keep it on 127.0.0.1 or "
-                                    "a private network.")
-    rs.add_argument("--host", "-H", default="127.0.0.1", help="address to bind to [127.0.0.1]")
-    rs.add_argument("--port", "-p", type=int, default=DEFAULT_RPC_PORT, help=f"port [{DEFAULT_RPC_PORT}]")
-    rs.add_argument("--threads", "-t", type=int, default=None, metavar="N",
-                    help="CPU threads for the CPU device [half the cores, as llama.cpp]")
-    rs.add_argument("--device", "-d", default="", metavar="DEV1,DEV2",
-                    help="devices to serve (names from spec-inspector devices) [the GPUs, else the CPU]")
-    rs.add_argument("--cache", "-c", action="store_true",
-                    help="keep received tensors in llama.cpp's local file cache ($LLAMA_CACHE/rpc)")
+    """The ``rpc-server`` (``inspector.cli_rpc_server``) and ``devices`` commands."""
+    add_rpc_server_command(sub)
     dv = sub.add_parser("devices", help="list the devices llama.cpp sees (and RPC servers' devices)")
     dv.add_argument("--rpc", type=_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT...]",
                     help="also add these RPC servers and list their devices")
-
-
-def cmd_rpc_server(args) -> int:
-    """Serve until interrupted. Exit 1 with one line when RPC is missing or the port is taken."""
-    from inspector.llama.devices import SECURITY_WARNING, RpcUnavailable, serve_rpc
-
-    if not 0 < args.port < 65536:
-        print(f"spec-inspector rpc-server: error: --port must be 1..65535, observed {args.port}", file=sys.stderr)
-        return 2
-    if args.host != "127.0.0.1":
-        print(f"spec-inspector rpc-server: WARNING: binding to {args.host}, not 127.0.0.1: {SECURITY_WARNING}.",
-              file=sys.stderr)
-    if _port_taken(args.host, args.port):
-        print(f"spec-inspector rpc-server: error: {args.host}:{args.port} is in use (another RPC server?); "
-              "choose another --port", file=sys.stderr)
-        return 1
-    devices = tuple(d.strip() for d in args.device.split(",") if d.strip())
-    print(f"spec-inspector rpc-server: serving on {args.host}:{args.port} (llama.cpp RPC; {SECURITY_WARNING}). "
-          f"Clients: --rpc {args.host}:{args.port}. Ctrl+C stops it.", file=sys.stderr, flush=True)
-    try:
-        serve_rpc(args.host, args.port, args.threads, args.cache, devices)
-    except (RpcUnavailable, ValueError) as exc:
-        print(f"spec-inspector rpc-server: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _port_taken(host: str, port: int) -> bool:
-    import socket
-
-    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    try:
-        s.bind((host, port))
-        return False
-    except OSError:
-        return True
-    finally:
-        s.close()
 
 
 def cmd_devices(args) -> int:

@@ -60,6 +60,51 @@ def _help(option: Option) -> str:
     return text.replace("%", "%%")
 
 
+class _SourceFlag(argparse.Action):
+    """Stores a source flag's value and records the flag as given (``args.source_flags_given``), so
+    a flag of another source than ``--source`` is refused even at its default value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        given = list(getattr(namespace, "source_flags_given", None) or [])
+        setattr(namespace, "source_flags_given", given + [self.option_strings[0]])
+
+
+def _owners(descriptors: dict[str, SourceDescriptor], test) -> list[str]:
+    """Names of the sources with an option for which ``test(option)`` holds."""
+    return [n for n, d in descriptors.items() if any(test(o) for o in d.options or ())]
+
+
+def check_other_sources_options(args) -> None:
+    """Raise ``SourceFlagError`` for a flag or ``--source-option KEY`` that belongs to another source
+    than ``args.source`` (it would be ignored, or refused only after the model loads):
+    ``--spec-ngram-mod-n-min is an option of source ngram-mod, not of --source ngram ...``."""
+    name = args.source
+    descriptors = _builtin_descriptors()
+    d = descriptors.get(name)
+    own_flags = {f for o in ((d.options or ()) if d is not None else ()) for f in (o.flag, o.file_flag) if f}
+    for flag in getattr(args, "source_flags_given", None) or ():
+        if flag in own_flags:
+            continue
+        owners = _owners(descriptors, lambda o: flag in (o.flag, o.file_flag))
+        raise SourceFlagError(f"{flag} is an option of source {' / '.join(owners) or '(another)'}, not of "
+                              f"--source {name}: drop it, or use --source {owners[0] if owners else '...'}")
+    if d is None or d.options is None:  # an undeclared third-party source takes any key
+        return
+    known = {o.name for o in d.options}
+    for item in args.source_option:
+        key, sep, _value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or key in known:  # a malformed item: source_options_from_args says KEY=VALUE
+            continue
+        owners = _owners({n: x for n, x in descriptors.items() if n != name}, lambda o: o.name == key)
+        if owners:
+            raise SourceFlagError(f"--source-option {key} is an option of source {' / '.join(owners)}, not of "
+                                  f"--source {name} (its options: {', '.join(sorted(known)) or 'none'})")
+        raise SourceFlagError(f"--source-option {key}: unknown option for --source {name} "
+                              f"(its options: {', '.join(sorted(known)) or 'none'})")
+
+
 def _builtin_descriptors() -> dict[str, SourceDescriptor]:
     from inspector.sources.registry import BUILTIN_DESCRIPTORS
 
@@ -81,14 +126,14 @@ def add_source_flags(parser: argparse.ArgumentParser) -> None:
                                           description and description.replace("%", "%%"))
         for o in flagged:
             kwargs = {"type": _flag_type(d.name, o), "default": None if o.required else o.default,
-                      "help": _help(o)}
+                      "help": _help(o), "action": _SourceFlag}
             if o.choices:
                 kwargs["choices"] = list(o.choices)
             if o.metavar or o.kind in ("int", "float"):
                 kwargs["metavar"] = o.metavar or {"int": "N", "float": "X"}[o.kind]
             group.add_argument(o.flag, **kwargs)
             if o.file_flag:
-                group.add_argument(o.file_flag, type=Path, metavar="F",
+                group.add_argument(o.file_flag, type=Path, metavar="F", action=_SourceFlag,
                                    help=f"read the {o.name} text from this file (UTF-8)")
 
 
@@ -120,8 +165,10 @@ def source_options_from_args(args) -> dict:
     The flag values are checked together with the source's rules (e.g. ``n_min`` <=
     ``n_max``) before anything loads. Raises ``SourceFlagError``: ``--source draft needs
     --draft-model PATH``, ``--source scripted needs --script TEXT or --script-file F``,
-    ``script file F: no such file``, ``--source-option 'x': expected KEY=VALUE``, ..."""
+    ``script file F: no such file``, ``--source-option 'x': expected KEY=VALUE``, a flag or
+    ``--source-option`` key of another source (``check_other_sources_options``), ..."""
     name = args.source
+    check_other_sources_options(args)
     opts: dict = {}
     d = _builtin_descriptors().get(name)
     for o in (d.options if d is not None else ()):

@@ -58,7 +58,8 @@ def long_document(doc: dict, n_windows: int) -> dict:
     return {**doc, "windows": windows, "events": new_events,
             "lock_operations": [op for op in ops if op["kind"] == "prefill"] + new_ops
             + [dict(op, started_us=op["started_us"] + k * op_span) for op in ops if op["kind"] == "drop"],
-            "output": {**out, "token_ids": tokens, "token_texts": texts, "text": "".join(texts)}}
+            "output": {**out, "token_ids": tokens, "token_texts": texts, "text": "".join(texts)},
+            "summary": {**doc["summary"], "windows": len(windows), "generated_tokens": len(tokens)}}  # load checks
 
 
 @pytest.fixture(scope="module")

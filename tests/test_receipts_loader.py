@@ -87,7 +87,8 @@ def big_document(doc: dict, megabytes: int) -> dict:
     w = doc["windows"]
     per_window = len(json.dumps(w[0])) + 2
     n = megabytes * 1_000_000 // per_window
-    return {**doc, "windows": [dict(w[i % len(w)], window_index=i + 1) for i in range(n)]}
+    return {**doc, "windows": [dict(w[i % len(w)], window_index=i + 1) for i in range(n)],
+            "summary": {**doc["summary"], "windows": n}}  # the summary counts the windows (checked on load)
 
 
 def test_a_50_mb_receipts_file_loads_and_validates(tmp_path, real_document):

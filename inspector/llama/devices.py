@@ -263,13 +263,11 @@ def local_gpus() -> list[Device]:
     return [d for d in list_devices() if d.type in ("GPU", "IGPU") and not d.name.startswith("RPC")]
 
 
-def serve_rpc(host: str = "127.0.0.1", port: int = DEFAULT_RPC_PORT, threads: int | None = None,
-              cache: bool = False, device_names=()) -> None:
-    """Serve this machine's devices over llama.cpp's RPC protocol (``rpc-server``'s rules: the
-    named devices, else every non-CPU/ACCEL device, else the CPU); blocks until the process ends.
-    ``threads``: CPU threads (default half the cores, as llama.cpp). ``cache``: llama.cpp's local
-    file cache of tensors (``$LLAMA_CACHE/rpc`` or ``~/.cache/llama.cpp/rpc``). Raises
-    ``RpcUnavailable`` (no RPC in this build), ``ValueError`` (an unknown device name, listing them)."""
+def rpc_server_devices(device_names=()) -> list:
+    """The devices ``rpc-server`` serves (llama.cpp's rules: the named devices, else every
+    non-CPU/ACCEL device, else the CPU), as ``ggml_backend_dev_t`` handles for ``serve_rpc``.
+    Raises ``RpcUnavailable`` (no RPC in this build), ``ValueError`` (an unknown device name:
+    ``unknown device NOPE: available CPU``)."""
     if not rpc_supported():
         raise RpcUnavailable("", REBUILD_HINT)
     from inspector.llama.runtime import _init_backend
@@ -282,10 +280,20 @@ def serve_rpc(host: str = "127.0.0.1", port: int = DEFAULT_RPC_PORT, threads: in
         missing = [n for n in device_names if n not in by_name]
         if missing:
             raise ValueError(f"unknown device {', '.join(missing)}: available {', '.join(by_name)}")
-        chosen = [by_name[n] for n in device_names]
-    else:
-        chosen = [d for d in all_devices if _device(lib, d).type not in ("CPU", "ACCEL")]
-        chosen = chosen or [lib.ggml_backend_dev_by_type(0)]
+        return [by_name[n] for n in device_names]
+    chosen = [d for d in all_devices if _device(lib, d).type not in ("CPU", "ACCEL")]
+    return chosen or [lib.ggml_backend_dev_by_type(0)]
+
+
+def serve_rpc(host: str = "127.0.0.1", port: int = DEFAULT_RPC_PORT, threads: int | None = None,
+              cache: bool = False, devices=None) -> None:
+    """Serve ``devices`` (from ``rpc_server_devices``; None: its default choice) over llama.cpp's
+    RPC protocol at ``host`` (a numeric IPv4 address, as llama.cpp's ``inet_addr``) and ``port``.
+    Blocks while it serves; returns only when llama.cpp's server gives up (it cannot bind, or
+    ``accept`` failed), having printed its own reason. ``threads``: CPU threads (default half the
+    cores, as llama.cpp). ``cache``: llama.cpp's local file cache of tensors (``$LLAMA_CACHE/rpc``
+    or ``~/.cache/llama.cpp/rpc``). Raises ``RpcUnavailable`` (no RPC in this build)."""
+    chosen = rpc_server_devices() if devices is None else list(devices)
     cache_dir = None
     if cache:
         base = os.environ.get("LLAMA_CACHE") or os.path.join(

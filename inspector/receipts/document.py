@@ -18,6 +18,7 @@ import jsonschema_rs
 import inspector
 from inspector.bounded_read import BoundedReadError, read_bounded
 from inspector.llama.model_file import file_sha256
+from inspector.receipts.consistency import InconsistentDocument, check_consistency, non_finite_message, non_finite_path
 
 SCHEMA_ID = "spec-inspector/receipts"
 SCHEMA_VERSION = 2
@@ -64,7 +65,8 @@ def _validator():
 
 
 def validate_document(doc: object) -> None:
-    """Raise ``ReceiptsFileError`` naming the first schema violation (JSON path and message)."""
+    """Raise ``ReceiptsFileError`` naming the first schema violation (JSON path and message), or the
+    path of a NaN or Infinity (which the schema's validator would misname as null)."""
     v = _validator()
     try:
         if v.is_valid(doc):
@@ -72,6 +74,9 @@ def validate_document(doc: object) -> None:
         err = next(iter(v.iter_errors(doc)), None)
     except (ValueError, OverflowError, RecursionError) as exc:  # e.g. an integer beyond 64 bits
         raise ReceiptsFileError(f"receipts document cannot be checked against schema {SCHEMA_ID}: {exc}") from None
+    found = non_finite_path(doc)  # jsonschema-rs sees NaN as null: "null is not of types ..." would mislead
+    if found is not None:
+        raise ReceiptsFileError(f"receipts document holds an invalid JSON number {non_finite_message(*found)}")
     if err is not None:
         where = "/".join(str(p) for p in err.instance_path) or "(document root)"
         raise ReceiptsFileError(f"receipts document does not match schema {SCHEMA_ID} v{SCHEMA_VERSION} at {where}: {err.message}")
@@ -182,13 +187,47 @@ def load_document(path: str | os.PathLike, *, yield_gil: bool = False) -> dict:
         raise ReceiptsFileError(str(exc)) from None
     except OSError as exc:
         raise ReceiptsFileError(f"cannot read receipts {p}: {exc.strerror or exc}") from None
+    constants: list[str] = []
+
+    def constant(name: str) -> float:  # NaN, Infinity, -Infinity: Python reads them, strict JSON has none
+        constants.append(name)
+        return float(name)
+
     try:
-        doc = json.loads(raw.decode("utf-8"), object_hook=_object_hook if yield_gil else None)
+        doc = json.loads(raw.decode("utf-8"), object_hook=_object_hook if yield_gil else None,
+                         parse_constant=constant)
     except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, huge ints
+        if is_autosave(raw):
+            raise ReceiptsFileError(_autosave_message(p)) from None
         raise ReceiptsFileError(f"receipts {p} is not readable JSON: {exc}") from None
+    if isinstance(doc, dict) and doc.get("kind") == "header":  # an autosave of its header line only
+        raise ReceiptsFileError(_autosave_message(p))
     _check_schema_field(doc, p)
+    found = non_finite_path(doc) if constants else None
+    if found is not None:
+        raise ReceiptsFileError(f"receipts {p} holds an invalid JSON number {non_finite_message(*found)}")
     try:
         validate_document(doc)
     except ReceiptsFileError as exc:
         raise ReceiptsFileError(f"{p}: {exc}") from None
+    try:
+        check_consistency(doc)
+    except InconsistentDocument as exc:
+        raise ReceiptsFileError(f"receipts {p} is inconsistent {exc}") from None
     return doc
+
+
+def _autosave_message(p: Path) -> str:
+    return (f"receipts {p} is an autosave (JSON Lines of a run), not a receipts document: open it with "
+            f"spec-inspector view {p} (or the window), and export receipts from the window to trace or replay it")
+
+
+def is_autosave(raw: bytes) -> bool:
+    """Whether ``raw`` (a file's bytes) starts as an autosave does: a first line that is a JSON
+    object with ``"kind": "header"`` (``inspector.receipts.autosave``)."""
+    first = raw.split(b"\n", 1)[0]
+    try:
+        head = json.loads(first.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(head, dict) and head.get("kind") == "header"
