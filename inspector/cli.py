@@ -389,7 +389,7 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
         print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
               f"raise --n-ctx", file=sys.stderr)
     print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
-                         ended_as=end.reason))
+                         ended_as=end.reason, incomplete_utf8_bytes=end.incomplete_utf8_bytes))
     if run.draft_max_from:
         print(f"draft max:            {run.request.settings.draft_max} ({run.draft_max_from})")
     policy = getattr(run.source, "policy", None)

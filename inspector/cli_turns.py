@@ -106,7 +106,7 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
     printer.newline()
     end = run.end(gen.finish_reason or "error", clean=gen.finished)
     print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
-                         ended_as=end.reason))
+                         ended_as=end.reason, incomplete_utf8_bytes=end.incomplete_utf8_bytes))
     run.close_source()
     conv.add_turn(record)
     if failed:

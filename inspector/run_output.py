@@ -257,9 +257,10 @@ ENDED_AS_WORDS = {"stopped": "none (stopped by the user)", "error": "none (an er
 
 
 def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, canonical=None,
-                   ended_as: str | None = None) -> str:
+                   ended_as: str | None = None, incomplete_utf8_bytes: int = 0) -> str:
     """Multi-line summary with the definitions of the acceptance figures. ``ended_as``: how the
-    run ended when the engine did not finish it (``stopped``, ``error``), if known."""
+    run ended when the engine did not finish it (``stopped``, ``error``), if known.
+    ``incomplete_utf8_bytes``: the text ended inside a character (``RunEnd``): said in a line."""
     disp = ", ".join(f"{k} {v}" for k, v in sorted(s.dispositions.items())) or "none"
     ended = s.finish_reason or ENDED_AS_WORDS.get(ended_as or "", "none (an error stopped it, or it did not finish)")
     lines = [
@@ -276,6 +277,10 @@ def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, c
                      + " ".join(f"{i + 1}:{100 * r:.0f}%" for i, r in enumerate(s.acceptance_by_position[:16])))
     if wall_s is not None:
         lines.append(f"wall time:            {wall_s:.2f} s (prefill {s.prefill_elapsed_us / 1e3:.0f} ms)")
+    if incomplete_utf8_bytes:
+        held = "its last byte is" if incomplete_utf8_bytes == 1 else f"its last {incomplete_utf8_bytes} bytes are"
+        lines.append(f"text:                 ends inside a character: {held} kept out of the text (as "
+                     "llama-server holds incomplete UTF-8 back); the token ids have them")
     if kv_length is not None or canonical is not None:
         lines.append(f"KV length:            {kv_length if kv_length is not None else 'session retired'}"
                      f" (canonical position {canonical})")
@@ -307,7 +312,8 @@ def format_document(doc: dict) -> str:
         if b.get("observed_speedup"):
             line += f"; speculative/plain decode tokens/s = {b['observed_speedup']:.2f}x"
         tail = f"\nbaseline:             {line}"
-    return "\n".join(head) + "\n" + format_summary(s, ended_as=doc["output"].get("ended_as")) + tail
+    return "\n".join(head) + "\n" + format_summary(
+        s, ended_as=doc["output"].get("ended_as"), incomplete_utf8_bytes=doc["output"].get("incomplete_utf8_bytes", 0)) + tail
 
 
 def turn_heading(n: int, count: int, message: str) -> str:
@@ -356,4 +362,5 @@ def format_autosave(record) -> str:
     head += ["--- output ---", record.output_text]
     tail = "" if record.decode_elapsed_us else \
         "\n(no decode time: only a finished run's end line has it, so tokens/s are n/a)"
-    return "\n".join(head) + "\n" + format_summary(record.summary(), ended_as=record.ended_as) + tail
+    return "\n".join(head) + "\n" + format_summary(
+        record.summary(), ended_as=record.ended_as, incomplete_utf8_bytes=record.incomplete_utf8_bytes) + tail

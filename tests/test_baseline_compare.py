@@ -112,6 +112,18 @@ def test_compare_runs_every_configuration_and_exports_json_and_csv(scheduler, ch
     assert len(rows) == 3 and rows[1]["label"] == "plain"
 
 
+def test_compare_exports_say_what_ran_model_weight_form_threads_and_llama_cpp_commit(
+        scheduler, runtime, chat_tokens, tmp_path):
+    result = run_compare(scheduler, chat_tokens(COPY), [parse_config("none")], GenerationSettings(max_new_tokens=4))
+    doc = json.loads(write_compare_json(result, tmp_path / "c.json").read_text())
+    assert doc["model"]["path"] == str(runtime.model_path)
+    assert doc["model"]["weights"] == runtime.info.main_weight_type == "Q4_1"  # the bundled file
+    assert doc["model"]["n_threads"] == runtime.n_threads and doc["model"]["llama_cpp"]["commit"] == "0c1e570"
+    row = next(csv.DictReader(write_compare_csv(result, tmp_path / "c.csv").open()))
+    assert (row["model"], row["weights"], row["threads"], row["llama_cpp_commit"]) == (
+        str(runtime.model_path), "Q4_1", str(runtime.n_threads), "0c1e570")
+
+
 def test_compare_without_a_plain_configuration_adds_the_reference_run(scheduler, chat_tokens):
     result = run_compare(scheduler, chat_tokens(COPY), [parse_config("ngram:draft_max=2")],
                          GenerationSettings(max_new_tokens=8))

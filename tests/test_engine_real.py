@@ -547,3 +547,32 @@ def test_multibyte_text_split_by_real_tokens_streams_exactly_as_the_final_text(r
     streamed = "".join(text.push(t) for t in ids) + text.finish()
     assert streamed == text.text == script
     assert runtime.detokenize(ids) == script
+
+
+def test_a_run_cut_inside_a_character_keeps_its_bytes_out_of_the_text_and_says_so(
+        make_generation, runtime, chat_tokens, tmp_path):
+    """Max tokens can end a run between the byte tokens of one character: the text keeps no U+FFFD
+    (llama-server holds incomplete UTF-8 back), the receipts count the bytes kept out."""
+    prompt = "Reply with five different emoji and nothing else."
+    tokens = chat_tokens(prompt)
+    g = make_generation(None, tokens, max_new_tokens=24)
+    g.run()
+
+    def opens_a_character(t: int) -> bool:
+        try:
+            runtime.token_piece(t).decode("utf-8")
+            return False
+        except UnicodeDecodeError as e:
+            return e.reason == "unexpected end of data"
+
+    cut = next((i for i, t in enumerate(g.generated) if opens_a_character(t)), None)
+    if cut is None:
+        pytest.skip("the model wrote no character split over tokens here (its words differ between CPUs)")
+    g2 = make_generation(None, tokens, max_new_tokens=cut + 1)
+    g2.run()
+    assert g2.generated == g.generated[:cut + 1] and g2.finish_reason == "length"
+    assert "\ufffd" not in g2.text.text and g2.text.incomplete_bytes > 0
+    doc = build_document(g2, runtime, prompt_text=prompt, templated_text=None, raw=False)
+    back = load_document(write_document(doc, tmp_path / "r.json"))  # the schema takes the count
+    assert back["output"]["incomplete_utf8_bytes"] == g2.text.incomplete_bytes
+    assert back["output"]["text"] == g2.text.text

@@ -57,3 +57,17 @@ def test_streamed_text_always_equals_the_final_text(text, cuts, stop):
     assert streamed == t.text
     expected = text.split(stop)[0] if stop else text
     assert t.text == expected
+
+
+def test_text_cut_inside_a_character_keeps_the_bytes_out_and_counts_them_instead_of_a_replacement():
+    data = "ok 猫".encode()  # the cat is 3 bytes: the run stopped after 2 of them
+    t, streamed = stream([data[:3], data[3:5]])
+    assert streamed == t.text == "ok "
+    assert "\ufffd" not in t.text
+    assert t.incomplete_bytes == 2
+
+
+def test_an_invalid_byte_inside_the_text_is_still_a_replacement_and_a_whole_ending_counts_nothing():
+    t, streamed = stream([b"a\xffb", "é".encode()])
+    assert streamed == t.text == "a\ufffdbé"
+    assert t.incomplete_bytes == 0

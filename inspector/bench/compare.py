@@ -14,7 +14,7 @@ import csv
 import json
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -98,11 +98,15 @@ class CompareResult:
     llama_server: tuple = ()
     """llama-server's figures per row (``inspector.bench.server_compare.ServerRow``, row order) when
     the comparison ran through llama-server too, else empty."""
+    model: dict | None = None
+    """What ran: the runtime's ``describe()`` (file, weight form, threads, context, the llama.cpp
+    commit and settings), as the receipts document's ``model``; None for a runtime without it."""
 
     def to_json(self) -> dict:
         return {
             "kind": "spec-inspector/compare",
             "version": 1,
+            "model": self.model,
             "prompt_token_count": self.prompt_token_count,
             "settings": self.settings.to_json(),
             "cost_model": None if self.cost_model is None else self.cost_model.to_json(),
@@ -121,6 +125,8 @@ class CompareResult:
 CSV_COLUMNS = ("label", "source", "draft_max", "decode_tokens_per_s", "speedup_vs_plain", "expected_speedup",
                "acceptance_rate", "mean_accepted_length", "windows", "plain_steps", "generated_tokens",
                "same_output_as_plain", "error")
+MODEL_CSV_COLUMNS = ("model", "weights", "converted_from", "threads", "n_ctx", "llama_cpp_commit")
+"""Added after the others on every line: what ran (a Q4_1 and a Q8_0 export must not look the same)."""
 SERVER_CSV_COLUMNS = ("llama_server_tokens_per_s", "llama_server_drafted", "llama_server_accepted",
                       "drafted", "accepted", "same_output_as_llama_server", "same_windows_as_llama_server",
                       "llama_server_note")
@@ -136,12 +142,16 @@ def write_compare_json(result: CompareResult, path: str | os.PathLike) -> Path:
 
 
 def write_compare_csv(result: CompareResult, path: str | os.PathLike) -> Path:
-    """Write one line per configuration with ``CSV_COLUMNS``. Returns the path."""
+    """Write one line per configuration with ``CSV_COLUMNS`` (then ``SERVER_CSV_COLUMNS`` when it ran
+    through llama-server) and ``MODEL_CSV_COLUMNS``. Returns the path."""
     p = Path(path)
     with p.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         server = result.llama_server
-        w.writerow(CSV_COLUMNS + (SERVER_CSV_COLUMNS if server else ()))
+        w.writerow(CSV_COLUMNS + (SERVER_CSV_COLUMNS if server else ()) + MODEL_CSV_COLUMNS)
+        m = result.model or {}
+        ran = [m.get("path", ""), m.get("weights", ""), m.get("converted_from", ""), m.get("n_threads", ""),
+               m.get("n_ctx", ""), (m.get("llama_cpp") or {}).get("commit", "")]
         for i, r in enumerate(result.rows):
             s = r.summary
             line = [r.config.label, r.config.source, r.config.draft_max, s.decode_tokens_per_s,
@@ -151,7 +161,7 @@ def write_compare_csv(result: CompareResult, path: str | os.PathLike) -> Path:
                 v = server[i]
                 line += [v.tokens_per_s, v.drafted, v.accepted, v.ours_drafted, v.ours_accepted, v.same_output,
                          v.same_windows, v.error or v.note]
-            w.writerow(line)
+            w.writerow(line + ran)
     return p
 
 
@@ -319,9 +329,10 @@ def run_compare(
     plain_gen = runs[id(plain_first)][0]
     result_order = [c for c in configs] if not extra_plain else [plain_first, *configs]
     result = _result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model)
+    describe = getattr(scheduler.runtime, "describe", None)
+    if describe is not None:
+        result = replace(result, model=describe())
     if keep_runs:
-        from dataclasses import replace
-
         result = replace(result, runs=tuple(runs.get(id(c), (None, None))[0] for c in result_order))
     return result
 
@@ -428,8 +439,6 @@ def _run_turns(scheduler, config: CompareConfig, settings: GenerationSettings, t
 
 
 def _with_draft_max(settings: GenerationSettings, draft_max: int) -> GenerationSettings:
-    from dataclasses import replace
-
     return replace(settings, draft_max=max(0, int(draft_max)))
 
 

@@ -29,6 +29,9 @@ class CommittedText:
         self._held = ""
         self.stopped_by: str | None = None
         """The stop string that ended the text, or None."""
+        self.incomplete_bytes = 0
+        """Bytes of a character the text ended inside (1-3; 0: it ended on a whole character), set by
+        ``finish``: kept out of ``text`` (the token ids hold them)."""
 
     @property
     def text(self) -> str:
@@ -70,10 +73,16 @@ class CommittedText:
         return out
 
     def finish(self) -> str:
-        """Flush held-back text and a trailing partial UTF-8 sequence (as U+FFFD)."""
+        """Flush held-back text. A trailing partial UTF-8 sequence (the run stopped inside a
+        character, e.g. at max tokens) is not turned into U+FFFD: its bytes stay out of the text and
+        ``incomplete_bytes`` counts them, as llama-server holds incomplete UTF-8 back
+        (llama.cpp 0c1e570 ``tools/server``: ``validate_utf8`` on the generated text)."""
         if self.stopped_by is not None:
             return ""
-        rest = self._held + self._decoder.decode(b"", final=True)
+        pending, _flag = self._decoder.getstate()
+        self.incomplete_bytes = len(pending)
+        self._decoder.reset()
+        rest = self._held
         self._held = ""
         if rest:
             self._chunks.append(rest)

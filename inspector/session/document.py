@@ -66,6 +66,7 @@ def record_document(record: SessionRecord, *, include_lock_operations: bool = Tr
             "text": record.output_text,
             "finish_reason": record.finish_reason,
             **({"ended_as": record.ended_as} if record.ended_as else {}),
+            **({"incomplete_utf8_bytes": record.incomplete_utf8_bytes} if record.incomplete_utf8_bytes else {}),
             "errors": list(record.errors),
         },
         "windows": windows,
@@ -132,7 +133,7 @@ def record_of_generation(generation, runtime, *, prompt_text: str, templated_tex
     rec.apply(Progress(g.decode_elapsed_us, g.prefill_elapsed_us, g.generated_count, g.canonical_position))
     rec.apply(RunEnd(g.finish_reason or "stopped", g.text.text, tuple(g.errors), None, g.canonical_position,
                      g.session_retired, tuple(faults or ()), background_sessions,
-                     g.decode_elapsed_us, g.prefill_elapsed_us))
+                     g.decode_elapsed_us, g.prefill_elapsed_us, g.text.incomplete_bytes))
     if baseline is not None:
         rec.apply(BaselineDone(baseline))
     return rec

@@ -158,6 +158,8 @@ class SessionRecord:
         """How the run ended as the user saw it: the finish reason, ``stopped`` or ``error``
         (a live run's ``RunEnd``, an autosave's ``end`` line); None while it runs or unknown."""
         self.errors: list[str] = []
+        self.incomplete_utf8_bytes = 0
+        """Bytes of a character the output ended inside, kept out of its text (``RunEnd``)."""
         """Every error of the run, in order (``RunError`` records live; the document's
         ``output.errors``; an autosave's failed windows)."""
         self.plain_steps = 0
@@ -253,6 +255,7 @@ class SessionRecord:
 
     def _finish_run(self, e: RunEnd) -> None:
         self.end = e
+        self.incomplete_utf8_bytes = e.incomplete_utf8_bytes
         self.ended_as = e.reason
         self.errors = list(e.errors)
         self.in_flight = None
@@ -470,6 +473,7 @@ class SessionRecord:
         s.prefill_elapsed_us = summ.get("prefill_elapsed_us", 0)
         s.finish_reason = out.get("finish_reason")
         s.ended_as = out.get("ended_as") or s.finish_reason
+        s.incomplete_utf8_bytes = int(out.get("incomplete_utf8_bytes", 0))
         s._set_baseline_json(doc.get("baseline"))
         s.conversation = doc.get("conversation")
         s.version += 1

@@ -100,6 +100,9 @@ class RunEnd:
     background_sessions: int = 0
     decode_elapsed_us: int = 0
     prefill_elapsed_us: int = 0
+    incomplete_utf8_bytes: int = 0
+    """Bytes of a character the text ended inside (``CommittedText.incomplete_bytes``): kept out of
+    ``output_text``; 0 when it ended on a whole character."""
 
 
 REFUSED = "refused"

@@ -291,7 +291,7 @@ class SessionRun:
         self.ended = RunEnd(reason, g.text.text, tuple(g.errors), info["kv_length"], g.canonical_position,
                             g.session_retired, tuple(fault_labels(self.request.faults)),
                             max(background_sessions, self._background()),
-                            g.decode_elapsed_us, g.prefill_elapsed_us)
+                            g.decode_elapsed_us, g.prefill_elapsed_us, g.text.incomplete_bytes)
         self.push(self.ended)
         return self.ended
 
