@@ -35,3 +35,53 @@ def test_the_next_turn_continues_a_run_on_another_weight_form(qtbot, runtime, tm
     assert not bar.send.isEnabled()
     why = bar.message.placeholderText()
     assert "Q8_0 form" in why and "weights" in why and Path(info["path"]).name not in why
+
+
+def test_the_weights_box_is_read_only_during_a_run(qtbot, runtime, tmp_path):
+    """Defect 2: choosing another form mid-run would say "Q4_0 form" while the run goes on in the
+    loaded one: the box is disabled while a run goes, like the model list."""
+    from test_gui_support import DecodeHold, wait_state
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    assert w.panel.weights.isEnabled()
+    with DecodeHold(runtime).installed() as hold:
+        assert w.start_run()
+        qtbot.waitUntil(hold.held.is_set, timeout=60_000)
+        assert not w.panel.weights.isEnabled() and not w.panel.model_combo.isEnabled()
+        hold.release()
+    wait_state(qtbot, w, IDLE)
+    assert w.panel.weights.isEnabled()
+
+
+def test_a_receipts_view_shows_the_files_weight_form_and_a_model_load_keeps_it(qtbot, runtime, tmp_path,
+                                                                               monkeypatch):
+    """Defect 2: a read-only receipts view shows the file's weight form in the box (disabled) and its
+    model line; a model that finishes loading meanwhile (``--receipts`` at start) changes neither."""
+    from test_gui_support import export_session, open_receipts
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    info = load_weights(qtbot, w, "Q8_0")
+    run_to_end(qtbot, w)
+    path = tmp_path / "q8.json"
+    assert export_session(qtbot, w, path)[1] == ""
+    v = make_window(qtbot, runtime, tmp_path, settings_file="other.ini")
+    assert v.panel.target_weights() == ""
+    assert open_receipts(qtbot, v, path) == ""
+    assert v.panel.weights.currentData() == "Q8_0" and not v.panel.weights.isEnabled()
+    line = v.panel.model_status.text()
+    assert "Q8_0 form" in line and "read only" in line and Path(info["path"]).name not in line
+    v._model_loaded(runtime.describe())  # the live model's load ends while the file is shown
+    assert v.panel.model_status.text() == line and v.panel.weights.currentData() == "Q8_0"
+
+
+def test_the_weights_box_offers_no_conversion_to_the_files_own_type(qtbot, runtime, tmp_path):
+    """Defect 2: the bundled file is Q4_1: the box says "as stored (Q4_1)" and offers no "Q4_1 form"."""
+    stored = runtime.describe()["weights"]
+    w = make_window(qtbot, runtime, tmp_path)
+    box = w.panel.weights
+    texts = [box.itemText(i) for i in range(box.count())]
+    assert f"{stored} form" not in texts and box.findData(stored) < 0
+    assert stored in box.itemText(0)
+    w.panel.set_target_weights(stored)  # e.g. the cost view's best layout is the stored one
+    assert w.panel.target_weights() == ""

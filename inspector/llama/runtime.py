@@ -216,6 +216,8 @@ class LlamaRuntime:
         self.converted_from: str | None = None
         """The model file this one was converted from (``inspector.llama.quantize.weight_form``, set by
         whoever converted it), or None: named in the receipts' ``model`` block."""
+        self.converted_from_weights = ""
+        """That file's own main weight type (set with ``converted_from``)."""
 
     def _where_layers_went(self, log_lines) -> str:
         """"30/30 layers on RPC0[127.0.0.1:50052]" or "all layers on the CPU", from llama.cpp's
@@ -585,6 +587,7 @@ class LlamaRuntime:
             **({"offload": self.offload.to_json()} if not self.offload.default else {}),
             **({"devices": [d.to_json() for d in self.rpc_devices]} if self.rpc_devices else {}),
             **({"offload_note": self.offload_note} if self.offload_note else {}),
-            **({"converted_from": str(self.converted_from)} if self.converted_from else {}),
+            **({"converted_from": str(self.converted_from),
+                "converted_from_weights": self.converted_from_weights} if self.converted_from else {}),
             "llama_cpp": llama_cpp_settings(self),
         }
