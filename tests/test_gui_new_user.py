@@ -85,3 +85,18 @@ def test_the_weights_box_offers_no_conversion_to_the_files_own_type(qtbot, runti
     assert stored in box.itemText(0)
     w.panel.set_target_weights(stored)  # e.g. the cost view's best layout is the stored one
     assert w.panel.target_weights() == ""
+
+
+def test_a_refused_draft_model_leaves_no_running_banner(qtbot, runtime, tmp_path):
+    """Defect 3: after a draft model is refused the banner said "Running: source draft · ..." while
+    nothing ran; it says the run did not start, and why."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    w.panel.set_source("draft")
+    w.panel.draft_model.setText(str(tmp_path / "missing.gguf"))
+    with qtbot.waitSignal(w.sourceRefused, timeout=30_000):
+        assert w.start_run()
+    qtbot.wait(200)
+    banner = w.banner.text()
+    assert w.state == IDLE and not banner.startswith(("Running", "Loading")), banner
+    assert "did not start" in banner and "missing.gguf" in banner
+    w.error_box.close()

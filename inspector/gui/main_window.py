@@ -377,6 +377,8 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         self._run_status = None
         self.load_progress.hide()
         self.set_state(W.IDLE, f"{name} source refused")
+        self.set_banner(f"<b>The run did not start:</b> {html.escape(message)}. Change the {html.escape(name)} "
+                        "source's options or choose another proposal source, then <b>Run</b>.", BANNER_ERROR)
         title = "Draft model refused" if "refused" in message and name == "draft" else \
             f"Cannot use the {name} proposal source"
         self.show_error(title, message)
