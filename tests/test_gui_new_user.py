@@ -100,3 +100,53 @@ def test_a_refused_draft_model_leaves_no_running_banner(qtbot, runtime, tmp_path
     assert w.state == IDLE and not banner.startswith(("Running", "Loading")), banner
     assert "did not start" in banner and "missing.gguf" in banner
     w.error_box.close()
+
+
+def test_a_model_without_a_chat_template_names_the_windows_raw_box(qtbot, runtime, tmp_path, monkeypatch):
+    """Defect 5: the refusal said "use --raw" (the command line's word); the window's control is the
+    "raw (no chat template)" box."""
+    monkeypatch.setattr(runtime, "chat_template", lambda: "")
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    with qtbot.waitSignal(w.runFinished, timeout=60_000):
+        assert w.start_run()
+    shown = w.error_box.text() + " " + w.banner.text()
+    assert "--raw" not in shown and w.panel.raw.text() in shown, shown
+    w.error_box.close()
+
+
+def test_an_idle_new_session_says_no_run_and_baseline_not_run_is_not_green(qtbot, runtime, tmp_path):
+    """Defect 5: an idle new live session showed "finish reason: running"; "baseline: not run" kept the
+    green of an earlier "identical to plain decoding"."""
+    from inspector.session.record import SessionRecord
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    w.refresh_all()
+    assert w.stats.labels["finish"].text() != "running"
+    w.panel.baseline.setChecked(True)
+    run_to_end(qtbot, w)
+    qtbot.waitUntil(lambda: w.session.baseline is not None, timeout=60_000)
+    w.refresh_all()
+    w.set_session(SessionRecord())
+    w.refresh_all()
+    label = w.stats.labels["baseline"]
+    assert label.text() == "not run" and "color" not in label.styleSheet()
+    assert w.stats.labels["finish"].text() != "running"
+
+
+def test_the_status_bar_never_cuts_an_error_mid_word(qtbot, runtime, tmp_path):
+    """Defect 5: the status bar cut an error ("...failed (in"): a long one is shortened with "…" to
+    what fits, and its tooltip holds all of it."""
+    from inspector.gui.control_rules import ERROR
+
+    w = make_window(qtbot, runtime, tmp_path)
+    w.resize(1024, 640)
+    message = "callback failed (injected fault at token 5): " + "the repair trimmed the KV cache " * 8
+    w.set_state(ERROR, message)
+    label = w.status_state
+    qtbot.waitUntil(lambda: label.width() > 0)
+    assert message in label.toolTip()
+    shown = label.shown_text() if hasattr(label, "shown_text") else label.text()
+    assert shown == label.toolTip() or shown.endswith("…")
+    assert label.fontMetrics().horizontalAdvance(shown) <= label.width()
+    w.set_state(IDLE)
+

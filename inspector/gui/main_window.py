@@ -40,6 +40,7 @@ from inspector.gui.file_actions import FileActions
 from inspector.gui.source_actions import SourceActions
 from inspector.gui.lock_plots import LockPlots
 from inspector.gui.model_events import ModelEvents
+from inspector.gui.panel_widgets import ElidedLabel
 from inspector.gui.run_control import (
     ACTIVE_STATES,
     BANNER_DONE,
@@ -214,7 +215,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         self.main_split.setStretchFactor(1, 1)
         self.setCentralWidget(self.main_split)
 
-        self.status_state = QLabel("")
+        self.status_state = ElidedLabel("")  # a long error ends with "…" (all of it in the tooltip)
         self.status_counts = QLabel("")
         # A fixed size: the counts change at every redraw and must not re-lay out the window.
         fm = self.status_counts.fontMetrics()
@@ -225,7 +226,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         self.load_progress.setMaximumWidth(200)
         self.load_progress.hide()
         sb = self.statusBar()
-        sb.addWidget(self.status_state)
+        sb.addWidget(self.status_state, 1)
         sb.addWidget(self.load_progress)
         sb.addPermanentWidget(self.status_counts)
         self.resize(1280, 800)

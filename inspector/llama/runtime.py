@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
+from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError, NoChatTemplate
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
 from inspector.llama.model_file import ModelFileError, ModelInfo, check_gguf
@@ -523,7 +523,7 @@ class LlamaRuntime:
         turn (``inspector.session.conversation``). Raises ``EngineError`` if the model has none."""
         template = self.chat_template()
         if not template:
-            raise EngineError(f"model {self.model_path} has no chat template; use --raw")
+            raise NoChatTemplate(f"model {self.model_path} has no chat template; use --raw")
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         bos = self.token_piece(llama_cpp.llama_vocab_bos(self.vocab), True).decode("utf-8", "replace")
