@@ -150,3 +150,20 @@ def test_the_status_bar_never_cuts_an_error_mid_word(qtbot, runtime, tmp_path):
     assert label.fontMetrics().horizontalAdvance(shown) <= label.width()
     w.set_state(IDLE)
 
+
+
+def test_loading_another_model_says_the_session_shown_ran_on_the_other_one(qtbot, runtime, tmp_path):
+    """Defect 7: after loading another GGUF the previous model's stream and statistics stayed with
+    nothing saying they belong to that model: the banner names both, and Run."""
+    import shutil
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    run_to_end(qtbot, w)
+    other = tmp_path / "other-model.gguf"
+    shutil.copyfile(runtime.model_path, other)
+    w.panel.add_recent_model(str(other))
+    with qtbot.waitSignal(w.worker.modelLoaded, timeout=LOAD_TIMEOUT_MS):
+        assert w.load_selected_model()
+    qtbot.waitUntil(lambda: w.state == IDLE, timeout=LOAD_TIMEOUT_MS)
+    banner = w.banner.text()
+    assert "other-model.gguf" in banner and Path(runtime.model_path).name in banner and "Run" in banner, banner

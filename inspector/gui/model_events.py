@@ -65,6 +65,26 @@ class ModelEvents:
         if hint and self.session.origin == "live" and not self.session.tokens:
             self.set_banner(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "
                             "F11 go one window or one token at a time.)</span>", BANNER_HINT)
+        elif self.session.origin == "live" and self.session.header is not None:
+            self._say_session_ran_elsewhere(info)
+
+    def _say_session_ran_elsewhere(self, info: dict) -> None:
+        """The loaded model (or weight form) is not the one the shown live session ran on: the banner
+        says whose run is shown, and how to run on the new one."""
+        ran = self.session.header.model
+        then = (str(ran.get("converted_from") or ran.get("path", "")),
+                str(ran.get("weights", "")) if ran.get("converted_from") else "")
+        now = (str(info.get("converted_from") or info["path"]), str(info.get("weights", ""))
+               if info.get("converted_from") else "")
+        if then == now:
+            return
+
+        def name(path_form) -> str:
+            path, form = path_form
+            return f"<b>{html.escape(Path(path).name)}</b>" + (f" in {form} form" if form else "")
+
+        self.set_banner(f"Loaded {name(now)}. The run shown ran on {name(then)} (its receipts are kept: Export "
+                        "receipts); <b>Run</b> (Ctrl+R) runs on the new model.", BANNER_HINT)
 
     def _model_failed(self, message: str, path: str = "") -> None:
         """``path`` could not be loaded: the model loaded before stays loaded, selected and usable;
