@@ -167,3 +167,23 @@ def test_loading_another_model_says_the_session_shown_ran_on_the_other_one(qtbot
     qtbot.waitUntil(lambda: w.state == IDLE, timeout=LOAD_TIMEOUT_MS)
     banner = w.banner.text()
     assert "other-model.gguf" in banner and Path(runtime.model_path).name in banner and "Run" in banner, banner
+
+
+def test_the_window_is_usable_at_1024x640(qtbot, runtime, tmp_path):
+    """Defect 4: the window could not be narrower than 1160 px, the Receipt pane's tabs read "Ra" and
+    the lock legend forced the width: at 1024x640 the window is that size and the Windows tab's
+    detail tabs and the lock legend fit."""
+    from PySide6.QtWidgets import QApplication
+
+    w = make_window(qtbot, runtime, tmp_path)
+    w.resize(1024, 640)
+    qtbot.waitExposed(w)
+    QApplication.processEvents()
+    assert w.width() <= 1024 and w.minimumSizeHint().width() <= 1024
+    bar = w.window_detail.detail_tabs.tabBar()
+    for i in range(bar.count()):
+        assert bar.tabRect(i).right() <= bar.width(), bar.tabText(i)  # every tab's name whole
+    w.tabs.setCurrentWidget(w.lock_plots)
+    QApplication.processEvents()
+    legend = w.lock_plots.legend
+    assert legend.wordWrap() or legend.sizeHint().width() <= legend.width()
