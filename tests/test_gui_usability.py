@@ -48,7 +48,8 @@ def test_second_run_shows_token_texts(qtbot, runtime, tmp_path):
 
 
 def test_startup_loads_the_model_with_progress_and_a_hint(qtbot, model_path, tmp_path):
-    from inspector.gui.main_window import LOADED_HINT, MainWindow
+    from inspector.gui.main_window import MainWindow
+    from inspector.gui.run_control import LOADED_HINT
 
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     w = MainWindow(None, settings=settings, data_dir=tmp_path / "data", load_at_start=True)

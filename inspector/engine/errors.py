@@ -7,6 +7,10 @@ class EngineError(Exception):
     """Base class of every error raised by the engine and the runtime adapter."""
 
 
+class NoChatTemplate(EngineError):
+    """The model has no chat template: its prompt can only be sent raw (``--raw``)."""
+
+
 class RequestCancelled(EngineError):
     """The request was cancelled (SPEC step 6); raised only after repair ran."""
 

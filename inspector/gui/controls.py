@@ -41,6 +41,7 @@ from inspector.gui.model_choice import ModelChoice
 from inspector.gui.panel_values import PanelValues, parse_stop_strings
 from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, spin
 from inspector.gui.source_options import OptionControl, build_source_page, describe
+from inspector.gui.wording import RAW_BOX
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 
 DRAFT_MAX_AUTO = -1
@@ -206,7 +207,7 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         self.prompt.setPlaceholderText("Type a prompt (sent as a user message through the chat template)")
         self.prompt.setMinimumHeight(70)
         self.prompt.setMaximumHeight(150)
-        self.raw = QCheckBox("raw (no chat template)")
+        self.raw = QCheckBox(RAW_BOX)
         row = QHBoxLayout()
         row.addWidget(self.examples, 1)
         row.addWidget(self.raw)

@@ -126,6 +126,8 @@ class ConversationActions(QObject):
         window.runFinished.connect(self._run_finished)
         window.sourceRefused.connect(lambda _m: self._run_finished("error", None))
         window.worker.runStarted.connect(self._run_started)
+        for box in (window.panel.model_combo, window.panel.weights):  # another model or form: say so at once
+            box.currentIndexChanged.connect(lambda _i: self.refresh())
 
     # -- what the bar allows ---------------------------------------------------------------
     def records(self) -> list:
@@ -163,9 +165,16 @@ class ConversationActions(QObject):
             return ""
         from pathlib import Path
 
-        ran, n_ctx = str(h.model.get("path", "")), h.model.get("n_ctx")
+        # a converted weight form ran from a cached file: the conversation's model is its original
+        ran, n_ctx = str(h.model.get("converted_from") or h.model.get("path", "")), h.model.get("n_ctx")
         if ran and Path(path).resolve() != Path(ran).resolve():
             return f"the conversation ran on {Path(ran).name}: choose it again, or Run to start a new conversation"
+        form = h.model.get("weights", "") if h.model.get("converted_from") else ""
+        chosen = self.win.panel.target_weights()
+        if chosen != form and not (chosen and not form and chosen == h.model.get("weights")):
+            ran_in = f"in {form} form" if form else "with its weights as stored"
+            return (f"the conversation ran {ran_in}: choose that in weights again, or Run to start a new "
+                    "conversation (another weight form loads the model again)")
         if n_ctx and self.win.panel.n_ctx.value() != n_ctx:
             return (f"the conversation ran with context {n_ctx}: set it back, or Run to start a new conversation "
                     "(another context size loads the model again)")

@@ -107,6 +107,7 @@ class LockPlots(QWidget):
             f"<span style='color:{color};font-size:14pt'>{'◆' if name == 'prefill' else '●'}</span>&nbsp;{name}"
             for name, color in SERIES) + " &nbsp; <span style='color:#555'>(log scale; the row marked 0 below "
                                          "the dashed line: 0 µs)</span>")
+        self.legend.setWordWrap(True)  # two lines on a small screen, never wider than the tab
         self.legend.setToolTip("one point per runtime operation under the lock; repair = trim or retire; "
                                "background = all background sessions; an operation that did not wait at all "
                                "(0 µs) is drawn on the row marked 0 at the bottom of the scale")

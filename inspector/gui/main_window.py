@@ -15,7 +15,7 @@ import importlib
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QRect, QSettings, Qt, QThread, QTimer, Signal
+from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
@@ -39,14 +39,14 @@ from inspector.gui.event_log import EventLog
 from inspector.gui.file_actions import FileActions
 from inspector.gui.source_actions import SourceActions
 from inspector.gui.lock_plots import LockPlots
+from inspector.gui.model_events import ModelEvents
+from inspector.gui.panel_widgets import ElidedLabel
 from inspector.gui.run_control import (
     ACTIVE_STATES,
     BANNER_DONE,
     BANNER_ERROR,
-    BANNER_HINT,
     BANNER_NEUTRAL,
     BANNER_PAD,
-    LOADED_HINT,
     RunControl,
 )
 from inspector.gui.session_store import app_data_dir
@@ -68,7 +68,7 @@ FRAME_ALLOWANCE = 32
 STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
 
 
-class MainWindow(RunControl, QMainWindow):
+class MainWindow(ModelEvents, RunControl, QMainWindow):
     """The inspector window.
 
     ``runtime``: an already-loaded ``LlamaRuntime`` to use (tests pass the
@@ -215,7 +215,7 @@ class MainWindow(RunControl, QMainWindow):
         self.main_split.setStretchFactor(1, 1)
         self.setCentralWidget(self.main_split)
 
-        self.status_state = QLabel("")
+        self.status_state = ElidedLabel("")  # a long error ends with "…" (all of it in the tooltip)
         self.status_counts = QLabel("")
         # A fixed size: the counts change at every redraw and must not re-lay out the window.
         fm = self.status_counts.fontMetrics()
@@ -226,7 +226,7 @@ class MainWindow(RunControl, QMainWindow):
         self.load_progress.setMaximumWidth(200)
         self.load_progress.hide()
         sb = self.statusBar()
-        sb.addWidget(self.status_state)
+        sb.addWidget(self.status_state, 1)
         sb.addWidget(self.load_progress)
         sb.addPermanentWidget(self.status_counts)
         self.resize(1280, 800)
@@ -311,7 +311,7 @@ class MainWindow(RunControl, QMainWindow):
         if session.origin == "live":
             self.panel.show_live()
         else:  # the file's settings, read only (``set_state`` disables the inputs)
-            self.panel.show_saved(session.settings, session.prompt_text, session.model_name)
+            self.panel.show_saved(session.settings, session.prompt_text, session.model_name, session.model_weights)
         for v in (self.token_view, self.window_detail, self.timeline, self.lock_plots, self.stats, self.event_log):
             v.set_session(session)
         if session.origin == "live" and self.model_info is not None:
@@ -362,68 +362,6 @@ class MainWindow(RunControl, QMainWindow):
         if items and self.session.origin == "live":
             self.session.extend(items)
 
-    def _model_progress(self, v: float) -> None:
-        self.load_progress.show()
-        self.load_progress.setValue(int(v * 100))
-
-    def _show_model(self, info: dict | None) -> None:
-        """The model panel's status line: the loaded model (file, GGUF name) or "not loaded"."""
-        if info is None:
-            self.panel.model_status.setText("not loaded")
-            self.panel.model_status.setToolTip("")
-            return
-        size = info.get("size_bytes")
-        name = f" — {info['name']}" if info.get("name") else ""  # GGUF general.name
-        shown = Path(info.get("converted_from") or info["path"]).name
-        form = f" in {info.get('weights')} form" if info.get("converted_from") else ""
-        if info.get("devices"):  # layers on RPC servers: where they went, in two lines at most
-            self.panel.model_status.setText(f"loaded: {shown}{form} · {info['layers']}")
-        else:
-            self.panel.model_status.setText(f"loaded: {shown}{form}{name} ({info['architecture']}, "
-                                            f"n_ctx {info['n_ctx']})")
-        self.panel.model_status.setToolTip(
-            f"{info['path']}{name} ({info['architecture']}, weights {info.get('weights', '?')}, "
-            f"{info.get('layers', 'all layers on the CPU')}, "
-            f"vocab {info['n_vocab']} tokens"
-            f"{f', {size / 1e6:.0f} MB' if size else ''}, n_ctx {info['n_ctx']})")
-        label = self.panel.model_status  # room for every wrapped line (the scrolling panel squeezed it)
-        width = max(120, label.width())
-        lines = label.fontMetrics().boundingRect(QRect(0, 0, width, 10_000), int(Qt.TextFlag.TextWordWrap),
-                                                 label.text()).height()
-        label.setMinimumHeight(lines + 4)
-
-    def _model_loaded(self, info: dict) -> None:
-        self.model_info = info
-        self.load_progress.hide()
-        self._show_model(info)
-        if info.get("offload_note"):  # e.g. -ngl asked for, no GPU and no RPC server: say so, once
-            self.status_state.setText(f"note: {info['offload_note']}")
-        self.panel.select_model(str(info.get("converted_from") or info["path"]))  # a converted file: its original
-        self.panel.n_ctx.setValue(int(info["n_ctx"]))  # the context the loaded model has
-        hint, self._hint_on_load = self._hint_on_load, False
-        if hint and self.session.origin == "live" and not self.session.tokens:
-            self.set_banner(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "
-                            "F11 go one window or one token at a time.)</span>", BANNER_HINT)
-
-    def _model_failed(self, message: str, path: str = "") -> None:
-        """``path`` could not be loaded: the model loaded before stays loaded, selected and usable;
-        the bad file leaves the recent models."""
-        self._hint_on_load = False
-        self.load_progress.hide()
-        self._restore_before_run()  # a run that could not load its model keeps the session shown before
-        if path and not self.panel.rpc_servers.text().strip():  # an RPC failure is the server's, not the file's
-            self.panel.remove_recent_model(path)
-        loaded = self.model_info if self.worker.runtime is not None else None
-        self._show_model(loaded)
-        if loaded is not None:
-            self.panel.select_model(str(loaded.get("converted_from") or loaded["path"]))
-        keeps = (f"{html.escape(Path(loaded['path']).name)} stays loaded." if loaded is not None
-                 else "No model is loaded: pick one in the Model list or Open… a GGUF file.")
-        if self.session.origin == "live" and not self.session.tokens:
-            self.set_banner(f"<b>Cannot load {html.escape(Path(path).name) or 'the model'}</b> (see the message). "
-                            f"{keeps}", BANNER_ERROR)
-        self.show_error("Cannot load the model", message)
-
     def _restore_before_run(self) -> None:
         """Show the session (and faults) shown before the last ``start_run`` again, if that run never
         started (its model or source could not be made)."""
@@ -440,6 +378,8 @@ class MainWindow(RunControl, QMainWindow):
         self._run_status = None
         self.load_progress.hide()
         self.set_state(W.IDLE, f"{name} source refused")
+        self.set_banner(f"<b>The run did not start:</b> {html.escape(message)}. Change the {html.escape(name)} "
+                        "source's options or choose another proposal source, then <b>Run</b>.", BANNER_ERROR)
         title = "Draft model refused" if "refused" in message and name == "draft" else \
             f"Cannot use the {name} proposal source"
         self.show_error(title, message)

@@ -41,9 +41,9 @@ class ModelChoice:
         row.addWidget(self.open_model)
         gl.addLayout(row)
         self.weights = QComboBox()
-        self.weights.addItem("as stored", "")
-        for t in TARGET_TYPES:
-            self.weights.addItem(f"{t} form", t)
+        self.stored_weights: dict[str, str] = {}
+        """Model path ("" = bundled) -> its file's own main weight type, once a load told it."""
+        self._fill_weights("")
         self.weights.setToolTip(
             "--target-weights: run the model in this weight type, converted once with llama.cpp's quantize "
             "(cached); remembered per model. On a CPU the weight type decides whether extra verification rows "
@@ -92,7 +92,10 @@ class ModelChoice:
         return self.weights.currentData() or ""
 
     def set_target_weights(self, weight_type: str) -> None:
-        """Run the chosen model in ``weight_type`` ("" = as stored) from now on (remembered for it)."""
+        """Run the chosen model in ``weight_type`` ("" = as stored; its file's own type is too) from now
+        on (remembered for it)."""
+        if weight_type == self.stored_weights.get(self.model_path()):
+            weight_type = ""
         i = self.weights.findData(weight_type or "")
         if i >= 0:
             self.weights.setCurrentIndex(i)
@@ -106,11 +109,39 @@ class ModelChoice:
             self.weights_by_model.pop(self.model_path(), None)
 
     def _show_model_weights(self, _index: int = 0) -> None:
-        """The weights choice remembered for the model now chosen."""
-        i = self.weights.findData(self.weights_by_model.get(self.model_path(), ""))
-        self.weights.blockSignals(True)
-        self.weights.setCurrentIndex(max(0, i))
-        self.weights.blockSignals(False)
+        """The weights choice remembered for the model now chosen, among the forms it can be converted
+        to (never its own type: that is "as stored"). A saved session shown keeps its own."""
+        if self.showing_saved:
+            return
+        path = self.model_path()
+        self._fill_weights(self.stored_weights.get(path, ""), self.weights_by_model.get(path, ""))
+
+    def _fill_weights(self, stored: str, chosen: str = "") -> None:
+        """The weights box's entries for a file stored in ``stored`` ("" = not known yet), ``chosen`` selected."""
+        box = self.weights
+        box.blockSignals(True)
+        box.clear()
+        box.addItem(f"as stored ({stored})" if stored else "as stored", "")
+        for t in TARGET_TYPES:
+            if t != stored:
+                box.addItem(f"{t} form", t)
+        box.setCurrentIndex(max(0, box.findData(chosen)))
+        box.blockSignals(False)
+
+    def show_saved_weights(self, weight_type: str) -> None:
+        """Show the weight form a saved session ran in ("" = as stored), read only."""
+        self._fill_weights("", weight_type)
+
+    def know_stored_weights(self, path: str, weight_type: str) -> None:
+        """The file of ``path`` ("" = bundled) is stored in ``weight_type`` (a load read it): the box
+        offers no conversion to that type; a remembered choice of it is "as stored"."""
+        if not weight_type:
+            return
+        self.stored_weights[path] = weight_type
+        if self.weights_by_model.get(path) == weight_type:
+            del self.weights_by_model[path]
+        if path == self.model_path():
+            self._show_model_weights()
 
     def add_recent_model(self, path: str, select: bool = True) -> None:
         """Put ``path`` (a GGUF file) in the model list, first after the bundled entry; the

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from inspector.llama.quantize import TARGET_TYPES
+
 
 def parse_stop_strings(text: str) -> tuple[str, ...]:
     """Stop strings from one line: ``|`` separates them; ``\\n``, ``\\t``, ``\\|`` and ``\\\\``
@@ -60,7 +62,7 @@ class PanelValues:
             "gpu_layers": self.gpu_layers.value(), "rpc_servers": self.rpc_servers.text(),
         }
 
-    def show_saved(self, settings: dict | None, prompt: str, model_name: str) -> None:
+    def show_saved(self, settings: dict | None, prompt: str, model_name: str, weights: str = "") -> None:
         """Show a saved session's settings (a receipts file's or an autosave's ``settings``) instead of
         the live ones; the window keeps the inputs read only while it is shown. ``show_live`` puts
         the live settings back."""
@@ -83,7 +85,9 @@ class PanelValues:
         self.apply_values({k: x for k, x in v.items() if x is not None})
         if not self.set_source(name):
             self.other_note.setText(f"source {name!r} (not installed here)")
-        self.model_status.setText(f"from the file: {model_name or 'model not named'} (read only)")
+        self.show_saved_weights(weights)
+        form = f" in {weights} form" if weights else ""
+        self.model_status.setText(f"from the file: {model_name or 'model not named'}{form} (read only)")
         self.setup.setToolTip("the settings of the opened file (read only): File > New live session "
                               "(Ctrl+N) brings back your own")
 
@@ -143,7 +147,7 @@ class PanelValues:
         except ValueError:
             weights = {}
         if isinstance(weights, dict):
-            self.weights_by_model = {str(m): str(t) for m, t in weights.items() if self.weights.findData(str(t)) > 0}
+            self.weights_by_model = {str(m): str(t) for m, t in weights.items() if str(t) in TARGET_TYPES}
         recent = v.get("recent_models") or []
         if isinstance(recent, str):
             recent = [recent]

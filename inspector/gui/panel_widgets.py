@@ -3,7 +3,8 @@ a fixed-height grey note, and a widget that is enabled exactly when another one 
 
 from __future__ import annotations
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLabel, QScrollArea, QSpinBox, QWidget
 
 
@@ -51,6 +52,28 @@ class Note(QLabel):
     def setText(self, text: str) -> None:
         super().setText(text)
         self.setToolTip(text)
+
+
+class ElidedLabel(QLabel):
+    """One line (the status bar's) that never cuts its text off mid-word: what does not fit its
+    width ends with "…", and the tooltip holds all of it. ``text()`` is the whole text."""
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setToolTip(text)
+
+    def shown_text(self) -> str:
+        """The text as drawn at the label's width."""
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance("0000…"), super().minimumSizeHint().height())
+
+    def paintEvent(self, _event) -> None:
+        p = QPainter(self)
+        p.setPen(self.palette().color(self.foregroundRole()))
+        p.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+                   self.shown_text())
 
 
 def spin(lo: int, hi: int, value: int, tip: str = "") -> QSpinBox:

@@ -214,7 +214,8 @@ class StatsView(QWidget):
         L["tps"].setText("n/a" if m.decode_tokens_per_s is None else f"{m.decode_tokens_per_s:.1f}")
         L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({count_noun(s.prompt_token_count, 'prompt token')})")
         ended = s.ended_as if s.ended_as != "error" else None
-        L["finish"].setText(m.finish_reason or ended or ("running" if s.origin == "live" else "unfinished"))
+        live = "running" if s.header is not None else "— (no run yet)"
+        L["finish"].setText(m.finish_reason or ended or (live if s.origin == "live" else "unfinished"))
         self._show_baseline(s.baseline)
         self._show_speedups(s, m)
         self._draw_charts(m)
@@ -263,6 +264,7 @@ class StatsView(QWidget):
         L = self.labels
         if not b:
             L["baseline"].setText("not run")
+            L["baseline"].setStyleSheet("")  # not the color of an earlier session's result
             L["plain_tps"].setText("—")
             return
         d = b.get("divergence")

@@ -100,6 +100,9 @@ def _figures(probs, row: int) -> tuple[str, str, str, str]:
             probability_text(probs.predicted_p[row]), margin_text(probs.margin[row]))
 
 
+DETAIL_MIN_WIDTH = 250
+"""The Receipt pane's least width: its field names and values side by side, never a letter a line."""
+
 class WindowDetail(QWidget):
     """Windows table (one row per verified or failed window; a virtualized
     ``QTableView``) and the selected window's rows, receipt fields and raw JSON.
@@ -139,16 +142,17 @@ class WindowDetail(QWidget):
         self.windows.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         install_row_copy(self.windows)
         self.windows.setWordWrap(False)
-        self.windows.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.windows.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         header = self.windows.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         fm = self.windows.fontMetrics()
         pad = fm.horizontalAdvance("MM")
         for c, widest in enumerate(WIDEST):
             header.resizeSection(c, max(fm.horizontalAdvance(widest), fm.horizontalAdvance(WINDOW_HEADERS[c])) + pad)
-        # Wide enough for every column (and a scroll bar): no column is cut, even when empty.
+        # Every column (and a scroll bar) when there is room; on a small screen the first columns, the
+        # rest a horizontal scroll away (the window still fits 1024 px).
         self._table_width = header.length() + self.windows.verticalScrollBar().sizeHint().width() + 4
-        self.windows.setMinimumWidth(self._table_width)
+        self.windows.setMinimumWidth(sum(header.sectionSize(c) for c in range(4)) + 24)
         self.windows.selectionModel().selectionChanged.connect(self._selection_changed)
         split.addWidget(self.windows)
 
@@ -167,6 +171,11 @@ class WindowDetail(QWidget):
         self.detail_tabs.addTab(self.raw, "Raw JSON")
         self.detail_tabs.currentChanged.connect(lambda _i: self._show_raw())
         split.addWidget(self.detail_tabs)
+        split.setCollapsible(0, False)
+        split.setCollapsible(1, False)
+        tab_names = self.detail_tabs.tabBar()  # the detail tabs' names whole ("Ra" was all that showed)
+        self.detail_tabs.setMinimumWidth(max(DETAIL_MIN_WIDTH, sum(tab_names.tabSizeHint(i).width()
+                                                               for i in range(tab_names.count())) + 8))
         split.setStretchFactor(0, 0)  # the windows table keeps its width; the receipt takes the rest
         split.setStretchFactor(1, 1)
         split.setSizes([self._table_width, 880 - self._table_width])

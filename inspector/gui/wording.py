@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+RAW_BOX = "raw (no chat template)"
+"""The run setup's box that sends the prompt as typed (the command line's ``--raw``)."""
+NO_TEMPLATE = (f"the model has no chat template: tick “{RAW_BOX}” to send the prompt as typed, or choose a model "
+               "that has one, then Run")
+"""A run refused because the model has no chat template, in the window's words."""
+
 
 def count_noun(n: int, singular: str, plural: str | None = None) -> str:
     """``n`` and its noun: ``count_noun(1, "window")`` -> ``"1 window"``,

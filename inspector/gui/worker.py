@@ -22,13 +22,14 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeScheduler
-from inspector.engine.errors import EngineError, RequestCancelled, SpeculationUnsupported
+from inspector.engine.errors import EngineError, NoChatTemplate, RequestCancelled, SpeculationUnsupported
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.gui.contention import Contention
 from inspector.session.records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
 from inspector.gui.session_store import open_autosave
 from inspector.gui.control_rules import BUSY, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD  # noqa: F401
 from inspector.gui.stepping import SteppingControl
+from inspector.gui.wording import NO_TEMPLATE
 from inspector.session.step_control import BREAK_KINDS, MAX_AUTO_RESUMES, StepControl  # noqa: F401
 
 # Worker states (``stateChanged``): IDLE, LOADING, RUNNING, PAUSED, TOKEN_HOLD; ERROR and BUSY are
@@ -287,8 +288,9 @@ class EngineWorker(SteppingControl, QObject):
                          background_sessions=lambda: self._background)
         try:
             run.tokenize()
-        except RunRefused as exc:
-            self.errorOccurred.emit(RunError(str(exc), REFUSED))
+        except RunRefused as exc:  # a model without a chat template: the window's raw box, not --raw
+            no_template = isinstance(exc.cause, NoChatTemplate) or "has no chat template" in str(exc)
+            self.errorOccurred.emit(RunError(NO_TEMPLATE if no_template else str(exc), REFUSED))
             self.runFinished.emit("error", None)
             return
         if not config.stepping_begun:  # before the source is made: a Stop while a draft loads is kept

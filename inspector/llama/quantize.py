@@ -77,7 +77,8 @@ def weight_form(model_path: str | Path, weight_type: str, out_dir=None) -> tuple
 def open_target(model_path: str | Path, weight_type: str = "", *, on_convert=None, **runtime_options):
     """A ``LlamaRuntime`` of ``model_path`` run in ``weight_type`` ("" = as stored): the file itself,
     or its cached conversion (``weight_form``; ``on_convert(weight_type)`` is called before one is
-    looked up or made, for a progress note), with ``converted_from`` naming the original.
+    looked up or made, for a progress note), with ``converted_from`` naming the original and
+    ``converted_from_weights`` its own main weight type.
     ``runtime_options`` go to ``LlamaRuntime`` (n_ctx, n_threads, progress, offload, ...); with RPC
     servers in ``offload`` the runtime is a ``RemoteRuntime`` (a child process). Raises
     ``ValueError`` (unknown type), ``ModelFileError`` (the file, or the conversion, failed),
@@ -95,4 +96,5 @@ def open_target(model_path: str | Path, weight_type: str = "", *, on_convert=Non
     rt = Runtime(path, **runtime_options)
     if converted:
         rt.converted_from = str(Path(model_path).resolve())
+        rt.converted_from_weights = check_gguf(model_path).main_weight_type
     return rt

@@ -331,6 +331,7 @@ class RemoteRuntime:
         d = {**self._call("call", "describe"), "process": "child (llama.cpp's RPC client aborts on a lost server)"}
         if getattr(self, "converted_from", None):
             d["converted_from"] = str(self.converted_from)
+            d["converted_from_weights"] = getattr(self, "converted_from_weights", "")
         return d
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
+from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError, NoChatTemplate
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
 from inspector.llama.model_file import ModelFileError, ModelInfo, check_gguf
@@ -216,6 +216,8 @@ class LlamaRuntime:
         self.converted_from: str | None = None
         """The model file this one was converted from (``inspector.llama.quantize.weight_form``, set by
         whoever converted it), or None: named in the receipts' ``model`` block."""
+        self.converted_from_weights = ""
+        """That file's own main weight type (set with ``converted_from``)."""
 
     def _where_layers_went(self, log_lines) -> str:
         """"30/30 layers on RPC0[127.0.0.1:50052]" or "all layers on the CPU", from llama.cpp's
@@ -521,7 +523,7 @@ class LlamaRuntime:
         turn (``inspector.session.conversation``). Raises ``EngineError`` if the model has none."""
         template = self.chat_template()
         if not template:
-            raise EngineError(f"model {self.model_path} has no chat template; use --raw")
+            raise NoChatTemplate(f"model {self.model_path} has no chat template; use --raw")
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         bos = self.token_piece(llama_cpp.llama_vocab_bos(self.vocab), True).decode("utf-8", "replace")
@@ -585,6 +587,7 @@ class LlamaRuntime:
             **({"offload": self.offload.to_json()} if not self.offload.default else {}),
             **({"devices": [d.to_json() for d in self.rpc_devices]} if self.rpc_devices else {}),
             **({"offload_note": self.offload_note} if self.offload_note else {}),
-            **({"converted_from": str(self.converted_from)} if self.converted_from else {}),
+            **({"converted_from": str(self.converted_from),
+                "converted_from_weights": self.converted_from_weights} if self.converted_from else {}),
             "llama_cpp": llama_cpp_settings(self),
         }

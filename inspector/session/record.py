@@ -151,6 +151,9 @@ class SessionRecord:
         self.prompt_text = ""
         self.prompt_token_count = 0
         self.model_name = ""
+        self.model_weights = ""
+        """The weight type the model ran in when it was converted from its file (its model block's
+        ``converted_from``), else "" (the file as stored)."""
         self.source_name = ""
         self.finish_reason: str | None = None
         """The engine's finish reason (its ``finish`` event): None for a run stopped or failed."""
@@ -242,7 +245,8 @@ class SessionRecord:
         self.main_session_id = h.session_id
         self.prompt_text = h.prompt_text
         self.prompt_token_count = len(h.prompt_token_ids)
-        self.model_name = Path(str(h.model.get("path", ""))).name
+        self.model_name = Path(str(h.model.get("converted_from") or h.model.get("path", ""))).name
+        self.model_weights = str(h.model.get("weights", "")) if h.model.get("converted_from") else ""
         self.settings = dict(h.settings)
         self.source_name = h.settings.get("source", {}).get("name", "")
         self.background_sessions = h.background_sessions
@@ -456,7 +460,8 @@ class SessionRecord:
         s.prompt_token_count = len(doc["prompt"]["token_ids"])
         s.settings = doc["settings"]
         s.background_sessions = int(doc["settings"].get("background_sessions", 0))
-        s.model_name = doc["model"].get("name") or Path(doc["model"]["path"]).name
+        s.model_name = doc["model"].get("name") or Path(doc["model"].get("converted_from") or doc["model"]["path"]).name
+        s.model_weights = str(doc["model"].get("weights", "")) if doc["model"].get("converted_from") else ""
         s.source_name = doc["settings"]["source"]["name"]
         for w in doc["windows"]:
             s._add_receipt(receipt_from_json(w))
