@@ -59,10 +59,7 @@ from inspector.gui.window_detail import WindowDetail
 from inspector.gui.wording import count_noun
 
 REDRAW_HZ = 15
-"""Redraws a second. Every redraw takes the GUI thread's time from a core llama.cpp's threads decode on
-(a preempted decode thread stalls the other at the next barrier): at 25 Hz the GUI thread used 8-10%
-of a core during runs, at 15 Hz (and the newest window's detail followed at most twice a second,
-``FOLLOW_S``) 5-7% (issue 24; ``bench --llama-server`` prints the window's rate against headless)."""
+"""Redraws a second: each takes a core from llama.cpp's decode threads (25 Hz: 8-10% of a core, 15 Hz: 5-7%)."""
 FRAME_ALLOWANCE = 32
 """Pixels left for the window manager's title bar when the window first sizes itself to the screen."""
 STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
