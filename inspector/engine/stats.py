@@ -39,6 +39,11 @@ def accepted_length_histogram(receipts: Iterable[WindowReceipt]) -> list[int]:
     return h
 
 
+def decode_tokens_per_s(generated_tokens: int, decode_elapsed_us: int) -> float | None:
+    """Generated tokens / decode time (seconds, prefill excluded); None before any decode time."""
+    return generated_tokens / (decode_elapsed_us / 1e6) if decode_elapsed_us > 0 else None
+
+
 def summarize_receipts(
     receipts: list[WindowReceipt],
     *,
@@ -74,8 +79,7 @@ def summarize_receipts(
     s.accepted_length_histogram = accepted_length_histogram(receipts)
     s.decode_elapsed_us = decode_elapsed_us
     s.prefill_elapsed_us = prefill_elapsed_us
-    if decode_elapsed_us > 0:
-        s.decode_tokens_per_s = generated_tokens / (decode_elapsed_us / 1e6)
+    s.decode_tokens_per_s = decode_tokens_per_s(generated_tokens, decode_elapsed_us)
     if decode_elapsed_us + prefill_elapsed_us > 0:
         s.end_to_end_tokens_per_s = generated_tokens / ((decode_elapsed_us + prefill_elapsed_us) / 1e6)
     s.finish_reason = finish_reason

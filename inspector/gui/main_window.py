@@ -29,9 +29,11 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.engine.faults import Fault, FaultPlan
+from inspector.engine.stats import decode_tokens_per_s
 from inspector.gui import none_refcount
 from inspector.gui import worker as W
 from inspector.gui.analysis_actions import AnalysisActions
+from inspector.gui.help_menu import HelpActions
 from inspector.gui.controls import ControlPanel
 from inspector.gui.conversation_bar import ConversationActions, ConversationBar
 from inspector.gui.cost_view import CostView
@@ -146,6 +148,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         self.sources = SourceActions(self)
         self._build_menus()
         self.analysis = AnalysisActions(self)
+        self.help = HelpActions(self)
         self._wire_controls()
         self._restore_settings()
         if model_path:
@@ -218,6 +221,10 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         fm = self.status_counts.fontMetrics()
         self.status_counts.setFixedSize(fm.horizontalAdvance(STATUS_TEMPLATE), fm.height() + 2)
         self.status_counts.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.status_speed = QLabel("")  # live decode tokens/s of the session shown
+        self.status_speed.setFixedSize(fm.horizontalAdvance(" 0000.0 tokens/s "), fm.height() + 2)
+        self.status_speed.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.status_speed.setToolTip("decode tokens/s: generated tokens / decode time, prefill excluded")
         self.load_progress = QProgressBar()
         self.load_progress.setRange(0, 100)
         self.load_progress.setMaximumWidth(200)
@@ -226,6 +233,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         sb.addWidget(self.status_state, 1)
         sb.addWidget(self.load_progress)
         sb.addPermanentWidget(self.status_counts)
+        sb.addPermanentWidget(self.status_speed)
         self.resize(1280, 800)
         screen = self.screen()
         avail = screen.availableGeometry() if screen is not None else None
@@ -333,6 +341,8 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
                   f"{s.canonical_position if s.canonical_position is not None else '—'}")
         if counts != self.status_counts.text():
             self.status_counts.setText(counts)
+            tps = decode_tokens_per_s(len(s.tokens), s.decode_elapsed_us)  # not the whole summary at 15 Hz
+            self.status_speed.setText(f"{tps:.1f} tokens/s" if tps is not None else "")
         running = self.state in ACTIVE_STATES
         pending = self.worker.faults.pending() if running else self.armed_faults.pending()
         text = (("pending: " if running else "armed for the next run: ") +

@@ -1,0 +1,108 @@
+"""The Help menu (issue 26): keyboard shortcuts, the README's sections, and About with the versions
+that decide what the window shows (the app, llama-cpp-python, the llama.cpp commit it vendors, Qt).
+
+``HelpActions(window)`` adds the menu to ``window`` (a ``MainWindow``) and keeps its dialogs; the
+texts come from the window's own actions and the installed package's metadata, so they are never
+out of step with the build.
+"""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+
+import PySide6
+from PySide6.QtCore import qVersion
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QMessageBox, QTextBrowser, QVBoxLayout
+
+import inspector
+from inspector.llama.server_parity import LLAMA_CPP_COMMIT
+
+DISTRIBUTION = "spec-inspector"
+
+
+def versions() -> dict[str, str]:
+    """name -> version of what the window runs on (the app, llama-cpp-python, llama.cpp's commit,
+    Qt and PySide6, Python); "not installed" where a distribution is missing."""
+    def dist(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {
+        "spec-inspector": inspector.__version__,
+        "llama-cpp-python": dist("llama-cpp-python"),
+        "llama.cpp": f"commit {LLAMA_CPP_COMMIT} (vendored by llama-cpp-python)",
+        "Qt": qVersion(),
+        "PySide6": PySide6.__version__,
+        "Python": platform.python_version(),
+    }
+
+
+def readme_text() -> str:
+    """The README as the installed package carries it (its metadata's long description), or a line
+    saying where to find it."""
+    try:
+        text = metadata.metadata(DISTRIBUTION).get_payload()
+    except metadata.PackageNotFoundError:
+        text = ""
+    return text or "The README is not in this installation: see README.md in spec-inspector's source."
+
+
+def shortcut_rows(window) -> list[tuple[str, str]]:
+    """(action text, its shortcuts) of every window action with a shortcut, in menu order."""
+    rows = []
+    for a in window.actions():
+        keys = ", ".join(k.toString() for k in a.shortcuts())
+        if keys:
+            rows.append((a.text().replace("&", ""), keys))
+    return rows
+
+
+class HelpActions:
+    """The Help menu of ``window``: Keyboard shortcuts (F1), Read me, About."""
+
+    def __init__(self, window) -> None:
+        self.w = window
+        menu = window.menuBar().addMenu("&Help")
+        self.act_shortcuts = window.add_action(menu, "Keyboard shortcuts", self.show_shortcuts, ["F1"],
+                                               "every shortcut of the window")
+        self.act_readme = window.add_action(menu, "Read me", self.show_readme, [],
+                                            "the README: what each view shows, the command line, measurements")
+        self.act_about = window.add_action(menu, "About spec-inspector", self.show_about)
+        self.dialog: QDialog | None = None
+        """The last dialog shown (tests read it)."""
+
+    def _text_dialog(self, title: str, markdown: str) -> QDialog:
+        d = QDialog(self.w)
+        d.setWindowTitle(title)
+        view = QTextBrowser(d)
+        view.setOpenExternalLinks(True)
+        view.setMarkdown(markdown)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, parent=d)
+        buttons.rejected.connect(d.reject)
+        layout = QVBoxLayout(d)
+        layout.addWidget(view)
+        layout.addWidget(buttons)
+        d.resize(min(900, self.w.width()), min(640, self.w.height()))
+        d.text = view  # tests read it
+        self.dialog = d
+        d.show()
+        return d
+
+    def show_shortcuts(self) -> QDialog:
+        rows = "\n".join(f"| {text} | `{keys}` |" for text, keys in shortcut_rows(self.w))
+        return self._text_dialog("Keyboard shortcuts", "| action | keys |\n|---|---|\n" + rows)
+
+    def show_readme(self) -> QDialog:
+        return self._text_dialog("spec-inspector: read me", readme_text())
+
+    def show_about(self) -> QMessageBox:
+        lines = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in versions().items())
+        box = QMessageBox(QMessageBox.Icon.Information, "About spec-inspector",
+                          "<b>spec-inspector</b>: speculative decoding on llama.cpp, window by window."
+                          f"<table>{lines}</table>", QMessageBox.StandardButton.Ok, self.w)
+        self.dialog = box
+        box.show()
+        return box
