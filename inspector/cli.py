@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stop", action="append", default=[], type=_stop_string, metavar="STR",
                      help="stop string, non-empty (repeatable)")
     run.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
+    run.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
+                     help="the chat template's system message before the prompt (llama.cpp's -sys); "
+                          "kept in the receipts; not with --raw")
     s = run.add_argument_group("sampling (default greedy)")
     s.add_argument("--temperature", type=_setting("temperature", float), default=0.0,
                    help="<= 0 = greedy, as in llama.cpp [0]")
@@ -190,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
     add_turns_argument(cp, "compare")
     cp.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    cp.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
+                    help="the chat template's system message before the prompt (llama.cpp's -sys)")
     cp.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
                           "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
@@ -304,6 +309,8 @@ def cmd_run(args) -> int:
             # A prompt file's final newline is the file's, not the prompt's.
             prompt = args.prompt if args.prompt is not None else _strip_final_newline(
                 _read_text(args.prompt_file, "prompt file"))
+        if args.raw and args.system_prompt:
+            raise _UserError("--system-prompt goes through the chat template: leave out --raw (or the system prompt)")
         options = _source_options(args)  # required options, files and cross-option rules: the declarations'
         settings, notes = _run_settings(args)
     except _UserError as exc:
@@ -337,7 +344,8 @@ def cmd_run(args) -> int:
         from inspector.receipts.autosave import AutosaveWriter
 
         opener = lambda header: AutosaveWriter(args.autosave, header)  # noqa: E731
-    request = RunRequest(prompt, settings, args.source, options, raw=args.raw, faults=FaultPlan(list(args.inject)),
+    request = RunRequest(prompt, settings, args.source, options, raw=args.raw, system_prompt=args.system_prompt,
+                         faults=FaultPlan(list(args.inject)),
                          draft_max_auto=args.draft_max is None and args.source != "none")
     run = SessionRun(RuntimeScheduler(runtime), request, record.apply, observer=printer, open_autosave=opener)
     try:

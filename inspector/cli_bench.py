@@ -240,6 +240,8 @@ def cmd_compare(args) -> int:
         else:
             prompt = _strip_final_newline(_read_text(
                 args.prompt_file or example_path(DEFAULT_EXAMPLE), "prompt file"))
+        if args.system_prompt and turns is not None:
+            raise _UserError("compare --turns takes no --system-prompt yet: give it to run --turns")
         if args.llama_server:  # a path or URL that cannot serve is said before anything runs
             check_llama_server(args.llama_server)
     except (ValueError, _UserError) as exc:
@@ -248,7 +250,7 @@ def cmd_compare(args) -> int:
         return _fail(str(exc))
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
-        tokens = runtime.prompt_tokens(prompt)
+        tokens = runtime.prompt_tokens(prompt, system_prompt=args.system_prompt)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
     scheduler = RuntimeScheduler(runtime)

@@ -58,6 +58,8 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
 
     scheduler = RuntimeScheduler(runtime)
     conv = Conversation(planned_turns=len(turns))
+    if args.system_prompt:  # the chat starts with it: every turn's prompt holds it (llama.cpp's -sys)
+        conv.history.messages.append({"role": "system", "content": args.system_prompt})
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
     current: dict = {}
     for n, text in enumerate(turns, 1):
@@ -84,6 +86,7 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
     print(turn_heading(n, turns, text), flush=True)
     record = SessionRecord()
     request = RunRequest(text, settings, args.source, options, faults=FaultPlan(list(args.inject)),
+                         system_prompt=args.system_prompt,
                          draft_max_auto=args.draft_max is None and args.source != "none",
                          **conv.next_turn(text))
     run = SessionRun(scheduler, request, record.apply, observer=printer)

@@ -44,11 +44,11 @@ class DescribedRuntime(FakeRuntime):
     def describe(self) -> dict:
         return {"path": self.model_path, "architecture": "fake", "n_vocab": self.n_vocab, "n_ctx": self.n_ctx}
 
-    def chat_prompt(self, text):
-        return text
+    def chat_prompt(self, text, system_prompt=""):
+        return system_prompt + text
 
-    def prompt_tokens(self, text, raw=False):
-        return [100 + (ord(c) % 50) for c in text]
+    def prompt_tokens(self, text, raw=False, system_prompt=""):
+        return [100 + (ord(c) % 50) for c in system_prompt + text]
 
 
 def run_scripted(tmp_path, proposals, *, faults=(), max_new=10, resume=True):

@@ -512,10 +512,12 @@ class LlamaRuntime:
         raw = llama_cpp.llama_model_chat_template(self.model, None)
         return raw.decode("utf-8") if raw else None
 
-    def chat_prompt(self, user_text: str) -> str:
+    def chat_prompt(self, user_text: str, system_prompt: str = "") -> str:
         """Render ``user_text`` as one user message through the model's chat template
-        (LLAMA_CPP_NOTES "Chat template"). Raises ``EngineError`` if the model has none."""
-        return self.chat_messages_prompt([{"role": "user", "content": user_text}])
+        (LLAMA_CPP_NOTES "Chat template"), after a system message when ``system_prompt`` is given
+        (llama.cpp's ``-sys``/``--system-prompt``). Raises ``EngineError`` if the model has none."""
+        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return self.chat_messages_prompt([*system, {"role": "user", "content": user_text}])
 
     def chat_messages_prompt(self, messages: list[dict]) -> str:
         """Render a chat (``{"role": "user"|"assistant"|"system", "content": str}`` dicts, in order)
@@ -531,12 +533,15 @@ class LlamaRuntime:
         fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
         return fmt(messages=list(messages)).prompt
 
-    def prompt_tokens(self, text: str, raw: bool = False) -> list[int]:
-        """Token ids of a prompt: through the chat template (no extra BOS), or
-        as is with the model's BOS when ``raw``."""
+    def prompt_tokens(self, text: str, raw: bool = False, system_prompt: str = "") -> list[int]:
+        """Token ids of a prompt: through the chat template (no extra BOS; after a system message
+        when ``system_prompt`` is given), or as is with the model's BOS when ``raw`` (which takes
+        no system prompt: ``ValueError``)."""
         if raw:
+            if system_prompt:
+                raise ValueError("a system prompt goes through the chat template: it cannot go with a raw prompt")
             return self.tokenize(text, add_special=True, parse_special=False)
-        return self.tokenize(self.chat_prompt(text), add_special=False, parse_special=True)
+        return self.tokenize(self.chat_prompt(text, system_prompt), add_special=False, parse_special=True)
 
     # -- diagnostics ---------------------------------------------------------
     def row_logits(self, row: int) -> "np.ndarray":

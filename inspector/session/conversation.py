@@ -212,8 +212,10 @@ def conversation_document(conversation: Conversation) -> dict:
         finish_reason=records[-1].finish_reason).to_json()
     summary["definitions"] = dict(DEFINITIONS)
     # The chat from the turns themselves (a turn still running has not joined the history yet).
-    messages = [m for r in records for m in ({"role": "user", "content": r.conversation["user_text"]},
-                                             {"role": "assistant", "content": turn_answer(r)})]
+    # A system message (--system-prompt) opens the first turn's history and stays first.
+    system = [dict(m) for m in records[0].conversation.get("history", []) if m.get("role") == "system"]
+    messages = system + [m for r in records for m in ({"role": "user", "content": r.conversation["user_text"]},
+                                                      {"role": "assistant", "content": turn_answer(r)})]
     block = {"turns": len(records), "messages": messages}
     if conversation.planned_turns:
         block["planned_turns"] = conversation.planned_turns

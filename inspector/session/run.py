@@ -43,6 +43,10 @@ class RunRequest:
     draft_max_auto: bool = False
     """Replace ``settings.draft_max`` by the draft max the stored cost model of this model file and
     thread count implies (``inspector.llama.cost_model.auto_draft_max``), when the source is made."""
+    system_prompt: str = ""
+    """The chat template's system message before ``prompt_text`` (llama.cpp's ``--system-prompt``); ""
+    for none; kept in the receipts' settings. Not with ``raw`` (refused); with ``chat_messages`` it is
+    only recorded (the conversation's history carries the system message)."""
     chat_messages: tuple | None = None
     """A conversation's turn: the chat so far plus this turn's user message (``{"role", "content"}``
     dicts), rendered through the model's chat template into the prompt (``prompt_text`` is then the
@@ -126,8 +130,8 @@ class SessionRun:
                 raise RunRefused("prompt", str(exc), exc) from None
         else:
             try:
-                self.templated_text = None if req.raw else rt.chat_prompt(req.prompt_text)
-                tokens = rt.prompt_tokens(req.prompt_text, raw=req.raw)
+                self.templated_text = None if req.raw else rt.chat_prompt(req.prompt_text, req.system_prompt)
+                tokens = rt.prompt_tokens(req.prompt_text, raw=req.raw, system_prompt=req.system_prompt)
             except (EngineError, ValueError) as exc:
                 raise RunRefused("prompt", str(exc), exc) from None
         if not tokens:
@@ -183,6 +187,8 @@ class SessionRun:
         when the draft max was chosen from the cost model)."""
         name = self.source.name if self.source is not None else "none"
         extra = {"draft_max_from": self.draft_max_from} if self.draft_max_from else {}
+        if self.request.system_prompt:
+            extra["system_prompt"] = self.request.system_prompt
         return {**self.request.settings.to_json(), **extra, "raw": self.request.raw,
                 "source": {"name": name, "settings": self.source_settings}}
 

@@ -1,0 +1,60 @@
+"""A system prompt (issue 26; llama.cpp's ``-sys``/``--system-prompt``): the chat template's system message
+before the prompt, on the command line, in conversations and in the receipts. The bundled model's words
+are never asserted: the template's text and token counts are."""
+
+from __future__ import annotations
+
+import json
+
+from inspector.receipts import load_document
+
+from test_cli import cli, one_clear_line
+
+SYSTEM = "You answer in exactly three words."
+
+
+def test_a_system_prompt_goes_before_the_users_message_and_stays_in_the_receipts(tmp_path):
+    with_sys, without = tmp_path / "s.json", tmp_path / "n.json"
+    for out, extra in ((with_sys, ["--system-prompt", SYSTEM]), (without, [])):
+        r = cli("run", "--prompt", "Name a colour.", "--max-tokens", "3", "--quiet", "--threads", "1",
+                "--receipts", out, *extra)
+        assert r.returncode == 0, r.stderr
+    doc, plain = load_document(with_sys), load_document(without)  # both validate against the schema
+    assert doc["settings"]["system_prompt"] == SYSTEM and "system_prompt" not in plain["settings"]
+    templated = doc["prompt"]["templated_text"]
+    assert SYSTEM in templated and templated.index(SYSTEM) < templated.index("Name a colour.")
+    assert SYSTEM not in plain["prompt"]["templated_text"]
+    # The template's own default system message (this model's has one) is replaced, not kept beside it.
+    assert doc["prompt"]["token_ids"] != plain["prompt"]["token_ids"]
+
+
+def test_a_system_prompt_with_a_raw_prompt_is_a_usage_error_before_the_model_loads():
+    r = cli("run", "--prompt", "hi", "--raw", "-sys", SYSTEM)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "--system-prompt goes through the chat template" in one_clear_line(r.stderr)
+
+
+def test_every_turn_of_a_conversation_starts_from_the_system_prompt(tmp_path):
+    turns = tmp_path / "t.txt"
+    turns.write_text("Say one word.\n---\nSay it again.\n")
+    out = tmp_path / "r.json"
+    r = cli("run", "--turns", turns, "--system-prompt", SYSTEM, "--max-tokens", "4", "--quiet", "--threads", "1",
+            "--receipts", out)
+    assert r.returncode == 0, r.stderr
+    doc = load_document(out)
+    one, two = doc["turns"]
+    for turn in (one, two):
+        assert turn["conversation"]["history"][:1] == [{"role": "system", "content": SYSTEM}]
+        assert turn["settings"]["system_prompt"] == SYSTEM
+        assert turn["prompt"]["templated_text"].count(SYSTEM) == 1
+    assert [m["role"] for m in doc["conversation"]["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+
+
+def test_compare_takes_the_system_prompt_into_every_configurations_prompt(tmp_path):
+    out_sys, out_plain = tmp_path / "s.json", tmp_path / "p.json"
+    for out, extra in ((out_sys, ["--system-prompt", SYSTEM]), (out_plain, [])):
+        r = cli("compare", "--prompt", "Name a colour.", "--config", "none", "--max-tokens", "2", "--threads", "1",
+                "--json", out, *extra)
+        assert r.returncode == 0, r.stderr
+    with_sys, plain = json.loads(out_sys.read_text()), json.loads(out_plain.read_text())
+    assert with_sys["prompt_token_count"] != plain["prompt_token_count"]  # another system message
