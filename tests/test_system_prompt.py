@@ -58,3 +58,21 @@ def test_compare_takes_the_system_prompt_into_every_configurations_prompt(tmp_pa
         assert r.returncode == 0, r.stderr
     with_sys, plain = json.loads(out_sys.read_text()), json.loads(out_plain.read_text())
     assert with_sys["prompt_token_count"] != plain["prompt_token_count"]  # another system message
+
+
+def test_the_windows_system_prompt_runs_is_kept_and_opens_every_turn_of_the_conversation(qtbot, runtime, tmp_path):
+    from test_gui_support import make_window, run_to_end
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    w.panel.system_prompt.setText(SYSTEM)
+    run_to_end(qtbot, w)
+    first = w.session
+    assert first.settings["system_prompt"] == SYSTEM
+    with qtbot.waitSignal(w.runFinished, timeout=180_000):
+        assert w.turns.send("Say it again.")
+    second = w.session
+    assert second.settings["system_prompt"] == SYSTEM
+    assert second.conversation["history"][0] == {"role": "system", "content": SYSTEM}
+    assert second.header.templated_text.count(SYSTEM) == 1
+    w.panel.raw.setChecked(True)
+    assert not w.panel.system_prompt.isEnabled()  # a raw prompt goes without the template

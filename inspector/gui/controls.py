@@ -208,11 +208,18 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         self.prompt.setMinimumHeight(70)
         self.prompt.setMaximumHeight(150)
         self.raw = QCheckBox(RAW_BOX)
+        self.system_prompt = QLineEdit()
+        self.system_prompt.setPlaceholderText("system prompt (optional)")
+        self.system_prompt.setToolTip("the chat template's system message before the prompt (llama.cpp's -sys, "
+                                      "--system-prompt); kept in the receipts; a conversation keeps it first. "
+                                      "Empty: the template's own default")
+        self.raw.toggled.connect(lambda raw: self.system_prompt.setEnabled(not raw))  # raw: no template
         row = QHBoxLayout()
         row.addWidget(self.examples, 1)
         row.addWidget(self.raw)
         gl.addLayout(row)
         gl.addWidget(self.prompt, 1)
+        gl.addWidget(self.system_prompt)
         # The prompt comes right after the model: visible without scrolling at 1280x800,
         # whichever source page (the draft's is the tallest) is shown below it.
         lay.insertWidget(1, g)

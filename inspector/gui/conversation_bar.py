@@ -212,6 +212,9 @@ class ConversationActions(QObject):
         if conv is None or not conv.records or conv.records[-1] is not shown:
             if conv is None or shown not in conv.records:  # the shown run becomes turn 1 of a new conversation
                 conv = Conversation()
+                system = (shown.settings or {}).get("system_prompt")
+                if system:  # it ran after a system message: every turn keeps it first
+                    conv.history.messages.append({"role": "system", "content": system})
                 shown.conversation = conversation_block(1, 1, conv.history, shown.prompt_text)
                 conv.add_turn(shown)
             self.conversation = conv

@@ -54,7 +54,8 @@ class PanelValues:
             "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
             "custom_prompt": self.custom_prompt,
             "verification": self.verification.currentText(), "draft_type": self.draft_type.currentText(),
-            "raw": self.raw.isChecked(), "break_on": sorted(self.break_on()),
+            "raw": self.raw.isChecked(), "system_prompt": self.system_prompt.text(),
+            "break_on": sorted(self.break_on()),
             "probabilities": self.probabilities.isChecked(),
             "baseline": self.baseline.isChecked(),
             "model": self.model_path(), "recent_models": self.recent_models(),
@@ -78,7 +79,7 @@ class PanelValues:
              "raw": bool(st.get("raw", False)), "n_ctx": st.get("n_ctx"),
              # a file without the setting was written before per-row probabilities (schema v1): none
              "probabilities": bool(st.get("probabilities", False)),
-             "stop": join_stop_strings(st.get("stop") or ())}
+             "stop": join_stop_strings(st.get("stop") or ()), "system_prompt": st.get("system_prompt", "")}
         name = str(src.get("name", ""))
         # The saved source's own options, by its declaration (as its settings() recorded them).
         v.update({c.key: opts.get(n) for n, c in self.option_controls.get(name, {}).items()})
@@ -128,6 +129,8 @@ class PanelValues:
                 combo.setCurrentText(v[key])
         if isinstance(v.get("stop"), str):
             self.stop_strings.setText(v["stop"])
+        if isinstance(v.get("system_prompt"), str):
+            self.system_prompt.setText(v["system_prompt"])
         for controls in self.option_controls.values():  # every source's declared options (source_options)
             for c in controls.values():
                 if v.get(c.key) is not None:

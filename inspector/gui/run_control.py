@@ -58,6 +58,7 @@ class RunControl:
                   p.draft_max, p.temperature, p.verification, p.top_k, p.top_p, p.min_p, p.seed, p.n_ctx,
                   p.threads, p.stop_strings, p.probabilities, p.raw):
             b.setEnabled(setup_on)
+        p.system_prompt.setEnabled(setup_on and not p.raw.isChecked())  # a raw prompt has no template
         bar.setValue(scrolled)  # Run never scrolls the side panel
         for b in (p.fault_token, p.baseline, p.background, *p.break_boxes.values()):
             b.setEnabled(on["live_options"])  # a saved session is read only; live runs keep these usable
@@ -156,6 +157,7 @@ class RunControl:
         cfg = W.RunConfig(
             model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
             source_options=self.panel.source_options(), raw=self.panel.raw.isChecked() and turn is None,
+            system_prompt=self._system_prompt(turn),
             break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
             baseline=self.panel.baseline.isChecked(), n_ctx=self.panel.n_ctx.value(),
             n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
@@ -183,6 +185,14 @@ class RunControl:
         self.set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
         self.requestRun.emit(cfg)
         return True
+
+    def _system_prompt(self, turn: dict | None) -> str:
+        """The run's system prompt: the panel's (none with a raw prompt), or for a conversation's turn the
+        system message its history starts with (what the turn's prompt holds, whatever the panel says now)."""
+        if turn is None:
+            return "" if self.panel.raw.isChecked() else self.panel.system_prompt.text()
+        first = (turn.get("chat_messages") or ({},))[0]
+        return first.get("content", "") if first.get("role") == "system" else ""
 
     def load_selected_model(self) -> bool:
         """Load the model chosen in the panel (bundled by default) on the worker thread,

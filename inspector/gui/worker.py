@@ -50,6 +50,8 @@ class RunConfig:
     """Keyword options for the source's factory (``ngram``: n_max, n_min; ``scripted``: script;
     ``draft``: draft_model, draft_max, draft_min, p_min; ``replay``: replay; others: none)."""
     raw: bool = False
+    system_prompt: str = ""
+    """The chat template's system message before the prompt (``RunRequest.system_prompt``)."""
     break_on: frozenset = frozenset({"error"})
     start_paused: bool = False
     first_action: str = ""
@@ -280,6 +282,7 @@ class EngineWorker(SteppingControl, QObject):
         run = SessionRun(self.scheduler, RunRequest(config.prompt_text, config.settings, config.source,
                                                     dict(config.source_options), config.raw, config.faults,
                                                     config.baseline, draft_max_auto=config.draft_max_auto,
+                                                    system_prompt=config.system_prompt,
                                                     chat_messages=config.chat_messages,
                                                     conversation=config.conversation,
                                                     source_memory=self.source_memory),
