@@ -91,12 +91,17 @@ def _bench_llama_server(args) -> int:
         target = str(found)
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
-        if not configs:
-            draft = make_draft(runtime.model_path, "Q4_0")
-            configs = [*SERVER_BENCH_CONFIGS, CompareConfig("draft (Q4_0 of the model) draft_max 8", "draft", 8,
-                                                            {"draft_model": str(draft)})]
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
+    original = str(getattr(runtime, "converted_from", None) or runtime.model_path)  # not a converted form's
+    if not configs:
+        try:
+            draft = make_draft(original, "Q4_0")
+        except (ModelFileError, ValueError) as exc:
+            runtime.close()
+            return _fail(str(exc))
+        configs = [*SERVER_BENCH_CONFIGS, CompareConfig("draft (Q4_0 of the model) draft_max 8", "draft", 8,
+                                                        {"draft_model": str(draft)})]
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     print(f"llama-server: {target}, {runtime.n_threads} threads on both sides; {args.repeats} repeats, "
           f"{args.max_tokens} tokens", file=sys.stderr, flush=True)
@@ -108,17 +113,21 @@ def _bench_llama_server(args) -> int:
     finally:
         model, threads = runtime.model_path, runtime.n_threads
         runtime.close()
+    # The rows are kept whatever happens below: a failure there is said in the report, not instead of it.
     try:
-        speedup = weight_form_speedup(model, max_tokens=args.max_tokens, repeats=args.repeats, threads=threads,
+        speedup = weight_form_speedup(original, max_tokens=args.max_tokens, repeats=args.repeats, threads=threads,
                                       progress=progress)
-    except (ModelFileError, EngineError) as exc:
-        return _fail(str(exc))
+    except Exception as exc:
+        speedup = {"error": f"{type(exc).__name__}: {exc}"}
     progress("the window against headless (every view live) ...")
-    gui = measure(str(model), max_tokens=args.max_tokens, repeats=max(3, args.repeats), threads=threads)
+    try:
+        gui = measure(str(model), max_tokens=args.max_tokens, repeats=max(3, args.repeats), threads=threads)
+    except Exception as exc:
+        gui = {"error": f"{type(exc).__name__}: {exc}"}
     result = {"llama_server": target, "threads": threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
               "rows": [r.to_json() for r in rows], "weight_form_speedup": speedup, "window_vs_headless": gui}
     _print_result(format_server_bench(rows, gui, speedup), result, args.json)
-    return 1 if any(r.error for r in rows) else 0
+    return 1 if any(r.error for r in rows) or "error" in speedup or "error" in gui else 0
 
 
 def _bench_turns(args) -> int:

@@ -115,6 +115,39 @@ def test_ngram_map_k_remembers_accepted_lengths_across_requests_of_the_same_stre
 # --- ngram-map-k4v --------------------------------------------------------------------------------
 
 
+def _map_turn(source, prompt, continuation, begin):
+    """One request to ``source``: ``begin(prompt)`` first when ``begin`` (the engine's hook), then a query
+    at each position of ``continuation`` (the first token came from the prefill). The proposals, in order."""
+    if begin:
+        source.begin(tuple(prompt))
+    tokens, out = list(prompt) + [continuation[0]], []
+    for t in continuation[1:]:
+        p = source.propose(ProposalRequest(tuple(tokens), len(prompt), 0, 16, 1e18))
+        out.append(None if p is None else p.token_ids)
+        tokens.append(t)
+    return out
+
+
+@pytest.mark.parametrize("key_only", [True, False])
+@pytest.mark.parametrize("second_prompt", ["next turn", "an earlier prefix"])
+def test_ngram_map_proposes_the_same_with_the_begin_hook_as_at_its_first_query_across_requests(key_only, second_prompt):
+    """The engine's ``begin`` (llama-server's, when the prompt is done) and the first query's lazy begin
+    are one begin: a second request going back to a prefix of the first one's stream must not be begun twice."""
+    import random
+
+    rnd = random.Random(7)
+    stream = [rnd.randrange(6) for _ in range(400)]
+    second = stream[:199] + [rnd.randrange(6) for _ in range(20)] if second_prompt == "next turn" else stream[:60]
+    tail = [rnd.randrange(6) for _ in range(150)]
+    runs = []
+    for begin in (False, True):
+        memory = {}
+        make = lambda: NgramMapSource(size_n=2, size_m=3, min_hits=1, key_only=key_only, memory=memory)  # noqa: E731
+        runs.append((_map_turn(make(), stream[:120], stream[120:200], begin), _map_turn(make(), second, tail, begin)))
+    assert runs[0] == runs[1]
+    assert any(p is not None for p in runs[0][1])  # the second request proposes: the check has something to compare
+
+
 def test_ngram_map_k4v_proposes_only_when_one_value_occurs_twice_as_often_as_the_others():
     tied = [0, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]  # after [1, 2]: [3, 4] once, [5, 6] once
     assert ids(NgramMapSource(2, 2, key_only=False), tied) is None

@@ -71,3 +71,12 @@ def test_an_invalid_byte_inside_the_text_is_still_a_replacement_and_a_whole_endi
     t, streamed = stream([b"a\xffb", "é".encode()])
     assert streamed == t.text == "a\ufffdbé"
     assert t.incomplete_bytes == 0
+
+
+def test_finishing_twice_keeps_the_count_of_bytes_held_out():
+    data = "猫".encode()
+    piece, ids = pieces_of([data[:1]])
+    t = CommittedText(piece)
+    t.push(ids[0])
+    t.finish()
+    assert t.finish() == "" and t.incomplete_bytes == 1

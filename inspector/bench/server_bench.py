@@ -11,9 +11,10 @@ ngram-map-k's and ngram-cache's counts start empty on both sides). Medians of th
 compared: ours / llama-server with and without the figures.
 
 Beside the speeds, our run with the figures reports where its time outside ``llama_decode`` went:
-per decode step (a window or a plain step), as a share of the decode time, and the figures' own
-cost per verification row. Decode tokens/s on both sides: generated tokens after the first (which
-comes from the prefill) / time after the prefill, llama-server's ``timings.predicted_per_second``.
+per decode step (a window or a plain step), as a share of the time inside ``llama_decode``, and the
+figures' own cost per row (a window's verification rows and a plain step's single row). Decode
+tokens/s on both sides: generated tokens / the time after the prefill (the first token comes from the
+prefill), as llama-server's ``timings.predicted_per_second`` counts them.
 
 llama-server's request and reply fields: llama.cpp 0c1e570 ``tools/server`` (as
 ``inspector.bench.server_compare``).
@@ -133,9 +134,10 @@ class BenchRow:
     error: str | None = None
 
     def ratio(self, bare: bool = False) -> float | None:
-        """Median of ours (without the figures when ``bare``) / median of llama-server's; None without both."""
+        """Median of ours (without the figures when ``bare``) / median of llama-server's; None without both,
+        or when llama-server failed in a repeat (its runs would no longer match ours one for one)."""
         mine = self.ours_bare if bare else self.ours
-        if not mine or not self.server or median(self.server) <= 0:
+        if self.error is not None or not mine or not self.server or median(self.server) <= 0:
             return None
         return median(mine) / median(self.server)
 
@@ -146,7 +148,8 @@ class BenchRow:
                 "ratio": self.ratio(), "ratio_without_probabilities": self.ratio(bare=True),
                 "outside_share": med(self.outside_share), "outside_us_per_step": med(self.outside_us_per_step),
                 "probability_us_per_row": med(self.probability_us_per_row),
-                "same_output": self.same_output, "same_drafts": self.same_drafts, "error": self.error}
+                "same_output": None if self.error else self.same_output,
+                "same_drafts": None if self.error else self.same_drafts, "error": self.error}
 
 
 def server_bench(
@@ -257,12 +260,16 @@ def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None, speed
     if shares:
         lines.append(f"time outside llama_decode with probabilities: {100 * min(shares):.1f}-"
                      f"{100 * max(shares):.1f}% of the decode time (goal <= 3%)")
-    if speedup is not None and speedup.get("speedup"):
+    if speedup is not None and speedup.get("error"):
+        lines.append(f"ngram / plain on the {SPEEDUP_WEIGHTS} form: not measured: {speedup['error']}")
+    elif speedup is not None and speedup.get("speedup"):
         lines.append(f"ngram draft max {speedup['draft_max']} / plain on the {speedup['weight_type']} form "
                      f"({speedup['example']}, probabilities on): {speedup['speedup']:.2f}x "
                      f"({median(speedup['ngram_tps']):.1f} / {median(speedup['plain_tps']):.1f} tokens/s); "
                      f"goal >= {SPEEDUP_GOAL}")
-    if gui is not None:
+    if gui is not None and gui.get("error"):
+        lines.append(f"window / headless: not measured: {gui['error']}")
+    elif gui is not None and gui.get("ratio") is not None:
         lines.append(f"window / headless ({gui['task']}, every view live): {gui['ratio']:.2f}x "
                      f"({gui['gui_median']:.1f} / {gui['headless_median']:.1f} tokens/s, GUI thread CPU "
                      f"{gui['gui_cpu_share']:.0%}); goal >= {GOAL}")

@@ -80,7 +80,7 @@ class ProposalSource(Protocol):
     (``common_speculative_begin``, llama.cpp 0c1e570 ``tools/server/server-context.cpp``,
     called when the prompt is done, inside llama-server's prompt time): a draft model
     prefills the prompt there, ngram-map and ngram-mod index it. Its exceptions are logged
-    and ignored too (the first query can still do the work).
+    and ignored too; a source may also do that work at its first query (engines without the hook).
     """
 
     name: str

@@ -29,6 +29,7 @@ class CommittedText:
         self._held = ""
         self.stopped_by: str | None = None
         """The stop string that ended the text, or None."""
+        self._finished = False
         self.incomplete_bytes = 0
         """Bytes of a character the text ended inside (1-3; 0: it ended on a whole character), set by
         ``finish``: kept out of ``text`` (the token ids hold them)."""
@@ -77,8 +78,9 @@ class CommittedText:
         character, e.g. at max tokens) is not turned into U+FFFD: its bytes stay out of the text and
         ``incomplete_bytes`` counts them, as llama-server holds incomplete UTF-8 back
         (llama.cpp 0c1e570 ``tools/server``: ``validate_utf8`` on the generated text)."""
-        if self.stopped_by is not None:
+        if self.stopped_by is not None or self._finished:
             return ""
+        self._finished = True
         pending, _flag = self._decoder.getstate()
         self.incomplete_bytes = len(pending)
         self._decoder.reset()

@@ -16,6 +16,7 @@ from PySide6.QtCore import qVersion
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QMessageBox, QTextBrowser, QVBoxLayout
 
 import inspector
+from inspector.bench.server_build import LLAMA_CPP_PYTHON_VERSION
 from inspector.llama.server_parity import LLAMA_CPP_COMMIT
 
 DISTRIBUTION = "spec-inspector"
@@ -33,7 +34,8 @@ def versions() -> dict[str, str]:
     return {
         "spec-inspector": inspector.__version__,
         "llama-cpp-python": dist("llama-cpp-python"),
-        "llama.cpp": f"commit {LLAMA_CPP_COMMIT} (vendored by llama-cpp-python)",
+        "llama.cpp": f"commit {LLAMA_CPP_COMMIT} (vendored by llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}, "
+                     "the version this spec-inspector pins)",
         "Qt": qVersion(),
         "PySide6": PySide6.__version__,
         "Python": platform.python_version(),

@@ -226,8 +226,10 @@ class NgramMapSource(_Base):
 
     def begin(self, prompt) -> None:
         """A new request (the engine calls it after the prefill, as llama-server calls
-        ``common_ngram_map_begin`` when the prompt is done): index the prompt."""
-        self._state_for(list(prompt), list(prompt))
+        ``common_ngram_map_begin`` when the prompt is done): index the prompt, once: the map's history
+        is the prompt now, so the first query continues it instead of beginning again."""
+        p = list(prompt)
+        self._state_for(p, p).history = p
 
     def _state_for(self, tokens, begin: list[int]) -> MapState:
         """The map for a stream ``tokens``: this request's, or the memory's when ``begin`` (the
