@@ -65,8 +65,14 @@ def llama_cpp_settings(runtime) -> dict:
     }
 
 
+def server_context(runtime) -> ContextSettings:
+    """The context settings to give llama-server so it computes as ``runtime`` does: the physical batch
+    our runtime uses and flash attention and cache types as asked (``auto`` stays ``auto``)."""
+    asked = getattr(runtime, "asked", None) or ContextSettings()
+    return ContextSettings(int(runtime.n_ubatch), asked.flash_attn, asked.type_k, asked.type_v)
+
+
 def context_server_args(runtime) -> list[str]:
     """llama-server's flags that give it ``runtime``'s context settings (``-ub``, ``-fa``, ``-ctk``,
     ``-ctv``; only those that are not its defaults), so both compute alike."""
-    asked = getattr(runtime, "asked", None) or ContextSettings()
-    return ContextSettings(int(runtime.n_ubatch), asked.flash_attn, asked.type_k, asked.type_v).server_args()
+    return server_context(runtime).server_args()
