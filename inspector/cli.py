@@ -40,6 +40,7 @@ from inspector.cli_ranges import positive as _positive  # noqa: E402
 
 
 from inspector.cli_devices import add_commands as add_device_commands  # noqa: E402
+from inspector.cli_context import add_context_flags, context_options  # noqa: E402
 from inspector.cli_devices import add_offload_flags, offload_from_args  # noqa: E402
 
 
@@ -91,11 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "Cost model tab store one), else 8 [auto]")
     run.add_argument("--n-ctx", type=_positive, default=DEFAULT_N_CTX,
                      help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
-    run.add_argument("--n-batch", type=_positive, default=512,
-                     help=f"most rows per decode (1..{COUNT_MAX}); speculation needs >= 2 (proposals are capped at n-batch - 1) [512]")
     run.add_argument("--threads", type=THREADS, default=None,
                      help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
     add_offload_flags(run)
+    add_context_flags(run)
     run.add_argument("--stop", action="append", default=[], type=_stop_string, metavar="STR",
                      help="stop string, non-empty (repeatable)")
     run.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
@@ -184,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --llama-server: a configuration as compare takes it (repeatable; default: plain, "
                          "every llama.cpp n-gram source at draft max 16, and a Q4_0 draft of the model)")
     add_offload_flags(bn)
+    add_context_flags(bn)
 
     cp = sub.add_parser("compare", help="run one prompt with several configurations, side by side",
                         description="Run one prompt with several configurations (source, draft max, source "
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "on 127.0.0.1 per configuration), a running server's URL (used as it is), or nothing: "
                          "the one built from our llama.cpp (built once on first use, 7-15 minutes)")
     add_offload_flags(cp)
+    add_context_flags(cp)
 
     from inspector.cli_flags import add_flags_command
 
@@ -256,7 +258,7 @@ def open_target_runtime(args, **runtime_options):
               "(llama.cpp quantize, cached) ...", file=sys.stderr, flush=True)
 
     rt = open_target(model, getattr(args, "target_weights", None) or "", on_convert=converting,
-                     offload=offload_from_args(args), **runtime_options)
+                     offload=offload_from_args(args), **{**context_options(args), **runtime_options})
     if getattr(rt, "offload_note", ""):
         print(f"spec-inspector: note: {rt.offload_note}", file=sys.stderr)
     if getattr(rt, "rpc_devices", None):
@@ -326,7 +328,7 @@ def cmd_run(args) -> int:
     from inspector.session.run import RunRefused, RunRequest, SessionRun
 
     try:
-        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_batch=args.n_batch, n_threads=args.threads or None,
+        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.threads or None,
                                       n_seq_max=2 if args.baseline else 1)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))

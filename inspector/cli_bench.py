@@ -320,6 +320,8 @@ def cmd_compare(args) -> int:
 def _compare_with_server(target: str, result, runtime, scheduler, tokens, settings):
     """``compare --llama-server``: llama-server's rows for ``result`` (``inspector.bench.server_compare``),
     or None after printing why there is no llama-server to run (a failed build)."""
+    from inspector.llama.server_parity import server_context
+
     if not target:
         found = find_llama_server()
         if found is None:
@@ -335,5 +337,5 @@ def _compare_with_server(target: str, result, runtime, scheduler, tokens, settin
     print(f"llama-server: {where} ...", file=sys.stderr, flush=True)
     return compare_with_llama_server(
         target, result, model=runtime.model_path, prompt_tokens=tokens, n_predict=settings.max_new_tokens,
-        threads=runtime.n_threads, n_ctx=runtime.n_ctx, scheduler=scheduler,
+        threads=runtime.n_threads, n_ctx=runtime.n_ctx, scheduler=scheduler, context=server_context(runtime),
         progress=lambda i, n, label: print(f"[{i + 1}/{n}] llama-server: {label} ...", file=sys.stderr, flush=True))

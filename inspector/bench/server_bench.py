@@ -32,6 +32,7 @@ from inspector.bench.compare import PLAIN, CompareConfig, parse_config, registry
 from inspector.bench.server_compare import server_counted_accepted
 from inspector.bench.server_process import LlamaServerProcess, ServerError
 from inspector.engine import GenerationSettings, RuntimeScheduler
+from inspector.llama.server_parity import server_context
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.llama.quantize import weight_form
 from inspector.llama.runtime import LlamaRuntime
@@ -191,7 +192,7 @@ def server_bench(
                 if row.error is None:
                     try:
                         with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=runtime.n_threads,
-                                                n_ctx=runtime.n_ctx) as server:
+                                                n_ctx=runtime.n_ctx, context=server_context(runtime)) as server:
                             done = server.client.complete(tokens, max_tokens)
                         row.server.append(done.predicted_per_second)
                         row.same_output &= tuple(done.tokens) == with_p.generated

@@ -223,6 +223,7 @@ def compare_with_llama_server(
     scheduler: RuntimeScheduler | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     cancel: threading.Event | None = None,
+    context=None,
 ) -> tuple[ServerRow, ...]:
     """llama-server's row for each row of ``result`` (same order).
 
@@ -232,7 +233,8 @@ def compare_with_llama_server(
     ``scheduler``: our runtime, for the top-2 margin where outputs part and the end-of-generation
     test of llama-server's accepted count (None: no margin, and no token counts as end-of-generation).
     ``progress(done, total, label)`` before each configuration. ``cancel``: when set, raises
-    ``RequestCancelled`` between configurations.
+    ``RequestCancelled`` between configurations. ``context``: our runtime's context settings
+    (``inspector.llama.server_parity.server_context``), given to each llama-server started; None: its defaults.
 
     Never raises for a bad target: a file that is not a llama-server, a server that does not start
     or does not answer gives each affected row ``error`` (one line), and the other rows still run.
@@ -278,7 +280,8 @@ def compare_with_llama_server(
                 figures = dict(shared)
                 flags = []
             else:
-                with LlamaServerProcess(target, Path(model), args=flags, threads=threads, n_ctx=n_ctx) as server:
+                with LlamaServerProcess(target, Path(model), args=flags, threads=threads, n_ctx=n_ctx,
+                                        context=context) as server:
                     done = server.client.complete(prompt_tokens, n_predict)
                     figures = _server_figures(done, server.client.metrics(), None)
         except ServerError as exc:

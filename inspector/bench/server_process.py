@@ -303,11 +303,12 @@ class LlamaServerClient:
 class LlamaServerProcess:
     """A llama-server child process on 127.0.0.1 serving ``model`` with one slot; a context
     manager (``stop()`` on exit). ``args`` are appended to the command line; ``threads`` sets
-    ``-t`` and ``-tb``; ``n_ctx`` is ``-c``. Waits up to ``timeout_s`` seconds for ``/health``.
+    ``-t`` and ``-tb``; ``n_ctx`` is ``-c``; ``context`` (``inspector.llama.context_settings.ContextSettings``)
+    adds ``-ub``, ``-fa``, ``-ctk``, ``-ctv`` for each that is not llama-server's default. Waits up to ``timeout_s`` seconds for ``/health``.
     Raises ``ServerStartError`` (one line: what llama-server complained about, or the timeout)."""
 
     def __init__(self, binary: Path | str, model: Path | str, *, args: Sequence[str] = (), threads: int = 1,
-                 n_ctx: int = 1024, timeout_s: float = 120):
+                 n_ctx: int = 1024, timeout_s: float = 120, context=None):
         self.binary = Path(binary).expanduser().absolute()  # "./llama-server" is this folder's, not PATH's
         self.model = Path(model)
         self._proc: subprocess.Popen | None = None
@@ -322,7 +323,8 @@ class LlamaServerProcess:
         self.client = LlamaServerClient(self.url)
         self.argv = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(self.port),
                      "-t", str(threads), "-tb", str(threads), "-np", "1", "-c", str(n_ctx),
-                     "--no-ui", "--metrics", *[str(a) for a in args]]
+                     "--no-ui", "--metrics", *(context.server_args() if context is not None else ()),
+                     *[str(a) for a in args]]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
         _RUNNING.add(self)
         try:

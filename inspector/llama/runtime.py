@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import re
 import threading
 import time
 from typing import Callable, Sequence
@@ -21,35 +20,17 @@ from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError, No
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
 from inspector.llama.model_file import ModelFileError, ModelInfo, check_gguf
-from inspector.llama.server_parity import SERVER_N_UBATCH, llama_cpp_settings
+from inspector.llama.context_settings import SERVER_N_UBATCH, ContextRefused, ContextSettings, settled
+from inspector.llama.server_parity import llama_cpp_settings
 
 logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
 import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
 import numpy as np  # noqa: E402
 
+from inspector.llama import llama_log  # noqa: E402  (imports llama_cpp)
 from inspector.llama.native import abort_callback, raw_logits_function  # noqa: E402  (imports llama_cpp)
 
-_llama_log = logging.getLogger("inspector.llama.cpp")
-
-
-_log_capture: list[str] | None = None
-"""While a model loads: llama.cpp's log lines, read for where the layers went."""
-
-
-@llama_cpp.llama_log_callback
-def _log_to_python(level: int, text: bytes, _user_data) -> None:
-    """llama.cpp's log lines go to Python logging (debug level), not to stderr."""
-    capture = _log_capture
-    if capture is not None:
-        capture.append(text.decode("utf-8", errors="replace"))
-    if _llama_log.isEnabledFor(logging.DEBUG):
-        _llama_log.debug(text.decode("utf-8", errors="replace").rstrip())
-
-
-_ASSIGNED = re.compile(r"layer\s+\d+ assigned to device (\S+?),")
-
-
-llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
+llama_log.install()
 
 _get_logits_address = raw_logits_function()
 
@@ -87,6 +68,10 @@ class LlamaRuntime:
 
     Raises ``ModelFileError`` for a file llama.cpp cannot load, ``RpcUnavailable`` for an RPC
     server that does not answer (or a build without RPC).
+    ``n_ubatch``, ``flash_attn`` (on/off/auto), ``type_k``, ``type_v`` (f16, q8_0, ...): llama.cpp's
+    ``-ub``, ``-fa``, ``-ctk``, ``-ctv`` (``inspector.llama.context_settings``; llama-server's defaults);
+    ``ValueError`` for a value llama.cpp does not take, ``ContextRefused`` (a ``ModelFileError``) for a
+    combination it refuses, before the weights load.
     """
 
     def __init__(
@@ -100,11 +85,18 @@ class LlamaRuntime:
         swa_full: bool = True,
         progress: Callable[[float], None] | None = None,
         offload=None,
+        n_ubatch: int = SERVER_N_UBATCH,
+        flash_attn: str = "auto",
+        type_k: str = "f16",
+        type_v: str = "f16",
     ) -> None:
         if n_ctx < 2:
             raise ValueError(f"n_ctx must be >= 2, observed {n_ctx}")
         if n_batch < 1:
             raise ValueError(f"n_batch must be >= 1, observed {n_batch}")
+        asked = ContextSettings(n_ubatch, flash_attn, type_k, type_v)
+        if asked.refusal():
+            raise ContextRefused(model_path, f"llama.cpp refuses this context: {asked.refusal()}")
         self.info: ModelInfo = check_gguf(model_path)
         self.model_path = self.info.path
         _init_backend()
@@ -141,14 +133,9 @@ class LlamaRuntime:
 
             self._progress_cb = llama_cpp.llama_progress_callback(_progress)
             mparams.progress_callback = self._progress_cb
-        global _log_capture
-        captured: list[str] = []
-        _log_capture = captured
-        try:
+        with llama_log.captured() as captured:
             self.model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), mparams)
-        finally:
-            _log_capture = None
-        self.layers = self._where_layers_went(captured)
+        self.layers = llama_log.where_layers_went(captured, {d.name: d.label() for d in self.rpc_devices})
         """Where the layers went, e.g. "31/31 layers on RPC0[127.0.0.1:50052]" (llama.cpp's load log)."""
         if not self.model:
             raise ModelFileError(
@@ -165,7 +152,7 @@ class LlamaRuntime:
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = self.n_batch
-        cparams.n_ubatch = min(self.n_batch, SERVER_N_UBATCH)  # llama-server computes 512 rows per pass
+        asked.apply(cparams)  # -ub (capped at n_batch, as llama.cpp does), -fa, -ctk, -ctv
         cparams.n_seq_max = self.n_seq_max
         cparams.kv_unified = True
         cparams.swa_full = swa_full
@@ -176,17 +163,23 @@ class LlamaRuntime:
         cparams.n_threads_batch = threads
         cparams.no_perf = True
         self.n_threads = threads
-        self.flash_attn = llama_cpp.llama_flash_attn_type_name(cparams.flash_attn_type).decode()
-        """llama.cpp's flash attention setting: ``auto``, llama-server's default (``-fa auto``), which
-        turns it on where the backend supports it; it changes greedy text on a CPU (LLAMA_CPP_NOTES)."""
         self.n_ubatch = cparams.n_ubatch
         self.n_swa = int(llama_cpp.llama_model_n_swa(self.model))
         """The model's sliding attention window (tokens; 0: none)."""
-        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        with llama_log.captured() as log:
+            self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)
             self.model = None
-            raise ModelFileError(self.model_path, f"llama.cpp could not create a context of {n_ctx} positions")
+            why = llama_log.refusal(log)
+            raise ContextRefused(self.model_path, f"llama.cpp could not create a context of {n_ctx} positions"
+                                 + (f" with -ub {self.n_ubatch} -fa {flash_attn} -ctk {type_k} -ctv {type_v}: {why}"
+                                    if why else ""))
+        self.context = ContextSettings(self.n_ubatch, *settled(log, asked))
+        """The context settings llama.cpp settled on (``auto`` flash attention resolved to on or off)."""
+        self.asked = asked
+        """The context settings asked for (``-fa auto`` stays ``auto``: llama-server's way to say it)."""
+        self.flash_attn = self.context.flash_attn
         self.mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
         self._abort_owner: int | None = None
@@ -218,18 +211,6 @@ class LlamaRuntime:
         whoever converted it), or None: named in the receipts' ``model`` block."""
         self.converted_from_weights = ""
         """That file's own main weight type (set with ``converted_from``)."""
-
-    def _where_layers_went(self, log_lines) -> str:
-        """"30/30 layers on RPC0[127.0.0.1:50052]" or "all layers on the CPU", from llama.cpp's
-        "layer N assigned to device D" load lines (the output layer is counted by llama.cpp's
-        "offloaded" line, not here)."""
-        devices = [m.group(1) for m in map(_ASSIGNED.search, log_lines) if m]
-        off = [d for d in devices if d != "CPU"]
-        if not off:
-            return "all layers on the CPU"
-        labels = {d.name: d.label() for d in self.rpc_devices}
-        where = ", ".join(labels.get(d, d) for d in dict.fromkeys(off))
-        return f"{len(off)}/{len(devices)} layers on {where}"
 
     # -- lifecycle -----------------------------------------------------------
     def close(self) -> None:

@@ -9,19 +9,21 @@ the receipts with one line for each setting that differs.
 
 from __future__ import annotations
 
+from inspector.llama.context_settings import SERVER_N_BATCH, SERVER_N_UBATCH, ContextSettings
+
 LLAMA_CPP_COMMIT = "0c1e570"
 """The llama.cpp commit llama-cpp-python 0.3.36 vendors (its sdist's ``vendor/llama.cpp``): our
 runtime's kernels, and the llama-server our tests and ``compare --llama-server`` build."""
-SERVER_N_UBATCH = 512
-"""llama-server's physical batch (``-ub``, ``common_params.n_ubatch``): the rows one compute pass takes."""
 
 
 def llama_cpp_settings(runtime) -> dict:
     """The llama.cpp settings of ``runtime`` (a ``LlamaRuntime``) that decide the arithmetic, and in
     ``differs_from_llama_server`` one line for each that is not llama-server's default.
 
-    The decode schedule, flash attention ``auto``, f16 K and V caches and a 512-row physical batch
-    are the server's. Our unified cache of ``n_seq_max`` sequences (the server: one per slot) does
+    The decode schedule is the server's; flash attention ``auto``, f16 K and V caches and a 512-row
+    physical batch are by default (``LlamaRuntime``'s ``flash_attn``, ``type_k``, ``type_v``,
+    ``n_ubatch``; ``server_args`` gives llama-server the same). Our logical batch (512 by default,
+    llama-server's 2048) decides how many rows one decode takes, not the arithmetic. Our unified cache of ``n_seq_max`` sequences (the server: one per slot) does
     not change a sequence's arithmetic (plain greedy output equals llama-server's, tested); the full
     sliding-window cache does, on models with sliding-window attention only (``n_swa`` > 0)."""
     notes = []
@@ -29,19 +31,48 @@ def llama_cpp_settings(runtime) -> dict:
         notes.append("swa_full on (llama-server: off unless --swa-full): this model's sliding-window cache is "
                      "kept whole so rejected rows can be removed exactly; start llama-server with --swa-full "
                      "to compare")
+    asked = getattr(runtime, "asked", None) or ContextSettings()
+    context = getattr(runtime, "context", None) or asked
+    server_batch = min(SERVER_N_BATCH, runtime.n_ctx)
+    if runtime.n_batch != server_batch:
+        notes.append(f"logical batch {runtime.n_batch} rows (llama-server: -b {SERVER_N_BATCH}, capped at -c, "
+                     f"here {server_batch}): our most rows per decode; the arithmetic is the physical batch's")
     if runtime.n_ubatch != SERVER_N_UBATCH:
         notes.append(f"physical batch {runtime.n_ubatch} rows (llama-server: -ub {SERVER_N_UBATCH}): a prompt "
                      f"longer than {runtime.n_ubatch} tokens is computed in other pieces, "
                      "which can flip a near-tie")
+    if asked.flash_attn != "auto":
+        notes.append(f"flash attention {asked.flash_attn} (llama-server: -fa auto): start llama-server with "
+                     f"-fa {asked.flash_attn}")
+    for name, flag, value in (("K", "-ctk", asked.type_k), ("V", "-ctv", asked.type_v)):
+        if value != "f16":
+            notes.append(f"{name} cache type {value} (llama-server: {flag} f16): start llama-server with "
+                         f"{flag} {value}")
     return {
         "commit": LLAMA_CPP_COMMIT,
         "schedule": "whole prompt prefilled, first token from its last row (llama-server's)",
-        "flash_attn": runtime.flash_attn,
-        "type_k": "f16",
-        "type_v": "f16",
+        "flash_attn": context.flash_attn,
+        "flash_attn_asked": asked.flash_attn,
+        "type_k": context.type_k,
+        "type_v": context.type_v,
+        "n_batch": int(runtime.n_batch),
         "n_ubatch": int(runtime.n_ubatch),
         "kv_unified": True,
         "n_seq_max": runtime.n_seq_max,
         "swa_full": bool(runtime.swa_full),
+        "server_args": context_server_args(runtime),
         "differs_from_llama_server": notes,
     }
+
+
+def server_context(runtime) -> ContextSettings:
+    """The context settings to give llama-server so it computes as ``runtime`` does: the physical batch
+    our runtime uses and flash attention and cache types as asked (``auto`` stays ``auto``)."""
+    asked = getattr(runtime, "asked", None) or ContextSettings()
+    return ContextSettings(int(runtime.n_ubatch), asked.flash_attn, asked.type_k, asked.type_v)
+
+
+def context_server_args(runtime) -> list[str]:
+    """llama-server's flags that give it ``runtime``'s context settings (``-ub``, ``-fa``, ``-ctk``,
+    ``-ctv``; only those that are not its defaults), so both compute alike."""
+    return server_context(runtime).server_args()
