@@ -9,7 +9,7 @@ the receipts with one line for each setting that differs.
 
 from __future__ import annotations
 
-from inspector.llama.context_settings import SERVER_N_BATCH, SERVER_N_UBATCH, ContextSettings
+from inspector.llama.context_settings import SERVER_N_UBATCH, ContextSettings
 
 LLAMA_CPP_COMMIT = "0c1e570"
 """The llama.cpp commit llama-cpp-python 0.3.36 vendors (its sdist's ``vendor/llama.cpp``): our
@@ -22,8 +22,9 @@ def llama_cpp_settings(runtime) -> dict:
 
     The decode schedule is the server's; flash attention ``auto``, f16 K and V caches and a 512-row
     physical batch are by default (``LlamaRuntime``'s ``flash_attn``, ``type_k``, ``type_v``,
-    ``n_ubatch``; ``server_args`` gives llama-server the same). Our logical batch (512 by default,
-    llama-server's 2048) decides how many rows one decode takes, not the arithmetic. Our unified cache of ``n_seq_max`` sequences (the server: one per slot) does
+    ``n_ubatch``; ``server_args`` gives llama-server the same). Our logical batch (``n_batch``, 512
+    by default, llama-server's 2048) decides how many rows one decode takes, not the arithmetic:
+    recorded, no line. Our unified cache of ``n_seq_max`` sequences (the server: one per slot) does
     not change a sequence's arithmetic (plain greedy output equals llama-server's, tested); the full
     sliding-window cache does, on models with sliding-window attention only (``n_swa`` > 0)."""
     notes = []
@@ -33,10 +34,6 @@ def llama_cpp_settings(runtime) -> dict:
                      "to compare")
     asked = getattr(runtime, "asked", None) or ContextSettings()
     context = getattr(runtime, "context", None) or asked
-    server_batch = min(SERVER_N_BATCH, runtime.n_ctx)
-    if runtime.n_batch != server_batch:
-        notes.append(f"logical batch {runtime.n_batch} rows (llama-server: -b {SERVER_N_BATCH}, capped at -c, "
-                     f"here {server_batch}): our most rows per decode; the arithmetic is the physical batch's")
     if runtime.n_ubatch != SERVER_N_UBATCH:
         notes.append(f"physical batch {runtime.n_ubatch} rows (llama-server: -ub {SERVER_N_UBATCH}): a prompt "
                      f"longer than {runtime.n_ubatch} tokens is computed in other pieces, "
