@@ -79,16 +79,9 @@ def _bench_llama_server(args) -> int:
             parse_config(c)  # a bad configuration is said before anything runs
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    if not target:
-        found = find_llama_server()
-        if found is None:
-            print(f"building llama-server from our llama.cpp once ({SERVER_BUILD_MINUTES} minutes on 2 cores) ...",
-                  file=sys.stderr, flush=True)
-            try:
-                found = build_llama_server(lambda line: print(f"    {line}", file=sys.stderr, flush=True))
-            except ServerBuildError as exc:
-                return _fail(str(exc))
-        target = str(found)
+    target = target or _our_llama_server()
+    if target is None:
+        return 1
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
@@ -317,22 +310,29 @@ def cmd_compare(args) -> int:
     return 1 if server_failed or any(r.error for r in result.rows) else 0
 
 
+def _our_llama_server() -> str | None:
+    """The llama-server built from our llama.cpp (``find_llama_server``), built now when there is none
+    (its progress on stderr); None after printing why the build failed."""
+    found = find_llama_server()
+    if found is None:
+        print(f"building llama-server from our llama.cpp once ({SERVER_BUILD_MINUTES} minutes on 2 cores) ...",
+              file=sys.stderr, flush=True)
+        try:
+            found = build_llama_server(lambda line: print(f"    {line}", file=sys.stderr, flush=True))
+        except ServerBuildError as exc:
+            _fail(str(exc))
+            return None
+    return str(found)
+
+
 def _compare_with_server(target: str, result, runtime, scheduler, tokens, settings):
     """``compare --llama-server``: llama-server's rows for ``result`` (``inspector.bench.server_compare``),
     or None after printing why there is no llama-server to run (a failed build)."""
     from inspector.llama.server_parity import server_context
 
-    if not target:
-        found = find_llama_server()
-        if found is None:
-            print(f"building llama-server from our llama.cpp once ({SERVER_BUILD_MINUTES} minutes on 2 cores) ...",
-                  file=sys.stderr, flush=True)
-            try:
-                found = build_llama_server(lambda line: print(f"    {line}", file=sys.stderr, flush=True))
-            except ServerBuildError as exc:
-                _fail(str(exc))
-                return None
-        target = str(found)
+    target = target or _our_llama_server()
+    if target is None:
+        return None
     where = target if is_url(target) else f"{target}, {runtime.n_threads} threads"
     print(f"llama-server: {where} ...", file=sys.stderr, flush=True)
     return compare_with_llama_server(
