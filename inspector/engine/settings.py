@@ -73,6 +73,15 @@ SETTING_RULES: dict[str, SettingRule] = {
     "seed": SettingRule("int", 0, SEED_MAX, valid=f"a whole number from 0 to {SEED_MAX}",
                         meaning="a llama.cpp uint32 seed; llama.cpp's random seed, -1 or 4294967295 "
                                 "(LLAMA_DEFAULT_SEED), is drawn before settings are made"),
+    "repeat_penalty": SettingRule("float", 0.0, minimum_open=True, valid="a finite number > 0",
+                                  meaning="llama.cpp --repeat-penalty: 1 is no repeat penalty"),
+    "repeat_last_n": SettingRule("int", 0, valid="a whole number >= 0",
+                                 meaning="llama.cpp --repeat-last-n: the last N tokens are penalized; 0 disables "
+                                         "the penalties"),
+    "presence_penalty": SettingRule("float", valid="a finite number",
+                                    meaning="llama.cpp --presence-penalty: 0 is no presence penalty"),
+    "frequency_penalty": SettingRule("float", valid="a finite number",
+                                     meaning="llama.cpp --frequency-penalty: 0 is no frequency penalty"),
     "max_new_tokens": SettingRule("int", 1, valid="a whole number >= 1"),
     "draft_max": SettingRule("int", 0, valid="a whole number >= 0", meaning="0 proposes nothing: plain steps"),
     "proposal_deadline_ms": SettingRule("float", 0.0, minimum_open=True, valid="a finite number > 0",
@@ -180,12 +189,12 @@ _LLAMA_CPP_RANGES = {
 
 
 def sampling_settings(temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
-                      seed: int = 0) -> tuple["SamplingSettings", tuple[str, ...]]:
+                      seed: int = 0, **penalties) -> tuple["SamplingSettings", tuple[str, ...]]:
     """``SamplingSettings`` from values as llama.cpp's tools take them, and one
     note per value llama.cpp gives a meaning (``interpret_setting``: negative
-    temperature, top_k <= 0, seed -1). Raises ``ValueError`` for a value no
-    rule accepts (the field, the observed value, the valid range)."""
-    stored, notes = {}, []
+    temperature, top_k <= 0, seed -1). ``penalties``: ``PENALTY_FIELDS`` values (None: the default).
+    Raises ``ValueError`` for a value no rule accepts (the field, the observed value, the valid range)."""
+    stored, notes = {k: v for k, v in penalties.items() if v is not None}, []
     for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
                         ("seed", seed)):
         stored[name], note = interpret_setting(name, value)
@@ -212,6 +221,12 @@ def check_n_batch_for_source(n_batch: int, speculative: bool = True) -> int:
     return n_batch
 
 
+PENALTY_FIELDS = ("repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty")
+"""The penalty fields of ``SamplingSettings``, in llama.cpp's order of its flags."""
+PENALTY_DEFAULTS = {"repeat_penalty": 1.0, "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+"""llama-server's defaults (``common_params_sampling`` in llama.cpp 0c1e570 ``common/common.h``): no penalty."""
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingSettings:
     """How the target picks a token from a row's logits.
@@ -220,6 +235,11 @@ class SamplingSettings:
     ``llama_sampler_init_greedy``). Otherwise the chain is top-k, top-p, min-p,
     temperature, then ``dist(seed)``; ``top_k`` <= 0 (as in llama.cpp) and
     ``top_p``/``min_p`` of 0 or 1 leave that stage out. ``seed``: 0..``SEED_MAX``.
+    The penalties (``repeat_penalty``, ``repeat_last_n``, ``presence_penalty``,
+    ``frequency_penalty``; llama.cpp's ``--repeat-penalty`` etc., with llama-server's
+    defaults 1, 64, 0, 0) come first in the chain, greedy included, and look at the
+    last ``repeat_last_n`` tokens of the sequence, prompt included
+    (``inspector.engine.penalties``).
     Each field is checked by ``check_setting`` (``SETTING_RULES``): a bad value
     raises ``ValueError`` naming the field, the observed value and the valid
     range. ``sampling_settings`` builds one from llama.cpp-style values
@@ -231,14 +251,25 @@ class SamplingSettings:
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int = 0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_k", "top_p", "min_p", "seed"):
+        for name in ("temperature", "top_k", "top_p", "min_p", "seed", *PENALTY_FIELDS):
             check_setting(name, getattr(self, name))
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether the penalties change anything: llama.cpp's rule (``llama_sampler_penalties::is_disabled``,
+        src/llama-sampler.cpp at 0c1e570): off when ``repeat_last_n`` is 0 or every penalty is neutral."""
+        return self.repeat_last_n > 0 and (
+            self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0)
 
     def to_json(self) -> dict:
         return asdict(self)
