@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 from inspector.bench.compare import PLAIN, CompareResult, CompareRow, TurnsRun
 from inspector.bench.server_build import LLAMA_CPP_COMMIT, NotALlamaServer, server_version
 from inspector.bench.server_process import (LlamaServerClient, LlamaServerProcess, ServerCompletion,
-                                            ServerError, ServerMetrics, ServerRequestError)
+                                            ServerError, ServerMetrics, ServerRequestError, penalty_fields)
 from inspector.engine.baseline import first_difference, top2_after
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.scheduler import RuntimeScheduler
@@ -201,13 +201,13 @@ def _server_figures(done: ServerCompletion, metrics: ServerMetrics | None, befor
 
 
 def _compared(scheduler: RuntimeScheduler | None, prompt: Sequence[int], ours: Sequence[int],
-              theirs: Sequence[int]) -> dict:
+              theirs: Sequence[int], sampling=None) -> dict:
     i = first_difference(list(ours), list(theirs))
     if i is None:
         return {"same_output": True}
     margin = None
     if scheduler is not None:
-        _top, _second, margin = top2_after(scheduler, list(prompt) + list(ours[:i]), len(prompt))
+        _top, _second, margin = top2_after(scheduler, list(prompt) + list(ours[:i]), len(prompt), sampling)
     return {"same_output": False, "first_difference": i, "margin": margin}
 
 
@@ -246,13 +246,14 @@ def compare_with_llama_server(
     runs = result.runs or (None,) * len(rows)  # run_compare(keep_runs=True) keeps them: receipts per row
     skipped = {i: _not_compared(row, run, is_eog) for i, (row, run) in enumerate(zip(rows, runs))}
     url = is_url(target)
+    fields = penalty_fields(result.settings.sampling)
     head_note, shared, failed = "", None, None
     try:
         if url:
             client = LlamaServerClient(target)
             client.check_reachable()
             before = _metrics_or_none(client)
-            done = client.complete(prompt_tokens, n_predict)
+            done = client.complete(prompt_tokens, n_predict, fields)
             shared = _server_figures(done, None if before is None else client.metrics(), before)
             head_note = f"a running server at {target}: its flags cannot be checked" + (
                 "" if before is not None else "; it has no /metrics (start it with --metrics): per-position "
@@ -282,12 +283,13 @@ def compare_with_llama_server(
             else:
                 with LlamaServerProcess(target, Path(model), args=flags, threads=threads, n_ctx=n_ctx,
                                         context=context) as server:
-                    done = server.client.complete(prompt_tokens, n_predict)
+                    done = server.client.complete(prompt_tokens, n_predict, fields)
                     figures = _server_figures(done, server.client.metrics(), None)
         except ServerError as exc:
             out.append(ServerRow(label, tuple(flags), note=note, error=str(exc), **ours))
             continue
-        compared = _compared(scheduler, prompt_tokens, row.generated_tokens, figures["generated_tokens"])
+        compared = _compared(scheduler, prompt_tokens, row.generated_tokens, figures["generated_tokens"],
+                             result.settings.sampling)
         out.append(ServerRow(label, tuple(flags), note=note, **figures, **ours, **compared))
     return tuple(out)
 

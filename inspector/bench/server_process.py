@@ -46,6 +46,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inspector.engine.settings import SamplingSettings
+
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0
 _PROBE_TIMEOUT_S = 2.0
@@ -175,6 +177,18 @@ def complaint_line(log: str) -> str:
             if found:
                 return (found.group(0) if pattern is not _COMPLAINT_RES[2] else ln)[:300]
     return lines[-1][:300] if lines else "(no output)"
+
+
+def penalty_fields(sampling: SamplingSettings) -> dict:
+    """The ``/completion`` fields that give llama-server ``sampling``'s repeat, presence and frequency
+    penalties in a greedy request: the ``penalties`` stage before ``top_k`` (llama-server's order,
+    ``common/common.h`` 0c1e570) and the four values under llama-server's names. Empty when the
+    penalties change nothing (``SamplingSettings.penalized``)."""
+    if not sampling.penalized:
+        return {}
+    return {"samplers": ["penalties", "top_k"], "repeat_penalty": sampling.repeat_penalty,
+            "repeat_last_n": sampling.repeat_last_n, "presence_penalty": sampling.presence_penalty,
+            "frequency_penalty": sampling.frequency_penalty}
 
 
 class LlamaServerClient:

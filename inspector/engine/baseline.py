@@ -12,7 +12,7 @@ from typing import Sequence
 
 from inspector.engine.generation import Generation
 from inspector.engine.scheduler import RuntimeScheduler
-from inspector.engine.settings import GenerationSettings
+from inspector.engine.settings import PENALTY_FIELDS, GenerationSettings, SamplingSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +68,17 @@ def plain_generation(
     return g
 
 
-def top2_after(scheduler: RuntimeScheduler, tokens: Sequence[int], prompt_token_count: int = 0
-               ) -> tuple[int, int, float]:
+def top2_after(scheduler: RuntimeScheduler, tokens: Sequence[int], prompt_token_count: int = 0,
+               sampling: SamplingSettings | None = None) -> tuple[int, int, float]:
     """The target's top two tokens and logit margin after ``tokens``, on a temporary session,
     with plain decoding's arithmetic: when ``tokens`` is the prompt (``len(tokens) <=
     prompt_token_count``) from the last row of one prefill, as the first generated token comes;
-    otherwise decoding the last token alone after a prefill of the rest."""
+    otherwise decoding the last token alone after a prefill of the rest. ``sampling``: its
+    penalties apply to the logits first, as in the run (None: no penalties)."""
+    penalties = None if sampling is None else SamplingSettings(**{k: getattr(sampling, k) for k in PENALTY_FIELDS})
+
     def op(rt):
-        sid = rt.open_session(None)
+        sid = rt.open_session(penalties)
         try:
             if len(tokens) <= prompt_token_count:
                 rt.prefill_predict(sid, list(tokens), 0)
@@ -101,17 +104,19 @@ def compare_with_plain(
     Returns (plain generated tokens, the first ``Divergence`` or None).
     """
     plain = plain_generation(scheduler, prompt_tokens, settings).generated
-    return plain, find_divergence(scheduler, prompt_tokens, plain, speculative_generated)
+    return plain, find_divergence(scheduler, prompt_tokens, plain, speculative_generated, settings.sampling)
 
 
 def find_divergence(scheduler: RuntimeScheduler, prompt_tokens: Sequence[int], plain: Sequence[int],
-                    speculative: Sequence[int]) -> Divergence | None:
+                    speculative: Sequence[int], sampling: SamplingSettings | None = None) -> Divergence | None:
     """The first ``Divergence`` of two generated streams of ``prompt_tokens``
-    (with the target's top-2 margin there, decoded one row at a time), or None."""
+    (with the target's top-2 margin there, decoded one row at a time, after ``sampling``'s
+    penalties), or None."""
     i = first_difference(plain, speculative)
     if i is None:
         return None
-    top, second, margin = top2_after(scheduler, list(prompt_tokens) + list(plain[:i]), len(prompt_tokens))
+    top, second, margin = top2_after(scheduler, list(prompt_tokens) + list(plain[:i]), len(prompt_tokens),
+                                     sampling)
     return Divergence(
         i,
         plain[i] if i < len(plain) else -1,
@@ -192,6 +197,6 @@ def run_baseline(scheduler: RuntimeScheduler, generation: Generation, *, max_new
     settings = g.settings if max_new_tokens is None else replace(g.settings, max_new_tokens=max(1, max_new_tokens))
     plain = plain_generation(scheduler, prompt, settings, cancel)
     spec = list(g.generated)
-    divergence = find_divergence(scheduler, prompt, plain.generated, spec)
+    divergence = find_divergence(scheduler, prompt, plain.generated, spec, settings.sampling)
     return BaselineResult(tuple(plain.generated), plain.summary().decode_tokens_per_s,
                           g.summary().decode_tokens_per_s, divergence)

@@ -41,13 +41,13 @@ def probe_rollback(rt) -> RollbackProbe:
         return RollbackProbe(False, f"{arch} uses sliding-window attention (window {n_swa}) and the context "
                                     "was made without a full-size window cache (swa_full): removing rows "
                                     "is not exact; reload with swa_full")
-    free = next((s for s in range(rt.n_seq_max) if s not in rt._samplers), None)
+    free = rt.sessions.free_id()
     if free is None:
         return RollbackProbe(True, "not probed: every sequence is in use")
     bos = int(llama_cpp.llama_vocab_bos(rt.vocab))
     first = bos if 0 <= bos < rt.n_vocab else 0
     second = 1 if first != 1 else 2
-    rt._samplers[free] = None  # reserve the sequence for the probe
+    rt.sessions.reserve(free)  # the probe's own sequence
     try:
         llama_cpp.llama_memory_seq_rm(rt.mem, free, -1, -1)
         rt._fill(free, (first,), 0, True)
@@ -72,4 +72,4 @@ def probe_rollback(rt) -> RollbackProbe:
         return RollbackProbe(False, f"the probe failed: {exc}")
     finally:
         llama_cpp.llama_memory_seq_rm(rt.mem, free, -1, -1)
-        rt._samplers.pop(free, None)
+        rt.sessions.drop(free)

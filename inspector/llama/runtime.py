@@ -22,6 +22,7 @@ from inspector.engine.settings import SamplingSettings
 from inspector.llama.model_file import ModelFileError, ModelInfo, check_gguf
 from inspector.llama.context_settings import SERVER_N_UBATCH, ContextRefused, ContextSettings, settled
 from inspector.llama.server_parity import llama_cpp_settings
+from inspector.llama.sessions import SessionTable
 
 logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
 import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
@@ -199,8 +200,8 @@ class LlamaRuntime:
         llama_cpp.llama_set_abort_callback(
             self.ctx, self._abort_cb, ctypes.cast(self._abort_flag, ctypes.c_void_p)
         )
-        self._samplers: dict[int, object] = {}
-        self._greedy: set[int] = set()
+        self.sessions = SessionTable(self.n_seq_max)
+        """The open sessions: sampler chains, greedy or not, penalties (``inspector.llama.sessions``)."""
         self._pieces: dict[int, bytes] = {}
         self._special_pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
@@ -215,7 +216,7 @@ class LlamaRuntime:
     # -- lifecycle -----------------------------------------------------------
     def close(self) -> None:
         """Free every sampler, the batch, the context and the model (idempotent)."""
-        for s in list(self._samplers):
+        for s in self.sessions.ids():
             self.drop_session(s)
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
@@ -256,44 +257,20 @@ class LlamaRuntime:
 
         Raises ``EngineError`` when all ``n_seq_max`` sequences are in use.
         """
-        for sid in range(self.n_seq_max):
-            if sid not in self._samplers:
-                llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
-                sampling = sampling or SamplingSettings()
-                self._samplers[sid] = self._make_sampler(sampling)
-                if sampling.greedy:
-                    self._greedy.add(sid)
-                else:
-                    self._greedy.discard(sid)
-                return sid
-        raise EngineError(f"no free session: all {self.n_seq_max} KV sequences are in use")
-
-    def _make_sampler(self, s: SamplingSettings):
-        sparams = llama_cpp.llama_sampler_chain_default_params()
-        chain = llama_cpp.llama_sampler_chain_init(sparams)
-        if s.greedy:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-            return chain
-        if s.top_k > 0:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(s.top_k))
-        if 0.0 < s.top_p < 1.0:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(s.top_p, 1))
-        if 0.0 < s.min_p < 1.0:
-            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_min_p(s.min_p, 1))
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(s.temperature))
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(s.seed & 0xFFFFFFFF))
-        return chain
+        sid = self.sessions.free_id()
+        if sid is None:
+            raise EngineError(f"no free session: all {self.n_seq_max} KV sequences are in use")
+        llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
+        self.sessions.open(sid, sampling or SamplingSettings())
+        return sid
 
     def drop_session(self, sid: int) -> None:
         """Remove the whole sequence from the KV cache and free its sampler."""
         llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
-        chain = self._samplers.pop(sid, None)
-        self._greedy.discard(sid)
-        if chain is not None:
-            llama_cpp.llama_sampler_free(chain)
+        self.sessions.drop(sid)
 
     def session_open(self, sid: int) -> bool:
-        return sid in self._samplers
+        return self.sessions.is_open(sid)
 
     def kv_length(self, sid: int) -> int:
         """Tokens of session ``sid`` in the KV cache (``llama_memory_seq_pos_max`` + 1)."""
@@ -309,8 +286,9 @@ class LlamaRuntime:
                 f"batch of {n} rows at position {position} exceeds the context: "
                 f"needs {position + n} positions, n_ctx is {self.n_ctx}"
             )
-        if sid not in self._samplers:
+        if not self.sessions.is_open(sid):
             raise EngineError(f"session {sid} is not open")
+        self.sessions.filled(sid, tokens, position)
         b = self._batch
         tok, pos, nseq, seq, lg = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
         last = n - 1
@@ -358,14 +336,16 @@ class LlamaRuntime:
         n = len(tokens)
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
-        if sid in self._greedy:
+        if self.sessions.has_penalties(sid):
+            self._penalize(sid, n, position)
+        if self.sessions.is_greedy(sid):
             # Greedy: argmax of every row at once (all rows have logits, in batch order);
             # the same choice as llama_sampler_init_greedy, without n C sampler calls.
             t = time.perf_counter_ns()
             out = self._logits(n).argmax(axis=1).tolist()
             self.predict_ns += time.perf_counter_ns() - t
             return out
-        chain = self._samplers[sid]
+        chain = self.sessions.chain(sid)
         sample = llama_cpp.llama_sampler_sample
         ctx = self.ctx
         return [sample(chain, ctx, i) for i in range(n)]
@@ -378,7 +358,16 @@ class LlamaRuntime:
         n = len(tokens)
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
+        if self.sessions.has_penalties(sid):
+            self._penalize(sid, n, position)
         return self._logits(n).copy()
+
+    def _penalize(self, sid: int, n: int, position: int) -> None:
+        """Apply session ``sid``'s penalties in place to the last decode's ``n`` rows with logits, the
+        rows of positions ``position ..`` (``inspector.engine.penalties.penalize_rows``)."""
+        t = time.perf_counter_ns()
+        self.sessions.penalize(sid, self._logits(n), position)
+        self.predict_ns += time.perf_counter_ns() - t
 
     def row_probabilities(self, n: int, proposed: Sequence[int], predictions: Sequence[int],
                           sampling: SamplingSettings | None = None) -> WindowProbabilities:
@@ -423,9 +412,11 @@ class LlamaRuntime:
         if not tokens:
             raise EngineError("nothing to prefill: expected at least 1 token, observed 0")
         self.prefill(sid, tokens, position)
-        if sid in self._greedy:
+        if self.sessions.has_penalties(sid):
+            self._penalize(sid, 1, position + len(tokens) - 1)
+        if self.sessions.is_greedy(sid):
             return int(self._logits(1)[0].argmax())
-        return int(llama_cpp.llama_sampler_sample(self._samplers[sid], self.ctx, -1))
+        return int(llama_cpp.llama_sampler_sample(self.sessions.chain(sid), self.ctx, -1))
 
     def trim(self, sid: int, position: int) -> bool:
         """Remove positions >= ``position`` of session ``sid``.
@@ -434,7 +425,10 @@ class LlamaRuntime:
         partial removal is impossible (recurrent/hybrid caches). The caller
         re-reads ``kv_length`` to confirm.
         """
-        return bool(llama_cpp.llama_memory_seq_rm(self.mem, sid, position, -1))
+        removed = bool(llama_cpp.llama_memory_seq_rm(self.mem, sid, position, -1))
+        if removed:
+            self.sessions.trimmed(sid, position)
+        return removed
 
     def retire_checkpoint(self, sid: int, start: int, count: int) -> None:
         """Nothing to release: llama.cpp's KV cache keeps no verify checkpoint.

@@ -1,0 +1,117 @@
+"""The open sessions of one llama.cpp context: each one's sampler chain, and what its rows' predictions need.
+
+A session is a KV-cache sequence (``seq_id``). ``SessionTable`` keeps, per open session, its
+llama.cpp sampler chain (built here from ``SamplingSettings``: top-k, top-p, min-p, temperature,
+dist, as llama.cpp's chain; greedy: ``llama_sampler_init_greedy``), whether it is greedy (the
+runtime then takes each row's argmax in numpy), and for a session with penalties its tokens by
+position, so each row can be penalized with the tokens before it (``inspector.engine.penalties``).
+The chain has no penalties stage: they are applied to the logits in place before the chain reads
+them, which is what llama.cpp's penalties stage at the head of the chain does.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import llama_cpp
+import numpy as np
+
+from inspector.engine.penalties import penalize_rows
+from inspector.engine.settings import SamplingSettings
+
+
+def make_chain(s: SamplingSettings):
+    """A llama.cpp sampler chain for ``s`` (without penalties, module docstring); the caller frees it
+    with ``llama_sampler_free``."""
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    if s.greedy:
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+        return chain
+    if s.top_k > 0:
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(s.top_k))
+    if 0.0 < s.top_p < 1.0:
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(s.top_p, 1))
+    if 0.0 < s.min_p < 1.0:
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_min_p(s.min_p, 1))
+    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(s.temperature))
+    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(s.seed & 0xFFFFFFFF))
+    return chain
+
+
+class SessionTable:
+    """Open sessions by id (0 .. ``n_seq_max`` - 1). Not thread-safe: the runtime's callers hold the
+    scheduler lock."""
+
+    def __init__(self, n_seq_max: int) -> None:
+        self.n_seq_max = n_seq_max
+        self._chains: dict[int, object] = {}
+        self._greedy: set[int] = set()
+        self._penalized: dict[int, SamplingSettings] = {}
+        self._sequences: dict[int, list[int]] = {}
+
+    def free_id(self) -> int | None:
+        """The lowest session id not in use, or None when all ``n_seq_max`` are."""
+        return next((sid for sid in range(self.n_seq_max) if sid not in self._chains), None)
+
+    def open(self, sid: int, sampling: SamplingSettings) -> None:
+        """Make ``sid`` an open session with a new chain for ``sampling`` (an empty token record)."""
+        self._chains[sid] = make_chain(sampling)
+        if sampling.greedy:
+            self._greedy.add(sid)
+        if sampling.penalized:
+            self._penalized[sid] = sampling
+            self._sequences[sid] = []
+
+    def reserve(self, sid: int) -> None:
+        """Mark ``sid`` in use without a chain (a probe's own sequence); ``drop`` ends it."""
+        self._chains[sid] = None
+
+    def drop(self, sid: int) -> None:
+        """Forget ``sid`` and free its chain (nothing for an id not open)."""
+        chain = self._chains.pop(sid, None)
+        self._greedy.discard(sid)
+        self._penalized.pop(sid, None)
+        self._sequences.pop(sid, None)
+        if chain is not None:
+            llama_cpp.llama_sampler_free(chain)
+
+    def ids(self) -> list[int]:
+        """The ids in use."""
+        return list(self._chains)
+
+    def is_open(self, sid: int) -> bool:
+        return sid in self._chains
+
+    def is_greedy(self, sid: int) -> bool:
+        return sid in self._greedy
+
+    def has_penalties(self, sid: int) -> bool:
+        return sid in self._penalized
+
+    def chain(self, sid: int):
+        """``sid``'s llama.cpp sampler chain (a ``KeyError`` for an id not open)."""
+        return self._chains[sid]
+
+    def filled(self, sid: int, tokens: Sequence[int], position: int) -> None:
+        """Record that ``tokens`` now hold positions ``position ..`` of ``sid`` (later ones are gone),
+        for a session with penalties; nothing otherwise."""
+        sequence = self._sequences.get(sid)
+        if sequence is not None:
+            del sequence[position:]
+            sequence.extend([-1] * (position - len(sequence)))  # a gap stays unknown (-1), never penalized
+            sequence.extend(tokens)
+
+    def trimmed(self, sid: int, position: int) -> None:
+        """Record that positions >= ``position`` of ``sid`` were removed."""
+        sequence = self._sequences.get(sid)
+        if sequence is not None:
+            del sequence[position:]
+
+    def penalize(self, sid: int, rows: np.ndarray, position: int) -> bool:
+        """Apply ``sid``'s penalties in place to ``rows`` (shape (n, n_vocab), float32), the rows of
+        positions ``position ..``; returns False (rows untouched) for a session without penalties."""
+        sampling = self._penalized.get(sid)
+        if sampling is None:
+            return False
+        penalize_rows(rows, self._sequences[sid], position, sampling)
+        return True
