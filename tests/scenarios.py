@@ -17,7 +17,7 @@ situation from the run's own tokens instead:
   logit bias: the run always reaches its length limit) and ``EndsTurnBy``
   (the model's end-of-turn token is the prediction at a given stream
   position, unless the model ended earlier by itself).
-- ``same_greedy_output``: two greedy streams of one prompt are equal, or the
+- ``assert_same_greedy_output``: two greedy streams of one prompt are equal, or the
   first difference is a near-tie that batch arithmetic may flip (the SPEC's
   allowance), reported with its margin.
 
@@ -280,19 +280,16 @@ class EndsTurnBy(RuntimeProxy):
 
 # -- comparing greedy streams ------------------------------------------------------------
 
-def same_greedy_output(scheduler, prompt_tokens: Sequence[int], expected: Sequence[int],
-                       observed: Sequence[int]) -> bool:
-    """True when the two greedy streams of ``prompt_tokens`` are equal. Otherwise
-    asserts that they first differ at a near-tie (top-2 margin below 1 logit: batch
-    arithmetic may flip it, the SPEC's allowance), prints it, and returns False."""
+def assert_same_greedy_output(scheduler, prompt_tokens: Sequence[int], expected: Sequence[int],
+                              observed: Sequence[int]) -> None:
+    """Assert that two greedy streams of ``prompt_tokens`` are equal, or first differ at a near-tie
+    (top-2 margin below 1 logit: batch arithmetic may flip it, the SPEC's allowance; printed)."""
     from inspector.engine.baseline import find_divergence
 
     d = find_divergence(scheduler, prompt_tokens, list(expected), list(observed))
-    if d is None:
-        return True
-    print("near-tie divergence:", d.describe())
-    assert d.margin < 1.0, d.describe()
-    return False
+    if d is not None:
+        print("near-tie divergence:", d.describe())
+        assert d.margin < 1.0, f"the outputs differ where the target was sure: {d.describe()}"
 
 
 def first_window(receipts, *, disposition: str | None = None, at_least: int = 1, from_window: int = 1) -> int:

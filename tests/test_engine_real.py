@@ -26,7 +26,7 @@ from inspector.receipts import load_document, write_document
 from inspector.session.document import build_document
 from inspector.sources import NgramSource, ScriptedSource
 from scenarios import (ALTERNATE, EndsTurnBy, Follower, NoEndOfTurn, first_window, plain_reference,
-                       run_resuming_after_each_error, same_greedy_output)
+                       run_resuming_after_each_error, assert_same_greedy_output)
 
 COPY = "Copy this sentence twice: The library opens at nine and closes at five."
 COUNT = "Count from one to twenty in words, separated by spaces."
@@ -170,8 +170,7 @@ def test_case_end_of_turn_inside_an_accepted_run(make_generation, chat_tokens, r
     source = Follower(target, plan=((16, None),), tail=extra, prompt=tokens)
     g = make_generation(source, tokens, on=target, max_new_tokens=40, draft_max=16)
     g.run()
-    if same_greedy_output(target, tokens, answer, g.generated):
-        assert g.generated == answer
+    assert_same_greedy_output(target, tokens, answer, g.generated)
     # The output ends at the end-of-turn token; nothing after it.
     assert g.finish_reason == "eog"
     assert runtime.is_eog(g.generated[-1])
@@ -260,8 +259,7 @@ def test_case_callback_failure_then_resume(make_generation, chat_tokens, follow_
     assert g.kv_length() == g.canonical_position
     g.resume()
     g.run()
-    if same_greedy_output(follow_target, tokens, reference.generated, g.generated):
-        assert g.generated == reference.generated
+    assert_same_greedy_output(follow_target, tokens, reference.generated, g.generated)
 
 
 @pytest.mark.parametrize("fault", [
@@ -286,8 +284,7 @@ def test_each_fault_repairs_before_its_error_and_resume_matches_an_uninterrupted
                         max_new_tokens=MAX, faults=plan)
     errors = run_resuming_after_each_error(g)
     assert plan.fired, f"fault {fault} never fired"
-    if same_greedy_output(follow_target, tokens, reference.generated, g.generated):
-        assert g.generated == reference.generated
+    assert_same_greedy_output(follow_target, tokens, reference.generated, g.generated)
     if fault.split("@")[0] in ("cancel", "callback_error", "trim_failure"):
         assert len(errors) == 1
     else:
@@ -320,8 +317,7 @@ def test_cancel_while_verifying_aborts_the_decode_and_leaves_the_kv_canonical(
     assert [e.kind for e in g.events][-2:] == ["repair", "discard"] or "error" in [e.kind for e in g.events]
     g.resume()
     g.run()
-    if same_greedy_output(scheduler, tokens, greedy_reference(COPY), g.generated):
-        assert g.generated == greedy_reference(COPY)
+    assert_same_greedy_output(scheduler, tokens, greedy_reference(COPY), g.generated)
 
 
 def test_a_decode_aborted_by_the_abort_callback_keeps_nothing_of_the_batch(runtime, scheduler, chat_tokens):
@@ -401,7 +397,7 @@ def test_several_sessions_generate_at_once_on_their_own_kv_sequences(scheduler, 
     for t in threads:
         t.join(600)  # a hang guard, not a timing
     try:
-        assert {g.session_id for g in gens} == {gens[0].session_id, gens[1].session_id} and gens[0].session_id != gens[1].session_id
+        assert len({g.session_id for g in gens}) == len(gens), "two generations shared a KV sequence"
         for g, p in zip(gens, prompts):
             assert g.finished and g.kv_length() == g.canonical_position
             ref = greedy_reference(p)

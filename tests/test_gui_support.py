@@ -86,11 +86,10 @@ def assert_same_greedy_output(runtime, text: str, expected, observed, *, end_of_
     """``observed`` equals ``expected`` (greedy streams of ``text``), or they first differ at
     a near-tie that batch arithmetic may flip (reported with its margin)."""
     from inspector.engine import RuntimeScheduler
-    from scenarios import NoEndOfTurn, same_greedy_output
+    from scenarios import NoEndOfTurn, assert_same_greedy_output as assert_same_stream
 
     target = runtime if end_of_turn else NoEndOfTurn(runtime)
-    if same_greedy_output(RuntimeScheduler(target), runtime.prompt_tokens(text), expected, observed):
-        assert list(observed) == list(expected)
+    assert_same_stream(RuntimeScheduler(target), runtime.prompt_tokens(text), expected, observed)
 
 
 class DecodeHold:

@@ -273,7 +273,7 @@ def _select_rows(view: QTableView, rows) -> None:
 
 def test_ctrl_c_copies_selected_window_rows_as_tsv(qtbot, engine_session):
     from inspector.gui.table_copy import install_row_copy
-    from inspector.gui.window_table import WINDOW_COLUMNS, WindowTableModel, entry_values
+    from inspector.gui.window_table import WINDOW_COLUMNS, WindowTableModel
 
     s, g = engine_session
     model = WindowTableModel()
@@ -289,7 +289,13 @@ def test_ctrl_c_copies_selected_window_rows_as_tsv(qtbot, engine_session):
     QApplication.clipboard().clear()
     qtbot.keyClick(view, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
     text = QApplication.clipboard().text()
-    expected = ["\t".join(WINDOW_COLUMNS)] + ["\t".join(str(v) for v in entry_values(e)) for e in s.windows()]
+    receipts = [e.receipt for e in s.windows()]
+    assert len(receipts) == 2 and None not in receipts, "the session should hold exactly two verified windows"
+    expected = ["\t".join(WINDOW_COLUMNS)] + [
+        "\t".join(str(v) for v in (r.window_index, r.disposition, r.proposal_token_count, r.accepted_proposal_tokens,
+                                   r.canonical_prediction_count, r.base_position, r.canonical_position,
+                                   r.trimmed_rows, f"{r.verification_elapsed_us / 1000:.1f}"))
+        for r in receipts]
     assert text.splitlines() == expected
     assert text.endswith("\n")
 

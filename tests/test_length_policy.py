@@ -127,7 +127,7 @@ def test_on_the_real_model_adaptive_lengths_keep_the_output_and_waste_fewer_rows
     """
     from inspector import asset_path
     from inspector.llama.cost_model import CostModel
-    from scenarios import Follower, same_greedy_output
+    from scenarios import Follower, assert_same_greedy_output
 
     cost = CostModel(tuple(8.0 * (1 + 0.5 * (k - 1)) for k in range(1, 17)))  # r = 0.5, as measured here
     tokens = chat_tokens(asset_path("prompts/code-rewrite.txt").read_text("utf-8").rstrip("\n"))
@@ -141,8 +141,7 @@ def test_on_the_real_model_adaptive_lengths_keep_the_output_and_waste_fewer_rows
     fixed, adaptive = runs["fixed"], runs["adaptive"]
     assert fixed.receipts, "the first query of a one-token n-gram source always proposes"
     assert all(r.canonical_prediction_count == 1 for g in runs.values() for r in g.receipts)
-    if same_greedy_output(scheduler, tokens, fixed.generated, adaptive.generated):
-        assert adaptive.generated == fixed.generated
+    assert_same_greedy_output(scheduler, tokens, fixed.generated, adaptive.generated)
     wasted = {k: sum(r.trimmed_rows for r in g.receipts) for k, g in runs.items()}
     assert wasted["adaptive"] < wasted["fixed"], wasted
 

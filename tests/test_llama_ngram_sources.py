@@ -258,7 +258,7 @@ def test_ngram_cache_static_file_is_read_and_bad_files_are_refused_by_name(tmp_p
 
 
 def test_each_source_keeps_plain_greedy_output_on_the_bundled_model(make_generation, scheduler, runtime, chat_tokens):
-    from tests.scenarios import same_greedy_output
+    from tests.scenarios import assert_same_greedy_output
 
     tokens = chat_tokens("Repeat exactly: the red cat sat on the mat, the red cat sat on the mat.")
     plain = make_generation(None, tokens, max_new_tokens=24)
@@ -275,7 +275,7 @@ def test_each_source_keeps_plain_greedy_output_on_the_bundled_model(make_generat
             g.close()
         print(name, len(g.receipts), "receipts", [len(r.proposal_token_ids) for r in g.receipts])
         assert g.receipts, f"{name} made no proposal on a copy prompt"
-        assert same_greedy_output(scheduler, tokens, plain.generated, g.generated), name
+        assert_same_greedy_output(scheduler, tokens, plain.generated, g.generated)
 
 
 def test_ngram_cache_followers_iterate_in_libstdcxx_unordered_map_order_so_ties_break_as_in_llama_server():

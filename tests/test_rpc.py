@@ -26,7 +26,7 @@ from inspector.llama.devices import Offload, RpcUnavailable, rpc_supported
 from inspector.prompts import example_prompt
 from inspector.receipts import load_document
 from inspector.sources import NgramSource
-from scenarios import ALTERNATE, Follower, NoEndOfTurn, first_window, run_resuming_after_each_error, same_greedy_output
+from scenarios import ALTERNATE, Follower, NoEndOfTurn, first_window, run_resuming_after_each_error, assert_same_greedy_output
 
 
 def test_this_llama_cpp_has_its_rpc_backend():
@@ -125,8 +125,7 @@ def test_greedy_ngram_speculation_over_rpc_keeps_the_invariants_and_the_local_ou
         assert r.trimmed_rows == r.position_after_verification - r.canonical_position
         assert r.runtime_lock_acquires == 2
         assert r.probabilities is not None and r.probabilities.rows == r.verification_rows  # made in the child
-    if same_greedy_output(scheduler, tokens, local.generated, g.generated):
-        assert g.generated == local.generated
+    assert_same_greedy_output(scheduler, tokens, local.generated, g.generated)
 
 
 @pytest.mark.parametrize("fault", ["cancel@W:3", "callback_error@W:1", "trim_failure"])

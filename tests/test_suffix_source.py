@@ -15,7 +15,7 @@ import pytest
 from inspector.engine.proposal import ProposalRequest
 from inspector.sources.registry import SourceContext, make_source
 from inspector.sources.suffix import PAD, SuffixMemory, SuffixSource, load_memory, speculate
-from scenarios import plain_reference, same_greedy_output
+from scenarios import plain_reference, assert_same_greedy_output
 
 
 def ask(source, tokens, prompt_count=None, cap=8):
@@ -209,8 +209,7 @@ def test_with_memory_the_output_is_plain_greedy(make_generation, scheduler, runt
         remembered = memory[("suffix", "")].sequences()[-1]  # the output, up to the last window's tokens
         print("remembered", len(remembered), "of", len(g.generated))
         assert g.generated[: len(remembered)] == remembered and len(remembered) >= len(g.generated) - 2
-        if same_greedy_output(scheduler, tokens, plain, g.generated):
-            assert g.generated == plain
+        assert_same_greedy_output(scheduler, tokens, plain, g.generated)
     second = runs[1]
     assert sum(r.accepted_proposal_tokens for r in second.receipts) > 0
     print("decision ids:", [bytes.fromhex(r.decision_id).decode() for r in second.receipts])
