@@ -42,6 +42,7 @@ from inspector.cli_ranges import positive as _positive  # noqa: E402
 from inspector.cli_devices import add_commands as add_device_commands  # noqa: E402
 from inspector.cli_context import add_context_flags, context_options  # noqa: E402
 from inspector.cli_devices import add_offload_flags, offload_from_args  # noqa: E402
+from inspector.sources.registry import PLAIN  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -348,7 +349,7 @@ def cmd_run(args) -> int:
         opener = lambda header: AutosaveWriter(args.autosave, header)  # noqa: E731
     request = RunRequest(prompt, settings, args.source, options, raw=args.raw, system_prompt=args.system_prompt,
                          faults=FaultPlan(list(args.inject)),
-                         draft_max_auto=args.draft_max is None and args.source != "none")
+                         draft_max_auto=args.draft_max is None)
     run = SessionRun(RuntimeScheduler(runtime), request, record.apply, observer=printer, open_autosave=opener)
     try:
         run.tokenize()
@@ -442,7 +443,7 @@ def _run_settings(args):
     from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 
     try:
-        check_n_batch_for_source(args.n_batch, speculative=args.source != "none")
+        check_n_batch_for_source(args.n_batch, speculative=args.source != PLAIN)
     except ValueError as exc:
         raise _UserError(f"--n-batch: {exc}") from None
     try:

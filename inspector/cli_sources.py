@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from inspector.bounded_read import BoundedReadError, read_bounded_text
-from inspector.sources.descriptors import Option, SourceDescriptor
+from inspector.sources.descriptors import Option, SourceDescriptor, split_option
 
 
 class SourceFlagError(ValueError):
@@ -93,9 +93,11 @@ def check_other_sources_options(args) -> None:
         return
     known = {o.name for o in d.options}
     for item in args.source_option:
-        key, sep, _value = item.partition("=")
-        key = key.strip()
-        if not sep or not key or key in known:  # a malformed item: source_options_from_args says KEY=VALUE
+        try:
+            key, _value = split_option(item)
+        except ValueError:  # a malformed item: source_options_from_args says KEY=VALUE
+            continue
+        if key in known:
             continue
         owners = _owners({n: x for n, x in descriptors.items() if n != name}, lambda o: o.name == key)
         if owners:
@@ -193,8 +195,9 @@ def source_options_from_args(args) -> dict:
         except ValueError as exc:
             raise SourceFlagError(str(exc)) from None
     for item in args.source_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise SourceFlagError(f"--source-option {item!r}: expected KEY=VALUE")
-        opts[key.strip()] = value
+        try:
+            key, value = split_option(item)
+        except ValueError:
+            raise SourceFlagError(f"--source-option {item!r}: expected KEY=VALUE") from None
+        opts[key] = value
     return opts

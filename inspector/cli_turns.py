@@ -87,7 +87,7 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
     record = SessionRecord()
     request = RunRequest(text, settings, args.source, options, faults=FaultPlan(list(args.inject)),
                          system_prompt=args.system_prompt,
-                         draft_max_auto=args.draft_max is None and args.source != "none",
+                         draft_max_auto=args.draft_max is None,
                          **conv.next_turn(text))
     run = SessionRun(scheduler, request, record.apply, observer=printer)
     current.update(run=run, record=record)

@@ -385,3 +385,14 @@ def test_built_in_pages_keep_their_controls_and_a_saved_session_shows_its_source
             p.draft_max.value()) == ("ngram", 6, 3, "adaptive", 12)
     p.show_live()
     assert (p.source.currentText(), p.ngram_min.value(), p.ngram_length.currentText()) == ("scripted", 5, "fixed")
+
+
+def test_key_value_options_are_split_at_the_first_equals_sign_and_a_part_without_one_is_named():
+    from inspector.sources.descriptors import parse_options, split_option
+
+    assert split_option(" path = a=b.bin ") == ("path", "a=b.bin")
+    assert parse_options("n_max=4, n_min=2,,") == {"n_max": "4", "n_min": "2"}
+    with pytest.raises(ValueError, match="'n_max' is not key=value"):
+        parse_options("n_min=1, n_max")
+    with pytest.raises(ValueError, match="'=3' is not key=value"):
+        split_option("=3")

@@ -24,8 +24,9 @@ from inspector.engine.generation import Generation
 from inspector.engine.receipt import Summary
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import GenerationSettings, check_setting
+from inspector.sources.descriptors import split_option
+from inspector.sources.registry import PLAIN
 
-PLAIN = "none"
 
 
 @dataclass(frozen=True)
@@ -213,10 +214,10 @@ def parse_config(text: str) -> CompareConfig:
     draft_max = 0 if name == PLAIN else 8
     label = None
     for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq:
-            raise ValueError(f"configuration {text!r}: {part!r} is not key=value")
-        key = key.strip()
+        try:
+            key, value = split_option(part)
+        except ValueError as exc:
+            raise ValueError(f"configuration {text!r}: {exc}") from None
         if key == "draft_max":
             try:
                 draft_max = int(value)

@@ -16,7 +16,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-SOURCES = ("none", "ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")
+from inspector.sources.registry import PLAIN
+
+SOURCES = (PLAIN, "ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")
 """The sources ``bench --turns`` compares, plain decoding first."""
 
 
@@ -61,10 +63,10 @@ def run_turns_bench(scheduler, turns: Sequence[str], settings, cost_model, sourc
     ``settings``) and return a JSON-ready dict: ``rows`` (one per source) and ``definitions``."""
     from inspector.bench.compare import CompareConfig, run_compare
 
-    configs = [CompareConfig(s, s, 0 if s == "none" else settings.draft_max) for s in sources]
+    configs = [CompareConfig(s, s, 0 if s == PLAIN else settings.draft_max) for s in sources]
     result = run_compare(scheduler, [], configs, settings, cost_model=cost_model, progress=progress, turns=turns,
                          keep_runs=True)
-    plain = result.runs[0] if result.runs and sources and sources[0] == "none" else None
+    plain = result.runs[0] if result.runs and sources and sources[0] == PLAIN else None
     plain_margins = [e.probabilities.margin[0] for g in (plain.generations if plain is not None else ())
                      for e in g.events if e.kind == "step" and e.probabilities is not None]
     rows = []

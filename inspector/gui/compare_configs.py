@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.bench.compare import PLAIN, CompareConfig, check_config_options, default_configs
+from inspector.sources.descriptors import parse_options
 from inspector.sources.registry import NGRAM
 from inspector.gui.table_copy import install_row_copy
 
@@ -80,17 +81,6 @@ def _spin(lo: int, hi: int, value: int) -> QSpinBox:
     # Room for the digits beside the arrows (a frameless spin box in a cell is cramped).
     s.setMinimumWidth(s.fontMetrics().horizontalAdvance(SPIN_WIDTH) + 36)
     return s
-
-
-def parse_options(text: str) -> dict:
-    """``"key=value, key=value"`` -> dict of strings. Raises ``ValueError`` naming the bad part."""
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq or not key.strip():
-            raise ValueError(f"{part!r} is not key=value")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _describe(source: str):

@@ -16,6 +16,7 @@ from inspector.engine.probabilities import with_top_texts
 from inspector.receipts.document import DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION, model_sha256
 from inspector.session.record import SessionRecord
 from inspector.session.records import BaselineDone, Progress, RunEnd, RunHeader, TokenTexts
+from inspector.sources.registry import PLAIN
 
 
 def record_document(record: SessionRecord, *, include_lock_operations: bool = True) -> dict:
@@ -106,7 +107,7 @@ def record_of_generation(generation, runtime, *, prompt_text: str, templated_tex
     of the faults that applied; ``baseline``: a ``BaselineResult`` or None."""
     g = generation
     rec = SessionRecord()
-    source = {"name": g.source.name if g.source else "none", "settings": source_settings or {}}
+    source = {"name": g.source.name if g.source else PLAIN, "settings": source_settings or {}}
     rec.apply(RunHeader(g.session_id, prompt_text, templated_text, tuple(g.tokens[: g.prompt_token_count]),
                         runtime.describe(), {**g.settings.to_json(), "source": source, "raw": raw},
                         g.started_us, background_sessions=background_sessions))

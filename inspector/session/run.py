@@ -18,6 +18,7 @@ from typing import Callable
 
 from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings
 from inspector.engine.errors import EngineError
+from inspector.sources.registry import PLAIN
 from inspector.session.records import BaselineDone, Progress, RecordingObserver, RunEnd, RunHeader
 
 
@@ -42,7 +43,8 @@ class RunRequest:
     """Tokens to run instead of tokenizing ``prompt_text`` (compare and bench tokenize once)."""
     draft_max_auto: bool = False
     """Replace ``settings.draft_max`` by the draft max the stored cost model of this model file and
-    thread count implies (``inspector.llama.cost_model.auto_draft_max``), when the source is made."""
+    thread count implies (``inspector.llama.cost_model.auto_draft_max``), when the source is made;
+    ignored for plain decoding (``PLAIN``: nothing is proposed). The one place this rule lives."""
     system_prompt: str = ""
     """The chat template's system message before ``prompt_text`` (llama.cpp's ``--system-prompt``); ""
     for none; kept in the receipts' settings. Not with ``raw`` (refused); with ``chat_messages`` it is
@@ -144,7 +146,7 @@ class SessionRun:
         with the factory's message (an incompatible draft names the failed check)."""
         from inspector.sources.registry import SourceContext, check_source_name, make_source, source_settings
 
-        if self.request.draft_max_auto:
+        if self.request.draft_max_auto and self.request.source != PLAIN:
             self._resolve_draft_max()
         req = self.request
         try:
@@ -153,7 +155,7 @@ class SessionRun:
             else:
                 check_source_name(req.source)  # before the cost table is looked up
                 row_costs = None
-                if req.source != "none":
+                if req.source != PLAIN:
                     from inspector.llama.cost_cache import stored_row_costs
 
                     row_costs = stored_row_costs(self.runtime)
@@ -185,7 +187,7 @@ class SessionRun:
     def settings_json(self) -> dict:
         """The settings as applied, in the receipts document's ``settings`` form (``draft_max_from``
         when the draft max was chosen from the cost model)."""
-        name = self.source.name if self.source is not None else "none"
+        name = self.source.name if self.source is not None else PLAIN
         extra = {"draft_max_from": self.draft_max_from} if self.draft_max_from else {}
         if self.request.system_prompt:
             extra["system_prompt"] = self.request.system_prompt

@@ -264,3 +264,20 @@ def descriptor_from(name: str, declared: Any) -> SourceDescriptor:
 def _first_line(obj: Any) -> str:
     doc = getattr(obj, "__doc__", None) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def split_option(item: str) -> tuple[str, str]:
+    """One source option written ``KEY=VALUE`` -> ``(key, value)``, both stripped (the value keeps any
+    ``=`` after the first). The one rule for ``--source-option``, ``compare --config`` and the Compare
+    window's options cell. Raises ``ValueError`` naming ``item`` when it has no ``=`` or no key."""
+    key, eq, value = item.partition("=")
+    if not eq or not key.strip():
+        raise ValueError(f"{item.strip()!r} is not key=value")
+    return key.strip(), value.strip()
+
+
+def parse_options(text: str) -> dict[str, str]:
+    """``"key=value, key=value"`` -> ``{key: value}`` (strings; empty parts skipped; ``split_option``
+    per part). Raises ``ValueError`` naming the first bad part."""
+    return dict(split_option(part) for part in text.split(",") if part.strip())
+
