@@ -190,9 +190,9 @@ def _device(lib, dev) -> Device:
 
 def list_devices() -> list[Device]:
     """Every device llama.cpp sees now (RPC servers added with ``add_rpc_servers`` included)."""
-    from inspector.llama.runtime import _init_backend
+    from inspector.llama.native import init_backend
 
-    _init_backend()
+    init_backend()
     lib = _ggml()
     return [_device(lib, lib.ggml_backend_dev_get(i)) for i in range(int(lib.ggml_backend_dev_count()))]
 
@@ -235,9 +235,9 @@ def add_rpc_servers(endpoints) -> list[Device]:
     version) makes llama.cpp abort the process: call this in a child process."""
     if not rpc_supported():
         raise RpcUnavailable("", REBUILD_HINT)
-    from inspector.llama.runtime import _init_backend
+    from inspector.llama.native import init_backend
 
-    _init_backend()
+    init_backend()
     lib = _ggml()
     add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(_rpc_proc("ggml_backend_rpc_add_server"))
     out: list[Device] = []
@@ -270,9 +270,9 @@ def rpc_server_devices(device_names=()) -> list:
     ``unknown device NOPE: available CPU``)."""
     if not rpc_supported():
         raise RpcUnavailable("", REBUILD_HINT)
-    from inspector.llama.runtime import _init_backend
+    from inspector.llama.native import init_backend
 
-    _init_backend()
+    init_backend()
     lib = _ggml()
     all_devices = [lib.ggml_backend_dev_get(i) for i in range(int(lib.ggml_backend_dev_count()))]
     by_name = {_device(lib, d).name: d for d in all_devices}

@@ -1,5 +1,6 @@
 """Reaching llama.cpp from ctypes without entering Python on its hot paths.
 
+``init_backend``: llama.cpp's backend, initialised once per process;
 ``abort_callback``: the abort flag llama.cpp polls hundreds of times per decode, read in C;
 ``raw_logits_function``: the logits buffer's address as an int, for cheap numpy views.
 """
@@ -7,8 +8,22 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import llama_cpp
+
+_backend_ready = False
+_backend_lock = threading.Lock()
+
+
+def init_backend() -> None:
+    """``llama_backend_init`` once per process (thread safe); every runtime and device query calls it
+    first."""
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
 
 
 def abort_callback():

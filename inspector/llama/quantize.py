@@ -49,9 +49,9 @@ def make_draft(target: str | os.PathLike, qtype: str = "Q4_0", out_dir: str | os
         return out
     import llama_cpp
 
-    from inspector.llama.runtime import _init_backend
+    from inspector.llama.native import init_backend
 
-    _init_backend()
+    init_backend()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = QUANT_TYPES[qtype]
     params.allow_requantize = True

@@ -41,28 +41,23 @@ def probe_rollback(rt) -> RollbackProbe:
         return RollbackProbe(False, f"{arch} uses sliding-window attention (window {n_swa}) and the context "
                                     "was made without a full-size window cache (swa_full): removing rows "
                                     "is not exact; reload with swa_full")
-    free = rt.sessions.free_id()
-    if free is None:
+    if rt.sessions.free_id() is None:
         return RollbackProbe(True, "not probed: every sequence is in use")
     bos = int(llama_cpp.llama_vocab_bos(rt.vocab))
     first = bos if 0 <= bos < rt.n_vocab else 0
     second = 1 if first != 1 else 2
-    rt.sessions.reserve(free)  # the probe's own sequence
+    sid = rt.open_session(None)  # greedy, no penalties: the logits are llama.cpp's own
     try:
-        llama_cpp.llama_memory_seq_rm(rt.mem, free, -1, -1)
-        rt._fill(free, (first,), 0, True)
-        rt._decode(1, 0, None)
-        rt._fill(free, (second,), 1, True)
-        rt._decode(1, 1, None)
-        before = np.array(rt._logits(1)[0])
-        removed = bool(llama_cpp.llama_memory_seq_rm(rt.mem, free, 1, -1))
-        length = rt.kv_length(free)
+        rt.decode_rows(sid, (first,), 0)
+        rt.decode_rows(sid, (second,), 1)
+        before = np.array(rt.row_logits(0))
+        removed = rt.trim(sid, 1)
+        length = rt.kv_length(sid)
         if not removed or length != 1:
             return RollbackProbe(False, f"removing position 1 of 2 failed (llama.cpp answered {removed}, "
                                         f"KV length {length}, expected 1)")
-        rt._fill(free, (second,), 1, True)
-        rt._decode(1, 1, None)
-        again = rt._logits(1)[0]
+        rt.decode_rows(sid, (second,), 1)
+        again = rt.row_logits(0)
         if not np.allclose(before, again, rtol=1e-3, atol=1e-3):
             diff = float(np.max(np.abs(before - again)))
             return RollbackProbe(False, f"after removing a row, decoding it again gave other logits "
@@ -71,5 +66,4 @@ def probe_rollback(rt) -> RollbackProbe:
     except EngineError as exc:
         return RollbackProbe(False, f"the probe failed: {exc}")
     finally:
-        llama_cpp.llama_memory_seq_rm(rt.mem, free, -1, -1)
-        rt.sessions.drop(free)
+        rt.drop_session(sid)

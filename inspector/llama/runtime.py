@@ -29,23 +29,11 @@ import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
 import numpy as np  # noqa: E402
 
 from inspector.llama import llama_log  # noqa: E402  (imports llama_cpp)
-from inspector.llama.native import abort_callback, raw_logits_function  # noqa: E402  (imports llama_cpp)
+from inspector.llama.native import abort_callback, init_backend, raw_logits_function  # noqa: E402
 
 llama_log.install()
 
 _get_logits_address = raw_logits_function()
-
-
-_backend_ready = False
-_backend_lock = threading.Lock()
-
-
-def _init_backend() -> None:
-    global _backend_ready
-    with _backend_lock:
-        if not _backend_ready:
-            llama_cpp.llama_backend_init()
-            _backend_ready = True
 
 
 from inspector.llama.rollback import RollbackProbe  # noqa: E402  (re-exported)
@@ -100,7 +88,7 @@ class LlamaRuntime:
             raise ContextRefused(model_path, f"llama.cpp refuses this context: {asked.refusal()}")
         self.info: ModelInfo = check_gguf(model_path)
         self.model_path = self.info.path
-        _init_backend()
+        init_backend()
         from inspector.llama.devices import Offload, SPLIT_MODES, add_rpc_servers, device_array, local_gpus
 
         self.offload = offload if offload is not None else Offload()

@@ -62,10 +62,6 @@ class SessionTable:
             self._penalized[sid] = sampling
             self._sequences[sid] = []
 
-    def reserve(self, sid: int) -> None:
-        """Mark ``sid`` in use without a chain (a probe's own sequence); ``drop`` ends it."""
-        self._chains[sid] = None
-
     def drop(self, sid: int) -> None:
         """Forget ``sid`` and free its chain (nothing for an id not open)."""
         chain = self._chains.pop(sid, None)
