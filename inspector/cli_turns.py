@@ -77,7 +77,7 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
     ``current`` gets the turn's ``run`` and ``record`` as soon as they exist (for an interrupt)."""
     from inspector.engine import FaultPlan
     from inspector.engine.errors import EngineError
-    from inspector.run_output import drive_run, format_summary, turn_heading
+    from inspector.run_output import drive_run, format_reasons, format_summary, turn_heading
     from inspector.session.record import SessionRecord
     from inspector.session.run import RunRefused, RunRequest, SessionRun
 
@@ -109,7 +109,8 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
     printer.newline()
     end = run.end(gen.finish_reason or "error", clean=gen.finished)
     print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
-                         ended_as=end.reason, incomplete_utf8_bytes=end.incomplete_utf8_bytes))
+                         ended_as=end.reason, incomplete_utf8_bytes=end.incomplete_utf8_bytes,
+                         why=format_reasons(record.events, args.source)))
     run.close_source()
     conv.add_turn(record)
     if failed:

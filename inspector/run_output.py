@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from inspector.engine.generation import GenerationObserver
+from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
+from inspector.engine.observer import GenerationObserver
 from inspector.engine.probabilities import WindowProbabilities, top_texts_of
 from inspector.engine.receipt import COMMIT, DISCARD, PREFILL, STEP, VERIFY, Summary, decision_id_text
+from inspector.sources.registry import PLAIN, describe_source
 
 
 class StreamPrinter(GenerationObserver):
@@ -256,11 +258,31 @@ ENDED_AS_WORDS = {"stopped": "none (stopped by the user)", "error": "none (an er
                   "interrupted": "none (interrupted by a signal: the complete windows are kept)"}
 
 
+def format_reasons(events, source_name: str | None) -> str:
+    """Lines on why decode steps ran without a window (issue 28), from a run's ``events``
+    (``EngineEvent`` or JSON dicts): the plain steps by reason, most first, each with its meaning
+    (``ENGINE_REASONS`` and the source's declared ``reasons``); "" without plain steps."""
+    counts = count_reasons(events)
+    if not counts:
+        return ""
+    meanings = dict(ENGINE_REASONS)
+    try:
+        meanings.update(describe_source(source_name or PLAIN).reasons)
+    except ValueError:  # an unknown or broken source: its codes stay without words
+        pass
+    lines = [f"why no window:        {sum(counts.values())} plain step(s) by reason"]
+    for code, n in counts.most_common():
+        words = meanings.get(code, "(not declared by the source)") if code else "(not recorded: an older file)"
+        lines.append(f"  {n:>5} {code or '-'}: {words}")
+    return "\n".join(lines)
+
+
 def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, canonical=None,
-                   ended_as: str | None = None, incomplete_utf8_bytes: int = 0) -> str:
+                   ended_as: str | None = None, incomplete_utf8_bytes: int = 0, why: str = "") -> str:
     """Multi-line summary with the definitions of the acceptance figures. ``ended_as``: how the
     run ended when the engine did not finish it (``stopped``, ``error``), if known.
-    ``incomplete_utf8_bytes``: the text ended inside a character (``RunEnd``): said in a line."""
+    ``incomplete_utf8_bytes``: the text ended inside a character (``RunEnd``): said in a line.
+    ``why``: ``format_reasons``' lines, after the windows line."""
     disp = ", ".join(f"{k} {v}" for k, v in sorted(s.dispositions.items())) or "none"
     ended = s.finish_reason or ENDED_AS_WORDS.get(ended_as or "", "none (an error stopped it, or it did not finish)")
     lines = [
@@ -268,6 +290,7 @@ def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, c
         f"finish reason:        {ended}",
         f"generated tokens:     {s.generated_tokens}",
         f"windows:              {s.windows} ({disp}); plain steps {s.plain_steps}; discards {s.discards}",
+        *([why] if why else []),
         f"accepted/proposed:    {s.accepted_tokens}/{s.proposed_tokens} = {_pct(s.acceptance_rate)}",
         f"mean accepted length: {_num(s.mean_accepted_length)} tokens per window (1 + accepted / windows)",
         f"decode tokens/s:      {_num(s.decode_tokens_per_s, '.1f')} (generated / decode time, prefill excluded)",
@@ -312,8 +335,10 @@ def format_document(doc: dict) -> str:
         if b.get("observed_speedup"):
             line += f"; speculative/plain decode tokens/s = {b['observed_speedup']:.2f}x"
         tail = f"\nbaseline:             {line}"
+    why = format_reasons(doc.get("events") or (), doc["settings"]["source"]["name"])
     return "\n".join(head) + "\n" + format_summary(
-        s, ended_as=doc["output"].get("ended_as"), incomplete_utf8_bytes=doc["output"].get("incomplete_utf8_bytes", 0)) + tail
+        s, ended_as=doc["output"].get("ended_as"), incomplete_utf8_bytes=doc["output"].get("incomplete_utf8_bytes", 0),
+        why=why) + tail
 
 
 def turn_heading(n: int, count: int, message: str) -> str:
@@ -363,4 +388,5 @@ def format_autosave(record) -> str:
     tail = "" if record.decode_elapsed_us else \
         "\n(no decode time: only a finished run's end line has it, so tokens/s are n/a)"
     return "\n".join(head) + "\n" + format_summary(
-        record.summary(), ended_as=record.ended_as, incomplete_utf8_bytes=record.incomplete_utf8_bytes) + tail
+        record.summary(), ended_as=record.ended_as, incomplete_utf8_bytes=record.incomplete_utf8_bytes,
+        why=format_reasons(record.events, record.source_name)) + tail

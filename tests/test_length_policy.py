@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest
 from inspector.sources.length_policy import CostAwareLength, best_length, bucket_of, expected_committed
 from inspector.sources.ngram import NgramSource
@@ -72,12 +73,12 @@ def test_the_adaptive_ngram_source_proposes_nothing_where_it_keeps_failing():
     tokens = [1, 2, 3, 9, 9, 1, 2]
     for _ in range(30):
         p = src.propose(request(tokens))
-        if p is None:
+        if isinstance(p, NoProposal):
             break
         r = Receipt()
         r.decision_id = p.decision_id.hex()
         src.report(r)
-    assert src.propose(request(tokens)) is None
+    assert src.propose(request(tokens)) == NoProposal("adaptive_plain", "match of 2 tokens")
 
 
 class FirstTokenRejected:
@@ -97,8 +98,8 @@ class FirstTokenRejected:
         from scenarios import wrong_token
 
         p = self.inner.propose(request)
-        if p is None:
-            return None
+        if isinstance(p, NoProposal):
+            return p
         ref, second = self.follower.continuation(request.tokens)
         if not ref:
             return p

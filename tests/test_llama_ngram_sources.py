@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest
 from inspector.sources.hash_order import Part
 from inspector.sources import llama_ngram_cache as nc
@@ -25,13 +26,13 @@ def req(tokens, cap=8, prompt=None):
 
 def ids(source, tokens, cap=8, prompt=None):
     p = source.propose(req(tokens, cap, prompt))
-    return None if p is None else list(p.token_ids)
+    return None if isinstance(p, NoProposal) else list(p.token_ids)
 
 
 def accept(source, proposal_tokens, accepted):
     """Report a verified proposal of ``source`` (its last one) with ``accepted`` tokens accepted."""
     p = source.propose(req(proposal_tokens))
-    assert p is not None
+    assert not isinstance(p, NoProposal), p
     source.report(SimpleNamespace(decision_id=p.decision_id.hex(), accepted_proposal_tokens=accepted))
     return list(p.token_ids)
 
@@ -123,7 +124,7 @@ def _map_turn(source, prompt, continuation, begin):
     tokens, out = list(prompt) + [continuation[0]], []
     for t in continuation[1:]:
         p = source.propose(ProposalRequest(tuple(tokens), len(prompt), 0, 16, 1e18))
-        out.append(None if p is None else p.token_ids)
+        out.append(None if isinstance(p, NoProposal) else p.token_ids)
         tokens.append(t)
     return out
 

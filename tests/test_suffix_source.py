@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest
 from inspector.sources.registry import SourceContext, make_source
 from inspector.sources.suffix import PAD, SuffixMemory, SuffixSource, load_memory, speculate
@@ -19,9 +20,11 @@ from scenarios import plain_reference, assert_same_greedy_output
 
 
 def ask(source, tokens, prompt_count=None, cap=8):
+    """The source's proposal, or None when it answers ``NoProposal``."""
     tokens = list(tokens)
-    return source.propose(ProposalRequest(tokens, len(tokens) if prompt_count is None else prompt_count,
-                                          0, cap, float("inf")))
+    p = source.propose(ProposalRequest(tokens, len(tokens) if prompt_count is None else prompt_count,
+                                       0, cap, float("inf")))
+    return None if isinstance(p, NoProposal) else p
 
 
 def run_request(source, prompt, output):

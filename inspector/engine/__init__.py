@@ -2,7 +2,8 @@
 
 from inspector.engine.classify import classify_window, window_disposition
 from inspector.engine.faults import Fault, FaultPlan
-from inspector.engine.generation import Generation, GenerationObserver
+from inspector.engine.generation import Generation
+from inspector.engine.observer import GenerationObserver
 from inspector.engine.proposal import Proposal, ProposalRequest, ProposalSource
 from inspector.engine.receipt import Discard, EngineEvent, WindowReceipt
 from inspector.engine.scheduler import RuntimeScheduler

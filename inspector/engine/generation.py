@@ -33,6 +33,9 @@ from inspector.engine.errors import (
     RequestCancelled,
 )
 from inspector.engine.faults import FaultPlan
+from inspector.engine.observer import GenerationObserver
+from inspector.engine.no_proposal import (DISCARDED, NO_ROOM, NOT_SAID, PLAIN_DECODING, SOURCE_ERROR, NoProposal,
+                                          no_room_detail)
 from inspector.engine.proposal import (
     EXECUTION_FAILED,
     POSITION_MISMATCH,
@@ -69,31 +72,6 @@ FINISH_EOG = "eog"
 FINISH_STOP = "stop"
 FINISH_CALLBACK_STOP = "callback_stop"
 FINISH_CONTEXT_FULL = "context_full"
-
-
-class GenerationObserver:
-    """Receives what a generation produces, on the generation's thread.
-
-    Override what you need; every method defaults to doing nothing.
-    ``on_token`` may return True to stop generation (the window ends
-    ``stopped``) or raise (the error reaches the caller after repair).
-    ``before_commit`` may block (step-token mode).
-    """
-
-    def on_event(self, event: EngineEvent) -> None: ...
-
-    def on_proposal(self, window: int, proposal: Proposal) -> None:
-        """A valid proposal is about to be verified as window ``window`` (1-based)."""
-
-    def on_receipt(self, receipt: WindowReceipt) -> None: ...
-
-    def on_discard(self, discard: Discard) -> None: ...
-
-    def on_token(self, token: int, text: str) -> bool | None: ...
-
-    def before_commit(self, window: int, row: int, token: int, position: int) -> None: ...
-
-    def on_finish(self, reason: str) -> None: ...
 
 
 class Generation:
@@ -400,12 +378,13 @@ class Generation:
             self._finish(FINISH_CONTEXT_FULL)
             return
         cap = max_proposal_tokens(remaining, self.runtime.n_batch, settings.draft_max, free)
-        proposal = None
-        proposal_us = 0
-        if cap > 0 and self.source is not None:
-            proposal, proposal_us = self._query(cap)
+        proposal, proposal_us, why = None, 0, PLAIN_DECODING
+        if self.source is not None and cap > 0:
+            proposal, proposal_us, why = self._query(cap)
+        elif self.source is not None:
+            why = f"{NO_ROOM}: {no_room_detail(remaining, self.runtime.n_batch, settings.draft_max, free)}"
         if proposal is None:
-            self._plain_step(base)
+            self._plain_step(base, why)
             return
 
         window_index = self.window_count + 1
@@ -438,7 +417,7 @@ class Generation:
             self.window_in_flight = None
         if receipt is None:
             self._discard(proposal, POSITION_MISMATCH, base)
-            self._plain_step(base)
+            self._plain_step(base, f"{DISCARDED}: {POSITION_MISMATCH}")
             return
         self.window_count = window_index
         self.receipts.append(receipt)
@@ -449,8 +428,9 @@ class Generation:
         self.observer.on_receipt(receipt)
         self._check_finished()
 
-    def _query(self, cap: int) -> tuple[Proposal | None, int]:
-        """Ask the source (SPEC step 1) and validate its answer (step 2)."""
+    def _query(self, cap: int) -> tuple[Proposal | None, int, str]:
+        """Ask the source (SPEC step 1) and validate its answer (step 2): (the proposal or None, the
+        source's time in microseconds, why there is none: ``inspector.engine.no_proposal``)."""
         source = self.source
         deadline = perf_counter() + self.settings.proposal_deadline_ms / 1000.0
         request = ProposalRequest(self.tokens, self.prompt_token_count, self.decode_step, cap, deadline)
@@ -460,22 +440,26 @@ class Generation:
         except Exception as exc:
             log.exception("proposal source %s failed in propose()", source.name)
             self._emit(ERROR, detail=f"proposal source failed: {exc}")
-            return None, 0
+            return None, 0, f"{SOURCE_ERROR}: {type(exc).__name__}"
+        why = NOT_SAID
+        if isinstance(proposal, NoProposal):
+            proposal, why = None, proposal.text()
         if self.faults:
             proposal = F.inject_proposal_fault(self.faults, proposal, self.window_count + 1, cap, deadline,
                                                self.tokens[-1], self.runtime.n_vocab)
         answered = perf_counter()
         elapsed_us = (perf_counter_ns() - t) // 1000
         if proposal is None:
-            return None, elapsed_us
+            return None, elapsed_us, why
         reason = validate_proposal(proposal, cap, self.runtime.n_vocab, answered, deadline)
         if reason is not None:
             self._discard(proposal, reason, self.canonical_position)
-            return None, elapsed_us
-        return proposal, elapsed_us
+            return None, elapsed_us, f"{DISCARDED}: {reason}"
+        return proposal, elapsed_us, ""
 
-    def _plain_step(self, base: int) -> None:
-        """Decode the current token alone and commit the target's prediction.
+    def _plain_step(self, base: int, why: str = "") -> None:
+        """Decode the current token alone and commit the target's prediction; ``why``: the reason no
+        window ran (the ``step`` event's detail, ``inspector.engine.no_proposal``).
 
         If the session's KV length is not ``base`` (e.g. after a
         ``position_mismatch`` discard) it is made canonical first.
@@ -508,7 +492,7 @@ class Generation:
             self._error(exc, None)
             raise
         token, probs = timed.value
-        self._emit(STEP, token=token, row=0, position=base + 1, probabilities=probs)
+        self._emit(STEP, token=token, row=0, position=base + 1, detail=why, probabilities=probs)
         self._before_commit(None, 0, token, base + 1)
         if self.faults and self.faults.take(F.CANCEL, None, 1):
             cancel.set()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.engine.classify import FROM_PREFILL
-from inspector.engine.generation import GenerationObserver
+from inspector.engine.observer import GenerationObserver
 from inspector.engine.receipt import (COMMIT, PREFILL, Discard, EngineEvent, WindowReceipt, discard_from_json,
                                       event_from_json, receipt_from_json)
 from inspector.engine.probabilities import top_texts_of, with_top_texts

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
-from inspector.engine.generation import GenerationObserver
+from inspector.engine.observer import GenerationObserver
 
 
 class TokenTexts(NamedTuple):  # a NamedTuple: made on the hot path, cheaper than a frozen dataclass

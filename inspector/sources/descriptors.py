@@ -179,6 +179,9 @@ class SourceDescriptor:
     """The llama-server configuration this source reproduces: its ``--spec-type`` value (a draft model:
     ``draft-simple``, which llama.cpp 0c1e570 needs beside ``--model-draft``: without it the server
     drafts nothing), None when llama-server has no equivalent (``inspector.sources.server_flags``)."""
+    reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Why the source may propose nothing: code -> meaning (issue 28). The source answers
+    ``inspector.engine.no_proposal.NoProposal(code, detail)``; the window and ``run`` say the meaning."""
 
     def __post_init__(self) -> None:
         """Raises ``ValueError`` for options that are not ``Option`` or share a name."""
@@ -258,7 +261,8 @@ def descriptor_from(name: str, declared: Any) -> SourceDescriptor:
     except TypeError as exc:
         raise ValueError(f"source {name}: bad option declaration ({exc})") from None
     return SourceDescriptor(name, opts, help=str(getattr(declared, "help", "") or _first_line(declared)),
-                            capabilities=frozenset(getattr(declared, "capabilities", ()) or ()))
+                            capabilities=frozenset(getattr(declared, "capabilities", ()) or ()),
+                            reasons=dict(getattr(declared, "reasons", None) or {}))
 
 
 def _first_line(obj: Any) -> str:

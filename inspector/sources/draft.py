@@ -18,10 +18,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.engine.sampling import distribution
 from inspector.engine.settings import SamplingSettings
 from inspector.sources.compat import check_compatible, vocab_facts
+
+
+BELOW_P_MIN = "below_p_min"
+BELOW_DRAFT_MIN = "below_draft_min"
+REASONS = {
+    BELOW_P_MIN: "the draft's first token had a top-10 probability below p_min (llama.cpp --spec-draft-p-min)",
+    BELOW_DRAFT_MIN: "the draft stopped (p_min) before draft_min tokens (llama.cpp --spec-draft-n-min)",
+}
+"""Why the draft model proposes nothing (its declaration's ``reasons``)."""
 
 
 class DraftModelSource:
@@ -96,7 +106,7 @@ class DraftModelSource:
         draft; the first query then decodes only the current token."""
         self._sync(list(prompt))
 
-    def propose(self, request: ProposalRequest) -> Proposal | None:
+    def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         tokens = request.tokens
         self._sync(tokens[:-1])
         before = len(self.kv_tokens)
@@ -127,8 +137,10 @@ class DraftModelSource:
             current = top
         self.last_top_probabilities = probs
         self._trim_to(before)  # the drafting rows leave the draft's cache (llama-server: seq_rm to the target's)
-        if not out or len(out) < self.draft_min:
-            return None
+        if not out:
+            return NoProposal(BELOW_P_MIN, f"p_min {self.p_min:g}")
+        if len(out) < self.draft_min:
+            return NoProposal(BELOW_DRAFT_MIN, f"{len(out)} of draft_min {self.draft_min}")
         self._count += 1
         decision = b"draft:%d" % self._count
         self._pending[decision] = (before, (tokens[-1], *out))

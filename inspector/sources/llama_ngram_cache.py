@@ -35,6 +35,7 @@ import os
 import struct
 import tempfile
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.sources.descriptors import Option, SourceDescriptor
 from inspector.sources.hash_order import Part
@@ -184,6 +185,16 @@ def _try_static(static: Cache, ngram: tuple) -> int | None:
     return token if total >= sample and 100 * count >= percent * total else None
 
 
+HISTORY_SHORT = "history_short"
+NO_MATCH = "no_match"
+REASONS = {
+    HISTORY_SHORT: "fewer tokens so far than the static n-gram size (2)",
+    NO_MATCH: "no n-gram of the last 1-4 tokens passes llama.cpp's count thresholds in the context, dynamic or "
+              "static cache",
+}
+"""Why ngram-cache proposes nothing (its declaration's ``reasons``)."""
+
+
 def draft(inp, n_draft: int, context: Cache, dynamic: Cache, static: Cache) -> list[int]:
     """llama.cpp's ``common_ngram_cache_draft``: ``inp`` ends with the current token."""
     if len(inp) < NGRAM_STATIC:
@@ -249,12 +260,12 @@ class NgramCacheSource:
         if n_new:  # the new tokens alone: llama-server counts no n-gram across two queries' tokens
             update(self.context, st[-n_new:], n_new)
 
-    def propose(self, request: ProposalRequest) -> Proposal | None:
+    def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         self._sync(request.tokens)
         ids = draft(self._stream, min(N_DRAFT, request.max_proposal_tokens), self.context, self.dynamic,
                     self.static)
         if not ids:
-            return None
+            return NoProposal(HISTORY_SHORT if len(self._stream) < NGRAM_STATIC else NO_MATCH)
         self._count += 1
         return Proposal(b"ngram-cache:%d" % self._count, tuple(ids))
 
@@ -291,7 +302,7 @@ NGRAM_CACHE = SourceDescriptor("ngram-cache", (
            flag="--lookup-cache-dynamic", metavar="FNAME", convert=_path_check,
            placeholder="-lcd file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
 ), help="llama.cpp ngram-cache: lookup decoding from context, dynamic and static n-gram counts",
-    capabilities=frozenset({"settings", "close"}), llama_server="ngram-cache")
+    capabilities=frozenset({"settings", "close"}), llama_server="ngram-cache", reasons=REASONS)
 
 
 def make_ngram_cache(ctx, **options) -> NgramCacheSource:

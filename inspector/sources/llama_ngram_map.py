@@ -31,8 +31,26 @@ when its tokens extend the stored history (llama.cpp keeps it per server slot).
 
 from __future__ import annotations
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.sources.descriptors import Option, SourceDescriptor
+
+HISTORY_SHORT = "history_short"
+NO_MATCH = "no_match"
+LEARNED_ZERO = "learned_zero"
+BELOW_MIN_HITS = "below_min_hits"
+NO_DOMINANT_VALUE = "no_dominant_value"
+REASONS = {
+    HISTORY_SHORT: "too few tokens so far for a key and its continuation (ngram-simple: size_n + size_m + 2; "
+                   "ngram-map: 2 size_n + size_m)",
+    NO_MATCH: "the last size_n tokens occurred nowhere earlier with a continuation after them",
+    LEARNED_ZERO: "the key matched, but its last proposal had 0 tokens accepted, so it now proposes 0",
+}
+"""Why ngram-simple and ngram-map-k propose nothing (their declarations' ``reasons``)."""
+REASONS_K4V = {**REASONS,
+               BELOW_MIN_HITS: "the key has been seen fewer than min_hits times",
+               NO_DOMINANT_VALUE: "no continuation of the key has at least twice the count of the others"}
+"""ngram-map-k4v's reasons."""
 
 MAX_VALUES = 4
 """Values counted per key (llama.cpp ``COMMON_NGRAM_MAX_VALUES``)."""
@@ -83,6 +101,8 @@ class MapState:
         self.size_last_begin = 0
         self.idx_last_check = 0
         self.history: list[int] = []
+        self.why = NO_MATCH
+        """Why the last ``draft`` was empty (``REASONS_K4V`` codes)."""
         self.last: tuple[int, int] | None = None  # (key, value slot) of the last proposal
 
     def begin(self, tokens) -> None:
@@ -115,6 +135,7 @@ class MapState:
         n, m = self.n, self.m
         cur = len(inp)
         if cur < 2 * n + m:
+            self.why = HISTORY_SHORT
             return []
         self.idx_last_check = cur
         key = list(inp[cur - n + 1:]) + [sampled]
@@ -134,6 +155,7 @@ class MapState:
             self.index.setdefault(tuple(inp[j:j + n]), j)
         self.index_last = max(top, self.index_last)
         if not match:
+            self.why = NO_MATCH
             return []
         offset = next((i for i, k in enumerate(self.keys) if self._matches(inp, k.key_idx, key)), None)
         if offset is None:
@@ -141,10 +163,12 @@ class MapState:
             offset = len(self.keys) - 1
         entry = self.keys[offset]
         entry.hits = min(entry.hits + 1, MAX_VALUE_COUNT)
+        self.why = LEARNED_ZERO  # an empty answer from here on: the key's learned length is 0
         if self.key_only:
             self.last = (offset, 0)
             return list(inp[match + n:match + n + min(m, entry.values[0][2])])
         if entry.hits < self.min_hits:
+            self.why = BELOW_MIN_HITS
             return []
         for i in range(entry.stat_idx, match + 1):
             if not self._matches(inp, i, key):
@@ -161,7 +185,8 @@ class MapState:
         top_count = entry.values[best][1]
         others = sum(v[1] for s, v in enumerate(entry.values) if s != best)
         if others > 0 and top_count < 2 * others:
-            return []  # no value clearly dominates
+            self.why = NO_DOMINANT_VALUE
+            return []
         self.last = (offset, best)
         return list(inp[match + n:match + n + min(m, entry.values[best][2])])
 
@@ -173,10 +198,10 @@ class MapState:
 
 
 class _Base:
-    def _answer(self, request: ProposalRequest, ids: list[int], tag: str) -> Proposal | None:
+    def _answer(self, request: ProposalRequest, ids: list[int], tag: str, why: str) -> Proposal | NoProposal:
         ids = ids[: request.max_proposal_tokens]
         if not ids:
-            return None
+            return NoProposal(why)
         self._count += 1
         self._pending = (b"%s:%d" % (tag.encode(), self._count)).hex()
         return Proposal(bytes.fromhex(self._pending), tuple(ids))
@@ -199,10 +224,11 @@ class NgramSimpleSource(_Base):
     def settings(self) -> dict:
         return {"size_n": self.size_n, "size_m": self.size_m}
 
-    def propose(self, request: ProposalRequest) -> Proposal | None:
+    def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         tokens = request.tokens
         ids = simple_draft(tokens[:-1], tokens[-1], self.size_n, self.size_m)
-        return self._answer(request, ids, f"ngram-simple:n{self.size_n}")
+        why = HISTORY_SHORT if len(tokens) - 1 <= self.size_n + self.size_m + 1 else NO_MATCH
+        return self._answer(request, ids, f"ngram-simple:n{self.size_n}", why)
 
     def report(self, receipt) -> None:
         """ngram-simple learns nothing from verification (llama.cpp's ``accept`` is a no-op)."""
@@ -245,12 +271,12 @@ class NgramMapSource(_Base):
         self.state = st
         return st
 
-    def propose(self, request: ProposalRequest) -> Proposal | None:
+    def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         tokens = request.tokens
         st = self._state_for(tokens, _begin_tokens(request))
         ids = st.draft(tokens[:-1], tokens[-1])
         st.history = list(tokens)
-        return self._answer(request, ids, f"{self.name}:n{self.size_n}")
+        return self._answer(request, ids, f"{self.name}:n{self.size_n}", st.why)
 
     def report(self, receipt) -> None:
         """Store the accepted length for the key (and value) of the verified proposal."""
@@ -276,14 +302,17 @@ def _sizes(name: str, prefix: str, with_hits: bool, hits_note: str = "") -> tupl
 
 NGRAM_SIMPLE = SourceDescriptor("ngram-simple", _sizes("ngram-simple", "ngram_simple", False),
                                 help="llama.cpp ngram-simple: the m tokens after the last earlier match of the "
-                                     "last n tokens", capabilities=frozenset({"settings"}), llama_server="ngram-simple")
+                                     "last n tokens", capabilities=frozenset({"settings"}), llama_server="ngram-simple",
+                                reasons=REASONS)
 NGRAM_MAP_K = SourceDescriptor("ngram-map-k", _sizes("ngram-map-k", "ngram_map_k", True,
                                                      " (llama.cpp's key-only mode does not use it)"),
                                help="llama.cpp ngram-map-k: n-gram keys; each key proposes as many tokens as "
-                                    "were accepted last time", capabilities=frozenset({"settings"}), llama_server="ngram-map-k")
+                                    "were accepted last time", capabilities=frozenset({"settings"}), llama_server="ngram-map-k",
+                               reasons=REASONS)
 NGRAM_MAP_K4V = SourceDescriptor("ngram-map-k4v", _sizes("ngram-map-k4v", "ngram_map_k4v", True),
                                  help="llama.cpp ngram-map-k4v: n-gram keys with up to 4 counted m-gram values; "
-                                      "proposes when one value dominates", capabilities=frozenset({"settings"}), llama_server="ngram-map-k4v")
+                                      "proposes when one value dominates", capabilities=frozenset({"settings"}), llama_server="ngram-map-k4v",
+                                 reasons=REASONS_K4V)
 
 
 def make_ngram_simple(ctx, **options) -> NgramSimpleSource:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from array import array
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.sources.descriptors import Option, SourceDescriptor
 
@@ -47,6 +48,16 @@ LOW_STREAK = 3
 """Three verified proposals in a row with less than half accepted empty the pool."""
 _MULT = 6364136223846793005
 _MASK = (1 << 64) - 1
+
+
+HISTORY_SHORT = "history_short"
+BELOW_N_MIN = "below_n_min"
+REASONS = {
+    HISTORY_SHORT: "fewer tokens so far than n_match",
+    BELOW_N_MIN: "the pool walk from the last n_match tokens stopped before n_min tokens (llama-server's default "
+                 "n_min is 48: short repeats never propose)",
+}
+"""Why ngram-mod proposes nothing (its declaration's ``reasons``)."""
 
 
 class ModPool:
@@ -122,6 +133,7 @@ class NgramModSource:
         """llama.cpp's draft: ``inp`` is the history without ``sampled`` (the current token)."""
         self.n_draft_last = 0
         n, cur = self.n_match, len(inp)
+        self.walked = 0
         if cur < n:
             return []
         if self.i_last + ADD_CHUNK < cur:
@@ -133,6 +145,7 @@ class NgramModSource:
             token = self.pool.get(walk, i)
             if token == EMPTY:
                 if i < self.n_min:
+                    self.walked = i
                     return []
                 break
             walk.append(token)
@@ -140,13 +153,15 @@ class NgramModSource:
         self.n_draft_last = len(out)
         return out
 
-    def propose(self, request: ProposalRequest) -> Proposal | None:
+    def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         tokens = request.tokens
         if not self._begun:
             self.begin(list(tokens[: min(request.prompt_token_count, len(tokens) - 1)]))
         ids = self.draft(tokens[:-1], tokens[-1])[: request.max_proposal_tokens]
         if not ids:
-            return None
+            if len(tokens) - 1 < self.n_match:
+                return NoProposal(HISTORY_SHORT)
+            return NoProposal(BELOW_N_MIN, f"walked {self.walked} of n_min {self.n_min}")
         self._count += 1
         decision = b"ngram-mod:%d:n%d:w%d" % (self._count, self.n_match, self.n_draft_last)
         self._pending = (decision.hex(), len(ids))
@@ -186,7 +201,7 @@ NGRAM_MOD = SourceDescriptor("ngram-mod", (
     Option("n_max", "int", 64, "llama.cpp spec.ngram_mod.n_max: longest pool walk (tokens; the proposal is also "
            "capped by draft max)", minimum=1, maximum=1024, control_max=128, flag="--spec-ngram-mod-n-max"),
 ), help="llama.cpp ngram-mod: a hashed n-gram -> next token pool shared by the session's requests",
-    capabilities=frozenset({"settings"}), check=_sizes_rule, llama_server="ngram-mod")
+    capabilities=frozenset({"settings"}), check=_sizes_rule, llama_server="ngram-mod", reasons=REASONS)
 
 
 def make_ngram_mod(ctx, **options) -> NgramModSource:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.sources.length_policy import CostAwareLength
 
 MAX_MATCH = 64
 """Longest match length measured (tokens): longer matches are all 'long'."""
+NO_MATCH = "no_match"
+ADAPTIVE_PLAIN = "adaptive_plain"
+REASONS = {
+    NO_MATCH: "the last n tokens (n from n_max down to n_min) occurred nowhere earlier in the stream",
+    ADAPTIVE_PLAIN: "a match was found, but the adaptive length chose 0 tokens: a plain step commits more per ms "
+                    "on the measured cost model",
+}
+"""Why the n-gram source proposes nothing (``SourceDescriptor.reasons``)."""
 
 
 class NgramSource:
@@ -79,8 +88,8 @@ class NgramSource:
                     d[tuple(st[e - n : e])] = e
         self._indexed = max(self._indexed, stop + 1)
 
-    def propose(self, request: ProposalRequest) -> Proposal | None:
-        """Propose up to ``request.max_proposal_tokens`` tokens, or None without a match."""
+    def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
+        """Propose up to ``request.max_proposal_tokens`` tokens, else say why not (``REASONS``)."""
         tokens = request.tokens
         self._sync(tokens)
         n_tok = len(tokens)
@@ -99,7 +108,7 @@ class NgramSource:
             want = cap if self.policy is None else self.policy.length(match, min(cap, n_tok - follow))
             ids = st[follow : follow + want]
             if not ids:
-                return None  # the adaptive policy prefers a plain step
+                return NoProposal(ADAPTIVE_PLAIN, f"match of {match} tokens")
             self._count += 1
             decision = b"ngram:%d:n%d:L%d" % (self._count, n, match)
             if self.policy is not None:
@@ -107,7 +116,8 @@ class NgramSource:
                     self._pending.clear()
                 self._pending[decision.hex()] = match
             return Proposal(decision, tuple(ids))
-        return None
+        return NoProposal(NO_MATCH, f"no {self.n_min}..{self.n_max}-gram" if self.n_min < self.n_max
+                          else f"no {self.n_max}-gram")
 
     def report(self, receipt) -> None:
         """Adaptive length: learn acceptance for the proposal's match length and the

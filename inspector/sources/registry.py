@@ -37,6 +37,11 @@ from typing import Any, Callable, Mapping
 
 from inspector.engine.proposal import ProposalSource
 from inspector.sources.descriptors import Option, SourceDescriptor, descriptor_from
+from inspector.sources.draft import REASONS as draft_reasons
+from inspector.sources.ngram import REASONS as ngram_reasons
+from inspector.sources.replay import REASONS as replay_reasons
+from inspector.sources.scripted import REASONS as scripted_reasons
+from inspector.sources.suffix import REASONS as suffix_reasons
 
 ENTRY_POINT_GROUP = "spec_inspector.sources"
 PLAIN = "none"
@@ -128,7 +133,7 @@ NGRAM = SourceDescriptor("ngram", (
            help="adaptive length: linear, or ms per batch of 1, 2, ... rows (\"a,b,c\"); default: the stored "
                 "cost model"),
 ), help="prompt lookup: the tokens that followed the last earlier match of the last n tokens",
-    capabilities=frozenset({"settings"}), check=_ngram_sizes)
+    capabilities=frozenset({"settings"}), check=_ngram_sizes, reasons=ngram_reasons)
 
 DRAFT = SourceDescriptor("draft", (
     Option("draft_model", "path", "", "the draft model file (GGUF); it must share the target's vocabulary",
@@ -147,20 +152,23 @@ DRAFT = SourceDescriptor("draft", (
            control=False,
            flag="--n-gpu-layers-draft", server_flag="--gpu-layers-draft"),
 ), help="a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
-    capabilities=frozenset({"settings", "close", "loads_model"}), llama_server="draft-simple")
+    capabilities=frozenset({"settings", "close", "loads_model"}), llama_server="draft-simple",
+    reasons=draft_reasons)
 
 SCRIPTED = SourceDescriptor("scripted", (
     Option("script", "text", "", "text whose tokens are proposed as the continuation", flag="--script",
            metavar="TEXT", file_flag="--script-file", required=True, missing="The scripted source needs a script text.",
            multiline=True, placeholder="script text: its tokens are proposed as the continuation"),
-), help="propose the tokens of a typed text as the continuation", capabilities=frozenset({"settings"}))
+), help="propose the tokens of a typed text as the continuation", capabilities=frozenset({"settings"}),
+    reasons=scripted_reasons)
 
 REPLAY = SourceDescriptor("replay", (
     Option("replay", "path", "", "an exported receipts document: its proposals are made again at the same "
                                  "decode steps", label="receipts file", flag="--replay", metavar="FILE", key="replay_file",
            required=True, missing="The replay source needs a receipts file (Open…).",
            placeholder="receipts file (.json) to replay", file_filter="Receipts (*.json);;All files (*)"),
-), help="propose exactly what a receipts file recorded, at the same decode steps", capabilities=frozenset({"settings"}))
+), help="propose exactly what a receipts file recorded, at the same decode steps", capabilities=frozenset({"settings"}),
+    reasons=replay_reasons)
 
 PLAIN_SOURCE = SourceDescriptor(PLAIN, (), help="no proposals: plain one-token decoding")
 
@@ -292,7 +300,7 @@ SUFFIX = SourceDescriptor("suffix", (
            "after each run (empty: this session only)",
            placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)"),
 ), help="suffix decoding: the most frequent continuation of the longest suffix match in the prompt, the output "
-        "and earlier requests' outputs", capabilities=frozenset({"settings", "close"}))
+        "and earlier requests' outputs", capabilities=frozenset({"settings", "close"}), reasons=suffix_reasons)
 
 
 def _suffix(ctx: SourceContext, **options) -> ProposalSource:

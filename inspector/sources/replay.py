@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
+
+NOT_RECORDED = "not_recorded"
+REASONS = {NOT_RECORDED: "the receipts file has no window at this decode step"}
+"""Why the replay source proposes nothing (its declaration's ``reasons``)."""
 
 
 class ReplaySource:
@@ -38,10 +43,11 @@ class ReplaySource:
             out["replay"] = self.path  # the option's own name: a saved session shows the file it replayed
         return out
 
-    def propose(self, request: ProposalRequest) -> Proposal | None:
+    def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         p = self.by_step.get(request.decode_step)
-        if p is not None:
-            self.replayed += 1
+        if p is None:
+            return NoProposal(NOT_RECORDED, f"step {request.decode_step}")
+        self.replayed += 1
         return p
 
     def report(self, receipt) -> None:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
+
+SCRIPT_DONE = "script_done"
+LEFT_SCRIPT = "left_script"
+REASONS = {
+    SCRIPT_DONE: "every scripted proposal was handed out, or the output reached the script's end",
+    LEFT_SCRIPT: "the output left the script (a correction differed from it): nothing more is proposed",
+}
+"""Why the scripted source proposes nothing (its declaration's ``reasons``)."""
 
 
 class ScriptedSource:
@@ -48,22 +57,24 @@ class ScriptedSource:
             return {"mode": "continuation", "tokens": list(self.continuation)}
         return {"mode": "proposals", "proposals": [list(p) for p in self.proposals]}
 
-    def propose(self, request: ProposalRequest) -> Proposal | None:
+    def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         cap = request.max_proposal_tokens
         if self.proposals is not None:
             if self._next >= len(self.proposals):
-                return None
+                return NoProposal(SCRIPT_DONE)
             ids = self.proposals[self._next]
             self._next += 1
             if self.clip:
                 ids = ids[:cap]
-            return Proposal(b"script:%d" % self._next, ids) if ids else None
+            return Proposal(b"script:%d" % self._next, ids) if ids else NoProposal(SCRIPT_DONE, "an empty proposal")
         g0 = request.prompt_token_count
         tokens = request.tokens
         g = len(tokens) - g0
         script = self.continuation
-        if g >= len(script) or tuple(tokens[g0:]) != script[:g]:
-            return None
+        if g >= len(script):
+            return NoProposal(SCRIPT_DONE)
+        if tuple(tokens[g0:]) != script[:g]:
+            return NoProposal(LEFT_SCRIPT)
         self._next += 1
         return Proposal(b"script:%d" % self._next, script[g : g + cap])
 

@@ -57,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
+from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,16 @@ class _Path:
             self.tokens.append(token)
             self.probs.append(prob)
             self.ends = self.ends[nxt == token] + 1
+
+
+NO_MATCH = "no_match"
+FAILED = "failed"
+REASONS = {
+    NO_MATCH: "no suffix of the last tokens continues, in the prompt, the output or the memory, with a token "
+              "whose path probability stays above min_token_prob",
+    FAILED: "the source failed (logged once) and proposes nothing",
+}
+"""Why the suffix source proposes nothing (its declaration's ``reasons``)."""
 
 
 def speculate(a: np.ndarray, end: int, pattern, max_tokens: int, depth: int, max_spec_factor: float,
@@ -392,7 +403,7 @@ class SuffixSource:
             self.memory.trim(self.max_cached_tokens)
             self.memory.open[self._key] = (self._stream, prompt_count, self.max_cached_tokens)
 
-    def propose(self, request: ProposalRequest) -> Proposal | None:
+    def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         """Up to ``request.max_proposal_tokens`` tokens, or None (never raises: a failure is logged)."""
         try:
             return self._propose(request)
@@ -400,9 +411,9 @@ class SuffixSource:
             if not self._failed:
                 log.exception("suffix source failed; proposing nothing")
                 self._failed = True
-            return None
+            return NoProposal(FAILED, "logged once")
 
-    def _propose(self, request: ProposalRequest) -> Proposal | None:
+    def _propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         tokens = request.tokens
         self._sync(tokens, request.prompt_token_count)
         st = self._stream
@@ -417,7 +428,7 @@ class SuffixSource:
                 best, where = found, b"mem"
         ids, _, match = best
         if not ids:
-            return None
+            return NoProposal(NO_MATCH)
         self._count += 1
         return Proposal(b"suffix:%d:m%d:%s" % (self._count, match, where), ids)
 
