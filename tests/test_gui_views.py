@@ -342,3 +342,20 @@ def test_windows_table_shows_decision_ids_as_text(engine_session):
         tip = model.data(model.index(row, 0), Qt.ItemDataRole.ToolTipRole)
         assert f"decision {text} " in tip and r.decision_id not in tip
         assert f"decode step {r.decode_step}" in tip
+
+
+def test_statistics_say_why_the_plain_steps_ran_without_a_proposal_with_each_reasons_meaning(qtbot, engine_session):
+    from inspector.gui.stats_view import StatsView
+    from inspector.sources.scripted import REASONS
+
+    s, g = engine_session
+    s.source_name = "scripted"  # what a run's header records (this fixture's header has no settings)
+    view = StatsView()
+    qtbot.addWidget(view)
+    view.set_session(s)
+    view.refresh()
+    text, tip = view.labels["plain_steps"].text(), view.labels["plain_steps"].toolTip()
+    steps = [e.detail.split(": ")[0] for e in g.events if e.kind == "step"]
+    assert text.startswith(f"{g.plain_steps}: ") and len(steps) == g.plain_steps
+    assert f"{steps.count('script_done')} script_done" in text
+    assert REASONS["script_done"] in tip

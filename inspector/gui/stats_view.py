@@ -25,6 +25,8 @@ is named as such), and the charts are empty on a 0..1 axis.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -33,11 +35,13 @@ from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QStackedWidget, 
 
 from inspector.engine.probability_stats import DRAFT, TARGET, acceptance_by_probability, has_probabilities, \
     probability_by_position
+from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
 from inspector.engine.receipt import Summary
 from inspector.gui.probability_plots import TITLE_SIZE, AcceptancePlot, no_figures_reason
 from inspector.session.record import SessionRecord
 from inspector.gui.timeline import IntegerAxis
 from inspector.gui.wording import count_noun
+from inspector.sources.registry import describe_source
 
 DISPOSITIONS = ("full_accept", "first_mismatch", "stopped")
 DISPOSITION_BRUSH = ("#66bb6a", "#ffa726", "#9575cd")
@@ -66,6 +70,8 @@ class StatsView(QWidget):
         super().__init__(parent)
         self.session: SessionRecord | None = None
         self._drawn_version = -1
+        self._reasons_counted = 0
+        self.reasons: Counter = Counter()
         self.summary: Summary | None = None
         self.cost_model = None
         """The ``CostModel`` of the loaded model (``set_cost_model``), or None."""
@@ -80,7 +86,8 @@ class StatsView(QWidget):
         self.labels: dict[str, QLabel] = {}
         for key, label, tip in (
             ("windows", "windows", "verified proposal windows (receipts)"),
-            ("plain_steps", "plain steps", "one-token decode steps without a proposal"),
+            ("plain_steps", "plain steps", "one-token decode steps without a proposal, by the reason the engine "
+                                           "or the source gave (hover the figure for their meanings)"),
             ("discards", "discards", "proposals that produced no receipt"),
             ("generated", "generated tokens", ""),
             ("acceptance", "acceptance rate", "accepted proposal tokens / proposed tokens, over verified windows"),
@@ -176,6 +183,34 @@ class StatsView(QWidget):
     def set_session(self, session: SessionRecord) -> None:
         self.session = session
         self._drawn_version = -1
+        self._reasons_counted = 0
+        self.reasons: Counter = Counter()
+        """Plain steps by reason code (``inspector.engine.no_proposal``), counted as events arrive."""
+
+    def _count_reasons(self, s: SessionRecord) -> None:
+        """Add the reasons of ``s``'s events not counted yet (events only grow within a session)."""
+        done = self._reasons_counted
+        if len(s.events) < done:  # a record that started again
+            done, self.reasons = 0, Counter()
+        if len(s.events) > done:
+            self.reasons.update(count_reasons(s.events[done:]))
+            self._reasons_counted = len(s.events)
+
+    def _plain_steps_text(self, s: SessionRecord, plain_steps: int) -> tuple[str, str]:
+        """(the plain steps figure with its reasons, the tooltip with their meanings)."""
+        self._count_reasons(s)
+        shown = {k: n for k, n in self.reasons.most_common() if k}
+        if not shown:
+            return str(plain_steps), "one-token decode steps without a proposal"
+        meanings = dict(ENGINE_REASONS)
+        try:
+            meanings.update(describe_source(s.source_name or "none").reasons)
+        except ValueError:  # an unknown or broken source: its codes without words
+            pass
+        text = f"{plain_steps}: " + ", ".join(f"{n} {k}" for k, n in shown.items())
+        tip = "Why these steps ran without a proposal:\n" + "\n".join(
+            f"{n} {k}: {meanings.get(k, '(not declared by the source)')}" for k, n in shown.items())
+        return text, tip
 
     def _probability_figures(self, s: SessionRecord) -> tuple:
         """(per position, vs target p, vs draft q, has draft q) of ``s``'s receipts, computed again only
@@ -202,7 +237,9 @@ class StatsView(QWidget):
         self.summary = m
         L = self.labels
         L["windows"].setText(str(m.windows))
-        L["plain_steps"].setText(str(m.plain_steps))
+        text, tip = self._plain_steps_text(s, m.plain_steps)
+        L["plain_steps"].setText(text)
+        L["plain_steps"].setToolTip(tip)
         L["discards"].setText(str(m.discards))
         L["generated"].setText(str(m.generated_tokens))
         L["acceptance"].setText("n/a (no windows)" if not m.windows else
