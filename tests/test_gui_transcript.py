@@ -35,6 +35,7 @@ def test_the_conversation_tab_shows_every_turn_and_its_picker_shows_a_turn_in_ev
     assert second is not first
     text = shown_text(w)
     assert w.transcript.picker.count() == 2 and w.transcript.picker.currentRow() == 1
+    assert w.minimumSizeHint().width() <= 1024  # the turn pickers never widen the window past 1024 px
     for r, user in ((first, first.prompt_text), (second, "Say it again.")):
         assert user in text and r.end.output_text.strip() in text
     assert text.index("Turn 1") < text.index(first.end.output_text.strip()) < text.index("Turn 2") \

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.gui.conversation_bar import turn_label
-from inspector.session.transcript import answer_of, system_message, transcript_text, transcript_turns
+from inspector.session.transcript import answer_of, system_message, transcript_text, transcript_turns, user_text_of
 
 SHOWN_BACKGROUND = "#fff8e1"
 """Background of the turn the other views show."""
@@ -64,7 +64,9 @@ class TranscriptView(QWidget):
         self.picker = QListWidget()
         self.picker.setToolTip("the turns of the conversation: pick one to show it in every view (the Next turn "
                                "row's picker does the same)")
-        self.picker.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.picker.setTextElideMode(Qt.TextElideMode.ElideRight)  # a long label ends with "…" (the tooltip has it)
+        self.picker.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.picker.setMinimumWidth(120)
         self.picker.currentRowChanged.connect(self._picked)
         self.copy = QPushButton("Copy transcript")
         self.copy.setToolTip("put the whole transcript on the clipboard as plain text (select text and "
@@ -119,7 +121,7 @@ class TranscriptView(QWidget):
                 self.picker.clear()
                 self.picker.addItems(labels)
                 for i, r in enumerate(records):
-                    self.picker.item(i).setToolTip(turn_label(i + 1, r).split(": ", 1)[-1] if r.conversation
+                    self.picker.item(i).setToolTip(user_text_of(r)[:400] if r.conversation
                                                    else "the run shown (a next turn makes it turn 1)")
             self.picker.setCurrentRow(current)
         finally:
