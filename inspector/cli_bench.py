@@ -242,8 +242,6 @@ def cmd_compare(args) -> int:
         else:
             prompt = _strip_final_newline(_read_text(
                 args.prompt_file or example_path(DEFAULT_EXAMPLE), "prompt file"))
-        if args.system_prompt and turns is not None:
-            raise _UserError("compare --turns takes no --system-prompt yet: give it to run --turns")
         if args.llama_server:  # a path or URL that cannot serve is said before anything runs
             check_llama_server(args.llama_server)
     except (ValueError, _UserError) as exc:
@@ -278,7 +276,8 @@ def cmd_compare(args) -> int:
         turn_progress = None if turns is None else (  # noqa: E731
             lambda k, n, i, m, label: print(f"    turn {k}/{n}", file=sys.stderr, flush=True))
         result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress,
-                             turns=turns, turn_progress=turn_progress, keep_runs=args.llama_server is not None)
+                             turns=turns, turn_progress=turn_progress, keep_runs=args.llama_server is not None,
+                             system_prompt=args.system_prompt)
     except EngineError as exc:  # e.g. a lost RPC server: one line, not a traceback
         runtime.close()
         return _fail(str(exc))

@@ -2,7 +2,8 @@
 
 Each turn is one request whose prompt is the chat so far (``inspector.session.conversation``);
 sources keep what they remember across the turns (one ``RunRequest.source_memory``). The text of
-every turn streams as it is committed, each turn prints its summary, and ``--receipts OUT.json``
+every turn streams as it is committed after the turn's whole user message (``user: ...``, then
+``answer:``; not with ``--quiet``), each turn prints its summary, and ``--receipts OUT.json``
 writes one conversation receipts document (``inspector.session.conversation.conversation_document``:
 one request document per turn, each window naming its ``turn``), written again after every turn.
 A turn that cannot run (its prompt no longer fits the context, the source refuses) ends the
@@ -80,10 +81,13 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
     from inspector.run_output import drive_run, format_reasons, format_summary, turn_heading
     from inspector.session.record import SessionRecord
     from inspector.session.run import RunRefused, RunRequest, SessionRun
+    from inspector.session.transcript import message_text
 
     runtime = scheduler.runtime
     turns = conv.planned_turns
     print(turn_heading(n, turns, text), flush=True)
+    if not args.quiet:  # the whole message (the heading shortens it), then the answer as it streams
+        print(f"{message_text('user', text)}\nanswer:", flush=True)
     record = SessionRecord()
     request = RunRequest(text, settings, args.source, options, faults=FaultPlan(list(args.inject)),
                          system_prompt=args.system_prompt,

@@ -154,3 +154,22 @@ def test_every_source_keeps_plain_greedys_output_over_a_conversation_or_parts_at
         if r["same_output_as_plain"] is False:
             d = r["divergence"]
             assert d is not None and d["plain_margin"] is not None and d["plain_margin"] < 1.0, r
+
+
+def test_run_turns_prints_each_turns_whole_user_message_and_its_answer(tmp_path):
+    """Issue 26: the heading shortens a long message; the output shows each turn's whole message, then
+    ``answer:`` and the answer the receipts hold."""
+    from inspector.session.transcript import message_text
+
+    turns = tmp_path / "t.json"
+    long = "Repeat exactly: " + " ".join(f"word{i}" for i in range(30))
+    turns.write_text(json.dumps([long, "Say it once more.\nJust once."]))
+    r = cli("run", "--turns", turns, "--max-tokens", "6", "--threads", "1", "--receipts", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    doc = load_document(tmp_path / "r.json")
+    out = r.stdout
+    for n, (message, turn) in enumerate(zip([long, "Say it once more.\nJust once."], doc["turns"]), 1):
+        heading = out.index(f"--- turn {n}/2:")
+        shown = out.index(message_text("user", message) + "\nanswer:\n" + turn["output"]["text"], heading)
+        assert shown < out.index("--- summary ---", heading)
+    assert "user: Repeat exactly: " + long.split(": ", 1)[1] in out  # the whole of it, not the heading's 80 characters

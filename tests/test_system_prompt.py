@@ -76,3 +76,36 @@ def test_the_windows_system_prompt_runs_is_kept_and_opens_every_turn_of_the_conv
     assert second.header.templated_text.count(SYSTEM) == 1
     w.panel.raw.setChecked(True)
     assert not w.panel.system_prompt.isEnabled()  # a raw prompt goes without the template
+
+
+def test_compare_over_turns_opens_every_configurations_chat_with_the_system_prompt(scheduler):
+    """``compare --turns -sys``: every turn's prompt of every configuration holds the system message once,
+    the first turn's prompt is exactly ``run``'s, and the result records it (only when given)."""
+    from inspector.bench.compare import parse_config, run_compare
+    from inspector.engine import GenerationSettings
+
+    runtime = scheduler.runtime
+    turns = ["Say one word.", "Say it again."]
+    settings = GenerationSettings(max_new_tokens=2)
+    configs = [parse_config("none"), parse_config("ngram:draft_max=4")]
+    result = run_compare(scheduler, [], configs, settings, turns=turns, keep_runs=True, system_prompt=SYSTEM)
+    assert all(r.error is None for r in result.rows)
+    assert result.system_prompt == SYSTEM and result.to_json()["system_prompt"] == SYSTEM
+    for run in result.runs:
+        first, second = run.generations
+        assert first.tokens[:first.prompt_token_count] == runtime.prompt_tokens(turns[0], system_prompt=SYSTEM)
+        text = runtime.detokenize(second.tokens[:second.prompt_token_count])
+        assert text.count(SYSTEM) == 1 and text.index(SYSTEM) < text.index(turns[0]) < text.index(turns[1])
+    plain = run_compare(scheduler, [], configs[:1], settings, turns=turns[:1], keep_runs=True)
+    assert "system_prompt" not in plain.to_json()
+    assert SYSTEM not in runtime.detokenize(plain.runs[0].generations[0].tokens)
+
+
+def test_compare_turns_takes_the_system_prompt_on_the_command_line(tmp_path):
+    turns = tmp_path / "t.txt"
+    turns.write_text("Say one word.\n---\nSay it again.\n")
+    out = tmp_path / "c.json"
+    r = cli("compare", "--turns", turns, "-sys", SYSTEM, "--config", "none", "--max-tokens", "2", "--threads", "1",
+            "--json", out)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["system_prompt"] == SYSTEM

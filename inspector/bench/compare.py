@@ -102,6 +102,9 @@ class CompareResult:
     model: dict | None = None
     """What ran: the runtime's ``describe()`` (file, weight form, threads, context, the llama.cpp
     commit and settings), as the receipts document's ``model``; None for a runtime without it."""
+    system_prompt: str = ""
+    """The chat's system message (``-sys``) every configuration's prompt (every turn's) began with; ""
+    for none. In the JSON only when set, as in a receipts document's ``settings``."""
 
     def to_json(self) -> dict:
         return {
@@ -109,6 +112,7 @@ class CompareResult:
             "version": 1,
             "model": self.model,
             "prompt_token_count": self.prompt_token_count,
+            **({"system_prompt": self.system_prompt} if self.system_prompt else {}),
             "settings": self.settings.to_json(),
             "cost_model": None if self.cost_model is None else self.cost_model.to_json(),
             "rows": [r.to_json() for r in self.rows],
@@ -275,6 +279,7 @@ def run_compare(
     turns: Sequence[str] | None = None,
     keep_runs: bool = False,
     turn_progress: Callable[[int, int, int, int, str], None] | None = None,
+    system_prompt: str = "",
 ) -> CompareResult:
     """Run ``prompt_tokens`` once per configuration (in order) with ``settings``
     (its ``draft_max`` replaced by each configuration's) and compare.
@@ -286,6 +291,8 @@ def run_compare(
     the turns (``TurnsRun``), and a failing turn gives the row an error naming it.
     ``turn_progress(turn, turn_count, done, total, label)`` is called before each turn
     (``turn`` 1-based; ``done``/``total``: configurations, as for ``progress``).
+    ``system_prompt``: the system message ``prompt_tokens`` were made with (kept in the result);
+    with ``turns`` it opens every configuration's chat, so every turn's prompt holds it.
 
     ``make_source(config, memory)`` returns the proposal source (None for plain; ``memory``:
     the ``SourceContext.memory`` of the request, one dict across a conversation's turns);
@@ -323,13 +330,15 @@ def run_compare(
             else:
                 on_turn = None if turn_progress is None else (
                     lambda n, count, i=i, label=config.label: turn_progress(n, count, i, total, label))
-                runs[id(config)] = _run_turns(scheduler, config, settings, turns, make_source, cancel, on_turn)
+                runs[id(config)] = _run_turns(scheduler, config, settings, turns, make_source, cancel, on_turn,
+                                              system_prompt)
         except RequestCancelled as exc:
             exc.partial = _result(runs, order[:i], None, prompt_tokens, settings, cost_model)
             raise
     plain_gen = runs[id(plain_first)][0]
     result_order = [c for c in configs] if not extra_plain else [plain_first, *configs]
-    result = _result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model)
+    result = replace(_result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model),
+                     system_prompt=system_prompt)
     describe = getattr(scheduler.runtime, "describe", None)
     if describe is not None:
         result = replace(result, model=describe())
@@ -412,14 +421,18 @@ class TurnsRun:
 
 
 def _run_turns(scheduler, config: CompareConfig, settings: GenerationSettings, turns: Sequence[str], make_source,
-               cancel, on_turn: Callable[[int, int], None] | None = None) -> tuple[TurnsRun | None, str | None]:
+               cancel, on_turn: Callable[[int, int], None] | None = None,
+               system_prompt: str = "") -> tuple[TurnsRun | None, str | None]:
     """Run ``config`` over a conversation (``inspector.session.conversation``): each turn's prompt is the
     chat so far, with this configuration's own answers; one source memory for every turn. A failing
     turn ends the conversation with an error naming it (earlier turns are kept in the row).
-    ``on_turn(turn, turn_count)`` is called before each turn (1-based)."""
+    ``on_turn(turn, turn_count)`` is called before each turn (1-based). ``system_prompt``: the chat's
+    first message (as ``run --turns`` starts it), "" for none."""
     from inspector.session.conversation import ChatHistory, turn_prompt_tokens
 
     history, out = ChatHistory(), TurnsRun()
+    if system_prompt:
+        history.messages.append({"role": "system", "content": system_prompt})
     memory = out.memory
     runtime = scheduler.runtime
     for n, text in enumerate(turns, 1):

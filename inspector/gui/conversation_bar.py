@@ -29,6 +29,8 @@ SEND_SHORTCUT = "Ctrl+Return"
 STEP_SHORTCUT = "Shift+Return"
 TURN_LABEL_CHARS = 48
 """A turn picker item shows this many characters of its user message."""
+TURN_PICKER_CHARS = 16
+"""The turn picker's width in characters (its list shows the labels whole)."""
 
 
 def turn_label(k: int, record) -> str:
@@ -56,7 +58,10 @@ class ConversationBar(QWidget):
         lay.setContentsMargins(0, 2, 4, 0)
         self.turn = QComboBox()
         self.turn.setToolTip("which turn of the conversation every view shows")
-        self.turn.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        # As wide as TURN_PICKER_CHARS characters, never as its longest label: the window stays 1024 px wide
+        # (each label whole in the list and the item's tooltip).
+        self.turn.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.turn.setMinimumContentsLength(TURN_PICKER_CHARS)
         self.turn.hide()
         self.title = QLabel("<b>Next turn</b>")
         self.message = QLineEdit()
@@ -89,6 +94,9 @@ class ConversationBar(QWidget):
         if [self.turn.itemText(i) for i in range(self.turn.count())] != labels:
             self.turn.clear()
             self.turn.addItems(labels)
+            for i, label in enumerate(labels):
+                self.turn.setItemData(i, label, Qt.ItemDataRole.ToolTipRole)
+        self.turn.view().setMinimumWidth(self.turn.view().sizeHintForColumn(0) + 24)
         if 0 <= current < len(labels):
             self.turn.setCurrentIndex(current)
         self.turn.setVisible(len(labels) >= 2)

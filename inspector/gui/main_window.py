@@ -17,16 +17,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (
-    QLabel,
-    QMainWindow,
-    QMessageBox,
-    QProgressBar,
-    QSplitter,
-    QTabWidget,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 from inspector.engine.faults import Fault, FaultPlan
 from inspector.engine.stats import decode_tokens_per_s
@@ -34,37 +25,25 @@ from inspector.gui import none_refcount
 from inspector.gui import worker as W
 from inspector.gui.analysis_actions import AnalysisActions
 from inspector.gui.help_menu import HelpActions
-from inspector.gui.controls import ControlPanel
-from inspector.gui.conversation_bar import ConversationActions, ConversationBar
-from inspector.gui.cost_view import CostView
-from inspector.gui.event_log import EventLog
+from inspector.gui.conversation_bar import ConversationActions
 from inspector.gui.file_actions import FileActions
 from inspector.gui.source_actions import SourceActions
-from inspector.gui.lock_plots import LockPlots
 from inspector.gui.model_events import ModelEvents
-from inspector.gui.panel_widgets import ElidedLabel
 from inspector.gui.run_control import (
     ACTIVE_STATES,
     BANNER_DONE,
     BANNER_ERROR,
-    BANNER_NEUTRAL,
     BANNER_PAD,
     RunControl,
 )
 from inspector.gui.session_store import app_data_dir
 from inspector.session.record import SessionRecord
 from inspector.session.records import REFUSED, SPECULATION_REFUSED, RunEnd, RunError
-from inspector.gui.stats_view import StatsView
-from inspector.gui.timeline import Timeline
-from inspector.gui.token_view import TokenView
-from inspector.gui.window_detail import WindowDetail
+from inspector.gui.window_layout import build_ui
 from inspector.gui.wording import count_noun
 
 REDRAW_HZ = 15
 """Redraws a second: each takes a core from llama.cpp's decode threads (25 Hz: 8-10% of a core, 15 Hz: 5-7%)."""
-FRAME_ALLOWANCE = 32
-"""Pixels left for the window manager's title bar when the window first sizes itself to the screen."""
-STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
 
 
 class MainWindow(ModelEvents, RunControl, QMainWindow):
@@ -169,77 +148,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
 
     # -- layout ---------------------------------------------------------------------
     def _build_ui(self) -> None:
-        self.panel = ControlPanel()
-        self.panel.setMinimumWidth(max(380, self.panel.minimumWidth()))
-
-        self.banner = QLabel("")
-        self.banner.setWordWrap(True)
-        self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        # Always shown (its text changes: hint, run status, finished, error): the view below never jumps.
-        fm = self.banner.fontMetrics()
-        self.banner.setMinimumHeight(2 * fm.lineSpacing() + 2 * BANNER_PAD + 2)  # hints and run status fit in two lines
-        self.set_banner("", BANNER_NEUTRAL)
-        self.token_view = TokenView()
-        self.token_view.use_settings(self.settings)  # the near-tie threshold is remembered
-        self.window_detail = WindowDetail()
-        self.timeline = Timeline()
-        self.lock_plots = LockPlots()
-        self.stats = StatsView()
-        self.cost_view = CostView()
-        self.event_log = EventLog()
-        self.tabs = QTabWidget()
-        self.tabs.addTab(self.window_detail, "Windows")
-        self.tabs.addTab(self.timeline, "KV timeline")
-        self.tabs.addTab(self.lock_plots, "Lock timing")
-        self.tabs.addTab(self.stats, "Statistics")
-        self.tabs.addTab(self.event_log, "Event log")
-        self.tabs.addTab(self.cost_view, "Cost model")
-        self.token_view.windowClicked.connect(self._show_window)
-        self.tabs.currentChanged.connect(lambda _i: self.tabs.currentWidget().refresh())
-
-        top = QWidget()
-        tl = QVBoxLayout(top)
-        tl.setContentsMargins(0, 0, 0, 0)
-        tl.addWidget(self.banner)
-        tl.addWidget(self.token_view, 1)
-        self.conversation_bar = ConversationBar()  # Next turn: continue the run as a conversation
-        tl.addWidget(self.conversation_bar)
-        self.right_split = QSplitter(Qt.Orientation.Vertical)
-        self.right_split.addWidget(top)
-        self.right_split.addWidget(self.tabs)
-        self.right_split.setSizes([220, 540])
-        self.main_split = QSplitter(Qt.Orientation.Horizontal)
-        self.main_split.addWidget(self.panel)
-        self.main_split.addWidget(self.right_split)
-        self.main_split.setSizes([self.panel.minimumWidth() + 4, 1280 - self.panel.minimumWidth() - 4])
-        self.main_split.setStretchFactor(1, 1)
-        self.setCentralWidget(self.main_split)
-
-        self.status_state = ElidedLabel("")  # a long error ends with "…" (all of it in the tooltip)
-        self.status_counts = QLabel("")
-        # A fixed size: the counts change at every redraw and must not re-lay out the window.
-        fm = self.status_counts.fontMetrics()
-        self.status_counts.setFixedSize(fm.horizontalAdvance(STATUS_TEMPLATE), fm.height() + 2)
-        self.status_counts.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.status_speed = QLabel("")  # live decode tokens/s of the session shown
-        self.status_speed.setFixedSize(fm.horizontalAdvance(" 0000.0 tokens/s "), fm.height() + 2)
-        self.status_speed.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.status_speed.setToolTip("decode tokens/s: generated tokens / decode time, prefill excluded")
-        self.load_progress = QProgressBar()
-        self.load_progress.setRange(0, 100)
-        self.load_progress.setMaximumWidth(200)
-        self.load_progress.hide()
-        sb = self.statusBar()
-        sb.addWidget(self.status_state, 1)
-        sb.addWidget(self.load_progress)
-        sb.addPermanentWidget(self.status_counts)
-        sb.addPermanentWidget(self.status_speed)
-        self.resize(1280, 800)
-        screen = self.screen()
-        avail = screen.availableGeometry() if screen is not None else None
-        if avail is not None and avail.width() >= 1024 and avail.height() < 800 + FRAME_ALLOWANCE:
-            # A first start on a 1280x800 screen fits it, title bar included (a saved geometry wins later).
-            self.resize(min(1280, avail.width()), avail.height() - FRAME_ALLOWANCE)
+        build_ui(self)
 
     def add_action(self, menu, text, slot, shortcuts=(), tip="") -> QAction:
         """A menu action with window-wide shortcuts (helpers add their menus' actions here too)."""
@@ -329,7 +238,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         self.token_view.refresh()
         self.window_detail.refresh()
         current = self.tabs.currentWidget()
-        for v in (self.timeline, self.lock_plots, self.stats, self.event_log, self.cost_view):
+        for v in (self.transcript, self.timeline, self.lock_plots, self.stats, self.event_log, self.cost_view):
             if v is current or not self.isVisible():
                 v.refresh()
         s = self.session
@@ -354,10 +263,11 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
     def refresh_all(self) -> None:
         """Redraw every view now (tests and export)."""
         self.redraw()
-        for v in (self.timeline, self.lock_plots, self.stats, self.event_log, self.cost_view):
+        for v in (self.transcript, self.timeline, self.lock_plots, self.stats, self.event_log, self.cost_view):
             v.refresh()
 
-    def _show_window(self, w: int) -> None:
+    def show_window(self, w: int) -> None:
+        """Show window ``w`` (1-based) in the Windows tab."""
         self.tabs.setCurrentWidget(self.window_detail)
         self.window_detail.select_window(w)
 
@@ -503,6 +413,8 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
             v = s.value(key)
             if isinstance(v, QByteArray) and not v.isEmpty():
                 split.restoreState(v)
+                if split is self.right_split:  # the user's split from last time, not the first start's
+                    self.stream_split.stop()
         values = {}
         s.beginGroup("controls")
         for k in s.childKeys():

@@ -31,7 +31,16 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from inspector.engine.probability_stats import DRAFT, TARGET, acceptance_by_probability, has_probabilities, \
     probability_by_position
@@ -53,7 +62,7 @@ DISPOSITION_TICK_PT = 8
 """Point size of the dispositions' names under their bars."""
 FORM_MAX_WIDTH = 330
 """The figures' column at most (pixels): the charts get the rest (two per row at 1280x800)."""
-PLOT_MIN = (160, 130)
+PLOT_MIN = (160, 105)
 """Smallest chart (pixels): layouts may shrink a chart this far (titles are short enough)."""
 
 
@@ -118,8 +127,16 @@ class StatsView(QWidget):
                       " count judged tokens only)</small>")
         defs.setWordWrap(True)
         form.addRow(defs)
-        form_box.setMaximumWidth(FORM_MAX_WIDTH)
-        lay.addWidget(form_box, 2)
+        # In a scroll area: on a short screen the figures scroll instead of making the tabs taller
+        # than the window leaves them (the token stream above keeps its height).
+        form_scroll = QScrollArea()
+        form_scroll.setWidget(form_box)
+        form_scroll.setWidgetResizable(True)
+        form_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        form_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        form_scroll.setMaximumWidth(FORM_MAX_WIDTH)
+        self.form_scroll = form_scroll
+        lay.addWidget(form_scroll, 2)
 
         charts = QVBoxLayout()
         top = QHBoxLayout()

@@ -51,6 +51,9 @@ NEAR_TIE_MAX = 10.0
 """Largest near-tie threshold the spin box offers (logits)."""
 NEAR_TIE_KEY = "token_view/near_tie_logits"
 """QSettings key of the near-tie threshold (logits)."""
+LEGEND_SHORT = {O.ACCEPTED: "accepted", O.CORRECTION: "correction", O.BONUS: "bonus", O.FROM_PREFILL: "first token",
+                O.PLAIN: "plain step", O.END: "end"}
+"""The legend's short name of each token outcome (``outcomes.LEGEND`` gives the long ones, in its tooltip)."""
 _PENDING = object()  # margin of a token whose window has no receipt yet (figures still to come)
 
 
@@ -140,9 +143,12 @@ class TokenView(QWidget):
         self._baseline_shown: object = None
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        legend = QLabel(" &nbsp; ".join(
-            f"<span style='background:{O.BACKGROUNDS[o]};color:{O.COLORS[o]};font-weight:bold'>&nbsp;abc&nbsp;</span>"
-            f"&nbsp;{label}" for o, label in O.LEGEND))
+        # Compact: each outcome's short name drawn as its tokens are (one line at 1024 px wide); the
+        # tooltip says what each one is.
+        legend = QLabel(" ".join(
+            f"<span style='background:{O.BACKGROUNDS[o]};color:{O.COLORS[o]};font-weight:bold'>"
+            f"&nbsp;{LEGEND_SHORT.get(o, label)}&nbsp;</span>" for o, label in O.LEGEND))
+        legend.setToolTip("<br>".join(f"<b>{LEGEND_SHORT.get(o, label)}</b>: {label}" for o, label in O.LEGEND))
         legend.setWordWrap(True)
         self.legend = legend
         # The near-tie entry of the legend: a sample drawn with the stream's own format (rich

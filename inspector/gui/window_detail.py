@@ -15,8 +15,8 @@ import html
 import json
 import time
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QTextOption
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
@@ -102,6 +102,19 @@ def _figures(probs, row: int) -> tuple[str, str, str, str]:
 
 DETAIL_MIN_WIDTH = 250
 """The Receipt pane's least width: its field names and values side by side, never a letter a line."""
+FIELD_KEYS = ("source", "decision", "proposal", "correction / bonus", "positions", "repair", "generated",
+              "time (µs)", "lock (µs)", "held", "repaired state", "discard")
+"""Names of the Receipt pane's fields (its first column is as wide as the widest)."""
+KEY_PAD = 8
+"""Pixels between a field's name and its value in the Receipt pane."""
+
+
+def fields_table(rows) -> str:
+    """The Receipt pane's HTML table of ``(name, value HTML)`` rows: names grey and never wrapped."""
+    body = "".join(f"<tr><td style='color:#555;padding-right:{KEY_PAD}px;white-space:nowrap'>{k}</td><td>{v}</td></tr>"
+                   for k, v in rows)
+    return f"<table cellspacing='0'>{body}</table>"
+
 
 class WindowDetail(QWidget):
     """Windows table (one row per verified or failed window; a virtualized
@@ -163,7 +176,12 @@ class WindowDetail(QWidget):
         self.fields.setFrameShape(QFrame.Shape.NoFrame)
         self.fields.setOpenLinks(False)
         self.fields.document().setDocumentMargin(3)
+        # Words (a decision id, a figure) never break inside; the decision id is elided to fit instead.
+        self.fields.setWordWrapMode(QTextOption.WrapMode.WordWrap)
         self.fields.setHtml(EMPTY_TEXT)
+        self._fields_of = None  # () -> the shown fields' HTML again (the decision id is elided to the width)
+        self._decision_width = -1  # the decision id's room when the fields were drawn (px)
+        self.fields.viewport().installEventFilter(self)
         self.raw = QPlainTextEdit()
         self.raw.setReadOnly(True)
         self.raw.setFont(QFont("DejaVu Sans Mono", 9))
@@ -210,7 +228,7 @@ class WindowDetail(QWidget):
         self._follow_pending = False
         self.model.set_session(session)
         self.rows.setRowCount(0)
-        self.fields.setHtml(EMPTY_TEXT)
+        self._set_fields(None)
         self.raw.setPlainText("")
         self.refresh()
 
@@ -277,7 +295,7 @@ class WindowDetail(QWidget):
         base, committed = e.base_position, len(e.committed)
         self._fill_rows(self._current_token(w, base), e.proposal, e.predictions, base, committed, canonical, after,
                         probs=r.probabilities if r is not None else None)
-        self.fields.setHtml(self._fields_html(w, r, d, e.accepted, base, after, canonical, committed))
+        self._set_fields(lambda: self._fields_html(w, r, d, e.accepted, base, after, canonical, committed))
         self._raw_for = None
         self._show_raw()
 
@@ -342,17 +360,16 @@ class WindowDetail(QWidget):
                         None, info.get("position_after_verification"), held_row=row)
         kind = ROW_LABELS.get(token_outcome(row, info["token"], proposal), "")
         e = html.escape
+        decision = decision_id_text(info.get("decision_id", b""))
         rows = [
-            ("decision", e(decision_id_text(info.get("decision_id", b"")))),
+            ("decision", None),
             ("proposal", f"{len(proposal)} tokens · committed so far {len(info.get('committed', ()))}"),
             ("held", f"row {row} (KV position {base + row}): {e(_tok(self.session, info['token']))} — {kind}"),
             ("positions", f"base {base} → verified {info.get('position_after_verification')} → canonical: "
                           "after the commit loop and repair"),
         ]
-        body = "".join(f"<tr><td style='color:#555;padding-right:8px;white-space:nowrap'>{k}</td><td>{v}</td></tr>"
-                       for k, v in rows)
-        self.fields.setHtml(f"<b>Window {w}</b> — <b>committing</b> (no receipt until it is repaired)"
-                            f"<table cellspacing='0'>{body}</table>")
+        self._set_fields(lambda: f"<b>Window {w}</b> — <b>committing</b> (no receipt until it is repaired)"
+                         + fields_table(self._with_decision(rows, decision)))
         self.raw.setPlainText("")
         self._raw_for = None
 
@@ -379,8 +396,10 @@ class WindowDetail(QWidget):
         if r is not None:
             head = f"<b>Window {w}</b> — <b>{r.disposition}</b>"
             nxt = r.correction_or_boundary_token
+            decision = decision_id_text(r.decision_id)
             rows = [
-                ("source", f"{e(r.source)} · decision {e(decision_id_text(r.decision_id))}"),
+                ("source", e(r.source)),
+                ("decision", None),
                 ("proposal", f"{r.proposal_token_count} tokens · accepted {r.accepted_proposal_tokens} · "
                              f"committed {committed}"),
                 ("correction / bonus", e(_tok(s, nxt)) if nxt is not None else "none (stopped)"),
@@ -403,11 +422,44 @@ class WindowDetail(QWidget):
                 ("positions", f"base {base} → verified {after_s} → canonical {canonical}"),
                 ("repaired state", "session retired (resume opens a new one)" if p.session_retired
                  else f"KV cache trimmed to the canonical position {canonical}"),
-                ("discard", f"{d.reason} (decision {e(decision_id_text(d.decision_id))})"),
+                ("discard", e(d.reason)),
+                ("decision", None),
             ]
-        body = "".join(f"<tr><td style='color:#555;padding-right:8px;white-space:nowrap'>{k}</td><td>{v}</td></tr>"
-                       for k, v in rows)
-        return f"{head}<table cellspacing='0'>{body}</table>"
+            decision = decision_id_text(d.decision_id)
+        return head + fields_table(self._with_decision(rows, decision))
+
+    # -- the decision id: one line, elided to the pane's width (all of it in the tooltip) ----------
+    def _set_fields(self, make_html) -> None:
+        """Show the fields ``make_html()`` gives (None: "Select a window."); drawn again when the pane's
+        width changes the room for the decision id."""
+        self._fields_of = make_html
+        self._decision_width = self.decision_room()
+        self.fields.setToolTip("")
+        self.fields.setHtml(EMPTY_TEXT if make_html is None else make_html())
+
+    def decision_room(self) -> int:
+        """Pixels the Receipt pane has for the decision id beside its field name."""
+        fm = self.fields.fontMetrics()
+        names = max(fm.horizontalAdvance(k) for k in FIELD_KEYS) + KEY_PAD
+        margins = 2 * int(self.fields.document().documentMargin()) + 8  # the table's cell borders and padding
+        return max(fm.horizontalAdvance("MMMM"), self.fields.viewport().width() - names - margins)
+
+    def _with_decision(self, rows, decision: str) -> list:
+        """``rows`` with the ``("decision", None)`` row's value: the id on one line (never wrapped),
+        elided in the middle when it is wider than ``decision_room``; the pane's tooltip then holds it."""
+        fm = self.fields.fontMetrics()
+        shown = fm.elidedText(decision, Qt.TextElideMode.ElideMiddle, self._decision_width)
+        if shown != decision:
+            self.fields.setToolTip(f"decision {decision}")
+        cell = f"<span style='white-space:pre'>{html.escape(shown)}</span>"
+        return [(k, cell if v is None else v) for k, v in rows]
+
+    def eventFilter(self, obj, ev) -> bool:
+        """The Receipt pane was resized: draw its fields again if the decision id's room changed."""
+        if ev.type() == QEvent.Type.Resize and obj is self.fields.viewport() and self._fields_of is not None:
+            if self.decision_room() != self._decision_width:
+                self._set_fields(self._fields_of)
+        return False
 
     def _raw_json(self, w, r, d) -> str:
         s = self.session

@@ -1,0 +1,87 @@
+"""The Conversation tab (issue 26): every turn's user message and the model's answer beside a turn
+picker, copyable, following the turn that generates. On the real model; the answers compared are
+the runs' own records, never the model's particular words."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QApplication
+
+from inspector.gui import worker as W
+from inspector.session.transcript import message_text, transcript_text
+from scenarios import NoEndOfTurn
+from test_gui_conversation import send_turn
+from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end, wait_state
+
+MAX = 8
+
+
+def shown_text(w) -> str:
+    """The Conversation tab's text as drawn."""
+    return w.transcript.text.toPlainText()
+
+
+def test_the_conversation_tab_shows_every_turn_and_its_picker_shows_a_turn_in_every_view(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
+    assert w.tabs.indexOf(w.transcript) == 1 and w.tabs.tabText(1) == "Conversation"
+    w.tabs.setCurrentWidget(w.transcript)
+    assert w.transcript.picker.count() == 0 and shown_text(w) == ""
+    run_to_end(qtbot, w)
+    first = w.session
+    # A single run is shown as turn 1: its prompt and its answer.
+    assert w.transcript.picker.count() == 1
+    assert first.prompt_text in shown_text(w) and first.end.output_text.strip() in shown_text(w)
+    send_turn(qtbot, w, "Say it again.")
+    second = w.session
+    assert second is not first
+    text = shown_text(w)
+    assert w.transcript.picker.count() == 2 and w.transcript.picker.currentRow() == 1
+    assert w.minimumSizeHint().width() <= 1024  # the turn pickers never widen the window past 1024 px
+    for r, user in ((first, first.prompt_text), (second, "Say it again.")):
+        assert user in text and r.end.output_text.strip() in text
+    assert text.index("Turn 1") < text.index(first.end.output_text.strip()) < text.index("Turn 2") \
+        < text.index("Say it again.") < text.rindex(second.end.output_text.strip())
+    # Picking turn 1 in the transcript shows it in every view, and the Next turn row's picker follows.
+    w.transcript.picker.setCurrentRow(0)
+    assert w.session is first and w.conversation_bar.turn.currentIndex() == 0
+    w.refresh_all()
+    assert "Turn 1  (shown in every view)" in shown_text(w)
+    # Picking turn 2 in the Next turn row's picker: the transcript's list follows.
+    w.conversation_bar.turn.activated.emit(1)
+    w.refresh_all()
+    assert w.session is second and w.transcript.picker.currentRow() == 1
+    assert "Turn 2  (shown in every view)" in shown_text(w)
+    # Copy transcript: every message and answer as plain text.
+    w.transcript.copy.click()
+    copied = QApplication.clipboard().text()
+    assert copied == transcript_text([first, second])
+    assert message_text("user", "Say it again.") in copied and second.end.output_text.strip() in copied
+
+
+def test_the_conversation_tab_follows_the_turn_that_generates_and_no_turn_is_picked_meanwhile(qtbot, runtime,
+                                                                                              tmp_path):
+    w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path, max_tokens=48)  # no end of turn: steps remain
+    run_to_end(qtbot, w)
+    w.tabs.setCurrentWidget(w.transcript)
+    bar = w.conversation_bar
+    bar.message.setText("Again, please.")
+    bar.step.click()
+    wait_state(qtbot, w, W.PAUSED)
+    turn = w.session
+    sizes = []
+    for _step in range(3):
+        before = w.worker.generation.generated_count
+        w.step_window_clicked()
+        qtbot.waitUntil(lambda b=before: w.state == W.PAUSED and w.worker.generation.generated_count > b,
+                        timeout=60_000)
+        w.redraw()  # the window's timer: the new text is appended
+        text = shown_text(w)
+        assert "Again, please." in text and "Model  (generating…)" in text
+        assert text.endswith(turn.output_text) and turn.output_text
+        sizes.append(len(turn.output_text))
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+    assert not w.transcript.picker.isEnabled()  # no turn is picked while one runs
+    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
+        w.run_clicked()
+    w.refresh_all()
+    assert w.transcript.picker.isEnabled() and "generating" not in shown_text(w)
+    assert turn.end.output_text.strip() in shown_text(w)
