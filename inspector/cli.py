@@ -374,7 +374,7 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
     """``run``'s run from the prefill to the receipts file; returns the exit status."""
     from inspector.engine.errors import EngineError
     from inspector.receipts import ReceiptsFileError, write_document
-    from inspector.run_output import drive_run, format_events, format_reasons, format_summary
+    from inspector.run_output import drive_run, format_balance, format_events, format_reasons, format_summary
     from inspector.session.document import record_document
 
     t0 = time.perf_counter()
@@ -402,6 +402,9 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
     print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
                          ended_as=end.reason, incomplete_utf8_bytes=end.incomplete_utf8_bytes,
                          why=format_reasons(record.events, args.source)))
+    balance = format_balance(record.receipts, record.lock_ops, record.main_session_id)
+    if balance:
+        print(balance)
     if run.draft_max_from:
         print(f"draft max:            {run.request.settings.draft_max} ({run.draft_max_from})")
     policy = getattr(run.source, "policy", None)

@@ -6,6 +6,7 @@ from typing import TextIO
 
 from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
 from inspector.engine.observer import GenerationObserver
+from inspector.engine.profit import run_balance
 from inspector.engine.probabilities import WindowProbabilities, top_texts_of
 from inspector.engine.receipt import COMMIT, DISCARD, PREFILL, STEP, VERIFY, Summary, decision_id_text
 from inspector.sources.registry import PLAIN, describe_source
@@ -275,6 +276,13 @@ def format_reasons(events, source_name: str | None) -> str:
         words = meanings.get(code, "(not declared by the source)") if code else "(not recorded: an older file)"
         lines.append(f"  {n:>5} {code or '-'}: {words}")
     return "\n".join(lines)
+
+
+def format_balance(receipts, lock_operations, session_id) -> str:
+    """The summary's line on what the windows gained or lost against plain decoding of their tokens
+    (``inspector.engine.profit``, c(1) from the run's own plain steps); "" when it cannot be said."""
+    b = run_balance(receipts, lock_operations, session_id)
+    return "" if b is None else f"windows vs plain:     {b.text()}"
 
 
 def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, canonical=None,

@@ -359,3 +359,5 @@ def test_statistics_say_why_the_plain_steps_ran_without_a_proposal_with_each_rea
     assert text.startswith(f"{g.plain_steps}: ") and len(steps) == g.plain_steps
     assert f"{steps.count('script_done')} script_done" in text
     assert REASONS["script_done"] in tip
+    balance = view.labels["balance"].text()
+    assert balance.startswith("saved ") and "(plain steps of this run)" in balance, balance

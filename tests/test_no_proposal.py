@@ -128,3 +128,16 @@ def test_run_and_view_print_the_plain_steps_by_reason_with_their_meaning(tmp_pat
     assert any(x.split()[1] == "below_n_min:" and "n_min" in x for x in listed), listed
     v = cli("view", str(out))
     assert line in v.stdout
+
+
+def test_run_prints_what_its_windows_saved_and_lost_against_plain_decoding_at_its_own_c1():
+    from test_cli import cli
+
+    r = cli("run", "--example", "copy-with-corrections", "--max-tokens", "48", "--draft-max", "6")
+    assert r.returncode == 0, r.stderr
+    windows = next(x for x in r.stdout.splitlines() if x.startswith("windows:"))
+    assert int(windows.split()[1]) > 0 and int(windows.split("plain steps ")[1].split(";")[0]) > 0, windows
+    line = next(x for x in r.stdout.splitlines() if x.startswith("windows vs plain:"))
+    saved = int(line.split(" in ")[1].split()[0])
+    lost = int(line.split(" in ")[2].split()[0].rstrip(";"))
+    assert saved + lost == int(windows.split()[1]) and line.endswith("(plain steps of this run)"), line

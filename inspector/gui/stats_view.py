@@ -45,6 +45,7 @@ from PySide6.QtWidgets import (
 from inspector.engine.probability_stats import DRAFT, TARGET, acceptance_by_probability, has_probabilities, \
     probability_by_position
 from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
+from inspector.engine.profit import run_balance
 from inspector.engine.receipt import Summary
 from inspector.gui.probability_plots import TITLE_SIZE, AcceptancePlot, no_figures_reason
 from inspector.session.record import SessionRecord
@@ -98,6 +99,9 @@ class StatsView(QWidget):
             ("plain_steps", "plain steps", "one-token decode steps without a proposal, by the reason the engine "
                                            "or the source gave (hover the figure for their meanings)"),
             ("discards", "discards", "proposals that produced no receipt"),
+            ("balance", "windows vs plain", "each window's time against plain decoding of the tokens it committed: "
+                                            "committed × c(1) − (proposal + verification + repair); c(1) is the "
+                                            "median plain step of this run, else the cost model's"),
             ("generated", "generated tokens", ""),
             ("acceptance", "acceptance rate", "accepted proposal tokens / proposed tokens, over verified windows"),
             ("mean_len", "mean accepted length", "1 + accepted / windows: tokens committed per window"),
@@ -258,6 +262,10 @@ class StatsView(QWidget):
         L["plain_steps"].setText(text)
         L["plain_steps"].setToolTip(tip)
         L["discards"].setText(str(m.discards))
+        cm = self.cost_model
+        b = run_balance(s.receipts, s.lock_ops, s.main_session_id, None if cm is None else cm.cost(1) * 1000)
+        L["balance"].setText("n/a (no windows, or no plain step and no cost model to give c(1))" if b is None
+                             else b.text())
         L["generated"].setText(str(m.generated_tokens))
         L["acceptance"].setText("n/a (no windows)" if not m.windows else
                                 f"{_pct(m.acceptance_rate)}  ({m.accepted_tokens} / {m.proposed_tokens})")

@@ -1,0 +1,98 @@
+"""What each window gained or lost in time against plain decoding of the same tokens (issue 28 part 2).
+
+A window commits ``canonical_prediction_count`` tokens; plain decoding would have spent ``c(1)`` per
+token on them (one one-row decode each). So the window's profit is
+``committed × c(1) − (proposal + verification + repair)`` microseconds: positive when speculation
+saved time there, negative when the proposal and the extra rows cost more than they bought.
+``c(1)`` is measured in the same run where it can be: the median time the run's plain steps held
+the runtime (``plain_step_us``); else the caller's (the cost model's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+from typing import Iterable, Sequence
+
+STEP_OPERATION = "step"
+"""The lock operation kind of a plain step (``inspector.engine.generation``)."""
+
+
+def plain_step_us(lock_operations: Iterable, session_id: int | None = None) -> float | None:
+    """The median hold time (microseconds) of the plain steps among ``lock_operations``
+    (``LockOperation``: ``kind``, ``session_id``, ``hold_us``), of session ``session_id`` when given;
+    None when there is none."""
+    holds = [op.hold_us for op in lock_operations
+             if op.kind == STEP_OPERATION and (session_id is None or op.session_id == session_id)]
+    return float(median(holds)) if holds else None
+
+
+def window_profit_us(receipt, c1_us: float) -> float:
+    """``receipt``'s committed tokens × ``c1_us`` minus its proposal, verification and repair time
+    (microseconds; ``WindowReceipt`` fields)."""
+    spent = receipt.proposal_elapsed_us + receipt.verification_elapsed_us + receipt.repair_elapsed_us
+    return receipt.canonical_prediction_count * c1_us - spent
+
+
+@dataclass(frozen=True)
+class Balance:
+    """A run's windows against plain decoding: ``saved_us`` over the ``saved`` windows that gained,
+    ``lost_us`` (positive) over the ``lost`` windows that cost more, ``lost_at_row_0`` of those rejected
+    their first proposal token; ``c1_us`` the one-row decode time used and where it came from
+    (``c1_from``: "plain steps of this run" or "the cost model")."""
+
+    saved_us: float
+    saved: int
+    lost_us: float
+    lost: int
+    lost_at_row_0: int
+    c1_us: float
+    c1_from: str
+
+    @property
+    def net_us(self) -> float:
+        return self.saved_us - self.lost_us
+
+    def text(self) -> str:
+        """One sentence, e.g. ``saved 312 ms in 9 windows, lost 95 ms in 7 (5 rejected at row 0); net
+        217 ms at c(1) 14.2 ms (plain steps of this run)``."""
+        def ms(us: float) -> str:
+            return f"{us / 1000:.0f} ms" if us >= 10_000 else f"{us / 1000:.1f} ms"
+
+        def windows(n: int) -> str:
+            return f"{n} window{'s' if n != 1 else ''}"
+
+        lost = f"lost {ms(self.lost_us)} in {self.lost}" + (
+            f" ({self.lost_at_row_0} rejected at row 0)" if self.lost_at_row_0 else "")
+        net = self.net_us
+        return (f"saved {ms(self.saved_us)} in {windows(self.saved)}, {lost}; net {'+' if net >= 0 else '-'}"
+                f"{ms(abs(net))} at c(1) {self.c1_us / 1000:.1f} ms ({self.c1_from})")
+
+
+def balance(receipts: Sequence, c1_us: float, c1_from: str) -> Balance:
+    """The ``Balance`` of ``receipts`` at ``c1_us`` microseconds per one-row decode. A window with profit
+    0 counts as saved."""
+    saved_us = lost_us = 0.0
+    saved = lost = row0 = 0
+    for r in receipts:
+        p = window_profit_us(r, c1_us)
+        if p >= 0:
+            saved_us, saved = saved_us + p, saved + 1
+        else:
+            lost_us, lost = lost_us - p, lost + 1
+            row0 += r.accepted_proposal_tokens == 0
+    return Balance(saved_us, saved, lost_us, lost, row0, c1_us, c1_from)
+
+
+def run_balance(receipts: Sequence, lock_operations: Iterable, session_id: int | None,
+                cost_model_c1_us: float | None = None) -> Balance | None:
+    """The run's ``Balance`` with ``c(1)`` from its own plain steps, else ``cost_model_c1_us``; None when
+    neither is known or there is no window."""
+    if not receipts:
+        return None
+    c1 = plain_step_us(lock_operations, session_id)
+    if c1 is not None:
+        return balance(receipts, c1, "plain steps of this run")
+    if cost_model_c1_us is not None:
+        return balance(receipts, cost_model_c1_us, "the cost model")
+    return None

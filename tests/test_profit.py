@@ -1,0 +1,37 @@
+"""Profit per window against plain decoding of the same tokens (issue 28 part 2), on tiny receipts."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as R
+
+from inspector.engine.profit import balance, plain_step_us, run_balance, window_profit_us
+
+
+def _r(committed, accepted, proposal=0, verification=0, repair=0):
+    return R(canonical_prediction_count=committed, accepted_proposal_tokens=accepted, proposal_elapsed_us=proposal,
+             verification_elapsed_us=verification, repair_elapsed_us=repair)
+
+
+def test_a_window_earns_c1_per_committed_token_and_pays_its_proposal_verification_and_repair():
+    assert window_profit_us(_r(4, 3, proposal=100, verification=2500, repair=50), 1000.0) == 4000 - 2650
+    assert window_profit_us(_r(1, 0, proposal=10, verification=1500), 1000.0) == -510
+
+
+def test_the_balance_splits_saving_and_losing_windows_and_counts_rejections_at_row_0():
+    b = balance([_r(4, 3, verification=2000), _r(1, 0, verification=1500), _r(2, 1, verification=2500),
+                 _r(1, 0, verification=1100)], 1000.0, "the cost model")
+    assert (b.saved, b.saved_us, b.lost, b.lost_us, b.lost_at_row_0) == (1, 2000, 3, 1100, 2)
+    assert b.net_us == 900
+    assert b.text() == ("saved 2.0 ms in 1 window, lost 1.1 ms in 3 (2 rejected at row 0); net +0.9 ms at c(1) "
+                        "1.0 ms (the cost model)")
+
+
+def test_c1_is_the_median_plain_step_of_the_runs_own_session_else_the_cost_models():
+    ops = [R(kind="step", session_id=0, hold_us=900), R(kind="step", session_id=0, hold_us=1100),
+           R(kind="step", session_id=0, hold_us=5000), R(kind="verify", session_id=0, hold_us=9000),
+           R(kind="step", session_id=1, hold_us=1)]
+    assert plain_step_us(ops, 0) == 1100
+    assert run_balance([_r(2, 1)], ops, 0, 700.0).c1_from == "plain steps of this run"
+    b = run_balance([_r(2, 1)], ops[3:4], 0, 700.0)
+    assert (b.c1_us, b.c1_from) == (700.0, "the cost model")
+    assert run_balance([_r(2, 1)], [], 0, None) is None and run_balance([], ops, 0, 700.0) is None
