@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from inspector.engine.settings import PENALTY_DEFAULTS
 from inspector.llama.quantize import TARGET_TYPES
 
 
@@ -52,6 +53,7 @@ class PanelValues:
             "n_ctx": self.n_ctx.value(), "threads": self.threads.value(), "stop": self.stop_strings.text(),
             "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
             "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
+            **{name: box.value() for name, box in self.penalties.items()},
             "custom_prompt": self.custom_prompt,
             "verification": self.verification.currentText(), "draft_type": self.draft_type.currentText(),
             "raw": self.raw.isChecked(), "system_prompt": self.system_prompt.text(),
@@ -79,7 +81,9 @@ class PanelValues:
              "raw": bool(st.get("raw", False)), "n_ctx": st.get("n_ctx"),
              # a file without the setting was written before per-row probabilities (schema v1): none
              "probabilities": bool(st.get("probabilities", False)),
-             "stop": join_stop_strings(st.get("stop") or ()), "system_prompt": st.get("system_prompt", "")}
+             "stop": join_stop_strings(st.get("stop") or ()), "system_prompt": st.get("system_prompt", ""),
+             # a file without the penalties was written before them: llama-server's defaults (no penalty)
+             **{name: samp.get(name, default) for name, default in PENALTY_DEFAULTS.items()}}
         name = str(src.get("name", ""))
         # The saved source's own options, by its declaration (as its settings() recorded them).
         v.update({c.key: opts.get(n) for n, c in self.option_controls.get(name, {}).items()})
@@ -124,6 +128,8 @@ class PanelValues:
             num(key, w, int)
         for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p)):
             num(key, w, float)
+        for key, w in self.penalties.items():
+            num(key, w, int if key == "repeat_last_n" else float)
         for key, combo in (("verification", self.verification), ("draft_type", self.draft_type)):
             if isinstance(v.get(key), str) and combo.findText(v[key]) >= 0:
                 combo.setCurrentText(v[key])

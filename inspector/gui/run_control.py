@@ -56,7 +56,7 @@ class RunControl:
             self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
         for b in (p.model_combo, p.weights, p.open_model, p.source, p.source_pages, p.prompt, p.examples, p.max_tokens,
                   p.draft_max, p.temperature, p.verification, p.top_k, p.top_p, p.min_p, p.seed, p.n_ctx,
-                  p.threads, p.stop_strings, p.probabilities, p.raw):
+                  p.threads, p.stop_strings, p.probabilities, p.raw, *p.penalties.values()):
             b.setEnabled(setup_on)
         p.system_prompt.setEnabled(setup_on and not p.raw.isChecked())  # a raw prompt has no template
         bar.setValue(scrolled)  # Run never scrolls the side panel
