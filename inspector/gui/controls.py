@@ -36,6 +36,7 @@ from inspector.engine.settings import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, PE
                                        SamplingSettings)
 from inspector.engine.probabilities import COST_NOTE
 from inspector.gui.contention import MAX_BACKGROUND
+from inspector.gui.context_controls import ContextControls
 from inspector.prompts import example_prompts
 from inspector.gui.model_choice import ModelChoice
 from inspector.gui.panel_values import PanelValues, parse_stop_strings
@@ -157,6 +158,8 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         grid.addWidget(self.probabilities, 1, 2, 1, 2)
         grid.addWidget(QLabel("stop"), 2, 0)
         grid.addWidget(self.stop_strings, 2, 1, 1, 3)
+        self.llama_context = ContextControls()  # -b -ub -fa -ctk -ctv, beside the context size
+        grid.addWidget(self.llama_context, 3, 0, 1, 4)
         lay.addWidget(g)
 
         # Sampling

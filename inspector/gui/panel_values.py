@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from inspector.engine.settings import PENALTY_DEFAULTS
+from inspector.gui.context_controls import DEFAULT_CONTEXT, loaded_context
 from inspector.llama.quantize import TARGET_TYPES
 
 
@@ -63,12 +64,15 @@ class PanelValues:
             "model": self.model_path(), "recent_models": self.recent_models(),
             "model_weights": json.dumps(self.weights_by_model, sort_keys=True),
             "gpu_layers": self.gpu_layers.value(), "rpc_servers": self.rpc_servers.text(),
+            **self.llama_context.values(),
         }
 
-    def show_saved(self, settings: dict | None, prompt: str, model_name: str, weights: str = "") -> None:
-        """Show a saved session's settings (a receipts file's or an autosave's ``settings``) instead of
-        the live ones; the window keeps the inputs read only while it is shown. ``show_live`` puts
-        the live settings back."""
+    def show_saved(self, settings: dict | None, prompt: str, model_name: str, weights: str = "",
+                   llama_cpp: dict | None = None) -> None:
+        """Show a saved session's settings (a receipts file's or an autosave's ``settings``; ``llama_cpp``:
+        its model's block of llama.cpp context settings, None: ours by default) instead of the live
+        ones; the window keeps the inputs read only while it is shown. ``show_live`` puts the live
+        settings back."""
         if self._live_values is None:
             self._live_values = self.values()
         st = settings or {}
@@ -88,6 +92,7 @@ class PanelValues:
         # The saved source's own options, by its declaration (as its settings() recorded them).
         v.update({c.key: opts.get(n) for n, c in self.option_controls.get(name, {}).items()})
         self.apply_values({k: x for k, x in v.items() if x is not None})
+        self.llama_context.apply_values(loaded_context(llama_cpp) or DEFAULT_CONTEXT)
         if not self.set_source(name):
             self.other_note.setText(f"source {name!r} (not installed here)")
         self.show_saved_weights(weights)
@@ -135,6 +140,7 @@ class PanelValues:
                 combo.setCurrentText(v[key])
         if isinstance(v.get("stop"), str):
             self.stop_strings.setText(v["stop"])
+        self.llama_context.apply_values(v)
         if isinstance(v.get("system_prompt"), str):
             self.system_prompt.setText(v["system_prompt"])
         for controls in self.option_controls.values():  # every source's declared options (source_options)
