@@ -41,6 +41,7 @@ from inspector.cli_ranges import positive as _positive  # noqa: E402
 
 from inspector.cli_devices import add_commands as add_device_commands  # noqa: E402
 from inspector.cli_context import add_context_flags, context_options  # noqa: E402
+from inspector.cli_sampling import add_sampling_flags, sampling_from_args  # noqa: E402
 from inspector.cli_devices import add_offload_flags, offload_from_args  # noqa: E402
 from inspector.sources.registry import PLAIN  # noqa: E402
 
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     from inspector.engine.probabilities import COST_NOTE
 
     from inspector.engine.faults import FAULT_KINDS
-    from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, SEED_MAX
+    from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX
     from inspector.prompts import EXAMPLES
 
     parser = _Parser(
@@ -103,15 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
                      help="the chat template's system message before the prompt (llama.cpp's -sys); "
                           "kept in the receipts; not with --raw")
-    s = run.add_argument_group("sampling (default greedy)")
-    s.add_argument("--temperature", type=_setting("temperature", float), default=0.0,
-                   help="<= 0 = greedy, as in llama.cpp [0]")
-    s.add_argument("--top-k", type=_setting("top_k", int), default=40, help="<= 0 = no top-k limit, as in llama.cpp [40]")
-    s.add_argument("--top-p", type=_setting("top_p", float), default=0.95, help="0..1; 0 or 1 = no top-p stage [0.95]")
-    s.add_argument("--min-p", type=_setting("min_p", float), default=0.05, help="0..1; 0 or 1 = no min-p stage [0.05]")
-    s.add_argument("--seed", type=_setting("seed", int), default=0,
-                   help=f"0..{SEED_MAX}; -1 = a random seed (llama.cpp's), drawn and recorded in the receipts [0]")
-    s.add_argument("--verification", choices=["sample_match", "rejection"], default="sample_match",
+    add_sampling_flags(run)
+    run.add_argument("--verification", choices=["sample_match", "rejection"], default="sample_match",
                    help="with temperature > 0: accept while the target's sample equals the proposal "
                         "(sample_match), or rejection sampling with the draft's probabilities (rejection; "
                         "draft source only) [sample_match]")
@@ -218,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "the one built from our llama.cpp (built once on first use, 7-15 minutes)")
     add_offload_flags(cp)
     add_context_flags(cp)
+    add_sampling_flags(cp, "sampling of every configuration (default greedy)")
 
     from inspector.cli_flags import add_flags_command
 
@@ -443,7 +438,7 @@ def _run_settings(args):
     negative temperature, top-k <= 0, seed -1 with the seed drawn for the run).
     """
     from inspector.engine import GenerationSettings
-    from inspector.engine.settings import check_n_batch_for_source, sampling_settings
+    from inspector.engine.settings import check_n_batch_for_source
     from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 
     try:
@@ -451,7 +446,7 @@ def _run_settings(args):
     except ValueError as exc:
         raise _UserError(f"--n-batch: {exc}") from None
     try:
-        sampling, notes = sampling_settings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+        sampling, notes = sampling_from_args(args)
         settings = GenerationSettings(
             max_new_tokens=args.max_tokens, stop=tuple(args.stop),
             draft_max=DEFAULT_DRAFT_MAX if args.draft_max is None else args.draft_max,

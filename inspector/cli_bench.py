@@ -12,6 +12,7 @@ from inspector.bench.compare import CompareConfig, parse_config
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_process import ServerError
 from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, open_target_runtime
+from inspector.cli_sampling import sampling_from_args
 from inspector.engine.settings import DEFAULT_N_CTX
 
 
@@ -242,6 +243,10 @@ def cmd_compare(args) -> int:
         else:
             prompt = _strip_final_newline(_read_text(
                 args.prompt_file or example_path(DEFAULT_EXAMPLE), "prompt file"))
+        sampling, _notes = sampling_from_args(args)
+        if args.llama_server is not None and not sampling.greedy:
+            raise _UserError("compare --llama-server compares greedy decoding (its requests are greedy, with the "
+                             "penalties given): leave out --temperature, or --llama-server")
         if args.llama_server:  # a path or URL that cannot serve is said before anything runs
             check_llama_server(args.llama_server)
     except (ValueError, _UserError) as exc:
@@ -254,7 +259,7 @@ def cmd_compare(args) -> int:
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
-    settings = GenerationSettings(max_new_tokens=args.max_tokens)
+    settings = GenerationSettings(max_new_tokens=args.max_tokens, sampling=sampling)
     cost_model = None
     if args.cost_model:
         print("measuring the cost model ...", file=sys.stderr, flush=True)

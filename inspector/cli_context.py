@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 
 from inspector.cli_ranges import COUNT_MAX, whole_number
-from inspector.llama.context_settings import FLASH_ATTN, KV_CACHE_TYPES, SERVER_N_BATCH, SERVER_N_UBATCH
+from inspector.llama.context_settings import FLASH_ATTN, KV_CACHE_TYPES, OUR_N_BATCH, SERVER_N_BATCH, SERVER_N_UBATCH
 
-N_BATCH = 512
-"""Our logical batch (rows per decode) when not given; llama-server's is 2048 (the same arithmetic:
-the physical batch decides it; ours keeps a decode's logits buffer small)."""
+N_BATCH = OUR_N_BATCH
+"""Our logical batch (rows per decode) when not given (``OUR_N_BATCH``); llama-server's is 2048."""
 
 
 def add_context_flags(p: argparse.ArgumentParser) -> None:

@@ -10,6 +10,11 @@ import sys
 from pathlib import Path
 
 from inspector.cli import EXIT_USAGE, _fail
+from inspector.cli_context import add_context_flags
+from inspector.cli_ranges import COUNT_MAX, whole_number
+from inspector.cli_sampling import add_sampling_flags, sampling_from_args
+from inspector.engine.settings import DEFAULT_N_CTX
+from inspector.llama.context_settings import ContextSettings
 
 
 def add_flags_command(sub) -> None:
@@ -17,25 +22,40 @@ def add_flags_command(sub) -> None:
     fl = sub.add_parser("flags", help="print the llama-server arguments of a configuration",
                         description="Print the exact llama-server arguments that reproduce a configuration of one "
                                     "of llama.cpp's proposers (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
-                                    "ngram-cache) or a draft model, with the flag names of 2026's llama-server.")
+                                    "ngram-cache) or a draft model, with the flag names of 2026's llama-server, and "
+                                    "the context and sampling flags whose values are not llama-server's defaults "
+                                    "(run's defaults: greedy, so --temp 0; -c 2048; -b 512; the seed).")
     fl.add_argument("config", metavar="SOURCE[:key=value,...]",
                     help="a configuration as compare takes it, e.g. ngram-mod:n_min=16 or draft:draft_model=D.gguf")
     fl.add_argument("--model", type=Path, help="add -m MODEL (the target GGUF)")
+    fl.add_argument("-c", "--n-ctx", dest="n_ctx", type=whole_number(1), default=DEFAULT_N_CTX, metavar="N",
+                    help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
+    fl.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
+                    help="the run's system prompt: llama-server has no flag for it, a note says where it goes")
+    add_context_flags(fl)
+    add_sampling_flags(fl)
 
 
 def cmd_flags(args) -> int:
-    """Print ``llama-server ...`` for ``args.config`` (compare's ``SOURCE[:key=value,...]``), then the
-    notes of ``server_notes`` on stderr (spec-inspector's own proposal cap, a draft max the type
-    ignores, a missing draft model). Exit 2 for an unknown source, a bad option or a source
-    llama-server lacks."""
+    """Print ``llama-server ...`` for ``args.config`` (compare's ``SOURCE[:key=value,...]``) with the context
+    and sampling flags (``server_arguments``), then the notes of ``server_notes`` on stderr
+    (spec-inspector's own proposal cap, a draft max the type ignores, a missing draft model, where a
+    system prompt goes). Exit 2 for an unknown source, a bad option, a source llama-server lacks, or
+    context settings llama.cpp refuses."""
     from inspector.bench.compare import parse_config
     from inspector.sources.server_flags import LLAMA_SERVER_FLAGS_FROM, server_command, server_notes
 
     try:
         config = parse_config(args.config)
+        sampling, sampling_notes = sampling_from_args(args)
+        context = ContextSettings(args.n_ubatch, args.flash_attn, args.type_k, args.type_v)
+        if context.refusal():
+            raise ValueError(f"llama.cpp refuses this context: {context.refusal()}")
         line = server_command(config.source, config.options, draft_max=config.draft_max,
-                              model=str(args.model) if args.model else None)
-        notes = server_notes(config.source, config.options, draft_max=config.draft_max)
+                              model=str(args.model) if args.model else None, sampling=sampling, n_ctx=args.n_ctx,
+                              n_batch=args.n_batch, context=context)
+        notes = [*sampling_notes, *server_notes(config.source, config.options, draft_max=config.draft_max,
+                                                system_prompt=args.system_prompt)]
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     print(line)

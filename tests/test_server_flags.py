@@ -6,10 +6,16 @@ import shlex
 
 import pytest
 
+from inspector.engine.settings import SEED_MAX, SamplingSettings
+from inspector.llama.context_settings import ContextSettings
 from inspector.sources.registry import describe_source
 from inspector.sources.server_flags import (
     NoServerEquivalent,
+    context_server_arguments,
+    parse_context_arguments,
+    parse_sampling_arguments,
     parse_server_arguments,
+    sampling_server_arguments,
     server_arguments,
     server_command,
     server_sources,
@@ -70,7 +76,8 @@ def test_the_flags_command_prints_one_llama_server_line_and_refuses_a_source_wit
 
     r = cli("flags", "ngram-mod:n_min=16,draft_max=64")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().startswith("llama-server --spec-type ngram-mod") and "--spec-ngram-mod-n-min 16" in r.stdout
+    assert r.stdout.strip().startswith("llama-server ") and "--spec-type ngram-mod" in r.stdout
+    assert "--spec-ngram-mod-n-min 16" in r.stdout and "--temp 0" in r.stdout  # run's greedy default
     bad = cli("flags", "ngram")
     assert bad.returncode == 2 and "no llama-server equivalent" in bad.stderr
 
@@ -103,3 +110,86 @@ def test_the_notes_say_what_the_flags_do_not_carry():
     assert "up to 8 tokens" in server_notes("ngram-cache", {}, draft_max=4)[0]
     assert "--model-draft PATH" in server_notes("draft", {}, draft_max=8)[0]
     assert server_notes("none", {}, draft_max=8) == [] and server_notes("suffix", {}, draft_max=8) == []
+
+
+SAMPLINGS = [
+    SamplingSettings(),  # our greedy default: --temp 0 (llama-server's default is 0.8) and our seed
+    SamplingSettings(temperature=0.7, top_k=0, top_p=0.9, min_p=0.0, seed=12345),
+    SamplingSettings(temperature=0.8, seed=SEED_MAX, repeat_penalty=1.3, repeat_last_n=0, presence_penalty=0.5,
+                     frequency_penalty=-0.25),
+    SamplingSettings(repeat_penalty=1.1, repeat_last_n=256),
+]
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_sampling_flags_name_what_differs_from_llama_servers_defaults_and_parse_back(sampling):
+    argv = shlex.split(server_command("ngram-mod", {}, draft_max=64, model="t.gguf", sampling=sampling))
+    assert parse_sampling_arguments(argv) == sampling
+    args = sampling_server_arguments(sampling)
+    assert args[args.index("--seed") + 1] == str(sampling.seed)  # llama-server's seed is random: always given
+    assert ("--temp" in args) == (sampling.temperature != 0.8)
+    for flag, value, default in (("--repeat-penalty", sampling.repeat_penalty, 1.0),
+                                 ("--repeat-last-n", sampling.repeat_last_n, 64),
+                                 ("--presence-penalty", sampling.presence_penalty, 0.0),
+                                 ("--frequency-penalty", sampling.frequency_penalty, 0.0)):
+        assert (flag in args) == (value != default), (flag, args)
+
+
+def test_a_greedy_run_exports_temp_0_and_llama_servers_defaults_parse_to_its_sampling():
+    assert sampling_server_arguments(SamplingSettings()) == ["--temp", "0", "--seed", "0"]
+    server = parse_sampling_arguments(["llama-server", "-m", "m.gguf", "--seed", "7"])
+    assert (server.temperature, server.top_k, server.top_p, server.min_p, server.seed) == (0.8, 40, 0.95, 0.05, 7)
+    assert not server.penalized
+    # llama.cpp's other spellings; -sys is not -s with "ys"
+    assert parse_sampling_arguments(["--temperature=-1", "-s", "3", "-sys", "x"]) == SamplingSettings(seed=3)
+    with pytest.raises(ValueError, match="--top-k must be a number"):
+        parse_sampling_arguments(["--top-k", "many"])
+
+
+def test_context_flags_are_given_where_they_differ_from_llama_servers_and_parse_back():
+    assert context_server_arguments(2048, 2048, ContextSettings()) == ["-c", "2048"]  # its -c 0 is the model's
+    context = ContextSettings(n_ubatch=64, flash_attn="on", type_k="q8_0", type_v="q4_0")
+    argv = server_arguments("none", model="m.gguf", n_ctx=4096, n_batch=512, context=context,
+                            sampling=SamplingSettings())
+    assert argv[:2] == ["-m", "m.gguf"] and "-b" in argv and argv[argv.index("-ctv") + 1] == "q4_0"
+    assert parse_context_arguments(argv) == {"n_ctx": 4096, "n_batch": 512, "context": context}
+    assert parse_context_arguments([]) == {"n_ctx": None, "n_batch": 2048, "context": ContextSettings()}
+    assert parse_server_arguments(argv) == ("none", {}, None) and parse_sampling_arguments(argv) == SamplingSettings()
+
+
+def test_the_notes_say_the_system_prompt_goes_in_the_requests_messages():
+    from inspector.sources.server_flags import server_notes
+
+    for source in ("none", "ngram-mod", "suffix"):
+        notes = server_notes(source, {}, draft_max=64, system_prompt="Be brief.")
+        assert any("no system prompt flag" in n and '"role": "system"' in n for n in notes), notes
+        assert not any("system" in n for n in server_notes(source, {}, draft_max=64))
+
+
+def test_the_flags_command_adds_the_context_and_sampling_flags():
+    from tests.test_cli import cli
+
+    r = cli("flags", "none", "-c", "4096", "--temperature", "0.5", "--repeat-penalty", "1.2", "-ub", "128",
+            "-sys", "Be brief.")
+    assert r.returncode == 0, r.stderr
+    argv = shlex.split(r.stdout.strip())
+    assert parse_context_arguments(argv)["n_ctx"] == 4096 and parse_context_arguments(argv)["context"].n_ubatch == 128
+    sampling = parse_sampling_arguments(argv)
+    assert (sampling.temperature, sampling.repeat_penalty, sampling.seed) == (0.5, 1.2, 0)
+    assert "no system prompt flag" in r.stderr
+
+
+def test_the_window_copies_its_sampling_and_context_as_llama_server_flags(qtbot, tmp_path):
+    from tests.test_gui_support import make_window
+
+    w = make_window(qtbot, None, tmp_path)
+    p = w.panel
+    p.source.setCurrentText("none")
+    p.penalties["repeat_penalty"].setValue(1.25)
+    p.llama_context.n_ubatch.setValue(256)
+    p.system_prompt.setText("Be brief.")
+    argv = shlex.split(w.analysis.copy_server_flags())
+    assert parse_sampling_arguments(argv) == p.generation_settings().sampling  # greedy: --temp 0
+    assert parse_context_arguments(argv) == {"n_ctx": p.n_ctx.value(), "n_batch": p.llama_context.n_batch.value(),
+                                             "context": p.llama_context.settings()}
+    assert "no system prompt flag" in w.banner.text()

@@ -88,7 +88,7 @@ class AnalysisActions(QObject):
         self.act_server_flags = window.add_action(
             menu, "Copy as llama-server flags", self.copy_server_flags, ["Ctrl+Shift+L"],
             "copy the llama-server arguments that reproduce the chosen source and its settings "
-            "(llama.cpp's ngram-* proposers and draft models)")
+            "(llama.cpp's ngram-* proposers and draft models), the context and the sampling")
         self.compare_view = None
         self._compare_turns: tuple | None = None
         """The turns of the conversation being compared (None: the prompt, or no comparison)."""
@@ -99,8 +99,10 @@ class AnalysisActions(QObject):
     # -- llama-server --------------------------------------------------------------
     def copy_server_flags(self) -> str | None:
         """Copy ``llama-server ...`` for the side panel's source, options and draft max (and the loaded
-        model) to the clipboard and show it in the status bar; a source llama-server lacks gets a
-        message naming those it has. Returns the line, or None."""
+        model), its context size and llama.cpp context settings and its sampling (each flag whose
+        value is not llama-server's default: ``server_arguments``) to the clipboard and show it in the
+        status bar, with notes (a system prompt goes in the requests' messages); a source
+        llama-server lacks gets a message naming those it has. Returns the line, or None."""
         from PySide6.QtGui import QGuiApplication
 
         from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
@@ -111,8 +113,11 @@ class AnalysisActions(QObject):
         model = (self.w.model_info or {}).get("path")
         source = p.source.currentText()
         try:
-            line = server_command(source, p.source_options(), draft_max=draft_max, model=model)
-            notes = server_notes(source, p.source_options(), draft_max=draft_max)
+            line = server_command(source, p.source_options(), draft_max=draft_max, model=model,
+                                  sampling=p.generation_settings().sampling, n_ctx=p.n_ctx.value(),
+                                  n_batch=p.llama_context.n_batch.value(), context=p.llama_context.settings())
+            notes = server_notes(source, p.source_options(), draft_max=draft_max,
+                                 system_prompt="" if p.raw.isChecked() else p.system_prompt.text())
         except NoServerEquivalent as exc:
             from PySide6.QtWidgets import QMessageBox
 

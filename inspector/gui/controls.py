@@ -12,7 +12,6 @@ Widgets only: ``MainWindow`` connects them. ``settings_values`` /
 
 from __future__ import annotations
 
-
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -33,13 +32,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, GenerationSettings, SamplingSettings
+from inspector.engine.settings import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, PENALTY_FIELDS, GenerationSettings,
+                                       SamplingSettings)
 from inspector.engine.probabilities import COST_NOTE
 from inspector.gui.contention import MAX_BACKGROUND
+from inspector.gui.context_controls import ContextControls
 from inspector.prompts import example_prompts
 from inspector.gui.model_choice import ModelChoice
 from inspector.gui.panel_values import PanelValues, parse_stop_strings
-from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, spin
+from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, penalty_boxes, spin
 from inspector.gui.source_options import OptionControl, build_source_page, describe
 from inspector.gui.wording import RAW_BOX
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
@@ -68,8 +69,6 @@ def source_names() -> list[str]:
     names = list(available_sources())
     builtin = [n for n in PICKER_ORDER if n in names]
     return builtin + [n for n in names if n not in builtin and n != PLAIN] + [PLAIN]
-
-
 
 
 class ControlPanel(ModelChoice, PanelValues, QWidget):
@@ -159,6 +158,8 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         grid.addWidget(self.probabilities, 1, 2, 1, 2)
         grid.addWidget(QLabel("stop"), 2, 0)
         grid.addWidget(self.stop_strings, 2, 1, 1, 3)
+        self.llama_context = ContextControls()  # -b -ub -fa -ctk -ctv, beside the context size
+        grid.addWidget(self.llama_context, 3, 0, 1, 4)
         lay.addWidget(g)
 
         # Sampling
@@ -184,6 +185,13 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
             "other sources fall back to sample_match)")
         grid.addWidget(QLabel("verify"), 2, 2)
         grid.addWidget(self.verification, 2, 3)
+        self.penalties = penalty_boxes()
+        """``PENALTY_FIELDS`` name -> its box (llama.cpp's --repeat-penalty, ...): two rows under the others."""
+        for i, (name, label) in enumerate(zip(PENALTY_FIELDS, ("repeat", "last n", "presence", "freq."))):
+            tag = QLabel(label)  # "freq.": the panel keeps its width; the tooltip says it all
+            tag.setToolTip(self.penalties[name].toolTip())
+            grid.addWidget(tag, 3 + i // 2, (i % 2) * 2)
+            grid.addWidget(self.penalties[name], 3 + i // 2, (i % 2) * 2 + 1)
         self.temperature.valueChanged.connect(self._temperature_changed)
         self._temperature_changed(self.temperature.value())
         lay.addWidget(g)
@@ -454,7 +462,8 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         """The limits and sampling typed in the panel (tokens), and whether receipts keep the per-row
         probability figures (the "probabilities" box)."""
         sampling = SamplingSettings(self.temperature.value(), self.top_k.value(), self.top_p.value(),
-                                    self.min_p.value(), self.seed.value())
+                                    self.min_p.value(), self.seed.value(),
+                                    **{name: box.value() for name, box in self.penalties.items()})
         verification = self.verification.currentText() if not sampling.greedy else "sample_match"
         draft_max = DEFAULT_DRAFT_MAX if self.draft_max_auto() else self.draft_max.value()
         return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=draft_max,

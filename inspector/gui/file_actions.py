@@ -50,7 +50,8 @@ class FileActions(QObject):
         else:  # queued after the load in flight
             self.win.panel.model_status.setText(f"loading {Path(path).name} …")
             self.win.requestLoad.emit(str(Path(path).resolve()), self.win.panel.n_ctx.value(),
-                                      self.win.panel.target_weights(), self.win.offload_or_none())
+                                      self.win.panel.target_weights(), self.win.offload_or_none(),
+                                      self.win.panel.llama_context.values())
 
     # -- receipts ------------------------------------------------------------------------
     def receipts_dir(self) -> str:

@@ -63,7 +63,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
     """
 
     requestRun = Signal(object)
-    requestLoad = Signal(str, int, str, object)
+    requestLoad = Signal(str, int, str, object, object)
     requestShutdown = Signal()
     stateChanged = Signal(str)
     runFinished = Signal(str, object)
@@ -225,7 +225,8 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         if session.origin == "live":
             self.panel.show_live()
         else:  # the file's settings, read only (``set_state`` disables the inputs)
-            self.panel.show_saved(session.settings, session.prompt_text, session.model_name, session.model_weights)
+            self.panel.show_saved(session.settings, session.prompt_text, session.model_name, session.model_weights,
+                                  session.header.model.get("llama_cpp") if session.header is not None else None)
         for v in (self.token_view, self.window_detail, self.timeline, self.lock_plots, self.stats, self.event_log):
             v.set_session(session)
         if session.origin == "live" and self.model_info is not None:

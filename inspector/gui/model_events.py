@@ -61,6 +61,7 @@ class ModelEvents:
         self.panel.know_stored_weights(self.panel.model_path(), info.get("converted_from_weights", "")
                                        if info.get("converted_from") else info.get("weights", ""))
         self.panel.n_ctx.setValue(int(info["n_ctx"]))  # the context the loaded model has
+        self.panel.llama_context.show_loaded(info.get("llama_cpp"))  # and its -b -ub -fa -ctk -ctv
         hint, self._hint_on_load = self._hint_on_load, False
         if hint and self.session.origin == "live" and not self.session.tokens:
             self.set_banner(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "

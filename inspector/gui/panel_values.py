@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from inspector.engine.settings import PENALTY_DEFAULTS
+from inspector.gui.context_controls import DEFAULT_CONTEXT, loaded_context
 from inspector.llama.quantize import TARGET_TYPES
 
 
@@ -52,6 +54,7 @@ class PanelValues:
             "n_ctx": self.n_ctx.value(), "threads": self.threads.value(), "stop": self.stop_strings.text(),
             "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
             "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
+            **{name: box.value() for name, box in self.penalties.items()},
             "custom_prompt": self.custom_prompt,
             "verification": self.verification.currentText(), "draft_type": self.draft_type.currentText(),
             "raw": self.raw.isChecked(), "system_prompt": self.system_prompt.text(),
@@ -61,12 +64,15 @@ class PanelValues:
             "model": self.model_path(), "recent_models": self.recent_models(),
             "model_weights": json.dumps(self.weights_by_model, sort_keys=True),
             "gpu_layers": self.gpu_layers.value(), "rpc_servers": self.rpc_servers.text(),
+            **self.llama_context.values(),
         }
 
-    def show_saved(self, settings: dict | None, prompt: str, model_name: str, weights: str = "") -> None:
-        """Show a saved session's settings (a receipts file's or an autosave's ``settings``) instead of
-        the live ones; the window keeps the inputs read only while it is shown. ``show_live`` puts
-        the live settings back."""
+    def show_saved(self, settings: dict | None, prompt: str, model_name: str, weights: str = "",
+                   llama_cpp: dict | None = None) -> None:
+        """Show a saved session's settings (a receipts file's or an autosave's ``settings``; ``llama_cpp``:
+        its model's block of llama.cpp context settings, None: ours by default) instead of the live
+        ones; the window keeps the inputs read only while it is shown. ``show_live`` puts the live
+        settings back."""
         if self._live_values is None:
             self._live_values = self.values()
         st = settings or {}
@@ -79,11 +85,14 @@ class PanelValues:
              "raw": bool(st.get("raw", False)), "n_ctx": st.get("n_ctx"),
              # a file without the setting was written before per-row probabilities (schema v1): none
              "probabilities": bool(st.get("probabilities", False)),
-             "stop": join_stop_strings(st.get("stop") or ()), "system_prompt": st.get("system_prompt", "")}
+             "stop": join_stop_strings(st.get("stop") or ()), "system_prompt": st.get("system_prompt", ""),
+             # a file without the penalties was written before them: llama-server's defaults (no penalty)
+             **{name: samp.get(name, default) for name, default in PENALTY_DEFAULTS.items()}}
         name = str(src.get("name", ""))
         # The saved source's own options, by its declaration (as its settings() recorded them).
         v.update({c.key: opts.get(n) for n, c in self.option_controls.get(name, {}).items()})
         self.apply_values({k: x for k, x in v.items() if x is not None})
+        self.llama_context.apply_values(loaded_context(llama_cpp) or DEFAULT_CONTEXT)
         if not self.set_source(name):
             self.other_note.setText(f"source {name!r} (not installed here)")
         self.show_saved_weights(weights)
@@ -124,11 +133,14 @@ class PanelValues:
             num(key, w, int)
         for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p)):
             num(key, w, float)
+        for key, w in self.penalties.items():
+            num(key, w, int if key == "repeat_last_n" else float)
         for key, combo in (("verification", self.verification), ("draft_type", self.draft_type)):
             if isinstance(v.get(key), str) and combo.findText(v[key]) >= 0:
                 combo.setCurrentText(v[key])
         if isinstance(v.get("stop"), str):
             self.stop_strings.setText(v["stop"])
+        self.llama_context.apply_values(v)
         if isinstance(v.get("system_prompt"), str):
             self.system_prompt.setText(v["system_prompt"])
         for controls in self.option_controls.values():  # every source's declared options (source_options)

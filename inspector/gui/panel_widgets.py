@@ -7,6 +7,8 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLabel, QScrollArea, QSpinBox, QWidget
 
+from inspector.engine.settings import PENALTY_DEFAULTS, SETTING_RULES
+
 
 class WheelGuard(QObject):
     """Event filter: a wheel event over an unfocused spin box or combo box is not
@@ -94,3 +96,41 @@ def dspin(lo: float, hi: float, value: float, step: float, tip: str = "") -> QDo
     s.setToolTip(tip)
     s.setMaximumWidth(80)
     return s
+
+
+def rule_limits(name: str, lo: float, hi: float, step: float = 1) -> tuple[float, float]:
+    """A spin box's limits for the setting ``name`` (a key of ``SETTING_RULES``): the rule's bounds
+    where it has them (an excluded minimum moves up by ``step``, the box's smallest change), else
+    ``lo`` / ``hi`` (a box needs finite limits). Raises ``KeyError`` for an unknown ``name``."""
+    rule = SETTING_RULES[name]
+    low = lo if rule.minimum is None else rule.minimum + (step if rule.minimum_open else 0)
+    high = hi if rule.maximum is None else rule.maximum
+    return low, high
+
+
+PENALTY_TIPS = {
+    "repeat_penalty": "--repeat-penalty (llama.cpp): divides a positive logit (multiplies a negative one) of each "
+                      "token seen in the last N tokens [1.0 = disabled, llama-server's default]",
+    "repeat_last_n": "--repeat-last-n (llama.cpp): N, how many of the sequence's last tokens the penalties look "
+                     "at, prompt included [64, llama-server's default; 0 = disabled]",
+    "presence_penalty": "--presence-penalty (llama.cpp): subtracted from the logit of each token seen in the last "
+                        "N tokens [0.0 = disabled, llama-server's default]",
+    "frequency_penalty": "--frequency-penalty (llama.cpp): subtracted once per occurrence in the last N tokens "
+                         "[0.0 = disabled, llama-server's default]",
+}
+"""Tooltips of the penalty boxes: llama.cpp's flag, what it does, llama-server's default."""
+PENALTY_SPANS = {"repeat_penalty": (0.0, 5.0, 0.05), "repeat_last_n": (0, 131072, 1),
+                 "presence_penalty": (-5.0, 5.0, 0.1), "frequency_penalty": (-5.0, 5.0, 0.1)}
+"""Limits a penalty box takes where its rule (``SETTING_RULES``) has none, and its step."""
+
+
+def penalty_boxes() -> dict:
+    """One spin box per ``PENALTY_FIELDS`` name, at llama-server's default, its limits from the
+    setting's rule (``rule_limits``), its tooltip naming llama.cpp's flag (``PENALTY_TIPS``)."""
+    out = {}
+    for name, (lo, hi, step) in PENALTY_SPANS.items():
+        low, high = rule_limits(name, lo, hi, 0.01 if isinstance(step, float) else 1)
+        tip = PENALTY_TIPS[name] + ". The penalties come first in the sampler chain, greedy included."
+        out[name] = (dspin(low, high, PENALTY_DEFAULTS[name], step, tip) if isinstance(step, float)
+                     else spin(int(low), int(high), PENALTY_DEFAULTS[name], tip))
+    return out

@@ -56,7 +56,8 @@ class RunControl:
             self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
         for b in (p.model_combo, p.weights, p.open_model, p.source, p.source_pages, p.prompt, p.examples, p.max_tokens,
                   p.draft_max, p.temperature, p.verification, p.top_k, p.top_p, p.min_p, p.seed, p.n_ctx,
-                  p.threads, p.stop_strings, p.probabilities, p.raw):
+                  p.threads, p.stop_strings, p.probabilities, p.raw, *p.penalties.values(),
+                  *p.llama_context.controls.values()):
             b.setEnabled(setup_on)
         p.system_prompt.setEnabled(setup_on and not p.raw.isChecked())  # a raw prompt has no template
         bar.setValue(scrolled)  # Run never scrolls the side panel
@@ -151,7 +152,7 @@ class RunControl:
             self.show_error("No model", str(exc))
             return False
         offload = self.offload_or_none()
-        if offload is None:
+        if offload is None or not self.context_allowed(speculative=src != "none"):
             return False
         self._hint_on_load = False
         cfg = W.RunConfig(
@@ -162,7 +163,7 @@ class RunControl:
             baseline=self.panel.baseline.isChecked(), n_ctx=self.panel.n_ctx.value(),
             n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
             draft_max_auto=self.panel.draft_max_auto() and src != "none",
-            target_weights=self.panel.target_weights(), offload=offload,
+            target_weights=self.panel.target_weights(), offload=offload, context=self.panel.llama_context.values(),
             chat_messages=turn["chat_messages"] if turn else None, conversation=turn["conversation"] if turn else None,
         )
         # Reset the stepping here, not on the worker: a Stop pressed before the worker picks the
@@ -205,7 +206,7 @@ class RunControl:
             self.show_error("No model", str(exc))
             return False
         offload = self.offload_or_none()
-        if offload is None:
+        if offload is None or not self.context_allowed(speculative=False):
             return False
         self._hint_on_load = True
         self.panel.model_status.setText(f"loading {Path(model).name} …")
@@ -214,8 +215,17 @@ class RunControl:
         self.load_progress.setValue(0)
         self.load_progress.show()
         self.set_state(W.LOADING, Path(model).name)
-        self.requestLoad.emit(model, self.panel.n_ctx.value(), self.panel.target_weights(), offload)
+        self.requestLoad.emit(model, self.panel.n_ctx.value(), self.panel.target_weights(), offload,
+                              self.panel.llama_context.values())
         return True
+
+    def context_allowed(self, speculative: bool) -> bool:
+        """The panel's llama.cpp context settings can be loaded (``ContextControls.problem``); else False
+        after saying why in one line (nothing is loaded)."""
+        problem = self.panel.llama_context.problem(speculative)
+        if problem:
+            self.show_error("llama.cpp context", problem)
+        return not problem
 
     def offload_or_none(self):
         """The panel's offload settings (``Offload``), or None after saying what is wrong with them."""

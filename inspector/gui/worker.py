@@ -25,6 +25,7 @@ from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeS
 from inspector.engine.errors import EngineError, NoChatTemplate, RequestCancelled, SpeculationUnsupported
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.gui.contention import Contention
+from inspector.gui.context_controls import DEFAULT_CONTEXT, effective_context, loaded_context
 from inspector.session.records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
 from inspector.gui.session_store import open_autosave
 from inspector.gui.control_rules import BUSY, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD  # noqa: F401
@@ -67,6 +68,9 @@ class RunConfig:
     """Run the model in this weight type ("" = as stored; ``inspector.llama.quantize.open_target``)."""
     offload: object = None
     """llama.cpp's offload settings (``inspector.llama.devices.Offload``; None = its defaults)."""
+    context: dict | None = None
+    """llama.cpp's context settings (``-b``, ``-ub``, ``-fa``, ``-ctk``, ``-ctv`` as ``LlamaRuntime``'s
+    keyword options: ``ContextControls.values``); a loaded model with others is loaded again. None: any."""
     faults: FaultPlan = field(default_factory=FaultPlan)
     """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
     baseline: bool = False
@@ -157,6 +161,9 @@ class EngineWorker(SteppingControl, QObject):
         """What sources remember across this model's runs (``SourceContext.memory``: ngram-mod's pool,
         the suffix tree's earlier outputs); a new model starts empty."""
         self.owns_runtime = owns
+        self.loaded_context = loaded_context(runtime.describe().get("llama_cpp")) if hasattr(runtime, "describe") \
+            else None
+        """The loaded runtime's context settings (``loaded_context``; None: not known)."""
         self.scheduler = RuntimeScheduler(runtime)
         self.contention = Contention(self.scheduler)
         self.contention.set_count(self._background)
@@ -172,17 +179,20 @@ class EngineWorker(SteppingControl, QObject):
     def running(self) -> bool:
         return self._running
 
-    @Slot(str, int, str, object)
-    def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, weights: str = "", offload=None) -> bool:
+    @Slot(str, int, str, object, object)
+    def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, weights: str = "", offload=None,
+                   context: dict | None = None) -> bool:
         """Load a GGUF model (worker thread), in ``weights`` form when given (converted with llama.cpp's
         quantize first, cached: ``open_target``), with ``offload`` (``Offload``: with RPC servers the
-        model runs in a child process); emits progress, then loaded or failed."""
+        model runs in a child process) and ``context`` (llama.cpp's ``-b``, ``-ub``, ``-fa``, ``-ctk``,
+        ``-ctv`` as ``LlamaRuntime``'s keyword options; None: ``DEFAULT_CONTEXT``); emits progress,
+        then loaded or failed (a context llama.cpp refuses fails with its reason)."""
         from inspector.llama.devices import Offload, RpcUnavailable
         from inspector.llama.model_file import ModelFileError
         from inspector.llama.quantize import open_target
 
         offload = offload if offload is not None else Offload()
-        if self.is_loaded(path, n_ctx, weights, offload):
+        if self.is_loaded(path, n_ctx, weights, offload, context):
             self.modelLoaded.emit(self.runtime.describe())
             self.stateChanged.emit(IDLE, "")  # the window waits in LOADING for this
             return True
@@ -192,8 +202,9 @@ class EngineWorker(SteppingControl, QObject):
             self.stateChanged.emit(LOADING, f"converting {Path(path).name} to {t} (llama.cpp quantize, once) …")
 
         try:
-            rt = open_target(path, weights, on_convert=converting, n_ctx=n_ctx, n_batch=512, n_seq_max=4,
-                             progress=self.modelProgress.emit, offload=offload)
+            rt = open_target(path, weights, on_convert=converting, n_ctx=n_ctx, n_seq_max=4,
+                             progress=self.modelProgress.emit, offload=offload,
+                             **{**DEFAULT_CONTEXT, **(context or {})})
         except (ModelFileError, EngineError, ValueError, OSError, RpcUnavailable) as exc:
             # The model loaded before (if any) stays loaded and usable, unless it is gone (a lost RPC server).
             if self.runtime is not None and not getattr(self.runtime, "alive", True):
@@ -207,15 +218,21 @@ class EngineWorker(SteppingControl, QObject):
         self.stateChanged.emit(IDLE, "")
         return True
 
-    def is_loaded(self, path: str, n_ctx: int, weights: str = "", offload=None) -> bool:
-        """The loaded runtime is ``path`` in ``weights`` form ("" = the file as stored) with ``n_ctx`` and
-        ``offload`` (None: llama.cpp's defaults), and still answers (a lost RPC server ends its child)."""
+    def is_loaded(self, path: str, n_ctx: int, weights: str = "", offload=None,
+                  context: dict | None = None) -> bool:
+        """The loaded runtime is ``path`` in ``weights`` form ("" = the file as stored) with ``n_ctx``,
+        ``offload`` (None: llama.cpp's defaults) and ``context`` (llama.cpp's context settings as
+        llama.cpp applies them to ``n_ctx``: ``effective_context``; None: any), and still answers (a
+        lost RPC server ends its child)."""
         from inspector.llama.devices import Offload
 
         rt = self.runtime
         if rt is None or rt.n_ctx != n_ctx or not getattr(rt, "alive", True):
             return False
         if getattr(rt, "offload", Offload()) != (offload if offload is not None else Offload()):
+            return False
+        if context is not None and self.loaded_context is not None \
+                and effective_context(context, n_ctx) != effective_context(self.loaded_context, n_ctx):
             return False
         original = getattr(rt, "converted_from", None)
         if not weights:
@@ -270,8 +287,9 @@ class EngineWorker(SteppingControl, QObject):
 
         if self._running or self._closing:
             return
-        if not self.is_loaded(str(config.model_path), config.n_ctx, config.target_weights, config.offload):
-            if not self.load_model(str(config.model_path), config.n_ctx, config.target_weights, config.offload):
+        loaded = (str(config.model_path), config.n_ctx, config.target_weights, config.offload, config.context)
+        if not self.is_loaded(*loaded):
+            if not self.load_model(*loaded):
                 self.runFinished.emit("error", None)
                 return
         rt = self.runtime

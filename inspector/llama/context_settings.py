@@ -10,6 +10,10 @@ from dataclasses import dataclass
 
 SERVER_N_BATCH = 2048
 """llama-server's logical batch (``-b``, ``common_params.n_batch``), clamped by llama.cpp to ``-c``."""
+OUR_N_BATCH = 512
+"""Our logical batch (rows per decode) when none is given (``run -b``, the window's ``-b``); llama-server's
+is ``SERVER_N_BATCH`` (the same arithmetic: the physical batch decides it; ours keeps a decode's logits
+buffer small)."""
 SERVER_N_UBATCH = 512
 """llama-server's physical batch (``-ub``, ``common_params.n_ubatch``): the rows one compute pass takes."""
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}

@@ -22,6 +22,8 @@ import argparse
 import shlex
 from typing import Mapping
 
+from inspector.engine.settings import PENALTY_DEFAULTS, RANDOM_SEED, SamplingSettings, sampling_settings
+from inspector.llama.context_settings import SERVER_N_BATCH, SERVER_N_UBATCH, ContextSettings
 from inspector.sources.registry import describe_source, source_names
 
 LLAMA_SERVER_FLAGS_FROM = ("llama.cpp 0c1e570's llama-server flag names, the llama.cpp spec-inspector runs "
@@ -29,6 +31,22 @@ LLAMA_SERVER_FLAGS_FROM = ("llama.cpp 0c1e570's llama-server flag names, the lla
                            "--spec-type draft-simple, --spec-draft-n-max/-n-min/-p-min)")
 """Where the flag names come from, as ``spec-inspector flags`` and the README say it."""
 SPEC_TYPE = "--spec-type"
+SERVER_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, **PENALTY_DEFAULTS}
+"""llama-server's sampling defaults (``common_params_sampling`` in llama.cpp 0c1e570 ``common/common.h``);
+its seed is random (``LLAMA_DEFAULT_SEED``), ours never is, so ``--seed`` is always given."""
+SAMPLING_FLAGS = {"temperature": ("--temp", "--temperature"), "top_k": ("--top-k",), "top_p": ("--top-p",),
+                  "min_p": ("--min-p",), "seed": ("--seed", "-s"), "repeat_penalty": ("--repeat-penalty",),
+                  "repeat_last_n": ("--repeat-last-n",), "presence_penalty": ("--presence-penalty",),
+                  "frequency_penalty": ("--frequency-penalty",)}
+"""``SamplingSettings`` field -> llama-server's flag (first) and its other names (``common/arg.cpp``)."""
+CONTEXT_FLAGS = {"n_ctx": ("-c", "--ctx-size"), "n_batch": ("-b", "--batch-size"),
+                 "n_ubatch": ("-ub", "--ubatch-size"), "flash_attn": ("-fa", "--flash-attn"),
+                 "type_k": ("-ctk", "--cache-type-k"), "type_v": ("-ctv", "--cache-type-v")}
+"""Context setting -> llama-server's flag and its long name (``common/arg.cpp``)."""
+SYSTEM_PROMPT_NOTE = ("llama-server takes no system prompt flag (llama.cpp 0c1e570 gives -sys/--system-prompt to "
+                      "llama-cli and llama-completion only): send the system prompt as the first entry of each "
+                      'request\'s messages (/v1/chat/completions): {"role": "system", "content": ...}')
+"""What ``server_notes`` says when the run has a system prompt."""
 
 
 class NoServerEquivalent(ValueError):
@@ -55,18 +73,53 @@ def _text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _number(value) -> str:
+    """A number as llama.cpp's flags read it, exactly: whole numbers without a point (``--temp 0``)."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def sampling_server_arguments(sampling: SamplingSettings) -> list[str]:
+    """llama-server's flags for ``sampling`` (``SamplingSettings``): each field that differs from
+    llama-server's default (``SERVER_SAMPLING``; our greedy temperature 0 is ``--temp 0``, its default
+    0.8) and always ``--seed N`` (llama-server's seed is random by default, ours never is); in
+    ``SAMPLING_FLAGS`` order. ``parse_sampling_arguments`` reads them back."""
+    out: list[str] = []
+    for name, flags in SAMPLING_FLAGS.items():
+        value = getattr(sampling, name)
+        if name == "seed" or value != SERVER_SAMPLING[name]:
+            out += [flags[0], _number(value)]
+    return out
+
+
+def context_server_arguments(n_ctx: int | None = None, n_batch: int | None = None,
+                             context: ContextSettings | None = None) -> list[str]:
+    """llama-server's flags for a context of ``n_ctx`` positions (``-c``: always, its default 0 takes
+    the model's training context), logical batch ``n_batch`` (``-b`` when not its 2048) and
+    ``context`` (``-ub``, ``-fa``, ``-ctk``, ``-ctv`` when not its defaults:
+    ``ContextSettings.server_args``). None: that setting is left out."""
+    out = ["-c", str(n_ctx)] if n_ctx is not None else []
+    if n_batch is not None and n_batch != SERVER_N_BATCH:
+        out += ["-b", str(n_batch)]
+    return out + (context.server_args() if context is not None else [])
+
+
 def server_arguments(source: str, options: Mapping | None = None, *, draft_max: int | None = None,
-                     model: str | None = None) -> list[str]:
+                     model: str | None = None, sampling: SamplingSettings | None = None, n_ctx: int | None = None,
+                     n_batch: int | None = None, context: ContextSettings | None = None) -> list[str]:
     """The ``llama-server`` arguments (without the program name) that reproduce ``source`` with
     ``options`` (checked and completed with the source's defaults): ``--spec-type T`` and each
     option's flag with its value; an option taken from the ``draft_max`` setting gets ``draft_max``.
     Empty paths are left out, and so is a -1 default (llama.cpp's "its own default").
-    ``model``: adds ``-m MODEL`` first. ``none`` (plain decoding) gives no speculative flags.
+    ``model``: adds ``-m MODEL`` first; then ``context_server_arguments(n_ctx, n_batch, context)``;
+    ``sampling``: ``sampling_server_arguments`` last. ``none`` (plain decoding) gives no speculative flags.
     Raises ``NoServerEquivalent`` for a source llama-server does not have (our ``ngram``, ``suffix``,
     ``scripted``, ``replay``), ``UnknownSource`` and the source's option errors (``ValueError``)."""
-    args = ["-m", str(model)] if model else []
+    args = (["-m", str(model)] if model else []) + context_server_arguments(n_ctx, n_batch, context)
+    last = sampling_server_arguments(sampling) if sampling is not None else []
     if source == "none":
-        return args
+        return args + last
     d = describe_source(source)
     if d.llama_server is None:
         raise NoServerEquivalent(
@@ -81,13 +134,13 @@ def server_arguments(source: str, options: Mapping | None = None, *, draft_max: 
         if value is None or value == "" or (value == -1 and o.default == -1):
             continue
         args += [flag, _text(value)]
-    return args
+    return args + last
 
 
-def server_command(source: str, options: Mapping | None = None, *, draft_max: int | None = None,
-                   model: str | None = None) -> str:
-    """``server_arguments`` as one shell line starting with ``llama-server`` (shell-quoted)."""
-    return shlex.join(["llama-server", *server_arguments(source, options, draft_max=draft_max, model=model)])
+def server_command(source: str, options: Mapping | None = None, **settings) -> str:
+    """``server_arguments(source, options, **settings)`` as one shell line starting with ``llama-server``
+    (shell-quoted); raises what ``server_arguments`` raises."""
+    return shlex.join(["llama-server", *server_arguments(source, options, **settings)])
 
 
 def _own_maximum(source: str, values: Mapping) -> int | None:
@@ -100,21 +153,23 @@ def _own_maximum(source: str, values: Mapping) -> int | None:
     return max((v for k, v in values.items() if k in ("size_m", "n_max") and isinstance(v, int)), default=None)
 
 
-def server_notes(source: str, options: Mapping | None = None, *, draft_max: int | None = None) -> list[str]:
+def server_notes(source: str, options: Mapping | None = None, *, draft_max: int | None = None,
+                 system_prompt: str = "") -> list[str]:
     """What the printed arguments do not carry, in words (``spec-inspector flags`` prints them on
     stderr, the window beside the copied line): spec-inspector's own cap on each proposal (draft
     max) when it is shorter than the llama-server type's own maximum, a draft max the type ignores,
-    a draft model not given. Empty for plain decoding and a source without an equivalent. Raises
-    what ``server_arguments`` raises for bad options."""
+    a draft model not given; with a ``system_prompt``, that llama-server takes it in the request's
+    messages (``SYSTEM_PROMPT_NOTE``). Empty for plain decoding and a source without an equivalent
+    (the system prompt's note aside). Raises what ``server_arguments`` raises for bad options."""
+    notes = [SYSTEM_PROMPT_NOTE] if system_prompt else []
     if source == "none":
-        return []
+        return notes
     d = describe_source(source)
     if d.llama_server is None:
-        return []
+        return notes
     values = d.with_defaults(d.check_options(dict(options or {})))
-    notes = []
     if "draft_model" in values and not values.get("draft_model"):
-        notes.append("no draft model given: add --model-draft PATH (the draft GGUF) before using these flags")
+        notes.insert(0, "no draft model given: add --model-draft PATH (the draft GGUF) before using these flags")
     own = _own_maximum(source, values)
     if own is not None and draft_max is not None and draft_max < own:
         notes.append(f"spec-inspector also caps each proposal at draft max {draft_max}; llama-server's "
@@ -128,7 +183,8 @@ def server_notes(source: str, options: Mapping | None = None, *, draft_max: int 
 def parse_server_arguments(argv) -> tuple[str, dict, int | None]:
     """The configuration a llama-server argument list sets: ``(source, options, draft_max)``, options
     checked by the source's declaration (defaults not added), ``draft_max`` from the option taken
-    from that setting (None if absent). Arguments for other llama-server settings are ignored.
+    from that setting (None if absent). Arguments for other llama-server settings are ignored here:
+    ``parse_sampling_arguments`` and ``parse_context_arguments`` read the sampling and context flags.
     No ``--spec-type`` and no draft model: ``("none", {}, None)``. Raises ``ValueError`` for a
     ``--spec-type`` no source reproduces, or a bad value."""
     if argv and argv[0] == "llama-server":
@@ -161,3 +217,49 @@ def parse_server_arguments(argv) -> tuple[str, dict, int | None]:
         if o.from_setting == "draft_max" and o.name in raw:
             draft_max = int(raw.pop(o.name))
     return source, d.check_options(raw), draft_max
+
+
+def _given(argv, names) -> str | None:
+    """The value of the last of ``names`` in ``argv`` (``-f V`` or ``--flag=V``), else None. Read token by
+    token: ``-sys`` is not ``-s`` with ``ys``, as argparse would read it."""
+    found = None
+    argv = list(argv)
+    for i, token in enumerate(argv):
+        if token in names and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif "=" in token and token.split("=", 1)[0] in names:
+            found = token.split("=", 1)[1]
+    return found
+
+
+def parse_sampling_arguments(argv) -> SamplingSettings:
+    """The sampling a llama-server argument list sets (``SAMPLING_FLAGS``, any of each one's names):
+    llama-server's default for each flag not given (``SERVER_SAMPLING``; no ``--seed``: a random seed is
+    drawn, as llama-server does), read as llama.cpp's tools take them (``sampling_settings``: a negative
+    temperature is greedy). Other arguments are ignored. Raises ``ValueError`` for a value no rule takes."""
+    values: dict = {**SERVER_SAMPLING, "seed": RANDOM_SEED}
+    for name, names in SAMPLING_FLAGS.items():
+        text = _given(argv, names)
+        if text is not None:
+            cast = int if name in ("top_k", "seed", "repeat_last_n") else float
+            try:
+                values[name] = cast(text)
+            except ValueError:
+                raise ValueError(f"{names[0]} must be a number, observed {text!r}") from None
+    sampling, _notes = sampling_settings(**values)
+    return sampling
+
+
+def parse_context_arguments(argv) -> dict:
+    """The context a llama-server argument list sets: ``n_ctx`` (None without ``-c``), ``n_batch``
+    (llama-server's 2048 without ``-b``) and ``context`` (``ContextSettings``: llama-server's defaults
+    for what is not given). Raises ``ValueError`` for a value llama.cpp does not take."""
+    text = {k: _given(argv, names) for k, names in CONTEXT_FLAGS.items()}
+    try:
+        n_ctx = int(text["n_ctx"]) if text["n_ctx"] is not None else None
+        n_batch = int(text["n_batch"]) if text["n_batch"] is not None else SERVER_N_BATCH
+        n_ubatch = int(text["n_ubatch"]) if text["n_ubatch"] is not None else SERVER_N_UBATCH
+    except ValueError as exc:
+        raise ValueError(f"-c, -b and -ub must be whole numbers: {exc}") from None
+    context = ContextSettings(n_ubatch, text["flash_attn"] or "auto", text["type_k"] or "f16", text["type_v"] or "f16")
+    return {"n_ctx": n_ctx, "n_batch": n_batch, "context": context}
