@@ -44,6 +44,7 @@ from inspector.gui.panel_widgets import Note, WheelGuard, dspin, guard_wheel, pe
 from inspector.gui.source_options import OptionControl, build_source_page, describe
 from inspector.gui.wording import RAW_BOX
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
+from inspector.sources.registry import PLAIN
 
 DRAFT_MAX_AUTO = -1
 """The draft max spin box's ``auto`` value (shown as "auto")."""
@@ -373,10 +374,10 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         self.source_pages.setCurrentWidget(shown)
         if name not in self._pages:
             d = self.source_descriptors.get(name)
-            self.other_note.setText("plain one-token decoding: nothing is proposed" if name == "none" else
+            self.other_note.setText("plain one-token decoding: nothing is proposed" if name == PLAIN else
                                     f"third-party source {name!r}: "
                                     + ("takes no options" if d is not None and d.declared else "made with no options"))
-        self.draft_max.setEnabled(name != "none")
+        self.draft_max.setEnabled(name != PLAIN)
 
     def _temperature_changed(self, t: float) -> None:
         self.verification.setEnabled(t > 0.0)

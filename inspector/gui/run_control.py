@@ -18,6 +18,7 @@ from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui import worker as W
 from inspector.gui.control_rules import ACTIVE_STATES, control_states, state_label  # noqa: F401 (main_window)
 from inspector.session.record import SessionRecord
+from inspector.sources.registry import PLAIN
 from inspector.gui.wording import count_noun
 
 BANNER_PAD = 4
@@ -152,7 +153,7 @@ class RunControl:
             self.show_error("No model", str(exc))
             return False
         offload = self.offload_or_none()
-        if offload is None or not self.context_allowed(speculative=src != "none"):
+        if offload is None or not self.context_allowed(speculative=src != PLAIN):
             return False
         self._hint_on_load = False
         cfg = W.RunConfig(
@@ -162,7 +163,7 @@ class RunControl:
             break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
             baseline=self.panel.baseline.isChecked(), n_ctx=self.panel.n_ctx.value(),
             n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
-            draft_max_auto=self.panel.draft_max_auto() and src != "none",
+            draft_max_auto=self.panel.draft_max_auto(),
             target_weights=self.panel.target_weights(), offload=offload, context=self.panel.llama_context.values(),
             chat_messages=turn["chat_messages"] if turn else None, conversation=turn["conversation"] if turn else None,
         )

@@ -51,7 +51,7 @@ from inspector.gui.probability_plots import TITLE_SIZE, AcceptancePlot, no_figur
 from inspector.session.record import SessionRecord
 from inspector.gui.timeline import IntegerAxis
 from inspector.gui.wording import count_noun
-from inspector.sources.registry import describe_source
+from inspector.sources.registry import PLAIN, describe_source
 
 DISPOSITIONS = ("full_accept", "first_mismatch", "stopped")
 DISPOSITION_BRUSH = ("#66bb6a", "#ffa726", "#9575cd")
@@ -225,7 +225,7 @@ class StatsView(QWidget):
             return str(plain_steps), "one-token decode steps without a proposal"
         meanings = dict(ENGINE_REASONS)
         try:
-            meanings.update(describe_source(s.source_name or "none").reasons)
+            meanings.update(describe_source(s.source_name or PLAIN).reasons)
         except ValueError:  # an unknown or broken source: its codes without words
             pass
         text = f"{plain_steps}: " + ", ".join(f"{n} {k}" for k, n in shown.items())
