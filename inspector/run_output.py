@@ -326,7 +326,8 @@ def format_document(doc: dict) -> str:
     head = [
         f"file:    {version_note(doc)}",
         f"model:   {doc['model'].get('name', '')} ({doc['model']['architecture']}) {doc['model']['path']}",
-        f"source:  {doc['settings']['source']['name']}",
+        f"source:  {doc['settings']['source']['name']}" + (
+            f" (warm: {doc['settings']['source']['warm']})" if doc['settings']['source'].get('warm') else ""),
         f"prompt:  {len(doc['prompt']['token_ids'])} tokens",
         "--- output ---",
         doc["output"]["text"],

@@ -296,3 +296,13 @@ def test_ngram_cache_followers_iterate_in_libstdcxx_unordered_map_order_so_ties_
     # the rehash re-places 12, 11, ..., 0 each at the front ([0, 1, ..., 12]), then 13 goes to the front
     # (what g++ 12's unordered_map printed for the same inserts).
     assert list(q) == [13, *range(13)]
+
+
+def test_the_mod_pool_counts_a_slot_as_used_when_it_is_first_filled_not_when_it_is_overwritten():
+    from inspector.sources.llama_ngram_mod import ModPool
+
+    pool = ModPool(2, 1 << 16)
+    tokens = [1, 2, 3, 1, 2, 3, 1, 2, 3]
+    for i in range(len(tokens) - 2):
+        pool.add(tokens, i)
+    assert pool.used == 3  # three distinct 2-grams (1 2, 2 3, 3 1), each slot filled once

@@ -141,3 +141,31 @@ def test_run_prints_what_its_windows_saved_and_lost_against_plain_decoding_at_it
     saved = int(line.split(" in ")[1].split()[0])
     lost = int(line.split(" in ")[2].split()[0].rstrip(";"))
     assert saved + lost == int(windows.split()[1]) and line.endswith("(plain steps of this run)"), line
+
+
+def test_a_second_request_on_the_same_memory_is_said_to_be_warm_and_the_first_is_not(scheduler, runtime, chat_tokens):
+    from inspector.engine.settings import GenerationSettings as GS
+    from inspector.session.run import RunRequest, SessionRun
+
+    memory: dict = {}
+    warm = []
+    for name in ("ngram-mod", "suffix", "ngram-map-k"):
+        said = []
+        for _ in range(2):
+            run = SessionRun(scheduler, RunRequest("", GS(max_new_tokens=16), name, {},
+                                                   prompt_token_ids=tuple(chat_tokens(example_prompt("copy-exact"))),
+                                                   source_memory=memory), lambda record: None)
+            run.tokenize()
+            run.make_source()
+            g = run.open()
+            try:
+                run.start()
+                while not g.finished:
+                    run.step()
+            finally:
+                run.end(g.finish_reason or "error")
+                run.close_source()
+                g.close()
+            said.append(run.settings_json()["source"].get("warm", ""))
+        warm.append((name, said))
+    assert all(not first and second for _name, (first, second) in warm), warm

@@ -105,6 +105,8 @@ class SessionRun:
         self.generation: Generation | None = None
         self.source = None
         self.source_settings: dict = {}
+        self.source_warm = ""
+        """What the source remembered before this request (``registry.warm_text``), "" when cold."""
         self.templated_text: str | None = None
         self.prompt_tokens: list[int] = []
         self.autosave = None
@@ -144,7 +146,8 @@ class SessionRun:
     def make_source(self):
         """Make the request's proposal source (a draft model loads here). Raises ``RunRefused("source")``
         with the factory's message (an incompatible draft names the failed check)."""
-        from inspector.sources.registry import SourceContext, check_source_name, make_source, source_settings
+        from inspector.sources.registry import SourceContext, check_source_name, make_source, source_settings, \
+            warm_text
 
         if self.request.draft_max_auto and self.request.source != PLAIN:
             self._resolve_draft_max()
@@ -166,6 +169,7 @@ class SessionRun:
         self.source = source
         try:
             self.source_settings = source_settings(source)
+            self.source_warm = warm_text(source)
         except Exception:  # a third-party source's settings() failing costs the receipts its options only
             self.source_settings = {}
         return source
@@ -191,8 +195,10 @@ class SessionRun:
         extra = {"draft_max_from": self.draft_max_from} if self.draft_max_from else {}
         if self.request.system_prompt:
             extra["system_prompt"] = self.request.system_prompt
-        return {**self.request.settings.to_json(), **extra, "raw": self.request.raw,
-                "source": {"name": name, "settings": self.source_settings}}
+        source = {"name": name, "settings": self.source_settings}
+        if self.source_warm:
+            source["warm"] = self.source_warm
+        return {**self.request.settings.to_json(), **extra, "raw": self.request.raw, "source": source}
 
     def open(self, session_id: int | None = None) -> Generation:
         """Open a KV session (retrying while a stopping background session frees one), the autosave,

@@ -241,10 +241,18 @@ class NgramCacheSource:
                 loaded = load(lookup_cache_dynamic, "dynamic lookup cache")
             memory[key] = loaded  # a missing dynamic file is made when the source closes
         self.dynamic: Cache = memory[key]
+        self.warm_at_start = (len(self.static), len(self.dynamic))
         self.context: Cache = {}
         self._stream: list[int] = []
         self._count = 0
         self.closed = False
+
+    def warm_state(self) -> str:
+        """The static and dynamic caches' n-grams when this request began (``registry.warm_text``)."""
+        static, dynamic = self.warm_at_start
+        parts = ([f"static cache {static:,} n-grams"] if static else []) + \
+            ([f"dynamic cache {dynamic:,} n-grams from earlier requests or its file"] if dynamic else [])
+        return "; ".join(parts)
 
     def settings(self) -> dict:
         return {"lookup_cache_static": self.static_path, "lookup_cache_dynamic": self.dynamic_path,

@@ -243,12 +243,22 @@ class NgramMapSource(_Base):
         self.size_n, self.size_m, self.min_hits, self.key_only = size_n, size_m, min_hits, key_only
         self.memory = {} if memory is None else memory
         self.memory_key = (self.name, size_n, size_m, min_hits)
+        kept = self.memory.get(self.memory_key)
+        self.remembered_at_start = (len(kept.history), len(kept.keys)) if kept is not None else (0, 0)
         self.state: MapState | None = None
         self._count = 0
         self._pending = None
 
     def settings(self) -> dict:
         return {"size_n": self.size_n, "size_m": self.size_m, "min_hits": self.min_hits}
+
+    def warm_state(self) -> str:
+        """The map kept from an earlier request when this one began (``registry.warm_text``): it is used
+        when this request's prompt continues that history (a conversation's next turn)."""
+        tokens, keys = self.remembered_at_start
+        if not tokens:
+            return ""
+        return f"a map of {keys:,} keys over {tokens:,} tokens of an earlier request"
 
     def begin(self, prompt) -> None:
         """A new request (the engine calls it after the prefill, as llama-server calls

@@ -79,7 +79,7 @@ class ModPool:
     def add(self, tokens, start: int) -> None:
         """Record that ``tokens[start + n]`` followed the n-gram at ``start``."""
         i = self.slot(tokens, start)
-        if self.entries[i] != EMPTY:
+        if self.entries[i] == EMPTY:  # a slot filled for the first time (llama.cpp: used++ on EMPTY)
             self.used += 1
         self.entries[i] = tokens[start + self.n]
 
@@ -105,12 +105,20 @@ class NgramModSource:
         if key not in memory:
             memory[key] = ModPool(n_match, pool_size)
         self.pool: ModPool = memory[key]
+        self.pool_used_at_start = self.pool.used
         self.i_last = 0
         self.n_draft_last = 0
         self.n_low = 0
         self._begun = False
         self._count = 0
         self._pending = None
+
+    def warm_state(self) -> str:
+        """The pool's fill when this request began (``registry.warm_text``), "" when empty."""
+        used = self.pool_used_at_start
+        if not used:
+            return ""
+        return f"pool holds {used:,} of {self.pool.size:,} entries from earlier requests"
 
     def settings(self) -> dict:
         return {"n_match": self.n_match, "n_min": self.n_min, "n_max": self.n_max}

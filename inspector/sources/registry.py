@@ -440,6 +440,20 @@ def source_settings(source) -> dict:
     return dict(settings()) if callable(settings) else {}
 
 
+def warm_text(source) -> str:
+    """What ``source`` remembered before this request began, in words (its optional ``warm_state()``,
+    issue 28 "Warm state, said"), e.g. ``1,204 tokens remembered from 3 earlier requests``; "" when it
+    starts cold, has no such method, or the method fails (logged)."""
+    warm = getattr(source, "warm_state", None)
+    if warm is None:
+        return ""
+    try:
+        return str(warm() or "")
+    except Exception:  # a third-party source's failure costs the receipts this line only
+        log.exception("proposal source %s failed in warm_state()", getattr(source, "name", "?"))
+        return ""
+
+
 def close_source(source) -> None:
     """Release what a factory-made source holds (capability ``close``): its ``close()``,
     then the draft runtime a ``draft`` factory loaded for it (the factory's source owns it).

@@ -374,6 +374,13 @@ class SuffixSource:
         self._count = 0
         self._failed = False
 
+    def warm_state(self) -> str:
+        """What the memory held when this request began (``registry.warm_text``), "" when empty or unused."""
+        requests, tokens = self.remembered_at_start
+        if not tokens or not self.max_cached_tokens:
+            return ""
+        return f"{tokens:,} tokens remembered from {requests} earlier request{'s' if requests != 1 else ''}"
+
     def settings(self) -> dict:
         return {"max_tree_depth": self.max_tree_depth, "max_spec_factor": self.max_spec_factor,
                 "max_spec_offset": self.max_spec_offset, "min_token_prob": self.min_token_prob,
