@@ -355,6 +355,8 @@ def cmd_run(args) -> int:
         gen = run.open()
     except RunRefused as exc:
         return _fail(str(exc))
+    if run.source_warm:
+        print(f"note: the source starts warm: {run.source_warm} (receipts: settings.source.warm)", file=sys.stderr)
     if run.autosave_error:
         return _fail(f"cannot write autosave {args.autosave}: {run.autosave_error}")
     try:
