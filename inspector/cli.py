@@ -18,9 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-EXIT_USAGE = 2
-EXIT_ERROR = 1
-EXIT_GENERATION_ERROR = 3
+from inspector.cli_common import EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE  # noqa: F401 (re-exported)
+from inspector.cli_common import UserError as _UserError, fail as _fail
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,6 +43,7 @@ from inspector.cli_context import add_context_flags, context_options  # noqa: E4
 from inspector.cli_sampling import add_sampling_flags, sampling_from_args  # noqa: E402
 from inspector.cli_devices import add_offload_flags, offload_from_args  # noqa: E402
 from inspector.sources.registry import PLAIN  # noqa: E402
+from inspector.cli_tune import add_tune_command, cmd_tune  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     from inspector.cli_flags import add_flags_command
 
     add_flags_command(sub)
+    add_tune_command(sub)
 
     from inspector.llama.quantize import DRAFT_TYPES
 
@@ -262,11 +263,6 @@ def open_target_runtime(args, **runtime_options):
     return rt
 
 
-def _fail(message: str, status: int = EXIT_ERROR) -> int:
-    print(f"spec-inspector: error: {message}", file=sys.stderr)
-    return status
-
-
 def _read_text(path: Path, what: str) -> str:
     from inspector.cli_sources import SourceFlagError, read_text_file
 
@@ -274,10 +270,6 @@ def _read_text(path: Path, what: str) -> str:
         return read_text_file(path, what)
     except SourceFlagError as exc:
         raise _UserError(str(exc)) from None
-
-
-class _UserError(Exception):
-    pass
 
 
 def _strip_final_newline(text: str) -> str:
@@ -495,7 +487,7 @@ def cmd_gui(argv: list[str]) -> int:
     return gui_main(argv)
 
 
-COMMANDS = ("run", "view", "make-draft", "trace", "bench", "compare", "rpc-server", "devices", "flags")
+COMMANDS = ("run", "view", "make-draft", "trace", "bench", "compare", "rpc-server", "devices", "flags", "tune")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -554,6 +546,8 @@ def _command(argv: list[str]) -> int:
             from inspector.cli_flags import cmd_flags
 
             return cmd_flags(args)
+        if args.command == "tune":
+            return cmd_tune(args)
         if args.command == "devices":
             from inspector.cli_devices import cmd_devices
 

@@ -9,7 +9,7 @@ import sys
 
 from pathlib import Path
 
-from inspector.cli import EXIT_USAGE, _fail
+from inspector.cli_common import EXIT_USAGE, fail as _fail
 from inspector.cli_context import add_context_flags
 from inspector.cli_ranges import COUNT_MAX, whole_number
 from inspector.cli_sampling import add_sampling_flags, sampling_from_args

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import time
 
-from inspector.cli import EXIT_ERROR, EXIT_GENERATION_ERROR
+from inspector.cli_common import EXIT_ERROR, EXIT_GENERATION_ERROR, UserError
 
 
 TURNS_HELP = ("a turns file (user messages separated by lines holding only ---, or a JSON list) or a bundled one "
@@ -31,9 +31,8 @@ def add_turns_argument(parser, command: str) -> None:
 
 
 def turns_of(args) -> list[str] | None:
-    """The turns of ``run --turns`` (None without it). Raises the CLI's ``_UserError`` for a turns file
+    """The turns of ``run --turns`` (None without it). Raises ``UserError`` for a turns file
     that cannot be used (its message names the file and the turn) or for ``--baseline`` with turns."""
-    from inspector.cli import _UserError
     from inspector.prompts import turns_path
     from inspector.session.conversation import read_turns
 
@@ -42,9 +41,9 @@ def turns_of(args) -> list[str] | None:
     try:
         turns = read_turns(turns_path(args.turns))
     except ValueError as exc:
-        raise _UserError(str(exc)) from None
+        raise UserError(str(exc)) from None
     if args.baseline:
-        raise _UserError("--baseline compares one prompt with plain decoding; it does not run with --turns")
+        raise UserError("--baseline compares one prompt with plain decoding; it does not run with --turns")
     return turns
 
 

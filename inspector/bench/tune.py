@@ -1,0 +1,252 @@
+"""What other settings would have done, without running them (issue 28 part 3, the what-if tuner).
+
+Under greedy sampling the target's continuation of a request is its output, whatever proposes: a
+model-free source's windows over a recorded run can be replayed exactly without the model. At each
+decode step the source is asked as the engine asks it (``inspector.engine.proposal.max_proposal_tokens``
+for the cap, ``begin`` after the prefill, ``report`` after each window), and the window is classified
+with the engine's own rule (``inspector.engine.classify.classify_window``) against the recorded output
+as the row predictions. Time is predicted from the verify cost c(k) (a ``CostModel``, or the recording's
+own verification and plain-step times, ``costs_from_document``) plus the source's proposal time,
+measured here while it answers.
+
+A replayed window equals the real run's window token for token whenever the real run's output equals
+the recorded one (tested on the bundled model). A draft model is not model-free: it is not replayed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from itertools import product
+from statistics import median
+from types import SimpleNamespace
+from typing import Callable, Iterable, Mapping, Sequence
+
+from inspector.engine.classify import classify_window
+from inspector.engine.no_proposal import NoProposal
+from inspector.engine.proposal import ProposalRequest, max_proposal_tokens
+from inspector.llama.cost_model import CostModel
+from inspector.sources.registry import PLAIN, SourceContext, make_source
+
+MODEL_FREE = ("ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")
+"""The sources the tuner replays (every built-in one that needs no model)."""
+DRAFT_MAX_GRID = (2, 4, 6, 8, 12, 16, 24, 32)
+"""Draft max values tried for each configuration by default (tokens)."""
+OPTION_GRID: Mapping[str, Mapping[str, Sequence]] = {
+    "ngram": {"n_max": (3, 4, 6), "n_min": (1, 2)},
+    "ngram-simple": {"size_n": (2, 3, 4, 6, 12), "size_m": (16, 48)},
+    "ngram-map-k": {"size_n": (2, 3, 4, 6, 12), "size_m": (16, 48)},
+    "ngram-map-k4v": {"size_n": (2, 3, 4, 6, 12), "size_m": (16, 48)},
+    "ngram-mod": {"n_match": (4, 8, 16, 24), "n_min": (1, 4, 16, 48)},
+    "ngram-cache": {},
+    "suffix": {"max_spec_factor": (1.0, 2.0, 4.0), "min_token_prob": (0.05, 0.1, 0.3)},
+}
+"""The options grid per source by default (llama.cpp's and vLLM's defaults among the values)."""
+
+
+class NotReplayable(ValueError):
+    """The recording cannot be replayed (sampled at temperature > 0, no output, a stop string cut it):
+    the message says why."""
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What a replay needs from a recorded greedy run: ``prompt`` and ``output`` token ids, the limits
+    it ran with (``max_new_tokens``, ``n_batch``, ``n_ctx``: tokens and positions), and ``is_eog``."""
+
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    max_new_tokens: int
+    n_batch: int
+    n_ctx: int
+    is_eog: Callable[[int], bool] = field(default=lambda _t: False, compare=False)
+
+
+@dataclass(frozen=True)
+class ReplayedWindow:
+    """One replayed window: its decode step, proposal, accepted proposal tokens and committed tokens."""
+
+    decode_step: int
+    proposal: tuple[int, ...]
+    accepted: int
+    committed: int
+
+
+@dataclass(frozen=True)
+class TuneRow:
+    """One configuration's prediction: ``windows``, ``proposed``/``accepted`` tokens, ``plain_steps``,
+    predicted decode time (``decode_ms``: verification rows at c(k), plain steps at c(1), plus the
+    source's measured proposal time ``proposal_ms``), ``tokens_per_s`` and ``speedup`` over plain
+    decoding of the same output at c(1)."""
+
+    source: str
+    options: dict
+    draft_max: int
+    windows: int
+    proposed: int
+    accepted: int
+    plain_steps: int
+    proposal_ms: float
+    decode_ms: float
+    tokens_per_s: float
+    speedup: float
+
+    @property
+    def label(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in self.options.items())
+        return f"{self.source}:draft_max={self.draft_max}" + (f",{opts}" if opts else "")
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        return None if not self.windows else 1 + self.accepted / self.windows
+
+
+def recording_from_document(doc: Mapping, is_eog: Callable[[int], bool] | None = None) -> Recording:
+    """A ``Recording`` from a receipts document (``spec-inspector run --receipts``). The end-of-generation
+    test defaults to "the recorded output's last token, when the run finished by eog". Raises
+    ``NotReplayable`` for a sampled run, a run without output or one a stop string ended."""
+    settings = doc["settings"]
+    if (settings.get("sampling") or {}).get("temperature", 0) > 0:
+        raise NotReplayable("the run sampled at temperature > 0: its output depends on the proposals, so "
+                            "other settings cannot be replayed over it (record a greedy run)")
+    output = tuple(doc["output"]["token_ids"])
+    if not output:
+        raise NotReplayable("the run generated no token")
+    if doc["output"].get("finish_reason") == "stop":
+        raise NotReplayable("a stop string ended the run: its text decides where, which a replay does not see "
+                            "(record without --stop)")
+    if is_eog is None:
+        last = output[-1] if doc["output"].get("finish_reason") == "eog" else None
+        is_eog = (lambda t: t == last) if last is not None else (lambda _t: False)
+    model = doc.get("model") or {}
+    return Recording(tuple(doc["prompt"]["token_ids"]), output, int(settings["max_new_tokens"]),
+                     int(model.get("n_batch") or 512), int(model.get("n_ctx") or 2048), is_eog)
+
+
+def costs_from_document(doc: Mapping) -> CostModel | None:
+    """c(k) from a recording's own times: the median verification time of its windows by rows and the
+    median plain step (lock hold) for c(1); rows not seen are interpolated linearly (beyond the
+    largest seen, ``CostModel.cost`` extends the slope). None without a plain step."""
+    steps = [op["hold_us"] for op in doc.get("lock_operations", []) if op.get("kind") == "step"]
+    if not steps:
+        return None
+    by_rows: dict[int, list[float]] = {1: [s / 1000 for s in steps]}
+    for w in doc.get("windows", []):
+        by_rows.setdefault(int(w["verification_rows"]), []).append(w["verification_elapsed_us"] / 1000)
+    known = sorted((k, median(v)) for k, v in by_rows.items())
+    top = known[-1][0]
+    row_ms = []
+    for k in range(1, top + 1):
+        lo = max((p for p in known if p[0] <= k), key=lambda p: p[0])
+        hi = min((p for p in known if p[0] >= k), key=lambda p: p[0])
+        row_ms.append(lo[1] if hi[0] == lo[0] else lo[1] + (hi[1] - lo[1]) * (k - lo[0]) / (hi[0] - lo[0]))
+    return CostModel(tuple(row_ms))
+
+
+def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow], int, float]:
+    """Replay ``source`` over ``rec`` with ``draft_max``: (its windows, plain steps, proposal time in ms).
+    Asks, caps and classifies as the engine does (module docstring); ``begin`` and ``report`` are called
+    as the engine calls them."""
+    prompt, output = list(rec.prompt), list(rec.output)
+    begin = getattr(source, "begin", None)
+    spent_ns = 0
+    if begin is not None:
+        t = time.perf_counter_ns()
+        begin(tuple(prompt))
+        spent_ns += time.perf_counter_ns() - t
+    tokens = prompt + output[:1]  # the prefill commits the first token
+    generated, step, plain = 1, 0, 0
+    windows: list[ReplayedWindow] = []
+    end = len(output)
+    while generated < end:
+        base = len(tokens) - 1
+        cap = max_proposal_tokens(rec.max_new_tokens - generated, rec.n_batch, draft_max, rec.n_ctx - base)
+        proposal = None
+        if cap > 0:
+            request = ProposalRequest(tokens, len(prompt), step, cap, float("inf"))
+            t = time.perf_counter_ns()
+            answer = source.propose(request)
+            spent_ns += time.perf_counter_ns() - t
+            if answer is not None and not isinstance(answer, NoProposal) and 0 < len(answer.token_ids) <= cap:
+                proposal = answer
+        if proposal is None:
+            tokens.append(output[generated])
+            generated, step, plain = generated + 1, step + 1, plain + 1
+            continue
+        ids = tuple(proposal.token_ids)
+        rows = output[generated:generated + len(ids) + 1]
+        rows += [-1] * (len(ids) + 1 - len(rows))
+        d = classify_window(ids, rows, generated, rec.max_new_tokens, rec.is_eog)
+        committed = min(d.commit_count, end - generated)
+        windows.append(ReplayedWindow(step, ids, d.accepted, committed))
+        receipt = SimpleNamespace(decision_id=proposal.decision_id.hex(), accepted_proposal_tokens=d.accepted,
+                                  proposal_token_count=len(ids), verification_rows=len(ids) + 1,
+                                  canonical_prediction_count=committed, base_position=base,
+                                  disposition="first_mismatch" if d.rejected else "full_accept",
+                                  verification_elapsed_us=0)
+        t = time.perf_counter_ns()
+        source.report(receipt)
+        spent_ns += time.perf_counter_ns() - t
+        tokens.extend(output[generated:generated + committed])
+        generated, step = generated + committed, step + 1
+    return windows, plain, spent_ns / 1e6
+
+
+def predict(source_name: str, options: Mapping, draft_max: int, rec: Recording, costs: CostModel,
+            runtime=None) -> TuneRow:
+    """Replay one configuration (a fresh source, cold memory) and predict its decode time and speedup.
+    Raises what the source's factory raises for bad options (``ValueError``)."""
+    source = make_source(source_name, SourceContext(runtime, memory={}), dict(options))
+    windows, plain, proposal_ms = replay(source, rec, draft_max)
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
+    verify_ms = sum(costs.cost(len(w.proposal) + 1) for w in windows)
+    decode_ms = verify_ms + plain * costs.cost(1) + proposal_ms
+    n = len(rec.output)
+    plain_ms = (n - 1) * costs.cost(1)
+    return TuneRow(source_name, dict(options), draft_max, len(windows), sum(len(w.proposal) for w in windows),
+                   sum(w.accepted for w in windows), plain, proposal_ms, decode_ms,
+                   n / decode_ms * 1000 if decode_ms > 0 else 0.0, plain_ms / decode_ms if decode_ms > 0 else 0.0)
+
+
+def grid(sources: Iterable[str] = MODEL_FREE, draft_maxes: Sequence[int] = DRAFT_MAX_GRID,
+         options: Mapping[str, Mapping[str, Sequence]] = OPTION_GRID) -> list[tuple[str, dict, int]]:
+    """Every (source, options, draft max) of the grid, options as the cross product of the source's
+    value lists (llama-server pairs where one must not exceed another are left out by the source's own
+    check at ``predict``)."""
+    out = []
+    for s in sources:
+        grid_s = options.get(s, {})
+        keys = list(grid_s)
+        for values in product(*(grid_s[k] for k in keys)):
+            for dm in draft_maxes:
+                out.append((s, dict(zip(keys, values)), dm))
+    return out
+
+
+def tune(rec: Recording, costs: CostModel, configs: Sequence[tuple[str, dict, int]],
+         progress: Callable[[int, int], None] | None = None) -> list[TuneRow]:
+    """``predict`` every configuration (those whose options the source refuses are skipped), best
+    predicted speedup first. ``progress(done, total)`` after each."""
+    rows = []
+    for i, (s, opts, dm) in enumerate(configs):
+        if s == PLAIN:
+            continue
+        try:
+            rows.append(predict(s, opts, dm, rec, costs))
+        except ValueError:  # e.g. ngram n_min > n_max, ngram-mod n_min > n_max
+            pass
+        if progress is not None:
+            progress(i + 1, len(configs))
+    return sorted(rows, key=lambda r: -r.speedup)
+
+
+def format_tune(rows: Sequence[TuneRow], limit: int = 15) -> str:
+    """The best ``limit`` rows as a table (predicted speedup, tokens/s, windows, acceptance)."""
+    lines = [f"{'configuration':58} {'speedup':>7} {'tok/s':>7} {'windows':>7} {'acc/prop':>9} {'len':>5}"]
+    for r in rows[:limit]:
+        mal = "" if r.mean_accepted_length is None else f"{r.mean_accepted_length:.2f}"
+        lines.append(f"{r.label[:58]:58} {r.speedup:>6.2f}x {r.tokens_per_s:>7.1f} {r.windows:>7} "
+                     f"{f'{r.accepted}/{r.proposed}':>9} {mal:>5}")
+    return "\n".join(lines)

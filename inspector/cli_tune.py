@@ -1,0 +1,80 @@
+"""``spec-inspector tune FILE``: what other sources and settings would have done on a recorded greedy run
+(``inspector.bench.tune``), best predicted first, and llama-server's flags for the best llama.cpp one."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, costs_from_document, format_tune,
+                                  grid, recording_from_document, tune)
+from inspector.cli_common import EXIT_USAGE, fail
+from inspector.cli_ranges import whole_number
+from inspector.receipts.document import ReceiptsFileError, load_document
+from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
+
+
+def add_tune_command(sub) -> None:
+    """The ``tune`` subcommand's arguments (on ``sub``, the CLI's subparsers)."""
+    t = sub.add_parser("tune", help="replay a recorded greedy run with other sources and settings, without the model",
+                       description="Replay every model-free source over a greedy run's receipts (run --receipts), over "
+                                   "a grid of its options and draft max, and predict each one's decode time from "
+                                   "the run's own verification and plain-step times (c(k)) plus the source's "
+                                   "measured proposal time. A replayed window equals the real one whenever the "
+                                   "output is the same. Seconds, not a model run.")
+    t.add_argument("file", type=Path, metavar="RECEIPTS.json", help="a receipts document of a greedy run")
+    t.add_argument("--source", action="append", choices=MODEL_FREE, metavar="NAME",
+                   help=f"sources to replay (repeatable; default all: {', '.join(MODEL_FREE)})")
+    t.add_argument("--draft-max", dest="draft_maxes", type=whole_number(1), action="append", metavar="N",
+                   help=f"draft max values to try (repeatable; default {', '.join(map(str, DRAFT_MAX_GRID))})")
+    t.add_argument("--top", type=whole_number(1), default=15, help="rows to print [15]")
+    t.add_argument("--json", type=Path, metavar="OUT.json", help="write every row as JSON")
+
+
+def cmd_tune(args) -> int:
+    """Run ``tune`` (see ``add_tune_command``); one-line errors for a bad file or a sampled run."""
+    try:
+        doc = load_document(args.file)
+        if "conversation" in doc:
+            raise NotReplayable("a conversation file: tune one turn's receipts (view FILE --turn N shows them)")
+        rec = recording_from_document(doc)
+    except ReceiptsFileError as exc:
+        return fail(str(exc))
+    except NotReplayable as exc:
+        return fail(f"cannot tune {args.file}: {exc}", EXIT_USAGE)
+    costs = costs_from_document(doc)
+    if costs is None:
+        return fail(f"cannot tune {args.file}: the run has no plain step to measure c(1) from (record a longer "
+                    "run, or one with plain steps)")
+    configs = grid(args.source or MODEL_FREE, args.draft_maxes or DRAFT_MAX_GRID)
+    t = time.perf_counter()
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        if not sys.stderr.isatty():
+            return
+        now = time.perf_counter()
+        if now - last[0] > 1.0 or done == total:
+            last[0] = now
+            print(f"\rreplayed {done}/{total} configurations", end="" if done < total else "\n", file=sys.stderr)
+
+    rows = tune(rec, costs, configs, progress)
+    recorded = doc["settings"]["source"]["name"]
+    print(f"recording: {len(rec.output)} tokens of {recorded} (draft max {doc['settings'].get('draft_max')}); "
+          f"c(1) {costs.cost(1):.1f} ms, c(8) {costs.cost(8):.1f} ms from its own times; "
+          f"{len(rows)} configurations in {time.perf_counter() - t:.1f} s")
+    print(format_tune(rows, args.top))
+    best = next((r for r in rows if r.source != "ngram" and r.source != "suffix"), None)
+    if best is not None:
+        try:
+            print(f"best llama.cpp proposer: {server_command(best.source, best.options, draft_max=best.draft_max)}")
+            for note in server_notes(best.source, best.options, draft_max=best.draft_max):
+                print(f"  note: {note}")
+        except (NoServerEquivalent, ValueError):
+            pass
+    if args.json:
+        args.json.write_text(json.dumps([{**r.__dict__, "label": r.label} for r in rows], indent=1), "utf-8")
+        print(f"tune table: {args.json}")
+    return 0

@@ -1,0 +1,102 @@
+"""The what-if tuner (issue 28 part 3): replayed windows equal a real run's, time is predicted from the
+recording's own c(k), and ``spec-inspector tune`` prints the best configurations in seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inspector.bench.tune import (Recording, costs_from_document, grid, predict, recording_from_document, replay,
+                                  NotReplayable)
+from inspector.engine import Generation, GenerationSettings
+from inspector.llama.cost_model import CostModel
+from inspector.prompts import example_prompt
+from inspector.sources.registry import SourceContext, make_source
+
+from test_cli import cli, one_clear_line
+
+N = 64
+
+
+def _real(scheduler, runtime, tokens, source_name, options, draft_max):
+    source = None if source_name == "none" else make_source(source_name, SourceContext(runtime, memory={}), options)
+    g = Generation(scheduler, source, tokens, GenerationSettings(max_new_tokens=N, draft_max=draft_max))
+    try:
+        g.run()
+    finally:
+        g.close()
+    return g
+
+
+@pytest.mark.parametrize("example", ["copy-with-corrections", "code-rewrite"])
+def test_replayed_windows_equal_the_real_runs_windows_whenever_the_output_is_the_recorded_one(
+        example, scheduler, runtime, chat_tokens):
+    tokens = chat_tokens(example_prompt(example))
+    recorded = _real(scheduler, runtime, tokens, "none", {}, 8)
+    rec = Recording(tuple(tokens), tuple(recorded.generated), N, runtime.n_batch, runtime.n_ctx, runtime.is_eog)
+    compared = 0
+    for name, options, draft_max in [("ngram", {}, 6), ("ngram-simple", {"size_n": 3, "size_m": 16}, 16),
+                                     ("ngram-map-k", {"size_n": 3, "size_m": 16}, 12),
+                                     ("ngram-mod", {"n_match": 8, "n_min": 2, "n_max": 16}, 16), ("suffix", {}, 8)]:
+        real = _real(scheduler, runtime, tokens, name, options, draft_max)
+        if real.generated != recorded.generated:  # a near-tie flipped by batch arithmetic: not comparable
+            continue
+        source = make_source(name, SourceContext(runtime, memory={}), options)
+        windows, plain, _ms = replay(source, rec, draft_max)
+        assert [(w.decode_step, w.proposal, w.accepted, w.committed) for w in windows] == \
+            [(r.decode_step, r.proposal_token_ids, r.accepted_proposal_tokens, r.canonical_prediction_count)
+             for r in real.receipts], name
+        assert plain == real.plain_steps, name
+        compared += 1
+    assert compared >= 3, "too few configurations kept the recorded output to compare"
+
+
+def test_c_k_comes_from_the_recordings_verification_times_and_plain_steps_interpolated_between():
+    doc = {"lock_operations": [{"kind": "step", "hold_us": 10_000}, {"kind": "step", "hold_us": 12_000},
+                               {"kind": "verify", "hold_us": 1}],
+           "windows": [{"verification_rows": 3, "verification_elapsed_us": 30_000},
+                       {"verification_rows": 5, "verification_elapsed_us": 40_000}]}
+    assert costs_from_document(doc).row_ms == (11.0, 20.5, 30.0, 35.0, 40.0)
+    assert costs_from_document({"lock_operations": [], "windows": []}) is None
+
+
+def test_predicted_time_is_c_of_each_windows_rows_plus_c1_per_plain_step_plus_the_proposal_time():
+    rec = Recording((1, 2, 3), (1, 2, 3, 1, 2, 3, 1, 2), 8, 64, 256)
+    costs = CostModel((10.0, 11.0, 12.0, 13.0))
+    row = predict("ngram", {"n_max": 3, "n_min": 1}, 3, rec, costs)
+    windows, plain, _ = replay(make_source("ngram", SourceContext(None, memory={}), {"n_max": 3, "n_min": 1}), rec, 3)
+    assert row.windows == len(windows) > 0 and row.plain_steps == plain
+    assert row.decode_ms - row.proposal_ms == pytest.approx(sum(10.0 + len(w.proposal) for w in windows) + 10.0 * plain)
+    assert row.speedup == pytest.approx(7 * 10.0 / row.decode_ms)
+    assert len(grid(["ngram"], [4, 8])) == 3 * 2 * 2
+
+
+def test_a_sampled_or_stop_string_run_is_refused_with_the_reason():
+    doc = {"settings": {"sampling": {"temperature": 0.7}, "max_new_tokens": 8},
+           "output": {"token_ids": [1], "finish_reason": "length"}, "prompt": {"token_ids": [1]}}
+    with pytest.raises(NotReplayable, match="temperature > 0"):
+        recording_from_document(doc)
+    doc["settings"]["sampling"]["temperature"] = 0
+    doc["output"]["finish_reason"] = "stop"
+    with pytest.raises(NotReplayable, match="stop string"):
+        recording_from_document(doc)
+
+
+def test_tune_prints_the_best_configurations_and_refuses_a_sampled_recording(tmp_path):
+    out = tmp_path / "r.json"
+    r = cli("run", "--example", "copy-with-corrections", "--max-tokens", "48", "--receipts", str(out))
+    assert r.returncode == 0, r.stderr
+    t = cli("tune", str(out), "--source", "ngram-simple", "--source", "ngram-mod", "--draft-max", "4",
+            "--draft-max", "16", "--json", str(tmp_path / "t.json"))
+    assert t.returncode == 0, t.stderr
+    table = json.loads((tmp_path / "t.json").read_text())
+    assert len(table) == 2 * (5 * 2 + 4 * 4)  # ngram-simple's and ngram-mod's grids at two draft max values
+    speedups = [row["speedup"] for row in table]
+    assert speedups == sorted(speedups, reverse=True)
+    assert table[0]["label"] in t.stdout and "best llama.cpp proposer: llama-server --spec-type" in t.stdout
+    sampled = tmp_path / "s.json"
+    assert cli("run", "--example", "copy-exact", "--max-tokens", "8", "--temperature", "0.7",
+               "--receipts", str(sampled)).returncode == 0
+    bad = cli("tune", str(sampled))
+    assert bad.returncode == 2 and "temperature > 0" in one_clear_line(bad.stderr)
