@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, costs_from_document, format_tune,
-                                  grid, recording_from_document, tune)
+                                  format_verified, grid, recording_from_document, tune, verify)
 from inspector.cli_common import EXIT_USAGE, fail
 from inspector.cli_ranges import whole_number
 from inspector.receipts.document import ReceiptsFileError, load_document
@@ -31,6 +32,9 @@ def add_tune_command(sub) -> None:
                    help=f"draft max values to try (repeatable; default {', '.join(map(str, DRAFT_MAX_GRID))})")
     t.add_argument("--top", type=whole_number(1), default=15, help="rows to print [15]")
     t.add_argument("--json", type=Path, metavar="OUT.json", help="write every row as JSON")
+    t.add_argument("--verify", type=whole_number(1), metavar="N",
+                   help="then run plain decoding and the best N configurations for real on the recording's model and "
+                        "prompt, and print measured beside predicted (loads the model)")
 
 
 def cmd_tune(args) -> int:
@@ -77,4 +81,29 @@ def cmd_tune(args) -> int:
     if args.json:
         args.json.write_text(json.dumps([{**r.__dict__, "label": r.label} for r in rows], indent=1), "utf-8")
         print(f"tune table: {args.json}")
+    if args.verify:
+        return _verify(doc, rec, rows[:args.verify])
+    return 0
+
+
+def _verify(doc, rec, rows) -> int:
+    """``--verify``: load the recording's model with its context and threads, run, print."""
+    # Optional: llama.cpp loads only when --verify asks for it (tune itself needs no model).
+    from inspector.engine import RuntimeScheduler
+    from inspector.engine.errors import EngineError
+    from inspector.llama.model_file import ModelFileError
+    from inspector.llama.runtime import LlamaRuntime
+
+    model = doc["model"]
+    print(f"loading {model['path']} ...", file=sys.stderr, flush=True)
+    try:
+        rt = LlamaRuntime(model["path"], n_ctx=int(model.get("n_ctx") or 2048), n_batch=int(model.get("n_batch") or 512),
+                          n_threads=int(model.get("n_threads") or 0))
+    except (ModelFileError, EngineError, OSError) as exc:
+        return fail(f"cannot verify: {exc}")
+    try:
+        verified = verify(RuntimeScheduler(rt), replace(rec, is_eog=rt.is_eog), rows, rt)
+    finally:
+        rt.close()
+    print(format_verified(verified))
     return 0

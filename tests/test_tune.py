@@ -95,6 +95,12 @@ def test_tune_prints_the_best_configurations_and_refuses_a_sampled_recording(tmp
     speedups = [row["speedup"] for row in table]
     assert speedups == sorted(speedups, reverse=True)
     assert table[0]["label"] in t.stdout and "best llama.cpp proposer: llama-server --spec-type" in t.stdout
+    v = cli("tune", str(out), "--source", "ngram-simple", "--draft-max", "8", "--verify", "1")
+    assert v.returncode == 0, v.stderr
+    line = v.stdout.splitlines()[-1]
+    assert line.split()[0].startswith("ngram-simple:draft_max=8") and float(line.split()[1]) > 0, line
+    assert line.endswith(("same as replayed", "n/a: the output differed from the recording")), line
+    assert "differ from the replay" not in v.stdout
     sampled = tmp_path / "s.json"
     assert cli("run", "--example", "copy-exact", "--max-tokens", "8", "--temperature", "0.7",
                "--receipts", str(sampled)).returncode == 0

@@ -22,9 +22,11 @@ from statistics import median
 from types import SimpleNamespace
 from typing import Callable, Iterable, Mapping, Sequence
 
+from inspector.bench.compare import CompareConfig, run_compare
 from inspector.engine.classify import classify_window
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest, max_proposal_tokens
+from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_model import CostModel
 from inspector.sources.registry import PLAIN, SourceContext, make_source
 
@@ -250,3 +252,63 @@ def format_tune(rows: Sequence[TuneRow], limit: int = 15) -> str:
         lines.append(f"{r.label[:58]:58} {r.speedup:>6.2f}x {r.tokens_per_s:>7.1f} {r.windows:>7} "
                      f"{f'{r.accepted}/{r.proposed}':>9} {mal:>5}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A predicted row run for real: ``measured_tokens_per_s`` (decode tokens/s), ``measured_speedup``
+    over the plain run measured beside it, ``same_output`` as the recording, ``same_windows`` as the
+    replay (None when the output differed: not comparable), ``error`` when the run failed."""
+
+    row: TuneRow
+    measured_tokens_per_s: float | None
+    measured_speedup: float | None
+    same_output: bool
+    same_windows: bool | None
+    error: str | None = None
+
+    @property
+    def error_ratio(self) -> float | None:
+        """measured / predicted decode tokens/s (1.0: exact), None without a measurement."""
+        if not self.measured_tokens_per_s or not self.row.tokens_per_s:
+            return None
+        return self.measured_tokens_per_s / self.row.tokens_per_s
+
+
+def verify(scheduler, rec: Recording, rows: Sequence[TuneRow], runtime=None) -> list[Verified]:
+    """Run plain decoding and each of ``rows``' configurations for real on ``rec``'s prompt (greedy, its
+    limits; ``inspector.bench.compare.run_compare``) and set what was measured beside what was predicted,
+    with the replay's windows compared to the real ones. Raises ``RequestCancelled`` like ``run_compare``."""
+    settings = GenerationSettings(max_new_tokens=rec.max_new_tokens)
+    configs = [CompareConfig("plain", PLAIN, 0)] + [CompareConfig(r.label, r.source, r.draft_max, dict(r.options))
+                                                  for r in rows]
+    result = run_compare(scheduler, rec.prompt, configs, settings, keep_runs=True)
+    plain = result.rows[0].summary.decode_tokens_per_s
+    out = []
+    for row, real, gen in zip(rows, result.rows[1:], result.runs[1:]):
+        same_output = tuple(real.generated_tokens) == rec.output
+        same_windows = None
+        if same_output and gen is not None:
+            source = make_source(row.source, SourceContext(runtime, memory={}), dict(row.options))
+            windows, _plain, _ms = replay(source, rec, row.draft_max)
+            same_windows = [(w.decode_step, w.proposal, w.accepted, w.committed) for w in windows] == [
+                (r.decode_step, r.proposal_token_ids, r.accepted_proposal_tokens, r.canonical_prediction_count)
+                for r in gen.receipts]
+        tps = real.summary.decode_tokens_per_s
+        out.append(Verified(row, tps, tps / plain if tps and plain else None, same_output, same_windows,
+                            real.error))
+    return out
+
+
+def format_verified(verified: Sequence[Verified]) -> str:
+    """Predicted beside measured, one line per configuration."""
+    lines = [f"{'configuration':58} {'predicted':>9} {'measured':>9} {'ratio':>6} {'speedup':>8} windows"]
+    for v in verified:
+        measured = "error" if v.error else ("n/a" if v.measured_tokens_per_s is None else f"{v.measured_tokens_per_s:.1f}")
+        ratio = "" if v.error_ratio is None else f"{v.error_ratio:.2f}"
+        speed = "" if v.measured_speedup is None else f"{v.measured_speedup:.2f}x"
+        windows = ("same as replayed" if v.same_windows else "differ from the replay") if v.same_windows is not None \
+            else "n/a: the output differed from the recording"
+        lines.append(f"{v.row.label[:58]:58} {v.row.tokens_per_s:>9.1f} {measured:>9} {ratio:>6} {speed:>8} {windows}")
+    return "\n".join(lines)
+
