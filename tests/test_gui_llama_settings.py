@@ -114,8 +114,14 @@ def test_the_window_runs_with_the_loaded_models_context_and_reloads_with_other_s
     c.flash_attn.setCurrentText("on")
     assert "next model load" in c.line.text()
     assert not w.worker.is_loaded(str(runtime.model_path), runtime.n_ctx, "", None, c.values())
+    states: list[tuple[str, str]] = []
+    w.worker.stateChanged.connect(lambda state, detail: states.append((state, detail)))
     reason, _end = run_to_end(qtbot, w)
     assert w.worker.runtime is not runtime and w.session.tokens
+    # The reload says so and goes straight on to the run: never idle in between (Run would be enabled).
+    first_loading = next(i for i, (st, _d) in enumerate(states) if st == "loading")
+    assert "reloading" in states[first_loading][1]
+    assert states[first_loading + 1][0] == "running", states[:first_loading + 3]
     block = w.session.header.model["llama_cpp"]  # the receipts' record, as a headless run writes it
     assert (block["n_ubatch"], block["flash_attn_asked"]) == (64, "on") and "-ub" in block["server_args"]
     assert c.values()["n_ubatch"] == 64 and "next model load" not in c.line.text()

@@ -360,4 +360,4 @@ def test_statistics_say_why_the_plain_steps_ran_without_a_proposal_with_each_rea
     assert f"{steps.count('script_done')} script_done" in text
     assert REASONS["script_done"] in tip
     balance = view.labels["balance"].text()
-    assert balance.startswith("saved ") and "(plain steps of this run)" in balance, balance
+    assert balance.startswith("net ") and "(plain steps of this run)" in view.labels["balance"].toolTip(), balance

@@ -45,7 +45,7 @@ from PySide6.QtWidgets import (
 from inspector.engine.probability_stats import DRAFT, TARGET, acceptance_by_probability, has_probabilities, \
     probability_by_position
 from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
-from inspector.engine.profit import run_balance
+from inspector.engine.profit import plain_step_us, run_balance
 from inspector.engine.receipt import Summary
 from inspector.gui.probability_plots import TITLE_SIZE, AcceptancePlot, no_figures_reason
 from inspector.session.record import SessionRecord
@@ -65,6 +65,10 @@ FORM_MAX_WIDTH = 330
 """The figures' column at most (pixels): the charts get the rest (two per row at 1280x800)."""
 PLOT_MIN = (160, 105)
 """Smallest chart (pixels): layouts may shrink a chart this far (titles are short enough)."""
+
+
+BALANCE_TIP = ("each window's time against plain decoding of the tokens it committed: committed × c(1) − "
+               "(proposal + verification + repair); c(1) is the median plain step of this run, else the cost model's")
 
 
 def _pct(x: float | None) -> str:
@@ -99,9 +103,7 @@ class StatsView(QWidget):
             ("plain_steps", "plain steps", "one-token decode steps without a proposal, by the reason the engine "
                                            "or the source gave (hover the figure for their meanings)"),
             ("discards", "discards", "proposals that produced no receipt"),
-            ("balance", "windows vs plain", "each window's time against plain decoding of the tokens it committed: "
-                                            "committed × c(1) − (proposal + verification + repair); c(1) is the "
-                                            "median plain step of this run, else the cost model's"),
+            ("balance", "windows vs plain", BALANCE_TIP),
             ("generated", "generated tokens", ""),
             ("acceptance", "acceptance rate", "accepted proposal tokens / proposed tokens, over verified windows"),
             ("mean_len", "mean accepted length", "1 + accepted / windows: tokens committed per window"),
@@ -264,8 +266,13 @@ class StatsView(QWidget):
         L["discards"].setText(str(m.discards))
         cm = self.cost_model
         b = run_balance(s.receipts, s.lock_ops, s.main_session_id, None if cm is None else cm.cost(1) * 1000)
-        L["balance"].setText("n/a (no windows, or no plain step and no cost model to give c(1))" if b is None
-                             else b.text())
+        if b is None:
+            L["balance"].setText("n/a (no windows yet)" if not s.receipts else
+                                 "n/a (no plain step and no cost model to give c(1))")
+            L["balance"].setToolTip(BALANCE_TIP)
+        else:
+            L["balance"].setText(b.short_text())
+            L["balance"].setToolTip(f"{b.text()}\n\n{BALANCE_TIP}")
         L["generated"].setText(str(m.generated_tokens))
         L["acceptance"].setText("n/a (no windows)" if not m.windows else
                                 f"{_pct(m.acceptance_rate)}  ({m.accepted_tokens} / {m.proposed_tokens})")
@@ -370,6 +377,12 @@ class StatsView(QWidget):
         self.observed_speedup, self.observed_estimated = b.get("observed_speedup"), False
         if self.observed_speedup is not None:
             L["observed"].setText(f"{self.observed_speedup:.2f}x (measured against the plain run)")
+        elif m.decode_tokens_per_s and (own := plain_step_us(s.lock_ops, s.main_session_id)) is not None:
+            # c(1) from this run's own plain steps: the same machine load as its windows (a stored cost
+            # model measured on a quiet machine would make a busy run look many times slower)
+            self.observed_speedup, self.observed_estimated = m.decode_tokens_per_s * own / 1e6, True
+            L["observed"].setText(f"≈ {self.observed_speedup:.2f}x (estimate: decode tokens/s × c(1) of this "
+                                  f"run's plain steps, {own / 1000:.1f} ms; “Compare with plain decoding” measures it)")
         elif cm is not None and m.decode_tokens_per_s:
             self.observed_speedup, self.observed_estimated = m.decode_tokens_per_s * cm.row_ms[0] / 1000.0, True
             L["observed"].setText(f"≈ {self.observed_speedup:.2f}x (estimate: decode tokens/s ÷ 1000/c(1); "

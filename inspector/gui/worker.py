@@ -181,22 +181,27 @@ class EngineWorker(SteppingControl, QObject):
 
     @Slot(str, int, str, object, object)
     def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, weights: str = "", offload=None,
-                   context: dict | None = None) -> bool:
+                   context: dict | None = None, then: str = "") -> bool:
         """Load a GGUF model (worker thread), in ``weights`` form when given (converted with llama.cpp's
         quantize first, cached: ``open_target``), with ``offload`` (``Offload``: with RPC servers the
         model runs in a child process) and ``context`` (llama.cpp's ``-b``, ``-ub``, ``-fa``, ``-ctk``,
         ``-ctv`` as ``LlamaRuntime``'s keyword options; None: ``DEFAULT_CONTEXT``); emits progress,
-        then loaded or failed (a context llama.cpp refuses fails with its reason)."""
+        then loaded or failed (a context llama.cpp refuses fails with its reason). ``then``: a run starts
+        right after (its note): the window goes from LOADING to RUNNING with it, never through IDLE
+        (Run would be enabled for the moment between)."""
         from inspector.llama.devices import Offload, RpcUnavailable
         from inspector.llama.model_file import ModelFileError
         from inspector.llama.quantize import open_target
 
         offload = offload if offload is not None else Offload()
+        done = (RUNNING, then) if then else (IDLE, "")  # the window waits in LOADING for this
         if self.is_loaded(path, n_ctx, weights, offload, context):
             self.modelLoaded.emit(self.runtime.describe())
-            self.stateChanged.emit(IDLE, "")  # the window waits in LOADING for this
+            self.stateChanged.emit(*done)
             return True
-        self.stateChanged.emit(LOADING, f"loading {Path(path).name}")
+        what = "reloading" if self.runtime is not None else "loading"
+        why = " (other context settings, context size or weights than the loaded model)" if self.runtime else ""
+        self.stateChanged.emit(LOADING, f"{what} {Path(path).name}{why}")
 
         def converting(t: str) -> None:
             self.stateChanged.emit(LOADING, f"converting {Path(path).name} to {t} (llama.cpp quantize, once) …")
@@ -215,7 +220,7 @@ class EngineWorker(SteppingControl, QObject):
         self._drop_runtime()
         self._set_runtime(rt, owns=True)
         self.modelLoaded.emit(rt.describe())
-        self.stateChanged.emit(IDLE, "")
+        self.stateChanged.emit(*done)
         return True
 
     def is_loaded(self, path: str, n_ctx: int, weights: str = "", offload=None,
@@ -289,7 +294,7 @@ class EngineWorker(SteppingControl, QObject):
             return
         loaded = (str(config.model_path), config.n_ctx, config.target_weights, config.offload, config.context)
         if not self.is_loaded(*loaded):
-            if not self.load_model(*loaded):
+            if not self.load_model(*loaded, then="model loaded; starting the run …"):
                 self.runFinished.emit("error", None)
                 return
         rt = self.runtime
