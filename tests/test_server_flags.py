@@ -96,6 +96,11 @@ def test_the_window_copies_the_chosen_sources_llama_server_flags(qtbot, runtime,
     assert "--spec-ngram-mod-n-max 64" in w.banner.text() and "caps each proposal at draft max" in w.banner.text()
     source, options, _ = parse_server_arguments(shlex.split(line))
     assert source == "ngram-mod" and options["n_min"] == describe_source("ngram-mod").option("n_min").default
+    # With draft max auto, the note names the value the last run resolved (the panel's "→ 7"), not the default.
+    w.panel.draft_max.setValue(-1)
+    w.panel.show_draft_max_used({"draft_max": 7, "draft_max_from": "auto: the stored cost model"})
+    w.analysis.copy_server_flags()
+    assert "at draft max 7;" in w.banner.text()
     w.panel.source.setCurrentText("ngram")
     assert w.analysis.copy_server_flags() is None and "no llama-server equivalent" in w.last_error
 

@@ -105,11 +105,10 @@ class AnalysisActions(QObject):
         llama-server lacks gets a message naming those it has. Returns the line, or None."""
         from PySide6.QtGui import QGuiApplication
 
-        from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
         from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
         p = self.w.panel
-        draft_max = DEFAULT_DRAFT_MAX if p.draft_max_auto() else p.draft_max.value()
+        draft_max = p.draft_max_in_effect()  # auto: what the last run resolved, as the panel's "→ 7" says
         model = (self.w.model_info or {}).get("path")
         source = p.source.currentText()
         try:

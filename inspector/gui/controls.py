@@ -475,8 +475,17 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         """Name the draft max a run with ``auto`` used (its settings' ``draft_max_from``), else nothing."""
         st = settings or {}
         why = str(st.get("draft_max_from") or "")
+        self.auto_draft_max = st.get("draft_max") if why else None
         self.draft_max_used.setText(f"  → {st.get('draft_max')}" if why and self.draft_max_auto() else "")
         self.draft_max_used.setToolTip(why)
+
+    def draft_max_in_effect(self) -> int:
+        """The draft max a run uses: the box's value, or with ``auto`` the value the last run resolved
+        (``show_draft_max_used``), else the default until a run resolves it."""
+        if not self.draft_max_auto():
+            return self.draft_max.value()
+        resolved = getattr(self, "auto_draft_max", None)
+        return int(resolved) if isinstance(resolved, int) else DEFAULT_DRAFT_MAX
 
     def draft_max_auto(self) -> bool:
         """Draft max is ``auto``: the run takes it from the stored cost model
