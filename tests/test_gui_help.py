@@ -17,9 +17,12 @@ def test_the_help_menu_lists_every_shortcut_the_readme_and_the_versions_it_runs_
     assert menus[-1] == "Help"
     shortcuts = w.help.show_shortcuts().text.toMarkdown()  # table rows: "|action|keys|"
     for action, keys in (("Run / continue", "Ctrl+R"), ("Step window", "F10"), ("Step token", "F11"),
-                         ("Compare configurations…", "Ctrl+K"), ("Keyboard shortcuts", "F1")):
+                         ("Compare configurations…", "Ctrl+K"), ("Keyboard shortcuts", "F1"),
+                         ("Send the next turn", "Ctrl+Enter"), ("Step the next turn", "Shift+Enter")):
         line = next(l for l in shortcuts.splitlines() if l.strip("| ").startswith(action))
         assert keys in line, line
+    d = w.help.dialog
+    assert d.width() <= 620, "the shortcuts dialog is sized to its table, not the README's 900 px"
     readme = w.help.show_readme().text.toPlainText()
     assert "Quick start" in readme and "When things go wrong" in readme
     about = w.help.show_about().text()

@@ -52,14 +52,23 @@ def readme_text() -> str:
     return text or "The README is not in this installation: see README.md in spec-inspector's source."
 
 
+FIELD_KEYS = (
+    ("Send the next turn (in the Next turn message)", "Enter, Ctrl+Enter"),
+    ("Step the next turn: hold before its first decode step (in the Next turn message)", "Shift+Enter"),
+    ("Copy the selected rows of a table as tab-separated text", "Ctrl+C"),
+)
+"""Keys of text fields and tables, which no menu action carries (``conversation_bar``, ``table_copy``)."""
+
+
 def shortcut_rows(window) -> list[tuple[str, str]]:
-    """(action text, its shortcuts) of every window action with a shortcut, in menu order."""
+    """(action text, its shortcuts) of every window action with a shortcut, in menu order, then the keys
+    of fields and tables (``FIELD_KEYS``)."""
     rows = []
     for a in window.actions():
         keys = ", ".join(k.toString() for k in a.shortcuts())
         if keys:
             rows.append((a.text().replace("&", ""), keys))
-    return rows
+    return rows + list(FIELD_KEYS)
 
 
 class HelpActions:
@@ -76,7 +85,7 @@ class HelpActions:
         self.dialog: QDialog | None = None
         """The last dialog shown (tests read it)."""
 
-    def _text_dialog(self, title: str, markdown: str) -> QDialog:
+    def _text_dialog(self, title: str, markdown: str, size: tuple[int, int] = (900, 640)) -> QDialog:
         d = QDialog(self.w)
         d.setWindowTitle(title)
         view = QTextBrowser(d)
@@ -87,15 +96,18 @@ class HelpActions:
         layout = QVBoxLayout(d)
         layout.addWidget(view)
         layout.addWidget(buttons)
-        d.resize(min(900, self.w.width()), min(640, self.w.height()))
+        d.resize(min(size[0], self.w.width()), min(size[1], self.w.height()))
         d.text = view  # tests read it
         self.dialog = d
         d.show()
         return d
 
     def show_shortcuts(self) -> QDialog:
-        rows = "\n".join(f"| {text} | `{keys}` |" for text, keys in shortcut_rows(self.w))
-        return self._text_dialog("Keyboard shortcuts", "| action | keys |\n|---|---|\n" + rows)
+        found = shortcut_rows(self.w)
+        rows = "\n".join(f"| {text} | `{keys}` |" for text, keys in found)
+        # As big as the table (a row of text each), not the README's size.
+        height = 110 + 26 * len(found)
+        return self._text_dialog("Keyboard shortcuts", "| action | keys |\n|---|---|\n" + rows, (620, height))
 
     def show_readme(self) -> QDialog:
         return self._text_dialog("spec-inspector: read me", readme_text())
