@@ -7,11 +7,13 @@ import json
 
 import pytest
 
-from inspector.bench.tune import (Recording, costs_from_document, grid, predict, recording_from_document, replay,
-                                  NotReplayable)
+from inspector.bench.tune import (Recording, costs_from_document, costs_from_record, grid, predict,
+                                  recording_from_document, recording_from_record, replay, NotReplayable)
 from inspector.engine import Generation, GenerationSettings
 from inspector.llama.cost_model import CostModel
 from inspector.prompts import example_prompt
+from inspector.receipts.document import load_document
+from inspector.session.record import SessionRecord
 from inspector.sources.registry import SourceContext, make_source
 
 from test_cli import cli, one_clear_line
@@ -95,6 +97,10 @@ def test_tune_prints_the_best_configurations_and_refuses_a_sampled_recording(tmp
     speedups = [row["speedup"] for row in table]
     assert speedups == sorted(speedups, reverse=True)
     assert table[0]["label"] in t.stdout and "best llama.cpp proposer: llama-server --spec-type" in t.stdout
+    doc = load_document(out)  # the window's way in, a SessionRecord, gives the same recording and c(k)
+    for record in (SessionRecord.from_document(doc), SessionRecord.from_document(doc, out)):
+        assert recording_from_record(record) == recording_from_document(doc)
+        assert costs_from_record(record).row_ms == costs_from_document(doc).row_ms
     sampled = tmp_path / "s.json"
     assert cli("run", "--example", "copy-exact", "--max-tokens", "8", "--temperature", "0.7",
                "--receipts", str(sampled)).returncode == 0
