@@ -152,8 +152,10 @@ class TuneActions(QObject):
             return False
         costs, self.costs_from = costs_from_record(s), "this run's own plain steps and windows"
         measured = self.w.analysis.current
-        if costs is None and measured is not None:
+        if measured is not None and (costs is None or len(costs.row_ms) == 1):  # no plain step, or no window
             costs, self.costs_from = measured.model, "the Cost model tab's measurement"
+        elif costs is not None and len(costs.row_ms) == 1:
+            self.costs_from += " (no window: c(k) taken as k·c(1); Measure the cost model for a better guess)"
         if costs is None:
             v.set_refusal("the run has no plain step to measure c(1) from: measure the cost model (Analysis > "
                           "Measure cost model, Ctrl+M) or record a longer run")

@@ -190,9 +190,10 @@ class TuneView(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setWordWrap(False)
         h = self.table.horizontalHeader()
-        h.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        h.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        h.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)  # sized to the rows once they are shown
+        h.setStretchLastSection(True)
         install_row_copy(self.table)
         ll.addWidget(self.table, 1)
         buttons = QHBoxLayout()
@@ -323,6 +324,7 @@ class TuneView(QWidget):
                 t.setItem(i, col, it)
         t.setSortingEnabled(True)
         t.sortByColumn(1, Qt.SortOrder.DescendingOrder)
+        t.resizeColumnsToContents()
         if self.rows:
             t.selectRow(0)
         self.status.setText(text)
