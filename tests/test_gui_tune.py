@@ -7,7 +7,7 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
-from inspector.bench.tune import OPTION_GRID
+from inspector.bench.tune import DRAFT_MAX_GRID, MODEL_FREE, OPTION_GRID, grid
 from inspector.gui import worker as W
 from inspector.gui.tune_view import ALL_SOURCES, DRAFT_MAX, ROW_ROLE
 from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end
@@ -71,3 +71,19 @@ def test_a_sampled_run_shows_why_it_cannot_be_tuned(qtbot, runtime, tmp_path):
     v = w.analysis.tune.show_tune()
     assert "temperature &gt; 0" in v.refused() or "temperature > 0" in v.refused()
     assert v.pages.currentIndex() == 1 and v.table.rowCount() == 0
+
+
+def test_cancel_keeps_the_rows_predicted_so_far(qtbot, runtime, tmp_path):
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    run_to_end(qtbot, w)
+    tune = w.analysis.tune
+    with qtbot.waitSignal(tune.tuned, timeout=120_000):
+        v = tune.show_tune()
+    assert v.rows and not v.cancel.isEnabled()
+    with qtbot.waitSignal(tune.tuned, timeout=120_000) as blocker:
+        assert tune.start_tune(MODEL_FREE, DRAFT_MAX_GRID)
+        assert not tune.start_tune(("ngram",), (4,))  # one grid at a time
+        v.cancel.click()
+    rows, note = blocker.args
+    assert note.startswith("cancelled") and len(rows) < len(grid())
+    assert v.table.rowCount() == len(rows) and v.tune.isEnabled()
