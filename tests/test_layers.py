@@ -20,6 +20,7 @@ LAYERS = {
     "inspector.gui_speed": 6, "inspector.cli": 6, "inspector.cli_bench": 6, "inspector.cli_sources": 6,
     "inspector.cli_devices": 6, "inspector.cli_view": 6, "inspector.cli_flags": 6, "inspector.cli_turns": 6,
     "inspector.cli_interrupt": 6, "inspector.cli_rpc_server": 6, "inspector.cli_context": 6, "inspector.cli_sampling": 6, "inspector.cli_paths": 6, "inspector.cli_ranges": 6,
+    "inspector.cli_tune": 6, "inspector.cli_common": 6,
     "inspector.__main__": 6,
 }
 MAX_LINES = 600

@@ -7,11 +7,13 @@ import json
 
 import pytest
 
-from inspector.bench.tune import (Recording, costs_from_document, grid, predict, recording_from_document, replay,
-                                  NotReplayable)
+from inspector.bench.tune import (Recording, costs_from_document, costs_from_record, grid, predict,
+                                  recording_from_document, recording_from_record, replay, NotReplayable)
 from inspector.engine import Generation, GenerationSettings
 from inspector.llama.cost_model import CostModel
 from inspector.prompts import example_prompt
+from inspector.receipts.document import load_document
+from inspector.session.record import SessionRecord
 from inspector.sources.registry import SourceContext, make_source
 
 from test_cli import cli, one_clear_line
@@ -101,6 +103,10 @@ def test_tune_prints_the_best_configurations_and_refuses_a_sampled_recording(tmp
     assert line.split()[0].startswith("ngram-simple:draft_max=8") and float(line.split()[1]) > 0, line
     assert line.endswith(("same as replayed", "n/a: the output differed from the recording")), line
     assert "differ from the replay" not in v.stdout
+    doc = load_document(out)  # the window's way in, a SessionRecord, gives the same recording and c(k)
+    for record in (SessionRecord.from_document(doc), SessionRecord.from_document(doc, out)):
+        assert recording_from_record(record) == recording_from_document(doc)
+        assert costs_from_record(record).row_ms == costs_from_document(doc).row_ms
     sampled = tmp_path / "s.json"
     assert cli("run", "--example", "copy-exact", "--max-tokens", "8", "--temperature", "0.7",
                "--receipts", str(sampled)).returncode == 0

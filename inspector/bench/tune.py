@@ -15,6 +15,7 @@ the recorded one (tested on the bundled model). A draft model is not model-free:
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from itertools import product
@@ -28,6 +29,8 @@ from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest, max_proposal_tokens
 from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_model import CostModel
+from inspector.receipts.document import load_document
+from inspector.session.record import SessionRecord
 from inspector.sources.registry import PLAIN, SourceContext, make_source
 
 MODEL_FREE = ("ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")
@@ -103,38 +106,65 @@ class TuneRow:
         return None if not self.windows else 1 + self.accepted / self.windows
 
 
-def recording_from_document(doc: Mapping, is_eog: Callable[[int], bool] | None = None) -> Recording:
-    """A ``Recording`` from a receipts document (``spec-inspector run --receipts``). The end-of-generation
-    test defaults to "the recorded output's last token, when the run finished by eog". Raises
+def recording_from_values(prompt: Sequence[int], output: Sequence[int], settings: Mapping, model: Mapping,
+                          finish_reason: str | None, is_eog: Callable[[int], bool] | None = None) -> Recording:
+    """A ``Recording`` from a run's plain values: prompt and output token ids, its settings (the receipts
+    document's ``settings`` form), its model block (``n_batch``, ``n_ctx``) and finish reason. The
+    end-of-generation test defaults to "the output's last token, when the run finished by eog". Raises
     ``NotReplayable`` for a sampled run, a run without output or one a stop string ended."""
-    settings = doc["settings"]
-    if (settings.get("sampling") or {}).get("temperature", 0) > 0:
+    if ((settings or {}).get("sampling") or {}).get("temperature", 0) > 0:
         raise NotReplayable("the run sampled at temperature > 0: its output depends on the proposals, so "
                             "other settings cannot be replayed over it (record a greedy run)")
-    output = tuple(doc["output"]["token_ids"])
+    output = tuple(output)
     if not output:
         raise NotReplayable("the run generated no token")
-    if doc["output"].get("finish_reason") == "stop":
+    if finish_reason == "stop":
         raise NotReplayable("a stop string ended the run: its text decides where, which a replay does not see "
                             "(record without --stop)")
     if is_eog is None:
-        last = output[-1] if doc["output"].get("finish_reason") == "eog" else None
+        last = output[-1] if finish_reason == "eog" else None
         is_eog = (lambda t: t == last) if last is not None else (lambda _t: False)
-    model = doc.get("model") or {}
-    return Recording(tuple(doc["prompt"]["token_ids"]), output, int(settings["max_new_tokens"]),
-                     int(model.get("n_batch") or 512), int(model.get("n_ctx") or 2048), is_eog)
+    model = model or {}
+    return Recording(tuple(prompt), output, int(settings["max_new_tokens"]), int(model.get("n_batch") or 512),
+                     int(model.get("n_ctx") or 2048), is_eog)
 
 
-def costs_from_document(doc: Mapping) -> CostModel | None:
-    """c(k) from a recording's own times: the median verification time of its windows by rows and the
-    median plain step (lock hold) for c(1); rows not seen are interpolated linearly (beyond the
-    largest seen, ``CostModel.cost`` extends the slope). None without a plain step."""
-    steps = [op["hold_us"] for op in doc.get("lock_operations", []) if op.get("kind") == "step"]
+def recording_from_document(doc: Mapping, is_eog: Callable[[int], bool] | None = None) -> Recording:
+    """A ``Recording`` from a receipts document (``spec-inspector run --receipts``): see
+    ``recording_from_values``."""
+    return recording_from_values(doc["prompt"]["token_ids"], doc["output"]["token_ids"], doc["settings"],
+                                 doc.get("model") or {}, doc["output"].get("finish_reason"), is_eog)
+
+
+def recording_from_record(record: SessionRecord, is_eog: Callable[[int], bool] | None = None) -> Recording:
+    """A ``Recording`` from a ``SessionRecord``: a live run (its header's prompt token ids and model) or one
+    read from a receipts document (the document, read again when the record kept only its path); see
+    ``recording_from_values``. Raises ``NotReplayable`` for no run, an autosave (it keeps no prompt token
+    ids) and what ``recording_from_values`` refuses."""
+    if record.header is not None:
+        prompt, model = record.header.prompt_token_ids, record.header.model
+    elif record.origin == "document":
+        doc = record.document if record.document is not None else load_document(record.document_path)
+        prompt, model = doc["prompt"]["token_ids"], doc.get("model") or {}
+    elif record.origin == "autosave":
+        raise NotReplayable("an autosave keeps no prompt token ids: open the run's receipts document")
+    else:
+        raise NotReplayable("no run yet: run a prompt (greedy) first, or open a receipts file")
+    return recording_from_values(prompt, record.generated_token_ids, record.settings or {}, model,
+                                 record.finish_reason, is_eog)
+
+
+def costs_from_times(step_hold_us: Iterable[float], windows: Iterable[tuple[int, float]]) -> CostModel | None:
+    """c(k) from a recording's own times: ``step_hold_us``, its plain steps' lock hold (µs), and
+    ``windows``, (verification rows, verification time in µs) of each window. The median time by rows,
+    the median plain step for c(1); rows not seen are interpolated linearly (beyond the largest seen,
+    ``CostModel.cost`` extends the slope). None without a plain step."""
+    steps = list(step_hold_us)
     if not steps:
         return None
     by_rows: dict[int, list[float]] = {1: [s / 1000 for s in steps]}
-    for w in doc.get("windows", []):
-        by_rows.setdefault(int(w["verification_rows"]), []).append(w["verification_elapsed_us"] / 1000)
+    for rows, elapsed_us in windows:
+        by_rows.setdefault(int(rows), []).append(elapsed_us / 1000)
     known = sorted((k, median(v)) for k, v in by_rows.items())
     top = known[-1][0]
     row_ms = []
@@ -143,6 +173,22 @@ def costs_from_document(doc: Mapping) -> CostModel | None:
         hi = min((p for p in known if p[0] >= k), key=lambda p: p[0])
         row_ms.append(lo[1] if hi[0] == lo[0] else lo[1] + (hi[1] - lo[1]) * (k - lo[0]) / (hi[0] - lo[0]))
     return CostModel(tuple(row_ms))
+
+
+def costs_from_document(doc: Mapping) -> CostModel | None:
+    """c(k) from a receipts document's own times (``costs_from_times``: its ``step`` lock operations'
+    hold and its windows' verification rows and time)."""
+    return costs_from_times([op["hold_us"] for op in doc.get("lock_operations", []) if op.get("kind") == "step"],
+                            [(w["verification_rows"], w["verification_elapsed_us"]) for w in doc.get("windows", [])])
+
+
+def costs_from_record(record: SessionRecord) -> CostModel | None:
+    """c(k) from a ``SessionRecord``'s own times (``costs_from_times``): its main session's ``step`` lock
+    operations (background sessions' left out) and its receipts."""
+    main = record.main_session_id
+    return costs_from_times([op.hold_us for op in record.lock_ops
+                             if op.kind == "step" and (main is None or op.session_id == main)],
+                            [(r.verification_rows, r.verification_elapsed_us) for r in record.receipts])
 
 
 def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow], int, float]:
@@ -228,11 +274,14 @@ def grid(sources: Iterable[str] = MODEL_FREE, draft_maxes: Sequence[int] = DRAFT
 
 
 def tune(rec: Recording, costs: CostModel, configs: Sequence[tuple[str, dict, int]],
-         progress: Callable[[int, int], None] | None = None) -> list[TuneRow]:
+         progress: Callable[[int, int], None] | None = None, cancel: threading.Event | None = None) -> list[TuneRow]:
     """``predict`` every configuration (those whose options the source refuses are skipped), best
-    predicted speedup first. ``progress(done, total)`` after each."""
+    predicted speedup first. ``progress(done, total)`` after each. ``cancel``: when set, the rows
+    predicted so far are returned."""
     rows = []
     for i, (s, opts, dm) in enumerate(configs):
+        if cancel is not None and cancel.is_set():
+            break
         if s == PLAIN:
             continue
         try:

@@ -84,6 +84,9 @@ class CompareRequest:
     llama_server: str | None = None
     """Also run each configuration through llama-server (``inspector.bench.server_compare``): a
     binary's path or a running server's URL; "" the one built from our llama.cpp; None not at all."""
+    prompt_tokens: tuple | None = None
+    """The prompt as token ids, used instead of ``prompt_text`` (the Tune window's Verify runs the
+    recorded run's own prompt tokens)."""
 
 
 class AnalysisWorker(QObject):
@@ -215,7 +218,12 @@ class AnalysisWorker(QObject):
         try:
             turns = list(req.turns) if req.turns else None
             # A conversation's first turn through the chat template stands for "the prompt" (its token count).
-            tokens = self._prompt_tokens(turns[0], False) if turns else self._prompt_tokens(req.prompt_text, req.raw)
+            if turns:
+                tokens = self._prompt_tokens(turns[0], False)
+            elif req.prompt_tokens:
+                tokens = list(req.prompt_tokens)
+            else:
+                tokens = self._prompt_tokens(req.prompt_text, req.raw)
             result = run_compare(self.engine.scheduler, tokens, list(req.configs), req.settings,
                                  cost_model=req.cost_model, progress=self.compareProgress.emit, cancel=self._cancel,
                                  turns=turns, turn_progress=self.compareTurnProgress.emit, keep_runs=True)

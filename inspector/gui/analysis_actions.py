@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QFileDialog
 from inspector.gui import worker as W
 from inspector.gui.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
 from inspector.gui.run_control import BANNER_HINT
+from inspector.gui.tune_actions import TuneActions
 from inspector.gui.wording import count_noun
 
 SETTINGS_GROUP = "cost_models"
@@ -89,6 +90,8 @@ class AnalysisActions(QObject):
             menu, "Copy as llama-server flags", self.copy_server_flags, ["Ctrl+Shift+L"],
             "copy the llama-server arguments that reproduce the chosen source and its settings "
             "(llama.cpp's ngram-* proposers and draft models), the context and the sampling")
+        self.tune = TuneActions(window, menu)
+        """The Tune window (Tune from this run…, Ctrl+Shift+K)."""
         self.compare_view = None
         self._compare_turns: tuple | None = None
         """The turns of the conversation being compared (None: the prompt, or no comparison)."""
