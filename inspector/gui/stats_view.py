@@ -54,6 +54,8 @@ from inspector.gui.wording import count_noun
 from inspector.sources.registry import PLAIN, describe_source
 
 DISPOSITIONS = ("full_accept", "first_mismatch", "stopped")
+DISPOSITION_TICKS = ("full", "mismatch", "stopped")
+"""The bars' names under the chart, in ``DISPOSITIONS`` order."""
 DISPOSITION_BRUSH = ("#66bb6a", "#ffa726", "#9575cd")
 SHARE_BRUSH = "#42a5f5"
 MEAN_P_BRUSH = "#26a69a"
@@ -97,6 +99,8 @@ class StatsView(QWidget):
         lay.setContentsMargins(4, 4, 4, 4)
         form_box = QWidget()
         form = QFormLayout(form_box)
+        # A value that does not fit beside its name goes under it (small screens), never cut.
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.labels: dict[str, QLabel] = {}
         for key, label, tip in (
             ("windows", "windows", "verified proposal windows (receipts)"),
@@ -160,7 +164,9 @@ class StatsView(QWidget):
         self.by_pos.addItem(self.pos_p_bars)
         self.disp = pg.PlotWidget(background="w", axisItems={"left": IntegerAxis("left")})
         self.disp.setTitle("Dispositions (windows)", size=TITLE_SIZE)  # no axis label: room for the names
-        self.disp.getAxis("bottom").setTicks([[(i, d) for i, d in enumerate(DISPOSITIONS)]])
+        # Short names under the bars (the three fit side by side in a small chart); the full ones in the tooltip.
+        self.disp.getAxis("bottom").setTicks([[(i, d) for i, d in enumerate(DISPOSITION_TICKS)]])
+        self.disp.setToolTip("windows by disposition: full = full_accept, mismatch = first_mismatch, stopped")
         tick_font = QFont()
         tick_font.setPointSize(DISPOSITION_TICK_PT)  # the three names fit side by side in half the width
         self.disp.getAxis("bottom").setStyle(tickFont=tick_font)
