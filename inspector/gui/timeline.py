@@ -81,7 +81,13 @@ class Timeline(QWidget):
         self.plot.setLabel("bottom", "decode step")
         self.plot.setLabel("left", "KV position (tokens)")
         self.plot.showGrid(x=True, y=True, alpha=0.25)
-        self.plot.addLegend(offset=(10, 10))
+        # Bottom right, on a light background: the KV length rises from the bottom left to the top right,
+        # so that corner stays clear of the data (top left covered the prefill and the first windows).
+        legend = self.plot.addLegend(offset=(-10, -10), brush=pg.mkBrush(255, 255, 255, 200),
+                                     labelTextSize="8pt", verSpacing=-6, colCount=2)
+        self.legend = legend
+        # A margin after the last step, so its markers are not on the frame.
+        self.plot.getPlotItem().getViewBox().setDefaultPadding(0.03)
         self.live = self.plot.plot([], [], pen=pg.mkPen("#90a4ae", width=1.5), name="live KV length")
         self.base = self.plot.plot([], [], pen=None, symbol="o", symbolSize=7, symbolBrush="#455a64",
                                    symbolPen=None, name="base_position")
