@@ -2,7 +2,7 @@
 
 import sys
 
-from inspector.cli import main
+from inspector.cli.main import main
 
 if __name__ == "__main__":  # not when a spawned child process (the RPC runtime) imports it
     sys.exit(main())

@@ -139,7 +139,7 @@ def test_the_rollback_probe_works_with_n_batch_1(model_path):
 # -- 3. one default for max tokens ---------------------------------------------------------------------
 
 def test_one_max_tokens_default_for_the_engine_and_the_cli():
-    from inspector.cli import build_parser
+    from inspector.cli.main import build_parser
 
     assert DEFAULT_MAX_NEW_TOKENS == 128 == GenerationSettings().max_new_tokens
     parser = build_parser()

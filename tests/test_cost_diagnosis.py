@@ -49,7 +49,7 @@ def test_the_layout_table_reads_per_weight_type():
 
 
 def test_an_unknown_weight_type_is_refused_before_anything_loads(capsys):
-    from inspector.cli import main
+    from inspector.cli.main import main
 
     assert main(["bench", "--weights", "Q4_1,Q9_9"]) == 2
     assert "unknown weight type Q9_9" in capsys.readouterr().err

@@ -93,8 +93,8 @@ def test_an_option_of_another_source_is_refused_naming_its_source(argv, owner):
 
 
 def test_an_own_option_at_its_default_value_is_still_taken():
-    from inspector.cli import build_parser
-    from inspector.cli_sources import source_options_from_args
+    from inspector.cli.main import build_parser
+    from inspector.cli.sources import source_options_from_args
 
     args = build_parser().parse_args(["run", "--prompt", "x", "--source", "ngram", "--ngram-max", "4"])
     assert source_options_from_args(args)["n_max"] == 4

@@ -1,6 +1,7 @@
 """The layers import one way (README, Architecture): engine <- llama, receipts <- sources <-
-session <- bench <- gui <- cli; no file in ``inspector/`` is over 600 lines. Read from the
-source files (imports inside functions count too), no model."""
+session <- bench <- gui <- cli; no import cycle between modules and no private name imported
+from another module; no file in ``inspector/`` is over 600 lines. Read from the source files
+(imports inside functions count too), no model."""
 
 from __future__ import annotations
 
@@ -17,10 +18,7 @@ LAYERS = {
     "inspector.session": 3, "inspector.run_output": 3,
     "inspector.bench": 4,
     "inspector.gui": 5,
-    "inspector.gui_speed": 6, "inspector.cli": 6, "inspector.cli_bench": 6, "inspector.cli_sources": 6,
-    "inspector.cli_devices": 6, "inspector.cli_view": 6, "inspector.cli_flags": 6, "inspector.cli_turns": 6,
-    "inspector.cli_interrupt": 6, "inspector.cli_rpc_server": 6, "inspector.cli_context": 6, "inspector.cli_sampling": 6, "inspector.cli_paths": 6, "inspector.cli_ranges": 6,
-    "inspector.cli_tune": 6, "inspector.cli_common": 6,
+    "inspector.gui_speed": 6, "inspector.cli": 6,
     "inspector.__main__": 6,
 }
 MAX_LINES = 600
@@ -67,3 +65,84 @@ def test_no_file_in_the_package_is_over_600_lines():
     long = {str(p.relative_to(ROOT)): n for _name, p in modules()
             if (n := len(p.read_text("utf-8").splitlines())) > MAX_LINES}
     assert not long, f"split these files (observed lines, expected <= {MAX_LINES}): {long}"
+
+
+def _graph():
+    """Module -> the ``inspector`` modules it imports (``from package import submodule`` is an edge to
+    the submodule), and every ``(importer, module, name)`` of a private name imported."""
+    mods = dict(modules())
+
+    def resolve(target: str) -> str:
+        while target and target not in mods:
+            target = target.rsplit(".", 1)[0] if "." in target else ""
+        return target
+
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    private = []
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and \
+                    node.module.startswith("inspector"):
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    target = sub if sub in mods else resolve(node.module)
+                    if target and target != name:
+                        graph[name].add(target)
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        private.append((name, node.module, a.name))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    target = resolve(a.name) if a.name.startswith("inspector") else ""
+                    if target and target != name:
+                        graph[name].add(target)
+    return graph, private
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_modules_even_through_imports_inside_functions():
+    graph, _private = _graph()
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_check_sees_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_a_private_name_of_another():
+    _graph_, private = _graph()
+    assert private == [], "\n".join(f"{m} imports {name} from {src}" for m, src, name in private)
+

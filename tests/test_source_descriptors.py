@@ -226,7 +226,7 @@ def test_entry_points_are_loaded_for_their_declarations(monkeypatch):
 # -- CLI flags from the declarations ------------------------------------------------------------
 
 def test_the_run_flags_keep_their_names_and_defaults():
-    from inspector.cli import build_parser
+    from inspector.cli.main import build_parser
 
     args = build_parser().parse_args(["run", "--prompt", "x"])
     assert (args.ngram_max, args.ngram_min, args.ngram_length) == (4, 2, "fixed")
@@ -239,7 +239,7 @@ def test_the_run_flags_keep_their_names_and_defaults():
 
 
 def parse_run(*argv, descriptors=None, monkeypatch=None):
-    from inspector.cli_sources import add_source_flags
+    from inspector.cli.sources import add_source_flags
 
     if descriptors is not None:
         monkeypatch.setattr(registry, "BUILTIN_DESCRIPTORS", descriptors)
@@ -257,7 +257,7 @@ def parse_run(*argv, descriptors=None, monkeypatch=None):
 
 
 def test_a_declaration_generates_typed_checked_flags(monkeypatch):
-    from inspector.cli_sources import source_options_from_args
+    from inspector.cli.sources import source_options_from_args
 
     demo = SourceDescriptor("demo", (
         Option("width", "int", 3, "how wide", minimum=1, flag="--demo-width"),
@@ -284,8 +284,8 @@ def test_a_declaration_generates_typed_checked_flags(monkeypatch):
 
 
 def test_source_options_from_the_flags_and_source_option(tmp_path):
-    from inspector.cli import build_parser
-    from inspector.cli_sources import SourceFlagError, source_options_from_args
+    from inspector.cli.main import build_parser
+    from inspector.cli.sources import SourceFlagError, source_options_from_args
 
     def opts(*argv):
         return source_options_from_args(build_parser().parse_args(["run", "--prompt", "x", *map(str, argv)]))

@@ -34,7 +34,7 @@ def test_after_a_run_with_probabilities_every_blas_pool_has_one_thread_and_llama
 
 
 def test_a_fresh_process_that_imports_any_entry_point_has_its_blas_capped():
-    code = ("import inspector.cli, threadpoolctl; "
+    code = ("import inspector.cli.main, threadpoolctl; "
             "print(max(p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'blas'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -14,7 +14,7 @@ from __future__ import annotations
 import textwrap
 from dataclasses import asdict, dataclass
 
-from inspector.bench.run import _run
+from inspector.bench.run import run_task
 from inspector.engine import RuntimeScheduler
 from inspector.llama.cost_model import measure_cost_model
 from inspector.prompts import example_prompt
@@ -63,8 +63,8 @@ def bench_rpc(model_path, endpoints, *, max_tokens: int = 128, k_max: int = 16, 
             cm = measure_cost_model(scheduler, tokens[:64], k_max=k_max, repeats=repeats)
             store_cost_model(rt.model_path, rt.n_threads, cm, placement(rt))  # runs there read it (draft max auto)
             progress(f"{where}: plain and n-gram on {COPY_TASK} ...")
-            plain = _run(scheduler, None, tokens, max_tokens)
-            ngram = _run(scheduler, NgramSource(length="fixed"), tokens, max_tokens, draft_max)
+            plain = run_task(scheduler, None, tokens, max_tokens)
+            ngram = run_task(scheduler, NgramSource(length="fixed"), tokens, max_tokens, draft_max)
             p, n = plain.summary(), ngram.summary()
             out = list(plain.generated)
             local_out = out if local_out is None else local_out

@@ -58,7 +58,7 @@ class TaskResult:
 _prompt = example_prompt
 
 
-def _run(scheduler, source, tokens, max_tokens, draft_max: int = 8) -> Generation:
+def run_task(scheduler, source, tokens, max_tokens, draft_max: int = 8) -> Generation:
     """One run through the run service, as ``spec-inspector run`` makes it (a session record
     filled as it goes); the time outside ``llama_decode`` per window step is measured."""
     rt = scheduler.runtime
@@ -130,11 +130,11 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
     for name in names:
         tokens = runtime.prompt_tokens(_prompt(name))
         progress(f"{name}: plain ...")
-        plain = _run(scheduler, None, tokens, max_tokens)
+        plain = run_task(scheduler, None, tokens, max_tokens)
         progress(f"{name}: n-gram, fixed length ...")
-        fixed = _run(scheduler, NgramSource(length="fixed"), tokens, max_tokens)
+        fixed = run_task(scheduler, NgramSource(length="fixed"), tokens, max_tokens)
         progress(f"{name}: n-gram, adaptive length ...")
-        spec = _run(scheduler, NgramSource(length="adaptive", row_costs=cm.row_ms), tokens, max_tokens,
+        spec = run_task(scheduler, NgramSource(length="adaptive", row_costs=cm.row_ms), tokens, max_tokens,
                     ADAPTIVE_DRAFT_MAX)
         lcpp = None
         if compare_llama_cpp_python:

@@ -17,7 +17,7 @@ import textwrap
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from inspector.bench.run import _run
+from inspector.bench.run import run_task
 from inspector.engine import RuntimeScheduler
 from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
 from inspector.llama.quantize import weight_form
@@ -59,8 +59,8 @@ def _plain_and_ngram(scheduler, tokens, max_tokens: int, draft_maxes):
     """(plain generation, {draft max: n-gram generation}) on ``tokens``, through the run service."""
     from inspector.sources import NgramSource
 
-    plain = _run(scheduler, None, tokens, max_tokens)
-    return plain, {d: _run(scheduler, NgramSource(length="fixed"), tokens, max_tokens, d) for d in draft_maxes}
+    plain = run_task(scheduler, None, tokens, max_tokens)
+    return plain, {d: run_task(scheduler, NgramSource(length="fixed"), tokens, max_tokens, d) for d in draft_maxes}
 
 
 def top_token_differences(runtime, prompt_tokens, output_tokens) -> int:
@@ -116,7 +116,7 @@ def bench_weights(model_path, weight_types, *, max_tokens: int = 128, k_max: int
                     tokens, out = copy_tokens, list(plain.generated)
                 else:
                     tokens = rt.prompt_tokens(example_prompt(name))
-                    out = list(_run(scheduler, None, tokens, max_tokens).generated)
+                    out = list(run_task(scheduler, None, tokens, max_tokens).generated)
                 ref_tokens, ref_out = reference.setdefault(name, (tokens, out))  # the first layout: the original
                 same[name] = out == ref_out
                 if ref_out is not out and ref_tokens == tokens:

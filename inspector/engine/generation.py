@@ -62,7 +62,7 @@ from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import GenerationSettings
 from inspector.engine.stats import summarize
 from inspector.engine.text import CommittedText
-from inspector.engine.window import WindowContext, WindowTrace, _repair_to, execute_window
+from inspector.engine.window import WindowContext, WindowTrace, repair_to, execute_window
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ class Generation:
         if kv == base:
             return
         if kv > base:
-            _repair_to(self._ctx, WindowTrace(), base, None, "resync")
+            repair_to(self._ctx, WindowTrace(), base, None, "resync")
             return
         missing = self.tokens[kv:base]
         self.scheduler.execute("prefill", sid, lambda rt: rt.prefill(sid, missing, kv))
@@ -485,7 +485,7 @@ class Generation:
                 self._resync()
                 timed = self.scheduler.execute("step", sid, step)
         except DecodeAborted:
-            _repair_to(self._ctx, WindowTrace(), base, None, "after aborted step")
+            repair_to(self._ctx, WindowTrace(), base, None, "after aborted step")
             self._error(RequestCancelled(), None)
             raise RequestCancelled() from None
         except Exception as exc:  # a failed plain step (e.g. the runtime is gone): an error event, then up
@@ -497,7 +497,7 @@ class Generation:
         if self.faults and self.faults.take(F.CANCEL, None, 1):
             cancel.set()
         if cancel.is_set():
-            _repair_to(self._ctx, WindowTrace(), base, None, "cancelled before commit")
+            repair_to(self._ctx, WindowTrace(), base, None, "cancelled before commit")
             exc = RequestCancelled()
             self._error(exc, None)
             raise exc

@@ -159,7 +159,7 @@ def execute_window(
     try:
         timed = sched.execute("verify", sid, verify)
     except DecodeAborted:
-        _repair_to(ctx, trace, base_position, window_index, "after aborted verification")
+        repair_to(ctx, trace, base_position, window_index, "after aborted verification")
         raise RequestCancelled() from None
     if timed.value is None:
         return None
@@ -213,7 +213,7 @@ def execute_window(
         ctx.emit(REPAIR, window_index, None, None, canonical, "retire")
     else:
         kind = "trim"
-        r = _repair_to(ctx, trace, canonical, window_index, "")
+        r = repair_to(ctx, trace, canonical, window_index, "")
     repair_us = _us(perf_counter_ns() - t_repair)
     lock_wait += r.wait_us
     lock_hold += r.hold_us
@@ -260,7 +260,7 @@ def execute_window(
     )
 
 
-def _repair_to(ctx: WindowContext, trace: WindowTrace, canonical: int, window: int | None, why: str):
+def repair_to(ctx: WindowContext, trace: WindowTrace, canonical: int, window: int | None, why: str):
     """Trim the session to ``canonical`` (SPEC step 7); return the lock timing.
 
     On a failed trim (llama.cpp returned false, or an injected

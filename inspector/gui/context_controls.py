@@ -1,6 +1,6 @@
 """The window's llama.cpp context settings: ``-b`` (logical batch, our ``n_batch``), ``-ub``, ``-fa``,
 ``-ctk``, ``-ctv`` with llama.cpp's names and llama-server's defaults (``inspector.llama.context_settings``,
-as ``run``'s flags in ``inspector.cli_context``).
+as ``run``'s flags in ``inspector.cli.context``).
 
 A collapsed row under the Limits group (one line: the values); opened, a small grid. They apply at
 the next model load, as the context size does: the worker loads the model again when the loaded one

@@ -4,7 +4,7 @@ A source declares each option once (``Option``: name, kind, default, range or
 choices, help, CLI flag, window label, how to check it) and its capabilities
 (``SourceDescriptor.capabilities``). From these declarations the registry checks
 options (``SourceDescriptor.check_options``), the CLI builds its flags
-(``inspector.cli_sources``) and the window builds its source pages
+(``inspector.cli.sources``) and the window builds its source pages
 (``inspector.gui.source_options``). Qt-free and model-free.
 """
 

@@ -11,8 +11,9 @@ from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError,
 from inspector.bench.compare import CompareConfig, parse_config
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_process import ServerError
-from inspector.cli import EXIT_USAGE, _fail, _read_text, _strip_final_newline, _UserError, open_target_runtime
-from inspector.cli_sampling import sampling_from_args
+from inspector.cli.common import EXIT_USAGE, UserError as _UserError, fail as _fail, open_target_runtime
+from inspector.cli.common import read_text as _read_text, strip_final_newline as _strip_final_newline
+from inspector.cli.sampling import sampling_from_args
 from inspector.engine.settings import DEFAULT_N_CTX
 
 
@@ -192,7 +193,7 @@ def _bench_weights(args) -> int:
     from inspector.bench.weights import bench_weights, format_weights
     from inspector.engine.errors import EngineError
     from inspector.llama.model_file import ModelFileError, bundled_model_path
-    from inspector.cli import _weight_type
+    from inspector.cli.common import weight_type as _weight_type
 
     try:
         types = [_weight_type(t) for t in args.weights.split(",") if t.strip()]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from inspector.cli_ranges import setting
+from inspector.cli.ranges import setting
 from inspector.engine.settings import PENALTY_DEFAULTS, PENALTY_FIELDS, SEED_MAX, SamplingSettings, sampling_settings
 
 

@@ -9,10 +9,10 @@ import sys
 
 from pathlib import Path
 
-from inspector.cli_common import EXIT_USAGE, fail as _fail
-from inspector.cli_context import add_context_flags
-from inspector.cli_ranges import COUNT_MAX, whole_number
-from inspector.cli_sampling import add_sampling_flags, sampling_from_args
+from inspector.cli.common import EXIT_USAGE, fail as _fail
+from inspector.cli.context import add_context_flags
+from inspector.cli.ranges import COUNT_MAX, whole_number
+from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.llama.context_settings import ContextSettings
 

@@ -19,7 +19,7 @@ import socket
 import sys
 import threading
 
-from inspector.cli_interrupt import INTERRUPT_SIGNALS, Interrupted
+from inspector.cli.interrupt import INTERRUPT_SIGNALS, Interrupted
 
 PROG = "spec-inspector rpc-server"
 EXPOSE_HELP = ("allow --host beyond loopback (0.0.0.0 or an address of a network interface). This exposes "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from inspector.cli_ranges import COUNT_MAX, whole_number
+from inspector.cli.ranges import COUNT_MAX, whole_number
 from inspector.llama.context_settings import FLASH_ATTN, KV_CACHE_TYPES, OUR_N_BATCH, SERVER_N_BATCH, SERVER_N_UBATCH
 
 N_BATCH = OUR_N_BATCH

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from inspector.cli_common import EXIT_ERROR, fail as _fail
+from inspector.cli.common import EXIT_ERROR, fail as _fail
 
 
 def cmd_view(args) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import time
 
-from inspector.cli_common import EXIT_ERROR, EXIT_GENERATION_ERROR, UserError
+from inspector.cli.common import EXIT_ERROR, EXIT_GENERATION_ERROR, UserError
 
 
 TURNS_HELP = ("a turns file (user messages separated by lines holding only ---, or a JSON list) or a bundled one "
@@ -51,7 +51,7 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
     """Run every turn of ``turns`` with the ``run`` arguments ``args`` on ``runtime``; returns the exit
     status (0, ``EXIT_ERROR`` when a turn could not start, ``EXIT_GENERATION_ERROR`` after a failed
     turn). The receipts file holds every turn that ran, whatever happens to a later one."""
-    from inspector.cli_interrupt import Interrupted
+    from inspector.cli.interrupt import Interrupted
     from inspector.engine import RuntimeScheduler
     from inspector.run_output import StreamPrinter
     from inspector.session.conversation import Conversation
@@ -129,7 +129,7 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
 def _interrupted(args, conv, n: int, exc, current: dict) -> int:
     """A signal ended turn ``n``: keep it (its complete windows, ``ended_as: interrupted``) when its run
     had opened, write every turn to ``--receipts`` and say so in one line. Returns ``exc.status``."""
-    from inspector.cli_interrupt import end_interrupted, interrupted_line, signals_held
+    from inspector.cli.interrupt import end_interrupted, interrupted_line, signals_held
 
     with signals_held():
         run, record = current.get("run"), current.get("record")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, costs_from_document, format_tune,
                                   format_verified, grid, recording_from_document, tune, verify)
-from inspector.cli_common import EXIT_USAGE, fail
-from inspector.cli_ranges import whole_number
+from inspector.cli.common import EXIT_USAGE, fail
+from inspector.cli.ranges import whole_number
 from inspector.receipts.document import ReceiptsFileError, load_document
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 

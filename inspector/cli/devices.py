@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from inspector.cli_ranges import COUNT_MAX, MAX_DEVICES, finite_shares, whole_number
-from inspector.cli_rpc_server import add_command as add_rpc_server_command
+from inspector.cli.ranges import COUNT_MAX, MAX_DEVICES, finite_shares, whole_number
+from inspector.cli.rpc_server import add_command as add_rpc_server_command
 
 
 def add_offload_flags(p: argparse.ArgumentParser) -> None:
@@ -51,7 +51,7 @@ def offload_from_args(args):
 
 
 def add_commands(sub) -> None:
-    """The ``rpc-server`` (``inspector.cli_rpc_server``) and ``devices`` commands."""
+    """The ``rpc-server`` (``inspector.cli.rpc_server``) and ``devices`` commands."""
     add_rpc_server_command(sub)
     dv = sub.add_parser("devices", help="list the devices llama.cpp sees (and RPC servers' devices)")
     dv.add_argument("--rpc", type=_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT...]",

@@ -5,7 +5,7 @@
 ``spec-inspector view FILE``  prints the summary of a receipts file.
 ``spec-inspector make-draft`` re-quantizes a model into a draft model.
 ``spec-inspector trace FILE -o OUT`` writes a Chrome trace (Perfetto) of a receipts file.
-``spec-inspector bench`` / ``compare`` measure speed (``inspector.cli_bench``).
+``spec-inspector bench`` / ``compare`` measure speed (``inspector.cli.bench``).
 
 Every failure a user can cause (bad flag, missing file, damaged model, prompt
 too long) ends with one line on stderr and a non-zero exit status.
@@ -18,8 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from inspector.cli_common import EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE  # noqa: F401 (re-exported)
-from inspector.cli_common import UserError as _UserError, fail as _fail
+from inspector.cli.common import EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE  # noqa: F401 (re-exported)
+from inspector.cli.common import UserError as _UserError, fail as _fail
+from inspector.cli.common import open_target_runtime, read_text, strip_final_newline, weight_type  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,21 +30,21 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-from inspector.cli_interrupt import Interrupted, install_interrupt_handlers, signals_held  # noqa: E402
-from inspector.cli_paths import OutputPathError, check_outputs  # noqa: E402
-from inspector.cli_ranges import COUNT_MAX, whole_number  # noqa: E402
-from inspector.cli_ranges import draft_max as _draft_max, fault as _fault  # noqa: E402
-from inspector.cli_ranges import setting as _setting, stop_string as _stop_string  # noqa: E402
-from inspector.cli_ranges import THREADS, THREADS_MAX  # noqa: E402
-from inspector.cli_ranges import positive as _positive  # noqa: E402
+from inspector.cli.interrupt import Interrupted, install_interrupt_handlers, signals_held  # noqa: E402
+from inspector.cli.paths import OutputPathError, check_outputs  # noqa: E402
+from inspector.cli.ranges import COUNT_MAX, whole_number  # noqa: E402
+from inspector.cli.ranges import draft_max as _draft_max, fault as _fault  # noqa: E402
+from inspector.cli.ranges import setting as _setting, stop_string as _stop_string  # noqa: E402
+from inspector.cli.ranges import THREADS, THREADS_MAX  # noqa: E402
+from inspector.cli.ranges import positive as _positive  # noqa: E402
 
 
-from inspector.cli_devices import add_commands as add_device_commands  # noqa: E402
-from inspector.cli_context import add_context_flags, context_options  # noqa: E402
-from inspector.cli_sampling import add_sampling_flags, sampling_from_args  # noqa: E402
-from inspector.cli_devices import add_offload_flags, offload_from_args  # noqa: E402
+from inspector.cli.devices import add_commands as add_device_commands  # noqa: E402
+from inspector.cli.context import add_context_flags, context_options  # noqa: E402
+from inspector.cli.sampling import add_sampling_flags, sampling_from_args  # noqa: E402
+from inspector.cli.devices import add_offload_flags, offload_from_args  # noqa: E402
 from inspector.sources.registry import PLAIN  # noqa: E402
-from inspector.cli_tune import add_tune_command, cmd_tune  # noqa: E402
+from inspector.cli.tune import add_tune_command, cmd_tune  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,14 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
     p.add_argument("--example", choices=EXAMPLES,
                    help="use one of the bundled example prompts (the window's examples)")
-    from inspector.cli_turns import add_turns_argument
+    from inspector.cli.turns import add_turns_argument
 
     add_turns_argument(p, "run")
     run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
-    run.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
+    run.add_argument("--target-weights", type=weight_type, metavar="TYPE",
                      help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
                           "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
-    from inspector.cli_sources import add_source_flags
+    from inspector.cli.sources import add_source_flags
     from inspector.sources.registry import source_names
 
     run.add_argument("--source", choices=source_names(), default="ngram",
@@ -152,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Measure plain decoding, our n-gram speculation and llama-cpp-python's "
                                     "LlamaPromptLookupDecoding on the same prompts in one process.")
     bn.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
-    bn.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
+    bn.add_argument("--target-weights", type=weight_type, metavar="TYPE",
                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
                           "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
     bn.add_argument("--threads", type=THREADS, default=None,
@@ -191,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
     cp.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
                     help="the chat template's system message before the prompt (llama.cpp's -sys)")
-    cp.add_argument("--target-weights", type=_weight_type, metavar="TYPE",
+    cp.add_argument("--target-weights", type=weight_type, metavar="TYPE",
                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
                           "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
     cp.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
@@ -214,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_context_flags(cp)
     add_sampling_flags(cp, "sampling of every configuration (default greedy)")
 
-    from inspector.cli_flags import add_flags_command
+    from inspector.cli.flags import add_flags_command
 
     add_flags_command(sub)
     add_tune_command(sub)
@@ -231,51 +232,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _weight_type(text: str) -> str:
-    from inspector.llama.quantize import QUANT_TYPES
-
-    t = text.strip().upper()
-    if t not in QUANT_TYPES:
-        raise argparse.ArgumentTypeError(f"unknown weight type {text.strip()}: expected one of {', '.join(QUANT_TYPES)}")
-    return t
-
-
-def open_target_runtime(args, **runtime_options):
-    """The ``LlamaRuntime`` a command runs: ``--model`` (default: the bundled one), in
-    ``--target-weights`` form when given (``inspector.llama.quantize.open_target``: converted once,
-    then cached; the receipts name the original). Raises ``ModelFileError``, ``EngineError``."""
-    from inspector.llama.model_file import bundled_model_path
-    from inspector.llama.quantize import open_target
-
-    model = args.model or bundled_model_path()
-    print(f"loading {model} ...", file=sys.stderr, flush=True)
-
-    def converting(t: str) -> None:
-        print(f"target weights {t}: converting {Path(model).name} if not done before "
-              "(llama.cpp quantize, cached) ...", file=sys.stderr, flush=True)
-
-    rt = open_target(model, getattr(args, "target_weights", None) or "", on_convert=converting,
-                     offload=offload_from_args(args), **{**context_options(args), **runtime_options})
-    if getattr(rt, "offload_note", ""):
-        print(f"spec-inspector: note: {rt.offload_note}", file=sys.stderr)
-    if getattr(rt, "rpc_devices", None):
-        print(f"model: {rt.layers} (the model runs in a child process)", file=sys.stderr, flush=True)
-    return rt
-
-
-def _read_text(path: Path, what: str) -> str:
-    from inspector.cli_sources import SourceFlagError, read_text_file
-
-    try:
-        return read_text_file(path, what)
-    except SourceFlagError as exc:
-        raise _UserError(str(exc)) from None
-
-
-def _strip_final_newline(text: str) -> str:
-    return text[:-1] if text.endswith("\n") else text
-
-
 def cmd_run(args) -> int:
     from inspector.engine import FaultPlan, RuntimeScheduler
     from inspector.engine.errors import EngineError
@@ -288,7 +244,7 @@ def cmd_run(args) -> int:
             from inspector.prompts import example_path
 
             args.prompt_file = example_path(args.example)
-        from inspector.cli_turns import turns_of
+        from inspector.cli.turns import turns_of
 
         turns = turns_of(args)
         if turns is not None:
@@ -297,8 +253,8 @@ def cmd_run(args) -> int:
             raise _UserError("give the prompt with --prompt TEXT, --prompt-file F, --example NAME or --turns FILE")
         else:
             # A prompt file's final newline is the file's, not the prompt's.
-            prompt = args.prompt if args.prompt is not None else _strip_final_newline(
-                _read_text(args.prompt_file, "prompt file"))
+            prompt = args.prompt if args.prompt is not None else strip_final_newline(
+                read_text(args.prompt_file, "prompt file"))
         if args.raw and args.system_prompt:
             raise _UserError("--system-prompt goes through the chat template: leave out --raw (or the system prompt)")
         options = _source_options(args)  # required options, files and cross-option rules: the declarations'
@@ -321,7 +277,7 @@ def cmd_run(args) -> int:
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
     if turns is not None:
-        from inspector.cli_turns import run_turns
+        from inspector.cli.turns import run_turns
 
         try:
             return run_turns(args, runtime, turns, settings, options)
@@ -354,7 +310,7 @@ def cmd_run(args) -> int:
     try:
         return _finish_run(args, run, gen, record, printer, request, runtime)
     except Interrupted as exc:  # SIGINT, SIGTERM, SIGHUP: the complete windows are kept (issue 25)
-        from inspector.cli_interrupt import keep_interrupted_run
+        from inspector.cli.interrupt import keep_interrupted_run
 
         return keep_interrupted_run(args, run, record, printer, exc)
 
@@ -454,8 +410,8 @@ def _run_settings(args):
 
 def _source_options(args) -> dict:
     """Keyword options for the source factory, from the source's generated flags and
-    --source-option (``inspector.cli_sources.source_options_from_args``); raises ``_UserError``."""
-    from inspector.cli_sources import SourceFlagError, source_options_from_args
+    --source-option (``inspector.cli.sources.source_options_from_args``); raises ``_UserError``."""
+    from inspector.cli.sources import SourceFlagError, source_options_from_args
 
     try:
         return source_options_from_args(args)
@@ -521,35 +477,35 @@ def _command(argv: list[str]) -> int:
         if args.command == "run":
             return cmd_run(args)
         if args.command == "view":
-            from inspector.cli_view import cmd_view
+            from inspector.cli.view import cmd_view
 
             return cmd_view(args)
         if args.command == "make-draft":
             return cmd_make_draft(args)
         if args.command == "trace":
-            from inspector.cli_view import cmd_trace
+            from inspector.cli.view import cmd_trace
 
             return cmd_trace(args)
         if args.command == "bench":
-            from inspector.cli_bench import cmd_bench
+            from inspector.cli.bench import cmd_bench
 
             return cmd_bench(args)
         if args.command == "compare":
-            from inspector.cli_bench import cmd_compare
+            from inspector.cli.bench import cmd_compare
 
             return cmd_compare(args)
         if args.command == "rpc-server":
-            from inspector.cli_rpc_server import cmd_rpc_server
+            from inspector.cli.rpc_server import cmd_rpc_server
 
             return cmd_rpc_server(args)
         if args.command == "flags":
-            from inspector.cli_flags import cmd_flags
+            from inspector.cli.flags import cmd_flags
 
             return cmd_flags(args)
         if args.command == "tune":
             return cmd_tune(args)
         if args.command == "devices":
-            from inspector.cli_devices import cmd_devices
+            from inspector.cli.devices import cmd_devices
 
             return cmd_devices(args)
     except BrokenPipeError:  # e.g. `spec-inspector view r.json --windows | head`: the reader left
