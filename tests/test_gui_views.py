@@ -361,3 +361,22 @@ def test_statistics_say_why_the_plain_steps_ran_without_a_proposal_with_each_rea
     assert REASONS["script_done"] in tip
     balance = view.labels["balance"].text()
     assert balance.startswith("net ") and "(plain steps of this run)" in view.labels["balance"].toolTip(), balance
+
+
+def test_the_timelines_reason_lane_has_a_row_per_reason_and_a_mark_at_each_plain_steps_decode_step(
+        qtbot, engine_session):
+    from inspector.gui.timeline import Timeline
+
+    s, g = engine_session
+    t = Timeline()
+    qtbot.addWidget(t)
+    t.set_session(s)
+    t.refresh()
+    _steps, plain = t.decode_steps()
+    marks = t.reason_steps()
+    assert [d for d, _c in marks] == [d for d, _p in plain] and len(marks) == g.plain_steps
+    codes = [e.detail.split(": ")[0] for e in g.events if e.kind == "step"]
+    assert [c for _d, c in marks] == codes
+    assert list(t.lane_marks.data["x"]) == [d for d, _c in marks]
+    ticks = [label for _v, label in t.lane.getAxis("left")._tickLevels[0]]
+    assert ticks == list(dict.fromkeys(codes)) and not t.lane.isHidden()

@@ -27,6 +27,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from inspector.engine.no_proposal import reason_code
 from inspector.engine.receipt import DISCARD, PREFILL, STEP, VERIFY
 from inspector.session.record import SessionRecord
 
@@ -67,6 +68,12 @@ class IntegerAxis(pg.AxisItem):
                 for spacing, values in super().tickValues(minVal, maxVal, size)]
 
 
+LANE_COLORS = ("#78909c", "#8d6e63", "#5c6bc0", "#26a69a", "#ec407a", "#ffa000")
+"""Colors of the reason lane's rows, in order of first appearance."""
+LANE_ROW_PX = 14
+"""Height of one reason row (pixels)."""
+
+
 class Timeline(QWidget):
     """KV positions (tokens) against the decode step (windows and plain steps)."""
 
@@ -102,6 +109,17 @@ class Timeline(QWidget):
         self.prefill = self.plot.plot([], [], pen=None, symbol="star", symbolSize=13, symbolBrush="#e65100",
                                       symbolPen=None, name="prefill → first token")
         lay.addWidget(self.plot)
+        # Why no window: the plain steps by reason, on the KV plot's decode-step axis (issue 28).
+        self.lane = pg.PlotWidget(background="w")
+        self.lane.setXLink(self.plot)
+        self.lane.setMouseEnabled(x=True, y=False)
+        self.lane.setToolTip("why no window ran at these decode steps: each plain step's reason (the engine's or "
+                             "the source's; Statistics says what each means)")
+        self.lane.getAxis("bottom").setStyle(showValues=False)
+        self.lane_marks = pg.ScatterPlotItem(size=6, pen=None, symbol="s")
+        self.lane.addItem(self.lane_marks)
+        self.lane.hide()
+        lay.addWidget(self.lane)
 
     def _reset_steps(self) -> None:
         # Plain steps read from the session's events so far (append-only): for each,
@@ -111,6 +129,7 @@ class Timeline(QWidget):
         self._last_window: int | None = None
         self._since_window = 0
         self._plain: list[tuple[int | None, int, int]] = []
+        self._plain_reasons: list[str] = []  # each plain step's reason code (inspector.engine.no_proposal)
 
     def set_session(self, session: SessionRecord) -> None:
         self.session = session
@@ -136,6 +155,7 @@ class Timeline(QWidget):
             elif e.kind == STEP and e.position is not None:
                 self._since_window += 1
                 self._plain.append((self._last_window, self._since_window, e.position))
+                self._plain_reasons.append(reason_code(e.detail or ""))
             elif e.kind == PREFILL and e.position is not None and e.token is not None:
                 self._prefill_kv = e.position  # the prompt's KV length; the first token came from its last row
         self._events_read = len(events)
@@ -154,6 +174,34 @@ class Timeline(QWidget):
             if anchor is not None:
                 plain.append((anchor + k, position))
         return steps, plain
+
+    def reason_steps(self) -> list[tuple[int, str]]:
+        """(decode step, reason code) of each plain step drawn (``decode_steps``' plain steps, in order)."""
+        s = self.session
+        if s is None:
+            return []
+        steps = {e.window_index: e.decode_step for e in s.windows()}
+        out = []
+        for (window, k, _position), code in zip(self._plain, self._plain_reasons):
+            anchor = -1 if window is None else steps.get(window)
+            if anchor is not None:
+                out.append((anchor + k, code or "-"))
+        return out
+
+    def _draw_lane(self) -> None:
+        """The "why no window" lane: one row per reason code, a mark at each plain step's decode step."""
+        marks = self.reason_steps()
+        codes = list(dict.fromkeys(code for _d, code in marks))
+        self.lane.setVisible(bool(codes))
+        if not codes:
+            return
+        row = {c: i for i, c in enumerate(codes)}
+        brushes = [pg.mkBrush(LANE_COLORS[row[c] % len(LANE_COLORS)]) for _d, c in marks]
+        self.lane_marks.setData(x=np.array([d for d, _c in marks], float),
+                                y=np.array([row[c] for _d, c in marks], float), brush=brushes)
+        self.lane.getAxis("left").setTicks([[(i, c) for i, c in enumerate(codes)]])
+        self.lane.setYRange(-0.6, len(codes) - 0.4, padding=0)
+        self.lane.setFixedHeight(LANE_ROW_PX * len(codes) + 30)
 
     def refresh(self) -> None:
         s = self.session
@@ -197,3 +245,4 @@ class Timeline(QWidget):
         kv = s.kv_length
         self.plot.setTitle(f"live KV length {kv if kv is not None else '—'} · canonical position "
                            f"{s.canonical_position if s.canonical_position is not None else '—'} (tokens)")
+        self._draw_lane()
