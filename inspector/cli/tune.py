@@ -69,6 +69,10 @@ def cmd_tune(args) -> int:
     print(f"recording: {len(rec.output)} tokens of {recorded} (draft max {doc['settings'].get('draft_max')}); "
           f"c(1) {costs.cost(1):.1f} ms, c(8) {costs.cost(8):.1f} ms from its own times; "
           f"{len(rows)} configurations in {time.perf_counter() - t:.1f} s")
+    warm = doc["settings"]["source"].get("warm")
+    if warm:
+        print(f"note: the recorded run's source started warm ({warm}); every replay starts cold, so its "
+              "figures compare with a cold run")
     print(format_tune(rows, args.top))
     best = next((r for r in rows if r.source != "ngram" and r.source != "suffix"), None)
     if best is not None:
