@@ -112,3 +112,19 @@ def test_tune_prints_the_best_configurations_and_refuses_a_sampled_recording(tmp
                "--receipts", str(sampled)).returncode == 0
     bad = cli("tune", str(sampled))
     assert bad.returncode == 2 and "temperature > 0" in one_clear_line(bad.stderr)
+
+
+def test_the_stored_cost_curve_is_scaled_to_the_recordings_level_not_interpolated_between_its_few_sizes():
+    from inspector.bench.tune import fitted_costs, measured_points
+
+    stored = CostModel((10.0, 18.0, 24.0, 25.0))
+    points = measured_points([20_000, 20_000, 22_000], [(4, 50_000), (4, 50_000)])
+    assert points == [(1, 20.0), (4, 50.0)]
+    fitted = fitted_costs(stored, points)
+    assert fitted.row_ms == (20.0, 36.0, 48.0, 50.0)  # scale 2 (the median of 20/10 and 50/25): c(2) is not 30
+
+
+def test_beyond_the_measured_rows_the_cost_grows_by_the_upper_halfs_mean_slope():
+    c = CostModel((10.0, 20.0, 24.0, 28.0, 30.0, 31.0))
+    assert c.cost(8) == pytest.approx(31.0 + 2 * (31.0 - 24.0) / 3)
+    assert CostModel((4.0,)).cost(3) == 12.0

@@ -175,6 +175,28 @@ def costs_from_times(step_hold_us: Iterable[float], windows: Iterable[tuple[int,
     return CostModel(tuple(row_ms))
 
 
+def measured_points(step_hold_us: Iterable[float], windows: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
+    """(rows, median ms) of every verification size a recording measured, c(1) from its plain steps."""
+    by_rows: dict[int, list[float]] = {}
+    steps = list(step_hold_us)
+    if steps:
+        by_rows[1] = [s / 1000 for s in steps]
+    for rows, elapsed_us in windows:
+        by_rows.setdefault(int(rows), []).append(elapsed_us / 1000)
+    return sorted((k, median(v)) for k, v in by_rows.items())
+
+
+def fitted_costs(stored: CostModel, points: Sequence[tuple[int, float]]) -> CostModel:
+    """``stored``'s shape (c(k) measured for k = 1..16 by ``bench`` or the Cost model tab) at the level of
+    the recording's own ``points`` (``measured_points``): every c(k) times the median of measured /
+    stored over the measured sizes. A recording measures few sizes (its draft max and its plain steps),
+    and on weights with a multi-row kernel c(k) is not linear between them (c(2) already near c(8)):
+    interpolating would under-price short windows."""
+    ratios = [ms / stored.cost(k) for k, ms in points if stored.cost(k) > 0]
+    scale = median(ratios) if ratios else 1.0
+    return CostModel(tuple(c * scale for c in stored.row_ms))
+
+
 def costs_from_document(doc: Mapping) -> CostModel | None:
     """c(k) from a receipts document's own times (``costs_from_times``: its ``step`` lock operations'
     hold and its windows' verification rows and time)."""

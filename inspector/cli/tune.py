@@ -9,8 +9,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, costs_from_document, format_tune,
-                                  format_verified, grid, recording_from_document, tune, verify)
+from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, costs_from_document, fitted_costs,
+                                  format_tune, format_verified, grid, measured_points, recording_from_document, tune,
+                                  verify)
+from inspector.llama.cost_cache import load_cost_model
 from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.ranges import whole_number
 from inspector.receipts.document import ReceiptsFileError, load_document
@@ -31,6 +33,10 @@ def add_tune_command(sub) -> None:
     t.add_argument("--draft-max", dest="draft_maxes", type=whole_number(1), action="append", metavar="N",
                    help=f"draft max values to try (repeatable; default {', '.join(map(str, DRAFT_MAX_GRID))})")
     t.add_argument("--top", type=whole_number(1), default=15, help="rows to print [15]")
+    t.add_argument("--costs", choices=("stored", "run"), default="stored",
+                   help="c(k): the cost model stored for the recording's model and threads (bench, the Cost model tab), "
+                        "scaled to the run's own times (stored; the run's own times when none is stored), or the run's "
+                        "own times interpolated (run) [stored]")
     t.add_argument("--json", type=Path, metavar="OUT.json", help="write every row as JSON")
     t.add_argument("--verify", type=whole_number(1), metavar="N",
                    help="then run plain decoding and the best N configurations for real on the recording's model and "
@@ -48,10 +54,19 @@ def cmd_tune(args) -> int:
         return fail(str(exc))
     except NotReplayable as exc:
         return fail(f"cannot tune {args.file}: {exc}", EXIT_USAGE)
-    costs = costs_from_document(doc)
+    model = doc.get("model") or {}
+    stored = load_cost_model(model.get("path", ""), int(model.get("n_threads") or 0)) if args.costs == "stored" \
+        else None
+    points = measured_points([op["hold_us"] for op in doc.get("lock_operations", []) if op.get("kind") == "step"],
+                             [(w["verification_rows"], w["verification_elapsed_us"]) for w in doc.get("windows", [])])
+    if stored is not None and points:
+        costs, costs_from = fitted_costs(stored, points), "the stored cost model's shape at this run's level"
+    else:
+        costs, costs_from = costs_from_document(doc), "from its own times"
     if costs is None:
-        return fail(f"cannot tune {args.file}: the run has no plain step to measure c(1) from (record a longer "
-                    "run, or one with plain steps)")
+        return fail(f"cannot tune {args.file}: the run has no plain step to measure c(1) from and no cost model is "
+                    "stored for its model and threads (record a run with plain steps, or measure one: bench, or the "
+                    "window's Cost model tab)")
     configs = grid(args.source or MODEL_FREE, args.draft_maxes or DRAFT_MAX_GRID)
     t = time.perf_counter()
     last = [0.0]
@@ -67,7 +82,7 @@ def cmd_tune(args) -> int:
     rows = tune(rec, costs, configs, progress)
     recorded = doc["settings"]["source"]["name"]
     print(f"recording: {len(rec.output)} tokens of {recorded} (draft max {doc['settings'].get('draft_max')}); "
-          f"c(1) {costs.cost(1):.1f} ms, c(8) {costs.cost(8):.1f} ms from its own times; "
+          f"c(1) {costs.cost(1):.1f} ms, c(8) {costs.cost(8):.1f} ms ({costs_from}); "
           f"{len(rows)} configurations in {time.perf_counter() - t:.1f} s")
     warm = doc["settings"]["source"].get("warm")
     if warm:
