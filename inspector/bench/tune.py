@@ -204,13 +204,21 @@ def costs_from_document(doc: Mapping) -> CostModel | None:
                             [(w["verification_rows"], w["verification_elapsed_us"]) for w in doc.get("windows", [])])
 
 
+def _record_times(record: SessionRecord) -> tuple[list[float], list[tuple[int, float]]]:
+    main = record.main_session_id
+    return ([op.hold_us for op in record.lock_ops if op.kind == "step" and (main is None or op.session_id == main)],
+            [(r.verification_rows, r.verification_elapsed_us) for r in record.receipts])
+
+
 def costs_from_record(record: SessionRecord) -> CostModel | None:
     """c(k) from a ``SessionRecord``'s own times (``costs_from_times``): its main session's ``step`` lock
     operations (background sessions' left out) and its receipts."""
-    main = record.main_session_id
-    return costs_from_times([op.hold_us for op in record.lock_ops
-                             if op.kind == "step" and (main is None or op.session_id == main)],
-                            [(r.verification_rows, r.verification_elapsed_us) for r in record.receipts])
+    return costs_from_times(*_record_times(record))
+
+
+def points_from_record(record: SessionRecord) -> list[tuple[int, float]]:
+    """``measured_points`` of a ``SessionRecord`` (for ``fitted_costs``)."""
+    return measured_points(*_record_times(record))
 
 
 def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow], int, float]:

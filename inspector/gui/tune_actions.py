@@ -19,7 +19,8 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 
 from inspector.bench.compare import CompareConfig
-from inspector.bench.tune import (NotReplayable, costs_from_record, grid, recording_from_record, replay, tune)
+from inspector.bench.tune import (NotReplayable, costs_from_record, fitted_costs, grid, points_from_record,
+                                  recording_from_record, replay, tune)
 from inspector.engine.settings import GenerationSettings, SamplingSettings
 from inspector.gui import worker as W
 from inspector.gui.analysis import AnalysisWorker, CompareRequest
@@ -152,7 +153,11 @@ class TuneActions(QObject):
             return False
         costs, self.costs_from = costs_from_record(s), "this run's own plain steps and windows"
         measured = self.w.analysis.current
-        if measured is not None and (costs is None or len(costs.row_ms) == 1):  # no plain step, or no window
+        points = points_from_record(s)
+        if measured is not None and points:  # the measured curve's shape (c(k) is not linear between a
+            # run's few sizes) at this run's level
+            costs, self.costs_from = fitted_costs(measured.model, points), "the Cost model tab's curve at this run's level"
+        elif measured is not None and (costs is None or len(costs.row_ms) == 1):  # no plain step, or no window
             costs, self.costs_from = measured.model, "the Cost model tab's measurement"
         elif costs is not None and len(costs.row_ms) == 1:
             self.costs_from += " (no window: c(k) taken as k·c(1); Measure the cost model for a better guess)"
