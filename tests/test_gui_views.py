@@ -380,3 +380,20 @@ def test_the_timelines_reason_lane_has_a_row_per_reason_and_a_mark_at_each_plain
     assert list(t.lane_marks.data["x"]) == [d for d, _c in marks]
     ticks = [label for _v, label in t.lane.getAxis("left")._tickLevels[0]]
     assert ticks == list(dict.fromkeys(codes)) and not t.lane.isHidden()
+
+
+def test_a_short_kv_plot_hides_its_legend_so_the_data_stays_visible(qtbot, engine_session):
+    from inspector.gui.timeline import LEGEND_MIN_PLOT_PX, Timeline
+
+    s, _g = engine_session
+    t = Timeline()
+    qtbot.addWidget(t)
+    t.set_session(s)
+    t.resize(600, 500)
+    t.show()
+    t.refresh()
+    qtbot.waitUntil(lambda: t.plot.height() >= LEGEND_MIN_PLOT_PX)
+    assert t.legend.isVisible()
+    t.resize(600, 200)
+    qtbot.waitUntil(lambda: t.plot.height() < LEGEND_MIN_PLOT_PX)
+    assert not t.legend.isVisible() and "canonical_position" in t.plot.toolTip()

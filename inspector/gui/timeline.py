@@ -70,6 +70,10 @@ class IntegerAxis(pg.AxisItem):
 
 LANE_COLORS = ("#78909c", "#8d6e63", "#5c6bc0", "#26a69a", "#ec407a", "#ffa000")
 """Colors of the reason lane's rows, in order of first appearance."""
+LEGEND_MIN_PLOT_PX = 260
+"""The KV plot's height (pixels) below which its legend hides (it would cover the data)."""
+LANE_AXIS_PX = 78
+"""Width of both plots' left axes (pixels): room for a reason code, and the x axes line up."""
 LANE_ROW_PX = 14
 """Height of one reason row (pixels)."""
 
@@ -93,6 +97,9 @@ class Timeline(QWidget):
         legend = self.plot.addLegend(offset=(-10, -10), brush=pg.mkBrush(255, 255, 255, 200),
                                      labelTextSize="8pt", verSpacing=-6, colCount=2)
         self.legend = legend
+        self.plot.setToolTip("● base_position (KV length before the window) · ▲ position_after_verification · "
+                             "■ canonical_position (after the repair) · small dots: plain steps (KV length after) · "
+                             "× failed window · ★ the prefill and the first token · line: live KV length")
         # A margin after the last step, so its markers are not on the frame.
         self.plot.getPlotItem().getViewBox().setDefaultPadding(0.03)
         self.live = self.plot.plot([], [], pen=pg.mkPen("#90a4ae", width=1.5), name="live KV length")
@@ -119,6 +126,8 @@ class Timeline(QWidget):
         self.lane_marks = pg.ScatterPlotItem(size=6, pen=None, symbol="s")
         self.lane.addItem(self.lane_marks)
         self.lane.hide()
+        for axis in (self.plot.getAxis("left"), self.lane.getAxis("left")):
+            axis.setWidth(LANE_AXIS_PX)  # the same left edge: a lane mark sits under its decode step
         lay.addWidget(self.lane)
 
     def _reset_steps(self) -> None:
@@ -174,6 +183,12 @@ class Timeline(QWidget):
             if anchor is not None:
                 plain.append((anchor + k, position))
         return steps, plain
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """A short plot (a small screen) keeps its data visible: the legend hides, its entries stay in
+        the plot's tooltip."""
+        super().resizeEvent(event)
+        self.legend.setVisible(self.plot.height() >= LEGEND_MIN_PLOT_PX)
 
     def reason_steps(self) -> list[tuple[int, str]]:
         """(decode step, reason code) of each plain step drawn (``decode_steps``' plain steps, in order)."""
