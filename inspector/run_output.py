@@ -6,7 +6,7 @@ from typing import TextIO
 
 from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
 from inspector.engine.observer import GenerationObserver
-from inspector.engine.profit import run_balance
+from inspector.engine.profit import plain_step_us, run_balance
 from inspector.engine.probabilities import WindowProbabilities, top_texts_of
 from inspector.engine.receipt import COMMIT, DISCARD, PREFILL, STEP, VERIFY, Summary, decision_id_text
 from inspector.sources.registry import PLAIN, describe_source
@@ -281,7 +281,7 @@ def format_reasons(events, source_name: str | None) -> str:
 def format_balance(receipts, lock_operations, session_id) -> str:
     """The summary's line on what the windows gained or lost against plain decoding of their tokens
     (``inspector.engine.profit``, c(1) from the run's own plain steps); "" when it cannot be said."""
-    b = run_balance(receipts, lock_operations, session_id)
+    b = run_balance(receipts, plain_step_us(lock_operations, session_id))
     return "" if b is None else f"windows vs plain:     {b.text()}"
 
 

@@ -31,7 +31,8 @@ def test_c1_is_the_median_plain_step_of_the_runs_own_session_else_the_cost_model
            R(kind="step", session_id=0, hold_us=5000), R(kind="verify", session_id=0, hold_us=9000),
            R(kind="step", session_id=1, hold_us=1)]
     assert plain_step_us(ops, 0) == 1100
-    assert run_balance([_r(2, 1)], ops, 0, 700.0).c1_from == "plain steps of this run"
-    b = run_balance([_r(2, 1)], ops[3:4], 0, 700.0)
+    assert plain_step_us(ops[3:4], 0) is None
+    assert run_balance([_r(2, 1)], plain_step_us(ops, 0), 700.0).c1_from == "plain steps of this run"
+    b = run_balance([_r(2, 1)], plain_step_us(ops[3:4], 0), 700.0)
     assert (b.c1_us, b.c1_from) == (700.0, "the cost model")
-    assert run_balance([_r(2, 1)], [], 0, None) is None and run_balance([], ops, 0, 700.0) is None
+    assert run_balance([_r(2, 1)], None, None) is None and run_balance([], 1100.0, 700.0) is None

@@ -96,13 +96,12 @@ def balance(receipts: Sequence, c1_us: float, c1_from: str) -> Balance:
     return Balance(saved_us, saved, lost_us, lost, row0, c1_us, c1_from)
 
 
-def run_balance(receipts: Sequence, lock_operations: Iterable, session_id: int | None,
-                cost_model_c1_us: float | None = None) -> Balance | None:
-    """The run's ``Balance`` with ``c(1)`` from its own plain steps, else ``cost_model_c1_us``; None when
-    neither is known or there is no window."""
+def run_balance(receipts: Sequence, own_c1_us: float | None, cost_model_c1_us: float | None = None) -> Balance | None:
+    """The run's ``Balance`` with ``c(1)`` from its own plain steps (``own_c1_us``: ``plain_step_us``),
+    else ``cost_model_c1_us``; None when neither is known or there is no window."""
     if not receipts:
         return None
-    c1 = plain_step_us(lock_operations, session_id)
+    c1 = own_c1_us
     if c1 is not None:
         return balance(receipts, c1, "plain steps of this run")
     if cost_model_c1_us is not None:

@@ -213,6 +213,7 @@ class StatsView(QWidget):
         self.session = session
         self._drawn_version = -1
         self._reasons_counted = 0
+        self._c1_key = None
         self.reasons: Counter = Counter()
         """Plain steps by reason code (``inspector.engine.no_proposal``), counted as events arrive."""
 
@@ -224,6 +225,14 @@ class StatsView(QWidget):
         if len(s.events) > done:
             self.reasons.update(count_reasons(s.events[done:]))
             self._reasons_counted = len(s.events)
+
+    def _own_c1_us(self, s: SessionRecord) -> float | None:
+        """The run's median plain step (``plain_step_us``), computed again only when lock operations
+        arrived (the redraw timer would otherwise sort every one of them 15 times a second)."""
+        key = (id(s), len(s.lock_ops))
+        if getattr(self, "_c1_key", None) != key:
+            self._c1_key, self._c1_us = key, plain_step_us(s.lock_ops, s.main_session_id)
+        return self._c1_us
 
     def _plain_steps_text(self, s: SessionRecord, plain_steps: int) -> tuple[str, str]:
         """(the plain steps figure with its reasons, the tooltip with their meanings)."""
@@ -271,7 +280,7 @@ class StatsView(QWidget):
         L["plain_steps"].setToolTip(tip)
         L["discards"].setText(str(m.discards))
         cm = self.cost_model
-        b = run_balance(s.receipts, s.lock_ops, s.main_session_id, None if cm is None else cm.cost(1) * 1000)
+        b = run_balance(s.receipts, self._own_c1_us(s), None if cm is None else cm.cost(1) * 1000)
         if b is None:
             L["balance"].setText("n/a (no windows yet)" if not s.receipts else
                                  "n/a (no plain step and no cost model to give c(1))")
@@ -383,7 +392,7 @@ class StatsView(QWidget):
         self.observed_speedup, self.observed_estimated = b.get("observed_speedup"), False
         if self.observed_speedup is not None:
             L["observed"].setText(f"{self.observed_speedup:.2f}x (measured against the plain run)")
-        elif m.decode_tokens_per_s and (own := plain_step_us(s.lock_ops, s.main_session_id)) is not None:
+        elif m.decode_tokens_per_s and (own := self._own_c1_us(s)) is not None:
             # c(1) from this run's own plain steps: the same machine load as its windows (a stored cost
             # model measured on a quiet machine would make a busy run look many times slower)
             self.observed_speedup, self.observed_estimated = m.decode_tokens_per_s * own / 1e6, True
