@@ -40,7 +40,7 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
 
     from inspector.engine import RuntimeScheduler
     from inspector.prompts import example_prompts
-    from inspector.gui.main_window import MainWindow
+    from inspector.gui.shell.main_window import MainWindow
     from inspector.llama import bundled_model_path
     from inspector.llama.runtime import LlamaRuntime
     from inspector.session.record import SessionRecord

@@ -8,7 +8,7 @@ is held (``DecodeHold``) instead of racing it.
 
 from __future__ import annotations
 
-from inspector.gui import worker as W
+from inspector.gui.engine_thread import worker as W
 from inspector.receipts import load_document
 from test_gui_support import DecodeHold, example_text, make_window, open_receipts, plain_tokens, run_to_end, \
     wait_state

@@ -7,7 +7,7 @@ import csv
 import json
 
 from inspector.bench.compare import CompareConfig, default_configs
-from inspector.gui import worker as W
+from inspector.gui.engine_thread import worker as W
 from test_gui_support import RUN_TIMEOUT_MS, DecodeHold, make_window
 
 

@@ -97,7 +97,7 @@ def test_a_turn_that_no_longer_fits_the_context_is_refused_and_the_earlier_turn_
 
 
 def test_a_next_turn_can_start_paused_and_be_stepped_window_by_window(qtbot, runtime, tmp_path):
-    from inspector.gui import worker as W
+    from inspector.gui.engine_thread import worker as W
     from scenarios import NoEndOfTurn
     from test_gui_support import RUN_TIMEOUT_MS, wait_state
 
@@ -124,7 +124,7 @@ def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_
     rebuilt turn 1 from turn 2); a turn stopped before its first token joined the history empty."""
     import threading
 
-    from inspector.gui import worker as W
+    from inspector.gui.engine_thread import worker as W
     from test_gui_support import RUN_TIMEOUT_MS, wait_state
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)

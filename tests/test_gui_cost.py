@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inspector.gui import worker as W
+from inspector.gui.engine_thread import worker as W
 from test_gui_support import make_window, run_to_end
 
 MEASURE_TIMEOUT_MS = 180_000

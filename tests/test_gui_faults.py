@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from inspector.gui import worker as W
+from inspector.gui.engine_thread import worker as W
 from inspector.session.record import SessionRecord
 from inspector.receipts import load_document
 from test_gui_support import MAX_TOKENS, assert_same_greedy_output, example_text, follow_window, plain_tokens, \

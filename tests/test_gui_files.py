@@ -11,7 +11,7 @@ import json
 from PySide6.QtCore import QSettings
 
 from inspector.gui import app as gui_app
-from inspector.gui import worker as W
+from inspector.gui.engine_thread import worker as W
 from inspector.session.record import SessionRecord
 from inspector.receipts import load_document
 from test_gui_support import follow_window, make_window, open_receipts, run_to_end
@@ -159,7 +159,7 @@ def test_settings_are_restored(qtbot, tmp_path):
     v.panel.apply_values({})  # nothing breaks on an empty dict
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     assert int(settings.value("controls/max_tokens")) == 77
-    from inspector.gui.main_window import MainWindow
+    from inspector.gui.shell.main_window import MainWindow
 
     x = MainWindow(None, settings=settings, data_dir=tmp_path / "data")
     qtbot.addWidget(x)

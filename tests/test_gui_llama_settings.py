@@ -8,9 +8,9 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from inspector.engine.settings import PENALTY_DEFAULTS, PENALTY_FIELDS, SamplingSettings
-from inspector.gui import worker as W
-from inspector.gui.context_controls import DEFAULT_CONTEXT, loaded_context
-from inspector.gui.main_window import MainWindow
+from inspector.gui.engine_thread import worker as W
+from inspector.gui.panel.context_controls import DEFAULT_CONTEXT, loaded_context
+from inspector.gui.shell.main_window import MainWindow
 
 from test_gui_support import make_window, run_to_end
 

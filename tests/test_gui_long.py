@@ -9,7 +9,7 @@ import threading
 import pytest
 from PySide6.QtCore import QElapsedTimer, QTimer
 
-from inspector.gui.token_view import MAX_SHOWN
+from inspector.gui.tokens.token_view import MAX_SHOWN
 from test_gui_support import make_window
 
 N_WINDOWS = 20_000

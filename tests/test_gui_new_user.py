@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inspector.gui.worker import IDLE
+from inspector.gui.engine_thread.worker import IDLE
 from test_gui_support import make_window, run_to_end
 
 LOAD_TIMEOUT_MS = 180_000
@@ -136,7 +136,7 @@ def test_an_idle_new_session_says_no_run_and_baseline_not_run_is_not_green(qtbot
 def test_the_status_bar_never_cuts_an_error_mid_word(qtbot, runtime, tmp_path):
     """Defect 5: the status bar cut an error ("...failed (in"): a long one is shortened with "…" to
     what fits, and its tooltip holds all of it."""
-    from inspector.gui.control_rules import ERROR
+    from inspector.gui.shell.run_states import ERROR
 
     w = make_window(qtbot, runtime, tmp_path)
     w.resize(1024, 640)

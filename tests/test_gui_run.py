@@ -7,8 +7,8 @@ import threading
 from PySide6.QtCore import QElapsedTimer, QPoint, Qt, QTimer
 from PySide6.QtGui import QTextCursor
 
-from inspector.gui import outcomes as O
-from inspector.gui import worker as W
+from inspector.gui.look import outcomes as O
+from inspector.gui.engine_thread import worker as W
 from test_gui_support import DecodeHold, follow_window, make_window, run_to_end, wait_state
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from inspector.gui import outcomes as O
-from inspector.gui import worker as W
+from inspector.gui.look import outcomes as O
+from inspector.gui.engine_thread import worker as W
 from scenarios import NoEndOfTurn, spoil_first_proposal
 from test_gui_support import assert_same_greedy_output, example_text, make_window, run_to_end, use_source
 

@@ -7,7 +7,7 @@ comes from the n-gram source's first query (``ngram_min=1``) or from ``follow_wi
 
 from __future__ import annotations
 
-from inspector.gui import worker as W
+from inspector.gui.engine_thread import worker as W
 from scenarios import NoEndOfTurn
 from test_gui_support import follow_window, make_window, wait_state
 

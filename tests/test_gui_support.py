@@ -29,7 +29,7 @@ def make_window(qtbot, runtime, tmp_path, *, max_tokens: int = MAX_TOKENS, examp
     """A shown ``MainWindow`` reusing ``runtime``, with settings and autosave under ``tmp_path``.
     ``ngram_min=1``: the n-gram source's first query always proposes (a window whatever
     the model says)."""
-    from inspector.gui.main_window import MainWindow
+    from inspector.gui.shell.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / settings_file), QSettings.Format.IniFormat)
     w = MainWindow(runtime, settings=settings, data_dir=tmp_path / "data", **kwargs)

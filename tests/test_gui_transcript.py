@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QApplication
 
-from inspector.gui import worker as W
+from inspector.gui.engine_thread import worker as W
 from inspector.session.transcript import message_text, transcript_text
 from scenarios import NoEndOfTurn
 from test_gui_conversation import send_turn

@@ -8,8 +8,8 @@ import json
 from PySide6.QtWidgets import QApplication
 
 from inspector.engine.classify import FROM_PREFILL
-from inspector.gui import worker as W
-from inspector.gui.panel_values import join_stop_strings, parse_stop_strings
+from inspector.gui.engine_thread import worker as W
+from inspector.gui.panel.values import join_stop_strings, parse_stop_strings
 from inspector.session.record import SessionRecord
 from test_gui_support import export_session, make_window, open_receipts, run_to_end, wait_state
 
@@ -237,7 +237,7 @@ def test_a_verification_far_slower_than_the_runs_median_is_marked_with_its_likel
     from PySide6.QtCore import Qt
 
     from inspector.engine.stats import slow_verification_threshold_us
-    from inspector.gui.window_table import SLOW_COLUMN
+    from inspector.gui.windows.table import SLOW_COLUMN
 
     assert slow_verification_threshold_us([10, 10, 10, 10]) is None
     assert slow_verification_threshold_us([10, 20, 30, 40, 50]) == 150

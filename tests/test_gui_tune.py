@@ -8,8 +8,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from inspector.bench.tune import DRAFT_MAX_GRID, MODEL_FREE, OPTION_GRID, grid
-from inspector.gui import worker as W
-from inspector.gui.tune_view import ALL_SOURCES, DRAFT_MAX, ROW_ROLE
+from inspector.gui.engine_thread import worker as W
+from inspector.gui.tune.view import ALL_SOURCES, DRAFT_MAX, ROW_ROLE
 from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end
 
 

@@ -10,8 +10,8 @@ from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 import inspector
-from inspector.gui import worker as W
-from inspector.gui.controls import CUSTOM_PROMPT, FAULT_DISABLED_TIP
+from inspector.gui.engine_thread import worker as W
+from inspector.gui.panel.control_panel import CUSTOM_PROMPT, FAULT_DISABLED_TIP
 from inspector.prompts import example_prompts
 from test_gui_support import DecodeHold, make_window, run_to_end
 
@@ -48,8 +48,8 @@ def test_second_run_shows_token_texts(qtbot, runtime, tmp_path):
 
 
 def test_startup_loads_the_model_with_progress_and_a_hint(qtbot, model_path, tmp_path):
-    from inspector.gui.main_window import MainWindow
-    from inspector.gui.run_control import LOADED_HINT
+    from inspector.gui.shell.main_window import MainWindow
+    from inspector.gui.shell.run_control import LOADED_HINT
 
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     w = MainWindow(None, settings=settings, data_dir=tmp_path / "data", load_at_start=True)
@@ -84,7 +84,7 @@ def test_example_picker_follows_the_editor_across_launches(qtbot, runtime, tmp_p
     # The next launch (same settings) shows the same name for the same text.
     w2 = make_window(qtbot, runtime, tmp_path, example="open-ended")
     w2.close()
-    from inspector.gui.main_window import MainWindow
+    from inspector.gui.shell.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     w3 = MainWindow(runtime, settings=settings, data_dir=tmp_path / "data")

@@ -15,7 +15,7 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QLineEdit, QTableView
 
 from inspector.engine.receipt import LockOperation
-from inspector.gui import worker as W
+from inspector.gui.engine_thread import worker as W
 from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end
 
 MAX_TOKENS = 12
@@ -62,7 +62,7 @@ def engine_session(make_generation, scheduler, chat_tokens, runtime):
 
 # -- 1. KV timeline ----------------------------------------------------------------------
 def test_timeline_x_axis_is_the_decode_step_and_covers_plain_steps(qtbot, engine_session):
-    from inspector.gui.timeline import Timeline
+    from inspector.gui.plots.timeline import Timeline
 
     s, g = engine_session
     t = Timeline()
@@ -101,7 +101,7 @@ def test_timeline_keeps_one_axis_through_a_failed_window_and_a_discard(qtbot, ma
     """Window 1 fails at its first token (resumed), window 2's proposal is discarded
     (position_mismatch) and a plain step takes its decode step."""
     from inspector.engine.faults import Fault, FaultPlan
-    from inspector.gui.timeline import Timeline
+    from inspector.gui.plots.timeline import Timeline
 
     faults = FaultPlan([Fault("callback_error", 1, 1), Fault("position_drift", 2)])
     s, g = _engine_run(make_generation, scheduler, chat_tokens, runtime, [(5, 8), (0, 0), (9, 10), (0, 0)], faults)
@@ -119,7 +119,7 @@ def test_timeline_keeps_one_axis_through_a_failed_window_and_a_discard(qtbot, ma
 
 
 def test_timeline_ticks_are_whole_decode_steps(qtbot):
-    from inspector.gui.timeline import Timeline
+    from inspector.gui.plots.timeline import Timeline
 
     t = Timeline()
     qtbot.addWidget(t)
@@ -132,7 +132,7 @@ def test_timeline_ticks_are_whole_decode_steps(qtbot):
 
 # -- 2. Lock timing ----------------------------------------------------------------------
 def test_lock_time_counts_from_the_run_start(qtbot, engine_session):
-    from inspector.gui.lock_plots import LockPlots
+    from inspector.gui.plots.lock_plots import LockPlots
 
     s, g = engine_session
     lp = LockPlots()
@@ -149,7 +149,7 @@ def test_lock_time_counts_from_the_run_start(qtbot, engine_session):
 
 
 def test_zero_waits_are_drawn_as_zero_not_one_microsecond(qtbot):
-    from inspector.gui.lock_plots import LockPlots
+    from inspector.gui.plots.lock_plots import LockPlots
     from inspector.session.record import SessionRecord
 
     s = SessionRecord()
@@ -207,7 +207,7 @@ def test_max_tokens_one_statistics_say_na_and_keep_a_sane_axis(qtbot, runtime, t
 
 # -- 4. Counts ---------------------------------------------------------------------------
 def test_count_noun():
-    from inspector.gui.wording import count_noun
+    from inspector.gui.look.wording import count_noun
 
     assert count_noun(1, "window") == "1 window"
     assert count_noun(2, "window") == "2 windows"
@@ -272,8 +272,8 @@ def _select_rows(view: QTableView, rows) -> None:
 
 
 def test_ctrl_c_copies_selected_window_rows_as_tsv(qtbot, engine_session):
-    from inspector.gui.table_copy import install_row_copy
-    from inspector.gui.window_table import WINDOW_COLUMNS, WindowTableModel
+    from inspector.gui.look.table_copy import install_row_copy
+    from inspector.gui.windows.table import WINDOW_COLUMNS, WindowTableModel
 
     s, g = engine_session
     model = WindowTableModel()
@@ -301,7 +301,7 @@ def test_ctrl_c_copies_selected_window_rows_as_tsv(qtbot, engine_session):
 
 
 def test_ctrl_c_copies_event_log_rows(qtbot, engine_session):
-    from inspector.gui.event_log import COLUMNS, EventLog
+    from inspector.gui.plots.event_log import COLUMNS, EventLog
 
     s, g = engine_session
     log = EventLog()
@@ -331,7 +331,7 @@ def test_ctrl_c_copies_event_log_rows(qtbot, engine_session):
 
 # -- 7. Decision ids as text -------------------------------------------------------------
 def test_windows_table_shows_decision_ids_as_text(engine_session):
-    from inspector.gui.window_table import WindowTableModel
+    from inspector.gui.windows.table import WindowTableModel
 
     s, g = engine_session
     model = WindowTableModel()
@@ -345,7 +345,7 @@ def test_windows_table_shows_decision_ids_as_text(engine_session):
 
 
 def test_statistics_say_why_the_plain_steps_ran_without_a_proposal_with_each_reasons_meaning(qtbot, engine_session):
-    from inspector.gui.stats_view import StatsView
+    from inspector.gui.plots.statistics import StatsView
     from inspector.sources.scripted import REASONS
 
     s, g = engine_session
@@ -365,7 +365,7 @@ def test_statistics_say_why_the_plain_steps_ran_without_a_proposal_with_each_rea
 
 def test_the_timelines_reason_lane_has_a_row_per_reason_and_a_mark_at_each_plain_steps_decode_step(
         qtbot, engine_session):
-    from inspector.gui.timeline import Timeline
+    from inspector.gui.plots.timeline import Timeline
 
     s, g = engine_session
     t = Timeline()
@@ -383,7 +383,7 @@ def test_the_timelines_reason_lane_has_a_row_per_reason_and_a_mark_at_each_plain
 
 
 def test_a_short_kv_plot_hides_its_legend_so_the_data_stays_visible(qtbot, engine_session):
-    from inspector.gui.timeline import LEGEND_MIN_PLOT_PX, Timeline
+    from inspector.gui.plots.timeline import LEGEND_MIN_PLOT_PX, Timeline
 
     s, _g = engine_session
     t = Timeline()

@@ -225,7 +225,7 @@ def test_the_window_runs_over_rpc_and_stays_up_when_the_server_goes_away(qtbot, 
     """The panel's RPC field and -ngl: the run loads the model in a child process with every layer
     on the server; the server is killed mid-run: the run ends with the line naming the server and
     the window, its receipts stay, and the window still works (the next run is refused clearly)."""
-    from inspector.gui import worker as W
+    from inspector.gui.engine_thread import worker as W
     from test_gui_support import make_window
 
     port = free_port()

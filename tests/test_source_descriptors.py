@@ -319,7 +319,7 @@ def test_source_options_from_the_flags_and_source_option(tmp_path):
 def test_a_plugin_that_declares_options_gets_its_controls_in_the_window(qtbot, plugins):
     from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox
 
-    from inspector.gui.controls import ControlPanel
+    from inspector.gui.panel.control_panel import ControlPanel
 
     p = ControlPanel()
     qtbot.addWidget(p)
@@ -360,7 +360,7 @@ def test_a_plugin_that_declares_options_gets_its_controls_in_the_window(qtbot, p
 
 
 def test_built_in_pages_keep_their_controls_and_a_saved_session_shows_its_source_options(qtbot):
-    from inspector.gui.controls import ControlPanel
+    from inspector.gui.panel.control_panel import ControlPanel
 
     p = ControlPanel()
     qtbot.addWidget(p)

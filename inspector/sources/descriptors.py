@@ -5,7 +5,7 @@ choices, help, CLI flag, window label, how to check it) and its capabilities
 (``SourceDescriptor.capabilities``). From these declarations the registry checks
 options (``SourceDescriptor.check_options``), the CLI builds its flags
 (``inspector.cli.sources``) and the window builds its source pages
-(``inspector.gui.source_options``). Qt-free and model-free.
+(``inspector.gui.panel.source_options``). Qt-free and model-free.
 """
 
 from __future__ import annotations

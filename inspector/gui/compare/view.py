@@ -1,0 +1,426 @@
+"""The Compare window: one prompt (or one conversation) run with several proposal
+configurations, side by side (``inspector.bench.compare``).
+
+This module owns the window itself: running (Run / Cancel, progress per configuration and per turn
+for a conversation), the results table (decode tokens/s, speedup vs plain, expected speedup from the
+cost model, acceptance rate, mean accepted length, windows, same output as plain; a conversation's
+row has a per-turn tooltip), the two plots (decode tokens/s per configuration; acceptance by proposal
+position per configuration), Export JSON / CSV, and closing. The top of the window, the
+configurations panel (the editable configurations table with its option cells, Add / Remove /
+Defaults, and what to run on: the main window's prompt, a bundled conversation or a turns file), is
+``inspector.gui.compare.configs.CompareConfigsPanel``.
+
+Widgets only: ``AnalysisActions`` runs the comparison on the engine thread
+and calls ``set_running`` / ``set_progress`` / ``set_result``; plot items
+are updated with ``setData`` on ``refresh`` (the window's redraw timer).
+
+Close (the button, Esc, Ctrl+W, or the title bar) hides the window. A
+comparison in flight keeps running on the engine thread (the main window's
+status bar shows its progress); Analysis > Compare configurations (Ctrl+K)
+shows the window again with its progress or results. Cancel stops it.
+Ctrl+C in either table copies the selected rows (``install_row_copy``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction, QBrush, QColor, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.bench.compare import PLAIN, CompareResult, default_configs
+from inspector.gui.compare.configs import CompareConfigsPanel
+from inspector.gui.look.table_copy import install_row_copy
+
+RESULT_HEADERS = ("configuration", "decode tokens/s", "speedup vs plain", "expected speedup", "acceptance rate",
+                  "mean accepted length", "windows", "same output as plain")
+RESULT_TIPS = (
+    "", "generated tokens / decode time (prefill excluded)",
+    "decode tokens/s / the plain run's decode tokens/s",
+    "what the cost model predicts from this run's windows (Cost model tab: Measure)",
+    "accepted / proposed tokens over verified windows",
+    "1 + accepted / windows: tokens committed per window",
+    "verified proposal windows (receipts)",
+    "the generated token ids equal the plain run's",
+)
+SERVER_HEADERS = ("llama-server\ntokens/s", "drafted\nours / server", "accepted\nours / server",
+                  "same as\nllama-server")
+SERVER_TIPS = (
+    "llama-server's timings.predicted_per_second on the same prompt tokens (greedy, its flags for this row)",
+    "proposal tokens drafted: ours / llama-server's draft_n",
+    "proposal tokens accepted: ours / llama-server's draft_n_accepted",
+    "the same generated tokens and the same windows (drafted, accepted, accepted per draft position); "
+    "else where the outputs part and our target's top-2 logit margin there",
+)
+"""Columns added after ``RESULT_HEADERS`` when the comparison ran through llama-server too."""
+DODGE = 0.04
+"""Sideways offset between configurations in the acceptance plot (proposal positions)."""
+COLORS = ("#616161", "#1565c0", "#2e7d32", "#e65100", "#6a1b9a", "#00838f", "#c62828", "#9e9d24")
+
+
+def turns_text(run) -> str:
+    """A conversation row's turns, one line each (tokens, windows, accepted, why it ended); "" for a
+    run that is not a conversation (``inspector.bench.compare.TurnsRun``)."""
+    gens = getattr(run, "generations", None)
+    if not gens:
+        return ""
+    lines = [f"{len(gens)} turn{'s' if len(gens) != 1 else ''}, summed in this row:"]
+    for n, g in enumerate(gens, 1):
+        accepted = sum(x.accepted_proposal_tokens for x in g.receipts)
+        lines.append(f"turn {n}: {len(g.generated)} tokens, {len(g.receipts)} windows, {accepted} accepted, "
+                     f"ended: {g.finish_reason or 'n/a'}")
+    return "\n".join(lines)
+
+
+def two_lines(label: str) -> str:
+    """A header on two lines, split at the space nearest its middle ("mean accepted\nlength");
+    a label without a space, or already on two lines, as it is."""
+    if "\n" in label or " " not in label:
+        return label
+    spaces = [i for i, ch in enumerate(label) if ch == " "]
+    cut = min(spaces, key=lambda i: abs(i - len(label) / 2))
+    return label[:cut] + "\n" + label[cut + 1:]
+
+
+def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
+    return "n/a" if x is None else f"{x:{spec}}{suffix}"
+
+
+def _tick(label: str) -> str:
+    """A bar's axis label: long labels on two lines ("ngram draft_max 16" -> "ngram\ndraft_max 16")."""
+    if len(label) <= 10 or " " not in label:
+        return label
+    head, _, tail = label.partition(" ")
+    return f"{head}\n{tail}"
+
+
+class CompareView(QWidget, CompareConfigsPanel):
+    """The Compare window (a top-level window owned by the main window).
+
+    ``runRequested(configs, conversation)`` asks to run the list of ``CompareConfig`` on the main
+    window's prompt (``conversation`` None) or over a conversation (``(name, turns)``: its name and
+    user messages, see ``conversation``);
+    ``cancelRequested`` asks to cancel (the configuration in flight stops; finished rows are shown).
+    ``result``: the shown ``CompareResult`` or None.
+    """
+
+    runRequested = Signal(object, object)
+    cancelRequested = Signal()
+
+    def __init__(self, sources: list[str], parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.setWindowTitle("spec-inspector — compare configurations")
+        self.sources = list(sources) if PLAIN in sources else [*sources, PLAIN]
+        self.result: CompareResult | None = None
+        self.note = ""
+        self._version = 0
+        self._drawn = -1
+        self._curves: list[pg.PlotDataItem] = []
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+
+        # Configurations
+        top = self._build_configs()
+
+        # Results
+        self.results = QTableWidget(0, len(RESULT_HEADERS))
+        self.results.setHorizontalHeaderLabels(RESULT_HEADERS)
+        for i, tip in enumerate(RESULT_TIPS):
+            self.results.horizontalHeaderItem(i).setToolTip(tip)
+        self.results.verticalHeader().setVisible(False)
+        self.results.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        rh = self.results.horizontalHeader()
+        rh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        rh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.export_json = QPushButton("Export JSON…")
+        self.export_csv = QPushButton("Export CSV…")
+        for b in (self.export_json, self.export_csv):
+            b.setEnabled(False)
+        mid = QWidget()
+        ml = QVBoxLayout(mid)
+        ml.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("<b>Results</b>"), 1)
+        self.with_server = QCheckBox("also through llama-server:")
+        self.with_server.setToolTip(
+            "after our runs, send the same prompt tokens to llama-server with each row's flags (greedy) and "
+            "show its tokens/s, drafted and accepted beside ours, and whether it produced the same output")
+        self.server_target = QLineEdit()
+        self.server_target.setPlaceholderText("the one built from our llama.cpp")
+        self.server_target.setToolTip(
+            "a llama-server binary (started on 127.0.0.1 for each row with our thread count and context, then "
+            "stopped), a running server's URL (http://…: used as it is, its flags cannot be checked), or empty: "
+            "the llama-server built from our llama.cpp by the tests or `spec-inspector compare --llama-server`")
+        self.server_target.setMinimumWidth(220)
+        row.addWidget(self.with_server)
+        row.addWidget(self.server_target, 1)
+        row.addWidget(self.export_json)
+        row.addWidget(self.export_csv)
+        ml.addLayout(row)
+        ml.addWidget(self.results, 1)
+        install_row_copy(self.results)
+
+        # Plots
+        self.tps_plot = pg.PlotWidget(background="w", title="Decode tokens/s")
+        self.tps_plot.setLabel("left", "tokens/s")
+        self.tps_plot.getAxis("bottom").setHeight(42)  # two-line configuration labels
+        self.tps_bars = pg.BarGraphItem(x=[], height=[], width=0.6, brushes=[])
+        self.tps_plot.addItem(self.tps_bars)
+        self.plain_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#616161", style=Qt.PenStyle.DashLine))
+        self.plain_line.hide()
+        self.tps_plot.addItem(self.plain_line)
+        self.pos_plot = pg.PlotWidget(background="w", title="Acceptance by proposal position")
+        self.pos_plot.setLabel("bottom", "proposal position (1-based)")
+        self.pos_plot.setLabel("left", "accepted share")
+        self.pos_plot.setYRange(0, 1.05)
+        self.pos_plot.getAxis("bottom").setTickSpacing(1, 1)
+        self.pos_legend = self.pos_plot.addLegend(offset=(10, -10))  # bottom left: acceptance falls to the right
+        plots = QWidget()
+        pl = QHBoxLayout(plots)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.addWidget(self.tps_plot, 1)
+        pl.addWidget(self.pos_plot, 1)
+
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(top)
+        split.addWidget(mid)
+        split.addWidget(plots)
+        split.setSizes([230, 190, 320])
+        lay.addWidget(split, 1)
+        self.splitter = split
+        self.close_button = QPushButton("Close")
+        self.close_button.setToolTip("hide this window (Esc, Ctrl+W); a comparison in flight keeps running "
+                                     "(Ctrl+K shows it again; Cancel stops it)")
+        self.close_button.setAutoDefault(False)
+        bottom = QHBoxLayout()
+        bottom.addStretch(1)
+        bottom.addWidget(self.close_button)
+        lay.addLayout(bottom)
+        self.close_action = QAction("Close", self)
+        self.close_action.setShortcut(QKeySequence("Ctrl+W"))
+        self.close_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.close_action.triggered.connect(self.close)
+        self.addAction(self.close_action)
+        self.close_button.clicked.connect(self.close)
+
+        self.run.clicked.connect(self._run_clicked)
+        self.cancel.clicked.connect(self.cancelRequested.emit)
+        self.export_json.clicked.connect(lambda: self._export("json"))
+        self.export_csv.clicked.connect(lambda: self._export("csv"))
+        self.set_configs(default_configs())
+        self.resize(1100, 760)
+
+    def llama_server_target(self) -> str | None:
+        """What "also through llama-server" asks for: the typed path or URL, "" for the one built from our
+        llama.cpp, None when unticked (``CompareRequest.llama_server``)."""
+        return self.server_target.text().strip() if self.with_server.isChecked() else None
+
+    def keyPressEvent(self, event) -> None:
+        """Esc closes the window (as in a dialog) unless a child used it first (a cell editor
+        cancels its edit, an open list closes)."""
+        if event.key() == Qt.Key.Key_Escape and event.modifiers() == Qt.KeyboardModifier.NoModifier:
+            event.accept()
+            self.close()
+            return
+        super().keyPressEvent(event)
+
+    def _run_clicked(self) -> None:
+        try:
+            configs = self.config_list()
+        except ValueError as exc:
+            self._error("Check the configurations", str(exc))
+            return
+        try:
+            conversation = self.conversation()
+        except ValueError as exc:  # TurnsFileError: the file changed since it was opened
+            self._error("Cannot read the conversation", str(exc))
+            return
+        self.runRequested.emit(configs, conversation)
+
+    # -- running ---------------------------------------------------------------------
+    def set_running(self, running: bool, text: str = "") -> None:
+        """Busy state: Run and editing off, Cancel on, progress shown."""
+        for w in (self.run, self.add, self.remove, self.defaults, self.configs, self.input, self.open_turns,
+                  self.with_server, self.server_target):
+            w.setEnabled(not running)
+        self.cancel.setEnabled(running)
+        self.progress.setVisible(running)
+        if running:
+            self.progress.setRange(0, 0)
+        self.status.setText(text)
+
+    def set_progress(self, done: int, total: int, label: str) -> None:
+        """A configuration starts (``done`` finished of ``total``) on the prompt."""
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+        self.status.setText(f"running {done + 1}/{total}: {label} …")
+
+    def set_turn_progress(self, turn: int, turns: int, done: int, total: int, label: str) -> None:
+        """Turn ``turn`` (1-based) of ``turns`` starts for configuration ``done + 1`` of ``total``."""
+        self.progress.setRange(0, total * turns)
+        self.progress.setValue(done * turns + turn - 1)
+        self.status.setText(f"turn {turn}/{turns}, configuration {done + 1}/{total}: {label} …")
+
+    def set_result(self, result: CompareResult | None, note: str = "") -> None:
+        """Show ``result`` (drawn on the next ``refresh``); ``note`` goes to the status line."""
+        self.result = result
+        self.note = note
+        self._version += 1
+        self.export_json.setEnabled(result is not None)
+        self.export_csv.setEnabled(result is not None)
+
+    # -- drawing ---------------------------------------------------------------------
+    def refresh(self) -> None:
+        if self._drawn == self._version:
+            return
+        self._drawn = self._version
+        res = self.result
+        self.status.setText(self.note)
+        rows = res.rows if res is not None else ()
+        runs = res.runs if res is not None else ()
+        server = res.llama_server if res is not None else ()
+        t = self.results
+        if t.columnCount() != len(RESULT_HEADERS) + (len(SERVER_HEADERS) if server else 0):
+            self._set_result_columns(bool(server))
+        t.setRowCount(len(rows))
+        for i, r in enumerate(rows):
+            turns_tip = turns_text(runs[i]) if i < len(runs) else ""
+            s = r.summary
+            same = "n/a" if r.same_output_as_plain is None else ("yes" if r.same_output_as_plain else "no")
+            cells = (r.config.label, _fmt(s.decode_tokens_per_s, ".1f"), _fmt(r.speedup_vs_plain, ".2f", "x"),
+                     _fmt(r.expected_speedup, ".2f", "x"),
+                     _fmt(None if s.acceptance_rate is None else 100 * s.acceptance_rate, ".1f", " %"),
+                     _fmt(s.mean_accepted_length, ".2f"), str(s.windows), same)
+            for col, text in enumerate(cells):
+                it = QTableWidgetItem(text)
+                if col:
+                    it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if col == 0:
+                    it.setForeground(QBrush(QColor(COLORS[i % len(COLORS)])))
+                    if turns_tip:
+                        it.setToolTip(turns_tip)
+                if r.error:
+                    it.setToolTip(r.error + (f"\n{turns_tip}" if col == 0 and turns_tip else ""))
+                    it.setBackground(QBrush(QColor("#ffebee")))
+                elif col == 7 and r.same_output_as_plain is False:
+                    it.setBackground(QBrush(QColor("#fff3e0")))
+                    it.setToolTip("the output differs from plain decoding (batch arithmetic can flip a near-tie; "
+                                  "sampling with temperature > 0 differs by design)")
+                t.setItem(i, col, it)
+            if server:
+                self._server_cells(i, server[i])
+        self._draw_plots(rows)
+
+    def _set_result_columns(self, server: bool) -> None:
+        """Our columns, and llama-server's four after them when ``server``: then every header takes two
+        lines (twelve columns fit 1024 px) and llama-server's tokens/s is shown beside ours (moved on
+        screen only: the columns' indices stay ``RESULT_HEADERS`` then ``SERVER_HEADERS``)."""
+        t, h = self.results, self.results.horizontalHeader()
+        for visual in range(h.count()):  # back to the natural order before the columns change
+            h.moveSection(h.visualIndex(visual), visual)
+        headers = RESULT_HEADERS + (SERVER_HEADERS if server else ())
+        t.setColumnCount(len(headers))
+        t.setHorizontalHeaderLabels([two_lines(x) for x in headers] if server else list(headers))
+        for i, tip in enumerate(RESULT_TIPS + (SERVER_TIPS if server else ())):
+            t.horizontalHeaderItem(i).setToolTip(tip)
+        if server:
+            h.moveSection(h.visualIndex(len(RESULT_HEADERS)), 2)
+
+    def _server_cells(self, i: int, v) -> None:
+        """Row ``i``'s llama-server columns from its ``ServerRow``: figures, or the error / note across them."""
+        first = len(RESULT_HEADERS)
+        if v.drafted is None:  # an error or a note instead of figures: said in the last column, whole in its tooltip
+            cells = ("", "", "", "failed" if v.error else "not compared")
+        else:
+            cells = (_fmt(v.tokens_per_s, ".1f"), f"{v.ours_drafted} / {v.drafted}", f"{v.ours_accepted} / {v.accepted}",
+                     "yes" if v.same_output and v.same_windows else
+                     ("windows differ" if v.same_output else v.describe_output()))
+        tip = "\n".join(x for x in (v.error, v.note, " ".join(v.flags) and "llama-server " + " ".join(v.flags)) if x)
+        for k, text in enumerate(cells):
+            it = QTableWidgetItem(text)
+            it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if tip:
+                it.setToolTip(tip)
+            if v.error:
+                it.setBackground(QBrush(QColor("#ffebee")))
+            elif k == 3 and v.drafted is not None and not (v.same_output and v.same_windows):
+                it.setBackground(QBrush(QColor("#fff3e0")))
+            self.results.setItem(i, first + k, it)
+
+    def _draw_plots(self, rows) -> None:
+        n = len(rows)
+        x = np.arange(n)
+        tps = np.array([r.summary.decode_tokens_per_s or 0.0 for r in rows], float)
+        self.tps_bars.setOpts(x=x, height=tps, width=0.6,
+                              brushes=[pg.mkBrush(COLORS[i % len(COLORS)]) for i in range(n)])
+        self.tps_plot.getAxis("bottom").setTicks([[(i, _tick(r.config.label)) for i, r in enumerate(rows)]])
+        plain = next((r.summary.decode_tokens_per_s for r in rows if r.config.source == PLAIN), None)
+        self.plain_line.setVisible(bool(plain))
+        if plain:
+            self.plain_line.setValue(plain)
+        self.tps_plot.setXRange(-0.6, max(0, n - 1) + 0.6, padding=0)
+        while len(self._curves) < n:
+            i = len(self._curves)
+            c = pg.PlotDataItem([], [], pen=pg.mkPen(COLORS[i % len(COLORS)], width=2), symbol="o", symbolSize=6,
+                                symbolBrush=COLORS[i % len(COLORS)], symbolPen=None)
+            self.pos_plot.addItem(c)
+            self._curves.append(c)
+        self.pos_legend.clear()
+        for i, c in enumerate(self._curves):
+            by_pos = rows[i].summary.acceptance_by_position if i < n else []
+            if by_pos:  # dodged a little sideways, so equal curves stay visible
+                dodge = (i - (n - 1) / 2) * DODGE
+                c.setData(np.arange(1, len(by_pos) + 1) + dodge, np.array(by_pos, float))
+                self.pos_legend.addItem(c, rows[i].config.label)
+            else:
+                c.setData([], [])
+
+    def row_count(self) -> int:
+        """Result rows shown (tests)."""
+        return self.results.rowCount()
+
+    # -- export ----------------------------------------------------------------------
+    def _export(self, kind: str) -> None:
+        if self.result is None:
+            return
+        name = "compare.json" if kind == "json" else "compare.csv"
+        flt = "JSON (*.json)" if kind == "json" else "CSV (*.csv)"
+        path, _ = QFileDialog.getSaveFileName(self, f"Export comparison as {kind.upper()}", name, flt)
+        if path:
+            self.export(path, kind)
+
+    def export(self, path: str, kind: str = "json") -> bool:
+        """Write the shown result (``write_compare_json`` / ``write_compare_csv``); errors become a dialog."""
+        from inspector.bench.compare import write_compare_csv, write_compare_json
+
+        if self.result is None:
+            return False
+        try:
+            (write_compare_json if kind == "json" else write_compare_csv)(self.result, path)
+        except OSError as exc:
+            self._error("Export failed", f"cannot write {path}: {exc}")
+            return False
+        self.status.setText(f"written: {path}")
+        return True
+
+    def _error(self, title: str, message: str) -> None:
+        box = QMessageBox(QMessageBox.Icon.Warning, title, message, QMessageBox.StandardButton.Ok, self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        self.error_box = box

@@ -1,0 +1,1 @@
+"""Files of a session: autosave, crash recovery, receipts export and loading, File menu actions."""

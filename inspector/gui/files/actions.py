@@ -1,0 +1,276 @@
+"""File menu actions of the main window: models, receipts, autosave, PNG export.
+
+Slow work (building a receipts document hashes the model file and renders
+token texts) runs on a ``BackgroundJob`` thread; the GUI thread only opens
+dialogs and shows results. Errors become dialogs, never tracebacks.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from inspector.gui.engine_thread import worker as W
+from inspector.gui.files.session_store import BackgroundJob, autosave_is_clean
+from inspector.gui.look.wording import count_noun
+
+
+class FileActions(QObject):
+    """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery for ``window``."""
+
+    exported = Signal(str, str)
+    """(path, error): a receipts export finished ("" error on success)."""
+    opened = Signal(str, str)
+    """(path, error): opening a receipts file ended ("" error when it is shown)."""
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.win = window
+        self.jobs: list[BackgroundJob] = []
+        self.opening: str | None = None
+        """The receipts file being read on a background thread, or None."""
+
+    # -- models ------------------------------------------------------------------------
+    def open_model_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.win, "Open GGUF model", "", "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.use_model(path)
+
+    def use_model(self, path: str) -> None:
+        """Select ``path`` as the model (added to the recent models) and load it on the worker thread."""
+        if self.win.engine_busy:
+            self.win.show_error("Run in progress", "Stop the run before changing the model.")
+            return
+        self.win.panel.add_recent_model(str(Path(path).resolve()))
+        if self.win.is_idle:
+            self.win.load_selected_model()
+        else:  # queued after the load in flight
+            self.win.panel.model_status.setText(f"loading {Path(path).name} …")
+            self.win.requestLoad.emit(str(Path(path).resolve()), self.win.panel.n_ctx.value(),
+                                      self.win.panel.target_weights(), self.win.offload_or_none(),
+                                      self.win.panel.llama_context.values())
+
+    # -- receipts ------------------------------------------------------------------------
+    def receipts_dir(self) -> str:
+        """Where the receipts dialogs start: the folder of the last receipts file opened or written
+        (remembered), else the working folder."""
+        return str(self.win.settings.value("files/receipts_dir", "") or "")
+
+    def _remember_dir(self, path: str) -> None:
+        self.win.settings.setValue("files/receipts_dir", str(Path(path).resolve().parent))
+    def open_receipts_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.win, "Open receipts", self.receipts_dir(),
+                                              "Receipts (*.json *.jsonl);;All files (*)")
+        if path:
+            self.open_receipts(path)
+
+    def open_receipts(self, path: str) -> bool:
+        """Open a saved receipts document (or an autosave ``.jsonl``) with run controls disabled.
+
+        Reading and checking the file runs on a background thread (a 20,000-window
+        file takes seconds) with a busy bar; ``opened(path, error)`` reports the end, and the
+        status bar then names the document's schema version (``version_note``).
+        Returns whether the opening started."""
+        if self.win.engine_busy:  # a model loading (at startup) is no run
+            self.win.show_error("Run in progress", "Stop the run before opening receipts.")
+            return False
+        if self.opening:
+            self.win.show_error("Opening receipts", f"Still opening {Path(self.opening).name}.")
+            return False
+        from inspector.gui.files.receipts_loading import read_session
+
+        path = str(path)
+        self.opening = path
+        job = BackgroundJob(lambda: read_session(path), self)
+        job.done.connect(lambda result, error: self._opened(path, result, error))
+        self.jobs.append(job)
+        self.win.refresh_controls()  # Run and Open wait for the file
+        self.win.status_state.setText(f"opening {Path(path).name} …")
+        self.win.load_progress.setRange(0, 0)  # busy
+        self.win.load_progress.show()
+        job.start()
+        return True
+
+    def _opened(self, path: str, result, error: str) -> None:
+        self.opening = None
+        self.jobs = [j for j in self.jobs if j.running()]
+        self.win.load_progress.setRange(0, 100)
+        if self.win.state != W.LOADING:
+            self.win.load_progress.hide()
+        session, message, note, conversation = result if result is not None else (None, error, "", None)
+        if session is None or self.win.engine_busy:
+            self.win.status_state.setText("")
+            self.win.show_error("Cannot open receipts", message or "a run started meanwhile")
+            self.win.refresh_controls()
+            self.opened.emit(path, message or "a run started meanwhile")
+            return
+        self.win.set_session(session)
+        if conversation is not None:
+            self.win.turns.adopt(conversation, path)
+        else:
+            self.win.turns.forget()
+        self.win.redraw()  # the shown tab; the others draw when shown
+        skipped = session.skipped_lines
+        partial = (f" <b>Partial view:</b> {count_noun(skipped, 'damaged or incomplete line')} "
+                   "skipped.") if skipped else ""
+        unfinished = (" <b>Unfinished run</b> (it stopped or was killed): every complete record is shown."
+                      if session.unfinished else "")
+        background = (f" {count_noun(session.background_sessions, 'background session')} ran beside it."
+                      if session.background_sessions else "")
+        turns = (f"a conversation of {count_noun(len(conversation.records), 'turn')} (pick one beside "
+                 "the Next turn row; this is the last), " if conversation is not None else "")
+        self.win.set_banner(f"Viewing <b>{html.escape(Path(path).name)}</b> — {turns}"
+                            f"{count_noun(len(session.tokens), 'token')}, {count_noun(len(session.receipts), 'window')}"
+                            f", model {html.escape(session.model_name)}.{unfinished}{partial}{background} Read only "
+                            "(the panel shows the file's settings): File &gt; New live session (Ctrl+N) enables the "
+                            "run controls.", "background:#fff3e0;color:#e65100" if skipped or session.unfinished
+                            else "background:#e3f2fd;color:#0d47a1")
+        self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
+        self._remember_dir(path)
+        self.win.refresh_controls()
+        if note:  # the schema version, after the state's own text (``refresh_controls``)
+            self.win.status_state.setText(f"viewing {Path(path).name} (read only) · {note}")
+        self.opened.emit(path, "")
+
+    def export_receipts_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.win, "Export receipts", str(Path(self.receipts_dir()) / "receipts.json"),
+                                              "Receipts (*.json)")
+        if path:
+            self.export_receipts(path)
+
+    def export_receipts(self, path: str) -> BackgroundJob | None:
+        """Write the shown session as a receipts document (``record_document`` / ``write_document``)
+        on a background thread; ``exported(path, error)`` reports the end."""
+        from inspector.receipts import write_document
+
+        return self._export(path, lambda doc: str(write_document(doc, path)))
+
+    def export_trace_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.win, "Export Perfetto trace", str(Path(self.receipts_dir()) / "trace.json"),
+                                              "Chrome trace JSON (*.json)")
+        if path:
+            self.export_trace(path)
+
+    def export_trace(self, path: str) -> BackgroundJob | None:
+        """Write the shown session as a Chrome trace (``inspector.receipts.trace``, as
+        ``spec-inspector trace``; open it in https://ui.perfetto.dev) on a background thread;
+        ``exported(path, error)`` reports the end."""
+        from inspector.receipts.trace import write_trace
+
+        return self._export(path, lambda doc: str(write_trace(doc, path)))
+
+    def _export(self, path: str, write) -> BackgroundJob | None:
+        """Run ``write(receipts document of the shown session)`` on a background thread
+        (``inspector.session.document.record_document``: the file holds what the window shows)."""
+        from inspector.session.document import record_document
+
+        s = self.win.session
+        conv = self.win.turns.export_conversation()
+        if isinstance(conv, str):  # a conversation file: written as it was read
+            def job():
+                from inspector.receipts import load_document
+
+                return write(load_document(conv))
+        elif conv is not None:  # every turn of the live conversation (snapshots: a turn may still run)
+            def job():
+                from inspector.session.conversation import conversation_document
+
+                return write(conversation_document(conv))
+        elif s.origin == "document":  # a saved receipts document (an autosave cannot be exported)
+            doc, source = s.document, s.document_path
+
+            def job():
+                from inspector.receipts import load_document
+
+                return write(doc if doc is not None else load_document(source))
+        elif s.origin == "live" and s.header is not None:
+            shown = s.snapshot()  # on this thread: the run may go on appending while the job writes
+
+            def job():
+                return write(record_document(shown))
+        else:
+            self.win.show_error("Nothing to export", "Run a generation or open receipts first "
+                                "(an autosave can be viewed but not exported as a receipts document).")
+            return None
+        j = BackgroundJob(job, self)
+        j.done.connect(self._export_done)
+        self.jobs.append(j)
+        self.win.status_state.setText(f"exporting {Path(path).name} …")
+        j.start()
+        return j
+
+    def _export_done(self, result, error: str) -> None:
+        if error:
+            self.win.show_error("Export failed", error)
+            self.exported.emit("", error)
+        else:
+            self.win.status_state.setText(f"receipts written: {result}")
+            self._remember_dir(str(result))
+            self.exported.emit(str(result), "")
+
+    def wait(self) -> None:
+        for j in self.jobs:
+            j.wait(30)
+
+    # -- plots -------------------------------------------------------------------------
+    def export_plots_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.win, "Export plots as PNG (prefix)", "spec-inspector.png",
+                                              "PNG images (*.png)")
+        if path:
+            written = self.export_plots(path)
+            self.win.status_state.setText("plots written: " + ", ".join(Path(p).name for p in written))
+
+    def export_plots(self, path: str) -> list[str]:
+        """Save the timeline, lock plots and statistics as PNG files next to ``path``
+        (``NAME-timeline.png`` etc.); returns the files written."""
+        self.win.refresh_all()
+        base = Path(path)
+        stem = base.with_suffix("")
+        out = []
+        for name, widget in (("timeline", self.win.timeline), ("lock-timing", self.win.lock_plots),
+                             ("statistics", self.win.stats)):
+            if widget.width() < 100:
+                widget.resize(1000, 560)
+            target = f"{stem}-{name}.png"
+            if not widget.grab().save(target):
+                self.win.show_error("Export failed", f"cannot write {target}")
+                return out
+            out.append(target)
+        return out
+
+    # -- autosave recovery -----------------------------------------------------------------
+    def last_unclean_autosave(self) -> str | None:
+        s = self.win.settings
+        path = s.value("autosave/path")
+        clean = str(s.value("autosave/clean", True)).lower() in ("true", "1")
+        if not path or clean or not Path(path).exists() or autosave_is_clean(path):
+            return None
+        return str(path)
+
+    def offer_recovery(self) -> None:
+        """If the last run did not finish cleanly, ask whether to open its autosave (non-blocking)."""
+        path = self.last_unclean_autosave()
+        if path is None:
+            return
+        box = QMessageBox(QMessageBox.Icon.Question, "Last run did not finish",
+                          f"The last run did not finish cleanly. Its receipts were autosaved to\n{path}\n\nOpen them?",
+                          QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Discard, self.win)
+
+        def answered(button) -> None:
+            if box.standardButton(button) == QMessageBox.StandardButton.Open:
+                self.open_receipts(path)
+            self.win.settings.setValue("autosave/clean", True)
+
+        box.buttonClicked.connect(answered)
+        box.open()
+        self.recovery_box = box
+
+    def open_last_autosave(self) -> None:
+        path = self.win.settings.value("autosave/path")
+        if not path or not Path(path).exists():
+            self.win.show_error("No autosave", "No autosaved run was found.")
+            return
+        self.open_receipts(str(path))

@@ -1,0 +1,1 @@
+"""What every view shares in how it looks: outcome colours, counted nouns, row copy of tables."""

@@ -1,0 +1,1 @@
+"""The plots and logs: KV timeline, lock wait and hold, Statistics, probability charts, event log."""

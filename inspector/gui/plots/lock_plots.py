@@ -1,0 +1,205 @@
+"""Runtime lock timing (pyqtgraph): wait and hold per operation kind, in microseconds.
+
+Top row: wait and hold of every operation of the main session over time, one
+series per kind (verify, repair = trim/retire, prefill, step) plus one for
+all background sessions. Time is seconds since the run started: the first
+lock operation recorded for the shown session (``run_start_us``), not since
+the app (its scheduler) started. Bottom row: their distributions
+(histograms). The legend is a row of its own above the plots (it never
+covers a point); the main session's prefill, one operation per run, is drawn
+as a larger diamond. Items are created once and updated with ``setData``.
+
+Times are drawn on a log10 microsecond scale (``MicrosecondAxis``). A log
+scale has no place for 0, and an uncontended lock is often acquired in under
+a microsecond (recorded as 0 µs): such operations are drawn on a row of their
+own below the scale, at ``ZERO_ROW``, labelled "0" and set off by a dashed
+line, so a 0 µs wait is never read as 1 µs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+
+from inspector.session.record import SessionRecord
+from inspector.gui.plots.timeline import set_limited
+from inspector.gui.look.wording import count_noun
+
+SERIES = (
+    ("verify", "#1565c0"),
+    ("repair", "#c62828"),
+    ("prefill", "#6a1b9a"),
+    ("step", "#2e7d32"),
+    ("background", "#9e9e9e"),
+)
+KIND_TO_SERIES = {"verify": "verify", "trim": "repair", "retire": "repair", "prefill": "prefill", "step": "step"}
+BINS = np.linspace(0, 6, 49)
+"""Histogram bins: log10(microseconds) from 1 µs to 1 s."""
+ZERO_ROW = -1.0
+"""Where 0 µs is drawn (log10 axis units): one decade below 1 µs, on a row of its own."""
+ZERO_EDGES = np.array([ZERO_ROW - 0.0625, ZERO_ROW + 0.0625])
+"""The histogram's bin for 0 µs (as wide as the others), drawn at ``ZERO_ROW``."""
+HIST_EDGES = np.concatenate([ZERO_EDGES, BINS])
+"""Histogram edges: the 0 µs bin, an empty gap up to 1 µs, then ``BINS``."""
+ZERO_LABEL = "0"
+
+
+def log_us(us: np.ndarray) -> np.ndarray:
+    """Microseconds -> plot coordinate: log10(µs) for 1 µs and more, ``ZERO_ROW`` for 0 µs."""
+    us = np.asarray(us, float)
+    return np.where(us > 0, np.log10(np.maximum(us, 1.0)), ZERO_ROW)
+
+
+def format_us(us: float) -> str:
+    """A duration in microseconds as a short label: "0", "20 µs", "1 ms", "1.5 s"."""
+    if us <= 0:
+        return ZERO_LABEL
+    if us < 1000:
+        return f"{us:g} µs"
+    if us < 1e6:
+        return f"{us / 1000:g} ms"
+    return f"{us / 1e6:g} s"
+
+
+class MicrosecondAxis(pg.AxisItem):
+    """An axis over ``log_us`` coordinates: ticks at whole decades (1 µs, 10 µs, ..., 1 s; also
+    2 and 5 times a decade when fewer than three decades show), labelled in µs/ms/s, and the
+    ``ZERO_ROW`` tick labelled "0"."""
+
+    def tickValues(self, minVal, maxVal, size):
+        lo, hi = min(minVal, maxVal), max(minVal, maxVal)
+        major = [float(k) for k in range(int(np.ceil(lo)), int(np.floor(hi)) + 1) if k >= 0]
+        if lo <= ZERO_ROW <= hi:
+            major.insert(0, ZERO_ROW)
+        minor = []
+        if hi - max(lo, 0.0) < 3:
+            for k in range(int(np.floor(max(lo, 0.0))), int(np.ceil(hi)) + 1):
+                minor += [v for v in (k + np.log10(2), k + np.log10(5)) if lo <= v <= hi and k >= 0]
+        return [(1.0, major), (0.5, minor)]
+
+    def tickStrings(self, values, scale, spacing):
+        return [ZERO_LABEL if abs(v - ZERO_ROW) < 1e-9 else format_us(round(10 ** v, 6)) for v in values]
+
+
+def run_start_us(session: SessionRecord) -> int:
+    """Time zero of the time axis: ``started_us`` of the first lock operation recorded for the
+    session (its run's first operation: the probe, open or prefill), in the scheduler's
+    microseconds; 0 when there is none."""
+    ops = session.lock_ops
+    return min((op.started_us for op in ops), default=0)
+
+
+class LockPlots(QWidget):
+    """Lock wait/hold over time and their histograms, per operation kind."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session: SessionRecord | None = None
+        self._drawn_ops = -1
+        self._session_ref = None
+        self.start_us = 0
+        """``run_start_us`` of the drawn session: time 0 of the time axis (scheduler microseconds)."""
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.legend = QLabel(" &nbsp; ".join(
+            f"<span style='color:{color};font-size:14pt'>{'◆' if name == 'prefill' else '●'}</span>&nbsp;{name}"
+            for name, color in SERIES) + " &nbsp; <span style='color:#555'>(log scale; the row marked 0 below "
+                                         "the dashed line: 0 µs)</span>")
+        self.legend.setWordWrap(True)  # two lines on a small screen, never wider than the tab
+        self.legend.setToolTip("one point per runtime operation under the lock; repair = trim or retire; "
+                               "background = all background sessions; an operation that did not wait at all "
+                               "(0 µs) is drawn on the row marked 0 at the bottom of the scale")
+        self.wait_plot = self._plot("lock wait", "time since the run started (s)", y_us=True)
+        self.hold_plot = self._plot("lock hold", "time since the run started (s)", y_us=True)
+        self.wait_hist = self._plot("operations", "lock wait (log scale; 0 = no wait)", x_us=True)
+        self.hold_hist = self._plot("operations", "lock hold (log scale)", x_us=True)
+        self.wait_plot.setTitle("Lock wait per operation")
+        self.hold_plot.setTitle("Lock hold per operation")
+        self.wait_hist.setTitle("Wait distribution")
+        self.hold_hist.setTitle("Hold distribution")
+        zero_pen = pg.mkPen("#9e9e9e", style=Qt.PenStyle.DashLine)
+        for p, angle in ((self.wait_plot, 0), (self.hold_plot, 0), (self.wait_hist, 90), (self.hold_hist, 90)):
+            p.addItem(pg.InfiniteLine(pos=ZERO_ROW / 2, angle=angle, pen=zero_pen))  # sets off the 0 µs row
+        self.scatter_wait, self.scatter_hold, self.hist_wait, self.hist_hold = {}, {}, {}, {}
+        for name, color in SERIES:
+            big = name == "prefill"
+            kw = dict(pen=None, symbol="d" if big else "o", symbolSize=11 if big else 5,
+                      symbolPen=pg.mkPen("#ffffff") if big else None, symbolBrush=color)
+            self.scatter_wait[name] = self.wait_plot.plot([], [], name=name, **kw)
+            self.scatter_hold[name] = self.hold_plot.plot([], [], **kw)
+            hpen = pg.mkPen(color, width=2)
+            self.hist_wait[name] = self.wait_hist.plot([0, 1], [0], stepMode="center", pen=hpen)
+            self.hist_hold[name] = self.hold_hist.plot([0, 1], [0], stepMode="center", pen=hpen)
+        self.totals = QLabel("")
+        self.totals.setWordWrap(True)
+        grid.addWidget(self.legend, 0, 0, 1, 2)
+        grid.addWidget(self.wait_plot, 1, 0)
+        grid.addWidget(self.hold_plot, 1, 1)
+        grid.addWidget(self.wait_hist, 2, 0)
+        grid.addWidget(self.hold_hist, 2, 1)
+        grid.addWidget(self.totals, 3, 0, 1, 2)
+
+    @staticmethod
+    def _plot(left: str, bottom: str, *, y_us: bool = False, x_us: bool = False) -> pg.PlotWidget:
+        axes = {}
+        if y_us:
+            axes["left"] = MicrosecondAxis("left")
+        if x_us:
+            axes["bottom"] = MicrosecondAxis("bottom")
+        p = pg.PlotWidget(background="w", axisItems=axes)
+        p.setLabel("left", left)
+        p.setLabel("bottom", bottom)
+        for name in ("left", "bottom"):  # the ticks carry their units: no "(x0.001)" beside µs labels
+            p.getAxis(name).enableAutoSIPrefix(False)
+        p.showGrid(x=True, y=True, alpha=0.25)
+        return p
+
+    def set_session(self, session: SessionRecord) -> None:
+        self.session = session
+        self._drawn_ops = -1
+
+    def series_counts(self) -> dict[str, int]:
+        """Operations drawn per series."""
+        return {k: (0 if v.xData is None else len(v.xData)) for k, v in self.scatter_wait.items()}
+
+    def refresh(self) -> None:
+        s = self.session
+        if s is None or len(s.lock_ops) == self._drawn_ops:
+            return
+        ops = s.lock_ops
+        self._drawn_ops = len(ops)
+        self.start_us = run_start_us(s)
+        main = s.main_session_id
+        groups: dict[str, list] = {name: [] for name, _ in SERIES}
+        for op in ops:
+            if op.session_id == main:
+                name = KIND_TO_SERIES.get(op.kind)
+            elif op.session_id >= 0 and op.kind in KIND_TO_SERIES:
+                name = "background"
+            else:
+                name = None
+            if name is not None:
+                groups[name].append((op.started_us, op.wait_us, op.hold_us))
+        lines = []
+        for name, _ in SERIES:
+            g = np.array(groups[name], float).reshape(-1, 3)
+            t = (g[:, 0] - self.start_us) / 1e6
+            wait, hold = log_us(g[:, 1]), log_us(g[:, 2])
+            set_limited(self.scatter_wait[name], t, wait)  # long sessions: downsampled
+            set_limited(self.scatter_hold[name], t, hold)
+            self.hist_wait[name].setData(HIST_EDGES, self._histogram(g[:, 1]))
+            self.hist_hold[name].setData(HIST_EDGES, self._histogram(g[:, 2]))
+            if len(g):
+                zero = int((g[:, 1] == 0).sum())
+                lines.append(f"<b>{name}</b> {count_noun(len(g), 'op')}, wait mean {g[:, 1].mean():,.0f} µs "
+                             f"max {g[:, 1].max():,.0f} µs ({zero} at 0 µs), hold mean {g[:, 2].mean():,.0f} µs")
+        self.totals.setText(" &nbsp;·&nbsp; ".join(lines))
+
+    @staticmethod
+    def _histogram(us: np.ndarray) -> np.ndarray:
+        """Counts per ``HIST_EDGES`` bin: 0 µs, the empty gap, then log10 bins from 1 µs."""
+        positive = us[us > 0]
+        counts, _ = np.histogram(np.clip(np.log10(np.maximum(positive, 1.0)), 0.0, BINS[-1]), BINS)  # 1 s and more: last bin
+        return np.concatenate([[int((us == 0).sum()), 0], counts])

@@ -1,0 +1,440 @@
+"""The window's "what speculation buys" wiring (GUI thread): the comparison
+with plain decoding after a run, the cost model (Measure, cache, PNG) and the
+Compare window (several proposal configurations on the current prompt or a conversation).
+
+The work itself runs on the engine thread (``EngineWorker`` for the
+baseline, ``inspector.gui.engine_thread.analysis.AnalysisWorker`` for the rest); this
+object starts it through queued signals, shows the busy state (the window's
+``busy`` state: Run and model changes are refused meanwhile) and hands the
+immutable results to the session and the views.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QFileDialog
+
+from inspector.gui.engine_thread import worker as W
+from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
+from inspector.gui.shell.run_control import BANNER_HINT
+from inspector.gui.tune.actions import TuneActions
+from inspector.gui.look.wording import count_noun
+
+SETTINGS_GROUP = "cost_models"
+"""QSettings group of the cached cost models, one JSON value per model file and CPU thread count."""
+
+
+def cost_key(model_path: str, n_threads: int) -> str:
+    """The cache key of a cost model: model file and CPU threads (settings keys cannot hold paths)."""
+    return hashlib.sha1(f"{Path(model_path).resolve()}|{n_threads}".encode()).hexdigest()[:16]
+
+
+class AnalysisActions(QObject):
+    """Baseline results, cost-model measurement and its per-model cache for ``window``.
+
+    ``cost_models``: measured ``CostMeasured`` by ``cost_key`` (kept for the
+    app's lifetime, and in QSettings). ``current``: the loaded model's, or None.
+    """
+
+    requestMeasure = Signal(object)
+    requestCompare = Signal(object)
+    costReady = Signal(object, str)
+    """(``CostMeasured`` or None, error): a measurement ended (tests, status)."""
+    layoutsReady = Signal(object, str)
+    """(list of (weight type, ``CostMeasured``) or None, error): "Try other weight types" ended."""
+    requestLayouts = Signal(object)
+    compareReady = Signal(object, str)
+    """(``CompareResult`` or None, note or error): a comparison ended (tests, status)."""
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.w = window
+        self.cost_models: dict[str, CostMeasured] = {}
+        self.current: CostMeasured | None = None
+        self.busy = ""
+        """What the engine thread measures for us ("" when nothing)."""
+        self.worker = AnalysisWorker(window.worker)
+        self.worker.moveToThread(window.thread)
+        self.requestMeasure.connect(self.worker.measure_cost)
+        self.requestCompare.connect(self.worker.run_compare)
+        self.requestLayouts.connect(self.worker.measure_layouts)
+        self.worker.layoutsMeasured.connect(self._layouts_measured)
+        self.worker.layoutProgress.connect(lambda text: self.w.cost_view.set_busy(True, text))
+        self.worker.costMeasured.connect(self._cost_measured)
+        self.worker.compareProgress.connect(self._compare_progress)
+        self.worker.compareTurnProgress.connect(self._compare_turn_progress)
+        self.worker.compareDone.connect(self._compare_done)
+        self.worker.failed.connect(self._failed)
+        window.worker.baselineReady.connect(self._baseline_ready)
+        window.worker.modelLoaded.connect(self._model_loaded)
+        view = window.cost_view
+        view.measure.clicked.connect(self.measure)
+        view.export.clicked.connect(self.export_png_dialog)
+        view.try_layouts.clicked.connect(self.try_layouts)
+        view.use_layout.clicked.connect(self.use_layout)
+        view.use_draft_max.clicked.connect(self.use_draft_max)
+        menu = window.menuBar().addMenu("&Analysis")
+        self.act_measure = window.add_action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
+                                             "time verify batches of 1..16 rows on the loaded model")
+        self.act_cost_png = window.add_action(menu, "Export cost curve PNG…", self.export_png_dialog)
+        menu.addSeparator()
+        self.act_compare = window.add_action(menu, "Compare configurations…", self.show_compare, ["Ctrl+K"],
+                                             "run the prompt with several proposal configurations, side by side")
+        self.act_server_flags = window.add_action(
+            menu, "Copy as llama-server flags", self.copy_server_flags, ["Ctrl+Shift+L"],
+            "copy the llama-server arguments that reproduce the chosen source and its settings "
+            "(llama.cpp's ngram-* proposers and draft models), the context and the sampling")
+        self.tune = TuneActions(window, menu)
+        """The Tune window (Tune from this run…, Ctrl+Shift+K)."""
+        self.compare_view = None
+        self._compare_turns: tuple | None = None
+        """The turns of the conversation being compared (None: the prompt, or no comparison)."""
+        window.requestShutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
+        if window.model_info is not None:
+            self._model_loaded(window.model_info)
+
+    # -- llama-server --------------------------------------------------------------
+    def copy_server_flags(self) -> str | None:
+        """Copy ``llama-server ...`` for the side panel's source, options and draft max (and the loaded
+        model), its context size and llama.cpp context settings and its sampling (each flag whose
+        value is not llama-server's default: ``server_arguments``) to the clipboard and show it in the
+        status bar, with notes (a system prompt goes in the requests' messages); a source
+        llama-server lacks gets a message naming those it has. Returns the line, or None."""
+        from PySide6.QtGui import QGuiApplication
+
+        from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
+
+        p = self.w.panel
+        draft_max = p.draft_max_in_effect()  # auto: what the last run resolved, as the panel's "→ 7" says
+        model = (self.w.model_info or {}).get("path")
+        source = p.source.currentText()
+        try:
+            line = server_command(source, p.source_options(), draft_max=draft_max, model=model,
+                                  sampling=p.generation_settings().sampling, n_ctx=p.n_ctx.value(),
+                                  n_batch=p.llama_context.n_batch.value(), context=p.llama_context.settings())
+            notes = server_notes(source, p.source_options(), draft_max=draft_max,
+                                 system_prompt="" if p.raw.isChecked() else p.system_prompt.text())
+        except NoServerEquivalent as exc:
+            from PySide6.QtWidgets import QMessageBox
+
+            self.w.show_error("No llama-server flags for this source", str(exc), QMessageBox.Icon.Information)
+            return None
+        except ValueError as exc:
+            self.w.show_error("No llama-server flags for this source", str(exc))
+            return None
+        QGuiApplication.clipboard().setText(line)
+        self.w.status_state.setText("llama-server flags copied to the clipboard")
+        self.w.set_banner("<b>Copied to the clipboard:</b> <code>" + html.escape(line) + "</code>" +
+                          "".join(f"<br>Note: {html.escape(n)}" for n in notes), BANNER_HINT)
+        return line
+
+    # -- baseline ------------------------------------------------------------------
+    def _baseline_ready(self, result, error: str) -> None:
+        """The comparison with plain decoding of the run that just ended (before its ``runFinished``);
+        the result reaches the shown session as its ``BaselineDone`` record."""
+        self.w.drain_records()
+        if error:
+            self.w.status_state.setText(f"comparison with plain decoding failed: {error}")
+            self.w.show_error("Comparison with plain decoding failed", error)
+            return
+        if result is None:  # Stop during the comparison
+            self.w.status_state.setText("comparison with plain decoding stopped")
+
+    # -- busy state ----------------------------------------------------------------
+    def _start(self, what: str, detail: str) -> bool:
+        w = self.w
+        if not w.is_idle:
+            w.show_error("Run in progress", f"Stop the run before {detail.rstrip('…')}.")
+            return False
+        if w.worker.runtime is None:
+            w.show_error("No model loaded", "Load a model first (the bundled one loads at startup).")
+            return False
+        self.busy = what
+        w.set_state(W.BUSY, detail)
+        return True
+
+    def _end(self) -> None:
+        self.busy = ""
+        if self.w.state == W.BUSY:
+            self.w.set_state(W.IDLE)
+
+    def _prompt(self) -> tuple[str, bool]:
+        from inspector.prompts import example_prompts
+
+        p = self.w.panel
+        text = p.prompt.toPlainText()
+        if not text.strip():
+            text = example_prompts().get("copy-with-corrections", "Hello")
+        return text, p.raw.isChecked()
+
+    # -- cost model ----------------------------------------------------------------
+    def measure(self) -> bool:
+        """Measure the cost model of the loaded model after the current prompt, on the engine thread.
+        Refused (with a message) while a run goes or no model is loaded."""
+        if not self._start("cost", "measuring the cost model…"):
+            return False
+        self.w.cost_view.set_busy(True, "measuring c(k) for k = 1..16 verification rows (median of 3) …")
+        self.w.tabs.setCurrentWidget(self.w.cost_view)
+        text, raw = self._prompt()
+        self.requestMeasure.emit(CostRequest(text, raw))
+        return True
+
+    def _cost_measured(self, m: CostMeasured) -> None:
+        key = cost_key(m.model_path, m.n_threads)
+        self.cost_models[key] = m
+        self._save(key, m)
+        self._use(m)
+        self.w.cost_view.set_busy(False)
+        self._end()
+        self.w.status_state.setText(f"cost model measured: {self.w.cost_view.ceiling_text()}")
+        self.costReady.emit(m, "")
+
+    # -- weight layouts ----------------------------------------------------------------
+    def try_layouts(self) -> bool:
+        """Measure c(k) of the loaded model in its other weight types (``LAYOUT_TYPES``), on the engine
+        thread; the Cost model tab then plots every layout's curve and offers the best one."""
+        if not self._start("layouts", "trying other weight types…"):
+            return False
+        self.w.cost_view.set_busy(True, "converting the model to other weight types (llama.cpp quantize, cached) "
+                                        "and measuring c(k) for each …")
+        self.w.tabs.setCurrentWidget(self.w.cost_view)
+        text, raw = self._prompt()
+        self.requestLayouts.emit(LayoutsRequest(text, raw))
+        return True
+
+    def _layouts_measured(self, results) -> None:
+        self.w.cost_view.set_busy(False)
+        self._end()
+        own = results[0][1]  # the loaded layout's c(k): the current cost model too
+        key = cost_key(own.model_path, own.n_threads)
+        self.cost_models[key] = own
+        self._save(key, own)
+        self._use(own)
+        self.w.cost_view.set_layouts(results)
+        self.w.status_state.setText("weight layouts measured: " + ", ".join(
+            f"{t} {m.model.ceiling:.1f}x" for t, m in results))
+        self.layoutsReady.emit(results, "")
+
+    def use_draft_max(self) -> int:
+        """Set the panel's draft max to what the measured curve implies (``CostView.suggested_draft_max``);
+        returns it (0: no cost model, nothing changed)."""
+        n = self.w.cost_view.suggested_draft_max()
+        if n >= 1:
+            self.w.panel.draft_max.setValue(n)
+            self.w.status_state.setText(f"draft max {n}: the cost curve's best window")
+        return n
+
+    def use_layout(self) -> bool:
+        """Run the model in the weight type the Cost model tab offers (its best ceiling) from now on:
+        the model panel's weights choice (remembered for this model), then load it."""
+        best = self.w.cost_view.offered_layout()
+        if best is None or not self.w.is_idle:
+            return False
+        weight_type, _m = best
+        self.w.panel.set_target_weights(weight_type)
+        return self.w.load_selected_model()
+
+    def _failed(self, what: str, message: str) -> None:
+        self._end()
+        if what == "layouts":
+            self.w.cost_view.set_busy(False)
+            self.w.show_error("Cannot try other weight types", message)
+            self.layoutsReady.emit(None, message)
+            return
+        if what == "cost":
+            self.w.cost_view.set_busy(False)
+            self.w.show_error("Cannot measure the cost model", message)
+            self.costReady.emit(None, message)
+        elif self.compare_view is not None:
+            self._compare_turns = None
+            self.compare_view.set_running(False, f"failed: {message}")
+            self.compare_view._error("Comparison failed", message)
+            self.compareReady.emit(None, message)
+
+    def _use(self, m: CostMeasured | None) -> None:
+        self.current = m
+        self.w.cost_view.set_cost_model(m)
+        self.w.stats.set_cost_model(None if m is None else m.model)
+
+    def _model_loaded(self, info: dict) -> None:
+        """Show the cost model cached for this model (and the thread count a run uses), if any."""
+        from inspector.llama.cost_cache import load_cost_model, placement
+        from inspector.llama.model_file import weight_types_of
+
+        path = str(info.get("path", ""))
+        n = int(info.get("n_threads") or 0)
+        cores = os.cpu_count() or 1
+        rt = self.w.worker.runtime
+        where = placement(rt) if rt is not None else ""
+        for threads in (n, n - 1 if n >= cores and n > 1 else n):
+            key = cost_key(path, threads)
+            m = None if where else self.cost_models.get(key) or self._load(key)  # the window's own, local
+            if m is None:  # what bench, compare or another window stored for this placement
+                cm = load_cost_model(path, threads, where)
+                m = None if cm is None else CostMeasured(cm, path, threads, 0, weight_types_of(path),
+                                                         str(info.get("layers", "")))
+            if m is not None:
+                self.cost_models[key] = m
+                self._use(m)
+                return
+        self._use(None)
+
+    def _save(self, key: str, m: CostMeasured) -> None:
+        s = self.w.settings
+        s.setValue(f"{SETTINGS_GROUP}/{key}", json.dumps({
+            "row_ms": list(m.model.row_ms), "model_path": m.model_path, "n_threads": m.n_threads,
+            "prompt_tokens": m.prompt_tokens}))
+        s.sync()
+
+    def _load(self, key: str) -> CostMeasured | None:
+        from inspector.llama.cost_model import CostModel
+        from inspector.llama.model_file import weight_types_of
+
+        raw = self.w.settings.value(f"{SETTINGS_GROUP}/{key}")
+        try:
+            d = json.loads(raw) if isinstance(raw, str) else None
+            if not d or not d["row_ms"] or min(d["row_ms"]) <= 0:
+                return None
+            return CostMeasured(CostModel(tuple(float(x) for x in d["row_ms"])), str(d["model_path"]),
+                                int(d["n_threads"]), int(d.get("prompt_tokens", 0)), weight_types_of(d["model_path"]))
+        except (TypeError, ValueError, KeyError):
+            return None
+
+    def export_png_dialog(self) -> None:
+        if self.current is None:
+            self.w.show_error("No cost model", "Measure the cost model first (Cost model tab).")
+            return
+        path, _ = QFileDialog.getSaveFileName(self.w, "Export cost curve PNG", "cost-curve.png", "PNG images (*.png)")
+        if path:
+            if self.w.cost_view.export_png(path):
+                self.w.status_state.setText(f"cost curve written: {path}")
+            else:
+                self.w.show_error("Export failed", f"cannot write {path}")
+
+    # -- compare -------------------------------------------------------------------
+    def show_compare(self):
+        """Open (or raise) the Compare window; returns it."""
+        from inspector.gui.compare.view import CompareView
+        from inspector.gui.panel.control_panel import source_names
+
+        if self.compare_view is None:
+            v = CompareView(source_names(), self.w)
+            v.runRequested.connect(self.run_compare)
+            v.cancelRequested.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
+            self._restore_configs(v)
+            self.w.timer.timeout.connect(v.refresh)  # redrawn with the window's views
+            self.compare_view = v
+        self.compare_view.cost_model = None if self.current is None else self.current.model
+        self._describe_prompt()
+        self.compare_view.show()
+        self.compare_view.raise_()
+        return self.compare_view
+
+    def _describe_prompt(self) -> None:
+        p = self.w.panel
+        name = p.example_name() or "custom prompt"
+        s = p.generation_settings()
+        sampling = "greedy" if s.sampling.greedy else f"temperature {s.sampling.temperature:g}"
+        cm = "" if self.current is None else " · expected speedup from the measured cost model"
+        self.compare_view.set_prompt_info(f"{name} (main window)", s.max_new_tokens, f"{sampling}{cm}")
+
+    def run_compare(self, configs, conversation=None) -> bool:
+        """Run ``configs`` (``CompareConfig``) on the engine thread: on the main window's prompt, or
+        with ``conversation`` (``(name, turns)``, ``CompareView.conversation``) over its turns, each
+        configuration with its own history (a row sums every turn). Refused (with a message) while a
+        run goes or no model is loaded."""
+        v = self.compare_view or self.show_compare()
+        self._describe_prompt()
+        if not self._start("compare", "comparing configurations…"):
+            return False
+        self._save_configs(configs, conversation)
+        text, raw = self._prompt()
+        panel = self.w.panel
+        configs = [self._with_panel_draft(c) for c in configs]
+        turns = None if conversation is None else tuple(conversation[1])
+        self._compare_turns = turns
+        what = "" if turns is None else f" over {count_noun(len(turns), 'turn')} of {conversation[0]}"
+        v.set_running(True, f"starting {count_noun(len(configs), 'configuration')}{what} …")
+        self.worker.reset_cancel()
+        from dataclasses import replace
+
+        settings = replace(panel.generation_settings(), max_new_tokens=v.max_tokens.value())  # the window's own
+        self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), settings,
+                                                None if self.current is None else self.current.model, turns,
+                                                v.llama_server_target()))
+        return True
+
+    def _with_panel_draft(self, c):
+        """A ``draft`` configuration without ``draft_model`` uses the main window's draft model."""
+        from dataclasses import replace
+
+        path = self.w.panel.draft_model.text().strip()
+        if c.source == "draft" and "draft_model" not in c.options and path:
+            return replace(c, options={**c.options, "draft_model": path})
+        return c
+
+    def _compare_progress(self, done: int, total: int, label: str) -> None:
+        if self._compare_turns:  # a conversation: its turns report (_compare_turn_progress)
+            return
+        if self.compare_view is not None:
+            self.compare_view.set_progress(done, total, label)
+        self.w.status_state.setText(f"busy · comparing configurations: {done + 1}/{total} {label}")
+
+    def _compare_turn_progress(self, turn: int, turns: int, done: int, total: int, label: str) -> None:
+        if self.compare_view is not None:
+            self.compare_view.set_turn_progress(turn, turns, done, total, label)
+        self.w.status_state.setText(f"busy · comparing configurations: turn {turn}/{turns}, "
+                                    f"configuration {done + 1}/{total} {label}")
+
+    def _compare_done(self, result, note: str) -> None:
+        self._end()
+        turns = self._compare_turns
+        self._compare_turns = None
+        v = self.compare_view
+        if v is not None:
+            v.set_running(False)
+            failed = [r.config.label for r in (result.rows if result else ()) if r.error]
+            text = note or f"done: {count_noun(len(result.rows), 'configuration')}"
+            if turns and result is not None:
+                text += f" × {count_noun(len(turns), 'turn')} (each row sums every turn; hover a label for its turns)"
+            if failed:
+                text += f" · failed: {', '.join(failed)} (hover the row for the error)"
+            v.set_result(result, text)
+        self.w.status_state.setText(f"comparison {note or 'done'}")
+        self.compareReady.emit(result, note)
+
+    def _save_configs(self, configs, conversation=None) -> None:
+        s = self.w.settings
+        s.setValue("compare/configs", json.dumps([c.to_json() for c in configs]))
+        s.setValue("compare/conversation", "" if conversation is None else conversation[0])
+        if self.compare_view is not None:  # "also through llama-server" and its path or URL
+            s.setValue("compare/llama_server", self.compare_view.server_target.text().strip())
+            s.setValue("compare/with_llama_server", self.compare_view.with_server.isChecked())
+
+    def _restore_configs(self, v) -> None:
+        from inspector.bench.compare import CompareConfig
+
+        raw = self.w.settings.value("compare/configs")
+        target = self.w.settings.value("compare/llama_server")
+        if isinstance(target, str):
+            v.server_target.setText(target)
+        v.with_server.setChecked(str(self.w.settings.value("compare/with_llama_server")).lower() == "true")
+        try:
+            items = json.loads(raw) if isinstance(raw, str) else None
+            if items:
+                v.set_configs([CompareConfig(str(d["label"]), str(d["source"]), int(d["draft_max"]),
+                                             dict(d.get("options") or {})) for d in items])
+        except (TypeError, ValueError, KeyError):
+            pass
+        chosen = self.w.settings.value("compare/conversation")
+        if isinstance(chosen, str) and chosen:
+            from inspector.prompts import TURNS_EXAMPLES
+
+            if chosen in TURNS_EXAMPLES or os.path.isfile(chosen):  # a file since removed is not offered
+                v.choose_conversation(chosen)

@@ -1,0 +1,1 @@
+"""The token stream, the figures of a token, the Next turn row and the Conversation transcript."""
