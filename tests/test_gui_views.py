@@ -382,6 +382,22 @@ def test_the_timelines_reason_lane_has_a_row_per_reason_and_a_mark_at_each_plain
     assert ticks == list(dict.fromkeys(codes)) and not t.lane.isHidden()
 
 
+def test_the_timelines_profit_line_ends_at_the_runs_net_balance_after_its_last_window(qtbot, engine_session):
+    from inspector.engine.profit import plain_step_us, run_balance
+    from inspector.gui.plots.timeline import Timeline
+
+    s, _g = engine_session
+    t = Timeline()
+    qtbot.addWidget(t)
+    t.set_session(s)
+    t.refresh()
+    net = run_balance(s.receipts, plain_step_us(s.lock_ops, s.main_session_id)).net_us
+    assert s.receipts and not t.profit_plot.isHidden()
+    assert list(t.profit.xData) == sorted(r.decode_step for r in s.receipts)
+    assert abs(t.profit.yData[-1] - net / 1000) < 1e-6
+    assert "plain steps of this run" in t.profit_plot.toolTip()
+
+
 def test_a_short_kv_plot_hides_its_legend_so_the_data_stays_visible(qtbot, engine_session):
     from inspector.gui.plots.timeline import LEGEND_MIN_PLOT_PX, Timeline
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace as R
 
-from inspector.engine.profit import balance, plain_step_us, run_balance, window_profit_us
+from inspector.engine.profit import OwnC1, balance, cumulative_profit_us, plain_step_us, run_balance, window_profit_us
 
 
-def _r(committed, accepted, proposal=0, verification=0, repair=0):
+def _r(committed, accepted, proposal=0, verification=0, repair=0, step=0):
     return R(canonical_prediction_count=committed, accepted_proposal_tokens=accepted, proposal_elapsed_us=proposal,
-             verification_elapsed_us=verification, repair_elapsed_us=repair)
+             verification_elapsed_us=verification, repair_elapsed_us=repair, decode_step=step)
 
 
 def test_a_window_earns_c1_per_committed_token_and_pays_its_proposal_verification_and_repair():
@@ -36,3 +36,24 @@ def test_c1_is_the_median_plain_step_of_the_runs_own_session_else_the_cost_model
     b = run_balance([_r(2, 1)], plain_step_us(ops[3:4], 0), 700.0)
     assert (b.c1_us, b.c1_from) == (700.0, "the cost model")
     assert run_balance([_r(2, 1)], None, None) is None and run_balance([], 1100.0, 700.0) is None
+
+
+def test_the_cumulative_profit_line_sums_window_profits_in_decode_step_order():
+    windows = [_r(1, 0, verification=1500, step=7), _r(4, 3, verification=2000, step=2),
+               _r(2, 1, verification=2500, step=4)]
+    steps, total = cumulative_profit_us(windows, 1000.0)
+    assert steps == [2, 4, 7]
+    assert total == [2000.0, 1500.0, 1000.0]
+    assert total[-1] == balance(windows, 1000.0, "x").net_us
+    assert cumulative_profit_us([], 1000.0) == ([], [])
+
+
+def test_the_runs_own_c1_is_computed_again_only_when_lock_operations_arrive():
+    ops = [R(kind="step", session_id=0, hold_us=900)]
+    own = OwnC1()
+    assert own.of(1, ops, 0) == 900
+    ops[0] = R(kind="step", session_id=0, hold_us=5)  # same count: the cached value stands
+    assert own.of(1, ops, 0) == 900
+    ops.append(R(kind="step", session_id=0, hold_us=7))
+    assert own.of(1, ops, 0) == 6
+    assert own.of(1, ops, 1) is None

@@ -27,6 +27,23 @@ def plain_step_us(lock_operations: Iterable, session_id: int | None = None) -> f
     return float(median(holds)) if holds else None
 
 
+class OwnC1:
+    """The run's own ``c(1)`` (``plain_step_us`` of its main session), computed again only when lock
+    operations arrived: a view redrawing on a timer would otherwise sort every one of them each tick.
+    One per view; ``of`` returns microseconds or None (no plain step yet)."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._us: float | None = None
+
+    def of(self, record_id: int, lock_operations: Sequence, session_id: int | None) -> float | None:
+        """``plain_step_us(lock_operations, session_id)``, cached by (``record_id``, how many operations)."""
+        key = (record_id, len(lock_operations), session_id)
+        if key != self._key:
+            self._key, self._us = key, plain_step_us(lock_operations, session_id)
+        return self._us
+
+
 def window_profit_us(receipt, c1_us: float) -> float:
     """``receipt``'s committed tokens × ``c1_us`` minus its proposal, verification and repair time
     (microseconds; ``WindowReceipt`` fields)."""
@@ -79,6 +96,19 @@ def _ms(us: float) -> str:
 
 def _windows(n: int) -> str:
     return f"{n} window{'s' if n != 1 else ''}"
+
+
+def cumulative_profit_us(receipts: Iterable, c1_us: float) -> tuple[list[int], list[float]]:
+    """(decode steps, the running sum of ``window_profit_us`` after each window) over ``receipts`` in
+    decode-step order (``WindowReceipt.decode_step``): the timeline's cumulative profit line, in
+    microseconds. Empty lists when there is no receipt."""
+    ordered = sorted(receipts, key=lambda r: r.decode_step)
+    steps, total, out = [], 0.0, []
+    for r in ordered:
+        total += window_profit_us(r, c1_us)
+        steps.append(r.decode_step)
+        out.append(total)
+    return steps, out
 
 
 def balance(receipts: Sequence, c1_us: float, c1_from: str) -> Balance:

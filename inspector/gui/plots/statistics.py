@@ -45,7 +45,7 @@ from PySide6.QtWidgets import (
 from inspector.engine.probability_stats import DRAFT, TARGET, acceptance_by_probability, has_probabilities, \
     probability_by_position
 from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
-from inspector.engine.profit import plain_step_us, run_balance
+from inspector.engine.profit import OwnC1, run_balance
 from inspector.engine.receipt import Summary
 from inspector.gui.plots.probability import TITLE_SIZE, AcceptancePlot, no_figures_reason
 from inspector.session.record import SessionRecord
@@ -90,6 +90,7 @@ class StatsView(QWidget):
         self.reasons: Counter = Counter()
         self.summary: Summary | None = None
         self.cost_model = None
+        self._own_c1 = OwnC1()
         """The ``CostModel`` of the loaded model (``set_cost_model``), or None."""
         self.expected_speedup: float | None = None
         self.observed_speedup: float | None = None
@@ -227,12 +228,8 @@ class StatsView(QWidget):
             self._reasons_counted = len(s.events)
 
     def _own_c1_us(self, s: SessionRecord) -> float | None:
-        """The run's median plain step (``plain_step_us``), computed again only when lock operations
-        arrived (the redraw timer would otherwise sort every one of them 15 times a second)."""
-        key = (id(s), len(s.lock_ops))
-        if getattr(self, "_c1_key", None) != key:
-            self._c1_key, self._c1_us = key, plain_step_us(s.lock_ops, s.main_session_id)
-        return self._c1_us
+        """The run's median plain step (``OwnC1``: computed again only when lock operations arrived)."""
+        return self._own_c1.of(id(s), s.lock_ops, s.main_session_id)
 
     def _plain_steps_text(self, s: SessionRecord, plain_steps: int) -> tuple[str, str]:
         """(the plain steps figure with its reasons, the tooltip with their meanings)."""

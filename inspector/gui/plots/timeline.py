@@ -28,6 +28,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from inspector.engine.no_proposal import reason_code
+from inspector.engine.profit import OwnC1, cumulative_profit_us
 from inspector.engine.receipt import DISCARD, PREFILL, STEP, VERIFY
 from inspector.session.record import SessionRecord
 
@@ -76,6 +77,8 @@ LANE_AXIS_PX = 78
 """Width of both plots' left axes (pixels): room for a reason code, and the x axes line up."""
 LANE_ROW_PX = 14
 """Height of one reason row (pixels)."""
+PROFIT_PX = 96
+"""Height of the cumulative profit plot (pixels)."""
 
 
 class Timeline(QWidget):
@@ -126,9 +129,25 @@ class Timeline(QWidget):
         self.lane_marks = pg.ScatterPlotItem(size=6, pen=None, symbol="s")
         self.lane.addItem(self.lane_marks)
         self.lane.hide()
-        for axis in (self.plot.getAxis("left"), self.lane.getAxis("left")):
-            axis.setWidth(LANE_AXIS_PX)  # the same left edge: a lane mark sits under its decode step
         lay.addWidget(self.lane)
+        # What the windows saved against plain decoding so far (issue 28): the running sum of each
+        # window's profit (``inspector.engine.profit``), on the same decode-step axis.
+        self.cost_model = None
+        self._own_c1 = OwnC1()
+        self.profit_plot = pg.PlotWidget(background="w")
+        self.profit_plot.setXLink(self.plot)
+        self.profit_plot.setMouseEnabled(x=True, y=False)
+        self.profit_plot.setLabel("left", "profit (ms)")
+        self.profit_plot.getAxis("bottom").setStyle(showValues=False)
+        self.profit_plot.showGrid(x=True, y=True, alpha=0.25)
+        self.profit_plot.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("#9e9e9e", width=1)))
+        self.profit = self.profit_plot.plot([], [], pen=pg.mkPen("#2e7d32", width=2), symbol="o", symbolSize=4,
+                                            symbolBrush="#2e7d32", symbolPen=None)
+        self.profit_plot.setFixedHeight(PROFIT_PX)
+        self.profit_plot.hide()
+        lay.addWidget(self.profit_plot)
+        for axis in (self.plot.getAxis("left"), self.lane.getAxis("left"), self.profit_plot.getAxis("left")):
+            axis.setWidth(LANE_AXIS_PX)  # the same left edge: a lane mark sits under its decode step
 
     def _reset_steps(self) -> None:
         # Plain steps read from the session's events so far (append-only): for each,
@@ -144,6 +163,23 @@ class Timeline(QWidget):
         self.session = session
         self._drawn_version = -1
         self._reset_steps()
+
+    def set_cost_model(self, cost_model) -> None:
+        """Take ``c(1)`` from ``cost_model`` (``inspector.llama.cost_model.CostModel`` or None) for the
+        profit line when the run has no plain step of its own."""
+        self.cost_model = cost_model
+        self._drawn_version = -1
+
+    def profit_c1(self) -> tuple[float | None, str]:
+        """(``c(1)`` in microseconds, where it comes from) for the profit line: the run's own plain steps,
+        else the cost model; (None, why) when neither is known."""
+        s = self.session
+        own = None if s is None else self._own_c1.of(id(s), s.lock_ops, s.main_session_id)
+        if own is not None:
+            return own, "plain steps of this run"
+        if self.cost_model is not None:
+            return self.cost_model.cost(1) * 1000, "the cost model"
+        return None, "no plain step and no cost model to give c(1)"
 
     def point_count(self) -> int:
         """Windows drawn (verified + failed)."""
@@ -261,3 +297,20 @@ class Timeline(QWidget):
         self.plot.setTitle(f"live KV length {kv if kv is not None else '—'} · canonical position "
                            f"{s.canonical_position if s.canonical_position is not None else '—'} (tokens)")
         self._draw_lane()
+        self._draw_profit(s)
+
+    def _draw_profit(self, s: SessionRecord) -> None:
+        """The cumulative profit line: after each window, what the windows so far saved (above 0) or
+        lost against plain decoding of their tokens at ``c(1)`` (``profit_c1``), in milliseconds."""
+        c1, source = self.profit_c1()
+        receipts = s.receipts
+        self.profit_plot.setVisible(bool(receipts) and c1 is not None)
+        if not receipts or c1 is None:
+            self.profit_plot.setToolTip(f"cumulative profit: {source}")
+            return
+        steps, total = cumulative_profit_us(receipts, c1)
+        set_limited(self.profit, np.array(steps, float), np.array(total, float) / 1000)
+        self.profit_plot.setToolTip(
+            f"cumulative profit after each window: committed tokens × c(1) − (proposal + verification + repair), "
+            f"summed; c(1) {c1 / 1000:.1f} ms from {source}. Net {total[-1] / 1000:+.1f} ms after "
+            f"{len(total)} windows (Statistics: windows vs plain)")

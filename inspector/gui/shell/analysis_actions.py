@@ -261,6 +261,7 @@ class AnalysisActions(QObject):
         self.current = m
         self.w.cost_view.set_cost_model(m)
         self.w.stats.set_cost_model(None if m is None else m.model)
+        self.w.timeline.set_cost_model(None if m is None else m.model)
 
     def _model_loaded(self, info: dict) -> None:
         """Show the cost model cached for this model (and the thread count a run uses), if any."""
