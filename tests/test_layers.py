@@ -146,3 +146,19 @@ def test_no_module_imports_a_private_name_of_another():
     _graph_, private = _graph()
     assert private == [], "\n".join(f"{m} imports {name} from {src}" for m, src, name in private)
 
+
+
+GUI_ENTRY = {"__init__.py", "app.py"}
+"""The only modules directly in ``inspector/gui/``: every other one belongs to the package of what the
+user sees (README, Architecture)."""
+
+
+def test_the_gui_has_no_loose_modules_beyond_its_packages_and_the_app_entry():
+    loose = sorted(p.name for p in (ROOT / "gui").glob("*.py") if p.name not in GUI_ENTRY)
+    assert loose == [], f"move these into a package under inspector/gui/ (observed loose modules: {loose})"
+    packages = [d for d in (ROOT / "gui").iterdir() if d.is_dir() and d.name != "__pycache__"]
+    unmarked = sorted(d.name for d in packages if not (d / "__init__.py").exists())
+    assert unmarked == [], f"these folders under inspector/gui/ need an __init__.py with a docstring: {unmarked}"
+    undocumented = sorted(d.name for d in packages if (d / "__init__.py").exists()
+                          and ast.get_docstring(ast.parse((d / "__init__.py").read_text("utf-8"))) is None)
+    assert undocumented == [], f"say in one docstring what each package holds: {undocumented}"
