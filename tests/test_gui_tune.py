@@ -20,6 +20,7 @@ def test_tune_fills_its_table_heatmap_and_flags_from_the_finished_run_and_verifi
     with qtbot.waitSignal(tune.tuned, timeout=120_000) as blocker:
         v = tune.show_tune()  # returns at once: the grid is predicted on its own thread
         assert v.refused() == "" and v.source.currentText() == ALL_SOURCES
+        assert "Note:" not in v.info.text()  # a cold, single request: nothing to warn about
         assert v.cancel.isEnabled() and not v.tune.isEnabled() and v.progress.isVisible()
     rows, note = blocker.args
     assert rows and "best first" in note and not v.cancel.isEnabled()

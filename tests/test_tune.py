@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from inspector.bench.tune import (Recording, costs_from_document, costs_from_record, grid, predict,
+from inspector.bench.tune import (Recording, cold_replay_note, costs_from_document, costs_from_record, grid, predict,
                                   recording_from_document, recording_from_record, replay, NotReplayable)
 from inspector.engine import Generation, GenerationSettings
 from inspector.llama.cost_model import CostModel
@@ -128,3 +128,11 @@ def test_beyond_the_measured_rows_the_cost_grows_by_the_upper_halfs_mean_slope()
     c = CostModel((10.0, 20.0, 24.0, 28.0, 30.0, 31.0))
     assert c.cost(8) == pytest.approx(31.0 + 2 * (31.0 - 24.0) / 3)
     assert CostModel((4.0,)).cost(3) == 12.0
+
+
+def test_a_warm_source_or_a_later_conversation_turn_is_said_to_be_replayed_cold():
+    assert cold_replay_note(None, None) is None and cold_replay_note("", 1) is None
+    warm = cold_replay_note("1,204 tokens remembered from 3 earlier requests", 3)
+    assert "started warm (1,204 tokens remembered from 3 earlier requests)" in warm and "starts cold" in warm
+    later = cold_replay_note(None, 2)
+    assert later.startswith("turn 2 of a conversation") and "suffix" in later

@@ -221,6 +221,21 @@ def points_from_record(record: SessionRecord) -> list[tuple[int, float]]:
     return measured_points(*_record_times(record))
 
 
+def cold_replay_note(warm: str | None, turn: int | None) -> str | None:
+    """What a reader must know when the recorded run did not start cold (issue 28 part 4): every replay
+    starts with a fresh source, so a source that remembered earlier requests (``warm``: the receipts'
+    ``settings.source.warm``) or a later turn of a conversation (``turn`` > 1, 1-based) is predicted as if
+    it had not. None when the run started cold and is no later turn."""
+    if warm:
+        return (f"the recorded run's source started warm ({warm}); every replay starts cold, so its figures "
+                "compare with a cold run")
+    if turn is not None and turn > 1:
+        return (f"turn {turn} of a conversation: every replay starts cold, so a source that remembers earlier "
+                "requests (suffix, ngram-mod, ngram-map-k, ngram-cache) is predicted without what the earlier "
+                "turns taught it; the prompt itself holds the earlier turns for the others")
+    return None
+
+
 def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow], int, float]:
     """Replay ``source`` over ``rec`` with ``draft_max``: (its windows, plain steps, proposal time in ms).
     Asks, caps and classifies as the engine does (module docstring); ``begin`` and ``report`` are called

@@ -9,7 +9,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, costs_from_document, fitted_costs,
+from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, cold_replay_note, costs_from_document,
+                                  fitted_costs,
                                   format_tune, format_verified, grid, measured_points, recording_from_document, tune,
                                   verify)
 from inspector.llama.cost_cache import load_cost_model
@@ -84,10 +85,9 @@ def cmd_tune(args) -> int:
     print(f"recording: {len(rec.output)} tokens of {recorded} (draft max {doc['settings'].get('draft_max')}); "
           f"c(1) {costs.cost(1):.1f} ms, c(8) {costs.cost(8):.1f} ms ({costs_from}); "
           f"{len(rows)} configurations in {time.perf_counter() - t:.1f} s")
-    warm = doc["settings"]["source"].get("warm")
-    if warm:
-        print(f"note: the recorded run's source started warm ({warm}); every replay starts cold, so its "
-              "figures compare with a cold run")
+    note = cold_replay_note(doc["settings"]["source"].get("warm"), (doc.get("conversation") or {}).get("turn"))
+    if note:
+        print(f"note: {note}")
     print(format_tune(rows, args.top))
     best = next((r for r in rows if r.source != "ngram" and r.source != "suffix"), None)
     if best is not None:

@@ -19,8 +19,8 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 
 from inspector.bench.compare import CompareConfig
-from inspector.bench.tune import (NotReplayable, costs_from_record, fitted_costs, grid, points_from_record,
-                                  recording_from_record, replay, tune)
+from inspector.bench.tune import (NotReplayable, cold_replay_note, costs_from_record, fitted_costs, grid,
+                                  points_from_record, recording_from_record, replay, tune)
 from inspector.engine.settings import GenerationSettings, SamplingSettings
 from inspector.gui.engine_thread import worker as W
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest
@@ -167,11 +167,13 @@ class TuneActions(QObject):
             return False
         self.recording, self.costs = rec, costs
         settings = s.settings or {}
+        note = cold_replay_note((settings.get("source") or {}).get("warm"), (s.conversation or {}).get("turn"))
         v.set_recording(
             f"<b>{html.escape(s.source_name or 'run')}</b> (draft max {settings.get('draft_max', '?')}), "
             f"{count_noun(len(rec.output), 'token')} after a {len(rec.prompt)}-token prompt · c(1) "
             f"{costs.cost(1):.1f} ms, c(8) {costs.cost(8):.1f} ms from {self.costs_from} · predicted "
-            "without the model: a replayed window equals the real one whenever the output is the same")
+            "without the model: a replayed window equals the real one whenever the output is the same"
+            + ("" if note is None else f"<br><b>Note:</b> {html.escape(note)}"))
         return True
 
     # -- the grid --------------------------------------------------------------------
