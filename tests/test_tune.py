@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from inspector.bench.tune import (Recording, cold_replay_note, costs_from_document, costs_from_record, grid, predict,
+from inspector.bench.tune import (Recording, cold_replay_note, costs_from_document, verify, costs_from_record, grid, predict,
                                   recording_from_document, recording_from_record, replay, NotReplayable)
 from inspector.engine import Generation, GenerationSettings
 from inspector.llama.cost_model import CostModel
@@ -97,7 +97,7 @@ def test_tune_prints_the_best_configurations_and_refuses_a_sampled_recording(tmp
     speedups = [row["speedup"] for row in table]
     assert speedups == sorted(speedups, reverse=True)
     assert table[0]["label"] in t.stdout and "best llama.cpp proposer: llama-server --spec-type" in t.stdout
-    v = cli("tune", str(out), "--source", "ngram-simple", "--draft-max", "8", "--verify", "1")
+    v = cli("tune", str(out), "--source", "ngram-simple", "--draft-max", "8", "--verify", "1", "--repeats", "2")
     assert v.returncode == 0, v.stderr
     line = v.stdout.splitlines()[-1]
     assert line.split()[0].startswith("ngram-simple:draft_max=8") and float(line.split()[1]) > 0, line
@@ -136,3 +136,15 @@ def test_a_warm_source_or_a_later_conversation_turn_is_said_to_be_replayed_cold(
     assert "started warm (1,204 tokens remembered from 3 earlier requests)" in warm and "starts cold" in warm
     later = cold_replay_note(None, 2)
     assert later.startswith("turn 2 of a conversation") and "suffix" in later
+
+
+def test_verify_repeats_each_configuration_and_reports_medians_over_every_repeat(scheduler, runtime, chat_tokens):
+    tokens = chat_tokens(example_prompt("copy-exact"))[:60]
+    recorded = _real(scheduler, runtime, tokens, "none", {}, 8)
+    rec = Recording(tuple(tokens), tuple(recorded.generated[:16]), 16, runtime.n_batch, runtime.n_ctx, runtime.is_eog)
+    costs = CostModel((10.0, 12.0, 14.0, 16.0, 18.0))
+    row = predict("ngram-simple", {"size_n": 3, "size_m": 8}, 4, rec, costs)
+    [v] = verify(scheduler, rec, [row], runtime, repeats=3)
+    assert v.repeats == 3 and v.measured_tokens_per_s > 0 and v.measured_speedup > 0
+    with pytest.raises(ValueError, match="observed 0"):
+        verify(scheduler, rec, [row], runtime, repeats=0)

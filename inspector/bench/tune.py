@@ -352,7 +352,8 @@ def format_tune(rows: Sequence[TuneRow], limit: int = 15) -> str:
 class Verified:
     """A predicted row run for real: ``measured_tokens_per_s`` (decode tokens/s), ``measured_speedup``
     over the plain run measured beside it, ``same_output`` as the recording, ``same_windows`` as the
-    replay (None when the output differed: not comparable), ``error`` when the run failed."""
+    replay (None when the output differed: not comparable), ``error`` when the run failed; ``repeats``:
+    the runs the medians are over."""
 
     row: TuneRow
     measured_tokens_per_s: float | None
@@ -360,6 +361,7 @@ class Verified:
     same_output: bool
     same_windows: bool | None
     error: str | None = None
+    repeats: int = 1
 
     @property
     def error_ratio(self) -> float | None:
@@ -369,17 +371,22 @@ class Verified:
         return self.measured_tokens_per_s / self.row.tokens_per_s
 
 
-def verify(scheduler, rec: Recording, rows: Sequence[TuneRow], runtime=None) -> list[Verified]:
+def verify(scheduler, rec: Recording, rows: Sequence[TuneRow], runtime=None, repeats: int = 1) -> list[Verified]:
     """Run plain decoding and each of ``rows``' configurations for real on ``rec``'s prompt (greedy, its
-    limits; ``inspector.bench.compare.run_compare``) and set what was measured beside what was predicted,
-    with the replay's windows compared to the real ones. Raises ``RequestCancelled`` like ``run_compare``."""
+    limits; ``inspector.bench.compare.run_compare``) ``repeats`` times, and set what was measured (the
+    median decode tokens/s over the repeats, and the median of each repeat's speedup over the plain run
+    beside it) beside what was predicted, with the replay's windows compared to the first repeat's real
+    ones (greedy: every repeat commits the same tokens). ``repeats`` >= 1; raises ``ValueError`` below
+    that and ``RequestCancelled`` like ``run_compare``."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1 (observed {repeats})")
     settings = GenerationSettings(max_new_tokens=rec.max_new_tokens)
     configs = [CompareConfig("plain", PLAIN, 0)] + [CompareConfig(r.label, r.source, r.draft_max, dict(r.options))
                                                   for r in rows]
-    result = run_compare(scheduler, rec.prompt, configs, settings, keep_runs=True)
-    plain = result.rows[0].summary.decode_tokens_per_s
+    results = [run_compare(scheduler, rec.prompt, configs, settings, keep_runs=(i == 0)) for i in range(repeats)]
+    first = results[0]
     out = []
-    for row, real, gen in zip(rows, result.rows[1:], result.runs[1:]):
+    for j, (row, real, gen) in enumerate(zip(rows, first.rows[1:], first.runs[1:]), start=1):
         same_output = tuple(real.generated_tokens) == rec.output
         same_windows = None
         if same_output and gen is not None:
@@ -388,9 +395,12 @@ def verify(scheduler, rec: Recording, rows: Sequence[TuneRow], runtime=None) -> 
             same_windows = [(w.decode_step, w.proposal, w.accepted, w.committed) for w in windows] == [
                 (r.decode_step, r.proposal_token_ids, r.accepted_proposal_tokens, r.canonical_prediction_count)
                 for r in gen.receipts]
-        tps = real.summary.decode_tokens_per_s
-        out.append(Verified(row, tps, tps / plain if tps and plain else None, same_output, same_windows,
-                            real.error))
+        speeds = [res.rows[j].summary.decode_tokens_per_s for res in results]
+        plains = [res.rows[0].summary.decode_tokens_per_s for res in results]
+        measured = [s for s in speeds if s]
+        ratios = [s / p for s, p in zip(speeds, plains) if s and p]
+        out.append(Verified(row, median(measured) if measured else None, median(ratios) if ratios else None,
+                            same_output, same_windows, real.error, repeats=len(measured)))
     return out
 
 

@@ -42,6 +42,9 @@ def add_tune_command(sub) -> None:
     t.add_argument("--verify", type=whole_number(1), metavar="N",
                    help="then run plain decoding and the best N configurations for real on the recording's model and "
                         "prompt, and print measured beside predicted (loads the model)")
+    t.add_argument("--repeats", type=whole_number(1), default=1, metavar="R",
+                   help="with --verify: run plain decoding and each configuration R times and print the medians "
+                        "(a busy machine's noise; 1 run per configuration by default) [1]")
 
 
 def cmd_tune(args) -> int:
@@ -101,12 +104,13 @@ def cmd_tune(args) -> int:
         args.json.write_text(json.dumps([{**r.__dict__, "label": r.label} for r in rows], indent=1), "utf-8")
         print(f"tune table: {args.json}")
     if args.verify:
-        return _verify(doc, rec, rows[:args.verify])
+        return _verify(doc, rec, rows[:args.verify], args.repeats)
     return 0
 
 
-def _verify(doc, rec, rows) -> int:
-    """``--verify``: load the recording's model with its context and threads, run, print."""
+def _verify(doc, rec, rows, repeats: int = 1) -> int:
+    """``--verify``: load the recording's model with its context and threads, run ``repeats`` times, print
+    the medians."""
     # Optional: llama.cpp loads only when --verify asks for it (tune itself needs no model).
     from inspector.engine import RuntimeScheduler
     from inspector.engine.errors import EngineError
@@ -121,7 +125,7 @@ def _verify(doc, rec, rows) -> int:
     except (ModelFileError, EngineError, OSError) as exc:
         return fail(f"cannot verify: {exc}")
     try:
-        verified = verify(RuntimeScheduler(rt), replace(rec, is_eog=rt.is_eog), rows, rt)
+        verified = verify(RuntimeScheduler(rt), replace(rec, is_eog=rt.is_eog), rows, rt, repeats)
     finally:
         rt.close()
     print(format_verified(verified))
