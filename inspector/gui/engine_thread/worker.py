@@ -31,6 +31,11 @@ from inspector.gui.files.session_store import open_autosave
 from inspector.gui.shell.run_states import BUSY, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD  # noqa: F401
 from inspector.gui.engine_thread.stepping import TokenHold
 from inspector.gui.look.wording import NO_TEMPLATE
+from inspector.llama.devices import Offload, RpcUnavailable
+from inspector.llama.model_file import ModelFileError
+from inspector.llama.quantize import open_target
+from inspector.session.run import RunRefused, RunRequest, SessionRun
+from inspector.sources.registry import close_source, describe_source
 from inspector.session.step_control import BREAK_KINDS, MAX_AUTO_RESUMES, StepControl  # noqa: F401
 
 # Worker states (``stateChanged``): IDLE, LOADING, RUNNING, PAUSED, TOKEN_HOLD; ERROR and BUSY are
@@ -88,8 +93,6 @@ def _loading_note(config) -> str:
     """What the status says while a model-loading source (declared capability ``loads_model``) is made,
     naming its model files; "" for other sources, or one whose declaration cannot be read (the run
     then reports why)."""
-    from inspector.sources.registry import describe_source
-
     try:
         d = describe_source(config.source)
     except Exception:
@@ -174,8 +177,6 @@ class EngineWorker(QObject):
 
     def _close_source(self) -> None:
         """Close the last run's source (worker thread; ``inspector.sources.registry.close_source``)."""
-        from inspector.sources.registry import close_source
-
         source, self.source = self.source, None
         close_source(source)
 
@@ -233,10 +234,6 @@ class EngineWorker(QObject):
         then loaded or failed (a context llama.cpp refuses fails with its reason). ``then``: a run starts
         right after (its note): the window goes from LOADING to RUNNING with it, never through IDLE
         (Run would be enabled for the moment between)."""
-        from inspector.llama.devices import Offload, RpcUnavailable
-        from inspector.llama.model_file import ModelFileError
-        from inspector.llama.quantize import open_target
-
         offload = offload if offload is not None else Offload()
         done = (RUNNING, then) if then else (IDLE, "")  # the window waits in LOADING for this
         if self.is_loaded(path, n_ctx, weights, offload, context):
@@ -273,8 +270,6 @@ class EngineWorker(QObject):
         ``offload`` (None: llama.cpp's defaults) and ``context`` (llama.cpp's context settings as
         llama.cpp applies them to ``n_ctx``: ``effective_context``; None: any), and still answers (a
         lost RPC server ends its child)."""
-        from inspector.llama.devices import Offload
-
         rt = self.runtime
         if rt is None or rt.n_ctx != n_ctx or not getattr(rt, "alive", True):
             return False
@@ -332,8 +327,6 @@ class EngineWorker(QObject):
 
         When the source cannot be made (an incompatible draft, a bad file),
         ``sourceFailed`` is emitted and the previous run's records stay as they were."""
-        from inspector.session.run import RunRefused, RunRequest, SessionRun
-
         if self._running or self._closing:
             return
         loaded = (str(config.model_path), config.n_ctx, config.target_weights, config.offload, config.context)

@@ -45,7 +45,8 @@ from inspector.gui.panel.values import PanelValues, parse_stop_strings
 from inspector.gui.panel.widgets import WheelGuard, dspin, guard_wheel, penalty_boxes, spin
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 from inspector.llama.devices import Offload
-from inspector.sources.registry import PLAIN, available_sources
+from inspector.sources import registry
+from inspector.sources.registry import PLAIN
 
 PICKER_ORDER = ("ngram", "draft", "scripted", "replay")
 """Built-in sources first in the source picker, in this order; then entry-point sources, then ``none``."""
@@ -58,8 +59,9 @@ PROBABILITIES_TIP = (
 
 
 def source_names() -> list[str]:
-    """The picker's entries: built-in sources, then entry-point sources, then ``none``."""
-    names = list(available_sources())
+    """The picker's entries: built-in sources, then entry-point sources, then ``none`` (read from
+    ``registry.available_sources`` at each call: entry points installed since are listed)."""
+    names = list(registry.available_sources())
     builtin = [n for n in PICKER_ORDER if n in names]
     return builtin + [n for n in names if n not in builtin and n != PLAIN] + [PLAIN]
 
