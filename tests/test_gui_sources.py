@@ -47,7 +47,7 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
     holder.update(w=w, prompt=runtime.prompt_tokens(text))
     p = w.panel
     assert p.set_source("draft")
-    assert p.source_pages.currentWidget() is p._pages["draft"]
+    assert p.source_pages.currentWidget() is p.source_choice.pages["draft"]
     assert p.draft_type.currentText() == "Q4_0"
     with qtbot.waitSignal(w.draftMade, timeout=120_000) as made:
         qtbot.mouseClick(p.make_draft, Qt.MouseButton.LeftButton)
@@ -130,7 +130,7 @@ def test_replay_of_exported_receipts_gives_the_same_windows(qtbot, runtime, tmp_
     with qtbot.waitSignal(w.files.exported, timeout=60_000):
         w.files.export_receipts(str(out))
     w.panel.set_source("replay")
-    assert w.panel.source_pages.currentWidget() is w.panel._pages["replay"]
+    assert w.panel.source_pages.currentWidget() is w.panel.source_choice.pages["replay"]
     w.panel.replay_file.setText(str(out))
     run_to_end(qtbot, w)
     g = w.worker.generation
@@ -176,7 +176,7 @@ def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot,
     assert names[:4] == ["ngram", "draft", "scripted", "replay"] and names[-2:] == ["repeat-last", "none"]
     assert {"ngram-simple", "ngram-mod", "suffix"} <= set(names)  # the other built-ins, between them
     assert p.set_source("repeat-last")
-    assert p.source_pages.currentWidget() is p._pages["other"] and "no options" in p.other_note.text()
+    assert p.source_pages.currentWidget() is p.source_choice.pages["other"] and "no options" in p.other_note.text()
     assert p.source_options() == {}
     run_to_end(qtbot, w)
     (ctx, options), = calls

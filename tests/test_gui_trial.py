@@ -134,10 +134,10 @@ def test_a_typed_prompt_survives_picking_an_example_and_custom_prompt_brings_it_
     assert p.examples.currentIndex() == 0
     i = p.examples.findText("open-ended")
     p.examples.setCurrentIndex(i)
-    p._example_chosen(i)
+    p.examples.activated.emit(i)  # the user picks the entry
     assert p.prompt.toPlainText() == p.examples.itemData(i)
     p.examples.setCurrentIndex(0)
-    p._example_chosen(0)
+    p.examples.activated.emit(0)  # the user picks the entry
     assert p.prompt.toPlainText() == "my own prompt" and p.examples.currentIndex() == 0
     assert p.values()["custom_prompt"] == "my own prompt"
 

@@ -11,7 +11,8 @@ from PySide6.QtWidgets import QApplication
 
 import inspector
 from inspector.gui.engine_thread import worker as W
-from inspector.gui.panel.control_panel import CUSTOM_PROMPT, FAULT_DISABLED_TIP
+from inspector.gui.panel.prompt_box import CUSTOM_PROMPT
+from inspector.gui.panel.run_buttons import FAULT_DISABLED_TIP
 from inspector.prompts import example_prompts
 from test_gui_support import DecodeHold, make_window, run_to_end
 

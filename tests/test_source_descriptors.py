@@ -326,7 +326,7 @@ def test_a_plugin_that_declares_options_gets_its_controls_in_the_window(qtbot, p
     names = [p.source.itemText(i) for i in range(p.source.count())]
     assert names[:4] == ["ngram", "draft", "scripted", "replay"] and names[-3:] == ["quiet", "raw", "none"]
     assert p.set_source("quiet")
-    assert p.source_pages.currentWidget() is p._pages["quiet"]
+    assert p.source_pages.currentWidget() is p.source_choice.pages["quiet"]
     c = p.option_controls["quiet"]
     assert isinstance(c["k"].widget, QSpinBox) and (c["k"].widget.minimum(), c["k"].widget.maximum()) == (1, 8)
     assert isinstance(c["mode"].widget, QComboBox) and c["mode"].widget.currentText() == "near"
@@ -355,7 +355,7 @@ def test_a_plugin_that_declares_options_gets_its_controls_in_the_window(qtbot, p
 
     # A plugin without declarations: the "other" page, made with no options.
     assert p.set_source("raw")
-    assert p.source_pages.currentWidget() is p._pages["other"] and "no options" in p.other_note.text()
+    assert p.source_pages.currentWidget() is p.source_choice.pages["other"] and "no options" in p.other_note.text()
     assert p.source_options() == {} and p.source_problem() is None
 
 
@@ -364,8 +364,8 @@ def test_built_in_pages_keep_their_controls_and_a_saved_session_shows_its_source
 
     p = ControlPanel()
     qtbot.addWidget(p)
-    assert {"ngram", "draft", "scripted", "replay", "other"} <= set(p._pages)
-    assert {"ngram-map-k", "ngram-mod", "ngram-cache", "suffix"} <= set(p._pages)  # pages from their declarations
+    assert {"ngram", "draft", "scripted", "replay", "other"} <= set(p.source_choice.pages)
+    assert {"ngram-map-k", "ngram-mod", "ngram-cache", "suffix"} <= set(p.source_choice.pages)  # pages from their declarations
     assert (p.ngram_max.maximum(), p.ngram_min.value(), p.ngram_length.currentText()) == (16, 2, "fixed")
     assert (p.draft_min.maximum(), p.p_min.maximum(), p.draft_type.currentText()) == (64, 1.0, "Q4_0")
     p.set_source("ngram")

@@ -10,16 +10,15 @@ conversation or a turns file: Open…) with the prompt's shared settings beside 
 widgets include the Run / Cancel / progress / status row under the table; the window
 (``compare_view``) drives them, and owns the results table, the plots and export.
 
-``CompareConfigsPanel`` is a mixin of ``CompareView``: ``_build_configs`` makes the panel's
-widgets (as attributes of the window) and returns the panel; it uses the window's ``sources`` and
-``_error``.
+``CompareConfigsPanel`` is a widget the window owns (``CompareView.configs_panel``); what a
+row's options cell offers for its source is ``inspector.gui.compare.option_cells``.
 """
 
 from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -38,9 +37,12 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.bench.compare import PLAIN, CompareConfig, check_config_options, default_configs
+from inspector.gui.compare.option_cells import NGRAM_COLUMNS, cell_options, describe, options_hint
+from inspector.gui.look.table_copy import install_row_copy
+from inspector.prompts import TURNS_EXAMPLES, turns_path
+from inspector.session.conversation import read_turns
 from inspector.sources.descriptors import parse_options
 from inspector.sources.registry import NGRAM
-from inspector.gui.look.table_copy import install_row_copy
 
 CONFIG_HEADERS = ("label", "source", "draft max", "n_max", "n_min", "length", "other options (key=value, …)")
 OPTIONS_COL = len(CONFIG_HEADERS) - 1
@@ -48,8 +50,6 @@ _NGRAM = {o.name: o for o in NGRAM.options}
 """The n-gram source's declared options: the table's n_max, n_min and length columns follow them."""
 LENGTHS = tuple(_NGRAM["length"].choices)
 """The n-gram ``length`` option's values (the first is the default)."""
-NGRAM_COLUMNS = {"n_max": 3, "n_min": 4, "length": 5}
-"""The n-gram options with a column of their own (column index); the others go in the options cell."""
 
 
 def _ngram_spin(name: str, value: int) -> QSpinBox:
@@ -83,80 +83,20 @@ def _spin(lo: int, hi: int, value: int) -> QSpinBox:
     return s
 
 
-def _describe(source: str):
-    """The source's ``SourceDescriptor``, or None when it cannot be read (a broken plugin)."""
-    from inspector.sources.registry import describe_source
+class CompareConfigsPanel(QWidget):
+    """The configurations panel of ``CompareView``: ``sources`` are the source names offered in each
+    row. Its widgets: ``configs`` (the table), ``add``, ``remove``, ``defaults``, ``run``, ``cancel``,
+    ``progress``, ``status``, ``input`` (what to run on), ``open_turns``, ``max_tokens``,
+    ``prompt_label``; the window connects Run and Cancel.
 
-    try:
-        return describe_source(source)
-    except Exception:  # noqa: BLE001 - an entry point that fails to import: no hint, the run reports it
-        return None
+    ``problem(title, message)``: something the user chose cannot be used (a turns file): the
+    window shows it."""
 
+    problem = Signal(str, str)
 
-def _cell_options(source: str) -> list:
-    """The declared options of ``source`` that belong in the options cell (not set by a column or by
-    the generation's draft max); None when the source does not declare its options."""
-    d = _describe(source)
-    if d is None or d.options is None:
-        return None
-    skip = NGRAM_COLUMNS if source == "ngram" else {}
-    return [o for o in d.options if o.name not in skip and not o.from_setting]
-
-
-def _default_text(o) -> str:
-    if o.default is None or o.default == "":
-        return ""
-    return f"{o.default:g}" if isinstance(o.default, float) else str(o.default)
-
-
-def _range_text(o) -> str:
-    if o.convert is not None:  # a custom check: its help says what it takes
-        return ""
-    if o.kind == "choice":
-        return "one of " + ", ".join(o.choices)
-    if o.kind in ("int", "float"):
-        word = "whole number" if o.kind == "int" else "number"
-        lo, hi = o.minimum, o.maximum
-        if lo is not None and hi is not None:
-            return f"{word} {lo:g} to {hi:g}"
-        if lo is not None:
-            return f"{word} >= {lo:g}"
-        return f"{word} <= {hi:g}" if hi is not None else word
-    return "file name" if o.kind == "path" else "text"
-
-
-def options_hint(source: str) -> tuple[str, str]:
-    """(placeholder, tooltip) of a row's "other options" cell for ``source``: its declared options
-    (those without a column of their own) with their defaults, what each takes and what it does."""
-    if source == PLAIN:
-        return "plain decoding takes no options", "source none (plain decoding) takes no options"
-    opts = _cell_options(source)
-    if opts is None:
-        return ("key=value, … (this source does not declare its options)",
-                f"source {source} does not declare its options: they are passed to it as typed")
-    if not opts:
-        return "no further options", f"source {source}: every option has a column of its own"
-    d = _describe(source)
-    given = [f"{o.name}={_default_text(o)}" for o in opts if _default_text(o)]
-    unset = [o.name for o in opts if not _default_text(o)]
-    placeholder = "defaults: " + ", ".join(given) if given else ""
-    if unset:
-        placeholder += ("; " if placeholder else "") + "optional: " + ", ".join(unset)
-    lines = [f"{source}: {d.help}" if d.help else source,
-             "Options as key=value, separated by commas; empty: the defaults."]
-    for o in opts:
-        takes = _range_text(o)
-        lines.append(f"• {o.name} (default {_default_text(o) or 'not set'}{'; ' + takes if takes else ''}): {o.help}")
-    return placeholder, "\n".join(lines)
-
-
-class CompareConfigsPanel:
-    """The configurations panel of ``CompareView`` (a mixin: the window is a ``QWidget`` with
-    ``sources``, the source names offered in each row, and ``_error(title, message)``)."""
-
-    def _build_configs(self) -> QWidget:
-        """Make the panel's widgets (``configs``, ``add``, ``remove``, ``defaults``, ``run``, ``cancel``,
-        ``progress``, ``status``, ``input``, ``open_turns``, ``prompt_label``) and return the panel."""
+    def __init__(self, sources: list[str], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.sources = list(sources)
         self.configs = QTableWidget(0, len(CONFIG_HEADERS))
         self.configs.itemChanged.connect(self._label_edited)
         self.configs.setHorizontalHeaderLabels(CONFIG_HEADERS)
@@ -215,8 +155,7 @@ class CompareConfigsPanel:
         buttons.addWidget(self.cancel)
         buttons.addWidget(self.progress)
         buttons.addWidget(self.status, 1)
-        top = QWidget()
-        tl = QVBoxLayout(top)
+        tl = QVBoxLayout(self)
         tl.setContentsMargins(0, 0, 0, 0)
         tl.addWidget(QLabel("<b>Configurations</b> — source <i>none</i> is plain decoding, the reference for "
                             "“speedup vs plain” (added first when missing)"))
@@ -239,7 +178,29 @@ class CompareConfigsPanel:
         self.defaults.clicked.connect(lambda: self.set_configs(default_configs(self.cost_model)))
         self.input.currentIndexChanged.connect(lambda _i: self._show_prompt_info())
         self.open_turns.clicked.connect(self._open_turns_clicked)
-        return top
+
+    # -- running (the window drives these) ---------------------------------------------
+    def set_running(self, running: bool, text: str = "") -> None:
+        """Busy state: Run and editing off, Cancel on, progress shown; ``text`` in the status line."""
+        for w in (self.run, self.add, self.remove, self.defaults, self.configs, self.input, self.open_turns):
+            w.setEnabled(not running)
+        self.cancel.setEnabled(running)
+        self.progress.setVisible(running)
+        if running:
+            self.progress.setRange(0, 0)
+        self.status.setText(text)
+
+    def set_progress(self, done: int, total: int, label: str) -> None:
+        """A configuration starts (``done`` finished of ``total``) on the prompt."""
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+        self.status.setText(f"running {done + 1}/{total}: {label} …")
+
+    def set_turn_progress(self, turn: int, turns: int, done: int, total: int, label: str) -> None:
+        """Turn ``turn`` (1-based) of ``turns`` starts for configuration ``done + 1`` of ``total``."""
+        self.progress.setRange(0, total * turns)
+        self.progress.setValue(done * turns + turn - 1)
+        self.status.setText(f"turn {turn}/{turns}, configuration {done + 1}/{total}: {label} …")
 
     # -- configurations -----------------------------------------------------------------
     def add_config(self, c: CompareConfig) -> None:
@@ -258,7 +219,7 @@ class CompareConfigsPanel:
         src.setFrame(False)
         src.addItems(self.sources if c.source in self.sources else [*self.sources, c.source])
         for i in range(src.count()):
-            d = _describe(src.itemText(i))
+            d = describe(src.itemText(i))
             if d is not None and d.help:
                 src.setItemData(i, d.help, Qt.ItemDataRole.ToolTipRole)
         src.setCurrentText(c.source)
@@ -309,7 +270,7 @@ class CompareConfigsPanel:
         edit.setToolTip(tip)
         edit.setEnabled(name != PLAIN)
         if chosen:
-            declared = _cell_options(name)
+            declared = cell_options(name)
             try:
                 given = parse_options(edit.text())
             except ValueError:  # left as typed: Run names the problem
@@ -398,9 +359,6 @@ class CompareConfigsPanel:
 
     # -- what to run on --------------------------------------------------------------
     def _add_bundled_conversations(self) -> None:
-        from inspector.prompts import TURNS_EXAMPLES, turns_path
-        from inspector.session.conversation import read_turns
-
         for name in TURNS_EXAMPLES:
             try:
                 n = len(read_turns(turns_path(name)))
@@ -410,13 +368,11 @@ class CompareConfigsPanel:
 
     def add_turns_file(self, path: str) -> bool:
         """Offer the turns file ``path`` (``inspector.session.conversation.read_turns``) and choose it;
-        a file that cannot be used gives a message naming it (and the turn) and returns False."""
-        from inspector.session.conversation import read_turns
-
+        a file that cannot be used gives a message naming it (and the turn: ``problem``) and returns False."""
         try:
             n = len(read_turns(path))
         except ValueError as exc:
-            self._error("Cannot use this turns file", str(exc))
+            self.problem.emit("Cannot use this turns file", str(exc))
             return False
         i = self.input.findData(path)
         if i < 0:
@@ -439,9 +395,6 @@ class CompareConfigsPanel:
     def conversation(self) -> tuple[str, tuple[str, ...]] | None:
         """The chosen conversation as (its bundled name or file, its user messages), read now; None
         for the main window's prompt. Raises ``TurnsFileError`` (a ``ValueError``) naming the file."""
-        from inspector.prompts import turns_path
-        from inspector.session.conversation import read_turns
-
         key = self.input.currentData()
         if key is None:
             return None

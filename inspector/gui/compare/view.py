@@ -19,6 +19,10 @@ comparison in flight keeps running on the engine thread (the main window's
 status bar shows its progress); Analysis > Compare configurations (Ctrl+K)
 shows the window again with its progress or results. Cancel stops it.
 Ctrl+C in either table copies the selected rows (``install_row_copy``).
+
+The configurations panel is a widget the window owns (``configs_panel``); the window keeps the
+panel's widgets and methods that others use under its own public names (``configs``, ``run``,
+``config_list``, ``choose_conversation``, ...).
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.bench.compare import PLAIN, CompareResult, default_configs
+from inspector.bench.compare import (PLAIN, CompareConfig, CompareResult, default_configs, write_compare_csv,
+                                     write_compare_json)
 from inspector.gui.compare.configs import CompareConfigsPanel
 from inspector.gui.look.table_copy import install_row_copy
 
@@ -110,7 +115,7 @@ def _tick(label: str) -> str:
     return f"{head}\n{tail}"
 
 
-class CompareView(QWidget, CompareConfigsPanel):
+class CompareView(QWidget):
     """The Compare window (a top-level window owned by the main window).
 
     ``runRequested(configs, conversation)`` asks to run the list of ``CompareConfig`` on the main
@@ -136,7 +141,14 @@ class CompareView(QWidget, CompareConfigsPanel):
         lay.setContentsMargins(6, 6, 6, 6)
 
         # Configurations
-        top = self._build_configs()
+        self.configs_panel = CompareConfigsPanel(self.sources)
+        """The top of the window: the configurations table, what to run on, Run / Cancel and progress."""
+        top = self.configs_panel
+        top.problem.connect(self.show_error)
+        self.configs, self.add, self.remove, self.defaults = top.configs, top.add, top.remove, top.defaults
+        self.run, self.cancel, self.progress, self.status = top.run, top.cancel, top.progress, top.status
+        self.input, self.open_turns, self.max_tokens, self.prompt_label = (top.input, top.open_turns, top.max_tokens,
+                                                                           top.prompt_label)
 
         # Results
         self.results = QTableWidget(0, len(RESULT_HEADERS))
@@ -226,6 +238,47 @@ class CompareView(QWidget, CompareConfigsPanel):
         self.set_configs(default_configs())
         self.resize(1100, 760)
 
+    # -- the configurations panel (``CompareConfigsPanel``) ----------------------------------
+    @property
+    def cost_model(self):
+        """The main window's measured ``CostModel`` or None: Defaults adds the draft max its curve implies."""
+        return self.configs_panel.cost_model
+
+    @cost_model.setter
+    def cost_model(self, model) -> None:
+        self.configs_panel.cost_model = model
+
+    def set_configs(self, configs) -> None:
+        """Replace the configurations table's rows with ``configs`` (``CompareConfig``)."""
+        self.configs_panel.set_configs(configs)
+
+    def config_list(self) -> list[CompareConfig]:
+        """The table as ``CompareConfig`` objects (``CompareConfigsPanel.config_list``). Raises
+        ``ValueError`` naming the row, its label and the problem."""
+        return self.configs_panel.config_list()
+
+    def options_cell(self, row: int) -> QLineEdit:
+        """The "other options" editor of ``row`` (``key=value, ...``)."""
+        return self.configs_panel.options_cell(row)
+
+    def add_turns_file(self, path: str) -> bool:
+        """Offer the turns file ``path`` and choose it; False (and a message) when it cannot be used."""
+        return self.configs_panel.add_turns_file(path)
+
+    def choose_conversation(self, name_or_path: str | None) -> bool:
+        """Choose what to run on: None (the main window's prompt), a bundled conversation's name or a
+        turns file (``CompareConfigsPanel.choose_conversation``). False when it cannot be used."""
+        return self.configs_panel.choose_conversation(name_or_path)
+
+    def conversation(self) -> tuple[str, tuple[str, ...]] | None:
+        """The chosen conversation as (its name or file, its user messages), None for the main window's
+        prompt. Raises ``TurnsFileError`` (a ``ValueError``) naming the file."""
+        return self.configs_panel.conversation()
+
+    def set_prompt_info(self, prompt_name: str, max_tokens: int, details: str = "") -> None:
+        """The main window's prompt and what every run shares (``CompareConfigsPanel.set_prompt_info``)."""
+        self.configs_panel.set_prompt_info(prompt_name, max_tokens, details)
+
     def llama_server_target(self) -> str | None:
         """What "also through llama-server" asks for: the typed path or URL, "" for the one built from our
         llama.cpp, None when unticked (``CompareRequest.llama_server``)."""
@@ -244,38 +297,29 @@ class CompareView(QWidget, CompareConfigsPanel):
         try:
             configs = self.config_list()
         except ValueError as exc:
-            self._error("Check the configurations", str(exc))
+            self.show_error("Check the configurations", str(exc))
             return
         try:
             conversation = self.conversation()
         except ValueError as exc:  # TurnsFileError: the file changed since it was opened
-            self._error("Cannot read the conversation", str(exc))
+            self.show_error("Cannot read the conversation", str(exc))
             return
         self.runRequested.emit(configs, conversation)
 
     # -- running ---------------------------------------------------------------------
     def set_running(self, running: bool, text: str = "") -> None:
-        """Busy state: Run and editing off, Cancel on, progress shown."""
-        for w in (self.run, self.add, self.remove, self.defaults, self.configs, self.input, self.open_turns,
-                  self.with_server, self.server_target):
+        """Busy state: Run and editing off, Cancel on, progress shown; ``text`` in the status line."""
+        for w in (self.with_server, self.server_target):
             w.setEnabled(not running)
-        self.cancel.setEnabled(running)
-        self.progress.setVisible(running)
-        if running:
-            self.progress.setRange(0, 0)
-        self.status.setText(text)
+        self.configs_panel.set_running(running, text)
 
     def set_progress(self, done: int, total: int, label: str) -> None:
         """A configuration starts (``done`` finished of ``total``) on the prompt."""
-        self.progress.setRange(0, total)
-        self.progress.setValue(done)
-        self.status.setText(f"running {done + 1}/{total}: {label} …")
+        self.configs_panel.set_progress(done, total, label)
 
     def set_turn_progress(self, turn: int, turns: int, done: int, total: int, label: str) -> None:
         """Turn ``turn`` (1-based) of ``turns`` starts for configuration ``done + 1`` of ``total``."""
-        self.progress.setRange(0, total * turns)
-        self.progress.setValue(done * turns + turn - 1)
-        self.status.setText(f"turn {turn}/{turns}, configuration {done + 1}/{total}: {label} …")
+        self.configs_panel.set_turn_progress(turn, turns, done, total, label)
 
     def set_result(self, result: CompareResult | None, note: str = "") -> None:
         """Show ``result`` (drawn on the next ``refresh``); ``note`` goes to the status line."""
@@ -407,19 +451,18 @@ class CompareView(QWidget, CompareConfigsPanel):
 
     def export(self, path: str, kind: str = "json") -> bool:
         """Write the shown result (``write_compare_json`` / ``write_compare_csv``); errors become a dialog."""
-        from inspector.bench.compare import write_compare_csv, write_compare_json
-
         if self.result is None:
             return False
         try:
             (write_compare_json if kind == "json" else write_compare_csv)(self.result, path)
         except OSError as exc:
-            self._error("Export failed", f"cannot write {path}: {exc}")
+            self.show_error("Export failed", f"cannot write {path}: {exc}")
             return False
         self.status.setText(f"written: {path}")
         return True
 
-    def _error(self, title: str, message: str) -> None:
+    def show_error(self, title: str, message: str) -> None:
+        """A warning over this window (not modal to the main window); ``error_box`` keeps the last one."""
         box = QMessageBox(QMessageBox.Icon.Warning, title, message, QMessageBox.StandardButton.Ok, self)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()

@@ -29,8 +29,13 @@ from inspector.gui.panel.context_controls import DEFAULT_CONTEXT, effective_cont
 from inspector.session.records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
 from inspector.gui.files.session_store import open_autosave
 from inspector.gui.shell.run_states import BUSY, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD  # noqa: F401
-from inspector.gui.engine_thread.stepping import SteppingControl
+from inspector.gui.engine_thread.stepping import TokenHold
 from inspector.gui.look.wording import NO_TEMPLATE
+from inspector.llama.devices import Offload, RpcUnavailable
+from inspector.llama.model_file import ModelFileError
+from inspector.llama.quantize import open_target
+from inspector.session.run import RunRefused, RunRequest, SessionRun
+from inspector.sources.registry import close_source, describe_source
 from inspector.session.step_control import BREAK_KINDS, MAX_AUTO_RESUMES, StepControl  # noqa: F401
 
 # Worker states (``stateChanged``): IDLE, LOADING, RUNNING, PAUSED, TOKEN_HOLD; ERROR and BUSY are
@@ -88,8 +93,6 @@ def _loading_note(config) -> str:
     """What the status says while a model-loading source (declared capability ``loads_model``) is made,
     naming its model files; "" for other sources, or one whose declaration cannot be read (the run
     then reports why)."""
-    from inspector.sources.registry import describe_source
-
     try:
         d = describe_source(config.source)
     except Exception:
@@ -102,12 +105,13 @@ def _loading_note(config) -> str:
     return f"loading {what} and checking it against the target…"
 
 
-class EngineWorker(SteppingControl, QObject):
+class EngineWorker(QObject):
     """Owns the runtime, the scheduler, the current ``Generation`` and the background sessions.
 
     Slots ``load_model`` and ``start_run`` run on the worker thread (call them
     through queued signals). ``request_*`` methods are called from the GUI
-    thread. ``faults`` is the current run's ``FaultPlan`` (thread safe).
+    thread: they go to ``step`` (``StepControl``, thread safe). ``faults`` is the
+    current run's ``FaultPlan`` (thread safe).
     """
 
     modelProgress = Signal(float)
@@ -139,7 +143,10 @@ class EngineWorker(SteppingControl, QObject):
         self.source = None
         """The last run's proposal source (a draft source owns a second runtime: closed when replaced)."""
         self._baseline_cancel = threading.Event()
-        self.step = StepControl(announce=self.stateChanged.emit, hold=self._on_hold)
+        self.hold = TokenHold(send_texts=self._send_texts, show=self.aboutToCommit.emit,
+                              generation=lambda: self.generation)
+        """What Step token shows when the run holds before a commit (``aboutToCommit``)."""
+        self.step = StepControl(announce=self.stateChanged.emit, hold=self.hold.on_hold)
         """Pause / step window / step token / stop / break-on of the current run (``request_*`` delegate)."""
         self._background = 0
         self.run_background_max = 0
@@ -170,14 +177,52 @@ class EngineWorker(SteppingControl, QObject):
 
     def _close_source(self) -> None:
         """Close the last run's source (worker thread; ``inspector.sources.registry.close_source``)."""
-        from inspector.sources.registry import close_source
-
         source, self.source = self.source, None
         close_source(source)
 
     @property
     def running(self) -> bool:
+        """A run is going (started and not finished; paused and held runs included)."""
         return self._running
+
+    # -- stepping (GUI thread; ``StepControl`` is thread safe) -----------------------------
+    def request_pause(self) -> None:
+        """Pause at the next window boundary."""
+        self.step.request_pause()
+
+    def request_continue(self) -> None:
+        """Leave pause / token-step mode and run on."""
+        self.step.request_continue()
+
+    def request_step_window(self) -> None:
+        """Run exactly one decode step (a window or a plain step), then pause."""
+        self.step.request_step_window()
+
+    def request_step_token(self) -> None:
+        """Step token: commit the held token and hold before the next one (or hold before the next)."""
+        self.step.request_step_token()
+
+    def request_resume(self) -> None:
+        """After an error: ``generation.resume()`` then continue (runs on the worker thread)."""
+        self.step.request_resume()
+
+    def request_stop(self, closing: bool = False) -> None:
+        """End the run: cancel the step in flight; the run finishes as ``stopped``.
+
+        ``closing``: also refuse runs that were requested but not started yet.
+        """
+        def cancel() -> None:  # under the stepping lock, once the stop is set
+            self._closing = self._closing or closing
+            self._baseline_cancel.set()  # a comparison with plain decoding in flight stops too
+            g = self.generation
+            if g is not None and self._running:
+                g.cancel()
+
+        self.step.request_stop(then=cancel)
+
+    def set_break_on(self, kinds) -> None:
+        """Pause after a window that ends with one of ``kinds`` (``BREAK_KINDS`` entries)."""
+        self.step.set_break_on(kinds)
 
     @Slot(str, int, str, object, object)
     def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, weights: str = "", offload=None,
@@ -189,10 +234,6 @@ class EngineWorker(SteppingControl, QObject):
         then loaded or failed (a context llama.cpp refuses fails with its reason). ``then``: a run starts
         right after (its note): the window goes from LOADING to RUNNING with it, never through IDLE
         (Run would be enabled for the moment between)."""
-        from inspector.llama.devices import Offload, RpcUnavailable
-        from inspector.llama.model_file import ModelFileError
-        from inspector.llama.quantize import open_target
-
         offload = offload if offload is not None else Offload()
         done = (RUNNING, then) if then else (IDLE, "")  # the window waits in LOADING for this
         if self.is_loaded(path, n_ctx, weights, offload, context):
@@ -229,8 +270,6 @@ class EngineWorker(SteppingControl, QObject):
         ``offload`` (None: llama.cpp's defaults) and ``context`` (llama.cpp's context settings as
         llama.cpp applies them to ``n_ctx``: ``effective_context``; None: any), and still answers (a
         lost RPC server ends its child)."""
-        from inspector.llama.devices import Offload
-
         rt = self.runtime
         if rt is None or rt.n_ctx != n_ctx or not getattr(rt, "alive", True):
             return False
@@ -288,8 +327,6 @@ class EngineWorker(SteppingControl, QObject):
 
         When the source cannot be made (an incompatible draft, a bad file),
         ``sourceFailed`` is emitted and the previous run's records stay as they were."""
-        from inspector.session.run import RunRefused, RunRequest, SessionRun
-
         if self._running or self._closing:
             return
         loaded = (str(config.model_path), config.n_ctx, config.target_weights, config.offload, config.context)
@@ -309,7 +346,7 @@ class EngineWorker(SteppingControl, QObject):
                                                     chat_messages=config.chat_messages,
                                                     conversation=config.conversation,
                                                     source_memory=self.source_memory),
-                         self.records.push, before_commit=self._before_commit,
+                         self.records.push, before_commit=self.step.before_commit,
                          open_autosave=(lambda header: open_autosave(folder, header)) if folder else None,
                          background_sessions=lambda: self._background)
         try:

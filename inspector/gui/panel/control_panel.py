@@ -6,8 +6,15 @@ run controls, the fault buttons and the background sessions sit below it and
 are always visible (1280x800 included). Spin boxes and combo boxes ignore
 the mouse wheel unless they have focus, so wheeling over the panel scrolls it.
 
-Widgets only: ``MainWindow`` connects them. ``settings_values`` /
-``apply_values`` convert to and from a plain dict (QSettings and tests).
+Widgets only: ``MainWindow`` connects them. The panel is put together from group widgets it
+owns, each in its own module of ``inspector.gui.panel``: ``model_choice`` (Model: model list,
+weights, offload), ``source_choice`` (Proposal source: picker, option pages, draft max),
+``prompt_box`` (Prompt), ``run_group`` and ``fault_group`` (``run_buttons``: Run; Faults and
+contention) and ``llama_context`` (llama.cpp's context settings); Limits and Sampling are its own.
+The panel keeps the groups' widgets and methods under its own public names (``panel.run``,
+``panel.model_path()``, ...), so the window talks to the panel only. ``values`` /
+``apply_values`` convert to and from a plain dict (QSettings and tests; ``value_io``:
+``inspector.gui.panel.values.PanelValues``).
 """
 
 from __future__ import annotations
@@ -16,18 +23,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QFormLayout,
     QGridLayout,
     QGroupBox,
-    QHBoxLayout,
     QLabel,
     QLineEdit,
-    QPlainTextEdit,
-    QProgressBar,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
-    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -35,26 +36,20 @@ from PySide6.QtWidgets import (
 from inspector.engine.settings import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, PENALTY_FIELDS, GenerationSettings,
                                        SamplingSettings)
 from inspector.engine.probabilities import COST_NOTE
-from inspector.gui.engine_thread.contention import MAX_BACKGROUND
 from inspector.gui.panel.context_controls import ContextControls
-from inspector.prompts import example_prompts
 from inspector.gui.panel.model_choice import ModelChoice
+from inspector.gui.panel.prompt_box import PromptBox
+from inspector.gui.panel.run_buttons import FaultButtons, RunButtons
+from inspector.gui.panel.source_choice import SourceChoice
 from inspector.gui.panel.values import PanelValues, parse_stop_strings
-from inspector.gui.panel.widgets import Note, WheelGuard, dspin, guard_wheel, penalty_boxes, spin
-from inspector.gui.panel.source_options import OptionControl, build_source_page, describe
-from inspector.gui.look.wording import RAW_BOX
+from inspector.gui.panel.widgets import WheelGuard, dspin, guard_wheel, penalty_boxes, spin
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
+from inspector.llama.devices import Offload
+from inspector.sources import registry
 from inspector.sources.registry import PLAIN
 
-DRAFT_MAX_AUTO = -1
-"""The draft max spin box's ``auto`` value (shown as "auto")."""
-
-CUSTOM_PROMPT = "custom prompt"
-"""The example picker's entry when the editor holds no example prompt's text."""
-FAULT_DISABLED_TIP = "Available in a live session: before a run (armed for it) or while it runs or is paused."
 PICKER_ORDER = ("ngram", "draft", "scripted", "replay")
 """Built-in sources first in the source picker, in this order; then entry-point sources, then ``none``."""
-OTHER_TIP = "third-party source (entry point spec_inspector.sources)"
 PROBABILITIES_TIP = (
     "Keep the target's figures for every verification row in the receipts (the proposed token's probability "
     "and rank, the top 5 tokens, entropy, logit margin; the draft's q for a draft model): the Statistics tab's "
@@ -64,19 +59,20 @@ PROBABILITIES_TIP = (
 
 
 def source_names() -> list[str]:
-    """The picker's entries: built-in sources, then entry-point sources, then ``none``."""
-    from inspector.sources.registry import PLAIN, available_sources
-
-    names = list(available_sources())
+    """The picker's entries: built-in sources, then entry-point sources, then ``none`` (read from
+    ``registry.available_sources`` at each call: entry points installed since are listed)."""
+    names = list(registry.available_sources())
     builtin = [n for n in PICKER_ORDER if n in names]
     return builtin + [n for n in names if n not in builtin and n != PLAIN] + [PLAIN]
 
 
-class ControlPanel(ModelChoice, PanelValues, QWidget):
+class ControlPanel(QWidget):
     """All inputs of a run and the buttons that drive it."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.value_io = PanelValues(self)
+        """``values`` / ``apply_values`` / ``show_saved`` / ``show_live`` (the panel's methods delegate)."""
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.setSpacing(4)
@@ -96,42 +92,26 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         fixed.setSpacing(4)
         outer.addLayout(fixed)
 
-        lay.addWidget(self.build_model_group())
+        self.model_choice = ModelChoice(showing_saved=lambda: self.showing_saved)
+        """The Model group: model list, weights, offload (its widgets are also the panel's attributes)."""
+        m = self.model_choice
+        self.model_combo, self.open_model, self.model_status = m.model_combo, m.open_model, m.model_status
+        self.weights, self.gpu_layers, self.rpc_servers = m.weights, m.gpu_layers, m.rpc_servers
+        lay.addWidget(m)
 
-        # Proposal source + limits
-        g = QGroupBox("Proposal source")
-        f = QFormLayout(g)
-        f.setContentsMargins(6, 4, 6, 4)
-        f.setVerticalSpacing(4)
-        self.source = QComboBox()
-        self.source_descriptors = {name: describe(name) for name in source_names()}
-        """Source name -> its declaration (``inspector.sources.descriptors``): the pages are built from it."""
-        for name, d in self.source_descriptors.items():
-            self.source.addItem(name)
-            tip = d.help or OTHER_TIP
-            if not d.declared:
-                tip += ": options not declared (made with none)"
-            self.source.setItemData(self.source.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
-        self.source.setToolTip("where proposals come from; hover an entry for what it does")
-        f.addRow("source", self.source)
-        self.source_pages = QStackedWidget()
-        self._pages: dict[str, QWidget] = {}
-        self._build_source_pages()
-        f.addRow(self.source_pages)
-        self.draft_max = spin(DRAFT_MAX_AUTO, 64, DRAFT_MAX_AUTO,
-                              "--draft-max: most proposal tokens per window (a draft model drafts at most this "
-                              "many). auto: the best window of the cost model stored for this model and thread "
-                              "count (Cost model tab > Measure), else 8")
-        self.draft_max.setSpecialValueText("auto")
-        self.draft_max_used = Note("")
-        """What ``auto`` became in the last run ("auto → 15: ..."), empty otherwise."""
-        self.draft_max.valueChanged.connect(lambda _v: self.draft_max_used.setText(""))
-        dm = QHBoxLayout()
-        dm.addWidget(self.draft_max)
-        dm.addWidget(self.draft_max_used, 1)
-        f.addRow("draft max", dm)
-        lay.addWidget(g)
-        self.source.currentTextChanged.connect(self._source_changed)
+        # Proposal source (its page's option controls are also panel attributes named by their keys:
+        # ``ngram_max``, ``draft_model``, ``script``, ``replay_file``, ...)
+        self.source_choice = SourceChoice(source_names())
+        """The Proposal source group: picker, option pages, draft max (its widgets are also the panel's)."""
+        sc = self.source_choice
+        self.source, self.source_descriptors, self.source_pages = sc.source, sc.source_descriptors, sc.source_pages
+        self.option_controls, self.other_note = sc.option_controls, sc.other_note
+        self.draft_max, self.draft_max_used = sc.draft_max, sc.draft_max_used
+        self.draft_type, self.make_draft, self.draft_busy = sc.draft_type, sc.make_draft, sc.draft_busy
+        for c in (c for cs in sc.option_controls.values() for c in cs.values()):
+            if c.key.isidentifier() and not hasattr(self, c.key):
+                setattr(self, c.key, c.widget)
+        lay.addWidget(sc)
 
         # Limits (llama.cpp's names in the tooltips)
         g = QGroupBox("Limits")
@@ -198,266 +178,71 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
         lay.addWidget(g)
 
         # Prompt
-        g = QGroupBox("Prompt")
-        gl = QVBoxLayout(g)
-        gl.setContentsMargins(6, 4, 6, 4)
-        gl.setSpacing(4)
-        self.examples = QComboBox()
-        self.examples.setToolTip("example prompts (assets/prompts); “custom prompt” when the editor holds "
-                                 "another text")
-        self.examples.addItem(CUSTOM_PROMPT, "")
-        for name, text in example_prompts().items():
-            self.examples.addItem(name, text)
-        self.examples.activated.connect(self._example_chosen)
-        self._live_values: dict | None = None  # the live settings while a saved session's are shown
-        self.custom_prompt = ""
-        """The last prompt typed in the editor (not an example's text): “custom prompt” restores it."""
-        self.prompt = QPlainTextEdit()
-        self.prompt.setPlaceholderText("Type a prompt (sent as a user message through the chat template)")
-        self.prompt.setMinimumHeight(70)
-        self.prompt.setMaximumHeight(150)
-        self.raw = QCheckBox(RAW_BOX)
-        self.system_prompt = QLineEdit()
-        self.system_prompt.setPlaceholderText("system prompt (optional)")
-        self.system_prompt.setToolTip("the chat template's system message before the prompt (llama.cpp's -sys, "
-                                      "--system-prompt); kept in the receipts; a conversation keeps it first. "
-                                      "Empty: the template's own default")
-        self.raw.toggled.connect(lambda raw: self.system_prompt.setEnabled(not raw))  # raw: no template
-        row = QHBoxLayout()
-        row.addWidget(self.examples, 1)
-        row.addWidget(self.raw)
-        gl.addLayout(row)
-        gl.addWidget(self.prompt, 1)
-        gl.addWidget(self.system_prompt)
+        self.prompt_box = PromptBox()
+        """The Prompt group (its widgets are also the panel's attributes)."""
+        pb = self.prompt_box
+        self.examples, self.prompt, self.raw, self.system_prompt = pb.examples, pb.prompt, pb.raw, pb.system_prompt
         # The prompt comes right after the model: visible without scrolling at 1280x800,
         # whichever source page (the draft's is the tallest) is shown below it.
-        lay.insertWidget(1, g)
+        lay.insertWidget(1, pb)
         lay.addStretch(1)
-        self.prompt.textChanged.connect(self._sync_example)
 
-        # Run controls
-        g = QGroupBox("Run")
-        grid = QGridLayout(g)
-        self.run = QPushButton("▶ Run")
-        self.pause = QPushButton("Pause")
-        self.step_window = QPushButton("Step window")
-        self.step_token = QPushButton("Step token")
-        self.stop = QPushButton("■ Stop")
-        self.resume = QPushButton("Resume")
-        self.run.setToolTip("Run (Ctrl+R); continues a paused run")
-        self.pause.setToolTip("Pause between windows (Space or Ctrl+P)")
-        self.step_window.setToolTip("Run one decode step, then pause (F10)")
-        self.step_token.setToolTip("Commit one token, then hold before the next (F11)")
-        self.stop.setToolTip("End the run (Esc)")
-        self.resume.setToolTip("After an error: resume from the canonical position and continue (Ctrl+Shift+R)")
-        for i, b in enumerate((self.run, self.pause, self.stop, self.step_window, self.step_token, self.resume)):
-            grid.addWidget(b, i // 3, i % 3)
-        brk = QHBoxLayout()
-        brk.addWidget(QLabel("break on"))
-        self.break_boxes: dict[str, QCheckBox] = {}
-        for kind, label in (("first_mismatch", "mismatch"), ("stopped", "stopped"), ("discard", "discard"),
-                            ("error", "error")):
-            cb = QCheckBox(label)
-            cb.setToolTip(f"pause after a window that ends with {kind}")
-            cb.setChecked(kind == "error")
-            self.break_boxes[kind] = cb
-            brk.addWidget(cb)
-        grid.addLayout(brk, 2, 0, 1, 3)
-        self.baseline = QCheckBox("Compare with plain decoding")
-        self.baseline.setToolTip("after the run (or Stop), decode the same prompt one token per step with the same "
-                                 "sampling, mark the first token where the outputs differ and measure the speedup")
-        grid.addWidget(self.baseline, 3, 0, 1, 3)
-        grid.setContentsMargins(6, 4, 6, 4)
-        grid.setVerticalSpacing(2)
-        fixed.addWidget(g)
-        self.run_group = g
-
-        # Faults and contention
-        g = QGroupBox("Faults (fire once) and contention")
-        grid = QGridLayout(g)
-        grid.setContentsMargins(6, 4, 6, 4)
-        grid.setVerticalSpacing(2)
-        self.fault_cancel = QPushButton("Cancel at next commit")
-        self.fault_cancel.setToolTip("Fault('cancel'): the request is cancelled before the next commit token")
-        self.fault_callback = QPushButton("Fail callback at token")
-        self.fault_callback.setToolTip("Fault('callback_error', token=j): the token callback raises at commit token j of the next window that reaches it")
-        self.fault_token = spin(1, 64, 1, "j: 1-based commit token inside the window")
-        self.fault_trim = QPushButton("Fail next repair")
-        self.fault_trim.setToolTip("Fault('trim_failure'): the next trim fails; the session is retired")
-        self.fault_drift = QPushButton("Shift session position")
-        self.fault_drift.setToolTip("Fault('position_drift'): one extra token is decoded into the session before the next verification")
-        grid.addWidget(self.fault_cancel, 0, 0, 1, 2)
-        grid.addWidget(self.fault_trim, 0, 2)
-        grid.addWidget(self.fault_callback, 1, 0)
-        grid.addWidget(self.fault_token, 1, 1)
-        grid.addWidget(self.fault_drift, 1, 2)
-        self.fault_buttons = (self.fault_cancel, self.fault_callback, self.fault_trim, self.fault_drift)
-        self._fault_tips = {b: b.toolTip() for b in self.fault_buttons}
-        self.set_faults_enabled(False)
-        row = QHBoxLayout()
-        row.addWidget(QLabel("Background sessions"))
-        self.background = spin(0, MAX_BACKGROUND, 0,
-                                "other sessions generating through the same runtime lock (plain and n-gram)")
-        row.addWidget(self.background)
-        self.pending_faults = QLabel("")
-        self.pending_faults.setStyleSheet("color:#c62828")
-        row.addWidget(self.pending_faults, 1)
-        grid.addLayout(row, 2, 0, 1, 3)
-        fixed.addWidget(g)
-        self.fault_group = g
-        self._source_changed(self.source.currentText())
+        # Run controls; faults and contention
+        self.run_group = RunButtons()
+        """The Run group (its widgets are also the panel's attributes)."""
+        r = self.run_group
+        self.run, self.pause, self.stop, self.resume = r.run, r.pause, r.stop, r.resume
+        self.step_window, self.step_token, self.break_boxes, self.baseline = (r.step_window, r.step_token,
+                                                                              r.break_boxes, r.baseline)
+        fixed.addWidget(r)
+        self.fault_group = FaultButtons()
+        """The Faults and contention group (its widgets are also the panel's attributes)."""
+        fb = self.fault_group
+        self.fault_cancel, self.fault_callback, self.fault_token = fb.fault_cancel, fb.fault_callback, fb.fault_token
+        self.fault_trim, self.fault_drift, self.fault_buttons = fb.fault_trim, fb.fault_drift, fb.fault_buttons
+        self.background, self.pending_faults = fb.background, fb.pending_faults
+        fixed.addWidget(fb)
         self._wheel_guard = WheelGuard(self)
         guard_wheel(self, self._wheel_guard)
         # As wide as the widest setup row (and the scroll bar): no input is cut on the right.
         self.setMinimumWidth(self.setup.minimumSizeHint().width()
                              + self.setup_scroll.verticalScrollBar().sizeHint().width() + 6)
 
-    def _build_source_pages(self) -> None:
-        """A page per source with declared options (``source_options.build_source_page``);
-        one "other" page for sources without (and ``none``). Built-in options are also
-        panel attributes named by their keys (``ngram_max``, ``draft_model``, ``script``,
-        ``replay_file``, ...)."""
-        self.option_controls: dict[str, dict[str, OptionControl]] = {}
-        """Source name -> option name -> its control (sources with a page only)."""
-        for name, d in self.source_descriptors.items():
-            page, controls = build_source_page(d, {"draft_model": self._add_make_draft_row} if name == "draft" else None)
-            if not controls:
-                continue
-            self._pages[name] = page
-            self.source_pages.addWidget(page)
-            self.option_controls[name] = controls
-            for c in controls.values():
-                if c.key.isidentifier() and not hasattr(self, c.key):
-                    setattr(self, c.key, c.widget)
-        w = QWidget()
-        form = QFormLayout(w)
-        form.setContentsMargins(0, 0, 0, 0)
-        self._pages["other"] = w
-        self.source_pages.addWidget(w)
-        self.other_note = Note("")
-        form.addRow(self.other_note)
-
-    def _add_make_draft_row(self, form: QFormLayout) -> None:
-        """The draft page's own row: re-quantize the target into a draft (not a source option)."""
-        from inspector.llama.quantize import DRAFT_TYPES
-
-        self.draft_type = QComboBox()
-        self.draft_type.addItems(list(DRAFT_TYPES))
-        self.draft_type.setCurrentText("Q4_0")
-        self.draft_type.setToolTip("llama.cpp quantization of the made draft (Q4_0: about 30-45% accepted "
-                                   "on the bundled model)")
-        self.make_draft = QPushButton("Make draft from target")
-        self.make_draft.setToolTip("re-quantize the chosen target model with llama.cpp's quantize "
-                                   "(a few seconds; cached) and use it as the draft")
-        self.draft_busy = QProgressBar()
-        self.draft_busy.setRange(0, 0)
-        self.draft_busy.setMaximumWidth(60)
-        self.draft_busy.setTextVisible(False)
-        self.draft_busy.hide()
-        row = QHBoxLayout()
-        row.addWidget(self.draft_type)
-        row.addWidget(self.make_draft, 1)
-        row.addWidget(self.draft_busy)
-        form.addRow("make", row)
-
-    def option_buttons(self) -> list[tuple[str, str, QPushButton]]:
-        """``(source, option name, Open… button)`` of every path option's control."""
-        return [(s, n, c.open_button) for s, cs in self.option_controls.items() for n, c in cs.items()
-                if c.open_button is not None]
-
-    # -- behaviour -------------------------------------------------------------
-    def _source_changed(self, name: str) -> None:
-        shown = self._pages.get(name, self._pages["other"])
-        for w in self._pages.values():  # the stack takes the height of the page shown, not of the tallest
-            pol = QSizePolicy.Policy.Preferred if w is shown else QSizePolicy.Policy.Ignored
-            w.setSizePolicy(QSizePolicy.Policy.Preferred, pol)
-        self.source_pages.setCurrentWidget(shown)
-        if name not in self._pages:
-            d = self.source_descriptors.get(name)
-            self.other_note.setText("plain one-token decoding: nothing is proposed" if name == PLAIN else
-                                    f"third-party source {name!r}: "
-                                    + ("takes no options" if d is not None and d.declared else "made with no options"))
-        self.draft_max.setEnabled(name != PLAIN)
-
     def _temperature_changed(self, t: float) -> None:
         self.verification.setEnabled(t > 0.0)
 
     def source_options(self) -> dict:
-        """Keyword options for the selected source's factory: one per control of its page, and
-        the options taken from a generation setting (``Option.from_setting``: the draft's
-        ``draft_max`` is the panel's draft max, at least the option's minimum). Sources
-        without declared options get none."""
-        name = self.source.currentText()
-        controls = self.option_controls.get(name, {})
-        out = {n: c.value() for n, c in controls.items()}
-        d = self.source_descriptors.get(name)
-        settings = {"draft_max": self.draft_max.value()} if not self.draft_max_auto() else {}
-        for o in (d.options or ()) if d is not None else ():  # auto: the registry takes the run's value
-            if o.from_setting in settings:
-                value = settings[o.from_setting]
-                out[o.name] = max(int(o.minimum), value) if o.minimum is not None else value
-        return out
+        """Keyword options for the selected source's factory (``SourceChoice.source_options``)."""
+        return self.source_choice.source_options()
 
     def source_problem(self) -> tuple[str, str] | None:
-        """``(title, message)`` of why the selected source cannot run with the options typed, by
-        its declaration: a required option left empty (``Option.required``: e.g. "No draft
-        model"), or a broken rule (``SourceDescriptor.check_options``: e.g. ``n_min`` <=
-        ``n_max``). None when nothing is wrong (or the source declares nothing)."""
-        name = self.source.currentText()
-        for c in self.option_controls.get(name, {}).values():
-            if c.option.required and c.is_empty():
-                return f"No {c.option.label}", c.option.missing or f"The {name} source needs its {c.option.label}."
-        d = self.source_descriptors.get(name)
-        try:
-            if d is not None:
-                d.check_options(self.source_options())
-        except ValueError as exc:
-            return f"{name} options", str(exc)
-        return None
+        """``(title, message)`` of why the selected source cannot run with the options typed, None when
+        nothing is wrong (``SourceChoice.source_problem``)."""
+        return self.source_choice.source_problem()
 
     def set_source(self, name: str) -> bool:
-        """Select source ``name`` if the picker has it."""
-        i = self.source.findText(name)
-        if i >= 0:
-            self.source.setCurrentIndex(i)
-        return i >= 0
+        """Select source ``name`` if the picker has it; False when it does not."""
+        return self.source_choice.set_source(name)
+
+    def option_buttons(self) -> list[tuple[str, str, QPushButton]]:
+        """``(source, option name, Open… button)`` of every path option's control."""
+        return self.source_choice.option_buttons()
 
     def set_faults_enabled(self, on: bool) -> None:
         """Enable the fault buttons (a run is running or paused); disabled ones say when they work."""
-        for b in self.fault_buttons:
-            b.setEnabled(on)
-            b.setToolTip(self._fault_tips[b] if on else f"{self._fault_tips[b]}\n{FAULT_DISABLED_TIP}")
-
-    def _example_chosen(self, index: int) -> None:
-        """An example replaces the editor's text; a typed (custom) prompt is kept first, and
-        choosing “custom prompt” brings it back (an empty editor when none was typed)."""
-        text = self.examples.itemData(index)
-        current = self.prompt.toPlainText()
-        if current and self.examples.findData(current) < 0:
-            self.custom_prompt = current
-        self.prompt.setPlainText(text if text else self.custom_prompt)
-        if not text:
-            self.examples.setCurrentIndex(0)
-
-    def _sync_example(self) -> None:
-        """Show the example whose text is in the editor, else “custom prompt”."""
-        i = self.examples.findData(self.prompt.toPlainText()) if self.prompt.toPlainText() else -1
-        self.examples.setCurrentIndex(max(i, 0))
+        self.fault_group.set_faults_enabled(on)
 
     def example_name(self) -> str:
         """The example prompt in the editor ("" for a custom prompt)."""
-        return self.examples.currentText() if self.examples.currentIndex() > 0 else ""
+        return self.prompt_box.example_name()
 
     def choose_example(self, name: str) -> None:
-        """Load the example prompt ``name`` (file stem of ``assets/prompts``)."""
-        i = self.examples.findText(name)
-        if i < 0:
-            raise KeyError(f"no example prompt {name!r}")
-        self.examples.setCurrentIndex(i)
-        self._example_chosen(i)
+        """Load the example prompt ``name`` (``PromptBox.choose_example``; ``KeyError`` when unknown)."""
+        self.prompt_box.choose_example(name)
 
     def break_on(self) -> frozenset:
-        return frozenset(k for k, cb in self.break_boxes.items() if cb.isChecked())
+        """The window outcomes to pause after (``RunButtons.break_on``)."""
+        return self.run_group.break_on()
 
     def generation_settings(self) -> GenerationSettings:
         """The limits and sampling typed in the panel (tokens), and whether receipts keep the per-row
@@ -473,26 +258,79 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
 
     def show_draft_max_used(self, settings: dict | None) -> None:
         """Name the draft max a run with ``auto`` used (its settings' ``draft_max_from``), else nothing."""
-        st = settings or {}
-        why = str(st.get("draft_max_from") or "")
-        self.auto_draft_max = st.get("draft_max") if why else None
-        self.draft_max_used.setText(f"  → {st.get('draft_max')}" if why and self.draft_max_auto() else "")
-        self.draft_max_used.setToolTip(why)
+        self.source_choice.show_draft_max_used(settings)
 
     def draft_max_in_effect(self) -> int:
         """The draft max a run uses: the box's value, or with ``auto`` the value the last run resolved
         (``show_draft_max_used``), else the default until a run resolves it."""
-        if not self.draft_max_auto():
-            return self.draft_max.value()
-        resolved = getattr(self, "auto_draft_max", None)
-        return int(resolved) if isinstance(resolved, int) else DEFAULT_DRAFT_MAX
+        return self.source_choice.draft_max_in_effect()
 
     def draft_max_auto(self) -> bool:
         """Draft max is ``auto``: the run takes it from the stored cost model
         (``inspector.llama.cost_model.auto_draft_max``; ``RunRequest.draft_max_auto``)."""
-        return self.draft_max.value() == DRAFT_MAX_AUTO
+        return self.source_choice.draft_max_auto()
 
     def stop_list(self) -> tuple[str, ...]:
         """The stop strings typed in the panel: separated by ``|``; ``\\n``, ``\\t``, ``\\|`` and
         ``\\\\`` are a newline, a tab, a ``|`` and a backslash. Empty entries are dropped."""
         return parse_stop_strings(self.stop_strings.text())
+
+    # -- the model group (``ModelChoice``) -------------------------------------------
+    def offload(self) -> Offload:
+        """The offload settings typed in (``Offload``). Raises ``ValueError`` for a bad RPC list."""
+        return self.model_choice.offload()
+
+    def model_path(self) -> str:
+        """The chosen model file ("" = bundled)."""
+        return self.model_choice.model_path()
+
+    def target_weights(self) -> str:
+        """The weight type the chosen model runs in ("" = as stored; else a ``TARGET_TYPES`` entry)."""
+        return self.model_choice.target_weights()
+
+    def set_target_weights(self, weight_type: str) -> None:
+        """Run the chosen model in ``weight_type`` from now on (``ModelChoice.set_target_weights``)."""
+        self.model_choice.set_target_weights(weight_type)
+
+    def know_stored_weights(self, path: str, weight_type: str) -> None:
+        """The file of ``path`` is stored in ``weight_type`` (``ModelChoice.know_stored_weights``)."""
+        self.model_choice.know_stored_weights(path, weight_type)
+
+    def add_recent_model(self, path: str, select: bool = True) -> None:
+        """Put ``path`` in the model list (``ModelChoice.add_recent_model``)."""
+        self.model_choice.add_recent_model(path, select)
+
+    def select_model(self, path: str) -> None:
+        """Select the entry of ``path`` (e.g. the loaded model), adding it if needed."""
+        self.model_choice.select_model(path)
+
+    def remove_recent_model(self, path: str) -> None:
+        """Drop ``path`` from the model list (a file that failed to load); never the bundled entry."""
+        self.model_choice.remove_recent_model(path)
+
+    def recent_models(self) -> list[str]:
+        """The model list's files, most recent first (the bundled entry not included)."""
+        return self.model_choice.recent_models()
+
+    # -- values (``PanelValues``) -----------------------------------------------------
+    def values(self) -> dict:
+        """Every setting as a plain dict (saved in QSettings)."""
+        return self.value_io.values()
+
+    def apply_values(self, v: dict) -> None:
+        """Set the panel from ``values()`` output; unknown or bad entries are ignored."""
+        self.value_io.apply_values(v)
+
+    def show_saved(self, settings: dict | None, prompt: str, model_name: str, weights: str = "",
+                   llama_cpp: dict | None = None) -> None:
+        """Show a saved session's settings read only instead of the live ones (``PanelValues.show_saved``)."""
+        self.value_io.show_saved(settings, prompt, model_name, weights, llama_cpp)
+
+    def show_live(self) -> None:
+        """Leave ``show_saved``: the live settings as they were before."""
+        self.value_io.show_live()
+
+    @property
+    def showing_saved(self) -> bool:
+        """The panel shows a saved session's settings (``show_saved``)."""
+        return self.value_io.showing_saved

@@ -1,7 +1,7 @@
 """The model panel's choices: which model file, in which weight type, on which devices.
 
-``ModelChoice`` is a mixin of ``ControlPanel`` (it builds the Model group and reads it):
-the model list (bundled + recent files), the **weights** choice remembered per model
+``ModelChoice`` is the control panel's Model group (a widget the panel owns): the model list
+(bundled + recent files), the **weights** choice remembered per model
 (``inspector.llama.quantize.open_target``), and llama.cpp's offload settings with its
 names (``-ngl``, ``--rpc``; ``inspector.llama.devices.Offload``).
 """
@@ -9,11 +9,14 @@ names (``-ngl``, ``--rpc``; ``inspector.llama.devices.Offload``).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout
 
 from inspector.gui.panel.widgets import Note, spin
+from inspector.llama import bundled_model_path
+from inspector.llama.devices import Offload, parse_endpoints
 from inspector.llama.quantize import TARGET_TYPES
 
 BUNDLED = "(bundled SmolLM2-135M-Instruct)"
@@ -21,13 +24,17 @@ NGL_DEFAULT = -1
 """The GPU layers spin box's "default" value: llama.cpp's own default (all layers when a device exists)."""
 
 
-class ModelChoice:
-    """The Model group of the control panel and what it says."""
+class ModelChoice(QGroupBox):
+    """The Model group of the control panel: model list, weights, offload (-ngl, RPC servers), the
+    status line, and what they say.
 
-    def build_model_group(self) -> QGroupBox:
-        """The Model group: model list, weights, offload (-ngl, RPC servers), the status line."""
-        g = QGroupBox("Model")
-        gl = QVBoxLayout(g)
+    ``showing_saved()``: the panel shows a saved session's settings (then the weights box keeps the
+    saved session's form when the model list changes)."""
+
+    def __init__(self, showing_saved: Callable[[], bool], parent=None) -> None:
+        super().__init__("Model", parent)
+        self._showing_saved = showing_saved
+        gl = QVBoxLayout(self)
         gl.setContentsMargins(6, 4, 6, 4)
         gl.setSpacing(4)
         self.model_combo = QComboBox()
@@ -71,14 +78,11 @@ class ModelChoice:
         orow.addWidget(self.rpc_servers, 1)
         gl.addLayout(orow)
         gl.addWidget(self.model_status)
-        self.model_combo.currentIndexChanged.connect(self._show_model_weights)
+        self.model_combo.currentIndexChanged.connect(self.show_model_weights)
         self.weights.currentIndexChanged.connect(self._weights_chosen)
-        return g
 
-    def offload(self):
+    def offload(self) -> Offload:
         """The offload settings typed in (``Offload``). Raises ``ValueError`` for a bad RPC list."""
-        from inspector.llama.devices import Offload, parse_endpoints
-
         text = self.rpc_servers.text().strip()
         ngl = self.gpu_layers.value()
         return Offload(n_gpu_layers=None if ngl == NGL_DEFAULT else ngl, rpc=parse_endpoints(text) if text else ())
@@ -108,10 +112,10 @@ class ModelChoice:
         else:
             self.weights_by_model.pop(self.model_path(), None)
 
-    def _show_model_weights(self, _index: int = 0) -> None:
-        """The weights choice remembered for the model now chosen, among the forms it can be converted
-        to (never its own type: that is "as stored"). A saved session shown keeps its own."""
-        if self.showing_saved:
+    def show_model_weights(self, _index: int = 0) -> None:
+        """Show the weights choice remembered for the model now chosen, among the forms it can be
+        converted to (never its own type: that is "as stored"). A saved session shown keeps its own."""
+        if self._showing_saved():
             return
         path = self.model_path()
         self._fill_weights(self.stored_weights.get(path, ""), self.weights_by_model.get(path, ""))
@@ -141,7 +145,7 @@ class ModelChoice:
         if self.weights_by_model.get(path) == weight_type:
             del self.weights_by_model[path]
         if path == self.model_path():
-            self._show_model_weights()
+            self.show_model_weights()
 
     def add_recent_model(self, path: str, select: bool = True) -> None:
         """Put ``path`` (a GGUF file) in the model list, first after the bundled entry; the
@@ -161,8 +165,6 @@ class ModelChoice:
         if not path:
             return 0
         try:
-            from inspector.llama import bundled_model_path
-
             if Path(path).resolve() == bundled_model_path().resolve():
                 return 0
         except Exception:  # no bundled model installed: every path is a recent one
@@ -180,4 +182,5 @@ class ModelChoice:
             self.model_combo.removeItem(i)
 
     def recent_models(self) -> list[str]:
+        """The model list's files, most recent first (the bundled entry not included)."""
         return [self.model_combo.itemData(i) for i in range(1, self.model_combo.count())]

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QHBoxLayout, QLabel, QLine
 
 from inspector.gui.panel.widgets import dspin, spin
 from inspector.sources.descriptors import Option, SourceDescriptor
+from inspector.sources.registry import describe_source
 
 log = logging.getLogger(__name__)
 COMPACT_KINDS = ("int", "float", "choice")
@@ -32,8 +33,6 @@ def describe(name: str) -> SourceDescriptor:
     """The declaration of source ``name`` (``registry.describe_source``); a source whose
     declaration cannot be read (a broken plugin, a malformed declaration) is logged and
     treated as undeclared (options passed through)."""
-    from inspector.sources.registry import describe_source
-
     try:
         return describe_source(name)
     except Exception:

@@ -1,7 +1,8 @@
 """The control panel's settings as a plain dict (QSettings, tests) and a saved session's
 settings shown read only in place of the live ones; stop strings typed on one line.
 
-``PanelValues`` is a mixin of ``ControlPanel`` (it reads and sets the panel's widgets).
+``PanelValues`` is an object the ``ControlPanel`` owns: it reads and sets the panel's widgets
+through their public names, and keeps the live settings while a saved session's are shown.
 """
 
 from __future__ import annotations
@@ -43,28 +44,33 @@ def join_stop_strings(stops) -> str:
 
 
 class PanelValues:
-    """``values`` / ``apply_values`` and ``show_saved`` / ``show_live`` of ``ControlPanel``."""
+    """``values`` / ``apply_values`` and ``show_saved`` / ``show_live`` of the ``ControlPanel`` ``panel``."""
+
+    def __init__(self, panel) -> None:
+        self.panel = panel
+        self._live_values: dict | None = None  # the live settings while a saved session's are shown
 
     def values(self) -> dict:
         """Every setting as a plain dict (saved in QSettings)."""
-        options = {c.key: c.stored() for cs in self.option_controls.values() for c in cs.values()}
+        p, m = self.panel, self.panel.model_choice
+        options = {c.key: c.stored() for cs in p.option_controls.values() for c in cs.values()}
         return {
-            "source": self.source.currentText(), **options,
-            "draft_max": self.draft_max.value(), "max_tokens": self.max_tokens.value(),
-            "n_ctx": self.n_ctx.value(), "threads": self.threads.value(), "stop": self.stop_strings.text(),
-            "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
-            "min_p": self.min_p.value(), "seed": self.seed.value(), "prompt": self.prompt.toPlainText(),
-            **{name: box.value() for name, box in self.penalties.items()},
-            "custom_prompt": self.custom_prompt,
-            "verification": self.verification.currentText(), "draft_type": self.draft_type.currentText(),
-            "raw": self.raw.isChecked(), "system_prompt": self.system_prompt.text(),
-            "break_on": sorted(self.break_on()),
-            "probabilities": self.probabilities.isChecked(),
-            "baseline": self.baseline.isChecked(),
-            "model": self.model_path(), "recent_models": self.recent_models(),
-            "model_weights": json.dumps(self.weights_by_model, sort_keys=True),
-            "gpu_layers": self.gpu_layers.value(), "rpc_servers": self.rpc_servers.text(),
-            **self.llama_context.values(),
+            "source": p.source.currentText(), **options,
+            "draft_max": p.draft_max.value(), "max_tokens": p.max_tokens.value(),
+            "n_ctx": p.n_ctx.value(), "threads": p.threads.value(), "stop": p.stop_strings.text(),
+            "temperature": p.temperature.value(), "top_k": p.top_k.value(), "top_p": p.top_p.value(),
+            "min_p": p.min_p.value(), "seed": p.seed.value(), "prompt": p.prompt.toPlainText(),
+            **{name: box.value() for name, box in p.penalties.items()},
+            "custom_prompt": p.prompt_box.custom_prompt,
+            "verification": p.verification.currentText(), "draft_type": p.draft_type.currentText(),
+            "raw": p.raw.isChecked(), "system_prompt": p.system_prompt.text(),
+            "break_on": sorted(p.break_on()),
+            "probabilities": p.probabilities.isChecked(),
+            "baseline": p.baseline.isChecked(),
+            "model": m.model_path(), "recent_models": m.recent_models(),
+            "model_weights": json.dumps(m.weights_by_model, sort_keys=True),
+            "gpu_layers": m.gpu_layers.value(), "rpc_servers": m.rpc_servers.text(),
+            **p.llama_context.values(),
         }
 
     def show_saved(self, settings: dict | None, prompt: str, model_name: str, weights: str = "",
@@ -73,6 +79,7 @@ class PanelValues:
         its model's block of llama.cpp context settings, None: ours by default) instead of the live
         ones; the window keeps the inputs read only while it is shown. ``show_live`` puts the live
         settings back."""
+        p = self.panel
         if self._live_values is None:
             self._live_values = self.values()
         st = settings or {}
@@ -90,24 +97,25 @@ class PanelValues:
              **{name: samp.get(name, default) for name, default in PENALTY_DEFAULTS.items()}}
         name = str(src.get("name", ""))
         # The saved source's own options, by its declaration (as its settings() recorded them).
-        v.update({c.key: opts.get(n) for n, c in self.option_controls.get(name, {}).items()})
+        v.update({c.key: opts.get(n) for n, c in p.option_controls.get(name, {}).items()})
         self.apply_values({k: x for k, x in v.items() if x is not None})
-        self.llama_context.apply_values(loaded_context(llama_cpp) or DEFAULT_CONTEXT)
-        if not self.set_source(name):
-            self.other_note.setText(f"source {name!r} (not installed here)")
-        self.show_saved_weights(weights)
+        p.llama_context.apply_values(loaded_context(llama_cpp) or DEFAULT_CONTEXT)
+        if not p.set_source(name):
+            p.other_note.setText(f"source {name!r} (not installed here)")
+        p.model_choice.show_saved_weights(weights)
         form = f" in {weights} form" if weights else ""
-        self.model_status.setText(f"from the file: {model_name or 'model not named'}{form} (read only)")
-        self.setup.setToolTip("the settings of the opened file (read only): File > New live session "
-                              "(Ctrl+N) brings back your own")
+        p.model_choice.model_status.setText(f"from the file: {model_name or 'model not named'}{form} (read only)")
+        p.setup.setToolTip("the settings of the opened file (read only): File > New live session "
+                           "(Ctrl+N) brings back your own")
 
     def show_live(self) -> None:
         """Leave ``show_saved``: the live settings as they were before."""
+        p = self.panel
         if self._live_values is None:
             return
         values, self._live_values = self._live_values, None
         self.apply_values(values)
-        self.setup.setToolTip("")
+        p.setup.setToolTip("")
 
     @property
     def showing_saved(self) -> bool:
@@ -123,51 +131,52 @@ class PanelValues:
             except (TypeError, ValueError):
                 pass
 
+        p, m = self.panel, self.panel.model_choice
         if isinstance(v.get("source"), str):
-            self.set_source(v["source"])  # a source no longer installed keeps the default
+            p.set_source(v["source"])  # a source no longer installed keeps the default
         if isinstance(v.get("rpc_servers"), str):
-            self.rpc_servers.setText(v["rpc_servers"])
-        for key, w in (("draft_max", self.draft_max), ("max_tokens", self.max_tokens), ("top_k", self.top_k),
-                       ("gpu_layers", self.gpu_layers),
-                       ("seed", self.seed), ("n_ctx", self.n_ctx), ("threads", self.threads)):
+            m.rpc_servers.setText(v["rpc_servers"])
+        for key, w in (("draft_max", p.draft_max), ("max_tokens", p.max_tokens), ("top_k", p.top_k),
+                       ("gpu_layers", m.gpu_layers),
+                       ("seed", p.seed), ("n_ctx", p.n_ctx), ("threads", p.threads)):
             num(key, w, int)
-        for key, w in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p)):
+        for key, w in (("temperature", p.temperature), ("top_p", p.top_p), ("min_p", p.min_p)):
             num(key, w, float)
-        for key, w in self.penalties.items():
+        for key, w in p.penalties.items():
             num(key, w, int if key == "repeat_last_n" else float)
-        for key, combo in (("verification", self.verification), ("draft_type", self.draft_type)):
+        for key, combo in (("verification", p.verification), ("draft_type", p.draft_type)):
             if isinstance(v.get(key), str) and combo.findText(v[key]) >= 0:
                 combo.setCurrentText(v[key])
         if isinstance(v.get("stop"), str):
-            self.stop_strings.setText(v["stop"])
-        self.llama_context.apply_values(v)
+            p.stop_strings.setText(v["stop"])
+        p.llama_context.apply_values(v)
         if isinstance(v.get("system_prompt"), str):
-            self.system_prompt.setText(v["system_prompt"])
-        for controls in self.option_controls.values():  # every source's declared options (source_options)
+            p.system_prompt.setText(v["system_prompt"])
+        for controls in p.option_controls.values():  # every source's declared options (source_options)
             for c in controls.values():
                 if v.get(c.key) is not None:
                     c.set_value(v[c.key])
         if isinstance(v.get("custom_prompt"), str):
-            self.custom_prompt = v["custom_prompt"]
+            p.prompt_box.custom_prompt = v["custom_prompt"]
         if isinstance(v.get("prompt"), str):
-            self.prompt.setPlainText(v["prompt"])
-        for key, box in (("raw", self.raw), ("baseline", self.baseline), ("probabilities", self.probabilities)):
+            p.prompt.setPlainText(v["prompt"])
+        for key, box in (("raw", p.raw), ("baseline", p.baseline), ("probabilities", p.probabilities)):
             if key in v:
                 box.setChecked(str(v[key]).lower() in ("true", "1"))
         if isinstance(v.get("break_on"), (list, tuple)):
-            for k, cb in self.break_boxes.items():
+            for k, cb in p.break_boxes.items():
                 cb.setChecked(k in v["break_on"])
         try:
             weights = json.loads(v["model_weights"]) if isinstance(v.get("model_weights"), str) else {}
         except ValueError:
             weights = {}
         if isinstance(weights, dict):
-            self.weights_by_model = {str(m): str(t) for m, t in weights.items() if str(t) in TARGET_TYPES}
+            m.weights_by_model = {str(m): str(t) for m, t in weights.items() if str(t) in TARGET_TYPES}
         recent = v.get("recent_models") or []
         if isinstance(recent, str):
             recent = [recent]
-        for p in reversed([p for p in recent if p]):
-            self.add_recent_model(p, select=False)
+        for path in reversed([x for x in recent if x]):
+            m.add_recent_model(path, select=False)
         if v.get("model"):
-            self.add_recent_model(v["model"], select=True)
-        self._show_model_weights()
+            m.add_recent_model(v["model"], select=True)
+        m.show_model_weights()

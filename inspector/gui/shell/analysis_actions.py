@@ -254,7 +254,7 @@ class AnalysisActions(QObject):
         elif self.compare_view is not None:
             self._compare_turns = None
             self.compare_view.set_running(False, f"failed: {message}")
-            self.compare_view._error("Comparison failed", message)
+            self.compare_view.show_error("Comparison failed", message)
             self.compareReady.emit(None, message)
 
     def _use(self, m: CostMeasured | None) -> None:
