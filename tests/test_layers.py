@@ -18,7 +18,7 @@ LAYERS = {
     "inspector.session": 3, "inspector.run_output": 3,
     "inspector.bench": 4,
     "inspector.gui": 5,
-    "inspector.gui_speed": 6, "inspector.cli": 6,
+    "inspector.cli": 6,
     "inspector.__main__": 6,
 }
 MAX_LINES = 600

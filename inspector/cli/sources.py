@@ -15,6 +15,7 @@ from pathlib import Path
 
 from inspector.bounded_read import BoundedReadError, read_bounded_text
 from inspector.sources.descriptors import Option, SourceDescriptor, split_option
+from inspector.sources.registry import BUILTIN_DESCRIPTORS
 
 
 class SourceFlagError(ValueError):
@@ -108,8 +109,6 @@ def check_other_sources_options(args) -> None:
 
 
 def _builtin_descriptors() -> dict[str, SourceDescriptor]:
-    from inspector.sources.registry import BUILTIN_DESCRIPTORS
-
     return BUILTIN_DESCRIPTORS
 
 

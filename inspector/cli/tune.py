@@ -12,9 +12,13 @@ from pathlib import Path
 from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, costs_from_document, fitted_costs,
                                   format_tune, format_verified, grid, measured_points, recording_from_document, tune,
                                   verify)
-from inspector.llama.cost_cache import load_cost_model
 from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.ranges import whole_number
+from inspector.engine import RuntimeScheduler
+from inspector.engine.errors import EngineError
+from inspector.llama.cost_cache import load_cost_model
+from inspector.llama.model_file import ModelFileError
+from inspector.llama.runtime import LlamaRuntime
 from inspector.receipts.document import ReceiptsFileError, load_document
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
@@ -108,11 +112,6 @@ def cmd_tune(args) -> int:
 def _verify(doc, rec, rows) -> int:
     """``--verify``: load the recording's model with its context and threads, run, print."""
     # Optional: llama.cpp loads only when --verify asks for it (tune itself needs no model).
-    from inspector.engine import RuntimeScheduler
-    from inspector.engine.errors import EngineError
-    from inspector.llama.model_file import ModelFileError
-    from inspector.llama.runtime import LlamaRuntime
-
     model = doc["model"]
     print(f"loading {model['path']} ...", file=sys.stderr, flush=True)
     try:
