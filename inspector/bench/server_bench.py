@@ -236,7 +236,8 @@ def weight_form_speedup(model_path: str | Path, *, weight_type: str = SPEEDUP_WE
 
 def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None, speedup: dict | None = None) -> str:
     """The bench as a text table, one line per example x configuration, then the summary against
-    ``GOAL`` and, with ``gui`` (``inspector.gui_speed.measure``'s result), the window against headless."""
+    ``GOAL`` and, with ``gui`` (``inspector.cli.gui_speed.measure``'s result, as ``bench --gui`` prints it),
+    the window against headless."""
     lines = [f"{'example':22s} {'configuration':50s} {'ours':>6s} {'bare':>6s} {'server':>6s} {'ratio':>6s} "
              f"{'bare':>6s} {'outside':>7s} {'us/step':>7s} {'p/row':>5s} same"]
     for r in rows:

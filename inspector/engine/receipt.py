@@ -287,6 +287,19 @@ def discard_from_json(d: dict) -> Discard:
     )
 
 
+def failure_place(events, window_count: int) -> str:
+    """Where the last ``ERROR`` event of ``events`` (``EngineEvent``s, in order) happened, for messages:
+    "at window 4", "in a plain step after window 10" (``window_count`` windows ran), "in a plain step
+    before the first window", or "" when none failed."""
+    last = next((e for e in reversed(events) if e.kind == ERROR), None)
+    if last is None:
+        return ""
+    if last.window is not None:
+        return f"at window {last.window}"
+    return f"in a plain step after window {window_count}" if window_count else \
+        "in a plain step before the first window"
+
+
 def decision_id_text(decision_id: bytes | bytearray | str) -> str:
     """A decision id as people read it.
 

@@ -10,7 +10,7 @@ llama.cpp's last line, so the engine ends the run as a failed window: every rece
 it is kept and a new run can load a new child.
 
 Cancellation reaches a decode in flight through a shared byte the child's llama.cpp abort
-callback reads (the same ``strlen`` callback as in-process, ``runtime._abort_callback``).
+callback reads (the same ``strlen`` callback as in-process: ``LlamaRuntime.abort.read_flag``).
 Values that depend only on the model (token pieces, end-of-generation tests) are cached here.
 """
 
@@ -85,8 +85,7 @@ def _child(conn, model_path: str, options: dict, flag_name: str, stderr_path: st
         return
     # Cancellation: llama.cpp's abort callback reads the shared byte instead of the runtime's own.
     flag = (ctypes.c_char * 2).from_buffer(flag_mem.buf)
-    rt._abort_flag = flag
-    llama_cpp.llama_set_abort_callback(rt.ctx, rt._abort_cb, ctypes.c_void_p(ctypes.addressof(flag)))
+    rt.abort.read_flag(flag)
     methods = sorted(n for n in dir(rt) if not n.startswith("_") and callable(getattr(rt, n, None)))
     conn.send(("ready", {a: getattr(rt, a) for a in _LOCAL}, methods))
     while True:
@@ -108,7 +107,7 @@ def _child(conn, model_path: str, options: dict, flag_name: str, stderr_path: st
             conn.send(("ok", value, rt.decode_ns - d0, rt.predict_ns - p0))
         except BaseException as exc:  # noqa: BLE001
             conn.send(("err", type(exc).__module__, type(exc).__qualname__, str(exc), _attrs(exc)))
-    rt._abort_flag = None  # the last view of the shared byte: SharedMemory.close refuses while one exists
+    rt.abort.read_flag(None)  # the last view of the shared byte: SharedMemory.close refuses while one exists
     del flag
     rt.close()
     flag_mem.close()
@@ -144,7 +143,7 @@ class RemoteRuntime:
         self._lock = threading.RLock()
         self._abort_lock = threading.Lock()
         """Guards ``_inflight_sid`` with the flag byte: an abort requested as a decode ends must not
-        stay set for the next call (as ``LlamaRuntime._abort_lock``)."""
+        stay set for the next call (as ``inspector.llama.abort.AbortSwitch`` does in-process)."""
         self._flag = shared_memory.SharedMemory(create=True, size=2)
         self._flag.buf[0] = 0
         self._inflight_sid: int | None = None
