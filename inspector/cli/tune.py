@@ -18,7 +18,6 @@ from inspector.engine import RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.llama.cost_cache import load_cost_model
 from inspector.llama.model_file import ModelFileError
-from inspector.llama.runtime import LlamaRuntime
 from inspector.receipts.document import ReceiptsFileError, load_document
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
@@ -111,7 +110,8 @@ def cmd_tune(args) -> int:
 
 def _verify(doc, rec, rows) -> int:
     """``--verify``: load the recording's model with its context and threads, run, print."""
-    # Optional: llama.cpp loads only when --verify asks for it (tune itself needs no model).
+    from inspector.llama.runtime import LlamaRuntime  # llama.cpp loads only for --verify: tune needs no model
+
     model = doc["model"]
     print(f"loading {model['path']} ...", file=sys.stderr, flush=True)
     try:

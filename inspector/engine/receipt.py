@@ -6,7 +6,7 @@ Field names are the JSON keys of the receipts document (SPEC "Receipt fields").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from inspector.engine.probabilities import WindowProbabilities
 
@@ -263,8 +263,6 @@ def receipt_from_json(d: dict) -> WindowReceipt:
     """A ``WindowReceipt`` from its JSON form (a receipts-document window; extra
     keys such as token texts are ignored). Raises ``TypeError``/``KeyError``
     when a field is missing."""
-    from dataclasses import fields
-
     names = {f.name for f in fields(WindowReceipt)}
     d = _tuples(d, ("proposal_token_ids", "committed_tokens", "verification_row_predictions"))
     d.setdefault("decode_step", 0)

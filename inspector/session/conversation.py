@@ -17,9 +17,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
+import inspector
 from inspector.bounded_read import BoundedReadError, read_bounded_text
+from inspector.engine.stats import summarize_receipts
+from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
+from inspector.session.document import record_document
+from inspector.session.record import SessionRecord
 
 TURN_SEPARATOR = "---"
 """A line holding only this separates two turns of a plain-text turns file."""
@@ -197,13 +203,6 @@ def conversation_document(conversation: Conversation) -> dict:
     turn's request document (``record_document``, or the document a record was read from), the whole
     chat, and a summary summing every turn's windows, tokens and times. Raises ``ValueError`` for a
     conversation without turns."""
-    from datetime import datetime, timezone
-
-    import inspector
-    from inspector.engine.stats import summarize_receipts
-    from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
-    from inspector.session.document import record_document
-
     records = conversation.records
     if not records:
         raise ValueError("the conversation has no turns yet")
@@ -241,8 +240,6 @@ def records_of_conversation(doc: dict) -> Conversation:
     """The ``Conversation`` of a loaded conversation document (``load_document``): one
     ``SessionRecord.from_document`` per turn (each keeps its turn's document for export), the history
     from the file's messages, no source memory."""
-    from inspector.session.record import SessionRecord
-
     conv = Conversation(planned_turns=doc["conversation"].get("planned_turns"),
                         stopped_at=doc["conversation"].get("stopped_at", ""))
     conv.records = [SessionRecord.from_document(d) for d in doc["turns"]]
