@@ -10,6 +10,8 @@ Layout (no Qt below ``inspector.gui``):
 - ``inspector.cli``: the ``spec-inspector`` command line.
 """
 
+from pathlib import Path
+
 from inspector.thread_pools import limit_thread_pools
 
 __version__ = "0.1.0"
@@ -24,6 +26,4 @@ def asset_path(name: str):
     ``inspector/assets`` is a symlink to ``assets/`` in a checkout and a real folder
     (the package ``inspector.assets``) in an installed wheel, so one path serves both.
     """
-    from pathlib import Path
-
     return Path(__file__).resolve().parent / "assets" / name

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from inspector import asset_path
 
 EXAMPLES = ("copy-with-corrections", "copy-exact", "code-rewrite", "open-ended")
@@ -24,8 +26,6 @@ agent loops do."""
 def turns_path(name_or_path: str):
     """The file of bundled conversation ``name_or_path`` (one of ``TURNS_EXAMPLES``), else the path as
     given (a user's turns file)."""
-    from pathlib import Path
-
     if name_or_path in TURNS_EXAMPLES:
         return asset_path(f"prompts/turns/{name_or_path}.txt")
     return Path(name_or_path)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TextIO
 
+from inspector.engine.classify import row_outcomes
+from inspector.engine.errors import RuntimeLost
 from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
 from inspector.engine.observer import GenerationObserver
-from inspector.engine.profit import plain_step_us, run_balance
 from inspector.engine.probabilities import WindowProbabilities, top_texts_of
+from inspector.engine.profit import plain_step_us, run_balance
 from inspector.engine.receipt import COMMIT, DISCARD, PREFILL, STEP, VERIFY, Summary, decision_id_text
+from inspector.receipts.document import version_note
 from inspector.sources.registry import PLAIN, describe_source
 
 
@@ -50,10 +54,6 @@ def drive_run(run, gen, printer: StreamPrinter, resume: bool) -> bool:
     is reported on stderr (its receipts kept, the KV cache already repaired) and, with ``resume``,
     resumed from the canonical position (at most 20 times; never after a lost runtime). Returns
     True when the generation finished, False when an error ended it."""
-    import sys
-
-    from inspector.engine.errors import RuntimeLost
-
     attempts = 0
     while not gen.finished:
         try:
@@ -175,8 +175,6 @@ def format_window_rows(receipt, token_text, missing: str = "turned off for this 
     figures, when it has none. Positions follow the window's rows table: row r's input token sits
     at KV position base + r (its prediction is the token after it). Rows past the first mismatch
     are branch-conditioned (never output) and say so."""
-    from inspector.engine.classify import row_outcomes
-
     r = receipt
     lines = [f"window {r.window_index}  step {r.decode_step}  decision {decision_id_text(r.decision_id)}  "
              f"{r.disposition}  accepted {r.accepted_proposal_tokens}/{r.proposal_token_count}  "
@@ -321,8 +319,6 @@ def format_summary(s: Summary, wall_s: float | None = None, *, kv_length=None, c
 def format_document(doc: dict) -> str:
     """Human summary of a loaded receipts document."""
     s = Summary(**{k: v for k, v in doc["summary"].items() if k in Summary.__dataclass_fields__})
-    from inspector.receipts.document import version_note
-
     head = [
         f"file:    {version_note(doc)}",
         f"model:   {doc['model'].get('name', '')} ({doc['model']['architecture']}) {doc['model']['path']}",

@@ -11,7 +11,7 @@ import pytest
 
 from inspector.prompts import TURNS_EXAMPLES, turns_path
 from inspector.receipts.document import load_document
-from inspector.session.conversation import ChatHistory, TurnsFileError, parse_turns, read_turns, turn_prompt_tokens
+from inspector.session.conversation import Conversation, TurnsFileError, chat_prompt, parse_turns, read_turns
 from tests.test_cli import cli
 
 
@@ -47,13 +47,14 @@ def test_the_bundled_conversation_has_several_turns_that_ask_to_change_the_earli
 
 
 def test_the_next_turns_prompt_holds_the_earlier_turn_and_its_answer(runtime):
-    history = ChatHistory()
-    first = turn_prompt_tokens(runtime, history, "Say hello.")
-    history.add_turn("Say hello.", "Hello there!")
-    second = turn_prompt_tokens(runtime, history, "Again.")
+    conv = Conversation()
+    first = chat_prompt(runtime, conv.next_turn("Say hello.")["chat_messages"])[1]
+    conv.add_answered(None, "Say hello.", "Hello there!")
+    fields = conv.next_turn("Again.")
+    second = chat_prompt(runtime, fields["chat_messages"])[1]
     text = runtime.detokenize(second)
     assert "Say hello." in text and "Hello there!" in text and "Again." in text
-    assert len(second) > len(first) and history.turns == 1
+    assert len(second) > len(first) and conv.history.turns == 1 and fields["conversation"]["turn"] == 2
 
 
 def test_run_turns_writes_one_conversation_document_holding_every_turn_with_the_turn_on_each_window(tmp_path):

@@ -105,7 +105,7 @@ def test_a_refused_draft_model_leaves_no_running_banner(qtbot, runtime, tmp_path
 def test_a_model_without_a_chat_template_names_the_windows_raw_box(qtbot, runtime, tmp_path, monkeypatch):
     """Defect 5: the refusal said "use --raw" (the command line's word); the window's control is the
     "raw (no chat template)" box."""
-    monkeypatch.setattr(runtime, "chat_template", lambda: "")
+    monkeypatch.setattr(runtime.vocabulary, "chat_template", lambda: "")
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
     with qtbot.waitSignal(w.runFinished, timeout=60_000):
         assert w.start_run()

@@ -18,14 +18,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from inspector.llama.cost_model import CostModel
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.generation import Generation
 from inspector.engine.receipt import Summary
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import GenerationSettings, check_setting
+from inspector.engine.stats import summarize_receipts
+from inspector.llama.cost_cache import stored_row_costs
+from inspector.llama.cost_model import CostModel
+from inspector.session.conversation import Conversation
+from inspector.session.run import RunRefused, RunRequest, SessionRun
 from inspector.sources.descriptors import split_option
-from inspector.sources.registry import PLAIN
+from inspector.sources.registry import PLAIN, SourceContext, describe_source
+from inspector.sources.registry import make_source as make_registry_source
 
 
 
@@ -193,8 +198,6 @@ def check_config_options(source: str, options: dict, draft_max: int) -> dict:
     the one check of ``compare --config`` and the Compare window. Returns the converted options.
     Raises ``UnknownSource``, or ``ValueError`` naming the source, the option, the observed value
     and the valid range (or the unknown options, or the broken cross rule)."""
-    from inspector.sources.registry import describe_source
-
     descriptor = describe_source(source)
     shared = {o.name: draft_max for o in descriptor.options or () if o.from_setting == "draft_max"}
     return descriptor.check_options({**options, **shared})
@@ -250,14 +253,11 @@ def registry_source_factory(runtime, settings: GenerationSettings) -> Callable[[
     """``make_source`` for ``run_compare`` from the source registry
     (``inspector.sources.registry.make_source``): ``"none"`` gives None; raises
     ``UnknownSource`` and what the source's factory raises."""
-    from inspector.llama.cost_cache import stored_row_costs
-    from inspector.sources.registry import SourceContext, make_source
-
     def make(config: CompareConfig, memory: dict | None = None):
         # The context's settings carry the configuration's draft_max (a draft's own draft_max by default).
         ctx = SourceContext(runtime, _with_draft_max(settings, config.draft_max), row_costs=stored_row_costs(runtime),
                             memory={} if memory is None else memory)
-        return make_source(config.source, ctx, config.options)
+        return make_registry_source(config.source, ctx, config.options)
 
     return make
 
@@ -325,8 +325,8 @@ def run_compare(
             progress(i, total, config.label)
         try:
             if turns is None:
-                runs[id(config)] = _run_request(scheduler, config, settings, tuple(prompt_tokens), make_source,
-                                                cancel, {})
+                runs[id(config)] = _run_request(scheduler, config, settings, make_source, cancel,
+                                                prompt_token_ids=tuple(prompt_tokens), source_memory={})
             else:
                 on_turn = None if turn_progress is None else (
                     lambda n, count, i=i, label=config.label: turn_progress(n, count, i, total, label))
@@ -347,15 +347,14 @@ def run_compare(
     return result
 
 
-def _run_request(scheduler, config: CompareConfig, settings: GenerationSettings, prompt_tokens: tuple,
-                 make_source, cancel, memory: dict) -> tuple[Generation | None, str | None]:
-    """Run one request of ``config`` to its end: (its ``Generation``, or None when the source could not
-    be made, and the error message, or None). Raises ``RequestCancelled`` when ``cancel`` is set."""
-    from inspector.session.run import RunRefused, RunRequest, SessionRun
-
+def _run_request(scheduler, config: CompareConfig, settings: GenerationSettings, make_source, cancel,
+                 prompt_text: str = "", **request) -> tuple[Generation | None, str | None]:
+    """Run one request of ``config`` to its end: (its ``Generation``, or None when the prompt or the source
+    could not be made, and the error message, or None). ``request``: the other ``RunRequest`` fields (the
+    prompt's ``prompt_token_ids``, or a turn's ``Conversation.next_turn`` fields; ``source_memory``).
+    Raises ``RequestCancelled`` when ``cancel`` is set."""
     s = _with_draft_max(settings, config.draft_max)
-    run = SessionRun(scheduler, RunRequest("", s, config.source, dict(config.options), prompt_token_ids=prompt_tokens,
-                                           source_memory=memory),
+    run = SessionRun(scheduler, RunRequest(prompt_text, s, config.source, dict(config.options), **request),
                      _ignore, make_source=lambda req, c=config: make_source(c, req.source_memory))
     gen, error = None, None
     try:
@@ -364,6 +363,8 @@ def _run_request(scheduler, config: CompareConfig, settings: GenerationSettings,
     except RunRefused as exc:  # a bad configuration is a row with its error, not the end of the compare
         cause = exc.cause or exc
         return None, f"{type(cause).__name__}: {cause}"
+    except Exception as exc:  # a chat template that fails to render: every turn would fail the same way
+        return None, f"{type(exc).__name__}: {exc}"
     try:
         gen = run.open()
         if cancel is not None:
@@ -388,14 +389,23 @@ def _run_request(scheduler, config: CompareConfig, settings: GenerationSettings,
 
 
 class TurnsRun:
-    """The turns of one configuration's conversation, read as one run: ``receipts``, ``plain_steps``,
-    ``generated`` (every turn's tokens, in order) and ``summary()`` over all turns (decode times
-    summed, prefill of every turn's history included in ``prefill_elapsed_us``)."""
+    """One configuration's conversation (a ``Conversation`` whose turns are kept as their ``Generation``s),
+    read as one run: ``receipts``, ``plain_steps``, ``generated`` (every turn's tokens, in order) and
+    ``summary()`` over all turns (decode times summed, prefill of every turn's history included in
+    ``prefill_elapsed_us``)."""
 
-    def __init__(self) -> None:
-        self.generations: list[Generation] = []
-        self.memory: dict = {}
+    def __init__(self, system_prompt: str = "", planned_turns: int | None = None) -> None:
+        self.conversation = Conversation.opened(system_prompt, planned_turns)
+
+    @property
+    def generations(self) -> list[Generation]:
+        """Each turn's ``Generation``, turn 1 first."""
+        return self.conversation.records
+
+    @property
+    def memory(self) -> dict:
         """What the source kept across the turns (``SourceContext.memory``)."""
+        return self.conversation.memory
 
     @property
     def receipts(self) -> list:
@@ -410,8 +420,6 @@ class TurnsRun:
         return [t for g in self.generations for t in g.generated]
 
     def summary(self) -> Summary:
-        from inspector.engine.stats import summarize_receipts
-
         gens = self.generations
         return summarize_receipts(
             self.receipts, plain_steps=self.plain_steps, discards=sum(len(g.discards) for g in gens),
@@ -423,32 +431,22 @@ class TurnsRun:
 def _run_turns(scheduler, config: CompareConfig, settings: GenerationSettings, turns: Sequence[str], make_source,
                cancel, on_turn: Callable[[int, int], None] | None = None,
                system_prompt: str = "") -> tuple[TurnsRun | None, str | None]:
-    """Run ``config`` over a conversation (``inspector.session.conversation``): each turn's prompt is the
-    chat so far, with this configuration's own answers; one source memory for every turn. A failing
-    turn ends the conversation with an error naming it (earlier turns are kept in the row).
-    ``on_turn(turn, turn_count)`` is called before each turn (1-based). ``system_prompt``: the chat's
-    first message (as ``run --turns`` starts it), "" for none."""
-    from inspector.session.conversation import ChatHistory, turn_prompt_tokens
-
-    history, out = ChatHistory(), TurnsRun()
-    if system_prompt:
-        history.messages.append({"role": "system", "content": system_prompt})
-    memory = out.memory
-    runtime = scheduler.runtime
+    """Run ``config`` over a conversation (``Conversation.next_turn``, as ``run --turns`` and the window
+    do): each turn's prompt is the chat so far, with this configuration's own answers; one source memory
+    for every turn. A failing turn ends the conversation with an error naming it (earlier turns are kept
+    in the row). ``on_turn(turn, turn_count)`` is called before each turn (1-based). ``system_prompt``:
+    the chat's first message (as ``run --turns`` starts it), "" for none."""
+    out = TurnsRun(system_prompt, len(turns))
+    conv = out.conversation
     for n, text in enumerate(turns, 1):
         if on_turn is not None:
             on_turn(n, len(turns))
-        try:
-            tokens = turn_prompt_tokens(runtime, history, text)
-        except Exception as exc:  # no chat template: every turn would fail the same way
-            return (out if out.generations else None), f"turn {n}: {type(exc).__name__}: {exc}"
-        gen, error = _run_request(scheduler, config, settings, tuple(tokens), make_source, cancel, memory)
+        gen, error = _run_request(scheduler, config, settings, make_source, cancel, text, **conv.next_turn(text))
         if gen is None:
             return (out if out.generations else None), f"turn {n}: {error}"
-        out.generations.append(gen)
+        conv.add_answered(gen, text, gen.text.text)
         if error is not None:
             return out, f"turn {n}: {error}"
-        history.add_turn(text, gen.text.text)
     return out, None
 
 

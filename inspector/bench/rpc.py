@@ -16,8 +16,12 @@ from dataclasses import asdict, dataclass
 
 from inspector.bench.run import run_task
 from inspector.engine import RuntimeScheduler
+from inspector.llama.cost_cache import placement, store_cost_model
 from inspector.llama.cost_model import measure_cost_model
+from inspector.llama.devices import Offload
+from inspector.llama.quantize import open_target
 from inspector.prompts import example_prompt
+from inspector.sources import NgramSource
 
 COPY_TASK = "copy-exact"
 
@@ -45,11 +49,6 @@ def bench_rpc(model_path, endpoints, *, max_tokens: int = 128, k_max: int = 16, 
     """Measure the model local, then on ``endpoints`` (RPC servers, HOST:PORT); return a JSON-ready
     dict (``placements``: ``PlacementResult`` fields). Raises ``ModelFileError``, ``RpcUnavailable``
     and ``RuntimeLost`` (a server went away)."""
-    from inspector.llama.cost_cache import placement, store_cost_model
-    from inspector.llama.devices import Offload
-    from inspector.llama.quantize import open_target
-    from inspector.sources import NgramSource
-
     results = []
     local_out = None
     for where, offload in (("local", Offload()),

@@ -13,15 +13,15 @@ engine's own Python bookkeeping.
 from __future__ import annotations
 
 import textwrap
-
 import time
 from dataclasses import dataclass
 from statistics import median
 from time import perf_counter_ns
 
-from inspector.prompts import EXAMPLES, example_prompt
-from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
+from inspector.llama.cost_cache import placement, store_cost_model
+from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
+from inspector.prompts import EXAMPLES, example_prompt
 from inspector.session.record import SessionRecord
 from inspector.session.run import RunRequest, SessionRun
 from inspector.sources import NgramSource
@@ -118,8 +118,6 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
     first = runtime.prompt_tokens(_prompt(names[0]))
     progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats) ...")
     cm = measure_cost_model(scheduler, first[:64], k_max=k_max, repeats=repeats)
-    from inspector.llama.cost_cache import placement, store_cost_model
-
     disturbed = cm.disturbed()
     if disturbed:
         progress(f"warning: the cost model looks disturbed ({disturbed}); another process probably took "

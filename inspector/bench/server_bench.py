@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from time import perf_counter_ns
 from typing import Callable, Sequence
 
 from inspector.bench.compare import PLAIN, CompareConfig, parse_config, registry_source_factory
@@ -35,7 +34,6 @@ from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.llama.server_parity import server_context
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.llama.quantize import weight_form
-from inspector.llama.runtime import LlamaRuntime
 from inspector.prompts import EXAMPLES, example_prompt
 from inspector.session.record import SessionRecord
 from inspector.session.run import RunRequest, SessionRun
@@ -217,6 +215,8 @@ def weight_form_speedup(model_path: str | Path, *, weight_type: str = SPEEDUP_WE
     the model (converted once with llama.cpp's quantizer, cached: ``weight_form``), probabilities on,
     runs interleaved ``repeats`` times. Returns ``plain_tps`` and ``ngram_tps`` (lists, decode tokens/s)
     and ``speedup`` (median / median). Raises ``ModelFileError`` and ``EngineError``."""
+    from inspector.llama.runtime import LlamaRuntime  # llama.cpp loads only when a model runs, not for --help
+
     path, _converted = weight_form(model_path, weight_type)
     rt = LlamaRuntime(path, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=threads)
     try:
@@ -236,7 +236,8 @@ def weight_form_speedup(model_path: str | Path, *, weight_type: str = SPEEDUP_WE
 
 def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None, speedup: dict | None = None) -> str:
     """The bench as a text table, one line per example x configuration, then the summary against
-    ``GOAL`` and, with ``gui`` (``inspector.gui_speed.measure``'s result), the window against headless."""
+    ``GOAL`` and, with ``gui`` (``inspector.cli.gui_speed.measure``'s result, as ``bench --gui`` prints it),
+    the window against headless."""
     lines = [f"{'example':22s} {'configuration':50s} {'ours':>6s} {'bare':>6s} {'server':>6s} {'ratio':>6s} "
              f"{'bare':>6s} {'outside':>7s} {'us/step':>7s} {'p/row':>5s} same"]
     for r in rows:

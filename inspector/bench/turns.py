@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from inspector.bench.compare import CompareConfig, run_compare
 from inspector.sources.registry import PLAIN
 
 SOURCES = (PLAIN, "ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")
@@ -61,8 +62,6 @@ def run_turns_bench(scheduler, turns: Sequence[str], settings, cost_model, sourc
                     progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Run ``sources`` over ``turns`` with ``settings`` (each source's default options, draft max from
     ``settings``) and return a JSON-ready dict: ``rows`` (one per source) and ``definitions``."""
-    from inspector.bench.compare import CompareConfig, run_compare
-
     configs = [CompareConfig(s, s, 0 if s == PLAIN else settings.draft_max) for s in sources]
     result = run_compare(scheduler, [], configs, settings, cost_model=cost_model, progress=progress, turns=turns,
                          keep_runs=True)

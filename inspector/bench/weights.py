@@ -20,8 +20,10 @@ from pathlib import Path
 from inspector.bench.run import run_task
 from inspector.engine import RuntimeScheduler
 from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
+from inspector.llama.model_file import check_gguf
 from inspector.llama.quantize import weight_form
 from inspector.prompts import COPY_EXACT, EXAMPLES, example_prompt
+from inspector.sources import NgramSource
 
 COPY_TASK = COPY_EXACT
 """The task whose plain and n-gram speeds are compared per layout: the example the model copies."""
@@ -57,8 +59,6 @@ class LayoutResult:
 
 def _plain_and_ngram(scheduler, tokens, max_tokens: int, draft_maxes):
     """(plain generation, {draft max: n-gram generation}) on ``tokens``, through the run service."""
-    from inspector.sources import NgramSource
-
     plain = run_task(scheduler, None, tokens, max_tokens)
     return plain, {d: run_task(scheduler, NgramSource(length="fixed"), tokens, max_tokens, d) for d in draft_maxes}
 
@@ -86,8 +86,7 @@ def bench_weights(model_path, weight_types, *, max_tokens: int = 128, k_max: int
     layout whose file is the model itself (or the first one) is the quality reference.
     ``draft_maxes``: the n-gram runs' draft max values (the best is reported; ``ngram_tps`` is
     the best). Raises ``ValueError`` for an unknown type and ``ModelFileError``."""
-    from inspector.llama.model_file import check_gguf
-    from inspector.llama.runtime import LlamaRuntime
+    from inspector.llama.runtime import LlamaRuntime  # llama.cpp loads only when the bench runs
 
     forms = []
     for t in weight_types:

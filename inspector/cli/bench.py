@@ -1,28 +1,119 @@
-"""``spec-inspector bench`` and ``spec-inspector compare``: the commands that measure speed
-(their options are declared with the others in ``inspector.cli.build_parser``)."""
+"""``spec-inspector bench`` and ``spec-inspector compare``: the commands that measure speed, their
+arguments (``add_bench_commands``) and their work (``cmd_bench``, ``cmd_compare``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 
+from inspector.bench.compare import (CompareConfig, default_configs, format_compare, parse_config, run_compare,
+                                     write_compare_csv, write_compare_json)
+from inspector.bench.rpc import bench_rpc, format_rpc
+from inspector.bench.run import TASKS, format_bench, run_bench
+from inspector.bench.server_bench import SERVER_BENCH_CONFIGS, format_server_bench, server_bench, weight_form_speedup
 from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError, build_llama_server, find_llama_server
-from inspector.bench.compare import CompareConfig, parse_config
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_process import ServerError
-from inspector.cli.common import EXIT_USAGE, UserError as _UserError, fail as _fail, open_target_runtime
-from inspector.cli.common import read_text as _read_text, strip_final_newline as _strip_final_newline
-from inspector.cli.sampling import sampling_from_args
-from inspector.engine.settings import DEFAULT_N_CTX
+from inspector.bench.turns import format_turns_bench, run_turns_bench
+from inspector.bench.weights import bench_weights, format_weights
+from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runtime, read_text, strip_final_newline,
+                                  weight_type)
+from inspector.cli.context import add_context_flags
+from inspector.cli.devices import add_offload_flags
+from inspector.cli.ranges import THREADS, THREADS_MAX, setting, whole_number
+from inspector.cli.sampling import add_sampling_flags, sampling_from_args
+from inspector.cli.turns import add_turns_argument
+from inspector.engine import GenerationSettings, RuntimeScheduler
+from inspector.engine.errors import EngineError
+from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX
+from inspector.llama.cost_cache import load_cost_model, placement, store_cost_model
+from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
+from inspector.llama.devices import RpcUnavailable
+from inspector.llama.model_file import ModelFileError, bundled_model_path
+from inspector.llama.quantize import make_draft
+from inspector.llama.server_parity import server_context
+from inspector.prompts import DEFAULT_EXAMPLE, example_path, turns_path
+from inspector.session.conversation import read_turns
+
+
+def add_bench_commands(sub) -> None:
+    """The ``bench`` and ``compare`` subcommands' arguments (on ``sub``, the CLI's subparsers)."""
+    bn = sub.add_parser("bench", help="plain vs speculative decoding on fixed tasks, with the cost model",
+                        description="Measure plain decoding, our n-gram speculation and llama-cpp-python's "
+                                    "LlamaPromptLookupDecoding on the same prompts in one process.")
+    bn.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    bn.add_argument("--target-weights", type=weight_type, metavar="TYPE",
+                    help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
+                          "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
+    bn.add_argument("--threads", type=THREADS, default=None,
+                    help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; measure with nothing else running")
+    bn.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
+    bn.add_argument("--max-tokens", type=whole_number(1, DEFAULT_N_CTX), default=128,
+                    help=f"tokens per run (1..{DEFAULT_N_CTX}, the context) [128]")
+    bn.add_argument("--k-max", type=whole_number(1, 256), default=16,
+                    help="largest verify batch in the cost model (1..256) [16]")
+    bn.add_argument("--repeats", type=whole_number(1, 1000), default=3, help="repeats per cost-model point (1..1000) [3]")
+    bn.add_argument("--no-llama-cpp-python", action="store_true", help="skip LlamaPromptLookupDecoding")
+    bn.add_argument("--weights", metavar="T1,T2,...",
+                    help="compare weight layouts instead: convert the model to each type (llama.cpp quantize, "
+                         "cached), then per layout c(k), its ceiling, plain vs n-gram on the copy task and whether "
+                         "greedy output stays the original's (e.g. Q4_1,Q8_0,Q4_0)")
+    bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
+    bn.add_argument("--turns", metavar="FILE|NAME", help="instead: every source over a conversation (e.g. agent-edits): "
+                    "acceptance, mean length, windows, speedup, share of the ceiling, proposal time, memory")
+    bn.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH",
+                    help="instead: ours against llama-server (a fresh one per run; default: the one built from our "
+                         "llama.cpp) for plain and every llama.cpp source, with and without probabilities, and the "
+                         "window against headless; --tasks, --repeats and --config choose the work")
+    bn.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
+                    help="with --llama-server: a configuration as compare takes it (repeatable; default: plain, "
+                         "every llama.cpp n-gram source at draft max 16, and a Q4_0 draft of the model)")
+    bn.add_argument("--gui", action="store_true",
+                    help="instead: the window against headless in one process (the first of --tasks, run from the "
+                         "window offscreen and headless, alternating, --repeats times each): decode tokens/s and "
+                         "the GUI thread's CPU share")
+    bn.add_argument("--show", action="store_true", help="with --gui: show the window (default: offscreen)")
+    add_offload_flags(bn)
+    add_context_flags(bn)
+
+    cp = sub.add_parser("compare", help="run one prompt with several configurations, side by side",
+                        description="Run one prompt with several configurations (source, draft max, source "
+                                    "options) one after the other on one loaded model and print a table; "
+                                    "--json/--csv export it.")
+    cp.add_argument("--prompt", help="the prompt text (default: the copy-with-corrections example)")
+    cp.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
+    add_turns_argument(cp, "compare")
+    cp.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    cp.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
+                    help="the chat template's system message before the prompt (llama.cpp's -sys)")
+    cp.add_argument("--target-weights", type=weight_type, metavar="TYPE",
+                    help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
+                          "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
+    cp.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
+                    help="a configuration, e.g. none, ngram:draft_max=4, ngram:draft_max=16,n_min=1, "
+                         "draft:draft_model=D.gguf (repeatable; default: plain and ngram with draft_max 4, 8, 16)")
+    cp.add_argument("--max-tokens", type=setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
+                    help=f"tokens per run [{DEFAULT_MAX_NEW_TOKENS}]")
+    cp.add_argument("--threads", type=THREADS, default=None,
+                    help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
+    cp.add_argument("--cost-model", action="store_true",
+                    help="measure the cost model first and add each run's expected speedup")
+    cp.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
+    cp.add_argument("--csv", type=Path, metavar="OUT", help="write the comparison as CSV")
+    cp.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH|URL",
+                    help="run each configuration through llama-server too (same prompt tokens, greedy, its flags) "
+                         "and show its tokens/s, drafted and accepted beside ours: a llama-server binary (started "
+                         "on 127.0.0.1 per configuration), a running server's URL (used as it is), or nothing: "
+                         "the one built from our llama.cpp (built once on first use, 7-15 minutes)")
+    add_offload_flags(cp)
+    add_context_flags(cp)
+    add_sampling_flags(cp, "sampling of every configuration (default greedy)")
 
 
 def cmd_bench(args) -> int:
-    from inspector.bench.run import TASKS, format_bench, run_bench
-    from inspector.engine.errors import EngineError
-    from inspector.llama.devices import RpcUnavailable
-    from inspector.llama.model_file import ModelFileError
-
     if args.weights:
         return _bench_weights(args)
     if args.turns:
@@ -34,43 +125,56 @@ def cmd_bench(args) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
-        return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+        return fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+    if args.gui:
+        return _bench_gui(args, tasks[0])
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats,
                            not args.no_llama_cpp_python, progress)
     except EngineError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     finally:
         runtime.close()
     _print_result(format_bench(result), result, args.json)
     return 0
 
 
+def _window_speed():
+    """``inspector.cli.gui_speed``, imported when a bench asks for the window: PySide6 and the window load
+    only then, so every other command starts without them."""
+    from inspector.cli import gui_speed  # PySide6 only when the window is measured
+
+    return gui_speed
+
+
+def _bench_gui(args, task: str) -> int:
+    """``bench --gui``: ``task`` from the window and headless, alternating (``inspector.cli.gui_speed``)."""
+    speed = _window_speed()
+    try:
+        result = speed.measure(str(args.model) if args.model else None, task, max_tokens=args.max_tokens,
+                               repeats=args.repeats, threads=args.threads or None, show=args.show)
+    except (ModelFileError, EngineError, ValueError, RuntimeError) as exc:
+        return fail(str(exc))
+    _print_result(speed.format_gui_speed(result), result, args.json)
+    return 0
+
+
 def _bench_llama_server(args) -> int:
     """``bench --llama-server [PATH]``: ours against llama-server per example and configuration, with and
     without probabilities (``inspector.bench.server_bench``), then the window against headless
-    (``inspector.gui_speed``), in one report."""
-    from inspector.bench.run import TASKS
-    from inspector.bench.server_bench import (SERVER_BENCH_CONFIGS, format_server_bench, server_bench,
-                                              weight_form_speedup)
-    from inspector.engine.errors import EngineError
-    from inspector.gui_speed import measure
-    from inspector.llama.devices import RpcUnavailable
-    from inspector.llama.model_file import ModelFileError
-    from inspector.llama.quantize import make_draft
-
+    (``inspector.cli.gui_speed``), in one report."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
-        return _fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+        return fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
     target = args.llama_server
     if is_url(target):
-        return _fail("bench --llama-server starts its own llama-server for every run (its flags per configuration, "
+        return fail("bench --llama-server starts its own llama-server for every run (its flags per configuration, "
                      "a cold start each time): give a llama-server binary, or nothing for the one built from our "
                      "llama.cpp; compare --llama-server URL uses a running one", EXIT_USAGE)
     try:
@@ -80,21 +184,21 @@ def _bench_llama_server(args) -> int:
         for c in configs:
             parse_config(c)  # a bad configuration is said before anything runs
     except ValueError as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        return fail(str(exc), EXIT_USAGE)
     target = target or _our_llama_server()
     if target is None:
         return 1
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     original = str(getattr(runtime, "converted_from", None) or runtime.model_path)  # not a converted form's
     if not configs:
         try:
             draft = make_draft(original, "Q4_0")
         except (ModelFileError, ValueError) as exc:
             runtime.close()
-            return _fail(str(exc))
+            return fail(str(exc))
         configs = [*SERVER_BENCH_CONFIGS, CompareConfig("draft (Q4_0 of the model) draft_max 8", "draft", 8,
                                                         {"draft_model": str(draft)})]
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -104,7 +208,7 @@ def _bench_llama_server(args) -> int:
         rows = server_bench(runtime, target, examples=tasks, configs=configs, max_tokens=args.max_tokens,
                             repeats=args.repeats, progress=progress)
     except EngineError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     finally:
         model, threads = runtime.model_path, runtime.n_threads
         runtime.close()
@@ -116,7 +220,7 @@ def _bench_llama_server(args) -> int:
         speedup = {"error": f"{type(exc).__name__}: {exc}"}
     progress("the window against headless (every view live) ...")
     try:
-        gui = measure(str(model), max_tokens=args.max_tokens, repeats=max(3, args.repeats), threads=threads)
+        gui = _window_speed().measure(str(model), max_tokens=args.max_tokens, repeats=max(3, args.repeats), threads=threads)
     except Exception as exc:
         gui = {"error": f"{type(exc).__name__}: {exc}"}
     result = {"llama_server": target, "threads": threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
@@ -127,23 +231,14 @@ def _bench_llama_server(args) -> int:
 
 def _bench_turns(args) -> int:
     """``bench --turns FILE|NAME``: every source over the conversation (``inspector.bench.turns``)."""
-    from inspector.bench.turns import format_turns_bench, run_turns_bench
-    from inspector.engine import GenerationSettings, RuntimeScheduler
-    from inspector.engine.errors import EngineError
-    from inspector.llama.cost_model import measure_cost_model
-    from inspector.llama.devices import RpcUnavailable
-    from inspector.llama.model_file import ModelFileError
-    from inspector.prompts import turns_path
-    from inspector.session.conversation import read_turns
-
     try:
         turns = read_turns(turns_path(args.turns))
     except ValueError as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        return fail(str(exc), EXIT_USAGE)
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
     try:
         print(f"measuring the cost model (k = 1..{args.k_max}, {args.repeats} repeats) ...", file=sys.stderr, flush=True)
@@ -152,7 +247,7 @@ def _bench_turns(args) -> int:
         result = run_turns_bench(scheduler, turns, GenerationSettings(max_new_tokens=args.max_tokens), cm,
                                  progress=progress)
     except EngineError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     finally:
         runtime.close()
     _print_result(format_turns_bench(result), result, args.json)
@@ -161,8 +256,6 @@ def _bench_turns(args) -> int:
 
 def _print_result(text: str, result: dict, json_path) -> None:
     """Print a bench table, and write its figures as JSON when ``--json OUT`` was given."""
-    import json
-
     print(text)
     if json_path:
         json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
@@ -172,93 +265,71 @@ def _print_result(text: str, result: dict, json_path) -> None:
 def _bench_rpc(args) -> int:
     """``bench --rpc HOST:PORT``: c(k) and speedups with the model local and over the RPC servers
     (``inspector.bench.rpc``), in one run."""
-    from inspector.bench.rpc import bench_rpc, format_rpc
-    from inspector.engine.errors import EngineError
-    from inspector.llama.devices import RpcUnavailable
-    from inspector.llama.model_file import ModelFileError, bundled_model_path
-
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         result = bench_rpc(args.model or bundled_model_path(), args.rpc, max_tokens=args.max_tokens,
                            k_max=args.k_max, repeats=args.repeats, threads=args.threads or None,
                            n_gpu_layers=args.n_gpu_layers, progress=progress)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     _print_result(format_rpc(result), result, args.json)
     return 0
 
 
 def _bench_weights(args) -> int:
     """``bench --weights T1,T2,...``: every weight layout of the model in one run (``inspector.bench.weights``)."""
-    from inspector.bench.weights import bench_weights, format_weights
-    from inspector.engine.errors import EngineError
-    from inspector.llama.model_file import ModelFileError, bundled_model_path
-    from inspector.cli.common import weight_type as _weight_type
-
     try:
-        types = [_weight_type(t) for t in args.weights.split(",") if t.strip()]
+        types = [weight_type(t) for t in args.weights.split(",") if t.strip()]
         if not types:
             raise ValueError("no weight type given, e.g. --weights Q4_1,Q8_0,Q4_0")
     except (ValueError, argparse.ArgumentTypeError) as exc:
-        return _fail(f"--weights: {exc}", EXIT_USAGE)
+        return fail(f"--weights: {exc}", EXIT_USAGE)
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         result = bench_weights(args.model or bundled_model_path(), types, max_tokens=args.max_tokens,
                                k_max=args.k_max, repeats=args.repeats, threads=args.threads or None,
                                progress=progress)
     except (ModelFileError, EngineError, ValueError) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     _print_result(format_weights(result), result, args.json)
     return 0
 
 
 def cmd_compare(args) -> int:
-    from inspector.prompts import DEFAULT_EXAMPLE, example_path
-    from inspector.bench.compare import (default_configs, format_compare, parse_config, run_compare,
-                                         write_compare_csv, write_compare_json)
-    from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
-    from inspector.engine import GenerationSettings, RuntimeScheduler
-    from inspector.engine.errors import EngineError
-    from inspector.llama.devices import RpcUnavailable
-    from inspector.llama.model_file import ModelFileError
-
     try:
         # parse_config checks each source name (UnknownSource) and its options before the model loads.
         configs = [parse_config(c) for c in args.config]  # none: the defaults, after the cost model
         if args.prompt is not None and args.prompt_file is not None:
-            raise _UserError("give --prompt or --prompt-file, not both")
+            raise UserError("give --prompt or --prompt-file, not both")
         turns = None
         if args.turns is not None:
-            from inspector.prompts import turns_path
-            from inspector.session.conversation import read_turns
-
             if args.prompt is not None or args.prompt_file is not None:
-                raise _UserError("give --turns or a prompt (--prompt, --prompt-file), not both")
+                raise UserError("give --turns or a prompt (--prompt, --prompt-file), not both")
             if args.llama_server is not None:
-                raise _UserError("--llama-server compares one prompt, not a conversation: leave out --turns "
+                raise UserError("--llama-server compares one prompt, not a conversation: leave out --turns "
                                  "(or --llama-server)")
             turns = read_turns(turns_path(args.turns))
             prompt = turns[0]
         elif args.prompt is not None:
             prompt = args.prompt
         else:
-            prompt = _strip_final_newline(_read_text(
+            prompt = strip_final_newline(read_text(
                 args.prompt_file or example_path(DEFAULT_EXAMPLE), "prompt file"))
         sampling, _notes = sampling_from_args(args)
         if args.llama_server is not None and not sampling.greedy:
-            raise _UserError("compare --llama-server compares greedy decoding (its requests are greedy, with the "
+            raise UserError("compare --llama-server compares greedy decoding (its requests are greedy, with the "
                              "penalties given): leave out --temperature, or --llama-server")
         if args.llama_server:  # a path or URL that cannot serve is said before anything runs
             check_llama_server(args.llama_server)
-    except (ValueError, _UserError) as exc:
-        return _fail(str(exc), EXIT_USAGE)
+    except (ValueError, UserError) as exc:
+        return fail(str(exc), EXIT_USAGE)
     except ServerError as exc:  # a URL (a path that is no llama-server is a ValueError: a usage error above)
-        return _fail(str(exc))
+        return fail(str(exc))
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
         tokens = runtime.prompt_tokens(prompt, system_prompt=args.system_prompt)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
     settings = GenerationSettings(max_new_tokens=args.max_tokens, sampling=sampling)
     cost_model = None
@@ -268,14 +339,10 @@ def cmd_compare(args) -> int:
             cost_model = measure_cost_model(scheduler, tokens[:64], k_max=16, repeats=3)
         except EngineError as exc:  # e.g. a lost RPC server
             runtime.close()
-            return _fail(str(exc))
-        from inspector.llama.cost_cache import placement, store_cost_model
-
+            return fail(str(exc))
         store_cost_model(runtime.model_path, runtime.n_threads, cost_model, placement(runtime))
         print("cost model: " + verify_cost_diagnosis(cost_model, runtime.info.weight_types))
     if not configs:
-        from inspector.llama.cost_cache import load_cost_model, placement
-
         configs = default_configs(cost_model or load_cost_model(runtime.model_path, runtime.n_threads, placement(runtime)))
     progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
     try:
@@ -286,7 +353,7 @@ def cmd_compare(args) -> int:
                              system_prompt=args.system_prompt)
     except EngineError as exc:  # e.g. a lost RPC server: one line, not a traceback
         runtime.close()
-        return _fail(str(exc))
+        return fail(str(exc))
     if turns is not None:
         print(f"conversation: {len(turns)} turns ({args.turns}); each row sums every turn")
     print(format_compare(result))
@@ -310,7 +377,7 @@ def cmd_compare(args) -> int:
         if args.csv:
             print(f"csv: {write_compare_csv(result, args.csv)}")
     except OSError as exc:
-        return _fail(f"cannot write the comparison: {exc}")
+        return fail(f"cannot write the comparison: {exc}")
     runtime.close()
     return 1 if server_failed or any(r.error for r in result.rows) else 0
 
@@ -325,7 +392,7 @@ def _our_llama_server() -> str | None:
         try:
             found = build_llama_server(lambda line: print(f"    {line}", file=sys.stderr, flush=True))
         except ServerBuildError as exc:
-            _fail(str(exc))
+            fail(str(exc))
             return None
     return str(found)
 
@@ -333,8 +400,6 @@ def _our_llama_server() -> str | None:
 def _compare_with_server(target: str, result, runtime, scheduler, tokens, settings):
     """``compare --llama-server``: llama-server's rows for ``result`` (``inspector.bench.server_compare``),
     or None after printing why there is no llama-server to run (a failed build)."""
-    from inspector.llama.server_parity import server_context
-
     target = target or _our_llama_server()
     if target is None:
         return None

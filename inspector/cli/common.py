@@ -10,6 +10,9 @@ from pathlib import Path
 
 from inspector.cli.context import context_options
 from inspector.cli.devices import offload_from_args
+from inspector.cli.sources import SourceFlagError, read_text_file
+from inspector.llama.model_file import bundled_model_path
+from inspector.llama.quantize import QUANT_TYPES, open_target
 
 EXIT_USAGE = 2
 """A bad argument or value (argparse's status)."""
@@ -31,8 +34,6 @@ def fail(message: str, status: int = EXIT_ERROR) -> int:
 
 def weight_type(text: str) -> str:
     """An argparse type: a llama.cpp weight type name (``QUANT_TYPES``), upper-cased; refused otherwise."""
-    from inspector.llama.quantize import QUANT_TYPES
-
     t = text.strip().upper()
     if t not in QUANT_TYPES:
         raise argparse.ArgumentTypeError(f"unknown weight type {text.strip()}: expected one of {', '.join(QUANT_TYPES)}")
@@ -43,9 +44,6 @@ def open_target_runtime(args, **runtime_options):
     """The ``LlamaRuntime`` a command runs: ``--model`` (default: the bundled one), in
     ``--target-weights`` form when given (``inspector.llama.quantize.open_target``: converted once,
     then cached; the receipts name the original). Raises ``ModelFileError``, ``EngineError``."""
-    from inspector.llama.model_file import bundled_model_path
-    from inspector.llama.quantize import open_target
-
     model = args.model or bundled_model_path()
     print(f"loading {model} ...", file=sys.stderr, flush=True)
 
@@ -64,8 +62,6 @@ def open_target_runtime(args, **runtime_options):
 
 def read_text(path: Path, what: str) -> str:
     """A text file the user named (``cli.sources.read_text_file``); ``UserError`` with its one-line reason."""
-    from inspector.cli.sources import SourceFlagError, read_text_file
-
     try:
         return read_text_file(path, what)
     except SourceFlagError as exc:

@@ -10,12 +10,14 @@ import sys
 
 from inspector.cli.ranges import COUNT_MAX, MAX_DEVICES, finite_shares, whole_number
 from inspector.cli.rpc_server import add_command as add_rpc_server_command
+from inspector.engine.errors import RuntimeLost
+from inspector.llama.devices import (REBUILD_HINT, SPLIT_MODES, Offload, RpcUnavailable, list_devices, local_gpus,
+                                     parse_endpoints, rpc_supported)
+from inspector.llama.remote import devices_with_rpc
 
 
 def add_offload_flags(p: argparse.ArgumentParser) -> None:
     """Add the offload flags to ``p``."""
-    from inspector.llama.devices import SPLIT_MODES
-
     p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", dest="n_gpu_layers", type=whole_number(-1),
                    default=None, metavar="N", help=f"layers on the GPU or RPC devices (llama.cpp -ngl; -1 = all; "
                                                    f"-1..{COUNT_MAX}) [llama.cpp's default: all]")
@@ -33,8 +35,6 @@ def add_offload_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _endpoints(text: str) -> tuple[str, ...]:
-    from inspector.llama.devices import parse_endpoints
-
     try:
         return parse_endpoints(text)
     except ValueError as exc:
@@ -43,8 +43,6 @@ def _endpoints(text: str) -> tuple[str, ...]:
 
 def offload_from_args(args):
     """The ``Offload`` the flags ask for (``inspector.llama.devices.Offload``). Raises ``ValueError``."""
-    from inspector.llama.devices import Offload
-
     return Offload(n_gpu_layers=getattr(args, "n_gpu_layers", None), split_mode=getattr(args, "split_mode", None),
                    main_gpu=getattr(args, "main_gpu", None), tensor_split=getattr(args, "tensor_split", None),
                    rpc=tuple(getattr(args, "rpc", ()) or ()))
@@ -60,10 +58,6 @@ def add_commands(sub) -> None:
 
 def cmd_devices(args) -> int:
     """Print every device llama.cpp sees (with ``--rpc``: listed by a child process that adds the servers)."""
-    from inspector.engine.errors import RuntimeLost
-    from inspector.llama.devices import REBUILD_HINT, RpcUnavailable, list_devices, local_gpus, rpc_supported
-    from inspector.llama.remote import devices_with_rpc
-
     try:
         devices = devices_with_rpc(args.rpc) if args.rpc else list_devices()
     except (RpcUnavailable, RuntimeLost) as exc:

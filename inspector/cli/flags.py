@@ -6,15 +6,16 @@ The rule is the sources' declarations (``inspector.sources.server_flags``); this
 from __future__ import annotations
 
 import sys
-
 from pathlib import Path
 
+from inspector.bench.compare import parse_config
 from inspector.cli.common import EXIT_USAGE, fail as _fail
 from inspector.cli.context import add_context_flags
 from inspector.cli.ranges import COUNT_MAX, whole_number
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.llama.context_settings import ContextSettings
+from inspector.sources.server_flags import LLAMA_SERVER_FLAGS_FROM, server_command, server_notes
 
 
 def add_flags_command(sub) -> None:
@@ -42,9 +43,6 @@ def cmd_flags(args) -> int:
     (spec-inspector's own proposal cap, a draft max the type ignores, a missing draft model, where a
     system prompt goes). Exit 2 for an unknown source, a bad option, a source llama-server lacks, or
     context settings llama.cpp refuses."""
-    from inspector.bench.compare import parse_config
-    from inspector.sources.server_flags import LLAMA_SERVER_FLAGS_FROM, server_command, server_notes
-
     try:
         config = parse_config(args.config)
         sampling, sampling_notes = sampling_from_args(args)

@@ -9,6 +9,9 @@ import signal
 import sys
 from contextlib import contextmanager
 
+from inspector.receipts import ReceiptsFileError, write_document
+from inspector.session.document import record_document
+
 INTERRUPT_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s)
 
 
@@ -88,9 +91,6 @@ def keep_interrupted_run(args, run, record, printer, exc: Interrupted) -> int:
     """After ``exc`` interrupted ``spec-inspector run``: end the run (``end_interrupted``; a run that
     had already ended keeps its own ending), write ``record``'s receipts to ``--receipts`` when given,
     and say in one line what was kept and where. Returns the exit status, ``exc.status``."""
-    from inspector.receipts import ReceiptsFileError, write_document
-    from inspector.session.document import record_document
-
     with signals_held():
         try:
             printer.newline()

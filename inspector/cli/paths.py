@@ -15,6 +15,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from inspector.prompts import turns_path
+
 OUTPUTS = (("receipts", "--receipts"), ("autosave", "--autosave"), ("json", "--json"), ("csv", "--csv"),
            ("out", "-o/--out"))
 """``(args attribute, option name)`` of every file output (``make-draft --out`` is a folder: not here)."""
@@ -86,8 +88,6 @@ def _inputs(args) -> list[tuple[str, str]]:
         if value in (None, ""):
             continue
         if attr == "turns":
-            from inspector.prompts import turns_path
-
             value = turns_path(value)
         found.append((_real(value), flag))
     return found

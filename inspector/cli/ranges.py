@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 import math
 
+from inspector.engine.faults import Fault
+from inspector.engine.settings import check_stop, interpret_setting
+
 COUNT_MAX = 2147483647
 """The largest count a receipts document holds (``$defs/count``), llama.cpp's int32."""
 
@@ -83,8 +86,6 @@ def setting(name: str, convert):
     interpreted when the settings are made). Returns the value as typed."""
 
     def parse(text: str):
-        from inspector.engine.settings import interpret_setting
-
         try:
             value = convert(text)
         except ValueError:
@@ -102,8 +103,6 @@ def setting(name: str, convert):
 
 def stop_string(text: str) -> str:
     """``--stop``: a non-empty stop string (the engine's rule, ``check_stop``)."""
-    from inspector.engine.settings import check_stop
-
     try:
         return check_stop((text,))[0]
     except ValueError:
@@ -113,8 +112,6 @@ def stop_string(text: str) -> str:
 
 def fault(text: str):
     """``--inject KIND[@WINDOW[:TOKEN]]``: a ``Fault`` (``inspector.engine.faults.Fault.parse``)."""
-    from inspector.engine.faults import Fault
-
     try:
         return Fault.parse(text)
     except ValueError as exc:

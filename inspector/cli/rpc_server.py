@@ -15,11 +15,13 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import signal
 import socket
 import sys
 import threading
 
 from inspector.cli.interrupt import INTERRUPT_SIGNALS, Interrupted
+from inspector.llama.devices import DEFAULT_RPC_PORT, SECURITY_WARNING, RpcUnavailable, rpc_server_devices, serve_rpc
 
 PROG = "spec-inspector rpc-server"
 EXPOSE_HELP = ("allow --host beyond loopback (0.0.0.0 or an address of a network interface). This exposes "
@@ -38,8 +40,6 @@ class BindRefused(Exception):
 
 def add_command(sub) -> None:
     """Add the ``rpc-server`` command to the subcommands ``sub``."""
-    from inspector.llama.devices import DEFAULT_RPC_PORT
-
     rs = sub.add_parser("rpc-server", help="serve this machine's CPU (or GPU) to other machines over llama.cpp's RPC",
                         description="Run llama.cpp's RPC server (the ggml RPC backend's own server, as llama.cpp's "
                                     "rpc-server tool does) so another machine can offload layers here with "
@@ -151,8 +151,6 @@ def cmd_rpc_server(args) -> int:
     """Serve until a signal: exit 128 + its number (130 for Ctrl-C) after one "stopped" line.
     Exit 2 with one line for a host, port or device that cannot be served as given; exit 1 when
     the port is taken, this llama.cpp has no RPC, or llama.cpp's server gives up by itself."""
-    from inspector.llama.devices import SECURITY_WARNING, RpcUnavailable, rpc_server_devices, serve_rpc
-
     try:
         address = check_bind(args.host, args.port, args.expose)
     except BindRefused as exc:
@@ -170,8 +168,6 @@ def cmd_rpc_server(args) -> int:
     failure: list[BaseException] = []
 
     def serve() -> None:
-        import signal
-
         signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPT_SIGNALS)  # signals go to the main thread
         try:
             serve_rpc(args.host, args.port, args.threads, args.cache, devices)

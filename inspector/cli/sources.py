@@ -15,6 +15,7 @@ from pathlib import Path
 
 from inspector.bounded_read import BoundedReadError, read_bounded_text
 from inspector.sources.descriptors import Option, SourceDescriptor, split_option
+from inspector.sources import registry
 
 
 class SourceFlagError(ValueError):
@@ -108,9 +109,7 @@ def check_other_sources_options(args) -> None:
 
 
 def _builtin_descriptors() -> dict[str, SourceDescriptor]:
-    from inspector.sources.registry import BUILTIN_DESCRIPTORS
-
-    return BUILTIN_DESCRIPTORS
+    return registry.BUILTIN_DESCRIPTORS  # read when called: tests declare their own
 
 
 def add_source_flags(parser: argparse.ArgumentParser) -> None:

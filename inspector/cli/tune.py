@@ -13,9 +13,12 @@ from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, col
                                   fitted_costs,
                                   format_tune, format_verified, grid, measured_points, recording_from_document, tune,
                                   verify)
-from inspector.llama.cost_cache import load_cost_model
 from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.ranges import whole_number
+from inspector.engine import RuntimeScheduler
+from inspector.engine.errors import EngineError
+from inspector.llama.cost_cache import load_cost_model
+from inspector.llama.model_file import ModelFileError
 from inspector.receipts.document import ReceiptsFileError, load_document
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
@@ -111,11 +114,7 @@ def cmd_tune(args) -> int:
 def _verify(doc, rec, rows, repeats: int = 1) -> int:
     """``--verify``: load the recording's model with its context and threads, run ``repeats`` times, print
     the medians."""
-    # Optional: llama.cpp loads only when --verify asks for it (tune itself needs no model).
-    from inspector.engine import RuntimeScheduler
-    from inspector.engine.errors import EngineError
-    from inspector.llama.model_file import ModelFileError
-    from inspector.llama.runtime import LlamaRuntime
+    from inspector.llama.runtime import LlamaRuntime  # llama.cpp loads only for --verify: tune needs no model
 
     model = doc["model"]
     print(f"loading {model['path']} ...", file=sys.stderr, flush=True)

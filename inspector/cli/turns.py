@@ -17,7 +17,16 @@ import sys
 import time
 
 from inspector.cli.common import EXIT_ERROR, EXIT_GENERATION_ERROR, UserError
-
+from inspector.cli.interrupt import Interrupted, end_interrupted, interrupted_line, signals_held
+from inspector.engine import FaultPlan, RuntimeScheduler
+from inspector.engine.errors import EngineError
+from inspector.prompts import turns_path
+from inspector.receipts import ReceiptsFileError, write_document
+from inspector.run_output import StreamPrinter, drive_run, format_reasons, format_summary, turn_heading
+from inspector.session.conversation import Conversation, conversation_document, read_turns
+from inspector.session.record import SessionRecord
+from inspector.session.run import RunRefused, RunRequest, SessionRun
+from inspector.session.transcript import message_text
 
 TURNS_HELP = ("a turns file (user messages separated by lines holding only ---, or a JSON list) or a bundled one "
               "(agent-edits); each turn's prompt is the chat so far, and sources keep their memory across turns")
@@ -33,9 +42,6 @@ def add_turns_argument(parser, command: str) -> None:
 def turns_of(args) -> list[str] | None:
     """The turns of ``run --turns`` (None without it). Raises ``UserError`` for a turns file
     that cannot be used (its message names the file and the turn) or for ``--baseline`` with turns."""
-    from inspector.prompts import turns_path
-    from inspector.session.conversation import read_turns
-
     if args.turns is None:
         return None
     try:
@@ -51,15 +57,8 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
     """Run every turn of ``turns`` with the ``run`` arguments ``args`` on ``runtime``; returns the exit
     status (0, ``EXIT_ERROR`` when a turn could not start, ``EXIT_GENERATION_ERROR`` after a failed
     turn). The receipts file holds every turn that ran, whatever happens to a later one."""
-    from inspector.cli.interrupt import Interrupted
-    from inspector.engine import RuntimeScheduler
-    from inspector.run_output import StreamPrinter
-    from inspector.session.conversation import Conversation
-
     scheduler = RuntimeScheduler(runtime)
-    conv = Conversation(planned_turns=len(turns))
-    if args.system_prompt:  # the chat starts with it: every turn's prompt holds it (llama.cpp's -sys)
-        conv.history.messages.append({"role": "system", "content": args.system_prompt})
+    conv = Conversation.opened(args.system_prompt, len(turns))  # every turn's prompt holds it (llama.cpp's -sys)
     printer = StreamPrinter(sys.stdout, quiet=args.quiet)
     current: dict = {}
     for n, text in enumerate(turns, 1):
@@ -75,13 +74,6 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
 def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, options, current: dict) -> int | None:
     """Run turn ``n`` (its message ``text``); None when the conversation goes on, else the exit status.
     ``current`` gets the turn's ``run`` and ``record`` as soon as they exist (for an interrupt)."""
-    from inspector.engine import FaultPlan
-    from inspector.engine.errors import EngineError
-    from inspector.run_output import drive_run, format_reasons, format_summary, turn_heading
-    from inspector.session.record import SessionRecord
-    from inspector.session.run import RunRefused, RunRequest, SessionRun
-    from inspector.session.transcript import message_text
-
     runtime = scheduler.runtime
     turns = conv.planned_turns
     print(turn_heading(n, turns, text), flush=True)
@@ -129,8 +121,6 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
 def _interrupted(args, conv, n: int, exc, current: dict) -> int:
     """A signal ended turn ``n``: keep it (its complete windows, ``ended_as: interrupted``) when its run
     had opened, write every turn to ``--receipts`` and say so in one line. Returns ``exc.status``."""
-    from inspector.cli.interrupt import end_interrupted, interrupted_line, signals_held
-
     with signals_held():
         run, record = current.get("run"), current.get("record")
         if run is not None and run.generation is not None and record is not None and record.header is not None:
@@ -151,9 +141,6 @@ def _interrupted(args, conv, n: int, exc, current: dict) -> int:
 def _write(args, conv, quiet: bool = False):
     """Write ``conv``'s receipts to ``--receipts`` (if given and a turn ran); False after saying why it failed.
     ``quiet``: print nothing on success and return the path written ("" when nothing was)."""
-    from inspector.receipts import ReceiptsFileError, write_document
-    from inspector.session.conversation import conversation_document
-
     if not args.receipts or not conv.records:
         return "" if quiet else True
     try:

@@ -3,24 +3,46 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from inspector.cli.common import EXIT_ERROR, fail as _fail
+from inspector.cli.common import EXIT_ERROR, fail
+from inspector.cli.ranges import positive
+from inspector.engine.receipt import receipt_from_json
+from inspector.receipts import ReceiptsFileError, load_document
+from inspector.receipts.document import is_conversation, version_note
+from inspector.receipts.trace import write_trace
+from inspector.run_output import (document_token_text, format_autosave, format_conversation, format_document,
+                                  format_events, format_window_rows, format_windows, turn_heading)
+from inspector.session.record import SessionRecord
+
+
+def add_view_commands(sub) -> None:
+    """The ``view`` and ``trace`` subcommands' arguments (on ``sub``, the CLI's subparsers)."""
+    view = sub.add_parser("view", help="print the summary of a receipts file (.json) or an autosave (.jsonl)")
+    view.add_argument("file", type=Path)
+    view.add_argument("--windows", action="store_true",
+                      help="also print one line per window and per discard (decode step, decision id, outcome)")
+    view.add_argument("--events", action="store_true", help="also print the ordered event list (receipts .json)")
+    view.add_argument("--window", type=positive, metavar="N", action="append", default=[],
+                      help="also print window N row by row with the target's probabilities (repeatable)")
+    view.add_argument("--turn", type=positive, metavar="N",
+                      help="a conversation file (run --turns, the window's Next turn): show turn N as one request")
+
+    tr = sub.add_parser("trace", help="write a Chrome trace (Perfetto) of a receipts file",
+                        description="Convert a receipts file to Chrome trace event JSON: open it in "
+                                    "https://ui.perfetto.dev or chrome://tracing.")
+    tr.add_argument("file", type=Path, help="receipts .json")
+    tr.add_argument("-o", "--out", type=Path, required=True, help="trace .json to write")
 
 
 def cmd_view(args) -> int:
-    from inspector.receipts import ReceiptsFileError, load_document
-    from inspector.run_output import document_token_text, format_document, format_events, format_windows
-
     if not args.file.exists():
-        return _fail(f"cannot read receipts {args.file}: no such file")
+        return fail(f"cannot read receipts {args.file}: no such file")
     if args.file.suffix == ".jsonl":
-        from inspector.run_output import format_autosave
-        from inspector.session.record import SessionRecord
-
         try:
             rec = SessionRecord.from_autosave(args.file)
         except ReceiptsFileError as exc:
-            return _fail(str(exc))
+            return fail(str(exc))
         print(format_autosave(rec))
         if args.windows:
             print("--- windows and discards ---")
@@ -38,32 +60,24 @@ def cmd_view(args) -> int:
     try:
         doc = load_document(args.file)
     except ReceiptsFileError as exc:
-        return _fail(str(exc))
-    from inspector.receipts.document import is_conversation
-
+        return fail(str(exc))
     if is_conversation(doc):
         if args.turn is None:
-            from inspector.run_output import format_conversation
-
             print(format_conversation(doc))
             if args.windows or args.window or args.events:
                 print("spec-inspector: note: a conversation's windows and events are per turn: add --turn N",
                       file=sys.stderr)
             return 0
         if args.turn > len(doc["turns"]):
-            return _fail(f"{args.file} has no turn {args.turn} (turns 1..{len(doc['turns'])})")
-        from inspector.run_output import turn_heading
-
+            return fail(f"{args.file} has no turn {args.turn} (turns 1..{len(doc['turns'])})")
         turn = doc["turns"][args.turn - 1]
         print(turn_heading(args.turn, len(doc["turns"]),
                            turn.get("conversation", {}).get("user_text") or turn["prompt"]["text"]))
         doc = turn
     elif args.turn is not None:
-        return _fail(f"{args.file} is one request, not a conversation: --turn does not apply")
+        return fail(f"{args.file} is one request, not a conversation: --turn does not apply")
     if args.window and not (args.windows or args.events):
         # Only the asked windows (and which file version they come from), as the README shows.
-        from inspector.receipts.document import version_note
-
         print(f"file: {version_note(doc)}")
         missing = ("this is a schema-1 file, written before per-row probabilities" if doc["schema_version"] == 1
                    else "turned off for this run (--no-probabilities)")
@@ -89,14 +103,12 @@ def cmd_view(args) -> int:
 def _receipts_of(doc: dict, path) -> list | None:
     """The ``WindowReceipt`` of every window of a loaded document, or None after one line naming the
     first window whose fields do not fit together (the schema checks each field, not their agreement)."""
-    from inspector.engine.receipt import receipt_from_json
-
     out = []
     for i, w in enumerate(doc["windows"]):
         try:
             out.append(receipt_from_json(w))
         except (IndexError, KeyError, TypeError, ValueError) as exc:
-            _fail(f"{path}: window {w.get('window_index', i + 1)} is damaged ({exc}); expected every probability "
+            fail(f"{path}: window {w.get('window_index', i + 1)} is damaged ({exc}); expected every probability "
                   "column and row list to have one entry per verification row")
             return None
     return out
@@ -106,13 +118,11 @@ def _print_windows(numbers, receipts, token_text, path, missing: str | None = No
     """Print each asked window row by row (``format_window_rows``; ``missing``: why windows have no
     figures); True, after a message naming the windows the file has and before anything is printed,
     when one of them is not in the file."""
-    from inspector.run_output import format_window_rows
-
     by_index = {r.window_index: r for r in receipts}
     absent = [n for n in numbers if n not in by_index]
     if absent:
         have = f"windows 1..{max(by_index)}" if by_index else "no verified windows"
-        _fail(f"{path} has no window {absent[0]} ({have})")
+        fail(f"{path} has no window {absent[0]} ({have})")
         return True
     blocks = []
     for n in numbers:  # every asked window formatted before one is printed: a damaged one is one line
@@ -120,7 +130,7 @@ def _print_windows(numbers, receipts, token_text, path, missing: str | None = No
         try:
             blocks.append((n, format_window_rows(r, token_text, *(() if missing is None else (missing,)))))
         except (IndexError, KeyError, TypeError, ValueError) as exc:
-            _fail(f"{path}: window {n}'s rows do not add up ({type(exc).__name__}: {exc}); expected every "
+            fail(f"{path}: window {n}'s rows do not add up ({type(exc).__name__}: {exc}); expected every "
                   f"probability column and row list to have one entry per verification row "
                   f"({r.verification_rows}): the file is damaged")
             return True
@@ -131,16 +141,14 @@ def _print_windows(numbers, receipts, token_text, path, missing: str | None = No
 
 
 def cmd_trace(args) -> int:
-    from inspector.receipts import ReceiptsFileError, load_document
-    from inspector.receipts.trace import write_trace
-
+    """``spec-inspector trace FILE -o OUT`` with the parsed ``args``; returns the exit status (0 or ``EXIT_ERROR``)."""
     if not args.file.exists():
-        return _fail(f"cannot read receipts {args.file}: no such file")
+        return fail(f"cannot read receipts {args.file}: no such file")
     try:
         path = write_trace(load_document(args.file), args.out)
     except ReceiptsFileError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except OSError as exc:
-        return _fail(f"cannot write {args.out}: {exc.strerror or exc}")
+        return fail(f"cannot write {args.out}: {exc.strerror or exc}")
     print(path)
     return 0

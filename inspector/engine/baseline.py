@@ -7,7 +7,7 @@ is detected and reported with the target's logit margin, never hidden.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from inspector.engine.generation import Generation
@@ -190,8 +190,6 @@ def run_baseline(scheduler: RuntimeScheduler, generation: Generation, *, max_new
     session is untouched), under the scheduler lock per decode step. Raises
     what plain decoding raises.
     """
-    from dataclasses import replace
-
     g = generation
     prompt = list(g.tokens[: g.prompt_token_count])
     settings = g.settings if max_new_tokens is None else replace(g.settings, max_new_tokens=max(1, max_new_tokens))

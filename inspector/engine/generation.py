@@ -25,53 +25,24 @@ import numpy as np
 
 from inspector.engine import faults as F
 from inspector.engine.classify import FROM_PREFILL, token_outcome
-from inspector.engine.errors import (
-    DecodeAborted,
-    InjectedCallbackError,
-    PromptTooLong,
-    SpeculationUnsupported,
-    RequestCancelled,
-)
+from inspector.engine.errors import DecodeAborted, InjectedCallbackError, PromptTooLong, RequestCancelled
 from inspector.engine.faults import FaultPlan
+from inspector.engine.finish import FINISH_CONTEXT_FULL, FINISH_LENGTH, finish_after_commit
+from inspector.engine.no_proposal import DISCARDED, NO_ROOM, PLAIN_DECODING, no_room_detail
 from inspector.engine.observer import GenerationObserver
-from inspector.engine.no_proposal import (DISCARDED, NO_ROOM, NOT_SAID, PLAIN_DECODING, SOURCE_ERROR, NoProposal,
-                                          no_room_detail)
-from inspector.engine.proposal import (
-    EXECUTION_FAILED,
-    POSITION_MISMATCH,
-    Proposal,
-    ProposalRequest,
-    ProposalSource,
-    max_proposal_tokens,
-    validate_proposal,
-)
-from inspector.engine.receipt import (
-    COMMIT,
-    DISCARD,
-    ERROR,
-    FINISH,
-    PREFILL,
-    REPAIR,
-    STEP,
-    Discard,
-    EngineEvent,
-    PartialWindow,
-    WindowReceipt,
-)
+from inspector.engine.proposal import (EXECUTION_FAILED, POSITION_MISMATCH, Proposal, ProposalRequest, ProposalSource,
+                                       max_proposal_tokens)
+from inspector.engine.receipt import (COMMIT, DISCARD, ERROR, FINISH, PREFILL, REPAIR, STEP, Discard, EngineEvent,
+                                      WindowReceipt, failure_place)
+from inspector.engine.runtime_calls import check_speculation_supported, plain_step_call, prefill_call
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import GenerationSettings
+from inspector.engine.source_query import query_source
 from inspector.engine.stats import summarize
 from inspector.engine.text import CommittedText
-from inspector.engine.window import WindowContext, WindowTrace, repair_to, execute_window
+from inspector.engine.window import WindowContext, WindowTrace, execute_window, repair_to
 
 log = logging.getLogger(__name__)
-
-# Finish reasons.
-FINISH_LENGTH = "length"
-FINISH_EOG = "eog"
-FINISH_STOP = "stop"
-FINISH_CALLBACK_STOP = "callback_stop"
-FINISH_CONTEXT_FULL = "context_full"
 
 
 class Generation:
@@ -214,11 +185,7 @@ class Generation:
         if self.prompt_token_count >= n_ctx:
             raise PromptTooLong(self.prompt_token_count, n_ctx)
         if self.source is not None:
-            probe = self.scheduler.execute("probe", -1, lambda rt: getattr(rt, "rollback", None)).value
-            if probe is not None and not probe.ok:
-                raise SpeculationUnsupported(
-                    f"speculative decoding needs a KV cache that can drop rejected rows; model "
-                    f"{getattr(self.runtime, 'model_path', '?')}: {probe.detail}. Plain decoding (source none) works.")
+            check_speculation_supported(self.scheduler, getattr(self.runtime, "model_path", "?"))
         self._open_and_prefill(first=self.generated_count == 0)
         self._started = True
 
@@ -239,20 +206,8 @@ class Generation:
         )
         sid = self.session_id
         prefix = list(self.tokens) if first else self.tokens[:-1]
-        want_probabilities = first and self.settings.probabilities
-        sampling = self.settings.sampling
+        prefill = prefill_call(sid, prefix, first, self.settings.sampling, first and self.settings.probabilities)
         t = perf_counter_ns()
-
-        def prefill(rt):
-            rt.trim(sid, 0)
-            if first:
-                token = rt.prefill_predict(sid, prefix, 0)
-                probs = rt.row_probabilities(1, (), (token,), sampling) if want_probabilities else None
-                return rt.kv_length(sid), token, probs
-            if prefix:
-                rt.prefill(sid, prefix, 0)
-            return rt.kv_length(sid), None, None
-
         kv, token, probs = self.scheduler.execute("prefill", sid, prefill).value
         if first:
             self._begin_source(prefix)
@@ -404,14 +359,9 @@ class Generation:
             self.window_count = window_index
             if trace.session_retired:
                 self.session_retired = True
-            partial = PartialWindow(
-                window_index, base, trace.position_after_verification,
-                base + len(trace.committed), tuple(trace.committed), trace.predictions,
-                trace.session_retired,
-            )
             self._error(exc, window_index)
-            self._discard(proposal, EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__, partial=partial,
-                          error_type=type(exc).__name__)
+            self._discard(proposal, EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__,
+                          partial=trace.partial(window_index, base), error_type=type(exc).__name__)
             raise
         finally:
             self.window_in_flight = None
@@ -429,33 +379,18 @@ class Generation:
         self._check_finished()
 
     def _query(self, cap: int) -> tuple[Proposal | None, int, str]:
-        """Ask the source (SPEC step 1) and validate its answer (step 2): (the proposal or None, the
-        source's time in microseconds, why there is none: ``inspector.engine.no_proposal``)."""
-        source = self.source
+        """Ask the source (SPEC step 1) and validate its answer (step 2: ``query_source``): (the proposal
+        or None, the source's time in microseconds, why there is none: ``inspector.engine.no_proposal``).
+        A source that raised gives an error event; an invalid proposal is discarded."""
         deadline = perf_counter() + self.settings.proposal_deadline_ms / 1000.0
         request = ProposalRequest(self.tokens, self.prompt_token_count, self.decode_step, cap, deadline)
-        t = perf_counter_ns()
-        try:
-            proposal = source.propose(request)
-        except Exception as exc:
-            log.exception("proposal source %s failed in propose()", source.name)
-            self._emit(ERROR, detail=f"proposal source failed: {exc}")
-            return None, 0, f"{SOURCE_ERROR}: {type(exc).__name__}"
-        why = NOT_SAID
-        if isinstance(proposal, NoProposal):
-            proposal, why = None, proposal.text()
-        if self.faults:
-            proposal = F.inject_proposal_fault(self.faults, proposal, self.window_count + 1, cap, deadline,
-                                               self.tokens[-1], self.runtime.n_vocab)
-        answered = perf_counter()
-        elapsed_us = (perf_counter_ns() - t) // 1000
-        if proposal is None:
-            return None, elapsed_us, why
-        reason = validate_proposal(proposal, cap, self.runtime.n_vocab, answered, deadline)
-        if reason is not None:
-            self._discard(proposal, reason, self.canonical_position)
-            return None, elapsed_us, f"{DISCARDED}: {reason}"
-        return proposal, elapsed_us, ""
+        answer = query_source(self.source, request, self.faults, self.window_count + 1, self.tokens[-1],
+                              self.runtime.n_vocab)
+        if answer.error is not None:
+            self._emit(ERROR, detail=answer.error)
+        if answer.invalid is not None:
+            self._discard(answer.invalid, answer.reason, self.canonical_position)
+        return answer.proposal, answer.elapsed_us, answer.why
 
     def _plain_step(self, base: int, why: str = "") -> None:
         """Decode the current token alone and commit the target's prediction; ``why``: the reason no
@@ -465,19 +400,8 @@ class Generation:
         ``position_mismatch`` discard) it is made canonical first.
         """
         sid = self.session_id
-        current = self.tokens[-1]
         cancel = self.cancel_event
-
-        want_probabilities = self.settings.probabilities
-        sampling = self.settings.sampling
-
-        def step(rt):
-            if rt.kv_length(sid) != base:
-                return None
-            predictions = rt.decode_rows(sid, (current,), base, cancel)
-            probs = rt.row_probabilities(1, (), predictions, sampling) if want_probabilities else None
-            return predictions[0], probs
-
+        step = plain_step_call(sid, self.tokens[-1], base, cancel, self.settings.sampling, self.settings.probabilities)
         self._commit_window = None
         try:
             timed = self.scheduler.execute("step", sid, step)
@@ -533,14 +457,11 @@ class Generation:
         return self._consumer_stop or self.text.stopped_by is not None
 
     def _check_finished(self) -> None:
-        if self.text.stopped_by is not None:
-            self._finish(FINISH_STOP)
-        elif self._consumer_stop:
-            self._finish(FINISH_CALLBACK_STOP)
-        elif self.generated_count and self.runtime.is_eog(self.tokens[-1]):
-            self._finish(FINISH_EOG)
-        elif self.generated_count >= self.settings.max_new_tokens:
-            self._finish(FINISH_LENGTH)
+        n = self.generated_count
+        reason = finish_after_commit(self.text.stopped_by is not None, self._consumer_stop, n,
+                                     bool(n) and self.runtime.is_eog(self.tokens[-1]), self.settings.max_new_tokens)
+        if reason is not None:
+            self._finish(reason)
 
     def _finish(self, reason: str) -> None:
         self.text.finish()
@@ -550,12 +471,12 @@ class Generation:
 
     def _discard(self, proposal: Proposal, reason: str, base: int, *, error=None, partial=None,
                  error_type: str = "") -> None:
-        d = Discard(
-            self.decode_step, proposal.decision_id.hex() if isinstance(proposal.decision_id, bytes) else str(proposal.decision_id),
-            self.source.name, reason, tuple(proposal.token_ids), base, error, partial, error_type,
-        )
+        decision = proposal.decision_id
+        d = Discard(self.decode_step, decision.hex() if isinstance(decision, bytes) else str(decision),
+                    self.source.name, reason, tuple(proposal.token_ids), base, error, partial, error_type)
         self.discards.append(d)
-        self._emit(DISCARD, partial.window_index if partial else None, detail=reason if error is None else f"{reason}: {error}")
+        self._emit(DISCARD, partial.window_index if partial else None,
+                   detail=reason if error is None else f"{reason}: {error}")
         try:
             self.source.discard(proposal.decision_id, reason)
         except Exception:
@@ -563,15 +484,8 @@ class Generation:
         self.observer.on_discard(d)
 
     def failure_place(self) -> str:
-        """Where the last error happened, for messages: "at window 4", "in a plain step after window
-        10", "in a plain step before the first window", or "" when nothing failed."""
-        last = next((e for e in reversed(self.events) if e.kind == ERROR), None)
-        if last is None:
-            return ""
-        if last.window is not None:
-            return f"at window {last.window}"
-        return f"in a plain step after window {self.window_count}" if self.window_count else \
-            "in a plain step before the first window"
+        """Where the last error happened, for messages (``inspector.engine.receipt.failure_place``)."""
+        return failure_place(self.events, self.window_count)
 
     def _error(self, exc: BaseException, window: int | None) -> None:
         msg = str(exc) or type(exc).__name__

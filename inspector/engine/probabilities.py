@@ -33,6 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
+from inspector.engine.sampling import distribution
 from inspector.engine.settings import SamplingSettings
 
 TOP = 5
@@ -330,8 +331,6 @@ def summarise_rows(
         p_prop = [_r(math.exp(picked[n + i] - m[i]) / z[i]) for i in range(k)] + [None] * (n - k)
         r_prop = _ranks(x, proposed, top_idx) + [None] * (n - k)
     else:
-        from inspector.engine.sampling import distribution
-
         p_prop, r_prop, p_pred, top_p, ent = [], [], [], [], []
         for i in range(n):
             row = x[i]

@@ -6,7 +6,7 @@ Field names are the JSON keys of the receipts document (SPEC "Receipt fields").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from inspector.engine.probabilities import WindowProbabilities
 
@@ -263,8 +263,6 @@ def receipt_from_json(d: dict) -> WindowReceipt:
     """A ``WindowReceipt`` from its JSON form (a receipts-document window; extra
     keys such as token texts are ignored). Raises ``TypeError``/``KeyError``
     when a field is missing."""
-    from dataclasses import fields
-
     names = {f.name for f in fields(WindowReceipt)}
     d = _tuples(d, ("proposal_token_ids", "committed_tokens", "verification_row_predictions"))
     d.setdefault("decode_step", 0)
@@ -285,6 +283,19 @@ def discard_from_json(d: dict) -> Discard:
         tuple(d.get("proposal_token_ids", ())), d["base_position"], d.get("error"), partial,
         str(d.get("error_type") or ""),
     )
+
+
+def failure_place(events, window_count: int) -> str:
+    """Where the last ``ERROR`` event of ``events`` (``EngineEvent``s, in order) happened, for messages:
+    "at window 4", "in a plain step after window 10" (``window_count`` windows ran), "in a plain step
+    before the first window", or "" when none failed."""
+    last = next((e for e in reversed(events) if e.kind == ERROR), None)
+    if last is None:
+        return ""
+    if last.window is not None:
+        return f"at window {last.window}"
+    return f"in a plain step after window {window_count}" if window_count else \
+        "in a plain step before the first window"
 
 
 def decision_id_text(decision_id: bytes | bytearray | str) -> str:

@@ -35,7 +35,7 @@ from inspector.engine.errors import (
 from inspector.engine.faults import FaultPlan
 from inspector.engine.probabilities import summarise_rows
 from inspector.engine.proposal import Proposal
-from inspector.engine.receipt import REPAIR, VERIFY, WindowReceipt
+from inspector.engine.receipt import REPAIR, VERIFY, PartialWindow, WindowReceipt
 from inspector.engine.sampling import GREEDY, REJECTION, SAMPLE_MATCH, rejection_predictions
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import SamplingSettings
@@ -55,6 +55,11 @@ class WindowTrace:
     committed: list[int] = field(default_factory=list)
     session_retired: bool = False
     repaired: bool = False
+
+    def partial(self, window_index: int, base: int) -> PartialWindow:
+        """What is known of window ``window_index`` (based at KV position ``base``) after it raised."""
+        return PartialWindow(window_index, base, self.position_after_verification, base + len(self.committed),
+                             tuple(self.committed), self.predictions, self.session_retired)
 
 
 @dataclass(slots=True)

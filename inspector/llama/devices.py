@@ -138,7 +138,7 @@ def check_endpoint(endpoint: str, timeout_s: float = 3.0) -> None:
 
 def _ggml():
     """libggml with the signatures used here (loaded by llama-cpp-python)."""
-    import llama_cpp._ggml as g
+    import llama_cpp._ggml as g  # llama.cpp loads only when devices are read: the flags parse without it
 
     lib = g.libggml
     if getattr(lib, "_inspector_ready", False):
@@ -190,7 +190,7 @@ def _device(lib, dev) -> Device:
 
 def list_devices() -> list[Device]:
     """Every device llama.cpp sees now (RPC servers added with ``add_rpc_servers`` included)."""
-    from inspector.llama.native import init_backend
+    from inspector.llama.native import init_backend  # loads llama.cpp: only when devices are read
 
     init_backend()
     lib = _ggml()
@@ -210,7 +210,7 @@ def device_array(devices):
 
 def rpc_supported() -> bool:
     """This llama.cpp has the RPC backend (``llama_supports_rpc``)."""
-    import llama_cpp
+    import llama_cpp  # loaded only when asked: the flags parse without it
 
     try:
         return bool(llama_cpp.llama_supports_rpc())
@@ -235,7 +235,7 @@ def add_rpc_servers(endpoints) -> list[Device]:
     version) makes llama.cpp abort the process: call this in a child process."""
     if not rpc_supported():
         raise RpcUnavailable("", REBUILD_HINT)
-    from inspector.llama.native import init_backend
+    from inspector.llama.native import init_backend  # loads llama.cpp: only when the RPC backend is used
 
     init_backend()
     lib = _ggml()
@@ -270,7 +270,7 @@ def rpc_server_devices(device_names=()) -> list:
     ``unknown device NOPE: available CPU``)."""
     if not rpc_supported():
         raise RpcUnavailable("", REBUILD_HINT)
-    from inspector.llama.native import init_backend
+    from inspector.llama.native import init_backend  # loads llama.cpp: only when the RPC backend is used
 
     init_backend()
     lib = _ggml()

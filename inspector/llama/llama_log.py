@@ -5,6 +5,7 @@ types and flash attention it settled on, why it refused)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import re
 from typing import Iterator
@@ -29,8 +30,6 @@ def _log_to_python(level: int, text: bytes, _user_data) -> None:
 
 def install() -> None:
     """Route llama.cpp's log through ``_log_to_python`` (idempotent)."""
-    import ctypes
-
     llama_cpp.llama_log_set(_log_to_python, ctypes.c_void_p(0))
 
 

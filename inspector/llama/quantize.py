@@ -47,7 +47,7 @@ def make_draft(target: str | os.PathLike, qtype: str = "Q4_0", out_dir: str | os
     out = folder / f"{src.stem}.{qtype}.{st.st_size}-{int(st.st_mtime)}.gguf"
     if out.exists() and out.stat().st_size > 0:
         return out
-    import llama_cpp
+    import llama_cpp  # llama.cpp loads only when a conversion runs
 
     from inspector.llama.native import init_backend
 
@@ -90,9 +90,9 @@ def open_target(model_path: str | Path, weight_type: str = "", *, on_convert=Non
         path, converted = weight_form(model_path, weight_type)
     offload = runtime_options.get("offload")
     if offload is not None and offload.rpc:  # llama.cpp's RPC client may abort: not in this process
-        from inspector.llama.remote import RemoteRuntime as Runtime
+        from inspector.llama.remote import RemoteRuntime as Runtime  # one of the two, when a model opens
     else:
-        from inspector.llama.runtime import LlamaRuntime as Runtime
+        from inspector.llama.runtime import LlamaRuntime as Runtime  # (llama.cpp loads here)
     rt = Runtime(path, **runtime_options)
     if converted:
         rt.converted_from = str(Path(model_path).resolve())

@@ -10,13 +10,14 @@ llama.cpp's last line, so the engine ends the run as a failed window: every rece
 it is kept and a new run can load a new child.
 
 Cancellation reaches a decode in flight through a shared byte the child's llama.cpp abort
-callback reads (the same ``strlen`` callback as in-process, ``runtime._abort_callback``).
+callback reads (the same ``strlen`` callback as in-process: ``LlamaRuntime.abort.read_flag``).
 Values that depend only on the model (token pieces, end-of-generation tests) are cached here.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import multiprocessing
 import os
 import re
@@ -27,6 +28,7 @@ from multiprocessing import shared_memory
 from pathlib import Path
 
 from inspector.engine.errors import EngineError, RuntimeLost  # noqa: F401  (RuntimeLost: re-exported)
+from inspector.llama.devices import RpcUnavailable, add_rpc_servers, list_devices
 
 _LOCAL = ("info", "model_path", "n_ctx", "n_batch", "n_seq_max", "n_threads", "n_vocab", "vocab_type",
           "architecture", "swa_full", "layers", "offload", "rpc_devices", "offload_note", "converted_from")
@@ -43,8 +45,6 @@ CALL_TIMEOUT_S = 300.0
 
 def _remote_error(module: str, name: str, message: str, attrs: dict) -> BaseException:
     """Rebuild an exception raised in the child (``__init__`` signatures differ, so not by pickle)."""
-    import importlib
-
     try:
         cls = getattr(importlib.import_module(module), name)
         if not (isinstance(cls, type) and issubclass(cls, BaseException)):
@@ -69,8 +69,7 @@ def _child(conn, model_path: str, options: dict, flag_name: str, stderr_path: st
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the parent's to handle (it ends the child)
     import llama_cpp  # noqa: F401  (loads the libraries before the runtime module sets its log level)
 
-    from inspector.llama.devices import add_rpc_servers
-    from inspector.llama.runtime import LlamaRuntime
+    from inspector.llama.runtime import LlamaRuntime  # in the child only, after llama_cpp above
 
     flag_mem = shared_memory.SharedMemory(name=flag_name)
     try:
@@ -85,8 +84,7 @@ def _child(conn, model_path: str, options: dict, flag_name: str, stderr_path: st
         return
     # Cancellation: llama.cpp's abort callback reads the shared byte instead of the runtime's own.
     flag = (ctypes.c_char * 2).from_buffer(flag_mem.buf)
-    rt._abort_flag = flag
-    llama_cpp.llama_set_abort_callback(rt.ctx, rt._abort_cb, ctypes.c_void_p(ctypes.addressof(flag)))
+    rt.abort.read_flag(flag)
     methods = sorted(n for n in dir(rt) if not n.startswith("_") and callable(getattr(rt, n, None)))
     conn.send(("ready", {a: getattr(rt, a) for a in _LOCAL}, methods))
     while True:
@@ -108,7 +106,7 @@ def _child(conn, model_path: str, options: dict, flag_name: str, stderr_path: st
             conn.send(("ok", value, rt.decode_ns - d0, rt.predict_ns - p0))
         except BaseException as exc:  # noqa: BLE001
             conn.send(("err", type(exc).__module__, type(exc).__qualname__, str(exc), _attrs(exc)))
-    rt._abort_flag = None  # the last view of the shared byte: SharedMemory.close refuses while one exists
+    rt.abort.read_flag(None)  # the last view of the shared byte: SharedMemory.close refuses while one exists
     del flag
     rt.close()
     flag_mem.close()
@@ -144,7 +142,7 @@ class RemoteRuntime:
         self._lock = threading.RLock()
         self._abort_lock = threading.Lock()
         """Guards ``_inflight_sid`` with the flag byte: an abort requested as a decode ends must not
-        stay set for the next call (as ``LlamaRuntime._abort_lock``)."""
+        stay set for the next call (as ``inspector.llama.abort.AbortSwitch`` does in-process)."""
         self._flag = shared_memory.SharedMemory(create=True, size=2)
         self._flag.buf[0] = 0
         self._inflight_sid: int | None = None
@@ -176,8 +174,6 @@ class RemoteRuntime:
                 msg = self._receive(RPC_HELLO_TIMEOUT_S)
             except RuntimeLost as exc:
                 if getattr(self, "_hung_s", None):
-                    from inspector.llama.devices import RpcUnavailable
-
                     raise RpcUnavailable(",".join(self._endpoints), f"no answer to llama.cpp's RPC hello within "
                                          f"{RPC_HELLO_TIMEOUT_S:g} s: is it llama.cpp's RPC server (protocol "
                                          f"7.x, spec-inspector rpc-server)?") from None
@@ -386,8 +382,6 @@ def _last_line(path: str) -> str:
 def _devices_child(conn, endpoints) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["GGML_NO_BACKTRACE"] = "1"
-    from inspector.llama.devices import add_rpc_servers, list_devices
-
     try:
         add_rpc_servers(endpoints)
         conn.send(("ok", list_devices()))
@@ -400,8 +394,6 @@ def devices_with_rpc(endpoints, timeout_s: float = RPC_HELLO_TIMEOUT_S):
     (llama.cpp's RPC client may abort its process; registering here would also offload every
     later model to the servers). Raises ``RpcUnavailable`` (not reachable, no answer within
     ``timeout_s`` seconds) and ``RuntimeLost`` (llama.cpp aborted the child)."""
-    from inspector.llama.devices import RpcUnavailable
-
     ctx = multiprocessing.get_context("spawn")
     conn, child_conn = ctx.Pipe()
     proc = ctx.Process(target=_devices_child, args=(child_conn, tuple(endpoints)), daemon=True)

@@ -16,10 +16,10 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError, NoChatTemplate
+from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
-from inspector.llama.model_file import ModelFileError, ModelInfo, check_gguf
+from inspector.llama.model_file import ModelInfo, check_gguf
 from inspector.llama.context_settings import SERVER_N_UBATCH, ContextRefused, ContextSettings, settled
 from inspector.llama.server_parity import llama_cpp_settings
 from inspector.llama.sessions import SessionTable
@@ -29,14 +29,17 @@ import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
 import numpy as np  # noqa: E402
 
 from inspector.llama import llama_log  # noqa: E402  (imports llama_cpp)
-from inspector.llama.native import abort_callback, init_backend, raw_logits_function  # noqa: E402
+from inspector.llama.abort import AbortSwitch  # noqa: E402
+from inspector.llama.model_load import load_model  # noqa: E402
+from inspector.llama.native import raw_logits_function  # noqa: E402
+from inspector.llama.vocab import Vocabulary  # noqa: E402
 
 llama_log.install()
 
 _get_logits_address = raw_logits_function()
 
 
-from inspector.llama.rollback import RollbackProbe  # noqa: E402  (re-exported)
+from inspector.llama.rollback import RollbackProbe, probe_rollback  # noqa: E402  (RollbackProbe re-exported)
 
 
 class LlamaRuntime:
@@ -88,53 +91,20 @@ class LlamaRuntime:
             raise ContextRefused(model_path, f"llama.cpp refuses this context: {asked.refusal()}")
         self.info: ModelInfo = check_gguf(model_path)
         self.model_path = self.info.path
-        init_backend()
-        from inspector.llama.devices import Offload, SPLIT_MODES, add_rpc_servers, device_array, local_gpus
-
-        self.offload = offload if offload is not None else Offload()
-        self.rpc_devices = add_rpc_servers(self.offload.rpc) if self.offload.rpc else []
-        mparams = llama_cpp.llama_model_default_params()
-        o = self.offload
-        if self.rpc_devices:  # the layers go to the RPC servers (llama.cpp's --rpc adds them to the list)
-            self._devices = device_array([*self.rpc_devices, *local_gpus()])
-            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
-        if o.n_gpu_layers is not None:
-            mparams.n_gpu_layers = o.n_gpu_layers
-        if o.split_mode is not None:
-            mparams.split_mode = SPLIT_MODES[o.split_mode]
-        if o.main_gpu is not None:
-            mparams.main_gpu = o.main_gpu
-        if o.tensor_split is not None:
-            self._tensor_split = (ctypes.c_float * 128)(*o.tensor_split[:128])
-            mparams.tensor_split = self._tensor_split
-        self.offload_note = ""
-        """One line when a setting could not be honoured (layers asked for, no device to put them on)."""
-        if (o.n_gpu_layers or 0) != 0 and not self.rpc_devices and not local_gpus():
-            self.offload_note = (f"-ngl {o.n_gpu_layers} has no effect: llama.cpp sees no GPU here and no RPC "
-                                 "server was given (--rpc HOST:PORT), so every layer runs on the CPU")
-        if progress is not None:
-            def _progress(value: float, _data) -> bool:
-                try:
-                    progress(float(value))
-                except Exception:
-                    pass
-                return True
-
-            self._progress_cb = llama_cpp.llama_progress_callback(_progress)
-            mparams.progress_callback = self._progress_cb
-        with llama_log.captured() as captured:
-            self.model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), mparams)
-        self.layers = llama_log.where_layers_went(captured, {d.name: d.label() for d in self.rpc_devices})
+        loaded = load_model(self.info, offload, progress)
+        self.model = loaded.model
+        self._load_refs = loaded.keep  # llama.cpp holds pointers into them
+        self.offload = loaded.offload
+        self.rpc_devices = loaded.rpc_devices
+        self.layers = loaded.layers
         """Where the layers went, e.g. "31/31 layers on RPC0[127.0.0.1:50052]" (llama.cpp's load log)."""
-        if not self.model:
-            raise ModelFileError(
-                self.model_path,
-                f"llama.cpp could not load it (architecture {self.info.architecture!r} may be unsupported, "
-                f"or the file is damaged)",
-            )
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
-        self.vocab_type = int(llama_cpp.llama_vocab_type(self.vocab))
+        self.offload_note = loaded.offload_note
+        """One line when a setting could not be honoured (layers asked for, no device to put them on)."""
+        self.vocabulary = Vocabulary(self.model, self.model_path)
+        """Tokens, their text and the chat template (``inspector.llama.vocab``)."""
+        self.vocab = self.vocabulary.vocab
+        self.n_vocab = self.vocabulary.n_vocab
+        self.vocab_type = self.vocabulary.vocab_type
         self.n_ctx = n_ctx
         self.n_batch = min(n_batch, n_ctx)
         self.n_seq_max = max(1, n_seq_max)
@@ -171,10 +141,6 @@ class LlamaRuntime:
         self.flash_attn = self.context.flash_attn
         self.mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
-        self._abort_owner: int | None = None
-        self._abort_lock = threading.Lock()
-        """Guards ``_abort_owner`` with the flag byte: an abort requested as a decode ends must
-        not leave the flag set for the next decode (of any session)."""
         self.decode_ns = 0
         """Total time spent inside ``llama_decode`` (nanoseconds), for benchmarks."""
         self.predict_ns = 0
@@ -184,15 +150,10 @@ class LlamaRuntime:
         """Total time spent in ``row_probabilities`` (nanoseconds) and the rows it summarised, for
         benchmarks (µs per row: ``probability_ns / 1000 / probability_rows``)."""
         self.probability_rows = 0
-        self._abort_flag, self._abort_cb = abort_callback()
-        llama_cpp.llama_set_abort_callback(
-            self.ctx, self._abort_cb, ctypes.cast(self._abort_flag, ctypes.c_void_p)
-        )
+        self.abort = AbortSwitch(self.ctx)
+        """Aborts the decode in flight (``request_abort``; ``inspector.llama.abort``)."""
         self.sessions = SessionTable(self.n_seq_max)
         """The open sessions: sampler chains, greedy or not, penalties (``inspector.llama.sessions``)."""
-        self._pieces: dict[int, bytes] = {}
-        self._special_pieces: dict[int, bytes] = {}
-        self._eog: dict[int, bool] = {}
         self._logit_types: dict[int, type] = {}
         self.architecture = self.info.architecture
         self.converted_from: str | None = None
@@ -228,9 +189,7 @@ class LlamaRuntime:
         The caller sets its cancellation event first; ``decode_rows`` checks
         that event when it starts, so a request is never lost.
         """
-        with self._abort_lock:
-            if self._abort_owner == sid:
-                self._abort_flag[0] = b"\x01"
+        self.abort.request(sid)
 
     def set_threads(self, n_threads: int) -> None:
         """Use ``n_threads`` CPU threads for later decodes (``llama_set_n_threads``).
@@ -289,22 +248,15 @@ class LlamaRuntime:
         b.n_tokens = n
 
     def _decode(self, n: int, position: int, abort: threading.Event | None, sid: int = -1) -> None:
-        if abort is not None:
-            with self._abort_lock:
-                self._abort_owner = sid
-                if abort.is_set():
-                    self._abort_flag[0] = b"\x01"
-        t = time.perf_counter_ns()
-        try:
-            rc = llama_cpp.llama_decode(self.ctx, self._batch)
-            # With layers on an RPC server (or a GPU) llama_decode returns before the work is done
-            # (LLAMA_CPP_NOTES): wait here, so decode time is the decode's. A no-op on the CPU.
-            llama_cpp.llama_synchronize(self.ctx)
-        finally:
-            self.decode_ns += time.perf_counter_ns() - t
-            with self._abort_lock:
-                self._abort_owner = None
-                self._abort_flag[0] = b"\x00"
+        with self.abort.decoding(sid, abort):
+            t = time.perf_counter_ns()
+            try:
+                rc = llama_cpp.llama_decode(self.ctx, self._batch)
+                # With layers on an RPC server (or a GPU) llama_decode returns before the work is done
+                # (LLAMA_CPP_NOTES): wait here, so decode time is the decode's. A no-op on the CPU.
+                llama_cpp.llama_synchronize(self.ctx)
+            finally:
+                self.decode_ns += time.perf_counter_ns() - t
         if rc == 2:
             raise DecodeAborted(rc, n, position)
         if rc != 0:
@@ -425,86 +377,42 @@ class LlamaRuntime:
         lock acquisition (SPEC step 7, ``runtime_lock_acquires`` = 2).
         """
 
-    # -- vocabulary ----------------------------------------------------------
+    # -- vocabulary (``inspector.llama.vocab.Vocabulary``) --------------------
     def is_eog(self, token: int) -> bool:
         """End-of-generation test (``llama_vocab_is_eog``), cached."""
-        v = self._eog.get(token)
-        if v is None:
-            v = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
-        return v
+        return self.vocabulary.is_eog(token)
 
     def token_piece(self, token: int, special: bool = False) -> bytes:
-        """The token's bytes (``llama_token_to_piece``); may be a partial UTF-8 sequence.
-
-        ``special``: render control tokens (``<|im_end|>``) instead of b"".
-        """
-        cache = self._special_pieces if special else self._pieces
-        b = cache.get(token)
-        if b is None:
-            if token < 0 or token >= self.n_vocab:
-                return b""
-            buf = ctypes.create_string_buffer(64)  # per call: callers may be on several threads
-            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-            b = cache[token] = buf.raw[:n]
-        return b
+        """The token's bytes; may be a partial UTF-8 sequence (``Vocabulary.token_piece``)."""
+        return self.vocabulary.token_piece(token, special)
 
     def token_text(self, token: int) -> str:
         """Display text of one token (special tokens rendered; partial UTF-8 shown as U+FFFD)."""
-        return self.token_piece(token, True).decode("utf-8", errors="replace")
+        return self.vocabulary.token_text(token)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         """Join the tokens' bytes and decode once (UTF-8 safe; special tokens not rendered)."""
-        return b"".join(self.token_piece(t) for t in tokens).decode("utf-8", errors="replace")
+        return self.vocabulary.detokenize(tokens)
 
     def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
         """Text -> token ids (``llama_tokenize``). ``add_special`` adds BOS if the model wants it."""
-        data = text.encode("utf-8")
-        n_max = len(data) + 8
-        buf = (llama_cpp.llama_token * n_max)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
-        if n < 0:
-            n_max = -n
-            buf = (llama_cpp.llama_token * n_max)()
-            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
-        return list(buf[:n])
+        return self.vocabulary.tokenize(text, add_special, parse_special)
 
     def chat_template(self) -> str | None:
-        raw = llama_cpp.llama_model_chat_template(self.model, None)
-        return raw.decode("utf-8") if raw else None
+        """The model's chat template, or None."""
+        return self.vocabulary.chat_template()
 
     def chat_prompt(self, user_text: str, system_prompt: str = "") -> str:
-        """Render ``user_text`` as one user message through the model's chat template
-        (LLAMA_CPP_NOTES "Chat template"), after a system message when ``system_prompt`` is given
-        (llama.cpp's ``-sys``/``--system-prompt``). Raises ``EngineError`` if the model has none."""
-        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        return self.chat_messages_prompt([*system, {"role": "user", "content": user_text}])
+        """``user_text`` through the chat template (``Vocabulary.chat_prompt``); ``EngineError`` without one."""
+        return self.vocabulary.chat_prompt(user_text, system_prompt)
 
     def chat_messages_prompt(self, messages: list[dict]) -> str:
-        """Render a chat (``{"role": "user"|"assistant"|"system", "content": str}`` dicts, in order)
-        through the model's chat template with the generation prompt added: a conversation's next
-        turn (``inspector.session.conversation``). Raises ``EngineError`` if the model has none."""
-        template = self.chat_template()
-        if not template:
-            raise NoChatTemplate(f"model {self.model_path} has no chat template; use --raw")
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        bos = self.token_piece(llama_cpp.llama_vocab_bos(self.vocab), True).decode("utf-8", "replace")
-        eos = self.token_piece(llama_cpp.llama_vocab_eos(self.vocab), True).decode("utf-8", "replace")
-        fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
-        return fmt(messages=list(messages)).prompt
+        """A chat through the chat template (``Vocabulary.chat_messages_prompt``); ``EngineError`` without one."""
+        return self.vocabulary.chat_messages_prompt(messages)
 
     def prompt_tokens(self, text: str, raw: bool = False, system_prompt: str = "") -> list[int]:
-        """Token ids of a prompt: through the chat template (no extra BOS; after a system message
-        when ``system_prompt`` is given), or as is with the model's BOS when ``raw`` (which takes
-        no system prompt: ``ValueError``)."""
-        if raw:
-            if system_prompt:
-                raise ValueError("a system prompt goes through the chat template: it cannot go with a raw prompt")
-            return self.tokenize(text, add_special=True, parse_special=False)
-        return self.tokenize(self.chat_prompt(text, system_prompt), add_special=False, parse_special=True)
+        """Token ids of a prompt (``Vocabulary.prompt_tokens``); ``ValueError`` for raw with a system prompt."""
+        return self.vocabulary.prompt_tokens(text, raw, system_prompt)
 
     # -- diagnostics ---------------------------------------------------------
     def row_logits(self, row: int) -> "np.ndarray":
@@ -534,8 +442,6 @@ class LlamaRuntime:
 
     def probe_rollback(self) -> "RollbackProbe":
         """Probe partial-suffix removal on a spare session (``inspector.llama.rollback.probe_rollback``)."""
-        from inspector.llama.rollback import probe_rollback
-
         return probe_rollback(self)
 
     def describe(self) -> dict:

@@ -14,6 +14,8 @@ import json
 import os
 from pathlib import Path
 
+from inspector.receipts.document import is_conversation
+
 PID = 1
 LOCK_LANE = 1000
 
@@ -33,8 +35,6 @@ def chrome_trace(doc: dict, pid: int = PID, process: str = "") -> dict:
     Returns ``{"traceEvents": [...], "displayTimeUnit": "ms", "metadata": {...}}``;
     every event has ``name``, ``ph``, ``ts``, ``pid`` and ``tid``.
     """
-    from inspector.receipts.document import is_conversation
-
     if is_conversation(doc):
         turns = [chrome_trace(d, k, f"turn {k}") for k, d in enumerate(doc["turns"], 1)]
         return {"traceEvents": [e for t in turns for e in t["traceEvents"]], "displayTimeUnit": "ms",

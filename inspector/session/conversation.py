@@ -17,9 +17,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
+import inspector
 from inspector.bounded_read import BoundedReadError, read_bounded_text
+from inspector.engine.stats import summarize_receipts
+from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
+from inspector.session.document import record_document
+from inspector.session.record import SessionRecord
 
 TURN_SEPARATOR = "---"
 """A line holding only this separates two turns of a plain-text turns file."""
@@ -115,12 +121,6 @@ def chat_prompt(runtime, messages) -> tuple[str, list[int]]:
     return text, runtime.tokenize(text, add_special=False, parse_special=True)
 
 
-def turn_prompt_tokens(runtime, history: ChatHistory, user_text: str) -> list[int]:
-    """Token ids of the next turn's prompt (the chat template of the history plus ``user_text``).
-    Raises what ``runtime.chat_messages_prompt`` raises (``EngineError`` without a template)."""
-    return chat_prompt(runtime, history.prompt_messages(user_text))[1]
-
-
 def conversation_block(turn: int, turns: int, history: ChatHistory, user_text: str) -> dict:
     """The receipts document's ``conversation`` block of turn ``turn`` (1-based) of ``turns`` (the turns
     known so far: a turns file's count, or ``turn`` itself when the next ones come one at a time): the
@@ -144,15 +144,28 @@ class Conversation:
     what proposal sources remember across the turns (``memory``: pass it as ``RunRequest.source_memory``).
 
     The window keeps one per live session (its Next turn input); ``run --turns`` one per run;
-    ``records_of_conversation`` makes one from a conversation receipts file (no memory then)."""
+    ``compare --turns`` and ``bench --turns`` one per configuration (``inspector.bench.compare.TurnsRun``);
+    ``records_of_conversation`` makes one from a conversation receipts file (no memory then). Every one
+    asks ``next_turn`` for the next request, so a turn's prompt is made one way everywhere."""
 
     records: list = field(default_factory=list)
+    """What is kept of each turn, turn 1 first: its ``SessionRecord`` (``add_turn``; what
+    ``conversation_document`` reads), or compare's ``Generation`` (``add_answered``)."""
     history: ChatHistory = field(default_factory=ChatHistory)
     memory: dict = field(default_factory=dict)
     planned_turns: int | None = None
     """The turns file's number of turns (``run --turns``); None when turns come one at a time."""
     stopped_at: str = ""
     """Why the conversation ended before ``planned_turns`` ("" when it did not)."""
+
+    @classmethod
+    def opened(cls, system_prompt: str = "", planned_turns: int | None = None) -> "Conversation":
+        """A conversation without turns whose chat starts with ``system_prompt`` (llama.cpp's ``-sys``;
+        "" for none): every turn's prompt then holds it first."""
+        conv = cls(planned_turns=planned_turns)
+        if system_prompt:
+            conv.history.messages.append({"role": "system", "content": system_prompt})
+        return conv
 
     @property
     def turns(self) -> int:
@@ -176,10 +189,13 @@ class Conversation:
         block = record.conversation
         if not block or "user_text" not in block:
             raise ValueError("this run is not a turn of the conversation (no conversation block)")
-        self.records.append(record)
-        self.history.add_turn(block["user_text"], turn_answer(record))
+        self.add_answered(record, block["user_text"], turn_answer(record))
 
-
+    def add_answered(self, turn, user_text: str, answer: str) -> None:
+        """Record a finished turn kept as ``turn`` (a ``SessionRecord``, or compare's ``Generation``, which
+        has no conversation block): ``user_text`` and the committed ``answer`` join the history."""
+        self.records.append(turn)
+        self.history.add_turn(user_text, answer)
 
 
 def conversation_document(conversation: Conversation) -> dict:
@@ -187,13 +203,6 @@ def conversation_document(conversation: Conversation) -> dict:
     turn's request document (``record_document``, or the document a record was read from), the whole
     chat, and a summary summing every turn's windows, tokens and times. Raises ``ValueError`` for a
     conversation without turns."""
-    from datetime import datetime, timezone
-
-    import inspector
-    from inspector.engine.stats import summarize_receipts
-    from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
-    from inspector.session.document import record_document
-
     records = conversation.records
     if not records:
         raise ValueError("the conversation has no turns yet")
@@ -231,8 +240,6 @@ def records_of_conversation(doc: dict) -> Conversation:
     """The ``Conversation`` of a loaded conversation document (``load_document``): one
     ``SessionRecord.from_document`` per turn (each keeps its turn's document for export), the history
     from the file's messages, no source memory."""
-    from inspector.session.record import SessionRecord
-
     conv = Conversation(planned_turns=doc["conversation"].get("planned_turns"),
                         stopped_at=doc["conversation"].get("stopped_at", ""))
     conv.records = [SessionRecord.from_document(d) for d in doc["turns"]]

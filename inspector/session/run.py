@@ -12,14 +12,20 @@ differs (the CLI runs to the end, the worker steps under ``StepControl``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings
-from inspector.engine.errors import EngineError
-from inspector.sources.registry import PLAIN
+from inspector.engine.baseline import run_baseline
+from inspector.engine.errors import EngineError, RequestCancelled
+from inspector.llama.cost_cache import load_cost_model, placement, stored_row_costs
+from inspector.llama.cost_model import auto_draft_max
+from inspector.receipts.autosave import AutosaveRecorder
+from inspector.session.conversation import chat_prompt
 from inspector.session.records import BaselineDone, Progress, RecordingObserver, RunEnd, RunHeader
+from inspector.sources.registry import (PLAIN, SourceContext, check_source_name, close_source, make_source,
+                                        source_settings, warm_text)
 
 
 @dataclass
@@ -126,8 +132,6 @@ class SessionRun:
         if req.prompt_token_ids is not None:
             tokens = list(req.prompt_token_ids)
         elif req.chat_messages is not None:
-            from inspector.session.conversation import chat_prompt
-
             try:
                 self.templated_text, tokens = chat_prompt(rt, req.chat_messages)
             except (EngineError, ValueError) as exc:
@@ -146,9 +150,6 @@ class SessionRun:
     def make_source(self):
         """Make the request's proposal source (a draft model loads here). Raises ``RunRefused("source")``
         with the factory's message (an incompatible draft names the failed check)."""
-        from inspector.sources.registry import SourceContext, check_source_name, make_source, source_settings, \
-            warm_text
-
         if self.request.draft_max_auto and self.request.source != PLAIN:
             self._resolve_draft_max()
         req = self.request
@@ -159,8 +160,6 @@ class SessionRun:
                 check_source_name(req.source)  # before the cost table is looked up
                 row_costs = None
                 if req.source != PLAIN:
-                    from inspector.llama.cost_cache import stored_row_costs
-
                     row_costs = stored_row_costs(self.runtime)
                 ctx = SourceContext(self.runtime, req.settings, row_costs=row_costs, memory=req.source_memory)
                 source = make_source(req.source, ctx, dict(req.source_options))
@@ -176,11 +175,6 @@ class SessionRun:
 
     def _resolve_draft_max(self) -> None:
         """``auto`` draft max: the stored cost model's choice (``auto_draft_max``), written into the request."""
-        from dataclasses import replace
-
-        from inspector.llama.cost_cache import load_cost_model, placement
-        from inspector.llama.cost_model import auto_draft_max
-
         rt = self.runtime
         path = getattr(rt, "model_path", None)
         choice = auto_draft_max(load_cost_model(path, rt.n_threads, placement(rt)) if path else None)
@@ -211,8 +205,6 @@ class SessionRun:
         self.recording = recording
         observer: GenerationObserver = recording
         if self._open_autosave is not None:
-            from inspector.receipts.autosave import AutosaveRecorder
-
             header = {"prompt": req.prompt_text, "model": Path(str(rt.model_path)).name,
                       "source": settings["source"]["name"], "session_id": sid, "settings": settings,
                       "prompt_tokens": len(self.prompt_tokens), "n_ctx": rt.n_ctx,
@@ -314,9 +306,6 @@ class SessionRun:
         and push ``BaselineDone``. A stopped run is compared over the tokens it generated (stopping is
         no divergence). Returns the ``BaselineResult``, or None when cancelled or failed (the error in
         ``baseline_error``, "" when cancelled)."""
-        from inspector.engine.baseline import run_baseline
-        from inspector.engine.errors import RequestCancelled
-
         g = self.generation
         try:
             result = run_baseline(self.scheduler, g, cancel=cancel,
@@ -338,7 +327,5 @@ class SessionRun:
 
     def close_source(self) -> None:
         """Close the run's proposal source (and a draft's own runtime)."""
-        from inspector.sources.registry import close_source
-
         source, self.source = self.source, None
         close_source(source)

@@ -80,7 +80,7 @@ def _vocab_values(runtime) -> tuple:
 
 def vocab_facts(runtime) -> VocabFacts:
     """``VocabFacts`` of a loaded ``LlamaRuntime`` (or of a ``RemoteRuntime``: read in its process)."""
-    import llama_cpp
+    import llama_cpp  # loaded by then (a runtime is): not for the sources that never call this
 
     apply = getattr(runtime, "apply", None)
     if apply is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 KINDS = ("int", "float", "choice", "text", "path")
@@ -244,8 +244,6 @@ def descriptor_from(name: str, declared: Any) -> SourceDescriptor:
     sequence of ``Option`` or of dicts of ``Option`` fields) with ``capabilities`` and
     ``help`` (its docstring's first line by default), else an undeclared descriptor.
     Raises ``ValueError`` for a malformed declaration."""
-    from dataclasses import replace
-
     d = getattr(declared, "descriptor", None)
     if d is not None:
         if not isinstance(d, SourceDescriptor):

@@ -181,8 +181,6 @@ def _ngram(ctx: SourceContext, **options) -> ProposalSource:
     context's ``row_costs`` (the cost model stored for this model and thread count), if
     any; ``"linear"``: none (the linear model, fitted from the receipts).
     Options are checked with ``NGRAM`` (``ValueError``)."""
-    from inspector.sources.ngram import NgramSource
-
     o = NGRAM.with_defaults(options)
     ratio, costs = o["row_cost_ratio"], o["row_costs"]
     if costs is None and o["length"] == "adaptive" and ratio is None:
@@ -193,18 +191,12 @@ def _ngram(ctx: SourceContext, **options) -> ProposalSource:
 
 
 def _scripted(ctx: SourceContext, **options) -> ProposalSource:
-    from inspector.sources.scripted import ScriptedSource
-
     o = SCRIPTED.with_defaults(options)
     rt = ctx.runtime
     return ScriptedSource.from_text(lambda t: rt.tokenize(t, False, True), o["script"])
 
 
 def _replay(ctx: SourceContext, **options) -> ProposalSource:
-    from inspector.receipts import load_document
-    from inspector.receipts.document import is_conversation
-    from inspector.sources.replay import ReplaySource
-
     o = REPLAY.with_defaults(options)
     doc = load_document(o["replay"])
     if is_conversation(doc):  # one request's windows are replayed, not a chat's
@@ -219,10 +211,6 @@ def check_replay_model(doc: dict, runtime, path) -> None:
     when their vocabulary sizes differ (the recorded token ids mean other tokens there), log one
     warning naming both when only the file differs (by SHA-256, else by path; proposals replay, but
     acceptance is of another model). A runtime without a model file (a test's fake) is not compared."""
-    import os
-
-    from inspector.receipts.document import model_sha256
-
     recorded = doc.get("model") or {}
     here = runtime.describe() if hasattr(runtime, "describe") else {}
     here_path = str(getattr(runtime, "model_path", "") or here.get("path") or "")
@@ -247,13 +235,10 @@ def check_replay_model(doc: dict, runtime, path) -> None:
 
 def _draft(ctx: SourceContext, **options) -> ProposalSource:
     """Options are checked with ``DRAFT`` before the draft model loads."""
-    from inspector.llama.runtime import LlamaRuntime
-    from inspector.sources.draft import DraftModelSource
+    from inspector.llama.runtime import LlamaRuntime  # llama.cpp loads only when a draft model is made
 
     o = DRAFT.with_defaults(options)
     target = ctx.runtime
-    from inspector.llama.devices import Offload
-
     ngl = o["n_gpu_layers"]
     draft = LlamaRuntime(o["draft_model"], n_ctx=target.n_ctx, n_batch=target.n_batch, n_seq_max=1,
                          n_threads=target.n_threads, offload=Offload(n_gpu_layers=None if ngl == -1 else ngl))
@@ -274,7 +259,17 @@ for _factory, _descriptor in ((_ngram, NGRAM), (_scripted, SCRIPTED), (_draft, D
 BUILTIN: dict[str, SourceFactory] = {"ngram": _ngram, "scripted": _scripted, "draft": _draft, "replay": _replay}
 
 # llama.cpp's model-free proposers (--spec-type ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache).
+import os
+
+from inspector.llama.devices import Offload
+from inspector.receipts import load_document
+from inspector.receipts.document import is_conversation, model_sha256
 from inspector.sources import llama_ngram_cache, llama_ngram_map, llama_ngram_mod  # noqa: E402
+from inspector.sources.draft import DraftModelSource
+from inspector.sources.ngram import NgramSource
+from inspector.sources.replay import ReplaySource
+from inspector.sources.scripted import ScriptedSource
+from inspector.sources.suffix import SuffixSource, memory_for
 
 for _module in (llama_ngram_map, llama_ngram_mod, llama_ngram_cache):
     for _name, (_factory, _descriptor) in _module.SOURCES.items():
@@ -306,8 +301,6 @@ SUFFIX = SourceDescriptor("suffix", (
 def _suffix(ctx: SourceContext, **options) -> ProposalSource:
     """Options are checked with ``SUFFIX``; the memory lives in ``ctx.memory`` (a broken memory
     file raises ``ValueError`` naming it)."""
-    from inspector.sources.suffix import SuffixSource, memory_for
-
     o = SUFFIX.with_defaults(options)
     return SuffixSource(memory_for(ctx.memory, o["memory_file"], ctx.runtime), **o)
 

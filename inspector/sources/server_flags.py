@@ -24,6 +24,7 @@ from typing import Mapping
 
 from inspector.engine.settings import PENALTY_DEFAULTS, RANDOM_SEED, SamplingSettings, sampling_settings
 from inspector.llama.context_settings import SERVER_N_BATCH, SERVER_N_UBATCH, ContextSettings
+from inspector.sources.llama_ngram_cache import N_DRAFT
 from inspector.sources.registry import describe_source, source_names
 
 LLAMA_SERVER_FLAGS_FROM = ("llama.cpp 0c1e570's llama-server flag names, the llama.cpp spec-inspector runs "
@@ -147,8 +148,6 @@ def _own_maximum(source: str, values: Mapping) -> int | None:
     """The most tokens llama-server's type proposes by its own settings (``size_m`` of ngram-simple /
     ngram-map-k*, ``n_max`` of ngram-mod, ngram-cache's fixed ``N_DRAFT``), or None."""
     if source == "ngram-cache":
-        from inspector.sources.llama_ngram_cache import N_DRAFT
-
         return N_DRAFT
     return max((v for k, v in values.items() if k in ("size_m", "n_max") and isinstance(v, int)), default=None)
 

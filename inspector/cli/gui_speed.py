@@ -1,20 +1,22 @@
-"""GUI vs headless decode speed, measured in one process (a benchmark, not a test).
+"""``spec-inspector bench --gui``: the window's decode speed against headless, in one process
+(a benchmark, not a test).
 
-``python -m inspector.gui_speed`` builds the inspector window (offscreen
-unless ``--show``), runs one task from it several times (the engine on its
-worker thread, the views redrawing at their normal rate) and, alternating with
-those runs, the same task headless (on the calling thread, as
-``spec-inspector run`` does: the run service filling a session record) on the same runtime with the same source options
-and settings. Prints decode tokens/s (generated / decode time, prefill
-excluded) of every run, the medians and their ratio, and the GUI thread's CPU
-share (GUI-thread CPU seconds / wall seconds) during the GUI runs.
-Alternating the two kinds spreads a noisy machine's slow phases over both.
+``measure`` builds the inspector window (offscreen unless ``--show``), runs one task from it
+several times (the engine on its worker thread, the views redrawing at their normal rate) and,
+alternating with those runs, the same task headless (on the calling thread, as
+``spec-inspector run`` does: the run service filling a session record) on the same runtime with
+the same source options and settings. ``format_gui_speed`` prints decode tokens/s (generated /
+decode time, prefill excluded) of every run, the medians and their ratio, and the GUI thread's
+CPU share (GUI-thread CPU seconds / wall seconds) during the GUI runs. Alternating the two kinds
+spreads a noisy machine's slow phases over both. ``bench --llama-server`` adds the same
+measurement to its report.
+
+In the command line (above the window's layer): the ``bench`` command imports this module only
+when it is asked for the window, so the other commands start without PySide6.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -22,7 +24,19 @@ import tempfile
 import time
 from pathlib import Path
 
-TASK = "copy-with-corrections"
+from PySide6.QtCore import QEventLoop, QSettings
+from PySide6.QtWidgets import QApplication
+
+from inspector.engine import RuntimeScheduler
+from inspector.gui.shell.main_window import MainWindow
+from inspector.llama import bundled_model_path
+from inspector.llama.runtime import LlamaRuntime
+from inspector.prompts import DEFAULT_EXAMPLE, example_prompts
+from inspector.session.record import SessionRecord
+from inspector.session.run import RunRequest, SessionRun
+
+TASK = DEFAULT_EXAMPLE
+"""The example the window runs by default (the copy task)."""
 
 
 def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 128, repeats: int = 5,
@@ -33,19 +47,8 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
     medians, ``ratio`` (median GUI / median headless), ``gui_cpu_share``
     (median GUI-thread CPU / wall time per GUI run) and ``threads``.
     """
-    if not show:
+    if not show:  # read when the application is made, below
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QEventLoop, QSettings
-    from PySide6.QtWidgets import QApplication
-
-    from inspector.engine import RuntimeScheduler
-    from inspector.prompts import example_prompts
-    from inspector.gui.shell.main_window import MainWindow
-    from inspector.llama import bundled_model_path
-    from inspector.llama.runtime import LlamaRuntime
-    from inspector.session.record import SessionRecord
-    from inspector.session.run import RunRequest, SessionRun
-
     app = QApplication.instance() or QApplication(sys.argv[:1])
     rt = LlamaRuntime(model_path or bundled_model_path(), n_ctx=2048, n_batch=512, n_seq_max=4, n_threads=threads)
     tmp = tempfile.TemporaryDirectory()
@@ -100,26 +103,11 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
             "ratio": g_med / h_med if h_med else None, "gui_cpu_share": statistics.median(shares)}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m inspector.gui_speed", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", help="GGUF model (default: the bundled one)")
-    ap.add_argument("--task", default=TASK, help=f"example prompt name (default {TASK})")
-    ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=5, help="runs of each kind (default 5)")
-    ap.add_argument("--threads", type=int, help="llama.cpp CPU threads (default: all cores)")
-    ap.add_argument("--show", action="store_true", help="show the window (default: offscreen)")
-    ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    a = ap.parse_args(argv)
-    r = measure(a.model, a.task, a.max_tokens, a.repeats, a.threads, a.show)
-    if a.json:
-        print(json.dumps(r, indent=1))
-        return 0
-    print(f"task {r['task']}, {r['max_tokens']} tokens, {r['threads']} llama.cpp threads, decode tokens/s:")
-    print("  GUI:      " + " ".join(f"{x:6.1f}" for x in r["gui_tps"]) + f"   median {r['gui_median']:.1f}")
-    print("  headless: " + " ".join(f"{x:6.1f}" for x in r["headless_tps"]) + f"   median {r['headless_median']:.1f}")
-    print(f"  GUI / headless: {r['ratio']:.2f}x   (GUI thread CPU share {r['gui_cpu_share']:.1%})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def format_gui_speed(r: dict) -> str:
+    """``measure``'s result as text: each kind's decode tokens/s per run and median, their ratio and the
+    GUI thread's CPU share."""
+    return "\n".join([
+        f"task {r['task']}, {r['max_tokens']} tokens, {r['threads']} llama.cpp threads, decode tokens/s:",
+        "  GUI:      " + " ".join(f"{x:6.1f}" for x in r["gui_tps"]) + f"   median {r['gui_median']:.1f}",
+        "  headless: " + " ".join(f"{x:6.1f}" for x in r["headless_tps"]) + f"   median {r['headless_median']:.1f}",
+        f"  GUI / headless: {r['ratio']:.2f}x   (GUI thread CPU share {r['gui_cpu_share']:.1%})"])

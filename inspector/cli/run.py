@@ -1,0 +1,269 @@
+"""``spec-inspector run``: speculative decoding headless, the text streamed, a summary and receipts.
+
+One prompt (``--prompt``, ``--prompt-file``, ``--example``) runs through the run service
+(``inspector.session.run.SessionRun``) to its end; ``--turns FILE`` runs a conversation instead
+(``inspector.cli.turns``). Every failure a user can cause ends with one line on stderr and a
+non-zero exit status (``inspector.cli.common``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from inspector.cli.common import (EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE, UserError, fail, open_target_runtime,
+                                  read_text, strip_final_newline, weight_type)
+from inspector.cli.context import add_context_flags
+from inspector.cli.devices import add_offload_flags
+from inspector.cli.interrupt import Interrupted, keep_interrupted_run, signals_held
+from inspector.cli.ranges import (COUNT_MAX, THREADS, THREADS_MAX, draft_max as draft_max_value, fault as fault_value,
+                                  positive, setting, stop_string)
+from inspector.cli.sampling import add_sampling_flags, sampling_from_args
+from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
+from inspector.cli.turns import add_turns_argument, run_turns, turns_of
+from inspector.engine import FaultPlan, GenerationSettings, RuntimeScheduler
+from inspector.engine.errors import EngineError
+from inspector.engine.faults import FAULT_KINDS
+from inspector.engine.probabilities import COST_NOTE
+from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, check_n_batch_for_source
+from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
+from inspector.llama.devices import RpcUnavailable
+from inspector.llama.model_file import ModelFileError
+from inspector.prompts import EXAMPLES, example_path
+from inspector.receipts import ReceiptsFileError, write_document
+from inspector.receipts.autosave import AutosaveWriter
+from inspector.run_output import StreamPrinter, drive_run, format_balance, format_events, format_reasons, format_summary
+from inspector.session.document import record_document
+from inspector.session.record import SessionRecord
+from inspector.session.run import RunRefused, RunRequest, SessionRun
+from inspector.sources.registry import PLAIN, source_names
+
+
+def add_run_command(sub) -> None:
+    """The ``run`` subcommand's arguments (on ``sub``, the CLI's subparsers)."""
+    run = sub.add_parser("run", help="run speculative decoding headless and write receipts",
+                         description="Run speculative decoding on a prompt, print the text and a summary, write receipts.")
+    p = run.add_mutually_exclusive_group()
+    p.add_argument("--prompt", help="the prompt text (sent as a user message through the chat template)")
+    p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
+    p.add_argument("--example", choices=EXAMPLES,
+                   help="use one of the bundled example prompts (the window's examples)")
+
+    add_turns_argument(p, "run")
+    run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
+    run.add_argument("--target-weights", type=weight_type, metavar="TYPE",
+                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
+                          "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
+
+    run.add_argument("--source", choices=source_names(), default="ngram",
+                     help="proposal source (none: plain one-token decoding; third-party sources come from "
+                          "the entry-point group spec_inspector.sources) [ngram]")
+    run.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="an option for the source's factory (repeatable; checked against the source's "
+                          "declared options)")
+    add_source_flags(run)  # --ngram-max, --draft-model, --script, ...: from the sources' declarations
+    run.add_argument("--max-tokens", type=setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
+                     help=f"most tokens to generate (>= 1) [{DEFAULT_MAX_NEW_TOKENS}]")
+    run.add_argument("--draft-max", type=draft_max_value, default=None, metavar="N|auto",
+                     help=f"most proposal tokens per window (0..{COUNT_MAX}), or auto: the best window of the cost model "
+                          "stored for this model and thread count (bench, compare --cost-model or the window's "
+                          "Cost model tab store one), else 8 [auto]")
+    run.add_argument("--n-ctx", type=positive, default=DEFAULT_N_CTX,
+                     help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
+    run.add_argument("--threads", type=THREADS, default=None,
+                     help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
+    add_offload_flags(run)
+    add_context_flags(run)
+    run.add_argument("--stop", action="append", default=[], type=stop_string, metavar="STR",
+                     help="stop string, non-empty (repeatable)")
+    run.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
+    run.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
+                     help="the chat template's system message before the prompt (llama.cpp's -sys); "
+                          "kept in the receipts; not with --raw")
+    add_sampling_flags(run)
+    run.add_argument("--verification", choices=["sample_match", "rejection"], default="sample_match",
+                   help="with temperature > 0: accept while the target's sample equals the proposal "
+                        "(sample_match), or rejection sampling with the draft's probabilities (rejection; "
+                        "draft source only) [sample_match]")
+    run.add_argument("--inject", action="append", default=[], type=fault_value, metavar="FAULT",
+                     help="inject a fault: KIND[@WINDOW[:TOKEN]], KIND one of " + ", ".join(FAULT_KINDS)
+                     + " (e.g. callback_error@3:2); repeatable")
+    run.add_argument("--resume", action="store_true",
+                     help="after an error (e.g. an injected one), resume from the canonical position and finish")
+    run.add_argument("--receipts", type=Path, metavar="OUT.json", help="write the receipts document here")
+    run.add_argument("--autosave", type=Path, metavar="OUT.jsonl",
+                     help="append every receipt, discard and plain step to this JSON Lines file as it happens "
+                          "(flushed per record: survives a crash; spec-inspector view opens it)")
+    run.add_argument("--proposal-deadline-ms", type=setting("proposal_deadline_ms", float), default=2000.0,
+                     metavar="MS", help="a proposal that arrives later is discarded as deadline_exceeded (> 0) [2000]")
+    run.add_argument("--events", action="store_true",
+                     help="print the ordered event list (commit lines show the token's p and rank)")
+    run.add_argument("--no-probabilities", dest="probabilities", action="store_false",
+                     help="keep no per-row probability figures (p, rank, top 5, entropy, margin) in the receipts: "
+                          f"the smallest files; they cost {COST_NOTE}")
+    run.add_argument("--baseline", action="store_true",
+                     help="also run plain one-token decoding with the same sampling and report the first "
+                          "token where the outputs differ (and the target's top-2 logit margin there)")
+    run.add_argument("--quiet", action="store_true", help="do not stream the generated text")
+
+
+def cmd_run(args) -> int:
+    """``spec-inspector run`` with the parsed ``args``; returns the exit status (0, ``EXIT_USAGE``,
+    ``EXIT_ERROR``, ``EXIT_GENERATION_ERROR`` or 128 + a signal's number)."""
+    try:
+        if args.example is not None:
+            args.prompt_file = example_path(args.example)
+
+        turns = turns_of(args)
+        if turns is not None:
+            prompt = turns[0]
+        elif args.prompt is None and args.prompt_file is None:
+            raise UserError("give the prompt with --prompt TEXT, --prompt-file F, --example NAME or --turns FILE")
+        else:
+            # A prompt file's final newline is the file's, not the prompt's.
+            prompt = args.prompt if args.prompt is not None else strip_final_newline(
+                read_text(args.prompt_file, "prompt file"))
+        if args.raw and args.system_prompt:
+            raise UserError("--system-prompt goes through the chat template: leave out --raw (or the system prompt)")
+        options = _source_options(args)  # required options, files and cross-option rules: the declarations'
+        settings, notes = _run_settings(args)
+    except UserError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    if args.verification == "rejection" and args.source != "draft" and settings.sampling.temperature > 0:
+        notes.append(f"--verification rejection needs a draft model's probabilities; the {args.source} source "
+                     "has none, so every window verifies with sample_match (each receipt's verification_rule "
+                     "says so)")
+    for note in notes:
+        print(f"spec-inspector: note: {note}", file=sys.stderr)
+
+    try:
+        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.threads or None,
+                                      n_seq_max=2 if args.baseline else 1)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return fail(str(exc))
+    if turns is not None:
+        try:
+            return run_turns(args, runtime, turns, settings, options)
+        finally:
+            runtime.close()
+    record = SessionRecord()
+    printer = StreamPrinter(sys.stdout, quiet=args.quiet)
+    opener = None
+    if args.autosave:
+        opener = lambda header: AutosaveWriter(args.autosave, header)  # noqa: E731
+    request = RunRequest(prompt, settings, args.source, options, raw=args.raw, system_prompt=args.system_prompt,
+                         faults=FaultPlan(list(args.inject)),
+                         draft_max_auto=args.draft_max is None)
+    run = SessionRun(RuntimeScheduler(runtime), request, record.apply, observer=printer, open_autosave=opener)
+    try:
+        run.tokenize()
+    except RunRefused as exc:
+        return fail(str(exc), EXIT_USAGE if exc.what == "empty_prompt" else EXIT_ERROR)
+    try:
+        run.make_source()
+        gen = run.open()
+    except RunRefused as exc:
+        return fail(str(exc))
+    if run.source_warm:
+        print(f"note: the source starts warm: {run.source_warm} (receipts: settings.source.warm)", file=sys.stderr)
+    if run.autosave_error:
+        return fail(f"cannot write autosave {args.autosave}: {run.autosave_error}")
+    try:
+        return _finish_run(args, run, gen, record, printer, request, runtime)
+    except Interrupted as exc:  # SIGINT, SIGTERM, SIGHUP: the complete windows are kept (issue 25)
+
+        return keep_interrupted_run(args, run, record, printer, exc)
+
+
+def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
+    """``run``'s run from the prefill to the receipts file; returns the exit status."""
+    t0 = time.perf_counter()
+    try:
+        run.start()
+    except EngineError as exc:
+        return fail(str(exc))
+    status = 0 if drive_run(run, gen, printer, args.resume) else EXIT_GENERATION_ERROR
+    wall = time.perf_counter() - t0
+    printer.newline()
+    end = run.end(gen.finish_reason or "error", clean=gen.finished)
+    if run.autosave_error:
+        print(f"spec-inspector: autosave stopped: {run.autosave_error}", file=sys.stderr)
+    if args.events:
+        for line in format_events(record.events, record.text_of, record.receipts, record.discards):
+            print(line)
+    for f in request.faults.pending():
+        where = f" at window {f.window}" if f.window else ""
+        where += f", commit token {f.token}" if f.token else ""
+        print(f"spec-inspector: fault {f.kind}{where} never fired (that window or token did not occur)",
+              file=sys.stderr)
+    if record.finish_reason == "context_full":
+        print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
+              f"raise --n-ctx", file=sys.stderr)
+    print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
+                         ended_as=end.reason, incomplete_utf8_bytes=end.incomplete_utf8_bytes,
+                         why=format_reasons(record.events, args.source)))
+    balance = format_balance(record.receipts, record.lock_ops, record.main_session_id)
+    if balance:
+        print(balance)
+    if run.draft_max_from:
+        print(f"draft max:            {run.request.settings.draft_max} ({run.draft_max_from})")
+    policy = getattr(run.source, "policy", None)
+    if policy is not None and not record.receipts:
+        costs = "the stored cost model" if policy.row_costs is not None else \
+            f"the linear cost model (each extra row = {policy.row_cost_ratio:.2f} of a step)"
+        print(f"note: the adaptive length proposed nothing: with {costs} no proposal length was expected to "
+              f"beat a plain step (use --ngram-length fixed to see windows anyway)")
+    if run.autosave is not None:
+        print(f"autosave: {run.autosave.writer.path}")
+    if args.baseline:
+        print("baseline: plain one-token decoding of the same prompt ...", file=sys.stderr, flush=True)
+        baseline = run.compare_with_plain()
+        if baseline is None:  # the speculative receipts are kept either way
+            print(f"spec-inspector: baseline failed: {record.baseline_error}", file=sys.stderr)
+        else:
+            print(f"baseline:             {baseline.describe()}")
+    if args.receipts:
+        try:
+            with signals_held():  # a Ctrl-C now would leave no receipts
+                path = write_document(record_document(record), args.receipts)
+        except (OSError, ReceiptsFileError) as exc:
+            return fail(f"cannot write receipts {args.receipts}: {exc}")
+        print(f"receipts: {path}")
+    run.close_source()
+    runtime.close()
+    return status
+
+
+def _run_settings(args):
+    """``(GenerationSettings, notes)`` of ``run``, checked before the model loads.
+
+    The value rules are the engine's (``inspector.engine.settings``): a refused
+    value raises ``UserError`` with the rule's one-line message. ``notes``:
+    one line per value llama.cpp gives a meaning (``sampling_settings``:
+    negative temperature, top-k <= 0, seed -1 with the seed drawn for the run).
+    """
+    try:
+        check_n_batch_for_source(args.n_batch, speculative=args.source != PLAIN)
+    except ValueError as exc:
+        raise UserError(f"--n-batch: {exc}") from None
+    try:
+        sampling, notes = sampling_from_args(args)
+        settings = GenerationSettings(
+            max_new_tokens=args.max_tokens, stop=tuple(args.stop),
+            draft_max=DEFAULT_DRAFT_MAX if args.draft_max is None else args.draft_max,
+            proposal_deadline_ms=args.proposal_deadline_ms, sampling=sampling, verification=args.verification,
+            probabilities=args.probabilities,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return settings, list(notes)
+
+
+def _source_options(args) -> dict:
+    """Keyword options for the source factory, from the source's generated flags and
+    --source-option (``inspector.cli.sources.source_options_from_args``); raises ``UserError``."""
+    try:
+        return source_options_from_args(args)
+    except SourceFlagError as exc:
+        raise UserError(str(exc)) from None

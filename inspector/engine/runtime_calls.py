@@ -1,0 +1,65 @@
+"""What a ``Generation`` asks of the runtime, each a callable the scheduler runs under its lock
+(``RuntimeScheduler.execute``): the prefill that predicts the first token, the plain one-token
+step, and the check that speculation can run on the runtime's KV cache.
+
+Pure functions of their arguments: the runtime calls named in ``inspector.engine.window``
+(``trim``, ``prefill``, ``prefill_predict``, ``decode_rows``, ``row_probabilities``,
+``kv_length``, ``rollback``); no state of the generation is read or written here.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from inspector.engine.errors import SpeculationUnsupported
+from inspector.engine.settings import SamplingSettings
+
+
+def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: SamplingSettings,
+                 want_probabilities: bool) -> Callable:
+    """The prefill of session ``sid`` from position 0 with ``prefix`` (tokens).
+
+    ``first``: the request's start: the last row's prediction is returned as the first generated
+    token (with its row's probabilities when ``want_probabilities``). The callable returns
+    ``(kv_length, token or None, probabilities or None)``."""
+    prefix = list(prefix)
+
+    def prefill(rt):
+        rt.trim(sid, 0)
+        if first:
+            token = rt.prefill_predict(sid, prefix, 0)
+            probs = rt.row_probabilities(1, (), (token,), sampling) if want_probabilities else None
+            return rt.kv_length(sid), token, probs
+        if prefix:
+            rt.prefill(sid, prefix, 0)
+        return rt.kv_length(sid), None, None
+
+    return prefill
+
+
+def plain_step_call(sid: int, current: int, base: int, cancel, sampling: SamplingSettings,
+                    want_probabilities: bool) -> Callable:
+    """One plain decoding step of session ``sid``: decode ``current`` alone at position ``base``.
+
+    The callable returns ``(predicted token, probabilities or None)``, or None when the session's KV
+    length is not ``base`` (the caller makes it canonical and asks again). ``cancel``: the request's
+    cancellation event (an abort of the decode in flight raises ``DecodeAborted``)."""
+
+    def step(rt):
+        if rt.kv_length(sid) != base:
+            return None
+        predictions = rt.decode_rows(sid, (current,), base, cancel)
+        probs = rt.row_probabilities(1, (), predictions, sampling) if want_probabilities else None
+        return predictions[0], probs
+
+    return step
+
+
+def check_speculation_supported(scheduler, model_path: str) -> None:
+    """Raise ``SpeculationUnsupported`` when the runtime's KV cache cannot remove a partial suffix exactly
+    (its ``rollback`` probe says so; a runtime without one is trusted). ``model_path``: for the message."""
+    probe = scheduler.execute("probe", -1, lambda rt: getattr(rt, "rollback", None)).value
+    if probe is not None and not probe.ok:
+        raise SpeculationUnsupported(
+            f"speculative decoding needs a KV cache that can drop rejected rows; model "
+            f"{model_path}: {probe.detail}. Plain decoding (source none) works.")
