@@ -15,10 +15,10 @@ def cmd_view(args) -> int:
         return _fail(f"cannot read receipts {args.file}: no such file")
     if args.file.suffix == ".jsonl":
         from inspector.run_output import format_autosave
-        from inspector.session.record import SessionRecord
+        from inspector.session.record_files import record_from_autosave
 
         try:
-            rec = SessionRecord.from_autosave(args.file)
+            rec = record_from_autosave(args.file)
         except ReceiptsFileError as exc:
             return _fail(str(exc))
         print(format_autosave(rec))
