@@ -56,7 +56,8 @@ class SessionRecord:
     Changed only by ``apply`` (a run's records; also receipts, discards and engine events read from
     a file), ``add_token``, ``mark_end`` and ``set_baseline`` (a file's tokens that carry no events,
     its end and its comparison), and by a builder setting the plain public attributes (prompt,
-    model, settings, times: ``inspector.session.record_files``). Each of these bumps ``version``.
+    model, settings, times: ``inspector.session.record_files``, before any view sees it). Each of
+    the methods bumps ``version``.
     """
 
     def __init__(self) -> None:
