@@ -378,7 +378,7 @@ def format_conversation(doc: dict) -> str:
 
 
 def format_autosave(record) -> str:
-    """Human summary of an autosave file read as a ``SessionRecord`` (``SessionRecord.from_autosave``)."""
+    """Human summary of an autosave file read as a ``SessionRecord`` (``inspector.session.record_files.record_from_autosave``)."""
     state = ("finished: " + str(record.ended_as or "?")) if not record.unfinished else \
         "unfinished (the run stopped or was killed): every complete record is shown"
     head = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from inspector.gui.engine_thread import worker as W
-from inspector.session.record import SessionRecord
+from inspector.session.record_files import record_from_document
 from inspector.receipts import load_document
 from test_gui_support import MAX_TOKENS, assert_same_greedy_output, example_text, follow_window, plain_tokens, \
     wait_state
@@ -104,7 +104,7 @@ def test_fault_button_repairs_then_reports_and_resume_finishes(qtbot, runtime, t
     out = tmp_path / "fault.json"
     with qtbot.waitSignal(w.files.exported, timeout=60_000):
         w.files.export_receipts(str(out))
-    reopened = SessionRecord.from_document(load_document(out))
+    reopened = record_from_document(load_document(out))
     assert set(reopened.failed_windows) == set(w.session.failed_windows)
     assert [t.token for t in reopened.tokens] == list(g.generated)
 

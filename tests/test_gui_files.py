@@ -12,7 +12,7 @@ from PySide6.QtCore import QSettings
 
 from inspector.gui import app as gui_app
 from inspector.gui.engine_thread import worker as W
-from inspector.session.record import SessionRecord
+from inspector.session.record_files import record_from_autosave
 from inspector.receipts import load_document
 from test_gui_support import follow_window, make_window, open_receipts, run_to_end
 
@@ -91,7 +91,7 @@ def test_autosave_lines_and_recovery_offer(qtbot, runtime, tmp_path):
     assert kinds[0] == "header" and kinds[-1] == "end"
     assert kinds.count("receipt") == len(w.session.receipts)
     assert kinds.count("discard") == len(w.session.discards)
-    recovered = SessionRecord.from_autosave(path)
+    recovered = record_from_autosave(path)
     assert [t.token for t in recovered.tokens] == [t.token for t in w.session.tokens]
     assert len(recovered.receipts) == len(w.session.receipts)
     assert w.files.last_unclean_autosave() is None

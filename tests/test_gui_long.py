@@ -88,14 +88,14 @@ def long_file(runtime, chat_tokens, tmp_path_factory):
 def test_a_20000_window_file_opens_off_the_gui_thread_and_every_view_shows_it(qtbot, runtime, tmp_path, long_file):
     w = make_window(qtbot, None, tmp_path)
     qtbot.waitExposed(w)
-    from inspector.session import record as session_model
+    from inspector.gui.files import receipts_loading
 
     threads = []
-    real = session_model.SessionRecord.from_document.__func__
+    real = receipts_loading.record_from_document
 
-    def spy(cls, doc, path=None):
+    def spy(doc, path=None):
         threads.append(threading.current_thread())
-        return real(cls, doc, path)
+        return real(doc, path)
 
     gaps, clock, last = [], QElapsedTimer(), [0]
     clock.start()
@@ -108,7 +108,7 @@ def test_a_20000_window_file_opens_off_the_gui_thread_and_every_view_shows_it(qt
     timer = QTimer()
     timer.setInterval(10)
     timer.timeout.connect(tick)
-    session_model.SessionRecord.from_document = classmethod(spy)
+    receipts_loading.record_from_document = spy
     try:
         timer.start()
         with qtbot.waitSignal(w.files.opened, timeout=120_000) as blocker:
@@ -127,7 +127,7 @@ def test_a_20000_window_file_opens_off_the_gui_thread_and_every_view_shows_it(qt
         qtbot.wait(50)
     finally:
         timer.stop()
-        session_model.SessionRecord.from_document = classmethod(real)
+        receipts_loading.record_from_document = real
     worst = max(gaps)
     w.refresh_all()  # every tab (the user pays for one when it is shown)
     assert threads and all(t is not threading.main_thread() for t in threads)

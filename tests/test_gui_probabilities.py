@@ -203,11 +203,11 @@ def test_probabilities_turned_off_are_named_so(qtbot, tmp_path):
     """A schema-v2 record of a run with probabilities off (``--no-probabilities``): the hover
     says they were turned off, not that the file is old."""
     from inspector.receipts import load_document
-    from inspector.session.record import SessionRecord
+    from inspector.session.record_files import record_from_document
 
     doc = load_document(V1_FILE)
     doc["settings"] = {**doc["settings"], "probabilities": False}
-    s = SessionRecord.from_document(doc)
+    s = record_from_document(doc)
     view = TokenView()
     qtbot.addWidget(view)
     view.set_session(s)

@@ -413,3 +413,41 @@ def test_a_short_kv_plot_hides_its_legend_so_the_data_stays_visible(qtbot, engin
     t.resize(600, 200)
     qtbot.waitUntil(lambda: t.plot.height() < LEGEND_MIN_PLOT_PX)
     assert not t.legend.isVisible() and "canonical_position" in t.plot.toolTip()
+
+
+def test_two_token_views_of_one_record_each_redraw_the_end_mark(qtbot, tmp_path):
+    """Each token view keeps its own redraw cursor and never writes the record: when the run's
+    last token becomes the end token, both views on the record restyle it (no model)."""
+    from PySide6.QtGui import QTextCursor
+
+    from inspector.gui.tokens.token_view import TokenView
+    from inspector.session.record import END, SessionRecord
+    from test_session_record import SCRIPT, run_scripted
+
+    live, doc, _ = run_scripted(tmp_path, SCRIPT)
+    assert live.events[-1].kind == "finish"
+    s = SessionRecord()
+    views = [TokenView(), TokenView()]
+    for v in views:
+        qtbot.addWidget(v)
+        v.set_session(s)
+    version = s.version
+    for ev in live.events[:-1]:
+        s.apply(ev)
+        for v in views:
+            v.refresh()
+    s.apply(live.events[-1])
+    assert s.version > version and s.tokens[-1].outcome == END
+    last = len(doc["output"]["token_ids"]) - 1
+
+    def underlined(view: TokenView) -> bool:  # the last character (the end token's) is drawn underlined
+        doc = view.stream.document()
+        cur = QTextCursor(doc)
+        cur.setPosition(doc.characterCount() - 1)  # the format of the character before the cursor
+        return cur.charFormat().fontUnderline()
+
+    assert not any(underlined(v) for v in views)
+    for v in views:
+        v.refresh()
+    assert [underlined(v) for v in views] == [True, True]
+    assert [v.token_count() for v in views] == [last + 1, last + 1]

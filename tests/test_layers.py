@@ -1,6 +1,6 @@
 """The layers import one way (README, Architecture): engine <- llama, receipts <- sources <-
 session <- bench <- gui <- cli; no import cycle between modules and no private name imported
-from another module; no file in ``inspector/`` is over 500 lines (but ``OVER_MAX_FOR_NOW``).
+from another module; no file in ``inspector/`` is over 500 lines.
 Read from the source files (imports inside functions count too), no model."""
 
 from __future__ import annotations
@@ -22,12 +22,6 @@ LAYERS = {
     "inspector.__main__": 6,
 }
 MAX_LINES = 500
-OVER_MAX_FOR_NOW = {
-    # Being split in parallel (issue 27): the window's token view and the live session record. Remove
-    # each entry once its file is under MAX_LINES; the test fails on an entry that no longer needs it.
-    "gui/tokens/token_view.py",
-    "session/record.py",
-}
 
 
 def layer_of(module: str) -> int:
@@ -69,10 +63,8 @@ def test_no_module_imports_a_layer_above_its_own():
 
 def test_no_file_in_the_package_is_over_500_lines():
     lines = {p.relative_to(ROOT).as_posix(): len(p.read_text("utf-8").splitlines()) for _name, p in modules()}
-    long = {f: n for f, n in lines.items() if n > MAX_LINES and f not in OVER_MAX_FOR_NOW}
+    long = {f: n for f, n in lines.items() if n > MAX_LINES}
     assert not long, f"split these files (observed lines, expected <= {MAX_LINES}): {long}"
-    stale = sorted(f for f in OVER_MAX_FOR_NOW if lines.get(f, 0) <= MAX_LINES)
-    assert not stale, f"no longer over {MAX_LINES} lines (or gone): remove from OVER_MAX_FOR_NOW: {stale}"
 
 
 def _graph():

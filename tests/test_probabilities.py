@@ -19,6 +19,7 @@ from inspector.engine.settings import SamplingSettings
 from inspector.receipts.document import load_document, validate_document, version_note
 from inspector.session.document import build_document
 from inspector.session.record import SessionRecord
+from inspector.session.record_files import record_from_autosave, record_from_document
 from tests.scenarios import ALTERNATE, Follower
 
 V1_FILE = Path(__file__).parent / "data" / "receipts-v1.json"
@@ -277,7 +278,7 @@ def test_a_runs_document_carries_the_blocks_and_reads_back_the_same(alternating_
     doc = build_document(alternating_run, runtime, prompt_text=PROMPT, templated_text=None, raw=False)
     assert doc["schema_version"] == 2
     path = write_document(doc, tmp_path / "r.json")
-    rec = SessionRecord.from_document(load_document(path))
+    rec = record_from_document(load_document(path))
     assert [r.probabilities for r in rec.receipts] == [r.probabilities for r in alternating_run.receipts]
     assert all(e.kind != COMMIT or e.probabilities is None for e in rec.events)
 
@@ -285,7 +286,7 @@ def test_a_runs_document_carries_the_blocks_and_reads_back_the_same(alternating_
 def test_a_version_1_file_still_opens_and_says_which_version_it_is():
     doc = load_document(V1_FILE)
     assert doc["schema_version"] == 1 and "v1" in version_note(doc)
-    rec = SessionRecord.from_document(doc)
+    rec = record_from_document(doc)
     assert rec.receipts and all(r.probabilities is None for r in rec.receipts)
     assert rec.receipts[0].row_probabilities(0) is None
 
@@ -328,7 +329,7 @@ def test_run_events_show_p_and_rank_and_view_prints_a_window_row_by_row(tmp_path
     assert "schema v2" in v.stdout
     missing = cli("view", out, "--window", 999)
     assert missing.returncode != 0 and "no window 999" in missing.stderr
-    rec = SessionRecord.from_autosave(auto)  # the autosave carries the blocks too
+    rec = record_from_autosave(auto)  # the autosave carries the blocks too
     assert rec.receipts and all(r.probabilities is not None for r in rec.receipts)
     assert all(rec.token_probabilities(t) is not None for t in rec.tokens)
 
@@ -351,5 +352,5 @@ def test_no_probabilities_on_the_command_line_leaves_the_blocks_out_of_both_file
     doc = load_document(out)  # validates
     assert doc["settings"]["probabilities"] is False
     assert '"probabilities": {' not in out.read_text() and '"probabilities": {' not in auto.read_text()
-    rec = SessionRecord.from_autosave(auto)
+    rec = record_from_autosave(auto)
     assert all(r.probabilities is None for r in rec.receipts)

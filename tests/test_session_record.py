@@ -28,6 +28,7 @@ from inspector.receipts import validate_document
 from inspector.receipts.autosave import AutosaveWriter
 from inspector.session.document import record_document
 from inspector.session.record import END, SessionRecord
+from inspector.session.record_files import record_from_autosave, record_from_document
 from inspector.session.records import RecordStream, RunEnd
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 
@@ -100,8 +101,8 @@ at row 1, a plain step, a mismatch at row 0."""
 
 def test_live_document_and_autosave_records_of_one_run_agree(tmp_path):
     live, doc, autosave = run_scripted(tmp_path, SCRIPT)
-    from_doc = SessionRecord.from_document(doc)
-    from_autosave = SessionRecord.from_autosave(autosave)
+    from_doc = record_from_document(doc)
+    from_autosave = record_from_autosave(autosave)
     assert view_of(live) == view_of(from_doc) == view_of(from_autosave)
     assert not from_autosave.unfinished and from_autosave.skipped_lines == 0
     assert [e.kind for e in from_autosave.events][:3] == ["prefill", "commit", "verify"]  # the first token, then window 1
@@ -113,7 +114,7 @@ def test_a_failed_window_and_its_repair_agree_in_all_three_records(tmp_path):
     assert list(live.failed_windows) == [2]
     failed = live.window(2)
     assert failed.failed and failed.committed == failed.predictions[:2]  # the callback fails on its 2nd token
-    assert view_of(live) == view_of(SessionRecord.from_document(doc)) == view_of(SessionRecord.from_autosave(autosave))
+    assert view_of(live) == view_of(record_from_document(doc)) == view_of(record_from_autosave(autosave))
 
 
 def test_token_outcomes_come_from_the_engines_commit_events(tmp_path):
@@ -143,7 +144,7 @@ def _without_events(tmp_path, autosave):
 
 def test_an_autosave_from_before_lines_carried_events_shows_its_tokens_and_no_events(tmp_path):
     _live, _doc, autosave = run_scripted(tmp_path, SCRIPT)
-    s = SessionRecord.from_autosave(_without_events(tmp_path, autosave))
+    s = record_from_autosave(_without_events(tmp_path, autosave))
     assert s.events == []
     assert [t.token for t in s.tokens] == [t.token for t in _live.tokens]
     # every window's and plain step's token keeps its outcome; the first token (the prefill's) is
@@ -153,7 +154,7 @@ def test_an_autosave_from_before_lines_carried_events_shows_its_tokens_and_no_ev
 
 def test_an_autosave_without_events_reads_the_first_token_as_the_prefills_not_a_plain_step(tmp_path):
     live, _doc, autosave = run_scripted(tmp_path, SCRIPT)
-    s = SessionRecord.from_autosave(_without_events(tmp_path, autosave))
+    s = record_from_autosave(_without_events(tmp_path, autosave))
     assert (s.tokens[0].token, s.tokens[0].outcome) == (live.tokens[0].token, FROM_PREFILL)
     assert s.plain_steps == live.plain_steps == 3
 
@@ -234,9 +235,9 @@ def test_rows_of_a_failed_verification_are_not_verified():
 def test_a_run_cut_short_reads_back_with_how_it_ended_from_its_autosave(tmp_path):
     live, doc, autosave = run_scripted(tmp_path, SCRIPT, faults=[Fault("cancel", window=2)], resume=False)
     assert live.finish_reason is None and live.ended_as == "error"  # the engine never finished it
-    from_autosave = SessionRecord.from_autosave(autosave)
+    from_autosave = record_from_autosave(autosave)
     assert from_autosave.finish_reason is None and from_autosave.ended_as == "error"
-    assert view_of(live) == view_of(SessionRecord.from_document(doc)) == view_of(from_autosave)
+    assert view_of(live) == view_of(record_from_document(doc)) == view_of(from_autosave)
 
 
 def test_a_failed_run_ended_unclean_leaves_its_autosave_unfinished(tmp_path):
@@ -253,7 +254,7 @@ def test_a_failed_run_ended_unclean_leaves_its_autosave_unfinished(tmp_path):
     with pytest.raises(Exception, match="injected"):
         run.step()
     run.end("error", clean=gen.finished)  # as spec-inspector run does for a run it did not finish
-    s = SessionRecord.from_autosave(autosave)
+    s = record_from_autosave(autosave)
     assert s.unfinished and s.ended_as is None and len(s.failed_windows) == 1
 
 
@@ -290,7 +291,7 @@ def test_a_run_the_user_stopped_says_so_in_its_document_and_when_reopened(tmp_pa
     doc = record_document(record)
     validate_document(doc)
     assert doc["output"]["finish_reason"] is None and doc["output"]["ended_as"] == "stopped"
-    assert SessionRecord.from_document(doc).ended_as == "stopped"
+    assert record_from_document(doc).ended_as == "stopped"
 
 
 def test_time_held_before_a_commit_is_no_decode_time():
@@ -324,3 +325,28 @@ def test_a_plain_step_cancelled_before_its_commit_is_not_counted():
     g.resume()
     g.run()
     assert g.plain_steps == 3 == g.generated_count - 1
+
+
+def test_the_record_names_the_tokens_changed_in_place_since_a_version(tmp_path):
+    """Views keep their own redraw cursor: the record only says which token changed after a
+    version (the end mark, the divergence mark); appended tokens are no change."""
+    live, doc, _ = run_scripted(tmp_path, SCRIPT)
+    kinds = [e.kind for e in live.events]
+    assert kinds[-1] == "finish"
+    s = SessionRecord()
+    for ev in live.events[:-1]:
+        s.apply(ev)
+    before_end = s.version
+    assert s.token_changes_since(-1) is None  # tokens were only appended
+    s.apply(live.events[-1])
+    last = len(doc["output"]["token_ids"]) - 1
+    assert s.tokens[last].outcome == END
+    assert s.token_changes_since(before_end) == last
+    assert s.token_changes_since(s.version) is None
+    v = s.version
+    s.set_baseline({"identical": False, "divergence": {"index": 3}})
+    assert s.version > v and s.token_changes_since(v) == 3
+    v = s.version
+    s.set_baseline({"identical": False, "divergence": {"index": 5}})
+    assert s.token_changes_since(v) == 3  # the mark moved off token 3, onto 5
+    assert s.token_changes_since(before_end) == 3 and s.snapshot().token_changes_since(v) == 3

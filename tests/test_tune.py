@@ -13,7 +13,7 @@ from inspector.engine import Generation, GenerationSettings
 from inspector.llama.cost_model import CostModel
 from inspector.prompts import example_prompt
 from inspector.receipts.document import load_document
-from inspector.session.record import SessionRecord
+from inspector.session.record_files import record_from_document
 from inspector.sources.registry import SourceContext, make_source
 
 from test_cli import cli, one_clear_line
@@ -104,7 +104,7 @@ def test_tune_prints_the_best_configurations_and_refuses_a_sampled_recording(tmp
     assert line.endswith(("same as replayed", "n/a: the output differed from the recording")), line
     assert "differ from the replay" not in v.stdout
     doc = load_document(out)  # the window's way in, a SessionRecord, gives the same recording and c(k)
-    for record in (SessionRecord.from_document(doc), SessionRecord.from_document(doc, out)):
+    for record in (record_from_document(doc), record_from_document(doc, out)):
         assert recording_from_record(record) == recording_from_document(doc)
         assert costs_from_record(record).row_ms == costs_from_document(doc).row_ms
     sampled = tmp_path / "s.json"

@@ -13,7 +13,7 @@ from inspector.receipts.document import is_conversation, version_note
 from inspector.receipts.trace import write_trace
 from inspector.run_output import (document_token_text, format_autosave, format_conversation, format_document,
                                   format_events, format_window_rows, format_windows, turn_heading)
-from inspector.session.record import SessionRecord
+from inspector.session.record_files import record_from_autosave
 
 
 def add_view_commands(sub) -> None:
@@ -40,7 +40,7 @@ def cmd_view(args) -> int:
         return fail(f"cannot read receipts {args.file}: no such file")
     if args.file.suffix == ".jsonl":
         try:
-            rec = SessionRecord.from_autosave(args.file)
+            rec = record_from_autosave(args.file)
         except ReceiptsFileError as exc:
             return fail(str(exc))
         print(format_autosave(rec))

@@ -26,6 +26,7 @@ from inspector.engine.stats import summarize_receipts
 from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
 from inspector.session.document import record_document
 from inspector.session.record import SessionRecord
+from inspector.session.record_files import record_from_document
 
 TURN_SEPARATOR = "---"
 """A line holding only this separates two turns of a plain-text turns file."""
@@ -238,10 +239,10 @@ def conversation_document(conversation: Conversation) -> dict:
 
 def records_of_conversation(doc: dict) -> Conversation:
     """The ``Conversation`` of a loaded conversation document (``load_document``): one
-    ``SessionRecord.from_document`` per turn (each keeps its turn's document for export), the history
+    ``record_from_document`` per turn (each keeps its turn's document for export), the history
     from the file's messages, no source memory."""
     conv = Conversation(planned_turns=doc["conversation"].get("planned_turns"),
                         stopped_at=doc["conversation"].get("stopped_at", ""))
-    conv.records = [SessionRecord.from_document(d) for d in doc["turns"]]
+    conv.records = [record_from_document(d) for d in doc["turns"]]
     conv.history.messages = [dict(m) for m in doc["conversation"]["messages"]]
     return conv

@@ -1,23 +1,23 @@
-"""``SessionRecord``: one request as every view and export reads it (no Qt).
+"""``SessionRecord``: one request as every view and export reads it, live (no Qt).
 
-Built three ways that agree on the same run (``tests/test_session_record.py``):
-live, by ``apply`` of the records a run appends (``inspector.session.records``);
-from a receipts document (``from_document``); from an autosave
-(``from_autosave``). Token outcomes are the engine's (each commit event's
-``detail``, ``inspector.engine.classify.token_outcome``); the views never
-classify. Views redraw on a timer and use ``version`` / ``tokens_dirty_from``
-to redraw only what changed.
+A run fills it by ``apply`` of the records it appends (``inspector.session.records``); a receipts
+document or an autosave fills it through ``inspector.session.record_files``, with ``apply`` and
+the few public methods below (``add_token``, ``mark_end``, ``set_baseline``), and the three agree
+on the same run (``tests/test_session_record.py``). Token outcomes are the engine's (each commit
+event's ``detail``, ``inspector.engine.classify.token_outcome``); the views never classify.
+
+The record only grows: ``version`` counts its changes and ``token_changes_since`` names the
+lowest token changed in place after a version. Each view keeps the version it drew and redraws
+what changed since; no view writes the record.
 """
 
 from __future__ import annotations
 
 import copy
 from bisect import bisect_left
-from dataclasses import dataclass
 from pathlib import Path
 
-from inspector.engine.probabilities import top_texts_of
-from inspector.engine.classify import ACCEPTED, BONUS, FROM_PREFILL, TOKEN_OUTCOMES, row_outcomes, token_outcome
+from inspector.engine.classify import BONUS, FROM_PREFILL, TOKEN_OUTCOMES, token_outcome
 from inspector.engine.receipt import (
     COMMIT,
     FINISH,
@@ -30,11 +30,9 @@ from inspector.engine.receipt import (
     LockOperation,
     Summary,
     WindowReceipt,
-    discard_from_json,
-    receipt_from_json,
-    event_from_json,
 )
 from inspector.engine.stats import slow_verification_threshold_us, summarize_receipts
+from inspector.session.entries import END, TokenInfo, WindowEntry
 from inspector.session.records import (
     STEP_FAILED,
     BaselineDone,
@@ -46,82 +44,7 @@ from inspector.session.records import (
     TokenTexts,
 )
 
-END = "end"
-"""Display outcome of the token that ended generation (the engine's ``finish`` event)."""
-
-
-@dataclass(slots=True)
-class TokenInfo:
-    """One committed (output) token.
-
-    ``index``: 0-based index among generated tokens. ``window``: 1-based window
-    index, None for a plain step. ``row``: its verification row. ``position``:
-    its position in the stream (= base_position + row + 1, tokens).
-    ``proposed``: the proposal token of that row (None for the bonus token
-    and plain steps). ``outcome``: the engine's (``accepted``, ``correction``,
-    ``bonus``, ``plain``), or ``end`` for the token that ended generation.
-    """
-
-    index: int
-    token: int
-    text: str
-    window: int | None
-    row: int
-    position: int
-    proposed: int | None
-    outcome: str
-
-
-@dataclass(frozen=True, slots=True)
-class WindowEntry:
-    """A window as the window list shows it: a receipt, or a failed window (its discard,
-    whose ``partial`` holds what it verified and committed)."""
-
-    window_index: int
-    receipt: WindowReceipt | None
-    discard: Discard | None
-
-    @property
-    def failed(self) -> bool:
-        return self.receipt is None
-
-    @property
-    def proposal(self) -> tuple:
-        """The window's proposal token ids."""
-        return self.receipt.proposal_token_ids if self.receipt is not None else self.discard.proposal_token_ids
-
-    @property
-    def predictions(self) -> tuple:
-        """The target's prediction on each verification row (rows a failed window verified)."""
-        if self.receipt is not None:
-            return self.receipt.verification_row_predictions
-        return self.discard.partial.verification_row_predictions
-
-    @property
-    def committed(self) -> tuple:
-        """The tokens the window committed (a failed window: before its error)."""
-        if self.receipt is not None:
-            return self.receipt.committed_tokens
-        return self.discard.partial.committed_tokens
-
-    @property
-    def base_position(self) -> int:
-        return self.receipt.base_position if self.receipt is not None else self.discard.partial.base_position
-
-    @property
-    def decode_step(self) -> int:
-        return self.receipt.decode_step if self.receipt is not None else self.discard.decode_step
-
-    def row_outcomes(self) -> list[str]:
-        """Per verification row, what it became (``inspector.engine.classify.row_outcomes``)."""
-        return row_outcomes(self.proposal, self.predictions, len(self.committed))
-
-    @property
-    def accepted(self) -> int:
-        """Proposal tokens accepted (a failed window: among the rows it committed)."""
-        if self.receipt is not None:
-            return self.receipt.accepted_proposal_tokens
-        return sum(1 for o in self.row_outcomes() if o == ACCEPTED)
+__all__ = ["END", "SessionRecord", "TokenInfo", "WindowEntry"]
 
 
 class SessionRecord:
@@ -129,6 +52,12 @@ class SessionRecord:
 
     ``origin``: ``live`` (a run in this process), ``document`` or ``autosave``.
     Live records are changed on one thread only (the GUI thread, or the CLI's).
+
+    Changed only by ``apply`` (a run's records; also receipts, discards and engine events read from
+    a file), ``add_token``, ``mark_end`` and ``set_baseline`` (a file's tokens that carry no events,
+    its end and its comparison), and by a builder setting the plain public attributes (prompt,
+    model, settings, times: ``inspector.session.record_files``, before any view sees it). Each of
+    the methods bumps ``version``.
     """
 
     def __init__(self) -> None:
@@ -194,9 +123,9 @@ class SessionRecord:
         self.skipped_lines = 0
         """Autosave lines that were not complete records (torn or damaged), skipped."""
         self.version = 0
-        """Bumped on every change; views compare it with what they drew."""
-        self.tokens_dirty_from = 0
-        """Smallest token index changed since the token view last drew."""
+        """Counts the changes (never goes down); a view keeps the version it drew and redraws when
+        it differs."""
+        self._token_changes: list[tuple[int, int]] = []  # (version, token index) of each token changed in place
         self._slow: tuple | None = None  # (receipts counted, slow verification threshold µs)
 
     # -- live input ------------------------------------------------------------
@@ -209,11 +138,11 @@ class SessionRecord:
         """Append one record of a run (an engine record or one of ``inspector.session.records``).
         Lock operations count only between the run's header and its end. Raises ``TypeError``
         for anything else."""
-        handler = self._handlers.get(type(item))
+        handler = _HANDLERS.get(type(item))
         if handler is None:
             raise TypeError(f"not a session record: {type(item).__name__}")
-        handler(self, item)
         self.version += 1
+        handler(self, item)
 
     def _texts(self, item: TokenTexts) -> None:
         self.texts.update(item.texts)
@@ -238,7 +167,7 @@ class SessionRecord:
         self.baseline_error = item.error
         if item.result is not None:
             self.baseline_result = item.result
-            self._set_baseline_json(item.result.to_json(self.text_of))
+            self._set_baseline(item.result.to_json(self.text_of))
 
     def _start(self, h: RunHeader) -> None:
         self.header = h
@@ -280,16 +209,14 @@ class SessionRecord:
             outcome = ev.detail if ev.detail in TOKEN_OUTCOMES else None
             if ev.window is None and outcome != FROM_PREFILL:
                 self.plain_steps += 1  # as the engine counts: a plain step whose token was committed
-            self._add_token(ev.token, ev.window, ev.row or 0, ev.position or 0, outcome)
+            self._append_token(ev.token, ev.window, ev.row or 0, ev.position or 0, outcome)
         elif kind in (STEP, PREFILL):
             self.kv_length = ev.position  # the current token's row (the prompt) joined the KV cache
             if ev.probabilities is not None and ev.position is not None:
                 self.step_probabilities[ev.position] = ev.probabilities
         elif kind == FINISH:
             self.finish_reason = ev.detail or None
-            if self.tokens:
-                self.tokens[-1].outcome = END
-                self.tokens_dirty_from = min(self.tokens_dirty_from, len(self.tokens) - 1)
+            self._mark_end()
         elif kind in (VERIFY, REPAIR) and ev.position is not None:  # a retired session's repair has none
             self.kv_length = ev.position
 
@@ -323,7 +250,7 @@ class SessionRecord:
         e = self.window(window)
         return e.proposal if e is not None else None
 
-    def _add_token(self, token: int, window: int | None, row: int, position: int, outcome: str | None) -> None:
+    def _append_token(self, token: int, window: int | None, row: int, position: int, outcome: str | None) -> None:
         proposal = None if window is None else self._proposal_of(window)
         if outcome is None:  # receipts written before commit events named their outcome
             outcome = token_outcome(row, token, proposal) if window is None or proposal is not None else BONUS
@@ -331,6 +258,11 @@ class SessionRecord:
         self.tokens.append(TokenInfo(len(self.tokens), token, self.texts.get(token, ""),
                                      window, row, position, proposed, outcome))
         self.canonical_position = position
+
+    def _mark_end(self) -> None:
+        if self.tokens:
+            self.tokens[-1].outcome = END
+            self._token_changes.append((self.version, len(self.tokens) - 1))
 
     def _add_window(self, entry: WindowEntry) -> None:
         w = self._windows
@@ -352,17 +284,52 @@ class SessionRecord:
             self._add_window(WindowEntry(d.partial.window_index, None, d))
             self.canonical_position = d.partial.canonical_position
 
-    def _set_baseline_json(self, d: dict | None) -> None:
+    def _set_baseline(self, d: dict | None) -> None:
+        before = self.divergence_index
         self.baseline = d
-        i = self.divergence_index
-        if i is not None:
-            self.tokens_dirty_from = min(self.tokens_dirty_from, i)
+        for i in {before, self.divergence_index} - {None}:  # the mark moves off one token, onto another
+            self._token_changes.append((self.version, i))
+
+    # -- what a file adds (``inspector.session.record_files``) ---------------------
+    def add_token(self, token: int, window: int | None, row: int, position: int, outcome: str | None) -> None:
+        """Append one committed token read from a file whose lines carry no commit events.
+
+        ``window``: 1-based window index, None for a plain step; ``row``: its verification row;
+        ``position``: its position in the stream (tokens, = base_position + row + 1); ``outcome``:
+        the engine's, or None to decide it from the window's proposal (``token_outcome``; the bonus
+        row when the window is unknown). Its text is ``texts[token]`` ("" if not known yet)."""
+        self.version += 1
+        self._append_token(token, window, row, position, outcome)
+
+    def mark_end(self) -> None:
+        """The last token ended generation: its outcome becomes ``END`` (nothing without tokens)."""
+        self.version += 1
+        self._mark_end()
+
+    def set_baseline(self, baseline: dict | None) -> None:
+        """Set the comparison with plain decoding, in the receipts document's ``baseline`` form
+        (``divergence``: ``index`` of the first differing generated token, tokens, ``margin``;
+        ``identical``; ``plain_token_ids``), or None when none ran."""
+        self.version += 1
+        self._set_baseline(baseline)
+
+    def token_changes_since(self, version: int) -> int | None:
+        """The lowest index of a token changed in place after ``version`` (its outcome became
+        ``END``, or the divergence mark moved onto or off it), or None. Appended tokens are not
+        changes: a view compares ``len(tokens)`` with what it drew."""
+        low = None
+        for v, i in reversed(self._token_changes):
+            if v <= version:
+                break
+            low = i if low is None else min(low, i)
+        return low
 
     def snapshot(self) -> "SessionRecord":
         """A copy that later records do not change (its lists and dicts are copied; the records in
         them are immutable): what an export on another thread writes while the run goes on."""
         s = copy.copy(self)
-        for name in ("receipts", "discards", "_windows", "events", "lock_ops", "tokens", "errors"):
+        for name in ("receipts", "discards", "_windows", "events", "lock_ops", "tokens", "errors",
+                     "_token_changes"):
             setattr(s, name, list(getattr(self, name)))
         s.texts = dict(self.texts)
         s.step_probabilities = dict(self.step_probabilities)
@@ -435,136 +402,8 @@ class SessionRecord:
             prefill_elapsed_us=self.prefill_elapsed_us, finish_reason=self.finish_reason,
         )
 
-    # -- loading ----------------------------------------------------------------
-    @classmethod
-    def from_document(cls, doc: dict, path: str | Path | None = None) -> "SessionRecord":
-        """A session from a validated receipts document (``load_document``).
 
-        ``path``: the file it came from; the session then keeps the path, not the
-        document (a long session's parsed JSON would double its memory), and an
-        export reads the file again."""
-        s = cls()
-        s.document = doc if path is None else None
-        s.document_path = None if path is None else str(path)
-        s.origin = "document"
-        out = doc["output"]
-        texts = s.texts
-        for w in doc["windows"]:
-            texts.update(zip(w["proposal_token_ids"], w.get("proposal_token_texts", [])))
-            texts.update(zip(w["verification_row_predictions"], w.get("verification_row_prediction_texts", [])))
-            texts.update(top_texts_of(w.get("probabilities")))
-        for e in doc["events"]:
-            texts.update(top_texts_of(e.get("probabilities")))
-        texts.update(zip(out["token_ids"], out.get("token_texts", [])))
-        s.prompt_text = doc["prompt"]["text"]
-        s.prompt_token_count = len(doc["prompt"]["token_ids"])
-        s.settings = doc["settings"]
-        s.background_sessions = int(doc["settings"].get("background_sessions", 0))
-        s.model_name = doc["model"].get("name") or Path(doc["model"].get("converted_from") or doc["model"]["path"]).name
-        s.model_weights = str(doc["model"].get("weights", "")) if doc["model"].get("converted_from") else ""
-        s.source_name = doc["settings"]["source"]["name"]
-        for w in doc["windows"]:
-            s._add_receipt(receipt_from_json(w))
-        for d in doc["discards"]:
-            s._add_discard(discard_from_json(d))
-        s.errors = list(out.get("errors", []))
-        for e in doc["events"]:
-            s._add_event(event_from_json(e))
-        if s.events:
-            s.main_session_id = s.events[0].session_id
-        s.lock_ops = [LockOperation(**op) for op in doc.get("lock_operations", [])]
-        summ = doc["summary"]
-        s.decode_elapsed_us = summ.get("decode_elapsed_us", 0)
-        s.prefill_elapsed_us = summ.get("prefill_elapsed_us", 0)
-        s.finish_reason = out.get("finish_reason")
-        s.ended_as = out.get("ended_as") or s.finish_reason
-        s.incomplete_utf8_bytes = int(out.get("incomplete_utf8_bytes", 0))
-        s._set_baseline_json(doc.get("baseline"))
-        s.conversation = doc.get("conversation")
-        s.version += 1
-        return s
-
-    @classmethod
-    def from_autosave(cls, path: str | Path) -> "SessionRecord":
-        """A session from an autosave JSON Lines file (``inspector.receipts.autosave``).
-
-        Every complete record is shown; a line that is not one (torn by a kill, or
-        damaged) is skipped and counted in ``skipped_lines`` (a partial view). The
-        events are the ones the run emitted (each line carries those since the line
-        before); an autosave written before lines carried events shows its windows
-        and tokens and no events. Raises ``ReceiptsFileError`` when the file is too
-        large, unreadable or has no header.
-        """
-        from inspector.receipts.autosave import read_autosave
-
-        run = read_autosave(path)  # raises ReceiptsFileError (too large, unreadable, no header)
-        s = cls()
-        s.origin = "autosave"
-        s.document_path = str(run.path)
-        h = run.header
-        s.prompt_text = str(h.get("prompt", ""))
-        s.model_name = str(h.get("model", ""))
-        s.source_name = str(h.get("source", ""))
-        s.main_session_id = h.get("session_id")
-        s.skipped_lines = run.bad_lines
-        s.unfinished = not run.clean
-        settings = h.get("settings")
-        s.settings = dict(settings) if isinstance(settings, dict) else {}
-        if not isinstance(s.settings.get("source"), dict):  # autosaves before the source's options were kept
-            s.settings["source"] = {"name": s.source_name, "settings": {}}
-        count = h.get("background_sessions")
-        s.background_sessions = count if type(count) is int and count >= 0 else 0
-        prefill = run.prefill or {}
-        prompt_tokens = prefill.get("prompt_tokens", h.get("prompt_tokens"))
-        if type(prompt_tokens) is int and prompt_tokens >= 0:
-            s.prompt_token_count = prompt_tokens
-        elif type(prefill.get("kv_length")) is int:
-            # Files too old to name it: their schedule left the last prompt token out of the prefill.
-            s.prompt_token_count = prefill["kv_length"] + 1
-        if type(prefill.get("elapsed_us")) is int:
-            s.prefill_elapsed_us = prefill["elapsed_us"]
-        s.texts.update(run.texts)
-        first_positions = {st.get("position") for st in run.steps if st.get("outcome") == FROM_PREFILL}
-        for kind, value, _texts, events in run.records:
-            if kind == "receipt":
-                s._add_receipt(value)
-            elif kind == "discard":
-                s._add_discard(value)
-            if events is not None:
-                for ev in events:
-                    s._add_event(ev)
-            elif kind == "receipt":  # an autosave from before lines carried events: tokens from the records
-                for row, tok in enumerate(value.committed_tokens):
-                    s._add_token(tok, value.window_index, row, value.base_position + row + 1, None)
-                s.kv_length = value.canonical_position
-            elif kind == "discard" and value.partial is not None:
-                p = value.partial
-                for row, tok in enumerate(p.committed_tokens):
-                    s._add_token(tok, p.window_index, row, p.base_position + row + 1, None)
-                s.kv_length = p.canonical_position
-            elif kind == "step":
-                token, position = value
-                first = position in first_positions  # the prefill's token (llama.cpp's schedule), not a step
-                s.plain_steps += 0 if first else 1
-                s.kv_length = position
-                s._add_token(token, None, 0, position, FROM_PREFILL if first else None)
-            elif kind == "end":
-                s.finish_reason = value.get("finish_reason") or None
-                if s.tokens:
-                    s.tokens[-1].outcome = END
-            if kind == "discard" and value.error:
-                s.errors.append(value.error)
-        if run.end is not None:
-            s.ended_as = run.end.get("finish_reason") or None
-            if s.finish_reason is None and s.ended_as not in (None, "stopped", "error"):
-                s.finish_reason = s.ended_as  # an end line whose finish event was not kept
-            us = run.end.get("decode_elapsed_us")
-            s.decode_elapsed_us = us if type(us) is int and us >= 0 else 0
-        s.version += 1
-        return s
-
-
-SessionRecord._handlers = {
+_HANDLERS = {
     EngineEvent: SessionRecord._add_event, TokenTexts: SessionRecord._texts,
     ProposalStarted: SessionRecord._proposal, WindowReceipt: SessionRecord._add_receipt,
     Discard: SessionRecord._add_discard, LockOperation: SessionRecord._lock_op,

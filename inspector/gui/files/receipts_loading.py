@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 
 from inspector.session.record import SessionRecord
+from inspector.session.record_files import record_from_autosave, record_from_document
 
 
 def read_session(path: str) -> tuple[SessionRecord | None, str, str, object]:
@@ -37,7 +38,7 @@ def read_session(path: str) -> tuple[SessionRecord | None, str, str, object]:
     try:
         note, conversation = "", None
         if str(path).endswith(".jsonl"):
-            session = SessionRecord.from_autosave(path)
+            session = record_from_autosave(path)
         else:
             doc = load_document(path, yield_gil=True)
             if is_conversation(doc):
@@ -46,7 +47,7 @@ def read_session(path: str) -> tuple[SessionRecord | None, str, str, object]:
                 note = f"conversation of {len(conversation.records)} turns · {version_note(doc['turns'][-1])}"
             else:
                 note = version_note(doc)
-                session = SessionRecord.from_document(doc, path=path)
+                session = record_from_document(doc, path=path)
             del doc
         for s in conversation.records if conversation is not None else (session,):
             s.windows()  # sorted and cached here, not on the GUI thread

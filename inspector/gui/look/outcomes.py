@@ -17,7 +17,7 @@ from inspector.engine.classify import (  # noqa: F401 - the outcomes views colou
     NOT_COMMITTED,
     PLAIN,
 )
-from inspector.session.record import END  # noqa: F401
+from inspector.session.entries import END  # noqa: F401
 
 COLORS = {
     ACCEPTED: "#2e7d32",

@@ -14,39 +14,22 @@ whether the outputs are identical.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QSettings, QSize, Qt, Signal
+from PySide6.QtCore import QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPixmap, QTextCharFormat, QTextCursor, QTextDocument
-from PySide6.QtWidgets import (
-    QDoubleSpinBox,
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QSizePolicy,
-    QTextEdit,
-    QToolTip,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
-from inspector.engine.classify import token_outcome
 from inspector.engine.probabilities import DEFAULT_NEAR_TIE_MARGIN
 from inspector.gui.look import outcomes as O
-from inspector.gui.tokens.token_figures import NEAR_TIE_COLOR, figures_html
-from inspector.gui.tokens.token_figures import quoted as _show
+from inspector.gui.tokens.token_figures import NEAR_TIE_COLOR
+from inspector.gui.tokens.token_stream import TOKEN_PROPERTY, TokenStream
+from inspector.gui.tokens.token_text import (DIVERGENCE_BACKGROUND, DIVERGENCE_COLOR, baseline_html, hold_html,
+                                             token_tooltip)
 from inspector.session.record import SessionRecord
 
-TOKEN_PROPERTY = QTextCharFormat.UserProperty + 1
-
-
-DIVERGENCE_COLOR = "#d50000"
-DIVERGENCE_BACKGROUND = "#ffd600"
 MAX_SHOWN = 10_000
 """Most generated tokens in the document at once (a longer stream is shown in pages)."""
 CHUNK = 2_500
 """Tokens dropped from the head at a time while a long live stream is followed."""
-DIVERGENCE_NEAR_TIE_LOGITS = 1.0
-"""A divergence from plain decoding whose top-2 logit margin is below this is explained as a near-tie
-(batch arithmetic can flip it): fixed, unlike the user's marking threshold."""
 NEAR_TIE_MAX = 10.0
 """Largest near-tie threshold the spin box offers (logits)."""
 NEAR_TIE_KEY = "token_view/near_tie_logits"
@@ -57,52 +40,12 @@ LEGEND_SHORT = {O.ACCEPTED: "accepted", O.CORRECTION: "correction", O.BONUS: "bo
 _PENDING = object()  # margin of a token whose window has no receipt yet (figures still to come)
 
 
-class _Stream(QTextEdit):
-    tokenClicked = Signal(int)
-
-    def __init__(self, owner: "TokenView") -> None:
-        super().__init__()
-        self._owner = owner
-        self.setReadOnly(True)
-        self.setMouseTracking(True)
-        self.viewport().setMouseTracking(True)
-        f = QFont("DejaVu Sans Mono")
-        f.setStyleHint(QFont.StyleHint.Monospace)
-        f.setPointSize(11)
-        self.document().setDefaultFont(f)
-        self.document().setUndoRedoEnabled(False)  # read only: an undo stack would only grow
-        self.viewport().installEventFilter(self)
-
-    def token_at(self, pos) -> int | None:
-        cur = self.cursorForPosition(pos)
-        # cursorForPosition returns the boundary nearest the point; look right of it.
-        cur.movePosition(QTextCursor.MoveOperation.NextCharacter)
-        v = cur.charFormat().property(TOKEN_PROPERTY)
-        return int(v) if v is not None else None
-
-    def eventFilter(self, obj, ev) -> bool:
-        # Tooltips through an event filter on the viewport, not a viewportEvent override:
-        # paint events then never pass through Python.
-        if ev.type() == QEvent.Type.ToolTip:
-            idx = self.token_at(ev.pos())
-            if idx is not None:
-                QToolTip.showText(ev.globalPos(), self._owner.tooltip(idx), self.viewport())
-            else:
-                QToolTip.hideText()
-            return True
-        return False
-
-    def mouseReleaseEvent(self, ev) -> None:
-        super().mouseReleaseEvent(ev)
-        idx = self.token_at(ev.position().toPoint())
-        if idx is not None:
-            self.tokenClicked.emit(idx)
-
-
 class TokenView(QWidget):
     """Generated text with per-token colors and a legend; redraws only changed tokens.
 
-    ``windowClicked(window_index)`` is emitted when a token of a window is clicked.
+    ``windowClicked(window_index)`` is emitted when a token of a window is clicked. The view keeps
+    its own redraw cursor (the tokens it drew and the record's ``version`` then) and never writes
+    the record.
     """
 
     windowClicked = Signal(int)
@@ -115,6 +58,7 @@ class TokenView(QWidget):
         self.rendered = 0
         """Index after the last generated token in the document (= tokens drawn when ``first`` is 0)."""
         self._starts: list[int] = []  # document position where each drawn token starts (from ``first``)
+        self._drawn_version = -1  # the record's version when the view last drew
         self._formats = {}
         for outcome in O.COLORS:
             fmt = QTextCharFormat()
@@ -186,7 +130,7 @@ class TokenView(QWidget):
         lay.addLayout(bar)
         lay.addWidget(self.baseline_label)
         lay.addWidget(self.hold_label)
-        self.stream = _Stream(self)
+        self.stream = TokenStream(self.tooltip)
         self.stream.tokenClicked.connect(self._clicked)
         self.nav = QWidget()
         nl = QHBoxLayout(self.nav)
@@ -316,6 +260,7 @@ class TokenView(QWidget):
         self._margins = []
         self._pending_from = None
         self._entries_seen = (0, 0)
+        self._drawn_version = -1
         self.stream.clear()
         self.nav.hide()
         self.hold_label.setText("")
@@ -336,57 +281,13 @@ class TokenView(QWidget):
         return cur.charFormat().underlineStyle() == QTextCharFormat.UnderlineStyle.WaveUnderline
 
     def tooltip(self, index: int) -> str:
-        """Tooltip text of generated token ``index``."""
+        """Tooltip text of generated token ``index`` (``token_text.token_tooltip``; "" without it)."""
         s = self.session
-        if s is None or index >= len(s.tokens):
-            return ""
-        t = s.tokens[index]
-        lines = [f"<b>{O.LEGEND_LABEL.get(t.outcome, t.outcome)}</b>"]
-        # One position convention everywhere (rows table, hold banner, tooltip): the row's KV
-        # position, where its input token sits (base + row); the committed token comes after it.
-        if t.outcome == O.FROM_PREFILL:
-            lines.append(f"the prefill's last row (the prompt's last token at KV position {t.position - 1}): "
-                         "the first token, as llama.cpp takes it")
-        elif t.window is None:
-            lines.append(f"plain step (no proposal), row 0 at KV position {t.position - 1}")
-        else:
-            lines.append(f"window {t.window}, row {t.row} at KV position {t.position - 1}")
-            proposed = "— (bonus row: no proposal token)" if t.proposed is None else \
-                f"{_show(s.text_of(t.proposed))} ({t.proposed})"
-            lines.append(f"proposed: {proposed}")
-        lines.append(f"predicted (committed): {_show(t.text)} ({t.token})")
-        if index == s.divergence_index:
-            lines.append(f"<span style='color:{DIVERGENCE_COLOR}'><b>first difference from plain decoding</b></span>")
-            lines.extend(self._divergence_lines(s.baseline["divergence"]))
-        return "<br>".join(lines) + figures_html(s, t, self.near_tie_margin)
-
-    def _divergence_lines(self, d: dict) -> list[str]:
-        s = self.session
-
-        def tok(key: str) -> str:
-            t = d[key]
-            if t < 0:
-                return "— (that run had ended)"
-            return f"{_show(d.get(key.replace('_token', '_text')) or s.text_of(t))} ({t})"
-
-        margin = float(d["margin"])
-        tie = " — a near-tie: batch arithmetic can flip it" if margin < DIVERGENCE_NEAR_TIE_LOGITS else ""
-        return [f"plain decoding: {tok('plain_token')}", f"speculative: {tok('speculative_token')}",
-                f"target's top-2 margin there: {margin:.4f} logits{tie}"]
+        return "" if s is None else token_tooltip(s, index, self.near_tie_margin)
 
     def baseline_text(self) -> str:
         """The line above the text about the comparison with plain decoding ("" when none ran)."""
-        s = self.session
-        b = s.baseline if s is not None else None
-        if not b:
-            return ""
-        if b.get("identical"):
-            return (f"<span style='color:#1b5e20'><b>Baseline:</b> identical to plain decoding "
-                    f"({len(b.get('plain_token_ids', []))} tokens)</span>")
-        d = b["divergence"]
-        return (f"<span style='color:{DIVERGENCE_COLOR}'><b>Baseline:</b> differs from plain decoding at generated "
-                f"token {d['index']}</span> (marked <span style='background:{DIVERGENCE_BACKGROUND};"
-                f"color:{DIVERGENCE_COLOR};font-weight:bold;text-decoration:underline'>&nbsp;so&nbsp;</span>): " + " · ".join(self._divergence_lines(d)))
+        return baseline_html(self.session)
 
     def _show_baseline(self) -> None:
         s = self.session
@@ -407,20 +308,7 @@ class TokenView(QWidget):
         if not info:
             self.hold_label.setText("")
             return
-        s = self.session
-        text = _show(s.text_of(info["token"])) if s else str(info["token"])
-        where = f"window {info['window']}, row {info['row']}" if info["window"] else "plain step, row 0"
-        kind = ""
-        if info.get("window") and "proposal" in info:
-            kind = {O.ACCEPTED: "an accepted proposal token", O.CORRECTION: "a correction (the proposal token "
-                    "was rejected)", O.BONUS: "the bonus token (every proposal token accepted)"}.get(
-                token_outcome(info["row"], info["token"], info["proposal"]), "")
-        elif not info.get("window") and s is not None and info["position"] == s.prompt_token_count:
-            kind, where = "the first token, from the prefill's last row", "the prefill's last row"
-        elif not info.get("window"):
-            kind = "a plain step's token"
-        self.hold_label.setText(f"Holding — about to commit: {text} (token {info['token']}){': ' + kind if kind else ''}"
-                                f" — {where} at KV position {info['position'] - 1}")
+        self.hold_label.setText(hold_html(self.session, info))
 
     def refresh(self) -> None:
         """Draw tokens added or changed since the last call, in one edit block (one
@@ -431,20 +319,20 @@ class TokenView(QWidget):
             return
         self._show_baseline()
         n = len(s.tokens)
-        start = max(min(s.tokens_dirty_from, self.rendered), self.first)
+        changed = s.token_changes_since(self._drawn_version)
+        start = max(self.rendered if changed is None else min(changed, self.rendered), self.first)
         if self._pending_from is not None and self._entries_seen != (len(s.receipts), len(s.discards)):
             # A window ended: its tokens (drawn before its receipt) get their near-tie marks.
             self._entries_seen = (len(s.receipts), len(s.discards))
             start = min(start, max(self._pending_from, self.first))
+        self._drawn_version = s.version
         if start >= n and self.rendered == n:
-            s.tokens_dirty_from = n
             return
         bar = self.stream.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4
         if at_end and n - self.first > MAX_SHOWN:
             if n - self.rendered > MAX_SHOWN - CHUNK:  # far behind (a long session opened): draw its end
                 self._show_from(n - MAX_SHOWN)
-                s.tokens_dirty_from = n
                 bar.setValue(bar.maximum())
                 return
             drop = -(-(n - MAX_SHOWN - self.first) // CHUNK) * CHUNK  # whole chunks
@@ -453,7 +341,6 @@ class TokenView(QWidget):
         end = min(n, self.first + MAX_SHOWN)
         if start < end or start < self.rendered:
             self._draw(start, end)
-        s.tokens_dirty_from = n
         self._update_nav()
         if at_end:
             bar.setValue(bar.maximum())
