@@ -193,8 +193,8 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
             tag.setToolTip(self.penalties[name].toolTip())
             grid.addWidget(tag, 3 + i // 2, (i % 2) * 2)
             grid.addWidget(self.penalties[name], 3 + i // 2, (i % 2) * 2 + 1)
-        self.temperature.valueChanged.connect(self._temperature_changed)
-        self._temperature_changed(self.temperature.value())
+        self.temperature.valueChanged.connect(self.follow_temperature)
+        self.follow_temperature(self.temperature.value())
         lay.addWidget(g)
 
         # Prompt
@@ -379,7 +379,8 @@ class ControlPanel(ModelChoice, PanelValues, QWidget):
                                     + ("takes no options" if d is not None and d.declared else "made with no options"))
         self.draft_max.setEnabled(name != PLAIN)
 
-    def _temperature_changed(self, t: float) -> None:
+    def follow_temperature(self, t: float) -> None:
+        """Offer the verification choice only when sampling (temperature ``t`` > 0; greedy has one)."""
         self.verification.setEnabled(t > 0.0)
 
     def source_options(self) -> dict:
