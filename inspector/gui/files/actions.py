@@ -25,16 +25,22 @@ from inspector.session.document import record_document
 
 
 class FileActions(QObject):
-    """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery for ``window``."""
+    """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery for ``window``.
+
+    It uses the window's public interface (``session``, ``set_session``, ``state``, ``is_idle``,
+    ``engine_busy``, ``refresh_controls``, ``load_selected_model``, ``run.load_after``, ``redraw``,
+    ``refresh_all``, ``set_banner``, ``show_error``, ``settings``, its status line, progress bar and plot
+    views) and the window's conversation (``turns``: which turns a file holds, what an export writes)."""
 
     exported = Signal(str, str)
     """(path, error): a receipts export finished ("" error on success)."""
     opened = Signal(str, str)
     """(path, error): opening a receipts file ended ("" error when it is shown)."""
 
-    def __init__(self, window) -> None:
+    def __init__(self, window, turns) -> None:
         super().__init__(window)
         self.win = window
+        self.turns = turns
         self.jobs: list[BackgroundJob] = []
         self.opening: str | None = None
         """The receipts file being read on a background thread, or None."""
@@ -110,9 +116,9 @@ class FileActions(QObject):
             return
         self.win.set_session(session)
         if conversation is not None:
-            self.win.turns.adopt(conversation, path)
+            self.turns.adopt(conversation, path)
         else:
-            self.win.turns.forget()
+            self.turns.forget()
         self.win.redraw()  # the shown tab; the others draw when shown
         skipped = session.skipped_lines
         partial = (f" <b>Partial view:</b> {count_noun(skipped, 'damaged or incomplete line')} "
@@ -162,7 +168,7 @@ class FileActions(QObject):
         """Run ``write(receipts document of the shown session)`` on a background thread
         (``inspector.session.document.record_document``: the file holds what the window shows)."""
         s = self.win.session
-        conv = self.win.turns.export_conversation()
+        conv = self.turns.export_conversation()
         if isinstance(conv, str):  # a conversation file: written as it was read
             def job():
                 return write(load_document(conv))

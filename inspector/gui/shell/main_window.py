@@ -63,6 +63,13 @@ class MainWindow(QMainWindow):
     ``offer_recovery``: ask to open the last autosave if that run did not
     finish cleanly. ``draft_dir``: where "Make draft from target" writes
     drafts (default: ``inspector.llama.quantize.cache_dir()``).
+
+    What its helpers and the tests use (public, one level deep): ``session``, ``set_session``,
+    ``redraw``, ``refresh_all``, ``drain_records``, ``every_tick``, ``set_banner``, ``show_error`` and
+    ``last_error``, ``settings``, ``add_action``; the run's ``state``, ``set_state``, ``is_idle``,
+    ``engine_busy``, ``refresh_controls``, ``start_run``, ``load_selected_model`` and the ``*_clicked``
+    commands (delegated to ``run``); ``model_info``; the widgets ``build_ui`` makes (``panel``,
+    ``banner``, ``status_state``, ``load_progress``, the views); the worker and its thread; the signals below.
     """
 
     requestRun = Signal(object)
@@ -122,8 +129,8 @@ class MainWindow(QMainWindow):
             making_draft=lambda: self.sources.job is not None, opening=lambda: self.files.opening is not None,
             autosave_dir=self.data_dir / "autosave", parent=self)
         self.run.stateChanged.connect(self.stateChanged)
-        self.files = FileActions(self)
         self.turns = ConversationActions(self, self.conversation_bar, self.panel)
+        self.files = FileActions(self, self.turns)
         self.sources = SourceActions(self.panel, self.run, status=self.status_state, show_error=self.show_error,
                                      draft_dir=self.draft_dir, parent=self)
         self.sources.draftMade.connect(self.draftMade)
