@@ -50,6 +50,11 @@ class AnalysisActions(QObject):
 
     ``cost_models``: measured ``CostMeasured`` by ``cost_key`` (kept for the
     app's lifetime, and in QSettings). ``current``: the loaded model's, or None.
+
+    It reads the side ``panel`` (prompt, source, sampling, draft model) and uses the window's public
+    interface (``is_idle``, ``state``, ``set_state``, ``load_selected_model``, ``drain_records``,
+    ``every_tick``, ``set_banner``, ``show_error``, ``settings``, ``model_info``, ``add_action``, the
+    worker and its thread, its status line, tabs and Cost model and Statistics views).
     """
 
     requestMeasure = Signal(object)
@@ -101,7 +106,7 @@ class AnalysisActions(QObject):
             menu, "Copy as llama-server flags", self.copy_server_flags, ["Ctrl+Shift+L"],
             "copy the llama-server arguments that reproduce the chosen source and its settings "
             "(llama.cpp's ngram-* proposers and draft models), the context and the sampling")
-        self.tune = TuneActions(window, menu)
+        self.tune = TuneActions(window, menu, lambda: self.current)
         """The Tune window (Tune from this run…, Ctrl+Shift+K)."""
         self.compare_view = None
         self._compare_turns: tuple | None = None

@@ -115,7 +115,7 @@ class MainWindow(QMainWindow):
         self.model_line = ModelLine(self.panel, self.worker, banner=self.banner, status=self.status_state,
                                     progress=self.load_progress, session=lambda: self.session,
                                     show_error=self.show_error,
-                                    info=runtime.describe() if runtime is not None else None)
+                                    info=runtime.describe() if runtime is not None else None, parent=self)
         build_menus(self)
         self.run = RunControl(
             self.panel, self.worker, self.model_line, banner=self.banner, status=self.status_state,

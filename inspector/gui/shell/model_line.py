@@ -13,7 +13,7 @@ import html
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QRect, Qt
+from PySide6.QtCore import QObject, QRect, Qt
 
 from inspector.gui.shell.banner import BANNER_ERROR, BANNER_HINT, Banner
 from inspector.session.record import SessionRecord
@@ -21,13 +21,15 @@ from inspector.session.record import SessionRecord
 LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
 
 
-class ModelLine:
+class ModelLine(QObject):
     """What the window shows of the loaded model.
 
-    ``info``: the loaded model's ``describe()`` dict, or None before one is loaded."""
+    ``info``: the loaded model's ``describe()`` dict, or None before one is loaded. A ``QObject`` (a child
+    of ``parent``) so the worker's signals reach its methods on the GUI thread."""
 
     def __init__(self, panel, worker, *, banner: Banner, status, progress, session: Callable[[], SessionRecord],
-                 show_error: Callable[..., None], info: dict | None = None) -> None:
+                 show_error: Callable[..., None], info: dict | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
         self.panel, self.worker = panel, worker
         self.banner, self.status, self.progress = banner, status, progress
         self.session, self.show_error = session, show_error
