@@ -202,10 +202,6 @@ class MainWindow(QMainWindow):
         """``RunControl.run_clicked``."""
         self.run.run_clicked()
 
-    def pause_clicked(self) -> None:
-        """``RunControl.pause_clicked``."""
-        self.run.pause_clicked()
-
     def step_window_clicked(self) -> None:
         """``RunControl.step_window_clicked``."""
         self.run.step_window_clicked()
@@ -264,7 +260,7 @@ class MainWindow(QMainWindow):
     def _wire_controls(self) -> None:
         p = self.panel
         p.run.clicked.connect(self.run_clicked)
-        p.pause.clicked.connect(self.pause_clicked)
+        p.pause.clicked.connect(self.run.pause_clicked)
         p.step_window.clicked.connect(self.step_window_clicked)
         p.step_token.clicked.connect(self.step_token_clicked)
         p.stop.clicked.connect(self.stop_clicked)

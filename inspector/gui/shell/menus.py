@@ -1,7 +1,8 @@
 """The window's File and Run menus and its toolbar (``build_menus``); the Analysis and Help menus
 are their helpers' (``AnalysisActions``, ``TuneActions``, ``HelpActions``).
 
-The menus are made before the window's helpers: File's items call ``win.files`` when triggered.
+The menus are made before the window's helpers and its ``run``: their items call ``win.files`` and
+``win.run`` when triggered.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def build_menus(win) -> None:
     win.add_action(f, "Quit", win.close, ["Ctrl+Q"])
     r = win.menuBar().addMenu("&Run")
     win.act_run = win.add_action(r, "Run / continue", win.run_clicked, ["Ctrl+R"])
-    win.act_pause = win.add_action(r, "Pause", win.pause_clicked, ["Space", "Ctrl+P"])
+    win.act_pause = win.add_action(r, "Pause", lambda: win.run.pause_clicked(), ["Space", "Ctrl+P"])
     win.act_step_window = win.add_action(r, "Step window", win.step_window_clicked, ["F10", "Ctrl+W"])
     win.act_step_token = win.add_action(r, "Step token", win.step_token_clicked, ["F11", "Ctrl+T"])
     win.act_stop = win.add_action(r, "Stop", win.stop_clicked, ["Esc"])
