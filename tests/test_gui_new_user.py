@@ -71,7 +71,7 @@ def test_a_receipts_view_shows_the_files_weight_form_and_a_model_load_keeps_it(q
     assert v.panel.weights.currentData() == "Q8_0" and not v.panel.weights.isEnabled()
     line = v.panel.model_status.text()
     assert "Q8_0 form" in line and "read only" in line and Path(info["path"]).name not in line
-    v._model_loaded(runtime.describe())  # the live model's load ends while the file is shown
+    v.model_line.loaded(runtime.describe())  # the live model's load ends while the file is shown
     assert v.panel.model_status.text() == line and v.panel.weights.currentData() == "Q8_0"
 
 

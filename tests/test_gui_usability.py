@@ -50,7 +50,7 @@ def test_second_run_shows_token_texts(qtbot, runtime, tmp_path):
 
 def test_startup_loads_the_model_with_progress_and_a_hint(qtbot, model_path, tmp_path):
     from inspector.gui.shell.main_window import MainWindow
-    from inspector.gui.shell.run_control import LOADED_HINT
+    from inspector.gui.shell.model_line import LOADED_HINT
 
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     w = MainWindow(None, settings=settings, data_dir=tmp_path / "data", load_at_start=True)

@@ -162,3 +162,87 @@ def test_the_gui_has_no_loose_modules_beyond_its_packages_and_the_app_entry():
     undocumented = sorted(d.name for d in packages if (d / "__init__.py").exists()
                           and ast.get_docstring(ast.parse((d / "__init__.py").read_text("utf-8"))) is None)
     assert undocumented == [], f"say in one docstring what each package holds: {undocumented}"
+
+
+# -- no private member of another object ----------------------------------------------------------
+ALLOWED_PRIVATE_REACH = {
+    ("cli/rpc_server.py", "os._exit"):
+        "leaves without the interpreter's and the C library's exit handlers while llama.cpp's server "
+        "thread may be mid-request (the standard library's documented way)",
+    ("llama/native.py", "llama_cpp.llama_cpp._lib"):
+        "llama-cpp-python's ctypes library handle: the only way to the C functions it does not wrap",
+    ("llama/devices.py", "lib._inspector_ready"):
+        "our own mark on that ctypes library object: its extra prototypes are declared once",
+}
+"""``(file under inspector/, expression)`` reaching a private name of another object, each with why."""
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _own_names(cls: ast.ClassDef) -> set[str]:
+    """The private names ``cls`` defines: its methods and class attributes, and every ``self._x`` it assigns."""
+    names = set()
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_private(node.name):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and _is_private(node.id):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _is_private(node.attr) \
+                and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            names.add(node.attr)
+    return names
+
+
+def private_reaches(source: str) -> list[tuple[int, str]]:
+    """``(line, expression)`` of every ``X._name`` in ``source`` where ``X`` is not ``self``, ``cls`` or
+    ``super()``, unless the enclosing class defines ``_name`` itself (an object of the same class, as in a
+    ``copy`` method) or ``X`` is a class of the same module (its own dispatch table)."""
+    found = []
+    tree = ast.parse(source)
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+
+    def visit(node, own: set[str]) -> None:
+        if isinstance(node, ast.ClassDef):
+            own = _own_names(node)
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            v = node.value
+            mine = (isinstance(v, ast.Name) and v.id in ("self", "cls", *classes)) or (
+                isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super")
+            if not mine and node.attr not in own:
+                found.append((node.lineno, ast.unparse(node)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, own)
+
+    visit(tree, set())
+    return found
+
+
+def test_no_module_reaches_a_private_member_of_another_object():
+    wrong, stale = [], set(ALLOWED_PRIVATE_REACH)
+    for _name, path in modules():
+        rel = path.relative_to(ROOT).as_posix()
+        for line, expr in private_reaches(path.read_text("utf-8")):
+            if (rel, expr) in ALLOWED_PRIVATE_REACH:
+                stale.discard((rel, expr))
+                continue
+            wrong.append(f"inspector/{rel}:{line}: {expr}")
+    assert not wrong, "give the owner a public method instead:\n" + "\n".join(wrong)
+    assert not (stale & set(ALLOWED_PRIVATE_REACH)), f"allowed but no longer in the code: {sorted(stale)}"
+
+
+def test_the_private_reach_check_sees_another_objects_private_member():
+    source = '''
+import os
+def f(o):
+    return o._x, os._exit
+class A:
+    def __init__(self):
+        self._chain = []
+    def copy(self, other):
+        other._chain = list(self._chain)
+        return super()._setup(), other._undefined, self.panel._temperature
+'''
+    assert private_reaches(source) == [(4, "o._x"), (4, "os._exit"), (10, "other._undefined"),
+                                       (10, "self.panel._temperature")]

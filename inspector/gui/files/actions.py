@@ -14,21 +14,33 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from inspector.gui.engine_thread import worker as W
+from inspector.gui.files.receipts_loading import read_session
 from inspector.gui.files.session_store import BackgroundJob, autosave_is_clean
 from inspector.gui.look.wording import count_noun
+from inspector.gui.shell.banner import BANNER_FILE, BANNER_FILE_PARTIAL
+from inspector.receipts import load_document, write_document
+from inspector.receipts.trace import write_trace
+from inspector.session.conversation import conversation_document
+from inspector.session.document import record_document
 
 
 class FileActions(QObject):
-    """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery for ``window``."""
+    """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery for ``window``.
+
+    It uses the window's public interface (``session``, ``set_session``, ``state``, ``is_idle``,
+    ``engine_busy``, ``refresh_controls``, ``load_selected_model``, ``run.load_after``, ``redraw``,
+    ``refresh_all``, ``set_banner``, ``show_error``, ``settings``, its status line, progress bar and plot
+    views) and the window's conversation (``turns``: which turns a file holds, what an export writes)."""
 
     exported = Signal(str, str)
     """(path, error): a receipts export finished ("" error on success)."""
     opened = Signal(str, str)
     """(path, error): opening a receipts file ended ("" error when it is shown)."""
 
-    def __init__(self, window) -> None:
+    def __init__(self, window, turns) -> None:
         super().__init__(window)
         self.win = window
+        self.turns = turns
         self.jobs: list[BackgroundJob] = []
         self.opening: str | None = None
         """The receipts file being read on a background thread, or None."""
@@ -48,10 +60,7 @@ class FileActions(QObject):
         if self.win.is_idle:
             self.win.load_selected_model()
         else:  # queued after the load in flight
-            self.win.panel.model_status.setText(f"loading {Path(path).name} …")
-            self.win.requestLoad.emit(str(Path(path).resolve()), self.win.panel.n_ctx.value(),
-                                      self.win.panel.target_weights(), self.win.offload_or_none(),
-                                      self.win.panel.llama_context.values())
+            self.win.run.load_after(path)
 
     # -- receipts ------------------------------------------------------------------------
     def receipts_dir(self) -> str:
@@ -80,8 +89,6 @@ class FileActions(QObject):
         if self.opening:
             self.win.show_error("Opening receipts", f"Still opening {Path(self.opening).name}.")
             return False
-        from inspector.gui.files.receipts_loading import read_session
-
         path = str(path)
         self.opening = path
         job = BackgroundJob(lambda: read_session(path), self)
@@ -109,9 +116,9 @@ class FileActions(QObject):
             return
         self.win.set_session(session)
         if conversation is not None:
-            self.win.turns.adopt(conversation, path)
+            self.turns.adopt(conversation, path)
         else:
-            self.win.turns.forget()
+            self.turns.forget()
         self.win.redraw()  # the shown tab; the others draw when shown
         skipped = session.skipped_lines
         partial = (f" <b>Partial view:</b> {count_noun(skipped, 'damaged or incomplete line')} "
@@ -126,8 +133,7 @@ class FileActions(QObject):
                             f"{count_noun(len(session.tokens), 'token')}, {count_noun(len(session.receipts), 'window')}"
                             f", model {html.escape(session.model_name)}.{unfinished}{partial}{background} Read only "
                             "(the panel shows the file's settings): File &gt; New live session (Ctrl+N) enables the "
-                            "run controls.", "background:#fff3e0;color:#e65100" if skipped or session.unfinished
-                            else "background:#e3f2fd;color:#0d47a1")
+                            "run controls.", BANNER_FILE_PARTIAL if skipped or session.unfinished else BANNER_FILE)
         self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
         self._remember_dir(path)
         self.win.refresh_controls()
@@ -144,8 +150,6 @@ class FileActions(QObject):
     def export_receipts(self, path: str) -> BackgroundJob | None:
         """Write the shown session as a receipts document (``record_document`` / ``write_document``)
         on a background thread; ``exported(path, error)`` reports the end."""
-        from inspector.receipts import write_document
-
         return self._export(path, lambda doc: str(write_document(doc, path)))
 
     def export_trace_dialog(self) -> None:
@@ -158,33 +162,23 @@ class FileActions(QObject):
         """Write the shown session as a Chrome trace (``inspector.receipts.trace``, as
         ``spec-inspector trace``; open it in https://ui.perfetto.dev) on a background thread;
         ``exported(path, error)`` reports the end."""
-        from inspector.receipts.trace import write_trace
-
         return self._export(path, lambda doc: str(write_trace(doc, path)))
 
     def _export(self, path: str, write) -> BackgroundJob | None:
         """Run ``write(receipts document of the shown session)`` on a background thread
         (``inspector.session.document.record_document``: the file holds what the window shows)."""
-        from inspector.session.document import record_document
-
         s = self.win.session
-        conv = self.win.turns.export_conversation()
+        conv = self.turns.export_conversation()
         if isinstance(conv, str):  # a conversation file: written as it was read
             def job():
-                from inspector.receipts import load_document
-
                 return write(load_document(conv))
         elif conv is not None:  # every turn of the live conversation (snapshots: a turn may still run)
             def job():
-                from inspector.session.conversation import conversation_document
-
                 return write(conversation_document(conv))
         elif s.origin == "document":  # a saved receipts document (an autosave cannot be exported)
             doc, source = s.document, s.document_path
 
             def job():
-                from inspector.receipts import load_document
-
                 return write(doc if doc is not None else load_document(source))
         elif s.origin == "live" and s.header is not None:
             shown = s.snapshot()  # on this thread: the run may go on appending while the job writes

@@ -173,8 +173,8 @@ class ControlPanel(QWidget):
             tag.setToolTip(self.penalties[name].toolTip())
             grid.addWidget(tag, 3 + i // 2, (i % 2) * 2)
             grid.addWidget(self.penalties[name], 3 + i // 2, (i % 2) * 2 + 1)
-        self.temperature.valueChanged.connect(self._temperature_changed)
-        self._temperature_changed(self.temperature.value())
+        self.temperature.valueChanged.connect(self.follow_temperature)
+        self.follow_temperature(self.temperature.value())
         lay.addWidget(g)
 
         # Prompt
@@ -208,7 +208,8 @@ class ControlPanel(QWidget):
         self.setMinimumWidth(self.setup.minimumSizeHint().width()
                              + self.setup_scroll.verticalScrollBar().sizeHint().width() + 6)
 
-    def _temperature_changed(self, t: float) -> None:
+    def follow_temperature(self, t: float) -> None:
+        """Offer the verification choice only when sampling (temperature ``t`` > 0; greedy has one)."""
         self.verification.setEnabled(t > 0.0)
 
     def source_options(self) -> dict:

@@ -15,16 +15,26 @@ import hashlib
 import html
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from inspector.bench.compare import CompareConfig
+from inspector.gui.compare.view import CompareView
 from inspector.gui.engine_thread import worker as W
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
-from inspector.gui.shell.run_control import BANNER_HINT
-from inspector.gui.tune.actions import TuneActions
 from inspector.gui.look.wording import count_noun
+from inspector.gui.panel.control_panel import source_names
+from inspector.gui.shell.banner import BANNER_HINT
+from inspector.gui.tune.actions import TuneActions
+from inspector.llama.cost_cache import load_cost_model, placement
+from inspector.llama.cost_model import CostModel
+from inspector.llama.model_file import weight_types_of
+from inspector.prompts import TURNS_EXAMPLES, example_prompts
+from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
 SETTINGS_GROUP = "cost_models"
 """QSettings group of the cached cost models, one JSON value per model file and CPU thread count."""
@@ -40,6 +50,11 @@ class AnalysisActions(QObject):
 
     ``cost_models``: measured ``CostMeasured`` by ``cost_key`` (kept for the
     app's lifetime, and in QSettings). ``current``: the loaded model's, or None.
+
+    It reads the side ``panel`` (prompt, source, sampling, draft model) and uses the window's public
+    interface (``is_idle``, ``state``, ``set_state``, ``load_selected_model``, ``drain_records``,
+    ``every_tick``, ``set_banner``, ``show_error``, ``settings``, ``model_info``, ``add_action``, the
+    worker and its thread, its status line, tabs and Cost model and Statistics views).
     """
 
     requestMeasure = Signal(object)
@@ -52,9 +67,10 @@ class AnalysisActions(QObject):
     compareReady = Signal(object, str)
     """(``CompareResult`` or None, note or error): a comparison ended (tests, status)."""
 
-    def __init__(self, window) -> None:
+    def __init__(self, window, panel) -> None:
         super().__init__(window)
         self.w = window
+        self.panel = panel
         self.cost_models: dict[str, CostMeasured] = {}
         self.current: CostMeasured | None = None
         self.busy = ""
@@ -90,7 +106,7 @@ class AnalysisActions(QObject):
             menu, "Copy as llama-server flags", self.copy_server_flags, ["Ctrl+Shift+L"],
             "copy the llama-server arguments that reproduce the chosen source and its settings "
             "(llama.cpp's ngram-* proposers and draft models), the context and the sampling")
-        self.tune = TuneActions(window, menu)
+        self.tune = TuneActions(window, menu, lambda: self.current)
         """The Tune window (Tune from this run…, Ctrl+Shift+K)."""
         self.compare_view = None
         self._compare_turns: tuple | None = None
@@ -106,11 +122,7 @@ class AnalysisActions(QObject):
         value is not llama-server's default: ``server_arguments``) to the clipboard and show it in the
         status bar, with notes (a system prompt goes in the requests' messages); a source
         llama-server lacks gets a message naming those it has. Returns the line, or None."""
-        from PySide6.QtGui import QGuiApplication
-
-        from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
-
-        p = self.w.panel
+        p = self.panel
         draft_max = p.draft_max_in_effect()  # auto: what the last run resolved, as the panel's "→ 7" says
         model = (self.w.model_info or {}).get("path")
         source = p.source.currentText()
@@ -121,8 +133,6 @@ class AnalysisActions(QObject):
             notes = server_notes(source, p.source_options(), draft_max=draft_max,
                                  system_prompt="" if p.raw.isChecked() else p.system_prompt.text())
         except NoServerEquivalent as exc:
-            from PySide6.QtWidgets import QMessageBox
-
             self.w.show_error("No llama-server flags for this source", str(exc), QMessageBox.Icon.Information)
             return None
         except ValueError as exc:
@@ -165,9 +175,7 @@ class AnalysisActions(QObject):
             self.w.set_state(W.IDLE)
 
     def _prompt(self) -> tuple[str, bool]:
-        from inspector.prompts import example_prompts
-
-        p = self.w.panel
+        p = self.panel
         text = p.prompt.toPlainText()
         if not text.strip():
             text = example_prompts().get("copy-with-corrections", "Hello")
@@ -226,7 +234,7 @@ class AnalysisActions(QObject):
         returns it (0: no cost model, nothing changed)."""
         n = self.w.cost_view.suggested_draft_max()
         if n >= 1:
-            self.w.panel.draft_max.setValue(n)
+            self.panel.draft_max.setValue(n)
             self.w.status_state.setText(f"draft max {n}: the cost curve's best window")
         return n
 
@@ -237,7 +245,7 @@ class AnalysisActions(QObject):
         if best is None or not self.w.is_idle:
             return False
         weight_type, _m = best
-        self.w.panel.set_target_weights(weight_type)
+        self.panel.set_target_weights(weight_type)
         return self.w.load_selected_model()
 
     def _failed(self, what: str, message: str) -> None:
@@ -265,9 +273,6 @@ class AnalysisActions(QObject):
 
     def _model_loaded(self, info: dict) -> None:
         """Show the cost model cached for this model (and the thread count a run uses), if any."""
-        from inspector.llama.cost_cache import load_cost_model, placement
-        from inspector.llama.model_file import weight_types_of
-
         path = str(info.get("path", ""))
         n = int(info.get("n_threads") or 0)
         cores = os.cpu_count() or 1
@@ -294,9 +299,6 @@ class AnalysisActions(QObject):
         s.sync()
 
     def _load(self, key: str) -> CostMeasured | None:
-        from inspector.llama.cost_model import CostModel
-        from inspector.llama.model_file import weight_types_of
-
         raw = self.w.settings.value(f"{SETTINGS_GROUP}/{key}")
         try:
             d = json.loads(raw) if isinstance(raw, str) else None
@@ -321,15 +323,12 @@ class AnalysisActions(QObject):
     # -- compare -------------------------------------------------------------------
     def show_compare(self):
         """Open (or raise) the Compare window; returns it."""
-        from inspector.gui.compare.view import CompareView
-        from inspector.gui.panel.control_panel import source_names
-
         if self.compare_view is None:
             v = CompareView(source_names(), self.w)
             v.runRequested.connect(self.run_compare)
             v.cancelRequested.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
             self._restore_configs(v)
-            self.w.timer.timeout.connect(v.refresh)  # redrawn with the window's views
+            self.w.every_tick(v.refresh)  # redrawn with the window's views
             self.compare_view = v
         self.compare_view.cost_model = None if self.current is None else self.current.model
         self._describe_prompt()
@@ -338,7 +337,7 @@ class AnalysisActions(QObject):
         return self.compare_view
 
     def _describe_prompt(self) -> None:
-        p = self.w.panel
+        p = self.panel
         name = p.example_name() or "custom prompt"
         s = p.generation_settings()
         sampling = "greedy" if s.sampling.greedy else f"temperature {s.sampling.temperature:g}"
@@ -356,15 +355,13 @@ class AnalysisActions(QObject):
             return False
         self._save_configs(configs, conversation)
         text, raw = self._prompt()
-        panel = self.w.panel
+        panel = self.panel
         configs = [self._with_panel_draft(c) for c in configs]
         turns = None if conversation is None else tuple(conversation[1])
         self._compare_turns = turns
         what = "" if turns is None else f" over {count_noun(len(turns), 'turn')} of {conversation[0]}"
         v.set_running(True, f"starting {count_noun(len(configs), 'configuration')}{what} …")
         self.worker.reset_cancel()
-        from dataclasses import replace
-
         settings = replace(panel.generation_settings(), max_new_tokens=v.max_tokens.value())  # the window's own
         self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), settings,
                                                 None if self.current is None else self.current.model, turns,
@@ -373,9 +370,7 @@ class AnalysisActions(QObject):
 
     def _with_panel_draft(self, c):
         """A ``draft`` configuration without ``draft_model`` uses the main window's draft model."""
-        from dataclasses import replace
-
-        path = self.w.panel.draft_model.text().strip()
+        path = self.panel.draft_model.text().strip()
         if c.source == "draft" and "draft_model" not in c.options and path:
             return replace(c, options={**c.options, "draft_model": path})
         return c
@@ -419,8 +414,6 @@ class AnalysisActions(QObject):
             s.setValue("compare/with_llama_server", self.compare_view.with_server.isChecked())
 
     def _restore_configs(self, v) -> None:
-        from inspector.bench.compare import CompareConfig
-
         raw = self.w.settings.value("compare/configs")
         target = self.w.settings.value("compare/llama_server")
         if isinstance(target, str):
@@ -435,7 +428,5 @@ class AnalysisActions(QObject):
             pass
         chosen = self.w.settings.value("compare/conversation")
         if isinstance(chosen, str) and chosen:
-            from inspector.prompts import TURNS_EXAMPLES
-
             if chosen in TURNS_EXAMPLES or os.path.isfile(chosen):  # a file since removed is not offered
                 v.choose_conversation(chosen)

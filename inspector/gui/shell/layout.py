@@ -19,7 +19,7 @@ from inspector.gui.cost.view import CostView
 from inspector.gui.plots.event_log import EventLog
 from inspector.gui.plots.lock_plots import LockPlots
 from inspector.gui.panel.widgets import ElidedLabel
-from inspector.gui.shell.run_control import BANNER_NEUTRAL, BANNER_PAD
+from inspector.gui.shell.banner import Banner
 from inspector.gui.plots.statistics import StatsView
 from inspector.gui.plots.timeline import Timeline
 from inspector.gui.tokens.token_view import TokenView
@@ -81,13 +81,7 @@ def build_ui(win) -> None:
     win.panel = ControlPanel()
     win.panel.setMinimumWidth(max(380, win.panel.minimumWidth()))
 
-    win.banner = QLabel("")
-    win.banner.setWordWrap(True)
-    win.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    # Always shown (its text changes: hint, run status, finished, error): the view below never jumps.
-    fm = win.banner.fontMetrics()
-    win.banner.setMinimumHeight(2 * fm.lineSpacing() + 2 * BANNER_PAD + 2)  # hints and run status fit in two lines
-    win.set_banner("", BANNER_NEUTRAL)
+    win.banner = Banner()  # always shown (hint, run status, finished, error): the view below never jumps
     win.token_view = TokenView()
     win.token_view.use_settings(win.settings)  # the near-tie threshold is remembered
     win.window_detail = WindowDetail()

@@ -2,51 +2,54 @@
 worker (on its own ``QThread``) and the views.
 
 The worker appends a run's immutable records to its ``RecordStream``; a
-``QTimer`` at ``REDRAW_HZ`` applies them to the shown ``SessionRecord``
+``QTimer`` at ``REDRAW_HZ`` has the ``RecordFeed`` apply them to the shown ``SessionRecord``
 (``inspector.session.record``) and redraws the views from it. The GUI thread never calls
 llama.cpp and never waits for the worker (except when the window closes).
+
+The window is composed, not assembled from mixins: ``run`` (``RunControl``: the state, what it
+enables, Run / Pause / Step / Stop / Resume), ``model_line`` (``ModelLine``: what a model load
+shows), ``feed`` (``RecordFeed``), and the helpers of its menus and rows (``files``, ``turns``,
+``sources``, ``analysis``, ``help``). The handful of run methods kept here (``start_run``,
+``set_state``, ``run_clicked``, ...) only delegate to ``run``: the tests and the helpers call them.
 """
 
 from __future__ import annotations
 
 import html
-
 import importlib
-
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, QTimer, Signal
+from PySide6.QtCore import QSettings, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
-from inspector.engine.faults import Fault, FaultPlan
+from inspector.engine.faults import Fault
 from inspector.engine.stats import decode_tokens_per_s
-from inspector.gui.shell import none_refcount
 from inspector.gui.engine_thread import worker as W
-from inspector.gui.shell.analysis_actions import AnalysisActions
-from inspector.gui.shell.help_menu import HelpActions
-from inspector.gui.tokens.conversation_bar import ConversationActions
+from inspector.gui.engine_thread.record_feed import RecordFeed
 from inspector.gui.files.actions import FileActions
-from inspector.gui.panel.source_actions import SourceActions
-from inspector.gui.shell.model_events import ModelEvents
-from inspector.gui.shell.run_control import (
-    ACTIVE_STATES,
-    BANNER_DONE,
-    BANNER_ERROR,
-    BANNER_PAD,
-    RunControl,
-)
 from inspector.gui.files.session_store import app_data_dir
+from inspector.gui.look.wording import count_noun
+from inspector.gui.panel.source_actions import SourceActions
+from inspector.gui.shell import none_refcount
+from inspector.gui.shell.analysis_actions import AnalysisActions
+from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT
+from inspector.gui.shell.help_menu import HelpActions
+from inspector.gui.shell.layout import build_ui
+from inspector.gui.shell.menus import build_menus
+from inspector.gui.shell.model_line import ModelLine
+from inspector.gui.shell.run_control import RunControl
+from inspector.gui.shell.window_settings import restore_controls, restore_window, save_window
+from inspector.gui.tokens.conversation_bar import ConversationActions
 from inspector.session.record import SessionRecord
 from inspector.session.records import REFUSED, SPECULATION_REFUSED, RunEnd, RunError
-from inspector.gui.shell.layout import build_ui
-from inspector.gui.look.wording import count_noun
 
 REDRAW_HZ = 15
 """Redraws a second: each takes a core from llama.cpp's decode threads (25 Hz: 8-10% of a core, 15 Hz: 5-7%)."""
+TITLE = "spec-inspector — speculative decoding on llama.cpp"
 
 
-class MainWindow(ModelEvents, RunControl, QMainWindow):
+class MainWindow(QMainWindow):
     """The inspector window.
 
     ``runtime``: an already-loaded ``LlamaRuntime`` to use (tests pass the
@@ -60,6 +63,13 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
     ``offer_recovery``: ask to open the last autosave if that run did not
     finish cleanly. ``draft_dir``: where "Make draft from target" writes
     drafts (default: ``inspector.llama.quantize.cache_dir()``).
+
+    What its helpers and the tests use (public, one level deep): ``session``, ``set_session``,
+    ``redraw``, ``refresh_all``, ``drain_records``, ``every_tick``, ``set_banner``, ``show_error`` and
+    ``last_error``, ``settings``, ``add_action``; the run's ``state``, ``set_state``, ``is_idle``,
+    ``engine_busy``, ``refresh_controls``, ``start_run``, ``load_selected_model`` and the ``*_clicked``
+    commands (delegated to ``run``); ``model_info``; the widgets ``build_ui`` makes (``panel``,
+    ``banner``, ``status_state``, ``load_progress``, the views); the worker and its thread; the signals below.
     """
 
     requestRun = Signal(object)
@@ -79,21 +89,14 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
                  draft_dir: Path | None = None, load_at_start: bool = False) -> None:
         none_refcount.install()
         super().__init__()
-        self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
+        self.setWindowTitle(TITLE)
         self.setAcceptDrops(True)
         self.settings = settings if settings is not None else QSettings("spec-inspector", "spec-inspector")
         self.data_dir = Path(data_dir) if data_dir is not None else app_data_dir()
-        self.state = W.IDLE
         self.session = SessionRecord()
         self.last_error = ""
-        self.model_info: dict | None = runtime.describe() if runtime is not None else None
         self._closing = False
         self.draft_dir = Path(draft_dir) if draft_dir is not None else None
-        self._hint_on_load = False  # show "Model loaded. …" when the load in flight ends (not a run's load)
-        self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
-        self._run_status: str | None = None  # "source ngram · up to 128 tokens" while a live run goes
-        self.armed_faults = FaultPlan()
-        """Faults pressed while no run goes: the next run starts with them (first opportunity)."""
 
         # Import the chat-template formatter (jinja2) now: importing it on the worker
         # during the first run holds the GIL long enough to stall the event loop.
@@ -104,38 +107,45 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         self.thread = QThread(self)
         self.thread.setObjectName("spec-inspector-engine")
         self.worker.moveToThread(self.thread)
-        self.requestRun.connect(self.worker.start_run)
-        self.requestLoad.connect(self.worker.load_model)
-        self.requestShutdown.connect(self.worker.shutdown)
-        w = self.worker
-        w.modelProgress.connect(self._model_progress)
-        w.modelLoaded.connect(self._model_loaded)
-        w.modelFailed.connect(self._model_failed)
-        w.runStarted.connect(self._run_started)
-        w.stateChanged.connect(self._worker_state)
-        # The run's records arrive in ``worker.records``; ``drain_records`` applies them on this
-        # thread (every redraw tick, and first thing in each lifecycle handler below).
-        w.aboutToCommit.connect(self._about_to_commit)
-        w.errorOccurred.connect(self._error)
-        w.sourceFailed.connect(self._source_failed)
-        w.runFinished.connect(self._run_finished)
-        self.thread.start()
+        self.feed = RecordFeed(self.worker.records)
+        """The run's records arrive in ``worker.records``; ``drain_records`` applies them on this thread
+        (every redraw tick, and first thing in each lifecycle handler below)."""
 
-        self._build_ui()
-        self.files = FileActions(self)
-        self.turns = ConversationActions(self, self.conversation_bar)
-        self.sources = SourceActions(self)
-        self._build_menus()
-        self.analysis = AnalysisActions(self)
+        build_ui(self)
+        self.model_line = ModelLine(self.panel, self.worker, banner=self.banner, status=self.status_state,
+                                    progress=self.load_progress, session=lambda: self.session,
+                                    show_error=self.show_error,
+                                    info=runtime.describe() if runtime is not None else None, parent=self)
+        build_menus(self)
+        self.run = RunControl(
+            self.panel, self.worker, self.model_line, banner=self.banner, status=self.status_state,
+            progress=self.load_progress, token_view=self.token_view,
+            actions={"run": self.act_run, "pause": self.act_pause, "step_window": self.act_step_window,
+                     "step_token": self.act_step_token, "stop": self.act_stop, "resume": self.act_resume,
+                     "open_receipts": self.act_open},
+            session=lambda: self.session, show_session=self.set_session, show_error=self.show_error,
+            redraw=self.redraw, redraw_all=self.refresh_all, save_settings=self.save_settings,
+            request_run=self.requestRun.emit, request_load=self.requestLoad.emit,
+            making_draft=lambda: self.sources.job is not None, opening=lambda: self.files.opening is not None,
+            autosave_dir=self.data_dir / "autosave", parent=self)
+        self.run.stateChanged.connect(self.stateChanged)
+        self.turns = ConversationActions(self, self.conversation_bar, self.panel)
+        self.files = FileActions(self, self.turns)
+        self.sources = SourceActions(self.panel, self.run, status=self.status_state, show_error=self.show_error,
+                                     draft_dir=self.draft_dir, parent=self)
+        self.sources.draftMade.connect(self.draftMade)
+        self.analysis = AnalysisActions(self, self.panel)
         self.help = HelpActions(self)
+        self._wire_worker()
+        self.thread.start()
         self._wire_controls()
         self._restore_settings()
         if model_path:
             self.panel.add_recent_model(str(Path(model_path).resolve()))
         self.set_session(SessionRecord())
         if self.model_info is not None:
-            self._hint_on_load = True
-            self._model_loaded(self.model_info)
+            self.model_line.expect_load(hint=True)
+            self.model_line.loaded(self.model_info)
         self.timer = QTimer(self)
         self.timer.setInterval(1000 // REDRAW_HZ)
         self.timer.timeout.connect(self.redraw)
@@ -146,10 +156,79 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         if offer_recovery:
             QTimer.singleShot(0, self.files.offer_recovery)
 
-    # -- layout ---------------------------------------------------------------------
-    def _build_ui(self) -> None:
-        build_ui(self)
+    # -- the run (``RunControl``): kept on the window for the tests and the helpers -----------
+    @property
+    def state(self) -> str:
+        """The window's state (``inspector.gui.shell.run_states``)."""
+        return self.run.state
 
+    @property
+    def armed_faults(self):
+        """Faults pressed while no run goes (``FaultPlan``): the next run starts with them."""
+        return self.run.armed_faults
+
+    @property
+    def model_info(self) -> dict | None:
+        """The loaded model's ``describe()``, or None."""
+        return self.model_line.info
+
+    @property
+    def is_idle(self) -> bool:
+        """No run, load, measurement or comparison is going (``RunControl.is_idle``)."""
+        return self.run.is_idle
+
+    @property
+    def engine_busy(self) -> bool:
+        """The engine thread is held by a run or a job (``RunControl.engine_busy``)."""
+        return self.run.engine_busy
+
+    def set_state(self, state: str, detail: str = "") -> None:
+        """``RunControl.set_state``."""
+        self.run.set_state(state, detail)
+
+    def refresh_controls(self) -> None:
+        """``RunControl.refresh_controls``."""
+        self.run.refresh_controls()
+
+    def start_run(self, *, paused: bool = False, first_action: str = "", turn: dict | None = None) -> bool:
+        """``RunControl.start_run``."""
+        return self.run.start_run(paused=paused, first_action=first_action, turn=turn)
+
+    def load_selected_model(self) -> bool:
+        """``RunControl.load_selected_model``."""
+        return self.run.load_selected_model()
+
+    def run_clicked(self) -> None:
+        """``RunControl.run_clicked``."""
+        self.run.run_clicked()
+
+    def step_window_clicked(self) -> None:
+        """``RunControl.step_window_clicked``."""
+        self.run.step_window_clicked()
+
+    def step_token_clicked(self) -> None:
+        """``RunControl.step_token_clicked``."""
+        self.run.step_token_clicked()
+
+    def stop_clicked(self) -> None:
+        """``RunControl.stop_clicked``."""
+        self.run.stop_clicked()
+
+    def resume_clicked(self) -> None:
+        """``RunControl.resume_clicked``."""
+        self.run.resume_clicked()
+
+    def new_live_session(self) -> None:
+        """Leave a viewed receipts file: empty live session, run controls enabled."""
+        if self.state != W.IDLE:
+            return
+        self.turns.forget()
+        self.set_session(SessionRecord())
+        self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
+        self.setWindowTitle(TITLE)
+        self.set_state(W.IDLE)
+
+    # -- layout ---------------------------------------------------------------------
     def add_action(self, menu, text, slot, shortcuts=(), tip="") -> QAction:
         """A menu action with window-wide shortcuts (helpers add their menus' actions here too)."""
         a = QAction(text, self)
@@ -163,42 +242,25 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         self.addAction(a)
         return a
 
-    def _build_menus(self) -> None:
-        f = self.menuBar().addMenu("&File")
-        self.act_new = self.add_action(f, "New live session", self.new_live_session, ["Ctrl+N"],
-                                       "leave the opened receipts and enable the run controls again")
-        self.act_open_model = self.add_action(f, "Open GGUF model…", self.files.open_model_dialog)
-        self.act_open = self.add_action(f, "Open receipts…", self.files.open_receipts_dialog, ["Ctrl+O"])
-        self.act_export = self.add_action(f, "Export receipts…", self.files.export_receipts_dialog, ["Ctrl+E"])
-        self.act_png = self.add_action(f, "Export plots as PNG…", self.files.export_plots_dialog, ["Ctrl+Shift+E"])
-        self.act_trace = self.add_action(
-            f, "Export Perfetto trace…", self.files.export_trace_dialog, ["Ctrl+Shift+T"],
-            "a Chrome trace of the session: open it in https://ui.perfetto.dev")
-        self.act_recover = self.add_action(f, "Open last autosave", self.files.open_last_autosave)
-        f.addSeparator()
-        self.add_action(f, "Quit", self.close, ["Ctrl+Q"])
-        r = self.menuBar().addMenu("&Run")
-        self.act_run = self.add_action(r, "Run / continue", self.run_clicked, ["Ctrl+R"])
-        self.act_pause = self.add_action(r, "Pause", self.pause_clicked, ["Space", "Ctrl+P"])
-        self.act_step_window = self.add_action(r, "Step window", self.step_window_clicked, ["F10", "Ctrl+W"])
-        self.act_step_token = self.add_action(r, "Step token", self.step_token_clicked, ["F11", "Ctrl+T"])
-        self.act_stop = self.add_action(r, "Stop", self.stop_clicked, ["Esc"])
-        self.act_resume = self.add_action(r, "Resume after error", self.resume_clicked, ["Ctrl+Shift+R"])
-        tb = self.addToolBar("Run")
-        tb.setObjectName("run-toolbar")
-        tb.setMovable(False)
-        for a, label in ((self.act_run, "▶ Run"), (self.act_pause, "Pause"), (self.act_step_window, "Step window"),
-                         (self.act_step_token, "Step token"), (self.act_stop, "■ Stop"), (self.act_resume, "Resume")):
-            a.setIconText(label)
-            tb.addAction(a)
-        tb.addSeparator()
-        tb.addAction(self.act_open)
-        tb.addAction(self.act_export)
+    def _wire_worker(self) -> None:
+        w = self.worker
+        self.requestRun.connect(w.start_run)
+        self.requestLoad.connect(w.load_model)
+        self.requestShutdown.connect(w.shutdown)
+        w.modelProgress.connect(self.model_line.progress_changed)
+        w.modelLoaded.connect(self.model_line.loaded)
+        w.modelFailed.connect(self._model_failed)
+        w.runStarted.connect(self._run_started)
+        w.stateChanged.connect(self._worker_state)
+        w.aboutToCommit.connect(self._about_to_commit)
+        w.errorOccurred.connect(self._error)
+        w.sourceFailed.connect(self._source_failed)
+        w.runFinished.connect(self._run_finished)
 
     def _wire_controls(self) -> None:
         p = self.panel
         p.run.clicked.connect(self.run_clicked)
-        p.pause.clicked.connect(self.pause_clicked)
+        p.pause.clicked.connect(self.run.pause_clicked)
         p.step_window.clicked.connect(self.step_window_clicked)
         p.step_token.clicked.connect(self.step_token_clicked)
         p.stop.clicked.connect(self.stop_clicked)
@@ -209,10 +271,11 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         for source, name, button in p.option_buttons():  # Open… of every path option (draft model, receipts, ...)
             button.clicked.connect(lambda _=False, s=source, n=name: self.sources.open_option_file(s, n))
         p.make_draft.clicked.connect(self.sources.make_draft_clicked)
-        p.fault_cancel.clicked.connect(lambda: self.inject(Fault("cancel")))
-        p.fault_callback.clicked.connect(lambda: self.inject(Fault("callback_error", token=p.fault_token.value())))
-        p.fault_trim.clicked.connect(lambda: self.inject(Fault("trim_failure")))
-        p.fault_drift.clicked.connect(lambda: self.inject(Fault("position_drift")))
+        inject = self.run.inject
+        p.fault_cancel.clicked.connect(lambda: inject(Fault("cancel")))
+        p.fault_callback.clicked.connect(lambda: inject(Fault("callback_error", token=p.fault_token.value())))
+        p.fault_trim.clicked.connect(lambda: inject(Fault("trim_failure")))
+        p.fault_drift.clicked.connect(lambda: inject(Fault("position_drift")))
         p.background.valueChanged.connect(lambda n: self.worker.set_background(n))  # direct: the worker may be busy
         for cb in p.break_boxes.values():
             cb.toggled.connect(lambda _=None: self.worker.set_break_on(p.break_on()))
@@ -230,7 +293,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         for v in (self.token_view, self.window_detail, self.timeline, self.lock_plots, self.stats, self.event_log):
             v.set_session(session)
         if session.origin == "live" and self.model_info is not None:
-            self._show_model(self.model_info)
+            self.model_line.show(self.model_info)
 
     def redraw(self) -> None:
         """Apply the new records, then redraw what changed (called by the timer at ``REDRAW_HZ``)."""
@@ -253,13 +316,13 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
             self.status_counts.setText(counts)
             tps = decode_tokens_per_s(len(s.tokens), s.decode_elapsed_us)  # not the whole summary at 15 Hz
             self.status_speed.setText(f"{tps:.1f} tokens/s" if tps is not None else "")
-        running = self.state in ACTIVE_STATES
-        pending = self.worker.faults.pending() if running else self.armed_faults.pending()
-        text = (("pending: " if running else "armed for the next run: ") +
-                ", ".join(f.kind + (f"@token {f.token}" if f.kind == "callback_error" else "")
-                          for f in pending)) if pending else ""
+        text = self.run.pending_faults_text()
         if text != self.panel.pending_faults.text():
             self.panel.pending_faults.setText(text)
+
+    def every_tick(self, slot) -> None:
+        """Call ``slot()`` on every redraw tick (``REDRAW_HZ``), beside the window's own views."""
+        self.timer.timeout.connect(slot)
 
     def refresh_all(self) -> None:
         """Redraw every view now (tests and export)."""
@@ -276,24 +339,20 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
     def drain_records(self) -> None:
         """Apply the records the worker appended since the last call to the shown live session
         (a session read from a file takes none; they belong to no shown run)."""
-        items = self.worker.records.drain()
-        if items and self.session.origin == "live":
-            self.session.extend(items)
+        self.feed.feed(self.session)
 
-    def _restore_before_run(self) -> None:
-        """Show the session (and faults) shown before the last ``start_run`` again, if that run never
-        started (its model or source could not be made)."""
-        if self._before_run is not None:
-            session, faults = self._before_run
-            self.worker.faults = faults
-            self.set_session(session)
-            self.refresh_all()
-        self._before_run = None
+    def _worker_state(self, state: str, detail: str) -> None:
+        self.drain_records()  # the banner counts what the run did up to this state (a pause: its last step)
+        self.run.worker_state(state, detail)
+
+    def _model_failed(self, message: str, path: str = "") -> None:
+        self.run.restore_before_run()  # a run that could not load its model keeps the session shown before
+        self.model_line.failed(message, path)
 
     def _source_failed(self, name: str, message: str) -> None:
         """The worker could not make the run's source: show why, and the previous session again."""
-        self._restore_before_run()
-        self._run_status = None
+        self.run.restore_before_run()
+        self.run.run_ended()
         self.load_progress.hide()
         self.set_state(W.IDLE, f"{name} source refused")
         self.set_banner(f"<b>The run did not start:</b> {html.escape(message)}. Change the {html.escape(name)} "
@@ -304,14 +363,13 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
         self.sourceRefused.emit(message)
 
     def _run_started(self, info: dict) -> None:
-        self._before_run = None
         self.drain_records()  # the run's header
         self.panel.show_draft_max_used(self.session.settings)
         if info.get("autosave"):
             self.settings.setValue("autosave/path", info["autosave"])
             self.settings.setValue("autosave/clean", False)
             self.settings.sync()
-        self.set_state(W.PAUSED if self.state == W.PAUSED else self.state if self.state != W.LOADING else W.RUNNING)
+        self.run.run_started()
 
     def _about_to_commit(self, info: dict) -> None:
         """Step token holds before a commit: the token view names the token and what it is
@@ -358,7 +416,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
 
     def _run_finished(self, reason: str, end: RunEnd | None) -> None:
         """The run ended (``end`` None: it never started)."""
-        self._run_status = None
+        self.run.run_ended()
         self.settings.setValue("autosave/clean", True)
         self.settings.sync()
         self.finish_info = end
@@ -375,9 +433,7 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
     def set_banner(self, text: str, style: str) -> None:
         """Show ``text`` in the banner above the tokens (``style``: one of the ``BANNER_*`` colors).
         The banner is never hidden, so its space stays and the view below does not jump."""
-        self.banner.setText(text)
-        self.banner.setStyleSheet(f"{style};padding:{BANNER_PAD}px")
-        self.banner.show()
+        self.banner.say(text, style)
 
     # -- dialogs ---------------------------------------------------------------------------
     def show_error(self, title: str, message: str, icon=QMessageBox.Icon.Critical) -> None:
@@ -404,43 +460,18 @@ class MainWindow(ModelEvents, RunControl, QMainWindow):
             break
 
     # -- settings and closing ----------------------------------------------------------------
+    def _splits(self) -> dict:
+        return {"window/main_split": self.main_split, "window/right_split": self.right_split,
+                "window/detail_split": self.window_detail.splitter}
+
     def _restore_settings(self) -> None:
-        s = self.settings
-        geo = s.value("window/geometry")
-        if isinstance(geo, QByteArray) and not geo.isEmpty():
-            self.restoreGeometry(geo)
-        for key, split in (("window/main_split", self.main_split), ("window/right_split", self.right_split),
-                           ("window/detail_split", self.window_detail.splitter)):
-            v = s.value(key)
-            if isinstance(v, QByteArray) and not v.isEmpty():
-                split.restoreState(v)
-                if split is self.right_split:  # the user's split from last time, not the first start's
-                    self.stream_split.stop()
-        values = {}
-        s.beginGroup("controls")
-        for k in s.childKeys():
-            values[k] = s.value(k)
-        s.endGroup()
-        if not values.get("prompt"):
-            values.setdefault("prompt", "")
-        self.panel.apply_values(values)
-        if not self.panel.prompt.toPlainText():
-            try:
-                self.panel.choose_example("copy-with-corrections")
-            except KeyError:
-                pass
+        if "window/right_split" in restore_window(self.settings, self, self._splits()):
+            self.stream_split.stop()  # the user's split from last time, not the first start's
+        restore_controls(self.settings, self.panel)
 
     def save_settings(self) -> None:
-        s = self.settings
-        s.setValue("window/geometry", self.saveGeometry())
-        s.setValue("window/main_split", self.main_split.saveState())
-        s.setValue("window/right_split", self.right_split.saveState())
-        s.setValue("window/detail_split", self.window_detail.splitter.saveState())
-        s.beginGroup("controls")
-        for k, v in self.panel.values().items():
-            s.setValue(k, v)
-        s.endGroup()
-        s.sync()
+        """Remember the window's geometry, splitters and the side panel's values (``window_settings``)."""
+        save_window(self.settings, self, self._splits(), self.panel)
 
     def shutdown(self, timeout_ms: int = 30000) -> None:
         """Stop the run and background sessions, then end the worker thread (blocks; used at close)."""

@@ -1,36 +1,72 @@
 """Run control of the main window: the window's state (idle, loading, running, paused,
-holding before a commit, error), what each state enables, the banner that says what a run
-is doing, and the Run / Pause / Step window / Step token / Stop / Resume handlers.
+holding before a commit, busy, error), what each state enables, the banner line that says
+what a run is doing, and the Run / Pause / Step window / Step token / Stop / Resume commands.
 
-``RunControl`` is a mixin of ``MainWindow`` (it uses the window's panel, worker, banner and
-actions); it never calls llama.cpp: requests go to the worker through queued signals or its
-thread-safe ``request_*`` methods.
+``RunControl`` is owned by ``MainWindow`` and holds only what it acts on: the side panel, the
+worker, the model line, the banner, the status line and progress bar, the token view (the
+held token, the focus) and the window's run actions, plus a few callables of the window
+(show a session, show an error, save the settings, redraw, send a run or a load to the
+worker). It never calls llama.cpp: requests go to the worker through queued signals
+(``request_run``, ``request_load``) or its thread-safe ``request_*`` methods.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, Signal
 
 from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui.engine_thread import worker as W
-from inspector.gui.shell.run_states import ACTIVE_STATES, control_states, state_label  # noqa: F401 (main_window)
+from inspector.gui.look.wording import count_noun
+from inspector.gui.shell.banner import BANNER_HINT, BANNER_NEUTRAL, Banner
+from inspector.gui.shell.model_line import ModelLine
+from inspector.gui.shell.run_states import ACTIVE_STATES, control_states, state_label
+from inspector.llama import bundled_model_path
 from inspector.session.record import SessionRecord
 from inspector.sources.registry import PLAIN
-from inspector.gui.look.wording import count_noun
 
-BANNER_PAD = 4
-BANNER_NEUTRAL = "background:#f5f5f5;color:#424242"
-BANNER_HINT = "background:#e3f2fd;color:#0d47a1"
-BANNER_DONE = "background:#e8f5e9;color:#1b5e20"
-BANNER_ERROR = "background:#ffebee;color:#b71c1c"
-LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
+RUN_ACTIONS = ("run", "pause", "step_window", "step_token", "stop", "resume", "open_receipts")
+"""Keys of the window's actions ``RunControl`` enables (``control_states`` keys of the same name)."""
 
 
-class RunControl:
-    """States and run controls of ``MainWindow`` (a mixin: see the module docstring)."""
+class RunControl(QObject):
+    """The window's state and run commands.
+
+    ``state``: one of ``inspector.gui.shell.run_states``; ``armed_faults``: faults pressed while no
+    run goes (the next run starts with them, at the first opportunity). ``stateChanged(state)``
+    follows every ``set_state``.
+
+    ``session()``: the shown ``SessionRecord``; ``show_session(record)``: show another one in every
+    view; ``redraw()`` / ``redraw_all()``: redraw the shown tab / every view now;
+    ``show_error(title, message)``: a message box; ``save_settings()``; ``request_run(RunConfig)`` and
+    ``request_load(path, n_ctx, weights, offload, context)``: queued to the worker;
+    ``making_draft()`` / ``opening()``: a draft is being made / a receipts file is being read
+    (Run waits for them); ``autosave_dir``: where runs autosave."""
+
+    stateChanged = Signal(str)
+
+    def __init__(self, panel, worker, model_line: ModelLine, *, banner: Banner, status, progress, token_view,
+                 actions: dict, session: Callable[[], SessionRecord], show_session: Callable[[SessionRecord], None],
+                 show_error: Callable[..., None], redraw: Callable[[], None], redraw_all: Callable[[], None],
+                 save_settings: Callable[[], None], request_run: Callable, request_load: Callable,
+                 making_draft: Callable[[], bool], opening: Callable[[], bool], autosave_dir: Path,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.panel, self.worker, self.model_line = panel, worker, model_line
+        self.banner, self.status, self.progress, self.token_view = banner, status, progress, token_view
+        self.actions = actions
+        self.session, self.show_session, self.show_error = session, show_session, show_error
+        self.redraw, self.redraw_all, self.save_settings = redraw, redraw_all, save_settings
+        self.request_run, self.request_load = request_run, request_load
+        self.making_draft, self.opening = making_draft, opening
+        self.autosave_dir = autosave_dir
+        self.state = W.IDLE
+        self.armed_faults = FaultPlan()
+        self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
+        self._run_status: str | None = None  # "source ngram · up to 128 tokens" while a live run goes
 
     # -- state ---------------------------------------------------------------------------
     def set_state(self, state: str, detail: str = "") -> None:
@@ -38,8 +74,8 @@ class RunControl:
         banner and the status bar, emit ``stateChanged``."""
         self.state = state
         p = self.panel
-        on = control_states(state, origin=self.session.origin, making_draft=self.sources.job is not None,
-                            opening=getattr(self, "files", None) is not None and self.files.opening is not None)
+        origin = self.session().origin
+        on = control_states(state, origin=origin, making_draft=self.making_draft(), opening=self.opening())
         p.run.setEnabled(on["run"])
         p.run.setText("▶ Continue" if on["run_continues"] else "▶ Run")
         p.pause.setEnabled(on["pause"])
@@ -51,7 +87,7 @@ class RunControl:
         setup_on = on["setup"]
         bar = p.setup_scroll.verticalScrollBar()
         scrolled = bar.value()
-        focus = self.focusWidget()
+        focus = p.window().focusWidget()
         if not setup_on and focus is not None and p.setup.isAncestorOf(focus):
             # Disabling the focused input would move the focus (and scroll the panel) to the next one.
             self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
@@ -65,18 +101,13 @@ class RunControl:
         for b in (p.fault_token, p.baseline, p.background, *p.break_boxes.values()):
             b.setEnabled(on["live_options"])  # a saved session is read only; live runs keep these usable
         if setup_on:
-            p._temperature_changed(p.temperature.value())
+            p.follow_temperature(p.temperature.value())
         self._run_banner(state)
         p.make_draft.setEnabled(on["make_draft"])
-        self.act_run.setEnabled(on["run"])
-        self.act_run.setIconText(p.run.text())  # toolbar and panel say the same: Run or Continue
-        self.act_pause.setEnabled(on["pause"])
-        self.act_step_window.setEnabled(on["step_window"])
-        self.act_step_token.setEnabled(on["step_token"])
-        self.act_stop.setEnabled(on["stop"])
-        self.act_resume.setEnabled(on["resume"])
-        self.act_open.setEnabled(on["open_receipts"])
-        self.status_state.setText(state_label(state, detail, origin=self.session.origin))
+        for name in RUN_ACTIONS:
+            self.actions[name].setEnabled(on[name])
+        self.actions["run"].setIconText(p.run.text())  # toolbar and panel say the same: Run or Continue
+        self.status.setText(state_label(state, detail, origin=origin))
         if state != W.TOKEN_HOLD:
             self.token_view.show_hold(None)
         self.stateChanged.emit(state)
@@ -96,35 +127,70 @@ class RunControl:
         thread; a model loading does not (what is asked next waits for it)."""
         return self.state not in (W.IDLE, W.LOADING)
 
+    def pending_faults_text(self) -> str:
+        """The panel's line of faults not fired yet: the running generation's, or those armed for the
+        next run ("" when none)."""
+        running = self.state in ACTIVE_STATES
+        pending = self.worker.faults.pending() if running else self.armed_faults.pending()
+        if not pending:
+            return ""
+        return ("pending: " if running else "armed for the next run: ") + ", ".join(
+            f.kind + (f"@token {f.token}" if f.kind == "callback_error" else "") for f in pending)
+
     def _run_banner(self, state: str) -> None:
         """The banner during a live run says what the run is doing now: running, paused (with
         what continues it) or holding before a commit; errors and the end set their own text."""
         what = self._run_status
         if what is None or state not in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD):
             return
-        n = count_noun(len(self.session.tokens), "token")
+        n = count_noun(len(self.session().tokens), "token")
         if state == W.PAUSED:
-            self.set_banner(f"<b>Paused</b>: {what} · {n} so far. <b>Continue</b> (Ctrl+R) runs on; Step window "
+            self.banner.say(f"<b>Paused</b>: {what} · {n} so far. <b>Continue</b> (Ctrl+R) runs on; Step window "
                             "(F10) and Step token (F11) go one window or one token at a time.", BANNER_HINT)
         elif state == W.TOKEN_HOLD:
-            self.set_banner(f"<b>Step token</b>: holding before a commit ({n} so far; the token is named above "
+            self.banner.say(f"<b>Step token</b>: holding before a commit ({n} so far; the token is named above "
                             "the stream, a window's rows in the Windows tab). F11 commits it; Continue (Ctrl+R) "
                             "runs on.", BANNER_HINT)
         elif self.banner.text().startswith(("<b>Paused", "<b>Step token")):
-            self.set_banner(f"Running: {what} …", BANNER_NEUTRAL)
+            self.banner.say(f"Running: {what} …", BANNER_NEUTRAL)
 
-    def _worker_state(self, state: str, detail: str) -> None:
-        self.drain_records()  # the banner counts what the run did up to this state (a pause: its last step)
+    # -- the worker's lifecycle ------------------------------------------------------------
+    def worker_state(self, state: str, detail: str) -> None:
+        """The worker entered ``state`` (``EngineWorker.stateChanged``; its records drained already)."""
         if state == W.LOADING:
-            self.load_progress.setValue(0)
-            self.load_progress.show()
+            self.progress.setValue(0)
+            self.progress.show()
         if state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD) and self.state == W.ERROR and detail != "resumed":
             return
         if state == W.IDLE and self.state != W.LOADING:
-            return  # the run's end is handled by _run_finished
+            return  # the run's end is handled by the window's runFinished handler
         self.set_state(state, "" if state == W.IDLE else detail)
 
-    # -- run controls ----------------------------------------------------------------------
+    def run_started(self) -> None:
+        """The worker picked the run up: the session shown before it is no longer restored."""
+        self._before_run = None
+        self.set_state(W.PAUSED if self.state == W.PAUSED else self.state if self.state != W.LOADING else W.RUNNING)
+
+    def run_ended(self) -> None:
+        """The run ended or never started: the banner no longer follows it."""
+        self._run_status = None
+
+    def restore_before_run(self) -> None:
+        """Show the session (and faults) shown before the last ``start_run`` again, if that run never
+        started (its model or source could not be made)."""
+        if self._before_run is not None:
+            session, faults = self._before_run
+            self.worker.faults = faults
+            self.show_session(session)
+            self.redraw_all()
+        self._before_run = None
+
+    # -- starting ------------------------------------------------------------------------
+    def chosen_model(self) -> Path:
+        """The model file chosen in the panel, else the bundled one. Raises what
+        ``bundled_model_path`` raises when none is chosen and the bundled one is missing."""
+        return Path(self.panel.model_path() or bundled_model_path())
+
     def start_run(self, *, paused: bool = False, first_action: str = "", turn: dict | None = None) -> bool:
         """Start a new live run with the panel's settings. Returns False if it cannot start.
 
@@ -132,39 +198,40 @@ class RunControl:
         or ``token``) runs one window or commits one token first. ``turn``: the next turn of the
         window's conversation (``Conversation.next_turn``: ``chat_messages``, ``conversation``); without
         it the run starts from the panel's prompt and leaves the conversation."""
+        panel = self.panel
         if turn is None:
-            prompt = self.panel.prompt.toPlainText()  # as typed: the CLI sends --prompt verbatim too
+            prompt = panel.prompt.toPlainText()  # as typed: the CLI sends --prompt verbatim too
         else:
             prompt = turn["conversation"]["user_text"]
         if not prompt.strip():
             self.show_error("No prompt", "Type a prompt or pick an example prompt first.")
             return False
-        src = self.panel.source.currentText()
-        problem = self.panel.source_problem()  # by the source's declared options: required, ranges, rules
+        src = panel.source.currentText()
+        problem = panel.source_problem()  # by the source's declared options: required, ranges, rules
         if problem is not None:
             self.show_error(*problem)
             return False
-        if src == "draft" and self.sources.job is not None:
+        if src == "draft" and self.making_draft():
             self.show_error("Draft in progress", "Wait until the draft is made.")
             return False
         try:
-            model = self.panel.model_path() or self.bundled_path()
+            model = self.chosen_model()
         except Exception as exc:
             self.show_error("No model", str(exc))
             return False
         offload = self.offload_or_none()
         if offload is None or not self.context_allowed(speculative=src != PLAIN):
             return False
-        self._hint_on_load = False
+        self.model_line.expect_load(hint=False)
         cfg = W.RunConfig(
-            model_path=str(model), prompt_text=prompt, settings=self.panel.generation_settings(), source=src,
-            source_options=self.panel.source_options(), raw=self.panel.raw.isChecked() and turn is None,
+            model_path=str(model), prompt_text=prompt, settings=panel.generation_settings(), source=src,
+            source_options=panel.source_options(), raw=panel.raw.isChecked() and turn is None,
             system_prompt=self._system_prompt(turn),
-            break_on=self.panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.data_dir / "autosave",
-            baseline=self.panel.baseline.isChecked(), n_ctx=self.panel.n_ctx.value(),
-            n_threads=self.panel.threads.value() or None, faults=self.armed_faults,
-            draft_max_auto=self.panel.draft_max_auto(),
-            target_weights=self.panel.target_weights(), offload=offload, context=self.panel.llama_context.values(),
+            break_on=panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.autosave_dir,
+            baseline=panel.baseline.isChecked(), n_ctx=panel.n_ctx.value(),
+            n_threads=panel.threads.value() or None, faults=self.armed_faults,
+            draft_max_auto=panel.draft_max_auto(),
+            target_weights=panel.target_weights(), offload=offload, context=panel.llama_context.values(),
             chat_messages=turn["chat_messages"] if turn else None, conversation=turn["conversation"] if turn else None,
         )
         # Reset the stepping here, not on the worker: a Stop pressed before the worker picks the
@@ -173,19 +240,19 @@ class RunControl:
         cfg.stepping_begun = True
         self.armed_faults = FaultPlan()
         self.save_settings()  # a crash during the run must not lose the settings it ran with
-        self._before_run = (self.session, self.worker.faults)
+        self._before_run = (self.session(), self.worker.faults)
         self.worker.faults = cfg.faults  # fault buttons work before the worker picks the run up
         session = SessionRecord()
         session.prompt_text = prompt
         session.source_name = src
-        self.set_session(session)  # a run from the prompt leaves the conversation once it starts
+        self.show_session(session)  # a run from the prompt leaves the conversation once it starts
         loading = "loading the model, then " if self.worker.runtime is None else ""
         what = "stepping" if paused or first_action else "running"
         self._run_status = (f"turn {turn['conversation']['turn']} · " if turn else "") + \
-            f"source <b>{src}</b> · up to {count_noun(self.panel.max_tokens.value(), 'token')}"
-        self.set_banner(f"{(loading + what).capitalize()}: {self._run_status} …", BANNER_NEUTRAL)
+            f"source <b>{src}</b> · up to {count_noun(panel.max_tokens.value(), 'token')}"
+        self.banner.say(f"{(loading + what).capitalize()}: {self._run_status} …", BANNER_NEUTRAL)
         self.set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
-        self.requestRun.emit(cfg)
+        self.request_run(cfg)
         return True
 
     def _system_prompt(self, turn: dict | None) -> str:
@@ -202,23 +269,30 @@ class RunControl:
         if self.state != W.IDLE:
             return False
         try:
-            model = str(self.panel.model_path() or self.bundled_path())
+            model = str(self.chosen_model())
         except Exception as exc:
             self.show_error("No model", str(exc))
             return False
         offload = self.offload_or_none()
         if offload is None or not self.context_allowed(speculative=False):
             return False
-        self._hint_on_load = True
+        self.model_line.expect_load(hint=True)
         self.panel.model_status.setText(f"loading {Path(model).name} …")
-        if self.session.origin == "live" and not self.session.tokens:
-            self.set_banner(f"Loading the model <b>{html.escape(Path(model).name)}</b> …", BANNER_NEUTRAL)
-        self.load_progress.setValue(0)
-        self.load_progress.show()
+        session = self.session()
+        if session.origin == "live" and not session.tokens:
+            self.banner.say(f"Loading the model <b>{html.escape(Path(model).name)}</b> …", BANNER_NEUTRAL)
+        self.progress.setValue(0)
+        self.progress.show()
         self.set_state(W.LOADING, Path(model).name)
-        self.requestLoad.emit(model, self.panel.n_ctx.value(), self.panel.target_weights(), offload,
-                              self.panel.llama_context.values())
+        self.request_load(model, self.panel.n_ctx.value(), self.panel.target_weights(), offload,
+                          self.panel.llama_context.values())
         return True
+
+    def load_after(self, path: str) -> None:
+        """Queue loading ``path`` after the load in flight (the panel's context, weights and offload)."""
+        self.panel.model_status.setText(f"loading {Path(path).name} …")
+        self.request_load(str(Path(path).resolve()), self.panel.n_ctx.value(), self.panel.target_weights(),
+                          self.offload_or_none(), self.panel.llama_context.values())
 
     def context_allowed(self, speculative: bool) -> bool:
         """The panel's llama.cpp context settings can be loaded (``ContextControls.problem``); else False
@@ -236,24 +310,10 @@ class RunControl:
             self.show_error("RPC servers", str(exc))
             return None
 
-    @staticmethod
-    def bundled_path() -> Path:
-        from inspector.llama import bundled_model_path
-
-        return bundled_model_path()
-
-    def new_live_session(self) -> None:
-        """Leave a viewed receipts file: empty live session, run controls enabled."""
-        if self.state != W.IDLE:
-            return
-        self.turns.forget()
-        self.set_session(SessionRecord())
-        self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
-        self.setWindowTitle("spec-inspector — speculative decoding on llama.cpp")
-        self.set_state(W.IDLE)
-
+    # -- run commands ----------------------------------------------------------------------
     def run_clicked(self) -> None:
-        if self.state == W.IDLE and self.session.origin != "live":
+        """Run: start a run when idle on a live session, continue a paused one, resume after an error."""
+        if self.state == W.IDLE and self.session().origin != "live":
             return
         if self.state == W.IDLE:
             self.start_run()
@@ -264,30 +324,35 @@ class RunControl:
             self.resume_clicked()
 
     def pause_clicked(self) -> None:
+        """Pause the running generation (between windows, or at the held token)."""
         if self.state in (W.RUNNING, W.TOKEN_HOLD):
             self.worker.request_pause()
 
     def step_window_clicked(self) -> None:
-        if self.state == W.IDLE and self.session.origin == "live":
+        """Run one window: from a pause, or a new run holding after its first window."""
+        if self.state == W.IDLE and self.session().origin == "live":
             self.start_run(paused=True, first_action="window")
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
             self.worker.request_step_window()
             self.set_state(W.RUNNING, "one window")
 
     def step_token_clicked(self) -> None:
-        if self.state == W.IDLE and self.session.origin == "live":
+        """Commit one token: from a pause, or a new run holding before its first commit."""
+        if self.state == W.IDLE and self.session().origin == "live":
             self.start_run(paused=True, first_action="token")
         elif self.state in (W.PAUSED, W.TOKEN_HOLD):
             self.worker.request_step_token()
             self.set_state(W.RUNNING, "one token")
 
     def stop_clicked(self) -> None:
+        """Stop the run (running, paused, holding or at an error)."""
         if self.state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR):
             self.worker.request_stop()
 
     def resume_clicked(self) -> None:
+        """Resume after an error (the worker repaired or retired the session)."""
         if self.state == W.ERROR:
-            self.set_banner("Resuming after the error …", BANNER_NEUTRAL)
+            self.banner.say("Resuming after the error …", BANNER_NEUTRAL)
             self.worker.request_resume()
             self.set_state(W.RUNNING, "resuming")
 

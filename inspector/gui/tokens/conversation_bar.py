@@ -16,13 +16,14 @@ file). Neither calls llama.cpp: the turn is a run like any other on the worker.
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidget
 
 from inspector.gui.engine_thread import worker as W
-from inspector.gui.shell.run_control import BANNER_DONE, BANNER_ERROR, BANNER_HINT
+from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT
 from inspector.session.conversation import Conversation, conversation_block
 
 SEND_SHORTCUT = "Ctrl+Return"
@@ -119,12 +120,17 @@ class ConversationActions(QObject):
 
     ``conversation``: the live conversation or the one read from a file (None: the shown run is
     not part of one yet; a first Send makes the shown run turn 1). ``source_path``: the
-    conversation file it was read from ("" for a live one)."""
+    conversation file it was read from ("" for a live one).
 
-    def __init__(self, window, bar: ConversationBar) -> None:
+    It uses the window's public interface (``session``, ``state``, ``set_session``, ``refresh_all``,
+    ``set_banner``, ``show_error``, ``start_run``, ``run.chosen_model``, its signals) and reads the
+    side ``panel``'s model choice."""
+
+    def __init__(self, window, bar: ConversationBar, panel) -> None:
         super().__init__(window)
         self.win = window
         self.bar = bar
+        self.panel = panel
         self.conversation: Conversation | None = None
         self.source_path = ""
         self._running_turn = None  # the record of the turn being run, until it ends
@@ -134,7 +140,7 @@ class ConversationActions(QObject):
         window.runFinished.connect(self._run_finished)
         window.sourceRefused.connect(lambda _m: self._run_finished("error", None))
         window.worker.runStarted.connect(self._run_started)
-        for box in (window.panel.model_combo, window.panel.weights):  # another model or form: say so at once
+        for box in (panel.model_combo, panel.weights):  # another model or form: say so at once
             box.currentIndexChanged.connect(lambda _i: self.refresh())
 
     # -- what the bar allows ---------------------------------------------------------------
@@ -168,22 +174,20 @@ class ConversationActions(QObject):
         model file or context size would load a model again (and forget what the sources remembered)."""
         h = last.header
         try:
-            path = str(self.win.panel.model_path() or self.win.bundled_path())
+            path = str(self.win.run.chosen_model())
         except Exception:  # no model chosen: the run itself says why
             return ""
-        from pathlib import Path
-
         # a converted weight form ran from a cached file: the conversation's model is its original
         ran, n_ctx = str(h.model.get("converted_from") or h.model.get("path", "")), h.model.get("n_ctx")
         if ran and Path(path).resolve() != Path(ran).resolve():
             return f"the conversation ran on {Path(ran).name}: choose it again, or Run to start a new conversation"
         form = h.model.get("weights", "") if h.model.get("converted_from") else ""
-        chosen = self.win.panel.target_weights()
+        chosen = self.panel.target_weights()
         if chosen != form and not (chosen and not form and chosen == h.model.get("weights")):
             ran_in = f"in {form} form" if form else "with its weights as stored"
             return (f"the conversation ran {ran_in}: choose that in weights again, or Run to start a new "
                     "conversation (another weight form loads the model again)")
-        if n_ctx and self.win.panel.n_ctx.value() != n_ctx:
+        if n_ctx and self.panel.n_ctx.value() != n_ctx:
             return (f"the conversation ran with context {n_ctx}: set it back, or Run to start a new conversation "
                     "(another context size loads the model again)")
         return ""

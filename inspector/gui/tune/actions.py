@@ -73,16 +73,22 @@ class TuneWorker(QObject):
 class TuneActions(QObject):
     """The Tune window for ``window`` (its action goes in ``menu``). ``recording`` / ``costs``: what the
     view tunes (None when the shown run cannot be replayed). ``tuned(rows, note)`` and
-    ``verified(Verified or None, text)`` tell when the grid or a Verify run ended (tests, status)."""
+    ``verified(Verified or None, text)`` tell when the grid or a Verify run ended (tests, status).
+    ``measured()``: the Cost model tab's ``CostMeasured`` (or None), the c(k) a run without a plain step
+    falls back on.
+
+    It uses the window's public interface (``session``, ``state``, ``is_idle``, ``set_state``,
+    ``model_info``, ``add_action``, ``worker``, ``thread``, ``files.opened`` and its run signals)."""
 
     requestTune = Signal(object)
     requestVerify = Signal(object)
     tuned = Signal(object, str)
     verified = Signal(object, str)
 
-    def __init__(self, window, menu) -> None:
+    def __init__(self, window, menu, measured) -> None:
         super().__init__(window)
         self.w = window
+        self.measured = measured
         self.view: TuneView | None = None
         self.recording = None
         self.costs = None
@@ -152,7 +158,7 @@ class TuneActions(QObject):
             v.set_refusal(f"its receipts file cannot be read again: {html.escape(str(exc))}")
             return False
         costs, self.costs_from = costs_from_record(s), "this run's own plain steps and windows"
-        measured = self.w.analysis.current
+        measured = self.measured()
         points = points_from_record(s)
         if measured is not None and points:  # the measured curve's shape (c(k) is not linear between a
             # run's few sizes) at this run's level
