@@ -35,31 +35,38 @@ def run_request(source, prompt, output):
 
 
 def suffix(memory: dict, **options):
-    return make_source("suffix", SourceContext(None, memory=memory), options)
+    """A suffix source made as the registry makes it; SuffixDecoding's own rule (``length=score``) unless
+    the options say otherwise, so the memory tests do not depend on the cost rule."""
+    return make_source("suffix", SourceContext(None, memory=memory), {"length": "score", **options})
+
+
+def scored(**options):
+    """A suffix source with SuffixDecoding's rule: the best-scoring candidate, whenever there is one."""
+    return SuffixSource(length="score", **options)
 
 
 def test_it_proposes_the_most_frequent_continuation_of_the_longest_match():
     # "2 3" is followed by 7 twice and by 9 once, but the longest match "1 2 3" by 9.
     stream = [5, 2, 3, 7, 5, 2, 3, 7, 1, 2, 3, 9, 8, 1, 2, 3]
-    p = ask(SuffixSource(), stream)
+    p = ask(scored(), stream)
     assert p.token_ids == (9, 8, 1)  # at most max_spec_factor x match length (3) tokens
     assert p.decision_id == b"suffix:1:m3:req"
     # Only "3" matched (a 1-token match): the most frequent follower of 3, one token.
-    assert ask(SuffixSource(), [3, 7, 3, 7, 3, 9, 4, 3]).token_ids == (7,)
+    assert ask(scored(), [3, 7, 3, 7, 3, 9, 4, 3]).token_ids == (7,)
 
 
 def test_the_probability_threshold_and_the_spec_factor_bound_the_path():
     # A period: the longest match (9 tokens) proposes what followed it, up to the stream's end.
-    assert ask(SuffixSource(), [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]).token_ids == (4, 5, 6, 1, 2, 3)
+    assert ask(scored(), [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]).token_ids == (4, 5, 6, 1, 2, 3)
     # "1 2" occurred 3 times before and once now: 4 follows it 2 of 4 times (p 0.5), then 8 or
     # 9 once each (p 0.25; the tie goes to the latest).
     stream = [7, 1, 2, 4, 8, 1, 2, 4, 9, 1, 2, 5, 6, 1, 2]
-    p = ask(SuffixSource(), stream)
+    p = ask(scored(), stream)
     assert p.token_ids == (4, 9) and p.decision_id.endswith(b":m2:req")
-    assert ask(SuffixSource(min_token_prob=0.3), stream).token_ids == (4,)
-    assert ask(SuffixSource(min_token_prob=0.6), stream) is None
-    assert ask(SuffixSource(max_spec_factor=0.5), stream).token_ids == (4,)
-    assert ask(SuffixSource(max_spec_factor=0.5, max_spec_offset=1.0), stream).token_ids == (4, 9)
+    assert ask(scored(min_token_prob=0.3), stream).token_ids == (4,)
+    assert ask(scored(min_token_prob=0.6), stream) is None
+    assert ask(scored(max_spec_factor=0.5), stream).token_ids == (4,)
+    assert ask(scored(max_spec_factor=0.5, max_spec_offset=1.0), stream).token_ids == (4, 9)
     assert speculate(np.full(PAD + 1, -1, dtype=np.int32), PAD, [], 8, 24, 1.0, 0.0, 0.1) == ((), 0.0, 0)
 
 
@@ -118,10 +125,10 @@ def test_the_implicit_trie_scores_as_an_explicit_suffix_trie():
 def test_it_never_proposes_more_than_the_cap():
     stream = list(range(40)) * 3 + list(range(20))
     for cap in (1, 3, 8):
-        p = ask(SuffixSource(max_spec_factor=4.0), stream, cap=cap)
+        p = ask(scored(max_spec_factor=4.0), stream, cap=cap)
         assert p is not None and len(p.token_ids) == cap
     # The depth bounds match plus proposal: at most max_tree_depth - 1 tokens.
-    assert len(ask(SuffixSource(max_tree_depth=6, max_spec_factor=9.0), stream, cap=32).token_ids) <= 5
+    assert len(ask(scored(max_tree_depth=6, max_spec_factor=9.0), stream, cap=32).token_ids) <= 5
 
 
 @pytest.mark.parametrize("closed", [True, False])
@@ -193,8 +200,8 @@ def test_the_memory_file_round_trips(tmp_path):
 
 
 def test_a_failure_inside_the_source_proposes_nothing(monkeypatch):
-    source = SuffixSource()
-    monkeypatch.setattr("inspector.sources.suffix.speculate", lambda *a: 1 / 0)
+    source = scored()
+    monkeypatch.setattr("inspector.sources.suffix.tree.candidates", lambda *a: 1 / 0)
     assert ask(source, [1, 2, 1, 2]) is None
 
 

@@ -41,6 +41,7 @@ from inspector.sources.draft import REASONS as draft_reasons
 from inspector.sources.ngram import REASONS as ngram_reasons
 from inspector.sources.replay import REASONS as replay_reasons
 from inspector.sources.scripted import REASONS as scripted_reasons
+from inspector.sources.suffix import LENGTHS as suffix_lengths
 from inspector.sources.suffix import REASONS as suffix_reasons
 
 ENTRY_POINT_GROUP = "spec_inspector.sources"
@@ -299,16 +300,27 @@ SUFFIX = SourceDescriptor("suffix", (
     Option("memory_file", "path", "", "load the memory of earlier outputs from this JSON file and save it back "
            "after each run (empty: this session only)",
            placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)"),
-), help="suffix decoding: the most frequent continuation of the longest suffix match in the prompt, the output "
-        "and earlier requests' outputs", capabilities=frozenset({"settings", "close"}), reasons=suffix_reasons)
+    Option("length", "choice", "adaptive", "which candidate, how long, and whether to propose at all",
+           choices=suffix_lengths),
+    Option("row_costs", default=None, convert=_row_costs, control=False,
+           help="adaptive length: linear, or ms per batch of 1, 2, ... rows (\"a,b,c\"); default: the stored "
+                "cost model"),
+), help="suffix decoding: the most frequent continuation of a suffix match in the prompt, the output and earlier "
+        "requests' outputs, proposed when it is expected to pay on the measured verify cost",
+    capabilities=frozenset({"settings", "close"}), reasons=suffix_reasons)
 
 
 def _suffix(ctx: SourceContext, **options) -> ProposalSource:
     """Options are checked with ``SUFFIX``; the memory lives in ``ctx.memory`` (a broken memory
-    file raises ``ValueError`` naming it)."""
+    file raises ``ValueError`` naming it). ``row_costs`` as for ``ngram``: by default the context's
+    (the stored cost model), ``"linear"``: none."""
     from inspector.sources.suffix import SuffixSource, memory_for
 
     o = SUFFIX.with_defaults(options)
+    if o["row_costs"] is None:
+        o["row_costs"] = list(ctx.row_costs) if ctx.row_costs else None
+    elif o["row_costs"] == "linear":
+        o["row_costs"] = None
     return SuffixSource(memory_for(ctx.memory, o["memory_file"], ctx.runtime), **o)
 
 
