@@ -40,7 +40,10 @@ def test_replayed_windows_equal_the_real_runs_windows_whenever_the_output_is_the
     compared = 0
     for name, options, draft_max in [("ngram", {}, 6), ("ngram-simple", {"size_n": 3, "size_m": 16}, 16),
                                      ("ngram-map-k", {"size_n": 3, "size_m": 16}, 12),
-                                     ("ngram-mod", {"n_match": 8, "n_min": 2, "n_max": 16}, 16), ("suffix", {}, 8)]:
+                                     ("ngram-mod", {"n_match": 8, "n_min": 2, "n_max": 16}, 16),
+                                     ("suffix", {"length": "score"}, 8),
+                                     # adaptive: a fixed c(k), not refitted from this run's timings
+                                     ("suffix", {"row_costs": "10,15,18,20,23,25,28,30,33"}, 8)]:
         real = _real(scheduler, runtime, tokens, name, options, draft_max)
         if real.generated != recorded.generated:  # a near-tie flipped by batch arithmetic: not comparable
             continue
@@ -128,3 +131,22 @@ def test_beyond_the_measured_rows_the_cost_grows_by_the_upper_halfs_mean_slope()
     c = CostModel((10.0, 20.0, 24.0, 28.0, 30.0, 31.0))
     assert c.cost(8) == pytest.approx(31.0 + 2 * (31.0 - 24.0) / 3)
     assert CostModel((4.0,)).cost(3) == 12.0
+
+
+def test_a_conversation_replays_turn_after_turn_with_one_memory():
+    from inspector.bench.tune_turns import recordings_of, replay_turns
+
+    first = Recording((1, 2), (50, 51, 52, 53, 54, 55, 56, 57), 16, 64, 256)
+    # The second turn's prompt does not hold the first answer: only the memory of it can propose.
+    second = Recording((3, 4), (50, 51, 52, 53, 54, 55, 56, 57), 16, 64, 256)
+    costs = CostModel((10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0))
+    both = replay_turns("suffix", {"length": "score"}, 8, [first, second], costs)
+    assert [len(w) for w in both.windows][0] == 0 and len(both.windows[1]) > 0
+    assert both.windows[1][0].proposal[0] == 51 + both.windows[1][0].decode_step
+    alone = predict("suffix", {"length": "score"}, 8, second, costs)
+    assert alone.windows == 0 and both.row.windows == len(both.windows[1])
+    assert both.row.speedup == pytest.approx((7 + 7) * 10.0 / both.row.decode_ms)
+    doc = {"settings": {"sampling": {"temperature": 0}, "max_new_tokens": 8},
+           "output": {"token_ids": [5, 6], "finish_reason": "length"}, "prompt": {"token_ids": [1]}}
+    assert recordings_of(doc) == [recording_from_document(doc)]
+    assert len(recordings_of({"kind": "conversation", "turns": [doc, doc]})) == 2

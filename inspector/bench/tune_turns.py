@@ -34,13 +34,12 @@ class TurnsReplay:
     plain_steps: tuple[int, ...]
 
 
-def recordings_from_conversation(doc: Mapping) -> list[Recording]:
-    """One ``Recording`` per turn of a conversation receipts document. Raises ``ValueError`` when ``doc``
-    is not a conversation and ``tune.NotReplayable`` for a turn that cannot be replayed (sampled, cut by
-    a stop string, no output)."""
-    if not is_conversation(doc):
-        raise ValueError("not a conversation receipts document (record one with run --turns ... --receipts F)")
-    return [recording_from_document(turn) for turn in doc["turns"]]
+def recordings_of(doc: Mapping) -> list[Recording]:
+    """One ``Recording`` per turn of a conversation receipts document, or the one of a request's. Raises
+    ``tune.NotReplayable`` for a turn that cannot be replayed (sampled, cut by a stop string, no output)."""
+    if is_conversation(doc):
+        return [recording_from_document(turn) for turn in doc["turns"]]
+    return [recording_from_document(doc)]
 
 
 def replay_turns(source_name: str, options: Mapping, draft_max: int, recordings: Sequence[Recording],

@@ -126,18 +126,24 @@ def _bench_llama_server(args) -> int:
 
 
 def _bench_turns(args) -> int:
-    """``bench --turns FILE|NAME``: every source over the conversation (``inspector.bench.turns``)."""
-    from inspector.bench.turns import format_turns_bench, run_turns_bench
+    """``bench --turns FILE|NAME[,NAME...]``: every source over each conversation (``inspector.bench.turns``);
+    several bundled names (e.g. ``agent-edits,file-edits``) give one table each on one cost model, then
+    every source over all of them."""
+    from inspector.bench.turns import combine_turns_benches, format_combined, format_turns_bench, run_turns_bench
     from inspector.engine import GenerationSettings, RuntimeScheduler
     from inspector.engine.errors import EngineError
+    from inspector.llama.cost_cache import placement, store_cost_model
     from inspector.llama.cost_model import measure_cost_model
     from inspector.llama.devices import RpcUnavailable
     from inspector.llama.model_file import ModelFileError
-    from inspector.prompts import turns_path
+    from inspector.prompts import TURNS_EXAMPLES, turns_path
     from inspector.session.conversation import read_turns
 
+    names = [n.strip() for n in args.turns.split(",")]
+    if len(names) < 2 or not all(n in TURNS_EXAMPLES for n in names):
+        names = [args.turns]  # one conversation: a bundled name or a file (whose name may hold a comma)
     try:
-        turns = read_turns(turns_path(args.turns))
+        conversations = {n: read_turns(turns_path(n)) for n in names}
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     try:
@@ -145,17 +151,36 @@ def _bench_turns(args) -> int:
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return _fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
+    results = {}
     try:
+        first = next(iter(conversations.values()))
         print(f"measuring the cost model (k = 1..{args.k_max}, {args.repeats} repeats) ...", file=sys.stderr, flush=True)
-        cm = measure_cost_model(scheduler, runtime.prompt_tokens(turns[0])[:64], k_max=args.k_max, repeats=args.repeats)
-        progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
-        result = run_turns_bench(scheduler, turns, GenerationSettings(max_new_tokens=args.max_tokens), cm,
-                                 progress=progress)
+        cm = measure_cost_model(scheduler, runtime.prompt_tokens(first[0])[:64], k_max=args.k_max, repeats=args.repeats)
+        # The sources that decide on c(k) (suffix's adaptive length) read the stored one: this run's, unless
+        # disturbed (as bench stores it).
+        disturbed = cm.disturbed()
+        if disturbed:
+            print(f"warning: the cost model looks disturbed ({disturbed}); it is not stored: the sources use the "
+                  "one stored before, if any", file=sys.stderr, flush=True)
+        else:
+            store_cost_model(runtime.model_path, runtime.n_threads, cm, placement(runtime))
+        for name, turns in conversations.items():
+            progress = lambda i, n, label, c=name: print(f"[{c} {i + 1}/{n}] {label} ...", file=sys.stderr,  # noqa: E731
+                                                        flush=True)
+            results[name] = run_turns_bench(scheduler, turns, GenerationSettings(max_new_tokens=args.max_tokens), cm,
+                                            progress=progress)
     except EngineError as exc:
         return _fail(str(exc))
     finally:
         runtime.close()
-    _print_result(format_turns_bench(result), result, args.json)
+    if len(results) == 1:
+        (result,) = results.values()
+        _print_result(format_turns_bench(result), result, args.json)
+        return 0
+    combined = combine_turns_benches(results)
+    text = "\n\n".join([f"conversation {n}:\n{format_turns_bench(r)}" for n, r in results.items()]
+                       + [format_combined(combined)])
+    _print_result(text, {"conversations": results, "all": combined}, args.json)
     return 0
 
 

@@ -186,11 +186,20 @@ class CostAwareLength:
         return relative_cost(rows, self._ratio, self.row_costs)
 
     def observe(self, match_length: int, proposed: int, accepted: int, mismatched: bool,
-                rows: int, verification_us: float) -> None:
+                rows: int, verification_us: float, growing: bool = False) -> None:
         """Learn from one receipt: ``accepted`` of ``proposed`` tokens, ``mismatched``
         when a proposal token was rejected (not when generation merely stopped),
-        and the window's verification time for ``rows`` rows (microseconds)."""
-        self.counts[bucket_of(match_length)].add(accepted, 1.0 if mismatched else 0.0, self._queries)
+        and the window's verification time for ``rows`` rows (microseconds).
+        ``growing``: proposal token i (from 0) followed a match of ``match_length`` + i
+        tokens (the match grows with each accepted token): each token is counted in its
+        own bucket, else all in the bucket of ``match_length``."""
+        if growing:
+            for i in range(accepted):
+                self.counts[bucket_of(match_length + i)].add(1.0, 0.0, self._queries)
+            if mismatched:
+                self.counts[bucket_of(match_length + accepted)].add(0.0, 1.0, self._queries)
+        else:
+            self.counts[bucket_of(match_length)].add(accepted, 1.0 if mismatched else 0.0, self._queries)
         if self.fixed_ratio is None and verification_us > 0:
             self._timings.append((rows, float(verification_us)))
             self._refit()

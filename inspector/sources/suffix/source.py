@@ -56,7 +56,7 @@ class SuffixSource:
 
     name = "suffix"
 
-    def __init__(self, memory: SuffixMemory | None = None, max_tree_depth: int = 24, max_spec_factor: float = 1.0,
+    def __init__(self, memory: SuffixMemory | None = None, max_tree_depth: int = MAX_DEPTH, max_spec_factor: float = 1.0,
                  max_spec_offset: float = 0.0, min_token_prob: float = 0.1, max_cached_tokens: int = 100_000,
                  memory_file: str = "", length: str = "adaptive", row_costs=None) -> None:
         depth_ok = isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
@@ -233,7 +233,10 @@ class SuffixSource:
                             q[m + i] = policy.acceptance(m + i)
                         r *= q[m + i]
                         reach.append(prob * r)
-                    n, rate = best_cut(reach, policy.relative_cost, policy.min_gain)
+                    # The whole path (SuffixDecoding's length) when it pays, else its best paying cut.
+                    n, rate = len(reach), (1 + sum(reach)) / policy.relative_cost(len(reach) + 1)
+                    if rate <= policy.min_gain:
+                        n, rate = best_cut(reach, policy.relative_cost, policy.min_gain)
                     if n and (rate > best_rate or (rate == best_rate and name == best[2])):
                         best_rate, best = rate, (tuple(path.tokens[:n]), m, name)
         if not best[0]:
@@ -255,7 +258,7 @@ class SuffixSource:
             return
         self.policy.observe(match, receipt.proposal_token_count, receipt.accepted_proposal_tokens,
                             receipt.disposition == "first_mismatch", receipt.verification_rows,
-                            receipt.verification_elapsed_us)
+                            receipt.verification_elapsed_us, growing=True)
 
     def discard(self, decision_id: bytes, reason: str) -> None:
         """Nothing to roll back; forget the pending decision."""
