@@ -150,3 +150,32 @@ def test_a_conversation_replays_turn_after_turn_with_one_memory():
            "output": {"token_ids": [5, 6], "finish_reason": "length"}, "prompt": {"token_ids": [1]}}
     assert recordings_of(doc) == [recording_from_document(doc)]
     assert len(recordings_of({"kind": "conversation", "turns": [doc, doc]})) == 2
+
+
+def test_a_replayed_conversation_has_the_windows_of_the_real_one_in_every_turn_that_kept_its_output(
+        scheduler, runtime):
+    """The suffix source remembers across turns (its memory and its learned acceptance): replaying the
+    plain conversation's turns in order gives the real run's windows, turn by turn, while the real
+    conversation's output is the plain one (a near-tie flipped by batch arithmetic ends the comparison)."""
+    from inspector.bench.compare import CompareConfig, run_compare
+    from inspector.bench.tune_turns import replay_turns
+    from inspector.prompts import turns_path
+    from inspector.session.conversation import read_turns
+
+    turns = read_turns(turns_path("agent-edits"))[:3]
+    options = {"row_costs": "10,13,15,16,18,19,21,22,24"}  # cheap rows: the source proposes often
+    result = run_compare(scheduler, [], [CompareConfig("plain", "none", 0), CompareConfig("s", "suffix", 8, options)],
+                         GenerationSettings(max_new_tokens=40), turns=turns, keep_runs=True)
+    plain, real = result.runs
+    recs = [Recording(tuple(g.tokens[:g.prompt_token_count]), tuple(g.generated), 40, runtime.n_batch,
+                      runtime.n_ctx, runtime.is_eog) for g in plain.generations]
+    replayed = replay_turns("suffix", options, 8, recs, CostModel((10.0,)))
+    compared = 0
+    for rec, gen, windows in zip(recs, real.generations, replayed.windows):
+        if tuple(gen.generated) != rec.output:
+            break
+        assert [(w.decode_step, w.proposal, w.accepted, w.committed) for w in windows] == \
+            [(r.decode_step, r.proposal_token_ids, r.accepted_proposal_tokens, r.canonical_prediction_count)
+             for r in gen.receipts], compared
+        compared += 1
+    assert compared >= 2 and sum(len(w) for w in replayed.windows[:compared]) > 0

@@ -261,6 +261,7 @@ def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow]
         receipt = SimpleNamespace(decision_id=proposal.decision_id.hex(), accepted_proposal_tokens=d.accepted,
                                   proposal_token_count=len(ids), verification_rows=len(ids) + 1,
                                   canonical_prediction_count=committed, base_position=base,
+                                  committed_tokens=tuple(output[generated:generated + committed]),
                                   disposition="first_mismatch" if d.rejected else "full_accept",
                                   verification_elapsed_us=0)
         t = time.perf_counter_ns()
