@@ -285,9 +285,9 @@ for _module in (llama_ngram_map, llama_ngram_mod, llama_ngram_cache):
 
 
 SUFFIX = SourceDescriptor("suffix", (
-    Option("max_tree_depth", "int", 64, "longest match plus proposal (tokens): the depth of the suffix trees "
-           "(vLLM suffix_decoding_max_tree_depth, whose default is 24; 64 is arctic-inference's)", minimum=2,
-           maximum=64),
+    Option("max_tree_depth", "int", 24, "longest match plus proposal (tokens): the depth of the suffix trees "
+           "(vLLM suffix_decoding_max_tree_depth; arctic-inference's default is 64, which lets long matches "
+           "propose more at a draft max of 16)", minimum=2, maximum=64),
     Option("max_spec_factor", "float", 1.0, "propose at most this many tokens per matched token "
            "(vLLM suffix_decoding_max_spec_factor)", minimum=0.0, maximum=64.0, step=0.25),
     Option("max_spec_offset", "float", 0.0, "tokens added to max spec factor x match length (arctic-inference "

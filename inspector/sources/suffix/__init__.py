@@ -35,16 +35,22 @@ match plus proposal). Both the request's tree (prompt + output so far) and the m
   score is strictly higher), proposed whole whenever one exists. On a CPU this proposes at
   nearly every step (a 1-token match of a token seen once has probability 1) and pays a
   verification each time (issue 29: 2.3-3.3 tokens per window, 120 windows in 4 turns).
-- ``adaptive`` (the default): each token's chance of being accepted is its path probability
-  times q^i, q the acceptance per proposal token learned from this source's receipts for the
-  candidate's match length (``CostAwareLength``: its buckets and priors, faded per query). With
-  reach_i = path probability_i x q^i, a proposal of n tokens commits 1 + reach_1 + ... + reach_n
-  tokens on average (SuffixDecoding's score plus one when q = 1) and costs c(n + 1); of every
-  candidate of both trees, the length with the most tokens per unit of cost (``best_cut`` on the
-  measured c(k), ``SourceContext.row_costs``, noise removed as for the n-gram source; the linear
-  model fitted from the receipts without one) and the candidate with the best rate win. When no
-  candidate beats a plain step the source says ``adaptive_plain``: it stays quiet where nothing
-  repeats and proposes long where whole earlier lines repeat.
+- ``adaptive`` (the default): the candidates' path probabilities are computed from the earlier
+  occurrences only (the request's stream ends with the pattern itself, which arctic-inference
+  counts: a string seen once before would get probability 1/2). Token i of a candidate after a
+  match of m tokens follows a match of m + i - 1 tokens if the ones before it are accepted, and
+  is accepted with probability q(m + i - 1), the acceptance learned from this source's receipts
+  per match-length bucket (``CostAwareLength``: its buckets and priors, counts faded per query;
+  each token counted in its own bucket; shared by the session's requests through the memory).
+  With reach_i = path probability_i x q(m) ... q(m + i - 1), a proposal of n tokens commits
+  1 + reach_1 + ... + reach_n tokens on average (SuffixDecoding's score plus one when q = 1) and
+  costs c(n + 1) (the measured c(k), ``SourceContext.row_costs``, noise removed as for the n-gram
+  source; the linear model fitted from the receipts without one). A candidate is proposed whole
+  (SuffixDecoding's length) when that beats a plain step, else its best paying cut
+  (``best_cut``); of all candidates of both trees the best rate wins (of the match lengths that
+  share one node, the longest and the one allowing the most tokens are tried). When nothing
+  pays the source says ``adaptive_plain``: it stays quiet where nothing repeats and proposes
+  whole earlier lines where they repeat.
 
 **Memory across requests** (``memory.SuffixMemory`` in ``SourceContext.memory`` under
 ``("suffix", memory file)``: the stored token sequences do not depend on D or the
@@ -56,8 +62,8 @@ source is closed (the run service closes it after every run) or, if it never was
 When the remembered tokens exceed the cap the oldest requests are dropped first (a single
 output longer than the cap keeps its last tokens). ``memory_file``: a JSON file loaded when the
 session first uses it (missing: start empty) and written back (atomically) at every close;
-a broken file is refused with a ``ValueError`` naming it. The learned acceptance is the
-request's own (a new source per request starts from the priors).
+a broken file is refused with a ``ValueError`` naming it. The learned acceptance is kept with the
+memory for the session (not in the file); a request with ``max_cached_tokens`` 0 learns alone.
 
 **Not as arctic-inference:** linear drafts only (no ``use_tree_spec`` token trees: the engine
 verifies one path); the running request's output is not in the global tree until it ends

@@ -56,7 +56,7 @@ class SuffixSource:
 
     name = "suffix"
 
-    def __init__(self, memory: SuffixMemory | None = None, max_tree_depth: int = MAX_DEPTH, max_spec_factor: float = 1.0,
+    def __init__(self, memory: SuffixMemory | None = None, max_tree_depth: int = 24, max_spec_factor: float = 1.0,
                  max_spec_offset: float = 0.0, min_token_prob: float = 0.1, max_cached_tokens: int = 100_000,
                  memory_file: str = "", length: str = "adaptive", row_costs=None) -> None:
         depth_ok = isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
