@@ -16,11 +16,13 @@ DEFAULT_EXAMPLE = "copy-with-corrections"
 """The example ``compare`` runs without a prompt, and the window's first."""
 
 
-TURNS_EXAMPLES = ("agent-edits",)
+TURNS_EXAMPLES = ("agent-edits", "file-edits")
 """Bundled conversations (``assets/prompts/turns/*.txt``, turns separated by ``---`` lines;
 ``inspector.session.conversation``). ``agent-edits`` asks for a function, then three times to
 apply a change to "the function you wrote": every answer repeats most of the one before, as
-agent loops do."""
+agent loops do. ``file-edits`` gives a short settings file, then asks four times for one change and
+"the whole file again": a file edited in several steps, every answer a copy of the last with one
+line changed."""
 
 
 def turns_path(name_or_path: str):

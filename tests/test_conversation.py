@@ -174,3 +174,26 @@ def test_run_turns_prints_each_turns_whole_user_message_and_its_answer(tmp_path)
         shown = out.index(message_text("user", message) + "\nanswer:\n" + turn["output"]["text"], heading)
         assert shown < out.index("--- summary ---", heading)
     assert "user: Repeat exactly: " + long.split(": ", 1)[1] in out  # the whole of it, not the heading's 80 characters
+
+
+def test_the_bench_over_several_conversations_sums_each_sources_decode_time_and_windows():
+    from inspector.bench.turns import REPEATING, combine_turns_benches, format_combined
+
+    def row(source, generated, tps, windows=0, mean=None, rate=None):
+        return {"source": source, "generated_tokens": generated, "decode_tokens_per_s": tps, "windows": windows,
+                "mean_accepted_length": mean, "acceptance_rate": rate, "error": None}
+
+    results = {"a": {"rows": [row("none", 100, 50.0), row("suffix", 100, 100.0, 10, 5.0, 0.8)]},
+               "b": {"rows": [row("none", 300, 100.0), row("suffix", 300, 100.0, 20, 3.0, 0.5)]}}
+    rows = {r["source"]: r for r in combine_turns_benches(results)["rows"]}
+    # none: 400 tokens in 2 s + 3 s; suffix: 400 tokens in 1 s + 3 s.
+    assert rows["none"]["decode_tokens_per_s"] == pytest.approx(80.0)
+    assert rows["suffix"]["decode_tokens_per_s"] == pytest.approx(100.0)
+    assert rows["suffix"]["speedup_vs_plain"] == pytest.approx(1.25)
+    # 40 + 40 accepted of 50 + 80 proposed in 30 windows.
+    assert (rows["suffix"]["accepted"], rows["suffix"]["proposed"], rows["suffix"]["windows"]) == (80, 130, 30)
+    assert rows["suffix"]["mean_accepted_length"] == pytest.approx(1 + 80 / 30)
+    table = format_combined(combine_turns_benches(results))
+    assert "suffix" in table and table.splitlines()[-1].endswith("fastest")
+    assert set(REPEATING) <= set(TURNS_EXAMPLES)
+    assert all(len(read_turns(turns_path(name))) >= 3 for name in REPEATING)

@@ -207,3 +207,25 @@ def test_a_bucket_that_stopped_proposing_is_tried_again_later():
     assert policy.length(40, 16) == 0
     later = [policy.length(40, 16) for _ in range(300)]
     assert later[0] == 0 and max(later) > 0, "without proposals the estimate must fade back toward the prior"
+
+
+def test_the_best_cut_weighs_the_chance_of_reaching_each_token_against_the_windows_cost():
+    from inspector.sources.length_policy import best_cut
+
+    cost = {2: 1.5, 3: 2.0, 4: 2.5}.get  # each extra row half a plain step
+    # Sure tokens: 1 + 3 committed for 2.5 (1.6 per plain step) beats 1 + 1 for 1.5 and 1 + 2 for 2.
+    assert best_cut([1.0, 1.0, 1.0], cost) == (3, pytest.approx(1.6))
+    # A likely first token, then unlikely ones: one token, 1.9 / 1.5.
+    assert best_cut([0.9, 0.1, 0.05], cost) == (1, pytest.approx(1.9 / 1.5))
+    # Nothing beats a plain step: no proposal.
+    assert best_cut([0.4, 0.2], cost) == (0, 1.0)
+
+
+def test_a_growing_match_counts_each_token_in_the_bucket_of_its_own_match_length():
+    grown, flat = CostAwareLength(), CostAwareLength()
+    for policy, growing in ((grown, True), (flat, False)):
+        policy.observe(6, 4, 3, True, 5, 0, growing=growing)  # matches 6, 7, 8 accepted; rejected after 9
+    # Tokens after a 6- or 7-token match (bucket [4, 8)) were accepted; after 8 and 9 one of two.
+    assert grown.acceptance(8) < flat.acceptance(8)
+    assert grown.acceptance(6) > CostAwareLength().acceptance(6)
+    assert flat.acceptance(6) < grown.acceptance(6)

@@ -35,31 +35,38 @@ def run_request(source, prompt, output):
 
 
 def suffix(memory: dict, **options):
-    return make_source("suffix", SourceContext(None, memory=memory), options)
+    """A suffix source made as the registry makes it; SuffixDecoding's own rule (``length=score``) unless
+    the options say otherwise, so the memory tests do not depend on the cost rule."""
+    return make_source("suffix", SourceContext(None, memory=memory), {"length": "score", **options})
+
+
+def scored(**options):
+    """A suffix source with SuffixDecoding's rule: the best-scoring candidate, whenever there is one."""
+    return SuffixSource(length="score", **options)
 
 
 def test_it_proposes_the_most_frequent_continuation_of_the_longest_match():
     # "2 3" is followed by 7 twice and by 9 once, but the longest match "1 2 3" by 9.
     stream = [5, 2, 3, 7, 5, 2, 3, 7, 1, 2, 3, 9, 8, 1, 2, 3]
-    p = ask(SuffixSource(), stream)
+    p = ask(scored(), stream)
     assert p.token_ids == (9, 8, 1)  # at most max_spec_factor x match length (3) tokens
     assert p.decision_id == b"suffix:1:m3:req"
     # Only "3" matched (a 1-token match): the most frequent follower of 3, one token.
-    assert ask(SuffixSource(), [3, 7, 3, 7, 3, 9, 4, 3]).token_ids == (7,)
+    assert ask(scored(), [3, 7, 3, 7, 3, 9, 4, 3]).token_ids == (7,)
 
 
 def test_the_probability_threshold_and_the_spec_factor_bound_the_path():
     # A period: the longest match (9 tokens) proposes what followed it, up to the stream's end.
-    assert ask(SuffixSource(), [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]).token_ids == (4, 5, 6, 1, 2, 3)
+    assert ask(scored(), [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3]).token_ids == (4, 5, 6, 1, 2, 3)
     # "1 2" occurred 3 times before and once now: 4 follows it 2 of 4 times (p 0.5), then 8 or
     # 9 once each (p 0.25; the tie goes to the latest).
     stream = [7, 1, 2, 4, 8, 1, 2, 4, 9, 1, 2, 5, 6, 1, 2]
-    p = ask(SuffixSource(), stream)
+    p = ask(scored(), stream)
     assert p.token_ids == (4, 9) and p.decision_id.endswith(b":m2:req")
-    assert ask(SuffixSource(min_token_prob=0.3), stream).token_ids == (4,)
-    assert ask(SuffixSource(min_token_prob=0.6), stream) is None
-    assert ask(SuffixSource(max_spec_factor=0.5), stream).token_ids == (4,)
-    assert ask(SuffixSource(max_spec_factor=0.5, max_spec_offset=1.0), stream).token_ids == (4, 9)
+    assert ask(scored(min_token_prob=0.3), stream).token_ids == (4,)
+    assert ask(scored(min_token_prob=0.6), stream) is None
+    assert ask(scored(max_spec_factor=0.5), stream).token_ids == (4,)
+    assert ask(scored(max_spec_factor=0.5, max_spec_offset=1.0), stream).token_ids == (4, 9)
     assert speculate(np.full(PAD + 1, -1, dtype=np.int32), PAD, [], 8, 24, 1.0, 0.0, 0.1) == ((), 0.0, 0)
 
 
@@ -118,10 +125,10 @@ def test_the_implicit_trie_scores_as_an_explicit_suffix_trie():
 def test_it_never_proposes_more_than_the_cap():
     stream = list(range(40)) * 3 + list(range(20))
     for cap in (1, 3, 8):
-        p = ask(SuffixSource(max_spec_factor=4.0), stream, cap=cap)
+        p = ask(scored(max_spec_factor=4.0), stream, cap=cap)
         assert p is not None and len(p.token_ids) == cap
     # The depth bounds match plus proposal: at most max_tree_depth - 1 tokens.
-    assert len(ask(SuffixSource(max_tree_depth=6, max_spec_factor=9.0), stream, cap=32).token_ids) <= 5
+    assert len(ask(scored(max_tree_depth=6, max_spec_factor=9.0), stream, cap=32).token_ids) <= 5
 
 
 @pytest.mark.parametrize("closed", [True, False])
@@ -193,8 +200,8 @@ def test_the_memory_file_round_trips(tmp_path):
 
 
 def test_a_failure_inside_the_source_proposes_nothing(monkeypatch):
-    source = SuffixSource()
-    monkeypatch.setattr("inspector.sources.suffix.speculate", lambda *a: 1 / 0)
+    source = scored()
+    monkeypatch.setattr("inspector.sources.suffix.tree.candidates", lambda *a: 1 / 0)
     assert ask(source, [1, 2, 1, 2]) is None
 
 
@@ -216,3 +223,101 @@ def test_with_memory_the_output_is_plain_greedy(make_generation, scheduler, runt
     second = runs[1]
     assert sum(r.accepted_proposal_tokens for r in second.receipts) > 0
     print("decision ids:", [bytes.fromhex(r.decision_id).decode() for r in second.receipts])
+
+
+# The adaptive length (the default): the cost rule on top of SuffixDecoding's candidates.
+
+FLAT = "10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26"
+"""A cost table where every extra row costs a tenth of a one-row decode (ms per batch of 1..17 rows)."""
+MEDIUM = "10,15,20,25,30,35,40,45,50"
+"""Each extra row costs half a one-row decode: a proposal token pays when accepted more than half the time."""
+STEEP = "10,20,30,40,50,60,70,80,90"
+"""A cost table where k rows cost k single rows: no proposal can pay."""
+
+
+def adaptive(memory: dict | None = None, **options):
+    return make_source("suffix", SourceContext(None, memory={} if memory is None else memory), options)
+
+
+def test_a_whole_repeated_line_is_proposed_whole_when_rows_are_cheap():
+    line = list(range(100, 130))
+    p = ask(adaptive(row_costs=FLAT), [7] + line + [8] + line[:12], cap=16)
+    # The match is 12 tokens ("max_spec_factor 1": at most 12 tokens), each seen once before: all of them.
+    assert p is not None and p.token_ids == tuple(line[12:24]) and p.decision_id == b"suffix:1:m12:req"
+
+
+def test_it_stays_quiet_and_says_why_where_no_proposal_can_pay():
+    line = list(range(100, 130))
+    answer = adaptive(row_costs=STEEP).propose(ProposalRequest([7] + line + [8] + line[:12], 43, 0, 8, float("inf")))
+    assert isinstance(answer, NoProposal) and answer.reason == "adaptive_plain" and "12 tokens" in answer.detail
+    fresh = adaptive(row_costs=FLAT).propose(ProposalRequest([1, 2, 3, 4, 5, 6], 6, 0, 8, float("inf")))
+    assert isinstance(fresh, NoProposal) and fresh.reason == "no_match"
+    # A one-token match of a token seen once (SuffixDecoding proposes it) does not pay on these costs.
+    assert ask(scored(), [3, 7, 5, 3]).token_ids == (7,)
+    assert ask(adaptive(row_costs=STEEP), [3, 7, 5, 3]) is None
+
+
+def test_the_query_itself_is_not_counted_as_an_occurrence_of_its_own_suffix():
+    from inspector.sources.suffix import candidates
+
+    stream = [5, 1, 2, 3, 9, 1, 2, 3]
+    a = SuffixMemory([stream]).flat
+    counted = {m: probs for m, _ids, probs in candidates(a, a.size - 1, stream, 4, 8, 1.0, 0.0, 0.0)}
+    earlier = {m: probs for m, _ids, probs in candidates(a, a.size - 1, stream, 4, 8, 1.0, 0.0, 0.0, earlier_only=True)}
+    # "1 2 3" occurred once before and ends the stream: SuffixDecoding counts 2 places (p 1/2), we count 1.
+    assert counted[3] == (0.5,) * 3 and earlier[3] == (1.0,) * 3
+
+
+def test_the_nodes_group_the_match_lengths_that_share_their_occurrences():
+    from inspector.sources.suffix import candidates
+    from inspector.sources.suffix.tree import GreedyPath, nodes
+
+    rng = random.Random(29)
+    for case in range(200):
+        seq = [rng.randrange(rng.randint(2, 4)) for _ in range(rng.randint(2, 70))]
+        a = SuffixMemory([seq]).flat
+        pattern = seq[-rng.randint(2, 40):]
+        ranges = list(nodes(a, a.size - 1, pattern, earlier_only=True))
+        # Explicitly: the earlier places where the last m tokens occur, m = 1, 2, ...
+        want = {}
+        for m in range(1, len(pattern)):
+            places = tuple(e for e in range(m - 1, len(seq) - 1) if seq[e - m + 1 : e + 1] == pattern[-m:])
+            if not places:
+                break
+            want[m] = places
+        got = {m: tuple(int(e) - PAD for e in ends) for lo, hi, ends in ranges for m in range(lo, hi + 1)}
+        assert got == want, (case, seq, pattern)
+        assert all(hi < lo2 for (_l, hi, _e), (lo2, _h, _e2) in zip(ranges, ranges[1:]))
+        paths = {m: ids for m, ids, _p in candidates(a, a.size - 1, pattern, 4, 64, 9.0, 0.0, 0.0, earlier_only=True)}
+        for lo, hi, ends in ranges:  # one greedy path per node: the candidates' of each of its match lengths
+            path = GreedyPath(a, ends, 0.0)
+            path.grow(4)
+            assert all(paths.get(m, ()) == tuple(path.tokens) for m in range(lo, hi + 1)), (case, seq, pattern)
+
+
+def test_acceptance_learned_in_one_request_is_used_by_the_next():
+    memory: dict = {}
+    first = adaptive(memory, row_costs=MEDIUM)
+
+    class Receipt:
+        proposal_token_count = 4
+        accepted_proposal_tokens = 0
+        disposition = "first_mismatch"
+        verification_rows = 5
+        verification_elapsed_us = 0
+        committed_tokens = ()
+        base_position = -2
+
+    line = list(range(100, 110))
+    stream = [7] + line + [8] + line[:4]
+    for _ in range(12):  # every proposal after a 4-token match is rejected at its first token
+        p = ask(first, stream, cap=4)
+        if p is None:
+            break
+        r = Receipt()
+        r.decision_id = p.decision_id.hex()
+        first.report(r)
+    assert ask(first, stream, cap=4) is None
+    first.close()
+    assert ask(adaptive(memory, row_costs=MEDIUM), stream, cap=4) is None  # the next request knows
+    assert ask(adaptive({}, row_costs=MEDIUM), stream, cap=4) is not None  # a new session does not

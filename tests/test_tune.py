@@ -40,7 +40,10 @@ def test_replayed_windows_equal_the_real_runs_windows_whenever_the_output_is_the
     compared = 0
     for name, options, draft_max in [("ngram", {}, 6), ("ngram-simple", {"size_n": 3, "size_m": 16}, 16),
                                      ("ngram-map-k", {"size_n": 3, "size_m": 16}, 12),
-                                     ("ngram-mod", {"n_match": 8, "n_min": 2, "n_max": 16}, 16), ("suffix", {}, 8)]:
+                                     ("ngram-mod", {"n_match": 8, "n_min": 2, "n_max": 16}, 16),
+                                     ("suffix", {"length": "score"}, 8),
+                                     # adaptive: a fixed c(k), not refitted from this run's timings
+                                     ("suffix", {"row_costs": "10,15,18,20,23,25,28,30,33"}, 8)]:
         real = _real(scheduler, runtime, tokens, name, options, draft_max)
         if real.generated != recorded.generated:  # a near-tie flipped by batch arithmetic: not comparable
             continue
@@ -148,3 +151,51 @@ def test_verify_repeats_each_configuration_and_reports_medians_over_every_repeat
     assert v.repeats == 3 and v.measured_tokens_per_s > 0 and v.measured_speedup > 0
     with pytest.raises(ValueError, match="observed 0"):
         verify(scheduler, rec, [row], runtime, repeats=0)
+
+
+def test_a_conversation_replays_turn_after_turn_with_one_memory():
+    from inspector.bench.tune_turns import recordings_of, replay_turns
+
+    first = Recording((1, 2), (50, 51, 52, 53, 54, 55, 56, 57), 16, 64, 256)
+    # The second turn's prompt does not hold the first answer: only the memory of it can propose.
+    second = Recording((3, 4), (50, 51, 52, 53, 54, 55, 56, 57), 16, 64, 256)
+    costs = CostModel((10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0))
+    both = replay_turns("suffix", {"length": "score"}, 8, [first, second], costs)
+    assert [len(w) for w in both.windows][0] == 0 and len(both.windows[1]) > 0
+    assert both.windows[1][0].proposal[0] == 51 + both.windows[1][0].decode_step
+    alone = predict("suffix", {"length": "score"}, 8, second, costs)
+    assert alone.windows == 0 and both.row.windows == len(both.windows[1])
+    assert both.row.speedup == pytest.approx((7 + 7) * 10.0 / both.row.decode_ms)
+    doc = {"settings": {"sampling": {"temperature": 0}, "max_new_tokens": 8},
+           "output": {"token_ids": [5, 6], "finish_reason": "length"}, "prompt": {"token_ids": [1]}}
+    assert recordings_of(doc) == [recording_from_document(doc)]
+    assert len(recordings_of({"kind": "conversation", "turns": [doc, doc]})) == 2
+
+
+def test_a_replayed_conversation_has_the_windows_of_the_real_one_in_every_turn_that_kept_its_output(
+        scheduler, runtime):
+    """The suffix source remembers across turns (its memory and its learned acceptance): replaying the
+    plain conversation's turns in order gives the real run's windows, turn by turn, while the real
+    conversation's output is the plain one (a near-tie flipped by batch arithmetic ends the comparison)."""
+    from inspector.bench.compare import CompareConfig, run_compare
+    from inspector.bench.tune_turns import replay_turns
+    from inspector.prompts import turns_path
+    from inspector.session.conversation import read_turns
+
+    turns = read_turns(turns_path("agent-edits"))[:3]
+    options = {"row_costs": "10,13,15,16,18,19,21,22,24"}  # cheap rows: the source proposes often
+    result = run_compare(scheduler, [], [CompareConfig("plain", "none", 0), CompareConfig("s", "suffix", 8, options)],
+                         GenerationSettings(max_new_tokens=40), turns=turns, keep_runs=True)
+    plain, real = result.runs
+    recs = [Recording(tuple(g.tokens[:g.prompt_token_count]), tuple(g.generated), 40, runtime.n_batch,
+                      runtime.n_ctx, runtime.is_eog) for g in plain.generations]
+    replayed = replay_turns("suffix", options, 8, recs, CostModel((10.0,)))
+    compared = 0
+    for rec, gen, windows in zip(recs, real.generations, replayed.windows):
+        if tuple(gen.generated) != rec.output:
+            break
+        assert [(w.decode_step, w.proposal, w.accepted, w.committed) for w in windows] == \
+            [(r.decode_step, r.proposal_token_ids, r.accepted_proposal_tokens, r.canonical_prediction_count)
+             for r in gen.receipts], compared
+        compared += 1
+    assert compared >= 2 and sum(len(w) for w in replayed.windows[:compared]) > 0

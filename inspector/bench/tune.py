@@ -28,6 +28,7 @@ from inspector.engine.classify import classify_window
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest, max_proposal_tokens
 from inspector.engine.settings import GenerationSettings
+from inspector.llama.cost_cache import stored_row_costs
 from inspector.llama.cost_model import CostModel
 from inspector.receipts.document import load_document
 from inspector.session.record import SessionRecord
@@ -275,6 +276,7 @@ def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow]
         receipt = SimpleNamespace(decision_id=proposal.decision_id.hex(), accepted_proposal_tokens=d.accepted,
                                   proposal_token_count=len(ids), verification_rows=len(ids) + 1,
                                   canonical_prediction_count=committed, base_position=base,
+                                  committed_tokens=tuple(output[generated:generated + committed]),
                                   disposition="first_mismatch" if d.rejected else "full_accept",
                                   verification_elapsed_us=0)
         t = time.perf_counter_ns()
@@ -288,8 +290,11 @@ def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow]
 def predict(source_name: str, options: Mapping, draft_max: int, rec: Recording, costs: CostModel,
             runtime=None) -> TuneRow:
     """Replay one configuration (a fresh source, cold memory) and predict its decode time and speedup.
-    Raises what the source's factory raises for bad options (``ValueError``)."""
-    source = make_source(source_name, SourceContext(runtime, memory={}), dict(options))
+    The source is given ``costs`` as its ``SourceContext.row_costs`` (a real run gives it the stored cost
+    model: the adaptive sources decide on it). Raises what the source's factory raises for bad options
+    (``ValueError``)."""
+    source = make_source(source_name, SourceContext(runtime, row_costs=tuple(costs.row_ms), memory={}),
+                         dict(options))
     windows, plain, proposal_ms = replay(source, rec, draft_max)
     close = getattr(source, "close", None)
     if close is not None:
@@ -389,8 +394,9 @@ def verify(scheduler, rec: Recording, rows: Sequence[TuneRow], runtime=None, rep
     for j, (row, real, gen) in enumerate(zip(rows, first.rows[1:], first.runs[1:]), start=1):
         same_output = tuple(real.generated_tokens) == rec.output
         same_windows = None
-        if same_output and gen is not None:
-            source = make_source(row.source, SourceContext(runtime, memory={}), dict(row.options))
+        if same_output and gen is not None:  # the real run's source had the stored cost model
+            ctx = SourceContext(runtime, row_costs=stored_row_costs(scheduler.runtime), memory={})
+            source = make_source(row.source, ctx, dict(row.options))
             windows, _plain, _ms = replay(source, rec, row.draft_max)
             same_windows = [(w.decode_step, w.proposal, w.accepted, w.committed) for w in windows] == [
                 (r.decode_step, r.proposal_token_ids, r.accepted_proposal_tokens, r.canonical_prediction_count)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from statistics import median
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from inspector.sources.registry import PLAIN
 
 SOURCES = (PLAIN, "ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")
 """The sources ``bench --turns`` compares, plain decoding first."""
+REPEATING = ("agent-edits", "file-edits")
+"""The bundled conversations whose answers repeat earlier ones (``bench --turns agent-edits,file-edits``):
+an agent loop editing a function it wrote, and a file edited in several steps."""
 
 
 def memory_bytes(obj, _seen: set | None = None) -> int:
@@ -127,4 +130,56 @@ def format_turns_bench(result: dict) -> str:
                  "seen; same = the whole conversation's output equals plain decoding's, else the first generated "
                  "token that differs and the plain run's top-2 logit margin there (a near-tie that batch arithmetic "
                  "flips is well below 1 logit)")
+    return "\n".join(lines)
+
+
+def combine_turns_benches(results: Mapping[str, dict]) -> dict:
+    """Every source over several conversations (``run_turns_bench`` results by conversation name): per
+    source the tokens/s of all their decode time (generated tokens / decode seconds, summed), its
+    speedup over plain decoding's, windows, accepted and proposed tokens and mean accepted length
+    (1 + accepted / windows). JSON-ready: ``conversations`` (the names) and ``rows``."""
+    totals: dict[str, dict] = {}
+    for result in results.values():
+        for r in result["rows"]:
+            t = totals.setdefault(r["source"], {"generated": 0, "seconds": 0.0, "windows": 0, "accepted": 0.0,
+                                                "proposed": 0.0, "error": None})
+            if r["error"] or not r["decode_tokens_per_s"]:
+                t["error"] = t["error"] or r["error"] or "no decode time"
+                continue
+            t["generated"] += r["generated_tokens"]
+            t["seconds"] += r["generated_tokens"] / r["decode_tokens_per_s"]
+            accepted = (r["mean_accepted_length"] - 1) * r["windows"] if r["windows"] else 0.0
+            t["windows"] += r["windows"]
+            t["accepted"] += accepted
+            if r["acceptance_rate"]:
+                t["proposed"] += accepted / r["acceptance_rate"]
+    plain = totals.get(PLAIN)
+    plain_tps = plain["generated"] / plain["seconds"] if plain and plain["seconds"] else None
+    rows = []
+    for source, t in totals.items():
+        tps = t["generated"] / t["seconds"] if t["seconds"] else None
+        rows.append({"source": source, "decode_tokens_per_s": tps,
+                     "speedup_vs_plain": tps / plain_tps if tps and plain_tps else None,
+                     "windows": t["windows"], "accepted": round(t["accepted"]), "proposed": round(t["proposed"]),
+                     "mean_accepted_length": 1 + t["accepted"] / t["windows"] if t["windows"] else None,
+                     "error": t["error"]})
+    return {"conversations": list(results), "rows": rows}
+
+
+def format_combined(combined: dict) -> str:
+    """The table of ``combine_turns_benches``, the fastest source marked."""
+    rows = combined["rows"]
+    best = max((r["decode_tokens_per_s"] or 0 for r in rows), default=0)
+    lines = [f"all conversations ({', '.join(combined['conversations'])}): tokens/s over their summed decode time",
+             f"{'source':14s} {'tok/s':>7s} {'vs plain':>8s} {'windows':>7s} {'acc/prop':>9s} {'mean len':>8s}"]
+    for r in rows:
+        tps, sp, mal = r["decode_tokens_per_s"], r["speedup_vs_plain"], r["mean_accepted_length"]
+        line = (f"{r['source'][:14]:14s} {'n/a' if tps is None else f'{tps:.1f}':>7s} "
+                f"{'n/a' if sp is None else f'{sp:.2f}x':>8s} {r['windows']:7d} "
+                f"{str(r['accepted']) + '/' + str(r['proposed']):>9s} {'n/a' if mal is None else f'{mal:.2f}':>8s}")
+        if tps and tps == best:
+            line += "  fastest"
+        if r["error"]:
+            line += f"  error: {r['error']}"
+        lines.append(line)
     return "\n".join(lines)

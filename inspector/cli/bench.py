@@ -17,7 +17,7 @@ from inspector.bench.server_bench import SERVER_BENCH_CONFIGS, format_server_ben
 from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError, build_llama_server, find_llama_server
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_process import ServerError
-from inspector.bench.turns import format_turns_bench, run_turns_bench
+from inspector.bench.turns import combine_turns_benches, format_combined, format_turns_bench, run_turns_bench
 from inspector.bench.weights import bench_weights, format_weights
 from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runtime, read_text, strip_final_newline,
                                   weight_type)
@@ -35,7 +35,7 @@ from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError, bundled_model_path
 from inspector.llama.quantize import make_draft
 from inspector.llama.server_parity import server_context
-from inspector.prompts import DEFAULT_EXAMPLE, example_path, turns_path
+from inspector.prompts import DEFAULT_EXAMPLE, TURNS_EXAMPLES, example_path, turns_path
 from inspector.session.conversation import read_turns
 
 
@@ -230,9 +230,14 @@ def _bench_llama_server(args) -> int:
 
 
 def _bench_turns(args) -> int:
-    """``bench --turns FILE|NAME``: every source over the conversation (``inspector.bench.turns``)."""
+    """``bench --turns FILE|NAME[,NAME...]``: every source over each conversation (``inspector.bench.turns``);
+    several bundled names (e.g. ``agent-edits,file-edits``) give one table each on one cost model, then
+    every source over all of them."""
+    names = [n.strip() for n in args.turns.split(",")]
+    if len(names) < 2 or not all(n in TURNS_EXAMPLES for n in names):
+        names = [args.turns]  # one conversation: a bundled name or a file (whose name may hold a comma)
     try:
-        turns = read_turns(turns_path(args.turns))
+        conversations = {n: read_turns(turns_path(n)) for n in names}
     except ValueError as exc:
         return fail(str(exc), EXIT_USAGE)
     try:
@@ -240,17 +245,36 @@ def _bench_turns(args) -> int:
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
+    results = {}
     try:
+        first = next(iter(conversations.values()))
         print(f"measuring the cost model (k = 1..{args.k_max}, {args.repeats} repeats) ...", file=sys.stderr, flush=True)
-        cm = measure_cost_model(scheduler, runtime.prompt_tokens(turns[0])[:64], k_max=args.k_max, repeats=args.repeats)
-        progress = lambda i, n, label: print(f"[{i + 1}/{n}] {label} ...", file=sys.stderr, flush=True)  # noqa: E731
-        result = run_turns_bench(scheduler, turns, GenerationSettings(max_new_tokens=args.max_tokens), cm,
-                                 progress=progress)
+        cm = measure_cost_model(scheduler, runtime.prompt_tokens(first[0])[:64], k_max=args.k_max, repeats=args.repeats)
+        # The sources that decide on c(k) (suffix's adaptive length) read the stored one: this run's, unless
+        # disturbed (as bench stores it).
+        disturbed = cm.disturbed()
+        if disturbed:
+            print(f"warning: the cost model looks disturbed ({disturbed}); it is not stored: the sources use the "
+                  "one stored before, if any", file=sys.stderr, flush=True)
+        else:
+            store_cost_model(runtime.model_path, runtime.n_threads, cm, placement(runtime))
+        for name, turns in conversations.items():
+            progress = lambda i, n, label, c=name: print(f"[{c} {i + 1}/{n}] {label} ...", file=sys.stderr,  # noqa: E731
+                                                        flush=True)
+            results[name] = run_turns_bench(scheduler, turns, GenerationSettings(max_new_tokens=args.max_tokens), cm,
+                                            progress=progress)
     except EngineError as exc:
         return fail(str(exc))
     finally:
         runtime.close()
-    _print_result(format_turns_bench(result), result, args.json)
+    if len(results) == 1:
+        (result,) = results.values()
+        _print_result(format_turns_bench(result), result, args.json)
+        return 0
+    combined = combine_turns_benches(results)
+    text = "\n\n".join([f"conversation {n}:\n{format_turns_bench(r)}" for n, r in results.items()]
+                       + [format_combined(combined)])
+    _print_result(text, {"conversations": results, "all": combined}, args.json)
     return 0
 
 

@@ -25,7 +25,6 @@ from inspector.bounded_read import BoundedReadError, read_bounded_text
 from inspector.engine.stats import summarize_receipts
 from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
 from inspector.session.document import record_document
-from inspector.session.record import SessionRecord
 from inspector.session.record_files import record_from_document
 
 TURN_SEPARATOR = "---"

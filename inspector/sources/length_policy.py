@@ -50,22 +50,38 @@ def expected_committed(p: float, m: int) -> float:
     return (1.0 - p ** (m + 1)) / (1.0 - p)
 
 
+def best_cut(reach, relative_cost, min_gain: float = 1.0) -> tuple[int, float]:
+    """The proposal length m in 1..len(reach) that commits the most tokens per unit of cost, and that
+    rate: (1 + reach[0] + ... + reach[m - 1]) / relative_cost(m + 1), the expected committed tokens
+    (accepted ones, then the correction or the bonus token) over the window's cost in plain steps.
+    ``reach[i]``: the probability that proposal tokens 1..i + 1 are all accepted; ``relative_cost(k)``:
+    c(k) / c(1) for a window of k rows. (0, ``min_gain``) when no m beats a plain step (rate 1) by more
+    than ``min_gain``."""
+    best_m, best = 0, min_gain
+    committed = 1.0
+    for m, r in enumerate(reach, 1):
+        committed += r
+        v = committed / relative_cost(m + 1)
+        if v > best:
+            best_m, best = m, v
+    return best_m, best
+
+
 def best_length(p: float, r: float, cap: int, min_gain: float = 1.0, costs=None) -> int:
     """The m in 1..cap maximizing E(m) / cost(m + 1 rows), or 0 when no m beats a
-    plain step by more than ``min_gain`` (tokens per unit cost, plain = 1).
+    plain step by more than ``min_gain`` (tokens per unit cost, plain = 1): ``best_cut``
+    with each token accepted with probability ``p`` after its predecessors.
 
     ``costs``: measured relative costs, ``costs[k-1]`` = c(k) / c(1) for k rows
     (a ``CostModel``'s ``row_ms`` divided by its first entry); rows beyond the
     table and the default use the linear model 1 + r * (k - 1).
     """
-    best_m, best = 0, min_gain
-    for m in range(1, cap + 1):
-        rows = m + 1
-        cost = costs[rows - 1] if costs is not None and rows <= len(costs) else 1.0 + r * m
-        v = expected_committed(p, m) / cost
-        if v > best:
-            best_m, best = m, v
-    return best_m
+    return best_cut([p ** m for m in range(1, cap + 1)], lambda rows: relative_cost(rows, r, costs), min_gain)[0]
+
+
+def relative_cost(rows: int, r: float, costs=None) -> float:
+    """c(rows) / c(1): ``costs[rows - 1]`` when the table covers ``rows``, else 1 + ``r`` * (rows - 1)."""
+    return costs[rows - 1] if costs is not None and rows <= len(costs) else 1.0 + r * (rows - 1)
 
 
 def robust_costs(row_ms) -> list[float]:
@@ -148,19 +164,42 @@ class CostAwareLength:
         return self._ratio
 
     def length(self, match_length: int, cap: int) -> int:
-        """Tokens to propose (0..cap) after a match of ``match_length`` tokens."""
-        self._queries += 1
+        """Tokens to propose (0..cap) after a match of ``match_length`` tokens (one ``query``)."""
+        self.query()
         if cap <= 0:
             return 0
-        p = self.counts[bucket_of(match_length)].p(self._queries)
-        return best_length(p, self._ratio, cap, self.min_gain, self.row_costs)
+        return best_length(self.acceptance(match_length), self._ratio, cap, self.min_gain, self.row_costs)
+
+    def query(self) -> None:
+        """Count one question asked of the policy: observed counts fade toward the prior per query."""
+        self._queries += 1
+
+    def acceptance(self, match_length: int) -> float:
+        """p: the estimated probability that a proposal token after a match of ``match_length`` tokens is
+        accepted given the ones before it were (its bucket's prior and its receipts, faded by the queries
+        since they came)."""
+        return self.counts[bucket_of(match_length)].p(self._queries)
+
+    def relative_cost(self, rows: int) -> float:
+        """c(rows) / c(1): the measured table (noise removed, ``robust_costs``) where it covers ``rows``,
+        else the linear model with the current row cost ratio."""
+        return relative_cost(rows, self._ratio, self.row_costs)
 
     def observe(self, match_length: int, proposed: int, accepted: int, mismatched: bool,
-                rows: int, verification_us: float) -> None:
+                rows: int, verification_us: float, growing: bool = False) -> None:
         """Learn from one receipt: ``accepted`` of ``proposed`` tokens, ``mismatched``
         when a proposal token was rejected (not when generation merely stopped),
-        and the window's verification time for ``rows`` rows (microseconds)."""
-        self.counts[bucket_of(match_length)].add(accepted, 1.0 if mismatched else 0.0, self._queries)
+        and the window's verification time for ``rows`` rows (microseconds).
+        ``growing``: proposal token i (from 0) followed a match of ``match_length`` + i
+        tokens (the match grows with each accepted token): each token is counted in its
+        own bucket, else all in the bucket of ``match_length``."""
+        if growing:
+            for i in range(accepted):
+                self.counts[bucket_of(match_length + i)].add(1.0, 0.0, self._queries)
+            if mismatched:
+                self.counts[bucket_of(match_length + accepted)].add(0.0, 1.0, self._queries)
+        else:
+            self.counts[bucket_of(match_length)].add(accepted, 1.0 if mismatched else 0.0, self._queries)
         if self.fixed_ratio is None and verification_us > 0:
             self._timings.append((rows, float(verification_us)))
             self._refit()

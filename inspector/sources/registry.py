@@ -41,6 +41,7 @@ from inspector.sources.draft import REASONS as draft_reasons
 from inspector.sources.ngram import REASONS as ngram_reasons
 from inspector.sources.replay import REASONS as replay_reasons
 from inspector.sources.scripted import REASONS as scripted_reasons
+from inspector.sources.suffix import LENGTHS as suffix_lengths
 from inspector.sources.suffix import REASONS as suffix_reasons
 
 ENTRY_POINT_GROUP = "spec_inspector.sources"
@@ -280,7 +281,8 @@ for _module in (llama_ngram_map, llama_ngram_mod, llama_ngram_cache):
 
 SUFFIX = SourceDescriptor("suffix", (
     Option("max_tree_depth", "int", 24, "longest match plus proposal (tokens): the depth of the suffix trees "
-           "(vLLM suffix_decoding_max_tree_depth)", minimum=2, maximum=64),
+           "(vLLM suffix_decoding_max_tree_depth; arctic-inference's default is 64, which lets long matches "
+           "propose more at a draft max of 16)", minimum=2, maximum=64),
     Option("max_spec_factor", "float", 1.0, "propose at most this many tokens per matched token "
            "(vLLM suffix_decoding_max_spec_factor)", minimum=0.0, maximum=64.0, step=0.25),
     Option("max_spec_offset", "float", 0.0, "tokens added to max spec factor x match length (arctic-inference "
@@ -294,14 +296,25 @@ SUFFIX = SourceDescriptor("suffix", (
     Option("memory_file", "path", "", "load the memory of earlier outputs from this JSON file and save it back "
            "after each run (empty: this session only)",
            placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)"),
-), help="suffix decoding: the most frequent continuation of the longest suffix match in the prompt, the output "
-        "and earlier requests' outputs", capabilities=frozenset({"settings", "close"}), reasons=suffix_reasons)
+    Option("length", "choice", "adaptive", "which candidate, how long, and whether to propose at all",
+           choices=suffix_lengths),
+    Option("row_costs", default=None, convert=_row_costs, control=False,
+           help="adaptive length: linear, or ms per batch of 1, 2, ... rows (\"a,b,c\"); default: the stored "
+                "cost model"),
+), help="suffix decoding: the most frequent continuation of a suffix match in the prompt, the output and earlier "
+        "requests' outputs, proposed when it is expected to pay on the measured verify cost",
+    capabilities=frozenset({"settings", "close"}), reasons=suffix_reasons)
 
 
 def _suffix(ctx: SourceContext, **options) -> ProposalSource:
     """Options are checked with ``SUFFIX``; the memory lives in ``ctx.memory`` (a broken memory
-    file raises ``ValueError`` naming it)."""
+    file raises ``ValueError`` naming it). ``row_costs`` as for ``ngram``: by default the context's
+    (the stored cost model), ``"linear"``: none."""
     o = SUFFIX.with_defaults(options)
+    if o["row_costs"] is None:
+        o["row_costs"] = list(ctx.row_costs) if ctx.row_costs else None
+    elif o["row_costs"] == "linear":
+        o["row_costs"] = None
     return SuffixSource(memory_for(ctx.memory, o["memory_file"], ctx.runtime), **o)
 
 

@@ -467,7 +467,3 @@ class CompareView(QWidget):
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
         self.error_box = box
-
-    def show_error(self, title: str, message: str) -> None:
-        """A warning box over the Compare window (window-modal, not blocking; kept in ``error_box``)."""
-        self._error(title, message)
