@@ -187,6 +187,8 @@ def test_a_replayed_conversation_has_the_windows_of_the_real_one_in_every_turn_t
     result = run_compare(scheduler, [], [CompareConfig("plain", "none", 0), CompareConfig("s", "suffix", 8, options)],
                          GenerationSettings(max_new_tokens=40), turns=turns, keep_runs=True)
     plain, real = result.runs
+    assert result.rows[0].warm == ""  # plain decoding remembers nothing; suffix remembers turn 1 from turn 2
+    assert result.rows[1].warm.startswith("turns 2-3 began warm (turn 3: "), result.rows[1].warm
     recs = [Recording(tuple(g.tokens[:g.prompt_token_count]), tuple(g.generated), 40, runtime.n_batch,
                       runtime.n_ctx, runtime.is_eog) for g in plain.generations]
     replayed = replay_turns("suffix", options, 8, recs, CostModel((10.0,)))

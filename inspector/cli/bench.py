@@ -9,8 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from inspector.bench.compare import (CompareConfig, default_configs, format_compare, parse_config, run_compare,
-                                     write_compare_csv, write_compare_json)
+from inspector.bench.compare import CompareConfig, default_configs, parse_config, run_compare
+from inspector.bench.compare_result import format_compare, write_compare_csv, write_compare_json
 from inspector.bench.rpc import bench_rpc, format_rpc
 from inspector.bench.run import TASKS, format_bench, run_bench
 from inspector.bench.server_bench import SERVER_BENCH_CONFIGS, format_server_bench, server_bench, weight_form_speedup

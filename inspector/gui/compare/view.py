@@ -48,8 +48,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.bench.compare import (PLAIN, CompareConfig, CompareResult, default_configs, write_compare_csv,
-                                     write_compare_json)
+from inspector.bench.compare import PLAIN, CompareConfig, CompareResult, default_configs
+from inspector.bench.compare_result import write_compare_csv, write_compare_json
 from inspector.gui.compare.configs import CompareConfigsPanel
 from inspector.gui.look.table_copy import install_row_copy
 
@@ -357,8 +357,14 @@ class CompareView(QWidget):
                     it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if col == 0:
                     it.setForeground(QBrush(QColor(COLORS[i % len(COLORS)])))
-                    if turns_tip:
-                        it.setToolTip(turns_tip)
+                    tip = "\n".join(x for x in (turns_tip, r.warm and f"warm: {r.warm}: its source remembered "
+                                                 "earlier requests, so this is no cold run") if x)
+                    if tip:
+                        it.setToolTip(tip)
+                    if r.warm:  # italic: a warm row (the tooltip says what it remembered)
+                        font = it.font()
+                        font.setItalic(True)
+                        it.setFont(font)
                 if r.error:
                     it.setToolTip(r.error + (f"\n{turns_tip}" if col == 0 and turns_tip else ""))
                     it.setBackground(QBrush(QColor("#ffebee")))
