@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from inspector.bench.compare import CompareConfig, run_compare
+from inspector.engine.receipt import PREFILL, STEP
 from inspector.sources.registry import PLAIN
 
 SOURCES = (PLAIN, "ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")
@@ -50,7 +51,16 @@ def memory_bytes(obj, _seen: set | None = None) -> int:
     return size
 
 
-def _divergence(plain, run, plain_margins: list[float]) -> dict | None:
+def plain_token_margins(generations) -> list[float | None]:
+    """The top-2 logit margin (logits) of each token plain decoding generated, turn after turn: the first
+    token of a turn comes from its prefill's last row (the ``prefill`` event), every later one from a
+    one-token ``step`` (each event's probability figures; None where they were not kept). Indexed like
+    the conversation's generated tokens."""
+    return [e.probabilities.margin[0] if e.probabilities is not None else None
+            for g in generations for e in g.events if e.kind in (PREFILL, STEP) and e.token is not None]
+
+
+def _divergence(plain, run, plain_margins: list[float | None]) -> dict | None:
     """Where ``run``'s conversation output first differs from plain decoding's: the generated-token
     ``index`` and the plain run's top-2 logit ``plain_margin`` there (its step's probability figures;
     None when they were not kept), or None when one output is a prefix of the other."""
@@ -69,8 +79,7 @@ def run_turns_bench(scheduler, turns: Sequence[str], settings, cost_model, sourc
     result = run_compare(scheduler, [], configs, settings, cost_model=cost_model, progress=progress, turns=turns,
                          keep_runs=True)
     plain = result.runs[0] if result.runs and sources and sources[0] == PLAIN else None
-    plain_margins = [e.probabilities.margin[0] for g in (plain.generations if plain is not None else ())
-                     for e in g.events if e.kind == "step" and e.probabilities is not None]
+    plain_margins = plain_token_margins(plain.generations if plain is not None else ())
     rows = []
     for row, run in zip(result.rows, result.runs):
         s = row.summary
