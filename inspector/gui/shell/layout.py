@@ -100,6 +100,10 @@ def build_ui(win) -> None:
     win.tabs.addTab(win.stats, "Statistics")
     win.tabs.addTab(win.event_log, "Event log")
     win.tabs.addTab(win.cost_view, "Cost model")
+    # The one place a view is registered: ``session_views`` are shown the session (``set_session``);
+    # ``tab_views`` are redrawn only while their tab is shown (and all of them by ``refresh_all``).
+    win.session_views = (win.token_view, win.window_detail, win.timeline, win.lock_plots, win.stats, win.event_log)
+    win.tab_views = (win.transcript, win.timeline, win.lock_plots, win.stats, win.event_log, win.cost_view)
     win.token_view.windowClicked.connect(win.show_window)
     win.tabs.currentChanged.connect(lambda _i: win.tabs.currentWidget().refresh())
 

@@ -290,7 +290,7 @@ class MainWindow(QMainWindow):
         else:  # the file's settings, read only (``set_state`` disables the inputs)
             self.panel.show_saved(session.settings, session.prompt_text, session.model_name, session.model_weights,
                                   session.header.model.get("llama_cpp") if session.header is not None else None)
-        for v in (self.token_view, self.window_detail, self.timeline, self.lock_plots, self.stats, self.event_log):
+        for v in self.session_views:
             v.set_session(session)
         if session.origin == "live" and self.model_info is not None:
             self.model_line.show(self.model_info)
@@ -302,7 +302,7 @@ class MainWindow(QMainWindow):
         self.token_view.refresh()
         self.window_detail.refresh()
         current = self.tabs.currentWidget()
-        for v in (self.transcript, self.timeline, self.lock_plots, self.stats, self.event_log, self.cost_view):
+        for v in self.tab_views:
             if v is current or not self.isVisible():
                 v.refresh()
         s = self.session
@@ -327,7 +327,7 @@ class MainWindow(QMainWindow):
     def refresh_all(self) -> None:
         """Redraw every view now (tests and export)."""
         self.redraw()
-        for v in (self.transcript, self.timeline, self.lock_plots, self.stats, self.event_log, self.cost_view):
+        for v in self.tab_views:
             v.refresh()
 
     def show_window(self, w: int) -> None:
