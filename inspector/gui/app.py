@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 def create_window(runtime=None, **kwargs):
     """Make the ``MainWindow`` (a ``QApplication`` must exist). ``runtime``: an
     already-loaded ``LlamaRuntime`` to reuse instead of loading one."""
-    from inspector.gui.shell.main_window import MainWindow
+    from inspector.gui.shell.main_window import MainWindow  # the window's modules load with the window, not at --help
 
     return MainWindow(runtime, **kwargs)
 

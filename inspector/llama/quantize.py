@@ -49,7 +49,7 @@ def make_draft(target: str | os.PathLike, qtype: str = "Q4_0", out_dir: str | os
         return out
     import llama_cpp  # llama.cpp loads only when a conversion runs
 
-    from inspector.llama.native import init_backend
+    from inspector.llama.native import init_backend  # (it loads llama.cpp too)
 
     init_backend()
     params = llama_cpp.llama_model_quantize_default_params()

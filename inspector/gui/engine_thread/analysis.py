@@ -15,10 +15,17 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from inspector.bench.compare import run_compare
 from inspector.bench.server_build import SERVER_BUILD_MINUTES, find_llama_server
 from inspector.bench.server_compare import compare_with_llama_server
+from inspector.engine import RuntimeScheduler
 from inspector.engine.errors import EngineError, RequestCancelled
 from inspector.engine.settings import GenerationSettings
+from inspector.llama.cost_cache import placement, store_cost_model
+from inspector.llama.cost_model import measure_cost_model
+from inspector.llama.model_file import weight_types_of
+from inspector.llama.quantize import weight_form
+from inspector.llama.runtime import LlamaRuntime
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +153,6 @@ class AnalysisWorker(QObject):
     @Slot(object)
     def measure_cost(self, req: CostRequest) -> None:
         """Measure c(k), k = 1..``req.k_max`` (``measure_cost_model``, under the runtime lock)."""
-        from inspector.llama.cost_cache import placement, store_cost_model
-        from inspector.llama.cost_model import measure_cost_model
-
         if not self._ready("cost"):
             return
         rt = self.engine.runtime
@@ -169,13 +173,6 @@ class AnalysisWorker(QObject):
     def measure_layouts(self, req: LayoutsRequest) -> None:
         """c(k) of the loaded model and of its other weight layouts (``inspector.llama.quantize.weight_form``):
         each converted file is loaded on its own (one KV sequence, the same threads), measured, and closed."""
-        from inspector.engine import RuntimeScheduler
-        from inspector.llama.cost_cache import placement, store_cost_model
-        from inspector.llama.cost_model import measure_cost_model
-        from inspector.llama.model_file import weight_types_of
-        from inspector.llama.quantize import weight_form
-        from inspector.llama.runtime import LlamaRuntime
-
         if not self._ready("layouts"):
             return
         rt = self.engine.runtime
@@ -210,9 +207,6 @@ class AnalysisWorker(QObject):
         """Run every configuration one after the other (``inspector.bench.compare.run_compare``), on the
         prompt or, with ``req.turns``, over the conversation (each row sums its turns); the result keeps
         each row's run (``CompareResult.runs``). A cancellation keeps the rows that finished."""
-        from inspector.bench.compare import run_compare
-        from inspector.engine.errors import RequestCancelled
-
         if not self._ready("compare"):
             return
         try:

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import gc
 
+from inspector.receipts import ReceiptsFileError, load_document
+from inspector.receipts.document import is_conversation, version_note
+from inspector.session.conversation import records_of_conversation
 from inspector.session.record import SessionRecord
 from inspector.session.record_files import record_from_autosave, record_from_document
 
@@ -24,11 +27,6 @@ def read_session(path: str) -> tuple[SessionRecord | None, str, str, object]:
     gives its ``Conversation`` (``inspector.session.conversation.records_of_conversation``) and its
     last turn as the session; else ``conversation`` is None.
     Safe on any thread (no Qt)."""
-    from inspector.receipts import ReceiptsFileError, load_document
-    from inspector.receipts.document import version_note
-    from inspector.receipts.document import is_conversation
-    from inspector.session.conversation import records_of_conversation
-
     # The load makes millions of objects: with the cyclic GC on, its full collections
     # (a second each, holding the GIL) would freeze the GUI thread. The records hold no
     # cycles, so the GC waits; afterwards they move to the permanent generation

@@ -18,6 +18,8 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QStandardPaths, Signal
 
+from inspector.receipts.autosave import AutosaveWriter
+
 AUTOSAVE_KEEP = 20
 """Autosave files kept in the folder (older ones are deleted)."""
 
@@ -35,8 +37,6 @@ def open_autosave(folder: Path, header: dict):
     """A new ``inspector.receipts.autosave.AutosaveWriter`` in ``folder`` (the window's
     naming: ``run-<date>-<time>-<ms>.jsonl``), after deleting all but the newest
     ``AUTOSAVE_KEEP`` - 1 autosave files there. Raises ``OSError``."""
-    from inspector.receipts.autosave import AutosaveWriter
-
     folder.mkdir(parents=True, exist_ok=True)
     files = sorted(folder.glob("run-*.jsonl"))
     for old in files[: max(0, len(files) - AUTOSAVE_KEEP + 1)]:
