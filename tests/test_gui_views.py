@@ -396,6 +396,11 @@ def test_the_timelines_profit_line_ends_at_the_runs_net_balance_after_its_last_w
     assert list(t.profit.xData) == sorted(r.decode_step for r in s.receipts)
     assert abs(t.profit.yData[-1] - net / 1000) < 1e-6
     assert "plain steps of this run" in t.profit_plot.toolTip()
+    t.resize(600, 260)  # a small screen: the KV plot keeps its room, the profit plot hides
+    t.show()
+    qtbot.waitUntil(lambda: t.profit_plot.isHidden())
+    t.resize(600, 700)
+    qtbot.waitUntil(lambda: not t.profit_plot.isHidden())
 
 
 def test_a_short_kv_plot_hides_its_legend_so_the_data_stays_visible(qtbot, engine_session):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from inspector.engine.no_proposal import reason_code
@@ -77,8 +78,11 @@ LANE_AXIS_PX = 78
 """Width of both plots' left axes (pixels): room for a reason code, and the x axes line up."""
 LANE_ROW_PX = 14
 """Height of one reason row (pixels)."""
-PROFIT_PX = 96
+PROFIT_PX = 84
 """Height of the cumulative profit plot (pixels)."""
+KV_MIN_PX = 180
+"""The KV plot's least height (pixels) beside the profit plot: a shorter timeline (a small screen) hides the
+profit plot (Statistics and the plot's tooltip keep the run's balance)."""
 
 
 class Timeline(QWidget):
@@ -119,6 +123,7 @@ class Timeline(QWidget):
         self.prefill = self.plot.plot([], [], pen=None, symbol="star", symbolSize=13, symbolBrush="#e65100",
                                       symbolPen=None, name="prefill → first token")
         lay.addWidget(self.plot)
+        self.plot.installEventFilter(self)  # the legend follows the plot's own height (``eventFilter``)
         # Why no window: the plain steps by reason, on the KV plot's decode-step axis (issue 28).
         self.lane = pg.PlotWidget(background="w")
         self.lane.setXLink(self.plot)
@@ -145,6 +150,8 @@ class Timeline(QWidget):
                                             symbolBrush="#2e7d32", symbolPen=None)
         self.profit_plot.setFixedHeight(PROFIT_PX)
         self.profit_plot.hide()
+        self.profit_ready = False
+        """The profit line has data (a window and a c(1)); shown when there is room (``fit_profit``)."""
         lay.addWidget(self.profit_plot)
         for axis in (self.plot.getAxis("left"), self.lane.getAxis("left"), self.profit_plot.getAxis("left")):
             axis.setWidth(LANE_AXIS_PX)  # the same left edge: a lane mark sits under its decode step
@@ -221,10 +228,20 @@ class Timeline(QWidget):
         return steps, plain
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        """A short plot (a small screen) keeps its data visible: the legend hides, its entries stay in
-        the plot's tooltip."""
         super().resizeEvent(event)
-        self.legend.setVisible(self.plot.height() >= LEGEND_MIN_PLOT_PX)
+        self.fit_profit()
+
+    def fit_profit(self) -> None:
+        """Show the profit plot when it has data and leaves the KV plot ``KV_MIN_PX``."""
+        lane = self.lane.height() if not self.lane.isHidden() else 0
+        self.profit_plot.setVisible(self.profit_ready and self.height() - lane - PROFIT_PX >= KV_MIN_PX)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        """A short KV plot (a small screen, or the lane and the profit plot shown under it) keeps its data
+        visible: the legend hides, its entries stay in the plot's tooltip."""
+        if watched is self.plot and event.type() == QEvent.Type.Resize:
+            self.legend.setVisible(self.plot.height() >= LEGEND_MIN_PLOT_PX)
+        return False
 
     def reason_steps(self) -> list[tuple[int, str]]:
         """(decode step, reason code) of each plain step drawn (``decode_steps``' plain steps, in order)."""
@@ -304,7 +321,8 @@ class Timeline(QWidget):
         lost against plain decoding of their tokens at ``c(1)`` (``profit_c1``), in milliseconds."""
         c1, source = self.profit_c1()
         receipts = s.receipts
-        self.profit_plot.setVisible(bool(receipts) and c1 is not None)
+        self.profit_ready = bool(receipts) and c1 is not None
+        self.fit_profit()
         if not receipts or c1 is None:
             self.profit_plot.setToolTip(f"cumulative profit: {source}")
             return
