@@ -20,7 +20,7 @@ from inspector.cli.common import EXIT_ERROR, EXIT_GENERATION_ERROR, UserError
 from inspector.cli.interrupt import Interrupted, end_interrupted, interrupted_line, signals_held
 from inspector.engine import FaultPlan, RuntimeScheduler
 from inspector.engine.errors import EngineError
-from inspector.prompts import turns_path
+from inspector.prompts import TURNS_EXAMPLES, turns_path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.run_output import StreamPrinter, drive_run, format_reasons, format_summary, turn_heading
 from inspector.session.conversation import Conversation, conversation_document, read_turns
@@ -29,7 +29,8 @@ from inspector.session.run import RunRefused, RunRequest, SessionRun
 from inspector.session.transcript import message_text
 
 TURNS_HELP = ("a turns file (user messages separated by lines holding only ---, or a JSON list) or a bundled one "
-              "(agent-edits); each turn's prompt is the chat so far, and sources keep their memory across turns")
+              f"({', '.join(TURNS_EXAMPLES)}); each turn's prompt is the chat so far, and sources keep their memory "
+              "across turns")
 
 
 def add_turns_argument(parser, command: str) -> None:
