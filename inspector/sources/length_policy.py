@@ -185,6 +185,13 @@ class CostAwareLength:
         else the linear model with the current row cost ratio."""
         return relative_cost(rows, self._ratio, self.row_costs)
 
+    def observe_receipt(self, match_length: int, receipt, growing: bool = False) -> None:
+        """``observe`` with a ``WindowReceipt``'s figures: proposal and accepted token counts, whether it
+        ended at a ``first_mismatch``, its verification rows and time (microseconds)."""
+        self.observe(match_length, receipt.proposal_token_count, receipt.accepted_proposal_tokens,
+                     receipt.disposition == "first_mismatch", receipt.verification_rows,
+                     receipt.verification_elapsed_us, growing=growing)
+
     def observe(self, match_length: int, proposed: int, accepted: int, mismatched: bool,
                 rows: int, verification_us: float, growing: bool = False) -> None:
         """Learn from one receipt: ``accepted`` of ``proposed`` tokens, ``mismatched``

@@ -127,9 +127,7 @@ class NgramSource:
         match = self._pending.pop(receipt.decision_id, None)
         if match is None:
             return
-        self.policy.observe(match, receipt.proposal_token_count, receipt.accepted_proposal_tokens,
-                            receipt.disposition == "first_mismatch", receipt.verification_rows,
-                            receipt.verification_elapsed_us)
+        self.policy.observe_receipt(match, receipt)
 
     def discard(self, decision_id: bytes, reason: str) -> None:
         """Nothing to roll back; forget the pending decision."""

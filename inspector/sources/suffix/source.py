@@ -256,9 +256,7 @@ class SuffixSource:
         match = self._pending.pop(receipt.decision_id, None)
         if match is None:
             return
-        self.policy.observe(match, receipt.proposal_token_count, receipt.accepted_proposal_tokens,
-                            receipt.disposition == "first_mismatch", receipt.verification_rows,
-                            receipt.verification_elapsed_us, growing=True)
+        self.policy.observe_receipt(match, receipt, growing=True)
 
     def discard(self, decision_id: bytes, reason: str) -> None:
         """Nothing to roll back; forget the pending decision."""
