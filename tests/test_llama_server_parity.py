@@ -15,7 +15,8 @@ import pytest
 from inspector import asset_path
 from inspector.bench.compare import CompareConfig, run_compare
 from inspector.bench.server_process import free_port
-from inspector.bench.server_compare import compare_with_llama_server, server_counted_accepted
+from inspector.bench.server_compare import compare_with_llama_server
+from inspector.llama.server_parity import server_counted_accepted
 from inspector.engine import Generation, GenerationSettings
 from inspector.llama.quantize import make_draft
 from inspector.prompts import EXAMPLES, example_prompt

@@ -28,7 +28,7 @@ from statistics import median
 from typing import Callable, Sequence
 
 from inspector.bench.compare import PLAIN, CompareConfig, parse_config, registry_source_factory
-from inspector.bench.server_compare import server_counted_accepted
+from inspector.llama.server_parity import server_counted_accepted
 from inspector.bench.server_process import LlamaServerProcess, ServerError
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.llama.server_parity import server_context

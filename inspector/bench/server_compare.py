@@ -33,6 +33,7 @@ from inspector.engine.baseline import first_difference, top2_after
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.sources.server_flags import NoServerEquivalent, server_arguments, server_notes
+from inspector.llama.server_parity import ours_accepted_per_position, server_counted_accepted
 
 
 @dataclass(frozen=True)
@@ -107,34 +108,6 @@ def _trim(counts: Sequence[int]) -> tuple[int, ...]:
     while out and out[-1] == 0:
         out.pop()
     return tuple(out)
-
-
-def server_counted_accepted(receipt, is_eog: Callable[[int], bool]) -> int:
-    """The proposal tokens of ``receipt`` llama-server counts as accepted (``draft_n_accepted``).
-
-    The same tokens are committed either way; only the count differs: a proposal token the target
-    predicted that is end-of-generation, with more proposal tokens after it, ends llama-server's
-    accepting walk as the target's own token (llama.cpp 0c1e570 ``common/sampling.cpp``,
-    ``common_sampler_sample_and_accept_n``), where our receipt counts it accepted (SPEC step 5)."""
-    n = receipt.accepted_proposal_tokens
-    ids = receipt.proposal_token_ids
-    if 0 < n < len(ids) and is_eog(ids[n - 1]):
-        return n - 1
-    return n
-
-
-def ours_accepted_per_position(receipts, is_eog: Callable[[int], bool] = lambda t: False) -> tuple[int, ...]:
-    """Accepted proposal tokens per proposal position 0.. over ``receipts`` (``WindowReceipt``s),
-    counted as llama-server counts them (``server_counted_accepted``): position i counts the windows
-    whose first i+1 proposal tokens were accepted, as its ``spec_decode_num_accepted_tokens_per_pos``."""
-    counts: list[int] = []
-    for r in receipts:
-        n = server_counted_accepted(r, is_eog)
-        if len(counts) < n:
-            counts.extend([0] * (n - len(counts)))
-        for i in range(n):
-            counts[i] += 1
-    return tuple(counts)
 
 
 def is_url(target: str) -> bool:

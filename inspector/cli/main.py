@@ -2,6 +2,7 @@
 
 ``spec-inspector``            opens the inspector window (GUI).
 ``spec-inspector run ...``    runs speculative decoding headless and writes receipts (``inspector.cli.run``).
+``spec-inspector serve``      serves llama-server's HTTP API, every request recorded (``inspector.cli.serve``).
 ``spec-inspector view FILE``  prints the summary of a receipts file (``inspector.cli.view``).
 ``spec-inspector make-draft`` re-quantizes a model into a draft model.
 ``spec-inspector trace FILE -o OUT`` writes a Chrome trace (Perfetto) of a receipts file.
@@ -29,6 +30,7 @@ from inspector.cli.interrupt import Interrupted, install_interrupt_handlers
 from inspector.cli.paths import OutputPathError, check_outputs
 from inspector.cli.rpc_server import cmd_rpc_server
 from inspector.cli.run import add_run_command, cmd_run
+from inspector.cli.serve import add_serve_command, cmd_serve
 from inspector.cli.tune import add_tune_command, cmd_tune
 from inspector.cli.view import add_view_commands, cmd_trace, cmd_view
 from inspector.llama.model_file import ModelFileError, bundled_model_path
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     add_run_command(sub)
+    add_serve_command(sub)
     add_view_commands(sub)
     add_bench_commands(sub)
     add_flags_command(sub)
@@ -99,7 +102,7 @@ def cmd_gui(argv: list[str]) -> int:
 HANDLERS = {
     "run": cmd_run, "view": cmd_view, "make-draft": cmd_make_draft, "trace": cmd_trace, "bench": cmd_bench,
     "compare": cmd_compare, "rpc-server": cmd_rpc_server, "devices": cmd_devices, "flags": cmd_flags,
-    "tune": cmd_tune,
+    "tune": cmd_tune, "serve": cmd_serve,
 }
 """Each command's function: ``cmd(args) -> exit status``."""
 COMMANDS = tuple(HANDLERS)

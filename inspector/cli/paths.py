@@ -18,7 +18,7 @@ from pathlib import Path
 from inspector.prompts import turns_path
 
 OUTPUTS = (("receipts", "--receipts"), ("autosave", "--autosave"), ("json", "--json"), ("csv", "--csv"),
-           ("out", "-o/--out"))
+           ("out", "-o/--out"), ("session", "--session"))
 """``(args attribute, option name)`` of every file output (``make-draft --out`` is a folder: not here)."""
 
 INPUTS = (("prompt_file", "--prompt-file"), ("turns", "--turns"), ("replay", "--replay"),

@@ -11,16 +11,21 @@ from inspector.cli.ranges import setting
 from inspector.engine.settings import PENALTY_DEFAULTS, PENALTY_FIELDS, SEED_MAX, SamplingSettings, sampling_settings
 
 
-def add_sampling_flags(p: argparse.ArgumentParser, title: str = "sampling (default greedy)") -> None:
-    """Add the sampling flags to ``p`` as one argument group ``title``; ``sampling_from_args`` reads them."""
+def add_sampling_flags(p: argparse.ArgumentParser, title: str = "sampling (default greedy)",
+                       server_defaults: bool = False) -> None:
+    """Add the sampling flags to ``p`` as one argument group ``title``; ``sampling_from_args`` reads them.
+    ``server_defaults``: llama-server's defaults (temperature 0.8, a random seed: ``serve``), not greedy."""
     s = p.add_argument_group(title)
-    s.add_argument("--temperature", type=setting("temperature", float), default=0.0,
-                   help="<= 0 = greedy, as in llama.cpp [0; llama-server's --temp: 0.8]")
+    temp_default, seed_default = (0.8, -1) if server_defaults else (0.0, 0)
+    temp_help = "[0.8, llama-server's]" if server_defaults else "[0; llama-server's --temp: 0.8]"
+    s.add_argument("--temperature", "--temp", type=setting("temperature", float), default=temp_default,
+                   help=f"<= 0 = greedy, as in llama.cpp {temp_help}")
     s.add_argument("--top-k", type=setting("top_k", int), default=40, help="<= 0 = no top-k limit, as in llama.cpp [40]")
     s.add_argument("--top-p", type=setting("top_p", float), default=0.95, help="0..1; 0 or 1 = no top-p stage [0.95]")
     s.add_argument("--min-p", type=setting("min_p", float), default=0.05, help="0..1; 0 or 1 = no min-p stage [0.05]")
-    s.add_argument("--seed", type=setting("seed", int), default=0,
-                   help=f"0..{SEED_MAX}; -1 = a random seed (llama.cpp's), drawn and recorded in the receipts [0]")
+    s.add_argument("--seed", type=setting("seed", int), default=seed_default,
+                   help=f"0..{SEED_MAX}; -1 = a random seed (llama.cpp's), drawn and recorded in the receipts "
+                        f"[{seed_default}]")
     last_n = PENALTY_DEFAULTS["repeat_last_n"]
     s.add_argument("--repeat-penalty", type=setting("repeat_penalty", float), default=None, metavar="N",
                    help="llama.cpp --repeat-penalty: a positive logit of a token seen in the last --repeat-last-n "

@@ -67,6 +67,7 @@ class Generation:
         session_id: int | None = None,
         faults: FaultPlan | None = None,
         observer: GenerationObserver | None = None,
+        kv_reuse: int = 0,
     ) -> None:
         if not prompt_tokens:
             raise ValueError("the prompt is empty: expected at least 1 token, observed 0")
@@ -80,6 +81,10 @@ class Generation:
         self.observer = observer or GenerationObserver()
         self.tokens: list[int] = list(prompt_tokens)
         self.prompt_token_count = len(self.tokens)
+        if not 0 <= kv_reuse < self.prompt_token_count:
+            raise ValueError(f"reused prompt tokens must be 0 <= n < {self.prompt_token_count}, observed {kv_reuse}")
+        self.kv_reuse = kv_reuse
+        """Prompt tokens the session holds at positions 0.. (llama-server's ``cache_prompt``): kept by the prefill."""
         self.receipts: list[WindowReceipt] = []
         self.discards: list[Discard] = []
         self.events: list[EngineEvent] = []
@@ -206,14 +211,15 @@ class Generation:
         )
         sid = self.session_id
         prefix = list(self.tokens) if first else self.tokens[:-1]
-        prefill = prefill_call(sid, prefix, first, self.settings.sampling, first and self.settings.probabilities)
+        kept, self.kv_reuse = (self.kv_reuse if first else 0), 0  # a later prefill starts from position 0
+        prefill = prefill_call(sid, prefix, first, self.settings.sampling, first and self.settings.probabilities, kept)
         t = perf_counter_ns()
         kv, token, probs = self.scheduler.execute("prefill", sid, prefill).value
         if first:
             self._begin_source(prefix)
         self.prefill_elapsed_us += (perf_counter_ns() - t) // 1000
         self._emit(PREFILL, token=token, row=None if token is None else 0, position=kv,
-                   detail=f"{len(prefix)} tokens", probabilities=probs)
+                   detail=f"{len(prefix)} tokens" + (f", {kept} reused" if kept else ""), probabilities=probs)
         if token is not None:
             self._commit_first(token, kv)
 

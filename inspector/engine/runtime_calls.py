@@ -16,22 +16,27 @@ from inspector.engine.settings import SamplingSettings
 
 
 def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: SamplingSettings,
-                 want_probabilities: bool) -> Callable:
-    """The prefill of session ``sid`` from position 0 with ``prefix`` (tokens).
+                 want_probabilities: bool, kept: int = 0) -> Callable:
+    """The prefill of session ``sid`` with ``prefix`` (tokens), from position ``kept``.
 
+    ``kept``: positions ``0 .. kept - 1`` of the session already hold ``prefix[:kept]`` (a slot's
+    prompt cache, llama-server's ``cache_prompt``) and stay; everything from ``kept`` on is removed
+    and ``prefix[kept:]`` decoded (``0 <= kept < len(prefix)`` when ``first``).
     ``first``: the request's start: the last row's prediction is returned as the first generated
     token (with its row's probabilities when ``want_probabilities``). The callable returns
     ``(kv_length, token or None, probabilities or None)``."""
     prefix = list(prefix)
+    if first and not 0 <= kept < len(prefix):
+        raise ValueError(f"kept prompt positions must be 0 <= kept < {len(prefix)}, observed {kept}")
 
     def prefill(rt):
-        rt.trim(sid, 0)
+        rt.trim(sid, kept)
         if first:
-            token = rt.prefill_predict(sid, prefix, 0)
+            token = rt.prefill_predict(sid, prefix[kept:], kept)
             probs = rt.row_probabilities(1, (), (token,), sampling) if want_probabilities else None
             return rt.kv_length(sid), token, probs
-        if prefix:
-            rt.prefill(sid, prefix, 0)
+        if prefix[kept:]:
+            rt.prefill(sid, prefix[kept:], kept)
         return rt.kv_length(sid), None, None
 
     return prefill

@@ -211,6 +211,22 @@ class LlamaRuntime:
         self.sessions.open(sid, sampling or SamplingSettings())
         return sid
 
+    def reopen_session(self, sid: int, sampling: SamplingSettings, kept: int, tokens: Sequence[int]) -> int:
+        """Keep positions ``0 .. kept - 1`` of session ``sid`` (``tokens[:kept]``, the tokens there),
+        remove the rest, and give it a new sampler for ``sampling``: the next request of a served slot
+        reuses its prompt cache (llama-server's ``cache_prompt``). Opens ``sid`` when it is not open
+        (``kept`` must then be 0). Returns the KV length. Raises ``EngineError`` when ``sid`` is out of
+        range or a partial removal is impossible."""
+        if not 0 <= sid < self.n_seq_max:
+            raise EngineError(f"session {sid} is out of range 0..{self.n_seq_max - 1}")
+        if not self.sessions.is_open(sid):
+            kept = 0
+            llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
+        elif not llama_cpp.llama_memory_seq_rm(self.mem, sid, kept, -1):
+            raise EngineError(f"session {sid}: llama.cpp cannot remove positions >= {kept} of this cache")
+        self.sessions.reopen(sid, sampling, list(tokens[:kept]))
+        return self.kv_length(sid)
+
     def drop_session(self, sid: int) -> None:
         """Remove the whole sequence from the KV cache and free its sampler."""
         llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)

@@ -62,6 +62,13 @@ class SessionTable:
             self._penalized[sid] = sampling
             self._sequences[sid] = []
 
+    def reopen(self, sid: int, sampling: SamplingSettings, kept: Sequence[int]) -> None:
+        """Give the open session ``sid`` a new chain for ``sampling``, its KV cache holding ``kept`` (the
+        tokens at positions 0..; a served slot's prompt cache between requests)."""
+        self.drop(sid)
+        self.open(sid, sampling)
+        self.filled(sid, kept, 0)
+
     def drop(self, sid: int) -> None:
         """Forget ``sid`` and free its chain (nothing for an id not open)."""
         chain = self._chains.pop(sid, None)

@@ -64,6 +64,9 @@ class RunRequest:
     source_memory: dict = field(default_factory=dict, compare=False, repr=False)
     """What sources remember across requests (``SourceContext.memory``): pass the same dict to every
     request of one session (a conversation's turns, a window session's runs)."""
+    kv_reuse: int = 0
+    """Prompt tokens the session given to ``SessionRun.open`` already holds at positions 0.. (a served
+    slot's prompt cache, llama-server's ``cache_prompt``; ``Generation.kv_reuse``). 0: prefill it all."""
 
 
 class RunRefused(Exception):
@@ -214,7 +217,7 @@ class SessionRun:
             except OSError as exc:
                 self.autosave_error = exc.strerror or str(exc)
         gen = Generation(self.scheduler, self.source, self.prompt_tokens, req.settings, session_id=sid,
-                         faults=req.faults, observer=observer)
+                         faults=req.faults, observer=observer, kv_reuse=req.kv_reuse)
         if self.autosave is not None:
             self.autosave.generation = gen  # the prefill record carries the prompt's figures
         self.generation = gen
@@ -272,8 +275,10 @@ class SessionRun:
             kv = None
         return {"kv_length": kv, "canonical_position": g.canonical_position, "retired": g.session_retired}
 
-    def end(self, reason: str, background_sessions: int = 0, *, clean: bool = True) -> RunEnd:
-        """End the run: read the KV length, drop the session, close the autosave (with its ``end``
+    def end(self, reason: str, background_sessions: int = 0, *, clean: bool = True,
+            keep_session: bool = False) -> RunEnd:
+        """End the run: read the KV length, drop the session (unless ``keep_session``: a served slot
+        keeps its KV for the next request's prompt cache), close the autosave (with its ``end``
         line when ``clean``: the CLI leaves it out for a run that failed, so the file reads as
         unfinished), push and return ``RunEnd``. Idempotent; the listener and the autosave are
         released even when dropping the session fails."""
@@ -282,7 +287,7 @@ class SessionRun:
         g = self.generation
         info = self.kv_info()
         try:
-            if not g.session_retired and g.session_id is not None:
+            if not keep_session and not g.session_retired and g.session_id is not None:
                 s = g.session_id
                 self.scheduler.execute("drop", s, lambda r: r.drop_session(s))
         except EngineError:  # the runtime is gone (a lost RPC server): nothing is left to drop

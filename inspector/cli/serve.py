@@ -1,0 +1,206 @@
+"""``spec-inspector serve``: a llama-server-compatible endpoint whose every request is recorded (issue 35).
+
+Takes ``run``'s model, source, context, thread and sampling flags (sampling defaults are llama-server's:
+temperature 0.8, a random seed; a request's own fields override them), plus the server's: ``--host``
+(127.0.0.1; another address needs ``--expose``), ``--port`` (8080), ``--api-key``, ``--alias``,
+``-n``/``--n-predict`` (-1), ``--max-queue``, ``--receipts-dir`` and its bounds, ``--session OUT.json``
+(the whole session as one conversation document, written when the server stops). One line per
+finished request on stdout; Ctrl-C (SIGTERM) stops it, writes the session document and exits 130 (143).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+from inspector.cli.common import EXIT_USAGE, UserError, fail, open_target_runtime, weight_type
+from inspector.cli.context import add_context_flags
+from inspector.cli.devices import add_offload_flags
+from inspector.cli.interrupt import Interrupted, signals_held
+from inspector.cli.ranges import (COUNT_MAX, THREADS, THREADS_MAX, draft_max as draft_max_value, positive, setting,
+                                  whole_number)
+from inspector.cli.sampling import add_sampling_flags, sampling_from_args
+from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
+from inspector.engine import GenerationSettings, RuntimeScheduler
+from inspector.engine.errors import EngineError
+from inspector.engine.settings import DEFAULT_N_CTX, check_n_batch_for_source
+from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
+from inspector.llama.devices import RpcUnavailable
+from inspector.llama.model_file import ModelFileError
+from inspector.receipts import ReceiptsFileError, write_document
+from inspector.serve.params import ServeDefaults
+from inspector.serve.receipts_dir import DEFAULT_KEEP, DEFAULT_MAX_MB, ReceiptsDir, default_receipts_dir, session_document
+from inspector.serve.server import DEFAULT_PORT, LOOPBACK, InspectorServer, ServeError, ServeOptions
+from inspector.serve.slot import DEFAULT_MAX_QUEUE
+from inspector.sources.registry import PLAIN, source_names
+
+
+def add_serve_command(sub) -> None:
+    """The ``serve`` subcommand's arguments (on ``sub``, the CLI's subparsers)."""
+    s = sub.add_parser(
+        "serve", help="serve llama-server's HTTP API; every request is a recorded session",
+        description="Serve llama-server's HTTP API (/completion, /v1/completions, /v1/chat/completions, "
+                    "/v1/models, /health, /props, /tokenize, /detokenize, /metrics) with one slot: requests run "
+                    "one at a time in arrival order, each recorded as a receipts document. Point any "
+                    "OpenAI-compatible client at the address it prints.")
+    s.add_argument("--model", "-m", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
+    s.add_argument("--target-weights", type=weight_type, metavar="TYPE",
+                   help="run the target in this weight type (converted once with llama.cpp's quantizer, cached)")
+    s.add_argument("--alias", "-a", action="append", default=[], metavar="NAME",
+                   help="another model name requests may give (llama-server's --alias); repeatable")
+    net = s.add_argument_group("address")
+    net.add_argument("--host", default=LOOPBACK,
+                     help=f"address to listen on [{LOOPBACK}]; any other address needs --expose")
+    net.add_argument("--port", type=whole_number(0, 65535, "port"), default=DEFAULT_PORT,
+                     help=f"port (0 = any free port) [{DEFAULT_PORT}]")
+    net.add_argument("--expose", action="store_true",
+                     help="allow --host other than loopback: the endpoint is then OPEN TO THAT NETWORK (anyone "
+                          "who reaches the port can run the model and read its answers; give --api-key)")
+    net.add_argument("--api-key", metavar="KEY", default=None,
+                     help="require 'Authorization: Bearer KEY' on every route but /health (llama-server's "
+                          "--api-key; compared in constant time); a wrong key gets 401")
+    s.add_argument("--source", choices=source_names(), default="ngram",
+                   help="proposal source of every request (none: plain decoding) [ngram]")
+    s.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option for the source's factory (repeatable)")
+    add_source_flags(s)
+    s.add_argument("--draft-max", type=draft_max_value, default=None, metavar="N|auto",
+                   help="most proposal tokens per window, or auto (the stored cost model's best) [auto]")
+    s.add_argument("-n", "--n-predict", dest="n_predict", type=whole_number(-1, name="n_predict"), default=-1,
+                   help="tokens to generate when a request does not say (-1 = until end of generation or a "
+                        "full context, llama-server's default) [-1]")
+    s.add_argument("--n-ctx", "-c", type=positive, default=DEFAULT_N_CTX,
+                   help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
+    s.add_argument("--threads", "-t", type=THREADS, default=None,
+                   help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}) [0 = all cores]")
+    add_offload_flags(s)
+    add_context_flags(s)
+    add_sampling_flags(s, "sampling defaults of a request (llama-server's)", server_defaults=True)
+    s.add_argument("--proposal-deadline-ms", type=setting("proposal_deadline_ms", float), default=2000.0,
+                   metavar="MS", help="a proposal that arrives later is discarded (> 0) [2000]")
+    s.add_argument("--no-probabilities", dest="probabilities", action="store_false",
+                   help="keep no per-row probability figures (a request asking n_probs or logprobs still gets them)")
+    rec = s.add_argument_group("recording")
+    rec.add_argument("--receipts-dir", type=Path, default=None, metavar="DIR",
+                     help=f"one receipts document per request here [{default_receipts_dir()}]")
+    rec.add_argument("--receipts-keep", type=whole_number(1, name="receipts_keep"), default=DEFAULT_KEEP, metavar="N",
+                     help=f"most request documents the folder keeps, oldest removed first (logged) [{DEFAULT_KEEP}]")
+    rec.add_argument("--receipts-max-mb", type=whole_number(1, 1 << 20, "receipts_max_mb"), default=DEFAULT_MAX_MB,
+                     metavar="MB", help=f"most megabytes the folder's request documents take, oldest removed "
+                                        f"first [{DEFAULT_MAX_MB}]")
+    rec.add_argument("--no-receipts", action="store_true", help="record nothing on disk")
+    rec.add_argument("--session", type=Path, metavar="OUT.json",
+                     help="when the server stops, write this run's requests as one conversation document "
+                          "(view, tune, compare --turns and the window open it)")
+    s.add_argument("--max-queue", type=whole_number(0, 100_000, "max_queue"), default=DEFAULT_MAX_QUEUE, metavar="N",
+                   help=f"requests that may wait behind the running one; beyond, 503 with Retry-After "
+                        f"[{DEFAULT_MAX_QUEUE}]")
+    s.add_argument("--max-body-mb", type=whole_number(1, 4096, "max_body_mb"), default=16, metavar="MB",
+                   help="largest request body; larger ones get 413 [16]")
+
+
+def _check(args) -> None:
+    try:
+        check_n_batch_for_source(args.n_batch, speculative=args.source != PLAIN)
+    except ValueError as exc:
+        raise UserError(f"--n-batch: {exc}") from None
+
+
+def _options(args) -> ServeOptions:
+    """The server's options from the flags; raises ``UserError``."""
+    _check(args)
+    try:
+        source_options = source_options_from_args(args)
+    except SourceFlagError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        sampling, _notes = sampling_from_args(args)
+        template = GenerationSettings(draft_max=DEFAULT_DRAFT_MAX if args.draft_max is None else args.draft_max,
+                                      proposal_deadline_ms=args.proposal_deadline_ms,
+                                      probabilities=args.probabilities)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    receipts = None
+    if not args.no_receipts:
+        receipts = ReceiptsDir(args.receipts_dir or default_receipts_dir(), args.receipts_keep,
+                               args.receipts_max_mb << 20, on_log=lambda line: print(line, flush=True))
+    return ServeOptions(host=args.host, port=args.port, expose=args.expose, source=args.source,
+                        source_options=source_options, template=template, draft_max_auto=args.draft_max is None,
+                        defaults=ServeDefaults(sampling, args.n_predict, random_seed=args.seed == -1),
+                        max_queue=args.max_queue, api_key=args.api_key, aliases=tuple(args.alias),
+                        receipts=receipts, max_body_bytes=args.max_body_mb << 20)
+
+
+def request_line(row) -> str:
+    """One finished request as ``serve`` prints it."""
+    acc = f"{row.accepted}/{row.proposed} accepted" if row.proposed else "no drafts"
+    speed = f"{row.tokens_per_s:.1f} tok/s" if row.tokens_per_s else "- tok/s"
+    warm = "warm" if row.warm else "cold"
+    tail = f" ({row.error})" if row.error and row.ended_as != "cancelled" else ""
+    return (f"#{row.id} {row.endpoint}: {row.prompt_tokens} prompt tokens ({row.reused} reused), "
+            f"{row.output_tokens} generated, {row.windows} windows, {acc}, {speed}, {warm}, {row.ended_as}{tail}")
+
+
+def cmd_serve(args) -> int:
+    """``spec-inspector serve``; returns the exit status (1 when it cannot start, 2 a bad flag, 128 + the
+    signal's number when stopped)."""
+    try:
+        options = _options(args)
+    except UserError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    try:
+        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.threads or None, n_seq_max=1)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return fail(str(exc))
+    lock = threading.Lock()
+
+    def on_change(row) -> None:
+        if row.state == "done":
+            with lock:
+                print(request_line(row), flush=True)
+
+    model_name = str(runtime.model_path)
+    server = InspectorServer(RuntimeScheduler(runtime), model_name, options, on_change=on_change)
+    try:
+        address = server.start()
+    except ServeError as exc:
+        runtime.close()
+        return fail(str(exc))
+    server.wait_started()
+    where = f"; requests recorded in {options.receipts.folder}" if options.receipts else ""
+    print(f"serving {Path(model_name).name} on {address} (source {options.source}; one slot){where}", flush=True)
+    print(f"  try: curl {address}/v1/chat/completions -H 'Content-Type: application/json' "
+          "-d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}'", flush=True)
+    status = 0
+    try:
+        while server.running:
+            time.sleep(0.2)
+        status = fail("the HTTP server stopped")
+    except Interrupted as exc:
+        status = exc.status
+        print(f"stopped ({exc.name})", file=sys.stderr, flush=True)
+    finally:
+        with signals_held():
+            server.stop()
+            status = _write_session(args, options, status)
+            runtime.close()
+    return status
+
+
+def _write_session(args, options: ServeOptions, status: int) -> int:
+    if args.session is None:
+        return status
+    if options.receipts is None:
+        return fail("--session needs the request documents: leave out --no-receipts")
+    try:
+        doc = session_document(options.receipts.files(this_run_only=True))
+        write_document(doc, args.session)
+    except ValueError as exc:
+        print(f"spec-inspector: note: no session document written: {exc}", file=sys.stderr)
+        return status
+    except (OSError, ReceiptsFileError) as exc:
+        return fail(f"cannot write session document {args.session}: {exc}")
+    print(f"session: {args.session} ({len(doc['turns'])} requests)", flush=True)
+    return status

@@ -1,0 +1,132 @@
+"""What one served request is on its way through the slot: the ``Job`` the HTTP side submits, each
+``TokenOut`` and the final ``JobResult`` it gets back, and the ``ServedRequest`` row the traffic list
+and the receipts folder show (``inspector.serve.slot`` fills them)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from inspector.serve.params import CompletionParams
+from inspector.session.record import SessionRecord
+from inspector.session.records import RecordStream
+
+
+@dataclass(frozen=True)
+class TokenOut:
+    """One generated token for the client: ``text`` is what it made visible (a stop string's possible
+    start is held back, so the streamed text always equals the final one), ``piece`` its bytes, ``p``
+    the target's probability of it on its own row and ``top`` that row's (token, p) best first, up to 5
+    (None / () when probabilities are off)."""
+
+    token: int
+    text: str
+    piece: bytes
+    p: float | None
+    top: tuple = ()
+
+
+@dataclass
+class JobResult:
+    """How a request ended, in the units llama-server's ``timings`` use (tokens, milliseconds)."""
+
+    tokens: list[int] = field(default_factory=list)
+    content: str = ""
+    stop_type: str = "none"
+    """llama-server's ``stop_type``: ``eos``, ``limit``, ``word`` or ``none`` (cancelled, failed)."""
+    stopping_word: str = ""
+    ended_as: str = ""
+    error: str = ""
+    prompt_n: int = 0
+    cache_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    drafts: int = 0
+    decodes: int = 0
+    """Target ``llama_decode`` calls: the prompt's batches and every decode step (a window is one)."""
+    accepted_per_position: tuple[int, ...] = ()
+    """Accepted draft tokens per draft position, as llama-server counts them (``server_counted_accepted``)."""
+    receipts_path: str = ""
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's ``finish_reason``: ``length`` at the token limit or a full context, else ``stop``."""
+        return "length" if self.stop_type == "limit" else "stop"
+
+    def timings(self) -> dict:
+        """llama-server's ``timings`` object (``draft_n`` / ``draft_n_accepted`` only when it drafted)."""
+        t = {"cache_n": self.cache_n, "prompt_n": self.prompt_n, "prompt_ms": self.prompt_ms,
+             "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n else 0.0,
+             "prompt_per_second": 1e3 * self.prompt_n / self.prompt_ms if self.prompt_ms else 0.0,
+             "predicted_n": self.predicted_n, "predicted_ms": self.predicted_ms,
+             "predicted_per_token_ms": self.predicted_ms / self.predicted_n if self.predicted_n else 0.0,
+             "predicted_per_second": 1e3 * self.predicted_n / self.predicted_ms if self.predicted_ms else 0.0}
+        if self.draft_n:
+            t.update(draft_n=self.draft_n, draft_n_accepted=self.draft_n_accepted)
+        return t
+
+
+class Job:
+    """One accepted HTTP request waiting for or using the slot. ``deliver(item)`` is called on the
+    engine thread with each ``TokenOut`` and finally the ``JobResult`` (it must not block: the HTTP
+    side hands them to its event loop)."""
+
+    def __init__(self, endpoint: str, params: CompletionParams, prompt_tokens: Sequence[int], prompt_text: str,
+                 deliver: Callable[[object], None], *, templated_text: str | None = None,
+                 conversation: dict | None = None, client: str = "") -> None:
+        self.id = 0
+        self.endpoint = endpoint
+        self.params = params
+        self.prompt_tokens = list(prompt_tokens)
+        self.prompt_text = prompt_text
+        self.templated_text = templated_text
+        self.conversation = conversation
+        self.client = client
+        self.deliver = deliver
+        self.arrived = time.time()
+        self.cancelled = threading.Event()
+        self.generation = None
+        """The running ``Generation`` (engine thread sets it), for ``ServeSlot.cancel``."""
+        self.row: ServedRequest | None = None
+        """The request's traffic row (``ServeSlot.submit`` sets it)."""
+
+
+@dataclass
+class ServedRequest:
+    """One row of the traffic: what the window's Requests list and ``--receipts-dir`` show. Token counts
+    in tokens; ``arrived`` in seconds since the epoch; ``tokens_per_s`` decode tokens/s."""
+
+    id: int
+    endpoint: str
+    arrived: float
+    prompt_tokens: int
+    client: str = ""
+    state: str = "waiting"
+    """``waiting``, ``running`` or ``done``."""
+    reused: int = 0
+    output_tokens: int = 0
+    windows: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    tokens_per_s: float | None = None
+    warm: str = ""
+    """What the source remembered when the request began ("" = cold)."""
+    ended_as: str = ""
+    error: str = ""
+    receipts_path: str = ""
+    record: SessionRecord | None = None
+    """The request's live record (None once evicted: read ``receipts_path``)."""
+    feed: RecordStream | None = None
+    """Every record of the request as it runs, for a viewer that builds its own ``SessionRecord``."""
+    context_at_windows: tuple = ()
+    """(base position, accepted, proposed) of each window: where speculation pays against the context."""
+
+    @property
+    def acceptance(self) -> float | None:
+        """Accepted / proposed tokens, None when nothing was proposed."""
+        return self.accepted / self.proposed if self.proposed else None

@@ -1,0 +1,287 @@
+"""A request body read as llama-server 0c1e570 reads it, every field checked, unknown ones refused.
+
+The fields, their aliases and limits follow ``tools/server/server-schema.cpp``
+(``make_llama_cmpl_schema``: ``n_predict`` alias ``max_tokens`` / ``max_completion_tokens``, -1 ..
+INT32_MAX; ``n_probs`` alias ``logprobs``; ``cache_prompt``, ``return_tokens``, the samplers and
+penalties) and ``server-common.cpp`` (``oaicompat_chat_params_parse``: ``messages``, ``logprobs`` +
+``top_logprobs``, ``n`` = 1, ``stream_options.include_usage``). What the inspector cannot do (a
+grammar, mirostat, tools, several completions) is refused with a message naming the field; a field
+that only names its "off" value (``mirostat: 0``, ``typical_p: 1``, ``n: 1``) is taken, since clients
+send them. Request defaults are the server's (``ServeDefaults``: ``spec-inspector serve``'s flags,
+which default to llama-server's).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from inspector.engine.settings import RANDOM_SEED, SamplingSettings, interpret_setting
+from inspector.serve.errors import ApiError
+
+MAX_TOP_PROBS = 5
+"""Most probabilities per token (``n_probs``, ``top_logprobs``): the top tokens every verification row
+keeps (``inspector.engine.probabilities``), so an accepted draft token's are the target's own."""
+
+NEUTRAL = {
+    "typical_p": (1.0,), "mirostat": (0,), "dry_multiplier": (0.0,), "xtc_probability": (0.0,),
+    "dynatemp_range": (0.0,), "n_keep": (0, -1), "n_discard": (0,), "n_indent": (0,), "ignore_eos": (False,),
+    "post_sampling_probs": (False,), "timings_per_token": (False,), "return_progress": (False,), "min_keep": (0,),
+    "grammar": ("",), "json_schema": ({},), "n": (1,), "n_cmpl": (1,), "best_of": (1,), "echo": (False,),
+    "backend_sampling": (False,), "id_slot": (-1, 0), "n_cache_reuse": (0,), "lora": ([],), "verbose": (False,),
+    "logit_bias": ({}, []), "tools": ([],), "tool_choice": ("none", "auto"), "parallel_tool_calls": (False, True),
+    "chat_template_kwargs": ({},), "t_max_predict_ms": (-1, 0), "grammar_lazy": (False,),
+}
+"""Fields taken only with the value that leaves their feature out (what llama-server does then is what
+we do); any other value is refused."""
+NEUTRAL_BELOW_ZERO = ("top_n_sigma", "adaptive_target")
+"""Fields whose negative values leave the stage out."""
+IGNORED = ("model", "user", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
+           "mirostat_tau", "mirostat_eta", "xtc_threshold", "dynatemp_exponent", "adaptive_decay", "stream_options",
+           "reasoning_format", "metadata", "store", "sse_ping_interval")
+"""Fields that change nothing here when their feature is off (the model name is checked by the route)."""
+SAMPLER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+"""llama-server's default sampler chain (``samplers``): ours applies the same order."""
+
+COMMON = {"stream", "cache_prompt", "return_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
+          "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty", "samplers", "n_predict",
+          "max_tokens", "max_completion_tokens", "n_probs"}
+ENDPOINT_FIELDS = {
+    "completion": COMMON | {"prompt"},
+    "completions": COMMON | {"prompt", "logprobs"},
+    "chat": COMMON | {"messages", "logprobs", "top_logprobs", "response_format"},
+}
+"""What each endpoint takes besides ``NEUTRAL``, ``NEUTRAL_BELOW_ZERO`` and ``IGNORED``."""
+
+
+@dataclass(frozen=True)
+class ServeDefaults:
+    """What a request gets for a field it does not send: ``spec-inspector serve``'s flags (llama.cpp's
+    names; they default to llama-server's: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, a random
+    seed, ``n_predict`` -1 = until end of generation or a full context)."""
+
+    sampling: SamplingSettings = field(default_factory=lambda: SamplingSettings(temperature=0.8))
+    n_predict: int = -1
+    random_seed: bool = True
+    """No ``seed`` in the request: draw one (llama-server's default seed is -1)."""
+
+
+@dataclass
+class CompletionParams:
+    """One request's generation parameters, checked. Token counts in tokens."""
+
+    endpoint: str
+    prompt: object = None
+    """``/completion``: a string or a list of token ids and strings (one prompt); None for chat."""
+    messages: tuple = ()
+    """Chat: ``({"role", "content"}, ...)`` with text content."""
+    stream: bool = False
+    include_usage: bool = False
+    cache_prompt: bool = True
+    return_tokens: bool = False
+    n_predict: int = -1
+    n_probs: int = 0
+    logprobs: bool = False
+    """OpenAI ``logprobs`` (chat: true/false; completions: its number sets ``n_probs``)."""
+    stop: tuple[str, ...] = ()
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    notes: tuple[str, ...] = ()
+    model: str | None = None
+
+
+def _type_name(v) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if v is None:
+        return "null"
+    return {str: "string", list: "array", dict: "object"}.get(type(v), type(v).__name__)
+
+
+def _number(body: dict, name: str, kind: type, low=None, high=None):
+    v = body[name]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        raise ApiError(f"Field '{name}': type must be number, but is {_type_name(v)}")
+    if kind is int:
+        if isinstance(v, float) and not v.is_integer():
+            raise ApiError(f"Field '{name}': must be a whole number, observed {v}")
+        v = int(v)
+    else:
+        v = float(v)
+    if (low is not None and v < low) or (high is not None and v > high):
+        raise ApiError(f"Field '{name}': must be {low} <= {name} <= {high}, observed {v}")
+    return v
+
+
+def _bool(body: dict, name: str) -> bool:
+    v = body[name]
+    if not isinstance(v, bool):
+        raise ApiError(f"Field '{name}': type must be boolean, but is {_type_name(v)}")
+    return v
+
+
+def _stop(v) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise ApiError("Field 'stop': must be a string or an array of strings")
+    return tuple(s for s in v if s)
+
+
+def _check_fields(body: dict, endpoint: str) -> None:
+    allowed = ENDPOINT_FIELDS[endpoint]
+    for name, value in body.items():
+        if name in allowed or name in IGNORED:
+            continue
+        if name in NEUTRAL:
+            if value is None or value in NEUTRAL[name]:
+                continue
+            off = " or ".join(repr(v) for v in NEUTRAL[name])
+            raise ApiError(f"field '{name}' = {value!r} is not supported by spec-inspector serve (only {off}, which "
+                           "leaves it out)")
+        if name in NEUTRAL_BELOW_ZERO:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+                continue
+            raise ApiError(f"field '{name}' = {value!r} is not supported by spec-inspector serve (only a negative "
+                           "value, which leaves it out)")
+        known = sorted(allowed | set(NEUTRAL) | set(IGNORED))
+        raise ApiError(f"unknown field '{name}' for this endpoint (spec-inspector serve refuses what it would not "
+                       f"apply; known: {', '.join(known)})")
+
+
+def _sampling(body: dict, defaults: ServeDefaults) -> tuple[SamplingSettings, list[str]]:
+    base = defaults.sampling
+    values = {"temperature": base.temperature, "top_k": base.top_k, "top_p": base.top_p, "min_p": base.min_p,
+              "repeat_penalty": base.repeat_penalty, "repeat_last_n": base.repeat_last_n,
+              "presence_penalty": base.presence_penalty, "frequency_penalty": base.frequency_penalty}
+    limits = {"temperature": (float, None, None), "top_k": (int, None, None), "top_p": (float, 0.0, 1.0),
+              "min_p": (float, 0.0, 1.0), "repeat_penalty": (float, None, None),
+              "repeat_last_n": (int, -1, 2**31 - 1), "presence_penalty": (float, None, None),
+              "frequency_penalty": (float, None, None)}
+    for name, (kind, low, high) in limits.items():
+        if body.get(name) is not None:
+            values[name] = _number(body, name, kind, low, high)
+    if values["repeat_last_n"] == -1:
+        raise ApiError("Field 'repeat_last_n': -1 (the whole context) is not supported by spec-inspector serve; "
+                       "give a count of tokens")
+    notes = []
+    seed = base.seed
+    if body.get("seed") is not None:
+        seed = _number(body, "seed", int, -1, 2**32 - 1)
+        if seed in (-1, 2**32 - 1):
+            seed = RANDOM_SEED
+    elif defaults.random_seed:
+        seed = RANDOM_SEED
+    out = {}
+    for name, value in {**values, "seed": seed}.items():
+        try:
+            v, note = interpret_setting(name, value)
+        except ValueError as exc:
+            raise ApiError(f"Field '{name}': {exc}") from None
+        out[name] = v
+        if note and name != "seed":
+            notes.append(note)
+    try:
+        sampling = SamplingSettings(**out)
+    except ValueError as exc:
+        raise ApiError(str(exc)) from None
+    samplers = body.get("samplers")
+    if samplers is not None and not sampling.greedy:
+        names = samplers if isinstance(samplers, list) else None
+        if names is None or [s for s in SAMPLER_ORDER if s in names] != [s for s in names if s in SAMPLER_ORDER] \
+                or not {"top_k", "top_p", "min_p", "temperature"} <= set(names):
+            raise ApiError(f"Field 'samplers': spec-inspector serve samples in llama-server's default order "
+                           f"({', '.join(SAMPLER_ORDER)}); leave it out, or sample greedily (temperature 0)")
+    return sampling, notes
+
+
+def _messages(value) -> tuple:
+    if not isinstance(value, list) or not value:
+        raise ApiError("'messages' must be a non-empty array of {\"role\", \"content\"} objects")
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
+            raise ApiError(f"messages[{i}]: expected an object with role system, user or assistant and its content")
+        content = m.get("content")
+        if isinstance(content, list):  # OpenAI's content parts: text only
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise ApiError(f"messages[{i}]: only text content parts are supported (no images or audio)")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise ApiError(f"messages[{i}]: 'content' must be a string or an array of text parts")
+        unknown = set(m) - {"role", "content", "name"}
+        if unknown:
+            raise ApiError(f"messages[{i}]: field(s) {', '.join(sorted(unknown))} are not supported (tool calls are "
+                           "not served)")
+        role = "system" if m["role"] == "developer" else m["role"]
+        out.append({"role": role, "content": content})
+    return tuple(out)
+
+
+def _prompt(value):
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(p, (str, int)) and not isinstance(p, bool) for p in value):
+        if all(isinstance(p, str) for p in value) and len(value) > 1:
+            raise ApiError("several prompts in one request are not supported by spec-inspector serve (one slot, one "
+                           "completion per request): send them one at a time")
+        return value[0] if len(value) == 1 and isinstance(value[0], str) else value
+    raise ApiError("'prompt' must be a string, or an array of token ids (and strings) forming one prompt")
+
+
+def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionParams:
+    """``body`` (parsed JSON) of ``endpoint`` (``completion``: ``/completion``; ``completions``:
+    ``/v1/completions``; ``chat``: ``/v1/chat/completions``) as ``CompletionParams``. Raises ``ApiError``
+    (400) naming the field for a missing prompt or messages, a wrong type, a value out of range, an
+    unknown field or a feature spec-inspector does not serve."""
+    if not isinstance(body, dict):
+        raise ApiError(f"the request body must be a JSON object, observed {_type_name(body)}")
+    _check_fields(body, endpoint)
+    p = CompletionParams(endpoint, n_predict=defaults.n_predict)
+    if endpoint == "chat":
+        if "messages" not in body:
+            raise ApiError("'messages' is required")
+        p.messages = _messages(body["messages"])
+        rf = body.get("response_format")
+        if rf is not None and rf != {"type": "text"}:
+            raise ApiError("'response_format' other than {\"type\": \"text\"} is not supported by spec-inspector serve")
+    else:
+        if "prompt" not in body:
+            raise ApiError("[json.exception.out_of_range.403] key 'prompt' not found")
+        p.prompt = _prompt(body["prompt"])
+    if isinstance(body.get("model"), str):
+        p.model = body["model"]
+    for name in ("stream", "cache_prompt", "return_tokens"):
+        if body.get(name) is not None:
+            setattr(p, name, _bool(body, name))
+    so = body.get("stream_options")
+    if isinstance(so, dict) and so.get("include_usage") is True:
+        p.include_usage = True
+    for name in ("n_predict", "max_completion_tokens", "max_tokens"):  # n_predict wins, as in llama-server
+        if body.get(name) is not None:
+            p.n_predict = _number(body, name, int, -1, 2**31 - 1)
+            break
+    if body.get("n_probs") is not None:
+        p.n_probs = _number(body, "n_probs", int, 0, MAX_TOP_PROBS)
+    if endpoint == "chat":
+        if body.get("logprobs") is not None:
+            p.logprobs = _bool(body, "logprobs")
+        if body.get("top_logprobs") is not None:
+            top = _number(body, "top_logprobs", int, 0, MAX_TOP_PROBS)
+            if not p.logprobs:
+                raise ApiError("'top_logprobs' needs 'logprobs': true")
+            p.n_probs = top
+        elif p.logprobs and not p.n_probs:
+            p.n_probs = 1
+    elif endpoint == "completions" and body.get("logprobs") is not None:
+        p.n_probs = _number(body, "logprobs", int, 0, MAX_TOP_PROBS)
+        p.logprobs = p.n_probs > 0
+    p.stop = _stop(body.get("stop"))
+    p.sampling, notes = _sampling(body, defaults)
+    p.notes = tuple(notes)
+    return p
+

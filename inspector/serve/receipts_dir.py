@@ -1,0 +1,143 @@
+"""Every served request recorded: one receipts document per request in a folder, crash-safe, bounded.
+
+Each finished request is written as ``req-<server start>-<request id>.json`` (``write_document``: a
+temporary file renamed into place, so a crash leaves whole files only) with a ``served`` block
+(endpoint, arrival time, client, prompt tokens reused from the slot's cache, how it ended). After each
+write the folder keeps the newest ``keep`` files and at most ``max_bytes`` (oldest removed first; the
+removal is logged). ``session_document`` gathers one server run's requests into one conversation
+document that ``view``, ``tune``, ``compare --turns`` and the window open.
+
+The default folder is beside the window's autosave folder: ``<app data>/spec-inspector/served``
+(``~/.local/share`` or ``$XDG_DATA_HOME`` on Linux, ``~/Library/Application Support`` on macOS,
+``%LOCALAPPDATA%`` on Windows: the folder Qt's ``GenericDataLocation`` names, found here without Qt).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from inspector.receipts import ReceiptsFileError, write_document
+from inspector.session.conversation import Conversation, conversation_document
+from inspector.session.document import record_document
+from inspector.session.record_files import record_from_document
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KEEP = 1000
+"""Request documents kept in the folder (``--receipts-keep``)."""
+DEFAULT_MAX_MB = 500
+"""Megabytes the folder's request documents may take (``--receipts-max-mb``)."""
+
+
+def app_data_folder() -> Path:
+    """The per-user data folder of spec-inspector, as the window's ``app_data_dir`` names it."""
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    elif os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "spec-inspector"
+
+
+def default_receipts_dir() -> Path:
+    """Where served requests are recorded when no ``--receipts-dir`` is given."""
+    return app_data_folder() / "served"
+
+
+class ReceiptsDir:
+    """The request documents of one server run in ``folder`` (made when the first one is written).
+    ``keep``: most files in the folder; ``max_bytes``: most bytes. ``on_log(line)``: where removals and
+    write failures are said (the server's log). Writes happen on the engine thread."""
+
+    def __init__(self, folder: str | os.PathLike, keep: int = DEFAULT_KEEP, max_bytes: int = DEFAULT_MAX_MB << 20,
+                 on_log=None) -> None:
+        self.folder = Path(folder)
+        self.keep = keep
+        self.max_bytes = max_bytes
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.on_log = on_log or (lambda line: log.info("%s", line))
+        self.error = ""
+        """The last write failure ("" when the last write worked)."""
+        self._lock = threading.Lock()
+
+    def path_of(self, request_id: int) -> Path:
+        """The file of request ``request_id`` of this server run."""
+        return self.folder / f"req-{self.stamp}-{request_id:06d}.json"
+
+    def write(self, job, record, reused: int, ended_as: str) -> str:
+        """Write the request document of ``job`` (a ``Job``) from its ``SessionRecord``; returns its path,
+        or "" when it could not be written (``error`` says why; the server goes on)."""
+        doc = record_document(record)
+        doc["served"] = {"request_id": job.id, "endpoint": job.endpoint, "client": job.client,
+                         "arrived": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.arrived)),
+                         "arrived_unix_s": job.arrived, "prompt_reused": reused, "ended_as": ended_as,
+                         "stream": bool(job.params.stream)}
+        path = self.path_of(job.id)
+        try:
+            with self._lock:
+                write_document(doc, path)
+                self.error = ""
+                self._bound()
+        except (OSError, ReceiptsFileError) as exc:
+            self.error = f"cannot write {path}: {exc}"
+            self.on_log(f"receipts: {self.error}")
+            return ""
+        return str(path)
+
+    def files(self, this_run_only: bool = False) -> list[Path]:
+        """The request documents in the folder, oldest first (``this_run_only``: this server run's)."""
+        pattern = f"req-{self.stamp}-*.json" if this_run_only else "req-*.json"
+        try:
+            return sorted(self.folder.glob(pattern), key=lambda p: (p.stat().st_mtime, p.name))
+        except OSError:
+            return []
+
+    def _bound(self) -> None:
+        files = self.files()
+        sizes = {}
+        for p in files:
+            try:
+                sizes[p] = p.stat().st_size
+            except OSError:
+                sizes[p] = 0
+        total = sum(sizes.values())
+        removed = []
+        while files and (len(files) > self.keep or total > self.max_bytes):
+            old = files.pop(0)
+            try:
+                old.unlink()
+            except OSError:
+                continue
+            total -= sizes[old]
+            removed.append(old.name)
+        if removed:
+            self.on_log(f"receipts: removed the {len(removed)} oldest request document(s) ({removed[0]}"
+                        f"{' ...' if len(removed) > 1 else ''}): the folder keeps {self.keep} files and "
+                        f"{self.max_bytes >> 20} MB (--receipts-keep, --receipts-max-mb)")
+
+
+def session_document(paths) -> dict:
+    """One conversation document holding the request documents ``paths`` (oldest first), each a turn:
+    a chat request's turn is its last user message with the messages before it as history; a
+    ``/completion`` request's is its prompt. Raises ``ValueError`` when there is none to read."""
+    conv = Conversation()
+    for path in paths:
+        try:
+            doc = json.loads(Path(path).read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            log.warning("skipping %s: %s", path, exc)
+            continue
+        block = doc.get("conversation") or {"history": [], "user_text": doc["prompt"]["text"]}
+        n = len(conv.records) + 1
+        doc["conversation"] = {**block, "turn": n, "turns": n}
+        conv.records.append(record_from_document(doc))  # keeps the document itself for the export
+    if not conv.records:
+        raise ValueError("no served request has been recorded yet")
+    return conversation_document(conv)

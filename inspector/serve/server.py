@@ -1,0 +1,148 @@
+"""One running ``spec-inspector serve``: the slot, the metrics, the routes and uvicorn on a thread.
+
+``InspectorServer.start`` binds the socket first (so "address in use" is a one-line error before
+anything runs), then serves it with uvicorn on a thread of its own; ``stop`` ends uvicorn, cancels the
+running request and drops the slot's KV session. The command line and the window's Serve switch both
+use it; the engine is the slot's thread, never the event loop nor the GUI thread.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import threading
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from inspector.engine import GenerationSettings
+from inspector.serve.app import MAX_BODY_BYTES, ServeState, build_app
+from inspector.serve.metrics import ServeMetrics
+from inspector.serve.params import ServeDefaults
+from inspector.serve.receipts_dir import ReceiptsDir
+from inspector.serve.slot import DEFAULT_MAX_QUEUE, ServeSlot
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_PORT = 8080
+"""llama-server's default port."""
+
+
+class ServeError(RuntimeError):
+    """The server cannot start (one line: the address in use, a host that is not this machine's)."""
+
+
+@dataclass
+class ServeOptions:
+    """How to serve: the address (``host`` other than loopback needs ``expose``), the proposal source and
+    its options, the server's ``GenerationSettings`` template, request defaults, the queue, the key and
+    the receipts folder (None: keep none)."""
+
+    host: str = LOOPBACK
+    port: int = DEFAULT_PORT
+    expose: bool = False
+    source: str = "ngram"
+    source_options: dict = field(default_factory=dict)
+    template: GenerationSettings = field(default_factory=GenerationSettings)
+    draft_max_auto: bool = False
+    defaults: ServeDefaults = field(default_factory=ServeDefaults)
+    max_queue: int = DEFAULT_MAX_QUEUE
+    api_key: str | None = None
+    aliases: tuple = ()
+    receipts: ReceiptsDir | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+def check_host(host: str, expose: bool) -> str:
+    """``host`` when it may be served on: loopback always, another address only with ``expose`` (the
+    endpoint is then open to that network). Raises ``ServeError``."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        raise ServeError(f"--host {host!r} is not an IP address (give 127.0.0.1, 0.0.0.0 or an address of this "
+                         "machine)") from None
+    if not addr.is_loopback and not expose:
+        raise ServeError(f"--host {host} would open the endpoint to that network: add --expose to mean it "
+                         "(and --api-key KEY to ask clients for a key)")
+    return host
+
+
+class InspectorServer:
+    """A llama-server-compatible endpoint on ``scheduler``'s runtime. ``model_name``: what ``/v1/models``
+    and replies name (llama-server: the model path or ``--alias``). ``on_change(row)``: each request's
+    arrival, start and end (``ServeSlot``); ``feed``: give each request a record stream (the window)."""
+
+    def __init__(self, scheduler, model_name: str, options: ServeOptions, *, on_change=None,
+                 feed: bool = False) -> None:
+        self.options = options
+        self.slot = ServeSlot(scheduler, options.source, options.source_options, template=options.template,
+                              draft_max_auto=options.draft_max_auto, max_queue=options.max_queue,
+                              receipts=options.receipts, on_change=on_change, feed=feed)
+        self.metrics = ServeMetrics(options.template.draft_max, self._queue_counts)
+        self.slot.metrics = self.metrics
+        self.state = ServeState(self.slot, self.metrics, model_name, tuple(options.aliases), options.defaults,
+                                options.api_key, options.max_body_bytes)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+        self.address = ""
+        """``http://HOST:PORT`` once started."""
+
+    def _queue_counts(self) -> tuple[int, int]:
+        return (1 if self.slot.busy else 0), self.slot.waiting
+
+    def start(self) -> str:
+        """Bind, start the slot and uvicorn; returns the address clients use (``http://HOST:PORT``).
+        Raises ``ServeError`` for a refused host or a port that cannot be bound."""
+        o = self.options
+        host = check_host(o.host, o.expose)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, o.port))
+        except OSError as exc:
+            sock.close()
+            raise ServeError(f"cannot listen on {host}:{o.port}: {exc.strerror or exc}") from None
+        sock.listen(128)
+        sock.set_inheritable(True)
+        self._socket = sock
+        port = sock.getsockname()[1]
+        shown = host if ":" not in host else f"[{host}]"
+        self.address = f"http://{shown}:{port}"
+        config = uvicorn.Config(build_app(self.state), log_level="warning", access_log=False,
+                                limit_concurrency=o.max_queue + 64, timeout_keep_alive=30, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self.slot.start()
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        name="spec-inspector serve http", daemon=True)
+        self._thread.start()
+        return self.address
+
+    @property
+    def running(self) -> bool:
+        """uvicorn is serving."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait_started(self, timeout_s: float = 10.0) -> bool:
+        """Wait until uvicorn accepts connections (True) or ``timeout_s`` passed."""
+        ev = threading.Event()
+        for _ in range(int(timeout_s / 0.02)):
+            if self._server is not None and self._server.started:
+                return True
+            ev.wait(0.02)
+        return False
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop serving: uvicorn ends (open streams close), the running request is cancelled, the slot's
+        session dropped. Idempotent."""
+        if self._server is not None:
+            self._server.should_exit = True
+        self.slot.stop()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
