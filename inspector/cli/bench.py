@@ -17,6 +17,7 @@ from inspector.bench.server_bench import SERVER_BENCH_CONFIGS, format_server_ben
 from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError, build_llama_server, find_llama_server
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_process import ServerError
+from inspector.bench.serve_bench import SERVE_BENCH_CONFIGS, format_serve_bench, serve_bench
 from inspector.bench.turns import combine_turns_benches, format_combined, format_turns_bench, run_turns_bench
 from inspector.bench.weights import bench_weights, format_weights
 from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runtime, read_text, strip_final_newline,
@@ -71,6 +72,11 @@ def add_bench_commands(sub) -> None:
     bn.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
                     help="with --llama-server: a configuration as compare takes it (repeatable; default: plain, "
                          "every llama.cpp n-gram source at draft max 16, and a Q4_0 draft of the model)")
+    bn.add_argument("--serve", action="store_true",
+                    help="instead: our serve against llama-server (--llama-server PATH, default: the one built from "
+                         "our llama.cpp) over HTTP, the bundled examples as streamed greedy chat requests to each in "
+                         "turn: decode tokens/s and time to the first token; --tasks, --repeats, --config [none, "
+                         "ngram-simple]")
     bn.add_argument("--gui", action="store_true",
                     help="instead: the window against headless in one process (the first of --tasks, run from the "
                          "window offscreen and headless, alternating, --repeats times each): decode tokens/s and "
@@ -120,6 +126,8 @@ def cmd_bench(args) -> int:
         return _bench_turns(args)
     if args.rpc:
         return _bench_rpc(args)
+    if args.serve:
+        return _bench_serve(args)
     if args.llama_server is not None:
         return _bench_llama_server(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -164,15 +172,15 @@ def _bench_gui(args, task: str) -> int:
     return 0
 
 
-def _bench_llama_server(args) -> int:
-    """``bench --llama-server [PATH]``: ours against llama-server per example and configuration, with and
-    without probabilities (``inspector.bench.server_bench``), then the window against headless
-    (``inspector.cli.gui_speed``), in one report."""
+def _server_bench_inputs(args):
+    """``bench --llama-server`` and ``bench --serve``: ``(tasks, llama-server binary, --config texts)`` checked
+    before the model loads (the binary built now when none is given and none is cached), or the exit code
+    after saying what is wrong."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
         return fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
-    target = args.llama_server
+    target = args.llama_server or ""  # bench --serve alone: the built one
     if is_url(target):
         return fail("bench --llama-server starts its own llama-server for every run (its flags per configuration, "
                      "a cold start each time): give a llama-server binary, or nothing for the one built from our "
@@ -186,8 +194,47 @@ def _bench_llama_server(args) -> int:
     except ValueError as exc:
         return fail(str(exc), EXIT_USAGE)
     target = target or _our_llama_server()
-    if target is None:
-        return 1
+    return 1 if target is None else (tasks, target, configs)
+
+
+def _bench_serve(args) -> int:
+    """``bench --serve``: our serve against llama-server over HTTP, per configuration
+    (``inspector.bench.serve_bench``)."""
+    checked = _server_bench_inputs(args)
+    if isinstance(checked, int):
+        return checked
+    tasks, target, configs = checked
+    configs = configs or list(SERVE_BENCH_CONFIGS)
+    try:
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return fail(str(exc))
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    print(f"llama-server: {target}, {runtime.n_threads} threads on both sides; {args.repeats} repeats, "
+          f"{args.max_tokens} tokens", file=sys.stderr, flush=True)
+    try:
+        rows = serve_bench(runtime, target, examples=tasks, configs=configs, max_tokens=args.max_tokens,
+                           repeats=args.repeats, progress=progress)
+    except (EngineError, ServerError) as exc:
+        return fail(str(exc))
+    finally:
+        threads = runtime.n_threads
+        runtime.close()
+    result = {"llama_server": target, "threads": threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
+              "examples": tasks, "rows": [r.to_json() for r in rows]}
+    _print_result(format_serve_bench(rows, examples=tasks, max_tokens=args.max_tokens, repeats=args.repeats,
+                                     threads=threads), result, args.json)
+    return 1 if any(r.error for r in rows) else 0
+
+
+def _bench_llama_server(args) -> int:
+    """``bench --llama-server [PATH]``: ours against llama-server per example and configuration, with and
+    without probabilities (``inspector.bench.server_bench``), then the window against headless
+    (``inspector.cli.gui_speed``), in one report."""
+    checked = _server_bench_inputs(args)
+    if isinstance(checked, int):
+        return checked
+    tasks, target, configs = checked
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
