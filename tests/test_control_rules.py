@@ -8,10 +8,11 @@ import sys
 import pytest
 
 from inspector.gui.shell.run_states import (
-    BUSY, CONTROLS, ERROR, IDLE, LOADING, PAUSED, RUNNING, STATE_LABELS, TOKEN_HOLD, control_states, state_label,
+    BUSY, CONTROLS, ERROR, IDLE, LOADING, PAUSED, RUNNING, SERVING, STATE_LABELS, TOKEN_HOLD, control_states,
+    state_label,
 )
 
-ALL_STATES = (IDLE, LOADING, RUNNING, PAUSED, TOKEN_HOLD, ERROR, BUSY)
+ALL_STATES = (IDLE, LOADING, RUNNING, PAUSED, TOKEN_HOLD, ERROR, BUSY, SERVING)
 
 
 def enabled(state, **kw) -> set[str]:
@@ -25,8 +26,8 @@ def test_every_state_decides_every_control_and_has_a_label():
 
 
 def test_idle_with_a_live_session_can_start_a_run_and_change_every_setting():
-    assert enabled(IDLE) == {"run", "step_window", "step_token", "faults", "setup", "live_options", "make_draft",
-                             "open_receipts"}
+    assert enabled(IDLE) == {"run", "step_window", "step_token", "faults", "setup", "choose_model", "live_options",
+                             "make_draft", "open_receipts"}
 
 
 def test_a_saved_session_is_read_only_until_a_new_live_session():
@@ -65,7 +66,12 @@ def test_loading_a_model_leaves_only_opening_receipts_and_the_live_options():
 def test_busy_measuring_or_comparing_refuses_runs_and_keeps_the_settings_editable():
     on = enabled(BUSY)
     assert not on & {"run", "pause", "step_window", "step_token", "stop", "resume", "faults"}
-    assert "setup" in on
+    assert {"setup", "choose_model"} <= on
+
+
+def test_serving_refuses_runs_and_settings_but_another_model_may_be_chosen():
+    assert enabled(SERVING) == {"choose_model", "live_options", "make_draft"}
+    assert state_label(SERVING, "http://127.0.0.1:8080") == "serving · http://127.0.0.1:8080"
 
 
 def test_make_draft_is_disabled_while_a_draft_is_being_made():

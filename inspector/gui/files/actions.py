@@ -52,7 +52,12 @@ class FileActions(QObject):
             self.use_model(path)
 
     def use_model(self, path: str) -> None:
-        """Select ``path`` as the model (added to the recent models) and load it on the worker thread."""
+        """Select ``path`` as the model (added to the recent models) and load it on the worker thread (while
+        serving, serving stops first)."""
+        if self.win.serve.serving:
+            self.win.panel.add_recent_model(str(Path(path).resolve()))
+            self.win.load_selected_model()
+            return
         if self.win.engine_busy:
             self.win.show_error("Run in progress", "Stop the run before changing the model.")
             return

@@ -2,7 +2,7 @@
 the height is kept on small screens.
 
 Right of the control panel: the banner, the token stream and the Next turn row above the tabs
-(Windows, Conversation, KV timeline, ...). On a first start (no saved splitter state) the split
+(Windows, Conversation, KV timeline, ..., Requests). On a first start (no saved splitter state) the split
 between the stream and the tabs follows the window's height (``stream_split``): half of it for
 the stream on a 1024x640 screen, at most ``STREAM_MAX`` px on a tall one, until the user drags the
 handle (then the user's split is kept and remembered).
@@ -21,6 +21,8 @@ from inspector.gui.plots.lock_plots import LockPlots
 from inspector.gui.panel.widgets import ElidedLabel
 from inspector.gui.shell.banner import Banner
 from inspector.gui.plots.statistics import StatsView
+from inspector.gui.serve.request_log import RequestLog
+from inspector.gui.serve.requests_view import RequestsView
 from inspector.gui.plots.timeline import Timeline
 from inspector.gui.tokens.token_view import TokenView
 from inspector.gui.tokens.transcript_view import TranscriptView
@@ -100,10 +102,14 @@ def build_ui(win) -> None:
     win.tabs.addTab(win.stats, "Statistics")
     win.tabs.addTab(win.event_log, "Event log")
     win.tabs.addTab(win.cost_view, "Cost model")
+    win.request_log = RequestLog()  # the served requests (``ServeActions`` fills it)
+    win.requests = RequestsView(win.request_log)
+    win.tabs.addTab(win.requests, "Requests")
     # The one place a view is registered: ``session_views`` are shown the session (``set_session``);
     # ``tab_views`` are redrawn only while their tab is shown (and all of them by ``refresh_all``).
     win.session_views = (win.token_view, win.window_detail, win.timeline, win.lock_plots, win.stats, win.event_log)
-    win.tab_views = (win.transcript, win.timeline, win.lock_plots, win.stats, win.event_log, win.cost_view)
+    win.tab_views = (win.transcript, win.timeline, win.lock_plots, win.stats, win.event_log, win.cost_view,
+                     win.requests)
     win.token_view.windowClicked.connect(win.show_window)
     win.tabs.currentChanged.connect(lambda _i: win.tabs.currentWidget().refresh())
 

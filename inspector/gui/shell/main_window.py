@@ -9,7 +9,7 @@ llama.cpp and never waits for the worker (except when the window closes).
 The window is composed, not assembled from mixins: ``run`` (``RunControl``: the state, what it
 enables, Run / Pause / Step / Stop / Resume), ``model_line`` (``ModelLine``: what a model load
 shows), ``feed`` (``RecordFeed``), and the helpers of its menus and rows (``files``, ``turns``,
-``sources``, ``analysis``, ``help``). The handful of run methods kept here (``start_run``,
+``sources``, ``analysis``, ``help``, ``serve``: the Serve switch and the Requests tab). The handful of run methods kept here (``start_run``,
 ``set_state``, ``run_clicked``, ...) only delegate to ``run``: the tests and the helpers call them.
 """
 
@@ -31,6 +31,7 @@ from inspector.gui.files.actions import FileActions
 from inspector.gui.files.session_store import app_data_dir
 from inspector.gui.look.wording import count_noun
 from inspector.gui.panel.source_actions import SourceActions
+from inspector.gui.serve.serve_actions import ServeActions
 from inspector.gui.shell import none_refcount
 from inspector.gui.shell.analysis_actions import AnalysisActions
 from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT
@@ -111,6 +112,8 @@ class MainWindow(QMainWindow):
         """The run's records arrive in ``worker.records``; ``drain_records`` applies them on this thread
         (every redraw tick, and first thing in each lifecycle handler below)."""
 
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000 // REDRAW_HZ)
         build_ui(self)
         self.model_line = ModelLine(self.panel, self.worker, banner=self.banner, status=self.status_state,
                                     progress=self.load_progress, session=lambda: self.session,
@@ -136,6 +139,7 @@ class MainWindow(QMainWindow):
         self.sources.draftMade.connect(self.draftMade)
         self.analysis = AnalysisActions(self, self.panel)
         self.help = HelpActions(self)
+        self.serve = ServeActions(self, self.requests, self.request_log)
         self._wire_worker()
         self.thread.start()
         self._wire_controls()
@@ -146,9 +150,7 @@ class MainWindow(QMainWindow):
         if self.model_info is not None:
             self.model_line.expect_load(hint=True)
             self.model_line.loaded(self.model_info)
-        self.timer = QTimer(self)
-        self.timer.setInterval(1000 // REDRAW_HZ)
-        self.timer.timeout.connect(self.redraw)
+        self.timer.timeout.connect(self.redraw)  # after the serve tick: a request's records are drained first
         self.timer.start()
         self.set_state(W.IDLE)
         if runtime is None and load_at_start:
@@ -195,8 +197,8 @@ class MainWindow(QMainWindow):
         return self.run.start_run(paused=paused, first_action=first_action, turn=turn)
 
     def load_selected_model(self) -> bool:
-        """``RunControl.load_selected_model``."""
-        return self.run.load_selected_model()
+        """``RunControl.load_selected_model`` (while serving, serving stops first: ``ServeActions.then_load``)."""
+        return self.serve.then_load(self.run.load_selected_model)
 
     def run_clicked(self) -> None:
         """``RunControl.run_clicked``."""
@@ -479,6 +481,7 @@ class MainWindow(QMainWindow):
             return
         self._closing = True
         self.timer.stop()
+        self.serve.shutdown()
         self.worker.request_stop(closing=True)
         self.requestShutdown.emit()
         self.thread.quit()

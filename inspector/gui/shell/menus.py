@@ -1,11 +1,13 @@
 """The window's File and Run menus and its toolbar (``build_menus``); the Analysis and Help menus
 are their helpers' (``AnalysisActions``, ``TuneActions``, ``HelpActions``).
 
-The menus are made before the window's helpers and its ``run``: their items call ``win.files`` and
-``win.run`` when triggered.
+The menus are made before the window's helpers and its ``run``: their items call ``win.files``,
+``win.run`` and ``win.serve`` when triggered.
 """
 
 from __future__ import annotations
+
+from inspector.gui.serve.serve_actions import SERVE_SHORTCUT
 
 
 def build_menus(win) -> None:
@@ -32,6 +34,11 @@ def build_menus(win) -> None:
     win.act_step_token = win.add_action(r, "Step token", win.step_token_clicked, ["F11", "Ctrl+T"])
     win.act_stop = win.add_action(r, "Stop", win.stop_clicked, ["Esc"])
     win.act_resume = win.add_action(r, "Resume after error", win.resume_clicked, ["Ctrl+Shift+R"])
+    r.addSeparator()
+    win.act_serve = win.add_action(
+        r, "Serve (llama-server API)", lambda on=False: win.serve.toggle(on), [SERVE_SHORTCUT],
+        "serve the loaded model as a llama-server-compatible endpoint on 127.0.0.1 (the Requests tab lists "
+        "each request); Run waits until it is off")
     tb = win.addToolBar("Run")
     tb.setObjectName("run-toolbar")
     tb.setMovable(False)
@@ -39,6 +46,8 @@ def build_menus(win) -> None:
                      (win.act_step_token, "Step token"), (win.act_stop, "■ Stop"), (win.act_resume, "Resume")):
         a.setIconText(label)
         tb.addAction(a)
+    tb.addSeparator()
+    tb.addAction(win.act_serve)  # checkable: ``ServeActions`` makes it so
     tb.addSeparator()
     tb.addAction(win.act_open)
     tb.addAction(win.act_export)

@@ -91,7 +91,9 @@ class RunControl(QObject):
         if not setup_on and focus is not None and p.setup.isAncestorOf(focus):
             # Disabling the focused input would move the focus (and scroll the panel) to the next one.
             self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
-        for b in (p.model_combo, p.weights, p.open_model, p.source, p.source_pages, p.prompt, p.examples, p.max_tokens,
+        for b in (p.model_combo, p.weights, p.open_model):  # also while serving: another model stops it first
+            b.setEnabled(on["choose_model"])
+        for b in (p.source, p.source_pages, p.prompt, p.examples, p.max_tokens,
                   p.draft_max, p.temperature, p.verification, p.top_k, p.top_p, p.min_p, p.seed, p.n_ctx,
                   p.threads, p.stop_strings, p.probabilities, p.raw, *p.penalties.values(),
                   *p.llama_context.controls.values()):

@@ -3,7 +3,8 @@
 States: the worker's ``IDLE``, ``LOADING``, ``RUNNING``, ``PAUSED`` and ``TOKEN_HOLD``
 (``EngineWorker.stateChanged``), and the window's own ``ERROR`` (a run failed; Resume
 continues) and ``BUSY`` (the engine thread measures the cost model or compares
-configurations). ``control_states`` decides what is enabled from the state and what the
+configurations) and ``SERVING`` (the window serves llama-server's HTTP API on the loaded model:
+``inspector.gui.serve``). ``control_states`` decides what is enabled from the state and what the
 window shows; ``RunControl.set_state`` applies it to the widgets and actions.
 """
 
@@ -16,6 +17,9 @@ LOADING = "loading"
 ERROR = "error"
 BUSY = "busy"
 """Not a worker state: the window while the engine thread measures the cost model or compares configurations."""
+SERVING = "serving"
+"""Not a worker state: the window serves llama-server's HTTP API on the loaded model (the server's own thread
+decodes; no run starts until Serve is off)."""
 
 RUN_STATES = (RUNNING, PAUSED, TOKEN_HOLD, ERROR)
 """A run is going (it may be paused, holding or stopped at an error)."""
@@ -28,7 +32,7 @@ LIVE = "live"
 """``SessionRecord.origin`` of a session the window runs; a saved one (``document``, ``autosave``) is read only."""
 
 CONTROLS = ("run", "run_continues", "pause", "step_window", "step_token", "stop", "resume", "faults",
-            "setup", "live_options", "make_draft", "open_receipts")
+            "setup", "choose_model", "live_options", "make_draft", "open_receipts")
 
 
 def control_states(state: str, *, origin: str = LIVE, opening: bool = False,
@@ -40,7 +44,8 @@ def control_states(state: str, *, origin: str = LIVE, opening: bool = False,
     draft model is being made. ``run_continues``: Run reads Continue; ``setup``: the run's
     settings (model, source, prompt, sampling, limits); ``live_options``: the fault token,
     break-on boxes, Compare with plain decoding and background sessions (usable during a run);
-    ``faults``: the fault buttons (armed before a run, injected during it)."""
+    ``faults``: the fault buttons (armed before a run, injected during it); ``choose_model``: the model
+    file and its weight form (also while serving: choosing another model stops serving first)."""
     viewing = origin != LIVE
     idle = state == IDLE
     active = state in RUN_STATES
@@ -55,15 +60,17 @@ def control_states(state: str, *, origin: str = LIVE, opening: bool = False,
         "stop": active,
         "resume": state == ERROR,
         "faults": (active and state != ERROR) or (idle and not viewing),
-        "setup": not active and state != LOADING and not viewing,
+        "setup": not active and state not in (LOADING, SERVING) and not viewing,
+        "choose_model": (not active and state != LOADING and not viewing) or state == SERVING,
         "live_options": not viewing,
         "make_draft": not making_draft,
-        "open_receipts": not active and not opening,
+        "open_receipts": not active and not opening and state != SERVING,
     }
 
 
 STATE_LABELS = {IDLE: "ready", LOADING: "loading model…", BUSY: "busy", RUNNING: "running", PAUSED: "paused",
-                TOKEN_HOLD: "holding before a commit (Step token)", ERROR: "error — Resume continues"}
+                TOKEN_HOLD: "holding before a commit (Step token)", ERROR: "error — Resume continues",
+                SERVING: "serving"}
 
 
 def state_label(state: str, detail: str = "", *, origin: str = LIVE) -> str:

@@ -1,0 +1,130 @@
+"""The Requests tab's plots (pyqtgraph): how speculation paid per request over time, and against the context.
+
+Left: each request's acceptance (accepted / proposed proposal tokens, left axis) and decode tokens/s (right
+axis) at its arrival time; the request the views show is ringed. Right: every window's acceptance against its
+base position (the context length it ran at: ``ServedRequest.context_at_windows``), with the acceptance of all
+windows in each stretch of context joined by a line, so a long context where speculation stops paying shows
+as the line falling. Items are made once and updated with ``setData`` when the ``RequestLog`` moved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+
+from inspector.gui.serve.request_log import RequestLog
+
+ACCEPT_COLOR = "#1565c0"
+SPEED_COLOR = "#2e7d32"
+WINDOW_COLOR = (21, 101, 192, 70)
+"""Each window's point: translucent, so where many fall on one value it darkens."""
+BINNED_COLOR = "#c62828"
+SHOWN_COLOR = "#ff6f00"
+CONTEXT_BINS = 12
+"""Stretches of context (equal widths from the smallest to the largest base position) the line sums over."""
+
+
+def binned_acceptance(points: np.ndarray, bins: int = CONTEXT_BINS) -> tuple[np.ndarray, np.ndarray]:
+    """(middle base position, accepted / proposed of the windows there) per stretch of context that proposed
+    anything; ``points``: rows of (base position, accepted, proposed)."""
+    points = np.asarray(points, float).reshape(-1, 3)
+    if not len(points):
+        return np.zeros(0), np.zeros(0)
+    lo, hi = points[:, 0].min(), points[:, 0].max()
+    if hi <= lo:
+        prop = points[:, 2].sum()
+        return (np.array([lo]), np.array([points[:, 1].sum() / prop])) if prop else (np.zeros(0), np.zeros(0))
+    edges = np.linspace(lo, hi, bins + 1)
+    k = np.clip(np.searchsorted(edges, points[:, 0], side="right") - 1, 0, bins - 1)
+    acc = np.bincount(k, points[:, 1], bins)
+    prop = np.bincount(k, points[:, 2], bins)
+    keep = prop > 0
+    mids = (edges[:-1] + edges[1:]) / 2
+    return mids[keep], acc[keep] / prop[keep]
+
+
+class RequestPlots(QWidget):
+    """Acceptance and tokens/s per request over time; acceptance against the context length of each window."""
+
+    def __init__(self, log: RequestLog, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.log = log
+        self._version = -1
+        self._shown: int | None = None
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.legend = QLabel(
+            f"<span style='color:{ACCEPT_COLOR}'>●</span> acceptance &nbsp; "
+            f"<span style='color:{SPEED_COLOR}'>■</span> tokens/s (right axis) &nbsp; "
+            f"<span style='color:{SHOWN_COLOR}'>○</span> shown &nbsp;│&nbsp; "
+            f"<span style='color:#5c8fd6'>●</span> a window &nbsp; "
+            f"<span style='color:{BINNED_COLOR}'>━</span> acceptance over that stretch of context")
+        self.legend.setWordWrap(True)
+        self.per_request = pg.PlotWidget(background="w", axisItems={"bottom": pg.DateAxisItem("bottom")})
+        pr = self.per_request.getPlotItem()
+        pr.setTitle("Per request")
+        pr.setLabel("left", "acceptance (%)")
+        pr.setLabel("bottom", "arrival time")
+        pr.showGrid(x=True, y=True, alpha=0.25)
+        pr.setYRange(0, 100)
+        pr.showAxis("right")
+        pr.setLabel("right", "tokens/s")
+        self.speed_box = pg.ViewBox()
+        pr.scene().addItem(self.speed_box)
+        pr.getAxis("right").linkToView(self.speed_box)
+        self.speed_box.setXLink(pr)
+        pr.vb.sigResized.connect(self._fit_speed_box)
+        self.acceptance = pr.plot([], [], pen=pg.mkPen(ACCEPT_COLOR, width=1.5), symbol="o", symbolSize=7,
+                                  symbolBrush=ACCEPT_COLOR, symbolPen=None)
+        self.speed = pg.PlotDataItem([], [], pen=pg.mkPen(SPEED_COLOR, width=1.5), symbol="s", symbolSize=6,
+                                     symbolBrush=SPEED_COLOR, symbolPen=None)
+        self.speed_box.addItem(self.speed)
+        self.shown_mark = pr.plot([], [], pen=None, symbol="o", symbolSize=15, symbolBrush=None,
+                                  symbolPen=pg.mkPen(SHOWN_COLOR, width=2))
+        self.by_context = pg.PlotWidget(background="w")
+        bc = self.by_context.getPlotItem()
+        bc.setTitle("By context length")
+        bc.setLabel("left", "acceptance (%)")
+        bc.setLabel("bottom", "base position of the window (tokens)")
+        bc.getAxis("bottom").enableAutoSIPrefix(False)
+        bc.showGrid(x=True, y=True, alpha=0.25)
+        bc.setYRange(0, 100)
+        self.windows = bc.plot([], [], pen=None, symbol="o", symbolSize=5, symbolBrush=WINDOW_COLOR, symbolPen=None)
+        self.binned = bc.plot([], [], pen=pg.mkPen(BINNED_COLOR, width=2), symbol="o", symbolSize=6,
+                              symbolBrush=BINNED_COLOR, symbolPen=None)
+        grid.addWidget(self.legend, 0, 0, 1, 2)
+        grid.addWidget(self.per_request, 1, 0)
+        grid.addWidget(self.by_context, 1, 1)
+
+    def _fit_speed_box(self) -> None:
+        vb = self.per_request.getPlotItem().vb
+        self.speed_box.setGeometry(vb.sceneBoundingRect())
+        self.speed_box.linkedViewChanged(vb, self.speed_box.XAxis)
+
+    def refresh(self) -> None:
+        """Redraw when the log moved or another request is shown."""
+        log = self.log
+        if log.version == self._version and log.shown == self._shown:
+            return
+        self._version, self._shown = log.version, log.shown
+        started = [r for r in log.rows if r.state != "waiting"]
+        figures = [log.figures(r) for r in started]
+        t = np.array([r.arrived for r in started], float)
+        acc = np.array([np.nan if f.acceptance is None else 100 * f.acceptance for f in figures], float)
+        tps = np.array([np.nan if f.tokens_per_s is None else f.tokens_per_s for f in figures], float)
+        has_acc, has_tps = ~np.isnan(acc), ~np.isnan(tps)
+        self.acceptance.setData(t[has_acc], acc[has_acc])
+        self.speed.setData(t[has_tps], tps[has_tps])
+        shown = [i for i, r in enumerate(started) if r.id == log.shown and has_acc[i]]
+        self.shown_mark.setData(t[shown], acc[shown])
+        points = np.array([w for f in figures for w in f.context_at_windows if w[2] > 0], float).reshape(-1, 3)
+        self.windows.setData(points[:, 0], 100 * points[:, 1] / points[:, 2])
+        x, y = binned_acceptance(points)
+        self.binned.setData(x, 100 * y)
+
+    def drawn_points(self) -> dict[str, int]:
+        """Points drawn per item (tests)."""
+        return {name: 0 if item.xData is None else len(item.xData)
+                for name, item in (("acceptance", self.acceptance), ("tokens_per_s", self.speed),
+                                   ("windows", self.windows), ("binned", self.binned))}

@@ -1,0 +1,156 @@
+"""The Requests tab: the Serve switch with its port, address and Copy address; the requests served, one row
+each; their plots (``RequestPlots``).
+
+The view shows a ``RequestLog`` and never writes it; ``ServeActions`` starts and stops the server, fills the
+log and decides what the other views show. ``requestPicked(id)``: the user picked a request's row;
+``followChanged(on)``: the user turned "Follow the newest" on or off.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSpinBox,
+                               QSplitter, QTableView, QToolButton, QVBoxLayout, QWidget)
+
+from inspector.gui.look.table_copy import install_row_copy
+from inspector.gui.panel.widgets import ElidedLabel
+from inspector.gui.serve.request_log import RequestLog
+from inspector.gui.serve.request_plots import RequestPlots
+from inspector.gui.serve.requests_table import REQUEST_HEADERS, WIDEST, RequestTableModel
+from inspector.serve.server import DEFAULT_PORT
+
+NOT_SERVING = "not serving"
+ERROR_STYLE = "color:#b71c1c"
+NOTE_STYLE = "color:#555"
+
+
+class RequestsView(QWidget):
+    """The Serve controls, the table of requests and the plots. ``serve_button`` shows the window's Serve
+    action (``use_serve_action``); ``port``: the port to listen on (0: any free one)."""
+
+    requestPicked = Signal(int)
+    followChanged = Signal(bool)
+
+    def __init__(self, log: RequestLog, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.log = log
+        self.address = ""
+        self._syncing = False
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 0)
+        row = QHBoxLayout()
+        self.serve_button = QToolButton()
+        self.serve_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.serve_button.setMinimumWidth(self.fontMetrics().horizontalAdvance("■ Serving") + 16)
+        row.addWidget(self.serve_button)
+        row.addWidget(QLabel("port"))
+        self.port = QSpinBox()
+        self.port.setRange(0, 65535)
+        self.port.setValue(DEFAULT_PORT)
+        self.port.setSpecialValueText("any")
+        self.port.setToolTip("the port to listen on, on 127.0.0.1 (this machine only); any: a free one. "
+                             f"llama-server's default is {DEFAULT_PORT}")
+        row.addWidget(self.port)
+        self.address_label = QLabel(NOT_SERVING)
+        self.address_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.address_label.setToolTip("the address clients use: an OpenAI-compatible base URL is this + /v1")
+        row.addWidget(self.address_label)
+        self.copy = QPushButton("Copy address")
+        self.copy.setToolTip("copy the address (OpenAI clients: base_url = address + /v1)")
+        self.copy.setEnabled(False)
+        self.copy.clicked.connect(self.copy_address)
+        row.addWidget(self.copy)
+        row.addStretch(1)
+        self.follow = QCheckBox("Follow the newest")
+        self.follow.setChecked(True)
+        self.follow.setToolTip("every view shows the newest request as it runs; picking an older row holds it "
+                               "until you pick again")
+        self.follow.clicked.connect(self.followChanged.emit)
+        row.addWidget(self.follow)
+        lay.addLayout(row)
+        self.status = ElidedLabel("")
+        self.status.setStyleSheet(NOTE_STYLE)
+        lay.addWidget(self.status)
+
+        self.model = RequestTableModel(log)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.table.verticalHeader().setDefaultSectionSize(22)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        fm = self.table.fontMetrics()
+        pad = fm.horizontalAdvance("MM")
+        for c, widest in enumerate(WIDEST):
+            header.resizeSection(c, max(fm.horizontalAdvance(widest), fm.horizontalAdvance(REQUEST_HEADERS[c])) + pad)
+        install_row_copy(self.table)
+        self.table.selectionModel().currentRowChanged.connect(self._row_changed)
+        self.plots = RequestPlots(log)
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.addWidget(self.table)
+        self.split.addWidget(self.plots)
+        self.split.setStretchFactor(0, 2)
+        self.split.setStretchFactor(1, 3)
+        lay.addWidget(self.split, 1)
+
+    def use_serve_action(self, action) -> None:
+        """Show the window's checkable Serve action as this tab's switch."""
+        self.serve_button.setDefaultAction(action)
+
+    # -- what ServeActions says -------------------------------------------------------------
+    def show_address(self, address: str) -> None:
+        """The address served on ("" when not serving): shown, and Copy address enabled."""
+        self.address = address
+        self.address_label.setText(f"<b>{address}</b>" if address else NOT_SERVING)
+        self.copy.setEnabled(bool(address))
+
+    def say(self, text: str, error: bool = False) -> None:
+        """One line under the switch: what serving does, or why it could not start (``error``)."""
+        self.status.setStyleSheet(ERROR_STYLE if error else NOTE_STYLE)
+        self.status.setText(text)
+
+    def copy_address(self) -> None:
+        """Put the address on the clipboard."""
+        if self.address:
+            QGuiApplication.clipboard().setText(self.address)
+
+    def set_follow(self, on: bool) -> None:
+        """Tick "Follow the newest" or not (no ``followChanged``)."""
+        self.follow.setChecked(on)
+
+    def select_request(self, rid: int | None) -> None:
+        """Select request ``rid``'s row (the one the views show) without ``requestPicked``."""
+        self.model.sync()
+        r = self.model.row_of(rid) if rid is not None else -1
+        sel = self.table.selectionModel()
+        self._syncing = True
+        try:
+            if r < 0:
+                sel.clearSelection()
+            elif sel.currentIndex().row() != r or not sel.isRowSelected(r):
+                index = self.model.index(r, 0)
+                sel.setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect
+                                    | QItemSelectionModel.SelectionFlag.Rows)
+                self.table.scrollTo(index)
+        finally:
+            self._syncing = False
+
+    def _row_changed(self, current, _previous) -> None:
+        if self._syncing or not current.isValid():
+            return
+        self.requestPicked.emit(self.model.rows[current.row()].id)
+
+    # -- redraw ------------------------------------------------------------------------------
+    def set_session(self, _session) -> None:
+        """Not a session view (it shows the server's traffic): nothing to do."""
+
+    def refresh(self) -> None:
+        """Redraw the table and the plots when the log moved (the redraw tick, while the tab is shown)."""
+        if self.model.sync():
+            self.select_request(self.log.shown)
+        self.plots.refresh()

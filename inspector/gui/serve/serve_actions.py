@@ -1,0 +1,342 @@
+"""The window's Serve switch (GUI thread): the loaded model served as a llama-server-compatible endpoint, and
+which request every view shows.
+
+On: the engine worker's runtime and ``RuntimeScheduler`` serve (``InspectorServer``, one slot), with the side
+panel's source, its options and sampling taken as Run takes them; the window is ``SERVING`` (Run and Step are
+off, the banner says where it serves). The server's ``on_change`` (its threads) reaches this thread as the
+queued ``changed`` signal; each request's records are drained into the ``RequestLog`` on the redraw tick, and
+the request shown goes to every view with ``set_session`` as a conversation turn does. Starting (binding,
+uvicorn) and stopping (joining the server's threads) run on threads of their own: the GUI thread never waits.
+Off: the running request is cancelled, then Run works again. Another model or closing the window stops
+serving first.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from inspector.gui.files.receipts_loading import read_session
+from inspector.gui.files.session_store import BackgroundJob
+from inspector.gui.look.wording import count_noun
+from inspector.gui.serve.request_log import RequestLog
+from inspector.gui.serve.requests_view import RequestsView
+from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT
+from inspector.gui.shell.run_states import IDLE, SERVING
+from inspector.serve.params import ServeDefaults
+from inspector.serve.receipts_dir import ReceiptsDir, default_receipts_dir
+from inspector.serve.server import DEFAULT_PORT, InspectorServer, ServeError, ServeOptions
+
+PORT_KEY = "serve/port"
+"""Settings key of the port Serve listens on (0: any free port)."""
+SERVE_SHORTCUT = "Ctrl+Shift+S"
+
+
+class ServeActions(QObject):
+    """Serve on / off for ``window`` (the ``MainWindow``: its public ``worker``, ``panel``, ``settings``,
+    ``session``, ``set_session``, ``refresh_all``, ``set_state``, ``state``, ``set_banner``, ``show_error``,
+    ``every_tick``, ``turns``, ``act_serve``), the Requests tab ``view`` and the ``log`` it shows.
+
+    ``server``: the ``InspectorServer`` while serving (starting and stopping included), else None;
+    ``address``: where it serves ("" when not); ``follow``: every view follows the newest request;
+    ``receipts_dir``: where each request's receipts document goes (None: none written)."""
+
+    changed = Signal(object)
+    """(``ServedRequest``): a request arrived, started or ended (emitted on the server's threads)."""
+    started = Signal(str, str)
+    """(address, error): the server started ("" error) or could not."""
+    stopped = Signal()
+    """The server stopped (its threads joined)."""
+
+    def __init__(self, window, view: RequestsView, log: RequestLog) -> None:
+        super().__init__(window)
+        self.win, self.view, self.log = window, view, log
+        self.server: InspectorServer | None = None
+        self.address = ""
+        self.follow = True
+        self.receipts_dir: Path | None = default_receipts_dir()
+        self.transition = ""
+        """``starting`` or ``stopping`` while a thread does it, else ""."""
+        self._then: list[Callable[[], object]] = []
+        self._thread: threading.Thread | None = None
+        self._shown_record = None
+        self._loading = None  # a BackgroundJob reading an older request's receipts
+        self._banner = ""
+        self._model = ""
+        try:
+            view.port.setValue(int(window.settings.value(PORT_KEY, DEFAULT_PORT)))
+        except (TypeError, ValueError):
+            view.port.setValue(DEFAULT_PORT)
+        view.port.valueChanged.connect(lambda v: window.settings.setValue(PORT_KEY, v))
+        act = window.act_serve
+        act.setCheckable(True)
+        act.setIconText("Serve")
+        view.use_serve_action(act)
+        view.requestPicked.connect(self.pick)
+        view.followChanged.connect(self.set_follow)
+        self.changed.connect(self.log.note)
+        self.started.connect(self._started)
+        self.stopped.connect(self._stopped)
+        window.stateChanged.connect(lambda _s: self._enable())
+        window.every_tick(self._tick)
+        self._enable()
+
+    @property
+    def serving(self) -> bool:
+        """A server is starting, serving or stopping."""
+        return self.server is not None
+
+    def toggle(self, on: bool) -> None:
+        """The Serve switch was pressed (``on``: checked)."""
+        if on:
+            self.start()
+        else:
+            self.stop()
+
+    # -- on ------------------------------------------------------------------------------------
+    def why_not(self) -> str:
+        """Why Serve cannot start now ("" when it can)."""
+        w = self.win
+        if w.session.origin != "live":
+            return "a receipts file is shown: File > New live session (Ctrl+N) first"
+        if w.state != IDLE:
+            return "wait until the model has loaded" if w.state == "loading" else "stop the run first"
+        if w.worker.runtime is None or w.worker.scheduler is None:
+            return "no model is loaded: pick one in the Model box (it loads), then Serve"
+        problem = w.panel.source_problem()
+        return f"{problem[0]}: {problem[1]}" if problem else ""
+
+    def start(self) -> bool:
+        """Serve the loaded model on 127.0.0.1 at the Requests tab's port with the panel's source, options and
+        sampling; returns whether it is starting (else the reason is on the tab's line, the switch off)."""
+        if self.server is not None:
+            return True
+        why = self.why_not()
+        if why:
+            self._refused(why)
+            return False
+        w, p = self.win, self.win.panel
+        settings = p.generation_settings()
+        options = ServeOptions(
+            port=self.view.port.value(), source=p.source.currentText(), source_options=p.source_options(),
+            template=settings, draft_max_auto=p.draft_max_auto(),
+            defaults=ServeDefaults(settings.sampling, p.max_tokens.value(), random_seed=False),
+            receipts=ReceiptsDir(self.receipts_dir) if self.receipts_dir is not None else None)
+        runtime = w.worker.runtime
+        self._model = Path(str(getattr(runtime, "converted_from", None) or runtime.model_path)).name
+        try:
+            self.server = InspectorServer(w.worker.scheduler, str(runtime.model_path), options,
+                                          on_change=self.changed.emit, feed=True)
+        except (ServeError, ValueError) as exc:
+            self._refused(str(exc))
+            return False
+        self.log.attach(self.server.slot.snapshot_rows)
+        w.turns.forget()  # the views show requests from now on
+        threads = p.threads.value() or os.cpu_count() or 1
+        self._go("starting", lambda s=self.server: self._start_server(s, runtime, threads))
+        w.set_state(SERVING, "starting…")
+        self.view.say(f"starting on port {options.port or 'any'} …")
+        return True
+
+    def _start_server(self, server: InspectorServer, runtime, threads: int) -> None:
+        """(Its own thread.) Set the runtime's threads as Run does, bind, start, wait until uvicorn accepts."""
+        try:
+            if getattr(runtime, "n_threads", threads) != threads:
+                server.slot.scheduler.execute("stats", -1, lambda r: r.set_threads(threads))
+            address = server.start()
+            server.wait_started()
+        except Exception as exc:  # ServeError: one line; anything else: its message
+            server.stop()
+            self.started.emit("", str(exc) or type(exc).__name__)
+            return
+        self.started.emit(address, "")
+
+    def _started(self, address: str, error: str) -> None:
+        self.transition = ""
+        if error:
+            self.server = None
+            self.win.set_state(IDLE, "serve did not start")
+            self._refused(error)
+            self._run_then()
+            return
+        self.address = address
+        self.view.show_address(address)
+        self.view.say(f"source {self.win.panel.source.currentText()} · one slot: requests run one at a time "
+                      f"in arrival order · receipts: {self.receipts_dir or 'none'}")
+        self.win.set_state(SERVING, address)
+        self._banner = ""
+        if self._then:  # Serve was turned off (or a model chosen) while it started
+            self.stop()
+
+    def _refused(self, why: str) -> None:
+        self.win.act_serve.setChecked(False)
+        self.view.show_address("")
+        self.view.say(f"Serve did not start: {why}", error=True)
+        self.win.set_banner(f"<b>Serve did not start:</b> {html.escape(why)}", BANNER_ERROR)
+        self._enable()
+
+    # -- off -------------------------------------------------------------------------------------
+    def stop(self, then: Callable[[], object] | None = None) -> bool:
+        """Stop serving on a thread of its own (the running request is cancelled, the slot's session
+        dropped), then call ``then()`` on this thread; with no server, ``then()`` now. Returns True."""
+        if then is not None:
+            self._then.append(then)
+        if self.server is None:
+            self._run_then()
+            return True
+        if self.transition == "starting":
+            self._then.append(lambda: None)  # ``_started`` stops it
+            return True
+        if self.transition == "stopping":
+            return True
+        self._go("stopping", lambda s=self.server: (s.stop(), self.stopped.emit()))
+        self.win.set_state(SERVING, "stopping…")
+        self.view.say("stopping: the running request is cancelled …")
+        return True
+
+    def _stopped(self) -> None:
+        self.transition = ""
+        self.server = None
+        self.address = ""
+        self.win.act_serve.setChecked(False)
+        self.view.show_address("")
+        n = len(self.log.rows)
+        self.view.say(f"served {count_noun(n, 'request')}; pick one to show it")
+        self.win.set_state(IDLE, "serving stopped")
+        self.win.set_banner(f"Serving stopped after {count_noun(n, 'request')}. Pick one in the Requests tab to "
+                            "show it; <b>Run</b> (Ctrl+R) runs the prompt again.", BANNER_DONE)
+        self._run_then()
+
+    def _run_then(self) -> None:
+        then, self._then = self._then, []
+        for f in then:
+            f()
+
+    def _go(self, what: str, work: Callable[[], object]) -> None:
+        self.transition = what
+        self._thread = threading.Thread(target=work, name=f"spec-inspector serve {what}", daemon=True)
+        self._thread.start()
+        self._enable()
+
+    def then_load(self, load: Callable[[], bool]) -> bool:
+        """Load a model with ``load()``: at once when not serving; while serving, serving stops first (unless
+        the panel's choice is the model being served)."""
+        if self.server is None:
+            return load()
+        w, p = self.win, self.win.panel
+        try:
+            chosen = str(w.run.chosen_model())
+            same = w.worker.is_loaded(chosen, p.n_ctx.value(), p.target_weights(), p.offload(),
+                                      p.llama_context.values())
+        except Exception:  # an unreadable choice: the load says why
+            same = False
+        if same:
+            return False
+        return self.stop(then=load)
+
+    def shutdown(self) -> None:
+        """The window closes: stop serving and wait for it (blocks; the window waits for its worker too)."""
+        server, self.server = self.server, None
+        if self._thread is not None:
+            self._thread.join(30)
+        if server is not None:
+            server.stop()
+
+    # -- which request the views show ------------------------------------------------------------
+    def set_follow(self, on: bool) -> None:
+        """Follow the newest request (``on``), or hold the one shown."""
+        self.follow = on
+        self.view.set_follow(on)
+        if on:
+            self._follow()
+
+    def pick(self, rid: int) -> None:
+        """The user picked request ``rid``: show it in every view; picking the newest follows again, an older
+        one holds until the next pick. Only while serving or idle (a run shows its own session)."""
+        if self.win.state not in (IDLE, SERVING):
+            self.view.select_request(self.log.shown)
+            return
+        newest = self.log.newest_started()
+        self.follow = newest is not None and newest.id == rid
+        self.view.set_follow(self.follow)
+        self.show_request(rid)
+
+    def show_request(self, rid: int) -> None:
+        """Show request ``rid`` in every view: the window's record of it, or (an older one) its receipts document
+        read on a background thread."""
+        row = self.log.row(rid)
+        if row is None:
+            return
+        self.log.shown = rid
+        self.view.select_request(rid)
+        record = self.log.records.get(rid)
+        if record is not None:
+            self._show(record)
+        elif row.receipts_path:
+            job = self._loading = BackgroundJob(lambda: read_session(row.receipts_path), self)
+            job.done.connect(lambda result, error, j=job: self._read(j, rid, result, error))
+            job.start()
+        else:
+            self.view.say(f"request {rid} is no longer kept in memory and no receipts were written for it",
+                          error=True)
+
+    def _read(self, job, rid: int, result, error: str) -> None:
+        if job is not self._loading or self.log.shown != rid or self.win.state not in (IDLE, SERVING):
+            return
+        session = result[0] if result is not None else None
+        if session is None:
+            self.view.say(f"request {rid}: {result[1] if result else error}", error=True)
+            return
+        self._show(session)
+
+    def _show(self, record) -> None:
+        self._shown_record = record
+        self.win.set_session(record)
+        self.win.refresh_all()
+        self._banner = ""
+        self._say_banner()
+
+    def _follow(self) -> None:
+        target = self.log.newest_started()
+        if target is not None and target.id != self.log.shown and self.win.state in (IDLE, SERVING):
+            self.show_request(target.id)
+
+    def _tick(self) -> None:
+        """The redraw tick: drain the requests' records, follow the newest, keep the banner current."""
+        if self.log.drain() and self.follow and self.server is not None:
+            self._follow()
+        if self.log.shown is not None and self._shown_record is not None \
+                and self.win.session is not self._shown_record:  # a run or a file is shown now
+            self.log.shown, self._shown_record = None, None
+            self.view.select_request(None)
+        if self.server is not None and not self.transition:
+            self._say_banner()
+
+    def _say_banner(self) -> None:
+        if self.server is None or self.transition:
+            return
+        row = self.log.row(self.log.shown) if self.log.shown is not None else None
+        if row is None:
+            showing = "No request yet: the <b>Requests</b> tab lists them as they come."
+        else:
+            state = {"running": "running", "waiting": "waiting"}.get(row.state, row.ended_as or "done")
+            showing = f"Showing request <b>{row.id}</b> ({state}){'' if self.follow else ', held'}."
+        a = html.escape(self.address)
+        text = (f"<b>Serving</b> {html.escape(self._model)} at <b>{a}</b> (OpenAI base URL {a}/v1); Run and Step "
+                f"wait until Serve is off ({SERVE_SHORTCUT}). {showing}")
+        if text != self._banner:
+            self._banner = text
+            self.win.set_banner(text, BANNER_HINT)
+
+    def _enable(self) -> None:
+        """The switch works while idle on a live session, and while serving (not mid-start or mid-stop)."""
+        w = self.win
+        serving = self.server is not None
+        w.act_serve.setEnabled((serving and not self.transition) or (not serving and w.state == IDLE))
+        self.view.port.setEnabled(not serving)
+        w.act_serve.setChecked(serving)

@@ -1,0 +1,106 @@
+"""The window's Serve switch and Requests tab (issue 35), on the real model: a chat request from the ``openai``
+SDK on a Python thread (the Qt event loop never blocks), listed in the Requests tab and shown in every view,
+then Serve off and Run again. Nothing here names the model's words."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import openai
+from PySide6.QtCore import QSettings
+
+from test_gui_support import RUN_TIMEOUT_MS, make_window
+
+MAX = 12
+GREEDY = {"temperature": 0}
+
+
+def serving_window(qtbot, runtime, tmp_path, port: int = 0):
+    """A window whose Serve listens on ``port`` (0: any free port, through the remembered setting) and writes
+    receipts under ``tmp_path``."""
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    settings.setValue("serve/port", port)
+    settings.sync()
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
+    assert w.requests.port.value() == port
+    w.serve.receipts_dir = tmp_path / "served"
+    return w
+
+
+def ask(address: str, text: str, out: dict) -> threading.Thread:
+    """Send one chat request from a thread of its own; its reply (or error) lands in ``out``."""
+    def go():
+        try:
+            client = openai.OpenAI(base_url=address + "/v1", api_key="none", max_retries=0, timeout=120)
+            model = client.models.list().data[0].id
+            out["reply"] = client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}],
+                                                          max_tokens=MAX, **GREEDY)
+        except Exception as exc:  # reported by the test
+            out["error"] = exc
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def serve_on(qtbot, w) -> str:
+    w.act_serve.trigger()
+    assert w.state == "serving" and not w.panel.run.isEnabled() and not w.act_run.isEnabled()
+    qtbot.waitUntil(lambda: w.serve.address != "" or not w.act_serve.isChecked(), timeout=30_000)
+    assert w.serve.address.startswith("http://127.0.0.1:"), w.requests.status.text()
+    return w.serve.address
+
+
+def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_runs_again(qtbot, runtime,
+                                                                                           tmp_path):
+    w = serving_window(qtbot, runtime, tmp_path)
+    address = serve_on(qtbot, w)
+    assert w.act_serve.isChecked() and w.requests.copy.isEnabled()
+    assert "Serving" in w.banner.text() and address in w.banner.text()
+    assert not w.panel.step_window.isEnabled() and not w.panel.source.isEnabled() and w.panel.model_combo.isEnabled()
+    w.tabs.setCurrentWidget(w.requests)
+    out: dict = {}
+    client = ask(address, "Name three colors.", out)
+    qtbot.waitUntil(lambda: not client.is_alive(), timeout=RUN_TIMEOUT_MS)
+    assert "error" not in out, out.get("error")
+    reply = out["reply"]
+    model = w.requests.model
+    qtbot.waitUntil(lambda: model.rowCount() == 1 and model.values(model.rows[0])[-1] != "running…", timeout=10_000)
+    row = model.rows[0]
+    cells = dict(zip(("id", "arrived", "endpoint", "prompt", "reused", "output"), model.values(row)))
+    assert cells["endpoint"] == "/v1/chat/completions"
+    assert cells["prompt"] == reply.usage.prompt_tokens and cells["output"] == reply.usage.completion_tokens
+    # Every view follows the request: the token stream holds its tokens, the Windows tab its windows.
+    qtbot.waitUntil(lambda: w.token_view.token_count() == reply.usage.completion_tokens, timeout=10_000)
+    shown = w.token_view.stream.toPlainText()  # the reply's text, then the end-of-generation token's when it ended so
+    assert shown == "".join(runtime.token_text(t.token) for t in w.session.tokens)
+    assert shown.startswith(reply.choices[0].message.content)
+    assert w.session is w.request_log.records[row.id] and w.session.end is not None
+    assert len(w.session.receipts) == row.windows
+    assert "request <b>1</b>" in w.banner.text()
+    w.refresh_all()
+    assert w.requests.plots.drawn_points()["tokens_per_s"] == 1
+    assert w.requests.table.selectionModel().isRowSelected(0)
+    assert (tmp_path / "served").is_dir() and row.receipts_path
+
+    # Off: the server stops on its own thread, then Run works again and the request stays listed.
+    w.act_serve.trigger()
+    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+    assert not w.act_serve.isChecked() and w.panel.run.isEnabled() and w.act_run.isEnabled()
+    assert w.panel.source.isEnabled() and not w.requests.copy.isEnabled()
+    assert model.rowCount() == 1 and "Serving stopped" in w.banner.text()
+
+
+def test_a_busy_port_is_said_on_the_error_line_and_the_switch_goes_back_off(qtbot, runtime, tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        w = serving_window(qtbot, runtime, tmp_path, port=taken.getsockname()[1])
+        w.act_serve.trigger()
+        qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+    finally:
+        taken.close()
+    assert not w.act_serve.isChecked() and w.serve.server is None and w.panel.run.isEnabled()
+    assert "cannot listen on 127.0.0.1" in w.requests.status.text()
