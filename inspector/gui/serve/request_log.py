@@ -57,12 +57,15 @@ def figures_of_row(row: ServedRequest) -> RequestFigures:
 class RequestLog:
     """The traffic of the server the window runs (or ran last): ``rows`` oldest first, ``records`` by request
     id (the window's own, filled from each request's stream), ``version`` raised whenever either changed
-    (views redraw when it moves), ``shown``: the id of the request the views show (its record is kept)."""
+    (views redraw when it moves), ``rows_version`` raised when the rows were read again (a request arrived,
+    started or ended: what a finished request shows changes only then), ``shown``: the id of the request the
+    views show (its record is kept)."""
 
     def __init__(self) -> None:
         self.rows: list[ServedRequest] = []
         self.records: dict[int, SessionRecord] = {}
         self.version = 0
+        self.rows_version = 0
         self.shown: int | None = None
         self._snapshot: Callable[[], list[ServedRequest]] | None = None
         self._feeds: dict = {}  # request id -> (row, RecordStream) still to drain
@@ -74,6 +77,7 @@ class RequestLog:
         self.rows, self.records, self._feeds, self.shown = [], {}, {}, None
         self._stale = True
         self.version += 1
+        self.rows_version += 1
 
     def note(self, row: ServedRequest) -> None:
         """``row`` arrived, started or ended (the server's ``on_change``, handed to the GUI thread)."""
@@ -98,6 +102,7 @@ class RequestLog:
                 del self._feeds[rid]
         if self._stale and self._snapshot is not None:
             self.rows = self._snapshot()
+            self.rows_version += 1
             self._stale = False
             self._evict()
             changed = True

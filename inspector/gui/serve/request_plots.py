@@ -52,18 +52,19 @@ class RequestPlots(QWidget):
         self.log = log
         self._version = -1
         self._shown: int | None = None
+        self._rows_version = -1
+        self._done = (np.zeros(0), np.zeros(0), np.zeros(0), np.zeros((0, 3)))  # finished requests' ``_series``
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         self.legend = QLabel(
-            f"<span style='color:{ACCEPT_COLOR}'>●</span> acceptance &nbsp; "
+            f"<b>Per request:</b> <span style='color:{ACCEPT_COLOR}'>●</span> acceptance &nbsp; "
             f"<span style='color:{SPEED_COLOR}'>■</span> tokens/s (right axis) &nbsp; "
-            f"<span style='color:{SHOWN_COLOR}'>○</span> shown &nbsp;│&nbsp; "
+            f"<span style='color:{SHOWN_COLOR}'>○</span> shown &nbsp;│&nbsp; <b>By context length:</b> "
             f"<span style='color:#5c8fd6'>●</span> a window &nbsp; "
             f"<span style='color:{BINNED_COLOR}'>━</span> acceptance over that stretch of context")
         self.legend.setWordWrap(True)
         self.per_request = pg.PlotWidget(background="w", axisItems={"bottom": pg.DateAxisItem("bottom")})
         pr = self.per_request.getPlotItem()
-        pr.setTitle("Per request")
         pr.setLabel("left", "acceptance (%)")
         pr.setLabel("bottom", "arrival time")
         pr.showGrid(x=True, y=True, alpha=0.25)
@@ -84,7 +85,6 @@ class RequestPlots(QWidget):
                                   symbolPen=pg.mkPen(SHOWN_COLOR, width=2))
         self.by_context = pg.PlotWidget(background="w")
         bc = self.by_context.getPlotItem()
-        bc.setTitle("By context length")
         bc.setLabel("left", "acceptance (%)")
         bc.setLabel("bottom", "base position of the window (tokens)")
         bc.getAxis("bottom").enableAutoSIPrefix(False)
@@ -103,25 +103,39 @@ class RequestPlots(QWidget):
         self.speed_box.linkedViewChanged(vb, self.speed_box.XAxis)
 
     def refresh(self) -> None:
-        """Redraw when the log moved or another request is shown."""
+        """Redraw when the log moved or another request is shown (finished requests are counted again only when
+        the rows were read again; a running one at every call)."""
         log = self.log
         if log.version == self._version and log.shown == self._shown:
             return
         self._version, self._shown = log.version, log.shown
-        started = [r for r in log.rows if r.state != "waiting"]
-        figures = [log.figures(r) for r in started]
-        t = np.array([r.arrived for r in started], float)
-        acc = np.array([np.nan if f.acceptance is None else 100 * f.acceptance for f in figures], float)
-        tps = np.array([np.nan if f.tokens_per_s is None else f.tokens_per_s for f in figures], float)
+        if log.rows_version != self._rows_version:
+            self._rows_version = log.rows_version
+            self._done = self._series([r for r in log.rows if r.state == "done"])
+        running = self._series([r for r in log.rows if r.state == "running"])
+        t, acc, tps, points = (np.concatenate([a, b]) for a, b in zip(self._done, running))
         has_acc, has_tps = ~np.isnan(acc), ~np.isnan(tps)
         self.acceptance.setData(t[has_acc], acc[has_acc])
         self.speed.setData(t[has_tps], tps[has_tps])
-        shown = [i for i, r in enumerate(started) if r.id == log.shown and has_acc[i]]
-        self.shown_mark.setData(t[shown], acc[shown])
-        points = np.array([w for f in figures for w in f.context_at_windows if w[2] > 0], float).reshape(-1, 3)
+        row = log.row(log.shown) if log.shown is not None else None
+        figures = log.figures(row) if row is not None and row.state != "waiting" else None
+        if figures is not None and figures.acceptance is not None:
+            self.shown_mark.setData([row.arrived], [100 * figures.acceptance])
+        else:
+            self.shown_mark.setData([], [])
         self.windows.setData(points[:, 0], 100 * points[:, 1] / points[:, 2])
         x, y = binned_acceptance(points)
         self.binned.setData(x, 100 * y)
+
+    def _series(self, rows) -> tuple:
+        """(arrival times, acceptance %, tokens/s, windows' (base position, accepted, proposed)) of ``rows``,
+        in order; NaN where a request proposed nothing or decoded nothing yet."""
+        figures = [self.log.figures(r) for r in rows]
+        t = np.array([r.arrived for r in rows], float)
+        acc = np.array([np.nan if f.acceptance is None else 100 * f.acceptance for f in figures], float)
+        tps = np.array([np.nan if f.tokens_per_s is None else f.tokens_per_s for f in figures], float)
+        points = np.array([w for f in figures for w in f.context_at_windows if w[2] > 0], float).reshape(-1, 3)
+        return t, acc, tps, points
 
     def drawn_points(self) -> dict[str, int]:
         """Points drawn per item (tests)."""

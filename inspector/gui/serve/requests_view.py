@@ -21,6 +21,8 @@ from inspector.gui.serve.requests_table import REQUEST_HEADERS, WIDEST, RequestT
 from inspector.serve.server import DEFAULT_PORT
 
 NOT_SERVING = "not serving"
+TABLE_SHARE = 45
+"""Percent of the tab's height the table gets (the plots the rest) until the user drags the split."""
 ERROR_STYLE = "color:#b71c1c"
 NOTE_STYLE = "color:#555"
 
@@ -42,7 +44,7 @@ class RequestsView(QWidget):
         row = QHBoxLayout()
         self.serve_button = QToolButton()
         self.serve_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-        self.serve_button.setMinimumWidth(self.fontMetrics().horizontalAdvance("■ Serving") + 16)
+        self.serve_button.setMinimumWidth(self.fontMetrics().horizontalAdvance("● Serving") + 16)
         row.addWidget(self.serve_button)
         row.addWidget(QLabel("port"))
         self.port = QSpinBox()
@@ -94,8 +96,7 @@ class RequestsView(QWidget):
         self.split = QSplitter(Qt.Orientation.Vertical)
         self.split.addWidget(self.table)
         self.split.addWidget(self.plots)
-        self.split.setStretchFactor(0, 2)
-        self.split.setStretchFactor(1, 3)
+        self.split.setSizes([TABLE_SHARE, 100 - TABLE_SHARE])  # scaled to the tab's height when it is laid out
         lay.addWidget(self.split, 1)
 
     def use_serve_action(self, action) -> None:

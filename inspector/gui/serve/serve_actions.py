@@ -168,7 +168,7 @@ class ServeActions(QObject):
         self.view.show_address(address)
         self.view.say(f"source {self.win.panel.source.currentText()} · one slot: requests run one at a time "
                       f"in arrival order · receipts: {self.receipts_dir or 'none'}")
-        self.win.set_state(SERVING, address)
+        self.win.set_state(SERVING, address)  # and the switch (``_enable``)
         self._banner = ""
         if self._then:  # Serve was turned off (or a model chosen) while it started
             self.stop()
@@ -340,3 +340,6 @@ class ServeActions(QObject):
         w.act_serve.setEnabled((serving and not self.transition) or (not serving and w.state == IDLE))
         self.view.port.setEnabled(not serving)
         w.act_serve.setChecked(serving)
+        w.act_serve.setIconText("● Serving" if serving else "Serve")  # the toolbar and the tab's switch
+        w.act_serve.setToolTip(f"serving at {self.address}: click to stop ({SERVE_SHORTCUT})" if self.address else
+                               f"serve the loaded model as a llama-server-compatible endpoint ({SERVE_SHORTCUT})")

@@ -464,7 +464,7 @@ class MainWindow(QMainWindow):
     # -- settings and closing ----------------------------------------------------------------
     def _splits(self) -> dict:
         return {"window/main_split": self.main_split, "window/right_split": self.right_split,
-                "window/detail_split": self.window_detail.splitter}
+                "window/detail_split": self.window_detail.splitter, "window/requests_split": self.requests.split}
 
     def _restore_settings(self) -> None:
         if "window/right_split" in restore_window(self.settings, self, self._splits()):

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushBu
 
 from inspector.gui.engine_thread import worker as W
 from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT
+from inspector.gui.shell.run_states import SERVING
 from inspector.session.conversation import Conversation, conversation_block
 
 SEND_SHORTCUT = "Ctrl+Return"
@@ -157,6 +158,8 @@ class ConversationActions(QObject):
         w, s = self.win, self.win.session
         if self.source_path or s.origin != "live":
             return "a receipts file is read only: File > New live session (Ctrl+N), then Run, to start a conversation"
+        if w.state == SERVING:
+            return "the window is serving: turn Serve off (Run menu) to continue a conversation"
         if w.state != W.IDLE:
             return "the next turn can be sent when this run has ended"
         if s.header is None or s.end is None:
