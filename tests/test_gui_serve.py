@@ -84,12 +84,22 @@ def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_
     assert w.requests.table.selectionModel().isRowSelected(0)
     assert (tmp_path / "served").is_dir() and row.receipts_path
 
-    # Off: the server stops on its own thread, then Run works again and the request stays listed.
+    # A second request is followed; picking the first holds it (Follow the newest unticks); the newest follows again.
+    client = ask(address, "Name three animals.", out)
+    qtbot.waitUntil(lambda: not client.is_alive(), timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.session is w.request_log.records.get(2) and w.session.end is not None, timeout=10_000)
+    w.requests.table.selectRow(0)
+    assert w.session is w.request_log.records[1] and not w.serve.follow and not w.requests.follow.isChecked()
+    assert "request <b>1</b>" in w.banner.text() and "held" in w.banner.text()
+    w.requests.table.selectRow(1)
+    assert w.session is w.request_log.records[2] and w.requests.follow.isChecked()
+
+    # Off: the server stops on its own thread, then Run works again and the requests stay listed.
     w.act_serve.trigger()
     qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
     assert not w.act_serve.isChecked() and w.panel.run.isEnabled() and w.act_run.isEnabled()
     assert w.panel.source.isEnabled() and not w.requests.copy.isEnabled()
-    assert model.rowCount() == 1 and "Serving stopped" in w.banner.text()
+    assert model.rowCount() == 2 and "Serving stopped" in w.banner.text()
 
 
 def test_a_busy_port_is_said_on_the_error_line_and_the_switch_goes_back_off(qtbot, runtime, tmp_path):
@@ -104,3 +114,18 @@ def test_a_busy_port_is_said_on_the_error_line_and_the_switch_goes_back_off(qtbo
         taken.close()
     assert not w.act_serve.isChecked() and w.serve.server is None and w.panel.run.isEnabled()
     assert "cannot listen on 127.0.0.1" in w.requests.status.text()
+
+
+def test_a_request_listed_before_its_arrival_is_handed_over_gets_its_whole_record():
+    from inspector.gui.serve.request_log import RequestLog
+    from inspector.serve.job import ServedRequest
+    from inspector.session.records import RecordStream
+
+    rows = [ServedRequest(1, "/completion", 0.0, 3, feed=RecordStream())]
+    log = RequestLog()
+    log.attach(lambda: list(rows))
+    rows[0].state = "running"
+    log.drain()  # the server's rows are read before the window heard of the request
+    assert 1 in log.records and log.newest_started() is rows[0]
+    log.note(rows[0])  # then its arrival comes: nothing is made twice
+    assert list(log.records) == [1]

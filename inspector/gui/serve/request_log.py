@@ -70,22 +70,31 @@ class RequestLog:
         self._snapshot: Callable[[], list[ServedRequest]] | None = None
         self._feeds: dict = {}  # request id -> (row, RecordStream) still to drain
         self._stale = False
+        self._tracked = 0  # the newest request id with a record (or none) so far
 
     def attach(self, snapshot: Callable[[], list[ServedRequest]]) -> None:
         """Follow a new server's traffic (``ServeSlot.snapshot_rows``): the last server's rows and records go."""
         self._snapshot = snapshot
         self.rows, self.records, self._feeds, self.shown = [], {}, {}, None
+        self._tracked = 0
         self._stale = True
         self.version += 1
         self.rows_version += 1
 
     def note(self, row: ServedRequest) -> None:
         """``row`` arrived, started or ended (the server's ``on_change``, handed to the GUI thread)."""
-        if row.feed is not None and row.id not in self.records:  # it may be done already: its stream keeps all
-            self.records[row.id] = SessionRecord()
-            self._feeds[row.id] = (row, row.feed)
+        self._track(row)
         self._stale = True
         self.version += 1
+
+    def _track(self, row: ServedRequest) -> None:
+        """Keep a record of ``row`` filled from its stream, from its first sight on (it may be running or done
+        already: its stream holds every record since it arrived)."""
+        if row.id > self._tracked:
+            self._tracked = row.id
+            if row.feed is not None:
+                self.records[row.id] = SessionRecord()
+                self._feeds[row.id] = (row, row.feed)
 
     def drain(self) -> bool:
         """Apply every record the requests pushed since the last call to the window's records of them (GUI
@@ -102,6 +111,8 @@ class RequestLog:
                 del self._feeds[rid]
         if self._stale and self._snapshot is not None:
             self.rows = self._snapshot()
+            for r in self.rows[-KEEP_RECORDS:]:  # the snapshot may hold a request whose arrival is still on its way
+                self._track(r)
             self.rows_version += 1
             self._stale = False
             self._evict()

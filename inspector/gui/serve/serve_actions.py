@@ -68,6 +68,7 @@ class ServeActions(QObject):
         self._loading = None  # a BackgroundJob reading an older request's receipts
         self._banner = ""
         self._model = ""
+        self._status = ""  # the tab's line while serving (a failed pick says why instead, until the next show)
         try:
             view.port.setValue(int(window.settings.value(PORT_KEY, DEFAULT_PORT)))
         except (TypeError, ValueError):
@@ -166,8 +167,9 @@ class ServeActions(QObject):
             return
         self.address = address
         self.view.show_address(address)
-        self.view.say(f"source {self.win.panel.source.currentText()} · one slot: requests run one at a time "
-                      f"in arrival order · receipts: {self.receipts_dir or 'none'}")
+        self._status = (f"source {self.win.panel.source.currentText()} · one slot: requests run one at a time in "
+                        f"arrival order · receipts: {self.receipts_dir or 'none'}")
+        self.view.say(self._status)
         self.win.set_state(SERVING, address)  # and the switch (``_enable``)
         self._banner = ""
         if self._then:  # Serve was turned off (or a model chosen) while it started
@@ -206,7 +208,8 @@ class ServeActions(QObject):
         self.win.act_serve.setChecked(False)
         self.view.show_address("")
         n = len(self.log.rows)
-        self.view.say(f"served {count_noun(n, 'request')}; pick one to show it")
+        self._status = f"served {count_noun(n, 'request')}; pick one to show it"
+        self.view.say(self._status)
         self.win.set_state(IDLE, "serving stopped")
         self.win.set_banner(f"Serving stopped after {count_noun(n, 'request')}. Pick one in the Requests tab to "
                             "show it; <b>Run</b> (Ctrl+R) runs the prompt again.", BANNER_DONE)
@@ -296,6 +299,7 @@ class ServeActions(QObject):
 
     def _show(self, record) -> None:
         self._shown_record = record
+        self.view.say(self._status)
         self.win.set_session(record)
         self.win.refresh_all()
         self._banner = ""
