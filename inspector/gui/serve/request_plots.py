@@ -57,11 +57,15 @@ class RequestPlots(QWidget):
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         self.legend = QLabel(
-            f"<b>Per request:</b> <span style='color:{ACCEPT_COLOR}'>●</span> acceptance &nbsp; "
-            f"<span style='color:{SPEED_COLOR}'>■</span> tokens/s (right axis) &nbsp; "
-            f"<span style='color:{SHOWN_COLOR}'>○</span> shown &nbsp;│&nbsp; <b>By context length:</b> "
-            f"<span style='color:#5c8fd6'>●</span> a window &nbsp; "
-            f"<span style='color:{BINNED_COLOR}'>━</span> acceptance over that stretch of context")
+            f"<b>Per request</b> <span style='color:{ACCEPT_COLOR}'>●</span> acceptance "
+            f"<span style='color:{SPEED_COLOR}'>■</span> tokens/s (right) "
+            f"<span style='color:{SHOWN_COLOR}'>○</span> shown &nbsp;│&nbsp; <b>By context length</b> "
+            f"<span style='color:#5c8fd6'>●</span> a window "
+            f"<span style='color:{BINNED_COLOR}'>━</span> its stretch of context")
+        self.legend.setToolTip("left: each request's accepted / proposed proposal tokens and its decode tokens/s "
+                               "at its arrival time; right: each window's acceptance at the context length it ran "
+                               "at (its base position), and the acceptance of all windows in each of "
+                               f"{CONTEXT_BINS} stretches of context")
         self.legend.setWordWrap(True)
         self.per_request = pg.PlotWidget(background="w", axisItems={"bottom": pg.DateAxisItem("bottom")})
         pr = self.per_request.getPlotItem()
@@ -81,6 +85,8 @@ class RequestPlots(QWidget):
         self.speed = pg.PlotDataItem([], [], pen=pg.mkPen(SPEED_COLOR, width=1.5), symbol="s", symbolSize=6,
                                      symbolBrush=SPEED_COLOR, symbolPen=None)
         self.speed_box.addItem(self.speed)
+        self.span = pr.plot([], [], pen=None, symbol="o", symbolSize=1, symbolBrush=(0, 0, 0, 0), symbolPen=None)
+        """Every request's arrival time, unseen: the time axis spans requests that proposed nothing too."""
         self.shown_mark = pr.plot([], [], pen=None, symbol="o", symbolSize=15, symbolBrush=None,
                                   symbolPen=pg.mkPen(SHOWN_COLOR, width=2))
         self.by_context = pg.PlotWidget(background="w")
@@ -117,6 +123,7 @@ class RequestPlots(QWidget):
         has_acc, has_tps = ~np.isnan(acc), ~np.isnan(tps)
         self.acceptance.setData(t[has_acc], acc[has_acc])
         self.speed.setData(t[has_tps], tps[has_tps])
+        self.span.setData(t, np.zeros(len(t)))
         row = log.row(log.shown) if log.shown is not None else None
         figures = log.figures(row) if row is not None and row.state != "waiting" else None
         if figures is not None and figures.acceptance is not None:
