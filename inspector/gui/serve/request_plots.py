@@ -61,7 +61,7 @@ class RequestPlots(QWidget):
             f"<span style='color:{SPEED_COLOR}'>■</span> tokens/s (right) "
             f"<span style='color:{SHOWN_COLOR}'>○</span> shown &nbsp;│&nbsp; <b>By context length</b> "
             f"<span style='color:#5c8fd6'>●</span> a window "
-            f"<span style='color:{BINNED_COLOR}'>━</span> its stretch of context")
+            f"<span style='color:{BINNED_COLOR}'>━</span> per stretch")
         self.legend.setToolTip("left: each request's accepted / proposed proposal tokens and its decode tokens/s "
                                "at its arrival time; right: each window's acceptance at the context length it ran "
                                "at (its base position), and the acceptance of all windows in each of "

@@ -331,8 +331,8 @@ class ServeActions(QObject):
             state = {"running": "running", "waiting": "waiting"}.get(row.state, row.ended_as or "done")
             showing = f"Showing request <b>{row.id}</b> ({state}){'' if self.follow else ', held'}."
         a = html.escape(self.address)
-        text = (f"<b>Serving</b> {html.escape(self._model)} at <b>{a}</b> (OpenAI base URL {a}/v1); Run and Step "
-                f"wait until Serve is off ({SERVE_SHORTCUT}). {showing}")
+        text = (f"<b>Serving</b> {html.escape(self._model)} at <b>{a}</b>; Run and Step wait until Serve is off "
+                f"({SERVE_SHORTCUT}). {showing}")
         if text != self._banner:
             self._banner = text
             self.win.set_banner(text, BANNER_HINT)
