@@ -107,7 +107,10 @@ def _chats(client: httpx.Client, prompts: Sequence[str], n_predict: int) -> list
 
 
 def _client(url: str) -> httpx.Client:
-    return httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT_S, trust_env=False)  # no proxy for 127.0.0.1
+    """A client of ``url``: no proxy (127.0.0.1), a new connection per request on both sides (a kept-alive
+    connection the server closed meanwhile fails the next request: cpp-httplib closes idle ones)."""
+    return httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT_S, trust_env=False,
+                        limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def ours_once(scheduler: RuntimeScheduler, config: CompareConfig, prompts: Sequence[str],
