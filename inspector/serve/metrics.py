@@ -5,7 +5,8 @@ Names, help texts and types from llama.cpp 0c1e570 ``tools/server/server-context
 generated tokens and their seconds, ``n_decode_total``, ``n_tokens_max``, the speculative counters
 (``spec_decode_num_draft_tokens_total``, ``..._accepted_tokens_total``, ``..._drafts_total`` and
 ``spec_decode_num_accepted_tokens_per_pos_total{position}``, one line per position 0 .. draft max - 1,
-zeros included) and the gauges. Accepted counts are llama-server's (``server_counted_accepted``).
+zeros included, once a draft was verified: ``server-task.cpp`` writes none before) and the gauges.
+Accepted counts are llama-server's (``server_counted_accepted``).
 ``n_tokens_max`` is written as a gauge (prometheus-client names every counter ``..._total``; the sample's
 name is llama-server's).
 """
@@ -78,12 +79,13 @@ class ServeMetrics:
                                 value=n_max)
         for name, doc in COUNTERS[6:]:
             yield CounterMetricFamily(f"llamacpp:{name}", doc, value=v[name])
-        pos = CounterMetricFamily("llamacpp:spec_decode_num_accepted_tokens_per_pos",
-                                  "Speculative: Number of draft tokens accepted per draft position",
-                                  labels=["position"])
-        for i, n in enumerate(per):
-            pos.add_metric([str(i)], n)
-        yield pos
+        if v["spec_decode_num_drafts"]:  # llama-server writes these once a slot verified a draft (0c1e570)
+            pos = CounterMetricFamily("llamacpp:spec_decode_num_accepted_tokens_per_pos",
+                                      "Speculative: Number of draft tokens accepted per draft position",
+                                      labels=["position"])
+            for i, n in enumerate(per):
+                pos.add_metric([str(i)], n)
+            yield pos
         prompt_rate = v["prompt_tokens"] / v["prompt_seconds"] if v["prompt_seconds"] else 0.0
         gen_rate = v["tokens_predicted"] / v["tokens_predicted_seconds"] if v["tokens_predicted_seconds"] else 0.0
         processing, deferred = self._queue()
