@@ -16,12 +16,13 @@ real run's later turns differ).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from inspector.bench.tune import Recording, ReplayedWindow, TuneRow, recording_from_document, replay
+from inspector.bench.tune import (Recording, ReplayedWindow, TuneRow, costs_from_times, recording_from_document,
+                                  replay)
 from inspector.llama.cost_model import CostModel
 from inspector.receipts.document import is_conversation
-from inspector.sources.registry import SourceContext, close_source, make_source
+from inspector.sources.registry import PLAIN, SourceContext, close_source, make_source
 
 
 @dataclass(frozen=True)
@@ -69,3 +70,29 @@ def replay_turns(source_name: str, options: Mapping, draft_max: int, recordings:
                   sum(w.accepted for w in flat), sum(plains), proposal_ms, decode_ms,
                   n / decode_ms * 1000 if decode_ms > 0 else 0.0, plain_ms / decode_ms if decode_ms > 0 else 0.0)
     return TurnsReplay(row, tuple(all_windows), tuple(plains))
+
+
+def conversation_costs(doc: Mapping) -> CostModel | None:
+    """c(k) from every turn's own times (``tune.costs_from_times`` over all turns' plain steps and windows),
+    or None without a plain step in any turn."""
+    turns = doc["turns"] if is_conversation(doc) else [doc]
+    steps = [op["hold_us"] for t in turns for op in t.get("lock_operations", []) if op.get("kind") == "step"]
+    windows = [(w["verification_rows"], w["verification_elapsed_us"]) for t in turns for w in t.get("windows", [])]
+    return costs_from_times(steps, windows)
+
+
+def tune_turns(recordings: Sequence[Recording], costs: CostModel, configs: Sequence[tuple[str, dict, int]],
+               progress: Callable[[int, int], None] | None = None) -> list[TuneRow]:
+    """``replay_turns`` of every configuration (``tune.grid``) over the turns, best predicted speedup first
+    (configurations whose options the source refuses are skipped), as ``tune.tune`` does for one request.
+    ``progress(done, total)`` after each."""
+    rows = []
+    for i, (s, opts, dm) in enumerate(configs):
+        if s != PLAIN:
+            try:
+                rows.append(replay_turns(s, opts, dm, recordings, costs).row)
+            except ValueError:
+                pass
+        if progress is not None:
+            progress(i + 1, len(configs))
+    return sorted(rows, key=lambda r: -r.speedup)

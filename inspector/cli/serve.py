@@ -32,7 +32,7 @@ from inspector.llama.model_file import ModelFileError
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import DEFAULT_KEEP, DEFAULT_MAX_MB, ReceiptsDir, default_receipts_dir, session_document
-from inspector.serve.server import DEFAULT_PORT, LOOPBACK, InspectorServer, ServeError, ServeOptions
+from inspector.serve.server import DEFAULT_PORT, LOOPBACK, InspectorServer, ServeError, ServeOptions, check_host
 from inspector.serve.slot import DEFAULT_MAX_QUEUE
 from inspector.sources.registry import PLAIN, source_names
 
@@ -102,6 +102,10 @@ def add_serve_command(sub) -> None:
 
 
 def _check(args) -> None:
+    try:
+        check_host(args.host, args.expose)
+    except ServeError as exc:
+        raise UserError(str(exc)) from None
     try:
         check_n_batch_for_source(args.n_batch, speculative=args.source != PLAIN)
     except ValueError as exc:

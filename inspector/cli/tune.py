@@ -19,7 +19,8 @@ from inspector.engine import RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.llama.cost_cache import load_cost_model
 from inspector.llama.model_file import ModelFileError
-from inspector.receipts.document import ReceiptsFileError, load_document
+from inspector.bench.tune_turns import conversation_costs, tune_turns
+from inspector.receipts.document import ReceiptsFileError, is_conversation, load_document
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
 
@@ -54,8 +55,8 @@ def cmd_tune(args) -> int:
     """Run ``tune`` (see ``add_tune_command``); one-line errors for a bad file or a sampled run."""
     try:
         doc = load_document(args.file)
-        if "conversation" in doc:
-            raise NotReplayable("a conversation file: tune one turn's receipts (view FILE --turn N shows them)")
+        if is_conversation(doc):
+            return _tune_conversation(args, doc)
         rec = recording_from_document(doc)
     except ReceiptsFileError as exc:
         return fail(str(exc))
@@ -128,4 +129,36 @@ def _verify(doc, rec, rows, repeats: int = 1) -> int:
     finally:
         rt.close()
     print(format_verified(verified))
+    return 0
+
+
+def _tune_conversation(args, doc) -> int:
+    """``tune`` of a conversation document (``run --turns``, a ``serve --session`` export): every turn
+    replayed in order with one source memory per configuration (``inspector.bench.tune_turns``), c(k)
+    from the stored cost model or every turn's own times. ``--verify`` is for one request only.
+    Raises ``NotReplayable`` for a turn that cannot be replayed (sampled, cut by a stop string)."""
+    recs = []
+    for n, turn in enumerate(doc["turns"], 1):
+        try:
+            recs.append(recording_from_document(turn))
+        except NotReplayable as exc:
+            raise NotReplayable(f"turn {n}: {exc}") from None
+    model = doc["turns"][0].get("model") or {}
+    stored = load_cost_model(model.get("path", ""), int(model.get("n_threads") or 0)) if args.costs == "stored" \
+        else None
+    costs = stored or conversation_costs(doc)
+    if costs is None:
+        return fail(f"cannot tune {args.file}: no turn has a plain step to measure c(1) from and no cost model is "
+                    "stored for its model and threads")
+    if args.verify:
+        print("note: --verify runs one request; tune a turn's receipts for it (view FILE --turn N)", file=sys.stderr)
+    t = time.perf_counter()
+    rows = tune_turns(recs, costs, grid(args.source or MODEL_FREE, args.draft_maxes or DRAFT_MAX_GRID))
+    print(f"conversation: {len(recs)} turns, {sum(len(r.output) for r in recs)} tokens; c(1) {costs.cost(1):.1f} ms, "
+          f"c(8) {costs.cost(8):.1f} ms; {len(rows)} configurations replayed over every turn with one memory in "
+          f"{time.perf_counter() - t:.1f} s")
+    print(format_tune(rows, args.top))
+    if args.json:
+        args.json.write_text(json.dumps([{**r.__dict__, "label": r.label} for r in rows], indent=1), "utf-8")
+        print(f"tune table: {args.json}")
     return 0

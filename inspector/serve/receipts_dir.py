@@ -137,6 +137,8 @@ def session_document(paths) -> dict:
         block = doc.get("conversation") or {"history": [], "user_text": doc["prompt"]["text"]}
         n = len(conv.records) + 1
         doc["conversation"] = {**block, "turn": n, "turns": n}
+        for w in doc.get("windows", []):  # a window names its turn of this document
+            w["turn"] = n
         conv.records.append(record_from_document(doc))  # keeps the document itself for the export
     if not conv.records:
         raise ValueError("no served request has been recorded yet")

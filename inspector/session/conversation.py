@@ -8,7 +8,8 @@ through one ``RunRequest.source_memory`` dict (``SourceContext.memory``), as age
 that repeat earlier content need.
 
 Turns files (``read_turns``): a JSON list of strings (or of ``{"role": "user", "content":
-...}`` objects), or plain text with the turns separated by lines holding only ``---``.
+...}`` objects), plain text with the turns separated by lines holding only ``---``, or a conversation
+receipts document (``run --turns --receipts``, ``serve --session``): its turns' user messages.
 Qt-free; the CLI (``run --turns``, ``compare --turns``) and tests use it.
 """
 
@@ -23,13 +24,14 @@ from pathlib import Path
 import inspector
 from inspector.bounded_read import BoundedReadError, read_bounded_text
 from inspector.engine.stats import summarize_receipts
-from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION
+from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, MAX_FILE_BYTES, SCHEMA_ID, SCHEMA_VERSION
 from inspector.session.document import record_document
 from inspector.session.record_files import record_from_document
 
 TURN_SEPARATOR = "---"
 """A line holding only this separates two turns of a plain-text turns file."""
-MAX_TURNS_FILE_BYTES = 4 * 1024 * 1024
+MAX_TURNS_FILE_BYTES = MAX_FILE_BYTES
+"""A turns file may be a conversation receipts document: as large as any receipts file."""
 
 
 class TurnsFileError(ValueError):
@@ -46,6 +48,15 @@ def parse_turns(text: str, where: str = "turns") -> list[str]:
     if not stripped:
         raise TurnsFileError(f"{where} holds no turns (expected a JSON list of messages, or messages "
                              f"separated by lines with only {TURN_SEPARATOR})")
+    if stripped.startswith("{"):  # a conversation receipts document: its turns' user messages
+        try:
+            doc = json.loads(stripped)
+        except ValueError as exc:
+            raise TurnsFileError(f"{where} is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("kind") != CONVERSATION_KIND or not isinstance(doc.get("turns"), list):
+            raise TurnsFileError(f"{where} is a JSON object but not a conversation receipts document (expected a "
+                                 "JSON list of messages, messages separated by ---, or a conversation document)")
+        stripped = json.dumps([(t.get("conversation") or {}).get("user_text") for t in doc["turns"]])
     if stripped.startswith("["):
         try:
             items = json.loads(stripped)
