@@ -9,7 +9,9 @@ Rules followed from llama.cpp 0c1e570 ``tools/server/server-context.cpp`` (``upd
   token is decoded again (``n_past--`` when the whole prompt is cached), and the rest is prefilled in
   batches of ``n_batch`` from there. ``cache_n`` in the reply, ``prompt_reused`` in the receipts.
 - **sources' memory** (ngram-mod's pool, ngram-map's keys, ngram-cache's counts, the suffix tree) is
-  one ``SourceContext.memory`` for every request, as llama-server's slot keeps its speculative state.
+  one ``SourceContext.memory`` for every request, as llama-server's slot keeps its speculative state
+  across requests; each llama.cpp source follows what its llama.cpp type keeps (its own module says
+  how; ``tests/test_serve_parity.py`` compares both servers' drafts request by request).
 - a request whose client went away is cancelled (``Generation.cancel``: the decode in flight aborts or
   the window ends at its next commit, with the repair; its complete windows are kept, ``ended_as``
   ``cancelled``); one still waiting is skipped.
