@@ -12,7 +12,7 @@ import inspector
 
 ROOT = Path(inspector.__file__).parent
 LAYERS = {
-    "inspector": 0, "inspector.engine": 0, "inspector.bounded_read": 0,
+    "inspector": 0, "inspector.engine": 0, "inspector.bounded_read": 0, "inspector.exact_options": 0,
     "inspector.llama": 1, "inspector.receipts": 1,
     "inspector.sources": 2,
     "inspector.session": 3, "inspector.run_output": 3,

@@ -45,14 +45,14 @@ def add_bench_commands(sub) -> None:
     bn = sub.add_parser("bench", help="plain vs speculative decoding on fixed tasks, with the cost model",
                         description="Measure plain decoding, our n-gram speculation and llama-cpp-python's "
                                     "LlamaPromptLookupDecoding on the same prompts in one process.")
-    bn.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    bn.add_argument("--model", "-m", type=Path, help="GGUF model (default: the bundled model)")
     bn.add_argument("--target-weights", type=weight_type, metavar="TYPE",
                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
                           "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
-    bn.add_argument("--threads", type=THREADS, default=None,
+    bn.add_argument("--threads", "-t", type=THREADS, default=None,
                     help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; measure with nothing else running")
     bn.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
-    bn.add_argument("--max-tokens", type=whole_number(1, DEFAULT_N_CTX), default=128,
+    bn.add_argument("--max-tokens", "-n", "--predict", "--n-predict", type=whole_number(1, DEFAULT_N_CTX), default=128,
                     help=f"tokens per run (1..{DEFAULT_N_CTX}, the context) [128]")
     bn.add_argument("--k-max", type=whole_number(1, 256), default=16,
                     help="largest verify batch in the cost model (1..256) [16]")
@@ -89,10 +89,11 @@ def add_bench_commands(sub) -> None:
                         description="Run one prompt with several configurations (source, draft max, source "
                                     "options) one after the other on one loaded model and print a table; "
                                     "--json/--csv export it.")
-    cp.add_argument("--prompt", help="the prompt text (default: the copy-with-corrections example)")
-    cp.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
+    cp.add_argument("--prompt", "-p", help="the prompt text (default: the copy-with-corrections example)")
+    cp.add_argument("--prompt-file", "-f", "--file", type=Path,
+                    help="read the prompt from this file (UTF-8; llama.cpp -f)")
     add_turns_argument(cp, "compare")
-    cp.add_argument("--model", type=Path, help="GGUF model (default: the bundled model)")
+    cp.add_argument("--model", "-m", type=Path, help="GGUF model (default: the bundled model)")
     cp.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
                     help="the chat template's system message before the prompt (llama.cpp's -sys)")
     cp.add_argument("--target-weights", type=weight_type, metavar="TYPE",
@@ -101,9 +102,9 @@ def add_bench_commands(sub) -> None:
     cp.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
                     help="a configuration, e.g. none, ngram:draft_max=4, ngram:draft_max=16,n_min=1, "
                          "draft:draft_model=D.gguf (repeatable; default: plain and ngram with draft_max 4, 8, 16)")
-    cp.add_argument("--max-tokens", type=setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
+    cp.add_argument("--max-tokens", "-n", "--predict", "--n-predict", type=setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
                     help=f"tokens per run [{DEFAULT_MAX_NEW_TOKENS}]")
-    cp.add_argument("--threads", type=THREADS, default=None,
+    cp.add_argument("--threads", "-t", type=THREADS, default=None,
                     help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
     cp.add_argument("--cost-model", action="store_true",
                     help="measure the cost model first and add each run's expected speedup")

@@ -28,8 +28,8 @@ def add_flags_command(sub) -> None:
                                     "(run's defaults: greedy, so --temp 0; -c 2048; -b 512; the seed).")
     fl.add_argument("config", metavar="SOURCE[:key=value,...]",
                     help="a configuration as compare takes it, e.g. ngram-mod:n_min=16 or draft:draft_model=D.gguf")
-    fl.add_argument("--model", type=Path, help="add -m MODEL (the target GGUF)")
-    fl.add_argument("-c", "--n-ctx", dest="n_ctx", type=whole_number(1), default=DEFAULT_N_CTX, metavar="N",
+    fl.add_argument("--model", "-m", type=Path, help="add -m MODEL (the target GGUF)")
+    fl.add_argument("-c", "--n-ctx", "--ctx-size", dest="n_ctx", type=whole_number(1), default=DEFAULT_N_CTX, metavar="N",
                     help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
     fl.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
                     help="the run's system prompt: llama-server has no flag for it, a note says where it goes")

@@ -33,12 +33,14 @@ from inspector.cli.run import add_run_command, cmd_run
 from inspector.cli.serve import add_serve_command, cmd_serve
 from inspector.cli.tune import add_tune_command, cmd_tune
 from inspector.cli.view import add_view_commands, cmd_trace, cmd_view
+from inspector.exact_options import ExactOptionParser
 from inspector.llama.model_file import ModelFileError, bundled_model_path
 from inspector.llama.quantize import DRAFT_TYPES, make_draft
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (and the exit status 2)."""
+class _Parser(ExactOptionParser):
+    """argparse with options by their exact names only (``ExactOptionParser``: llama.cpp's short flags are
+    never guessed from a prefix), and a usage error is one line (and the exit status 2)."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -70,7 +72,7 @@ def add_make_draft_command(sub) -> None:
     md = sub.add_parser("make-draft", help="make a draft model by re-quantizing the target",
                         description="Re-quantize a GGUF into a smaller type (llama.cpp llama_model_quantize) and "
                                     "print the draft's path; use it with run --source draft --draft-model PATH.")
-    md.add_argument("--model", type=Path, help="the target GGUF (default: the bundled model)")
+    md.add_argument("--model", "-m", type=Path, help="the target GGUF (default: the bundled model)")
     md.add_argument("--type", choices=list(DRAFT_TYPES), default="Q4_0", help="draft quantization [Q4_0]")
     md.add_argument("--out", type=Path, help="folder for the draft (default: the user cache folder)")
 

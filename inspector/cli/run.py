@@ -45,13 +45,14 @@ def add_run_command(sub) -> None:
     run = sub.add_parser("run", help="run speculative decoding headless and write receipts",
                          description="Run speculative decoding on a prompt, print the text and a summary, write receipts.")
     p = run.add_mutually_exclusive_group()
-    p.add_argument("--prompt", help="the prompt text (sent as a user message through the chat template)")
-    p.add_argument("--prompt-file", type=Path, help="read the prompt from this file (UTF-8)")
+    p.add_argument("--prompt", "-p", help="the prompt text (sent as a user message through the chat template)")
+    p.add_argument("--prompt-file", "-f", "--file", type=Path,
+                   help="read the prompt from this file (UTF-8; llama.cpp -f)")
     p.add_argument("--example", choices=EXAMPLES,
                    help="use one of the bundled example prompts (the window's examples)")
 
     add_turns_argument(p, "run")
-    run.add_argument("--model", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
+    run.add_argument("--model", "-m", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
     run.add_argument("--target-weights", type=weight_type, metavar="TYPE",
                      help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
                           "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
@@ -63,15 +64,15 @@ def add_run_command(sub) -> None:
                      help="an option for the source's factory (repeatable; checked against the source's "
                           "declared options)")
     add_source_flags(run)  # --ngram-max, --draft-model, --script, ...: from the sources' declarations
-    run.add_argument("--max-tokens", type=setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
-                     help=f"most tokens to generate (>= 1) [{DEFAULT_MAX_NEW_TOKENS}]")
-    run.add_argument("--draft-max", type=draft_max_value, default=None, metavar="N|auto",
+    run.add_argument("--max-tokens", "-n", "--predict", "--n-predict", type=setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
+                     help=f"most tokens to generate (llama.cpp -n; >= 1) [{DEFAULT_MAX_NEW_TOKENS}]")
+    run.add_argument("--draft-max", "--draft", "--draft-n", "--spec-draft-n-max", type=draft_max_value, default=None, metavar="N|auto",
                      help=f"most proposal tokens per window (0..{COUNT_MAX}), or auto: the best window of the cost model "
                           "stored for this model and thread count (bench, compare --cost-model or the window's "
                           "Cost model tab store one), else 8 [auto]")
-    run.add_argument("--n-ctx", type=positive, default=DEFAULT_N_CTX,
+    run.add_argument("--n-ctx", "-c", "--ctx-size", type=positive, default=DEFAULT_N_CTX,
                      help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
-    run.add_argument("--threads", type=THREADS, default=None,
+    run.add_argument("--threads", "-t", type=THREADS, default=None,
                      help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
     add_offload_flags(run)
     add_context_flags(run)

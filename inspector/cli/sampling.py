@@ -23,7 +23,7 @@ def add_sampling_flags(p: argparse.ArgumentParser, title: str = "sampling (defau
     s.add_argument("--top-k", type=setting("top_k", int), default=40, help="<= 0 = no top-k limit, as in llama.cpp [40]")
     s.add_argument("--top-p", type=setting("top_p", float), default=0.95, help="0..1; 0 or 1 = no top-p stage [0.95]")
     s.add_argument("--min-p", type=setting("min_p", float), default=0.05, help="0..1; 0 or 1 = no min-p stage [0.05]")
-    s.add_argument("--seed", type=setting("seed", int), default=seed_default,
+    s.add_argument("--seed", "-s", type=setting("seed", int), default=seed_default,
                    help=f"0..{SEED_MAX}; -1 = a random seed (llama.cpp's), drawn and recorded in the receipts "
                         f"[{seed_default}]")
     last_n = PENALTY_DEFAULTS["repeat_last_n"]

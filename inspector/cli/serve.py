@@ -66,12 +66,12 @@ def add_serve_command(sub) -> None:
     s.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an option for the source's factory (repeatable)")
     add_source_flags(s)
-    s.add_argument("--draft-max", type=draft_max_value, default=None, metavar="N|auto",
+    s.add_argument("--draft-max", "--draft", "--draft-n", "--spec-draft-n-max", type=draft_max_value, default=None, metavar="N|auto",
                    help="most proposal tokens per window, or auto (the stored cost model's best) [auto]")
-    s.add_argument("-n", "--n-predict", dest="n_predict", type=whole_number(-1, name="n_predict"), default=-1,
+    s.add_argument("-n", "--n-predict", "--predict", dest="n_predict", type=whole_number(-1, name="n_predict"), default=-1,
                    help="tokens to generate when a request does not say (-1 = until end of generation or a "
                         "full context, llama-server's default) [-1]")
-    s.add_argument("--n-ctx", "-c", type=positive, default=DEFAULT_N_CTX,
+    s.add_argument("--n-ctx", "-c", "--ctx-size", type=positive, default=DEFAULT_N_CTX,
                    help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
     s.add_argument("--threads", "-t", type=THREADS, default=None,
                    help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}) [0 = all cores]")

@@ -132,7 +132,7 @@ def add_source_flags(parser: argparse.ArgumentParser) -> None:
                 kwargs["choices"] = list(o.choices)
             if o.metavar or o.kind in ("int", "float"):
                 kwargs["metavar"] = o.metavar or {"int": "N", "float": "X"}[o.kind]
-            group.add_argument(o.flag, **kwargs)
+            group.add_argument(o.flag, *o.aliases, **kwargs)
             if o.file_flag:
                 group.add_argument(o.file_flag, type=Path, metavar="F", action=_SourceFlag,
                                    help=f"read the {o.name} text from this file (UTF-8)")

@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from inspector.exact_options import ExactOptionParser
+
 EXIT_NO_DISPLAY = 2
 NO_DISPLAY_MESSAGE = (
     "spec-inspector: no display found (DISPLAY and WAYLAND_DISPLAY are unset): use `spec-inspector run --help` "
@@ -30,11 +32,11 @@ def display_available(env=None, platform: str | None = None) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="spec-inspector",
+    p = ExactOptionParser(prog="spec-inspector",
                                 description="Open the inspector window. Subcommands: run (headless), view FILE.")
-    p.add_argument("--model", type=Path, help="GGUF model to select (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--model", "-m", type=Path, help="GGUF model to select (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--receipts", type=Path, help="receipts file (.json, or an autosave .jsonl) to open")
-    p.add_argument("--prompt", help="prompt text to put in the editor")
+    p.add_argument("--prompt", "-p", help="prompt text to put in the editor")
     return p
 
 

@@ -82,6 +82,9 @@ class Option:
     from_setting: str | None = None
     key: str | None = None
     convert: Converter | None = None
+    aliases: tuple[str, ...] = ()
+    """llama.cpp's other names for ``flag`` (``common/arg.cpp``, e.g. ``-md`` for ``--draft-model``): the
+    ``run`` flag answers to each of them too."""
     server_flag: str | None = None
     """The ``llama-server`` flag that sets this option (``inspector.sources.server_flags``); for a source
     whose descriptor names a ``llama_server`` type, its ``flag`` when this is None."""
