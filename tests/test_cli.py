@@ -303,3 +303,12 @@ def test_every_source_that_needs_no_file_runs_from_the_command_line_with_its_def
                 "--receipts", tmp_path / f"{name}.json")
         assert r.returncode == 0, (name, r.stderr)
         assert load_document(tmp_path / f"{name}.json")["settings"]["source"]["name"] == name
+
+
+def test_a_fault_that_never_fires_is_named_with_the_reason(tmp_path):
+    r = cli("run", "--example", "copy-exact", "--ngram-min", "1", "-n", "12", "--inject", "callback_error@:64",
+            "--quiet", "--receipts", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    most = max(len(w["committed_tokens"]) for w in load_document(tmp_path / "r.json")["windows"])
+    assert f"fault callback_error at commit token 64 of a window (the 64th token one window commits) never fired: " \
+           f"no window committed 64 tokens (the most one committed: {most})" in r.stderr, r.stderr

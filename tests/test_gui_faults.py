@@ -122,3 +122,24 @@ def test_position_drift_is_discarded_and_resynced(qtbot, runtime, tmp_path, monk
     assert [t.token for t in w.session.tokens] == list(w.worker.generation.generated)
     _same_output(runtime, expected, w.worker.generation.generated)
     assert len(w.session.tokens) == MAX_TOKENS
+
+
+def test_an_armed_fault_that_never_fires_is_named_at_the_end_with_the_reason(qtbot, runtime, tmp_path):
+    """"Fail callback at token 64" on a 12-token run: arming says what 64 counts; the run's end says the
+    fault never fired and why (the most tokens a window committed, from the run's own receipts)."""
+    from test_gui_support import make_window
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=12, ngram_min=1)
+    w.panel.fault_token.setValue(64)
+    w.panel.fault_callback.click()
+    assert w.state == W.IDLE and w.run.armed_faults.pending()
+    w.redraw()
+    armed = w.panel.pending_faults.text()
+    assert "armed for the next run" in armed and "commit token 64" in armed and "64th token one window commits" in armed
+    with qtbot.waitSignal(w.runFinished, timeout=120_000):
+        w.run_clicked()
+    most = max((len(r.committed_tokens) for r in w.session.receipts), default=0)
+    assert most < 64
+    banner = w.banner.text()
+    assert "Not fired" in banner, banner
+    assert f"no window committed 64 tokens (the most one committed: {most})" in banner, banner

@@ -301,3 +301,16 @@ def test_the_session_record_shows_the_first_token_as_from_the_prefill_and_not_as
     assert rec.tokens[4].window is None and g.events[-2].detail == PLAIN  # the last commit: a plain step
     assert rec.plain_steps == g.plain_steps == 1 and rec.summary().plain_steps == 1
     assert rec.summary().generated_tokens == 5 and rec.finish_reason == "length"
+
+
+def test_an_unfired_fault_says_which_condition_the_run_never_met():
+    from inspector.engine.faults import Fault, ordinal
+
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == \
+        ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
+    f = Fault("callback_error", token=20)
+    assert f.describe() == "callback_error at commit token 20 of a window (the 20th token one window commits)"
+    assert f.why_unfired(windows=5, most_committed=9).endswith("no window committed 20 tokens (the most one committed: 9)")
+    assert "verified 2 window(s), not 3" in Fault("cancel", window=3).why_unfired(windows=2, most_committed=4)
+    assert "no window needed a repair" in Fault("trim_failure").why_unfired(windows=4, most_committed=4)
+    assert "no proposal window ran" in Fault("position_drift").why_unfired(windows=0, most_committed=0)

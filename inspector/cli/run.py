@@ -193,11 +193,9 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
     if args.events:
         for line in format_events(record.events, record.text_of, record.receipts, record.discards):
             print(line)
+    most = max((len(r.committed_tokens) for r in record.receipts), default=0)
     for f in request.faults.pending():
-        where = f" at window {f.window}" if f.window else ""
-        where += f", commit token {f.token}" if f.token else ""
-        print(f"spec-inspector: fault {f.kind}{where} never fired (that window or token did not occur)",
-              file=sys.stderr)
+        print(f"spec-inspector: fault {f.why_unfired(len(record.receipts), most)}", file=sys.stderr)
     if record.finish_reason == "context_full":
         print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
               f"raise --n-ctx", file=sys.stderr)

@@ -35,6 +35,7 @@ TOO_MANY_TOKENS = "too_many_tokens"
 """The source's next proposal holds cap + 1 tokens (discard ``invalid_token_count``)."""
 
 COMMIT_FAULTS = (CANCEL, CALLBACK_ERROR)
+"""Faults that fire at a commit token (``Fault.token`` counts a window's committed tokens from 1)."""
 PROPOSAL_FAULTS = (LATE_PROPOSAL, NEGATIVE_TOKEN_ID, TOKEN_ID_TOO_LARGE, TOO_MANY_TOKENS)
 FAULT_KINDS = (CANCEL, CALLBACK_ERROR, TRIM_FAILURE, POSITION_DRIFT) + PROPOSAL_FAULTS
 
@@ -54,6 +55,30 @@ class Fault:
             raise ValueError(f"fault window must be >= 1, observed {self.window}")
         if self.token is not None and self.token < 1:
             raise ValueError(f"fault token must be >= 1, observed {self.token}")
+
+    def describe(self) -> str:
+        """Where the fault fires, in words: ``callback_error at commit token 20 of a window (the 20th token
+        one window commits)``; ``cancel at the next commit``."""
+        where = f" of window {self.window}" if self.window else " of a window"
+        if self.token is not None:
+            return f"{self.kind} at commit token {self.token}{where} (the {ordinal(self.token)} token one window commits)"
+        if self.kind in COMMIT_FAULTS:
+            return f"{self.kind} at the next commit" + (f" of window {self.window}" if self.window else "")
+        return self.kind + (f" at window {self.window}" if self.window else "")
+
+    def why_unfired(self, windows: int, most_committed: int) -> str:
+        """Why this fault never fired in a run that verified ``windows`` windows, the most tokens one of
+        them committed being ``most_committed`` (tokens): one line for the end of the run."""
+        if self.window is not None and self.window > windows:
+            return f"{self.describe()} never fired: the run verified {windows} window(s), not {self.window}"
+        if self.token is not None and self.token > most_committed:
+            return (f"{self.describe()} never fired: no window committed {self.token} tokens (the most one "
+                    f"committed: {most_committed})")
+        if self.kind == TRIM_FAILURE:
+            return f"{self.describe()} never fired: no window needed a repair after it was armed"
+        if windows == 0:
+            return f"{self.describe()} never fired: no proposal window ran (plain steps only)"
+        return f"{self.describe()} never fired: the run ended before the window or token it waits for"
 
     @classmethod
     def parse(cls, spec: str) -> "Fault":
@@ -139,3 +164,9 @@ def inject_proposal_fault(plan: "FaultPlan", proposal: Proposal | None, window: 
     elif kind == TOO_MANY_TOKENS:
         ids = (ids[0],) * (cap + 1)
     return Proposal(base.decision_id, ids)
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

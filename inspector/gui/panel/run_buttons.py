@@ -71,7 +71,7 @@ class FaultButtons(QGroupBox):
         self.fault_cancel = QPushButton("Cancel at next commit")
         self.fault_cancel.setToolTip("Fault('cancel'): the request is cancelled before the next commit token")
         self.fault_callback = QPushButton("Fail callback at token")
-        self.fault_callback.setToolTip("Fault('callback_error', token=j): the token callback raises at commit token j of the next window that reaches it")
+        self.fault_callback.setToolTip("Fault('callback_error', token=j): the token callback raises at commit token j of the next window that reaches it: the j-th token one window commits (a window that commits fewer tokens does not fire it; the run's end says when it never fired)")
         self.fault_token = spin(1, 64, 1, "j: 1-based commit token inside the window")
         self.fault_trim = QPushButton("Fail next repair")
         self.fault_trim.setToolTip("Fault('trim_failure'): the next trim fails; the session is retired")
@@ -90,10 +90,13 @@ class FaultButtons(QGroupBox):
         self.background = spin(0, MAX_BACKGROUND, 0,
                                "other sessions generating through the same runtime lock (plain and n-gram)")
         row.addWidget(self.background)
+        row.addStretch(1)
+        grid.addLayout(row, 2, 0, 1, 3)
+        # On a row of its own, wrapped: a long armed fault's text never squeezes the buttons above.
         self.pending_faults = QLabel("")
         self.pending_faults.setStyleSheet("color:#c62828")
-        row.addWidget(self.pending_faults, 1)
-        grid.addLayout(row, 2, 0, 1, 3)
+        self.pending_faults.setWordWrap(True)
+        grid.addWidget(self.pending_faults, 3, 0, 1, 3)
 
     def set_faults_enabled(self, on: bool) -> None:
         """Enable the fault buttons (a run is running or paused); disabled ones say when they work."""

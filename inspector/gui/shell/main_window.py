@@ -34,7 +34,7 @@ from inspector.gui.panel.source_actions import SourceActions
 from inspector.gui.serve.serve_actions import ServeActions
 from inspector.gui.shell import none_refcount
 from inspector.gui.shell.analysis_actions import AnalysisActions
-from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT
+from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT, BANNER_WARN
 from inspector.gui.shell.help_menu import HelpActions
 from inspector.gui.shell.layout import build_ui
 from inspector.gui.shell.menus import build_menus
@@ -423,9 +423,13 @@ class MainWindow(QMainWindow):
         self.settings.sync()
         self.finish_info = end
         self.redraw()  # drains the run's last records (its end, a comparison with plain decoding)
+        unfired = self.run.unfired_faults_text(self.session.receipts) if end is not None else ""
         if reason != "error" and end is not None:
-            self.set_banner(f"Finished: <b>{reason}</b> · {count_noun(len(self.session.tokens), 'token')} · "
-                            f"KV length {end.kv_length} (canonical position {end.canonical_position})", BANNER_DONE)
+            text = (f"Finished: <b>{reason}</b> · {count_noun(len(self.session.tokens), 'token')} · "
+                    f"KV length {end.kv_length} (canonical position {end.canonical_position})")
+            if unfired:
+                text += f"<br><b>Not fired:</b> {html.escape(unfired)}"
+            self.set_banner(text, BANNER_WARN if unfired else BANNER_DONE)
         elif self.state != W.ERROR and (end is None or not (self.session.tokens or end.errors)):  # it never ran
             self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
                             BANNER_ERROR)

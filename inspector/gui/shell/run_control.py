@@ -136,8 +136,14 @@ class RunControl(QObject):
         pending = self.worker.faults.pending() if running else self.armed_faults.pending()
         if not pending:
             return ""
-        return ("pending: " if running else "armed for the next run: ") + ", ".join(
-            f.kind + (f"@token {f.token}" if f.kind == "callback_error" else "") for f in pending)
+        return ("pending: " if running else "armed for the next run: ") + "; ".join(f.describe() for f in pending)
+
+    def unfired_faults_text(self, receipts) -> str:
+        """After a run: why each fault still pending never fired (``Fault.why_unfired``), "" when all fired.
+        ``receipts``: the run's window receipts."""
+        pending = self.worker.faults.pending()
+        most = max((len(r.committed_tokens) for r in receipts), default=0)
+        return "; ".join(f.why_unfired(len(receipts), most) for f in pending)
 
     def _run_banner(self, state: str) -> None:
         """The banner during a live run says what the run is doing now: running, paused (with
