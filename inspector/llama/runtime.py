@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 
 from inspector.llama import llama_log  # noqa: E402  (imports llama_cpp)
 from inspector.llama.abort import AbortSwitch  # noqa: E402
+from inspector.llama.build_check import check_build, llama_library_path, probe_model  # noqa: E402
 from inspector.llama.model_load import load_model  # noqa: E402
 from inspector.llama.native import raw_logits_function  # noqa: E402
 from inspector.llama.vocab import Vocabulary  # noqa: E402
@@ -91,6 +92,8 @@ class LlamaRuntime:
             raise ContextRefused(model_path, f"llama.cpp refuses this context: {asked.refusal()}")
         self.info: ModelInfo = check_gguf(model_path)
         self.model_path = self.info.path
+        check_build(probe_model(self.model_path), llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
+                    llama_library_path())  # a build that crashes here: one line, not a segfault
         loaded = load_model(self.info, offload, progress)
         self.model = loaded.model
         self._load_refs = loaded.keep  # llama.cpp holds pointers into them
