@@ -27,6 +27,7 @@ from inspector.engine.errors import EngineError
 from inspector.engine.faults import FAULT_KINDS
 from inspector.engine.probabilities import COST_NOTE
 from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, check_n_batch_for_source
+from inspector.llama.cost_cache import placement
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError
@@ -34,6 +35,7 @@ from inspector.prompts import EXAMPLES, example_path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.receipts.autosave import AutosaveWriter
 from inspector.run_output import StreamPrinter, drive_run, format_balance, format_events, format_reasons, format_summary
+from inspector.session.contention import run_contention_note
 from inspector.session.document import record_document
 from inspector.session.record import SessionRecord
 from inspector.session.run import RunRefused, RunRequest, SessionRun
@@ -196,6 +198,9 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
     most = max((len(r.committed_tokens) for r in record.receipts), default=0)
     for f in request.faults.pending():
         print(f"spec-inspector: fault {f.why_unfired(len(record.receipts), most)}", file=sys.stderr)
+    contended = run_contention_note(record, runtime.model_path, runtime.n_threads, placement(runtime))
+    if contended:
+        print(f"spec-inspector: {contended}", file=sys.stderr)
     if record.finish_reason == "context_full":
         print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
               f"raise --n-ctx", file=sys.stderr)

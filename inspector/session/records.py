@@ -103,6 +103,9 @@ class RunEnd:
     incomplete_utf8_bytes: int = 0
     """Bytes of a character the text ended inside (``CommittedText.incomplete_bytes``): kept out of
     ``output_text``; 0 when it ended on a whole character."""
+    others_cpu_share: float | None = None
+    """Other processes' share (0..1) of the machine's CPU during the run
+    (``inspector.session.contention.others_cpu_share``); None where it cannot be measured."""
 
 
 REFUSED = "refused"

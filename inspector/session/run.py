@@ -22,6 +22,7 @@ from inspector.engine.errors import EngineError, RequestCancelled
 from inspector.llama.cost_cache import load_cost_model, placement, stored_row_costs
 from inspector.llama.cost_model import auto_draft_max
 from inspector.receipts.autosave import AutosaveRecorder
+from inspector.session.contention import CpuClock, cpu_clock, others_cpu_share
 from inspector.session.conversation import chat_prompt
 from inspector.session.records import BaselineDone, Progress, RecordingObserver, RunEnd, RunHeader
 from inspector.sources.registry import (PLAIN, SourceContext, check_source_name, close_source, make_source,
@@ -125,6 +126,7 @@ class SessionRun:
         self._fired = 0  # faults fired when the last Progress named them
         self.recording: RecordingObserver | None = None
         self.ended: RunEnd | None = None
+        self._clock: CpuClock | None = None
         self.draft_max_from = ""
         """Why the run uses its draft max when it was ``auto`` (``DraftMaxChoice.why``), else ""."""
 
@@ -221,6 +223,7 @@ class SessionRun:
         if self.autosave is not None:
             self.autosave.generation = gen  # the prefill record carries the prompt's figures
         self.generation = gen
+        self._clock = cpu_clock()  # other processes' CPU share over the run, read again at its end
         self.scheduler.add_listener(self.push)  # lock operations of every thread, background sessions too
         self.push(RunHeader(sid, req.prompt_text, self.templated_text, tuple(self.prompt_tokens), rt.describe(),
                             settings, gen.started_us, str(self.autosave.writer.path) if self.autosave else "",
@@ -302,7 +305,8 @@ class SessionRun:
         self.ended = RunEnd(reason, g.text.text, tuple(g.errors), info["kv_length"], g.canonical_position,
                             g.session_retired, tuple(fault_labels(self.request.faults)),
                             max(background_sessions, self._background()),
-                            g.decode_elapsed_us, g.prefill_elapsed_us, g.text.incomplete_bytes)
+                            g.decode_elapsed_us, g.prefill_elapsed_us, g.text.incomplete_bytes,
+                            others_cpu_share(self._clock, cpu_clock()) if self._clock is not None else None)
         self.push(self.ended)
         return self.ended
 

@@ -423,13 +423,12 @@ class MainWindow(QMainWindow):
         self.settings.sync()
         self.finish_info = end
         self.redraw()  # drains the run's last records (its end, a comparison with plain decoding)
-        unfired = self.run.unfired_faults_text(self.session.receipts) if end is not None else ""
+        notes = self.run.end_notes(self.session) if end is not None else []
         if reason != "error" and end is not None:
             text = (f"Finished: <b>{reason}</b> · {count_noun(len(self.session.tokens), 'token')} · "
                     f"KV length {end.kv_length} (canonical position {end.canonical_position})")
-            if unfired:
-                text += f"<br><b>Not fired:</b> {html.escape(unfired)}"
-            self.set_banner(text, BANNER_WARN if unfired else BANNER_DONE)
+            text += "".join(f"<br><b>{title}:</b> {html.escape(note)}" for title, note in notes)
+            self.set_banner(text, BANNER_WARN if notes else BANNER_DONE)
         elif self.state != W.ERROR and (end is None or not (self.session.tokens or end.errors)):  # it never ran
             self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
                             BANNER_ERROR)

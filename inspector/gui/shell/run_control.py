@@ -25,6 +25,8 @@ from inspector.gui.shell.banner import BANNER_HINT, BANNER_NEUTRAL, Banner
 from inspector.gui.shell.model_line import ModelLine
 from inspector.gui.shell.run_states import ACTIVE_STATES, control_states, state_label
 from inspector.llama import bundled_model_path
+from inspector.llama.cost_cache import placement
+from inspector.session.contention import run_contention_note
 from inspector.session.record import SessionRecord
 from inspector.sources.registry import PLAIN
 
@@ -138,12 +140,22 @@ class RunControl(QObject):
             return ""
         return ("pending: " if running else "armed for the next run: ") + "; ".join(f.describe() for f in pending)
 
-    def unfired_faults_text(self, receipts) -> str:
-        """After a run: why each fault still pending never fired (``Fault.why_unfired``), "" when all fired.
-        ``receipts``: the run's window receipts."""
+    def end_notes(self, record) -> list[tuple[str, str]]:
+        """After a live run (its ``SessionRecord``): ``(title, text)`` of what the user should know
+        besides the finish: each fault still pending and why it never fired (``Fault.why_unfired``),
+        and contention the run measured (``run_contention_note``)."""
+        notes = []
+        receipts = record.receipts
         pending = self.worker.faults.pending()
-        most = max((len(r.committed_tokens) for r in receipts), default=0)
-        return "; ".join(f.why_unfired(len(receipts), most) for f in pending)
+        if pending:
+            most = max((len(r.committed_tokens) for r in receipts), default=0)
+            notes.append(("Not fired", "; ".join(f.why_unfired(len(receipts), most) for f in pending)))
+        rt = self.worker.runtime
+        if rt is not None:
+            contended = run_contention_note(record, getattr(rt, "model_path", ""), rt.n_threads, placement(rt))
+            if contended:
+                notes.append(("Slow", contended))
+        return notes
 
     def _run_banner(self, state: str) -> None:
         """The banner during a live run says what the run is doing now: running, paused (with
