@@ -228,18 +228,47 @@ def test_ngram_cache_drafts_from_the_context_cache_token_by_token():
     assert ids(nc.NgramCacheSource(), [4, 7, 4]) is None  # a 1-gram needs a sample of 2
 
 
-def test_ngram_cache_merges_each_request_into_the_dynamic_cache_and_its_file(tmp_path):
+def test_ngram_cache_counts_across_requests_as_llama_servers_slot_does():
+    """llama.cpp 0c1e570 common/speculative.cpp, common_speculative_impl_ngram_cache::draft_one: one
+    context cache and cache_size per slot for every request; a query counts prompt[cache_size:] + id_last
+    alone (common_ngram_cache_update over tokens_new only) when cache_size < its length, then cache_size =
+    its length. Expected values worked out by hand from that code, not by ours."""
+    memory: dict = {}
+    a = make_source("ngram-cache", SourceContext(None, memory=memory), {})
+    assert ids(a, [1, 2, 3, 1, 2]) is None  # cache_size 0: all 5 counted; (2) and (1, 2) -> 3 once each: no draft
+    assert ids(a, [1, 2, 3, 1, 2, 3, 9]) is None  # [3, 9] alone: (3) -> 9; (2) -> 3 spans two queries: not counted
+    b = make_source("ngram-cache", SourceContext(None, memory=memory), {})  # the next request, same slot
+    assert ids(b, [4, 1]) == [2]  # 2 tokens, not past cache_size 7: nothing counted; (1) -> 2 twice from request a
+    assert ids(make_source("ngram-cache", SourceContext(None, memory={}), {}), [4, 1]) is None  # another slot
+    assert ids(b, [4, 1, 2, 2, 2, 2, 2, 2]) is None  # only [2] past position 7: no n-gram in it; (2) -> 3 once
+    assert ids(b, [4, 1, 2, 2, 2, 2, 2, 2, 7, 7]) is None  # [7, 7] alone: (7) -> 7 once
+    def pad(ngram):  # llama.cpp's common_ngram: 4 tokens, -1 after the n-gram
+        return tuple(ngram) + (-1,) * (4 - len(ngram))
+    assert b.slot.cache_size == 10
+    assert b.context == {
+        pad([1]): {2: 2}, pad([2]): {3: 1}, pad([3]): {1: 1, 9: 1}, pad([7]): {7: 1},
+        pad([1, 2]): {3: 1}, pad([2, 3]): {1: 1}, pad([3, 1]): {2: 1},
+        pad([1, 2, 3]): {1: 1}, pad([2, 3, 1]): {2: 1}, pad([1, 2, 3, 1]): {2: 1}}
+    assert b.dynamic == {}  # nothing merged into the dynamic cache
+
+
+def test_ngram_cache_writes_its_dynamic_file_with_the_slots_counts_and_drafts_never_change_the_dynamic_cache(
+        tmp_path):
     memory: dict = {}
     dyn = str(tmp_path / "dynamic.bin")
     first = make_source("ngram-cache", SourceContext(None, memory=memory), {"lookup_cache_dynamic": dyn})
     assert ids(first, [1, 2, 3] * 4) == [1, 2, 3, 1, 2, 3, 1, 2]
     first.close()  # what registry.close_source does at the end of a run
+    assert nc.load(dyn, "x")[(1, 2, -1, -1)] == {3: 4}  # the file: what was read (nothing) + the slot's counts
     second = make_source("ngram-cache", SourceContext(None, memory=memory), {"lookup_cache_dynamic": dyn})
-    assert ids(second, [9, 1, 2], cap=1) == [3]  # (1, 2) -> 3 four times in the dynamic cache
-    assert ids(nc.NgramCacheSource(), [9, 1, 2]) is None  # without it: nothing
+    assert second.dynamic == {}  # as read when the session began: the drafts' dynamic cache is never merged into
+    assert ids(second, [9, 1, 2], cap=1) == [3]  # (1, 2) -> 3 four times in the slot's context cache
+    second.close()
+    assert nc.load(dyn, "x")[(1, 2, -1, -1)] == {3: 4}  # the slot's counts once, not once per request
+    assert ids(nc.NgramCacheSource(), [9, 1, 2]) is None  # without them: nothing
     from_file = make_source("ngram-cache", SourceContext(None, memory={}), {"lookup_cache_dynamic": dyn})
-    assert ids(from_file, [9, 1, 2], cap=1) == [3]
-    assert nc.load(dyn, "x")[(1, 2, -1, -1)] == {3: 4}
+    assert from_file.dynamic[(1, 2, -1, -1)] == {3: 4}
+    assert ids(from_file, [9, 1, 2], cap=1) == [3]  # from the dynamic cache (STRICT: 4 of 4)
 
 
 def test_ngram_cache_static_file_is_read_and_bad_files_are_refused_by_name(tmp_path):

@@ -67,11 +67,6 @@ KNOWN_DIFFERENCES = {
                        "ours starts a new map for such a prompt (a conversation's next turn matches)"),
     "ngram-map-k4v": (2, "as ngram-map-k (common_ngram_map_begin keeps stale positions over an unrelated "
                          "prompt; ours starts a new map)"),
-    "ngram-cache": (1, "llama-server keeps one context cache per slot for every request and adds only "
-                       "the tokens past the previous stream's length (cache_size, "
-                       "common_speculative_impl_ngram_cache::draft_one, common/speculative.cpp 0c1e570; "
-                       "nothing merged into the dynamic cache); ours counts each request's stream afresh "
-                       "and merges earlier requests' counts into the dynamic cache (llama-lookup's rule)"),
 }
 """Where our serve's drafts are not llama-server's yet (reported with this test's evidence). The
 answers, the prompt cache and every request before the first named one are compared all the same."""

@@ -3,20 +3,32 @@
 Our own Python for the rules of llama.cpp's ``common/ngram-cache.cpp`` / ``.h``
 (``common_ngram_cache_update``, ``try_draft``, ``common_ngram_cache_draft``,
 ``common_ngram_cache_save``/``_load``/``_merge``; stored version
-5c5f166e8ba011eb880ebec21497d39e85a91b04), ``common_speculative_state_ngram_cache`` in
-``common/speculative.cpp`` (8 tokens drafted at most) and the ``-lcs``/``-lcd`` flags of
-``common/arg.cpp`` at 6870ab7e4d741fffc218dd5d370427d81ab17630. The dynamic cache is written
-back as llama.cpp's ``llama-lookup`` does at its end. No llama.cpp code is copied.
+5c5f166e8ba011eb880ebec21497d39e85a91b04), ``common_speculative_impl_ngram_cache`` in
+``common/speculative.cpp`` at llama.cpp 0c1e570 (``draft_one``, its ``seq_info`` per slot,
+``create_state_ngram_cache``: 8 tokens drafted at most, the dynamic cache neither updated nor
+saved) and the ``-lcs``/``-lcd`` flags of ``common/arg.cpp`` at
+6870ab7e4d741fffc218dd5d370427d81ab17630. No llama.cpp code is copied.
 
 Three caches map an n-gram to the counts of the tokens that followed it:
 
-- *context*: n-grams of 1..4 tokens of this request's stream (prompt and generated), counted
-  as llama-server 0c1e570 counts them (``common_speculative_impl_ngram_cache::draft_one``): at
-  each query over the tokens new since the last one alone, so an n-gram that spans two queries'
-  tokens is never counted;
-- *dynamic*: earlier requests' context caches merged (``lookup_cache_dynamic``, ``-lcd``:
-  read when the source is made if the file exists, written when the source is closed; kept in
-  ``SourceContext.memory`` for the session without a file);
+- *context*: n-grams of 1..4 tokens of the slot's streams, counted as llama-server 0c1e570's
+  slot counts them (``SlotCounts``, kept in ``SourceContext.memory``: one for every request of a
+  served slot, a conversation's turns, a window session's runs). The slot remembers how many
+  tokens it has counted (``cache_size``). At each query, with the stream ``s`` (the prompt, what
+  was generated, the current token), the tokens ``s[cache_size:]`` are counted *alone* (an n-gram
+  reaching back before them is not counted) when there are any, and ``cache_size`` becomes
+  ``len(s)``; nothing is ever removed and ``cache_size`` never goes down. So an n-gram spanning
+  two queries' tokens is never counted, and across requests a new stream adds only its tokens
+  past the longest stream counted before, whatever they follow: a stream no longer than that
+  adds nothing, an unrelated one adds only its tail past that length. The counts are llama-server's
+  whether or not the new request continues the last one (llama-server's ``begin`` for this type
+  is a no-op and its checkpoints keep no state of it). The draft itself reads the whole stream.
+- *dynamic*: a file's counts (``lookup_cache_dynamic``, ``-lcd``): read when the first source of a
+  session with that path is made (empty when the file does not exist yet), then never changed
+  while drafting, as in llama-server, where nothing is merged into it. At the end of each run
+  the file is written with what was read plus the slot's context counts (llama.cpp's
+  ``llama-lookup`` rule for the file, ``common_ngram_cache_merge`` then ``_save``); llama-server
+  never writes it. The drafts of a later session (or a llama-server started with the file) read it.
 - *static*: 2-gram counts from a file (``lookup_cache_static``, ``-lcs``: read only), e.g.
   made by llama.cpp's ``llama-lookup-create``.
 
@@ -48,9 +60,6 @@ LAX = ((2, 66), (2, 50), (1, 50), (1, 50))
 """(minimum sample, minimum percent) per n-gram size 1..4 for the context cache and the static cache."""
 STRICT = ((4, 75), (3, 66), (2, 66), (2, 66))
 """The same for the dynamic cache."""
-MAX_DYNAMIC_NGRAMS = 1_000_000
-"""Our bound on the session's dynamic cache (llama.cpp does not bound it): beyond it, new
-n-grams are not added (counts of known ones still grow)."""
 _PAD = -1
 _NGRAM = struct.Struct("<4i")
 _INT = struct.Struct("<i")
@@ -78,12 +87,11 @@ def update(cache: Cache, tokens, n_new: int) -> None:
             part.add(tokens[i])
 
 
-def merge(target: Cache, add: Cache, max_ngrams: int | None = None) -> None:
+def merge(target: Cache, add: Cache) -> None:
+    """llama.cpp's ``common_ngram_cache_merge``: ``add``'s counts added into ``target``."""
     for ngram, part in add.items():
         into = target.get(ngram)
         if into is None:
-            if max_ngrams is not None and len(target) >= max_ngrams:
-                continue
             target[ngram] = part.copy()
             continue
         for token, count in part.items():
@@ -217,6 +225,27 @@ def draft(inp, n_draft: int, context: Cache, dynamic: Cache, static: Cache) -> l
     return out
 
 
+class SlotCounts:
+    """A slot's context cache, as llama-server 0c1e570's ``seq_info`` keeps it across requests
+    (``common_speculative_impl_ngram_cache``, ``common/speculative.cpp``): the counts and how many
+    tokens of the streams have been counted (``cache_size``)."""
+
+    def __init__(self) -> None:
+        self.context: Cache = {}
+        self.cache_size = 0
+        self.requests = 0
+        """Requests that queried it (for ``warm_state``)."""
+
+    def count(self, stream) -> None:
+        """``draft_one``'s update at a query whose stream (prompt, generated, current token) is
+        ``stream``: its tokens past ``cache_size``, counted alone; none when it is no longer."""
+        size = len(stream)
+        if self.cache_size < size:
+            new = list(stream[self.cache_size:])
+            update(self.context, new, len(new))
+            self.cache_size = size
+
+
 class NgramCacheSource:
     """llama.cpp ``--spec-type ngram-cache`` (see the module docstring)."""
 
@@ -228,52 +257,58 @@ class NgramCacheSource:
         if lookup_cache_dynamic:
             check_writable_folder(lookup_cache_dynamic)
         memory = {} if memory is None else memory
+        static_abs = os.path.abspath(lookup_cache_static) if lookup_cache_static else ""
+        dynamic_abs = os.path.abspath(lookup_cache_dynamic) if lookup_cache_dynamic else ""
         self.static: Cache = {}
         if lookup_cache_static:
-            key = ("ngram-cache", "static", os.path.abspath(lookup_cache_static))
+            key = ("ngram-cache", "static", static_abs)
             if key not in memory:
                 memory[key] = load(lookup_cache_static, "static lookup cache")
             self.static = memory[key]
-        key = ("ngram-cache", "dynamic", os.path.abspath(lookup_cache_dynamic) if lookup_cache_dynamic else "")
+        key = ("ngram-cache", "dynamic", dynamic_abs)
         if key not in memory:
             loaded: Cache = {}
             if lookup_cache_dynamic and os.path.exists(lookup_cache_dynamic):
                 loaded = load(lookup_cache_dynamic, "dynamic lookup cache")
             memory[key] = loaded  # a missing dynamic file is made when the source closes
         self.dynamic: Cache = memory[key]
-        self.warm_at_start = (len(self.static), len(self.dynamic))
-        self.context: Cache = {}
-        self._stream: list[int] = []
+        key = ("ngram-cache", "slot", static_abs, dynamic_abs)  # one llama-server configuration, one slot
+        if key not in memory:
+            memory[key] = SlotCounts()
+        self.slot: SlotCounts = memory[key]
+        self.warm_at_start = (len(self.static), len(self.dynamic), len(self.slot.context), self.slot.cache_size,
+                              self.slot.requests)
+        self._queried = False
         self._count = 0
         self.closed = False
 
+    @property
+    def context(self) -> Cache:
+        """The slot's context cache (shared by every request of the session)."""
+        return self.slot.context
+
     def warm_state(self) -> str:
-        """The static and dynamic caches' n-grams when this request began (``registry.warm_text``)."""
-        static, dynamic = self.warm_at_start
-        parts = ([f"static cache {static:,} n-grams"] if static else []) + \
-            ([f"dynamic cache {dynamic:,} n-grams from earlier requests or its file"] if dynamic else [])
+        """The caches' n-grams when this request began (``registry.warm_text``)."""
+        static, dynamic, context, counted, requests = self.warm_at_start
+        parts = ([f"context cache {context:,} n-grams from {requests} earlier request{'s' if requests != 1 else ''} "
+                  f"(this one counts its tokens from position {counted:,} on)"] if context else []) + \
+            ([f"static cache {static:,} n-grams"] if static else []) + \
+            ([f"dynamic cache {dynamic:,} n-grams from its file"] if dynamic else [])
         return "; ".join(parts)
 
     def settings(self) -> dict:
         return {"lookup_cache_static": self.static_path, "lookup_cache_dynamic": self.dynamic_path,
                 "n_draft": N_DRAFT}
 
-    def _sync(self, tokens) -> None:
-        st = self._stream
-        if len(tokens) < len(st) or list(tokens[:len(st)]) != st:  # not an extension: start again
-            self.context.clear()
-            st.clear()
-        n_new = len(tokens) - len(st)
-        st.extend(tokens[len(st):])
-        if n_new:  # the new tokens alone: llama-server counts no n-gram across two queries' tokens
-            update(self.context, st[-n_new:], n_new)
-
     def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
-        self._sync(request.tokens)
-        ids = draft(self._stream, min(N_DRAFT, request.max_proposal_tokens), self.context, self.dynamic,
+        if not self._queried:
+            self._queried = True
+            self.slot.requests += 1
+        self.slot.count(request.tokens)
+        ids = draft(request.tokens, min(N_DRAFT, request.max_proposal_tokens), self.slot.context, self.dynamic,
                     self.static)
         if not ids:
-            return NoProposal(HISTORY_SHORT if len(self._stream) < NGRAM_STATIC else NO_MATCH)
+            return NoProposal(HISTORY_SHORT if len(request.tokens) < NGRAM_STATIC else NO_MATCH)
         self._count += 1
         return Proposal(b"ngram-cache:%d" % self._count, tuple(ids))
 
@@ -284,13 +319,15 @@ class NgramCacheSource:
         """Nothing to roll back."""
 
     def close(self) -> None:
-        """Merge this request's context cache into the dynamic cache (and its file, if named)."""
+        """Write the dynamic cache's file, if named: what was read plus the slot's context counts
+        (``llama-lookup``'s rule for the file). The dynamic cache the drafts read is not changed."""
         if self.closed:
             return
         self.closed = True
-        merge(self.dynamic, self.context, MAX_DYNAMIC_NGRAMS)
         if self.dynamic_path:
-            save(self.dynamic, self.dynamic_path)
+            out: Cache = {ngram: part.copy() for ngram, part in self.dynamic.items()}
+            merge(out, self.slot.context)
+            save(out, self.dynamic_path)
 
 
 def _path_check(source: str, key: str, value) -> str:
@@ -306,7 +343,8 @@ NGRAM_CACHE = SourceDescriptor("ngram-cache", (
            flag="--lookup-cache-static", metavar="FNAME", convert=_path_check,
            placeholder="-lcs file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
     Option("lookup_cache_dynamic", "path", "", "llama.cpp -lcd / --lookup-cache-dynamic: path to a dynamic lookup "
-           "cache (read if it exists, updated by generation when the run ends)", label="dynamic cache (-lcd)",
+           "cache (read if it exists and never changed while drafting, as llama-server; written when the run ends "
+           "with what was read plus this session's context counts, as llama-lookup)", label="dynamic cache (-lcd)",
            flag="--lookup-cache-dynamic", metavar="FNAME", convert=_path_check,
            placeholder="-lcd file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
 ), help="llama.cpp ngram-cache: lookup decoding from context, dynamic and static n-gram counts",
