@@ -96,6 +96,18 @@ def test_a_prompt_longer_than_the_context_is_refused(tmp_path):
     assert "context holds 64" in one_clear_line(p.stderr)
 
 
+def test_a_file_that_is_no_gguf_is_named_by_its_first_bytes_as_text_not_python_notation(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"not a model at all")
+    with pytest.raises(ModelFileError) as err:
+        check_gguf(f)
+    assert 'it begins "not "' in str(err.value) and "b'" not in str(err.value)
+    f.write_bytes(b"\x00\xff\x1a\x02rest")
+    with pytest.raises(ModelFileError) as err:
+        check_gguf(f)
+    assert "it begins with the bytes 00 ff 1a 02" in str(err.value)
+
+
 @pytest.mark.parametrize("content, problem", [
     (b"", "empty"),
     (b"not a model at all", "not a GGUF file"),

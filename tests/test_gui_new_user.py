@@ -100,6 +100,23 @@ def test_a_refused_draft_model_leaves_no_running_banner(qtbot, runtime, tmp_path
     assert w.state == IDLE and not banner.startswith(("Running", "Loading")), banner
     assert "did not start" in banner and "missing.gguf" in banner
     w.error_box.close()
+    # Another source chosen: the red refusal about the draft no longer stands (issue 36, 8).
+    w.panel.set_source("ngram")
+    assert "did not start" not in w.banner.text() and "ngram" in w.banner.text()
+
+
+def test_a_paused_run_says_it_has_not_finished_rather_than_a_finish_reason_of_running(qtbot, runtime, tmp_path):
+    """Issue 36, 8: "finish reason: running" read as if running were a finish reason."""
+    from inspector.gui.engine_thread import worker as W
+    from test_gui_support import wait_state
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    w.step_window_clicked()
+    wait_state(qtbot, w, W.PAUSED)
+    w.refresh_all()
+    assert w.stats.labels["finish"].text() == "— (not finished: running)"
+    w.stop_clicked()
+    qtbot.waitUntil(lambda: w.state == W.IDLE, timeout=60_000)
 
 
 def test_a_model_without_a_chat_template_names_the_windows_raw_box(qtbot, runtime, tmp_path, monkeypatch):

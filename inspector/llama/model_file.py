@@ -185,6 +185,16 @@ def check_gguf(path: str | os.PathLike) -> ModelInfo:
         raise ModelFileError(p, f"cannot read it ({exc.strerror or exc})") from None
 
 
+def shown_bytes(data: bytes) -> str:
+    """``data`` for a person: quoted text when it is printable ASCII ("not "), else hex bytes
+    (``00 ff 1a``); "nothing" when empty."""
+    if not data:
+        return "nothing (an empty file)"
+    if all(32 <= b < 127 for b in data):
+        return '"' + data.decode("ascii") + '"'
+    return "with the bytes " + " ".join(f"{b:02x}" for b in data)
+
+
 def _scan_file(p: Path, size: int) -> ModelInfo:
     """``check_gguf`` of a regular file of ``size`` bytes, once it is known to be one (raises ``OSError``
     when it cannot be read, ``ModelFileError`` for what it holds)."""
@@ -193,7 +203,7 @@ def _scan_file(p: Path, size: int) -> ModelInfo:
     with open(p, "rb") as fh:
         magic = fh.read(4)
         if magic != b"GGUF":
-            raise ModelFileError(p, f"not a GGUF file (first bytes {magic!r}, expected b'GGUF')")
+            raise ModelFileError(p, f"not a GGUF file (it begins {shown_bytes(magic)}; a GGUF begins \"GGUF\")")
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
             try:
                 meta, tensors, data_start = _scan_gguf(data)

@@ -340,12 +340,12 @@ def _path_check(source: str, key: str, value) -> str:
 NGRAM_CACHE = SourceDescriptor("ngram-cache", (
     Option("lookup_cache_static", "path", "", "llama.cpp -lcs / --lookup-cache-static: path to a static lookup "
            "cache (read, not updated by generation; e.g. from llama-lookup-create)", label="static cache (-lcs)",
-           flag="--lookup-cache-static", metavar="FNAME", convert=_path_check,
+           flag="--lookup-cache-static", aliases=("-lcs",), metavar="FNAME", convert=_path_check,
            placeholder="-lcs file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
     Option("lookup_cache_dynamic", "path", "", "llama.cpp -lcd / --lookup-cache-dynamic: path to a dynamic lookup "
            "cache (read if it exists and never changed while drafting, as llama-server; written when the run ends "
            "with what was read plus this session's context counts, as llama-lookup)", label="dynamic cache (-lcd)",
-           flag="--lookup-cache-dynamic", metavar="FNAME", convert=_path_check,
+           flag="--lookup-cache-dynamic", aliases=("-lcd",), metavar="FNAME", convert=_path_check,
            placeholder="-lcd file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
 ), help="llama.cpp ngram-cache: lookup decoding from context, dynamic and static n-gram counts",
     capabilities=frozenset({"settings", "close"}), llama_server="ngram-cache", reasons=REASONS)

@@ -295,7 +295,7 @@ class StatsView(QWidget):
         L["tps"].setText("n/a" if m.decode_tokens_per_s is None else f"{m.decode_tokens_per_s:.1f}")
         L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({count_noun(s.prompt_token_count, 'prompt token')})")
         ended = s.ended_as if s.ended_as != "error" else None
-        live = "running" if s.header is not None else "— (no run yet)"
+        live = "— (not finished: running)" if s.header is not None else "— (no run yet)"
         L["finish"].setText(m.finish_reason or ended or (live if s.origin == "live" else "unfinished"))
         self._show_baseline(s.baseline)
         self._show_speedups(s, m)

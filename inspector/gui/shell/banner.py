@@ -39,5 +39,7 @@ class Banner(QLabel):
     def say(self, text: str, style: str) -> None:
         """Show ``text`` (rich text) in ``style`` (one of the ``BANNER_*`` colors)."""
         self.setText(text)
+        self.style_now = style
+        """The ``BANNER_*`` color shown now."""
         self.setStyleSheet(f"{style};padding:{BANNER_PAD}px")
         self.show()

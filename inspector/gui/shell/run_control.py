@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui.engine_thread import worker as W
 from inspector.gui.look.wording import count_noun
-from inspector.gui.shell.banner import BANNER_HINT, BANNER_NEUTRAL, Banner
+from inspector.gui.shell.banner import BANNER_ERROR, BANNER_HINT, BANNER_NEUTRAL, Banner
 from inspector.gui.shell.model_line import ModelLine
 from inspector.gui.shell.run_states import ACTIVE_STATES, control_states, state_label
 from inspector.llama import bundled_model_path
@@ -69,6 +69,7 @@ class RunControl(QObject):
         self.armed_faults = FaultPlan()
         self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
         self._run_status: str | None = None  # "source ngram · up to 128 tokens" while a live run goes
+        panel.source.currentTextChanged.connect(self.forget_refusal)
 
     # -- state ---------------------------------------------------------------------------
     def set_state(self, state: str, detail: str = "") -> None:
@@ -130,6 +131,11 @@ class RunControl(QObject):
         """A run (paused, holding or at an error too), a measurement or a comparison holds the engine
         thread; a model loading does not (what is asked next waits for it)."""
         return self.state not in (W.IDLE, W.LOADING)
+
+    def forget_refusal(self, source: str) -> None:
+        """Another source was chosen: a red "The run did not start" about the last one no longer holds."""
+        if self.banner.style_now == BANNER_ERROR and "did not start" in self.banner.text():
+            self.banner.say(f"Source <b>{html.escape(source)}</b> chosen: press <b>Run</b>.", BANNER_NEUTRAL)
 
     def pending_faults_text(self) -> str:
         """The panel's line of faults not fired yet: the running generation's, or those armed for the
