@@ -28,6 +28,7 @@ from multiprocessing import shared_memory
 from pathlib import Path
 
 from inspector.engine.errors import EngineError, RuntimeLost  # noqa: F401  (RuntimeLost: re-exported)
+from inspector.engine.text import token_label
 from inspector.llama.devices import RpcUnavailable, add_rpc_servers, list_devices
 
 _LOCAL = ("info", "model_path", "n_ctx", "n_batch", "n_seq_max", "n_threads", "n_vocab", "vocab_type",
@@ -309,7 +310,7 @@ class RemoteRuntime:
 
     def token_text(self, token: int) -> str:
         """Display text of one token (as ``LlamaRuntime.token_text``)."""
-        return self.token_piece(token, True).decode("utf-8", errors="replace")
+        return token_label(self.token_piece(token, True))
 
     def detokenize(self, tokens) -> str:
         """Join the tokens' bytes and decode once (as ``LlamaRuntime.detokenize``)."""

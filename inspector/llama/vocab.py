@@ -14,6 +14,7 @@ import llama_cpp
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from inspector.engine.errors import NoChatTemplate
+from inspector.engine.text import token_label
 
 
 class Vocabulary:
@@ -53,8 +54,9 @@ class Vocabulary:
         return b
 
     def token_text(self, token: int) -> str:
-        """Display text of one token (special tokens rendered; partial UTF-8 shown as U+FFFD)."""
-        return self.token_piece(token, True).decode("utf-8", errors="replace")
+        """Display text of one token, its label (``inspector.engine.text.token_label``: special tokens
+        rendered; a byte that is not part of a whole character shown as ``<0xNN>``)."""
+        return token_label(self.token_piece(token, True))
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         """Join the tokens' bytes and decode once (UTF-8 safe; special tokens not rendered)."""

@@ -24,6 +24,7 @@ from inspector.engine.receipt import (COMMIT, PREFILL, Discard, EngineEvent, Win
                                       event_from_json, receipt_from_json)
 from inspector.engine.probabilities import top_texts_of, with_top_texts
 from inspector.engine.stats import summarize_receipts
+from inspector.engine.text import label_bytes, shown_text
 from inspector.bounded_read import BoundedReadError, read_bounded
 from inspector.receipts.document import MAX_FILE_BYTES, ReceiptsFileError
 
@@ -298,5 +299,5 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
     if not seen_header:
         raise ReceiptsFileError(f"{p} is not an autosave file: no header record "
                                 f"(expected JSON Lines written by spec-inspector)")
-    run.text = "".join(pieces)
+    run.text = shown_text(map(label_bytes, pieces))  # the labels' bytes joined: split characters whole
     return run

@@ -22,6 +22,11 @@ class TokenInfo:
     ``proposed``: the proposal token of that row (None for the bonus token
     and plain steps). ``outcome``: the engine's (``accepted``, ``correction``,
     ``bonus``, ``plain``), or ``end`` for the token that ended generation.
+    ``text``: the token's own text, its label (``inspector.engine.text.token_label``: a byte
+    that is not part of a whole character as ``<0xNN>``); ``shown``: the text the token stream
+    shows for it (``inspector.engine.text.ShownText``): a character split over tokens whole with
+    the token that completes it, "" for the tokens before (held back), the held bytes' labels
+    once the run ended inside a character.
     """
 
     index: int
@@ -32,6 +37,7 @@ class TokenInfo:
     position: int
     proposed: int | None
     outcome: str
+    shown: str = ""
 
 
 @dataclass(frozen=True, slots=True)

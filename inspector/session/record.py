@@ -32,6 +32,7 @@ from inspector.engine.receipt import (
     WindowReceipt,
 )
 from inspector.engine.stats import slow_verification_threshold_us, summarize_receipts
+from inspector.engine.text import ShownText, label_bytes
 from inspector.session.entries import END, TokenInfo, WindowEntry
 from inspector.session.records import (
     STEP_FAILED,
@@ -72,6 +73,8 @@ class SessionRecord:
         self.lock_ops: list[LockOperation] = []
         self.texts: dict[int, str] = {}
         self.tokens: list[TokenInfo] = []
+        self._shown = ShownText()  # the token stream's text (``TokenInfo.shown``): bytes held back
+        self._flushed = 0  # characters of held bytes' labels shown at the end (not in ``output_text``)
         self.step_probabilities: dict = {}
         """Plain steps' one-row ``WindowProbabilities`` by the KV position the step's token reached."""
         self.in_flight: ProposalStarted | None = None
@@ -188,6 +191,7 @@ class SessionRecord:
 
     def _finish_run(self, e: RunEnd) -> None:
         self.end = e
+        self._end_stream()
         self.incomplete_utf8_bytes = e.incomplete_utf8_bytes
         self.ended_as = e.reason
         self.errors = list(e.errors)
@@ -255,14 +259,27 @@ class SessionRecord:
         if outcome is None:  # receipts written before commit events named their outcome
             outcome = token_outcome(row, token, proposal) if window is None or proposal is not None else BONUS
         proposed = proposal[row] if proposal is not None and row < len(proposal) else None
-        self.tokens.append(TokenInfo(len(self.tokens), token, self.texts.get(token, ""),
-                                     window, row, position, proposed, outcome))
+        text = self.texts.get(token, "")
+        index = len(self.tokens)
+        self.tokens.append(TokenInfo(index, token, text, window, row, position, proposed, outcome,
+                                     self._shown.push(index, label_bytes(text))))
         self.canonical_position = position
 
     def _mark_end(self) -> None:
         if self.tokens:
             self.tokens[-1].outcome = END
             self._token_changes.append((self.version, len(self.tokens) - 1))
+        self._end_stream()
+
+    def _end_stream(self) -> None:
+        # No token follows: bytes held back for a character never completed are shown as their
+        # labels (<0xNN>) with the tokens they came from, so every token has text in the stream.
+        held = self._shown.flush()
+        for i, label in held:
+            self.tokens[i].shown += label
+            self._flushed += len(label)
+        if held:
+            self._token_changes.append((self.version, held[0][0]))
 
     def _add_window(self, entry: WindowEntry) -> None:
         w = self._windows
@@ -306,6 +323,12 @@ class SessionRecord:
         self.version += 1
         self._mark_end()
 
+    def end_stream(self) -> None:
+        """No token follows (a record read from a file): a character the tokens ended inside is
+        shown as its bytes' labels (``TokenInfo.shown``); a live run's end does this itself."""
+        self.version += 1
+        self._end_stream()
+
     def set_baseline(self, baseline: dict | None) -> None:
         """Set the comparison with plain decoding, in the receipts document's ``baseline`` form
         (``divergence``: ``index`` of the first differing generated token, tokens, ``margin``;
@@ -332,6 +355,7 @@ class SessionRecord:
                      "_token_changes"):
             setattr(s, name, list(getattr(self, name)))
         s.texts = dict(self.texts)
+        s._shown = copy.copy(self._shown)
         s.step_probabilities = dict(self.step_probabilities)
         s.settings = dict(self.settings) if self.settings is not None else None
         return s
@@ -350,12 +374,14 @@ class SessionRecord:
 
     @property
     def output_text(self) -> str:
-        """The committed text: the engine's UTF-8-safe text once the run ended, else the tokens' texts
-        (without the end-of-generation token's, which the engine's text leaves out too)."""
+        """The committed text: the engine's UTF-8-safe text once the run ended, else the stream's text
+        (``TokenInfo.shown``, without a character the tokens ended inside and without the
+        end-of-generation token's text, which the engine's text leaves out too)."""
         if self.end is not None:
             return self.end.output_text
         tokens = self.tokens[:-1] if self.finish_reason == "eog" and self.tokens else self.tokens
-        return "".join(t.text for t in tokens)
+        text = "".join(t.shown for t in tokens)
+        return text[: len(text) - self._flushed]
 
     def windows(self) -> list[WindowEntry]:
         """Verified and failed windows, by window index (do not modify the list)."""

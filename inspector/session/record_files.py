@@ -63,6 +63,7 @@ def record_from_document(doc: dict, path: str | Path | None = None) -> SessionRe
     s.incomplete_utf8_bytes = int(out.get("incomplete_utf8_bytes", 0))
     s.set_baseline(doc.get("baseline"))
     s.conversation = doc.get("conversation")
+    s.end_stream()
     return s
 
 
@@ -134,4 +135,5 @@ def record_from_autosave(path: str | Path) -> SessionRecord:
             s.finish_reason = s.ended_as  # an end line whose finish event was not kept
         us = run.end.get("decode_elapsed_us")
         s.decode_elapsed_us = us if type(us) is int and us >= 0 else 0
+    s.end_stream()
     return s

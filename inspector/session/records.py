@@ -25,8 +25,8 @@ from inspector.engine.observer import GenerationObserver
 
 
 class TokenTexts(NamedTuple):  # a NamedTuple: made on the hot path, cheaper than a frozen dataclass
-    """Texts of token ids (id -> UTF-8 text of its piece; a piece that is part of a
-    multi-byte character shows as its replacement)."""
+    """Texts of token ids (id -> its label, ``inspector.engine.text.token_label``: the text of its
+    piece, a byte that is not part of a whole character as ``<0xNN>``)."""
 
     texts: dict
 

@@ -36,10 +36,28 @@ def token_tooltip(s: SessionRecord, index: int, near_tie_margin: float) -> str:
             f"{quoted(s.text_of(t.proposed))} ({t.proposed})"
         lines.append(f"proposed: {proposed}")
     lines.append(f"predicted (committed): {quoted(t.text)} ({t.token})")
+    if t.shown != t.text:
+        lines.append(stream_line(s, index))
     if index == s.divergence_index:
         lines.append(f"<span style='color:{DIVERGENCE_COLOR}'><b>first difference from plain decoding</b></span>")
         lines.extend(divergence_lines(s, s.baseline["divergence"]))
     return "<br>".join(lines) + figures_html(s, t, near_tie_margin)
+
+
+def stream_line(s: SessionRecord, index: int) -> str:
+    """What the stream shows for generated token ``index`` when it is not the token's own text
+    (``TokenInfo.shown``): a character whose bytes other tokens began, or bytes held back."""
+    t = s.tokens[index]
+    if not t.shown:
+        return "in the stream: nothing yet (its bytes begin a character a later token completes)"
+    first = index
+    while first > 0 and not s.tokens[first - 1].shown and s.tokens[first - 1].text:
+        first -= 1
+    if first < index:
+        return (f"in the stream: {quoted(t.shown)}, with the bytes of token{'s' if index - first > 1 else ''} "
+                f"{first}{f'–{index - 1}' if index - first > 1 else ''} before it (a character split over tokens, "
+                "shown once complete)")
+    return f"in the stream: {quoted(t.shown)}"
 
 
 def divergence_lines(s: SessionRecord, d: dict) -> list[str]:

@@ -366,7 +366,9 @@ class TokenView(QWidget):
             if self._pending_from is None and self._margins[t.index] is _PENDING:
                 self._pending_from = t.index
             self._starts.append(pos)
-            text = t.text if t.text else "\u2205"
+            # The stream's text (a split character whole with the token completing it; nothing for
+            # the tokens holding its first bytes); a token with no bytes at all shows as ∅.
+            text = t.shown or ("" if t.text else "\u2205")
             cur.insertText(text, fmt)
             pos = cur.position()
         cur.endEditBlock()

@@ -143,7 +143,9 @@ def vocabulary_fingerprint(runtime) -> dict | None:
         n = int(runtime.n_vocab)
         h = hashlib.sha1()
         for i in range(0, n, max(1, n // 256)):
-            h.update(str(runtime.token_text(i)).encode("utf-8", "replace") + b"\0")
+            # The piece decoded with U+FFFD (not ``token_text``, whose labels show bytes as <0xNN>), as
+            # memories were stamped before: their files keep matching.
+            h.update(runtime.token_piece(i, True).decode("utf-8", "replace").encode("utf-8") + b"\0")
     except Exception:
         return None
     return {"n_vocab": n, "sample_sha1": h.hexdigest()}
