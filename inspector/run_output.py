@@ -11,7 +11,8 @@ from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
 from inspector.engine.observer import GenerationObserver
 from inspector.engine.probabilities import WindowProbabilities, top_texts_of
 from inspector.engine.profit import plain_step_us, run_balance
-from inspector.engine.receipt import COMMIT, DISCARD, PREFILL, STEP, VERIFY, Summary, decision_id_text
+from inspector.engine.receipt import (COMMIT, DISCARD, PREFILL, STEP, VERIFY, LockOperation, Summary, decision_id_text,
+                                      receipt_from_json)
 from inspector.receipts.document import version_note
 from inspector.sources.registry import PLAIN, describe_source
 
@@ -341,9 +342,20 @@ def format_document(doc: dict) -> str:
             line += f"; speculative/plain decode tokens/s = {b['observed_speedup']:.2f}x"
         tail = f"\nbaseline:             {line}"
     why = format_reasons(doc.get("events") or (), doc["settings"]["source"]["name"])
+    balance = document_balance(doc)
     return "\n".join(head) + "\n" + format_summary(
         s, ended_as=doc["output"].get("ended_as"), incomplete_utf8_bytes=doc["output"].get("incomplete_utf8_bytes", 0),
-        why=why) + tail
+        why=why) + (f"\n{balance}" if balance else "") + tail
+
+
+def document_balance(doc: dict) -> str:
+    """``format_balance`` of a receipts document (its windows and lock operations, the main session the
+    first event names): the "windows vs plain" line ``run`` prints; "" when it cannot be said."""
+    receipts = [receipt_from_json(w) for w in doc.get("windows") or ()]
+    ops = [LockOperation(**op) for op in doc.get("lock_operations") or ()]
+    events = doc.get("events") or ()
+    session = events[0].get("session_id") if events else None
+    return format_balance(receipts, ops, session)
 
 
 def turn_heading(n: int, count: int, message: str) -> str:

@@ -324,3 +324,14 @@ def test_a_fault_that_never_fires_is_named_with_the_reason(tmp_path):
     most = max(len(w["committed_tokens"]) for w in load_document(tmp_path / "r.json")["windows"])
     assert f"fault callback_error at commit token 64 of a window (the 64th token one window commits) never fired: " \
            f"no window committed 64 tokens (the most one committed: {most})" in r.stderr, r.stderr
+
+
+def test_view_prints_the_same_windows_vs_plain_line_as_the_run(tmp_path):
+    out = tmp_path / "r.json"
+    run = cli("run", "--example", "copy-with-corrections", "-n", "64", "--quiet", "--receipts", out)
+    assert run.returncode == 0, run.stderr
+    line = [l for l in run.stdout.splitlines() if l.startswith("windows vs plain:")]
+    assert len(line) == 1, run.stdout
+    view = cli("view", out)
+    assert view.returncode == 0, view.stderr
+    assert [l for l in view.stdout.splitlines() if l.startswith("windows vs plain:")] == line

@@ -198,3 +198,29 @@ def test_the_window_copies_its_sampling_and_context_as_llama_server_flags(qtbot,
     assert parse_context_arguments(argv) == {"n_ctx": p.n_ctx.value(), "n_batch": p.llama_context.n_batch.value(),
                                              "context": p.llama_context.settings()}
     assert "no system prompt flag" in w.banner.text()
+
+
+def test_our_ngram_names_its_nearest_llama_server_type_with_sizes_from_its_own_options():
+    with pytest.raises(NoServerEquivalent) as err:
+        server_arguments("ngram", {"n_min": 3, "n_max": 5}, draft_max=6)
+    assert ("Nearest: llama-server --spec-type ngram-simple --spec-ngram-simple-size-n 3 "
+            "--spec-ngram-simple-size-m 6") in str(err.value)
+    assert "tries 5 down to 3" in str(err.value)
+    with pytest.raises(NoServerEquivalent) as err:
+        server_arguments("suffix", {})
+    assert "Nearest" not in str(err.value)
+
+
+def test_the_threads_a_run_set_are_copied_as_dash_t():
+    assert server_arguments("none", n_threads=1)[:2] == ["-t", "1"]
+    assert "-t" not in server_arguments("none", n_threads=0) and "-t" not in server_arguments("none")
+
+
+def test_the_window_copies_the_threads_it_runs_with(qtbot, tmp_path):
+    from tests.test_gui_support import make_window
+
+    w = make_window(qtbot, None, tmp_path)
+    w.panel.source.setCurrentText("none")
+    w.panel.threads.setValue(1)
+    argv = shlex.split(w.analysis.copy_server_flags())
+    assert argv[argv.index("-t") + 1] == "1"

@@ -29,6 +29,8 @@ def add_flags_command(sub) -> None:
     fl.add_argument("config", metavar="SOURCE[:key=value,...]",
                     help="a configuration as compare takes it, e.g. ngram-mod:n_min=16 or draft:draft_model=D.gguf")
     fl.add_argument("--model", "-m", type=Path, help="add -m MODEL (the target GGUF)")
+    fl.add_argument("-t", "--threads", type=whole_number(0), default=None, metavar="N",
+                    help="add -t N (CPU threads; 0 or absent: llama.cpp's default)")
     fl.add_argument("-c", "--n-ctx", "--ctx-size", dest="n_ctx", type=whole_number(1), default=DEFAULT_N_CTX, metavar="N",
                     help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
     fl.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
@@ -51,7 +53,7 @@ def cmd_flags(args) -> int:
             raise ValueError(f"llama.cpp refuses this context: {context.refusal()}")
         line = server_command(config.source, config.options, draft_max=config.draft_max,
                               model=str(args.model) if args.model else None, sampling=sampling, n_ctx=args.n_ctx,
-                              n_batch=args.n_batch, context=context)
+                              n_batch=args.n_batch, context=context, n_threads=args.threads)
         notes = [*sampling_notes, *server_notes(config.source, config.options, draft_max=config.draft_max,
                                                 system_prompt=args.system_prompt)]
     except ValueError as exc:

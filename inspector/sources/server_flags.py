@@ -108,23 +108,28 @@ def context_server_arguments(n_ctx: int | None = None, n_batch: int | None = Non
 
 def server_arguments(source: str, options: Mapping | None = None, *, draft_max: int | None = None,
                      model: str | None = None, sampling: SamplingSettings | None = None, n_ctx: int | None = None,
-                     n_batch: int | None = None, context: ContextSettings | None = None) -> list[str]:
+                     n_batch: int | None = None, context: ContextSettings | None = None,
+                     n_threads: int | None = None) -> list[str]:
     """The ``llama-server`` arguments (without the program name) that reproduce ``source`` with
     ``options`` (checked and completed with the source's defaults): ``--spec-type T`` and each
     option's flag with its value; an option taken from the ``draft_max`` setting gets ``draft_max``.
     Empty paths are left out, and so is a -1 default (llama.cpp's "its own default").
-    ``model``: adds ``-m MODEL`` first; then ``context_server_arguments(n_ctx, n_batch, context)``;
+    ``model``: adds ``-m MODEL`` first; ``n_threads`` (None or 0: llama.cpp's default) ``-t N``; then
+    ``context_server_arguments(n_ctx, n_batch, context)``;
     ``sampling``: ``sampling_server_arguments`` last. ``none`` (plain decoding) gives no speculative flags.
     Raises ``NoServerEquivalent`` for a source llama-server does not have (our ``ngram``, ``suffix``,
     ``scripted``, ``replay``), ``UnknownSource`` and the source's option errors (``ValueError``)."""
-    args = (["-m", str(model)] if model else []) + context_server_arguments(n_ctx, n_batch, context)
+    args = (["-m", str(model)] if model else []) + (["-t", str(n_threads)] if n_threads else []) \
+        + context_server_arguments(n_ctx, n_batch, context)
     last = sampling_server_arguments(sampling) if sampling is not None else []
     if source == "none":
         return args + last
     d = describe_source(source)
     if d.llama_server is None:
+        nearest = nearest_server_equivalent(source, options, draft_max)
         raise NoServerEquivalent(
-            f"source {source} has no llama-server equivalent; these do: {', '.join(server_sources())}")
+            f"source {source} has no llama-server equivalent; these do: {', '.join(server_sources())}"
+            + (f". Nearest: llama-server {shlex.join(nearest[0])} ({nearest[1]})" if nearest else ""))
     values = d.with_defaults(d.check_options(dict(options or {})))
     args += [SPEC_TYPE, d.llama_server]
     for o in d.options or ():
@@ -136,6 +141,27 @@ def server_arguments(source: str, options: Mapping | None = None, *, draft_max: 
             continue
         args += [flag, _text(value)]
     return args + last
+
+
+def nearest_server_equivalent(source: str, options: Mapping | None = None,
+                              draft_max: int | None = None) -> tuple[list[str], str] | None:
+    """For our ``ngram`` source: the llama-server type closest to it and how it differs, as
+    ``(speculative arguments, why)``; None for a source without one. Ours matches the last n tokens for n
+    from ``n_max`` down to ``n_min`` and proposes what followed their last earlier occurrence, up to
+    draft max; llama-server's ``ngram-simple`` (``common_ngram_simple_draft``, common/ngram-map.cpp
+    0c1e570) matches exactly ``size_n`` tokens, the last earlier occurrence too, and drafts ``size_m``:
+    so ``size_n`` = our ``n_min`` (it matches wherever our shortest n-gram does) and ``size_m`` = draft max."""
+    if source != "ngram":
+        return None
+    d = describe_source(source)
+    values = d.with_defaults(d.check_options(dict(options or {})))
+    size_m = draft_max if draft_max else 8
+    why = (f"it matches only {values['n_min']}-token n-grams where ngram tries {values['n_max']} down to "
+           f"{values['n_min']}, and needs size_n + size_m + 1 tokens before its first draft")
+    if values.get("length") == "adaptive":
+        why += "; ngram's adaptive length has no counterpart there"
+    return ([SPEC_TYPE, "ngram-simple", "--spec-ngram-simple-size-n", str(values["n_min"]),
+             "--spec-ngram-simple-size-m", str(size_m)], why)
 
 
 def server_command(source: str, options: Mapping | None = None, **settings) -> str:

@@ -23,6 +23,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from inspector.bench.compare import CompareConfig
+from inspector.gui.compare.server_build import ServerBuildActions
 from inspector.gui.compare.view import CompareView
 from inspector.gui.engine_thread import worker as W
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
@@ -85,6 +86,7 @@ class AnalysisActions(QObject):
         self.worker.costMeasured.connect(self._cost_measured)
         self.worker.compareProgress.connect(self._compare_progress)
         self.worker.compareTurnProgress.connect(self._compare_turn_progress)
+        self.worker.compareRows.connect(lambda partial: self.compare_view and self.compare_view.show_rows(partial))
         self.worker.compareDone.connect(self._compare_done)
         self.worker.failed.connect(self._failed)
         window.worker.baselineReady.connect(self._baseline_ready)
@@ -109,6 +111,8 @@ class AnalysisActions(QObject):
         self.tune = TuneActions(window, menu, lambda: self.current)
         """The Tune window (Tune from this run…, Ctrl+Shift+K)."""
         self.compare_view = None
+        self.server_build: ServerBuildActions | None = None
+        """Builds llama-server for the Compare window (on a thread of its own), made with the window."""
         self._compare_turns: tuple | None = None
         """The turns of the conversation being compared (None: the prompt, or no comparison)."""
         window.requestShutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
@@ -129,7 +133,8 @@ class AnalysisActions(QObject):
         try:
             line = server_command(source, p.source_options(), draft_max=draft_max, model=model,
                                   sampling=p.generation_settings().sampling, n_ctx=p.n_ctx.value(),
-                                  n_batch=p.llama_context.n_batch.value(), context=p.llama_context.settings())
+                                  n_batch=p.llama_context.n_batch.value(), context=p.llama_context.settings(),
+                                  n_threads=p.threads.value() or None)
             notes = server_notes(source, p.source_options(), draft_max=draft_max,
                                  system_prompt="" if p.raw.isChecked() else p.system_prompt.text())
         except NoServerEquivalent as exc:
@@ -328,6 +333,9 @@ class AnalysisActions(QObject):
             v.runRequested.connect(self.run_compare)
             v.cancelRequested.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
             self._restore_configs(v)
+            v.server_choice.changed.connect(self._save_server_choice)
+            self.server_build = ServerBuildActions(v.server_choice, parent=self)
+            self.w.requestShutdown.connect(self.server_build.shutdown)
             self.w.every_tick(v.refresh)  # redrawn with the window's views
             self.compare_view = v
         self.compare_view.cost_model = None if self.current is None else self.current.model
@@ -409,7 +417,12 @@ class AnalysisActions(QObject):
         s = self.w.settings
         s.setValue("compare/configs", json.dumps([c.to_json() for c in configs]))
         s.setValue("compare/conversation", "" if conversation is None else conversation[0])
-        if self.compare_view is not None:  # "also through llama-server" and its path or URL
+        self._save_server_choice()
+
+    def _save_server_choice(self) -> None:
+        """Remember "also through llama-server" and its path or URL (as typed or chosen)."""
+        if self.compare_view is not None:
+            s = self.w.settings
             s.setValue("compare/llama_server", self.compare_view.server_target.text().strip())
             s.setValue("compare/with_llama_server", self.compare_view.with_server.isChecked())
 
