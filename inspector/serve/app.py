@@ -32,7 +32,7 @@ from starlette.routing import Route
 from inspector.serve.errors import AUTHENTICATION, EXCEED_CONTEXT, NOT_FOUND, SERVER, TOO_LARGE, ApiError
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
 from inspector.serve.params import ServeDefaults, parse_request
-from inspector.serve.replies import FINGERPRINT, Replies, generation_settings
+from inspector.serve.replies import FINGERPRINT, Replies, generation_settings, piece_json
 from inspector.serve.slot import Job, JobResult, ServeSlot, TokenOut
 
 MAX_BODY_BYTES = 16 << 20
@@ -197,7 +197,7 @@ def build_app(state: ServeState) -> Starlette:
                                        lambda rt: rt.tokenize(text, add_special, parse_special))).value
         if body.get("with_pieces"):
             piece = state.runtime.token_piece
-            return JSONResponse({"tokens": [{"id": t, "piece": piece(t).decode("utf-8", "replace")} for t in ids]})
+            return JSONResponse({"tokens": [{"id": t, "piece": piece_json(piece(t))} for t in ids]})
         return JSONResponse({"tokens": ids})
 
     async def detokenize(request: Request):

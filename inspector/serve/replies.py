@@ -15,6 +15,7 @@ import secrets
 import string
 import time
 
+from inspector.engine.text import utf8_complete_length
 from inspector.serve.params import SAMPLER_ORDER, CompletionParams
 from inspector.serve.slot import JobResult, TokenOut
 
@@ -33,7 +34,19 @@ def _logprob(p: float | None) -> float:
 
 
 def _token_json(token: int, piece: bytes, p: float | None) -> dict:
-    return {"id": token, "token": piece.decode("utf-8", "replace"), "bytes": list(piece), "logprob": _logprob(p)}
+    """llama-server's probability entry: ``token`` is the piece cut to its whole characters
+    (``txt.resize(validate_utf8(txt))``, tools/server/server-task.cpp 0c1e570), ``bytes`` all of it."""
+    text = piece[:utf8_complete_length(piece)].decode("utf-8", "replace")
+    return {"id": token, "token": text, "bytes": list(piece), "logprob": _logprob(p)}
+
+
+def piece_json(piece: bytes):
+    """``/tokenize``'s ``with_pieces`` piece as llama-server writes it: the text when the piece is valid
+    UTF-8, else the list of its byte values (tools/server/server-context.cpp 0c1e570)."""
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(piece)
 
 
 def probs_json(t: TokenOut, n_probs: int, piece_of) -> dict:
