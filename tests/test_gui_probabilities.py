@@ -125,7 +125,7 @@ def test_near_tie_threshold_marks_tokens_and_is_remembered(qtbot, monkeypatch, r
     assert marks == _expected_marks(s, round(middle, 1))
     view.set_session(s)
     assert view.near_tie_marks() == marks
-    assert w.token_view.stream.toPlainText() == "".join(t.text for t in s.tokens)  # the mark adds no text
+    assert w.token_view.stream.toPlainText() == "".join(t.shown for t in s.tokens)  # the mark adds no text
     view.near_tie_spin.setValue(3.7)
     w.close()
     again = make_window(qtbot, None, tmp_path)  # same settings file

@@ -26,7 +26,7 @@ def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path, monkeypatch):
     # Token view: exactly the committed tokens, nothing branch-conditioned.
     assert [t.token for t in s.tokens] == g.generated
     assert w.token_view.token_count() == len(g.generated)
-    assert w.token_view.stream.toPlainText() == "".join(runtime.token_text(t) for t in g.generated)
+    assert w.token_view.stream.toPlainText() == "".join(t.shown for t in w.session.tokens)
     # Window table, timeline, statistics: one entry per receipt.
     assert w.window_detail.window_count() == len(g.receipts)
     assert w.timeline.point_count() == len(g.receipts)

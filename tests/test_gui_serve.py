@@ -74,7 +74,7 @@ def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_
     # Every view follows the request: the token stream holds its tokens, the Windows tab its windows.
     qtbot.waitUntil(lambda: w.token_view.token_count() == reply.usage.completion_tokens, timeout=10_000)
     shown = w.token_view.stream.toPlainText()  # the reply's text, then the end-of-generation token's when it ended so
-    assert shown == "".join(runtime.token_text(t.token) for t in w.session.tokens)
+    assert shown == "".join(t.shown for t in w.session.tokens)
     assert shown.startswith(reply.choices[0].message.content)
     assert w.session is w.request_log.records[row.id] and w.session.end is not None
     assert len(w.session.receipts) == row.windows

@@ -21,7 +21,7 @@ def _texts_shown(w, runtime, g) -> None:
     """Token view, rows table and event log show the run's real token texts."""
     s = w.session
     assert s.tokens and all(t.text == runtime.token_text(t.token) for t in s.tokens)
-    assert w.token_view.stream.toPlainText() == "".join(runtime.token_text(t) for t in g.generated)
+    assert w.token_view.stream.toPlainText() == "".join(t.shown for t in s.tokens)
     assert "\u2205" not in w.token_view.stream.toPlainText()
     r = g.receipts[0]
     w.window_detail.select_window(r.window_index)
