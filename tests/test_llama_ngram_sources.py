@@ -110,7 +110,104 @@ def test_ngram_map_k_remembers_accepted_lengths_across_requests_of_the_same_stre
     fresh = make_source("ngram-map-k", SourceContext(None, memory={}), {"size_n": 2, "size_m": 2})
     assert ids(fresh, later) == [3, 9]  # a fresh map: the latest occurrence, size_m tokens
     other = make_source("ngram-map-k", SourceContext(None, memory=memory), {"size_n": 2, "size_m": 2})
-    assert ids(other, [8, 8, 1, 2, 3, 4, 6, 7, 8, 9, 1, 2]) == [3, 4]  # another stream: a fresh map
+    # another stream keeps the map (llama-server's slot): 11 tokens < the 14 of the last draft shrink it to 7;
+    # the key [1, 2] stays at position 1, where this stream has [8, 1], and its [1, 2] at 2 lies at or below
+    # the index's last position (6): not searched again
+    assert ids(other, [8, 8, 1, 2, 3, 4, 6, 7, 8, 9, 1, 2]) is None
+
+
+def _request(source, prompt, queries, accepted=()):
+    """One request to ``source``: ``begin(prompt)``, then a query at each stream of ``queries`` (the prompt,
+    the generated tokens so far and the current one, as ``tokens``); the i-th proposal made is reported
+    with ``accepted[i]`` tokens accepted while there are any. The proposals (None for none), in order."""
+    source.begin(tuple(prompt))
+    out, left = [], list(accepted)
+    for tokens in queries:
+        p = source.propose(ProposalRequest(tuple(tokens), len(prompt), 0, 16, 1e18))
+        out.append(None if isinstance(p, NoProposal) else list(p.token_ids))
+        if out[-1] is not None and left:
+            source.report(SimpleNamespace(decision_id=p.decision_id.hex(), accepted_proposal_tokens=left.pop(0)))
+    return out
+
+
+P1 = [5, 1, 2, 3, 4, 6, 7, 8, 9, 1]
+
+
+def _map_k_after_one_request():
+    """The map-k (n 2, m 2) of a slot after one request, worked by hand from common_ngram_map_draft: at
+    P1 + [2] the old-prompt scan (positions 5..1) finds [1, 2] at 1 and proposes [3, 4] (1 accepted);
+    positions 5..1 are indexed, the index's last position is 5. At 14 tokens the key [6, 7] is in the hash
+    slot at 5: proposes [8, 9] (2 accepted); nothing is indexed (positions 6..9 lie between the prompt's
+    scan and the generated part's), the index's last position is 9. The last draft saw 14 tokens."""
+    memory: dict = {}
+    source = NgramMapSource(size_n=2, size_m=2, key_only=True, memory=memory)
+    assert _request(source, P1, [P1 + [2], P1 + [2, 3, 9, 6, 7]], accepted=(1, 2)) == [[3, 4], [8, 9]]
+    return memory, source.state
+
+
+def test_ngram_map_k_begins_a_new_prompt_on_the_kept_map_as_llama_servers_common_ngram_map_begin():
+    """llama.cpp 0c1e570 common_ngram_map_begin: only the prompt's length counts. Expected values worked by
+    hand from the C++ (hash slots: (a * 2654435761 + b) mod 2^18, all distinct here)."""
+    fresh = lambda: NgramMapSource(size_n=2, size_m=2, key_only=True, memory={})  # noqa: E731
+
+    # A 9-token prompt after a draft at 14 tokens: shrink. The point: 9 - n - m = 5 (the previous prompt,
+    # 10, is longer than 9). The key at 1 stays (accepted 1), the key at 5 goes; hash slots of positions
+    # 1..4 stay, 5's goes; the index resumes after 4.
+    memory, st = _map_k_after_one_request()
+    p2 = [7, 1, 2, 8, 9, 0, 0, 0, 1]  # [1, 2] at 1 again, by chance
+    source = NgramMapSource(size_n=2, size_m=2, key_only=True, memory=memory)
+    source.begin(tuple(p2))
+    assert source.state is st
+    assert [(k.key_idx, k.values[0][2]) for k in st.keys] == [(1, 1)]
+    assert sorted(st.slots.values()) == [1, 2, 3, 4] and st.index_last == 4
+    assert (st.size_last_begin, st.idx_last_check) == (9, 9)
+    # the kept key, found through its hash slot (position 1) in this prompt's tokens, proposes as many as
+    # it had accepted; a fresh map finds the same occurrence and proposes m
+    assert _request(source, p2, [p2 + [2]]) == [[8]]
+    assert _request(fresh(), p2, [p2 + [2]]) == [[8, 9]]
+
+    # The same shrink, [1, 2] at 2 instead: the hash slot's position 1 holds [7, 1] now; the prompt's scan
+    # would start at 9 - 5 = 4, already indexed, the generated part's needs positions after 9: no proposal.
+    memory, st = _map_k_after_one_request()
+    p3 = [7, 7, 1, 2, 8, 5, 5, 5, 1]
+    source = NgramMapSource(size_n=2, size_m=2, key_only=True, memory=memory)
+    s1 = p3 + [2, 1, 2, 6, 6, 6, 6, 6, 1, 2]
+    s2 = s1 + [6, 6, 6, 6, 6]
+    # at 18 tokens the generated part's scan (13..10) finds [1, 2] at 10: a new key, m tokens. Indexed: 13
+    # ([6, 6]) and 11 ([2, 6]); 12 is [6, 6] again and 10's [1, 2] finds its slot held by stale position 1.
+    # At 23 tokens [6, 6] is in the slot at 13; indexed: 16 ([6, 1]) (18, 17, 15, 14 find theirs held).
+    # At 25 tokens [1, 2] is in the stream at 2, 8, 10 and 17, but its slot holds 1 and only 20, 19 are
+    # scanned: nothing. Positions 5..9 were never indexed.
+    assert _request(source, p3, [p3 + [2], s1, s2, s2 + [1, 2]]) == [None, [6, 6], [6, 6], None]
+    assert sorted(st.slots.values()) == [1, 2, 3, 4, 11, 13, 16] and st.index_last == 20
+    assert [k.key_idx for k in st.keys] == [1, 10, 13]
+    assert _request(fresh(), p3, [p3 + [2]]) == [[8, 5]]  # a fresh map scans 4..1: [1, 2] at 2
+
+    # A longer prompt (15 >= 14): nothing is dropped, and positions up to the index's last (9) are not
+    # indexed or scanned again: only 10 is scanned for [1, 2] (at 2 here): no proposal; fresh: [8, 5].
+    memory, st = _map_k_after_one_request()
+    p4 = [7, 7, 1, 2, 8, 5, 5, 5, 5, 5, 5, 5, 5, 5, 1]
+    source = NgramMapSource(size_n=2, size_m=2, key_only=True, memory=memory)
+    assert _request(source, p4, [p4 + [2]]) == [None]
+    assert [(k.key_idx, k.values[0][2]) for k in st.keys] == [(1, 1), (5, 2)]
+    assert sorted(st.slots.values()) == [1, 2, 3, 4, 5, 10] and st.index_last == 10
+    assert _request(fresh(), p4, [p4 + [2]]) == [[8, 5]]
+
+
+def test_ngram_map_hash_slots_collide_as_llama_cpps_lcg_hash_makes_them():
+    """n 2: [a, b] hashes to (a * 2654435761 + b) mod 2^18, and 2654435761 mod 2^18 = 227761, so [1, 0]
+    and [0, 227761] share slot 227761. The prompt's scan indexes 5..1 descending: [1, 0] at 4 takes the
+    slot before [0, 227761] at 1. At 11 tokens the key [0, 227761] finds the slot's 4 holding [1, 0], and
+    nothing is left to scan (the prompt's part was, the generated part is empty): no proposal (an exact
+    index would find 1 and propose [5])."""
+    from inspector.sources.llama_ngram_map import ngram_hash
+
+    x = 227761
+    assert ngram_hash([1, 2], 0, 2) == 227763 and ngram_hash([1, 0], 0, 2) == ngram_hash([0, x], 0, 2) == x
+    prompt = [9, 0, x, 5, 1, 0, 7, 7, 7]
+    source = NgramMapSource(size_n=2, size_m=1, key_only=True, memory={})
+    assert _request(source, prompt, [prompt + [7], prompt + [7, 0, x]]) == [None, None]
+    assert source.state.slots[x] == 4 and 1 not in source.state.slots.values()
 
 
 # --- ngram-map-k4v --------------------------------------------------------------------------------
@@ -156,6 +253,49 @@ def test_ngram_map_k4v_proposes_only_when_one_value_occurs_twice_as_often_as_the
     clear = [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]  # [3, 4] three times, [5, 6] once
     # As in llama.cpp, the tokens proposed are those after the matched (latest) occurrence.
     assert ids(NgramMapSource(2, 2, key_only=False), clear) == [5, 6]
+
+
+def test_ngram_map_k4v_begin_drops_values_at_the_shrink_point_and_keys_left_without_values():
+    """llama.cpp 0c1e570 common_ngram_map_begin in k4v mode, worked by hand (n 2, m 2)."""
+    # 12-token prompt, a draft at 12: the scan (7..1) finds [1, 2] at 5; its values: [3, 4] at 3 (from the
+    # occurrence at 1) and [6, 7] at 7, once each: no dominant value. Index: 7..2 (1's [1, 2] finds its slot
+    # held by 5), last 7.
+    memory: dict = {}
+    p1 = [5, 1, 2, 3, 4, 1, 2, 6, 7, 0, 0, 1]
+    first = NgramMapSource(size_n=2, size_m=2, key_only=False, memory=memory)
+    assert _request(first, p1, [p1 + [2]]) == [None]
+    st = first.state
+    assert [[v[0], v[1]] for v in st.keys[0].values] == [[3, 1], [7, 1], [0, 0], [0, 0]]
+    # an 11-token prompt: shrink point 11 - 4 = 7. The key (5) stays, its value at 7 goes; slots of 7 go.
+    p2 = [9, 9, 9, 3, 4, 1, 2, 3, 4, 0, 1]
+    second = NgramMapSource(size_n=2, size_m=2, key_only=False, memory=memory)
+    second.begin(tuple(p2))
+    assert [(k.key_idx, [v[:2] for v in k.values]) for k in st.keys] == [(5, [[3, 1], [0, 0], [0, 0], [0, 0]])]
+    assert sorted(st.slots.values()) == [2, 3, 4, 5, 6] and st.index_last == 6
+    # [1, 2] in the slot at 5 (this prompt has it there); the statistics resume at 5: the value after it,
+    # [3, 4] at 7, equals the kept value's tokens at 3 in this prompt: counted twice, proposed
+    assert _request(second, p2, [p2 + [2]]) == [[3, 4]]
+    assert [v[:2] for v in st.keys[0].values] == [[3, 2], [0, 0], [0, 0], [0, 0]]
+
+    # min_hits 2: the first hit makes a key without values; a shrinking begin deletes it even though it lies
+    # before the shrink point (5), so the next hit is a first one again; a longer prompt keeps it.
+    def after_first(memory):
+        s = NgramMapSource(size_n=2, size_m=2, min_hits=2, key_only=False, memory=memory)
+        assert _request(s, P1, [P1 + [2]]) == [None]  # [1, 2] at 1, hit once
+        return s.state
+
+    memory = {}
+    st = after_first(memory)
+    p3 = [0, 1, 2, 3, 4, 0, 0, 0, 1]
+    again = NgramMapSource(size_n=2, size_m=2, min_hits=2, key_only=False, memory=memory)
+    again.begin(tuple(p3))
+    assert st.keys == []
+    assert _request(again, p3, [p3 + [2]]) == [None]
+    memory = {}
+    st = after_first(memory)
+    p4 = [0, 1, 2, 3, 4, 0, 0, 0, 0, 0, 1]
+    kept = NgramMapSource(size_n=2, size_m=2, min_hits=2, key_only=False, memory=memory)
+    assert _request(kept, p4, [p4 + [2]]) == [[3, 4]]  # its second hit: the value at 3, once
 
 
 def test_ngram_map_k4v_needs_min_hits_of_the_key():

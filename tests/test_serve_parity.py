@@ -60,13 +60,6 @@ DRAFTS = ("draft_n", "draft_n_accepted")
 KNOWN_DIFFERENCES = {
     # source: (the first request whose drafts may differ, why). Requests: 0-1 the conversation, 2.. the
     # examples. Found by this test; not in inspector/serve but in the sources' memory across requests.
-    "ngram-map-k": (2, "llama-server keeps its map over a new prompt that does not continue the slot's "
-                       "tokens: common_ngram_map_begin (common/ngram-map.cpp, 0c1e570) drops only keys at or "
-                       "after the shrink point, the keys and hash slots before it keep positions that now "
-                       "index the new prompt, and positions up to key_map_last_idx are not indexed again; "
-                       "ours starts a new map for such a prompt (a conversation's next turn matches)"),
-    "ngram-map-k4v": (2, "as ngram-map-k (common_ngram_map_begin keeps stale positions over an unrelated "
-                         "prompt; ours starts a new map)"),
 }
 """Where our serve's drafts are not llama-server's yet (reported with this test's evidence). The
 answers, the prompt cache and every request before the first named one are compared all the same."""

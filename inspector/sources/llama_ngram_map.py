@@ -1,11 +1,13 @@
 """llama.cpp's n-gram map proposers as sources: ``ngram-simple``, ``ngram-map-k``, ``ngram-map-k4v``.
 
 Our own Python for the rules of llama.cpp's ``common/ngram-map.cpp`` (functions
-``common_ngram_simple_draft``, ``common_ngram_map_begin``, ``common_ngram_map_draft``,
-``common_ngram_map_accept``; constants in ``common/ngram-map.h``) at commit
-6870ab7e4d741fffc218dd5d370427d81ab17630, with the per-type parameters of llama-server
-2026 (``--spec-ngram-simple-size-n`` ..., ``common_params_speculative_ngram_map``:
-size_n 12, size_m 48, min_hits 1). No llama.cpp code is copied.
+``common_ngram_simple_draft``, ``common_ngram_map_hash``, ``common_ngram_map_begin``,
+``common_ngram_map_draft``, ``common_ngram_map_accept``; constants in ``common/ngram-map.h``) at
+commit 0c1e570 (the llama.cpp llama-cpp-python 0.3.36 vendors), called as llama-server's
+``common_speculative_impl_ngram_map_k`` (``common/speculative.cpp``) and ``update_slots``
+(``tools/server/server-context.cpp``) call them, with the per-type parameters of llama-server
+(``--spec-ngram-simple-size-n`` ..., ``common_params_speculative_ngram_map``: size_n 12, size_m 48,
+min_hits 1). No llama.cpp code is copied.
 
 Terms: the *key* is the last ``size_n`` tokens (the current token included); a *value* is the
 ``size_m`` tokens that followed an earlier occurrence of the key.
@@ -23,10 +25,23 @@ Terms: the *key* is the last ``size_n`` tokens (the current token included); a *
   least twice as often as all others together. As in llama.cpp the proposed tokens are those
   after the matched occurrence (the statistics only decide whether to propose).
 
-Differences: llama.cpp's 2^18-slot hash of key positions may collide (then a key is missed); we
-index keys exactly (a dict), so we never miss one. The map state (keys, counts, accepted
-lengths) is kept in ``SourceContext.memory`` per option set and reused by the next request
-when its tokens extend the stored history (llama.cpp keeps it per server slot).
+Across requests (llama-server keeps one map per slot for every request; ours is the one in
+``SourceContext.memory`` per option set, which ``serve`` shares by every request and a conversation by its
+turns): each request begins the kept map with its prompt (``MapState.begin``, llama.cpp's
+``common_ngram_map_begin``), whatever that prompt is. Only the lengths count, never the tokens: when the
+prompt is shorter than the stream of the last draft, keys (and, in k4v, values) at or after the shrink
+point (the previous prompt's length, or ``len(prompt) - size_n - size_m`` when the prompt is shorter than
+that) are dropped, as are the hash slots holding such positions, and the index resumes just before that
+point; everything before it is kept, so a prompt that does not continue the earlier tokens keeps keys,
+values and hash slots whose positions now index its own tokens (a key is found only where its tokens
+happen to be there again; a stale hash slot stays taken, so the n-gram hashed to it is not indexed).
+When the prompt is not shorter, nothing is dropped and positions up to the last indexed one are never
+indexed or searched again. A conversation's next turn continues the tokens, so all of that is kept as it
+should be.
+
+The hash index is llama.cpp's: 2^18 slots (``COMMON_NGRAM_HASH_MAP_SIZE``) of positions, the LCG hash of
+the ``size_n`` tokens, the first position stored in a slot keeps it, so colliding n-grams are missed
+and found as llama-server misses and finds them.
 """
 
 from __future__ import annotations
@@ -46,8 +61,12 @@ REASONS = {
     NO_MATCH: "the last size_n tokens occurred nowhere earlier with a continuation after them",
     LEARNED_ZERO: "the key matched, but its last proposal had 0 tokens accepted, so it now proposes 0",
 }
-"""Why ngram-simple and ngram-map-k propose nothing (their declarations' ``reasons``)."""
-REASONS_K4V = {**REASONS,
+"""Why ngram-simple proposes nothing (its declaration's ``reasons``)."""
+REASONS_K = {**REASONS,
+             NO_MATCH: "the last size_n tokens were not found where the map looks (its index of positions, "
+                       "then the positions not indexed yet) with a continuation after them"}
+"""ngram-map-k's reasons: it may miss an earlier occurrence (module docstring)."""
+REASONS_K4V = {**REASONS_K,
                BELOW_MIN_HITS: "the key has been seen fewer than min_hits times",
                NO_DOMINANT_VALUE: "no continuation of the key has at least twice the count of the others"}
 """ngram-map-k4v's reasons."""
@@ -78,6 +97,21 @@ def simple_draft(tokens, sampled: int, size_n: int, size_m: int) -> list[int]:
     return []
 
 
+HASH_SLOTS = 1 << 18
+"""Slots of the index of key positions (llama.cpp ``COMMON_NGRAM_HASH_MAP_SIZE``)."""
+LCG_FACTOR = 2654435761
+"""llama.cpp's ``LCG_FACTOR``: the hash multiplier."""
+
+
+def ngram_hash(tokens, start: int, size: int) -> int:
+    """llama.cpp's ``common_ngram_map_hash`` of ``tokens[start:start + size]`` (32 bits), as its slot of
+    ``HASH_SLOTS`` (only the low 18 bits of the 32 decide the slot, so it is computed modulo 2^18)."""
+    h = 0
+    for t in tokens[start:start + size]:
+        h = (h * LCG_FACTOR + t) & (HASH_SLOTS - 1)
+    return h
+
+
 class _Key:
     __slots__ = ("key_idx", "stat_idx", "hits", "values")
 
@@ -90,40 +124,49 @@ class _Key:
 
 
 class MapState:
-    """What llama.cpp's ``common_ngram_map`` keeps: keys with their statistics, an index of key
-    positions (``index_last``: positions up to it are indexed) and the request bookkeeping."""
+    """What llama.cpp's ``common_ngram_map`` keeps: keys with their statistics, the hash index of key
+    positions (``slots``: slot -> position; ``index_last``, llama.cpp's ``key_map_last_idx``: positions up
+    to it are indexed) and the request bookkeeping (``size_last_begin``, ``idx_last_check``)."""
 
     def __init__(self, size_n: int, size_m: int, key_only: bool, min_hits: int) -> None:
         self.n, self.m, self.key_only, self.min_hits = size_n, size_m, key_only, min_hits
         self.keys: list[_Key] = []
-        self.index: dict[tuple, int] = {}
+        self.slots: dict[int, int] = {}
         self.index_last = 0
         self.size_last_begin = 0
         self.idx_last_check = 0
-        self.history: list[int] = []
+        self.seen = 0
+        """Tokens of the last stream begun or drafted on (the warm state's figure)."""
         self.why = NO_MATCH
         """Why the last ``draft`` was empty (``REASONS_K4V`` codes)."""
         self.last: tuple[int, int] | None = None  # (key, value slot) of the last proposal
 
     def begin(self, tokens) -> None:
+        """llama.cpp's ``common_ngram_map_begin``: a request's prompt. Only its length is read (module
+        docstring): a prompt shorter than the last draft's stream drops what lies at or after the shrink
+        point; what lies before it is kept, whatever tokens now stand at those positions."""
         size_begin = len(tokens)
+        self.seen = size_begin
+        cleanup = self.size_last_begin
+        if cleanup > size_begin:
+            cleanup = size_begin - self.n - self.m if size_begin > self.n + self.m else 0
         if size_begin < self.idx_last_check:
-            # The history was cut back: forget what was learned past the previous begin.
-            cut = self.size_last_begin
-            self.index = {k: v for k, v in self.index.items() if v < cut}
-            self.index_last = max(cut - 1, 0)
+            self.slots = {h: j for h, j in self.slots.items() if j < cleanup}
+            self.index_last = cleanup - 1 if cleanup > 0 else 0
             kept = []
             for key in self.keys:
-                if key.key_idx >= cut:
+                if key.key_idx >= cleanup:
                     continue
                 if not self.key_only:
-                    live = [v for v in key.values if v[0] and v[0] < cut]
+                    live = [v for v in key.values if v[0] and v[0] < cleanup]
+                    # llama.cpp shifts the live values left and clears the freed slots' index and count
+                    # (their accepted length is reset when a slot is filled again)
                     key.values = live + [[0, 0, 0] for _ in range(MAX_VALUES - len(live))]
                     if not live:
                         continue
                 kept.append(key)
             self.keys = kept
-        self.idx_last_check = max(self.size_last_begin - 1, 0)
+        self.idx_last_check = size_begin
         self.size_last_begin = size_begin
 
     def _matches(self, inp, j: int, key) -> bool:
@@ -142,8 +185,8 @@ class MapState:
         top = cur - n - m - 1  # the last position a key may start at (m tokens follow it)
         begin = self.size_last_begin
         match = 0
-        found = self.index.get(tuple(key))
-        if found is not None and found < top:
+        found = self.slots.get(ngram_hash(key, 0, n), 0)
+        if found and found < top and self._matches(inp, found, key):  # the slot may hold another n-gram
             match = found
         old = range(begin - n - m - 1, self.index_last, -1) if begin > n + m + 1 else range(0)
         new = range(top, max(begin, self.index_last), -1)
@@ -151,8 +194,8 @@ class MapState:
             match = next((j for j in old if self._matches(inp, j, key)), 0)
         if not match:
             match = next((j for j in new if self._matches(inp, j, key)), 0)
-        for j in (*old, *new):  # index the new positions, the first occurrence seen wins
-            self.index.setdefault(tuple(inp[j:j + n]), j)
+        for j in (*old, *new):  # index the new positions: a slot keeps the first position stored in it
+            self.slots.setdefault(ngram_hash(inp, j, n), j)
         self.index_last = max(top, self.index_last)
         if not match:
             self.why = NO_MATCH
@@ -244,7 +287,7 @@ class NgramMapSource(_Base):
         self.memory = {} if memory is None else memory
         self.memory_key = (self.name, size_n, size_m, min_hits)
         kept = self.memory.get(self.memory_key)
-        self.remembered_at_start = (len(kept.history), len(kept.keys)) if kept is not None else (0, 0)
+        self.remembered_at_start = (kept.seen, len(kept.keys)) if kept is not None else (0, 0)
         self.state: MapState | None = None
         self._count = 0
         self._pending = None
@@ -253,8 +296,8 @@ class NgramMapSource(_Base):
         return {"size_n": self.size_n, "size_m": self.size_m, "min_hits": self.min_hits}
 
     def warm_state(self) -> str:
-        """The map kept from an earlier request when this one began (``registry.warm_text``): it is used
-        when this request's prompt continues that history (a conversation's next turn)."""
+        """The map kept from earlier requests when this one began (``registry.warm_text``): this request
+        begins it with its prompt, whatever that prompt is, as llama-server's slot does."""
         tokens, keys = self.remembered_at_start
         if not tokens:
             return ""
@@ -262,30 +305,23 @@ class NgramMapSource(_Base):
 
     def begin(self, prompt) -> None:
         """A new request (the engine calls it after the prefill, as llama-server calls
-        ``common_ngram_map_begin`` when the prompt is done): index the prompt, once: the map's history
-        is the prompt now, so the first query continues it instead of beginning again."""
-        p = list(prompt)
-        self._state_for(p, p).history = p
-
-    def _state_for(self, tokens, begin: list[int]) -> MapState:
-        """The map for a stream ``tokens``: this request's, or the memory's when ``begin`` (the
-        request's prompt) continues its history, else a new one; ``begin`` is indexed."""
-        st = self.state
-        if st is not None and len(tokens) >= len(st.history) and list(tokens[:len(st.history)]) == st.history:
-            return st
+        ``common_ngram_map_begin`` when the prompt is done; else the first query does): the kept map (a
+        new one at the first request) begins with the prompt, once per request."""
+        if self.state is not None:
+            return
         st = self.memory.get(self.memory_key)
-        if st is None or list(begin[:len(st.history)]) != st.history[:len(begin)]:
-            st = MapState(self.size_n, self.size_m, self.key_only, self.min_hits)  # another stream
-        st.begin(begin)
-        self.memory[self.memory_key] = st
+        if st is None:
+            st = self.memory[self.memory_key] = MapState(self.size_n, self.size_m, self.key_only, self.min_hits)
+        st.begin(prompt)
         self.state = st
-        return st
 
     def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         tokens = request.tokens
-        st = self._state_for(tokens, _begin_tokens(request))
+        if self.state is None:
+            self.begin(_begin_tokens(request))
+        st = self.state
         ids = st.draft(tokens[:-1], tokens[-1])
-        st.history = list(tokens)
+        st.seen = len(tokens)
         return self._answer(request, ids, f"{self.name}:n{self.size_n}", st.why)
 
     def report(self, receipt) -> None:
@@ -318,7 +354,7 @@ NGRAM_MAP_K = SourceDescriptor("ngram-map-k", _sizes("ngram-map-k", "ngram_map_k
                                                      " (llama.cpp's key-only mode does not use it)"),
                                help="llama.cpp ngram-map-k: n-gram keys; each key proposes as many tokens as "
                                     "were accepted last time", capabilities=frozenset({"settings"}), llama_server="ngram-map-k",
-                               reasons=REASONS)
+                               reasons=REASONS_K)
 NGRAM_MAP_K4V = SourceDescriptor("ngram-map-k4v", _sizes("ngram-map-k4v", "ngram_map_k4v", True),
                                  help="llama.cpp ngram-map-k4v: n-gram keys with up to 4 counted m-gram values; "
                                       "proposes when one value dominates", capabilities=frozenset({"settings"}), llama_server="ngram-map-k4v",
