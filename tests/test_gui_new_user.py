@@ -204,3 +204,38 @@ def test_the_window_is_usable_at_1024x640(qtbot, runtime, tmp_path):
     QApplication.processEvents()
     legend = w.lock_plots.legend
     assert legend.wordWrap() or legend.sizeHint().width() <= legend.width()
+
+
+def test_after_a_weight_form_switch_the_banner_names_the_stored_form_and_the_stale_draft_max_goes(
+        qtbot, runtime, tmp_path, monkeypatch):
+    """Issue 36, 8: "The run shown ran on X.Q4_1.gguf" said nothing of its form, and the draft max hint kept
+    the old run's "→ 8" after another form loaded."""
+    from inspector.gui.panel.source_choice import DRAFT_MAX_AUTO
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    w.panel.draft_max.setValue(DRAFT_MAX_AUTO)
+    run_to_end(qtbot, w)
+    assert w.panel.draft_max_used.text().strip().startswith("→")
+    stored = runtime.info.main_weight_type
+    load_weights(qtbot, w, "Q8_0")
+    banner = w.banner.text()
+    assert "in Q8_0 form" in banner and f"as stored ({stored})" in banner, banner
+    assert w.panel.draft_max_used.text() == ""
+
+
+def test_a_receipts_file_and_an_autosave_of_a_run_as_stored_name_the_files_weight_type(qtbot, runtime, tmp_path):
+    """Issue 36, 8: file and autosave views said "as stored" without the type."""
+    from test_gui_support import export_session, open_receipts
+
+    stored = runtime.describe()["weights"]
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    run_to_end(qtbot, w)
+    path = tmp_path / "stored.json"
+    assert export_session(qtbot, w, path)[1] == ""
+    autosave = w.session.header.autosave_path
+    for opened in (path, autosave):
+        v = make_window(qtbot, runtime, tmp_path, settings_file=f"view-{Path(opened).suffix[1:]}.ini")
+        assert open_receipts(qtbot, v, opened) == ""
+        assert v.panel.weights.currentText() == f"as stored ({stored})", opened
+        assert f"as stored ({stored})" in v.panel.model_status.text(), opened

@@ -84,6 +84,8 @@ class SessionRecord:
         self.prompt_token_count = 0
         self.model_name = ""
         self.model_weights = ""
+        self.model_stored_weights = ""
+        """The weight type of the model file as stored (e.g. Q4_1), "" when unknown."""
         """The weight type the model ran in when it was converted from its file (its model block's
         ``converted_from``), else "" (the file as stored)."""
         self.source_name = ""
@@ -179,6 +181,7 @@ class SessionRecord:
         self.prompt_token_count = len(h.prompt_token_ids)
         self.model_name = Path(str(h.model.get("converted_from") or h.model.get("path", ""))).name
         self.model_weights = str(h.model.get("weights", "")) if h.model.get("converted_from") else ""
+        self.model_stored_weights = stored_weights(h.model)
         self.settings = dict(h.settings)
         self.source_name = h.settings.get("source", {}).get("name", "")
         self.background_sessions = h.background_sessions
@@ -438,3 +441,10 @@ _HANDLERS = {
     BaselineDone: SessionRecord._baseline_done,
 }
 """Record type -> how ``SessionRecord.apply`` files it."""
+
+
+def stored_weights(model: dict) -> str:
+    """The weight type of a receipts ``model`` block's file as stored: ``converted_from_weights`` when the
+    run used a converted form, else its ``weights``; "" when the block does not say."""
+    return str(model.get("converted_from_weights") or model.get("weights") or "") if model.get("converted_from") \
+        else str(model.get("weights") or "")

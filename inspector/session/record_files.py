@@ -16,7 +16,7 @@ from inspector.engine.classify import FROM_PREFILL
 from inspector.engine.probabilities import top_texts_of
 from inspector.engine.receipt import LockOperation, discard_from_json, event_from_json, receipt_from_json
 from inspector.receipts.autosave import read_autosave
-from inspector.session.record import SessionRecord
+from inspector.session.record import SessionRecord, stored_weights
 
 
 def record_from_document(doc: dict, path: str | Path | None = None) -> SessionRecord:
@@ -44,6 +44,7 @@ def record_from_document(doc: dict, path: str | Path | None = None) -> SessionRe
     s.background_sessions = int(doc["settings"].get("background_sessions", 0))
     s.model_name = doc["model"].get("name") or Path(doc["model"].get("converted_from") or doc["model"]["path"]).name
     s.model_weights = str(doc["model"].get("weights", "")) if doc["model"].get("converted_from") else ""
+    s.model_stored_weights = stored_weights(doc["model"])
     s.source_name = doc["settings"]["source"]["name"]
     for w in doc["windows"]:
         s.apply(receipt_from_json(w))
@@ -82,6 +83,9 @@ def record_from_autosave(path: str | Path) -> SessionRecord:
     h = run.header
     s.prompt_text = str(h.get("prompt", ""))
     s.model_name = str(h.get("model", ""))
+    s.model_stored_weights = str(h.get("model_stored_weights") or "")
+    ran_in = str(h.get("model_weights") or "")
+    s.model_weights = ran_in if ran_in and ran_in != s.model_stored_weights else ""
     s.source_name = str(h.get("source", ""))
     s.main_session_id = h.get("session_id")
     s.skipped_lines = run.bad_lines

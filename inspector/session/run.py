@@ -210,7 +210,10 @@ class SessionRun:
         self.recording = recording
         observer: GenerationObserver = recording
         if self._open_autosave is not None:
+            described = rt.describe()
             header = {"prompt": req.prompt_text, "model": Path(str(rt.model_path)).name,
+                      "model_weights": described.get("weights", ""),
+                      "model_stored_weights": described.get("converted_from_weights") or described.get("weights", ""),
                       "source": settings["source"]["name"], "session_id": sid, "settings": settings,
                       "prompt_tokens": len(self.prompt_tokens), "n_ctx": rt.n_ctx,
                       "background_sessions": self._background()}

@@ -323,9 +323,9 @@ class ControlPanel(QWidget):
         self.value_io.apply_values(v)
 
     def show_saved(self, settings: dict | None, prompt: str, model_name: str, weights: str = "",
-                   llama_cpp: dict | None = None) -> None:
+                   llama_cpp: dict | None = None, stored_weights: str = "") -> None:
         """Show a saved session's settings read only instead of the live ones (``PanelValues.show_saved``)."""
-        self.value_io.show_saved(settings, prompt, model_name, weights, llama_cpp)
+        self.value_io.show_saved(settings, prompt, model_name, weights, llama_cpp, stored_weights)
 
     def show_live(self) -> None:
         """Leave ``show_saved``: the live settings as they were before."""

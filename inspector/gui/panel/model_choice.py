@@ -132,9 +132,10 @@ class ModelChoice(QGroupBox):
         box.setCurrentIndex(max(0, box.findData(chosen)))
         box.blockSignals(False)
 
-    def show_saved_weights(self, weight_type: str) -> None:
-        """Show the weight form a saved session ran in ("" = as stored), read only."""
-        self._fill_weights("", weight_type)
+    def show_saved_weights(self, weight_type: str, stored: str = "") -> None:
+        """Show the weight form a saved session ran in ("" = as stored, its file's type ``stored`` when
+        known), read only."""
+        self._fill_weights(stored, weight_type)
 
     def know_stored_weights(self, path: str, weight_type: str) -> None:
         """The file of ``path`` ("" = bundled) is stored in ``weight_type`` (a load read it): the box

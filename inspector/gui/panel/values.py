@@ -74,7 +74,7 @@ class PanelValues:
         }
 
     def show_saved(self, settings: dict | None, prompt: str, model_name: str, weights: str = "",
-                   llama_cpp: dict | None = None) -> None:
+                   llama_cpp: dict | None = None, stored_weights: str = "") -> None:
         """Show a saved session's settings (a receipts file's or an autosave's ``settings``; ``llama_cpp``:
         its model's block of llama.cpp context settings, None: ours by default) instead of the live
         ones; the window keeps the inputs read only while it is shown. ``show_live`` puts the live
@@ -102,8 +102,8 @@ class PanelValues:
         p.llama_context.apply_values(loaded_context(llama_cpp) or DEFAULT_CONTEXT)
         if not p.set_source(name):
             p.other_note.setText(f"source {name!r} (not installed here)")
-        p.model_choice.show_saved_weights(weights)
-        form = f" in {weights} form" if weights else ""
+        p.model_choice.show_saved_weights(weights, stored_weights)
+        form = f" in {weights} form" if weights else f" as stored ({stored_weights})" if stored_weights else ""
         p.model_choice.model_status.setText(f"from the file: {model_name or 'model not named'}{form} (read only)")
         p.setup.setToolTip("the settings of the opened file (read only): File > New live session "
                            "(Ctrl+N) brings back your own")

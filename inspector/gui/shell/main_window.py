@@ -291,7 +291,8 @@ class MainWindow(QMainWindow):
             self.panel.show_live()
         else:  # the file's settings, read only (``set_state`` disables the inputs)
             self.panel.show_saved(session.settings, session.prompt_text, session.model_name, session.model_weights,
-                                  session.header.model.get("llama_cpp") if session.header is not None else None)
+                                  session.header.model.get("llama_cpp") if session.header is not None else None,
+                                  stored_weights=session.model_stored_weights)
         for v in self.session_views:
             v.set_session(session)
         if session.origin == "live" and self.model_info is not None:
@@ -326,8 +327,7 @@ class MainWindow(QMainWindow):
         """Call ``slot()`` on every redraw tick (``REDRAW_HZ``), beside the window's own views."""
         self.timer.timeout.connect(slot)
 
-    def refresh_all(self) -> None:
-        """Redraw every view now (tests and export)."""
+    def refresh_all(self) -> None:  # tests and export
         self.redraw()
         for v in self.tab_views:
             v.refresh()

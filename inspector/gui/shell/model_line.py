@@ -100,16 +100,21 @@ class ModelLine(QObject):
         says whose run is shown, and how to run on the new one."""
         ran = self.session().header.model
         then = (str(ran.get("converted_from") or ran.get("path", "")),
-                str(ran.get("weights", "")) if ran.get("converted_from") else "")
+                str(ran.get("weights", "")) if ran.get("converted_from") else "",
+                str(ran.get("converted_from_weights") or ran.get("weights", "")))
         now = (str(info.get("converted_from") or info["path"]), str(info.get("weights", ""))
-               if info.get("converted_from") else "")
-        if then == now:
+               if info.get("converted_from") else "", str(info.get("converted_from_weights") or info.get("weights", "")))
+        if then[:2] == now[:2]:
             return
 
         def name(path_form) -> str:
-            path, form = path_form
-            return f"<b>{html.escape(Path(path).name)}</b>" + (f" in {form} form" if form else "")
+            path, form, stored = path_form
+            shown = f"<b>{html.escape(Path(path).name)}</b>"
+            if form:
+                return f"{shown} in {form} form"
+            return f"{shown} as stored ({stored})" if stored else f"{shown} as stored"
 
+        self.panel.show_draft_max_used(None)  # what auto resolved to belonged to the other model or form
         self.banner.say(f"Loaded {name(now)}. The run shown ran on {name(then)} (its receipts are kept: Export "
                         "receipts); <b>Run</b> (Ctrl+R) runs on the new model.", BANNER_HINT)
 
