@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+import json  # noqa: E402
+import tempfile  # noqa: E402
+
 # Cost models measured by tests (bench, compare, the Cost model tab) must not steer later
 # tests' adaptive n-gram lengths or auto draft max, nor come from the user's cache: a cache
 # file per test (``_own_cost_cache``), and one per session for code outside a test.
-import tempfile  # noqa: E402
+_TEST_DIR = tempfile.mkdtemp(prefix="spec-inspector-tests-")
+os.environ["SPEC_INSPECTOR_COST_CACHE"] = os.path.join(_TEST_DIR, "cost-models.json")
 
-os.environ["SPEC_INSPECTOR_COST_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="spec-inspector-tests-"),
-                                                       "cost-models.json")
+SCREENS = {"desk": (0, 0, 1920, 1080), "small": (1920, 0, 1024, 640)}
+"""The offscreen platform's screens (name: x, y, width, height): the windows open on ``desk`` (the
+first, primary), where the window's 1280x800 fits; ``small`` is a 1024x640 screen beside it
+(tests/test_gui_screen_fit.py). Offscreen's own default is one 800x800 screen."""
+if os.environ.get("QT_QPA_PLATFORM", "offscreen") == "offscreen":
+    _screens = os.path.join(_TEST_DIR, "screens.json")
+    with open(_screens, "w", encoding="utf-8") as _fh:
+        json.dump({"screens": [dict(name=k, x=x, y=y, width=w, height=h) for k, (x, y, w, h) in SCREENS.items()]},
+                  _fh)
+    os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={_screens}"
 
 import pytest  # noqa: E402
 

@@ -126,10 +126,19 @@ def test_compare_exports_say_what_ran_model_weight_form_threads_and_llama_cpp_co
 
 
 def test_compare_without_a_plain_configuration_adds_the_reference_run(scheduler, chat_tokens):
+    """The reference runs first; ``row_done`` hands over the rows finished so far after each configuration
+    (issue 36: the window shows them as they come), each with its speedup against the reference."""
+    partials = []
+    result = run_compare(scheduler, chat_tokens(COPY), [parse_config("ngram:draft_max=2"), parse_config("none")],
+                         GenerationSettings(max_new_tokens=8), row_done=partials.append, keep_runs=True)
+    assert [r.config.source for r in result.rows] == ["ngram", "none"]  # a "none" row: no extra reference
+    assert [[r.config.source for r in p.rows] for p in partials] == [["none"], ["ngram", "none"]]
+    assert partials[-1].rows == result.rows[:2] and len(partials[-1].runs) == 2
     result = run_compare(scheduler, chat_tokens(COPY), [parse_config("ngram:draft_max=2")],
-                         GenerationSettings(max_new_tokens=8))
+                         GenerationSettings(max_new_tokens=8), row_done=partials.append)
     assert [r.config.source for r in result.rows] == ["none", "ngram"]
     assert result.rows[1].config.draft_max == 2 and result.rows[1].same_output_as_plain is not None
+    assert [len(p.rows) for p in partials[2:]] == [1, 2] and partials[-1].rows[1].speedup_vs_plain is not None
 
 
 def test_a_compare_configuration_is_parsed_from_source_and_key_values():

@@ -232,3 +232,47 @@ def test_a_rows_automatic_label_follows_its_source_and_draft_max_until_the_user_
     assert v.config_list()[2].label == "mine" and v.config_list()[2].source == "ngram-simple"
     v.configs.item(2, 0).setText("")  # emptied: automatic again
     assert v.configs.item(2, 0).text() == "ngram-simple draft_max 8"
+
+
+def test_rows_appear_as_each_configuration_finishes_and_the_settings_stay_locked_meanwhile(qtbot, runtime, tmp_path,
+                                                                                         monkeypatch):
+    """Issue 36: the table stayed empty until every configuration was done. The engine is held in the
+    second configuration's decode once the first (plain) finished: its row is shown by the window's
+    redraw while every setting (configurations, their cells, what to run on, max tokens, which
+    llama-server) is locked; after the end all rows are shown and the settings unlock. "Also through
+    llama-server" with none built says where to build it in this window (no terminal)."""
+    from PySide6.QtCore import Qt
+
+    monkeypatch.setenv("SPEC_INSPECTOR_CACHE", str(tmp_path / "cache"))  # no llama-server built here
+    monkeypatch.delenv("SPEC_INSPECTOR_LLAMA_SERVER", raising=False)
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=16)
+    v = w.analysis.show_compare()
+    v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram 4", "ngram", 4, {"n_min": 1}),
+                   CompareConfig("ngram 8", "ngram", 8, {"n_min": 1})])
+    v.with_server.setChecked(True)
+    v.server_target.setText("")
+    assert v.server_choice.build_row.isVisibleTo(v) and v.server_choice.build.isVisibleTo(v)
+    finished = []  # on the engine thread, as each row ends
+    w.analysis.worker.compareRows.connect(lambda partial: finished.append(len(partial.rows)),
+                                          Qt.ConnectionType.DirectConnection)
+    settings = [v.run, v.add, v.remove, v.defaults, v.configs, v.input, v.open_turns, v.max_tokens, v.with_server,
+                v.server_target, v.server_choice.choose, v.configs.cellWidget(1, 2), v.options_cell(1)]
+    hold = DecodeHold(runtime, when=lambda: bool(finished))
+    with hold.installed(), qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        v.run.click()
+        qtbot.waitUntil(lambda: hold.held.is_set(), timeout=RUN_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: v.row_count() == 1, timeout=5000)  # the redraw timer shows it
+        assert v.results.item(0, 0).text() == "plain" and v.results.item(0, 2).text() == "1.00x"
+        assert finished == [1] and w.state == W.BUSY
+        assert v.status.text() == "running 2/3: ngram 4 …"  # the progress stays
+        assert not any(x.isEnabled() for x in settings) and v.cancel.isEnabled()
+        assert not v.export_json.isEnabled() and not v.export_csv.isEnabled()
+        hold.release()
+    result, note = blocker.args
+    assert finished == [1, 2, 3] and len(result.rows) == 3
+    assert note.startswith("no llama-server to compare with: press Build llama-server") and "terminal" not in note
+    qtbot.waitUntil(lambda: v.row_count() == 3, timeout=5000)
+    assert [v.results.item(i, 0).text() for i in range(3)] == ["plain", "ngram 4", "ngram 8"]
+    assert v.status.text().startswith(note)
+    assert all(x.isEnabled() for x in settings) and not v.cancel.isEnabled() and v.export_csv.isEnabled()
+    assert not v.configs.cellWidget(0, 3).isEnabled()  # plain's n-gram cells keep their own rule

@@ -55,7 +55,7 @@ def test_a_decision_id_never_wraps_in_the_receipt_pane_and_is_elided_with_all_of
 
 def layout_at(qtbot, w, width: int, height: int) -> None:
     """Resize ``w`` as a first start on a ``width`` x ``height`` screen does (its title bar left out)."""
-    from inspector.gui.shell.layout import FRAME_ALLOWANCE
+    from inspector.gui.look.screen_fit import FRAME_ALLOWANCE
 
     w.resize(width, height - FRAME_ALLOWANCE)
     qtbot.waitExposed(w)

@@ -1,13 +1,15 @@
 """llama-server as the reference: its build, its process and its HTTP client (inspector.bench.server_*).
 
 The first half needs no llama-server (refusals, a fake binary, a plain HTTP server, the metrics
-parser); the last tests run the real binary, built once from llama.cpp 0c1e570 on first use
+parser, a cancelled build with a stand-in pip); the last tests run the real binary, built once from llama.cpp 0c1e570 on first use
 (fixture ``llama_server_binary``)."""
 
 from __future__ import annotations
 
+import fcntl
 import http.server
 import os
+import sys
 import threading
 import time
 
@@ -16,6 +18,9 @@ import pytest
 from inspector.bench.server_build import (
     LLAMA_CPP_COMMIT,
     NotALlamaServer,
+    ServerBuildCancelled,
+    ServerBuildError,
+    build_llama_server,
     cached_server_path,
     find_llama_server,
     server_version,
@@ -254,6 +259,110 @@ def test_a_missing_model_is_a_start_error_before_anything_runs(tmp_path):
     fake, _model = _fake_binary(tmp_path, "exit 0\n")
     with pytest.raises(ServerStartError, match="no model file at"):
         LlamaServerProcess(fake, tmp_path / "absent.gguf")
+
+
+# --- cancelling a build (issue 36: the window's Cancel build), with a stand-in pip -----------------
+
+def _alive(pid: int) -> bool:
+    """The process exists and is no zombie (a container's init may not reap orphans)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+@pytest.fixture
+def empty_build_cache(tmp_path, monkeypatch):
+    """An empty cache folder of our own (never the real one, where a build may be going) and no
+    ``$SPEC_INSPECTOR_LLAMA_SERVER``."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPEC_INSPECTOR_CACHE", str(cache))
+    monkeypatch.delenv("SPEC_INSPECTOR_LLAMA_SERVER", raising=False)
+    return cache
+
+
+def _build_in_thread(cancel):
+    out = {"said": []}
+
+    def go():
+        try:
+            out["path"] = build_llama_server(out["said"].append, cancel)
+        except BaseException as exc:  # noqa: BLE001 (the test reads it)
+            out["error"] = exc
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_cancelled_build_kills_its_processes_and_leaves_the_cache_clean(empty_build_cache, tmp_path, monkeypatch):
+    """The download step stands in for every step (``python -m pip download``, here a script that
+    starts two long children, as make starts compilers): Cancel kills them all, removes the build's
+    temporary folder, frees the lock, and the next build starts over."""
+    pids = tmp_path / "pids"
+    slow = tmp_path / "python"
+    slow.write_text(f"#!/bin/sh\necho starting\nsleep 300 & echo $! >> {pids}\nsleep 300 & echo $! >> {pids}\n"
+                    "wait\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(slow))
+    cancel = threading.Event()
+    thread, out = _build_in_thread(cancel)
+    deadline = time.monotonic() + 20
+    while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = [int(p) for p in pids.read_text().split()]
+    assert len(children) == 2 and all(_alive(p) for p in children)
+    assert list(empty_build_cache.glob(".llama-server-*-tmp-*"))  # the build's folder while it goes
+    t0 = time.monotonic()
+    cancel.set()
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - t0 < 5
+    assert isinstance(out.get("error"), ServerBuildCancelled), out
+    assert _one_line(out["error"]) == "llama-server build cancelled during its download step"
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in children), "the step's children outlived the cancel"
+    assert not list(empty_build_cache.glob(".llama-server-*-tmp-*")) and not cached_server_path().exists()
+    with open(empty_build_cache / "llama-server-0.3.36-0c1e570.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    # The next build starts over from the download (which fails at once here).
+    failing = tmp_path / "failing-python"
+    failing.write_text("#!/bin/sh\necho 'ERROR: no network' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(failing))
+    with pytest.raises(ServerBuildError) as err:
+        build_llama_server(None, threading.Event())
+    assert not isinstance(err.value, ServerBuildCancelled)
+    assert "download step failed (exit code 1): ERROR: no network" in _one_line(err.value)
+    assert not list(empty_build_cache.glob(".llama-server-*-tmp-*"))
+
+
+def test_cancel_while_waiting_for_another_processs_build(empty_build_cache):
+    """Another process holds the build lock: the build waits (and says so) until cancelled."""
+    empty_build_cache.mkdir(parents=True)
+    with open(empty_build_cache / "llama-server-0.3.36-0c1e570.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        cancel = threading.Event()
+        thread, out = _build_in_thread(cancel)
+        deadline = time.monotonic() + 10
+        while not out["said"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert out["said"] and out["said"][0].startswith("waiting for another process's llama-server build")
+        cancel.set()
+        thread.join(5)
+        assert not thread.is_alive() and isinstance(out.get("error"), ServerBuildCancelled)
+
+
+def test_a_build_finds_the_binary_already_built(empty_build_cache):
+    """Already built: the binary is used at once (nothing runs, no lock taken)."""
+    target = cached_server_path()
+    target.parent.mkdir(parents=True)
+    target.write_text("#!/bin/sh\n")
+    assert build_llama_server(None, threading.Event()) == target
+    assert not (empty_build_cache / "llama-server-0.3.36-0c1e570.lock").exists()
 
 
 # --- the real llama-server (built once on first use) --------------------------------------------------

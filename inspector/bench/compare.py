@@ -136,6 +136,7 @@ def run_compare(
     keep_runs: bool = False,
     turn_progress: Callable[[int, int, int, int, str], None] | None = None,
     system_prompt: str = "",
+    row_done: Callable[[CompareResult], None] | None = None,
 ) -> CompareResult:
     """Run ``prompt_tokens`` once per configuration (in order) with ``settings``
     (its ``draft_max`` replaced by each configuration's) and compare.
@@ -154,6 +155,9 @@ def run_compare(
     the ``SourceContext.memory`` of the request, one dict across a conversation's turns);
     default: ``registry_source_factory``. Sources with ``close()`` are closed
     after their run. ``progress(done, total, label)`` is called before each run.
+    ``row_done(partial)`` is called after each configuration ends, with a ``CompareResult`` of the
+    rows finished so far (in the result's order; the plain reference runs first, so every row has
+    its speedup; ``runs`` kept with ``keep_runs``): a window shows them as they come.
     ``cancel``: when set, the run in flight is cancelled and
     ``RequestCancelled`` is raised (rows already finished are lost to the
     caller only if it does not catch it: they are in the exception's
@@ -175,6 +179,7 @@ def run_compare(
         order.remove(plain_first)
         order.insert(0, plain_first)
     runs: dict[int, tuple[object | None, str | None]] = {}
+    result_order = [c for c in configs] if not extra_plain else [plain_first, *configs]
     total = len(order)
     for i, config in enumerate(order):
         if progress is not None:
@@ -192,8 +197,11 @@ def run_compare(
         except RequestCancelled as exc:
             exc.partial = _result(runs, order[:i], None, prompt_tokens, settings, cost_model)
             raise
+        if row_done is not None:
+            finished = [c for c in result_order if id(c) in runs]
+            partial = _result(runs, finished, runs[id(plain_first)][0], prompt_tokens, settings, cost_model)
+            row_done(replace(partial, runs=tuple(runs[id(c)][0] for c in finished)) if keep_runs else partial)
     plain_gen = runs[id(plain_first)][0]
-    result_order = [c for c in configs] if not extra_plain else [plain_first, *configs]
     result = replace(_result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model),
                      system_prompt=system_prompt)
     describe = getattr(scheduler.runtime, "describe", None)

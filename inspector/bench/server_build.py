@@ -28,7 +28,9 @@ llama.cpp 0c1e570:
 
 The binary lands at ``<cache>/llama-server-0.3.36-0c1e570/bin/llama-server`` (moved into place
 in one rename, so an interrupted build leaves none); a file lock keeps two processes from
-building at once; the build log stays in the cache folder.
+building at once; the build log stays in the cache folder. Each step (pip, cmake and the
+compilers it starts) runs in a process group of its own: a cancelled or interrupted build kills the
+whole group and removes its temporary folder, so the next build starts over.
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ import fcntl
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +83,11 @@ esac
 class ServerBuildError(RuntimeError):
     """Building llama-server failed; the message is one line: the step, the last meaningful
     output line and where the full log is."""
+
+
+class ServerBuildCancelled(ServerBuildError):
+    """The build was cancelled (``build_llama_server(cancel=...)``): its processes are killed and its
+    temporary folder removed."""
 
 
 class NotALlamaServer(ValueError):
@@ -161,7 +170,8 @@ def server_version(binary: Path | str) -> ServerVersion:
                          built.group(1).strip() if built else "")
 
 
-def build_llama_server(progress: Callable[[str], None] | None = None) -> Path:
+def build_llama_server(progress: Callable[[str], None] | None = None,
+                       cancel: threading.Event | None = None) -> Path:
     """Build llama-server from llama-cpp-python 0.3.36's vendored llama.cpp (commit 0c1e570)
     unless the cache already has it; return the binary's path (``cached_server_path()``).
 
@@ -169,7 +179,9 @@ def build_llama_server(progress: Callable[[str], None] | None = None) -> Path:
     and a C++ compiler. ``progress`` gets one-line messages ("downloading ...", "configuring",
     "building llama-server: 37%"). Uses ``$CMAKE_BUILD_PARALLEL_LEVEL`` jobs, else one per CPU.
     Waits for another process's build (file lock). Raises ``ServerBuildError`` (one line: the
-    step that failed, its last meaningful output line and the log path).
+    step that failed, its last meaningful output line and the log path). ``cancel`` (set from
+    any thread) stops it within a second: the step's processes are killed, its temporary folder
+    removed, and ``ServerBuildCancelled`` raised (the next build starts over).
     """
     say = progress or (lambda _msg: None)
     target = cached_server_path()
@@ -181,22 +193,43 @@ def build_llama_server(progress: Callable[[str], None] | None = None) -> Path:
     except OSError as e:
         raise ServerBuildError(f"cannot create the cache folder {cache}: {e.strerror or e}") from None
     with open(cache / f"{_NAME}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for another process's llama-server build (lock {lock.name})")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        _take_lock(lock, say, cancel)
         if target.is_file():
             return target
         for stale in cache.glob(f".{_NAME}-tmp-*"):  # left by a killed build; we hold the lock
             shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=f".{_NAME}-tmp-", dir=cache))
         try:
-            _build_in(work, target, say)
+            _build_in(work, target, say, cancel)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     say(f"llama-server built: {target}")
     return target
+
+
+def _take_lock(lock, say: Callable[[str], None], cancel: threading.Event | None) -> None:
+    """Hold the build lock (``lock``, an open file), waiting for another process's build; a
+    ``cancel`` set meanwhile raises ``ServerBuildCancelled``."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        say(f"waiting for another process's llama-server build (lock {lock.name})")
+    if cancel is None:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return
+    while True:
+        _check_cancel(cancel)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            cancel.wait(0.5)
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise ServerBuildCancelled("llama-server build cancelled")
 
 
 def configure_arguments(source: Path, build: Path, git: Path) -> list[str]:
@@ -214,7 +247,7 @@ def configure_arguments(source: Path, build: Path, git: Path) -> list[str]:
     ]
 
 
-def _build_in(work: Path, target: Path, say: Callable[[str], None]) -> None:
+def _build_in(work: Path, target: Path, say: Callable[[str], None], cancel: threading.Event | None = None) -> None:
     log_path = build_log_path()
     cmake = shutil.which("cmake")
     if cmake is None:
@@ -225,19 +258,21 @@ def _build_in(work: Path, target: Path, say: Callable[[str], None]) -> None:
         # requirements (scikit-build-core, ...) from source while preparing its metadata.
         _run_step("download", [sys.executable, "-m", "pip", "download", "--no-deps",
                                "--no-binary", "llama-cpp-python", f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
-                               "-d", str(work / "sdist")], work, log, log_path)
+                               "-d", str(work / "sdist")], work, log, log_path, cancel=cancel)
+        _check_cancel(cancel)
         say("extracting vendor/llama.cpp")
         source = _extract_llama_cpp(work / "sdist", work / "src", log_path)
+        _check_cancel(cancel)
         git = work / "git"
         git.write_text(_FAKE_GIT, encoding="utf-8")
         git.chmod(0o755)
         say("configuring")
         argv = configure_arguments(source, work / "build", git)
-        _run_step("configure", [cmake, *argv[1:]], work, log, log_path)
+        _run_step("configure", [cmake, *argv[1:]], work, log, log_path, cancel=cancel)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
         say(f"building llama-server with {jobs} jobs ({SERVER_BUILD_MINUTES} minutes on 2 cores)")
         _run_step("build", [cmake, "--build", str(work / "build"), "--target", "llama-server", "-j", jobs],
-                  work, log, log_path, say)
+                  work, log, log_path, say, cancel)
         built = next((p for p in (work / "build" / "bin" / "llama-server", work / "build" / "llama-server")
                       if p.is_file()), None)
         if built is None:
@@ -264,16 +299,24 @@ def _build_in(work: Path, target: Path, say: Callable[[str], None]) -> None:
 
 
 def _run_step(step: str, argv: list[str], cwd: Path, log, log_path: Path,
-              say: Callable[[str], None] | None = None) -> None:
+              say: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> None:
+    """Run one step's command in a process group of its own (``start_new_session``), its output into
+    ``log``; ``cancel`` (or an exception here, e.g. Ctrl+C) kills the whole group: make and every
+    compiler it started."""
+    _check_cancel(cancel)
     log.write(f"$ {' '.join(argv)}\n")
     log.flush()
     lines: list[str] = []
     last_shown = -1
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace")
+                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
     except OSError as e:
         raise ServerBuildError(f"llama-server {step} step could not start {argv[0]}: {e.strerror or e}") from None
+    ended = threading.Event()
+    if cancel is not None:  # the read below blocks: a watcher kills the group when cancel is set
+        threading.Thread(target=_kill_on_cancel, args=(proc, cancel, ended), daemon=True,
+                         name="llama-server-build-cancel").start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -286,13 +329,35 @@ def _run_step(step: str, argv: list[str], cwd: Path, log, log_path: Path,
                 say(f"building llama-server: {percent}%")
         rc = proc.wait()
     except BaseException:
-        proc.kill()
-        proc.wait()
+        _kill_group(proc)
         raise
+    finally:
+        ended.set()
     log.flush()
+    if cancel is not None and cancel.is_set():
+        raise ServerBuildCancelled(f"llama-server build cancelled during its {step} step")
     if rc != 0:
         raise ServerBuildError(f"llama-server {step} step failed (exit code {rc}): {_meaningful_line(lines)}; "
                                f"full log: {log_path}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill ``proc``'s process group (a step and every process it started) and reap ``proc``; nothing
+    once ``proc`` was reaped (its number may name another group by then)."""
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait()
+
+
+def _kill_on_cancel(proc: subprocess.Popen, cancel: threading.Event, ended: threading.Event) -> None:
+    while not ended.is_set():
+        if cancel.wait(0.2):
+            if not ended.is_set():
+                _kill_group(proc)
+            return
 
 
 def _build_percent(line: str) -> int | None:

@@ -181,8 +181,10 @@ class CompareConfigsPanel(QWidget):
 
     # -- running (the window drives these) ---------------------------------------------
     def set_running(self, running: bool, text: str = "") -> None:
-        """Busy state: Run and editing off, Cancel on, progress shown; ``text`` in the status line."""
-        for w in (self.run, self.add, self.remove, self.defaults, self.configs, self.input, self.open_turns):
+        """Busy state: Run and every setting off (the configurations table and its cells, what to run on,
+        max tokens), Cancel on, progress shown; ``text`` in the status line."""
+        for w in (self.run, self.add, self.remove, self.defaults, self.configs, self.input, self.open_turns,
+                  self.max_tokens):
             w.setEnabled(not running)
         self.cancel.setEnabled(running)
         self.progress.setVisible(running)

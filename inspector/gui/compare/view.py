@@ -11,8 +11,10 @@ Defaults, and what to run on: the main window's prompt, a bundled conversation o
 ``inspector.gui.compare.configs.CompareConfigsPanel``.
 
 Widgets only: ``AnalysisActions`` runs the comparison on the engine thread
-and calls ``set_running`` / ``set_progress`` / ``set_result``; plot items
-are updated with ``setData`` on ``refresh`` (the window's redraw timer).
+and calls ``set_running`` (every setting locked while it runs) / ``set_progress`` / ``show_rows``
+(each configuration's row as it finishes) / ``set_result``; plot items
+are updated with ``setData`` on ``refresh`` (the window's redraw timer). "Also through llama-server",
+which one and building it are ``inspector.gui.compare.server_choice.ServerChoice`` (``server_choice``).
 
 Close (the button, Esc, Ctrl+W, or the title bar) hides the window. A
 comparison in flight keeps running on the engine thread (the main window's
@@ -33,7 +35,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QBrush, QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QCheckBox,
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
@@ -51,6 +52,8 @@ from PySide6.QtWidgets import (
 from inspector.bench.compare import PLAIN, CompareConfig, CompareResult, default_configs
 from inspector.bench.compare_result import write_compare_csv, write_compare_json
 from inspector.gui.compare.configs import CompareConfigsPanel
+from inspector.gui.compare.server_choice import ServerChoice
+from inspector.gui.look.screen_fit import keep_on_screen
 from inspector.gui.look.table_copy import install_row_copy
 
 RESULT_HEADERS = ("configuration", "decode tokens/s", "speedup vs plain", "expected speedup", "acceptance rate",
@@ -133,7 +136,7 @@ class CompareView(QWidget):
         self.setWindowTitle("spec-inspector — compare configurations")
         self.sources = list(sources) if PLAIN in sources else [*sources, PLAIN]
         self.result: CompareResult | None = None
-        self.note = ""
+        self.note: str | None = ""
         self._version = 0
         self._drawn = -1
         self._curves: list[pg.PlotDataItem] = []
@@ -168,22 +171,13 @@ class CompareView(QWidget):
         ml = QVBoxLayout(mid)
         ml.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
-        row.addWidget(QLabel("<b>Results</b>"), 1)
-        self.with_server = QCheckBox("also through llama-server:")
-        self.with_server.setToolTip(
-            "after our runs, send the same prompt tokens to llama-server with each row's flags (greedy) and "
-            "show its tokens/s, drafted and accepted beside ours, and whether it produced the same output")
-        self.server_target = QLineEdit()
-        self.server_target.setPlaceholderText("the one built from our llama.cpp")
-        self.server_target.setToolTip(
-            "a llama-server binary (started on 127.0.0.1 for each row with our thread count and context, then "
-            "stopped), a running server's URL (http://…: used as it is, its flags cannot be checked), or empty: "
-            "the llama-server built from our llama.cpp by the tests or `spec-inspector compare --llama-server`")
-        self.server_target.setMinimumWidth(220)
-        row.addWidget(self.with_server)
-        row.addWidget(self.server_target, 1)
-        row.addWidget(self.export_json)
-        row.addWidget(self.export_csv)
+        row.addWidget(QLabel("<b>Results</b>"), 0, Qt.AlignmentFlag.AlignTop)
+        self.server_choice = ServerChoice()
+        """Also through llama-server, which one, and building it (``ServerChoice``)."""
+        self.with_server, self.server_target = self.server_choice.with_server, self.server_choice.server_target
+        row.addWidget(self.server_choice, 1)
+        row.addWidget(self.export_json, 0, Qt.AlignmentFlag.AlignTop)
+        row.addWidget(self.export_csv, 0, Qt.AlignmentFlag.AlignTop)
         ml.addLayout(row)
         ml.addWidget(self.results, 1)
         install_row_copy(self.results)
@@ -236,7 +230,7 @@ class CompareView(QWidget):
         self.export_json.clicked.connect(lambda: self._export("json"))
         self.export_csv.clicked.connect(lambda: self._export("csv"))
         self.set_configs(default_configs())
-        self.resize(1100, 760)
+        keep_on_screen(self, 1100, 760)  # less on a smaller screen
 
     # -- the configurations panel (``CompareConfigsPanel``) ----------------------------------
     @property
@@ -282,7 +276,7 @@ class CompareView(QWidget):
     def llama_server_target(self) -> str | None:
         """What "also through llama-server" asks for: the typed path or URL, "" for the one built from our
         llama.cpp, None when unticked (``CompareRequest.llama_server``)."""
-        return self.server_target.text().strip() if self.with_server.isChecked() else None
+        return self.server_choice.target()
 
     def keyPressEvent(self, event) -> None:
         """Esc closes the window (as in a dialog) unless a child used it first (a cell editor
@@ -308,10 +302,12 @@ class CompareView(QWidget):
 
     # -- running ---------------------------------------------------------------------
     def set_running(self, running: bool, text: str = "") -> None:
-        """Busy state: Run and editing off, Cancel on, progress shown; ``text`` in the status line."""
-        for w in (self.with_server, self.server_target):
-            w.setEnabled(not running)
+        """Busy state: Run and every setting off (configurations, what to run on, max tokens, which
+        llama-server), Cancel on, progress shown; ``text`` in the status line."""
+        self.server_choice.set_running(running)
         self.configs_panel.set_running(running, text)
+        for b in (self.export_json, self.export_csv):  # a partial result is not exported
+            b.setEnabled(not running and self.result is not None)
 
     def set_progress(self, done: int, total: int, label: str) -> None:
         """A configuration starts (``done`` finished of ``total``) on the prompt."""
@@ -329,13 +325,21 @@ class CompareView(QWidget):
         self.export_json.setEnabled(result is not None)
         self.export_csv.setEnabled(result is not None)
 
+    def show_rows(self, partial: CompareResult) -> None:
+        """The rows finished so far while the comparison runs (drawn on the next ``refresh``; the status
+        line keeps the progress, export waits for the end)."""
+        self.result = partial
+        self.note = None
+        self._version += 1
+
     # -- drawing ---------------------------------------------------------------------
     def refresh(self) -> None:
         if self._drawn == self._version:
             return
         self._drawn = self._version
         res = self.result
-        self.status.setText(self.note)
+        if self.note is not None:  # None: rows shown while it runs, the progress stays
+            self.status.setText(self.note)
         rows = res.rows if res is not None else ()
         runs = res.runs if res is not None else ()
         server = res.llama_server if res is not None else ()

@@ -115,6 +115,8 @@ class AnalysisWorker(QObject):
     """(configurations done, total, label of the one starting)."""
     compareTurnProgress = Signal(int, int, int, int, str)
     """(turn starting (1-based), turns, configurations done, total, label): a conversation's progress."""
+    compareRows = Signal(object)
+    """(``CompareResult`` of the rows finished so far): a configuration ended (the window shows its row)."""
     compareDone = Signal(object, str)
     """(``inspector.bench.compare.CompareResult``, note): the note says when it was cancelled."""
     failed = Signal(str, str)
@@ -220,7 +222,8 @@ class AnalysisWorker(QObject):
                 tokens = self._prompt_tokens(req.prompt_text, req.raw)
             result = run_compare(self.engine.scheduler, tokens, list(req.configs), req.settings,
                                  cost_model=req.cost_model, progress=self.compareProgress.emit, cancel=self._cancel,
-                                 turns=turns, turn_progress=self.compareTurnProgress.emit, keep_runs=True)
+                                 turns=turns, turn_progress=self.compareTurnProgress.emit, keep_runs=True,
+                                 row_done=self.compareRows.emit)
         except RequestCancelled as exc:
             partial = getattr(exc, "partial", None)
             done = len(partial.rows) if partial is not None else 0
@@ -243,14 +246,15 @@ class AnalysisWorker(QObject):
 
     def _through_llama_server(self, target: str, result, tokens, settings):
         """(``result`` with llama-server's rows, a note for the status line); the rows say what failed.
-        No binary given and none built: the note says how to build it (nothing is built here: a
-        build takes minutes and would hold the engine thread)."""
+        No binary given and none built: the note says where to build it (nothing is built here: a
+        build takes minutes and would hold the engine thread; the Compare window builds it on a thread
+        of its own, ``inspector.gui.compare.server_build``)."""
         if not target:
             found = find_llama_server()
             if found is None:
-                return result, (f"no llama-server to compare with: give its path or URL, or build the one from our "
-                                f"llama.cpp once with `spec-inspector compare --llama-server` ({SERVER_BUILD_MINUTES} "
-                                f"minutes)")
+                return result, (f"no llama-server to compare with: press Build llama-server under “also through "
+                                f"llama-server” ({SERVER_BUILD_MINUTES} minutes, once), or give a llama-server "
+                                f"binary's path or a running server's URL")
             target = str(found)
         rt = self.engine.runtime
         total = len(result.rows)

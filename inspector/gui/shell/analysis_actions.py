@@ -340,6 +340,7 @@ class AnalysisActions(QObject):
             self.compare_view = v
         self.compare_view.cost_model = None if self.current is None else self.current.model
         self._describe_prompt()
+        self.compare_view.server_choice.update_state()  # a llama-server built meanwhile (the command line)
         self.compare_view.show()
         self.compare_view.raise_()
         return self.compare_view

@@ -13,6 +13,7 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QLabel, QProgressBar, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from inspector.gui.look.screen_fit import keep_on_screen
 from inspector.gui.panel.control_panel import ControlPanel
 from inspector.gui.tokens.conversation_bar import ConversationBar
 from inspector.gui.cost.view import CostView
@@ -29,8 +30,6 @@ from inspector.gui.tokens.transcript_view import TranscriptView
 from inspector.gui.engine_thread.worker import IDLE
 from inspector.gui.windows.detail import WindowDetail
 
-FRAME_ALLOWANCE = 32
-"""Pixels left for the window manager's title bar when the window first sizes itself to the screen."""
 STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
 STREAM_SHARE = 0.5
 """Share of the right-hand height for the banner, token stream and Next turn row on a first start."""
@@ -151,10 +150,7 @@ def build_ui(win) -> None:
     sb.addWidget(win.load_progress)
     sb.addPermanentWidget(win.status_counts)
     sb.addPermanentWidget(win.status_speed)
-    win.resize(1280, 800)
-    screen = win.screen()
-    avail = screen.availableGeometry() if screen is not None else None
-    if avail is not None and avail.width() >= 1024 and avail.height() < 800 + FRAME_ALLOWANCE:
-        # A first start on a 1280x800 screen fits it, title bar included (a saved geometry wins later).
-        win.resize(min(1280, avail.width()), avail.height() - FRAME_ALLOWANCE)
+    # A first start on a 1280x800 screen fits it, title bar included; a saved geometry wins later, and
+    # it too is fitted to the screen at every show.
+    keep_on_screen(win, 1280, 800)
 

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.bench.tune import DRAFT_MAX_GRID, MODEL_FREE, TuneRow
+from inspector.gui.look.screen_fit import keep_on_screen
 from inspector.gui.look.table_copy import install_row_copy
 
 ALL_SOURCES = "all model-free sources"
@@ -253,7 +254,7 @@ class TuneView(QWidget):
         self.heat_source.currentTextChanged.connect(self._heat_source_changed)
         self.heat_x.currentTextChanged.connect(lambda _t: self.draw_heatmap())
         self.heat_y.currentTextChanged.connect(lambda _t: self.draw_heatmap())
-        self.resize(1150, 680)
+        keep_on_screen(self, 1150, 680)  # less on a smaller screen
 
     def keyPressEvent(self, event) -> None:
         """Esc closes the window (as the Compare window)."""
