@@ -88,3 +88,20 @@ def test_cancel_keeps_the_rows_predicted_so_far(qtbot, runtime, tmp_path):
     rows, note = blocker.args
     assert note.startswith("cancelled") and len(rows) < len(grid())
     assert v.table.rowCount() == len(rows) and v.tune.isEnabled()
+
+
+def test_a_long_status_message_does_not_move_the_table_under_the_pointer(qtbot, runtime, tmp_path):
+    """Issue 36, 8: a message that wrapped made the controls row taller and the next click hit another row."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    run_to_end(qtbot, w)
+    tune = w.analysis.tune
+    with qtbot.waitSignal(tune.tuned, timeout=120_000):
+        v = tune.show_tune()
+    qtbot.waitUntil(lambda: v.table.rowCount() > 0)
+    v.say("")
+    qtbot.wait(50)
+    top = v.table.mapTo(v, v.table.rect().topLeft()).y()
+    v.say("copied: llama-server " + " ".join(["--spec-ngram-map-k4v-size-n 12"] * 30) + " · note: a long one")
+    qtbot.wait(50)
+    assert v.table.mapTo(v, v.table.rect().topLeft()).y() == top
+    assert v.status.toolTip().startswith("copied: llama-server")

@@ -236,13 +236,13 @@ class TuneActions(QObject):
                                   sampling=SamplingSettings(), n_ctx=self.recording.n_ctx if self.recording else None)
             notes = server_notes(row.source, row.options, draft_max=row.draft_max)
         except NoServerEquivalent as exc:
-            v.status.setText(f"no llama-server flags: {row.source} is spec-inspector's own source ({exc})")
+            v.say(f"no llama-server flags: {row.source} is spec-inspector's own source ({exc})")
             return None
         except ValueError as exc:
-            v.status.setText(f"no llama-server flags: {exc}")
+            v.say(f"no llama-server flags: {exc}")
             return None
         QGuiApplication.clipboard().setText(line)
-        v.status.setText("copied: " + line + "".join(f" · note: {n}" for n in notes))
+        v.say("copied: " + line + "".join(f" · note: {n}" for n in notes))
         return line
 
     # -- verify ----------------------------------------------------------------------

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QStackedWidget,
     QTableWidget,
@@ -174,6 +175,12 @@ class TuneView(QWidget):
         self.progress.hide()
         self.status = QLabel("")
         self.status.setWordWrap(True)
+        # Two lines, always: a message never makes the row taller, so the table below never moves under
+        # the pointer (the whole text is in the tooltip when it is longer).
+        self.status.setFixedHeight(2 * self.status.fontMetrics().lineSpacing() + 4)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft)
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.status.setToolTip("")
         for w in (QLabel("source"), self.source, QLabel("draft max"), self.draft_maxes, self.tune, self.cancel,
                   self.progress):
             controls.addWidget(w)
@@ -256,6 +263,11 @@ class TuneView(QWidget):
         self.heat_y.currentTextChanged.connect(lambda _t: self.draw_heatmap())
         keep_on_screen(self, 1150, 680)  # less on a smaller screen
 
+
+    def say(self, text: str) -> None:
+        """Show ``text`` in the status line (two lines at most; all of it in the line's tooltip)."""
+        self.status.setText(text)
+        self.status.setToolTip(text)
     def keyPressEvent(self, event) -> None:
         """Esc closes the window (as the Compare window)."""
         if event.key() == Qt.Key.Key_Escape and event.modifiers() == Qt.KeyboardModifier.NoModifier:
@@ -286,7 +298,7 @@ class TuneView(QWidget):
         try:
             draft_maxes = parse_draft_maxes(self.draft_maxes.text())
         except ValueError as exc:
-            self.status.setText(str(exc))
+            self.say(str(exc))
             return
         s = self.source.currentText()
         self.tuneRequested.emit(MODEL_FREE if s == ALL_SOURCES else (s,), draft_maxes)
@@ -298,13 +310,13 @@ class TuneView(QWidget):
             w.setEnabled(not running)
         self.cancel.setEnabled(running)
         self.progress.setVisible(running)
-        self.status.setText(text)
+        self.say(text)
 
     def set_progress(self, done: int, total: int) -> None:
         """``done`` of ``total`` configurations replayed."""
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(done)
-        self.status.setText(f"replayed {done}/{total} configurations …")
+        self.say(f"replayed {done}/{total} configurations …")
 
     def set_rows(self, rows, text: str = "") -> None:
         """Show ``rows`` (``TuneRow``, best predicted first) in the table and the heatmap."""
@@ -328,7 +340,7 @@ class TuneView(QWidget):
         t.resizeColumnsToContents()
         if self.rows:
             t.selectRow(0)
-        self.status.setText(text)
+        self.say(text)
         sources = [s for s in MODEL_FREE if any(r.source == s for r in self.rows)]
         keep = self.heat_source.currentText()
         self.heat_source.blockSignals(True)
