@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 
 from PySide6.QtCore import QSettings
+from PySide6.QtGui import QImage
 
 from inspector.gui import app as gui_app
 from inspector.gui.engine_thread import worker as W
 from inspector.session.record_files import record_from_autosave
 from inspector.receipts import load_document
-from test_gui_support import follow_window, make_window, open_receipts, run_to_end
+from test_gui_support import follow_window, kv_data_rect, make_window, open_receipts, run_to_end
 
 
 def test_export_then_open_in_a_fresh_window(qtbot, runtime, tmp_path):
@@ -145,6 +146,15 @@ def test_export_plots_as_png(qtbot, runtime, tmp_path):
     assert len(written) == 3
     for p in written:
         assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    # Issue 36, 8 (1): the timeline's legend is in the PNG, in its own row above the data, not over it.
+    t = w.timeline
+    image = QImage(written[0])
+    assert written[0].endswith("-timeline.png") and image.size() == t.size()
+    legend = t.legend.geometry()
+    assert not t.legend.isHidden() and not legend.intersects(kv_data_rect(t))  # (its tab need not be shown)
+    colours = {image.pixelColor(x, y).name() for x in range(legend.left(), legend.right())
+               for y in range(legend.top(), legend.bottom())}
+    assert "#ef6c00" in colours  # the ▲ of position_after_verification
 
 
 def test_settings_are_restored(qtbot, tmp_path):

@@ -176,3 +176,12 @@ def export_session(qtbot, w, path, what: str = "receipts") -> list:
     with qtbot.waitSignal(w.files.exported, timeout=60_000) as blocker:
         assert getattr(w.files, f"export_{what}")(str(path)) is not None
     return blocker.args
+
+
+def kv_data_rect(t):
+    """The KV plot's data area (its view box) in ``t``'s (a ``Timeline``) coordinates."""
+    from PySide6.QtCore import QRect
+
+    vb = t.plot.getPlotItem().getViewBox()
+    r = t.plot.mapFromScene(vb.mapRectToScene(vb.boundingRect())).boundingRect()
+    return QRect(t.plot.mapTo(t, r.topLeft()), r.size())

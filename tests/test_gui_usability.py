@@ -193,7 +193,7 @@ def test_lock_legend_is_outside_the_plots(qtbot, runtime, tmp_path):
     assert lp.wait_plot.getPlotItem().legend is None and lp.hold_plot.getPlotItem().legend is None
     for name in ("verify", "repair", "prefill", "step", "background"):
         assert name in lp.legend.text()
-    assert lp.legend.geometry().bottom() < lp.wait_plot.geometry().top()
+    assert lp.legend.geometry().bottom() < lp.wait_plot.mapTo(lp, lp.wait_plot.rect().topLeft()).y()
 
 
 def test_banner_keeps_its_space_when_a_run_starts(qtbot, runtime, tmp_path):

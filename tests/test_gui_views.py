@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QAbstractItemView, QApplication, QLineEdit, QTable
 
 from inspector.engine.receipt import LockOperation
 from inspector.gui.engine_thread import worker as W
-from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end
+from test_gui_support import RUN_TIMEOUT_MS, kv_data_rect, make_window, run_to_end
 
 MAX_TOKENS = 12
 
@@ -174,6 +174,53 @@ def test_zero_waits_are_drawn_as_zero_not_one_microsecond(qtbot):
     bottom = lp.wait_hist.getPlotItem().getAxis("bottom")
     assert bottom.tickStrings([zero_y], 1, 1) == ["0"]
     assert "<b>prefill</b> 1 op," in lp.totals.text() and "<b>verify</b> 2 ops," in lp.totals.text()
+
+
+def drawn_tick_labels(axis) -> list[tuple[float, float, str]]:
+    """(centre along the axis, room the text takes along it, text) of every tick label pyqtgraph draws on
+    ``axis`` (its ``tickValues`` and ``tickStrings`` through ``generateDrawSpecs``, as ``paint`` does), the
+    room from the font's metrics: the text's width on a horizontal axis, a line's height on a vertical one."""
+    from PySide6.QtGui import QFontMetricsF, QPainter, QPicture
+
+    picture = QPicture()
+    painter = QPainter(picture)
+    if axis.style["tickFont"]:
+        painter.setFont(axis.style["tickFont"])
+    metrics = QFontMetricsF(painter.font())
+    specs = axis.generateDrawSpecs(painter)
+    painter.end()
+    vertical = axis.orientation in ("left", "right")
+    return [(rect.center().y() if vertical else rect.center().x(),
+             metrics.height() if vertical else metrics.horizontalAdvance(text), text)
+            for rect, _flags, text in (specs[2] if specs else [])]
+
+
+def test_lock_plots_are_readable_at_1024x640_and_1280x800(qtbot, runtime, tmp_path):
+    """Issue 36, 8 (3): at 1280x800 the lock hold axis wrote eight decades into 65 px (labels over each
+    other), at 1024x640 the four plots were bare axes (8 px of data). After a real run, at both sizes every
+    plot keeps at least 80 px of data (the plots scroll under the legend when the tab is short) and no two
+    tick labels of any axis meet."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    run_to_end(qtbot, w)
+    lp = w.lock_plots
+    w.tabs.setCurrentWidget(lp)
+    for size in ((1280, 800), (1024, 640)):
+        w.resize(*size)
+        qtbot.waitExposed(w)
+        for _ in range(5):
+            QApplication.processEvents()
+        assert w.size().width() == size[0] and w.size().height() == size[1]
+        for plot in lp.plots():
+            name = plot.getPlotItem().getAxis("bottom").labelText
+            assert plot.getPlotItem().getViewBox().height() >= 80, (size, name)
+            for side in ("bottom", "left"):
+                labels = sorted(drawn_tick_labels(plot.getPlotItem().getAxis(side)))
+                assert len(labels) >= (2 if side == "bottom" else 1), (size, name, side, labels)
+                for (a, room_a, text_a), (b, room_b, text_b) in zip(labels, labels[1:]):
+                    assert b - a >= (room_a + room_b) / 2, (size, name, side, text_a, text_b, b - a)
+        assert lp.legend.mapTo(lp, lp.legend.rect().bottomLeft()).y() < lp.wait_plot.mapTo(lp, lp.wait_plot.rect().topLeft()).y()
+    assert lp.scroll.verticalScrollBar().maximum() > 0  # 1024x640: the plots scroll under the legend
+    assert sum(lp.series_counts().values()) > 0
 
 
 # -- 3. Statistics with no windows -------------------------------------------------------
@@ -418,6 +465,36 @@ def test_a_short_kv_plot_hides_its_legend_so_the_data_stays_visible(qtbot, engin
     t.resize(600, 200)
     qtbot.waitUntil(lambda: t.plot.height() < LEGEND_MIN_PLOT_PX)
     assert not t.legend.isVisible() and "canonical_position" in t.plot.toolTip()
+
+
+def test_the_kv_legend_is_a_row_above_the_plot_and_hides_no_point(qtbot, engine_session):
+    """Issue 36, 8 (1): the legend sat in the plot's bottom right corner over the windows of the middle
+    steps (on the screen and in File > Export plots). It is a row of its own above the plot: it meets
+    no part of the view box, and every drawn point is inside the view box."""
+    from PySide6.QtCore import QPointF
+
+    from inspector.gui.plots.timeline import Timeline
+
+    s, _g = engine_session
+    t = Timeline()
+    qtbot.addWidget(t)
+    t.set_session(s)
+    for size in ((1000, 560), (640, 480), (1600, 900)):  # File > Export plots' size, a never shown tab's
+        t.resize(*size)
+        t.show()
+        t.refresh()
+        QApplication.processEvents()
+        assert t.legend.isVisible(), size
+        data = kv_data_rect(t)
+        assert data.height() > 150 and not t.legend.geometry().intersects(data), (size, t.legend.geometry(), data)
+        vb = t.plot.getPlotItem().getViewBox()
+        box = vb.sceneBoundingRect()
+        points = [vb.mapViewToScene(QPointF(x, y)) for item in (t.base, t.after, t.canonical, t.plain, t.prefill)
+                  for x, y in zip(*item.getData()) if item.xData is not None]
+        assert points and all(box.contains(p) for p in points)  # the legend is outside the box: no point under it
+    for name in ("live KV length", "base_position", "position_after_verification", "canonical_position",
+                 "plain step", "failed window", "prefill"):
+        assert name in t.legend.text()
 
 
 def test_two_token_views_of_one_record_each_redraw_the_end_mark(qtbot, tmp_path):

@@ -234,7 +234,8 @@ class FileActions(QObject):
             if widget.width() < 100:
                 widget.resize(1000, 560)
             target = f"{stem}-{name}.png"
-            if not widget.grab().save(target):
+            whole = getattr(widget, "export_pixmap", None)  # a view that scrolls saves all of itself
+            if not (whole() if whole is not None else widget.grab()).save(target):
                 self.win.show_error("Export failed", f"cannot write {target}")
                 return out
             out.append(target)

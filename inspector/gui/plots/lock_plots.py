@@ -8,20 +8,27 @@ the app (its scheduler) started. Bottom row: their distributions
 (histograms). The legend is a row of its own above the plots (it never
 covers a point); the main session's prefill, one operation per run, is drawn
 as a larger diamond. Items are created once and updated with ``setData``.
+Each plot keeps ``PLOT_MIN_PX`` of height: on a short tab (1024x640) the plots
+and the totals under them scroll under the legend, and File > Export plots
+saves them whole (``export_pixmap``).
 
 Times are drawn on a log10 microsecond scale (``MicrosecondAxis``). A log
 scale has no place for 0, and an uncontended lock is often acquired in under
 a microsecond (recorded as 0 µs): such operations are drawn on a row of their
 own below the scale, at ``ZERO_ROW``, labelled "0" and set off by a dashed
-line, so a 0 µs wait is never read as 1 µs.
+line, so a 0 µs wait is never read as 1 µs. Where the axis is short for its
+decades, it labels every second (third, ...) decade so no two labels meet.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+from PySide6.QtCore import QPoint, QSize, Qt
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPixmap
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from inspector.session.record import SessionRecord
 from inspector.gui.plots.timeline import set_limited
@@ -44,6 +51,12 @@ ZERO_EDGES = np.array([ZERO_ROW - 0.0625, ZERO_ROW + 0.0625])
 HIST_EDGES = np.concatenate([ZERO_EDGES, BINS])
 """Histogram edges: the 0 µs bin, an empty gap up to 1 µs, then ``BINS``."""
 ZERO_LABEL = "0"
+TICK_GAP_PX = 8
+"""Least room (pixels) between two tick labels of a ``MicrosecondAxis``."""
+WIDEST_LABELS = ("100 µs", "100 ms", "10 s")
+"""The widest labels a ``MicrosecondAxis`` writes: a horizontal axis spaces its ticks for them."""
+PLOT_MIN_PX = 130
+"""Least height of each plot (pixels): its bottom axis and about 90 px of data; a shorter tab scrolls."""
 
 
 def log_us(us: np.ndarray) -> np.ndarray:
@@ -65,19 +78,32 @@ def format_us(us: float) -> str:
 
 class MicrosecondAxis(pg.AxisItem):
     """An axis over ``log_us`` coordinates: ticks at whole decades (1 µs, 10 µs, ..., 1 s; also
-    2 and 5 times a decade when fewer than three decades show), labelled in µs/ms/s, and the
-    ``ZERO_ROW`` tick labelled "0"."""
+    2 and 5 times a decade when fewer than three decades show and there is room), labelled in
+    µs/ms/s, and the ``ZERO_ROW`` tick labelled "0"; every second (third, ...) decade when the axis
+    is too short for each decade's label (``label_room``)."""
+
+    def label_room(self) -> float:
+        """Pixels one tick label needs along the axis: a line of text on a vertical axis, the widest label
+        (``WIDEST_LABELS``) on a horizontal one, and ``TICK_GAP_PX``."""
+        metrics = QFontMetricsF(self.style["tickFont"] or self.font())
+        if self.orientation in ("left", "right"):
+            return metrics.height() + TICK_GAP_PX
+        return max(metrics.horizontalAdvance(s) for s in WIDEST_LABELS) + TICK_GAP_PX
 
     def tickValues(self, minVal, maxVal, size):
         lo, hi = min(minVal, maxVal), max(minVal, maxVal)
-        major = [float(k) for k in range(int(np.ceil(lo)), int(np.floor(hi)) + 1) if k >= 0]
+        decade_px = size / (hi - lo) if hi > lo and size > 0 else math.inf
+        step = max(1, math.ceil(self.label_room() / decade_px))  # decades between two labels
+        # Every step-th decade counted from the 0 row, so "0" and the next label are as far apart as any two.
+        major = [float(k) for k in range(int(np.ceil(lo)), int(np.floor(hi)) + 1)
+                 if k >= 0 and (k - ZERO_ROW) % step == 0]
         if lo <= ZERO_ROW <= hi:
             major.insert(0, ZERO_ROW)
         minor = []
-        if hi - max(lo, 0.0) < 3:
+        if hi - max(lo, 0.0) < 3 and np.log10(2) * decade_px >= self.label_room():  # 2 and 5 times a decade
             for k in range(int(np.floor(max(lo, 0.0))), int(np.ceil(hi)) + 1):
                 minor += [v for v in (k + np.log10(2), k + np.log10(5)) if lo <= v <= hi and k >= 0]
-        return [(1.0, major), (0.5, minor)]
+        return [(float(step), major), (0.5, minor)]
 
     def tickStrings(self, values, scale, spacing):
         return [ZERO_LABEL if abs(v - ZERO_ROW) < 1e-9 else format_us(round(10 ** v, 6)) for v in values]
@@ -91,6 +117,15 @@ def run_start_us(session: SessionRecord) -> int:
     return min((op.started_us for op in ops), default=0)
 
 
+class LockPlot(pg.PlotWidget):
+    """A plot that asks for ``PLOT_MIN_PX`` of height and takes what the tab has beyond it (a scroll area
+    sizes its page by the height its rows ask for: pyqtgraph's own 480 px would make four plots scroll
+    on any screen)."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(super().sizeHint().width(), PLOT_MIN_PX)
+
+
 class LockPlots(QWidget):
     """Lock wait/hold over time and their histograms, per operation kind."""
 
@@ -101,8 +136,9 @@ class LockPlots(QWidget):
         self._session_ref = None
         self.start_us = 0
         """``run_start_us`` of the drawn session: time 0 of the time axis (scheduler microseconds)."""
-        grid = QGridLayout(self)
-        grid.setContentsMargins(0, 0, 0, 0)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(2)
         self.legend = QLabel(" &nbsp; ".join(
             f"<span style='color:{color};font-size:14pt'>{'◆' if name == 'prefill' else '●'}</span>&nbsp;{name}"
             for name, color in SERIES) + " &nbsp; <span style='color:#555'>(log scale; the row marked 0 below "
@@ -115,10 +151,7 @@ class LockPlots(QWidget):
         self.hold_plot = self._plot("lock hold", "time since the run started (s)", y_us=True)
         self.wait_hist = self._plot("operations", "lock wait (log scale; 0 = no wait)", x_us=True)
         self.hold_hist = self._plot("operations", "lock hold (log scale)", x_us=True)
-        self.wait_plot.setTitle("Lock wait per operation")
-        self.hold_plot.setTitle("Lock hold per operation")
-        self.wait_hist.setTitle("Wait distribution")
-        self.hold_hist.setTitle("Hold distribution")
+        # No titles: a title row takes 30 px of a short plot, and the axes say what each plot shows.
         zero_pen = pg.mkPen("#9e9e9e", style=Qt.PenStyle.DashLine)
         for p, angle in ((self.wait_plot, 0), (self.hold_plot, 0), (self.wait_hist, 90), (self.hold_hist, 90)):
             p.addItem(pg.InfiniteLine(pos=ZERO_ROW / 2, angle=angle, pen=zero_pen))  # sets off the 0 µs row
@@ -134,12 +167,49 @@ class LockPlots(QWidget):
             self.hist_hold[name] = self.hold_hist.plot([0, 1], [0], stepMode="center", pen=hpen)
         self.totals = QLabel("")
         self.totals.setWordWrap(True)
-        grid.addWidget(self.legend, 0, 0, 1, 2)
-        grid.addWidget(self.wait_plot, 1, 0)
-        grid.addWidget(self.hold_plot, 1, 1)
-        grid.addWidget(self.wait_hist, 2, 0)
-        grid.addWidget(self.hold_hist, 2, 1)
-        grid.addWidget(self.totals, 3, 0, 1, 2)
+        outer.addWidget(self.legend)
+        # The plots and the totals scroll under the legend when the tab is shorter than they need.
+        content = QWidget()
+        grid = QGridLayout(content)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setSpacing(4)
+        grid.addWidget(self.wait_plot, 0, 0)
+        grid.addWidget(self.hold_plot, 0, 1)
+        grid.addWidget(self.wait_hist, 1, 0)
+        grid.addWidget(self.hold_hist, 1, 1)
+        grid.addWidget(self.totals, 2, 0, 1, 2)
+        for p in self.plots():
+            p.setMinimumHeight(PLOT_MIN_PX)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(content)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer.addWidget(self.scroll, 1)
+
+    def plots(self) -> tuple[pg.PlotWidget, ...]:
+        """The four plots: wait and hold over time, their distributions."""
+        return self.wait_plot, self.hold_plot, self.wait_hist, self.hold_hist
+
+    def export_pixmap(self) -> QPixmap:
+        """The legend and every plot whole (not only the part the scroll area shows), for File > Export
+        plots. A tab not shown is laid out at this widget's size for the picture, then put back."""
+        content, legend = self.scroll.widget(), self.legend
+        saved = content.size(), legend.size()
+        if not self.isVisible():
+            width = self.width()
+            legend.resize(width, legend.heightForWidth(width))
+            content.resize(width, max(content.minimumSizeHint().height(), self.height() - legend.height()))
+        pixmap = QPixmap(max(legend.width(), content.width()), legend.height() + content.height())
+        pixmap.fill(QColor("white"))
+        painter = QPainter(pixmap)
+        legend.render(painter, QPoint(0, 0))
+        content.render(painter, QPoint(0, legend.height()))
+        painter.end()
+        if not self.isVisible():
+            content.resize(saved[0])
+            legend.resize(saved[1])
+        return pixmap
 
     @staticmethod
     def _plot(left: str, bottom: str, *, y_us: bool = False, x_us: bool = False) -> pg.PlotWidget:
@@ -148,7 +218,7 @@ class LockPlots(QWidget):
             axes["left"] = MicrosecondAxis("left")
         if x_us:
             axes["bottom"] = MicrosecondAxis("bottom")
-        p = pg.PlotWidget(background="w", axisItems=axes)
+        p = LockPlot(background="w", axisItems=axes)
         p.setLabel("left", left)
         p.setLabel("bottom", bottom)
         for name in ("left", "bottom"):  # the ticks carry their units: no "(x0.001)" beside µs labels

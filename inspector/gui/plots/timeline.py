@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from inspector.engine.no_proposal import reason_code
 from inspector.engine.profit import OwnC1, cumulative_profit_us
@@ -72,8 +71,19 @@ class IntegerAxis(pg.AxisItem):
 
 LANE_COLORS = ("#78909c", "#8d6e63", "#5c6bc0", "#26a69a", "#ec407a", "#ffa000")
 """Colors of the reason lane's rows, in order of first appearance."""
-LEGEND_MIN_PLOT_PX = 260
-"""The KV plot's height (pixels) below which its legend hides (it would cover the data)."""
+LEGEND = (
+    ("━", "#90a4ae", "10pt", "live KV length"),
+    ("●", "#455a64", "10pt", "base_position"),
+    ("▲", "#ef6c00", "10pt", "position_after_verification"),
+    ("■", "#2e7d32", "10pt", "canonical_position"),
+    ("•", "#78909c", "10pt", "plain step"),
+    ("✕", "#c62828", "10pt", "failed window"),
+    ("★", "#e65100", "12pt", "prefill"),
+)
+"""The legend row above the KV plot: (mark, colour, mark size, name), as the plot draws each series."""
+LEGEND_MIN_PLOT_PX = 180
+"""The KV plot's least height (pixels) under the legend row: a shorter timeline hides the legend (its entries
+stay in the plot's tooltip) and the plot keeps that row's height."""
 LANE_AXIS_PX = 78
 """Width of both plots' left axes (pixels): room for a reason code, and the x axes line up."""
 LANE_ROW_PX = 14
@@ -99,11 +109,6 @@ class Timeline(QWidget):
         self.plot.setLabel("bottom", "decode step")
         self.plot.setLabel("left", "KV position (tokens)")
         self.plot.showGrid(x=True, y=True, alpha=0.25)
-        # Bottom right, on a light background: the KV length rises from the bottom left to the top right,
-        # so that corner stays clear of the data (top left covered the prefill and the first windows).
-        legend = self.plot.addLegend(offset=(-10, -10), brush=pg.mkBrush(255, 255, 255, 200),
-                                     labelTextSize="8pt", verSpacing=-6, colCount=2)
-        self.legend = legend
         self.plot.setToolTip("● base_position (KV length before the window) · ▲ position_after_verification · "
                              "■ canonical_position (after the repair) · small dots: plain steps (KV length after) · "
                              "× failed window · ★ the prefill and the first token · line: live KV length")
@@ -122,8 +127,16 @@ class Timeline(QWidget):
                                      symbolPen=pg.mkPen("#c62828", width=2), name="failed window (canonical)")
         self.prefill = self.plot.plot([], [], pen=None, symbol="star", symbolSize=13, symbolBrush="#e65100",
                                       symbolPen=None, name="prefill → first token")
+        # The legend is a row of its own above the plot (issue 36, 8: inside the plot it covered points, on
+        # the screen and in File > Export plots); it hides when the timeline is short (``fit_profit``).
+        self.legend = QLabel(" &nbsp; ".join(
+            f"<span style='color:{color};font-size:{size}'>{glyph}</span>&nbsp;{name}"
+            for glyph, color, size, name in LEGEND))
+        self.legend.setWordWrap(True)
+        self.legend.setContentsMargins(6, 0, 0, 0)
+        self.legend.setToolTip(self.plot.toolTip())
+        lay.addWidget(self.legend)
         lay.addWidget(self.plot)
-        self.plot.installEventFilter(self)  # the legend follows the plot's own height (``eventFilter``)
         # Why no window: the plain steps by reason, on the KV plot's decode-step axis (issue 28).
         self.lane = pg.PlotWidget(background="w")
         self.lane.setXLink(self.plot)
@@ -232,16 +245,16 @@ class Timeline(QWidget):
         self.fit_profit()
 
     def fit_profit(self) -> None:
-        """Show the profit plot when it has data and leaves the KV plot ``KV_MIN_PX``."""
-        lane = self.lane.height() if not self.lane.isHidden() else 0
-        self.profit_plot.setVisible(self.profit_ready and self.height() - lane - PROFIT_PX >= KV_MIN_PX)
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
-        """A short KV plot (a small screen, or the lane and the profit plot shown under it) keeps its data
-        visible: the legend hides, its entries stay in the plot's tooltip."""
-        if watched is self.plot and event.type() == QEvent.Type.Resize:
-            self.legend.setVisible(self.plot.height() >= LEGEND_MIN_PLOT_PX)
-        return False
+        """Show the profit plot when it has data and leaves the KV plot ``KV_MIN_PX``, then the legend row
+        when the KV plot keeps ``LEGEND_MIN_PLOT_PX`` under it (from the timeline's own height, so showing
+        one never flips the other back)."""
+        gap = self.layout().spacing()
+        room = self.height() - (self.lane.maximumHeight() + gap if not self.lane.isHidden() else 0)
+        profit = self.profit_ready and room - PROFIT_PX - gap >= KV_MIN_PX
+        self.profit_plot.setVisible(profit)
+        room -= PROFIT_PX + gap if profit else 0
+        legend = self.legend.heightForWidth(max(self.width(), 1)) + gap
+        self.legend.setVisible(room - legend >= LEGEND_MIN_PLOT_PX)
 
     def reason_steps(self) -> list[tuple[int, str]]:
         """(decode step, reason code) of each plain step drawn (``decode_steps``' plain steps, in order)."""

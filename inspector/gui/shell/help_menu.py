@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QMessageBox, QTextBrows
 
 import inspector
 from inspector.bench.server_build import LLAMA_CPP_PYTHON_VERSION
+from inspector.gui.shell.readme_view import ReadmeDialog, checkout_readme
 from inspector.llama.server_parity import LLAMA_CPP_COMMIT
 
 DISTRIBUTION = "spec-inspector"
@@ -43,8 +44,11 @@ def versions() -> dict[str, str]:
 
 
 def readme_text() -> str:
-    """The README as the installed package carries it (its metadata's long description), or a line
-    saying where to find it."""
+    """The README of the checkout the package runs from (``readme_view.checkout_readme``), else as the
+    installed package carries it (its metadata's long description), or a line saying where to find it."""
+    checkout = checkout_readme()
+    if checkout is not None:
+        return checkout.read_text("utf-8")
     try:
         text = metadata.metadata(DISTRIBUTION).get_payload()
     except metadata.PackageNotFoundError:
@@ -110,7 +114,11 @@ class HelpActions:
         return self._text_dialog("Keyboard shortcuts", "| action | keys |\n|---|---|\n" + rows, (620, height))
 
     def show_readme(self) -> QDialog:
-        return self._text_dialog("spec-inspector: read me", readme_text())
+        """The README with its images, opened at "The window" (``readme_view.ReadmeDialog``)."""
+        d = ReadmeDialog(self.w, readme_text(), (min(900, self.w.width()), min(640, self.w.height())))
+        self.dialog = d
+        d.show()
+        return d
 
     def show_about(self) -> QMessageBox:
         lines = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in versions().items())
