@@ -272,3 +272,56 @@ def test_a_local_draft_model_proposes_for_a_target_on_the_rpc_server(rpc_runtime
         assert g.receipts and g.generated_count == len(g.generated) > 0
     finally:
         close_source(source)
+
+
+@needs_rpc
+def test_a_server_frozen_mid_run_ends_the_cli_at_its_timeout_with_a_clear_line_and_the_receipts_so_far(tmp_path):
+    """Issue 37, item 8: SIGSTOP keeps the server's connection open and its kernel acknowledging, so
+    llama.cpp's client would wait forever; after ``--rpc-timeout`` the run ends as for a killed server."""
+    import os
+    import signal
+
+    port = free_port()
+    server = start_server(port)
+    out = tmp_path / "r.json"
+    cli = subprocess.Popen([sys.executable, "-u", "-m", "inspector", "run", "--raw", "--prompt",
+                            "Once upon a time, in a small village by the sea, there lived", "--ngram-min", "1",
+                            "--rpc", f"127.0.0.1:{port}", "-ngl", "99", "--threads", "1", "--max-tokens", "1000",
+                            "--rpc-timeout", "3", "--receipts", str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        printed = ""
+        while len(printed) < 60:  # the run is going: text streams as windows commit
+            ch = cli.stdout.read(1)
+            assert ch, f"the run ended early: {cli.stderr.read()}"
+            printed += ch
+        os.kill(server.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        stdout, stderr = cli.communicate(timeout=60)
+        waited = time.monotonic() - t0
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        server.kill()
+        cli.kill()
+    assert cli.returncode == 3 and "Traceback" not in stderr, stderr  # a generation error, as for a lost server
+    assert 3 <= waited < 30, waited
+    assert re.search(rf"RPC server 127.0.0.1:{port} stopped answering (at window \d+|in a plain step after window "
+                     r"\d+) \(no answer within 3 s; the model's process was ended\)", stderr), stderr
+    doc = load_document(out)  # valid, with the windows before the freeze
+    assert doc["windows"] and doc["model"]["devices"][0]["name"] == "RPC0"
+    assert json.loads(out.read_text())["output"]["ended_as"] == "error"
+
+
+def test_an_ipv6_rpc_address_is_refused_when_parsed(tmp_path):
+    """Issue 37, item 12: llama.cpp's RPC client splits HOST:PORT at the first colon and resolves IPv4 only."""
+    from inspector.llama.devices import parse_endpoints
+
+    for text in ("[::1]:50052", "::1:50052", "fe80::1:50052"):
+        with pytest.raises(ValueError, match="connects over IPv4 only"):
+            parse_endpoints(text)
+    p = subprocess.run([sys.executable, "-m", "inspector", "run", "--rpc", "[::1]:50052", "--prompt", "x"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        "spec-inspector run: error: argument --rpc: RPC server '[::1]:50052': llama.cpp's RPC client connects over "
+        "IPv4 only"), p.stderr

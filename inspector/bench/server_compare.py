@@ -27,8 +27,9 @@ from typing import Callable, Sequence
 
 from inspector.bench.compare import PLAIN, CompareResult, CompareRow, TurnsRun
 from inspector.bench.server_build import LLAMA_CPP_COMMIT, NotALlamaServer, server_version
-from inspector.bench.server_process import (LlamaServerClient, LlamaServerProcess, ServerCompletion,
-                                            ServerError, ServerMetrics, ServerRequestError, penalty_fields)
+from inspector.bench.server_process import (REQUEST_DEADLINE_S, LlamaServerClient, LlamaServerProcess,
+                                            ServerCompletion, ServerError, ServerMetrics, ServerRequestError,
+                                            penalty_fields)
 from inspector.engine.baseline import first_difference, top2_after
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.scheduler import RuntimeScheduler
@@ -112,10 +113,10 @@ def _trim(counts: Sequence[int]) -> tuple[int, ...]:
 
 def is_url(target: str) -> bool:
     """Whether ``--llama-server`` names a running server rather than a binary: ``SCHEME://...``, or
-    ``HOST:PORT`` that is not a file here (http is meant)."""
+    ``[USER@]HOST:PORT`` that is not a file here (http is meant; a user is refused by the client)."""
     if "://" in target:
         return True
-    return re.fullmatch(r"[\w.\-\[\]:]+:\d+", target) is not None and not Path(target).exists()
+    return re.fullmatch(r"(?:[^@/\s]+@)?[\w.\-\[\]:]+:\d+", target) is not None and not Path(target).exists()
 
 
 def version_note(binary: str | Path) -> str:
@@ -128,12 +129,13 @@ def version_note(binary: str | Path) -> str:
             f"{LLAMA_CPP_COMMIT}: outputs may part where the kernels differ")
 
 
-def check_llama_server(target: str) -> None:
+def check_llama_server(target: str, timeout_s: float = REQUEST_DEADLINE_S) -> None:
     """Raise, with one line, when ``target`` cannot serve a comparison: ``NotALlamaServer`` for a path
     that is not a llama-server binary, ``ServerError`` for a URL that is malformed, does not answer or
-    is not a llama-server. Nothing is started (``--llama-server``'s check before our runs)."""
+    is not a llama-server. Nothing is started (``--llama-server``'s check before our runs).
+    ``timeout_s``: the requests' deadline (``LlamaServerClient``)."""
     if is_url(target):
-        LlamaServerClient(target).check_reachable()
+        LlamaServerClient(target, timeout_s=timeout_s).check_reachable()
     else:
         server_version(target)
 
@@ -197,6 +199,7 @@ def compare_with_llama_server(
     progress: Callable[[int, int, str], None] | None = None,
     cancel: threading.Event | None = None,
     context=None,
+    request_timeout_s: float = REQUEST_DEADLINE_S,
 ) -> tuple[ServerRow, ...]:
     """llama-server's row for each row of ``result`` (same order).
 
@@ -208,6 +211,7 @@ def compare_with_llama_server(
     ``progress(done, total, label)`` before each configuration. ``cancel``: when set, raises
     ``RequestCancelled`` between configurations. ``context``: our runtime's context settings
     (``inspector.llama.server_parity.server_context``), given to each llama-server started; None: its defaults.
+    ``request_timeout_s``: each request's deadline, from connecting to the reply's last byte.
 
     Never raises for a bad target: a file that is not a llama-server, a server that does not start
     or does not answer gives each affected row ``error`` (one line), and the other rows still run.
@@ -223,7 +227,7 @@ def compare_with_llama_server(
     head_note, shared, failed = "", None, None
     try:
         if url:
-            client = LlamaServerClient(target)
+            client = LlamaServerClient(target, timeout_s=request_timeout_s)
             client.check_reachable()
             before = _metrics_or_none(client)
             done = client.complete(prompt_tokens, n_predict, fields)
@@ -255,7 +259,7 @@ def compare_with_llama_server(
                 flags = []
             else:
                 with LlamaServerProcess(target, Path(model), args=flags, threads=threads, n_ctx=n_ctx,
-                                        context=context) as server:
+                                        context=context, request_timeout_s=request_timeout_s) as server:
                     done = server.client.complete(prompt_tokens, n_predict, fields)
                     figures = _server_figures(done, server.client.metrics(), None)
         except ServerError as exc:

@@ -16,6 +16,8 @@ from inspector.bench.run import TASKS, format_bench, run_bench
 from inspector.bench.server_bench import SERVER_BENCH_CONFIGS, format_server_bench, server_bench, weight_form_speedup
 from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError, build_llama_server, find_llama_server
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
+from inspector.bench.server_client import SERVER_LIMITS_HELP
+from inspector.bench.server_http import REQUEST_DEADLINE_S
 from inspector.bench.server_process import ServerError
 from inspector.bench.serve_bench import SERVE_BENCH_CONFIGS, format_serve_bench, serve_bench
 from inspector.bench.turns import combine_turns_benches, format_combined, format_turns_bench, run_turns_bench
@@ -115,6 +117,8 @@ def add_bench_commands(sub) -> None:
                          "and show its tokens/s, drafted and accepted beside ours: a llama-server binary (started "
                          "on 127.0.0.1 per configuration), a running server's URL (used as it is), or nothing: "
                          "the one built from our llama.cpp (built once on first use, 7-15 minutes)")
+    cp.add_argument("--llama-server-timeout", type=whole_number(1, 86400, name="seconds"),
+                    default=int(REQUEST_DEADLINE_S), metavar="S", help=SERVER_LIMITS_HELP)
     add_offload_flags(cp)
     add_context_flags(cp)
     add_sampling_flags(cp, "sampling of every configuration (default greedy)")
@@ -392,7 +396,7 @@ def cmd_compare(args) -> int:
             raise UserError("compare --llama-server compares greedy decoding (its requests are greedy, with the "
                              "penalties given): leave out --temperature, or --llama-server")
         if args.llama_server:  # a path or URL that cannot serve is said before anything runs
-            check_llama_server(args.llama_server)
+            check_llama_server(args.llama_server, args.llama_server_timeout)
     except (ValueError, UserError) as exc:
         return fail(str(exc), EXIT_USAGE)
     except ServerError as exc:  # a URL (a path that is no llama-server is a ValueError: a usage error above)
@@ -432,7 +436,8 @@ def cmd_compare(args) -> int:
     server_failed = False
     if args.llama_server is not None:
         try:
-            server_rows = _compare_with_server(args.llama_server, result, runtime, scheduler, tokens, settings)
+            server_rows = _compare_with_server(args.llama_server, result, runtime, scheduler, tokens, settings,
+                                               args.llama_server_timeout)
         except Exception as exc:  # one line; our rows are printed above and still exported below
             print(f"spec-inspector: error: llama-server comparison failed: {type(exc).__name__}: {exc}",
                   file=sys.stderr)
@@ -469,7 +474,7 @@ def _our_llama_server() -> str | None:
     return str(found)
 
 
-def _compare_with_server(target: str, result, runtime, scheduler, tokens, settings):
+def _compare_with_server(target: str, result, runtime, scheduler, tokens, settings, timeout_s: float):
     """``compare --llama-server``: llama-server's rows for ``result`` (``inspector.bench.server_compare``),
     or None after printing why there is no llama-server to run (a failed build)."""
     target = target or _our_llama_server()
@@ -480,4 +485,5 @@ def _compare_with_server(target: str, result, runtime, scheduler, tokens, settin
     return compare_with_llama_server(
         target, result, model=runtime.model_path, prompt_tokens=tokens, n_predict=settings.max_new_tokens,
         threads=runtime.n_threads, n_ctx=runtime.n_ctx, scheduler=scheduler, context=server_context(runtime),
+        request_timeout_s=timeout_s,
         progress=lambda i, n, label: print(f"[{i + 1}/{n}] llama-server: {label} ...", file=sys.stderr, flush=True))

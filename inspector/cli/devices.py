@@ -1,6 +1,6 @@
 """Command-line flags for where the model runs, with llama.cpp's names (``common/arg.cpp`` of the
 llama.cpp that llama-cpp-python 0.3.36 vendors): ``-ngl``/``--n-gpu-layers``, ``--split-mode``,
-``--main-gpu``, ``--tensor-split``, ``--rpc``; and the
+``--main-gpu``, ``--tensor-split``, ``--rpc`` (and ours, ``--rpc-timeout``); and the
 ``rpc-server`` and ``devices`` commands (``inspector.llama.devices``)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 from inspector.cli.ranges import COUNT_MAX, MAX_DEVICES, finite_shares, whole_number
 from inspector.cli.rpc_server import add_command as add_rpc_server_command
 from inspector.engine.errors import RuntimeLost
-from inspector.llama.devices import (REBUILD_HINT, SPLIT_MODES, Offload, RpcUnavailable, list_devices, local_gpus,
-                                     parse_endpoints, rpc_supported)
+from inspector.llama.devices import (REBUILD_HINT, RPC_TIMEOUT_S, SPLIT_MODES, Offload, RpcUnavailable, list_devices,
+                                     local_gpus, parse_endpoints, rpc_supported)
 from inspector.llama.remote import devices_with_rpc
 
 
@@ -32,6 +32,11 @@ def add_offload_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc", type=_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT...]",
                    help="offload to llama.cpp RPC servers (spec-inspector rpc-server, or llama.cpp's rpc-server); "
                         "the model then runs in a child process, which a lost server cannot take the app down with")
+    p.add_argument("--rpc-timeout", type=whole_number(1, 86400, name="seconds"), default=int(RPC_TIMEOUT_S),
+                   metavar="S", help="with --rpc: a model call the servers do not answer within S seconds per batch "
+                                     "of up to n_batch rows (a frozen server: llama.cpp's client would wait forever) "
+                                     "ends the run as a lost server does, its receipts kept "
+                                     f"[{RPC_TIMEOUT_S:g}; 1..86400]")
 
 
 def _endpoints(text: str) -> tuple[str, ...]:
@@ -45,7 +50,7 @@ def offload_from_args(args):
     """The ``Offload`` the flags ask for (``inspector.llama.devices.Offload``). Raises ``ValueError``."""
     return Offload(n_gpu_layers=getattr(args, "n_gpu_layers", None), split_mode=getattr(args, "split_mode", None),
                    main_gpu=getattr(args, "main_gpu", None), tensor_split=getattr(args, "tensor_split", None),
-                   rpc=tuple(getattr(args, "rpc", ()) or ()))
+                   rpc=tuple(getattr(args, "rpc", ()) or ()), rpc_timeout_s=getattr(args, "rpc_timeout", None))
 
 
 def add_commands(sub) -> None:

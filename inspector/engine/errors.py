@@ -80,18 +80,27 @@ class SpeculationUnsupported(EngineError):
 class RuntimeLost(EngineError):
     """The process running the model ended (an RPC server went away and llama.cpp aborted it;
     ``inspector.llama.remote``). ``endpoints``: the RPC servers; ``exit_code``; ``last_line``:
-    llama.cpp's last stderr line. Every later runtime call raises it too."""
+    llama.cpp's last stderr line; ``silent_s``: set when the process was ended because a call had no
+    answer for that many seconds (a server frozen, or unreachable without its connection closing:
+    llama.cpp's client waits forever). Every later runtime call raises it too."""
 
-    def __init__(self, endpoints, exit_code, last_line: str) -> None:
+    def __init__(self, endpoints, exit_code, last_line: str, silent_s: float | None = None) -> None:
         self.endpoints = tuple(endpoints)
         self.exit_code = exit_code
         self.last_line = last_line
+        self.silent_s = silent_s
         super().__init__(self.at(""))
 
     def at(self, place: str) -> str:
         """The message with where the run was (``Generation.failure_place``; "" = not said): "RPC
-        server H:P went away at window 4 (...)", "... went away in a plain step after window 10 (...)"."""
-        where = f"RPC server {', '.join(self.endpoints)} went away" if self.endpoints else "the model's process ended"
+        server H:P went away at window 4 (...)", "... went away in a plain step after window 10 (...)",
+        "RPC server H:P stopped answering at window 4 (no answer within 60 s; ...)"."""
+        servers = f"RPC server {', '.join(self.endpoints)}" if self.endpoints else ""
+        if self.silent_s is not None:
+            where = f"{servers} stopped answering" if servers else "the model's process stopped answering"
+            where += f" {place}" if place else ""
+            return f"{where} (no answer within {self.silent_s:g} s; the model's process was ended)"
+        where = f"{servers} went away" if servers else "the model's process ended"
         where += f" {place}" if place else ""
         why = f" (llama.cpp: {self.last_line})" if self.last_line else ""
         code = f"; its process exited with {self.exit_code}" if self.exit_code is not None else ""

@@ -26,6 +26,9 @@ from dataclasses import asdict, dataclass, field
 
 DEFAULT_RPC_PORT = 50052
 """llama.cpp's ``rpc-server`` default port."""
+RPC_TIMEOUT_S = 120.0
+"""Default longest wait for the RPC servers' answer to one model call, per batch of up to ``n_batch``
+rows (seconds; ``--rpc-timeout``): llama.cpp's client would wait forever on a frozen server."""
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
 """``--split-mode`` names -> ``llama_split_mode`` values."""
 DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL", 4: "META"}
@@ -56,6 +59,9 @@ class Offload:
     which is all layers in 0.3.36). ``split_mode``: ``none``/``layer``/``row`` (None: llama.cpp's,
     ``layer``). ``main_gpu``: the device index for ``split_mode`` none. ``tensor_split``: the share
     of each device (None: by free memory). ``rpc``: RPC servers, ``HOST:PORT`` each.
+    ``rpc_timeout_s``: ours, not llama.cpp's (whose RPC client waits forever): the longest wait for
+    the servers' answer to one model call per batch of up to ``n_batch`` rows (None:
+    ``RPC_TIMEOUT_S``); not a setting of the model, so not in ``to_json``, ``flags`` or equality.
     Raises ``ValueError`` for a bad value, naming the flag.
     """
 
@@ -64,6 +70,7 @@ class Offload:
     main_gpu: int | None = None
     tensor_split: tuple[float, ...] | None = None
     rpc: tuple[str, ...] = field(default_factory=tuple)
+    rpc_timeout_s: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.n_gpu_layers is not None and self.n_gpu_layers < -1:
@@ -76,6 +83,8 @@ class Offload:
                                                                           for v in self.tensor_split)):
             raise ValueError(f"--tensor-split needs non-negative shares, observed {self.tensor_split}")
         object.__setattr__(self, "rpc", tuple(parse_endpoint(e) for e in self.rpc))
+        if self.rpc_timeout_s is not None and not (math.isfinite(self.rpc_timeout_s) and self.rpc_timeout_s > 0):
+            raise ValueError(f"--rpc-timeout must be a number of seconds > 0, observed {self.rpc_timeout_s}")
 
     @property
     def default(self) -> bool:
@@ -84,7 +93,8 @@ class Offload:
 
     def to_json(self) -> dict:
         """The settings that were given (receipts' ``model.offload``)."""
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v not in (None, ())}
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()
+                if v not in (None, ()) and k != "rpc_timeout_s"}
 
     def flags(self) -> list[str]:
         """The llama.cpp flags that reproduce these settings (``-ngl 99 --rpc 127.0.0.1:50052``)."""
@@ -103,10 +113,16 @@ class Offload:
 
 
 def parse_endpoint(text: str) -> str:
-    """``HOST:PORT`` checked (port 1..65535). Raises ``ValueError``."""
+    """``HOST:PORT`` checked (port 1..65535; HOST an IPv4 address or a host name: llama.cpp's RPC client
+    splits the text at its first colon and looks the host up with ``gethostbyname``, IPv4 only, so an
+    IPv6 address cannot reach a server). Raises ``ValueError``."""
     host, sep, port = str(text).strip().rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"RPC server {text!r}: expected HOST:PORT, e.g. 127.0.0.1:{DEFAULT_RPC_PORT}")
+    if ":" in host or "[" in host or "]" in host:
+        raise ValueError(f"RPC server {text!r}: llama.cpp's RPC client connects over IPv4 only (it splits HOST:PORT "
+                         f"at the first colon and looks the host up with gethostbyname): give an IPv4 address or a "
+                         f"host name, e.g. 127.0.0.1:{DEFAULT_RPC_PORT}")
     if not 0 < int(port) < 65536:
         raise ValueError(f"RPC server {text!r}: the port must be 1..65535, observed {port}")
     return f"{host}:{int(port)}"
@@ -129,6 +145,8 @@ def check_endpoint(endpoint: str, timeout_s: float = 3.0) -> None:
             pass
     except socket.timeout:
         raise RpcUnavailable(endpoint, f"no answer within {timeout_s:g} s") from None
+    except socket.gaierror as exc:
+        raise RpcUnavailable(endpoint, f"the host {host!r} is not known ({exc.strerror or exc})") from None
     except OSError as exc:
         raise RpcUnavailable(endpoint, f"cannot connect ({exc.strerror or exc}); is "
                                        f"`spec-inspector rpc-server` (or llama.cpp's rpc-server) running there?") from None

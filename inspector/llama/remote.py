@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import math
 import multiprocessing
 import os
 import re
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from inspector.engine.errors import EngineError, RuntimeLost  # noqa: F401  (RuntimeLost: re-exported)
 from inspector.engine.text import token_label
-from inspector.llama.devices import RpcUnavailable, add_rpc_servers, list_devices
+from inspector.llama.devices import RPC_TIMEOUT_S, RpcUnavailable, add_rpc_servers, list_devices
 
 _LOCAL = ("info", "model_path", "n_ctx", "n_batch", "n_seq_max", "n_threads", "n_vocab", "vocab_type",
           "architecture", "swa_full", "layers", "offload", "rpc_devices", "offload_note", "converted_from")
@@ -39,9 +40,7 @@ RPC_HELLO_TIMEOUT_S = 30.0
 """Longest wait for the RPC servers to answer llama.cpp's hello (seconds): something that accepts the
 connection but is not llama.cpp's RPC server never answers."""
 STARTUP_TIMEOUT_S = 600.0
-"""Longest wait for the model to load in the child (seconds)."""
-CALL_TIMEOUT_S = 300.0
-"""Default longest wait for one runtime call (``RemoteRuntime.call_timeout_s``)."""
+"""Longest wait for the model to load in the child (seconds, between two progress steps)."""
 
 
 def _remote_error(module: str, name: str, message: str, attrs: dict) -> BaseException:
@@ -130,15 +129,18 @@ class RemoteRuntime:
     when the child dies while loading (llama.cpp aborted: e.g. a server that is not llama.cpp's
     RPC server) and ``RpcUnavailable`` when the servers do not answer llama.cpp's hello within
     ``RPC_HELLO_TIMEOUT_S``. Every call later may raise ``RuntimeLost``; ``alive`` says whether it
-    can still answer. A call with no answer for ``call_timeout_s`` seconds ends the child.
+    can still answer. A call with no answer for ``call_timeout_s`` seconds per batch of up to
+    ``n_batch`` rows it decodes (a prefill of N tokens: ceil(N / n_batch) times that) ends the child:
+    ``RuntimeLost`` with ``silent_s``, as for a server that went away.
     """
 
-    def __init__(self, model_path, *, progress=None, call_timeout_s: float = CALL_TIMEOUT_S,
+    def __init__(self, model_path, *, progress=None, call_timeout_s: float | None = None,
                  **runtime_options) -> None:
-        self.call_timeout_s = call_timeout_s
-        """Longest wait for one call (seconds): a server that stops answering without closing its
-        connection would otherwise hang the run forever."""
         offload = runtime_options.get("offload")
+        self.call_timeout_s = call_timeout_s or getattr(offload, "rpc_timeout_s", None) or RPC_TIMEOUT_S
+        """Longest wait for one call per batch of rows (seconds; default ``offload.rpc_timeout_s``, else
+        ``RPC_TIMEOUT_S``): llama.cpp's client waits forever on a server that stops answering without
+        closing its connection (frozen, or a network that drops packets)."""
         self._endpoints = tuple(getattr(offload, "rpc", ()) or ())
         self._lock = threading.RLock()
         self._abort_lock = threading.Lock()
@@ -198,10 +200,9 @@ class RemoteRuntime:
             break
 
     # -- the pipe -----------------------------------------------------------------------------
-    def _receive(self, timeout_s: float | None = None):
+    def _receive(self, timeout_s: float):
         """The child's next message; ``RuntimeLost`` when it died or said nothing for ``timeout_s``
         (a server that hangs without closing its connection: the child is then ended)."""
-        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         try:
             if not self._conn.poll(timeout_s):
                 self._proc.kill()
@@ -218,10 +219,8 @@ class RemoteRuntime:
             if code is None:
                 self._proc.kill()
                 self._proc.join(timeout=5)
-            last = _last_line(self._stderr_path)
-            if getattr(self, "_hung_s", None):
-                last = f"no answer for {self._hung_s:g} s; the runtime's process was ended"
-            self._lost = RuntimeLost(self._endpoints, code, last)
+            self._lost = RuntimeLost(self._endpoints, code, _last_line(self._stderr_path),
+                                     silent_s=getattr(self, "_hung_s", None))
         return self._lost
 
     def _call(self, kind: str, name: str, *args, **kwargs):
@@ -232,13 +231,18 @@ class RemoteRuntime:
                 self._conn.send((kind, name, args, kwargs))
             except (OSError, ValueError, ConnectionError):
                 raise self._died() from None
-            msg = self._receive()
+            msg = self._receive(self._wait_for(args))
         if msg[0] == "err":
             raise _remote_error(*msg[1:])
         _ok, value, d_ns, p_ns = msg
         self.decode_ns += d_ns
         self.predict_ns += p_ns
         return value
+
+    def _wait_for(self, args) -> float:
+        """``call_timeout_s`` per batch of up to ``n_batch`` rows in the call's longest sequence argument."""
+        rows = max((len(a) for a in args if isinstance(a, (list, tuple))), default=0)
+        return self.call_timeout_s * max(1, math.ceil(rows / max(1, int(getattr(self, "n_batch", 0) or 1))))
 
     @property
     def alive(self) -> bool:

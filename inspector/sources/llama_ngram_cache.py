@@ -47,6 +47,7 @@ import os
 import struct
 import tempfile
 
+from inspector.bounded_read import BoundedReadError, read_bounded
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.sources.descriptors import Option, SourceDescriptor
@@ -60,6 +61,9 @@ LAX = ((2, 66), (2, 50), (1, 50), (1, 50))
 """(minimum sample, minimum percent) per n-gram size 1..4 for the context cache and the static cache."""
 STRICT = ((4, 75), (3, 66), (2, 66), (2, 66))
 """The same for the dynamic cache."""
+MAX_CACHE_FILE_BYTES = 256 * 1024 * 1024
+"""Largest lookup-cache file read (``-lcs``/``-lcd``), in bytes read, not as reported: about 10 million
+n-grams, a few GB once counted in Python. A FIFO, device or socket is refused by its type."""
 _PAD = -1
 _NGRAM = struct.Struct("<4i")
 _INT = struct.Struct("<i")
@@ -99,14 +103,14 @@ def merge(target: Cache, add: Cache) -> None:
 
 
 def load(path: str, what: str) -> Cache:
-    """The cache in ``path``; raises ``ValueError`` naming the file and the problem."""
+    """The cache in ``path`` (at most ``MAX_CACHE_FILE_BYTES``, a regular file: ``read_bounded``);
+    raises ``ValueError`` naming the file and the problem."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_bounded(path, MAX_CACHE_FILE_BYTES, what)
     except FileNotFoundError:
         raise ValueError(f"{what} {path}: no such file") from None
-    except IsADirectoryError:
-        raise ValueError(f"{what} {path}: is a directory") from None
+    except BoundedReadError as exc:  # a folder, FIFO, device or socket; or over the limit
+        raise ValueError(str(exc)) from None
     except OSError as exc:
         raise ValueError(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
     cache: Cache = {}
@@ -339,12 +343,14 @@ def _path_check(source: str, key: str, value) -> str:
 
 NGRAM_CACHE = SourceDescriptor("ngram-cache", (
     Option("lookup_cache_static", "path", "", "llama.cpp -lcs / --lookup-cache-static: path to a static lookup "
-           "cache (read, not updated by generation; e.g. from llama-lookup-create)", label="static cache (-lcs)",
+           "cache (read, not updated by generation; e.g. from llama-lookup-create; a regular file of at most "
+           f"{MAX_CACHE_FILE_BYTES // 2**20} MiB)", label="static cache (-lcs)",
            flag="--lookup-cache-static", aliases=("-lcs",), metavar="FNAME", convert=_path_check,
            placeholder="-lcs file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
     Option("lookup_cache_dynamic", "path", "", "llama.cpp -lcd / --lookup-cache-dynamic: path to a dynamic lookup "
            "cache (read if it exists and never changed while drafting, as llama-server; written when the run ends "
-           "with what was read plus this session's context counts, as llama-lookup)", label="dynamic cache (-lcd)",
+           "with what was read plus this session's context counts, as llama-lookup; a regular file of at most "
+           f"{MAX_CACHE_FILE_BYTES // 2**20} MiB)", label="dynamic cache (-lcd)",
            flag="--lookup-cache-dynamic", aliases=("-lcd",), metavar="FNAME", convert=_path_check,
            placeholder="-lcd file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
 ), help="llama.cpp ngram-cache: lookup decoding from context, dynamic and static n-gram counts",

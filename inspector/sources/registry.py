@@ -274,6 +274,7 @@ from inspector.sources.ngram import NgramSource
 from inspector.sources.replay import ReplaySource
 from inspector.sources.scripted import ScriptedSource
 from inspector.sources.suffix import SuffixSource, memory_for
+from inspector.sources.suffix.memory import MAX_MEMORY_FILE_BYTES
 
 for _module in (llama_ngram_map, llama_ngram_mod, llama_ngram_cache):
     for _name, (_factory, _descriptor) in _module.SOURCES.items():
@@ -297,7 +298,7 @@ SUFFIX = SourceDescriptor("suffix", (
            "requests dropped first (0: this run neither uses nor changes the memory)", minimum=0, maximum=10_000_000,
            control_max=10_000_000),
     Option("memory_file", "path", "", "load the memory of earlier outputs from this JSON file and save it back "
-           "after each run (empty: this session only)",
+           f"after each run (empty: this session only; a regular file of at most {MAX_MEMORY_FILE_BYTES // 2**20} MiB)",
            placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)"),
     Option("length", "choice", "adaptive", "which candidate, how long, and whether to propose at all",
            choices=suffix_lengths),

@@ -10,15 +10,16 @@ import hashlib
 import json
 import os
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 
+from inspector.bounded_read import BoundedReadError, read_bounded_text
 from inspector.sources.suffix.tree import PAD
 
 MEMORY_FORMAT = "spec-inspector suffix memory"
 MEMORY_VERSION = 1
 MAX_MEMORY_FILE_BYTES = 256 * 1024 * 1024
+"""Largest memory file read, in bytes read (not as reported); a FIFO, device or socket is refused by its type."""
 
 
 class SuffixMemory:
@@ -97,20 +98,22 @@ class SuffixMemory:
 
 def load_memory(path: str, vocabulary: dict | None = None) -> SuffixMemory:
     """The memory saved in ``path``; an empty one when the file does not exist yet (written at the
-    first close). Raises ``ValueError`` naming the file: unreadable, not JSON, not a suffix memory,
-    malformed sequences, or made for another vocabulary than ``vocabulary``."""
-    p = Path(path)
+    first close). Raises ``ValueError`` naming the file: unreadable, not a regular file, more than
+    ``MAX_MEMORY_FILE_BYTES`` (``read_bounded_text``), not JSON, not a suffix memory, malformed
+    sequences, or made for another vocabulary than ``vocabulary``."""
     where = f"suffix memory file {path}"
-    if not p.exists():
+    if not os.path.exists(path):
         return SuffixMemory(vocabulary=vocabulary)
     try:
-        if p.stat().st_size > MAX_MEMORY_FILE_BYTES:
-            raise ValueError(f"{where} is larger than {MAX_MEMORY_FILE_BYTES // 2**20} MiB")
-        text = p.read_text(encoding="utf-8")
+        text = read_bounded_text(path, MAX_MEMORY_FILE_BYTES, "suffix memory file")
+    except BoundedReadError as exc:  # a folder, FIFO, device or socket; or over the limit
+        raise ValueError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{where} cannot be read: {exc}") from None
     try:
         doc = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{where} is not a suffix memory: its JSON is nested too deeply") from None
     except ValueError as exc:
         raise ValueError(f"{where} is not valid JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != MEMORY_FORMAT:
