@@ -13,6 +13,7 @@ from inspector.engine.probabilities import WindowProbabilities, top_texts_of
 from inspector.engine.profit import plain_step_us, run_balance
 from inspector.engine.receipt import (COMMIT, DISCARD, PREFILL, STEP, VERIFY, LockOperation, Summary, decision_id_text,
                                       receipt_from_json)
+from inspector.engine.stats import summarize_receipts
 from inspector.receipts.document import version_note
 from inspector.sources.registry import PLAIN, describe_source
 
@@ -399,6 +400,9 @@ def format_autosave(record) -> str:
         f"model:    {record.model_name or '?'}",
         f"source:   {record.source_name or '?'}",
     ]
+    block = record.conversation or {}
+    if block.get("turn"):  # a turn of run --turns' autosave
+        head.append(f"turn:     {block['turn']} of {block.get('turns') or '?'} · {_shortened(block.get('user_text', ''))}")
     if record.skipped_lines:
         head.append(f"skipped:  {record.skipped_lines} incomplete or damaged line(s)")
     head += ["--- output ---", record.output_text]
@@ -407,3 +411,34 @@ def format_autosave(record) -> str:
     return "\n".join(head) + "\n" + format_summary(
         record.summary(), ended_as=record.ended_as, incomplete_utf8_bytes=record.incomplete_utf8_bytes,
         why=format_reasons(record.events, record.source_name)) + tail
+
+
+def _shortened(message: str, most: int = 60) -> str:
+    shown = " ".join(str(message).split())
+    return shown[:most - 3] + "..." if len(shown) > most else shown
+
+
+def format_autosave_turns(records) -> str:
+    """Human summary of a conversation's autosave (``run --turns --autosave``) read as one ``SessionRecord``
+    per turn (``inspector.session.record_files.records_from_autosave``): a line per turn (how it ended,
+    or unfinished: the turn a kill or crash ended), then the summary over every complete record."""
+    first, last = records[0], records[-1]
+    planned = (last.conversation or {}).get("turns")
+    lines = [f"autosave: {first.document_path}",
+             f"file:     conversation, {len(records)} turn(s)" + (f" of {planned}" if planned and planned != len(records)
+                                                                    else ""),
+             f"model:    {first.model_name or '?'}", f"source:   {first.source_name or '?'}", "--- turns ---"]
+    for k, r in enumerate(records, 1):
+        s = r.summary()
+        ended = "unfinished (stopped or killed)" if r.unfinished else (r.ended_as or "?")
+        skipped = f", {r.skipped_lines} damaged line(s) skipped" if r.skipped_lines else ""
+        lines.append(f"turn {k}: prompt {r.prompt_token_count} tokens, generated {s.generated_tokens}, windows "
+                     f"{s.windows}, acceptance {_pct(s.acceptance_rate)}, ended {ended}{skipped} · "
+                     f"{_shortened((r.conversation or {}).get('user_text') or r.prompt_text)}")
+    total = summarize_receipts([w for r in records for w in r.receipts], plain_steps=sum(r.plain_steps for r in records),
+                               discards=sum(len(r.discards) for r in records),
+                               generated_tokens=sum(len(r.tokens) for r in records),
+                               decode_elapsed_us=sum(r.decode_elapsed_us for r in records),
+                               finish_reason=last.finish_reason)
+    return "\n".join(lines) + "\n(the summary below sums every turn)\n" + format_summary(total) + \
+        "\n(spec-inspector view FILE --turn N shows one turn: its output, windows and events)"

@@ -27,9 +27,9 @@ def test_run_and_compare_take_llama_cpps_penalty_flags_and_record_them(tmp_path)
 
 
 def test_penalty_values_llama_cpp_refuses_are_usage_errors_with_its_meaning():
-    for flag, value, said in (("--repeat-penalty", "0", "repeat_penalty must be a finite number > 0"),
+    for flag, value, said in (("--repeat-penalty", "0", "repeat_penalty must be a number from 1e-9 to 1e9"),
                               ("--repeat-last-n", "-1", "repeat_last_n must be a whole number >= 0"),
-                              ("--presence-penalty", "nan", "presence_penalty must be a finite number")):
+                              ("--presence-penalty", "nan", "presence_penalty must be a number from -1e9 to 1e9")):
         r = cli("run", "--prompt", "hi", flag, value)
         assert r.returncode == 2 and said in r.stderr, r.stderr
     helped = " ".join(cli("run", "--help").stdout.split())  # argparse wraps the help

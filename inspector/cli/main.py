@@ -27,10 +27,11 @@ from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.devices import add_commands as add_device_commands, cmd_devices
 from inspector.cli.flags import add_flags_command, cmd_flags
 from inspector.cli.interrupt import Interrupted, install_interrupt_handlers
-from inspector.cli.paths import OutputPathError, check_outputs
+from inspector.cli.paths import OutputPathError, check_outputs, expand_user_paths
 from inspector.cli.rpc_server import cmd_rpc_server
 from inspector.cli.run import add_run_command, cmd_run
 from inspector.cli.serve import add_serve_command, cmd_serve
+from inspector.cli.standard_output import guard_stdout, restore_stdout, stdout_status
 from inspector.cli.tune import add_tune_command, cmd_tune
 from inspector.cli.view import add_view_commands, cmd_trace, cmd_view
 from inspector.exact_options import ExactOptionParser
@@ -121,12 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         return cmd_gui(argv)
     install_interrupt_handlers()  # SIGINT/SIGTERM/SIGHUP raise Interrupted: one line, never a traceback
+    stdout = guard_stdout()  # a failing standard output never costs the files (issue 37)
     try:
-        return _command(argv)
+        return stdout_status(stdout, _command(argv))
     except (Interrupted, KeyboardInterrupt) as exc:  # before a run had anything to keep
         status = exc.status if isinstance(exc, Interrupted) else 130
         name = f" ({exc.name})" if isinstance(exc, Interrupted) else ""
         return fail(f"interrupted{name}; nothing was written", status)
+    finally:
+        restore_stdout(stdout)
 
 
 def _command(argv: list[str]) -> int:
@@ -136,8 +140,9 @@ def _command(argv: list[str]) -> int:
         print(f"spec-inspector {args.command}: error: unrecognized arguments: {' '.join(extras)} "
               f"(see spec-inspector {args.command} --help)", file=sys.stderr)
         return EXIT_USAGE
+    expand_user_paths(args)  # ~ is the home folder in every path flag: one rule (issue 37)
     try:
-        check_outputs(args)  # writable, no folder, never an input: before any work (issue 25)
+        check_outputs(args)  # writable, no folder, never an input, sources' files too: before any work
     except OutputPathError as exc:
         return fail(str(exc), EXIT_USAGE)
     handler = HANDLERS.get(args.command)

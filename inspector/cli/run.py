@@ -97,7 +97,8 @@ def add_run_command(sub) -> None:
     run.add_argument("--receipts", type=Path, metavar="OUT.json", help="write the receipts document here")
     run.add_argument("--autosave", type=Path, metavar="OUT.jsonl",
                      help="append every receipt, discard and plain step to this JSON Lines file as it happens "
-                          "(flushed per record: survives a crash; spec-inspector view opens it)")
+                          "(flushed per record: survives a crash; spec-inspector view opens it); with --turns, "
+                          "every turn to this one file (view --turn N shows one)")
     run.add_argument("--proposal-deadline-ms", type=setting("proposal_deadline_ms", float), default=2000.0,
                      metavar="MS", help="a proposal that arrives later is discarded as deadline_exceeded (> 0) [2000]")
     run.add_argument("--events", action="store_true",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from inspector.cli.ranges import setting
+from inspector.cli.ranges import setting, setting_span
 from inspector.engine.settings import PENALTY_DEFAULTS, PENALTY_FIELDS, SEED_MAX, SamplingSettings, sampling_settings
 
 
@@ -29,16 +29,17 @@ def add_sampling_flags(p: argparse.ArgumentParser, title: str = "sampling (defau
     last_n = PENALTY_DEFAULTS["repeat_last_n"]
     s.add_argument("--repeat-penalty", type=setting("repeat_penalty", float), default=None, metavar="N",
                    help="llama.cpp --repeat-penalty: a positive logit of a token seen in the last --repeat-last-n "
-                        "tokens is divided by N, a negative one multiplied (> 0) [1.0 = disabled]")
+                        f"tokens is divided by N, a negative one multiplied ({setting_span('repeat_penalty')}) "
+                        "[1.0 = disabled]")
     s.add_argument("--repeat-last-n", type=setting("repeat_last_n", int), default=None, metavar="N",
                    help="llama.cpp --repeat-last-n: the penalties look at the sequence's last N tokens, prompt "
                         f"included (>= 0) [{last_n}; 0 = disabled]")
     s.add_argument("--presence-penalty", type=setting("presence_penalty", float), default=None, metavar="N",
                    help="llama.cpp --presence-penalty: subtracted from the logit of each token seen in the last "
-                        "--repeat-last-n tokens [0.0 = disabled]")
+                        f"--repeat-last-n tokens ({setting_span('presence_penalty')}) [0.0 = disabled]")
     s.add_argument("--frequency-penalty", type=setting("frequency_penalty", float), default=None, metavar="N",
                    help="llama.cpp --frequency-penalty: subtracted once per occurrence in the last --repeat-last-n "
-                        "tokens [0.0 = disabled]")
+                        f"tokens ({setting_span('frequency_penalty')}) [0.0 = disabled]")
 
 
 def sampling_from_args(args) -> tuple[SamplingSettings, tuple[str, ...]]:

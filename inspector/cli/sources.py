@@ -23,7 +23,8 @@ class SourceFlagError(ValueError):
     malformed ``--source-option``, or values that break the source's rules. One line."""
 
 
-def _dest(flag: str) -> str:
+def flag_dest(flag: str) -> str:
+    """Where argparse stores a source flag's value: its name with ``_`` (``--ngram-max`` -> ``ngram_max``)."""
     return flag.lstrip("-").replace("-", "_")
 
 
@@ -179,9 +180,9 @@ def source_options_from_args(args) -> dict:
             continue
         if not o.flag:
             continue
-        value = getattr(args, _dest(o.flag), None)
-        if value is None and o.file_flag and getattr(args, _dest(o.file_flag), None) is not None:
-            value = read_text_file(getattr(args, _dest(o.file_flag)), f"{o.name} file")
+        value = getattr(args, flag_dest(o.flag), None)
+        if value is None and o.file_flag and getattr(args, flag_dest(o.file_flag), None) is not None:
+            value = read_text_file(getattr(args, flag_dest(o.file_flag)), f"{o.name} file")
         if value is None:
             if o.required:
                 raise SourceFlagError(f"--source {name} needs {o.flag} {o.metavar or 'VALUE'}"

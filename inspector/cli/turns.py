@@ -6,6 +6,9 @@ every turn streams as it is committed after the turn's whole user message (``use
 ``answer:``; not with ``--quiet``), each turn prints its summary, and ``--receipts OUT.json``
 writes one conversation receipts document (``inspector.session.conversation.conversation_document``:
 one request document per turn, each window naming its ``turn``), written again after every turn.
+``--autosave OUT.jsonl`` is the conversation's crash-safe log: one file, every turn appended as it
+happens (its own ``header`` line, with the turn's ``conversation`` block: turn, turns, message;
+then its records, flushed one by one; ``view`` shows each turn, ``view --turn N`` one).
 A turn that cannot run (its prompt no longer fits the context, the source refuses) ends the
 conversation with a message naming the turn; the file keeps the earlier turns and says where
 the conversation stopped.
@@ -22,6 +25,7 @@ from inspector.engine import FaultPlan, RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.prompts import TURNS_EXAMPLES, turns_path
 from inspector.receipts import ReceiptsFileError, write_document
+from inspector.receipts.autosave import AutosaveWriter
 from inspector.run_output import StreamPrinter, drive_run, format_reasons, format_summary, turn_heading
 from inspector.session.conversation import Conversation, conversation_document, read_turns
 from inspector.session.record import SessionRecord
@@ -85,12 +89,14 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
                          system_prompt=args.system_prompt,
                          draft_max_auto=args.draft_max is None,
                          **conv.next_turn(text))
-    run = SessionRun(scheduler, request, record.apply, observer=printer)
+    run = SessionRun(scheduler, request, record.apply, observer=printer, open_autosave=_autosave(args, conv, n, text))
     current.update(run=run, record=record)
     try:
         run.tokenize()
         run.make_source()
         gen = run.open()
+        if run.autosave_error:
+            raise EngineError(f"cannot write autosave {args.autosave}: {run.autosave_error}")
         t0 = time.perf_counter()
         run.start()
     except (RunRefused, EngineError) as exc:
@@ -107,6 +113,10 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
     print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
                          ended_as=end.reason, incomplete_utf8_bytes=end.incomplete_utf8_bytes,
                          why=format_reasons(record.events, args.source)))
+    if run.autosave is not None:
+        print(f"autosave: {run.autosave.writer.path} (turn {n})")
+    if run.autosave_error:
+        print(f"spec-inspector: autosave stopped: {run.autosave_error}", file=sys.stderr)
     run.close_source()
     conv.add_turn(record)
     if failed:
@@ -117,6 +127,15 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
         print(f"spec-inspector: the conversation stopped at turn {n}", file=sys.stderr)
         return EXIT_GENERATION_ERROR
     return None
+
+
+def _autosave(args, conv, n: int, text: str):
+    """``SessionRun``'s ``open_autosave`` for turn ``n`` (message ``text``): ``--autosave``'s file, started
+    by the first turn that runs and appended to by each next one; None without ``--autosave``."""
+    if not args.autosave:
+        return None
+    block = {"turn": n, "turns": conv.planned_turns or n, "user_text": text}
+    return lambda header: AutosaveWriter(args.autosave, {**header, "conversation": block}, append=bool(conv.records))
 
 
 def _interrupted(args, conv, n: int, exc, current: dict) -> int:
@@ -135,7 +154,8 @@ def _interrupted(args, conv, n: int, exc, current: dict) -> int:
         written = _write(args, conv, quiet=True)
         if written is not False:  # False: the write failed, and its line said why
             windows = sum(len(r.receipts) for r in conv.records)
-            print(interrupted_line(exc, windows, written, ""), file=sys.stderr)
+            autosave = str(args.autosave) if args.autosave and (conv.records or getattr(run, "autosave", None)) else ""
+            print(interrupted_line(exc, windows, written, autosave), file=sys.stderr)
     return exc.status
 
 

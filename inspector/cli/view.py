@@ -11,9 +11,9 @@ from inspector.engine.receipt import receipt_from_json
 from inspector.receipts import ReceiptsFileError, load_document
 from inspector.receipts.document import is_conversation, version_note
 from inspector.receipts.trace import write_trace
-from inspector.run_output import (document_token_text, format_autosave, format_conversation, format_document,
-                                  format_events, format_window_rows, format_windows, turn_heading)
-from inspector.session.record_files import record_from_autosave
+from inspector.run_output import (document_token_text, format_autosave, format_autosave_turns, format_conversation,
+                                  format_document, format_events, format_window_rows, format_windows, turn_heading)
+from inspector.session.record_files import records_from_autosave
 
 
 def add_view_commands(sub) -> None:
@@ -26,7 +26,8 @@ def add_view_commands(sub) -> None:
     view.add_argument("--window", type=positive, metavar="N", action="append", default=[],
                       help="also print window N row by row with the target's probabilities (repeatable)")
     view.add_argument("--turn", type=positive, metavar="N",
-                      help="a conversation file (run --turns, the window's Next turn): show turn N as one request")
+                      help="a conversation file (run --turns, the window's Next turn; run --turns' autosave): show "
+                           "turn N as one request")
 
     tr = sub.add_parser("trace", help="write a Chrome trace (Perfetto) of a receipts file",
                         description="Convert a receipts file to Chrome trace event JSON: open it in "
@@ -40,9 +41,20 @@ def cmd_view(args) -> int:
         return fail(f"cannot read receipts {args.file}: no such file")
     if args.file.suffix == ".jsonl":
         try:
-            rec = record_from_autosave(args.file)
+            turns = records_from_autosave(args.file)
         except ReceiptsFileError as exc:
             return fail(str(exc))
+        if len(turns) > 1 and args.turn is None:  # a conversation's autosave (run --turns): a line per turn
+            print(format_autosave_turns(turns))
+            if args.windows or args.window or args.events:
+                print("spec-inspector: note: a conversation's windows and events are per turn: add --turn N",
+                      file=sys.stderr)
+            return 0
+        if args.turn is not None and len(turns) == 1 and not turns[0].conversation:
+            return fail(f"{args.file} is one run, not a conversation: --turn does not apply")
+        if args.turn is not None and args.turn > len(turns):
+            return fail(f"{args.file} has no turn {args.turn} (turns 1..{len(turns)})")
+        rec = turns[(args.turn or 1) - 1]
         print(format_autosave(rec))
         if args.windows:
             print("--- windows and discards ---")

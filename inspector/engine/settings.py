@@ -58,6 +58,13 @@ class SettingRule:
     meaning: str = ""
 
 
+PENALTY_LIMIT = 1e9
+"""Largest magnitude of a presence or frequency penalty, and of a repeat penalty or its inverse. The
+penalties are float32 arithmetic on a logit (``inspector.engine.penalties``, as llama.cpp's sampler):
+``logit / repeat_penalty - count * frequency_penalty - presence_penalty`` with a count up to the
+context (< 2**31) stays below 1e19 here, far inside float32 (3.4e38); a penalty of 1e308 is infinite
+in float32 and its NaN logits would make the receipts unwritable after the run."""
+
 SETTING_RULES: dict[str, SettingRule] = {
     "temperature": SettingRule(
         "float", 0.0, valid="a finite number >= 0",
@@ -73,15 +80,18 @@ SETTING_RULES: dict[str, SettingRule] = {
     "seed": SettingRule("int", 0, SEED_MAX, valid=f"a whole number from 0 to {SEED_MAX}",
                         meaning="a llama.cpp uint32 seed; llama.cpp's random seed, -1 or 4294967295 "
                                 "(LLAMA_DEFAULT_SEED), is drawn before settings are made"),
-    "repeat_penalty": SettingRule("float", 0.0, minimum_open=True, valid="a finite number > 0",
-                                  meaning="llama.cpp --repeat-penalty: 1 is no repeat penalty"),
+    "repeat_penalty": SettingRule("float", 1 / PENALTY_LIMIT, PENALTY_LIMIT, valid="a number from 1e-9 to 1e9",
+                                  meaning="llama.cpp --repeat-penalty: 1 is no repeat penalty; beyond, the "
+                                          "sampler's float32 logits overflow"),
     "repeat_last_n": SettingRule("int", 0, valid="a whole number >= 0",
                                  meaning="llama.cpp --repeat-last-n: the last N tokens are penalized; 0 disables "
                                          "the penalties"),
-    "presence_penalty": SettingRule("float", valid="a finite number",
-                                    meaning="llama.cpp --presence-penalty: 0 is no presence penalty"),
-    "frequency_penalty": SettingRule("float", valid="a finite number",
-                                     meaning="llama.cpp --frequency-penalty: 0 is no frequency penalty"),
+    "presence_penalty": SettingRule("float", -PENALTY_LIMIT, PENALTY_LIMIT, valid="a number from -1e9 to 1e9",
+                                    meaning="llama.cpp --presence-penalty: 0 is no presence penalty; beyond, the "
+                                            "sampler's float32 logits overflow"),
+    "frequency_penalty": SettingRule("float", -PENALTY_LIMIT, PENALTY_LIMIT, valid="a number from -1e9 to 1e9",
+                                     meaning="llama.cpp --frequency-penalty: 0 is no frequency penalty; beyond, the "
+                                             "sampler's float32 logits overflow"),
     "max_new_tokens": SettingRule("int", 1, valid="a whole number >= 1"),
     "draft_max": SettingRule("int", 0, valid="a whole number >= 0", meaning="0 proposes nothing: plain steps"),
     "proposal_deadline_ms": SettingRule("float", 0.0, minimum_open=True, valid="a finite number > 0",

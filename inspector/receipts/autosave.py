@@ -34,15 +34,17 @@ class AutosaveWriter:
     starting with the ``header`` record.
 
     Write errors disable the writer (the run goes on) and are kept in ``error``.
-    ``fsync``: also ``os.fsync`` each line (survives a power cut, slower).
+    ``fsync``: also ``os.fsync`` each line (survives a power cut, slower). ``append``: add this
+    run after the ones the file holds (the next turn of a conversation, ``run --turns``: one
+    file, each turn from its own ``header`` line) instead of truncating it.
     """
 
-    def __init__(self, path: str | os.PathLike, header: dict, fsync: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, header: dict, fsync: bool = False, append: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.error: str | None = None
         self.fsync = fsync
-        self._fh = open(self.path, "w", encoding="utf-8")
+        self._fh = open(self.path, "a" if append else "w", encoding="utf-8")
         self.write({"kind": "header", **header})
 
     def write(self, record: dict) -> None:
@@ -237,8 +239,23 @@ def _events(rec: dict) -> list[EngineEvent] | None:
     return events
 
 
-def read_autosave(path: str | os.PathLike) -> AutosaveRun:
-    """Read an autosave file, keeping every complete record.
+def read_autosave(path: str | os.PathLike, turn: int | None = None) -> AutosaveRun:
+    """Read an autosave file, keeping every complete record: its one run, or of a conversation's
+    autosave (``run --turns``: a ``header`` line starts each turn) turn ``turn`` (1-based; None: the
+    last, the one a crash ended). Raises ``ReceiptsFileError`` as ``read_autosave_turns``, and for a
+    turn the file does not hold."""
+    runs = read_autosave_turns(path)
+    if turn is None:
+        return runs[-1]
+    if not 1 <= turn <= len(runs):
+        raise ReceiptsFileError(f"{runs[0].path} has no turn {turn} (turns 1..{len(runs)})")
+    return runs[turn - 1]
+
+
+def read_autosave_turns(path: str | os.PathLike) -> list[AutosaveRun]:
+    """Read an autosave file, keeping every complete record: one ``AutosaveRun`` per ``header`` line,
+    in file order (one for a single run; a conversation's turns, ``run --turns``). A damaged line
+    counts in the run it stands in (before the first header: the first run's).
 
     Raises ``ReceiptsFileError`` when the file cannot be read, is larger than
     the receipts limit, or holds no header record (not an autosave file).
@@ -251,6 +268,7 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
     except OSError as exc:
         raise ReceiptsFileError(f"cannot read autosave {p}: {exc.strerror or exc}") from None
     run = AutosaveRun(p)
+    runs: list[tuple[AutosaveRun, list[str]]] = []
     pieces: list[str] = []
     seen_header = False
     for line in raw.split(b"\n"):
@@ -259,13 +277,16 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
         try:
             rec = json.loads(line.decode("utf-8"))
             kind = rec["kind"]
-            events = _events(rec) if kind != "header" else None
-            for e in rec.get("events") or ():
-                run.texts.update(top_texts_of(e.get("probabilities")))
             if kind == "header":
+                if seen_header:  # the next turn of a conversation
+                    runs.append((run, pieces))
+                    run, pieces = AutosaveRun(p), []
                 run.header = rec
                 seen_header = True
                 continue
+            events = _events(rec)
+            for e in rec.get("events") or ():
+                run.texts.update(top_texts_of(e.get("probabilities")))
             if kind == "receipt":
                 value, texts, committed = _receipt(rec["receipt"])
                 run.receipts.append(value)
@@ -299,5 +320,7 @@ def read_autosave(path: str | os.PathLike) -> AutosaveRun:
     if not seen_header:
         raise ReceiptsFileError(f"{p} is not an autosave file: no header record "
                                 f"(expected JSON Lines written by spec-inspector)")
-    run.text = shown_text(map(label_bytes, pieces))  # the labels' bytes joined: split characters whole
-    return run
+    runs.append((run, pieces))
+    for each, its_pieces in runs:
+        each.text = shown_text(map(label_bytes, its_pieces))  # the labels' bytes joined: split characters whole
+    return [each for each, _pieces in runs]

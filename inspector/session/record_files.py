@@ -15,7 +15,7 @@ from pathlib import Path
 from inspector.engine.classify import FROM_PREFILL
 from inspector.engine.probabilities import top_texts_of
 from inspector.engine.receipt import LockOperation, discard_from_json, event_from_json, receipt_from_json
-from inspector.receipts.autosave import read_autosave
+from inspector.receipts.autosave import read_autosave, read_autosave_turns
 from inspector.session.record import SessionRecord, stored_weights
 
 
@@ -68,15 +68,25 @@ def record_from_document(doc: dict, path: str | Path | None = None) -> SessionRe
     return s
 
 
-def record_from_autosave(path: str | Path) -> SessionRecord:
-    """A session from an autosave JSON Lines file (``inspector.receipts.autosave``).
+def record_from_autosave(path: str | Path, turn: int | None = None) -> SessionRecord:
+    """A session from an autosave JSON Lines file (``inspector.receipts.autosave``): its run, or
+    turn ``turn`` of a conversation's autosave (``run --turns``; None: its last turn).
 
     Every complete record is shown; a line that is not one (torn by a kill, or damaged) is
     skipped and counted in ``skipped_lines`` (a partial view). The events are the ones the run
     emitted (each line carries those since the line before); an autosave written before lines
     carried events shows its windows and tokens and no events. Raises ``ReceiptsFileError`` when
-    the file is too large, unreadable or has no header."""
-    run = read_autosave(path)
+    the file is too large, unreadable, has no header or no turn ``turn``."""
+    return _record_of(read_autosave(path, turn))
+
+
+def records_from_autosave(path: str | Path) -> list[SessionRecord]:
+    """One session per run an autosave file holds (``record_from_autosave``): one for a run, a
+    conversation's turns in order (``run --turns``). Raises as ``record_from_autosave``."""
+    return [_record_of(run) for run in read_autosave_turns(path)]
+
+
+def _record_of(run) -> SessionRecord:
     s = SessionRecord()
     s.origin = "autosave"
     s.document_path = str(run.path)
@@ -87,6 +97,8 @@ def record_from_autosave(path: str | Path) -> SessionRecord:
     ran_in = str(h.get("model_weights") or "")
     s.model_weights = ran_in if ran_in and ran_in != s.model_stored_weights else ""
     s.source_name = str(h.get("source", ""))
+    block = h.get("conversation")  # a turn of run --turns: its number and message
+    s.conversation = dict(block) if isinstance(block, dict) else None
     s.main_session_id = h.get("session_id")
     s.skipped_lines = run.bad_lines
     s.unfinished = not run.clean

@@ -11,13 +11,15 @@ options (``SourceDescriptor.check_options``), the CLI builds its flags
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 KINDS = ("int", "float", "choice", "text", "path")
 """Option kinds: ``int`` (whole number), ``float``, ``choice`` (one of ``choices``),
-``text`` (any string), ``path`` (a file name: the window offers an Open… button)."""
+``text`` (any string), ``path`` (a file name: the window offers an Open… button; a leading ``~``
+is the user's home folder, ``os.path.expanduser``, as for every path flag)."""
 
 CAPABILITIES = ("close", "settings", "loads_model")
 """Known capabilities of a source: ``close`` (made sources hold resources that
@@ -85,6 +87,10 @@ class Option:
     aliases: tuple[str, ...] = ()
     """llama.cpp's other names for ``flag`` (``common/arg.cpp``, e.g. ``-md`` for ``--draft-model``): the
     ``run`` flag answers to each of them too."""
+    writes: bool = False
+    """A ``path`` option whose file the source writes as well as reads (a dynamic cache, a memory saved
+    back): the command line's path check (``inspector.cli.paths``) keeps every output and every other
+    input off it. Every ``path`` option is an input."""
     server_flag: str | None = None
     """The ``llama-server`` flag that sets this option (``inspector.sources.server_flags``); for a source
     whose descriptor names a ``llama_server`` type, its ``flag`` when this is None."""
@@ -115,6 +121,8 @@ class Option:
         Returns an ``int``, ``float`` or ``str`` (or what ``convert`` returns). Raises
         ``ValueError`` such as ``source ngram option n_min must be a whole number >= 1,
         observed '0'``."""
+        if self.kind == "path" and isinstance(value, (str, os.PathLike)) and str(value).startswith("~"):
+            value = os.path.expanduser(str(value))  # the one rule of every path the user names
         if self.convert is not None:
             return self.convert(source, self.name, value)
         where = f"source {source} option {self.name}"

@@ -351,7 +351,7 @@ NGRAM_CACHE = SourceDescriptor("ngram-cache", (
            "cache (read if it exists and never changed while drafting, as llama-server; written when the run ends "
            "with what was read plus this session's context counts, as llama-lookup; a regular file of at most "
            f"{MAX_CACHE_FILE_BYTES // 2**20} MiB)", label="dynamic cache (-lcd)",
-           flag="--lookup-cache-dynamic", aliases=("-lcd",), metavar="FNAME", convert=_path_check,
+           flag="--lookup-cache-dynamic", aliases=("-lcd",), metavar="FNAME", convert=_path_check, writes=True,
            placeholder="-lcd file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
 ), help="llama.cpp ngram-cache: lookup decoding from context, dynamic and static n-gram counts",
     capabilities=frozenset({"settings", "close"}), llama_server="ngram-cache", reasons=REASONS)

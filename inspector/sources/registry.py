@@ -299,7 +299,8 @@ SUFFIX = SourceDescriptor("suffix", (
            control_max=10_000_000),
     Option("memory_file", "path", "", "load the memory of earlier outputs from this JSON file and save it back "
            f"after each run (empty: this session only; a regular file of at most {MAX_MEMORY_FILE_BYTES // 2**20} MiB)",
-           placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)"),
+           placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)",
+           writes=True),
     Option("length", "choice", "adaptive", "which candidate, how long, and whether to propose at all",
            choices=suffix_lengths),
     Option("row_costs", default=None, convert=_row_costs, control=False,

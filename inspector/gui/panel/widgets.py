@@ -100,11 +100,11 @@ def dspin(lo: float, hi: float, value: float, step: float, tip: str = "") -> QDo
 
 def rule_limits(name: str, lo: float, hi: float, step: float = 1) -> tuple[float, float]:
     """A spin box's limits for the setting ``name`` (a key of ``SETTING_RULES``): the rule's bounds
-    where it has them (an excluded minimum moves up by ``step``, the box's smallest change), else
-    ``lo`` / ``hi`` (a box needs finite limits). Raises ``KeyError`` for an unknown ``name``."""
+    where they are narrower than ``lo`` / ``hi`` (an excluded minimum moves up by ``step``, the box's
+    smallest change), else ``lo`` / ``hi`` (a box needs finite limits). Raises ``KeyError`` for an unknown ``name``."""
     rule = SETTING_RULES[name]
-    low = lo if rule.minimum is None else rule.minimum + (step if rule.minimum_open else 0)
-    high = hi if rule.maximum is None else rule.maximum
+    low = lo if rule.minimum is None else max(lo, rule.minimum + (step if rule.minimum_open else 0))
+    high = hi if rule.maximum is None else min(hi, rule.maximum)
     return low, high
 
 
@@ -119,9 +119,9 @@ PENALTY_TIPS = {
                          "[0.0 = disabled, llama-server's default]",
 }
 """Tooltips of the penalty boxes: llama.cpp's flag, what it does, llama-server's default."""
-PENALTY_SPANS = {"repeat_penalty": (0.0, 5.0, 0.05), "repeat_last_n": (0, 131072, 1),
+PENALTY_SPANS = {"repeat_penalty": (0.01, 5.0, 0.05), "repeat_last_n": (0, 131072, 1),
                  "presence_penalty": (-5.0, 5.0, 0.1), "frequency_penalty": (-5.0, 5.0, 0.1)}
-"""Limits a penalty box takes where its rule (``SETTING_RULES``) has none, and its step."""
+"""Limits of a penalty box (its rule's, ``SETTING_RULES``, where narrower), and its step."""
 
 
 def penalty_boxes() -> dict:
