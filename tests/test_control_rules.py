@@ -1,4 +1,4 @@
-"""Which controls each window state enables (``inspector.gui.shell.run_states``), without Qt or a model."""
+"""Which controls each window state enables (``inspector.session.run_states``), without Qt or a model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from inspector.gui.shell.run_states import (
+from inspector.session.run_states import (
     BUSY, CONTROLS, ERROR, IDLE, LOADING, PAUSED, RUNNING, SERVING, STATE_LABELS, TOKEN_HOLD, control_states,
     state_label,
 )
@@ -93,6 +93,6 @@ def test_the_status_label_names_the_state_the_detail_and_a_read_only_session():
 
 
 def test_the_rules_and_step_control_import_no_qt():
-    code = ("import sys, inspector.gui.shell.run_states, inspector.session.step_control; "
+    code = ("import sys, inspector.session.run_states, inspector.session.step_control; "
             "sys.exit(any(m.startswith('PySide6') for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

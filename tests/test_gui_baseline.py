@@ -8,8 +8,8 @@ is held (``DecodeHold``) instead of racing it.
 
 from __future__ import annotations
 
-from inspector.gui.engine_thread import worker as W
 from inspector.receipts import load_document
+from inspector.session.run_states import IDLE, PAUSED
 from test_gui_support import DecodeHold, example_text, make_window, open_receipts, plain_tokens, run_to_end, \
     wait_state
 
@@ -96,7 +96,7 @@ def test_stopped_run_is_compared_over_its_own_tokens(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
     w.panel.baseline.setChecked(True)
     assert w.start_run(paused=True, first_action="window")
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     with qtbot.waitSignal(w.runFinished, timeout=120_000) as blocker:
         w.stop_clicked()
     assert blocker.args[0] == "stopped"
@@ -130,4 +130,4 @@ def test_stop_cancels_the_comparison_with_plain_decoding(qtbot, runtime, tmp_pat
         hold.release()
     assert hold.released
     assert stopped == [(None, "")]  # cancelled: no result, no error dialog
-    assert w.session.baseline is None and w.state == W.IDLE
+    assert w.session.baseline is None and w.state == IDLE

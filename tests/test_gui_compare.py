@@ -7,7 +7,7 @@ import csv
 import json
 
 from inspector.bench.compare import CompareConfig, default_configs
-from inspector.gui.engine_thread import worker as W
+from inspector.session.run_states import BUSY, IDLE
 from test_gui_support import RUN_TIMEOUT_MS, DecodeHold, make_window
 
 
@@ -23,11 +23,11 @@ def test_two_configurations_fill_the_table_and_export(qtbot, runtime, tmp_path):
     assert configs[1].options == {"n_max": 3, "n_min": 1, "length": "fixed"}  # fixed: the default length
     with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         assert w.analysis.run_compare(configs)
-        assert w.state == W.BUSY and not w.panel.run.isEnabled() and not v.run.isEnabled()
+        assert w.state == BUSY and not w.panel.run.isEnabled() and not v.run.isEnabled()
         assert not w.analysis.measure()  # one job at a time
     result, note = blocker.args
     assert note == ""
-    assert w.state == W.IDLE and v.run.isEnabled()
+    assert w.state == IDLE and v.run.isEnabled()
     v.refresh()
     assert v.row_count() == 2
     assert [v.results.item(i, 0).text() for i in range(2)] == ["plain", "ngram 4"]
@@ -60,7 +60,7 @@ def test_bad_configuration_is_refused_before_running(qtbot, runtime, tmp_path):
     v = w.analysis.show_compare()
     v.set_configs([CompareConfig("bad", "ngram", 4, {"n_max": 2, "n_min": 3})])
     v._run_clicked()
-    assert w.state == W.IDLE
+    assert w.state == IDLE
     assert "row" in v.error_box.text() and "n_min=3, n_max=2" in v.error_box.text()
 
 
@@ -96,7 +96,7 @@ def test_cancel_keeps_the_window_usable(qtbot, runtime, tmp_path):
     result, note = blocker.args
     assert note.startswith("cancelled after")
     assert result is not None and len(result.rows) < 4
-    assert w.state == W.IDLE and v.run.isEnabled() and not v.cancel.isEnabled()
+    assert w.state == IDLE and v.run.isEnabled() and not v.cancel.isEnabled()
     v.refresh()
     assert v.row_count() == len(result.rows) and v.status.text() == note
 
@@ -125,7 +125,7 @@ def test_every_source_is_listed_with_its_own_options(qtbot, runtime, tmp_path):
     assert "max_tree_depth=24" in cell.placeholderText() and "optional: memory_file" in cell.placeholderText()
     cell.setText("max_tree_depth=1")
     v._run_clicked()
-    assert w.state == W.IDLE
+    assert w.state == IDLE
     text = v.error_box.text()
     assert text.startswith("row 2 (s): source suffix option max_tree_depth") and "observed '1'" in text
     cell.setText("size_n=3")
@@ -147,7 +147,7 @@ def test_new_sources_compare_in_the_window(qtbot, runtime, tmp_path):
     with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         v.run.click()
     result, note = blocker.args
-    assert note == "" and w.state == W.IDLE
+    assert note == "" and w.state == IDLE
     assert [r.config.label for r in result.rows] == [
         "plain (reference)", "ngram-simple draft_max 4 size_n=1 size_m=4", "suffix draft_max 4"]
     for row in result.rows:
@@ -181,7 +181,7 @@ def test_conversation_compare_sums_every_turn(qtbot, runtime, tmp_path):
     with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         v.run.click()
     result, note = blocker.args
-    assert note == "" and w.state == W.IDLE
+    assert note == "" and w.state == IDLE
     n = len(turns)
     assert [a for a, _ in seen] == [(t, n, c, 2, label) for c, label in enumerate(("plain", "suffix"))
                                     for t in range(1, n + 1)]
@@ -263,7 +263,7 @@ def test_rows_appear_as_each_configuration_finishes_and_the_settings_stay_locked
         qtbot.waitUntil(lambda: hold.held.is_set(), timeout=RUN_TIMEOUT_MS)
         qtbot.waitUntil(lambda: v.row_count() == 1, timeout=5000)  # the redraw timer shows it
         assert v.results.item(0, 0).text() == "plain" and v.results.item(0, 2).text() == "1.00x"
-        assert finished == [1] and w.state == W.BUSY
+        assert finished == [1] and w.state == BUSY
         assert v.status.text() == "running 2/3: ngram 4 …"  # the progress stays
         assert not any(x.isEnabled() for x in settings) and v.cancel.isEnabled()
         assert not v.export_json.isEnabled() and not v.export_csv.isEnabled()

@@ -97,7 +97,7 @@ def test_a_turn_that_no_longer_fits_the_context_is_refused_and_the_earlier_turn_
 
 
 def test_a_next_turn_can_start_paused_and_be_stepped_window_by_window(qtbot, runtime, tmp_path):
-    from inspector.gui.engine_thread import worker as W
+    from inspector.session.run_states import PAUSED
     from scenarios import NoEndOfTurn
     from test_gui_support import RUN_TIMEOUT_MS, wait_state
 
@@ -107,12 +107,12 @@ def test_a_next_turn_can_start_paused_and_be_stepped_window_by_window(qtbot, run
     assert bar.step.isEnabled()
     bar.message.setText("Again, please.")
     bar.step.click()
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     # Held before its first decode step, with its first token: the prefill's last row gave it (no step).
     assert w.session.conversation["turn"] == 2 and w.worker.generation.decode_step == 0
     assert [t.outcome for t in w.session.tokens] == [FROM_PREFILL] and w.worker.generation.generated_count == 1
     w.step_window_clicked()
-    qtbot.waitUntil(lambda: w.state == W.PAUSED and w.worker.generation.decode_step == 1, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.state == PAUSED and w.worker.generation.decode_step == 1, timeout=RUN_TIMEOUT_MS)
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
         w.run_clicked()
     assert bar.turn.count() == 2 and w.session.conversation["turn"] == 2 and len(w.session.tokens) == 24
@@ -124,7 +124,7 @@ def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_
     rebuilt turn 1 from turn 2); a turn stopped before its first token joined the history empty."""
     import threading
 
-    from inspector.gui.engine_thread import worker as W
+    from inspector.session.run_states import PAUSED
     from test_gui_support import RUN_TIMEOUT_MS, wait_state
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
@@ -170,7 +170,7 @@ def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_
     # Stopped while held before its first decode step: the prefill's last row already gave its first
     # token, so it is a turn (of one token) and the message is used.
     w.conversation_bar.step.click()
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     third = w.session
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
         w.stop_clicked()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inspector.gui.engine_thread import worker as W
+from inspector.session.run_states import BUSY, IDLE
 from test_gui_support import make_window, run_to_end
 
 MEASURE_TIMEOUT_MS = 180_000
@@ -22,11 +22,11 @@ def test_measure_fills_the_plot_and_statistics_show_expected_speedup(qtbot, runt
     with qtbot.waitSignal(w.analysis.costReady, timeout=MEASURE_TIMEOUT_MS) as blocker:
         assert w.analysis.measure()
         # Busy while the engine thread measures: no run, no second measurement.
-        assert w.state == W.BUSY and not w.panel.run.isEnabled() and not view.measure.isEnabled()
+        assert w.state == BUSY and not w.panel.run.isEnabled() and not view.measure.isEnabled()
         assert not w.analysis.measure()
     measured, error = blocker.args
     assert error == ""
-    assert w.state == W.IDLE and w.panel.run.isEnabled()
+    assert w.state == IDLE and w.panel.run.isEnabled()
     w.refresh_all()
     cm = measured.model
     assert len(cm.row_ms) == 16 and all(ms > 0 for ms in cm.row_ms)
@@ -56,7 +56,7 @@ def test_measure_fills_the_plot_and_statistics_show_expected_speedup(qtbot, runt
     # A run is going: Measure is refused.
     assert w.start_run()
     assert not w.analysis.measure()
-    qtbot.waitUntil(lambda: w.state == W.IDLE, timeout=MEASURE_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.state == IDLE, timeout=MEASURE_TIMEOUT_MS)
 
     # The cost model is remembered per model: a new window with these settings shows it.
     v = make_window(qtbot, runtime, tmp_path)
@@ -75,7 +75,7 @@ def test_try_other_weight_types_plots_each_layout_and_offers_the_best(qtbot, run
     view = w.cost_view
     with qtbot.waitSignal(w.analysis.layoutsReady, timeout=MEASURE_TIMEOUT_MS) as blocker:
         assert w.analysis.try_layouts()
-        assert w.state == W.BUSY and not view.try_layouts.isEnabled()
+        assert w.state == BUSY and not view.try_layouts.isEnabled()
     layouts, error = blocker.args
     assert error == "" and [t for t, _m in layouts] == ["Q4_1", "Q8_0", "Q4_0"]
     assert all(len(m.model.row_ms) == 16 and min(m.model.row_ms) > 0 for _t, m in layouts)
@@ -107,7 +107,7 @@ def test_the_weights_choice_converts_once_loads_that_form_and_is_remembered_per_
     info = blocker.args[0]
     assert info["weights"] == "Q8_0" and info["converted_from"] == str(Path(runtime.model_path).resolve())
     assert (tmp_path / "cache" / "spec-inspector").exists()
-    qtbot.waitUntil(lambda: w.state == W.IDLE, timeout=MEASURE_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.state == IDLE, timeout=MEASURE_TIMEOUT_MS)
     assert "in Q8_0 form" in w.panel.model_status.text() and w.panel.model_path() == ""
     run_to_end(qtbot, w)  # runs on the converted form: no second load
     assert w.session.header.model["converted_from"] == info["converted_from"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from inspector.gui.engine_thread import worker as W
-from inspector.session.record_files import record_from_document
 from inspector.receipts import load_document
+from inspector.session.record_files import record_from_document
+from inspector.session.run_states import ERROR, IDLE, PAUSED
 from test_gui_support import MAX_TOKENS, assert_same_greedy_output, example_text, follow_window, plain_tokens, \
     wait_state
 
@@ -39,7 +39,7 @@ def _same_output(runtime, expected, observed) -> bool:
 
 def _start_paused(qtbot, w):
     w.step_window_clicked()
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     qtbot.waitUntil(lambda: w.worker.generation is not None and w.worker.generation.decode_step == 1)
 
 
@@ -60,7 +60,7 @@ def test_fault_button_repairs_then_reports_and_resume_finishes(qtbot, runtime, t
     assert w.worker.faults.pending()
     with qtbot.waitSignal(w.errorShown, timeout=120_000):
         w.run_clicked()
-    assert w.state == W.ERROR
+    assert w.state == ERROR
     g = w.worker.generation
     info = w.error_info
     # Repaired state: KV length = canonical position (or the session retired, and says so).
@@ -132,7 +132,7 @@ def test_an_armed_fault_that_never_fires_is_named_at_the_end_with_the_reason(qtb
     w = make_window(qtbot, runtime, tmp_path, max_tokens=12, ngram_min=1)
     w.panel.fault_token.setValue(64)
     w.panel.fault_callback.click()
-    assert w.state == W.IDLE and w.run.armed_faults.pending()
+    assert w.state == IDLE and w.run.armed_faults.pending()
     w.redraw()
     armed = w.panel.pending_faults.text()
     assert "armed for the next run" in armed and "commit token 64" in armed and "64th token one window commits" in armed

@@ -12,9 +12,9 @@ from PySide6.QtCore import QSettings
 from PySide6.QtGui import QImage
 
 from inspector.gui import app as gui_app
-from inspector.gui.engine_thread import worker as W
-from inspector.session.record_files import record_from_autosave
 from inspector.receipts import load_document
+from inspector.session.record_files import record_from_autosave
+from inspector.session.run_states import IDLE
 from test_gui_support import follow_window, kv_data_rect, make_window, open_receipts, run_to_end
 
 
@@ -188,7 +188,7 @@ def test_shortcuts_and_states(qtbot, tmp_path):
     assert "Space" in keys["Pause"] and "Ctrl+P" in keys["Pause"]
     assert keys["Step window"] and keys["Step token"]
     assert "Ctrl+E" in keys["Export receipts…"] and "Ctrl+O" in keys["Open receipts…"]
-    assert w.state == W.IDLE and w.panel.run.isEnabled() and not w.panel.resume.isEnabled()
+    assert w.state == IDLE and w.panel.run.isEnabled() and not w.panel.resume.isEnabled()
 
 
 def test_no_display_prints_one_line(monkeypatch, capsys):

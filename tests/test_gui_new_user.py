@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inspector.gui.engine_thread.worker import IDLE
+from inspector.session.run_states import IDLE
 from test_gui_support import make_window, run_to_end
 
 LOAD_TIMEOUT_MS = 180_000
@@ -107,16 +107,16 @@ def test_a_refused_draft_model_leaves_no_running_banner(qtbot, runtime, tmp_path
 
 def test_a_paused_run_says_it_has_not_finished_rather_than_a_finish_reason_of_running(qtbot, runtime, tmp_path):
     """Issue 36, 8: "finish reason: running" read as if running were a finish reason."""
-    from inspector.gui.engine_thread import worker as W
+    from inspector.session.run_states import PAUSED
     from test_gui_support import wait_state
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
     w.step_window_clicked()
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     w.refresh_all()
     assert w.stats.labels["finish"].text() == "— (not finished: running)"
     w.stop_clicked()
-    qtbot.waitUntil(lambda: w.state == W.IDLE, timeout=60_000)
+    qtbot.waitUntil(lambda: w.state == IDLE, timeout=60_000)
 
 
 def test_a_model_without_a_chat_template_names_the_windows_raw_box(qtbot, runtime, tmp_path, monkeypatch):
@@ -153,7 +153,7 @@ def test_an_idle_new_session_says_no_run_and_baseline_not_run_is_not_green(qtbot
 def test_the_status_bar_never_cuts_an_error_mid_word(qtbot, runtime, tmp_path):
     """Defect 5: the status bar cut an error ("...failed (in"): a long one is shortened with "…" to
     what fits, and its tooltip holds all of it."""
-    from inspector.gui.shell.run_states import ERROR
+    from inspector.session.run_states import ERROR
 
     w = make_window(qtbot, runtime, tmp_path)
     w.resize(1024, 640)

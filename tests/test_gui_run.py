@@ -8,7 +8,7 @@ from PySide6.QtCore import QElapsedTimer, QPoint, Qt, QTimer
 from PySide6.QtGui import QTextCursor
 
 from inspector.gui.look import outcomes as O
-from inspector.gui.engine_thread import worker as W
+from inspector.session.run_states import PAUSED
 from test_gui_support import DecodeHold, follow_window, make_window, run_to_end, wait_state
 
 
@@ -134,7 +134,7 @@ def test_background_sessions_make_lock_waits_visible(qtbot, runtime, tmp_path):
     w.panel.background.setValue(2)
     qtbot.waitUntil(lambda: w.worker.contention is not None and w.worker.contention.count == 2)
     assert w.start_run(paused=True)
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     main = w.session.main_session_id
 
     def background_ops():

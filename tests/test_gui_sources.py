@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from inspector.gui.look import outcomes as O
-from inspector.gui.engine_thread import worker as W
+from inspector.session.run_states import IDLE
 from scenarios import NoEndOfTurn, spoil_first_proposal
 from test_gui_support import assert_same_greedy_output, example_text, make_window, run_to_end, use_source
 
@@ -107,7 +107,7 @@ def test_incompatible_draft_is_refused_with_a_dialog_and_the_session_stays(qtbot
     assert w.error_box.isVisible() and "vocabulary" in w.error_box.text()
     assert w.error_box.windowTitle() == "Draft model refused"
     # The app, the target model and the previous run's records are alive.
-    assert w.state == W.IDLE and w.panel.run.isEnabled()
+    assert w.state == IDLE and w.panel.run.isEnabled()
     assert w.session is before and len(w.session.receipts) == n_receipts
     assert w.worker.generation is generation and w.worker.runtime is runtime
     assert w.window_detail.window_count() == n_receipts

@@ -7,7 +7,7 @@ comes from the n-gram source's first query (``ngram_min=1``) or from ``follow_wi
 
 from __future__ import annotations
 
-from inspector.gui.engine_thread import worker as W
+from inspector.session.run_states import IDLE, PAUSED, TOKEN_HOLD
 from scenarios import NoEndOfTurn
 from test_gui_support import follow_window, make_window, wait_state
 
@@ -19,12 +19,12 @@ def _steps(w) -> int:
 def test_step_window_advances_exactly_one_decode_step(qtbot, runtime, tmp_path):
     w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path)
     w.step_window_clicked()  # from idle: starts paused, then runs one step
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     qtbot.waitUntil(lambda: w.worker.generation is not None and _steps(w) == 1)
     for expected in (2, 3, 4):
         before_tokens = len(w.worker.generation.generated)
         w.step_window_clicked()
-        qtbot.waitUntil(lambda: w.state == W.PAUSED and _steps(w) == expected, timeout=60_000)
+        qtbot.waitUntil(lambda: w.state == PAUSED and _steps(w) == expected, timeout=60_000)
         g = w.worker.generation
         assert len(g.receipts) + g.plain_steps == expected
         qtbot.waitUntil(lambda: len(w.session.tokens) == len(g.generated))
@@ -39,13 +39,13 @@ def test_step_window_advances_exactly_one_decode_step(qtbot, runtime, tmp_path):
 def test_step_token_commits_exactly_one_token(qtbot, runtime, tmp_path):
     w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path, ngram_min=1)
     w.step_token_clicked()  # from idle: the worker holds before the first token
-    wait_state(qtbot, w, W.TOKEN_HOLD)
+    wait_state(qtbot, w, TOKEN_HOLD)
     g = w.worker.generation
     assert len(g.generated) == 0
     seen_windows = set()
     for n in range(1, 13):
         w.step_token_clicked()
-        qtbot.waitUntil(lambda: w.state == W.TOKEN_HOLD and len(g.generated) == n, timeout=60_000)
+        qtbot.waitUntil(lambda: w.state == TOKEN_HOLD and len(g.generated) == n, timeout=60_000)
         qtbot.waitUntil(lambda: len(w.session.tokens) == n)
         assert len(g.generated) == n
         assert "about to commit" in w.token_view.hold_label.text()
@@ -54,7 +54,7 @@ def test_step_token_commits_exactly_one_token(qtbot, runtime, tmp_path):
     # Continue runs to the end.
     with qtbot.waitSignal(w.runFinished, timeout=180_000):
         w.run_clicked()
-    assert w.state == W.IDLE and g.finished
+    assert w.state == IDLE and g.finished
 
 
 def test_pause_between_windows_and_continue(qtbot, runtime, tmp_path, monkeypatch):
@@ -62,7 +62,7 @@ def test_pause_between_windows_and_continue(qtbot, runtime, tmp_path, monkeypatc
     w = follow_window(qtbot, monkeypatch, runtime, tmp_path)
     w.panel.break_boxes["first_mismatch"].setChecked(True)
     w.start_run()
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     g = w.worker.generation
     assert g.receipts[-1].disposition == "first_mismatch"
     assert not g.finished

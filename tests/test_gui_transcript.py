@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QApplication
 
-from inspector.gui.engine_thread import worker as W
+from inspector.session.run_states import PAUSED
 from inspector.session.transcript import message_text, transcript_text
 from scenarios import NoEndOfTurn
 from test_gui_conversation import send_turn
@@ -65,13 +65,13 @@ def test_the_conversation_tab_follows_the_turn_that_generates_and_no_turn_is_pic
     bar = w.conversation_bar
     bar.message.setText("Again, please.")
     bar.step.click()
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     turn = w.session
     sizes = []
     for _step in range(3):
         before = w.worker.generation.generated_count
         w.step_window_clicked()
-        qtbot.waitUntil(lambda b=before: w.state == W.PAUSED and w.worker.generation.generated_count > b,
+        qtbot.waitUntil(lambda b=before: w.state == PAUSED and w.worker.generation.generated_count > b,
                         timeout=60_000)
         w.redraw()  # the window's timer: the new text is appended
         text = shown_text(w)

@@ -8,9 +8,9 @@ import json
 from PySide6.QtWidgets import QApplication
 
 from inspector.engine.classify import FROM_PREFILL
-from inspector.gui.engine_thread import worker as W
 from inspector.gui.panel.values import join_stop_strings, parse_stop_strings
 from inspector.session.record import SessionRecord
+from inspector.session.run_states import ERROR, IDLE, PAUSED, TOKEN_HOLD
 from test_gui_support import export_session, make_window, open_receipts, run_to_end, wait_state
 
 SCRIPT = "The quick brown fox jumps over the lazy dog, again and again and again."
@@ -28,7 +28,7 @@ def test_a_failed_model_open_keeps_the_loaded_model_selected_and_usable(qtbot, r
     bad.write_text("this is not a model\n")
     with qtbot.waitSignal(w.worker.modelFailed, timeout=30_000):
         w.files.use_model(str(bad))
-    wait_state(qtbot, w, W.IDLE, timeout=30_000)
+    wait_state(qtbot, w, IDLE, timeout=30_000)
     assert w.worker.runtime is runtime, "the model loaded before stays loaded"
     assert str(bad.resolve()) not in w.panel.recent_models(), "the bad file leaves the model list"
     assert w.panel.model_combo.currentIndex() == 0, "the bundled model is selected again"
@@ -38,7 +38,7 @@ def test_a_failed_model_open_keeps_the_loaded_model_selected_and_usable(qtbot, r
     assert reason != "error" and info.kv_length == info.canonical_position
     # Picking the (already loaded) bundled model in the list ends in "ready", not "loading" forever.
     assert w.load_selected_model()
-    wait_state(qtbot, w, W.IDLE, timeout=30_000)
+    wait_state(qtbot, w, IDLE, timeout=30_000)
     assert w.panel.run.isEnabled() and w.panel.model_combo.isEnabled()
     assert [w.panel.model_combo.itemText(i) for i in range(w.panel.model_combo.count())].count(
         w.panel.model_combo.itemText(0)) == 1
@@ -55,13 +55,13 @@ def test_step_token_from_a_pause_holds_before_the_next_token_and_names_it(qtbot,
     w = make_window(qtbot, runtime, tmp_path, max_tokens=12)
     _scripted(w)
     assert w.start_run(paused=True)
-    wait_state(qtbot, w, W.PAUSED)
+    wait_state(qtbot, w, PAUSED)
     g = w.worker.generation
     assert w.banner.text().startswith("<b>Paused") and w.act_run.iconText() == w.panel.run.text() == "▶ Continue"
     # Paused before the first decode step: the first token, from the prefill's last row, is committed.
     assert len(g.generated) == 1 and g.decode_step == 0 and [t.outcome for t in w.session.tokens] == [FROM_PREFILL]
     w.step_token_clicked()
-    wait_state(qtbot, w, W.TOKEN_HOLD, timeout=60_000)
+    wait_state(qtbot, w, TOKEN_HOLD, timeout=60_000)
     assert len(g.generated) == 1, "Step token from a pause holds before the next token, committing nothing"
     hold = w.token_view.hold_label.text()
     assert "about to commit" in hold and "window 1, row 0 at KV position" in hold
@@ -74,7 +74,7 @@ def test_step_token_from_a_pause_holds_before_the_next_token_and_names_it(qtbot,
     assert "committing" in w.window_detail.fields.toPlainText()
     for n in (2, 3, 4):
         w.step_token_clicked()
-        qtbot.waitUntil(lambda: w.state == W.TOKEN_HOLD and len(g.generated) == n, timeout=60_000)
+        qtbot.waitUntil(lambda: w.state == TOKEN_HOLD and len(g.generated) == n, timeout=60_000)
     with qtbot.waitSignal(w.runFinished, timeout=120_000):
         w.stop_clicked()
 
@@ -82,7 +82,7 @@ def test_step_token_from_a_pause_holds_before_the_next_token_and_names_it(qtbot,
 def test_step_token_from_idle_holds_before_the_first_token(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
     w.step_token_clicked()
-    wait_state(qtbot, w, W.TOKEN_HOLD)
+    wait_state(qtbot, w, TOKEN_HOLD)
     assert len(w.worker.generation.generated) == 0
     with qtbot.waitSignal(w.runFinished, timeout=120_000):
         w.stop_clicked()
@@ -175,7 +175,7 @@ def test_a_fault_armed_before_run_fires_at_the_first_opportunity(qtbot, runtime,
     with qtbot.waitSignal(w.errorShown, timeout=120_000) as blocker:
         assert w.start_run()
     assert "cancelled" in blocker.args[0]
-    assert w.state == W.ERROR
+    assert w.state == ERROR
     with qtbot.waitSignal(w.runFinished, timeout=120_000):
         w.resume_clicked()  # at once: the worker's pause after the error must not override it
     assert w.worker.generation.finished and not w.armed_faults.pending()
@@ -214,7 +214,7 @@ def test_a_run_that_cannot_start_says_why_in_the_banner(qtbot, runtime, tmp_path
     w.panel.prompt.setPlainText(" ")
     assert not w.start_run()  # refused before the worker: a dialog
     QApplication.processEvents()
-    assert w.state == W.IDLE and w.last_error
+    assert w.state == IDLE and w.last_error
 
 
 def test_one_position_convention_rows_table_and_token_tooltip(qtbot, runtime, tmp_path):

@@ -8,8 +8,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from inspector.bench.tune import DRAFT_MAX_GRID, MODEL_FREE, OPTION_GRID, grid
-from inspector.gui.engine_thread import worker as W
 from inspector.gui.tune.view import ALL_SOURCES, DRAFT_MAX, ROW_ROLE
+from inspector.session.run_states import BUSY, IDLE
 from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end
 
 
@@ -57,12 +57,12 @@ def test_tune_fills_its_table_heatmap_and_flags_from_the_finished_run_and_verifi
     v.table.selectRow(0)
     with qtbot.waitSignal(tune.verified, timeout=RUN_TIMEOUT_MS) as blocker:
         v.verify.click()
-        assert w.state == W.BUSY and not v.verify.isEnabled()
+        assert w.state == BUSY and not v.verify.isEnabled()
     out, _note = blocker.args
     assert out is not None and out.label == rows[0].label
     assert out.measured_tokens_per_s > 0 and out.measured_speedup is not None
     assert out.windows_match is True or not out.same_output
-    assert "measured" in v.verified.text() and w.state == W.IDLE and v.verify.isEnabled()
+    assert "measured" in v.verified.text() and w.state == IDLE and v.verify.isEnabled()
 
 
 def test_a_sampled_run_shows_why_it_cannot_be_tuned(qtbot, runtime, tmp_path):

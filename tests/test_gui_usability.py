@@ -10,10 +10,10 @@ from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 import inspector
-from inspector.gui.engine_thread import worker as W
 from inspector.gui.panel.prompt_box import CUSTOM_PROMPT
 from inspector.gui.panel.run_buttons import FAULT_DISABLED_TIP
 from inspector.prompts import example_prompts
+from inspector.session.run_states import IDLE, LOADING
 from test_gui_support import DecodeHold, make_window, run_to_end
 
 
@@ -59,9 +59,9 @@ def test_startup_loads_the_model_with_progress_and_a_hint(qtbot, model_path, tmp
     w.worker.modelProgress.connect(progress.append, Qt.ConnectionType.DirectConnection)
     w.show()
     try:
-        assert w.state == W.LOADING and w.load_progress.isVisible()
+        assert w.state == LOADING and w.load_progress.isVisible()
         assert not w.panel.run.isEnabled()
-        qtbot.waitUntil(lambda: w.state == W.IDLE and w.model_info is not None, timeout=60_000)
+        qtbot.waitUntil(lambda: w.state == IDLE and w.model_info is not None, timeout=60_000)
         assert progress and max(progress) == 1.0
         assert Path(w.model_info["path"]) == Path(model_path)
         assert not w.load_progress.isVisible() and w.panel.run.isEnabled()
@@ -116,7 +116,7 @@ def test_example_text_is_the_file_without_its_final_newline(qtbot, runtime, tmp_
     assert w.start_run()
     assert sent[0].prompt_text == raw.removesuffix("\n")
     w.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
-    qtbot.waitUntil(lambda: w.state == W.IDLE)
+    qtbot.waitUntil(lambda: w.state == IDLE)
 
 
 def _fully_visible(widget, window) -> bool:

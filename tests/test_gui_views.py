@@ -15,7 +15,7 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QLineEdit, QTableView
 
 from inspector.engine.receipt import LockOperation
-from inspector.gui.engine_thread import worker as W
+from inspector.session.run_states import BUSY, IDLE
 from test_gui_support import RUN_TIMEOUT_MS, kv_data_rect, make_window, run_to_end
 
 MAX_TOKENS = 12
@@ -279,10 +279,10 @@ def test_compare_window_closes_and_a_running_comparison_goes_on(qtbot, runtime, 
         assert w.analysis.run_compare(v.config_list())
         qtbot.keyClick(v.results, Qt.Key.Key_Escape)  # from a child: Esc reaches the window
         assert not v.isVisible()
-        assert w.state == W.BUSY  # closing hides the window; the comparison keeps running
+        assert w.state == BUSY  # closing hides the window; the comparison keeps running
     result, note = blocker.args
     assert note == "" and len(result.rows) == 2 and not any(r.error for r in result.rows)
-    assert w.state == W.IDLE
+    assert w.state == IDLE
     assert w.analysis.show_compare() is v and v.isVisible()
     v.refresh()
     assert v.row_count() == 2 and v.run.isEnabled()

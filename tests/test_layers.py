@@ -1,12 +1,14 @@
 """The layers import one way (README, Architecture): engine <- llama, receipts <- sources <-
-session <- serve <- bench <- gui <- cli; no import cycle between modules and no private name imported
-from another module; no file in ``inspector/`` is over 500 lines.
-Read from the source files (imports inside functions count too), no model."""
+session <- serve <- bench <- gui <- cli, and inside gui/ its packages too (``GUI_LAYERS``); no import
+cycle between modules and no private name imported from another module; no file in ``inspector/`` is
+over 500 lines. Read from the source files (imports inside functions count too), no model."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 import inspector
 
@@ -163,6 +165,73 @@ def test_the_gui_has_no_loose_modules_beyond_its_packages_and_the_app_entry():
     undocumented = sorted(d.name for d in packages if (d / "__init__.py").exists()
                           and ast.get_docstring(ast.parse((d / "__init__.py").read_text("utf-8"))) is None)
     assert undocumented == [], f"say in one docstring what each package holds: {undocumented}"
+
+
+# -- gui/'s packages in one order ------------------------------------------------------------------
+GUI_LAYERS = {
+    "look": 0,
+    "engine_thread": 1, "files": 1,
+    "panel": 2, "tokens": 2, "plots": 2, "cost": 2, "compare": 2, "tune": 2,
+    "windows": 3, "serve": 3,
+    "shell": 4,
+    "app": 5,
+}
+"""Each package under ``inspector/gui/`` (and the ``app`` entry) -> its level. A package imports its own
+modules and packages of a lower level only, never one of its own level or above (so no two packages
+import each other): ``look`` (how things look) under the engine thread and the session files, those under
+the views (``windows`` reads a token's figures from ``tokens``; ``serve`` takes the panel's label and
+the files' background job), all under the ``shell`` that composes the window. What both a low and a high
+package need goes down: Qt-free code below gui/ (the run states in ``session``, the context defaults in
+``llama``, the autosave folder in ``receipts``), the banner's colours in ``look``."""
+
+
+def _gui_part(module: str) -> str | None:
+    """The package (or ``app``) under ``inspector.gui`` that ``module`` belongs to; None outside it."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["inspector", "gui"] else None
+
+
+def gui_back_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Every import in ``graph`` (``_graph``) from a gui/ package to another of its level or above."""
+    def level(part: str) -> int:
+        assert part in GUI_LAYERS, f"inspector.gui.{part} has no level: add it to GUI_LAYERS"
+        return GUI_LAYERS[part]
+
+    wrong = []
+    for importer in sorted(graph):
+        mine = _gui_part(importer)
+        for target in sorted(graph[importer]):
+            theirs = _gui_part(target)
+            if mine is None or theirs is None or theirs == mine:
+                continue
+            if level(theirs) >= level(mine):
+                wrong.append(f"{importer} ({mine}, level {level(mine)}) imports {target} "
+                             f"({theirs}, level {level(theirs)})")
+    return wrong
+
+
+def test_no_gui_package_imports_one_of_its_level_or_above():
+    graph, _private = _graph()
+    parts = {_gui_part(m) for m in graph} - {None}
+    assert parts == set(GUI_LAYERS), f"give every package under inspector/gui/ a level in GUI_LAYERS " \
+                                     f"(observed {sorted(parts)}, listed {sorted(GUI_LAYERS)})"
+    wrong = gui_back_edges(graph)
+    assert not wrong, "move what both need to the lower package (or below gui/):\n" + "\n".join(wrong)
+
+
+def test_the_gui_order_check_sees_an_import_upward_or_sideways():
+    graph, _private = _graph()
+    assert gui_back_edges(graph) == []
+    graph["inspector.gui.engine_thread.worker"].add("inspector.gui.shell.banner")  # up: the worker under the shell
+    graph["inspector.gui.tokens.token_view"].add("inspector.gui.plots.timeline")  # sideways: two views
+    assert gui_back_edges(graph) == [
+        "inspector.gui.engine_thread.worker (engine_thread, level 1) imports inspector.gui.shell.banner "
+        "(shell, level 4)",
+        "inspector.gui.tokens.token_view (tokens, level 2) imports inspector.gui.plots.timeline (plots, level 2)",
+    ]
+    graph["inspector.gui.gauges.view"] = {"inspector.gui.look.wording"}  # a new package without a level
+    with pytest.raises(AssertionError, match="inspector.gui.gauges has no level"):
+        gui_back_edges(graph)
 
 
 # -- no private member of another object ----------------------------------------------------------

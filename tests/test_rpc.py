@@ -225,7 +225,7 @@ def test_the_window_runs_over_rpc_and_stays_up_when_the_server_goes_away(qtbot, 
     """The panel's RPC field and -ngl: the run loads the model in a child process with every layer
     on the server; the server is killed mid-run: the run ends with the line naming the server and
     the window, its receipts stay, and the window still works (the next run is refused clearly)."""
-    from inspector.gui.engine_thread import worker as W
+    from inspector.session.run_states import IDLE
     from test_gui_support import make_window
 
     port = free_port()
@@ -245,7 +245,7 @@ def test_the_window_runs_over_rpc_and_stays_up_when_the_server_goes_away(qtbot, 
         assert re.search(rf"RPC server 127.0.0.1:{port} went away (at window|in a plain step after window) \d+",
                          w.last_error), w.last_error
         assert "The run ended here" in w.banner.text() and "Resume" not in w.banner.text()
-        assert len(w.session.receipts) >= 2 and w.state == W.IDLE
+        assert len(w.session.receipts) >= 2 and w.state == IDLE
         with qtbot.waitSignal(w.runFinished, timeout=120_000):  # the next run: no server, a clear refusal
             assert w.start_run()
         assert "cannot connect" in w.last_error and w.isVisible()

@@ -1,7 +1,9 @@
 """The inspector window (PySide6 + pyqtgraph). The only package that imports Qt.
 
-Layout: ``app`` (entry point), ``main_window`` (wiring), ``controls`` (left
-panel), ``worker`` (the engine thread), ``contention`` (background sessions),
-``session_store`` (autosave,
-recovery, export), and one module per view. Every view reads ``inspector.session.record.SessionRecord``.
+One package per thing the user sees, in one order (``GUI_LAYERS`` in ``tests/test_layers.py``): ``look``;
+``engine_thread`` and ``files``; the views ``panel``, ``tokens``, ``plots``, ``cost``, ``compare`` and
+``tune``; ``windows`` and ``serve``; ``shell``, which composes the window; ``app``, the entry point. A
+package imports only from the groups before its own (what two groups share goes down: the window's
+states are ``inspector.session.run_states``, the banner's colours ``look.banner_colours``).
+Every view reads ``inspector.session.record.SessionRecord``.
 """

@@ -8,4 +8,5 @@
 - ``document``: the receipts document written from a ``SessionRecord``.
 - ``run``: the run service that prepares and drives one generation (CLI and window).
 - ``step_control``: pause / step window / step token / break-on, as a pure state machine.
+- ``run_states``: the window's states (the worker's and its own) and which controls each enables.
 """

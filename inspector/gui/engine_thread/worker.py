@@ -25,21 +25,21 @@ from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeS
 from inspector.engine.errors import EngineError, NoChatTemplate, RequestCancelled, SpeculationUnsupported
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.gui.engine_thread.contention import Contention
-from inspector.gui.panel.context_controls import DEFAULT_CONTEXT, effective_context, loaded_context
-from inspector.session.records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
-from inspector.gui.files.session_store import open_autosave
-from inspector.gui.shell.run_states import BUSY, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD  # noqa: F401
 from inspector.gui.engine_thread.stepping import TokenHold
 from inspector.gui.look.wording import NO_TEMPLATE
+from inspector.llama.context_options import DEFAULT_CONTEXT, effective_context, loaded_context
 from inspector.llama.devices import Offload, RpcUnavailable
 from inspector.llama.model_file import ModelFileError
 from inspector.llama.quantize import open_target
+from inspector.receipts.autosave_folder import open_autosave
+from inspector.session.records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
 from inspector.session.run import RunRefused, RunRequest, SessionRun
+from inspector.session.run_states import IDLE, LOADING, RUNNING
+from inspector.session.step_control import StepControl
 from inspector.sources.registry import close_source, describe_source
-from inspector.session.step_control import BREAK_KINDS, MAX_AUTO_RESUMES, StepControl  # noqa: F401
 
 # Worker states (``stateChanged``): IDLE, LOADING, RUNNING, PAUSED, TOKEN_HOLD; ERROR and BUSY are
-# the window's own (see ``inspector.gui.shell.run_states``).
+# the window's own (see ``inspector.session.run_states``).
 log = logging.getLogger(__name__)
 
 

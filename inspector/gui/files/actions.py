@@ -13,15 +13,15 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from inspector.gui.engine_thread import worker as W
 from inspector.gui.files.receipts_loading import read_session
 from inspector.gui.files.session_store import BackgroundJob, autosave_is_clean
+from inspector.gui.look.banner_colours import BANNER_FILE, BANNER_FILE_PARTIAL
 from inspector.gui.look.wording import count_noun
-from inspector.gui.shell.banner import BANNER_FILE, BANNER_FILE_PARTIAL
 from inspector.receipts import load_document, write_document
 from inspector.receipts.trace import write_trace
 from inspector.session.conversation import conversation_document
 from inspector.session.document import record_document
+from inspector.session.run_states import LOADING
 
 
 class FileActions(QObject):
@@ -110,7 +110,7 @@ class FileActions(QObject):
         self.opening = None
         self.jobs = [j for j in self.jobs if j.running()]
         self.win.load_progress.setRange(0, 100)
-        if self.win.state != W.LOADING:
+        if self.win.state != LOADING:
             self.win.load_progress.hide()
         session, message, note, conversation = result if result is not None else (None, error, "", None)
         if session is None or self.win.engine_busy:

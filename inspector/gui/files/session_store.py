@@ -3,25 +3,19 @@
 Autosave: while a run goes, the worker appends one JSON line per receipt,
 discard and plain step to ``<app data>/autosave/run-<time>.jsonl`` and
 flushes it (``inspector.receipts.autosave``: the same writer and format as
-``spec-inspector run --autosave``), so a crash loses at most the window in flight. The main window
-records the file in QSettings and marks it clean when the run ends; an
-unclean file is offered for opening on the next start.
+``spec-inspector run --autosave``; opened by ``inspector.receipts.autosave_folder``), so a crash
+loses at most the window in flight. The main window records the file in QSettings and marks it clean
+when the run ends; an unclean file is offered for opening on the next start.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import QObject, QStandardPaths, Signal
-
-from inspector.receipts.autosave import AutosaveWriter
-
-AUTOSAVE_KEEP = 20
-"""Autosave files kept in the folder (older ones are deleted)."""
 
 
 def app_data_dir() -> Path:
@@ -31,21 +25,6 @@ def app_data_dir() -> Path:
     folder. (AppDataLocation would add the organization name: ``spec-inspector/spec-inspector``.)"""
     loc = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation)
     return Path(loc) / "spec-inspector" if loc else Path.home() / ".spec-inspector"
-
-
-def open_autosave(folder: Path, header: dict):
-    """A new ``inspector.receipts.autosave.AutosaveWriter`` in ``folder`` (the window's
-    naming: ``run-<date>-<time>-<ms>.jsonl``), after deleting all but the newest
-    ``AUTOSAVE_KEEP`` - 1 autosave files there. Raises ``OSError``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    files = sorted(folder.glob("run-*.jsonl"))
-    for old in files[: max(0, len(files) - AUTOSAVE_KEEP + 1)]:
-        try:
-            old.unlink()
-        except OSError:
-            pass
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return AutosaveWriter(folder / f"run-{stamp}-{int(time.time() * 1000) % 1000:03d}.jsonl", header)
 
 
 def autosave_is_clean(path: str | Path) -> bool:

@@ -15,6 +15,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from inspector.engine.settings import check_n_batch_for_source
+from inspector.gui.panel.widgets import ElidedLabel, spin
+from inspector.llama.context_options import CONTEXT_KEYS, effective_context, loaded_context
 from inspector.llama.context_settings import (
     FLASH_ATTN,
     KV_CACHE_TYPES,
@@ -23,13 +25,7 @@ from inspector.llama.context_settings import (
     SERVER_N_UBATCH,
     ContextSettings,
 )
-from inspector.gui.panel.widgets import ElidedLabel, spin
 
-CONTEXT_KEYS = ("n_batch", "n_ubatch", "flash_attn", "type_k", "type_v")
-"""The settings' keys: ``LlamaRuntime``'s keyword options, ``values()``' and QSettings' names."""
-DEFAULT_CONTEXT = {"n_batch": OUR_N_BATCH, "n_ubatch": SERVER_N_UBATCH, "flash_attn": "auto", "type_k": "f16",
-                   "type_v": "f16"}
-"""What the window loads a model with when nothing else is set (``run``'s defaults)."""
 BATCH_MAX = 131072
 NEXT_LOAD = "applied at the next model load (Run or Load reloads the model when they differ)"
 TIPS = {
@@ -46,25 +42,6 @@ TIPS = {
 }
 """Each control's tooltip (``NEXT_LOAD`` is added)."""
 FLAGS = {"n_batch": "-b", "n_ubatch": "-ub", "flash_attn": "-fa", "type_k": "-ctk", "type_v": "-ctv"}
-
-
-def loaded_context(llama_cpp: dict | None) -> dict | None:
-    """The context settings a runtime was made with, from its ``llama_cpp`` block (``describe()``, a
-    receipts file's model): flash attention as asked (``auto`` stays ``auto``). None without a block."""
-    if not isinstance(llama_cpp, dict):
-        return None
-    out = {k: llama_cpp.get(k, DEFAULT_CONTEXT[k]) for k in CONTEXT_KEYS}
-    out["flash_attn"] = llama_cpp.get("flash_attn_asked", out["flash_attn"])
-    return out
-
-
-def effective_context(options: dict, n_ctx: int) -> dict:
-    """``options`` as llama.cpp applies them to a context of ``n_ctx`` positions: the logical batch at
-    most ``n_ctx``, the physical batch at most the logical one (what a runtime's block records)."""
-    out = {**DEFAULT_CONTEXT, **options}
-    out["n_batch"] = min(int(out["n_batch"]), int(n_ctx))
-    out["n_ubatch"] = min(int(out["n_ubatch"]), out["n_batch"])
-    return out
 
 
 def summary(options: dict) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from inspector.engine.settings import PENALTY_DEFAULTS
-from inspector.gui.panel.context_controls import DEFAULT_CONTEXT, loaded_context
+from inspector.llama.context_options import DEFAULT_CONTEXT, loaded_context
 from inspector.llama.quantize import TARGET_TYPES
 
 

@@ -23,14 +23,14 @@ from PySide6.QtCore import QObject, Signal
 
 from inspector.gui.files.receipts_loading import read_session
 from inspector.gui.files.session_store import BackgroundJob
+from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT
 from inspector.gui.look.wording import count_noun
 from inspector.gui.serve.request_log import RequestLog
 from inspector.gui.serve.requests_view import RequestsView
-from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT
-from inspector.gui.shell.run_states import IDLE, SERVING
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import ReceiptsDir, default_receipts_dir
 from inspector.serve.server import DEFAULT_PORT, InspectorServer, ServeError, ServeOptions
+from inspector.session.run_states import IDLE, SERVING
 
 PORT_KEY = "serve/port"
 """Settings key of the port Serve listens on (0: any free port)."""

@@ -25,16 +25,16 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 from inspector.bench.compare import CompareConfig
 from inspector.gui.compare.server_build import ServerBuildActions
 from inspector.gui.compare.view import CompareView
-from inspector.gui.engine_thread import worker as W
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
+from inspector.gui.look.banner_colours import BANNER_HINT
 from inspector.gui.look.wording import count_noun
 from inspector.gui.panel.control_panel import source_names
-from inspector.gui.shell.banner import BANNER_HINT
 from inspector.gui.tune.actions import TuneActions
 from inspector.llama.cost_cache import load_cost_model, placement
 from inspector.llama.cost_model import CostModel
 from inspector.llama.model_file import weight_types_of
 from inspector.prompts import TURNS_EXAMPLES, example_prompts
+from inspector.session.run_states import BUSY, IDLE
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
 SETTINGS_GROUP = "cost_models"
@@ -171,13 +171,13 @@ class AnalysisActions(QObject):
             w.show_error("No model loaded", "Load a model first (the bundled one loads at startup).")
             return False
         self.busy = what
-        w.set_state(W.BUSY, detail)
+        w.set_state(BUSY, detail)
         return True
 
     def _end(self) -> None:
         self.busy = ""
-        if self.w.state == W.BUSY:
-            self.w.set_state(W.IDLE)
+        if self.w.state == BUSY:
+            self.w.set_state(IDLE)
 
     def _prompt(self) -> tuple[str, bool]:
         p = self.panel

@@ -13,22 +13,22 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QLabel, QProgressBar, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from inspector.gui.cost.view import CostView
 from inspector.gui.look.screen_fit import keep_on_screen
 from inspector.gui.panel.control_panel import ControlPanel
-from inspector.gui.tokens.conversation_bar import ConversationBar
-from inspector.gui.cost.view import CostView
+from inspector.gui.panel.widgets import ElidedLabel
 from inspector.gui.plots.event_log import EventLog
 from inspector.gui.plots.lock_plots import LockPlots
-from inspector.gui.panel.widgets import ElidedLabel
-from inspector.gui.shell.banner import Banner
 from inspector.gui.plots.statistics import StatsView
+from inspector.gui.plots.timeline import Timeline
 from inspector.gui.serve.request_log import RequestLog
 from inspector.gui.serve.requests_view import RequestsView
-from inspector.gui.plots.timeline import Timeline
+from inspector.gui.shell.banner import Banner
+from inspector.gui.tokens.conversation_bar import ConversationBar
 from inspector.gui.tokens.token_view import TokenView
 from inspector.gui.tokens.transcript_view import TranscriptView
-from inspector.gui.engine_thread.worker import IDLE
 from inspector.gui.windows.detail import WindowDetail
+from inspector.session.run_states import IDLE
 
 STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
 STREAM_SHARE = 0.5

@@ -25,16 +25,16 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 from inspector.engine.faults import Fault
 from inspector.engine.stats import decode_tokens_per_s
-from inspector.gui.engine_thread import worker as W
 from inspector.gui.engine_thread.record_feed import RecordFeed
+from inspector.gui.engine_thread.worker import EngineWorker
 from inspector.gui.files.actions import FileActions
 from inspector.gui.files.session_store import app_data_dir
+from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT, BANNER_WARN
 from inspector.gui.look.wording import count_noun
 from inspector.gui.panel.source_actions import SourceActions
 from inspector.gui.serve.serve_actions import ServeActions
 from inspector.gui.shell import none_refcount
 from inspector.gui.shell.analysis_actions import AnalysisActions
-from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT, BANNER_WARN
 from inspector.gui.shell.help_menu import HelpActions
 from inspector.gui.shell.layout import build_ui
 from inspector.gui.shell.menus import build_menus
@@ -44,6 +44,7 @@ from inspector.gui.shell.window_settings import restore_controls, restore_window
 from inspector.gui.tokens.conversation_bar import ConversationActions
 from inspector.session.record import SessionRecord
 from inspector.session.records import REFUSED, SPECULATION_REFUSED, RunEnd, RunError
+from inspector.session.run_states import ERROR, IDLE
 
 REDRAW_HZ = 15
 """Redraws a second: each takes a core from llama.cpp's decode threads (25 Hz: 8-10% of a core, 15 Hz: 5-7%)."""
@@ -104,7 +105,7 @@ class MainWindow(QMainWindow):
         importlib.import_module("llama_cpp.llama_chat_format")
 
         # Worker thread
-        self.worker = W.EngineWorker(runtime, owns_runtime=False)
+        self.worker = EngineWorker(runtime, owns_runtime=False)
         self.thread = QThread(self)
         self.thread.setObjectName("spec-inspector-engine")
         self.worker.moveToThread(self.thread)
@@ -152,7 +153,7 @@ class MainWindow(QMainWindow):
             self.model_line.loaded(self.model_info)
         self.timer.timeout.connect(self.redraw)  # after the serve tick: a request's records are drained first
         self.timer.start()
-        self.set_state(W.IDLE)
+        self.set_state(IDLE)
         if runtime is None and load_at_start:
             self.load_selected_model()
         if offer_recovery:
@@ -161,7 +162,7 @@ class MainWindow(QMainWindow):
     # -- the run (``RunControl``): kept on the window for the tests and the helpers -----------
     @property
     def state(self) -> str:
-        """The window's state (``inspector.gui.shell.run_states``)."""
+        """The window's state (``inspector.session.run_states``)."""
         return self.run.state
 
     @property
@@ -222,13 +223,13 @@ class MainWindow(QMainWindow):
 
     def new_live_session(self) -> None:
         """Leave a viewed receipts file: empty live session, run controls enabled."""
-        if self.state != W.IDLE:
+        if self.state != IDLE:
             return
         self.turns.forget()
         self.set_session(SessionRecord())
         self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
         self.setWindowTitle(TITLE)
-        self.set_state(W.IDLE)
+        self.set_state(IDLE)
 
     # -- layout ---------------------------------------------------------------------
     def add_action(self, menu, text, slot, shortcuts=(), tip="") -> QAction:
@@ -356,7 +357,7 @@ class MainWindow(QMainWindow):
         self.run.restore_before_run()
         self.run.run_ended()
         self.load_progress.hide()
-        self.set_state(W.IDLE, f"{name} source refused")
+        self.set_state(IDLE, f"{name} source refused")
         self.set_banner(f"<b>The run did not start:</b> {html.escape(message)}. Change the {html.escape(name)} "
                         "source's options or choose another proposal source, then <b>Run</b>.", BANNER_ERROR)
         title = "Draft model refused" if "refused" in message and name == "draft" else \
@@ -412,8 +413,8 @@ class MainWindow(QMainWindow):
         self.set_banner(f"<b>Error:</b> {message}<br>{repaired}. Press <b>Resume</b> to continue.", BANNER_ERROR)
         self.error_info = err
         self.redraw()
-        if self.state != W.ERROR:
-            self.set_state(W.ERROR, message)
+        if self.state != ERROR:
+            self.set_state(ERROR, message)
         self.errorShown.emit(message)
 
     def _run_finished(self, reason: str, end: RunEnd | None) -> None:
@@ -429,10 +430,10 @@ class MainWindow(QMainWindow):
                     f"KV length {end.kv_length} (canonical position {end.canonical_position})")
             text += "".join(f"<br><b>{title}:</b> {html.escape(note)}" for title, note in notes)
             self.set_banner(text, BANNER_WARN if notes else BANNER_DONE)
-        elif self.state != W.ERROR and (end is None or not (self.session.tokens or end.errors)):  # it never ran
+        elif self.state != ERROR and (end is None or not (self.session.tokens or end.errors)):  # it never ran
             self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
                             BANNER_ERROR)
-        self.set_state(W.IDLE, reason)
+        self.set_state(IDLE, reason)
         self.runFinished.emit(reason, end)
 
     def set_banner(self, text: str, style: str) -> None:

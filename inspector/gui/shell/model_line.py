@@ -15,7 +15,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QRect, Qt
 
-from inspector.gui.shell.banner import BANNER_ERROR, BANNER_HINT, Banner
+from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_HINT
+from inspector.gui.shell.banner import Banner
 from inspector.session.record import SessionRecord
 
 LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."

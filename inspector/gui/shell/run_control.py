@@ -19,15 +19,17 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 
 from inspector.engine.faults import Fault, FaultPlan
-from inspector.gui.engine_thread import worker as W
+from inspector.gui.engine_thread.worker import RunConfig
+from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_HINT, BANNER_NEUTRAL
 from inspector.gui.look.wording import count_noun
-from inspector.gui.shell.banner import BANNER_ERROR, BANNER_HINT, BANNER_NEUTRAL, Banner
+from inspector.gui.shell.banner import Banner
 from inspector.gui.shell.model_line import ModelLine
-from inspector.gui.shell.run_states import ACTIVE_STATES, control_states, state_label
 from inspector.llama import bundled_model_path
 from inspector.llama.cost_cache import placement
 from inspector.session.contention import run_contention_note
 from inspector.session.record import SessionRecord
+from inspector.session.run_states import (ACTIVE_STATES, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD,
+                                          control_states, state_label)
 from inspector.sources.registry import PLAIN
 
 RUN_ACTIONS = ("run", "pause", "step_window", "step_token", "stop", "resume", "open_receipts")
@@ -37,7 +39,7 @@ RUN_ACTIONS = ("run", "pause", "step_window", "step_token", "stop", "resume", "o
 class RunControl(QObject):
     """The window's state and run commands.
 
-    ``state``: one of ``inspector.gui.shell.run_states``; ``armed_faults``: faults pressed while no
+    ``state``: one of ``inspector.session.run_states``; ``armed_faults``: faults pressed while no
     run goes (the next run starts with them, at the first opportunity). ``stateChanged(state)``
     follows every ``set_state``.
 
@@ -65,7 +67,7 @@ class RunControl(QObject):
         self.request_run, self.request_load = request_run, request_load
         self.making_draft, self.opening = making_draft, opening
         self.autosave_dir = autosave_dir
-        self.state = W.IDLE
+        self.state = IDLE
         self.armed_faults = FaultPlan()
         self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
         self._run_status: str | None = None  # "source ngram · up to 128 tokens" while a live run goes
@@ -73,7 +75,7 @@ class RunControl(QObject):
 
     # -- state ---------------------------------------------------------------------------
     def set_state(self, state: str, detail: str = "") -> None:
-        """Enter ``state`` (``inspector.gui.shell.run_states``): enable the controls it allows, set the
+        """Enter ``state`` (``inspector.session.run_states``): enable the controls it allows, set the
         banner and the status bar, emit ``stateChanged``."""
         self.state = state
         p = self.panel
@@ -113,7 +115,7 @@ class RunControl(QObject):
             self.actions[name].setEnabled(on[name])
         self.actions["run"].setIconText(p.run.text())  # toolbar and panel say the same: Run or Continue
         self.status.setText(state_label(state, detail, origin=origin))
-        if state != W.TOKEN_HOLD:
+        if state != TOKEN_HOLD:
             self.token_view.show_hold(None)
         self.stateChanged.emit(state)
 
@@ -124,13 +126,13 @@ class RunControl(QObject):
     @property
     def is_idle(self) -> bool:
         """No run, load, measurement or comparison is going."""
-        return self.state == W.IDLE
+        return self.state == IDLE
 
     @property
     def engine_busy(self) -> bool:
         """A run (paused, holding or at an error too), a measurement or a comparison holds the engine
         thread; a model loading does not (what is asked next waits for it)."""
-        return self.state not in (W.IDLE, W.LOADING)
+        return self.state not in (IDLE, LOADING)
 
     def forget_refusal(self, source: str) -> None:
         """Another source was chosen: a red "The run did not start" about the last one no longer holds."""
@@ -167,13 +169,13 @@ class RunControl(QObject):
         """The banner during a live run says what the run is doing now: running, paused (with
         what continues it) or holding before a commit; errors and the end set their own text."""
         what = self._run_status
-        if what is None or state not in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD):
+        if what is None or state not in (RUNNING, PAUSED, TOKEN_HOLD):
             return
         n = count_noun(len(self.session().tokens), "token")
-        if state == W.PAUSED:
+        if state == PAUSED:
             self.banner.say(f"<b>Paused</b>: {what} · {n} so far. <b>Continue</b> (Ctrl+R) runs on; Step window "
                             "(F10) and Step token (F11) go one window or one token at a time.", BANNER_HINT)
-        elif state == W.TOKEN_HOLD:
+        elif state == TOKEN_HOLD:
             self.banner.say(f"<b>Step token</b>: holding before a commit ({n} so far; the token is named above "
                             "the stream, a window's rows in the Windows tab). F11 commits it; Continue (Ctrl+R) "
                             "runs on.", BANNER_HINT)
@@ -183,19 +185,19 @@ class RunControl(QObject):
     # -- the worker's lifecycle ------------------------------------------------------------
     def worker_state(self, state: str, detail: str) -> None:
         """The worker entered ``state`` (``EngineWorker.stateChanged``; its records drained already)."""
-        if state == W.LOADING:
+        if state == LOADING:
             self.progress.setValue(0)
             self.progress.show()
-        if state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD) and self.state == W.ERROR and detail != "resumed":
+        if state in (RUNNING, PAUSED, TOKEN_HOLD) and self.state == ERROR and detail != "resumed":
             return
-        if state == W.IDLE and self.state != W.LOADING:
+        if state == IDLE and self.state != LOADING:
             return  # the run's end is handled by the window's runFinished handler
-        self.set_state(state, "" if state == W.IDLE else detail)
+        self.set_state(state, "" if state == IDLE else detail)
 
     def run_started(self) -> None:
         """The worker picked the run up: the session shown before it is no longer restored."""
         self._before_run = None
-        self.set_state(W.PAUSED if self.state == W.PAUSED else self.state if self.state != W.LOADING else W.RUNNING)
+        self.set_state(PAUSED if self.state == PAUSED else self.state if self.state != LOADING else RUNNING)
 
     def run_ended(self) -> None:
         """The run ended or never started: the banner no longer follows it."""
@@ -249,7 +251,7 @@ class RunControl(QObject):
         if offload is None or not self.context_allowed(speculative=src != PLAIN):
             return False
         self.model_line.expect_load(hint=False)
-        cfg = W.RunConfig(
+        cfg = RunConfig(
             model_path=str(model), prompt_text=prompt, settings=panel.generation_settings(), source=src,
             source_options=panel.source_options(), raw=panel.raw.isChecked() and turn is None,
             system_prompt=self._system_prompt(turn),
@@ -277,7 +279,7 @@ class RunControl(QObject):
         self._run_status = (f"turn {turn['conversation']['turn']} · " if turn else "") + \
             f"source <b>{src}</b> · up to {count_noun(panel.max_tokens.value(), 'token')}"
         self.banner.say(f"{(loading + what).capitalize()}: {self._run_status} …", BANNER_NEUTRAL)
-        self.set_state(W.RUNNING if self.worker.runtime is not None else W.LOADING)
+        self.set_state(RUNNING if self.worker.runtime is not None else LOADING)
         self.request_run(cfg)
         return True
 
@@ -292,7 +294,7 @@ class RunControl(QObject):
     def load_selected_model(self) -> bool:
         """Load the model chosen in the panel (bundled by default) on the worker thread,
         with the progress bar; a hint to press Run shows once it is loaded."""
-        if self.state != W.IDLE:
+        if self.state != IDLE:
             return False
         try:
             model = str(self.chosen_model())
@@ -309,7 +311,7 @@ class RunControl(QObject):
             self.banner.say(f"Loading the model <b>{html.escape(Path(model).name)}</b> …", BANNER_NEUTRAL)
         self.progress.setValue(0)
         self.progress.show()
-        self.set_state(W.LOADING, Path(model).name)
+        self.set_state(LOADING, Path(model).name)
         self.request_load(model, self.panel.n_ctx.value(), self.panel.target_weights(), offload,
                           self.panel.llama_context.values())
         return True
@@ -339,53 +341,53 @@ class RunControl(QObject):
     # -- run commands ----------------------------------------------------------------------
     def run_clicked(self) -> None:
         """Run: start a run when idle on a live session, continue a paused one, resume after an error."""
-        if self.state == W.IDLE and self.session().origin != "live":
+        if self.state == IDLE and self.session().origin != "live":
             return
-        if self.state == W.IDLE:
+        if self.state == IDLE:
             self.start_run()
-        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
+        elif self.state in (PAUSED, TOKEN_HOLD):
             self.worker.request_continue()
-            self.set_state(W.RUNNING)
-        elif self.state == W.ERROR:
+            self.set_state(RUNNING)
+        elif self.state == ERROR:
             self.resume_clicked()
 
     def pause_clicked(self) -> None:
         """Pause the running generation (between windows, or at the held token)."""
-        if self.state in (W.RUNNING, W.TOKEN_HOLD):
+        if self.state in (RUNNING, TOKEN_HOLD):
             self.worker.request_pause()
 
     def step_window_clicked(self) -> None:
         """Run one window: from a pause, or a new run holding after its first window."""
-        if self.state == W.IDLE and self.session().origin == "live":
+        if self.state == IDLE and self.session().origin == "live":
             self.start_run(paused=True, first_action="window")
-        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
+        elif self.state in (PAUSED, TOKEN_HOLD):
             self.worker.request_step_window()
-            self.set_state(W.RUNNING, "one window")
+            self.set_state(RUNNING, "one window")
 
     def step_token_clicked(self) -> None:
         """Commit one token: from a pause, or a new run holding before its first commit."""
-        if self.state == W.IDLE and self.session().origin == "live":
+        if self.state == IDLE and self.session().origin == "live":
             self.start_run(paused=True, first_action="token")
-        elif self.state in (W.PAUSED, W.TOKEN_HOLD):
+        elif self.state in (PAUSED, TOKEN_HOLD):
             self.worker.request_step_token()
-            self.set_state(W.RUNNING, "one token")
+            self.set_state(RUNNING, "one token")
 
     def stop_clicked(self) -> None:
         """Stop the run (running, paused, holding or at an error)."""
-        if self.state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD, W.ERROR):
+        if self.state in (RUNNING, PAUSED, TOKEN_HOLD, ERROR):
             self.worker.request_stop()
 
     def resume_clicked(self) -> None:
         """Resume after an error (the worker repaired or retired the session)."""
-        if self.state == W.ERROR:
+        if self.state == ERROR:
             self.banner.say("Resuming after the error …", BANNER_NEUTRAL)
             self.worker.request_resume()
-            self.set_state(W.RUNNING, "resuming")
+            self.set_state(RUNNING, "resuming")
 
     def inject(self, fault: Fault) -> None:
         """Add ``fault`` to the running generation's fault plan (thread safe); with no run going, arm it
         for the next run (it fires at the first opportunity there)."""
-        if self.state in (W.RUNNING, W.PAUSED, W.TOKEN_HOLD):
+        if self.state in (RUNNING, PAUSED, TOKEN_HOLD):
             self.worker.faults.add(fault)
         else:
             self.armed_faults.add(fault)

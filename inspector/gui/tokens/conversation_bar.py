@@ -22,10 +22,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidget
 
-from inspector.gui.engine_thread import worker as W
-from inspector.gui.shell.banner import BANNER_DONE, BANNER_ERROR, BANNER_HINT
-from inspector.gui.shell.run_states import SERVING
+from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT
 from inspector.session.conversation import Conversation, conversation_block
+from inspector.session.run_states import IDLE, SERVING
 
 SEND_SHORTCUT = "Ctrl+Return"
 STEP_SHORTCUT = "Shift+Return"
@@ -160,7 +159,7 @@ class ConversationActions(QObject):
             return "a receipts file is read only: File > New live session (Ctrl+N), then Run, to start a conversation"
         if w.state == SERVING:
             return "the window is serving: turn Serve off (Run menu) to continue a conversation"
-        if w.state != W.IDLE:
+        if w.state != IDLE:
             return "the next turn can be sent when this run has ended"
         if s.header is None or s.end is None:
             return "run a prompt first (Ctrl+R); then continue the conversation here"
@@ -200,7 +199,7 @@ class ConversationActions(QObject):
         rs = self.records()
         shown = next((k for k, r in enumerate(rs) if r is self.win.session), len(rs) - 1)
         self.bar.show_turns([turn_label(k, r) for k, r in enumerate(rs, 1)], shown)
-        self.bar.turn.setEnabled(self.win.state == W.IDLE)
+        self.bar.turn.setEnabled(self.win.state == IDLE)
         why = self.why_not()
         self.bar.set_sendable(not why, why, max(len(rs), 1) + 1)
 
@@ -248,7 +247,7 @@ class ConversationActions(QObject):
     def show_turn(self, index: int) -> None:
         """Show turn ``index`` (0-based) in every view (only while no run goes)."""
         rs = self.records()
-        if self.win.state != W.IDLE or not 0 <= index < len(rs) or rs[index] is self.win.session:
+        if self.win.state != IDLE or not 0 <= index < len(rs) or rs[index] is self.win.session:
             self.refresh()
             return
         self.win.set_session(rs[index])

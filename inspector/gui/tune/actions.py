@@ -22,11 +22,11 @@ from inspector.bench.compare import CompareConfig
 from inspector.bench.tune import (NotReplayable, cold_replay_note, costs_from_record, fitted_costs, grid,
                                   points_from_record, recording_from_record, replay, tune)
 from inspector.engine.settings import GenerationSettings, SamplingSettings
-from inspector.gui.engine_thread import worker as W
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest
-from inspector.gui.tune.view import TuneView
 from inspector.gui.look.wording import count_noun
+from inspector.gui.tune.view import TuneView
 from inspector.receipts.document import ReceiptsFileError
+from inspector.session.run_states import BUSY, IDLE
 from inspector.sources.registry import SourceContext, make_source
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
@@ -268,7 +268,7 @@ class TuneActions(QObject):
         settings = GenerationSettings(max_new_tokens=rec.max_new_tokens, draft_max=row.draft_max, sampling=sampling)
         self._verifying = row
         self.analysis.reset_cancel()
-        w.set_state(W.BUSY, "verifying a tuned configuration…")
+        w.set_state(BUSY, "verifying a tuned configuration…")
         v.set_verifying(f"verifying {html.escape(row.label)} (and plain decoding beside it) …")
         self.requestVerify.emit(CompareRequest("", True, (CompareConfig(row.label, row.source, row.draft_max,
                                                                         dict(row.options)),),
@@ -279,8 +279,8 @@ class TuneActions(QObject):
         row, self._verifying = self._verifying, None
         if row is None:
             return
-        if self.w.state == W.BUSY:
-            self.w.set_state(W.IDLE)
+        if self.w.state == BUSY:
+            self.w.set_state(IDLE)
         i = next((k for k, r in enumerate(result.rows) if r.config.source == row.source), None) if result else None
         if i is None or result.rows[i].error:
             text = note or (result.rows[i].error if i is not None else "no result")
