@@ -80,4 +80,5 @@ def test_a_run_beside_two_spinning_processes_says_contention_in_the_banner(spinn
     with qtbot.waitSignal(w.runFinished, timeout=120_000):
         w.run_clicked()
     assert w.session.end.others_cpu_share >= 0.25
-    assert "Slow:" in w.banner.text() and "other processes used" in w.banner.text()
+    assert "<br>Slow: Contention: other processes used" in w.banner.text()
+    assert "Likely fix: close the other process" in w.banner.toolTip()

@@ -171,7 +171,7 @@ def test_a_fault_armed_before_run_fires_at_the_first_opportunity(qtbot, runtime,
     assert w.panel.fault_cancel.isEnabled(), "fault buttons work before a run"
     w.panel.fault_cancel.click()
     w.redraw()
-    assert w.panel.pending_faults.text() == "armed for the next run: cancel"
+    assert w.panel.pending_faults.text() == "armed for the next run: cancel at the next commit"
     with qtbot.waitSignal(w.errorShown, timeout=120_000) as blocker:
         assert w.start_run()
     assert "cancelled" in blocker.args[0]

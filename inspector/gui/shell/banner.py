@@ -28,9 +28,10 @@ class Banner(QLabel):
         self.setMinimumHeight(2 * fm.lineSpacing() + 2 * BANNER_PAD + 2)  # hints and run status fit in two lines
         self.say("", BANNER_NEUTRAL)
 
-    def say(self, text: str, style: str) -> None:
-        """Show ``text`` (rich text) in ``style`` (one of the ``BANNER_*`` colors)."""
+    def say(self, text: str, style: str, tip: str = "") -> None:
+        """Show ``text`` (rich text) in ``style`` (one of the ``BANNER_*`` colors), ``tip`` as its tooltip."""
         self.setText(text)
+        self.setToolTip(tip)
         self.style_now = style
         """The ``BANNER_*`` color shown now."""
         self.setStyleSheet(f"{style};padding:{BANNER_PAD}px")

@@ -29,7 +29,7 @@ from inspector.gui.engine_thread.record_feed import RecordFeed
 from inspector.gui.engine_thread.worker import EngineWorker
 from inspector.gui.files.actions import FileActions
 from inspector.gui.files.session_store import app_data_dir
-from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT, BANNER_WARN
+from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_HINT
 from inspector.gui.look.wording import count_noun
 from inspector.gui.panel.source_actions import SourceActions
 from inspector.gui.serve.serve_actions import ServeActions
@@ -424,12 +424,8 @@ class MainWindow(QMainWindow):
         self.settings.sync()
         self.finish_info = end
         self.redraw()  # drains the run's last records (its end, a comparison with plain decoding)
-        notes = self.run.end_notes(self.session) if end is not None else []
         if reason != "error" and end is not None:
-            text = (f"Finished: <b>{reason}</b> · {count_noun(len(self.session.tokens), 'token')} · "
-                    f"KV length {end.kv_length} (canonical position {end.canonical_position})")
-            text += "".join(f"<br><b>{title}:</b> {html.escape(note)}" for title, note in notes)
-            self.set_banner(text, BANNER_WARN if notes else BANNER_DONE)
+            self.banner.say(*self.run.finish_banner(reason, end, self.session))
         elif self.state != ERROR and (end is None or not (self.session.tokens or end.errors)):  # it never ran
             self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
                             BANNER_ERROR)

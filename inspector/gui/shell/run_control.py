@@ -20,9 +20,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 
 from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui.engine_thread.worker import RunConfig
-from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_HINT, BANNER_NEUTRAL
+from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT, BANNER_NEUTRAL, BANNER_WARN
 from inspector.gui.look.wording import count_noun
-from inspector.gui.shell.banner import Banner
+from inspector.gui.shell.banner import BANNER_PAD, Banner
 from inspector.gui.shell.model_line import ModelLine
 from inspector.llama import bundled_model_path
 from inspector.llama.cost_cache import placement
@@ -147,6 +147,20 @@ class RunControl(QObject):
         if not pending:
             return ""
         return ("pending: " if running else "armed for the next run: ") + "; ".join(f.describe() for f in pending)
+
+    def finish_banner(self, reason: str, end, record) -> tuple[str, str, str]:
+        """The banner after a live run ended with ``reason`` (``RunEnd`` ``end``, its ``SessionRecord``):
+        ``(text, style, tooltip)``. Two lines at most, so the view below never moves: the finish, then
+        the ``end_notes`` on one line cut to the banner's width ("…"), all of them in the tooltip."""
+        text = (f"Finished: <b>{reason}</b> · {count_noun(len(record.tokens), 'token')} · "
+                f"KV length {end.kv_length} (canonical position {end.canonical_position})")
+        notes = self.end_notes(record)
+        if not notes:
+            return text, BANNER_DONE, ""
+        full = "; ".join(f"{title}: {note}" for title, note in notes)
+        width = max(120, self.banner.width() - 2 * BANNER_PAD - 12)
+        line = self.banner.fontMetrics().elidedText(full, Qt.TextElideMode.ElideRight, width)
+        return f"{text}<br>{html.escape(line)}", BANNER_WARN, full
 
     def end_notes(self, record) -> list[tuple[str, str]]:
         """After a live run (its ``SessionRecord``): ``(title, text)`` of what the user should know
