@@ -10,9 +10,13 @@ Layout (no Qt below ``inspector.gui``):
 - ``inspector.cli``: the ``spec-inspector`` command line.
 """
 
-from pathlib import Path
+from inspector.start_signals import quiet_start
 
-from inspector.thread_pools import limit_thread_pools
+quiet_start()  # first: Ctrl-C while the command line imports is one line and exit 130, not a traceback
+
+from pathlib import Path  # noqa: E402
+
+from inspector.thread_pools import limit_thread_pools  # noqa: E402
 
 __version__ = "0.1.0"
 

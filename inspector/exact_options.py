@@ -12,6 +12,7 @@ too. Every parser of the command line and of the window's options is one of thes
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 class NamesOnceFormatter(argparse.HelpFormatter):
@@ -37,3 +38,25 @@ class ExactOptionParser(argparse.ArgumentParser):
         """None: an option is taken only by its exact name (``-t 1`` or ``--threads=1``; not ``-t1``, which
         llama.cpp does not take either, and which would read llama.cpp's ``-cnv`` as ``-c nv``)."""
         return []
+
+    def _get_value(self, action: argparse.Action, arg_string: str):  # argparse's hook for each value
+        """The value as argparse converts it; text that holds bytes the locale could not decode (Python keeps
+        them as lone surrogates, which no UTF-8 text, receipts file or tokenizer takes) is refused naming
+        the option, before any work (a path keeps its bytes: it is not text)."""
+        value = super()._get_value(action, arg_string)
+        if isinstance(value, str) and action.nargs not in (argparse.PARSER, argparse.REMAINDER):  # not a command
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise argparse.ArgumentError(action, undecodable(value, exc.start)) from None
+        return value
+
+
+def undecodable(text: str, at: int) -> str:
+    """Why ``text`` is not text: the byte (or lone surrogate) at index ``at``, and what to do."""
+    code = ord(text[at])
+    shown = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"lone surrogate U+{code:04X}"
+    encoding = sys.getfilesystemencoding()
+    hint = "" if encoding.lower().replace("-", "") == "utf8" else \
+        f" (this locale reads the command line as {encoding}: set LC_ALL=C.UTF-8, or PYTHONUTF8=1)"
+    return f"holds a {shown} at character {at + 1}, which is not UTF-8 text{hint}"

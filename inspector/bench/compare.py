@@ -338,6 +338,7 @@ def _with_draft_max(settings: GenerationSettings, draft_max: int) -> GenerationS
 def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> CompareResult:
     """The rows of ``configs`` from ``runs`` (id(config) -> (a ``Generation`` or ``TurnsRun``, error, warm))."""
     plain_tps = plain_gen.summary().decode_tokens_per_s if plain_gen is not None else None
+    plain_error = next((run[1] for run in runs.values() if plain_gen is not None and run[0] is plain_gen), None)
     rows = []
     for config in configs:
         gen, error, warm = runs.get(id(config), (None, "not run", ""))
@@ -350,7 +351,8 @@ def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> Co
         if cost_model is not None:
             expected = cost_model.expected_speedup(
                 [(r.verification_rows, r.canonical_prediction_count) for r in gen.receipts], gen.plain_steps)
-        same = None if plain_gen is None else list(gen.generated) == list(plain_gen.generated)
+        same = None if plain_gen is None or error or plain_error else \
+            list(gen.generated) == list(plain_gen.generated)  # a row cut short by an error: not known
         rows.append(CompareRow(config, s, speedup, expected, same, tuple(gen.generated), error, warm))
     return CompareResult(tuple(rows), len(prompt_tokens), settings, cost_model)
 

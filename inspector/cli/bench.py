@@ -39,7 +39,7 @@ from inspector.llama.model_file import ModelFileError, bundled_model_path
 from inspector.llama.quantize import make_draft
 from inspector.llama.server_parity import server_context
 from inspector.prompts import DEFAULT_EXAMPLE, TURNS_EXAMPLES, example_path, turns_path
-from inspector.session.conversation import read_turns
+from inspector.session.conversation import MAX_TURNS, read_turns
 
 
 def add_bench_commands(sub) -> None:
@@ -65,8 +65,9 @@ def add_bench_commands(sub) -> None:
                          "cached), then per layout c(k), its ceiling, plain vs n-gram on the copy task and whether "
                          "greedy output stays the original's (e.g. Q4_1,Q8_0,Q4_0)")
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
-    bn.add_argument("--turns", metavar="FILE|NAME", help="instead: every source over a conversation (e.g. agent-edits): "
-                    "acceptance, mean length, windows, speedup, share of the ceiling, proposal time, memory")
+    bn.add_argument("--turns", metavar="FILE|NAME", help="instead: every source over a conversation (e.g. agent-edits; "
+                    f"1..{MAX_TURNS} turns): acceptance, mean length, windows, speedup, share of the ceiling, "
+                    "proposal time, memory")
     bn.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH",
                     help="instead: ours against llama-server (a fresh one per run; default: the one built from our "
                          "llama.cpp) for plain and every llama.cpp source, with and without probabilities, and the "
@@ -125,6 +126,9 @@ def add_bench_commands(sub) -> None:
 
 
 def cmd_bench(args) -> int:
+    if args.config and args.llama_server is None and not args.serve:  # it would be ignored
+        return fail("--config chooses the work of bench --llama-server or --serve: add one, or use compare "
+                    "--config", EXIT_USAGE)
     if args.weights:
         return _bench_weights(args)
     if args.turns:
@@ -319,15 +323,16 @@ def _bench_turns(args) -> int:
         return fail(str(exc))
     finally:
         runtime.close()
+    failed = any(r["error"] for result in results.values() for r in result["rows"])  # said in its row: exit 1
     if len(results) == 1:
         (result,) = results.values()
         _print_result(format_turns_bench(result), result, args.json)
-        return 0
+        return 1 if failed else 0
     combined = combine_turns_benches(results)
     text = "\n\n".join([f"conversation {n}:\n{format_turns_bench(r)}" for n, r in results.items()]
                        + [format_combined(combined)])
     _print_result(text, {"conversations": results, "all": combined}, args.json)
-    return 0
+    return 1 if failed else 0
 
 
 def _print_result(text: str, result: dict, json_path) -> None:

@@ -37,6 +37,7 @@ from inspector.cli.view import add_view_commands, cmd_trace, cmd_view
 from inspector.exact_options import ExactOptionParser
 from inspector.llama.model_file import ModelFileError, bundled_model_path
 from inspector.llama.quantize import DRAFT_TYPES, make_draft
+from inspector.start_signals import default_signals
 
 
 class _Parser(ExactOptionParser):
@@ -99,6 +100,7 @@ def cmd_gui(argv: list[str]) -> int:
         if "inspector.gui" in str(exc):
             return fail("the inspector window is not part of this build; use `spec-inspector run --help`")
         return fail(f"cannot start the inspector window: {exc}")
+    default_signals()  # the window takes Ctrl-C as Python does (quiet only while the imports ran)
     return gui_main(argv)
 
 

@@ -21,6 +21,7 @@ import sys
 import threading
 
 from inspector.cli.interrupt import INTERRUPT_SIGNALS, Interrupted
+from inspector.cli.ranges import THREADS, THREADS_MAX
 from inspector.llama.devices import DEFAULT_RPC_PORT, SECURITY_WARNING, RpcUnavailable, rpc_server_devices, serve_rpc
 
 PROG = "spec-inspector rpc-server"
@@ -50,8 +51,9 @@ def add_command(sub) -> None:
                          "only with --expose [127.0.0.1]")
     rs.add_argument("--expose", action="store_true", help=EXPOSE_HELP)
     rs.add_argument("--port", "-p", type=int, default=DEFAULT_RPC_PORT, help=f"port, 1..65535 [{DEFAULT_RPC_PORT}]")
-    rs.add_argument("--threads", "-t", type=int, default=None, metavar="N",
-                    help="CPU threads for the CPU device [half the cores, as llama.cpp]")
+    rs.add_argument("--threads", "-t", type=THREADS, default=None, metavar="N",
+                    help=f"CPU threads for the CPU device (0..{THREADS_MAX}, ggml's limit) [0 = half the cores, as "
+                         "llama.cpp]")
     rs.add_argument("--device", "-d", default="", metavar="DEV1,DEV2",
                     help="devices to serve (names from spec-inspector devices) [the GPUs, else the CPU]")
     rs.add_argument("--cache", "-c", action="store_true",

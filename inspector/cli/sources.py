@@ -194,10 +194,18 @@ def source_options_from_args(args) -> dict:
             d.check_options(opts)
         except ValueError as exc:
             raise SourceFlagError(str(exc)) from None
+    given = set(getattr(args, "source_flags_given", None) or ())  # a flag and a --source-option for one option
+    set_by = {o.name: o.flag for o in (d.options if d is not None else ()) if o.flag in given}
+    set_by.update({o.name: "--" + o.from_setting.replace("_", "-") for o in (d.options if d is not None else ())
+                   if o.from_setting and getattr(args, o.from_setting, None) is not None})
     for item in args.source_option:
         try:
             key, value = split_option(item)
         except ValueError:
             raise SourceFlagError(f"--source-option {item!r}: expected KEY=VALUE") from None
+        if key in set_by:
+            raise SourceFlagError(f"--source-option {key}={value} and {set_by[key]} both set option {key} of "
+                                  f"--source {name}: give one of them")
+        set_by[key] = f"--source-option {key}={value}"
         opts[key] = value
     return opts

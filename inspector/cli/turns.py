@@ -27,14 +27,14 @@ from inspector.prompts import TURNS_EXAMPLES, turns_path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.receipts.autosave import AutosaveWriter
 from inspector.run_output import StreamPrinter, drive_run, format_reasons, format_summary, turn_heading
-from inspector.session.conversation import Conversation, conversation_document, read_turns
+from inspector.session.conversation import MAX_TURNS, Conversation, conversation_document, read_turns
 from inspector.session.record import SessionRecord
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 from inspector.session.transcript import message_text
 
-TURNS_HELP = ("a turns file (user messages separated by lines holding only ---, or a JSON list) or a bundled one "
-              f"({', '.join(TURNS_EXAMPLES)}); each turn's prompt is the chat so far, and sources keep their memory "
-              "across turns")
+TURNS_HELP = (f"a turns file (user messages separated by lines holding only ---, or a JSON list; 1..{MAX_TURNS} turns) "
+              f"or a bundled one ({', '.join(TURNS_EXAMPLES)}); each turn's prompt is the chat so far, and sources "
+              "keep their memory across turns")
 
 
 def add_turns_argument(parser, command: str) -> None:

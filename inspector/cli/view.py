@@ -10,7 +10,7 @@ from inspector.cli.ranges import positive
 from inspector.engine.receipt import receipt_from_json
 from inspector.receipts import ReceiptsFileError, load_document
 from inspector.receipts.document import is_conversation, version_note
-from inspector.receipts.trace import write_trace
+from inspector.receipts.trace import trace_file
 from inspector.run_output import (document_token_text, format_autosave, format_autosave_turns, format_conversation,
                                   format_document, format_events, format_window_rows, format_windows, turn_heading)
 from inspector.session.record_files import records_from_autosave
@@ -44,6 +44,11 @@ def cmd_view(args) -> int:
             turns = records_from_autosave(args.file)
         except ReceiptsFileError as exc:
             return fail(str(exc))
+        for k, r in enumerate(turns, 1):  # a damaged header is read as it is: say so
+            if r.header_problems:
+                print(f"spec-inspector: note: {args.file}: the header{f' of turn {k}' if len(turns) > 1 else ''} is "
+                      f"damaged ({'; '.join(r.header_problems)}): what it says of the run may be wrong",
+                      file=sys.stderr)
         if len(turns) > 1 and args.turn is None:  # a conversation's autosave (run --turns): a line per turn
             print(format_autosave_turns(turns))
             if args.windows or args.window or args.events:
@@ -59,7 +64,8 @@ def cmd_view(args) -> int:
         if args.windows:
             print("--- windows and discards ---")
             print("\n".join(format_windows(rec.receipts, rec.discards)))
-        if args.window and _print_windows(args.window, rec.receipts, rec.text_of, args.file):
+        if args.window and _print_windows(args.window, rec.receipts, rec.text_of, args.file,
+                                          skipped=rec.skipped_lines):
             return EXIT_ERROR
         if args.events:
             if rec.events:
@@ -126,14 +132,17 @@ def _receipts_of(doc: dict, path) -> list | None:
     return out
 
 
-def _print_windows(numbers, receipts, token_text, path, missing: str | None = None) -> bool:
+def _print_windows(numbers, receipts, token_text, path, missing: str | None = None, skipped: int = 0) -> bool:
     """Print each asked window row by row (``format_window_rows``; ``missing``: why windows have no
-    figures); True, after a message naming the windows the file has and before anything is printed,
-    when one of them is not in the file."""
+    figures); True, after a message naming the windows the file has (and the ``skipped`` damaged lines
+    of an autosave, where a window may have been) and before anything is printed, when one of them is
+    not in the file."""
     by_index = {r.window_index: r for r in receipts}
     absent = [n for n in numbers if n not in by_index]
     if absent:
         have = f"windows 1..{max(by_index)}" if by_index else "no verified windows"
+        if skipped:
+            have += f"; {skipped} incomplete or damaged line(s) were skipped, a window may have been among them"
         fail(f"{path} has no window {absent[0]} ({have})")
         return True
     blocks = []
@@ -157,7 +166,7 @@ def cmd_trace(args) -> int:
     if not args.file.exists():
         return fail(f"cannot read receipts {args.file}: no such file")
     try:
-        path = write_trace(load_document(args.file), args.out)
+        path = trace_file(args.file, args.out)  # read and written piece by piece: any size in little memory
     except ReceiptsFileError as exc:
         return fail(str(exc))
     except OSError as exc:

@@ -18,6 +18,7 @@ from inspector.llama import llama_log
 from inspector.llama.devices import SPLIT_MODES, Offload, add_rpc_servers, device_array, local_gpus
 from inspector.llama.model_file import ModelFileError, ModelInfo
 from inspector.llama.native import init_backend
+from inspector.llama.native_signals import signals_deferred, stop_requested
 
 
 @dataclass
@@ -40,7 +41,8 @@ class LoadedModel:
 def load_model(info: ModelInfo, offload: Offload | None = None,
                progress: Callable[[float], None] | None = None) -> LoadedModel:
     """Load the checked GGUF ``info`` (``check_gguf``) with ``offload`` (None: llama.cpp's defaults);
-    ``progress`` is called with 0.0..1.0 while the weights load (its exceptions are ignored).
+    ``progress`` is called with 0.0..1.0 while the weights load (its exceptions are ignored); a
+    signal while they load cancels the load and is raised after it (``native_signals``).
     Raises ``ModelFileError`` when llama.cpp cannot load the file, ``RpcUnavailable`` for an RPC server
     that does not answer."""
     init_backend()
@@ -66,19 +68,23 @@ def load_model(info: ModelInfo, offload: Offload | None = None,
     if (o.n_gpu_layers or 0) != 0 and not rpc_devices and not local_gpus():
         note = (f"-ngl {o.n_gpu_layers} has no effect: llama.cpp sees no GPU here and no RPC "
                 "server was given (--rpc HOST:PORT), so every layer runs on the CPU")
-    if progress is not None:
-        def _progress(value: float, _data) -> bool:
+
+    def _progress(value: float, _data) -> bool:  # False cancels the load: Ctrl-C, SIGTERM, SIGHUP
+        if progress is not None:
             try:
                 progress(float(value))
             except Exception:
                 pass
-            return True
+        return not stop_requested()
 
-        callback = llama_cpp.llama_progress_callback(_progress)
-        mparams.progress_callback = callback
-        keep.append(callback)
-    with llama_log.captured() as captured:
-        model = llama_cpp.llama_model_load_from_file(str(info.path).encode(), mparams)
+    callback = llama_cpp.llama_progress_callback(_progress)
+    mparams.progress_callback = callback
+    keep.append(callback)
+    with signals_deferred() as deferred:  # a signal now is raised after the load, never lost in a callback
+        with llama_log.captured() as captured:
+            model = llama_cpp.llama_model_load_from_file(str(info.path).encode(), mparams)
+        if model and deferred.signum is not None:  # it came after the last progress step
+            llama_cpp.llama_model_free(model)
     layers = llama_log.where_layers_went(captured, {d.name: d.label() for d in rpc_devices})
     if not model:
         raise ModelFileError(

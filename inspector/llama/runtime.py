@@ -33,6 +33,7 @@ from inspector.llama.abort import AbortSwitch  # noqa: E402
 from inspector.llama.build_check import check_build, llama_library_path, probe_model  # noqa: E402
 from inspector.llama.model_load import load_model  # noqa: E402
 from inspector.llama.native import raw_logits_function  # noqa: E402
+from inspector.llama.native_signals import signals_deferred  # noqa: E402
 from inspector.llama.vocab import Vocabulary  # noqa: E402
 
 llama_log.install()
@@ -128,8 +129,12 @@ class LlamaRuntime:
         self.n_ubatch = cparams.n_ubatch
         self.n_swa = int(llama_cpp.llama_model_n_swa(self.model))
         """The model's sliding attention window (tokens; 0: none)."""
-        with llama_log.captured() as log:
-            self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        with signals_deferred() as deferred:  # a signal in its log callback is raised after it, not lost
+            with llama_log.captured() as log:
+                self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+            if deferred.signum is not None and self.ctx:  # raised as the block ends: free the context
+                llama_cpp.llama_free(self.ctx)
+                self.ctx = None
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)
             self.model = None

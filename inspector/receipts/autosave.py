@@ -26,7 +26,7 @@ from inspector.engine.probabilities import top_texts_of, with_top_texts
 from inspector.engine.stats import summarize_receipts
 from inspector.engine.text import label_bytes, shown_text
 from inspector.bounded_read import BoundedReadError, read_bounded
-from inspector.receipts.document import MAX_FILE_BYTES, ReceiptsFileError
+from inspector.receipts.document import MAX_FILE_BYTES, ReceiptsFileError, part_problem
 
 
 class AutosaveWriter:
@@ -199,6 +199,13 @@ class AutosaveRun:
                                   finish_reason=(self.end or {}).get("finish_reason"))
 
 
+def _matches(value, name: str) -> None:
+    """Raise ``ValueError`` when ``value`` breaks the schema's ``$defs/NAME`` (a string where a count belongs)."""
+    problem = part_problem(value, name)
+    if problem:
+        raise ValueError(f"{name} {problem}")
+
+
 def _check_ints(values, what: str) -> None:
     if not all(type(v) is int and 0 <= v < 2**31 for v in values):
         raise ValueError(f"{what}: a position, count or token is not a non-negative 32-bit integer")
@@ -206,6 +213,7 @@ def _check_ints(values, what: str) -> None:
 
 def _receipt(w: dict):
     """(receipt, token texts, committed tokens) of a ``receipt`` record; raises when damaged."""
+    _matches(w, "receipt")
     r = receipt_from_json(w)
     _check_ints((r.window_index, r.base_position, r.position_after_verification, r.canonical_position,
                  r.trimmed_rows, r.verification_rows, *r.proposal_token_ids, *r.committed_tokens,
@@ -220,6 +228,7 @@ def _receipt(w: dict):
 
 def _discard(rec: dict):
     """(discard, token texts, committed tokens) of a ``discard`` record; raises when damaged."""
+    _matches(rec["discard"], "discard")
     d = discard_from_json(rec["discard"])
     committed = tuple(rec.get("committed_tokens", ()))
     _check_ints((d.base_position, *committed), "discard")
@@ -233,6 +242,8 @@ def _events(rec: dict) -> list[EngineEvent] | None:
     raw = rec.get("events")
     if raw is None:
         return None
+    for e in raw:
+        _matches(e, "event")
     events = [event_from_json(e) for e in raw]
     _check_ints([v for e in events for v in (e.seq, e.t_us, e.window, e.token, e.row, e.position)
                  if v is not None], "events")
@@ -324,3 +335,29 @@ def read_autosave_turns(path: str | os.PathLike) -> list[AutosaveRun]:
     for each, its_pieces in runs:
         each.text = shown_text(map(label_bytes, its_pieces))  # the labels' bytes joined: split characters whole
     return [each for each, _pieces in runs]
+
+
+_HEADER_FIELDS = (("prompt", str, 0), ("model", str, 0), ("model_weights", str, 0), ("model_stored_weights", str, 0),
+                  ("source", str, 0), ("settings", dict, 0), ("session_id", int, 0), ("prompt_tokens", int, 0),
+                  ("n_ctx", int, 1), ("background_sessions", int, 0), ("conversation", dict, 0))
+"""A header's fields, their type and, for counts, their least value (a field may be absent)."""
+
+
+def header_problems(header: dict) -> list[str]:
+    """What is wrong in an autosave's ``header`` record, one phrase each ("n_ctx is 'x', not a whole number
+    >= 1"; a ``conversation`` turn beyond its turns): the header is read as it is, so a reader says so."""
+    out = []
+    for name, kind, least in _HEADER_FIELDS:
+        value = header.get(name)
+        if value is None:
+            continue
+        if kind is int and (type(value) is not int or value < least):
+            out.append(f"{name} is {value!r:.40}, not a whole number >= {least}")
+        elif kind is not int and not isinstance(value, kind):
+            out.append(f"{name} is {value!r:.40}, not {'text' if kind is str else 'an object'}")
+    block = header.get("conversation")
+    if isinstance(block, dict):
+        turn, turns = block.get("turn"), block.get("turns")
+        if type(turn) is not int or type(turns) is not int or not 1 <= turn <= turns:
+            out.append(f"conversation says turn {turn!r:.20} of {turns!r:.20} turns")
+    return out

@@ -40,30 +40,45 @@ def non_finite_message(path: str, value: float) -> str:
             f"expected a finite number there)")
 
 
-def check_consistency(doc: dict) -> None:
+def check_consistency(doc: dict, counts: list[dict] | None = None) -> None:
     """Raise ``InconsistentDocument`` for the first relation ``doc`` (schema-valid: a request or a
     conversation document) breaks: each window's positions and counts, the summary's window,
     discard and token counts, and for a conversation its turn count, each window's turn number and
-    the summary as the sum of its turns'."""
+    the summary as the sum of its turns'.
+
+    ``counts``: for a document read piece by piece (``inspector.receipts.document_stream``), whose
+    windows were checked one at a time (``check_window``) and are not in ``doc``: each request's (each
+    turn's, in order) ``{"windows": n, "discards": n}``."""
     if doc.get("kind") == "conversation":
-        _check_conversation(doc)
+        _check_conversation(doc, counts)
     else:
-        _check_request(doc, "")
+        _check_request(doc, "", counts=None if counts is None else counts[0])
 
 
-def _check_request(doc: dict, at: str, turn: int | None = None) -> None:
-    for i, w in enumerate(doc["windows"]):
-        _check_window(w, f"{at}windows/{i}", turn)
+def _check_request(doc: dict, at: str, turn: int | None = None, counts: dict | None = None) -> None:
+    block = doc.get("conversation")  # a turn of a conversation: its number fits it
+    if isinstance(block, dict) and block["turn"] > block["turns"]:
+        raise InconsistentDocument(f"at {at}conversation/turn: turn {block['turn']} of {block['turns']} turns does "
+                                   "not fit the conversation")
+    if isinstance(block, dict) and turn is not None and block["turn"] != turn:
+        raise InconsistentDocument(f"at {at}conversation/turn: the turn says it is turn {block['turn']}, expected "
+                                   f"{turn} (it is the file's turn {turn})")
+    if counts is None:
+        for i, w in enumerate(doc["windows"]):
+            check_window(w, f"{at}windows/{i}", turn)
+        counts = {"windows": len(doc["windows"]), "discards": len(doc["discards"])}
     s = doc["summary"]
-    for field, observed, what in (("windows", len(doc["windows"]), "windows"),
-                                  ("discards", len(doc["discards"]), "discards"),
+    for field, observed, what in (("windows", counts["windows"], "windows"),
+                                  ("discards", counts["discards"], "discards"),
                                   ("generated_tokens", len(doc["output"]["token_ids"]), "output/token_ids")):
         if s[field] != observed:
             raise InconsistentDocument(f"at {at}summary/{field}: the summary counts {s[field]}, the file holds "
                                        f"{observed} ({at}{what}); a part was removed or edited")
 
 
-def _check_window(w: dict, at: str, turn: int | None) -> None:
+def check_window(w: dict, at: str, turn: int | None) -> None:
+    """Raise ``InconsistentDocument`` for the first relation window ``w`` (at JSON path ``at``; of
+    conversation turn ``turn``, 1-based, or None) breaks."""
     base, after, canonical = w["base_position"], w["position_after_verification"], w["canonical_position"]
     if after < base:
         raise InconsistentDocument(f"at {at}: position_after_verification {after} is below base_position {base} "
@@ -92,13 +107,13 @@ SUMMED = ("windows", "plain_steps", "discards", "proposed_tokens", "accepted_tok
 """Summary counts a conversation's summary has as the sum of its turns'."""
 
 
-def _check_conversation(doc: dict) -> None:
+def _check_conversation(doc: dict, counts: list[dict] | None = None) -> None:
     said, held = doc["conversation"]["turns"], len(doc["turns"])
     if said != held:
         raise InconsistentDocument(f"at conversation/turns: the conversation says {said} turns, the file holds "
                                    f"{held} (turns); a turn was removed or added")
     for k, t in enumerate(doc["turns"]):
-        _check_request(t, f"turns/{k}/", turn=k + 1)
+        _check_request(t, f"turns/{k}/", turn=k + 1, counts=None if counts is None else counts[k])
     for field in SUMMED:
         total = sum(t["summary"][field] for t in doc["turns"])
         if doc["summary"][field] != total:

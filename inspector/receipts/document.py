@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -47,6 +49,20 @@ def is_conversation(doc) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == CONVERSATION_KIND
 
 
+def json_problem(exc: Exception) -> str:
+    """What ``json.loads`` refused, in the words of a user who cannot change Python: its own message,
+    except for an integer of more than 4300 digits (Python's words suggest ``sys.set_int_max_str_digits()``)
+    and a ``RecursionError`` (arrays or objects nested deeper than Python reads)."""
+    if isinstance(exc, RecursionError):
+        return "arrays or objects are nested too deeply to read"
+    text = str(exc)
+    if "set_int_max_str_digits" in text:
+        digits = re.search(r"value has (\d+) digits", text)
+        return (f"a number of {digits.group(1) + ' digits' if digits else 'too many digits'} "
+                f"(at most {sys.get_int_max_str_digits()} digits are read)")
+    return text
+
+
 class ReceiptsFileError(Exception):
     """A receipts file that cannot be read or does not match the schema; the message says where."""
 
@@ -62,6 +78,26 @@ def _validator():
     # jsonschema-rs (Rust): a 20,000-window document validates in about 50 ms,
     # where the pure-Python jsonschema took about 30 s (issue 6, large files).
     return jsonschema_rs.Draft202012Validator(schema())
+
+
+@lru_cache(maxsize=None)
+def _part_validator(name: str):
+    return jsonschema_rs.Draft202012Validator({"$defs": schema()["$defs"], "$ref": f"#/$defs/{name}"})
+
+
+def part_problem(value: object, name: str, at: str = "") -> str | None:
+    """Where ``value`` (at JSON path ``at`` of its document) breaks the schema's ``$defs/NAME``
+    (``receipt``, ``discard``, ``event``, ``lock_operation``: an autosave line's parts, a document
+    read piece by piece), as "at PATH: message"; None when it matches."""
+    v = _part_validator(name)
+    try:
+        if v.is_valid(value):
+            return None
+        err = next(iter(v.iter_errors(value)), None)
+    except (ValueError, OverflowError, RecursionError) as exc:
+        return f"cannot be checked: {exc}"
+    where = "/".join([at] * bool(at) + [str(p) for p in err.instance_path]) if err is not None else ""
+    return None if err is None else f"at {where or '(root)'}: {err.message}"
 
 
 def validate_document(doc: object) -> None:
@@ -156,7 +192,7 @@ _JSON_TYPE_NAMES = {list: "a JSON array", str: "a JSON string", int: "a JSON num
                     bool: "a JSON boolean", type(None): "JSON null"}
 
 
-def _check_schema_field(doc, p: Path) -> None:
+def check_schema_field(doc, p: Path) -> None:
     """Raise ``ReceiptsFileError`` unless ``doc`` is an object whose ``schema`` is ``SCHEMA_ID``:
     the message says what is there instead (not an object, no ``schema`` field, another schema)."""
     if not isinstance(doc, dict):
@@ -198,11 +234,11 @@ def load_document(path: str | os.PathLike, *, yield_gil: bool = False) -> dict:
                          parse_constant=constant)
     except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, huge ints
         if is_autosave(raw):
-            raise ReceiptsFileError(_autosave_message(p)) from None
-        raise ReceiptsFileError(f"receipts {p} is not readable JSON: {exc}") from None
+            raise ReceiptsFileError(autosave_message(p)) from None
+        raise ReceiptsFileError(f"receipts {p} is not readable JSON: {json_problem(exc)}") from None
     if isinstance(doc, dict) and doc.get("kind") == "header":  # an autosave of its header line only
-        raise ReceiptsFileError(_autosave_message(p))
-    _check_schema_field(doc, p)
+        raise ReceiptsFileError(autosave_message(p))
+    check_schema_field(doc, p)
     found = non_finite_path(doc) if constants else None
     if found is not None:
         raise ReceiptsFileError(f"receipts {p} holds an invalid JSON number {non_finite_message(*found)}")
@@ -217,7 +253,7 @@ def load_document(path: str | os.PathLike, *, yield_gil: bool = False) -> dict:
     return doc
 
 
-def _autosave_message(p: Path) -> str:
+def autosave_message(p: Path) -> str:
     return (f"receipts {p} is an autosave (JSON Lines of a run), not a receipts document: open it with "
             f"spec-inspector view {p} (or the window), and export receipts from the window to trace or replay it")
 

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from inspector.receipts.document import json_problem
 from inspector.serve.errors import AUTHENTICATION, EXCEED_CONTEXT, NOT_FOUND, SERVER, TOO_LARGE, ApiError
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
 from inspector.serve.params import ServeDefaults, parse_request
@@ -83,8 +84,8 @@ async def _body(request: Request, limit: int):
     raw = b"".join(chunks)
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(f"malformed JSON in the request body: {exc}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ApiError(f"malformed JSON in the request body: {json_problem(exc)}") from None
 
 
 def _tokens_of(rt, prompt) -> list[int]:

@@ -24,7 +24,8 @@ from pathlib import Path
 import inspector
 from inspector.bounded_read import BoundedReadError, read_bounded_text
 from inspector.engine.stats import summarize_receipts
-from inspector.receipts.document import CONVERSATION_KIND, DEFINITIONS, MAX_FILE_BYTES, SCHEMA_ID, SCHEMA_VERSION
+from inspector.receipts.document import (CONVERSATION_KIND, DEFINITIONS, MAX_FILE_BYTES, SCHEMA_ID, SCHEMA_VERSION,
+                                         json_problem)
 from inspector.session.document import record_document
 from inspector.session.record_files import record_from_document
 
@@ -32,6 +33,9 @@ TURN_SEPARATOR = "---"
 """A line holding only this separates two turns of a plain-text turns file."""
 MAX_TURNS_FILE_BYTES = MAX_FILE_BYTES
 """A turns file may be a conversation receipts document: as large as any receipts file."""
+MAX_TURNS = 1000
+"""Most turns a conversation runs (every turn prefills the whole chat so far: ``bench --turns`` runs each
+of its sources over all of them)."""
 
 
 class TurnsFileError(ValueError):
@@ -42,8 +46,10 @@ def parse_turns(text: str, where: str = "turns") -> list[str]:
     """The user messages of a turns file's text (see the module docstring).
 
     ``where``: the file name for messages. Raises ``TurnsFileError`` for no turns, invalid
-    JSON (text starting with ``[``), an item that is not a string or a user message, or an
-    empty turn (named by its 1-based number)."""
+    JSON (text starting with ``[``), a JSON object that is not a conversation document, an item that
+    is not a string or a user message, an empty turn or one that is not text (a lone surrogate,
+    named by its 1-based number), or more than ``MAX_TURNS`` turns."""
+    text = text[1:] if text.startswith("\ufeff") else text  # a byte order mark is no part of a turn
     stripped = text.strip()
     if not stripped:
         raise TurnsFileError(f"{where} holds no turns (expected a JSON list of messages, or messages "
@@ -51,8 +57,8 @@ def parse_turns(text: str, where: str = "turns") -> list[str]:
     if stripped.startswith("{"):  # a conversation receipts document: its turns' user messages
         try:
             doc = json.loads(stripped)
-        except ValueError as exc:
-            raise TurnsFileError(f"{where} is not valid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise TurnsFileError(f"{where} is not valid JSON: {json_problem(exc)}") from None
         if not isinstance(doc, dict) or doc.get("kind") != CONVERSATION_KIND or not isinstance(doc.get("turns"), list):
             raise TurnsFileError(f"{where} is a JSON object but not a conversation receipts document (expected a "
                                  "JSON list of messages, messages separated by ---, or a conversation document)")
@@ -60,8 +66,8 @@ def parse_turns(text: str, where: str = "turns") -> list[str]:
     if stripped.startswith("["):
         try:
             items = json.loads(stripped)
-        except ValueError as exc:
-            raise TurnsFileError(f"{where} is not valid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise TurnsFileError(f"{where} is not valid JSON: {json_problem(exc)}") from None
         if not isinstance(items, list) or not items:
             raise TurnsFileError(f"{where} holds no turns (an empty JSON list)")
         turns = []
@@ -82,9 +88,17 @@ def parse_turns(text: str, where: str = "turns") -> list[str]:
                 block.append(line)
         turns.append("\n".join(block))
         turns = [t.strip("\n") for t in turns]
+    if len(turns) > MAX_TURNS:
+        raise TurnsFileError(f"{where} holds {len(turns)} turns, more than {MAX_TURNS}, the most a conversation runs")
     for i, t in enumerate(turns, 1):
         if not t.strip():
             raise TurnsFileError(f"{where}: turn {i} is empty")
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as exc:  # JSON's "\ud800" escape: no UTF-8 text holds it, nor can a tokenizer
+            raise TurnsFileError(f"{where}: turn {i} holds a lone surrogate ({t[exc.start]!r} at character "
+                                 f"{exc.start + 1}), which is not text: write the character itself, or its "
+                                 "surrogate pair") from None
     return turns
 
 

@@ -127,6 +127,8 @@ class SessionRecord:
         self.origin = "live"
         self.skipped_lines = 0
         """Autosave lines that were not complete records (torn or damaged), skipped."""
+        self.header_problems: list[str] = []
+        """What is wrong in an autosave's header record (``inspector.receipts.autosave.header_problems``)."""
         self.version = 0
         """Counts the changes (never goes down); a view keeps the version it drew and redraws when
         it differs."""

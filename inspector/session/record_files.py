@@ -15,7 +15,7 @@ from pathlib import Path
 from inspector.engine.classify import FROM_PREFILL
 from inspector.engine.probabilities import top_texts_of
 from inspector.engine.receipt import LockOperation, discard_from_json, event_from_json, receipt_from_json
-from inspector.receipts.autosave import read_autosave, read_autosave_turns
+from inspector.receipts.autosave import header_problems, read_autosave, read_autosave_turns
 from inspector.session.record import SessionRecord, stored_weights
 
 
@@ -101,6 +101,7 @@ def _record_of(run) -> SessionRecord:
     s.conversation = dict(block) if isinstance(block, dict) else None
     s.main_session_id = h.get("session_id")
     s.skipped_lines = run.bad_lines
+    s.header_problems = header_problems(h)
     s.unfinished = not run.clean
     settings = h.get("settings")
     s.settings = dict(settings) if isinstance(settings, dict) else {}
