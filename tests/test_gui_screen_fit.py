@@ -111,3 +111,26 @@ def test_a_big_screen_keeps_the_windows_sizes(qtbot, runtime, tmp_path):
     assert (compare.width(), compare.height()) == (1100, 760)
     assert (tune.width(), tune.height()) == (1150, 680)
     assert_inside(desk.availableGeometry(), compare)
+
+
+def test_a_window_the_window_manager_places_above_the_screen_is_brought_back(qtbot, runtime, tmp_path):
+    """Issue 36 trial: a geometry remembered on a bigger screen came back with the title bar above a
+    1024x640 screen (the window manager placed it after the show). A move right after a show is fitted
+    again; a move the user makes later is left alone."""
+    import time as clock
+
+    from inspector.gui.look.screen_fit import SETTLE_S
+
+    small = screen_named("small")
+    room = small.availableGeometry()
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    w.move(room.left() + 10, room.top() + 10)
+    w.hide()
+    w.show()
+    w.move(room.left() + 10, room.top() - 20)  # as the window manager did, right after the show
+    settle()
+    assert w.frameGeometry().top() >= room.top(), w.frameGeometry().getRect()
+    clock.sleep(SETTLE_S + 0.1)
+    w.move(room.left() + 10, room.top() - 20)  # later: the user's own move
+    settle()
+    assert w.frameGeometry().top() < room.top()  # left where the user put it

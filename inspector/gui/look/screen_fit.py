@@ -11,6 +11,8 @@ A window the user placed that fits is left where it is; a maximized or full-scre
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import QEvent, QObject, QRect, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QWidget
@@ -19,6 +21,11 @@ FRAME_ALLOWANCE = 32
 """Pixels left for the window manager's title bar while the frame is not known yet (before the first
 show); once the window manager reports the frame, its own margins count."""
 
+
+SETTLE_S = 1.0
+"""After a show, for this long a move (the window manager placing the window and adding its frame, which
+can push a remembered position's title bar above the screen) is fitted again; later moves are the
+user's and are left alone."""
 
 OWN_WINDOWS = (Qt.WindowType.Window, Qt.WindowType.Dialog)
 """The kinds of child windows fitted: windows and dialogs (popups and tooltips place themselves)."""
@@ -35,13 +42,17 @@ class ScreenFit(QObject):
         self.window = window
         self.shown = False
         """True after the first fit on a show: from then on the window's own screen counts."""
+        self.shown_at = 0.0  # monotonic seconds of the last show (moves within SETTLE_S are fitted)
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt's name)
         kind = event.type()  # installed on ``window`` alone: ``obj`` is the window
         if kind in (QEvent.Type.Show, QEvent.Type.ShowToParent):
             fit_to_screen(self.window, first=not self.shown)
+            self.shown_at = time.monotonic()
             if kind == QEvent.Type.ShowToParent:
                 self.shown = True
+        elif kind == QEvent.Type.Move and time.monotonic() - self.shown_at < SETTLE_S:
+            fit_to_screen(self.window)
         elif kind == QEvent.Type.ChildPolished:
             child = event.child()
             if isinstance(child, QWidget) and child.windowType() in OWN_WINDOWS:  # not menus, tooltips

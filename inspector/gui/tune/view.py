@@ -178,7 +178,7 @@ class TuneView(QWidget):
         # Two lines, always: a message never makes the row taller, so the table below never moves under
         # the pointer (the whole text is in the tooltip when it is longer).
         self.status.setFixedHeight(2 * self.status.fontMetrics().lineSpacing() + 4)
-        self.status.setAlignment(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)  # its start, cut below
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.status.setToolTip("")
         for w in (QLabel("source"), self.source, QLabel("draft max"), self.draft_maxes, self.tune, self.cancel,
