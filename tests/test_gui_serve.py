@@ -49,6 +49,7 @@ def serve_on(qtbot, w) -> str:
     assert w.state == "serving" and not w.panel.run.isEnabled() and not w.act_run.isEnabled()
     qtbot.waitUntil(lambda: w.serve.address != "" or not w.act_serve.isChecked(), timeout=30_000)
     assert w.serve.address.startswith("http://127.0.0.1:"), w.requests.status.text()
+    qtbot.waitUntil(lambda: "Serving" in w.banner.text(), timeout=5_000)  # said on the redraw tick after
     return w.serve.address
 
 
@@ -101,6 +102,9 @@ def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_
     assert not w.act_serve.isChecked() and w.panel.run.isEnabled() and w.act_run.isEnabled()
     assert w.panel.source.isEnabled() and not w.requests.copy.isEnabled()
     assert model.rowCount() == 2 and "Serving stopped" in w.banner.text()
+    # The request shown is the client's conversation, not a raw prompt (the trial read "turn raw off").
+    why = w.turns.why_not()
+    assert "served request" in why and "raw" not in why, why
 
 
 def test_a_busy_port_is_said_on_the_error_line_and_the_switch_goes_back_off(qtbot, runtime, tmp_path):

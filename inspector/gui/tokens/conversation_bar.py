@@ -163,6 +163,8 @@ class ConversationActions(QObject):
             return "the next turn can be sent when this run has ended"
         if s.header is None or s.end is None:
             return "run a prompt first (Ctrl+R); then continue the conversation here"
+        if any(r is s for r in w.request_log.records.values()):
+            return "a served request is shown (its client holds the conversation): Run a prompt to start one here"
         if (s.settings or {}).get("raw"):
             return "a raw prompt is no chat: turn raw off and run again to continue as a conversation"
         conv = self.conversation
