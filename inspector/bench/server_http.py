@@ -100,7 +100,8 @@ class HttpTarget:
         except ServerError:
             raise
         except Exception as exc:  # noqa: BLE001 - every other failure is said in one line
-            if watchdog.expired.is_set():
+            # The socket's own timeout is the deadline's remainder: it may fire just before the watchdog.
+            if watchdog.expired.is_set() or isinstance(exc, (TimeoutError, socket.timeout)):
                 so_far = f"; {got[0]:,} bytes of the reply had come" if got[0] else "; nothing had come"
                 raise ServerRequestError(f"{where}: no complete reply within {deadline_s:g} s (the request's "
                                          f"deadline){so_far}") from None
