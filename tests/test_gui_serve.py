@@ -134,3 +134,16 @@ def test_a_request_listed_before_its_arrival_is_handed_over_gets_its_whole_recor
     assert 1 in log.records and log.newest_started() is rows[0]
     log.note(rows[0])  # then its arrival comes: nothing is made twice
     assert list(log.records) == [1]
+
+
+def test_the_serving_banner_names_the_weight_form_it_serves(qtbot, runtime, tmp_path, monkeypatch):
+    """The trial after issue 36: with Q8_0 loaded the banner said "Serving X.Q4_1.gguf"."""
+    from test_gui_new_user import load_weights
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    w = serving_window(qtbot, runtime, tmp_path)
+    load_weights(qtbot, w, "Q8_0")
+    serve_on(qtbot, w)
+    assert "in Q8_0 form" in w.banner.text(), w.banner.text()
+    w.act_serve.trigger()
+    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)

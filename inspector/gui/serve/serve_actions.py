@@ -129,7 +129,9 @@ class ServeActions(QObject):
             defaults=ServeDefaults(settings.sampling, p.max_tokens.value(), random_seed=False),
             receipts=ReceiptsDir(self.receipts_dir) if self.receipts_dir is not None else None)
         runtime = w.worker.runtime
-        self._model = Path(str(getattr(runtime, "converted_from", None) or runtime.model_path)).name
+        converted = getattr(runtime, "converted_from", None)
+        self._model = Path(str(converted or runtime.model_path)).name + (
+            f" in {runtime.info.main_weight_type} form" if converted else "")  # as the model line says it
         try:
             self.server = InspectorServer(w.worker.scheduler, str(runtime.model_path), options,
                                           on_change=self.changed.emit, feed=True)
