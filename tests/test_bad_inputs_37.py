@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from test_bounded_reads import one_line
+
 V1 = Path(__file__).parent / "data" / "receipts-v1.json"
 
 
@@ -18,12 +20,6 @@ def cli(*args, timeout=300, env=None):
                           timeout=timeout, env=env)
 
 
-def one_line(p, status) -> str:
-    assert p.returncode == status, p.stderr
-    assert "Traceback" not in p.stderr, p.stderr
-    lines = [l for l in p.stderr.splitlines() if l.strip() and not l.startswith("loading ")]
-    assert len(lines) == 1, p.stderr
-    return lines[0]
 
 
 # -- 9: caps on work, stated in --help ------------------------------------------------------------------

@@ -128,7 +128,6 @@ def check_build(model_path: str, system_info: str, library: str,
                 died = None
         if died is None:
             died = probe(model_path)
-            _checked[key] = died
             try:
                 known = json.loads(path.read_text("utf-8")) if path.exists() else {}
                 known = known if isinstance(known, dict) else {}
