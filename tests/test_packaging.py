@@ -28,3 +28,40 @@ def test_the_wheel_holds_every_package_and_every_asset(tmp_path):
     assert assets, "no assets found in the clone"
     left_out = [a for a in assets if f"inspector/{a}" not in names]
     assert not left_out, f"assets left out of the wheel (installed as inspector/assets/...): {left_out}"
+
+
+def _declared_runtime_distributions() -> set[str]:
+    """The distribution names in pyproject's [project] dependencies (normalised)."""
+    import re
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0].strip().lower().replace("_", "-")
+            for spec in project["dependencies"]}
+
+
+def test_every_module_the_package_imports_is_a_runtime_dependency():
+    # CI's wheel check once failed on `import httpx` in bench/serve_bench.py: httpx was
+    # only in the test extra, so an installed wheel could not start.
+    import ast
+    from importlib.metadata import packages_distributions
+    declared = _declared_runtime_distributions()
+    owners = packages_distributions()
+    undeclared = {}
+    for path in (ROOT / "inspector").rglob("*.py"):
+        if "assets" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top == "inspector":
+                    continue
+                dists = {d.lower().replace("_", "-") for d in owners.get(top, [top])}
+                if not dists & declared:
+                    undeclared.setdefault(top, path.relative_to(ROOT).as_posix())
+    assert not undeclared, f"imported by inspector/ but not in [project] dependencies: {undeclared}"
