@@ -21,11 +21,15 @@ KINDS = ("int", "float", "choice", "text", "path")
 ``text`` (any string), ``path`` (a file name: the window offers an Open… button; a leading ``~``
 is the user's home folder, ``os.path.expanduser``, as for every path flag)."""
 
-CAPABILITIES = ("close", "settings", "loads_model")
-"""Known capabilities of a source: ``close`` (made sources hold resources that
+CAPABILITIES = ("close", "settings", "loads_model", "draft_probabilities")
+"""Known capabilities of a source (``SourceDescriptor.capabilities``; code outside ``sources/`` asks
+these, never a source's name): ``close`` (made sources hold resources that
 ``registry.close_source`` releases), ``settings`` (made sources have ``settings()``,
 a JSON dict recorded in the receipts), ``loads_model`` (the factory loads a model
-file and checks it against the target: slow, may refuse the file)."""
+file of its own and checks it against the target: slow, may refuse the file; the window says
+"loading …" meanwhile and waits for a draft being made), ``draft_probabilities`` (made sources
+attach the draft's distribution q to each proposal, ``Proposal.draft_probabilities``: the
+``rejection`` verification rule uses it, the Statistics tab plots acceptance against q)."""
 
 Converter = Callable[[str, str, Any], Any]
 """``convert(source, key, value) -> value``; raises ``ValueError`` naming the source, the
@@ -94,6 +98,10 @@ class Option:
     server_flag: str | None = None
     """The ``llama-server`` flag that sets this option (``inspector.sources.server_flags``); for a source
     whose descriptor names a ``llama_server`` type, its ``flag`` when this is None."""
+    compare_column: bool = False
+    """The Compare window's configurations table shows this option in a column of its own when it has
+    one of that name (``n_max``, ``n_min``, ``length``: the n-gram source's declare it), not in the row's
+    "other options" cell."""
     choice_help: tuple[str, ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
@@ -210,6 +218,33 @@ class SourceDescriptor:
     def declared(self) -> bool:
         """The source declared its options (possibly none)."""
         return self.options is not None
+
+    @property
+    def loads_model(self) -> bool:
+        """Capability ``loads_model``: the factory loads a model file of its own (``CAPABILITIES``)."""
+        return "loads_model" in self.capabilities
+
+    @property
+    def gives_draft_probabilities(self) -> bool:
+        """Capability ``draft_probabilities``: proposals carry the draft's q, so the ``rejection`` rule can
+        verify them (``CAPABILITIES``)."""
+        return "draft_probabilities" in self.capabilities
+
+    @property
+    def has_llama_server_equivalent(self) -> bool:
+        """llama-server can run this source (``llama_server`` names its ``--spec-type``)."""
+        return self.llama_server is not None
+
+    @property
+    def self_contained(self) -> bool:
+        """The source needs nothing but the target's tokens: it loads no model (``loads_model``) and has
+        no required option (a script, a receipts file), so ``tune`` can replay it on a recording and
+        ``bench --turns`` can compare it unattended."""
+        return not self.loads_model and not any(o.required for o in self.options or ())
+
+    def compare_columns(self) -> tuple[str, ...]:
+        """The names of the options the Compare window shows in columns of their own (``Option.compare_column``)."""
+        return tuple(o.name for o in self.options or () if o.compare_column)
 
     def option(self, name: str) -> Option | None:
         """The declared option ``name``, or None."""

@@ -16,13 +16,17 @@ server's one-row batch). ``discard`` leaves the draft at the target's stream.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.engine.sampling import distribution
 from inspector.engine.settings import SamplingSettings
+from inspector.llama.devices import Offload
 from inspector.sources.compat import check_compatible, vocab_facts
+from inspector.sources.descriptors import Option, SourceDescriptor
 
 
 BELOW_P_MIN = "below_p_min"
@@ -32,6 +36,7 @@ REASONS = {
     BELOW_DRAFT_MIN: "the draft stopped (p_min) before draft_min tokens (llama.cpp --spec-draft-n-min)",
 }
 """Why the draft model proposes nothing (its declaration's ``reasons``)."""
+log = logging.getLogger(__name__)
 
 
 class DraftModelSource:
@@ -182,3 +187,55 @@ def top10_probability(logits: np.ndarray, top: int) -> float:
     (n_vocab,)), as llama.cpp's draft sampler gives it to the ``p_min`` test."""
     best = np.partition(logits, -TOP_K)[-TOP_K:] if logits.shape[0] > TOP_K else logits
     return float(1.0 / np.exp(best - logits[top]).sum())
+
+
+DRAFT = SourceDescriptor("draft", (
+    Option("draft_model", "path", "", "the draft model file (GGUF); it must share the target's vocabulary",
+           label="draft model", flag="--draft-model", metavar="PATH", required=True,
+           missing="Choose a draft GGUF (Open…) or press “Make draft from target”.",
+           placeholder="draft GGUF: Open… or Make draft", file_filter="GGUF models (*.gguf);;All files (*)",
+           server_flag="--model-draft", aliases=("-md", "--model-draft", "--spec-draft-model")),
+    Option("draft_max", "int", 8, "most tokens drafted per window (the generation's draft max)", minimum=1,
+           from_setting="draft_max", server_flag="--spec-draft-n-max"),
+    Option("draft_min", "int", 0, "drop drafts shorter than this (tokens; 0 = keep all)", minimum=0,
+           maximum=64, control_max=64, label="draft min", flag="--draft-min", server_flag="--spec-draft-n-min",
+           aliases=("--draft-n-min", "--spec-draft-n-min")),
+    Option("p_min", "float", 0.0, "stop drafting when the draft's top probability is below this (0 = never)",
+           minimum=0.0, maximum=1.0, step=0.05, label="p-min", flag="--p-min", server_flag="--spec-draft-p-min",
+           aliases=("--draft-p-min", "--spec-draft-p-min")),
+    Option("n_gpu_layers", "int", -1, "layers of the draft model on a local GPU (llama.cpp -ngld; -1: llama.cpp's "
+           "default, all of them when there is a GPU; the draft never goes over RPC)", minimum=-1, maximum=2147483647,
+           control=False,
+           flag="--n-gpu-layers-draft", server_flag="--gpu-layers-draft",
+           aliases=("-ngld", "--gpu-layers-draft", "--spec-draft-ngl")),
+), help="a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
+    capabilities=frozenset({"settings", "close", "loads_model", "draft_probabilities"}), llama_server="draft-simple",
+    reasons=REASONS)
+"""The draft model source's declaration."""
+
+
+def make_draft(ctx, **options) -> DraftModelSource:
+    """The ``draft`` source: loads ``draft_model`` in its own llama.cpp context with the target's context
+    size, batch and threads (``n_gpu_layers`` -1: llama.cpp's default offload) and checks it against the
+    target (``IncompatibleDraft``; the loaded draft is closed again). Options are checked with ``DRAFT``
+    before the draft model loads."""
+    from inspector.llama.runtime import LlamaRuntime  # llama.cpp loads only when a draft model is made
+
+    o = DRAFT.with_defaults(options)
+    target = ctx.runtime
+    ngl = o["n_gpu_layers"]
+    draft = LlamaRuntime(o["draft_model"], n_ctx=target.n_ctx, n_batch=target.n_batch, n_seq_max=1,
+                         n_threads=target.n_threads, offload=Offload(n_gpu_layers=None if ngl == -1 else ngl))
+    if draft.offload_note:
+        log.warning("draft model: %s", draft.offload_note.replace("-ngl", "--n-gpu-layers-draft"))
+    try:
+        sampling = getattr(ctx.settings, "sampling", None)
+        return DraftModelSource(draft, target, draft_max=o["draft_max"], draft_min=o["draft_min"],
+                                p_min=o["p_min"], sampling=sampling)
+    except Exception:
+        draft.close()
+        raise
+
+
+# The factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).
+make_draft.descriptor = DRAFT

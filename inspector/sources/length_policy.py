@@ -34,6 +34,26 @@ DEFAULT_ROW_COST_RATIO = 0.5
 """r before it is fitted: the bundled model on 2 CPU cores (issue 5 measurements)."""
 
 
+def row_costs_option(source: str, key: str, value):
+    """The ``row_costs`` option of the cost-aware sources (``ngram``, ``suffix``), checked: None (not
+    given: the context's stored cost model, ``SourceContext.row_costs``), ``"linear"`` (also ``""``: no
+    table, the linear model fitted from the receipts) or the milliseconds per batch of 1, 2, ... rows
+    (a list, or ``"a,b,c"``; each finite and > 0). Raises ``ValueError`` naming the source, the option
+    and the observed value (a ``descriptors.Converter``)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value in ("", "linear"):
+        return "linear"
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        costs = [float(v) for v in items]
+    except (TypeError, ValueError):
+        costs = []
+    if not costs or not all(0 < c < float("inf") for c in costs):
+        raise ValueError(f"source {source} option {key} must be linear or positive milliseconds per batch of "
+                         f"1, 2, ... rows (\"a,b,c\"), observed {value!r}")
+    return costs
+
 def bucket_of(match_length: int) -> int:
     """Index of the bucket holding ``match_length`` (tokens, >= 0)."""
     for i, edge in enumerate(BUCKET_EDGES):

@@ -363,5 +363,5 @@ def make_ngram_cache(ctx, **options) -> NgramCacheSource:
     return NgramCacheSource(o["lookup_cache_static"], o["lookup_cache_dynamic"], memory=ctx.memory)
 
 
-SOURCES = {"ngram-cache": (make_ngram_cache, NGRAM_CACHE)}
-"""Source name -> (factory, declaration), registered by ``inspector.sources.registry``."""
+# Each factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).
+make_ngram_cache.descriptor = NGRAM_CACHE

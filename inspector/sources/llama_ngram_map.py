@@ -362,20 +362,24 @@ NGRAM_MAP_K4V = SourceDescriptor("ngram-map-k4v", _sizes("ngram-map-k4v", "ngram
 
 
 def make_ngram_simple(ctx, **options) -> NgramSimpleSource:
+    """The ``ngram-simple`` source; options checked with ``NGRAM_SIMPLE`` (``ValueError``)."""
     o = NGRAM_SIMPLE.with_defaults(options)
     return NgramSimpleSource(o["size_n"], o["size_m"])
 
 
 def make_ngram_map_k(ctx, **options) -> NgramMapSource:
+    """The ``ngram-map-k`` source (key-only; its map kept in ``ctx.memory``); options checked with ``NGRAM_MAP_K``."""
     o = NGRAM_MAP_K.with_defaults(options)
     return NgramMapSource(o["size_n"], o["size_m"], o["min_hits"], key_only=True, memory=ctx.memory)
 
 
 def make_ngram_map_k4v(ctx, **options) -> NgramMapSource:
+    """The ``ngram-map-k4v`` source (its map kept in ``ctx.memory``); options checked with ``NGRAM_MAP_K4V``."""
     o = NGRAM_MAP_K4V.with_defaults(options)
     return NgramMapSource(o["size_n"], o["size_m"], o["min_hits"], key_only=False, memory=ctx.memory)
 
 
-SOURCES = {"ngram-simple": (make_ngram_simple, NGRAM_SIMPLE), "ngram-map-k": (make_ngram_map_k, NGRAM_MAP_K),
-           "ngram-map-k4v": (make_ngram_map_k4v, NGRAM_MAP_K4V)}
-"""Source name -> (factory, declaration), registered by ``inspector.sources.registry``."""
+# Each factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).
+make_ngram_simple.descriptor = NGRAM_SIMPLE
+make_ngram_map_k.descriptor = NGRAM_MAP_K
+make_ngram_map_k4v.descriptor = NGRAM_MAP_K4V

@@ -213,9 +213,10 @@ NGRAM_MOD = SourceDescriptor("ngram-mod", (
 
 
 def make_ngram_mod(ctx, **options) -> NgramModSource:
+    """The ``ngram-mod`` source (its pool kept in ``ctx.memory``); options checked with ``NGRAM_MOD``."""
     o = NGRAM_MOD.with_defaults(options)
     return NgramModSource(o["n_match"], o["n_min"], o["n_max"], memory=ctx.memory)
 
 
-SOURCES = {"ngram-mod": (make_ngram_mod, NGRAM_MOD)}
-"""Source name -> (factory, declaration), registered by ``inspector.sources.registry``."""
+# Each factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).
+make_ngram_mod.descriptor = NGRAM_MOD

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
-from inspector.sources.length_policy import CostAwareLength
+from inspector.sources.descriptors import Option, SourceDescriptor
+from inspector.sources.length_policy import CostAwareLength, row_costs_option
 
 MAX_MATCH = 64
 """Longest match length measured (tokens): longer matches are all 'long'."""
@@ -132,3 +133,67 @@ class NgramSource:
     def discard(self, decision_id: bytes, reason: str) -> None:
         """Nothing to roll back; forget the pending decision."""
         self._pending.pop(decision_id.hex() if isinstance(decision_id, (bytes, bytearray)) else decision_id, None)
+
+
+def _row_cost_ratio(source: str, key: str, value) -> float | None:
+    if value in (None, "", "auto"):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not (number >= 0 and number != float("inf")):
+        raise ValueError(f"source {source} option {key} must be auto or a finite number >= 0 (cost of one more "
+                         f"row as a fraction of a one-row decode), observed {value!r}")
+    return number
+
+
+def _ngram_sizes(given: dict, merged: dict) -> None:
+    """The n-gram source's cross rule: ``n_min`` <= ``n_max`` (names a default used)."""
+    n_min, n_max = merged["n_min"], merged["n_max"]
+    if n_min > n_max:
+        shown = [f"{k}={v}" + ("" if k in given else " (the default)") for k, v in (("n_min", n_min), ("n_max", n_max))]
+        raise ValueError(f"source ngram options must satisfy 1 <= n_min <= n_max, observed {', '.join(shown)}")
+
+
+NGRAM_LENGTHS = {
+    "fixed": "propose everything that followed the match, up to draft max (llama.cpp's prompt lookup)",
+    "adaptive": "propose the length that buys the most tokens per unit of verification cost "
+                "(the stored cost model, acceptance learned per match length from the receipts); nothing when "
+                "a plain step is cheaper, so on a CPU where verifying is expensive it may propose nothing at all",
+}
+"""The n-gram source's ``length`` option: name -> what it does (the first is the default)."""
+
+NGRAM = SourceDescriptor("ngram", (
+    Option("n_max", "int", 4, "longest n-gram to match (tokens; one table per size: bounded)", minimum=1, maximum=16,
+           control_max=16, flag="--ngram-max", compare_column=True),
+    Option("n_min", "int", 2, "shortest n-gram to match (tokens)", minimum=1, maximum=16, control_max=16,
+           flag="--ngram-min", compare_column=True),
+    Option("length", "choice", "fixed", "proposal length", choices=NGRAM_LENGTHS, flag="--ngram-length",
+           compare_column=True),
+    Option("row_cost_ratio", default=None, convert=_row_cost_ratio, control=False,
+           help="adaptive length: auto, or the cost of one more row as a fraction of a one-row decode"),
+    Option("row_costs", default=None, convert=row_costs_option, control=False,
+           help="adaptive length: linear, or ms per batch of 1, 2, ... rows (\"a,b,c\"); default: the stored "
+                "cost model"),
+), help="prompt lookup: the tokens that followed the last earlier match of the last n tokens",
+    capabilities=frozenset({"settings"}), check=_ngram_sizes, reasons=REASONS)
+"""The n-gram source's declaration: its options make the ``run`` flags, the window's page and the checks."""
+
+
+def make_ngram(ctx, **options) -> NgramSource:
+    """The ``ngram`` source. ``row_costs``: ms per batch of k = 1.. rows (a list, or "a,b,c"); by default
+    the context's ``row_costs`` (the cost model stored for this model and thread count), if any;
+    ``"linear"``: none (the linear model, fitted from the receipts). Options are checked with ``NGRAM``
+    (``ValueError``)."""
+    o = NGRAM.with_defaults(options)
+    ratio, costs = o["row_cost_ratio"], o["row_costs"]
+    if costs is None and o["length"] == "adaptive" and ratio is None:
+        costs = list(ctx.row_costs) if ctx.row_costs else None
+    elif costs == "linear":
+        costs = None
+    return NgramSource(o["n_max"], o["n_min"], length=o["length"], row_cost_ratio=ratio, row_costs=costs)
+
+
+# The factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).
+make_ngram.descriptor = NGRAM

@@ -1,27 +1,26 @@
 """Which proposal sources exist, what options they take, and how one is made.
 
-Built-in sources (``BUILTIN``) and third-party ones: a package registers a factory
-in the Python entry-point group ``spec_inspector.sources``. A factory is called as
+Every source is registered one way: a factory that carries its declaration. A factory is called as
 ``factory(context: SourceContext, **options)`` and returns a ``ProposalSource``
-(``inspector.engine.proposal``).
+(``inspector.engine.proposal``); it declares its options and capabilities with one of these
+attributes (read when it is listed; a plugin's when its entry point is loaded):
 
-Options are declared once per source (``inspector.sources.descriptors``): the CLI
-flags, ``--source-option`` and compare ``--config`` checks, and the window's
-source pages are generated from the declarations. A third-party factory declares
-its options with one of these attributes (read when the entry point is loaded):
+- ``descriptor``: a ``SourceDescriptor`` (``inspector.sources.descriptors``: its ``options``,
+  ``help``, ``capabilities``, ``reasons``, an optional cross-option ``check``);
+- ``options``: a sequence of ``Option`` (or of dicts of ``Option`` fields, for packages that do
+  not import ``inspector``), with optional ``capabilities`` (names from
+  ``descriptors.CAPABILITIES``), ``reasons`` and ``help`` (else the docstring's first line).
 
-- ``descriptor``: a ``SourceDescriptor`` (its ``options``, ``help``,
-  ``capabilities``, an optional cross-option ``check``);
-- ``options``: a sequence of ``Option`` (or of dicts of ``Option`` fields, for
-  packages that do not import ``inspector``), with optional ``capabilities``
-  (names from ``descriptors.CAPABILITIES``) and ``help`` (else the docstring's first
-  line).
+The built-in factories are listed in ``BUILTIN_FACTORIES`` (each defined beside its source, e.g.
+``ngram.make_ngram`` with ``ngram.NGRAM``); a package lists its own in the Python entry-point group
+``spec_inspector.sources``. From the declarations the CLI makes its flags, ``--source-option`` and
+compare ``--config`` are checked, and the window makes a source page (no GUI code); code outside
+``sources/`` asks a declaration's capabilities (``SourceDescriptor.loads_model``, ...), never a name.
 
 A declared factory receives checked, converted values (``int``, ``float``, ``str``)
 with the defaults of options not given filled in; an unknown option is refused by
-name before the factory runs; the window shows a control per option (no GUI code).
-A factory without declarations still works: it receives the options as given
-(strings from ``--source-option key=value``; nothing from the window) and checks
+name before the factory runs. A factory without declarations still works: it receives the
+options as given (strings from ``--source-option key=value``; nothing from the window) and checks
 them itself. Third-party options have no dedicated CLI flags: ``--source-option``.
 
 "Unknown proposal source" is decided only in ``resolve_source`` (``UnknownSource``);
@@ -36,13 +35,15 @@ from importlib.metadata import entry_points
 from typing import Any, Callable, Mapping
 
 from inspector.engine.proposal import ProposalSource
-from inspector.sources.descriptors import Option, SourceDescriptor, descriptor_from
-from inspector.sources.draft import REASONS as draft_reasons
-from inspector.sources.ngram import REASONS as ngram_reasons
-from inspector.sources.replay import REASONS as replay_reasons
-from inspector.sources.scripted import REASONS as scripted_reasons
-from inspector.sources.suffix import LENGTHS as suffix_lengths
-from inspector.sources.suffix import REASONS as suffix_reasons
+from inspector.sources.descriptors import SourceDescriptor, descriptor_from
+from inspector.sources.draft import make_draft
+from inspector.sources.llama_ngram_cache import make_ngram_cache
+from inspector.sources.llama_ngram_map import make_ngram_map_k, make_ngram_map_k4v, make_ngram_simple
+from inspector.sources.llama_ngram_mod import make_ngram_mod
+from inspector.sources.ngram import make_ngram
+from inspector.sources.replay import make_replay
+from inspector.sources.scripted import make_scripted
+from inspector.sources.suffix.source import make_suffix
 
 ENTRY_POINT_GROUP = "spec_inspector.sources"
 PLAIN = "none"
@@ -74,258 +75,19 @@ class SourceContext:
 
 SourceFactory = Callable[..., ProposalSource]
 
+BUILTIN_FACTORIES: tuple[SourceFactory, ...] = (
+    make_ngram, make_scripted, make_draft, make_replay, make_ngram_simple, make_ngram_map_k, make_ngram_map_k4v,
+    make_ngram_mod, make_ngram_cache, make_suffix)
+"""Every built-in source, in the order ``--source`` lists them: each a factory carrying its declaration
+(``descriptor``), as a plugin's entry point names one."""
 
-def _row_cost_ratio(source: str, key: str, value) -> float | None:
-    if value in (None, "", "auto"):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or not (number >= 0 and number != float("inf")):
-        raise ValueError(f"source {source} option {key} must be auto or a finite number >= 0 (cost of one more "
-                         f"row as a fraction of a one-row decode), observed {value!r}")
-    return number
+BUILTIN: dict[str, SourceFactory] = {f.descriptor.name: f for f in BUILTIN_FACTORIES}
+"""Built-in source name -> its factory."""
 
-
-def _row_costs(source: str, key: str, value):
-    """None (not given: the context's stored table), ``"linear"`` (``""`` too: no table) or
-    the milliseconds per batch of 1, 2, ... rows."""
-    if value is None:
-        return None
-    if isinstance(value, str) and value in ("", "linear"):
-        return "linear"
-    items = value.split(",") if isinstance(value, str) else value
-    try:
-        costs = [float(v) for v in items]
-    except (TypeError, ValueError):
-        costs = []
-    if not costs or not all(0 < c < float("inf") for c in costs):
-        raise ValueError(f"source {source} option {key} must be linear or positive milliseconds per batch of "
-                         f"1, 2, ... rows (\"a,b,c\"), observed {value!r}")
-    return costs
-
-
-def _ngram_sizes(given: dict, merged: dict) -> None:
-    """The n-gram source's cross rule: ``n_min`` <= ``n_max`` (names a default used)."""
-    n_min, n_max = merged["n_min"], merged["n_max"]
-    if n_min > n_max:
-        shown = [f"{k}={v}" + ("" if k in given else " (the default)") for k, v in (("n_min", n_min), ("n_max", n_max))]
-        raise ValueError(f"source ngram options must satisfy 1 <= n_min <= n_max, observed {', '.join(shown)}")
-
-
-NGRAM_LENGTHS = {
-    "fixed": "propose everything that followed the match, up to draft max (llama.cpp's prompt lookup)",
-    "adaptive": "propose the length that buys the most tokens per unit of verification cost "
-                "(the stored cost model, acceptance learned per match length from the receipts); nothing when "
-                "a plain step is cheaper, so on a CPU where verifying is expensive it may propose nothing at all",
-}
-"""The n-gram source's ``length`` option: name -> what it does (the first is the default)."""
-
-NGRAM = SourceDescriptor("ngram", (
-    Option("n_max", "int", 4, "longest n-gram to match (tokens; one table per size: bounded)", minimum=1, maximum=16,
-           control_max=16, flag="--ngram-max"),
-    Option("n_min", "int", 2, "shortest n-gram to match (tokens)", minimum=1, maximum=16, control_max=16,
-           flag="--ngram-min"),
-    Option("length", "choice", "fixed", "proposal length", choices=NGRAM_LENGTHS, flag="--ngram-length"),
-    Option("row_cost_ratio", default=None, convert=_row_cost_ratio, control=False,
-           help="adaptive length: auto, or the cost of one more row as a fraction of a one-row decode"),
-    Option("row_costs", default=None, convert=_row_costs, control=False,
-           help="adaptive length: linear, or ms per batch of 1, 2, ... rows (\"a,b,c\"); default: the stored "
-                "cost model"),
-), help="prompt lookup: the tokens that followed the last earlier match of the last n tokens",
-    capabilities=frozenset({"settings"}), check=_ngram_sizes, reasons=ngram_reasons)
-
-DRAFT = SourceDescriptor("draft", (
-    Option("draft_model", "path", "", "the draft model file (GGUF); it must share the target's vocabulary",
-           label="draft model", flag="--draft-model", metavar="PATH", required=True,
-           missing="Choose a draft GGUF (Open…) or press “Make draft from target”.",
-           placeholder="draft GGUF: Open… or Make draft", file_filter="GGUF models (*.gguf);;All files (*)",
-           server_flag="--model-draft", aliases=("-md", "--model-draft", "--spec-draft-model")),
-    Option("draft_max", "int", 8, "most tokens drafted per window (the generation's draft max)", minimum=1,
-           from_setting="draft_max", server_flag="--spec-draft-n-max"),
-    Option("draft_min", "int", 0, "drop drafts shorter than this (tokens; 0 = keep all)", minimum=0,
-           maximum=64, control_max=64, label="draft min", flag="--draft-min", server_flag="--spec-draft-n-min",
-           aliases=("--draft-n-min", "--spec-draft-n-min")),
-    Option("p_min", "float", 0.0, "stop drafting when the draft's top probability is below this (0 = never)",
-           minimum=0.0, maximum=1.0, step=0.05, label="p-min", flag="--p-min", server_flag="--spec-draft-p-min",
-           aliases=("--draft-p-min", "--spec-draft-p-min")),
-    Option("n_gpu_layers", "int", -1, "layers of the draft model on a local GPU (llama.cpp -ngld; -1: llama.cpp's "
-           "default, all of them when there is a GPU; the draft never goes over RPC)", minimum=-1, maximum=2147483647,
-           control=False,
-           flag="--n-gpu-layers-draft", server_flag="--gpu-layers-draft",
-           aliases=("-ngld", "--gpu-layers-draft", "--spec-draft-ngl")),
-), help="a draft model (a smaller or re-quantized GGUF) drafts tokens in its own llama.cpp context",
-    capabilities=frozenset({"settings", "close", "loads_model"}), llama_server="draft-simple",
-    reasons=draft_reasons)
-
-SCRIPTED = SourceDescriptor("scripted", (
-    Option("script", "text", "", "text whose tokens are proposed as the continuation", flag="--script",
-           metavar="TEXT", file_flag="--script-file", required=True, missing="The scripted source needs a script text.",
-           multiline=True, placeholder="script text: its tokens are proposed as the continuation"),
-), help="propose the tokens of a typed text as the continuation", capabilities=frozenset({"settings"}),
-    reasons=scripted_reasons)
-
-REPLAY = SourceDescriptor("replay", (
-    Option("replay", "path", "", "an exported receipts document: its proposals are made again at the same "
-                                 "decode steps", label="receipts file", flag="--replay", metavar="FILE", key="replay_file",
-           required=True, missing="The replay source needs a receipts file (Open…).",
-           placeholder="receipts file (.json) to replay", file_filter="Receipts (*.json);;All files (*)"),
-), help="propose exactly what a receipts file recorded, at the same decode steps", capabilities=frozenset({"settings"}),
-    reasons=replay_reasons)
+BUILTIN_DESCRIPTORS: dict[str, SourceDescriptor] = {name: descriptor_from(name, f) for name, f in BUILTIN.items()}
+"""Built-in source name -> its declaration (read from its factory, as a plugin's is)."""
 
 PLAIN_SOURCE = SourceDescriptor(PLAIN, (), help="no proposals: plain one-token decoding")
-
-BUILTIN_DESCRIPTORS: dict[str, SourceDescriptor] = {d.name: d for d in (NGRAM, SCRIPTED, DRAFT, REPLAY)}
-"""Built-in source name -> its declaration (the only place their options are declared)."""
-
-
-def _ngram(ctx: SourceContext, **options) -> ProposalSource:
-    """``row_costs``: ms per batch of k = 1.. rows (a list, or "a,b,c"); by default the
-    context's ``row_costs`` (the cost model stored for this model and thread count), if
-    any; ``"linear"``: none (the linear model, fitted from the receipts).
-    Options are checked with ``NGRAM`` (``ValueError``)."""
-    o = NGRAM.with_defaults(options)
-    ratio, costs = o["row_cost_ratio"], o["row_costs"]
-    if costs is None and o["length"] == "adaptive" and ratio is None:
-        costs = list(ctx.row_costs) if ctx.row_costs else None
-    elif costs == "linear":
-        costs = None
-    return NgramSource(o["n_max"], o["n_min"], length=o["length"], row_cost_ratio=ratio, row_costs=costs)
-
-
-def _scripted(ctx: SourceContext, **options) -> ProposalSource:
-    o = SCRIPTED.with_defaults(options)
-    rt = ctx.runtime
-    return ScriptedSource.from_text(lambda t: rt.tokenize(t, False, True), o["script"])
-
-
-def _replay(ctx: SourceContext, **options) -> ProposalSource:
-    o = REPLAY.with_defaults(options)
-    doc = load_document(o["replay"])
-    if is_conversation(doc):  # one request's windows are replayed, not a chat's
-        raise ValueError(f"{o['replay']} is a conversation of {len(doc['turns'])} turns: replay takes one request's "
-                         "receipts (spec-inspector view FILE --turn N shows a turn; export one run to replay it)")
-    check_replay_model(doc, ctx.runtime, o["replay"])
-    return ReplaySource(doc, path=o["replay"])
-
-
-def check_replay_model(doc: dict, runtime, path) -> None:
-    """Compare the model ``doc`` was recorded on with ``runtime``'s: raise ``ValueError`` naming both
-    when their vocabulary sizes differ (the recorded token ids mean other tokens there), log one
-    warning naming both when only the file differs (by SHA-256, else by path; proposals replay, but
-    acceptance is of another model). A runtime without a model file (a test's fake) is not compared."""
-    recorded = doc.get("model") or {}
-    here = runtime.describe() if hasattr(runtime, "describe") else {}
-    here_path = str(getattr(runtime, "model_path", "") or here.get("path") or "")
-    if not here_path:
-        return
-    was = f"{os.path.basename(str(recorded.get('path', '?')))} ({recorded.get('name', '?')})"
-    now = f"{os.path.basename(here_path)} ({here.get('name', '?')})"
-    n_rec, n_here = recorded.get("n_vocab"), getattr(runtime, "n_vocab", here.get("n_vocab"))
-    if n_rec is not None and n_here is not None and n_rec != n_here:
-        raise ValueError(f"--replay {path} was recorded on {was}, vocabulary {n_rec} tokens; this run's model is "
-                         f"{now}, vocabulary {n_here}: its token ids mean other tokens here (replay on the model "
-                         f"it was recorded on)")
-    try:
-        same = (recorded["sha256"] == model_sha256(here_path)) if recorded.get("sha256") else \
-            os.path.realpath(str(recorded.get("path", ""))) == os.path.realpath(here_path)
-    except OSError:
-        same = False
-    if not same:
-        log.warning("warning: --replay %s was recorded on %s; this run's model is %s: the same proposals are "
-                    "verified by another model, so acceptance and output can differ", path, was, now)
-
-
-def _draft(ctx: SourceContext, **options) -> ProposalSource:
-    """Options are checked with ``DRAFT`` before the draft model loads."""
-    from inspector.llama.runtime import LlamaRuntime  # llama.cpp loads only when a draft model is made
-
-    o = DRAFT.with_defaults(options)
-    target = ctx.runtime
-    ngl = o["n_gpu_layers"]
-    draft = LlamaRuntime(o["draft_model"], n_ctx=target.n_ctx, n_batch=target.n_batch, n_seq_max=1,
-                         n_threads=target.n_threads, offload=Offload(n_gpu_layers=None if ngl == -1 else ngl))
-    if draft.offload_note:
-        log.warning("draft model: %s", draft.offload_note.replace("-ngl", "--n-gpu-layers-draft"))
-    try:
-        sampling = getattr(ctx.settings, "sampling", None)
-        return DraftModelSource(draft, target, draft_max=o["draft_max"], draft_min=o["draft_min"],
-                                p_min=o["p_min"], sampling=sampling)
-    except Exception:
-        draft.close()
-        raise
-
-
-for _factory, _descriptor in ((_ngram, NGRAM), (_scripted, SCRIPTED), (_draft, DRAFT), (_replay, REPLAY)):
-    _factory.descriptor = _descriptor
-
-BUILTIN: dict[str, SourceFactory] = {"ngram": _ngram, "scripted": _scripted, "draft": _draft, "replay": _replay}
-
-# llama.cpp's model-free proposers (--spec-type ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache).
-import os
-
-from inspector.llama.devices import Offload
-from inspector.receipts import load_document
-from inspector.receipts.document import is_conversation, model_sha256
-from inspector.sources import llama_ngram_cache, llama_ngram_map, llama_ngram_mod  # noqa: E402
-from inspector.sources.draft import DraftModelSource
-from inspector.sources.ngram import NgramSource
-from inspector.sources.replay import ReplaySource
-from inspector.sources.scripted import ScriptedSource
-from inspector.sources.suffix import SuffixSource, memory_for
-from inspector.sources.suffix.memory import MAX_MEMORY_FILE_BYTES
-
-for _module in (llama_ngram_map, llama_ngram_mod, llama_ngram_cache):
-    for _name, (_factory, _descriptor) in _module.SOURCES.items():
-        _factory.descriptor = _descriptor
-        BUILTIN_DESCRIPTORS[_name] = _descriptor
-        BUILTIN[_name] = _factory
-
-
-SUFFIX = SourceDescriptor("suffix", (
-    Option("max_tree_depth", "int", 24, "longest match plus proposal (tokens): the depth of the suffix trees "
-           "(vLLM suffix_decoding_max_tree_depth; arctic-inference's default is 64, which lets long matches "
-           "propose more at a draft max of 16)", minimum=2, maximum=64),
-    Option("max_spec_factor", "float", 1.0, "propose at most this many tokens per matched token "
-           "(vLLM suffix_decoding_max_spec_factor)", minimum=0.0, maximum=64.0, step=0.25),
-    Option("max_spec_offset", "float", 0.0, "tokens added to max spec factor x match length (arctic-inference "
-           "max_spec_offset)", minimum=-64.0, maximum=64.0, step=1.0),
-    Option("min_token_prob", "float", 0.1, "stop where the continuation's estimated probability (count / parent "
-           "count, multiplied along the path) falls below this (vLLM suffix_decoding_min_token_prob)",
-           minimum=0.0, maximum=1.0, step=0.05),
-    Option("max_cached_tokens", "int", 100_000, "tokens of earlier requests' outputs remembered, the oldest "
-           "requests dropped first (0: this run neither uses nor changes the memory)", minimum=0, maximum=10_000_000,
-           control_max=10_000_000),
-    Option("memory_file", "path", "", "load the memory of earlier outputs from this JSON file and save it back "
-           f"after each run (empty: this session only; a regular file of at most {MAX_MEMORY_FILE_BYTES // 2**20} MiB)",
-           placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)",
-           writes=True),
-    Option("length", "choice", "adaptive", "which candidate, how long, and whether to propose at all",
-           choices=suffix_lengths),
-    Option("row_costs", default=None, convert=_row_costs, control=False,
-           help="adaptive length: linear, or ms per batch of 1, 2, ... rows (\"a,b,c\"); default: the stored "
-                "cost model"),
-), help="suffix decoding: the most frequent continuation of a suffix match in the prompt, the output and earlier "
-        "requests' outputs, proposed when it is expected to pay on the measured verify cost",
-    capabilities=frozenset({"settings", "close"}), reasons=suffix_reasons)
-
-
-def _suffix(ctx: SourceContext, **options) -> ProposalSource:
-    """Options are checked with ``SUFFIX``; the memory lives in ``ctx.memory`` (a broken memory
-    file raises ``ValueError`` naming it). ``row_costs`` as for ``ngram``: by default the context's
-    (the stored cost model), ``"linear"``: none."""
-    o = SUFFIX.with_defaults(options)
-    if o["row_costs"] is None:
-        o["row_costs"] = list(ctx.row_costs) if ctx.row_costs else None
-    elif o["row_costs"] == "linear":
-        o["row_costs"] = None
-    return SuffixSource(memory_for(ctx.memory, o["memory_file"], ctx.runtime), **o)
-
-
-_suffix.descriptor = SUFFIX
-BUILTIN_DESCRIPTORS[SUFFIX.name] = SUFFIX
-BUILTIN[SUFFIX.name] = _suffix
 
 
 class UnknownSource(ValueError):

@@ -6,6 +6,7 @@ from typing import Sequence
 
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
+from inspector.sources.descriptors import Option, SourceDescriptor
 
 SCRIPT_DONE = "script_done"
 LEFT_SCRIPT = "left_script"
@@ -83,3 +84,24 @@ class ScriptedSource:
 
     def discard(self, decision_id: bytes, reason: str) -> None:
         self.discarded.append((decision_id, reason))
+
+
+SCRIPTED = SourceDescriptor("scripted", (
+    Option("script", "text", "", "text whose tokens are proposed as the continuation", flag="--script",
+           metavar="TEXT", file_flag="--script-file", required=True, missing="The scripted source needs a script text.",
+           multiline=True, placeholder="script text: its tokens are proposed as the continuation"),
+), help="propose the tokens of a typed text as the continuation", capabilities=frozenset({"settings"}),
+    reasons=REASONS)
+"""The scripted source's declaration."""
+
+
+def make_scripted(ctx, **options) -> ScriptedSource:
+    """The ``scripted`` source: the tokens of ``script`` (tokenized by ``ctx.runtime``, special tokens
+    parsed, no BOS) as the continuation. Options are checked with ``SCRIPTED`` (``ValueError``)."""
+    o = SCRIPTED.with_defaults(options)
+    rt = ctx.runtime
+    return ScriptedSource.from_text(lambda t: rt.tokenize(t, False, True), o["script"])
+
+
+# The factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).
+make_scripted.descriptor = SCRIPTED

@@ -42,7 +42,7 @@ from inspector.gui.look.table_copy import install_row_copy
 from inspector.prompts import TURNS_EXAMPLES, turns_path
 from inspector.session.conversation import read_turns
 from inspector.sources.descriptors import parse_options
-from inspector.sources.registry import NGRAM
+from inspector.sources.ngram import NGRAM
 
 CONFIG_HEADERS = ("label", "source", "draft max", "n_max", "n_min", "length", "other options (key=value, …)")
 OPTIONS_COL = len(CONFIG_HEADERS) - 1

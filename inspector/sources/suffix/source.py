@@ -8,9 +8,10 @@ import numpy as np
 
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
-from inspector.sources.length_policy import CostAwareLength, best_cut
+from inspector.sources.descriptors import Option, SourceDescriptor
+from inspector.sources.length_policy import CostAwareLength, best_cut, row_costs_option
 import inspector.sources.suffix.tree as tree
-from inspector.sources.suffix.memory import SuffixMemory
+from inspector.sources.suffix.memory import MAX_MEMORY_FILE_BYTES, SuffixMemory, memory_for
 from inspector.sources.suffix.tree import MAX_DEPTH, PAD, TokenStream
 
 log = logging.getLogger(__name__)
@@ -271,3 +272,48 @@ class SuffixSource:
                 self.memory.save(self.memory_file)
             except OSError as exc:
                 log.warning("could not save the suffix memory to %s: %s", self.memory_file, exc)
+
+
+SUFFIX = SourceDescriptor("suffix", (
+    Option("max_tree_depth", "int", 24, "longest match plus proposal (tokens): the depth of the suffix trees "
+           "(vLLM suffix_decoding_max_tree_depth; arctic-inference's default is 64, which lets long matches "
+           "propose more at a draft max of 16)", minimum=2, maximum=64),
+    Option("max_spec_factor", "float", 1.0, "propose at most this many tokens per matched token "
+           "(vLLM suffix_decoding_max_spec_factor)", minimum=0.0, maximum=64.0, step=0.25),
+    Option("max_spec_offset", "float", 0.0, "tokens added to max spec factor x match length (arctic-inference "
+           "max_spec_offset)", minimum=-64.0, maximum=64.0, step=1.0),
+    Option("min_token_prob", "float", 0.1, "stop where the continuation's estimated probability (count / parent "
+           "count, multiplied along the path) falls below this (vLLM suffix_decoding_min_token_prob)",
+           minimum=0.0, maximum=1.0, step=0.05),
+    Option("max_cached_tokens", "int", 100_000, "tokens of earlier requests' outputs remembered, the oldest "
+           "requests dropped first (0: this run neither uses nor changes the memory)", minimum=0, maximum=10_000_000,
+           control_max=10_000_000),
+    Option("memory_file", "path", "", "load the memory of earlier outputs from this JSON file and save it back "
+           f"after each run (empty: this session only; a regular file of at most {MAX_MEMORY_FILE_BYTES // 2**20} MiB)",
+           placeholder="memory file (.json), optional", file_filter="Suffix memory (*.json);;All files (*)",
+           writes=True),
+    Option("length", "choice", "adaptive", "which candidate, how long, and whether to propose at all",
+           choices=LENGTHS),
+    Option("row_costs", default=None, convert=row_costs_option, control=False,
+           help="adaptive length: linear, or ms per batch of 1, 2, ... rows (\"a,b,c\"); default: the stored "
+                "cost model"),
+), help="suffix decoding: the most frequent continuation of a suffix match in the prompt, the output and earlier "
+        "requests' outputs, proposed when it is expected to pay on the measured verify cost",
+    capabilities=frozenset({"settings", "close"}), reasons=REASONS)
+"""The suffix source's declaration."""
+
+
+def make_suffix(ctx, **options) -> SuffixSource:
+    """The ``suffix`` source. Options are checked with ``SUFFIX``; the memory lives in ``ctx.memory`` (a
+    broken memory file raises ``ValueError`` naming it). ``row_costs`` as for ``ngram``: by default the
+    context's (the stored cost model), ``"linear"``: none."""
+    o = SUFFIX.with_defaults(options)
+    if o["row_costs"] is None:
+        o["row_costs"] = list(ctx.row_costs) if ctx.row_costs else None
+    elif o["row_costs"] == "linear":
+        o["row_costs"] = None
+    return SuffixSource(memory_for(ctx.memory, o["memory_file"], ctx.runtime), **o)
+
+
+# The factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).
+make_suffix.descriptor = SUFFIX
