@@ -32,10 +32,11 @@ from inspector.llama.cost_cache import stored_row_costs
 from inspector.llama.cost_model import CostModel
 from inspector.receipts.document import load_document
 from inspector.session.record import SessionRecord
-from inspector.sources.registry import PLAIN, SourceContext, make_source
+from inspector.sources.registry import PLAIN, SourceContext, make_source, self_contained_sources
 
-MODEL_FREE = ("ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")
-"""The sources the tuner replays (every built-in one that needs no model)."""
+MODEL_FREE = self_contained_sources()
+"""The sources the tuner replays: every built-in one that needs nothing but the target's tokens (its
+declaration ``self_contained``: ngram, the llama.cpp n-gram sources, suffix)."""
 DRAFT_MAX_GRID = (2, 4, 6, 8, 12, 16, 24, 32)
 """Draft max values tried for each configuration by default (tokens)."""
 OPTION_GRID: Mapping[str, Mapping[str, Sequence]] = {

@@ -18,10 +18,11 @@ import numpy as np
 
 from inspector.bench.compare import CompareConfig, run_compare
 from inspector.engine.receipt import PREFILL, STEP
-from inspector.sources.registry import PLAIN
+from inspector.sources.registry import PLAIN, self_contained_sources
 
-SOURCES = (PLAIN, "ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix")
-"""The sources ``bench --turns`` compares, plain decoding first."""
+SOURCES = (PLAIN, *self_contained_sources())
+"""The sources ``bench --turns`` compares, plain decoding first: every built-in one that needs nothing but
+the target's tokens (``SourceDescriptor.self_contained``)."""
 REPEATING = ("agent-edits", "file-edits")
 """The bundled conversations whose answers repeat earlier ones (``bench --turns agent-edits,file-edits``):
 an agent loop editing a function it wrote, and a file edited in several steps."""

@@ -39,7 +39,7 @@ from inspector.session.contention import run_contention_note
 from inspector.session.document import record_document
 from inspector.session.record import SessionRecord
 from inspector.session.run import RunRefused, RunRequest, SessionRun
-from inspector.sources.registry import PLAIN, source_names
+from inspector.sources.registry import PLAIN, describe_source, source_names
 
 
 def add_run_command(sub) -> None:
@@ -112,6 +112,18 @@ def add_run_command(sub) -> None:
     run.add_argument("--quiet", action="store_true", help="do not stream the generated text")
 
 
+def rejection_note(source: str, verification: str, temperature: float) -> str:
+    """The note ``run`` prints when ``--verification rejection`` cannot apply: at temperature > 0 the rule
+    needs the draft's probabilities, which only a source declaring ``draft_probabilities`` gives
+    (``SourceDescriptor.gives_draft_probabilities``); "" otherwise."""
+    if verification != "rejection" or temperature <= 0:
+        return ""
+    if describe_source(source).gives_draft_probabilities:
+        return ""
+    return (f"--verification rejection needs a draft model's probabilities; the {source} source "
+            "has none, so every window verifies with sample_match (each receipt's verification_rule says so)")
+
+
 def cmd_run(args) -> int:
     """``spec-inspector run`` with the parsed ``args``; returns the exit status (0, ``EXIT_USAGE``,
     ``EXIT_ERROR``, ``EXIT_GENERATION_ERROR`` or 128 + a signal's number)."""
@@ -134,10 +146,9 @@ def cmd_run(args) -> int:
         settings, notes = _run_settings(args)
     except UserError as exc:
         return fail(str(exc), EXIT_USAGE)
-    if args.verification == "rejection" and args.source != "draft" and settings.sampling.temperature > 0:
-        notes.append(f"--verification rejection needs a draft model's probabilities; the {args.source} source "
-                     "has none, so every window verifies with sample_match (each receipt's verification_rule "
-                     "says so)")
+    note = rejection_note(args.source, args.verification, settings.sampling.temperature)
+    if note:
+        notes.append(note)
     for note in notes:
         print(f"spec-inspector: note: {note}", file=sys.stderr)
 

@@ -23,6 +23,7 @@ from inspector.llama.cost_cache import load_cost_model
 from inspector.llama.model_file import ModelFileError
 from inspector.bench.tune_turns import conversation_costs, tune_turns
 from inspector.receipts.document import ReceiptsFileError, is_conversation, load_document, model_sha256
+from inspector.sources.registry import describe_source
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
 MAX_DRAFT_MAX_VALUES = 32
@@ -92,6 +93,12 @@ def _zero_costs(costs, file) -> str | None:
     return None
 
 
+def best_server_row(rows):
+    """The first (best) of the tune table's ``rows`` whose source llama-server can run (its declaration's
+    ``has_llama_server_equivalent``), or None: ``tune`` prints its llama-server command."""
+    return next((r for r in rows if describe_source(r.source).has_llama_server_equivalent), None)
+
+
 def cmd_tune(args) -> int:
     """Run ``tune`` (see ``add_tune_command``); one-line errors for a bad file or a sampled run."""
     configs = _grid(args)
@@ -141,7 +148,7 @@ def cmd_tune(args) -> int:
     if note:
         print(f"note: {note}")
     print(format_tune(rows, args.top))
-    best = next((r for r in rows if r.source != "ngram" and r.source != "suffix"), None)
+    best = best_server_row(rows)
     if best is not None:
         try:
             print(f"best llama.cpp proposer: {server_command(best.source, best.options, draft_max=best.draft_max)}")

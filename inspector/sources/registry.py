@@ -145,6 +145,11 @@ def resolve_source(name: str) -> SourceFactory | None:
     return factories[name]
 
 
+def self_contained_sources() -> tuple[str, ...]:
+    """The built-in sources, in their order, whose declaration is ``self_contained`` (no model of their own,
+    no required option): those ``tune`` replays and ``bench --turns`` compares."""
+    return tuple(name for name, d in BUILTIN_DESCRIPTORS.items() if d.self_contained)
+
 def check_source_name(name: str) -> str:
     """``name`` if it is a source or ``none``; raises ``UnknownSource`` (see ``resolve_source``)."""
     resolve_source(name)

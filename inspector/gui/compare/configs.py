@@ -37,7 +37,8 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.bench.compare import PLAIN, CompareConfig, check_config_options, default_configs
-from inspector.gui.compare.option_cells import NGRAM_COLUMNS, cell_options, describe, options_hint
+from inspector.gui.compare.option_cells import (OPTION_COLUMNS, cell_options, column_options, describe,
+                                                options_hint)
 from inspector.gui.look.table_copy import install_row_copy
 from inspector.prompts import TURNS_EXAMPLES, turns_path
 from inspector.session.conversation import read_turns
@@ -227,10 +228,9 @@ class CompareConfigsPanel(QWidget):
         src.setCurrentText(c.source)
         t.setCellWidget(r, 1, src)
         opts = dict(c.options)
-        columns = c.source == "ngram"  # another source's n_max (ngram-mod's) stays in its options cell
-        n_max = int(opts.pop("n_max", _NGRAM["n_max"].default) if columns else _NGRAM["n_max"].default)
-        n_min = int(opts.pop("n_min", _NGRAM["n_min"].default) if columns else _NGRAM["n_min"].default)
-        length = str(opts.pop("length", _NGRAM["length"].default) if columns else _NGRAM["length"].default)
+        columns = column_options(c.source)  # another source's n_max (ngram-mod's) stays in its options cell
+        shown = {k: opts.pop(k, _NGRAM[k].default) if k in columns else _NGRAM[k].default for k in OPTION_COLUMNS}
+        n_max, n_min, length = int(shown["n_max"]), int(shown["n_min"]), str(shown["length"])
         for col, w in ((2, _spin(0, 64, c.draft_max)), (3, _ngram_spin("n_max", n_max)),
                        (4, _ngram_spin("n_min", n_min))):
             t.setCellWidget(r, col, w)
@@ -264,8 +264,9 @@ class CompareConfigsPanel(QWidget):
         r = self._row_of(combo)
         name = combo.currentText()
         self.configs.cellWidget(r, 2).setEnabled(name != PLAIN)
-        for col in NGRAM_COLUMNS.values():
-            self.configs.cellWidget(r, col).setEnabled(name == "ngram")
+        columns = column_options(name)
+        for key, col in OPTION_COLUMNS.items():
+            self.configs.cellWidget(r, col).setEnabled(key in columns)
         edit = self.options_cell(r)
         placeholder, tip = options_hint(name)
         edit.setPlaceholderText(placeholder)
@@ -329,10 +330,11 @@ class CompareConfigsPanel(QWidget):
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
             extra = dict(options)
-            if source == "ngram":
+            used = column_options(source)
+            if used:
                 columns = {"n_max": t.cellWidget(r, 3).value(), "n_min": t.cellWidget(r, 4).value(),
                            "length": t.cellWidget(r, 5).currentText()}
-                options = {**columns, **options}
+                options = {**{k: v for k, v in columns.items() if k in used}, **options}
             if source != PLAIN and draft_max < 1:
                 raise ValueError(f"{where}: draft max must be at least 1 for source {source}")
             try:

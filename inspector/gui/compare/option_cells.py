@@ -8,8 +8,10 @@ from __future__ import annotations
 from inspector.bench.compare import PLAIN
 from inspector.sources.registry import describe_source
 
-NGRAM_COLUMNS = {"n_max": 3, "n_min": 4, "length": 5}
-"""The n-gram options with a column of their own (column index); the others go in the options cell."""
+OPTION_COLUMNS = {"n_max": 3, "n_min": 4, "length": 5}
+"""The options with a column of their own (column index; laid out for the n-gram source's): a source's
+option of one of these names goes in the column when its declaration marks it ``compare_column``, every
+other option in the options cell."""
 
 
 def describe(source: str):
@@ -20,13 +22,20 @@ def describe(source: str):
         return None
 
 
+def column_options(source: str) -> frozenset[str]:
+    """The names of ``OPTION_COLUMNS`` whose column ``source`` uses: its options declared
+    ``compare_column`` (``SourceDescriptor.compare_columns``); none for a source that cannot be described."""
+    d = describe(source)
+    return frozenset(n for n in d.compare_columns() if n in OPTION_COLUMNS) if d is not None else frozenset()
+
+
 def cell_options(source: str) -> list | None:
     """The declared options of ``source`` that belong in the options cell (not set by a column or by
     the generation's draft max); None when the source does not declare its options."""
     d = describe(source)
     if d is None or d.options is None:
         return None
-    skip = NGRAM_COLUMNS if source == "ngram" else {}
+    skip = column_options(source)
     return [o for o in d.options if o.name not in skip and not o.from_setting]
 
 

@@ -77,6 +77,14 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f} %"
 
 
+def _gives_draft_probabilities(source: str | None) -> bool:
+    """The source declares ``draft_probabilities`` (its receipts can carry q); False for an unknown or
+    broken source."""
+    try:
+        return describe_source(source or PLAIN).gives_draft_probabilities
+    except Exception:  # noqa: BLE001 - an unknown source, or a plugin that fails to import: no q plot
+        return False
+
 class StatsView(QWidget):
     """Summary figures and the charts: by proposal position (with the mean target p), by
     disposition, acceptance against the target's p of the proposed token, and (draft sources)
@@ -86,6 +94,8 @@ class StatsView(QWidget):
         super().__init__(parent)
         self.session: SessionRecord | None = None
         self._drawn_version = -1
+        self._q_source: tuple[str | None, bool] = ("", False)
+        """(source name, it declares draft probabilities): the last source asked."""
         self._reasons_counted = 0
         self.reasons: Counter = Counter()
         self.summary: Summary | None = None
@@ -335,7 +345,9 @@ class StatsView(QWidget):
         self.prob_stack.setCurrentIndex(0)
         _by_position, vs_p, vs_q, has_q = self._probability_figures(s)
         self.vs_p.draw(vs_p)
-        draft = s.source_name == "draft" or has_q
+        if self._q_source[0] != s.source_name:  # asked once per source: describing one reads the entry points
+            self._q_source = (s.source_name, _gives_draft_probabilities(s.source_name))
+        draft = has_q or self._q_source[1]
         if draft == self.vs_q.isHidden():
             self.vs_q.setVisible(draft)
         if draft:

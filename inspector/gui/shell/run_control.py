@@ -30,7 +30,7 @@ from inspector.session.contention import run_contention_note
 from inspector.session.record import SessionRecord
 from inspector.session.run_states import (ACTIVE_STATES, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD,
                                           control_states, state_label)
-from inspector.sources.registry import PLAIN
+from inspector.sources.registry import PLAIN, describe_source
 
 RUN_ACTIONS = ("run", "pause", "step_window", "step_token", "stop", "resume", "open_receipts")
 """Keys of the window's actions ``RunControl`` enables (``control_states`` keys of the same name)."""
@@ -253,7 +253,7 @@ class RunControl(QObject):
         if problem is not None:
             self.show_error(*problem)
             return False
-        if src == "draft" and self.making_draft():
+        if self.making_draft() and describe_source(src).loads_model:  # it would load the draft being made
             self.show_error("Draft in progress", "Wait until the draft is made.")
             return False
         try:
