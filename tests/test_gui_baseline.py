@@ -95,10 +95,10 @@ def test_planted_divergence_is_marked_exported_and_reopened(qtbot, runtime, tmp_
 def test_stopped_run_is_compared_over_its_own_tokens(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
     w.panel.baseline.setChecked(True)
-    assert w.start_run(paused=True, first_action="window")
+    assert w.run.start_run(paused=True, first_action="window")
     wait_state(qtbot, w, PAUSED)
     with qtbot.waitSignal(w.runFinished, timeout=120_000) as blocker:
-        w.stop_clicked()
+        w.run.stop_clicked()
     assert blocker.args[0] == "stopped"
     w.refresh_all()
     b = w.session.baseline
@@ -123,10 +123,10 @@ def test_stop_cancels_the_comparison_with_plain_decoding(qtbot, runtime, tmp_pat
 
     hold = DecodeHold(runtime, when=comparing)
     with hold.installed(), qtbot.waitSignal(w.runFinished, timeout=180_000):
-        assert w.start_run()
+        assert w.run.start_run()
         qtbot.waitUntil(hold.held.is_set, timeout=120_000)
         qtbot.waitUntil(lambda: "comparing with plain decoding" in w.status_state.text(), timeout=60_000)
-        w.stop_clicked()
+        w.run.stop_clicked()
         hold.release()
     assert hold.released
     assert stopped == [(None, "")]  # cancelled: no result, no error dialog

@@ -70,7 +70,7 @@ def test_build_llama_server_from_the_window_with_progress_and_cancel(qtbot, runt
     assert choice.cancel_build.isVisibleTo(v) and not choice.build.isVisibleTo(v)
     app_thread = QThread.currentThread()
     assert slow.thread not in (app_thread, w.thread)  # neither the GUI thread nor the engine thread
-    assert w.is_idle and w.panel.run.isEnabled() and v.run.isEnabled()  # the window stays usable
+    assert w.run.is_idle and w.panel.run.isEnabled() and v.run.isEnabled()  # the window stays usable
     with qtbot.waitSignal(builder.built, timeout=10_000) as blocker:
         choice.cancel_build.click()
     assert blocker.args == ["", "", True] and slow.cancelled

@@ -111,10 +111,10 @@ def test_a_next_turn_can_start_paused_and_be_stepped_window_by_window(qtbot, run
     # Held before its first decode step, with its first token: the prefill's last row gave it (no step).
     assert w.session.conversation["turn"] == 2 and w.worker.generation.decode_step == 0
     assert [t.outcome for t in w.session.tokens] == [FROM_PREFILL] and w.worker.generation.generated_count == 1
-    w.step_window_clicked()
+    w.run.step_window_clicked()
     qtbot.waitUntil(lambda: w.state == PAUSED and w.worker.generation.decode_step == 1, timeout=RUN_TIMEOUT_MS)
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
-        w.run_clicked()
+        w.run.run_clicked()
     assert bar.turn.count() == 2 and w.session.conversation["turn"] == 2 and len(w.session.tokens) == 24
 
 
@@ -139,7 +139,7 @@ def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_
     assert w.panel.set_source("replay")
     w.panel.option_controls["replay"]["replay"].set_value(str(path))
     with qtbot.waitSignal(w.sourceRefused, timeout=RUN_TIMEOUT_MS):
-        assert w.start_run()
+        assert w.run.start_run()
     assert dialogs and "is a conversation of 2 turns" in dialogs[-1]
     assert w.session is second and w.turns.conversation is not None and w.conversation_bar.turn.count() == 2
     assert w.panel.set_source("ngram")
@@ -162,7 +162,7 @@ def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_
     w.conversation_bar.message.setText("Once more.")
     w.conversation_bar.step.click()
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
-        w.stop_clicked()
+        w.run.stop_clicked()
         gate.set()
     assert w.session is second and w.turns.conversation.turns == 2
     assert "stopped before its first token" in w.banner.text()
@@ -173,7 +173,7 @@ def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_
     wait_state(qtbot, w, PAUSED)
     third = w.session
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
-        w.stop_clicked()
+        w.run.stop_clicked()
     assert w.session is third and len(third.tokens) == 1 and third.tokens[0].outcome == FROM_PREFILL
     assert w.turns.conversation.turns == 3 and w.conversation_bar.turn.count() == 3
     assert w.conversation_bar.message.text() == ""

@@ -54,7 +54,7 @@ def test_measure_fills_the_plot_and_statistics_show_expected_speedup(qtbot, runt
     assert "estimate" in s.labels["observed"].text()
 
     # A run is going: Measure is refused.
-    assert w.start_run()
+    assert w.run.start_run()
     assert not w.analysis.measure()
     qtbot.waitUntil(lambda: w.state == IDLE, timeout=MEASURE_TIMEOUT_MS)
 

@@ -38,7 +38,7 @@ def _same_output(runtime, expected, observed) -> bool:
 
 
 def _start_paused(qtbot, w):
-    w.step_window_clicked()
+    w.run.step_window_clicked()
     wait_state(qtbot, w, PAUSED)
     qtbot.waitUntil(lambda: w.worker.generation is not None and w.worker.generation.decode_step == 1)
 
@@ -59,7 +59,7 @@ def test_fault_button_repairs_then_reports_and_resume_finishes(qtbot, runtime, t
     getattr(w.panel, button).click()
     assert w.worker.faults.pending()
     with qtbot.waitSignal(w.errorShown, timeout=120_000):
-        w.run_clicked()
+        w.run.run_clicked()
     assert w.state == ERROR
     g = w.worker.generation
     info = w.error_info
@@ -96,7 +96,7 @@ def test_fault_button_repairs_then_reports_and_resume_finishes(qtbot, runtime, t
         assert m.index(row, 0).data() == str(err.window)
     assert w.panel.resume.isEnabled()
     with qtbot.waitSignal(w.runFinished, timeout=180_000) as blocker:
-        w.resume_clicked()
+        w.run.resume_clicked()
     assert blocker.args[1].kv_length == blocker.args[1].canonical_position
     assert [t.token for t in w.session.tokens] == list(g.generated)
     _same_output(runtime, expected, g.generated)
@@ -115,7 +115,7 @@ def test_position_drift_is_discarded_and_resynced(qtbot, runtime, tmp_path, monk
     _start_paused(qtbot, w)
     w.panel.fault_drift.click()
     with qtbot.waitSignal(w.runFinished, timeout=180_000) as blocker:
-        w.run_clicked()
+        w.run.run_clicked()
     reasons = [d.reason for d in w.session.discards]
     assert "position_mismatch" in reasons
     assert blocker.args[1].kv_length == blocker.args[1].canonical_position
@@ -137,7 +137,7 @@ def test_an_armed_fault_that_never_fires_is_named_at_the_end_with_the_reason(qtb
     armed = w.panel.pending_faults.text()
     assert "armed for the next run" in armed and "commit token 64" in armed and "64th token one window commits" in armed
     with qtbot.waitSignal(w.runFinished, timeout=120_000):
-        w.run_clicked()
+        w.run.run_clicked()
     most = max((len(r.committed_tokens) for r in w.session.receipts), default=0)
     assert most < 64
     banner, tip = w.banner.text(), w.banner.toolTip()

@@ -50,7 +50,7 @@ def test_export_then_open_in_a_fresh_window(qtbot, runtime, tmp_path):
     assert v.worker.runtime is None
     for b in (v.panel.run, v.panel.step_window, v.panel.step_token, v.panel.stop, v.panel.resume, v.panel.fault_cancel):
         assert not b.isEnabled()
-    assert not v.act_run.isEnabled()
+    assert not v.menus.act_run.isEnabled()
     v.window_detail.select_window(1)
     assert v.window_detail.rows.rowCount() == doc["windows"][0]["verification_rows"]
     v.window_detail.detail_tabs.setCurrentWidget(v.window_detail.raw)  # rendered when shown

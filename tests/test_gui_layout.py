@@ -83,7 +83,7 @@ def test_the_token_stream_gets_half_the_height_at_1024x640_and_nothing_is_cut_at
     for tab in range(w.tabs.count()):  # every tab's name whole
         assert w.tabs.tabBar().tabRect(tab).right() <= w.tabs.width(), w.tabs.tabText(tab)
     # The user's split wins from then on.
-    w.right_split.splitterMoved.emit(100, 1)
-    w.right_split.setSizes([150, 500])
+    w.ui.right_split.splitterMoved.emit(100, 1)
+    w.ui.right_split.setSizes([150, 500])
     layout_at(qtbot, w, 1024, 640)
-    assert w.right_split.sizes()[0] < 200
+    assert w.ui.right_split.sizes()[0] < 200

@@ -45,7 +45,7 @@ def test_the_weights_box_is_read_only_during_a_run(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
     assert w.panel.weights.isEnabled()
     with DecodeHold(runtime).installed() as hold:
-        assert w.start_run()
+        assert w.run.start_run()
         qtbot.waitUntil(hold.held.is_set, timeout=60_000)
         assert not w.panel.weights.isEnabled() and not w.panel.model_combo.isEnabled()
         hold.release()
@@ -94,7 +94,7 @@ def test_a_refused_draft_model_leaves_no_running_banner(qtbot, runtime, tmp_path
     w.panel.set_source("draft")
     w.panel.draft_model.setText(str(tmp_path / "missing.gguf"))
     with qtbot.waitSignal(w.sourceRefused, timeout=30_000):
-        assert w.start_run()
+        assert w.run.start_run()
     qtbot.wait(200)
     banner = w.banner.text()
     assert w.state == IDLE and not banner.startswith(("Running", "Loading")), banner
@@ -111,11 +111,11 @@ def test_a_paused_run_says_it_has_not_finished_rather_than_a_finish_reason_of_ru
     from test_gui_support import wait_state
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
-    w.step_window_clicked()
+    w.run.step_window_clicked()
     wait_state(qtbot, w, PAUSED)
     w.refresh_all()
     assert w.stats.labels["finish"].text() == "— (not finished: running)"
-    w.stop_clicked()
+    w.run.stop_clicked()
     qtbot.waitUntil(lambda: w.state == IDLE, timeout=60_000)
 
 
@@ -125,7 +125,7 @@ def test_a_model_without_a_chat_template_names_the_windows_raw_box(qtbot, runtim
     monkeypatch.setattr(runtime.vocabulary, "chat_template", lambda: "")
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
     with qtbot.waitSignal(w.runFinished, timeout=60_000):
-        assert w.start_run()
+        assert w.run.start_run()
     shown = w.error_box.text() + " " + w.banner.text()
     assert "--raw" not in shown and w.panel.raw.text() in shown, shown
     w.error_box.close()
@@ -158,14 +158,14 @@ def test_the_status_bar_never_cuts_an_error_mid_word(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
     w.resize(1024, 640)
     message = "callback failed (injected fault at token 5): " + "the repair trimmed the KV cache " * 8
-    w.set_state(ERROR, message)
+    w.run.set_state(ERROR, message)
     label = w.status_state
     qtbot.waitUntil(lambda: label.width() > 0)
     assert message in label.toolTip()
     shown = label.shown_text() if hasattr(label, "shown_text") else label.text()
     assert shown == label.toolTip() or shown.endswith("…")
     assert label.fontMetrics().horizontalAdvance(shown) <= label.width()
-    w.set_state(IDLE)
+    w.run.set_state(IDLE)
 
 
 

@@ -133,7 +133,7 @@ def test_background_sessions_make_lock_waits_visible(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=40)
     w.panel.background.setValue(2)
     qtbot.waitUntil(lambda: w.worker.contention is not None and w.worker.contention.count == 2)
-    assert w.start_run(paused=True)
+    assert w.run.start_run(paused=True)
     wait_state(qtbot, w, PAUSED)
     main = w.session.main_session_id
 
@@ -142,7 +142,7 @@ def test_background_sessions_make_lock_waits_visible(qtbot, runtime, tmp_path):
 
     qtbot.waitUntil(lambda: len(background_ops()) > 0, timeout=120_000)
     with qtbot.waitSignal(w.runFinished, timeout=180_000):
-        w.run_clicked()
+        w.run.run_clicked()
     w.refresh_all()
     counts = w.lock_plots.series_counts()
     assert counts["background"] > 0

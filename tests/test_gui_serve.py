@@ -45,9 +45,9 @@ def ask(address: str, text: str, out: dict) -> threading.Thread:
 
 
 def serve_on(qtbot, w) -> str:
-    w.act_serve.trigger()
-    assert w.state == "serving" and not w.panel.run.isEnabled() and not w.act_run.isEnabled()
-    qtbot.waitUntil(lambda: w.serve.address != "" or not w.act_serve.isChecked(), timeout=30_000)
+    w.menus.act_serve.trigger()
+    assert w.state == "serving" and not w.panel.run.isEnabled() and not w.menus.act_run.isEnabled()
+    qtbot.waitUntil(lambda: w.serve.address != "" or not w.menus.act_serve.isChecked(), timeout=30_000)
     assert w.serve.address.startswith("http://127.0.0.1:"), w.requests.status.text()
     qtbot.waitUntil(lambda: "Serving" in w.banner.text(), timeout=5_000)  # said on the redraw tick after
     return w.serve.address
@@ -57,7 +57,7 @@ def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_
                                                                                            tmp_path):
     w = serving_window(qtbot, runtime, tmp_path)
     address = serve_on(qtbot, w)
-    assert w.act_serve.isChecked() and w.requests.copy.isEnabled()
+    assert w.menus.act_serve.isChecked() and w.requests.copy.isEnabled()
     assert "Serving" in w.banner.text() and address in w.banner.text()
     assert not w.panel.step_window.isEnabled() and not w.panel.source.isEnabled() and w.panel.model_combo.isEnabled()
     w.tabs.setCurrentWidget(w.requests)
@@ -97,9 +97,9 @@ def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_
     assert w.session is w.request_log.records[2] and w.requests.follow.isChecked()
 
     # Off: the server stops on its own thread, then Run works again and the requests stay listed.
-    w.act_serve.trigger()
+    w.menus.act_serve.trigger()
     qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
-    assert not w.act_serve.isChecked() and w.panel.run.isEnabled() and w.act_run.isEnabled()
+    assert not w.menus.act_serve.isChecked() and w.panel.run.isEnabled() and w.menus.act_run.isEnabled()
     assert w.panel.source.isEnabled() and not w.requests.copy.isEnabled()
     assert model.rowCount() == 2 and "Serving stopped" in w.banner.text()
     # The request shown is the client's conversation, not a raw prompt (the trial read "turn raw off").
@@ -113,11 +113,11 @@ def test_a_busy_port_is_said_on_the_error_line_and_the_switch_goes_back_off(qtbo
     taken.listen(1)
     try:
         w = serving_window(qtbot, runtime, tmp_path, port=taken.getsockname()[1])
-        w.act_serve.trigger()
+        w.menus.act_serve.trigger()
         qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
     finally:
         taken.close()
-    assert not w.act_serve.isChecked() and w.serve.server is None and w.panel.run.isEnabled()
+    assert not w.menus.act_serve.isChecked() and w.serve.server is None and w.panel.run.isEnabled()
     assert "cannot listen on 127.0.0.1" in w.requests.status.text()
 
 
@@ -145,5 +145,5 @@ def test_the_serving_banner_names_the_weight_form_it_serves(qtbot, runtime, tmp_
     load_weights(qtbot, w, "Q8_0")
     serve_on(qtbot, w)
     assert "in Q8_0 form" in w.banner.text(), w.banner.text()
-    w.act_serve.trigger()
+    w.menus.act_serve.trigger()
     qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)

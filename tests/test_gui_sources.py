@@ -100,7 +100,7 @@ def test_incompatible_draft_is_refused_with_a_dialog_and_the_session_stays(qtbot
     w.panel.set_source("draft")
     w.panel.draft_model.setText(gemma_path)
     with qtbot.waitSignal(w.sourceRefused, timeout=60_000) as refused:
-        assert w.start_run()
+        assert w.run.start_run()
     message = refused.args[0]
     assert "vocabulary" in message and "draft model refused" in message
     assert w.last_error == message
@@ -116,7 +116,7 @@ def test_incompatible_draft_is_refused_with_a_dialog_and_the_session_stays(qtbot
     # A missing draft file names the file.
     w.panel.draft_model.setText(str(tmp_path / "missing.gguf"))
     with qtbot.waitSignal(w.sourceRefused, timeout=30_000) as refused:
-        assert w.start_run()
+        assert w.run.start_run()
     assert "missing.gguf" in refused.args[0]
     assert w.session is before
 
@@ -225,7 +225,7 @@ def test_ngram_length_is_a_remembered_source_option(qtbot, runtime, tmp_path):
     sent = []
     w.requestRun.disconnect()
     w.requestRun.connect(sent.append)
-    assert w.start_run()
+    assert w.run.start_run()
     assert sent[0].source_options["length"] == "adaptive"
     w.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
     qtbot.waitUntil(lambda: w.state == "idle")
@@ -241,7 +241,7 @@ def test_a_model_that_cannot_drop_rows_refuses_speculation_in_a_dialog(qtbot, ru
     w = make_window(qtbot, runtime, tmp_path, max_tokens=6)
     w.panel.set_source("ngram")
     with qtbot.waitSignal(w.runFinished, timeout=60_000) as blocker:
-        assert w.start_run()
+        assert w.run.start_run()
     assert blocker.args[0] == "error"
     assert "speculative decoding needs a KV cache that can drop rejected rows" in w.last_error
     assert "recurrent state (test)" in w.last_error and "source none" in w.last_error

@@ -18,12 +18,12 @@ def _steps(w) -> int:
 
 def test_step_window_advances_exactly_one_decode_step(qtbot, runtime, tmp_path):
     w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path)
-    w.step_window_clicked()  # from idle: starts paused, then runs one step
+    w.run.step_window_clicked()  # from idle: starts paused, then runs one step
     wait_state(qtbot, w, PAUSED)
     qtbot.waitUntil(lambda: w.worker.generation is not None and _steps(w) == 1)
     for expected in (2, 3, 4):
         before_tokens = len(w.worker.generation.generated)
-        w.step_window_clicked()
+        w.run.step_window_clicked()
         qtbot.waitUntil(lambda: w.state == PAUSED and _steps(w) == expected, timeout=60_000)
         g = w.worker.generation
         assert len(g.receipts) + g.plain_steps == expected
@@ -31,20 +31,20 @@ def test_step_window_advances_exactly_one_decode_step(qtbot, runtime, tmp_path):
         assert len(g.generated) > before_tokens
     assert w.panel.run.isEnabled() and w.panel.step_token.isEnabled() and not w.panel.pause.isEnabled()
     with qtbot.waitSignal(w.runFinished, timeout=60_000) as blocker:
-        w.stop_clicked()
+        w.run.stop_clicked()
     assert blocker.args[0] == "stopped"
     assert blocker.args[1].kv_length == blocker.args[1].canonical_position
 
 
 def test_step_token_commits_exactly_one_token(qtbot, runtime, tmp_path):
     w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path, ngram_min=1)
-    w.step_token_clicked()  # from idle: the worker holds before the first token
+    w.run.step_token_clicked()  # from idle: the worker holds before the first token
     wait_state(qtbot, w, TOKEN_HOLD)
     g = w.worker.generation
     assert len(g.generated) == 0
     seen_windows = set()
     for n in range(1, 13):
-        w.step_token_clicked()
+        w.run.step_token_clicked()
         qtbot.waitUntil(lambda: w.state == TOKEN_HOLD and len(g.generated) == n, timeout=60_000)
         qtbot.waitUntil(lambda: len(w.session.tokens) == n)
         assert len(g.generated) == n
@@ -53,7 +53,7 @@ def test_step_token_commits_exactly_one_token(qtbot, runtime, tmp_path):
     assert seen_windows, "stepping token by token should go through a proposal window"
     # Continue runs to the end.
     with qtbot.waitSignal(w.runFinished, timeout=180_000):
-        w.run_clicked()
+        w.run.run_clicked()
     assert w.state == IDLE and g.finished
 
 
@@ -61,12 +61,12 @@ def test_pause_between_windows_and_continue(qtbot, runtime, tmp_path, monkeypatc
     """Window 2 of ``follow_window``'s plan is a first mismatch whatever the model says."""
     w = follow_window(qtbot, monkeypatch, runtime, tmp_path)
     w.panel.break_boxes["first_mismatch"].setChecked(True)
-    w.start_run()
+    w.run.start_run()
     wait_state(qtbot, w, PAUSED)
     g = w.worker.generation
     assert g.receipts[-1].disposition == "first_mismatch"
     assert not g.finished
     w.panel.break_boxes["first_mismatch"].setChecked(False)
     with qtbot.waitSignal(w.runFinished, timeout=180_000):
-        w.run_clicked()
+        w.run.run_clicked()
     assert g.finished

@@ -138,7 +138,7 @@ class DecodeHold:
 def run_to_end(qtbot, w, **start) -> tuple:
     """Start a run and wait for ``runFinished``; returns (reason, ``RunEnd`` or None)."""
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as blocker:
-        assert w.start_run(**start)
+        assert w.run.start_run(**start)
     w.refresh_all()
     return tuple(blocker.args)
 

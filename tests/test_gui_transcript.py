@@ -70,7 +70,7 @@ def test_the_conversation_tab_follows_the_turn_that_generates_and_no_turn_is_pic
     sizes = []
     for _step in range(3):
         before = w.worker.generation.generated_count
-        w.step_window_clicked()
+        w.run.step_window_clicked()
         qtbot.waitUntil(lambda b=before: w.state == PAUSED and w.worker.generation.generated_count > b,
                         timeout=60_000)
         w.redraw()  # the window's timer: the new text is appended
@@ -81,7 +81,7 @@ def test_the_conversation_tab_follows_the_turn_that_generates_and_no_turn_is_pic
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
     assert not w.transcript.picker.isEnabled()  # no turn is picked while one runs
     with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS):
-        w.run_clicked()
+        w.run.run_clicked()
     w.refresh_all()
     assert w.transcript.picker.isEnabled() and "generating" not in shown_text(w)
     assert turn.end.output_text.strip() in shown_text(w)

@@ -54,13 +54,13 @@ def test_the_bundled_model_file_is_never_a_second_entry_in_the_model_list(qtbot,
 def test_step_token_from_a_pause_holds_before_the_next_token_and_names_it(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=12)
     _scripted(w)
-    assert w.start_run(paused=True)
+    assert w.run.start_run(paused=True)
     wait_state(qtbot, w, PAUSED)
     g = w.worker.generation
-    assert w.banner.text().startswith("<b>Paused") and w.act_run.iconText() == w.panel.run.text() == "▶ Continue"
+    assert w.banner.text().startswith("<b>Paused") and w.menus.act_run.iconText() == w.panel.run.text() == "▶ Continue"
     # Paused before the first decode step: the first token, from the prefill's last row, is committed.
     assert len(g.generated) == 1 and g.decode_step == 0 and [t.outcome for t in w.session.tokens] == [FROM_PREFILL]
-    w.step_token_clicked()
+    w.run.step_token_clicked()
     wait_state(qtbot, w, TOKEN_HOLD, timeout=60_000)
     assert len(g.generated) == 1, "Step token from a pause holds before the next token, committing nothing"
     hold = w.token_view.hold_label.text()
@@ -73,19 +73,19 @@ def test_step_token_from_a_pause_holds_before_the_next_token_and_names_it(qtbot,
     assert int(rows.item(0, 1).text()) == g.window_in_flight[2].base_position
     assert "committing" in w.window_detail.fields.toPlainText()
     for n in (2, 3, 4):
-        w.step_token_clicked()
+        w.run.step_token_clicked()
         qtbot.waitUntil(lambda: w.state == TOKEN_HOLD and len(g.generated) == n, timeout=60_000)
     with qtbot.waitSignal(w.runFinished, timeout=120_000):
-        w.stop_clicked()
+        w.run.stop_clicked()
 
 
 def test_step_token_from_idle_holds_before_the_first_token(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
-    w.step_token_clicked()
+    w.run.step_token_clicked()
     wait_state(qtbot, w, TOKEN_HOLD)
     assert len(w.worker.generation.generated) == 0
     with qtbot.waitSignal(w.runFinished, timeout=120_000):
-        w.stop_clicked()
+        w.run.stop_clicked()
 
 
 def test_exported_receipts_keep_the_background_sessions_and_their_lock_operations(qtbot, runtime, tmp_path):
@@ -173,12 +173,12 @@ def test_a_fault_armed_before_run_fires_at_the_first_opportunity(qtbot, runtime,
     w.redraw()
     assert w.panel.pending_faults.text() == "armed for the next run: cancel at the next commit"
     with qtbot.waitSignal(w.errorShown, timeout=120_000) as blocker:
-        assert w.start_run()
+        assert w.run.start_run()
     assert "cancelled" in blocker.args[0]
     assert w.state == ERROR
     with qtbot.waitSignal(w.runFinished, timeout=120_000):
-        w.resume_clicked()  # at once: the worker's pause after the error must not override it
-    assert w.worker.generation.finished and not w.armed_faults.pending()
+        w.run.resume_clicked()  # at once: the worker's pause after the error must not override it
+    assert w.worker.generation.finished and not w.run.armed_faults.pending()
 
 
 def test_stop_strings_typed_on_one_line_reach_the_run(qtbot, runtime, tmp_path):
@@ -212,7 +212,7 @@ def test_a_run_that_cannot_start_says_why_in_the_banner(qtbot, runtime, tmp_path
     w = make_window(qtbot, runtime, tmp_path)
     w.panel.raw.setChecked(True)
     w.panel.prompt.setPlainText(" ")
-    assert not w.start_run()  # refused before the worker: a dialog
+    assert not w.run.start_run()  # refused before the worker: a dialog
     QApplication.processEvents()
     assert w.state == IDLE and w.last_error
 

@@ -113,7 +113,7 @@ def test_example_text_is_the_file_without_its_final_newline(qtbot, runtime, tmp_
     sent = []
     w.requestRun.disconnect()
     w.requestRun.connect(sent.append)
-    assert w.start_run()
+    assert w.run.start_run()
     assert sent[0].prompt_text == raw.removesuffix("\n")
     w.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
     qtbot.waitUntil(lambda: w.state == IDLE)
@@ -207,7 +207,7 @@ def test_banner_keeps_its_space_when_a_run_starts(qtbot, runtime, tmp_path):
     assert w.banner.isVisible() and "Model loaded" in w.banner.text()
     hold = DecodeHold(runtime, when=lambda: w.worker.running)
     with hold.installed(), qtbot.waitSignal(w.runFinished, timeout=180_000):
-        assert w.start_run()
+        assert w.run.start_run()
         qtbot.waitUntil(hold.held.is_set, timeout=120_000)
         QApplication.processEvents()
         assert w.banner.isVisible() and "Running" in w.banner.text()  # the run status replaces the hint

@@ -169,7 +169,7 @@ def test_the_gui_has_no_loose_modules_beyond_its_packages_and_the_app_entry():
 
 # -- gui/'s packages in one order ------------------------------------------------------------------
 GUI_LAYERS = {
-    "look": 0,
+    "look": 0, "ports": 0,
     "engine_thread": 1, "files": 1,
     "panel": 2, "tokens": 2, "plots": 2, "cost": 2, "compare": 2, "tune": 2,
     "windows": 3, "serve": 3,
@@ -316,3 +316,49 @@ class A:
 '''
     assert private_reaches(source) == [(4, "o._x"), (4, "os._exit"), (10, "other._undefined"),
                                        (10, "self.panel._temperature")]
+
+
+# -- no helper holds the main window ------------------------------------------------------------------
+WINDOW_NAMES = {"w", "win", "window", "main_window"}
+"""Names a helper kept the ``MainWindow`` under (``self.w = window``) before it got handles instead."""
+
+
+def window_reaches(source: str) -> list[tuple[int, str]]:
+    """``(line, expression)`` of every ``self.w.x`` / ``self.win.x`` / ``self.window.x`` (a helper reaching
+    through the window it holds) and every ``window.x = ...`` / ``win.x = ...`` (an attribute set on the
+    window from outside it) in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            v = node.value
+            if isinstance(v, ast.Attribute) and v.attr in WINDOW_NAMES and isinstance(v.value, ast.Name) \
+                    and v.value.id == "self":
+                found.append((node.lineno, ast.unparse(node)))
+            elif isinstance(node.ctx, ast.Store) and isinstance(v, ast.Name) and v.id in WINDOW_NAMES:
+                found.append((node.lineno, ast.unparse(node)))
+    return sorted(set(found))
+
+
+def test_no_helper_reaches_through_the_window_or_sets_attributes_on_it():
+    wrong = []
+    for _name, path in modules():
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith("gui/") or rel == "gui/shell/main_window.py":
+            continue
+        wrong += [f"inspector/{rel}:{line}: {expr}" for line, expr in window_reaches(path.read_text("utf-8"))]
+    assert not wrong, ("give the helper the objects it uses (inspector.gui.ports.handles, the widgets), "
+                       "not the window:\n" + "\n".join(wrong))
+
+
+def test_the_window_reach_check_sees_a_reach_and_an_attribute_set_from_outside():
+    source = '''
+class Helper:
+    def __init__(self, window, panel):
+        self.w = window
+        window.panel = panel
+        self.panel = panel
+    def go(self):
+        self.w.cost_view.set_busy(True)
+        return self.panel.source, self.win.state
+'''
+    assert window_reaches(source) == [(5, "window.panel"), (8, "self.w.cost_view"), (9, "self.win.state")]

@@ -236,7 +236,7 @@ def test_the_window_runs_over_rpc_and_stays_up_when_the_server_goes_away(qtbot, 
         w.panel.gpu_layers.setValue(99)
         w.panel.threads.setValue(1)
         with qtbot.waitSignal(w.runFinished, timeout=300_000):
-            assert w.start_run()
+            assert w.run.start_run()
             qtbot.waitUntil(lambda: len(w.worker.generation.receipts if w.worker.generation else ()) >= 2,
                             timeout=300_000)
             assert f"RPC0[127.0.0.1:{port}]" in w.panel.model_status.text()
@@ -247,7 +247,7 @@ def test_the_window_runs_over_rpc_and_stays_up_when_the_server_goes_away(qtbot, 
         assert "The run ended here" in w.banner.text() and "Resume" not in w.banner.text()
         assert len(w.session.receipts) >= 2 and w.state == IDLE
         with qtbot.waitSignal(w.runFinished, timeout=120_000):  # the next run: no server, a clear refusal
-            assert w.start_run()
+            assert w.run.start_run()
         assert "cannot connect" in w.last_error and w.isVisible()
         assert len(w.session.receipts) >= 2  # the refused run kept the session shown before it
         assert w.panel.model_status.text() == "not loaded" and w.panel.model_path() == ""  # the dead child dropped

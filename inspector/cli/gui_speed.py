@@ -71,7 +71,7 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
             loop = QEventLoop()
             win.runFinished.connect(loop.quit)
             c0, t0 = time.thread_time(), time.perf_counter()
-            if not win.start_run():
+            if not win.run.start_run():
                 raise RuntimeError(f"the window refused to run: {win.last_error}")
             loop.exec()
             shares.append((time.thread_time() - c0) / (time.perf_counter() - t0))

@@ -17,6 +17,7 @@ from inspector.gui.files.receipts_loading import read_session
 from inspector.gui.files.session_store import BackgroundJob, autosave_is_clean
 from inspector.gui.look.banner_colours import BANNER_FILE, BANNER_FILE_PARTIAL
 from inspector.gui.look.wording import count_noun
+from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
 from inspector.receipts import load_document, write_document
 from inspector.receipts.trace import write_trace
 from inspector.session.conversation import conversation_document
@@ -25,58 +26,63 @@ from inspector.session.run_states import LOADING
 
 
 class FileActions(QObject):
-    """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery for ``window``.
+    """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery.
 
-    It uses the window's public interface (``session``, ``set_session``, ``state``, ``is_idle``,
-    ``engine_busy``, ``refresh_controls``, ``load_selected_model``, ``run.load_after``, ``redraw``,
-    ``refresh_all``, ``set_banner``, ``show_error``, ``settings``, its status line, progress bar and plot
-    views) and the window's conversation (``turns``: which turns a file holds, what an export writes)."""
+    It uses the window's conversation (``turns``: which turns a file holds, what an export writes), the
+    side ``panel`` (recent models), the status bar's ``progress`` bar and the ``plots`` it exports
+    (``(name, widget)`` pairs). Of the window it gets only ``run`` (``RunControl``: ``state``,
+    ``is_idle``, ``engine_busy``, ``refresh_controls``, ``load_after``), ``shown`` (``ShownSession``),
+    ``feedback`` (``Feedback``), ``host`` (``MenuHost``: dialogs' parent), ``settings`` (QSettings),
+    ``serving()`` (the Serve switch is on), ``load_model()`` (load the panel's model; while serving,
+    serving stops first) and ``set_title(text)`` (the window's title)."""
 
     exported = Signal(str, str)
     """(path, error): a receipts export finished ("" error on success)."""
     opened = Signal(str, str)
     """(path, error): opening a receipts file ended ("" error when it is shown)."""
 
-    def __init__(self, window, turns) -> None:
-        super().__init__(window)
-        self.win = window
-        self.turns = turns
+    def __init__(self, turns, *, panel, run, shown: ShownSession, feedback: Feedback, host: MenuHost, settings,
+                 progress, plots, serving, load_model, set_title) -> None:
+        super().__init__(host.parent)
+        self.turns, self.panel, self.run, self.shown, self.feedback = turns, panel, run, shown, feedback
+        self.parent_widget, self.settings, self.progress, self.plots = host.parent, settings, progress, tuple(plots)
+        self.serving, self.load_model, self.set_title = serving, load_model, set_title
         self.jobs: list[BackgroundJob] = []
         self.opening: str | None = None
         """The receipts file being read on a background thread, or None."""
 
     # -- models ------------------------------------------------------------------------
     def open_model_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.win, "Open GGUF model", "", "GGUF models (*.gguf);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(self.parent_widget, "Open GGUF model", "", "GGUF models (*.gguf);;All files (*)")
         if path:
             self.use_model(path)
 
     def use_model(self, path: str) -> None:
         """Select ``path`` as the model (added to the recent models) and load it on the worker thread (while
         serving, serving stops first)."""
-        if self.win.serve.serving:
-            self.win.panel.add_recent_model(str(Path(path).resolve()))
-            self.win.load_selected_model()
+        if self.serving():
+            self.panel.add_recent_model(str(Path(path).resolve()))
+            self.load_model()
             return
-        if self.win.engine_busy:
-            self.win.show_error("Run in progress", "Stop the run before changing the model.")
+        if self.run.engine_busy:
+            self.feedback.error("Run in progress", "Stop the run before changing the model.")
             return
-        self.win.panel.add_recent_model(str(Path(path).resolve()))
-        if self.win.is_idle:
-            self.win.load_selected_model()
+        self.panel.add_recent_model(str(Path(path).resolve()))
+        if self.run.is_idle:
+            self.load_model()
         else:  # queued after the load in flight
-            self.win.run.load_after(path)
+            self.run.load_after(path)
 
     # -- receipts ------------------------------------------------------------------------
     def receipts_dir(self) -> str:
         """Where the receipts dialogs start: the folder of the last receipts file opened or written
         (remembered), else the working folder."""
-        return str(self.win.settings.value("files/receipts_dir", "") or "")
+        return str(self.settings.value("files/receipts_dir", "") or "")
 
     def _remember_dir(self, path: str) -> None:
-        self.win.settings.setValue("files/receipts_dir", str(Path(path).resolve().parent))
+        self.settings.setValue("files/receipts_dir", str(Path(path).resolve().parent))
     def open_receipts_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.win, "Open receipts", self.receipts_dir(),
+        path, _ = QFileDialog.getOpenFileName(self.parent_widget, "Open receipts", self.receipts_dir(),
                                               "Receipts (*.json *.jsonl);;All files (*)")
         if path:
             self.open_receipts(path)
@@ -88,43 +94,43 @@ class FileActions(QObject):
         file takes seconds) with a busy bar; ``opened(path, error)`` reports the end, and the
         status bar then names the document's schema version (``version_note``).
         Returns whether the opening started."""
-        if self.win.engine_busy:  # a model loading (at startup) is no run
-            self.win.show_error("Run in progress", "Stop the run before opening receipts.")
+        if self.run.engine_busy:  # a model loading (at startup) is no run
+            self.feedback.error("Run in progress", "Stop the run before opening receipts.")
             return False
         if self.opening:
-            self.win.show_error("Opening receipts", f"Still opening {Path(self.opening).name}.")
+            self.feedback.error("Opening receipts", f"Still opening {Path(self.opening).name}.")
             return False
         path = str(path)
         self.opening = path
         job = BackgroundJob(lambda: read_session(path), self)
         job.done.connect(lambda result, error: self._opened(path, result, error))
         self.jobs.append(job)
-        self.win.refresh_controls()  # Run and Open wait for the file
-        self.win.status_state.setText(f"opening {Path(path).name} …")
-        self.win.load_progress.setRange(0, 0)  # busy
-        self.win.load_progress.show()
+        self.run.refresh_controls()  # Run and Open wait for the file
+        self.feedback.status(f"opening {Path(path).name} …")
+        self.progress.setRange(0, 0)  # busy
+        self.progress.show()
         job.start()
         return True
 
     def _opened(self, path: str, result, error: str) -> None:
         self.opening = None
         self.jobs = [j for j in self.jobs if j.running()]
-        self.win.load_progress.setRange(0, 100)
-        if self.win.state != LOADING:
-            self.win.load_progress.hide()
+        self.progress.setRange(0, 100)
+        if self.run.state != LOADING:
+            self.progress.hide()
         session, message, note, conversation = result if result is not None else (None, error, "", None)
-        if session is None or self.win.engine_busy:
-            self.win.status_state.setText("")
-            self.win.show_error("Cannot open receipts", message or "a run started meanwhile")
-            self.win.refresh_controls()
+        if session is None or self.run.engine_busy:
+            self.feedback.status("")
+            self.feedback.error("Cannot open receipts", message or "a run started meanwhile")
+            self.run.refresh_controls()
             self.opened.emit(path, message or "a run started meanwhile")
             return
-        self.win.set_session(session)
+        self.shown.show(session)
         if conversation is not None:
             self.turns.adopt(conversation, path)
         else:
             self.turns.forget()
-        self.win.redraw()  # the shown tab; the others draw when shown
+        self.shown.redraw()  # the shown tab; the others draw when shown
         skipped = session.skipped_lines
         partial = (f" <b>Partial view:</b> {count_noun(skipped, 'damaged or incomplete line')} "
                    "skipped.") if skipped else ""
@@ -134,20 +140,20 @@ class FileActions(QObject):
                       if session.background_sessions else "")
         turns = (f"a conversation of {count_noun(len(conversation.records), 'turn')} (pick one beside "
                  "the Next turn row; this is the last), " if conversation is not None else "")
-        self.win.set_banner(f"Viewing <b>{html.escape(Path(path).name)}</b> — {turns}"
+        self.feedback.banner(f"Viewing <b>{html.escape(Path(path).name)}</b> — {turns}"
                             f"{count_noun(len(session.tokens), 'token')}, {count_noun(len(session.receipts), 'window')}"
                             f", model {html.escape(session.model_name)}.{unfinished}{partial}{background} Read only "
                             "(the panel shows the file's settings): File &gt; New live session (Ctrl+N) enables the "
                             "run controls.", BANNER_FILE_PARTIAL if skipped or session.unfinished else BANNER_FILE)
-        self.win.setWindowTitle(f"spec-inspector — {Path(path).name}")
+        self.set_title(f"spec-inspector — {Path(path).name}")
         self._remember_dir(path)
-        self.win.refresh_controls()
+        self.run.refresh_controls()
         if note:  # the schema version, after the state's own text (``refresh_controls``)
-            self.win.status_state.setText(f"viewing {Path(path).name} (read only) · {note}")
+            self.feedback.status(f"viewing {Path(path).name} (read only) · {note}")
         self.opened.emit(path, "")
 
     def export_receipts_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self.win, "Export receipts", str(Path(self.receipts_dir()) / "receipts.json"),
+        path, _ = QFileDialog.getSaveFileName(self.parent_widget, "Export receipts", str(Path(self.receipts_dir()) / "receipts.json"),
                                               "Receipts (*.json)")
         if path:
             self.export_receipts(path)
@@ -158,7 +164,7 @@ class FileActions(QObject):
         return self._export(path, lambda doc: str(write_document(doc, path)))
 
     def export_trace_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self.win, "Export Perfetto trace", str(Path(self.receipts_dir()) / "trace.json"),
+        path, _ = QFileDialog.getSaveFileName(self.parent_widget, "Export Perfetto trace", str(Path(self.receipts_dir()) / "trace.json"),
                                               "Chrome trace JSON (*.json)")
         if path:
             self.export_trace(path)
@@ -172,7 +178,7 @@ class FileActions(QObject):
     def _export(self, path: str, write) -> BackgroundJob | None:
         """Run ``write(receipts document of the shown session)`` on a background thread
         (``inspector.session.document.record_document``: the file holds what the window shows)."""
-        s = self.win.session
+        s = self.shown.current()
         conv = self.turns.export_conversation()
         if isinstance(conv, str):  # a conversation file: written as it was read
             def job():
@@ -191,22 +197,22 @@ class FileActions(QObject):
             def job():
                 return write(record_document(shown))
         else:
-            self.win.show_error("Nothing to export", "Run a generation or open receipts first "
+            self.feedback.error("Nothing to export", "Run a generation or open receipts first "
                                 "(an autosave can be viewed but not exported as a receipts document).")
             return None
         j = BackgroundJob(job, self)
         j.done.connect(self._export_done)
         self.jobs.append(j)
-        self.win.status_state.setText(f"exporting {Path(path).name} …")
+        self.feedback.status(f"exporting {Path(path).name} …")
         j.start()
         return j
 
     def _export_done(self, result, error: str) -> None:
         if error:
-            self.win.show_error("Export failed", error)
+            self.feedback.error("Export failed", error)
             self.exported.emit("", error)
         else:
-            self.win.status_state.setText(f"receipts written: {result}")
+            self.feedback.status(f"receipts written: {result}")
             self._remember_dir(str(result))
             self.exported.emit(str(result), "")
 
@@ -216,34 +222,33 @@ class FileActions(QObject):
 
     # -- plots -------------------------------------------------------------------------
     def export_plots_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self.win, "Export plots as PNG (prefix)", "spec-inspector.png",
+        path, _ = QFileDialog.getSaveFileName(self.parent_widget, "Export plots as PNG (prefix)", "spec-inspector.png",
                                               "PNG images (*.png)")
         if path:
             written = self.export_plots(path)
-            self.win.status_state.setText("plots written: " + ", ".join(Path(p).name for p in written))
+            self.feedback.status("plots written: " + ", ".join(Path(p).name for p in written))
 
     def export_plots(self, path: str) -> list[str]:
         """Save the timeline, lock plots and statistics as PNG files next to ``path``
         (``NAME-timeline.png`` etc.); returns the files written."""
-        self.win.refresh_all()
+        self.shown.redraw_all()
         base = Path(path)
         stem = base.with_suffix("")
         out = []
-        for name, widget in (("timeline", self.win.timeline), ("lock-timing", self.win.lock_plots),
-                             ("statistics", self.win.stats)):
+        for name, widget in self.plots:
             if widget.width() < 100:
                 widget.resize(1000, 560)
             target = f"{stem}-{name}.png"
             whole = getattr(widget, "export_pixmap", None)  # a view that scrolls saves all of itself
             if not (whole() if whole is not None else widget.grab()).save(target):
-                self.win.show_error("Export failed", f"cannot write {target}")
+                self.feedback.error("Export failed", f"cannot write {target}")
                 return out
             out.append(target)
         return out
 
     # -- autosave recovery -----------------------------------------------------------------
     def last_unclean_autosave(self) -> str | None:
-        s = self.win.settings
+        s = self.settings
         path = s.value("autosave/path")
         clean = str(s.value("autosave/clean", True)).lower() in ("true", "1")
         if not path or clean or not Path(path).exists() or autosave_is_clean(path):
@@ -257,20 +262,20 @@ class FileActions(QObject):
             return
         box = QMessageBox(QMessageBox.Icon.Question, "Last run did not finish",
                           f"The last run did not finish cleanly. Its receipts were autosaved to\n{path}\n\nOpen them?",
-                          QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Discard, self.win)
+                          QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Discard, self.parent_widget)
 
         def answered(button) -> None:
             if box.standardButton(button) == QMessageBox.StandardButton.Open:
                 self.open_receipts(path)
-            self.win.settings.setValue("autosave/clean", True)
+            self.settings.setValue("autosave/clean", True)
 
         box.buttonClicked.connect(answered)
         box.open()
         self.recovery_box = box
 
     def open_last_autosave(self) -> None:
-        path = self.win.settings.value("autosave/path")
+        path = self.settings.value("autosave/path")
         if not path or not Path(path).exists():
-            self.win.show_error("No autosave", "No autosaved run was found.")
+            self.feedback.error("No autosave", "No autosaved run was found.")
             return
         self.open_receipts(str(path))

@@ -25,6 +25,7 @@ from inspector.gui.files.receipts_loading import read_session
 from inspector.gui.files.session_store import BackgroundJob
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT
 from inspector.gui.look.wording import count_noun
+from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
 from inspector.gui.serve.request_log import RequestLog
 from inspector.gui.serve.requests_view import RequestsView
 from inspector.serve.params import ServeDefaults
@@ -38,9 +39,12 @@ SERVE_SHORTCUT = "Ctrl+Shift+S"
 
 
 class ServeActions(QObject):
-    """Serve on / off for ``window`` (the ``MainWindow``: its public ``worker``, ``panel``, ``settings``,
-    ``session``, ``set_session``, ``refresh_all``, ``set_state``, ``state``, ``set_banner``, ``show_error``,
-    ``every_tick``, ``turns``, ``act_serve``), the Requests tab ``view`` and the ``log`` it shows.
+    """Serve on / off: the switch ``act_serve`` (the Run menu's, the toolbar's and the tab's), the Requests tab
+    ``view`` and the ``log`` it shows. It reads the side ``panel`` (source, options, sampling, threads) and the
+    engine ``worker``'s runtime; of the window it gets only ``run`` (``RunControl``: ``state``, ``set_state``,
+    ``chosen_model``, ``stateChanged``), ``shown`` (``ShownSession``: a picked request goes to every view),
+    ``feedback`` (``Feedback``: the banner), ``host`` (``MenuHost``: the redraw tick), ``settings``
+    (QSettings: the port) and ``turns`` (``ConversationActions``: serving leaves the conversation).
 
     ``server``: the ``InspectorServer`` while serving (starting and stopping included), else None;
     ``address``: where it serves ("" when not); ``follow``: every view follows the newest request;
@@ -53,9 +57,12 @@ class ServeActions(QObject):
     stopped = Signal()
     """The server stopped (its threads joined)."""
 
-    def __init__(self, window, view: RequestsView, log: RequestLog) -> None:
-        super().__init__(window)
-        self.win, self.view, self.log = window, view, log
+    def __init__(self, view: RequestsView, log: RequestLog, act_serve, *, panel, worker, run, shown: ShownSession,
+                 feedback: Feedback, host: MenuHost, settings, turns) -> None:
+        super().__init__(host.parent)
+        self.view, self.log, self.act_serve = view, log, act_serve
+        self.panel, self.engine, self.run, self.shown, self.feedback = panel, worker, run, shown, feedback
+        self.turns = turns
         self.server: InspectorServer | None = None
         self.address = ""
         self.follow = True
@@ -70,11 +77,11 @@ class ServeActions(QObject):
         self._model = ""
         self._status = ""  # the tab's line while serving (a failed pick says why instead, until the next show)
         try:
-            view.port.setValue(int(window.settings.value(PORT_KEY, DEFAULT_PORT)))
+            view.port.setValue(int(settings.value(PORT_KEY, DEFAULT_PORT)))
         except (TypeError, ValueError):
             view.port.setValue(DEFAULT_PORT)
-        view.port.valueChanged.connect(lambda v: window.settings.setValue(PORT_KEY, v))
-        act = window.act_serve
+        view.port.valueChanged.connect(lambda v: settings.setValue(PORT_KEY, v))
+        act = act_serve
         act.setCheckable(True)
         act.setIconText("Serve")
         view.use_serve_action(act)
@@ -83,8 +90,8 @@ class ServeActions(QObject):
         self.changed.connect(self.log.note)
         self.started.connect(self._started)
         self.stopped.connect(self._stopped)
-        window.stateChanged.connect(lambda _s: self._enable())
-        window.every_tick(self._tick)
+        run.stateChanged.connect(lambda _s: self._enable())
+        host.every_tick(self._tick)
         self._enable()
 
     @property
@@ -102,14 +109,13 @@ class ServeActions(QObject):
     # -- on ------------------------------------------------------------------------------------
     def why_not(self) -> str:
         """Why Serve cannot start now ("" when it can)."""
-        w = self.win
-        if w.session.origin != "live":
+        if self.shown.current().origin != "live":
             return "a receipts file is shown: File > New live session (Ctrl+N) first"
-        if w.state != IDLE:
-            return "wait until the model has loaded" if w.state == "loading" else "stop the run first"
-        if w.worker.runtime is None or w.worker.scheduler is None:
+        if self.run.state != IDLE:
+            return "wait until the model has loaded" if self.run.state == "loading" else "stop the run first"
+        if self.engine.runtime is None or self.engine.scheduler is None:
             return "no model is loaded: pick one in the Model box (it loads), then Serve"
-        problem = w.panel.source_problem()
+        problem = self.panel.source_problem()
         return f"{problem[0]}: {problem[1]}" if problem else ""
 
     def start(self) -> bool:
@@ -121,28 +127,28 @@ class ServeActions(QObject):
         if why:
             self._refused(why)
             return False
-        w, p = self.win, self.win.panel
+        p = self.panel
         settings = p.generation_settings()
         options = ServeOptions(
             port=self.view.port.value(), source=p.source.currentText(), source_options=p.source_options(),
             template=settings, draft_max_auto=p.draft_max_auto(),
             defaults=ServeDefaults(settings.sampling, p.max_tokens.value(), random_seed=False),
             receipts=ReceiptsDir(self.receipts_dir) if self.receipts_dir is not None else None)
-        runtime = w.worker.runtime
+        runtime = self.engine.runtime
         converted = getattr(runtime, "converted_from", None)
         self._model = Path(str(converted or runtime.model_path)).name + (
             f" in {runtime.info.main_weight_type} form" if converted else "")  # as the model line says it
         try:
-            self.server = InspectorServer(w.worker.scheduler, str(runtime.model_path), options,
+            self.server = InspectorServer(self.engine.scheduler, str(runtime.model_path), options,
                                           on_change=self.changed.emit, feed=True)
         except (ServeError, ValueError) as exc:
             self._refused(str(exc))
             return False
         self.log.attach(self.server.slot.snapshot_rows)
-        w.turns.forget()  # the views show requests from now on
+        self.turns.forget()  # the views show requests from now on
         threads = p.threads.value() or os.cpu_count() or 1
         self._go("starting", lambda s=self.server: self._start_server(s, runtime, threads))
-        w.set_state(SERVING, "starting…")
+        self.run.set_state(SERVING, "starting…")
         self.view.say(f"starting on port {options.port or 'any'} …")
         return True
 
@@ -163,25 +169,25 @@ class ServeActions(QObject):
         self.transition = ""
         if error:
             self.server = None
-            self.win.set_state(IDLE, "serve did not start")
+            self.run.set_state(IDLE, "serve did not start")
             self._refused(error)
             self._run_then()
             return
         self.address = address
         self.view.show_address(address)
-        self._status = (f"source {self.win.panel.source.currentText()} · one slot: requests run one at a time in "
+        self._status = (f"source {self.panel.source.currentText()} · one slot: requests run one at a time in "
                         f"arrival order · receipts: {self.receipts_dir or 'none'}")
         self.view.say(self._status)
-        self.win.set_state(SERVING, address)  # and the switch (``_enable``)
+        self.run.set_state(SERVING, address)  # and the switch (``_enable``)
         self._banner = ""
         if self._then:  # Serve was turned off (or a model chosen) while it started
             self.stop()
 
     def _refused(self, why: str) -> None:
-        self.win.act_serve.setChecked(False)
+        self.act_serve.setChecked(False)
         self.view.show_address("")
         self.view.say(f"Serve did not start: {why}", error=True)
-        self.win.set_banner(f"<b>Serve did not start:</b> {html.escape(why)}", BANNER_ERROR)
+        self.feedback.banner(f"<b>Serve did not start:</b> {html.escape(why)}", BANNER_ERROR)
         self._enable()
 
     # -- off -------------------------------------------------------------------------------------
@@ -199,7 +205,7 @@ class ServeActions(QObject):
         if self.transition == "stopping":
             return True
         self._go("stopping", lambda s=self.server: (s.stop(), self.stopped.emit()))
-        self.win.set_state(SERVING, "stopping…")
+        self.run.set_state(SERVING, "stopping…")
         self.view.say("stopping: the running request is cancelled …")
         return True
 
@@ -207,13 +213,13 @@ class ServeActions(QObject):
         self.transition = ""
         self.server = None
         self.address = ""
-        self.win.act_serve.setChecked(False)
+        self.act_serve.setChecked(False)
         self.view.show_address("")
         n = len(self.log.rows)
         self._status = f"served {count_noun(n, 'request')}; pick one to show it"
         self.view.say(self._status)
-        self.win.set_state(IDLE, "serving stopped")
-        self.win.set_banner(f"Serving stopped after {count_noun(n, 'request')}. Pick one in the Requests tab to "
+        self.run.set_state(IDLE, "serving stopped")
+        self.feedback.banner(f"Serving stopped after {count_noun(n, 'request')}. Pick one in the Requests tab to "
                             "show it; <b>Run</b> (Ctrl+R) runs the prompt again.", BANNER_DONE)
         self._run_then()
 
@@ -233,10 +239,10 @@ class ServeActions(QObject):
         the panel's choice is the model being served)."""
         if self.server is None:
             return load()
-        w, p = self.win, self.win.panel
+        p = self.panel
         try:
-            chosen = str(w.run.chosen_model())
-            same = w.worker.is_loaded(chosen, p.n_ctx.value(), p.target_weights(), p.offload(),
+            chosen = str(self.run.chosen_model())
+            same = self.engine.is_loaded(chosen, p.n_ctx.value(), p.target_weights(), p.offload(),
                                       p.llama_context.values())
         except Exception:  # an unreadable choice: the load says why
             same = False
@@ -263,7 +269,7 @@ class ServeActions(QObject):
     def pick(self, rid: int) -> None:
         """The user picked request ``rid``: show it in every view; picking the newest follows again, an older
         one holds until the next pick. Only while serving or idle (a run shows its own session)."""
-        if self.win.state not in (IDLE, SERVING):
+        if self.run.state not in (IDLE, SERVING):
             self.view.select_request(self.log.shown)
             return
         newest = self.log.newest_started()
@@ -291,7 +297,7 @@ class ServeActions(QObject):
                           error=True)
 
     def _read(self, job, rid: int, result, error: str) -> None:
-        if job is not self._loading or self.log.shown != rid or self.win.state not in (IDLE, SERVING):
+        if job is not self._loading or self.log.shown != rid or self.run.state not in (IDLE, SERVING):
             return
         session = result[0] if result is not None else None
         if session is None:
@@ -302,14 +308,14 @@ class ServeActions(QObject):
     def _show(self, record) -> None:
         self._shown_record = record
         self.view.say(self._status)
-        self.win.set_session(record)
-        self.win.refresh_all()
+        self.shown.show(record)
+        self.shown.redraw_all()
         self._banner = ""
         self._say_banner()
 
     def _follow(self) -> None:
         target = self.log.newest_started()
-        if target is not None and target.id != self.log.shown and self.win.state in (IDLE, SERVING):
+        if target is not None and target.id != self.log.shown and self.run.state in (IDLE, SERVING):
             self.show_request(target.id)
 
     def _tick(self) -> None:
@@ -317,7 +323,7 @@ class ServeActions(QObject):
         if self.log.drain() and self.follow and self.server is not None:
             self._follow()
         if self.log.shown is not None and self._shown_record is not None \
-                and self.win.session is not self._shown_record:  # a run or a file is shown now
+                and self.shown.current() is not self._shown_record:  # a run or a file is shown now
             self.log.shown, self._shown_record = None, None
             self.view.select_request(None)
         if self.server is not None and not self.transition:
@@ -337,15 +343,15 @@ class ServeActions(QObject):
                 f"({SERVE_SHORTCUT}). {showing}")
         if text != self._banner:
             self._banner = text
-            self.win.set_banner(text, BANNER_HINT)
+            self.feedback.banner(text, BANNER_HINT)
 
     def _enable(self) -> None:
         """The switch works while idle on a live session, and while serving (not mid-start or mid-stop)."""
-        w = self.win
+        act = self.act_serve
         serving = self.server is not None
-        w.act_serve.setEnabled((serving and not self.transition) or (not serving and w.state == IDLE))
+        act.setEnabled((serving and not self.transition) or (not serving and self.run.state == IDLE))
         self.view.port.setEnabled(not serving)
-        w.act_serve.setChecked(serving)
-        w.act_serve.setIconText("● Serving" if serving else "Serve")  # the toolbar and the tab's switch
-        w.act_serve.setToolTip(f"serving at {self.address}: click to stop ({SERVE_SHORTCUT})" if self.address else
-                               f"serve the loaded model as a llama-server-compatible endpoint ({SERVE_SHORTCUT})")
+        act.setChecked(serving)
+        act.setIconText("● Serving" if serving else "Serve")  # the toolbar and the tab's switch
+        act.setToolTip(f"serving at {self.address}: click to stop ({SERVE_SHORTCUT})" if self.address else
+                       f"serve the loaded model as a llama-server-compatible endpoint ({SERVE_SHORTCUT})")

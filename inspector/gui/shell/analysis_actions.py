@@ -29,6 +29,7 @@ from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest,
 from inspector.gui.look.banner_colours import BANNER_HINT
 from inspector.gui.look.wording import count_noun
 from inspector.gui.panel.control_panel import source_names
+from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
 from inspector.gui.tune.actions import TuneActions
 from inspector.llama.cost_cache import load_cost_model, placement
 from inspector.llama.cost_model import CostModel
@@ -47,15 +48,18 @@ def cost_key(model_path: str, n_threads: int) -> str:
 
 
 class AnalysisActions(QObject):
-    """Baseline results, cost-model measurement and its per-model cache for ``window``.
+    """Baseline results, cost-model measurement and its per-model cache, Compare and Tune.
 
     ``cost_models``: measured ``CostMeasured`` by ``cost_key`` (kept for the
     app's lifetime, and in QSettings). ``current``: the loaded model's, or None.
 
-    It reads the side ``panel`` (prompt, source, sampling, draft model) and uses the window's public
-    interface (``is_idle``, ``state``, ``set_state``, ``load_selected_model``, ``drain_records``,
-    ``every_tick``, ``set_banner``, ``show_error``, ``settings``, ``model_info``, ``add_action``, the
-    worker and its thread, its status line, tabs and Cost model and Statistics views).
+    It reads the side ``panel`` (prompt, source, sampling, draft model) and drives the ``tabs`` and the
+    views whose cost model it sets (``cost_view``, ``stats``, ``timeline``). Of the window it gets only:
+    ``host`` (``MenuHost``), ``feedback`` (``Feedback``), ``run`` (``RunControl``: ``is_idle``,
+    ``state``, ``set_state``), ``shown`` (``ShownSession``), the engine ``worker`` and its ``thread``,
+    ``settings`` (QSettings), ``model_info()``, ``load_model()`` (load the panel's model: Use this
+    form), the signals after which the shown session may have changed (``session_changed``, for Tune)
+    and ``shutdown`` (the window closes).
     """
 
     requestMeasure = Signal(object)
@@ -68,56 +72,61 @@ class AnalysisActions(QObject):
     compareReady = Signal(object, str)
     """(``CompareResult`` or None, note or error): a comparison ended (tests, status)."""
 
-    def __init__(self, window, panel) -> None:
-        super().__init__(window)
-        self.w = window
-        self.panel = panel
+    def __init__(self, panel, host: MenuHost, feedback: Feedback, *, run, shown: ShownSession, worker, thread,
+                 settings, tabs, cost_view, stats, timeline, model_info, load_model, session_changed,
+                 shutdown) -> None:
+        super().__init__(host.parent)
+        self.panel, self.host, self.feedback, self.run, self.shown = panel, host, feedback, run, shown
+        self.engine, self.settings, self.model_info, self.load_model = worker, settings, model_info, load_model
+        self.tabs, self.cost_view, self.stats, self.timeline = tabs, cost_view, stats, timeline
         self.cost_models: dict[str, CostMeasured] = {}
         self.current: CostMeasured | None = None
         self.busy = ""
         """What the engine thread measures for us ("" when nothing)."""
-        self.worker = AnalysisWorker(window.worker)
-        self.worker.moveToThread(window.thread)
+        self.worker = AnalysisWorker(worker)
+        self.worker.moveToThread(thread)
         self.requestMeasure.connect(self.worker.measure_cost)
         self.requestCompare.connect(self.worker.run_compare)
         self.requestLayouts.connect(self.worker.measure_layouts)
         self.worker.layoutsMeasured.connect(self._layouts_measured)
-        self.worker.layoutProgress.connect(lambda text: self.w.cost_view.set_busy(True, text))
+        self.worker.layoutProgress.connect(lambda text: cost_view.set_busy(True, text))
         self.worker.costMeasured.connect(self._cost_measured)
         self.worker.compareProgress.connect(self._compare_progress)
         self.worker.compareTurnProgress.connect(self._compare_turn_progress)
         self.worker.compareRows.connect(lambda partial: self.compare_view and self.compare_view.show_rows(partial))
         self.worker.compareDone.connect(self._compare_done)
         self.worker.failed.connect(self._failed)
-        window.worker.baselineReady.connect(self._baseline_ready)
-        window.worker.modelLoaded.connect(self._model_loaded)
-        view = window.cost_view
+        worker.baselineReady.connect(self._baseline_ready)
+        worker.modelLoaded.connect(self._model_loaded)
+        view = cost_view
         view.measure.clicked.connect(self.measure)
         view.export.clicked.connect(self.export_png_dialog)
         view.try_layouts.clicked.connect(self.try_layouts)
         view.use_layout.clicked.connect(self.use_layout)
         view.use_draft_max.clicked.connect(self.use_draft_max)
-        menu = window.menuBar().addMenu("&Analysis")
-        self.act_measure = window.add_action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
+        menu = host.add_menu("&Analysis")
+        self.act_measure = host.add_action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
                                              "time verify batches of 1..16 rows on the loaded model")
-        self.act_cost_png = window.add_action(menu, "Export cost curve PNG…", self.export_png_dialog)
+        self.act_cost_png = host.add_action(menu, "Export cost curve PNG…", self.export_png_dialog)
         menu.addSeparator()
-        self.act_compare = window.add_action(menu, "Compare configurations…", self.show_compare, ["Ctrl+K"],
+        self.act_compare = host.add_action(menu, "Compare configurations…", self.show_compare, ["Ctrl+K"],
                                              "run the prompt with several proposal configurations, side by side")
-        self.act_server_flags = window.add_action(
+        self.act_server_flags = host.add_action(
             menu, "Copy as llama-server flags", self.copy_server_flags, ["Ctrl+Shift+L"],
             "copy the llama-server arguments that reproduce the chosen source and its settings "
             "(llama.cpp's ngram-* proposers and draft models), the context and the sampling")
-        self.tune = TuneActions(window, menu, lambda: self.current)
+        self.tune = TuneActions(host, menu, lambda: self.current, run=run, shown=shown, worker=worker, thread=thread,
+                                model_info=model_info, session_changed=session_changed, shutdown=shutdown)
         """The Tune window (Tune from this run…, Ctrl+Shift+K)."""
         self.compare_view = None
         self.server_build: ServerBuildActions | None = None
         """Builds llama-server for the Compare window (on a thread of its own), made with the window."""
         self._compare_turns: tuple | None = None
         """The turns of the conversation being compared (None: the prompt, or no comparison)."""
-        window.requestShutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
-        if window.model_info is not None:
-            self._model_loaded(window.model_info)
+        self.shutdown = shutdown
+        shutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
+        if model_info() is not None:
+            self._model_loaded(model_info())
 
     # -- llama-server --------------------------------------------------------------
     def copy_server_flags(self) -> str | None:
@@ -128,7 +137,7 @@ class AnalysisActions(QObject):
         llama-server lacks gets a message naming those it has. Returns the line, or None."""
         p = self.panel
         draft_max = p.draft_max_in_effect()  # auto: what the last run resolved, as the panel's "→ 7" says
-        model = (self.w.model_info or {}).get("path")
+        model = (self.model_info() or {}).get("path")
         source = p.source.currentText()
         try:
             line = server_command(source, p.source_options(), draft_max=draft_max, model=model,
@@ -138,14 +147,14 @@ class AnalysisActions(QObject):
             notes = server_notes(source, p.source_options(), draft_max=draft_max,
                                  system_prompt="" if p.raw.isChecked() else p.system_prompt.text())
         except NoServerEquivalent as exc:
-            self.w.show_error("No llama-server flags for this source", str(exc), QMessageBox.Icon.Information)
+            self.feedback.error("No llama-server flags for this source", str(exc), QMessageBox.Icon.Information)
             return None
         except ValueError as exc:
-            self.w.show_error("No llama-server flags for this source", str(exc))
+            self.feedback.error("No llama-server flags for this source", str(exc))
             return None
         QGuiApplication.clipboard().setText(line)
-        self.w.status_state.setText("llama-server flags copied to the clipboard")
-        self.w.set_banner("<b>Copied to the clipboard:</b> <code>" + html.escape(line) + "</code>" +
+        self.feedback.status("llama-server flags copied to the clipboard")
+        self.feedback.banner("<b>Copied to the clipboard:</b> <code>" + html.escape(line) + "</code>" +
                           "".join(f"<br>Note: {html.escape(n)}" for n in notes), BANNER_HINT)
         return line
 
@@ -153,31 +162,30 @@ class AnalysisActions(QObject):
     def _baseline_ready(self, result, error: str) -> None:
         """The comparison with plain decoding of the run that just ended (before its ``runFinished``);
         the result reaches the shown session as its ``BaselineDone`` record."""
-        self.w.drain_records()
+        self.shown.drain()
         if error:
-            self.w.status_state.setText(f"comparison with plain decoding failed: {error}")
-            self.w.show_error("Comparison with plain decoding failed", error)
+            self.feedback.status(f"comparison with plain decoding failed: {error}")
+            self.feedback.error("Comparison with plain decoding failed", error)
             return
         if result is None:  # Stop during the comparison
-            self.w.status_state.setText("comparison with plain decoding stopped")
+            self.feedback.status("comparison with plain decoding stopped")
 
     # -- busy state ----------------------------------------------------------------
     def _start(self, what: str, detail: str) -> bool:
-        w = self.w
-        if not w.is_idle:
-            w.show_error("Run in progress", f"Stop the run before {detail.rstrip('…')}.")
+        if not self.run.is_idle:
+            self.feedback.error("Run in progress", f"Stop the run before {detail.rstrip('…')}.")
             return False
-        if w.worker.runtime is None:
-            w.show_error("No model loaded", "Load a model first (the bundled one loads at startup).")
+        if self.engine.runtime is None:
+            self.feedback.error("No model loaded", "Load a model first (the bundled one loads at startup).")
             return False
         self.busy = what
-        w.set_state(BUSY, detail)
+        self.run.set_state(BUSY, detail)
         return True
 
     def _end(self) -> None:
         self.busy = ""
-        if self.w.state == BUSY:
-            self.w.set_state(IDLE)
+        if self.run.state == BUSY:
+            self.run.set_state(IDLE)
 
     def _prompt(self) -> tuple[str, bool]:
         p = self.panel
@@ -192,8 +200,8 @@ class AnalysisActions(QObject):
         Refused (with a message) while a run goes or no model is loaded."""
         if not self._start("cost", "measuring the cost model…"):
             return False
-        self.w.cost_view.set_busy(True, "measuring c(k) for k = 1..16 verification rows (median of 3) …")
-        self.w.tabs.setCurrentWidget(self.w.cost_view)
+        self.cost_view.set_busy(True, "measuring c(k) for k = 1..16 verification rows (median of 3) …")
+        self.tabs.setCurrentWidget(self.cost_view)
         text, raw = self._prompt()
         self.requestMeasure.emit(CostRequest(text, raw))
         return True
@@ -203,9 +211,9 @@ class AnalysisActions(QObject):
         self.cost_models[key] = m
         self._save(key, m)
         self._use(m)
-        self.w.cost_view.set_busy(False)
+        self.cost_view.set_busy(False)
         self._end()
-        self.w.status_state.setText(f"cost model measured: {self.w.cost_view.ceiling_text()}")
+        self.feedback.status(f"cost model measured: {self.cost_view.ceiling_text()}")
         self.costReady.emit(m, "")
 
     # -- weight layouts ----------------------------------------------------------------
@@ -214,55 +222,55 @@ class AnalysisActions(QObject):
         thread; the Cost model tab then plots every layout's curve and offers the best one."""
         if not self._start("layouts", "trying other weight types…"):
             return False
-        self.w.cost_view.set_busy(True, "converting the model to other weight types (llama.cpp quantize, cached) "
+        self.cost_view.set_busy(True, "converting the model to other weight types (llama.cpp quantize, cached) "
                                         "and measuring c(k) for each …")
-        self.w.tabs.setCurrentWidget(self.w.cost_view)
+        self.tabs.setCurrentWidget(self.cost_view)
         text, raw = self._prompt()
         self.requestLayouts.emit(LayoutsRequest(text, raw))
         return True
 
     def _layouts_measured(self, results) -> None:
-        self.w.cost_view.set_busy(False)
+        self.cost_view.set_busy(False)
         self._end()
         own = results[0][1]  # the loaded layout's c(k): the current cost model too
         key = cost_key(own.model_path, own.n_threads)
         self.cost_models[key] = own
         self._save(key, own)
         self._use(own)
-        self.w.cost_view.set_layouts(results)
-        self.w.status_state.setText("weight layouts measured: " + ", ".join(
+        self.cost_view.set_layouts(results)
+        self.feedback.status("weight layouts measured: " + ", ".join(
             f"{t} {m.model.ceiling:.1f}x" for t, m in results))
         self.layoutsReady.emit(results, "")
 
     def use_draft_max(self) -> int:
         """Set the panel's draft max to what the measured curve implies (``CostView.suggested_draft_max``);
         returns it (0: no cost model, nothing changed)."""
-        n = self.w.cost_view.suggested_draft_max()
+        n = self.cost_view.suggested_draft_max()
         if n >= 1:
             self.panel.draft_max.setValue(n)
-            self.w.status_state.setText(f"draft max {n}: the cost curve's best window")
+            self.feedback.status(f"draft max {n}: the cost curve's best window")
         return n
 
     def use_layout(self) -> bool:
         """Run the model in the weight type the Cost model tab offers (its best ceiling) from now on:
         the model panel's weights choice (remembered for this model), then load it."""
-        best = self.w.cost_view.offered_layout()
-        if best is None or not self.w.is_idle:
+        best = self.cost_view.offered_layout()
+        if best is None or not self.run.is_idle:
             return False
         weight_type, _m = best
         self.panel.set_target_weights(weight_type)
-        return self.w.load_selected_model()
+        return self.load_model()
 
     def _failed(self, what: str, message: str) -> None:
         self._end()
         if what == "layouts":
-            self.w.cost_view.set_busy(False)
-            self.w.show_error("Cannot try other weight types", message)
+            self.cost_view.set_busy(False)
+            self.feedback.error("Cannot try other weight types", message)
             self.layoutsReady.emit(None, message)
             return
         if what == "cost":
-            self.w.cost_view.set_busy(False)
-            self.w.show_error("Cannot measure the cost model", message)
+            self.cost_view.set_busy(False)
+            self.feedback.error("Cannot measure the cost model", message)
             self.costReady.emit(None, message)
         elif self.compare_view is not None:
             self._compare_turns = None
@@ -272,16 +280,16 @@ class AnalysisActions(QObject):
 
     def _use(self, m: CostMeasured | None) -> None:
         self.current = m
-        self.w.cost_view.set_cost_model(m)
-        self.w.stats.set_cost_model(None if m is None else m.model)
-        self.w.timeline.set_cost_model(None if m is None else m.model)
+        self.cost_view.set_cost_model(m)
+        self.stats.set_cost_model(None if m is None else m.model)
+        self.timeline.set_cost_model(None if m is None else m.model)
 
     def _model_loaded(self, info: dict) -> None:
         """Show the cost model cached for this model (and the thread count a run uses), if any."""
         path = str(info.get("path", ""))
         n = int(info.get("n_threads") or 0)
         cores = os.cpu_count() or 1
-        rt = self.w.worker.runtime
+        rt = self.engine.runtime
         where = placement(rt) if rt is not None else ""
         for threads in (n, n - 1 if n >= cores and n > 1 else n):
             key = cost_key(path, threads)
@@ -297,14 +305,14 @@ class AnalysisActions(QObject):
         self._use(None)
 
     def _save(self, key: str, m: CostMeasured) -> None:
-        s = self.w.settings
+        s = self.settings
         s.setValue(f"{SETTINGS_GROUP}/{key}", json.dumps({
             "row_ms": list(m.model.row_ms), "model_path": m.model_path, "n_threads": m.n_threads,
             "prompt_tokens": m.prompt_tokens}))
         s.sync()
 
     def _load(self, key: str) -> CostMeasured | None:
-        raw = self.w.settings.value(f"{SETTINGS_GROUP}/{key}")
+        raw = self.settings.value(f"{SETTINGS_GROUP}/{key}")
         try:
             d = json.loads(raw) if isinstance(raw, str) else None
             if not d or not d["row_ms"] or min(d["row_ms"]) <= 0:
@@ -316,27 +324,27 @@ class AnalysisActions(QObject):
 
     def export_png_dialog(self) -> None:
         if self.current is None:
-            self.w.show_error("No cost model", "Measure the cost model first (Cost model tab).")
+            self.feedback.error("No cost model", "Measure the cost model first (Cost model tab).")
             return
-        path, _ = QFileDialog.getSaveFileName(self.w, "Export cost curve PNG", "cost-curve.png", "PNG images (*.png)")
+        path, _ = QFileDialog.getSaveFileName(self.host.parent, "Export cost curve PNG", "cost-curve.png", "PNG images (*.png)")
         if path:
-            if self.w.cost_view.export_png(path):
-                self.w.status_state.setText(f"cost curve written: {path}")
+            if self.cost_view.export_png(path):
+                self.feedback.status(f"cost curve written: {path}")
             else:
-                self.w.show_error("Export failed", f"cannot write {path}")
+                self.feedback.error("Export failed", f"cannot write {path}")
 
     # -- compare -------------------------------------------------------------------
     def show_compare(self):
         """Open (or raise) the Compare window; returns it."""
         if self.compare_view is None:
-            v = CompareView(source_names(), self.w)
+            v = CompareView(source_names(), self.host.parent)
             v.runRequested.connect(self.run_compare)
             v.cancelRequested.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
             self._restore_configs(v)
             v.server_choice.changed.connect(self._save_server_choice)
             self.server_build = ServerBuildActions(v.server_choice, parent=self)
-            self.w.requestShutdown.connect(self.server_build.shutdown)
-            self.w.every_tick(v.refresh)  # redrawn with the window's views
+            self.shutdown.connect(self.server_build.shutdown)
+            self.host.every_tick(v.refresh)  # redrawn with the window's views
             self.compare_view = v
         self.compare_view.cost_model = None if self.current is None else self.current.model
         self._describe_prompt()
@@ -389,12 +397,12 @@ class AnalysisActions(QObject):
             return
         if self.compare_view is not None:
             self.compare_view.set_progress(done, total, label)
-        self.w.status_state.setText(f"busy · comparing configurations: {done + 1}/{total} {label}")
+        self.feedback.status(f"busy · comparing configurations: {done + 1}/{total} {label}")
 
     def _compare_turn_progress(self, turn: int, turns: int, done: int, total: int, label: str) -> None:
         if self.compare_view is not None:
             self.compare_view.set_turn_progress(turn, turns, done, total, label)
-        self.w.status_state.setText(f"busy · comparing configurations: turn {turn}/{turns}, "
+        self.feedback.status(f"busy · comparing configurations: turn {turn}/{turns}, "
                                     f"configuration {done + 1}/{total} {label}")
 
     def _compare_done(self, result, note: str) -> None:
@@ -411,11 +419,11 @@ class AnalysisActions(QObject):
             if failed:
                 text += f" · failed: {', '.join(failed)} (hover the row for the error)"
             v.set_result(result, text)
-        self.w.status_state.setText(f"comparison {note or 'done'}")
+        self.feedback.status(f"comparison {note or 'done'}")
         self.compareReady.emit(result, note)
 
     def _save_configs(self, configs, conversation=None) -> None:
-        s = self.w.settings
+        s = self.settings
         s.setValue("compare/configs", json.dumps([c.to_json() for c in configs]))
         s.setValue("compare/conversation", "" if conversation is None else conversation[0])
         self._save_server_choice()
@@ -423,16 +431,16 @@ class AnalysisActions(QObject):
     def _save_server_choice(self) -> None:
         """Remember "also through llama-server" and its path or URL (as typed or chosen)."""
         if self.compare_view is not None:
-            s = self.w.settings
+            s = self.settings
             s.setValue("compare/llama_server", self.compare_view.server_target.text().strip())
             s.setValue("compare/with_llama_server", self.compare_view.with_server.isChecked())
 
     def _restore_configs(self, v) -> None:
-        raw = self.w.settings.value("compare/configs")
-        target = self.w.settings.value("compare/llama_server")
+        raw = self.settings.value("compare/configs")
+        target = self.settings.value("compare/llama_server")
         if isinstance(target, str):
             v.server_target.setText(target)
-        v.with_server.setChecked(str(self.w.settings.value("compare/with_llama_server")).lower() == "true")
+        v.with_server.setChecked(str(self.settings.value("compare/with_llama_server")).lower() == "true")
         try:
             items = json.loads(raw) if isinstance(raw, str) else None
             if items:
@@ -440,7 +448,7 @@ class AnalysisActions(QObject):
                                              dict(d.get("options") or {})) for d in items])
         except (TypeError, ValueError, KeyError):
             pass
-        chosen = self.w.settings.value("compare/conversation")
+        chosen = self.settings.value("compare/conversation")
         if isinstance(chosen, str) and chosen:
             if chosen in TURNS_EXAMPLES or os.path.isfile(chosen):  # a file since removed is not offered
                 v.choose_conversation(chosen)

@@ -36,3 +36,16 @@ class Banner(QLabel):
         """The ``BANNER_*`` color shown now."""
         self.setStyleSheet(f"{style};padding:{BANNER_PAD}px")
         self.show()
+
+
+def repair_text(err) -> str:
+    """Where the repair left the KV cache after ``err`` (a ``RunError`` the run waits on), for the banner:
+    retired, repaired (KV length = canonical position, both in positions), unknown, or the mismatch."""
+    if err.retired:
+        return ("the session was retired (the repair failed); Resume opens a new session prefilled with the "
+                "canonical stream")
+    if err.repaired:
+        return f"repaired: KV length {err.kv_length} = canonical position {err.canonical_position}"
+    if err.kv_length is None:
+        return f"KV length unknown (it could not be read), canonical position {err.canonical_position}"
+    return f"KV length {err.kv_length} ≠ canonical position {err.canonical_position}"

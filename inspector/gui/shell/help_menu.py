@@ -1,7 +1,7 @@
 """The Help menu (issue 26): keyboard shortcuts, the README's sections, and About with the versions
 that decide what the window shows (the app, llama-cpp-python, the llama.cpp commit it vendors, Qt).
 
-``HelpActions(window)`` adds the menu to ``window`` (a ``MainWindow``) and keeps its dialogs; the
+``HelpActions(host)`` adds the menu through ``host`` (a ``MenuHost``) and keeps its dialogs; the
 texts come from the window's own actions and the installed package's metadata, so they are never
 out of step with the build.
 """
@@ -13,10 +13,11 @@ from importlib import metadata
 
 import PySide6
 from PySide6.QtCore import qVersion
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QMessageBox, QTextBrowser, QVBoxLayout
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QMessageBox, QTextBrowser, QVBoxLayout, QWidget
 
 import inspector
 from inspector.bench.server_build import LLAMA_CPP_PYTHON_VERSION
+from inspector.gui.ports.handles import MenuHost
 from inspector.gui.shell.readme_view import ReadmeDialog, checkout_readme
 from inspector.llama.server_parity import LLAMA_CPP_COMMIT
 
@@ -64,7 +65,7 @@ FIELD_KEYS = (
 """Keys of text fields and tables, which no menu action carries (``conversation_bar``, ``table_copy``)."""
 
 
-def shortcut_rows(window) -> list[tuple[str, str]]:
+def shortcut_rows(window: QWidget) -> list[tuple[str, str]]:
     """(action text, its shortcuts) of every window action with a shortcut, in menu order, then the keys
     of fields and tables (``FIELD_KEYS``)."""
     rows = []
@@ -76,21 +77,21 @@ def shortcut_rows(window) -> list[tuple[str, str]]:
 
 
 class HelpActions:
-    """The Help menu of ``window``: Keyboard shortcuts (F1), Read me, About."""
+    """The Help menu (``host``: a ``MenuHost``): Keyboard shortcuts (F1), Read me, About."""
 
-    def __init__(self, window) -> None:
-        self.w = window
-        menu = window.menuBar().addMenu("&Help")
-        self.act_shortcuts = window.add_action(menu, "Keyboard shortcuts", self.show_shortcuts, ["F1"],
-                                               "every shortcut of the window")
-        self.act_readme = window.add_action(menu, "Read me", self.show_readme, [],
-                                            "the README: what each view shows, the command line, measurements")
-        self.act_about = window.add_action(menu, "About spec-inspector", self.show_about)
+    def __init__(self, host: MenuHost) -> None:
+        self.parent = host.parent
+        menu = host.add_menu("&Help")
+        self.act_shortcuts = host.add_action(menu, "Keyboard shortcuts", self.show_shortcuts, ["F1"],
+                                             "every shortcut of the window")
+        self.act_readme = host.add_action(menu, "Read me", self.show_readme, [],
+                                          "the README: what each view shows, the command line, measurements")
+        self.act_about = host.add_action(menu, "About spec-inspector", self.show_about)
         self.dialog: QDialog | None = None
         """The last dialog shown (tests read it)."""
 
     def _text_dialog(self, title: str, markdown: str, size: tuple[int, int] = (900, 640)) -> QDialog:
-        d = QDialog(self.w)
+        d = QDialog(self.parent)
         d.setWindowTitle(title)
         view = QTextBrowser(d)
         view.setOpenExternalLinks(True)
@@ -100,14 +101,14 @@ class HelpActions:
         layout = QVBoxLayout(d)
         layout.addWidget(view)
         layout.addWidget(buttons)
-        d.resize(min(size[0], self.w.width()), min(size[1], self.w.height()))
+        d.resize(min(size[0], self.parent.width()), min(size[1], self.parent.height()))
         d.text = view  # tests read it
         self.dialog = d
         d.show()
         return d
 
     def show_shortcuts(self) -> QDialog:
-        found = shortcut_rows(self.w)
+        found = shortcut_rows(self.parent)
         rows = "\n".join(f"| {text} | `{keys}` |" for text, keys in found)
         # As big as the table (a row of text each), not the README's size.
         height = 110 + 26 * len(found)
@@ -115,7 +116,7 @@ class HelpActions:
 
     def show_readme(self) -> QDialog:
         """The README with its images, opened at "The window" (``readme_view.ReadmeDialog``)."""
-        d = ReadmeDialog(self.w, readme_text(), (min(900, self.w.width()), min(640, self.w.height())))
+        d = ReadmeDialog(self.parent, readme_text(), (min(900, self.parent.width()), min(640, self.parent.height())))
         self.dialog = d
         d.show()
         return d
@@ -124,7 +125,7 @@ class HelpActions:
         lines = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in versions().items())
         box = QMessageBox(QMessageBox.Icon.Information, "About spec-inspector",
                           "<b>spec-inspector</b>: speculative decoding on llama.cpp, window by window."
-                          f"<table>{lines}</table>", QMessageBox.StandardButton.Ok, self.w)
+                          f"<table>{lines}</table>", QMessageBox.StandardButton.Ok, self.parent)
         self.dialog = box
         box.show()
         return box

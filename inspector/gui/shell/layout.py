@@ -1,5 +1,5 @@
-"""The main window's widgets and their layout (``build_ui``), and how the token stream's share of
-the height is kept on small screens.
+"""The main window's widgets and their layout (``build_ui``, which returns them as a ``WindowUI``), and
+how the token stream's share of the height is kept on small screens.
 
 Right of the control panel: the banner, the token stream and the Next turn row above the tabs
 (Windows, Conversation, KV timeline, ..., Requests). On a first start (no saved splitter state) the split
@@ -10,8 +10,10 @@ handle (then the user's split is kept and remembered).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtWidgets import QLabel, QProgressBar, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QMainWindow, QProgressBar, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from inspector.gui.cost.view import CostView
 from inspector.gui.look.screen_fit import keep_on_screen
@@ -28,7 +30,6 @@ from inspector.gui.tokens.conversation_bar import ConversationBar
 from inspector.gui.tokens.token_view import TokenView
 from inspector.gui.tokens.transcript_view import TranscriptView
 from inspector.gui.windows.detail import WindowDetail
-from inspector.session.run_states import IDLE
 
 STATUS_TEMPLATE = "000000 tokens · 00000 windows · 00000 plain steps · 0000 discards · canonical position 000000"
 STREAM_SHARE = 0.5
@@ -67,90 +68,118 @@ class StreamSplitKeeper(QObject):
         return False
 
 
-def transcript_source(win) -> tuple:
-    """The Conversation tab's ``(records, shown, pickable)`` in ``win``: the conversation's turns (the
-    running one included), or the shown run alone when it is no turn; a turn is picked only while idle."""
-    shown = win.session
-    records = win.turns.records()
-    if shown not in records:
-        records = [shown] if shown.header is not None or shown.document is not None else []
-    return records, shown, win.state == IDLE
+@dataclass(frozen=True)
+class WindowUI:
+    """The main window's widgets, as ``build_ui`` made and laid them out."""
+
+    panel: ControlPanel
+    """The side panel: model, prompt, source and its options, sampling, context, faults, run buttons."""
+    banner: Banner
+    """Above the tokens: hint, run status, finish, error (never hidden: the view below never jumps)."""
+    token_view: TokenView
+    """The token stream."""
+    conversation_bar: ConversationBar
+    """Next turn: continue the run as a conversation."""
+    tabs: QTabWidget
+    window_detail: WindowDetail
+    transcript: TranscriptView
+    timeline: Timeline
+    lock_plots: LockPlots
+    stats: StatsView
+    event_log: EventLog
+    cost_view: CostView
+    request_log: RequestLog
+    """The served requests (``ServeActions`` fills it)."""
+    requests: RequestsView
+    session_views: tuple
+    """The views shown the session (``set_session``): the one place a view is registered."""
+    tab_views: tuple
+    """The tabs redrawn only while shown (and all of them by ``refresh_all``)."""
+    main_split: QSplitter
+    right_split: QSplitter
+    stream_split: StreamSplitKeeper
+    status_state: ElidedLabel
+    """The status line (a long error ends with "…", all of it in the tooltip)."""
+    status_counts: QLabel
+    status_speed: QLabel
+    load_progress: QProgressBar
 
 
-def build_ui(win) -> None:
-    """Make ``win``'s (the ``MainWindow``'s) panel, views, tabs, splitters and status bar."""
-    win.panel = ControlPanel()
-    win.panel.setMinimumWidth(max(380, win.panel.minimumWidth()))
-
-    win.banner = Banner()  # always shown (hint, run status, finished, error): the view below never jumps
-    win.token_view = TokenView()
-    win.token_view.use_settings(win.settings)  # the near-tie threshold is remembered
-    win.window_detail = WindowDetail()
-    win.timeline = Timeline()
-    win.lock_plots = LockPlots()
-    win.stats = StatsView()
-    win.cost_view = CostView()
-    win.event_log = EventLog()
-    win.tabs = QTabWidget()
-    win.tabs.addTab(win.window_detail, "Windows")
-    win.transcript = TranscriptView(lambda: transcript_source(win))
-    win.transcript.turnChosen.connect(lambda i: win.turns.show_turn(i))
-    win.tabs.addTab(win.transcript, "Conversation")
-    win.tabs.addTab(win.timeline, "KV timeline")
-    win.tabs.addTab(win.lock_plots, "Lock timing")
-    win.tabs.addTab(win.stats, "Statistics")
-    win.tabs.addTab(win.event_log, "Event log")
-    win.tabs.addTab(win.cost_view, "Cost model")
-    win.request_log = RequestLog()  # the served requests (``ServeActions`` fills it)
-    win.requests = RequestsView(win.request_log)
-    win.tabs.addTab(win.requests, "Requests")
-    # The one place a view is registered: ``session_views`` are shown the session (``set_session``);
-    # ``tab_views`` are redrawn only while their tab is shown (and all of them by ``refresh_all``).
-    win.session_views = (win.token_view, win.window_detail, win.timeline, win.lock_plots, win.stats, win.event_log)
-    win.tab_views = (win.transcript, win.timeline, win.lock_plots, win.stats, win.event_log, win.cost_view,
-                     win.requests)
-    win.token_view.windowClicked.connect(win.show_window)
-    win.tabs.currentChanged.connect(lambda _i: win.tabs.currentWidget().refresh())
+def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
+    """Make the panel, views, tabs, splitters and status bar of ``window`` (its central widget and status
+    bar are set); ``settings``: the QSettings the token view remembers its threshold in;
+    ``transcript_source()``: the Conversation tab's ``(records, shown, pickable)``."""
+    panel = ControlPanel()
+    panel.setMinimumWidth(max(380, panel.minimumWidth()))
+    banner = Banner()
+    token_view = TokenView()
+    token_view.use_settings(settings)  # the near-tie threshold is remembered
+    window_detail = WindowDetail()
+    timeline = Timeline()
+    lock_plots = LockPlots()
+    stats = StatsView()
+    cost_view = CostView()
+    event_log = EventLog()
+    tabs = QTabWidget()
+    tabs.addTab(window_detail, "Windows")
+    transcript = TranscriptView(transcript_source)
+    tabs.addTab(transcript, "Conversation")
+    tabs.addTab(timeline, "KV timeline")
+    tabs.addTab(lock_plots, "Lock timing")
+    tabs.addTab(stats, "Statistics")
+    tabs.addTab(event_log, "Event log")
+    tabs.addTab(cost_view, "Cost model")
+    request_log = RequestLog()
+    requests = RequestsView(request_log)
+    tabs.addTab(requests, "Requests")
+    tabs.currentChanged.connect(lambda _i: tabs.currentWidget().refresh())
 
     top = QWidget()
     tl = QVBoxLayout(top)
     tl.setContentsMargins(0, 0, 0, 0)
-    tl.addWidget(win.banner)
-    tl.addWidget(win.token_view, 1)
-    win.conversation_bar = ConversationBar()  # Next turn: continue the run as a conversation
-    tl.addWidget(win.conversation_bar)
-    win.right_split = QSplitter(Qt.Orientation.Vertical)
-    win.right_split.addWidget(top)
-    win.right_split.addWidget(win.tabs)
-    win.right_split.setSizes(stream_split(760))
-    win.stream_split = StreamSplitKeeper(win.right_split)
-    win.main_split = QSplitter(Qt.Orientation.Horizontal)
-    win.main_split.addWidget(win.panel)
-    win.main_split.addWidget(win.right_split)
-    win.main_split.setSizes([win.panel.minimumWidth() + 4, 1280 - win.panel.minimumWidth() - 4])
-    win.main_split.setStretchFactor(1, 1)
-    win.setCentralWidget(win.main_split)
+    tl.addWidget(banner)
+    tl.addWidget(token_view, 1)
+    conversation_bar = ConversationBar()
+    tl.addWidget(conversation_bar)
+    right_split = QSplitter(Qt.Orientation.Vertical)
+    right_split.addWidget(top)
+    right_split.addWidget(tabs)
+    right_split.setSizes(stream_split(760))
+    keeper = StreamSplitKeeper(right_split)
+    main_split = QSplitter(Qt.Orientation.Horizontal)
+    main_split.addWidget(panel)
+    main_split.addWidget(right_split)
+    main_split.setSizes([panel.minimumWidth() + 4, 1280 - panel.minimumWidth() - 4])
+    main_split.setStretchFactor(1, 1)
+    window.setCentralWidget(main_split)
 
-    win.status_state = ElidedLabel("")  # a long error ends with "…" (all of it in the tooltip)
-    win.status_counts = QLabel("")
+    status_state = ElidedLabel("")
+    status_counts = QLabel("")
     # A fixed size: the counts change at every redraw and must not re-lay out the window.
-    fm = win.status_counts.fontMetrics()
-    win.status_counts.setFixedSize(fm.horizontalAdvance(STATUS_TEMPLATE), fm.height() + 2)
-    win.status_counts.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-    win.status_speed = QLabel("")  # live decode tokens/s of the session shown
-    win.status_speed.setFixedSize(fm.horizontalAdvance(" 0000.0 tokens/s "), fm.height() + 2)
-    win.status_speed.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-    win.status_speed.setToolTip("decode tokens/s: generated tokens / decode time, prefill excluded")
-    win.load_progress = QProgressBar()
-    win.load_progress.setRange(0, 100)
-    win.load_progress.setMaximumWidth(200)
-    win.load_progress.hide()
-    sb = win.statusBar()
-    sb.addWidget(win.status_state, 1)
-    sb.addWidget(win.load_progress)
-    sb.addPermanentWidget(win.status_counts)
-    sb.addPermanentWidget(win.status_speed)
+    fm = status_counts.fontMetrics()
+    status_counts.setFixedSize(fm.horizontalAdvance(STATUS_TEMPLATE), fm.height() + 2)
+    status_counts.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    status_speed = QLabel("")  # live decode tokens/s of the session shown
+    status_speed.setFixedSize(fm.horizontalAdvance(" 0000.0 tokens/s "), fm.height() + 2)
+    status_speed.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    status_speed.setToolTip("decode tokens/s: generated tokens / decode time, prefill excluded")
+    load_progress = QProgressBar()
+    load_progress.setRange(0, 100)
+    load_progress.setMaximumWidth(200)
+    load_progress.hide()
+    sb = window.statusBar()
+    sb.addWidget(status_state, 1)
+    sb.addWidget(load_progress)
+    sb.addPermanentWidget(status_counts)
+    sb.addPermanentWidget(status_speed)
     # A first start on a 1280x800 screen fits it, title bar included; a saved geometry wins later, and
     # it too is fitted to the screen at every show.
-    keep_on_screen(win, 1280, 800)
-
+    keep_on_screen(window, 1280, 800)
+    return WindowUI(
+        panel=panel, banner=banner, token_view=token_view, conversation_bar=conversation_bar, tabs=tabs,
+        window_detail=window_detail, transcript=transcript, timeline=timeline, lock_plots=lock_plots, stats=stats,
+        event_log=event_log, cost_view=cost_view, request_log=request_log, requests=requests,
+        session_views=(token_view, window_detail, timeline, lock_plots, stats, event_log),
+        tab_views=(transcript, timeline, lock_plots, stats, event_log, cost_view, requests),
+        main_split=main_split, right_split=right_split, stream_split=keeper, status_state=status_state,
+        status_counts=status_counts, status_speed=status_speed, load_progress=load_progress)

@@ -6,11 +6,13 @@ The worker appends a run's immutable records to its ``RecordStream``; a
 (``inspector.session.record``) and redraws the views from it. The GUI thread never calls
 llama.cpp and never waits for the worker (except when the window closes).
 
-The window is composed, not assembled from mixins: ``run`` (``RunControl``: the state, what it
+The window is composed, not assembled from mixins: ``build_ui`` makes its widgets (a ``WindowUI``),
+``build_menus`` its File and Run menus (``RunMenus``), ``run`` (``RunControl``: the state, what it
 enables, Run / Pause / Step / Stop / Resume), ``model_line`` (``ModelLine``: what a model load
 shows), ``feed`` (``RecordFeed``), and the helpers of its menus and rows (``files``, ``turns``,
-``sources``, ``analysis``, ``help``, ``serve``: the Serve switch and the Requests tab). The handful of run methods kept here (``start_run``,
-``set_state``, ``run_clicked``, ...) only delegate to ``run``: the tests and the helpers call them.
+``sources``, ``analysis``, ``help``, ``serve``: the Serve switch and the Requests tab). No helper holds
+the window: each gets the widgets it drives and the handles of ``inspector.gui.ports.handles``
+(``feedback``, ``shown``, ``host``), made here once.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from inspector.gui.files.session_store import app_data_dir
 from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_HINT
 from inspector.gui.look.wording import count_noun
 from inspector.gui.panel.source_actions import SourceActions
+from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
 from inspector.gui.serve.serve_actions import ServeActions
 from inspector.gui.shell import none_refcount
 from inspector.gui.shell.analysis_actions import AnalysisActions
+from inspector.gui.shell.banner import repair_text
 from inspector.gui.shell.help_menu import HelpActions
 from inspector.gui.shell.layout import build_ui
-from inspector.gui.shell.menus import build_menus
+from inspector.gui.shell.menus import MenuCommands, build_menus
 from inspector.gui.shell.model_line import ModelLine
 from inspector.gui.shell.run_control import RunControl
 from inspector.gui.shell.window_settings import restore_controls, restore_window, save_window
@@ -66,12 +70,11 @@ class MainWindow(QMainWindow):
     finish cleanly. ``draft_dir``: where "Make draft from target" writes
     drafts (default: ``inspector.llama.quantize.cache_dir()``).
 
-    What its helpers and the tests use (public, one level deep): ``session``, ``set_session``,
-    ``redraw``, ``refresh_all``, ``drain_records``, ``every_tick``, ``set_banner``, ``show_error`` and
-    ``last_error``, ``settings``, ``add_action``; the run's ``state``, ``set_state``, ``is_idle``,
-    ``engine_busy``, ``refresh_controls``, ``start_run``, ``load_selected_model`` and the ``*_clicked``
-    commands (delegated to ``run``); ``model_info``; the widgets ``build_ui`` makes (``panel``,
-    ``banner``, ``status_state``, ``load_progress``, the views); the worker and its thread; the signals below.
+    What the tests use (public, one level deep): ``session``, ``set_session``, ``redraw``, ``refresh_all``,
+    ``drain_records``, ``set_banner``, ``show_error`` and ``last_error``, ``settings``, ``model_info``,
+    ``load_selected_model``, ``state``; ``run`` (``RunControl``: the run's commands and state), ``menus``,
+    the helpers; the widgets ``build_ui`` makes (``panel``, ``banner``, ``status_state``,
+    ``load_progress``, the views: ``ui`` holds them all); the worker and its thread; the signals below.
     """
 
     requestRun = Signal(object)
@@ -115,32 +118,72 @@ class MainWindow(QMainWindow):
 
         self.timer = QTimer(self)
         self.timer.setInterval(1000 // REDRAW_HZ)
-        build_ui(self)
+        self.ui = ui = build_ui(self, self.settings, self._transcript_source)
+        # The widgets by name, on the window itself (``WindowUI`` says what each is):
+        self.panel, self.banner, self.token_view, self.conversation_bar = ui.panel, ui.banner, ui.token_view, \
+            ui.conversation_bar
+        self.tabs, self.window_detail, self.transcript, self.timeline = ui.tabs, ui.window_detail, ui.transcript, \
+            ui.timeline
+        self.lock_plots, self.stats, self.event_log, self.cost_view = ui.lock_plots, ui.stats, ui.event_log, \
+            ui.cost_view
+        self.request_log, self.requests = ui.request_log, ui.requests
+        self.status_state, self.status_counts, self.status_speed = ui.status_state, ui.status_counts, ui.status_speed
+        self.load_progress = ui.load_progress
+        # What the helpers get of the window (``inspector.gui.ports.handles``): never the window itself.
+        self.feedback = Feedback(status=self.status_state.setText, banner=self.set_banner, error=self.show_error,
+                                 last_error=lambda: self.last_error, banner_text=self.banner.text)
+        self.shown = ShownSession(current=lambda: self.session, show=self.set_session, redraw=self.redraw,
+                                  redraw_all=self.refresh_all, drain=self.drain_records)
+        self.host = MenuHost(parent=self, add_menu=self.menuBar().addMenu, add_action=self.add_action,
+                             every_tick=self.every_tick)
         self.model_line = ModelLine(self.panel, self.worker, banner=self.banner, status=self.status_state,
                                     progress=self.load_progress, session=lambda: self.session,
                                     show_error=self.show_error,
                                     info=runtime.describe() if runtime is not None else None, parent=self)
-        build_menus(self)
+        files, run = lambda: self.files, lambda: self.run  # made below: the menus call them when triggered
+        self.menus = menus = build_menus(self, self.host, MenuCommands(
+            new_live_session=self.new_live_session, open_model=lambda: files().open_model_dialog(),
+            open_receipts=lambda: files().open_receipts_dialog(), export_receipts=lambda: files().export_receipts_dialog(),
+            export_plots=lambda: files().export_plots_dialog(), export_trace=lambda: files().export_trace_dialog(),
+            open_last_autosave=lambda: files().open_last_autosave(), quit=self.close, run=lambda: run().run_clicked(),
+            pause=lambda: run().pause_clicked(), step_window=lambda: run().step_window_clicked(),
+            step_token=lambda: run().step_token_clicked(), stop=lambda: run().stop_clicked(),
+            resume=lambda: run().resume_clicked(), serve=lambda on: self.serve.toggle(on)))
         self.run = RunControl(
             self.panel, self.worker, self.model_line, banner=self.banner, status=self.status_state,
             progress=self.load_progress, token_view=self.token_view,
-            actions={"run": self.act_run, "pause": self.act_pause, "step_window": self.act_step_window,
-                     "step_token": self.act_step_token, "stop": self.act_stop, "resume": self.act_resume,
-                     "open_receipts": self.act_open},
+            actions={"run": menus.act_run, "pause": menus.act_pause, "step_window": menus.act_step_window,
+                     "step_token": menus.act_step_token, "stop": menus.act_stop, "resume": menus.act_resume,
+                     "open_receipts": menus.act_open},
             session=lambda: self.session, show_session=self.set_session, show_error=self.show_error,
             redraw=self.redraw, redraw_all=self.refresh_all, save_settings=self.save_settings,
             request_run=self.requestRun.emit, request_load=self.requestLoad.emit,
             making_draft=lambda: self.sources.job is not None, opening=lambda: self.files.opening is not None,
             autosave_dir=self.data_dir / "autosave", parent=self)
         self.run.stateChanged.connect(self.stateChanged)
-        self.turns = ConversationActions(self, self.conversation_bar, self.panel)
-        self.files = FileActions(self, self.turns)
+        self.turns = ConversationActions(
+            self.conversation_bar, self.panel, run=self.run, shown=self.shown, feedback=self.feedback,
+            served=lambda: self.request_log.records.values(), run_finished=self.runFinished,
+            source_refused=self.sourceRefused, run_started=self.worker.runStarted, parent=self)
+        self.transcript.turnChosen.connect(self.turns.show_turn)
+        self.token_view.windowClicked.connect(self.show_window)
+        self.files = FileActions(
+            self.turns, panel=self.panel, run=self.run, shown=self.shown, feedback=self.feedback, host=self.host,
+            settings=self.settings, progress=self.load_progress,
+            plots=(("timeline", self.timeline), ("lock-timing", self.lock_plots), ("statistics", self.stats)),
+            serving=lambda: self.serve.serving, load_model=self.load_selected_model, set_title=self.setWindowTitle)
         self.sources = SourceActions(self.panel, self.run, status=self.status_state, show_error=self.show_error,
                                      draft_dir=self.draft_dir, parent=self)
         self.sources.draftMade.connect(self.draftMade)
-        self.analysis = AnalysisActions(self, self.panel)
-        self.help = HelpActions(self)
-        self.serve = ServeActions(self, self.requests, self.request_log)
+        self.analysis = AnalysisActions(
+            self.panel, self.host, self.feedback, run=self.run, shown=self.shown, worker=self.worker,
+            thread=self.thread, settings=self.settings, tabs=self.tabs, cost_view=self.cost_view, stats=self.stats,
+            timeline=self.timeline, model_info=lambda: self.model_info, load_model=self.load_selected_model,
+            session_changed=(self.runFinished, self.files.opened), shutdown=self.requestShutdown)
+        self.help = HelpActions(self.host)
+        self.serve = ServeActions(self.requests, self.request_log, menus.act_serve, panel=self.panel,
+                                  worker=self.worker, run=self.run, shown=self.shown, feedback=self.feedback,
+                                  host=self.host, settings=self.settings, turns=self.turns)
         self._wire_worker()
         self.thread.start()
         self._wire_controls()
@@ -153,7 +196,7 @@ class MainWindow(QMainWindow):
             self.model_line.loaded(self.model_info)
         self.timer.timeout.connect(self.redraw)  # after the serve tick: a request's records are drained first
         self.timer.start()
-        self.set_state(IDLE)
+        self.run.set_state(IDLE)
         if runtime is None and load_at_start:
             self.load_selected_model()
         if offer_recovery:
@@ -166,60 +209,13 @@ class MainWindow(QMainWindow):
         return self.run.state
 
     @property
-    def armed_faults(self):
-        """Faults pressed while no run goes (``FaultPlan``): the next run starts with them."""
-        return self.run.armed_faults
-
-    @property
     def model_info(self) -> dict | None:
         """The loaded model's ``describe()``, or None."""
         return self.model_line.info
 
-    @property
-    def is_idle(self) -> bool:
-        """No run, load, measurement or comparison is going (``RunControl.is_idle``)."""
-        return self.run.is_idle
-
-    @property
-    def engine_busy(self) -> bool:
-        """The engine thread is held by a run or a job (``RunControl.engine_busy``)."""
-        return self.run.engine_busy
-
-    def set_state(self, state: str, detail: str = "") -> None:
-        """``RunControl.set_state``."""
-        self.run.set_state(state, detail)
-
-    def refresh_controls(self) -> None:
-        """``RunControl.refresh_controls``."""
-        self.run.refresh_controls()
-
-    def start_run(self, *, paused: bool = False, first_action: str = "", turn: dict | None = None) -> bool:
-        """``RunControl.start_run``."""
-        return self.run.start_run(paused=paused, first_action=first_action, turn=turn)
-
     def load_selected_model(self) -> bool:
         """``RunControl.load_selected_model`` (while serving, serving stops first: ``ServeActions.then_load``)."""
         return self.serve.then_load(self.run.load_selected_model)
-
-    def run_clicked(self) -> None:
-        """``RunControl.run_clicked``."""
-        self.run.run_clicked()
-
-    def step_window_clicked(self) -> None:
-        """``RunControl.step_window_clicked``."""
-        self.run.step_window_clicked()
-
-    def step_token_clicked(self) -> None:
-        """``RunControl.step_token_clicked``."""
-        self.run.step_token_clicked()
-
-    def stop_clicked(self) -> None:
-        """``RunControl.stop_clicked``."""
-        self.run.stop_clicked()
-
-    def resume_clicked(self) -> None:
-        """``RunControl.resume_clicked``."""
-        self.run.resume_clicked()
 
     def new_live_session(self) -> None:
         """Leave a viewed receipts file: empty live session, run controls enabled."""
@@ -229,9 +225,18 @@ class MainWindow(QMainWindow):
         self.set_session(SessionRecord())
         self.set_banner("Live session: pick an example prompt and press <b>Run</b> (Ctrl+R).", BANNER_HINT)
         self.setWindowTitle(TITLE)
-        self.set_state(IDLE)
+        self.run.set_state(IDLE)
 
     # -- layout ---------------------------------------------------------------------
+    def _transcript_source(self) -> tuple:
+        """The Conversation tab's ``(records, shown, pickable)``: the conversation's turns (the running one
+        included), or the shown run alone when it is no turn; a turn is picked only while idle."""
+        shown = self.session
+        records = self.turns.records()
+        if shown not in records:
+            records = [shown] if shown.header is not None or shown.document is not None else []
+        return records, shown, self.state == IDLE
+
     def add_action(self, menu, text, slot, shortcuts=(), tip="") -> QAction:
         """A menu action with window-wide shortcuts (helpers add their menus' actions here too)."""
         a = QAction(text, self)
@@ -262,12 +267,12 @@ class MainWindow(QMainWindow):
 
     def _wire_controls(self) -> None:
         p = self.panel
-        p.run.clicked.connect(self.run_clicked)
+        p.run.clicked.connect(self.run.run_clicked)
         p.pause.clicked.connect(self.run.pause_clicked)
-        p.step_window.clicked.connect(self.step_window_clicked)
-        p.step_token.clicked.connect(self.step_token_clicked)
-        p.stop.clicked.connect(self.stop_clicked)
-        p.resume.clicked.connect(self.resume_clicked)
+        p.step_window.clicked.connect(self.run.step_window_clicked)
+        p.step_token.clicked.connect(self.run.step_token_clicked)
+        p.stop.clicked.connect(self.run.stop_clicked)
+        p.resume.clicked.connect(self.run.resume_clicked)
         p.open_model.clicked.connect(self.files.open_model_dialog)
         p.model_combo.activated.connect(lambda _i: self.load_selected_model())
         p.weights.activated.connect(lambda _i: self.load_selected_model())  # converts (once) and loads now
@@ -294,7 +299,7 @@ class MainWindow(QMainWindow):
             self.panel.show_saved(session.settings, session.prompt_text, session.model_name, session.model_weights,
                                   session.header.model.get("llama_cpp") if session.header is not None else None,
                                   stored_weights=session.model_stored_weights)
-        for v in self.session_views:
+        for v in self.ui.session_views:
             v.set_session(session)
         if session.origin == "live" and self.model_info is not None:
             self.model_line.show(self.model_info)
@@ -306,7 +311,7 @@ class MainWindow(QMainWindow):
         self.token_view.refresh()
         self.window_detail.refresh()
         current = self.tabs.currentWidget()
-        for v in self.tab_views:
+        for v in self.ui.tab_views:
             if v is current or not self.isVisible():
                 v.refresh()
         s = self.session
@@ -330,7 +335,7 @@ class MainWindow(QMainWindow):
 
     def refresh_all(self) -> None:  # tests and export
         self.redraw()
-        for v in self.tab_views:
+        for v in self.ui.tab_views:
             v.refresh()
 
     def show_window(self, w: int) -> None:
@@ -357,7 +362,7 @@ class MainWindow(QMainWindow):
         self.run.restore_before_run()
         self.run.run_ended()
         self.load_progress.hide()
-        self.set_state(IDLE, f"{name} source refused")
+        self.run.set_state(IDLE, f"{name} source refused")
         self.set_banner(f"<b>The run did not start:</b> {html.escape(message)}. Change the {html.escape(name)} "
                         "source's options or choose another proposal source, then <b>Run</b>.", BANNER_ERROR)
         title = "Draft model refused" if "refused" in message and name == "draft" else \
@@ -402,19 +407,12 @@ class MainWindow(QMainWindow):
             self.redraw()
             self.errorShown.emit(message)
             return
-        if err.retired:
-            repaired = "the session was retired (the repair failed); Resume opens a new session prefilled with the canonical stream"
-        elif err.repaired:
-            repaired = f"repaired: KV length {err.kv_length} = canonical position {err.canonical_position}"
-        elif err.kv_length is None:
-            repaired = f"KV length unknown (it could not be read), canonical position {err.canonical_position}"
-        else:
-            repaired = f"KV length {err.kv_length} ≠ canonical position {err.canonical_position}"
-        self.set_banner(f"<b>Error:</b> {message}<br>{repaired}. Press <b>Resume</b> to continue.", BANNER_ERROR)
+        self.set_banner(f"<b>Error:</b> {message}<br>{repair_text(err)}. Press <b>Resume</b> to continue.",
+                        BANNER_ERROR)
         self.error_info = err
         self.redraw()
         if self.state != ERROR:
-            self.set_state(ERROR, message)
+            self.run.set_state(ERROR, message)
         self.errorShown.emit(message)
 
     def _run_finished(self, reason: str, end: RunEnd | None) -> None:
@@ -429,7 +427,7 @@ class MainWindow(QMainWindow):
         elif self.state != ERROR and (end is None or not (self.session.tokens or end.errors)):  # it never ran
             self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
                             BANNER_ERROR)
-        self.set_state(IDLE, reason)
+        self.run.set_state(IDLE, reason)
         self.runFinished.emit(reason, end)
 
     def set_banner(self, text: str, style: str) -> None:
@@ -463,12 +461,12 @@ class MainWindow(QMainWindow):
 
     # -- settings and closing ----------------------------------------------------------------
     def _splits(self) -> dict:
-        return {"window/main_split": self.main_split, "window/right_split": self.right_split,
+        return {"window/main_split": self.ui.main_split, "window/right_split": self.ui.right_split,
                 "window/detail_split": self.window_detail.splitter, "window/requests_split": self.requests.split}
 
     def _restore_settings(self) -> None:
         if "window/right_split" in restore_window(self.settings, self, self._splits()):
-            self.stream_split.stop()  # the user's split from last time, not the first start's
+            self.ui.stream_split.stop()  # the user's split from last time, not the first start's
         restore_controls(self.settings, self.panel)
 
     def save_settings(self) -> None:

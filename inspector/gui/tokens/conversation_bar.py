@@ -23,6 +23,7 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidget
 
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT
+from inspector.gui.ports.handles import Feedback, ShownSession
 from inspector.session.conversation import Conversation, conversation_block
 from inspector.session.run_states import IDLE, SERVING
 
@@ -122,13 +123,16 @@ class ConversationActions(QObject):
     not part of one yet; a first Send makes the shown run turn 1). ``source_path``: the
     conversation file it was read from ("" for a live one).
 
-    It uses the window's public interface (``session``, ``state``, ``set_session``, ``refresh_all``,
-    ``set_banner``, ``show_error``, ``start_run``, ``run.chosen_model``, its signals) and reads the
-    side ``panel``'s model choice."""
+    It drives the ``bar`` and reads the side ``panel``'s model choice. Of the window it gets only ``run``
+    (``RunControl``: ``state``, ``start_run``, ``chosen_model``, ``stateChanged``), ``shown``
+    (``ShownSession``), ``feedback`` (``Feedback``), ``served()`` (the served requests' records: none
+    of them continues here), and the signals ``run_finished`` (reason, ``RunEnd`` or None),
+    ``source_refused`` (message) and ``run_started`` (the worker's)."""
 
-    def __init__(self, window, bar: ConversationBar, panel) -> None:
-        super().__init__(window)
-        self.win = window
+    def __init__(self, bar: ConversationBar, panel, *, run, shown: ShownSession, feedback: Feedback, served,
+                 run_finished, source_refused, run_started, parent=None) -> None:
+        super().__init__(parent)
+        self.run, self.shown, self.feedback, self.served = run, shown, feedback, served
         self.bar = bar
         self.panel = panel
         self.conversation: Conversation | None = None
@@ -136,10 +140,10 @@ class ConversationActions(QObject):
         self._running_turn = None  # the record of the turn being run, until it ends
         bar.sendRequested.connect(self.send)
         bar.turnChosen.connect(self.show_turn)
-        window.stateChanged.connect(lambda _s: self.refresh())
-        window.runFinished.connect(self._run_finished)
-        window.sourceRefused.connect(lambda _m: self._run_finished("error", None))
-        window.worker.runStarted.connect(self._run_started)
+        run.stateChanged.connect(lambda _s: self.refresh())
+        run_finished.connect(self._run_finished)
+        source_refused.connect(lambda _m: self._run_finished("error", None))
+        run_started.connect(self._run_started)
         for box in (panel.model_combo, panel.weights):  # another model or form: say so at once
             box.currentIndexChanged.connect(lambda _i: self.refresh())
 
@@ -154,7 +158,7 @@ class ConversationActions(QObject):
 
     def why_not(self) -> str:
         """Why a next turn cannot be sent now ("" when it can)."""
-        w, s = self.win, self.win.session
+        w, s = self.run, self.shown.current()
         if self.source_path or s.origin != "live":
             return "a receipts file is read only: File > New live session (Ctrl+N), then Run, to start a conversation"
         if w.state == SERVING:
@@ -163,7 +167,7 @@ class ConversationActions(QObject):
             return "the next turn can be sent when this run has ended"
         if s.header is None or s.end is None:
             return "run a prompt first (Ctrl+R); then continue the conversation here"
-        if any(r is s for r in w.request_log.records.values()):
+        if any(r is s for r in self.served()):
             return "a served request is shown (its client holds the conversation): Run a prompt to start one here"
         if (s.settings or {}).get("raw"):
             return "a raw prompt is no chat: turn raw off and run again to continue as a conversation"
@@ -178,7 +182,7 @@ class ConversationActions(QObject):
         model file or context size would load a model again (and forget what the sources remembered)."""
         h = last.header
         try:
-            path = str(self.win.run.chosen_model())
+            path = str(self.run.chosen_model())
         except Exception:  # no model chosen: the run itself says why
             return ""
         # a converted weight form ran from a cached file: the conversation's model is its original
@@ -199,9 +203,9 @@ class ConversationActions(QObject):
     def refresh(self) -> None:
         """Set the bar from the window's state and the conversation."""
         rs = self.records()
-        shown = next((k for k, r in enumerate(rs) if r is self.win.session), len(rs) - 1)
+        shown = next((k for k, r in enumerate(rs) if r is self.shown.current()), len(rs) - 1)
         self.bar.show_turns([turn_label(k, r) for k, r in enumerate(rs, 1)], shown)
-        self.bar.turn.setEnabled(self.win.state == IDLE)
+        self.bar.turn.setEnabled(self.run.state == IDLE)
         why = self.why_not()
         self.bar.set_sendable(not why, why, max(len(rs), 1) + 1)
 
@@ -221,10 +225,10 @@ class ConversationActions(QObject):
         stepping); returns whether it started (the reason is shown otherwise)."""
         why = self.why_not()
         if why or not text.strip():
-            self.win.show_error("Cannot send the next turn", why or "Type a message first.")
+            self.feedback.error("Cannot send the next turn", why or "Type a message first.")
             return False
         conv = self.conversation
-        shown = self.win.session
+        shown = self.shown.current()
         if conv is None or not conv.records or conv.records[-1] is not shown:
             if conv is None or shown not in conv.records:  # the shown run becomes turn 1 of a new conversation
                 conv = Conversation()
@@ -235,9 +239,9 @@ class ConversationActions(QObject):
                 conv.add_turn(shown)
             self.conversation = conv
         fields = conv.next_turn(text)
-        if not self.win.start_run(turn=fields, paused=paused):
+        if not self.run.start_run(turn=fields, paused=paused):
             return False
-        self._running_turn = self.win.session
+        self._running_turn = self.shown.current()
         self.refresh()  # the message stays until the turn is counted (a refused turn keeps it)
         return True
 
@@ -249,15 +253,15 @@ class ConversationActions(QObject):
     def show_turn(self, index: int) -> None:
         """Show turn ``index`` (0-based) in every view (only while no run goes)."""
         rs = self.records()
-        if self.win.state != IDLE or not 0 <= index < len(rs) or rs[index] is self.win.session:
+        if self.run.state != IDLE or not 0 <= index < len(rs) or rs[index] is self.shown.current():
             self.refresh()
             return
-        self.win.set_session(rs[index])
-        self.win.refresh_all()
+        self.shown.show(rs[index])
+        self.shown.redraw_all()
         k = index + 1
         where = (" — read only (File &gt; New live session, Ctrl+N, to run)" if rs[index].origin != "live" else
                  "; the next turn continues after the last")
-        self.win.set_banner(f"Showing turn <b>{k}</b> of {len(rs)}: "
+        self.feedback.banner(f"Showing turn <b>{k}</b> of {len(rs)}: "
                             f"{html.escape(turn_label(k, rs[index]).split(': ', 1)[-1])}{where}", BANNER_HINT)
         self.refresh()
 
@@ -267,15 +271,15 @@ class ConversationActions(QObject):
             if end is not None and turn.end is not None and turn.tokens:
                 self.conversation.add_turn(turn)
                 self.bar.message.clear()
-                if turn is self.win.session and reason != "error":
-                    self.win.set_banner(f"Turn {self.conversation.turns} · {self.win.banner.text()}", BANNER_DONE)
+                if turn is self.shown.current() and reason != "error":
+                    self.feedback.banner(f"Turn {self.conversation.turns} · {self.feedback.banner_text()}", BANNER_DONE)
             elif self.conversation.records:  # the turn never ran (its prompt no longer fits, ...)
                 n = len(self.conversation.records)
-                self.win.set_session(self.conversation.records[-1])
-                self.win.refresh_all()
+                self.shown.show(self.conversation.records[-1])
+                self.shown.redraw_all()
                 why = ("it was stopped before its first token" if end is not None and end.reason == "stopped"
-                       else html.escape(self.win.last_error or reason))
-                self.win.set_banner(f"<b>Turn {n + 1} did not run:</b> {why}<br>Turn {n} is shown; its receipts "
+                       else html.escape(self.feedback.last_error() or reason))
+                self.feedback.banner(f"<b>Turn {n + 1} did not run:</b> {why}<br>Turn {n} is shown; its receipts "
                                     "are kept, and Send tries the message again.", BANNER_ERROR)
         self.refresh()
 
@@ -285,7 +289,7 @@ class ConversationActions(QObject):
         records are snapshots (the running turn too), or the path of the file it came from; None when
         the shown session is a single run."""
         rs = [r for r in self.records() if r.header is not None or r.document is not None]  # a turn not begun yet: none
-        if len(rs) < 2 or self.win.session not in self.records():
+        if len(rs) < 2 or self.shown.current() not in self.records():
             return None
         if self.source_path:
             return self.source_path

@@ -24,6 +24,7 @@ from inspector.bench.tune import (NotReplayable, cold_replay_note, costs_from_re
 from inspector.engine.settings import GenerationSettings, SamplingSettings
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest
 from inspector.gui.look.wording import count_noun
+from inspector.gui.ports.handles import MenuHost, ShownSession
 from inspector.gui.tune.view import TuneView
 from inspector.receipts.document import ReceiptsFileError
 from inspector.session.run_states import BUSY, IDLE
@@ -71,23 +72,28 @@ class TuneWorker(QObject):
 
 
 class TuneActions(QObject):
-    """The Tune window for ``window`` (its action goes in ``menu``). ``recording`` / ``costs``: what the
+    """The Tune window (its action goes in ``menu``). ``recording`` / ``costs``: what the
     view tunes (None when the shown run cannot be replayed). ``tuned(rows, note)`` and
     ``verified(Verified or None, text)`` tell when the grid or a Verify run ended (tests, status).
     ``measured()``: the Cost model tab's ``CostMeasured`` (or None), the c(k) a run without a plain step
     falls back on.
 
-    It uses the window's public interface (``session``, ``state``, ``is_idle``, ``set_state``,
-    ``model_info``, ``add_action``, ``worker``, ``thread``, ``files.opened`` and its run signals)."""
+    Of the window it gets only: ``host`` (``MenuHost``: the menu item, the view's parent), ``run``
+    (``RunControl``: ``is_idle``, ``state``, ``set_state``), ``shown`` (``ShownSession``), the engine
+    ``worker`` and its ``thread``, ``model_info()`` (the loaded model's ``describe()`` or None), the
+    signals after which the shown session may have changed (``session_changed``) and ``shutdown``
+    (the window closes)."""
 
     requestTune = Signal(object)
     requestVerify = Signal(object)
     tuned = Signal(object, str)
     verified = Signal(object, str)
 
-    def __init__(self, window, menu, measured) -> None:
-        super().__init__(window)
-        self.w = window
+    def __init__(self, host: MenuHost, menu, measured, *, run, shown: ShownSession, worker, thread,
+                 model_info, session_changed, shutdown) -> None:
+        super().__init__(host.parent)
+        self.parent_widget = host.parent
+        self.run, self.shown, self.engine, self.model_info = run, shown, worker, model_info
         self.measured = measured
         self.view: TuneView | None = None
         self.recording = None
@@ -97,24 +103,24 @@ class TuneActions(QObject):
         self._verifying = None
         self._thread: QThread | None = None
         self._worker: TuneWorker | None = None
-        self.act_tune = window.add_action(
+        self.act_tune = host.add_action(
             menu, "Tune from this run…", self.show_tune, ["Ctrl+Shift+K"],
             "predict what other model-free sources and settings would have done on this greedy run, without "
             "the model, best first; verify the best for real")
-        self.analysis = AnalysisWorker(window.worker)
-        self.analysis.moveToThread(window.thread)
+        self.analysis = AnalysisWorker(worker)
+        self.analysis.moveToThread(thread)
         self.requestVerify.connect(self.analysis.run_compare)
         self.analysis.compareDone.connect(self._verify_done)
         self.analysis.failed.connect(lambda _what, message: self._verify_done(None, f"failed: {message}"))
-        window.requestShutdown.connect(self.shutdown, Qt.ConnectionType.DirectConnection)
-        window.runFinished.connect(lambda *_a: self._session_changed())
-        window.files.opened.connect(lambda *_a: self._session_changed())
+        shutdown.connect(self.shutdown, Qt.ConnectionType.DirectConnection)
+        for signal in session_changed:
+            signal.connect(lambda *_a: self._session_changed())
 
     # -- the window ------------------------------------------------------------------
     def show_tune(self) -> TuneView:
         """Open (or raise) the Tune window on the shown session and start its grid if it has none yet."""
         if self.view is None:
-            v = TuneView(self.w)
+            v = TuneView(self.parent_widget)
             v.tuneRequested.connect(self.start_tune)
             v.cancelRequested.connect(self.cancel)
             v.verifyRequested.connect(self.verify)
@@ -128,7 +134,7 @@ class TuneActions(QObject):
         return self.view
 
     def _key(self) -> tuple:
-        s = self.w.session
+        s = self.shown.current()
         return (id(s), s.version)
 
     def _busy(self) -> bool:
@@ -140,12 +146,12 @@ class TuneActions(QObject):
 
     def load(self) -> bool:
         """Build the recording and c(k) from the shown session; the view says why when it cannot."""
-        s, v = self.w.session, self.view
+        s, v = self.shown.current(), self.view
         self.recording = self.costs = None
         try:
             if s.origin == "live" and s.header is not None and s.end is None:
                 raise NotReplayable("the run is still going: tune it when it has ended")
-            rt = self.w.worker.runtime
+            rt = self.engine.runtime
             is_eog = None
             if s.origin == "live" and rt is not None:
                 eog = {t for t in set(s.generated_token_ids) if rt.is_eog(t)}
@@ -230,7 +236,7 @@ class TuneActions(QObject):
         """Copy ``llama-server ...`` for ``row`` (a ``TuneRow``) to the clipboard, with its notes in the
         view's status line; our own sources (``ngram``, ``suffix``) have none: the view says so."""
         v = self.view
-        model = (self.w.model_info or {}).get("path") if self.w.session.origin == "live" else None
+        model = (self.model_info() or {}).get("path") if self.shown.current().origin == "live" else None
         try:
             line = server_command(row.source, row.options, draft_max=row.draft_max, model=model,
                                   sampling=SamplingSettings(), n_ctx=self.recording.n_ctx if self.recording else None)
@@ -250,16 +256,16 @@ class TuneActions(QObject):
         """Run ``row`` (and plain decoding) for real on the recording's prompt tokens, on the engine thread;
         ``verified`` then gives predicted beside measured. Refused (the view says why) while a run or
         another job goes or no model is loaded."""
-        w, v, rec = self.w, self.view, self.recording
+        run, v, rec = self.run, self.view, self.recording
         if rec is None or v is None:
             return False
-        if not w.is_idle:
+        if not run.is_idle:
             v.set_verified("Verify needs the engine: stop the run (or wait for the job) first")
             return False
-        if w.worker.runtime is None:
+        if self.engine.runtime is None:
             v.set_verified("Verify needs a model: load one first")
             return False
-        sampling = (w.session.settings or {}).get("sampling") or {}
+        sampling = (self.shown.current().settings or {}).get("sampling") or {}
         names = {f.name for f in dataclasses.fields(SamplingSettings)}
         try:
             sampling = SamplingSettings(**{k: x for k, x in sampling.items() if k in names})
@@ -268,7 +274,7 @@ class TuneActions(QObject):
         settings = GenerationSettings(max_new_tokens=rec.max_new_tokens, draft_max=row.draft_max, sampling=sampling)
         self._verifying = row
         self.analysis.reset_cancel()
-        w.set_state(BUSY, "verifying a tuned configuration…")
+        run.set_state(BUSY, "verifying a tuned configuration…")
         v.set_verifying(f"verifying {html.escape(row.label)} (and plain decoding beside it) …")
         self.requestVerify.emit(CompareRequest("", True, (CompareConfig(row.label, row.source, row.draft_max,
                                                                         dict(row.options)),),
@@ -279,8 +285,8 @@ class TuneActions(QObject):
         row, self._verifying = self._verifying, None
         if row is None:
             return
-        if self.w.state == BUSY:
-            self.w.set_state(IDLE)
+        if self.run.state == BUSY:
+            self.run.set_state(IDLE)
         i = next((k for k, r in enumerate(result.rows) if r.config.source == row.source), None) if result else None
         if i is None or result.rows[i].error:
             text = note or (result.rows[i].error if i is not None else "no result")

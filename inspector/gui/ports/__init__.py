@@ -1,0 +1,1 @@
+"""What the main window lends its helpers: small typed handles (``handles``), never the window itself."""
