@@ -9,7 +9,7 @@ from PySide6.QtCore import QSettings
 
 from inspector.engine.settings import PENALTY_DEFAULTS, PENALTY_FIELDS, SamplingSettings
 from inspector.gui.shell.main_window import MainWindow
-from inspector.llama.context_options import DEFAULT_CONTEXT, loaded_context
+from inspector.llama.context_settings import DEFAULT_CONTEXT, loaded_context
 from inspector.session.run_states import IDLE, RUNNING
 
 from test_gui_support import make_window, run_to_end
@@ -39,9 +39,9 @@ def test_the_penalties_are_remembered_and_locked_during_a_run(qtbot, tmp_path):
     w = make_window(qtbot, None, tmp_path)
     for name, value in PENALTIES.items():
         w.panel.penalties[name].setValue(value)
-    w.set_state(RUNNING)
+    w.run.set_state(RUNNING)
     assert not any(box.isEnabled() for box in w.panel.penalties.values())
-    w.set_state(IDLE)
+    w.run.set_state(IDLE)
     assert all(box.isEnabled() for box in w.panel.penalties.values())
     w.save_settings()
     x = MainWindow(None, settings=QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat),
@@ -76,9 +76,9 @@ def test_the_context_controls_have_llama_cpps_names_and_are_remembered_and_locke
         assert all(n in tip for n in names) and "next model load" in tip and "llama-server's" in tip, tip
     c.apply_values({"n_batch": 256, "n_ubatch": 128, "flash_attn": "on", "type_k": "q8_0", "type_v": "q4_0"})
     assert "-ub 128" in c.line.text() and "-ctv q4_0" in c.line.text()
-    w.set_state(RUNNING)
+    w.run.set_state(RUNNING)
     assert not any(x.isEnabled() for x in c.controls.values())
-    w.set_state(IDLE)
+    w.run.set_state(IDLE)
     assert all(x.isEnabled() for x in c.controls.values())
     w.save_settings()
     x = MainWindow(None, settings=QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat),
@@ -97,7 +97,7 @@ def test_a_combination_llama_cpp_refuses_is_one_line_and_nothing_loads(qtbot, tm
     assert not c.refused.isHidden() and "-ctv q8_0" in c.refused.text() and "-fa off" in c.refused.text()
     assert "\n" not in c.refused.text() and "refused" in c.line.text()
     assert not w.load_selected_model() and "-ctv q8_0" in w.last_error and w.state == IDLE
-    assert not w.start_run() and w.state == IDLE
+    assert not w.run.start_run() and w.state == IDLE
     c.type_v.setCurrentText("f16")
     c.n_batch.setValue(1)  # no room for a proposal row: refused for a speculative source, not for plain decoding
     assert "n_batch 1" in c.problem(speculative=True) and c.problem(speculative=False) == ""

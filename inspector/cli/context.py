@@ -1,40 +1,63 @@
-"""Command-line flags for llama.cpp's context settings, with llama.cpp's names and llama-server's
-defaults (``common/arg.cpp``, ``common/common.h`` of llama.cpp 0c1e570): ``-b``/``--batch-size``
-(our ``--n-batch``), ``-ub``/``--ubatch-size``, ``-fa``/``--flash-attn``, ``-ctk``/``--cache-type-k``,
-``-ctv``/``--cache-type-v``; shared by ``run``, ``compare`` and ``bench``
-(``inspector.llama.context_settings``)."""
+"""Command-line flags for llama.cpp's context settings, made from their declarations
+(``inspector.engine.llama_settings.CONTEXT``: llama.cpp's names with their short aliases, from
+``common/arg.cpp`` of llama.cpp 0c1e570, and llama-server's defaults): ``-b``/``--batch-size`` (our
+``--n-batch``), ``-ub``/``--ubatch-size``, ``-fa``/``--flash-attn``, ``-ctk``/``--cache-type-k``,
+``-ctv``/``--cache-type-v``; shared by ``run``, ``compare``, ``bench``, ``serve`` and ``flags``; and
+``-c``/``--ctx-size`` (``N_CTX``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from inspector.cli.ranges import COUNT_MAX, whole_number
-from inspector.llama.context_settings import FLASH_ATTN, KV_CACHE_TYPES, OUR_N_BATCH, SERVER_N_BATCH, SERVER_N_UBATCH
+from inspector.cli.ranges import COUNT_MAX, setting, whole_number
+from inspector.engine import llama_settings
+from inspector.engine.llama_settings import N_CTX, OUR_N_BATCH, Setting
+from inspector.llama.context_settings import ContextSettings
 
 N_BATCH = OUR_N_BATCH
 """Our logical batch (rows per decode) when not given (``OUR_N_BATCH``); llama-server's is 2048."""
 
 
+def add_setting_flag(p, s: Setting, serve: bool = False) -> None:
+    """Add the flag of the declared setting ``s`` to ``p`` (a parser or an argument group): its names,
+    ``dest`` its name, its default (``serve``: llama-server's), its type (a whole number in its range, a
+    choice, or a value its ``rule`` checks: ``inspector.cli.ranges.setting``), its help with the default."""
+    default = s.server_default if serve else s.default
+    kwargs: dict = {"dest": s.name, "default": default, "help": s.help_text(serve)}
+    if s.metavar:
+        kwargs["metavar"] = s.metavar
+    if s.kind == "choice":
+        kwargs["choices"] = list(s.choices)
+    elif s.rule is not None:
+        kwargs["type"] = setting(s.name, s.type)
+    else:
+        kwargs["type"] = whole_number(s.minimum if s.minimum is not None else -COUNT_MAX,
+                                      s.maximum if s.maximum is not None else COUNT_MAX)
+    p.add_argument(*s.flags, **kwargs)
+
+
 def add_context_flags(p: argparse.ArgumentParser) -> None:
-    """Add ``-b``, ``-ub``, ``-fa``, ``-ctk``, ``-ctv`` to ``p``."""
-    types = ", ".join(KV_CACHE_TYPES)
-    p.add_argument("-b", "--batch-size", "--n-batch", dest="n_batch", type=whole_number(1), default=N_BATCH,
-                   metavar="N", help=f"logical batch: most rows per decode (llama.cpp -b; 1..{COUNT_MAX}); "
-                                     "speculation needs >= 2 (proposals are capped at N - 1) "
-                                     f"[{N_BATCH}; llama-server's: {SERVER_N_BATCH}]")
-    p.add_argument("-ub", "--ubatch-size", dest="n_ubatch", type=whole_number(1), default=SERVER_N_UBATCH,
-                   metavar="N", help=f"physical batch: rows per compute pass, at most -b (llama.cpp -ub; "
-                                     f"1..{COUNT_MAX}) [{SERVER_N_UBATCH}]")
-    p.add_argument("-fa", "--flash-attn", dest="flash_attn", choices=list(FLASH_ATTN), default="auto",
-                   help="flash attention (llama.cpp -fa: on, off, or auto = where the backend has it) [auto]")
-    p.add_argument("-ctk", "--cache-type-k", dest="type_k", choices=list(KV_CACHE_TYPES), default="f16",
-                   metavar="TYPE", help=f"K cache data type (llama.cpp -ctk: {types}) [f16]")
-    p.add_argument("-ctv", "--cache-type-v", dest="type_v", choices=list(KV_CACHE_TYPES), default="f16",
-                   metavar="TYPE", help=f"V cache data type (llama.cpp -ctv: {types}; a quantized one needs "
-                                        "-fa on or auto) [f16]")
+    """Add a flag for each declared context setting but ``-c`` (``CONTEXT``: ``-b``, ``-ub``, ``-fa``,
+    ``-ctk``, ``-ctv``) to ``p``."""
+    for s in llama_settings.CONTEXT.values():
+        add_setting_flag(p, s)
+
+
+def add_n_ctx_flag(p) -> None:
+    """Add ``-c``/``--ctx-size``/``--n-ctx`` (``N_CTX``, the context size in positions) to ``p``."""
+    add_setting_flag(p, N_CTX)
+
+
+def context_from_args(args) -> ContextSettings:
+    """``ContextSettings`` from the flags (``add_context_flags``; a setting a command lacks: its default).
+    Raises ``ValueError`` for a value llama.cpp does not take."""
+    return ContextSettings(**{s.name: getattr(args, s.name, s.default) for s in llama_settings.CONTEXT.values()
+                              if not s.sized})
 
 
 def context_options(args) -> dict:
-    """``LlamaRuntime`` keyword options from the flags (none of them for a command without the flags)."""
-    keys = ("n_batch", "n_ubatch", "flash_attn", "type_k", "type_v")
-    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    """``LlamaRuntime`` keyword options from the flags: ``n_batch`` and ``context`` (``ContextSettings``);
+    none of them for a command without the flags."""
+    if getattr(args, "n_batch", None) is None:
+        return {}
+    return {"n_batch": args.n_batch, "context": context_from_args(args)}

@@ -10,11 +10,9 @@ from pathlib import Path
 
 from inspector.bench.compare import parse_config
 from inspector.cli.common import EXIT_USAGE, fail as _fail
-from inspector.cli.context import add_context_flags
-from inspector.cli.ranges import COUNT_MAX, whole_number
+from inspector.cli.context import add_context_flags, add_n_ctx_flag, context_from_args
+from inspector.cli.ranges import whole_number
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
-from inspector.engine.settings import DEFAULT_N_CTX
-from inspector.llama.context_settings import ContextSettings
 from inspector.sources.server_flags import LLAMA_SERVER_FLAGS_FROM, server_command, server_notes
 
 
@@ -31,8 +29,7 @@ def add_flags_command(sub) -> None:
     fl.add_argument("--model", "-m", type=Path, help="add -m MODEL (the target GGUF)")
     fl.add_argument("-t", "--threads", type=whole_number(0), default=None, metavar="N",
                     help="add -t N (CPU threads; 0 or absent: llama.cpp's default)")
-    fl.add_argument("-c", "--n-ctx", "--ctx-size", dest="n_ctx", type=whole_number(1), default=DEFAULT_N_CTX, metavar="N",
-                    help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
+    add_n_ctx_flag(fl)
     fl.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
                     help="the run's system prompt: llama-server has no flag for it, a note says where it goes")
     add_context_flags(fl)
@@ -48,7 +45,7 @@ def cmd_flags(args) -> int:
     try:
         config = parse_config(args.config)
         sampling, sampling_notes = sampling_from_args(args)
-        context = ContextSettings(args.n_ubatch, args.flash_attn, args.type_k, args.type_v)
+        context = context_from_args(args)
         if context.refusal():
             raise ValueError(f"llama.cpp refuses this context: {context.refusal()}")
         line = server_command(config.source, config.options, draft_max=config.draft_max,

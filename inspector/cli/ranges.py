@@ -8,10 +8,8 @@ import argparse
 import math
 
 from inspector.engine.faults import Fault
-from inspector.engine.settings import SETTING_RULES, check_stop, interpret_setting
-
-COUNT_MAX = 2147483647
-"""The largest count a receipts document holds (``$defs/count``), llama.cpp's int32."""
+from inspector.engine.llama_settings import COUNT_MAX
+from inspector.engine.settings import check_stop, interpret_setting
 
 
 def whole_number(low: int, high: int = COUNT_MAX, name: str = "N"):
@@ -99,17 +97,6 @@ def setting(name: str, convert):
 
     parse.__name__ = name  # argparse names the type in some messages
     return parse
-
-
-def setting_span(name: str) -> str:
-    """The range of the engine's rule for the setting ``name`` as ``--help`` states it, e.g. ``-1e9..1e9``
-    (``inspector.engine.settings.SETTING_RULES``; an open end is left empty)."""
-    rule = SETTING_RULES[name]
-
-    def shown(x) -> str:
-        return "" if x is None else f"{x:g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
-
-    return f"{shown(rule.minimum)}..{shown(rule.maximum)}"
 
 
 def stop_string(text: str) -> str:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from inspector.cli.common import (EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE, UserError, fail, open_target_runtime,
                                   read_text, strip_final_newline, weight_type)
-from inspector.cli.context import add_context_flags
+from inspector.cli.context import add_context_flags, add_n_ctx_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, keep_interrupted_run, signals_held
 from inspector.cli.ranges import (COUNT_MAX, THREADS, THREADS_MAX, draft_max as draft_max_value, fault as fault_value,
-                                  positive, setting, stop_string)
+                                  setting, stop_string)
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
 from inspector.cli.turns import add_turns_argument, run_turns, turns_of
@@ -26,7 +26,7 @@ from inspector.engine import FaultPlan, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.engine.faults import FAULT_KINDS
 from inspector.engine.probabilities import COST_NOTE
-from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, check_n_batch_for_source
+from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, check_n_batch_for_source
 from inspector.llama.cost_cache import placement
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 from inspector.llama.devices import RpcUnavailable
@@ -72,8 +72,7 @@ def add_run_command(sub) -> None:
                      help=f"most proposal tokens per window (0..{COUNT_MAX}), or auto: the best window of the cost model "
                           "stored for this model and thread count (bench, compare --cost-model or the window's "
                           "Cost model tab store one), else 8 [auto]")
-    run.add_argument("--n-ctx", "-c", "--ctx-size", type=positive, default=DEFAULT_N_CTX,
-                     help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
+    add_n_ctx_flag(run)  # -c, --ctx-size, --n-ctx
     run.add_argument("--threads", "-t", type=THREADS, default=None,
                      help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
     add_offload_flags(run)

@@ -16,16 +16,15 @@ import time
 from pathlib import Path
 
 from inspector.cli.common import EXIT_USAGE, UserError, fail, open_target_runtime, weight_type
-from inspector.cli.context import add_context_flags
+from inspector.cli.context import add_context_flags, add_n_ctx_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, signals_held
-from inspector.cli.ranges import (COUNT_MAX, THREADS, THREADS_MAX, draft_max as draft_max_value, positive, setting,
-                                  whole_number)
+from inspector.cli.ranges import THREADS, THREADS_MAX, draft_max as draft_max_value, setting, whole_number
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
-from inspector.engine.settings import DEFAULT_N_CTX, check_n_batch_for_source
+from inspector.engine.settings import check_n_batch_for_source
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError
@@ -71,8 +70,7 @@ def add_serve_command(sub) -> None:
     s.add_argument("-n", "--n-predict", "--predict", dest="n_predict", type=whole_number(-1, name="n_predict"), default=-1,
                    help="tokens to generate when a request does not say (-1 = until end of generation or a "
                         "full context, llama-server's default) [-1]")
-    s.add_argument("--n-ctx", "-c", "--ctx-size", type=positive, default=DEFAULT_N_CTX,
-                   help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX}) [{DEFAULT_N_CTX}]")
+    add_n_ctx_flag(s)  # -c, --ctx-size, --n-ctx
     s.add_argument("--threads", "-t", type=THREADS, default=None,
                    help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}) [0 = all cores]")
     add_offload_flags(s)

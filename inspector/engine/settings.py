@@ -3,7 +3,9 @@
 The value rules live here, once: ``SamplingSettings`` and ``GenerationSettings``
 check every field in ``__post_init__`` with ``check_setting``, and the command
 line (argparse types) and the window (spin box limits from ``SETTING_RULES``)
-use the same rules. A refused value raises ``ValueError`` naming the field,
+use the same rules. The sampling settings are declared in ``inspector.engine.llama_settings``
+(``SAMPLING``: name, llama.cpp's flags, default, rule, help); ``SamplingSettings`` is made from
+those declarations. A refused value raises ``ValueError`` naming the field,
 the observed value and the valid range.
 """
 
@@ -14,90 +16,28 @@ import operator
 import secrets
 from dataclasses import asdict, dataclass, field
 
+from inspector.engine.llama_settings import (DEFAULT_N_CTX, RANDOM_SEED, SAMPLING, SEED_MAX, SettingRule,
+                                            settings_class)
+
 DEFAULT_MAX_NEW_TOKENS = 128
 """Generated tokens at most when nothing else is asked for: the engine's
 ``GenerationSettings.max_new_tokens``, ``spec-inspector run --max-tokens`` and
 the window's spin box."""
-DEFAULT_N_CTX = 2048
-"""Context size (positions, prompt + output) when nothing else is asked for: ``run --n-ctx``,
-``bench``, ``compare`` and the window's context field."""
-
-SEED_MAX = 0xFFFFFFFE
-"""Largest seed of a reproducible run. llama.cpp's seed is a uint32
-(``llama_sampler_init_dist(uint32_t seed)``) and 0xFFFFFFFF is
-``LLAMA_DEFAULT_SEED``, which llama.cpp replaces with a random seed
-(src/llama-sampling.cpp ``get_rng_seed``): a run with it could not be replayed."""
-
-RANDOM_SEED = -1
-"""llama.cpp's "random seed" (``-1``, ``--seed -1`` in llama.cpp's tools; the
-same uint32 as ``LLAMA_DEFAULT_SEED``). Settings never hold it:
-``interpret_setting`` replaces it with a drawn seed that the receipts record."""
-
 MIN_SPECULATIVE_N_BATCH = 2
 """Smallest ``n_batch`` that leaves room for a proposal: a verification batch
 is ``[current token] + proposal``, so the proposal cap is ``n_batch - 1``
 (SPEC step 1, ``inspector.engine.proposal.max_proposal_tokens``)."""
 
 
-@dataclass(frozen=True)
-class SettingRule:
-    """The valid values of one setting.
-
-    ``kind``: ``"int"`` (a whole number) or ``"float"`` (a finite number).
-    ``minimum``/``maximum``: bounds (None: unbounded); ``minimum_open``: the
-    minimum itself is excluded. ``valid``: the range as the error message
-    states it. ``meaning``: what the values mean, where it is not obvious
-    (shown after the range).
-    """
-
-    kind: str
-    minimum: float | None = None
-    maximum: float | None = None
-    minimum_open: bool = False
-    valid: str = ""
-    meaning: str = ""
-
-
-PENALTY_LIMIT = 1e9
-"""Largest magnitude of a presence or frequency penalty, and of a repeat penalty or its inverse. The
-penalties are float32 arithmetic on a logit (``inspector.engine.penalties``, as llama.cpp's sampler):
-``logit / repeat_penalty - count * frequency_penalty - presence_penalty`` with a count up to the
-context (< 2**31) stays below 1e19 here, far inside float32 (3.4e38); a penalty of 1e308 is infinite
-in float32 and its NaN logits would make the receipts unwritable after the run."""
-
 SETTING_RULES: dict[str, SettingRule] = {
-    "temperature": SettingRule(
-        "float", 0.0, valid="a finite number >= 0",
-        meaning="0 is greedy decoding (argmax); llama.cpp's temp < 0, also greedy, is stored as 0"),
-    "top_k": SettingRule(
-        "int", valid="a whole number",
-        meaning="<= 0 is no top-k limit, as in llama.cpp src/llama-sampling.cpp: k <= 0 leaves the candidates as "
-                "they are"),
-    "top_p": SettingRule("float", 0.0, 1.0, valid="a number from 0 to 1",
-                         meaning="0 and 1 leave the top-p stage out"),
-    "min_p": SettingRule("float", 0.0, 1.0, valid="a number from 0 to 1",
-                         meaning="0 and 1 leave the min-p stage out"),
-    "seed": SettingRule("int", 0, SEED_MAX, valid=f"a whole number from 0 to {SEED_MAX}",
-                        meaning="a llama.cpp uint32 seed; llama.cpp's random seed, -1 or 4294967295 "
-                                "(LLAMA_DEFAULT_SEED), is drawn before settings are made"),
-    "repeat_penalty": SettingRule("float", 1 / PENALTY_LIMIT, PENALTY_LIMIT, valid="a number from 1e-9 to 1e9",
-                                  meaning="llama.cpp --repeat-penalty: 1 is no repeat penalty; beyond, the "
-                                          "sampler's float32 logits overflow"),
-    "repeat_last_n": SettingRule("int", 0, valid="a whole number >= 0",
-                                 meaning="llama.cpp --repeat-last-n: the last N tokens are penalized; 0 disables "
-                                         "the penalties"),
-    "presence_penalty": SettingRule("float", -PENALTY_LIMIT, PENALTY_LIMIT, valid="a number from -1e9 to 1e9",
-                                    meaning="llama.cpp --presence-penalty: 0 is no presence penalty; beyond, the "
-                                            "sampler's float32 logits overflow"),
-    "frequency_penalty": SettingRule("float", -PENALTY_LIMIT, PENALTY_LIMIT, valid="a number from -1e9 to 1e9",
-                                     meaning="llama.cpp --frequency-penalty: 0 is no frequency penalty; beyond, the "
-                                             "sampler's float32 logits overflow"),
+    **{name: declared.rule for name, declared in SAMPLING.items()},
     "max_new_tokens": SettingRule("int", 1, valid="a whole number >= 1"),
     "draft_max": SettingRule("int", 0, valid="a whole number >= 0", meaning="0 proposes nothing: plain steps"),
     "proposal_deadline_ms": SettingRule("float", 0.0, minimum_open=True, valid="a finite number > 0",
                                         meaning="milliseconds a source may take to answer"),
 }
-"""Name -> rule for every numeric field of ``SamplingSettings`` and ``GenerationSettings``."""
+"""Name -> rule for every numeric field of ``SamplingSettings`` (their declarations' rules,
+``inspector.engine.llama_settings.SAMPLING``) and ``GenerationSettings``."""
 
 
 def check_setting(name: str, value):
@@ -198,15 +138,19 @@ _LLAMA_CPP_RANGES = {
 }
 
 
-def sampling_settings(temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
-                      seed: int = 0, **penalties) -> tuple["SamplingSettings", tuple[str, ...]]:
-    """``SamplingSettings`` from values as llama.cpp's tools take them, and one
-    note per value llama.cpp gives a meaning (``interpret_setting``: negative
-    temperature, top_k <= 0, seed -1). ``penalties``: ``PENALTY_FIELDS`` values (None: the default).
-    Raises ``ValueError`` for a value no rule accepts (the field, the observed value, the valid range)."""
-    stored, notes = {k: v for k, v in penalties.items() if v is not None}, []
-    for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
-                        ("seed", seed)):
+def sampling_settings(**values) -> tuple["SamplingSettings", tuple[str, ...]]:
+    """``SamplingSettings`` from values as llama.cpp's tools take them (keywords: the names of
+    ``inspector.engine.llama_settings.SAMPLING``; absent or None: the declared default), and one note
+    per value llama.cpp gives a meaning (``interpret_setting``: negative temperature, top_k <= 0, seed
+    -1). Raises ``ValueError`` for a value no rule accepts (the field, the observed value, the valid
+    range), ``TypeError`` for a name that is not a sampling setting."""
+    unknown = set(values) - set(SAMPLING)
+    if unknown:
+        raise TypeError(f"not a sampling setting: {', '.join(sorted(unknown))}")
+    stored, notes = {}, []
+    for name, value in values.items():
+        if value is None:
+            continue
         stored[name], note = interpret_setting(name, value)
         if note:
             notes.append(note)
@@ -232,14 +176,42 @@ def check_n_batch_for_source(n_batch: int, speculative: bool = True) -> int:
 
 
 PENALTY_FIELDS = ("repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty")
-"""The penalty fields of ``SamplingSettings``, in llama.cpp's order of its flags."""
-PENALTY_DEFAULTS = {"repeat_penalty": 1.0, "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+"""The penalty fields of ``SamplingSettings``, in llama.cpp's order of its flags (the settings of llama.cpp's
+``penalties`` sampler)."""
+PENALTY_DEFAULTS = {name: SAMPLING[name].default for name in PENALTY_FIELDS}
 """llama-server's defaults (``common_params_sampling`` in llama.cpp 0c1e570 ``common/common.h``): no penalty."""
 
 
-@dataclass(frozen=True, slots=True)
-class SamplingSettings:
-    """How the target picks a token from a row's logits.
+class SamplingRules:
+    """The methods of ``SamplingSettings`` (its fields come from the declarations)."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        """Check each field with its rule (``check_setting``); raises ``ValueError``."""
+        for name in SAMPLING:
+            check_setting(name, getattr(self, name))
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature <= 0: the argmax (llama.cpp's greedy sampler)."""
+        return self.temperature <= 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether the penalties change anything: llama.cpp's rule (``llama_sampler_penalties::is_disabled``,
+        src/llama-sampler.cpp at 0c1e570): off when ``repeat_last_n`` is 0 or every penalty is neutral."""
+        return self.repeat_last_n > 0 and (
+            self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0)
+
+    def to_json(self) -> dict:
+        """The fields by name: the receipts' ``settings.sampling``."""
+        return asdict(self)
+
+
+SamplingSettings = settings_class("SamplingSettings", SAMPLING.values(), SamplingRules, __name__, """
+    How the target picks a token from a row's logits: a frozen dataclass (slotted) with one field per
+    declaration of ``inspector.engine.llama_settings.SAMPLING``, in its order, with its default.
 
     ``temperature`` 0 means greedy (argmax, llama.cpp
     ``llama_sampler_init_greedy``). Otherwise the chain is top-k, top-p, min-p,
@@ -254,35 +226,7 @@ class SamplingSettings:
     raises ``ValueError`` naming the field, the observed value and the valid
     range. ``sampling_settings`` builds one from llama.cpp-style values
     (negative temperature, seed -1) with a note for each.
-    """
-
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int = 0
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("temperature", "top_k", "top_p", "min_p", "seed", *PENALTY_FIELDS):
-            check_setting(name, getattr(self, name))
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
-
-    @property
-    def penalized(self) -> bool:
-        """Whether the penalties change anything: llama.cpp's rule (``llama_sampler_penalties::is_disabled``,
-        src/llama-sampler.cpp at 0c1e570): off when ``repeat_last_n`` is 0 or every penalty is neutral."""
-        return self.repeat_last_n > 0 and (
-            self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0)
-
-    def to_json(self) -> dict:
-        return asdict(self)
+    """)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,49 +1,27 @@
-"""llama.cpp's context settings that change both speed and numerics, with llama.cpp's flag names
-(``common/arg.cpp`` of llama.cpp 0c1e570): ``-ub`` physical batch, ``-fa`` flash attention,
-``-ctk``/``-ctv`` K and V cache types; and llama-server's defaults for them (``common/common.h``).
+"""llama.cpp's context settings in the runtime: ``ContextSettings``, the typed object made from their
+declarations (``inspector.engine.llama_settings.CONTEXT``: ``-ub`` physical batch, ``-fa`` flash attention,
+``-ctk``/``-ctv`` K and V cache types; llama.cpp 0c1e570 ``common/arg.cpp``, llama-server's defaults from
+``common/common.h``), how they are set on a context, which combination llama.cpp refuses, how llama.cpp
+settled them (its log), and the settings as a dict with the logical batch (``-b``): the window's and
+QSettings' form, read back from a runtime's ``llama_cpp`` block (a receipts file's model). No Qt here.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-SERVER_N_BATCH = 2048
-"""llama-server's logical batch (``-b``, ``common_params.n_batch``), clamped by llama.cpp to ``-c``."""
-OUR_N_BATCH = 512
-"""Our logical batch (rows per decode) when none is given (``run -b``, the window's ``-b``); llama-server's
-is ``SERVER_N_BATCH`` (the same arithmetic: the physical batch decides it; ours keeps a decode's logits
-buffer small)."""
-SERVER_N_UBATCH = 512
-"""llama-server's physical batch (``-ub``, ``common_params.n_ubatch``): the rows one compute pass takes."""
-FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
-"""``-fa`` values -> llama.cpp's ``llama_flash_attn_type`` (llama-server's default: ``auto``)."""
-KV_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6,
-                  "q5_1": 7}
-"""``-ctk``/``-ctv`` values (llama.cpp's ``kv_cache_types``, in its order) -> ``ggml_type``
-(llama-server's default: ``f16``). Every one but f32, f16 and bf16 is quantized."""
-UNQUANTIZED = ("f32", "f16", "bf16")
+from inspector.engine.llama_settings import (CONTEXT, UNQUANTIZED, context_object_settings, server_flag_args,
+                                            settings_class)
+from inspector.llama.model_file import ModelFileError
 
 
-@dataclass(frozen=True)
-class ContextSettings:
-    """``n_ubatch``: rows per compute pass (>= 1; llama.cpp caps it at the logical batch);
-    ``flash_attn``: ``on``, ``off`` or ``auto``; ``type_k``, ``type_v``: a ``KV_CACHE_TYPES`` name.
-    The defaults are llama-server's. Raises ``ValueError`` (one line) for a value llama.cpp does not take."""
-
-    n_ubatch: int = SERVER_N_UBATCH
-    flash_attn: str = "auto"
-    type_k: str = "f16"
-    type_v: str = "f16"
+class ContextRules:
+    """The methods of ``ContextSettings`` (its fields come from the declarations)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.n_ubatch, int) or self.n_ubatch < 1:
-            raise ValueError(f"n_ubatch must be a whole number >= 1, observed {self.n_ubatch!r}")
-        if self.flash_attn not in FLASH_ATTN:
-            raise ValueError(f"flash attention must be one of {', '.join(FLASH_ATTN)}, observed {self.flash_attn!r}")
-        for what, value in (("K", self.type_k), ("V", self.type_v)):
-            if value not in KV_CACHE_TYPES:
-                raise ValueError(f"{what} cache type must be one of {', '.join(KV_CACHE_TYPES)}, observed {value!r}")
+        """Check each field with its declaration (``Setting.check``); raises ``ValueError`` (one line)."""
+        for s in context_object_settings():
+            s.check(getattr(self, s.name))
 
     def refusal(self) -> str:
         """Why llama.cpp would refuse this combination (its rule in ``llama_init_from_model``), or ""."""
@@ -53,34 +31,48 @@ class ContextSettings:
         return ""
 
     def apply(self, cparams) -> None:
-        """Set these on llama.cpp's ``llama_context_params`` (``n_ubatch`` capped at its ``n_batch``)."""
-        cparams.n_ubatch = min(cparams.n_batch, self.n_ubatch)
-        cparams.flash_attn_type = FLASH_ATTN[self.flash_attn]
-        cparams.type_k = KV_CACHE_TYPES[self.type_k]
-        cparams.type_v = KV_CACHE_TYPES[self.type_v]
+        """Set these on llama.cpp's ``llama_context_params`` (each declaration's ``cparam``, a choice as
+        its code); ``n_ubatch`` is capped at its ``n_batch``, as llama.cpp does (``llama_context``'s
+        constructor, src/llama-context.cpp)."""
+        for s in context_object_settings():
+            if s.cparam is not None:
+                setattr(cparams, s.cparam, s.code(getattr(self, s.name)))
+        cparams.n_ubatch = min(cparams.n_batch, cparams.n_ubatch)
 
     def server_args(self) -> list[str]:
         """llama-server's flags for the settings that are not its defaults (none for the defaults)."""
-        out: list[str] = []
-        if self.n_ubatch != SERVER_N_UBATCH:
-            out += ["-ub", str(self.n_ubatch)]
-        if self.flash_attn != "auto":
-            out += ["-fa", self.flash_attn]
-        if self.type_k != "f16":
-            out += ["-ctk", self.type_k]
-        if self.type_v != "f16":
-            out += ["-ctv", self.type_v]
-        return out
+        return server_flag_args(context_object_settings(), self)
 
+    def flags(self) -> str:
+        """Every setting as llama.cpp's flags, e.g. ``-ub 512 -fa auto -ctk f16 -ctv f16``."""
+        return " ".join(f"{s.flags[0]} {getattr(self, s.name)}" for s in context_object_settings())
+
+    def values(self) -> dict:
+        """The fields by name (the declarations' names)."""
+        return {s.name: getattr(self, s.name) for s in context_object_settings()}
+
+
+ContextSettings = settings_class("ContextSettings", context_object_settings(), ContextRules, __name__, """
+    llama.cpp's context settings that change the arithmetic: a frozen dataclass with one field per
+    ``CONTEXT`` declaration that is not ``sized`` (``n_ubatch``: rows per compute pass, >= 1, llama.cpp
+    caps it at the logical batch; ``flash_attn``: ``on``, ``off`` or ``auto``; ``type_k``, ``type_v``: a
+    ``KV_CACHE_TYPES`` name). The defaults are llama-server's. Raises ``ValueError`` (one line) for a
+    value llama.cpp does not take.""")
+
+CONTEXT_KEYS = tuple(CONTEXT)
+"""The settings' keys: the logical batch and ``ContextSettings``' fields; ``context_values``' and
+QSettings' names."""
+DEFAULT_CONTEXT = {s.name: s.default for s in CONTEXT.values()}
+"""What the window loads a model with when nothing else is set (``run``'s defaults)."""
 
 _KV_LINE = re.compile(r"K \((\w+)\):.*V \((\w+)\):")
 
 
-def settled(log_lines, asked: ContextSettings) -> tuple[str, str, str]:
-    """(flash attention, K type, V type) as llama.cpp settled them when it created the context, read
-    from its log: ``auto`` becomes ``on`` or ``off`` ("Flash Attention enabled" / "... set to
-    disabled"), and the types from its "llama_kv_cache: size = ... K (f16): ..., V (f16): ..." line.
-    What the log does not say stays as ``asked``."""
+def settled(log_lines, asked: ContextSettings) -> ContextSettings:
+    """``asked`` as llama.cpp settled it when it created the context, read from its log: flash attention
+    ``auto`` becomes ``on`` or ``off`` ("Flash Attention enabled" / "... set to disabled"), and the cache
+    types from its "llama_kv_cache: size = ... K (f16): ..., V (f16): ..." line. What the log does not
+    say stays as ``asked``."""
     fa, k, v = asked.flash_attn, asked.type_k, asked.type_v
     for line in log_lines:
         if "enabling flash_attn" in line or "Flash Attention enabled" in line:
@@ -90,11 +82,41 @@ def settled(log_lines, asked: ContextSettings) -> tuple[str, str, str]:
         m = _KV_LINE.search(line)
         if m:
             k, v = m.group(1), m.group(2)
-    return fa, k, v
-
-
-from inspector.llama.model_file import ModelFileError  # noqa: E402
+    return ContextSettings(**{**asked.values(), "flash_attn": fa, "type_k": k, "type_v": v})
 
 
 class ContextRefused(ModelFileError):
     """llama.cpp refuses a context with these settings (or would): the message says which and why."""
+
+
+def context_values(n_batch: int, context: ContextSettings) -> dict:
+    """The logical batch and ``context`` as one dict of ``CONTEXT_KEYS`` (the window's and QSettings' form)."""
+    return {"n_batch": n_batch, **context.values()}
+
+
+def context_from_values(values: dict | None) -> tuple[int, ContextSettings]:
+    """``(n_batch, ContextSettings)`` from a dict of ``CONTEXT_KEYS`` (absent: ``DEFAULT_CONTEXT``; None:
+    the defaults). Raises ``ValueError`` for a value llama.cpp does not take."""
+    v = {**DEFAULT_CONTEXT, **(values or {})}
+    return int(v["n_batch"]), ContextSettings(**{k: v[k] for k in CONTEXT_KEYS if k != "n_batch"})
+
+
+def loaded_context(llama_cpp: dict | None) -> dict | None:
+    """The context settings a runtime was made with, from its ``llama_cpp`` block (``describe()``, a
+    receipts file's model; each setting by its receipts field, the declaration's name; a file written
+    before a setting was recorded: its default): flash attention as asked (``auto`` stays ``auto``).
+    None without a block."""
+    if not isinstance(llama_cpp, dict):
+        return None
+    out = {k: llama_cpp.get(k, DEFAULT_CONTEXT[k]) for k in CONTEXT_KEYS}
+    out["flash_attn"] = llama_cpp.get("flash_attn_asked", out["flash_attn"])
+    return out
+
+
+def effective_context(options: dict, n_ctx: int) -> dict:
+    """``options`` as llama.cpp applies them to a context of ``n_ctx`` positions: the logical batch at
+    most ``n_ctx``, the physical batch at most the logical one (what a runtime's block records)."""
+    out = {**DEFAULT_CONTEXT, **options}
+    out["n_batch"] = min(int(out["n_batch"]), int(n_ctx))
+    out["n_ubatch"] = min(int(out["n_ubatch"]), out["n_batch"])
+    return out

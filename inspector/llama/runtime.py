@@ -14,13 +14,14 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
 from inspector.llama.model_file import ModelInfo, check_gguf
-from inspector.llama.context_settings import SERVER_N_UBATCH, ContextRefused, ContextSettings, settled
+from inspector.llama.context_settings import ContextRefused, ContextSettings, settled
 from inspector.llama.server_parity import llama_cpp_settings
 from inspector.llama.sessions import SessionTable
 
@@ -41,7 +42,7 @@ llama_log.install()
 _get_logits_address = raw_logits_function()
 
 
-from inspector.llama.rollback import RollbackProbe, probe_rollback  # noqa: E402  (RollbackProbe re-exported)
+from inspector.llama.rollback import RollbackProbe, probe_rollback  # noqa: E402
 
 
 class LlamaRuntime:
@@ -62,10 +63,11 @@ class LlamaRuntime:
 
     Raises ``ModelFileError`` for a file llama.cpp cannot load, ``RpcUnavailable`` for an RPC
     server that does not answer (or a build without RPC).
-    ``n_ubatch``, ``flash_attn`` (on/off/auto), ``type_k``, ``type_v`` (f16, q8_0, ...): llama.cpp's
-    ``-ub``, ``-fa``, ``-ctk``, ``-ctv`` (``inspector.llama.context_settings``; llama-server's defaults);
+    ``context``: llama.cpp's context settings (``ContextSettings``: ``-ub``, ``-fa``, ``-ctk``, ``-ctv``,
+    declared in ``inspector.engine.llama_settings.CONTEXT``; None: llama-server's defaults), or
+    ``context_values`` of them by name (``n_ubatch=64, flash_attn="on"``, over ``context``'s);
     ``ValueError`` for a value llama.cpp does not take, ``ContextRefused`` (a ``ModelFileError``) for a
-    combination it refuses, before the weights load.
+    combination it refuses, before the weights load; ``TypeError`` for a name that is not one.
     """
 
     def __init__(
@@ -79,16 +81,14 @@ class LlamaRuntime:
         swa_full: bool = True,
         progress: Callable[[float], None] | None = None,
         offload=None,
-        n_ubatch: int = SERVER_N_UBATCH,
-        flash_attn: str = "auto",
-        type_k: str = "f16",
-        type_v: str = "f16",
+        context: ContextSettings | None = None,
+        **context_values,
     ) -> None:
         if n_ctx < 2:
             raise ValueError(f"n_ctx must be >= 2, observed {n_ctx}")
         if n_batch < 1:
             raise ValueError(f"n_batch must be >= 1, observed {n_batch}")
-        asked = ContextSettings(n_ubatch, flash_attn, type_k, type_v)
+        asked = ContextSettings(**{**(context.values() if context is not None else {}), **context_values})
         if asked.refusal():
             raise ContextRefused(model_path, f"llama.cpp refuses this context: {asked.refusal()}")
         self.info: ModelInfo = check_gguf(model_path)
@@ -140,9 +140,8 @@ class LlamaRuntime:
             self.model = None
             why = llama_log.refusal(log)
             raise ContextRefused(self.model_path, f"llama.cpp could not create a context of {n_ctx} positions"
-                                 + (f" with -ub {self.n_ubatch} -fa {flash_attn} -ctk {type_k} -ctv {type_v}: {why}"
-                                    if why else ""))
-        self.context = ContextSettings(self.n_ubatch, *settled(log, asked))
+                                 + (f" with {replace(asked, n_ubatch=self.n_ubatch).flags()}: {why}" if why else ""))
+        self.context = replace(settled(log, asked), n_ubatch=self.n_ubatch)
         """The context settings llama.cpp settled on (``auto`` flash attention resolved to on or off)."""
         self.asked = asked
         """The context settings asked for (``-fa auto`` stays ``auto``: llama-server's way to say it)."""

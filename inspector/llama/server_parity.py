@@ -9,9 +9,11 @@ the receipts with one line for each setting that differs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
-from inspector.llama.context_settings import SERVER_N_UBATCH, ContextSettings
+from inspector.engine.llama_settings import SERVER_N_UBATCH, context_object_settings
+from inspector.llama.context_settings import ContextSettings
 
 LLAMA_CPP_COMMIT = "0c1e570"
 """The llama.cpp commit llama-cpp-python 0.3.36 vendors (its sdist's ``vendor/llama.cpp``): our
@@ -40,20 +42,17 @@ def llama_cpp_settings(runtime) -> dict:
         notes.append(f"physical batch {runtime.n_ubatch} rows (llama-server: -ub {SERVER_N_UBATCH}): a prompt "
                      f"longer than {runtime.n_ubatch} tokens is computed in other pieces, "
                      "which can flip a near-tie")
-    if asked.flash_attn != "auto":
-        notes.append(f"flash attention {asked.flash_attn} (llama-server: -fa auto): start llama-server with "
-                     f"-fa {asked.flash_attn}")
-    for name, flag, value in (("K", "-ctk", asked.type_k), ("V", "-ctv", asked.type_v)):
-        if value != "f16":
-            notes.append(f"{name} cache type {value} (llama-server: {flag} f16): start llama-server with "
+    for s in context_object_settings():  # the physical batch: above, as the runtime uses it
+        value = getattr(asked, s.name)
+        if s.name != "n_ubatch" and value != s.server_default:
+            flag = s.server_flags[0] if s.server_flags else s.flags[0]
+            notes.append(f"{s.title} {value} (llama-server: {flag} {s.server_default}): start llama-server with "
                          f"{flag} {value}")
     return {
         "commit": LLAMA_CPP_COMMIT,
         "schedule": "whole prompt prefilled, first token from its last row (llama-server's)",
-        "flash_attn": context.flash_attn,
+        **context.values(),  # each setting as llama.cpp settled it, by its declared name
         "flash_attn_asked": asked.flash_attn,
-        "type_k": context.type_k,
-        "type_v": context.type_v,
         "n_batch": int(runtime.n_batch),
         "n_ubatch": int(runtime.n_ubatch),
         "kv_unified": True,
@@ -68,7 +67,7 @@ def server_context(runtime) -> ContextSettings:
     """The context settings to give llama-server so it computes as ``runtime`` does: the physical batch
     our runtime uses and flash attention and cache types as asked (``auto`` stays ``auto``)."""
     asked = getattr(runtime, "asked", None) or ContextSettings()
-    return ContextSettings(int(runtime.n_ubatch), asked.flash_attn, asked.type_k, asked.type_v)
+    return replace(asked, n_ubatch=int(runtime.n_ubatch))
 
 
 def context_server_args(runtime) -> list[str]:

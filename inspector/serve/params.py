@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from inspector.engine.settings import RANDOM_SEED, SamplingSettings, interpret_setting
+from inspector.engine.llama_settings import RANDOM_SEED, SAMPLING
+from inspector.engine.settings import SamplingSettings, interpret_setting
 from inspector.serve.errors import ApiError
 
 MAX_TOP_PROBS = 5
@@ -43,9 +44,12 @@ IGNORED = ("model", "user", "dry_base", "dry_allowed_length", "dry_penalty_last_
 SAMPLER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 """llama-server's default sampler chain (``samplers``): ours applies the same order."""
 
-COMMON = {"stream", "cache_prompt", "return_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
-          "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty", "samplers", "n_predict",
-          "max_tokens", "max_completion_tokens", "n_probs"}
+COMMON = {"stream", "cache_prompt", "return_tokens", *SAMPLING, "stop", "samplers", "n_predict", "max_tokens",
+          "max_completion_tokens", "n_probs"}
+"""Every endpoint's fields; each declared sampling setting is a request field by its name (llama-server's)."""
+REQUEST_LIMITS = {"top_p": (0.0, 1.0), "min_p": (0.0, 1.0), "repeat_last_n": (-1, 2**31 - 1), "seed": (-1, 2**32 - 1)}
+"""The bounds a request's sampling field is read with (``-1``: llama-server's "whole context" / random
+seed, refused or drawn below); every value is then checked by the setting's rule (``interpret_setting``)."""
 ENDPOINT_FIELDS = {
     "completion": COMMON | {"prompt"},
     "completions": COMMON | {"prompt", "logprobs"},
@@ -154,23 +158,17 @@ def _check_fields(body: dict, endpoint: str) -> None:
 
 def _sampling(body: dict, defaults: ServeDefaults) -> tuple[SamplingSettings, list[str]]:
     base = defaults.sampling
-    values = {"temperature": base.temperature, "top_k": base.top_k, "top_p": base.top_p, "min_p": base.min_p,
-              "repeat_penalty": base.repeat_penalty, "repeat_last_n": base.repeat_last_n,
-              "presence_penalty": base.presence_penalty, "frequency_penalty": base.frequency_penalty}
-    limits = {"temperature": (float, None, None), "top_k": (int, None, None), "top_p": (float, 0.0, 1.0),
-              "min_p": (float, 0.0, 1.0), "repeat_penalty": (float, None, None),
-              "repeat_last_n": (int, -1, 2**31 - 1), "presence_penalty": (float, None, None),
-              "frequency_penalty": (float, None, None)}
-    for name, (kind, low, high) in limits.items():
+    values = {name: getattr(base, name) for name in SAMPLING if name != "seed"}
+    for name in values:
         if body.get(name) is not None:
-            values[name] = _number(body, name, kind, low, high)
+            values[name] = _number(body, name, SAMPLING[name].type, *REQUEST_LIMITS.get(name, (None, None)))
     if values["repeat_last_n"] == -1:
         raise ApiError("Field 'repeat_last_n': -1 (the whole context) is not supported by spec-inspector serve; "
                        "give a count of tokens")
     notes = []
     seed = base.seed
     if body.get("seed") is not None:
-        seed = _number(body, "seed", int, -1, 2**32 - 1)
+        seed = _number(body, "seed", int, *REQUEST_LIMITS["seed"])
         if seed in (-1, 2**32 - 1):
             seed = RANDOM_SEED
     elif defaults.random_seed:

@@ -8,6 +8,10 @@ llama-server's name). So the rule lives in the declarations, and ``server_argume
 ``parse_server_arguments`` only read them: the printed arguments parse back to the same
 configuration (tested).
 
+The context and sampling flags come from those settings' declarations
+(``inspector.engine.llama_settings``: ``Setting.server_flags``, ``server_default``): a flag is given
+when its value is not llama-server's default.
+
 Flag names: llama.cpp's ``common/arg.cpp`` at 0c1e570, the commit our llama-cpp-python vendors and
 the llama-server of the tests (``--spec-type`` with ``ngram-simple``, ``ngram-map-k``,
 ``ngram-map-k4v``, ``ngram-mod``, ``ngram-cache``, ``draft-simple``; the
@@ -22,8 +26,10 @@ import argparse
 import shlex
 from typing import Mapping
 
-from inspector.engine.settings import PENALTY_DEFAULTS, RANDOM_SEED, SamplingSettings, sampling_settings
-from inspector.llama.context_settings import SERVER_N_BATCH, SERVER_N_UBATCH, ContextSettings
+from inspector.engine import llama_settings
+from inspector.engine.llama_settings import N_CTX, server_flag_args
+from inspector.engine.settings import SamplingSettings, sampling_settings
+from inspector.llama.context_settings import ContextSettings
 from inspector.sources.llama_ngram_cache import N_DRAFT
 from inspector.sources.registry import describe_source, source_names
 
@@ -32,18 +38,6 @@ LLAMA_SERVER_FLAGS_FROM = ("llama.cpp 0c1e570's llama-server flag names, the lla
                            "--spec-type draft-simple, --spec-draft-n-max/-n-min/-p-min)")
 """Where the flag names come from, as ``spec-inspector flags`` and the README say it."""
 SPEC_TYPE = "--spec-type"
-SERVER_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, **PENALTY_DEFAULTS}
-"""llama-server's sampling defaults (``common_params_sampling`` in llama.cpp 0c1e570 ``common/common.h``);
-its seed is random (``LLAMA_DEFAULT_SEED``), ours never is, so ``--seed`` is always given."""
-SAMPLING_FLAGS = {"temperature": ("--temp", "--temperature"), "top_k": ("--top-k",), "top_p": ("--top-p",),
-                  "min_p": ("--min-p",), "seed": ("--seed", "-s"), "repeat_penalty": ("--repeat-penalty",),
-                  "repeat_last_n": ("--repeat-last-n",), "presence_penalty": ("--presence-penalty",),
-                  "frequency_penalty": ("--frequency-penalty",)}
-"""``SamplingSettings`` field -> llama-server's flag (first) and its other names (``common/arg.cpp``)."""
-CONTEXT_FLAGS = {"n_ctx": ("-c", "--ctx-size"), "n_batch": ("-b", "--batch-size"),
-                 "n_ubatch": ("-ub", "--ubatch-size"), "flash_attn": ("-fa", "--flash-attn"),
-                 "type_k": ("-ctk", "--cache-type-k"), "type_v": ("-ctv", "--cache-type-v")}
-"""Context setting -> llama-server's flag and its long name (``common/arg.cpp``)."""
 SYSTEM_PROMPT_NOTE = ("llama-server takes no system prompt flag (llama.cpp 0c1e570 gives -sys/--system-prompt to "
                       "llama-cli and llama-completion only): send the system prompt as the first entry of each "
                       'request\'s messages (/v1/chat/completions): {"role": "system", "content": ...}')
@@ -82,16 +76,11 @@ def _number(value) -> str:
 
 
 def sampling_server_arguments(sampling: SamplingSettings) -> list[str]:
-    """llama-server's flags for ``sampling`` (``SamplingSettings``): each field that differs from
-    llama-server's default (``SERVER_SAMPLING``; our greedy temperature 0 is ``--temp 0``, its default
-    0.8) and always ``--seed N`` (llama-server's seed is random by default, ours never is); in
-    ``SAMPLING_FLAGS`` order. ``parse_sampling_arguments`` reads them back."""
-    out: list[str] = []
-    for name, flags in SAMPLING_FLAGS.items():
-        value = getattr(sampling, name)
-        if name == "seed" or value != SERVER_SAMPLING[name]:
-            out += [flags[0], _number(value)]
-    return out
+    """llama-server's flags for ``sampling`` (``SamplingSettings``): each setting whose value differs from
+    llama-server's default (``Setting.server_default`` of ``llama_settings.SAMPLING``; our greedy
+    temperature 0 is ``--temp 0``, its default 0.8), so always ``--seed N`` (llama-server's seed is random
+    by default, ours never is); in declaration order. ``parse_sampling_arguments`` reads them back."""
+    return server_flag_args(llama_settings.SAMPLING.values(), sampling, _number)
 
 
 def context_server_arguments(n_ctx: int | None = None, n_batch: int | None = None,
@@ -100,9 +89,10 @@ def context_server_arguments(n_ctx: int | None = None, n_batch: int | None = Non
     the model's training context), logical batch ``n_batch`` (``-b`` when not its 2048) and
     ``context`` (``-ub``, ``-fa``, ``-ctk``, ``-ctv`` when not its defaults:
     ``ContextSettings.server_args``). None: that setting is left out."""
-    out = ["-c", str(n_ctx)] if n_ctx is not None else []
-    if n_batch is not None and n_batch != SERVER_N_BATCH:
-        out += ["-b", str(n_batch)]
+    out: list[str] = []
+    for declared, value in ((N_CTX, n_ctx), (llama_settings.CONTEXT["n_batch"], n_batch)):
+        if value is not None and value != declared.server_default:
+            out += [declared.server_flags[0], str(value)]
     return out + (context.server_args() if context is not None else [])
 
 
@@ -258,19 +248,20 @@ def _given(argv, names) -> str | None:
 
 
 def parse_sampling_arguments(argv) -> SamplingSettings:
-    """The sampling a llama-server argument list sets (``SAMPLING_FLAGS``, any of each one's names):
-    llama-server's default for each flag not given (``SERVER_SAMPLING``; no ``--seed``: a random seed is
-    drawn, as llama-server does), read as llama.cpp's tools take them (``sampling_settings``: a negative
-    temperature is greedy). Other arguments are ignored. Raises ``ValueError`` for a value no rule takes."""
-    values: dict = {**SERVER_SAMPLING, "seed": RANDOM_SEED}
-    for name, names in SAMPLING_FLAGS.items():
-        text = _given(argv, names)
+    """The sampling a llama-server argument list sets (each declared sampling setting's ``server_flags``,
+    any of its names): llama-server's default for each flag not given (``server_default``; no ``--seed``:
+    a random seed is drawn, as llama-server does), read as llama.cpp's tools take them
+    (``sampling_settings``: a negative temperature is greedy). Other arguments are ignored. Raises
+    ``ValueError`` for a value no rule takes."""
+    values: dict = {}
+    for declared in llama_settings.SAMPLING.values():
+        text = _given(argv, declared.server_flags)
+        values[declared.name] = declared.server_default
         if text is not None:
-            cast = int if name in ("top_k", "seed", "repeat_last_n") else float
             try:
-                values[name] = cast(text)
+                values[declared.name] = declared.type(text)
             except ValueError:
-                raise ValueError(f"{names[0]} must be a number, observed {text!r}") from None
+                raise ValueError(f"{declared.server_flags[0]} must be a number, observed {text!r}") from None
     sampling, _notes = sampling_settings(**values)
     return sampling
 
@@ -278,13 +269,16 @@ def parse_sampling_arguments(argv) -> SamplingSettings:
 def parse_context_arguments(argv) -> dict:
     """The context a llama-server argument list sets: ``n_ctx`` (None without ``-c``), ``n_batch``
     (llama-server's 2048 without ``-b``) and ``context`` (``ContextSettings``: llama-server's defaults
-    for what is not given). Raises ``ValueError`` for a value llama.cpp does not take."""
-    text = {k: _given(argv, names) for k, names in CONTEXT_FLAGS.items()}
-    try:
-        n_ctx = int(text["n_ctx"]) if text["n_ctx"] is not None else None
-        n_batch = int(text["n_batch"]) if text["n_batch"] is not None else SERVER_N_BATCH
-        n_ubatch = int(text["n_ubatch"]) if text["n_ubatch"] is not None else SERVER_N_UBATCH
-    except ValueError as exc:
-        raise ValueError(f"-c, -b and -ub must be whole numbers: {exc}") from None
-    context = ContextSettings(n_ubatch, text["flash_attn"] or "auto", text["type_k"] or "f16", text["type_v"] or "f16")
-    return {"n_ctx": n_ctx, "n_batch": n_batch, "context": context}
+    for what is not given), each setting by its declared ``server_flags``. Raises ``ValueError`` for a
+    value llama.cpp does not take."""
+    values: dict = {}
+    for declared in (N_CTX, *llama_settings.CONTEXT.values()):
+        text = _given(argv, declared.server_flags)
+        values[declared.name] = declared.server_default
+        if text is not None:
+            try:
+                values[declared.name] = declared.type(text)
+            except ValueError:
+                raise ValueError(f"{declared.server_flags[0]} must be a whole number, observed {text!r}") from None
+    n_ctx, n_batch = values.pop("n_ctx"), values.pop("n_batch")
+    return {"n_ctx": n_ctx, "n_batch": n_batch, "context": ContextSettings(**values)}

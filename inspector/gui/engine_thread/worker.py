@@ -27,7 +27,7 @@ from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.gui.engine_thread.contention import Contention
 from inspector.gui.engine_thread.stepping import TokenHold
 from inspector.gui.look.wording import NO_TEMPLATE
-from inspector.llama.context_options import DEFAULT_CONTEXT, effective_context, loaded_context
+from inspector.llama.context_settings import context_from_values, effective_context, loaded_context
 from inspector.llama.devices import Offload, RpcUnavailable
 from inspector.llama.model_file import ModelFileError
 from inspector.llama.quantize import open_target
@@ -230,7 +230,7 @@ class EngineWorker(QObject):
         """Load a GGUF model (worker thread), in ``weights`` form when given (converted with llama.cpp's
         quantize first, cached: ``open_target``), with ``offload`` (``Offload``: with RPC servers the
         model runs in a child process) and ``context`` (llama.cpp's ``-b``, ``-ub``, ``-fa``, ``-ctk``,
-        ``-ctv`` as ``LlamaRuntime``'s keyword options; None: ``DEFAULT_CONTEXT``); emits progress,
+        ``-ctv`` by their declared names, ``ContextControls.values``; None: ``DEFAULT_CONTEXT``); emits progress,
         then loaded or failed (a context llama.cpp refuses fails with its reason). ``then``: a run starts
         right after (its note): the window goes from LOADING to RUNNING with it, never through IDLE
         (Run would be enabled for the moment between)."""
@@ -248,9 +248,9 @@ class EngineWorker(QObject):
             self.stateChanged.emit(LOADING, f"converting {Path(path).name} to {t} (llama.cpp quantize, once) …")
 
         try:
+            n_batch, settings = context_from_values(context)  # the logical batch and a ContextSettings
             rt = open_target(path, weights, on_convert=converting, n_ctx=n_ctx, n_seq_max=4,
-                             progress=self.modelProgress.emit, offload=offload,
-                             **{**DEFAULT_CONTEXT, **(context or {})})
+                             progress=self.modelProgress.emit, offload=offload, n_batch=n_batch, context=settings)
         except (ModelFileError, EngineError, ValueError, OSError, RpcUnavailable) as exc:
             # The model loaded before (if any) stays loaded and usable, unless it is gone (a lost RPC server).
             if self.runtime is not None and not getattr(self.runtime, "alive", True):

@@ -1,6 +1,7 @@
-"""The window's llama.cpp context settings: ``-b`` (logical batch, our ``n_batch``), ``-ub``, ``-fa``,
-``-ctk``, ``-ctv`` with llama.cpp's names and llama-server's defaults (``inspector.llama.context_settings``,
-as ``run``'s flags in ``inspector.cli.context``).
+"""The window's llama.cpp context settings, one control per declaration of
+``inspector.engine.llama_settings.CONTEXT`` (``-b``, logical batch, our ``n_batch``; ``-ub``, ``-fa``,
+``-ctk``, ``-ctv``; llama.cpp's names and llama-server's defaults, as ``run``'s flags in
+``inspector.cli.context``, which are made from the same declarations).
 
 A collapsed row under the Limits group (one line: the values); opened, a small grid. They apply at
 the next model load, as the context size does: the worker loads the model again when the loaded one
@@ -14,39 +15,17 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
+from inspector.engine import llama_settings
 from inspector.engine.settings import check_n_batch_for_source
-from inspector.gui.panel.widgets import ElidedLabel, spin
-from inspector.llama.context_options import CONTEXT_KEYS, effective_context, loaded_context
-from inspector.llama.context_settings import (
-    FLASH_ATTN,
-    KV_CACHE_TYPES,
-    OUR_N_BATCH,
-    SERVER_N_BATCH,
-    SERVER_N_UBATCH,
-    ContextSettings,
-)
+from inspector.gui.panel.widgets import ElidedLabel, setting_control, setting_tip
+from inspector.llama.context_settings import ContextSettings, context_from_values, effective_context, loaded_context
 
-BATCH_MAX = 131072
 NEXT_LOAD = "applied at the next model load (Run or Load reloads the model when they differ)"
-TIPS = {
-    "n_batch": f"llama.cpp -b, --batch-size (run --n-batch): logical batch, most rows per decode; speculation "
-               f"needs >= 2 (proposals are capped at -b - 1) [{OUR_N_BATCH}; llama-server's: {SERVER_N_BATCH}]",
-    "n_ubatch": f"llama.cpp -ub, --ubatch-size: physical batch, rows per compute pass, at most -b "
-                f"[{SERVER_N_UBATCH}, llama-server's default]",
-    "flash_attn": "llama.cpp -fa, --flash-attn: on, off, or auto = where the backend has it [auto, llama-server's "
-                  "default]",
-    "type_k": f"llama.cpp -ctk, --cache-type-k: K cache data type ({', '.join(KV_CACHE_TYPES)}) [f16, "
-              "llama-server's default]",
-    "type_v": f"llama.cpp -ctv, --cache-type-v: V cache data type ({', '.join(KV_CACHE_TYPES)}); a quantized one "
-              "needs -fa on or auto [f16, llama-server's default]",
-}
-"""Each control's tooltip (``NEXT_LOAD`` is added)."""
-FLAGS = {"n_batch": "-b", "n_ubatch": "-ub", "flash_attn": "-fa", "type_k": "-ctk", "type_v": "-ctv"}
 
 
 def summary(options: dict) -> str:
     """One line of llama.cpp flags, e.g. ``-b 512 -ub 512 -fa auto -ctk f16 -ctv f16``."""
-    return " ".join(f"{FLAGS[k]} {options[k]}" for k in CONTEXT_KEYS)
+    return " ".join(f"{s.flags[0]} {options[s.name]}" for s in llama_settings.CONTEXT.values())
 
 
 class ContextControls(QWidget):
@@ -67,7 +46,8 @@ class ContextControls(QWidget):
         self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.toggle.setAutoRaise(True)
-        self.toggle.setToolTip("llama.cpp's context settings (-b, -ub, -fa, -ctk, -ctv); " + NEXT_LOAD)
+        flags = ", ".join(s.flags[0] for s in llama_settings.CONTEXT.values())
+        self.toggle.setToolTip(f"llama.cpp's context settings ({flags}); {NEXT_LOAD}")
         self.line = ElidedLabel("")
         self.line.setStyleSheet("color:#555")
         head.addWidget(self.toggle)
@@ -77,31 +57,24 @@ class ContextControls(QWidget):
         grid = QGridLayout(self.body)
         grid.setContentsMargins(6, 0, 0, 0)
         grid.setSpacing(4)
-        self.n_batch = spin(1, BATCH_MAX, OUR_N_BATCH)
-        self.n_ubatch = spin(1, BATCH_MAX, SERVER_N_UBATCH)
-        self.flash_attn = QComboBox()
-        self.flash_attn.addItems(list(FLASH_ATTN))
-        self.type_k, self.type_v = QComboBox(), QComboBox()
-        for box in (self.type_k, self.type_v):
-            box.addItems(list(KV_CACHE_TYPES))
-            box.setCurrentText("f16")
-        self.controls = {"n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "flash_attn": self.flash_attn,
-                         "type_k": self.type_k, "type_v": self.type_v}
-        """Key of ``CONTEXT_KEYS`` -> its control."""
-        places = {"n_batch": (0, 0), "n_ubatch": (0, 2), "type_k": (1, 0), "type_v": (1, 2), "flash_attn": (2, 0)}
-        for key, w in self.controls.items():
-            tag = QLabel(FLAGS[key])
-            tip = f"{TIPS[key]}; {NEXT_LOAD}"
-            tag.setToolTip(tip)
-            w.setToolTip(tip)
-            row, col = places[key]
+        self.controls = {s.name: setting_control(s, setting_tip(s, NEXT_LOAD))
+                         for s in llama_settings.CONTEXT.values()}
+        """A declared setting's name (``CONTEXT``) -> its control, two to a row in declaration order."""
+        self.n_batch, self.n_ubatch = self.controls["n_batch"], self.controls["n_ubatch"]
+        self.flash_attn, self.type_k, self.type_v = (self.controls[k] for k in ("flash_attn", "type_k", "type_v"))
+        for i, (name, w) in enumerate(self.controls.items()):
+            s = llama_settings.CONTEXT[name]
+            tag = QLabel(s.label)
+            tag.setToolTip(w.toolTip())
+            row, col = i // 2, (i % 2) * 2
             grid.addWidget(tag, row, col)
             grid.addWidget(w, row, col + 1)
-            (w.valueChanged if key in ("n_batch", "n_ubatch") else w.currentTextChanged).connect(self._changed)
+            (w.currentTextChanged if isinstance(w, QComboBox) else w.valueChanged).connect(self._changed)
+        rows = (len(self.controls) + 1) // 2
         self.refused = ElidedLabel("")
         """One red line: why llama.cpp would refuse these settings ("" when it would not)."""
         self.refused.setStyleSheet("color:#c62828")
-        grid.addWidget(self.refused, 3, 0, 1, 4)
+        grid.addWidget(self.refused, rows, 0, 1, 4)
         outer.addWidget(self.body)
         self.body.hide()
         self.toggle.toggled.connect(self._open)
@@ -127,29 +100,27 @@ class ContextControls(QWidget):
         self.changed.emit()
 
     def values(self) -> dict:
-        """The settings as ``LlamaRuntime`` keyword options (``CONTEXT_KEYS``): whole numbers and names."""
-        return {"n_batch": self.n_batch.value(), "n_ubatch": self.n_ubatch.value(),
-                "flash_attn": self.flash_attn.currentText(), "type_k": self.type_k.currentText(),
-                "type_v": self.type_v.currentText()}
+        """The settings by their declared names (``CONTEXT_KEYS``): whole numbers and names."""
+        return {name: w.currentText() if isinstance(w, QComboBox) else w.value()
+                for name, w in self.controls.items()}
 
     def apply_values(self, v: dict) -> None:
         """Set the controls from ``values()`` output (or QSettings' strings); unknown or bad entries
         are ignored."""
-        for key in ("n_batch", "n_ubatch"):
+        for name, w in self.controls.items():
+            if isinstance(w, QComboBox):
+                if isinstance(v.get(name), str) and w.findText(v[name]) >= 0:
+                    w.setCurrentText(v[name])
+                continue
             try:
-                if v.get(key) is not None:
-                    self.controls[key].setValue(int(v[key]))
+                if v.get(name) is not None:
+                    w.setValue(llama_settings.CONTEXT[name].type(v[name]))
             except (TypeError, ValueError):
                 pass
-        for key in ("flash_attn", "type_k", "type_v"):
-            box = self.controls[key]
-            if isinstance(v.get(key), str) and box.findText(v[key]) >= 0:
-                box.setCurrentText(v[key])
 
     def settings(self) -> ContextSettings:
-        """The physical batch, flash attention and cache types as ``ContextSettings``."""
-        v = self.values()
-        return ContextSettings(v["n_ubatch"], v["flash_attn"], v["type_k"], v["type_v"])
+        """The settings but the logical batch as ``ContextSettings``."""
+        return context_from_values(self.values())[1]
 
     def refusal(self) -> str:
         """Why llama.cpp would refuse these settings (``ContextSettings.refusal``), or ""."""

@@ -33,8 +33,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.engine.settings import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX, PENALTY_FIELDS, GenerationSettings,
-                                       SamplingSettings)
+from inspector.engine import llama_settings
+from inspector.engine.llama_settings import DEFAULT_N_CTX
+from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, PENALTY_FIELDS, GenerationSettings, SamplingSettings
 from inspector.engine.probabilities import COST_NOTE
 from inspector.gui.panel.context_controls import ContextControls
 from inspector.gui.panel.model_choice import ModelChoice
@@ -42,7 +43,7 @@ from inspector.gui.panel.prompt_box import PromptBox
 from inspector.gui.panel.run_buttons import FaultButtons, RunButtons
 from inspector.gui.panel.source_choice import SourceChoice
 from inspector.gui.panel.values import PanelValues, parse_stop_strings
-from inspector.gui.panel.widgets import WheelGuard, dspin, guard_wheel, penalty_boxes, spin
+from inspector.gui.panel.widgets import WheelGuard, guard_wheel, setting_control, setting_tip, spin
 from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 from inspector.llama.devices import Offload
 from inspector.sources import registry
@@ -148,15 +149,15 @@ class ControlPanel(QWidget):
         grid = QGridLayout(g)
         grid.setContentsMargins(6, 4, 6, 4)
         grid.setSpacing(4)
-        self.temperature = dspin(0.0, 5.0, 0.0, 0.1, "0 = greedy (argmax)")
-        self.top_k = spin(0, 1000, 40, "0 = off")
-        self.top_p = dspin(0.0, 1.0, 0.95, 0.05, "1 = off")
-        self.min_p = dspin(0.0, 1.0, 0.05, 0.01, "0 = off")
-        self.seed = spin(0, 2**31 - 1, 0)
-        for i, (name, w) in enumerate((("temperature", self.temperature), ("top-k", self.top_k),
-                                       ("top-p", self.top_p), ("min-p", self.min_p), ("seed", self.seed))):
-            grid.addWidget(QLabel(name), i // 2, (i % 2) * 2)
-            grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
+        self.sampling_controls = {s.name: setting_control(s, setting_tip(s))
+                                  for s in llama_settings.SAMPLING.values()}
+        """A declared sampling setting's name (``SAMPLING``) -> its control, two to a row in declaration order
+        (the verification choice takes the sixth place)."""
+        c = self.sampling_controls
+        self.temperature, self.top_k, self.top_p, self.min_p, self.seed = (
+            c[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed"))
+        self.penalties = {name: c[name] for name in PENALTY_FIELDS}
+        """``PENALTY_FIELDS`` name -> its box (llama.cpp's --repeat-penalty, ...)."""
         self.verification = QComboBox()
         self.verification.addItems(["sample_match", "rejection"])
         self.verification.setToolTip(
@@ -164,15 +165,14 @@ class ControlPanel(QWidget):
             "sample_match: accept while the proposal equals the target's sample (any source)\n"
             "rejection: speculative sampling with the draft's probabilities (draft source; "
             "other sources fall back to sample_match)")
-        grid.addWidget(QLabel("verify"), 2, 2)
-        grid.addWidget(self.verification, 2, 3)
-        self.penalties = penalty_boxes()
-        """``PENALTY_FIELDS`` name -> its box (llama.cpp's --repeat-penalty, ...): two rows under the others."""
-        for i, (name, label) in enumerate(zip(PENALTY_FIELDS, ("repeat", "last n", "presence", "freq."))):
-            tag = QLabel(label)  # "freq.": the panel keeps its width; the tooltip says it all
-            tag.setToolTip(self.penalties[name].toolTip())
-            grid.addWidget(tag, 3 + i // 2, (i % 2) * 2)
-            grid.addWidget(self.penalties[name], 3 + i // 2, (i % 2) * 2 + 1)
+        cells = [*c, "verification"]
+        cells.insert(5, cells.pop())  # beside the seed, before the penalties
+        for i, name in enumerate(cells):
+            w = self.verification if name == "verification" else c[name]
+            tag = QLabel("verify" if name == "verification" else llama_settings.SAMPLING[name].label)
+            tag.setToolTip(w.toolTip())  # "freq.": the panel keeps its width; the tooltip says it all
+            grid.addWidget(tag, i // 2, (i % 2) * 2)
+            grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
         self.temperature.valueChanged.connect(self.follow_temperature)
         self.follow_temperature(self.temperature.value())
         lay.addWidget(g)
@@ -248,14 +248,16 @@ class ControlPanel(QWidget):
     def generation_settings(self) -> GenerationSettings:
         """The limits and sampling typed in the panel (tokens), and whether receipts keep the per-row
         probability figures (the "probabilities" box)."""
-        sampling = SamplingSettings(self.temperature.value(), self.top_k.value(), self.top_p.value(),
-                                    self.min_p.value(), self.seed.value(),
-                                    **{name: box.value() for name, box in self.penalties.items()})
+        sampling = self.sampling_settings()
         verification = self.verification.currentText() if not sampling.greedy else "sample_match"
         draft_max = DEFAULT_DRAFT_MAX if self.draft_max_auto() else self.draft_max.value()
         return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=draft_max,
                                   stop=self.stop_list(), sampling=sampling, verification=verification,
                                   probabilities=self.probabilities.isChecked())
+
+    def sampling_settings(self) -> SamplingSettings:
+        """The sampling typed in the panel: each declared setting's control (``sampling_controls``)."""
+        return SamplingSettings(**{name: w.value() for name, w in self.sampling_controls.items()})
 
     def show_draft_max_used(self, settings: dict | None) -> None:
         """Name the draft max a run with ``auto`` used (its settings' ``draft_max_from``), else nothing."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from inspector.engine.settings import PENALTY_DEFAULTS
-from inspector.llama.context_options import DEFAULT_CONTEXT, loaded_context
+from inspector.engine.llama_settings import SAMPLING
+from inspector.llama.context_settings import DEFAULT_CONTEXT, loaded_context
 from inspector.llama.quantize import TARGET_TYPES
 
 
@@ -58,9 +58,8 @@ class PanelValues:
             "source": p.source.currentText(), **options,
             "draft_max": p.draft_max.value(), "max_tokens": p.max_tokens.value(),
             "n_ctx": p.n_ctx.value(), "threads": p.threads.value(), "stop": p.stop_strings.text(),
-            "temperature": p.temperature.value(), "top_k": p.top_k.value(), "top_p": p.top_p.value(),
-            "min_p": p.min_p.value(), "seed": p.seed.value(), "prompt": p.prompt.toPlainText(),
-            **{name: box.value() for name, box in p.penalties.items()},
+            "prompt": p.prompt.toPlainText(),
+            **{name: box.value() for name, box in p.sampling_controls.items()},  # by their declared names
             "custom_prompt": p.prompt_box.custom_prompt,
             "verification": p.verification.currentText(), "draft_type": p.draft_type.currentText(),
             "raw": p.raw.isChecked(), "system_prompt": p.system_prompt.text(),
@@ -87,14 +86,14 @@ class PanelValues:
         src = st.get("source") or {}
         opts = src.get("settings") or {}
         v = {"prompt": prompt, "max_tokens": st.get("max_new_tokens"), "draft_max": st.get("draft_max"),
-             "temperature": samp.get("temperature"), "top_k": samp.get("top_k"), "top_p": samp.get("top_p"),
-             "min_p": samp.get("min_p"), "seed": samp.get("seed"), "verification": st.get("verification"),
+             "verification": st.get("verification"),
              "raw": bool(st.get("raw", False)), "n_ctx": st.get("n_ctx"),
              # a file without the setting was written before per-row probabilities (schema v1): none
              "probabilities": bool(st.get("probabilities", False)),
              "stop": join_stop_strings(st.get("stop") or ()), "system_prompt": st.get("system_prompt", ""),
-             # a file without the penalties was written before them: llama-server's defaults (no penalty)
-             **{name: samp.get(name, default) for name, default in PENALTY_DEFAULTS.items()}}
+             # each sampling setting by its receipts field; a file written before one was recorded (the
+             # penalties): its declared default (no penalty)
+             **{name: samp.get(name, s.default) for name, s in SAMPLING.items()}}
         name = str(src.get("name", ""))
         # The saved source's own options, by its declaration (as its settings() recorded them).
         v.update({c.key: opts.get(n) for n, c in p.option_controls.get(name, {}).items()})
@@ -136,14 +135,11 @@ class PanelValues:
             p.set_source(v["source"])  # a source no longer installed keeps the default
         if isinstance(v.get("rpc_servers"), str):
             m.rpc_servers.setText(v["rpc_servers"])
-        for key, w in (("draft_max", p.draft_max), ("max_tokens", p.max_tokens), ("top_k", p.top_k),
-                       ("gpu_layers", m.gpu_layers),
-                       ("seed", p.seed), ("n_ctx", p.n_ctx), ("threads", p.threads)):
+        for key, w in (("draft_max", p.draft_max), ("max_tokens", p.max_tokens), ("gpu_layers", m.gpu_layers),
+                       ("n_ctx", p.n_ctx), ("threads", p.threads)):
             num(key, w, int)
-        for key, w in (("temperature", p.temperature), ("top_p", p.top_p), ("min_p", p.min_p)):
-            num(key, w, float)
-        for key, w in p.penalties.items():
-            num(key, w, int if key == "repeat_last_n" else float)
+        for key, w in p.sampling_controls.items():
+            num(key, w, SAMPLING[key].type)
         for key, combo in (("verification", p.verification), ("draft_type", p.draft_type)):
             if isinstance(v.get(key), str) and combo.findText(v[key]) >= 0:
                 combo.setCurrentText(v[key])

@@ -1,5 +1,5 @@
-"""Small widgets of the control panel: spin boxes that ignore the wheel unless focused,
-a fixed-height grey note, and a widget that is enabled exactly when another one is."""
+"""Small widgets of the control panel: spin boxes that ignore the wheel unless focused, a declared
+llama.cpp setting's control, a fixed-height grey note, and a widget that is enabled exactly when another one is."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLabel, QScrollArea, QSpinBox, QWidget
 
-from inspector.engine.settings import PENALTY_DEFAULTS, SETTING_RULES
+from inspector.engine.llama_settings import Setting
 
 
 class WheelGuard(QObject):
@@ -98,39 +98,34 @@ def dspin(lo: float, hi: float, value: float, step: float, tip: str = "") -> QDo
     return s
 
 
-def rule_limits(name: str, lo: float, hi: float, step: float = 1) -> tuple[float, float]:
-    """A spin box's limits for the setting ``name`` (a key of ``SETTING_RULES``): the rule's bounds
-    where they are narrower than ``lo`` / ``hi`` (an excluded minimum moves up by ``step``, the box's
-    smallest change), else ``lo`` / ``hi`` (a box needs finite limits). Raises ``KeyError`` for an unknown ``name``."""
-    rule = SETTING_RULES[name]
+def rule_limits(rule, lo: float, hi: float, step: float = 1) -> tuple[float, float]:
+    """A spin box's limits for a setting's ``rule`` (``SettingRule``): the rule's bounds where they are
+    narrower than ``lo`` / ``hi`` (an excluded minimum moves up by ``step``, the box's smallest change),
+    else ``lo`` / ``hi`` (a box needs finite limits)."""
     low = lo if rule.minimum is None else max(lo, rule.minimum + (step if rule.minimum_open else 0))
     high = hi if rule.maximum is None else min(hi, rule.maximum)
     return low, high
 
 
-PENALTY_TIPS = {
-    "repeat_penalty": "--repeat-penalty (llama.cpp): divides a positive logit (multiplies a negative one) of each "
-                      "token seen in the last N tokens [1.0 = disabled, llama-server's default]",
-    "repeat_last_n": "--repeat-last-n (llama.cpp): N, how many of the sequence's last tokens the penalties look "
-                     "at, prompt included [64, llama-server's default; 0 = disabled]",
-    "presence_penalty": "--presence-penalty (llama.cpp): subtracted from the logit of each token seen in the last "
-                        "N tokens [0.0 = disabled, llama-server's default]",
-    "frequency_penalty": "--frequency-penalty (llama.cpp): subtracted once per occurrence in the last N tokens "
-                         "[0.0 = disabled, llama-server's default]",
-}
-"""Tooltips of the penalty boxes: llama.cpp's flag, what it does, llama-server's default."""
-PENALTY_SPANS = {"repeat_penalty": (0.01, 5.0, 0.05), "repeat_last_n": (0, 131072, 1),
-                 "presence_penalty": (-5.0, 5.0, 0.1), "frequency_penalty": (-5.0, 5.0, 0.1)}
-"""Limits of a penalty box (its rule's, ``SETTING_RULES``, where narrower), and its step."""
+def setting_tip(s: Setting, more: str = "") -> str:
+    """A declared setting's tooltip: llama.cpp's flags, its help and default (``Setting.help_text``),
+    then ``more``."""
+    return f"llama.cpp {', '.join(s.flags)}: {s.help_text()}" + (f"; {more}" if more else "")
 
 
-def penalty_boxes() -> dict:
-    """One spin box per ``PENALTY_FIELDS`` name, at llama-server's default, its limits from the
-    setting's rule (``rule_limits``), its tooltip naming llama.cpp's flag (``PENALTY_TIPS``)."""
-    out = {}
-    for name, (lo, hi, step) in PENALTY_SPANS.items():
-        low, high = rule_limits(name, lo, hi, 0.01 if isinstance(step, float) else 1)
-        tip = PENALTY_TIPS[name] + ". The penalties come first in the sampler chain, greedy included."
-        out[name] = (dspin(low, high, PENALTY_DEFAULTS[name], step, tip) if isinstance(step, float)
-                     else spin(int(low), int(high), PENALTY_DEFAULTS[name], tip))
-    return out
+def setting_control(s: Setting, tip: str = "") -> QWidget:
+    """The control of a declared llama.cpp setting (``inspector.engine.llama_settings.Setting``) at its
+    default: a combo box of its choices, else a spin box over its ``control`` limits (narrowed to its
+    rule's, ``rule_limits``), decimal for a ``float``; ``tip`` its tooltip."""
+    if s.kind == "choice":
+        box = QComboBox()
+        box.addItems(list(s.choices))
+        box.setCurrentText(s.default)
+        box.setToolTip(tip)
+        return box
+    lo, hi, step = s.control
+    if s.rule is not None:
+        lo, hi = rule_limits(s.rule, lo, hi, 0.01 if s.kind == "float" else 1)
+    if s.kind == "float":
+        return dspin(lo, hi, s.default, step, tip)
+    return spin(int(lo), int(hi), s.default, tip)
