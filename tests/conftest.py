@@ -27,7 +27,6 @@ if os.environ.get("QT_QPA_PLATFORM", "offscreen") == "offscreen":
 import pytest  # noqa: E402
 
 from inspector.bench.server_build import (  # noqa: E402
-    LLAMA_CPP_COMMIT,
     SERVER_BUILD_MINUTES,
     NotALlamaServer,
     ServerBuildError,
@@ -37,6 +36,7 @@ from inspector.bench.server_build import (  # noqa: E402
     server_version,
 )
 from inspector.bench.server_process import LlamaServerProcess  # noqa: E402
+from inspector.llama.server_parity import LLAMA_CPP_COMMIT  # noqa: E402
 from inspector.engine import Generation, GenerationObserver, GenerationSettings, RuntimeScheduler  # noqa: E402
 from inspector.llama import bundled_model_path  # noqa: E402
 from inspector.thread_pools import limit_thread_pools  # noqa: E402

@@ -13,7 +13,8 @@ import json
 
 import pytest
 
-from inspector.bench.compare import CompareConfig, parse_config, run_compare
+from inspector.bench.compare import parse_config, run_compare
+from inspector.bench.compare_result import CompareConfig
 from inspector.bench.compare_result import write_compare_csv, write_compare_json
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.baseline import plain_generation, run_baseline

@@ -6,7 +6,8 @@ from __future__ import annotations
 import csv
 import json
 
-from inspector.bench.compare import CompareConfig, default_configs
+from inspector.bench.compare import default_configs
+from inspector.bench.compare_result import CompareConfig
 from inspector.session.run_states import BUSY, IDLE
 from test_gui_support import RUN_TIMEOUT_MS, DecodeHold, make_window
 

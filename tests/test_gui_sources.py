@@ -235,7 +235,7 @@ def test_ngram_length_is_a_remembered_source_option(qtbot, runtime, tmp_path):
 
 
 def test_a_model_that_cannot_drop_rows_refuses_speculation_in_a_dialog(qtbot, runtime, tmp_path, monkeypatch):
-    from inspector.llama.runtime import RollbackProbe
+    from inspector.llama.rollback import RollbackProbe
 
     monkeypatch.setattr(runtime, "_rollback", RollbackProbe(False, "recurrent state (test)"))
     w = make_window(qtbot, runtime, tmp_path, max_tokens=6)

@@ -265,7 +265,7 @@ def test_count_noun():
 
 # -- 5. Compare window: Close, Esc, Ctrl+W -----------------------------------------------
 def test_compare_window_closes_and_a_running_comparison_goes_on(qtbot, runtime, tmp_path):
-    from inspector.bench.compare import CompareConfig
+    from inspector.bench.compare_result import CompareConfig
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
     v = w.analysis.show_compare()
@@ -503,7 +503,8 @@ def test_two_token_views_of_one_record_each_redraw_the_end_mark(qtbot, tmp_path)
     from PySide6.QtGui import QTextCursor
 
     from inspector.gui.tokens.token_view import TokenView
-    from inspector.session.record import END, SessionRecord
+    from inspector.session.record import SessionRecord
+    from inspector.session.entries import END
     from test_session_record import SCRIPT, run_scripted
 
     live, doc, _ = run_scripted(tmp_path, SCRIPT)

@@ -15,28 +15,13 @@ import time
 
 import pytest
 
-from inspector.bench.server_build import (
-    LLAMA_CPP_COMMIT,
-    NotALlamaServer,
-    ServerBuildCancelled,
-    ServerBuildError,
-    build_llama_server,
-    cached_server_path,
-    find_llama_server,
-    server_version,
-)
+from inspector.bench.server_build import (NotALlamaServer, ServerBuildCancelled, ServerBuildError, build_llama_server,
+                                          cached_server_path, find_llama_server, server_version)
+from inspector.llama.server_parity import LLAMA_CPP_COMMIT
 from inspector.bench.server_compare import version_note
-from inspector.bench.server_process import (
-    LlamaServerClient,
-    LlamaServerProcess,
-    ServerStartError,
-    ServerUnreachable,
-    WrongServer,
-    complaint_line,
-    free_port,
-    parse_completion,
-    parse_metrics,
-)
+from inspector.bench.server_process import LlamaServerProcess, ServerStartError, complaint_line, free_port
+from inspector.bench.server_client import LlamaServerClient, parse_completion, parse_metrics
+from inspector.bench.server_http import ServerUnreachable, WrongServer
 
 
 def _one_line(exc: BaseException) -> str:

@@ -13,7 +13,8 @@ import json
 import pytest
 
 from inspector import asset_path
-from inspector.bench.compare import CompareConfig, run_compare
+from inspector.bench.compare import run_compare
+from inspector.bench.compare_result import CompareConfig
 from inspector.bench.server_process import free_port
 from inspector.bench.server_compare import compare_with_llama_server
 from inspector.llama.server_parity import server_counted_accepted

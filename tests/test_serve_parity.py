@@ -18,7 +18,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from inspector.bench.server_process import ServerMetrics, parse_metrics
+from inspector.bench.server_client import ServerMetrics, parse_metrics
 from inspector.engine import GenerationSettings
 from inspector.engine.baseline import top2_after
 from inspector.engine.settings import SamplingSettings

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from statistics import median
 
-from inspector.bench.compare import CompareConfig
+from inspector.bench.compare_result import CompareConfig
 from inspector.bench.server_bench import format_server_bench, measure_run, BenchRow
 from inspector.engine import RuntimeScheduler
 

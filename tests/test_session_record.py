@@ -27,7 +27,8 @@ from inspector.engine.classify import (
 from inspector.receipts import validate_document
 from inspector.receipts.autosave import AutosaveWriter
 from inspector.session.document import record_document
-from inspector.session.record import END, SessionRecord
+from inspector.session.record import SessionRecord
+from inspector.session.entries import END
 from inspector.session.record_files import record_from_autosave, record_from_document
 from inspector.session.records import RecordStream, RunEnd
 from inspector.session.run import RunRefused, RunRequest, SessionRun

@@ -92,7 +92,7 @@ def test_self_contained_sources_are_those_tune_and_bench_turns_replay(monkeypatc
 
 
 def test_compare_column_options_go_in_the_compare_windows_columns(qtbot, monkeypatch):
-    from inspector.bench.compare import CompareConfig
+    from inspector.bench.compare_result import CompareConfig
     from inspector.gui.compare.configs import CompareConfigsPanel
 
     plugin(monkeypatch, SourceDescriptor("my-lookup", (

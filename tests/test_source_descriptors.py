@@ -100,7 +100,7 @@ def test_compare_configurations_use_the_same_decision_and_declarations():
         parse_config("draft:draft_model=d.gguf,draft_max=0")
     assert parse_config("ngram:draft_max=4,n_min=1").options == {"n_min": "1"}
     make = registry_source_factory(None, GenerationSettings())
-    from inspector.bench.compare import CompareConfig
+    from inspector.bench.compare_result import CompareConfig
 
     with pytest.raises(UnknownSource):
         make(CompareConfig("x", "nope", 4))

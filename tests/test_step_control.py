@@ -13,7 +13,8 @@ import threading
 import pytest
 
 from inspector.engine import Fault, FaultPlan, Generation, GenerationObserver, GenerationSettings, RuntimeScheduler
-from inspector.session.step_control import MAX_AUTO_RESUMES, PAUSED, RUNNING, TOKEN_HOLD, StepControl
+from inspector.session.run_states import PAUSED, RUNNING, TOKEN_HOLD
+from inspector.session.step_control import MAX_AUTO_RESUMES, StepControl
 
 from fake_runtime import FakeRuntime, ListSource, follow
 

@@ -177,7 +177,8 @@ def test_a_replayed_conversation_has_the_windows_of_the_real_one_in_every_turn_t
     """The suffix source remembers across turns (its memory and its learned acceptance): replaying the
     plain conversation's turns in order gives the real run's windows, turn by turn, while the real
     conversation's output is the plain one (a near-tie flipped by batch arithmetic ends the comparison)."""
-    from inspector.bench.compare import CompareConfig, run_compare
+    from inspector.bench.compare import run_compare
+    from inspector.bench.compare_result import CompareConfig
     from inspector.bench.tune_turns import replay_turns
     from inspector.prompts import turns_path
     from inspector.session.conversation import read_turns

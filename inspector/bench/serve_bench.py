@@ -29,8 +29,11 @@ from typing import Callable, Sequence
 
 import httpx
 
-from inspector.bench.compare import PLAIN, CompareConfig, check_config_options, parse_config
-from inspector.bench.server_process import LlamaServerProcess, ServerError
+from inspector.bench.compare import check_config_options, parse_config
+from inspector.sources.registry import PLAIN
+from inspector.bench.compare_result import CompareConfig
+from inspector.bench.server_process import LlamaServerProcess
+from inspector.bench.server_http import ServerError
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.llama.server_parity import server_context
 from inspector.prompts import EXAMPLES, example_prompt

@@ -27,9 +27,12 @@ from pathlib import Path
 from statistics import median
 from typing import Callable, Sequence
 
-from inspector.bench.compare import PLAIN, CompareConfig, parse_config, registry_source_factory
+from inspector.bench.compare import parse_config, registry_source_factory
+from inspector.sources.registry import PLAIN
+from inspector.bench.compare_result import CompareConfig
 from inspector.llama.server_parity import server_counted_accepted
-from inspector.bench.server_process import LlamaServerProcess, ServerError
+from inspector.bench.server_process import LlamaServerProcess
+from inspector.bench.server_http import ServerError
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.llama.server_parity import server_context
 from inspector.engine.settings import DEFAULT_N_CTX

@@ -25,11 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from inspector.bench.compare import PLAIN, CompareResult, CompareRow, TurnsRun
-from inspector.bench.server_build import LLAMA_CPP_COMMIT, NotALlamaServer, server_version
-from inspector.bench.server_process import (REQUEST_DEADLINE_S, LlamaServerClient, LlamaServerProcess,
-                                            ServerCompletion, ServerError, ServerMetrics, ServerRequestError,
-                                            penalty_fields)
+from inspector.bench.compare import TurnsRun
+from inspector.sources.registry import PLAIN
+from inspector.bench.compare_result import CompareResult, CompareRow
+from inspector.bench.server_build import NotALlamaServer, server_version
+from inspector.llama.server_parity import LLAMA_CPP_COMMIT
+from inspector.bench.server_process import LlamaServerProcess, penalty_fields
+from inspector.bench.server_http import REQUEST_DEADLINE_S, ServerError, ServerRequestError
+from inspector.bench.server_client import LlamaServerClient, ServerCompletion, ServerMetrics
 from inspector.engine.baseline import first_difference, top2_after
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.scheduler import RuntimeScheduler

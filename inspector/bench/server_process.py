@@ -41,10 +41,8 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
-from inspector.bench.server_client import (LlamaServerClient, ServerCompletion, ServerMetrics,  # noqa: F401
-                                           parse_completion, parse_metrics)
-from inspector.bench.server_http import (REQUEST_DEADLINE_S, ServerError, ServerRequestError,  # noqa: F401
-                                         ServerUnreachable, WrongServer)
+from inspector.bench.server_client import LlamaServerClient
+from inspector.bench.server_http import REQUEST_DEADLINE_S, ServerError
 from inspector.engine.settings import SamplingSettings
 
 HOST = "127.0.0.1"

@@ -23,7 +23,8 @@ from statistics import median
 from types import SimpleNamespace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from inspector.bench.compare import CompareConfig, run_compare
+from inspector.bench.compare import run_compare
+from inspector.bench.compare_result import CompareConfig
 from inspector.engine.classify import classify_window
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest, max_proposal_tokens

@@ -16,7 +16,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from inspector.bench.compare import CompareConfig, run_compare
+from inspector.bench.compare import run_compare
+from inspector.bench.compare_result import CompareConfig
 from inspector.engine.receipt import PREFILL, STEP
 from inspector.sources.registry import PLAIN, self_contained_sources
 

@@ -9,7 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from inspector.bench.compare import CompareConfig, default_configs, parse_config, run_compare
+from inspector.bench.compare import default_configs, parse_config, run_compare
+from inspector.bench.compare_result import CompareConfig
 from inspector.bench.compare_result import format_compare, write_compare_csv, write_compare_json
 from inspector.bench.rpc import bench_rpc, format_rpc
 from inspector.bench.run import TASKS, format_bench, run_bench
@@ -18,7 +19,7 @@ from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError,
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_client import SERVER_LIMITS_HELP
 from inspector.bench.server_http import REQUEST_DEADLINE_S
-from inspector.bench.server_process import ServerError
+from inspector.bench.server_http import ServerError
 from inspector.bench.serve_bench import SERVE_BENCH_CONFIGS, format_serve_bench, serve_bench
 from inspector.bench.turns import combine_turns_benches, format_combined, format_turns_bench, run_turns_bench
 from inspector.bench.weights import bench_weights, format_weights

@@ -34,7 +34,8 @@ from inspector.serve.errors import AUTHENTICATION, EXCEED_CONTEXT, NOT_FOUND, SE
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
 from inspector.serve.params import ServeDefaults, parse_request
 from inspector.serve.replies import FINGERPRINT, Replies, generation_settings, piece_json
-from inspector.serve.slot import Job, JobResult, ServeSlot, TokenOut
+from inspector.serve.slot import ServeSlot
+from inspector.serve.job import Job, JobResult, TokenOut
 
 MAX_BODY_BYTES = 16 << 20
 """Largest request body (``--max-body-mb``); a larger one gets 413."""

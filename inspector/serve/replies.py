@@ -17,7 +17,7 @@ import time
 
 from inspector.engine.text import utf8_complete_length
 from inspector.serve.params import SAMPLER_ORDER, CompletionParams
-from inspector.serve.slot import JobResult, TokenOut
+from inspector.serve.job import JobResult, TokenOut
 
 FINGERPRINT = "b0-0c1e570"
 """``system_fingerprint``: the llama.cpp build our runtime is (``llama_build_info()`` of the reference)."""

@@ -5,15 +5,18 @@ States: the worker's ``IDLE``, ``LOADING``, ``RUNNING``, ``PAUSED`` and ``TOKEN_
 continues) and ``BUSY`` (the engine thread measures the cost model or compares
 configurations) and ``SERVING`` (the window serves llama-server's HTTP API on the loaded model:
 ``inspector.gui.serve``). ``control_states`` decides what is enabled from the state and what the
-window shows; ``RunControl.set_state`` applies it to the widgets and actions. Beside ``step_control``,
-whose ``RUNNING``, ``PAUSED`` and ``TOKEN_HOLD`` it takes, so that every package of the window (the
-worker, the views, the shell) reads the states from below them.
+window shows; ``RunControl.set_state`` applies it to the widgets and actions. Every state is defined
+here, ``step_control``'s ``RUNNING``, ``PAUSED`` and ``TOKEN_HOLD`` too (it announces them), so that every
+package of the window (the worker, the views, the shell) reads the states from below them.
 """
 
 from __future__ import annotations
 
-from inspector.session.step_control import PAUSED, RUNNING, TOKEN_HOLD
-
+RUNNING = "running"
+PAUSED = "paused"
+TOKEN_HOLD = "token_hold"
+"""``StepControl``'s states (``inspector.session.step_control``): running, paused between decode steps,
+holding before a committed token."""
 IDLE = "idle"
 LOADING = "loading"
 ERROR = "error"

@@ -19,10 +19,8 @@ import threading
 from typing import Callable, Sequence
 
 from inspector.engine.errors import RuntimeLost
+from inspector.session.run_states import PAUSED, RUNNING, TOKEN_HOLD
 
-RUNNING = "running"
-PAUSED = "paused"
-TOKEN_HOLD = "token_hold"
 BREAK_KINDS = ("first_mismatch", "stopped", "discard", "error")
 MAX_AUTO_RESUMES = 50
 """Errors resumed automatically in one run (``error`` not in break-on) before the run pauses anyway."""

@@ -36,7 +36,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.bench.compare import PLAIN, CompareConfig, check_config_options, default_configs
+from inspector.bench.compare import check_config_options, default_configs
+from inspector.sources.registry import PLAIN
+from inspector.bench.compare_result import CompareConfig
 from inspector.gui.compare.option_cells import (OPTION_COLUMNS, cell_options, column_options, describe,
                                                 options_hint)
 from inspector.gui.look.table_copy import install_row_copy

@@ -5,7 +5,7 @@ tooltip (``options_hint``). The configurations panel (``inspector.gui.compare.co
 
 from __future__ import annotations
 
-from inspector.bench.compare import PLAIN
+from inspector.sources.registry import PLAIN
 from inspector.sources.registry import describe_source
 
 OPTION_COLUMNS = {"n_max": 3, "n_min": 4, "length": 5}

@@ -49,7 +49,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.bench.compare import PLAIN, CompareConfig, CompareResult, default_configs
+from inspector.bench.compare import default_configs
+from inspector.sources.registry import PLAIN
+from inspector.bench.compare_result import CompareConfig, CompareResult
 from inspector.bench.compare_result import write_compare_csv, write_compare_json
 from inspector.gui.compare.configs import CompareConfigsPanel
 from inspector.gui.compare.server_choice import ServerChoice

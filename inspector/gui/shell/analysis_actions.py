@@ -22,7 +22,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from inspector.bench.compare import CompareConfig
+from inspector.bench.compare_result import CompareConfig
 from inspector.gui.compare.server_build import ServerBuildActions
 from inspector.gui.compare.view import CompareView
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest

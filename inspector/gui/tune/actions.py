@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 
-from inspector.bench.compare import CompareConfig
+from inspector.bench.compare_result import CompareConfig
 from inspector.bench.tune import (NotReplayable, cold_replay_note, costs_from_record, fitted_costs, grid,
                                   points_from_record, recording_from_record, replay, tune)
 from inspector.engine.settings import GenerationSettings, SamplingSettings
