@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from inspector.engine.receipt import decision_id_text
+from inspector.engine.records import decision_id_text
 from inspector.engine.settings import (DEFAULT_MAX_NEW_TOKENS, SEED_MAX, GenerationSettings, SamplingSettings,
                                        check_setting, interpret_setting, sampling_settings)
 from inspector.receipts import ReceiptsFileError, load_document

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from inspector.bench.compare import TurnsRun
 from inspector.bench.compare_result import CompareConfig, CompareResult, CompareRow, format_compare
-from inspector.engine.receipt import Summary
+from inspector.engine.records import Summary
 from inspector.engine.settings import GenerationSettings
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from inspector.session.contention import (CpuClock, contention_note, machine_busy_seconds, median_plain_step_ms,
                                           others_cpu_share)
-from inspector.engine.receipt import LockOperation
+from inspector.engine.records import LockOperation
 
 SPIN = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass\n"
 

@@ -141,7 +141,7 @@ def test_a_run_killed_mid_way_leaves_an_autosave_that_view_and_the_window_open(t
     assert len(torn.receipts) == len(windows) and torn.bad_lines == 1
 
     # The window opens the same file with the same windows.
-    from inspector.session.record_files import record_from_autosave
+    from inspector.session.record_from_file import record_from_autosave
 
     session = record_from_autosave(autosave)
     assert [r.window_index for r in session.receipts] == windows

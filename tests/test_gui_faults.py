@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from inspector.receipts import load_document
-from inspector.session.record_files import record_from_document
+from inspector.session.record_from_file import record_from_document
 from inspector.session.run_states import ERROR, IDLE, PAUSED
 from test_gui_support import MAX_TOKENS, assert_same_greedy_output, example_text, follow_window, plain_tokens, \
     wait_state

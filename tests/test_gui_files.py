@@ -13,7 +13,7 @@ from PySide6.QtGui import QImage
 
 from inspector.gui import app as gui_app
 from inspector.receipts import load_document
-from inspector.session.record_files import record_from_autosave
+from inspector.session.record_from_file import record_from_autosave
 from inspector.session.run_states import IDLE
 from test_gui_support import follow_window, kv_data_rect, make_window, open_receipts, run_to_end
 

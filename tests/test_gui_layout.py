@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication
 
-from inspector.engine.receipt import decision_id_text
+from inspector.engine.records import decision_id_text
 from test_gui_support import make_window, run_to_end
 
 

@@ -134,7 +134,7 @@ def test_a_model_without_a_chat_template_names_the_windows_raw_box(qtbot, runtim
 def test_an_idle_new_session_says_no_run_and_baseline_not_run_is_not_green(qtbot, runtime, tmp_path):
     """Defect 5: an idle new live session showed "finish reason: running"; "baseline: not run" kept the
     green of an earlier "identical to plain decoding"."""
-    from inspector.session.record import SessionRecord
+    from inspector.session.session_record import SessionRecord
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
     w.refresh_all()

@@ -143,8 +143,8 @@ def test_tokens_drawn_before_their_receipt_get_their_mark_when_it_arrives(qtbot,
     same marks as a drawing of the finished record; meanwhile the hover says the window is not
     verified yet."""
     from scenarios import ALTERNATE, Follower
-    from inspector.session.record import SessionRecord
-    from inspector.session.records import RecordingObserver, RunHeader
+    from inspector.session.session_record import SessionRecord
+    from inspector.session.run_records import RecordingObserver, RunHeader
     from test_gui_support import example_text
 
     prompt = chat_tokens(example_text("copy-with-corrections"))
@@ -203,7 +203,7 @@ def test_probabilities_turned_off_are_named_so(qtbot, tmp_path):
     """A schema-v2 record of a run with probabilities off (``--no-probabilities``): the hover
     says they were turned off, not that the file is old."""
     from inspector.receipts import load_document
-    from inspector.session.record_files import record_from_document
+    from inspector.session.record_from_file import record_from_document
 
     doc = load_document(V1_FILE)
     doc["settings"] = {**doc["settings"], "probabilities": False}

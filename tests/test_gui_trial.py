@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QApplication
 
 from inspector.engine.classify import FROM_PREFILL
 from inspector.gui.panel.values import join_stop_strings, parse_stop_strings
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.session.run_states import ERROR, IDLE, PAUSED, TOKEN_HOLD
 from test_gui_support import export_session, make_window, open_receipts, run_to_end, wait_state
 

@@ -14,7 +14,7 @@ import pytest
 from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QLineEdit, QTableView
 
-from inspector.engine.receipt import LockOperation
+from inspector.engine.records import LockOperation
 from inspector.session.run_states import BUSY, IDLE
 from test_gui_support import RUN_TIMEOUT_MS, kv_data_rect, make_window, run_to_end
 
@@ -25,8 +25,8 @@ def _engine_run(make_generation, scheduler, chat_tokens, runtime, proposals, fau
     """(session, generation) of a scripted-source run to ``MAX_TOKENS`` tokens, resumed after each error;
     the session record is filled by the engine's observer, as the worker fills it (``RecordingObserver``)."""
     from inspector.engine.errors import EngineError
-    from inspector.session.record import SessionRecord
-    from inspector.session.records import Progress, RecordingObserver, RunHeader
+    from inspector.session.session_record import SessionRecord
+    from inspector.session.run_records import Progress, RecordingObserver, RunHeader
     from inspector.sources import ScriptedSource
     from test_gui_support import example_text
 
@@ -150,7 +150,7 @@ def test_lock_time_counts_from_the_run_start(qtbot, engine_session):
 
 def test_zero_waits_are_drawn_as_zero_not_one_microsecond(qtbot):
     from inspector.gui.plots.lock_plots import LockPlots
-    from inspector.session.record import SessionRecord
+    from inspector.session.session_record import SessionRecord
 
     s = SessionRecord()
     s.main_session_id = 3
@@ -503,7 +503,7 @@ def test_two_token_views_of_one_record_each_redraw_the_end_mark(qtbot, tmp_path)
     from PySide6.QtGui import QTextCursor
 
     from inspector.gui.tokens.token_view import TokenView
-    from inspector.session.record import SessionRecord
+    from inspector.session.session_record import SessionRecord
     from inspector.session.entries import END
     from test_session_record import SCRIPT, run_scripted
 

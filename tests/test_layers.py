@@ -17,7 +17,7 @@ LAYERS = {
     "inspector": 0, "inspector.engine": 0, "inspector.bounded_read": 0, "inspector.exact_options": 0,
     "inspector.llama": 1, "inspector.receipts": 1,
     "inspector.sources": 2,
-    "inspector.session": 3, "inspector.run_output": 3,
+    "inspector.session": 3,
     "inspector.serve": 4,
     "inspector.bench": 5,
     "inspector.gui": 6,

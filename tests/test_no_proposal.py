@@ -8,7 +8,7 @@ import pytest
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.no_proposal import ENGINE_REASONS, NoProposal, count_reasons, no_room_detail, reason_code
 from inspector.engine.proposal import Proposal
-from inspector.engine.receipt import EngineEvent
+from inspector.engine.records import EngineEvent
 from inspector.prompts import example_prompt
 from inspector.sources.registry import SourceContext, describe_source, make_source
 

@@ -12,7 +12,7 @@ from inspector.engine.probability_stats import (
     judged_tokens,
     probability_by_position,
 )
-from inspector.engine.receipt import WindowReceipt
+from inspector.engine.records import WindowReceipt
 
 
 def receipt(p, accepted, disposition, q=None, *, figures=True, index=1) -> WindowReceipt:

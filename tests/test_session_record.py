@@ -27,10 +27,10 @@ from inspector.engine.classify import (
 from inspector.receipts import validate_document
 from inspector.receipts.autosave import AutosaveWriter
 from inspector.session.document import record_document
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.session.entries import END
-from inspector.session.record_files import record_from_autosave, record_from_document
-from inspector.session.records import RecordStream, RunEnd
+from inspector.session.record_from_file import record_from_autosave, record_from_document
+from inspector.session.run_records import RecordStream, RunEnd
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 
 from fake_runtime import FakeRuntime, ListSource, follow
@@ -260,7 +260,7 @@ def test_a_failed_run_ended_unclean_leaves_its_autosave_unfinished(tmp_path):
 
 
 def test_a_run_error_sets_the_kv_length_its_repair_left_and_joins_the_errors():
-    from inspector.session.records import RunError
+    from inspector.session.run_records import RunError
 
     s = SessionRecord()
     s.kv_length = 12

@@ -18,7 +18,7 @@ import sys
 from hypothesis import given, strategies as st
 
 from inspector.engine.text import ShownText, label_bytes, shown_text, token_label, utf8_complete_length
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 
 TEXT = "東京タワーは赤い。🎉🎉 Ünïcödé ✓"
 PROMPT = "Copy exactly: " + TEXT

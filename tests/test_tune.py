@@ -13,7 +13,7 @@ from inspector.engine import Generation, GenerationSettings
 from inspector.llama.cost_model import CostModel
 from inspector.prompts import example_prompt
 from inspector.receipts.document import load_document
-from inspector.session.record_files import record_from_document
+from inspector.session.record_from_file import record_from_document
 from inspector.sources.registry import SourceContext, make_source
 
 from test_cli import cli, one_clear_line

@@ -103,7 +103,7 @@ def test_a_conversation_killed_in_its_second_turn_keeps_the_first_whole_and_the_
         if child.poll() is None:
             child.kill()
         child.stderr.close()
-    from inspector.session.record_files import records_from_autosave  # what the window opens
+    from inspector.session.record_from_file import records_from_autosave  # what the window opens
 
     first, second = records_from_autosave(autosave)
     assert not first.unfinished and first.conversation["turn"] == 1 and len(first.receipts) >= 1

@@ -281,7 +281,7 @@ def test_a_cancel_before_the_first_tokens_commit_leaves_nothing_and_resume_start
 
 
 def test_the_session_record_shows_the_first_token_as_from_the_prefill_and_not_as_a_plain_step():
-    from inspector.session.record import SessionRecord
+    from inspector.session.session_record import SessionRecord
     from inspector.session.entries import END
 
     rt, src, g = make([follow(2)], max_new=5)

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.generation import Generation
-from inspector.engine.receipt import Summary
+from inspector.engine.records import Summary
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.bench.compare_result import CompareConfig, CompareResult, CompareRow
 from inspector.engine.settings import GenerationSettings, check_setting

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inspector.engine.receipt import Summary
+from inspector.engine.records import Summary
 from inspector.engine.settings import GenerationSettings, check_setting
 from inspector.llama.cost_model import CostModel
 
@@ -42,7 +42,7 @@ class CompareRow:
     """The figures of one configuration's run.
 
     ``summary``: the run's ``Summary`` (named definitions in
-    ``inspector.engine.receipt.Summary``). ``speedup_vs_plain``: decode
+    ``inspector.engine.records.Summary``). ``speedup_vs_plain``: decode
     tokens/s over the plain run's (None without a plain run).
     ``expected_speedup``: what the cost model predicts from this run's windows
     (None without a cost model or windows). ``same_output_as_plain``: the

@@ -22,7 +22,7 @@ from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.llama.cost_cache import placement, store_cost_model
 from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
 from inspector.prompts import EXAMPLES, example_prompt
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.session.run import RunRequest, SessionRun
 from inspector.sources import NgramSource
 

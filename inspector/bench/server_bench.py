@@ -38,7 +38,7 @@ from inspector.llama.server_parity import server_context
 from inspector.engine.settings import DEFAULT_N_CTX
 from inspector.llama.quantize import weight_form
 from inspector.prompts import EXAMPLES, example_prompt
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.session.run import RunRequest, SessionRun
 from inspector.sources.server_flags import server_arguments
 

@@ -32,7 +32,7 @@ from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_cache import stored_row_costs
 from inspector.llama.cost_model import CostModel
 from inspector.receipts.document import load_document
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.sources.registry import PLAIN, SourceContext, make_source, self_contained_sources
 
 MODEL_FREE = self_contained_sources()

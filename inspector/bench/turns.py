@@ -18,7 +18,7 @@ import numpy as np
 
 from inspector.bench.compare import run_compare
 from inspector.bench.compare_result import CompareConfig
-from inspector.engine.receipt import PREFILL, STEP
+from inspector.engine.records import PREFILL, STEP
 from inspector.sources.registry import PLAIN, self_contained_sources
 
 SOURCES = (PLAIN, *self_contained_sources())

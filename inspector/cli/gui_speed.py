@@ -32,7 +32,7 @@ from inspector.gui.shell.main_window import MainWindow
 from inspector.llama import bundled_model_path
 from inspector.llama.runtime import LlamaRuntime
 from inspector.prompts import DEFAULT_EXAMPLE, example_prompts
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.session.run import RunRequest, SessionRun
 
 TASK = DEFAULT_EXAMPLE

@@ -34,10 +34,11 @@ from inspector.llama.model_file import ModelFileError
 from inspector.prompts import EXAMPLES, example_path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.receipts.autosave import AutosaveWriter
-from inspector.run_output import StreamPrinter, drive_run, format_balance, format_events, format_reasons, format_summary
+from inspector.cli.run_output import (StreamPrinter, drive_run, format_balance, format_events, format_reasons,
+                                      format_summary)
 from inspector.session.contention import run_contention_note
 from inspector.session.document import record_document
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 from inspector.sources.registry import PLAIN, describe_source, source_names
 

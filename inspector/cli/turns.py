@@ -26,9 +26,9 @@ from inspector.engine.errors import EngineError
 from inspector.prompts import TURNS_EXAMPLES, turns_path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.receipts.autosave import AutosaveWriter
-from inspector.run_output import StreamPrinter, drive_run, format_reasons, format_summary, turn_heading
+from inspector.cli.run_output import StreamPrinter, drive_run, format_reasons, format_summary, turn_heading
 from inspector.session.conversation import MAX_TURNS, Conversation, conversation_document, read_turns
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 from inspector.session.transcript import message_text
 

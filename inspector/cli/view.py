@@ -7,13 +7,13 @@ from pathlib import Path
 
 from inspector.cli.common import EXIT_ERROR, fail
 from inspector.cli.ranges import positive
-from inspector.engine.receipt import receipt_from_json
+from inspector.engine.records import receipt_from_json
 from inspector.receipts import ReceiptsFileError, load_document
 from inspector.receipts.document import is_conversation, version_note
 from inspector.receipts.trace import trace_file
-from inspector.run_output import (document_token_text, format_autosave, format_autosave_turns, format_conversation,
+from inspector.cli.run_output import (document_token_text, format_autosave, format_autosave_turns, format_conversation,
                                   format_document, format_events, format_window_rows, format_windows, turn_heading)
-from inspector.session.record_files import records_from_autosave
+from inspector.session.record_from_file import records_from_autosave
 
 
 def add_view_commands(sub) -> None:

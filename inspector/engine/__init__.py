@@ -5,7 +5,7 @@ from inspector.engine.faults import Fault, FaultPlan
 from inspector.engine.generation import Generation
 from inspector.engine.observer import GenerationObserver
 from inspector.engine.proposal import Proposal, ProposalRequest, ProposalSource
-from inspector.engine.receipt import Discard, EngineEvent, WindowReceipt
+from inspector.engine.records import Discard, EngineEvent, WindowReceipt
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import GenerationSettings, SamplingSettings
 

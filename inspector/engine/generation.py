@@ -32,7 +32,7 @@ from inspector.engine.no_proposal import DISCARDED, NO_ROOM, PLAIN_DECODING, no_
 from inspector.engine.observer import GenerationObserver
 from inspector.engine.proposal import (EXECUTION_FAILED, POSITION_MISMATCH, Proposal, ProposalRequest, ProposalSource,
                                        max_proposal_tokens)
-from inspector.engine.receipt import (COMMIT, DISCARD, ERROR, FINISH, PREFILL, REPAIR, STEP, Discard, EngineEvent,
+from inspector.engine.records import (COMMIT, DISCARD, ERROR, FINISH, PREFILL, REPAIR, STEP, Discard, EngineEvent,
                                       WindowReceipt, failure_place)
 from inspector.engine.runtime_calls import check_speculation_supported, plain_step_call, prefill_call
 from inspector.engine.scheduler import RuntimeScheduler
@@ -490,7 +490,7 @@ class Generation:
         self.observer.on_discard(d)
 
     def failure_place(self) -> str:
-        """Where the last error happened, for messages (``inspector.engine.receipt.failure_place``)."""
+        """Where the last error happened, for messages (``inspector.engine.records.failure_place``)."""
         return failure_place(self.events, self.window_count)
 
     def _error(self, exc: BaseException, window: int | None) -> None:

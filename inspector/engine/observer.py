@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inspector.engine.proposal import Proposal
-from inspector.engine.receipt import Discard, EngineEvent, WindowReceipt
+from inspector.engine.records import Discard, EngineEvent, WindowReceipt
 
 
 class GenerationObserver:

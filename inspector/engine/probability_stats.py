@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from inspector.engine.receipt import WindowReceipt
+from inspector.engine.records import WindowReceipt
 TARGET = "target"
 DRAFT = "draft"
 DEFAULT_EDGES = tuple(i / 10 for i in range(11))

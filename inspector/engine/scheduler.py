@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any, Callable, Generic, TypeVar
 
-from inspector.engine.receipt import LockOperation
+from inspector.engine.records import LockOperation
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from inspector.engine.receipt import Summary, WindowReceipt
+from inspector.engine.records import Summary, WindowReceipt
 
 
 def acceptance_by_position(receipts: Iterable[WindowReceipt]) -> list[float]:

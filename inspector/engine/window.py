@@ -35,7 +35,7 @@ from inspector.engine.errors import (
 from inspector.engine.faults import FaultPlan
 from inspector.engine.probabilities import summarise_rows
 from inspector.engine.proposal import Proposal
-from inspector.engine.receipt import REPAIR, VERIFY, PartialWindow, WindowReceipt
+from inspector.engine.records import REPAIR, VERIFY, PartialWindow, WindowReceipt
 from inspector.engine.sampling import GREEDY, REJECTION, SAMPLE_MATCH, rejection_predictions
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import SamplingSettings

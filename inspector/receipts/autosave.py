@@ -20,7 +20,7 @@ from pathlib import Path
 
 from inspector.engine.classify import FROM_PREFILL
 from inspector.engine.observer import GenerationObserver
-from inspector.engine.receipt import (COMMIT, PREFILL, Discard, EngineEvent, WindowReceipt, discard_from_json,
+from inspector.engine.records import (COMMIT, PREFILL, Discard, EngineEvent, WindowReceipt, discard_from_json,
                                       event_from_json, receipt_from_json)
 from inspector.engine.probabilities import top_texts_of, with_top_texts
 from inspector.engine.stats import summarize_receipts

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from inspector.serve.params import CompletionParams
-from inspector.session.record import SessionRecord
-from inspector.session.records import RecordStream
+from inspector.session.session_record import SessionRecord
+from inspector.session.run_records import RecordStream
 
 
 @dataclass(frozen=True)

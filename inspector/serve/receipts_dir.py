@@ -25,7 +25,7 @@ from pathlib import Path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.session.conversation import Conversation, conversation_document
 from inspector.session.document import record_document
-from inspector.session.record_files import record_from_document
+from inspector.session.record_from_file import record_from_document
 
 log = logging.getLogger(__name__)
 

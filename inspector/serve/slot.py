@@ -36,8 +36,8 @@ from inspector.llama.server_parity import server_counted_accepted
 from inspector.serve.errors import UNAVAILABLE, ApiError
 from inspector.serve.job import Job, JobResult, ServedRequest, TokenOut
 from inspector.serve.params import CompletionParams
-from inspector.session.record import SessionRecord
-from inspector.session.records import RecordStream
+from inspector.session.session_record import SessionRecord
+from inspector.session.run_records import RecordStream
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 
 log = logging.getLogger(__name__)

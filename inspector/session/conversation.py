@@ -27,7 +27,7 @@ from inspector.engine.stats import summarize_receipts
 from inspector.receipts.document import (CONVERSATION_KIND, DEFINITIONS, MAX_FILE_BYTES, SCHEMA_ID, SCHEMA_VERSION,
                                          json_problem)
 from inspector.session.document import record_document
-from inspector.session.record_files import record_from_document
+from inspector.session.record_from_file import record_from_document
 
 TURN_SEPARATOR = "---"
 """A line holding only this separates two turns of a plain-text turns file."""

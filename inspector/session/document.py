@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 import inspector
 from inspector.engine.probabilities import with_top_texts
 from inspector.receipts.document import DEFINITIONS, SCHEMA_ID, SCHEMA_VERSION, model_sha256
-from inspector.session.record import SessionRecord
-from inspector.session.records import BaselineDone, Progress, RunEnd, RunHeader, TokenTexts
+from inspector.session.session_record import SessionRecord
+from inspector.session.run_records import BaselineDone, Progress, RunEnd, RunHeader, TokenTexts
 from inspector.sources.registry import PLAIN
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inspector.engine.classify import ACCEPTED, row_outcomes
-from inspector.engine.receipt import Discard, WindowReceipt
+from inspector.engine.records import Discard, WindowReceipt
 
 END = "end"
 """Display outcome of the token that ended generation (the engine's ``finish`` event)."""

@@ -24,7 +24,7 @@ from inspector.llama.cost_model import auto_draft_max
 from inspector.receipts.autosave import AutosaveRecorder
 from inspector.session.contention import CpuClock, cpu_clock, others_cpu_share
 from inspector.session.conversation import chat_prompt
-from inspector.session.records import BaselineDone, Progress, RecordingObserver, RunEnd, RunHeader
+from inspector.session.run_records import BaselineDone, Progress, RecordingObserver, RunEnd, RunHeader
 from inspector.sources.registry import (PLAIN, SourceContext, check_source_name, close_source, make_source,
                                         source_settings, warm_text)
 

@@ -1,7 +1,7 @@
 """Where the worker's records go on the GUI thread: ``RecordFeed`` drains the worker's
 ``RecordStream`` into the session the window shows.
 
-The engine thread pushes a run's immutable records (``inspector.session.records``) as it goes;
+The engine thread pushes a run's immutable records (``inspector.session.run_records``) as it goes;
 the window calls ``RecordFeed.feed`` on its redraw tick and first thing in each lifecycle
 handler, so every record reaches the shown ``SessionRecord`` in the order it was pushed, and
 before the signal that follows it is handled.
@@ -9,8 +9,8 @@ before the signal that follows it is handled.
 
 from __future__ import annotations
 
-from inspector.session.record import SessionRecord
-from inspector.session.records import RecordStream
+from inspector.session.session_record import SessionRecord
+from inspector.session.run_records import RecordStream
 
 
 class RecordFeed:

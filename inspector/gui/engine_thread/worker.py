@@ -3,7 +3,7 @@
 The worker loads the model (with progress) and drives one run at a time through
 the run service (``inspector.session.run.SessionRun``), stepping under
 ``inspector.session.step_control.StepControl``. The run's immutable records
-(``inspector.session.records``) go into one ``RecordStream`` the window drains
+(``inspector.session.run_records``) go into one ``RecordStream`` the window drains
 on its redraw tick; signals carry only the lifecycle (model loaded, run started,
 state, hold, error, finished). It never touches a widget. The GUI controls it through the
 thread-safe ``request_*`` methods (a condition variable), because the worker's
@@ -32,7 +32,7 @@ from inspector.llama.devices import Offload, RpcUnavailable
 from inspector.llama.model_file import ModelFileError
 from inspector.llama.quantize import open_target
 from inspector.receipts.autosave_folder import open_autosave
-from inspector.session.records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
+from inspector.session.run_records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 from inspector.session.run_states import IDLE, LOADING, RUNNING
 from inspector.session.step_control import StepControl
@@ -122,7 +122,7 @@ class EngineWorker(QObject):
     stateChanged = Signal(str, str)
     aboutToCommit = Signal(object)
     errorOccurred = Signal(object)
-    """(``inspector.session.records.RunError``): what failed, and where the repair left the KV cache."""
+    """(``inspector.session.run_records.RunError``): what failed, and where the repair left the KV cache."""
     sourceFailed = Signal(str, str)
     """(source name, message): the run's proposal source could not be made (the run did not start)."""
     runFinished = Signal(str, object)
@@ -154,7 +154,7 @@ class EngineWorker(QObject):
         self._running = False
         self._closing = False
         self.records = RecordStream()
-        """Every record of the current run, in order (``inspector.session.records``): the window drains
+        """Every record of the current run, in order (``inspector.session.run_records``): the window drains
         it on its redraw tick and before it handles a lifecycle signal."""
         self.run = None
         """The current (or last) run's ``SessionRun``."""

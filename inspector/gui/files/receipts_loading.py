@@ -15,8 +15,8 @@ import gc
 from inspector.receipts import ReceiptsFileError, load_document
 from inspector.receipts.document import is_conversation, version_note
 from inspector.session.conversation import records_of_conversation
-from inspector.session.record import SessionRecord
-from inspector.session.record_files import record_from_autosave, record_from_document
+from inspector.session.session_record import SessionRecord
+from inspector.session.record_from_file import record_from_autosave, record_from_document
 
 
 def read_session(path: str) -> tuple[SessionRecord | None, str, str, object]:

@@ -12,7 +12,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyMod
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QHBoxLayout, QHeaderView, QTableView, QVBoxLayout, QWidget
 
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.gui.look.table_copy import install_row_copy
 
 COLUMNS = ("seq", "time (ms)", "kind", "window", "row", "token", "position", "detail")

@@ -30,7 +30,7 @@ from PySide6.QtCore import QPoint, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPixmap
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.gui.plots.timeline import set_limited
 from inspector.gui.look.wording import count_noun
 

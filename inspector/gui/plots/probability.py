@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 
 from inspector.engine.probability_stats import DEFAULT_EDGES, ProbabilityBin
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 
 TURNED_OFF = ("No probability figures: they were turned off for this run (the run settings' "
               "“probabilities” box); turn it on and run again to see acceptance against the target's "

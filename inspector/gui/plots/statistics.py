@@ -46,9 +46,9 @@ from inspector.engine.probability_stats import DRAFT, TARGET, acceptance_by_prob
     probability_by_position
 from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
 from inspector.engine.profit import OwnC1, run_balance
-from inspector.engine.receipt import Summary
+from inspector.engine.records import Summary
 from inspector.gui.plots.probability import TITLE_SIZE, AcceptancePlot, no_figures_reason
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.gui.plots.timeline import IntegerAxis
 from inspector.gui.look.wording import count_noun
 from inspector.sources.registry import PLAIN, describe_source

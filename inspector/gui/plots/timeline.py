@@ -29,8 +29,8 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from inspector.engine.no_proposal import reason_code
 from inspector.engine.profit import OwnC1, cumulative_profit_us
-from inspector.engine.receipt import DISCARD, PREFILL, STEP, VERIFY
-from inspector.session.record import SessionRecord
+from inspector.engine.records import DISCARD, PREFILL, STEP, VERIFY
+from inspector.session.session_record import SessionRecord
 
 
 MAX_POINTS = 2000

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from inspector.engine.stats import decode_tokens_per_s
 from inspector.serve.job import ServedRequest
 from inspector.serve.slot import KEEP_RECORDS
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 
 
 @dataclass(frozen=True)

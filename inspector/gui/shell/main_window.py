@@ -3,7 +3,7 @@ worker (on its own ``QThread``) and the views.
 
 The worker appends a run's immutable records to its ``RecordStream``; a
 ``QTimer`` at ``REDRAW_HZ`` has the ``RecordFeed`` apply them to the shown ``SessionRecord``
-(``inspector.session.record``) and redraws the views from it. The GUI thread never calls
+(``inspector.session.session_record``) and redraws the views from it. The GUI thread never calls
 llama.cpp and never waits for the worker (except when the window closes).
 
 The window is composed, not assembled from mixins: ``build_ui`` makes its widgets (a ``WindowUI``),
@@ -46,8 +46,8 @@ from inspector.gui.shell.model_line import ModelLine
 from inspector.gui.shell.run_control import RunControl
 from inspector.gui.shell.window_settings import restore_controls, restore_window, save_window
 from inspector.gui.tokens.conversation_bar import ConversationActions
-from inspector.session.record import SessionRecord
-from inspector.session.records import REFUSED, SPECULATION_REFUSED, RunEnd, RunError
+from inspector.session.session_record import SessionRecord
+from inspector.session.run_records import REFUSED, SPECULATION_REFUSED, RunEnd, RunError
 from inspector.session.run_states import ERROR, IDLE
 
 REDRAW_HZ = 15

@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, QRect, Qt
 
 from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_HINT
 from inspector.gui.shell.banner import Banner
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 
 LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
 

@@ -27,7 +27,7 @@ from inspector.gui.shell.model_line import ModelLine
 from inspector.llama import bundled_model_path
 from inspector.llama.cost_cache import placement
 from inspector.session.contention import run_contention_note
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.session.run_states import (ACTIVE_STATES, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD,
                                           control_states, state_label)
 from inspector.sources.registry import PLAIN, describe_source

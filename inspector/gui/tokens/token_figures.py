@@ -17,7 +17,7 @@ import math
 from inspector.engine.classify import FROM_PREFILL
 from inspector.engine.probabilities import SAMPLER
 from inspector.session.entries import TokenInfo
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 
 NEAR_TIE_COLOR = "#ef6c00"
 """Colour of the near-tie mark (the token view's dotted underline, the tooltip's word)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from inspector.engine.classify import token_outcome
 from inspector.gui.look import outcomes as O
 from inspector.gui.tokens.token_figures import figures_html, quoted
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 
 DIVERGENCE_COLOR = "#d50000"
 DIVERGENCE_BACKGROUND = "#ffd600"

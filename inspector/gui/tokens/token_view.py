@@ -24,7 +24,7 @@ from inspector.gui.tokens.token_figures import NEAR_TIE_COLOR
 from inspector.gui.tokens.token_stream import TOKEN_PROPERTY, TokenStream
 from inspector.gui.tokens.token_text import (DIVERGENCE_BACKGROUND, DIVERGENCE_COLOR, baseline_html, hold_html,
                                              token_tooltip)
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 
 MAX_SHOWN = 10_000
 """Most generated tokens in the document at once (a longer stream is shown in pages)."""

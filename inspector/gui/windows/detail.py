@@ -32,10 +32,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.engine.receipt import decision_id_text
+from inspector.engine.records import decision_id_text
 from inspector.engine.classify import row_outcomes, token_outcome
 from inspector.gui.look import outcomes as O
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.gui.look.table_copy import install_row_copy
 from inspector.gui.tokens.token_figures import margin_text, probability_text
 from inspector.gui.windows.table import WIDEST, WINDOW_HEADERS, WindowTableModel

@@ -18,10 +18,10 @@ import bisect
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor
 
-from inspector.engine.receipt import decision_id_text
+from inspector.engine.records import decision_id_text
 from inspector.engine.stats import SLOW_VERIFICATION_FACTOR, SLOW_VERIFICATION_HINT
 from inspector.session.entries import WindowEntry
-from inspector.session.record import SessionRecord
+from inspector.session.session_record import SessionRecord
 from inspector.gui.look.table_copy import COPY_HEADER_ROLE
 
 WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed",

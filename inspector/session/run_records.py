@@ -1,7 +1,7 @@
 """The immutable records one run appends to its ``SessionRecord``, and how they travel.
 
 A run produces the engine's own records (``EngineEvent``, ``WindowReceipt``,
-``Discard``, ``LockOperation``, ``inspector.engine.receipt``) and a few of the
+``Discard``, ``LockOperation``, ``inspector.engine.records``) and a few of the
 run's: ``RunHeader`` (what the run is: model, settings as applied, prompt),
 ``TokenTexts`` (texts of token ids, sent before the first record that needs
 them), ``ProposalStarted`` (the valid proposal of the window being verified),

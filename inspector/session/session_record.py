@@ -1,7 +1,7 @@
 """``SessionRecord``: one request as every view and export reads it, live (no Qt).
 
-A run fills it by ``apply`` of the records it appends (``inspector.session.records``); a receipts
-document or an autosave fills it through ``inspector.session.record_files``, with ``apply`` and
+A run fills it by ``apply`` of the records it appends (``inspector.session.run_records``); a receipts
+document or an autosave fills it through ``inspector.session.record_from_file``, with ``apply`` and
 the few public methods below (``add_token``, ``mark_end``, ``set_baseline``), and the three agree
 on the same run (``tests/test_session_record.py``). Token outcomes are the engine's (each commit
 event's ``detail``, ``inspector.engine.classify.token_outcome``); the views never classify.
@@ -18,7 +18,7 @@ from bisect import bisect_left
 from pathlib import Path
 
 from inspector.engine.classify import BONUS, FROM_PREFILL, TOKEN_OUTCOMES, token_outcome
-from inspector.engine.receipt import (
+from inspector.engine.records import (
     COMMIT,
     FINISH,
     PREFILL,
@@ -34,7 +34,7 @@ from inspector.engine.receipt import (
 from inspector.engine.stats import slow_verification_threshold_us, summarize_receipts
 from inspector.engine.text import ShownText, label_bytes
 from inspector.session.entries import END, TokenInfo, WindowEntry
-from inspector.session.records import (
+from inspector.session.run_records import (
     STEP_FAILED,
     BaselineDone,
     Progress,
@@ -57,7 +57,7 @@ class SessionRecord:
     Changed only by ``apply`` (a run's records; also receipts, discards and engine events read from
     a file), ``add_token``, ``mark_end`` and ``set_baseline`` (a file's tokens that carry no events,
     its end and its comparison), and by a builder setting the plain public attributes (prompt,
-    model, settings, times: ``inspector.session.record_files``, before any view sees it). Each of
+    model, settings, times: ``inspector.session.record_from_file``, before any view sees it). Each of
     the methods bumps ``version``.
     """
 
@@ -142,7 +142,7 @@ class SessionRecord:
             self.apply(item)
 
     def apply(self, item) -> None:
-        """Append one record of a run (an engine record or one of ``inspector.session.records``).
+        """Append one record of a run (an engine record or one of ``inspector.session.run_records``).
         Lock operations count only between the run's header and its end. Raises ``TypeError``
         for anything else."""
         handler = _HANDLERS.get(type(item))
@@ -312,7 +312,7 @@ class SessionRecord:
         for i in {before, self.divergence_index} - {None}:  # the mark moves off one token, onto another
             self._token_changes.append((self.version, i))
 
-    # -- what a file adds (``inspector.session.record_files``) ---------------------
+    # -- what a file adds (``inspector.session.record_from_file``) ---------------------
     def add_token(self, token: int, window: int | None, row: int, position: int, outcome: str | None) -> None:
         """Append one committed token read from a file whose lines carry no commit events.
 

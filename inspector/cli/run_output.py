@@ -11,7 +11,7 @@ from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
 from inspector.engine.observer import GenerationObserver
 from inspector.engine.probabilities import WindowProbabilities, top_texts_of
 from inspector.engine.profit import plain_step_us, run_balance
-from inspector.engine.receipt import (COMMIT, DISCARD, PREFILL, STEP, VERIFY, LockOperation, Summary, decision_id_text,
+from inspector.engine.records import (COMMIT, DISCARD, PREFILL, STEP, VERIFY, LockOperation, Summary, decision_id_text,
                                       receipt_from_json)
 from inspector.engine.stats import summarize_receipts
 from inspector.receipts.document import version_note
@@ -391,7 +391,7 @@ def format_conversation(doc: dict) -> str:
 
 
 def format_autosave(record) -> str:
-    """Human summary of an autosave file read as a ``SessionRecord`` (``inspector.session.record_files.record_from_autosave``)."""
+    """Human summary of an autosave file read as a ``SessionRecord`` (``inspector.session.record_from_file.record_from_autosave``)."""
     state = ("finished: " + str(record.ended_as or "?")) if not record.unfinished else \
         "unfinished (the run stopped or was killed): every complete record is shown"
     head = [
@@ -420,7 +420,7 @@ def _shortened(message: str, most: int = 60) -> str:
 
 def format_autosave_turns(records) -> str:
     """Human summary of a conversation's autosave (``run --turns --autosave``) read as one ``SessionRecord``
-    per turn (``inspector.session.record_files.records_from_autosave``): a line per turn (how it ended,
+    per turn (``inspector.session.record_from_file.records_from_autosave``): a line per turn (how it ended,
     or unfinished: the turn a kill or crash ended), then the summary over every complete record."""
     first, last = records[0], records[-1]
     planned = (last.conversation or {}).get("turns")
