@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from inspector.engine.records import decision_id_text
-from inspector.engine.settings import (DEFAULT_MAX_NEW_TOKENS, SEED_MAX, GenerationSettings, SamplingSettings,
-                                       check_setting, interpret_setting, sampling_settings)
+from inspector.engine.settings import (DEFAULT_MAX_NEW_TOKENS, GenerationSettings, SamplingSettings, check_setting,
+                                       interpret_setting, sampling_settings)
+from inspector.engine.llama_settings import SEED_MAX
 from inspector.receipts import ReceiptsFileError, load_document
 
 

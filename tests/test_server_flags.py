@@ -6,7 +6,8 @@ import shlex
 
 import pytest
 
-from inspector.engine.settings import SEED_MAX, SamplingSettings
+from inspector.engine.settings import SamplingSettings
+from inspector.engine.llama_settings import SEED_MAX
 from inspector.llama.context_settings import ContextSettings
 from inspector.sources.registry import describe_source
 from inspector.sources.server_flags import (

@@ -35,7 +35,7 @@ from inspector.bench.server_process import LlamaServerProcess
 from inspector.bench.server_http import ServerError
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.llama.server_parity import server_context
-from inspector.engine.settings import DEFAULT_N_CTX
+from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.llama.quantize import weight_form
 from inspector.prompts import EXAMPLES, example_prompt
 from inspector.session.session_record import SessionRecord

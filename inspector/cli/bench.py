@@ -32,7 +32,8 @@ from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.turns import add_turns_argument
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
-from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_N_CTX
+from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS
+from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.llama.cost_cache import load_cost_model, placement, store_cost_model
 from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
 from inspector.llama.devices import RpcUnavailable

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from inspector.cli.ranges import COUNT_MAX, setting, whole_number
+from inspector.cli.ranges import setting, whole_number
+from inspector.engine.llama_settings import COUNT_MAX
 from inspector.engine import llama_settings
 from inspector.engine.llama_settings import N_CTX, OUR_N_BATCH, Setting
 from inspector.llama.context_settings import ContextSettings

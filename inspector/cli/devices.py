@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from inspector.cli.ranges import COUNT_MAX, MAX_DEVICES, finite_shares, whole_number
+from inspector.cli.ranges import MAX_DEVICES, finite_shares, whole_number
+from inspector.engine.llama_settings import COUNT_MAX
 from inspector.cli.rpc_server import add_command as add_rpc_server_command
 from inspector.engine.errors import RuntimeLost
 from inspector.llama.devices import (REBUILD_HINT, RPC_TIMEOUT_S, SPLIT_MODES, Offload, RpcUnavailable, list_devices,

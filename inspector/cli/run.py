@@ -17,8 +17,9 @@ from inspector.cli.common import (EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE,
 from inspector.cli.context import add_context_flags, add_n_ctx_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, keep_interrupted_run, signals_held
-from inspector.cli.ranges import (COUNT_MAX, THREADS, THREADS_MAX, draft_max as draft_max_value, fault as fault_value,
-                                  setting, stop_string)
+from inspector.cli.ranges import (THREADS, THREADS_MAX, draft_max as draft_max_value, fault as fault_value, setting,
+                                  stop_string)
+from inspector.engine.llama_settings import COUNT_MAX
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
 from inspector.cli.turns import add_turns_argument, run_turns, turns_of

@@ -16,7 +16,7 @@ import operator
 import secrets
 from dataclasses import asdict, dataclass, field
 
-from inspector.engine.llama_settings import (DEFAULT_N_CTX, RANDOM_SEED, SAMPLING, SEED_MAX, SettingRule,
+from inspector.engine.llama_settings import (RANDOM_SEED, SAMPLING, SEED_MAX, SettingRule,
                                             settings_class)
 
 DEFAULT_MAX_NEW_TOKENS = 128

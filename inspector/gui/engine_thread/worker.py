@@ -23,7 +23,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError, NoChatTemplate, RequestCancelled, SpeculationUnsupported
-from inspector.engine.settings import DEFAULT_N_CTX
+from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.gui.engine_thread.contention import Contention
 from inspector.gui.engine_thread.stepping import TokenHold
 from inspector.gui.look.wording import NO_TEMPLATE
