@@ -1,10 +1,10 @@
 """One session as every consumer sees it, without Qt.
 
-- ``records``: the immutable records a run appends (engine records plus the run's
+- ``run_records``: the immutable records a run appends (engine records plus the run's
   header, progress, end and baseline) and the thread-safe ``RecordStream`` the
   window's worker fills.
-- ``record``: ``SessionRecord``, built live from those records, from a receipts
-  document or from an autosave; every view and every export reads only it.
+- ``session_record``: ``SessionRecord``, built live from those records, from a receipts
+  document or from an autosave (``record_from_file``); every view and every export reads only it.
 - ``document``: the receipts document written from a ``SessionRecord``.
 - ``run``: the run service that prepares and drives one generation (CLI and window).
 - ``step_control``: pause / step window / step token / break-on, as a pure state machine.
