@@ -27,9 +27,8 @@ from inspector.engine import FaultPlan, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.engine.faults import FAULT_KINDS
 from inspector.engine.probabilities import COST_NOTE
-from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, check_n_batch_for_source
+from inspector.engine.settings import DEFAULT_DRAFT_MAX, DEFAULT_MAX_NEW_TOKENS, check_n_batch_for_source
 from inspector.llama.cost_cache import placement
-from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError
 from inspector.prompts import EXAMPLES, example_path

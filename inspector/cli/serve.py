@@ -24,8 +24,7 @@ from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
-from inspector.engine.settings import check_n_batch_for_source
-from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
+from inspector.engine.settings import DEFAULT_DRAFT_MAX, check_n_batch_for_source
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError
 from inspector.receipts import ReceiptsFileError, write_document

@@ -23,6 +23,10 @@ DEFAULT_MAX_NEW_TOKENS = 128
 """Generated tokens at most when nothing else is asked for: the engine's
 ``GenerationSettings.max_new_tokens``, ``spec-inspector run --max-tokens`` and
 the window's spin box."""
+DEFAULT_DRAFT_MAX = 8
+"""Proposal tokens at most per window when nothing else is asked for (``GenerationSettings.draft_max``), and
+draft max ``auto``'s value without a measured cost model (``inspector.llama.cost_model.auto_draft_max``)."""
+
 MIN_SPECULATIVE_N_BATCH = 2
 """Smallest ``n_batch`` that leaves room for a proposal: a verification batch
 is ``[current token] + proposal``, so the proposal cap is ``n_batch - 1``
@@ -250,7 +254,7 @@ class GenerationSettings:
     """
 
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    draft_max: int = 8
+    draft_max: int = DEFAULT_DRAFT_MAX
     stop: tuple[str, ...] = ()
     proposal_deadline_ms: float = 2000.0
     sampling: SamplingSettings = field(default_factory=SamplingSettings)

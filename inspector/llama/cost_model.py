@@ -20,7 +20,7 @@ from statistics import median
 from time import perf_counter_ns
 from typing import Sequence
 
-from inspector.engine.settings import GenerationSettings
+from inspector.engine.settings import DEFAULT_DRAFT_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +116,6 @@ class CostModel:
         }
 
 
-DEFAULT_DRAFT_MAX = GenerationSettings.__dataclass_fields__["draft_max"].default
-"""Draft max without a measured curve: the engine's ``GenerationSettings`` default (8)."""
 
 
 @dataclass(frozen=True, slots=True)

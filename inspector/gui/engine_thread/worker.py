@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from inspector.engine import FaultPlan, Generation, GenerationSettings, RuntimeScheduler
+from inspector.engine import FaultPlan, Generation, RuntimeScheduler
 from inspector.engine.errors import EngineError, NoChatTemplate, RequestCancelled, SpeculationUnsupported
 from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.gui.engine_thread.contention import Contention
@@ -44,52 +44,49 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class RunConfig:
-    """What one run needs. Token counts in tokens; ``n_ctx`` in positions."""
+class ModelLoad:
+    """The model a run needs and how it is loaded (``n_ctx`` in positions); a loaded model with other
+    values is loaded again (``EngineWorker.is_loaded``)."""
 
-    model_path: str
-    prompt_text: str
-    settings: GenerationSettings
-    source: str = "ngram"
-    """A name of ``inspector.sources.registry.available_sources()``, or ``none`` (plain decoding)."""
-    source_options: dict = field(default_factory=dict)
-    """Keyword options for the source's factory (``ngram``: n_max, n_min; ``scripted``: script;
-    ``draft``: draft_model, draft_max, draft_min, p_min; ``replay``: replay; others: none)."""
-    raw: bool = False
-    system_prompt: str = ""
-    """The chat template's system message before the prompt (``RunRequest.system_prompt``)."""
-    break_on: frozenset = frozenset({"error"})
-    start_paused: bool = False
-    first_action: str = ""
-    """``window`` or ``token``: with ``start_paused``, run one window / commit one token first."""
-    autosave_dir: Path | None = None
+    path: str
     n_ctx: int = DEFAULT_N_CTX
-    """Context size (positions); a loaded model with another size is loaded again."""
     n_threads: int | None = None
-    """CPU threads for decoding (llama.cpp ``-t``); None = all cores."""
-    draft_max_auto: bool = False
-    """Take the draft max from the stored cost model (``RunRequest.draft_max_auto``)."""
+    """CPU threads for decoding (llama.cpp ``-t``); None = all cores (set on the loaded model, no reload)."""
     target_weights: str = ""
     """Run the model in this weight type ("" = as stored; ``inspector.llama.quantize.open_target``)."""
     offload: object = None
     """llama.cpp's offload settings (``inspector.llama.devices.Offload``; None = its defaults)."""
     context: dict | None = None
-    """llama.cpp's context settings (``-b``, ``-ub``, ``-fa``, ``-ctk``, ``-ctv`` as ``LlamaRuntime``'s
-    keyword options: ``ContextControls.values``); a loaded model with others is loaded again. None: any."""
-    faults: FaultPlan = field(default_factory=FaultPlan)
-    """The run's fault plan; the GUI adds ``Fault`` objects to it from its thread."""
-    baseline: bool = False
-    """After the run finishes or is stopped, decode the same prompt plainly and emit ``baselineReady``."""
-    chat_messages: tuple | None = None
-    """A conversation's next turn: the chat so far plus its message (``RunRequest.chat_messages``)."""
-    conversation: dict | None = None
-    """That turn's receipts block (``RunRequest.conversation``)."""
-    stepping_begun: bool = False
+    """llama.cpp's context settings (``-b``, ``-ub``, ``-fa``, ``-ctk``, ``-ctv`` by their declared names,
+    ``inspector.engine.llama_settings.CONTEXT``: ``ContextControls.values``). None: any."""
+
+
+@dataclass
+class Stepping:
+    """How the window steps a run (``StepControl.begin_run``)."""
+
+    break_on: frozenset = frozenset({"error"})
+    start_paused: bool = False
+    first_action: str = ""
+    """``window`` or ``token``: with ``start_paused``, run one window / commit one token first."""
+    begun: bool = False
     """The window already reset the stepping for this run (``StepControl.begin_run``) before asking for
     it, so a Stop pressed while the worker picks the run up is kept."""
 
 
-def _loading_note(config) -> str:
+@dataclass
+class RunConfig:
+    """What one run of the window needs: the headless run's request (``RunRequest``: prompt, settings,
+    source, faults, baseline, draft max auto, conversation turn), the model and how it loads, the
+    stepping, and the folder of its autosave (None: none)."""
+
+    request: RunRequest
+    model: ModelLoad
+    stepping: Stepping = field(default_factory=Stepping)
+    autosave_dir: Path | None = None
+
+
+def _loading_note(config: RunRequest) -> str:
     """What the status says while a model-loading source (declared capability ``loads_model``) is made,
     naming its model files; "" for other sources, or one whose declaration cannot be read (the run
     then reports why)."""
@@ -329,23 +326,19 @@ class EngineWorker(QObject):
         ``sourceFailed`` is emitted and the previous run's records stay as they were."""
         if self._running or self._closing:
             return
-        loaded = (str(config.model_path), config.n_ctx, config.target_weights, config.offload, config.context)
+        m, request = config.model, config.request
+        loaded = (str(m.path), m.n_ctx, m.target_weights, m.offload, m.context)
         if not self.is_loaded(*loaded):
             if not self.load_model(*loaded, then="model loaded; starting the run …"):
                 self.runFinished.emit("error", None)
                 return
         rt = self.runtime
-        threads = config.n_threads or os.cpu_count() or 1
+        threads = m.n_threads or os.cpu_count() or 1
         if rt.n_threads != threads:
             self.scheduler.execute("stats", -1, lambda r: r.set_threads(threads))
         folder = Path(config.autosave_dir) if config.autosave_dir is not None else None
-        run = SessionRun(self.scheduler, RunRequest(config.prompt_text, config.settings, config.source,
-                                                    dict(config.source_options), config.raw, config.faults,
-                                                    config.baseline, draft_max_auto=config.draft_max_auto,
-                                                    system_prompt=config.system_prompt,
-                                                    chat_messages=config.chat_messages,
-                                                    conversation=config.conversation,
-                                                    source_memory=self.source_memory),
+        run = SessionRun(self.scheduler, replace(request, source_options=dict(request.source_options),
+                                                 source_memory=self.source_memory),
                          self.records.push, before_commit=self.step.before_commit,
                          open_autosave=(lambda header: open_autosave(folder, header)) if folder else None,
                          background_sessions=lambda: self._background)
@@ -356,21 +349,21 @@ class EngineWorker(QObject):
             self.errorOccurred.emit(RunError(NO_TEMPLATE if no_template else str(exc), REFUSED))
             self.runFinished.emit("error", None)
             return
-        if not config.stepping_begun:  # before the source is made: a Stop while a draft loads is kept
-            self.step.begin_run(start_paused=config.start_paused, first_action=config.first_action,
-                                break_on=config.break_on)
+        st = config.stepping
+        if not st.begun:  # before the source is made: a Stop while a draft loads is kept
+            self.step.begin_run(start_paused=st.start_paused, first_action=st.first_action, break_on=st.break_on)
         self._close_source()
-        note = _loading_note(config)
+        note = _loading_note(request)
         if note:
             self.stateChanged.emit(RUNNING, note)
         try:
             run.make_source()
         except RunRefused as exc:
-            self.sourceFailed.emit(config.source, str(exc))
+            self.sourceFailed.emit(request.source, str(exc))
             return
         self.source = run.source
         self.config = config
-        self.faults = config.faults
+        self.faults = request.faults
         try:
             gen = run.open()
         except RunRefused as exc:
@@ -387,7 +380,7 @@ class EngineWorker(QObject):
         reason = self._loop(gen)
         self._running = False
         end = run.end(reason, self.run_background_max)
-        if config.baseline and reason != "error" and gen.generated_count > 0 and not self._closing:
+        if request.baseline and reason != "error" and gen.generated_count > 0 and not self._closing:
             self._baseline_cancel.clear()
             self.stateChanged.emit(RUNNING, "comparing with plain decoding…")
             result = run.compare_with_plain(self._baseline_cancel)

@@ -5,7 +5,7 @@
 
 A collapsed row under the Limits group (one line: the values); opened, a small grid. They apply at
 the next model load, as the context size does: the worker loads the model again when the loaded one
-has other settings (``RunConfig.context``), and the receipts record them from the runtime
+has other settings (``ModelLoad.context``), and the receipts record them from the runtime
 (``llama_cpp`` block of the model, as headless runs do). A combination llama.cpp refuses
 (``ContextSettings.refusal``) is one red line, and the run or load is refused before anything loads.
 """

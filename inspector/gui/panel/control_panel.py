@@ -35,8 +35,10 @@ from PySide6.QtWidgets import (
 
 from inspector.engine import llama_settings
 from inspector.engine.llama_settings import DEFAULT_N_CTX
-from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, PENALTY_FIELDS, GenerationSettings, SamplingSettings
+from inspector.engine.settings import (DEFAULT_DRAFT_MAX, DEFAULT_MAX_NEW_TOKENS, PENALTY_FIELDS, GenerationSettings,
+                                       SamplingSettings)
 from inspector.engine.probabilities import COST_NOTE
+from inspector.gui.engine_thread.worker import ModelLoad
 from inspector.gui.panel.context_controls import ContextControls
 from inspector.gui.panel.model_choice import ModelChoice
 from inspector.gui.panel.prompt_box import PromptBox
@@ -44,8 +46,8 @@ from inspector.gui.panel.run_buttons import FaultButtons, RunButtons
 from inspector.gui.panel.source_choice import SourceChoice
 from inspector.gui.panel.values import PanelValues, parse_stop_strings
 from inspector.gui.panel.widgets import WheelGuard, guard_wheel, setting_control, setting_tip, spin
-from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 from inspector.llama.devices import Offload
+from inspector.session.run import RunRequest
 from inspector.sources import registry
 from inspector.sources.registry import PLAIN
 
@@ -254,6 +256,23 @@ class ControlPanel(QWidget):
         return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=draft_max,
                                   stop=self.stop_list(), sampling=sampling, verification=verification,
                                   probabilities=self.probabilities.isChecked())
+
+    def run_request(self, prompt_text: str) -> RunRequest:
+        """A run of ``prompt_text`` as the panel's settings ask for it (``RunRequest``): the limits and
+        sampling (``generation_settings``), the source and its options, raw, the system prompt (none
+        with a raw prompt), the baseline and draft max auto. The caller adds what is not the panel's
+        (faults, a conversation's turn)."""
+        raw = self.raw.isChecked()
+        return RunRequest(prompt_text, self.generation_settings(), self.source.currentText(), self.source_options(),
+                          raw, baseline=self.baseline.isChecked(), draft_max_auto=self.draft_max_auto(),
+                          system_prompt="" if raw else self.system_prompt.text())
+
+    def model_load(self, path: str, offload=None) -> ModelLoad:
+        """How the model ``path`` is loaded by the panel's settings (``ModelLoad``): the context size, the
+        threads, the weight form, llama.cpp's context settings; ``offload``: the panel's ``offload()``,
+        checked by the caller."""
+        return ModelLoad(path, self.n_ctx.value(), self.threads.value() or None, self.target_weights(), offload,
+                         self.llama_context.values())
 
     def sampling_settings(self) -> SamplingSettings:
         """The sampling typed in the panel: each declared setting's control (``sampling_controls``)."""

@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.engine.settings import DEFAULT_DRAFT_MAX
 from inspector.gui.panel.source_options import OptionControl, build_source_page, describe
 from inspector.gui.panel.widgets import Note, spin
-from inspector.llama.cost_model import DEFAULT_DRAFT_MAX
 from inspector.llama.quantize import DRAFT_TYPES
 from inspector.sources.registry import PLAIN
 

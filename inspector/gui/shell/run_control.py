@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 
 from inspector.engine.faults import Fault, FaultPlan
-from inspector.gui.engine_thread.worker import RunConfig
+from inspector.gui.engine_thread.worker import RunConfig, Stepping
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT, BANNER_NEUTRAL, BANNER_WARN
 from inspector.gui.look.wording import count_noun
 from inspector.gui.shell.banner import BANNER_PAD, Banner
@@ -265,25 +266,20 @@ class RunControl(QObject):
         if offload is None or not self.context_allowed(speculative=src != PLAIN):
             return False
         self.model_line.expect_load(hint=False)
-        cfg = RunConfig(
-            model_path=str(model), prompt_text=prompt, settings=panel.generation_settings(), source=src,
-            source_options=panel.source_options(), raw=panel.raw.isChecked() and turn is None,
-            system_prompt=self._system_prompt(turn),
-            break_on=panel.break_on(), start_paused=paused, first_action=first_action, autosave_dir=self.autosave_dir,
-            baseline=panel.baseline.isChecked(), n_ctx=panel.n_ctx.value(),
-            n_threads=panel.threads.value() or None, faults=self.armed_faults,
-            draft_max_auto=panel.draft_max_auto(),
-            target_weights=panel.target_weights(), offload=offload, context=panel.llama_context.values(),
-            chat_messages=turn["chat_messages"] if turn else None, conversation=turn["conversation"] if turn else None,
-        )
+        request = replace(panel.run_request(prompt), raw=panel.raw.isChecked() and turn is None,
+                          system_prompt=self._system_prompt(turn), faults=self.armed_faults,
+                          chat_messages=turn["chat_messages"] if turn else None,
+                          conversation=turn["conversation"] if turn else None)
+        cfg = RunConfig(request, panel.model_load(str(model), offload),
+                        Stepping(panel.break_on(), paused, first_action), self.autosave_dir)
         # Reset the stepping here, not on the worker: a Stop pressed before the worker picks the
         # run up (it may still be tokenizing or loading the model) is kept.
-        self.worker.step.begin_run(start_paused=paused, first_action=first_action, break_on=cfg.break_on)
-        cfg.stepping_begun = True
+        self.worker.step.begin_run(start_paused=paused, first_action=first_action, break_on=cfg.stepping.break_on)
+        cfg.stepping.begun = True
         self.armed_faults = FaultPlan()
         self.save_settings()  # a crash during the run must not lose the settings it ran with
         self._before_run = (self.session(), self.worker.faults)
-        self.worker.faults = cfg.faults  # fault buttons work before the worker picks the run up
+        self.worker.faults = request.faults  # fault buttons work before the worker picks the run up
         session = SessionRecord()
         session.prompt_text = prompt
         session.source_name = src
