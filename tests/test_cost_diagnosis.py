@@ -84,7 +84,8 @@ def test_lower_acceptance_never_asks_for_longer_proposals():
 
 
 def test_auto_draft_max_without_a_curve_or_without_a_paying_window_is_the_default():
-    from inspector.llama.cost_model import DEFAULT_DRAFT_MAX, auto_draft_max
+    from inspector.engine.settings import DEFAULT_DRAFT_MAX
+    from inspector.llama.cost_model import auto_draft_max
 
     assert auto_draft_max(None).value == DEFAULT_DRAFT_MAX == 8
     assert "no cost model is stored" in auto_draft_max(None).why

@@ -226,7 +226,7 @@ def test_ngram_length_is_a_remembered_source_option(qtbot, runtime, tmp_path):
     w.requestRun.disconnect()
     w.requestRun.connect(sent.append)
     assert w.run.start_run()
-    assert sent[0].source_options["length"] == "adaptive"
+    assert sent[0].request.source_options["length"] == "adaptive"
     w.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
     qtbot.waitUntil(lambda: w.state == "idle")
     w.save_settings()

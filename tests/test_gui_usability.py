@@ -114,7 +114,7 @@ def test_example_text_is_the_file_without_its_final_newline(qtbot, runtime, tmp_
     w.requestRun.disconnect()
     w.requestRun.connect(sent.append)
     assert w.run.start_run()
-    assert sent[0].prompt_text == raw.removesuffix("\n")
+    assert sent[0].request.prompt_text == raw.removesuffix("\n")
     w.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
     qtbot.waitUntil(lambda: w.state == IDLE)
 

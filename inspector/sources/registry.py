@@ -170,6 +170,21 @@ def describe_source(name: str) -> SourceDescriptor:
     return descriptor_from(name, factory.load() if isinstance(factory, EntryPointFactory) else factory)
 
 
+def declaration_or_none(name: str) -> SourceDescriptor | None:
+    """``describe_source(name)``, or None when ``name`` is unknown, its declaration is malformed or its
+    plugin cannot be imported (for a question such as "does it load a model", whose answer is then no)."""
+    try:
+        return describe_source(name)
+    except (ValueError, ImportError):  # UnknownSource is a ValueError
+        return None
+
+
+def declares_option(name: str, option: str) -> bool:
+    """Source ``name`` declares an option called ``option`` (False when it is unknown or declares none)."""
+    d = declaration_or_none(name)
+    return d is not None and d.option(option) is not None
+
+
 def check_source_options(source: str, options: Mapping) -> dict:
     """Check and convert the options of a source before anything loads, by its declaration.
 

@@ -36,6 +36,7 @@ from inspector.llama.cost_model import CostModel
 from inspector.llama.model_file import weight_types_of
 from inspector.prompts import TURNS_EXAMPLES, example_prompts
 from inspector.session.run_states import BUSY, IDLE
+from inspector.sources.registry import declares_option
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
 SETTINGS_GROUP = "cost_models"
@@ -386,9 +387,10 @@ class AnalysisActions(QObject):
         return True
 
     def _with_panel_draft(self, c):
-        """A ``draft`` configuration without ``draft_model`` uses the main window's draft model."""
+        """A configuration whose source declares a ``draft_model`` option but gives none uses the main
+        window's draft model."""
         path = self.panel.draft_model.text().strip()
-        if c.source == "draft" and "draft_model" not in c.options and path:
+        if path and "draft_model" not in c.options and declares_option(c.source, "draft_model"):
             return replace(c, options={**c.options, "draft_model": path})
         return c
 

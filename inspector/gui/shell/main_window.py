@@ -46,9 +46,10 @@ from inspector.gui.shell.model_line import ModelLine
 from inspector.gui.shell.run_control import RunControl
 from inspector.gui.shell.window_settings import restore_controls, restore_window, save_window
 from inspector.gui.tokens.conversation_bar import ConversationActions
-from inspector.session.session_record import SessionRecord
 from inspector.session.run_records import REFUSED, SPECULATION_REFUSED, RunEnd, RunError
 from inspector.session.run_states import ERROR, IDLE
+from inspector.session.session_record import SessionRecord
+from inspector.sources.registry import declaration_or_none
 
 REDRAW_HZ = 15
 """Redraws a second: each takes a core from llama.cpp's decode threads (25 Hz: 8-10% of a core, 15 Hz: 5-7%)."""
@@ -365,7 +366,9 @@ class MainWindow(QMainWindow):
         self.run.set_state(IDLE, f"{name} source refused")
         self.set_banner(f"<b>The run did not start:</b> {html.escape(message)}. Change the {html.escape(name)} "
                         "source's options or choose another proposal source, then <b>Run</b>.", BANNER_ERROR)
-        title = "Draft model refused" if "refused" in message and name == "draft" else \
+        declared = declaration_or_none(name)
+        loads_model = declared is not None and declared.loads_model  # its model file was refused
+        title = "Draft model refused" if "refused" in message and loads_model else \
             f"Cannot use the {name} proposal source"
         self.show_error(title, message)
         self.sourceRefused.emit(message)
