@@ -78,7 +78,7 @@ def test_a_run_beside_two_spinning_processes_says_contention_in_the_banner(spinn
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
     with qtbot.waitSignal(w.runFinished, timeout=120_000):
-        w.run_clicked()
+        w.run.run_clicked()
     assert w.session.end.others_cpu_share >= 0.25
     assert "<br>Slow: Contention: other processes used" in w.banner.text()
     assert "Likely fix: close the other process" in w.banner.toolTip()

@@ -190,7 +190,7 @@ def test_stop_strings_typed_on_one_line_reach_the_run(qtbot, runtime, tmp_path):
     assert w.panel.generation_settings().stop == ("\n",)
     w.panel.threads.setValue(1)
     reason, _ = run_to_end(qtbot, w)
-    assert w.worker.runtime.n_threads == 1 and w.worker.config.n_threads == 1
+    assert w.worker.runtime.n_threads == 1 and w.worker.config.model.n_threads == 1
     text = w.session.output_text
     assert "\n" not in text and (reason == "stop" or len(w.session.tokens) == 20 or reason == "eog"), reason
     w.panel.threads.setValue(0)

@@ -25,7 +25,6 @@ from PySide6.QtCore import QSettings, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
-from inspector.engine.faults import Fault
 from inspector.engine.stats import decode_tokens_per_s
 from inspector.gui.engine_thread.record_feed import RecordFeed
 from inspector.gui.engine_thread.worker import EngineWorker
@@ -43,6 +42,7 @@ from inspector.gui.shell.help_menu import HelpActions
 from inspector.gui.shell.layout import build_ui
 from inspector.gui.shell.menus import MenuCommands, build_menus
 from inspector.gui.shell.model_line import ModelLine
+from inspector.gui.shell.panel_wiring import wire_panel
 from inspector.gui.shell.run_control import RunControl
 from inspector.gui.shell.window_settings import restore_controls, restore_window, save_window
 from inspector.gui.tokens.conversation_bar import ConversationActions
@@ -187,7 +187,8 @@ class MainWindow(QMainWindow):
                                   host=self.host, settings=self.settings, turns=self.turns)
         self._wire_worker()
         self.thread.start()
-        self._wire_controls()
+        wire_panel(self.panel, self.run, files=self.files, sources=self.sources, worker=self.worker,
+                   load_model=self.load_selected_model)
         self._restore_settings()
         if model_path:
             self.panel.add_recent_model(str(Path(model_path).resolve()))
@@ -203,7 +204,7 @@ class MainWindow(QMainWindow):
         if offer_recovery:
             QTimer.singleShot(0, self.files.offer_recovery)
 
-    # -- the run (``RunControl``): kept on the window for the tests and the helpers -----------
+    # -- what the window shows of the run and the model ------------------------------------
     @property
     def state(self) -> str:
         """The window's state (``inspector.session.run_states``)."""
@@ -265,29 +266,6 @@ class MainWindow(QMainWindow):
         w.errorOccurred.connect(self._error)
         w.sourceFailed.connect(self._source_failed)
         w.runFinished.connect(self._run_finished)
-
-    def _wire_controls(self) -> None:
-        p = self.panel
-        p.run.clicked.connect(self.run.run_clicked)
-        p.pause.clicked.connect(self.run.pause_clicked)
-        p.step_window.clicked.connect(self.run.step_window_clicked)
-        p.step_token.clicked.connect(self.run.step_token_clicked)
-        p.stop.clicked.connect(self.run.stop_clicked)
-        p.resume.clicked.connect(self.run.resume_clicked)
-        p.open_model.clicked.connect(self.files.open_model_dialog)
-        p.model_combo.activated.connect(lambda _i: self.load_selected_model())
-        p.weights.activated.connect(lambda _i: self.load_selected_model())  # converts (once) and loads now
-        for source, name, button in p.option_buttons():  # Open… of every path option (draft model, receipts, ...)
-            button.clicked.connect(lambda _=False, s=source, n=name: self.sources.open_option_file(s, n))
-        p.make_draft.clicked.connect(self.sources.make_draft_clicked)
-        inject = self.run.inject
-        p.fault_cancel.clicked.connect(lambda: inject(Fault("cancel")))
-        p.fault_callback.clicked.connect(lambda: inject(Fault("callback_error", token=p.fault_token.value())))
-        p.fault_trim.clicked.connect(lambda: inject(Fault("trim_failure")))
-        p.fault_drift.clicked.connect(lambda: inject(Fault("position_drift")))
-        p.background.valueChanged.connect(lambda n: self.worker.set_background(n))  # direct: the worker may be busy
-        for cb in p.break_boxes.values():
-            cb.toggled.connect(lambda _=None: self.worker.set_break_on(p.break_on()))
 
     # -- sessions ---------------------------------------------------------------------
     def set_session(self, session: SessionRecord) -> None:
