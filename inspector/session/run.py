@@ -166,7 +166,9 @@ class SessionRun:
                 row_costs = None
                 if req.source != PLAIN:
                     row_costs = stored_row_costs(self.runtime)
-                ctx = SourceContext(self.runtime, req.settings, row_costs=row_costs, memory=req.source_memory)
+                prompt = tuple(self.prompt_tokens) if self.prompt_tokens else None
+                ctx = SourceContext(self.runtime, req.settings, row_costs=row_costs, memory=req.source_memory,
+                                    prompt_tokens=prompt, scheduler=self.scheduler)
                 source = make_source(req.source, ctx, dict(req.source_options))
         except Exception as exc:  # third-party factories may raise anything: a message, never a crash
             raise RunRefused("source", str(exc) or type(exc).__name__, exc) from None

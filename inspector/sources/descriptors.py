@@ -21,7 +21,7 @@ KINDS = ("int", "float", "choice", "text", "path")
 ``text`` (any string), ``path`` (a file name: the window offers an Open… button; a leading ``~``
 is the user's home folder, ``os.path.expanduser``, as for every path flag)."""
 
-CAPABILITIES = ("close", "settings", "loads_model", "draft_probabilities")
+CAPABILITIES = ("close", "settings", "loads_model", "draft_probabilities", "runs_target")
 """Known capabilities of a source (``SourceDescriptor.capabilities``; code outside ``sources/`` asks
 these, never a source's name): ``close`` (made sources hold resources that
 ``registry.close_source`` releases), ``settings`` (made sources have ``settings()``,
@@ -29,7 +29,9 @@ a JSON dict recorded in the receipts), ``loads_model`` (the factory loads a mode
 file of its own and checks it against the target: slow, may refuse the file; the window says
 "loading …" meanwhile and waits for a draft being made), ``draft_probabilities`` (made sources
 attach the draft's distribution q to each proposal, ``Proposal.draft_probabilities``: the
-``rejection`` verification rule uses it, the Statistics tab plots acceptance against q)."""
+``rejection`` verification rule uses it, the Statistics tab plots acceptance against q), ``runs_target``
+(made sources decode on the target runtime themselves, e.g. the synthetic source's plain run of the
+prompt: not model-free, so ``tune`` does not replay them and ``bench --turns`` does not compare them)."""
 
 Converter = Callable[[str, str, Any], Any]
 """``convert(source, key, value) -> value``; raises ``ValueError`` naming the source, the
@@ -231,6 +233,11 @@ class SourceDescriptor:
         return "draft_probabilities" in self.capabilities
 
     @property
+    def runs_target(self) -> bool:
+        """Capability ``runs_target``: the source decodes on the target runtime itself (``CAPABILITIES``)."""
+        return "runs_target" in self.capabilities
+
+    @property
     def has_llama_server_equivalent(self) -> bool:
         """llama-server can run this source (``llama_server`` names its ``--spec-type``)."""
         return self.llama_server is not None
@@ -239,8 +246,8 @@ class SourceDescriptor:
     def self_contained(self) -> bool:
         """The source needs nothing but the target's tokens: it loads no model (``loads_model``) and has
         no required option (a script, a receipts file), so ``tune`` can replay it on a recording and
-        ``bench --turns`` can compare it unattended."""
-        return not self.loads_model and not any(o.required for o in self.options or ())
+        ``bench --turns`` can compare it unattended; nor does it decode on the target itself (``runs_target``)."""
+        return not self.loads_model and not self.runs_target and not any(o.required for o in self.options or ())
 
     def compare_columns(self) -> tuple[str, ...]:
         """The names of the options the Compare window shows in columns of their own (``Option.compare_column``)."""

@@ -44,6 +44,7 @@ from inspector.sources.ngram import make_ngram
 from inspector.sources.replay import make_replay
 from inspector.sources.scripted import make_scripted
 from inspector.sources.suffix.source import make_suffix
+from inspector.sources.synthetic import make_synthetic
 
 ENTRY_POINT_GROUP = "spec_inspector.sources"
 PLAIN = "none"
@@ -64,20 +65,27 @@ class SourceContext:
     conversation, the runs of one window session): the same dict is handed to every
     factory call of the session. A source keeps its state under its own key, e.g.
     ``ctx.memory.setdefault(("ngram-mod", n), Pool(...))`` (options that shape the state
-    belong in the key), and bounds what it keeps."""
+    belong in the key), and bounds what it keeps.
+
+    ``prompt_tokens``: the request's prompt (token ids) when it is known as the source is made (a
+    ``SessionRun`` tokenizes first), else None. ``scheduler``: the ``RuntimeScheduler`` that locks
+    ``runtime`` for the request, when the caller has one: a source that decodes on the target itself
+    (capability ``runs_target``) goes through it, so no other thread's decode runs beside its own."""
 
     runtime: Any
     settings: Any = None
     extra: dict = field(default_factory=dict)
     row_costs: tuple[float, ...] | None = None
     memory: dict = field(default_factory=dict)
+    prompt_tokens: tuple[int, ...] | None = None
+    scheduler: Any = None
 
 
 SourceFactory = Callable[..., ProposalSource]
 
 BUILTIN_FACTORIES: tuple[SourceFactory, ...] = (
     make_ngram, make_scripted, make_draft, make_replay, make_ngram_simple, make_ngram_map_k, make_ngram_map_k4v,
-    make_ngram_mod, make_ngram_cache, make_suffix)
+    make_ngram_mod, make_ngram_cache, make_suffix, make_synthetic)
 """Every built-in source, in the order ``--source`` lists them: each a factory carrying its declaration
 (``descriptor``), as a plugin's entry point names one."""
 
