@@ -7,6 +7,7 @@
 ``spec-inspector make-draft`` re-quantizes a model into a draft model.
 ``spec-inspector trace FILE -o OUT`` writes a Chrome trace (Perfetto) of a receipts file.
 ``spec-inspector bench`` / ``compare`` measure speed (``inspector.cli.bench``).
+``spec-inspector audit FILE`` why a greedy run's output differs from plain decoding (``inspector.cli.audit``).
 
 Every failure a user can cause (bad flag, missing file, damaged model, prompt
 too long) ends with one line on stderr and a non-zero exit status.
@@ -22,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+from inspector.cli.audit import add_audit_command, cmd_audit
 from inspector.cli.bench import add_bench_commands, cmd_bench, cmd_compare
 from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.devices import add_commands as add_device_commands, cmd_devices
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_commands(sub)
     add_flags_command(sub)
     add_tune_command(sub)
+    add_audit_command(sub)
     add_make_draft_command(sub)
     add_device_commands(sub)  # devices and rpc-server
     return parser
@@ -107,7 +110,7 @@ def cmd_gui(argv: list[str]) -> int:
 HANDLERS = {
     "run": cmd_run, "view": cmd_view, "make-draft": cmd_make_draft, "trace": cmd_trace, "bench": cmd_bench,
     "compare": cmd_compare, "rpc-server": cmd_rpc_server, "devices": cmd_devices, "flags": cmd_flags,
-    "tune": cmd_tune, "serve": cmd_serve,
+    "tune": cmd_tune, "serve": cmd_serve, "audit": cmd_audit,
 }
 """Each command's function: ``cmd(args) -> exit status``."""
 COMMANDS = tuple(HANDLERS)
