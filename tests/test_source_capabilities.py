@@ -48,7 +48,7 @@ def plugin(monkeypatch, descriptor: SourceDescriptor):
 
 def test_every_built_in_source_is_a_factory_carrying_its_declaration_as_a_plugins_is():
     assert list(registry.BUILTIN) == ["ngram", "scripted", "draft", "replay", "ngram-simple", "ngram-map-k",
-                                      "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix"]  # --source's order
+                                      "ngram-map-k4v", "ngram-mod", "ngram-cache", "suffix", "synthetic"]  # --source's order
     for factory in registry.BUILTIN_FACTORIES:
         d = factory.descriptor
         assert registry.BUILTIN[d.name] is factory
@@ -86,7 +86,8 @@ def test_self_contained_sources_are_those_tune_and_bench_turns_replay(monkeypatc
                                         "ngram-cache", "suffix")
     mine = {"lookup": SourceDescriptor("lookup", (Option("k", "int", 3),)),
             "loader": SourceDescriptor("loader", (), capabilities={"loads_model"}),
-            "needs-file": SourceDescriptor("needs-file", (Option("table", "path", "", required=True),))}
+            "needs-file": SourceDescriptor("needs-file", (Option("table", "path", "", required=True),)),
+            "on-target": SourceDescriptor("on-target", (), capabilities={"runs_target"})}
     monkeypatch.setattr(registry, "BUILTIN_DESCRIPTORS", mine)
     assert self_contained_sources() == ("lookup",)
 

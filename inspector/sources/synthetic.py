@@ -229,7 +229,7 @@ SYNTHETIC = SourceDescriptor("synthetic", (
            "1 .. draft max + 1) made a constant conditional rate; 0 = use rates", minimum=0.0, maximum=65.0,
            step=0.25, label="mean accepted"),
     Option("seed", "int", 0, "seed of the draws (the same seed and rates give the same proposals)", minimum=0,
-           maximum=2**32 - 1),
+           maximum=2**31 - 1),
     Option("draft_cost_ms", "float", 0.0, "time the draft spends per proposed token (ms), spent for real: an EAGLE "
            "or MTP head, a small draft model", minimum=0.0, maximum=1000.0, step=0.1, label="draft cost (ms/token)"),
     Option("draft_max", "int", DEFAULT_DRAFT_MAX, "most tokens per window (the generation's draft max)", minimum=1,
