@@ -1,0 +1,126 @@
+"""The synthetic source (issue 39 item 3): the plain run's tokens, each draft position right with a given
+conditional rate. Pure tests on token lists, then two short runs on the bundled model: the output is
+plain decoding's, and more is accepted per window at a higher rate."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from inspector.engine.no_proposal import NoProposal
+from inspector.engine.proposal import ProposalRequest
+from inspector.engine.settings import GenerationSettings
+from inspector.sources.registry import SourceContext, check_source_options, describe_source, make_source
+from inspector.sources.synthetic import (
+    LEFT_PLAIN,
+    PLAIN_DONE,
+    SyntheticSource,
+    constant_rate,
+    expected_length,
+    wrong_token,
+)
+
+PROMPT = (1, 2, 3)
+PLAIN = tuple(range(100, 160))
+N_VOCAB = 1000
+
+
+def request(generated, cap=5, prompt=PROMPT):
+    """The engine's query after ``generated`` tokens (token ids) of the plain run."""
+    return ProposalRequest(tuple(prompt) + tuple(generated), len(prompt), len(generated), cap, time.perf_counter() + 60)
+
+
+def source(rates, seed=7, **kw):
+    return SyntheticSource(rates, N_VOCAB, plain=PLAIN, seed=seed, **kw)
+
+
+def test_each_position_is_right_at_its_conditional_rate_given_the_earlier_ones_were():
+    rates = (0.8, 0.6, 0.5)
+    s = source(rates)
+    reached, right = [0] * 5, [0] * 5
+    for q in range(20_000):
+        g = 1 + q % 50
+        p = s.propose(request(PLAIN[:g], cap=5)).token_ids
+        for i, token in enumerate(p):
+            reached[i] += 1
+            if token == PLAIN[g + i]:
+                right[i] += 1
+            else:
+                assert i == len(p) - 1, "the proposal ends at its first wrong token"
+    for i in range(5):  # positions past the list take the last rate
+        assert right[i] / reached[i] == pytest.approx(rates[min(i, 2)], abs=0.03), (i, right[i], reached[i])
+    mean = 1 + sum(right) / 20_000  # tokens committed per window, as the run's statistics count them
+    assert mean == pytest.approx(expected_length(rates, 5), abs=0.05)
+
+
+def test_rate_one_proposes_the_whole_plain_continuation_up_to_the_cap_and_rate_zero_a_wrong_first_token():
+    s = source((1.0,))
+    assert s.propose(request(PLAIN[:4], cap=6)).token_ids == PLAIN[4:10]
+    assert s.propose(request(PLAIN[:57], cap=6)).token_ids == PLAIN[57:]  # the plain run's end
+    z = source((0.0,))
+    for g in range(1, 30):
+        p = z.propose(request(PLAIN[:g])).token_ids
+        assert len(p) == 1 and p[0] != PLAIN[g] and p[0] == wrong_token(PLAIN[g], N_VOCAB) < N_VOCAB
+    assert wrong_token(N_VOCAB - 1, N_VOCAB) == 0
+
+
+def test_the_same_seed_gives_the_same_proposals_and_off_the_plain_run_nothing_is_proposed():
+    a, b = source((0.6,), seed=3), source((0.6,), seed=3)
+    assert [a.propose(request(PLAIN[:g])) for g in range(1, 40)] == [b.propose(request(PLAIN[:g])) for g in range(1, 40)]
+    off = source((0.6,)).propose(request(PLAIN[:3] + (5,)))
+    assert isinstance(off, NoProposal) and off.reason == LEFT_PLAIN
+    done = source((0.6,)).propose(request(PLAIN))
+    assert isinstance(done, NoProposal) and done.reason == PLAIN_DONE
+
+
+def test_mean_accepted_is_a_constant_rate_with_that_mean_tokens_per_window():
+    for k in (1, 3, 5, 8):
+        for mean in (1.0, 1.5, 2.0, k + 0.5, k + 1.0):
+            a = constant_rate(mean, k)
+            assert 0.0 <= a <= 1.0
+            assert expected_length((a,), k) == pytest.approx(min(mean, k + 1), abs=1e-6)
+    assert constant_rate(2.0, 64) == pytest.approx(0.5, abs=1e-6)  # 1 + a/(1-a) for a long draft
+
+
+def test_the_draft_cost_is_spent_per_proposed_token():
+    s = source((1.0,), draft_cost_ms=2.0)
+    t = time.perf_counter()
+    assert len(s.propose(request(PLAIN[:1], cap=5)).token_ids) == 5
+    assert (time.perf_counter() - t) * 1000 >= 10.0 and s.spent_ms >= 10.0
+
+
+def test_options_are_declared_and_checked():
+    d = describe_source("synthetic")
+    assert d.runs_target and not d.self_contained and not d.loads_model
+    assert check_source_options("synthetic", {"rates": "0.8, 0.6,0.5"}) == {"rates": "0.8,0.6,0.5"}
+    for bad in ({"rates": "0.8,1.5"}, {"rates": "x"}, {"rates": "0.5", "mean_accepted": "3"}, {"seed": "-1"}):
+        with pytest.raises(ValueError, match="synthetic"):
+            check_source_options("synthetic", bad)
+
+
+def synthetic_run(make_generation, runtime, scheduler, tokens, rates, max_new=40, draft_max=5):
+    """A run of the synthetic source at ``rates`` on the bundled model; returns (generation, source)."""
+    settings = GenerationSettings(max_new_tokens=max_new, draft_max=draft_max)
+    ctx = SourceContext(runtime, settings, prompt_tokens=tuple(tokens), scheduler=scheduler, memory={})
+    src = make_source("synthetic", ctx, {"rates": rates, "seed": "1"})
+    g = make_generation(src, tokens, max_new_tokens=max_new, draft_max=draft_max)
+    g.run()
+    return g, src
+
+
+def test_real_runs_equal_plain_decoding_and_accept_more_at_a_higher_rate(make_generation, runtime, scheduler,
+                                                                       chat_tokens):
+    tokens = chat_tokens("Write a short story about a lighthouse keeper.")
+    per_window = {}
+    for rates in ("0.3", "0.9"):
+        g, src = synthetic_run(make_generation, runtime, scheduler, tokens, rates)
+        assert g.generated == list(src.plain), f"rates {rates}: the output parted from plain decoding"
+        assert g.receipts
+        for r in g.receipts:  # a wrong token is really rejected; every right one accepted
+            right = next((i for i, (t, p) in enumerate(zip(r.proposal_token_ids, src.plain[r.generated_token_count
+                          - r.canonical_prediction_count:])) if t != p), len(r.proposal_token_ids))
+            assert r.accepted_proposal_tokens == right
+        per_window[rates] = sum(r.accepted_proposal_tokens for r in g.receipts) / len(g.receipts)
+    print(f"accepted per window: {per_window}")
+    assert per_window["0.9"] > per_window["0.3"] + 0.5
