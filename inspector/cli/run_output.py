@@ -19,17 +19,36 @@ from inspector.sources.registry import PLAIN, describe_source
 
 
 class StreamPrinter(GenerationObserver):
-    """Prints committed text as it arrives (nothing branch-conditioned ever reaches it)."""
+    """Prints committed text as it arrives (nothing branch-conditioned ever reaches it), and a long
+    prefill's progress on ``status`` (standard error: the text alone goes to ``out``)."""
 
-    def __init__(self, out: TextIO, quiet: bool = False) -> None:
+    def __init__(self, out: TextIO, quiet: bool = False, status: TextIO | None = None) -> None:
         self.out = out
         self.quiet = quiet
+        self.status = status if status is not None else sys.stderr
+        self._prefill_shown = False
         self._open_line = False
         self.printed = 0
         """Characters of the committed text printed so far."""
 
     def on_token(self, token: int, text: str) -> None:
         self._write(text)
+
+    def on_prefill(self, done: int, total: int) -> None:
+        """A prompt longer than one ``n_batch`` chunk: "prefill: DONE/TOTAL prompt tokens" on ``status``,
+        rewritten in place on a terminal (each chunk), said once elsewhere (a log gets one line)."""
+        if self.quiet or (done >= total and not self._prefill_shown):
+            return
+        try:
+            tty = self.status.isatty()
+            if tty:
+                self.status.write(f"\rprefill: {done}/{total} prompt tokens" + ("\n" if done >= total else ""))
+            elif not self._prefill_shown:
+                self.status.write(f"prefill: {total} prompt tokens …\n")
+            self.status.flush()
+        except (OSError, ValueError):  # a closed or full stderr never costs the run
+            return
+        self._prefill_shown = done < total
 
     def _write(self, text: str) -> None:
         self.printed += len(text)

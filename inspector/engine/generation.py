@@ -212,7 +212,8 @@ class Generation:
         sid = self.session_id
         prefix = list(self.tokens) if first else self.tokens[:-1]
         kept, self.kv_reuse = (self.kv_reuse if first else 0), 0  # a later prefill starts from position 0
-        prefill = prefill_call(sid, prefix, first, self.settings.sampling, first and self.settings.probabilities, kept)
+        prefill = prefill_call(sid, prefix, first, self.settings.sampling, first and self.settings.probabilities, kept,
+                               progress=getattr(self.observer, "on_prefill", None))
         t = perf_counter_ns()
         kv, token, probs = self.scheduler.execute("prefill", sid, prefill).value
         if first:

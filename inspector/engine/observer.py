@@ -29,3 +29,8 @@ class GenerationObserver:
     def before_commit(self, window: int, row: int, token: int, position: int) -> None: ...
 
     def on_finish(self, reason: str) -> None: ...
+
+    def on_prefill(self, done: int, total: int) -> None:
+        """The prefill has ``done`` of the prompt's ``total`` positions in the KV cache (tokens): called
+        after each chunk of ``n_batch`` rows of a prompt longer than one chunk, and once at its end.
+        Runs on the generation's thread inside the runtime lock: keep it short."""

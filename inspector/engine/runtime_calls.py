@@ -16,14 +16,18 @@ from inspector.engine.settings import SamplingSettings
 
 
 def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: SamplingSettings,
-                 want_probabilities: bool, kept: int = 0) -> Callable:
+                 want_probabilities: bool, kept: int = 0,
+                 progress: Callable[[int, int], None] | None = None) -> Callable:
     """The prefill of session ``sid`` with ``prefix`` (tokens), from position ``kept``.
 
     ``kept``: positions ``0 .. kept - 1`` of the session already hold ``prefix[:kept]`` (a slot's
     prompt cache, llama-server's ``cache_prompt``) and stay; everything from ``kept`` on is removed
     and ``prefix[kept:]`` decoded (``0 <= kept < len(prefix)`` when ``first``).
     ``first``: the request's start: the last row's prediction is returned as the first generated
-    token (with its row's probabilities when ``want_probabilities``). The callable returns
+    token (with its row's probabilities when ``want_probabilities``). ``progress(done, total)``: told
+    the positions filled (tokens) after each chunk of the runtime's ``n_batch`` rows but the last, and
+    at the end; the chunks are the ones the runtime's own ``prefill`` decodes, so the batches (and the
+    first token) are the same with or without it. The callable returns
     ``(kv_length, token or None, probabilities or None)``."""
     prefix = list(prefix)
     if first and not 0 <= kept < len(prefix):
@@ -31,13 +35,24 @@ def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: Samplin
 
     def prefill(rt):
         rt.trim(sid, kept)
+        rest, head = prefix[kept:], 0
+        if progress is not None and rest:
+            step = max(1, int(getattr(rt, "n_batch", 0) or len(rest)))
+            head = (len(rest) - 1) // step * step  # every whole chunk before the last row's chunk
+            for start in range(0, head, step):
+                rt.prefill(sid, rest[start:start + step], kept + start)
+                progress(kept + start + step, len(prefix))
         if first:
-            token = rt.prefill_predict(sid, prefix[kept:], kept)
+            token = rt.prefill_predict(sid, rest[head:], kept + head)
             probs = rt.row_probabilities(1, (), (token,), sampling) if want_probabilities else None
-            return rt.kv_length(sid), token, probs
-        if prefix[kept:]:
-            rt.prefill(sid, prefix[kept:], kept)
-        return rt.kv_length(sid), None, None
+            result = rt.kv_length(sid), token, probs
+        else:
+            if rest[head:]:
+                rt.prefill(sid, rest[head:], kept + head)
+            result = rt.kv_length(sid), None, None
+        if progress is not None:
+            progress(len(prefix), len(prefix))
+        return result
 
     return prefill
 

@@ -156,6 +156,11 @@ class AutosaveRecorder(GenerationObserver):
     def on_finish(self, reason) -> None:
         self.inner.on_finish(reason)
 
+    def on_prefill(self, done, total) -> None:
+        tell = getattr(self.inner, "on_prefill", None)  # an observer may predate the hook
+        if tell is not None:
+            tell(done, total)
+
 
 @dataclass
 class AutosaveRun:

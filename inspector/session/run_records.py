@@ -39,6 +39,13 @@ class ProposalStarted(NamedTuple):
     token_ids: tuple
 
 
+class PrefillProgress(NamedTuple):
+    """The prefill has ``done`` of the prompt's ``total`` positions in the KV cache (tokens)."""
+
+    done: int
+    total: int
+
+
 class Progress(NamedTuple):
     """Counters after a decode step. Times in microseconds; positions in tokens."""
 
@@ -241,3 +248,9 @@ class RecordingObserver(GenerationObserver):
     def on_finish(self, reason) -> None:
         if self.inner is not None:
             self.inner.on_finish(reason)
+
+    def on_prefill(self, done, total) -> None:
+        self.push(PrefillProgress(done, total))
+        tell = getattr(self.inner, "on_prefill", None)  # an observer may predate the hook
+        if tell is not None:
+            tell(done, total)

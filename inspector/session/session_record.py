@@ -37,6 +37,7 @@ from inspector.session.entries import END, TokenInfo, WindowEntry
 from inspector.session.run_records import (
     STEP_FAILED,
     BaselineDone,
+    PrefillProgress,
     Progress,
     ProposalStarted,
     RunEnd,
@@ -102,6 +103,9 @@ class SessionRecord:
         self.plain_steps = 0
         self.decode_elapsed_us = 0
         self.prefill_elapsed_us = 0
+        self.prefill_done = 0
+        self.prefill_total = 0
+        """Prompt positions in the KV cache and the prompt's length (tokens), told during a long prefill."""
         self.kv_length: int | None = None
         self.canonical_position: int | None = None
         self.document: dict | None = None
@@ -169,6 +173,9 @@ class SessionRecord:
             self.kv_length = item.kv_length
         if item.faults_fired and self.settings is not None:
             self.settings["faults"] = list(item.faults_fired)
+
+    def _prefill_progress(self, item: PrefillProgress) -> None:
+        self.prefill_done, self.prefill_total = item.done, item.total
 
     def _baseline_done(self, item: BaselineDone) -> None:
         self.baseline_error = item.error
@@ -438,8 +445,8 @@ _HANDLERS = {
     EngineEvent: SessionRecord._add_event, TokenTexts: SessionRecord._texts,
     ProposalStarted: SessionRecord._proposal, WindowReceipt: SessionRecord._add_receipt,
     Discard: SessionRecord._add_discard, LockOperation: SessionRecord._lock_op,
-    Progress: SessionRecord._progress, RunHeader: SessionRecord._start, RunEnd: SessionRecord._finish_run,
-    RunError: SessionRecord._run_error,
+    Progress: SessionRecord._progress, PrefillProgress: SessionRecord._prefill_progress,
+    RunHeader: SessionRecord._start, RunEnd: SessionRecord._finish_run, RunError: SessionRecord._run_error,
     BaselineDone: SessionRecord._baseline_done,
 }
 """Record type -> how ``SessionRecord.apply`` files it."""

@@ -296,10 +296,13 @@ class MainWindow(QMainWindow):
         s = self.session
         # Texts are set only when they change: a label whose text changes asks its
         # parents to lay out again, which repaints much of the window.
-        counts = (f"{count_noun(len(s.tokens), 'token')} · {count_noun(len(s.receipts), 'window')} · "
-                  f"{count_noun(s.plain_steps, 'plain step')} · {count_noun(len(s.discards), 'discard')} · "
-                  "canonical position "
-                  f"{s.canonical_position if s.canonical_position is not None else '—'}")
+        if 0 < s.prefill_total and s.prefill_done < s.prefill_total and not s.tokens:  # a long prompt goes in
+            counts = f"prefill: {s.prefill_done}/{s.prefill_total} prompt tokens"
+        else:
+            counts = (f"{count_noun(len(s.tokens), 'token')} · {count_noun(len(s.receipts), 'window')} · "
+                      f"{count_noun(s.plain_steps, 'plain step')} · {count_noun(len(s.discards), 'discard')} · "
+                      "canonical position "
+                      f"{s.canonical_position if s.canonical_position is not None else '—'}")
         if counts != self.status_counts.text():
             self.status_counts.setText(counts)
             tps = decode_tokens_per_s(len(s.tokens), s.decode_elapsed_us)  # not the whole summary at 15 Hz
