@@ -116,3 +116,15 @@ def test_run_says_a_long_prefill_once_on_standard_error_and_nothing_on_standard_
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("prefill:")]
     assert len(lines) == 1 and lines[0].endswith("prompt tokens …"), p.stderr
     assert "prefill:" not in p.stdout
+
+
+def test_the_windows_status_line_shows_the_prefill_until_the_first_token(qtbot, tmp_path):
+    from test_gui_support import make_window
+
+    w = make_window(qtbot, None, tmp_path)
+    w.session.apply(PrefillProgress(512, 1300))
+    w.redraw()
+    assert w.status_counts.text() == "prefill: 512/1300 prompt tokens"
+    w.session.apply(PrefillProgress(1300, 1300))
+    w.redraw()
+    assert "prefill" not in w.status_counts.text() and "canonical position" in w.status_counts.text()
