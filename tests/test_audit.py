@@ -1,0 +1,113 @@
+"""The losslessness audit (issue 39, item 1; ``inspector.session.audit``, ``spec-inspector audit``) on the
+bundled model: an output altered on purpose is "not explained by batch shape"; near-ties found by
+scanning the bundled examples are audited at every width (the flipping widths named when they flip,
+every width agreeing with plain decoding when none does); the command's answers and refusals. No
+particular word of the model is asserted."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from inspector.cli.main import main
+from inspector.engine import GenerationSettings
+from inspector.engine.baseline import plain_generation
+from inspector.prompts import example_prompts
+from inspector.session.audit import BATCH_SHAPE, NOT_EXPLAINED, audit_divergence, audit_position, compact
+
+
+@pytest.fixture(scope="module")
+def plain_run(runtime, scheduler):
+    """(prompt ids, plain greedy generated ids) of the shortest bundled example, 20 tokens."""
+    text = min(example_prompts().values(), key=len)
+    prompt = runtime.prompt_tokens(text)
+    return prompt, plain_generation(scheduler, prompt, GenerationSettings(max_new_tokens=20, draft_max=0)).generated
+
+
+def test_an_output_altered_on_purpose_is_not_explained_by_batch_shape(runtime, plain_run):
+    prompt, plain = plain_run
+    p = 6
+    altered = list(plain)
+    altered[p] = next(t for t in range(1000, 2000) if t != plain[p])  # a token no width picks: not the top one
+    kv_before = [runtime.kv_length(s) for s in range(runtime.n_seq_max)]
+    result = audit_divergence(runtime, prompt, altered, plain, 4, token_text=runtime.token_text)
+    assert result is not None and result.position == p
+    assert result.speculative_token == altered[p] and result.plain_token == plain[p]
+    assert [w.width for w in result.widths] == [1, 2, 3, 4]
+    assert [len(w.places) for w in result.widths] == [1, 2, 3, 4]  # every place a window could put the row
+    one = result.widths[0].places[0]
+    assert one.token == plain[p] and one.margin >= 0  # width 1 at place 0 is plain decoding's own step
+    assert result.verdict.startswith(NOT_EXPLAINED) and not result.explained
+    assert repr(runtime.token_text(altered[p])) in result.verdict
+    assert [runtime.kv_length(s) for s in range(runtime.n_seq_max)] == kv_before  # no session's KV touched
+    assert audit_divergence(runtime, prompt, plain, plain, 4) is None  # identical streams: nothing to audit
+
+
+def tie_margins(runtime, prompt, generated) -> np.ndarray:
+    """The top-2 logit margin of the target's row for each generated position (one wide batch: a
+    cheap first look, the audit then tries every width)."""
+    sid = runtime.open_session()
+    try:
+        runtime.prefill(sid, prompt[:-1], 0)
+        logits = runtime.decode_logits(sid, [prompt[-1]] + list(generated[:-1]), len(prompt) - 1)
+    finally:
+        runtime.drop_session(sid)
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
+
+
+def test_near_ties_found_by_scanning_are_audited_at_every_width(runtime, plain_run):
+    """Scan the two closest near-ties of a plain run. Where the widths disagree the verdict names the
+    flipping widths; where they agree (the bundled Q4_1 model has no batched kernels, so this is the
+    common case) every width and place picks plain decoding's token."""
+    prompt, plain = plain_run
+    margins = tie_margins(runtime, prompt, plain)
+    ties = [int(i) for i in np.argsort(margins) if i >= 1][:2]
+    flips = 0
+    for p in ties:
+        widths = audit_position(runtime, prompt, plain, p, 6)
+        assert [w.width for w in widths] == list(range(1, 7))
+        assert widths[0].places[0].token == plain[p]  # width 1, place 0: plain decoding's step, exactly
+        picked = {t for w in widths for t in w.tokens}
+        if picked == {plain[p]}:
+            continue
+        flips += 1
+        other = next(t for t in picked if t != plain[p])
+        speculative = list(plain[:p]) + [other]
+        result = audit_divergence(runtime, prompt, speculative, plain, 6, token_text=runtime.token_text)
+        assert result.verdict.startswith(BATCH_SHAPE), result.verdict
+        assert f"widths {compact(result.widths_picking(other))} pick {runtime.token_text(other)!r}" in result.verdict
+    if not flips:  # no flip here: the runner-up at the closest tie is no width's pick, so it is "not explained"
+        p = ties[0]
+        second = audit_position(runtime, prompt, plain, p, 1)[0].places[0].second
+        result = audit_divergence(runtime, prompt, list(plain[:p]) + [second], plain, 6)
+        assert result.verdict.startswith(NOT_EXPLAINED)
+        assert all(w.tokens == (plain[p],) for w in result.widths)
+
+
+def test_audit_command_on_a_real_run(tmp_path, capsys):
+    receipts = tmp_path / "r.json"
+    assert main(["run", "--example", "open-ended", "--max-tokens", "8", "--draft-max", "3", "--quiet",
+                 "--receipts", str(receipts)]) == 0
+    capsys.readouterr()
+    assert main(["audit", str(receipts)]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(receipts.read_text("utf-8"))
+    assert ("identical to plain decoding (8 tokens)" in out) != ("verdict: " in out), out
+    if "verdict: " in out:
+        assert len([line for line in out.splitlines() if line.strip()[:1].isdigit()]) == 4  # widths 1..4
+    sampled = {**doc, "settings": {**doc["settings"],
+                                   "sampling": {**doc["settings"]["sampling"], "temperature": 0.7}}}
+    (tmp_path / "sampled.json").write_text(json.dumps(sampled), "utf-8")
+    assert main(["audit", str(tmp_path / "sampled.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "greedy runs only" in err and "0.7" in err
+    other = {**doc, "model": {**doc["model"], "n_vocab": doc["model"]["n_vocab"] + 1}}
+    (tmp_path / "other.json").write_text(json.dumps(other), "utf-8")
+    assert main(["audit", str(tmp_path / "other.json")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "model mismatch" in err[-1]
+    assert main(["audit", str(tmp_path / "missing.json")]) == 1
+    assert "no such file" in capsys.readouterr().err
