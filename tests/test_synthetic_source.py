@@ -94,6 +94,7 @@ def test_options_are_declared_and_checked():
     d = describe_source("synthetic")
     assert d.runs_target and not d.self_contained and not d.loads_model
     assert check_source_options("synthetic", {"rates": "0.8, 0.6,0.5"}) == {"rates": "0.8,0.6,0.5"}
+    assert check_source_options("synthetic", {"rates": "0.8/0.6"}) == {"rates": "0.8,0.6"}  # where commas part options
     for bad in ({"rates": "0.8,1.5"}, {"rates": "x"}, {"rates": "0.5", "mean_accepted": "3"}, {"seed": "-1"}):
         with pytest.raises(ValueError, match="synthetic"):
             check_source_options("synthetic", bad)

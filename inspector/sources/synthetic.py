@@ -21,6 +21,7 @@ rate a and draft max K, a window commits on average ``tau(a) = 1 + a + a^2 + ...
 from __future__ import annotations
 
 import random
+import re
 import time
 from typing import Sequence
 
@@ -53,8 +54,10 @@ run of the same prompt (another rate, a bench repeat) reuses the recording inste
 
 def parse_rates(text: str) -> tuple[float, ...]:
     """``"0.8,0.6,0.5"`` -> (0.8, 0.6, 0.5): conditional rates per draft position (1, 2, ...), each 0..1;
-    positions past the list take the last rate. Raises ``ValueError`` naming the bad item."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    positions past the list take the last rate. ``/``, ``;`` or spaces separate them too (``0.8/0.6``
+    where commas separate options: the Compare window's options cell, ``compare --config``).
+    Raises ``ValueError`` naming the bad item."""
+    items = [t for t in re.split(r"[,;/\s]+", str(text)) if t]
     if not items:
         raise ValueError("rates must list at least one number 0..1, e.g. 0.8,0.6,0.5")
     out = []
@@ -223,7 +226,7 @@ def check_choice_of_rate(given: dict, merged: dict) -> None:
 
 SYNTHETIC = SourceDescriptor("synthetic", (
     Option("rates", "text", "0.7", "conditional acceptance rate per draft position, 0..1 each, separated by commas "
-           "(position i right given positions < i were; the last repeats): e.g. 0.8,0.6,0.5",
+           "or / (position i right given positions < i were; the last repeats): e.g. 0.8,0.6,0.5",
            convert=check_rates, placeholder="e.g. 0.8,0.6,0.5"),
     Option("mean_accepted", "float", 0.0, "instead of rates: a mean acceptance length (tokens committed per window, "
            "1 .. draft max + 1) made a constant conditional rate; 0 = use rates", minimum=0.0, maximum=65.0,
