@@ -203,8 +203,9 @@ def verdict(widths: Sequence[WidthPicks], speculative_token: int, plain_token: i
                 f"speculative token {token_text(speculative_token)!r} ({picked}): this is a real bug, "
                 "not numerics")
     if len(by_token) == 1:
+        plain = f"{token_text(plain_token)!r}" if plain_token >= 0 else "end of output"
         return (f"{WIDTH_INDEPENDENT}: every verify width 1..{max(w.width for w in widths)} picks "
-                f"{token_text(speculative_token)!r}; plain decoding's {token_text(plain_token)!r} is not "
+                f"{token_text(speculative_token)!r}; plain decoding's {plain} is not "
                 "reproduced by any batch shape here")
 
     def margin(t: int, ws: list[WidthPicks]) -> float:
