@@ -46,6 +46,8 @@ SPIN_MS = 1.0
 """The last part of each draft cost (ms) spent spinning on ``time.perf_counter`` instead of sleeping:
 ``time.sleep`` overshoots by 0.05-0.1 ms on Linux, so a cost of 0.3 ms slept would be 30 % more."""
 
+DEFAULT_RATES = "0.7"
+"""The ``rates`` option's default (one conditional rate for every position)."""
 MEMORY_KEY = "synthetic"
 MEMORY_RUNS = 8
 """Plain runs kept in the session's memory (``SourceContext.memory``), by prompt and settings: a second
@@ -219,13 +221,14 @@ class SyntheticSource:
 
 
 def check_choice_of_rate(given: dict, merged: dict) -> None:
-    """``rates`` and ``mean_accepted`` are two ways to say one thing: give one."""
-    if "rates" in given and given.get("mean_accepted", 0):
+    """``rates`` and ``mean_accepted`` are two ways to say one thing: a ``mean_accepted`` (> 0) beside
+    rates other than the default is refused (the factory sees every option, defaults filled in)."""
+    if merged.get("mean_accepted", 0) and merged.get("rates", DEFAULT_RATES) != DEFAULT_RATES:
         raise ValueError("source synthetic: give rates or mean_accepted, not both")
 
 
 SYNTHETIC = SourceDescriptor("synthetic", (
-    Option("rates", "text", "0.7", "conditional acceptance rate per draft position, 0..1 each, separated by commas "
+    Option("rates", "text", DEFAULT_RATES, "conditional acceptance rate per draft position, 0..1 each, separated by commas "
            "or / (position i right given positions < i were; the last repeats): e.g. 0.8,0.6,0.5",
            convert=check_rates, placeholder="e.g. 0.8,0.6,0.5"),
     Option("mean_accepted", "float", 0.0, "instead of rates: a mean acceptance length (tokens committed per window, "

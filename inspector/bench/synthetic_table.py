@@ -1,0 +1,120 @@
+"""Would a better draft pay here? Speedup of the synthetic source over plain decoding (issue 39 item 3).
+
+For mean acceptance lengths tau = 1..8 (tokens committed per window) and draft costs of 0, 0.25 and
+0.5 c(1) per proposed token, a real run of the ``synthetic`` source (``inspector.sources.synthetic``,
+``mean_accepted`` = tau, draft max ``DRAFT_MAX``) on one prompt is timed against plain decoding of the
+same prompt, beside what the cost model c(k) predicts for the same rate and cost (``predicted_speedup``).
+"""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import Callable, Sequence
+
+from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
+from inspector.engine.stats import decode_tokens_per_s
+from inspector.llama.cost_model import CostModel, measure_cost_model
+from inspector.sources.registry import SourceContext, make_source
+from inspector.sources.synthetic import constant_rate
+
+MEAN_LENGTHS = (1, 2, 3, 4, 5, 6, 7, 8)
+"""Mean acceptance lengths measured (tokens committed per window)."""
+COST_FRACTIONS = (0.0, 0.25, 0.5)
+"""Draft costs measured, per proposed token, as fractions of c(1)."""
+DRAFT_MAX = 8
+"""Proposal tokens at most per window: tau = 8 needs a conditional rate of 0.97 at this length."""
+
+
+def predicted_speedup(cm: CostModel, rate: float, draft_max: int, cost_fraction: float) -> float:
+    """Speedup over plain decoding the cost model predicts for a constant conditional ``rate`` (0..1),
+    proposals of at most ``draft_max`` tokens ending at their first wrong token, and a draft cost of
+    ``cost_fraction`` x c(1) per proposed token: E[committed] x c(1) / E[c(1 + L) + cost_fraction x c(1) x L],
+    L the proposal's length (L = j < draft_max with probability rate^(j-1) (1 - rate), draft_max with
+    rate^(draft_max-1)); E[committed] = 1 + rate + ... + rate^draft_max (tokens)."""
+    c1 = cm.row_ms[0]
+    committed = sum(rate ** i for i in range(draft_max + 1))
+    cost = 0.0
+    for j in range(1, draft_max + 1):
+        p = rate ** (j - 1) * ((1 - rate) if j < draft_max else 1.0)
+        cost += p * (cm.cost(1 + j) + cost_fraction * c1 * j)
+    return committed * c1 / cost
+
+
+def decode_speed(generation: Generation) -> float:
+    """Decode tokens/s of a finished run (prefill excluded)."""
+    return decode_tokens_per_s(generation.generated_count, generation.decode_elapsed_us) or 0.0
+
+
+def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int = 64, k_max: int = DRAFT_MAX + 1,
+                    repeats: int = 3, mean_lengths: Sequence[float] = MEAN_LENGTHS,
+                    cost_fractions: Sequence[float] = COST_FRACTIONS,
+                    progress: Callable[[str], None] = lambda m: None) -> dict:
+    """Measure the table on ``runtime`` (one KV sequence is enough): c(k) for k = 1..``k_max`` rows
+    (``repeats`` rounds), plain decoding of ``prompt_tokens`` (``max_new_tokens`` tokens, the median
+    of ``repeats`` runs), then one synthetic run per (tau, cost fraction), the median of ``repeats``
+    seeds. Returns ``{"c_ms": [...], "plain_tokens_per_s", "rows": [{"mean_length", "rate",
+    "cost_fraction", "draft_cost_ms", "measured_mean_length", "tokens_per_s", "speedup",
+    "predicted_speedup"}, ...]}``."""
+    scheduler = RuntimeScheduler(runtime)
+    prompt = tuple(prompt_tokens)
+    progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats) ...")
+    cm = measure_cost_model(scheduler, prompt[:64], k_max=k_max, repeats=repeats)
+    settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_max=DRAFT_MAX, probabilities=False)
+    memory: dict = {}
+
+    def timed(source) -> Generation:
+        g = Generation(scheduler, source, list(prompt), settings)
+        try:
+            g.run()
+        finally:
+            g.close()
+        return g
+
+    progress("plain decoding ...")
+    plain = median(decode_speed(timed(None)) for _ in range(repeats))
+    rows = []
+    for tau in mean_lengths:
+        rate = constant_rate(tau, DRAFT_MAX)
+        for f in cost_fractions:
+            cost_ms = f * cm.row_ms[0]
+            progress(f"synthetic mean length {tau:g}, draft cost {f:g} c(1) = {cost_ms:.2f} ms ...")
+            speeds, lengths = [], []
+            for seed in range(repeats):
+                ctx = SourceContext(runtime, settings, prompt_tokens=prompt, scheduler=scheduler, memory=memory)
+                source = make_source("synthetic", ctx, {"mean_accepted": tau, "seed": seed, "draft_cost_ms": cost_ms})
+                g = timed(source)
+                speeds.append(decode_speed(g))
+                if g.receipts:
+                    lengths.append(1 + sum(r.accepted_proposal_tokens for r in g.receipts) / len(g.receipts))
+            speed = median(speeds)
+            rows.append({"mean_length": tau, "rate": rate, "cost_fraction": f, "draft_cost_ms": cost_ms,
+                         "measured_mean_length": median(lengths) if lengths else None, "tokens_per_s": speed,
+                         "speedup": speed / plain if plain else None,
+                         "predicted_speedup": predicted_speedup(cm, rate, DRAFT_MAX, f)})
+    return {"c_ms": list(cm.row_ms), "plain_tokens_per_s": plain, "draft_max": DRAFT_MAX,
+            "max_new_tokens": max_new_tokens, "repeats": repeats, "rows": rows}
+
+
+def format_synthetic_table(result: dict) -> str:
+    """The table: one line per mean length, measured speedup / predicted per draft cost, and where
+    speculation stops paying (below 1.00x)."""
+    fractions = sorted({r["cost_fraction"] for r in result["rows"]})
+    c1 = result["c_ms"][0]
+    lines = [f"synthetic acceptance, draft max {result['draft_max']}, {result['max_new_tokens']} tokens, median of "
+             f"{result['repeats']}: speedup over plain decoding ({result['plain_tokens_per_s']:.1f} tok/s), "
+             f"measured / cost model; c(1) = {c1:.2f} ms",
+             "tau = tokens committed per window (1 + accepted/window); draft cost per proposed token",
+             f"{'tau':>4} {'rate':>5} {'tau run':>7} " + " ".join(f"{f'{f:g} c(1)':>16}" for f in fractions)]
+    by = {(r["mean_length"], r["cost_fraction"]): r for r in result["rows"]}
+    for tau in sorted({r["mean_length"] for r in result["rows"]}):
+        first = by[(tau, fractions[0])]
+        run_tau = first["measured_mean_length"]
+        cells = []
+        for f in fractions:
+            r = by[(tau, f)]
+            mark = "*" if r["speedup"] is not None and r["speedup"] < 1 else " "
+            cells.append(f"{r['speedup'] or 0:6.2f}x / {r['predicted_speedup']:5.2f}x{mark}")
+        lines.append(f"{tau:>4g} {first['rate']:>5.2f} {run_tau if run_tau is None else f'{run_tau:.2f}':>7} "
+                     + " ".join(f"{c:>16}" for c in cells))
+    lines.append("* below break-even: slower than plain decoding")
+    return "\n".join(lines)
