@@ -125,3 +125,23 @@ def test_real_runs_equal_plain_decoding_and_accept_more_at_a_higher_rate(make_ge
         per_window[rates] = sum(r.accepted_proposal_tokens for r in g.receipts) / len(g.receipts)
     print(f"accepted per window: {per_window}")
     assert per_window["0.9"] > per_window["0.3"] + 0.5
+
+
+def test_the_cost_models_prediction_at_rate_one_and_zero():
+    from inspector.bench.synthetic_table import predicted_speedup
+    from inspector.llama.cost_model import CostModel
+
+    cm = CostModel((10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0))
+    assert predicted_speedup(cm, 1.0, 8, 0.0) == pytest.approx(cm.speedup(9))  # 9 tokens per c(9)
+    assert predicted_speedup(cm, 0.0, 8, 0.0) == pytest.approx(10.0 / 11.0)  # 1 token per c(2)
+    assert predicted_speedup(cm, 0.0, 8, 0.5) == pytest.approx(10.0 / 16.0)  # + half a c(1) for the token
+    assert predicted_speedup(cm, 0.7, 8, 0.25) < predicted_speedup(cm, 0.7, 8, 0.0) < predicted_speedup(cm, 0.9, 8, 0.0)
+
+
+def test_the_window_makes_the_synthetic_page_from_its_declaration(qtbot):
+    from inspector.gui.panel.source_options import build_source_page
+
+    page, controls = build_source_page(describe_source("synthetic"))
+    qtbot.addWidget(page)
+    assert set(controls) == {"rates", "mean_accepted", "seed", "draft_cost_ms"}  # draft_max: the generation's
+    assert controls["rates"].value() == "0.7" and controls["seed"].value() == 0
