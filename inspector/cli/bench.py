@@ -3,8 +3,6 @@ arguments (``add_bench_commands``) and their work (``cmd_bench``, ``cmd_compare`
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -22,9 +20,10 @@ from inspector.bench.server_http import REQUEST_DEADLINE_S
 from inspector.bench.server_http import ServerError
 from inspector.bench.serve_bench import SERVE_BENCH_CONFIGS, format_serve_bench, serve_bench
 from inspector.bench.turns import combine_turns_benches, format_combined, format_turns_bench, run_turns_bench
-from inspector.bench.weights import bench_weights, format_weights
 from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runtime, read_text, strip_final_newline,
                                   weight_type)
+from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_lengths_command,
+                                       bench_weights_command, print_result)
 from inspector.cli.context import add_context_flags
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.ranges import THREADS, THREADS_MAX, setting, whole_number
@@ -66,6 +65,7 @@ def add_bench_commands(sub) -> None:
                     help="compare weight layouts instead: convert the model to each type (llama.cpp quantize, "
                          "cached), then per layout c(k), its ceiling, plain vs n-gram on the copy task and whether "
                          "greedy output stays the original's (e.g. Q4_1,Q8_0,Q4_0)")
+    add_context_lengths_flag(bn)
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
     bn.add_argument("--turns", metavar="FILE|NAME", help="instead: every source over a conversation (e.g. agent-edits; "
                     f"1..{MAX_TURNS} turns): acceptance, mean length, windows, speedup, share of the ceiling, "
@@ -132,7 +132,9 @@ def cmd_bench(args) -> int:
         return fail("--config chooses the work of bench --llama-server or --serve: add one, or use compare "
                     "--config", EXIT_USAGE)
     if args.weights:
-        return _bench_weights(args)
+        return bench_weights_command(args)
+    if args.context_lengths:
+        return bench_context_lengths_command(args)
     if args.turns:
         return _bench_turns(args)
     if args.rpc:
@@ -159,7 +161,7 @@ def cmd_bench(args) -> int:
         return fail(str(exc))
     finally:
         runtime.close()
-    _print_result(format_bench(result), result, args.json)
+    print_result(format_bench(result), result, args.json)
     return 0
 
 
@@ -179,7 +181,7 @@ def _bench_gui(args, task: str) -> int:
                                repeats=args.repeats, threads=args.threads or None, show=args.show)
     except (ModelFileError, EngineError, ValueError, RuntimeError) as exc:
         return fail(str(exc))
-    _print_result(speed.format_gui_speed(result), result, args.json)
+    print_result(speed.format_gui_speed(result), result, args.json)
     return 0
 
 
@@ -233,7 +235,7 @@ def _bench_serve(args) -> int:
         runtime.close()
     result = {"llama_server": target, "threads": threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
               "examples": tasks, "rows": [r.to_json() for r in rows]}
-    _print_result(format_serve_bench(rows, examples=tasks, max_tokens=args.max_tokens, repeats=args.repeats,
+    print_result(format_serve_bench(rows, examples=tasks, max_tokens=args.max_tokens, repeats=args.repeats,
                                      threads=threads), result, args.json)
     return 1 if any(r.error for r in rows) else 0
 
@@ -283,7 +285,7 @@ def _bench_llama_server(args) -> int:
         gui = {"error": f"{type(exc).__name__}: {exc}"}
     result = {"llama_server": target, "threads": threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
               "rows": [r.to_json() for r in rows], "weight_form_speedup": speedup, "window_vs_headless": gui}
-    _print_result(format_server_bench(rows, gui, speedup), result, args.json)
+    print_result(format_server_bench(rows, gui, speedup), result, args.json)
     return 1 if any(r.error for r in rows) or "error" in speedup or "error" in gui else 0
 
 
@@ -328,21 +330,13 @@ def _bench_turns(args) -> int:
     failed = any(r["error"] for result in results.values() for r in result["rows"])  # said in its row: exit 1
     if len(results) == 1:
         (result,) = results.values()
-        _print_result(format_turns_bench(result), result, args.json)
+        print_result(format_turns_bench(result), result, args.json)
         return 1 if failed else 0
     combined = combine_turns_benches(results)
     text = "\n\n".join([f"conversation {n}:\n{format_turns_bench(r)}" for n, r in results.items()]
                        + [format_combined(combined)])
-    _print_result(text, {"conversations": results, "all": combined}, args.json)
+    print_result(text, {"conversations": results, "all": combined}, args.json)
     return 1 if failed else 0
-
-
-def _print_result(text: str, result: dict, json_path) -> None:
-    """Print a bench table, and write its figures as JSON when ``--json OUT`` was given."""
-    print(text)
-    if json_path:
-        json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
-        print(f"json: {json_path}")
 
 
 def _bench_rpc(args) -> int:
@@ -355,26 +349,7 @@ def _bench_rpc(args) -> int:
                            n_gpu_layers=args.n_gpu_layers, progress=progress)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
-    _print_result(format_rpc(result), result, args.json)
-    return 0
-
-
-def _bench_weights(args) -> int:
-    """``bench --weights T1,T2,...``: every weight layout of the model in one run (``inspector.bench.weights``)."""
-    try:
-        types = [weight_type(t) for t in args.weights.split(",") if t.strip()]
-        if not types:
-            raise ValueError("no weight type given, e.g. --weights Q4_1,Q8_0,Q4_0")
-    except (ValueError, argparse.ArgumentTypeError) as exc:
-        return fail(f"--weights: {exc}", EXIT_USAGE)
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        result = bench_weights(args.model or bundled_model_path(), types, max_tokens=args.max_tokens,
-                               k_max=args.k_max, repeats=args.repeats, threads=args.threads or None,
-                               progress=progress)
-    except (ModelFileError, EngineError, ValueError) as exc:
-        return fail(str(exc))
-    _print_result(format_weights(result), result, args.json)
+    print_result(format_rpc(result), result, args.json)
     return 0
 
 

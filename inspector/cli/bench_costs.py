@@ -1,0 +1,98 @@
+"""``bench``'s cost-model modes: ``--weights`` (c(k) per weight layout, ``inspector.bench.weights``) and
+``--context-lengths`` (c(k) per context length, ``inspector.bench.context_costs``), and how every bench
+prints its table and writes ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from inspector.bench.context_costs import cost_by_context, format_cost_by_context
+from inspector.bench.run import TASKS
+from inspector.bench.weights import bench_weights, format_weights
+from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime, weight_type
+from inspector.engine import RuntimeScheduler
+from inspector.engine.errors import EngineError
+from inspector.llama.devices import RpcUnavailable
+from inspector.llama.model_file import ModelFileError, bundled_model_path
+from inspector.prompts import example_prompts
+
+CONTEXT_LENGTHS_MAX = 131072
+"""Most positions ``--context-lengths`` takes (a model's context is its own limit, said when loading)."""
+
+
+def context_lengths(text: str) -> tuple[int, ...]:
+    """``--context-lengths N1,N2,...``: positions (1..``CONTEXT_LENGTHS_MAX``), in the order given."""
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers such as 512,2048,6000, observed {text!r}") from None
+    if not out or not all(1 <= n <= CONTEXT_LENGTHS_MAX for n in out):
+        raise argparse.ArgumentTypeError(f"expected lengths 1..{CONTEXT_LENGTHS_MAX} such as 512,2048,6000, "
+                                         f"observed {text!r}")
+    return out
+
+
+def add_context_lengths_flag(parser) -> None:
+    """``bench --context-lengths N1,N2,...``."""
+    parser.add_argument("--context-lengths", type=context_lengths, metavar="N1,N2,...",
+                        help="instead: c(k) for k = 1..--k-max after prompts of these many tokens (the first task's "
+                             "prompt repeated), side by side: attention grows with the context, so a window needs "
+                             "more accepted tokens to pay at a long one (e.g. 512,2048,6000; the context is made "
+                             "as large as the longest needs)")
+
+
+def print_result(text: str, result: dict, json_path) -> None:
+    """Print a bench table, and write its figures as JSON when ``--json OUT`` was given."""
+    print(text)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"json: {json_path}")
+
+
+def bench_weights_command(args) -> int:
+    """``bench --weights T1,T2,...``: every weight layout of the model in one run (``inspector.bench.weights``)."""
+    try:
+        types = [weight_type(t) for t in args.weights.split(",") if t.strip()]
+        if not types:
+            raise ValueError("no weight type given, e.g. --weights Q4_1,Q8_0,Q4_0")
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        return fail(f"--weights: {exc}", EXIT_USAGE)
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        result = bench_weights(args.model or bundled_model_path(), types, max_tokens=args.max_tokens,
+                               k_max=args.k_max, repeats=args.repeats, threads=args.threads or None,
+                               progress=progress)
+    except (ModelFileError, EngineError, ValueError) as exc:
+        return fail(str(exc))
+    print_result(format_weights(result), result, args.json)
+    return 0
+
+
+def bench_context_lengths_command(args) -> int:
+    """``bench --context-lengths N1,N2,...``: c(k) at each context length in one run
+    (``inspector.bench.context_costs``), on the first of ``--tasks``'s prompts repeated to each length."""
+    task = next((t.strip() for t in args.tasks.split(",") if t.strip()), "")
+    if task not in TASKS:
+        return fail(f"unknown task {task or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+    lengths = args.context_lengths
+    try:
+        runtime = open_target_runtime(args, n_ctx=max(lengths) + args.k_max, n_seq_max=1,
+                                      n_threads=args.threads or None)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return fail(str(exc))
+    try:
+        tokens = runtime.prompt_tokens(example_prompts()[task])
+        say = lambda n: print(f"measuring c(k), k = 1..{args.k_max}, after {n} tokens ...",  # noqa: E731
+                              file=sys.stderr, flush=True)
+        rows = cost_by_context(RuntimeScheduler(runtime), tokens, lengths, k_max=args.k_max, repeats=args.repeats,
+                               progress=say)
+    except (EngineError, ValueError) as exc:
+        return fail(str(exc))
+    finally:
+        runtime.close()
+    result = {"task": task, "context_lengths": [{"context": n, "row_ms": list(cm.row_ms), "ceiling": cm.ceiling,
+                                                 "best_rows": cm.best_rows} for n, cm in rows]}
+    print_result(format_cost_by_context(rows), result, args.json)
+    return 0

@@ -1,0 +1,57 @@
+"""c(k) at several context lengths (issue 39): the prompt made to each length, the refusal of a length
+the context cannot hold, and the table, on the real model (no timing asserted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from inspector.bench.context_costs import context_prompt, cost_by_context, format_cost_by_context
+from inspector.llama.cost_model import CostModel
+
+
+def test_a_context_prompt_repeats_the_tokens_to_exactly_the_length():
+    assert context_prompt([5, 6, 7], 7) == [5, 6, 7, 5, 6, 7, 5]
+    assert context_prompt([5, 6, 7], 2) == [5, 6]
+    with pytest.raises(ValueError):
+        context_prompt([], 4)
+
+
+def test_the_table_shows_each_length_its_costs_and_the_break_even():
+    short = CostModel((10.0, 12.0, 15.0, 18.0))
+    long = CostModel((20.0, 30.0, 45.0, 60.0))
+    text = format_cost_by_context([(512, short), (4096, long)])
+    lines = text.splitlines()
+    assert lines[0].split()[:5] == ["context", "c(1)", "ms", "c(2)", "ms"] and "c(8)" not in lines[0]
+    assert lines[1].split()[:5] == ["512", "10.0", "12.0", "18.0", "1.00x"]
+    # 4096: c(1) twice the first; ceiling max k*20/c(k) = 1.33x at 2 rows; break-even 30/20 - 1 = 0.5
+    assert lines[2].split() == ["4096", "20.0", "30.0", "60.0", "2.00x", "1.33x", "2", "0.5"]
+
+
+def test_a_length_the_context_cannot_hold_is_refused_before_anything_runs(scheduler, runtime):
+    with pytest.raises(ValueError, match="needs -c of at least"):
+        cost_by_context(scheduler, [1, 2, 3], [64, runtime.n_ctx], k_max=4, repeats=1)
+
+
+def test_on_the_real_model_each_length_gets_its_own_measured_curve(scheduler, runtime):
+    tokens = runtime.tokenize("def f(x):\n    return x * 2\n", True, False)
+    seen = []
+    rows = cost_by_context(scheduler, tokens, [32, 600], k_max=4, repeats=1, progress=seen.append)
+    assert seen == [32, 600] and [n for n, _cm in rows] == [32, 600]
+    assert all(len(cm.row_ms) == 4 and min(cm.row_ms) > 0 for _n, cm in rows)
+
+
+def test_bench_context_lengths_prints_one_row_per_length(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "c.json"
+    p = subprocess.run([sys.executable, "-m", "inspector", "bench", "--context-lengths", "16,300", "--k-max", "2",
+                        "--repeats", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = [ln.split() for ln in p.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
+    assert [r[0] for r in rows] == ["16", "300"]
+    assert [d["context"] for d in json.loads(out.read_text())["context_lengths"]] == [16, 300]
+    bad = subprocess.run([sys.executable, "-m", "inspector", "bench", "--context-lengths", "0,12"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "expected lengths 1.." in bad.stderr and "Traceback" not in bad.stderr
