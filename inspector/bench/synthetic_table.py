@@ -40,6 +40,20 @@ def predicted_speedup(cm: CostModel, rate: float, draft_max: int, cost_fraction:
     return committed * c1 / cost
 
 
+def run_prediction(cm: CostModel, generation: Generation, cost_fraction: float) -> float | None:
+    """Speedup the cost model predicts for this run's own windows (``CostModel.expected_speedup``: their
+    rows and committed tokens, and the plain steps, the first token's prefill excluded) with the draft
+    cost of its proposed tokens (``cost_fraction`` x c(1) each): the run's length and its end, where
+    proposals are cut, are in it; the nominal rate's prediction has neither."""
+    windows = [(1 + r.proposal_token_count, len(r.committed_tokens)) for r in generation.receipts]
+    plain_steps = generation.decode_step - len(windows)
+    c1 = cm.row_ms[0]
+    tokens = sum(c for _, c in windows) + plain_steps
+    cost = sum(cm.cost(rows) for rows, _ in windows) + plain_steps * c1
+    cost += cost_fraction * c1 * sum(r.proposal_token_count for r in generation.receipts)
+    return tokens * c1 / cost if tokens and cost > 0 else None
+
+
 def decode_speed(generation: Generation) -> float:
     """Decode tokens/s of a finished run (prefill excluded)."""
     return decode_tokens_per_s(generation.generated_count, generation.decode_elapsed_us) or 0.0
@@ -54,7 +68,7 @@ def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int =
     of ``repeats`` runs), then one synthetic run per (tau, cost fraction), the median of ``repeats``
     seeds. Returns ``{"c_ms": [...], "plain_tokens_per_s", "rows": [{"mean_length", "rate",
     "cost_fraction", "draft_cost_ms", "measured_mean_length", "tokens_per_s", "speedup",
-    "predicted_speedup"}, ...]}``."""
+    "predicted_speedup" (the nominal rate's), "predicted_for_run" (the runs' own windows)}, ...]}``."""
     scheduler = RuntimeScheduler(runtime)
     prompt = tuple(prompt_tokens)
     progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats) ...")
@@ -78,19 +92,23 @@ def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int =
         for f in cost_fractions:
             cost_ms = f * cm.row_ms[0]
             progress(f"synthetic mean length {tau:g}, draft cost {f:g} c(1) = {cost_ms:.2f} ms ...")
-            speeds, lengths = [], []
+            speeds, lengths, predicted = [], [], []
             for seed in range(repeats):
                 ctx = SourceContext(runtime, settings, prompt_tokens=prompt, scheduler=scheduler, memory=memory)
                 source = make_source("synthetic", ctx, {"mean_accepted": tau, "seed": seed, "draft_cost_ms": cost_ms})
                 g = timed(source)
                 speeds.append(decode_speed(g))
+                p = run_prediction(cm, g, f)
+                if p is not None:
+                    predicted.append(p)
                 if g.receipts:
                     lengths.append(1 + sum(r.accepted_proposal_tokens for r in g.receipts) / len(g.receipts))
             speed = median(speeds)
             rows.append({"mean_length": tau, "rate": rate, "cost_fraction": f, "draft_cost_ms": cost_ms,
                          "measured_mean_length": median(lengths) if lengths else None, "tokens_per_s": speed,
                          "speedup": speed / plain if plain else None,
-                         "predicted_speedup": predicted_speedup(cm, rate, DRAFT_MAX, f)})
+                         "predicted_speedup": predicted_speedup(cm, rate, DRAFT_MAX, f),
+                         "predicted_for_run": median(predicted) if predicted else None})
     return {"c_ms": list(cm.row_ms), "plain_tokens_per_s": plain, "draft_max": DRAFT_MAX,
             "max_new_tokens": max_new_tokens, "repeats": repeats, "rows": rows}
 
@@ -101,10 +119,11 @@ def format_synthetic_table(result: dict) -> str:
     fractions = sorted({r["cost_fraction"] for r in result["rows"]})
     c1 = result["c_ms"][0]
     lines = [f"synthetic acceptance, draft max {result['draft_max']}, {result['max_new_tokens']} tokens, median of "
-             f"{result['repeats']}: speedup over plain decoding ({result['plain_tokens_per_s']:.1f} tok/s), "
-             f"measured / cost model; c(1) = {c1:.2f} ms",
+             f"{result['repeats']}: speedup over plain decoding ({result['plain_tokens_per_s']:.1f} tok/s); "
+             f"c(1) = {c1:.2f} ms",
+             "each cell: measured, the cost model's prediction for the runs' own windows, and for the nominal rate",
              "tau = tokens committed per window (1 + accepted/window); draft cost per proposed token",
-             f"{'tau':>4} {'rate':>5} {'tau run':>7} " + " ".join(f"{f'{f:g} c(1)':>16}" for f in fractions)]
+             f"{'tau':>4} {'rate':>5} {'tau run':>7} " + " ".join(f"{f'{f:g} c(1)':>21}" for f in fractions)]
     by = {(r["mean_length"], r["cost_fraction"]): r for r in result["rows"]}
     for tau in sorted({r["mean_length"] for r in result["rows"]}):
         first = by[(tau, fractions[0])]
@@ -113,8 +132,9 @@ def format_synthetic_table(result: dict) -> str:
         for f in fractions:
             r = by[(tau, f)]
             mark = "*" if r["speedup"] is not None and r["speedup"] < 1 else " "
-            cells.append(f"{r['speedup'] or 0:6.2f}x / {r['predicted_speedup']:5.2f}x{mark}")
+            run = r["predicted_for_run"]
+            cells.append(f"{r['speedup'] or 0:5.2f}x {run or 0:5.2f}x {r['predicted_speedup']:5.2f}x{mark}")
         lines.append(f"{tau:>4g} {first['rate']:>5.2f} {run_tau if run_tau is None else f'{run_tau:.2f}':>7} "
-                     + " ".join(f"{c:>16}" for c in cells))
+                     + " ".join(f"{c:>21}" for c in cells))
     lines.append("* below break-even: slower than plain decoding")
     return "\n".join(lines)
