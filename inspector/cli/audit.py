@@ -24,7 +24,7 @@ from inspector.llama.model_file import ModelFileError
 from inspector.llama.quantize import open_target
 from inspector.receipts import ReceiptsFileError, load_document
 from inspector.receipts.document import is_conversation
-from inspector.session.audit import MAX_AUDIT_WIDTH, audit_divergence
+from inspector.session.audit import MAX_AUDIT_WIDTH, AuditResult, VerifiedWindow, audit_divergence, windows_of
 
 
 class AuditRefused(Exception):
@@ -110,18 +110,23 @@ def cmd_audit(args) -> int:
         return fail(str(exc))
     try:
         check_model(runtime, model, prompt)
-        return audit_run(runtime, prompt, generated, settings, args.max_width or min(draft_max + 1, MAX_AUDIT_WIDTH))
+        windows = windows_of(doc.get("windows") or (), (doc.get("sessions") or {}).get("main"))
+        return audit_run(runtime, prompt, generated, settings, args.max_width or min(draft_max + 1, MAX_AUDIT_WIDTH),
+                         windows)
     except AuditRefused as exc:
         return fail(str(exc))
-    except (EngineError, ValueError) as exc:
+    except (EngineError, ValueError, KeyError) as exc:
         return fail(f"audit failed: {exc}")
     finally:
         runtime.close()
 
 
-def audit_run(runtime, prompt: list[int], generated: list[int], settings: GenerationSettings, max_width: int) -> int:
+def audit_run(runtime, prompt: list[int], generated: list[int], settings: GenerationSettings, max_width: int,
+              windows: tuple[VerifiedWindow, ...] = ()) -> int:
     """Plain-decode ``prompt`` with ``settings``, compare with ``generated`` (token ids) and print the audit
-    of the first difference (widths ``1..max_width`` rows). Returns 0."""
+    of the first difference (widths ``1..max_width`` rows), with the KV prefix built as plain decoding
+    built it; when no width explains it and the run's ``windows`` are known, again with the KV prefix
+    the run's windows built. Returns 0."""
     scheduler = RuntimeScheduler(runtime)
     print(f"plain decoding of the same prompt ({len(prompt)} tokens, up to {len(generated)} new) ...",
           file=sys.stderr, flush=True)
@@ -134,13 +139,26 @@ def audit_run(runtime, prompt: list[int], generated: list[int], settings: Genera
     print(f"speculative output parts from plain decoding at generated token {p} (KV position {len(prompt) + p}): "
           f"speculative {_shown(text, generated, p)}, plain {_shown(text, plain, p)}")
     print(f"context: {text_tail(runtime, prompt + generated[:p])!r}")
-    result = scheduler.execute("audit", -1, lambda rt: audit_divergence(
-        rt, prompt, generated, plain, max_width, settings.sampling, text)).value
-    print(f"the target's pick for that position at each verify width (places: the rows a window of that width "
-          f"could have put it at; margin: top-1 minus top-2 logit):")
-    print("\n".join(result.table(text)))
+
+    def audit(prefix_windows) -> AuditResult:
+        return scheduler.execute("audit", -1, lambda rt: audit_divergence(
+            rt, prompt, generated, plain, max_width, settings.sampling, text, prefix_windows)).value
+
+    result = audit(())
+    print_result(result, text, "the KV before them as plain decoding built it")
+    if not result.explained and windows:
+        print(f"  (with that KV: {result.verdict})")
+        result = audit(windows)
+        print_result(result, text, "the KV before them as the run's windows built it")
     print(f"verdict: {result.verdict}")
     return 0
+
+
+def print_result(result: AuditResult, text, prefix: str) -> None:
+    """The per-width table of ``result`` under a heading naming the KV ``prefix``."""
+    print(f"the target's pick for that position at each verify width, {prefix} (places: the rows a window of "
+          f"that width could have put it at; margin: top-1 minus top-2 logit):")
+    print("\n".join(result.table(text)))
 
 
 def _shown(text, stream: list[int], p: int) -> str:

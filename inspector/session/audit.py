@@ -16,7 +16,9 @@ only places with ``base >= prompt length`` are tried.
 
 The KV prefix is built as plain decoding builds it: the prompt in one prefill (chunks of
 ``n_batch``, llama.cpp's schedule), then the committed tokens one row per decode. So width 1 at
-place 0 is exactly plain decoding's step. Everything runs on a session of its own, dropped at the
+place 0 is exactly plain decoding's step. Or, given the run's windows (``VerifiedWindow``, from its
+receipts), as the speculative run built it: each window's verify batch decoded again at its base and
+trimmed to its canonical position, plain steps between them (``prefix_windows``): the KV the run had. Everything runs on a session of its own, dropped at the
 end: no other session's KV is touched. No Qt here.
 
 Margins are logit differences (top-1 logit minus top-2 logit of the row, after the run's
@@ -38,6 +40,55 @@ MAX_AUDIT_WIDTH = 16
 BATCH_SHAPE = "batch-shape numerics"
 NOT_EXPLAINED = "NOT EXPLAINED BY BATCH SHAPE"
 WIDTH_INDEPENDENT = "not a verify-width effect"
+PLAIN_PREFIX = "plain"
+"""The KV prefix built as plain decoding built it (one token per decode after the prompt)."""
+RUN_PREFIX = "run"
+"""The KV prefix built as the speculative run built it (its windows' verify batches again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedWindow:
+    """One verify batch of the run: ``base`` (its first KV position, tokens), ``proposal`` (the
+    proposal's token ids; the batch's rows are the current token, the committed token at ``base``,
+    then these) and ``canonical`` (the KV length the run kept after it, tokens)."""
+
+    base: int
+    proposal: tuple[int, ...]
+    canonical: int
+
+
+def windows_of(receipts: Sequence[dict], session_id: int | None = None) -> tuple[VerifiedWindow, ...]:
+    """The ``VerifiedWindow`` s of a receipts document's ``windows`` (of session ``session_id``; None:
+    every window), in KV order. Raises ``KeyError`` for a window without its positions."""
+    out = [VerifiedWindow(int(w["base_position"]), tuple(int(t) for t in w["proposal_token_ids"]),
+                          int(w["canonical_position"]))
+           for w in receipts if session_id is None or w.get("session_id") == session_id]
+    return tuple(sorted(out, key=lambda v: v.base))
+
+
+def build_prefix(runtime, sid: int, tokens: Sequence[int], start: int, end: int,
+                 windows: Sequence[VerifiedWindow] = ()) -> None:
+    """Fill session ``sid``'s KV from position ``start`` up to ``end`` (exclusive; tokens) with
+    ``tokens`` (prompt then committed ids): one row per decode (plain decoding), except where a
+    window of ``windows`` starts at or after ``start`` and before ``end``: its verify batch is decoded
+    again (``decode_rows``, the run's shape) and trimmed to its canonical position (or ``end``).
+    Raises ``EngineError`` when a trim fails or a window does not fit the stream."""
+    pos = start
+    for w in windows:
+        if w.base < pos or w.base >= end:
+            continue
+        while pos < w.base:
+            runtime.decode_rows(sid, (tokens[pos],), pos)
+            pos += 1
+        if w.base >= len(tokens):
+            raise EngineError(f"a window at KV position {w.base} is past the committed stream ({len(tokens)} tokens)")
+        runtime.decode_rows(sid, (tokens[w.base], *w.proposal), w.base)
+        pos = min(max(w.canonical, w.base + 1), end)
+        if not runtime.trim(sid, pos) or runtime.kv_length(sid) != pos:
+            raise EngineError(f"the KV cache could not be trimmed to {pos} positions (llama_memory_seq_rm)")
+    while pos < end:
+        runtime.decode_rows(sid, (tokens[pos],), pos)
+        pos += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +131,8 @@ class AuditResult:
 
     ``position``: the generated-token index audited (0-based; KV position = prompt length +
     ``position``). ``speculative_token`` / ``plain_token``: the two streams' tokens there (-1 when a
-    stream had ended). ``widths``: per verify width 1..k. ``verdict``: one line (``verdict``)."""
+    stream had ended). ``widths``: per verify width 1..k. ``verdict``: one line (``verdict``).
+    ``prefix``: how the KV before the audited rows was built, ``PLAIN_PREFIX`` or ``RUN_PREFIX``."""
 
     position: int
     prompt_length: int
@@ -88,6 +140,7 @@ class AuditResult:
     plain_token: int
     widths: tuple[WidthPicks, ...]
     verdict: str
+    prefix: str = "plain"
 
     @property
     def explained(self) -> bool:
@@ -132,7 +185,8 @@ def penalty_sampling(sampling: SamplingSettings | None) -> SamplingSettings:
 
 
 def audit_position(runtime, prompt: Sequence[int], stream: Sequence[int], position: int, max_width: int,
-                   sampling: SamplingSettings | None = None) -> tuple[WidthPicks, ...]:
+                   sampling: SamplingSettings | None = None,
+                   prefix_windows: Sequence[VerifiedWindow] = ()) -> tuple[WidthPicks, ...]:
     """The target's pick for generated position ``position`` (0-based, tokens after the prompt) at
     every verify width ``1..max_width`` (rows) and every place a window could put the predicting row.
 
@@ -140,7 +194,9 @@ def audit_position(runtime, prompt: Sequence[int], stream: Sequence[int], positi
     scheduler's lock (``RuntimeScheduler.execute``) when other sessions may run. ``prompt``: the
     prompt's token ids. ``stream``: the generated token ids whose first ``position`` tokens are the
     committed prefix; tokens after it fill the rows after the predicting row (its last token repeats
-    when it runs out). ``sampling``: the run's sampling (greedy; its penalties apply). Uses a session of
+    when it runs out). ``sampling``: the run's sampling (greedy; its penalties apply).
+    ``prefix_windows``: the run's windows, to build the KV prefix as the run did (``build_prefix``);
+    empty: as plain decoding did. Uses a session of
     its own (``open_session``), dropped at the end. Raises ``ValueError`` for a position outside
     ``1..len(stream)`` or ``max_width`` < 1, ``EngineError`` when the batches exceed the context or
     ``n_batch``, or when no session is free."""
@@ -166,8 +222,7 @@ def audit_position(runtime, prompt: Sequence[int], stream: Sequence[int], positi
     sid = runtime.open_session(penalty_sampling(sampling))
     try:
         runtime.prefill(sid, list(prompt), 0)
-        for pos in range(n, row):  # the committed prefix, one row per decode, as plain decoding did
-            runtime.decode_rows(sid, (tokens[pos],), pos)
+        build_prefix(runtime, sid, tokens, n, row, prefix_windows)
         found: dict[int, list[PlacePick]] = {w: [] for w in range(1, max_width + 1)}
         for place in range(0, min(max_width, position)):  # base >= n: a window starts at a generated token
             base = row - place
@@ -219,11 +274,14 @@ def verdict(widths: Sequence[WidthPicks], speculative_token: int, plain_token: i
 
 def audit_divergence(runtime, prompt: Sequence[int], speculative: Sequence[int], plain: Sequence[int],
                      max_width: int, sampling: SamplingSettings | None = None,
-                     token_text: Callable[[int], str] = str) -> AuditResult | None:
+                     token_text: Callable[[int], str] = str,
+                     prefix_windows: Sequence[VerifiedWindow] = ()) -> AuditResult | None:
     """Audit where ``speculative`` parts from ``plain`` (generated token ids of the same ``prompt``):
     the target's pick there at every verify width ``1..max_width`` (rows, at most ``MAX_AUDIT_WIDTH``)
     and the verdict. None when the streams are identical. A difference only in length (one stream
     stopped) is audited at the end of the shorter one when the longer one has a token there.
+    ``prefix_windows``: the speculative run's windows, to build the KV prefix as it did (empty: as
+    plain decoding did; ``AuditResult.prefix`` says which).
     Arguments and errors as ``audit_position``; ``ValueError`` also when they part at generated
     token 0 (the prompt's prefill predicts it, not a verify window)."""
     p = first_difference(plain, speculative)
@@ -235,10 +293,10 @@ def audit_divergence(runtime, prompt: Sequence[int], speculative: Sequence[int],
     spec = speculative[p] if p < len(speculative) else -1
     plain_token = plain[p] if p < len(plain) else -1
     stream = list(speculative) if p < len(speculative) else list(plain)
-    widths = audit_position(runtime, prompt, stream, p, min(max_width, MAX_AUDIT_WIDTH), sampling)
+    widths = audit_position(runtime, prompt, stream, p, min(max_width, MAX_AUDIT_WIDTH), sampling, prefix_windows)
     if spec < 0:  # speculation stopped early: what the widths pick is the question
         text = (f"the speculative run ended at generated token {p}; plain decoding went on with "
                 f"{token_text(plain_token)!r}")
     else:
         text = verdict(widths, spec, plain_token, token_text)
-    return AuditResult(p, len(prompt), spec, plain_token, widths, text)
+    return AuditResult(p, len(prompt), spec, plain_token, widths, text, RUN_PREFIX if prefix_windows else PLAIN_PREFIX)
