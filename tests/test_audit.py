@@ -11,11 +11,13 @@ import json
 import numpy as np
 import pytest
 
+from inspector.cli.audit import audit_run, run_of
 from inspector.cli.main import main
 from inspector.engine import GenerationSettings
 from inspector.engine.baseline import plain_generation
 from inspector.prompts import example_prompts
-from inspector.session.audit import BATCH_SHAPE, NOT_EXPLAINED, audit_divergence, audit_position, compact
+from inspector.session.audit import (BATCH_SHAPE, NOT_EXPLAINED, audit_divergence, audit_position, compact,
+                                     windows_of)
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +89,9 @@ def test_near_ties_found_by_scanning_are_audited_at_every_width(runtime, plain_r
         assert all(w.tokens == (plain[p],) for w in result.widths)
 
 
-def test_audit_command_on_a_real_run(tmp_path, capsys):
+def test_audit_command_on_a_real_run(tmp_path, capsys, runtime):
     receipts = tmp_path / "r.json"
-    assert main(["run", "--example", "open-ended", "--max-tokens", "8", "--draft-max", "3", "--quiet",
+    assert main(["run", "--example", "copy-exact", "--max-tokens", "8", "--draft-max", "3", "--quiet",
                  "--receipts", str(receipts)]) == 0
     capsys.readouterr()
     assert main(["audit", str(receipts)]) == 0
@@ -111,3 +113,21 @@ def test_audit_command_on_a_real_run(tmp_path, capsys):
     assert "model mismatch" in err[-1]
     assert main(["audit", str(tmp_path / "missing.json")]) == 1
     assert "no such file" in capsys.readouterr().err
+
+    # The run's own windows rebuild its KV: the widest window's own width and place give the token it committed.
+    prompt, generated, settings, _ = run_of(doc)
+    windows = windows_of(doc["windows"])
+    assert windows  # a copy prompt: the n-gram source proposes
+    w = max(windows, key=lambda v: len(v.proposal))
+    place = len(w.proposal)  # the window's last row
+    position = min(w.base + place + 1, w.canonical) - len(prompt)  # the token that row (or the last kept one) gave
+    place = position - 1 + len(prompt) - w.base
+    picks = audit_position(runtime, prompt, generated, position, len(w.proposal) + 1, settings.sampling, windows)
+    assert picks[len(w.proposal)].places[place].token == generated[position]
+    # An output altered on purpose, through the command's own steps: both KV prefixes tried, not explained.
+    altered = list(generated)
+    altered[4] = next(t for t in range(1000, 2000) if t != generated[4])
+    assert audit_run(runtime, prompt, altered, settings, 4, windows) == 0
+    out = capsys.readouterr().out
+    assert "as the run's windows built it" in out and f"verdict: {NOT_EXPLAINED}" in out
+    assert out.count("(with that KV: " + NOT_EXPLAINED) == 1
