@@ -9,4 +9,6 @@
 - ``run``: the run service that prepares and drives one generation (CLI and window).
 - ``step_control``: pause / step window / step token / break-on, as a pure state machine.
 - ``run_states``: the window's states (the worker's and its own) and which controls each enables.
+- ``audit``: the losslessness audit: where a greedy run parts from plain decoding, the target's pick
+  at every verify width and place, and whether batch-shape numerics explain it.
 """
