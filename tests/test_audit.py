@@ -7,15 +7,17 @@ particular word of the model is asserted."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from inspector.cli.audit import audit_run, run_of
+from inspector.cli.audit import audit_run, compare_verdicts, run_of
 from inspector.cli.main import main
 from inspector.engine import GenerationSettings
 from inspector.engine.baseline import plain_generation
 from inspector.prompts import example_prompts
+from inspector.sources.registry import PLAIN
 from inspector.session.audit import (BATCH_SHAPE, NOT_EXPLAINED, audit_divergence, audit_position, compact,
                                      windows_of)
 
@@ -45,6 +47,23 @@ def test_an_output_altered_on_purpose_is_not_explained_by_batch_shape(runtime, p
     assert repr(runtime.token_text(altered[p])) in result.verdict
     assert [runtime.kv_length(s) for s in range(runtime.n_seq_max)] == kv_before  # no session's KV touched
     assert audit_divergence(runtime, prompt, plain, plain, 4) is None  # identical streams: nothing to audit
+
+
+def test_compare_prints_the_verdict_of_a_row_that_differs(scheduler, plain_run):
+    prompt, plain = plain_run
+    altered = list(plain)
+    altered[5] = next(t for t in range(1000, 2000) if t != plain[5])
+
+    def row(label, source, draft_max, tokens, same):
+        return SimpleNamespace(config=SimpleNamespace(label=label, source=source, draft_max=draft_max),
+                               generated_tokens=tuple(tokens), same_output_as_plain=same, error=None)
+
+    result = SimpleNamespace(rows=(row("plain", PLAIN, 0, plain, True), row("same", "ngram", 3, plain, True),
+                                   row("altered", "ngram", 2, altered, False)))
+    greedy = GenerationSettings().sampling
+    lines = compare_verdicts(scheduler, prompt, result, greedy)
+    assert len(lines) == 1 and lines[0].startswith(f"differs: altered at generated token 5: {NOT_EXPLAINED}")
+    assert "1..3" in lines[0]  # widths 1..draft max + 1
 
 
 def tie_margins(runtime, prompt, generated) -> np.ndarray:

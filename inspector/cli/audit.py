@@ -25,6 +25,7 @@ from inspector.llama.quantize import open_target
 from inspector.receipts import ReceiptsFileError, load_document
 from inspector.receipts.document import is_conversation
 from inspector.session.audit import MAX_AUDIT_WIDTH, AuditResult, VerifiedWindow, audit_divergence, windows_of
+from inspector.sources.registry import PLAIN
 
 
 class AuditRefused(Exception):
@@ -159,6 +160,29 @@ def print_result(result: AuditResult, text, prefix: str) -> None:
     print(f"the target's pick for that position at each verify width, {prefix} (places: the rows a window of "
           f"that width could have put it at; margin: top-1 minus top-2 logit):")
     print("\n".join(result.table(text)))
+
+
+def compare_verdicts(scheduler, prompt: list[int], result, sampling: SamplingSettings) -> list[str]:
+    """One line per ``compare`` row (``CompareResult.rows``) whose output differs from the plain row's
+    (greedy only): where it parts and the audit's verdict (widths 1..its draft max + 1 rows, the KV prefix
+    as plain decoding built it). Empty without a plain row or when ``sampling`` is not greedy."""
+    plain = next((r.generated_tokens for r in result.rows if r.config.source == PLAIN and not r.error), None)
+    if plain is None or not sampling.greedy:
+        return []
+    lines = []
+    for row in result.rows:
+        if row.same_output_as_plain is not False:
+            continue
+        width = min(row.config.draft_max + 1, MAX_AUDIT_WIDTH)
+        try:
+            audit = scheduler.execute("audit", -1, lambda rt: audit_divergence(
+                rt, prompt, list(row.generated_tokens), list(plain), width, sampling, rt.token_text)).value
+        except (EngineError, ValueError) as exc:
+            lines.append(f"differs: {row.config.label}: not audited ({exc})")
+            continue
+        if audit is not None:
+            lines.append(f"differs: {row.config.label} at generated token {audit.position}: {audit.verdict}")
+    return lines
 
 
 def _shown(text, stream: list[int], p: int) -> str:

@@ -22,6 +22,7 @@ from inspector.bench.serve_bench import SERVE_BENCH_CONFIGS, format_serve_bench,
 from inspector.bench.turns import combine_turns_benches, format_combined, format_turns_bench, run_turns_bench
 from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runtime, read_text, strip_final_newline,
                                   weight_type)
+from inspector.cli.audit import compare_verdicts
 from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_lengths_command,
                                        bench_weights_command, print_result)
 from inspector.cli.context import add_context_flags
@@ -415,6 +416,9 @@ def cmd_compare(args) -> int:
     if turns is not None:
         print(f"conversation: {len(turns)} turns ({args.turns}); each row sums every turn")
     print(format_compare(result))
+    if turns is None:  # a row whose text differs: does batch-shape numerics explain it? (spec-inspector audit)
+        for line in compare_verdicts(scheduler, tokens, result, sampling):
+            print(line)
     server_failed = False
     if args.llama_server is not None:
         try:
