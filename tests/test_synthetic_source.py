@@ -5,6 +5,7 @@ plain decoding's, and more is accepted per window at a higher rate."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -145,3 +146,22 @@ def test_the_window_makes_the_synthetic_page_from_its_declaration(qtbot):
     qtbot.addWidget(page)
     assert set(controls) == {"rates", "mean_accepted", "seed", "draft_cost_ms"}  # draft_max: the generation's
     assert controls["rates"].value() == "0.7" and controls["seed"].value() == 0
+
+
+def test_the_table_on_the_bundled_model_and_bench_synthetic(runtime, chat_tokens, monkeypatch, capsys):
+    from inspector.bench import synthetic_table as table
+    from inspector.cli import bench_synthetic
+    from inspector.cli.main import main
+
+    result = table.synthetic_table(runtime, chat_tokens("Write a short story about a lighthouse keeper."),
+                                   max_new_tokens=24, k_max=9, repeats=1, mean_lengths=(1, 6), cost_fractions=(0, 0.5))
+    by = {(r["mean_length"], r["cost_fraction"]): r for r in result["rows"]}
+    assert by[(6, 0)]["predicted_speedup"] > by[(1, 0)]["predicted_speedup"] > by[(1, 0.5)]["predicted_speedup"]
+    assert by[(6, 0)]["measured_mean_length"] > by[(1, 0)]["measured_mean_length"] == 1.0
+    assert by[(6, 0)]["speedup"] > by[(1, 0)]["speedup"]  # measured: about 2x against 0.75x here
+    assert "tau run" in table.format_synthetic_table(result)
+    fake = SimpleNamespace(prompt_tokens=lambda text, **kw: [1, 2, 3], close=lambda: None)
+    monkeypatch.setattr(bench_synthetic, "open_target_runtime", lambda args, **kw: fake)
+    monkeypatch.setattr(bench_synthetic, "synthetic_table", lambda rt, tokens, **kw: result)  # measured above
+    assert main(["bench", "--synthetic", "--max-tokens", "24"]) == 0
+    assert "synthetic acceptance, draft max 8, 24 tokens" in capsys.readouterr().out
