@@ -4,6 +4,7 @@ plain decoding's, and more is accepted per window at a higher rate."""
 
 from __future__ import annotations
 
+import json
 import time
 from types import SimpleNamespace
 
@@ -165,3 +166,20 @@ def test_the_table_on_the_bundled_model_and_bench_synthetic(runtime, chat_tokens
     monkeypatch.setattr(bench_synthetic, "synthetic_table", lambda rt, tokens, **kw: result)  # measured above
     assert main(["bench", "--synthetic", "--max-tokens", "24"]) == 0
     assert "synthetic acceptance, draft max 8, 24 tokens" in capsys.readouterr().out
+
+
+def test_run_with_the_synthetic_source_from_the_command_line_gives_plain_decodings_text(tmp_path, capsys):
+    from inspector.cli.main import main
+
+    texts, docs = {}, {}
+    for source, extra in (("none", []), ("synthetic", ["--source-option", "rates=0.7,0.5",
+                                                        "--source-option", "seed=2"])):
+        receipts = tmp_path / f"{source}.json"
+        assert main(["run", "--example", "open-ended", "--max-tokens", "32", "--draft-max", "4", "--source", source,
+                     *extra, "--receipts", str(receipts)]) == 0
+        texts[source] = capsys.readouterr().out.split("--- summary ---")[0]
+        docs[source] = json.loads(receipts.read_text("utf-8"))
+    assert texts["synthetic"] == texts["none"] and len(texts["none"]) > 40
+    settings = docs["synthetic"]["settings"]["source"]
+    assert settings["name"] == "synthetic" and settings["settings"]["rates"] == "0.7,0.5"
+    assert settings["settings"]["plain_tokens"] == 32 and docs["synthetic"]["windows"]
