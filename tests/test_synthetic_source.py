@@ -97,9 +97,18 @@ def test_options_are_declared_and_checked():
     assert d.runs_target and not d.self_contained and not d.loads_model
     assert check_source_options("synthetic", {"rates": "0.8, 0.6,0.5"}) == {"rates": "0.8,0.6,0.5"}
     assert check_source_options("synthetic", {"rates": "0.8/0.6"}) == {"rates": "0.8,0.6"}  # where commas part options
-    for bad in ({"rates": "0.8,1.5"}, {"rates": "x"}, {"rates": "0.5", "mean_accepted": "3"}, {"seed": "-1"}):
+    for bad in ({"rates": "0.8,1.5"}, {"rates": "x"}, {"rates": "0.5", "mean_accepted": "3"}, {"seed": "-1"},
+                {"draft_cost_ms": "1", "draft_cost_c1": "0.5"}):
         with pytest.raises(ValueError, match="synthetic"):
             check_source_options("synthetic", bad)
+
+
+def test_a_draft_cost_given_as_a_fraction_of_c1_takes_the_stored_plain_step():
+    rt = SimpleNamespace(n_vocab=N_VOCAB)
+    made = make_source("synthetic", SourceContext(rt, row_costs=(12.0, 13.0)), {"draft_cost_c1": "0.25"})
+    assert made.draft_cost_ms == pytest.approx(3.0) and made.settings()["draft_cost_ms"] == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="stored cost model"):
+        make_source("synthetic", SourceContext(rt), {"draft_cost_c1": "0.25"})
 
 
 def synthetic_run(make_generation, runtime, scheduler, tokens, rates, max_new=40, draft_max=5):
@@ -145,7 +154,7 @@ def test_the_window_makes_the_synthetic_page_from_its_declaration(qtbot):
 
     page, controls = build_source_page(describe_source("synthetic"))
     qtbot.addWidget(page)
-    assert set(controls) == {"rates", "mean_accepted", "seed", "draft_cost_ms"}  # draft_max: the generation's
+    assert set(controls) == {"rates", "mean_accepted", "seed", "draft_cost_ms", "draft_cost_c1"}  # not draft_max
     assert controls["rates"].value() == "0.7" and controls["seed"].value() == 0
 
 

@@ -225,6 +225,8 @@ def check_choice_of_rate(given: dict, merged: dict) -> None:
     rates other than the default is refused (the factory sees every option, defaults filled in)."""
     if merged.get("mean_accepted", 0) and merged.get("rates", DEFAULT_RATES) != DEFAULT_RATES:
         raise ValueError("source synthetic: give rates or mean_accepted, not both")
+    if merged.get("draft_cost_ms", 0) and merged.get("draft_cost_c1", 0):
+        raise ValueError("source synthetic: give draft_cost_ms or draft_cost_c1, not both")
 
 
 SYNTHETIC = SourceDescriptor("synthetic", (
@@ -238,6 +240,9 @@ SYNTHETIC = SourceDescriptor("synthetic", (
            maximum=2**31 - 1),
     Option("draft_cost_ms", "float", 0.0, "time the draft spends per proposed token (ms), spent for real: an EAGLE "
            "or MTP head, a small draft model", minimum=0.0, maximum=1000.0, step=0.1, label="draft cost (ms/token)"),
+    Option("draft_cost_c1", "float", 0.0, "instead of draft_cost_ms: the draft's cost per proposed token as a fraction "
+           "of c(1), the stored cost model's plain step (bench or the Cost model tab measures it)", minimum=0.0,
+           maximum=100.0, step=0.05, label="draft cost (x c(1))"),
     Option("draft_max", "int", DEFAULT_DRAFT_MAX, "most tokens per window (the generation's draft max)", minimum=1,
            from_setting="draft_max"),
 ), help="the plain run's own tokens, each position right with a given rate (synthetic acceptance, measured for real)",
@@ -269,7 +274,8 @@ def plain_recorder(ctx):
 def make_synthetic(ctx, **options) -> SyntheticSource:
     """The ``synthetic`` source on ``ctx.runtime``: each window proposes the plain run of the request's
     prompt with ``rates`` (or ``mean_accepted`` made a constant rate for ``draft_max``), drawn with
-    ``seed``, spending ``draft_cost_ms`` per proposed token. The plain run (``plain_recorder``) is
+    ``seed``, spending ``draft_cost_ms`` per proposed token (or ``draft_cost_c1`` x the stored c(1),
+    ``ctx.row_costs[0]``; ``ValueError`` without one). The plain run (``plain_recorder``) is
     recorded here when ``ctx.prompt_tokens`` is known (before the request's session opens: the
     command line's runtime has one KV sequence), else at ``begin``, which then needs a second free KV
     sequence. Options are checked with ``SYNTHETIC`` (``ValueError``)."""
@@ -278,9 +284,15 @@ def make_synthetic(ctx, **options) -> SyntheticSource:
         rates = (constant_rate(o["mean_accepted"], o["draft_max"]),)
     else:
         rates = parse_rates(o["rates"])
+    cost_ms = o["draft_cost_ms"]
+    if o["draft_cost_c1"]:
+        if not ctx.row_costs:
+            raise ValueError("source synthetic option draft_cost_c1 needs a stored cost model (c(1)): measure one "
+                             "with spec-inspector bench or the Cost model tab, or give draft_cost_ms")
+        cost_ms = o["draft_cost_c1"] * ctx.row_costs[0]
     record = plain_recorder(ctx)
     plain = record(tuple(ctx.prompt_tokens)) if ctx.prompt_tokens else None
-    return SyntheticSource(rates, ctx.runtime.n_vocab, plain=plain, seed=o["seed"], draft_cost_ms=o["draft_cost_ms"],
+    return SyntheticSource(rates, ctx.runtime.n_vocab, plain=plain, seed=o["seed"], draft_cost_ms=cost_ms,
                            record=record, rates_text=",".join(f"{r:.4g}" for r in rates),
                            mean_accepted=o["mean_accepted"])
 
