@@ -200,3 +200,18 @@ def test_no_display_prints_one_line(monkeypatch, capsys):
     assert len(err) == 1
     assert "spec-inspector run" in err[0] and "QT_QPA_PLATFORM=offscreen" in err[0]
     assert gui_app.display_available({"QT_QPA_PLATFORM": "offscreen"}, "linux")
+
+
+def test_an_option_a_saved_file_does_not_record_shows_its_declared_default_not_the_live_value(qtbot, tmp_path):
+    from inspector.sources.ngram import NGRAM
+
+    w = make_window(qtbot, None, tmp_path)
+    w.panel.set_source("ngram")
+    n_min = w.panel.option_controls["ngram"]["n_min"]
+    live = NGRAM.option("n_min").default + 1
+    n_min.set_value(live)
+    w.panel.show_saved({"source": {"name": "ngram", "settings": {"n_max": 5}}}, "hello", "m.gguf")
+    assert w.panel.source_options()["n_max"] == 5
+    assert w.panel.source_options()["n_min"] == NGRAM.option("n_min").default != live
+    w.panel.show_live()
+    assert w.panel.source_options()["n_min"] == live

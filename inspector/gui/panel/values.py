@@ -95,8 +95,9 @@ class PanelValues:
              # penalties): its declared default (no penalty)
              **{name: samp.get(name, s.default) for name, s in SAMPLING.items()}}
         name = str(src.get("name", ""))
-        # The saved source's own options, by its declaration (as its settings() recorded them).
-        v.update({c.key: opts.get(n) for n, c in p.option_controls.get(name, {}).items()})
+        # The saved source's own options, by its declaration (as its settings() recorded them); one the file
+        # does not record (written before the option existed): its declared default, not the live value.
+        v.update({c.key: opts.get(n, c.option.default) for n, c in p.option_controls.get(name, {}).items()})
         self.apply_values({k: x for k, x in v.items() if x is not None})
         p.llama_context.apply_values(loaded_context(llama_cpp) or DEFAULT_CONTEXT)
         if not p.set_source(name):
