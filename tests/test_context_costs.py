@@ -46,12 +46,36 @@ def test_bench_context_lengths_prints_one_row_per_length(tmp_path):
     import sys
 
     out = tmp_path / "c.json"
-    p = subprocess.run([sys.executable, "-m", "inspector", "bench", "--context-lengths", "16,300", "--k-max", "2",
+    p = subprocess.run([sys.executable, "-m", "inspector", "bench", "--context-lengths", "16,300", "--k-max", "2", "--max-tokens", "8",
                         "--repeats", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     rows = [ln.split() for ln in p.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
-    assert [r[0] for r in rows] == ["16", "300"]
-    assert [d["context"] for d in json.loads(out.read_text())["context_lengths"]] == [16, 300]
+    assert [r[0] for r in rows[:2]] == ["16", "300"]  # c(k) at each length
+    assert sorted((r[0], r[1]) for r in rows[2:]) == [("16", "ngram"), ("16", "suffix"), ("300", "ngram"),
+                                                      ("300", "suffix")]  # each source at each length
+    assert any(ln.startswith(("ngram: ", "suffix: ")) for ln in p.stdout.splitlines())
+    doc = json.loads(out.read_text())
+    assert [d["context"] for d in doc["context_lengths"]] == [16, 300] and len(doc["sources"]) == 4
     bad = subprocess.run([sys.executable, "-m", "inspector", "bench", "--context-lengths", "0,12"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "expected lengths 1.." in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_where_a_source_stops_paying_names_the_length_and_whether_acceptance_or_cost_moved():
+    from inspector.bench.context_costs import SourceAtLength, stops_paying
+
+    rows = [SourceAtLength(512, "ngram", 1.30, 0.7, 3.0, 10), SourceAtLength(4096, "ngram", 0.90, 0.7, 3.0, 10),
+            SourceAtLength(512, "suffix", 1.20, 0.6, 2.5, 9), SourceAtLength(4096, "suffix", 0.80, 0.3, 1.5, 9),
+            SourceAtLength(512, "mod", 1.10, 0.5, 2.0, 8), SourceAtLength(4096, "mod", 1.05, 0.5, 2.0, 8)]
+    costs = {512: CostModel((10.0, 12.0)), 4096: CostModel((25.0, 30.0))}
+    said = stops_paying(rows, costs)
+    assert said["ngram"].startswith("stops paying at 4096 (0.90x): cost:") and "c(1) 2.50x the 512's" in said["ngram"]
+    assert said["suffix"].startswith("stops paying at 4096 (0.80x): acceptance: 1.50 tokens per window against 2.50")
+    assert said["mod"] == "pays at every length measured"
+
+
+def test_a_long_prompt_is_filler_then_the_task():
+    from inspector.bench.context_costs import long_prompt
+
+    assert long_prompt([1, 2], [7, 8, 9], 8) == [1, 2, 1, 2, 1, 7, 8, 9]
+    assert long_prompt([1, 2], [7, 8, 9], 2) == [7, 8, 9]

@@ -6,12 +6,23 @@ another. ``cost_by_context`` measures c(k), k = 1..k_max, after a prompt of each
 tokens repeated to that length), with ``measure_cost_model`` (interleaved rounds, medians);
 ``format_cost_by_context`` prints them side by side with what each length asks of a window: the
 accepted tokens a window of the best size needs to match plain decoding (``CostModel.break_even``).
+
+``sources_by_context`` then runs the task itself after a filler of other text that brings the KV
+cache to each length (the filler, then the task's prompt: what a long agent conversation looks like
+to the cache), plain decoding and each source, and ``format_sources_by_context`` says per source
+and length the speedup over plain, its acceptance and mean accepted length, and where it stops
+paying: the first length whose speedup is under 1.00x, and why: its windows accept fewer tokens
+than the shortest length's did (acceptance), or as many but c(k) grew (cost).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from inspector.bench.compare import run_compare
+from inspector.bench.compare_result import CompareConfig
+from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_model import CostModel, measure_cost_model
 
 SHOWN_ROWS = (1, 2, 4, 8, 16)
@@ -65,3 +76,94 @@ def format_cost_by_context(rows: Sequence[tuple[int, CostModel]]) -> str:
                  "over plain decoding if every proposal were accepted; break-even: accepted proposal tokens a "
                  "window of that many rows needs to match plain decoding (fewer accepted: it loses time)")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SourceAtLength:
+    """One source's run at one context length (positions in the KV cache before the task's prompt's end)."""
+
+    length: int
+    label: str
+    speedup: float | None
+    """Decode tokens/s over the plain run's at the same length (None: no window or the run failed)."""
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    windows: int
+    error: str | None = None
+
+
+def long_prompt(filler: Sequence[int], task: Sequence[int], length: int) -> list[int]:
+    """``filler`` repeated (and cut) in front of ``task`` so the prompt is ``length`` tokens; ``task`` alone
+    when it is that long already. Raises ``ValueError`` for an empty ``filler`` that would be needed."""
+    need = length - len(task)
+    return list(task) if need <= 0 else context_prompt(filler, need) + list(task)
+
+
+def sources_by_context(scheduler, filler: Sequence[int], task: Sequence[int], lengths: Sequence[int],
+                       configs: Sequence[CompareConfig], settings: GenerationSettings,
+                       progress: Callable[[int], None] | None = None) -> list[SourceAtLength]:
+    """Run plain decoding and each of ``configs`` on ``long_prompt(filler, task, length)`` for each of
+    ``lengths`` (``run_compare``: same settings, greedy by default) and return every source's row.
+    Raises ``ValueError`` when a length and ``settings.max_new_tokens`` do not fit the context."""
+    n_ctx = scheduler.runtime.n_ctx
+    for length in lengths:
+        if max(length, len(task)) + settings.max_new_tokens + 1 > n_ctx:
+            raise ValueError(f"a prompt of {max(length, len(task))} tokens and {settings.max_new_tokens} generated "
+                             f"need -c of at least {max(length, len(task)) + settings.max_new_tokens + 1}; "
+                             f"the context holds {n_ctx}")
+    plain = CompareConfig("plain", "none", 0)
+    rows = []
+    for length in lengths:
+        if progress is not None:
+            progress(length)
+        result = run_compare(scheduler, long_prompt(filler, task, length), [plain, *configs], settings)
+        for r in result.rows[1:]:
+            m = r.summary
+            rows.append(SourceAtLength(length, r.config.label, r.speedup_vs_plain, m.acceptance_rate,
+                                       m.mean_accepted_length, m.windows, r.error))
+    return rows
+
+
+def stops_paying(rows: Sequence[SourceAtLength], costs: dict[int, CostModel] | None = None) -> dict[str, str]:
+    """Per source label: where it stops paying, in words ("pays at every length measured", or the first
+    length under 1.00x and why: fewer accepted tokens per window than at the shortest length
+    (acceptance), else c(k) grown (cost: the ratio of c(1) there to the shortest length's, from ``costs``
+    when given))."""
+    out = {}
+    for label in dict.fromkeys(r.label for r in rows):
+        mine = sorted((r for r in rows if r.label == label), key=lambda r: r.length)
+        first = mine[0]
+        loss = next((r for r in mine if r.speedup is None or r.speedup < 1.0), None)
+        if loss is None:
+            out[label] = "pays at every length measured"
+            continue
+        if loss.speedup is None:
+            out[label] = f"no speedup at {loss.length} ({loss.error or 'no window'})"
+            continue
+        shorter = (loss.mean_accepted_length or 1.0) < 0.9 * (first.mean_accepted_length or 1.0)
+        if loss is first or shorter:
+            why = (f"acceptance: {loss.mean_accepted_length or 1.0:.2f} tokens per window against "
+                   f"{first.mean_accepted_length or 1.0:.2f} at {first.length}") if loss is not first else \
+                f"{loss.mean_accepted_length or 1.0:.2f} tokens per window do not pay for the rows here"
+        else:
+            grown = ""
+            if costs and loss.length in costs and first.length in costs:
+                grown = f" (c(1) {costs[loss.length].cost(1) / costs[first.length].cost(1):.2f}x the {first.length}'s)"
+            why = f"cost: as many tokens per window as at {first.length}, but verification costs more{grown}"
+        out[label] = f"stops paying at {loss.length} ({loss.speedup:.2f}x): {why}"
+    return out
+
+
+def format_sources_by_context(rows: Sequence[SourceAtLength], costs: dict[int, CostModel] | None = None) -> str:
+    """The table of ``sources_by_context`` (a row per source and length) and a line per source from
+    ``stops_paying``."""
+    lines = [f"{'context':>8} {'source':<24} {'speedup':>8} {'accept':>7} {'tokens/window':>13} {'windows':>7}"]
+    for r in sorted(rows, key=lambda r: (r.label, r.length)):
+        sp = f"{r.speedup:.2f}x" if r.speedup is not None else "n/a"
+        acc = f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None else "n/a"
+        mal = f"{r.mean_accepted_length:.2f}" if r.mean_accepted_length is not None else "n/a"
+        lines.append(f"{r.length:>8} {r.label[:24]:<24} {sp:>8} {acc:>7} {mal:>13} {r.windows:>7}"
+                     + (f"  error: {r.error}" if r.error else ""))
+    lines += [f"{label}: {text}" for label, text in stops_paying(rows, costs).items()]
+    return "\n".join(lines)
+

@@ -131,9 +131,9 @@ def add_bench_commands(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    if args.config and args.llama_server is None and not args.serve:  # it would be ignored
-        return fail("--config chooses the work of bench --llama-server or --serve: add one, or use compare "
-                    "--config", EXIT_USAGE)
+    if args.config and args.llama_server is None and not args.serve and not args.context_lengths:  # ignored
+        return fail("--config chooses the work of bench --llama-server, --serve or --context-lengths: add one, or "
+                    "use compare --config", EXIT_USAGE)
     if args.weights:
         return bench_weights_command(args)
     if args.synthetic:

@@ -8,16 +8,21 @@ import argparse
 import json
 import sys
 
-from inspector.bench.context_costs import cost_by_context, format_cost_by_context
+from inspector.bench.compare import parse_config
+from inspector.bench.compare_result import CompareConfig
+from inspector.bench.context_costs import (cost_by_context, format_cost_by_context, format_sources_by_context,
+                                           sources_by_context)
 from inspector.bench.run import TASKS
 from inspector.bench.weights import bench_weights, format_weights
 from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime, weight_type
-from inspector.engine import RuntimeScheduler
+from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError, bundled_model_path
 from inspector.prompts import example_prompts
 
+CONTEXT_SOURCES = (CompareConfig("ngram", "ngram", 8), CompareConfig("suffix", "suffix", 8))
+"""What ``--context-lengths`` runs beside plain decoding when no ``--config`` is given."""
 CONTEXT_LENGTHS_MAX = 131072
 """Most positions ``--context-lengths`` takes (a model's context is its own limit, said when loading)."""
 
@@ -39,7 +44,9 @@ def add_context_lengths_flag(parser) -> None:
     parser.add_argument("--context-lengths", type=context_lengths, metavar="N1,N2,...",
                         help="instead: c(k) for k = 1..--k-max after prompts of these many tokens (the first task's "
                              "prompt repeated), side by side: attention grows with the context, so a window needs "
-                             "more accepted tokens to pay at a long one (e.g. 512,2048,6000; the context is made "
+                             "more accepted tokens to pay at a long one; then the task after other text that fills "
+                             "the KV cache to each length, plain and each --config (default ngram and suffix, draft "
+                             "max 8), and where each stops paying and why (e.g. 512,2048,6000; the context is made "
                              "as large as the longest needs)")
 
 
@@ -78,7 +85,11 @@ def bench_context_lengths_command(args) -> int:
         return fail(f"unknown task {task or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
     lengths = args.context_lengths
     try:
-        runtime = open_target_runtime(args, n_ctx=max(lengths) + args.k_max, n_seq_max=1,
+        configs = [parse_config(c) for c in args.config] or list(CONTEXT_SOURCES)  # said before the model loads
+    except ValueError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    try:
+        runtime = open_target_runtime(args, n_ctx=max(lengths) + max(args.k_max, args.max_tokens + 1), n_seq_max=1,
                                       n_threads=args.threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
@@ -86,13 +97,20 @@ def bench_context_lengths_command(args) -> int:
         tokens = runtime.prompt_tokens(example_prompts()[task])
         say = lambda n: print(f"measuring c(k), k = 1..{args.k_max}, after {n} tokens ...",  # noqa: E731
                               file=sys.stderr, flush=True)
-        rows = cost_by_context(RuntimeScheduler(runtime), tokens, lengths, k_max=args.k_max, repeats=args.repeats,
-                               progress=say)
+        scheduler = RuntimeScheduler(runtime)
+        rows = cost_by_context(scheduler, tokens, lengths, k_max=args.k_max, repeats=args.repeats, progress=say)
+        filler = runtime.prompt_tokens("\n\n".join(t for name, t in example_prompts().items() if name != task), True)
+        runs = sources_by_context(scheduler, filler, tokens, lengths, configs,
+                                  GenerationSettings(max_new_tokens=args.max_tokens),
+                                  progress=lambda n: print(f"running plain decoding and {len(configs)} source(s) "
+                                                           f"after {n} tokens ...", file=sys.stderr, flush=True))
     except (EngineError, ValueError) as exc:
         return fail(str(exc))
     finally:
         runtime.close()
     result = {"task": task, "context_lengths": [{"context": n, "row_ms": list(cm.row_ms), "ceiling": cm.ceiling,
-                                                 "best_rows": cm.best_rows} for n, cm in rows]}
-    print_result(format_cost_by_context(rows), result, args.json)
+                                                 "best_rows": cm.best_rows} for n, cm in rows],
+              "sources": [r.__dict__ for r in runs]}
+    print_result(format_cost_by_context(rows) + "\n\n" + format_sources_by_context(runs, dict(rows)), result,
+                 args.json)
     return 0
