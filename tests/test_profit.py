@@ -57,3 +57,12 @@ def test_the_runs_own_c1_is_computed_again_only_when_lock_operations_arrive():
     ops.append(R(kind="step", session_id=0, hold_us=7))
     assert own.of(1, ops, 0) == 6
     assert own.of(1, ops, 1) is None
+
+
+def test_a_window_with_profit_exactly_zero_counts_as_saved():
+    # 3 committed tokens at c(1) = 1000 us buy 3000 us; the window spent exactly that
+    even = _r(3, 2, proposal=200, verification=2700, repair=100)
+    assert window_profit_us(even, 1000.0) == 0
+    b = balance([even], 1000.0, "the cost model")
+    assert (b.saved, b.lost, b.saved_us, b.lost_us) == (1, 0, 0, 0)
+    assert b.net_text() == "+0.0 ms"
