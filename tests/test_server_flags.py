@@ -148,7 +148,7 @@ def test_a_greedy_run_exports_temp_0_and_llama_servers_defaults_parse_to_its_sam
     assert not server.penalized
     # llama.cpp's other spellings; -sys is not -s with "ys"
     assert parse_sampling_arguments(["--temperature=-1", "-s", "3", "-sys", "x"]) == SamplingSettings(seed=3)
-    with pytest.raises(ValueError, match="--top-k must be a number"):
+    with pytest.raises(ValueError, match="--top-k must be a whole number"):
         parse_sampling_arguments(["--top-k", "many"])
 
 

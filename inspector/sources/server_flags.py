@@ -247,22 +247,30 @@ def _given(argv, names) -> str | None:
     return found
 
 
-def parse_sampling_arguments(argv) -> SamplingSettings:
-    """The sampling a llama-server argument list sets (each declared sampling setting's ``server_flags``,
-    any of its names): llama-server's default for each flag not given (``server_default``; no ``--seed``:
-    a random seed is drawn, as llama-server does), read as llama.cpp's tools take them
-    (``sampling_settings``: a negative temperature is greedy). Other arguments are ignored. Raises
-    ``ValueError`` for a value no rule takes."""
+def _server_values(argv, declarations) -> dict:
+    """name -> value of each of ``declarations`` (``Setting``) in a llama-server argument list (any of its
+    ``server_flags``), llama-server's default (``server_default``) when not given. Raises ``ValueError``
+    naming the flag for a value its kind does not read."""
     values: dict = {}
-    for declared in llama_settings.SAMPLING.values():
+    for declared in declarations:
         text = _given(argv, declared.server_flags)
         values[declared.name] = declared.server_default
         if text is not None:
             try:
                 values[declared.name] = declared.type(text)
             except ValueError:
-                raise ValueError(f"{declared.server_flags[0]} must be a number, observed {text!r}") from None
-    sampling, _notes = sampling_settings(**values)
+                what = {"int": "a whole number", "float": "a number"}.get(declared.kind, "a valid value")
+                raise ValueError(f"{declared.server_flags[0]} must be {what}, observed {text!r}") from None
+    return values
+
+
+def parse_sampling_arguments(argv) -> SamplingSettings:
+    """The sampling a llama-server argument list sets (each declared sampling setting's ``server_flags``,
+    any of its names): llama-server's default for each flag not given (``server_default``; no ``--seed``:
+    a random seed is drawn, as llama-server does), read as llama.cpp's tools take them
+    (``sampling_settings``: a negative temperature is greedy). Other arguments are ignored. Raises
+    ``ValueError`` for a value no rule takes."""
+    sampling, _notes = sampling_settings(**_server_values(argv, llama_settings.SAMPLING.values()))
     return sampling
 
 
@@ -271,14 +279,6 @@ def parse_context_arguments(argv) -> dict:
     (llama-server's 2048 without ``-b``) and ``context`` (``ContextSettings``: llama-server's defaults
     for what is not given), each setting by its declared ``server_flags``. Raises ``ValueError`` for a
     value llama.cpp does not take."""
-    values: dict = {}
-    for declared in (N_CTX, *llama_settings.CONTEXT.values()):
-        text = _given(argv, declared.server_flags)
-        values[declared.name] = declared.server_default
-        if text is not None:
-            try:
-                values[declared.name] = declared.type(text)
-            except ValueError:
-                raise ValueError(f"{declared.server_flags[0]} must be a whole number, observed {text!r}") from None
+    values = _server_values(argv, (N_CTX, *llama_settings.CONTEXT.values()))
     n_ctx, n_batch = values.pop("n_ctx"), values.pop("n_batch")
     return {"n_ctx": n_ctx, "n_batch": n_batch, "context": ContextSettings(**values)}
