@@ -16,22 +16,9 @@ from inspector.sources import registry
 from inspector.sources.descriptors import CAPABILITIES, Option, SourceDescriptor, descriptor_from
 from inspector.sources.registry import describe_source, self_contained_sources
 
+from test_source_descriptors import Quiet
+
 ROOT = Path(inspector.__file__).parent
-
-
-class Quiet:
-    """A do-nothing proposal source."""
-
-    name = "quiet"
-
-    def propose(self, request):
-        return None
-
-    def report(self, receipt):
-        pass
-
-    def discard(self, decision_id, reason):
-        pass
 
 
 def plugin(monkeypatch, descriptor: SourceDescriptor):
