@@ -160,7 +160,7 @@ def test_the_window_makes_the_synthetic_page_from_its_declaration(qtbot):
 
 def test_the_table_on_the_bundled_model_and_bench_synthetic(runtime, chat_tokens, monkeypatch, capsys):
     from inspector.bench import synthetic_table as table
-    from inspector.cli import bench_synthetic
+    from inspector.cli import bench_costs, bench_synthetic
     from inspector.cli.main import main
 
     result = table.synthetic_table(runtime, chat_tokens("Write a short story about a lighthouse keeper."),
@@ -171,7 +171,7 @@ def test_the_table_on_the_bundled_model_and_bench_synthetic(runtime, chat_tokens
     assert by[(6, 0)]["speedup"] > by[(1, 0)]["speedup"]  # measured: about 2x against 0.75x here
     assert "tau run" in table.format_synthetic_table(result)
     fake = SimpleNamespace(prompt_tokens=lambda text, **kw: [1, 2, 3], close=lambda: None)
-    monkeypatch.setattr(bench_synthetic, "open_target_runtime", lambda args, **kw: fake)
+    monkeypatch.setattr(bench_costs, "open_target_runtime", lambda args, **kw: fake)
     monkeypatch.setattr(bench_synthetic, "synthetic_table", lambda rt, tokens, **kw: result)  # measured above
     assert main(["bench", "--synthetic", "--max-tokens", "24"]) == 0
     assert "synthetic acceptance, draft max 8, 24 tokens" in capsys.readouterr().out

@@ -23,7 +23,7 @@ from inspector.bench.turns import combine_turns_benches, format_combined, format
 from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runtime, read_text, strip_final_newline,
                                   weight_type)
 from inspector.cli.audit import compare_verdicts
-from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_lengths_command,
+from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_lengths_command, bench_on_target,
                                        bench_weights_command, print_result)
 from inspector.cli.bench_synthetic import add_synthetic_flag, bench_synthetic_command
 from inspector.cli.context import add_context_flags
@@ -154,20 +154,12 @@ def cmd_bench(args) -> int:
         return fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
     if args.gui:
         return _bench_gui(args, tasks[0])
-    try:
-        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
-        return fail(str(exc))
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats,
-                           not args.no_llama_cpp_python, progress)
-    except EngineError as exc:
-        return fail(str(exc))
-    finally:
-        runtime.close()
-    print_result(format_bench(result), result, args.json)
-    return 0
+    def work(runtime):
+        result = run_bench(runtime, tasks, args.max_tokens, args.k_max, args.repeats, not args.no_llama_cpp_python,
+                           lambda m: print(m, file=sys.stderr, flush=True))
+        return format_bench(result), result
+
+    return bench_on_target(args, work)
 
 
 def _window_speed():

@@ -16,6 +16,7 @@ from inspector.bench.run import TASKS
 from inspector.bench.weights import bench_weights, format_weights
 from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime, weight_type
 from inspector.engine import GenerationSettings, RuntimeScheduler
+from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.engine.errors import EngineError
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError, bundled_model_path
@@ -58,6 +59,25 @@ def print_result(text: str, result: dict, json_path) -> None:
         print(f"json: {json_path}")
 
 
+def bench_on_target(args, work, n_ctx: int = DEFAULT_N_CTX) -> int:
+    """Open the target runtime as every bench does (``--model``, its weights and offload, ``--threads``; a
+    context of ``n_ctx`` positions), run ``work(runtime) -> (table text, figures)``, close the runtime and
+    print the table (``--json OUT``: the figures). An engine error or a refused value ends it in one line
+    (exit 1); returns the exit status."""
+    try:
+        runtime = open_target_runtime(args, n_ctx=n_ctx, n_seq_max=1, n_threads=args.threads or None)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return fail(str(exc))
+    try:
+        text, result = work(runtime)
+    except (EngineError, ValueError) as exc:
+        return fail(str(exc))
+    finally:
+        runtime.close()
+    print_result(text, result, args.json)
+    return 0
+
+
 def bench_weights_command(args) -> int:
     """``bench --weights T1,T2,...``: every weight layout of the model in one run (``inspector.bench.weights``)."""
     try:
@@ -88,12 +108,8 @@ def bench_context_lengths_command(args) -> int:
         configs = [parse_config(c) for c in args.config] or list(CONTEXT_SOURCES)  # said before the model loads
     except ValueError as exc:
         return fail(str(exc), EXIT_USAGE)
-    try:
-        runtime = open_target_runtime(args, n_ctx=max(lengths) + max(args.k_max, args.max_tokens + 1), n_seq_max=1,
-                                      n_threads=args.threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
-        return fail(str(exc))
-    try:
+
+    def work(runtime):
         tokens = runtime.prompt_tokens(example_prompts()[task])
         say = lambda n: print(f"measuring c(k), k = 1..{args.k_max}, after {n} tokens ...",  # noqa: E731
                               file=sys.stderr, flush=True)
@@ -104,13 +120,9 @@ def bench_context_lengths_command(args) -> int:
                                   GenerationSettings(max_new_tokens=args.max_tokens),
                                   progress=lambda n: print(f"running plain decoding and {len(configs)} source(s) "
                                                            f"after {n} tokens ...", file=sys.stderr, flush=True))
-    except (EngineError, ValueError) as exc:
-        return fail(str(exc))
-    finally:
-        runtime.close()
-    result = {"task": task, "context_lengths": [{"context": n, "row_ms": list(cm.row_ms), "ceiling": cm.ceiling,
-                                                 "best_rows": cm.best_rows} for n, cm in rows],
-              "sources": [r.__dict__ for r in runs]}
-    print_result(format_cost_by_context(rows) + "\n\n" + format_sources_by_context(runs, dict(rows)), result,
-                 args.json)
-    return 0
+        result = {"task": task, "context_lengths": [{"context": n, "row_ms": list(cm.row_ms), "ceiling": cm.ceiling,
+                                                     "best_rows": cm.best_rows} for n, cm in rows],
+                  "sources": [r.__dict__ for r in runs]}
+        return format_cost_by_context(rows) + "\n\n" + format_sources_by_context(runs, dict(rows)), result
+
+    return bench_on_target(args, work, n_ctx=max(lengths) + max(args.k_max, args.max_tokens + 1))

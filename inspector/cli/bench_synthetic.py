@@ -7,12 +7,7 @@ from __future__ import annotations
 import sys
 
 from inspector.bench.synthetic_table import format_synthetic_table, synthetic_table
-from inspector.cli.bench_costs import print_result
-from inspector.cli.common import fail, open_target_runtime
-from inspector.engine.errors import EngineError
-from inspector.engine.llama_settings import DEFAULT_N_CTX
-from inspector.llama.devices import RpcUnavailable
-from inspector.llama.model_file import ModelFileError
+from inspector.cli.bench_costs import bench_on_target
 from inspector.prompts import example_prompt
 
 SYNTHETIC_EXAMPLE = "open-ended"
@@ -30,18 +25,11 @@ def add_synthetic_flag(parser) -> None:
 
 def bench_synthetic_command(args) -> int:
     """Run ``bench --synthetic`` and print its table (``--json OUT``: the figures)."""
-    try:
-        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
-        return fail(str(exc))
-    try:
+    def work(runtime):
         result = synthetic_table(runtime, runtime.prompt_tokens(example_prompt(SYNTHETIC_EXAMPLE)),
                                  max_new_tokens=args.max_tokens, repeats=args.repeats,
                                  progress=lambda m: print(m, file=sys.stderr, flush=True))
-    except EngineError as exc:
-        return fail(str(exc))
-    finally:
-        runtime.close()
-    print_result(format_synthetic_table(result), result, args.json)
-    return 0
+        return format_synthetic_table(result), result
+
+    return bench_on_target(args, work)
 
