@@ -99,19 +99,18 @@ class AnalysisActions(QObject):
         self.worker.failed.connect(self._failed)
         worker.baselineReady.connect(self._baseline_ready)
         worker.modelLoaded.connect(self._model_loaded)
-        view = cost_view
-        view.measure.clicked.connect(self.measure)
-        view.export.clicked.connect(self.export_png_dialog)
-        view.try_layouts.clicked.connect(self.try_layouts)
-        view.use_layout.clicked.connect(self.use_layout)
-        view.use_draft_max.clicked.connect(self.use_draft_max)
+        cost_view.measure.clicked.connect(self.measure)
+        cost_view.export.clicked.connect(self.export_png_dialog)
+        cost_view.try_layouts.clicked.connect(self.try_layouts)
+        cost_view.use_layout.clicked.connect(self.use_layout)
+        cost_view.use_draft_max.clicked.connect(self.use_draft_max)
         menu = host.add_menu("&Analysis")
         self.act_measure = host.add_action(menu, "Measure cost model", self.measure, ["Ctrl+M"],
-                                             "time verify batches of 1..16 rows on the loaded model")
+                                           "time verify batches of 1..16 rows on the loaded model")
         self.act_cost_png = host.add_action(menu, "Export cost curve PNG…", self.export_png_dialog)
         menu.addSeparator()
         self.act_compare = host.add_action(menu, "Compare configurations…", self.show_compare, ["Ctrl+K"],
-                                             "run the prompt with several proposal configurations, side by side")
+                                           "run the prompt with several proposal configurations, side by side")
         self.act_server_flags = host.add_action(
             menu, "Copy as llama-server flags", self.copy_server_flags, ["Ctrl+Shift+L"],
             "copy the llama-server arguments that reproduce the chosen source and its settings "
