@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 
-
 from inspector import asset_path
 
 
