@@ -66,15 +66,42 @@ def test_c_k_comes_from_the_recordings_verification_times_and_plain_steps_interp
     assert costs_from_document({"lock_operations": [], "windows": []}) is None
 
 
+class WordRuntime:
+    """Tokenizes "1 2 3" into [1, 2, 3]: enough for the scripted source's factory (pure logic, no model)."""
+
+    @staticmethod
+    def tokenize(text, add_bos=False, special=True):
+        return [int(t) for t in text.split()]
+
+
 def test_predicted_time_is_c_of_each_windows_rows_plus_c1_per_plain_step_plus_the_proposal_time():
+    """Walked by hand (issue 42: the expectation no longer comes from ``replay``, which ``predict`` calls).
+    Output 1 2 3 1 2 3 1 2 (8 tokens, the first from the prefill); the script agrees with it for 4 tokens.
+    Window 1 (after 1 generated token, cap min(8-1-1, 3) = 3): proposes 2 3 1, all accepted, commits 4.
+    Generated 5 = 1 2 3 1 2, the script's 5th token is 9: it left the script, proposes nothing, so
+    tokens 6, 7 and 8 are plain steps. Time: c(4) + 3 c(1) = 13 + 30 ms, plus the proposal time;
+    plain decoding of the 7 tokens after the first costs 7 c(1) = 70 ms."""
     rec = Recording((1, 2, 3), (1, 2, 3, 1, 2, 3, 1, 2), 8, 64, 256)
     costs = CostModel((10.0, 11.0, 12.0, 13.0))
-    row = predict("ngram", {"n_max": 3, "n_min": 1}, 3, rec, costs)
-    windows, plain, _ = replay(make_source("ngram", SourceContext(None, memory={}), {"n_max": 3, "n_min": 1}), rec, 3)
-    assert row.windows == len(windows) > 0 and row.plain_steps == plain
-    assert row.decode_ms - row.proposal_ms == pytest.approx(sum(10.0 + len(w.proposal) for w in windows) + 10.0 * plain)
-    assert row.speedup == pytest.approx(7 * 10.0 / row.decode_ms)
+    row = predict("scripted", {"script": "1 2 3 1 9 9 9 9"}, 3, rec, costs, runtime=WordRuntime())
+    assert (row.windows, row.proposed, row.accepted, row.plain_steps) == (1, 3, 3, 3)
+    assert row.decode_ms - row.proposal_ms == pytest.approx(43.0)
+    assert row.speedup == pytest.approx(70.0 / row.decode_ms)
     assert len(grid(["ngram"], [4, 8])) == 3 * 2 * 2
+
+
+def test_replay_caps_each_proposal_as_the_engine_does_and_counts_plain_steps_where_none_is_asked():
+    """By hand: after 1 generated token the cap is min(8-1-1, 3) = 3: 2 3 1 accepted (commits 4, bonus 2);
+    after 5 it is min(8-5-1, 3) = 2: 3 9 fits, 3 is accepted and 9 corrected to 1 (commits 2); after 7
+    the cap is 0: the source is not asked (its third proposal is never handed out), a plain step ends it."""
+    from inspector.sources.scripted import ScriptedSource
+
+    rec = Recording((1, 2, 3), (1, 2, 3, 1, 2, 3, 1, 2), 8, 64, 256)
+    source = ScriptedSource(proposals=[(2, 3, 1), (3, 9), (2,)])
+    windows, plain, _ms = replay(source, rec, 3)
+    assert [(w.decode_step, w.proposal, w.accepted, w.committed) for w in windows] == [
+        (0, (2, 3, 1), 3, 4), (1, (3, 9), 1, 2)]
+    assert plain == 1
 
 
 def test_a_sampled_or_stop_string_run_is_refused_with_the_reason():
