@@ -3,8 +3,10 @@ settings cache, PNG export, and expected vs observed speedup in Statistics."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from inspector.llama.cost_model import CostModel
 from inspector.session.run_states import BUSY, IDLE
 from test_gui_support import make_window, run_to_end
 
@@ -83,10 +85,17 @@ def test_try_other_weight_types_plots_each_layout_and_offers_the_best(qtbot, run
     w.refresh_all()
     assert len(view._layout_curves) == 2 and "Weight layouts:" in view.ceiling_label.text()
     best = max(layouts, key=lambda tm: tm[1].model.ceiling)
-    if best is layouts[0]:
-        assert view.offered_layout() is None and not view.use_layout.isVisible()
-        return
+    if best is layouts[0]:  # this CPU runs the loaded form best: nothing offered
+        assert view.offered_layout() is None and view.use_layout.isHidden()
+        # Issue 42: the "Use … form" path is still exercised here: the Q4_0 form's curve made flat
+        # (one row costs as much as 16: ceiling 16x), as a CPU with free wide batches would measure it.
+        q4_0 = layouts[2][1]
+        flat = replace(q4_0, model=CostModel((q4_0.model.row_ms[0],) * 16))
+        layouts = [layouts[0], layouts[1], ("Q4_0", flat)]
+        view.set_layouts(layouts)
+        best = layouts[2]
     assert view.offered_layout() is best and view.use_layout.text() == f"Use {best[0]} form"
+    assert not view.use_layout.isHidden()
     with qtbot.waitSignal(w.worker.modelLoaded, timeout=MEASURE_TIMEOUT_MS):
         assert w.analysis.use_layout()
     assert str(w.worker.runtime.model_path) == best[1].model_path
