@@ -127,6 +127,15 @@ def test_tune_prints_the_best_configurations_and_refuses_a_sampled_recording(tmp
     speedups = [row["speedup"] for row in table]
     assert speedups == sorted(speedups, reverse=True)
     assert table[0]["label"] in t.stdout and "best llama.cpp proposer: llama-server --spec-type" in t.stdout
+    # The synthetic-acceptance table of the same c(k): at tau 1 each window verifies one wrong token (2 rows)
+    # and commits 1 token, so a free draft runs at c(1)/c(2) of plain decoding.
+    lines = t.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("synthetic acceptance, predicted"))
+    costs = costs_from_document(load_document(out))
+    free = lines[head + 2].split()
+    assert free[:2] == ["0", "c(1)"] and float(free[2].rstrip("*x")) == pytest.approx(costs.cost(1) / costs.cost(2),
+                                                                                        abs=0.006)
+    assert [line.split()[0] for line in lines[head + 2:head + 5]] == ["0", "0.25", "0.5"]
     v = cli("tune", str(out), "--source", "ngram-simple", "--draft-max", "8", "--verify", "1", "--repeats", "2")
     assert v.returncode == 0, v.stderr
     line = v.stdout.splitlines()[-1]

@@ -1,5 +1,6 @@
 """``spec-inspector tune FILE``: what other sources and settings would have done on a recorded greedy run
-(``inspector.bench.tune``), best predicted first, and llama-server's flags for the best llama.cpp one."""
+(``inspector.bench.tune``), best predicted first, llama-server's flags for the best llama.cpp one, and the
+synthetic-acceptance table its c(k) predicts (``inspector.bench.synthetic_map``: would a better draft pay?)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from inspector.bench.synthetic_map import format_predicted_table
 from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, cold_replay_note, costs_from_document,
                                   fitted_costs,
                                   format_tune, format_verified, grid, measured_points, recording_from_document, tune,
@@ -40,7 +42,9 @@ def add_tune_command(sub) -> None:
                                    "a grid of its options and draft max, and predict each one's decode time from "
                                    "the run's own verification and plain-step times (c(k)) plus the source's "
                                    "measured proposal time. A replayed window equals the real one whenever the "
-                                   "output is the same. Seconds, not a model run.")
+                                   "output is the same. Seconds, not a model run. Last, the speedup the same c(k) "
+                                   "predicts for a draft of mean acceptance length 1..8 and cost 0, 0.25, 0.5 c(1) "
+                                   "per token, and from which length it pays (synthetic acceptance).")
     t.add_argument("file", type=Path, metavar="RECEIPTS.json", help="a receipts document of a greedy run")
     t.add_argument("--source", action="append", choices=MODEL_FREE, metavar="NAME",
                    help=f"sources to replay (repeatable; default all: {', '.join(MODEL_FREE)})")
@@ -157,6 +161,7 @@ def cmd_tune(args) -> int:
                 print(f"  note: {note}")
         except (NoServerEquivalent, ValueError):
             pass
+    print(format_predicted_table(costs))
     if args.json:
         args.json.write_text(json.dumps([{**r.__dict__, "label": r.label} for r in rows], indent=1), "utf-8")
         print(f"tune table: {args.json}")
@@ -243,6 +248,7 @@ def _tune_conversation(args, doc, configs) -> int:
           f"c(8) {costs.cost(8):.1f} ms; {len(rows)} configurations replayed over every turn with one memory in "
           f"{time.perf_counter() - t:.1f} s")
     print(format_tune(rows, args.top))
+    print(format_predicted_table(costs))
     if args.json:
         args.json.write_text(json.dumps([{**r.__dict__, "label": r.label} for r in rows], indent=1), "utf-8")
         print(f"tune table: {args.json}")
