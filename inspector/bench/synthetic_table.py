@@ -8,10 +8,12 @@ same prompt, beside what the cost model c(k) predicts for the same rate and cost
 
 from __future__ import annotations
 
+import threading
 from statistics import median
 from typing import Callable, Sequence
 
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
+from inspector.engine.errors import RequestCancelled
 from inspector.engine.stats import decode_tokens_per_s
 from inspector.llama.cost_model import CostModel, measure_cost_model
 from inspector.sources.registry import SourceContext, make_source
@@ -62,31 +64,51 @@ def decode_speed(generation: Generation) -> float:
 def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int = 64, k_max: int = DRAFT_MAX + 1,
                     repeats: int = 3, mean_lengths: Sequence[float] = MEAN_LENGTHS,
                     cost_fractions: Sequence[float] = COST_FRACTIONS,
-                    progress: Callable[[str], None] = lambda m: None) -> dict:
+                    progress: Callable[[str], None] = lambda m: None, scheduler: RuntimeScheduler | None = None,
+                    cancel: threading.Event | None = None, row_done: Callable[[dict], None] = lambda r: None) -> dict:
     """Measure the table on ``runtime`` (one KV sequence is enough): c(k) for k = 1..``k_max`` rows
     (``repeats`` rounds), plain decoding of ``prompt_tokens`` (``max_new_tokens`` tokens, the median
     of ``repeats`` runs), then one synthetic run per (tau, cost fraction), the median of ``repeats``
     seeds. Returns ``{"c_ms": [...], "plain_tokens_per_s", "rows": [{"mean_length", "rate",
     "cost_fraction", "draft_cost_ms", "measured_mean_length", "tokens_per_s", "speedup",
-    "predicted_speedup" (the nominal rate's), "predicted_for_run" (the runs' own windows)}, ...]}``."""
-    scheduler = RuntimeScheduler(runtime)
+    "predicted_speedup" (the nominal rate's), "predicted_for_run" (the runs' own windows)}, ...]}``.
+    ``scheduler``: the runtime's (a new one by default); ``row_done(result so far)`` after each row;
+    ``cancel`` set (any thread) stops the run in flight and raises ``RequestCancelled`` whose ``partial``
+    is the result of the rows done (None before the plain runs ended)."""
+    scheduler = scheduler or RuntimeScheduler(runtime)
     prompt = tuple(prompt_tokens)
+    result: dict | None = None
+
+    def stop_if_cancelled() -> None:
+        if cancel is not None and cancel.is_set():
+            exc = RequestCancelled()
+            exc.partial = result
+            raise exc
+
     progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats) ...")
     cm = measure_cost_model(scheduler, prompt[:64], k_max=k_max, repeats=repeats)
     settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_max=DRAFT_MAX, probabilities=False)
     memory: dict = {}
 
     def timed(source) -> Generation:
+        stop_if_cancelled()
         g = Generation(scheduler, source, list(prompt), settings)
+        if cancel is not None:
+            g.cancel_event = cancel
         try:
             g.run()
+        except RequestCancelled:
+            stop_if_cancelled()  # with the rows done so far
+            raise
         finally:
             g.close()
         return g
 
     progress("plain decoding ...")
     plain = median(decode_speed(timed(None)) for _ in range(repeats))
-    rows = []
+    rows: list = []
+    result = {"c_ms": list(cm.row_ms), "plain_tokens_per_s": plain, "draft_max": DRAFT_MAX,
+              "max_new_tokens": max_new_tokens, "repeats": repeats, "rows": rows}
     for tau in mean_lengths:
         rate = constant_rate(tau, DRAFT_MAX)
         for f in cost_fractions:
@@ -109,8 +131,8 @@ def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int =
                          "speedup": speed / plain if plain else None,
                          "predicted_speedup": predicted_speedup(cm, rate, DRAFT_MAX, f),
                          "predicted_for_run": median(predicted) if predicted else None})
-    return {"c_ms": list(cm.row_ms), "plain_tokens_per_s": plain, "draft_max": DRAFT_MAX,
-            "max_new_tokens": max_new_tokens, "repeats": repeats, "rows": rows}
+            row_done({**result, "rows": list(rows)})
+    return result
 
 
 def format_synthetic_table(result: dict) -> str:
