@@ -115,7 +115,8 @@ def bench_context_lengths_command(args) -> int:
                               file=sys.stderr, flush=True)
         scheduler = RuntimeScheduler(runtime)
         rows = cost_by_context(scheduler, tokens, lengths, k_max=args.k_max, repeats=args.repeats, progress=say)
-        filler = runtime.prompt_tokens("\n\n".join(t for name, t in example_prompts().items() if name != task), True)
+        filler = runtime.prompt_tokens("\n\n".join(t for name, t in example_prompts().items()
+                                                if name != task and name in TASKS), True)  # the short ones
         runs = sources_by_context(scheduler, filler, tokens, lengths, configs,
                                   GenerationSettings(max_new_tokens=args.max_tokens),
                                   progress=lambda n: print(f"running plain decoding and {len(configs)} source(s) "

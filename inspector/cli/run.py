@@ -31,7 +31,7 @@ from inspector.engine.settings import DEFAULT_DRAFT_MAX, DEFAULT_MAX_NEW_TOKENS,
 from inspector.llama.cost_cache import placement
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError
-from inspector.prompts import EXAMPLES, example_path
+from inspector.prompts import ALL_EXAMPLES, LONG_EXAMPLES, example_n_ctx, example_path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.receipts.autosave import AutosaveWriter
 from inspector.cli.run_output import (StreamPrinter, drive_run, format_balance, format_events, format_reasons,
@@ -51,8 +51,10 @@ def add_run_command(sub) -> None:
     p.add_argument("--prompt", "-p", help="the prompt text (sent as a user message through the chat template)")
     p.add_argument("--prompt-file", "-f", "--file", type=Path,
                    help="read the prompt from this file (UTF-8; llama.cpp -f)")
-    p.add_argument("--example", choices=EXAMPLES,
-                   help="use one of the bundled example prompts (the window's examples)")
+    p.add_argument("--example", choices=ALL_EXAMPLES,
+                   help="use one of the bundled example prompts (the window's examples); "
+                        f"{', '.join(LONG_EXAMPLES)} runs in a context of {example_n_ctx(LONG_EXAMPLES[0])} "
+                        "positions unless -c says otherwise")
 
     add_turns_argument(p, "run")
     run.add_argument("--model", "-m", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
@@ -74,6 +76,7 @@ def add_run_command(sub) -> None:
                           "stored for this model and thread count (bench, compare --cost-model or the window's "
                           "Cost model tab store one), else 8 [auto]")
     add_n_ctx_flag(run)  # -c, --ctx-size, --n-ctx
+    run.set_defaults(n_ctx=None)  # not given: the example's context (``example_n_ctx``), else the default
     run.add_argument("--threads", "-t", type=THREADS, default=None,
                      help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
     add_offload_flags(run)
@@ -130,6 +133,11 @@ def cmd_run(args) -> int:
     try:
         if args.example is not None:
             args.prompt_file = example_path(args.example)
+        if args.n_ctx is None:
+            args.n_ctx = example_n_ctx(args.example or "")
+            if args.example in LONG_EXAMPLES:
+                print(f"spec-inspector: note: the {args.example} example runs in a context of {args.n_ctx} "
+                      "positions (-c to change it)", file=sys.stderr)
 
         turns = turns_of(args)
         if turns is not None:

@@ -47,6 +47,7 @@ from inspector.gui.panel.source_choice import SourceChoice
 from inspector.gui.panel.values import PanelValues, parse_stop_strings
 from inspector.gui.panel.widgets import WheelGuard, guard_wheel, setting_control, setting_tip, spin
 from inspector.llama.devices import Offload
+from inspector.prompts import example_n_ctx
 from inspector.session.run import RunRequest
 from inspector.sources import registry
 from inspector.sources.registry import PLAIN
@@ -188,6 +189,8 @@ class ControlPanel(QWidget):
         # whichever source page (the draft's is the tallest) is shown below it.
         lay.insertWidget(1, pb)
         lay.addStretch(1)
+        self.examples.currentIndexChanged.connect(lambda _i: self.fit_context())
+        self.n_ctx.valueChanged.connect(lambda _v: self.fit_context(raise_context=False))
 
         # Run controls; faults and contention
         self.run_group = RunButtons()
@@ -242,6 +245,22 @@ class ControlPanel(QWidget):
     def choose_example(self, name: str) -> None:
         """Load the example prompt ``name`` (``PromptBox.choose_example``; ``KeyError`` when unknown)."""
         self.prompt_box.choose_example(name)
+
+    def fit_context(self, raise_context: bool = True) -> None:
+        """A long example in the editor (``inspector.prompts.LONG_EXAMPLES``) runs in the context
+        ``example_n_ctx`` gives (positions): raise the context field to it when lower (never lowered; the
+        model reloads at the next Run), unless ``raise_context`` is False, and say so under the prompt."""
+        need = example_n_ctx(self.example_name())
+        if need <= DEFAULT_N_CTX:
+            self.prompt_box.show_context_note("")
+            return
+        if raise_context and self.n_ctx.value() < need:
+            self.n_ctx.setValue(need)
+        have = self.n_ctx.value()
+        self.prompt_box.show_context_note(
+            f"A long prompt: it runs in a context of {have} positions (Limits; a change reloads the model at Run). "
+            "The prefill takes a minute or more; the status line counts it." if have >= need else
+            f"A long prompt: it needs a context of {need} positions, the context is {have} (Limits).")
 
     def break_on(self) -> frozenset:
         """The window outcomes to pause after (``RunButtons.break_on``)."""

@@ -8,7 +8,8 @@ example whose text is there, else “custom prompt”.
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLineEdit, QPlainTextEdit, QVBoxLayout
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
+                               QVBoxLayout)
 
 from inspector.gui.look.wording import RAW_BOX
 from inspector.prompts import example_prompts
@@ -50,6 +51,12 @@ class PromptBox(QGroupBox):
         row.addWidget(self.raw)
         gl.addLayout(row)
         gl.addWidget(self.prompt, 1)
+        self.context_note = QLabel("")
+        """Under the editor while a long example is in it: the context it runs in (``show_context_note``)."""
+        self.context_note.setWordWrap(True)
+        self.context_note.setStyleSheet("color:#5d4037")
+        self.context_note.hide()
+        gl.addWidget(self.context_note)
         gl.addWidget(self.system_prompt)
         self.prompt.textChanged.connect(self._sync_example)
 
@@ -68,6 +75,12 @@ class PromptBox(QGroupBox):
         """Show the example whose text is in the editor, else “custom prompt”."""
         i = self.examples.findData(self.prompt.toPlainText()) if self.prompt.toPlainText() else -1
         self.examples.setCurrentIndex(max(i, 0))
+
+    def show_context_note(self, text: str) -> None:
+        """Show ``text`` under the editor ("" hides the note)."""
+        if self.context_note.text() != text:
+            self.context_note.setText(text)
+        self.context_note.setVisible(bool(text))
 
     def example_name(self) -> str:
         """The example prompt in the editor ("" for a custom prompt)."""
