@@ -23,6 +23,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from inspector.bench.compare_result import CompareConfig
+from inspector.gui.audit.actions import AuditActions
 from inspector.gui.compare.server_build import ServerBuildActions
 from inspector.gui.compare.view import CompareView
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
@@ -72,6 +73,8 @@ class AnalysisActions(QObject):
     requestLayouts = Signal(object)
     compareReady = Signal(object, str)
     """(``CompareResult`` or None, note or error): a comparison ended (tests, status)."""
+    costChanged = Signal(object)
+    """The ``CostModel`` now shown (None: none for this model): the Synthetic acceptance tab predicts from it."""
 
     def __init__(self, panel, host: MenuHost, feedback: Feedback, *, run, shown: ShownSession, worker, thread,
                  settings, tabs, cost_view, stats, timeline, model_info, load_model, session_changed,
@@ -118,6 +121,8 @@ class AnalysisActions(QObject):
         self.tune = TuneActions(host, menu, lambda: self.current, run=run, shown=shown, worker=worker, thread=thread,
                                 model_info=model_info, session_changed=session_changed, shutdown=shutdown)
         """The Tune window (Tune from this run…, Ctrl+Shift+K)."""
+        self.audit = AuditActions(host, menu, run=run, shown=shown, worker=worker, thread=thread, shutdown=shutdown)
+        """The Audit window (Audit the difference from plain decoding…, Ctrl+Shift+A)."""
         self.compare_view = None
         self.server_build: ServerBuildActions | None = None
         """Builds llama-server for the Compare window (on a thread of its own), made with the window."""
@@ -283,6 +288,7 @@ class AnalysisActions(QObject):
         self.cost_view.set_cost_model(m)
         self.stats.set_cost_model(None if m is None else m.model)
         self.timeline.set_cost_model(None if m is None else m.model)
+        self.costChanged.emit(None if m is None else m.model)
 
     def _model_loaded(self, info: dict) -> None:
         """Show the cost model cached for this model (and the thread count a run uses), if any."""

@@ -2,7 +2,7 @@
 how the token stream's share of the height is kept on small screens.
 
 Right of the control panel: the banner, the token stream and the Next turn row above the tabs
-(Windows, Conversation, KV timeline, ..., Requests). On a first start (no saved splitter state) the split
+(Windows, Conversation, KV timeline, ..., Cost model, Synthetic acceptance, Requests). On a first start (no saved splitter state) the split
 between the stream and the tabs follows the window's height (``stream_split``): half of it for
 the stream on a 1024x640 screen, at most ``STREAM_MAX`` px on a tall one, until the user drags the
 handle (then the user's split is kept and remembered).
@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QLabel, QMainWindow, QProgressBar, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from inspector.gui.cost.synthetic_view import SyntheticView
 from inspector.gui.cost.view import CostView
 from inspector.gui.look.screen_fit import keep_on_screen
 from inspector.gui.panel.control_panel import ControlPanel
 from inspector.gui.panel.widgets import ElidedLabel
 from inspector.gui.plots.event_log import EventLog
 from inspector.gui.plots.lock_plots import LockPlots
+from inspector.gui.plots.positions import PositionsView
 from inspector.gui.plots.statistics import StatsView
 from inspector.gui.plots.timeline import Timeline
 from inspector.gui.serve.request_log import RequestLog
@@ -86,8 +88,12 @@ class WindowUI:
     timeline: Timeline
     lock_plots: LockPlots
     stats: StatsView
+    positions: PositionsView
+    """By position: acceptance, c(1), verify cost per row and profit against the KV position (issue 39)."""
     event_log: EventLog
     cost_view: CostView
+    synthetic_view: SyntheticView
+    """Synthetic acceptance: would a better draft pay (the heatmap beside the Cost model tab)."""
     request_log: RequestLog
     """The served requests (``ServeActions`` fills it)."""
     requests: RequestsView
@@ -118,7 +124,9 @@ def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
     timeline = Timeline()
     lock_plots = LockPlots()
     stats = StatsView()
+    positions = PositionsView()
     cost_view = CostView()
+    synthetic_view = SyntheticView()
     event_log = EventLog()
     tabs = QTabWidget()
     tabs.addTab(window_detail, "Windows")
@@ -127,8 +135,10 @@ def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
     tabs.addTab(timeline, "KV timeline")
     tabs.addTab(lock_plots, "Lock timing")
     tabs.addTab(stats, "Statistics")
+    tabs.addTab(positions, "By position")
     tabs.addTab(event_log, "Event log")
     tabs.addTab(cost_view, "Cost model")
+    tabs.addTab(synthetic_view, "Synthetic acceptance")
     request_log = RequestLog()
     requests = RequestsView(request_log)
     tabs.addTab(requests, "Requests")
@@ -178,8 +188,9 @@ def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
     return WindowUI(
         panel=panel, banner=banner, token_view=token_view, conversation_bar=conversation_bar, tabs=tabs,
         window_detail=window_detail, transcript=transcript, timeline=timeline, lock_plots=lock_plots, stats=stats,
-        event_log=event_log, cost_view=cost_view, request_log=request_log, requests=requests,
-        session_views=(token_view, window_detail, timeline, lock_plots, stats, event_log),
-        tab_views=(transcript, timeline, lock_plots, stats, event_log, cost_view, requests),
+        positions=positions,
+        event_log=event_log, cost_view=cost_view, synthetic_view=synthetic_view, request_log=request_log, requests=requests,
+        session_views=(token_view, window_detail, timeline, lock_plots, stats, positions, event_log, synthetic_view),
+        tab_views=(transcript, timeline, lock_plots, stats, positions, event_log, cost_view, synthetic_view, requests),
         main_split=main_split, right_split=right_split, stream_split=keeper, status_state=status_state,
         status_counts=status_counts, status_speed=status_speed, load_progress=load_progress)

@@ -10,7 +10,7 @@ The window is composed, not assembled from mixins: ``build_ui`` makes its widget
 ``build_menus`` its File and Run menus (``RunMenus``), ``run`` (``RunControl``: the state, what it
 enables, Run / Pause / Step / Stop / Resume), ``model_line`` (``ModelLine``: what a model load
 shows), ``feed`` (``RecordFeed``), and the helpers of its menus and rows (``files``, ``turns``,
-``sources``, ``analysis``, ``help``, ``serve``: the Serve switch and the Requests tab). No helper holds
+``sources``, ``analysis``, ``synthetic``, ``help``, ``serve``: the Serve switch and the Requests tab). No helper holds
 the window: each gets the widgets it drives and the handles of ``inspector.gui.ports.handles``
 (``feedback``, ``shown``, ``host``), made here once.
 """
@@ -37,6 +37,7 @@ from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
 from inspector.gui.serve.serve_actions import ServeActions
 from inspector.gui.shell import none_refcount
 from inspector.gui.shell.analysis_actions import AnalysisActions
+from inspector.gui.shell.synthetic_actions import SyntheticActions
 from inspector.gui.shell.banner import repair_text
 from inspector.gui.shell.help_menu import HelpActions
 from inspector.gui.shell.layout import build_ui
@@ -127,7 +128,7 @@ class MainWindow(QMainWindow):
             ui.timeline
         self.lock_plots, self.stats, self.event_log, self.cost_view = ui.lock_plots, ui.stats, ui.event_log, \
             ui.cost_view
-        self.request_log, self.requests = ui.request_log, ui.requests
+        self.request_log, self.requests, self.synthetic_view = ui.request_log, ui.requests, ui.synthetic_view
         self.status_state, self.status_counts, self.status_speed = ui.status_state, ui.status_counts, ui.status_speed
         self.load_progress = ui.load_progress
         # What the helpers get of the window (``inspector.gui.ports.handles``): never the window itself.
@@ -181,6 +182,11 @@ class MainWindow(QMainWindow):
             thread=self.thread, settings=self.settings, tabs=self.tabs, cost_view=self.cost_view, stats=self.stats,
             timeline=self.timeline, model_info=lambda: self.model_info, load_model=self.load_selected_model,
             session_changed=(self.runFinished, self.files.opened), shutdown=self.requestShutdown)
+        self.synthetic = SyntheticActions(
+            self.synthetic_view, self.panel, self.feedback, run=self.run, worker=self.worker, thread=self.thread,
+            tabs=self.tabs, cost_changed=self.analysis.costChanged, compare_ready=self.analysis.compareReady,
+            cost_model=None if self.analysis.current is None else self.analysis.current.model,
+            shutdown=self.requestShutdown)
         self.help = HelpActions(self.host)
         self.serve = ServeActions(self.requests, self.request_log, menus.act_serve, panel=self.panel,
                                   worker=self.worker, run=self.run, shown=self.shown, feedback=self.feedback,

@@ -1,0 +1,297 @@
+"""The "Synthetic acceptance" tab, next to Cost model: would a better draft pay on this machine?
+
+A heatmap of the speedup over plain decoding the measured cost model predicts for a draft of mean
+acceptance length tau (x: 1..8 tokens committed per window) costing f x c(1) per proposed token
+(y: 0..0.5), with the break-even line (speedup 1: the draft pays below it) and a colour bar
+(``inspector.bench.synthetic_map``: instant, no run). The runs the window knows are marked where they
+landed (the shown run, and the rows of the last comparison): their own mean acceptance length and
+proposal time per token over c(1). "Measure for real" runs the synthetic source on the engine thread
+(``inspector.bench.synthetic_table``, minutes; ``SyntheticActions`` wires it): each measured cell is
+a square coloured on the same scale with its measured speedup written in it.
+
+Widgets only: the plot items are made once and updated with ``setData``/``setImage`` on ``refresh``
+(the window's redraw timer), when what they show changed.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QStackedWidget,
+                               QVBoxLayout, QWidget)
+
+from inspector.bench.synthetic_map import (COST_MAX, TAU_MAX, TAU_MIN, break_even_line, break_even_tau, grid_values,
+                                           landing, predicted_grid)
+from inspector.bench.synthetic_table import COST_FRACTIONS
+
+TAUS = grid_values(TAU_MIN, TAU_MAX, 71)
+"""The heatmap's mean acceptance lengths (tokens per window), 0.1 apart."""
+FRACTIONS = grid_values(0.0, COST_MAX, 51)
+"""The heatmap's draft costs (fractions of c(1) per proposed token), 0.01 apart."""
+LINE_TAUS = grid_values(TAU_MIN, TAU_MAX, 281)
+"""Where the break-even line is computed (0.025 apart)."""
+SLOWER, EVEN, FASTER = "#c62828", "#f5f5f5", "#1565c0"
+"""Colours below, at and above speedup 1."""
+LINE_PEN = "#111111"
+RUN_BRUSH, COMPARE_BRUSH = "#ffca28", "#ffffff"
+EMPTY_TEXT = ("No cost model yet: press <b>Measure</b> in the <b>Cost model</b> tab (a few seconds). This tab then "
+              "predicts the speedup of a draft for every mean acceptance length and draft cost.")
+
+
+def speedup_colours(low: float, high: float) -> pg.ColorMap:
+    """Red below speedup 1, pale at 1, blue above, over levels ``low``..``high`` (1 strictly inside)."""
+    one = (1.0 - low) / (high - low)
+    return pg.ColorMap([0.0, one * 0.5, one, one + (1 - one) * 0.5, 1.0],
+                       [SLOWER, "#ef9a9a", EVEN, "#90caf9", FASTER])
+
+
+class SyntheticView(QWidget):
+    """Heatmap, break-even line, marks of real runs, measured cells; Measure for real and Cancel buttons."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.cost_model = None
+        """The ``CostModel`` the map predicts from, or None."""
+        self.session = None
+        self.compare = None
+        self.measured: dict | None = None
+        """``synthetic_table``'s result (possibly its first rows only), or None."""
+        self.landings: list = []
+        """The ``Landing``s drawn, the shown run first (tests)."""
+        self.run_marked = False
+        """Whether ``landings`` begins with the shown run's."""
+        self._version = 0
+        self._drawn = None
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.setSpacing(4)
+        top = QHBoxLayout()
+        self.measure = QPushButton("Measure for real (minutes)")
+        self.measure.setToolTip("run the synthetic source on the loaded model at mean acceptance lengths 1..8 and "
+                                "draft costs 0, 0.25, 0.5 c(1) after the current prompt, beside plain decoding "
+                                "(engine thread; bench --synthetic does the same from the command line)")
+        self.cancel = QPushButton("Cancel")
+        self.cancel.hide()
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(160)
+        self.progress.hide()
+        self.status = QLabel("")
+        self.status.setStyleSheet("color:#444")
+        for w in (self.measure, self.cancel, self.progress):
+            top.addWidget(w)
+        top.addWidget(self.status, 1)
+        lay.addLayout(top)
+
+        self.plots = pg.GraphicsLayoutWidget()
+        self.plots.setBackground("w")
+        self.legend = pg.LegendItem(colCount=3, labelTextColor="#333", horSpacing=14, verSpacing=-4)
+        self.plots.addItem(self.legend, row=0, col=0)
+        self.plot = self.plots.addPlot(row=1, col=0)
+        p = self.plot
+        p.setLabel("bottom", "mean acceptance length τ, tokens committed per window")
+        p.setLabel("left", "draft cost per proposed token, × c(1)")
+        p.setMouseEnabled(False, False)
+        p.hideButtons()
+        p.getAxis("bottom").setTickSpacing(1, 0.5)
+        p.getAxis("left").setTickSpacing(0.1, 0.05)
+        for axis in ("left", "bottom"):
+            p.getAxis(axis).enableAutoSIPrefix(False)
+        self.image = pg.ImageItem()
+        p.addItem(self.image)
+        self.bar = pg.ColorBarItem(values=(0.5, 2.0), colorMap=speedup_colours(0.5, 2.0), interactive=False,
+                                   colorMapMenu=False, label="predicted speedup over plain, ×", width=18)
+        self.bar.setImageItem(self.image, insert_in=p)
+        self.line = p.plot([], [], pen=pg.mkPen(LINE_PEN, width=3, style=Qt.PenStyle.DashLine))
+        self.cells = pg.ScatterPlotItem([], [], symbol="s", size=34, pen=pg.mkPen("#222", width=1.5))
+        p.addItem(self.cells)
+        self.cell_texts = [pg.TextItem("", color="#111", anchor=(0.5, 0.5)) for _ in range(24)]
+        for t in self.cell_texts:
+            p.addItem(t)
+            t.hide()
+        self.marks = pg.ScatterPlotItem([], [], size=15)
+        p.addItem(self.marks)
+        self.mark_texts: list[pg.TextItem] = []
+        p.setXRange(TAU_MIN - 0.05, TAU_MAX + 0.05, padding=0)
+        p.setYRange(-0.005, COST_MAX + 0.005, padding=0)
+        self.legend.addItem(self.line, "break-even (speedup 1)")
+        self.legend.addItem(pg.ScatterPlotItem(symbol="star", size=15, brush=RUN_BRUSH, pen=pg.mkPen("#222")),
+                            "the shown run")
+        self.legend.addItem(pg.ScatterPlotItem(symbol="o", size=12, brush=COMPARE_BRUSH, pen=pg.mkPen("#222")),
+                            "compare rows")
+        self.text = QLabel("")
+        self.text.setWordWrap(True)
+        self.text.setStyleSheet("color:#222")
+        self.text.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        side = QScrollArea()
+        side.setWidget(self.text)
+        side.setWidgetResizable(True)
+        side.setFrameShape(QScrollArea.Shape.NoFrame)
+        side.setMinimumWidth(240)
+        side.setMaximumWidth(340)
+        self.empty_hint = QLabel(EMPTY_TEXT)
+        self.empty_hint.setWordWrap(True)
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint.setStyleSheet("color:#555;font-size:11pt;padding:40px;background:white")
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.empty_hint)
+        self.stack.addWidget(self.plots)
+        body = QHBoxLayout()
+        body.addWidget(self.stack, 3)
+        body.addWidget(side, 1)
+        lay.addLayout(body, 1)
+
+    # -- data -----------------------------------------------------------------------------
+    def set_cost_model(self, cm) -> None:
+        """Predict from ``cm`` (a ``CostModel``, or None: the hint); drawn on the next ``refresh``."""
+        self.cost_model = cm
+        self._version += 1
+
+    def set_session(self, session) -> None:
+        """Mark the shown run (a ``SessionRecord``: its receipts and source name) where it lands."""
+        self.session = session
+        self._version += 1
+
+    def set_compare(self, result) -> None:
+        """Mark each row of a comparison (``CompareResult`` with its runs kept) where it landed."""
+        self.compare = result
+        self._version += 1
+
+    def set_measured(self, result: dict | None) -> None:
+        """Show the measured table's cells (``synthetic_table``'s result so far)."""
+        self.measured = result
+        self._version += 1
+
+    def set_running(self, running: bool, text: str = "") -> None:
+        """The measured table runs (Cancel and the progress bar shown, Measure off) or not; ``text``: status."""
+        self.measure.setEnabled(not running)
+        self.cancel.setVisible(running)
+        self.cancel.setEnabled(running)
+        self.progress.setVisible(running)
+        if running:
+            self.progress.setRange(0, len(COST_FRACTIONS) * 8)
+            self.progress.setValue(0)
+        self.status.setText(text)
+
+    def set_progress(self, done: int, total: int, text: str) -> None:
+        """(cells done, cells in all, what runs now)."""
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+        self.status.setText(f"{done}/{total} cells · {text}")
+
+    # -- drawing --------------------------------------------------------------------------
+    def _landings(self) -> list:
+        """The ``Landing``s to mark: the shown run's first (``run_marked`` says whether it has one)."""
+        c1 = self.cost_model.row_ms[0]
+        out = []
+        s = self.session
+        at = None if s is None or not s.receipts else landing(s.source_name or "this run", s.receipts, c1)
+        self.run_marked = at is not None
+        if at is not None:
+            out.append(at)
+        r = self.compare
+        if r is not None:
+            for row, run in zip(r.rows, r.runs or ()):
+                at = None if run is None or row.error else landing(row.config.label, run.receipts, c1)
+                if at is not None:
+                    out.append(at)
+        return out
+
+    def refresh(self) -> None:
+        session_version = None if self.session is None else self.session.version
+        if self._drawn == (self._version, session_version):
+            return
+        self._drawn = (self._version, session_version)
+        cm = self.cost_model
+        if cm is None:
+            self.stack.setCurrentWidget(self.empty_hint)
+            self.text.setText("")
+            self.landings = []
+            return
+        self.stack.setCurrentWidget(self.plots)
+        grid = np.array(predicted_grid(cm, TAUS, FRACTIONS), float)  # rows: draft costs, columns: tau
+        measured = [r for r in (self.measured or {}).get("rows", []) if r.get("speedup")]
+        values = [float(grid.min()), float(grid.max())] + [r["speedup"] for r in measured]
+        low, high = min(min(values), 0.95), max(max(values), 1.05)
+        colours = speedup_colours(low, high)
+        self.image.setImage(grid.T, levels=(low, high), autoLevels=False)  # ImageItem: [x, y]
+        dx, dy = TAUS[1] - TAUS[0], FRACTIONS[1] - FRACTIONS[0]
+        self.image.setRect(QRectF(TAU_MIN - dx / 2, -dy / 2, (TAU_MAX - TAU_MIN) + dx, COST_MAX + dy))
+        self.bar.setColorMap(colours)
+        self.bar.setLevels((low, high))
+        line = break_even_line(cm, LINE_TAUS)
+        self.line.setData([t for t, _ in line], [f for _, f in line])
+        self._draw_cells(measured, colours, low, high)
+        self.landings = self._landings()
+        self._draw_marks(cm)
+        self.text.setText(self._text(cm))
+
+    def _draw_cells(self, measured, colours, low, high) -> None:
+        brushes = [pg.mkBrush(colours.map((min(max(r["speedup"], low), high) - low) / (high - low), mode="qcolor"))
+                   for r in measured]
+        self.cells.setData([r["mean_length"] for r in measured], [r["cost_fraction"] for r in measured],
+                           brush=brushes)
+        for i, t in enumerate(self.cell_texts):
+            if i < len(measured):
+                r = measured[i]
+                t.setText(f"{r['speedup']:.2f}")
+                t.setPos(r["mean_length"], r["cost_fraction"])
+                t.show()
+            else:
+                t.hide()
+
+    def _draw_marks(self, cm) -> None:
+        spots = []
+        while len(self.mark_texts) < len(self.landings):  # made once each, then reused
+            t = pg.TextItem("", color="#111", anchor=(0, 1), fill=pg.mkBrush(255, 255, 255, 210))
+            self.plot.addItem(t)
+            self.mark_texts.append(t)
+        for i, at in enumerate(self.landings):
+            x = min(max(at.mean_length, TAU_MIN), TAU_MAX)
+            y = min(max(at.cost_fraction, 0.0), COST_MAX)
+            run = i == 0 and self.run_marked
+            spots.append({"pos": (x, y), "symbol": "star" if run else "o", "brush": RUN_BRUSH if run else COMPARE_BRUSH,
+                          "pen": pg.mkPen("#222", width=1.5), "size": 19 if run else 13})
+            off = "" if (x, y) == (at.mean_length, at.cost_fraction) else " (off the map)"
+            t = self.mark_texts[i]
+            t.setText(f"{at.label}: τ {at.mean_length:.2f}{off}")
+            t.setPos(x + 0.06, y + 0.008)
+            t.show()
+        for t in self.mark_texts[len(self.landings):]:
+            t.hide()
+        self.marks.setData(spots)
+
+    def mark_positions(self) -> list[tuple[float, float]]:
+        """(x, y) of the drawn marks (tests)."""
+        x, y = self.marks.getData()
+        return [(float(a), float(b)) for a, b in zip(x, y)] if self.landings else []
+
+    def _text(self, cm) -> str:
+        pays = []
+        for f in COST_FRACTIONS:
+            tau = break_even_tau(cm, f)
+            pays.append(f"at {f:g} c(1): " + (f"τ ≥ {tau:.2f}" if tau is not None else f"never up to τ {TAU_MAX:g}"))
+        parts = [f"<p><b>Predicted from the cost model</b> (c(1) = {cm.row_ms[0]:.1f} ms, draft max 8, each position "
+                 "right at one constant rate): the colour is the speedup over plain decoding.</p>"
+                 f"<p>A draft pays {'; '.join(pays)}.</p>"]
+        if self.landings:
+            items = []
+            for at in self.landings:
+                s = predicted_grid(cm, [min(at.mean_length, TAU_MAX)], [at.cost_fraction])[0][0]
+                items.append(f"<li><b>{html.escape(at.label)}</b>: τ {at.mean_length:.2f} over "
+                             f"{at.windows} windows, proposing {at.draft_ms:.2f} ms per token = "
+                             f"{at.cost_fraction:.3f} c(1): predicted {s:.2f}x</li>")
+            parts.append("<p>Where the runs landed (windows only: plain steps are not on the map):</p><ul>"
+                         + "".join(items) + "</ul>")
+        else:
+            parts.append("<p>Run, or compare configurations, to mark where your sources land.</p>")
+        m = self.measured
+        if m and m.get("rows"):
+            done = [r for r in m["rows"] if r.get("speedup")]
+            parts.append(f"<p><b>Measured</b> ({len(done)} cells, {m['max_new_tokens']} tokens each, plain "
+                         f"{m['plain_tokens_per_s']:.1f} tokens/s): squares with the measured speedup, on the "
+                         "same colour scale.</p>")
+        return "".join(parts)

@@ -1,0 +1,131 @@
+"""The Synthetic acceptance tab (issue 39 item 3): the heatmap the stored cost model predicts, its
+break-even line where the speedup crosses 1 (a hand-made linear c(k) whose break-even is known in closed
+form), the marks of real runs at their own mean acceptance length, and the measured table's cells with
+progress and Cancel on the engine thread."""
+
+from __future__ import annotations
+
+import pytest
+
+from inspector.bench.compare_result import CompareConfig
+from inspector.gui.cost.synthetic_view import FRACTIONS, TAUS
+from inspector.llama.cost_cache import placement, store_cost_model
+from inspector.llama.cost_model import CostModel
+from inspector.session.run_states import BUSY, IDLE
+from test_gui_support import make_window, run_to_end
+
+D = 8
+SLOPE = 0.25
+C1 = 20.0
+TIMEOUT_MS = 300_000
+
+
+def linear_costs() -> CostModel:
+    """c(k) = c(1) (1 + s (k - 1)): speedup (1 + a E[L]) / (1 + (s + f) E[L]), so it is 1 where the
+    conditional rate a equals s + f."""
+    return CostModel(tuple(C1 * (1 + SLOPE * (k - 1)) for k in range(1, 17)))
+
+
+def rate_for(tau: float) -> float:
+    """The constant rate a with 1 + a + ... + a^D = tau (the test's own bisection)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sum(mid ** i for i in range(D + 1)) < tau else (lo, mid)
+    return lo
+
+
+def speedup(tau: float, f: float) -> float:
+    a = rate_for(tau)
+    expected_l = sum(a ** i for i in range(D))
+    return (1 + a * expected_l) / (1 + (SLOPE + f) * expected_l)
+
+
+def window_with_costs(qtbot, runtime, tmp_path, **kw):
+    store_cost_model(runtime.model_path, runtime.n_threads, linear_costs(), placement(runtime))
+    w = make_window(qtbot, runtime, tmp_path, **kw)
+    w.tabs.setCurrentWidget(w.synthetic_view)
+    w.refresh_all()
+    return w
+
+
+def test_the_heatmap_shows_the_stored_cost_models_prediction_and_breaks_even_where_speedup_is_one(
+        qtbot, runtime, tmp_path):
+    empty = make_window(qtbot, runtime, tmp_path, settings_file="empty.ini")
+    empty.refresh_all()
+    assert empty.synthetic_view.cost_model is None
+    assert empty.synthetic_view.stack.currentWidget() is empty.synthetic_view.empty_hint
+
+    w = window_with_costs(qtbot, runtime, tmp_path)
+    view = w.synthetic_view
+    assert w.tabs.tabText(w.tabs.indexOf(view)) == "Synthetic acceptance"
+    assert w.tabs.indexOf(view) == w.tabs.indexOf(w.cost_view) + 1  # next to the Cost model tab
+    assert view.cost_model.row_ms == linear_costs().row_ms
+    assert view.stack.currentWidget() is view.plots
+    image = view.image.image  # [tau, draft cost]
+    assert image.shape == (len(TAUS), len(FRACTIONS))
+    for i, j in ((10, 0), (20, 25), (40, 10), (70, 50)):
+        assert image[i, j] == pytest.approx(speedup(TAUS[i], FRACTIONS[j]), rel=1e-4), (TAUS[i], FRACTIONS[j])
+    # The break-even line: at each tau the draft cost where a = s + f; faster below, slower above.
+    xs, ys = view.line.getData()
+    for x, y in zip(xs[::20], ys[::20]):
+        assert y == pytest.approx(rate_for(x) - SLOPE, abs=1e-5), x
+        if 0.02 <= y <= 0.48:
+            assert speedup(x, y - 0.02) > 1.0 > speedup(x, y + 0.02)
+    assert "at 0 c(1): τ ≥ 1.33" in view.text.text()  # 1 + s + s^2 + ... = 1.333 tokens per window
+    png = tmp_path / "synthetic.png"
+    assert w.grab().save(str(png)) and png.stat().st_size > 20_000
+
+
+def test_a_real_run_and_compare_rows_are_marked_at_their_own_mean_acceptance_length(qtbot, runtime, tmp_path):
+    w = window_with_costs(qtbot, runtime, tmp_path, max_tokens=32, ngram_min=1)
+    view = w.synthetic_view
+    assert view.landings == [] and view.mark_positions() == []
+    run_to_end(qtbot, w)
+    receipts = w.session.receipts
+    assert receipts  # ngram_min=1: the first query proposes
+    tau = 1 + sum(r.accepted_proposal_tokens for r in receipts) / len(receipts)
+    draft = sum(r.proposal_elapsed_us for r in receipts) / 1000 / sum(r.proposal_token_count for r in receipts) / C1
+    w.refresh_all()
+    assert view.run_marked and view.landings[0].label == "ngram"
+    assert view.landings[0].mean_length == pytest.approx(tau)
+    (x, y), = view.mark_positions()
+    assert x == pytest.approx(min(tau, 8.0)) and y == pytest.approx(min(draft, 0.5), abs=1e-9)
+    assert f"τ {tau:.2f} over {len(receipts)} windows" in view.text.text()
+
+    with qtbot.waitSignal(w.analysis.compareReady, timeout=TIMEOUT_MS) as blocker:
+        assert w.analysis.run_compare([CompareConfig("plain", "none", 0),
+                                       CompareConfig("ngram n_min 1", "ngram", 4, {"n_min": 1})])
+    result, _note = blocker.args
+    w.refresh_all()
+    labels = [at.label for at in view.landings]
+    assert labels == ["ngram", "ngram n_min 1"]  # the plain row has no window: no mark
+    run = result.runs[1]
+    own = 1 + sum(r.accepted_proposal_tokens for r in run.receipts) / len(run.receipts)
+    assert view.landings[1].mean_length == pytest.approx(own)
+    assert len(view.mark_positions()) == 2 and view.mark_positions()[1][0] == pytest.approx(min(own, 8.0))
+
+
+def test_measure_for_real_fills_cells_as_they_finish_and_cancel_keeps_them(qtbot, runtime, tmp_path):
+    w = window_with_costs(qtbot, runtime, tmp_path, max_tokens=16)
+    view, actions = w.synthetic_view, w.synthetic
+    rows = []
+    actions.worker.rowsDone.connect(lambda partial: rows.append(len(partial["rows"])))
+    with qtbot.waitSignal(actions.measured, timeout=TIMEOUT_MS) as blocker:
+        assert actions.start()
+        assert w.state == BUSY and not view.measure.isEnabled() and view.cancel.isVisible()
+        assert not actions.start() and not w.analysis.measure()  # one thing at a time
+        qtbot.waitUntil(lambda: len(rows) >= 1, timeout=TIMEOUT_MS)
+        view.cancel.click()
+    result, note = blocker.args
+    assert w.state == IDLE and view.measure.isEnabled() and not view.cancel.isVisible()
+    assert note.startswith("cancelled after ") and note.endswith(" of 24 cells")
+    done = int(note.split()[2])
+    assert done >= 1 and len(result["rows"]) == done
+    w.refresh_all()
+    first = result["rows"][0]
+    assert first["mean_length"] == 1 and first["cost_fraction"] == 0.0 and first["speedup"] > 0
+    x, y = view.cells.getData()
+    assert len(x) == done and (x[0], y[0]) == (1, 0.0)
+    assert view.cell_texts[0].textItem.toPlainText() == f"{first['speedup']:.2f}"
+    assert "Measured" in view.text.text()
