@@ -22,7 +22,6 @@ from inspector.gui.panel.control_panel import ControlPanel
 from inspector.gui.panel.widgets import ElidedLabel
 from inspector.gui.plots.event_log import EventLog
 from inspector.gui.plots.lock_plots import LockPlots
-from inspector.gui.plots.positions import PositionsView
 from inspector.gui.plots.statistics import StatsView
 from inspector.gui.plots.timeline import Timeline
 from inspector.gui.serve.request_log import RequestLog
@@ -88,8 +87,6 @@ class WindowUI:
     timeline: Timeline
     lock_plots: LockPlots
     stats: StatsView
-    positions: PositionsView
-    """By position: acceptance, c(1), verify cost per row and profit against the KV position (issue 39)."""
     event_log: EventLog
     cost_view: CostView
     synthetic_view: SyntheticView
@@ -124,7 +121,6 @@ def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
     timeline = Timeline()
     lock_plots = LockPlots()
     stats = StatsView()
-    positions = PositionsView()
     cost_view = CostView()
     synthetic_view = SyntheticView()
     event_log = EventLog()
@@ -135,7 +131,6 @@ def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
     tabs.addTab(timeline, "KV timeline")
     tabs.addTab(lock_plots, "Lock timing")
     tabs.addTab(stats, "Statistics")
-    tabs.addTab(positions, "By position")
     tabs.addTab(event_log, "Event log")
     tabs.addTab(cost_view, "Cost model")
     tabs.addTab(synthetic_view, "Synthetic acceptance")
@@ -188,9 +183,8 @@ def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
     return WindowUI(
         panel=panel, banner=banner, token_view=token_view, conversation_bar=conversation_bar, tabs=tabs,
         window_detail=window_detail, transcript=transcript, timeline=timeline, lock_plots=lock_plots, stats=stats,
-        positions=positions,
         event_log=event_log, cost_view=cost_view, synthetic_view=synthetic_view, request_log=request_log, requests=requests,
-        session_views=(token_view, window_detail, timeline, lock_plots, stats, positions, event_log, synthetic_view),
-        tab_views=(transcript, timeline, lock_plots, stats, positions, event_log, cost_view, synthetic_view, requests),
+        session_views=(token_view, window_detail, timeline, lock_plots, stats, event_log, synthetic_view),
+        tab_views=(transcript, timeline, lock_plots, stats, event_log, cost_view, synthetic_view, requests),
         main_split=main_split, right_split=right_split, stream_split=keeper, status_state=status_state,
         status_counts=status_counts, status_speed=status_speed, load_progress=load_progress)
