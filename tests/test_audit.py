@@ -7,6 +7,7 @@ particular word of the model is asserted."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,7 +17,7 @@ from inspector.cli.audit import audit_run, compare_verdicts, run_of
 from inspector.cli.main import main
 from inspector.engine import GenerationSettings
 from inspector.engine.baseline import plain_generation
-from inspector.prompts import example_prompts
+from inspector.prompts import EXAMPLES, example_prompt, example_prompts
 from inspector.sources.registry import PLAIN
 from inspector.session.audit import (BATCH_SHAPE, NOT_EXPLAINED, audit_divergence, audit_position, compact,
                                      windows_of)
@@ -66,46 +67,53 @@ def test_compare_prints_the_verdict_of_a_row_that_differs(scheduler, plain_run):
     assert "1..3" in lines[0]  # widths 1..draft max + 1
 
 
-def tie_margins(runtime, prompt, generated) -> np.ndarray:
-    """The top-2 logit margin of the target's row for each generated position (one wide batch: a
-    cheap first look, the audit then tries every width)."""
+def tie_rows(runtime, prompt, generated) -> tuple[np.ndarray, np.ndarray]:
+    """(top-2 logit margin, top-2 token ids) of the target's row for each generated position (one wide
+    batch: a cheap first look, the audit then tries every width and place)."""
     sid = runtime.open_session()
     try:
         runtime.prefill(sid, prompt[:-1], 0)
         logits = runtime.decode_logits(sid, [prompt[-1]] + list(generated[:-1]), len(prompt) - 1)
     finally:
         runtime.drop_session(sid)
-    top2 = np.sort(logits, axis=1)[:, -2:]
-    return top2[:, 1] - top2[:, 0]
+    order = np.argsort(logits, axis=1)[:, -2:]
+    top2 = np.take_along_axis(logits, order, axis=1)
+    return top2[:, 1] - top2[:, 0], order[:, ::-1]
 
 
-def test_near_ties_found_by_scanning_are_audited_at_every_width(runtime, plain_run):
-    """Scan the two closest near-ties of a plain run. Where the widths disagree the verdict names the
-    flipping widths; where they agree (the bundled Q4_1 model has no batched kernels, so this is the
-    common case) every width and place picks plain decoding's token."""
-    prompt, plain = plain_run
-    margins = tie_margins(runtime, prompt, plain)
-    ties = [int(i) for i in np.argsort(margins) if i >= 1][:2]
-    flips = 0
-    for p in ties:
-        widths = audit_position(runtime, prompt, plain, p, 6)
-        assert [w.width for w in widths] == list(range(1, 7))
-        assert widths[0].places[0].token == plain[p]  # width 1, place 0: plain decoding's step, exactly
-        picked = {t for w in widths for t in w.tokens}
-        if picked == {plain[p]}:
-            continue
-        flips += 1
-        other = next(t for t in picked if t != plain[p])
-        speculative = list(plain[:p]) + [other]
-        result = audit_divergence(runtime, prompt, speculative, plain, 6, token_text=runtime.token_text)
-        assert result.verdict.startswith(BATCH_SHAPE), result.verdict
-        assert f"widths {compact(result.widths_picking(other))} pick {runtime.token_text(other)!r}" in result.verdict
-    if not flips:  # no flip here: the runner-up at the closest tie is no width's pick, so it is "not explained"
-        p = ties[0]
-        second = audit_position(runtime, prompt, plain, p, 1)[0].places[0].second
-        result = audit_divergence(runtime, prompt, list(plain[:p]) + [second], plain, 6)
-        assert result.verdict.startswith(NOT_EXPLAINED)
-        assert all(w.tokens == (plain[p],) for w in result.widths)
+SCAN_TOKENS = 12
+"""Generated tokens scanned per bundled example (short: the scan stays a few seconds per example)."""
+SCAN_WIDTH = 6
+"""Verify widths 1..SCAN_WIDTH tried at each example's closest near-tie (rows)."""
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_near_ties_found_by_scanning_are_audited_at_every_width(runtime, scheduler, example):
+    """Per bundled example, scan a short plain run for its closest near-tie (the smallest top-2 margin
+    of a row a window could verify) and audit the runner-up there as if a run had committed it, at every
+    width and place. The verdict names the widths that pick each token: "batch-shape numerics" when
+    some width picks the runner-up (a flip), else "not explained" (the bundled Q4_1 model has no batched
+    kernels, so every width picking plain decoding's token is the common case here)."""
+    prompt = runtime.prompt_tokens(example_prompt(example))
+    plain = plain_generation(scheduler, prompt, GenerationSettings(max_new_tokens=SCAN_TOKENS, draft_max=0)).generated
+    assert len(plain) >= 3, f"{example}: the plain run ended after {len(plain)} tokens, nothing to scan"
+    margins, top2 = tie_rows(runtime, prompt, plain)
+    p = min(range(1, len(plain)), key=lambda i: margins[i])  # the closest near-tie a window could predict
+    runner_up = int(next(t for t in top2[p] if t != plain[p]))
+    result = audit_divergence(runtime, prompt, list(plain[:p]) + [runner_up], plain, SCAN_WIDTH,
+                              token_text=runtime.token_text)
+    assert result.position == p and (result.speculative_token, result.plain_token) == (runner_up, plain[p])
+    assert [w.width for w in result.widths] == list(range(1, SCAN_WIDTH + 1))
+    assert [len(w.places) for w in result.widths] == [min(w, p) for w in range(1, SCAN_WIDTH + 1)]  # every place
+    assert result.widths[0].places[0].token == plain[p]  # width 1, place 0: plain decoding's step, exactly
+    picked = {t for w in result.widths for t in w.tokens}
+    print(f"{example}: closest near-tie at generated token {p}, margin {margins[p]:.4f} logits (one wide batch); "
+          f"{result.verdict}")
+    named = f"widths {compact(result.widths_picking(plain[p]))} pick {runtime.token_text(plain[p])!r}"
+    assert named in result.verdict, result.verdict
+    flipped = runner_up in picked
+    assert result.verdict.startswith(BATCH_SHAPE if flipped else NOT_EXPLAINED), result.verdict
+    assert flipped == (f"pick {runtime.token_text(runner_up)!r}" in result.verdict), result.verdict
 
 
 def test_audit_command_on_a_real_run(tmp_path, capsys, runtime, scheduler):
@@ -139,8 +147,10 @@ def test_audit_command_on_a_real_run(tmp_path, capsys, runtime, scheduler):
     assert "no such file" in capsys.readouterr().err
 
     # The run's own windows rebuild its KV: the widest window's own width and place give the token it committed.
-    prompt, generated, settings, _ = run_of(doc)
+    inputs = run_of(doc)
+    prompt, generated, settings = list(inputs.prompt), list(inputs.generated), inputs.settings
     windows = windows_of(doc["windows"])
+    assert inputs.windows == windows and inputs.max_width == 4  # draft max 3: widths 1..4
     assert windows  # a copy prompt: the n-gram source proposes
     w = max(windows, key=lambda v: len(v.proposal))
     place = len(w.proposal)  # the window's last row
@@ -151,7 +161,7 @@ def test_audit_command_on_a_real_run(tmp_path, capsys, runtime, scheduler):
     # An output altered on purpose, through the command's own steps: both KV prefixes tried, not explained.
     altered = list(generated)
     altered[4] = next(t for t in range(1000, 2000) if t != generated[4])
-    assert audit_run(runtime, prompt, altered, settings, 4, windows) == 0
+    assert audit_run(runtime, replace(inputs, generated=tuple(altered)), 4) == 0
     out = capsys.readouterr().out
     assert "as the run's windows built it" in out and f"verdict: {NOT_EXPLAINED}" in out
     assert out.count("(with that KV: " + NOT_EXPLAINED) == 1

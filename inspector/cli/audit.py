@@ -1,35 +1,40 @@
 """The ``audit`` command: why did my output change? (issue 39, item 1)
 
 ``spec-inspector audit RECEIPTS`` loads the run's model (or ``--model``) with the run's context
-settings, reruns plain one-token decoding of the same prompt with the same settings, and, where the
+settings, reruns plain one-token decoding of the same prompt with the same settings and, where the
 two streams part, prints the target's pick for that position at every verify width 1..k (k = the
 run's draft max + 1, at most 16 rows) with the top-2 logit margin, and the verdict
-(``inspector.session.audit``). Greedy runs only.
+(``inspector.session.audit``, ``inspector.session.audit_run``). Greedy runs only. ``--llama-server
+[PATH|URL]`` then generates the same prompt greedily through llama-server (plain decoding on its
+side, the same ``n_predict`` and penalties; ``inspector.bench.server_text``) and, where its text parts
+from ours, audits that position the same way (llama-server's token against ours).
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
+from inspector.bench.server_build import NotALlamaServer
+from inspector.bench.server_client import SERVER_LIMITS_HELP
+from inspector.bench.server_compare import check_llama_server, is_url
+from inspector.bench.server_http import REQUEST_DEADLINE_S, ServerError
+from inspector.bench.server_text import SERVER_THREADS, llama_server_tokens
 from inspector.cli.common import EXIT_USAGE, fail
-from inspector.cli.ranges import positive
+from inspector.cli.ranges import positive, whole_number
+from inspector.cli.server_target import our_llama_server
 from inspector.engine import RuntimeScheduler
-from inspector.engine.baseline import first_difference, plain_generation
 from inspector.engine.errors import EngineError
-from inspector.engine.settings import GenerationSettings, SamplingSettings
+from inspector.engine.settings import SamplingSettings
 from inspector.llama.context_settings import context_from_values, loaded_context
 from inspector.llama.model_file import ModelFileError
 from inspector.llama.quantize import open_target
+from inspector.llama.server_parity import server_context
 from inspector.receipts import ReceiptsFileError, load_document
-from inspector.receipts.document import is_conversation
-from inspector.session.audit import MAX_AUDIT_WIDTH, AuditResult, VerifiedWindow, audit_divergence, windows_of
+from inspector.session.audit import MAX_AUDIT_WIDTH, AuditResult, audit_divergence
+from inspector.session.audit_run import (LLAMA_SERVER, PLAIN_DECODING, AuditInputs, AuditRefused, RunAudit,
+                                         audit_run_against, check_model, inputs_from_document, plain_reference)
 from inspector.sources.registry import PLAIN
-
-
-class AuditRefused(Exception):
-    """The receipts cannot be audited: the message says why, in one line."""
 
 
 def add_audit_command(sub) -> None:
@@ -46,61 +51,51 @@ def add_audit_command(sub) -> None:
                    help=f"widest verify batch to try, rows (default: the run's draft max + 1, at most "
                         f"{MAX_AUDIT_WIDTH})")
     a.add_argument("--threads", type=positive, help="CPU threads (default: all)")
+    a.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH|URL",
+                   help="also generate the prompt greedily through llama-server (same n_predict and penalties) "
+                        "and audit where its text parts from ours: a llama-server binary (started on 127.0.0.1 "
+                        f"with {SERVER_THREADS} thread, stopped after), a running server's URL, or nothing: the one "
+                        "built from our llama.cpp (built once on first use)")
+    a.add_argument("--llama-server-timeout", type=whole_number(1, 86400, name="seconds"),
+                   default=int(REQUEST_DEADLINE_S), metavar="S", help=SERVER_LIMITS_HELP)
 
 
-def run_of(doc: dict) -> tuple[list[int], list[int], GenerationSettings, int]:
-    """``(prompt token ids, generated token ids, settings, draft max)`` of a receipts document (one
-    run). Raises ``AuditRefused`` for a conversation, a sampled run or settings llama.cpp refuses."""
-    if is_conversation(doc):
-        raise AuditRefused("this is a conversation; audit one run's receipts (one request)")
-    s = doc["settings"]
-    try:
-        sampling = SamplingSettings(**s["sampling"])
-    except (TypeError, ValueError) as exc:
-        raise AuditRefused(f"the receipts' sampling settings are not usable: {exc}") from None
-    if not sampling.greedy:
-        raise AuditRefused(f"audit compares greedy runs only; this run sampled at temperature "
-                           f"{sampling.temperature:g}, so its output is not meant to equal plain decoding's")
-    generated = list(doc["output"]["token_ids"])
-    if not generated:
-        raise AuditRefused("the run generated no tokens: nothing to audit")
-    settings = GenerationSettings(max_new_tokens=len(generated), stop=tuple(s.get("stop", ())), sampling=sampling,
-                                  probabilities=False)
-    return list(doc["prompt"]["token_ids"]), generated, settings, int(s.get("draft_max") or 0)
-
-
-def check_model(runtime, model: dict, prompt: list[int]) -> None:
-    """Refuse a model that is not the run's (``AuditRefused``): another vocabulary size, or another file
-    size than the receipts' ``model`` block says, or prompt ids outside the vocabulary."""
-    if model.get("n_vocab") not in (None, runtime.n_vocab):
-        raise AuditRefused(f"model mismatch: {runtime.model_path} has {runtime.n_vocab} tokens, the run's model "
-                           f"{model.get('n_vocab')}")
-    if model.get("size_bytes") not in (None, runtime.info.size_bytes) and not model.get("converted_from"):
-        raise AuditRefused(f"model mismatch: {runtime.model_path} is {runtime.info.size_bytes} bytes, the run's "
-                           f"model ({model.get('path')}) {model.get('size_bytes')}: give the run's model with --model")
-    bad = [t for t in prompt if not 0 <= t < runtime.n_vocab]
-    if bad:
-        raise AuditRefused(f"model mismatch: prompt token {bad[0]} is outside this model's vocabulary")
+def run_of(doc: dict) -> AuditInputs:
+    """The audit inputs of a receipts document (one run); see ``inspector.session.audit_run.inputs_from_document``."""
+    return inputs_from_document(doc)
 
 
 def cmd_audit(args) -> int:
     """``spec-inspector audit``: prints the per-width table and the verdict, or "identical to plain
-    decoding"; returns 0, or 1 (``EXIT_USAGE`` for a sampled run) after one line saying why not."""
+    decoding" (and the same against llama-server's text with ``--llama-server``); returns 0, or 1
+    (``EXIT_USAGE`` for a sampled run) after one line saying why not."""
     if not args.file.exists():
         return fail(f"cannot read receipts {args.file}: no such file")
     try:
         doc = load_document(args.file)
-        prompt, generated, settings, draft_max = run_of(doc)
+        inputs = run_of(doc)
     except ReceiptsFileError as exc:
         return fail(str(exc))
     except AuditRefused as exc:
         return fail(str(exc), EXIT_USAGE if "greedy runs only" in str(exc) else 1)
+    except (KeyError, TypeError, ValueError) as exc:
+        return fail(f"the receipts' windows are not usable: {exc}")
     model = doc.get("model") or {}
     path = args.model or model.get("path")
     if not path:
         return fail("the receipts name no model: give it with --model")
     if not Path(path).exists():
         return fail(f"the run's model {path} is not here: give it with --model")
+    target = getattr(args, "llama_server", None)
+    if target:  # a path or URL that cannot serve is said before the model loads
+        try:
+            check_llama_server(target, args.llama_server_timeout)
+        except (ServerError, NotALlamaServer) as exc:
+            return fail(str(exc))
+    elif target is not None:
+        target = our_llama_server()
+        if target is None:
+            return 1
     try:
         n_batch, context = context_from_values(loaded_context(model.get("llama_cpp")))
         n_ctx = int(model.get("n_ctx") or 2048)
@@ -110,10 +105,12 @@ def cmd_audit(args) -> int:
     except (ModelFileError, EngineError, ValueError) as exc:
         return fail(str(exc))
     try:
-        check_model(runtime, model, prompt)
-        windows = windows_of(doc.get("windows") or (), (doc.get("sessions") or {}).get("main"))
-        return audit_run(runtime, prompt, generated, settings, args.max_width or min(draft_max + 1, MAX_AUDIT_WIDTH),
-                         windows)
+        check_model(runtime, model, inputs.prompt)
+        status = audit_run(runtime, inputs, args.max_width)
+        if target is not None:
+            status = audit_llama_server(runtime, inputs, target, args.max_width,
+                                        getattr(args, "llama_server_timeout", REQUEST_DEADLINE_S))
+        return status
     except AuditRefused as exc:
         return fail(str(exc))
     except (EngineError, ValueError, KeyError) as exc:
@@ -122,37 +119,65 @@ def cmd_audit(args) -> int:
         runtime.close()
 
 
-def audit_run(runtime, prompt: list[int], generated: list[int], settings: GenerationSettings, max_width: int,
-              windows: tuple[VerifiedWindow, ...] = ()) -> int:
-    """Plain-decode ``prompt`` with ``settings``, compare with ``generated`` (token ids) and print the audit
-    of the first difference (widths ``1..max_width`` rows), with the KV prefix built as plain decoding
-    built it; when no width explains it and the run's ``windows`` are known, again with the KV prefix
-    the run's windows built. Returns 0."""
+def audit_run(runtime, inputs: AuditInputs, max_width: int | None = None) -> int:
+    """Plain-decode the run's prompt with its settings, compare with its tokens and print the audit
+    of the first difference (widths ``1..max_width`` rows; default ``inputs.max_width``), with the KV
+    prefix built as plain decoding built it; when no width explains it and the run's windows are
+    known, again with the KV prefix the run's windows built. Returns 0."""
     scheduler = RuntimeScheduler(runtime)
-    print(f"plain decoding of the same prompt ({len(prompt)} tokens, up to {len(generated)} new) ...",
+    print(f"plain decoding of the same prompt ({len(inputs.prompt)} tokens, up to {len(inputs.generated)} new) ...",
           file=sys.stderr, flush=True)
-    plain = plain_generation(scheduler, prompt, replace(settings, draft_max=0)).generated
-    p = first_difference(plain, generated)
-    if p is None:
-        print(f"identical to plain decoding ({len(generated)} tokens)")
+    plain = plain_reference(scheduler, inputs)
+    audit = audit_run_against(scheduler, inputs, plain, PLAIN_DECODING, max_width, runtime.token_text)
+    if audit.identical:
+        print(f"identical to plain decoding ({len(inputs.generated)} tokens)")
         return 0
-    text = runtime.token_text
-    print(f"speculative output parts from plain decoding at generated token {p} (KV position {len(prompt) + p}): "
-          f"speculative {_shown(text, generated, p)}, plain {_shown(text, plain, p)}")
-    print(f"context: {text_tail(runtime, prompt + generated[:p])!r}")
-
-    def audit(prefix_windows) -> AuditResult:
-        return scheduler.execute("audit", -1, lambda rt: audit_divergence(
-            rt, prompt, generated, plain, max_width, settings.sampling, text, prefix_windows)).value
-
-    result = audit(())
-    print_result(result, text, "the KV before them as plain decoding built it")
-    if not result.explained and windows:
-        print(f"  (with that KV: {result.verdict})")
-        result = audit(windows)
-        print_result(result, text, "the KV before them as the run's windows built it")
-    print(f"verdict: {result.verdict}")
+    print_audit(runtime, audit, "speculative output parts from plain decoding", "speculative", "plain")
     return 0
+
+
+def audit_llama_server(runtime, inputs: AuditInputs, target: str, max_width: int | None = None,
+                       timeout_s: float = REQUEST_DEADLINE_S) -> int:
+    """Generate the run's prompt greedily through llama-server ``target`` (a binary, started with
+    ``SERVER_THREADS`` threads and our context, or a URL), say whether its text equals ours and, where
+    they part, print the audit of that position (llama-server's token against ours). Returns 0, or
+    1 after one line when llama-server cannot answer (``timeout_s``: the request's deadline)."""
+    where = target if is_url(target) else f"{target}, {SERVER_THREADS} thread"
+    print(f"llama-server: {where}: the same prompt, greedy, up to {len(inputs.generated)} tokens ...",
+          file=sys.stderr, flush=True)
+    try:
+        theirs, note = llama_server_tokens(target, model=runtime.model_path, prompt_tokens=inputs.prompt,
+                                           n_predict=len(inputs.generated), sampling=inputs.settings.sampling,
+                                           n_ctx=runtime.n_ctx, context=server_context(runtime),
+                                           request_timeout_s=timeout_s)
+    except (ServerError, NotALlamaServer) as exc:
+        return fail(f"llama-server: {exc}")
+    if note:
+        print(f"llama-server note: {note}")
+    scheduler = RuntimeScheduler(runtime)
+    audit = audit_run_against(scheduler, inputs, theirs, LLAMA_SERVER, max_width, runtime.token_text)
+    if audit.identical:
+        print(f"llama-server: same text as ours ({len(theirs)} tokens)")
+        return 0
+    print_audit(runtime, audit, "llama-server's text parts from ours", "ours", "llama-server", "llama-server ")
+    return 0
+
+
+def print_audit(runtime, audit: RunAudit, headline: str, ours: str, theirs: str, prefix: str = "") -> None:
+    """Print where the streams of ``audit`` part (``headline``; the run's token named ``ours``, the
+    reference's ``theirs``), the context, each table tried and the verdict (``prefix`` before
+    "verdict: ")."""
+    text = runtime.token_text
+    first = audit.tried[0]
+    p = first.position
+    print(f"{headline} at generated token {p} (KV position {audit.prompt_length + p}): "
+          f"{ours} {_shown(text, audit.generated, p)}, {theirs} {_shown(text, audit.reference_tokens, p)}")
+    print(f"context: {audit.context!r}")
+    print_result(first, text, "the KV before them as plain decoding built it")
+    if len(audit.tried) > 1:
+        print(f"  (with that KV: {first.verdict})")
+        print_result(audit.tried[1], text, "the KV before them as the run's windows built it")
+    print(f"{prefix}verdict: {audit.result.verdict}")
 
 
 def print_result(result: AuditResult, text, prefix: str) -> None:
@@ -187,8 +212,3 @@ def compare_verdicts(scheduler, prompt: list[int], result, sampling: SamplingSet
 
 def _shown(text, stream: list[int], p: int) -> str:
     return f"{text(stream[p])!r} ({stream[p]})" if p < len(stream) else "(ended)"
-
-
-def text_tail(runtime, tokens: list[int], chars: int = 60) -> str:
-    """The last ``chars`` characters of ``tokens``' text (to show where the streams part)."""
-    return runtime.detokenize(tokens[-32:])[-chars:]

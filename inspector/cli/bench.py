@@ -13,7 +13,6 @@ from inspector.bench.compare_result import format_compare, write_compare_csv, wr
 from inspector.bench.rpc import bench_rpc, format_rpc
 from inspector.bench.run import TASKS, format_bench, run_bench
 from inspector.bench.server_bench import SERVER_BENCH_CONFIGS, format_server_bench, server_bench, weight_form_speedup
-from inspector.bench.server_build import SERVER_BUILD_MINUTES, ServerBuildError, build_llama_server, find_llama_server
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_client import SERVER_LIMITS_HELP
 from inspector.bench.server_http import REQUEST_DEADLINE_S
@@ -30,6 +29,7 @@ from inspector.cli.context import add_context_flags
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.ranges import THREADS, THREADS_MAX, setting, whole_number
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
+from inspector.cli.server_target import our_llama_server
 from inspector.cli.turns import add_turns_argument
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
@@ -203,7 +203,7 @@ def _server_bench_inputs(args):
             parse_config(c)  # a bad configuration is said before anything runs
     except ValueError as exc:
         return fail(str(exc), EXIT_USAGE)
-    target = target or _our_llama_server()
+    target = target or our_llama_server()
     return 1 if target is None else (tasks, target, configs)
 
 
@@ -441,25 +441,10 @@ def cmd_compare(args) -> int:
     return 1 if server_failed or any(r.error for r in result.rows) else 0
 
 
-def _our_llama_server() -> str | None:
-    """The llama-server built from our llama.cpp (``find_llama_server``), built now when there is none
-    (its progress on stderr); None after printing why the build failed."""
-    found = find_llama_server()
-    if found is None:
-        print(f"building llama-server from our llama.cpp once ({SERVER_BUILD_MINUTES} minutes on 2 cores) ...",
-              file=sys.stderr, flush=True)
-        try:
-            found = build_llama_server(lambda line: print(f"    {line}", file=sys.stderr, flush=True))
-        except ServerBuildError as exc:
-            fail(str(exc))
-            return None
-    return str(found)
-
-
 def _compare_with_server(target: str, result, runtime, scheduler, tokens, settings, timeout_s: float):
     """``compare --llama-server``: llama-server's rows for ``result`` (``inspector.bench.server_compare``),
     or None after printing why there is no llama-server to run (a failed build)."""
-    target = target or _our_llama_server()
+    target = target or our_llama_server()
     if target is None:
         return None
     where = target if is_url(target) else f"{target}, {runtime.n_threads} threads"

@@ -27,11 +27,12 @@ penalties); a near-tie is well below 1 logit.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from inspector.engine.baseline import first_difference
-from inspector.engine.errors import EngineError
+from inspector.engine.errors import EngineError, RequestCancelled
 from inspector.engine.settings import PENALTY_FIELDS, SamplingSettings
 
 MAX_AUDIT_WIDTH = 16
@@ -186,7 +187,9 @@ def penalty_sampling(sampling: SamplingSettings | None) -> SamplingSettings:
 
 def audit_position(runtime, prompt: Sequence[int], stream: Sequence[int], position: int, max_width: int,
                    sampling: SamplingSettings | None = None,
-                   prefix_windows: Sequence[VerifiedWindow] = ()) -> tuple[WidthPicks, ...]:
+                   prefix_windows: Sequence[VerifiedWindow] = (),
+                   progress: Callable[[int, int], None] | None = None,
+                   cancel: threading.Event | None = None) -> tuple[WidthPicks, ...]:
     """The target's pick for generated position ``position`` (0-based, tokens after the prompt) at
     every verify width ``1..max_width`` (rows) and every place a window could put the predicting row.
 
@@ -196,7 +199,8 @@ def audit_position(runtime, prompt: Sequence[int], stream: Sequence[int], positi
     committed prefix; tokens after it fill the rows after the predicting row (its last token repeats
     when it runs out). ``sampling``: the run's sampling (greedy; its penalties apply).
     ``prefix_windows``: the run's windows, to build the KV prefix as the run did (``build_prefix``);
-    empty: as plain decoding did. Uses a session of
+    empty: as plain decoding did. ``progress(done, total)``: after each verify batch (batches).
+    ``cancel``: when set, ``RequestCancelled`` is raised between batches. Uses a session of
     its own (``open_session``), dropped at the end. Raises ``ValueError`` for a position outside
     ``1..len(stream)`` or ``max_width`` < 1, ``EngineError`` when the batches exceed the context or
     ``n_batch``, or when no session is free."""
@@ -219,16 +223,21 @@ def audit_position(runtime, prompt: Sequence[int], stream: Sequence[int], positi
         out = tokens[base:base + width]
         return out + [tokens[-1]] * (width - len(out))
 
+    places = min(max_width, position)
+    total = sum(max_width - place for place in range(places))
+    done = 0
     sid = runtime.open_session(penalty_sampling(sampling))
     try:
         runtime.prefill(sid, list(prompt), 0)
         build_prefix(runtime, sid, tokens, n, row, prefix_windows)
         found: dict[int, list[PlacePick]] = {w: [] for w in range(1, max_width + 1)}
-        for place in range(0, min(max_width, position)):  # base >= n: a window starts at a generated token
+        for place in range(0, places):  # base >= n: a window starts at a generated token
             base = row - place
             if not runtime.trim(sid, base) or runtime.kv_length(sid) != base:
                 raise EngineError(f"the KV cache could not be trimmed to {base} positions (llama_memory_seq_rm)")
             for width in range(place + 1, max_width + 1):
+                if cancel is not None and cancel.is_set():
+                    raise RequestCancelled()
                 picks = runtime.decode_rows(sid, rows(base, width), base)
                 top, second, margin = runtime.row_logits_top2(place)
                 if top != picks[place]:  # an exact tie: llama.cpp's argmax order is the pick
@@ -236,17 +245,21 @@ def audit_position(runtime, prompt: Sequence[int], stream: Sequence[int], positi
                 found[width].append(PlacePick(width, place, base, int(top), int(second), float(margin)))
                 if not runtime.trim(sid, base):
                     raise EngineError(f"the KV cache could not be trimmed to {base} positions (llama_memory_seq_rm)")
+                done += 1
+                if progress is not None:
+                    progress(done, total)
     finally:
         runtime.drop_session(sid)
     return tuple(WidthPicks(w, tuple(sorted(ps, key=lambda p: p.place))) for w, ps in found.items())
 
 
 def verdict(widths: Sequence[WidthPicks], speculative_token: int, plain_token: int,
-            token_text: Callable[[int], str] = str) -> str:
+            token_text: Callable[[int], str] = str, reference: str = "plain decoding") -> str:
     """One line: ``batch-shape numerics: widths W1 pick 'x' (margin m logits), widths W2 pick 'y' ...``
     when the widths disagree and one of them picks the speculative token; ``NOT EXPLAINED BY BATCH
     SHAPE ...`` (a real bug) when none does; ``not a verify-width effect ...`` when every width picks
-    the speculative token (then plain decoding's token is the odd one out)."""
+    the speculative token (then plain decoding's token is the odd one out). ``reference``: what the
+    ``plain_token`` came from, in words (e.g. "llama-server")."""
     by_token: dict[int, list[WidthPicks]] = {}
     for w in widths:
         for t in w.tokens:
@@ -260,7 +273,7 @@ def verdict(widths: Sequence[WidthPicks], speculative_token: int, plain_token: i
     if len(by_token) == 1:
         plain = f"{token_text(plain_token)!r}" if plain_token >= 0 else "end of output"
         return (f"{WIDTH_INDEPENDENT}: every verify width 1..{max(w.width for w in widths)} picks "
-                f"{token_text(speculative_token)!r}; plain decoding's {plain} is not "
+                f"{token_text(speculative_token)!r}; {reference}'s {plain} is not "
                 "reproduced by any batch shape here")
 
     def margin(t: int, ws: list[WidthPicks]) -> float:
@@ -275,14 +288,17 @@ def verdict(widths: Sequence[WidthPicks], speculative_token: int, plain_token: i
 def audit_divergence(runtime, prompt: Sequence[int], speculative: Sequence[int], plain: Sequence[int],
                      max_width: int, sampling: SamplingSettings | None = None,
                      token_text: Callable[[int], str] = str,
-                     prefix_windows: Sequence[VerifiedWindow] = ()) -> AuditResult | None:
+                     prefix_windows: Sequence[VerifiedWindow] = (),
+                     progress: Callable[[int, int], None] | None = None,
+                     cancel: threading.Event | None = None,
+                     reference: str = "plain decoding") -> AuditResult | None:
     """Audit where ``speculative`` parts from ``plain`` (generated token ids of the same ``prompt``):
     the target's pick there at every verify width ``1..max_width`` (rows, at most ``MAX_AUDIT_WIDTH``)
     and the verdict. None when the streams are identical. A difference only in length (one stream
     stopped) is audited at the end of the shorter one when the longer one has a token there.
     ``prefix_windows``: the speculative run's windows, to build the KV prefix as it did (empty: as
-    plain decoding did; ``AuditResult.prefix`` says which).
-    Arguments and errors as ``audit_position``; ``ValueError`` also when they part at generated
+    plain decoding did; ``AuditResult.prefix`` says which). ``reference``: where ``plain`` came from, in
+    words (the verdict names it). Arguments and errors as ``audit_position``; ``ValueError`` also when they part at generated
     token 0 (the prompt's prefill predicts it, not a verify window)."""
     p = first_difference(plain, speculative)
     if p is None:
@@ -293,10 +309,11 @@ def audit_divergence(runtime, prompt: Sequence[int], speculative: Sequence[int],
     spec = speculative[p] if p < len(speculative) else -1
     plain_token = plain[p] if p < len(plain) else -1
     stream = list(speculative) if p < len(speculative) else list(plain)
-    widths = audit_position(runtime, prompt, stream, p, min(max_width, MAX_AUDIT_WIDTH), sampling, prefix_windows)
+    widths = audit_position(runtime, prompt, stream, p, min(max_width, MAX_AUDIT_WIDTH), sampling, prefix_windows,
+                            progress, cancel)
     if spec < 0:  # speculation stopped early: what the widths pick is the question
-        text = (f"the speculative run ended at generated token {p}; plain decoding went on with "
+        text = (f"the speculative run ended at generated token {p}; {reference} went on with "
                 f"{token_text(plain_token)!r}")
     else:
-        text = verdict(widths, spec, plain_token, token_text)
+        text = verdict(widths, spec, plain_token, token_text, reference)
     return AuditResult(p, len(prompt), spec, plain_token, widths, text, RUN_PREFIX if prefix_windows else PLAIN_PREFIX)

@@ -23,6 +23,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from inspector.bench.compare_result import CompareConfig
+from inspector.gui.audit.actions import AuditActions
 from inspector.gui.compare.server_build import ServerBuildActions
 from inspector.gui.compare.view import CompareView
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
@@ -120,6 +121,8 @@ class AnalysisActions(QObject):
         self.tune = TuneActions(host, menu, lambda: self.current, run=run, shown=shown, worker=worker, thread=thread,
                                 model_info=model_info, session_changed=session_changed, shutdown=shutdown)
         """The Tune window (Tune from this run…, Ctrl+Shift+K)."""
+        self.audit = AuditActions(host, menu, run=run, shown=shown, worker=worker, thread=thread, shutdown=shutdown)
+        """The Audit window (Audit the difference from plain decoding…, Ctrl+Shift+A)."""
         self.compare_view = None
         self.server_build: ServerBuildActions | None = None
         """Builds llama-server for the Compare window (on a thread of its own), made with the window."""
