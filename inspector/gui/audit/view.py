@@ -92,6 +92,7 @@ class AuditView(QWidget):
         self.again.clicked.connect(self.againRequested)
         busy.addWidget(self.progress, 1)
         busy.addWidget(self.cancel)
+        busy.addStretch(0)
         busy.addWidget(self.again)
         lay.addLayout(busy)
 
@@ -120,11 +121,18 @@ class AuditView(QWidget):
             h.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
         install_row_copy(self.table)
         lay.addWidget(self.table, 1)
+        self.legend = QLabel(f"<span style='background:{PLAIN_COLOUR}'>&nbsp;plain decoding's token&nbsp;</span> "
+                             f"<span style='background:{RUN_COLOUR}'>&nbsp;the run's token&nbsp;</span> "
+                             f"<span style='background:{OTHER_COLOUR}'>&nbsp;another, or several&nbsp;</span> "
+                             "· hover a pick for every place; Ctrl+C copies the selected rows")
+        self.legend.setStyleSheet("color:#555")
+        lay.addWidget(self.legend)
         self.note = QLabel("")
         self.note.setWordWrap(True)
         self.note.setTextFormat(Qt.TextFormat.RichText)
         self.note.setStyleSheet("color:#555")
         lay.addWidget(self.note)
+        lay.addStretch(0)  # takes the room the table leaves when it is hidden (stretch 1 wins while shown)
         self.set_running(False)
         keep_on_screen(self, 820, 560)  # less on a smaller screen
 
@@ -145,7 +153,7 @@ class AuditView(QWidget):
             self.progress.setFormat(text)
             self.where.setText(html.escape(text))
             self._show_verdict("", "")
-            self.table.setRowCount(0)
+            self._show_table(False)
             self.note.setText("")
 
     def set_progress(self, what: str, done: int, total: int) -> None:
@@ -153,10 +161,10 @@ class AuditView(QWidget):
         if total > 0:
             self.progress.setRange(0, total)
             self.progress.setValue(done)
-            self.progress.setFormat(f"{what}: {done}/{total} verify batches")
+            self.progress.setFormat(f"{done}/{total} verify batches")
         else:
             self.progress.setRange(0, 0)
-            self.progress.setFormat(f"{what} …")
+        self.where.setText(html.escape(f"{what} …"))
 
     def set_refusal(self, message: str) -> None:
         """Why the shown run cannot be audited, or why the audit failed (one line)."""
@@ -164,8 +172,7 @@ class AuditView(QWidget):
         self.shown = None
         self.where.setText("")
         self._show_verdict(html.escape(message), BANNER_WARN)
-        self.table.setRowCount(0)
-        self.table.hide()
+        self._show_table(False)
         self.note.setText("")
 
     def set_result(self, shown: AuditShown) -> None:
@@ -178,8 +185,7 @@ class AuditView(QWidget):
             self._show_verdict(f"<b>Identical to {html.escape(a.reference)}</b> "
                                f"({count_noun(len(a.generated), 'token')}): the run committed exactly the tokens "
                                f"{html.escape(a.reference)} gives, so there is nothing to audit.", BANNER_DONE)
-            self.table.setRowCount(0)
-            self.table.hide()
+            self._show_table(False)
             self.note.setText("")
             return
         r = a.result
@@ -195,13 +201,13 @@ class AuditView(QWidget):
             f"<b>Parts from {html.escape(a.reference)} at generated token {p}</b> (KV position "
             f"{a.prompt_length + p}):&nbsp; the run committed {tok(r.speculative_token, RUN_COLOUR)}, "
             f"{html.escape(a.reference)} gives {tok(r.plain_token, PLAIN_COLOUR)}"
-            f"<br><span style='color:#555'>after …{html.escape(a.context)}</span>")
+            f"<br><span style='color:#555'>after “…{html.escape(a.context).replace(chr(10), '⏎')}”</span>")
         loud = r.verdict.startswith(NOT_EXPLAINED)
         head, _, rest = r.verdict.partition(": ")
         self._show_verdict(("⚠ " if loud else "") + f"<b>{html.escape(head)}</b>: {html.escape(rest)}",
                            verdict_style(r.verdict), loud)
         self._fill(r, shown)
-        self.table.show()
+        self._show_table(True)
         notes = [f"The target's pick for that position recomputed in verify batches of 1..{len(r.widths)} rows, "
                  "at every place a window of that width could have put the predicting row; the KV before "
                  + ("them as the run's own windows built it (its verify batches decoded again)." if r.prefix == RUN_PREFIX
@@ -209,6 +215,12 @@ class AuditView(QWidget):
         if len(a.tried) > 1:
             notes.append(f"With the KV as plain decoding built it: {html.escape(a.tried[0].verdict)}")
         self.note.setText("<br>".join(notes))
+
+    def _show_table(self, shown: bool) -> None:
+        if not shown:
+            self.table.setRowCount(0)
+        self.table.setVisible(shown)
+        self.legend.setVisible(shown)
 
     def _show_verdict(self, html_text: str, style: str, loud: bool = False) -> None:
         self.verdict.setText(html_text)
