@@ -21,6 +21,9 @@ With no verified window (e.g. max tokens 1, or a source that proposed
 nothing) every step was plain: the per-window figures and both speedups say
 "n/a" (a measured ratio of two plain runs is timing noise, not a speedup; it
 is named as such), and the charts are empty on a 0..1 axis.
+
+All of that is the Summary page; the By KV position page (``inspector.gui.plots.positions``) draws the
+run's windows and plain steps against the KV position at which each ran (issue 39, long contexts).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QScrollArea,
     QStackedWidget,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -47,6 +51,7 @@ from inspector.engine.probability_stats import DRAFT, TARGET, acceptance_by_prob
 from inspector.engine.no_proposal import ENGINE_REASONS, count_reasons
 from inspector.engine.profit import OwnC1, run_balance
 from inspector.engine.records import Summary
+from inspector.gui.plots.positions import PositionsView
 from inspector.gui.plots.probability import TITLE_SIZE, AcceptancePlot, no_figures_reason
 from inspector.session.session_record import SessionRecord
 from inspector.gui.plots.timeline import IntegerAxis
@@ -106,7 +111,22 @@ class StatsView(QWidget):
         self.observed_speedup: float | None = None
         """Shown speedups (x); ``observed_estimated``: the observed one is an estimate (no baseline)."""
         self.observed_estimated = False
-        lay = QHBoxLayout(self)
+        # Two pages: the run's figures and charts (Summary), and the same run against the KV position at
+        # which each window and plain step ran (By KV position, issue 39: long contexts).
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        self.pages = QTabWidget()
+        self.pages.setDocumentMode(True)
+        summary = QWidget()
+        self.pages.addTab(summary, "Summary")
+        self.positions = PositionsView()
+        """The By KV position page (``inspector.gui.plots.positions``)."""
+        self.pages.addTab(self.positions, "By KV position")
+        self.pages.setTabToolTip(1, "acceptance, c(1), verify cost per row and profit of each window against the "
+                                    "KV position it ran at, and where the windows stopped paying")
+        self.pages.currentChanged.connect(lambda _i: self.positions.refresh())
+        outer.addWidget(self.pages)
+        lay = QHBoxLayout(summary)
         lay.setContentsMargins(4, 4, 4, 4)
         form_box = QWidget()
         form = QFormLayout(form_box)
@@ -222,6 +242,7 @@ class StatsView(QWidget):
 
     def set_session(self, session: SessionRecord) -> None:
         self.session = session
+        self.positions.set_session(session)
         self._drawn_version = -1
         self._reasons_counted = 0
         self._c1_key = None
@@ -269,11 +290,15 @@ class StatsView(QWidget):
         return self._figures
 
     def set_cost_model(self, cost_model) -> None:
-        """Use ``cost_model`` (``inspector.llama.cost_model.CostModel`` or None) for the expected speedup."""
+        """Use ``cost_model`` (``inspector.llama.cost_model.CostModel`` or None) for the expected speedup (and
+        the By KV position page's profits when the run has no plain step)."""
         self.cost_model = cost_model
         self._drawn_version = -1
+        self.positions.set_cost_model(cost_model)
 
     def refresh(self) -> None:
+        if self.pages.currentWidget() is self.positions or not self.isVisible():
+            self.positions.refresh()  # the page shown (or every page: an export, the tests)
         s = self.session
         if s is None or s.version == self._drawn_version:
             return
