@@ -44,6 +44,35 @@ from inspector.thread_pools import limit_thread_pools  # noqa: E402
 N_CTX = 1024
 
 
+MODEL_FIXTURES = frozenset({"model_path", "runtime", "scheduler", "make_generation", "chat_tokens", "qtbot"})
+"""Fixtures that load the bundled model or start Qt: ``--pure-only`` leaves their tests out."""
+COMMAND_NAMES = frozenset({"cli", "subprocess", "run_cli", "main"})
+"""Names a test calls to run a ``spec-inspector`` command (another process, or ``main`` in this one, which
+loads the model): ``--pure-only`` leaves those tests out too."""
+
+
+def pytest_addoption(parser):
+    parser.addoption("--pure-only", action="store_true",
+                     help="run only the tests that need no model and no Qt (the mutation run's selection: "
+                          "README 'Mutation testing')")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``--pure-only``: deselect every test that asks for the model or Qt (directly or through a fixture) or
+    runs a command."""
+    if not config.getoption("--pure-only"):
+        return
+    def pure(item) -> bool:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            return False
+        code = getattr(getattr(item, "function", None), "__code__", None)  # a test that runs a command
+        return code is None or not COMMAND_NAMES.intersection(code.co_names)
+
+    keep = [item for item in items if pure(item)]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
+
+
 def pytest_collection_finish(session):
     """Test modules may load another BLAS (scipy's, for statistics): cap it too, so no pool of ours
     spins beside llama.cpp's threads in the tests either (``inspector.thread_pools``)."""
