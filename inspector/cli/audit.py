@@ -13,6 +13,7 @@ from ours, audits that position the same way (llama-server's token against ours)
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from inspector.bench.server_build import NotALlamaServer
@@ -24,6 +25,7 @@ from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.ranges import positive, whole_number
 from inspector.cli.server_target import our_llama_server
 from inspector.engine import RuntimeScheduler
+from inspector.engine.baseline import first_difference
 from inspector.engine.errors import EngineError
 from inspector.engine.settings import SamplingSettings
 from inspector.llama.context_settings import context_from_values, loaded_context
@@ -106,6 +108,9 @@ def cmd_audit(args) -> int:
         return fail(str(exc))
     try:
         check_model(runtime, model, inputs.prompt)
+        print(f"plain decoding of the same prompt ({len(inputs.prompt)} tokens, up to {len(inputs.generated)} new) ...",
+              file=sys.stderr, flush=True)
+        inputs = replace(inputs, plain=plain_reference(RuntimeScheduler(runtime), inputs))
         status = audit_run(runtime, inputs, args.max_width)
         if target is not None:
             status = audit_llama_server(runtime, inputs, target, args.max_width,
@@ -123,10 +128,9 @@ def audit_run(runtime, inputs: AuditInputs, max_width: int | None = None) -> int
     """Plain-decode the run's prompt with its settings, compare with its tokens and print the audit
     of the first difference (widths ``1..max_width`` rows; default ``inputs.max_width``), with the KV
     prefix built as plain decoding built it; when no width explains it and the run's windows are
-    known, again with the KV prefix the run's windows built. Returns 0."""
+    known, again with the KV prefix the run's windows built. ``inputs.plain``: plain decoding's tokens
+    when already decoded. Returns 0."""
     scheduler = RuntimeScheduler(runtime)
-    print(f"plain decoding of the same prompt ({len(inputs.prompt)} tokens, up to {len(inputs.generated)} new) ...",
-          file=sys.stderr, flush=True)
     plain = plain_reference(scheduler, inputs)
     audit = audit_run_against(scheduler, inputs, plain, PLAIN_DECODING, max_width, runtime.token_text)
     if audit.identical:
@@ -140,7 +144,8 @@ def audit_llama_server(runtime, inputs: AuditInputs, target: str, max_width: int
                        timeout_s: float = REQUEST_DEADLINE_S) -> int:
     """Generate the run's prompt greedily through llama-server ``target`` (a binary, started with
     ``SERVER_THREADS`` threads and our context, or a URL), say whether its text equals ours and, where
-    they part, print the audit of that position (llama-server's token against ours). Returns 0, or
+    they part, print the audit of that position (llama-server's token against ours); with ``inputs.plain``,
+    also whether it equals our plain decoding. Returns 0, or
     1 after one line when llama-server cannot answer (``timeout_s``: the request's deadline)."""
     where = target if is_url(target) else f"{target}, {SERVER_THREADS} thread"
     print(f"llama-server: {where}: the same prompt, greedy, up to {len(inputs.generated)} tokens ...",
@@ -154,6 +159,10 @@ def audit_llama_server(runtime, inputs: AuditInputs, target: str, max_width: int
         return fail(f"llama-server: {exc}")
     if note:
         print(f"llama-server note: {note}")
+    if inputs.plain is not None:  # llama-server's plain decoding against ours: the same kernels give the same text
+        q = first_difference(list(inputs.plain), list(theirs))
+        print("llama-server's text equals our plain decoding's" if q is None else
+              f"llama-server's text parts from our plain decoding at generated token {q}")
     scheduler = RuntimeScheduler(runtime)
     audit = audit_run_against(scheduler, inputs, theirs, LLAMA_SERVER, max_width, runtime.token_text)
     if audit.identical:
