@@ -25,10 +25,11 @@ DRAFT_MAX = 3
 """The runs' draft max: the audit tries verify widths 1..DRAFT_MAX + 1."""
 
 
-def audit(qtbot, w) -> tuple:
-    """Press Analysis > Audit… and wait for the audit to end; returns (``AuditShown`` or None, message)."""
+def audit(qtbot, w, press=None) -> tuple:
+    """Press Analysis > Audit… (or ``press()``) and wait for the audit to end; returns (``AuditShown`` or None,
+    message)."""
     with qtbot.waitSignal(w.analysis.audit.audited, timeout=300_000) as blocker:
-        w.analysis.audit.act_audit.trigger()
+        (press or w.analysis.audit.act_audit.trigger)()
     return tuple(blocker.args)
 
 
@@ -37,6 +38,7 @@ def test_a_planted_divergence_is_audited_in_the_window_live_and_opened(qtbot, ru
     planted = min(PLANTED, len(plain_tokens(runtime, text, MAX_TOKENS)) - 1)
     w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX_TOKENS)
     w.panel.draft_max.setValue(DRAFT_MAX)
+    w.panel.baseline.setChecked(True)  # compared with plain decoding after the run: the audit reuses it
     shown, message = audit(qtbot, w)  # no run yet: refused in one line, the engine left alone
     assert shown is None and "no run yet" in message and w.state == IDLE
     assert "no run yet" in w.analysis.audit.view.verdict_text()
@@ -58,7 +60,9 @@ def test_a_planted_divergence_is_audited_in_the_window_live_and_opened(qtbot, ru
     finally:
         del runtime.decode_rows
     planted_token = w.session.generated_token_ids[planted]
-    shown, message = audit(qtbot, w)
+    tv = w.token_view
+    assert f"token {planted}" in tv.baseline_text() and "Audit this difference" in tv.baseline_text()
+    shown, message = audit(qtbot, w, lambda: tv.baseline_label.linkActivated.emit("audit"))  # the line's link
     assert message == "" and w.state == IDLE
     a = shown.audit
     assert not a.identical and a.result.position == planted

@@ -182,6 +182,7 @@ class MainWindow(QMainWindow):
             thread=self.thread, settings=self.settings, tabs=self.tabs, cost_view=self.cost_view, stats=self.stats,
             timeline=self.timeline, model_info=lambda: self.model_info, load_model=self.load_selected_model,
             session_changed=(self.runFinished, self.files.opened), shutdown=self.requestShutdown)
+        self.token_view.auditRequested.connect(self.analysis.audit.audit)  # "Audit this difference…" on its line
         self.synthetic = SyntheticActions(
             self.synthetic_view, self.panel, self.feedback, run=self.run, worker=self.worker, thread=self.thread,
             tabs=self.tabs, cost_changed=self.analysis.costChanged, compare_ready=self.analysis.compareReady,

@@ -77,7 +77,8 @@ def divergence_lines(s: SessionRecord, d: dict) -> list[str]:
 
 
 def baseline_html(s: SessionRecord | None) -> str:
-    """The line above the text about the comparison with plain decoding ("" when none ran)."""
+    """The line above the text about the comparison with plain decoding ("" when none ran); when the
+    output differs, with the "Audit this difference…" link (``TokenView.auditRequested``)."""
     b = s.baseline if s is not None else None
     if not b:
         return ""
@@ -88,7 +89,8 @@ def baseline_html(s: SessionRecord | None) -> str:
     return (f"<span style='color:{DIVERGENCE_COLOR}'><b>Baseline:</b> differs from plain decoding at generated "
             f"token {d['index']}</span> (marked <span style='background:{DIVERGENCE_BACKGROUND};"
             f"color:{DIVERGENCE_COLOR};font-weight:bold;text-decoration:underline'>&nbsp;so&nbsp;</span>): "
-            + " · ".join(divergence_lines(s, d)))
+            + " · ".join(divergence_lines(s, d))
+            + " · <a href='audit'>Audit this difference…</a> (every verify width; Analysis menu, Ctrl+Shift+A)")
 
 
 def hold_html(s: SessionRecord | None, info: dict) -> str:

@@ -49,6 +49,8 @@ class TokenView(QWidget):
     """
 
     windowClicked = Signal(int)
+    auditRequested = Signal()
+    """The "Audit this difference…" link on the line about the comparison with plain decoding was clicked."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -126,6 +128,7 @@ class TokenView(QWidget):
         self.baseline_label = QLabel("")
         self.baseline_label.setTextFormat(Qt.TextFormat.RichText)
         self.baseline_label.setWordWrap(True)
+        self.baseline_label.linkActivated.connect(lambda _link: self.auditRequested.emit())
         self.baseline_label.hide()
         lay.addLayout(bar)
         lay.addWidget(self.baseline_label)
