@@ -124,3 +124,21 @@ def test_the_tab_draws_each_figure_at_its_position_and_only_again_when_the_run_m
     s.apply(receipt(3, 6752, 2, 2, 21_000))
     view.refresh()
     assert list(view.accept.xData) == [6730, 6741, 6752]
+
+
+def test_the_statistics_tab_holds_the_page_and_gives_it_the_session_and_the_cost_model(qtbot):
+    from inspector.gui.plots.statistics import StatsView
+    from inspector.llama.cost_model import CostModel
+
+    stats = StatsView()
+    qtbot.addWidget(stats)
+    s = SessionRecord()
+    s.main_session_id = SID
+    s.apply(receipt(1, 6730, 4, 1, 20_000))
+    stats.set_session(s)
+    stats.set_cost_model(CostModel((8.0, 12.0)))
+    stats.refresh()  # not shown: every page draws (an export, File > Export plots)
+    page = stats.positions
+    assert stats.pages.indexOf(page) == 1 and stats.pages.tabText(1) == "By KV position"
+    assert list(page.accept.xData) == [6730]
+    assert page.figures.c1_from == "the cost model" and page.figures.profit_ms == (2 * 8 - 20,)
