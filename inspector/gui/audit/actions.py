@@ -128,4 +128,4 @@ def run_info(s, inputs: AuditInputs) -> str:
     where = "this window's run" if s.origin == "live" else html.escape(s.document_path or "the opened receipts")
     return (f"<b>Audited:</b> {where} · source <b>{html.escape(s.source_name or '?')}</b>, draft max "
             f"{inputs.draft_max} · {count_noun(len(inputs.generated), 'token')} after a "
-            f"{count_noun(len(inputs.prompt), 'token')} prompt · {count_noun(len(inputs.windows), 'window')} known")
+            f"{len(inputs.prompt)}-token prompt · {count_noun(len(inputs.windows), 'window')} known")
