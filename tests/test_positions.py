@@ -139,6 +139,8 @@ def test_the_statistics_tab_holds_the_page_and_gives_it_the_session_and_the_cost
     stats.set_cost_model(CostModel((8.0, 12.0)))
     stats.refresh()  # not shown: every page draws (an export, File > Export plots)
     page = stats.positions
-    assert stats.pages.indexOf(page) == 1 and stats.pages.tabText(1) == "By KV position"
+    assert stats.pages.indexOf(page) == 1 and stats.pages.currentIndex() == 0
+    stats.to_positions.click()
+    assert stats.pages.currentWidget() is page
     assert list(page.accept.xData) == [6730]
     assert page.figures.c1_from == "the cost model" and page.figures.profit_ms == (2 * 8 - 20,)

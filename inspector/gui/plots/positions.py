@@ -60,7 +60,9 @@ class PositionsView(QWidget):
             "speedup = committed tokens × c(1) / the time they spent; under 1.00x it stops paying, because of "
             "acceptance (fewer tokens per window than the first group) or cost (as many, but verification cost "
             "more) — the rule bench --context-lengths applies to whole runs")
-        lay.addWidget(self.verdict)
+        self.top = QHBoxLayout()
+        self.top.addWidget(self.verdict, 1)
+        lay.addLayout(self.top)
         row = QHBoxLayout()
         self.accept_plot = self._plot("Acceptance per window", "accepted share",
                                       "each window's accepted proposal tokens / proposed tokens, at its "
@@ -86,6 +88,10 @@ class PositionsView(QWidget):
         for plot in (self.accept_plot, self.cost_plot, self.profit_plot):
             row.addWidget(plot, 1)
         lay.addLayout(row, 1)
+
+    def add_to_top(self, widget: QWidget) -> None:
+        """Put ``widget`` (e.g. a button back to the page beside this one) left of the stopping line."""
+        self.top.insertWidget(0, widget, 0, Qt.AlignmentFlag.AlignTop)
 
     @staticmethod
     def _plot(title: str, y_label: str, tip: str) -> pg.PlotWidget:

@@ -40,8 +40,8 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QScrollArea,
+    QPushButton,
     QStackedWidget,
-    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -112,18 +112,24 @@ class StatsView(QWidget):
         """Shown speedups (x); ``observed_estimated``: the observed one is an estimate (no baseline)."""
         self.observed_estimated = False
         # Two pages: the run's figures and charts (Summary), and the same run against the KV position at
-        # which each window and plain step ran (By KV position, issue 39: long contexts).
+        # which each window and plain step ran (By KV position, issue 39: long contexts). A button on each
+        # page shows the other (a tab bar would take the height or width the charts need on a small screen).
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
-        self.pages = QTabWidget()
-        self.pages.setDocumentMode(True)
+        self.pages = QStackedWidget()
         summary = QWidget()
-        self.pages.addTab(summary, "Summary")
+        self.pages.addWidget(summary)
         self.positions = PositionsView()
         """The By KV position page (``inspector.gui.plots.positions``)."""
-        self.pages.addTab(self.positions, "By KV position")
-        self.pages.setTabToolTip(1, "acceptance, c(1), verify cost per row and profit of each window against the "
-                                    "KV position it ran at, and where the windows stopped paying")
+        self.pages.addWidget(self.positions)
+        self.to_positions = QPushButton("By KV position ▸")
+        self.to_positions.setToolTip("acceptance, c(1), verify cost per row and profit of each window against the "
+                                     "KV position it ran at, and where the windows stopped paying")
+        self.to_positions.clicked.connect(lambda: self.pages.setCurrentWidget(self.positions))
+        back = QPushButton("◂ Summary")
+        back.setToolTip("the run's figures and charts")
+        back.clicked.connect(lambda: self.pages.setCurrentWidget(summary))
+        self.positions.add_to_top(back)
         self.pages.currentChanged.connect(lambda _i: self.positions.refresh())
         outer.addWidget(self.pages)
         lay = QHBoxLayout(summary)
@@ -133,6 +139,7 @@ class StatsView(QWidget):
         # A value that does not fit beside its name goes under it (small screens), never cut.
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.labels: dict[str, QLabel] = {}
+        form.addRow(self.to_positions)
         for key, label, tip in (
             ("windows", "windows", "verified proposal windows (receipts)"),
             ("plain_steps", "plain steps", "one-token decode steps without a proposal, by the reason the engine "
