@@ -17,7 +17,8 @@ from inspector.cli.audit import audit_run, compare_verdicts, run_of
 from inspector.cli.main import main
 from inspector.engine import GenerationSettings
 from inspector.engine.baseline import plain_generation
-from inspector.prompts import EXAMPLES, example_prompt, example_prompts
+from inspector.prompts import EXAMPLES, TURNS_EXAMPLES, example_prompt, example_prompts, turns_path
+from inspector.session.conversation import read_turns
 from inspector.sources.registry import PLAIN
 from inspector.session.audit import (BATCH_SHAPE, NOT_EXPLAINED, audit_divergence, audit_position, compact,
                                      windows_of)
@@ -87,14 +88,21 @@ SCAN_WIDTH = 6
 """Verify widths 1..SCAN_WIDTH tried at each example's closest near-tie (rows)."""
 
 
-@pytest.mark.parametrize("example", EXAMPLES)
+def scanned_prompt(example: str) -> str:
+    """The prompt scanned for ``example``: a bundled example's text, or a bundled conversation's first turn."""
+    return example_prompt(example) if example in EXAMPLES else read_turns(turns_path(example))[0]
+
+
+@pytest.mark.parametrize("example", EXAMPLES + TURNS_EXAMPLES)
 def test_near_ties_found_by_scanning_are_audited_at_every_width(runtime, scheduler, example):
-    """Per bundled example, scan a short plain run for its closest near-tie (the smallest top-2 margin
+    """Per bundled example (``EXAMPLES``, and each bundled conversation's first turn; the long examples
+    need an 8,192-position context, beyond this runtime's), scan a short plain run for its closest
+    near-tie (the smallest top-2 margin
     of a row a window could verify) and audit the runner-up there as if a run had committed it, at every
     width and place. The verdict names the widths that pick each token: "batch-shape numerics" when
     some width picks the runner-up (a flip), else "not explained" (the bundled Q4_1 model has no batched
     kernels, so every width picking plain decoding's token is the common case here)."""
-    prompt = runtime.prompt_tokens(example_prompt(example))
+    prompt = runtime.prompt_tokens(scanned_prompt(example))
     plain = plain_generation(scheduler, prompt, GenerationSettings(max_new_tokens=SCAN_TOKENS, draft_max=0)).generated
     assert len(plain) >= 3, f"{example}: the plain run ended after {len(plain)} tokens, nothing to scan"
     margins, top2 = tie_rows(runtime, prompt, plain)
