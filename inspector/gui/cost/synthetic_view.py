@@ -48,6 +48,22 @@ def speedup_colours(low: float, high: float) -> pg.ColorMap:
                        [SLOWER, "#ef9a9a", EVEN, "#90caf9", FASTER])
 
 
+def label_place(x: float, y: float, width: float, height: float, left: bool, placed: list) -> float:
+    """The height (draft cost) for a label of ``width`` x ``height`` (data units) whose bottom corner is at
+    (``x``, ``y``), reaching left of ``x`` when ``left``: the nearest free one a label height at a time, so it
+    covers no label in ``placed`` ((x0, x1, y0, y1) each; its own is appended)."""
+    x0, x1 = (x - width, x) if left else (x, x + width)
+    chosen = y
+    for k in (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5, 6, 7, 8):
+        yk = y + k * height
+        if -0.04 <= yk <= COST_MAX + 0.04 - height and not any(
+                x0 < px1 and px0 < x1 and yk < py1 and py0 < yk + height for px0, px1, py0, py1 in placed):
+            chosen = yk
+            break
+    placed.append((x0, x1, chosen, chosen + height))
+    return chosen
+
+
 class SyntheticView(QWidget):
     """Heatmap, break-even line, marks of real runs, measured cells; Measure for real and Cancel buttons."""
 
@@ -87,12 +103,10 @@ class SyntheticView(QWidget):
 
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setBackground("w")
-        self.legend = pg.LegendItem(colCount=3, labelTextColor="#333", horSpacing=14, verSpacing=-4)
-        self.plots.addItem(self.legend, row=0, col=0)
-        self.plot = self.plots.addPlot(row=1, col=0)
+        self.plot = self.plots.addPlot(row=0, col=0)
         p = self.plot
-        p.setLabel("bottom", "mean acceptance length τ, tokens committed per window")
-        p.setLabel("left", "draft cost per proposed token, × c(1)")
+        p.setLabel("bottom", "mean acceptance length τ, tokens per window")
+        p.setLabel("left", "draft cost per token, × c(1)")
         p.setMouseEnabled(False, False)
         p.hideButtons()
         p.getAxis("bottom").setTickSpacing(1, 0.5)
@@ -114,13 +128,17 @@ class SyntheticView(QWidget):
         self.marks = pg.ScatterPlotItem([], [], size=15)
         p.addItem(self.marks)
         self.mark_texts: list[pg.TextItem] = []
-        p.setXRange(TAU_MIN - 0.05, TAU_MAX + 0.05, padding=0)
-        p.setYRange(-0.005, COST_MAX + 0.005, padding=0)
-        self.legend.addItem(self.line, "break-even (speedup 1)")
-        self.legend.addItem(pg.ScatterPlotItem(symbol="star", size=15, brush=RUN_BRUSH, pen=pg.mkPen("#222")),
-                            "the shown run")
-        self.legend.addItem(pg.ScatterPlotItem(symbol="o", size=12, brush=COMPARE_BRUSH, pen=pg.mkPen("#222")),
-                            "compare rows")
+        # A margin around the map: the measured squares at its edges (tau 1 and 8, cost 0 and 0.5) show whole.
+        p.setXRange(TAU_MIN - 0.35, TAU_MAX + 0.35, padding=0)
+        p.setYRange(-0.04, COST_MAX + 0.04, padding=0)
+        self.leaders = p.plot([], [], pen=pg.mkPen("#555", width=1))
+        # The legend is a line of text above the plot, not a row of the plot: at 1024x640 a legend row
+        # made the plot wider than the tab.
+        self.legend = QLabel("<span style='font-size:12pt'><b>╌╌</b></span> break-even: speedup 1 "
+                             "(a draft pays below it) &nbsp; <span style='color:#b8860b;font-size:12pt'>★</span> "
+                             "the shown run &nbsp; ○ compare rows &nbsp; ■ measured")
+        self.legend.setStyleSheet("color:#333;background:white;padding:2px 6px")
+        self.legend.setWordWrap(True)
         self.text = QLabel("")
         self.text.setWordWrap(True)
         self.text.setStyleSheet("color:#222")
@@ -130,15 +148,22 @@ class SyntheticView(QWidget):
         side.setWidget(self.text)
         side.setWidgetResizable(True)
         side.setFrameShape(QScrollArea.Shape.NoFrame)
-        side.setMinimumWidth(240)
+        side.setMinimumWidth(220)
         side.setMaximumWidth(340)
         self.empty_hint = QLabel(EMPTY_TEXT)
         self.empty_hint.setWordWrap(True)
         self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_hint.setStyleSheet("color:#555;font-size:11pt;padding:40px;background:white")
+        page = QWidget()  # the legend line above the plots
+        page_lay = QVBoxLayout(page)
+        page_lay.setContentsMargins(0, 0, 0, 0)
+        page_lay.setSpacing(0)
+        page_lay.addWidget(self.legend)
+        page_lay.addWidget(self.plots, 1)
+        self.page = page
         self.stack = QStackedWidget()
         self.stack.addWidget(self.empty_hint)
-        self.stack.addWidget(self.plots)
+        self.stack.addWidget(page)
         body = QHBoxLayout()
         body.addWidget(self.stack, 3)
         body.addWidget(side, 1)
@@ -211,19 +236,19 @@ class SyntheticView(QWidget):
             self.text.setText("")
             self.landings = []
             return
-        self.stack.setCurrentWidget(self.plots)
+        self.stack.setCurrentWidget(self.page)
         grid = np.array(predicted_grid(cm, TAUS, FRACTIONS), float)  # rows: draft costs, columns: tau
         measured = [r for r in (self.measured or {}).get("rows", []) if r.get("speedup")]
-        values = [float(grid.min()), float(grid.max())] + [r["speedup"] for r in measured]
-        low, high = min(min(values), 0.95), max(max(values), 1.05)
+        # The scale is the prediction's (a measured cell outside it takes the end colour; its number says).
+        low, high = min(float(grid.min()), 0.95), max(float(grid.max()), 1.05)
         colours = speedup_colours(low, high)
         self.image.setImage(grid.T, levels=(low, high), autoLevels=False)  # ImageItem: [x, y]
         dx, dy = TAUS[1] - TAUS[0], FRACTIONS[1] - FRACTIONS[0]
         self.image.setRect(QRectF(TAU_MIN - dx / 2, -dy / 2, (TAU_MAX - TAU_MIN) + dx, COST_MAX + dy))
         self.bar.setColorMap(colours)
         self.bar.setLevels((low, high))
-        line = break_even_line(cm, LINE_TAUS)
-        self.line.setData([t for t, _ in line], [f for _, f in line])
+        line = [(t, f if 0.0 <= f <= COST_MAX else np.nan) for t, f in break_even_line(cm, LINE_TAUS)]
+        self.line.setData([t for t, _ in line], [f for _, f in line], connect="finite")  # on the map only
         self._draw_cells(measured, colours, low, high)
         self.landings = self._landings()
         self._draw_marks(cm)
@@ -249,6 +274,11 @@ class SyntheticView(QWidget):
             t = pg.TextItem("", color="#111", anchor=(0, 1), fill=pg.mkBrush(255, 255, 255, 210))
             self.plot.addItem(t)
             self.mark_texts.append(t)
+        placed: list = []
+        leaders: list = []  # (mark, its label's corner) pairs
+        px, py = self.plot.vb.viewPixelSize()  # data units per pixel: labels are measured in pixels
+        if not (0 < px < 1 and 0 < py < 0.1):  # not laid out yet: about the 1280x800 window's
+            px, py = 0.013, 0.0017
         for i, at in enumerate(self.landings):
             x = min(max(at.mean_length, TAU_MIN), TAU_MAX)
             y = min(max(at.cost_fraction, 0.0), COST_MAX)
@@ -258,11 +288,18 @@ class SyntheticView(QWidget):
             off = "" if (x, y) == (at.mean_length, at.cost_fraction) else " (off the map)"
             t = self.mark_texts[i]
             t.setText(f"{at.label}: τ {at.mean_length:.2f}{off}")
-            t.setPos(x + 0.06, y + 0.008)
+            left = x > TAU_MAX - 1.8  # near the right edge the label goes left of its mark
+            t.setAnchor((1, 1) if left else (0, 1))
+            box = t.textItem.boundingRect()
+            lx = x - 0.1 if left else x + 0.1
+            ly = label_place(lx, y + 0.01, box.width() * px, box.height() * py, left, placed)
+            t.setPos(lx, ly)
             t.show()
+            leaders += [(x, y), (lx, ly)]
         for t in self.mark_texts[len(self.landings):]:
             t.hide()
         self.marks.setData(spots)
+        self.leaders.setData([p[0] for p in leaders], [p[1] for p in leaders], connect="pairs")
 
     def mark_positions(self) -> list[tuple[float, float]]:
         """(x, y) of the drawn marks (tests)."""
