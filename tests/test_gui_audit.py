@@ -5,7 +5,7 @@ A divergence is planted in the speculative run (its prediction for one generated
 the run goes, as tests/test_gui_baseline.py does): the audit finds it at that token, no verify width
 picks the planted token, so the verdict is "not explained" and loud; the same holds for the receipts
 exported and opened again (the KV prefix then rebuilt from its windows too). A plain run equals plain
-decoding, and the window says so. No particular word of the model is asserted.
+decoding, and the window says so; Cancel stops an audit. No particular word of the model is asserted.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import html
 
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR
 from inspector.session.audit import NOT_EXPLAINED, RUN_PREFIX
-from inspector.session.run_states import IDLE
+from inspector.session.run_states import BUSY, IDLE
 from inspector.sources.registry import PLAIN
-from test_gui_support import example_text, make_window, open_receipts, plain_tokens, run_to_end
+from test_gui_support import DecodeHold, example_text, make_window, open_receipts, plain_tokens, run_to_end
 
 PLANTED = 6
 """Generated-token index of the planted divergence (or the plain run's last token when shorter)."""
@@ -103,3 +103,16 @@ def test_a_plain_run_is_identical_to_plain_decoding_and_the_window_says_so(qtbot
     v = w.analysis.audit.view
     assert "Identical to plain decoding" in v.verdict_text() and BANNER_DONE in v.verdict.styleSheet()
     assert v.table.isHidden() and v.rows() == []
+
+    # Cancel while the engine thread is surely in the middle of the audit (one of its decodes held): the GUI
+    # thread stays free (the window busy, the progress shown), and the audit stops without a result.
+    hold = DecodeHold(runtime, when=lambda: w.analysis.audit.busy)
+    with hold.installed():
+        w.analysis.audit.act_audit.trigger()
+        qtbot.waitUntil(hold.held.is_set, timeout=120_000)
+        assert w.state == BUSY and not v.progress.isHidden() and not v.cancel.isHidden()
+        with qtbot.waitSignal(w.analysis.audit.audited, timeout=120_000) as blocker:
+            v.cancel.click()
+            hold.release()
+    assert tuple(blocker.args) == (None, "cancelled") and w.state == IDLE
+    assert "cancelled" in v.verdict_text() and v.progress.isHidden()
