@@ -84,6 +84,15 @@ def test_the_heatmap_shows_the_stored_cost_models_prediction_and_breaks_even_whe
     assert "at 0 c(1): τ ≥ 1.33" in view.text.text()  # 1 + s + s^2 + ... = 1.333 tokens per window
     png = tmp_path / "synthetic.png"
     assert w.grab().save(str(png)) and png.stat().st_size > 20_000
+    # A cost model measured in the Cost model tab is the map's from then on.
+    with qtbot.waitSignal(w.analysis.costReady, timeout=TIMEOUT_MS) as blocker:
+        assert w.analysis.measure()
+    measured, error = blocker.args
+    assert error == "" and view.cost_model is measured.model
+    w.tabs.setCurrentWidget(view)
+    w.refresh_all()
+    c = measured.model.row_ms
+    assert view.image.image[0, 0] == pytest.approx(c[0] / c[1], rel=1e-6)  # tau 1, free: 1 token per c(2)
 
 
 def test_a_real_run_and_compare_rows_are_marked_at_their_own_mean_acceptance_length(qtbot, runtime, tmp_path):
