@@ -66,3 +66,32 @@ def test_a_window_with_profit_exactly_zero_counts_as_saved():
     b = balance([even], 1000.0, "the cost model")
     assert (b.saved, b.lost, b.saved_us, b.lost_us) == (1, 0, 0, 0)
     assert b.net_text() == "+0.0 ms"
+
+
+def test_times_are_written_in_milliseconds_then_seconds_at_their_boundaries():
+    """The sentence's durations pinned to literals at each boundary (issue 42: a mutant that moved a
+    boundary or a divisor passed every test that built its expectation with the same formatter)."""
+    def net(us):
+        return balance([_r(1, 1, verification=1000.0 - us)], 1000.0, "x").net_text()
+
+    assert net(9_999) == "+10.0 ms" and net(10_000) == "+10 ms" and net(10_500) == "+10 ms"
+    assert net(9_999_999) == "+10000 ms" and net(10_000_000) == "+10.0 s" and net(12_340_000) == "+12.3 s"
+    assert net(0) == "+0.0 ms"  # zero profit: saved, with a plus
+    assert balance([_r(1, 0, verification=1_500.0)], 1000.0, "x").net_text() == "-0.5 ms"
+
+
+def test_the_sentence_counts_windows_in_the_singular_and_plural_and_names_rejections_only_when_some():
+    two = balance([_r(3, 2), _r(3, 2)], 1000.0, "plain steps of this run")
+    assert two.text() == "saved 6.0 ms in 2 windows, lost 0.0 ms in 0; net +6.0 ms at c(1) 1.0 ms (plain steps of this run)"
+    assert two.short_text() == "net +6.0 ms: saved 6.0 ms in 2, lost 0.0 ms in 0"
+    lost = balance([_r(1, 1, verification=2_000)], 2_500.0, "the cost model")
+    assert lost.text() == "saved 0.5 ms in 1 window, lost 0.0 ms in 0; net +0.5 ms at c(1) 2.5 ms (the cost model)"
+
+
+def test_the_runs_own_c1_is_recomputed_only_when_operations_arrive():
+    own = OwnC1()
+    ops = [R(kind="step", session_id=0, hold_us=900)]
+    assert own.of(1, ops, 0) == 900.0
+    ops.append(R(kind="step", session_id=0, hold_us=1_300))
+    assert own.of(1, ops, 0) == 1_100.0  # one more operation: computed again
+    assert own.of(2, [], 0) is None  # another record

@@ -225,6 +225,12 @@ def test_rows_a_stopped_window_did_not_commit_are_not_committed():
     assert row_outcomes((5, 6), (5, 6, 7), committed=1) == [ACCEPTED, NOT_COMMITTED, NOT_COMMITTED]
 
 
+def test_the_mismatch_row_itself_is_not_a_branch_when_its_correction_was_not_committed():
+    """Stopped after the accepted row: the row that mismatched would have been the correction (not
+    committed); only the rows after it are branch-conditioned (issue 42: ``>`` made ``>=`` survived)."""
+    assert row_outcomes((5, 6, 7), (5, 9, 7, 8), committed=1) == [ACCEPTED, NOT_COMMITTED, BRANCH, BRANCH]
+
+
 def test_a_held_row_shows_its_outcome_and_later_rows_wait():
     assert row_outcomes((5, 6), (5, 6, 7), committed=0, held_row=0) == [ACCEPTED, NOT_COMMITTED_YET,
                                                                          NOT_COMMITTED_YET]
