@@ -147,3 +147,17 @@ def test_measure_for_real_fills_cells_as_they_finish_and_cancel_keeps_them(qtbot
     assert len(x) == done and (x[0], y[0]) == (1, 0.0)
     assert view.cell_texts[0].textItem.toPlainText() == f"{first['speedup']:.2f}"
     assert "Measured" in view.text.text()
+
+
+def test_labels_take_the_nearest_free_height_and_none_when_the_plot_is_full():
+    from inspector.gui.cost.synthetic_view import label_place
+
+    placed: list = []
+    assert label_place(2.0, 0.1, 1.5, 0.04, False, placed) == 0.1
+    assert label_place(2.5, 0.1, 1.5, 0.04, False, placed) == pytest.approx(0.14)  # one label height up
+    assert label_place(5.0, 0.1, 1.5, 0.04, False, placed) == 0.1  # beside them: free
+    assert label_place(4.0, 0.1, 1.5, 0.04, True, placed) == pytest.approx(0.06)  # reaches left over 2.5..4: below
+    crowded: list = []  # labels 0.2 high in a plot 0.58 high (-0.04..0.54): two fit
+    heights = [label_place(3.0, 0.2, 2.0, 0.2, False, crowded) for _ in range(3)]
+    assert heights[0] == 0.2 and heights[1] == pytest.approx(0.0)
+    assert heights[2] is None  # no room left: the mark goes unlabelled

@@ -48,20 +48,19 @@ def speedup_colours(low: float, high: float) -> pg.ColorMap:
                        [SLOWER, "#ef9a9a", EVEN, "#90caf9", FASTER])
 
 
-def label_place(x: float, y: float, width: float, height: float, left: bool, placed: list) -> float:
+def label_place(x: float, y: float, width: float, height: float, left: bool, placed: list) -> float | None:
     """The height (draft cost) for a label of ``width`` x ``height`` (data units) whose bottom corner is at
     (``x``, ``y``), reaching left of ``x`` when ``left``: the nearest free one a label height at a time, so it
-    covers no label in ``placed`` ((x0, x1, y0, y1) each; its own is appended)."""
+    covers no label in ``placed`` ((x0, x1, y0, y1) each; its own is appended). None when there is no room
+    (a crowded or small plot: the mark goes unlabelled, the text beside the plot names it)."""
     x0, x1 = (x - width, x) if left else (x, x + width)
-    chosen = y
     for k in (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5, 6, 7, 8):
         yk = y + k * height
         if -0.04 <= yk <= COST_MAX + 0.04 - height and not any(
                 x0 < px1 and px0 < x1 and yk < py1 and py0 < yk + height for px0, px1, py0, py1 in placed):
-            chosen = yk
-            break
-    placed.append((x0, x1, chosen, chosen + height))
-    return chosen
+            placed.append((x0, x1, yk, yk + height))
+            return yk
+    return None
 
 
 class SyntheticView(QWidget):
@@ -79,8 +78,13 @@ class SyntheticView(QWidget):
         """The ``Landing``s drawn, the shown run first (tests)."""
         self.run_marked = False
         """Whether ``landings`` begins with the shown run's."""
-        self._version = 0
+        self._map_version = 0  # the cost model or the measured cells changed
+        self._marks_version = 0  # the runs marked changed
         self._drawn = None
+        self._map_drawn = None
+        self._pays = ""
+        self._resized = False  # the plot's size changed: the labels are placed again (they are sized in pixels)
+        """The break-even sentence of the drawn map (computed with it: tens of ms)."""
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.setSpacing(4)
@@ -106,7 +110,7 @@ class SyntheticView(QWidget):
         self.plot = self.plots.addPlot(row=0, col=0)
         p = self.plot
         p.setLabel("bottom", "mean acceptance length τ, tokens per window")
-        p.setLabel("left", "draft cost per token, × c(1)")
+        p.setLabel("left", "draft cost, × c(1)")
         p.setMouseEnabled(False, False)
         p.hideButtons()
         p.getAxis("bottom").setTickSpacing(1, 0.5)
@@ -116,7 +120,7 @@ class SyntheticView(QWidget):
         self.image = pg.ImageItem()
         p.addItem(self.image)
         self.bar = pg.ColorBarItem(values=(0.5, 2.0), colorMap=speedup_colours(0.5, 2.0), interactive=False,
-                                   colorMapMenu=False, label="predicted speedup over plain, ×", width=18)
+                                   colorMapMenu=False, label="predicted speedup, ×", width=18)
         self.bar.setImageItem(self.image, insert_in=p)
         self.line = p.plot([], [], pen=pg.mkPen(LINE_PEN, width=3, style=Qt.PenStyle.DashLine))
         self.cells = pg.ScatterPlotItem([], [], symbol="s", size=34, pen=pg.mkPen("#222", width=1.5))
@@ -132,6 +136,7 @@ class SyntheticView(QWidget):
         p.setXRange(TAU_MIN - 0.35, TAU_MAX + 0.35, padding=0)
         p.setYRange(-0.04, COST_MAX + 0.04, padding=0)
         self.leaders = p.plot([], [], pen=pg.mkPen("#555", width=1))
+        p.vb.sigResized.connect(self._plot_resized)
         # The legend is a line of text above the plot, not a row of the plot: at 1024x640 a legend row
         # made the plot wider than the tab.
         self.legend = QLabel("<span style='font-size:12pt'><b>╌╌</b></span> break-even: speedup 1 "
@@ -148,7 +153,7 @@ class SyntheticView(QWidget):
         side.setWidget(self.text)
         side.setWidgetResizable(True)
         side.setFrameShape(QScrollArea.Shape.NoFrame)
-        side.setMinimumWidth(220)
+        side.setMinimumWidth(200)
         side.setMaximumWidth(340)
         self.empty_hint = QLabel(EMPTY_TEXT)
         self.empty_hint.setWordWrap(True)
@@ -173,22 +178,23 @@ class SyntheticView(QWidget):
     def set_cost_model(self, cm) -> None:
         """Predict from ``cm`` (a ``CostModel``, or None: the hint); drawn on the next ``refresh``."""
         self.cost_model = cm
-        self._version += 1
+        self._map_version += 1
+        self._marks_version += 1
 
     def set_session(self, session) -> None:
         """Mark the shown run (a ``SessionRecord``: its receipts and source name) where it lands."""
         self.session = session
-        self._version += 1
+        self._marks_version += 1
 
     def set_compare(self, result) -> None:
         """Mark each row of a comparison (``CompareResult`` with its runs kept) where it landed."""
         self.compare = result
-        self._version += 1
+        self._marks_version += 1
 
     def set_measured(self, result: dict | None) -> None:
         """Show the measured table's cells (``synthetic_table``'s result so far)."""
         self.measured = result
-        self._version += 1
+        self._map_version += 1
 
     def set_running(self, running: bool, text: str = "") -> None:
         """The measured table runs (Cancel and the progress bar shown, Measure off) or not; ``text``: status."""
@@ -226,17 +232,37 @@ class SyntheticView(QWidget):
         return out
 
     def refresh(self) -> None:
-        session_version = None if self.session is None else self.session.version
-        if self._drawn == (self._version, session_version):
+        """Redraw what changed: the map (image, line, colour bar, measured cells) when the cost model or the
+        measured table did, the marks and the text when the runs did (a live run: at each new window)."""
+        key = (self._map_version, self._marks_version, None if self.session is None else self.session.version)
+        if self._drawn == key and not self._resized:
             return
-        self._drawn = (self._version, session_version)
+        self._drawn = key
         cm = self.cost_model
         if cm is None:
             self.stack.setCurrentWidget(self.empty_hint)
             self.text.setText("")
             self.landings = []
+            self._map_drawn = None
             return
         self.stack.setCurrentWidget(self.page)
+        fresh = self._map_drawn != self._map_version
+        if fresh:
+            self._map_drawn = self._map_version
+            self._draw_map(cm)
+        landings = self._landings()
+        if fresh or landings != self.landings or self._resized:
+            self._resized = False
+            self.landings = landings
+            self._draw_marks(cm)
+            text = self._text(cm)
+            if text != self.text.text():
+                self.text.setText(text)
+
+    def _plot_resized(self, *_args) -> None:
+        self._resized = True
+
+    def _draw_map(self, cm) -> None:
         grid = np.array(predicted_grid(cm, TAUS, FRACTIONS), float)  # rows: draft costs, columns: tau
         measured = [r for r in (self.measured or {}).get("rows", []) if r.get("speedup")]
         # The scale is the prediction's (a measured cell outside it takes the end colour; its number says).
@@ -250,9 +276,11 @@ class SyntheticView(QWidget):
         line = [(t, f if 0.0 <= f <= COST_MAX else np.nan) for t, f in break_even_line(cm, LINE_TAUS)]
         self.line.setData([t for t, _ in line], [f for _, f in line], connect="finite")  # on the map only
         self._draw_cells(measured, colours, low, high)
-        self.landings = self._landings()
-        self._draw_marks(cm)
-        self.text.setText(self._text(cm))
+        pays = []
+        for f in COST_FRACTIONS:
+            tau = break_even_tau(cm, f)
+            pays.append(f"at {f:g} c(1): " + (f"τ ≥ {tau:.2f}" if tau is not None else f"never up to τ {TAU_MAX:g}"))
+        self._pays = "; ".join(pays)
 
     def _draw_cells(self, measured, colours, low, high) -> None:
         brushes = [pg.mkBrush(colours.map((min(max(r["speedup"], low), high) - low) / (high - low), mode="qcolor"))
@@ -285,17 +313,19 @@ class SyntheticView(QWidget):
             run = i == 0 and self.run_marked
             spots.append({"pos": (x, y), "symbol": "star" if run else "o", "brush": RUN_BRUSH if run else COMPARE_BRUSH,
                           "pen": pg.mkPen("#222", width=1.5), "size": 19 if run else 13})
-            off = "" if (x, y) == (at.mean_length, at.cost_fraction) else " (off the map)"
+            off = (f" (τ {at.mean_length:.1f} →)" if at.mean_length > TAU_MAX else "") + \
+                (f" (↑ {at.cost_fraction:.2f} c(1))" if at.cost_fraction > COST_MAX else "")  # off the map
             t = self.mark_texts[i]
-            t.setText(f"{at.label}: τ {at.mean_length:.2f}{off}")
+            t.setText(f"{at.label}{off}")  # its figures are in the text beside the plot
             left = x > TAU_MAX - 1.8  # near the right edge the label goes left of its mark
             t.setAnchor((1, 1) if left else (0, 1))
             box = t.textItem.boundingRect()
             lx = x - 0.1 if left else x + 0.1
             ly = label_place(lx, y + 0.01, box.width() * px, box.height() * py, left, placed)
-            t.setPos(lx, ly)
-            t.show()
-            leaders += [(x, y), (lx, ly)]
+            t.setVisible(ly is not None)
+            if ly is not None:
+                t.setPos(lx, ly)
+                leaders += [(x, y), (lx, ly)]
         for t in self.mark_texts[len(self.landings):]:
             t.hide()
         self.marks.setData(spots)
@@ -307,13 +337,11 @@ class SyntheticView(QWidget):
         return [(float(a), float(b)) for a, b in zip(x, y)] if self.landings else []
 
     def _text(self, cm) -> str:
-        pays = []
-        for f in COST_FRACTIONS:
-            tau = break_even_tau(cm, f)
-            pays.append(f"at {f:g} c(1): " + (f"τ ≥ {tau:.2f}" if tau is not None else f"never up to τ {TAU_MAX:g}"))
         parts = [f"<p><b>Predicted from the cost model</b> (c(1) = {cm.row_ms[0]:.1f} ms, draft max 8, each position "
-                 "right at one constant rate): the colour is the speedup over plain decoding.</p>"
-                 f"<p>A draft pays {'; '.join(pays)}.</p>"]
+                 "right at one constant rate): the colour is the speedup over plain decoding of a draft whose "
+                 "windows commit τ tokens on average (across) and that spends the given share of a plain step "
+                 "c(1) per proposed token (up).</p>"
+                 f"<p>A draft pays {self._pays}.</p>"]
         if self.landings:
             items = []
             for at in self.landings:
