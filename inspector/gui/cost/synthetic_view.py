@@ -25,8 +25,10 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, Q
 
 from inspector.bench.synthetic_map import (COST_MAX, TAU_MAX, TAU_MIN, break_even_line, break_even_tau, grid_values,
                                            landing, predicted_grid)
-from inspector.bench.synthetic_table import COST_FRACTIONS
+from inspector.bench.synthetic_table import COST_FRACTIONS, MEAN_LENGTHS
 
+CELLS = len(MEAN_LENGTHS) * len(COST_FRACTIONS)
+"""Cells of the measured table (24)."""
 TAUS = grid_values(TAU_MIN, TAU_MAX, 71)
 """The heatmap's mean acceptance lengths (tokens per window), 0.1 apart."""
 FRACTIONS = grid_values(0.0, COST_MAX, 51)
@@ -83,8 +85,8 @@ class SyntheticView(QWidget):
         self._drawn = None
         self._map_drawn = None
         self._pays = ""
-        self._resized = False  # the plot's size changed: the labels are placed again (they are sized in pixels)
         """The break-even sentence of the drawn map (computed with it: tens of ms)."""
+        self._resized = False  # the plot's size changed: the labels are placed again (they are sized in pixels)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.setSpacing(4)
@@ -125,7 +127,7 @@ class SyntheticView(QWidget):
         self.line = p.plot([], [], pen=pg.mkPen(LINE_PEN, width=3, style=Qt.PenStyle.DashLine))
         self.cells = pg.ScatterPlotItem([], [], symbol="s", size=34, pen=pg.mkPen("#222", width=1.5))
         p.addItem(self.cells)
-        self.cell_texts = [pg.TextItem("", color="#111", anchor=(0.5, 0.5)) for _ in range(24)]
+        self.cell_texts = [pg.TextItem("", color="#111", anchor=(0.5, 0.5)) for _ in range(CELLS)]
         for t in self.cell_texts:
             p.addItem(t)
             t.hide()
@@ -203,7 +205,7 @@ class SyntheticView(QWidget):
         self.cancel.setEnabled(running)
         self.progress.setVisible(running)
         if running:
-            self.progress.setRange(0, len(COST_FRACTIONS) * 8)
+            self.progress.setRange(0, CELLS)
             self.progress.setValue(0)
         self.status.setText(text)
 
