@@ -46,19 +46,19 @@ class AuditActions(QObject):
             menu, AUDIT_ACTION, self.audit, ["Ctrl+Shift+A"],
             "where the shown greedy run parts from plain decoding: the target's pick there at every verify "
             "width, and whether batch-shape numerics explain it")
-        self.job = AuditWorker(worker)
-        self.job.moveToThread(thread)
-        self.requestAudit.connect(self.job.run_audit)
-        self.job.progress.connect(self._progress)
-        self.job.done.connect(self._done)
-        self.job.failed.connect(self._failed)
-        shutdown.connect(self.job.request_cancel, Qt.ConnectionType.DirectConnection)
+        self.auditor = AuditWorker(worker)
+        self.auditor.moveToThread(thread)
+        self.requestAudit.connect(self.auditor.run_audit)
+        self.auditor.progress.connect(self._progress)
+        self.auditor.done.connect(self._done)
+        self.auditor.failed.connect(self._failed)
+        shutdown.connect(self.auditor.job.request_cancel, Qt.ConnectionType.DirectConnection)
 
     def show_view(self) -> AuditView:
         """Open (or raise) the Audit window; returns it."""
         if self.view is None:
             v = AuditView(self.parent_widget)
-            v.cancelRequested.connect(self.job.request_cancel, Qt.ConnectionType.DirectConnection)
+            v.cancelRequested.connect(self.auditor.job.request_cancel, Qt.ConnectionType.DirectConnection)
             v.againRequested.connect(self.audit)
             self.view = v
         self.view.show()
@@ -90,7 +90,7 @@ class AuditActions(QObject):
         self.run.set_state(BUSY, "auditing the difference from plain decoding…")
         known = "its comparison with plain decoding" if inputs.plain is not None else "plain decoding of the same prompt"
         v.set_running(True, f"starting: {known}, then verify widths 1..{inputs.max_width} where they part")
-        self.job.reset_cancel()
+        self.auditor.job.reset_cancel()
         self.requestAudit.emit(inputs)
         return True
 

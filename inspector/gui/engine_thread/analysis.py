@@ -10,7 +10,6 @@ shared), and results leave through signals as immutable objects.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
@@ -19,13 +18,14 @@ from inspector.bench.compare import run_compare
 from inspector.bench.server_build import SERVER_BUILD_MINUTES, find_llama_server
 from inspector.bench.server_compare import compare_with_llama_server
 from inspector.engine import RuntimeScheduler
-from inspector.engine.errors import EngineError, RequestCancelled
+from inspector.engine.errors import RequestCancelled
 from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_cache import placement, store_cost_model
 from inspector.llama.cost_model import measure_cost_model
 from inspector.llama.model_file import weight_types_of
 from inspector.llama.quantize import weight_form
 from inspector.llama.runtime import LlamaRuntime
+from inspector.gui.engine_thread.engine_job import EngineJob
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class AnalysisWorker(QObject):
 
     ``engine`` is the window's ``EngineWorker`` (same thread): its runtime and
     scheduler are used, never while a run goes (the GUI refuses, and the shared
-    event loop runs one slot at a time). ``request_cancel`` (any thread) cancels a
+    event loop runs one slot at a time). ``job.request_cancel`` (any thread) cancels a
     comparison (the configuration in flight stops; finished rows are kept).
     """
 
@@ -125,32 +125,15 @@ class AnalysisWorker(QObject):
     def __init__(self, engine) -> None:
         super().__init__()
         self.engine = engine
-        self._cancel = threading.Event()
-
-    def request_cancel(self) -> None:
-        """Cancel a comparison: the configuration in flight stops, finished rows are kept (thread safe)."""
-        self._cancel.set()
-
-    def reset_cancel(self) -> None:
-        """Forget an old cancellation; call (GUI thread) before requesting a comparison, so a
-        Cancel pressed before the comparison starts still counts."""
-        self._cancel.clear()
+        self.job = EngineJob(engine)
+        """Its cancellation (``job.request_cancel``: the configuration in flight stops, finished rows are
+        kept) and the refusal rule."""
 
     def _ready(self, what: str) -> bool:
-        e = self.engine
-        if e.running:
-            self.failed.emit(what, "a run is going: stop it first")
-            return False
-        if e.runtime is None or e.scheduler is None:
-            self.failed.emit(what, "no model is loaded")
-            return False
-        return True
-
-    def _prompt_tokens(self, text: str, raw: bool) -> list[int]:
-        tokens = self.engine.runtime.prompt_tokens(text, raw=raw)
-        if not tokens:
-            raise EngineError("the prompt is empty after tokenization")
-        return tokens
+        refusal = self.job.refusal()
+        if refusal is not None:
+            self.failed.emit(what, refusal)
+        return refusal is None
 
     @Slot(object)
     def measure_cost(self, req: CostRequest) -> None:
@@ -159,7 +142,7 @@ class AnalysisWorker(QObject):
             return
         rt = self.engine.runtime
         try:
-            tokens = self._prompt_tokens(req.prompt_text, req.raw)
+            tokens = self.job.prompt_tokens(req.prompt_text, req.raw)
             tokens = tokens[: max(1, rt.n_ctx - req.k_max - 1)]
             cm = measure_cost_model(self.engine.scheduler, tokens, k_max=req.k_max, repeats=req.repeats)
             store_cost_model(rt.model_path, rt.n_threads, cm, placement(rt))  # runs read it: adaptive length, auto draft max
@@ -181,7 +164,7 @@ class AnalysisWorker(QObject):
         own = rt.info.main_weight_type
         results = []
         try:
-            tokens = self._prompt_tokens(req.prompt_text, req.raw)[: max(1, rt.n_ctx - req.k_max - 1)][:64]
+            tokens = self.job.prompt_tokens(req.prompt_text, req.raw)[: max(1, rt.n_ctx - req.k_max - 1)][:64]
             for t in (own, *[t for t in req.types if t != own]):
                 self.layoutProgress.emit(f"{t}: converting (llama.cpp quantize, cached) …")
                 path, converted = weight_form(rt.model_path, t)
@@ -215,13 +198,13 @@ class AnalysisWorker(QObject):
             turns = list(req.turns) if req.turns else None
             # A conversation's first turn through the chat template stands for "the prompt" (its token count).
             if turns:
-                tokens = self._prompt_tokens(turns[0], False)
+                tokens = self.job.prompt_tokens(turns[0], False)
             elif req.prompt_tokens:
                 tokens = list(req.prompt_tokens)
             else:
-                tokens = self._prompt_tokens(req.prompt_text, req.raw)
+                tokens = self.job.prompt_tokens(req.prompt_text, req.raw)
             result = run_compare(self.engine.scheduler, tokens, list(req.configs), req.settings,
-                                 cost_model=req.cost_model, progress=self.compareProgress.emit, cancel=self._cancel,
+                                 cost_model=req.cost_model, progress=self.compareProgress.emit, cancel=self.job.cancel,
                                  turns=turns, turn_progress=self.compareTurnProgress.emit, keep_runs=True,
                                  row_done=self.compareRows.emit)
         except RequestCancelled as exc:
@@ -261,7 +244,7 @@ class AnalysisWorker(QObject):
         try:
             rows = compare_with_llama_server(
                 target, result, model=rt.model_path, prompt_tokens=tokens, n_predict=settings.max_new_tokens,
-                threads=rt.n_threads, n_ctx=rt.n_ctx, scheduler=self.engine.scheduler, cancel=self._cancel,
+                threads=rt.n_threads, n_ctx=rt.n_ctx, scheduler=self.engine.scheduler, cancel=self.job.cancel,
                 progress=lambda i, n, label: self.compareProgress.emit(i, total, f"llama-server: {label}"))
         except RequestCancelled:
             return result, "llama-server comparison cancelled"

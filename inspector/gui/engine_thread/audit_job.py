@@ -11,12 +11,12 @@ llama.cpp, not even its tokenizer).
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from inspector.engine.errors import RequestCancelled
+from inspector.gui.engine_thread.engine_job import EngineJob
 from inspector.session.audit_run import (PLAIN_DECODING, AuditInputs, AuditRefused, RunAudit, audit_run_against,
                                          check_model, plain_reference)
 
@@ -54,7 +54,7 @@ def named_tokens(audit: RunAudit) -> set[int]:
 
 class AuditWorker(QObject):
     """Runs the audit of one run on the engine thread. ``engine`` is the window's ``EngineWorker`` (same
-    thread): its runtime and scheduler are used, never while a run goes. ``request_cancel`` (any thread)
+    thread): its runtime and scheduler are used, never while a run goes. ``job.request_cancel`` (any thread)
     stops it between decodes."""
 
     progress = Signal(str, int, int)
@@ -67,34 +67,25 @@ class AuditWorker(QObject):
     def __init__(self, engine) -> None:
         super().__init__()
         self.engine = engine
-        self._cancel = threading.Event()
-
-    def request_cancel(self) -> None:
-        """Stop the audit at its next decode (thread safe)."""
-        self._cancel.set()
-
-    def reset_cancel(self) -> None:
-        """Forget an old cancellation; call (GUI thread) before requesting an audit."""
-        self._cancel.clear()
+        self.job = EngineJob(engine)
+        """Its cancellation (``job.request_cancel``: the audit stops at its next decode)."""
 
     @Slot(object)
     def run_audit(self, inputs: AuditInputs) -> None:
         """Audit the run of ``inputs`` against plain decoding on the loaded model; ``done`` or ``failed``."""
+        refusal = self.job.refusal()
+        if refusal is not None:
+            self.failed.emit(refusal)
+            return
         e = self.engine
-        if e.running:
-            self.failed.emit("a run is going: stop it first")
-            return
         rt = e.runtime
-        if rt is None or e.scheduler is None:
-            self.failed.emit("no model is loaded")
-            return
         try:
             check_model(rt, inputs.model, inputs.prompt)
             if inputs.plain is None:
                 self.progress.emit(PLAIN_STEP, 0, 0)
-            plain = plain_reference(e.scheduler, inputs, self._cancel)
+            plain = plain_reference(e.scheduler, inputs, self.job.cancel)
             audit = audit_run_against(e.scheduler, inputs, plain, PLAIN_DECODING, None, rt.token_text,
-                                      self.progress.emit, self._cancel)
+                                      self.progress.emit, self.job.cancel)
             texts = {t: rt.token_text(t) for t in named_tokens(audit)}
         except RequestCancelled:
             self.failed.emit("")

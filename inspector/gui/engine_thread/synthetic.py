@@ -4,19 +4,19 @@ It lives on the engine worker's thread next to ``EngineWorker`` (their event loo
 runs beside a run) and runs ``inspector.bench.synthetic_table.synthetic_table`` on the loaded model:
 c(k), plain decoding, then the synthetic source at mean acceptance lengths 1..8 x draft costs 0, 0.25,
 0.5 c(1). Each finished row leaves through ``rowsDone`` (the window fills its cells as they come);
-``request_cancel`` (any thread) stops the run in flight and keeps the rows done.
+``job.request_cancel`` (any thread) stops the run in flight and keeps the rows done.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from inspector.bench.synthetic_table import COST_FRACTIONS, MEAN_LENGTHS, synthetic_table
-from inspector.engine.errors import EngineError, RequestCancelled
+from inspector.engine.errors import RequestCancelled
+from inspector.gui.engine_thread.engine_job import EngineJob
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +51,16 @@ class SyntheticWorker(QObject):
     def __init__(self, engine) -> None:
         super().__init__()
         self.engine = engine
-        self._cancel = threading.Event()
-
-    def request_cancel(self) -> None:
-        """Stop the table: the run in flight stops, finished rows are kept (thread safe)."""
-        self._cancel.set()
-
-    def reset_cancel(self) -> None:
-        """Forget an old cancellation (GUI thread, before a request)."""
-        self._cancel.clear()
+        self.job = EngineJob(engine)
+        """Its cancellation (``job.request_cancel``: the run in flight stops, finished rows are kept)."""
 
     @Slot(object)
     def measure(self, req: SyntheticRequest) -> None:
         """Run ``synthetic_table`` for ``req`` (minutes); see the signals."""
         e = self.engine
-        if e.running or e.runtime is None or e.scheduler is None:
-            self.failed.emit("a run is going: stop it first" if e.running else "no model is loaded")
+        refusal = self.job.refusal()
+        if refusal is not None:
+            self.failed.emit(refusal)
             return
         total = len(MEAN_LENGTHS) * len(COST_FRACTIONS)
         done = [0]
@@ -76,13 +70,11 @@ class SyntheticWorker(QObject):
             self.rowsDone.emit(partial)
 
         try:
-            tokens = e.runtime.prompt_tokens(req.prompt_text, raw=req.raw)
-            if not tokens:
-                raise EngineError("the prompt is empty after tokenization")
+            tokens = self.job.prompt_tokens(req.prompt_text, req.raw)
             tokens = tokens[: max(1, e.runtime.n_ctx - req.max_new_tokens - 16)]
             result = synthetic_table(e.runtime, tokens, max_new_tokens=req.max_new_tokens, repeats=req.repeats,
                                      progress=lambda text: self.progress.emit(done[0], total, text),
-                                     scheduler=e.scheduler, cancel=self._cancel, row_done=row_done)
+                                     scheduler=e.scheduler, cancel=self.job.cancel, row_done=row_done)
         except RequestCancelled as exc:
             partial = getattr(exc, "partial", None)
             rows = len(partial["rows"]) if partial else 0

@@ -129,7 +129,7 @@ class AnalysisActions(QObject):
         self._compare_turns: tuple | None = None
         """The turns of the conversation being compared (None: the prompt, or no comparison)."""
         self.shutdown = shutdown
-        shutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
+        shutdown.connect(self.worker.job.request_cancel, Qt.ConnectionType.DirectConnection)
         if model_info() is not None:
             self._model_loaded(model_info())
 
@@ -345,7 +345,7 @@ class AnalysisActions(QObject):
         if self.compare_view is None:
             v = CompareView(source_names(), self.host.parent)
             v.runRequested.connect(self.run_compare)
-            v.cancelRequested.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
+            v.cancelRequested.connect(self.worker.job.request_cancel, Qt.ConnectionType.DirectConnection)
             self._restore_configs(v)
             v.server_choice.changed.connect(self._save_server_choice)
             self.server_build = ServerBuildActions(v.server_choice, parent=self)
@@ -384,7 +384,7 @@ class AnalysisActions(QObject):
         self._compare_turns = turns
         what = "" if turns is None else f" over {count_noun(len(turns), 'turn')} of {conversation[0]}"
         v.set_running(True, f"starting {count_noun(len(configs), 'configuration')}{what} …")
-        self.worker.reset_cancel()
+        self.worker.job.reset_cancel()
         settings = replace(panel.generation_settings(), max_new_tokens=v.max_tokens.value())  # the window's own
         self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), settings,
                                                 None if self.current is None else self.current.model, turns,

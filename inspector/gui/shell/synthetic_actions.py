@@ -46,7 +46,7 @@ class SyntheticActions(QObject):
         cost_changed.connect(view.set_cost_model)
         compare_ready.connect(lambda result, _note: result is not None and view.set_compare(result))
         view.set_cost_model(cost_model)
-        shutdown.connect(self.worker.request_cancel, Qt.ConnectionType.DirectConnection)
+        shutdown.connect(self.worker.job.request_cancel, Qt.ConnectionType.DirectConnection)
 
     def start(self) -> bool:
         """Run the measured table on the engine thread after the panel's prompt; refused (with a message)
@@ -62,7 +62,7 @@ class SyntheticActions(QObject):
         self.view.set_measured(None)
         self.view.set_running(True, "measuring the cost model and plain decoding …")
         self.tabs.setCurrentWidget(self.view)
-        self.worker.reset_cancel()
+        self.worker.job.reset_cancel()
         text = self.panel.prompt.toPlainText()
         if not text.strip():
             text = example_prompts().get("open-ended", "Hello")
@@ -71,7 +71,7 @@ class SyntheticActions(QObject):
 
     def cancel(self) -> None:
         """Stop the measured table (the cells done stay)."""
-        self.worker.request_cancel()
+        self.worker.job.request_cancel()
         self.view.cancel.setEnabled(False)
 
     def _end(self) -> None:

@@ -226,7 +226,7 @@ class TuneActions(QObject):
     def shutdown(self) -> None:
         """Stop the grid and end its thread (the main window closes)."""
         self.cancel()
-        self.analysis.request_cancel()
+        self.analysis.job.request_cancel()
         if self._thread is not None:
             self._thread.quit()
             self._thread.wait(30000)
@@ -273,7 +273,7 @@ class TuneActions(QObject):
             sampling = SamplingSettings()
         settings = GenerationSettings(max_new_tokens=rec.max_new_tokens, draft_max=row.draft_max, sampling=sampling)
         self._verifying = row
-        self.analysis.reset_cancel()
+        self.analysis.job.reset_cancel()
         run.set_state(BUSY, "verifying a tuned configuration…")
         v.set_verifying(f"verifying {html.escape(row.label)} (and plain decoding beside it) …")
         self.requestVerify.emit(CompareRequest("", True, (CompareConfig(row.label, row.source, row.draft_max,
