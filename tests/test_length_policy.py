@@ -229,3 +229,179 @@ def test_a_growing_match_counts_each_token_in_the_bucket_of_its_own_match_length
     assert grown.acceptance(8) < flat.acceptance(8)
     assert grown.acceptance(6) > CostAwareLength().acceptance(6)
     assert flat.acceptance(6) < grown.acceptance(6)
+
+
+# --- Mutation testing (issue 42): boundaries and figures of the length rule, each computed by hand. ---
+
+import types
+
+from inspector.sources.length_policy import best_cut, robust_costs, row_costs_option
+
+
+@pytest.mark.parametrize("given, expected", [
+    (None, None), ("", "linear"), ("linear", "linear"), ("0.5,1", [0.5, 1.0]), ([2, 3.5], [2.0, 3.5]),
+])
+def test_the_row_costs_option_takes_linear_or_positive_milliseconds(given, expected):
+    assert row_costs_option("ngram", "row_costs", given) == expected
+
+
+@pytest.mark.parametrize("given", ["0,1", "1,0", "1,inf", "a,b", [], "1,-2"])
+def test_a_bad_row_costs_option_is_named(given):
+    with pytest.raises(ValueError, match=r"^source ngram option row_costs must be linear or positive milliseconds "
+                                         r"per batch of 1, 2, \.\.\. rows \(\"a,b,c\"\), observed "):
+        row_costs_option("ngram", "row_costs", given)
+
+
+def test_a_window_that_only_ties_a_plain_step_is_not_proposed():
+    # 1 + 0.5 committed for 1.5 plain steps: rate 1.0, exactly a plain step's
+    assert best_cut([0.5], {2: 1.5}.get) == (0, 1.0)
+    # min_gain is the bar: rate 1.3 (1 + 0.3 for rows that cost nothing) beats 1.2, not 1.5
+    assert best_length(0.3, 0.0, 1, min_gain=1.2) == 1
+    assert best_length(0.3, 0.0, 1, min_gain=1.5) == 0
+
+
+def test_robust_costs_fit_a_median_line_through_three_or_more_batch_sizes():
+    # fewer than three batch sizes >= 2: as measured
+    assert robust_costs([10, 62, 22]) == [10.0, 62.0, 22.0]
+    # (2, 62) (3, 22) (4, 32) (5, 46): pairwise slopes -40 -15 -16/3 10 12 14, median (index 3) 10;
+    # intercepts y - 10 x: 42 -8 -8 -4, median (index 2) -4; c(k) = -4 + 10 k
+    assert robust_costs([10, 62, 22, 32, 46]) == [10.0, 16.0, 26.0, 36.0, 46.0]
+    # exactly three: (2, 20) (3, 40) (4, 30): slopes 20 5 -10, median 5; intercepts 10 25 10, median 10
+    assert robust_costs([10, 20, 40, 30]) == [10.0, 20.0, 25.0, 30.0]
+    # falling costs: slope -10 clamped to 0; intercepts 30 20 10, median 20; never below c(1)
+    assert robust_costs([10, 30, 20, 10]) == [10.0, 20.0, 20.0, 20.0]
+    assert robust_costs([25, 30, 20, 10]) == [25.0, 25.0, 25.0, 25.0]
+
+
+def test_acceptance_before_any_receipt_is_the_prior_of_each_bucket():
+    policy = CostAwareLength()
+    assert [policy.acceptance(m) for m in (1, 2, 4, 8, 16, 32)] == pytest.approx([0.35, 0.5, 0.65, 0.75, 0.85, 0.9])
+
+
+def test_observed_counts_fade_by_0_99_per_query_since_they_came():
+    policy = CostAwareLength()  # match 2: prior 2 accepted, 2 mismatched
+    policy.observe(2, 1, 1, False, 2, 0)
+    policy.observe(2, 1, 1, False, 2, 0)  # same query: no fading, 2 accepted
+    assert policy.acceptance(2) == pytest.approx(4 / 6)
+    policy.query()
+    policy.observe(2, 1, 1, False, 2, 0)  # 0.99 * 2 + 1 = 2.98
+    policy.query()
+    policy.observe(2, 1, 1, False, 2, 0)  # 0.99 * 2.98 + 1 = 3.9502
+    assert policy.acceptance(2) == pytest.approx((2 + 3.9502) / (4 + 3.9502))
+    policy.query()  # one query later: 0.99 * 3.9502
+    assert policy.acceptance(2) == pytest.approx((2 + 0.99 * 3.9502) / (4 + 0.99 * 3.9502))
+
+
+def test_observe_counts_tokens_and_mismatches_in_their_buckets():
+    flat = CostAwareLength()
+    flat.observe(6, 4, 3, True, 5, 0)  # all in the bucket of match 6: [4, 8)
+    assert (flat.counts[2].accepted, flat.counts[2].mismatched) == (3.0, 1.0)
+    assert (flat.counts[3].accepted, flat.counts[3].mismatched) == (0.0, 0.0)
+    grown = CostAwareLength()
+    grown.observe(6, 4, 3, True, 5, 0, growing=True)  # accepted after 6, 7 ([4, 8)) and 8 ([8, 16)); rejected after 9
+    assert (grown.counts[2].accepted, grown.counts[2].mismatched) == (2.0, 0.0)
+    assert (grown.counts[3].accepted, grown.counts[3].mismatched) == (1.0, 1.0)
+
+
+def _receipt(proposed, accepted, disposition, rows, us):
+    return types.SimpleNamespace(proposal_token_count=proposed, accepted_proposal_tokens=accepted,
+                                 disposition=disposition, verification_rows=rows, verification_elapsed_us=us)
+
+
+def test_observe_receipt_reads_the_receipts_figures():
+    policy = CostAwareLength()
+    policy.observe_receipt(6, _receipt(4, 3, "first_mismatch", 5, 0))
+    assert (policy.counts[2].accepted, policy.counts[2].mismatched) == (3.0, 1.0)
+    policy.observe_receipt(6, _receipt(4, 4, "all_accepted", 5, 0))  # not a mismatch
+    assert (policy.counts[2].accepted, policy.counts[2].mismatched) == (7.0, 1.0)
+    grown = CostAwareLength()
+    grown.observe_receipt(6, _receipt(4, 3, "first_mismatch", 5, 0), growing=True)
+    assert (grown.counts[3].accepted, grown.counts[3].mismatched) == (1.0, 1.0)
+    # verification times: rows 1..8 at c(k) = 800 + 200 k us: r = 200 / 1000
+    timed = CostAwareLength()
+    for k in range(1, 9):
+        timed.observe_receipt(2, _receipt(k - 1, k - 1, "all_accepted", k, 800 + 200 * k))
+    assert timed.row_cost_ratio == pytest.approx(0.2)
+
+
+def test_the_row_cost_ratio_is_fitted_from_eight_timings_spanning_three_rows_or_more():
+    policy = CostAwareLength()
+    for k in (1, 2, 3, 4, 1, 2, 3):  # seven timings: not yet
+        policy.observe(2, 0, 0, False, k, 800 + 200 * k)
+    assert policy.row_cost_ratio == 0.5
+    policy.observe(2, 0, 0, False, 4, 800 + 200 * 4)  # the eighth; rows 1..4 span 3
+    assert policy.row_cost_ratio == pytest.approx(0.2)
+    narrow = CostAwareLength()
+    for k in (1, 2, 3) * 4:  # rows 1..3 span only 2
+        narrow.observe(2, 0, 0, False, k, 800 + 200 * k)
+    assert narrow.row_cost_ratio == 0.5
+
+
+def test_timings_of_zero_are_ignored_and_one_microsecond_counts():
+    policy = CostAwareLength()
+    for k in range(1, 8):
+        policy.observe(2, 0, 0, False, k, 800 + 200 * k)
+    policy.observe(2, 0, 0, False, 9, 0)  # no time measured: not an eighth timing
+    assert policy.row_cost_ratio == 0.5
+    tiny = CostAwareLength()  # c(k) = 0.8 + 0.2 k us: c(1) = 1 us exactly
+    for k in range(1, 9):
+        tiny.observe(2, 0, 0, False, k, 0.8 + 0.2 * k)
+    assert tiny.row_cost_ratio == pytest.approx(0.2)
+
+
+def test_the_fitted_ratio_keeps_the_last_64_timings_and_stays_within_0_02_and_1_5():
+    policy = CostAwareLength()
+    for i in range(64):
+        policy.observe(2, 0, 0, False, 1 + i % 8, 1000 * (1 + i % 8))  # r = 1
+    assert policy.row_cost_ratio == pytest.approx(1.0)
+    for i in range(64):
+        policy.observe(2, 0, 0, False, 1 + i % 8, 800 + 200 * (1 + i % 8))  # r = 0.2 replaces them all
+    assert policy.row_cost_ratio == pytest.approx(0.2, abs=1e-12)
+    steep = CostAwareLength()
+    for k in range(1, 9):
+        steep.observe(2, 0, 0, False, k, 2000 * k - 1000)  # c(1) = 1000, slope 2000: r = 2, capped
+    assert steep.row_cost_ratio == 1.5
+    flat = CostAwareLength()
+    for k in range(1, 9):
+        flat.observe(2, 0, 0, False, k, 1000)  # r = 0: at least 0.02
+    assert flat.row_cost_ratio == 0.02
+
+
+def test_a_fit_whose_one_row_cost_is_zero_or_less_is_ignored():
+    policy = CostAwareLength()
+    for k in range(2, 10):
+        policy.observe(2, 0, 0, False, k, 200 * (k - 1))  # c(1) = 0 on the fitted line
+    assert policy.row_cost_ratio == 0.5
+
+
+def test_a_fixed_ratio_is_kept_whatever_the_timings():
+    policy = CostAwareLength(row_cost_ratio=0.3)
+    for k in range(1, 9):
+        policy.observe(2, 0, 0, False, k, 800 + 200 * k)
+    assert policy.row_cost_ratio == 0.3
+    assert CostAwareLength(row_cost_ratio=0.0).row_cost_ratio == 0.0
+    assert CostAwareLength(row_cost_ratio=0.25).relative_cost(3) == 1.5  # 1 + 0.25 * 2
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"row_cost_ratio": -0.1}, r"^row_cost_ratio must be >= 0, observed -0\.1$"),
+    ({"row_costs": []}, r"^row_costs must be positive milliseconds per batch size, observed \[\]$"),
+    ({"row_costs": [5.0, 0.0]}, r"^row_costs must be positive milliseconds per batch size, observed \[5\.0, 0\.0\]$"),
+])
+def test_bad_policy_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CostAwareLength(**kwargs)
+
+
+def test_costs_below_one_millisecond_are_valid_and_taken_relative_to_one_row():
+    assert CostAwareLength(row_costs=[0.5, 1.0]).row_costs == [1.0, 2.0]
+
+
+def test_the_length_is_within_the_cap_and_uses_the_measured_table():
+    free = CostAwareLength(row_cost_ratio=0.0)
+    assert free.length(2, 0) == 0
+    assert free.length(2, 1) == 1
+    # two rows cost three plain steps in the table; three rows and more are free (r = 0 beyond the table)
+    table = CostAwareLength(row_cost_ratio=0.0, row_costs=[10.0, 30.0])
+    assert table.length(2, 1) == 0  # (1 + 0.5) / 3
+    assert table.length(2, 8) == 8

@@ -223,3 +223,25 @@ def test_a_discarded_decision_is_not_learned_from():
     s.discard(p.decision_id, "test")
     s.report(_receipt(p.decision_id, 3, 3))
     assert s.policy.counts[bucket_of(2)].accepted == 0.0
+
+
+def test_discarding_an_unknown_or_hex_named_decision_is_quiet_and_forgets_it():
+    s = NgramSource(n_max=2, n_min=2, length="adaptive", row_cost_ratio=0.0)
+    s.discard(b"never-proposed", "test")  # nothing pending under that id: no error
+    p = ask(s, [1, 2, 3, 1, 2], 5)
+    s.discard(p.decision_id.hex(), "test")  # the receipts' form of the id (hex text)
+    s.report(_receipt(p.decision_id, 3, 3))
+    assert s.policy.counts[bucket_of(2)].accepted == 0.0
+
+
+@pytest.mark.parametrize("given, expected", [("", None), ("auto", None), (None, None), ("0", 0.0), ("0.25", 0.25)])
+def test_the_row_cost_ratio_option_takes_auto_or_a_finite_number_from_zero(given, expected):
+    assert NGRAM.check_options({"row_cost_ratio": given}) == {"row_cost_ratio": expected}
+
+
+@pytest.mark.parametrize("given", ["bogus", "-1", "inf", "-inf"])
+def test_a_bad_row_cost_ratio_option_is_named(given):
+    with pytest.raises(ValueError, match=r"^source ngram option row_cost_ratio must be auto or a finite number >= 0 "
+                                         r"\(cost of one more row as a fraction of a one-row decode\), observed '"
+                                         + given + "'$"):
+        NGRAM.check_options({"row_cost_ratio": given})
