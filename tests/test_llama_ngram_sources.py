@@ -475,3 +475,123 @@ def test_the_mod_pool_counts_a_slot_as_used_when_it_is_first_filled_not_when_it_
     for i in range(len(tokens) - 2):
         pool.add(tokens, i)
     assert pool.used == 3  # three distinct 2-grams (1 2, 2 3, 3 1), each slot filled once
+
+
+# --- Mutation testing (issue 42): the map proposers' boundaries, reasons and bookkeeping, by hand ------
+
+from inspector.sources import llama_ngram_map as nm
+
+
+def why(source, tokens, cap=8, prompt=None):
+    p = source.propose(req(tokens, cap, prompt))
+    assert isinstance(p, NoProposal), p
+    return p.reason
+
+
+def test_ngram_simple_needs_more_than_n_plus_m_plus_1_tokens_before_the_current_one():
+    s = NgramSimpleSource(size_n=2, size_m=3)
+    # 6 tokens before the current one (n + m + 1): nothing, though [1, 2] at 1 is followed by 3 tokens
+    assert why(s, [9, 1, 2, 3, 4, 1, 2]) == "history_short"
+    # 7 tokens: [1, 2] at 2, followed by 3, 4, 1 (min(m, 7 - 4) = 3 >= n)
+    assert ids(s, [9, 9, 1, 2, 3, 4, 1, 2]) == [3, 4, 1]
+    assert why(s, [9, 9, 9, 8, 3, 4, 1, 2]) == "no_match"
+
+
+def test_ngram_simple_searches_from_n_plus_1_before_the_end_back_to_position_1():
+    s = NgramSimpleSource(size_n=2, size_m=3)
+    # [7, 7] also at 7 (followed by nothing): the search starts at cur - n - 1 = 6 and finds it at 1
+    assert ids(s, [5, 7, 7, 1, 2, 3, 4, 7, 7, 7]) == [1, 2, 3]
+    # n 1, m 1: the search starts at cur - 2 = 3, where 9 is followed by one token
+    assert ids(NgramSimpleSource(size_n=1, size_m=1), [5, 6, 8, 9, 3, 9]) == [3]
+
+
+def test_ngram_simple_and_map_defaults_names_and_decision_ids_are_pinned():
+    assert NgramSimpleSource().settings() == {"size_n": 12, "size_m": 48}
+    assert NgramMapSource().settings() == {"size_n": 12, "size_m": 48, "min_hits": 1}
+    assert (NgramMapSource().name, NgramMapSource().key_only) == ("ngram-map-k", True)
+    assert NgramMapSource(key_only=False).name == "ngram-map-k4v"
+    s = NgramSimpleSource(size_n=2, size_m=3)
+    stream = [7, 1, 2, 3, 4, 5, 8, 8, 1, 2]
+    assert s.propose(req(stream)).decision_id == b"ngram-simple:n2:1"
+    assert s.propose(req(stream)).decision_id == b"ngram-simple:n2:2"
+    m = NgramMapSource(size_n=2, size_m=2, memory={})
+    assert m.propose(req(K_STREAM)).decision_id == b"ngram-map-k:n2:1"
+
+
+def test_make_ngram_map_k_passes_min_hits_on_and_keeps_its_map_under_its_options():
+    memory: dict = {}
+    s = make_source("ngram-map-k", SourceContext(None, memory=memory), {"size_n": 2, "size_m": 2, "min_hits": 3})
+    assert s.settings() == {"size_n": 2, "size_m": 2, "min_hits": 3} and s.name == "ngram-map-k"
+    assert ids(s, K_STREAM) == [3, 4]
+    assert list(memory) == [("ngram-map-k", 2, 2, 3)]
+
+
+def test_the_warm_state_names_the_keys_and_tokens_kept_from_the_last_request():
+    memory: dict = {}
+    first = NgramMapSource(size_n=2, size_m=2, memory=memory)
+    assert first.remembered_at_start == (0, 0) and first.warm_state() == ""
+    assert ids(first, K_STREAM) == [3, 4]  # one key, [1, 2]; the stream had 11 tokens
+    second = NgramMapSource(size_n=2, size_m=2, memory=memory)
+    assert second.remembered_at_start == (11, 1)
+    assert second.warm_state() == "a map of 1 keys over 11 tokens of an earlier request"
+    other = NgramMapSource(size_n=3, size_m=2, memory=memory)  # other options: another map
+    assert other.remembered_at_start == (0, 0)
+
+
+def test_ngram_map_needs_2n_plus_m_tokens_before_the_current_one():
+    # n 2, m 2: 6 tokens before the current one suffice; [1, 2] at 1 is followed by 3, 4
+    assert ids(NgramMapSource(size_n=2, size_m=2, memory={}), [9, 1, 2, 3, 4, 1, 2]) == [3, 4]
+    assert why(NgramMapSource(size_n=2, size_m=2, memory={}), [9, 1, 2, 3, 1, 2]) == "history_short"
+
+
+def test_ngram_map_says_why_it_proposes_nothing():
+    assert why(NgramMapSource(size_n=2, size_m=2, memory={}), [9, 8, 7, 6, 5, 4, 1, 2]) == "no_match"
+    refused = NgramMapSource(size_n=2, size_m=2, memory={})
+    accept(refused, K_STREAM, 0)
+    assert why(refused, K_STREAM) == "learned_zero"
+    clear = [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]
+    assert why(NgramMapSource(2, 2, min_hits=2, key_only=False, memory={}), clear) == "below_min_hits"
+    tied = [0, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]
+    assert why(NgramMapSource(2, 2, key_only=False, memory={}), tied) == "no_dominant_value"
+
+
+def test_ngram_map_k4v_three_to_two_is_not_dominant():
+    # after [1, 2]: [3, 4] three times, [5, 6] twice (the matched occurrence at 17 included): 3 < 2 * 2
+    stream = [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 1, 2, 5, 6, 7, 1, 2]
+    assert why(NgramMapSource(2, 2, key_only=False, memory={}), stream) == "no_dominant_value"
+
+
+def test_ngram_map_k4v_counts_an_occurrence_at_position_0():
+    # [1, 2] at 0 -> [3, 4], at 4 -> [5, 6], at 8 (the match) -> [3, 4]: 2 to 1, dominant
+    stream = [1, 2, 3, 4, 1, 2, 5, 6, 1, 2, 3, 4, 0, 1, 2]
+    assert ids(NgramMapSource(2, 2, key_only=False, memory={}), stream) == [3, 4]
+
+
+def test_ngram_map_k4v_learns_the_accepted_length_of_the_proposed_value():
+    # after [1, 2]: [3, 4] five times, then [5, 6] at the match (21): 5 to 1, the tokens after the match proposed
+    stream = [0] + [1, 2, 3, 4] * 5 + [1, 2, 5, 6, 7, 1, 2]
+    s = NgramMapSource(2, 2, key_only=False, memory={})
+    assert accept(s, stream, 1) == [5, 6]  # the dominant value ([3, 4]) learns 1
+    # asked again: the statistics resume at the match, counting it again (5 to 2): at most 1 token
+    assert ids(s, stream) == [5]
+
+
+def test_ngram_map_ignores_a_receipt_of_another_decision():
+    s = NgramMapSource(size_n=2, size_m=2, memory={})
+    assert ids(s, K_STREAM) == [3, 4]
+    s.report(SimpleNamespace(decision_id=b"other".hex(), accepted_proposal_tokens=0))
+    assert ids(s, K_STREAM) == [3, 4]  # not learned: still m tokens
+
+
+def test_a_late_receipt_after_an_empty_draft_changes_nothing():
+    s = NgramMapSource(size_n=2, size_m=2, memory={})
+    p = s.propose(req(K_STREAM))
+    assert why(s, K_STREAM[:5]) == "history_short"
+    s.report(SimpleNamespace(decision_id=p.decision_id.hex(), accepted_proposal_tokens=0))
+    assert ids(s, K_STREAM) == [3, 4]
+
+
+def test_the_begin_prompt_is_the_tokens_before_the_first_drafting_point():
+    r = ProposalRequest((1, 2, 3, 4), 4, 0, 8, float("inf"))
+    assert nm._begin_tokens(r) == [1, 2, 3]  # all the prompt: the current token is not in it
+    assert nm._begin_tokens(ProposalRequest((1, 2, 3, 4), 2, 0, 8, float("inf"))) == [1, 2]
