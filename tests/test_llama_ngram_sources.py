@@ -595,3 +595,85 @@ def test_the_begin_prompt_is_the_tokens_before_the_first_drafting_point():
     r = ProposalRequest((1, 2, 3, 4), 4, 0, 8, float("inf"))
     assert nm._begin_tokens(r) == [1, 2, 3]  # all the prompt: the current token is not in it
     assert nm._begin_tokens(ProposalRequest((1, 2, 3, 4), 2, 0, 8, float("inf"))) == [1, 2]
+
+
+# --- ngram-mod, mutation testing (issue 42) ---------------------------------------------------------
+
+from inspector.sources import llama_ngram_mod as nmod
+
+
+def test_ngram_mod_hashes_n_grams_with_llama_cpps_64_bit_lcg():
+    pool = nmod.ModPool(2, 1024)
+    # h = ((0 * M + 1) * M + 2) mod 2^64, then mod the size; M = 6364136223846793005
+    assert pool.slot([1, 2], 0) == (6364136223846793005 + 2) % 1024
+    assert pool.slot([7, 1, 2], 1) == pool.slot([1, 2], 0)
+    pool.reset()
+    pool.reset()
+    assert pool.resets == 2
+
+
+def test_ngram_mod_defaults_settings_memory_and_warm_state_are_pinned():
+    assert NgramModSource(memory={}, pool_size=8).settings() == {"n_match": 24, "n_min": 48, "n_max": 64}
+    memory: dict = {}
+    s = make_source("ngram-mod", SourceContext(None, memory=memory), {"n_match": 2, "n_min": 5, "n_max": 10})
+    assert s.settings() == {"n_match": 2, "n_min": 5, "n_max": 10}
+    assert list(memory) == [("ngram-mod", 2, nmod.POOL_SIZE)]
+    assert s.warm_state() == ""
+    first = NgramModSource(2, 1, 4, memory=memory, pool_size=1024)
+    first.begin([1, 2, 3, 4, 5])  # n-grams at 0, 1, 2: three slots filled
+    assert NgramModSource(2, 1, 4, memory=memory, pool_size=1024).warm_state() == \
+        "pool holds 3 of 1,024 entries from earlier requests"
+    assert check_source_options("ngram-mod", {"n_min": "64"}) == {"n_min": 64}  # n_min = n_max is allowed
+
+
+def test_ngram_mod_says_why_and_names_its_decisions():
+    s = NgramModSource(2, 1, 4, memory={}, pool_size=1024)
+    assert s.propose(req([1, 2])) == NoProposal("history_short")  # 1 token before the current one: fewer than n
+    assert s.propose(req([1, 2, 3], prompt=3)) == NoProposal("below_n_min", "walked 0 of n_min 1")
+    s = NgramModSource(2, 1, 4, memory={}, pool_size=1024)
+    assert s.propose(req([1, 2, 3, 4, 5, 1, 2])).decision_id == b"ngram-mod:1:n2:w4"
+    assert s.propose(req([1, 2, 3, 4, 5, 1, 2])).decision_id == b"ngram-mod:2:n2:w4"
+
+
+def test_ngram_mod_adds_generated_n_grams_once_more_than_32_positions_wait():
+    s = NgramModSource(2, 1, 2, memory={}, pool_size=1 << 16)
+    prompt = list(range(100, 110))  # begin adds the n-grams at 0..7; the next to add is 8
+    # generated: (50, 51) -> 52 at 10, (51, 52) -> 200 at 11; the stream then ends in 50, 51 again
+    t41 = prompt + [50, 51, 52] + list(range(200, 226)) + [50, 51]  # 41 tokens: 40 before the current one
+    assert s.propose(req(t41, prompt=10)) == NoProposal("below_n_min", "walked 0 of n_min 1")  # 8 + 32 = 40: wait
+    t42 = prompt + [50, 51, 52] + list(range(200, 227)) + [50, 51]  # 41 before: 8..38 added, next is 39
+    assert list(s.propose(req(t42, prompt=10)).token_ids) == [52, 200]
+    t72 = t42 + [60, 61, 62] + list(range(300, 325)) + [60, 61]  # 71 before the current one: 39 + 32, wait
+    assert isinstance(s.propose(req(t72, prompt=10)), NoProposal)
+    t73 = t42 + [60, 61, 62] + list(range(300, 326)) + [60, 61]  # 72: 39..69 added, (60, 61) -> 62 at 42 among them
+    assert list(s.propose(req(t73, prompt=10)).token_ids) == [62, 300]
+
+
+def _mod_receipt(p, accepted):
+    return SimpleNamespace(decision_id=p.decision_id.hex(), accepted_proposal_tokens=accepted)
+
+
+def test_ngram_mod_empties_its_pool_after_three_low_acceptances_in_a_row():
+    s = NgramModSource(2, 1, 2, memory={}, pool_size=1024)
+    stream = [1, 2, 3, 4, 5, 1, 2]
+    s.report(_mod_receipt(s.propose(req(stream)), 0))  # a low one (0 of 2)
+    s.report(SimpleNamespace(decision_id="00", accepted_proposal_tokens=0))  # no proposal pending: ignored
+    for accepted in (1, 1):  # exactly half (1 of 2) is not low: the streak is broken
+        s.report(_mod_receipt(s.propose(req(stream)), accepted))
+    assert s.pool.resets == 0
+    for accepted in (0, 0, 2, 0, 0):  # the streak starts again after a good one
+        s.report(_mod_receipt(s.propose(req(stream)), accepted))
+    assert s.pool.resets == 0
+    s.report(_mod_receipt(s.propose(req(stream)), 0))  # the third low in a row
+    assert s.pool.resets == 1
+    # (the pool is empty now; the chunked adds refill it as the stream grows)
+    memory: dict = {}
+    s2 = NgramModSource(2, 1, 2, memory=memory, pool_size=1024)
+    for _ in range(3):
+        s2.report(_mod_receipt(s2.propose(req(stream)), 0))
+    assert s2.pool.resets == 1
+    NgramModSource(2, 1, 2, memory=memory, pool_size=1024).begin(stream[:-1])  # another request refills the pool
+    for _ in range(2):  # two more lows after the reset: the count started again at 0
+        p = s2.propose(req(stream))
+        s2.report(_mod_receipt(p, 0))
+    assert s2.pool.resets == 1
