@@ -677,3 +677,133 @@ def test_ngram_mod_empties_its_pool_after_three_low_acceptances_in_a_row():
         p = s2.propose(req(stream))
         s2.report(_mod_receipt(p, 0))
     assert s2.pool.resets == 1
+
+
+# --- ngram-map against llama.cpp 0c1e570 common/ngram-map.cpp, more boundaries (issue 42) ------------
+
+
+def test_ngram_map_a_hash_slot_at_the_last_key_position_is_not_a_match():
+    """llama.cpp: ``idx_key < cur_len - n - m - 1``. n 2, m 1, a one-token prompt: the first query scans the
+    generated part (4, 3, 2) and finds [1, 2] at 4 = cur - n - m - 1; asked again at the same length, the
+    hash slot holds 4, which is not below 4, and nothing is left to scan."""
+    s = NgramMapSource(size_n=2, size_m=1, memory={})
+    s.begin((9,))
+    stream = [9, 8, 7, 6, 1, 2, 5, 1, 2]
+    assert ids(s, stream, prompt=1) == [5]
+    assert why(s, stream, prompt=1) == "no_match"
+
+
+def test_ngram_map_with_a_short_prompt_scans_only_the_generated_part_and_indexes_it():
+    """A 2-token prompt (not above n + m + 1): no prompt scan. n 2, m 1. At 8 tokens before the current
+    one the generated part's scan indexes 4 ([2, 6]) and 3 ([1, 2]); at 10 the key [1, 2] is in the slot at
+    3 (3 < 6): it proposes what followed it, 6."""
+    s = NgramMapSource(size_n=2, size_m=1, memory={})
+    t1 = [1, 2, 5, 1, 2, 6, 7, 8, 9]
+    assert why(s, t1, prompt=2) == "no_match"
+    assert ids(s, t1 + [1, 2], prompt=2) == [6]
+
+
+def test_ngram_map_k4v_statistics_resume_at_the_last_match_inclusive():
+    # [3, 4] twice, [5, 6] once (the match at 10): 2 to 1, proposed; asked again, only the match is counted
+    # again (llama.cpp: i from stat_idx to match_pos inclusive): 2 to 2, not dominant
+    stream = [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]
+    s = NgramMapSource(2, 2, key_only=False, memory={})
+    assert ids(s, stream) == [5, 6]
+    assert why(s, stream) == "no_dominant_value"
+
+
+def test_ngram_map_k4v_statistics_stop_at_the_match():
+    # [7, 7] matches at 3 (the scan's first position, cur - n - m - 1) and at 4, after it: only up to 3 is
+    # counted, one value ([7, 9]), proposed
+    assert ids(NgramMapSource(2, 2, key_only=False, memory={}), [0, 1, 2, 7, 7, 7, 9, 7, 7]) == [7, 9]
+
+
+def test_a_begun_request_that_never_drafted_is_the_warm_state_of_the_next():
+    memory: dict = {}
+    NgramMapSource(size_n=2, size_m=2, memory=memory).begin((1, 2, 3, 4, 5))
+    assert NgramMapSource(size_n=2, size_m=2, memory=memory).warm_state() == \
+        "a map of 0 keys over 5 tokens of an earlier request"
+
+
+def test_ngram_map_begin_shrinks_to_the_previous_prompt_length_when_that_is_not_longer():
+    # after one request: prompt 10, last draft at 14 tokens, index up to 9. A 10-token prompt: the shrink
+    # point is the previous prompt's length, 10: both keys (1, 5) and the slots (1..5) stay, index up to 9
+    memory, st = _map_k_after_one_request()
+    NgramMapSource(size_n=2, size_m=2, key_only=True, memory=memory).begin(tuple(range(10)))
+    assert [k.key_idx for k in st.keys] == [1, 5] and sorted(st.slots.values()) == [1, 2, 3, 4, 5]
+    assert st.index_last == 9
+
+
+def test_ngram_map_begin_with_the_last_drafts_length_drops_nothing():
+    memory, st = _map_k_after_one_request()
+    st.draft(P1 + [2, 3, 9, 6, 7, 1, 1, 1, 1, 1], 1)  # one more draft, at 20: the generated part 15..11 indexed
+    assert max(st.slots.values()) > 10
+    before = ([k.key_idx for k in st.keys], dict(st.slots), st.index_last)
+    NgramMapSource(size_n=2, size_m=2, key_only=True, memory=memory).begin(tuple(range(20)))  # = the last draft's 20
+    assert ([k.key_idx for k in st.keys], dict(st.slots), st.index_last) == before
+
+
+def test_after_a_shrink_to_nothing_the_next_prompt_is_scanned_down_to_position_1():
+    memory: dict = {}
+    make = lambda: NgramMapSource(size_n=2, size_m=2, key_only=True, memory=memory)  # noqa: E731
+    make().begin(tuple(range(10)))
+    make().begin((1, 2, 3))  # 3 tokens (not above n + m): shrink point 0, the index starts again at 0
+    p = [7, 1, 2, 3, 4, 9, 9, 9, 1]
+    s = make()
+    s.begin(tuple(p))  # 9 tokens: not shorter, nothing dropped; the prompt's scan runs 4..1
+    assert ids(s, p + [2], prompt=9) == [3, 4]
+
+
+def _k4v_keys_without_and_with_values(memory):
+    """k4v, n 2, m 2, min_hits 2, prompt P1 + [0]... worked by hand: at 11 tokens [6, 7] matches at 5 (a
+    key, first hit: no values); at 13 [1, 2] is in the slot at 1 (a key, first hit); at 17 its second hit
+    counts the value [3, 4] at 3 and proposes it. Keys in order: 5 (no values), 1 (value at 3)."""
+    p = [5, 1, 2, 3, 4, 6, 7, 8, 9, 0]
+    s = NgramMapSource(size_n=2, size_m=2, min_hits=2, key_only=False, memory=memory)
+    got = _request(s, p, [p + [6, 7], p + [6, 7, 1, 2], p + [6, 7, 1, 2, 3, 4, 1, 2]])
+    assert got == [None, None, [3, 4]]
+    assert [k.key_idx for k in s.state.keys] == [5, 1]
+    return s.state
+
+
+def test_ngram_map_begin_drops_each_key_it_should_whatever_their_order():
+    memory: dict = {}
+    st = _k4v_keys_without_and_with_values(memory)
+    # a 12-token prompt: shrink point 10; the key at 5 has no values: dropped; the key at 1 (value 3) stays
+    NgramMapSource(size_n=2, size_m=2, min_hits=2, key_only=False, memory=memory).begin(tuple(range(12)))
+    assert [k.key_idx for k in st.keys] == [1]
+    memory = {}
+    st = _k4v_keys_without_and_with_values(memory)
+    # an 8-token prompt: shrink point 8 - 4 = 4; the key at 5 lies after it: dropped; the key at 1 stays
+    NgramMapSource(size_n=2, size_m=2, min_hits=2, key_only=False, memory=memory).begin(tuple(range(8)))
+    assert [k.key_idx for k in st.keys] == [1]
+
+
+def test_ngram_mod_empties_the_pool_at_begin_only_above_a_quarter_full():
+    s = NgramModSource(1, 1, 1, memory={}, pool_size=8)
+    s.begin([1, 2, 3])  # n-grams at 0, 1: 2 of 8 slots, exactly a quarter: kept
+    assert (s.pool.used, s.pool.resets) == (2, 0)
+    s = NgramModSource(1, 1, 1, memory={}, pool_size=8)
+    s.begin([1, 2, 3, 4])  # 3 of 8: emptied
+    assert (s.pool.used, s.pool.resets) == (0, 1)
+
+
+def test_ngram_mod_after_begin_emptied_the_pool_the_prompt_is_not_added_again():
+    # n 1, 8 slots (slot = token mod 8): the prompt fills 4 of 8, begin empties the pool; the chunk at 37
+    # tokens before the current one adds positions 4..35 only (5 -> 0, 0 -> 0): nothing follows 1
+    s = NgramModSource(1, 1, 2, memory={}, pool_size=8)
+    stream = [1, 2, 3, 4, 5] + [0] * 32 + [1]
+    assert s.propose(req(stream, prompt=5)) == NoProposal("below_n_min", "walked 0 of n_min 1")
+
+
+def test_ngram_mod_after_a_low_streak_the_next_chunk_adds_from_position_0():
+    s = NgramModSource(1, 1, 1, memory={}, pool_size=1024)
+    s.report(SimpleNamespace(decision_id="00", accepted_proposal_tokens=0))  # nothing proposed yet: ignored
+    prompt = [1, 2, 3]
+    for _ in range(3):
+        p = s.propose(req(prompt + [1], prompt=3))
+        assert list(p.token_ids) == [2]
+        s.report(_mod_receipt(p, 0))
+    assert s.pool.resets == 1
+    # 33 tokens before the current one (more than 0 + 32): positions 0..31 added, 1 -> 2 among them
+    assert list(s.propose(req(prompt + [7] * 30 + [1], prompt=3)).token_ids) == [2]
