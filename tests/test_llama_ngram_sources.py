@@ -807,3 +807,151 @@ def test_ngram_mod_after_a_low_streak_the_next_chunk_adds_from_position_0():
     assert s.pool.resets == 1
     # 33 tokens before the current one (more than 0 + 32): positions 0..31 added, 1 -> 2 among them
     assert list(s.propose(req(prompt + [7] * 30 + [1], prompt=3)).token_ids) == [2]
+
+
+# --- ngram-cache, mutation testing (issue 42): llama.cpp's thresholds and the files, by hand ---------
+
+import os
+import struct
+
+
+def _part(*pairs):
+    p = Part()
+    for token, count in pairs:
+        p.add(token, count)
+    return p
+
+
+def _k(*tokens):
+    return tuple(tokens) + (-1,) * (4 - len(tokens))
+
+
+def test_ngram_cache_context_threshold_is_a_share_of_at_least_the_percent():
+    # a 1-gram needs a sample of 2 and 66 %: 65 of 99 is 65.66 %, short of it (not 101 * 65 >= 66 * 99)
+    assert nc.draft([0, 1], 1, {_k(1): _part((5, 65), (6, 34))}, {}, {}) == []
+    assert nc.draft([0, 1], 1, {_k(1): _part((5, 66), (6, 34))}, {}, {}) == [5]  # 66 of 100: exactly 66 %
+    # a 2-gram needs 50 %: one of two is exactly half
+    assert len(nc.draft([1, 2], 1, {_k(1, 2): _part((5, 1), (6, 1))}, {}, {})) == 1
+
+
+def test_ngram_cache_the_longest_n_gram_is_tried_first_and_a_short_stream_has_no_longer_ones():
+    ctx = {_k(1, 2, 3, 4): _part((9, 1)), _k(4): _part((5, 2))}
+    assert nc.draft([1, 2, 3, 4], 1, ctx, {}, {}) == [9]  # the 4-gram (sample 1, 50 %) before the 1-gram
+    # two tokens: the 1- and 2-grams only; the 2-gram's sample of 1 is below its minimum 2
+    assert nc.draft([1, 2], 1, {_k(1, 2): _part((5, 1))}, {}, {}) == []
+
+
+def test_ngram_cache_static_counts_weigh_the_context_followers_100_to_1():
+    # equal context counts; the static 2-gram (1, 2) knows 6 three times, 5 once: 2 * 300 beats 2 * 100
+    ctx = {_k(1, 2): _part((5, 2), (6, 2))}
+    assert nc.draft([1, 2], 1, ctx, {}, {_k(1, 2): _part((5, 1), (6, 3))}) == [6]
+    assert nc.draft([1, 2], 1, ctx, {}, {_k(1, 2): _part((5, 3), (6, 1))}) == [5]
+
+
+def test_ngram_cache_static_cache_alone_needs_a_sample_of_2_and_half():
+    def static(*pairs):
+        return nc.draft([1, 2], 1, {}, {}, {_k(1, 2): _part(*pairs)})
+
+    assert static((5, 2)) == [5]  # sample 2, 100 %
+    assert static((5, 1)) == []  # sample 1
+    assert static((5, 3), (6, 2), (7, 1)) == [5]  # 3 of 6: exactly half
+    assert static((5, 2), (6, 1), (7, 1), (8, 1)) == []  # 2 of 5: short of half
+    assert static((5, 50), (6, 26), (7, 25)) == []  # 50 of 101: short of half (not 101 * 50 >= 50 * 101)
+
+
+def test_ngram_cache_dynamic_cache_uses_the_strict_limits():
+    dyn = {_k(1, 2): _part((5, 2), (6, 1))}  # a 2-gram: sample 3, 66 % (2 of 3 = 66.7 %)
+    assert nc.draft([1, 2], 1, {}, dyn, {}) == [5]
+    assert nc.draft([1, 2], 1, {}, {_k(1, 2): _part((5, 2))}, {}) == []  # sample 2 < 3
+
+
+def test_ngram_cache_memory_keys_warm_state_decision_ids_and_reasons_are_pinned(tmp_path):
+    memory: dict = {}
+    a = make_source("ngram-cache", SourceContext(None, memory=memory), {})
+    assert sorted(memory) == [("ngram-cache", "dynamic", ""), ("ngram-cache", "slot", "", "")]
+    assert a.warm_state() == "" and a.settings() == {"lookup_cache_static": "", "lookup_cache_dynamic": "",
+                                                     "n_draft": 8}
+    assert a.propose(req([7])) == NoProposal("history_short")
+    assert a.propose(req([7, 8])) == NoProposal("no_match")  # [8] counted alone: nothing
+    stream = [7, 8, 7, 8, 7, 8, 7]
+    # [7, 8, 7, 8, 7] counted alone: (7) -> 8 twice, (8) -> 7 twice, (7, 8) -> 7 twice, (8, 7) -> 8,
+    # (7, 8, 7) -> 8, (8, 7, 8) -> 7, (7, 8, 7, 8) -> 7: 7 n-grams; the tip's 3-gram (7, 8, 7) proposes 8
+    assert a.propose(req(stream)).decision_id == b"ngram-cache:1"
+    assert a.propose(req(stream)).decision_id == b"ngram-cache:2"
+    b = make_source("ngram-cache", SourceContext(None, memory=memory), {})
+    assert b.warm_state() == "context cache 7 n-grams from 1 earlier request (this one counts its tokens from " \
+                             "position 7 on)"
+    b.propose(req([7]))
+    b.propose(req([7]))
+    c = make_source("ngram-cache", SourceContext(None, memory=memory), {})
+    assert c.warm_at_start[4] == 2  # one more request, however many queries it made
+    static = str(tmp_path / "s.bin")
+    nc.save({_k(1, 2): _part((3, 2))}, static)
+    memory = {}
+    make_source("ngram-cache", SourceContext(None, memory=memory), {"lookup_cache_static": static})
+    assert ("ngram-cache", "static", os.path.abspath(static)) in memory
+    assert ("ngram-cache", "slot", os.path.abspath(static), "") in memory
+    d = make_source("ngram-cache", SourceContext(None, memory=memory), {"lookup_cache_static": static})
+    assert d.warm_state() == "static cache 1 n-grams"
+
+
+def test_ngram_cache_close_writes_the_file_once_with_what_was_read_plus_the_slots_counts(tmp_path):
+    dyn = str(tmp_path / "d.bin")
+    nc.save({_k(1, 2): _part((3, 2)), _k(9): _part((9, 1))}, dyn)
+    memory: dict = {}
+    s = make_source("ngram-cache", SourceContext(None, memory=memory), {"lookup_cache_dynamic": dyn})
+    assert ("ngram-cache", "dynamic", os.path.abspath(dyn)) in memory
+    assert s.warm_state() == "dynamic cache 2 n-grams from its file"
+    s.propose(req([1, 2, 3]))  # counted: (1) -> 2, (2) -> 3, (1, 2) -> 3
+    s.close()
+    saved = nc.load(dyn, "x")
+    assert saved[_k(1, 2)] == {3: 3} and saved[_k(9)] == {9: 1} and saved[_k(1)] == {2: 1}
+    os.unlink(dyn)
+    s.close()  # closed already: not written again
+    assert not os.path.exists(dyn)
+
+
+def _record(ngram, pairs, count=None):
+    data = struct.pack("<4i", *ngram) + struct.pack("<i", len(pairs) if count is None else count)
+    return data + b"".join(struct.pack("<2i", t, c) for t, c in pairs)
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"\0" * 16, "truncated record at byte 0"),
+    (_record(_k(1), [], count=1), "bad follower count 1 at byte 16"),  # 20 bytes: a whole header, no pair
+    (_record(_k(1), [(5, 1)]) + b"\0" * 19, "truncated record at byte 28"),
+    (_record(_k(1), [], count=0) + _record(_k(2), [(5, 1)]), "bad follower count 0 at byte 16"),
+    (_record(_k(1), [(5, 1)], count=5), "bad follower count 5 at byte 16"),
+    (_record(_k(1), [(-1, 1)]), "token -1 count 1 at byte 20"),
+    (_record(_k(1), [(5, 0)]), "token 5 count 0 at byte 20"),
+])
+def test_a_broken_cache_file_is_named_with_the_byte_where_it_breaks(tmp_path, data, message):
+    path = tmp_path / "c.bin"
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=r"^static lookup cache " + str(path) + r": not a llama\.cpp n-gram cache \("
+                       + message + r"\)$"):
+        nc.load(str(path), "static lookup cache")
+
+
+def test_a_cache_file_may_hold_token_0_and_other_read_errors_are_named(tmp_path):
+    path = tmp_path / "c.bin"
+    path.write_bytes(_record(_k(0), [(0, 2)]))
+    assert nc.load(str(path), "x") == {_k(0): {0: 2}}
+    with pytest.raises(ValueError, match=r"^static lookup cache " + str(tmp_path) + r" is a folder; expected a "
+                                         r"regular file$"):
+        nc.load(str(tmp_path), "static lookup cache")
+    with pytest.raises(ValueError, match=r"^static lookup cache " + str(path) + r"/x: cannot read it \(Not a "
+                                         r"directory\)$"):
+        nc.load(str(path) + "/x", "static lookup cache")
+
+
+def test_the_cache_path_options_and_the_dynamic_folder_are_checked(tmp_path):
+    assert check_source_options("ngram-cache", {"lookup_cache_static": None}) == {"lookup_cache_static": ""}
+    with pytest.raises(ValueError, match=r"^source ngram-cache option lookup_cache_static must be a file, observed a "
+                                         r"directory '" + str(tmp_path) + "'$"):
+        check_source_options("ngram-cache", {"lookup_cache_static": str(tmp_path)})
+    missing = tmp_path / "no" / "d.bin"
+    with pytest.raises(ValueError, match=r"^--lookup-cache-dynamic " + str(missing) + r": the folder "
+                       + str(missing.parent) + r" does not exist; expected a path in an existing folder \(the cache "
+                                               r"is saved there when the run ends\)$"):
+        nc.check_writable_folder(str(missing))
