@@ -955,3 +955,25 @@ def test_the_cache_path_options_and_the_dynamic_folder_are_checked(tmp_path):
                        + str(missing.parent) + r" does not exist; expected a path in an existing folder \(the cache "
                                                r"is saved there when the run ends\)$"):
         nc.check_writable_folder(str(missing))
+
+
+# --- hash_order: libstdc++'s bucket counts (issue 42) ----------------------------------------------
+
+
+def test_bucket_counts_follow_libstdcxx_fast_table_then_its_primes():
+    from inspector.sources.hash_order import next_bucket_count
+
+    assert next_bucket_count(0) == (1, 0)
+    assert next_bucket_count(1) == (2, 2)
+    assert next_bucket_count(12) == (13, 13) and next_bucket_count(13) == (13, 13)  # __fast_bkt below 14
+    assert next_bucket_count(14) == (17, 17) and next_bucket_count(17) == (17, 17)  # the first prime >= n
+    assert next_bucket_count(18) == (19, 19)
+    assert next_bucket_count(976369) == (976369, 976369)  # the table's last prime
+    assert next_bucket_count(1_000_000) == (1_000_001, 1_000_001)  # beyond the table: an odd count
+
+
+def test_an_empty_part_copies():
+    empty = Part().copy()
+    assert empty == {} and list(empty) == []
+    empty.add(5)
+    assert dict(empty) == {5: 1}
