@@ -321,3 +321,63 @@ def test_acceptance_learned_in_one_request_is_used_by_the_next():
     first.close()
     assert ask(adaptive(memory, row_costs=MEDIUM), stream, cap=4) is None  # the next request knows
     assert ask(adaptive({}, row_costs=MEDIUM), stream, cap=4) is not None  # a new session does not
+
+
+# --- Mutation testing (issue 42): the trie's primitives, by hand ------------------------------------
+
+from inspector.sources.suffix import tree as st
+
+
+def _arr(*seqs):
+    """PAD -1s, the sequences separated by -1, a -1 after the last; and the index after the last token."""
+    out = [-1] * st.PAD
+    for s in seqs:
+        out += list(s) + [-1]
+    return np.asarray(out, dtype=np.int32), len(out) - 1
+
+
+def test_best_child_is_the_most_frequent_continuing_token_the_latest_on_a_tie():
+    assert st.best_child(np.array([-1, -1])) == (-1, 0)  # no occurrence continues
+    assert st.best_child(np.full(49, -1)) == (-1, 0)  # the same above SMALL (numpy)
+    assert st.best_child(np.array([-1] * 48 + [7])) == (7, 1)  # one continues
+    assert st.best_child(np.array([0] * 49 + [-1])) == (0, 49)  # token 0 is a token
+    assert st.best_child(np.array([5, 6] * 25)) == (6, 25)  # a tie: the latest, 6
+    assert st.best_child(np.array([5, 6, 5, 6])) == (6, 2)
+
+
+def test_candidates_start_at_match_length_1_and_keep_a_path_at_exactly_min_prob():
+    a, end = _arr([1, 2, 3, 1, 2, 4])
+    # the node "2" occurs twice, followed by 3 and 4 once each: the latest, 4, with probability 1/2
+    got = list(st.candidates(a, end, [9, 2], 8, 64, 1.0, 2.0, 0.5))
+    assert got == [(1, (4,), (0.5,))]
+    assert list(st.candidates(a, end, [9, 2], 8, 64, 1.0, 2.0, 0.51)) == []
+
+
+def test_nodes_count_every_occurrence_unless_told_to_leave_the_last_out():
+    a, end = _arr([1, 2, 1, 2])
+    assert [(lo, hi, e.tolist()) for lo, hi, e in st.nodes(a, end, [1, 2])] == [(1, 1, [st.PAD + 1, st.PAD + 3])]
+    assert [(lo, hi, e.tolist()) for lo, hi, e in st.nodes(a, end, [1, 2], earlier_only=True)] == \
+        [(1, 1, [st.PAD + 1])]
+
+
+def test_nodes_of_a_frequent_token_split_where_the_occurrences_stop_matching():
+    # 3 occurs 20 times, always after 2; 10 times after 1, 2: suffixes of 1..2 tokens share the 20, 3 the 10
+    a, end = _arr([1, 2, 3] * 10 + [9, 2, 3] * 10)
+    got = [(lo, hi, e.size) for lo, hi, e in st.nodes(a, end, [5, 1, 2, 3])]
+    assert got == [(1, 2, 20), (3, 3, 10)]
+
+
+def test_a_token_stream_keeps_pad_tokens_and_a_separator_and_grows_by_doubling():
+    ts = st.TokenStream([])
+    assert ts.last() == -1 and ts.a.size == st.PAD + 256 + 1 and ts.a.dtype == np.int32
+    ts.extend(list(range(256)))  # fills it up to the separator's place: no growth
+    assert ts.a.size == st.PAD + 257 and ts.end == st.PAD + 256 and ts.a[ts.end] == -1
+    ts.extend([7])  # one more: doubled
+    assert ts.a.size == 2 * (st.PAD + 257) and ts.a.dtype == np.int32
+    assert ts.tokens().tolist() == list(range(256)) + [7] and ts.last() == 7
+    assert (ts.a[: st.PAD] == -1).all() and (ts.a[ts.end:] == -1).all()
+    assert st.TokenStream(list(range(200))).a.size == st.PAD + 400 + 1
+    ts = st.TokenStream([1, 2, 3, 4])
+    ts.truncate(2)
+    assert ts.tokens().tolist() == [1, 2] and ts.last() == 2 and (ts.a[st.PAD + 2:] == -1).all()
+    assert ts.tokens(1).tolist() == [2]
