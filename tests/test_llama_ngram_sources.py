@@ -977,3 +977,44 @@ def test_an_empty_part_copies():
     assert empty == {} and list(empty) == []
     empty.add(5)
     assert dict(empty) == {5: 1}
+
+
+def test_ngram_cache_merge_adds_the_counts():
+    target = {_k(1, 2): _part((3, 2))}
+    nc.merge(target, {_k(1, 2): _part((3, 5), (4, 1)), _k(7): _part((8, 1))})
+    assert target == {_k(1, 2): {3: 7, 4: 1}, _k(7): {8: 1}}
+
+
+def test_ngram_cache_ties_go_to_the_first_follower_in_libstdcxx_order():
+    # 13 buckets: 5 then 6 inserted, 6's bucket empty: 6 goes to the front; iterated 6, 5. Equal counts: 6
+    assert nc.draft([1, 2], 1, {_k(1, 2): _part((5, 2), (6, 2))}, {}, {}) == [6]
+    # 6 (100 times, not in the static cache: weight 1) then 5 (once, static count 1: weight 100): iterated 5, 6;
+    # 100 = 100: 5 stays, with 1 of 101 it fails the share; the static cache's sample of 1 is too small
+    assert nc.draft([1, 2], 1, {_k(1, 2): _part((6, 100), (5, 1))}, {}, {_k(1, 2): _part((5, 1))}) == []
+    # 5 (100 times, weight 1) then 6 (once, weight 100): iterated 6, 5; 6 stays, fails: nothing
+    assert nc.draft([1, 2], 1, {_k(1, 2): _part((5, 100), (6, 1))}, {}, {_k(1, 2): _part((6, 1))}) == []
+    # 6 (once, weight 100) then 5 (100 times, weight 1): iterated 5, 6; 5 first, 6 ties it: 5, 100 of 101
+    assert nc.draft([1, 2], 1, {_k(1, 2): _part((6, 1), (5, 100))}, {}, {_k(1, 2): _part((6, 1))}) == [5]
+
+
+def test_ngram_cache_without_files_keeps_no_path_and_names_earlier_requests(tmp_path):
+    memory: dict = {}
+    nc.NgramCacheSource(memory=memory)
+    assert sorted(memory) == [("ngram-cache", "dynamic", ""), ("ngram-cache", "slot", "", "")]
+    static = str(tmp_path / "s.bin")
+    nc.save({_k(1, 2): _part((3, 2))}, static)
+    memory = {}
+    for _ in range(2):
+        make_source("ngram-cache", SourceContext(None, memory=memory), {"lookup_cache_static": static}).propose(
+            req([4, 5, 6]))
+    s = make_source("ngram-cache", SourceContext(None, memory=memory), {"lookup_cache_static": static})
+    # [4, 5, 6] counted once: (4) -> 5, (5) -> 6, (4, 5) -> 6
+    assert s.warm_state() == "context cache 3 n-grams from 2 earlier requests (this one counts its tokens from " \
+                             "position 3 on); static cache 1 n-grams"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="/proc (Linux): a folder no one can make a file in")
+def test_a_dynamic_cache_folder_where_no_file_can_be_made_is_refused():
+    with pytest.raises(ValueError, match=r"^--lookup-cache-dynamic /proc/x\.bin: the folder /proc is not writable "
+                                         r"\([A-Z][a-z ]+\); expected a folder the cache can be saved in$"):
+        nc.check_writable_folder("/proc/x.bin")
