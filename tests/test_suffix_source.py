@@ -381,3 +381,103 @@ def test_a_token_stream_keeps_pad_tokens_and_a_separator_and_grows_by_doubling()
     ts.truncate(2)
     assert ts.tokens().tolist() == [1, 2] and ts.last() == 2 and (ts.a[st.PAD + 2:] == -1).all()
     assert ts.tokens(1).tolist() == [2]
+
+
+# --- the suffix memory and its file (issue 42) -------------------------------------------------------
+
+import hashlib
+import os
+
+from inspector.sources.suffix import memory as sm
+
+
+def test_the_memory_array_is_pad_then_each_output_and_a_separator():
+    m = SuffixMemory()
+    assert m.flat.tolist() == [-1] * PAD and m.flat.dtype == np.int32
+    m.add([1, 2], None)
+    m.add([], None)  # nothing to remember
+    assert m.flat.tolist() == [-1] * PAD + [1, 2, -1] and m.flat.dtype == np.int32 and len(m) == 1
+    m.add([5, 6], 1)  # a cap of 1 token: the last token of the output, the older ones dropped
+    assert m.sequences() == [[6]] and m.tokens == 1
+
+
+def test_a_saved_memory_is_compact_json(tmp_path):
+    path = tmp_path / "m.json"
+    SuffixMemory([[1, 2]]).save(str(path))
+    assert path.read_text("utf-8") == \
+        '{"format":"spec-inspector suffix memory","version":1,"vocabulary":null,"sequences":[[1,2]]}'
+
+
+def _memory_file(tmp_path, sequences, vocabulary=None):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"format": "spec-inspector suffix memory", "version": 1, "vocabulary": vocabulary,
+                                "sequences": sequences}), "utf-8")
+    return str(path)
+
+
+VOCAB = {"n_vocab": 10, "sample_sha1": "0123456789abcdef"}
+
+
+def test_loading_a_memory_checks_the_tokens_against_the_vocabulary(tmp_path):
+    assert load_memory(str(tmp_path / "none.json"), VOCAB).vocabulary == VOCAB  # no file yet: empty, stamped
+    m = load_memory(_memory_file(tmp_path, [[0, 9]], VOCAB))
+    assert m.sequences() == [[0, 9]] and m.vocabulary == VOCAB  # token 0 and n_vocab - 1 are tokens
+    path = _memory_file(tmp_path, [[3], [0, 10]], VOCAB)
+    for given in (None, VOCAB):  # the file's own vocabulary, or the model's
+        with pytest.raises(ValueError, match=r"^suffix memory file " + path + r": sequence 2 is not a list of token "
+                                             r"ids in \[0, 10\)$"):
+            load_memory(path, given)
+    path = _memory_file(tmp_path, [[-1]])
+    with pytest.raises(ValueError, match=r"^suffix memory file " + path + r": sequence 1 is not a list of token ids "
+                                         r">= 0$"):
+        load_memory(path)
+
+
+def test_loading_a_memory_names_what_is_wrong(tmp_path):
+    path = _memory_file(tmp_path, [[1]], {"n_vocab": "ten"})
+    with pytest.raises(ValueError, match=r"^suffix memory file " + path + r': "vocabulary" must be null or an object '
+                                         r'with "n_vocab"$'):
+        load_memory(path)
+    path = _memory_file(tmp_path, [[1]], {"n_vocab": 12, "sample_sha1": "fedcba9876543210"})
+    with pytest.raises(ValueError, match=r"^suffix memory file " + path + r" was made for another model's vocabulary "
+                                         r"\(file: 12 tokens, sample fedcba98; this model: 10 tokens, sample "
+                                         r"01234567\)$"):
+        load_memory(path, VOCAB)
+    path = _memory_file(tmp_path, {"a": 1})
+    with pytest.raises(ValueError, match=r'^suffix memory file ' + path + r': "sequences" must be a list of token id '
+                                         r'lists$'):
+        load_memory(path)
+    with pytest.raises(ValueError, match=r"^suffix memory file " + str(tmp_path) + r" is a folder; expected a regular "
+                                         r"file$"):
+        load_memory(str(tmp_path))
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match=r"^suffix memory file " + str(bad) + r" cannot be read: 'utf-8' codec"):
+        load_memory(str(bad))
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000, "utf-8")
+    with pytest.raises(ValueError, match=r"^suffix memory file " + str(deep) + r" is not a suffix memory: its JSON is "
+                                         r"nested too deeply$"):
+        load_memory(str(deep))
+
+
+class _Runtime:
+    n_vocab = 4
+
+    def token_piece(self, i, special):
+        return b"abcd"[i:i + 1]
+
+
+def test_memory_for_keys_the_session_store_by_file_and_stamps_the_models_vocabulary(tmp_path):
+    expected = {"n_vocab": 4, "sample_sha1": hashlib.sha1(b"a\0b\0c\0d\0").hexdigest()}  # every token, step 1
+    store: dict = {}
+    m = sm.memory_for(store, runtime=_Runtime())
+    assert list(store) == [("suffix", "")] and m.vocabulary == expected
+    assert sm.memory_for(store) is m
+    path = _memory_file(tmp_path, [[1]], {"n_vocab": 4, "sample_sha1": "x"})
+    with pytest.raises(ValueError, match="was made for another model's vocabulary"):
+        sm.memory_for({}, path, runtime=_Runtime())
+    store = {}
+    ok = _memory_file(tmp_path, [[1]], expected)
+    assert sm.memory_for(store, ok, runtime=_Runtime()).sequences() == [[1]]
+    assert list(store) == [("suffix", os.path.abspath(ok))]
