@@ -481,3 +481,9 @@ def test_memory_for_keys_the_session_store_by_file_and_stamps_the_models_vocabul
     ok = _memory_file(tmp_path, [[1]], expected)
     assert sm.memory_for(store, ok, runtime=_Runtime()).sequences() == [[1]]
     assert list(store) == [("suffix", os.path.abspath(ok))]
+
+
+def test_a_token_stream_grows_at_once_to_what_a_long_extension_needs():
+    ts = st.TokenStream([])  # PAD + 257 places
+    ts.extend(list(range(1000)))  # needs PAD + 1000 + 1 (the separator): more than twice the size
+    assert ts.a.size == st.PAD + 1000 + 1 and ts.a[ts.end] == -1 and ts.tokens().tolist() == list(range(1000))
