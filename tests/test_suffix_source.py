@@ -487,3 +487,107 @@ def test_a_token_stream_grows_at_once_to_what_a_long_extension_needs():
     ts = st.TokenStream([])  # PAD + 257 places
     ts.extend(list(range(1000)))  # needs PAD + 1000 + 1 (the separator): more than twice the size
     assert ts.a.size == st.PAD + 1000 + 1 and ts.a[ts.end] == -1 and ts.tokens().tolist() == list(range(1000))
+
+
+# --- the suffix source's options, choices and bookkeeping (issue 42) ---------------------------------
+
+import logging
+from types import SimpleNamespace
+
+from inspector.sources.suffix import source as ss
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"max_tree_depth": 2}, {"max_tree_depth": 64}, {"min_token_prob": 0.0}, {"min_token_prob": 1.0},
+    {"max_spec_factor": 0.0}, {"max_cached_tokens": 0}, {"length": "score"},
+])
+def test_suffix_options_at_their_bounds_are_accepted(kwargs):
+    SuffixSource(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_tree_depth": 1}, r"^max_tree_depth must be a whole number 2 <= max_tree_depth <= 64, observed 1$"),
+    ({"max_tree_depth": 65}, r"observed 65$"),
+    ({"max_tree_depth": 2.5}, r"observed 2\.5$"),
+    ({"min_token_prob": 1.01}, r"^min_token_prob must be 0 <= min_token_prob <= 1, observed 1\.01$"),
+    ({"min_token_prob": -0.1}, r"observed -0\.1$"),
+    ({"max_spec_factor": -1}, r"^max_spec_factor must be >= 0, observed -1$"),
+    ({"max_cached_tokens": True}, r"^max_cached_tokens must be a whole number >= 0, observed True$"),
+    ({"max_cached_tokens": 2.5}, r"observed 2\.5$"),
+    ({"max_cached_tokens": -1}, r"observed -1$"),
+    ({"length": "long"}, r"^length must be one of adaptive, score, observed 'long'$"),
+])
+def test_bad_suffix_options_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SuffixSource(**kwargs)
+
+
+def test_suffix_settings_and_warm_state_are_pinned():
+    assert SuffixSource().settings() == {
+        "max_tree_depth": 24, "max_spec_factor": 1.0, "max_spec_offset": 0.0, "min_token_prob": 0.1,
+        "max_cached_tokens": 100_000, "memory_file": "", "length": "adaptive", "remembered_requests": 0,
+        "remembered_tokens": 0, "row_cost_ratio": 0.5}
+    assert SuffixSource(row_costs=[3.0, 4.0]).settings()["row_costs"] == [1.0, 1.3333]
+    assert "row_costs" not in SuffixSource(length="score").settings()
+    assert SuffixSource(SuffixMemory([[1, 2, 3]])).warm_state() == "3 tokens remembered from 1 earlier request"
+    two = SuffixSource(SuffixMemory([[1, 2, 3], [4, 5]]))
+    assert two.warm_state() == "5 tokens remembered from 2 earlier requests"
+    assert (two.settings()["remembered_requests"], two.settings()["remembered_tokens"]) == (2, 5)
+    assert SuffixSource(SuffixMemory([[1, 2, 3]]), max_cached_tokens=0).warm_state() == ""
+
+
+def test_suffix_proposal_length_is_factor_times_match_plus_offset_within_cap_and_depth():
+    s = SuffixSource(max_tree_depth=10, max_spec_factor=2.0, max_spec_offset=1.0)
+    assert s._limit(3, 16) == 7  # 2 x 3 + 1; depth - 3 = 7
+    assert s._limit(3, 5) == 5  # the cap
+    assert s._limit(8, 16) == 2  # depth 10 - 8
+    assert SuffixSource(max_spec_factor=0.5)._limit(3, 16) == 1  # 1.5, whole tokens
+    assert SuffixSource()._limit(3, 16) == 3
+
+
+def test_by_score_the_memory_wins_only_when_strictly_higher():
+    # the request: (1, 2) then 5, 9 (score 0.5 + 0.5 with its own last occurrence counted); the memory: 5 (score 1)
+    s = SuffixSource(SuffixMemory([[1, 2, 5]]), length="score")
+    p = ask(s, [1, 2, 5, 9, 1, 2])
+    assert p.token_ids == (5, 9) and p.decision_id == b"suffix:1:m2:req"
+    s = SuffixSource(SuffixMemory([[1, 2, 5, 6]]), length="score")
+    p = ask(s, [7, 1, 2])  # nothing in the request; the memory: 5, 6
+    assert p.token_ids == (5, 6) and p.decision_id == b"suffix:1:m2:mem"
+    assert ask(s, [7, 1, 2]).decision_id == b"suffix:2:m2:mem"
+    unused = SuffixSource(SuffixMemory([[1, 2, 5, 6]]), length="score", max_cached_tokens=0)
+    assert unused.propose(ProposalRequest([7, 1, 2], 3, 0, 8, float("inf"))) == NoProposal("no_match")
+
+
+def test_a_failing_suffix_source_says_so_and_logs_once(caplog):
+    s = SuffixSource()
+    bad = ProposalRequest(["a", "b"], 2, 0, 8, float("inf"))
+    with caplog.at_level(logging.ERROR, logger=ss.log.name):
+        assert s.propose(bad) == NoProposal("failed", "logged once")
+        assert s.propose(bad) == NoProposal("failed", "logged once")
+    assert [r.getMessage() for r in caplog.records] == ["suffix source failed; proposing nothing"]
+
+
+def test_the_committed_tokens_of_a_receipt_reach_the_memory_at_close():
+    memory = SuffixMemory()
+    s = SuffixSource(memory, length="score")
+    ask(s, [1, 2, 3], prompt_count=3)
+    s.report(SimpleNamespace(committed_tokens=(9, 9), base_position=7, decision_id="00"))  # not at the stream's end
+    s.report(SimpleNamespace(committed_tokens=(4, 5), base_position=2, decision_id="00"))  # after token 3
+    s.close()
+    assert memory.sequences() == [[4, 5]]
+
+
+def test_a_memory_that_cannot_be_saved_is_logged_not_raised(tmp_path, caplog):
+    path = str(tmp_path / "no" / "m.json")
+    s = SuffixSource(memory_file=path)
+    with caplog.at_level(logging.WARNING, logger=ss.log.name):
+        s.close()
+    assert [r.getMessage().startswith(f"could not save the suffix memory to {path}: ") for r in caplog.records] == [True]
+
+
+def test_make_suffix_takes_the_stored_cost_model_unless_told_linear():
+    ctx = SourceContext(None, memory={}, row_costs=(3.0, 4.0))
+    assert make_source("suffix", ctx, {}).settings()["row_costs"] == [1.0, 1.3333]
+    assert make_source("suffix", ctx, {"row_costs": "linear"}).settings()["row_cost_ratio"] == 0.5
+    s = make_source("suffix", SourceContext(None, memory={}), {"max_tree_depth": "10", "min_token_prob": "0.2"})
+    assert (s.max_tree_depth, s.min_token_prob) == (10, 0.2)
