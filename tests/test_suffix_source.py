@@ -591,3 +591,17 @@ def test_make_suffix_takes_the_stored_cost_model_unless_told_linear():
     assert make_source("suffix", ctx, {"row_costs": "linear"}).settings()["row_cost_ratio"] == 0.5
     s = make_source("suffix", SourceContext(None, memory={}), {"max_tree_depth": "10", "min_token_prob": "0.2"})
     assert (s.max_tree_depth, s.min_token_prob) == (10, 0.2)
+
+
+def test_the_vocabulary_fingerprint_samples_every_n_over_256th_special_piece_decoded_with_replacement():
+    class Runtime:
+        n_vocab = 512  # step 512 // 256 = 2: tokens 0, 2, ..., 510
+
+        def token_piece(self, i, special):
+            return (b"\xff" if i == 0 else b"t%d" % i) if special else b"plain"
+
+    h = hashlib.sha1()
+    for i in range(0, 512, 2):
+        h.update(("\ufffd" if i == 0 else f"t{i}").encode("utf-8") + b"\0")
+    assert sm.vocabulary_fingerprint(Runtime()) == {"n_vocab": 512, "sample_sha1": h.hexdigest()}
+    assert sm.vocabulary_fingerprint(object()) is None  # no vocabulary to read
