@@ -582,7 +582,8 @@ def test_a_memory_that_cannot_be_saved_is_logged_not_raised(tmp_path, caplog):
     s = SuffixSource(memory_file=path)
     with caplog.at_level(logging.WARNING, logger=ss.log.name):
         s.close()
-    assert [r.getMessage().startswith(f"could not save the suffix memory to {path}: ") for r in caplog.records] == [True]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"could not save the suffix memory to {path}: [Errno 2] No such file or directory: '{path}.tmp{os.getpid()}'"]
 
 
 def test_make_suffix_takes_the_stored_cost_model_unless_told_linear():
@@ -605,3 +606,62 @@ def test_the_vocabulary_fingerprint_samples_every_n_over_256th_special_piece_dec
         h.update(("\ufffd" if i == 0 else f"t{i}").encode("utf-8") + b"\0")
     assert sm.vocabulary_fingerprint(Runtime()) == {"n_vocab": 512, "sample_sha1": h.hexdigest()}
     assert sm.vocabulary_fingerprint(object()) is None  # no vocabulary to read
+
+
+FREE = [1.0, 1.0, 1.0, 1.0]  # a cost table where every batch costs one plain step: any reach pays
+
+
+def test_adaptive_suffix_takes_the_match_length_allowing_the_most_tokens_within_the_depth():
+    # depth 6: [1, 2, 3, 4, 5] matches 5 back; limits per match length min(m, 6 - m): 1 2 3 2 1. Match 3:
+    # 6, 7, 8 (reach 0.5, 0.5 x 0.65, ...: rate 2.04 per step) beats match 5: 6 (rate 1.65)
+    s = SuffixSource(max_tree_depth=6, row_costs=FREE)
+    p = ask(s, [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5])
+    assert p.token_ids == (6, 7, 8) and p.decision_id == b"suffix:1:m3:req"
+
+
+def test_adaptive_suffix_proposes_a_single_token_and_says_no_match_below_min_prob():
+    s = SuffixSource(row_costs=FREE)
+    p = ask(s, [5, 6, 9, 5])  # match 1 (limit 1): 6, rate 1 + 0.35
+    assert p.token_ids == (6,) and p.decision_id == b"suffix:1:m1:req"
+    s = SuffixSource(row_costs=FREE, min_token_prob=0.6)
+    assert s.propose(ProposalRequest([1, 2, 1, 3, 1], 5, 0, 8, float("inf"))) == NoProposal("no_match")  # 1/2 < 0.6
+
+
+def test_adaptive_suffix_prefers_the_request_on_an_equal_rate():
+    s = SuffixSource(SuffixMemory([[1, 2, 3, 4, 8, 1]]), row_costs=FREE)
+    p = ask(s, [1, 2, 3, 4, 8, 1, 2, 3])  # both trees: match 3, then 4, 8, 1 with probability 1
+    assert p.token_ids == (4, 8, 1) and p.decision_id == b"suffix:1:m3:req"
+
+
+def test_by_score_the_memory_wins_with_a_higher_score_whatever_the_match_lengths():
+    # the request: 5, 1 (score 1.0, match 2); the memory: 7, 8 (score 2.0, match 2)
+    s = SuffixSource(SuffixMemory([[1, 2, 7, 8]]), length="score")
+    p = ask(s, [1, 2, 5, 1, 2])
+    assert p.token_ids == (7, 8) and p.decision_id == b"suffix:1:m2:mem"
+
+
+def test_adaptive_suffix_learns_each_accepted_token_in_the_bucket_of_its_match():
+    s = SuffixSource(row_costs=FREE)
+    s.report(SimpleNamespace(decision_id="00", base_position=0))  # unknown decision, no committed tokens
+    p = ask(s, [1, 2, 3, 4, 1, 2, 3])
+    assert p.token_ids == (4, 1, 2) and p.decision_id == b"suffix:1:m3:req"
+    s.report(SimpleNamespace(decision_id=p.decision_id.hex(), proposal_token_count=3, accepted_proposal_tokens=2,
+                             disposition="first_mismatch", verification_rows=4, verification_elapsed_us=0,
+                             committed_tokens=(4, 1, 9), base_position=6))
+    # accepted after matches 3 ([2, 4)) and 4 ([4, 8)); rejected after 5 ([4, 8))
+    c = s.policy.counts
+    assert (c[1].accepted, c[1].mismatched, c[2].accepted, c[2].mismatched) == (1.0, 0.0, 1.0, 1.0)
+
+
+def test_a_source_keeping_one_token_still_remembers_its_output():
+    memory = SuffixMemory()
+    s = SuffixSource(memory, max_cached_tokens=1, length="score")
+    ask(s, [1, 2, 3], prompt_count=2)
+    s.close()
+    assert memory.sequences() == [[3]]
+
+
+def test_make_suffix_stamps_the_memory_with_the_models_vocabulary():
+    store: dict = {}
+    make_source("suffix", SourceContext(_Runtime(), memory=store), {})
+    assert store[("suffix", "")].vocabulary == {"n_vocab": 4, "sample_sha1": hashlib.sha1(b"a\0b\0c\0d\0").hexdigest()}
