@@ -665,3 +665,11 @@ def test_make_suffix_stamps_the_memory_with_the_models_vocabulary():
     store: dict = {}
     make_source("suffix", SourceContext(_Runtime(), memory=store), {})
     assert store[("suffix", "")].vocabulary == {"n_vocab": 4, "sample_sha1": hashlib.sha1(b"a\0b\0c\0d\0").hexdigest()}
+
+
+def test_adaptive_suffix_weighs_the_whole_path_against_the_cost_of_its_rows():
+    # c(k) of 1 to 4 rows: 10, 12, 14, 16 ms (relative 1, 1.2, 1.4, 1.6). Match 3, path 4, 5, 6: reach 0.5,
+    # 0.5 x 0.65, 0.5 x 0.65 x 0.65; the whole path commits 1 + 1.036 for 1.6 steps (1.27 > 1.02): all of it
+    s = SuffixSource(row_costs=[10.0, 12.0, 14.0, 16.0])
+    p = ask(s, [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3])
+    assert p.token_ids == (4, 5, 6) and p.decision_id == b"suffix:1:m3:req"
