@@ -1018,3 +1018,26 @@ def test_a_dynamic_cache_folder_where_no_file_can_be_made_is_refused():
     with pytest.raises(ValueError, match=r"^--lookup-cache-dynamic /proc/x\.bin: the folder /proc is not writable "
                                          r"\([A-Z][a-z ]+\); expected a folder the cache can be saved in$"):
         nc.check_writable_folder("/proc/x.bin")
+
+
+def test_make_ngram_map_k4v_passes_its_options_on_and_keeps_its_map_under_them():
+    memory: dict = {}
+    s = make_source("ngram-map-k4v", SourceContext(None, memory=memory), {"size_n": 2, "size_m": 2, "min_hits": 2})
+    assert (s.name, s.key_only, s.settings()) == ("ngram-map-k4v", False, {"size_n": 2, "size_m": 2, "min_hits": 2})
+    clear = [0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2]
+    assert why(s, clear) == "below_min_hits"
+    assert list(memory) == [("ngram-map-k4v", 2, 2, 2)]
+
+
+def test_a_discarded_map_or_mod_proposal_learns_nothing_from_a_late_receipt():
+    s = NgramMapSource(size_n=2, size_m=2, memory={})
+    p = s.propose(req(K_STREAM))
+    s.discard(p.decision_id, "test")
+    s.report(SimpleNamespace(decision_id=p.decision_id.hex(), accepted_proposal_tokens=0))
+    assert ids(s, K_STREAM) == [3, 4]  # not learned: still m tokens
+    m = NgramModSource(2, 1, 2, memory={}, pool_size=1024)
+    for _ in range(3):
+        p = m.propose(req([1, 2, 3, 4, 5, 1, 2]))
+        m.discard(p.decision_id, "test")
+        m.report(_mod_receipt(p, 0))
+    assert m.pool.resets == 0

@@ -673,3 +673,15 @@ def test_adaptive_suffix_weighs_the_whole_path_against_the_cost_of_its_rows():
     s = SuffixSource(row_costs=[10.0, 12.0, 14.0, 16.0])
     p = ask(s, [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3])
     assert p.token_ids == (4, 5, 6) and p.decision_id == b"suffix:1:m3:req"
+
+
+def test_a_discarded_suffix_decision_is_not_learned_from():
+    s = SuffixSource(row_costs=FREE)
+    for discard_as in (lambda p: p.decision_id, lambda p: p.decision_id.hex()):  # bytes, or the receipts' hex
+        p = ask(s, [1, 2, 3, 4, 1, 2, 3])
+        s.discard(discard_as(p), "test")
+        s.report(SimpleNamespace(decision_id=p.decision_id.hex(), proposal_token_count=3, accepted_proposal_tokens=3,
+                                 disposition="all_accepted", verification_rows=4, verification_elapsed_us=0,
+                                 committed_tokens=(), base_position=0))
+    s.discard(b"never", "test")  # unknown: quiet
+    assert all(c.accepted == 0.0 for c in s.policy.counts)
