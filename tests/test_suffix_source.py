@@ -685,3 +685,18 @@ def test_a_discarded_suffix_decision_is_not_learned_from():
                                  committed_tokens=(), base_position=0))
     s.discard(b"never", "test")  # unknown: quiet
     assert all(c.accepted == 0.0 for c in s.policy.counts)
+
+
+def test_a_next_turn_is_a_new_request_and_a_rolled_back_stream_the_same_one():
+    memory = SuffixMemory()
+    s = SuffixSource(memory, length="score")
+    ask(s, [1, 2, 3, 4], prompt_count=2)  # output 3, 4
+    ask(s, [1, 2, 3, 4, 5, 6], prompt_count=5)  # the next turn (prompt 5 tokens): the first output joins the memory
+    s.close()
+    assert memory.sequences() == [[3, 4], [6]]
+    memory = SuffixMemory()
+    s = SuffixSource(memory, length="score")
+    ask(s, [1, 2, 3, 4], prompt_count=2)
+    ask(s, [1, 2, 3], prompt_count=2)  # the same request, its stream shorter (rolled back to 3)
+    s.close()
+    assert memory.sequences() == [[3]]
