@@ -95,3 +95,19 @@ def test_the_runs_own_c1_is_recomputed_only_when_operations_arrive():
     ops.append(R(kind="step", session_id=0, hold_us=1_300))
     assert own.of(1, ops, 0) == 1_100.0  # one more operation: computed again
     assert own.of(2, [], 0) is None  # another record
+
+
+def test_durations_round_at_their_last_digit_with_the_exact_divisors():
+    """Values that sit on a rounding edge: a divisor off by one (1001, 1000001) rounds them the other way."""
+    def net(us):
+        return balance([_r(1, 1, verification=1000.0 - us)], 1000.0, "x").net_text()
+
+    assert net(1_050) == "+1.1 ms"  # 1.05 ms (1050 / 1001 would be 1.049)
+    assert net(1_000_000) == "+1000 ms"  # (1000000 / 1001 would be 999)
+    assert net(10_050_000) == "+10.1 s"  # 10.05 s (10050000 / 1000001 would be 10.049)
+    assert net(-1_050) == "-1.1 ms"
+
+
+def test_the_sentence_gives_c1_in_milliseconds_to_one_decimal():
+    b = balance([_r(1, 1, verification=150_000)], 150_000.0, "the cost model")
+    assert b.text() == "saved 0.0 ms in 1 window, lost 0.0 ms in 0; net +0.0 ms at c(1) 150.0 ms (the cost model)"
