@@ -95,5 +95,7 @@ def test_a_verification_is_slow_above_five_times_the_median_of_five_or_more_wind
     assert slow_verification_threshold_us([10, 20, 30, 40]) is None  # 4 windows: no median worth it
     assert slow_verification_threshold_us([50, 10, 40, 20, 30]) == 150.0  # median 30 (sorted first)
     assert slow_verification_threshold_us([60, 10, 40, 20, 30, 50]) == 175.0  # median (30 + 40) / 2
+    assert slow_verification_threshold_us([8, 1, 7, 2, 6, 3, 5, 4]) == 22.5  # median (4 + 5) / 2 of eight
+    assert slow_verification_threshold_us([9, 1, 8, 2, 7, 3, 6, 4, 5]) == 25.0  # median 5 of nine
     assert slow_verification_threshold_us([0, 0, 0, 0, 0]) == 5.0  # median 0 counts as 1 us
     assert slow_verification_threshold_us(iter([7, 7, 7, 7, 7])) == 35.0
