@@ -318,3 +318,69 @@ def test_the_cold_replay_note_is_pinned_word_for_word():
         "ngram-mod, ngram-map-k, ngram-cache) is predicted without what the earlier turns taught it; the prompt "
         "itself holds the earlier turns for the others")
     assert cold_replay_note(None, 1) is None and cold_replay_note("", None) is None
+
+
+def _verify_setup(monkeypatch, speeds, plains, outputs=None, receipts=None, errors=None):
+    """``run_compare`` faked: repeat i measures plain at ``plains[i]`` and the row at ``speeds[i]`` tokens/s;
+    the row's run generated ``outputs[i]`` (default the recording's) and, when kept, has ``receipts``."""
+    calls, made = [], []
+    rec = Recording((1, 2, 3), (1, 2, 3, 1, 2, 3, 1, 2), 8, 64, 256)
+
+    def run_compare(scheduler, prompt, configs, settings, keep_runs):
+        i = len(calls)
+        calls.append((prompt, [(c.label, c.source, c.draft_max, c.options) for c in configs], settings.max_new_tokens,
+                      keep_runs))
+        out = (outputs or [rec.output] * len(speeds))[i]
+        rows = [NS(generated_tokens=list(rec.output), summary=NS(decode_tokens_per_s=plains[i]), error=None),
+                NS(generated_tokens=list(out), summary=NS(decode_tokens_per_s=speeds[i]),
+                   error=(errors or [None] * len(speeds))[i])]
+        runs = [None, NS(receipts=receipts or []) if keep_runs else None]
+        return NS(rows=rows, runs=runs)
+
+    def make_source(name, ctx, options):
+        made.append((name, ctx.runtime, ctx.row_costs, ctx.memory, options))
+        return Source([(2, 3, 1)], with_begin=False)
+
+    monkeypatch.setattr(T, "run_compare", run_compare)
+    monkeypatch.setattr(T, "make_source", make_source)
+    monkeypatch.setattr(T, "stored_row_costs", lambda runtime: ("costs of", runtime))
+    return rec, calls, made
+
+
+def test_verify_runs_plain_and_each_row_per_repeat_and_takes_medians(monkeypatch):
+    receipts = [NS(decode_step=0, proposal_token_ids=(2, 3, 1), accepted_proposal_tokens=3, canonical_prediction_count=4)]
+    rec, calls, made = _verify_setup(monkeypatch, [30.0, 10.0, 20.0], [10.0, 10.0, 5.0], receipts=receipts)
+    row = TuneRow("mine", {"a": 1}, 3, 1, 3, 3, 3, 0.0, 43.0, 25.0, 1.6)
+    [v] = T.verify(NS(runtime="the runtime"), rec, [row], runtime="rt", repeats=3)
+    assert calls == [((1, 2, 3), [("plain", "none", 0, {}), ("mine:draft_max=3,a=1", "mine", 3, {"a": 1})], 8, keep)
+                     for keep in (True, False, False)]
+    # the replay of the first repeat's configuration: one window (0, 2 3 1, 3 accepted, 4 committed)
+    assert made == [("mine", "rt", ("costs of", "the runtime"), {}, {"a": 1})]
+    assert (v.row, v.same_output, v.same_windows, v.error, v.repeats) == (row, True, True, None, 3)
+    assert v.measured_tokens_per_s == 20.0  # median of 30, 10, 20
+    assert v.measured_speedup == 3.0  # median of 30/10, 10/10, 20/5
+    assert v.error_ratio == 0.8
+
+
+def test_verify_says_the_windows_differ_when_the_real_ones_do(monkeypatch):
+    receipts = [NS(decode_step=0, proposal_token_ids=(2, 3), accepted_proposal_tokens=2, canonical_prediction_count=3)]
+    rec, calls, made = _verify_setup(monkeypatch, [30.0], [10.0], receipts=receipts)
+    [v] = T.verify(NS(runtime=None), rec, [TuneRow("mine", {}, 3, 1, 3, 3, 3, 0.0, 43.0, 25.0, 1.6)])
+    assert v.same_output and v.same_windows is False and v.repeats == 1 and len(calls) == 1
+
+
+def test_verify_compares_no_windows_when_the_output_differed_and_skips_missing_speeds(monkeypatch):
+    rec, calls, made = _verify_setup(monkeypatch, [None, 12.0], [0.0, 6.0], outputs=[(1, 2), (1, 2)],
+                                     errors=["boom", None])
+    [v] = T.verify(NS(runtime=None), rec, [TuneRow("mine", {}, 3, 1, 3, 3, 3, 0.0, 43.0, 25.0, 1.6)], repeats=2)
+    assert (v.same_output, v.same_windows, v.error) == (False, None, "boom") and made == []
+    assert (v.measured_tokens_per_s, v.measured_speedup, v.repeats) == (12.0, 2.0, 1)
+
+
+def test_verify_without_any_measurement_gives_none_and_refuses_fewer_than_one_repeat(monkeypatch):
+    rec, calls, made = _verify_setup(monkeypatch, [None], [None])
+    [v] = T.verify(NS(runtime=None), rec, [TuneRow("mine", {}, 3, 1, 3, 3, 3, 0.0, 43.0, 25.0, 1.6)])
+    assert (v.measured_tokens_per_s, v.measured_speedup, v.repeats) == (None, None, 0)
+    with pytest.raises(ValueError) as e:
+        T.verify(NS(runtime=None), rec, [], repeats=0)
+    assert str(e.value) == "repeats must be at least 1 (observed 0)"
