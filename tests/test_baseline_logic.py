@@ -86,6 +86,8 @@ def test_a_baseline_results_json_has_the_divergence_and_texts_only_for_tokens_th
     assert (texts["plain_text"], texts["speculative_text"]) == ("<6>", "")
     texts = BaselineResult((4,), 4.0, 6.0, Divergence(0, -1, 7, 6, 7, 0.5)).to_json(lambda t: f"<{t}>")["divergence"]
     assert (texts["plain_text"], texts["speculative_text"]) == ("", "<7>")
+    texts = BaselineResult((0,), 4.0, 6.0, Divergence(0, 0, 0, 0, 1, 0.5)).to_json(lambda t: f"<{t}>")["divergence"]
+    assert (texts["plain_text"], texts["speculative_text"]) == ("<0>", "<0>")  # token id 0 is a token
     same = BaselineResult((4,), None, None, None).to_json(lambda t: "x")
     assert same == {"plain_token_ids": [4], "plain_decode_tokens_per_s": None, "speculative_decode_tokens_per_s": None,
                     "observed_speedup": None, "identical": True, "divergence": None}
@@ -105,6 +107,18 @@ def test_top2_after_generated_tokens_decodes_the_last_token_alone_after_a_prefil
     rt.calls.clear()
     assert top2_after(RuntimeScheduler(rt), [50], 0) == (51, 52, 0.5)  # no prefill before a lone token
     assert rt.calls == ["open", "decode 1@0", "top2 0", "drop 0"]
+    rt.calls.clear()
+    assert top2_after(RuntimeScheduler(rt), [50]) == (51, 52, 0.5)  # no prompt count given: none of it is prompt
+    assert rt.calls == ["open", "decode 1@0", "top2 0", "drop 0"]
+    rt.calls.clear()
+    assert top2_after(RuntimeScheduler(rt), [50, 51], 0) == (52, 53, 0.5)  # a prefill of one token, then one
+    assert rt.calls == ["open", "decode 1@0", "decode 1@1", "top2 0", "drop 0"]
+
+
+def test_top2_after_runs_as_one_baseline_operation_outside_any_session():
+    sched = RuntimeScheduler(Top2Runtime())
+    top2_after(sched, [100, 101], 2)
+    assert [(op.kind, op.session_id) for op in sched.operations] == [("baseline", -1)]
 
 
 def test_top2_after_opens_its_session_with_the_runs_penalties_only():
@@ -208,3 +222,31 @@ def test_run_baseline_passes_its_cancel_event_to_the_plain_run():
     cancel.set()
     with pytest.raises(RequestCancelled):
         run_baseline(RuntimeScheduler(rt), g, cancel=cancel)
+
+
+PENALIZED = SamplingSettings(temperature=0.0, repeat_penalty=1.3, repeat_last_n=16)
+
+
+def test_find_divergence_asks_the_target_with_the_runs_penalties():
+    rt = Top2Runtime()
+    find_divergence(RuntimeScheduler(rt), [100], [101, 102], [101, 7], PENALIZED)
+    assert rt.opened[-1].repeat_penalty == 1.3 and rt.opened[-1].repeat_last_n == 16
+
+
+def test_compare_with_plain_and_run_baseline_pass_the_runs_penalties_to_the_divergence_check():
+    rt = Top2Runtime()
+    _plain, d = compare_with_plain(RuntimeScheduler(rt), [100], [101, 7],
+                                   GenerationSettings(max_new_tokens=2, sampling=PENALIZED))
+    assert d is not None and rt.opened[-1].repeat_penalty == 1.3
+
+    class FlipInBatches(Top2Runtime):
+        def decode_rows(self, sid, tokens, position, abort=None):
+            out = super().decode_rows(sid, tokens, position, abort)
+            return [555 if len(tokens) > 1 and t == 104 else p for t, p in zip(tokens, out)]
+
+    rt = FlipInBatches()
+    g = Generation(RuntimeScheduler(rt), ListSource([follow(3)]), [100, 101, 102],
+                   GenerationSettings(max_new_tokens=6, draft_max=8, sampling=PENALIZED))
+    g.run()
+    assert run_baseline(RuntimeScheduler(rt), g).divergence is not None
+    assert rt.opened[-1].repeat_penalty == 1.3 and rt.opened[-1].repeat_last_n == 16

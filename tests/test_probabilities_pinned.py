@@ -28,6 +28,7 @@ def test_a_row_names_its_proposed_and_predicted_tokens_and_takes_every_column_at
     assert w.row(2, (5, 7)) == RowProbabilities(2, None, None, None, 9, 0.7, ((9, 0.7), (4, 0.1)), 0.8, 0.4, None,
                                                  "softmax", 2)
     assert w.row(1, (5, 7), (5,)).predicted == 8  # predictions shorter than the rows: the top token
+    assert w.row(1, (5, 7), (5, 7, 9)).predicted == 7  # a sampled prediction that is not the top token
     assert w.row(0, (5, 7), (5, 8, 9)).proposed == 5
     assert _block(predicted_rank=None).row(0).predicted_rank is None
 
@@ -152,3 +153,16 @@ def test_top_texts_are_added_per_row_and_read_back_as_an_id_to_text_map():
     assert with_top_texts(None, str) is None
     assert top_texts_of(full) == {1: "t1", 2: "t2", 3: "t3"}
     assert top_texts_of(block) == {} and top_texts_of(None) == {} and top_texts_of({}) == {}
+
+
+def test_the_drafts_q_is_kept_to_four_digits_and_none_clears_it():
+    w = _block(draft_q=None)
+    assert w.with_draft_q((0.123456, 0.5)).draft_q == (0.1235, 0.5)
+    assert _block().with_draft_q(None).draft_q is None
+
+
+def test_a_near_tie_is_a_margin_below_half_a_logit_or_the_given_threshold():
+    row = _block().row(2)  # margin 0.4
+    assert row.near_tie() and not row.near_tie(0.4) and row.near_tie(0.41)
+    assert not _block().row(1).near_tie()  # margin 1.0
+    assert not RowProbabilities(0, None, None, None, 1, 0.5, (), 0.0, 0.5, None, "softmax").near_tie()  # 0.5: not below
