@@ -37,7 +37,7 @@ class Source:
 
     def __init__(self, answers, with_begin=True):
         self.answers = list(answers)
-        self.requests, self.reports, self.begun = [], [], []
+        self.requests, self.reports, self.begun, self.deadlines = [], [], [], []
         if with_begin:
             self.begin = lambda prompt: self.begun.append(prompt)
         self.closed = False
@@ -45,6 +45,7 @@ class Source:
     def propose(self, request):
         self.requests.append((tuple(request.tokens), request.prompt_token_count, request.decode_step,
                               request.max_proposal_tokens))
+        self.deadlines.append(request.deadline_s)
         a = self.answers.pop(0) if self.answers else None
         return Proposal(b"\x0a\x0b", tuple(a)) if isinstance(a, tuple) else a
 
@@ -112,6 +113,19 @@ def test_replay_treats_an_empty_proposal_as_none_and_reports_a_rejection_as_firs
     assert [(w.decode_step, w.proposal, w.accepted, w.committed) for w in windows] == [(1, (7, 0), 0, 1)]
     assert src.reports[0].disposition == "first_mismatch" and src.reports[0].committed_tokens == (8,)
     assert plain == 2  # step 0, then 9 after the window
+    # the window's one committed token joins the stream before the next question; caps 8, 7, 6
+    assert src.requests == [((5, 6), 1, 0, 8), ((5, 6, 7), 1, 1, 7), ((5, 6, 7, 8), 1, 2, 6)]
+    assert src.deadlines == [float("inf")] * 3  # a replay has no deadline
+
+
+def test_replay_takes_a_one_token_proposal_and_never_matches_a_proposal_token_past_the_output():
+    src = Source([(3,)])
+    windows, plain, _ms = replay(src, Recording((1,), (2, 3, 4), 10, 64, 256), 8)
+    assert [(w.proposal, w.accepted, w.committed) for w in windows] == [((3,), 1, 2)] and plain == 0
+    # output 5 6: the proposal 6 1 meets row 6 then no row (past the output): 1 accepted, 1 committed
+    src = Source([(6, 1)])
+    windows, plain, _ms = replay(src, Recording((1,), (5, 6), 10, 64, 256), 8)
+    assert [(w.proposal, w.accepted, w.committed) for w in windows] == [((6, 1), 1, 1)] and plain == 0
 
 
 def test_replay_stops_a_window_at_an_end_of_generation_token():
@@ -150,6 +164,9 @@ def test_predict_of_a_free_run_gives_zero_speed_rather_than_dividing_by_zero(clo
     monkeypatch.setattr(T, "time", NS(perf_counter_ns=lambda: 0))
     row = predict("x", {}, 4, Recording((1,), (2, 3), 8, 64, 256), CostModel((0.0,)))
     assert (row.windows, row.plain_steps, row.decode_ms, row.tokens_per_s, row.speedup) == (0, 1, 0.0, 0.0, 0.0)
+    # half a millisecond for the one plain step: 2 tokens in 0.5 ms, as fast as plain decoding
+    row = predict("x", {}, 4, Recording((1,), (2, 3), 8, 64, 256), CostModel((0.5,)))
+    assert (row.decode_ms, row.tokens_per_s, row.speedup) == (0.5, 4000.0, 1.0)
 
 
 def test_tune_row_label_and_mean_accepted_length():
@@ -168,6 +185,7 @@ def test_the_grid_is_the_cross_product_of_option_values_then_draft_max():
 
 def test_tune_sorts_by_speedup_skips_plain_and_refused_options_and_reports_progress(monkeypatch):
     def fake_predict(s, opts, dm, rec, costs):
+        assert (rec, costs) == ("the recording", "the costs")
         if opts.get("bad"):
             raise ValueError("refused")
         return TuneRow(s, opts, dm, 0, 0, 0, 0, 0.0, 1.0, 1.0, opts["speed"])
@@ -176,13 +194,15 @@ def test_tune_sorts_by_speedup_skips_plain_and_refused_options_and_reports_progr
     seen = []
     configs = [("a", {"speed": 1.0}, 2), ("none", {}, 0), ("b", {"bad": 1}, 2), ("c", {"speed": 3.0}, 2),
                ("d", {"speed": 2.0}, 2)]
-    rows = tune(None, None, configs, progress=lambda d, t: seen.append((d, t)))
-    assert [r.source for r in rows] == ["c", "d", "a"]
+    rows = tune("the recording", "the costs", configs, progress=lambda d, t: seen.append((d, t)))
+    assert [(r.source, r.draft_max) for r in rows] == [("c", 2), ("d", 2), ("a", 2)]
     assert seen == [(1, 5), (3, 5), (4, 5), (5, 5)]  # plain ("none") is skipped before any progress
     cancel = threading.Event()
     cancel.set()
-    assert tune(None, None, configs, cancel=cancel) == []
-    assert [r.source for r in tune(None, None, configs, cancel=threading.Event())] == ["c", "d", "a"]
+    assert tune("the recording", "the costs", configs, cancel=cancel) == []
+    configs[0] = ("a", {"speed": 1.0}, 6)
+    assert [(r.source, r.draft_max) for r in tune("the recording", "the costs", configs, cancel=threading.Event())] \
+        == [("c", 2), ("d", 2), ("a", 6)]
 
 
 def test_the_tune_table_is_pinned_to_its_columns():
@@ -193,6 +213,9 @@ def test_the_tune_table_is_pinned_to_its_columns():
         "ngram:draft_max=8,n_max=4                                    1.50x   123.5       4     10/20  3.50",
         "suffix:draft_max=2                                           1.00x   100.0       0       0/0      "]
     assert len(format_tune(rows, limit=1).splitlines()) == 2
+    assert len(format_tune(rows * 10).splitlines()) == 1 + 15  # the best 15 by default
+    long = TuneRow("x" * 70, {}, 2, 0, 0, 0, 9, 0.0, 90.0, 100.0, 1.0)
+    assert format_tune([long]).splitlines()[1] == "x" * 58 + "   1.00x   100.0       0       0/0      "
 
 
 def test_the_verified_table_says_what_was_measured_beside_what_was_predicted():
@@ -211,6 +234,9 @@ def test_the_verified_table_says_what_was_measured_beside_what_was_predicted():
         "n/a: the output differed from the recording",
         "ngram:draft_max=8                                              100.0     error                 "
         "n/a: the output differed from the recording"]
+    long = Verified(TuneRow("x" * 70, {}, 2, 0, 0, 0, 9, 0.0, 90.0, 100.0, 1.0), None, None, False, None)
+    assert format_verified([long]).splitlines()[1] == \
+        "x" * 58 + "     100.0       n/a                 n/a: the output differed from the recording"
 
 
 def test_a_recording_from_values_defaults_its_limits_and_its_end_of_generation_test():
@@ -245,7 +271,8 @@ def test_a_recording_from_a_document_reads_prompt_output_settings_model_and_fini
     rec = recording_from_document(doc)
     assert rec == Recording((1, 2), (3, 4), 9, 16, 64) and rec.is_eog(4)
     del doc["model"]
-    assert recording_from_document(doc, is_eog=lambda t: False).n_batch == 512
+    given = recording_from_document(doc, is_eog=lambda t: t == 3)
+    assert given.n_batch == 512 and given.is_eog(3) and not given.is_eog(4)  # the given test, not the default
 
 
 def _record(**kw):
@@ -287,6 +314,19 @@ def test_c_k_from_a_recordings_times_is_the_median_per_row_count_interpolated_be
     assert costs_from_times([2_000], [(2, 3_000), (5, 9_000), (3, 5_000)]).row_ms == (2.0, 3.0, 5.0, 7.0, 9.0)
 
 
+def test_c_k_interpolates_between_the_nearest_measured_row_counts_even_when_times_do_not_grow():
+    # c(1) 10, c(3) 30, c(5) 20: c(2) between c(1) and c(3) = 20; c(4) between c(3) and c(5) = 25
+    assert costs_from_times([10_000], [(3, 30_000), (5, 20_000)]).row_ms == (10.0, 20.0, 30.0, 25.0, 20.0)
+    # c(1) 10, c(3) 5, c(5) 20: c(2) = 7.5; c(4) = 12.5
+    assert costs_from_times([10_000], [(3, 5_000), (5, 20_000)]).row_ms == (10.0, 7.5, 5.0, 12.5, 20.0)
+
+
+def test_c_k_from_a_document_without_lock_operations_or_windows():
+    assert T.costs_from_document({}) is None
+    assert T.costs_from_document({"windows": [{"verification_rows": 2, "verification_elapsed_us": 1}]}) is None
+    assert T.costs_from_document({"lock_operations": [{"kind": "step", "hold_us": 3_000}]}).row_ms == (3.0,)
+
+
 def test_measured_points_are_the_median_per_row_count_with_or_without_plain_steps():
     assert measured_points([], [(3, 6_000), (3, 8_000), (2, 1_000)]) == [(2, 1.0), (3, 7.0)]
     assert measured_points([1_000, 3_000], []) == [(1, 2.0)]
@@ -295,6 +335,7 @@ def test_measured_points_are_the_median_per_row_count_with_or_without_plain_step
 def test_fitted_costs_skip_sizes_the_stored_curve_prices_at_zero_and_keep_it_without_any_point():
     stored = CostModel((0.0, 10.0, 20.0))
     assert fitted_costs(stored, [(1, 5.0), (2, 30.0)]).row_ms == (0.0, 30.0, 60.0)  # only 30/10 counts
+    assert fitted_costs(CostModel((0.5, 1.0)), [(1, 1.0), (2, 2.0)]).row_ms == (1.0, 2.0)  # sub-ms costs count
     assert fitted_costs(stored, []).row_ms == (0.0, 10.0, 20.0)
     assert fitted_costs(CostModel((10.0, 20.0)), [(1, 10.0), (2, 30.0), (2, 60.0)]).row_ms == (15.0, 30.0)
 
@@ -327,6 +368,7 @@ def _verify_setup(monkeypatch, speeds, plains, outputs=None, receipts=None, erro
     rec = Recording((1, 2, 3), (1, 2, 3, 1, 2, 3, 1, 2), 8, 64, 256)
 
     def run_compare(scheduler, prompt, configs, settings, keep_runs):
+        assert scheduler is not None
         i = len(calls)
         calls.append((prompt, [(c.label, c.source, c.draft_max, c.options) for c in configs], settings.max_new_tokens,
                       keep_runs))
@@ -370,11 +412,12 @@ def test_verify_says_the_windows_differ_when_the_real_ones_do(monkeypatch):
 
 
 def test_verify_compares_no_windows_when_the_output_differed_and_skips_missing_speeds(monkeypatch):
-    rec, calls, made = _verify_setup(monkeypatch, [None, 12.0], [0.0, 6.0], outputs=[(1, 2), (1, 2)],
-                                     errors=["boom", None])
-    [v] = T.verify(NS(runtime=None), rec, [TuneRow("mine", {}, 3, 1, 3, 3, 3, 0.0, 43.0, 25.0, 1.6)], repeats=2)
+    rec, calls, made = _verify_setup(monkeypatch, [None, 12.0, 9.0], [0.0, 6.0, None], outputs=[(1, 2)] * 3,
+                                     errors=["boom", None, None])
+    [v] = T.verify(NS(runtime=None), rec, [TuneRow("mine", {}, 3, 1, 3, 3, 3, 0.0, 43.0, 25.0, 1.6)], repeats=3)
     assert (v.same_output, v.same_windows, v.error) == (False, None, "boom") and made == []
-    assert (v.measured_tokens_per_s, v.measured_speedup, v.repeats) == (12.0, 2.0, 1)
+    # speeds 12 and 9 measured (median 10.5); a ratio only where both runs measured one: 12 / 6
+    assert (v.measured_tokens_per_s, v.measured_speedup, v.repeats) == (10.5, 2.0, 2)
 
 
 def test_verify_without_any_measurement_gives_none_and_refuses_fewer_than_one_repeat(monkeypatch):
