@@ -137,3 +137,17 @@ def test_a_real_synthetic_run_lands_where_its_rate_and_draft_cost_put_it(runtime
     assert landed["0.9"].mean_length > landed["0.3"].mean_length
     assert landed["0.9"].draft_ms >= 2.0 * 0.99  # every proposed token spent its 2 ms
     assert landed["0.9"].cost_fraction == pytest.approx(landed["0.9"].draft_ms / 10.0)
+
+
+def test_the_table_says_how_many_cells_lie_within_ten_percent_of_their_prediction():
+    from inspector.bench.synthetic_table import format_synthetic_table, measured_over_predicted
+
+    rows = [dict(mean_length=1, rate=0.0, cost_fraction=0.0, measured_mean_length=1.0, speedup=0.72,
+                 predicted_for_run=0.80, predicted_speedup=0.8),  # 0.90: just within
+            dict(mean_length=2, rate=0.5, cost_fraction=0.0, measured_mean_length=1.9, speedup=1.00,
+                 predicted_for_run=1.25, predicted_speedup=1.3)]  # 0.80: outside
+    assert measured_over_predicted(rows) == pytest.approx([0.9, 0.8])
+    text = format_synthetic_table(dict(rows=rows, c_ms=[10.0], draft_max=8, max_new_tokens=64, repeats=3,
+                                       plain_tokens_per_s=90.0))
+    assert text.splitlines()[-1] == ("measured / predicted for the runs' windows: 0.80..0.90 (median 0.85); "
+                                     "1 of 2 cells within 10% of the prediction")

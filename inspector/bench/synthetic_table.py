@@ -159,4 +159,21 @@ def format_synthetic_table(result: dict) -> str:
         lines.append(f"{tau:>4g} {first['rate']:>5.2f} {run_tau if run_tau is None else f'{run_tau:.2f}':>7} "
                      + " ".join(f"{c:>21}" for c in cells))
     lines.append("* below break-even: slower than plain decoding")
+    ratios = measured_over_predicted(result["rows"])
+    if ratios:
+        within = sum(1 for q in ratios if abs(q - 1) <= PREDICTION_TOLERANCE + 1e-9)  # 0.72 / 0.80 is within
+        lines.append(f"measured / predicted for the runs' windows: {min(ratios):.2f}..{max(ratios):.2f} (median "
+                     f"{median(ratios):.2f}); {within} of {len(ratios)} cells within "
+                     f"{PREDICTION_TOLERANCE:.0%} of the prediction")
     return "\n".join(lines)
+
+
+PREDICTION_TOLERANCE = 0.10
+"""How far a measured speedup may lie from the cost model's prediction for the same windows (issue 39's
+bar: within 10 %)."""
+
+
+def measured_over_predicted(rows) -> list[float]:
+    """Each row's measured speedup over the prediction for the runs' own windows (both present), in the
+    rows' order: 1.0 is a prediction met exactly, below 1 the runs were slower than c(k) predicts."""
+    return [r["speedup"] / r["predicted_for_run"] for r in rows if r.get("speedup") and r.get("predicted_for_run")]
