@@ -74,6 +74,21 @@ def test_where_a_source_stops_paying_names_the_length_and_whether_acceptance_or_
     assert said["mod"] == "pays at every length measured"
 
 
+def test_a_length_under_break_even_followed_by_one_that_pays_is_a_dip_not_where_it_stops():
+    """Seen in the window's By KV position line: a run whose first group of windows lost (0.99x) and every
+    later group paid was said to "stop paying at 129". Stopping means every longer length loses too."""
+    from inspector.bench.context_costs import SourceAtLength, stops_paying
+
+    rows = [SourceAtLength(129, "run", 0.99, 0.5, 3.0, 4), SourceAtLength(147, "run", 1.40, 0.9, 5.0, 4),
+            SourceAtLength(170, "run", 0.95, 0.9, 5.0, 4), SourceAtLength(190, "run", 1.30, 0.9, 5.0, 4),
+            SourceAtLength(129, "late", 1.20, 0.9, 5.0, 4), SourceAtLength(147, "late", 0.90, 0.9, 5.0, 4),
+            SourceAtLength(170, "late", 1.10, 0.9, 5.0, 4), SourceAtLength(190, "late", 0.80, 0.9, 5.0, 4)]
+    said = stops_paying(rows)
+    assert said["run"] == ("below break-even at 129 (0.99x): 3.00 tokens per window do not pay for the rows here, "
+                           "pays again at 147")
+    assert said["late"].startswith("stops paying at 190 (0.80x): cost:")  # 147 was a dip: 170 paid again
+
+
 def test_a_long_prompt_is_filler_then_the_task():
     from inspector.bench.context_costs import long_prompt
 

@@ -125,20 +125,26 @@ def sources_by_context(scheduler, filler: Sequence[int], task: Sequence[int], le
 
 
 def stops_paying(rows: Sequence[SourceAtLength], costs: dict[int, CostModel] | None = None) -> dict[str, str]:
-    """Per source label: where it stops paying, in words ("pays at every length measured", or the first
-    length under 1.00x and why: fewer accepted tokens per window than at the shortest length
-    (acceptance), else c(k) grown (cost: the ratio of c(1) there to the shortest length's, from ``costs``
-    when given))."""
+    """Per source label: where it stops paying, in words ("pays at every length measured", or the length
+    from which every longer one is under 1.00x, and why: fewer accepted tokens per window than at the
+    shortest length (acceptance), else c(k) grown (cost: the ratio of c(1) there to the shortest length's,
+    from ``costs`` when given)). A length under 1.00x followed by one that pays again is a dip, said as
+    "below break-even at L (...), pays again at M", not as where it stops."""
     out = {}
     for label in dict.fromkeys(r.label for r in rows):
         mine = sorted((r for r in rows if r.label == label), key=lambda r: r.length)
         first = mine[0]
-        loss = next((r for r in mine if r.speedup is None or r.speedup < 1.0), None)
-        if loss is None:
+        losing = [r.speedup is None or r.speedup < 1.0 for r in mine]
+        if not any(losing):
             out[label] = "pays at every length measured"
             continue
+        onset = next((i for i in range(len(mine)) if all(losing[i:])), None)
+        dip = losing.index(True)
+        loss = mine[dip if onset is None else onset]
+        again = "" if onset is not None else \
+            f", pays again at {next(r.length for r, l in zip(mine[dip:], losing[dip:]) if not l)}"
         if loss.speedup is None:
-            out[label] = f"no speedup at {loss.length} ({loss.error or 'no window'})"
+            out[label] = f"no speedup at {loss.length} ({loss.error or 'no window'}){again}"
             continue
         shorter = (loss.mean_accepted_length or 1.0) < 0.9 * (first.mean_accepted_length or 1.0)
         if loss is first or shorter:
@@ -150,7 +156,8 @@ def stops_paying(rows: Sequence[SourceAtLength], costs: dict[int, CostModel] | N
             if costs and loss.length in costs and first.length in costs:
                 grown = f" (c(1) {costs[loss.length].cost(1) / costs[first.length].cost(1):.2f}x the {first.length}'s)"
             why = f"cost: as many tokens per window as at {first.length}, but verification costs more{grown}"
-        out[label] = f"stops paying at {loss.length} ({loss.speedup:.2f}x): {why}"
+        where = "stops paying at" if onset is not None else "below break-even at"
+        out[label] = f"{where} {loss.length} ({loss.speedup:.2f}x): {why}{again}"
     return out
 
 
