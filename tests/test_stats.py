@@ -3,8 +3,6 @@ out here, never taken from the code under test)."""
 
 from types import SimpleNamespace
 
-import pytest
-
 from inspector.engine.stats import (
     SLOW_VERIFICATION_FACTOR,
     acceptance_by_position,

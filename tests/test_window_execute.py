@@ -6,7 +6,6 @@ at KV position 3 (the prompt 100, 101, 102 is in the KV cache)."""
 import threading
 
 import numpy as np
-import pytest
 
 from inspector.engine import window as W
 from inspector.engine.errors import DecodeAborted, PositionMismatch, RepairFailed, RequestCancelled
