@@ -16,7 +16,8 @@ from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR
 from inspector.session.audit import NOT_EXPLAINED, RUN_PREFIX
 from inspector.session.run_states import BUSY, IDLE
 from inspector.sources.registry import PLAIN
-from test_gui_support import DecodeHold, example_text, make_window, open_receipts, plain_tokens, run_to_end
+from test_gui_support import DecodeHold, example_text, make_window, open_receipts, plain_tokens, run_to_end, \
+    run_with_planted_divergence
 
 PLANTED = 6
 """Generated-token index of the planted divergence (or the plain run's last token when shorter)."""
@@ -44,21 +45,7 @@ def test_a_planted_divergence_is_audited_in_the_window_live_and_opened(qtbot, ru
     assert "no run yet" in w.analysis.audit.view.verdict_text()
 
     row_position = len(runtime.prompt_tokens(text)) - 1 + planted  # the row that predicts generated[planted]
-    original = runtime.decode_rows
-
-    def perturbed(sid, tokens, position, abort=None):
-        out = original(sid, tokens, position, abort)
-        j = row_position - position
-        if w.worker.running and 0 <= j < len(out):  # the speculative run only, not the audit after it
-            out = list(out)
-            out[j] = (out[j] + 1) % runtime.n_vocab
-        return out
-
-    runtime.decode_rows = perturbed
-    try:
-        run_to_end(qtbot, w)
-    finally:
-        del runtime.decode_rows
+    run_with_planted_divergence(qtbot, w, runtime, row_position)
     planted_token = w.session.generated_token_ids[planted]
     tv = w.token_view
     assert f"token {planted}" in tv.baseline_text() and "Audit this difference" in tv.baseline_text()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from inspector.receipts import load_document
 from inspector.session.run_states import IDLE, PAUSED
 from test_gui_support import DecodeHold, example_text, make_window, open_receipts, plain_tokens, run_to_end, \
-    wait_state
+    run_with_planted_divergence, wait_state
 
 PLANTED = 10
 """Generated-token index where the planted perturbation changes the speculative output
@@ -49,21 +49,7 @@ def test_planted_divergence_is_marked_exported_and_reopened(qtbot, runtime, tmp_
     w.panel.baseline.setChecked(True)
     prompt_len = len(runtime.prompt_tokens(example_text("copy-with-corrections")))
     row_position = prompt_len - 1 + planted  # the row whose prediction is generated token planted
-    original = runtime.decode_rows
-
-    def perturbed(sid, tokens, position, abort=None):
-        out = original(sid, tokens, position, abort)
-        j = row_position - position
-        if w.worker.running and 0 <= j < len(out):  # the speculative run only, not the baseline after it
-            out = list(out)
-            out[j] = (out[j] + 1) % runtime.n_vocab
-        return out
-
-    runtime.decode_rows = perturbed
-    try:
-        run_to_end(qtbot, w)
-    finally:
-        del runtime.decode_rows
+    run_with_planted_divergence(qtbot, w, runtime, row_position)
     s = w.session
     assert s.divergence_index == planted
     d = s.baseline["divergence"]

@@ -143,6 +143,27 @@ def run_to_end(qtbot, w, **start) -> tuple:
     return tuple(blocker.args)
 
 
+def run_with_planted_divergence(qtbot, w, runtime, row_position: int) -> None:
+    """Run ``w`` to its end with the target's prediction of the row at KV position ``row_position`` (every
+    verify batch that holds it) replaced by the next token id: the speculative run parts from plain decoding
+    there; decodes after the run (the baseline, the audit) are the real ones."""
+    original = runtime.decode_rows
+
+    def perturbed(sid, tokens, position, abort=None):
+        out = original(sid, tokens, position, abort)
+        j = row_position - position
+        if w.worker.running and 0 <= j < len(out):
+            out = list(out)
+            out[j] = (out[j] + 1) % runtime.n_vocab
+        return out
+
+    runtime.decode_rows = perturbed
+    try:
+        run_to_end(qtbot, w)
+    finally:
+        del runtime.decode_rows
+
+
 def wait_state(qtbot, w, state: str, timeout: int = RUN_TIMEOUT_MS) -> None:
     qtbot.waitUntil(lambda: w.state == state, timeout=timeout)
 
