@@ -151,3 +151,28 @@ def test_the_table_says_how_many_cells_lie_within_ten_percent_of_their_predictio
                                        plain_tokens_per_s=90.0))
     assert text.splitlines()[-1] == ("measured / predicted for the runs' windows: 0.80..0.90 (median 0.85); "
                                      "1 of 2 cells within 10% of the prediction")
+
+
+def test_bench_synthetic_sums_up_each_example_and_all_of_them():
+    from inspector.bench.synthetic_table import format_examples_summary
+
+    def row(speedup, predicted):
+        return dict(speedup=speedup, predicted_for_run=predicted)
+
+    results = {"copy-exact": dict(rows=[row(1.0, 1.0), row(0.8, 1.0)]),  # 1.00 within, 0.80 outside
+               "open-ended": dict(rows=[row(1.05, 1.0), row(None, 1.0)])}  # a cell without a speed is left out
+    assert format_examples_summary(results).splitlines() == [
+        "measured / predicted for the runs' windows, per example:",
+        "  copy-exact               0.80..1.00 (median 0.90); 1 of 2 cells within 10%",
+        "  open-ended               1.05..1.05 (median 1.05); 1 of 1 cells within 10%",
+        "  all examples             0.80..1.05 (median 1.00); 2 of 3 cells within 10%"]
+
+
+def test_a_cells_plain_baseline_is_the_median_of_the_plain_runs_beside_it_and_its_neighbours():
+    from inspector.bench.synthetic_table import local_plain_speed
+
+    plains = [[100.0, 104.0], [90.0, 92.0, 94.0], [80.0], []]
+    assert local_plain_speed(plains, 0) == 97.0  # rows 0 and 1: 90 92 94 100 104
+    assert local_plain_speed(plains, 1) == 93.0  # rows 0..2: 80 90 92 94 100 104
+    assert local_plain_speed(plains, 3) == 80.0  # its own row ran none: row 2's
+    assert local_plain_speed([[]], 0) is None

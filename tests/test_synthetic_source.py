@@ -178,8 +178,12 @@ def test_the_table_on_the_bundled_model_and_bench_synthetic(runtime, chat_tokens
     fake = SimpleNamespace(prompt_tokens=lambda text, **kw: [1, 2, 3], close=lambda: None)
     monkeypatch.setattr(bench_costs, "open_target_runtime", lambda args, **kw: fake)
     monkeypatch.setattr(bench_synthetic, "synthetic_table", lambda rt, tokens, **kw: result)  # measured above
-    assert main(["bench", "--synthetic", "--max-tokens", "24"]) == 0
-    assert "synthetic acceptance, draft max 8, 24 tokens" in capsys.readouterr().out
+    assert main(["bench", "--synthetic", "--max-tokens", "24", "--tasks", "copy-exact,open-ended"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("synthetic acceptance, draft max 8, 24 tokens") == 2  # a table per example
+    assert out.index("copy-exact:\n") < out.index("open-ended:\n") < out.index("  all examples ")
+    assert main(["bench", "--synthetic", "--tasks", "no-such-example"]) == 2
+    assert "unknown task no-such-example" in capsys.readouterr().err
 
 
 def test_run_with_the_synthetic_source_from_the_command_line_gives_plain_decodings_text(tmp_path, capsys):

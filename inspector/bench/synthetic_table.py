@@ -9,13 +9,15 @@ same prompt, beside what the cost model c(k) predicts for the same rate and cost
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from statistics import median
 from typing import Callable, Sequence
 
+from inspector.bench.context_costs import context_prompt
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.stats import decode_tokens_per_s
-from inspector.llama.cost_model import CostModel, measure_cost_model
+from inspector.llama.cost_model import CostModel, cost_model_of, measure_cost_rounds
 from inspector.sources.registry import SourceContext, make_source
 from inspector.sources.synthetic import constant_rate
 
@@ -42,17 +44,31 @@ def predicted_speedup(cm: CostModel, rate: float, draft_max: int, cost_fraction:
     return committed * c1 / cost
 
 
-def run_prediction(cm: CostModel, generation: Generation, cost_fraction: float) -> float | None:
+@dataclass(frozen=True, slots=True)
+class RunShape:
+    """What a cost-model prediction needs of a finished run: its windows as (verification rows, committed
+    tokens), its plain steps (the first token's prefill excluded) and its proposed tokens."""
+
+    windows: tuple[tuple[int, int], ...]
+    plain_steps: int
+    proposed: int
+
+    @classmethod
+    def of(cls, generation: Generation) -> "RunShape":
+        windows = tuple((1 + r.proposal_token_count, len(r.committed_tokens)) for r in generation.receipts)
+        return cls(windows, generation.decode_step - len(windows),
+                   sum(r.proposal_token_count for r in generation.receipts))
+
+
+def run_prediction(cm: CostModel, shape: RunShape, cost_fraction: float) -> float | None:
     """Speedup the cost model predicts for this run's own windows (``CostModel.expected_speedup``: their
     rows and committed tokens, and the plain steps, the first token's prefill excluded) with the draft
     cost of its proposed tokens (``cost_fraction`` x c(1) each): the run's length and its end, where
     proposals are cut, are in it; the nominal rate's prediction has neither."""
-    windows = [(1 + r.proposal_token_count, len(r.committed_tokens)) for r in generation.receipts]
-    plain_steps = generation.decode_step - len(windows)
     c1 = cm.row_ms[0]
-    tokens = sum(c for _, c in windows) + plain_steps
-    cost = sum(cm.cost(rows) for rows, _ in windows) + plain_steps * c1
-    cost += cost_fraction * c1 * sum(r.proposal_token_count for r in generation.receipts)
+    tokens = sum(c for _, c in shape.windows) + shape.plain_steps
+    cost = sum(cm.cost(rows) for rows, _ in shape.windows) + shape.plain_steps * c1
+    cost += cost_fraction * c1 * shape.proposed
     return tokens * c1 / cost if tokens and cost > 0 else None
 
 
@@ -66,15 +82,23 @@ def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int =
                     cost_fractions: Sequence[float] = COST_FRACTIONS,
                     progress: Callable[[str], None] = lambda m: None, scheduler: RuntimeScheduler | None = None,
                     cancel: threading.Event | None = None, row_done: Callable[[dict], None] = lambda r: None) -> dict:
-    """Measure the table on ``runtime`` (one KV sequence is enough): c(k) for k = 1..``k_max`` rows
-    (``repeats`` rounds), plain decoding of ``prompt_tokens`` (``max_new_tokens`` tokens, the median
-    of ``repeats`` runs), then one synthetic run per (tau, cost fraction), the median of ``repeats``
-    seeds. Returns ``{"c_ms": [...], "plain_tokens_per_s", "rows": [{"mean_length", "rate",
-    "cost_fraction", "draft_cost_ms", "measured_mean_length", "tokens_per_s", "speedup",
-    "predicted_speedup" (the nominal rate's), "predicted_for_run" (the runs' own windows)}, ...]}``.
-    ``scheduler``: the runtime's (a new one by default); ``row_done(result so far)`` after each row;
-    ``cancel`` set (any thread) stops the run in flight and raises ``RequestCancelled`` whose ``partial``
-    is the result of the rows done (None before the plain runs ended)."""
+    """Measure the table on ``runtime`` (one KV sequence is enough), every cell the way the machine is at
+    the time: c(k) for k = 1..``k_max`` rows (``measure_cost_rounds``: ``repeats`` rounds first, then one
+    before each cell; the cost model is the median of all of them) after as many positions as the runs'
+    mean context (the prompt and half of ``max_new_tokens``: verification attends to every cached
+    position); per (tau, cost fraction) cell ``repeats`` synthetic runs (seeds 0..repeats-1) of
+    ``max_new_tokens`` tokens, each right after a plain run of the same prompt: the cell's speedup is
+    the median synthetic tokens/s over the plain runs near it in time (``local_plain_speed``), so a
+    machine that runs faster or slower over the minutes of the table moves both. (Measured on this 2-core machine: the speed of
+    the same decode drifted by 10-15% within minutes; with one plain measurement at the start, whole
+    examples came out 10-17% off their predictions.) Returns ``{"c_ms": [...], "plain_tokens_per_s"
+    (median of every plain run), "rows": [{"mean_length", "rate", "cost_fraction", "draft_cost_ms",
+    "measured_mean_length", "tokens_per_s", "plain_tokens_per_s", "speedup", "predicted_speedup" (the
+    nominal rate's), "predicted_for_run" (the runs' own windows)}, ...]}``; every prediction is of the
+    final cost model. ``scheduler``: the runtime's (a new one by default); ``row_done(result so far)``
+    after each row (predictions of the cost model so far); ``cancel`` set (any thread) stops the run in
+    flight and raises ``RequestCancelled`` whose ``partial`` is the result of the rows done (None before
+    the first row)."""
     scheduler = scheduler or RuntimeScheduler(runtime)
     prompt = tuple(prompt_tokens)
     result: dict | None = None
@@ -85,8 +109,10 @@ def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int =
             exc.partial = result
             raise exc
 
-    progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats) ...")
-    cm = measure_cost_model(scheduler, prompt[:64], k_max=k_max, repeats=repeats)
+    context = len(prompt) + max_new_tokens // 2
+    cost_prompt = context_prompt(prompt, max(1, min(context, runtime.n_ctx - max(k_max, 8))))
+    progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats, after {len(cost_prompt)} positions) ...")
+    rounds = measure_cost_rounds(scheduler, cost_prompt, k_max=k_max, repeats=repeats)
     settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_max=DRAFT_MAX, probabilities=False)
     memory: dict = {}
 
@@ -104,35 +130,61 @@ def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int =
             g.close()
         return g
 
-    progress("plain decoding ...")
-    plain = median(decode_speed(timed(None)) for _ in range(repeats))
     rows: list = []
-    result = {"c_ms": list(cm.row_ms), "plain_tokens_per_s": plain, "draft_max": DRAFT_MAX,
-              "max_new_tokens": max_new_tokens, "repeats": repeats, "rows": rows}
+    shapes: list[list[RunShape]] = []  # per row, its runs
+    plains: list[list[float]] = []  # per row, the tokens/s of the plain runs beside its runs
+
+    def summary() -> dict:
+        cm = cost_model_of(rounds)
+        for i, (row, runs) in enumerate(zip(rows, shapes)):
+            plain = local_plain_speed(plains, i)
+            row["plain_tokens_per_s"] = plain
+            row["speedup"] = row["tokens_per_s"] / plain if plain else None
+            f = row["cost_fraction"]
+            predicted = [p for p in (run_prediction(cm, shape, f) for shape in runs) if p is not None]
+            row["draft_cost_ms"] = f * cm.row_ms[0]
+            row["predicted_speedup"] = predicted_speedup(cm, row["rate"], DRAFT_MAX, f)
+            row["predicted_for_run"] = median(predicted) if predicted else None
+        every = [v for runs in plains for v in runs]
+        return {"c_ms": list(cm.row_ms), "plain_tokens_per_s": median(every) if every else None,
+                "draft_max": DRAFT_MAX, "max_new_tokens": max_new_tokens, "repeats": repeats,
+                "rows": [dict(r) for r in rows]}
+
     for tau in mean_lengths:
         rate = constant_rate(tau, DRAFT_MAX)
         for f in cost_fractions:
-            cost_ms = f * cm.row_ms[0]
+            stop_if_cancelled()
+            rounds += measure_cost_rounds(scheduler, cost_prompt, k_max=k_max, repeats=1, warm_up=False)
+            cost_ms = f * cost_model_of(rounds).row_ms[0]
             progress(f"synthetic mean length {tau:g}, draft cost {f:g} c(1) = {cost_ms:.2f} ms ...")
-            speeds, lengths, predicted = [], [], []
+            speeds, beside, lengths, runs = [], [], [], []
             for seed in range(repeats):
+                beside.append(decode_speed(timed(None)))
                 ctx = SourceContext(runtime, settings, prompt_tokens=prompt, scheduler=scheduler, memory=memory)
                 source = make_source("synthetic", ctx, {"mean_accepted": tau, "seed": seed, "draft_cost_ms": cost_ms})
                 g = timed(source)
                 speeds.append(decode_speed(g))
-                p = run_prediction(cm, g, f)
-                if p is not None:
-                    predicted.append(p)
+                runs.append(RunShape.of(g))
                 if g.receipts:
                     lengths.append(1 + sum(r.accepted_proposal_tokens for r in g.receipts) / len(g.receipts))
-            speed = median(speeds)
-            rows.append({"mean_length": tau, "rate": rate, "cost_fraction": f, "draft_cost_ms": cost_ms,
-                         "measured_mean_length": median(lengths) if lengths else None, "tokens_per_s": speed,
-                         "speedup": speed / plain if plain else None,
-                         "predicted_speedup": predicted_speedup(cm, rate, DRAFT_MAX, f),
-                         "predicted_for_run": median(predicted) if predicted else None})
-            row_done({**result, "rows": list(rows)})
-    return result
+            rows.append({"mean_length": tau, "rate": rate, "cost_fraction": f,
+                         "measured_mean_length": median(lengths) if lengths else None,
+                         "tokens_per_s": median(speeds)})
+            shapes.append(runs)
+            plains.append(beside)
+            result = summary()
+            row_done(result)
+    return result if result is not None else summary()
+
+
+def local_plain_speed(plains: Sequence[Sequence[float]], i: int) -> float | None:
+    """Plain decoding's tokens/s for row ``i`` of ``synthetic_table``: the median of the plain runs beside
+    its own runs and those of the rows just before and after it (``plains[i]``: the tokens/s of the plain
+    runs alternated with row i's runs). One plain run of 64 tokens varies by 5-10% on this machine and its
+    speed drifts over minutes: three rows' runs are a steadier baseline than one row's and still near
+    in time. None when there is none."""
+    near = [v for runs in plains[max(0, i - 1):i + 2] for v in runs]
+    return median(near) if near else None
 
 
 def format_synthetic_table(result: dict) -> str:
@@ -177,3 +229,24 @@ def measured_over_predicted(rows) -> list[float]:
     """Each row's measured speedup over the prediction for the runs' own windows (both present), in the
     rows' order: 1.0 is a prediction met exactly, below 1 the runs were slower than c(k) predicts."""
     return [r["speedup"] / r["predicted_for_run"] for r in rows if r.get("speedup") and r.get("predicted_for_run")]
+
+
+def format_examples_summary(results: dict) -> str:
+    """One line per example (``{name: synthetic_table result}``) and one for all: measured / predicted for
+    the runs' windows, min..max (median), and how many cells lie within ``PREDICTION_TOLERANCE``."""
+    lines = ["measured / predicted for the runs' windows, per example:"]
+    every: list[float] = []
+    for name, result in results.items():
+        ratios = measured_over_predicted(result["rows"])
+        every += ratios
+        lines.append(f"  {name:<24} {_ratio_summary(ratios)}")
+    lines.append(f"  {'all examples':<24} {_ratio_summary(every)}")
+    return "\n".join(lines)
+
+
+def _ratio_summary(ratios: Sequence[float]) -> str:
+    if not ratios:
+        return "no cell measured"
+    within = sum(1 for q in ratios if abs(q - 1) <= PREDICTION_TOLERANCE + 1e-9)
+    return (f"{min(ratios):.2f}..{max(ratios):.2f} (median {median(ratios):.2f}); {within} of {len(ratios)} cells "
+            f"within {PREDICTION_TOLERANCE:.0%}")

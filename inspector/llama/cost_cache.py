@@ -56,6 +56,8 @@ def _read() -> dict:
 def load_cost_model(model_path: str | os.PathLike, n_threads: int, where: str = "") -> CostModel | None:
     """The cost model stored for this model file, thread count and placement (``placement``), or None."""
     entry = _read().get(_key(model_path, n_threads, where))
+    if not isinstance(entry, dict) or entry.get("c1_timed") != C1_TIMED:
+        return None  # measured before c(1) was timed after plain steps: 25-40% high on the bundled model
     try:
         row_ms = tuple(float(v) for v in entry["row_ms"])
     except (TypeError, KeyError, ValueError):
@@ -65,6 +67,11 @@ def load_cost_model(model_path: str | os.PathLike, n_threads: int, where: str = 
     cm = CostModel(row_ms)
     return None if cm.disturbed() else cm
 
+
+C1_TIMED = "after plain steps"
+"""How the stored c(1) was timed (``measure_cost_model``: after ``PLAIN_LEAD_STEPS`` one-row decodes). Entries
+without it were timed right after the widest batch and are not loaded: their c(1) was 25-40% high on the
+bundled model, so every speedup they predicted was too."""
 
 MIN_ROWS_STORED = 8
 """Cost models measured over fewer batch sizes (quick checks) are not stored."""
@@ -79,8 +86,8 @@ def store_cost_model(model_path: str | os.PathLike, n_threads: int, cost_model: 
     if len(cost_model.row_ms) < MIN_ROWS_STORED or cost_model.disturbed():
         return None
     data = _read()
-    data[_key(model_path, n_threads, where)] = {"row_ms": list(cost_model.row_ms),
-                                         "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    data[_key(model_path, n_threads, where)] = {"row_ms": list(cost_model.row_ms), "c1_timed": C1_TIMED,
+                                                "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     f = cache_file()
     try:
         f.parent.mkdir(parents=True, exist_ok=True)

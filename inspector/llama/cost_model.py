@@ -200,14 +200,49 @@ def verify_cost_diagnosis(cm: CostModel, weight_types=()) -> str:
             f"tokens of a {cm.best_rows}-row window are accepted.")
 
 
+PLAIN_LEAD_STEPS = 8
+"""Untimed one-row decodes before c(1) is timed (``measure_cost_rounds``): after a wide batch a one-row
+decode takes about four steps to settle to a plain step's time."""
+PLAIN_TIMED_STEPS = 8
+"""Consecutive one-row decodes timed for c(1) in each round (their mean): one 6 ms decode is a noisy sample."""
+
+
 def measure_cost_model(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5) -> CostModel:
-    """Measure c(k) for k = 1..k_max on the loaded model: decode k rows after the
-    prompt (trimming back each time), ``repeats`` rounds over every k in turn
-    after one warm-up round, and take the median per k. Interleaving the rounds
-    spreads a disturbance (another process) over all batch sizes instead of
-    one. Runs under the scheduler lock; uses a temporary session."""
-    if len(prompt_tokens) + k_max > scheduler.runtime.n_ctx:
-        raise ValueError(f"prompt of {len(prompt_tokens)} tokens + {k_max} rows exceeds n_ctx")
+    """Measure c(k) for k = 1..k_max on the loaded model: ``repeats`` rounds of
+    ``measure_cost_rounds`` after one warm-up round, the median per k. Interleaving the
+    rounds spreads a disturbance (another process) over all batch sizes instead of one.
+    Raises ``ValueError`` when the prompt and the rows do not fit the context."""
+    return cost_model_of(measure_cost_rounds(scheduler, prompt_tokens, k_max, repeats))
+
+
+def cost_model_of(rounds: Sequence[Sequence[float]]) -> CostModel:
+    """The cost model of rounds measured by ``measure_cost_rounds`` (any number of calls): the median per k."""
+    return CostModel(tuple(median(r[k] for r in rounds) for k in range(len(rounds[0]))))
+
+
+def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5,
+                        warm_up: bool = True) -> list[tuple[float, ...]]:
+    """``repeats`` rounds, each the time of a batch of every k = 1..k_max rows in turn decoded after
+    the prompt (milliseconds; trimmed back each time), after one untimed warm-up round unless
+    ``warm_up`` is False (a model already decoding). Runs under the scheduler lock; uses a
+    temporary session.
+
+    Each batch size is timed as runs meet it. A verify batch of k >= 2 rows follows a batch of another
+    size (a plain step, or a window of another length): timed right after the (k - 1)-row batch. c(1),
+    the plain step every speedup is measured against, follows other one-row steps in plain decoding:
+    the mean of ``PLAIN_TIMED_STEPS`` consecutive steps after ``PLAIN_LEAD_STEPS`` untimed ones, at
+    the positions after the prompt. A one-row decode right after a wide batch is slower, and the next
+    ones recover step by step (measured on the bundled model, 2 threads, after a 9-row batch: 7.2,
+    6.6, 6.2, 5.9, 5.8, 5.8 ms), so timing c(1) after wider batches put every predicted speedup 25-40%
+    above the measured one. Part of the first step's extra time is llama.cpp rebuilding its compute
+    graph for the new batch shape (it reuses the previous decode's graph when the shape repeats:
+    ``llm_graph_result::can_reuse``, llama.cpp 0c1e570 ``src/llama-graph.cpp``;
+    ``LLAMA_GRAPH_REUSE_DISABLE=1`` removes 0.4-0.9 ms of the difference).
+    Raises ``ValueError`` when the prompt and the rows do not fit the context."""
+    one_row_positions = PLAIN_LEAD_STEPS + PLAIN_TIMED_STEPS
+    if len(prompt_tokens) + max(k_max, one_row_positions) > scheduler.runtime.n_ctx:
+        raise ValueError(f"prompt of {len(prompt_tokens)} tokens + {max(k_max, one_row_positions)} rows "
+                         f"exceeds n_ctx")
     rows_src = list(prompt_tokens) * (1 + k_max // max(1, len(prompt_tokens)))
 
     def op(rt):
@@ -216,16 +251,26 @@ def measure_cost_model(scheduler, prompt_tokens: Sequence[int], k_max: int = 16,
             base = len(prompt_tokens) - 1
             if base:
                 rt.prefill(sid, list(prompt_tokens[:-1]), 0)
-            times: list[list[float]] = [[] for _ in range(k_max)]
-            for rnd in range(repeats + 1):  # round 0 is a warm-up
+            rounds: list[tuple[float, ...]] = []
+            for rnd in range(repeats + int(warm_up)):
+                times = []
                 for k in range(1, k_max + 1):
-                    t = perf_counter_ns()
-                    rt.decode_rows(sid, rows_src[:k], base)
-                    if rnd:
-                        times[k - 1].append((perf_counter_ns() - t) / 1e6)
+                    if k == 1:  # a plain step follows plain steps: the first ones are not timed
+                        for position in range(base, base + PLAIN_LEAD_STEPS):
+                            rt.decode_rows(sid, rows_src[:1], position)
+                        t = perf_counter_ns()
+                        for position in range(base + PLAIN_LEAD_STEPS, base + one_row_positions):
+                            rt.decode_rows(sid, rows_src[:1], position)
+                        times.append((perf_counter_ns() - t) / 1e6 / PLAIN_TIMED_STEPS)
+                    else:
+                        t = perf_counter_ns()
+                        rt.decode_rows(sid, rows_src[:k], base)
+                        times.append((perf_counter_ns() - t) / 1e6)
                     rt.trim(sid, base)
-            return tuple(median(t) for t in times)
+                if rnd or not warm_up:
+                    rounds.append(tuple(times))
+            return rounds
         finally:
             rt.drop_session(sid)
 
-    return CostModel(scheduler.execute("cost_model", -1, op).value)
+    return scheduler.execute("cost_model", -1, op).value
