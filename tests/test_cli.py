@@ -305,6 +305,29 @@ def test_run_with_draft_max_auto_takes_the_stored_cost_models_best_window(tmp_pa
     assert "draft_max_from" not in json.loads(out.read_text())["settings"]
 
 
+def test_draft_max_auto_reads_c_k_at_the_runs_own_context_length(tmp_path, monkeypatch):
+    """A curve stored after 64 positions picks 3 tokens; one stored after 130 positions (as bench
+    --context-lengths stores them) is steep: a second row costs little more than one, a third 3x one,
+    so at 90% acceptance one proposal token is best. The copy prompt (129 tokens) and 24 tokens put the
+    run's windows at about 141 positions: the steep curve decides."""
+    from inspector.llama import bundled_model_path
+    from inspector.llama.cost_cache import store_context_costs, store_cost_model
+    from inspector.llama.cost_model import CostModel
+
+    monkeypatch.setenv("SPEC_INSPECTOR_COST_CACHE", str(tmp_path / "cost-models.json"))
+    assert store_cost_model(bundled_model_path(), 2, CostModel((10.0, 12.0, 14.0, 16.0, 30.0, 36.0, 42.0, 48.0)))
+    assert store_context_costs(bundled_model_path(), 2, [(130, CostModel((10.0, 12.0, 30.0, 40.0, 50.0, 60.0,
+                                                                          70.0, 80.0)))])
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "inspector", "run", "--prompt-file", str(COPY_PROMPT), "--ngram-min",
+                        "1", "--max-tokens", "24", "--threads", "2", "--receipts", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    why = json.loads(out.read_text())["settings"]["draft_max_from"]
+    assert json.loads(out.read_text())["settings"]["draft_max"] == 1
+    assert "c(k) at 141 KV positions, from the curves stored at 64, 130" in why, why
+
+
 def test_every_source_that_needs_no_file_runs_from_the_command_line_with_its_defaults(tmp_path):
     """A path option left empty (ngram-cache's lookup caches, suffix's memory file) means "no file":
     argparse once turned the empty default into Path(".") and refused the directory."""

@@ -46,7 +46,7 @@ def test_bench_context_lengths_prints_one_row_per_length(tmp_path):
     import sys
 
     out = tmp_path / "c.json"
-    p = subprocess.run([sys.executable, "-m", "inspector", "bench", "--context-lengths", "16,300", "--k-max", "2", "--max-tokens", "8",
+    p = subprocess.run([sys.executable, "-m", "inspector", "bench", "--context-lengths", "16,300", "--k-max", "8", "--max-tokens", "8",
                         "--repeats", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     rows = [ln.split() for ln in p.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
@@ -56,6 +56,11 @@ def test_bench_context_lengths_prints_one_row_per_length(tmp_path):
     assert any(ln.startswith(("ngram: ", "suffix: ")) for ln in p.stdout.splitlines())
     doc = json.loads(out.read_text())
     assert [d["context"] for d in doc["context_lengths"]] == [16, 300] and len(doc["sources"]) == 4
+    # stored for runs to read at their own length (the conftest gives each test its own cache file)
+    stored = json.loads((tmp_path / "cost-models.json").read_text())
+    by_context = [e.get("by_context", {}) for e in stored.values()]
+    assert [sorted(b, key=int) for b in by_context] == [["16", "300"]]
+    assert by_context[0]["300"] == doc["context_lengths"][1]["row_ms"]
     bad = subprocess.run([sys.executable, "-m", "inspector", "bench", "--context-lengths", "0,12"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "expected lengths 1.." in bad.stderr and "Traceback" not in bad.stderr

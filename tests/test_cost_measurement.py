@@ -7,8 +7,8 @@ import json
 import pytest
 
 from inspector.llama import cost_model
-from inspector.llama.cost_cache import load_cost_model, store_cost_model
-from inspector.llama.cost_model import (PLAIN_LEAD_STEPS, PLAIN_TIMED_STEPS, CostModel, cost_model_of,
+from inspector.llama.cost_cache import load_cost_model, store_context_costs, store_cost_model, stored_context_lengths
+from inspector.llama.cost_model import (PLAIN_LEAD_STEPS, PLAIN_TIMED_STEPS, CostModel, cost_model_at, cost_model_of,
                                         measure_cost_model, measure_cost_rounds)
 
 SETTLED_MS = 6.0
@@ -123,3 +123,32 @@ def test_a_stored_cost_model_timed_the_old_way_is_not_loaded(tmp_path, monkeypat
         del entry["c1_timed"]  # as sessions before this one wrote it
     cache.write_text(json.dumps(data))
     assert load_cost_model(model, 2) is None
+
+
+def test_the_cost_model_between_two_context_lengths_is_linear_in_the_context_and_the_nearest_beyond_them():
+    short, long_ = CostModel((10.0, 14.0, 18.0)), CostModel((30.0, 50.0, 70.0, 90.0))
+    curves = [(6000, long_), (512, short)]  # any order
+    assert cost_model_at(curves, 512 + (6000 - 512) // 4).row_ms == pytest.approx((15.0, 23.0, 31.0))
+    assert cost_model_at(curves, 100).row_ms == (10.0, 14.0, 18.0)  # below the shortest: as measured
+    assert cost_model_at(curves, 8000).row_ms == (30.0, 50.0, 70.0)  # beyond the longest: not extrapolated
+    with pytest.raises(ValueError):
+        cost_model_at([], 100)
+
+
+def test_curves_stored_by_context_length_are_read_at_the_runs_length_and_kept_when_the_one_curve_is_stored(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("SPEC_INSPECTOR_COST_CACHE", str(tmp_path / "c.json"))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"x")
+    flat = CostModel(tuple(10.0 + 1.0 * k for k in range(8)))
+    steep = CostModel(tuple(40.0 + 30.0 * k for k in range(8)))
+    assert stored_context_lengths(model, 2) == [] and load_cost_model(model, 2, context=500) is None
+    assert store_context_costs(model, 2, [(2000, steep), (4, CostModel((1.0, 2.0)))]) is not None  # too small: left out
+    assert stored_context_lengths(model, 2) == [2000]
+    assert load_cost_model(model, 2) == steep  # the only curve
+    assert store_cost_model(model, 2, flat, context=100) is not None
+    assert stored_context_lengths(model, 2) == [100, 2000]  # the by-context curve is kept
+    assert load_cost_model(model, 2) == flat  # without a context: the one curve
+    assert load_cost_model(model, 2, context=1050).row_ms[0] == pytest.approx(25.0)  # halfway
+    assert load_cost_model(model, 2, context=5000) == steep
+    assert load_cost_model(model, 2, "-ngl 99 --rpc 127.0.0.1:50052", context=5000) is None  # another placement

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 from inspector.bench.compare import run_compare
 from inspector.bench.compare_result import CompareConfig
 from inspector.engine.settings import GenerationSettings
-from inspector.llama.cost_model import CostModel, measure_cost_model
+from inspector.llama.cost_model import CostModel, measure_cost_model, measurement_positions
 
 SHOWN_ROWS = (1, 2, 4, 8, 16)
 """The batch sizes (rows) the table shows, those measured."""
@@ -43,10 +43,11 @@ def cost_by_context(scheduler, tokens: Sequence[int], lengths: Sequence[int], k_
     in the order given; ``progress(length)`` before each. Raises ``ValueError`` (one line) when a length
     and ``k_max`` rows do not fit the runtime's context (``-c``)."""
     n_ctx = scheduler.runtime.n_ctx
+    room = measurement_positions(k_max)
     for length in lengths:
-        if length < 1 or length + k_max > n_ctx:
-            raise ValueError(f"a context of {length} positions and {k_max} verify rows needs -c of at least "
-                             f"{length + k_max}; the context holds {n_ctx}")
+        if length < 1 or length + room > n_ctx:
+            raise ValueError(f"a context of {length} positions and {room} rows after it needs -c of at least "
+                             f"{length + room}; the context holds {n_ctx}")
     out = []
     for length in lengths:
         if progress is not None:

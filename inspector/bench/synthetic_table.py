@@ -17,7 +17,7 @@ from inspector.bench.context_costs import context_prompt
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.stats import decode_tokens_per_s
-from inspector.llama.cost_model import CostModel, cost_model_of, measure_cost_rounds
+from inspector.llama.cost_model import CostModel, cost_model_of, measure_cost_rounds, measurement_positions
 from inspector.sources.registry import SourceContext, make_source
 from inspector.sources.synthetic import constant_rate
 
@@ -110,7 +110,7 @@ def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int =
             raise exc
 
     context = len(prompt) + max_new_tokens // 2
-    cost_prompt = context_prompt(prompt, max(1, min(context, runtime.n_ctx - max(k_max, 8))))
+    cost_prompt = context_prompt(prompt, max(1, min(context, runtime.n_ctx - measurement_positions(k_max))))
     progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats, after {len(cost_prompt)} positions) ...")
     rounds = measure_cost_rounds(scheduler, cost_prompt, k_max=k_max, repeats=repeats)
     settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_max=DRAFT_MAX, probabilities=False)

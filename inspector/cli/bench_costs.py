@@ -19,6 +19,8 @@ from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.engine.errors import EngineError
 from inspector.llama.devices import RpcUnavailable
+from inspector.llama.cost_cache import placement, store_context_costs
+from inspector.llama.cost_model import measurement_positions
 from inspector.llama.model_file import ModelFileError, bundled_model_path
 from inspector.prompts import example_prompts
 
@@ -115,6 +117,8 @@ def bench_context_lengths_command(args) -> int:
                               file=sys.stderr, flush=True)
         scheduler = RuntimeScheduler(runtime)
         rows = cost_by_context(scheduler, tokens, lengths, k_max=args.k_max, repeats=args.repeats, progress=say)
+        # runs read them: a long prompt's draft max and adaptive lengths come from c(k) at its own length
+        store_context_costs(runtime.model_path, runtime.n_threads, rows, placement(runtime))
         filler = runtime.prompt_tokens("\n\n".join(t for name, t in example_prompts().items()
                                                 if name != task and name in TASKS), True)  # the short ones
         runs = sources_by_context(scheduler, filler, tokens, lengths, configs,
@@ -126,4 +130,4 @@ def bench_context_lengths_command(args) -> int:
                   "sources": [r.__dict__ for r in runs]}
         return format_cost_by_context(rows) + "\n\n" + format_sources_by_context(runs, dict(rows)), result
 
-    return bench_on_target(args, work, n_ctx=max(lengths) + max(args.k_max, args.max_tokens + 1))
+    return bench_on_target(args, work, n_ctx=max(lengths) + max(measurement_positions(args.k_max), args.max_tokens + 1))

@@ -118,6 +118,28 @@ class CostModel:
 
 
 
+def cost_model_at(curves: Sequence[tuple[int, "CostModel"]], context: int) -> "CostModel":
+    """The cost model at ``context`` KV positions from curves measured after several context lengths
+    (``(positions, cost model)`` pairs, any order): between the two stored lengths around ``context``,
+    each c(k) linear in the context (each row's attention reads every cached position once); below the
+    shortest length or beyond the longest, that length's curve as measured (never extrapolated: one
+    curve's noise would be magnified). Batch sizes up to the fewest any curve has. Raises
+    ``ValueError`` without curves."""
+    if not curves:
+        raise ValueError("no cost model curve to read")
+    ordered = sorted(curves, key=lambda c: c[0])
+    k = min(len(cm.row_ms) for _, cm in ordered)
+    if context <= ordered[0][0]:
+        return CostModel(ordered[0][1].row_ms[:k])
+    if context >= ordered[-1][0]:
+        return CostModel(ordered[-1][1].row_ms[:k])
+    for (lo, a), (hi, b) in zip(ordered, ordered[1:]):
+        if lo <= context <= hi:
+            w = (context - lo) / (hi - lo) if hi > lo else 0.0
+            return CostModel(tuple(x + w * (y - x) for x, y in zip(a.row_ms[:k], b.row_ms[:k])))
+    raise AssertionError("unreachable: context lies between the shortest and the longest length")
+
+
 @dataclass(frozen=True, slots=True)
 class DraftMaxChoice:
     """The draft max (proposal tokens per window) a run uses when the user asked for
@@ -207,6 +229,12 @@ PLAIN_TIMED_STEPS = 8
 """Consecutive one-row decodes timed for c(1) in each round (their mean): one 6 ms decode is a noisy sample."""
 
 
+def measurement_positions(k_max: int) -> int:
+    """KV positions ``measure_cost_rounds`` needs after its prompt (positions): the widest batch, or the
+    one-row steps before and of c(1), whichever is more."""
+    return max(k_max, PLAIN_LEAD_STEPS + PLAIN_TIMED_STEPS)
+
+
 def measure_cost_model(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5) -> CostModel:
     """Measure c(k) for k = 1..k_max on the loaded model: ``repeats`` rounds of
     ``measure_cost_rounds`` after one warm-up round, the median per k. Interleaving the
@@ -240,8 +268,8 @@ def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16
     ``LLAMA_GRAPH_REUSE_DISABLE=1`` removes 0.4-0.9 ms of the difference).
     Raises ``ValueError`` when the prompt and the rows do not fit the context."""
     one_row_positions = PLAIN_LEAD_STEPS + PLAIN_TIMED_STEPS
-    if len(prompt_tokens) + max(k_max, one_row_positions) > scheduler.runtime.n_ctx:
-        raise ValueError(f"prompt of {len(prompt_tokens)} tokens + {max(k_max, one_row_positions)} rows "
+    if len(prompt_tokens) + measurement_positions(k_max) > scheduler.runtime.n_ctx:
+        raise ValueError(f"prompt of {len(prompt_tokens)} tokens + {measurement_positions(k_max)} rows "
                          f"exceeds n_ctx")
     rows_src = list(prompt_tokens) * (1 + k_max // max(1, len(prompt_tokens)))
 

@@ -19,7 +19,7 @@ from typing import Callable
 from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings
 from inspector.engine.baseline import run_baseline
 from inspector.engine.errors import EngineError, RequestCancelled
-from inspector.llama.cost_cache import load_cost_model, placement, stored_row_costs
+from inspector.llama.cost_cache import load_cost_model, placement, stored_context_lengths, stored_row_costs
 from inspector.llama.cost_model import auto_draft_max
 from inspector.receipts.autosave import AutosaveRecorder
 from inspector.session.contention import CpuClock, cpu_clock, others_cpu_share
@@ -165,7 +165,7 @@ class SessionRun:
                 check_source_name(req.source)  # before the cost table is looked up
                 row_costs = None
                 if req.source != PLAIN:
-                    row_costs = stored_row_costs(self.runtime)
+                    row_costs = stored_row_costs(self.runtime, self.window_context())
                 prompt = tuple(self.prompt_tokens) if self.prompt_tokens else None
                 ctx = SourceContext(self.runtime, req.settings, row_costs=row_costs, memory=req.source_memory,
                                     prompt_tokens=prompt, scheduler=self.scheduler)
@@ -180,14 +180,24 @@ class SessionRun:
             self.source_settings = {}
         return source
 
+    def window_context(self) -> int:
+        """KV positions this run's windows see on average (positions): the prompt and half the output at most;
+        the stored cost model is read at this length (``load_cost_model``'s ``context``)."""
+        return len(self.prompt_tokens) + self.request.settings.max_new_tokens // 2
+
     def _resolve_draft_max(self) -> None:
-        """``auto`` draft max: the stored cost model's choice (``auto_draft_max``), written into the request."""
+        """``auto`` draft max: the stored cost model's choice (``auto_draft_max``) at this run's context
+        (``window_context``), written into the request."""
         rt = self.runtime
         path = getattr(rt, "model_path", None)
-        choice = auto_draft_max(load_cost_model(path, rt.n_threads, placement(rt)) if path else None)
+        context = self.window_context()
+        choice = auto_draft_max(load_cost_model(path, rt.n_threads, placement(rt), context) if path else None)
         self.request = replace(self.request, draft_max_auto=False,
                                settings=replace(self.request.settings, draft_max=choice.value))
-        self.draft_max_from = f"auto: {choice.why}"
+        lengths = stored_context_lengths(path, rt.n_threads, placement(rt)) if path else []
+        at = f"; c(k) at {context} KV positions, from the curves stored at {', '.join(map(str, lengths))}" \
+            if len(lengths) > 1 else ""
+        self.draft_max_from = f"auto: {choice.why}{at}"
 
     def settings_json(self) -> dict:
         """The settings as applied, in the receipts document's ``settings`` form (``draft_max_from``

@@ -21,7 +21,7 @@ from inspector.engine import RuntimeScheduler
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_cache import placement, store_cost_model
-from inspector.llama.cost_model import measure_cost_model
+from inspector.llama.cost_model import measure_cost_model, measurement_positions
 from inspector.llama.model_file import weight_types_of
 from inspector.llama.quantize import weight_form
 from inspector.llama.runtime import LlamaRuntime
@@ -143,9 +143,9 @@ class AnalysisWorker(QObject):
         rt = self.engine.runtime
         try:
             tokens = self.job.prompt_tokens(req.prompt_text, req.raw)
-            tokens = tokens[: max(1, rt.n_ctx - req.k_max - 1)]
+            tokens = tokens[: max(1, rt.n_ctx - measurement_positions(req.k_max) - 1)]
             cm = measure_cost_model(self.engine.scheduler, tokens, k_max=req.k_max, repeats=req.repeats)
-            store_cost_model(rt.model_path, rt.n_threads, cm, placement(rt))  # runs read it: adaptive length, auto draft max
+            store_cost_model(rt.model_path, rt.n_threads, cm, placement(rt), len(tokens))  # runs read it: adaptive length, auto draft max
         except Exception as exc:
             log.exception("cost model failed")
             self.failed.emit("cost", str(exc) or type(exc).__name__)
@@ -164,12 +164,12 @@ class AnalysisWorker(QObject):
         own = rt.info.main_weight_type
         results = []
         try:
-            tokens = self.job.prompt_tokens(req.prompt_text, req.raw)[: max(1, rt.n_ctx - req.k_max - 1)][:64]
+            tokens = self.job.prompt_tokens(req.prompt_text, req.raw)[: max(1, rt.n_ctx - measurement_positions(req.k_max) - 1)][:64]
             for t in (own, *[t for t in req.types if t != own]):
                 self.layoutProgress.emit(f"{t}: converting (llama.cpp quantize, cached) …")
                 path, converted = weight_form(rt.model_path, t)
                 self.layoutProgress.emit(f"{t}: measuring c(k) for k = 1..{req.k_max} …")
-                other = None if not converted else LlamaRuntime(path, n_ctx=max(256, len(tokens) + req.k_max + 8),
+                other = None if not converted else LlamaRuntime(path, n_ctx=max(256, len(tokens) + measurement_positions(req.k_max) + 8),
                                                                  n_seq_max=1, n_threads=rt.n_threads)
                 try:
                     target = other or rt
