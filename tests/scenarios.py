@@ -239,6 +239,15 @@ class RuntimeProxy:
         preds = list(self._rt.decode_rows(sid, tokens, position, abort))
         return self.adjust(preds, position)
 
+    def decode_tree(self, sid, tokens, parents, position, abort=None):
+        preds = list(self._rt.decode_tree(sid, tokens, parents, position, abort))
+        return self.adjust_tree(preds, parents, position)
+
+    def adjust_tree(self, preds: list[int], parents, position: int) -> list[int]:
+        """``adjust`` for a tree's rows (``decode_tree``); row i sits at ``position`` + its depth. By
+        default ``adjust`` itself, which must then not depend on the rows' positions."""
+        return self.adjust(preds, position)
+
     def prefill_predict(self, sid, tokens, position):
         pred = int(self._rt.prefill_predict(sid, tokens, position))
         return self.adjust([pred], position + len(tokens) - 1, last_row=True)[0]
@@ -275,6 +284,14 @@ class EndsTurnBy(RuntimeProxy):
         i = self.position - position - 1
         if 0 <= i < len(preds):
             preds[i] = self.end_of_turn
+        return preds
+
+    def adjust_tree(self, preds, parents, position):
+        from inspector.engine.tree import depths
+
+        for i, d in enumerate(depths(parents)):
+            if position + d + 1 == self.position:
+                preds[i] = self.end_of_turn
         return preds
 
 

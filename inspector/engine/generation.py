@@ -392,7 +392,7 @@ class Generation:
         deadline = perf_counter() + self.settings.proposal_deadline_ms / 1000.0
         request = ProposalRequest(self.tokens, self.prompt_token_count, self.decode_step, cap, deadline)
         answer = query_source(self.source, request, self.faults, self.window_count + 1, self.tokens[-1],
-                              self.runtime.n_vocab)
+                              self.runtime.n_vocab, getattr(self.runtime, "tree_branches", 1))
         if answer.error is not None:
             self._emit(ERROR, detail=answer.error)
         if answer.invalid is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
+from inspector.engine.tree import INVALID_TREE, is_chain, leaves, tree_shape_error
+
 # Discard reasons (SPEC step 2, step 3 and step 9). Exact strings appear in receipts.
 DEADLINE_EXCEEDED = "deadline_exceeded"
 INVALID_TOKEN_COUNT = "invalid_token_count"
@@ -17,6 +19,7 @@ DISCARD_REASONS = (
     INVALID_TOKEN_COUNT,
     INVALID_TOKEN_ID,
     INVALID_DECISION_ID,
+    INVALID_TREE,
     POSITION_MISMATCH,
     EXECUTION_FAILED,
 )
@@ -36,12 +39,21 @@ class Proposal:
     the ``rejection`` verification rule needs it (``inspector.engine.sampling``).
     ``draft_token_probabilities``: optional, the draft's probability q (0..1) of each
     proposed token, kept in the window's probability figures (``draft_q``).
+    ``parents``: None for a chain; for a tree (``inspector.engine.tree``), each token's parent row (0:
+    the current token; token i sits on row i + 1), verified in one batch. A tree that is one chain
+    runs as the chain. Trees take neither draft probabilities nor the ``rejection`` rule.
     """
 
     decision_id: bytes
     token_ids: tuple[int, ...]
     draft_probabilities: Any = field(default=None, compare=False, repr=False)
     draft_token_probabilities: tuple[float, ...] | None = field(default=None, compare=False, repr=False)
+    parents: tuple[int, ...] | None = None
+
+    @property
+    def is_tree(self) -> bool:
+        """True for a proposal with more than one branch."""
+        return self.parents is not None and not is_chain(self.parents)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +118,14 @@ def max_proposal_tokens(
 
 
 def validate_proposal(
-    proposal: Proposal, cap: int, n_vocab: int, answered_s: float, deadline_s: float
+    proposal: Proposal, cap: int, n_vocab: int, answered_s: float, deadline_s: float, max_branches: int = 1
 ) -> str | None:
     """Return the discard reason for ``proposal``, or ``None`` when it is valid.
 
     Checks in SPEC step 2 order: deadline (``answered_s > deadline_s``, seconds
-    on ``time.perf_counter``), token count (1..cap), token ids (0 <= id < n_vocab).
-    A decision id outside 1..64 bytes is ``invalid_decision_id``.
+    on ``time.perf_counter``), token count (1..cap: a tree's nodes), token ids (0 <= id < n_vocab).
+    A decision id outside 1..64 bytes is ``invalid_decision_id``; a tree whose ``parents`` are not a
+    tree (``tree_shape_error``) or that has more than ``max_branches`` leaves, ``invalid_tree``.
     """
     if answered_s > deadline_s:
         return DEADLINE_EXCEEDED
@@ -126,4 +139,7 @@ def validate_proposal(
         1 <= len(proposal.decision_id) <= MAX_DECISION_ID_BYTES
     ):
         return INVALID_DECISION_ID
+    parents = proposal.parents
+    if parents is not None and (tree_shape_error(tokens, parents) is not None or len(leaves(parents)) > max_branches):
+        return INVALID_TREE
     return None

@@ -12,6 +12,37 @@ from inspector.engine.probabilities import WindowProbabilities
 
 
 @dataclass(frozen=True, slots=True)
+class TreeReceipt:
+    """The whole tree of a tree window (``inspector.engine.tree``); the window receipt's own fields
+    describe the branch it kept, as a chain window's describe its chain.
+
+    ``node_token_ids``: every proposed token, in row order (token i on verification row i + 1).
+    ``node_parents``: each token's parent row (0: the current token). ``row_predictions``: the target's
+    prediction at every row (row 0 first), all from the one batch. ``branch_rows``: the kept branch's
+    rows, root's child to leaf; its first ``accepted_proposal_tokens`` rows were accepted.
+    """
+
+    node_token_ids: tuple[int, ...]
+    node_parents: tuple[int, ...]
+    row_predictions: tuple[int, ...]
+    branch_rows: tuple[int, ...]
+
+    @property
+    def rows(self) -> int:
+        """Rows decoded in the window's one batch: the current token and every node."""
+        return 1 + len(self.node_token_ids)
+
+    def to_json(self) -> dict:
+        return {"node_token_ids": list(self.node_token_ids), "node_parents": list(self.node_parents),
+                "row_predictions": list(self.row_predictions), "branch_rows": list(self.branch_rows)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TreeReceipt":
+        return cls(tuple(d["node_token_ids"]), tuple(d["node_parents"]), tuple(d["row_predictions"]),
+                   tuple(d["branch_rows"]))
+
+
+@dataclass(frozen=True, slots=True)
 class WindowReceipt:
     """The record of one verified proposal window (SPEC "Receipt fields").
 
@@ -56,16 +87,28 @@ class WindowReceipt:
     probabilities: WindowProbabilities | None = None
     """The target's probability figures per verification row (``inspector.engine.probabilities``), or
     None when they were turned off or the file predates them (schema version 1)."""
+    tree: TreeReceipt | None = None
+    """A tree window's whole tree (the fields above describe the branch it kept); None for a chain."""
+
+    @property
+    def decoded_rows(self) -> int:
+        """Rows in the window's verification batch: the tree's rows for a tree window (the kept
+        branch's and every other), ``verification_rows`` for a chain."""
+        return self.tree.rows if self.tree is not None else self.verification_rows
 
     def to_json(self) -> dict:
-        """Plain-JSON dict of every field (tuples become lists; no ``probabilities`` key when None)."""
-        probs = self.probabilities
-        d = asdict(replace(self, probabilities=None))
+        """Plain-JSON dict of every field (tuples become lists; no ``probabilities`` or ``tree`` key when
+        None)."""
+        probs, tree = self.probabilities, self.tree
+        d = asdict(replace(self, probabilities=None, tree=None))
         for k in ("proposal_token_ids", "committed_tokens", "verification_row_predictions"):
             d[k] = list(d[k])
         del d["probabilities"]
+        del d["tree"]
         if probs is not None:
             d["probabilities"] = probs.to_json()
+        if tree is not None:
+            d["tree"] = tree.to_json()
         return d
 
     def row_probabilities(self, row: int):
@@ -270,6 +313,8 @@ def receipt_from_json(d: dict) -> WindowReceipt:
     d.setdefault("repair", "retire" if d.get("trimmed_rows", 0) == 0 else "trim")
     probs = d.get("probabilities")
     d["probabilities"] = None if probs is None else WindowProbabilities.from_json(probs)
+    tree = d.get("tree")
+    d["tree"] = None if tree is None else TreeReceipt.from_json(tree)
     return WindowReceipt(**{k: v for k, v in d.items() if k in names})
 
 

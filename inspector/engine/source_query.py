@@ -37,10 +37,11 @@ class Answer:
 
 
 def query_source(source: ProposalSource, request: ProposalRequest, faults: FaultPlan, window_index: int,
-                 current: int, n_vocab: int) -> Answer:
+                 current: int, n_vocab: int, max_branches: int = 1) -> Answer:
     """Ask ``source`` for a proposal for ``request`` (its ``max_proposal_tokens`` is the cap, its ``deadline_s`` a
     ``perf_counter`` time) and validate it. ``window_index``: the window it would open (proposal faults
-    aim at it); ``current``: the current token; ``n_vocab``: the vocabulary size. Never raises for the
+    aim at it); ``current``: the current token; ``n_vocab``: the vocabulary size; ``max_branches``: the
+    most branches a tree may have (the runtime's ``tree_branches``). Never raises for the
     source's failures: they are logged and answered as ``SOURCE_ERROR``."""
     t = perf_counter_ns()
     try:
@@ -58,7 +59,8 @@ def query_source(source: ProposalSource, request: ProposalRequest, faults: Fault
     elapsed_us = (perf_counter_ns() - t) // 1000
     if proposal is None:
         return Answer(None, elapsed_us, why)
-    reason = validate_proposal(proposal, request.max_proposal_tokens, n_vocab, answered, request.deadline_s)
+    reason = validate_proposal(proposal, request.max_proposal_tokens, n_vocab, answered, request.deadline_s,
+                               max_branches)
     if reason is not None:
         return Answer(None, elapsed_us, f"{DISCARDED}: {reason}", invalid=proposal, reason=reason)
     return Answer(proposal, elapsed_us, "")

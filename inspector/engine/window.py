@@ -11,7 +11,13 @@ The runtime it drives (through ``RuntimeScheduler``) needs: ``kv_length(s)``,
 ``row_probabilities(rows, proposed, predictions, sampling)`` (the last batch's per-row
 figures, ``inspector.engine.probabilities``; only when ``WindowContext.probabilities``),
 ``trim(s, position) -> bool``, ``retire_checkpoint(s, start, count)``,
-``drop_session(s)`` and ``is_eog(token)``.
+``drop_session(s)`` and ``is_eog(token)``; for tree proposals (``inspector.engine.tree``) also
+``decode_tree(s, tokens, parents, position, abort)`` and ``keep_branch(s, branch, position)``.
+
+A tree window verifies every node in one batch, walks the tree with the rows' predictions, keeps the
+branch through the last accepted node in the session (the rest of the tree leaves the KV cache in the
+same lock acquisition) and from there on is the chain window of that branch: its receipt's fields
+describe the branch, and ``tree`` holds the whole tree.
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ from inspector.engine.errors import (
 from inspector.engine.faults import FaultPlan
 from inspector.engine.probabilities import summarise_rows
 from inspector.engine.proposal import Proposal
-from inspector.engine.records import REPAIR, VERIFY, PartialWindow, WindowReceipt
+from inspector.engine.records import REPAIR, VERIFY, PartialWindow, TreeReceipt, WindowReceipt
 from inspector.engine.sampling import GREEDY, REJECTION, SAMPLE_MATCH, rejection_predictions
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import SamplingSettings
+from inspector.engine.tree import walk_tree
 
 CommitCallback = Callable[[int, int, int], bool]
 """``(token, row, base_position) -> stop``: commits the prediction of verification
@@ -89,7 +96,7 @@ class WindowContext:
         """The verification rule this proposal gets (``inspector.engine.sampling``)."""
         if self.sampling is None or self.sampling.greedy:
             return GREEDY
-        if self.verification == REJECTION and proposal.draft_probabilities is not None:
+        if self.verification == REJECTION and proposal.draft_probabilities is not None and not proposal.is_tree:
             return REJECTION
         return SAMPLE_MATCH
 
@@ -146,9 +153,27 @@ def execute_window(
 
     rule = ctx.rule_for(proposal)
 
+    is_tree = proposal.is_tree
+
+    def verify_tree(rt):
+        # One batch of every node; then only the kept branch stays in the session (same lock hold).
+        row_predictions = rt.decode_tree(sid, rows, proposal.parents, base_position, cancel)
+        walk = walk_tree(tokens, proposal.parents, row_predictions)
+        rt.keep_branch(sid, walk.branch, base_position)
+        branch = (0, *walk.branch_rows)
+        predictions = [row_predictions[r] for r in branch]
+        probs = None
+        if ctx.probabilities:
+            probs = rt.row_probabilities(len(rows), [tokens[r - 1] for r in walk.branch_rows], predictions,
+                                         ctx.sampling, rows=branch)
+        tree = TreeReceipt(tokens, tuple(proposal.parents), tuple(row_predictions), walk.branch_rows)
+        return predictions, rt.kv_length(sid), probs, tree
+
     def verify(rt):
         if rt.kv_length(sid) != base_position:
             return None
+        if is_tree:
+            return verify_tree(rt)
         probs = None
         if rule == REJECTION:
             logits = rt.decode_logits(sid, rows, base_position, cancel)
@@ -159,7 +184,7 @@ def execute_window(
             predictions = rt.decode_rows(sid, rows, base_position, cancel)
             if ctx.probabilities:  # from the same batch's logits, still under the lock
                 probs = rt.row_probabilities(n_rows, tokens, predictions, ctx.sampling)
-        return predictions, rt.kv_length(sid), probs
+        return predictions, rt.kv_length(sid), probs, None
 
     try:
         timed = sched.execute("verify", sid, verify)
@@ -168,8 +193,11 @@ def execute_window(
         raise RequestCancelled() from None
     if timed.value is None:
         return None
-    predictions, after, probabilities = timed.value
-    if probabilities is not None and proposal.draft_token_probabilities is not None:
+    predictions, after, probabilities, tree = timed.value
+    if tree is not None:  # from here on, the chain window of the kept branch
+        tokens = tuple(tree.node_token_ids[r - 1] for r in tree.branch_rows)
+        n_rows = 1 + len(tokens)
+    elif probabilities is not None and proposal.draft_token_probabilities is not None:
         probabilities = probabilities.with_draft_q(proposal.draft_token_probabilities)
     trace.predictions = tuple(predictions)
     trace.position_after_verification = after
@@ -178,7 +206,8 @@ def execute_window(
     if after != expected_after:
         # State unknown: no repair is attempted (SPEC step 4).
         raise PositionMismatch("verification", after, expected_after)
-    ctx.emit(VERIFY, window_index, None, None, after, f"{n_rows} rows")
+    ctx.emit(VERIFY, window_index, None, None, after,
+             f"{n_rows} rows" if tree is None else f"{tree.rows} rows, a tree; kept a branch of {n_rows}")
 
     # SPEC step 5.
     decision = classify_window(tokens, predictions, generated, max_new_tokens, sched.runtime.is_eog)
@@ -262,6 +291,7 @@ def execute_window(
         repair=kind,
         verification_rule=rule,
         probabilities=probabilities,
+        tree=tree,
     )
 
 

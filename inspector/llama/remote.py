@@ -32,7 +32,7 @@ from inspector.engine.errors import EngineError, RuntimeLost  # noqa: F401  (Run
 from inspector.engine.text import token_label
 from inspector.llama.devices import RPC_TIMEOUT_S, RpcUnavailable, add_rpc_servers, list_devices
 
-_LOCAL = ("info", "model_path", "n_ctx", "n_batch", "n_seq_max", "n_threads", "n_vocab", "vocab_type",
+_LOCAL = ("info", "model_path", "n_ctx", "n_batch", "n_seq_max", "tree_branches", "n_threads", "n_vocab", "vocab_type",
           "architecture", "swa_full", "layers", "offload", "rpc_devices", "offload_note", "converted_from")
 """Attributes read once from the child after loading (they do not change; ``n_threads`` follows
 ``set_threads``)."""
@@ -276,12 +276,18 @@ class RemoteRuntime:
         """``LlamaRuntime.decode_logits`` in the child (the logits come back as a numpy copy)."""
         return self._decode("decode_logits", sid, tokens, position, abort)
 
-    def _decode(self, name, sid, tokens, position, abort):
+    def decode_tree(self, sid, tokens, parents, position, abort=None):
+        """``LlamaRuntime.decode_tree`` in the child (``keep_branch`` follows as a plain call)."""
+        return self._decode("decode_tree", sid, tokens, position, abort, tuple(parents))
+
+    def _decode(self, name, sid, tokens, position, abort, *extra):
         with self._lock:
             with self._abort_lock:
                 self._inflight_sid = sid if abort is not None else None
                 self._flag.buf[0] = 1 if abort is not None and abort.is_set() else 0
             try:
+                if extra:  # decode_tree(sid, tokens, parents, position)
+                    return self._call("call", name, sid, tuple(tokens), *extra, position)
                 return self._call("call", name, sid, tuple(tokens), position)
             finally:
                 with self._abort_lock:

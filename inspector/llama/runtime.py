@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
+from inspector.engine.tree import depths, row_branches
 from inspector.llama.model_file import ModelInfo, check_gguf
 from inspector.llama.context_settings import ContextRefused, ContextSettings, settled
 from inspector.llama.server_parity import llama_cpp_settings
@@ -41,6 +42,9 @@ llama_log.install()
 
 _get_logits_address = raw_logits_function()
 
+TREE_BRANCHES = 8
+"""Most branches of a tree window by default (``LlamaRuntime(tree_branches=)``)."""
+
 
 from inspector.llama.rollback import RollbackProbe, probe_rollback  # noqa: E402
 
@@ -54,6 +58,8 @@ class LlamaRuntime:
     ``n_batch``: most rows per decode; a verify batch is at most ``n_batch``
     rows (so proposals are capped at ``n_batch - 1``).
     ``n_seq_max``: most sessions at once. ``n_threads``: CPU threads.
+    ``tree_branches``: most branches of a tree window (``decode_tree``): the context gets
+    ``tree_branches - 1`` more KV sequences, borrowed for a branch during one verification.
     ``swa_full``: full-size sliding-window cache (needed for exact rollback on
     sliding-window models such as Gemma 3; LLAMA_CPP_NOTES "Gemma 3").
     ``progress``: called with 0.0..1.0 while the weights load.
@@ -78,6 +84,7 @@ class LlamaRuntime:
         n_batch: int = 512,
         n_seq_max: int = 4,
         n_threads: int | None = None,
+        tree_branches: int = TREE_BRANCHES,
         swa_full: bool = True,
         progress: Callable[[float], None] | None = None,
         offload=None,
@@ -116,7 +123,11 @@ class LlamaRuntime:
         cparams.n_ctx = n_ctx
         cparams.n_batch = self.n_batch
         asked.apply(cparams)  # -ub (capped at n_batch, as llama.cpp does), -fa, -ctk, -ctv
-        cparams.n_seq_max = self.n_seq_max
+        self.tree_branches = max(1, tree_branches)
+        """Most branches (leaves) of one tree window (``decode_tree``)."""
+        self._branch_seqs = tuple(range(self.n_seq_max, self.n_seq_max + self.tree_branches - 1))
+        self._tree_seqs: tuple[int, ...] = ()
+        cparams.n_seq_max = self.n_seq_max + len(self._branch_seqs)
         cparams.kv_unified = True
         cparams.swa_full = swa_full
         self.swa_full = swa_full
@@ -147,9 +158,11 @@ class LlamaRuntime:
         """The context settings asked for (``-fa auto`` stays ``auto``: llama-server's way to say it)."""
         self.flash_attn = self.context.flash_attn
         self.mem = llama_cpp.llama_get_memory(self.ctx)
-        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, cparams.n_seq_max)
         self.decode_ns = 0
         """Total time spent inside ``llama_decode`` (nanoseconds), for benchmarks."""
+        self.decode_calls = 0
+        """``llama_decode`` calls so far (a tree window is one: tests, benchmarks)."""
         self.predict_ns = 0
         """Total time spent picking greedy predictions from the rows' logits (argmax,
         nanoseconds), for benchmarks: verification work outside llama.cpp."""
@@ -273,6 +286,7 @@ class LlamaRuntime:
     def _decode(self, n: int, position: int, abort: threading.Event | None, sid: int = -1) -> None:
         with self.abort.decoding(sid, abort):
             t = time.perf_counter_ns()
+            self.decode_calls += 1
             try:
                 rc = llama_cpp.llama_decode(self.ctx, self._batch)
                 # With layers on an RPC server (or a GPU) llama_decode returns before the work is done
@@ -325,6 +339,97 @@ class LlamaRuntime:
             self._penalize(sid, n, position)
         return self._logits(n).copy()
 
+    def decode_tree(
+        self, sid: int, tokens: Sequence[int], parents: Sequence[int], position: int,
+        abort: threading.Event | None = None,
+    ) -> list[int]:
+        """Decode a token tree in ONE batch and return the session sampler's prediction for each row
+        (``inspector.engine.tree``): ``tokens`` are the rows (row 0 the current token, at ``position``),
+        ``parents[i]`` the parent row of row i + 1; each row sits at ``position`` + its depth, on the
+        KV sequences of the branches through it (branch 0: ``sid``; the others: sequences borrowed for
+        this window, each first given ``sid``'s cells). llama.cpp's encoding in
+        ``examples/speculative/speculative.cpp`` (0c1e570). Follow with ``keep_branch`` under the same
+        lock, which returns the borrowed sequences; on an error here they are returned already, and
+        ``sid`` may hold some of the tree's cells (the caller trims it to ``position``).
+
+        Raises ``EngineError`` for more branches than ``tree_branches``, a session with penalties (each
+        row would need its own branch's history), a batch past ``n_batch`` or the context;
+        ``DecodeAborted`` / ``DecodeFailed`` as ``decode_rows``.
+        """
+        n = len(tokens)
+        if len(parents) != n - 1:
+            raise EngineError(f"a tree of {n} rows needs {n - 1} parents, observed {len(parents)}")
+        on = row_branches(parents)
+        n_branches = len(on[0])
+        if n_branches > self.tree_branches:
+            raise EngineError(f"a tree of {n_branches} branches exceeds this context's {self.tree_branches}")
+        if self.sessions.has_penalties(sid):
+            raise EngineError("tree windows take no penalties (repeat, frequency, presence): "
+                              "use a chain, or no penalties")
+        depth = depths(parents)
+        if n > self.n_batch:
+            raise EngineError(f"batch of {n} rows exceeds n_batch {self.n_batch}")
+        if position + max(depth) + 1 > self.n_ctx:
+            raise EngineError(f"tree of depth {max(depth)} at position {position} exceeds the context: "
+                              f"needs {position + max(depth) + 1} positions, n_ctx is {self.n_ctx}")
+        if not self.sessions.is_open(sid):
+            raise EngineError(f"session {sid} is not open")
+        seqs = (sid, *self._branch_seqs[:n_branches - 1])
+        mem = self.mem
+        for s in seqs[1:]:
+            llama_cpp.llama_memory_seq_rm(mem, s, -1, -1)
+            llama_cpp.llama_memory_seq_cp(mem, sid, s, -1, -1)
+        self._tree_seqs = seqs
+        b = self._batch
+        tok, pos, nseq, seq, lg = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
+        for i in range(n):
+            tok[i] = tokens[i]
+            pos[i] = position + depth[i]
+            branches = on[i]
+            nseq[i] = len(branches)
+            row_seqs = seq[i]
+            for j, br in enumerate(branches):
+                row_seqs[j] = seqs[br]
+            lg[i] = 1
+        b.n_tokens = n
+        try:
+            self._decode(n, position, abort, sid)
+        except BaseException:
+            self._return_branch_seqs()
+            raise
+        if self.sessions.is_greedy(sid):
+            t = time.perf_counter_ns()
+            out = self._logits(n).argmax(axis=1).tolist()
+            self.predict_ns += time.perf_counter_ns() - t
+            return out
+        chain = self.sessions.chain(sid)
+        sample = llama_cpp.llama_sampler_sample
+        ctx = self.ctx
+        return [sample(chain, ctx, i) for i in range(n)]
+
+    def keep_branch(self, sid: int, branch: int, position: int) -> None:
+        """After ``decode_tree``: keep in session ``sid`` the root (at ``position``) and branch
+        ``branch``'s rows (its ordinal among the tree's leaves), drop every other row of the tree and
+        return the borrowed sequences. ``sid`` then holds a chain, as after ``decode_rows`` of that
+        branch. Raises ``EngineError`` when no tree is pending or ``branch`` is not one of its."""
+        seqs = self._tree_seqs
+        if not seqs:
+            raise EngineError("no tree window is pending: keep_branch follows decode_tree")
+        if not 0 <= branch < len(seqs):
+            self._return_branch_seqs()
+            raise EngineError(f"branch {branch} is not one of the tree's {len(seqs)}")
+        mem = self.mem
+        kept = seqs[branch]
+        if kept != sid:
+            llama_cpp.llama_memory_seq_rm(mem, sid, position + 1, -1)
+            llama_cpp.llama_memory_seq_cp(mem, kept, sid, position + 1, -1)
+        self._return_branch_seqs()
+
+    def _return_branch_seqs(self) -> None:
+        for s in self._tree_seqs[1:]:
+            llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
+        self._tree_seqs = ()
+
     def _penalize(self, sid: int, n: int, position: int) -> None:
         """Apply session ``sid``'s penalties in place to the last decode's ``n`` rows with logits, the
         rows of positions ``position ..`` (``inspector.engine.penalties.penalize_rows``)."""
@@ -333,14 +438,19 @@ class LlamaRuntime:
         self.predict_ns += time.perf_counter_ns() - t
 
     def row_probabilities(self, n: int, proposed: Sequence[int], predictions: Sequence[int],
-                          sampling: SamplingSettings | None = None) -> WindowProbabilities:
+                          sampling: SamplingSettings | None = None,
+                          rows: Sequence[int] | None = None) -> WindowProbabilities:
         """The per-row probability figures of the last decode's ``n`` rows (all with logits), from its
-        logits in place (``inspector.engine.probabilities.summarise_rows``; arguments as there).
-        Adds its time to ``probability_ns`` and ``n`` to ``probability_rows`` (benchmarks)."""
+        logits in place (``inspector.engine.probabilities.summarise_rows``; arguments as there);
+        ``rows``: only these rows, in this order (a tree window's kept branch). Adds its time to
+        ``probability_ns`` and the rows summarised to ``probability_rows`` (benchmarks)."""
         t = time.perf_counter_ns()
-        out = summarise_rows(self._logits(n), proposed, predictions, sampling)
+        logits = self._logits(n)
+        if rows is not None:
+            logits = logits[list(rows)]
+        out = summarise_rows(logits, proposed, predictions, sampling)
         self.probability_ns += time.perf_counter_ns() - t
-        self.probability_rows += n
+        self.probability_rows += len(logits)
         return out
 
     def _logits(self, n: int) -> "np.ndarray":

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from inspector.engine.tree import branch_rows, tree_shape_error
+
 
 class InconsistentDocument(ValueError):
     """The document breaks a relation its writer keeps; the message names the JSON path."""
@@ -98,9 +100,32 @@ def check_window(w: dict, at: str, turn: int | None) -> None:
     if len(w["verification_row_predictions"]) != w["verification_rows"]:
         raise InconsistentDocument(f"at {at}: verification_rows {w['verification_rows']} but "
                                    f"{len(w['verification_row_predictions'])} verification_row_predictions")
+    if "tree" in w:
+        check_tree(w, f"{at}/tree")
     if turn is not None and "turn" in w and w["turn"] != turn:
         raise InconsistentDocument(f"at {at}/turn: the window says turn {w['turn']}, expected {turn} "
                                    f"(it is in the file's turn {turn})")
+
+
+def check_tree(w: dict, at: str) -> None:
+    """Raise ``InconsistentDocument`` when a tree window's ``tree`` (at ``at``) is not a tree or does not
+    hold the branch the window's own fields describe (``inspector.engine.tree``)."""
+    tree = w["tree"]
+    nodes, parents, predictions, branch = (tree["node_token_ids"], tree["node_parents"], tree["row_predictions"],
+                                           tree["branch_rows"])
+    why = tree_shape_error(nodes, parents)
+    if why is not None:
+        raise InconsistentDocument(f"at {at}: not a tree: {why}")
+    if len(predictions) != 1 + len(nodes):
+        raise InconsistentDocument(f"at {at}: {len(predictions)} row_predictions for {1 + len(nodes)} rows")
+    if not branch or any(not 1 <= r <= len(nodes) for r in branch) or list(branch) != branch_rows(parents, branch[-1]):
+        raise InconsistentDocument(f"at {at}/branch_rows: {list(branch)} is not a branch from the root")
+    if [nodes[r - 1] for r in branch] != list(w["proposal_token_ids"]):
+        raise InconsistentDocument(f"at {at}/branch_rows: the branch's tokens are not the window's "
+                                   f"proposal_token_ids")
+    if [predictions[r] for r in (0, *branch)] != list(w["verification_row_predictions"]):
+        raise InconsistentDocument(f"at {at}/row_predictions: the branch's predictions are not the window's "
+                                   f"verification_row_predictions")
 
 
 SUMMED = ("windows", "plain_steps", "discards", "proposed_tokens", "accepted_tokens", "generated_tokens")

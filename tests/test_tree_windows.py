@@ -1,0 +1,334 @@
+"""Tree windows (issue 40): a proposal of several branches verified in one batch.
+
+The pure rules (shape, branches, the walk) on tiny token lists; then the real model: trees built
+from the target's own continuation (``TreeFollower``: the right continuation on a branch that is not
+the first, a surely rejected token on the others), so windows accept from a second branch whatever
+the model says. Every window's KV length is checked against its canonical position
+(``make_generation``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import llama_cpp
+import pytest
+
+from inspector.engine import Fault, FaultPlan, GenerationSettings, RuntimeScheduler
+from inspector.engine.errors import DecodeAborted, RequestCancelled
+from inspector.engine.proposal import Proposal, validate_proposal
+from inspector.engine.records import receipt_from_json
+from inspector.engine.tree import (INVALID_TREE, branch_rows, children, depths, is_chain, leaves, row_branches,
+                                   tree_shape_error, walk_tree)
+from inspector.receipts import load_document, write_document
+from inspector.receipts.consistency import InconsistentDocument, check_window
+from inspector.session.document import build_document
+from scenarios import (Follower, NoEndOfTurn, assert_same_greedy_output, plain_reference,
+                       run_resuming_after_each_error, wrong_token)
+
+COPY = "Copy this sentence twice: The library opens at nine and closes at five."
+STORY = "Write two sentences about a lighthouse keeper."
+MAX = 40
+
+# A tree of 6 tokens: row 1 (a) and row 2 (b) under the root; row 3 under 1; rows 4, 5 under 2; row 6 under 5.
+TOKENS = (10, 20, 11, 21, 22, 23)
+PARENTS = (0, 0, 1, 2, 2, 5)
+
+
+# -- the pure rules ---------------------------------------------------------------------------------
+
+def test_rows_know_their_depth_children_and_leaves():
+    assert depths(PARENTS) == [0, 1, 1, 2, 2, 2, 3]
+    assert children(PARENTS) == [[1, 2], [3], [4, 5], [], [], [6], []]
+    assert leaves(PARENTS) == [3, 4, 6]
+
+
+def test_each_row_is_on_the_branches_of_the_leaves_below_it():
+    assert row_branches(PARENTS) == [(0, 1, 2), (0,), (1, 2), (0,), (1,), (2,), (2,)]
+
+
+def test_a_branch_runs_from_the_roots_child_to_its_leaf():
+    assert branch_rows(PARENTS, 6) == [2, 5, 6]
+    assert branch_rows(PARENTS, 0) == []
+
+
+def test_the_walk_follows_the_child_each_prediction_names():
+    # Row 0 predicts 20 (row 2), row 2 predicts 22 (row 5), row 5 predicts 23 (row 6), row 6 predicts 99.
+    predictions = [20, 0, 22, 0, 0, 23, 99]
+    w = walk_tree(TOKENS, PARENTS, predictions)
+    assert w.accepted_rows == (2, 5, 6)
+    assert w.branch_rows == (2, 5, 6) and w.leaf == 6 and w.branch == 2
+
+
+def test_the_walk_stops_at_the_first_row_no_child_matches_and_keeps_a_branch_through_it():
+    predictions = [20, 0, 77, 0, 0, 0, 0]  # row 2 predicts 77: no child has it
+    w = walk_tree(TOKENS, PARENTS, predictions)
+    assert w.accepted_rows == (2,)
+    assert w.branch_rows == (2, 4) and w.branch == 1  # continued by the first child
+
+
+def test_a_root_prediction_no_child_has_accepts_nothing_and_keeps_the_first_branch():
+    w = walk_tree(TOKENS, PARENTS, [5, 0, 0, 0, 0, 0, 0])
+    assert w.accepted_rows == () and w.branch_rows == (1, 3) and w.branch == 0
+
+
+def test_a_chain_is_the_one_branch_tree():
+    assert is_chain((0, 1, 2)) and not is_chain(PARENTS)
+    w = walk_tree((5, 6, 7), (0, 1, 2), [5, 6, 9, 0])
+    assert w.accepted_rows == (1, 2) and w.branch_rows == (1, 2, 3)
+
+
+@pytest.mark.parametrize("parents, why", [
+    ((0, 0, 3, 2, 2, 5), "parent row 3"),  # a parent after its child
+    ((0, 0, 1, 2, 2), "5 parents for 6 tokens"),
+    ((0, -1, 1, 2, 2, 5), "parent row -1"),
+])
+def test_parents_that_are_not_a_tree_are_named(parents, why):
+    assert why in tree_shape_error(TOKENS, parents)
+
+
+def test_two_children_with_one_token_are_not_a_tree():
+    assert "two children with token 10" in tree_shape_error((10, 10), (0, 0))
+
+
+def test_an_invalid_tree_or_one_with_too_many_branches_is_discarded():
+    ok = Proposal(b"t", TOKENS, parents=PARENTS)
+    assert validate_proposal(ok, 8, 100, 0.0, 1.0, max_branches=3) is None
+    assert validate_proposal(ok, 8, 100, 0.0, 1.0, max_branches=2) == INVALID_TREE
+    bad = Proposal(b"t", TOKENS, parents=(0, 0, 3, 2, 2, 5))
+    assert validate_proposal(bad, 8, 100, 0.0, 1.0, max_branches=8) == INVALID_TREE
+    assert validate_proposal(ok, 5, 100, 0.0, 1.0, max_branches=8) == "invalid_token_count"  # nodes count
+
+
+# -- on the real model ------------------------------------------------------------------------------
+
+class TreeFollower(Follower):
+    """Proposes trees from the target's own plain continuation ``ref``: a decoy branch first (a surely
+    rejected first token, then ``ref[1:3]``), then the right branch (``ref[:k]``) with, under its first
+    token, a second decoy child; every ``plan_wrong``-th window the right branch gets a surely rejected
+    token at depth 3 (a mismatch inside the kept branch). Windows accept from the second branch
+    whatever the model says."""
+
+    name = "tree-follow"
+
+    def __init__(self, scheduler, prompt, k: int = 4, plan_wrong: int = 3) -> None:
+        super().__init__(scheduler, ((k, None),), prompt=prompt)
+        self.k = k
+        self.plan_wrong = plan_wrong
+
+    def propose(self, request):
+        self.queries += 1
+        ref, second = self.continuation(request.tokens)
+        cap = request.max_proposal_tokens
+        if len(ref) < 3 or cap < 6:
+            return None
+        rt = self.runtime
+        decoy = wrong_token(rt, ref[0], second[0])
+        decoy2 = wrong_token(rt, ref[1], second[1])
+        k = min(self.k, len(ref), cap - 4)
+        right = list(ref[:k])
+        if self.queries % self.plan_wrong == 0 and k >= 3:
+            right[2] = wrong_token(rt, ref[2], second[2])
+        tokens = [decoy, ref[1], ref[2]]  # rows 1-3: the decoy branch
+        parents = [0, 1, 2]
+        tokens.append(right[0])  # row 4
+        parents.append(0)
+        tokens.append(decoy2)  # row 5: a decoy child of row 4
+        parents.append(4)
+        prev = 4
+        for t in right[1:]:
+            tokens.append(t)
+            parents.append(prev)
+            prev = len(tokens)
+        return Proposal(b"tree:%d" % self.queries, tuple(tokens), parents=tuple(parents))
+
+
+class DecodeCounter:
+    """Records, for each lock operation, its kind and the ``llama_decode`` calls it made."""
+
+    def __init__(self, scheduler) -> None:
+        self.runtime = scheduler.runtime._rt if isinstance(scheduler.runtime, NoEndOfTurn) else scheduler.runtime
+        self.last = self.runtime.decode_calls
+        self.ops: list[tuple[str, int]] = []
+
+    def __call__(self, op) -> None:
+        now = self.runtime.decode_calls
+        self.ops.append((op.kind, now - self.last))
+        self.last = now
+
+
+@pytest.fixture(scope="module")
+def target(runtime):
+    """The target with end-of-generation banned (``NoEndOfTurn``): every run goes on to ``MAX`` tokens,
+    so the windows a test needs exist whatever the model says."""
+    return RuntimeScheduler(NoEndOfTurn(runtime))
+
+
+@pytest.fixture(scope="module")
+def tree_run(target, chat_tokens):
+    """(prompt tokens, the finished tree run, decode counts per lock operation) per prompt."""
+    from inspector.engine import Generation
+
+    cache = {}
+
+    def run(prompt):
+        if prompt not in cache:
+            tokens = chat_tokens(prompt)
+            counter = DecodeCounter(target)
+            target.add_listener(counter)
+            try:
+                g = Generation(target, TreeFollower(target, tokens), tokens, GenerationSettings(max_new_tokens=MAX))
+                g.run()
+                g.close()
+            finally:
+                target.remove_listener(counter)
+            cache[prompt] = (tokens, g, counter.ops)
+        return cache[prompt]
+
+    return run
+
+
+@pytest.mark.parametrize("prompt", [COPY, STORY], ids=["copy", "story"])
+def test_greedy_output_with_tree_windows_equals_plain_decoding(prompt, tree_run, target):
+    tokens, g, _ = tree_run(prompt)
+    trees = [r for r in g.receipts if r.tree is not None]
+    assert len(trees) >= 3, [r.disposition for r in g.receipts]
+    plain, _ = plain_reference(target, tokens, len(g.generated))
+    assert len(g.generated) == MAX
+    assert_same_greedy_output(target, tokens, plain, g.generated)
+    # Windows accepted from the second branch (the decoy is the first): the walk chose among branches.
+    assert any(r.accepted_proposal_tokens >= 2 and r.tree.branch_rows[0] == 4 for r in trees)
+
+
+def test_a_tree_window_is_one_llama_decode_and_its_receipt_describes_the_kept_branch(tree_run):
+    _, g, ops = tree_run(COPY)
+    verifies = [n for kind, n in ops if kind == "verify"]
+    assert verifies and set(verifies) == {1}, ops
+    for r in (r for r in g.receipts if r.tree is not None):
+        tree = r.tree
+        assert r.proposal_token_ids == tuple(tree.node_token_ids[i - 1] for i in tree.branch_rows)
+        assert r.verification_row_predictions == tuple(tree.row_predictions[i] for i in (0, *tree.branch_rows))
+        assert r.verification_rows == 1 + len(tree.branch_rows) < r.decoded_rows == 1 + len(tree.node_token_ids)
+        assert r.position_after_verification == r.base_position + r.verification_rows
+        check_window(r.to_json(), "w", None)
+
+
+def test_a_tampered_tree_is_refused_by_the_consistency_check(tree_run):
+    _, g, _ = tree_run(COPY)
+    w = next(r for r in g.receipts if r.tree is not None).to_json()
+    w["tree"]["branch_rows"] = [1, 2]
+    with pytest.raises(InconsistentDocument, match="branch"):
+        check_window(w, "windows/0", None)
+
+
+def test_tree_receipts_are_written_validated_and_read_back(tree_run, runtime, tmp_path):
+    tokens, g, _ = tree_run(COPY)
+    doc = build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False)
+    loaded = load_document(write_document(doc, tmp_path / "tree.json"))
+    back = [receipt_from_json(w) for w in loaded["windows"]]
+    assert [r.tree for r in back] == [r.tree for r in g.receipts]
+
+
+def test_a_one_branch_tree_gives_the_chains_receipts(make_generation, chat_tokens, target):
+    tokens = chat_tokens(COPY)
+
+    class AsTree(Follower):
+        def propose(self, request):
+            p = super().propose(request)
+            return None if p is None else Proposal(p.decision_id, p.token_ids, parents=tuple(range(len(p.token_ids))))
+
+    chain = make_generation(Follower(target, ((4, None), (4, 1)), prompt=tokens), tokens, on=target,
+                            max_new_tokens=24)
+    chain.run()
+    tree = make_generation(AsTree(target, ((4, None), (4, 1)), prompt=tokens), tokens, on=target, max_new_tokens=24)
+    tree.run()
+    def strip(r):
+        d = r.to_json()
+        for k in [k for k in d if k.endswith("_us") or k in ("session_id", "request_id", "probabilities")]:
+            del d[k]
+        return d
+    assert [strip(r) for r in tree.receipts] == [strip(r) for r in chain.receipts]
+    assert all(r.tree is None for r in tree.receipts)
+
+
+@pytest.mark.parametrize("fault", ["cancel@W:2", "callback_error@W:1", "trim_failure"])
+def test_faults_in_a_tree_window_repair_before_the_error_and_resume_gives_the_same_output(
+        fault, make_generation, chat_tokens, target, tree_run):
+    tokens, reference, _ = tree_run(COPY)
+    w = next(r.window_index for r in reference.receipts
+             if r.tree is not None and r.canonical_prediction_count >= 3 and r.trimmed_rows > 0)
+    plan = FaultPlan([Fault.parse(fault.replace("W", str(w)) if "W" in fault else f"{fault}@{w}")])
+    g = make_generation(TreeFollower(target, tokens), tokens, on=target, max_new_tokens=MAX, faults=plan)
+    errors = run_resuming_after_each_error(g)
+    assert plan.fired and len(errors) == 1
+    assert_same_greedy_output(target, tokens, reference.generated, g.generated)
+
+
+def test_a_cancelled_tree_decode_keeps_nothing_and_returns_the_borrowed_sequences(runtime, scheduler, chat_tokens):
+    tokens = chat_tokens(COPY)
+    stop = threading.Event()
+    stop.set()
+
+    def op(rt):
+        sid = rt.open_session()
+        try:
+            rt.prefill(sid, tokens[:-1], 0)
+            base = len(tokens) - 1
+            with pytest.raises(DecodeAborted):
+                rt.decode_tree(sid, (tokens[-1], 5, 6, 7, 8), (0, 0, 1, 2), base, stop)
+            borrowed = [int(llama_cpp.llama_memory_seq_pos_max(rt.mem, s))
+                        for s in range(rt.n_seq_max, rt.n_seq_max + rt.tree_branches - 1)]
+            rt.trim(sid, base)
+            return borrowed, rt.kv_length(sid), base
+        finally:
+            rt.drop_session(sid)
+
+    borrowed, kv, base = scheduler.execute("test", -1, op).value
+    assert borrowed == [-1] * len(borrowed) and kv == base
+
+
+def test_cancel_while_verifying_a_tree_leaves_the_kv_canonical(make_generation, chat_tokens, target, tree_run):
+    tokens, reference, _ = tree_run(STORY)
+    source = TreeFollower(target, tokens)
+    inner = source.propose
+    holder = {}
+
+    def propose_then_cancel(request):
+        p = inner(request)
+        if p is not None and not holder.get("done"):
+            holder["done"] = True
+            holder["g"].cancel()
+        return p
+
+    source.propose = propose_then_cancel
+    g = make_generation(source, tokens, on=target, max_new_tokens=MAX)
+    holder["g"] = g
+    with pytest.raises(RequestCancelled):
+        g.run()
+    assert g.kv_length() == g.canonical_position
+    g.resume()
+    g.run()
+    assert_same_greedy_output(target, tokens, reference.generated, g.generated)
+
+
+def test_a_tree_with_more_branches_than_the_context_takes_is_discarded_not_run(make_generation, chat_tokens,
+                                                                              runtime):
+    tokens = chat_tokens(COPY)
+    n = runtime.tree_branches + 1
+
+    class Wide:
+        name = "wide"
+
+        def propose(self, request):
+            return Proposal(b"wide", tuple(range(100, 100 + n)), parents=(0,) * n)
+
+        def report(self, receipt):
+            pass
+
+        def discard(self, decision_id, reason):
+            pass
+
+    g = make_generation(Wide(), tokens, max_new_tokens=16, draft_max=16)
+    g.run()
+    assert g.discards and g.discards[0].reason == INVALID_TREE  # later ones: the cap shrinks near the end
+    assert not g.receipts
