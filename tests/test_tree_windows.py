@@ -332,3 +332,210 @@ def test_a_tree_with_more_branches_than_the_context_takes_is_discarded_not_run(m
     g.run()
     assert g.discards and g.discards[0].reason == INVALID_TREE  # later ones: the cap shrinks near the end
     assert not g.receipts
+
+
+# -- the suffix source's trees --------------------------------------------------------------------
+
+def test_the_suffix_tree_takes_continuations_best_first_by_path_probability():
+    from inspector.sources.suffix.tree import TokenStream, best_first_tree, match_ends
+
+    # After "1 2": 3 three times (then 4 twice, 5 once), 7 once.
+    st = TokenStream([1, 2, 3, 4, 9, 1, 2, 3, 5, 9, 1, 2, 3, 4, 9, 1, 2, 7])
+    ends = match_ends(st.a, st.end, [1, 2], 2)
+    tokens, parents, probs = best_first_tree(st.a, ends, 0.2, 6, 3)
+    assert tokens == [3, 4, 9, 7, 5, 9] and parents == [0, 1, 2, 0, 1, 5]
+    assert probs == pytest.approx([0.75, 0.5, 0.5, 0.25, 0.25, 0.25])
+    assert best_first_tree(st.a, ends, 0.3, 6, 3)[0] == [3, 4, 9]  # below min_prob: left out
+
+
+@pytest.mark.parametrize("prompt", [COPY, STORY], ids=["copy", "story"])
+def test_suffix_trees_give_plain_decodings_output(prompt, make_generation, chat_tokens, target):
+    from inspector.sources.suffix.source import SuffixSource
+
+    tokens = chat_tokens(prompt)
+    g = make_generation(SuffixSource(tree_nodes=8, length="score", max_cached_tokens=0, min_token_prob=0.0),
+                        tokens, on=target, max_new_tokens=MAX)
+    g.run()
+    plain, _ = plain_reference(target, tokens, MAX)
+    assert_same_greedy_output(target, tokens, plain, g.generated)
+    assert g.receipts
+
+
+def test_the_suffix_source_proposes_a_tree_where_a_match_has_several_continuations():
+    from inspector.engine.proposal import ProposalRequest
+    from inspector.sources.suffix.source import SuffixSource
+
+    stream = [1, 2, 3, 4, 9, 1, 2, 3, 5, 9, 1, 2, 3, 4, 9, 1, 2]
+    request = ProposalRequest(stream, len(stream), 0, 8, float("inf"))
+    tree = SuffixSource(tree_nodes=6, length="score", max_cached_tokens=0, min_token_prob=0.2).propose(request)
+    chain = SuffixSource(length="score", max_cached_tokens=0, min_token_prob=0.2).propose(request)
+    assert chain.parents is None and tree.is_tree
+    assert tree.token_ids[:len(chain.token_ids)] == chain.token_ids  # the greedy path comes first
+
+
+# -- in the window ----------------------------------------------------------------------------------
+
+def test_the_branches_text_puts_the_kept_branch_first_with_its_accepted_tokens_marked():
+    from inspector.engine.records import TreeReceipt
+    from inspector.gui.windows.tree_text import ACCEPTED_COLOR, tree_branches_html, tree_summary
+
+    tree = TreeReceipt(TOKENS, PARENTS, (20, 0, 22, 0, 0, 77, 0), (2, 5, 6))
+    assert tree_summary(tree, 2) == "7 rows in one batch · 3 branches · kept branch 3 (rows 2, 5, 6), 2 accepted"
+    lines = tree_branches_html(tree, 2, lambda t: f"t{t}").split("<br>")
+    assert lines[0].startswith("✓ ") and lines[0].count(ACCEPTED_COLOR) == 2 and "t23" in lines[0]
+    assert len(lines) == 3 and "t10" in lines[1] and "t21" in lines[2]
+
+
+def test_the_receipt_pane_shows_a_tree_windows_branches(qtbot, runtime, tmp_path, tree_run):
+    from test_gui_support import make_window, open_receipts
+
+    tokens, g, _ = tree_run(COPY)
+    path = write_document(build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False),
+                          tmp_path / "tree.json")
+    w = make_window(qtbot, runtime, tmp_path)
+    assert open_receipts(qtbot, w, path) == ""
+    window = next(r.window_index for r in g.receipts if r.tree is not None)
+    w.window_detail.select_window(window)
+    text = w.window_detail.fields.toPlainText()
+    assert "rows in one batch" in text and "✓" in text
+
+
+# -- temperature > 0 --------------------------------------------------------------------------------
+
+def sampled_tokens(scheduler, prompt, make_source=None, runs: int = 1000, max_new: int = 3):
+    """Counters of the generated tokens at positions 0..max_new - 1 over ``runs`` seeded generations at
+    temperature 0.8 (sample_match), and the runs' receipts."""
+    from collections import Counter
+
+    from inspector.engine import Generation, SamplingSettings
+
+    counts = [Counter() for _ in range(max_new)]
+    pairs: list[tuple[int, ...]] = []
+    receipts = []
+    for seed in range(runs):
+        sampling = SamplingSettings(temperature=0.8, seed=seed)
+        g = Generation(scheduler, None if make_source is None else make_source(), prompt,
+                       GenerationSettings(max_new_tokens=max_new, draft_max=4, sampling=sampling,
+                                          verification="sample_match"))
+        g.run()
+        g.close()
+        for i, t in enumerate(g.generated):
+            counts[i][t] += 1
+        pairs.append(tuple(g.generated))
+        receipts += g.receipts
+    return counts, pairs, receipts
+
+
+class PlainTree:
+    """Trees from plain sampling's own statistics: under the current token, its two most frequent
+    followers in the plain runs, each with its own most frequent follower."""
+
+    name = "plain-tree"
+
+    def __init__(self, followers) -> None:
+        self.followers = followers
+
+    def propose(self, request):
+        cur = request.tokens[-1]
+        top = [t for t, _ in self.followers.get(cur, {}).most_common(2)]
+        if len(top) < 2:
+            return None
+        tokens, parents = [], []
+        for t in top:
+            tokens.append(t)
+            parents.append(0)
+            nxt = self.followers.get(t)
+            if nxt:
+                tokens.append(nxt.most_common(1)[0][0])
+                parents.append(len(tokens) - 1)
+        return Proposal(b"pt", tuple(tokens), parents=tuple(parents))
+
+    def report(self, receipt):
+        pass
+
+    def discard(self, decision_id, reason):
+        pass
+
+
+@pytest.mark.slow
+def test_sample_match_on_tree_windows_keeps_the_plain_sampling_distribution(scheduler, runtime):
+    from collections import Counter, defaultdict
+
+    from test_sampling import P_THRESHOLD, chi2_p_value
+
+    prompt = runtime.tokenize("The", True, False)
+    plain, pairs, _ = sampled_tokens(scheduler, prompt)
+    followers: dict = defaultdict(Counter)
+    for run in pairs:
+        for a, b in zip(run, run[1:]):
+            followers[a][b] += 1
+    spec, _, receipts = sampled_tokens(scheduler, prompt, lambda: PlainTree(followers))
+    trees = [r for r in receipts if r.tree is not None]
+    assert len(trees) > 100 and any(r.accepted_proposal_tokens and r.tree.branch_rows[0] != 1 for r in trees)
+    for position, (a, b) in enumerate(zip(plain, spec)):
+        p = chi2_p_value(a, b)
+        print(f"token {position}: chi-square p = {p:.4f}; plain top {a.most_common(3)}, tree top {b.most_common(3)}")
+        assert p > P_THRESHOLD, f"token {position} histogram differs from plain sampling (p={p:.2e})"
+
+
+# -- the n-gram source's trees ----------------------------------------------------------------------
+
+def test_the_ngram_source_branches_where_a_match_went_on_with_other_tokens():
+    from inspector.engine.proposal import ProposalRequest
+    from inspector.sources.ngram import NgramSource
+
+    # "9 1 2" went on with 7 8 (earlier) and 3 6 (most recent).
+    stream = [5, 1, 2, 3, 4, 9, 1, 2, 7, 8, 9, 1, 2, 3, 6, 9, 1, 2]
+    request = ProposalRequest(stream, 2, 0, 8, float("inf"))
+    chain = NgramSource(n_min=2).propose(request)
+    tree = NgramSource(n_min=2, branches=2).propose(request)
+    assert chain.token_ids == (3, 6, 9, 1, 2) and chain.parents is None
+    assert tree.token_ids == (3, 6, 9, 1, 7, 8, 9, 1) and tree.parents == (0, 1, 2, 3, 0, 5, 6, 7)
+
+
+@pytest.mark.parametrize("prompt", [COPY, STORY], ids=["copy", "story"])
+def test_ngram_trees_give_plain_decodings_output(prompt, make_generation, chat_tokens, target):
+    from inspector.sources.ngram import NgramSource
+
+    tokens = chat_tokens(prompt)
+    g = make_generation(NgramSource(n_min=1, branches=3), tokens, on=target, max_new_tokens=MAX)
+    g.run()
+    plain, _ = plain_reference(target, tokens, MAX)
+    assert_same_greedy_output(target, tokens, plain, g.generated)
+    assert any(r.tree is not None for r in g.receipts)
+
+
+def test_with_penalties_a_tree_runs_as_its_first_branch(make_generation, chat_tokens, target):
+    from inspector.engine import SamplingSettings
+
+    tokens = chat_tokens(COPY)
+    source = TreeFollower(target, tokens)
+    proposed = []
+    inner = source.propose
+
+    def propose(request):
+        p = inner(request)
+        proposed.append(p)
+        return p
+
+    source.propose = propose
+    g = make_generation(source, tokens, on=target, max_new_tokens=12,
+                        sampling=SamplingSettings(temperature=0.0, repeat_penalty=1.3))
+    g.run()
+    assert g.receipts and all(r.tree is None for r in g.receipts)
+    first = next(p for p in proposed if p is not None)
+    assert g.receipts[0].proposal_token_ids == first.token_ids[:3]  # the decoy branch: rows 1-3
+
+
+def test_a_tree_run_says_what_its_first_branches_alone_would_have_committed(tree_run):
+    from inspector.llama.cost_model import CostModel
+    from inspector.session.tree_verdict import first_branch_outcome, tree_versus_chain
+
+    _, g, _ = tree_run(COPY)
+    trees = [r for r in g.receipts if r.tree is not None]
+    # TreeFollower's first branch starts with a surely rejected token: alone it commits the correction only.
+    assert {first_branch_outcome(r.tree) for r in trees} == {(1, 4)}
+    versus = tree_versus_chain(g.receipts, CostModel((10.0, 12.0, 14.0, 16.0, 18.0, 20.0, 22.0, 24.0, 26.0)))
+    assert versus.chain_tokens == len(trees) and versus.tree_tokens == sum(r.canonical_prediction_count for r in trees)
+    assert versus.chain_ms == 16.0 * len(trees)
+    assert "trees were" in versus.text()

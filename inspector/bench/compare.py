@@ -350,7 +350,7 @@ def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> Co
         expected = None
         if cost_model is not None:
             expected = cost_model.expected_speedup(
-                [(r.verification_rows, r.canonical_prediction_count) for r in gen.receipts], gen.plain_steps)
+                [(r.decoded_rows, r.canonical_prediction_count) for r in gen.receipts], gen.plain_steps)
         same = None if plain_gen is None or error or plain_error else \
             list(gen.generated) == list(plain_gen.generated)  # a row cut short by an error: not known
         rows.append(CompareRow(config, s, speedup, expected, same, tuple(gen.generated), error, warm))

@@ -165,7 +165,7 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
             probability_us_per_step=spec.probability_ns / steps / 1000 if spec.probability_rows else None,
             engine_us_per_step=outside_us - predict_us - spec.probability_ns / steps / 1000,
             expected_speedup=cm.expected_speedup(
-                [(r.verification_rows, r.canonical_prediction_count) for r in spec.receipts], spec.plain_steps),
+                [(r.decoded_rows, r.canonical_prediction_count) for r in spec.receipts], spec.plain_steps),
             same_output_as_plain=plain.generated == spec.generated == fixed.generated,
         ))
     return {

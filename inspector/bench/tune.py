@@ -28,6 +28,7 @@ from inspector.bench.compare_result import CompareConfig
 from inspector.engine.classify import classify_window
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest, max_proposal_tokens
+from inspector.engine.records import decoded_rows_of
 from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_cache import stored_row_costs
 from inspector.llama.cost_model import CostModel
@@ -204,13 +205,13 @@ def costs_from_document(doc: Mapping) -> CostModel | None:
     """c(k) from a receipts document's own times (``costs_from_times``: its ``step`` lock operations'
     hold and its windows' verification rows and time)."""
     return costs_from_times([op["hold_us"] for op in doc.get("lock_operations", []) if op.get("kind") == "step"],
-                            [(w["verification_rows"], w["verification_elapsed_us"]) for w in doc.get("windows", [])])
+                            [(decoded_rows_of(w), w["verification_elapsed_us"]) for w in doc.get("windows", [])])
 
 
 def _record_times(record: SessionRecord) -> tuple[list[float], list[tuple[int, float]]]:
     main = record.main_session_id
     return ([op.hold_us for op in record.lock_ops if op.kind == "step" and (main is None or op.session_id == main)],
-            [(r.verification_rows, r.verification_elapsed_us) for r in record.receipts])
+            [(r.decoded_rows, r.verification_elapsed_us) for r in record.receipts])
 
 
 def costs_from_record(record: SessionRecord) -> CostModel | None:

@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Sequence
 
 from inspector.bench.tune import (Recording, ReplayedWindow, TuneRow, costs_from_times, recording_from_document,
                                   replay)
+from inspector.engine.records import decoded_rows_of
 from inspector.llama.cost_model import CostModel
 from inspector.receipts.document import is_conversation
 from inspector.sources.registry import PLAIN, SourceContext, close_source, make_source
@@ -77,7 +78,7 @@ def conversation_costs(doc: Mapping) -> CostModel | None:
     or None without a plain step in any turn."""
     turns = doc["turns"] if is_conversation(doc) else [doc]
     steps = [op["hold_us"] for t in turns for op in t.get("lock_operations", []) if op.get("kind") == "step"]
-    windows = [(w["verification_rows"], w["verification_elapsed_us"]) for t in turns for w in t.get("windows", [])]
+    windows = [(decoded_rows_of(w), w["verification_elapsed_us"]) for t in turns for w in t.get("windows", [])]
     return costs_from_times(steps, windows)
 
 

@@ -25,6 +25,7 @@ from inspector.cli.audit import compare_verdicts
 from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_lengths_command, bench_on_target,
                                        bench_weights_command, print_result)
 from inspector.cli.bench_synthetic import add_synthetic_flag, bench_synthetic_command
+from inspector.cli.bench_trees import add_trees_flag, bench_trees_command
 from inspector.cli.context import add_context_flags
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.ranges import THREADS, THREADS_MAX, setting, whole_number
@@ -69,6 +70,7 @@ def add_bench_commands(sub) -> None:
                          "greedy output stays the original's (e.g. Q4_1,Q8_0,Q4_0)")
     add_context_lengths_flag(bn)
     add_synthetic_flag(bn)
+    add_trees_flag(bn)
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
     bn.add_argument("--turns", metavar="FILE|NAME", help="instead: every source over a conversation (e.g. agent-edits; "
                     f"1..{MAX_TURNS} turns): acceptance, mean length, windows, speedup, share of the ceiling, "
@@ -138,6 +140,8 @@ def cmd_bench(args) -> int:
         return bench_weights_command(args)
     if args.synthetic:
         return bench_synthetic_command(args)
+    if args.trees:
+        return bench_trees_command(args)
     if args.context_lengths:
         return bench_context_lengths_command(args)
     if args.turns:

@@ -20,6 +20,7 @@ from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.interrupt import Interrupted
 from inspector.cli.ranges import THREADS_MAX, whole_number
 from inspector.engine.llama_settings import COUNT_MAX
+from inspector.engine.records import decoded_rows_of
 from inspector.engine import RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.llama.cost_cache import load_cost_model
@@ -122,7 +123,7 @@ def cmd_tune(args) -> int:
     stored = load_cost_model(model.get("path", ""), int(model.get("n_threads") or 0)) if args.costs == "stored" \
         else None
     points = measured_points([op["hold_us"] for op in doc.get("lock_operations", []) if op.get("kind") == "step"],
-                             [(w["verification_rows"], w["verification_elapsed_us"]) for w in doc.get("windows", [])])
+                             [(decoded_rows_of(w), w["verification_elapsed_us"]) for w in doc.get("windows", [])])
     if stored is not None and points:
         costs, costs_from = fitted_costs(stored, points), "the stored cost model's shape at this run's level"
     else:

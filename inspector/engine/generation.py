@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from time import perf_counter, perf_counter_ns
 from typing import Sequence
 
@@ -40,6 +41,7 @@ from inspector.engine.settings import GenerationSettings
 from inspector.engine.source_query import query_source
 from inspector.engine.stats import summarize
 from inspector.engine.text import CommittedText
+from inspector.engine.tree import branch_rows, leaves
 from inspector.engine.window import WindowContext, WindowTrace, execute_window, repair_to
 
 log = logging.getLogger(__name__)
@@ -367,7 +369,9 @@ class Generation:
             if trace.session_retired:
                 self.session_retired = True
             self._error(exc, window_index)
-            self._discard(proposal, EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__,
+            # A tree verified before the error is recorded as its kept branch, the rows the partial describes.
+            shown = proposal if trace.branch is None else replace(proposal, token_ids=trace.branch, parents=None)
+            self._discard(shown, EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__,
                           partial=trace.partial(window_index, base), error_type=type(exc).__name__)
             raise
         finally:
@@ -397,7 +401,13 @@ class Generation:
             self._emit(ERROR, detail=answer.error)
         if answer.invalid is not None:
             self._discard(answer.invalid, answer.reason, self.canonical_position)
-        return answer.proposal, answer.elapsed_us, answer.why
+        proposal = answer.proposal
+        sampling = self.settings.sampling
+        if proposal is not None and proposal.is_tree and sampling is not None and sampling.penalized:
+            # Penalties read each row's own history, which a tree's rows do not share: its first branch.
+            rows = branch_rows(proposal.parents, leaves(proposal.parents)[0])
+            proposal = replace(proposal, token_ids=tuple(proposal.token_ids[r - 1] for r in rows), parents=None)
+        return proposal, answer.elapsed_us, answer.why
 
     def _plain_step(self, base: int, why: str = "") -> None:
         """Decode the current token alone and commit the target's prediction; ``why``: the reason no

@@ -302,6 +302,13 @@ def _tuples(d: dict, keys) -> dict:
     return out
 
 
+def decoded_rows_of(window: dict) -> int:
+    """``WindowReceipt.decoded_rows`` of a receipts-document window: its tree's rows, else its
+    ``verification_rows``."""
+    tree = window.get("tree")
+    return 1 + len(tree["node_token_ids"]) if tree else window["verification_rows"]
+
+
 def receipt_from_json(d: dict) -> WindowReceipt:
     """A ``WindowReceipt`` from its JSON form (a receipts-document window; extra
     keys such as token texts are ignored). Raises ``TypeError``/``KeyError``

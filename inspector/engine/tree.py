@@ -137,3 +137,16 @@ def walk_tree(token_ids: Sequence[int], parents: Sequence[int], predictions: Seq
     while kids[leaf]:
         leaf = kids[leaf][0]
     return TreeWalk(tuple(accepted), tuple(branch_rows(parents, leaf)), leaf, leaves(parents).index(leaf))
+
+
+def spread_parents(n_nodes: int, branches: int) -> tuple[int, ...]:
+    """The parents of a tree of ``n_nodes`` tokens in ``branches`` chains from the root, dealt round
+    robin (token i on chain i mod branches): equal branches, the shape the cost model times for trees
+    (``inspector.llama.cost_model.measure_tree_costs``). One branch is the chain."""
+    b = max(1, min(branches, n_nodes))
+    last = [0] * b
+    parents = []
+    for i in range(n_nodes):
+        parents.append(last[i % b])
+        last[i % b] = i + 1
+    return tuple(parents)

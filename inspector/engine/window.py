@@ -59,6 +59,8 @@ class WindowTrace:
     base_position: int = 0
     position_after_verification: int | None = None
     predictions: tuple[int, ...] = ()
+    branch: tuple[int, ...] | None = None
+    """A tree window's kept branch (its tokens), once verified: ``predictions`` are its rows'."""
     committed: list[int] = field(default_factory=list)
     session_retired: bool = False
     repaired: bool = False
@@ -197,6 +199,7 @@ def execute_window(
     if tree is not None:  # from here on, the chain window of the kept branch
         tokens = tuple(tree.node_token_ids[r - 1] for r in tree.branch_rows)
         n_rows = 1 + len(tokens)
+        trace.branch = tokens
     elif probabilities is not None and proposal.draft_token_probabilities is not None:
         probabilities = probabilities.with_draft_q(proposal.draft_token_probabilities)
     trace.predictions = tuple(predictions)

@@ -21,6 +21,7 @@ from time import perf_counter_ns
 from typing import Sequence
 
 from inspector.engine.settings import DEFAULT_DRAFT_MAX
+from inspector.engine.tree import spread_parents
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +299,53 @@ def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16
                 if rnd or not warm_up:
                     rounds.append(tuple(times))
             return rounds
+        finally:
+            rt.drop_session(sid)
+
+    return scheduler.execute("cost_model", -1, op).value
+
+
+def measure_tree_costs(scheduler, prompt_tokens: Sequence[int], k_max: int = 9, repeats: int = 5,
+                       branches: Sequence[int] = (1, 2, 4)) -> dict[int, tuple[float, ...]]:
+    """The time of a verify batch of k = 2..k_max rows shaped as a tree of ``b`` equal branches
+    (``inspector.engine.tree.spread_parents``; b = 1: the chain) for each b in ``branches``
+    (milliseconds, the median of ``repeats`` rounds after a warm-up round): ``{b: (c(2), ..., c(k_max))}``.
+    In each round every shape's batches run in turn, each k right after the k - 1 of the same shape (as
+    ``measure_cost_rounds`` times chains); a tree batch is ``decode_tree`` then ``keep_branch`` (the
+    work a tree window does under the lock). Same rows, different attention masks: on a CPU the rows'
+    matrix products dominate, so trees and chains should cost about the same; this measures it. Runs
+    under the scheduler lock on a temporary session. Raises ``ValueError`` when the prompt and the rows
+    do not fit the context, or a shape has more branches than the runtime's ``tree_branches``."""
+    runtime = scheduler.runtime
+    if len(prompt_tokens) + k_max > runtime.n_ctx:
+        raise ValueError(f"prompt of {len(prompt_tokens)} tokens + {k_max} rows exceeds n_ctx")
+    if max(branches) > getattr(runtime, "tree_branches", 1):
+        raise ValueError(f"{max(branches)} branches: this runtime takes {getattr(runtime, 'tree_branches', 1)}")
+    rows_src = list(prompt_tokens) * (1 + k_max // max(1, len(prompt_tokens)))
+
+    def op(rt):
+        sid = rt.open_session(None)
+        try:
+            base = len(prompt_tokens) - 1
+            if base:
+                rt.prefill(sid, list(prompt_tokens[:-1]), 0)
+            rounds: dict[int, list[tuple[float, ...]]] = {b: [] for b in branches}
+            for rnd in range(repeats + 1):
+                for b in branches:
+                    times = []
+                    for k in range(2, k_max + 1):
+                        parents = spread_parents(k - 1, b)
+                        t = perf_counter_ns()
+                        if b == 1:
+                            rt.decode_rows(sid, rows_src[:k], base)
+                        else:
+                            rt.decode_tree(sid, rows_src[:k], parents, base)
+                            rt.keep_branch(sid, 0, base)
+                        times.append((perf_counter_ns() - t) / 1e6)
+                        rt.trim(sid, base)
+                    if rnd:
+                        rounds[b].append(tuple(times))
+            return {b: tuple(median(r[i] for r in rs) for i in range(k_max - 1)) for b, rs in rounds.items()}
         finally:
             rt.drop_session(sid)
 

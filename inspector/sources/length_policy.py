@@ -209,7 +209,7 @@ class CostAwareLength:
         """``observe`` with a ``WindowReceipt``'s figures: proposal and accepted token counts, whether it
         ended at a ``first_mismatch``, its verification rows and time (microseconds)."""
         self.observe(match_length, receipt.proposal_token_count, receipt.accepted_proposal_tokens,
-                     receipt.disposition == "first_mismatch", receipt.verification_rows,
+                     receipt.disposition == "first_mismatch", getattr(receipt, "decoded_rows", receipt.verification_rows),
                      receipt.verification_elapsed_us, growing=growing)
 
     def observe(self, match_length: int, proposed: int, accepted: int, mismatched: bool,

@@ -7,6 +7,8 @@ from inspector.engine.proposal import Proposal, ProposalRequest
 from inspector.sources.descriptors import Option, SourceDescriptor
 from inspector.sources.length_policy import CostAwareLength, row_costs_option
 
+MAX_BRANCHES = 8
+"""Most branches of an n-gram tree (``branches``; the runtime's default ``tree_branches``)."""
 MAX_MATCH = 64
 """Longest match length measured (tokens): longer matches are all 'long'."""
 NO_MATCH = "no_match"
@@ -36,6 +38,10 @@ class NgramSource:
     acceptance learned per match length from the receipts, row cost ratio
     ``row_cost_ratio`` fitted from verification times unless given, or a
     measured cost model ``row_costs``: ms per batch of k = 1.. rows).
+    ``branches``: 1 proposes a chain; B > 1 a tree (``inspector.engine.tree``) when the n-gram also
+    occurred earlier followed by other tokens: besides the most recent occurrence's continuation, those
+    of up to B - 1 earlier occurrences with a different next token (the most recent of each), each at
+    most ``cap // (2 (B - 1))`` tokens, the most recent's getting the rest of the cap.
     The decision id names the n-gram size and the match length:
     ``ngram:<count>:n<n>:L<match length>``.
     """
@@ -43,12 +49,14 @@ class NgramSource:
     name = "ngram"
 
     def __init__(self, n_max: int = 4, n_min: int = 2, length: str = "fixed",
-                 row_cost_ratio: float | None = None, row_costs=None) -> None:
+                 row_cost_ratio: float | None = None, row_costs=None, branches: int = 1) -> None:
         for key, value in (("n_max", n_max), ("n_min", n_min)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{key} must be a whole number >= 1 (tokens), observed {value!r}")
         if n_max < n_min:
             raise ValueError(f"n-gram sizes must satisfy 1 <= n_min <= n_max, observed n_min={n_min}, n_max={n_max}")
+        if isinstance(branches, bool) or not isinstance(branches, int) or not 1 <= branches <= MAX_BRANCHES:
+            raise ValueError(f"branches must be a whole number 1 <= branches <= {MAX_BRANCHES}, observed {branches!r}")
         if length not in ("fixed", "adaptive"):
             raise ValueError(f"length must be 'fixed' or 'adaptive', observed {length!r}")
         self.n_max = n_max
@@ -57,12 +65,15 @@ class NgramSource:
         self.policy = CostAwareLength(row_cost_ratio, row_costs=row_costs) if length == "adaptive" else None
         self._pending: dict[str, int] = {}  # decision id (hex) -> match length
         self._index: dict[int, dict[tuple, int]] = {n: {} for n in range(n_min, n_max + 1)}
+        self.branches = branches
+        # With branches: per n-gram, the position after its most recent occurrence per next token.
+        self._by_next: dict[int, dict[tuple, dict[int, int]]] = {n: {} for n in range(n_min, n_max + 1)}
         self._indexed = 0  # positions < _indexed have their n-grams ending there indexed
         self._stream: list[int] = []
         self._count = 0
 
     def settings(self) -> dict:
-        d = {"n_max": self.n_max, "n_min": self.n_min, "length": self.length}
+        d = {"n_max": self.n_max, "n_min": self.n_min, "length": self.length, "branches": self.branches}
         if self.policy is not None:
             if self.policy.row_costs is not None:
                 d["row_costs"] = [round(c, 4) for c in self.policy.row_costs]
@@ -78,15 +89,25 @@ class NgramSource:
             st.clear()
             for d in self._index.values():
                 d.clear()
+            for d in self._by_next.values():
+                d.clear()
             self._indexed = 0
         st.extend(tokens[len(st):])
         # Index n-grams ending before the last token: an n-gram ending at
         # end e (exclusive) maps to e, the start of what followed it.
         stop = n_tok - 1
+        branching = self.branches > 1
         for e in range(max(self._indexed, 1), stop + 1):
             for n, d in self._index.items():
                 if e >= n:
-                    d[tuple(st[e - n : e])] = e
+                    key = tuple(st[e - n : e])
+                    d[key] = e
+                    if branching:  # st[e] followed it
+                        nexts = self._by_next[n].setdefault(key, {})
+                        nexts.pop(st[e], None)  # most recent last
+                        nexts[st[e]] = e
+                        if len(nexts) > MAX_BRANCHES:
+                            del nexts[next(iter(nexts))]
         self._indexed = max(self._indexed, stop + 1)
 
     def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
@@ -116,9 +137,32 @@ class NgramSource:
                 if len(self._pending) > 256:  # receipts that never came back (errors)
                     self._pending.clear()
                 self._pending[decision.hex()] = match
+            if self.branches > 1:
+                tree = self._tree(ids, self._by_next[n].get(tuple(st[n_tok - n:]), {}), follow, n_tok, cap)
+                if tree is not None:
+                    return Proposal(decision, tree[0], parents=tree[1])
             return Proposal(decision, tuple(ids))
         return NoProposal(NO_MATCH, f"no {self.n_min}..{self.n_max}-gram" if self.n_min < self.n_max
                           else f"no {self.n_max}-gram")
+
+    def _tree(self, ids, nexts: dict[int, int], follow: int, n_tok: int, cap: int):
+        """(tokens, parents) of the tree: ``ids`` (the most recent occurrence's continuation) and the
+        continuations after earlier occurrences with other next tokens (``nexts``: next token -> where it
+        followed, most recent last), as ``branches`` says; None when there is no other."""
+        st = self._stream
+        others = [pos for t, pos in reversed(nexts.items()) if t != st[follow] and pos < n_tok][: self.branches - 1]
+        if not others or cap < 2:
+            return None
+        alt = max(1, cap // (2 * len(others)))
+        alts = [st[pos : min(pos + alt, n_tok)] for pos in others]
+        main = list(ids[: max(1, cap - sum(len(a) for a in alts))])
+        tokens = list(main)
+        parents = list(range(len(main)))
+        for branch in alts:
+            for i, t in enumerate(branch):
+                parents.append(0 if i == 0 else len(tokens))
+                tokens.append(t)
+        return tuple(tokens), tuple(parents)
 
     def report(self, receipt) -> None:
         """Adaptive length: learn acceptance for the proposal's match length and the
@@ -171,6 +215,8 @@ NGRAM = SourceDescriptor("ngram", (
            flag="--ngram-min", compare_column=True),
     Option("length", "choice", "fixed", "proposal length", choices=NGRAM_LENGTHS, flag="--ngram-length",
            compare_column=True),
+    Option("branches", "int", 1, "1: propose one chain; B: a tree with the continuations of up to B - 1 earlier "
+           "matches that went on with other tokens, verified in one batch", minimum=1, maximum=MAX_BRANCHES),
     Option("row_cost_ratio", default=None, convert=_row_cost_ratio, control=False,
            help="adaptive length: auto, or the cost of one more row as a fraction of a one-row decode"),
     Option("row_costs", default=None, convert=row_costs_option, control=False,
@@ -192,7 +238,8 @@ def make_ngram(ctx, **options) -> NgramSource:
         costs = list(ctx.row_costs) if ctx.row_costs else None
     elif costs == "linear":
         costs = None
-    return NgramSource(o["n_max"], o["n_min"], length=o["length"], row_cost_ratio=ratio, row_costs=costs)
+    return NgramSource(o["n_max"], o["n_min"], length=o["length"], row_cost_ratio=ratio, row_costs=costs,
+                       branches=o["branches"])
 
 
 # The factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).

@@ -130,7 +130,7 @@ def position_figures(receipts: Sequence, events: Sequence, lock_operations: Sequ
         window_x=tuple(r.base_position for r in receipts),
         acceptance=tuple(r.accepted_proposal_tokens / r.proposal_token_count if r.proposal_token_count else 0.0
                          for r in receipts),
-        verify_row_ms=tuple(r.verification_elapsed_us / max(1, r.verification_rows) / 1000 for r in receipts),
+        verify_row_ms=tuple(r.verification_elapsed_us / max(1, r.decoded_rows) / 1000 for r in receipts),
         profit_ms=() if c1_us is None else tuple(window_profit_us(r, c1_us) / 1000 for r in receipts),
         step_x=tuple(x for x, _ in steps), step_ms=tuple(ms for _, ms in steps),
         c1_us=c1_us, c1_from=c1_from, verdict=stopping_line(receipts, c1_us, c1_from, steps))

@@ -54,6 +54,7 @@ from inspector.engine.records import Summary
 from inspector.gui.plots.positions import PositionsView
 from inspector.gui.plots.probability import TITLE_SIZE, AcceptancePlot, no_figures_reason
 from inspector.session.session_record import SessionRecord
+from inspector.session.tree_verdict import tree_versus_chain
 from inspector.gui.plots.timeline import IntegerAxis
 from inspector.gui.look.wording import count_noun
 from inspector.sources.registry import PLAIN, describe_source
@@ -160,6 +161,9 @@ class StatsView(QWidget):
                                              "(Σ c(verification rows) over windows + plain steps · c(1))"),
             ("observed", "observed speedup", "speculative / plain decode tokens/s (measured with “Compare with "
                                              "plain decoding”; else estimated as decode tokens/s ÷ (1000 / c(1)))"),
+            ("tree", "tree or chain", "for a run with tree windows: what the trees committed and cost against "
+                                      "what each tree's first branch alone would have, from the same rows' "
+                                      "predictions, priced on the cost model"),
         ):
             lab = QLabel("—")
             lab.setWordWrap(True)  # the column is at most FORM_MAX_WIDTH wide
@@ -412,6 +416,8 @@ class StatsView(QWidget):
         """Expected speedup (cost model over the receipts) beside the observed one (baseline, else estimate)."""
         L = self.labels
         cm = self.cost_model
+        versus = tree_versus_chain(s.receipts, cm)
+        L["tree"].setText("n/a (no tree windows)" if versus is None else versus.text())
         self.expected_speedup = None
         self.observed_speedup, self.observed_estimated = None, False
         if not m.windows:  # nothing was verified: a speedup of speculation has no meaning
@@ -426,7 +432,7 @@ class StatsView(QWidget):
             L["expected"].setText("n/a — measure the cost model (Cost model tab)")
         else:
             self.expected_speedup = cm.expected_speedup(
-                [(r.verification_rows, r.canonical_prediction_count) for r in s.receipts], m.plain_steps)
+                [(r.decoded_rows, r.canonical_prediction_count) for r in s.receipts], m.plain_steps)
             L["expected"].setText("n/a (no decode steps yet)" if self.expected_speedup is None else
                                   f"{self.expected_speedup:.2f}x (cost model, c(1) = {cm.row_ms[0]:.1f} ms)")
         b = s.baseline or {}

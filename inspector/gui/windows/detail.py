@@ -39,6 +39,7 @@ from inspector.session.session_record import SessionRecord
 from inspector.gui.look.table_copy import install_row_copy
 from inspector.gui.tokens.token_figures import margin_text, probability_text
 from inspector.gui.windows.table import WIDEST, WINDOW_HEADERS, WindowTableModel
+from inspector.gui.windows.tree_text import tree_branches_html, tree_summary
 
 EMPTY_TEXT = "Select a window."
 HOLD_BACKGROUND = "#fff59d"
@@ -403,6 +404,9 @@ class WindowDetail(QWidget):
                 ("proposal", f"{r.proposal_token_count} tokens · accepted {r.accepted_proposal_tokens} · "
                              f"committed {committed}"),
                 ("correction / bonus", e(_tok(s, nxt)) if nxt is not None else "none (stopped)"),
+                *([("tree", e(tree_summary(r.tree, r.accepted_proposal_tokens))),
+                   ("branches", tree_branches_html(r.tree, r.accepted_proposal_tokens, s.text_of))]
+                  if r.tree is not None else []),
                 ("positions", f"base {base} → verified {after} → canonical {canonical}"),
                 ("repair", "retire the checkpoint (nothing to trim)" if r.repair == "retire" and not r.trimmed_rows
                  else f"{r.repair} · trimmed {r.trimmed_rows} rows"),

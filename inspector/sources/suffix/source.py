@@ -12,7 +12,7 @@ from inspector.sources.descriptors import Option, SourceDescriptor
 from inspector.sources.length_policy import CostAwareLength, best_cut, row_costs_option
 import inspector.sources.suffix.tree as tree
 from inspector.sources.suffix.memory import MAX_MEMORY_FILE_BYTES, SuffixMemory, memory_for
-from inspector.sources.suffix.tree import MAX_DEPTH, PAD, TokenStream
+from inspector.sources.suffix.tree import MAX_DEPTH, PAD, TokenStream, best_first_tree, match_ends
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,9 @@ LENGTHS = {
 }
 """The suffix source's ``length`` option: name -> what it does (the first is the default)."""
 
+MAX_TREE_NODES = 64
+"""Largest ``tree_nodes``."""
+
 MAX_PENDING = 256
 """Decisions awaiting their receipt kept at most (receipts that never come back: errors)."""
 
@@ -52,6 +55,9 @@ class SuffixSource:
     changes the memory); ``memory_file``: where the memory is saved at ``close`` ("" : not saved).
     ``length``: ``"adaptive"`` (default: the cost rule, with ``row_costs``, ms per batch of k = 1..
     rows, or the linear model fitted from the receipts when None) or ``"score"`` (SuffixDecoding's).
+    ``tree_nodes``: 0 (default) proposes a chain; N > 0 proposes a tree (``inspector.engine.tree``) of up
+    to N tokens (and at least the chain's), the best continuations of the chosen match by path
+    probability (SuffixDecoding's tree, ``tree.best_first_tree``), verified in one batch.
     Decision ids: ``suffix:<count>:m<match length>:<req|mem>`` (which tree the draft came from).
     Raises ``ValueError`` for an option out of its range."""
 
@@ -59,7 +65,7 @@ class SuffixSource:
 
     def __init__(self, memory: SuffixMemory | None = None, max_tree_depth: int = 24, max_spec_factor: float = 1.0,
                  max_spec_offset: float = 0.0, min_token_prob: float = 0.1, max_cached_tokens: int = 100_000,
-                 memory_file: str = "", length: str = "adaptive", row_costs=None) -> None:
+                 memory_file: str = "", length: str = "adaptive", row_costs=None, tree_nodes: int = 0) -> None:
         depth_ok = isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
         if not depth_ok or not 2 <= max_tree_depth <= MAX_DEPTH:
             raise ValueError(f"max_tree_depth must be a whole number 2 <= max_tree_depth <= {MAX_DEPTH}, "
@@ -70,6 +76,9 @@ class SuffixSource:
             raise ValueError(f"max_spec_factor must be >= 0, observed {max_spec_factor!r}")
         if isinstance(max_cached_tokens, bool) or not isinstance(max_cached_tokens, int) or max_cached_tokens < 0:
             raise ValueError(f"max_cached_tokens must be a whole number >= 0, observed {max_cached_tokens!r}")
+        if isinstance(tree_nodes, bool) or not isinstance(tree_nodes, int) or not 0 <= tree_nodes <= MAX_TREE_NODES:
+            raise ValueError(f"tree_nodes must be a whole number 0 <= tree_nodes <= {MAX_TREE_NODES}, "
+                             f"observed {tree_nodes!r}")
         if length not in LENGTHS:
             raise ValueError(f"length must be one of {', '.join(LENGTHS)}, observed {length!r}")
         self.memory = memory if memory is not None else SuffixMemory()
@@ -80,6 +89,7 @@ class SuffixSource:
         self.max_cached_tokens = max_cached_tokens
         self.memory_file = memory_file
         self.length = length
+        self.tree_nodes = tree_nodes
         self.policy = self._policy(row_costs) if length == "adaptive" else None
         if max_cached_tokens:  # 0: this request neither uses nor changes the memory
             self.memory.trim(max_cached_tokens)
@@ -115,7 +125,7 @@ class SuffixSource:
         d = {"max_tree_depth": self.max_tree_depth, "max_spec_factor": self.max_spec_factor,
              "max_spec_offset": self.max_spec_offset, "min_token_prob": self.min_token_prob,
              "max_cached_tokens": self.max_cached_tokens, "memory_file": self.memory_file,
-             "length": self.length,
+             "length": self.length, "tree_nodes": self.tree_nodes,
              "remembered_requests": self.remembered_at_start[0],
              "remembered_tokens": self.remembered_at_start[1]}
         if self.policy is not None:
@@ -184,7 +194,23 @@ class SuffixSource:
             if len(self._pending) > MAX_PENDING:
                 self._pending.clear()
             self._pending[decision.hex()] = match
+        if self.tree_nodes:
+            tokens, parents = self._tree(pattern, match, where, request.max_proposal_tokens, len(ids))
+            if len(tokens) > len(ids) and any(p != i for i, p in enumerate(parents)):
+                return Proposal(decision, tuple(tokens), parents=tuple(parents))
         return Proposal(decision, ids)
+
+    def _tree(self, pattern, match: int, where: bytes, cap: int, chain: int) -> tuple[list[int], list[int]]:
+        """The tree of the chosen match (``tree_nodes`` tokens at most, at least ``chain``; no deeper than
+        the match allows): the node's continuations best first (``tree.best_first_tree``)."""
+        for name, a, end in self._trees():
+            if name == where:
+                # The same counts as the choice: the cost rule leaves the request's own occurrence out.
+                ends = match_ends(a, end, pattern, match, earlier_only=name == b"req" and self.policy is not None)
+                budget = min(cap, max(self.tree_nodes, chain))
+                tokens, parents, _ = best_first_tree(a, ends, self.min_token_prob, budget, self._limit(match, cap))
+                return tokens, parents
+        return [], []
 
     def _by_score(self, args) -> tuple[tuple[int, ...], int, bytes]:
         """SuffixDecoding's choice: the best-scoring draft of each tree; the memory's only when strictly
@@ -294,6 +320,9 @@ SUFFIX = SourceDescriptor("suffix", (
            writes=True),
     Option("length", "choice", "adaptive", "which candidate, how long, and whether to propose at all",
            choices=LENGTHS),
+    Option("tree_nodes", "int", 0, "0: propose one chain; N: a tree of up to N tokens, the match's most probable "
+           "continuations (SuffixDecoding's tree), verified in one batch (capped by draft max)",
+           minimum=0, maximum=MAX_TREE_NODES),
     Option("row_costs", default=None, convert=row_costs_option, control=False,
            help="adaptive length: linear, or ms per batch of 1, 2, ... rows (\"a,b,c\"); default: the stored "
                 "cost model"),

@@ -7,6 +7,7 @@ found by a vectorized scan: its count is that array's size, a child the subset f
 
 from __future__ import annotations
 
+import heapq
 from typing import Iterator
 
 import numpy as np
@@ -150,6 +151,54 @@ def speculate(a: np.ndarray, end: int, pattern, max_tokens: int, depth: int, max
         if score >= best[1]:
             best = (tokens, score, m)
     return best
+
+
+def match_ends(a: np.ndarray, end: int, pattern, m: int, earlier_only: bool = False) -> np.ndarray:
+    """Where the last ``m`` tokens of ``pattern`` occur in ``a[:end]`` (the positions of their last
+    token; ``earlier_only`` as in ``candidates``): the node of that match length."""
+    ends = np.flatnonzero(a[: end - 1 if earlier_only else end] == pattern[-1])
+    for j in range(2, m + 1):
+        ends = ends[a[ends - (j - 1)] == pattern[-j]]
+    return ends
+
+
+def best_first_tree(a: np.ndarray, ends: np.ndarray, min_prob: float, budget: int,
+                    max_depth: int) -> tuple[list[int], list[int], list[float]]:
+    """SuffixDecoding's tree draft (arctic-inference ``SuffixTree::speculate`` with a tree budget): from
+    the node whose string ends at ``ends``, take continuations best first by path probability (count of
+    the child / count of its parent, multiplied along the path, as ``GreedyPath``) while it is at least
+    ``min_prob``, at most ``budget`` tokens and ``max_depth`` deep. Returns (tokens, parents, path
+    probabilities) in the order taken, parents as rows (0: the node itself; ``inspector.engine.tree``):
+    every parent comes before its children, and a row's first child is its most probable."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    probs: list[float] = []
+    heap: list = []
+    order = 0
+
+    def push_children(node_ends: np.ndarray, prob: float, row: int, depth: int) -> None:
+        nonlocal order
+        if depth >= max_depth or node_ends.size == 0:
+            return
+        nxt = a[node_ends + 1]
+        valid = nxt[nxt >= 0]
+        if valid.size == 0:
+            return
+        values, counts = np.unique(valid, return_counts=True)
+        for t, c in zip(values.tolist(), counts.tolist()):
+            p = prob * c / node_ends.size
+            if p >= min_prob:
+                heapq.heappush(heap, (-p, order, t, row, depth + 1, node_ends))
+                order += 1
+
+    push_children(ends, 1.0, 0, 0)
+    while heap and len(tokens) < budget:
+        neg, _, t, parent, depth, parent_ends = heapq.heappop(heap)
+        tokens.append(t)
+        parents.append(parent)
+        probs.append(-neg)
+        push_children(parent_ends[a[parent_ends + 1] == t] + 1, -neg, len(tokens), depth)
+    return tokens, parents, probs
 
 
 class TokenStream:

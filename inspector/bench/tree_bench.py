@@ -1,0 +1,156 @@
+"""``bench --trees``: tree or chain, on this machine (issue 40 item 4).
+
+For each workload (the bundled examples), plain decoding and each branching source run as a chain and
+as a tree with the same node budget (the draft max), ``repeats`` times, the three runs of a repeat in
+rotating order so the machine's drift and order effect fall on each alike; medians. Per source and
+form: decode tokens/s over plain, tokens committed per window, rows verified per committed token (a
+tree verifies every node, so it commits more per window only by verifying more rows) and whether the
+output equals plain decoding. Before the runs, c(k) of trees (2 and 4 equal branches) against chains
+of the same rows (``inspector.llama.cost_model.measure_tree_costs``). The verdict per workload says
+which form was faster, and why from the measured figures: the tree's extra tokens per window against
+its extra rows' cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+from typing import Callable, Sequence
+
+from inspector.bench.run import run_task
+from inspector.engine.scheduler import RuntimeScheduler
+from inspector.engine.settings import GenerationSettings
+from inspector.llama.cost_cache import stored_row_costs
+from inspector.llama.cost_model import measure_tree_costs
+from inspector.prompts import example_prompt
+from inspector.sources.registry import SourceContext, make_source
+
+TREE_SOURCES = {"suffix": {"tree_nodes": None}, "ngram": {"branches": 2}}
+"""The branching sources and the option that makes each propose trees (None: the node budget, the
+draft max)."""
+TREE_SHAPES = (1, 2, 4)
+"""Branch counts whose c(k) is measured (1: the chain)."""
+
+
+@dataclass(frozen=True)
+class FormFigures:
+    """One source in one form (chain or tree) on one workload: medians over the repeats."""
+
+    tokens_per_s: float
+    speedup: float
+    committed_per_window: float
+    rows_per_token: float
+    windows: int
+    same_output: bool
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def run_figures(g) -> tuple[float, float, float, int]:
+    """(decode tokens/s, tokens committed per window, rows verified per committed token, windows) of a
+    finished run: the rows are each window's decoded rows (a tree's every node) and one per plain step."""
+    windows = len(g.receipts)
+    committed = sum(r.canonical_prediction_count for r in g.receipts)
+    rows = sum(r.decoded_rows for r in g.receipts) + g.plain_steps
+    tokens = max(1, g.generated_count)
+    return (g.summary().decode_tokens_per_s or 0.0, committed / windows if windows else 0.0, rows / tokens, windows)
+
+
+def tree_bench(runtime, tasks: Sequence[str], max_tokens: int = 64, draft_max: int = 8, repeats: int = 3,
+               sources: Sequence[str] = tuple(TREE_SOURCES), progress: Callable[[str], None] = print) -> dict:
+    """Run the comparison (module docstring) on ``runtime``; a JSON-ready dict: ``costs`` (``{branches:
+    [c(2).., c(k)]}`` ms, at the first task's prompt), ``tasks`` (``{task: {"plain_tokens_per_s",
+    source: {"chain": FormFigures, "tree": FormFigures}}}``). Raises ``ValueError`` for an unknown
+    source."""
+    unknown = [s for s in sources if s not in TREE_SOURCES]
+    if unknown:
+        raise ValueError(f"no tree form for {', '.join(unknown)}: expected one of {', '.join(TREE_SOURCES)}")
+    scheduler = RuntimeScheduler(runtime)
+    first = runtime.prompt_tokens(example_prompt(tasks[0]))
+    progress(f"measuring c(k) of chains and trees ({', '.join(map(str, TREE_SHAPES))} branches, k = 2..{draft_max + 1})"
+             " ...")
+    costs = measure_tree_costs(scheduler, first, k_max=draft_max + 1, repeats=max(3, repeats),
+                               branches=TREE_SHAPES)
+    settings = GenerationSettings(max_new_tokens=max_tokens, draft_max=draft_max)
+    row_costs = stored_row_costs(runtime)
+    out: dict = {"costs": {str(b): list(c) for b, c in costs.items()}, "draft_max": draft_max,
+                 "max_tokens": max_tokens, "repeats": repeats, "tasks": {}}
+
+    def source_for(name: str, form: str, tokens):
+        options = {k: (draft_max if v is None else v) for k, v in TREE_SOURCES[name].items()} if form == "tree" else {}
+        ctx = SourceContext(runtime, settings, row_costs=row_costs, memory={}, prompt_tokens=tuple(tokens),
+                            scheduler=scheduler)
+        return make_source(name, ctx, options)
+
+    for task in tasks:
+        tokens = runtime.prompt_tokens(example_prompt(task))
+        runs = [("plain", None)] + [(name, form) for name in sources for form in ("chain", "tree")]
+        figures: dict = {key: [] for key in runs}
+        outputs: dict = {key: [] for key in runs}
+        for rep in range(repeats):
+            order = runs[rep % len(runs):] + runs[:rep % len(runs)]
+            for key in order:
+                name, form = key
+                progress(f"{task}: {name}{'' if form is None else ' as a ' + form}, repeat {rep + 1}/{repeats} ...")
+                source = None if form is None else source_for(name, form, tokens)
+                g = run_task(scheduler, source, tokens, max_tokens, draft_max)
+                close = getattr(source, "close", None)
+                if close is not None:
+                    close()
+                figures[key].append(run_figures(g))
+                outputs[key].append(tuple(g.generated))
+        plain_tps = median(f[0] for f in figures[("plain", None)])
+        plain_out = outputs[("plain", None)][0]
+        row: dict = {"plain_tokens_per_s": plain_tps}
+        for name in sources:
+            row[name] = {}
+            for form in ("chain", "tree"):
+                fs = figures[(name, form)]
+                tps = median(f[0] for f in fs)
+                row[name][form] = FormFigures(tps, tps / plain_tps if plain_tps else 0.0, median(f[1] for f in fs),
+                                              median(f[2] for f in fs), int(median(f[3] for f in fs)),
+                                              all(o == plain_out for o in outputs[(name, form)])).to_json()
+        out["tasks"][task] = row
+    return out
+
+
+def verdict(name: str, chain: dict, tree: dict, costs: dict) -> str:
+    """One line: which form was faster on the workload and why, from the measured figures (tokens per
+    window, rows per token, and c(k) of trees against chains)."""
+    faster = "tree" if tree["speedup"] > chain["speedup"] else "chain"
+    ratio = (tree["speedup"] / chain["speedup"]) if chain["speedup"] else 0.0
+    extra_tokens = tree["committed_per_window"] - chain["committed_per_window"]
+    extra_rows = tree["rows_per_token"] / chain["rows_per_token"] if chain["rows_per_token"] else 0.0
+    why = (f"the tree committed {extra_tokens:+.2f} tokens per window and verified {extra_rows:.2f}x the rows per "
+           f"committed token")
+    return f"{name}: {faster} faster ({ratio:.2f}x tree/chain): {why}"
+
+
+def format_tree_bench(result: dict) -> str:
+    """The comparison as text: c(k) of chains and trees, a line per workload and source, the verdicts."""
+    costs = result["costs"]
+    ks = range(2, result["draft_max"] + 2)
+    lines = ["c(k) ms, chain vs trees of equal branches (k rows: the root and k - 1 nodes):",
+             f"{'branches':>8} " + " ".join(f"{f'c({k})':>7}" for k in ks)]
+    for b, row in costs.items():
+        lines.append(f"{b:>8} " + " ".join(f"{c:7.2f}" for c in row))
+    chain = costs.get("1")
+    for b, row in costs.items():
+        if b != "1" and chain:
+            ratios = [t / c for t, c in zip(row, chain)]
+            lines.append(f"trees of {b} branches cost {min(ratios):.2f}..{max(ratios):.2f}x the chain of the same rows")
+    lines += ["", f"draft max {result['draft_max']} (the tree's node budget), {result['max_tokens']} tokens, median of "
+                  f"{result['repeats']}:",
+              f"{'workload':<22} {'source':<8} {'form':<6} {'speedup':>8} {'tok/window':>10} {'rows/token':>10} "
+              f"{'windows':>7} same"]
+    verdicts = []
+    for task, row in result["tasks"].items():
+        for name, forms in row.items():
+            if name == "plain_tokens_per_s":
+                continue
+            for form, f in forms.items():
+                lines.append(f"{task:<22} {name:<8} {form:<6} {f['speedup']:7.2f}x {f['committed_per_window']:10.2f} "
+                             f"{f['rows_per_token']:10.2f} {f['windows']:7d} {'yes' if f['same_output'] else 'no'}")
+            verdicts.append(f"{task}: " + verdict(name, forms["chain"], forms["tree"], costs))
+    return "\n".join(lines + [""] + verdicts)

@@ -1,0 +1,35 @@
+"""``bench --trees``: each branching source as a chain and as a tree with the same node budget, on each of
+``--tasks``, beside plain decoding (``inspector.bench.tree_bench``)."""
+
+from __future__ import annotations
+
+import sys
+
+from inspector.bench.run import TASKS
+from inspector.bench.tree_bench import format_tree_bench, tree_bench
+from inspector.cli.bench_costs import bench_on_target
+from inspector.cli.common import EXIT_USAGE, fail
+
+
+def add_trees_flag(parser) -> None:
+    """``bench --trees``."""
+    parser.add_argument("--trees", action="store_true",
+                        help="instead: tree or chain? c(k) of tree-shaped batches against chains, then each "
+                             "branching source (suffix) as a chain and as a tree of the same node budget (draft max "
+                             "8) beside plain decoding on each of --tasks, --repeats each in rotating order: speedup, "
+                             "tokens per window, rows verified per token, and which form was faster and why")
+
+
+def bench_trees_command(args) -> int:
+    """Run ``bench --trees`` and print its table (``--json OUT``: the figures)."""
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        return fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+
+    def work(runtime):
+        result = tree_bench(runtime, tasks, max_tokens=args.max_tokens, repeats=args.repeats,
+                            progress=lambda m: print(m, file=sys.stderr, flush=True))
+        return format_tree_bench(result), result
+
+    return bench_on_target(args, work)

@@ -1,0 +1,47 @@
+"""A tree window's branches in words, for the Receipt pane (``inspector.engine.tree``).
+
+One line per branch (root's child to leaf): its tokens, the accepted ones green, the kept branch first
+and marked; rows of the other branches were decoded in the same batch and left the KV cache at once.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Callable
+
+from inspector.engine.records import TreeReceipt
+from inspector.engine.tree import branch_rows, leaves, row_branches
+
+ACCEPTED_COLOR = "#2e7d32"
+OTHER_COLOR = "#757575"
+
+
+def tree_summary(tree: TreeReceipt, accepted: int) -> str:
+    """"9 rows in one batch · 3 branches · kept branch 2 (rows 4, 6, 7)"."""
+    kept = leaves(tree.node_parents).index(tree.branch_rows[-1]) + 1
+    n_branches = len(row_branches(tree.node_parents)[0])
+    rows = ", ".join(map(str, tree.branch_rows))
+    return (f"{tree.rows} rows in one batch · {n_branches} branches · kept branch {kept} (rows {rows}), "
+            f"{accepted} accepted")
+
+
+def tree_branches_html(tree: TreeReceipt, accepted: int, text_of: Callable[[int], str], most: int = 8) -> str:
+    """The branches as HTML lines (at most ``most``; the kept one first, marked ✓): each token quoted,
+    the accepted ones of the kept branch green, the other branches grey; a row shared with the kept
+    branch is shown on every branch through it."""
+    parents = tree.node_parents
+    kept_leaf = tree.branch_rows[-1]
+    accepted_rows = set(tree.branch_rows[:accepted])
+    order = [kept_leaf] + [leaf for leaf in leaves(parents) if leaf != kept_leaf]
+    lines = []
+    for n, leaf in enumerate(order[:most]):
+        cells = []
+        for r in branch_rows(parents, leaf):
+            t = html.escape(repr(text_of(tree.node_token_ids[r - 1])))
+            color = ACCEPTED_COLOR if r in accepted_rows else (None if n == 0 else OTHER_COLOR)
+            cells.append(f"<span style='color:{color}'>{t}</span>" if color else t)
+        mark = "✓ " if n == 0 else ""
+        lines.append(mark + " ".join(cells))
+    if len(order) > most:
+        lines.append(f"… {len(order) - most} more branches")
+    return "<br>".join(lines)
