@@ -539,3 +539,44 @@ def test_a_tree_run_says_what_its_first_branches_alone_would_have_committed(tree
     assert versus.chain_tokens == len(trees) and versus.tree_tokens == sum(r.canonical_prediction_count for r in trees)
     assert versus.chain_ms == 16.0 * len(trees)
     assert "trees were" in versus.text()
+
+
+# -- the draft model's trees ------------------------------------------------------------------------
+
+def test_split_keeps_the_most_probable_drafted_and_side_tokens_as_a_tree():
+    from inspector.sources.draft import split_tree
+
+    # Chain 1 2 3 4 with path probabilities .9 .8 .5 .4; side 11 beside 1 (.3), 13 beside 3 (.8 x .4 = .32).
+    assert split_tree([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.4], [(0, 11, 0.3), (2, 13, 0.4)], 5) == \
+        ((1, 2, 3, 4, 13), (0, 1, 2, 3, 2))
+    assert split_tree([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.4], [(0, 11, 0.3), (2, 13, 0.4)], 4) == \
+        ((1, 2, 3, 13), (0, 1, 2, 2))  # the side token outranks the chain's last
+    assert split_tree([1, 2], [0.9, 0.8], [(0, 11, 0.05)], 2) is None
+
+
+def test_draft_trees_give_plain_decodings_output(make_generation, chat_tokens, target, runtime, model_path,
+                                                 tmp_path_factory):
+    from inspector.llama.quantize import make_draft
+    from inspector.llama.runtime import LlamaRuntime
+    from inspector.sources.draft import DraftModelSource
+
+    path = make_draft(model_path, "Q4_0", tmp_path_factory.mktemp("drafts"))
+    draft = LlamaRuntime(path, n_ctx=runtime.n_ctx, n_batch=64, n_seq_max=1)
+    try:
+        tokens = chat_tokens(STORY)
+        source = DraftModelSource(draft, runtime, draft_max=6, p_split=0.05)
+        g = make_generation(source, tokens, on=target, max_new_tokens=MAX, draft_max=6)
+        g.run()
+        source.close()
+    finally:
+        draft.close()
+    plain, _ = plain_reference(target, tokens, MAX)
+    assert_same_greedy_output(target, tokens, plain, g.generated)
+    assert any(r.tree is not None for r in g.receipts)
+
+
+def test_a_source_making_trees_has_no_llama_server_flags():
+    from inspector.sources.server_flags import NoServerEquivalent, server_arguments
+
+    with pytest.raises(NoServerEquivalent, match="p_split=0.2 makes draft propose token trees"):
+        server_arguments("draft", {"draft_model": "d.gguf", "p_split": 0.2})

@@ -51,17 +51,24 @@ class DraftModelSource:
     ``sampling``: with temperature > 0 the draft samples each token from its
     distribution q under these settings (seeded) and attaches q to the
     proposal, so the ``rejection`` rule can verify it; else it drafts greedily.
+    ``p_split`` (greedy drafting only; 0 = off): where the draft's second candidate has at least this
+    probability, it becomes a one-token side branch of the tree (``inspector.engine.tree``) beside the
+    drafted token, at no extra draft decode (llama.cpp's ``examples/speculative`` splits at
+    ``p_split`` and drafts on each branch; here the side branch stays one token). Of the drafted
+    tokens and the side tokens, the ``draft_max`` with the highest path probability are proposed
+    (the draft's top probabilities multiplied along the path: a tree closed under parents).
     """
 
     name = "draft"
 
     def __init__(self, draft, target=None, *, draft_max: int = 8, draft_min: int = 0, p_min: float = 0.0,
-                 sampling: SamplingSettings | None = None) -> None:
+                 sampling: SamplingSettings | None = None, p_split: float = 0.0) -> None:
         if target is not None:
             check_compatible(vocab_facts(target), vocab_facts(draft))
-        if draft_max < 1 or draft_min < 0 or not 0.0 <= p_min <= 1.0:
+        if draft_max < 1 or draft_min < 0 or not 0.0 <= p_min <= 1.0 or not 0.0 <= p_split <= 1.0:
             raise ValueError(f"bad draft settings: draft_max={draft_max} (>= 1), draft_min={draft_min} (>= 0), "
-                             f"p_min={p_min} (0..1)")
+                             f"p_min={p_min} (0..1), p_split={p_split} (0..1)")
+        self.p_split = p_split
         self.draft = draft
         self.draft_max = draft_max
         self.draft_min = draft_min
@@ -78,7 +85,7 @@ class DraftModelSource:
 
     def settings(self) -> dict:
         return {"draft_model": self.draft.model_path, "draft_max": self.draft_max,
-                "draft_min": self.draft_min, "p_min": self.p_min}
+                "draft_min": self.draft_min, "p_min": self.p_min, "p_split": self.p_split}
 
     def close(self) -> None:
         self.draft.drop_session(self.sid)
@@ -120,6 +127,8 @@ class DraftModelSource:
         probs: list[float] = []
         dists: list[np.ndarray] = []
         qs: list[float] = []
+        sides: list[tuple[int, int, float]] = []  # (position in out, token, its probability)
+        splitting = self.p_split > 0.0 and self.sampling is None
         current = tokens[-1]
         rt = self.draft
         for _ in range(k):
@@ -127,7 +136,14 @@ class DraftModelSource:
             self.kv_tokens.append(current)
             logits = rt.row_logits(0)
             top = int(logits.argmax())
-            p_top = float(1.0 / np.exp(logits - logits[top]).sum())
+            weights = np.exp(logits - logits[top])
+            p_top = float(1.0 / weights.sum())
+            if splitting:
+                weights[top] = 0.0
+                second = int(weights.argmax())
+                p_second = float(weights[second]) * p_top
+                if p_second >= self.p_split:
+                    sides.append((len(out), second, p_second))
             if self.p_min > 0.0 and top10_probability(logits, top) < self.p_min:
                 break
             if self.sampling is not None:
@@ -149,6 +165,10 @@ class DraftModelSource:
         self._count += 1
         decision = b"draft:%d" % self._count
         self._pending[decision] = (before, (tokens[-1], *out))
+        if sides:
+            tree = split_tree(out, probs, sides, k)
+            if tree is not None:
+                return Proposal(decision, tree[0], parents=tree[1])
         return Proposal(decision, tuple(out), tuple(dists) if dists else None, tuple(qs[: len(out)]))
 
     def report(self, receipt) -> None:
@@ -158,7 +178,8 @@ class DraftModelSource:
         pending = self._pending.pop(bytes.fromhex(receipt.decision_id), None)
         if pending is None:
             return
-        before, rows = pending
+        before, _drafted = pending
+        rows = (_drafted[0], *receipt.proposal_token_ids)  # a tree window: the branch it kept
         if len(self.kv_tokens) != before:
             return  # the draft is not where the window started: the next query brings it back (_sync)
         try:
@@ -175,6 +196,29 @@ class DraftModelSource:
     def discard(self, decision_id: bytes, reason: str) -> None:
         """Forget the proposal: the draft's cache already holds only the target's stream."""
         self._pending.pop(bytes(decision_id), None)
+
+
+def split_tree(drafted, path_probs, sides, budget: int):
+    """(tokens, parents) of the drafted chain with one-token side branches, or None when none is kept:
+    ``drafted`` the chain, ``path_probs[i]`` its path probability after token i (``drafted[i]`` with
+    the ones before it), ``sides`` (position i, token, probability): a sibling of ``drafted[i]``, its path
+    probability ``path_probs[i - 1]`` x its own. Keeps the ``budget`` nodes of highest path probability
+    (the chain's first token always; ties: the chain first), in chain order, each side token right
+    after its sibling's parent's chain tokens."""
+    nodes = [(p, 0, i, t) for i, (t, p) in enumerate(zip(drafted, path_probs))]
+    nodes += [((path_probs[i - 1] if i else 1.0) * q, 1, i, t) for i, t, q in sides]
+    kept = sorted(nodes, key=lambda n: (-n[0], n[1], n[2]))[:budget]
+    chain = sorted(n[2] for n in kept if n[1] == 0)
+    chain = chain[: next((j for j, i in enumerate(chain) if i != j), len(chain))]  # a prefix of the chain
+    side = sorted((n[2], n[3]) for n in kept if n[1] == 1 and n[2] <= len(chain))
+    if not side or not chain:
+        return None
+    tokens = [drafted[i] for i in chain]
+    parents = list(range(len(chain)))
+    for i, t in side:
+        tokens.append(t)
+        parents.append(i)  # the sibling of drafted[i]: a child of row i (row 0: the current token)
+    return tuple(tokens), tuple(parents)
 
 
 TOP_K = 10
@@ -203,6 +247,10 @@ DRAFT = SourceDescriptor("draft", (
     Option("p_min", "float", 0.0, "stop drafting when the draft's top probability is below this (0 = never)",
            minimum=0.0, maximum=1.0, step=0.05, label="p-min", flag="--p-min", server_flag="--spec-draft-p-min",
            aliases=("--draft-p-min", "--spec-draft-p-min")),
+    Option("p_split", "float", 0.0, "a tree: where the draft's second candidate has at least this probability it "
+           "becomes a one-token side branch, verified in the same batch (llama.cpp examples/speculative's "
+           "--draft-p-split; 0 = chains; greedy drafting only)", minimum=0.0, maximum=1.0, step=0.05,
+           label="p-split"),
     Option("n_gpu_layers", "int", -1, "layers of the draft model on a local GPU (llama.cpp -ngld; -1: llama.cpp's "
            "default, all of them when there is a GPU; the draft never goes over RPC)", minimum=-1, maximum=2147483647,
            control=False,
@@ -231,7 +279,7 @@ def make_draft(ctx, **options) -> DraftModelSource:
     try:
         sampling = getattr(ctx.settings, "sampling", None)
         return DraftModelSource(draft, target, draft_max=o["draft_max"], draft_min=o["draft_min"],
-                                p_min=o["p_min"], sampling=sampling)
+                                p_min=o["p_min"], sampling=sampling, p_split=o["p_split"])
     except Exception:
         draft.close()
         raise

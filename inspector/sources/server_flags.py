@@ -108,7 +108,8 @@ def server_arguments(source: str, options: Mapping | None = None, *, draft_max: 
     ``context_server_arguments(n_ctx, n_batch, context)``;
     ``sampling``: ``sampling_server_arguments`` last. ``none`` (plain decoding) gives no speculative flags.
     Raises ``NoServerEquivalent`` for a source llama-server does not have (our ``ngram``, ``suffix``,
-    ``scripted``, ``replay``), ``UnknownSource`` and the source's option errors (``ValueError``)."""
+    ``scripted``, ``replay``) or options that make trees (``TREE_OPTIONS``), ``UnknownSource`` and the
+    source's option errors (``ValueError``)."""
     args = (["-m", str(model)] if model else []) + (["-t", str(n_threads)] if n_threads else []) \
         + context_server_arguments(n_ctx, n_batch, context)
     last = sampling_server_arguments(sampling) if sampling is not None else []
@@ -121,6 +122,12 @@ def server_arguments(source: str, options: Mapping | None = None, *, draft_max: 
             f"source {source} has no llama-server equivalent; these do: {', '.join(server_sources())}"
             + (f". Nearest: llama-server {shlex.join(nearest[0])} ({nearest[1]})" if nearest else ""))
     values = d.with_defaults(d.check_options(dict(options or {})))
+    trees = [f"{o.name}={values[o.name]}" for o in d.options or ()
+             if o.name in TREE_OPTIONS and values.get(o.name) != o.default]
+    if trees:
+        raise NoServerEquivalent(f"{', '.join(trees)} makes {source} propose token trees; llama-server verifies "
+                                 f"chains only (leave {', '.join(t.split('=')[0] for t in trees)} at its default "
+                                 f"for the chain llama-server runs)")
     args += [SPEC_TYPE, d.llama_server]
     for o in d.options or ():
         flag = _server_flag(d, o)
@@ -131,6 +138,11 @@ def server_arguments(source: str, options: Mapping | None = None, *, draft_max: 
             continue
         args += [flag, _text(value)]
     return args + last
+
+
+TREE_OPTIONS = frozenset({"p_split", "tree_nodes", "branches"})
+"""Source options that make a source propose token trees (``inspector.engine.tree``), which llama-server
+never verifies."""
 
 
 def nearest_server_equivalent(source: str, options: Mapping | None = None,

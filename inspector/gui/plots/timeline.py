@@ -75,6 +75,7 @@ LEGEND = (
     ("━", "#90a4ae", "10pt", "live KV length"),
     ("●", "#455a64", "10pt", "base_position"),
     ("▲", "#ef6c00", "10pt", "position_after_verification"),
+    ("◆", "#6a1b9a", "10pt", "tree window: base + its rows"),
     ("■", "#2e7d32", "10pt", "canonical_position"),
     ("•", "#78909c", "10pt", "plain step"),
     ("✕", "#c62828", "10pt", "failed window"),
@@ -110,7 +111,8 @@ class Timeline(QWidget):
         self.plot.setLabel("left", "KV position (tokens)")
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.plot.setToolTip("● base_position (KV length before the window) · ▲ position_after_verification · "
-                             "■ canonical_position (after the repair) · small dots: plain steps (KV length after) · "
+                             "◆ a tree window's base + all its rows (KV cells of its one batch; its other branches leave at "
+                             "once, ▲ is the kept branch's end) · ■ canonical_position (after the repair) · small dots: plain steps (KV length after) · "
                              "× failed window · ★ the prefill and the first token · line: live KV length")
         # A margin after the last step, so its markers are not on the frame.
         self.plot.getPlotItem().getViewBox().setDefaultPadding(0.03)
@@ -119,6 +121,8 @@ class Timeline(QWidget):
                                    symbolPen=None, name="base_position")
         self.after = self.plot.plot([], [], pen=None, symbol="t1", symbolSize=9, symbolBrush="#ef6c00",
                                     symbolPen=None, name="position_after_verification")
+        self.tree = self.plot.plot([], [], pen=None, symbol="d", symbolSize=9, symbolBrush="#6a1b9a",
+                                   symbolPen=None, name="tree window: base + its rows")
         self.canonical = self.plot.plot([], [], pen=None, symbol="s", symbolSize=7, symbolBrush="#2e7d32",
                                         symbolPen=None, name="canonical_position")
         self.plain = self.plot.plot([], [], pen=None, symbol="o", symbolSize=4, symbolBrush="#78909c",
@@ -290,7 +294,7 @@ class Timeline(QWidget):
             return
         self._drawn_version = s.version
         steps, plain = self.decode_steps()
-        xs, base, after, canon, fx, fy = [], [], [], [], [], []
+        xs, base, after, canon, fx, fy, tx, ty = [], [], [], [], [], [], [], []
         line: list[tuple[float, float, float, float, float, float]] = []  # x0 y0 x1 y1 x2 y2 per step
         for e in s.windows():
             d = steps[e.window_index]
@@ -301,6 +305,9 @@ class Timeline(QWidget):
                 base.append(b)
                 after.append(a)
                 canon.append(c)
+                if r.tree is not None:
+                    tx.append(d)
+                    ty.append(b + r.tree.rows)
             else:
                 p = e.discard.partial
                 b, a, c = p.base_position, p.position_after_verification, p.canonical_position
@@ -318,6 +325,7 @@ class Timeline(QWidget):
         set_limited(self.base, x, np.array(base, float))
         set_limited(self.after, x, np.array(after, float))
         set_limited(self.canonical, x, np.array(canon, float))
+        set_limited(self.tree, np.array(tx, float), np.array(ty, float))
         set_limited(self.failed, np.array(fx, float), np.array(fy, float))
         pre = [] if self._prefill_kv is None else [self._prefill_kv]
         self.prefill.setData(np.array([-1.0] * len(pre)), np.array(pre, float))

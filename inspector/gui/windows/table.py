@@ -31,11 +31,12 @@ WINDOW_TIPS = (
     "window index (1-based; failed windows are numbered too, as in the event log)",
     "full_accept, first_mismatch, stopped; failed (no receipt): the window raised an error and was discarded; "
     "cancelled (no receipt): Stop (or an injected cancellation) ended it, repaired first",
-    "proposal tokens", "accepted proposal tokens", "committed tokens (canonical predictions)",
+    "proposal tokens (a tree window: all its nodes, \"tree\"; the Receipt pane lists its branches)",
+    "accepted proposal tokens", "committed tokens (canonical predictions)",
     "base_position (tokens)", "canonical_position after repair (tokens)", "KV rows removed by the repair",
     "verification_elapsed_us in ms; red: more than 5x the run's median (llama.cpp's threads waited for a core)",
 )
-WIDEST = ("99999", "cancelled (no receipt)", "prop.", "acc.", "comm.", "99999", "99999", "trim", "99999.9")
+WIDEST = ("99999", "cancelled (no receipt)", "99 tree", "acc.", "comm.", "99999", "99999", "trim", "99999.9")
 """The widest value (or header) of each column: column widths are set from these, so nothing is cut."""
 FAILED = "failed (no receipt)"
 CANCELLED = "cancelled (no receipt)"
@@ -57,7 +58,8 @@ def entry_values(e: WindowEntry) -> tuple:
     """The row of window entry ``e`` (see ``WINDOW_COLUMNS``; tokens and positions in tokens)."""
     if e.receipt is not None:
         r = e.receipt
-        return (r.window_index, r.disposition, r.proposal_token_count, r.accepted_proposal_tokens,
+        proposed = r.proposal_token_count if r.tree is None else f"{len(r.tree.node_token_ids)} tree"
+        return (r.window_index, r.disposition, proposed, r.accepted_proposal_tokens,
                 r.canonical_prediction_count, r.base_position, r.canonical_position, r.trimmed_rows,
                 f"{r.verification_elapsed_us / 1000:.1f}")
     d, p = e.discard, e.discard.partial
