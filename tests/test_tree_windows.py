@@ -580,3 +580,20 @@ def test_a_source_making_trees_has_no_llama_server_flags():
 
     with pytest.raises(NoServerEquivalent, match="p_split=0.2 makes draft propose token trees"):
         server_arguments("draft", {"draft_model": "d.gguf", "p_split": 0.2})
+
+
+# -- bench --trees ----------------------------------------------------------------------------------
+
+def test_bench_trees_measures_tree_and_chain_costs_and_runs_every_branching_source_both_ways(runtime):
+    from inspector.bench.tree_bench import TREE_SOURCES, format_tree_bench, tree_bench
+
+    result = tree_bench(runtime, ["copy-with-corrections"], max_tokens=10, draft_max=4, repeats=1,
+                        progress=lambda m: None)
+    assert set(result["costs"]) == {"1", "2", "4"} and all(len(c) == 4 for c in result["costs"].values())
+    row = result["tasks"]["copy-with-corrections"]
+    assert row["plain_tokens_per_s"] > 0
+    for name in TREE_SOURCES:
+        assert set(row[name]) == {"chain", "tree"}
+        assert row[name]["tree"]["rows_per_token"] > 0 and row[name]["chain"]["speedup"] > 0
+    text = format_tree_bench(result)
+    assert "trees of 2 branches cost" in text and text.count("faster (") == len(TREE_SOURCES)

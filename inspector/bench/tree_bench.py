@@ -22,12 +22,13 @@ from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_cache import stored_row_costs
 from inspector.llama.cost_model import measure_tree_costs
+from inspector.llama.quantize import make_draft
 from inspector.prompts import example_prompt
 from inspector.sources.registry import SourceContext, make_source
 
-TREE_SOURCES = {"suffix": {"tree_nodes": None}, "ngram": {"branches": 2}}
+TREE_SOURCES = {"suffix": {"tree_nodes": None}, "ngram": {"branches": 2}, "draft": {"p_split": 0.1}}
 """The branching sources and the option that makes each propose trees (None: the node budget, the
-draft max)."""
+draft max). ``draft`` drafts with the target converted to Q4_0 (``make_draft``, cached)."""
 TREE_SHAPES = (1, 2, 4)
 """Branch counts whose c(k) is measured (1: the chain)."""
 
@@ -77,8 +78,12 @@ def tree_bench(runtime, tasks: Sequence[str], max_tokens: int = 64, draft_max: i
     out: dict = {"costs": {str(b): list(c) for b, c in costs.items()}, "draft_max": draft_max,
                  "max_tokens": max_tokens, "repeats": repeats, "tasks": {}}
 
+    draft_file = str(make_draft(runtime.model_path, "Q4_0")) if "draft" in sources else ""
+
     def source_for(name: str, form: str, tokens):
         options = {k: (draft_max if v is None else v) for k, v in TREE_SOURCES[name].items()} if form == "tree" else {}
+        if name == "draft":
+            options["draft_model"] = draft_file
         ctx = SourceContext(runtime, settings, row_costs=row_costs, memory={}, prompt_tokens=tuple(tokens),
                             scheduler=scheduler)
         return make_source(name, ctx, options)

@@ -123,8 +123,11 @@ class LlamaRuntime:
         cparams.n_ctx = n_ctx
         cparams.n_batch = self.n_batch
         asked.apply(cparams)  # -ub (capped at n_batch, as llama.cpp does), -fa, -ctk, -ctv
-        self.tree_branches = max(1, tree_branches)
-        """Most branches (leaves) of one tree window (``decode_tree``)."""
+        # llama.cpp reserves an output row per sequence when it makes the context and takes at most
+        # n_batch outputs (cparams.n_outputs_max, src/llama-context.cpp 0c1e570): no more sequences than
+        # that, or llama_init_from_model aborts the process (n_batch 1, say).
+        self.tree_branches = max(1, min(tree_branches, self.n_batch - self.n_seq_max + 1))
+        """Most branches (leaves) of one tree window (``decode_tree``); 1 when n_batch leaves no room."""
         self._branch_seqs = tuple(range(self.n_seq_max, self.n_seq_max + self.tree_branches - 1))
         self._tree_seqs: tuple[int, ...] = ()
         cparams.n_seq_max = self.n_seq_max + len(self._branch_seqs)
