@@ -208,9 +208,10 @@ def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot,
     assert q.set_source("draft")
     # Draft max auto: the draft's draft_max comes from the run's settings (chosen when the run starts).
     assert q.draft_max_auto()
-    assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_min": 2, "p_min": 0.4}
+    assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_min": 2, "p_min": 0.4, "p_split": 0.0}
     q.draft_max.setValue(5)
-    assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_max": 5, "draft_min": 2, "p_min": 0.4}
+    assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_max": 5, "draft_min": 2, "p_min": 0.4,
+                                  "p_split": 0.0}
     v.close()
 
 
@@ -220,7 +221,8 @@ def test_ngram_length_is_a_remembered_source_option(qtbot, runtime, tmp_path):
     p.set_source("ngram")
     assert p.ngram_length.currentText() == "fixed"  # the registry's default
     p.ngram_length.setCurrentText("adaptive")
-    assert p.source_options() == {"n_max": p.ngram_max.value(), "n_min": p.ngram_min.value(), "length": "adaptive"}
+    assert p.source_options() == {"n_max": p.ngram_max.value(), "n_min": p.ngram_min.value(), "length": "adaptive",
+                                  "branches": 1}
     assert p.values()["ngram_length"] == "adaptive"
     sent = []
     w.requestRun.disconnect()

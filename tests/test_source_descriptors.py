@@ -118,14 +118,14 @@ def test_compare_configurations_use_the_same_decision_and_declarations():
                               "n_min=2 (the default), n_max=1"),
     ("ngram", {"length": "long"}, "source ngram option length must be fixed or adaptive, observed 'long'"),
     ("ngram", {"bogus": "1"}, "unknown option for source ngram: bogus (expected n_max, n_min, length, "
-                              "row_cost_ratio, row_costs)"),
+                              "branches, row_cost_ratio, row_costs)"),
     ("ngram", {"row_cost_ratio": "-1"}, "source ngram option row_cost_ratio must be auto or a finite number >= 0"),
     ("ngram", {"row_costs": "1,x"}, "source ngram option row_costs must be linear or positive milliseconds"),
     ("draft", {"draft_max": 0}, "source draft option draft_max must be a whole number >= 1, observed 0"),
     ("draft", {"draft_min": "-1"}, "source draft option draft_min must be a whole number 0 <= draft_min <= 64"),
     ("draft", {"p_min": "2"}, "source draft option p_min must be a number 0 <= p_min <= 1, observed '2'"),
     ("draft", {"a": 1, "b": 2}, "unknown options for source draft: a, b (expected draft_model, draft_max, "
-                                "draft_min, p_min, n_gpu_layers)"),
+                                "draft_min, p_min, p_split, n_gpu_layers)"),
 ])
 def test_check_source_options_keeps_its_messages(source, options, message):
     with pytest.raises(ValueError) as err:
@@ -168,7 +168,8 @@ def test_an_option_taken_from_a_generation_setting_comes_from_the_context(monkey
 
     monkeypatch.setattr(registry, "available_sources", lambda: {**registry.BUILTIN, "draft": fake_draft})
     make_source("draft", SourceContext(None, GenerationSettings(draft_max=5)), {"draft_model": "d.gguf"})
-    assert seen == [{"draft_model": "d.gguf", "draft_max": 5, "draft_min": 0, "p_min": 0.0, "n_gpu_layers": -1}]
+    assert seen == [{"draft_model": "d.gguf", "draft_max": 5, "draft_min": 0, "p_min": 0.0, "p_split": 0.0,
+                     "n_gpu_layers": -1}]
     make_source("draft", SourceContext(None, GenerationSettings(draft_max=5)), {"draft_model": "d", "draft_max": 2})
     assert seen[-1]["draft_max"] == 2
 

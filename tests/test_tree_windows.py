@@ -365,12 +365,14 @@ def test_the_suffix_source_proposes_a_tree_where_a_match_has_several_continuatio
     from inspector.engine.proposal import ProposalRequest
     from inspector.sources.suffix.source import SuffixSource
 
-    stream = [1, 2, 3, 4, 9, 1, 2, 3, 5, 9, 1, 2, 3, 4, 9, 1, 2]
+    # "1 2" went on with 3 twice and 4 once; the tokens before each "1 2" differ, so that is the longest match.
+    stream = [10, 1, 2, 3, 11, 1, 2, 4, 12, 1, 2, 3, 13, 1, 2]
     request = ProposalRequest(stream, len(stream), 0, 8, float("inf"))
     tree = SuffixSource(tree_nodes=6, length="score", max_cached_tokens=0, min_token_prob=0.2).propose(request)
     chain = SuffixSource(length="score", max_cached_tokens=0, min_token_prob=0.2).propose(request)
     assert chain.parents is None and tree.is_tree
-    assert tree.token_ids[:len(chain.token_ids)] == chain.token_ids  # the greedy path comes first
+    assert chain.token_ids[0] == tree.token_ids[0] == 3 and 4 in tree.token_ids
+    assert tree.parents[tree.token_ids.index(4)] == 0  # 4 is the other child of the current token
 
 
 # -- in the window ----------------------------------------------------------------------------------
@@ -402,7 +404,7 @@ def test_the_receipt_pane_shows_a_tree_windows_branches(qtbot, runtime, tmp_path
 
 # -- temperature > 0 --------------------------------------------------------------------------------
 
-def sampled_tokens(scheduler, prompt, make_source=None, runs: int = 1000, max_new: int = 3):
+def sampled_tokens(scheduler, prompt, make_source=None, runs: int = 1000, max_new: int = 4):
     """Counters of the generated tokens at positions 0..max_new - 1 over ``runs`` seeded generations at
     temperature 0.8 (sample_match), and the runs' receipts."""
     from collections import Counter
@@ -428,7 +430,8 @@ def sampled_tokens(scheduler, prompt, make_source=None, runs: int = 1000, max_ne
 
 class PlainTree:
     """Trees from plain sampling's own statistics: under the current token, its two most frequent
-    followers in the plain runs, each with its own most frequent follower."""
+    followers in the plain runs (two one-token branches: the cap is 2 at the first query of a
+    4-token run)."""
 
     name = "plain-tree"
 
@@ -440,15 +443,9 @@ class PlainTree:
         top = [t for t, _ in self.followers.get(cur, {}).most_common(2)]
         if len(top) < 2:
             return None
-        tokens, parents = [], []
-        for t in top:
-            tokens.append(t)
-            parents.append(0)
-            nxt = self.followers.get(t)
-            if nxt:
-                tokens.append(nxt.most_common(1)[0][0])
-                parents.append(len(tokens) - 1)
-        return Proposal(b"pt", tuple(tokens), parents=tuple(parents))
+        if request.max_proposal_tokens < 2:
+            return None
+        return Proposal(b"pt", tuple(top), parents=(0, 0))
 
     def report(self, receipt):
         pass
@@ -549,8 +546,9 @@ def test_split_keeps_the_most_probable_drafted_and_side_tokens_as_a_tree():
     # Chain 1 2 3 4 with path probabilities .9 .8 .5 .4; side 11 beside 1 (.3), 13 beside 3 (.8 x .4 = .32).
     assert split_tree([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.4], [(0, 11, 0.3), (2, 13, 0.4)], 5) == \
         ((1, 2, 3, 4, 13), (0, 1, 2, 3, 2))
-    assert split_tree([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.4], [(0, 11, 0.3), (2, 13, 0.4)], 4) == \
-        ((1, 2, 3, 13), (0, 1, 2, 2))  # the side token outranks the chain's last
+    assert split_tree([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.4], [(0, 11, 0.3), (2, 13, 0.6)], 4) == \
+        ((1, 2, 3, 13), (0, 1, 2, 2))  # the side token (.8 x .6) outranks the chain's last (.4)
+    assert split_tree([1, 2, 3, 4], [0.9, 0.8, 0.5, 0.4], [(0, 11, 0.3), (2, 13, 0.4)], 4) is None
     assert split_tree([1, 2], [0.9, 0.8], [(0, 11, 0.05)], 2) is None
 
 

@@ -344,7 +344,7 @@ def test_a_records_times_count_only_its_main_sessions_plain_steps():
     rec = NS(main_session_id=1, lock_ops=[NS(kind="step", session_id=1, hold_us=4_000),
                                           NS(kind="step", session_id=2, hold_us=100_000),
                                           NS(kind="verify", session_id=1, hold_us=100_000)],
-             receipts=[NS(verification_rows=3, verification_elapsed_us=10_000)])
+             receipts=[NS(verification_rows=3, decoded_rows=3, verification_elapsed_us=10_000)])
     assert costs_from_record(rec).row_ms == (4.0, 7.0, 10.0)
     assert points_from_record(rec) == [(1, 4.0), (3, 10.0)]
     rec.main_session_id = None  # no main session known: every plain step

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
 from time import perf_counter, perf_counter_ns
 from typing import Sequence
 
@@ -41,7 +40,6 @@ from inspector.engine.settings import GenerationSettings
 from inspector.engine.source_query import query_source
 from inspector.engine.stats import summarize
 from inspector.engine.text import CommittedText
-from inspector.engine.tree import branch_rows, leaves
 from inspector.engine.window import WindowContext, WindowTrace, execute_window, repair_to
 
 log = logging.getLogger(__name__)
@@ -369,9 +367,7 @@ class Generation:
             if trace.session_retired:
                 self.session_retired = True
             self._error(exc, window_index)
-            # A tree verified before the error is recorded as its kept branch, the rows the partial describes.
-            shown = proposal if trace.branch is None else replace(proposal, token_ids=trace.branch, parents=None)
-            self._discard(shown, EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__,
+            self._discard(trace.as_recorded(proposal), EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__,
                           partial=trace.partial(window_index, base), error_type=type(exc).__name__)
             raise
         finally:
@@ -393,21 +389,15 @@ class Generation:
         """Ask the source (SPEC step 1) and validate its answer (step 2: ``query_source``): (the proposal
         or None, the source's time in microseconds, why there is none: ``inspector.engine.no_proposal``).
         A source that raised gives an error event; an invalid proposal is discarded."""
-        deadline = perf_counter() + self.settings.proposal_deadline_ms / 1000.0
+        deadline, sampling = perf_counter() + self.settings.proposal_deadline_ms / 1000.0, self.settings.sampling
         request = ProposalRequest(self.tokens, self.prompt_token_count, self.decode_step, cap, deadline)
-        answer = query_source(self.source, request, self.faults, self.window_count + 1, self.tokens[-1],
-                              self.runtime.n_vocab, getattr(self.runtime, "tree_branches", 1))
+        answer = query_source(self.source, request, self.faults, self.window_count + 1, self.tokens[-1], self.runtime.n_vocab,
+                              getattr(self.runtime, "tree_branches", 1), sampling is not None and sampling.penalized)
         if answer.error is not None:
             self._emit(ERROR, detail=answer.error)
         if answer.invalid is not None:
             self._discard(answer.invalid, answer.reason, self.canonical_position)
-        proposal = answer.proposal
-        sampling = self.settings.sampling
-        if proposal is not None and proposal.is_tree and sampling is not None and sampling.penalized:
-            # Penalties read each row's own history, which a tree's rows do not share: its first branch.
-            rows = branch_rows(proposal.parents, leaves(proposal.parents)[0])
-            proposal = replace(proposal, token_ids=tuple(proposal.token_ids[r - 1] for r in rows), parents=None)
-        return proposal, answer.elapsed_us, answer.why
+        return answer.proposal, answer.elapsed_us, answer.why
 
     def _plain_step(self, base: int, why: str = "") -> None:
         """Decode the current token alone and commit the target's prediction; ``why``: the reason no

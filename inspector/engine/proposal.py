@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from inspector.engine.tree import INVALID_TREE, is_chain, leaves, tree_shape_error
+from inspector.engine.tree import INVALID_TREE, branch_rows, is_chain, leaves, tree_shape_error
 
 # Discard reasons (SPEC step 2, step 3 and step 9). Exact strings appear in receipts.
 DEADLINE_EXCEEDED = "deadline_exceeded"
@@ -54,6 +54,14 @@ class Proposal:
     def is_tree(self) -> bool:
         """True for a proposal with more than one branch."""
         return self.parents is not None and not is_chain(self.parents)
+
+    def first_branch(self) -> "Proposal":
+        """A tree's first branch (the current token's first child down to its first leaf) as a chain
+        proposal; a chain as it is."""
+        if not self.is_tree:
+            return self
+        rows = branch_rows(self.parents, leaves(self.parents)[0])
+        return replace(self, token_ids=tuple(self.token_ids[r - 1] for r in rows), parents=None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,11 +37,13 @@ class Answer:
 
 
 def query_source(source: ProposalSource, request: ProposalRequest, faults: FaultPlan, window_index: int,
-                 current: int, n_vocab: int, max_branches: int = 1) -> Answer:
+                 current: int, n_vocab: int, max_branches: int = 1, chains_only: bool = False) -> Answer:
     """Ask ``source`` for a proposal for ``request`` (its ``max_proposal_tokens`` is the cap, its ``deadline_s`` a
     ``perf_counter`` time) and validate it. ``window_index``: the window it would open (proposal faults
     aim at it); ``current``: the current token; ``n_vocab``: the vocabulary size; ``max_branches``: the
-    most branches a tree may have (the runtime's ``tree_branches``). Never raises for the
+    most branches a tree may have (the runtime's ``tree_branches``); ``chains_only``: a tree becomes its first
+    branch (``Proposal.first_branch``: penalties read each row's own history, which a tree's rows do not
+    share). Never raises for the
     source's failures: they are logged and answered as ``SOURCE_ERROR``."""
     t = perf_counter_ns()
     try:
@@ -63,4 +65,6 @@ def query_source(source: ProposalSource, request: ProposalRequest, faults: Fault
                                max_branches)
     if reason is not None:
         return Answer(None, elapsed_us, f"{DISCARDED}: {reason}", invalid=proposal, reason=reason)
+    if chains_only:
+        proposal = proposal.first_branch()
     return Answer(proposal, elapsed_us, "")

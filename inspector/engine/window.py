@@ -23,7 +23,7 @@ describe the branch, and ``tree`` holds the whole tree.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter_ns
 from typing import Callable
 
@@ -64,6 +64,11 @@ class WindowTrace:
     committed: list[int] = field(default_factory=list)
     session_retired: bool = False
     repaired: bool = False
+
+    def as_recorded(self, proposal: Proposal) -> Proposal:
+        """``proposal`` as a failed window's discard records it: a tree verified before the error as the
+        branch it kept (the rows ``partial`` describes)."""
+        return proposal if self.branch is None else replace(proposal, token_ids=self.branch, parents=None)
 
     def partial(self, window_index: int, base: int) -> PartialWindow:
         """What is known of window ``window_index`` (based at KV position ``base``) after it raised."""

@@ -93,3 +93,18 @@ def load_model(info: ModelInfo, offload: Offload | None = None,
             f"or the file is damaged)",
         )
     return LoadedModel(model, o, rpc_devices, layers, note, tuple(keep))
+
+
+def create_context(model, cparams) -> tuple[object | None, list]:
+    """``llama_init_from_model(model, cparams)`` with llama.cpp's log captured: (the context, or None
+    when llama.cpp refused it, and the captured log lines for ``llama_log.refusal``/``settled``). A signal
+    that arrives inside llama.cpp's log callback is raised after the call, once the context it made
+    is freed, never lost."""
+    ctx = None
+    with signals_deferred() as deferred:
+        with llama_log.captured() as log:
+            ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if deferred.signum is not None and ctx:  # raised as the block ends: free the context
+            llama_cpp.llama_free(ctx)
+            ctx = None
+    return ctx, log

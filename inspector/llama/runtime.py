@@ -9,7 +9,6 @@ here locks. Preconditions that would make llama.cpp abort the process
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import threading
@@ -20,11 +19,11 @@ from typing import Callable, Sequence
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
-from inspector.engine.tree import depths, row_branches
 from inspector.llama.model_file import ModelInfo, check_gguf
 from inspector.llama.context_settings import ContextRefused, ContextSettings, settled
-from inspector.llama.server_parity import llama_cpp_settings
+from inspector.llama.server_parity import describe_runtime
 from inspector.llama.sessions import SessionTable
+from inspector.llama.tree_batch import BranchSequences, fill_tree_batch, tree_shape
 
 logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
 import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
@@ -33,14 +32,12 @@ import numpy as np  # noqa: E402
 from inspector.llama import llama_log  # noqa: E402  (imports llama_cpp)
 from inspector.llama.abort import AbortSwitch  # noqa: E402
 from inspector.llama.build_check import check_build, llama_library_path, probe_model  # noqa: E402
-from inspector.llama.model_load import load_model  # noqa: E402
-from inspector.llama.native import raw_logits_function  # noqa: E402
-from inspector.llama.native_signals import signals_deferred  # noqa: E402
+from inspector.llama.model_load import create_context, load_model  # noqa: E402
+from inspector.llama.logits import LogitsReader  # noqa: E402
 from inspector.llama.vocab import Vocabulary  # noqa: E402
 
 llama_log.install()
 
-_get_logits_address = raw_logits_function()
 
 TREE_BRANCHES = 8
 """Most branches of a tree window by default (``LlamaRuntime(tree_branches=)``)."""
@@ -128,9 +125,8 @@ class LlamaRuntime:
         # that, or llama_init_from_model aborts the process (n_batch 1, say).
         self.tree_branches = max(1, min(tree_branches, self.n_batch - self.n_seq_max + 1))
         """Most branches (leaves) of one tree window (``decode_tree``); 1 when n_batch leaves no room."""
-        self._branch_seqs = tuple(range(self.n_seq_max, self.n_seq_max + self.tree_branches - 1))
-        self._tree_seqs: tuple[int, ...] = ()
-        cparams.n_seq_max = self.n_seq_max + len(self._branch_seqs)
+        borrowed = range(self.n_seq_max, self.n_seq_max + self.tree_branches - 1)
+        cparams.n_seq_max = self.n_seq_max + len(borrowed)
         cparams.kv_unified = True
         cparams.swa_full = swa_full
         self.swa_full = swa_full
@@ -143,12 +139,7 @@ class LlamaRuntime:
         self.n_ubatch = cparams.n_ubatch
         self.n_swa = int(llama_cpp.llama_model_n_swa(self.model))
         """The model's sliding attention window (tokens; 0: none)."""
-        with signals_deferred() as deferred:  # a signal in its log callback is raised after it, not lost
-            with llama_log.captured() as log:
-                self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
-            if deferred.signum is not None and self.ctx:  # raised as the block ends: free the context
-                llama_cpp.llama_free(self.ctx)
-                self.ctx = None
+        self.ctx, log = create_context(self.model, cparams)
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)
             self.model = None
@@ -161,6 +152,8 @@ class LlamaRuntime:
         """The context settings asked for (``-fa auto`` stays ``auto``: llama-server's way to say it)."""
         self.flash_attn = self.context.flash_attn
         self.mem = llama_cpp.llama_get_memory(self.ctx)
+        self.branch_seqs = BranchSequences(self.mem, borrowed)
+        """The sequences a tree window's branches borrow (``inspector.llama.tree_batch``)."""
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, cparams.n_seq_max)
         self.decode_ns = 0
         """Total time spent inside ``llama_decode`` (nanoseconds), for benchmarks."""
@@ -175,9 +168,10 @@ class LlamaRuntime:
         self.probability_rows = 0
         self.abort = AbortSwitch(self.ctx)
         """Aborts the decode in flight (``request_abort``; ``inspector.llama.abort``)."""
-        self.sessions = SessionTable(self.n_seq_max)
+        self.sessions = SessionTable(self.n_seq_max, self.mem)
         """The open sessions: sampler chains, greedy or not, penalties (``inspector.llama.sessions``)."""
-        self._logit_types: dict[int, type] = {}
+        self.logits = LogitsReader(self.ctx, self.n_vocab)
+        """The last decode's logits as numpy views (``inspector.llama.logits``)."""
         self.architecture = self.info.architecture
         self.converted_from: str | None = None
         """The model file this one was converted from (``inspector.llama.quantize.weight_form``, set by
@@ -223,31 +217,15 @@ class LlamaRuntime:
 
     # -- sessions ------------------------------------------------------------
     def open_session(self, sampling: SamplingSettings | None = None) -> int:
-        """Open a session (a free KV sequence id) with its own sampler; return its id.
-
-        Raises ``EngineError`` when all ``n_seq_max`` sequences are in use.
-        """
-        sid = self.sessions.free_id()
-        if sid is None:
-            raise EngineError(f"no free session: all {self.n_seq_max} KV sequences are in use")
-        llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
-        self.sessions.open(sid, sampling or SamplingSettings())
-        return sid
+        """Open a session (a free KV sequence id) with its own sampler; return its id
+        (``SessionTable.open_free``: ``EngineError`` when all ``n_seq_max`` are in use)."""
+        return self.sessions.open_free(sampling or SamplingSettings())
 
     def reopen_session(self, sid: int, sampling: SamplingSettings, kept: int, tokens: Sequence[int]) -> int:
-        """Keep positions ``0 .. kept - 1`` of session ``sid`` (``tokens[:kept]``, the tokens there),
-        remove the rest, and give it a new sampler for ``sampling``: the next request of a served slot
-        reuses its prompt cache (llama-server's ``cache_prompt``). Opens ``sid`` when it is not open
-        (``kept`` must then be 0). Returns the KV length. Raises ``EngineError`` when ``sid`` is out of
-        range or a partial removal is impossible."""
-        if not 0 <= sid < self.n_seq_max:
-            raise EngineError(f"session {sid} is out of range 0..{self.n_seq_max - 1}")
-        if not self.sessions.is_open(sid):
-            kept = 0
-            llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
-        elif not llama_cpp.llama_memory_seq_rm(self.mem, sid, kept, -1):
-            raise EngineError(f"session {sid}: llama.cpp cannot remove positions >= {kept} of this cache")
-        self.sessions.reopen(sid, sampling, list(tokens[:kept]))
+        """Keep positions ``0 .. kept - 1`` of session ``sid`` (``tokens[:kept]``), remove the rest and give it
+        a new sampler: the next request of a served slot reuses its prompt cache (llama-server's
+        ``cache_prompt``; ``SessionTable.reopen_keeping``, its errors). Returns the KV length."""
+        self.sessions.reopen_keeping(sid, sampling, kept, tokens)
         return self.kv_length(sid)
 
     def drop_session(self, sid: int) -> None:
@@ -318,6 +296,9 @@ class LlamaRuntime:
         self._decode(n, position, abort, sid)
         if self.sessions.has_penalties(sid):
             self._penalize(sid, n, position)
+        return self._predictions(sid, n)
+
+    def _predictions(self, sid: int, n: int) -> list[int]:
         if self.sessions.is_greedy(sid):
             # Greedy: argmax of every row at once (all rows have logits, in batch order);
             # the same choice as llama_sampler_init_greedy, without n C sampler calls.
@@ -347,29 +328,20 @@ class LlamaRuntime:
         abort: threading.Event | None = None,
     ) -> list[int]:
         """Decode a token tree in ONE batch and return the session sampler's prediction for each row
-        (``inspector.engine.tree``): ``tokens`` are the rows (row 0 the current token, at ``position``),
-        ``parents[i]`` the parent row of row i + 1; each row sits at ``position`` + its depth, on the
-        KV sequences of the branches through it (branch 0: ``sid``; the others: sequences borrowed for
-        this window, each first given ``sid``'s cells). llama.cpp's encoding in
-        ``examples/speculative/speculative.cpp`` (0c1e570). Follow with ``keep_branch`` under the same
-        lock, which returns the borrowed sequences; on an error here they are returned already, and
-        ``sid`` may hold some of the tree's cells (the caller trims it to ``position``).
+        (``inspector.engine.tree``; the batch: ``inspector.llama.tree_batch``): ``tokens`` are the rows (row
+        0 the current token, at ``position``), ``parents[i]`` the parent row of row i + 1. Follow with
+        ``keep_branch`` under the same lock, which returns the borrowed sequences; on an error here they
+        are returned already, and ``sid`` may hold some of the tree's cells (the caller trims it).
 
-        Raises ``EngineError`` for more branches than ``tree_branches``, a session with penalties (each
-        row would need its own branch's history), a batch past ``n_batch`` or the context;
-        ``DecodeAborted`` / ``DecodeFailed`` as ``decode_rows``.
-        """
+        Raises ``EngineError`` for more branches than ``tree_branches``, a session with penalties, a batch
+        past ``n_batch`` or the context; ``DecodeAborted`` / ``DecodeFailed`` as ``decode_rows``."""
         n = len(tokens)
         if len(parents) != n - 1:
             raise EngineError(f"a tree of {n} rows needs {n - 1} parents, observed {len(parents)}")
-        on = row_branches(parents)
-        n_branches = len(on[0])
-        if n_branches > self.tree_branches:
-            raise EngineError(f"a tree of {n_branches} branches exceeds this context's {self.tree_branches}")
+        depth, on = tree_shape(parents)
         if self.sessions.has_penalties(sid):
             raise EngineError("tree windows take no penalties (repeat, frequency, presence): "
                               "use a chain, or no penalties")
-        depth = depths(parents)
         if n > self.n_batch:
             raise EngineError(f"batch of {n} rows exceeds n_batch {self.n_batch}")
         if position + max(depth) + 1 > self.n_ctx:
@@ -377,61 +349,19 @@ class LlamaRuntime:
                               f"needs {position + max(depth) + 1} positions, n_ctx is {self.n_ctx}")
         if not self.sessions.is_open(sid):
             raise EngineError(f"session {sid} is not open")
-        seqs = (sid, *self._branch_seqs[:n_branches - 1])
-        mem = self.mem
-        for s in seqs[1:]:
-            llama_cpp.llama_memory_seq_rm(mem, s, -1, -1)
-            llama_cpp.llama_memory_seq_cp(mem, sid, s, -1, -1)
-        self._tree_seqs = seqs
-        b = self._batch
-        tok, pos, nseq, seq, lg = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
-        for i in range(n):
-            tok[i] = tokens[i]
-            pos[i] = position + depth[i]
-            branches = on[i]
-            nseq[i] = len(branches)
-            row_seqs = seq[i]
-            for j, br in enumerate(branches):
-                row_seqs[j] = seqs[br]
-            lg[i] = 1
-        b.n_tokens = n
+        fill_tree_batch(self._batch, tokens, position, depth, on, self.branch_seqs.lend(sid, len(on[0])))
         try:
             self._decode(n, position, abort, sid)
         except BaseException:
-            self._return_branch_seqs()
+            self.branch_seqs.give_back()
             raise
-        if self.sessions.is_greedy(sid):
-            t = time.perf_counter_ns()
-            out = self._logits(n).argmax(axis=1).tolist()
-            self.predict_ns += time.perf_counter_ns() - t
-            return out
-        chain = self.sessions.chain(sid)
-        sample = llama_cpp.llama_sampler_sample
-        ctx = self.ctx
-        return [sample(chain, ctx, i) for i in range(n)]
+        return self._predictions(sid, n)
 
     def keep_branch(self, sid: int, branch: int, position: int) -> None:
-        """After ``decode_tree``: keep in session ``sid`` the root (at ``position``) and branch
-        ``branch``'s rows (its ordinal among the tree's leaves), drop every other row of the tree and
-        return the borrowed sequences. ``sid`` then holds a chain, as after ``decode_rows`` of that
-        branch. Raises ``EngineError`` when no tree is pending or ``branch`` is not one of its."""
-        seqs = self._tree_seqs
-        if not seqs:
-            raise EngineError("no tree window is pending: keep_branch follows decode_tree")
-        if not 0 <= branch < len(seqs):
-            self._return_branch_seqs()
-            raise EngineError(f"branch {branch} is not one of the tree's {len(seqs)}")
-        mem = self.mem
-        kept = seqs[branch]
-        if kept != sid:
-            llama_cpp.llama_memory_seq_rm(mem, sid, position + 1, -1)
-            llama_cpp.llama_memory_seq_cp(mem, kept, sid, position + 1, -1)
-        self._return_branch_seqs()
-
-    def _return_branch_seqs(self) -> None:
-        for s in self._tree_seqs[1:]:
-            llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
-        self._tree_seqs = ()
+        """After ``decode_tree``: keep in session ``sid`` the root (at ``position``) and branch ``branch``'s
+        rows (its ordinal among the tree's leaves); the rest of the tree leaves the cache
+        (``BranchSequences.keep``). ``sid`` then holds a chain, as after ``decode_rows`` of that branch."""
+        self.branch_seqs.keep(sid, branch, position)
 
     def _penalize(self, sid: int, n: int, position: int) -> None:
         """Apply session ``sid``'s penalties in place to the last decode's ``n`` rows with logits, the
@@ -457,17 +387,8 @@ class LlamaRuntime:
         return out
 
     def _logits(self, n: int) -> "np.ndarray":
-        """The last decode's logits as a (n, n_vocab) float32 view (valid until the
-        next decode); every one of the n rows must have had its logits flag set."""
-        if _get_logits_address is None:  # pragma: no cover
-            return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(n, self.n_vocab))
-        addr = _get_logits_address(self.ctx)
-        if not addr:
-            raise EngineError("llama.cpp returned no logits for the last decode")
-        t = self._logit_types.get(n)
-        if t is None:
-            t = self._logit_types[n] = ctypes.c_float * (n * self.n_vocab)
-        return np.frombuffer(t.from_address(addr), dtype=np.float32).reshape(n, self.n_vocab)
+        """The last decode's n rows of logits, a view (``LogitsReader.rows``)."""
+        return self.logits.rows(n)
 
     def prefill(self, sid: int, tokens: Sequence[int], position: int) -> None:
         """Decode ``tokens`` into session ``sid`` from ``position``, in chunks of
@@ -552,19 +473,12 @@ class LlamaRuntime:
 
     # -- diagnostics ---------------------------------------------------------
     def row_logits(self, row: int) -> "np.ndarray":
-        """Logits of output ``row`` of the last decode, as a float32 numpy view of
-        ``n_vocab`` values (valid until the next decode)."""
-        ptr = llama_cpp.llama_get_logits_ith(self.ctx, row)
-        if not ptr:
-            raise EngineError(f"no logits for row {row} of the last decode")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        """Logits of output ``row`` of the last decode, a float32 view (``LogitsReader.row``)."""
+        return self.logits.row(row)
 
     def row_logits_top2(self, row: int) -> tuple[int, int, float]:
         """(top token, second token, logit margin) of ``row`` of the last decode."""
-        arr = self.row_logits(row)
-        i2 = np.argpartition(arr, -2)[-2:]
-        a, b = (int(i2[0]), int(i2[1])) if arr[i2[0]] >= arr[i2[1]] else (int(i2[1]), int(i2[0]))
-        return a, b, float(arr[a] - arr[b])
+        return self.logits.top2(row)
 
     # -- cache capabilities --------------------------------------------------
     @property
@@ -581,23 +495,5 @@ class LlamaRuntime:
         return probe_rollback(self)
 
     def describe(self) -> dict:
-        """Model facts for the receipts document."""
-        return {
-            "path": self.model_path,
-            "architecture": self.architecture,
-            "name": self.info.name,
-            "n_vocab": self.n_vocab,
-            "vocab_type": self.vocab_type,
-            "size_bytes": self.info.size_bytes,
-            "n_ctx": self.n_ctx,
-            "n_batch": self.n_batch,
-            "n_threads": self.n_threads,
-            "weights": self.info.main_weight_type,
-            "layers": self.layers,
-            **({"offload": self.offload.to_json()} if not self.offload.default else {}),
-            **({"devices": [d.to_json() for d in self.rpc_devices]} if self.rpc_devices else {}),
-            **({"offload_note": self.offload_note} if self.offload_note else {}),
-            **({"converted_from": str(self.converted_from),
-                "converted_from_weights": self.converted_from_weights} if self.converted_from else {}),
-            "llama_cpp": llama_cpp_settings(self),
-        }
+        """Model facts for the receipts document (``inspector.llama.server_parity.describe_runtime``)."""
+        return describe_runtime(self)

@@ -102,3 +102,29 @@ def ours_accepted_per_position(receipts, is_eog: Callable[[int], bool] = lambda 
         for i in range(n):
             counts[i] += 1
     return tuple(counts)
+
+
+def describe_runtime(runtime) -> dict:
+    """Model facts of a ``LlamaRuntime`` for the receipts document's ``model`` block: the file, its
+    vocabulary and weights, the context's size, batch and threads, where the layers went (and any offload
+    or RPC devices), the file it was converted from, and ``llama_cpp_settings``."""
+    rt = runtime
+    return {
+        "path": rt.model_path,
+        "architecture": rt.architecture,
+        "name": rt.info.name,
+        "n_vocab": rt.n_vocab,
+        "vocab_type": rt.vocab_type,
+        "size_bytes": rt.info.size_bytes,
+        "n_ctx": rt.n_ctx,
+        "n_batch": rt.n_batch,
+        "n_threads": rt.n_threads,
+        "weights": rt.info.main_weight_type,
+        "layers": rt.layers,
+        **({"offload": rt.offload.to_json()} if not rt.offload.default else {}),
+        **({"devices": [d.to_json() for d in rt.rpc_devices]} if rt.rpc_devices else {}),
+        **({"offload_note": rt.offload_note} if rt.offload_note else {}),
+        **({"converted_from": str(rt.converted_from),
+            "converted_from_weights": rt.converted_from_weights} if rt.converted_from else {}),
+        "llama_cpp": llama_cpp_settings(rt),
+    }

@@ -16,6 +16,7 @@ from typing import Sequence
 import llama_cpp
 import numpy as np
 
+from inspector.engine.errors import EngineError
 from inspector.engine.penalties import penalize_rows
 from inspector.engine.settings import SamplingSettings
 
@@ -39,11 +40,12 @@ def make_chain(s: SamplingSettings):
 
 
 class SessionTable:
-    """Open sessions by id (0 .. ``n_seq_max`` - 1). Not thread-safe: the runtime's callers hold the
-    scheduler lock."""
+    """Open sessions by id (0 .. ``n_seq_max`` - 1) of the context whose memory is ``mem`` (each session
+    is the KV sequence of its id). Not thread-safe: the runtime's callers hold the scheduler lock."""
 
-    def __init__(self, n_seq_max: int) -> None:
+    def __init__(self, n_seq_max: int, mem=None) -> None:
         self.n_seq_max = n_seq_max
+        self.mem = mem
         self._chains: dict[int, object] = {}
         self._greedy: set[int] = set()
         self._penalized: dict[int, SamplingSettings] = {}
@@ -61,6 +63,29 @@ class SessionTable:
         if sampling.penalized:
             self._penalized[sid] = sampling
             self._sequences[sid] = []
+
+    def open_free(self, sampling: SamplingSettings) -> int:
+        """Open the lowest free id with an emptied KV sequence and a chain for ``sampling``; return it.
+        Raises ``EngineError`` when all ``n_seq_max`` are in use."""
+        sid = self.free_id()
+        if sid is None:
+            raise EngineError(f"no free session: all {self.n_seq_max} KV sequences are in use")
+        llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
+        self.open(sid, sampling)
+        return sid
+
+    def reopen_keeping(self, sid: int, sampling: SamplingSettings, kept: int, tokens: Sequence[int]) -> None:
+        """Keep positions ``0 .. kept - 1`` of ``sid``'s sequence (``tokens[:kept]``), remove the rest and
+        give it a new chain for ``sampling``; opens ``sid`` (from an empty sequence) when it is not open.
+        Raises ``EngineError`` for an id out of range or a partial removal llama.cpp cannot do."""
+        if not 0 <= sid < self.n_seq_max:
+            raise EngineError(f"session {sid} is out of range 0..{self.n_seq_max - 1}")
+        if not self.is_open(sid):
+            kept = 0
+            llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
+        elif not llama_cpp.llama_memory_seq_rm(self.mem, sid, kept, -1):
+            raise EngineError(f"session {sid}: llama.cpp cannot remove positions >= {kept} of this cache")
+        self.reopen(sid, sampling, list(tokens[:kept]))
 
     def reopen(self, sid: int, sampling: SamplingSettings, kept: Sequence[int]) -> None:
         """Give the open session ``sid`` a new chain for ``sampling``, its KV cache holding ``kept`` (the

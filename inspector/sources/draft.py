@@ -84,8 +84,11 @@ class DraftModelSource:
         self.last_top_probabilities: list[float] = []
 
     def settings(self) -> dict:
-        return {"draft_model": self.draft.model_path, "draft_max": self.draft_max,
-                "draft_min": self.draft_min, "p_min": self.p_min, "p_split": self.p_split}
+        d = {"draft_model": self.draft.model_path, "draft_max": self.draft_max,
+             "draft_min": self.draft_min, "p_min": self.p_min}
+        if self.p_split:  # trees; chains keep the settings they always had
+            d["p_split"] = self.p_split
+        return d
 
     def close(self) -> None:
         self.draft.drop_session(self.sid)

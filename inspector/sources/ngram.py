@@ -73,7 +73,9 @@ class NgramSource:
         self._count = 0
 
     def settings(self) -> dict:
-        d = {"n_max": self.n_max, "n_min": self.n_min, "length": self.length, "branches": self.branches}
+        d = {"n_max": self.n_max, "n_min": self.n_min, "length": self.length}
+        if self.branches > 1:  # trees; chains keep the settings they always had
+            d["branches"] = self.branches
         if self.policy is not None:
             if self.policy.row_costs is not None:
                 d["row_costs"] = [round(c, 4) for c in self.policy.row_costs]

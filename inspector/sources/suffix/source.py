@@ -125,9 +125,11 @@ class SuffixSource:
         d = {"max_tree_depth": self.max_tree_depth, "max_spec_factor": self.max_spec_factor,
              "max_spec_offset": self.max_spec_offset, "min_token_prob": self.min_token_prob,
              "max_cached_tokens": self.max_cached_tokens, "memory_file": self.memory_file,
-             "length": self.length, "tree_nodes": self.tree_nodes,
+             "length": self.length,
              "remembered_requests": self.remembered_at_start[0],
              "remembered_tokens": self.remembered_at_start[1]}
+        if self.tree_nodes:  # trees; chains keep the settings they always had
+            d["tree_nodes"] = self.tree_nodes
         if self.policy is not None:
             if self.policy.row_costs is not None:
                 d["row_costs"] = [round(c, 4) for c in self.policy.row_costs]

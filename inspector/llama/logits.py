@@ -1,0 +1,56 @@
+"""Reading the last decode's logits of a llama.cpp context as numpy arrays, without copies.
+
+``LogitsReader.rows(n)``: every row of a batch whose rows all had their logits flag set, one view of
+llama.cpp's buffer (``llama_get_logits``, through the raw function of ``inspector.llama.native`` so no
+ctypes conversion runs per call); ``row(i)``: one output row (``llama_get_logits_ith``, negative from the
+end); ``top2(i)``: its top token, runner-up and their logit margin. Views are valid until the next decode.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp
+import numpy as np
+
+from inspector.engine.errors import EngineError
+from inspector.llama.native import raw_logits_function
+
+_get_logits_address = raw_logits_function()
+
+
+class LogitsReader:
+    """The logits of context ``ctx`` (``n_vocab`` per row)."""
+
+    def __init__(self, ctx, n_vocab: int) -> None:
+        self.ctx = ctx
+        self.n_vocab = n_vocab
+        self._types: dict[int, type] = {}
+
+    def rows(self, n: int) -> np.ndarray:
+        """The last decode's logits as a (n, n_vocab) float32 view; every one of the n rows must have had
+        its logits flag set. Raises ``EngineError`` when llama.cpp has none."""
+        if _get_logits_address is None:  # pragma: no cover
+            return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(n, self.n_vocab))
+        addr = _get_logits_address(self.ctx)
+        if not addr:
+            raise EngineError("llama.cpp returned no logits for the last decode")
+        t = self._types.get(n)
+        if t is None:
+            t = self._types[n] = ctypes.c_float * (n * self.n_vocab)
+        return np.frombuffer(t.from_address(addr), dtype=np.float32).reshape(n, self.n_vocab)
+
+    def row(self, row: int) -> np.ndarray:
+        """Logits of output ``row`` of the last decode (n_vocab float32 values, a view). Raises
+        ``EngineError`` when the row has none."""
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, row)
+        if not ptr:
+            raise EngineError(f"no logits for row {row} of the last decode")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def top2(self, row: int) -> tuple[int, int, float]:
+        """(top token, second token, logit margin) of output ``row`` of the last decode."""
+        arr = self.row(row)
+        i2 = np.argpartition(arr, -2)[-2:]
+        a, b = (int(i2[0]), int(i2[1])) if arr[i2[0]] >= arr[i2[1]] else (int(i2[1]), int(i2[0]))
+        return a, b, float(arr[a] - arr[b])
