@@ -594,4 +594,5 @@ def test_bench_trees_measures_tree_and_chain_costs_and_runs_every_branching_sour
         assert set(row[name]) == {"chain", "tree"}
         assert row[name]["tree"]["rows_per_token"] > 0 and row[name]["chain"]["speedup"] > 0
     text = format_tree_bench(result)
-    assert "trees of 2 branches cost" in text and text.count("faster (") == len(TREE_SOURCES)
+    assert "trees of 2 branches cost" in text
+    assert text.count("faster (") + text.count("no tree: ") == len(TREE_SOURCES)  # one verdict per source

@@ -18,6 +18,7 @@ from statistics import median
 from typing import Callable, Sequence
 
 from inspector.bench.run import run_task
+from inspector.engine.baseline import find_divergence
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_cache import stored_row_costs
@@ -42,20 +43,27 @@ class FormFigures:
     committed_per_window: float
     rows_per_token: float
     windows: int
+    tree_windows: int
     same_output: bool
+    divergence: str = ""
+    """Where the output first parted from plain decoding and the target's top-2 margin there (a near-tie
+    that the tree's batch shape flipped, or a bug: ``inspector.engine.baseline.find_divergence``)."""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
 
-def run_figures(g) -> tuple[float, float, float, int]:
-    """(decode tokens/s, tokens committed per window, rows verified per committed token, windows) of a
-    finished run: the rows are each window's decoded rows (a tree's every node) and one per plain step."""
+def run_figures(g) -> tuple[float, float, float, int, int]:
+    """(decode tokens/s, tokens committed per window, rows verified per committed token, windows, tree
+    windows) of a finished run: the rows are each window's decoded rows (a tree's every node) and one per
+    plain step."""
     windows = len(g.receipts)
     committed = sum(r.canonical_prediction_count for r in g.receipts)
     rows = sum(r.decoded_rows for r in g.receipts) + g.plain_steps
     tokens = max(1, g.generated_count)
-    return (g.summary().decode_tokens_per_s or 0.0, committed / windows if windows else 0.0, rows / tokens, windows)
+    trees = sum(1 for r in g.receipts if r.tree is not None)
+    return (g.summary().decode_tokens_per_s or 0.0, committed / windows if windows else 0.0, rows / tokens, windows,
+            trees)
 
 
 def tree_bench(runtime, tasks: Sequence[str], max_tokens: int = 64, draft_max: int = 8, repeats: int = 3,
@@ -104,7 +112,7 @@ def tree_bench(runtime, tasks: Sequence[str], max_tokens: int = 64, draft_max: i
                 if close is not None:
                     close()
                 figures[key].append(run_figures(g))
-                outputs[key].append(tuple(g.generated))
+                outputs[key].append(list(g.generated))
         plain_tps = median(f[0] for f in figures[("plain", None)])
         plain_out = outputs[("plain", None)][0]
         row: dict = {"plain_tokens_per_s": plain_tps}
@@ -113,9 +121,12 @@ def tree_bench(runtime, tasks: Sequence[str], max_tokens: int = 64, draft_max: i
             for form in ("chain", "tree"):
                 fs = figures[(name, form)]
                 tps = median(f[0] for f in fs)
+                differing = next((o for o in outputs[(name, form)] if o != plain_out), None)
+                found = None if differing is None else find_divergence(scheduler, tokens, plain_out, differing)
+                divergence = "" if found is None else found.describe()
                 row[name][form] = FormFigures(tps, tps / plain_tps if plain_tps else 0.0, median(f[1] for f in fs),
                                               median(f[2] for f in fs), int(median(f[3] for f in fs)),
-                                              all(o == plain_out for o in outputs[(name, form)])).to_json()
+                                              int(median(f[4] for f in fs)), differing is None, divergence).to_json()
         out["tasks"][task] = row
     return out
 
@@ -123,8 +134,11 @@ def tree_bench(runtime, tasks: Sequence[str], max_tokens: int = 64, draft_max: i
 def verdict(name: str, chain: dict, tree: dict, costs: dict) -> str:
     """One line: which form was faster on the workload and why, from the measured figures (tokens per
     window, rows per token, and c(k) of trees against chains)."""
-    faster = "tree" if tree["speedup"] > chain["speedup"] else "chain"
     ratio = (tree["speedup"] / chain["speedup"]) if chain["speedup"] else 0.0
+    if not tree["tree_windows"]:
+        return (f"{name}: no tree: the source never had a second candidate here, so both forms ran the same "
+                f"chains ({ratio:.2f}x tree/chain is the runs' noise)")
+    faster = "tree" if tree["speedup"] > chain["speedup"] else "chain"
     extra_tokens = tree["committed_per_window"] - chain["committed_per_window"]
     extra_rows = tree["rows_per_token"] / chain["rows_per_token"] if chain["rows_per_token"] else 0.0
     why = (f"the tree committed {extra_tokens:+.2f} tokens per window and verified {extra_rows:.2f}x the rows per "
@@ -148,14 +162,17 @@ def format_tree_bench(result: dict) -> str:
     lines += ["", f"draft max {result['draft_max']} (the tree's node budget), {result['max_tokens']} tokens, median of "
                   f"{result['repeats']}:",
               f"{'workload':<22} {'source':<8} {'form':<6} {'speedup':>8} {'tok/window':>10} {'rows/token':>10} "
-              f"{'windows':>7} same"]
-    verdicts = []
+              f"{'windows':>7} {'trees':>5} same"]
+    verdicts, notes = [], []
     for task, row in result["tasks"].items():
         for name, forms in row.items():
             if name == "plain_tokens_per_s":
                 continue
             for form, f in forms.items():
                 lines.append(f"{task:<22} {name:<8} {form:<6} {f['speedup']:7.2f}x {f['committed_per_window']:10.2f} "
-                             f"{f['rows_per_token']:10.2f} {f['windows']:7d} {'yes' if f['same_output'] else 'no'}")
+                             f"{f['rows_per_token']:10.2f} {f['windows']:7d} {f['tree_windows']:5d} "
+                             f"{'yes' if f['same_output'] else 'no'}")
+                if f["divergence"]:
+                    notes.append(f"{task} {name} {form}: {f['divergence']}")
             verdicts.append(f"{task}: " + verdict(name, forms["chain"], forms["tree"], costs))
-    return "\n".join(lines + [""] + verdicts)
+    return "\n".join(lines + notes + [""] + verdicts)
