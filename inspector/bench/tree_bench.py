@@ -1,6 +1,7 @@
 """``bench --trees``: tree or chain, on this machine (issue 40 item 4).
 
-For each workload (the bundled examples), plain decoding and each branching source run as a chain and
+For each workload (the bundled examples, and the bundled conversations when named: every configuration
+runs each conversation's turns with its own answers, one source memory across them), plain decoding and each branching source run as a chain and
 as a tree with the same node budget (the draft max), ``repeats`` times, the three runs of a repeat in
 rotating order so the machine's drift and order effect fall on each alike; medians. Per source and
 form: decode tokens/s over plain, tokens committed per window, rows verified per committed token (a
@@ -24,7 +25,10 @@ from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_cache import stored_row_costs
 from inspector.llama.cost_model import measure_tree_costs
 from inspector.llama.quantize import make_draft
-from inspector.prompts import example_prompt
+from inspector.bench.compare import run_compare
+from inspector.bench.compare_result import CompareConfig
+from inspector.prompts import TURNS_EXAMPLES, example_prompt, turns_path
+from inspector.session.conversation import read_turns
 from inspector.sources.registry import SourceContext, make_source
 
 TREE_SOURCES = {"suffix": {"tree_nodes": None}, "ngram": {"branches": 2}, "draft": {"p_split": 0.1}}
@@ -60,7 +64,7 @@ def run_figures(g) -> tuple[float, float, float, int, int]:
     windows = len(g.receipts)
     committed = sum(r.canonical_prediction_count for r in g.receipts)
     rows = sum(r.decoded_rows for r in g.receipts) + g.plain_steps
-    tokens = max(1, g.generated_count)
+    tokens = max(1, len(g.generated))
     trees = sum(1 for r in g.receipts if r.tree is not None)
     return (g.summary().decode_tokens_per_s or 0.0, committed / windows if windows else 0.0, rows / tokens, windows,
             trees)
@@ -69,14 +73,15 @@ def run_figures(g) -> tuple[float, float, float, int, int]:
 def tree_bench(runtime, tasks: Sequence[str], max_tokens: int = 64, draft_max: int = 8, repeats: int = 3,
                sources: Sequence[str] = tuple(TREE_SOURCES), progress: Callable[[str], None] = print) -> dict:
     """Run the comparison (module docstring) on ``runtime``; a JSON-ready dict: ``costs`` (``{branches:
-    [c(2).., c(k)]}`` ms, at the first task's prompt), ``tasks`` (``{task: {"plain_tokens_per_s",
+    [c(2).., c(k)]}`` ms, at the first task's prompt, a conversation's first turn), ``tasks`` (``{task: {"plain_tokens_per_s",
     source: {"chain": FormFigures, "tree": FormFigures}}}``). Raises ``ValueError`` for an unknown
     source."""
     unknown = [s for s in sources if s not in TREE_SOURCES]
     if unknown:
         raise ValueError(f"no tree form for {', '.join(unknown)}: expected one of {', '.join(TREE_SOURCES)}")
     scheduler = RuntimeScheduler(runtime)
-    first = runtime.prompt_tokens(example_prompt(tasks[0]))
+    first_text = read_turns(turns_path(tasks[0]))[0] if tasks[0] in TURNS_EXAMPLES else example_prompt(tasks[0])
+    first = runtime.prompt_tokens(first_text)
     progress(f"measuring c(k) of chains and trees ({', '.join(map(str, TREE_SHAPES))} branches, k = 2..{draft_max + 1})"
              " ...")
     costs = measure_tree_costs(scheduler, first, k_max=draft_max + 1, repeats=max(3, repeats),
@@ -88,29 +93,44 @@ def tree_bench(runtime, tasks: Sequence[str], max_tokens: int = 64, draft_max: i
 
     draft_file = str(make_draft(runtime.model_path, "Q4_0")) if "draft" in sources else ""
 
-    def source_for(name: str, form: str, tokens):
+    def options_for(name: str, form: str) -> dict:
         options = {k: (draft_max if v is None else v) for k, v in TREE_SOURCES[name].items()} if form == "tree" else {}
         if name == "draft":
             options["draft_model"] = draft_file
+        return options
+
+    def source_for(name: str, form: str, tokens):
         ctx = SourceContext(runtime, settings, row_costs=row_costs, memory={}, prompt_tokens=tuple(tokens),
                             scheduler=scheduler)
-        return make_source(name, ctx, options)
+        return make_source(name, ctx, options_for(name, form))
 
     for task in tasks:
-        tokens = runtime.prompt_tokens(example_prompt(task))
+        conversation = task in TURNS_EXAMPLES
+        turns = read_turns(turns_path(task)) if conversation else None
+        tokens = () if conversation else runtime.prompt_tokens(example_prompt(task))
         runs = [("plain", None)] + [(name, form) for name in sources for form in ("chain", "tree")]
         figures: dict = {key: [] for key in runs}
         outputs: dict = {key: [] for key in runs}
         for rep in range(repeats):
             order = runs[rep % len(runs):] + runs[:rep % len(runs)]
+            if conversation:  # every configuration over the whole conversation (plain first: compare's rule)
+                progress(f"{task}: {len(turns)} turns, {len(order)} configurations, repeat {rep + 1}/{repeats} ...")
+                configs = [CompareConfig(f"{n} {f}", n if f else "none", draft_max if f else 0,
+                                         options_for(n, f) if f else {}) for n, f in order]
+                result = run_compare(scheduler, (), configs, settings, turns=turns, keep_runs=True)
+                done = {(c.source if c.source != "none" else "plain", c.label.split()[-1] if c.source != "none"
+                         else None): g for c, g in zip((r.config for r in result.rows), result.runs)}
             for key in order:
                 name, form = key
-                progress(f"{task}: {name}{'' if form is None else ' as a ' + form}, repeat {rep + 1}/{repeats} ...")
-                source = None if form is None else source_for(name, form, tokens)
-                g = run_task(scheduler, source, tokens, max_tokens, draft_max)
-                close = getattr(source, "close", None)
-                if close is not None:
-                    close()
+                if conversation:
+                    g = done[key]
+                else:
+                    progress(f"{task}: {name}{'' if form is None else ' as a ' + form}, repeat {rep + 1}/{repeats} ...")
+                    source = None if form is None else source_for(name, form, tokens)
+                    g = run_task(scheduler, source, tokens, max_tokens, draft_max)
+                    close = getattr(source, "close", None)
+                    if close is not None:
+                        close()
                 figures[key].append(run_figures(g))
                 outputs[key].append(list(g.generated))
         plain_tps = median(f[0] for f in figures[("plain", None)])
@@ -122,7 +142,8 @@ def tree_bench(runtime, tasks: Sequence[str], max_tokens: int = 64, draft_max: i
                 fs = figures[(name, form)]
                 tps = median(f[0] for f in fs)
                 differing = next((o for o in outputs[(name, form)] if o != plain_out), None)
-                found = None if differing is None else find_divergence(scheduler, tokens, plain_out, differing)
+                found = None if differing is None or conversation else \
+                    find_divergence(scheduler, tokens, plain_out, differing)
                 divergence = "" if found is None else found.describe()
                 row[name][form] = FormFigures(tps, tps / plain_tps if plain_tps else 0.0, median(f[1] for f in fs),
                                               median(f[2] for f in fs), int(median(f[3] for f in fs)),
