@@ -27,11 +27,6 @@ INVALID_TREE = "invalid_tree"
 """Discard reason for a proposal whose ``parents`` do not describe a tree (``tree_shape_error``)."""
 
 
-def chain_parents(n: int) -> tuple[int, ...]:
-    """The parents of a chain of ``n`` tokens: 0, 1, ..., n - 1."""
-    return tuple(range(n))
-
-
 def is_chain(parents: Sequence[int]) -> bool:
     """True when ``parents`` is a single branch (every token the child of the one before)."""
     return all(p == i for i, p in enumerate(parents))

@@ -249,6 +249,23 @@ def cost_model_of(rounds: Sequence[Sequence[float]]) -> CostModel:
     return CostModel(tuple(median(r[k] for r in rounds) for k in range(len(rounds[0]))))
 
 
+def after_prompt(scheduler, prompt_tokens: Sequence[int], measure):
+    """``measure(runtime, session, base)`` under the scheduler lock (kind ``cost_model``) on a temporary
+    session holding ``prompt_tokens`` but the last (``base`` = their count - 1 positions; the batches
+    measured start at ``base`` with the last prompt token), dropped afterwards; its value."""
+    def op(rt):
+        sid = rt.open_session(None)
+        try:
+            base = len(prompt_tokens) - 1
+            if base:
+                rt.prefill(sid, list(prompt_tokens[:-1]), 0)
+            return measure(rt, sid, base)
+        finally:
+            rt.drop_session(sid)
+
+    return scheduler.execute("cost_model", -1, op).value
+
+
 def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5,
                         warm_up: bool = True) -> list[tuple[float, ...]]:
     """``repeats`` rounds, each the time of a batch of every k = 1..k_max rows in turn decoded after
@@ -274,35 +291,28 @@ def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16
                          f"exceeds n_ctx")
     rows_src = list(prompt_tokens) * (1 + k_max // max(1, len(prompt_tokens)))
 
-    def op(rt):
-        sid = rt.open_session(None)
-        try:
-            base = len(prompt_tokens) - 1
-            if base:
-                rt.prefill(sid, list(prompt_tokens[:-1]), 0)
-            rounds: list[tuple[float, ...]] = []
-            for rnd in range(repeats + int(warm_up)):
-                times = []
-                for k in range(1, k_max + 1):
-                    if k == 1:  # a plain step follows plain steps: the first ones are not timed
-                        for position in range(base, base + PLAIN_LEAD_STEPS):
-                            rt.decode_rows(sid, rows_src[:1], position)
-                        t = perf_counter_ns()
-                        for position in range(base + PLAIN_LEAD_STEPS, base + one_row_positions):
-                            rt.decode_rows(sid, rows_src[:1], position)
-                        times.append((perf_counter_ns() - t) / 1e6 / PLAIN_TIMED_STEPS)
-                    else:
-                        t = perf_counter_ns()
-                        rt.decode_rows(sid, rows_src[:k], base)
-                        times.append((perf_counter_ns() - t) / 1e6)
-                    rt.trim(sid, base)
-                if rnd or not warm_up:
-                    rounds.append(tuple(times))
-            return rounds
-        finally:
-            rt.drop_session(sid)
+    def measure(rt, sid: int, base: int) -> list[tuple[float, ...]]:
+        rounds: list[tuple[float, ...]] = []
+        for rnd in range(repeats + int(warm_up)):
+            times = []
+            for k in range(1, k_max + 1):
+                if k == 1:  # a plain step follows plain steps: the first ones are not timed
+                    for position in range(base, base + PLAIN_LEAD_STEPS):
+                        rt.decode_rows(sid, rows_src[:1], position)
+                    t = perf_counter_ns()
+                    for position in range(base + PLAIN_LEAD_STEPS, base + one_row_positions):
+                        rt.decode_rows(sid, rows_src[:1], position)
+                    times.append((perf_counter_ns() - t) / 1e6 / PLAIN_TIMED_STEPS)
+                else:
+                    t = perf_counter_ns()
+                    rt.decode_rows(sid, rows_src[:k], base)
+                    times.append((perf_counter_ns() - t) / 1e6)
+                rt.trim(sid, base)
+            if rnd or not warm_up:
+                rounds.append(tuple(times))
+        return rounds
 
-    return scheduler.execute("cost_model", -1, op).value
+    return after_prompt(scheduler, prompt_tokens, measure)
 
 
 def measure_tree_costs(scheduler, prompt_tokens: Sequence[int], k_max: int = 9, repeats: int = 5,
@@ -323,30 +333,23 @@ def measure_tree_costs(scheduler, prompt_tokens: Sequence[int], k_max: int = 9, 
         raise ValueError(f"{max(branches)} branches: this runtime takes {getattr(runtime, 'tree_branches', 1)}")
     rows_src = list(prompt_tokens) * (1 + k_max // max(1, len(prompt_tokens)))
 
-    def op(rt):
-        sid = rt.open_session(None)
-        try:
-            base = len(prompt_tokens) - 1
-            if base:
-                rt.prefill(sid, list(prompt_tokens[:-1]), 0)
-            rounds: dict[int, list[tuple[float, ...]]] = {b: [] for b in branches}
-            for rnd in range(repeats + 1):
-                for b in branches:
-                    times = []
-                    for k in range(2, k_max + 1):
-                        parents = spread_parents(k - 1, b)
-                        t = perf_counter_ns()
-                        if b == 1:
-                            rt.decode_rows(sid, rows_src[:k], base)
-                        else:
-                            rt.decode_tree(sid, rows_src[:k], parents, base)
-                            rt.keep_branch(sid, 0, base)
-                        times.append((perf_counter_ns() - t) / 1e6)
-                        rt.trim(sid, base)
-                    if rnd:
-                        rounds[b].append(tuple(times))
-            return {b: tuple(median(r[i] for r in rs) for i in range(k_max - 1)) for b, rs in rounds.items()}
-        finally:
-            rt.drop_session(sid)
+    def measure(rt, sid: int, base: int) -> dict[int, tuple[float, ...]]:
+        rounds: dict[int, list[tuple[float, ...]]] = {b: [] for b in branches}
+        for rnd in range(repeats + 1):
+            for b in branches:
+                times = []
+                for k in range(2, k_max + 1):
+                    parents = spread_parents(k - 1, b)
+                    t = perf_counter_ns()
+                    if b == 1:
+                        rt.decode_rows(sid, rows_src[:k], base)
+                    else:
+                        rt.decode_tree(sid, rows_src[:k], parents, base)
+                        rt.keep_branch(sid, 0, base)
+                    times.append((perf_counter_ns() - t) / 1e6)
+                    rt.trim(sid, base)
+                if rnd:
+                    rounds[b].append(tuple(times))
+        return {b: tuple(median(r[i] for r in rs) for i in range(k_max - 1)) for b, rs in rounds.items()}
 
-    return scheduler.execute("cost_model", -1, op).value
+    return after_prompt(scheduler, prompt_tokens, measure)

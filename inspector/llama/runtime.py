@@ -19,11 +19,12 @@ from typing import Callable, Sequence
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
+from inspector.engine.tree import depths, row_branches
 from inspector.llama.model_file import ModelInfo, check_gguf
 from inspector.llama.context_settings import ContextRefused, ContextSettings, settled
 from inspector.llama.server_parity import describe_runtime
 from inspector.llama.sessions import SessionTable
-from inspector.llama.tree_batch import BranchSequences, fill_tree_batch, tree_shape
+from inspector.llama.tree_batch import BranchSequences, fill_tree_batch
 
 logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
 import llama_cpp  # noqa: E402  (after the log level, so loading stays quiet)
@@ -241,17 +242,20 @@ class LlamaRuntime:
         return int(llama_cpp.llama_memory_seq_pos_max(self.mem, sid)) + 1
 
     # -- decoding ------------------------------------------------------------
-    def _fill(self, sid: int, tokens: Sequence[int], position: int, all_logits: bool) -> None:
-        n = len(tokens)
+    def _check_batch(self, sid: int, n: int, position: int, end: int) -> None:
+        """Raise ``EngineError`` unless a batch of ``n`` rows from ``position`` whose last row sits at
+        ``end - 1`` fits ``n_batch`` and the context, on an open session (checked before llama.cpp sees it)."""
         if n > self.n_batch:
             raise EngineError(f"batch of {n} rows exceeds n_batch {self.n_batch}")
-        if position + n > self.n_ctx:
-            raise EngineError(
-                f"batch of {n} rows at position {position} exceeds the context: "
-                f"needs {position + n} positions, n_ctx is {self.n_ctx}"
-            )
+        if end > self.n_ctx:
+            raise EngineError(f"batch of {n} rows at position {position} exceeds the context: "
+                              f"needs {end} positions, n_ctx is {self.n_ctx}")
         if not self.sessions.is_open(sid):
             raise EngineError(f"session {sid} is not open")
+
+    def _fill(self, sid: int, tokens: Sequence[int], position: int, all_logits: bool) -> None:
+        n = len(tokens)
+        self._check_batch(sid, n, position, position + n)
         self.sessions.filled(sid, tokens, position)
         b = self._batch
         tok, pos, nseq, seq, lg = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
@@ -338,17 +342,11 @@ class LlamaRuntime:
         n = len(tokens)
         if len(parents) != n - 1:
             raise EngineError(f"a tree of {n} rows needs {n - 1} parents, observed {len(parents)}")
-        depth, on = tree_shape(parents)
+        depth, on = depths(parents), row_branches(parents)
         if self.sessions.has_penalties(sid):
             raise EngineError("tree windows take no penalties (repeat, frequency, presence): "
                               "use a chain, or no penalties")
-        if n > self.n_batch:
-            raise EngineError(f"batch of {n} rows exceeds n_batch {self.n_batch}")
-        if position + max(depth) + 1 > self.n_ctx:
-            raise EngineError(f"tree of depth {max(depth)} at position {position} exceeds the context: "
-                              f"needs {position + max(depth) + 1} positions, n_ctx is {self.n_ctx}")
-        if not self.sessions.is_open(sid):
-            raise EngineError(f"session {sid} is not open")
+        self._check_batch(sid, n, position, position + max(depth) + 1)
         fill_tree_batch(self._batch, tokens, position, depth, on, self.branch_seqs.lend(sid, len(on[0])))
         try:
             self._decode(n, position, abort, sid)

@@ -17,7 +17,6 @@ from typing import Sequence
 import llama_cpp
 
 from inspector.engine.errors import EngineError
-from inspector.engine.tree import depths, row_branches
 
 
 class BranchSequences:
@@ -63,11 +62,6 @@ class BranchSequences:
         for s in self.lent[1:]:
             llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
         self.lent = ()
-
-
-def tree_shape(parents: Sequence[int]) -> tuple[list[int], list[tuple[int, ...]]]:
-    """(each row's depth, each row's branches) of a tree with ``parents`` (``inspector.engine.tree``)."""
-    return depths(parents), row_branches(parents)
 
 
 def fill_tree_batch(batch, tokens: Sequence[int], position: int, depth: Sequence[int],

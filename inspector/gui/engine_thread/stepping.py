@@ -42,8 +42,8 @@ class TokenHold:
         flight = g.window_in_flight if g is not None else None
         if window is not None and flight is not None and flight[0] == window:
             _w, proposal, trace = flight
-            tokens = trace.branch if trace.branch is not None else proposal.token_ids  # a tree: its kept branch
-            info.update(proposal=tuple(tokens), predictions=tuple(trace.predictions),
+            info.update(proposal=tuple(trace.as_recorded(proposal).token_ids),  # a tree: its kept branch
+                        predictions=tuple(trace.predictions),
                         base_position=position - row - 1,
                         position_after_verification=trace.position_after_verification,
                         committed=tuple(trace.committed), decision_id=bytes(proposal.decision_id))
