@@ -539,6 +539,64 @@ def test_a_tree_run_says_what_its_first_branches_alone_would_have_committed(tree
     assert "trees were" in versus.text()
 
 
+# -- ngram-cache's trees ---------------------------------------------------------------------------
+
+def _context_cache(stream):
+    from inspector.sources.llama_ngram_cache import update
+
+    cache = {}
+    update(cache, stream, len(stream))
+    return cache
+
+
+def test_ngram_cache_with_one_branch_drafts_llama_cpps_chain():
+    from inspector.sources.llama_ngram_cache import draft, tree_draft
+
+    stream = [5, 1, 2, 3, 4, 9, 1, 2, 7, 8, 9, 1, 2, 3, 6, 9, 1, 2]
+    cache = _context_cache(stream)
+    assert tree_draft(stream, 8, 1, cache, {}, {}) == (draft(stream, 8, cache, {}, {}), list(range(len(draft(
+        stream, 8, cache, {}, {})))))
+
+
+def test_ngram_cache_branches_where_the_followers_of_the_deciding_ngram_are_split():
+    from inspector.sources.llama_ngram_cache import draft, tree_draft
+
+    # "9 1 2" went on with 7 (once) and 3 (once): the 3-gram decides with a 50% follower (llama.cpp takes
+    # the first in its hash order); with branches=2 both are siblings under the root, and each goes on by
+    # the chain rule with half of the 6 nodes left.
+    stream = [5, 1, 2, 3, 4, 9, 1, 2, 7, 8, 9, 1, 2, 3, 6, 9, 1, 2]
+    cache = _context_cache(stream)
+    chain = draft(stream, 8, cache, {}, {})
+    tokens, parents = tree_draft(stream, 8, 2, cache, {}, {})
+    other = ({3, 7} - {chain[0]}).pop()
+    assert tokens[:2] == [chain[0], other] and parents[:2] == [0, 0]
+    assert tokens[2:5] == chain[1:4] and parents[2:5] == [1, 3, 4]
+    assert tokens[5:] == draft(stream + [other], 3, cache, {}, {}) and parents[5:] == [2, 6, 7]
+
+
+def test_ngram_cache_trees_form_where_llama_cpp_drafts_nothing():
+    from inspector.sources.llama_ngram_cache import draft, tree_draft
+
+    # After "4 5" (two occurrences of the 1-gram "5": 6 and 7 follow once each; 1-grams need 66%): llama.cpp
+    # drafts nothing; both 50% followers together pass, so a tree of two branches forms.
+    stream = [1, 5, 6, 2, 5, 7, 3, 5]
+    cache = _context_cache(stream)
+    assert draft(stream, 8, cache, {}, {}) == []
+    tokens, parents = tree_draft(stream, 8, 2, cache, {}, {})
+    assert sorted(tokens) == [6, 7] and parents == [0, 0]  # what followed 6 and 7 was counted once: too few
+
+
+def test_ngram_cache_trees_give_plain_decodings_output(make_generation, chat_tokens, target):
+    from inspector.sources.llama_ngram_cache import NgramCacheSource
+
+    tokens = chat_tokens(COPY)
+    g = make_generation(NgramCacheSource(branches=3), tokens, on=target, max_new_tokens=MAX)
+    g.run()
+    plain, _ = plain_reference(target, tokens, MAX)
+    assert_same_greedy_output(target, tokens, plain, g.generated)
+    assert any(r.tree is not None for r in g.receipts)
+
+
 # -- the draft model's trees ------------------------------------------------------------------------
 
 def test_split_keeps_the_most_probable_drafted_and_side_tokens_as_a_tree():
@@ -597,3 +655,4 @@ def test_bench_trees_measures_tree_and_chain_costs_and_runs_every_branching_sour
     text = format_tree_bench(result)
     assert "trees of 2 branches cost" in text
     assert text.count("faster (") + text.count("no tree: ") == len(TREE_SOURCES)  # one verdict per source
+    assert text.count("copy-with-corrections: best chain ") == 1

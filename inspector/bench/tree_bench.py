@@ -31,7 +31,8 @@ from inspector.prompts import TURNS_EXAMPLES, example_prompt, turns_path
 from inspector.session.conversation import read_turns
 from inspector.sources.registry import SourceContext, make_source
 
-TREE_SOURCES = {"suffix": {"tree_nodes": None}, "ngram": {"branches": 2}, "draft": {"p_split": 0.1}}
+TREE_SOURCES = {"suffix": {"tree_nodes": None}, "ngram": {"branches": 2}, "ngram-cache": {"branches": 4},
+                "draft": {"p_split": 0.1}}
 """The branching sources and the option that makes each propose trees (None: the node budget, the
 draft max). ``draft`` drafts with the target converted to Q4_0 (``make_draft``, cached)."""
 TREE_SHAPES = (1, 2, 4)
@@ -182,18 +183,34 @@ def format_tree_bench(result: dict) -> str:
             lines.append(f"trees of {b} branches cost {min(ratios):.2f}..{max(ratios):.2f}x the chain of the same rows")
     lines += ["", f"draft max {result['draft_max']} (the tree's node budget), {result['max_tokens']} tokens, median of "
                   f"{result['repeats']}:",
-              f"{'workload':<22} {'source':<8} {'form':<6} {'speedup':>8} {'tok/window':>10} {'rows/token':>10} "
+              f"{'workload':<22} {'source':<11} {'form':<6} {'speedup':>8} {'tok/window':>10} {'rows/token':>10} "
               f"{'windows':>7} {'trees':>5} same"]
-    verdicts, notes = [], []
+    verdicts, notes, best = [], [], []
     for task, row in result["tasks"].items():
+        best.append(best_forms(task, row))
         for name, forms in row.items():
             if name == "plain_tokens_per_s":
                 continue
             for form, f in forms.items():
-                lines.append(f"{task:<22} {name:<8} {form:<6} {f['speedup']:7.2f}x {f['committed_per_window']:10.2f} "
+                lines.append(f"{task:<22} {name:<11} {form:<6} {f['speedup']:7.2f}x {f['committed_per_window']:10.2f} "
                              f"{f['rows_per_token']:10.2f} {f['windows']:7d} {f['tree_windows']:5d} "
                              f"{'yes' if f['same_output'] else 'no'}")
                 if f["divergence"]:
                     notes.append(f"{task} {name} {form}: {f['divergence']}")
             verdicts.append(f"{task}: " + verdict(name, forms["chain"], forms["tree"], costs))
-    return "\n".join(lines + notes + [""] + verdicts)
+    return "\n".join(lines + notes + [""] + verdicts + [""] + best)
+
+
+def best_forms(task: str, row: dict) -> str:
+    """One line: the workload's fastest chain and fastest tree (of sources that formed trees there), and
+    which won (the issue's question: does any tree configuration beat the best chain?)."""
+    chains = [(f["chain"]["speedup"], name) for name, f in row.items() if name != "plain_tokens_per_s"]
+    trees = [(f["tree"]["speedup"], name) for name, f in row.items()
+             if name != "plain_tokens_per_s" and f["tree"]["tree_windows"]]
+    c_speed, c_name = max(chains)
+    if not trees:
+        return f"{task}: best chain {c_name} {c_speed:.2f}x; no source formed a tree"
+    t_speed, t_name = max(trees)
+    winner = "tree" if t_speed > c_speed else "chain"
+    return (f"{task}: best chain {c_name} {c_speed:.2f}x, best tree {t_name} {t_speed:.2f}x: the {winner} "
+            f"({t_speed / c_speed:.2f}x tree/chain)")

@@ -16,11 +16,11 @@ def add_trees_flag(parser) -> None:
     """``bench --trees``."""
     parser.add_argument("--trees", action="store_true",
                         help="instead: tree or chain? c(k) of tree-shaped batches against chains, then each "
-                             "branching source (suffix, ngram, a Q4_0 draft of the model) as a chain and as a tree "
+                             "branching source (suffix, ngram, ngram-cache, a Q4_0 draft of the model) as a chain and as a tree "
                              "of the same node budget (draft max 8) beside plain decoding on each of --tasks (the "
                              "bundled examples; add agent-edits, file-edits for the conversations), --repeats each "
                              "in rotating order: speedup, tokens per window, rows verified per token, tree windows, "
-                             "and which form was faster and why")
+                             "and which form was faster and why; per workload the best chain against the best tree")
 
 
 def bench_trees_command(args) -> int:

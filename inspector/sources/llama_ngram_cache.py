@@ -39,6 +39,14 @@ sample is large enough and it has a big enough share (``LAX``); else the dynamic
 stricter ``STRICT`` limits; else the static cache alone (``LAX`` for 2-grams). The first token
 without a candidate ends the proposal. Files use llama.cpp's format (little-endian int32:
 4 n-gram tokens padded with -1, follower count, then token/count pairs).
+
+``branches`` (ours, issue 40; 1, the default, is llama.cpp's chain): B > 1 proposes a token tree
+(``inspector.engine.tree``) where llama.cpp's share limit exists only because a chain carries one
+candidate. At the first position where the deciding n-gram's followers are split (``tree_draft``), up to
+B of them with at least ``MIN_BRANCH_PERCENT`` of its sample each become sibling branches, when the best
+alone passes the share limit or the branches together do (so a tree also forms where llama.cpp drafts
+nothing: two followers of 40% each); each branch then continues by llama.cpp's chain rule, the node
+budget (``N_DRAFT``) shared between them, the best's first. One split per tree.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import tempfile
 from inspector.bounded_read import BoundedReadError, read_bounded
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import Proposal, ProposalRequest
+from inspector.engine.tree import is_chain
 from inspector.sources.descriptors import Option, SourceDescriptor
 from inspector.sources.hash_order import Part
 
@@ -61,6 +70,10 @@ LAX = ((2, 66), (2, 50), (1, 50), (1, 50))
 """(minimum sample, minimum percent) per n-gram size 1..4 for the context cache and the static cache."""
 STRICT = ((4, 75), (3, 66), (2, 66), (2, 66))
 """The same for the dynamic cache."""
+MIN_BRANCH_PERCENT = 25
+"""Least share of its n-gram's sample (percent) a follower needs to be a branch of a tree (``branches``)."""
+MAX_BRANCHES = 4
+"""Most branches at a split (``branches``): at most 4 followers have 25% each."""
 MAX_CACHE_FILE_BYTES = 256 * 1024 * 1024
 """Largest lookup-cache file read (``-lcs``/``-lcd``), in bytes read, not as reported: about 10 million
 n-grams, a few GB once counted in Python. A FIFO, device or socket is refused by its type."""
@@ -229,6 +242,79 @@ def draft(inp, n_draft: int, context: Cache, dynamic: Cache, static: Cache) -> l
     return out
 
 
+def _group(part: dict, static_part: dict, sample: int, percent: int, branches: int) -> list[int]:
+    """The followers of one n-gram to propose: ``[best]`` by llama.cpp's rule (sample >= ``sample``, the
+    best's count share >= ``percent``); with ``branches`` > 1, the best and up to ``branches`` - 1 next
+    ones (ranked by count x static weight, ties in llama.cpp's order) with >= ``MIN_BRANCH_PERCENT`` of
+    the sample each, when the best passes alone or together they have >= ``percent``; [] otherwise."""
+    total = sum(part.values())
+    if total < sample:
+        return []
+    ranked = sorted(part.items(), key=lambda tc: -tc[1] * (100 * static_part[tc[0]] if tc[0] in static_part else 1))
+    best_count = ranked[0][1]
+    if branches == 1:
+        return [ranked[0][0]] if 100 * best_count >= percent * total else []
+    group = [(t, c) for t, c in ranked[:branches] if 100 * c >= MIN_BRANCH_PERCENT * total]
+    if group and (100 * best_count >= percent * total or 100 * sum(c for _, c in group) >= percent * total):
+        return [t for t, _ in group]
+    return []
+
+
+def _choices(seq: list, branches: int, context: Cache, dynamic: Cache, static: Cache) -> list[int]:
+    """The next token(s) after ``seq``: the context cache's longest deciding n-gram (``LAX``), else the
+    dynamic cache's (``STRICT``), else the static 2-gram (``LAX``), as ``draft``; ``_group`` per cache."""
+    static_ngram = _key(seq[-NGRAM_STATIC:])
+    static_part = static.get(static_ngram, {})
+    ngrams = [_key(seq[-n:]) for n in range(NGRAM_MIN, min(NGRAM_MAX, len(seq)) + 1)]
+    for cache, limits in ((context, LAX), (dynamic, STRICT)):
+        for i in range(len(ngrams) - 1, -1, -1):
+            part = cache.get(ngrams[i])
+            if part:
+                group = _group(part, static_part, *limits[i], branches)
+                if group:
+                    return group
+    part = static.get(static_ngram)
+    return _group(part, {}, *LAX[NGRAM_STATIC - 1], branches) if part else []
+
+
+def tree_draft(inp, n_draft: int, branches: int, context: Cache, dynamic: Cache,
+               static: Cache) -> tuple[list[int], list[int]]:
+    """(tokens, parents) of the ``branches`` tree (module docstring) after ``inp`` (ending with the current
+    token), at most ``n_draft`` tokens; parents as ``inspector.engine.tree`` (0: the current token). With
+    no split the tokens are ``draft``'s chain. Raises nothing."""
+    if len(inp) < NGRAM_STATIC:
+        return [], []
+    seq = list(inp)
+    tokens: list[int] = []
+    parents: list[int] = []
+    while len(tokens) < n_draft:
+        left = n_draft - len(tokens)
+        group = _choices(seq, branches if left > 1 else 1, context, dynamic, static)[:left]
+        if not group:
+            break
+        if len(group) == 1:
+            parents.append(len(tokens))
+            tokens.append(group[0])
+            seq.append(group[0])
+            continue
+        split_row = len(tokens)
+        rows = []
+        for t in group:
+            parents.append(split_row)
+            tokens.append(t)
+            rows.append(len(tokens))
+        share = (n_draft - len(tokens)) // len(group)
+        for j, (t, row) in enumerate(zip(group, rows)):
+            allowed = n_draft - len(tokens) - share * (len(group) - 1 - j)  # unused budget flows on
+            parent = row
+            for c in draft(seq + [t], allowed, context, dynamic, static):
+                parents.append(parent)
+                tokens.append(c)
+                parent = len(tokens)
+        break
+    return tokens, parents
+
+
 class SlotCounts:
     """A slot's context cache, as llama-server 0c1e570's ``seq_info`` keeps it across requests
     (``common_speculative_impl_ngram_cache``, ``common/speculative.cpp``): the counts and how many
@@ -256,7 +342,10 @@ class NgramCacheSource:
     name = "ngram-cache"
 
     def __init__(self, lookup_cache_static: str = "", lookup_cache_dynamic: str = "",
-                 memory: dict | None = None) -> None:
+                 memory: dict | None = None, branches: int = 1) -> None:
+        if isinstance(branches, bool) or not isinstance(branches, int) or not 1 <= branches <= MAX_BRANCHES:
+            raise ValueError(f"branches must be a whole number 1 <= branches <= {MAX_BRANCHES}, observed {branches!r}")
+        self.branches = branches
         self.static_path, self.dynamic_path = lookup_cache_static, lookup_cache_dynamic
         if lookup_cache_dynamic:
             check_writable_folder(lookup_cache_dynamic)
@@ -301,19 +390,29 @@ class NgramCacheSource:
         return "; ".join(parts)
 
     def settings(self) -> dict:
-        return {"lookup_cache_static": self.static_path, "lookup_cache_dynamic": self.dynamic_path,
-                "n_draft": N_DRAFT}
+        d = {"lookup_cache_static": self.static_path, "lookup_cache_dynamic": self.dynamic_path,
+             "n_draft": N_DRAFT}
+        if self.branches > 1:  # trees; chains keep the settings they always had
+            d["branches"] = self.branches
+        return d
 
     def propose(self, request: ProposalRequest) -> Proposal | NoProposal:
         if not self._queried:
             self._queried = True
             self.slot.requests += 1
         self.slot.count(request.tokens)
-        ids = draft(request.tokens, min(N_DRAFT, request.max_proposal_tokens), self.slot.context, self.dynamic,
-                    self.static)
+        n_draft = min(N_DRAFT, request.max_proposal_tokens)
+        if self.branches > 1:
+            ids, parents = tree_draft(request.tokens, n_draft, self.branches, self.slot.context, self.dynamic,
+                                      self.static)
+        else:
+            ids = draft(request.tokens, n_draft, self.slot.context, self.dynamic, self.static)
+            parents = None
         if not ids:
             return NoProposal(HISTORY_SHORT if len(request.tokens) < NGRAM_STATIC else NO_MATCH)
         self._count += 1
+        if parents is not None and not is_chain(parents):
+            return Proposal(b"ngram-cache:%d" % self._count, tuple(ids), parents=tuple(parents))
         return Proposal(b"ngram-cache:%d" % self._count, tuple(ids))
 
     def report(self, receipt) -> None:
@@ -353,6 +452,10 @@ NGRAM_CACHE = SourceDescriptor("ngram-cache", (
            f"{MAX_CACHE_FILE_BYTES // 2**20} MiB)", label="dynamic cache (-lcd)",
            flag="--lookup-cache-dynamic", aliases=("-lcd",), metavar="FNAME", convert=_path_check, writes=True,
            placeholder="-lcd file, optional", file_filter="Lookup caches (*.bin);;All files (*)"),
+    Option("branches", "int", 1, "1: llama.cpp's chain; B: a tree with up to B followers (each >= "
+           f"{MIN_BRANCH_PERCENT}% of the n-gram's count) as branches where the followers are split, also where "
+           "they only pass llama.cpp's share limit together (ours, not llama-server's; see Token trees)",
+           minimum=1, maximum=MAX_BRANCHES),
 ), help="llama.cpp ngram-cache: lookup decoding from context, dynamic and static n-gram counts",
     capabilities=frozenset({"settings", "close"}), llama_server="ngram-cache", reasons=REASONS)
 
@@ -360,7 +463,8 @@ NGRAM_CACHE = SourceDescriptor("ngram-cache", (
 def make_ngram_cache(ctx, **options) -> NgramCacheSource:
     """Raises ``ValueError`` naming a missing or broken cache file."""
     o = NGRAM_CACHE.with_defaults(options)
-    return NgramCacheSource(o["lookup_cache_static"], o["lookup_cache_dynamic"], memory=ctx.memory)
+    return NgramCacheSource(o["lookup_cache_static"], o["lookup_cache_dynamic"], memory=ctx.memory,
+                            branches=o["branches"])
 
 
 # Each factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).
