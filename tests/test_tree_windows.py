@@ -9,6 +9,7 @@ the model says. Every window's KV length is checked against its canonical positi
 
 from __future__ import annotations
 
+import json
 import threading
 
 import llama_cpp
@@ -402,6 +403,153 @@ def test_the_receipt_pane_shows_a_tree_windows_branches(qtbot, runtime, tmp_path
     assert "rows in one batch" in text and "✓" in text
 
 
+def test_compare_counts_tree_windows_and_the_rows_verified_per_token(target, chat_tokens):
+    from inspector.bench.compare import run_compare
+    from inspector.bench.compare_result import CompareConfig, format_compare
+
+    tokens = chat_tokens(COPY)
+    configs = [CompareConfig("plain", "none", 0), CompareConfig("ngram chain", "ngram", 8, {"n_min": 1}),
+               CompareConfig("ngram tree", "ngram", 8, {"n_min": 1, "branches": 3})]
+    result = run_compare(target, tokens, configs, GenerationSettings(max_new_tokens=MAX), keep_runs=True)
+    for row, g in zip(result.rows, result.runs):
+        rows = sum(1 + (len(r.tree.node_token_ids) if r.tree else r.proposal_token_count) for r in g.receipts)
+        assert row.rows_per_token == pytest.approx((rows + g.plain_steps) / len(g.generated))
+        assert row.tree_windows == sum(r.tree is not None for r in g.receipts)
+    assert result.rows[1].tree_windows == 0 and result.rows[2].tree_windows > 0
+    assert f"tree: ngram tree: {result.rows[2].tree_windows} of " in format_compare(result)
+
+
+def test_run_turns_says_tree_or_chain_for_each_turn_and_for_the_conversation(tmp_path):
+    from tests.test_cli import cli
+
+    turns = tmp_path / "t.json"
+    turns.write_text(json.dumps([COPY, "Copy it once more."]))
+    r = cli("run", "--turns", turns, "--max-tokens", "40", "--quiet", "--source", "ngram", "--ngram-min", "1",
+            "--source-option", "branches=3", "--receipts", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    doc = load_document(tmp_path / "r.json")
+    per_turn = [sum(1 for w in t["windows"] if w.get("tree")) for t in doc["turns"]]
+    assert per_turn[0] > 0  # "at nine ... at five": the 1-gram "at" has two followers
+    lines = [line for line in r.stdout.splitlines() if line.startswith("tree or chain:")]
+    assert [int(line.split()[3]) for line in lines] == [n for n in per_turn if n]
+    total = next(line for line in r.stdout.splitlines() if line.startswith("trees, every turn:"))
+    assert int(total.split()[3]) == sum(per_turn)
+
+
+def test_the_tuner_replays_tree_windows_as_the_real_run_verified_them(make_generation, chat_tokens, target,
+                                                                          runtime):
+    from inspector.bench.tune import Recording, replay
+    from inspector.sources.ngram import NgramSource
+
+    tokens = chat_tokens(COPY)
+    g = make_generation(NgramSource(n_min=1, branches=3), tokens, on=target, max_new_tokens=MAX)
+    g.run()
+    # The run's own output as the recording: every prediction of its windows is in it (a near-tie may part
+    # it from plain decoding's, which the other tests check within the tie's margin).
+    rec = Recording(tuple(tokens), tuple(g.generated), MAX, runtime.n_batch, runtime.n_ctx)
+    windows, plain_steps, _ = replay(NgramSource(n_min=1, branches=3), rec, 8)
+    assert [(w.decode_step, w.proposal, w.accepted, w.committed, w.decoded_rows) for w in windows] == \
+        [(r.decode_step, r.proposal_token_ids, r.accepted_proposal_tokens, r.canonical_prediction_count,
+          r.decoded_rows) for r in g.receipts]
+    assert plain_steps == g.plain_steps and any(r.tree is not None for r in g.receipts)
+
+
+# -- the Tree tab: the tree drawn, and Step token walking it ----------------------------------------
+
+def _tiny_tree(predictions, branch_rows):
+    from inspector.engine.records import TreeReceipt
+
+    return TreeReceipt(TOKENS, PARENTS, predictions, branch_rows)
+
+
+def test_the_drawing_puts_the_kept_branch_on_top_and_colours_the_walk():
+    from inspector.gui.look import outcomes as O
+    from inspector.gui.windows.tree_drawing import NOT_REACHED, REJECTED, ROOT, tree_layout
+
+    # Row 0 predicts 20 (row 2), row 2 predicts 22 (row 5), row 5 predicts 23 (row 6): all three accepted,
+    # row 6's prediction (99) is the bonus. Rows 1 and 4 were rejected, row 3 (under row 1) never reached.
+    tree = _tiny_tree((20, 0, 22, 0, 0, 23, 99), (2, 5, 6))
+    boxes = [(b.row, b.depth, b.lane, b.parent, b.token, b.kind) for b in tree_layout(tree, 3, 7, 4)]
+    assert boxes == [(0, 0, 0, None, 7, ROOT), (1, 1, 1, 0, 10, REJECTED), (2, 1, 0, 0, 20, O.ACCEPTED),
+                     (3, 2, 1, 1, 11, NOT_REACHED), (4, 2, 2, 2, 21, REJECTED), (5, 2, 0, 2, 22, O.ACCEPTED),
+                     (6, 3, 0, 5, 23, O.ACCEPTED), (-1, 4, 0, 6, 99, O.BONUS)]
+
+
+def test_a_walk_that_stops_inside_the_tree_ends_in_the_correction_and_step_token_marks_each_node():
+    from inspector.gui.look import outcomes as O
+    from inspector.gui.windows.tree_drawing import NOT_REACHED, REJECTED, held_box, tree_layout, walk_accepted
+
+    # Row 0 predicts 20 (row 2), row 2 predicts 77: neither child (21, 22) is it; the kept branch goes on
+    # by first children (row 4). The correction 77 is drawn after row 2.
+    tree = _tiny_tree((20, 0, 77, 0, 0, 0, 0), (2, 4))
+    kinds = {b.row: b.kind for b in tree_layout(tree, 1, 7, 2)}
+    assert kinds == {0: "current token", 1: REJECTED, 2: O.ACCEPTED, 3: NOT_REACHED, 4: REJECTED, 5: REJECTED,
+                     6: NOT_REACHED, -1: O.CORRECTION}
+    assert walk_accepted(tree) == 1
+    assert [held_box(tree, row, 1) for row in (0, 1)] == [2, -1]  # row 0 commits node 2, row 1 the correction
+    assert walk_accepted(_tiny_tree((20, 0, 22, 0, 0, 23, 99), (2, 5, 6))) == 3
+
+
+def test_the_tree_tab_draws_a_tree_windows_nodes_and_says_when_a_window_was_a_chain(qtbot, runtime, tmp_path,
+                                                                                      tree_run):
+    from test_gui_support import make_window, open_receipts
+    from inspector.gui.look import outcomes as O
+    from inspector.gui.windows.tree_drawing import CHAIN_TEXT
+
+    tokens, g, _ = tree_run(COPY)
+    path = write_document(build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False),
+                          tmp_path / "tree.json")
+    w = make_window(qtbot, runtime, tmp_path)
+    assert open_receipts(qtbot, w, path) == ""
+    detail = w.window_detail
+    tree_receipt = next(r for r in g.receipts if r.tree is not None and r.accepted_proposal_tokens >= 2)
+    detail.select_window(tree_receipt.window_index)
+    detail.detail_tabs.setCurrentWidget(detail.tree_tab)
+    drawing = detail.tree_tab.drawing
+    assert len(drawing.boxes) == tree_receipt.tree.rows + 1  # every row, and the correction or bonus
+    assert sum(b.kind == O.ACCEPTED for b in drawing.boxes) == tree_receipt.accepted_proposal_tokens
+    assert drawing.sizeHint().width() > 100 and drawing.sizeHint().height() >= 2 * 30
+    assert not drawing.grab().toImage().isNull()
+    accepted_box = next(b for b in drawing.boxes if b.kind == O.ACCEPTED)
+    assert f"row {accepted_box.row}, KV position {tree_receipt.base_position + accepted_box.depth}" in \
+        drawing.tooltip_of(accepted_box)
+    chain = next((r for r in g.receipts if r.tree is None), None)
+    if chain is not None:
+        detail.select_window(chain.window_index)
+        assert detail.tree_tab.summary.text() == CHAIN_TEXT and drawing.boxes == []
+
+
+def test_step_token_in_a_tree_window_sees_the_tree_and_marks_the_node_each_row_commits(target, chat_tokens):
+    from inspector.engine import Generation, GenerationObserver
+    from inspector.gui.engine_thread.stepping import TokenHold
+    from inspector.gui.windows.tree_drawing import held_box, walk_accepted
+
+    tokens = chat_tokens(COPY)
+    infos: list[dict] = []
+    g = None
+
+    class Holds(GenerationObserver):
+        def before_commit(self, window, row, token, position):
+            hold.on_hold(window, row, token, position)
+
+    hold = TokenHold(lambda ids: None, infos.append, lambda: g)
+    g = Generation(target, TreeFollower(target, tokens), tokens, GenerationSettings(max_new_tokens=16),
+                   observer=Holds())
+    g.run()
+    g.close()
+    receipt = next(r for r in g.receipts if r.tree is not None and r.accepted_proposal_tokens >= 2)
+    held = [i for i in infos if i["window"] == receipt.window_index]
+    assert [i["row"] for i in held] == list(range(receipt.canonical_prediction_count))
+    assert all(i["tree"] == receipt.tree for i in held)
+    accepted = walk_accepted(held[0]["tree"])
+    assert accepted == receipt.accepted_proposal_tokens
+    # Each commit marks the next node of the accepted path, then the correction or bonus.
+    assert [held_box(receipt.tree, i["row"], accepted) for i in held] == \
+        list(receipt.tree.branch_rows[:accepted]) + [-1] * (len(held) - accepted)
+    assert [i["token"] for i in held[:accepted]] == \
+        [receipt.tree.node_token_ids[r - 1] for r in receipt.tree.branch_rows[:accepted]]
+
+
 # -- temperature > 0 --------------------------------------------------------------------------------
 
 def sampled_tokens(scheduler, prompt, make_source=None, runs: int = 1000, max_new: int = 4):
@@ -574,22 +722,22 @@ def test_ngram_cache_branches_where_the_followers_of_the_deciding_ngram_are_spli
     assert tokens[5:] == draft(stream + [other], 3, cache, {}, {}) and parents[5:] == [2, 6, 7]
 
 
-def test_ngram_cache_trees_form_where_llama_cpp_drafts_nothing():
+def test_ngram_cache_trees_form_only_in_windows_llama_cpp_verifies():
     from inspector.sources.llama_ngram_cache import draft, tree_draft
 
-    # After "4 5" (two occurrences of the 1-gram "5": 6 and 7 follow once each; 1-grams need 66%): llama.cpp
-    # drafts nothing; both 50% followers together pass, so a tree of two branches forms.
+    # After "4 5" (the 1-gram "5" was followed by 6 and by 7, once each; 1-grams need 66%): llama.cpp
+    # drafts nothing, and the tree form neither (the two pass the share limit only together).
     stream = [1, 5, 6, 2, 5, 7, 3, 5]
     cache = _context_cache(stream)
     assert draft(stream, 8, cache, {}, {}) == []
-    tokens, parents = tree_draft(stream, 8, 2, cache, {}, {})
-    assert sorted(tokens) == [6, 7] and parents == [0, 0]  # what followed 6 and 7 was counted once: too few
+    assert tree_draft(stream, 8, 4, cache, {}, {}) == ([], [])
 
 
 def test_ngram_cache_trees_give_plain_decodings_output(make_generation, chat_tokens, target):
+    """"ball. I like the" went on with blue and with green: copying it, the 4-gram decides with a tie."""
     from inspector.sources.llama_ngram_cache import NgramCacheSource
 
-    tokens = chat_tokens(COPY)
+    tokens = chat_tokens("Copy this twice: I like the red ball. I like the blue ball. I like the green ball.")
     g = make_generation(NgramCacheSource(branches=3), tokens, on=target, max_new_tokens=MAX)
     g.run()
     plain, _ = plain_reference(target, tokens, MAX)

@@ -87,7 +87,7 @@ def test_predicted_time_is_c_of_each_windows_rows_plus_c1_per_plain_step_plus_th
     assert (row.windows, row.proposed, row.accepted, row.plain_steps) == (1, 3, 3, 3)
     assert row.decode_ms - row.proposal_ms == pytest.approx(43.0)
     assert row.speedup == pytest.approx(70.0 / row.decode_ms)
-    assert len(grid(["ngram"], [4, 8])) == 3 * 2 * 2
+    assert len(grid(["ngram"], [4, 8])) == 3 * 2 * 2 * 2  # n_max, n_min, branches (chain or tree), draft max
 
 
 def test_replay_caps_each_proposal_as_the_engine_does_and_counts_plain_steps_where_none_is_asked():

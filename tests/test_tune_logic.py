@@ -176,6 +176,21 @@ def test_tune_row_label_and_mean_accepted_length():
     assert bare.label == "ngram-cache:draft_max=2" and bare.mean_accepted_length is None
 
 
+def test_replay_walks_a_tree_by_the_recorded_output_and_prices_every_row(clock, monkeypatch):
+    # After the prefill's 3 the output goes on 4 5 6. The tree: 9 and 4 under the root, 5 under 4, 10 under 5:
+    # the walk takes 4 then 5, no child of 5 is 6: the kept branch 4 5 10, two accepted, 6 the correction.
+    tree = Proposal(b"\x01", (9, 4, 5, 10), parents=(0, 0, 2, 3))
+    rec = Recording((1, 2), (3, 4, 5, 6, 7, 8, 9, 10), 8, 512, 4096)
+    windows, plain, _ = replay(Source([tree]), rec, 8)
+    assert [(w.decode_step, w.proposal, w.accepted, w.committed, w.decoded_rows) for w in windows] == \
+        [(0, (4, 5, 10), 2, 3, 5)]
+    assert plain == 4  # 7 8 9 10: the source has nothing more
+    monkeypatch.setattr(T, "make_source", lambda *a, **k: Source([Proposal(b"\x01", (9, 4, 5, 10),
+                                                                            parents=(0, 0, 2, 3))]))
+    row = predict("scripted", {}, 8, rec, CostModel((10.0, 12.0, 14.0, 16.0, 18.0)))
+    assert row.decode_ms == pytest.approx(18.0 + 4 * 10.0 + row.proposal_ms)  # c(5) for the tree's 5 rows
+
+
 def test_the_grid_is_the_cross_product_of_option_values_then_draft_max():
     assert grid(["a", "b"], [2, 4], {"a": {"x": (1, 2), "y": ("p",)}}) == [
         ("a", {"x": 1, "y": "p"}, 2), ("a", {"x": 1, "y": "p"}, 4),

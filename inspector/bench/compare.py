@@ -353,7 +353,10 @@ def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> Co
                 [(r.decoded_rows, r.canonical_prediction_count) for r in gen.receipts], gen.plain_steps)
         same = None if plain_gen is None or error or plain_error else \
             list(gen.generated) == list(plain_gen.generated)  # a row cut short by an error: not known
-        rows.append(CompareRow(config, s, speedup, expected, same, tuple(gen.generated), error, warm))
+        decoded = sum(r.decoded_rows for r in gen.receipts) + gen.plain_steps
+        rows.append(CompareRow(config, s, speedup, expected, same, tuple(gen.generated), error, warm,
+                               tree_windows=sum(1 for r in gen.receipts if r.tree is not None),
+                               rows_per_token=decoded / len(gen.generated) if gen.generated else None))
     return CompareResult(tuple(rows), len(prompt_tokens), settings, cost_model)
 
 

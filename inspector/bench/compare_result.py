@@ -62,10 +62,17 @@ class CompareRow:
     generated_tokens: tuple[int, ...]
     error: str | None = None
     warm: str = ""
+    tree_windows: int = 0
+    """Windows that verified a token tree (``inspector.engine.tree``; a source's tree option)."""
+    rows_per_token: float | None = None
+    """Verification rows decoded per generated token: each window's decoded rows (a tree's every node)
+    and one per plain step (None without a run). A tree pays only when it commits more per row."""
 
     def to_json(self) -> dict:
         return {
             "config": self.config.to_json(),
+            "tree_windows": self.tree_windows,
+            "rows_per_token": self.rows_per_token,
             "summary": self.summary.to_json(),
             "speedup_vs_plain": self.speedup_vs_plain,
             "expected_speedup": self.expected_speedup,
@@ -166,7 +173,7 @@ def format_compare(result: CompareResult) -> str:
     """The comparison as a text table (one line per configuration)."""
     w = max([40, *(len(r.config.label) for r in result.rows)])  # whole labels: their settings differ at the end
     head = (f"{'configuration':{w}s} {'tok/s':>7s} {'vs plain':>8s} {'expected':>8s} {'accept':>7s} "
-            f"{'mean len':>8s} {'windows':>7s} same")
+            f"{'mean len':>8s} {'windows':>7s} {'rows/tok':>8s} same")
     lines = [head]
     for r in result.rows:
         s = r.summary
@@ -176,10 +183,13 @@ def format_compare(result: CompareResult) -> str:
         acc = f"{100 * s.acceptance_rate:.0f}%" if s.acceptance_rate is not None else "n/a"
         mal = f"{s.mean_accepted_length:.2f}" if s.mean_accepted_length is not None else "n/a"
         same = "n/a" if r.same_output_as_plain is None else ("yes" if r.same_output_as_plain else "no")
-        line = f"{r.config.label:{w}s} {tps:>7s} {vs:>8s} {exp:>8s} {acc:>7s} {mal:>8s} {s.windows:7d} {same}"
+        rows = "n/a" if r.rows_per_token is None else f"{r.rows_per_token:.2f}"
+        line = f"{r.config.label:{w}s} {tps:>7s} {vs:>8s} {exp:>8s} {acc:>7s} {mal:>8s} {s.windows:7d} {rows:>8s} {same}"
         if r.error:
             line += f"  error: {r.error}"
         lines.append(line)
     lines += [f"warm: {r.config.label}: {r.warm} (its source remembered earlier requests: not a cold run)"
               for r in result.rows if r.warm]
+    lines += [f"tree: {r.config.label}: {r.tree_windows} of {r.summary.windows} windows verified a token tree "
+              "(rows/tok counts every node)" for r in result.rows if r.tree_windows]
     return "\n".join(lines)

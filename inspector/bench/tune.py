@@ -9,8 +9,10 @@ as the row predictions. Time is predicted from the verify cost c(k) (a ``CostMod
 own verification and plain-step times, ``costs_from_document``) plus the source's proposal time,
 measured here while it answers.
 
-A replayed window equals the real run's window token for token whenever the real run's output equals
-the recorded one (tested on the bundled model). A draft model is not model-free: it is not replayed.
+A token tree (``inspector.engine.tree``) is replayed by its walk: every row's prediction is the recorded
+output's token at the row's depth, so the walk keeps the branch the real window keeps; it is priced at
+c(every row). A replayed window equals the real run's window token for token whenever the real run's
+output equals the recorded one (tested on the bundled model, chains and trees). A draft model is not model-free: it is not replayed.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest, max_proposal_tokens
 from inspector.engine.records import decoded_rows_of
 from inspector.engine.settings import GenerationSettings
+from inspector.engine.tree import depths, walk_tree
 from inspector.llama.cost_cache import stored_row_costs
 from inspector.llama.cost_model import CostModel
 from inspector.receipts.document import load_document
@@ -42,15 +45,16 @@ declaration ``self_contained``: ngram, the llama.cpp n-gram sources, suffix)."""
 DRAFT_MAX_GRID = (2, 4, 6, 8, 12, 16, 24, 32)
 """Draft max values tried for each configuration by default (tokens)."""
 OPTION_GRID: Mapping[str, Mapping[str, Sequence]] = {
-    "ngram": {"n_max": (3, 4, 6), "n_min": (1, 2)},
+    "ngram": {"n_max": (3, 4, 6), "n_min": (1, 2), "branches": (1, 2)},
     "ngram-simple": {"size_n": (2, 3, 4, 6, 12), "size_m": (16, 48)},
     "ngram-map-k": {"size_n": (2, 3, 4, 6, 12), "size_m": (16, 48)},
     "ngram-map-k4v": {"size_n": (2, 3, 4, 6, 12), "size_m": (16, 48)},
     "ngram-mod": {"n_match": (4, 8, 16, 24), "n_min": (1, 4, 16, 48)},
-    "ngram-cache": {},
+    "ngram-cache": {"branches": (1, 4)},
     "suffix": {"max_spec_factor": (1.0, 2.0, 4.0), "min_token_prob": (0.05, 0.1, 0.3)},
 }
-"""The options grid per source by default (llama.cpp's and vLLM's defaults among the values)."""
+"""The options grid per source by default (llama.cpp's and vLLM's defaults among the values; ``branches``
+> 1: token trees, replayed by their walk, each priced at its every row)."""
 
 
 class NotReplayable(ValueError):
@@ -73,12 +77,19 @@ class Recording:
 
 @dataclass(frozen=True)
 class ReplayedWindow:
-    """One replayed window: its decode step, proposal, accepted proposal tokens and committed tokens."""
+    """One replayed window: its decode step, proposal (a tree's: the branch it keeps), accepted proposal
+    tokens, committed tokens and rows decoded (a tree's every node, the root's row included)."""
 
     decode_step: int
     proposal: tuple[int, ...]
     accepted: int
     committed: int
+    rows: int = 0
+
+    @property
+    def decoded_rows(self) -> int:
+        """Rows the window's batch decoded (``rows``, or the chain's proposal + 1 when not given)."""
+        return self.rows or len(self.proposal) + 1
 
 
 @dataclass(frozen=True)
@@ -240,6 +251,20 @@ def cold_replay_note(warm: str | None, turn: int | None) -> str | None:
     return None
 
 
+def kept_branch(proposal, output: Sequence[int], generated: int) -> tuple[tuple[int, ...], int]:
+    """(the chain the window verifies, rows decoded): a chain's tokens and its rows; for a tree
+    (``inspector.engine.tree``), the branch the walk keeps when every row's prediction is the recorded
+    output's token at its depth (greedy: the target's continuation whatever is proposed), and all its rows.
+    Rows past the recorded output predict nothing (-1)."""
+    ids = tuple(proposal.token_ids)
+    if not proposal.is_tree:
+        return ids, len(ids) + 1
+    after = [output[generated + d] if generated + d < len(output) else -1 for d in range(max(depths(
+        proposal.parents)) + 1)]
+    walk = walk_tree(ids, proposal.parents, [after[d] for d in depths(proposal.parents)])
+    return tuple(ids[r - 1] for r in walk.branch_rows), len(ids) + 1
+
+
 def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow], int, float]:
     """Replay ``source`` over ``rec`` with ``draft_max``: (its windows, plain steps, proposal time in ms).
     Asks, caps and classifies as the engine does (module docstring); ``begin`` and ``report`` are called
@@ -270,12 +295,12 @@ def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow]
             tokens.append(output[generated])
             generated, step, plain = generated + 1, step + 1, plain + 1
             continue
-        ids = tuple(proposal.token_ids)
+        ids, decoded = kept_branch(proposal, output, generated)
         rows = output[generated:generated + len(ids) + 1]
         rows += [-1] * (len(ids) + 1 - len(rows))
         d = classify_window(ids, rows, generated, rec.max_new_tokens, rec.is_eog)
         committed = min(d.commit_count, end - generated)
-        windows.append(ReplayedWindow(step, ids, d.accepted, committed))
+        windows.append(ReplayedWindow(step, ids, d.accepted, committed, decoded))
         receipt = SimpleNamespace(decision_id=proposal.decision_id.hex(), accepted_proposal_tokens=d.accepted,
                                   proposal_token_count=len(ids), verification_rows=len(ids) + 1,
                                   canonical_prediction_count=committed, base_position=base,
@@ -302,7 +327,7 @@ def predict(source_name: str, options: Mapping, draft_max: int, rec: Recording, 
     close = getattr(source, "close", None)
     if close is not None:
         close()
-    verify_ms = sum(costs.cost(len(w.proposal) + 1) for w in windows)
+    verify_ms = sum(costs.cost(w.decoded_rows) for w in windows)
     decode_ms = verify_ms + plain * costs.cost(1) + proposal_ms
     n = len(rec.output)
     plain_ms = (n - 1) * costs.cost(1)

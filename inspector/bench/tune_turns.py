@@ -63,7 +63,7 @@ def replay_turns(source_name: str, options: Mapping, draft_max: int, recordings:
         plains.append(plain)
         proposal_ms += ms
     flat = [w for ws in all_windows for w in ws]
-    verify_ms = sum(costs.cost(len(w.proposal) + 1) for w in flat)
+    verify_ms = sum(costs.cost(w.decoded_rows) for w in flat)
     decode_ms = verify_ms + sum(plains) * costs.cost(1) + proposal_ms
     n = sum(len(rec.output) for rec in recordings)
     plain_ms = sum(len(rec.output) - 1 for rec in recordings) * costs.cost(1)

@@ -28,18 +28,17 @@ from inspector.engine.errors import EngineError
 from inspector.engine.faults import FAULT_KINDS
 from inspector.engine.probabilities import COST_NOTE
 from inspector.engine.settings import DEFAULT_DRAFT_MAX, DEFAULT_MAX_NEW_TOKENS, check_n_batch_for_source
-from inspector.llama.cost_cache import load_cost_model, placement
+from inspector.llama.cost_cache import placement
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError
 from inspector.prompts import ALL_EXAMPLES, LONG_EXAMPLES, example_n_ctx, example_path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.receipts.autosave import AutosaveWriter
 from inspector.cli.run_output import (StreamPrinter, drive_run, format_balance, format_events, format_reasons,
-                                      format_summary)
+                                      format_summary, tree_line)
 from inspector.session.contention import run_contention_note
 from inspector.session.document import record_document
 from inspector.session.session_record import SessionRecord
-from inspector.session.tree_verdict import tree_versus_chain
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 from inspector.sources.registry import PLAIN, describe_source, source_names
 
@@ -231,10 +230,9 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
     balance = format_balance(record.receipts, record.lock_ops, record.main_session_id)
     if balance:
         print(balance)
-    versus = tree_versus_chain(record.receipts, load_cost_model(runtime.model_path, runtime.n_threads,
-                                                                placement(runtime)))
-    if versus is not None:
-        print(f"tree or chain:        {versus.text()}")
+    trees = tree_line(record.receipts, runtime)
+    if trees is not None:
+        print(trees)
     if run.draft_max_from:
         print(f"draft max:            {run.request.settings.draft_max} ({run.draft_max_from})")
     policy = getattr(run.source, "policy", None)

@@ -14,7 +14,9 @@ from inspector.engine.profit import plain_step_us, run_balance
 from inspector.engine.records import (COMMIT, DISCARD, PREFILL, STEP, VERIFY, LockOperation, Summary, decision_id_text,
                                       receipt_from_json)
 from inspector.engine.stats import summarize_receipts
+from inspector.llama.cost_cache import load_cost_model, placement
 from inspector.receipts.document import version_note
+from inspector.session.tree_verdict import tree_versus_chain
 from inspector.sources.registry import PLAIN, describe_source
 
 
@@ -461,3 +463,11 @@ def format_autosave_turns(records) -> str:
                                finish_reason=last.finish_reason)
     return "\n".join(lines) + "\n(the summary below sums every turn)\n" + format_summary(total) + \
         "\n(spec-inspector view FILE --turn N shows one turn: its output, windows and events)"
+
+
+def tree_line(receipts, runtime, label: str = "tree or chain") -> str | None:
+    """``run``'s "tree or chain" line for ``receipts`` (``inspector.session.tree_verdict``: the trees
+    against their first branches, priced on the stored cost model of ``runtime``), None without tree
+    windows."""
+    versus = tree_versus_chain(receipts, load_cost_model(runtime.model_path, runtime.n_threads, placement(runtime)))
+    return None if versus is None else f"{label + ':':<22}{versus.text()}"

@@ -26,7 +26,8 @@ from inspector.engine.errors import EngineError
 from inspector.prompts import TURNS_EXAMPLES, turns_path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.receipts.autosave import AutosaveWriter
-from inspector.cli.run_output import StreamPrinter, drive_run, format_reasons, format_summary, turn_heading
+from inspector.cli.run_output import (StreamPrinter, drive_run, format_reasons, format_summary, tree_line,
+                                      turn_heading)
 from inspector.session.conversation import MAX_TURNS, Conversation, conversation_document, read_turns
 from inspector.session.session_record import SessionRecord
 from inspector.session.run import RunRefused, RunRequest, SessionRun
@@ -73,6 +74,10 @@ def run_turns(args, runtime, turns: list[str], settings, options: dict) -> int:
             return _interrupted(args, conv, n, exc, current)
         if status is not None:
             return status
+    if len(turns) > 1:
+        trees = tree_line([r for g in conv.records for r in g.receipts], runtime, "trees, every turn")
+        if trees is not None:
+            print(trees)
     return 0
 
 
@@ -113,6 +118,9 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
     print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
                          ended_as=end.reason, incomplete_utf8_bytes=end.incomplete_utf8_bytes,
                          why=format_reasons(record.events, args.source)))
+    trees = tree_line(record.receipts, scheduler.runtime)
+    if trees is not None:
+        print(trees)
     if run.autosave is not None:
         print(f"autosave: {run.autosave.writer.path} (turn {n})")
     if run.autosave_error:

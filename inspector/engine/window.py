@@ -61,6 +61,8 @@ class WindowTrace:
     predictions: tuple[int, ...] = ()
     branch: tuple[int, ...] | None = None
     """A tree window's kept branch (its tokens), once verified: ``predictions`` are its rows'."""
+    tree: TreeReceipt | None = None
+    """A tree window's whole tree, once verified (what Step token draws before the receipt exists)."""
     committed: list[int] = field(default_factory=list)
     session_retired: bool = False
     repaired: bool = False
@@ -205,6 +207,7 @@ def execute_window(
         tokens = tuple(tree.node_token_ids[r - 1] for r in tree.branch_rows)
         n_rows = 1 + len(tokens)
         trace.branch = tokens
+        trace.tree = tree
     elif probabilities is not None and proposal.draft_token_probabilities is not None:
         probabilities = probabilities.with_draft_q(proposal.draft_token_probabilities)
     trace.predictions = tuple(predictions)

@@ -69,6 +69,8 @@ RESULT_TIPS = (
     "verified proposal windows (receipts)",
     "the generated token ids equal the plain run's",
 )
+WINDOWS_COLUMN = 6
+"""The windows column: "60 (5 tree)" when some verified token trees; its tooltip, rows per token."""
 SERVER_HEADERS = ("llama-server\ntokens/s", "drafted\nours / server", "accepted\nours / server",
                   "same as\nllama-server")
 SERVER_TIPS = (
@@ -356,7 +358,8 @@ class CompareView(QWidget):
             cells = (r.config.label, _fmt(s.decode_tokens_per_s, ".1f"), _fmt(r.speedup_vs_plain, ".2f", "x"),
                      _fmt(r.expected_speedup, ".2f", "x"),
                      _fmt(None if s.acceptance_rate is None else 100 * s.acceptance_rate, ".1f", " %"),
-                     _fmt(s.mean_accepted_length, ".2f"), str(s.windows), same)
+                     _fmt(s.mean_accepted_length, ".2f"),
+                     f"{s.windows} ({r.tree_windows} tree)" if r.tree_windows else str(s.windows), same)
             for col, text in enumerate(cells):
                 it = QTableWidgetItem(text)
                 if col:
@@ -371,6 +374,9 @@ class CompareView(QWidget):
                         font = it.font()
                         font.setItalic(True)
                         it.setFont(font)
+                if col == WINDOWS_COLUMN and r.rows_per_token is not None:
+                    it.setToolTip(f"{r.rows_per_token:.2f} rows verified per generated token (a tree window's "
+                                  "every node, one per plain step)")
                 if r.error:
                     it.setToolTip(r.error + (f"\n{turns_tip}" if col == 0 and turns_tip else ""))
                     it.setBackground(QBrush(QColor("#ffebee")))

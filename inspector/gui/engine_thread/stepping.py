@@ -46,7 +46,10 @@ class TokenHold:
                         predictions=tuple(trace.predictions),
                         base_position=position - row - 1,
                         position_after_verification=trace.position_after_verification,
-                        committed=tuple(trace.committed), decision_id=bytes(proposal.decision_id))
+                        committed=tuple(trace.committed), decision_id=bytes(proposal.decision_id),
+                        tree=trace.tree)
             self._send_texts(proposal.token_ids)
             self._send_texts(trace.predictions)
+            if trace.tree is not None:
+                self._send_texts(trace.tree.row_predictions)
         return info

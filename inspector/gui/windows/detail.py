@@ -39,6 +39,7 @@ from inspector.session.session_record import SessionRecord
 from inspector.gui.look.table_copy import install_row_copy
 from inspector.gui.tokens.token_figures import margin_text, probability_text
 from inspector.gui.windows.table import WIDEST, WINDOW_HEADERS, WindowTableModel
+from inspector.gui.windows.tree_drawing import TreeTab, walk_accepted
 from inspector.gui.windows.tree_text import tree_branches_html, tree_summary
 
 EMPTY_TEXT = "Select a window."
@@ -188,6 +189,10 @@ class WindowDetail(QWidget):
         self.raw.setFont(QFont("DejaVu Sans Mono", 9))
         self.detail_tabs.addTab(self.fields, "Receipt")
         self.detail_tabs.addTab(self.raw, "Raw JSON")
+        self.tree_tab = TreeTab()
+        self.detail_tabs.addTab(self.tree_tab, "Tree")
+        self.detail_tabs.setTabToolTip(2, "a tree window drawn: the accepted path, the rejected nodes, the "
+                                          "branches never reached, the committed correction")
         self.detail_tabs.currentChanged.connect(lambda _i: self._show_raw())
         split.addWidget(self.detail_tabs)
         split.setCollapsible(0, False)
@@ -229,6 +234,7 @@ class WindowDetail(QWidget):
         self._follow_pending = False
         self.model.set_session(session)
         self.rows.setRowCount(0)
+        self.tree_tab.show_receipt(None, None, str)
         self._set_fields(None)
         self.raw.setPlainText("")
         self.refresh()
@@ -294,6 +300,7 @@ class WindowDetail(QWidget):
         else:
             canonical, after = d.partial.canonical_position, d.partial.position_after_verification
         base, committed = e.base_position, len(e.committed)
+        self.tree_tab.show_receipt(r, self._current_token(w, base), self.session.text_of)
         self._fill_rows(self._current_token(w, base), e.proposal, e.predictions, base, committed, canonical, after,
                         probs=r.probabilities if r is not None else None)
         self._set_fields(lambda: self._fields_html(w, r, d, e.accepted, base, after, canonical, committed))
@@ -357,14 +364,22 @@ class WindowDetail(QWidget):
         self.selected = None
         w, row = info["window"], info["row"]
         proposal, preds, base = info["proposal"], info["predictions"], info["base_position"]
-        self._fill_rows(self._current_token(w, base), proposal, preds, base, len(info.get("committed", ())),
+        current = self._current_token(w, base)
+        self._fill_rows(current, proposal, preds, base, len(info.get("committed", ())),
                         None, info.get("position_after_verification"), held_row=row)
         kind = ROW_LABELS.get(token_outcome(row, info["token"], proposal), "")
         e = html.escape
         decision = decision_id_text(info.get("decision_id", b""))
+        tree = info.get("tree")
+        if tree is not None:
+            self.tree_tab.show_hold(tree, row, current, self.session.text_of, base)
+        else:
+            self.tree_tab.show_receipt(None, current, self.session.text_of)
         rows = [
             ("decision", None),
             ("proposal", f"{len(proposal)} tokens · committed so far {len(info.get('committed', ()))}"),
+            *([("tree", e(tree_summary(tree, walk_accepted(tree))) + " (the Tree tab marks the held node)")]
+              if tree is not None else []),
             ("held", f"row {row} (KV position {base + row}): {e(_tok(self.session, info['token']))} — {kind}"),
             ("positions", f"base {base} → verified {info.get('position_after_verification')} → canonical: "
                           "after the commit loop and repair"),
@@ -404,7 +419,7 @@ class WindowDetail(QWidget):
                 ("proposal", f"{r.proposal_token_count} tokens · accepted {r.accepted_proposal_tokens} · "
                              f"committed {committed}"),
                 ("correction / bonus", e(_tok(s, nxt)) if nxt is not None else "none (stopped)"),
-                *([("tree", e(tree_summary(r.tree, r.accepted_proposal_tokens))),
+                *([("tree", e(tree_summary(r.tree, r.accepted_proposal_tokens)) + " (drawn in the Tree tab)"),
                    ("branches", tree_branches_html(r.tree, r.accepted_proposal_tokens, s.text_of))]
                   if r.tree is not None else []),
                 ("positions", f"base {base} → verified {after} → canonical {canonical}"),
