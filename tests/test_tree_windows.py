@@ -482,7 +482,11 @@ def test_a_walk_that_stops_inside_the_tree_ends_in_the_correction_and_step_token
     # Row 0 predicts 20 (row 2), row 2 predicts 77: neither child (21, 22) is it; the kept branch goes on
     # by first children (row 4). The correction 77 is drawn after row 2.
     tree = _tiny_tree((20, 0, 77, 0, 0, 0, 0), (2, 4))
-    kinds = {b.row: b.kind for b in tree_layout(tree, 1, 7, 2)}
+    boxes = tree_layout(tree, 1, 7, 2)
+    kinds = {b.row: b.kind for b in boxes}
+    # The kept branch on lane 0 goes on past the mismatch (row 4): the correction takes lane 1 under it.
+    assert {b.row: (b.depth, b.lane) for b in boxes} == {0: (0, 0), 1: (1, 2), 2: (1, 0), 3: (2, 2), 4: (2, 0),
+                                                         5: (2, 3), 6: (3, 3), -1: (2, 1)}
     assert kinds == {0: "current token", 1: REJECTED, 2: O.ACCEPTED, 3: NOT_REACHED, 4: REJECTED, 5: REJECTED,
                      6: NOT_REACHED, -1: O.CORRECTION}
     assert walk_accepted(tree) == 1

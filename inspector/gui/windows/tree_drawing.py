@@ -10,7 +10,7 @@ Step token holds inside a tree window, marks the node about to be committed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from PySide6.QtCore import QPoint, QRect, QSize, Qt
@@ -61,7 +61,8 @@ def tree_layout(tree: TreeReceipt, accepted: int, current_token: int, committed:
     ``committed`` > ``accepted``: the receipt's ``canonical_prediction_count``).
 
     ``accepted``: the receipt's accepted proposal tokens (the kept branch's first rows). The kept branch
-    is lane 0; the other branches follow in leaf order; a row's lane is the least of its branches'.
+    is lane 0; the other branches follow in leaf order; a row's lane is the least of its branches'. A
+    correction (the walk stopped where the kept branch goes on) gets lane 1, the other branches one lower.
     Raises nothing for a well-formed ``TreeReceipt``."""
     parents = tree.node_parents
     leaf_rows = leaves(parents)
@@ -83,8 +84,11 @@ def tree_layout(tree: TreeReceipt, accepted: int, current_token: int, committed:
             kind = NOT_REACHED
         boxes.append(NodeBox(r, depth[r], lanes[r], parent, token, kind))
     if committed > accepted and last < len(tree.row_predictions):
-        kind = O.BONUS if not kids[last] else O.CORRECTION
-        boxes.append(NodeBox(-1, depth[last] + 1, 0, last, tree.row_predictions[last], kind))
+        if not kids[last]:  # a full accept: the bonus goes on the kept branch's lane
+            boxes.append(NodeBox(-1, depth[last] + 1, 0, last, tree.row_predictions[last], O.BONUS))
+        else:  # the correction gets a lane of its own under the kept branch, whose rejected rows go on
+            boxes = [b if b.lane == 0 else replace(b, lane=b.lane + 1) for b in boxes]
+            boxes.append(NodeBox(-1, depth[last] + 1, 1, last, tree.row_predictions[last], O.CORRECTION))
     return boxes
 
 
