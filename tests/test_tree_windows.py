@@ -498,7 +498,7 @@ def test_the_tree_tab_draws_a_tree_windows_nodes_and_says_when_a_window_was_a_ch
                                                                                       tree_run):
     from test_gui_support import make_window, open_receipts
     from inspector.gui.look import outcomes as O
-    from inspector.gui.windows.tree_drawing import CHAIN_TEXT
+    from inspector.gui.windows.tree_drawing import CHAIN_TEXT, LANE_H
 
     tokens, g, _ = tree_run(COPY)
     path = write_document(build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False),
@@ -512,7 +512,7 @@ def test_the_tree_tab_draws_a_tree_windows_nodes_and_says_when_a_window_was_a_ch
     drawing = detail.tree_tab.drawing
     assert len(drawing.boxes) == tree_receipt.tree.rows + 1  # every row, and the correction or bonus
     assert sum(b.kind == O.ACCEPTED for b in drawing.boxes) == tree_receipt.accepted_proposal_tokens
-    assert drawing.sizeHint().width() > 100 and drawing.sizeHint().height() >= 2 * 30
+    assert drawing.sizeHint().width() > 100 and drawing.sizeHint().height() >= 2 * LANE_H  # two branches at least
     assert not drawing.grab().toImage().isNull()
     accepted_box = next(b for b in drawing.boxes if b.kind == O.ACCEPTED)
     assert f"row {accepted_box.row}, KV position {tree_receipt.base_position + accepted_box.depth}" in \

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from PySide6.QtCore import QPoint, QRect, QSize, Qt
+from PySide6.QtCore import QPoint, QRect, QSize, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
@@ -38,7 +38,7 @@ LEGEND = ("green: accepted · red: rejected where the target predicted otherwise
 CHAIN_TEXT = "This window proposed one chain: the rows table below is the whole of it."
 HOLD_COLOR = "#f9a825"
 """Border of the node Step token holds before (the row table's hold colour, darker to show as a line)."""
-BOX_H, LANE_H, GAP_X, PAD, MARGIN, MAX_BOX_W = 22, 30, 22, 10, 8, 130
+BOX_H, LANE_H, GAP_X, PAD, MARGIN, MAX_BOX_W = 20, 26, 14, 10, 4, 90
 """Sizes in pixels: box height, lane pitch, space between columns, text padding, border, widest box."""
 
 
@@ -126,12 +126,15 @@ class TreeDrawing(QWidget):
         """The tree row whose committed token Step token holds before (None: no hold)."""
         self._size = QSize(0, 0)
 
-    def set_tree(self, tree: TreeReceipt | None, accepted: int = 0, current_token: int = 0, committed: int = 0,
-                 text_of: Callable[[int], str] = str, base_position: int = 0, held_row: int | None = None) -> None:
-        """Draw ``tree`` (None: nothing); ``text_of(token id)``: a token's text; ``held_row``: the box
-        to mark (a tree row, or -1 for the committed correction or bonus)."""
+    def set_tree(self, tree: TreeReceipt | None, accepted: int = 0, current_token: int | None = None,
+                 committed: int = 0, text_of: Callable[[int], str] = str, base_position: int = 0,
+                 held_row: int | None = None) -> None:
+        """Draw ``tree`` (None: nothing); ``current_token``: the root's token (None: not known);
+        ``text_of(token id)``: a token's text; ``held_row``: the box to mark (a tree row, or -1 for the
+        committed correction or bonus)."""
         self._tree, self._text_of, self._base, self.held_row = tree, text_of, base_position, held_row
-        self.boxes = [] if tree is None else tree_layout(tree, accepted, current_token, committed)
+        root = -1 if current_token is None else current_token
+        self.boxes = [] if tree is None else tree_layout(tree, accepted, root, committed)
         self._place()
         self.resize(self._size)  # its scroll area shows it at its own size
         self.updateGeometry()
@@ -192,6 +195,10 @@ class TreeDrawing(QWidget):
             p.drawText(rect, Qt.AlignmentFlag.AlignCenter, text)
         p.end()
 
+    def rect_of(self, row: int) -> QRect | None:
+        """Where the box of ``row`` (-1: the correction or bonus) is drawn, None when there is none."""
+        return self._rects.get(row)
+
     def box_at(self, point: QPoint) -> NodeBox | None:
         """The box under ``point`` (widget coordinates), or None."""
         return next((b for b in self.boxes if self._rects[b.row].contains(point)), None)
@@ -217,42 +224,67 @@ class TreeDrawing(QWidget):
 
 
 class TreeTab(QWidget):
-    """The Tree tab: the window's summary line, its ``TreeDrawing`` (scrolls) and the legend; a window
-    that proposed a chain says so."""
+    """The Tree tab: one summary line (its tooltip: the whole summary and the legend) above the window's
+    ``TreeDrawing``, which scrolls to the end of the walk; a window that proposed a chain says so."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(3, 3, 3, 3)
+        lay.setSpacing(2)
         self.summary = QLabel(CHAIN_TEXT)
         self.summary.setWordWrap(True)
         self.drawing = TreeDrawing()
-        scroll = QScrollArea()
-        scroll.setWidget(self.drawing)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.legend = QLabel(LEGEND)
-        self.legend.setWordWrap(True)
-        self.legend.setStyleSheet("color:#555")
+        self.drawing.setToolTip(LEGEND)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.drawing)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
         lay.addWidget(self.summary)
-        lay.addWidget(scroll, 1)
-        lay.addWidget(self.legend)
+        lay.addWidget(self.scroll, 1)
+        self._focus: QRect | None = None
+
+    def _show(self, tree: TreeReceipt, accepted: int, line: str, **drawing) -> None:
+        self.summary.setText(line)
+        self.summary.setToolTip(f"{tree_summary(tree, accepted)}\n{LEGEND}")
+        self.drawing.set_tree(tree, accepted, **drawing)
+        held = drawing.get("held_row")
+        self._focus = self.drawing.rect_of(held if held is not None else
+                                           (tree.branch_rows[accepted - 1] if accepted else 0))
+        self._scroll_to_focus()
+
+    def _scroll_to_focus(self) -> None:
+        """The end of the walk (or the held node) in view, what follows it beside it; again when the tab
+        is shown (a hidden scroll area has no size to scroll in)."""
+        if self._focus is not None:
+            self.scroll.ensureVisible(self._focus.right(), self._focus.center().y(), 60, 20)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        QTimer.singleShot(0, self._scroll_to_focus)  # after the scroll area's layout
 
     def show_receipt(self, receipt, current_token: int | None, text_of: Callable[[int], str]) -> None:
         """Draw a verified window's tree (``receipt.tree``), or say it proposed a chain."""
         tree = None if receipt is None else receipt.tree
         if tree is None:
             self.summary.setText(CHAIN_TEXT)
+            self.summary.setToolTip("")
             self.drawing.set_tree(None)
+            self._focus = None
             return
         accepted = receipt.accepted_proposal_tokens
-        self.summary.setText(tree_summary(tree, accepted))
-        self.drawing.set_tree(tree, accepted, -1 if current_token is None else current_token,
-                              receipt.canonical_prediction_count, text_of, receipt.base_position)
+        self._show(tree, accepted, short_summary(tree, accepted), current_token=current_token,
+                   committed=receipt.canonical_prediction_count, text_of=text_of,
+                   base_position=receipt.base_position)
 
     def show_hold(self, tree: TreeReceipt, row: int, current_token: int | None, text_of: Callable[[int], str],
                   base_position: int) -> None:
         """Draw the tree Step token holds in, the node about to be committed (chain row ``row``'s) marked."""
         accepted = walk_accepted(tree)
-        self.summary.setText(f"{tree_summary(tree, accepted)} · holding before row {row}'s token")
-        self.drawing.set_tree(tree, accepted, -1 if current_token is None else current_token, accepted + 1, text_of,
-                              base_position, held_row=held_box(tree, row, accepted))
+        self._show(tree, accepted, f"{short_summary(tree, accepted)} · holding before row {row}'s token",
+                   current_token=current_token, committed=accepted + 1, text_of=text_of,
+                   base_position=base_position, held_row=held_box(tree, row, accepted))
+
+
+def short_summary(tree: TreeReceipt, accepted: int) -> str:
+    """"9 rows · 2 branches · 6 accepted" (the Tree tab is narrow; its tooltip has ``tree_summary``)."""
+    return f"{tree.rows} rows · {len(leaves(tree.node_parents))} branches · {accepted} accepted"
