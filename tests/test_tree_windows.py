@@ -9,6 +9,7 @@ the model says. Every window's KV length is checked against its canonical positi
 
 from __future__ import annotations
 
+import csv
 import json
 import threading
 
@@ -403,9 +404,9 @@ def test_the_receipt_pane_shows_a_tree_windows_branches(qtbot, runtime, tmp_path
     assert "rows in one batch" in text and "✓" in text
 
 
-def test_compare_counts_tree_windows_and_the_rows_verified_per_token(target, chat_tokens):
+def test_compare_counts_tree_windows_and_the_rows_verified_per_token(target, chat_tokens, tmp_path):
     from inspector.bench.compare import run_compare
-    from inspector.bench.compare_result import CompareConfig, format_compare
+    from inspector.bench.compare_result import CompareConfig, format_compare, write_compare_csv
 
     tokens = chat_tokens(COPY)
     configs = [CompareConfig("plain", "none", 0), CompareConfig("ngram chain", "ngram", 8, {"n_min": 1}),
@@ -417,6 +418,8 @@ def test_compare_counts_tree_windows_and_the_rows_verified_per_token(target, cha
         assert row.tree_windows == sum(r.tree is not None for r in g.receipts)
     assert result.rows[1].tree_windows == 0 and result.rows[2].tree_windows > 0
     assert f"tree: ngram tree: {result.rows[2].tree_windows} of " in format_compare(result)
+    csv_rows = list(csv.DictReader(write_compare_csv(result, tmp_path / "c.csv").open()))
+    assert [int(r["tree_windows"]) for r in csv_rows] == [r.tree_windows for r in result.rows]
 
 
 def test_run_turns_says_tree_or_chain_for_each_turn_and_for_the_conversation(tmp_path):
@@ -537,21 +540,25 @@ def test_step_token_in_a_tree_window_sees_the_tree_and_marks_the_node_each_row_c
             hold.on_hold(window, row, token, position)
 
     hold = TokenHold(lambda ids: None, infos.append, lambda: g)
-    g = Generation(target, TreeFollower(target, tokens), tokens, GenerationSettings(max_new_tokens=16),
+    g = Generation(target, TreeFollower(target, tokens), tokens, GenerationSettings(max_new_tokens=MAX),
                    observer=Holds())
     g.run()
     g.close()
-    receipt = next(r for r in g.receipts if r.tree is not None and r.accepted_proposal_tokens >= 2)
+    receipt = next(r for r in g.receipts if r.tree is not None and r.accepted_proposal_tokens >= 2
+                   and r.canonical_prediction_count == r.accepted_proposal_tokens + 1)  # not cut by max tokens
     held = [i for i in infos if i["window"] == receipt.window_index]
     assert [i["row"] for i in held] == list(range(receipt.canonical_prediction_count))
     assert all(i["tree"] == receipt.tree for i in held)
     accepted = walk_accepted(held[0]["tree"])
     assert accepted == receipt.accepted_proposal_tokens
-    # Each commit marks the next node of the accepted path, then the correction or bonus.
-    assert [held_box(receipt.tree, i["row"], accepted) for i in held] == \
-        list(receipt.tree.branch_rows[:accepted]) + [-1] * (len(held) - accepted)
-    assert [i["token"] for i in held[:accepted]] == \
-        [receipt.tree.node_token_ids[r - 1] for r in receipt.tree.branch_rows[:accepted]]
+    # Each commit marks the node whose token it commits: the accepted path's, then the correction or bonus
+    # (the target's prediction at the last accepted row), drawn as the box of row -1.
+    tree = receipt.tree
+    marked = [held_box(tree, i["row"], accepted) for i in held]
+    last = tree.branch_rows[accepted - 1]
+    assert [i["token"] for i in held] == [tree.node_token_ids[m - 1] if m > 0 else tree.row_predictions[last]
+                                          for m in marked]
+    assert marked[-1] == -1 and len(held) == accepted + 1
 
 
 # -- temperature > 0 --------------------------------------------------------------------------------
@@ -734,7 +741,7 @@ def test_ngram_cache_trees_form_only_in_windows_llama_cpp_verifies():
     stream = [1, 5, 6, 2, 5, 7, 3, 5]
     cache = _context_cache(stream)
     assert draft(stream, 8, cache, {}, {}) == []
-    assert tree_draft(stream, 8, 4, cache, {}, {}) == ([], [])
+    assert tree_draft(stream, 8, 3, cache, {}, {}) == ([], [])
 
 
 def test_ngram_cache_trees_give_plain_decodings_output(make_generation, chat_tokens, target):

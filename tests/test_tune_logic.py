@@ -185,6 +185,14 @@ def test_replay_walks_a_tree_by_the_recorded_output_and_prices_every_row(clock, 
     assert [(w.decode_step, w.proposal, w.accepted, w.committed, w.decoded_rows) for w in windows] == \
         [(0, (4, 5, 10), 2, 3, 5)]
     assert plain == 4  # 7 8 9 10: the source has nothing more
+    # With penalties the engine verifies a tree's first branch (9 alone: rejected, 4 the correction).
+    penalized = Recording((1, 2), (3, 4, 5, 6, 7, 8, 9, 10), 8, 512, 4096, penalized=True)
+    windows, _, _ = replay(Source([tree]), penalized, 8)
+    assert [(w.proposal, w.accepted, w.committed, w.decoded_rows) for w in windows] == [((9,), 0, 1, 2)]
+    assert recording_from_values((1, 2), (3,), {"max_new_tokens": 8, "sampling": {"repeat_penalty": 1.3}}, {},
+                                 "length").penalized
+    assert not recording_from_values((1, 2), (3,), {"max_new_tokens": 8, "sampling": {"temperature": 0}}, {},
+                                     "length").penalized
     monkeypatch.setattr(T, "make_source", lambda *a, **k: Source([Proposal(b"\x01", (9, 4, 5, 10),
                                                                             parents=(0, 0, 2, 3))]))
     row = predict("scripted", {}, 8, rec, CostModel((10.0, 12.0, 14.0, 16.0, 18.0)))

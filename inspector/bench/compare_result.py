@@ -127,7 +127,7 @@ class CompareResult:
 
 CSV_COLUMNS = ("label", "source", "draft_max", "decode_tokens_per_s", "speedup_vs_plain", "expected_speedup",
                "acceptance_rate", "mean_accepted_length", "windows", "plain_steps", "generated_tokens",
-               "same_output_as_plain", "error")
+               "same_output_as_plain", "error", "tree_windows", "rows_per_token")
 MODEL_CSV_COLUMNS = ("model", "weights", "converted_from", "threads", "n_ctx", "llama_cpp_commit")
 """Added after the others on every line: what ran (a Q4_1 and a Q8_0 export must not look the same)."""
 SERVER_CSV_COLUMNS = ("llama_server_tokens_per_s", "llama_server_drafted", "llama_server_accepted",
@@ -159,7 +159,8 @@ def write_compare_csv(result: CompareResult, path: str | os.PathLike) -> Path:
             s = r.summary
             line = [r.config.label, r.config.source, r.config.draft_max, s.decode_tokens_per_s,
                     r.speedup_vs_plain, r.expected_speedup, s.acceptance_rate, s.mean_accepted_length,
-                    s.windows, s.plain_steps, s.generated_tokens, r.same_output_as_plain, r.error or ""]
+                    s.windows, s.plain_steps, s.generated_tokens, r.same_output_as_plain, r.error or "",
+                    r.tree_windows, r.rows_per_token]
             if server:
                 v = server[i]
                 line += [v.tokens_per_s, v.drafted, v.accepted, v.ours_drafted, v.ours_accepted, v.same_output,

@@ -31,7 +31,7 @@ from inspector.prompts import TURNS_EXAMPLES, example_prompt, turns_path
 from inspector.session.conversation import read_turns
 from inspector.sources.registry import SourceContext, make_source
 
-TREE_SOURCES = {"suffix": {"tree_nodes": None}, "ngram": {"branches": 2}, "ngram-cache": {"branches": 4},
+TREE_SOURCES = {"suffix": {"tree_nodes": None}, "ngram": {"branches": 2}, "ngram-cache": {"branches": 3},
                 "draft": {"p_split": 0.1}}
 """The branching sources and the option that makes each propose trees (None: the node budget, the
 draft max). ``draft`` drafts with the target converted to Q4_0 (``make_draft``, cached)."""
@@ -212,5 +212,5 @@ def best_forms(task: str, row: dict) -> str:
         return f"{task}: best chain {c_name} {c_speed:.2f}x; no source formed a tree"
     t_speed, t_name = max(trees)
     winner = "tree" if t_speed > c_speed else "chain"
-    return (f"{task}: best chain {c_name} {c_speed:.2f}x, best tree {t_name} {t_speed:.2f}x: the {winner} "
-            f"({t_speed / c_speed:.2f}x tree/chain)")
+    ratio = f" ({t_speed / c_speed:.2f}x tree/chain)" if c_speed else ""
+    return f"{task}: best chain {c_name} {c_speed:.2f}x, best tree {t_name} {t_speed:.2f}x: the {winner}{ratio}"

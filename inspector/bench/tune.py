@@ -31,7 +31,7 @@ from inspector.engine.classify import classify_window
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest, max_proposal_tokens
 from inspector.engine.records import decoded_rows_of
-from inspector.engine.settings import GenerationSettings
+from inspector.engine.settings import PENALTY_FIELDS, GenerationSettings, sampling_settings
 from inspector.engine.tree import depths, walk_tree
 from inspector.llama.cost_cache import stored_row_costs
 from inspector.llama.cost_model import CostModel
@@ -50,7 +50,7 @@ OPTION_GRID: Mapping[str, Mapping[str, Sequence]] = {
     "ngram-map-k": {"size_n": (2, 3, 4, 6, 12), "size_m": (16, 48)},
     "ngram-map-k4v": {"size_n": (2, 3, 4, 6, 12), "size_m": (16, 48)},
     "ngram-mod": {"n_match": (4, 8, 16, 24), "n_min": (1, 4, 16, 48)},
-    "ngram-cache": {"branches": (1, 4)},
+    "ngram-cache": {"branches": (1, 3)},
     "suffix": {"max_spec_factor": (1.0, 2.0, 4.0), "min_token_prob": (0.05, 0.1, 0.3)},
 }
 """The options grid per source by default (llama.cpp's and vLLM's defaults among the values; ``branches``
@@ -73,6 +73,9 @@ class Recording:
     n_batch: int
     n_ctx: int
     is_eog: Callable[[int], bool] = field(default=lambda _t: False, compare=False)
+    penalized: bool = False
+    """The run had penalties (repeat, frequency, presence): the engine then verifies a tree as its first
+    branch (``inspector.engine.source_query``), and so does the replay."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,9 @@ def recording_from_values(prompt: Sequence[int], output: Sequence[int], settings
         last = output[-1] if finish_reason == "eog" else None
         is_eog = (lambda t: t == last) if last is not None else (lambda _t: False)
     model = model or {}
+    penalties = {k: v for k, v in ((settings or {}).get("sampling") or {}).items() if k in PENALTY_FIELDS}
     return Recording(tuple(prompt), output, int(settings["max_new_tokens"]), int(model.get("n_batch") or 512),
-                     int(model.get("n_ctx") or 2048), is_eog)
+                     int(model.get("n_ctx") or 2048), is_eog, sampling_settings(**penalties)[0].penalized)
 
 
 def recording_from_document(doc: Mapping, is_eog: Callable[[int], bool] | None = None) -> Recording:
@@ -290,7 +294,7 @@ def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow]
             answer = source.propose(request)
             spent_ns += time.perf_counter_ns() - t
             if answer is not None and not isinstance(answer, NoProposal) and 0 < len(answer.token_ids) <= cap:
-                proposal = answer
+                proposal = answer.first_branch() if rec.penalized and answer.is_tree else answer
         if proposal is None:
             tokens.append(output[generated])
             generated, step, plain = generated + 1, step + 1, plain + 1
@@ -303,6 +307,7 @@ def replay(source, rec: Recording, draft_max: int) -> tuple[list[ReplayedWindow]
         windows.append(ReplayedWindow(step, ids, d.accepted, committed, decoded))
         receipt = SimpleNamespace(decision_id=proposal.decision_id.hex(), accepted_proposal_tokens=d.accepted,
                                   proposal_token_count=len(ids), verification_rows=len(ids) + 1,
+                                  decoded_rows=decoded,
                                   canonical_prediction_count=committed, base_position=base,
                                   committed_tokens=tuple(output[generated:generated + committed]),
                                   disposition="first_mismatch" if d.rejected else "full_accept",

@@ -469,5 +469,7 @@ def tree_line(receipts, runtime, label: str = "tree or chain") -> str | None:
     """``run``'s "tree or chain" line for ``receipts`` (``inspector.session.tree_verdict``: the trees
     against their first branches, priced on the stored cost model of ``runtime``), None without tree
     windows."""
+    if not any(r.tree is not None for r in receipts):
+        return None  # no cost model read for a run of chains
     versus = tree_versus_chain(receipts, load_cost_model(runtime.model_path, runtime.n_threads, placement(runtime)))
     return None if versus is None else f"{label + ':':<22}{versus.text()}"

@@ -74,8 +74,9 @@ STRICT = ((4, 75), (3, 66), (2, 66), (2, 66))
 """The same for the dynamic cache."""
 MIN_BRANCH_PERCENT = 25
 """Least share of its n-gram's sample (percent) a follower needs to be a branch of a tree (``branches``)."""
-MAX_BRANCHES = 4
-"""Most branches at a split (``branches``): at most 4 followers have 25% each."""
+MAX_BRANCHES = 3
+"""Most branches at a split (``branches``): the best follower has >= 50% of the count, so at most two
+others have ``MIN_BRANCH_PERCENT`` (25%) each."""
 MAX_CACHE_FILE_BYTES = 256 * 1024 * 1024
 """Largest lookup-cache file read (``-lcs``/``-lcd``), in bytes read, not as reported: about 10 million
 n-grams, a few GB once counted in Python. A FIFO, device or socket is refused by its type."""
@@ -191,27 +192,6 @@ def _best(part: dict, static_part: dict) -> tuple[int, int, int]:
     return best, best_count, total
 
 
-def _try_primary(cache: Cache, ngrams: list, static_part: dict, limits) -> int | None:
-    for i in range(len(ngrams) - 1, -1, -1):
-        part = cache.get(ngrams[i])
-        if not part:
-            continue
-        token, count, total = _best(part, static_part)
-        sample, percent = limits[i]
-        if total >= sample and 100 * count >= percent * total:
-            return token
-    return None
-
-
-def _try_static(static: Cache, ngram: tuple) -> int | None:
-    part = static.get(ngram)
-    if not part:
-        return None
-    token, count, total = _best(part, {})
-    sample, percent = LAX[NGRAM_STATIC - 1]
-    return token if total >= sample and 100 * count >= percent * total else None
-
-
 HISTORY_SHORT = "history_short"
 NO_MATCH = "no_match"
 REASONS = {
@@ -222,45 +202,24 @@ REASONS = {
 """Why ngram-cache proposes nothing (its declaration's ``reasons``)."""
 
 
-def draft(inp, n_draft: int, context: Cache, dynamic: Cache, static: Cache) -> list[int]:
-    """llama.cpp's ``common_ngram_cache_draft``: ``inp`` ends with the current token."""
-    if len(inp) < NGRAM_STATIC:
-        return []
-    seq = list(inp)
-    out: list[int] = []
-    while len(out) < n_draft:
-        static_ngram = _key(seq[-NGRAM_STATIC:])
-        static_part = static.get(static_ngram, {})
-        ngrams = [_key(seq[-n:]) for n in range(NGRAM_MIN, min(NGRAM_MAX, len(seq)) + 1)]
-        token = _try_primary(context, ngrams, static_part, LAX)
-        if token is None:
-            token = _try_primary(dynamic, ngrams, static_part, STRICT)
-        if token is None:
-            token = _try_static(static, static_ngram)
-        if token is None:
-            break
-        out.append(token)
-        seq.append(token)
-    return out
-
-
 def _group(part: dict, static_part: dict, sample: int, percent: int, branches: int) -> list[int]:
-    """The followers of one n-gram to propose: [] unless llama.cpp's rule drafts the best (sample >=
-    ``sample``, the best's count share >= ``percent``); then ``[best]``, and with ``branches`` > 1 up to
-    ``branches`` - 1 next ones (ranked by count x static weight, ties in llama.cpp's order) with >=
-    ``MIN_BRANCH_PERCENT`` of the sample each after it."""
-    total = sum(part.values())
-    if total < sample:
+    """The followers of one n-gram to propose: [] unless llama.cpp's rule drafts the best (``_best``:
+    sample >= ``sample``, the best's count share >= ``percent``); then ``[best]``, and with ``branches``
+    > 1 up to ``branches`` - 1 next ones (ranked by count x static weight, ties in llama.cpp's order)
+    with >= ``MIN_BRANCH_PERCENT`` of the sample each after it."""
+    best, count, total = _best(part, static_part)
+    if total < sample or 100 * count < percent * total:
         return []
+    if branches == 1:  # the chain: no ranking (a 1-gram may have hundreds of followers)
+        return [best]
     ranked = sorted(part.items(), key=lambda tc: -tc[1] * (100 * static_part[tc[0]] if tc[0] in static_part else 1))
-    if 100 * ranked[0][1] < percent * total:
-        return []
-    return [ranked[0][0]] + [t for t, c in ranked[1:branches] if 100 * c >= MIN_BRANCH_PERCENT * total]
+    return [best] + [t for t, c in ranked if t != best and 100 * c >= MIN_BRANCH_PERCENT * total][:branches - 1]
 
 
 def _choices(seq: list, branches: int, context: Cache, dynamic: Cache, static: Cache) -> list[int]:
-    """The next token(s) after ``seq``: the context cache's longest deciding n-gram (``LAX``), else the
-    dynamic cache's (``STRICT``), else the static 2-gram (``LAX``), as ``draft``; ``_group`` per cache."""
+    """The next token(s) after ``seq`` (llama.cpp's ``try_draft`` order): the context cache's longest
+    n-gram that decides (``LAX``), else the dynamic cache's (``STRICT``), else the static 2-gram (``LAX``
+    for 2-grams); ``_group`` per n-gram."""
     static_ngram = _key(seq[-NGRAM_STATIC:])
     static_part = static.get(static_ngram, {})
     ngrams = [_key(seq[-n:]) for n in range(NGRAM_MIN, min(NGRAM_MAX, len(seq)) + 1)]
@@ -275,11 +234,27 @@ def _choices(seq: list, branches: int, context: Cache, dynamic: Cache, static: C
     return _group(part, {}, *LAX[NGRAM_STATIC - 1], branches) if part else []
 
 
+def draft(inp, n_draft: int, context: Cache, dynamic: Cache, static: Cache) -> list[int]:
+    """llama.cpp's ``common_ngram_cache_draft``: up to ``n_draft`` tokens after ``inp`` (which ends with the
+    current token), one at a time by ``_choices``, until a position has no candidate."""
+    if len(inp) < NGRAM_STATIC:
+        return []
+    seq = list(inp)
+    out: list[int] = []
+    while len(out) < n_draft:
+        choice = _choices(seq, 1, context, dynamic, static)
+        if not choice:
+            break
+        out.append(choice[0])
+        seq.append(choice[0])
+    return out
+
+
 def tree_draft(inp, n_draft: int, branches: int, context: Cache, dynamic: Cache,
                static: Cache) -> tuple[list[int], list[int]]:
     """(tokens, parents) of the ``branches`` tree (module docstring) after ``inp`` (ending with the current
-    token), at most ``n_draft`` tokens; parents as ``inspector.engine.tree`` (0: the current token). With
-    no split the tokens are ``draft``'s chain. Raises nothing."""
+    token), at most ``n_draft`` tokens; parents as ``inspector.engine.tree`` (0: the current token). Up to
+    the first split the tokens are ``draft``'s; each branch goes on by ``draft``. Raises nothing."""
     if len(inp) < NGRAM_STATIC:
         return [], []
     seq = list(inp)

@@ -191,7 +191,7 @@ class WindowDetail(QWidget):
         self.detail_tabs.addTab(self.raw, "Raw JSON")
         self.tree_tab = TreeTab()
         self.detail_tabs.addTab(self.tree_tab, "Tree")
-        self.detail_tabs.setTabToolTip(2, "a tree window drawn: the accepted path, the rejected nodes, the "
+        self.detail_tabs.setTabToolTip(self.detail_tabs.indexOf(self.tree_tab), "a tree window drawn: the accepted path, the rejected nodes, the "
                                           "branches never reached, the committed correction")
         self.detail_tabs.currentChanged.connect(lambda _i: self._show_raw())
         split.addWidget(self.detail_tabs)

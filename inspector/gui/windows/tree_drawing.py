@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from PySide6.QtCore import QPoint, QRect, QSize, Qt, QTimer
+from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
 from inspector.engine.records import TreeReceipt
-from inspector.engine.tree import children, depths, leaves, row_branches
+from inspector.engine.tree import children, depths, leaves, row_branches, walk_tree
 from inspector.gui.look import outcomes as O
 from inspector.gui.windows.tree_text import tree_summary
 
@@ -36,6 +36,7 @@ KINDS = {ROOT: ("#212121", "#ffffff"), O.ACCEPTED: (O.COLORS[O.ACCEPTED], O.BACK
 LEGEND = ("green: accepted · red: rejected where the target predicted otherwise · dashed: the token the "
           "target committed after the walk (correction or bonus) · grey: never reached")
 CHAIN_TEXT = "This window proposed one chain: the rows table below is the whole of it."
+NO_RECEIPT_TEXT = "No receipt: this proposal was discarded or its window failed (the Receipt tab says why)."
 HOLD_COLOR = "#f9a825"
 """Border of the node Step token holds before (the row table's hold colour, darker to show as a line)."""
 BOX_H, LANE_H, GAP_X, PAD, MARGIN, MAX_BOX_W = 20, 26, 14, 10, 4, 90
@@ -93,15 +94,11 @@ def tree_layout(tree: TreeReceipt, accepted: int, current_token: int, committed:
 
 
 def walk_accepted(tree: TreeReceipt) -> int:
-    """How many of the kept branch's rows the walk accepted: each equal to the target's prediction at its
-    parent (what a receipt records as ``accepted_proposal_tokens``; known as soon as the batch is decoded,
-    so Step token can draw the walk before the receipt exists)."""
-    n, parent = 0, 0
-    for r in tree.branch_rows:
-        if tree.node_token_ids[r - 1] != tree.row_predictions[parent]:
-            break
-        n, parent = n + 1, r
-    return n
+    """How many rows the walk accepted (``inspector.engine.tree.walk_tree`` on the recorded predictions),
+    known as soon as the batch is decoded, so Step token can draw the walk before the receipt exists. The
+    receipt's ``accepted_proposal_tokens`` is this unless the commits stopped inside the walk (an
+    end-of-generation token, a stop string, max tokens)."""
+    return len(walk_tree(tree.node_token_ids, tree.node_parents, tree.row_predictions).accepted_rows)
 
 
 def held_box(tree: TreeReceipt, row: int, accepted: int) -> int:
@@ -116,7 +113,6 @@ class TreeDrawing(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setMouseTracking(True)
         self.boxes: list[NodeBox] = []
         self._rects: dict[int, QRect] = {}
         self._tree: TreeReceipt | None = None
@@ -215,12 +211,12 @@ class TreeDrawing(QWidget):
             f"; the target predicts {repr(self._text_of(prediction))} ({prediction}) after it"
         return f"{box.kind}: {text} · {where}{after}"
 
-    def mouseMoveEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        box = self.box_at(event.position().toPoint())
-        if box is None:
-            QToolTip.hideText()
-        else:
-            QToolTip.showText(event.globalPosition().toPoint(), self.tooltip_of(box), self)
+    def event(self, event) -> bool:  # noqa: D102 - Qt's tooltip event: the node under the mouse, else the legend
+        if event.type() == QEvent.Type.ToolTip:
+            box = self.box_at(event.pos())
+            QToolTip.showText(event.globalPos(), LEGEND if box is None else self.tooltip_of(box), self)
+            return True
+        return super().event(event)
 
 
 class TreeTab(QWidget):
@@ -235,7 +231,6 @@ class TreeTab(QWidget):
         self.summary = QLabel(CHAIN_TEXT)
         self.summary.setWordWrap(True)
         self.drawing = TreeDrawing()
-        self.drawing.setToolTip(LEGEND)
         self.scroll = QScrollArea()
         self.scroll.setWidget(self.drawing)
         self.scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -263,10 +258,10 @@ class TreeTab(QWidget):
         QTimer.singleShot(0, self._scroll_to_focus)  # after the scroll area's layout
 
     def show_receipt(self, receipt, current_token: int | None, text_of: Callable[[int], str]) -> None:
-        """Draw a verified window's tree (``receipt.tree``), or say it proposed a chain."""
+        """Draw a verified window's tree (``receipt.tree``), or say it proposed a chain or has no receipt."""
         tree = None if receipt is None else receipt.tree
         if tree is None:
-            self.summary.setText(CHAIN_TEXT)
+            self.summary.setText(CHAIN_TEXT if receipt is not None else NO_RECEIPT_TEXT)
             self.summary.setToolTip("")
             self.drawing.set_tree(None)
             self._focus = None
