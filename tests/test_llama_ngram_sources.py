@@ -42,7 +42,9 @@ def accept(source, proposal_tokens, accepted):
 
 def test_the_five_sources_are_registered_with_llama_cpp_flags_and_defaults():
     assert set(NAMES) <= set(source_names())
-    flags = {name: {o.flag: o.default for o in describe_source(name).options} for name in NAMES}
+    flags = {name: {o.flag: o.default for o in describe_source(name).options if o.flag} for name in NAMES}
+    ours = {name: [o.name for o in describe_source(name).options if not o.flag] for name in NAMES}
+    assert ours == {**{name: [] for name in NAMES}, "ngram-cache": ["branches"]}  # token trees: no llama.cpp flag
     assert flags["ngram-simple"] == {"--spec-ngram-simple-size-n": 12, "--spec-ngram-simple-size-m": 48}
     assert flags["ngram-map-k4v"] == {"--spec-ngram-map-k4v-size-n": 12, "--spec-ngram-map-k4v-size-m": 48,
                                       "--spec-ngram-map-k4v-min-hits": 1}
