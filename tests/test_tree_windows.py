@@ -10,6 +10,7 @@ the model says. Every window's KV length is checked against its canonical positi
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import threading
 
@@ -501,7 +502,7 @@ def test_the_tree_tab_draws_a_tree_windows_nodes_and_says_when_a_window_was_a_ch
                                                                                       tree_run):
     from test_gui_support import make_window, open_receipts
     from inspector.gui.look import outcomes as O
-    from inspector.gui.windows.tree_drawing import CHAIN_TEXT, LANE_H
+    from inspector.gui.windows.tree_drawing import CHAIN_TEXT, LANE_H, NO_RECEIPT_TEXT
 
     tokens, g, _ = tree_run(COPY)
     path = write_document(build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False),
@@ -520,10 +521,11 @@ def test_the_tree_tab_draws_a_tree_windows_nodes_and_says_when_a_window_was_a_ch
     accepted_box = next(b for b in drawing.boxes if b.kind == O.ACCEPTED)
     assert f"row {accepted_box.row}, KV position {tree_receipt.base_position + accepted_box.depth}" in \
         drawing.tooltip_of(accepted_box)
-    chain = next((r for r in g.receipts if r.tree is None), None)
-    if chain is not None:
-        detail.select_window(chain.window_index)
-        assert detail.tree_tab.summary.text() == CHAIN_TEXT and drawing.boxes == []
+    # The same window as a chain (every window of this run is a tree), then no receipt at all.
+    detail.tree_tab.show_receipt(dataclasses.replace(tree_receipt, tree=None), None, str)
+    assert detail.tree_tab.summary.text() == CHAIN_TEXT and drawing.boxes == []
+    detail.tree_tab.show_receipt(None, None, str)
+    assert detail.tree_tab.summary.text() == NO_RECEIPT_TEXT and drawing.boxes == []
 
 
 def test_step_token_in_a_tree_window_sees_the_tree_and_marks_the_node_each_row_commits(target, chat_tokens):

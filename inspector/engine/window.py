@@ -59,13 +59,17 @@ class WindowTrace:
     base_position: int = 0
     position_after_verification: int | None = None
     predictions: tuple[int, ...] = ()
-    branch: tuple[int, ...] | None = None
-    """A tree window's kept branch (its tokens), once verified: ``predictions`` are its rows'."""
     tree: TreeReceipt | None = None
     """A tree window's whole tree, once verified (what Step token draws before the receipt exists)."""
     committed: list[int] = field(default_factory=list)
     session_retired: bool = False
     repaired: bool = False
+
+    @property
+    def branch(self) -> tuple[int, ...] | None:
+        """A tree window's kept branch (its tokens), once verified: ``predictions`` are its rows'."""
+        tree = self.tree
+        return None if tree is None else tuple(tree.node_token_ids[r - 1] for r in tree.branch_rows)
 
     def as_recorded(self, proposal: Proposal) -> Proposal:
         """``proposal`` as a failed window's discard records it: a tree verified before the error as the
@@ -204,10 +208,9 @@ def execute_window(
         return None
     predictions, after, probabilities, tree = timed.value
     if tree is not None:  # from here on, the chain window of the kept branch
-        tokens = tuple(tree.node_token_ids[r - 1] for r in tree.branch_rows)
-        n_rows = 1 + len(tokens)
-        trace.branch = tokens
         trace.tree = tree
+        tokens = trace.branch
+        n_rows = 1 + len(tokens)
     elif probabilities is not None and proposal.draft_token_probabilities is not None:
         probabilities = probabilities.with_draft_q(proposal.draft_token_probabilities)
     trace.predictions = tuple(predictions)

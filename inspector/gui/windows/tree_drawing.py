@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout
 from inspector.engine.records import TreeReceipt
 from inspector.engine.tree import children, depths, leaves, row_branches, walk_tree
 from inspector.gui.look import outcomes as O
-from inspector.gui.windows.tree_text import tree_summary
+from inspector.gui.windows.tree_text import short_summary, tree_summary
 
 ROOT = "current token"
 REJECTED = "rejected"
@@ -279,7 +279,3 @@ class TreeTab(QWidget):
                    current_token=current_token, committed=accepted + 1, text_of=text_of,
                    base_position=base_position, held_row=held_box(tree, row, accepted))
 
-
-def short_summary(tree: TreeReceipt, accepted: int) -> str:
-    """"9 rows · 2 branches · 6 accepted" (the Tree tab is narrow; its tooltip has ``tree_summary``)."""
-    return f"{tree.rows} rows · {len(leaves(tree.node_parents))} branches · {accepted} accepted"

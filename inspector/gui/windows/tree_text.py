@@ -10,7 +10,7 @@ import html
 from typing import Callable
 
 from inspector.engine.records import TreeReceipt
-from inspector.engine.tree import branch_rows, leaves, row_branches
+from inspector.engine.tree import branch_rows, leaves
 
 ACCEPTED_COLOR = "#2e7d32"
 OTHER_COLOR = "#757575"
@@ -18,11 +18,17 @@ OTHER_COLOR = "#757575"
 
 def tree_summary(tree: TreeReceipt, accepted: int) -> str:
     """"9 rows in one batch · 3 branches · kept branch 2 (rows 4, 6, 7)"."""
-    kept = leaves(tree.node_parents).index(tree.branch_rows[-1]) + 1
-    n_branches = len(row_branches(tree.node_parents)[0])
+    leaf_rows = leaves(tree.node_parents)
+    kept = leaf_rows.index(tree.branch_rows[-1]) + 1
+    n_branches = len(leaf_rows)
     rows = ", ".join(map(str, tree.branch_rows))
     return (f"{tree.rows} rows in one batch · {n_branches} branches · kept branch {kept} (rows {rows}), "
             f"{accepted} accepted")
+
+
+def short_summary(tree: TreeReceipt, accepted: int) -> str:
+    """"9 rows · 2 branches · 6 accepted" (the Tree tab is narrow; its tooltip has ``tree_summary``)."""
+    return f"{tree.rows} rows · {len(leaves(tree.node_parents))} branches · {accepted} accepted"
 
 
 def tree_branches_html(tree: TreeReceipt, accepted: int, text_of: Callable[[int], str], most: int = 8) -> str:
