@@ -25,7 +25,8 @@ class LogitsReader:
     def __init__(self, ctx, n_vocab: int) -> None:
         self.ctx = ctx
         self.n_vocab = n_vocab
-        self._types: dict[int, type] = {}
+        self._views: dict[int, np.ndarray] = {}
+        self._address = 0
 
     def rows(self, n: int) -> np.ndarray:
         """The last decode's logits as a (n, n_vocab) float32 view; every one of the n rows must have had
@@ -35,10 +36,16 @@ class LogitsReader:
         addr = _get_logits_address(self.ctx)
         if not addr:
             raise EngineError("llama.cpp returned no logits for the last decode")
-        t = self._types.get(n)
-        if t is None:
-            t = self._types[n] = ctypes.c_float * (n * self.n_vocab)
-        return np.frombuffer(t.from_address(addr), dtype=np.float32).reshape(n, self.n_vocab)
+        if addr != self._address:  # llama.cpp moved its output buffer (it grew): views of the old one go
+            self._views.clear()
+            self._address = addr
+        view = self._views.get(n)
+        if view is None:
+            # Kept per row count while the buffer stays put: building a view costs ~25 us right after a
+            # decode (cold caches), a dict lookup ~1 us.
+            buffer = (ctypes.c_float * (n * self.n_vocab)).from_address(addr)
+            view = self._views[n] = np.frombuffer(buffer, dtype=np.float32).reshape(n, self.n_vocab)
+        return view
 
     def row(self, row: int) -> np.ndarray:
         """Logits of output ``row`` of the last decode (n_vocab float32 values, a view). Raises
