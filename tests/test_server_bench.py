@@ -11,7 +11,7 @@ import json
 from statistics import median
 
 from inspector.bench.compare_result import CompareConfig
-from inspector.bench.server_bench import format_server_bench, measure_run, BenchRow
+from inspector.bench.server_bench import RUN_ORDER, format_server_bench, measure_run, run_order, BenchRow
 from inspector.engine import RuntimeScheduler
 
 from test_cli import cli, one_clear_line
@@ -68,3 +68,11 @@ def test_the_table_names_rows_below_the_goal_and_a_server_that_failed():
     text = format_server_bench([ok, failed])
     assert "0.90" in text and "1 of 1 below" in text
     assert "error: llama-server did not start" in text
+
+
+def test_three_rounds_run_each_program_first_second_and_third_once():
+    rounds = [run_order(r) for r in range(3)]
+    assert rounds[0] == ("ours", "server", "bare")
+    for place in range(3):
+        assert sorted(r[place] for r in rounds) == sorted(RUN_ORDER)
+    assert run_order(3) == rounds[0]

@@ -2,10 +2,11 @@
 with and without per-row probabilities, from one run (issue 24).
 
 For every bundled example and every configuration (plain decoding and each llama.cpp source, with
-llama-server's flags for it: ``inspector.sources.server_flags``), each repeat runs, one after the
-other: our run with the per-row probability figures, a fresh llama-server process with that
-configuration (same GGUF, prompt token ids, greedy, thread count and context size), and our run
-without the figures. Interleaving spreads a noisy machine's slow phases over all three; a fresh
+llama-server's flags for it: ``inspector.sources.server_flags``), each repeat runs three runs: our run
+with the per-row probability figures, a fresh llama-server process with that configuration (same GGUF,
+prompt token ids, greedy, thread count and context size), and our run without the figures. The repeats
+go in rounds (every row once per round) and each round rotates the three runs' order (``run_order``), so
+a noisy machine's slow phases spread over every row and program, and the first-run advantage over all three; a fresh
 server per repeat and a fresh source memory per our run compare cold with cold (ngram-mod's pool,
 ngram-map-k's and ngram-cache's counts start empty on both sides). Medians of the repeats are
 compared: ours / llama-server with and without the figures.
@@ -164,7 +165,7 @@ def server_bench(
     repeats: int = 3,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> list[BenchRow]:
-    """Every example x configuration, ``repeats`` times each (see the module docstring).
+    """Every example x configuration, ``repeats`` times each, in rounds (see the module docstring).
 
     ``runtime``: our loaded ``LlamaRuntime`` (its model, thread count and context size are the
     server's); ``binary``: a llama-server executable; ``configs``: ``CompareConfig``s or ``compare
@@ -174,34 +175,57 @@ def server_bench(
     gets ``error``; our own failures raise (``EngineError``)."""
     parsed = [c if isinstance(c, CompareConfig) else parse_config(c) for c in configs]
     scheduler = RuntimeScheduler(runtime)
-    rows = []
+    work = []
     for name in examples:
         tokens = runtime.prompt_tokens(example_prompt(name))
         for config in parsed:
             flags = () if config.source == PLAIN else tuple(server_arguments(config.source, config.options,
                                                                              draft_max=config.draft_max))
-            row = BenchRow(name, config.label, flags)
-            rows.append(row)
-            for rep in range(repeats):
-                progress(f"{name} · {config.label} · repeat {rep + 1}/{repeats}")
-                with_p = measure_run(scheduler, config, tokens, max_tokens, True)
-                row.ours.append(with_p.tokens_per_s)
-                row.outside_share.append(with_p.outside_us / with_p.decode_us if with_p.decode_us else 0.0)
-                row.outside_us_per_step.append(with_p.outside_us / max(1, with_p.steps))
-                if with_p.probability_rows:
-                    row.probability_us_per_row.append(with_p.probability_us / with_p.probability_rows)
-                if row.error is None:
-                    try:
-                        with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=runtime.n_threads,
-                                                n_ctx=runtime.n_ctx, context=server_context(runtime)) as server:
-                            done = server.client.complete(tokens, max_tokens)
-                        row.server.append(done.predicted_per_second)
-                        row.same_output &= tuple(done.tokens) == with_p.generated
-                        row.same_drafts &= (done.draft_n, done.draft_n_accepted) == (with_p.drafted, with_p.accepted)
-                    except ServerError as exc:
-                        row.error = str(exc)
-                row.ours_bare.append(measure_run(scheduler, config, tokens, max_tokens, False).tokens_per_s)
-    return rows
+            work.append((BenchRow(name, config.label, flags), config, tokens))
+    for rep in range(repeats):  # rounds: every row once per round, so a slow phase of the machine hits all rows
+        for row, config, tokens in work:
+            progress(f"round {rep + 1}/{repeats} · {row.example} · {row.label}")
+            _measure_round(row, scheduler, runtime, binary, config, tokens, max_tokens, rep)
+    return [row for row, _config, _tokens in work]
+
+
+RUN_ORDER = ("ours", "server", "bare")
+"""Our run with the figures, llama-server's, ours without the figures: round r runs them from
+``RUN_ORDER[r % 3]`` on (ours, server, bare; server, bare, ours; bare, ours, server), so over every three
+rounds each program runs first, second and third once (the first run of a sequence was ~10% faster)."""
+
+
+def run_order(round_index: int) -> tuple[str, ...]:
+    """The order of ``RUN_ORDER`` in round ``round_index`` (0-based): rotated left by ``round_index % 3``."""
+    k = round_index % len(RUN_ORDER)
+    return RUN_ORDER[k:] + RUN_ORDER[:k]
+
+
+def _measure_round(row: BenchRow, scheduler, runtime, binary, config: CompareConfig, tokens, max_tokens: int,
+                   round_index: int) -> None:
+    """One round of ``row``: its three runs in ``run_order(round_index)``, their figures appended to ``row``."""
+    with_p = done = None
+    for which in run_order(round_index):
+        if which == "ours":
+            with_p = measure_run(scheduler, config, tokens, max_tokens, True)
+            row.ours.append(with_p.tokens_per_s)
+            row.outside_share.append(with_p.outside_us / with_p.decode_us if with_p.decode_us else 0.0)
+            row.outside_us_per_step.append(with_p.outside_us / max(1, with_p.steps))
+            if with_p.probability_rows:
+                row.probability_us_per_row.append(with_p.probability_us / with_p.probability_rows)
+        elif which == "bare":
+            row.ours_bare.append(measure_run(scheduler, config, tokens, max_tokens, False).tokens_per_s)
+        elif row.error is None:
+            try:
+                with LlamaServerProcess(binary, runtime.model_path, args=row.flags, threads=runtime.n_threads,
+                                        n_ctx=runtime.n_ctx, context=server_context(runtime)) as server:
+                    done = server.client.complete(tokens, max_tokens)
+                row.server.append(done.predicted_per_second)
+            except ServerError as exc:
+                row.error = str(exc)
+    if done is not None:
+        row.same_output &= tuple(done.tokens) == with_p.generated
+        row.same_drafts &= (done.draft_n, done.draft_n_accepted) == (with_p.drafted, with_p.accepted)
 
 
 SPEEDUP_WEIGHTS = "Q8_0"
@@ -282,5 +306,6 @@ def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None, speed
               "figures, without them, and llama-server's; ratio, bare: ours / server; outside: time outside "
               "llama_decode as a share of the decode time, with the figures; us/step: the same per decode step "
               "(window or plain step), microseconds; p/row: of it, the figures' microseconds per verification row; "
-              "same: llama-server generated our tokens in every repeat (and drafted and accepted as many)"]
+              "same: llama-server generated our tokens in every repeat (and drafted and accepted as many); "
+              "the repeats ran in rounds (every row once per round), each round's three runs in a rotated order"]
     return "\n".join(lines)

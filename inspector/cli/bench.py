@@ -78,7 +78,9 @@ def add_bench_commands(sub) -> None:
     bn.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH",
                     help="instead: ours against llama-server (a fresh one per run; default: the one built from our "
                          "llama.cpp) for plain and every llama.cpp source, with and without probabilities, and the "
-                         "window against headless; --tasks, --repeats and --config choose the work")
+                         "window against headless; --tasks, --repeats and --config choose the work; the repeats run in rounds "
+                         "(every row once per round), each round's three runs (ours, llama-server, ours without "
+                         "probabilities) in a rotated order, and medians are compared")
     bn.add_argument("--config", action="append", default=[], metavar="SOURCE[:key=value,...]",
                     help="with --llama-server: a configuration as compare takes it (repeatable; default: plain, "
                          "every llama.cpp n-gram source at draft max 16, and a Q4_0 draft of the model)")
