@@ -13,6 +13,7 @@ from inspector.engine.probabilities import summarise_rows
 
 
 class FakeRuntime:
+    local_logits = True
     def __init__(self, n_vocab: int = 1000, n_ctx: int = 256, n_batch: int = 64, eog: tuple[int, ...] = ()):
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
@@ -38,13 +39,17 @@ class FakeRuntime:
         self._last_rows = tuple(tokens)
         return [(t + 1) % self.n_vocab for t in tokens]
 
-    def row_probabilities(self, n, proposed, predictions, sampling=None):
-        """Figures from made-up logits: after token t, t+1 has logit 4, t+2 logit 2, the rest 0."""
+    def last_logits(self, n):
+        """Made-up logits of the last decode's n rows: after token t, t+1 has logit 4, t+2 logit 2, the rest 0."""
         logits = np.zeros((n, self.n_vocab), dtype=np.float32)
         for i, t in enumerate(self._last_rows[-n:]):
             logits[i, (t + 1) % self.n_vocab] = 4.0
             logits[i, (t + 2) % self.n_vocab] = 2.0
-        return summarise_rows(logits, proposed, predictions, sampling)
+        return logits
+
+    def row_probabilities(self, n, proposed, predictions, sampling=None):
+        """Figures from ``last_logits``."""
+        return summarise_rows(self.last_logits(n), proposed, predictions, sampling)
 
     def prefill(self, sid, tokens, position):
         self.decode_rows(sid, tokens, position)

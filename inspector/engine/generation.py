@@ -25,6 +25,7 @@ import numpy as np
 
 from inspector.engine import faults as F
 from inspector.engine.classify import FROM_PREFILL, token_outcome
+from inspector.engine.deferred_figures import FigureBatch
 from inspector.engine.errors import DecodeAborted, InjectedCallbackError, PromptTooLong, RequestCancelled
 from inspector.engine.faults import FaultPlan
 from inspector.engine.finish import FINISH_CONTEXT_FULL, FINISH_LENGTH, finish_after_commit
@@ -87,6 +88,10 @@ class Generation:
         """Prompt tokens the session holds at positions 0.. (llama-server's ``cache_prompt``): kept by the prefill."""
         self.receipts: list[WindowReceipt] = []
         self.discards: list[Discard] = []
+        self.figures = FigureBatch(self.runtime.n_vocab, settings.sampling, self._account_figures) \
+            if settings.probabilities and getattr(self.runtime, "local_logits", False) else None
+        """Plain steps' probability figures, summarised in batches (``inspector.engine.deferred_figures``); None
+        without figures, or with a runtime whose logits are not in this process (summarised at each step)."""
         self.events: list[EngineEvent] = []
         self.plain_steps = 0
         self.decode_step = 0
@@ -408,7 +413,8 @@ class Generation:
         """
         sid = self.session_id
         cancel = self.cancel_event
-        step = plain_step_call(sid, self.tokens[-1], base, cancel, self.settings.sampling, self.settings.probabilities)
+        step = plain_step_call(sid, self.tokens[-1], base, cancel, self.settings.sampling, self.settings.probabilities,
+                               self.figures)
         self._commit_window = None
         try:
             timed = self.scheduler.execute("step", sid, step)
@@ -439,6 +445,16 @@ class Generation:
             self._error(exc, None)
             raise
         self._check_finished()
+        if self.figures is not None and self.figures.due():
+            self.figures.flush()
+
+    def _account_figures(self, ns: int, rows: int) -> None:
+        """Add a figure batch's copy or summary time (ns) and rows to the runtime's benchmark counters
+        (``probability_ns``, ``probability_rows``), when it keeps them."""
+        rt = self.runtime
+        if hasattr(rt, "probability_ns"):
+            rt.probability_ns += ns
+            rt.probability_rows += rows
 
     def _commit(self, token: int, row: int, base_position: int, outcome: str | None = None) -> bool:
         """Append a committed token, stream its text and ask the consumer (SPEC step 6).
@@ -473,6 +489,8 @@ class Generation:
     def _finish(self, reason: str) -> None:
         self.text.finish()
         self.finish_reason = reason
+        if self.figures is not None:  # the last plain steps' figures, before the finish is told
+            self.figures.flush()
         self._emit(FINISH, detail=reason)
         self.observer.on_finish(reason)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from inspector.engine.deferred_figures import FigureBatch
 from inspector.engine.errors import SpeculationUnsupported
 from inspector.engine.settings import SamplingSettings
 
@@ -58,19 +59,24 @@ def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: Samplin
 
 
 def plain_step_call(sid: int, current: int, base: int, cancel, sampling: SamplingSettings,
-                    want_probabilities: bool) -> Callable:
+                    want_probabilities: bool, figures: FigureBatch | None = None) -> Callable:
     """One plain decoding step of session ``sid``: decode ``current`` alone at position ``base``.
 
     The callable returns ``(predicted token, probabilities or None)``, or None when the session's KV
     length is not ``base`` (the caller makes it canonical and asks again). ``cancel``: the request's
-    cancellation event (an abort of the decode in flight raises ``DecodeAborted``)."""
+    cancellation event (an abort of the decode in flight raises ``DecodeAborted``). With ``figures``
+    the row is copied there and the probabilities are its ``DeferredFigures`` (summarised later, in a
+    batch: ``inspector.engine.deferred_figures``); without, they are summarised now."""
 
     def step(rt):
         if rt.kv_length(sid) != base:
             return None
         predictions = rt.decode_rows(sid, (current,), base, cancel)
-        probs = rt.row_probabilities(1, (), predictions, sampling) if want_probabilities else None
-        return predictions[0], probs
+        if not want_probabilities:
+            return predictions[0], None
+        if figures is not None:
+            return predictions[0], figures.add(rt.last_logits(1)[0], predictions[0])
+        return predictions[0], rt.row_probabilities(1, (), predictions, sampling)
 
     return step
 

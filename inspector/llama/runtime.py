@@ -74,6 +74,10 @@ class LlamaRuntime:
     combination it refuses, before the weights load; ``TypeError`` for a name that is not one.
     """
 
+    local_logits = True
+    """``last_logits`` is a view in this process: a plain step's row can be copied for a batch of figures
+    (``inspector.engine.deferred_figures``); a ``RemoteRuntime`` would send every row through its pipe."""
+
     def __init__(
         self,
         model_path: str | os.PathLike,
@@ -386,6 +390,12 @@ class LlamaRuntime:
 
     def _logits(self, n: int) -> "np.ndarray":
         """The last decode's n rows of logits, a view (``LogitsReader.rows``)."""
+        return self.logits.rows(n)
+
+    def last_logits(self, n: int) -> "np.ndarray":
+        """The last decode's ``n`` rows of logits (every row had its logits flag), shape (n, n_vocab) float32:
+        a view of llama.cpp's buffer, valid until the next decode (copy what you keep). Raises
+        ``EngineError`` when llama.cpp has none."""
         return self.logits.rows(n)
 
     def prefill(self, sid: int, tokens: Sequence[int], position: int) -> None:

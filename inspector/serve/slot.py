@@ -316,12 +316,14 @@ class ServeSlot:
         self._changed(row)
 
     def _send(self, job: Job, record: SessionRecord, stream: _Stream, sent: int) -> int:
-        """Deliver the tokens committed since ``sent`` (each with its row's probabilities)."""
+        """Deliver the tokens committed since ``sent`` (each with its row's probabilities when the request asked
+        for them, ``n_probs``: a plain step's are otherwise left to their batch, ``inspector.engine.deferred_figures``)."""
         tokens = record.tokens
         piece = self.runtime.token_piece
+        wanted = job.params.n_probs > 0
         while sent < len(tokens) and sent < len(stream.deltas):
             info = tokens[sent]
-            probs = record.token_probabilities(info)
+            probs = record.token_probabilities(info) if wanted else None
             if probs is None:
                 job.deliver(TokenOut(info.token, stream.deltas[sent], piece(info.token), None))
             else:

@@ -194,6 +194,7 @@ class RecordingObserver(GenerationObserver):
     inner: GenerationObserver | None = None
     before_commit_hook: Callable | None = None
     _sent: set = field(default_factory=set)
+    _waiting: list = field(default_factory=list)  # plain steps' figures not summarised yet: their top 5 later
 
     def texts(self, ids) -> None:
         """Push the texts of the ids in ``ids`` not pushed yet (out-of-vocabulary ids are skipped)."""
@@ -208,8 +209,14 @@ class RecordingObserver(GenerationObserver):
         if t is not None and t not in self._sent and 0 <= t < self.n_vocab:  # one token: no set building
             self._sent.add(t)
             self.push(TokenTexts({t: self.token_text(t)}))
-        if event.probabilities is not None:
-            self.texts(event.probabilities.top_token_ids())
+        p = event.probabilities
+        if p is not None:
+            if getattr(p, "ready", True):
+                self.texts(p.top_token_ids())
+            else:  # a plain step's figures come with its batch (inspector.engine.deferred_figures): not forced here
+                self._waiting.append(p)
+        if self._waiting and self._waiting[0].ready:
+            self._texts_of_ready()
         self.push(event)
         if self.inner is not None:
             self.inner.on_event(event)
@@ -245,7 +252,19 @@ class RecordingObserver(GenerationObserver):
         if self.before_commit_hook is not None:
             self.before_commit_hook(window, row, token, position)
 
+    def _texts_of_ready(self, every: bool = False) -> None:
+        """Push the top-5 texts of the waiting figures that are summarised (batches run in order, so the ready
+        ones lead); ``every``: all of them, summarising what is still pending."""
+        waiting = self._waiting
+        n = 0
+        while n < len(waiting) and (every or waiting[n].ready):
+            self.texts(waiting[n].top_token_ids())
+            n += 1
+        del waiting[:n]
+
     def on_finish(self, reason) -> None:
+        if self._waiting:
+            self._texts_of_ready(every=True)
         if self.inner is not None:
             self.inner.on_finish(reason)
 

@@ -1,0 +1,155 @@
+"""Plain steps' probability figures summarised in batches (issue 41, ``inspector.engine.deferred_figures``):
+the same figures as one row at a time, ready for every reader, and summarised together.
+
+The real model's plain steps go through the batches in ``test_probabilities`` (figures equal a separate
+decode of the same prefix) and ``test_autosave`` (every step event carries its figures)."""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+
+import numpy as np
+import pytest
+
+from inspector.engine import GenerationSettings, RuntimeScheduler
+from inspector.engine.deferred_figures import MAX_AGE_MS, DeferredFigures, FigureBatch, split_rows
+from inspector.engine.generation import Generation
+from inspector.engine.probabilities import summarise_rows
+from inspector.engine.records import STEP
+from inspector.session.run_records import RecordingObserver, TokenTexts
+
+from fake_runtime import FakeRuntime
+
+V = 3000
+
+
+def _rows(n: int, seed: int = 7) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0.0, 3.0, size=(n, V)).astype(np.float32)
+
+
+def _alone(row: np.ndarray, prediction: int):
+    return summarise_rows(row[None, :], (), [prediction])
+
+
+def _same(a, b) -> None:
+    """The same figures, up to the last digit a batch's sums may round differently."""
+    assert a.basis == b.basis and a.rows == b.rows == 1
+    assert a.top_tokens == b.top_tokens and a.predicted_rank == b.predicted_rank
+    assert a.proposed_p == b.proposed_p == (None,) and a.draft_q is None
+    for col in ("predicted_p", "entropy", "margin"):
+        assert getattr(a, col) == pytest.approx(getattr(b, col), rel=1e-3), col
+    assert np.allclose(a.top_p, b.top_p, rtol=1e-3)
+
+
+def test_each_row_of_a_batch_gets_the_figures_it_gets_alone():
+    rows = _rows(5)
+    preds = [int(r.argmax()) for r in rows]
+    batch = FigureBatch(V)
+    handles = [batch.add(r, p) for r, p in zip(rows, preds)]
+    assert batch.pending == 5 and not any(h.ready for h in handles)
+    batch.flush()
+    assert batch.pending == 0 and batch.batches == 1 and all(h.ready for h in handles)
+    for h, r, p in zip(handles, rows, preds):
+        _same(h.value, _alone(r, p))
+
+
+def test_reading_a_pending_row_summarises_its_whole_batch_once():
+    rows = _rows(3)
+    batch = FigureBatch(V)
+    handles = [batch.add(r, int(r.argmax())) for r in rows]
+    assert handles[1].predicted_p[0] > 0  # any attribute reads through
+    assert all(h.ready for h in handles) and batch.batches == 1
+    assert handles[2].to_json() == handles[2].value.to_json()
+    assert handles[0] == handles[0].value and handles[0] != handles[1]
+
+
+def test_a_full_batch_is_summarised_before_the_next_row_is_copied():
+    rows = _rows(3)
+    batch = FigureBatch(V, rows=2)
+    handles = [batch.add(r, int(r.argmax())) for r in rows]
+    assert [h.ready for h in handles] == [True, True, False]
+    assert batch.pending == 1 and batch.batches == 1
+
+
+def test_the_figures_are_of_the_row_as_it_was_when_copied():
+    row = _rows(1)[0]
+    kept = row.copy()
+    batch = FigureBatch(V)
+    handle = batch.add(row, int(row.argmax()))
+    row[:] = 0.0  # llama.cpp's buffer holds the next decode's logits by then
+    _same(handle.value, _alone(kept, int(kept.argmax())))
+
+
+def test_a_batch_is_due_when_full_or_when_its_oldest_row_is_old():
+    rows = _rows(2)
+    batch = FigureBatch(V, rows=2)
+    age = int(MAX_AGE_MS * 1e6)
+    assert not batch.due()
+    before = perf_counter_ns()
+    batch.add(rows[0], 0)
+    after = perf_counter_ns()
+    assert not batch.due(before + age - 1)  # the row was copied at or after ``before``
+    assert batch.due(after + age)
+    batch.add(rows[1], 0)
+    assert batch.due(after)
+
+
+def test_a_row_of_the_wrong_length_is_refused_and_nothing_is_kept():
+    batch = FigureBatch(V)
+    with pytest.raises(ValueError, match="3000 logits"):
+        batch.add(np.zeros(V - 1, np.float32), 0)
+    assert batch.pending == 0
+    with pytest.raises(ValueError, match="at least 1 row"):
+        FigureBatch(V, rows=0)
+
+
+def test_split_rows_keeps_every_column_of_each_row():
+    rows = _rows(3)
+    preds = [int(r.argmax()) for r in rows]
+    whole = summarise_rows(rows, (), preds)
+    parts = split_rows(whole)
+    assert len(parts) == 3
+    for i, part in enumerate(parts):
+        assert part.row(0).top == whole.row(i).top and part.entropy == (whole.entropy[i],)
+        assert part.predicted_rank == (whole.predicted_rank[i],) and part.margin == (whole.margin[i],)
+
+
+class _ImmediateRuntime(FakeRuntime):
+    local_logits = False  # as a RemoteRuntime: every step summarises its own row
+
+
+def _run(runtime, n: int = 20, observer=None) -> Generation:
+    g = Generation(RuntimeScheduler(runtime), None, [1, 2, 3], GenerationSettings(max_new_tokens=n, probabilities=True),
+                   observer=observer)
+    g.start()
+    g.run()
+    return g
+
+
+def _step_figures(g: Generation) -> dict:
+    return {e.position: e.probabilities for e in g.events if e.kind == STEP}
+
+
+def test_a_generations_plain_steps_have_the_figures_of_summarising_each_step_alone():
+    batched, alone = _run(FakeRuntime()), _run(_ImmediateRuntime())
+    assert batched.generated == alone.generated and batched.plain_steps == 19
+    assert alone.figures is None and batched.figures is not None
+    b, a = _step_figures(batched), _step_figures(alone)
+    assert sorted(b) == sorted(a) and len(b) == 19
+    assert all(isinstance(p, DeferredFigures) and p.ready for p in b.values())  # the finish summarised them
+    for pos in b:
+        _same(b[pos].value, a[pos])
+    assert batched.figures.batches < 19  # 19 rows, at most 8 per batch: fewer summaries than steps
+
+
+def test_the_run_records_give_the_texts_of_every_steps_top_five_by_the_finish():
+    pushed = []
+    rt = FakeRuntime()
+    observer = RecordingObserver(pushed.append, lambda t: f"<{t}>", rt.n_vocab)
+    g = _run(rt, n=12, observer=observer)
+    texts = {}
+    for item in pushed:
+        if isinstance(item, TokenTexts):
+            texts.update(item.texts)
+    tops = {t for p in _step_figures(g).values() for t in p.top_token_ids()}
+    assert len(tops) > 12 and tops <= set(texts)
