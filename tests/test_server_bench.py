@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from statistics import median
 
+import pytest
+
 from inspector.bench.compare_result import CompareConfig
 from inspector.bench.server_bench import RUN_ORDER, format_server_bench, measure_run, run_order, BenchRow
 from inspector.engine import RuntimeScheduler
@@ -76,3 +78,15 @@ def test_three_rounds_run_each_program_first_second_and_third_once():
     for place in range(3):
         assert sorted(r[place] for r in rounds) == sorted(RUN_ORDER)
     assert run_order(3) == rounds[0]
+
+
+def test_the_time_inside_llama_decode_is_split_between_plain_steps_and_windows(runtime, scheduler):
+    from inspector.prompts import example_prompt
+
+    tokens = runtime.prompt_tokens(example_prompt("copy-exact"))
+    plain = measure_run(scheduler, CompareConfig("plain", "none", 0), tokens, 12, True)
+    assert plain.window_us == (0.0, 0.0) and plain.outside_share("window") is None
+    assert plain.plain_us[0] == pytest.approx(plain.decode_us) and plain.plain_us[1] > 0
+    ngram = measure_run(scheduler, CompareConfig("ngram", "ngram", 8), tokens, 32, True)
+    assert ngram.window_us[0] > 0 and ngram.outside_share("window") > 0
+    assert ngram.plain_us[0] + ngram.window_us[0] == pytest.approx(ngram.decode_us)
