@@ -44,8 +44,9 @@ BASES = (SOFTMAX, SAMPLER)
 DEFAULT_NEAR_TIE_MARGIN = 0.5
 """A row whose top two logits differ by less than this (logits) is a near-tie: a different
 CPU's kernels can swap the two (the baseline's divergence check uses the same idea)."""
-COST_NOTE = ("about 0.1-0.3 ms per verification row and 0.4-0.5 ms for a plain step's single row on a "
-             "2-core CPU (spec-inspector bench --llama-server prints it as p/row)")
+COST_NOTE = ("about 0.1-0.15 ms per verification row and 0.15-0.2 ms for a plain step's single row (copied, "
+             "then summarised with up to 7 others) on a 2-core CPU (spec-inspector bench --llama-server prints it "
+             "as p/row)")
 """What the figures cost, as the CLI help and the window's tooltip say it (measured by ``bench``)."""
 _BLOCK = 1024
 _DIGITS = 4
