@@ -22,6 +22,7 @@ def test_two_configurations_fill_the_table_and_export(qtbot, runtime, tmp_path):
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram 4", "ngram", 4, {"n_max": 3, "n_min": 1})])
     configs = v.config_list()
     assert configs[1].options == {"n_max": 3, "n_min": 1, "length": "fixed"}  # fixed: the default length
+    assert v.repeats.value() == 3  # every configuration three times, in rounds: tok/s are medians
     with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         assert w.analysis.run_compare(configs)
         assert w.state == BUSY and not w.panel.run.isEnabled() and not v.run.isEnabled()
@@ -33,6 +34,10 @@ def test_two_configurations_fill_the_table_and_export(qtbot, runtime, tmp_path):
     assert v.row_count() == 2
     assert [v.results.item(i, 0).text() for i in range(2)] == ["plain", "ngram 4"]
     plain, ngram = result.rows
+    assert result.repeats == 3
+    for row in (plain, ngram):
+        assert len(row.decode_tokens_per_s_runs) == 3
+        assert row.summary.decode_tokens_per_s == sorted(row.decode_tokens_per_s_runs)[1]
     for row in (plain, ngram):  # 24 tokens, unless the model's answer ended earlier
         assert row.summary.generated_tokens == 24 or (
             row.summary.finish_reason == "eog" and 0 < row.summary.generated_tokens < 24)
@@ -176,6 +181,7 @@ def test_conversation_compare_sums_every_turn(qtbot, runtime, tmp_path):
     assert v.choose_conversation("agent-edits")
     assert v.input.currentText() == f"conversation: agent-edits (bundled, {len(turns)} turns)"
     assert "per turn" in v.prompt_label.text()
+    v.repeats.setValue(1)  # one round: the progress of each configuration's turns, once
     seen = []
     show = v.set_turn_progress
     v.set_turn_progress = lambda *a: (show(*a), seen.append((a, v.status.text())))
@@ -256,7 +262,8 @@ def test_rows_appear_as_each_configuration_finishes_and_the_settings_stay_locked
     finished = []  # on the engine thread, as each row ends
     w.analysis.worker.compareRows.connect(lambda partial: finished.append(len(partial.rows)),
                                           Qt.ConnectionType.DirectConnection)
-    settings = [v.run, v.add, v.remove, v.defaults, v.configs, v.input, v.open_turns, v.max_tokens, v.with_server,
+    settings = [v.run, v.add, v.remove, v.defaults, v.configs, v.input, v.open_turns, v.max_tokens, v.repeats,
+                v.with_server,
                 v.server_target, v.server_choice.choose, v.configs.cellWidget(1, 2), v.options_cell(1)]
     hold = DecodeHold(runtime, when=lambda: bool(finished))
     with hold.installed(), qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
@@ -265,12 +272,12 @@ def test_rows_appear_as_each_configuration_finishes_and_the_settings_stay_locked
         qtbot.waitUntil(lambda: v.row_count() == 1, timeout=5000)  # the redraw timer shows it
         assert v.results.item(0, 0).text() == "plain" and v.results.item(0, 2).text() == "1.00x"
         assert finished == [1] and w.state == BUSY
-        assert v.status.text() == "running 2/3: ngram 4 …"  # the progress stays
+        assert v.status.text() == "running 2/9: ngram 4 (round 1/3) …"  # the progress stays (3 rounds)
         assert not any(x.isEnabled() for x in settings) and v.cancel.isEnabled()
         assert not v.export_json.isEnabled() and not v.export_csv.isEnabled()
         hold.release()
     result, note = blocker.args
-    assert finished == [1, 2, 3] and len(result.rows) == 3
+    assert finished == [1, 2, 3] + [3] * 6 and len(result.rows) == 3  # rounds 2 and 3 update the medians
     assert note.startswith("no llama-server to compare with: press Build llama-server") and "terminal" not in note
     # the rows may already be 3 from the partial result; the note comes with the final one's redraw
     qtbot.waitUntil(lambda: v.row_count() == 3 and v.status.text().startswith(note), timeout=5000)

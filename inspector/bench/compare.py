@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from statistics import median
 from typing import Callable, Sequence
 
 from inspector.engine.errors import RequestCancelled
@@ -137,9 +138,16 @@ def run_compare(
     turn_progress: Callable[[int, int, int, int, str], None] | None = None,
     system_prompt: str = "",
     row_done: Callable[[CompareResult], None] | None = None,
+    repeats: int = 1,
 ) -> CompareResult:
     """Run ``prompt_tokens`` once per configuration (in order) with ``settings``
     (its ``draft_max`` replaced by each configuration's) and compare.
+
+    ``repeats``: run every configuration that many times, in rounds (every configuration once per round,
+    the plain reference first), so a slow phase of the machine reaches every row alike: each row keeps its
+    first round's run (windows, tokens, receipts) and the median decode tokens/s of its rounds
+    (``CompareRow.decode_tokens_per_s_runs`` has each); its speedup is the median over plain's median. A row
+    whose first run failed is not run again.
 
     ``keep_runs``: keep each row's ``Generation``/``TurnsRun`` in ``CompareResult.runs``.
     ``turns``: user messages of a conversation to run instead of ``prompt_tokens``
@@ -168,6 +176,8 @@ def run_compare(
     """
     if not configs:
         raise ValueError("no configurations to compare")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, observed {repeats}")
     make_source = make_source or registry_source_factory(scheduler.runtime, settings)
     order = list(configs)
     plain_first = next((c for c in order if c.source == PLAIN), None)
@@ -179,31 +189,42 @@ def run_compare(
         order.remove(plain_first)
         order.insert(0, plain_first)
     runs: dict[int, tuple[object | None, str | None]] = {}
+    speeds: dict[int, list[float]] = {}  # id(config) -> decode tokens/s of each round's run
     result_order = [c for c in configs] if not extra_plain else [plain_first, *configs]
-    total = len(order)
-    for i, config in enumerate(order):
+    total = len(order) * repeats
+    for done in range(total):
+        rnd, i = divmod(done, len(order))
+        config = order[i]
+        if rnd and (runs[id(config)][0] is None or runs[id(config)][1] is not None):
+            continue  # its first run failed: nothing to time again
         if progress is not None:
-            progress(i, total, config.label)
+            progress(done, total, config.label if repeats == 1 else f"{config.label} (round {rnd + 1}/{repeats})")
         try:
             if turns is None:
-                runs[id(config)] = _run_request(scheduler, config, settings, make_source, cancel,
-                                                prompt_token_ids=tuple(prompt_tokens), source_memory={})
+                run = _run_request(scheduler, config, settings, make_source, cancel,
+                                   prompt_token_ids=tuple(prompt_tokens), source_memory={})
             else:
                 on_turn = None if turn_progress is None else (
-                    lambda n, count, i=i, label=config.label: turn_progress(n, count, i, total, label))
+                    lambda n, count, i=done, label=config.label: turn_progress(n, count, i, total, label))
                 conv, error = _run_turns(scheduler, config, settings, turns, make_source, cancel, on_turn,
                                          system_prompt)
-                runs[id(config)] = (conv, error, "" if conv is None else conv.warm_text())
+                run = (conv, error, "" if conv is None else conv.warm_text())
         except RequestCancelled as exc:
-            exc.partial = _result(runs, order[:i], None, prompt_tokens, settings, cost_model)
+            exc.partial = _result(runs, [c for c in order if id(c) in runs], None, prompt_tokens, settings,
+                                  cost_model, speeds)
             raise
+        if not rnd:
+            runs[id(config)] = run
+        tps = None if run[0] is None or run[1] is not None else run[0].summary().decode_tokens_per_s
+        if tps is not None:
+            speeds.setdefault(id(config), []).append(tps)
         if row_done is not None:
             finished = [c for c in result_order if id(c) in runs]
-            partial = _result(runs, finished, runs[id(plain_first)][0], prompt_tokens, settings, cost_model)
+            partial = _result(runs, finished, runs[id(plain_first)][0], prompt_tokens, settings, cost_model, speeds)
             row_done(replace(partial, runs=tuple(runs[id(c)][0] for c in finished)) if keep_runs else partial)
     plain_gen = runs[id(plain_first)][0]
-    result = replace(_result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model),
-                     system_prompt=system_prompt)
+    result = replace(_result(runs, result_order, plain_gen, prompt_tokens, settings, cost_model, speeds),
+                     system_prompt=system_prompt, repeats=repeats)
     describe = getattr(scheduler.runtime, "describe", None)
     if describe is not None:
         result = replace(result, model=describe())
@@ -335,9 +356,19 @@ def _with_draft_max(settings: GenerationSettings, draft_max: int) -> GenerationS
     return replace(settings, draft_max=max(0, int(draft_max)))
 
 
-def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> CompareResult:
-    """The rows of ``configs`` from ``runs`` (id(config) -> (a ``Generation`` or ``TurnsRun``, error, warm))."""
-    plain_tps = plain_gen.summary().decode_tokens_per_s if plain_gen is not None else None
+def _median_speed(gen, speeds: list[float] | None) -> float | None:
+    """The median of a row's rounds' decode tokens/s; its run's own with one round (or none timed)."""
+    if speeds and len(speeds) > 1:
+        return median(speeds)
+    return gen.summary().decode_tokens_per_s
+
+
+def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model, speeds=None) -> CompareResult:
+    """The rows of ``configs`` from ``runs`` (id(config) -> (a ``Generation`` or ``TurnsRun``, error, warm));
+    ``speeds``: id(config) -> each round's decode tokens/s (``run_compare``'s ``repeats``)."""
+    speeds = speeds or {}
+    plain_id = next((k for k, run in runs.items() if plain_gen is not None and run[0] is plain_gen), None)
+    plain_tps = _median_speed(plain_gen, speeds.get(plain_id)) if plain_gen is not None else None
     plain_error = next((run[1] for run in runs.values() if plain_gen is not None and run[0] is plain_gen), None)
     rows = []
     for config in configs:
@@ -346,6 +377,8 @@ def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> Co
             rows.append(CompareRow(config, Summary(), None, None, None, (), error, warm))
             continue
         s = gen.summary()
+        if len(speeds.get(id(config), ())) > 1:
+            s = replace(s, decode_tokens_per_s=_median_speed(gen, speeds[id(config)]))
         speedup = None if not plain_tps or s.decode_tokens_per_s is None else s.decode_tokens_per_s / plain_tps
         expected = None
         if cost_model is not None:
@@ -356,7 +389,8 @@ def _result(runs, configs, plain_gen, prompt_tokens, settings, cost_model) -> Co
         decoded = sum(r.decoded_rows for r in gen.receipts) + gen.plain_steps
         rows.append(CompareRow(config, s, speedup, expected, same, tuple(gen.generated), error, warm,
                                tree_windows=sum(1 for r in gen.receipts if r.tree is not None),
-                               rows_per_token=decoded / len(gen.generated) if gen.generated else None))
+                               rows_per_token=decoded / len(gen.generated) if gen.generated else None,
+                               decode_tokens_per_s_runs=tuple(speeds.get(id(config), ()))))
     return CompareResult(tuple(rows), len(prompt_tokens), settings, cost_model)
 
 

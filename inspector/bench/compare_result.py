@@ -67,12 +67,16 @@ class CompareRow:
     rows_per_token: float | None = None
     """Verification rows decoded per generated token: each window's decoded rows (a tree's every node)
     and one per plain step (None without a run). A tree pays only when it commits more per row."""
+    decode_tokens_per_s_runs: tuple[float, ...] = ()
+    """Decode tokens/s of each round's run (``run_compare``'s ``repeats``); ``summary.decode_tokens_per_s``
+    is their median when there are several."""
 
     def to_json(self) -> dict:
         return {
             "config": self.config.to_json(),
             "tree_windows": self.tree_windows,
             "rows_per_token": self.rows_per_token,
+            "decode_tokens_per_s_runs": list(self.decode_tokens_per_s_runs),
             "summary": self.summary.to_json(),
             "speedup_vs_plain": self.speedup_vs_plain,
             "expected_speedup": self.expected_speedup,
@@ -103,6 +107,8 @@ class CompareResult:
     system_prompt: str = ""
     """The chat's system message (``-sys``) every configuration's prompt (every turn's) began with; ""
     for none. In the JSON only when set, as in a receipts document's ``settings``."""
+    repeats: int = 1
+    """Runs per configuration, in rounds (``run_compare``): tokens/s and speedups are medians over them."""
 
     def to_json(self) -> dict:
         return {
@@ -110,13 +116,15 @@ class CompareResult:
             "version": 1,
             "model": self.model,
             "prompt_token_count": self.prompt_token_count,
+            "repeats": self.repeats,
             **({"system_prompt": self.system_prompt} if self.system_prompt else {}),
             "settings": self.settings.to_json(),
             "cost_model": None if self.cost_model is None else self.cost_model.to_json(),
             "rows": [r.to_json() for r in self.rows],
             **({"llama_server": [r.to_json() for r in self.llama_server]} if self.llama_server else {}),
             "definitions": {
-                "decode_tokens_per_s": "generated tokens / decode time (prefill excluded)",
+                "decode_tokens_per_s": "generated tokens / decode time (prefill excluded); with repeats, the median "
+                                       "of the rounds' runs (decode_tokens_per_s_runs)",
                 "speedup_vs_plain": "decode_tokens_per_s / the plain run's decode_tokens_per_s",
                 "expected_speedup": "tokens * c(1) / (sum of c(rows) over windows + plain steps * c(1)), cost model",
                 "acceptance_rate": "accepted / proposed tokens over verified windows",
@@ -193,4 +201,7 @@ def format_compare(result: CompareResult) -> str:
               for r in result.rows if r.warm]
     lines += [f"tree: {r.config.label}: {r.tree_windows} of {r.summary.windows} windows verified a token tree "
               "(rows/tok counts every node)" for r in result.rows if r.tree_windows]
+    if result.repeats > 1:
+        lines.append(f"tok/s, vs plain: medians of {result.repeats} runs per configuration, run in rounds (every "
+                     "configuration once per round, plain first); the other columns: the first round's run")
     return "\n".join(lines)

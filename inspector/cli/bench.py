@@ -118,6 +118,10 @@ def add_bench_commands(sub) -> None:
                     help=f"tokens per run [{DEFAULT_MAX_NEW_TOKENS}]")
     cp.add_argument("--threads", "-t", type=THREADS, default=None,
                     help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
+    cp.add_argument("--repeats", type=whole_number(1, 100), default=3,
+                    help="runs per configuration, in rounds (every configuration once per round, plain first, so a "
+                         "slow phase of the machine reaches them all): tok/s and speedups are medians, the other "
+                         "columns the first round's (1..100) [3]")
     cp.add_argument("--cost-model", action="store_true",
                     help="measure the cost model first and add each run's expected speedup")
     cp.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
@@ -411,7 +415,7 @@ def cmd_compare(args) -> int:
             lambda k, n, i, m, label: print(f"    turn {k}/{n}", file=sys.stderr, flush=True))
         result = run_compare(scheduler, tokens, configs, settings, cost_model=cost_model, progress=progress,
                              turns=turns, turn_progress=turn_progress, keep_runs=args.llama_server is not None,
-                             system_prompt=args.system_prompt)
+                             system_prompt=args.system_prompt, repeats=args.repeats)
     except EngineError as exc:  # e.g. a lost RPC server: one line, not a traceback
         runtime.close()
         return fail(str(exc))

@@ -89,7 +89,7 @@ def _spin(lo: int, hi: int, value: int) -> QSpinBox:
 class CompareConfigsPanel(QWidget):
     """The configurations panel of ``CompareView``: ``sources`` are the source names offered in each
     row. Its widgets: ``configs`` (the table), ``add``, ``remove``, ``defaults``, ``run``, ``cancel``,
-    ``progress``, ``status``, ``input`` (what to run on), ``open_turns``, ``max_tokens``,
+    ``progress``, ``status``, ``input`` (what to run on), ``open_turns``, ``max_tokens``, ``repeats``,
     ``prompt_label``; the window connects Run and Cancel.
 
     ``problem(title, message)``: something the user chose cannot be used (a turns file): the
@@ -150,6 +150,10 @@ class CompareConfigsPanel(QWidget):
                                    "taken from the main window's max tokens until you change it here")
         self.max_tokens.valueChanged.connect(lambda _v: self._max_tokens_changed())
         self._max_tokens_own = False  # True once the user set it here
+        self.repeats = _spin(1, 100, 3)
+        self.repeats.setToolTip("runs per configuration, in rounds (every configuration once per round, plain "
+                                "first, so a slow phase of the machine reaches them all): tok/s and speedups are "
+                                "medians of the rounds, the other columns the first round's")
         buttons = QHBoxLayout()
         for b in (self.add, self.remove, self.defaults):
             buttons.addWidget(b)
@@ -169,6 +173,8 @@ class CompareConfigsPanel(QWidget):
         on.addWidget(self.open_turns)
         on.addWidget(QLabel("max tokens"))
         on.addWidget(self.max_tokens)
+        on.addWidget(QLabel("repeats"))
+        on.addWidget(self.repeats)
         on.addWidget(self.prompt_label, 1)
         tl.addLayout(on)
         tl.addLayout(buttons)
@@ -187,7 +193,7 @@ class CompareConfigsPanel(QWidget):
         """Busy state: Run and every setting off (the configurations table and its cells, what to run on,
         max tokens), Cancel on, progress shown; ``text`` in the status line."""
         for w in (self.run, self.add, self.remove, self.defaults, self.configs, self.input, self.open_turns,
-                  self.max_tokens):
+                  self.max_tokens, self.repeats):
             w.setEnabled(not running)
         self.cancel.setEnabled(running)
         self.progress.setVisible(running)

@@ -156,6 +156,7 @@ class CompareView(QWidget):
         self.run, self.cancel, self.progress, self.status = top.run, top.cancel, top.progress, top.status
         self.input, self.open_turns, self.max_tokens, self.prompt_label = (top.input, top.open_turns, top.max_tokens,
                                                                            top.prompt_label)
+        self.repeats = top.repeats
 
         # Results
         self.results = QTableWidget(0, len(RESULT_HEADERS))

@@ -94,6 +94,8 @@ class CompareRequest:
     prompt_tokens: tuple | None = None
     """The prompt as token ids, used instead of ``prompt_text`` (the Tune window's Verify runs the
     recorded run's own prompt tokens)."""
+    repeats: int = 1
+    """Runs per configuration, in rounds (``run_compare``): tokens/s and speedups are medians."""
 
 
 class AnalysisWorker(QObject):
@@ -206,7 +208,7 @@ class AnalysisWorker(QObject):
             result = run_compare(self.engine.scheduler, tokens, list(req.configs), req.settings,
                                  cost_model=req.cost_model, progress=self.compareProgress.emit, cancel=self.job.cancel,
                                  turns=turns, turn_progress=self.compareTurnProgress.emit, keep_runs=True,
-                                 row_done=self.compareRows.emit)
+                                 row_done=self.compareRows.emit, repeats=req.repeats)
         except RequestCancelled as exc:
             partial = getattr(exc, "partial", None)
             done = len(partial.rows) if partial is not None else 0

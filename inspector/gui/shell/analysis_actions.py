@@ -388,7 +388,7 @@ class AnalysisActions(QObject):
         settings = replace(panel.generation_settings(), max_new_tokens=v.max_tokens.value())  # the window's own
         self.requestCompare.emit(CompareRequest(text, raw, tuple(configs), settings,
                                                 None if self.current is None else self.current.model, turns,
-                                                v.llama_server_target()))
+                                                v.llama_server_target(), repeats=v.repeats.value()))
         return True
 
     def _with_panel_draft(self, c):
