@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from inspector.engine.probabilities import WindowProbabilities, summarise_rows
-from inspector.engine.settings import SamplingSettings
+from inspector.engine.settings import GenerationSettings, SamplingSettings
 
 BATCH_ROWS = 8
 """Rows summarised together at most (8 rows of a 49,152-token vocabulary: a 1.5 MB buffer)."""
@@ -65,6 +65,10 @@ class DeferredFigures:
             self._batch.flush()
         return self._value
 
+    def resolve(self, figures: WindowProbabilities) -> None:
+        """Give this stand-in its figures (its ``FigureBatch`` does, when it summarises the batch)."""
+        self._value = figures
+
     def __getattr__(self, name: str):
         if name.startswith("__") or name in self.__slots__:  # copy/pickle probes, an unset slot: not the figures'
             raise AttributeError(name)
@@ -78,6 +82,22 @@ class DeferredFigures:
 
     def __repr__(self) -> str:
         return f"DeferredFigures({self._value!r})" if self._value is not None else "DeferredFigures(pending)"
+
+
+def figure_batch(runtime, settings: GenerationSettings) -> "FigureBatch | None":
+    """The ``FigureBatch`` of a generation on ``runtime`` with ``settings``: None without probabilities, or
+    when the runtime's logits are not in this process (``local_logits`` false, e.g. a ``RemoteRuntime``: each
+    step then summarises its own row). Its copy and summary times go to the runtime's benchmark counters
+    (``probability_ns``, ``probability_rows``) when it keeps them."""
+    if not settings.probabilities or not getattr(runtime, "local_logits", False):
+        return None
+
+    def account(ns: int, rows: int) -> None:
+        if hasattr(runtime, "probability_ns"):
+            runtime.probability_ns += ns
+            runtime.probability_rows += rows
+
+    return FigureBatch(runtime.n_vocab, settings.sampling, account)
 
 
 class FigureBatch:
@@ -136,6 +156,11 @@ class FigureBatch:
         now = perf_counter_ns() if now_ns is None else now_ns
         return len(self._pending) >= self._capacity or now - self._oldest_ns >= MAX_AGE_MS * 1e6
 
+    def flush_if_due(self) -> None:
+        """``flush`` when ``due()``."""
+        if self.due():
+            self.flush()
+
     def flush(self) -> None:
         """Summarise every pending row (one ``summarise_rows`` call) and give each stand-in its figures."""
         with self._lock:
@@ -148,7 +173,7 @@ class FigureBatch:
         t = perf_counter_ns()
         figures = summarise_rows(self._buffer[:len(pending)], (), [p for _h, p in pending], self.sampling)
         for (handle, _p), row in zip(pending, split_rows(figures)):
-            handle._value = row
+            handle.resolve(row)
         self._pending = []
         self.batches += 1
         self._account(perf_counter_ns() - t, len(pending))

@@ -25,7 +25,7 @@ import numpy as np
 
 from inspector.engine import faults as F
 from inspector.engine.classify import FROM_PREFILL, token_outcome
-from inspector.engine.deferred_figures import FigureBatch
+from inspector.engine.deferred_figures import figure_batch
 from inspector.engine.errors import DecodeAborted, InjectedCallbackError, PromptTooLong, RequestCancelled
 from inspector.engine.faults import FaultPlan
 from inspector.engine.finish import FINISH_CONTEXT_FULL, FINISH_LENGTH, finish_after_commit
@@ -88,10 +88,8 @@ class Generation:
         """Prompt tokens the session holds at positions 0.. (llama-server's ``cache_prompt``): kept by the prefill."""
         self.receipts: list[WindowReceipt] = []
         self.discards: list[Discard] = []
-        self.figures = FigureBatch(self.runtime.n_vocab, settings.sampling, self._account_figures) \
-            if settings.probabilities and getattr(self.runtime, "local_logits", False) else None
-        """Plain steps' probability figures, summarised in batches (``inspector.engine.deferred_figures``); None
-        without figures, or with a runtime whose logits are not in this process (summarised at each step)."""
+        self.figures = figure_batch(self.runtime, settings)
+        """Plain steps' probability figures, summarised in batches (``inspector.engine.deferred_figures``), or None."""
         self.events: list[EngineEvent] = []
         self.plain_steps = 0
         self.decode_step = 0
@@ -184,13 +182,11 @@ class Generation:
         step: ``decode_step`` stays 0 and its time counts as prefill time, as llama-server's
         ``predicted_per_second`` counts it (every generated token over the time after the first).
 
-        Raises ``PromptTooLong`` before any decode when the prompt needs more
-        than ``n_ctx - 1`` positions, and ``SpeculationUnsupported`` when a
-        proposal source is set but the runtime's KV cache cannot remove a
-        partial suffix exactly (its ``rollback`` probe; plain decoding, with no
-        source, still runs). A cancellation before the first token is committed raises
-        ``RequestCancelled`` with nothing committed; ``resume()`` then starts over.
-        """
+        Raises ``PromptTooLong`` before any decode when the prompt needs more than ``n_ctx - 1`` positions,
+        and ``SpeculationUnsupported`` when a proposal source is set but the runtime's KV cache cannot remove
+        a partial suffix exactly (its ``rollback`` probe; plain decoding, with no source, still runs). A
+        cancellation before the first token is committed raises ``RequestCancelled`` with nothing
+        committed; ``resume()`` then starts over."""
         n_ctx = self.runtime.n_ctx
         if self.prompt_token_count >= n_ctx:
             raise PromptTooLong(self.prompt_token_count, n_ctx)
@@ -263,12 +259,9 @@ class Generation:
         self._check_finished()
 
     def resume(self) -> None:
-        """Make the session canonical again after an error and clear the cancellation.
-
-        A retired session is replaced by a new one prefilled with the
-        canonical stream; otherwise the KV cache is trimmed (or refilled) to
-        ``len(tokens) - 1``.
-        """
+        """Make the session canonical again after an error and clear the cancellation: a retired session is
+        replaced by a new one prefilled with the canonical stream; otherwise the KV cache is trimmed (or
+        refilled) to ``len(tokens) - 1``."""
         self.cancel_event.clear()
         self._consumer_stop = False
         if not self._started:
@@ -294,12 +287,9 @@ class Generation:
         self._emit(REPAIR, position=base, detail=f"resync: decoded {len(missing)} missing tokens")
 
     def run(self, max_steps: int | None = None) -> str | None:
-        """Run decode steps until the request finishes (or ``max_steps`` ran).
-
-        Returns the finish reason (None if ``max_steps`` ended it first).
-        Raises whatever a step raises, after repair; call ``resume()`` then
-        ``run()`` to continue from the canonical position.
-        """
+        """Run decode steps until the request finishes (or ``max_steps`` ran). Returns the finish reason
+        (None if ``max_steps`` ended it first). Raises whatever a step raises, after repair; call
+        ``resume()`` then ``run()`` to continue from the canonical position."""
         if not self._started:
             self.start()
         n = 0
@@ -408,9 +398,8 @@ class Generation:
         """Decode the current token alone and commit the target's prediction; ``why``: the reason no
         window ran (the ``step`` event's detail, ``inspector.engine.no_proposal``).
 
-        If the session's KV length is not ``base`` (e.g. after a
-        ``position_mismatch`` discard) it is made canonical first.
-        """
+        If the session's KV length is not ``base`` (e.g. after a ``position_mismatch`` discard) it is made
+        canonical first."""
         sid = self.session_id
         cancel = self.cancel_event
         step = plain_step_call(sid, self.tokens[-1], base, cancel, self.settings.sampling, self.settings.probabilities,
@@ -445,16 +434,8 @@ class Generation:
             self._error(exc, None)
             raise
         self._check_finished()
-        if self.figures is not None and self.figures.due():
-            self.figures.flush()
-
-    def _account_figures(self, ns: int, rows: int) -> None:
-        """Add a figure batch's copy or summary time (ns) and rows to the runtime's benchmark counters
-        (``probability_ns``, ``probability_rows``), when it keeps them."""
-        rt = self.runtime
-        if hasattr(rt, "probability_ns"):
-            rt.probability_ns += ns
-            rt.probability_rows += rows
+        if self.figures is not None:
+            self.figures.flush_if_due()
 
     def _commit(self, token: int, row: int, base_position: int, outcome: str | None = None) -> bool:
         """Append a committed token, stream its text and ask the consumer (SPEC step 6).

@@ -75,8 +75,7 @@ class LlamaRuntime:
     """
 
     local_logits = True
-    """``last_logits`` is a view in this process: a plain step's row can be copied for a batch of figures
-    (``inspector.engine.deferred_figures``); a ``RemoteRuntime`` would send every row through its pipe."""
+    """``last_logits`` is a view here: a plain step's row is copied for a figure batch (``deferred_figures``)."""
 
     def __init__(
         self,
@@ -291,14 +290,12 @@ class LlamaRuntime:
     def decode_rows(
         self, sid: int, tokens: Sequence[int], position: int, abort: threading.Event | None = None
     ) -> list[int]:
-        """Decode ``tokens`` at positions ``position..`` in ONE batch with logits on
-        every row, and return the session sampler's prediction for each row.
+        """Decode ``tokens`` at positions ``position..`` in ONE batch with logits on every row, and return
+        the session sampler's prediction for each row.
 
-        Used for verification (N rows) and plain steps (1 row). ``abort``: when
-        set during the decode, llama.cpp stops it (``DecodeAborted``).
-        Raises ``EngineError`` if the batch exceeds ``n_batch`` or the context,
-        ``DecodeFailed`` on a non-zero ``llama_decode`` status.
-        """
+        Used for verification (N rows) and plain steps (1 row). ``abort``: when set during the decode,
+        llama.cpp stops it (``DecodeAborted``). Raises ``EngineError`` if the batch exceeds ``n_batch`` or
+        the context, ``DecodeFailed`` on a non-zero ``llama_decode`` status."""
         n = len(tokens)
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
@@ -311,7 +308,7 @@ class LlamaRuntime:
             # Greedy: argmax of every row at once (all rows have logits, in batch order);
             # the same choice as llama_sampler_init_greedy, without n C sampler calls.
             t = time.perf_counter_ns()
-            out = self._logits(n).argmax(axis=1).tolist()
+            out = self.last_logits(n).argmax(axis=1).tolist()
             self.predict_ns += time.perf_counter_ns() - t
             return out
         chain = self.sessions.chain(sid)
@@ -329,7 +326,7 @@ class LlamaRuntime:
         self._decode(n, position, abort, sid)
         if self.sessions.has_penalties(sid):
             self._penalize(sid, n, position)
-        return self._logits(n).copy()
+        return self.last_logits(n).copy()
 
     def decode_tree(
         self, sid: int, tokens: Sequence[int], parents: Sequence[int], position: int,
@@ -369,7 +366,7 @@ class LlamaRuntime:
         """Apply session ``sid``'s penalties in place to the last decode's ``n`` rows with logits, the
         rows of positions ``position ..`` (``inspector.engine.penalties.penalize_rows``)."""
         t = time.perf_counter_ns()
-        self.sessions.penalize(sid, self._logits(n), position)
+        self.sessions.penalize(sid, self.last_logits(n), position)
         self.predict_ns += time.perf_counter_ns() - t
 
     def row_probabilities(self, n: int, proposed: Sequence[int], predictions: Sequence[int],
@@ -380,17 +377,13 @@ class LlamaRuntime:
         ``rows``: only these rows, in this order (a tree window's kept branch). Adds its time to
         ``probability_ns`` and the rows summarised to ``probability_rows`` (benchmarks)."""
         t = time.perf_counter_ns()
-        logits = self._logits(n)
+        logits = self.last_logits(n)
         if rows is not None:
             logits = logits[list(rows)]
         out = summarise_rows(logits, proposed, predictions, sampling)
         self.probability_ns += time.perf_counter_ns() - t
         self.probability_rows += len(logits)
         return out
-
-    def _logits(self, n: int) -> "np.ndarray":
-        """The last decode's n rows of logits, a view (``LogitsReader.rows``)."""
-        return self.logits.rows(n)
 
     def last_logits(self, n: int) -> "np.ndarray":
         """The last decode's ``n`` rows of logits (every row had its logits flag), shape (n, n_vocab) float32:
@@ -420,7 +413,7 @@ class LlamaRuntime:
         if self.sessions.has_penalties(sid):
             self._penalize(sid, 1, position + len(tokens) - 1)
         if self.sessions.is_greedy(sid):
-            return int(self._logits(1)[0].argmax())
+            return int(self.last_logits(1)[0].argmax())
         return int(llama_cpp.llama_sampler_sample(self.sessions.chain(sid), self.ctx, -1))
 
     def trim(self, sid: int, position: int) -> bool:
@@ -436,11 +429,8 @@ class LlamaRuntime:
         return removed
 
     def retire_checkpoint(self, sid: int, start: int, count: int) -> None:
-        """Nothing to release: llama.cpp's KV cache keeps no verify checkpoint.
-
-        Kept as a runtime operation so a full accept still records its repair
-        lock acquisition (SPEC step 7, ``runtime_lock_acquires`` = 2).
-        """
+        """Nothing to release: llama.cpp's KV cache keeps no verify checkpoint. Kept as a runtime operation
+        so a full accept still records its repair lock acquisition (SPEC step 7, ``runtime_lock_acquires`` = 2)."""
 
     # -- vocabulary (``inspector.llama.vocab.Vocabulary``) --------------------
     def is_eog(self, token: int) -> bool:
