@@ -153,3 +153,29 @@ def test_the_run_records_give_the_texts_of_every_steps_top_five_by_the_finish():
             texts.update(item.texts)
     tops = {t for p in _step_figures(g).values() for t in p.top_token_ids()}
     assert len(tops) > 12 and tops <= set(texts)
+
+
+def test_a_resolved_stand_in_lets_go_of_its_batch():
+    rows = _rows(2)
+    batch = FigureBatch(V)
+    handle = batch.add(rows[0], int(rows[0].argmax()))
+    batch.flush()
+    assert handle.ready and handle._batch is None  # the 8-row buffer is not kept alive by every kept event
+
+
+def test_a_run_that_stops_early_still_gets_its_last_plain_steps_texts():
+    pushed = []
+    rt = FakeRuntime()
+    observer = RecordingObserver(pushed.append, lambda t: f"<{t}>", rt.n_vocab)
+    g = Generation(RuntimeScheduler(rt), None, [1, 2, 3], GenerationSettings(max_new_tokens=50, probabilities=True),
+                   observer=observer)
+    g.start()
+    g.run(max_steps=5)  # stopped before the finish: no on_finish, the batch not due
+    pending = [e.probabilities for e in g.events if e.kind == STEP]
+    assert len(pending) == 5 and not any(p.ready for p in pending)
+    observer.flush_texts()
+    texts = {}
+    for item in pushed:
+        if isinstance(item, TokenTexts):
+            texts.update(item.texts)
+    assert {t for p in pending for t in p.top_token_ids()} <= set(texts)

@@ -210,8 +210,9 @@ def run_compare(
                                          system_prompt)
                 run = (conv, error, "" if conv is None else conv.warm_text())
         except RequestCancelled as exc:
-            exc.partial = _result(runs, [c for c in order if id(c) in runs], None, prompt_tokens, settings,
-                                  cost_model, speeds)
+            exc.partial = replace(_result(runs, [c for c in result_order if id(c) in runs],
+                                          runs.get(id(plain_first), (None,))[0], prompt_tokens, settings,
+                                          cost_model, speeds), repeats=rnd + 1)
             raise
         if not rnd:
             runs[id(config)] = run

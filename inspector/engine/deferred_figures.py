@@ -61,13 +61,15 @@ class DeferredFigures:
     @property
     def value(self) -> WindowProbabilities:
         """The figures, summarising the batch now if it has not run (``FigureBatch.flush``)."""
-        if self._value is None:
-            self._batch.flush()
+        batch = self._batch
+        if self._value is None and batch is not None:
+            batch.flush()
         return self._value
 
     def resolve(self, figures: WindowProbabilities) -> None:
         """Give this stand-in its figures (its ``FigureBatch`` does, when it summarises the batch)."""
         self._value = figures
+        self._batch = None  # the batch's buffer (8 rows of logits) is not kept alive by the figures
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in self.__slots__:  # copy/pickle probes, an unset slot: not the figures'

@@ -106,22 +106,11 @@ class AutosaveRecorder(GenerationObserver):
         self.generation = None
         """The ``Generation`` observed (set after it is made): its prefill figures go in the
         ``prefill`` record. Without it the record has the KV length only."""
-        self._events: list = []  # engine events since the last line: the next line carries them (as JSON)
+        self._events: list[dict] = []  # events since the last line: the next line carries them
 
     def _write(self, record: dict) -> None:
-        record["events"] = self._take_events()
+        record["events"], self._events = self._events, []
         self.writer.write(record)
-
-    def _take_events(self, every: bool = False) -> list[dict]:
-        """The events kept since the last line, as JSON, up to the first whose figures are not summarised yet
-        (a plain step's, summarised with its batch: ``inspector.engine.deferred_figures``; it and the events
-        after it go with a later line, in order); ``every``: all of them."""
-        events = self._events
-        n = 0
-        while n < len(events) and (every or getattr(events[n].probabilities, "ready", True)):
-            n += 1
-        taken, self._events = events[:n], events[n:]
-        return [self._event_json(e) for e in taken]
 
     def _event_json(self, event) -> dict:
         d = event.to_json()
@@ -130,7 +119,9 @@ class AutosaveRecorder(GenerationObserver):
         return d
 
     def on_event(self, event) -> None:
-        self._events.append(event)
+        # Serialised now (a plain step's batched figures are summarised for it): the line written at this
+        # step's commit must carry its events, or a killed run would lose committed tokens on recovery.
+        self._events.append(self._event_json(event))
         if event.kind == PREFILL:
             g = self.generation
             rec = {"kind": "prefill", "kv_length": event.position}
@@ -146,7 +137,8 @@ class AutosaveRecorder(GenerationObserver):
     def close(self, end: dict | None = None) -> None:
         """Close the writer; ``end`` (a clean finish) gets the events not written yet."""
         if end is not None:
-            end = {**end, "events": self._take_events(every=True)}
+            end = {**end, "events": self._events}
+            self._events = []
         self.writer.close(end)
 
     def on_proposal(self, window, proposal) -> None:

@@ -320,7 +320,7 @@ class ServeSlot:
         for them, ``n_probs``: a plain step's are otherwise left to their batch, ``inspector.engine.deferred_figures``)."""
         tokens = record.tokens
         piece = self.runtime.token_piece
-        wanted = job.params.n_probs > 0
+        wanted = job.params.n_probs > 0 or job.params.logprobs  # chat logprobs: the token's own, top_logprobs 0
         while sent < len(tokens) and sent < len(stream.deltas):
             info = tokens[sent]
             probs = record.token_probabilities(info) if wanted else None

@@ -304,6 +304,8 @@ class SessionRun:
             return self.ended
         g = self.generation
         info = self.kv_info()
+        if self.recording is not None:  # the last plain steps' top-5 texts, whatever ended the run
+            self.recording.flush_texts()
         try:
             if not keep_session and not g.session_retired and g.session_id is not None:
                 s = g.session_id

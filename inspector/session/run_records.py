@@ -252,6 +252,12 @@ class RecordingObserver(GenerationObserver):
         if self.before_commit_hook is not None:
             self.before_commit_hook(window, row, token, position)
 
+    def flush_texts(self) -> None:
+        """Push the top-5 texts of every plain step's figures still waiting (summarising them): a run that
+        stopped, failed or was cancelled has no ``on_finish`` (``SessionRun.end`` calls this)."""
+        if self._waiting:
+            self._texts_of_ready(every=True)
+
     def _texts_of_ready(self, every: bool = False) -> None:
         """Push the top-5 texts of the waiting figures that are summarised (batches run in order, so the ready
         ones lead); ``every``: all of them, summarising what is still pending."""
