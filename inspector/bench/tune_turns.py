@@ -45,16 +45,20 @@ def recordings_of(doc: Mapping) -> list[Recording]:
 
 
 def replay_turns(source_name: str, options: Mapping, draft_max: int, recordings: Sequence[Recording],
-                 costs: CostModel, runtime=None) -> TurnsReplay:
+                 costs: CostModel, runtime=None,
+                 make: Callable[[Recording, dict], object] | None = None) -> TurnsReplay:
     """Replay ``source_name`` with ``options`` and ``draft_max`` over ``recordings`` (the turns, in order)
     with one memory across them; predicted decode time: verification at ``costs`` (ms per batch of k
     rows), plain steps at c(1), plus the source's measured proposal time. Speedup is over plain
-    decoding of every turn's output at c(1). Raises ``ValueError`` for options the source refuses."""
+    decoding of every turn's output at c(1). ``make(recording, memory)``: instead of the registry's
+    source, the one to replay over that turn (e.g. ``inspector.bench.oracle.CopyOracle``). Raises
+    ``ValueError`` for options the source refuses."""
     memory: dict = {}
     row_costs = tuple(costs.row_ms)
     all_windows, plains, proposal_ms = [], [], 0.0
     for rec in recordings:
-        source = make_source(source_name, SourceContext(runtime, row_costs=row_costs, memory=memory), dict(options))
+        source = make(rec, memory) if make is not None else make_source(
+            source_name, SourceContext(runtime, row_costs=row_costs, memory=memory), dict(options))
         try:
             windows, plain, ms = replay(source, rec, draft_max)
         finally:

@@ -22,6 +22,7 @@ from inspector.bench.turns import combine_turns_benches, format_combined, format
 from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runtime, read_text, strip_final_newline,
                                   weight_type)
 from inspector.cli.audit import compare_verdicts
+from inspector.cli.bench_best import add_best_flag, bench_best_command
 from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_lengths_command, bench_on_target,
                                        bench_weights_command, print_result)
 from inspector.cli.bench_synthetic import add_synthetic_flag, bench_synthetic_command
@@ -71,6 +72,7 @@ def add_bench_commands(sub) -> None:
     add_context_lengths_flag(bn)
     add_synthetic_flag(bn)
     add_trees_flag(bn)
+    add_best_flag(bn)
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
     bn.add_argument("--turns", metavar="FILE|NAME", help="instead: every source over a conversation (e.g. agent-edits; "
                     f"1..{MAX_TURNS} turns): acceptance, mean length, windows, speedup, share of the ceiling, "
@@ -148,6 +150,8 @@ def cmd_bench(args) -> int:
         return bench_synthetic_command(args)
     if args.trees:
         return bench_trees_command(args)
+    if args.best:
+        return bench_best_command(args)
     if args.context_lengths:
         return bench_context_lengths_command(args)
     if args.turns:

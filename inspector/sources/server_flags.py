@@ -172,6 +172,22 @@ def server_command(source: str, options: Mapping | None = None, **settings) -> s
     return shlex.join(["llama-server", *server_arguments(source, options, **settings)])
 
 
+def runs_alike_on_server(source: str, options: Mapping | None, draft_max: int) -> bool:
+    """llama-server runs ``source`` with ``options`` and ``draft_max`` (tokens) as spec-inspector does: it
+    has the type (``server_arguments`` gives its flags: chains only), and the draft max does not cap
+    proposals below the type's own maximum (llama-server's n-gram types have no such cap: ``server_notes``).
+    False for plain decoding, a source without an equivalent and options the source refuses."""
+    if source == "none":
+        return False
+    try:
+        server_arguments(source, options, draft_max=draft_max)
+    except (NoServerEquivalent, ValueError):
+        return False
+    d = describe_source(source)
+    own = _own_maximum(source, d.with_defaults(d.check_options(dict(options or {}))))
+    return own is None or draft_max >= own
+
+
 def _own_maximum(source: str, values: Mapping) -> int | None:
     """The most tokens llama-server's type proposes by its own settings (``size_m`` of ngram-simple /
     ngram-map-k*, ``n_max`` of ngram-mod, ngram-cache's fixed ``N_DRAFT``), or None."""

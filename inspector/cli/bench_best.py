@@ -1,0 +1,92 @@
+"""``bench --llama-server --best``: per workload our best source against llama-server's best type, and
+against the copy oracle (``inspector.bench.best``)."""
+
+from __future__ import annotations
+
+import sys
+
+from inspector.bench.best import best_bench, format_best
+from inspector.bench.run import TASKS
+from inspector.bench.server_compare import check_llama_server, is_url
+from inspector.cli.bench_costs import print_result
+from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime
+from inspector.cli.server_target import our_llama_server
+from inspector.engine import RuntimeScheduler
+from inspector.engine.errors import EngineError
+from inspector.engine.llama_settings import DEFAULT_N_CTX
+from inspector.llama.cost_cache import load_cost_model, placement, store_cost_model
+from inspector.llama.cost_model import measure_cost_model
+from inspector.llama.devices import RpcUnavailable
+from inspector.llama.model_file import ModelFileError
+from inspector.prompts import TURNS_EXAMPLES, example_prompt
+
+BEST_WORKLOADS = (*TASKS, *TURNS_EXAMPLES)
+"""What ``--best`` runs unless ``--tasks`` says otherwise: every bundled example and both conversations."""
+
+
+def add_best_flag(parser) -> None:
+    """``bench --best``."""
+    parser.add_argument("--best", action="store_true",
+                        help="with --llama-server: per workload (every bundled example and both conversations, "
+                             "or --tasks) each of our sources and each of llama-server's speculative types at "
+                             "the tuner's best settings for it (replayed over our plain run), measured in "
+                             "--repeats rounds (which program goes first alternates): both winners x their own "
+                             "plain, ours / llama-server, and the copy oracle's bound")
+
+
+def best_workloads(tasks_text: str) -> list[str]:
+    """The workloads of ``--tasks`` (its default: ``BEST_WORKLOADS``). Raises ``ValueError`` naming an
+    unknown one."""
+    names = [t.strip() for t in tasks_text.split(",") if t.strip()]
+    if names == list(TASKS):
+        return list(BEST_WORKLOADS)
+    unknown = [t for t in names if t not in BEST_WORKLOADS]
+    if unknown or not names:
+        raise ValueError(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(BEST_WORKLOADS)}")
+    return names
+
+
+def bench_best_command(args) -> int:
+    """Run ``bench --llama-server [PATH] --best`` and print its tables (``--json OUT``: the figures)."""
+    try:
+        workloads = best_workloads(args.tasks)
+    except ValueError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    target = args.llama_server or ""
+    if is_url(target):
+        return fail("bench --best starts its own llama-server for every configuration: give a llama-server binary, "
+                    "or nothing for the one built from our llama.cpp", EXIT_USAGE)
+    try:
+        if target:
+            check_llama_server(target)
+    except ValueError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    target = target or our_llama_server()
+    if target is None:
+        return 1
+    try:
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return fail(str(exc))
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        costs = load_cost_model(runtime.model_path, runtime.n_threads, placement(runtime))
+        if costs is None:
+            progress("no cost model stored for this model and thread count: measuring it (k = 1..16) ...")
+            costs = measure_cost_model(RuntimeScheduler(runtime), runtime.prompt_tokens(example_prompt(TASKS[0]))[:64],
+                                       k_max=16, repeats=3)
+            store_cost_model(runtime.model_path, runtime.n_threads, costs, placement(runtime))
+        progress(f"llama-server: {target}, {runtime.n_threads} threads on both sides; {args.repeats} rounds, "
+                 f"{args.max_tokens} tokens per request; workloads: {', '.join(workloads)}")
+        rows = best_bench(runtime, target, costs, workloads=workloads, max_tokens=args.max_tokens,
+                          repeats=args.repeats, progress=progress)
+    except EngineError as exc:
+        return fail(str(exc))
+    finally:
+        threads = runtime.n_threads
+        runtime.close()
+    result = {"llama_server": target, "threads": threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
+              "cost_model_ms": list(costs.row_ms), "workloads": [w.to_json() for w in rows]}
+    print_result(format_best(rows), result, args.json)
+    errors = [c for w in rows for c in (*w.ours, *w.server) if c.error]
+    return 1 if errors else 0
