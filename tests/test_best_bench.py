@@ -115,3 +115,20 @@ def test_best_refuses_a_running_servers_url_before_anything_runs():
     p = cli("bench", "--llama-server", "http://127.0.0.1:9", "--best", "--tasks", "copy-exact")
     assert p.returncode == 2 and p.stdout == ""
     assert "starts its own llama-server" in one_clear_line(p.stderr)
+
+
+def test_a_workload_lost_at_equal_speedups_is_said_to_be_decided_by_plain_decoding():
+    w = BestWorkload("copy-exact", 1, 64, 2.0, row(1.9),
+                     [contender(OURS, "none", [90.0]), contender(OURS, "ngram", [180.0])],
+                     [contender(SERVER, "none", [100.0]), contender(SERVER, "ngram-map-k", [200.0])])
+    assert w.plain_ratio() == pytest.approx(0.9)
+    text = format_best([w])
+    assert "decided by plain decoding" in text and "copy-exact" in text.split("decided by plain decoding")[1]
+    assert "decided by the sources" not in text
+
+
+def test_a_workload_lost_on_speedup_is_said_to_be_decided_by_the_sources():
+    w = BestWorkload("agent-edits", 4, 256, 2.0, row(1.9),
+                     [contender(OURS, "none", [100.0]), contender(OURS, "suffix", [120.0])],
+                     [contender(SERVER, "none", [100.0]), contender(SERVER, "ngram-mod", [150.0])])
+    assert "decided by the sources" in format_best([w])

@@ -116,6 +116,11 @@ class BestWorkload:
         plain = (self.ours if c.side == OURS else self.server)[0].median_tps
         return None if plain is None or c.median_tps is None or plain <= 0 else c.median_tps / plain
 
+    def plain_ratio(self) -> float | None:
+        """Our plain decoding's median tokens/s over llama-server's (None without both)."""
+        ours, theirs = self.ours[0].median_tps, self.server[0].median_tps
+        return ours / theirs if ours is not None and theirs else None
+
     def winner(self, side: str) -> Contender | None:
         """``side``'s fastest configuration (plain included), None when nothing ran."""
         ran = [c for c in (self.ours if side == OURS else self.server) if c.median_tps is not None]
@@ -254,25 +259,42 @@ def _x(value: float | None) -> str:
 
 
 def format_best(rows: Sequence[BestWorkload]) -> str:
-    """The winners table (one line per workload: our fastest and llama-server's, each x its own plain,
-    ours / llama-server in tokens/s, the copy oracle and the cost model's ceiling, ours / oracle's speedup),
-    then every configuration measured, per workload, with its predicted speedup."""
+    """The winners table (one line per workload: our fastest and llama-server's, each x its own plain;
+    ours / llama-server in tokens/s and its two factors, plain decoding's ratio and the winners' speedups'
+    ratio; the copy oracle, the cost model's ceiling and our winner's share of the oracle), what decided
+    the workloads ours did not win, then every configuration measured, per workload, with its predicted
+    speedup."""
     head = (f"{'workload':22s} {'ours best':14s} {'x plain':>7s} {'llama-server':14s} {'x plain':>7s} "
-            f"{'ours/srv':>8s} {'oracle':>6s} {'ceiling':>7s} {'of oracle':>9s}")
-    lines, ahead, near = [head], 0, 0
+            f"{'ours/srv':>8s} {'=plain':>6s} {'x spdup':>7s} {'oracle':>6s} {'ceiling':>7s} {'of oracle':>9s}")
+    lines, ahead, near, behind = [head], 0, 0, []
+    ratio = lambda v: f"{v:.2f}" if v is not None else "n/a"  # noqa: E731
     for w in rows:
         ours, theirs = w.winner(OURS), w.winner(SERVER)
         o_x, s_x = (w.speedup(ours) if ours else None), (w.speedup(theirs) if theirs else None)
         vs = (ours.median_tps / theirs.median_tps) if ours and theirs and theirs.median_tps else None
+        plain = w.plain_ratio()
+        spd = o_x / s_x if o_x is not None and s_x else None
         share = o_x / w.oracle.speedup if o_x is not None and w.oracle.speedup > 0 else None
         ahead += vs is not None and vs > 1.0
         near += share is not None and share >= ORACLE_GOAL
+        if vs is not None and vs <= 1.0 and plain is not None and spd is not None:
+            behind.append((w.name, plain, spd))
         lines.append(f"{w.name[:22]:22s} {(ours.config.source if ours else 'n/a')[:14]:14s} {_x(o_x):>7s} "
                      f"{(theirs.config.source if theirs else 'n/a')[:14]:14s} {_x(s_x):>7s} "
-                     f"{(f'{vs:.2f}' if vs is not None else 'n/a'):>8s} {_x(w.oracle.speedup):>6s} "
+                     f"{ratio(vs):>8s} {ratio(plain):>6s} {ratio(spd):>7s} {_x(w.oracle.speedup):>6s} "
                      f"{_x(w.ceiling):>7s} {(f'{share:.0%}' if share is not None else 'n/a'):>9s}")
     lines += ["", f"ours ahead of llama-server's best on {ahead} of {len(rows)} workloads (ours/srv > 1); "
                   f"ours >= {ORACLE_GOAL:.0%} of the copy oracle on {near} of {len(rows)}"]
+    if behind:
+        by_plain = [n for n, p, sp in behind if p < 1.0 and p <= sp]
+        by_source = [n for n, p, sp in behind if n not in by_plain]
+        if by_plain:
+            lines.append(f"decided by plain decoding (ours {min(p for _n, p, _s in behind):.2f}-"
+                         f"{max(p for _n, p, _s in behind):.2f}x llama-server's where ours is behind): "
+                         + ", ".join(by_plain))
+        if by_source:
+            lines.append("decided by the sources (llama-server's winner's speedup ahead of ours by more than plain "
+                          "decoding's gap): " + ", ".join(by_source))
     for w in rows:
         lines += ["", f"{w.name}: {w.turns} turn{'s' if w.turns != 1 else ''}, {w.tokens} tokens; copy oracle "
                       f"{_x(w.oracle.speedup)} predicted ({w.oracle.windows} windows, draft max {w.oracle.draft_max})"]
@@ -283,7 +305,8 @@ def format_best(rows: Sequence[BestWorkload]) -> str:
             lines.append(f"  {c.side:12s} {c.config.label[:62]:62s} {tps} tok/s {_x(w.speedup(c)):>6s} "
                          f"{pred:17s} {tail}")
     lines += ["", "x plain: median decode tokens/s over the same side's plain median; ours/srv: our winner's tokens/s "
-                  "over llama-server's winner's; oracle: the copy oracle's predicted speedup on c(k) (the longest "
+                  "over llama-server's winner's, = plain: our plain tokens/s over llama-server's, x spdup: our winner's "
+                  "speedup over llama-server's winner's (ours/srv is their product); oracle: the copy oracle's predicted speedup on c(k) (the longest "
                   "run of the true output copied from the context, when it pays); ceiling: c(k)'s best with every "
                   "proposal accepted; of oracle: our winner's speedup / the oracle's. Each side ran each configuration "
                   "in rounds (which side went first alternated); llama-server's types at our tuner's best for them"]
