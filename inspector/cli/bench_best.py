@@ -75,7 +75,11 @@ def bench_best_command(args) -> int:
             progress("no cost model stored for this model and thread count: measuring it (k = 1..16) ...")
             costs = measure_cost_model(RuntimeScheduler(runtime), runtime.prompt_tokens(example_prompt(TASKS[0]))[:64],
                                        k_max=16, repeats=3)
-            store_cost_model(runtime.model_path, runtime.n_threads, costs, placement(runtime))
+            disturbed = costs.disturbed()
+            if disturbed:  # used for this run's tuning and oracle, not kept for later runs (as bench --turns)
+                progress(f"warning: the cost model looks disturbed ({disturbed}); it is not stored")
+            else:
+                store_cost_model(runtime.model_path, runtime.n_threads, costs, placement(runtime))
         progress(f"llama-server: {target}, {runtime.n_threads} threads on both sides; {args.repeats} rounds, "
                  f"{args.max_tokens} tokens per request; workloads: {', '.join(workloads)}")
         rows = best_bench(runtime, target, costs, workloads=workloads, max_tokens=args.max_tokens,
