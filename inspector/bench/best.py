@@ -220,10 +220,12 @@ def measure_ours(contenders: Sequence[Contender], scheduler: RuntimeScheduler, s
 
 
 def best_bench(runtime, binary, costs: CostModel, *, workloads: Sequence[str], max_tokens: int = 128,
-               repeats: int = 3, sources: Sequence[str] = MODEL_FREE, progress: Callable[[str], None] = lambda _m: None) -> list[BestWorkload]:
+               repeats: int = 3, sources: Sequence[str] = MODEL_FREE,
+               progress: Callable[[str], None] = lambda _m: None) -> list[BestWorkload]:
     """Every workload (module docstring): a bundled example's name or a bundled conversation's
-    (``TURNS_EXAMPLES``). ``sources``: ours to tune (default: every model-free one). ``costs``: c(k) for the tuner and the oracle (the stored cost model of
-    ``runtime``'s model and threads). Raises ``EngineError`` when our plain run fails; llama-server's
+    (``TURNS_EXAMPLES``); ``max_tokens`` per request (tokens), ``repeats`` rounds. ``sources``: ours to
+    tune (default: every model-free one). ``costs``: c(k) for the tuner and the oracle (the stored cost
+    model of ``runtime``'s model and threads). Raises ``EngineError`` when our plain run fails; llama-server's
     failures are kept in its contenders' ``error``."""
     scheduler = RuntimeScheduler(runtime)
     settings = GenerationSettings(max_new_tokens=max_tokens, draft_max=max(BEST_DRAFT_MAXES), probabilities=True)
@@ -304,10 +306,11 @@ def format_best(rows: Sequence[BestWorkload]) -> str:
             tail = f"error: {c.error}" if c.error else ("" if c.same_output else "output differs from plain")
             lines.append(f"  {c.side:12s} {c.config.label[:62]:62s} {tps} tok/s {_x(w.speedup(c)):>6s} "
                          f"{pred:17s} {tail}")
-    lines += ["", "x plain: median decode tokens/s over the same side's plain median; ours/srv: our winner's tokens/s "
-                  "over llama-server's winner's, = plain: our plain tokens/s over llama-server's, x spdup: our winner's "
-                  "speedup over llama-server's winner's (ours/srv is their product); oracle: the copy oracle's predicted speedup on c(k) (the longest "
-                  "run of the true output copied from the context, when it pays); ceiling: c(k)'s best with every "
-                  "proposal accepted; of oracle: our winner's speedup / the oracle's. Each side ran each configuration "
-                  "in rounds (which side went first alternated); llama-server's types at our tuner's best for them"]
+    lines += ["", "x plain: median decode tokens/s over the same side's plain median; ours/srv: our winner's "
+                  "tokens/s over llama-server's winner's, = plain: our plain tokens/s over llama-server's, x spdup: "
+                  "our winner's speedup over llama-server's winner's (ours/srv is their product); oracle: the copy "
+                  "oracle's predicted speedup on c(k) (the longest runs of the true output copied from the context, "
+                  "in the lengths that finish soonest); ceiling: c(k)'s best with every proposal accepted; of "
+                  "oracle: our winner's speedup / the oracle's. Each side ran each configuration in rounds (which "
+                  "side went first alternated); llama-server's types at our tuner's best for them"]
     return "\n".join(lines)
