@@ -103,11 +103,13 @@ def test_best_against_llama_server_tunes_both_sides_measures_both_and_bounds_the
             assert mine["predicted_speedup"] >= c["predicted_speedup"]
         for c in ours[1:]:
             assert c["predicted_speedup"] <= w["oracle_speedup"] * (1 + 1e-9), c
-        assert theirs[0]["same_output"], "llama-server's plain decoding generated other tokens than ours"
         best = max(ours, key=lambda c: c["median_tps"])
         assert w["ours_winner"] == best["label"]
         assert w["ours_speedup"] == pytest.approx(median(best["tps"]) / median(ours[0]["tps"]))
     assert doc["workloads"][1]["turns"] == 4
+    # One request, the same prompt token ids: llama-server's plain decoding generates ours. (Not asserted on the
+    # conversation: llama-server prefills only each turn's new tokens, and other batch shapes can flip a near-tie.)
+    assert doc["workloads"][0]["llama_server"][0]["same_output"], "llama-server's plain decoding differs from ours"
     assert "ours ahead of llama-server's best on" in p.stdout and "copy oracle" in p.stdout
 
 
