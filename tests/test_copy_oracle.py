@@ -30,35 +30,56 @@ def test_no_run_is_copied_when_the_next_token_never_followed_the_current_one():
 
 
 def test_a_flat_cost_plans_the_whole_run_and_a_linear_one_none():
-    assert oracle_plan([0, 5, 4, 3, 2, 1], lambda k: 1.0 + 0.1 * (k - 1))[1] == 4  # 4 proposed + 1 = the 5 left
-    assert oracle_plan([0, 5, 4, 3, 2, 1], lambda k: float(k)) == [0] * 6
+    assert oracle_plan([0, 5, 4, 3, 2, 1], lambda k: 1.0 + 0.1 * (k - 1))[1] == (4, 5)  # 4 + 1 = the 5 left
+    assert oracle_plan([0, 5, 4, 3, 2, 1], lambda k: float(k)) == [(0, 1)] * 6
 
 
-def brute_force_ms(longest, cost, g=0) -> float:
-    """The least verify time from ``g`` over every schedule, by trying them all."""
+def brute_force_ms(longest, cost, caps) -> float:
+    """The least verify time over every schedule (accepted L, proposed P >= L at each window), by trying
+    every schedule in turn (each one's total summed from its start)."""
     n = len(longest)
-    if g >= n:
-        return 0.0
-    return min(cost(length + 1) + brute_force_ms(longest, cost, min(n, g + length + 1))
-               for length in range(longest[g] + 1))
+    best = float("inf")
+
+    def walk(g: int, spent: float) -> None:
+        nonlocal best
+        if g >= n:
+            best = min(best, spent)
+            return
+        for length in range(longest[g] + 1):
+            for proposed in range(length, max(caps[g], length) + 1):
+                walk(min(n, g + length + 1), spent + cost(proposed + 1))
+
+    walk(0, 0.0)
+    return best
 
 
 def planned_ms(plan, cost) -> float:
     g, ms = 0, 0.0
     while g < len(plan):
-        ms += cost(plan[g] + 1)
-        g += plan[g] + 1
+        length, rows = plan[g]
+        assert rows >= length + 1
+        ms += cost(rows)
+        g += length + 1
     return ms
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_plan_finishes_in_the_least_verify_time_of_every_schedule(seed):
     rng = random.Random(seed)
-    longest = [rng.randrange(0, 6) for _ in range(12)]
-    jumpy = lambda k: [1.0, 1.3, 1.5, 2.9, 3.0, 3.05, 5.0][k - 1]  # noqa: E731 - greedy by rate fails on it
-    plan = oracle_plan(longest, jumpy)
-    assert all(0 <= p <= m for p, m in zip(plan, longest))
-    assert planned_ms(plan, jumpy) == pytest.approx(brute_force_ms(longest, jumpy))
+    longest = [rng.randrange(0, 4) for _ in range(6)]
+    caps = [m + rng.randrange(0, 5) for m in longest]
+    jumpy = lambda k: [1.0, 1.3, 1.5, 2.9, 3.0, 3.05, 5.0, 2.8][k - 1]  # noqa: E731 - greedy by rate fails; dips at 8
+    plan = oracle_plan(longest, jumpy, caps)
+    assert all(0 <= p <= m and rows <= c + 1 for (p, rows), m, c in zip(plan, longest, caps))
+    assert planned_ms(plan, jumpy) == pytest.approx(brute_force_ms(longest, jumpy, caps))
+
+
+def test_where_c_k_dips_the_oracle_pads_its_window_with_rejected_tokens_and_commits_the_same():
+    rec = Recording((5, 6, 7, 8, 9), (5, 6, 7, 8, 9, 1, 2), max_new_tokens=7, n_batch=512, n_ctx=512)
+    dips = lambda k: {1: 1.0, 2: 1.9, 3: 2.0, 4: 2.1, 5: 2.2, 6: 1.5}.get(k, 9.0)  # noqa: E731 - 6 rows cheapest
+    windows, _plain, _ms = replay(CopyOracle(rec, dips, 5), rec, draft_max=5)
+    assert (windows[0].proposal[:4], windows[0].accepted, windows[0].decoded_rows) == ((6, 7, 8, 9), 4, 6)
+    assert windows[0].committed == 5
 
 
 def test_the_oracle_copies_the_repeated_prompt_in_one_window():
