@@ -2,7 +2,8 @@
 the same figures as one row at a time, ready for every reader, and summarised together.
 
 The real model's plain steps go through the batches in ``test_probabilities`` (figures equal a separate
-decode of the same prefix) and ``test_autosave`` (every step event carries its figures)."""
+decode of the same prefix; the autosave of a real run reads back with every token's figures) and
+``test_gui_probabilities`` (the token view draws pending rows without running their batch)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ from inspector.engine.probabilities import summarise_rows
 from inspector.engine.records import STEP
 from inspector.session.run_records import RecordingObserver, TokenTexts
 
-from fake_runtime import FakeRuntime
+from inspector.receipts.autosave import AutosaveWriter, read_autosave
+from inspector.session.record_from_file import record_from_autosave
+from inspector.session.run import RunRequest, SessionRun
+from inspector.session.session_record import SessionRecord
+
+from fake_runtime import FakeRuntime, ListSource
+from test_session_record import DescribedRuntime
 
 V = 3000
 
@@ -179,3 +186,60 @@ def test_a_run_that_stops_early_still_gets_its_last_plain_steps_texts():
         if isinstance(item, TokenTexts):
             texts.update(item.texts)
     assert {t for p in pending for t in p.top_token_ids()} <= set(texts)
+
+
+def _autosaved_run(tmp_path, steps: int | None = None, clean: bool = True):
+    """A plain run of 20 tokens (19 plain steps) on the fake runtime with an autosave; ``steps``: stop after
+    that many steps. Returns (live record, generation, autosave path)."""
+    model = tmp_path / "fake.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    rt = DescribedRuntime(model)
+    record, path = SessionRecord(), tmp_path / "run.jsonl"
+    run = SessionRun(RuntimeScheduler(rt), RunRequest("abc", GenerationSettings(max_new_tokens=20, probabilities=True),
+                                                      "list"),
+                     record.apply, make_source=lambda req: ListSource([]),
+                     open_autosave=lambda header: AutosaveWriter(path, header))
+    g = run.prepare()
+    run.start()
+    while not g.finished and (steps is None or g.decode_step < steps):
+        run.step()
+    run.end(g.finish_reason or "stopped", clean=clean)
+    return record, g, path
+
+
+def _figures_by_position(s) -> dict:
+    """Each plain step's figures (JSON form) by its token's position."""
+    return {pos: p.to_json() for pos, p in s.step_probabilities.items()}
+
+
+def test_an_autosave_writes_each_plain_step_without_running_its_batch_and_reads_back_every_steps_figures(tmp_path):
+    live, g, path = _autosaved_run(tmp_path)
+    assert g.plain_steps == 19
+    assert g.figures.batches <= 3, "19 rows in batches of up to 8: the autosave ran a batch per step"
+    back = record_from_autosave(path)
+    assert back.skipped_lines == 0 and len(back.tokens) == len(live.tokens) == 20
+    assert _figures_by_position(back) == _figures_by_position(live)
+    lines = path.read_text().splitlines()
+    assert any('"figures"' in line and '"kind": "step"' in line for line in lines), "later step lines carry them"
+
+
+def test_a_run_stopped_with_pending_figures_writes_them_in_a_figures_line(tmp_path):
+    live, g, path = _autosaved_run(tmp_path, steps=5, clean=False)
+    assert [p for p in _step_figures(g).values() if p.ready] == list(_step_figures(g).values())  # closed: run
+    assert '"kind": "figures"' in path.read_text().splitlines()[-1]
+    back = record_from_autosave(path)
+    assert back.unfinished and back.skipped_lines == 0
+    assert _figures_by_position(back) == _figures_by_position(live) and len(_figures_by_position(back)) >= 5
+
+
+def test_a_damaged_figures_entry_is_skipped_and_counted_and_the_others_are_kept(tmp_path):
+    live, _g, path = _autosaved_run(tmp_path)
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"figures"' in line)
+    lines[at] = lines[at].replace('"seq": ', '"seq": 9', 1)  # names no step
+    path.write_text("\n".join(lines) + "\n")
+    run = read_autosave(path)
+    assert run.bad_lines == 1
+    back = record_from_autosave(path)
+    want, got = _figures_by_position(live), _figures_by_position(back)
+    assert len(got) == len(want) - 1 and all(want[pos] == block for pos, block in got.items())

@@ -212,3 +212,47 @@ def test_probabilities_turned_off_are_named_so(qtbot, tmp_path):
     qtbot.addWidget(view)
     view.set_session(s)
     assert "no probability figures (turned off for this run)" in view.tooltip(0)
+
+
+def test_plain_steps_drawn_before_their_batch_ran_get_their_mark_once_it_has_run(qtbot, make_generation, chat_tokens,
+                                                                                 runtime):
+    """A plain step's figures wait in a batch of up to 8 rows (issue 41): the view, redrawn after every
+    step of a run on the bundled model, draws those tokens without running the batch on the GUI thread,
+    and ends with the marks of a drawing of the finished record."""
+    from inspector.session.session_record import SessionRecord
+    from inspector.session.run_records import RecordingObserver, RunHeader
+    from test_gui_support import example_text
+
+    prompt = chat_tokens(example_text("open-ended"))
+    records = []
+    g = make_generation(None, prompt, RecordingObserver(records.append, runtime.token_text, runtime.n_vocab),
+                        max_new_tokens=MAX_TOKENS, probabilities=True)
+    s = SessionRecord()
+    s.apply(RunHeader(g.session_id or 0, "", None, tuple(prompt), runtime.describe(), {"probabilities": True},
+                      g.started_us))
+    view = TokenView()
+    qtbot.addWidget(view)
+    view.set_near_tie_margin(10.0)
+    view.set_session(s)
+    g.start()
+    drawn_pending = 0
+    while not g.finished:
+        g.step()
+        for item in records:
+            s.apply(item)
+        records.clear()
+        batches = g.figures.batches
+        drawn_pending += sum(1 for t in s.tokens if s.figures_pending(t))
+        view.refresh()
+        assert g.figures.batches == batches, "the redraw ran a batch of figures"
+    for item in records:
+        s.apply(item)
+    assert drawn_pending > 0 and s.plain_steps == MAX_TOKENS - 1
+    assert not any(s.figures_pending(t) for t in s.tokens)  # the finish ran the last batch
+    view.refresh()
+    whole = TokenView()
+    qtbot.addWidget(whole)
+    whole.set_near_tie_margin(10.0)
+    whole.set_session(s)
+    assert view.near_tie_marks() == whole.near_tie_marks() == _expected_marks(s, 10.0)
+    assert view.near_tie_marks(), "some row of 16 tokens has a margin below 10 logits"

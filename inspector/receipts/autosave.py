@@ -5,7 +5,12 @@ settings), ``prefill`` (the prompt's token count, KV length and prefill time), t
 discard, with the texts of its tokens) and ``step`` (a plain step's committed
 token), and ``end`` after a clean finish. Every line after the header also
 carries ``events``: the engine events emitted since the line before (so a
-reader shows the run's own event list, times included). Each line is written whole and
+reader shows the run's own event list, times included). A plain step's figures
+are summarised in batches of up to 8 rows (``inspector.engine.deferred_figures``):
+a ``step`` event whose figures are still pending is written without them, and
+a later line carries them in ``figures`` (``[{"seq": the event's seq,
+"probabilities": its block}]``; a stopped run's last ones in a ``figures`` line),
+so writing a step never forces its batch. Each line is written whole and
 flushed, so a process killed mid-run loses at most the record being written:
 ``read_autosave`` keeps every complete line and counts a torn last line.
 Used by ``spec-inspector run --autosave`` and the window (its autosave folder).
@@ -15,14 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from inspector.engine.classify import FROM_PREFILL
+from inspector.engine.deferred_figures import DeferredFigures
 from inspector.engine.observer import GenerationObserver
-from inspector.engine.records import (COMMIT, PREFILL, Discard, EngineEvent, WindowReceipt, discard_from_json,
+from inspector.engine.records import (COMMIT, PREFILL, STEP, Discard, EngineEvent, WindowReceipt, discard_from_json,
                                       event_from_json, receipt_from_json)
-from inspector.engine.probabilities import top_texts_of, with_top_texts
+from inspector.engine.probabilities import WindowProbabilities, top_texts_of, with_top_texts
 from inspector.engine.stats import summarize_receipts
 from inspector.engine.text import label_bytes, shown_text
 from inspector.bounded_read import BoundedReadError, read_bounded
@@ -107,20 +113,38 @@ class AutosaveRecorder(GenerationObserver):
         """The ``Generation`` observed (set after it is made): its prefill figures go in the
         ``prefill`` record. Without it the record has the KV length only."""
         self._events: list[dict] = []  # events since the last line: the next line carries them
+        self._late: list[tuple[int, DeferredFigures]] = []  # (seq, figures) of step events written without them
 
     def _write(self, record: dict) -> None:
         record["events"], self._events = self._events, []
+        late = self._late_figures(force=False)
+        if late:
+            record["figures"] = late
         self.writer.write(record)
 
+    def _late_figures(self, force: bool) -> list[dict]:
+        """The ``figures`` entries of the pending step events whose batch has run (``force``: of every one,
+        running the batch), taken off the pending list."""
+        done = [(seq, f) for seq, f in self._late if force or f.ready]
+        if not done:
+            return []
+        self._late = [(seq, f) for seq, f in self._late if not (force or f.ready)]
+        return [{"seq": seq, "probabilities": with_top_texts(f.value.to_json(), self.runtime.token_text)}
+                for seq, f in done]
+
     def _event_json(self, event) -> dict:
+        figures = event.probabilities
+        if isinstance(figures, DeferredFigures) and not figures.ready:
+            self._late.append((event.seq, figures))  # a later line carries them: its batch is not forced
+            return replace(event, probabilities=None).to_json()
         d = event.to_json()
         if "probabilities" in d:
             d["probabilities"] = with_top_texts(d["probabilities"], self.runtime.token_text)
         return d
 
     def on_event(self, event) -> None:
-        # Serialised now (a plain step's batched figures are summarised for it): the line written at this
-        # step's commit must carry its events, or a killed run would lose committed tokens on recovery.
+        # Serialised now: the line written at this step's commit must carry its events, or a killed run would
+        # lose committed tokens on recovery. Figures still pending follow in a later line (``_late_figures``).
         self._events.append(self._event_json(event))
         if event.kind == PREFILL:
             g = self.generation
@@ -135,10 +159,14 @@ class AutosaveRecorder(GenerationObserver):
         self.inner.on_event(event)
 
     def close(self, end: dict | None = None) -> None:
-        """Close the writer; ``end`` (a clean finish) gets the events not written yet."""
+        """Close the writer; ``end`` (a clean finish) gets the events and the step figures not written yet
+        (without ``end``, the figures go in a ``figures`` line)."""
+        late = self._late_figures(force=True)
         if end is not None:
-            end = {**end, "events": self._events}
+            end = {**end, "events": self._events, **({"figures": late} if late else {})}
             self._events = []
+        elif late:
+            self.writer.write({"kind": "figures", "figures": late})
         self.writer.close(end)
 
     def on_proposal(self, window, proposal) -> None:
@@ -260,6 +288,22 @@ def _events(rec: dict) -> list[EngineEvent] | None:
     return events
 
 
+def _attach_figures(entries, pending: dict[int, tuple[list, int]], texts: dict[int, str]) -> int:
+    """Give the step events in ``pending`` (seq -> (events, index)) the figures a later line carries
+    (``figures``: ``[{"seq", "probabilities"}]``, ``AutosaveRecorder``), their top tokens' texts into
+    ``texts``. Returns how many entries were damaged or named no pending step (skipped): 0 or 1 per line."""
+    bad = 0
+    for entry in entries if isinstance(entries, list) else [None]:
+        try:
+            events, i = pending.pop(entry["seq"])
+            block = entry["probabilities"]
+            events[i] = replace(events[i], probabilities=WindowProbabilities.from_json(block))
+            texts.update(top_texts_of(block))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            bad = 1
+    return bad
+
+
 def read_autosave(path: str | os.PathLike, turn: int | None = None) -> AutosaveRun:
     """Read an autosave file, keeping every complete record: its one run, or of a conversation's
     autosave (``run --turns``: a ``header`` line starts each turn) turn ``turn`` (1-based; None: the
@@ -289,6 +333,7 @@ def read_autosave_turns(path: str | os.PathLike) -> list[AutosaveRun]:
     except OSError as exc:
         raise ReceiptsFileError(f"cannot read autosave {p}: {exc.strerror or exc}") from None
     run = AutosaveRun(p)
+    pending: dict[int, tuple[list, int]] = {}  # seq -> (events, index) of step events written without figures
     runs: list[tuple[AutosaveRun, list[str]]] = []
     pieces: list[str] = []
     seen_header = False
@@ -301,13 +346,20 @@ def read_autosave_turns(path: str | os.PathLike) -> list[AutosaveRun]:
             if kind == "header":
                 if seen_header:  # the next turn of a conversation
                     runs.append((run, pieces))
-                    run, pieces = AutosaveRun(p), []
+                    run, pieces, pending = AutosaveRun(p), [], {}
                 run.header = rec
                 seen_header = True
                 continue
             events = _events(rec)
             for e in rec.get("events") or ():
                 run.texts.update(top_texts_of(e.get("probabilities")))
+            for i, e in enumerate(events or ()):
+                if e.kind == STEP and e.probabilities is None:
+                    pending[e.seq] = (events, i)
+            if rec.get("figures") is not None:
+                run.bad_lines += _attach_figures(rec["figures"], pending, run.texts)
+            if kind == "figures":
+                continue
             if kind == "receipt":
                 value, texts, committed = _receipt(rec["receipt"])
                 run.receipts.append(value)

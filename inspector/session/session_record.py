@@ -18,6 +18,7 @@ from bisect import bisect_left
 from pathlib import Path
 
 from inspector.engine.classify import BONUS, FROM_PREFILL, TOKEN_OUTCOMES, token_outcome
+from inspector.engine.deferred_figures import DeferredFigures
 from inspector.engine.records import (
     COMMIT,
     FINISH,
@@ -258,6 +259,15 @@ class SessionRecord:
             return None if p is None else p.row(0, (), (info.token,))
         r = self.receipt(info.window)
         return None if r is None else r.row_probabilities(info.row)
+
+    def figures_pending(self, info: TokenInfo) -> bool:
+        """True while a plain step's figures wait in their batch (``inspector.engine.deferred_figures``: up
+        to 8 rows or 50 ms): reading them now would summarise the batch on the reader's thread. A view
+        drawing on a timer shows the token without them and asks again at its next redraw."""
+        if info.window is not None:
+            return False
+        p = self.step_probabilities.get(info.position)
+        return isinstance(p, DeferredFigures) and not p.ready
 
     def _proposal_of(self, window: int) -> tuple | None:
         f = self.in_flight

@@ -37,7 +37,7 @@ NEAR_TIE_KEY = "token_view/near_tie_logits"
 LEGEND_SHORT = {O.ACCEPTED: "accepted", O.CORRECTION: "correction", O.BONUS: "bonus", O.FROM_PREFILL: "first token",
                 O.PLAIN: "plain step", O.END: "end"}
 """The legend's short name of each token outcome (``outcomes.LEGEND`` gives the long ones, in its tooltip)."""
-_PENDING = object()  # margin of a token whose window has no receipt yet (figures still to come)
+_PENDING = object()  # margin of a token whose figures are still to come (its window's receipt, its plain step's batch)
 
 
 class TokenView(QWidget):
@@ -221,8 +221,9 @@ class TokenView(QWidget):
         if i < len(m) and m[i] is not _PENDING:
             return m[i]
         s = self.session
-        p = s.token_probabilities(t)
-        if p is not None:
+        if s.figures_pending(t):  # its batch has not run: not forced here (the GUI thread), asked again later
+            v = _PENDING
+        elif (p := s.token_probabilities(t)) is not None:
             v = float(p.margin)
         elif t.window is not None and s.window(t.window) is None:
             v = _PENDING
@@ -324,8 +325,8 @@ class TokenView(QWidget):
         n = len(s.tokens)
         changed = s.token_changes_since(self._drawn_version)
         start = max(self.rendered if changed is None else min(changed, self.rendered), self.first)
-        if self._pending_from is not None and self._entries_seen != (len(s.receipts), len(s.discards)):
-            # A window ended: its tokens (drawn before its receipt) get their near-tie marks.
+        if self._pending_from is not None and self._pending_ready(s):
+            # A window ended, or a plain step's figures arrived: its tokens (drawn without them) get their marks.
             self._entries_seen = (len(s.receipts), len(s.discards))
             start = min(start, max(self._pending_from, self.first))
         self._drawn_version = s.version
@@ -347,6 +348,14 @@ class TokenView(QWidget):
         self._update_nav()
         if at_end:
             bar.setValue(bar.maximum())
+
+    def _pending_ready(self, s) -> bool:
+        """The first token drawn without its figures (``_pending_from``) may have them now: a window ended, or
+        its plain step's batch ran."""
+        if self._entries_seen != (len(s.receipts), len(s.discards)):
+            return True
+        i = self._pending_from
+        return i < len(s.tokens) and s.tokens[i].window is None and not s.figures_pending(s.tokens[i])
 
     def _draw(self, start: int, end: int) -> None:
         """Replace tokens ``start..`` of the document with tokens ``start..end-1`` (one edit block)."""
