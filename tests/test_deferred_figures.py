@@ -243,3 +243,21 @@ def test_a_damaged_figures_entry_is_skipped_and_counted_and_the_others_are_kept(
     back = record_from_autosave(path)
     want, got = _figures_by_position(live), _figures_by_position(back)
     assert len(got) == len(want) - 1 and all(want[pos] == block for pos, block in got.items())
+
+
+def test_a_row_minus_its_largest_logit_has_the_same_figures_without_the_second_subtraction():
+    rows = _rows(4, seed=11)
+    rows[2, :7] = -np.inf  # -inf logits (a banned token): the row's entropy is of its finite part
+    predictions = [int(r.argmax()) for r in rows]
+    shifted = rows - rows.max(axis=1, keepdims=True)
+    assert summarise_rows(shifted, (), predictions, shifted=True) == summarise_rows(rows, (), predictions)
+
+
+def test_a_row_that_cannot_be_shifted_is_copied_as_is_and_its_batch_keeps_every_rows_figures():
+    rows = _rows(3, seed=5)
+    rows[1, 10] = np.nan
+    batch = FigureBatch(V)
+    handles = [batch.add(r, int(np.nanargmax(r))) for r in rows]
+    batch.flush()
+    for r, h in zip(rows, handles):
+        assert repr(h.value) == repr(summarise_rows(r[None, :], (), [int(np.nanargmax(r))]))  # NaN figures too

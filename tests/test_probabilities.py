@@ -91,6 +91,20 @@ def test_a_row_with_hundreds_of_equal_logits_or_a_nan_still_gets_the_lowest_ids_
     assert w.top_tokens[2][0] == 3000
 
 
+def test_the_top_five_keeps_the_lowest_ids_first_among_ties_nans_and_minus_infinities_at_8192_tokens():
+    logits = np.zeros((4, 8192), dtype=np.float32)  # eight 1024-logit blocks: the floor from their maxima
+    logits[1, 5000:] = 2.0  # row 1: thousands tied at the top
+    logits[2, 10] = np.nan  # row 2: a NaN in the first block, one clear top in another
+    logits[2, 7000] = 1.0
+    logits[3, :] = -np.inf  # row 3: five finite logits spread over three blocks
+    logits[3, [8000, 3, 4000, 1030, 1029]] = [1.0, 1.0, 0.5, 0.5, 2.0]
+    w = summarise_rows(logits, (), (0, 5000, 7000, 1029))
+    assert w.top_tokens[0] == (0, 1, 2, 3, 4)
+    assert w.top_tokens[1] == (5000, 5001, 5002, 5003, 5004)
+    assert w.top_tokens[2][0] == 7000
+    assert w.top_tokens[3] == (1029, 3, 8000, 1030, 4000)
+
+
 def test_flat_and_minus_infinity_rows_have_the_entropy_of_their_finite_part():
     logits = np.full((2, 3000), -np.inf, dtype=np.float32)
     logits[0, :4] = 0.0  # four equal: entropy log 4

@@ -3,14 +3,16 @@
 A plain step decodes one row; its figures (``inspector.engine.probabilities.summarise_rows``) cost
 0.23-0.35 ms right after the decode, against ~0.07 ms of arithmetic: the decode has evicted every cache,
 so each numpy call and each line of Python meets cold memory. ``FigureBatch`` copies the step's row of
-logits (~0.02 ms) and summarises up to ``BATCH_ROWS`` rows in one ``summarise_rows`` call, when the
+logits while it is hot, minus its largest logit (~0.02 ms: the softmax's subtraction done in the copy's
+pass), and summarises up to ``BATCH_ROWS`` rows in one ``summarise_rows`` call, when the
 batch is full, when its oldest row is ``MAX_AGE_MS`` old (under one redraw period of the window), or when
 the generation ends; the cold start is then paid once per batch.
 
 The step's event carries a ``DeferredFigures`` at once: a stand-in for the row's ``WindowProbabilities``
 that reads as one (every attribute and method). Reading it before its batch ran summarises the batch
-there and then, on the reader's thread, so every reader sees the figures it asks for: the views, the
-autosave, the event stream, ``serve``'s ``n_probs``. Readers that can wait test ``ready`` first.
+there and then, on the reader's thread, so every reader sees the figures it asks for: the event stream,
+``serve``'s ``n_probs``, a hover. Readers that can wait test ``ready`` first: the autosave (a later line
+carries the figures) and the token view (it marks the token at a later redraw).
 """
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ class FigureBatch:
         self.sampling = sampling
         self._account = account or (lambda _ns, _rows: None)
         self._capacity = rows
+        self._shift = sampling is None or sampling.greedy  # the softmax basis: rows are kept minus their max
+        self._all_shifted = True
         self._buffer: np.ndarray | None = None
         self._pending: list[tuple[DeferredFigures, int]] = []
         self._oldest_ns = 0
@@ -142,7 +146,13 @@ class FigureBatch:
             t = perf_counter_ns()
             if self._buffer is None:
                 self._buffer = np.empty((self._capacity, self.n_vocab), dtype=np.float32)
-            np.copyto(self._buffer[len(self._pending)], logits_row)
+            slot = self._buffer[len(self._pending)]
+            top = logits_row.max() if self._shift else np.nan  # the row is hot in cache now, not at the flush
+            if np.isfinite(top):
+                np.subtract(logits_row, top, out=slot)  # the copy and the softmax's subtraction in one pass
+            else:  # a NaN or infinite row (or the sampler basis): copied as is
+                np.copyto(slot, logits_row)
+                self._all_shifted = False
             handle = DeferredFigures(self)
             if not self._pending:
                 self._oldest_ns = t
@@ -173,9 +183,11 @@ class FigureBatch:
         if not pending:
             return
         t = perf_counter_ns()
-        figures = summarise_rows(self._buffer[:len(pending)], (), [p for _h, p in pending], self.sampling)
+        figures = summarise_rows(self._buffer[:len(pending)], (), [p for _h, p in pending], self.sampling,
+                                 shifted=self._all_shifted)
         for (handle, _p), row in zip(pending, split_rows(figures)):
             handle.resolve(row)
         self._pending = []
+        self._all_shifted = True
         self.batches += 1
         self._account(perf_counter_ns() - t, len(pending))

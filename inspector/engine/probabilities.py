@@ -308,6 +308,7 @@ def summarise_rows(
     predictions: Sequence[int],
     sampling: SamplingSettings | None = None,
     draft_q: Sequence[float] | None = None,
+    shifted: bool = False,
 ) -> WindowProbabilities:
     """The probability figures of a verify batch (or a plain step's single row).
 
@@ -316,7 +317,10 @@ def summarise_rows(
     step): row i judges ``proposed[i]``. ``predictions``: the row predictions the rule
     picked (one per row). ``sampling``: the session's sampler (None or temperature 0:
     softmax basis; else the sampler basis). ``draft_q``: the draft's probability of each
-    proposed token, kept as is. Values are rounded to 4 decimals (the receipts keep what the window shows: 3).
+    proposed token, kept as is. ``shifted``: each row's largest logit was already subtracted from it (its
+    maximum is 0; ``FigureBatch`` does it while copying the row, hot in cache then): the softmax basis skips
+    its own subtraction, one pass over the rows fewer (every figure is the same for a row and the row minus a
+    constant). Values are rounded to 4 significant digits (the receipts keep what the window shows: 3).
     Raises ``ValueError`` when the shapes disagree.
     """
     x = np.asarray(logits)
@@ -335,16 +339,19 @@ def summarise_rows(
         # x - max: <= 0, no cancellation below. Into kept buffers (``_scratch``).
         m = [t[0] for t in top_val]
         # One row (a plain step) subtracts a Python float: one numpy call fewer (each costs 10-20 us cold).
-        shift = m[0] if n == 1 else np.array(m, dtype=np.float32)[:, None]
-        shifted = np.subtract(x, shift, out=_scratch("shifted", x.shape, np.float32))
-        e = np.exp(shifted, out=_scratch("exp", x.shape, np.float32))
+        if shifted:
+            x_m = x
+        else:
+            shift = m[0] if n == 1 else np.array(m, dtype=np.float32)[:, None]
+            x_m = np.subtract(x, shift, out=_scratch("shifted", x.shape, np.float32))
+        e = np.exp(x_m, out=_scratch("exp", x.shape, np.float32))
         # Row sums, and entropy = log z - sum(e * (x - max)) / z: BLAS (one thread: thread_pools).
         z = (e @ _ones(x.shape[1])).tolist()
         with np.errstate(invalid="ignore"):  # 0 * -inf where a logit is -inf: mended below
-            s = [float(e[i] @ shifted[i]) for i in range(n)]
+            s = [float(e[i] @ x_m[i]) for i in range(n)]
         for i in range(n):
             if not math.isfinite(s[i]):  # a -inf logit (0 * -inf): that row in float64, masked
-                d = shifted[i].astype(np.float64)
+                d = x_m[i].astype(np.float64)
                 keep = np.isfinite(d)
                 s[i] = float(np.exp(d[keep]) @ d[keep])
         ent = [_r(max(0.0, math.log(z[i]) - s[i] / z[i])) for i in range(n)]
