@@ -72,6 +72,14 @@ def test_the_table_names_rows_below_the_goal_and_a_server_that_failed():
     assert "error: llama-server did not start" in text
 
 
+def test_a_rows_ratio_is_the_median_of_each_rounds_ratio_not_a_ratio_of_medians_from_different_rounds():
+    drift = BenchRow("open-ended", "none", (), ours=[100.0, 100.0, 200.0], ours_bare=[100.0, 200.0, 200.0],
+                     server=[100.0, 200.0, 200.0])  # the machine ran twice as fast from round 2 on; ours lagged once
+    assert drift.ratio() == 1.0 and drift.ratio(bare=True) == 1.0  # medians alone: 100 / 200
+    slower = BenchRow("open-ended", "none", (), ours=[90.0, 180.0, 95.0], ours_bare=[], server=[100.0, 200.0, 100.0])
+    assert slower.ratio() == 0.9 and slower.ratio(bare=True) is None
+
+
 def test_three_rounds_run_each_program_first_second_and_third_once():
     rounds = [run_order(r) for r in range(3)]
     assert rounds[0] == ("ours", "server", "bare")

@@ -8,8 +8,9 @@ prompt token ids, greedy, thread count and context size), and our run without th
 go in rounds (every row once per round) and each round rotates the three runs' order (``run_order``), so
 a noisy machine's slow phases spread over every row and program, and the first-run advantage over all three; a fresh
 server per repeat and a fresh source memory per our run compare cold with cold (ngram-mod's pool,
-ngram-map-k's and ngram-cache's counts start empty on both sides). Medians of the repeats are
-compared: ours / llama-server with and without the figures.
+ngram-map-k's and ngram-cache's counts start empty on both sides). Each round's ours / llama-server (with
+and without the figures) is taken, and their median over the rounds compared: a ratio of two medians
+would mix rounds minutes apart, between which this machine drifts up to 20%.
 
 Beside the speeds, our run with the figures reports where its time outside ``llama_decode`` went:
 per decode step (a window or a plain step), as a share of the time inside ``llama_decode``, and the
@@ -161,12 +162,14 @@ class BenchRow:
     error: str | None = None
 
     def ratio(self, bare: bool = False) -> float | None:
-        """Median of ours (without the figures when ``bare``) / median of llama-server's; None without both,
-        or when llama-server failed in a repeat (its runs would no longer match ours one for one)."""
+        """Median over the rounds of ours (without the figures when ``bare``) / llama-server's in the same
+        round: a round's runs are seconds apart, while the machine drifts up to 20% between minutes, which
+        a ratio of the two medians would mix in (their rounds differ). None without both, or when llama-server
+        failed in a repeat (its runs would no longer match ours one for one)."""
         mine = self.ours_bare if bare else self.ours
-        if self.error is not None or not mine or not self.server or median(self.server) <= 0:
+        if self.error is not None or not mine or not self.server or min(self.server) <= 0:
             return None
-        return median(mine) / median(self.server)
+        return median(m / s for m, s in zip(mine, self.server))
 
     def to_json(self) -> dict:
         med = lambda xs: median(xs) if xs else None  # noqa: E731
@@ -340,7 +343,8 @@ def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None, speed
                      f"({gui['gui_median']:.1f} / {gui['headless_median']:.1f} tokens/s, GUI thread CPU "
                      f"{gui['gui_cpu_share']:.0%}); goal >= {WINDOW_GOAL}")
     lines += ["", "ours, bare, server: decode tokens/s (median of the repeats) with the per-row probability "
-              "figures, without them, and llama-server's; ratio, bare: ours / server; plain, window: time outside "
+              "figures, without them, and llama-server's; ratio, bare: median over the rounds of ours / server in the "
+              "same round; plain, window: time outside "
               "llama_decode as a share of the time inside it, over the plain steps and over the windows, with the "
               "figures; us/step: time outside llama_decode per decode step (window or plain step), microseconds; p/row: of it, the figures' microseconds per verification row; "
               "same: llama-server generated our tokens in every repeat (and drafted and accepted as many); "

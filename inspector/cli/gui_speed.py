@@ -6,10 +6,10 @@ several times (the engine on its worker thread, the views redrawing at their nor
 alternating with those runs, the same task headless (on the calling thread, as
 ``spec-inspector run`` does: the run service filling a session record) on the same runtime with
 the same source options and settings. ``format_gui_speed`` prints decode tokens/s (generated /
-decode time, prefill excluded) of every run, the medians and their ratio, and the GUI thread's
-CPU share (GUI-thread CPU seconds / wall seconds) during the GUI runs. Alternating the two kinds
-spreads a noisy machine's slow phases over both. ``bench --llama-server`` adds the same
-measurement to its report.
+decode time, prefill excluded) of every run, the medians, the median over the pairs of GUI / headless,
+and the GUI thread's CPU share (GUI-thread CPU seconds / wall seconds) during the GUI runs. Runs go in
+pairs, alternately GUI first and headless first, so a noisy machine's slow phases and the first run's
+advantage reach both kinds. ``bench --llama-server`` adds the same measurement to its report.
 
 In the command line (above the window's layer): the ``bench`` command imports this module only
 when it is asked for the window, so the other commands start without PySide6.
@@ -44,7 +44,8 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
     """Run ``task`` ``repeats`` times from the window and headless, alternating.
 
     Returns ``gui_tps`` and ``headless_tps`` (lists, decode tokens/s), their
-    medians, ``ratio`` (median GUI / median headless), ``gui_cpu_share``
+    medians, ``ratio`` (the median over the pairs of GUI / headless: each pair's runs are a second apart,
+    while the machine drifts up to 20% between minutes), ``gui_cpu_share``
     (median GUI-thread CPU / wall time per GUI run) and ``threads``.
     """
     if not show:  # read when the application is made, below
@@ -89,9 +90,13 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
 
         gui_run()  # warm-up: first-run imports and allocations
         headless_run()
-        for _ in range(repeats):
-            gui.append(gui_run())
-            headless.append(headless_run())
+        for i in range(repeats):  # pairs, alternately GUI first and headless first (the first run was faster)
+            if i % 2 == 0:
+                gui.append(gui_run())
+                headless.append(headless_run())
+            else:
+                headless.append(headless_run())
+                gui.append(gui_run())
         win.close()
         app.processEvents()
     finally:
@@ -100,14 +105,16 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
     g_med, h_med = statistics.median(gui), statistics.median(headless)
     return {"task": task, "max_tokens": max_tokens, "threads": rt.n_threads, "gui_tps": gui,
             "headless_tps": headless, "gui_median": g_med, "headless_median": h_med,
-            "ratio": g_med / h_med if h_med else None, "gui_cpu_share": statistics.median(shares)}
+            "ratio": statistics.median(g / h for g, h in zip(gui, headless)) if min(headless) > 0 else None,
+            "gui_cpu_share": statistics.median(shares)}
 
 
 def format_gui_speed(r: dict) -> str:
-    """``measure``'s result as text: each kind's decode tokens/s per run and median, their ratio and the
-    GUI thread's CPU share."""
+    """``measure``'s result as text: each kind's decode tokens/s per run (pair by pair) and median, the median
+    of the pairs' ratios and the GUI thread's CPU share."""
     return "\n".join([
         f"task {r['task']}, {r['max_tokens']} tokens, {r['threads']} llama.cpp threads, decode tokens/s:",
         "  GUI:      " + " ".join(f"{x:6.1f}" for x in r["gui_tps"]) + f"   median {r['gui_median']:.1f}",
         "  headless: " + " ".join(f"{x:6.1f}" for x in r["headless_tps"]) + f"   median {r['headless_median']:.1f}",
-        f"  GUI / headless: {r['ratio']:.2f}x   (GUI thread CPU share {r['gui_cpu_share']:.1%})"])
+        f"  GUI / headless: {r['ratio']:.2f}x (median of the pairs' ratios; GUI thread CPU share "
+        f"{r['gui_cpu_share']:.1%})"])
