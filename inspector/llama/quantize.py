@@ -8,6 +8,7 @@ of proposals accepted on a story prompt; Q2_K about 35%).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 from pathlib import Path
 
@@ -29,22 +30,44 @@ def cache_dir() -> Path:
     return Path(base) / "spec-inspector" / "drafts"
 
 
+FINGERPRINT_BYTES = 1 << 20
+"""Bytes read from each end of a model file for its cache key (``fingerprint``)."""
+
+
+def fingerprint(path: str | os.PathLike) -> str:
+    """A short key of a model file's content: its size and the BLAKE2b of its first and last
+    ``FINGERPRINT_BYTES`` (the GGUF header and tensor list, the last tensors' weights), 12 hex digits.
+    The same file copied or reinstalled (a new modification time) keeps its key, so its conversions are
+    found again instead of made again beside the old ones. Raises ``OSError`` when it cannot be read."""
+    size = os.path.getsize(path)
+    h = hashlib.blake2b(str(size).encode(), digest_size=6)
+    with open(path, "rb") as f:
+        h.update(f.read(FINGERPRINT_BYTES))
+        if size > FINGERPRINT_BYTES:
+            f.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
+            h.update(f.read(FINGERPRINT_BYTES))
+    return h.hexdigest()
+
+
 def make_draft(target: str | os.PathLike, qtype: str = "Q4_0", out_dir: str | os.PathLike | None = None,
                threads: int | None = None) -> Path:
     """Re-quantize ``target`` to ``qtype`` (a key of ``QUANT_TYPES``); return the draft's path.
 
-    A draft made earlier from the same target file (same size and mtime) is
-    reused. Raises ``ModelFileError`` (bad target, or llama.cpp failed) and
-    ``ValueError`` (unknown type).
+    A draft made earlier from a file with the same content (``fingerprint``: its size and both ends) is
+    reused. Raises ``ModelFileError`` (bad target or unreadable, or llama.cpp failed) and ``ValueError``
+    (unknown type).
     """
     if qtype not in QUANT_TYPES:
         raise ValueError(f"unknown draft type {qtype!r}: expected one of {', '.join(QUANT_TYPES)}")
     info = check_gguf(target)
     src = Path(info.path)
-    st = src.stat()
+    try:
+        key = fingerprint(src)
+    except OSError as exc:
+        raise ModelFileError(src, f"cannot read it ({exc.strerror or exc})") from None
     folder = Path(out_dir) if out_dir is not None else cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    out = folder / f"{src.stem}.{qtype}.{st.st_size}-{int(st.st_mtime)}.gguf"
+    out = folder / f"{src.stem}.{qtype}.{key}.gguf"
     if out.exists() and out.stat().st_size > 0:
         return out
     import llama_cpp  # llama.cpp loads only when a conversion runs
