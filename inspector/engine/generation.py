@@ -309,6 +309,8 @@ class Generation:
         held = self._held_ns
         try:
             self._step(t_step)
+            if self.figures is not None:  # after windows too: a batch's last plain rows wait at most MAX_AGE_MS
+                self.figures.flush_if_due()
         finally:  # time the observer held a commit (Step token) is no decode time
             self.decode_elapsed_us += (perf_counter_ns() - t_step - (self._held_ns - held)) // 1000
             self.decode_step += 1
@@ -434,8 +436,6 @@ class Generation:
             self._error(exc, None)
             raise
         self._check_finished()
-        if self.figures is not None:
-            self.figures.flush_if_due()
 
     def _commit(self, token: int, row: int, base_position: int, outcome: str | None = None) -> bool:
         """Append a committed token, stream its text and ask the consumer (SPEC step 6).

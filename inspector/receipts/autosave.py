@@ -11,8 +11,10 @@ a ``step`` event whose figures are still pending is written without them, and
 a later line carries them in ``figures`` (``[{"seq": the event's seq,
 "probabilities": its block}]``; a stopped run's last ones in a ``figures`` line),
 so writing a step never forces its batch. Each line is written whole and
-flushed, so a process killed mid-run loses at most the record being written:
-``read_autosave`` keeps every complete line and counts a torn last line.
+flushed, so a process killed mid-run loses at most the record being written and
+the figures of the plain steps whose batch had not run yet (at most 8 steps or 50 ms;
+their tokens are kept): ``read_autosave`` keeps every complete line and counts a
+torn last line.
 Used by ``spec-inspector run --autosave`` and the window (its autosave folder).
 """
 
@@ -125,10 +127,10 @@ class AutosaveRecorder(GenerationObserver):
     def _late_figures(self, force: bool) -> list[dict]:
         """The ``figures`` entries of the pending step events whose batch has run (``force``: of every one,
         running the batch), taken off the pending list."""
-        done = [(seq, f) for seq, f in self._late if force or f.ready]
-        if not done:
-            return []
-        self._late = [(seq, f) for seq, f in self._late if not (force or f.ready)]
+        done, waiting = [], []
+        for seq, f in self._late:  # one pass: a batch run meanwhile on another thread (a hover) drops nothing
+            (done if force or f.ready else waiting).append((seq, f))
+        self._late = waiting
         return [{"seq": seq, "probabilities": with_top_texts(f.value.to_json(), self.runtime.token_text)}
                 for seq, f in done]
 

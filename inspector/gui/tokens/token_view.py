@@ -82,7 +82,7 @@ class TokenView(QWidget):
         self._near_tie.setUnderlineColor(QColor(NEAR_TIE_COLOR))
         self.near_tie_margin = DEFAULT_NEAR_TIE_MARGIN
         """Tokens whose row's top-2 logit margin is below this (logits) are marked near-ties."""
-        self._margins: list = []  # per generated token: its row's margin (logits), None, or _PENDING
+        self._margins: list = []  # per generated token: its row's margin (logits), None, or _PENDING (still to come)
         self._pending_from: int | None = None  # first drawn token whose window had no receipt yet
         self._entries_seen = (0, 0)  # (receipts, discards) when the pending tokens were last checked
         self._settings: QSettings | None = None
@@ -215,7 +215,8 @@ class TokenView(QWidget):
 
     def _margin_of(self, t):
         """Token ``t``'s row margin (logits; cached once known), None without figures, or ``_PENDING``
-        while its window has no receipt."""
+        while its window has no receipt or its plain step's batch has not run (not run here, on the GUI
+        thread: the generation runs it within ``inspector.engine.deferred_figures.MAX_AGE_MS``)."""
         m = self._margins
         i = t.index
         if i < len(m) and m[i] is not _PENDING:
@@ -350,12 +351,14 @@ class TokenView(QWidget):
             bar.setValue(bar.maximum())
 
     def _pending_ready(self, s) -> bool:
-        """The first token drawn without its figures (``_pending_from``) may have them now: a window ended, or
-        its plain step's batch ran."""
-        if self._entries_seen != (len(s.receipts), len(s.discards)):
-            return True
+        """The first token drawn without its figures (``_pending_from``) may have them now: its plain step's
+        batch ran, or (a window's token) a window ended."""
         i = self._pending_from
-        return i < len(s.tokens) and s.tokens[i].window is None and not s.figures_pending(s.tokens[i])
+        if i >= len(s.tokens):
+            return True
+        if s.tokens[i].window is None:  # a redraw from it before its batch ran would draw it unmarked again
+            return not s.figures_pending(s.tokens[i])
+        return self._entries_seen != (len(s.receipts), len(s.discards))
 
     def _draw(self, start: int, end: int) -> None:
         """Replace tokens ``start..`` of the document with tokens ``start..end-1`` (one edit block)."""
