@@ -225,10 +225,10 @@ def test_an_autosave_writes_each_plain_step_without_running_its_batch_and_reads_
     assert any('"figures"' in line and '"kind": "step"' in line for line in lines), "later step lines carry them"
 
 
-def test_a_run_stopped_with_pending_figures_writes_them_in_a_figures_line(tmp_path):
+def test_a_run_stopped_with_pending_figures_writes_them_in_a_tail_line(tmp_path):
     live, g, path = _autosaved_run(tmp_path, steps=5, clean=False)
     assert [p for p in _step_figures(g).values() if p.ready] == list(_step_figures(g).values())  # closed: run
-    assert '"kind": "figures"' in path.read_text().splitlines()[-1]
+    assert '"kind": "tail"' in path.read_text().splitlines()[-1]
     back = record_from_autosave(path)
     assert back.unfinished and back.skipped_lines == 0
     assert _figures_by_position(back) == _figures_by_position(live) and len(_figures_by_position(back)) >= 5
@@ -281,3 +281,11 @@ def test_the_last_plain_rows_before_windows_are_summarised_by_a_window_step_once
     g.step()
     assert g.window_count == 1
     assert all(p.ready for p in pending), "a run of windows would leave them pending until the next plain step"
+
+
+def test_a_run_closed_without_its_end_keeps_the_events_after_its_last_line(tmp_path):
+    live, g, path = _autosaved_run(tmp_path, clean=False)  # finished, closed as a stopped run is
+    assert g.finished and live.events[-1].kind == "finish"
+    back = record_from_autosave(path)
+    assert back.unfinished and back.skipped_lines == 0
+    assert [(e.seq, e.kind) for e in back.events] == [(e.seq, e.kind) for e in live.events]

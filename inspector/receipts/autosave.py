@@ -9,8 +9,9 @@ reader shows the run's own event list, times included). A plain step's figures
 are summarised in batches of up to 8 rows (``inspector.engine.deferred_figures``):
 a ``step`` event whose figures are still pending is written without them, and
 a later line carries them in ``figures`` (``[{"seq": the event's seq,
-"probabilities": its block}]``; a stopped run's last ones in a ``figures`` line),
-so writing a step never forces its batch. Each line is written whole and
+"probabilities": its block}]``), so writing a step never forces its batch. A run
+closed without its ``end`` (stopped, failed) writes a ``tail`` line instead: the events
+and step figures not written yet (an error in a plain step, the last steps' figures). Each line is written whole and
 flushed, so a process killed mid-run loses at most the record being written and
 the figures of the plain steps whose batch had not run yet (at most 8 steps or 50 ms;
 their tokens are kept): ``read_autosave`` keeps every complete line and counts a
@@ -162,13 +163,13 @@ class AutosaveRecorder(GenerationObserver):
 
     def close(self, end: dict | None = None) -> None:
         """Close the writer; ``end`` (a clean finish) gets the events and the step figures not written yet
-        (without ``end``, the figures go in a ``figures`` line)."""
+        (without ``end``, a ``tail`` line has them, when there are any)."""
         late = self._late_figures(force=True)
+        events, self._events = self._events, []
         if end is not None:
-            end = {**end, "events": self._events, **({"figures": late} if late else {})}
-            self._events = []
-        elif late:
-            self.writer.write({"kind": "figures", "figures": late})
+            end = {**end, "events": events, **({"figures": late} if late else {})}
+        elif late or events:
+            self.writer.write({"kind": "tail", "events": events, **({"figures": late} if late else {})})
         self.writer.close(end)
 
     def on_proposal(self, window, proposal) -> None:
@@ -360,7 +361,8 @@ def read_autosave_turns(path: str | os.PathLike) -> list[AutosaveRun]:
                     pending[e.seq] = (events, i)
             if rec.get("figures") is not None:
                 run.bad_lines += _attach_figures(rec["figures"], pending, run.texts)
-            if kind == "figures":
+            if kind == "tail":  # a run closed without its end: its last events (and figures, attached above)
+                run.records.append(("tail", rec, {}, events))
                 continue
             if kind == "receipt":
                 value, texts, committed = _receipt(rec["receipt"])
