@@ -43,8 +43,8 @@ def test_a_remembered_key_is_used_while_the_file_is_unchanged_and_computed_again
     model.write_bytes(b"one" * 1000)
     first = fingerprint(model, folder)
     index = json.loads((folder / "fingerprints.json").read_text())
-    assert index[str(model.resolve())][2] == first
-    index[str(model.resolve())][2] = "remembered00"
+    assert index[str(model.resolve())][-1] == first
+    index[str(model.resolve())][-1] = "remembered00"
     (folder / "fingerprints.json").write_text(json.dumps(index))
     assert fingerprint(model, folder) == "remembered00"  # unchanged (size and time): not read again
     model.write_bytes(b"two" * 1000)  # same size, other content, another time
@@ -64,3 +64,15 @@ def test_conversions_keyed_by_the_old_modification_time_are_removed_when_the_mod
     other.write_bytes(b"old")
     made = make_draft(model_path, "Q4_0", out)
     assert not old.exists() and other.exists() and made.exists()
+
+
+def test_the_clean_up_compares_names_as_text_and_keeps_another_models_conversion(model_path, tmp_path):
+    model = tmp_path / "model[1].gguf"  # glob characters in the name
+    shutil.copyfile(model_path, model)
+    folder, size = tmp_path / "drafts", os.path.getsize(model)
+    folder.mkdir()
+    mine, other = folder / f"model[1].Q4_0.{size}-1234567890.gguf", folder / f"model1.Q4_0.{size}-1234567890.gguf"
+    for f in (mine, other):
+        f.write_bytes(b"old")
+    make_draft(model, "Q4_0", folder)
+    assert not mine.exists() and other.exists()

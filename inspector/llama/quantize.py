@@ -11,6 +11,7 @@ import ctypes
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from inspector.llama.model_file import ModelFileError, check_gguf
@@ -32,18 +33,19 @@ def cache_dir() -> Path:
 
 
 FINGERPRINTS = "fingerprints.json"
-"""The file in a conversions folder remembering each model file's ``fingerprint`` by (path, size, mtime)."""
+"""The file in a conversions folder remembering each model file's ``fingerprint`` by (path, size, mtime,
+inode, ctime): a file copied over with its time kept (``cp -p``) still gets a new inode or ctime."""
 
 
 def fingerprint(path: str | os.PathLike, folder: str | os.PathLike | None = None) -> str:
     """A key of a model file's content: BLAKE2b of the whole file, 12 hex digits (about 0.2 s per 100 MB,
-    once: ``folder``'s ``FINGERPRINTS`` file remembers it by absolute path, size and modification time).
+    once: ``folder``'s ``FINGERPRINTS`` file remembers it by absolute path, size, times and inode).
     The same file copied or reinstalled (a new modification time) keeps its key, so its conversions are
     found again instead of made again beside the old ones; files differing anywhere get other keys.
     Raises ``OSError`` when the model cannot be read (an unreadable index is ignored and rewritten)."""
     path = Path(path).resolve()
     st = path.stat()
-    stamp = [st.st_size, st.st_mtime_ns]
+    stamp = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
     index_path = Path(folder) / FINGERPRINTS if folder is not None else None
     index: dict = {}
     if index_path is not None:
@@ -54,15 +56,16 @@ def fingerprint(path: str | os.PathLike, folder: str | os.PathLike | None = None
         except (OSError, ValueError):
             index = {}
         known = index.get(str(path))
-        if isinstance(known, list) and len(known) == 3 and known[:2] == stamp and isinstance(known[2], str):
-            return known[2]
+        if isinstance(known, list) and len(known) == 5 and known[:4] == stamp and isinstance(known[4], str):
+            return known[4]
     with open(path, "rb") as f:
         key = hashlib.file_digest(f, lambda: hashlib.blake2b(digest_size=6)).hexdigest()
     if index_path is not None:
         index[str(path)] = [*stamp, key]
-        try:
-            tmp = index_path.with_name(f"{FINGERPRINTS}.tmp{os.getpid()}")
-            tmp.write_text(json.dumps(index), encoding="utf-8")
+        try:  # a temporary file of its own: two threads (a draft and a --target-weights form) may write at once
+            fd, tmp = tempfile.mkstemp(prefix=f"{FINGERPRINTS}.", dir=index_path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(index, f)
             os.replace(tmp, index_path)
         except OSError:
             pass  # the key is still right; it is computed again next time
@@ -73,9 +76,12 @@ def _remove_mtime_keyed(folder: Path, stem: str, qtype: str, size: int) -> None:
     """Delete conversions of a file named ``stem`` of ``size`` bytes to ``qtype`` that earlier versions keyed
     by modification time (``{stem}.{qtype}.{size}-{mtime}.gguf``): nothing reads those names any more."""
     prefix = f"{stem}.{qtype}.{size}-"
-    for old in folder.glob(f"{prefix}*.gguf"):
-        if old.name[len(prefix):-len(".gguf")].isdigit():
-            old.unlink(missing_ok=True)
+    for old in folder.glob("*.gguf"):  # names compared as text: a stem may hold glob characters ("model[1]")
+        if old.name.startswith(prefix) and old.name[len(prefix):-len(".gguf")].isdigit():
+            try:
+                old.unlink()
+            except OSError:  # open elsewhere (Windows), not ours to delete, gone: left as it is
+                pass
 
 
 def make_draft(target: str | os.PathLike, qtype: str = "Q4_0", out_dir: str | os.PathLike | None = None,
@@ -93,9 +99,10 @@ def make_draft(target: str | os.PathLike, qtype: str = "Q4_0", out_dir: str | os
     folder.mkdir(parents=True, exist_ok=True)
     try:
         key = fingerprint(src, folder)
-        _remove_mtime_keyed(folder, src.stem, qtype, src.stat().st_size)
+        size = src.stat().st_size
     except OSError as exc:
         raise ModelFileError(src, f"cannot read it ({exc.strerror or exc})") from None
+    _remove_mtime_keyed(folder, src.stem, qtype, size)
     out = folder / f"{src.stem}.{qtype}.{key}.gguf"
     if out.exists() and out.stat().st_size > 0:
         return out

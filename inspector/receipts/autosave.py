@@ -208,7 +208,8 @@ class AutosaveRun:
     rebuilt from the records' token texts. ``records``: every valid record in
     file order as ``(kind, value, texts)``: ``("receipt", WindowReceipt, {id: text})``,
     ``("discard", Discard, {id: text})``, ``("step", (token, position), {id: text})``,
-    ``("prefill", dict, {})``, ``("end", dict, {})``, each with a fourth item: the
+    ``("prefill", dict, {})``, ``("end", dict, {})``, ``("tail", dict, {})`` (a run closed without its
+    end: its last events), each with a fourth item: the
     ``EngineEvent`` list the line carried (the events since the line before), or None in
     files written before lines carried events. ``texts``: every token text seen, id -> text.
     """
