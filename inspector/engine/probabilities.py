@@ -320,7 +320,8 @@ def summarise_rows(
     proposed token, kept as is. ``shifted``: each row's largest logit was already subtracted from it (its
     maximum is 0; ``FigureBatch`` does it while copying the row, hot in cache then): the softmax basis skips
     its own subtraction, one pass over the rows fewer (a row and the row minus a constant have the same figures
-    up to float32 rounding: at times the 4th significant digit of a probability). Values are rounded to 4 significant digits (the receipts keep what the window shows: 3).
+    up to float32 rounding: at times the 4th significant digit of a probability). Values are rounded to 4
+    significant digits (the receipts keep what the window shows: 3).
     Raises ``ValueError`` when the shapes disagree.
     """
     x = np.asarray(logits)

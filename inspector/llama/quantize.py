@@ -88,8 +88,8 @@ def make_draft(target: str | os.PathLike, qtype: str = "Q4_0", out_dir: str | os
                threads: int | None = None) -> Path:
     """Re-quantize ``target`` to ``qtype`` (a key of ``QUANT_TYPES``); return the draft's path.
 
-    A draft made earlier from a file with the same content (``fingerprint``) is reused. Raises ``ModelFileError`` (bad target or unreadable, or llama.cpp failed) and ``ValueError``
-    (unknown type).
+    A draft made earlier from a file with the same content (``fingerprint``) is reused. Raises
+    ``ModelFileError`` (bad target or unreadable, or llama.cpp failed) and ``ValueError`` (unknown type).
     """
     if qtype not in QUANT_TYPES:
         raise ValueError(f"unknown draft type {qtype!r}: expected one of {', '.join(QUANT_TYPES)}")

@@ -11,8 +11,8 @@ a ``step`` event whose figures are still pending is written without them, and
 a later line carries them in ``figures`` (``[{"seq": the event's seq,
 "probabilities": its block}]``), so writing a step never forces its batch. A run
 closed without its ``end`` (stopped, failed) writes a ``tail`` line instead: the events
-and step figures not written yet (an error in a plain step, the last steps' figures). Each line is written whole and
-flushed, so a process killed mid-run loses at most the record being written and
+and step figures not written yet (an error in a plain step, the last steps' figures).
+Each line is written whole and flushed, so a process killed mid-run loses at most the record being written and
 the figures of the plain steps whose batch had not run yet (at most 8 steps or 50 ms;
 their tokens are kept): ``read_autosave`` keeps every complete line and counts a
 torn last line.
