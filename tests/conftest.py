@@ -224,9 +224,10 @@ def start_llama_server(llama_server_binary, model_path):
     bundled model (``LlamaServerProcess``, ready for requests); every one is stopped after the test."""
     started: list[LlamaServerProcess] = []
 
-    def start(args=(), threads: int = 1, n_ctx: int = N_CTX, timeout_s: float = 120) -> LlamaServerProcess:
+    def start(args=(), threads: int = 1, n_ctx: int = N_CTX, timeout_s: float = 120,
+              metrics: bool = True) -> LlamaServerProcess:
         server = LlamaServerProcess(llama_server_binary, model_path, args=args, threads=threads, n_ctx=n_ctx,
-                                    timeout_s=timeout_s)
+                                    timeout_s=timeout_s, metrics=metrics)
         started.append(server)
         return server
 

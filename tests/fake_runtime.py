@@ -47,9 +47,9 @@ class FakeRuntime:
             logits[i, (t + 2) % self.n_vocab] = 2.0
         return logits
 
-    def row_probabilities(self, n, proposed, predictions, sampling=None):
+    def row_probabilities(self, n, proposed, predictions, sampling=None, top=5):
         """Figures from ``last_logits``."""
-        return summarise_rows(self.last_logits(n), proposed, predictions, sampling)
+        return summarise_rows(self.last_logits(n), proposed, predictions, sampling, top=top)
 
     def prefill(self, sid, tokens, position):
         self.decode_rows(sid, tokens, position)

@@ -127,15 +127,23 @@ def test_request_values_are_checked_as_llama_server_checks_them():
     assert "type must be number" in _refused({"prompt": "x", "n_predict": "8"})
     assert "n_predict" in _refused({"prompt": "x", "n_predict": -2})
     assert "n_probs" in _refused({"prompt": "x", "n_probs": MAX_TOP_PROBS + 1})
+    assert parse_request({"prompt": "x", "n_probs": 10}, "completion", D).n_probs == 10  # llama-server: any count
+    assert parse_request({"prompt": "x", "n_probs": -3}, "completion", D).n_probs == 0
+    assert parse_request({"prompt": "x", "logprobs": 3}, "completion", D).n_probs == 3  # n_probs' alias
     assert "top_p" in _refused({"prompt": "x", "top_p": 1.5})
     assert "prompt" in _refused({"n_predict": 3})
-    assert "several prompts" in _refused({"prompt": ["a", "b"]})
+    several = parse_request({"prompt": ["a", [1, 2], {"prompt_string": "c"}]}, "completion", D)
+    assert several.prompts == ("a", [1, 2], "c") and several.prompt == "a"  # three prompts, answered in turn
+    assert parse_request({"prompt": [1, "a"]}, "completion", D).prompts == ([1, "a"],)  # a number: one prompt
+    assert "multimodal" in _refused({"prompt": {"prompt_string": "a", "multimodal_data": ["AAAA"]}}).lower()
+    assert "empty" in _refused({"prompt": []})
     p = parse_request({"prompt": [1, 2, "x"], "max_tokens": 5, "n_predict": 7, "stop": "\n"}, "completion", D)
     assert p.n_predict == 7 and p.stop == ("\n",)  # n_predict wins over max_tokens, as in llama-server
     c = parse_request({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                  {"type": "text", "text": "b"}]}],
                        "logprobs": True, "top_logprobs": 2, "temperature": 0}, "chat", D)
     assert c.messages == ({"role": "user", "content": "ab"},) and c.n_probs == 2 and c.sampling.greedy
+    assert parse_request({"messages": [{"role": "user", "content": "a"}], "logprobs": True}, "chat", D).n_probs == 20
     assert "top_logprobs" in _refused({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2}, "chat")
 
 

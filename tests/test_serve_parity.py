@@ -122,7 +122,7 @@ def our_server(scheduler, runtime):
         server = InspectorServer(scheduler, str(runtime.model_path),
                                  ServeOptions(port=0, source=source, source_options=dict(options), template=template,
                                               defaults=ServeDefaults(SamplingSettings(temperature=0.8)),
-                                              receipts=None))
+                                              receipts=None, metrics_endpoint=True))
         started.append(server)
         server.start()
         assert server.wait_started(), "uvicorn did not start within 10 s"

@@ -107,11 +107,11 @@ class LlamaServerProcess:
     manager (``stop()`` on exit). ``args`` are appended to the command line; ``threads`` sets
     ``-t`` and ``-tb``; ``n_ctx`` is ``-c``; ``context`` (``inspector.llama.context_settings.ContextSettings``)
     adds ``-ub``, ``-fa``, ``-ctk``, ``-ctv`` for each that is not llama-server's default. Waits up to ``timeout_s`` seconds for ``/health``;
-    ``client``'s requests end within ``request_timeout_s`` each. Raises ``ServerStartError`` (one line: what llama-server complained about, or the timeout)."""
+    ``client``'s requests end within ``request_timeout_s`` each; ``metrics``: start it with ``--metrics``. Raises ``ServerStartError`` (one line: what llama-server complained about, or the timeout)."""
 
     def __init__(self, binary: Path | str, model: Path | str, *, args: Sequence[str] = (), threads: int = 1,
                  n_ctx: int = 1024, timeout_s: float = 120, context=None,
-                 request_timeout_s: float = REQUEST_DEADLINE_S):
+                 request_timeout_s: float = REQUEST_DEADLINE_S, metrics: bool = True):
         self.binary = Path(binary).expanduser().absolute()  # "./llama-server" is this folder's, not PATH's
         self.model = Path(model)
         self._proc: subprocess.Popen | None = None
@@ -126,7 +126,8 @@ class LlamaServerProcess:
         self.client = LlamaServerClient(self.url, timeout_s=request_timeout_s)
         self.argv = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(self.port),
                      "-t", str(threads), "-tb", str(threads), "-np", "1", "-c", str(n_ctx),
-                     "--no-ui", "--metrics", *(context.server_args() if context is not None else ()),
+                     "--no-ui", *(["--metrics"] if metrics else []),
+                     *(context.server_args() if context is not None else ()),
                      *[str(a) for a in args]]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
         _RUNNING.add(self)

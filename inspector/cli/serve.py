@@ -10,6 +10,7 @@ finished request on stdout; Ctrl-C (SIGTERM) stops it, writes the session docume
 
 from __future__ import annotations
 
+import argparse
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from inspector.engine.settings import DEFAULT_DRAFT_MAX, check_n_batch_for_sourc
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError
 from inspector.receipts import ReceiptsFileError, write_document
+from inspector.serve.http_policy import CorsPolicy
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import DEFAULT_KEEP, DEFAULT_MAX_MB, ReceiptsDir, default_receipts_dir, session_document
 from inspector.serve.server import DEFAULT_PORT, LOOPBACK, InspectorServer, ServeError, ServeOptions, check_host
@@ -40,7 +42,7 @@ def add_serve_command(sub) -> None:
     s = sub.add_parser(
         "serve", help="serve llama-server's HTTP API; every request is a recorded session",
         description="Serve llama-server's HTTP API (/completion, /v1/completions, /v1/chat/completions, "
-                    "/v1/models, /health, /props, /tokenize, /detokenize, /metrics) with one slot: requests run "
+                    "/v1/models, /health, /props, /tokenize, /detokenize, /slots, /metrics with --metrics) with one slot: requests run "
                     "one at a time in arrival order, each recorded as a receipts document. Point any "
                     "OpenAI-compatible client at the address it prints.")
     s.add_argument("--model", "-m", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
@@ -59,6 +61,19 @@ def add_serve_command(sub) -> None:
     net.add_argument("--api-key", metavar="KEY", default=None,
                      help="require 'Authorization: Bearer KEY' on every route but /health (llama-server's "
                           "--api-key; compared in constant time); a wrong key gets 401")
+    http = s.add_argument_group("HTTP (llama-server's flags and defaults)")
+    http.add_argument("--metrics", action="store_true", help="answer GET /metrics (Prometheus text); without it, 501")
+    http.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
+                      help="answer GET /slots (the slot's state) [on]")
+    http.add_argument("--cors-origins", default=CorsPolicy.origins, metavar="ORIGINS",
+                      help="allowed origins for browsers (CORS); 'localhost' echoes only a localhost Origin; with "
+                           "credentials on and '*', the Origin is echoed [*]")
+    http.add_argument("--cors-methods", default=CorsPolicy.methods, metavar="METHODS",
+                      help=f"allowed methods for CORS [{CorsPolicy.methods}]")
+    http.add_argument("--cors-headers", default=CorsPolicy.headers, metavar="HEADERS",
+                      help="allowed headers for CORS [*]")
+    http.add_argument("--cors-credentials", action=argparse.BooleanOptionalAction, default=True,
+                      help="allow credentials for CORS [on]")
     s.add_argument("--source", choices=source_names(), default="ngram",
                    help="proposal source of every request (none: plain decoding) [ngram]")
     s.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
@@ -131,7 +146,9 @@ def _options(args) -> ServeOptions:
                         source_options=source_options, template=template, draft_max_auto=args.draft_max is None,
                         defaults=ServeDefaults(sampling, args.n_predict, random_seed=args.seed == -1),
                         max_queue=args.max_queue, api_key=args.api_key, aliases=tuple(args.alias),
-                        receipts=receipts, max_body_bytes=args.max_body_mb << 20)
+                        receipts=receipts, max_body_bytes=args.max_body_mb << 20,
+                        cors=CorsPolicy(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
+                        metrics_endpoint=args.metrics, slots_endpoint=args.slots)
 
 
 def request_line(row) -> str:

@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from inspector.engine.probabilities import WindowProbabilities, summarise_rows
+from inspector.engine.probabilities import TOP, WindowProbabilities, summarise_rows
 from inspector.engine.settings import GenerationSettings, SamplingSettings
 
 BATCH_ROWS = 8
@@ -101,7 +101,7 @@ def figure_batch(runtime, settings: GenerationSettings) -> "FigureBatch | None":
             runtime.probability_ns += ns
             runtime.probability_rows += rows
 
-    return FigureBatch(runtime.n_vocab, settings.sampling, account)
+    return FigureBatch(runtime.n_vocab, settings.sampling, account, top=settings.top_probabilities)
 
 
 class FigureBatch:
@@ -110,14 +110,15 @@ class FigureBatch:
     ``add`` runs on the generation's thread under the runtime lock (the row is llama.cpp's until the
     next decode); ``flush`` on any thread (a lock keeps the two apart). ``sampling``: the session's
     sampler (the figures' basis, as ``summarise_rows``). ``account(ns, rows)``: told the time each copy
-    and each summary took (the runtime's benchmark counters)."""
+    and each summary took (the runtime's benchmark counters). ``top``: the most likely tokens kept per row."""
 
     def __init__(self, n_vocab: int, sampling: SamplingSettings | None = None,
-                 account: Callable[[int, int], None] | None = None, rows: int = BATCH_ROWS) -> None:
+                 account: Callable[[int, int], None] | None = None, rows: int = BATCH_ROWS, top: int = TOP) -> None:
         if rows < 1:
             raise ValueError(f"a figure batch holds at least 1 row, observed {rows}")
         self.n_vocab = n_vocab
         self.sampling = sampling
+        self.top = top
         self._account = account or (lambda _ns, _rows: None)
         self._capacity = rows
         self._shift = sampling is None or sampling.greedy  # the softmax basis: rows are kept minus their max
@@ -184,7 +185,7 @@ class FigureBatch:
             return
         t = perf_counter_ns()
         figures = summarise_rows(self._buffer[:len(pending)], (), [p for _h, p in pending], self.sampling,
-                                 shifted=self._all_shifted)
+                                 shifted=self._all_shifted, top=self.top)
         for (handle, _p), row in zip(pending, split_rows(figures)):
             handle.resolve(row)
         self._pending = []

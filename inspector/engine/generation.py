@@ -208,13 +208,13 @@ class Generation:
         self._ctx = WindowContext(
             self.scheduler, self.session_id, self.request_id, self.cancel_event, self.faults,
             self._emit, self._before_commit, self.settings.sampling,
-            self.settings.verification, self._rng, self.settings.probabilities,
+            self.settings.verification, self._rng, self.settings.probabilities, self.settings.top_probabilities,
         )
         sid = self.session_id
         prefix = list(self.tokens) if first else self.tokens[:-1]
         kept, self.kv_reuse = (self.kv_reuse if first else 0), 0  # a later prefill starts from position 0
         prefill = prefill_call(sid, prefix, first, self.settings.sampling, first and self.settings.probabilities, kept,
-                               progress=getattr(self.observer, "on_prefill", None))
+                               progress=getattr(self.observer, "on_prefill", None), top=self.settings.top_probabilities)
         t = perf_counter_ns()
         kv, token, probs = self.scheduler.execute("prefill", sid, prefill).value
         if first:
@@ -405,7 +405,7 @@ class Generation:
         sid = self.session_id
         cancel = self.cancel_event
         step = plain_step_call(sid, self.tokens[-1], base, cancel, self.settings.sampling, self.settings.probabilities,
-                               self.figures)
+                               self.figures, top=self.settings.top_probabilities)
         self._commit_window = None
         try:
             timed = self.scheduler.execute("step", sid, step)

@@ -309,6 +309,7 @@ def summarise_rows(
     sampling: SamplingSettings | None = None,
     draft_q: Sequence[float] | None = None,
     shifted: bool = False,
+    top: int = TOP,
 ) -> WindowProbabilities:
     """The probability figures of a verify batch (or a plain step's single row).
 
@@ -321,7 +322,8 @@ def summarise_rows(
     maximum is 0; ``FigureBatch`` does it while copying the row, hot in cache then): the softmax basis skips
     its own subtraction, one pass over the rows fewer (a row and the row minus a constant have the same figures
     up to float32 rounding: at times the 4th significant digit of a probability). Values are rounded to 4
-    significant digits (the receipts keep what the window shows: 3).
+    significant digits (the receipts keep what the window shows: 3). ``top``: how many of each row's most
+    likely tokens are kept (>= 2; ``TOP`` unless a served request asks ``n_probs`` for more).
     Raises ``ValueError`` when the shapes disagree.
     """
     x = np.asarray(logits)
@@ -330,7 +332,7 @@ def summarise_rows(
                          f"rows proposal tokens, observed logits {x.shape}, {len(predictions)} predictions, "
                          f"{len(proposed)} proposal tokens")
     n = x.shape[0]
-    top_idx, top_val = _top(x, TOP)
+    top_idx, top_val = _top(x, max(2, top))
     margin = [t[0] - t[1] if len(t) > 1 else math.inf for t in top_val]
     sampled = sampling is not None and not sampling.greedy
     predictions = [int(t) for t in predictions]

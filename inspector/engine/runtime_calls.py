@@ -13,12 +13,13 @@ from typing import Callable, Sequence
 
 from inspector.engine.deferred_figures import FigureBatch
 from inspector.engine.errors import SpeculationUnsupported
+from inspector.engine.probabilities import TOP
 from inspector.engine.settings import SamplingSettings
 
 
 def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: SamplingSettings,
                  want_probabilities: bool, kept: int = 0,
-                 progress: Callable[[int, int], None] | None = None) -> Callable:
+                 progress: Callable[[int, int], None] | None = None, top: int = TOP) -> Callable:
     """The prefill of session ``sid`` with ``prefix`` (tokens), from position ``kept``.
 
     ``kept``: positions ``0 .. kept - 1`` of the session already hold ``prefix[:kept]`` (a slot's
@@ -28,7 +29,7 @@ def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: Samplin
     token (with its row's probabilities when ``want_probabilities``). ``progress(done, total)``: told
     the positions filled (tokens) after each chunk of the runtime's ``n_batch`` rows but the last, and
     at the end; the chunks are the ones the runtime's own ``prefill`` decodes, so the batches (and the
-    first token) are the same with or without it. The callable returns
+    first token) are the same with or without it. ``top``: the tokens the figures keep per row. The callable returns
     ``(kv_length, token or None, probabilities or None)``."""
     prefix = list(prefix)
     if first and not 0 <= kept < len(prefix):
@@ -45,7 +46,7 @@ def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: Samplin
                 progress(kept + start + step, len(prefix))
         if first:
             token = rt.prefill_predict(sid, rest[head:], kept + head)
-            probs = rt.row_probabilities(1, (), (token,), sampling) if want_probabilities else None
+            probs = rt.row_probabilities(1, (), (token,), sampling, top=top) if want_probabilities else None
             result = rt.kv_length(sid), token, probs
         else:
             if rest[head:]:
@@ -59,14 +60,14 @@ def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: Samplin
 
 
 def plain_step_call(sid: int, current: int, base: int, cancel, sampling: SamplingSettings,
-                    want_probabilities: bool, figures: FigureBatch | None = None) -> Callable:
+                    want_probabilities: bool, figures: FigureBatch | None = None, top: int = TOP) -> Callable:
     """One plain decoding step of session ``sid``: decode ``current`` alone at position ``base``.
 
     The callable returns ``(predicted token, probabilities or None)``, or None when the session's KV
     length is not ``base`` (the caller makes it canonical and asks again). ``cancel``: the request's
     cancellation event (an abort of the decode in flight raises ``DecodeAborted``). With ``figures``
     the row is copied there and the probabilities are its ``DeferredFigures`` (summarised later, in a
-    batch: ``inspector.engine.deferred_figures``); without, they are summarised now."""
+    batch: ``inspector.engine.deferred_figures``); without, they are summarised now, keeping ``top`` tokens."""
 
     def step(rt):
         if rt.kv_length(sid) != base:
@@ -76,7 +77,7 @@ def plain_step_call(sid: int, current: int, base: int, cancel, sampling: Samplin
             return predictions[0], None
         if figures is not None:
             return predictions[0], figures.add(rt.last_logits(1)[0], predictions[0])
-        return predictions[0], rt.row_probabilities(1, (), predictions, sampling)
+        return predictions[0], rt.row_probabilities(1, (), predictions, sampling, top=top)
 
     return step
 

@@ -20,6 +20,9 @@ from inspector.engine.llama_settings import (RANDOM_SEED, SAMPLING, SEED_MAX, Se
                                             settings_class)
 
 DEFAULT_MAX_NEW_TOKENS = 128
+MAX_TOP_PROBABILITIES = 1 << 20
+"""Most tokens a row's figures may keep (``GenerationSettings.top_probabilities``; a row keeps at most its
+vocabulary): a bound on a served request's ``n_probs``, which llama-server leaves unbounded."""
 """Generated tokens at most when nothing else is asked for: the engine's
 ``GenerationSettings.max_new_tokens``, ``spec-inspector run --max-tokens`` and
 the window's spin box."""
@@ -249,6 +252,8 @@ class GenerationSettings:
     ``probabilities``: keep the target's per-row probability figures (issue 15,
     ``inspector.engine.probabilities``) in receipts and plain-step events; False writes
     none (the smallest files, ``--no-probabilities``).
+    ``top_probabilities``: how many most likely tokens the figures keep per row (2..``MAX_TOP_PROBABILITIES``;
+    5 by default, the window's; a served request's ``n_probs`` asks for more).
     A bad value raises ``ValueError`` naming the field, the observed value
     and the valid range (``check_setting``, ``check_stop``).
     """
@@ -260,8 +265,13 @@ class GenerationSettings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     verification: str = "sample_match"
     probabilities: bool = True
+    top_probabilities: int = 5
 
     def __post_init__(self) -> None:
+        if isinstance(self.top_probabilities, bool) or not isinstance(self.top_probabilities, int) or \
+                not 2 <= self.top_probabilities <= MAX_TOP_PROBABILITIES:
+            raise ValueError(f"top_probabilities must be a whole number 2..{MAX_TOP_PROBABILITIES}, observed "
+                             f"{self.top_probabilities!r}")
         if self.verification not in ("sample_match", "rejection"):
             raise ValueError(f"verification must be sample_match or rejection, observed {self.verification!r}")
         for name in ("max_new_tokens", "draft_max", "proposal_deadline_ms"):

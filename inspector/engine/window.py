@@ -104,6 +104,8 @@ class WindowContext:
     """Random numbers of the ``rejection`` rule (seeded from the sampling seed)."""
     probabilities: bool = True
     """Summarise each verification row's probabilities (``inspector.engine.probabilities``)."""
+    top_probabilities: int = 5
+    """How many most likely tokens each row's figures keep."""
 
     def rule_for(self, proposal: Proposal) -> str:
         """The verification rule this proposal gets (``inspector.engine.sampling``)."""
@@ -178,7 +180,7 @@ def execute_window(
         probs = None
         if ctx.probabilities:
             probs = rt.row_probabilities(len(rows), [tokens[r - 1] for r in walk.branch_rows], predictions,
-                                         ctx.sampling, rows=branch)
+                                         ctx.sampling, rows=branch, top=ctx.top_probabilities)
         tree = TreeReceipt(tokens, tuple(proposal.parents), tuple(row_predictions), walk.branch_rows)
         return predictions, rt.kv_length(sid), probs, tree
 
@@ -192,11 +194,11 @@ def execute_window(
             logits = rt.decode_logits(sid, rows, base_position, cancel)
             predictions = rejection_predictions(logits, tokens, proposal.draft_probabilities, ctx.sampling, ctx.rng)
             if ctx.probabilities:
-                probs = summarise_rows(logits, tokens, predictions, ctx.sampling)
+                probs = summarise_rows(logits, tokens, predictions, ctx.sampling, top=ctx.top_probabilities)
         else:
             predictions = rt.decode_rows(sid, rows, base_position, cancel)
             if ctx.probabilities:  # from the same batch's logits, still under the lock
-                probs = rt.row_probabilities(n_rows, tokens, predictions, ctx.sampling)
+                probs = rt.row_probabilities(n_rows, tokens, predictions, ctx.sampling, top=ctx.top_probabilities)
         return predictions, rt.kv_length(sid), probs, None
 
     try:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
-from inspector.engine.probabilities import WindowProbabilities, summarise_rows
+from inspector.engine.probabilities import TOP, WindowProbabilities, summarise_rows
 from inspector.engine.settings import SamplingSettings
 from inspector.engine.tree import depths, row_branches
 from inspector.llama.model_file import ModelInfo, check_gguf
@@ -371,16 +371,17 @@ class LlamaRuntime:
 
     def row_probabilities(self, n: int, proposed: Sequence[int], predictions: Sequence[int],
                           sampling: SamplingSettings | None = None,
-                          rows: Sequence[int] | None = None) -> WindowProbabilities:
+                          rows: Sequence[int] | None = None, top: int = TOP) -> WindowProbabilities:
         """The per-row probability figures of the last decode's ``n`` rows (all with logits), from its
         logits in place (``inspector.engine.probabilities.summarise_rows``; arguments as there);
-        ``rows``: only these rows, in this order (a tree window's kept branch). Adds its time to
+        ``rows``: only these rows, in this order (a tree window's kept branch); ``top``: the most likely
+        tokens kept per row. Adds its time to
         ``probability_ns`` and the rows summarised to ``probability_rows`` (benchmarks)."""
         t = time.perf_counter_ns()
         logits = self.last_logits(n)
         if rows is not None:
             logits = logits[list(rows)]
-        out = summarise_rows(logits, proposed, predictions, sampling)
+        out = summarise_rows(logits, proposed, predictions, sampling, top=top)
         self.probability_ns += time.perf_counter_ns() - t
         self.probability_rows += len(logits)
         return out

@@ -3,9 +3,11 @@
 Routes as llama.cpp 0c1e570 ``tools/server/server.cpp`` registers them: ``GET /health`` (also
 ``/v1/health``), ``GET /v1/models`` (``/models``), ``GET /props``, ``POST /tokenize``,
 ``POST /detokenize``, ``GET /metrics``, ``POST /completion`` (``/completions``), ``POST /v1/completions``,
-``POST /v1/chat/completions`` (``/chat/completions``). Unknown paths get llama-server's 404.
-With an API key every route but ``/health`` needs ``Authorization: Bearer KEY`` (or ``X-Api-Key``),
-compared in constant time (``hmac.compare_digest``); a wrong one gets llama-server's 401.
+``POST /v1/chat/completions`` (``/chat/completions``), ``GET /slots``. Unknown paths get llama-server's 404.
+CORS and the API key are checked before any route (``inspector.serve.http_policy``). ``/metrics`` answers
+501 unless the server was started with ``--metrics``, ``/slots`` unless ``--no-slots`` (llama-server's
+defaults, ``common/common.h``). A request's ``model`` names nothing to check: with one model loaded,
+llama-server answers whatever name a client sends (many clients send a fixed one).
 
 Prompts are tokenized under the runtime's lock (``RuntimeScheduler.execute``; a runtime in a child
 process answers one call at a time) in Starlette's thread pool, never on the event loop; the engine runs
@@ -17,10 +19,9 @@ Where llama-server answers malformed JSON with 500, we answer 400 (it is the cli
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
@@ -30,10 +31,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from inspector.receipts.document import json_problem
-from inspector.serve.errors import AUTHENTICATION, EXCEED_CONTEXT, NOT_FOUND, SERVER, TOO_LARGE, ApiError
+from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LARGE, ApiError
+from inspector.serve.http_policy import CorsPolicy, HttpPolicy
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
 from inspector.serve.params import ServeDefaults, parse_request
-from inspector.serve.replies import FINGERPRINT, Replies, generation_settings, piece_json
+from inspector.serve.replies import FINGERPRINT, Replies, generation_settings, piece_json, slots_json
 from inspector.serve.slot import ServeSlot
 from inspector.serve.job import Job, JobResult, TokenOut
 
@@ -41,14 +43,14 @@ MAX_BODY_BYTES = 16 << 20
 """Largest request body (``--max-body-mb``); a larger one gets 413."""
 SEND_TIMEOUT_S = 30.0
 """A stream whose client reads nothing for this long is ended and its request cancelled."""
-PUBLIC = ("/health", "/v1/health")
-"""Routes that answer without the API key (llama-server's public endpoints)."""
 
 
 @dataclass
 class ServeState:
     """What the routes need: the slot, the metrics, the names the model answers to, the request
-    defaults, the key (None: no key) and the body limit (bytes)."""
+    defaults, the key (None: no key), the body limit (bytes), CORS, and whether ``/metrics`` and
+    ``/slots`` answer (llama-server's ``--metrics``, ``--slots``). ``started``: seconds since the epoch
+    (``Process-Start-Time-Unix``)."""
 
     slot: ServeSlot
     metrics: ServeMetrics
@@ -58,16 +60,13 @@ class ServeState:
     api_key: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
     started: float = field(default_factory=time.time)
+    cors: CorsPolicy = field(default_factory=CorsPolicy)
+    metrics_endpoint: bool = False
+    slots_endpoint: bool = True
 
     @property
     def runtime(self):
         return self.slot.runtime
-
-    def names(self) -> tuple[str, ...]:
-        """The model names a request may give (its path, file name, file name without ``.gguf``, aliases)."""
-        path = self.model_name
-        base = path.replace("\\", "/").rsplit("/", 1)[-1]
-        return (path, base, base.removesuffix(".gguf"), *self.aliases)
 
 
 async def _body(request: Request, limit: int):
@@ -139,15 +138,10 @@ def _prepare(state: ServeState, p) -> dict:
 
 
 def build_app(state: ServeState) -> Starlette:
-    """The Starlette application of one server."""
-    key = state.api_key.encode() if state.api_key else None
+    """The Starlette application of one server, behind its CORS and key checks (an ASGI app)."""
 
-    async def completion(request: Request, endpoint: str):
-        p = parse_request(await _body(request, state.max_body_bytes), endpoint, state.defaults)
-        if endpoint != "completion" and p.model is not None and p.model not in state.names():
-            raise ApiError(f"model '{p.model}' is not served here; this server serves '{state.model_name}' "
-                           "(GET /v1/models; spec-inspector serve --alias NAME adds a name)", NOT_FOUND)
-        prep = await run_in_threadpool(_prepare, state, p)
+    def submit(request: Request, p, prep: dict) -> Submitted:
+        """Queue one prompt's job on the slot (``ApiError`` 503 when the queue is full)."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -157,36 +151,50 @@ def build_app(state: ServeState) -> Starlette:
         client = f"{request.client.host}:{request.client.port}" if request.client else ""
         job = Job(request.url.path, p, prep["tokens"], prep["prompt_text"], deliver,
                   templated_text=prep["templated"], conversation=prep["conversation"], client=client)
-        slot = state.slot
         max_tokens = p.n_predict if p.n_predict >= 0 else state.runtime.n_ctx - len(prep["tokens"])
         replies = Replies(p, state.model_name, prep["templated"] or prep["prompt_text"], len(prep["tokens"]),
                           state.runtime.token_piece,
-                          generation_settings(p, state.runtime.n_ctx, slot.source, max_tokens))
-        slot.submit(job)
-        if p.stream:
-            return EventSourceResponse(_stream(slot, job, queue, replies, endpoint), sep="\n",
-                                       send_timeout=SEND_TIMEOUT_S, ping=15)
-        tokens: list[TokenOut] = []
+                          generation_settings(p, state.runtime.n_ctx, state.slot.source, max_tokens))
+        state.slot.submit(job)
+        return Submitted(job, queue, replies)
+
+    async def completion(request: Request, endpoint: str):
+        p = parse_request(await _body(request, state.max_body_bytes), endpoint, state.defaults)
+        parts = [p] if len(p.prompts) <= 1 else [replace(p, prompt=x, index=i) for i, x in enumerate(p.prompts)]
+        preps = [await run_in_threadpool(_prepare, state, q) for q in parts]
+        slot = state.slot
+        runs: list[Submitted] = []
         try:
-            while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), 0.25)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        slot.cancel(job)
-                        return Response(status_code=499)
-                    continue
-                if isinstance(item, JobResult):
-                    break
-                tokens.append(item)
-        except asyncio.CancelledError:
-            slot.cancel(job)
+            for q, prep in zip(parts, preps):
+                runs.append(submit(request, q, prep))
+        except ApiError:
+            for r in runs:
+                slot.cancel(r.job)
             raise
-        if item.ended_as in ("error", "cancelled") and not item.tokens:
-            raise ApiError(item.error or item.ended_as, SERVER)
-        body = replies.completion_final(item, tokens, False) if endpoint == "completion" else \
-            replies.openai_final(item, tokens)
-        return JSONResponse(body)
+        if p.stream:
+            return EventSourceResponse(_stream(slot, runs, endpoint), sep="\n", send_timeout=SEND_TIMEOUT_S, ping=15)
+        bodies = []
+        try:
+            for r in runs:
+                got = await _collect(request, r)
+                if got is None:
+                    return Response(status_code=499)
+                item, tokens = got
+                if item.ended_as in ("error", "cancelled") and not item.tokens:
+                    raise ApiError(item.error or item.ended_as, SERVER)
+                bodies.append(r.replies.completion_final(item, tokens, False) if endpoint == "completion" else
+                              r.replies.openai_final(item, tokens))
+        finally:
+            for r in runs:  # the client left, or one prompt failed: the rest are not run
+                if r.job.result is None:
+                    slot.cancel(r.job)
+        if len(bodies) == 1:
+            return JSONResponse(bodies[0])
+        if endpoint == "completion":  # several prompts: an array (llama-server, handle_completions_impl)
+            return JSONResponse(bodies)
+        merged = bodies[0]
+        merged["choices"] = [b["choices"][0] for b in bodies]
+        return JSONResponse(merged)
 
     async def tokenize(request: Request):
         body = await _body(request, state.max_body_bytes)
@@ -243,7 +251,15 @@ def build_app(state: ServeState) -> Starlette:
             "spec_inspector": {"source": state.slot.source, "source_options": state.slot.source_options}})
 
     async def metrics(request: Request):
-        return Response(state.metrics.text(), media_type=CONTENT_TYPE)
+        if not state.metrics_endpoint:
+            raise ApiError("This server does not support metrics endpoint. Start it with `--metrics`", NOT_SUPPORTED)
+        return Response(state.metrics.text(), media_type=CONTENT_TYPE,
+                        headers={"Process-Start-Time-Unix": str(int(state.started))})
+
+    async def slots(request: Request):
+        if not state.slots_endpoint:
+            raise ApiError("This server does not support slots endpoint. Start it with `--slots`", NOT_SUPPORTED)
+        return JSONResponse(slots_json(state.slot, state.runtime.n_ctx))
 
     def route(endpoint):
         async def handler(request: Request):
@@ -263,54 +279,77 @@ def build_app(state: ServeState) -> Starlette:
     routes = [Route(path, fn, methods=[m]) for path, fn, m in (
         ("/health", health, "GET"), ("/v1/health", health, "GET"), ("/v1/models", models, "GET"),
         ("/models", models, "GET"), ("/props", props, "GET"), ("/tokenize", tokenize, "POST"),
-        ("/detokenize", detokenize, "POST"), ("/metrics", metrics, "GET"),
+        ("/detokenize", detokenize, "POST"), ("/metrics", metrics, "GET"), ("/slots", slots, "GET"),
         ("/completion", route("completion"), "POST"), ("/completions", route("completion"), "POST"),
         ("/v1/completions", route("completions"), "POST"),
         ("/v1/chat/completions", route("chat"), "POST"), ("/chat/completions", route("chat"), "POST"))]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, 404: not_found, 405: not_found,
                                                        Exception: failed})
 
-    if key is not None:
-        inner = app
-
-        async def guarded(scope, receive, send):
-            if scope["type"] == "http" and scope["path"] not in PUBLIC:
-                headers = dict(scope.get("headers") or [])
-                given = headers.get(b"authorization", b"")
-                given = given[7:] if given[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
-                if not hmac.compare_digest(given, key):
-                    err = ApiError("Invalid API Key", AUTHENTICATION)
-                    await JSONResponse(err.body(), status_code=401)(scope, receive, send)
-                    return
-            await inner(scope, receive, send)
-
-        return guarded
-    return app
+    return HttpPolicy(app, state.cors, state.api_key)
 
 
-async def _stream(slot: ServeSlot, job: Job, queue: asyncio.Queue, replies: Replies, endpoint: str):
-    """The SSE events of one streamed request; cancelled (client gone, or not reading) -> the request is."""
-    done = False
+@dataclass
+class Submitted:
+    """One prompt's job on the slot, the queue its tokens and result arrive on, and its replies."""
+
+    job: Job
+    queue: asyncio.Queue
+    replies: Replies
+
+
+async def _collect(request: Request, run: Submitted):
+    """Wait for ``run``'s tokens and result: ``(JobResult, [TokenOut])``, or None when the client went away
+    (the caller cancels what is not done)."""
+    tokens: list[TokenOut] = []
+    while True:
+        try:
+            item = await asyncio.wait_for(run.queue.get(), 0.25)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                return None
+            continue
+        if isinstance(item, JobResult):
+            return item, tokens
+        tokens.append(item)
+
+
+async def _stream(slot: ServeSlot, runs: list[Submitted], endpoint: str):
+    """The SSE events of a streamed request (each prompt's in turn: the slot runs them in order);
+    cancelled (client gone, or not reading) -> every job not done is."""
     try:
-        first = replies.openai_first() if endpoint != "completion" else None
-        if first is not None:
-            yield {"data": json.dumps(first, ensure_ascii=False)}
-        while True:
-            item = await queue.get()
-            if isinstance(item, JobResult):
-                break
-            chunk = replies.completion_chunk(item) if endpoint == "completion" else replies.openai_chunk(item)
-            yield {"data": json.dumps(chunk, ensure_ascii=False)}
-        done = True
-        if item.ended_as in ("error", "cancelled") and item.error:
-            yield {"data": json.dumps(ApiError(item.error, SERVER).body(), ensure_ascii=False)}
-            return
-        if endpoint == "completion":
-            yield {"data": json.dumps(replies.completion_final(item, [], True), ensure_ascii=False)}
-            return
-        for last in replies.openai_last(item):
-            yield {"data": json.dumps(last, ensure_ascii=False)}
-        yield {"data": "[DONE]"}
+        for i, run in enumerate(runs):
+            last = i == len(runs) - 1
+            async for event in _stream_one(run.queue, run.replies, endpoint, last):
+                yield event
+            r = run.job.result
+            if r is not None and r.ended_as in ("error", "cancelled") and r.error:
+                return
     finally:
-        if not done:
-            slot.cancel(job)
+        for run in runs:
+            if run.job.result is None:
+                slot.cancel(run.job)
+
+
+async def _stream_one(queue: asyncio.Queue, replies: Replies, endpoint: str, last: bool):
+    """One prompt's SSE events: its chunks, then its last event (an error event when it failed); the
+    OpenAI ``[DONE]`` after the request's ``last`` prompt only."""
+    first = replies.openai_first() if endpoint != "completion" else None
+    if first is not None:
+        yield {"data": json.dumps(first, ensure_ascii=False)}
+    while True:
+        item = await queue.get()
+        if isinstance(item, JobResult):
+            break
+        chunk = replies.completion_chunk(item) if endpoint == "completion" else replies.openai_chunk(item)
+        yield {"data": json.dumps(chunk, ensure_ascii=False)}
+    if item.ended_as in ("error", "cancelled") and item.error:
+        yield {"data": json.dumps(ApiError(item.error, SERVER).body(), ensure_ascii=False)}
+        return
+    if endpoint == "completion":
+        yield {"data": json.dumps(replies.completion_final(item, [], True), ensure_ascii=False)}
+        return
+    for event in replies.openai_last(item):
+        yield {"data": json.dumps(event, ensure_ascii=False)}
+    if last:
+        yield {"data": "[DONE]"}

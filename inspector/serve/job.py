@@ -26,6 +26,8 @@ class TokenOut:
     piece: bytes
     p: float | None
     top: tuple = ()
+    timings: dict | None = None
+    """llama-server's ``timings`` so far, when the request asked ``timings_per_token``."""
 
 
 @dataclass
@@ -58,14 +60,23 @@ class JobResult:
         """OpenAI's ``finish_reason``: ``length`` at the token limit or a full context, else ``stop``."""
         return "length" if self.stop_type == "limit" else "stop"
 
+    @property
+    def decode_steps(self) -> int:
+        """Generated tokens that cost a decode: all but the first, which comes from the prompt's last row
+        (llama.cpp 0c1e570 ``tools/server/server-common.h`` ``n_gen_steps``)."""
+        return max(0, self.predicted_n - 1)
+
     def timings(self) -> dict:
-        """llama-server's ``timings`` object (``draft_n`` / ``draft_n_accepted`` only when it drafted)."""
+        """llama-server's ``timings`` object (``draft_n`` / ``draft_n_accepted`` only when it drafted). The
+        per-token figures divide by ``decode_steps``, not the generated count, as llama-server's
+        ``t_gen_per_token_ms`` / ``n_gen_tps`` do."""
+        steps = self.decode_steps
         t = {"cache_n": self.cache_n, "prompt_n": self.prompt_n, "prompt_ms": self.prompt_ms,
              "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n else 0.0,
              "prompt_per_second": 1e3 * self.prompt_n / self.prompt_ms if self.prompt_ms else 0.0,
              "predicted_n": self.predicted_n, "predicted_ms": self.predicted_ms,
-             "predicted_per_token_ms": self.predicted_ms / self.predicted_n if self.predicted_n else 0.0,
-             "predicted_per_second": 1e3 * self.predicted_n / self.predicted_ms if self.predicted_ms else 0.0}
+             "predicted_per_token_ms": self.predicted_ms / steps if steps else 0.0,
+             "predicted_per_second": 1e3 * steps / self.predicted_ms if self.predicted_ms else 0.0}
         if self.draft_n:
             t.update(draft_n=self.draft_n, draft_n_accepted=self.draft_n_accepted)
         return t
@@ -94,6 +105,8 @@ class Job:
         """The running ``Generation`` (engine thread sets it), for ``ServeSlot.cancel``."""
         self.row: ServedRequest | None = None
         """The request's traffic row (``ServeSlot.submit`` sets it)."""
+        self.result: JobResult | None = None
+        """How it ended (set on the engine thread just before it is delivered)."""
 
 
 @dataclass

@@ -17,17 +17,22 @@ import math
 from dataclasses import dataclass, field
 
 from inspector.engine.llama_settings import RANDOM_SEED, SAMPLING
-from inspector.engine.settings import SamplingSettings, interpret_setting
+from inspector.engine.settings import MAX_TOP_PROBABILITIES, SamplingSettings, interpret_setting
 from inspector.serve.errors import ApiError
 
-MAX_TOP_PROBS = 5
-"""Most probabilities per token (``n_probs``, ``top_logprobs``): the top tokens every verification row
-keeps (``inspector.engine.probabilities``), so an accepted draft token's are the target's own."""
+MAX_TOP_PROBS = MAX_TOP_PROBABILITIES
+"""Most probabilities per token (``n_probs``, ``top_logprobs``; llama-server has no bound, and a row has at
+most its vocabulary): a request asking more than the window's 5 gets its rows' figures with that many
+(``GenerationSettings.top_probabilities``), so an accepted draft token's are the target's own. A negative
+count is 0, as in llama-server (``n_probs > 0`` asks for them)."""
+CHAT_LOGPROBS_DEFAULT = 20
+"""``top_logprobs`` of a chat request with ``logprobs: true`` and no ``top_logprobs`` (llama.cpp 0c1e570
+``tools/server/server-common.cpp``, ``oaicompat_chat_params_parse``)."""
 
 NEUTRAL = {
     "typical_p": (1.0,), "mirostat": (0,), "dry_multiplier": (0.0,), "xtc_probability": (0.0,),
     "dynatemp_range": (0.0,), "n_keep": (0, -1), "n_discard": (0,), "n_indent": (0,), "ignore_eos": (False,),
-    "post_sampling_probs": (False,), "timings_per_token": (False,), "return_progress": (False,), "min_keep": (0,),
+    "post_sampling_probs": (False,), "return_progress": (False,), "min_keep": (0,),
     "grammar": ("",), "json_schema": ({},), "n": (1,), "n_cmpl": (1,), "best_of": (1,), "echo": (False,),
     "backend_sampling": (False,), "id_slot": (-1, 0), "n_cache_reuse": (0,), "lora": ([],), "verbose": (False,),
     "logit_bias": ({}, []), "tools": ([],), "tool_choice": ("none", "auto"), "parallel_tool_calls": (False, True),
@@ -45,13 +50,13 @@ SAMPLER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "
 """llama-server's default sampler chain (``samplers``): ours applies the same order."""
 
 COMMON = {"stream", "cache_prompt", "return_tokens", *SAMPLING, "stop", "samplers", "n_predict", "max_tokens",
-          "max_completion_tokens", "n_probs"}
+          "max_completion_tokens", "n_probs", "timings_per_token", "response_fields"}
 """Every endpoint's fields; each declared sampling setting is a request field by its name (llama-server's)."""
 REQUEST_LIMITS = {"top_p": (0.0, 1.0), "min_p": (0.0, 1.0), "repeat_last_n": (-1, 2**31 - 1), "seed": (-1, 2**32 - 1)}
 """The bounds a request's sampling field is read with (``-1``: llama-server's "whole context" / random
 seed, refused or drawn below); every value is then checked by the setting's rule (``interpret_setting``)."""
 ENDPOINT_FIELDS = {
-    "completion": COMMON | {"prompt"},
+    "completion": COMMON | {"prompt", "logprobs"},
     "completions": COMMON | {"prompt", "logprobs"},
     "chat": COMMON | {"messages", "logprobs", "top_logprobs", "response_format"},
 }
@@ -76,7 +81,11 @@ class CompletionParams:
 
     endpoint: str
     prompt: object = None
-    """``/completion``: a string or a list of token ids and strings (one prompt); None for chat."""
+    """A completion's prompt: a string or a list of token ids and strings; None for chat."""
+    prompts: tuple = ()
+    """Every prompt of a completion request (llama-server answers each, in order); ``prompt`` is one of them."""
+    index: int = 0
+    """Which of the request's prompts this is (the replies' ``index``)."""
     messages: tuple = ()
     """Chat: ``({"role", "content"}, ...)`` with text content."""
     stream: bool = False
@@ -91,6 +100,10 @@ class CompletionParams:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     notes: tuple[str, ...] = ()
     model: str | None = None
+    timings_per_token: bool = False
+    """Every stream event carries the ``timings`` so far."""
+    response_fields: tuple[str, ...] = ()
+    """Only these fields (``/``-joined paths) of a ``/completion`` reply (``replies.nested_values``)."""
 
 
 def _type_name(v) -> str:
@@ -114,7 +127,8 @@ def _number(body: dict, name: str, kind: type, low=None, high=None):
     else:
         v = float(v)
     if (low is not None and v < low) or (high is not None and v > high):
-        raise ApiError(f"Field '{name}': must be {low} <= {name} <= {high}, observed {v}")
+        bounds = f"{low} <= {name} <= {high}" if low is not None else f"{name} <= {high}"
+        raise ApiError(f"Field '{name}': must be {bounds}, observed {v}")
     return v
 
 
@@ -220,15 +234,35 @@ def _messages(value) -> tuple:
     return tuple(out)
 
 
-def _prompt(value):
+def _is_number(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _subprompt(value, where: str):
+    """One prompt as llama.cpp 0c1e570 ``tools/server/server-common.cpp`` ``tokenize_input_subprompt`` takes it:
+    a string, an array of token ids and strings, or ``{"prompt_string": ...}`` (its
+    ``multimodal_data`` refused: the model takes text only)."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and value and all(isinstance(p, (str, int)) and not isinstance(p, bool) for p in value):
-        if all(isinstance(p, str) for p in value) and len(value) > 1:
-            raise ApiError("several prompts in one request are not supported by spec-inspector serve (one slot, one "
-                           "completion per request): send them one at a time")
+    if isinstance(value, list) and value and all(isinstance(x, str) or _is_number(x) for x in value):
         return value[0] if len(value) == 1 and isinstance(value[0], str) else value
-    raise ApiError("'prompt' must be a string, or an array of token ids (and strings) forming one prompt")
+    if isinstance(value, dict) and "prompt_string" in value:
+        if "multimodal_data" in value:
+            raise ApiError("Multimodal data provided, but model does not support multimodal requests.")
+        return _subprompt(value["prompt_string"], where)
+    raise ApiError(f"{where}: \"prompt\" elements must be a string, a list of tokens, a JSON object containing a "
+                   "prompt string, or a list of mixed strings & tokens.")
+
+
+def _prompts(value) -> tuple:
+    """The prompts of a completion request, as ``tokenize_input_prompts`` (server-common.cpp 0c1e570) splits
+    them: an array holding no number is several prompts (strings, token arrays, ``prompt_string`` objects),
+    anything else one."""
+    if isinstance(value, list) and not any(_is_number(x) for x in value):
+        if not value:
+            raise ApiError("\"prompt\" must not be empty")
+        return tuple(_subprompt(v, f"prompt[{i}]") for i, v in enumerate(value))
+    return (_subprompt(value, "prompt"),)
 
 
 def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionParams:
@@ -250,10 +284,16 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
     else:
         if "prompt" not in body:
             raise ApiError("[json.exception.out_of_range.403] key 'prompt' not found")
-        p.prompt = _prompt(body["prompt"])
+        p.prompts = _prompts(body["prompt"])
+        p.prompt = p.prompts[0]
     if isinstance(body.get("model"), str):
         p.model = body["model"]
-    for name in ("stream", "cache_prompt", "return_tokens"):
+    rf = body.get("response_fields")
+    if rf is not None:
+        if not isinstance(rf, list) or not all(isinstance(f, str) for f in rf):
+            raise ApiError("Field 'response_fields': must be an array of strings")
+        p.response_fields = tuple(rf)
+    for name in ("stream", "cache_prompt", "return_tokens", "timings_per_token"):
         if body.get(name) is not None:
             setattr(p, name, _bool(body, name))
     so = body.get("stream_options")
@@ -264,19 +304,21 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
             p.n_predict = _number(body, name, int, -1, 2**31 - 1)
             break
     if body.get("n_probs") is not None:
-        p.n_probs = _number(body, "n_probs", int, 0, MAX_TOP_PROBS)
+        p.n_probs = max(0, _number(body, "n_probs", int, None, MAX_TOP_PROBS))
     if endpoint == "chat":
         if body.get("logprobs") is not None:
             p.logprobs = _bool(body, "logprobs")
         if body.get("top_logprobs") is not None:
-            top = _number(body, "top_logprobs", int, 0, MAX_TOP_PROBS)
+            top = max(0, _number(body, "top_logprobs", int, None, MAX_TOP_PROBS))
             if not p.logprobs:
                 raise ApiError("'top_logprobs' needs 'logprobs': true")
             p.n_probs = top
-        elif p.logprobs and not p.n_probs:
-            p.n_probs = 1
+        elif p.logprobs:
+            p.n_probs = CHAT_LOGPROBS_DEFAULT
+    elif endpoint == "completion" and body.get("n_probs") is None and body.get("logprobs") is not None:
+        p.n_probs = max(0, _number(body, "logprobs", int, None, MAX_TOP_PROBS))  # n_probs' alias (server-schema.cpp)
     elif endpoint == "completions" and body.get("logprobs") is not None:
-        p.n_probs = _number(body, "logprobs", int, 0, MAX_TOP_PROBS)
+        p.n_probs = max(0, _number(body, "logprobs", int, None, MAX_TOP_PROBS))
         p.logprobs = p.n_probs > 0
     p.stop = _stop(body.get("stop"))
     p.sampling, notes = _sampling(body, defaults)

@@ -68,6 +68,23 @@ def generation_settings(p: CompletionParams, n_ctx: int, source: str, max_tokens
             "speculative.types": "none" if source == "none" else f"none,{source}", "cache_prompt": p.cache_prompt}
 
 
+def nested_values(paths, body: dict) -> dict:
+    """The fields of ``body`` that ``paths`` name (``response_fields``): each path a key or keys joined by
+    ``/`` (``generation_settings/n_predict``), kept under the path as its key; a path that names nothing is
+    left out (llama.cpp 0c1e570 ``tools/server/server-common.cpp`` ``json_get_nested_values``)."""
+    out = {}
+    for path in paths:
+        current, found = body, True
+        for key in path.split("/"):
+            if found and isinstance(current, dict) and key in current:
+                current = current[key]
+            else:
+                found = False
+        if found:
+            out[path] = current
+    return out
+
+
 class Replies:
     """Builds the replies of one request. ``model``: the name the server answers with (its alias or the
     model path); ``prompt_text``/``prompt_n``: the request's prompt and its token count."""
@@ -88,15 +105,17 @@ class Replies:
     def completion_chunk(self, t: TokenOut) -> dict:
         """A ``/completion`` stream event for one token."""
         self.sent_tokens += 1
-        out = {"index": 0, "content": t.text, "tokens": [t.token], "stop": False, "id_slot": -1,
+        out = {"index": self.p.index, "content": t.text, "tokens": [t.token], "stop": False, "id_slot": -1,
                "tokens_predicted": self.sent_tokens, "tokens_evaluated": self.prompt_n}
+        if t.timings is not None:
+            out["timings"] = t.timings
         if self.p.n_probs:
             out["completion_probabilities"] = [probs_json(t, self.p.n_probs, self.piece_of)]
         return out
 
     def completion_final(self, r: JobResult, tokens: list[TokenOut], stream: bool) -> dict:
         """The ``/completion`` reply (``stream``: the last stream event, without the text sent before)."""
-        out = {"index": 0, "content": "" if stream else r.content,
+        out = {"index": self.p.index, "content": "" if stream else r.content,
                "tokens": [] if stream or not self.p.return_tokens else list(r.tokens), "id_slot": 0, "stop": True,
                "model": self.model, "tokens_predicted": r.predicted_n, "tokens_evaluated": self.prompt_n,
                "generation_settings": self.settings, "prompt": self.prompt_text,
@@ -105,7 +124,7 @@ class Replies:
                "timings": r.timings()}
         if self.p.n_probs and not stream:
             out["completion_probabilities"] = [probs_json(t, self.p.n_probs, self.piece_of) for t in tokens]
-        return out
+        return nested_values(self.p.response_fields, out) if self.p.response_fields else out
 
     # -- OpenAI ------------------------------------------------------------------------
     def _usage(self, r: JobResult) -> dict:
@@ -124,11 +143,11 @@ class Replies:
     def openai_final(self, r: JobResult, tokens: list[TokenOut]) -> dict:
         """The non-streamed ``chat.completion`` or ``text_completion``."""
         if self.p.endpoint == "chat":
-            choice = {"finish_reason": r.finish_reason, "index": 0,
+            choice = {"finish_reason": r.finish_reason, "index": self.p.index,
                       "message": {"role": "assistant", "content": r.content}}
             obj = "chat.completion"
         else:
-            choice = {"text": r.content, "index": 0, "finish_reason": r.finish_reason}
+            choice = {"text": r.content, "index": self.p.index, "finish_reason": r.finish_reason}
             obj = "text_completion"
         lp = self._logprobs(tokens)
         choice["logprobs"] = lp
@@ -138,32 +157,67 @@ class Replies:
         """The chat stream's first chunk (the assistant role), None for text completions."""
         if self.p.endpoint != "chat":
             return None
-        return {"choices": [{"finish_reason": None, "index": 0, "delta": {"role": "assistant", "content": None}}],
+        return {"choices": [{"finish_reason": None, "index": self.p.index, "delta": {"role": "assistant", "content": None}}],
                 **self._head("chat.completion.chunk")}
 
     def openai_chunk(self, t: TokenOut) -> dict:
         """A stream chunk for one token."""
         lp = self._logprobs([t])
         if self.p.endpoint == "chat":
-            choice = {"finish_reason": None, "index": 0, "delta": {"content": t.text}}
+            choice = {"finish_reason": None, "index": self.p.index, "delta": {"content": t.text}}
             obj = "chat.completion.chunk"
         else:
-            choice = {"text": t.text, "index": 0, "logprobs": None, "finish_reason": None}
+            choice = {"text": t.text, "index": self.p.index, "logprobs": None, "finish_reason": None}
             obj = "text_completion"
         if lp is not None:
             choice["logprobs"] = lp
-        return {"choices": [choice], **self._head(obj)}
+        out = {"choices": [choice], **self._head(obj)}
+        if t.timings is not None:
+            out["timings"] = t.timings
+        return out
 
     def openai_last(self, r: JobResult) -> list[dict]:
         """The stream's closing chunks: the finish reason with the timings, then the usage when asked
         (``stream_options.include_usage``)."""
         if self.p.endpoint == "chat":
-            choice = {"finish_reason": r.finish_reason, "index": 0, "delta": {}}
+            choice = {"finish_reason": r.finish_reason, "index": self.p.index, "delta": {}}
             obj = "chat.completion.chunk"
         else:
-            choice = {"text": "", "index": 0, "logprobs": None, "finish_reason": r.finish_reason}
+            choice = {"text": "", "index": self.p.index, "logprobs": None, "finish_reason": r.finish_reason}
             obj = "text_completion"
         out = [{"choices": [choice], **self._head(obj), "timings": r.timings()}]
         if self.p.include_usage:
             out.append({"choices": [], **self._head(obj), "usage": self._usage(r)})
         return out
+
+
+SLOT_PARAMS = ("seed", "temperature", "top_k", "top_p", "min_p", "repeat_last_n", "repeat_penalty",
+               "presence_penalty", "frequency_penalty", "max_tokens", "n_predict", "stream", "n_probs", "samplers",
+               "speculative.types")
+"""The request settings ``/slots`` shows of a slot's task (llama-server's ``to_json(only_metrics)`` has
+these and the settings of samplers spec-inspector does not run)."""
+
+
+def slots_json(slot, n_ctx: int) -> list[dict]:
+    """``GET /slots``: the one slot as llama.cpp 0c1e570 ``tools/server/server-context.cpp``
+    ``server_slot::to_json(only_metrics=true)`` writes it: ``id``, ``n_ctx`` (tokens), ``speculative``,
+    ``is_processing``, and once a request ran, its task's prompt counts, settings and ``next_token``
+    (``n_decoded``, ``n_remain``: tokens). ``slot``: the ``ServeSlot``."""
+    job = slot.last_job
+    running = slot.busy
+    out = {"id": 0, "n_ctx": n_ctx, "speculative": slot.source != "none", "is_processing": running}
+    if job is None:
+        return [out]
+    p, r, gen = job.params, job.result, job.generation
+    decoded = gen.generated_count if gen is not None else (r.predicted_n if r is not None else 0)
+    max_tokens = p.n_predict if p.n_predict >= 0 else n_ctx - len(job.prompt_tokens)
+    settings = generation_settings(p, n_ctx, slot.source, max_tokens)
+    out.update({
+        "id_task": job.id, "n_prompt_tokens": len(job.prompt_tokens),
+        "n_prompt_tokens_processed": r.prompt_n if r is not None else 0,
+        "n_prompt_tokens_cache": r.cache_n if r is not None else 0,
+        "params": {name: settings[name] for name in SLOT_PARAMS},
+        "next_token": [{"has_next_token": running, "has_new_line": "\n" in (r.content if r is not None else ""),
+                        "n_remain": -1 if p.n_predict < 0 else max(0, p.n_predict - decoded),
+                        "n_decoded": decoded}]})
+    return [out]

@@ -18,6 +18,7 @@ import uvicorn
 
 from inspector.engine import GenerationSettings
 from inspector.serve.app import MAX_BODY_BYTES, ServeState, build_app
+from inspector.serve.http_policy import CorsPolicy
 from inspector.serve.metrics import ServeMetrics
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import ReceiptsDir
@@ -37,8 +38,9 @@ class ServeError(RuntimeError):
 @dataclass
 class ServeOptions:
     """How to serve: the address (``host`` other than loopback needs ``expose``), the proposal source and
-    its options, the server's ``GenerationSettings`` template, request defaults, the queue, the key and
-    the receipts folder (None: keep none)."""
+    its options, the server's ``GenerationSettings`` template, request defaults, the queue, the key,
+    the receipts folder (None: keep none), CORS, and whether ``/metrics`` and ``/slots`` answer
+    (llama-server's ``--metrics``, off by default, and ``--slots``, on)."""
 
     host: str = LOOPBACK
     port: int = DEFAULT_PORT
@@ -53,6 +55,9 @@ class ServeOptions:
     aliases: tuple = ()
     receipts: ReceiptsDir | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    cors: CorsPolicy = field(default_factory=CorsPolicy)
+    metrics_endpoint: bool = False
+    slots_endpoint: bool = True
 
 
 def check_host(host: str, expose: bool) -> str:
@@ -83,7 +88,8 @@ class InspectorServer:
         self.metrics = ServeMetrics(options.template.draft_max, self._queue_counts)
         self.slot.metrics = self.metrics
         self.state = ServeState(self.slot, self.metrics, model_name, tuple(options.aliases), options.defaults,
-                                options.api_key, options.max_body_bytes)
+                                options.api_key, options.max_body_bytes, cors=options.cors,
+                                metrics_endpoint=options.metrics_endpoint, slots_endpoint=options.slots_endpoint)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None

@@ -112,6 +112,8 @@ class ServeSlot:
         self._queue: deque[Job] = deque()
         self._cond = threading.Condition()
         self._current: Job | None = None
+        self.last_job: Job | None = None
+        """The request running now or the last one that ran (``/slots``)."""
         self._next_id = 1
         self._stopping = False
         self._session: int | None = None
@@ -209,6 +211,7 @@ class ServeSlot:
                     return
                 job = self._queue.popleft()
                 self._current = job
+                self.last_job = job
             try:
                 if job.cancelled.is_set():
                     self._end_unrun(job, "cancelled", "the client went away before the request ran")
@@ -223,14 +226,16 @@ class ServeSlot:
     def _end_unrun(self, job: Job, ended_as: str, error: str) -> None:
         row = job.row
         row.state, row.ended_as, row.error = "done", ended_as, error
-        job.deliver(JobResult(ended_as=ended_as, error=error, prompt_n=len(job.prompt_tokens)))
+        job.result = JobResult(ended_as=ended_as, error=error, prompt_n=len(job.prompt_tokens))
+        job.deliver(job.result)
         self._changed(row)
 
     def _settings(self, p: CompletionParams, prompt_n: int) -> GenerationSettings:
         room = max(1, self.runtime.n_ctx - prompt_n)
         limit = room if p.n_predict < 0 else max(1, p.n_predict)
         return replace(self.template, max_new_tokens=limit, stop=tuple(p.stop), sampling=p.sampling,
-                       probabilities=self.template.probabilities or p.n_probs > 0)
+                       probabilities=self.template.probabilities or p.n_probs > 0 or p.logprobs,
+                       top_probabilities=max(self.template.top_probabilities, p.n_probs))
 
     def _open_slot_session(self, settings: GenerationSettings, tokens: list[int], reuse: int) -> int:
         """The slot's KV session with ``reuse`` prompt tokens kept and the request's sampler."""
@@ -247,7 +252,8 @@ class ServeSlot:
         p, row, tokens = job.params, job.row, job.prompt_tokens
         if p.n_predict == 0:  # llama-server evaluates the prompt only; nothing to generate here
             row.state, row.ended_as = "done", "limit"
-            job.deliver(JobResult(stop_type="limit", ended_as="length", prompt_n=len(tokens)))
+            job.result = JobResult(stop_type="limit", ended_as="length", prompt_n=len(tokens))
+            job.deliver(job.result)
             self._changed(row)
             return
         settings = self._settings(p, len(tokens))
@@ -312,6 +318,7 @@ class ServeSlot:
         self._finish_row(row, gen, record, result)
         if self.metrics is not None:
             self.metrics.observe(result, self.runtime.n_ctx)
+        job.result = result
         job.deliver(result)
         self._changed(row)
 
@@ -321,14 +328,20 @@ class ServeSlot:
         tokens = record.tokens
         piece = self.runtime.token_piece
         wanted = job.params.n_probs > 0 or job.params.logprobs  # chat logprobs: the token's own, top_logprobs 0
+        timings = None
+        if job.params.timings_per_token and sent < len(tokens) and job.generation is not None:
+            gen, reuse = job.generation, job.row.reused
+            timings = JobResult(prompt_n=len(job.prompt_tokens) - reuse, cache_n=reuse,
+                                prompt_ms=gen.prefill_elapsed_us / 1000.0, predicted_n=gen.generated_count,
+                                predicted_ms=gen.decode_elapsed_us / 1000.0).timings()
         while sent < len(tokens) and sent < len(stream.deltas):
             info = tokens[sent]
             probs = record.token_probabilities(info) if wanted else None
             if probs is None:
-                job.deliver(TokenOut(info.token, stream.deltas[sent], piece(info.token), None))
+                job.deliver(TokenOut(info.token, stream.deltas[sent], piece(info.token), None, timings=timings))
             else:
                 job.deliver(TokenOut(info.token, stream.deltas[sent], piece(info.token), probs.predicted_p,
-                                     tuple(probs.top)))
+                                     tuple(probs.top), timings=timings))
             sent += 1
         return sent
 

@@ -133,7 +133,8 @@ class ServeActions(QObject):
             port=self.view.port.value(), source=p.source.currentText(), source_options=p.source_options(),
             template=settings, draft_max_auto=p.draft_max_auto(),
             defaults=ServeDefaults(settings.sampling, p.max_tokens.value(), random_seed=False),
-            receipts=ReceiptsDir(self.receipts_dir) if self.receipts_dir is not None else None)
+            receipts=ReceiptsDir(self.receipts_dir) if self.receipts_dir is not None else None,
+            metrics_endpoint=True)  # the window's server is for looking: /metrics on (llama-server: --metrics)
         runtime = self.engine.runtime
         converted = getattr(runtime, "converted_from", None)
         self._model = Path(str(converted or runtime.model_path)).name + (
