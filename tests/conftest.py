@@ -73,6 +73,46 @@ def pytest_collection_modifyitems(config, items):
     items[:] = keep
 
 
+SKIPS_FILE_ENV = "SPEC_INSPECTOR_SKIPS_FILE"
+"""A file the session writes every skipped test to, one JSON line each (``nodeid``, ``reason``), and an
+empty file when none skipped: ``.ci/run`` names it and ``.ci/check-skips`` fails CI on any skip not on
+``.ci/allowed-skips``. Unset (the README's command run by hand): nothing is written."""
+_skips_file: str | None = None
+_skipped: list[dict[str, str]] = []
+
+
+def pytest_configure(config):
+    """Take ``$SPEC_INSPECTOR_SKIPS_FILE`` out of the environment, so a process a test starts (a pytest of its
+    own) cannot write over this session's record."""
+    global _skips_file
+    _skips_file = os.environ.pop(SKIPS_FILE_ENV, None) or None
+
+
+def _note_skip(report) -> None:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    _skipped.append({"nodeid": report.nodeid, "reason": str(reason)})
+
+
+def pytest_runtest_logreport(report):
+    """A test skipped in its setup (a fixture), its call or by a mark; an expected failure (``xfail``) is
+    no skip."""
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _note_skip(report)
+
+
+def pytest_collectreport(report):
+    """A whole module skipped while it is collected (``pytest.importorskip`` at its top, say)."""
+    if report.skipped:
+        _note_skip(report)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _skips_file is not None:
+        with open(_skips_file, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(skip) + "\n" for skip in _skipped)
+
+
 def pytest_collection_finish(session):
     """Test modules may load another BLAS (scipy's, for statistics): cap it too, so no pool of ours
     spins beside llama.cpp's threads in the tests either (``inspector.thread_pools``)."""

@@ -1,7 +1,7 @@
 """``spec-inspector audit RECEIPTS --llama-server [PATH|URL]`` (issue 39, item 1) against the real llama-server
-built from our llama.cpp: the same prompt generated greedily through it, whether its text equals ours and,
-where they part, the audit of that position. Skipped only when no llama-server binary is built (building it
-takes minutes: ``spec-inspector compare --llama-server`` builds it once). What llama-server says is decided
+built from our llama.cpp (``llama_server_binary``: built once when there is none, cached outside the clone;
+a failed build fails these tests, never skips them): the same prompt generated greedily through it, whether
+its text equals ours and, where they part, the audit of that position. What llama-server says is decided
 here from its own reply, never from the command's answer; no particular word of the model is asserted. The
 audits run on one thread (on a busy 2-core machine two spinning threads are several times slower)."""
 
@@ -11,7 +11,6 @@ import json
 
 import pytest
 
-from inspector.bench.server_build import find_llama_server, server_version
 from inspector.bench.server_process import LlamaServerProcess
 from inspector.cli.main import main
 from inspector.engine.baseline import first_difference
@@ -20,17 +19,6 @@ from inspector.session.audit import NOT_EXPLAINED
 MAX_TOKENS = 10
 ALTERED = 4
 """The generated token replaced on purpose in the altered receipts."""
-
-
-@pytest.fixture(scope="module")
-def server_binary():
-    """The llama-server built from our llama.cpp (or ``$SPEC_INSPECTOR_LLAMA_SERVER``); the tests skip
-    when none is built."""
-    binary = find_llama_server()
-    if binary is None:
-        pytest.skip("no llama-server is built (spec-inspector compare --llama-server builds it once)")
-    server_version(binary)  # a file that is no llama-server fails here (NotALlamaServer), not a skip
-    return binary
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +37,11 @@ def server_text(binary, model_path, doc) -> list[int]:
 
 
 def test_audit_against_a_started_llama_server_says_whether_its_text_equals_ours(
-        capsys, server_binary, model_path, receipts):
+        capsys, llama_server_binary, model_path, receipts):
     doc = json.loads(receipts.read_text("utf-8"))
-    theirs = server_text(server_binary, model_path, doc)
+    theirs = server_text(llama_server_binary, model_path, doc)
     capsys.readouterr()
-    assert main(["audit", str(receipts), "--llama-server", str(server_binary), "--threads", "1"]) == 0
+    assert main(["audit", str(receipts), "--llama-server", str(llama_server_binary), "--threads", "1"]) == 0
     out = capsys.readouterr().out
     q = first_difference(theirs, doc["output"]["token_ids"])
     if q is None:
@@ -65,7 +53,7 @@ def test_audit_against_a_started_llama_server_says_whether_its_text_equals_ours(
 
 
 def test_an_altered_output_is_audited_where_llama_server_parts_from_it(
-        tmp_path, capsys, server_binary, model_path, receipts):
+        tmp_path, capsys, llama_server_binary, model_path, receipts):
     """The run's output with one token replaced: llama-server (a running server, by its URL) parts from it
     at that token at the latest, and no verify width explains the replaced token."""
     doc = json.loads(receipts.read_text("utf-8"))
@@ -73,7 +61,7 @@ def test_an_altered_output_is_audited_where_llama_server_parts_from_it(
     altered[ALTERED] = next(t for t in range(1000, 2000) if t != altered[ALTERED])
     path = tmp_path / "altered.json"
     path.write_text(json.dumps({**doc, "output": {**doc["output"], "token_ids": altered}}), "utf-8")
-    with LlamaServerProcess(server_binary, model_path, threads=1, n_ctx=int(doc["model"]["n_ctx"])) as server:
+    with LlamaServerProcess(llama_server_binary, model_path, threads=1, n_ctx=int(doc["model"]["n_ctx"])) as server:
         theirs = list(server.client.complete(doc["prompt"]["token_ids"], len(altered)).tokens)
         capsys.readouterr()
         assert main(["audit", str(path), "--llama-server", server.url, "--threads", "1"]) == 0
