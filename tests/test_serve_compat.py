@@ -100,6 +100,20 @@ def test_requests_llama_server_takes_are_answered_alike(pair):
                                                                           abs=2e-3), i
         assert set(x) == set(y) and set(x["top_logprobs"][0]) == set(y["top_logprobs"][0])
 
+    # probabilities after the sampler chain: greedy leaves the token alone, at 1
+    a, b = post("/completion", {"prompt": PROMPT, "n_predict": 4, "n_probs": 3, "post_sampling_probs": True, **GREEDY})
+    _same_status(a, b, "post_sampling_probs")
+    assert a.json()["completion_probabilities"] == b.json()["completion_probabilities"]
+    # sampled: the chain's candidates, most likely first, none at 0 (the draw itself may differ: not compared)
+    a, b = post("/completion", {"prompt": PROMPT, "n_predict": 4, "n_probs": 50, "post_sampling_probs": True,
+                                "temperature": 0.8, "top_k": 8, "seed": 7})
+    _same_status(a, b, "post_sampling_probs sampled")
+    for reply in (a.json(), b.json()):
+        for t in reply["completion_probabilities"]:
+            probs = [c["prob"] for c in t["top_probs"]]
+            assert 0 < len(probs) <= 8 and all(p > 0 for p in probs) and probs == sorted(probs, reverse=True)
+            assert set(t) == {"id", "token", "bytes", "prob", "top_probs"}
+
     # chat logprobs without top_logprobs: llama-server's 20
     a, b = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
                                          "logprobs": True, **GREEDY})

@@ -32,7 +32,7 @@ CHAT_LOGPROBS_DEFAULT = 20
 NEUTRAL = {
     "typical_p": (1.0,), "mirostat": (0,), "dry_multiplier": (0.0,), "xtc_probability": (0.0,),
     "dynatemp_range": (0.0,), "n_keep": (0, -1), "n_discard": (0,), "n_indent": (0,), "ignore_eos": (False,),
-    "post_sampling_probs": (False,), "return_progress": (False,), "min_keep": (0,),
+    "return_progress": (False,), "min_keep": (0,),
     "grammar": ("",), "json_schema": ({},), "n": (1,), "n_cmpl": (1,), "best_of": (1,), "echo": (False,),
     "backend_sampling": (False,), "id_slot": (-1, 0), "n_cache_reuse": (0,), "lora": ([],), "verbose": (False,),
     "logit_bias": ({}, []), "tools": ([],), "tool_choice": ("none", "auto"), "parallel_tool_calls": (False, True),
@@ -50,7 +50,7 @@ SAMPLER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "
 """llama-server's default sampler chain (``samplers``): ours applies the same order."""
 
 COMMON = {"stream", "cache_prompt", "return_tokens", *SAMPLING, "stop", "samplers", "n_predict", "max_tokens",
-          "max_completion_tokens", "n_probs", "timings_per_token", "response_fields"}
+          "max_completion_tokens", "n_probs", "timings_per_token", "response_fields", "post_sampling_probs"}
 """Every endpoint's fields; each declared sampling setting is a request field by its name (llama-server's)."""
 REQUEST_LIMITS = {"top_p": (0.0, 1.0), "min_p": (0.0, 1.0), "repeat_last_n": (-1, 2**31 - 1), "seed": (-1, 2**32 - 1)}
 """The bounds a request's sampling field is read with (``-1``: llama-server's "whole context" / random
@@ -101,6 +101,8 @@ class CompletionParams:
     notes: tuple[str, ...] = ()
     model: str | None = None
     timings_per_token: bool = False
+    post_sampling_probs: bool = False
+    """Probabilities after the sampler chain (``prob``, ``top_probs``) instead of the raw softmax's logs."""
     """Every stream event carries the ``timings`` so far."""
     response_fields: tuple[str, ...] = ()
     """Only these fields (``/``-joined paths) of a ``/completion`` reply (``replies.nested_values``)."""
@@ -293,7 +295,7 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
         if not isinstance(rf, list) or not all(isinstance(f, str) for f in rf):
             raise ApiError("Field 'response_fields': must be an array of strings")
         p.response_fields = tuple(rf)
-    for name in ("stream", "cache_prompt", "return_tokens", "timings_per_token"):
+    for name in ("stream", "cache_prompt", "return_tokens", "timings_per_token", "post_sampling_probs"):
         if body.get(name) is not None:
             setattr(p, name, _bool(body, name))
     so = body.get("stream_options")

@@ -33,10 +33,13 @@ def _logprob(p: float | None) -> float:
     return math.log(p) if p and p > 0 else -1e9 if p is not None else 0.0
 
 
-def _token_json(token: int, piece: bytes, p: float | None) -> dict:
+def _token_json(token: int, piece: bytes, p: float | None, post: bool = False) -> dict:
     """llama-server's probability entry: ``token`` is the piece cut to its whole characters
-    (``txt.resize(validate_utf8(txt))``, tools/server/server-task.cpp 0c1e570), ``bytes`` all of it."""
+    (``txt.resize(validate_utf8(txt))``, tools/server/server-task.cpp 0c1e570), ``bytes`` all of it;
+    ``post`` (``post_sampling_probs``): the probability itself as ``prob``, not its log."""
     text = piece[:utf8_complete_length(piece)].decode("utf-8", "replace")
+    if post:
+        return {"id": token, "token": text, "bytes": list(piece), "prob": p if p is not None else 0.0}
     return {"id": token, "token": text, "bytes": list(piece), "logprob": _logprob(p)}
 
 
@@ -49,9 +52,17 @@ def piece_json(piece: bytes):
         return list(piece)
 
 
-def probs_json(t: TokenOut, n_probs: int, piece_of) -> dict:
+def probs_json(t: TokenOut, n_probs: int, piece_of, post: bool = False, greedy: bool = False) -> dict:
     """One token's probabilities as llama-server writes them: the token, its logprob and the row's top
-    ``n_probs`` (``piece_of(token) -> bytes``)."""
+    ``n_probs`` (``piece_of(token) -> bytes``). ``post`` (``post_sampling_probs``): the probabilities after
+    the sampler chain, as ``prob`` / ``top_probs``, the candidates the chain left (p > 0) only
+    (llama.cpp 0c1e570 ``tools/server/server-context.cpp`` ``populate_token_probs``): ``greedy`` (temperature
+    0: llama.cpp's temperature stage keeps the largest logit alone) leaves the token alone at 1."""
+    if post:
+        top = [(t.token, 1.0)] if greedy else [(tok, p) for tok, p in t.top[:n_probs] if p > 0.0]
+        out = _token_json(t.token, t.piece, 1.0 if greedy else t.p, True)
+        out["top_probs"] = [_token_json(tok, piece_of(tok), p, True) for tok, p in top[:n_probs]]
+        return out
     out = _token_json(t.token, t.piece, t.p)
     out["top_logprobs"] = [_token_json(tok, piece_of(tok), p) for tok, p in t.top[:n_probs]]
     return out
@@ -110,7 +121,7 @@ class Replies:
         if t.timings is not None:
             out["timings"] = t.timings
         if self.p.n_probs:
-            out["completion_probabilities"] = [probs_json(t, self.p.n_probs, self.piece_of)]
+            out["completion_probabilities"] = [self._probs(t)]
         return out
 
     def completion_final(self, r: JobResult, tokens: list[TokenOut], stream: bool) -> dict:
@@ -123,7 +134,7 @@ class Replies:
                "stopping_word": r.stopping_word, "tokens_cached": self.prompt_n + max(0, r.predicted_n - 1),
                "timings": r.timings()}
         if self.p.n_probs and not stream:
-            out["completion_probabilities"] = [probs_json(t, self.p.n_probs, self.piece_of) for t in tokens]
+            out["completion_probabilities"] = [self._probs(t) for t in tokens]
         return nested_values(self.p.response_fields, out) if self.p.response_fields else out
 
     # -- OpenAI ------------------------------------------------------------------------
@@ -134,7 +145,10 @@ class Replies:
     def _logprobs(self, tokens: list[TokenOut]) -> dict | None:
         if not self.p.logprobs:
             return None
-        return {"content": [probs_json(t, self.p.n_probs, self.piece_of) for t in tokens]}
+        return {"content": [self._probs(t) for t in tokens]}
+
+    def _probs(self, t: TokenOut) -> dict:
+        return probs_json(t, self.p.n_probs, self.piece_of, self.p.post_sampling_probs, self.p.sampling.greedy)
 
     def _head(self, obj: str) -> dict:
         return {"created": self.created, "model": self.model, "system_fingerprint": FINGERPRINT, "object": obj,
