@@ -212,3 +212,54 @@ def test_cors_the_key_and_metrics_are_as_llama_servers(pair):
         out = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Hi"}],
                                              max_tokens=4, temperature=0)
         assert out.choices[0].finish_reason in ("length", "stop")
+
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                              "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                             "required": ["city"]}}}]
+
+
+def test_a_tool_call_round_trip_through_the_openai_sdk_is_answered_as_llama_server_answers_it(pair):
+    """The bundled model's template renders neither tools nor tool calls: llama-server answers with content
+    (no tool call can be parsed), and the follow-up with the tool's result renders the tool message."""
+    urls = pair()
+    user = [{"role": "user", "content": "What is the weather in Paris?"}]
+    follow = user + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
+    answers = []
+    for url in urls:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+        first = client.chat.completions.create(model="any", messages=user, tools=WEATHER, tool_choice="auto",
+                                               max_tokens=12, temperature=0)
+        required = client.chat.completions.create(model="any", messages=user, tools=WEATHER,
+                                                  tool_choice="required", max_tokens=4, temperature=0)
+        second = client.chat.completions.create(model="any", messages=follow, tools=WEATHER, max_tokens=12,
+                                                temperature=0)
+        answers.append([(r.choices[0].message.content, r.choices[0].message.tool_calls, r.choices[0].finish_reason,
+                         r.usage.prompt_tokens, r.usage.completion_tokens) for r in (first, required, second)])
+    assert answers[0] == answers[1]
+    assert answers[0][2][3] > answers[0][0][3], "the follow-up's prompt did not grow by the tool call and result"
+
+
+def test_tools_a_template_would_render_are_refused_in_one_line(runtime, scheduler, monkeypatch):
+    """A template that renders tools: its tool calls would come back in its own format, which serve does not
+    parse yet: refused with one line, not answered as plain text."""
+    from inspector.serve.app import check_tools_servable
+    from inspector.serve.errors import ApiError
+    from inspector.serve.params import parse_request
+
+    vocab = runtime.vocabulary
+    assert vocab.template_tool_caps() == (False, False)  # the bundled SmolLM2's template
+    tool_template = ("{% if tools %}{% for t in tools %}<tool>{{ t.function.name }}</tool>{% endfor %}{% endif %}"
+                     "{% for m in messages %}{{ m.role }}: {{ m.content }}"
+                     "{% for c in m.tool_calls or [] %}[call {{ c.function.name }}]{% endfor %}\n{% endfor %}")
+    monkeypatch.setattr(vocab, "chat_template", lambda: tool_template)
+    monkeypatch.setattr(vocab, "_tool_caps", None)
+    assert vocab.template_tool_caps() == (True, True)
+    p = parse_request({"messages": [{"role": "user", "content": "hi"}], "tools": WEATHER}, "chat", ServeDefaults())
+    with pytest.raises(ApiError, match="not served by spec-inspector yet"):
+        check_tools_servable(runtime, p)
+    none = parse_request({"messages": [{"role": "user", "content": "hi"}]}, "chat", ServeDefaults())
+    check_tools_servable(runtime, none)  # no tools: served
+    monkeypatch.setattr(vocab, "_tool_caps", None)

@@ -104,13 +104,30 @@ def _tokens_of(rt, prompt) -> list[int]:
     return out
 
 
+def check_tools_servable(rt, p) -> None:
+    """Refuse (``ApiError`` 400, one line) a chat whose tools or tool calls this model's chat template would
+    render: llama-server then renders them with its own Jinja engine and parses the model's tool calls in the
+    template's own format (llama.cpp 0c1e570 ``common/chat.cpp``, its template autoparser), which spec-inspector
+    does not do yet. A template that renders neither (the bundled SmolLM2's) is served as llama-server
+    serves it: the tools change nothing in the prompt and the answer is its content."""
+    calls = any("tool_calls" in m for m in p.messages)
+    if not p.tools and not calls:
+        return
+    supports_tools, supports_calls = rt.template_tool_caps()
+    if (p.tools and p.tool_choice != "none" and (supports_tools or supports_calls)) or (calls and supports_calls):
+        raise ApiError("this model's chat template renders tools and tool calls: parsing them back from its "
+                       "output in the template's format is not served by spec-inspector yet (llama-server does "
+                       "it with its template autoparser); send the request without 'tools' and tool calls")
+
+
 def _prepare(state: ServeState, p) -> dict:
     """The request's prompt tokens, text and receipts blocks (runs under the runtime's lock)."""
     rt = state.runtime
 
     def work(rt):
         if p.endpoint == "chat":
-            text = rt.chat_messages_prompt([dict(m) for m in p.messages])
+            check_tools_servable(rt, p)
+            text = rt.chat_messages_prompt([dict(m) for m in p.messages], list(p.tools), p.template_kwargs)
             return text, rt.tokenize(text, add_special=True, parse_special=True)
         tokens = _tokens_of(rt, p.prompt)
         return (p.prompt if isinstance(p.prompt, str) else rt.detokenize(tokens)), tokens
@@ -132,8 +149,8 @@ def _prepare(state: ServeState, p) -> dict:
         last = p.messages[-1]
         prompt_text = last["content"]
         if last["role"] == "user":
-            conversation = {"turn": 1, "turns": 1, "history": [dict(m) for m in p.messages[:-1]],
-                            "user_text": last["content"]}
+            conversation = {"turn": 1, "turns": 1, "user_text": last["content"],
+                            "history": [{"role": m["role"], "content": m["content"]} for m in p.messages[:-1]]}
     return {"tokens": tokens, "prompt_text": prompt_text, "templated": templated, "conversation": conversation}
 
 

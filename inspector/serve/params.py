@@ -13,6 +13,7 @@ which default to llama-server's).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -35,8 +36,7 @@ NEUTRAL = {
     "return_progress": (False,), "min_keep": (0,),
     "grammar": ("",), "json_schema": ({},), "n": (1,), "n_cmpl": (1,), "best_of": (1,), "echo": (False,),
     "backend_sampling": (False,), "id_slot": (-1, 0), "n_cache_reuse": (0,), "lora": ([],), "verbose": (False,),
-    "logit_bias": ({}, []), "tools": ([],), "tool_choice": ("none", "auto"), "parallel_tool_calls": (False, True),
-    "chat_template_kwargs": ({},), "t_max_predict_ms": (-1, 0), "grammar_lazy": (False,),
+    "logit_bias": ({}, []), "t_max_predict_ms": (-1, 0), "grammar_lazy": (False,),
 }
 """Fields taken only with the value that leaves their feature out (what llama-server does then is what
 we do); any other value is refused."""
@@ -58,7 +58,8 @@ seed, refused or drawn below); every value is then checked by the setting's rule
 ENDPOINT_FIELDS = {
     "completion": COMMON | {"prompt", "logprobs"},
     "completions": COMMON | {"prompt", "logprobs"},
-    "chat": COMMON | {"messages", "logprobs", "top_logprobs", "response_format"},
+    "chat": COMMON | {"messages", "logprobs", "top_logprobs", "response_format", "tools", "tool_choice",
+                      "parallel_tool_calls", "chat_template_kwargs"},
 }
 """What each endpoint takes besides ``NEUTRAL``, ``NEUTRAL_BELOW_ZERO`` and ``IGNORED``."""
 
@@ -102,6 +103,12 @@ class CompletionParams:
     model: str | None = None
     timings_per_token: bool = False
     post_sampling_probs: bool = False
+    tools: tuple = ()
+    """Chat: the request's tool definitions (given to the chat template)."""
+    tool_choice: str = "auto"
+    """Chat: ``none``, ``auto``, ``required``, or ``function`` (one named function)."""
+    template_kwargs: dict = field(default_factory=dict)
+    """Chat: ``chat_template_kwargs``, more variables for the template."""
     """Probabilities after the sampler chain (``prob``, ``top_probs``) instead of the raw softmax's logs."""
     """Every stream event carries the ``timings`` so far."""
     response_fields: tuple[str, ...] = ()
@@ -212,27 +219,81 @@ def _sampling(body: dict, defaults: ServeDefaults) -> tuple[SamplingSettings, li
     return sampling, notes
 
 
+MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"}
+"""What a chat message may carry (llama.cpp 0c1e570 ``common/chat.cpp`` ``common_chat_msgs_parse_oaicompat``)."""
+
+
+def _tool_calls(calls, where: str) -> list[dict]:
+    """An assistant message's ``tool_calls``, checked as ``common_chat_msgs_parse_oaicompat`` checks them
+    (each a ``function`` call with a name; object arguments written as JSON text)."""
+    if not isinstance(calls, list):
+        raise ApiError(f"Failed to parse messages: {where}.tool_calls must be an array")
+    out = []
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(call, dict) or call.get("type") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str) or "arguments" not in fn:
+            raise ApiError(f"Failed to parse messages: {where}.tool_calls[{j}] must be "
+                           '{"type": "function", "function": {"name", "arguments"}}')
+        args = fn["arguments"] if isinstance(fn["arguments"], str) else json.dumps(fn["arguments"])
+        out.append({"type": "function", "function": {"name": fn["name"], "arguments": args},
+                    **({"id": call["id"]} if isinstance(call.get("id"), str) else {})})
+    return out
+
+
 def _messages(value) -> tuple:
+    """A chat's messages as llama-server reads them: roles system (developer), user, assistant and tool;
+    content a string, text parts or null (an assistant's tool calls, a message with none renders empty);
+    ``tool_calls``, ``tool_call_id``, ``name`` kept for the template."""
     if not isinstance(value, list) or not value:
         raise ApiError("'messages' must be a non-empty array of {\"role\", \"content\"} objects")
     out = []
     for i, m in enumerate(value):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
-            raise ApiError(f"messages[{i}]: expected an object with role system, user or assistant and its content")
+        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+            raise ApiError(f"messages[{i}]: expected an object with role system, user, assistant or tool and its "
+                           "content")
+        if "content" not in m and "tool_calls" not in m:
+            raise ApiError(f"Failed to parse messages: messages[{i}]: expected 'content' or 'tool_calls'")
         content = m.get("content")
         if isinstance(content, list):  # OpenAI's content parts: text only
             if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
                        for p in content):
                 raise ApiError(f"messages[{i}]: only text content parts are supported (no images or audio)")
             content = "".join(p["text"] for p in content)
+        if content is None:
+            content = ""
         if not isinstance(content, str):
-            raise ApiError(f"messages[{i}]: 'content' must be a string or an array of text parts")
-        unknown = set(m) - {"role", "content", "name"}
+            raise ApiError(f"messages[{i}]: 'content' must be a string, an array of text parts or null")
+        unknown = set(m) - MESSAGE_FIELDS
         if unknown:
-            raise ApiError(f"messages[{i}]: field(s) {', '.join(sorted(unknown))} are not supported (tool calls are "
-                           "not served)")
-        role = "system" if m["role"] == "developer" else m["role"]
-        out.append({"role": role, "content": content})
+            raise ApiError(f"messages[{i}]: field(s) {', '.join(sorted(unknown))} are not supported")
+        msg = {"role": "system" if m["role"] == "developer" else m["role"], "content": content}
+        if m.get("tool_calls") is not None:
+            msg["tool_calls"] = _tool_calls(m["tool_calls"], f"messages[{i}]")
+        for name in ("tool_call_id", "name"):
+            if isinstance(m.get(name), str):
+                msg[name] = m[name]
+        out.append(msg)
+    return tuple(out)
+
+
+def _tools(value) -> tuple:
+    """A request's ``tools`` as llama-server reads them (``common_chat_tools_parse_oaicompat``): each
+    ``{"type": "function", "function": {"name", "description", "parameters"}}``, given to the template as
+    ``common_chat_tools_to_json_oaicompat`` writes them."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ApiError("Failed to parse tools: expected 'tools' to be an array")
+    out = []
+    for i, tool in enumerate(value):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str):
+            raise ApiError(f"Failed to parse tools: tools[{i}] must be "
+                           '{"type": "function", "function": {"name", ...}}')
+        out.append({"type": "function", "function": {"name": fn["name"], "description": fn.get("description", ""),
+                                                      "parameters": fn.get("parameters", {})}})
     return tuple(out)
 
 
@@ -280,6 +341,13 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
         if "messages" not in body:
             raise ApiError("'messages' is required")
         p.messages = _messages(body["messages"])
+        p.tools = _tools(body.get("tools"))
+        kw = body.get("chat_template_kwargs")
+        if kw is not None and not isinstance(kw, dict):
+            raise ApiError("Field 'chat_template_kwargs': must be an object")
+        p.template_kwargs = dict(kw or {})
+        choice = body.get("tool_choice")
+        p.tool_choice = choice if isinstance(choice, str) else "auto" if choice is None else "function"
         rf = body.get("response_format")
         if rf is not None and rf != {"type": "text"}:
             raise ApiError("'response_format' other than {\"type\": \"text\"} is not supported by spec-inspector serve")
