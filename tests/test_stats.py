@@ -3,6 +3,8 @@ out here, never taken from the code under test)."""
 
 from types import SimpleNamespace
 
+import pytest
+
 from inspector.engine.stats import (
     SLOW_VERIFICATION_FACTOR,
     acceptance_by_position,
@@ -97,3 +99,11 @@ def test_a_verification_is_slow_above_five_times_the_median_of_five_or_more_wind
     assert slow_verification_threshold_us([9, 1, 8, 2, 7, 3, 6, 4, 5]) == 25.0  # median 5 of nine
     assert slow_verification_threshold_us([0, 0, 0, 0, 0]) == 5.0  # median 0 counts as 1 us
     assert slow_verification_threshold_us(iter([7, 7, 7, 7, 7])) == 35.0
+
+
+def test_speed_against_llama_server_counts_the_tokens_that_cost_a_decode():
+    from inspector.engine.stats import server_tokens_per_s
+    # llama-server's n_gen_tps: 12 generated, the first from the prompt's last row: 11 in 2.2 s
+    assert server_tokens_per_s(12, 2_200_000) == pytest.approx(5.0)
+    assert server_tokens_per_s(12, 2_000_000, requests=2) == pytest.approx(5.0)  # two turns, two free tokens
+    assert server_tokens_per_s(1, 0) is None and server_tokens_per_s(1, 10) is None

@@ -15,8 +15,9 @@ would mix rounds minutes apart, between which this machine drifts up to 20%.
 Beside the speeds, our run with the figures reports where its time outside ``llama_decode`` went:
 per decode step (a window or a plain step), as a share of the time inside ``llama_decode``, and the
 figures' own cost per row (a window's verification rows and a plain step's single row). Decode
-tokens/s on both sides: generated tokens / the time after the prefill (the first token comes from the
-prefill), as llama-server's ``timings.predicted_per_second`` counts them.
+tokens/s on both sides: generated tokens but the first (it comes from the prefill) / the time after the
+prefill, as llama-server's ``timings.predicted_per_second`` counts them (``server_tokens_per_s``; until
+issue 52 ours counted the first token too, n / (n - 1) in our favour: 0.8% at 128 tokens).
 
 llama-server's request and reply fields: llama.cpp 0c1e570 ``tools/server`` (as
 ``inspector.bench.server_compare``).
@@ -39,6 +40,7 @@ from inspector.bench.server_http import ServerError
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.llama.server_parity import server_context
 from inspector.engine.llama_settings import DEFAULT_N_CTX
+from inspector.engine.stats import server_tokens_per_s
 from inspector.llama.quantize import weight_form
 from inspector.prompts import EXAMPLES, example_prompt
 from inspector.session.session_record import SessionRecord
@@ -130,7 +132,8 @@ def measure_run(scheduler: RuntimeScheduler, config: CompareConfig, prompt_token
         run.close_source()
     s = g.summary()
     return MeasuredRun(
-        tokens_per_s=s.decode_tokens_per_s or 0.0, steps=g.decode_step, decode_us=inside_ns / 1000,
+        tokens_per_s=server_tokens_per_s(g.generated_count, g.decode_elapsed_us) or 0.0, steps=g.decode_step,
+        decode_us=inside_ns / 1000,
         outside_us=max(0.0, g.decode_elapsed_us - inside_ns / 1000), probability_us=prob_ns / 1000,
         probability_rows=rows, generated=tuple(g.generated),
         drafted=sum(r.proposal_token_count for r in g.receipts),

@@ -36,6 +36,7 @@ from inspector.bench.server_client import LlamaServerClient, ServerCompletion, S
 from inspector.engine.baseline import first_difference, top2_after
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.scheduler import RuntimeScheduler
+from inspector.engine.stats import server_tokens_per_s
 from inspector.sources.server_flags import NoServerEquivalent, server_arguments, server_notes
 from inspector.llama.server_parity import ours_accepted_per_position, server_counted_accepted
 
@@ -46,7 +47,7 @@ class ServerRow:
 
     ``label``: the configuration's label. ``flags``: the llama-server arguments it ran with (empty
     for a URL: not checked). ``tokens_per_s``: llama-server's ``predicted_per_second`` (generated
-    tokens / time after the first token, as our ``decode_tokens_per_s``). ``drafted`` /
+    tokens but the first / time after the first token; ours the same: ``server_tokens_per_s``). ``drafted`` /
     ``accepted``: its ``draft_n`` / ``draft_n_accepted`` (tokens). ``accepted_per_position``:
     accepted draft tokens per draft position 0.. from ``/metrics``. ``ours_*``: the same figures of
     our run. ``same_output``: the generated token ids are equal; else ``first_difference`` (0-based
@@ -157,7 +158,7 @@ def _ours(row: CompareRow, run, is_eog: Callable[[int], bool]) -> dict:
     """Our row's figures in llama-server's units (its accepted count: ``server_counted_accepted``)."""
     receipts = list(getattr(run, "receipts", ()) or ())
     return {
-        "ours_tokens_per_s": row.summary.decode_tokens_per_s,
+        "ours_tokens_per_s": server_tokens_per_s(row.summary.generated_tokens, row.summary.decode_elapsed_us),
         "ours_drafted": sum(r.proposal_token_count for r in receipts),
         "ours_accepted": sum(server_counted_accepted(r, is_eog) for r in receipts),
         "ours_accepted_per_position": ours_accepted_per_position(receipts, is_eog),

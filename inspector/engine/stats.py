@@ -44,6 +44,17 @@ def decode_tokens_per_s(generated_tokens: int, decode_elapsed_us: int) -> float 
     return generated_tokens / (decode_elapsed_us / 1e6) if decode_elapsed_us > 0 else None
 
 
+def server_tokens_per_s(generated_tokens: int, decode_elapsed_us: int, requests: int = 1) -> float | None:
+    """Decode tokens/s as llama-server's ``timings.predicted_per_second`` counts them: the tokens that cost a
+    decode (each request's first comes from its prompt's last row) over the decode time, tokens per second
+    (llama.cpp 0c1e570 ``tools/server/server-common.h`` ``n_gen_tps``: ``n_gen - 1`` over the time after the
+    first token). ``requests``: how many requests (turns) the counts sum. None before any decode time. Every
+    ratio against llama-server's speed uses this, not ``decode_tokens_per_s`` (which counts the first token
+    too: ``n / (n - 1)`` faster, 1.6% at 64 tokens)."""
+    steps = generated_tokens - requests
+    return steps / (decode_elapsed_us / 1e6) if decode_elapsed_us > 0 and steps > 0 else None
+
+
 def summarize_receipts(
     receipts: list[WindowReceipt],
     *,
