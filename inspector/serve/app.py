@@ -3,7 +3,12 @@
 Routes as llama.cpp 0c1e570 ``tools/server/server.cpp`` registers them: ``GET /health`` (also
 ``/v1/health``), ``GET /v1/models`` (``/models``), ``GET /props``, ``POST /tokenize``,
 ``POST /detokenize``, ``GET /metrics``, ``POST /completion`` (``/completions``), ``POST /v1/completions``,
-``POST /v1/chat/completions`` (``/chat/completions``). Unknown paths get llama-server's 404.
+``POST /v1/chat/completions`` (``/chat/completions``), ``POST /v1/messages`` (Anthropic) and
+``/v1/messages/count_tokens``, ``POST /v1/responses`` (``/responses``; OpenAI Responses) and
+``/v1/responses/input_tokens`` (``/responses/input_tokens``). Unknown paths get llama-server's 404.
+The agents' APIs are chat requests in other shapes: their body is converted to a chat body
+(``inspector.serve.anthropic_api``, ``inspector.serve.responses_api``: ``to_chat``) and runs the chat
+path; a ``Renderer`` per API writes the replies.
 With an API key every route but ``/health`` needs ``Authorization: Bearer KEY`` (or ``X-Api-Key``),
 compared in constant time (``hmac.compare_digest``); a wrong one gets llama-server's 401.
 
@@ -33,7 +38,8 @@ from inspector.receipts.document import json_problem
 from inspector.serve.errors import AUTHENTICATION, EXCEED_CONTEXT, NOT_FOUND, SERVER, TOO_LARGE, ApiError
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
 from inspector.serve.params import ServeDefaults, parse_request
-from inspector.serve.replies import FINGERPRINT, Replies, generation_settings, piece_json
+from inspector.serve import anthropic_api, responses_api
+from inspector.serve.replies import FINGERPRINT, Renderer, Replies, generation_settings, piece_json
 from inspector.serve.slot import ServeSlot
 from inspector.serve.job import Job, JobResult, TokenOut
 
@@ -105,9 +111,8 @@ def _tokens_of(rt, prompt) -> list[int]:
     return out
 
 
-def _prepare(state: ServeState, p) -> dict:
-    """The request's prompt tokens, text and receipts blocks (runs under the runtime's lock)."""
-    rt = state.runtime
+def _prompt_of(state: ServeState, p) -> tuple[str, list[int]]:
+    """The request's prompt text (a chat's templated) and tokens (runs under the runtime's lock)."""
 
     def work(rt):
         if p.endpoint == "chat":
@@ -117,11 +122,17 @@ def _prepare(state: ServeState, p) -> dict:
         return (p.prompt if isinstance(p.prompt, str) else rt.detokenize(tokens)), tokens
 
     try:
-        text, tokens = state.slot.scheduler.execute("stats", -1, work).value
+        return state.slot.scheduler.execute("stats", -1, work).value
     except ApiError:
         raise
     except Exception as exc:  # a model without a chat template, a tokenizer error
         raise ApiError(str(exc) or type(exc).__name__) from None
+
+
+def _prepare(state: ServeState, p) -> dict:
+    """The request's prompt tokens, text and receipts blocks (runs under the runtime's lock)."""
+    rt = state.runtime
+    text, tokens = _prompt_of(state, p)
     if not tokens:
         raise ApiError("the prompt is empty after tokenization")
     if len(tokens) >= rt.n_ctx:
@@ -142,8 +153,11 @@ def build_app(state: ServeState) -> Starlette:
     """The Starlette application of one server."""
     key = state.api_key.encode() if state.api_key else None
 
-    async def completion(request: Request, endpoint: str):
-        p = parse_request(await _body(request, state.max_body_bytes), endpoint, state.defaults)
+    async def completion(request: Request, endpoint: str, api=None):
+        """One generation; ``api``: None, or the agents' API module whose ``to_chat`` converts the body and
+        whose ``Renderer`` writes the replies."""
+        body = await _body(request, state.max_body_bytes)
+        p = parse_request(body if api is None else api.to_chat(body), endpoint, state.defaults)
         if endpoint != "completion" and p.model is not None and p.model not in state.names():
             raise ApiError(f"model '{p.model}' is not served here; this server serves '{state.model_name}' "
                            "(GET /v1/models; spec-inspector serve --alias NAME adds a name)", NOT_FOUND)
@@ -162,9 +176,10 @@ def build_app(state: ServeState) -> Starlette:
         replies = Replies(p, state.model_name, prep["templated"] or prep["prompt_text"], len(prep["tokens"]),
                           state.runtime.token_piece,
                           generation_settings(p, state.runtime.n_ctx, slot.source, max_tokens))
+        render = (Renderer if api is None else api.Renderer)(replies, job)
         slot.submit(job)
         if p.stream:
-            return EventSourceResponse(_stream(slot, job, queue, replies, endpoint), sep="\n",
+            return EventSourceResponse(_stream(slot, job, queue, render), sep="\n",
                                        send_timeout=SEND_TIMEOUT_S, ping=15)
         tokens: list[TokenOut] = []
         try:
@@ -184,9 +199,13 @@ def build_app(state: ServeState) -> Starlette:
             raise
         if item.ended_as in ("error", "cancelled") and not item.tokens:
             raise ApiError(item.error or item.ended_as, SERVER)
-        body = replies.completion_final(item, tokens, False) if endpoint == "completion" else \
-            replies.openai_final(item, tokens)
-        return JSONResponse(body)
+        return JSONResponse(render.final(item, tokens))
+
+    async def count_tokens(request: Request, api):
+        """``/v1/messages/count_tokens``, ``/v1/responses/input_tokens``: the converted chat's prompt tokens."""
+        p = parse_request(api.to_chat(await _body(request, state.max_body_bytes)), "chat", state.defaults)
+        _text, tokens = await run_in_threadpool(_prompt_of, state, p)
+        return JSONResponse(api.count_reply(len(tokens)))
 
     async def tokenize(request: Request):
         body = await _body(request, state.max_body_bytes)
@@ -245,9 +264,14 @@ def build_app(state: ServeState) -> Starlette:
     async def metrics(request: Request):
         return Response(state.metrics.text(), media_type=CONTENT_TYPE)
 
-    def route(endpoint):
+    def route(endpoint, api=None):
         async def handler(request: Request):
-            return await completion(request, endpoint)
+            return await completion(request, endpoint, api)
+        return handler
+
+    def counter(api):
+        async def handler(request: Request):
+            return await count_tokens(request, api)
         return handler
 
     async def api_error(request: Request, exc: ApiError):
@@ -266,7 +290,11 @@ def build_app(state: ServeState) -> Starlette:
         ("/detokenize", detokenize, "POST"), ("/metrics", metrics, "GET"),
         ("/completion", route("completion"), "POST"), ("/completions", route("completion"), "POST"),
         ("/v1/completions", route("completions"), "POST"),
-        ("/v1/chat/completions", route("chat"), "POST"), ("/chat/completions", route("chat"), "POST"))]
+        ("/v1/chat/completions", route("chat"), "POST"), ("/chat/completions", route("chat"), "POST"),
+        (anthropic_api.PATH, route("chat", anthropic_api), "POST"),
+        (anthropic_api.COUNT_PATH, counter(anthropic_api), "POST"),
+        *((path, route("chat", responses_api), "POST") for path in responses_api.PATHS),
+        *((path, counter(responses_api), "POST") for path in responses_api.COUNT_PATHS))]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, 404: not_found, 405: not_found,
                                                        Exception: failed})
 
@@ -288,29 +316,25 @@ def build_app(state: ServeState) -> Starlette:
     return app
 
 
-async def _stream(slot: ServeSlot, job: Job, queue: asyncio.Queue, replies: Replies, endpoint: str):
-    """The SSE events of one streamed request; cancelled (client gone, or not reading) -> the request is."""
+async def _stream(slot: ServeSlot, job: Job, queue: asyncio.Queue, render: Renderer):
+    """The SSE events of one streamed request, as ``render`` writes them; cancelled (client gone, or not
+    reading) -> the request is."""
     done = False
     try:
-        first = replies.openai_first() if endpoint != "completion" else None
-        if first is not None:
-            yield {"data": json.dumps(first, ensure_ascii=False)}
+        for event in render.first():
+            yield event
         while True:
             item = await queue.get()
             if isinstance(item, JobResult):
                 break
-            chunk = replies.completion_chunk(item) if endpoint == "completion" else replies.openai_chunk(item)
-            yield {"data": json.dumps(chunk, ensure_ascii=False)}
+            for event in render.chunk(item):
+                yield event
         done = True
         if item.ended_as in ("error", "cancelled") and item.error:
-            yield {"data": json.dumps(ApiError(item.error, SERVER).body(), ensure_ascii=False)}
+            yield render.error(item.error)
             return
-        if endpoint == "completion":
-            yield {"data": json.dumps(replies.completion_final(item, [], True), ensure_ascii=False)}
-            return
-        for last in replies.openai_last(item):
-            yield {"data": json.dumps(last, ensure_ascii=False)}
-        yield {"data": "[DONE]"}
+        for event in render.last(item):
+            yield event
     finally:
         if not done:
             slot.cancel(job)

@@ -94,6 +94,9 @@ class Job:
         """The running ``Generation`` (engine thread sets it), for ``ServeSlot.cancel``."""
         self.row: ServedRequest | None = None
         """The request's traffic row (``ServeSlot.submit`` sets it)."""
+        self.cache_n = 0
+        """Prompt tokens reused from the slot's cache (the engine thread sets it when the request starts to
+        run, before its first token: the Anthropic stream's ``message_start`` reports it)."""
 
 
 @dataclass
