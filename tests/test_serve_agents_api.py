@@ -111,14 +111,14 @@ def _text_of_responses(events: list) -> str:
 
 MESSAGES = {"model": "claude-anything", "max_tokens": N, "temperature": 0, "system": SYSTEM,
             "messages": [{"role": "user", "content": ASK}]}
-CONVERSATION = {"model": "claude-anything", "max_tokens": N, "temperature": 0, "stop_sequences": ["\n\n"],
+CONVERSATION = {"model": "claude-anything", "max_tokens": N, "temperature": 0, "stop_sequences": ["\n"],
                 "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
                 "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hello."}]},
                              {"role": "assistant", "content": [{"type": "text", "text": "Hello!"}]},
                              {"role": "user", "content": [{"type": "text", "text": ASK}]}]}
 RESPONSES = {"model": "codex-anything", "input": ASK, "instructions": SYSTEM, "max_output_tokens": N,
              "temperature": 0}
-RESPONSES_ITEMS = {"model": "codex-anything", "max_output_tokens": N, "temperature": 0, "input": [
+RESPONSES_ITEMS = {"model": "codex-anything", "max_output_tokens": N, "temperature": 0, "stop": ["\n"], "input": [
     {"role": "developer", "content": SYSTEM},
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]},
     {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello!"}]},
