@@ -6,10 +6,15 @@ llama-server's in ``test_serve_agents_api``.)"""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import pytest
 
 from inspector.serve import anthropic_api, responses_api
 from inspector.serve.errors import ApiError
+from inspector.serve.job import JobResult, TokenOut
+from inspector.serve.replies import Replies
 from inspector.serve.params import ServeDefaults, parse_request
 
 
@@ -114,3 +119,35 @@ def test_responses_function_tools_reach_the_chat_rule_that_refuses_them():
     assert chat["tools"] == [{"type": "function", "function": {"strict": True, "name": "f", "parameters": {}}}]
     with pytest.raises(ApiError, match="'tools'"):
         _chat(chat)
+
+
+def _renderer(api):
+    p = _chat({"messages": [{"role": "user", "content": "x"}], "stream": True})
+    return api.Renderer(Replies(p, "model.gguf", "prompt", 10, lambda t: b"", {}), SimpleNamespace(cache_n=4))
+
+
+def _events(events):
+    return [(e.get("event"), json.loads(e["data"])) for e in events]
+
+
+def test_anthropic_stream_events_as_llama_server_writes_them():
+    r = _renderer(anthropic_api)
+    assert r.first() == []
+    first = _events(r.chunk(TokenOut(1, "", b"\xe2", None)))  # the first token: message_start, even without text
+    assert [n for n, _ in first] == ["message_start"]
+    assert first[0][1]["message"]["usage"] == {"cache_read_input_tokens": 4, "input_tokens": 6, "output_tokens": 0}
+    assert [n for n, _ in _events(r.chunk(TokenOut(2, "Hi", b"Hi", None)))] == ["content_block_start",
+                                                                               "content_block_delta"]
+    assert [n for n, _ in _events(r.chunk(TokenOut(3, "!", b"!", None)))] == ["content_block_delta"]
+    end = _events(r.last(JobResult(content="Hi!", stop_type="word", stopping_word="\n", predicted_n=4, cache_n=4)))
+    assert [n for n, _ in end] == ["content_block_stop", "message_delta", "message_stop"]
+    assert end[1][1]["delta"] == {"stop_reason": "end_turn", "stop_sequence": "\n"}
+    assert _events([r.error("boom")]) == [("error", {"code": 500, "message": "boom", "type": "server_error"})]
+
+
+def test_responses_stream_without_visible_text_still_opens_and_completes():
+    r = _renderer(responses_api)
+    end = _events(r.last(JobResult(content="", stop_type="eos", predicted_n=1)))
+    assert [n for n, _ in end] == ["response.created", "response.in_progress", "response.completed"]
+    assert end[-1][1]["response"]["output"] == [] and end[-1][1]["response"]["status"] == "completed"
+    assert _events([r.error("boom")]) == [(None, {"error": {"code": 500, "message": "boom", "type": "server_error"}})]
