@@ -42,9 +42,12 @@ def add_serve_command(sub) -> None:
     s = sub.add_parser(
         "serve", help="serve llama-server's HTTP API; every request is a recorded session",
         description="Serve llama-server's HTTP API (/completion, /v1/completions, /v1/chat/completions, "
-                    "/v1/models, /health, /props, /tokenize, /detokenize, /slots, /metrics with --metrics) with one slot: requests run "
-                    "one at a time in arrival order, each recorded as a receipts document. Point any "
-                    "OpenAI-compatible client at the address it prints.")
+                    "/v1/models, /health, /props, /tokenize, /detokenize, /slots, /metrics with --metrics) and the agents' APIs "
+                    "(Anthropic /v1/messages and /v1/messages/count_tokens, OpenAI /v1/responses and "
+                    "/v1/responses/input_tokens; text only) with one slot: requests run one at a time in arrival "
+                    "order, each recorded as a receipts document. Point any OpenAI-compatible client at the "
+                    "address it prints plus /v1; a Claude-Code-style agent at the address itself "
+                    "(ANTHROPIC_BASE_URL).")
     s.add_argument("--model", "-m", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
     s.add_argument("--target-weights", type=weight_type, metavar="TYPE",
                    help="run the target in this weight type (converted once with llama.cpp's quantizer, cached)")

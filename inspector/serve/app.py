@@ -3,7 +3,12 @@
 Routes as llama.cpp 0c1e570 ``tools/server/server.cpp`` registers them: ``GET /health`` (also
 ``/v1/health``), ``GET /v1/models`` (``/models``), ``GET /props``, ``POST /tokenize``,
 ``POST /detokenize``, ``GET /metrics``, ``POST /completion`` (``/completions``), ``POST /v1/completions``,
-``POST /v1/chat/completions`` (``/chat/completions``), ``GET /slots``. Unknown paths get llama-server's 404.
+``POST /v1/chat/completions`` (``/chat/completions``), ``POST /v1/messages`` (Anthropic) and
+``/v1/messages/count_tokens``, ``POST /v1/responses`` (``/responses``; OpenAI Responses) and
+``/v1/responses/input_tokens`` (``/responses/input_tokens``), ``GET /slots``. Unknown paths get llama-server's 404.
+The agents' APIs are chat requests in other shapes: their body is converted to a chat body
+(``inspector.serve.anthropic_api``, ``inspector.serve.responses_api``: ``to_chat``) and runs the chat
+path; a ``Renderer`` per API writes the replies.
 CORS and the API key are checked before any route (``inspector.serve.http_policy``). ``/metrics`` answers
 501 unless the server was started with ``--metrics``, ``/slots`` unless ``--no-slots`` (llama-server's
 defaults, ``common/common.h``). A request's ``model`` names nothing to check: with one model loaded,
@@ -35,7 +40,8 @@ from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LA
 from inspector.serve.http_policy import CorsPolicy, HttpPolicy
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
 from inspector.serve.params import ServeDefaults, parse_request
-from inspector.serve.replies import FINGERPRINT, Replies, generation_settings, piece_json, slots_json
+from inspector.serve import anthropic_api, responses_api
+from inspector.serve.replies import FINGERPRINT, Renderer, Replies, generation_settings, piece_json, slots_json
 from inspector.serve.slot import ServeSlot
 from inspector.serve.job import Job, JobResult, TokenOut
 
@@ -120,9 +126,8 @@ def check_tools_servable(rt, p) -> None:
                        "it with its template autoparser); send the request without 'tools' and tool calls")
 
 
-def _prepare(state: ServeState, p) -> dict:
-    """The request's prompt tokens, text and receipts blocks (runs under the runtime's lock)."""
-    rt = state.runtime
+def _prompt_of(state: ServeState, p) -> tuple[str, list[int]]:
+    """The request's prompt text (a chat's templated) and tokens (runs under the runtime's lock)."""
 
     def work(rt):
         if p.endpoint == "chat":
@@ -133,11 +138,17 @@ def _prepare(state: ServeState, p) -> dict:
         return (p.prompt if isinstance(p.prompt, str) else rt.detokenize(tokens)), tokens
 
     try:
-        text, tokens = state.slot.scheduler.execute("stats", -1, work).value
+        return state.slot.scheduler.execute("stats", -1, work).value
     except ApiError:
         raise
     except Exception as exc:  # a model without a chat template, a tokenizer error
         raise ApiError(str(exc) or type(exc).__name__) from None
+
+
+def _prepare(state: ServeState, p) -> dict:
+    """The request's prompt tokens, text and receipts blocks (runs under the runtime's lock)."""
+    rt = state.runtime
+    text, tokens = _prompt_of(state, p)
     if not tokens:
         raise ApiError("the prompt is empty after tokenization")
     if len(tokens) >= rt.n_ctx:
@@ -157,8 +168,9 @@ def _prepare(state: ServeState, p) -> dict:
 def build_app(state: ServeState) -> Starlette:
     """The Starlette application of one server, behind its CORS and key checks (an ASGI app)."""
 
-    def submit(request: Request, p, prep: dict) -> Submitted:
-        """Queue one prompt's job on the slot (``ApiError`` 503 when the queue is full)."""
+    def submit(request: Request, p, prep: dict, api) -> Submitted:
+        """Queue one prompt's job on the slot (``ApiError`` 503 when the queue is full); ``api``: None or
+        the agents' API module whose ``Renderer`` writes the replies."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -172,24 +184,28 @@ def build_app(state: ServeState) -> Starlette:
         replies = Replies(p, state.model_name, prep["templated"] or prep["prompt_text"], len(prep["tokens"]),
                           state.runtime.token_piece,
                           generation_settings(p, state.runtime.n_ctx, state.slot.source, max_tokens))
+        render = (Renderer if api is None else api.Renderer)(replies, job)
         state.slot.submit(job)
-        return Submitted(job, queue, replies)
+        return Submitted(job, queue, render)
 
-    async def completion(request: Request, endpoint: str):
-        p = parse_request(await _body(request, state.max_body_bytes), endpoint, state.defaults)
+    async def completion(request: Request, endpoint: str, api=None):
+        """One request's generations (a completion may hold several prompts, answered in turn); ``api``:
+        None, or the agents' API module whose ``to_chat`` converts the body."""
+        body = await _body(request, state.max_body_bytes)
+        p = parse_request(body if api is None else api.to_chat(body), endpoint, state.defaults)
         parts = [p] if len(p.prompts) <= 1 else [replace(p, prompt=x, index=i) for i, x in enumerate(p.prompts)]
         preps = [await run_in_threadpool(_prepare, state, q) for q in parts]
         slot = state.slot
         runs: list[Submitted] = []
         try:
             for q, prep in zip(parts, preps):
-                runs.append(submit(request, q, prep))
+                runs.append(submit(request, q, prep, api))
         except ApiError:
             for r in runs:
                 slot.cancel(r.job)
             raise
         if p.stream:
-            return EventSourceResponse(_stream(slot, runs, endpoint), sep="\n", send_timeout=SEND_TIMEOUT_S, ping=15)
+            return EventSourceResponse(_stream(slot, runs), sep="\n", send_timeout=SEND_TIMEOUT_S, ping=15)
         bodies = []
         try:
             for r in runs:
@@ -199,8 +215,7 @@ def build_app(state: ServeState) -> Starlette:
                 item, tokens = got
                 if item.ended_as in ("error", "cancelled") and not item.tokens:
                     raise ApiError(item.error or item.ended_as, SERVER)
-                bodies.append(r.replies.completion_final(item, tokens, False) if endpoint == "completion" else
-                              r.replies.openai_final(item, tokens))
+                bodies.append(r.render.final(item, tokens))
         finally:
             for r in runs:  # the client left, or one prompt failed: the rest are not run
                 if r.job.result is None:
@@ -212,6 +227,12 @@ def build_app(state: ServeState) -> Starlette:
         merged = bodies[0]
         merged["choices"] = [b["choices"][0] for b in bodies]
         return JSONResponse(merged)
+
+    async def count_tokens(request: Request, api):
+        """``/v1/messages/count_tokens``, ``/v1/responses/input_tokens``: the converted chat's prompt tokens."""
+        p = parse_request(api.to_chat(await _body(request, state.max_body_bytes)), "chat", state.defaults)
+        _text, tokens = await run_in_threadpool(_prompt_of, state, p)
+        return JSONResponse(api.count_reply(len(tokens)))
 
     async def tokenize(request: Request):
         body = await _body(request, state.max_body_bytes)
@@ -278,9 +299,14 @@ def build_app(state: ServeState) -> Starlette:
             raise ApiError("This server does not support slots endpoint. Start it with `--slots`", NOT_SUPPORTED)
         return JSONResponse(slots_json(state.slot, state.runtime.n_ctx))
 
-    def route(endpoint):
+    def route(endpoint, api=None):
         async def handler(request: Request):
-            return await completion(request, endpoint)
+            return await completion(request, endpoint, api)
+        return handler
+
+    def counter(api):
+        async def handler(request: Request):
+            return await count_tokens(request, api)
         return handler
 
     async def api_error(request: Request, exc: ApiError):
@@ -299,7 +325,11 @@ def build_app(state: ServeState) -> Starlette:
         ("/detokenize", detokenize, "POST"), ("/metrics", metrics, "GET"), ("/slots", slots, "GET"),
         ("/completion", route("completion"), "POST"), ("/completions", route("completion"), "POST"),
         ("/v1/completions", route("completions"), "POST"),
-        ("/v1/chat/completions", route("chat"), "POST"), ("/chat/completions", route("chat"), "POST"))]
+        ("/v1/chat/completions", route("chat"), "POST"), ("/chat/completions", route("chat"), "POST"),
+        (anthropic_api.PATH, route("chat", anthropic_api), "POST"),
+        (anthropic_api.COUNT_PATH, counter(anthropic_api), "POST"),
+        *((path, route("chat", responses_api), "POST") for path in responses_api.PATHS),
+        *((path, counter(responses_api), "POST") for path in responses_api.COUNT_PATHS))]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, 404: not_found, 405: not_found,
                                                        Exception: failed})
 
@@ -308,11 +338,11 @@ def build_app(state: ServeState) -> Starlette:
 
 @dataclass
 class Submitted:
-    """One prompt's job on the slot, the queue its tokens and result arrive on, and its replies."""
+    """One prompt's job on the slot, the queue its tokens and result arrive on, and what writes its replies."""
 
     job: Job
     queue: asyncio.Queue
-    replies: Replies
+    render: Renderer
 
 
 async def _collect(request: Request, run: Submitted):
@@ -331,13 +361,14 @@ async def _collect(request: Request, run: Submitted):
         tokens.append(item)
 
 
-async def _stream(slot: ServeSlot, runs: list[Submitted], endpoint: str):
-    """The SSE events of a streamed request (each prompt's in turn: the slot runs them in order);
-    cancelled (client gone, or not reading) -> every job not done is."""
+async def _stream(slot: ServeSlot, runs: list[Submitted]):
+    """The SSE events of a streamed request, as each prompt's ``Renderer`` writes them, the prompts in turn
+    (the slot runs them in order; OpenAI's ``[DONE]`` after the last one only); cancelled (client gone, or
+    not reading) -> every job not done is."""
     try:
         for i, run in enumerate(runs):
             last = i == len(runs) - 1
-            async for event in _stream_one(run.queue, run.replies, endpoint, last):
+            async for event in _stream_one(run, last):
                 yield event
             r = run.job.result
             if r is not None and r.ended_as in ("error", "cancelled") and r.error:
@@ -348,25 +379,21 @@ async def _stream(slot: ServeSlot, runs: list[Submitted], endpoint: str):
                 slot.cancel(run.job)
 
 
-async def _stream_one(queue: asyncio.Queue, replies: Replies, endpoint: str, last: bool):
-    """One prompt's SSE events: its chunks, then its last event (an error event when it failed); the
-    OpenAI ``[DONE]`` after the request's ``last`` prompt only."""
-    first = replies.openai_first() if endpoint != "completion" else None
-    if first is not None:
-        yield {"data": json.dumps(first, ensure_ascii=False)}
+async def _stream_one(run: Submitted, last: bool):
+    """One prompt's SSE events: the first ones, a chunk per token, then the last ones (an error event when
+    it failed)."""
+    render = run.render
+    for event in render.first():
+        yield event
     while True:
-        item = await queue.get()
+        item = await run.queue.get()
         if isinstance(item, JobResult):
             break
-        chunk = replies.completion_chunk(item) if endpoint == "completion" else replies.openai_chunk(item)
-        yield {"data": json.dumps(chunk, ensure_ascii=False)}
+        for event in render.chunk(item):
+            yield event
     if item.ended_as in ("error", "cancelled") and item.error:
-        yield {"data": json.dumps(ApiError(item.error, SERVER).body(), ensure_ascii=False)}
+        yield render.error(item.error)
         return
-    if endpoint == "completion":
-        yield {"data": json.dumps(replies.completion_final(item, [], True), ensure_ascii=False)}
-        return
-    for event in replies.openai_last(item):
-        yield {"data": json.dumps(event, ensure_ascii=False)}
-    if last:
-        yield {"data": "[DONE]"}
+    for event in render.last(item):
+        if last or event.get("data") != "[DONE]":
+            yield event

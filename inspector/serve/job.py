@@ -107,6 +107,9 @@ class Job:
         """The request's traffic row (``ServeSlot.submit`` sets it)."""
         self.result: JobResult | None = None
         """How it ended (set on the engine thread just before it is delivered)."""
+        self.cache_n = 0
+        """Prompt tokens reused from the slot's cache (the engine thread sets it when the request starts to
+        run, before its first token: the Anthropic stream's ``message_start`` reports it)."""
 
 
 @dataclass

@@ -128,7 +128,8 @@ def _type_name(v) -> str:
 def _number(body: dict, name: str, kind: type, low=None, high=None):
     v = body[name]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
-        raise ApiError(f"Field '{name}': type must be number, but is {_type_name(v)}")
+        raise ApiError(f"Field '{name}': [json.exception.type_error.302] type must be number, but is "
+                       f"{_type_name(v)}")
     if kind is int:
         if isinstance(v, float) and not v.is_integer():
             raise ApiError(f"Field '{name}': must be a whole number, observed {v}")
@@ -136,15 +137,19 @@ def _number(body: dict, name: str, kind: type, low=None, high=None):
     else:
         v = float(v)
     if (low is not None and v < low) or (high is not None and v > high):
-        bounds = f"{low} <= {name} <= {high}" if low is not None else f"{name} <= {high}"
-        raise ApiError(f"Field '{name}': must be {bounds}, observed {v}")
+        shown = str if kind is int else "{:f}".format  # C++ std::to_string
+        if low is None:
+            raise ApiError(f"Field '{name}': Value must be at most {shown(high)}, but got {shown(v)}")
+        raise ApiError(f"Field '{name}': Value must be between {shown(low)} <= value <= {shown(high)}, "
+                       f"but got {shown(v)}")
     return v
 
 
 def _bool(body: dict, name: str) -> bool:
     v = body[name]
     if not isinstance(v, bool):
-        raise ApiError(f"Field '{name}': type must be boolean, but is {_type_name(v)}")
+        raise ApiError(f"Field '{name}': [json.exception.type_error.302] type must be boolean, but is "
+                       f"{_type_name(v)}")
     return v
 
 

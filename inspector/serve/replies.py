@@ -10,12 +10,14 @@ row's ``basis``; llama-server's default is the raw softmax, ``post_sampling_prob
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 import string
 import time
 
 from inspector.engine.text import utf8_complete_length
+from inspector.serve.errors import SERVER, ApiError
 from inspector.serve.params import SAMPLER_ORDER, CompletionParams
 from inspector.serve.job import JobResult, TokenOut
 
@@ -203,6 +205,47 @@ class Replies:
         if self.p.include_usage:
             out.append({"choices": [], **self._head(obj), "usage": self._usage(r)})
         return out
+
+
+def sse(data, event: str | None = None) -> dict:
+    """One Server-Sent Event for sse-starlette: ``data: JSON`` (a string is sent as it is), after
+    ``event: NAME`` when named (llama-server's ``format_anthropic_sse`` / ``format_oai_resp_sse``)."""
+    out = {"data": data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}
+    if event is not None:
+        out["event"] = event
+    return out
+
+
+class Renderer:
+    """How one API writes a request's reply: ``final`` (the non-streamed body), and the stream's events
+    (``first`` before any token, ``chunk`` per token, ``last`` at the end, ``error`` for a failure
+    after the stream began), each a list of ``sse`` events. This one is llama-server's ``/completion``
+    and OpenAI's ``/v1/completions`` and ``/v1/chat/completions`` (``Replies``); the Anthropic and
+    Responses APIs have their own (``inspector.serve.anthropic_api``, ``inspector.serve.responses_api``).
+    ``job``: the request (``Job.cache_n``: the prompt tokens the slot reused, once it runs)."""
+
+    def __init__(self, replies: Replies, job) -> None:
+        self.replies = replies
+        self.job = job
+        self.plain = replies.p.endpoint == "completion"
+
+    def final(self, r: JobResult, tokens: list[TokenOut]) -> dict:
+        return self.replies.completion_final(r, tokens, False) if self.plain else self.replies.openai_final(r, tokens)
+
+    def first(self) -> list[dict]:
+        first = None if self.plain else self.replies.openai_first()
+        return [] if first is None else [sse(first)]
+
+    def chunk(self, t: TokenOut) -> list[dict]:
+        return [sse(self.replies.completion_chunk(t) if self.plain else self.replies.openai_chunk(t))]
+
+    def last(self, r: JobResult) -> list[dict]:
+        if self.plain:
+            return [sse(self.replies.completion_final(r, [], True))]
+        return [sse(last) for last in self.replies.openai_last(r)] + [sse("[DONE]")]
+
+    def error(self, message: str) -> dict:
+        return sse(ApiError(message, SERVER).body())
 
 
 SLOT_PARAMS = ("seed", "temperature", "top_k", "top_p", "min_p", "repeat_last_n", "repeat_penalty",

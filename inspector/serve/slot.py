@@ -282,7 +282,7 @@ class ServeSlot:
             run.close_source()
             self._end_unrun(job, "error", str(exc))
             return
-        row.reused = reuse
+        row.reused = job.cache_n = reuse
         row.warm = run.source_warm
         gen = run.open(session_id=sid)
         job.generation = gen
