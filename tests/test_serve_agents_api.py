@@ -244,16 +244,20 @@ def serve(scheduler, runtime, tmp_path):
     server.stop()
 
 
-def test_tools_are_refused_as_the_chat_endpoint_refuses_them(serve):
-    """Tool calls are not served: a request with tools gets the chat endpoint's 400 naming ``tools``
-    (llama-server would serve them); text-only content rules name what they refuse."""
+def test_tools_are_taken_as_the_chat_endpoint_takes_them(serve):
+    """Tools reach the chat template as in a chat request: the bundled template renders none, so the answer
+    is the one without them (greedy, the same prompt); text-only content rules name what they refuse."""
     url = serve.address
     tool = {"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}
-    r = httpx.post(url + "/v1/messages", json={**MESSAGES, "tools": [tool]}, timeout=60, trust_env=False)
-    assert r.status_code == 400 and "'tools'" in r.json()["error"]["message"], r.text
-    r = httpx.post(url + "/v1/responses", json={**RESPONSES, "tools": [{"type": "function", **tool}]}, timeout=60,
+    plain = httpx.post(url + "/v1/messages", json=MESSAGES, timeout=120, trust_env=False)
+    r = httpx.post(url + "/v1/messages", json={**MESSAGES, "tools": [tool]}, timeout=120, trust_env=False)
+    assert r.status_code == plain.status_code == 200, r.text
+    assert r.json()["content"] == plain.json()["content"]
+    assert r.json()["usage"]["input_tokens"] + r.json()["usage"].get("cache_read_input_tokens", 0) == \
+        plain.json()["usage"]["input_tokens"] + plain.json()["usage"].get("cache_read_input_tokens", 0)
+    r = httpx.post(url + "/v1/responses", json={**RESPONSES, "tools": [{"type": "function", **tool}]}, timeout=120,
                    trust_env=False)
-    assert r.status_code == 400 and "'tools'" in r.json()["error"]["message"], r.text
+    assert r.status_code == 200, r.text
     r = httpx.post(url + "/v1/messages", json={**MESSAGES, "messages": [{"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}]}, timeout=60, trust_env=False)
     assert r.status_code == 400 and "tool_result" in r.json()["error"]["message"], r.text
