@@ -1,8 +1,9 @@
 """The agents' request conversions (issue 52), without a model: an Anthropic Messages body and an OpenAI
 Responses body become the chat body llama.cpp 0c1e570 makes of them (``server_chat_convert_anthropic_to_oai``,
 ``server_chat_convert_responses_to_chatcmpl``, tools/server/server-chat.cpp), which ``parse_request``
-then reads as a chat; what is not served is refused naming it. (The replies are compared with a real
-llama-server's in ``test_serve_agents_api``.)"""
+then reads as a chat; what is not served is refused naming it. Also the stream renderers' cases a short
+greedy answer rarely shows (a first token without text, an error in a stream). (The replies are compared
+with a real llama-server's in ``test_serve_agents_api``.)"""
 
 from __future__ import annotations
 
