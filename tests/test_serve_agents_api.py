@@ -124,6 +124,34 @@ RESPONSES_ITEMS = {"model": "codex-anything", "max_output_tokens": N, "temperatu
     {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello!"}]},
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": ASK}]}]}
 
+TOOL = {"name": "get_weather", "description": "Weather of a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+TOOL_ROUND_TRIP = {"model": "claude-anything", "max_tokens": N, "temperature": 0, "tools": [TOOL],
+                   "tool_choice": {"type": "auto"}, "messages": [
+                       {"role": "user", "content": "What is the weather in Paris?"},
+                       {"role": "assistant", "content": [{"type": "text", "text": "Let me look."},
+                                                         {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                                          "input": {"city": "Paris"}}]},
+                       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                     "content": [{"type": "text", "text": "sunny, 21 C"}]}]}]}
+RESPONSES_TOOL_ROUND_TRIP = {"model": "codex-anything", "max_output_tokens": N, "temperature": 0,
+                             "tools": [{"type": "function", "name": "get_weather", "description": "Weather of a city",
+                                        "parameters": TOOL["input_schema"]}],
+                             "input": [{"role": "user", "content": "What is the weather in Paris?"},
+                                       {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                                        "arguments": '{"city": "Paris"}'},
+                                       {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 21 C"}]}
+
+
+def _anthropic_sdk_tools(url: str) -> dict:
+    """A Claude-Code-style turn with the SDK: tools offered, then the tool's result sent back."""
+    client = anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=300)
+    first = client.messages.create(model="claude-anything", max_tokens=N, tools=[TOOL], extra_body={"temperature": 0},
+                                   messages=TOOL_ROUND_TRIP["messages"][:1])
+    second = client.messages.create(model="claude-anything", max_tokens=N, tools=[TOOL],
+                                    extra_body={"temperature": 0}, messages=TOOL_ROUND_TRIP["messages"])
+    return {"first": _norm(first.model_dump()), "second": _norm(second.model_dump())}
+
 
 def _anthropic_sdk(url: str) -> dict:
     client = anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=300)
@@ -158,6 +186,13 @@ CASES = {
     "messages conversation streamed": lambda u: _stream(u, "/v1/messages", CONVERSATION),
     "messages count_tokens": lambda u: _post(u, "/v1/messages/count_tokens", CONVERSATION),
     "messages anthropic SDK": _anthropic_sdk,
+    "messages tool round trip": lambda u: _post(u, "/v1/messages", TOOL_ROUND_TRIP),
+    "messages tool round trip streamed": lambda u: _stream(u, "/v1/messages", TOOL_ROUND_TRIP),
+    "messages tool round trip count_tokens": lambda u: _post(u, "/v1/messages/count_tokens", TOOL_ROUND_TRIP),
+    "messages anthropic SDK tools": _anthropic_sdk_tools,
+    "responses tool round trip": lambda u: _post(u, "/v1/responses", RESPONSES_TOOL_ROUND_TRIP),
+    "responses tool round trip input_tokens": lambda u: _post(u, "/v1/responses/input_tokens",
+                                                              RESPONSES_TOOL_ROUND_TRIP),
     "messages without messages": lambda u: _post(u, "/v1/messages", {"model": "m", "max_tokens": N}),
     "messages bad max_tokens": lambda u: _post(u, "/v1/messages", {**MESSAGES, "max_tokens": "ten"}),
     "responses": lambda u: _post(u, "/v1/responses", RESPONSES),
@@ -228,8 +263,10 @@ def test_the_comparison_shows_something(both):
 def test_every_served_generation_is_a_recorded_session_named_by_its_path(both):
     _mine, _theirs, docs = both
     endpoints = [d["served"]["endpoint"] for d in docs]
-    assert endpoints.count("/v1/messages") == 6  # 2 + 2 conversation + the SDK's 2
-    assert endpoints.count("/v1/responses") == 5 and endpoints.count("/responses") == 1  # 3 + the SDK's 2
+    # 2 + 2 conversation + the SDK's 2 + 2 tool round trips + the SDK's 2 with tools
+    assert endpoints.count("/v1/messages") == 10
+    # 2 + the items + the tool round trip + the SDK's 2; the items streamed on /responses
+    assert endpoints.count("/v1/responses") == 6 and endpoints.count("/responses") == 1
     assert all(d["served"]["ended_as"] in ("length", "eog", "stop") for d in docs)
 
 
@@ -259,8 +296,8 @@ def test_tools_are_taken_as_the_chat_endpoint_takes_them(serve):
                    trust_env=False)
     assert r.status_code == 200, r.text
     r = httpx.post(url + "/v1/messages", json={**MESSAGES, "messages": [{"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}]}, timeout=60, trust_env=False)
-    assert r.status_code == 400 and "tool_result" in r.json()["error"]["message"], r.text
+        {"type": "image", "source": {"type": "url", "url": "x"}}]}]}, timeout=60, trust_env=False)
+    assert r.status_code == 400 and "image" in r.json()["error"]["message"], r.text
     # an empty tools list (what a client sends with no tools) is no tool at all
     r = httpx.post(url + "/v1/messages", json={**MESSAGES, "max_tokens": 2, "tools": []}, timeout=120,
                    trust_env=False)

@@ -53,7 +53,8 @@ def test_claude_codes_billing_stamp_is_blanked_as_llama_server_does():
 @pytest.mark.parametrize("body, status, words", [
     ({"max_tokens": 8}, 500, "'messages' is required"),  # llama-server: a std::runtime_error, 500
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, 400, "'image'"),
-    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]}, 400, "'tool_result'"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": [{"type": "image"}]}]}]}, 400,
+     "'tool_result' with an image"),
     ({"messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 9}}, 400,
      "'thinking'"),
 ])
@@ -90,10 +91,8 @@ def test_responses_body_becomes_llama_servers_chat_body():
         {"role": "user", "content": [{"type": "text", "text": "hi"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]},
         {"role": "user", "content": [{"type": "text", "text": "go on"}]}]}  # non-function tools: none left
-    with pytest.raises(ApiError, match="reasoning_effort"):  # llama-server's conversion; not applied here
-        _chat(chat)
-    del chat["reasoning_effort"]
     p = _chat(chat)
+    assert p.template_kwargs == {"reasoning_effort": "low"}  # a template variable, as server-common.cpp passes it
     assert [(m["role"], m["content"]) for m in p.messages] == [
         ("system", "Be brief."), ("system", "rules"), ("user", "hi"), ("assistant", "Hello"), ("user", "go on")]
     assert p.n_predict == 9 and p.model is None
@@ -106,7 +105,10 @@ def test_responses_body_becomes_llama_servers_chat_body():
     ({"input": [{"foo": 1}]}, "Cannot determine type of 'item'"),
     ({"input": [{"role": "user", "content": [{"type": "input_file"}]}]}, "'input_file' is not supported by llamacpp"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "'input_image'"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "o"}]}, "'function_call_output'"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}]}]},
+     "'input_image' in a tool call's output"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": [{"text": "o"}]}]},
+     "Output of tool call missing 'type' field"),
     ({"input": "x", "tools": {}}, "'tools' must be an array of objects"),
 ])
 def test_responses_refusals(body, words):
@@ -151,3 +153,31 @@ def test_responses_stream_without_visible_text_still_opens_and_completes():
     assert [n for n, _ in end] == ["response.created", "response.in_progress", "response.completed"]
     assert end[-1][1]["response"]["output"] == [] and end[-1][1]["response"]["status"] == "completed"
     assert _events([r.error("boom")]) == [(None, {"error": {"code": 500, "message": "boom", "type": "server_error"}})]
+
+
+def test_tool_calls_and_results_become_chat_tool_calls_and_tool_messages():
+    chat = anthropic_api.to_chat({"messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {"city": "Pärís"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "sun"}, {"type": "text", "text": "ny"}]},
+                                     {"type": "text", "text": "and tomorrow?"}]}]})
+    assert chat["messages"] == [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "w", "arguments": '{"city":"Pärís"}'}}]},
+        {"role": "user", "content": [{"type": "text", "text": "and tomorrow?"}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "sunny"}]  # after its message, as llama-server orders them
+    p = _chat(chat)
+    assert [m["role"] for m in p.messages] == ["user", "assistant", "user", "tool"]
+    chat = responses_api.to_chat({"input": [
+        {"role": "user", "content": "weather?"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking."}]},
+        {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "sunny"}]}]})
+    assert chat["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": "Looking."}],
+                                   "tool_calls": [{"function": {"arguments": "{}", "name": "w"}, "id": "c1",
+                                                   "type": "function"}]}  # merged into the message before
+    assert chat["messages"][2] == {"content": [{"type": "text", "text": "sunny"}], "role": "tool",
+                                   "tool_call_id": "c1"}
+    assert _chat(chat).messages[2] == {"role": "tool", "content": "sunny", "tool_call_id": "c1"}

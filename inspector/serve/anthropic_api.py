@@ -21,12 +21,17 @@ kept as chat text parts, a message whose blocks leave nothing is dropped, an ass
 ``{"error": {...}}`` shape (not Anthropic's ``{"type": "error", ...}``); an error in a stream is an
 ``event: error`` whose data is the error object itself.
 
-Text only: ``image``, ``tool_use``, ``tool_result`` and ``thinking`` blocks and ``thinking`` enabled are
-refused (400, naming them); ``tools`` are converted as llama-server converts them and then refused by
-the chat rules (``parse_request``: non-empty ``tools`` is a 400 naming the field).
+Tools as llama-server converts them: ``tools`` (``input_schema`` -> ``parameters``), ``tool_choice``, a
+``tool_use`` block -> the assistant message's ``tool_calls`` (``input`` as JSON text), a ``tool_result``
+block -> a ``tool`` message after it (its text blocks joined); the chat rules then take them
+(``inspector.serve.params``; a template whose tool-call format would have to be parsed is refused there).
+``image`` and ``thinking`` blocks and ``thinking`` enabled are refused (400, naming them): the model
+takes text only.
 """
 
 from __future__ import annotations
+
+import json
 
 from inspector.serve.errors import SERVER, ApiError
 from inspector.serve.job import JobResult, TokenOut
@@ -38,8 +43,7 @@ DEFAULT_MAX_TOKENS = 4096
 """llama-server's ``max_tokens`` when the request has none (Anthropic requires it; llama-server does not)."""
 PASSED = ("temperature", "top_p", "top_k", "stream", "chat_template_kwargs")
 """Fields passed to the chat body as they are (llama-server's "common params")."""
-REFUSED_BLOCKS = {"image": "image content", "tool_use": "tool calls", "tool_result": "tool results",
-                  "thinking": "thinking (reasoning) content"}
+REFUSED_BLOCKS = {"image": "image content", "thinking": "thinking (reasoning) content"}
 """Content blocks llama-server converts that spec-inspector serve does not serve (text only)."""
 
 
@@ -62,6 +66,18 @@ def _text_of(value, key: str) -> str:
     """llama-server's ``json_value(obj, key, std::string())``: the string, else ""."""
     v = value.get(key) if isinstance(value, dict) else None
     return v if isinstance(v, str) else ""
+
+
+def _tool_result_text(content) -> str:
+    """A ``tool_result`` block's content as the ``tool`` message's text: a string as it is, text blocks
+    joined, anything else empty (an image in a result is refused: text only)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        if any(_text_of(c, "type") == "image" for c in content):
+            raise ApiError("a 'tool_result' with an image is not supported by spec-inspector serve (text only)")
+        return "".join(_text_of(c, "text") for c in content if _text_of(c, "type") == "text")
+    return ""
 
 
 def to_chat(body) -> dict:
@@ -91,16 +107,27 @@ def to_chat(body) -> dict:
         if not isinstance(content, list):
             messages.append(msg)
             continue
-        parts = []
+        parts, calls, results = [], [], []
         for block in content:
             kind = _text_of(block, "type")
             if kind == "text":
                 parts.append(block)
+            elif kind == "tool_use":
+                calls.append({"id": _text_of(block, "id"), "type": "function", "function": {
+                    "name": _text_of(block, "name"), "arguments": json.dumps(
+                        block.get("input", {}), ensure_ascii=False, separators=(",", ":"))}})
+            elif kind == "tool_result":
+                results.append({"role": "tool", "tool_call_id": _text_of(block, "tool_use_id"),
+                                "content": _tool_result_text(block.get("content"))})
             elif kind in REFUSED_BLOCKS:
                 raise ApiError(f"messages[{i}]: '{kind}' content blocks are not supported by spec-inspector serve "
                                f"(text only: {REFUSED_BLOCKS[kind]} are not served)")
-        if parts:
-            messages.append({"role": role, "content": parts})
+        if parts or calls:
+            converted: dict = {"role": role, "content": parts if parts else ""}
+            if calls:
+                converted["tool_calls"] = calls
+            messages.append(converted)
+        messages.extend(results)
     chat: dict = {"messages": messages}
     tools = body.get("tools")
     if isinstance(tools, list):

@@ -59,7 +59,7 @@ ENDPOINT_FIELDS = {
     "completion": COMMON | {"prompt", "logprobs"},
     "completions": COMMON | {"prompt", "logprobs"},
     "chat": COMMON | {"messages", "logprobs", "top_logprobs", "response_format", "tools", "tool_choice",
-                      "parallel_tool_calls", "chat_template_kwargs"},
+                      "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort"},
 }
 """What each endpoint takes besides ``NEUTRAL``, ``NEUTRAL_BELOW_ZERO`` and ``IGNORED``."""
 
@@ -351,6 +351,11 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
         if kw is not None and not isinstance(kw, dict):
             raise ApiError("Field 'chat_template_kwargs': must be an object")
         p.template_kwargs = dict(kw or {})
+        effort = body.get("reasoning_effort")  # server-common.cpp: a template variable; "none" removes it
+        if isinstance(effort, str) and effort and effort != "none":
+            p.template_kwargs["reasoning_effort"] = effort
+        elif effort == "none":
+            p.template_kwargs.pop("reasoning_effort", None)
         choice = body.get("tool_choice")
         p.tool_choice = choice if isinstance(choice, str) else "auto" if choice is None else "function"
         rf = body.get("response_format")

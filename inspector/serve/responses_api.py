@@ -21,8 +21,10 @@ it (non-empty ``tools`` included). We drop ``model`` (llama-server ignores it: t
 served model) and keep only each message's role and content. Errors are llama-server's
 ``{"error": {...}}``; one in a stream is a plain ``data: {"error": ...}`` event.
 
-Text only: ``input_image`` parts, ``refusal`` parts, ``function_call``, ``function_call_output`` and
-``reasoning`` items are refused (400, naming them).
+Tool calls as llama-server converts them: a ``function_call`` item -> an assistant message's
+``tool_calls`` (merged into the assistant message before it), a ``function_call_output`` item -> a
+``tool`` message (its ``input_text`` parts as text). Text only: ``input_image`` parts, ``refusal`` parts
+and ``reasoning`` items are refused (400, naming them).
 """
 
 from __future__ import annotations
@@ -81,6 +83,24 @@ def _output_parts(item: dict) -> list[dict]:
     return parts
 
 
+def _call_output(output) -> str | list:
+    """A ``function_call_output``'s output as the ``tool`` message's content: a string as it is, else its
+    parts (``input_text`` -> text; an image refused: text only)."""
+    if isinstance(output, str):
+        return output
+    parts = []
+    for part in output:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind is None:
+            raise ApiError("Output of tool call missing 'type' field")
+        if kind not in ("input_text", "input_image"):
+            raise ApiError("Output of tool call should be 'Input text' or 'Input image'")
+        if kind == "input_image":
+            raise ApiError("'input_image' in a tool call's output is not supported by spec-inspector serve (text only)")
+        parts.append({**part, "type": "text"})
+    return parts
+
+
 def _messages(value) -> list[dict]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
@@ -98,11 +118,20 @@ def _messages(value) -> list[dict]:
         elif role == "assistant" and kind == "message":
             parts = _output_parts(item)
             if merge:
-                messages[-1]["content"] = list(messages[-1]["content"]) + parts
+                messages[-1]["content"] = list(messages[-1].get("content") or []) + parts
             else:
                 messages.append({"role": "assistant", "content": parts})
-        elif kind in ("function_call", "function_call_output") and _is(item, "call_id", str):
-            raise ApiError(f"'{kind}' items are not supported by spec-inspector serve (tool calls are not served)")
+        elif kind == "function_call" and _is(item, "call_id", str) and _is(item, "name", str) \
+                and _is(item, "arguments", str):
+            call = {"function": {"arguments": item["arguments"], "name": item["name"]}, "id": item["call_id"],
+                    "type": "function"}
+            if merge:
+                messages[-1].setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "tool_calls": [call]})
+        elif kind == "function_call_output" and _is(item, "call_id", str) and \
+                (_is(item, "output", str) or _is(item, "output", list)):
+            messages.append({"content": _call_output(item["output"]), "role": "tool", "tool_call_id": item["call_id"]})
         elif kind == "reasoning" and _is(item, "summary", list):
             raise ApiError("'reasoning' items are not supported by spec-inspector serve (text only)")
         else:
