@@ -225,16 +225,30 @@ def test_a_connection_whose_headers_do_not_arrive_in_time_is_closed_with_408(ser
 def test_a_stop_during_a_stream_tells_the_client_the_server_is_stopping_and_records_it(serve):
     server = serve()
     _slow_tokens(server, 0.3)
-    events, stopper = [], None
+    events, stopper, waiting = [], None, {}
+
+    def queued():
+        waiting["reply"] = httpx.post(server.address + "/completion", timeout=60,
+                                      json={"prompt": "Hello", "n_predict": 4, **GREEDY})
+
+    behind = threading.Thread(target=queued)
     with httpx.stream("POST", server.address + "/completion", timeout=60,
                       json={"prompt": "Count: one, two,", "n_predict": 16, "stream": True, **GREEDY}) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
                 events.append(json.loads(line[6:]))
-                if len(events) == 2:
+                if len(events) == 1:
+                    behind.start()
+                    t = time.monotonic() + 10
+                    while server.slot.waiting < 1 and time.monotonic() < t:
+                        time.sleep(0.02)
                     stopper = threading.Thread(target=server.stop)
                     stopper.start()
     stopper.join(30)
+    behind.join(30)
+    reply = waiting["reply"]  # the request waiting behind it: refused as stopped, not as a failure
+    assert reply.status_code == 503 and reply.json()["error"]["message"] == "the server is stopping", reply.text
+    assert server.slot.snapshot_rows()[1].error == "the server stopped"
     err = events[-1].get("error")
     assert err is not None, events[-1]
     assert err["type"] == "unavailable_error" and err["code"] == 503

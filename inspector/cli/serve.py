@@ -32,7 +32,7 @@ from inspector.llama.model_file import ModelFileError
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import (DEFAULT_KEEP, DEFAULT_MAX_MB, ReceiptsDir, ReceiptsDirError,
-                                          check_writable_file, default_receipts_dir, session_document)
+                                          default_receipts_dir, session_document)
 from inspector.serve.server import DEFAULT_PORT, LOOPBACK, InspectorServer, ServeError, ServeOptions, check_host
 from inspector.serve.slot import DEFAULT_MAX_QUEUE, SERVER_STOPPED
 from inspector.sources.registry import PLAIN, source_names
@@ -133,10 +133,8 @@ def _options(args) -> ServeOptions:
     if args.session is not None and receipts is None:
         raise UserError("--session needs the request documents: leave out --no-receipts")
     try:  # at start, before the model loads: a server that cannot record would answer and keep nothing
-        if receipts is not None:
+        if receipts is not None:  # (--session is checked with every output path: inspector.cli.paths)
             receipts.check("--receipts-dir")
-        if args.session is not None:
-            check_writable_file(args.session, "--session")
     except ReceiptsDirError as exc:
         raise UserError(str(exc)) from None
     return ServeOptions(host=args.host, port=args.port, expose=args.expose, source=args.source,

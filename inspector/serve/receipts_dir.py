@@ -68,19 +68,6 @@ def check_writable_folder(folder: str | os.PathLike, what: str = "--receipts-dir
     return f
 
 
-def check_writable_file(path: str | os.PathLike, what: str = "--session") -> Path:
-    """``path`` may be written later: not a folder, its folder writable (made if needed). Raises
-    ``ReceiptsDirError`` (one line)."""
-    p = Path(path)
-    if p.is_dir():
-        raise ReceiptsDirError(f"{what} {p}: is a folder, not a file")
-    try:
-        check_writable_folder(p.parent if str(p.parent) else Path("."), what)
-    except ReceiptsDirError as exc:
-        raise ReceiptsDirError(f"{what} {p}: its folder cannot be written ({str(exc).split(': ', 1)[1]})") from None
-    return p
-
-
 def is_served_document(path: Path) -> bool:
     """``path`` is a request document serve wrote (any run): its name is ``DOCUMENT_NAME`` and its last
     ``TAIL_BYTES`` bytes hold the ``served`` block. Unreadable files are not."""
