@@ -139,22 +139,25 @@ def test_the_folder_bound_removes_only_documents_serve_wrote(tmp_path):
 # -- 3. slow clients ------------------------------------------------------------------------------------------
 
 class SlowClients:
-    """``n`` connections sending a request's headers one byte a second (bounded: ``close`` ends them)."""
+    """``n`` connections sending a request's headers (``part`` "headers") or its body ("body") one byte a
+    second (bounded: at most 30 bytes each; ``close`` ends them)."""
 
-    def __init__(self, address: str, n: int) -> None:
+    def __init__(self, address: str, n: int, part: str = "headers") -> None:
         host, port = address.removeprefix("http://").rsplit(":", 1)
+        start = b"G" if part == "headers" else (b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                                 b"application/json\r\nContent-Length: 400\r\n\r\n{")
+        self.rest = b"ET /health HTTP/1.1\r\nHost: x\r\n" if part == "headers" else b'"prompt": "' + b"a" * 19
         self.socks = []
         for _ in range(n):
             s = socket.create_connection((host, int(port)), timeout=5)
-            s.sendall(b"G")
+            s.sendall(start)
             self.socks.append(s)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._trickle, daemon=True)
         self.thread.start()
 
     def _trickle(self) -> None:
-        rest = b"ET /health HTTP/1.1\r\nHost: x\r\n"
-        for byte in rest:
+        for byte in self.rest:
             if self.stop.wait(1.0):
                 return
             for s in self.socks:
@@ -177,10 +180,11 @@ def _completion_s(server) -> float:
     return time.monotonic() - t0
 
 
-def test_slow_clients_hold_no_worker_health_and_a_completion_answer_in_seconds(serve):
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_slow_clients_hold_no_worker_health_and_a_completion_answer_in_seconds(serve, part, capfd):
     server = serve()
     alone_s = _completion_s(server)  # the same completion with no slow client (the machine's speed now)
-    slow = SlowClients(server.address, 100)
+    slow = SlowClients(server.address, 100, part)
     try:
         time.sleep(1.5)  # every slow connection is open and has sent a few bytes
         t0 = time.monotonic()
@@ -189,10 +193,17 @@ def test_slow_clients_hold_no_worker_health_and_a_completion_answer_in_seconds(s
         assert h.status_code == 200, h.text
         completion_s = _completion_s(server)
         assert health_s < 3 and completion_s < 3 * alone_s + 10, (health_s, completion_s, alone_s)
-        print(f"\n/health {health_s * 1000:.0f} ms, completion {completion_s * 1000:.0f} ms with 100 slow sockets "
-              f"({alone_s * 1000:.0f} ms without)")
+        t0 = time.monotonic()
+        server.stop()  # with the slow connections still open
+        stop_s = time.monotonic() - t0
+        assert stop_s < 5, stop_s
     finally:
         slow.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception" not in err, err
+    with capfd.disabled():
+        print(f"\n{part}: /health {health_s * 1000:.0f} ms, completion {completion_s * 1000:.0f} ms with 100 slow "
+              f"sockets ({alone_s * 1000:.0f} ms without); stop {stop_s * 1000:.0f} ms")
 
 
 def test_a_connection_whose_headers_do_not_arrive_in_time_is_closed_with_408(serve):

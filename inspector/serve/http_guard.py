@@ -87,6 +87,15 @@ class GuardedH11Protocol(H11Protocol):
         self._disarm()
         super().connection_lost(exc)
 
+    def shutdown(self) -> None:
+        """The server stops: a request still arriving is dropped now (its handler sees the client gone),
+        so the stop never waits for a slow body nor cancels its handler mid-read."""
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self._disarm()
+            self.transport.close()
+            return
+        super().shutdown()
+
     def _expired(self) -> None:
         phase, self._deadline, self._phase = self._phase, None, ""
         if self.transport.is_closing():
@@ -109,10 +118,18 @@ def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S,
                 {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s})
 
 
+def _has_body(scope) -> bool:
+    for name, value in scope.get("headers") or ():
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return True
+    return False
+
+
 def limit_requests(app, limit: int, exempt: tuple[str, ...] = ("/health", "/v1/health")):
-    """``app`` answering at most ``limit`` HTTP requests at once (requests being handled, not open
-    connections); beyond, llama-server's 503 ``unavailable_error`` with ``Retry-After: 1``. Requests to
-    ``exempt`` paths are always handled (they are cheap)."""
+    """``app`` answering at most ``limit`` HTTP requests at once; beyond, llama-server's 503
+    ``unavailable_error`` with ``Retry-After: 1``. A request counts once it has arrived whole (no body,
+    or its body's last part read) until it is answered: open, idle or still-arriving connections never
+    count (their deadlines bound them). Requests to ``exempt`` paths are always handled (cheap)."""
     active = 0
 
     async def limited(scope, receive, send):
@@ -120,6 +137,20 @@ def limit_requests(app, limit: int, exempt: tuple[str, ...] = ("/health", "/v1/h
         if scope["type"] != "http" or scope["path"] in exempt:
             await app(scope, receive, send)
             return
+        counted = False
+
+        def count() -> None:
+            nonlocal active, counted
+            if not counted:
+                counted = True
+                active += 1
+
+        async def receive_counted():
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                count()
+            return message
+
         if active >= limit:
             err = ApiError(f"the server is handling {limit} requests: retry later", UNAVAILABLE)
             body = json.dumps(err.body()).encode()
@@ -128,10 +159,12 @@ def limit_requests(app, limit: int, exempt: tuple[str, ...] = ("/health", "/v1/h
                                     (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
             return
-        active += 1
+        if not _has_body(scope):
+            count()
         try:
-            await app(scope, receive, send)
+            await app(scope, receive_counted, send)
         finally:
-            active -= 1
+            if counted:
+                active -= 1
 
     return limited
