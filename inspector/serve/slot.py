@@ -14,7 +14,10 @@ Rules followed from llama.cpp 0c1e570 ``tools/server/server-context.cpp`` (``upd
   how; ``tests/test_serve_parity.py`` compares both servers' drafts request by request).
 - a request whose client went away is cancelled (``Generation.cancel``: the decode in flight aborts or
   the window ends at its next commit, with the repair; its complete windows are kept, ``ended_as``
-  ``cancelled``); one still waiting is skipped.
+  ``cancelled``); one still waiting is skipped. A stop (``begin_stop``) cancels the same way, but the
+  request's error is ``SERVER_STOPPED`` and its client is told ``STOPPING`` (503), not a client's leave.
+- a token or result that cannot be handed to the HTTP side (its event loop closed at a stop) is dropped
+  (``_deliver``): the engine thread goes on and the request's receipts document is still written.
 
 Each request's records go to its own ``SessionRecord`` (and, for the window, a ``RecordStream``), its
 receipts document to ``ReceiptsDir``; ``on_change`` tells a viewer when a request arrives, starts and
@@ -165,8 +168,8 @@ class ServeSlot:
         return row
 
     def cancel(self, job: Job) -> None:
-        """The client went away: skip ``job`` if it waits, cancel it if it runs (its next commit or the
-        decode in flight). Any thread; idempotent."""
+        """The client went away (or the server stops): skip ``job`` if it waits, cancel it if it runs (its
+        next commit or the decode in flight). Any thread; idempotent."""
         job.cancelled.set()
         g = job.generation
         if g is not None:
