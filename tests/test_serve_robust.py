@@ -180,8 +180,18 @@ def _completion_s(server) -> float:
     return time.monotonic() - t0
 
 
+@pytest.fixture
+def one_thread(scheduler, runtime):
+    """The shared runtime on one CPU thread for the test (llama.cpp's spinning threads on a machine whose
+    cores are busy made a 4-token completion take 0.3 s or 17 s at random), then back."""
+    before = runtime.n_threads
+    scheduler.execute("stats", -1, lambda r: r.set_threads(1))
+    yield
+    scheduler.execute("stats", -1, lambda r: r.set_threads(before))
+
+
 @pytest.mark.parametrize("part", ["headers", "body"])
-def test_slow_clients_hold_no_worker_health_and_a_completion_answer_in_seconds(serve, part, capfd):
+def test_slow_clients_hold_no_worker_health_and_a_completion_answer_in_seconds(serve, part, capfd, one_thread):
     server = serve()
     alone_s = _completion_s(server)  # the same completion with no slow client (the machine's speed now)
     slow = SlowClients(server.address, 100, part)
@@ -192,7 +202,7 @@ def test_slow_clients_hold_no_worker_health_and_a_completion_answer_in_seconds(s
         health_s = time.monotonic() - t0
         assert h.status_code == 200, h.text
         completion_s = _completion_s(server)
-        assert health_s < 3 and completion_s < 3 * alone_s + 10, (health_s, completion_s, alone_s)
+        assert health_s < 3 and completion_s < max(5, 3 * alone_s), (health_s, completion_s, alone_s)
         t0 = time.monotonic()
         server.stop()  # with the slow connections still open
         stop_s = time.monotonic() - t0
