@@ -148,3 +148,17 @@ def test_the_serving_banner_names_the_weight_form_it_serves(qtbot, runtime, tmp_
     assert "in Q8_0 form" in w.banner.text(), w.banner.text()
     w.menus.act_serve.trigger()
     qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+
+
+def test_a_receipts_folder_that_cannot_be_written_is_said_on_the_error_line_instead_of_serving(qtbot, runtime,
+                                                                                               tmp_path):
+    """Issue 52: the window served and silently wrote no record."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    w = serving_window(qtbot, runtime, tmp_path)
+    w.serve.receipts_dir = a_file / "served"
+    w.menus.act_serve.trigger()
+    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+    assert not w.menus.act_serve.isChecked() and w.serve.server is None and w.serve.address == ""
+    said = w.requests.status.text()
+    assert "Serve did not start" in said and str(a_file / "served") in said and "cannot write" in said, said

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from inspector.serve import anthropic_api, responses_api
-from inspector.serve.errors import ApiError
+from inspector.serve.errors import SERVER, ApiError
 from inspector.serve.job import JobResult, TokenOut
 from inspector.serve.replies import Replies
 from inspector.serve.params import ServeDefaults, parse_request
@@ -144,7 +144,7 @@ def test_anthropic_stream_events_as_llama_server_writes_them():
     end = _events(r.last(JobResult(content="Hi!", stop_type="word", stopping_word="\n", predicted_n=4, cache_n=4)))
     assert [n for n, _ in end] == ["content_block_stop", "message_delta", "message_stop"]
     assert end[1][1]["delta"] == {"stop_reason": "end_turn", "stop_sequence": "\n"}
-    assert _events([r.error("boom")]) == [("error", {"code": 500, "message": "boom", "type": "server_error"})]
+    assert _events([r.error(ApiError("boom", SERVER))]) == [("error", {"code": 500, "message": "boom", "type": "server_error"})]
 
 
 def test_responses_stream_without_visible_text_still_opens_and_completes():
@@ -152,7 +152,7 @@ def test_responses_stream_without_visible_text_still_opens_and_completes():
     end = _events(r.last(JobResult(content="", stop_type="eos", predicted_n=1)))
     assert [n for n, _ in end] == ["response.created", "response.in_progress", "response.completed"]
     assert end[-1][1]["response"]["output"] == [] and end[-1][1]["response"]["status"] == "completed"
-    assert _events([r.error("boom")]) == [(None, {"error": {"code": 500, "message": "boom", "type": "server_error"}})]
+    assert _events([r.error(ApiError("boom", SERVER))]) == [(None, {"error": {"code": 500, "message": "boom", "type": "server_error"}})]
 
 
 def test_tool_calls_and_results_become_chat_tool_calls_and_tool_messages():

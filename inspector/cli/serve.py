@@ -4,8 +4,10 @@ Takes ``run``'s model, source, context, thread and sampling flags (sampling defa
 temperature 0.8, a random seed; a request's own fields override them), plus the server's: ``--host``
 (127.0.0.1; another address needs ``--expose``), ``--port`` (8080), ``--api-key``, ``--alias``,
 ``-n``/``--n-predict`` (-1), ``--max-queue``, ``--receipts-dir`` and its bounds, ``--session OUT.json``
-(the whole session as one conversation document, written when the server stops). One line per
-finished request on stdout; Ctrl-C (SIGTERM) stops it, writes the session document and exits 130 (143).
+(the whole session as one conversation document, written when the server stops). The receipts folder
+and the session document's folder are checked at start (exit 2 with one line when they cannot be
+written). One line per finished request on stdout; Ctrl-C (SIGTERM) stops it (a running request ends
+as ``cancelled`` with "the server stopped"), writes the session document and exits 130 (143).
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from inspector.llama.model_file import ModelFileError
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.serve.http_policy import CorsPolicy
 from inspector.serve.params import ServeDefaults
-from inspector.serve.receipts_dir import DEFAULT_KEEP, DEFAULT_MAX_MB, ReceiptsDir, default_receipts_dir, session_document
+from inspector.serve.receipts_dir import (DEFAULT_KEEP, DEFAULT_MAX_MB, ReceiptsDir, ReceiptsDirError,
+                                          default_receipts_dir, session_document)
 from inspector.serve.server import DEFAULT_PORT, LOOPBACK, InspectorServer, ServeError, ServeOptions, check_host
-from inspector.serve.slot import DEFAULT_MAX_QUEUE
+from inspector.serve.slot import DEFAULT_MAX_QUEUE, SERVER_STOPPED
 from inspector.sources.registry import PLAIN, source_names
 
 
@@ -145,6 +148,13 @@ def _options(args) -> ServeOptions:
     if not args.no_receipts:
         receipts = ReceiptsDir(args.receipts_dir or default_receipts_dir(), args.receipts_keep,
                                args.receipts_max_mb << 20, on_log=lambda line: print(line, flush=True))
+    if args.session is not None and receipts is None:
+        raise UserError("--session needs the request documents: leave out --no-receipts")
+    try:  # at start, before the model loads: a server that cannot record would answer and keep nothing
+        if receipts is not None:  # (--session is checked with every output path: inspector.cli.paths)
+            receipts.check("--receipts-dir")
+    except ReceiptsDirError as exc:
+        raise UserError(str(exc)) from None
     return ServeOptions(host=args.host, port=args.port, expose=args.expose, source=args.source,
                         source_options=source_options, template=template, draft_max_auto=args.draft_max is None,
                         defaults=ServeDefaults(sampling, args.n_predict, random_seed=args.seed == -1),
@@ -159,7 +169,7 @@ def request_line(row) -> str:
     acc = f"{row.accepted}/{row.proposed} accepted" if row.proposed else "no drafts"
     speed = f"{row.tokens_per_s:.1f} tok/s" if row.tokens_per_s else "- tok/s"
     warm = "warm" if row.warm else "cold"
-    tail = f" ({row.error})" if row.error and row.ended_as != "cancelled" else ""
+    tail = f" ({row.error})" if row.error and (row.ended_as != "cancelled" or row.error == SERVER_STOPPED) else ""
     return (f"#{row.id} {row.endpoint}: {row.prompt_tokens} prompt tokens ({row.reused} reused), "
             f"{row.output_tokens} generated, {row.windows} windows, {acc}, {speed}, {warm}, {row.ended_as}{tail}")
 

@@ -218,8 +218,8 @@ class AnthropicRenderer(Renderer):
         out.append(sse({"type": "message_stop"}, "message_stop"))
         return out
 
-    def error(self, message: str) -> dict:
-        return sse(ApiError(message, SERVER).body()["error"], "error")
+    def error(self, err: ApiError) -> dict:
+        return sse(err.body()["error"], "error")
 
 
 Renderer = AnthropicRenderer

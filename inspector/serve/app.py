@@ -17,7 +17,10 @@ llama-server answers whatever name a client sends (many clients send a fixed one
 Prompts are tokenized under the runtime's lock (``RuntimeScheduler.execute``; a runtime in a child
 process answers one call at a time) in Starlette's thread pool, never on the event loop; the engine runs
 on the slot's thread. Streams are Server-Sent Events (sse-starlette), one event per token; a client
-that goes away (or stops reading for ``SEND_TIMEOUT_S``) cancels its request (``ServeSlot.cancel``).
+that goes away (or stops reading for ``SEND_TIMEOUT_S``) cancels its request (``ServeSlot.cancel``); a
+request cut short by the server's stop answers 503 ``unavailable_error`` "the server is stopping" (a
+stream: as its last event). A body holding a lone surrogate (``"\ud800"``, valid JSON, no text) is
+refused with 400 naming the field.
 Where llama-server answers malformed JSON with 500, we answer 400 (it is the client's input).
 """
 
@@ -31,18 +34,18 @@ from dataclasses import dataclass, field, replace
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from inspector.receipts.document import json_problem
-from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LARGE, ApiError
+from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LARGE, UNAVAILABLE, ApiError
 from inspector.serve.http_policy import CorsPolicy, HttpPolicy
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
-from inspector.serve.params import ServeDefaults, parse_request
+from inspector.serve.params import ServeDefaults, parse_request, unicode_problem
 from inspector.serve import anthropic_api, responses_api
 from inspector.serve.replies import FINGERPRINT, Renderer, Replies, generation_settings, piece_json, slots_json
-from inspector.serve.slot import ServeSlot
+from inspector.serve.slot import STOPPING, ServeSlot
 from inspector.serve.job import Job, JobResult, TokenOut
 
 MAX_BODY_BYTES = 16 << 20
@@ -81,17 +84,25 @@ async def _body(request: Request, limit: int):
         raise ApiError(f"the request body ({declared} bytes) is larger than the limit ({limit} bytes; "
                        "spec-inspector serve --max-body-mb)", TOO_LARGE)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(f"the request body is larger than the limit ({limit} bytes; spec-inspector serve "
-                           "--max-body-mb)", TOO_LARGE)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(f"the request body is larger than the limit ({limit} bytes; spec-inspector serve "
+                               "--max-body-mb)", TOO_LARGE)
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or closed by its body deadline (http_guard): nobody reads the reply
+        raise ApiError("the request body did not arrive (the connection closed)", ("invalid_request_error", 408)) \
+            from None
     raw = b"".join(chunks)
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ApiError(f"malformed JSON in the request body: {json_problem(exc)}") from None
+    problem = unicode_problem(body)  # a lone surrogate (\ud800) is valid JSON but no text
+    if problem:
+        raise ApiError(problem)
+    return body
 
 
 def _tokens_of(rt, prompt) -> list[int]:
@@ -175,7 +186,11 @@ def build_app(state: ServeState) -> Starlette:
         queue: asyncio.Queue = asyncio.Queue()
 
         def deliver(item) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            if not loop.is_closed():  # closed: the server stopped and this client is gone
+                try:
+                    loop.call_soon_threadsafe(queue.put_nowait, item)
+                except RuntimeError:  # closed since the check
+                    pass
 
         client = f"{request.client.host}:{request.client.port}" if request.client else ""
         job = Job(request.url.path, p, prep["tokens"], prep["prompt_text"], deliver,
@@ -213,6 +228,8 @@ def build_app(state: ServeState) -> Starlette:
                 if got is None:
                     return Response(status_code=499)
                 item, tokens = got
+                if item.stopped:  # an answer cut short by the stop would look whole
+                    raise ApiError(STOPPING, UNAVAILABLE)
                 if item.ended_as in ("error", "cancelled") and not item.tokens:
                     raise ApiError(item.error or item.ended_as, SERVER)
                 bodies.append(r.render.final(item, tokens))
@@ -392,7 +409,7 @@ async def _stream_one(run: Submitted, last: bool):
         for event in render.chunk(item):
             yield event
     if item.ended_as in ("error", "cancelled") and item.error:
-        yield render.error(item.error)
+        yield render.error(ApiError(STOPPING, UNAVAILABLE) if item.stopped else ApiError(item.error, SERVER))
         return
     for event in render.last(item):
         if last or event.get("data") != "[DONE]":

@@ -54,6 +54,8 @@ class JobResult:
     accepted_per_position: tuple[int, ...] = ()
     """Accepted draft tokens per draft position, as llama-server counts them (``server_counted_accepted``)."""
     receipts_path: str = ""
+    stopped: bool = False
+    """Cancelled because the server stopped (its client is told so: 503 ``unavailable_error``)."""
 
     @property
     def finish_reason(self) -> str:

@@ -125,9 +125,43 @@ def _type_name(v) -> str:
     return {str: "string", list: "array", dict: "object"}.get(type(v), type(v).__name__)
 
 
+def _lone_surrogate(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate \\u{ord(text[exc.start]):04x} at character {exc.start}"
+    return ""
+
+
+def unicode_problem(value, path: str = "") -> str:
+    """"" when every string in ``value`` (parsed JSON: keys too) is text; else one line naming the first
+    field holding a lone surrogate (Python's ``json`` reads ``"\\ud800"`` as one, which no UTF-8 text
+    holds): "Field 'messages[0].content': invalid Unicode: a lone surrogate \\ud800 at character 0"."""
+    if isinstance(value, str):
+        bad = _lone_surrogate(value)
+        return f"Field '{path or '(body)'}': invalid Unicode: {bad}" if bad else ""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            bad = _lone_surrogate(k)
+            if bad:
+                return f"a field name in '{path or '(body)'}' is invalid Unicode: {bad}"
+            found = unicode_problem(v, f"{path}.{k}" if path else k)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = unicode_problem(v, f"{path}[{i}]")
+            if found:
+                return found
+    return ""
+
+
 def _number(body: dict, name: str, kind: type, low=None, high=None):
     v = body[name]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+    if isinstance(v, float) and not math.isfinite(v):  # Python's json reads NaN and Infinity; JSON has neither
+        shown = "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+        raise ApiError(f"Field '{name}': must be a finite number, observed {shown}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ApiError(f"Field '{name}': [json.exception.type_error.302] type must be number, but is "
                        f"{_type_name(v)}")
     if kind is int:
@@ -337,9 +371,13 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
     """``body`` (parsed JSON) of ``endpoint`` (``completion``: ``/completion``; ``completions``:
     ``/v1/completions``; ``chat``: ``/v1/chat/completions``) as ``CompletionParams``. Raises ``ApiError``
     (400) naming the field for a missing prompt or messages, a wrong type, a value out of range, an
-    unknown field or a feature spec-inspector does not serve."""
+    unknown field, a feature spec-inspector does not serve, NaN or Infinity in a number or a lone
+    surrogate in a string."""
     if not isinstance(body, dict):
         raise ApiError(f"the request body must be a JSON object, observed {_type_name(body)}")
+    problem = unicode_problem(body)
+    if problem:
+        raise ApiError(problem)
     _check_fields(body, endpoint)
     p = CompletionParams(endpoint, n_predict=defaults.n_predict)
     if endpoint == "chat":

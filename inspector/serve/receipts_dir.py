@@ -4,7 +4,11 @@ Each finished request is written as ``req-<server start>-<request id>.json`` (``
 temporary file renamed into place, so a crash leaves whole files only) with a ``served`` block
 (endpoint, arrival time, client, prompt tokens reused from the slot's cache, how it ended). After each
 write the folder keeps the newest ``keep`` files and at most ``max_bytes`` (oldest removed first; the
-removal is logged). ``session_document`` gathers one server run's requests into one conversation
+removal is logged). Only this server's documents are ever removed: a file counts when its name is
+``req-<YYYYmmdd-HHMMSS>-<request id>.json`` (``DOCUMENT_NAME``) and its tail holds the ``served`` block
+(every run of serve wrote both); a user's own ``req-mine.json`` in the folder is left alone.
+``check`` says at start when the folder cannot be written (a file, a path under a file, no permission),
+so serve refuses to start instead of answering without records. ``session_document`` gathers one server run's requests into one conversation
 document that ``view``, ``tune``, ``compare --turns`` and the window open.
 
 The default folder is beside the window's autosave folder: ``<app data>/spec-inspector/served``
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -33,6 +38,48 @@ DEFAULT_KEEP = 1000
 """Request documents kept in the folder (``--receipts-keep``)."""
 DEFAULT_MAX_MB = 500
 """Megabytes the folder's request documents may take (``--receipts-max-mb``)."""
+DOCUMENT_NAME = re.compile(r"req-(\d{8}-\d{6})-(\d{6,})\.json")
+"""The name of a request document serve wrote: ``req-<server start stamp>-<request id>.json``."""
+SERVED_MARK = b'"served": {'
+"""What the tail of every request document holds (the ``served`` block is written last)."""
+TAIL_BYTES = 4096
+
+
+class ReceiptsDirError(ValueError):
+    """The receipts folder cannot be written (one line naming the folder and the problem)."""
+
+
+def check_writable_folder(folder: str | os.PathLike, what: str = "--receipts-dir") -> Path:
+    """Make ``folder`` if needed and write and remove a probe file in it; returns it. Raises
+    ``ReceiptsDirError`` (one line: ``what``, the folder, the problem) when it is a file, sits under a
+    file, or cannot be written (permission, read-only file system). Root passes permission checks, so
+    the probe write is what decides."""
+    f = Path(folder)
+    if f.exists() and not f.is_dir():
+        raise ReceiptsDirError(f"{what} {f}: is a file, not a folder")
+    try:
+        f.mkdir(parents=True, exist_ok=True)
+        probe = f / f".spec-inspector-probe-{os.getpid()}"
+        with open(probe, "wb"):
+            pass
+        probe.unlink()
+    except OSError as exc:
+        raise ReceiptsDirError(f"{what} {f}: cannot write there ({exc.strerror or exc})") from None
+    return f
+
+
+def is_served_document(path: Path) -> bool:
+    """``path`` is a request document serve wrote (any run): its name is ``DOCUMENT_NAME`` and its last
+    ``TAIL_BYTES`` bytes hold the ``served`` block. Unreadable files are not."""
+    if not DOCUMENT_NAME.fullmatch(path.name):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - TAIL_BYTES))
+            return SERVED_MARK in fh.read()
+    except OSError:
+        return False
 
 
 def app_data_folder() -> Path:
@@ -67,18 +114,25 @@ class ReceiptsDir:
         """The last write failure ("" when the last write worked)."""
         self._lock = threading.Lock()
 
+    def check(self, what: str = "receipts folder") -> None:
+        """Raise ``ReceiptsDirError`` (one line: ``what``, the folder, the problem) when the folder cannot
+        be written; made if missing."""
+        check_writable_folder(self.folder, what)
+
     def path_of(self, request_id: int) -> Path:
         """The file of request ``request_id`` of this server run."""
         return self.folder / f"req-{self.stamp}-{request_id:06d}.json"
 
-    def write(self, job, record, reused: int, ended_as: str) -> str:
+    def write(self, job, record, reused: int, ended_as: str, error: str = "") -> str:
         """Write the request document of ``job`` (a ``Job``) from its ``SessionRecord``; returns its path,
-        or "" when it could not be written (``error`` says why; the server goes on)."""
+        or "" when it could not be written (``error`` says why; the server goes on). ``error``: why it
+        was cancelled or failed (``served.error``: "the client went away", "the server stopped")."""
         doc = record_document(record)
         doc["served"] = {"request_id": job.id, "endpoint": job.endpoint, "client": job.client,
                          "arrived": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.arrived)),
                          "arrived_unix_s": job.arrived, "prompt_reused": reused, "ended_as": ended_as,
-                         "stream": bool(job.params.stream)}
+                         "stream": bool(job.params.stream), "server_stamp": self.stamp,
+                         **({"error": error} if error else {})}
         path = self.path_of(job.id)
         try:
             with self._lock:
@@ -92,15 +146,17 @@ class ReceiptsDir:
         return str(path)
 
     def files(self, this_run_only: bool = False) -> list[Path]:
-        """The request documents in the folder, oldest first (``this_run_only``: this server run's)."""
+        """The request documents serve wrote in the folder (``DOCUMENT_NAME``; any run, or with
+        ``this_run_only`` this one's), oldest first."""
         pattern = f"req-{self.stamp}-*.json" if this_run_only else "req-*.json"
         try:
-            return sorted(self.folder.glob(pattern), key=lambda p: (p.stat().st_mtime, p.name))
+            found = [p for p in self.folder.glob(pattern) if DOCUMENT_NAME.fullmatch(p.name)]
+            return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
         except OSError:
             return []
 
     def _bound(self) -> None:
-        files = self.files()
+        files = [p for p in self.files() if is_served_document(p)]
         sizes = {}
         for p in files:
             try:

@@ -17,7 +17,7 @@ import string
 import time
 
 from inspector.engine.text import utf8_complete_length
-from inspector.serve.errors import SERVER, ApiError
+from inspector.serve.errors import ApiError
 from inspector.serve.params import SAMPLER_ORDER, CompletionParams
 from inspector.serve.job import JobResult, TokenOut
 
@@ -244,8 +244,9 @@ class Renderer:
             return [sse(self.replies.completion_final(r, [], True))]
         return [sse(last) for last in self.replies.openai_last(r)] + [sse("[DONE]")]
 
-    def error(self, message: str) -> dict:
-        return sse(ApiError(message, SERVER).body())
+    def error(self, err: ApiError) -> dict:
+        """The stream's event for a failure after it began (a stop: llama-server's 503 unavailable)."""
+        return sse(err.body())
 
 
 SLOT_PARAMS = ("seed", "temperature", "top_k", "top_p", "min_p", "repeat_last_n", "repeat_penalty",

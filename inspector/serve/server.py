@@ -19,9 +19,10 @@ import uvicorn
 from inspector.engine import GenerationSettings
 from inspector.serve.app import MAX_BODY_BYTES, ServeState, build_app
 from inspector.serve.http_policy import CorsPolicy
+from inspector.serve.http_guard import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, guarded_protocol, limit_requests
 from inspector.serve.metrics import ServeMetrics
 from inspector.serve.params import ServeDefaults
-from inspector.serve.receipts_dir import ReceiptsDir
+from inspector.serve.receipts_dir import ReceiptsDir, ReceiptsDirError
 from inspector.serve.slot import DEFAULT_MAX_QUEUE, ServeSlot
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8080
 """llama-server's default port."""
+SHUTDOWN_GRACE_S = 5.0
+"""Seconds ``stop`` lets open responses end (the running request is cancelled first, so its stream ends
+within one window) before uvicorn cancels what is left."""
 
 
 class ServeError(RuntimeError):
@@ -39,7 +43,8 @@ class ServeError(RuntimeError):
 class ServeOptions:
     """How to serve: the address (``host`` other than loopback needs ``expose``), the proposal source and
     its options, the server's ``GenerationSettings`` template, request defaults, the queue, the key,
-    the receipts folder (None: keep none), CORS, and whether ``/metrics`` and ``/slots`` answer
+    the receipts folder (None: keep none), the seconds a request's headers and body may take to arrive
+    (``inspector.serve.http_guard``), CORS, and whether ``/metrics`` and ``/slots`` answer
     (llama-server's ``--metrics``, off by default, and ``--slots``, on)."""
 
     host: str = LOOPBACK
@@ -55,6 +60,8 @@ class ServeOptions:
     aliases: tuple = ()
     receipts: ReceiptsDir | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     metrics_endpoint: bool = False
     slots_endpoint: bool = True
@@ -101,9 +108,15 @@ class InspectorServer:
 
     def start(self) -> str:
         """Bind, start the slot and uvicorn; returns the address clients use (``http://HOST:PORT``).
-        Raises ``ServeError`` for a refused host or a port that cannot be bound."""
+        Raises ``ServeError`` for a refused host, a receipts folder that cannot be written or a port that
+        cannot be bound."""
         o = self.options
         host = check_host(o.host, o.expose)
+        if o.receipts is not None:
+            try:
+                o.receipts.check()
+            except ReceiptsDirError as exc:
+                raise ServeError(str(exc)) from None
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -117,8 +130,12 @@ class InspectorServer:
         port = sock.getsockname()[1]
         shown = host if ":" not in host else f"[{host}]"
         self.address = f"http://{shown}:{port}"
-        config = uvicorn.Config(build_app(self.state), log_level="warning", access_log=False,
-                                limit_concurrency=o.max_queue + 64, timeout_keep_alive=30, lifespan="off")
+        # uvicorn's limit_concurrency counts open connections (slow or idle ones too): off; requests are
+        # limited instead, and each request's headers and body have a deadline (http_guard)
+        app = limit_requests(build_app(self.state), o.max_queue + 64)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, limit_concurrency=None,
+                                timeout_keep_alive=30, timeout_graceful_shutdown=SHUTDOWN_GRACE_S, lifespan="off",
+                                http=guarded_protocol(o.header_timeout_s, o.body_timeout_s))
         self._server = uvicorn.Server(config)
         self.slot.start()
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
@@ -141,8 +158,10 @@ class InspectorServer:
         return False
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop serving: uvicorn ends (open streams close), the running request is cancelled, the slot's
-        session dropped. Idempotent."""
+        """Stop serving: the waiting and running requests are cancelled as stopped (their clients are told
+        "the server is stopping", llama-server's 503 ``unavailable_error``; their records say "the server
+        stopped"), uvicorn ends (open streams close), the slot's session is dropped. Idempotent."""
+        self.slot.begin_stop()
         if self._server is not None:
             self._server.should_exit = True
         self.slot.stop()

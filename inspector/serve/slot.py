@@ -14,7 +14,10 @@ Rules followed from llama.cpp 0c1e570 ``tools/server/server-context.cpp`` (``upd
   how; ``tests/test_serve_parity.py`` compares both servers' drafts request by request).
 - a request whose client went away is cancelled (``Generation.cancel``: the decode in flight aborts or
   the window ends at its next commit, with the repair; its complete windows are kept, ``ended_as``
-  ``cancelled``); one still waiting is skipped.
+  ``cancelled``); one still waiting is skipped. A stop (``begin_stop``) cancels the same way, but the
+  request's error is ``SERVER_STOPPED`` and its client is told ``STOPPING`` (503), not a client's leave.
+- a token or result that cannot be handed to the HTTP side (its event loop closed at a stop) is dropped
+  (``_deliver``): the engine thread goes on and the request's receipts document is still written.
 
 Each request's records go to its own ``SessionRecord`` (and, for the window, a ``RecordStream``), its
 receipts document to ``ReceiptsDir``; ``on_change`` tells a viewer when a request arrives, starts and
@@ -42,6 +45,12 @@ from inspector.session.run import RunRefused, RunRequest, SessionRun
 
 log = logging.getLogger(__name__)
 
+SERVER_STOPPED = "the server stopped"
+"""The error of a request cancelled because the server stopped (``served.error``, the traffic row)."""
+CLIENT_GONE = "the client went away"
+"""The error of a request cancelled because its client went away."""
+STOPPING = "the server is stopping"
+"""What the client of a request cancelled by the stop is told (503 ``unavailable_error``)."""
 DEFAULT_MAX_QUEUE = 16
 """Requests that may wait while one runs; beyond, 503 with ``Retry-After`` (``--max-queue``)."""
 KEEP_RECORDS = 64
@@ -143,7 +152,7 @@ class ServeSlot:
         ``max_queue`` requests already wait, or the slot is stopping."""
         with self._cond:
             if self._stopping:
-                raise ApiError("the server is stopping", UNAVAILABLE)
+                raise ApiError(STOPPING, UNAVAILABLE)
             if len(self._queue) >= self.max_queue:
                 raise ApiError(f"the queue is full ({self.max_queue} requests wait behind the running one; "
                                "spec-inspector serve --max-queue): retry later", UNAVAILABLE,
@@ -161,16 +170,17 @@ class ServeSlot:
         return row
 
     def cancel(self, job: Job) -> None:
-        """The client went away: skip ``job`` if it waits, cancel it if it runs (its next commit or the
-        decode in flight). Any thread; idempotent."""
+        """The client went away (or the server stops): skip ``job`` if it waits, cancel it if it runs (its
+        next commit or the decode in flight). Any thread; idempotent."""
         job.cancelled.set()
         g = job.generation
         if g is not None:
             g.cancel()
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Refuse new requests, cancel the waiting and the running one, end the engine thread, drop the
-        slot's KV session."""
+    def begin_stop(self) -> None:
+        """Refuse new requests and cancel the waiting and the running one as stopped: each ends
+        ``cancelled`` with ``SERVER_STOPPED`` (in its record and ``served.error``) and its client gets
+        ``STOPPING`` as llama-server's 503 ``unavailable_error``. Returns at once; idempotent."""
         with self._cond:
             self._stopping = True
             waiting = list(self._queue)
@@ -180,6 +190,11 @@ class ServeSlot:
         current = self._current
         if current is not None:
             self.cancel(current)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """``begin_stop``, then end the engine thread (it records the cancelled requests) and drop the
+        slot's KV session."""
+        self.begin_stop()
         if self._thread is not None:
             self._thread.join(timeout_s)
         sid, self._session = self._session, None
@@ -214,7 +229,8 @@ class ServeSlot:
                 self.last_job = job
             try:
                 if job.cancelled.is_set():
-                    self._end_unrun(job, "cancelled", "the client went away before the request ran")
+                    self._end_unrun(job, "cancelled", SERVER_STOPPED if self._stopping else
+                                    f"{CLIENT_GONE} before the request ran")
                 else:
                     self._run(job)
             except Exception as exc:  # never lose the server to one request
@@ -226,9 +242,19 @@ class ServeSlot:
     def _end_unrun(self, job: Job, ended_as: str, error: str) -> None:
         row = job.row
         row.state, row.ended_as, row.error = "done", ended_as, error
-        job.result = JobResult(ended_as=ended_as, error=error, prompt_n=len(job.prompt_tokens))
-        job.deliver(job.result)
+        job.result = JobResult(ended_as=ended_as, error=error, prompt_n=len(job.prompt_tokens),
+                               stopped=error == SERVER_STOPPED)
+        self._deliver(job, job.result)
         self._changed(row)
+
+    @staticmethod
+    def _deliver(job: Job, item) -> None:
+        """``job.deliver(item)``; a failure (the HTTP side's event loop closed at a stop, the client gone)
+        never ends the engine thread nor loses the request's record: it is logged and the item dropped."""
+        try:
+            job.deliver(item)
+        except Exception as exc:
+            log.debug("serve: request %d: could not hand %s to its client: %s", job.id, type(item).__name__, exc)
 
     def _settings(self, p: CompletionParams, prompt_n: int) -> GenerationSettings:
         room = max(1, self.runtime.n_ctx - prompt_n)
@@ -253,7 +279,7 @@ class ServeSlot:
         if p.n_predict == 0:  # llama-server evaluates the prompt only; nothing to generate here
             row.state, row.ended_as = "done", "limit"
             job.result = JobResult(stop_type="limit", ended_as="length", prompt_n=len(tokens))
-            job.deliver(job.result)
+            self._deliver(job, job.result)
             self._changed(row)
             return
         settings = self._settings(p, len(tokens))
@@ -301,7 +327,7 @@ class ServeSlot:
                 sent = self._send(job, record, stream, sent)
             reason = gen.finish_reason
         except RequestCancelled:
-            reason, error = "cancelled", "the client went away"
+            reason, error = "cancelled", SERVER_STOPPED if self._stopping else CLIENT_GONE
         except PromptTooLong as exc:
             error = str(exc)
         except Exception as exc:  # an engine error after repair: the complete windows are kept
@@ -313,13 +339,14 @@ class ServeSlot:
         run.close_source()
         self._keep_cache(gen, end)
         result = self._result(job, gen, record, reuse, reason, error)
+        result.stopped = error == SERVER_STOPPED
         if self.receipts is not None:
-            result.receipts_path = self.receipts.write(job, record, reuse, reason)
+            result.receipts_path = self.receipts.write(job, record, reuse, reason, error)
         self._finish_row(row, gen, record, result)
         if self.metrics is not None:
             self.metrics.observe(result, self.runtime.n_ctx)
         job.result = result
-        job.deliver(result)
+        self._deliver(job, result)
         self._changed(row)
 
     def _send(self, job: Job, record: SessionRecord, stream: _Stream, sent: int) -> int:
@@ -338,10 +365,10 @@ class ServeSlot:
             info = tokens[sent]
             probs = record.token_probabilities(info) if wanted else None
             if probs is None:
-                job.deliver(TokenOut(info.token, stream.deltas[sent], piece(info.token), None, timings=timings))
+                self._deliver(job, TokenOut(info.token, stream.deltas[sent], piece(info.token), None, timings=timings))
             else:
-                job.deliver(TokenOut(info.token, stream.deltas[sent], piece(info.token), probs.predicted_p,
-                                     tuple(probs.top), timings=timings))
+                self._deliver(job, TokenOut(info.token, stream.deltas[sent], piece(info.token), probs.predicted_p,
+                                            tuple(probs.top), timings=timings))
             sent += 1
         return sent
 

@@ -33,7 +33,7 @@ REQUEST_TIPS = (
     "decode tokens/s: generated tokens / decode time, prefill excluded",
     "warm: the proposal source remembered earlier requests when this one began (hover for what); cold: it did not",
     "how it ended: eog (end of generation), length, stop (a stop string), context_full, cancelled (the client "
-    "went away), error; waiting / running while it has not ended",
+    "went away, or Serve was turned off), error; waiting / running while it has not ended",
 )
 WIDEST = ("9999", "00:00:00", "/v1/chat/completions", "prompt", "reused", "output", "windows", "accept.",
           "999.9", "began", "context_full")
