@@ -130,7 +130,6 @@ def measure_run(scheduler: RuntimeScheduler, config: CompareConfig, prompt_token
         run.end(g.finish_reason)
     finally:
         run.close_source()
-    s = g.summary()
     return MeasuredRun(
         tokens_per_s=server_tokens_per_s(g.generated_count, g.decode_elapsed_us) or 0.0, steps=g.decode_step,
         decode_us=inside_ns / 1000,
