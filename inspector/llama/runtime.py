@@ -24,6 +24,7 @@ from inspector.llama.model_file import ModelInfo, check_gguf
 from inspector.llama.context_settings import ContextRefused, ContextSettings, settled
 from inspector.llama.server_parity import describe_runtime
 from inspector.llama.sessions import SessionTable
+from inspector.llama.grammar import constrain_session
 from inspector.llama.tree_batch import BranchSequences, fill_tree_batch
 
 logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
@@ -237,6 +238,15 @@ class LlamaRuntime:
         llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
         self.sessions.drop(sid)
 
+    def constrain(self, sid: int, constraints, start: int, known: Sequence[int] = ()) -> None:
+        """Give session ``sid`` a grammar and logit bias (``Constraints``; ``inspector.llama.grammar.constrain_session``)."""
+        constrain_session(self, sid, constraints, start, known)
+
+    def grammar_rejection(self, sid: int) -> int | None:
+        """The proposal index the grammar forbade at session ``sid``'s last verification stop, or None."""
+        c = self.sessions.constraints.get(sid)
+        return None if c is None else c.last_rejection
+
     def session_open(self, sid: int) -> bool:
         return self.sessions.is_open(sid)
 
@@ -299,6 +309,9 @@ class LlamaRuntime:
         n = len(tokens)
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
+        c = self.sessions.constraints.get(sid)  # grammar, logit bias: inspector.llama.grammar
+        if c is not None:
+            return c.rows(self, sid, tokens, position, n) or self._predictions(sid, n)
         if self.sessions.has_penalties(sid):
             self._penalize(sid, n, position)
         return self._predictions(sid, n)
@@ -324,6 +337,11 @@ class LlamaRuntime:
         n = len(tokens)
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
+        c = self.sessions.constraints.get(sid)
+        if c is not None and c.grammar is not None:
+            raise EngineError("the rejection rule takes no grammar (llama.cpp samples grammar rows one by one)")
+        if c is not None:
+            c.bias(self.last_logits(n))
         if self.sessions.has_penalties(sid):
             self._penalize(sid, n, position)
         return self.last_logits(n).copy()
@@ -344,9 +362,9 @@ class LlamaRuntime:
         if len(parents) != n - 1:
             raise EngineError(f"a tree of {n} rows needs {n - 1} parents, observed {len(parents)}")
         depth, on = depths(parents), row_branches(parents)
-        if self.sessions.has_penalties(sid):
-            raise EngineError("tree windows take no penalties (repeat, frequency, presence): "
-                              "use a chain, or no penalties")
+        if self.sessions.has_penalties(sid) or sid in self.sessions.constraints:
+            raise EngineError("tree windows take no penalties (repeat, frequency, presence), grammar or logit "
+                              "bias: use a chain, or none of them")
         self._check_batch(sid, n, position, position + max(depth) + 1)
         fill_tree_batch(self._batch, tokens, position, depth, on, self.branch_seqs.lend(sid, len(on[0])))
         try:
@@ -410,7 +428,12 @@ class LlamaRuntime:
         if not tokens:
             raise EngineError("nothing to prefill: expected at least 1 token, observed 0")
         self.prefill(sid, tokens, position)
-        if self.sessions.has_penalties(sid):
+        c = self.sessions.constraints.get(sid)
+        if c is not None:
+            picked = c.rows(self, sid, None, position + len(tokens) - 1, 1)
+            if picked is not None:
+                return picked[0]
+        elif self.sessions.has_penalties(sid):
             self._penalize(sid, 1, position + len(tokens) - 1)
         if self.sessions.is_greedy(sid):
             return int(self.last_logits(1)[0].argmax())
