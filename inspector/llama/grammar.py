@@ -214,3 +214,13 @@ def constrain_session(rt, sid: int, constraints: Constraints | None, start: int,
         raise EngineError(f"session {sid} is not open")
     c = None if constraints is None or constraints.empty else SessionConstraint(constraints, start, rt.vocab, rt.n_vocab)
     rt.sessions.constrain(sid, c, known)
+
+
+def check_grammar(rt, text: str) -> bool:
+    """Whether llama.cpp parses ``text`` as a grammar with a ``root`` rule on ``rt``'s vocabulary (a module-level
+    function, so a ``RemoteRuntime`` runs it in its child with ``apply``)."""
+    sampler = llama_cpp.llama_sampler_init_grammar(rt.vocab, text.encode("utf-8"), b"root")
+    if not sampler:
+        return False
+    llama_cpp.llama_sampler_free(sampler)
+    return True

@@ -32,6 +32,7 @@ from starlette.routing import Route
 from inspector.receipts.document import json_problem
 from inspector.serve.errors import AUTHENTICATION, EXCEED_CONTEXT, NOT_FOUND, SERVER, TOO_LARGE, ApiError
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
+from inspector.serve.constraint_params import resolve_constraints
 from inspector.serve.params import ServeDefaults, parse_request
 from inspector.serve.replies import FINGERPRINT, Replies, generation_settings, piece_json
 from inspector.serve.slot import ServeSlot
@@ -110,6 +111,7 @@ def _prepare(state: ServeState, p) -> dict:
     rt = state.runtime
 
     def work(rt):
+        p.constraints = resolve_constraints(rt, p.constraints)  # logit_bias texts, the grammar checked
         if p.endpoint == "chat":
             text = rt.chat_messages_prompt([dict(m) for m in p.messages])
             return text, rt.tokenize(text, add_special=True, parse_special=True)

@@ -5,7 +5,7 @@ The fields, their aliases and limits follow ``tools/server/server-schema.cpp``
 INT32_MAX; ``n_probs`` alias ``logprobs``; ``cache_prompt``, ``return_tokens``, the samplers and
 penalties) and ``server-common.cpp`` (``oaicompat_chat_params_parse``: ``messages``, ``logprobs`` +
 ``top_logprobs``, ``n`` = 1, ``stream_options.include_usage``). What the inspector cannot do (a
-grammar, mirostat, tools, several completions) is refused with a message naming the field; a field
+mirostat, tools, several completions) is refused with a message naming the field; a field
 that only names its "off" value (``mirostat: 0``, ``typical_p: 1``, ``n: 1``) is taken, since clients
 send them. Request defaults are the server's (``ServeDefaults``: ``spec-inspector serve``'s flags,
 which default to llama-server's).
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from inspector.engine.llama_settings import RANDOM_SEED, SAMPLING
 from inspector.engine.settings import SamplingSettings, interpret_setting
+from inspector.serve.constraint_params import CONSTRAINT_FIELDS, parse_constraints
 from inspector.serve.errors import ApiError
 
 MAX_TOP_PROBS = 5
@@ -28,9 +29,9 @@ NEUTRAL = {
     "typical_p": (1.0,), "mirostat": (0,), "dry_multiplier": (0.0,), "xtc_probability": (0.0,),
     "dynatemp_range": (0.0,), "n_keep": (0, -1), "n_discard": (0,), "n_indent": (0,), "ignore_eos": (False,),
     "post_sampling_probs": (False,), "timings_per_token": (False,), "return_progress": (False,), "min_keep": (0,),
-    "grammar": ("",), "json_schema": ({},), "n": (1,), "n_cmpl": (1,), "best_of": (1,), "echo": (False,),
+    "n": (1,), "n_cmpl": (1,), "best_of": (1,), "echo": (False,),
     "backend_sampling": (False,), "id_slot": (-1, 0), "n_cache_reuse": (0,), "lora": ([],), "verbose": (False,),
-    "logit_bias": ({}, []), "tools": ([],), "tool_choice": ("none", "auto"), "parallel_tool_calls": (False, True),
+    "tools": ([],), "tool_choice": ("none", "auto"), "parallel_tool_calls": (False, True),
     "chat_template_kwargs": ({},), "t_max_predict_ms": (-1, 0), "grammar_lazy": (False,),
 }
 """Fields taken only with the value that leaves their feature out (what llama-server does then is what
@@ -51,9 +52,9 @@ REQUEST_LIMITS = {"top_p": (0.0, 1.0), "min_p": (0.0, 1.0), "repeat_last_n": (-1
 """The bounds a request's sampling field is read with (``-1``: llama-server's "whole context" / random
 seed, refused or drawn below); every value is then checked by the setting's rule (``interpret_setting``)."""
 ENDPOINT_FIELDS = {
-    "completion": COMMON | {"prompt"},
-    "completions": COMMON | {"prompt", "logprobs"},
-    "chat": COMMON | {"messages", "logprobs", "top_logprobs", "response_format"},
+    "completion": COMMON | CONSTRAINT_FIELDS | {"prompt"},
+    "completions": COMMON | CONSTRAINT_FIELDS | {"prompt", "logprobs"},
+    "chat": COMMON | CONSTRAINT_FIELDS | {"messages", "logprobs", "top_logprobs", "response_format"},
 }
 """What each endpoint takes besides ``NEUTRAL``, ``NEUTRAL_BELOW_ZERO`` and ``IGNORED``."""
 
@@ -91,6 +92,9 @@ class CompletionParams:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     notes: tuple[str, ...] = ()
     model: str | None = None
+    constraints: object = None
+    """``logit_bias``, grammar (``inspector.serve.constraint_params``): a ``RequestConstraints`` as read, a
+    ``Constraints`` once resolved against the model (``app._prepare``), or None."""
 
 
 def _type_name(v) -> str:
@@ -244,9 +248,6 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
         if "messages" not in body:
             raise ApiError("'messages' is required")
         p.messages = _messages(body["messages"])
-        rf = body.get("response_format")
-        if rf is not None and rf != {"type": "text"}:
-            raise ApiError("'response_format' other than {\"type\": \"text\"} is not supported by spec-inspector serve")
     else:
         if "prompt" not in body:
             raise ApiError("[json.exception.out_of_range.403] key 'prompt' not found")
@@ -278,6 +279,7 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
     elif endpoint == "completions" and body.get("logprobs") is not None:
         p.n_probs = _number(body, "logprobs", int, 0, MAX_TOP_PROBS)
         p.logprobs = p.n_probs > 0
+    p.constraints = parse_constraints(body, endpoint)
     p.stop = _stop(body.get("stop"))
     p.sampling, notes = _sampling(body, defaults)
     p.notes = tuple(notes)
