@@ -70,10 +70,11 @@ class _Converter:
         self.n = 0
 
     def primitive(self, name: str) -> str:
-        body, deps = PRIMITIVES[name]
-        self.rules.setdefault(name, body)
-        for d in deps:
-            self.primitive(d)
+        if name not in self.rules:
+            body, deps = PRIMITIVES[name]
+            self.rules[name] = body
+            for d in deps:
+                self.primitive(d)
         return name
 
     def rule(self, body: str) -> str:
@@ -178,13 +179,31 @@ class _Converter:
         return self.rule(rule + ' space "}"')
 
 
+CHAT_ROOT = 'root ::= space space ( "```json" space '
+"""How a ``wrap_chat`` grammar's root begins (``chat_content`` applies to replies under such a grammar)."""
+
+
+def chat_content(text: str, grammar: str | None) -> str:
+    """A chat reply's content under a ``response_format`` grammar (``grammar`` begins its root with
+    ``CHAT_ROOT``), as llama-server's chat parser extracts it (``common/chat-auto-parser-generator.cpp``: the
+    value is the content; the spaces around it and a ```` ```json ```` fence are not); other text as is."""
+    if grammar is None or ("\n" + CHAT_ROOT) not in ("\n" + grammar):
+        return text
+    t = text.lstrip(" \t\n")
+    if t.startswith("```json"):
+        t = t[len("```json"):].lstrip(" \t\n")
+        if t.rstrip(" \t\n").endswith("```"):
+            t = t.rstrip(" \t\n")[:-3]
+    return t.rstrip(" \t\n")
+
+
 def schema_grammar(schema, wrap_chat: bool = False) -> str:
     """GBNF (rule ``root``) for ``schema`` (a JSON schema, parsed); ``wrap_chat``: as llama-server's chat route
     wraps a ``response_format`` (module docstring). Raises ``SchemaUnsupported``."""
     c = _Converter()
     top = c.visit(schema, "")
     if wrap_chat:
-        c.rules["root"] = f'space space ( "```json" space {top} space "```" | space {top} space )'
+        c.rules["root"] = CHAT_ROOT[len("root ::= "):] + f'{top} space "```" | space {top} space )'
     else:
         c.rules["root"] = top
     return "\n".join(f"{name} ::= {body}" for name, body in c.rules.items()) + "\n"

@@ -16,6 +16,7 @@ import string
 import time
 
 from inspector.engine.text import utf8_complete_length
+from inspector.serve.json_grammar import chat_content
 from inspector.serve.params import SAMPLER_ORDER, CompletionParams
 from inspector.serve.job import JobResult, TokenOut
 
@@ -125,7 +126,8 @@ class Replies:
         """The non-streamed ``chat.completion`` or ``text_completion``."""
         if self.p.endpoint == "chat":
             choice = {"finish_reason": r.finish_reason, "index": 0,
-                      "message": {"role": "assistant", "content": r.content}}
+                      "message": {"role": "assistant", "content": chat_content(r.content, getattr(
+                          self.p.constraints, "grammar", None))}}
             obj = "chat.completion"
         else:
             choice = {"text": r.content, "index": 0, "finish_reason": r.finish_reason}
