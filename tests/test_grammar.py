@@ -158,3 +158,54 @@ def test_constraints_check_their_values():
         Constraints(logit_bias=((5, math.nan),))
     assert Constraints(grammar="  ").empty
     assert Constraints(logit_bias=((5, -math.inf),)).to_json()["logit_bias"] == [[5, False]]
+
+
+def test_a_runtime_in_a_child_process_constrains_as_the_local_one(model_path, make_generation, chat_tokens, runtime):
+    """``RemoteRuntime`` forwards ``constrain`` and ``grammar_rejection``: the same grammar, bias and scripted
+    proposals give the same tokens and receipts' grammar rejections as the shared local runtime."""
+    from inspector.engine import RuntimeScheduler
+    from inspector.llama.remote import RemoteRuntime
+
+    c = Constraints(grammar=NUMBERS, logit_bias=((runtime.tokenize("4")[0], -2.0),))
+    local_plain = run(make_generation, chat_tokens, None, c, max_new_tokens=12)
+    out = local_plain.generated
+    letter = runtime.tokenize("Z")[0]
+    script = [[out[1], letter], [letter]]
+    local = run(make_generation, chat_tokens, ScriptedSource(proposals=script), c, max_new_tokens=12)
+    rt = RemoteRuntime(model_path, n_ctx=1024, n_batch=256, n_seq_max=4)
+    try:
+        g = Generation(RuntimeScheduler(rt), ScriptedSource(proposals=script), chat_tokens(COPY),
+                       GenerationSettings(max_new_tokens=12), constraints=c)
+        g.run()
+        assert g.generated == local.generated
+        assert [r.grammar_rejected_row for r in g.receipts] == [r.grammar_rejected_row for r in local.receipts]
+        assert [r.grammar_rejected_row for r in g.receipts][:2] == [1, 0]
+        g.close()
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "minLength": 1}},
+     "required": ["a"]},
+    {"type": "array", "items": {"enum": ["x", 1, None]}, "minItems": 1, "maxItems": 4},
+    {"type": "object"}, {}, {"const": {"k": [1, 2]}},
+    {"type": "object", "properties": {"o": {"type": "object", "properties": {"n": {"type": "number"}}}},
+     "additionalProperties": False},
+    {"type": "object", "additionalProperties": {"type": "boolean"}},
+])
+def test_converted_schemas_are_grammars_llama_cpp_parses(runtime, schema):
+    from inspector.llama.grammar import check_grammar
+    from inspector.serve.json_grammar import schema_grammar
+
+    assert check_grammar(runtime, schema_grammar(schema))
+    assert check_grammar(runtime, schema_grammar(schema, wrap_chat=True))
+
+
+def test_schema_keywords_the_converter_does_not_write_are_refused():
+    from inspector.serve.json_grammar import SchemaUnsupported, schema_grammar
+
+    for schema in ({"anyOf": [{"type": "string"}]}, {"type": "string", "pattern": "a+"}, {"$ref": "#/x"},
+                   {"type": ["string", "null"]}):
+        with pytest.raises(SchemaUnsupported):
+            schema_grammar(schema)

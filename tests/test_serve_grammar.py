@@ -31,6 +31,11 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
           "required": ["name", "age"], "additionalProperties": False}
 NUMBERS = 'root ::= item ("," " " item)*\nitem ::= [0-9]+\n'
 COPY = "Copy this list exactly, twice: 4, 8, 15, 16, 23, 42, 4, 8, 15, 16, 23, 42.\n"
+PERSON_SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
+                                                  "born": {"type": "integer"}},
+                 "required": ["name", "born"], "additionalProperties": False}
+"""A chat answer short enough to end within ``N`` tokens, so it can be validated."""
+COMPACT = ('Reply with this JSON only, on one line, nothing else: {"name": "Ada Lovelace", "born": 1815}')
 PERSON = "Describe the person Ada Lovelace, born 1815, as JSON with her name, age at death (36) and tags."
 
 
@@ -39,8 +44,8 @@ def _requests(ban: int) -> list[tuple[str, str, dict]]:
     base = {"temperature": 0, "n_predict": N}
     return [
         ("response_format", "/v1/chat/completions",
-         {"messages": [{"role": "user", "content": PERSON}], "max_tokens": N, "temperature": 0,
-          "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}}),
+         {"messages": [{"role": "user", "content": COMPACT}], "max_tokens": N, "temperature": 0,
+          "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}}),
         ("json_object", "/v1/chat/completions",
          {"messages": [{"role": "user", "content": PERSON}], "max_tokens": N, "temperature": 0,
           "response_format": {"type": "json_object"}}),
@@ -121,6 +126,9 @@ def test_constrained_requests_are_answered_as_llama_server_answers_them(runtime,
         ca, cb = _content(path, a), _content(path, b)
         if ca != cb:
             wrong.append(f"{name}: ours {ca!r}, llama-server's {cb!r}")
+        da, db = ({k: x["timings"].get(k) for k in ("draft_n", "draft_n_accepted")} for x in (a, b))
+        if da != db:  # speculation under the constraint: the same drafts, the same acceptance
+            wrong.append(f"{name}: drafts ours {da}, llama-server's {db}")
     for name, _extra in FORMS:
         (sa, a), (sb, b) = ours["form: " + name], theirs["form: " + name]
         if sa != sb or (sa == 200 and a["content"] != b["content"]):
@@ -132,6 +140,7 @@ def test_constrained_requests_are_answered_as_llama_server_answers_them(runtime,
     text = ours["json_schema"][1]["content"]
     if ours["json_schema"][1].get("stop_type") == "eos":
         jsonschema_rs.validate(SCHEMA, json.loads(text))
-    chat = _content("/v1/chat/completions", ours["response_format"][1]).strip()
-    if ours["response_format"][1]["choices"][0]["finish_reason"] == "stop":
-        jsonschema_rs.validate(SCHEMA, json.loads(chat.removeprefix("```json").removesuffix("```")))
+    assert ours["response_format"][1]["choices"][0]["finish_reason"] == "stop", "the chat answer did not end"
+    jsonschema_rs.validate(PERSON_SCHEMA, json.loads(_content("/v1/chat/completions", ours["response_format"][1])))
+    assert sum(ours[name][1]["timings"].get("draft_n", 0) for name in ("grammar", "json_schema", "logit_bias")) > 0, \
+        "nothing was drafted under the constraints"

@@ -183,18 +183,20 @@ CHAT_ROOT = 'root ::= space space ( "```json" space '
 """How a ``wrap_chat`` grammar's root begins (``chat_content`` applies to replies under such a grammar)."""
 
 
-def chat_content(text: str, grammar: str | None) -> str:
+def chat_content(text: str, grammar: str | None, complete: bool = True) -> str:
     """A chat reply's content under a ``response_format`` grammar (``grammar`` begins its root with
     ``CHAT_ROOT``), as llama-server's chat parser extracts it (``common/chat-auto-parser-generator.cpp``: the
-    value is the content; the spaces around it and a ```` ```json ```` fence are not); other text as is."""
+    value is the content; the spaces around it and a ```` ```json ```` fence are not); other text as is.
+    ``complete``: the answer ended (not cut by the token limit): a cut answer keeps its trailing spaces, as
+    llama-server's partial parse does (the value is still open)."""
     if grammar is None or ("\n" + CHAT_ROOT) not in ("\n" + grammar):
         return text
     t = text.lstrip(" \t\n")
     if t.startswith("```json"):
         t = t[len("```json"):].lstrip(" \t\n")
-        if t.rstrip(" \t\n").endswith("```"):
+        if complete and t.rstrip(" \t\n").endswith("```"):
             t = t.rstrip(" \t\n")[:-3]
-    return t.rstrip(" \t\n")
+    return t.rstrip(" \t\n") if complete else t
 
 
 def schema_grammar(schema, wrap_chat: bool = False) -> str:

@@ -127,7 +127,7 @@ class Replies:
         if self.p.endpoint == "chat":
             choice = {"finish_reason": r.finish_reason, "index": 0,
                       "message": {"role": "assistant", "content": chat_content(r.content, getattr(
-                          self.p.constraints, "grammar", None))}}
+                          self.p.constraints, "grammar", None), r.finish_reason != "length")}}
             obj = "chat.completion"
         else:
             choice = {"text": r.content, "index": 0, "finish_reason": r.finish_reason}
