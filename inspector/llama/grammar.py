@@ -162,6 +162,15 @@ class SessionConstraint:
             return None
         return self.predict(rt, sid, tokens, position, n, range(n) if tokens is not None else (-1,))
 
+    def logits_only(self, rt, sid: int, n: int, position: int) -> None:
+        """For the ``rejection`` rule (its logits, no predictions): bias, then penalties, in place. Raises
+        ``EngineError`` under a grammar (llama.cpp samples grammar rows one by one; the engine never asks)."""
+        if self.grammar is not None:
+            raise EngineError("the rejection rule takes no grammar (llama.cpp samples grammar rows one by one)")
+        self.bias(rt.last_logits(n))
+        if rt.sessions.has_penalties(sid):
+            rt._penalize(sid, n, position)
+
     def predict(self, rt, sid: int, tokens: Sequence[int] | None, position: int, n: int,
                 row_index: Sequence[int]) -> list[int]:
         """Predictions of the last decode's ``n`` rows (logits biased and penalized already), row i at position

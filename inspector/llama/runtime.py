@@ -206,11 +206,8 @@ class LlamaRuntime:
             pass
 
     def request_abort(self, sid: int) -> None:
-        """Abort the decode in flight if it belongs to session ``sid`` (any thread).
-
-        The caller sets its cancellation event first; ``decode_rows`` checks
-        that event when it starts, so a request is never lost.
-        """
+        """Abort the decode in flight if it belongs to session ``sid`` (any thread). The caller sets its
+        cancellation event first; ``decode_rows`` checks that event when it starts, so none is lost."""
         self.abort.request(sid)
 
     def set_threads(self, n_threads: int) -> None:
@@ -300,12 +297,11 @@ class LlamaRuntime:
     def decode_rows(
         self, sid: int, tokens: Sequence[int], position: int, abort: threading.Event | None = None
     ) -> list[int]:
-        """Decode ``tokens`` at positions ``position..`` in ONE batch with logits on every row, and return
-        the session sampler's prediction for each row.
-
-        Used for verification (N rows) and plain steps (1 row). ``abort``: when set during the decode,
-        llama.cpp stops it (``DecodeAborted``). Raises ``EngineError`` if the batch exceeds ``n_batch`` or
-        the context, ``DecodeFailed`` on a non-zero ``llama_decode`` status."""
+        """Decode ``tokens`` at positions ``position..`` in ONE batch with logits on every row, and return the
+        session sampler's prediction for each row (verification: N rows; a plain step: 1; under a grammar as
+        ``inspector.llama.grammar`` says). ``abort``: when set during the decode, llama.cpp stops it
+        (``DecodeAborted``). Raises ``EngineError`` if the batch exceeds ``n_batch`` or the context,
+        ``DecodeFailed`` on a non-zero ``llama_decode`` status."""
         n = len(tokens)
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
@@ -338,11 +334,9 @@ class LlamaRuntime:
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
         c = self.sessions.constraints.get(sid)
-        if c is not None and c.grammar is not None:
-            raise EngineError("the rejection rule takes no grammar (llama.cpp samples grammar rows one by one)")
         if c is not None:
-            c.bias(self.last_logits(n))
-        if self.sessions.has_penalties(sid):
+            c.logits_only(self, sid, n, position)  # bias, then penalties; EngineError under a grammar
+        elif self.sessions.has_penalties(sid):
             self._penalize(sid, n, position)
         return self.last_logits(n).copy()
 
@@ -429,23 +423,17 @@ class LlamaRuntime:
             raise EngineError("nothing to prefill: expected at least 1 token, observed 0")
         self.prefill(sid, tokens, position)
         c = self.sessions.constraints.get(sid)
-        if c is not None:
-            picked = c.rows(self, sid, None, position + len(tokens) - 1, 1)
-            if picked is not None:
-                return picked[0]
-        elif self.sessions.has_penalties(sid):
+        if c is not None and (picked := c.rows(self, sid, None, position + len(tokens) - 1, 1)) is not None:
+            return picked[0]
+        if c is None and self.sessions.has_penalties(sid):
             self._penalize(sid, 1, position + len(tokens) - 1)
         if self.sessions.is_greedy(sid):
             return int(self.last_logits(1)[0].argmax())
         return int(llama_cpp.llama_sampler_sample(self.sessions.chain(sid), self.ctx, -1))
 
     def trim(self, sid: int, position: int) -> bool:
-        """Remove positions >= ``position`` of session ``sid``.
-
-        Returns llama.cpp's answer (``llama_memory_seq_rm``): False when a
-        partial removal is impossible (recurrent/hybrid caches). The caller
-        re-reads ``kv_length`` to confirm.
-        """
+        """Remove positions >= ``position`` of session ``sid``. Returns llama.cpp's answer (``llama_memory_seq_rm``):
+        False when a partial removal is impossible (recurrent/hybrid caches); the caller re-reads ``kv_length``."""
         removed = bool(llama_cpp.llama_memory_seq_rm(self.mem, sid, position, -1))
         if removed:
             self.sessions.trimmed(sid, position)
