@@ -345,7 +345,7 @@ def test_run_events_show_p_and_rank_and_view_prints_a_window_row_by_row(tmp_path
     rows = [line for line in v.stdout.splitlines() if line.strip().startswith("row ")]
     assert len(rows) == window["verification_rows"]
     assert all("margin" in line and "top:" in line for line in rows)
-    assert "schema v2" in v.stdout
+    assert f"schema v{SCHEMA_VERSION}" in v.stdout
     missing = cli("view", out, "--window", 999)
     assert missing.returncode != 0 and "no window 999" in missing.stderr
     rec = record_from_autosave(auto)  # the autosave carries the blocks too

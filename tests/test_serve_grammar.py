@@ -67,6 +67,13 @@ FORMS = [
     ("an empty grammar", {"grammar": ""}),
 ]
 """``/completion`` bodies (with a prompt, 4 greedy tokens) whose acceptance both servers must share."""
+CHAT_FORMS = [
+    ("response_format text", {"response_format": {"type": "text"}}),
+    ("response_format of an unknown type", {"response_format": {"type": "yaml"}}),
+    ("json_schema and grammar", {"json_schema": {"type": "object"}, "grammar": "root ::= \"a\""}),
+    ("logit_bias on chat", {"logit_bias": {"4": False}}),
+]
+"""``/v1/chat/completions`` bodies (a short question, 4 greedy tokens) whose acceptance both servers must share."""
 
 
 def _content(path: str, reply: dict) -> str:
@@ -86,6 +93,10 @@ def _session(url: str, ban: int) -> dict:
         for name, extra in FORMS:
             r = client.post("/completion", json={"prompt": COPY, "n_predict": 4, "temperature": 0, **extra})
             out["form: " + name] = (r.status_code, r.json())
+        for name, extra in CHAT_FORMS:
+            r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
+                                                          "max_tokens": 4, "temperature": 0, **extra})
+            out["chat form: " + name] = (r.status_code, r.json())
     return out
 
 
@@ -133,6 +144,10 @@ def test_constrained_requests_are_answered_as_llama_server_answers_them(runtime,
         (sa, a), (sb, b) = ours["form: " + name], theirs["form: " + name]
         if sa != sb or (sa == 200 and a["content"] != b["content"]):
             wrong.append(f"form {name}: ours {sa} {str(a)[:160]}, llama-server's {sb} {str(b)[:160]}")
+    for name, _extra in CHAT_FORMS:
+        (sa, a), (sb, b) = ours["chat form: " + name], theirs["chat form: " + name]
+        if sa != sb or (sa == 200 and _content("/v1/chat/completions", a) != _content("/v1/chat/completions", b)):
+            wrong.append(f"chat form {name}: ours {sa} {str(a)[:160]}, llama-server's {sb} {str(b)[:160]}")
     assert not wrong, "\n".join(wrong)
 
     # what the constraints guarantee, on the answers both gave

@@ -97,7 +97,7 @@ class GrammarState:
 
     def accept(self, sampler, token: int) -> None:
         """``sampler`` accepts ``token``; ``EngineError`` (never an abort) when its grammar forbids it."""
-        if not self.allows(sampler, token):
+        if token < 0 or not self.allows(sampler, token):  # -1: a position the session's record does not know
             raise EngineError(f"the grammar does not allow token {token} here")
         llama_cpp.llama_sampler_accept(sampler, token)
 
