@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 
 from inspector.engine.constraints import Constraints
-from inspector.serve.errors import ApiError
+from inspector.serve.errors import SERVER, ApiError
 from inspector.serve.json_grammar import SchemaUnsupported, schema_grammar
 
 CONSTRAINT_FIELDS = {"grammar", "json_schema", "logit_bias"}
@@ -86,15 +86,16 @@ def _schema(schema, wrap_chat: bool) -> str:
 
 
 def parse_constraints(body: dict, endpoint: str) -> RequestConstraints | None:
-    """The request's constraints (None when it asks for none). Raises ``ApiError`` (400) as llama-server does
-    for chat's two grammars or an unknown ``response_format`` type, and for a schema this server does not convert."""
+    """The request's constraints (None when it asks for none). Raises ``ApiError`` as llama-server does: 500 for
+    chat's two grammars (a ``std::runtime_error`` there), 400 for an unknown ``response_format`` type; 400 for a
+    schema this server does not convert."""
     bias = _logit_bias(body.get("logit_bias"))
     grammar = None
     if endpoint == "chat":
         schema = body.get("json_schema")
         text = body.get("grammar") if isinstance(body.get("grammar"), str) else ""
         if schema is not None and text:
-            raise ApiError("Cannot use both json_schema and grammar")
+            raise ApiError("Cannot use both json_schema and grammar", SERVER)  # a runtime_error there: 500
         rf = body.get("response_format")
         if isinstance(rf, dict):
             kind = rf.get("type") if isinstance(rf.get("type"), str) else ""
