@@ -209,3 +209,27 @@ def test_schema_keywords_the_converter_does_not_write_are_refused():
                    {"type": ["string", "null"]}):
         with pytest.raises(SchemaUnsupported):
             schema_grammar(schema)
+
+
+def test_request_constraints_are_read_as_llama_server_reads_them():
+    from inspector.serve.constraint_params import parse_constraints
+    from inspector.serve.errors import ApiError
+
+    r = parse_constraints({"logit_bias": [[5, False], ["ab", 1], [1], [2, "x"], [3, True]]}, "completion")
+    assert r.bias == ((5, -math.inf), ("ab", 1.0)) and r.grammar is None
+    r = parse_constraints({"logit_bias": {"12": -1, " 7": 2, "12x": 3, "": 4, "t": False}}, "completions")
+    assert r.bias == ((12, -1.0), (7, 2.0), ("12x", 3.0), (0, 4.0), ("t", -math.inf))
+    assert parse_constraints({"logit_bias": 5}, "completion") is None
+    assert parse_constraints({"grammar": ""}, "completion") is None
+    both = parse_constraints({"json_schema": {"type": "integer"}, "grammar": 'root ::= "a"'}, "completion")
+    assert both.grammar == 'root ::= "a"'  # /completion: the grammar wins when both are sent
+    assert "integer" in parse_constraints({"json_schema": {"type": "integer"}}, "completion").grammar
+    chat = parse_constraints({"response_format": {"type": "json_object"}}, "chat").grammar
+    assert chat.splitlines()[-1].startswith("root ::= space space")
+    assert parse_constraints({"response_format": {"type": "text"}}, "chat") is None
+    with pytest.raises(ApiError) as e:
+        parse_constraints({"json_schema": {}, "grammar": "x"}, "chat")
+    assert e.value.status == 500
+    with pytest.raises(ApiError) as e:
+        parse_constraints({"response_format": {"type": "yaml"}}, "chat")
+    assert e.value.status == 400
