@@ -92,6 +92,10 @@ def test_a_proposed_token_the_grammar_forbids_is_never_accepted_and_the_receipt_
     doc = build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False)
     validate_document(doc)
     assert [w.get("grammar_rejected_row") for w in doc["windows"][:2]] == [1, 0]
+    from inspector.gui.windows.table import entry_values  # the windows table says so (no Qt widget needed)
+    from inspector.session.entries import WindowEntry
+
+    assert entry_values(WindowEntry(1, first, None))[1] == f"{first.disposition} (grammar)"
 
 
 def test_a_mismatch_the_grammar_allows_is_not_called_a_grammar_rejection(make_generation, chat_tokens, runtime):
