@@ -16,7 +16,7 @@ import pytest
 from inspector.engine.probabilities import DEFAULT_NEAR_TIE_MARGIN, SAMPLER, SOFTMAX, summarise_rows
 from inspector.engine.records import COMMIT, PREFILL, STEP
 from inspector.engine.settings import SamplingSettings
-from inspector.receipts.document import load_document, validate_document, version_note
+from inspector.receipts.document import SCHEMA_VERSION, load_document, validate_document, version_note
 from inspector.session.document import build_document
 from inspector.session.session_record import SessionRecord
 from inspector.session.record_from_file import record_from_autosave, record_from_document
@@ -295,7 +295,7 @@ def test_a_runs_document_carries_the_blocks_and_reads_back_the_same(alternating_
     from inspector.receipts.document import write_document
 
     doc = build_document(alternating_run, runtime, prompt_text=PROMPT, templated_text=None, raw=False)
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == SCHEMA_VERSION
     path = write_document(doc, tmp_path / "r.json")
     rec = record_from_document(load_document(path))
     assert [r.probabilities for r in rec.receipts] == [r.probabilities for r in alternating_run.receipts]
@@ -345,7 +345,7 @@ def test_run_events_show_p_and_rank_and_view_prints_a_window_row_by_row(tmp_path
     rows = [line for line in v.stdout.splitlines() if line.strip().startswith("row ")]
     assert len(rows) == window["verification_rows"]
     assert all("margin" in line and "top:" in line for line in rows)
-    assert "schema v2" in v.stdout
+    assert f"schema v{SCHEMA_VERSION}" in v.stdout
     missing = cli("view", out, "--window", 999)
     assert missing.returncode != 0 and "no window 999" in missing.stderr
     rec = record_from_autosave(auto)  # the autosave carries the blocks too

@@ -117,7 +117,7 @@ def test_fields_that_only_name_their_off_value_are_taken_and_others_refused_by_n
                        "logit_bias": {}, "user": "me"}, "completion", D)
     assert p.prompt == "x"
     assert "mirostat" in _refused({"prompt": "x", "mirostat": 2})
-    assert "grammar" in _refused({"prompt": "x", "grammar": "root ::= \"a\""})
+    assert parse_request({"prompt": "x", "grammar": "root ::= \"a\""}, "completion", D).constraints.grammar
     assert "frobnicate" in _refused({"prompt": "x", "frobnicate": True})
     assert "tools" in _refused({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
                                "chat")

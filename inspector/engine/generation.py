@@ -26,6 +26,7 @@ import numpy as np
 from inspector.engine import faults as F
 from inspector.engine.classify import FROM_PREFILL, token_outcome
 from inspector.engine.deferred_figures import figure_batch
+from inspector.engine.constraints import Constraints
 from inspector.engine.errors import DecodeAborted, InjectedCallbackError, PromptTooLong, RequestCancelled
 from inspector.engine.faults import FaultPlan
 from inspector.engine.finish import FINISH_CONTEXT_FULL, FINISH_LENGTH, finish_after_commit
@@ -69,6 +70,7 @@ class Generation:
         faults: FaultPlan | None = None,
         observer: GenerationObserver | None = None,
         kv_reuse: int = 0,
+        constraints: Constraints | None = None,
     ) -> None:
         if not prompt_tokens:
             raise ValueError("the prompt is empty: expected at least 1 token, observed 0")
@@ -76,6 +78,8 @@ class Generation:
         self.runtime = scheduler.runtime
         self.source = source
         self.settings = settings
+        self.constraints = None if constraints is None or constraints.empty else constraints
+        """Grammar and logit bias (``inspector.engine.constraints``), or None."""
         self.request_id = request_id
         self.session_id = session_id
         self.faults = faults if faults is not None else FaultPlan()
@@ -208,13 +212,16 @@ class Generation:
         self._ctx = WindowContext(
             self.scheduler, self.session_id, self.request_id, self.cancel_event, self.faults,
             self._emit, self._before_commit, self.settings.sampling,
-            self.settings.verification, self._rng, self.settings.probabilities, self.settings.top_probabilities,
+            self.settings.verification, self._rng, self.settings.probabilities,
+            self.constraints is not None and self.constraints.grammar is not None,
+            self.settings.top_probabilities,
         )
         sid = self.session_id
         prefix = list(self.tokens) if first else self.tokens[:-1]
         kept, self.kv_reuse = (self.kv_reuse if first else 0), 0  # a later prefill starts from position 0
         prefill = prefill_call(sid, prefix, first, self.settings.sampling, first and self.settings.probabilities, kept,
-                               progress=getattr(self.observer, "on_prefill", None), top=self.settings.top_probabilities)
+                               progress=getattr(self.observer, "on_prefill", None),
+                               constraints=(self.constraints, self.prompt_token_count), top=self.settings.top_probabilities)
         t = perf_counter_ns()
         kv, token, probs = self.scheduler.execute("prefill", sid, prefill).value
         if first:
@@ -389,7 +396,8 @@ class Generation:
         deadline, sampling = perf_counter() + self.settings.proposal_deadline_ms / 1000.0, self.settings.sampling
         request = ProposalRequest(self.tokens, self.prompt_token_count, self.decode_step, cap, deadline)
         answer = query_source(self.source, request, self.faults, self.window_count + 1, self.tokens[-1], self.runtime.n_vocab,
-                              getattr(self.runtime, "tree_branches", 1), sampling is not None and sampling.penalized)
+                              getattr(self.runtime, "tree_branches", 1),
+                              (sampling is not None and sampling.penalized) or self.constraints is not None)
         if answer.error is not None:
             self._emit(ERROR, detail=answer.error)
         if answer.invalid is not None:

@@ -89,6 +89,9 @@ class WindowReceipt:
     None when they were turned off or the file predates them (schema version 1)."""
     tree: TreeReceipt | None = None
     """A tree window's whole tree (the fields above describe the branch it kept); None for a chain."""
+    grammar_rejected_row: int | None = None
+    """Under a grammar: the index in ``proposal_token_ids`` of the proposal token the grammar forbade, where
+    verification stopped (a draft token the grammar forbids is never accepted; schema 3), else None."""
 
     @property
     def decoded_rows(self) -> int:
@@ -105,6 +108,8 @@ class WindowReceipt:
             d[k] = list(d[k])
         del d["probabilities"]
         del d["tree"]
+        if d["grammar_rejected_row"] is None:
+            del d["grammar_rejected_row"]
         if probs is not None:
             d["probabilities"] = probs.to_json()
         if tree is not None:

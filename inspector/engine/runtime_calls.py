@@ -19,7 +19,7 @@ from inspector.engine.settings import SamplingSettings
 
 def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: SamplingSettings,
                  want_probabilities: bool, kept: int = 0,
-                 progress: Callable[[int, int], None] | None = None, top: int = TOP) -> Callable:
+                 progress: Callable[[int, int], None] | None = None, constraints=None, top: int = TOP) -> Callable:
     """The prefill of session ``sid`` with ``prefix`` (tokens), from position ``kept``.
 
     ``kept``: positions ``0 .. kept - 1`` of the session already hold ``prefix[:kept]`` (a slot's
@@ -29,13 +29,17 @@ def prefill_call(sid: int, prefix: Sequence[int], first: bool, sampling: Samplin
     token (with its row's probabilities when ``want_probabilities``). ``progress(done, total)``: told
     the positions filled (tokens) after each chunk of the runtime's ``n_batch`` rows but the last, and
     at the end; the chunks are the ones the runtime's own ``prefill`` decodes, so the batches (and the
-    first token) are the same with or without it. ``top``: the tokens the figures keep per row. The callable returns
+    first token) are the same with or without it. ``constraints``: ``(Constraints or None, position of the
+    first generated token)``: given to the session first (``LlamaRuntime.constrain``), knowing its kept
+    positions; None leaves the session as it is. ``top``: the tokens the figures keep per row. The callable returns
     ``(kv_length, token or None, probabilities or None)``."""
     prefix = list(prefix)
     if first and not 0 <= kept < len(prefix):
         raise ValueError(f"kept prompt positions must be 0 <= kept < {len(prefix)}, observed {kept}")
 
     def prefill(rt):
+        if constraints is not None and (constraints[0] is not None or hasattr(rt, "constrain")):
+            rt.constrain(sid, constraints[0], constraints[1], prefix[:kept])  # None: drops an earlier one
         rt.trim(sid, kept)
         rest, head = prefix[kept:], 0
         if progress is not None and rest:

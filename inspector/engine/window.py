@@ -64,6 +64,8 @@ class WindowTrace:
     committed: list[int] = field(default_factory=list)
     session_retired: bool = False
     repaired: bool = False
+    grammar_rejected_row: int | None = None
+    """The proposal index (0-based) the grammar forbade where verification stopped, or None."""
 
     @property
     def branch(self) -> tuple[int, ...] | None:
@@ -104,6 +106,9 @@ class WindowContext:
     """Random numbers of the ``rejection`` rule (seeded from the sampling seed)."""
     probabilities: bool = True
     """Summarise each verification row's probabilities (``inspector.engine.probabilities``)."""
+    grammar: bool = False
+    """The session samples under a grammar (``inspector.engine.constraints``): rows are sampled one by one
+    (no ``rejection`` rule) and the runtime says which proposal token the grammar forbade."""
     top_probabilities: int = 5
     """How many most likely tokens each row's figures keep."""
 
@@ -111,7 +116,8 @@ class WindowContext:
         """The verification rule this proposal gets (``inspector.engine.sampling``)."""
         if self.sampling is None or self.sampling.greedy:
             return GREEDY
-        if self.verification == REJECTION and proposal.draft_probabilities is not None and not proposal.is_tree:
+        if (self.verification == REJECTION and proposal.draft_probabilities is not None and not proposal.is_tree
+                and not self.grammar):
             return REJECTION
         return SAMPLE_MATCH
 
@@ -199,6 +205,8 @@ def execute_window(
             predictions = rt.decode_rows(sid, rows, base_position, cancel)
             if ctx.probabilities:  # from the same batch's logits, still under the lock
                 probs = rt.row_probabilities(n_rows, tokens, predictions, ctx.sampling, top=ctx.top_probabilities)
+            if ctx.grammar:
+                trace.grammar_rejected_row = rt.grammar_rejection(sid)
         return predictions, rt.kv_length(sid), probs, None
 
     try:
@@ -308,6 +316,7 @@ def execute_window(
         verification_rule=rule,
         probabilities=probabilities,
         tree=tree,
+        grammar_rejected_row=trace.grammar_rejected_row,
     )
 
 

@@ -24,6 +24,7 @@ from inspector.llama.model_file import ModelInfo, check_gguf
 from inspector.llama.context_settings import ContextRefused, ContextSettings, settled
 from inspector.llama.server_parity import describe_runtime
 from inspector.llama.sessions import SessionTable
+from inspector.llama.grammar import constrain_session
 from inspector.llama.tree_batch import BranchSequences, fill_tree_batch
 
 logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
@@ -205,11 +206,8 @@ class LlamaRuntime:
             pass
 
     def request_abort(self, sid: int) -> None:
-        """Abort the decode in flight if it belongs to session ``sid`` (any thread).
-
-        The caller sets its cancellation event first; ``decode_rows`` checks
-        that event when it starts, so a request is never lost.
-        """
+        """Abort the decode in flight if it belongs to session ``sid`` (any thread). The caller sets its
+        cancellation event first; ``decode_rows`` checks that event when it starts, so none is lost."""
         self.abort.request(sid)
 
     def set_threads(self, n_threads: int) -> None:
@@ -236,6 +234,15 @@ class LlamaRuntime:
         """Remove the whole sequence from the KV cache and free its sampler."""
         llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
         self.sessions.drop(sid)
+
+    def constrain(self, sid: int, constraints, start: int, known: Sequence[int] = ()) -> None:
+        """Give session ``sid`` a grammar and logit bias (``Constraints``; ``inspector.llama.grammar.constrain_session``)."""
+        constrain_session(self, sid, constraints, start, known)
+
+    def grammar_rejection(self, sid: int) -> int | None:
+        """The proposal index the grammar forbade at session ``sid``'s last verification stop, or None."""
+        c = self.sessions.constraints.get(sid)
+        return None if c is None else c.last_rejection
 
     def session_open(self, sid: int) -> bool:
         return self.sessions.is_open(sid)
@@ -290,15 +297,17 @@ class LlamaRuntime:
     def decode_rows(
         self, sid: int, tokens: Sequence[int], position: int, abort: threading.Event | None = None
     ) -> list[int]:
-        """Decode ``tokens`` at positions ``position..`` in ONE batch with logits on every row, and return
-        the session sampler's prediction for each row.
-
-        Used for verification (N rows) and plain steps (1 row). ``abort``: when set during the decode,
-        llama.cpp stops it (``DecodeAborted``). Raises ``EngineError`` if the batch exceeds ``n_batch`` or
-        the context, ``DecodeFailed`` on a non-zero ``llama_decode`` status."""
+        """Decode ``tokens`` at positions ``position..`` in ONE batch with logits on every row, and return the
+        session sampler's prediction for each row (verification: N rows; a plain step: 1; under a grammar as
+        ``inspector.llama.grammar`` says). ``abort``: when set during the decode, llama.cpp stops it
+        (``DecodeAborted``). Raises ``EngineError`` if the batch exceeds ``n_batch`` or the context,
+        ``DecodeFailed`` on a non-zero ``llama_decode`` status."""
         n = len(tokens)
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
+        c = self.sessions.constraints.get(sid)  # grammar, logit bias: inspector.llama.grammar
+        if c is not None:
+            return c.rows(self, sid, tokens, position, n) or self._predictions(sid, n)
         if self.sessions.has_penalties(sid):
             self._penalize(sid, n, position)
         return self._predictions(sid, n)
@@ -324,7 +333,10 @@ class LlamaRuntime:
         n = len(tokens)
         self._fill(sid, tokens, position, True)
         self._decode(n, position, abort, sid)
-        if self.sessions.has_penalties(sid):
+        c = self.sessions.constraints.get(sid)
+        if c is not None:
+            c.logits_only(self, sid, n, position)  # bias, then penalties; EngineError under a grammar
+        elif self.sessions.has_penalties(sid):
             self._penalize(sid, n, position)
         return self.last_logits(n).copy()
 
@@ -344,9 +356,9 @@ class LlamaRuntime:
         if len(parents) != n - 1:
             raise EngineError(f"a tree of {n} rows needs {n - 1} parents, observed {len(parents)}")
         depth, on = depths(parents), row_branches(parents)
-        if self.sessions.has_penalties(sid):
-            raise EngineError("tree windows take no penalties (repeat, frequency, presence): "
-                              "use a chain, or no penalties")
+        if self.sessions.has_penalties(sid) or sid in self.sessions.constraints:
+            raise EngineError("tree windows take no penalties (repeat, frequency, presence), grammar or logit "
+                              "bias: use a chain, or none of them")
         self._check_batch(sid, n, position, position + max(depth) + 1)
         fill_tree_batch(self._batch, tokens, position, depth, on, self.branch_seqs.lend(sid, len(on[0])))
         try:
@@ -411,19 +423,18 @@ class LlamaRuntime:
         if not tokens:
             raise EngineError("nothing to prefill: expected at least 1 token, observed 0")
         self.prefill(sid, tokens, position)
-        if self.sessions.has_penalties(sid):
+        c = self.sessions.constraints.get(sid)
+        if c is not None and (picked := c.rows(self, sid, None, position + len(tokens) - 1, 1)) is not None:
+            return picked[0]
+        if c is None and self.sessions.has_penalties(sid):
             self._penalize(sid, 1, position + len(tokens) - 1)
         if self.sessions.is_greedy(sid):
             return int(self.last_logits(1)[0].argmax())
         return int(llama_cpp.llama_sampler_sample(self.sessions.chain(sid), self.ctx, -1))
 
     def trim(self, sid: int, position: int) -> bool:
-        """Remove positions >= ``position`` of session ``sid``.
-
-        Returns llama.cpp's answer (``llama_memory_seq_rm``): False when a
-        partial removal is impossible (recurrent/hybrid caches). The caller
-        re-reads ``kv_length`` to confirm.
-        """
+        """Remove positions >= ``position`` of session ``sid``. Returns llama.cpp's answer (``llama_memory_seq_rm``):
+        False when a partial removal is impossible (recurrent/hybrid caches); the caller re-reads ``kv_length``."""
         removed = bool(llama_cpp.llama_memory_seq_rm(self.mem, sid, position, -1))
         if removed:
             self.sessions.trimmed(sid, position)

@@ -19,6 +19,7 @@ import numpy as np
 from inspector.engine.errors import EngineError
 from inspector.engine.penalties import penalize_rows
 from inspector.engine.settings import SamplingSettings
+from inspector.llama.grammar import SessionConstraint
 
 
 def make_chain(s: SamplingSettings):
@@ -50,6 +51,8 @@ class SessionTable:
         self._greedy: set[int] = set()
         self._penalized: dict[int, SamplingSettings] = {}
         self._sequences: dict[int, list[int]] = {}
+        self.constraints: dict[int, SessionConstraint] = {}
+        """Sessions with a grammar or a logit bias (``inspector.llama.grammar``)."""
 
     def free_id(self) -> int | None:
         """The lowest session id not in use, or None when all ``n_seq_max`` are."""
@@ -98,6 +101,9 @@ class SessionTable:
         """Forget ``sid`` and free its chain (nothing for an id not open)."""
         chain = self._chains.pop(sid, None)
         self._greedy.discard(sid)
+        constraint = self.constraints.pop(sid, None)
+        if constraint is not None:
+            constraint.close()
         self._penalized.pop(sid, None)
         self._sequences.pop(sid, None)
         if chain is not None:
@@ -128,6 +134,23 @@ class SessionTable:
             del sequence[position:]
             sequence.extend([-1] * (position - len(sequence)))  # a gap stays unknown (-1), never penalized
             sequence.extend(tokens)
+
+    def constrain(self, sid: int, constraint: "SessionConstraint | None", known: Sequence[int] = ()) -> None:
+        """Give the open session ``sid`` ``constraint`` (None: none); ``known``: the tokens its KV cache holds at
+        positions 0.. now (its token record starts from them). Frees a previous constraint."""
+        old = self.constraints.pop(sid, None)
+        if old is not None:
+            old.close()
+        if constraint is not None:
+            self.constraints[sid] = constraint
+            if sid not in self._sequences:
+                self._sequences[sid] = list(known)
+        elif sid not in self._penalized:
+            self._sequences.pop(sid, None)
+
+    def sequence(self, sid: int) -> list[int]:
+        """``sid``'s tokens by position (a session with penalties or constraints; -1 for an unknown one)."""
+        return self._sequences[sid]
 
     def trimmed(self, sid: int, position: int) -> None:
         """Record that positions >= ``position`` of ``sid`` were removed."""

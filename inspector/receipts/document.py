@@ -23,10 +23,11 @@ from inspector.llama.model_file import file_sha256
 from inspector.receipts.consistency import InconsistentDocument, check_consistency, non_finite_message, non_finite_path
 
 SCHEMA_ID = "spec-inspector/receipts"
-SCHEMA_VERSION = 2
-"""Version written. 2 adds per-row probabilities (``inspector.engine.probabilities``); version-1 files
-still validate and open (``READABLE_VERSIONS``)."""
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+"""Version written. 2 adds per-row probabilities (``inspector.engine.probabilities``); 3 adds a window's
+optional ``grammar_rejected_row`` (``inspector.engine.constraints``); version-1 and -2 files still validate
+and open (``READABLE_VERSIONS``)."""
+READABLE_VERSIONS = (1, 2, 3)
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
 DEFINITIONS = {
@@ -124,7 +125,7 @@ def version_note(doc: dict) -> str:
     v = doc.get("schema_version")
     if v == 1:
         return "receipts schema v1 (no per-row probabilities)"
-    if v == SCHEMA_VERSION and not doc.get("settings", {}).get("probabilities", True):
+    if v in (2, 3) and not doc.get("settings", {}).get("probabilities", True):
         return f"receipts schema v{v} (probabilities were turned off for this run)"
     return f"receipts schema v{v}"
 

@@ -42,6 +42,7 @@ from inspector.receipts.document import json_problem
 from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LARGE, UNAVAILABLE, ApiError
 from inspector.serve.http_policy import CorsPolicy, HttpPolicy
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
+from inspector.serve.constraint_params import resolve_constraints
 from inspector.serve.params import ServeDefaults, parse_request, unicode_problem
 from inspector.serve import anthropic_api, responses_api
 from inspector.serve.replies import FINGERPRINT, Renderer, Replies, generation_settings, piece_json, slots_json
@@ -141,6 +142,7 @@ def _prompt_of(state: ServeState, p) -> tuple[str, list[int]]:
     """The request's prompt text (a chat's templated) and tokens (runs under the runtime's lock)."""
 
     def work(rt):
+        p.constraints = resolve_constraints(rt, p.constraints)  # logit_bias texts, the grammar checked
         if p.endpoint == "chat":
             check_tools_servable(rt, p)
             text = rt.chat_messages_prompt([dict(m) for m in p.messages], list(p.tools), p.template_kwargs)

@@ -5,7 +5,7 @@ The fields, their aliases and limits follow ``tools/server/server-schema.cpp``
 INT32_MAX; ``n_probs`` alias ``logprobs``; ``cache_prompt``, ``return_tokens``, the samplers and
 penalties) and ``server-common.cpp`` (``oaicompat_chat_params_parse``: ``messages``, ``logprobs`` +
 ``top_logprobs``, ``n`` = 1, ``stream_options.include_usage``). What the inspector cannot do (a
-grammar, mirostat, tools, several completions) is refused with a message naming the field; a field
+mirostat, tools, several completions) is refused with a message naming the field; a field
 that only names its "off" value (``mirostat: 0``, ``typical_p: 1``, ``n: 1``) is taken, since clients
 send them. Request defaults are the server's (``ServeDefaults``: ``spec-inspector serve``'s flags,
 which default to llama-server's).
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from inspector.engine.llama_settings import RANDOM_SEED, SAMPLING
 from inspector.engine.settings import MAX_TOP_PROBABILITIES, SamplingSettings, interpret_setting
+from inspector.serve.constraint_params import CONSTRAINT_FIELDS, parse_constraints
 from inspector.serve.errors import ApiError
 
 MAX_TOP_PROBS = MAX_TOP_PROBABILITIES
@@ -34,9 +35,9 @@ NEUTRAL = {
     "typical_p": (1.0,), "mirostat": (0,), "dry_multiplier": (0.0,), "xtc_probability": (0.0,),
     "dynatemp_range": (0.0,), "n_keep": (0, -1), "n_discard": (0,), "n_indent": (0,), "ignore_eos": (False,),
     "return_progress": (False,), "min_keep": (0,),
-    "grammar": ("",), "json_schema": ({},), "n": (1,), "n_cmpl": (1,), "best_of": (1,), "echo": (False,),
+    "n": (1,), "n_cmpl": (1,), "best_of": (1,), "echo": (False,),
     "backend_sampling": (False,), "id_slot": (-1, 0), "n_cache_reuse": (0,), "lora": ([],), "verbose": (False,),
-    "logit_bias": ({}, []), "t_max_predict_ms": (-1, 0), "grammar_lazy": (False,),
+    "t_max_predict_ms": (-1, 0), "grammar_lazy": (False,),
 }
 """Fields taken only with the value that leaves their feature out (what llama-server does then is what
 we do); any other value is refused."""
@@ -56,10 +57,11 @@ REQUEST_LIMITS = {"top_p": (0.0, 1.0), "min_p": (0.0, 1.0), "repeat_last_n": (-1
 """The bounds a request's sampling field is read with (``-1``: llama-server's "whole context" / random
 seed, refused or drawn below); every value is then checked by the setting's rule (``interpret_setting``)."""
 ENDPOINT_FIELDS = {
-    "completion": COMMON | {"prompt", "logprobs"},
-    "completions": COMMON | {"prompt", "logprobs"},
-    "chat": COMMON | {"messages", "logprobs", "top_logprobs", "response_format", "tools", "tool_choice",
-                      "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort"},
+    "completion": COMMON | CONSTRAINT_FIELDS | {"prompt", "logprobs"},
+    "completions": COMMON | CONSTRAINT_FIELDS | {"prompt", "logprobs"},
+    "chat": COMMON | CONSTRAINT_FIELDS | {"messages", "logprobs", "top_logprobs", "response_format", "tools",
+                                          "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
+                                          "reasoning_effort"},
 }
 """What each endpoint takes besides ``NEUTRAL``, ``NEUTRAL_BELOW_ZERO`` and ``IGNORED``."""
 
@@ -102,17 +104,20 @@ class CompletionParams:
     notes: tuple[str, ...] = ()
     model: str | None = None
     timings_per_token: bool = False
+    """Every stream event carries the ``timings`` so far."""
     post_sampling_probs: bool = False
+    """Probabilities after the sampler chain (``prob``, ``top_probs``) instead of the raw softmax's logs."""
     tools: tuple = ()
     """Chat: the request's tool definitions (given to the chat template)."""
     tool_choice: str = "auto"
     """Chat: ``none``, ``auto``, ``required``, or ``function`` (one named function)."""
     template_kwargs: dict = field(default_factory=dict)
     """Chat: ``chat_template_kwargs``, more variables for the template."""
-    """Probabilities after the sampler chain (``prob``, ``top_probs``) instead of the raw softmax's logs."""
-    """Every stream event carries the ``timings`` so far."""
     response_fields: tuple[str, ...] = ()
     """Only these fields (``/``-joined paths) of a ``/completion`` reply (``replies.nested_values``)."""
+    constraints: object = None
+    """``logit_bias``, grammar (``inspector.serve.constraint_params``): a ``RequestConstraints`` as read, a
+    ``Constraints`` once resolved against the model (``app._prepare``), or None."""
 
 
 def _type_name(v) -> str:
@@ -396,9 +401,6 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
             p.template_kwargs.pop("reasoning_effort", None)
         choice = body.get("tool_choice")
         p.tool_choice = choice if isinstance(choice, str) else "auto" if choice is None else "function"
-        rf = body.get("response_format")
-        if rf is not None and rf != {"type": "text"}:
-            raise ApiError("'response_format' other than {\"type\": \"text\"} is not supported by spec-inspector serve")
     else:
         if "prompt" not in body:
             raise ApiError("[json.exception.out_of_range.403] key 'prompt' not found")
@@ -438,6 +440,7 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
     elif endpoint == "completions" and body.get("logprobs") is not None:
         p.n_probs = max(0, _number(body, "logprobs", int, None, MAX_TOP_PROBS))
         p.logprobs = p.n_probs > 0
+    p.constraints = parse_constraints(body, endpoint)
     p.stop = _stop(body.get("stop"))
     p.sampling, notes = _sampling(body, defaults)
     p.notes = tuple(notes)

@@ -18,6 +18,7 @@ import time
 
 from inspector.engine.text import utf8_complete_length
 from inspector.serve.errors import ApiError
+from inspector.serve.json_grammar import chat_content
 from inspector.serve.params import SAMPLER_ORDER, CompletionParams
 from inspector.serve.job import JobResult, TokenOut
 
@@ -160,7 +161,8 @@ class Replies:
         """The non-streamed ``chat.completion`` or ``text_completion``."""
         if self.p.endpoint == "chat":
             choice = {"finish_reason": r.finish_reason, "index": self.p.index,
-                      "message": {"role": "assistant", "content": r.content}}
+                      "message": {"role": "assistant", "content": chat_content(r.content, getattr(
+                          self.p.constraints, "grammar", None), r.finish_reason != "length")}}
             obj = "chat.completion"
         else:
             choice = {"text": r.content, "index": self.p.index, "finish_reason": r.finish_reason}

@@ -311,6 +311,7 @@ class ServeSlot:
         row.reused = job.cache_n = reuse
         row.warm = run.source_warm
         gen = run.open(session_id=sid)
+        gen.constraints = p.constraints  # grammar, logit bias (resolved by app._prepare); read by gen.start
         job.generation = gen
         self._changed(row)
         sent = 0

@@ -35,6 +35,9 @@ def token_tooltip(s: SessionRecord, index: int, near_tie_margin: float) -> str:
         proposed = "— (bonus row: no proposal token)" if t.proposed is None else \
             f"{quoted(s.text_of(t.proposed))} ({t.proposed})"
         lines.append(f"proposed: {proposed}")
+        receipt = s.receipt(t.window)
+        if receipt is not None and receipt.grammar_rejected_row == t.row and t.proposed is not None:
+            lines.append("the grammar forbids the proposed token: a draft token it forbids is never accepted")
     lines.append(f"predicted (committed): {quoted(t.text)} ({t.token})")
     if t.shown != t.text:
         lines.append(stream_line(s, index))

@@ -419,6 +419,9 @@ class WindowDetail(QWidget):
                 ("proposal", f"{r.proposal_token_count} tokens · accepted {r.accepted_proposal_tokens} · "
                              f"committed {committed}"),
                 ("correction / bonus", e(_tok(s, nxt)) if nxt is not None else "none (stopped)"),
+                *([("grammar", f"forbids proposal token {r.grammar_rejected_row + 1} "
+                               f"({e(_tok(s, r.proposal_token_ids[r.grammar_rejected_row]))}): never accepted")]
+                  if r.grammar_rejected_row is not None else []),
                 *([("tree", e(tree_summary(r.tree, r.accepted_proposal_tokens)) + " (drawn in the Tree tab)"),
                    ("branches", tree_branches_html(r.tree, r.accepted_proposal_tokens, s.text_of))]
                   if r.tree is not None else []),

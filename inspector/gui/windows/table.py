@@ -59,7 +59,8 @@ def entry_values(e: WindowEntry) -> tuple:
     if e.receipt is not None:
         r = e.receipt
         proposed = r.proposal_token_count if r.tree is None else f"{len(r.tree.node_token_ids)} tree"
-        return (r.window_index, r.disposition, proposed, r.accepted_proposal_tokens,
+        disposition = r.disposition if r.grammar_rejected_row is None else f"{r.disposition} (grammar)"
+        return (r.window_index, disposition, proposed, r.accepted_proposal_tokens,
                 r.canonical_prediction_count, r.base_position, r.canonical_position, r.trimmed_rows,
                 f"{r.verification_elapsed_us / 1000:.1f}")
     d, p = e.discard, e.discard.partial
@@ -168,6 +169,9 @@ class WindowTableModel(QAbstractTableModel):
             rc = e.receipt
             tip = (f"window {rc.window_index} · decision {decision_id_text(rc.decision_id)} ({rc.source}) · "
                    f"decode step {rc.decode_step}")
+            if rc.grammar_rejected_row is not None:
+                tip += (f"\nthe grammar forbids proposal token {rc.grammar_rejected_row + 1}: a draft token the "
+                        "grammar forbids is never accepted")
             if self._slow(e):
                 tip += (f"\nslow verification: {rc.verification_elapsed_us / 1000:,.1f} ms, more than "
                         f"{SLOW_VERIFICATION_FACTOR:g}x the run's median. {SLOW_VERIFICATION_HINT}")
