@@ -135,7 +135,7 @@ def resolve_constraints(rt, request: RequestConstraints | None) -> Constraints |
         elif 0 <= token < rt.n_vocab:
             pairs.append((token, bias))
     if request.grammar is not None:
-        from inspector.llama.grammar import check_grammar
+        from inspector.llama.grammar import check_grammar  # loads llama.cpp: only when a grammar is checked
 
         ok = rt.apply(check_grammar, request.grammar) if hasattr(rt, "apply") else check_grammar(rt, request.grammar)
         if not ok:
