@@ -191,6 +191,9 @@ CASES = {
     "messages tool round trip count_tokens": lambda u: _post(u, "/v1/messages/count_tokens", TOOL_ROUND_TRIP),
     "messages anthropic SDK tools": _anthropic_sdk_tools,
     "responses tool round trip": lambda u: _post(u, "/v1/responses", RESPONSES_TOOL_ROUND_TRIP),
+    "responses codex fields": lambda u: _post(u, "/v1/responses", {
+        **RESPONSES, "include": [], "prompt_cache_key": "k", "text": {"format": {"type": "text"}},
+        "service_tier": "auto", "truncation": "disabled", "parallel_tool_calls": False, "store": False}),
     "responses tool round trip input_tokens": lambda u: _post(u, "/v1/responses/input_tokens",
                                                               RESPONSES_TOOL_ROUND_TRIP),
     "messages without messages": lambda u: _post(u, "/v1/messages", {"model": "m", "max_tokens": N}),
@@ -265,8 +268,8 @@ def test_every_served_generation_is_a_recorded_session_named_by_its_path(both):
     endpoints = [d["served"]["endpoint"] for d in docs]
     # 2 + 2 conversation + the SDK's 2 + 2 tool round trips + the SDK's 2 with tools
     assert endpoints.count("/v1/messages") == 10
-    # 2 + the items + the tool round trip + the SDK's 2; the items streamed on /responses
-    assert endpoints.count("/v1/responses") == 6 and endpoints.count("/responses") == 1
+    # 2 + the items + the tool round trip + the Codex fields + the SDK's 2; the items streamed on /responses
+    assert endpoints.count("/v1/responses") == 7 and endpoints.count("/responses") == 1
     assert all(d["served"]["ended_as"] in ("length", "eog", "stop") for d in docs)
 
 

@@ -37,7 +37,7 @@ def pair(scheduler, runtime, start_llama_server):
         server = InspectorServer(scheduler, str(runtime.model_path), ServeOptions(
             port=0, source="none", template=GenerationSettings(draft_max=0),
             defaults=ServeDefaults(SamplingSettings(temperature=0.8)), receipts=None, api_key=key,
-            metrics_endpoint=metrics))
+            metrics_endpoint=metrics, max_queue=2))
         server.start()
         assert server.wait_started(), "uvicorn did not start within 10 s"
         ours.append(server)
@@ -113,6 +113,21 @@ def test_requests_llama_server_takes_are_answered_alike(pair):
             probs = [c["prob"] for c in t["top_probs"]]
             assert 0 < len(probs) <= 8 and all(p > 0 for p in probs) and probs == sorted(probs, reverse=True)
             assert set(t) == {"id", "token", "bytes", "prob", "top_probs"}
+
+    # a chat JSON answer streamed: the deltas are the extracted value's (no spaces or fence around it)
+    chat_json = {"messages": [{"role": "user", "content": "Give a JSON object with a name."}], "max_tokens": 24,
+                 "response_format": {"type": "json_object"}, **GREEDY}
+    whole, _ = post("/v1/chat/completions", chat_json)
+    a, b = post("/v1/chat/completions", {**chat_json, "stream": True})
+    _same_status(a, b, "response_format streamed")
+    texts = ["".join(e["choices"][0]["delta"].get("content") or "" for e in _sse(r)
+                     if isinstance(e, dict) and e.get("choices")) for r in (a, b)]
+    assert texts[0] == texts[1] == whole.json()["choices"][0]["message"]["content"]
+
+    # several prompts beyond the queue's limit: one request counts once (llama-server answers them all)
+    a, b = post("/completion", {"prompt": ["a", "b", "c", "d", "e"], "n_predict": 2, **GREEDY})
+    _same_status(a, b, "more prompts than --max-queue")
+    assert len(a.json()) == len(b.json()) == 5
 
     # chat logprobs without top_logprobs: llama-server's 20
     a, b = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
@@ -200,6 +215,12 @@ def test_cors_the_key_and_metrics_are_as_llama_servers(pair):
         if a.status_code != 200:
             assert a.json() == b.json(), name
     assert _both(urls, "GET", "/health")[0].status_code == 200
+
+    # /props says which endpoints answer
+    a, b = _both(urls, "GET", "/props", headers=bearer)
+    _same_status(a, b, "/props")
+    assert {k: a.json()[k] for k in ("endpoint_slots", "endpoint_metrics")} == \
+        {k: b.json()[k] for k in ("endpoint_slots", "endpoint_metrics")}
 
     # /metrics without --metrics: 501 and llama-server's words
     a, b = _both(urls, "GET", "/metrics", headers=bearer)

@@ -1,17 +1,14 @@
 """The generation loop: prefill, then proposal windows or plain steps until a stop.
 
-One ``Generation`` is one request on one session (a KV-cache sequence). ``start``
-prefills the whole prompt and commits the first generated token from the prefill's
-last row, as llama.cpp's server does (SPEC "Prefill and the first token"; llama.cpp
-0c1e570 ``tools/server/server-context.cpp``, ``update_slots``: the prompt's last batch
-row is the only output and the slot samples it). Each decode step then asks the
-source for a proposal (SPEC step 1), validates it (step 2), and runs
-``execute_window`` (steps 3-8) or a plain one-token step. After an error the
-session is left at its canonical position (or retired), and ``resume()`` + ``run()``
-continue exactly where the canonical stream ends.
+One ``Generation`` is one request on one session (a KV-cache sequence). ``start`` prefills the whole prompt and
+commits the first generated token from the prefill's last row, as llama.cpp's server does (SPEC "Prefill and the first
+token"; llama.cpp 0c1e570 ``tools/server/server-context.cpp``, ``update_slots``: the prompt's last batch row is the
+only output and the slot samples it). Each decode step then asks the source for a proposal (SPEC step 1), validates it
+(step 2), and runs ``execute_window`` (steps 3-8) or a plain one-token step. After an error the session is left at its
+canonical position (or retired), and ``resume()`` + ``run()`` continue exactly where the canonical stream ends.
 
-Invariant between steps: the session's KV length is ``len(tokens) - 1``; the
-last committed token (the current token) is not yet in the KV cache.
+Invariant between steps: the session's KV length is ``len(tokens) - 1``; the last committed token (the current token)
+is not yet in the KV cache.
 """
 
 from __future__ import annotations
@@ -50,13 +47,10 @@ log = logging.getLogger(__name__)
 class Generation:
     """One request: prompt tokens in, committed tokens, receipts and events out.
 
-    ``scheduler``: owns the runtime (see ``inspector.engine.window`` for the
-    calls used). ``source``: a ``ProposalSource`` or None (plain decoding).
-    ``prompt_tokens``: >= 1 token ids, all prefilled by ``start``, whose last row predicts the first
-    generated token (the first current token).
-    ``session_id``: an open session of the runtime, or None to open one.
-    Raises ``PromptTooLong`` from ``start`` when the prompt does not fit.
-    """
+    ``scheduler``: owns the runtime (see ``inspector.engine.window`` for the calls used). ``source``: a
+    ``ProposalSource`` or None (plain decoding). ``prompt_tokens``: >= 1 token ids, all prefilled by ``start``, whose
+    last row predicts the first generated token (the first current token). ``session_id``: an open session of the
+    runtime, or None to open one. Raises ``PromptTooLong`` from ``start`` when the prompt does not fit."""
 
     def __init__(
         self,
@@ -180,17 +174,16 @@ class Generation:
         """Open the session if needed, prefill the whole prompt and commit the first generated
         token, the target's prediction from the prefill's last row (llama.cpp's schedule).
 
-        The first token is committed like any other (``before_commit``, the token callback, stop
-        strings, ``max_new_tokens``); its events are a ``prefill`` event carrying the token (and
-        its row's probabilities) and a commit whose outcome is ``prefill``. It takes no decode
-        step: ``decode_step`` stays 0 and its time counts as prefill time, as llama-server's
-        ``predicted_per_second`` counts it (every generated token over the time after the first).
+        The first token is committed like any other (``before_commit``, the token callback, stop strings,
+        ``max_new_tokens``); its events are a ``prefill`` event carrying the token (and its row's probabilities) and a
+        commit whose outcome is ``prefill``. It takes no decode step: ``decode_step`` stays 0 and its time counts as
+        prefill time, as in llama-server's ``timings`` (``predicted_per_second``: the tokens after the first over the
+        time after it).
 
-        Raises ``PromptTooLong`` before any decode when the prompt needs more than ``n_ctx - 1`` positions,
-        and ``SpeculationUnsupported`` when a proposal source is set but the runtime's KV cache cannot remove
-        a partial suffix exactly (its ``rollback`` probe; plain decoding, with no source, still runs). A
-        cancellation before the first token is committed raises ``RequestCancelled`` with nothing
-        committed; ``resume()`` then starts over."""
+        Raises ``PromptTooLong`` before any decode when the prompt needs more than ``n_ctx - 1`` positions, and
+        ``SpeculationUnsupported`` when a proposal source is set but the runtime's KV cache cannot remove a partial
+        suffix exactly (its ``rollback`` probe; plain decoding, with no source, still runs). A cancellation before the
+        first token is committed raises ``RequestCancelled`` with nothing committed; ``resume()`` then starts over."""
         n_ctx = self.runtime.n_ctx
         if self.prompt_token_count >= n_ctx:
             raise PromptTooLong(self.prompt_token_count, n_ctx)

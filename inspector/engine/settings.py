@@ -20,12 +20,12 @@ from inspector.engine.llama_settings import (RANDOM_SEED, SAMPLING, SEED_MAX, Se
                                             settings_class)
 
 DEFAULT_MAX_NEW_TOKENS = 128
-MAX_TOP_PROBABILITIES = 1 << 20
-"""Most tokens a row's figures may keep (``GenerationSettings.top_probabilities``; a row keeps at most its
-vocabulary): a bound on a served request's ``n_probs``, which llama-server leaves unbounded."""
 """Generated tokens at most when nothing else is asked for: the engine's
 ``GenerationSettings.max_new_tokens``, ``spec-inspector run --max-tokens`` and
 the window's spin box."""
+MAX_TOP_PROBABILITIES = 1 << 20
+"""Most tokens a row's figures may keep (``GenerationSettings.top_probabilities``; a row keeps at most its
+vocabulary): a bound on a served request's ``n_probs``, which llama-server leaves unbounded."""
 DEFAULT_DRAFT_MAX = 8
 """Proposal tokens at most per window when nothing else is asked for (``GenerationSettings.draft_max``), and
 draft max ``auto``'s value without a measured cost model (``inspector.llama.cost_model.auto_draft_max``)."""

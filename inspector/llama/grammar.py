@@ -157,7 +157,7 @@ class SessionConstraint:
         when there is no grammar (the runtime's own predictions then read the biased logits)."""
         self.bias(rt.last_logits(n))
         if rt.sessions.has_penalties(sid):
-            rt._penalize(sid, n, position)
+            rt.penalize_last_rows(sid, n, position)
         if self.grammar is None:
             return None
         return self.predict(rt, sid, tokens, position, n, range(n) if tokens is not None else (-1,))
@@ -169,7 +169,7 @@ class SessionConstraint:
             raise EngineError("the rejection rule takes no grammar (llama.cpp samples grammar rows one by one)")
         self.bias(rt.last_logits(n))
         if rt.sessions.has_penalties(sid):
-            rt._penalize(sid, n, position)
+            rt.penalize_last_rows(sid, n, position)
 
     def predict(self, rt, sid: int, tokens: Sequence[int] | None, position: int, n: int,
                 row_index: Sequence[int]) -> list[int]:

@@ -9,6 +9,7 @@ here locks. Preconditions that would make llama.cpp abort the process
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -36,6 +37,7 @@ from inspector.llama.abort import AbortSwitch  # noqa: E402
 from inspector.llama.build_check import check_build, llama_library_path, probe_model  # noqa: E402
 from inspector.llama.model_load import create_context, load_model  # noqa: E402
 from inspector.llama.logits import LogitsReader  # noqa: E402
+from inspector.llama.rollback import RollbackProbe, probe_rollback  # noqa: E402
 from inspector.llama.vocab import Vocabulary  # noqa: E402
 
 llama_log.install()
@@ -45,34 +47,24 @@ TREE_BRANCHES = 8
 """Most branches of a tree window by default (``LlamaRuntime(tree_branches=)``)."""
 
 
-from inspector.llama.rollback import RollbackProbe, probe_rollback  # noqa: E402
-
-
 class LlamaRuntime:
     """A loaded GGUF model and one context holding several sessions.
 
-    ``model_path``: a GGUF file, checked with ``check_gguf`` first.
-    ``n_ctx``: context size (positions, shared by all sessions: the KV cache
-    is unified, so each session may use up to ``n_ctx``).
-    ``n_batch``: most rows per decode; a verify batch is at most ``n_batch``
-    rows (so proposals are capped at ``n_batch - 1``).
-    ``n_seq_max``: most sessions at once. ``n_threads``: CPU threads.
-    ``tree_branches``: most branches of a tree window (``decode_tree``): the context gets
-    ``tree_branches - 1`` more KV sequences, borrowed for a branch during one verification.
-    ``swa_full``: full-size sliding-window cache (needed for exact rollback on
-    sliding-window models such as Gemma 3; LLAMA_CPP_NOTES "Gemma 3").
-    ``progress``: called with 0.0..1.0 while the weights load.
-    ``offload``: llama.cpp's offload settings (``inspector.llama.devices.Offload``: ``-ngl``,
-    split mode, RPC servers); None = llama.cpp's defaults. RPC servers are registered here, so a
-    runtime with RPC belongs in a child process (``inspector.llama.remote``).
-
-    Raises ``ModelFileError`` for a file llama.cpp cannot load, ``RpcUnavailable`` for an RPC
-    server that does not answer (or a build without RPC).
-    ``context``: llama.cpp's context settings (``ContextSettings``: ``-ub``, ``-fa``, ``-ctk``, ``-ctv``,
-    declared in ``inspector.engine.llama_settings.CONTEXT``; None: llama-server's defaults), or
-    ``context_values`` of them by name (``n_ubatch=64, flash_attn="on"``, over ``context``'s);
-    ``ValueError`` for a value llama.cpp does not take, ``ContextRefused`` (a ``ModelFileError``) for a
-    combination it refuses, before the weights load; ``TypeError`` for a name that is not one.
+    ``model_path``: a GGUF file, checked with ``check_gguf`` first. ``n_ctx``: context size (positions, shared by all
+    sessions: the KV cache is unified, so each session may use up to ``n_ctx``). ``n_batch``: most rows per decode; a
+    verify batch is at most ``n_batch`` rows (so proposals are capped at ``n_batch - 1``). ``n_seq_max``: most
+    sessions at once. ``n_threads``: CPU threads. ``tree_branches``: most branches of a tree window (``decode_tree``):
+    the context gets ``tree_branches - 1`` more KV sequences, borrowed for a branch. ``swa_full``: full-size
+    sliding-window cache (needed for exact rollback on sliding-window models such as Gemma 3; LLAMA_CPP_NOTES "Gemma
+    3"). ``progress``: called with 0.0..1.0 while the weights load. ``offload``: llama.cpp's offload settings
+    (``inspector.llama.devices.Offload``: ``-ngl``, split mode, RPC servers); None = llama.cpp's defaults. RPC servers
+    are registered here, so a runtime with RPC belongs in a child process (``inspector.llama.remote``).
+    Raises ``ModelFileError`` for a file llama.cpp cannot load, ``RpcUnavailable`` for an RPC server that does not
+    answer (or a build without RPC). ``context``: llama.cpp's context settings (``ContextSettings``: ``-ub``, ``-fa``,
+    ``-ctk``, ``-ctv``, declared in ``inspector.engine.llama_settings.CONTEXT``; None: llama-server's defaults), or
+    ``context_values`` of them by name (``n_ubatch=64, flash_attn="on"``, over ``context``'s); ``ValueError`` for a
+    value llama.cpp does not take, ``ContextRefused`` (a ``ModelFileError``) for a combination it refuses, before the
+    weights load; ``TypeError`` for a name that is not one.
     """
 
     local_logits = True
@@ -200,10 +192,8 @@ class LlamaRuntime:
             self.model = None
 
     def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     def request_abort(self, sid: int) -> None:
         """Abort the decode in flight if it belongs to session ``sid`` (any thread). The caller sets its
@@ -211,16 +201,14 @@ class LlamaRuntime:
         self.abort.request(sid)
 
     def set_threads(self, n_threads: int) -> None:
-        """Use ``n_threads`` CPU threads for later decodes (``llama_set_n_threads``).
-        Call under the scheduler lock."""
+        """Use ``n_threads`` CPU threads for later decodes (``llama_set_n_threads``; under the scheduler lock)."""
         n = max(1, int(n_threads))
         llama_cpp.llama_set_n_threads(self.ctx, n, n)
         self.n_threads = n
 
     # -- sessions ------------------------------------------------------------
     def open_session(self, sampling: SamplingSettings | None = None) -> int:
-        """Open a session (a free KV sequence id) with its own sampler; return its id
-        (``SessionTable.open_free``: ``EngineError`` when all ``n_seq_max`` are in use)."""
+        """Open a session (a free KV sequence id) with its own sampler; its id (``EngineError``: all in use)."""
         return self.sessions.open_free(sampling or SamplingSettings())
 
     def reopen_session(self, sid: int, sampling: SamplingSettings, kept: int, tokens: Sequence[int]) -> int:
@@ -309,7 +297,7 @@ class LlamaRuntime:
         if c is not None:
             return c.rows(self, sid, tokens, position, n) or self._predictions(sid, n)
         if self.sessions.has_penalties(sid):
-            self._penalize(sid, n, position)
+            self.penalize_last_rows(sid, n, position)
         return self._predictions(sid, n)
 
     def _predictions(self, sid: int, n: int) -> list[int]:
@@ -337,7 +325,7 @@ class LlamaRuntime:
         if c is not None:
             c.logits_only(self, sid, n, position)  # bias, then penalties; EngineError under a grammar
         elif self.sessions.has_penalties(sid):
-            self._penalize(sid, n, position)
+            self.penalize_last_rows(sid, n, position)
         return self.last_logits(n).copy()
 
     def decode_tree(
@@ -374,7 +362,7 @@ class LlamaRuntime:
         (``BranchSequences.keep``). ``sid`` then holds a chain, as after ``decode_rows`` of that branch."""
         self.branch_seqs.keep(sid, branch, position)
 
-    def _penalize(self, sid: int, n: int, position: int) -> None:
+    def penalize_last_rows(self, sid: int, n: int, position: int) -> None:
         """Apply session ``sid``'s penalties in place to the last decode's ``n`` rows with logits, the
         rows of positions ``position ..`` (``inspector.engine.penalties.penalize_rows``)."""
         t = time.perf_counter_ns()
@@ -427,7 +415,7 @@ class LlamaRuntime:
         if c is not None and (picked := c.rows(self, sid, None, position + len(tokens) - 1, 1)) is not None:
             return picked[0]
         if c is None and self.sessions.has_penalties(sid):
-            self._penalize(sid, 1, position + len(tokens) - 1)
+            self.penalize_last_rows(sid, 1, position + len(tokens) - 1)
         if self.sessions.is_greedy(sid):
             return int(self.last_logits(1)[0].argmax())
         return int(llama_cpp.llama_sampler_sample(self.sessions.chain(sid), self.ctx, -1))
@@ -497,9 +485,8 @@ class LlamaRuntime:
     # -- cache capabilities --------------------------------------------------
     @property
     def rollback(self) -> "RollbackProbe":
-        """Whether this context's KV cache can remove a partial suffix exactly
-        (probed once, on first use; see ``probe_rollback``). Call under the
-        scheduler lock (or before any session runs)."""
+        """Whether this context's KV cache can remove a partial suffix exactly (probed once, on first use: under
+        the scheduler lock, or before any session runs)."""
         if self._rollback is None:
             self._rollback = self.probe_rollback()
         return self._rollback

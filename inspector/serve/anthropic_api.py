@@ -11,7 +11,7 @@ the chat job path, and ``Renderer`` writes the replies.
 
 What llama-server's conversion does, followed here: only ``system``, ``messages``, ``tools``,
 ``tool_choice``, ``stop_sequences`` (-> ``stop``), ``max_tokens`` (4096 when absent), ``temperature``,
-``top_p``, ``top_k``, ``stream``, ``chat_template_kwargs``, ``thinking`` and ``metadata`` are read, any
+``top_p``, ``top_k``, ``stream``, ``chat_template_kwargs`` and ``thinking`` are read (``metadata`` is dropped), any
 other field is dropped (``model`` too: the reply names the served model); ``system`` (a string, or the
 concatenated ``text`` blocks) becomes a first system message, its Claude Code billing header's ``cch=``
 stamp blanked to ``fffff`` (``normalize_anthropic_billing_header``); a message's ``text`` blocks are

@@ -178,12 +178,14 @@ def _prepare(state: ServeState, p) -> dict:
     return {"tokens": tokens, "prompt_text": prompt_text, "templated": templated, "conversation": conversation}
 
 
-def build_app(state: ServeState) -> Starlette:
-    """The Starlette application of one server, behind its CORS and key checks (an ASGI app)."""
+def build_app(state: ServeState, inner=None) -> Starlette:
+    """The Starlette application of one server, behind its CORS and key checks (an ASGI app); ``inner``: what
+    wraps the routes inside those checks (the server's request limit, so its 503 carries CORS too)."""
 
-    def submit(request: Request, p, prep: dict, api) -> Submitted:
+    def submit(request: Request, p, prep: dict, api, before: list) -> Submitted:
         """Queue one prompt's job on the slot (``ApiError`` 503 when the queue is full); ``api``: None or
-        the agents' API module whose ``Renderer`` writes the replies."""
+        the agents' API module whose ``Renderer`` writes the replies; ``before``: the request's prompts queued
+        already (they count once against the limit and share the reply's id)."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -201,8 +203,10 @@ def build_app(state: ServeState) -> Starlette:
         replies = Replies(p, state.model_name, prep["templated"] or prep["prompt_text"], len(prep["tokens"]),
                           state.runtime.token_piece,
                           generation_settings(p, state.runtime.n_ctx, state.slot.source, max_tokens))
+        if before:  # one request, one id (llama-server's completion_id for all its tasks)
+            replies.id, replies.created = before[0].render.replies.id, before[0].render.replies.created
         render = (Renderer if api is None else api.Renderer)(replies, job)
-        state.slot.submit(job)
+        state.slot.submit(job, len(before))
         return Submitted(job, queue, render)
 
     async def completion(request: Request, endpoint: str, api=None):
@@ -216,7 +220,7 @@ def build_app(state: ServeState) -> Starlette:
         runs: list[Submitted] = []
         try:
             for q, prep in zip(parts, preps):
-                runs.append(submit(request, q, prep, api))
+                runs.append(submit(request, q, prep, api, runs))
         except ApiError:
             for r in runs:
                 slot.cancel(r.job)
@@ -304,7 +308,8 @@ def build_app(state: ServeState) -> Starlette:
             "total_slots": 1, "model_path": str(getattr(rt, "model_path", "")), "model_alias": state.model_name,
             "chat_template": rt.chat_template() or "", "build_info": FINGERPRINT, "modalities": {"vision": False,
                                                                                                "audio": False},
-            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": True, "is_sleeping": False,
+            "endpoint_slots": state.slots_endpoint, "endpoint_props": False,
+            "endpoint_metrics": state.metrics_endpoint, "is_sleeping": False,
             "spec_inspector": {"source": state.slot.source, "source_options": state.slot.source_options}})
 
     async def metrics(request: Request):
@@ -352,7 +357,7 @@ def build_app(state: ServeState) -> Starlette:
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, 404: not_found, 405: not_found,
                                                        Exception: failed})
 
-    return HttpPolicy(app, state.cors, state.api_key)
+    return HttpPolicy(app if inner is None else inner(app), state.cors, state.api_key)
 
 
 @dataclass

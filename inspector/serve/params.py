@@ -43,10 +43,13 @@ NEUTRAL = {
 we do); any other value is refused."""
 NEUTRAL_BELOW_ZERO = ("top_n_sigma", "adaptive_target")
 """Fields whose negative values leave the stage out."""
-IGNORED = ("model", "user", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
+IGNORED = ("model", "user", "include", "prompt_cache_key", "service_tier", "truncation", "background",
+           "max_tool_calls", "text", "safety_identifier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
            "mirostat_tau", "mirostat_eta", "xtc_threshold", "dynatemp_exponent", "adaptive_decay", "stream_options",
            "reasoning_format", "metadata", "store", "sse_ping_interval")
-"""Fields that change nothing here when their feature is off (the model name is checked by the route)."""
+"""Fields that change nothing here when their feature is off (the model name names nothing to check: one
+model is served; the Responses API's ``include``, ``prompt_cache_key``, ``text`` ... llama-server passes on
+to its chat parameters, which ignore them)."""
 SAMPLER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 """llama-server's default sampler chain (``samplers``): ours applies the same order."""
 
@@ -431,7 +434,7 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
         if body.get("top_logprobs") is not None:
             top = max(0, _number(body, "top_logprobs", int, None, MAX_TOP_PROBS))
             if not p.logprobs:
-                raise ApiError("'top_logprobs' needs 'logprobs': true")
+                raise ApiError("top_logprobs requires logprobs to be set to true")
             p.n_probs = top
         elif p.logprobs:
             p.n_probs = CHAT_LOGPROBS_DEFAULT

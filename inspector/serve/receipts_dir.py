@@ -38,6 +38,9 @@ DEFAULT_KEEP = 1000
 """Request documents kept in the folder (``--receipts-keep``)."""
 DEFAULT_MAX_MB = 500
 """Megabytes the folder's request documents may take (``--receipts-max-mb``)."""
+ERROR_CHARS = 500
+"""Most characters of ``served.error`` kept (the ``served`` block must stay in a document's last 4 KB, where
+``is_served_document`` looks for it)."""
 DOCUMENT_NAME = re.compile(r"req-(\d{8}-\d{6})-(\d{6,})\.json")
 """The name of a request document serve wrote: ``req-<server start stamp>-<request id>.json``."""
 SERVED_MARK = b'"served": {'
@@ -132,7 +135,7 @@ class ReceiptsDir:
                          "arrived": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.arrived)),
                          "arrived_unix_s": job.arrived, "prompt_reused": reused, "ended_as": ended_as,
                          "stream": bool(job.params.stream), "server_stamp": self.stamp,
-                         **({"error": error} if error else {})}
+                         **({"error": error[:ERROR_CHARS]} if error else {})}
         path = self.path_of(job.id)
         try:
             with self._lock:

@@ -18,7 +18,7 @@ import time
 
 from inspector.engine.text import utf8_complete_length
 from inspector.serve.errors import ApiError
-from inspector.serve.json_grammar import chat_content
+from inspector.serve.json_grammar import CHAT_ROOT, chat_content
 from inspector.serve.params import SAMPLER_ORDER, CompletionParams
 from inspector.serve.job import JobResult, TokenOut
 
@@ -114,6 +114,8 @@ class Replies:
         self.created = int(time.time())
         self.id = completion_id("chatcmpl-" if params.endpoint == "chat" else "cmpl-")
         self.sent_tokens = 0
+        self._raw = ""
+        self._sent = ""
 
     # -- /completion ---------------------------------------------------------------------
     def completion_chunk(self, t: TokenOut) -> dict:
@@ -178,11 +180,40 @@ class Replies:
         return {"choices": [{"finish_reason": None, "index": self.p.index, "delta": {"role": "assistant", "content": None}}],
                 **self._head("chat.completion.chunk")}
 
-    def openai_chunk(self, t: TokenOut) -> dict:
-        """A stream chunk for one token."""
+    def _chat_json(self) -> str | None:
+        """The request's grammar when it is a chat ``response_format``'s (its answer is a JSON value)."""
+        g = getattr(self.p.constraints, "grammar", None)
+        return g if self.p.endpoint == "chat" and g is not None and ("\n" + CHAT_ROOT) in ("\n" + g) else None
+
+    def _json_delta(self, text: str, grammar: str, complete: bool | None = None) -> str:
+        """The part of the extracted JSON value (``chat_content``) not streamed yet, after ``text``: the
+        spaces around the value and a ```` ```json ```` fence are held back while they may still be that, as
+        llama-server's stream carries its chat parser's diffs. ``complete``: the answer ended (True: whole;
+        False: cut by the limit, its trailing spaces kept as the reply keeps them)."""
+        self._raw += text
+        if complete is not None:
+            visible = chat_content(self._raw, grammar, complete)
+        else:
+            visible = chat_content(self._raw, grammar, True)
+            head = self._raw.lstrip(" \t\n")
+            if "```json".startswith(head):
+                visible = ""
+            elif head.startswith("```json"):
+                visible = visible.rstrip("`")
+        if not visible.startswith(self._sent):
+            return ""
+        delta, self._sent = visible[len(self._sent):], visible
+        return delta
+
+    def openai_chunk(self, t: TokenOut) -> dict | None:
+        """A stream chunk for one token (None: nothing to send yet, a chat JSON answer's held-back spaces)."""
         lp = self._logprobs([t])
         if self.p.endpoint == "chat":
-            choice = {"finish_reason": None, "index": self.p.index, "delta": {"content": t.text}}
+            grammar = self._chat_json()
+            text = t.text if grammar is None else self._json_delta(t.text, grammar)
+            if grammar is not None and not text:
+                return None
+            choice = {"finish_reason": None, "index": self.p.index, "delta": {"content": text}}
             obj = "chat.completion.chunk"
         else:
             choice = {"text": t.text, "index": self.p.index, "logprobs": None, "finish_reason": None}
@@ -197,13 +228,19 @@ class Replies:
     def openai_last(self, r: JobResult) -> list[dict]:
         """The stream's closing chunks: the finish reason with the timings, then the usage when asked
         (``stream_options.include_usage``)."""
+        out = []
         if self.p.endpoint == "chat":
+            grammar = self._chat_json()
+            rest = "" if grammar is None else self._json_delta("", grammar, r.finish_reason != "length")
+            if rest:  # a cut answer's trailing spaces, held back while more might follow
+                out.append({"choices": [{"finish_reason": None, "index": self.p.index, "delta": {"content": rest}}],
+                            **self._head("chat.completion.chunk")})
             choice = {"finish_reason": r.finish_reason, "index": self.p.index, "delta": {}}
             obj = "chat.completion.chunk"
         else:
             choice = {"text": "", "index": self.p.index, "logprobs": None, "finish_reason": r.finish_reason}
             obj = "text_completion"
-        out = [{"choices": [choice], **self._head(obj), "timings": r.timings()}]
+        out.append({"choices": [choice], **self._head(obj), "timings": r.timings()})
         if self.p.include_usage:
             out.append({"choices": [], **self._head(obj), "usage": self._usage(r)})
         return out
@@ -239,7 +276,8 @@ class Renderer:
         return [] if first is None else [sse(first)]
 
     def chunk(self, t: TokenOut) -> list[dict]:
-        return [sse(self.replies.completion_chunk(t) if self.plain else self.replies.openai_chunk(t))]
+        event = self.replies.completion_chunk(t) if self.plain else self.replies.openai_chunk(t)
+        return [] if event is None else [sse(event)]
 
     def last(self, r: JobResult) -> list[dict]:
         if self.plain:

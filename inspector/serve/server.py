@@ -132,7 +132,7 @@ class InspectorServer:
         self.address = f"http://{shown}:{port}"
         # uvicorn's limit_concurrency counts open connections (slow or idle ones too): off; requests are
         # limited instead, and each request's headers and body have a deadline (http_guard)
-        app = limit_requests(build_app(self.state), o.max_queue + 64)
+        app = build_app(self.state, inner=lambda routes: limit_requests(routes, o.max_queue + 64))  # CORS outside
         config = uvicorn.Config(app, log_level="warning", access_log=False, limit_concurrency=None,
                                 timeout_keep_alive=30, timeout_graceful_shutdown=SHUTDOWN_GRACE_S, lifespan="off",
                                 http=guarded_protocol(o.header_timeout_s, o.body_timeout_s))

@@ -147,13 +147,15 @@ class ServeSlot:
         """A request is running."""
         return self._current is not None
 
-    def submit(self, job: Job) -> ServedRequest:
-        """Queue ``job``; returns its traffic row. Raises ``ApiError`` 503 (``Retry-After: 1``) when
-        ``max_queue`` requests already wait, or the slot is stopping."""
+    def submit(self, job: Job, queued_before: int = 0) -> ServedRequest:
+        """Queue ``job``; returns its traffic row. ``queued_before``: jobs of the same request queued before it
+        (its other prompts: a request counts once against the limit, as llama-server takes all its prompts).
+        Raises ``ApiError`` 503 (``Retry-After: 1``) when ``max_queue`` requests already wait, or the slot is
+        stopping."""
         with self._cond:
             if self._stopping:
                 raise ApiError(STOPPING, UNAVAILABLE)
-            if len(self._queue) >= self.max_queue:
+            if len(self._queue) - queued_before >= self.max_queue:
                 raise ApiError(f"the queue is full ({self.max_queue} requests wait behind the running one; "
                                "spec-inspector serve --max-queue): retry later", UNAVAILABLE,
                                headers={"Retry-After": "1"})
