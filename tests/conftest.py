@@ -40,6 +40,8 @@ from inspector.llama.server_parity import LLAMA_CPP_COMMIT  # noqa: E402
 from inspector.engine import Generation, GenerationObserver, GenerationSettings, RuntimeScheduler  # noqa: E402
 from inspector.llama import bundled_model_path  # noqa: E402
 from inspector.thread_pools import limit_thread_pools  # noqa: E402
+from inspector.serve.server import InspectorServer  # noqa: E402
+from serve_helpers import serve_options  # noqa: E402
 
 N_CTX = 1024
 
@@ -274,3 +276,21 @@ def start_llama_server(llama_server_binary, model_path):
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def serve(scheduler, runtime, tmp_path):
+    """Factory: a started ``InspectorServer`` on the shared runtime (``serve_helpers.serve_options`` and the
+    keywords given), every one stopped after the test."""
+    started = []
+
+    def start(**kw) -> InspectorServer:
+        server = InspectorServer(scheduler, str(runtime.model_path), serve_options(tmp_path, **kw))
+        server.start()
+        assert server.wait_started(), "uvicorn did not start within 10 s"
+        started.append(server)
+        return server
+
+    yield start
+    for s in started:
+        s.stop()

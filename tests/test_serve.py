@@ -14,57 +14,19 @@ import openai
 import pytest
 
 from inspector.engine import Generation, GenerationSettings
-from inspector.engine.settings import SamplingSettings
 from inspector.receipts import load_document
-from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import ReceiptsDir, session_document
-from inspector.serve.server import InspectorServer, ServeError, ServeOptions
+from inspector.serve.server import InspectorServer, ServeError
+from serve_helpers import serve_options, wait_done
 
 COPY = ("Copy exactly, twice: the red fox jumps over the lazy brown dog near the quiet river bank. "
         "the red fox jumps over the lazy brown dog near the quiet river bank.")
 GREEDY = {"temperature": 0}
 
 
-def _options(tmp_path, **kw) -> ServeOptions:
-    kw.setdefault("source", "ngram-simple")
-    kw.setdefault("source_options", {"size_n": 3, "size_m": 16})
-    kw.setdefault("template", GenerationSettings(draft_max=16))
-    kw.setdefault("defaults", ServeDefaults(SamplingSettings(temperature=0.8)))
-    kw.setdefault("receipts", ReceiptsDir(tmp_path / "served"))
-    kw.setdefault("metrics_endpoint", True)
-    return ServeOptions(port=0, **kw)
-
-
-@pytest.fixture
-def serve(scheduler, runtime, tmp_path):
-    """Factory: a started ``InspectorServer`` on the shared runtime (stopped after the test)."""
-    started = []
-
-    def start(**kw) -> InspectorServer:
-        server = InspectorServer(scheduler, str(runtime.model_path), _options(tmp_path, **kw))
-        server.start()
-        assert server.wait_started(), "uvicorn did not start within 10 s"
-        started.append(server)
-        return server
-
-    yield start
-    for s in started:
-        s.stop()
-
-
 def _client(server, **kw) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.address + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0,
                          timeout=120, **kw)
-
-
-def _wait_done(server, n: int, timeout_s: float = 60) -> list:
-    t = time.monotonic() + timeout_s
-    while time.monotonic() < t:
-        rows = server.slot.snapshot_rows()
-        if len(rows) >= n and all(r.state == "done" for r in rows[:n]):
-            return rows
-        time.sleep(0.05)
-    raise AssertionError(f"requests not done after {timeout_s} s: {[(r.id, r.state) for r in server.slot.snapshot_rows()]}")
 
 
 def test_chat_streamed_and_not_give_the_same_answer_and_usage_counts_the_templated_prompt(serve, runtime):
@@ -172,7 +134,7 @@ def test_the_second_request_reuses_the_shared_prefix_and_the_receipts_say_how_mu
     assert second["timings"]["cache_n"] == common > 0
     assert second["timings"]["prompt_n"] == len(p2) - common
     assert common <= shared
-    rows = _wait_done(server, 2)
+    rows = wait_done(server, 2)
     doc = load_document(rows[1].receipts_path)
     assert doc["served"]["prompt_reused"] == common
     assert doc["prompt"]["token_ids"] == p2
@@ -222,7 +184,7 @@ def test_an_api_key_is_required_everywhere_but_health(serve):
 
 
 def test_another_address_needs_expose(scheduler, runtime, tmp_path):
-    server = InspectorServer(scheduler, str(runtime.model_path), _options(tmp_path, host="0.0.0.0"))
+    server = InspectorServer(scheduler, str(runtime.model_path), serve_options(tmp_path, host="0.0.0.0"))
     with pytest.raises(ServeError, match="--expose"):
         server.start()
 
@@ -240,7 +202,7 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_request_within_one_win
                 got += 1
                 if got == 3:
                     break
-    rows = _wait_done(server, 2, 30)
+    rows = wait_done(server, 2, 30)
     cancelled = rows[1]
     assert cancelled.ended_as == "cancelled"
     assert cancelled.output_tokens < fresh["tokens_predicted"]
@@ -313,7 +275,7 @@ def test_bounded_load_every_request_answered_in_order_or_refused_and_recorded(se
     assert time.monotonic() - t0 < 240
     assert len(answered) + len(refused) == n_clients * per_client
     assert answered, "nothing was answered"
-    rows = _wait_done(server, len(answered), 30)
+    rows = wait_done(server, len(answered), 30)
     done = [r for r in rows if r.state == "done"]
     assert len(done) == len(answered)
     starts = [r.id for r in done]
@@ -330,7 +292,7 @@ def test_the_receipts_folder_is_bounded_and_the_session_exports_as_one_conversat
     for i in range(5):
         client.chat.completions.create(model=server.state.model_name, max_tokens=4, temperature=0,
                                        messages=[{"role": "user", "content": f"Count to {i + 2}."}])
-    _wait_done(server, 5)
+    wait_done(server, 5)
     files = server.slot.receipts.files()
     assert len(files) == 3
     doc = session_document(files)

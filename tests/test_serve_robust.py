@@ -15,54 +15,17 @@ import time
 import httpx
 import pytest
 
-from inspector.engine import GenerationSettings
-from inspector.engine.settings import SamplingSettings
 from inspector.receipts import load_document
 from inspector.serve.errors import ApiError
 from inspector.serve.job import Job
 from inspector.serve.params import ServeDefaults, parse_request
 from inspector.serve.receipts_dir import ReceiptsDir
-from inspector.serve.server import InspectorServer, ServeError, ServeOptions
+from inspector.serve.server import InspectorServer, ServeError
 
+from serve_helpers import serve_options, wait_done
 from test_cli import cli, one_clear_line
 
 GREEDY = {"temperature": 0}
-
-
-def _options(tmp_path, **kw) -> ServeOptions:
-    kw.setdefault("source", "ngram-simple")
-    kw.setdefault("source_options", {"size_n": 3, "size_m": 16})
-    kw.setdefault("template", GenerationSettings(draft_max=16))
-    kw.setdefault("defaults", ServeDefaults(SamplingSettings(temperature=0.8)))
-    kw.setdefault("receipts", ReceiptsDir(tmp_path / "served"))
-    return ServeOptions(port=0, **kw)
-
-
-@pytest.fixture
-def serve(scheduler, runtime, tmp_path):
-    """Factory: a started ``InspectorServer`` on the shared runtime (stopped after the test)."""
-    started = []
-
-    def start(**kw) -> InspectorServer:
-        server = InspectorServer(scheduler, str(runtime.model_path), _options(tmp_path, **kw))
-        server.start()
-        assert server.wait_started(), "uvicorn did not start within 10 s"
-        started.append(server)
-        return server
-
-    yield start
-    for s in started:
-        s.stop()
-
-
-def _wait_done(server, n: int, timeout_s: float = 60) -> list:
-    t = time.monotonic() + timeout_s
-    while time.monotonic() < t:
-        rows = server.slot.snapshot_rows()
-        if len(rows) >= n and all(r.state == "done" for r in rows[:n]):
-            return rows
-        time.sleep(0.05)
-    raise AssertionError(f"not done after {timeout_s} s: {[(r.id, r.state) for r in server.slot.snapshot_rows()]}")
 
 
 def _slow_tokens(server, seconds: float) -> None:
@@ -100,7 +63,7 @@ def test_the_server_refuses_to_start_on_a_receipts_folder_under_a_file(scheduler
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
     server = InspectorServer(scheduler, str(runtime.model_path),
-                             _options(tmp_path, receipts=ReceiptsDir(a_file / "served")))
+                             serve_options(tmp_path, receipts=ReceiptsDir(a_file / "served")))
     with pytest.raises(ServeError, match="cannot write") as e:
         server.start()
     assert str(a_file / "served") in str(e.value) and "\n" not in str(e.value)
@@ -293,7 +256,7 @@ def test_a_stop_after_the_client_left_keeps_the_record_and_raises_nothing_on_the
             if line.startswith("data: "):
                 break  # the client goes away mid-request
     server.stop()
-    rows = _wait_done(server, 1, 30)
+    rows = wait_done(server, 1, 30)
     assert not uncaught, uncaught
     assert rows[0].receipts_path, server.slot.receipts.error
     assert load_document(rows[0].receipts_path)["served"]["ended_as"] == "cancelled"
@@ -308,7 +271,7 @@ def test_a_delivery_that_fails_never_ends_the_engine_thread_nor_loses_the_record
 
     tokens = runtime.tokenize("Hello", add_special=True)
     server.slot.submit(Job("/completion", p, tokens, "Hello", closed))
-    rows = _wait_done(server, 1, 30)
+    rows = wait_done(server, 1, 30)
     assert rows[0].receipts_path and load_document(rows[0].receipts_path)["served"]["request_id"] == 1
     r = httpx.post(server.address + "/completion", json={"prompt": "Hello", "n_predict": 4, **GREEDY}, timeout=30)
     assert r.status_code == 200 and r.json()["tokens_predicted"] >= 1
