@@ -14,6 +14,9 @@ runtime applies it (``inspector.llama.grammar``) as llama.cpp 0c1e570's ``common
   calls it). Speculative verification follows ``common_sampler_sample_and_accept_n``: row i is
   sampled with the grammar in the state after the committed tokens and the proposal's first i tokens,
   and verification stops at the first mismatch.
+- ``triggers``: the grammar is lazy (``llama_sampler_init_grammar_lazy_patterns``): it constrains nothing
+  until the generated text matches one of these regular expressions, then applies from the match on (the
+  tool-call grammars of llama-server's chat route under ``tool_choice: auto``).
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class Constraints:
     """``grammar``: GBNF text (rule ``root``), or None. ``logit_bias``: ``(token id, bias)`` pairs in the
-    order given (bias a float; ``-math.inf`` bans the token). Raises ``ValueError`` for a token id that is
+    order given (bias a float; ``-math.inf`` bans the token). ``triggers``: regular expressions that wake a
+    lazy grammar (empty: the grammar applies from the first generated token). Raises ``ValueError`` for a token id that is
     not a whole number >= 0 or a bias that is NaN or +inf; the vocabulary bound is the runtime's check."""
 
     grammar: str | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()
+    triggers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.grammar is not None and not isinstance(self.grammar, str):
@@ -53,5 +58,5 @@ class Constraints:
 
     def to_json(self) -> dict:
         """Plain JSON (``-inf`` written as ``false``, llama-server's ban form)."""
-        return {"grammar": self.grammar,
+        return {"grammar": self.grammar, "grammar_triggers": list(self.triggers),
                 "logit_bias": [[t, False if b == -math.inf else b] for t, b in self.logit_bias]}

@@ -69,11 +69,17 @@ class TokenArray:
 
 
 class GrammarState:
-    """llama.cpp's grammar sampler for ``text`` (rule ``root``) over ``vocab`` (``n_vocab`` tokens).
+    """llama.cpp's grammar sampler for ``text`` (rule ``root``) over ``vocab`` (``n_vocab`` tokens); lazy, woken
+    by the first of ``triggers`` (regular expressions) the generated text matches, when there are any.
     Raises ``GrammarRefused`` for a grammar llama.cpp does not parse."""
 
-    def __init__(self, vocab, text: str, n_vocab: int) -> None:
-        self.sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
+    def __init__(self, vocab, text: str, n_vocab: int, triggers: Sequence[str] = ()) -> None:
+        if triggers:
+            patterns = (ctypes.c_char_p * len(triggers))(*(t.encode("utf-8") for t in triggers))
+            self.sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+                vocab, text.encode("utf-8"), b"root", patterns, len(triggers), None, 0)
+        else:
+            self.sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
         if not self.sampler:
             raise GrammarRefused("llama.cpp could not parse the grammar (GBNF; see its log line for the place)")
         self.accepted: list[int] = []
@@ -138,7 +144,7 @@ class SessionConstraint:
                 summed[token] = summed.get(token, 0.0) + bias  # llama.cpp adds every entry
             self.bias_ids = np.fromiter(summed, np.int64, len(summed))
             self.bias_values = np.fromiter(summed.values(), np.float32, len(summed))
-        self.grammar = GrammarState(vocab, constraints.grammar, n_vocab) if constraints.grammar else None
+        self.grammar = GrammarState(vocab, constraints.grammar, n_vocab, constraints.triggers) if constraints.grammar else None
         self.last_rejection: int | None = None
         """The proposal index (0-based) the grammar forbade at the last verification's stop, or None."""
 

@@ -461,13 +461,10 @@ class LlamaRuntime:
         """``user_text`` through the chat template (``Vocabulary.chat_prompt``); ``EngineError`` without one."""
         return self.vocabulary.chat_prompt(user_text, system_prompt)
 
-    def chat_messages_prompt(self, messages: list[dict], tools: list | None = None, extra: dict | None = None) -> str:
+    def chat_messages_prompt(self, messages: list[dict], tools: list | None = None, extra: dict | None = None,
+                             generation_prompt: bool = True) -> str:
         """A chat through the chat template (``Vocabulary.chat_messages_prompt``); ``EngineError`` without one."""
-        return self.vocabulary.chat_messages_prompt(messages, tools, extra)
-
-    def template_tool_caps(self) -> tuple[bool, bool]:
-        """Whether the chat template renders tools and tool calls (``Vocabulary.template_tool_caps``)."""
-        return self.vocabulary.template_tool_caps()
+        return self.vocabulary.chat_messages_prompt(messages, tools, extra, generation_prompt)
 
     def prompt_tokens(self, text: str, raw: bool = False, system_prompt: str = "") -> list[int]:
         """Token ids of a prompt (``Vocabulary.prompt_tokens``); ``ValueError`` for raw with a system prompt."""

@@ -28,7 +28,6 @@ class Vocabulary:
         self.vocab_type = int(llama_cpp.llama_vocab_type(self.vocab))
         self._pieces: dict[int, bytes] = {}
         self._special_pieces: dict[int, bytes] = {}
-        self._tool_caps: tuple[bool, bool] | None = None
         self._eog: dict[int, bool] = {}
 
     def is_eog(self, token: int) -> bool:
@@ -88,48 +87,25 @@ class Vocabulary:
         return self.chat_messages_prompt([*system, {"role": "user", "content": user_text}])
 
     def chat_messages_prompt(self, messages: list[dict], tools: list | None = None,
-                             extra: dict | None = None) -> str:
+                             extra: dict | None = None, generation_prompt: bool = True) -> str:
         """Render a chat (``{"role", "content"}`` dicts in order; an assistant message may carry
         ``tool_calls``, a ``tool`` message ``tool_call_id``) through the model's chat template with the
         generation prompt added: a conversation's next turn (``inspector.session.conversation``), a served
         request. ``tools``: the request's tool definitions, given to the template as ``tools`` (a template
         that does not read them renders as without; llama-server ``--jinja``); ``extra``: more template
-        variables (``chat_template_kwargs``). Raises ``NoChatTemplate`` if the model has none, and the
+        variables (``chat_template_kwargs``); ``generation_prompt`` False: without the assistant's opening (the
+        template's ``add_generation_prompt``). Raises ``NoChatTemplate`` if the model has none, and the
         template's own error (``ValueError``, a Jinja error) for a chat it refuses."""
-        fmt = self._formatter()
+        fmt = self._formatter(generation_prompt)
         return fmt(messages=list(messages), tools=tools or None, **(extra or {})).prompt
 
-    def _formatter(self) -> Jinja2ChatFormatter:
+    def _formatter(self, generation_prompt: bool = True) -> Jinja2ChatFormatter:
         template = self.chat_template()
         if not template:
             raise NoChatTemplate(f"model {self.model_path} has no chat template; use --raw")
         bos = self.token_piece(llama_cpp.llama_vocab_bos(self.vocab), True).decode("utf-8", "replace")
         eos = self.token_piece(llama_cpp.llama_vocab_eos(self.vocab), True).decode("utf-8", "replace")
-        return Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
-
-    def template_tool_caps(self) -> tuple[bool, bool]:
-        """(``supports_tools``, ``supports_tool_calls``) of the model's chat template: whether it renders the
-        tools it is given, and an assistant message's tool calls. Found as llama.cpp 0c1e570
-        ``common/jinja/caps.cpp`` finds them, by rendering its probe chat (a tool ``tool1`` and a call to it),
-        here by looking for the probe's names in the output (llama.cpp watches the template read them).
-        (False, False) without a template or when the probe chat fails to render."""
-        if self._tool_caps is None:
-            probe_tools = [{"name": "tool", "type": "function", "function": {
-                "name": "tool1_probe_fn", "description": "Tool description", "parameters": {
-                    "type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}},
-                    "required": ["arg"]}}}]
-            probe = [{"role": "user", "content": "User message"},
-                     {"role": "assistant", "content": "", "tool_calls": [{"id": "call00001", "type": "function",
-                      "function": {"name": "call1_probe_fn", "arguments": '{"arg": "value"}'}}]},
-                     {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
-                     {"role": "assistant", "content": "The tool response was 'tool response'"},
-                     {"role": "user", "content": "User message"}]
-            try:
-                text = self.chat_messages_prompt(probe, probe_tools)
-            except Exception:  # no template, or one that refuses the probe: nothing to infer
-                text = ""
-            self._tool_caps = ("tool1_probe_fn" in text, "call1_probe_fn" in text)
-        return self._tool_caps
+        return Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=generation_prompt)
 
     def prompt_tokens(self, text: str, raw: bool = False, system_prompt: str = "") -> list[int]:
         """Token ids of a prompt: through the chat template (no extra BOS; after a system message

@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from inspector.receipts.document import json_problem
+from inspector.serve.chat_tools import prepare_tools
 from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LARGE, UNAVAILABLE, ApiError
 from inspector.serve.http_policy import CorsPolicy, HttpPolicy
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
@@ -73,6 +74,8 @@ class ServeState:
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     metrics_endpoint: bool = False
     slots_endpoint: bool = True
+    template_tools: dict = field(default_factory=dict)
+    """The chat template's ``TemplateTools`` once found (``inspector.serve.chat_tools.template_tools``)."""
 
     @property
     def runtime(self):
@@ -122,30 +125,14 @@ def _tokens_of(rt, prompt) -> list[int]:
     return out
 
 
-def check_tools_servable(rt, p) -> None:
-    """Refuse (``ApiError`` 400, one line) a chat whose tools or tool calls this model's chat template would
-    render: llama-server then renders them with its own Jinja engine and parses the model's tool calls in the
-    template's own format (llama.cpp 0c1e570 ``common/chat.cpp``, its template autoparser), which spec-inspector
-    does not do yet. A template that renders neither (the bundled SmolLM2's) is served as llama-server
-    serves it: the tools change nothing in the prompt and the answer is its content."""
-    calls = any("tool_calls" in m for m in p.messages)
-    if not p.tools and not calls:
-        return
-    supports_tools, supports_calls = rt.template_tool_caps()
-    if (p.tools and p.tool_choice != "none" and (supports_tools or supports_calls)) or (calls and supports_calls):
-        raise ApiError("this model's chat template renders tools and tool calls: parsing them back from its "
-                       "output in the template's format is not served by spec-inspector yet (llama-server does "
-                       "it with its template autoparser); send the request without 'tools' and tool calls")
-
-
 def _prompt_of(state: ServeState, p) -> tuple[str, list[int]]:
     """The request's prompt text (a chat's templated) and tokens (runs under the runtime's lock)."""
 
     def work(rt):
         p.constraints = resolve_constraints(rt, p.constraints)  # logit_bias texts, the grammar checked
         if p.endpoint == "chat":
-            check_tools_servable(rt, p)
-            text = rt.chat_messages_prompt([dict(m) for m in p.messages], list(p.tools), p.template_kwargs)
+            messages = prepare_tools(rt, p, state.template_tools)
+            text = rt.chat_messages_prompt(messages, list(p.tools), p.template_kwargs)
             return text, rt.tokenize(text, add_special=True, parse_special=True)
         tokens = _tokens_of(rt, p.prompt)
         return (p.prompt if isinstance(p.prompt, str) else rt.detokenize(tokens)), tokens

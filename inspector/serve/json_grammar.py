@@ -64,10 +64,17 @@ def repetition(item: str, lo: int, hi: int, sep: str = "") -> str:
     return "(" + result + ")?" if lo == 0 else result
 
 
-class _Converter:
+class SchemaRules:
+    """GBNF rules being written: ``visit`` adds a schema's rules and returns the name of its top rule;
+    ``rules`` (name -> body) may take more rules; ``text`` writes them all."""
+
     def __init__(self) -> None:
         self.rules: dict[str, str] = {"space": SPACE_RULE}
         self.n = 0
+
+    def text(self) -> str:
+        """The grammar text, one ``name ::= body`` line per rule."""
+        return "\n".join(f"{name} ::= {body}" for name, body in self.rules.items()) + "\n"
 
     def primitive(self, name: str) -> str:
         if name not in self.rules:
@@ -202,10 +209,10 @@ def chat_content(text: str, grammar: str | None, complete: bool = True) -> str:
 def schema_grammar(schema, wrap_chat: bool = False) -> str:
     """GBNF (rule ``root``) for ``schema`` (a JSON schema, parsed); ``wrap_chat``: as llama-server's chat route
     wraps a ``response_format`` (module docstring). Raises ``SchemaUnsupported``."""
-    c = _Converter()
+    c = SchemaRules()
     top = c.visit(schema, "")
     if wrap_chat:
         c.rules["root"] = CHAT_ROOT[len("root ::= "):] + f'{top} space "```" | space {top} space )'
     else:
         c.rules["root"] = top
-    return "\n".join(f"{name} ::= {body}" for name, body in c.rules.items()) + "\n"
+    return c.text()

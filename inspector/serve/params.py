@@ -113,7 +113,11 @@ class CompletionParams:
     tools: tuple = ()
     """Chat: the request's tool definitions (given to the chat template)."""
     tool_choice: str = "auto"
-    """Chat: ``none``, ``auto``, ``required``, or ``function`` (one named function)."""
+    """Chat: ``none``, ``auto``, ``required``, or ``function`` (one named function: llama-server reads it as auto)."""
+    parallel_tool_calls: bool | None = None
+    """Chat: several calls in one call section (None: as the template can, llama-server's default)."""
+    tool_format: object = None
+    """Chat: the template's ``ToolFormat`` when the answer's tool calls are parsed back (set when prepared)."""
     template_kwargs: dict = field(default_factory=dict)
     """Chat: ``chat_template_kwargs``, more variables for the template."""
     response_fields: tuple[str, ...] = ()
@@ -404,6 +408,10 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
             p.template_kwargs.pop("reasoning_effort", None)
         choice = body.get("tool_choice")
         p.tool_choice = choice if isinstance(choice, str) else "auto" if choice is None else "function"
+        if isinstance(body.get("parallel_tool_calls"), bool):
+            p.parallel_tool_calls = body["parallel_tool_calls"]
+        if p.tools and p.tool_choice != "none" and "grammar" in body:
+            raise ApiError("Cannot use custom grammar constraints with tools.")
     else:
         if "prompt" not in body:
             raise ApiError("[json.exception.out_of_range.403] key 'prompt' not found")

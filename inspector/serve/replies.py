@@ -21,6 +21,7 @@ from inspector.serve.errors import ApiError
 from inspector.serve.json_grammar import CHAT_ROOT, chat_content
 from inspector.serve.params import SAMPLER_ORDER, CompletionParams
 from inspector.serve.job import JobResult, TokenOut
+from inspector.serve.tool_calls import ToolCall, parse_tool_calls, visible_content
 
 FINGERPRINT = "b0-0c1e570"
 """``system_fingerprint``: the llama.cpp build our runtime is (``llama_build_info()`` of the reference)."""
@@ -116,6 +117,7 @@ class Replies:
         self.sent_tokens = 0
         self._raw = ""
         self._sent = ""
+        self._call_ids: dict[int, str] = {}
 
     # -- /completion ---------------------------------------------------------------------
     def completion_chunk(self, t: TokenOut) -> dict:
@@ -159,12 +161,29 @@ class Replies:
         return {"created": self.created, "model": self.model, "system_fingerprint": FINGERPRINT, "object": obj,
                 "id": self.id}
 
+    def tool_message(self, r: JobResult) -> tuple[str, list[ToolCall]]:
+        """A chat answer's content and tool calls (``parse_tool_calls``; none when the request's calls are not
+        parsed back), each call with its id (the model's, else a new ``call_`` id, kept for the stream)."""
+        if self.p.tool_format is None:
+            return chat_content(r.content, getattr(self.p.constraints, "grammar", None), r.finish_reason != "length"), []
+        content, calls = parse_tool_calls(r.content, self.p.tool_format, self.p.tools)
+        for i, c in enumerate(calls):
+            c.id = c.id or self._call_ids.setdefault(i, completion_id(""))
+        return content, calls
+
+    def finish_reason(self, r: JobResult, calls: list) -> str:
+        """llama-server's: ``tool_calls`` when the answer ended on its own with calls (server-task.cpp)."""
+        return "tool_calls" if calls and r.finish_reason != "length" else r.finish_reason
+
     def openai_final(self, r: JobResult, tokens: list[TokenOut]) -> dict:
         """The non-streamed ``chat.completion`` or ``text_completion``."""
         if self.p.endpoint == "chat":
-            choice = {"finish_reason": r.finish_reason, "index": self.p.index,
-                      "message": {"role": "assistant", "content": chat_content(r.content, getattr(
-                          self.p.constraints, "grammar", None), r.finish_reason != "length")}}
+            content, calls = self.tool_message(r)
+            message = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments},
+                                          "id": c.id} for c in calls]
+            choice = {"finish_reason": self.finish_reason(r, calls), "index": self.p.index, "message": message}
             obj = "chat.completion"
         else:
             choice = {"text": r.content, "index": self.p.index, "finish_reason": r.finish_reason}
@@ -205,13 +224,25 @@ class Replies:
         delta, self._sent = visible[len(self._sent):], visible
         return delta
 
+    def _tool_delta(self, text: str) -> str:
+        """The content not streamed yet of an answer whose tool calls are parsed back (``visible_content``)."""
+        self._raw += text
+        visible = visible_content(self._raw, self.p.tool_format)
+        if not visible.startswith(self._sent):
+            return ""
+        delta, self._sent = visible[len(self._sent):], visible
+        return delta
+
     def openai_chunk(self, t: TokenOut) -> dict | None:
         """A stream chunk for one token (None: nothing to send yet, a chat JSON answer's held-back spaces)."""
         lp = self._logprobs([t])
         if self.p.endpoint == "chat":
             grammar = self._chat_json()
-            text = t.text if grammar is None else self._json_delta(t.text, grammar)
-            if grammar is not None and not text:
+            if self.p.tool_format is not None:
+                text = self._tool_delta(t.text)
+            else:
+                text = t.text if grammar is None else self._json_delta(t.text, grammar)
+            if (grammar is not None or self.p.tool_format is not None) and not text:
                 return None
             choice = {"finish_reason": None, "index": self.p.index, "delta": {"content": text}}
             obj = "chat.completion.chunk"
@@ -231,11 +262,19 @@ class Replies:
         out = []
         if self.p.endpoint == "chat":
             grammar = self._chat_json()
-            rest = "" if grammar is None else self._json_delta("", grammar, r.finish_reason != "length")
+            rest, calls = "" if grammar is None else self._json_delta("", grammar, r.finish_reason != "length"), []
+            if self.p.tool_format is not None:
+                content, calls = self.tool_message(r)
+                rest = content[len(self._sent):] if content.startswith(self._sent) else ""
             if rest:  # a cut answer's trailing spaces, held back while more might follow
                 out.append({"choices": [{"finish_reason": None, "index": self.p.index, "delta": {"content": rest}}],
                             **self._head("chat.completion.chunk")})
-            choice = {"finish_reason": r.finish_reason, "index": self.p.index, "delta": {}}
+            for i, c in enumerate(calls):  # llama-server sends a call's name, then its arguments as they grow
+                delta = {"tool_calls": [{"index": i, "id": c.id, "type": "function",
+                                         "function": {"name": c.name, "arguments": c.arguments}}]}
+                out.append({"choices": [{"finish_reason": None, "index": self.p.index, "delta": delta}],
+                            **self._head("chat.completion.chunk")})
+            choice = {"finish_reason": self.finish_reason(r, calls), "index": self.p.index, "delta": {}}
             obj = "chat.completion.chunk"
         else:
             choice = {"text": "", "index": self.p.index, "logprobs": None, "finish_reason": r.finish_reason}
