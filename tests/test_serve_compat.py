@@ -263,24 +263,22 @@ def test_a_tool_call_round_trip_through_the_openai_sdk_is_answered_as_llama_serv
     assert answers[0][2][3] > answers[0][0][3], "the follow-up's prompt did not grow by the tool call and result"
 
 
-def test_tools_a_template_would_render_are_refused_in_one_line(runtime, scheduler, monkeypatch):
-    """A template that renders tools: its tool calls would come back in its own format, which serve does not
-    parse yet: refused with one line, not answered as plain text."""
-    from inspector.serve.app import check_tools_servable
+def test_tools_a_template_writes_in_a_form_not_parsed_are_refused_in_one_line(runtime, monkeypatch):
+    """A template that renders tools and writes its calls in a tagged form (not JSON): llama-server would parse
+    them back with its autoparser, serve does not: refused with one line naming the form, not answered as plain
+    text; a chat without tools is served."""
+    from inspector.serve.chat_tools import prepare_tools
     from inspector.serve.errors import ApiError
     from inspector.serve.params import parse_request
 
     vocab = runtime.vocabulary
-    assert vocab.template_tool_caps() == (False, False)  # the bundled SmolLM2's template
     tool_template = ("{% if tools %}{% for t in tools %}<tool>{{ t.function.name }}</tool>{% endfor %}{% endif %}"
                      "{% for m in messages %}{{ m.role }}: {{ m.content }}"
                      "{% for c in m.tool_calls or [] %}[call {{ c.function.name }}]{% endfor %}\n{% endfor %}")
     monkeypatch.setattr(vocab, "chat_template", lambda: tool_template)
-    monkeypatch.setattr(vocab, "_tool_caps", None)
-    assert vocab.template_tool_caps() == (True, True)
     p = parse_request({"messages": [{"role": "user", "content": "hi"}], "tools": WEATHER}, "chat", ServeDefaults())
-    with pytest.raises(ApiError, match="not served by spec-inspector yet"):
-        check_tools_servable(runtime, p)
+    with pytest.raises(ApiError, match="tagged form"):
+        prepare_tools(runtime, p, {})
     none = parse_request({"messages": [{"role": "user", "content": "hi"}]}, "chat", ServeDefaults())
-    check_tools_servable(runtime, none)  # no tools: served
-    monkeypatch.setattr(vocab, "_tool_caps", None)
+    assert prepare_tools(runtime, none, {}) == [{"role": "user", "content": "hi"}]  # no tools: served
+    assert none.tool_format is None and none.constraints is None

@@ -159,6 +159,15 @@ def count_reply(n_tokens: int) -> dict:
     return {"input_tokens": n_tokens}
 
 
+def _input(arguments: str) -> dict:
+    """A tool call's arguments as a ``tool_use`` block's ``input`` (text that is not JSON: {}, as llama-server)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 class AnthropicRenderer(Renderer):
     """A Messages reply (``to_json_anthropic``) and its stream: ``message_start`` with the first token
     (llama-server's partial result with ``n_decoded == 1``), ``content_block_start`` (index 0, a text
@@ -171,17 +180,19 @@ class AnthropicRenderer(Renderer):
         self.started = False
         self.text_started = False
 
-    def _stop(self, r: JobResult) -> tuple[str, str | None]:
-        reason = "end_turn" if r.stop_type in ("eos", "word") else "max_tokens"
+    def _stop(self, r: JobResult, calls=()) -> tuple[str, str | None]:
+        reason = ("tool_use" if calls else "end_turn") if r.stop_type in ("eos", "word") else "max_tokens"
         return reason, r.stopping_word or None
 
     def _usage(self, cache_n: int) -> dict:
         return {"cache_read_input_tokens": cache_n, "input_tokens": self.replies.prompt_n - cache_n}
 
     def final(self, r: JobResult, tokens: list[TokenOut]) -> dict:
-        reason, sequence = self._stop(r)
-        return {"id": self.replies.id, "type": "message", "role": "assistant",
-                "content": [{"type": "text", "text": r.content}] if r.content else [],
+        content, calls = self.replies.tool_message(r)
+        reason, sequence = self._stop(r, calls)
+        blocks = [{"type": "text", "text": content}] if content else []
+        blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)} for c in calls]
+        return {"id": self.replies.id, "type": "message", "role": "assistant", "content": blocks,
                 "model": self.replies.model, "stop_reason": reason, "stop_sequence": sequence,
                 "usage": {**self._usage(r.cache_n), "output_tokens": r.predicted_n}}
 
@@ -199,20 +210,36 @@ class AnthropicRenderer(Renderer):
 
     def chunk(self, t: TokenOut) -> list[dict]:
         out = self._start(self.job.cache_n)
-        if t.text:
+        text = t.text if self.replies.p.tool_format is None else self.replies.tool_delta(t.text)
+        if text:
             if not self.text_started:
                 self.text_started = True
                 out.append(sse({"type": "content_block_start", "index": 0,
                                 "content_block": {"type": "text", "text": ""}}, "content_block_start"))
             out.append(sse({"type": "content_block_delta", "index": 0,
-                            "delta": {"type": "text_delta", "text": t.text}}, "content_block_delta"))
+                            "delta": {"type": "text_delta", "text": text}}, "content_block_delta"))
         return out
 
     def last(self, r: JobResult) -> list[dict]:
         out = self._start(r.cache_n)  # the first token made no visible event of ours (an end of generation)
-        if r.content:
+        content, calls = self.replies.tool_message(r)
+        rest = content[len(self.replies.sent):] if self.replies.p.tool_format is not None else ""
+        if rest:
+            if not self.text_started:
+                self.text_started = True
+                out.append(sse({"type": "content_block_start", "index": 0,
+                                "content_block": {"type": "text", "text": ""}}, "content_block_start"))
+            out.append(sse({"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "text_delta", "text": rest}}, "content_block_delta"))
+        if self.text_started:
             out.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
-        reason, sequence = self._stop(r)
+        for i, c in enumerate(calls, start=1 if self.text_started else 0):  # each call: its own tool_use block
+            out.append(sse({"type": "content_block_start", "index": i, "content_block": {
+                "type": "tool_use", "id": c.id, "name": c.name, "input": {}}}, "content_block_start"))
+            out.append(sse({"type": "content_block_delta", "index": i, "delta": {
+                "type": "input_json_delta", "partial_json": c.arguments}}, "content_block_delta"))
+            out.append(sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
+        reason, sequence = self._stop(r, calls)
         out.append(sse({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
                         "usage": {"output_tokens": r.predicted_n}}, "message_delta"))
         out.append(sse({"type": "message_stop"}, "message_stop"))

@@ -116,7 +116,8 @@ class Replies:
         self.id = completion_id("chatcmpl-" if params.endpoint == "chat" else "cmpl-")
         self.sent_tokens = 0
         self._raw = ""
-        self._sent = ""
+        self.sent = ""
+        """The content streamed so far (an answer with tool calls or a JSON value, held back in parts)."""
         self._call_ids: dict[int, str] = {}
 
     # -- /completion ---------------------------------------------------------------------
@@ -219,18 +220,18 @@ class Replies:
                 visible = ""
             elif head.startswith("```json"):
                 visible = visible.rstrip("`")
-        if not visible.startswith(self._sent):
+        if not visible.startswith(self.sent):
             return ""
-        delta, self._sent = visible[len(self._sent):], visible
+        delta, self.sent = visible[len(self.sent):], visible
         return delta
 
-    def _tool_delta(self, text: str) -> str:
+    def tool_delta(self, text: str) -> str:
         """The content not streamed yet of an answer whose tool calls are parsed back (``visible_content``)."""
         self._raw += text
         visible = visible_content(self._raw, self.p.tool_format)
-        if not visible.startswith(self._sent):
+        if not visible.startswith(self.sent):
             return ""
-        delta, self._sent = visible[len(self._sent):], visible
+        delta, self.sent = visible[len(self.sent):], visible
         return delta
 
     def openai_chunk(self, t: TokenOut) -> dict | None:
@@ -239,7 +240,7 @@ class Replies:
         if self.p.endpoint == "chat":
             grammar = self._chat_json()
             if self.p.tool_format is not None:
-                text = self._tool_delta(t.text)
+                text = self.tool_delta(t.text)
             else:
                 text = t.text if grammar is None else self._json_delta(t.text, grammar)
             if (grammar is not None or self.p.tool_format is not None) and not text:
@@ -265,7 +266,7 @@ class Replies:
             rest, calls = "" if grammar is None else self._json_delta("", grammar, r.finish_reason != "length"), []
             if self.p.tool_format is not None:
                 content, calls = self.tool_message(r)
-                rest = content[len(self._sent):] if content.startswith(self._sent) else ""
+                rest = content[len(self.sent):] if content.startswith(self.sent) else ""
             if rest:  # a cut answer's trailing spaces, held back while more might follow
                 out.append({"choices": [{"finish_reason": None, "index": self.p.index, "delta": {"content": rest}}],
                             **self._head("chat.completion.chunk")})

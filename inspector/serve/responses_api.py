@@ -198,11 +198,19 @@ class ResponsesRenderer(Renderer):
     def _part(text: str) -> dict:
         return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
 
+    @staticmethod
+    def _call_item(c) -> dict:
+        """A tool call as a ``function_call`` output item (server-task.cpp: ``fc_`` and ``call_`` + its id)."""
+        return {"id": "fc_" + c.id, "type": "function_call", "status": "completed", "arguments": c.arguments,
+                "call_id": "call_" + c.id, "name": c.name}
+
     def final(self, r: JobResult, tokens: list[TokenOut]) -> dict:
         output = []
-        if r.content:
-            output.append({"content": [self._part(r.content)], "id": completion_id("msg_"), "role": "assistant",
+        content, calls = self.replies.tool_message(r)
+        if content:
+            output.append({"content": [self._part(content)], "id": completion_id("msg_"), "role": "assistant",
                            "status": "completed", "type": "message"})
+        output += [self._call_item(c) for c in calls]
         t = int(time.time())
         return {"completed_at": t, "created_at": t, "id": self.id, "model": self.replies.model,
                 "object": "response", "output": output, "status": "completed", "usage": self._usage(r)}
@@ -220,7 +228,13 @@ class ResponsesRenderer(Renderer):
 
     def chunk(self, t: TokenOut) -> list[dict]:
         out = self._start()
-        if t.text:
+        text = t.text if self.replies.p.tool_format is None else self.replies.tool_delta(t.text)
+        return out + self._text_events(text)
+
+    def _text_events(self, text: str) -> list[dict]:
+        """The events of ``text`` streamed: the message item and its part before the first text, then the delta."""
+        out = []
+        if text:
             if not self.text_started:
                 self.text_started = True
                 item = {"content": [], "id": self.message_id, "role": "assistant", "status": "in_progress",
@@ -228,21 +242,28 @@ class ResponsesRenderer(Renderer):
                 out.append(sse({"type": "response.output_item.added", "item": item}, "response.output_item.added"))
                 out.append(sse({"type": "response.content_part.added", "item_id": self.message_id,
                                 "part": {"type": "output_text", "text": ""}}, "response.content_part.added"))
-            out.append(sse({"type": "response.output_text.delta", "item_id": self.message_id, "delta": t.text},
+            out.append(sse({"type": "response.output_text.delta", "item_id": self.message_id, "delta": text},
                            "response.output_text.delta"))
         return out
 
     def last(self, r: JobResult) -> list[dict]:
         out = self._start()  # the first token made no visible event of ours (an end of generation)
         output = []
-        if r.content:
-            part = self._part(r.content)
+        content, calls = self.replies.tool_message(r)
+        rest = content[len(self.replies.sent):] if self.replies.p.tool_format is not None else ""
+        out += self._text_events(rest)  # content held back while it might have begun a tool call
+        if content:
+            part = self._part(content)
             item = {"type": "message", "status": "completed", "id": self.message_id, "content": [part],
                     "role": "assistant"}
-            for name, data in (("response.output_text.done", {"item_id": self.message_id, "text": r.content}),
+            for name, data in (("response.output_text.done", {"item_id": self.message_id, "text": content}),
                                ("response.content_part.done", {"item_id": self.message_id, "part": part}),
                                ("response.output_item.done", {"item": item})):
                 out.append(sse({"type": name, **data}, name))
+            output.append(item)
+        for c in calls:
+            item = self._call_item(c)
+            out.append(sse({"type": "response.output_item.done", "item": item}, "response.output_item.done"))
             output.append(item)
         response = {"id": self.id, "object": "response", "created_at": int(time.time()), "status": "completed",
                     "model": self.replies.model, "output": output, "usage": self._usage(r)}
