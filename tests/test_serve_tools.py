@@ -313,3 +313,25 @@ def test_some_answer_holds_a_tool_call_so_the_parse_ran(both):
     _, theirs = both
     assert any(r.get("calls") for r in theirs.values()), theirs
     assert any(r.get("finish") == "tool_calls" for r in theirs.values()), theirs
+
+
+@pytest.mark.slow
+def test_serve_takes_llama_servers_chat_template_file_flag(both, tmp_path):
+    from test_serve_cli import _start
+
+    proc, address = _start(tmp_path, "--chat-template-file", QWEN)
+    try:
+        mine = _chat(address, "auto", False)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    assert mine == both[1]["chat auto"]
+
+
+def test_a_built_in_template_name_is_one_clear_line_before_the_model_loads():
+    from test_cli import cli, one_clear_line
+
+    p = cli("serve", "--chat-template", "chatml", timeout=60)
+    assert p.returncode == 2
+    assert "not a Jinja template" in one_clear_line(p.stderr)
+    assert "loading" not in p.stderr

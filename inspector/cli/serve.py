@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from inspector.cli.common import EXIT_USAGE, UserError, fail, open_target_runtime, weight_type
+from inspector.cli.common import EXIT_USAGE, UserError, fail, open_target_runtime, read_text, weight_type
 from inspector.cli.context import add_context_flags, add_n_ctx_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, signals_held
@@ -30,6 +30,7 @@ from inspector.engine.errors import EngineError
 from inspector.engine.settings import DEFAULT_DRAFT_MAX, check_n_batch_for_source
 from inspector.llama.devices import RpcUnavailable
 from inspector.llama.model_file import ModelFileError
+from inspector.llama.template_override import override_chat_template, template_problem
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.serve.http_policy import CorsPolicy
 from inspector.serve.params import ServeDefaults
@@ -80,6 +81,11 @@ def add_serve_command(sub) -> None:
                       help="allowed headers for CORS [*]")
     http.add_argument("--cors-credentials", action=argparse.BooleanOptionalAction, default=True,
                       help="allow credentials for CORS [on]")
+    tpl = s.add_mutually_exclusive_group()
+    tpl.add_argument("--chat-template", metavar="JINJA_TEMPLATE", default=None,
+                     help="chat template (Jinja text) used instead of the model's (llama-server's flag)")
+    tpl.add_argument("--chat-template-file", type=Path, metavar="FILE", default=None,
+                     help="chat template read from FILE, used instead of the model's (llama-server's flag)")
     s.add_argument("--source", choices=source_names(), default="ngram",
                    help="proposal source of every request (none: plain decoding) [ngram]")
     s.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
@@ -182,9 +188,19 @@ def cmd_serve(args) -> int:
     except UserError as exc:
         return fail(str(exc), EXIT_USAGE)
     try:
+        template = read_text(args.chat_template_file, "--chat-template-file") if args.chat_template_file \
+            else args.chat_template
+    except UserError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    if template is not None and template_problem(template):
+        return fail(template_problem(template), EXIT_USAGE)
+    try:
         runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.threads or None, n_seq_max=1)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
+    if template is not None:
+        runtime.apply(override_chat_template, template) if hasattr(runtime, "apply") else \
+            override_chat_template(runtime, template)
     lock = threading.Lock()
 
     def on_change(row) -> None:

@@ -29,6 +29,8 @@ class Vocabulary:
         self._pieces: dict[int, bytes] = {}
         self._special_pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        self.template_override: str | None = None
+        """A chat template given by the user (llama.cpp's ``--chat-template``), used instead of the GGUF's."""
 
     def is_eog(self, token: int) -> bool:
         """End-of-generation test (``llama_vocab_is_eog``), cached."""
@@ -75,7 +77,10 @@ class Vocabulary:
         return list(buf[:n])
 
     def chat_template(self) -> str | None:
-        """The model's chat template (its GGUF ``tokenizer.chat_template``), or None when it has none."""
+        """The model's chat template: the user's (``template_override``), else its GGUF's
+        ``tokenizer.chat_template``; None when it has none."""
+        if self.template_override is not None:
+            return self.template_override
         raw = llama_cpp.llama_model_chat_template(self.model, None)
         return raw.decode("utf-8") if raw else None
 
@@ -116,3 +121,4 @@ class Vocabulary:
                 raise ValueError("a system prompt goes through the chat template: it cannot go with a raw prompt")
             return self.tokenize(text, add_special=True, parse_special=False)
         return self.tokenize(self.chat_prompt(text, system_prompt), add_special=False, parse_special=True)
+
