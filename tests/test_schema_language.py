@@ -134,6 +134,13 @@ CASES = [  # (name, schema, good, bad, either)
      {"type": "object", "properties": {"é": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}},
      ['{"é":1}', '{"x":true}', '{"é":1,"ü":false}'], ['{"é":true}'], []),
     ("number", {"type": "number", "minimum": 0}, ["1", "-1.5e10", "0.25"], ["01", "1.", ".5", "+1"], []),
+    ("numbers and escapes as llama.cpp's JSON writes them",
+     {"type": "object", "properties": {
+         'q"uo\\te': {"enum": [1e15, 1e-5, 0.1, -0.0, 1180591620717411303424]},
+         "c": {"const": {"b": "\u0001/\\é", "a": [True, None]}}}},
+     ['{"q\\"uo\\\\te":1e+15}', '{"q\\"uo\\\\te":-0.0}', '{"q\\"uo\\\\te":1.1805916207174113e+21}',
+      '{"c":{"b":"\\u0001/\\\\é","a":[true,null]}}'],
+     ['{"q\\"uo\\\\te":1000000000000000.0}', '{"q\\"uo\\\\te":0.00001}', '{"c":{"b":"\\u0001/\\\\é"}}'], []),
     ("Claude Code Bash tool", BASH,
      ['{"command":"ls -la"}', '{"command":"ls","timeout":1000,"run_in_background":true}',
       '{\n  "command": "echo \\"hi\\"",\n  "description": "say hi"\n}'],
