@@ -67,6 +67,9 @@ def test_refs_llama_cpp_cannot_resolve_are_refused_with_its_messages():
     assert refused({"$ref": "#/$defs/B", "$defs": {}}) == head + "#: cannot resolve $ref #/$defs/B, B not found"
     assert refused({"$ref": "#/a/3", "a": [1]}) == head + "#: cannot resolve $ref #/a/3, 3 is out of range"
     assert refused({"$ref": 7}) == head + "#: $ref must be a string"
+    with pytest.raises(SchemaUnsupported) as e:
+        read_schema({"$ref": 7})
+    assert e.value.chat == "JSON schema error at #: $ref must be a string"  # the chat route's words
     assert refused({"$ref": "#/a", "a": True}) == head + "#/a: schema must be an object"
 
 
@@ -191,4 +194,10 @@ def test_a_repetition_llama_cpps_grammar_parser_would_abort_on_is_refused():
         schema_grammar({"type": "integer", "minimum": 2**62})
     with pytest.raises(SchemaUnsupported, match=r"\{5,2\}"):
         schema_grammar({"type": "string", "pattern": "^a{5,2}$"})
+
+
+def test_a_conversion_error_reads_the_same_on_the_chat_route_and_on_completion():
+    with pytest.raises(SchemaUnsupported) as e:
+        schema_grammar({"type": "string", "pattern": "^(a$"})
+    assert e.value.chat == str(e.value) == "JSON schema conversion failed:\nInvalid pattern ^(a$: unbalanced parentheses"
     assert schema_grammar({"const": "{5,2}"}) == 'root ::= "\\"{5,2}\\""\nspace ::= ' + SPACE + "\n"  # a literal

@@ -25,12 +25,19 @@ FORMATS.update({f"uuid{i}": "uuid" for i in range(1, 6)})
 
 
 class SchemaUnsupported(ValueError):
-    """A schema llama.cpp refuses too: the message is llama.cpp's (``json_schema_to_grammar``'s ``what()``),
-    or, for the few forms this port cannot write alike, says so in one line."""
+    """A schema llama.cpp refuses too: the message is llama.cpp's (``json_schema_to_grammar``'s ``what()``, as
+    ``/completion``'s ``json_schema`` reports it), or, for the few forms this port cannot write alike, says so.
+    ``chat``: the message as llama-server's chat route has it (after its "Automatic parser generation failed:
+    "): a reading error there is not prefixed with "JSON schema conversion failed:\n"."""
+
+    def __init__(self, message: str, chat: str | None = None) -> None:
+        super().__init__(message)
+        self.chat = message if chat is None else chat
 
 
-def conversion_failed(message: str) -> SchemaUnsupported:
-    return SchemaUnsupported("JSON schema conversion failed:\n" + message)
+def conversion_failed(message: str, read: bool = False) -> SchemaUnsupported:
+    """The error of ``json_schema_to_grammar``; ``read``: a reading error (``common_chat_schema_from_json``)."""
+    return SchemaUnsupported("JSON schema conversion failed:\n" + message, message if read else None)
 
 
 @dataclass(eq=False)
@@ -105,7 +112,7 @@ class _Reader:
 
     @staticmethod
     def fail(path: str, msg: str):
-        raise conversion_failed(f"JSON schema error at {path}: {msg}")
+        raise conversion_failed(f"JSON schema error at {path}: {msg}", read=True)
 
     def read(self) -> Node:
         node = self.node(self.root, "#")
