@@ -194,10 +194,10 @@ def test_a_repetition_llama_cpps_grammar_parser_would_abort_on_is_refused():
         schema_grammar({"type": "integer", "minimum": 2**62})
     with pytest.raises(SchemaUnsupported, match=r"\{5,2\}"):
         schema_grammar({"type": "string", "pattern": "^a{5,2}$"})
+    assert schema_grammar({"const": "{5,2}"}) == 'root ::= "\\"{5,2}\\""\nspace ::= ' + SPACE + "\n"  # a literal
 
 
 def test_a_conversion_error_reads_the_same_on_the_chat_route_and_on_completion():
     with pytest.raises(SchemaUnsupported) as e:
         schema_grammar({"type": "string", "pattern": "^(a$"})
     assert e.value.chat == str(e.value) == "JSON schema conversion failed:\nInvalid pattern ^(a$: unbalanced parentheses"
-    assert schema_grammar({"const": "{5,2}"}) == 'root ::= "\\"{5,2}\\""\nspace ::= ' + SPACE + "\n"  # a literal
