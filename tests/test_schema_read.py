@@ -201,3 +201,12 @@ def test_a_conversion_error_reads_the_same_on_the_chat_route_and_on_completion()
     with pytest.raises(SchemaUnsupported) as e:
         schema_grammar({"type": "string", "pattern": "^(a$"})
     assert e.value.chat == str(e.value) == "JSON schema conversion failed:\nInvalid pattern ^(a$: unbalanced parentheses"
+
+
+def test_non_ascii_in_a_pattern_converts_as_llama_cpp_converts_it_bytewise():
+    # llama-server 0c1e570 wrote this grammar for the pattern
+    assert schema_grammar({"type": "string", "pattern": "^café[é-ü]x$"}) == (
+        'root ::= "\\"" ("café" [é-ü] "x") "\\""\nspace ::= ' + SPACE + "\n")
+    # there, a quantifier after "é" applies to its last UTF-8 byte: llama-server cannot parse its own grammar
+    with pytest.raises(SchemaUnsupported, match="non-ASCII"):
+        schema_grammar({"type": "string", "pattern": "^é+$"})
