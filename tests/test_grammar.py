@@ -206,13 +206,20 @@ def test_converted_schemas_are_grammars_llama_cpp_parses(runtime, schema):
     assert check_grammar(runtime, schema_grammar(schema, wrap_chat=True))
 
 
-def test_schema_keywords_the_converter_does_not_write_are_refused():
+def test_schemas_llama_cpp_refuses_are_refused_with_its_message():
     from inspector.serve.json_grammar import SchemaUnsupported, schema_grammar
 
-    for schema in ({"anyOf": [{"type": "string"}]}, {"type": "string", "pattern": "a+"}, {"$ref": "#/x"},
-                   {"type": ["string", "null"]}):
-        with pytest.raises(SchemaUnsupported):
+    head = "JSON schema conversion failed:\n"
+    for schema, message in (  # llama-server 0c1e570's messages for these schemas, as it answered them
+            ({"$ref": "#/x"}, "JSON schema error at #: cannot resolve $ref #/x, x not found"),
+            ({"$ref": "http://x/y"}, "JSON schema error at #: unsupported $ref http://x/y, only references into "
+                                     "the same document are supported"),
+            ({"type": "object", "properties": {"a": True}}, "JSON schema error at #/properties/a: schema must be "
+                                                             "an object"),
+            ({"type": "string", "pattern": "^(a$"}, "Invalid pattern ^(a$: unbalanced parentheses")):
+        with pytest.raises(SchemaUnsupported) as e:
             schema_grammar(schema)
+        assert str(e.value) == head + message
 
 
 def test_request_constraints_are_read_as_llama_server_reads_them():
@@ -227,7 +234,7 @@ def test_request_constraints_are_read_as_llama_server_reads_them():
     assert parse_constraints({"grammar": ""}, "completion") is None
     both = parse_constraints({"json_schema": {"type": "integer"}, "grammar": 'root ::= "a"'}, "completion")
     assert both.grammar == 'root ::= "a"'  # /completion: the grammar wins when both are sent
-    assert "integer" in parse_constraints({"json_schema": {"type": "integer"}}, "completion").grammar
+    assert 'root ::= ("-"? integral-part)\n' in parse_constraints({"json_schema": {"type": "integer"}}, "completion").grammar
     chat = parse_constraints({"response_format": {"type": "json_object"}}, "chat").grammar
     assert chat.splitlines()[-1].startswith("root ::= space space")
     assert parse_constraints({"response_format": {"type": "text"}}, "chat") is None
