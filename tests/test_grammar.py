@@ -244,3 +244,14 @@ def test_request_constraints_are_read_as_llama_server_reads_them():
     with pytest.raises(ApiError) as e:
         parse_constraints({"response_format": {"type": "yaml"}}, "chat")
     assert e.value.status == 400
+
+
+def test_a_grammar_whose_repetition_maximum_is_below_its_minimum_is_refused_before_llama_cpp_sees_it(runtime):
+    """llama.cpp's grammar parser runs out of memory and aborts the process on ``{5,2}`` (llama-server dies):
+    refused with one line, and the server's runtime still answers."""
+    from inspector.serve.constraint_params import RequestConstraints, resolve_constraints
+    from inspector.serve.errors import ApiError
+
+    with pytest.raises(ApiError, match=r"\{5,2\}"):
+        resolve_constraints(runtime, RequestConstraints('root ::= "a"{5,2}', ()))
+    assert resolve_constraints(runtime, RequestConstraints('root ::= "a{5,2}" [{] "a"{2,5}', ())).grammar

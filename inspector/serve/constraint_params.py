@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from inspector.engine.constraints import Constraints
 from inspector.serve.errors import SERVER, ApiError
-from inspector.serve.json_grammar import SchemaUnsupported, schema_grammar
+from inspector.serve.json_grammar import SchemaUnsupported, reversed_repetition, schema_grammar
 
 CONSTRAINT_FIELDS = {"grammar", "json_schema", "logit_bias"}
 """Fields every completion endpoint takes (chat also ``response_format``)."""
@@ -135,6 +135,10 @@ def resolve_constraints(rt, request: RequestConstraints | None) -> Constraints |
         elif 0 <= token < rt.n_vocab:
             pairs.append((token, bias))
     if request.grammar is not None:
+        bad = reversed_repetition(request.grammar)
+        if bad:  # llama.cpp's grammar parser runs out of memory and aborts the process on it
+            raise ApiError(f"the grammar holds the repetition {bad}, its maximum below its minimum "
+                           "(llama.cpp's grammar parser aborts on it; llama-server dies, spec-inspector refuses it)")
         from inspector.llama.grammar import check_grammar  # loads llama.cpp: only when a grammar is checked
 
         ok = rt.apply(check_grammar, request.grammar) if hasattr(rt, "apply") else check_grammar(rt, request.grammar)

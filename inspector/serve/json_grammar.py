@@ -135,7 +135,7 @@ def repetition(item: str, lo: int, hi: int, sep: str = "") -> str:
     return "(" + result + ")?" if lo == 0 else result
 
 
-def _reversed_repetition(body: str) -> str:
+def reversed_repetition(body: str) -> str:
     """The first ``{m,n}`` with ``n < m`` in a rule body (outside literals and character classes), or ""."""
     i = 0
     while i < len(body):
@@ -188,7 +188,7 @@ class SchemaRules:
         if self.errors:
             raise conversion_failed("\n".join(self.errors))
         for body in self.rules.values():
-            bad = _reversed_repetition(body)
+            bad = reversed_repetition(body)
             if bad:
                 raise conversion_failed(f"the grammar would hold the repetition {bad}, its maximum below its minimum "
                                         "(llama.cpp's grammar parser aborts the process on it: llama-server 0c1e570 "
