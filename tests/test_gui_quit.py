@@ -21,7 +21,7 @@ import pytest
 from inspector.bench.compare_result import CompareConfig
 from inspector.llama.cost_cache import load_cost_model
 from inspector.session.run_states import BUSY, IDLE
-from test_gui_compare_build import StandIn, own_cache  # noqa: F401  (own_cache: a cache folder per test)
+from test_gui_compare_build import StandIn
 from test_gui_support import DecodeHold, make_window
 
 QUIT_TIMEOUT_MS = 30_000
@@ -30,6 +30,13 @@ HOLD_TIMEOUT_MS = 240_000
 FIRST_TIMED_K5 = 31 + 16 + 3 + 1
 """The decode of k = 5 in the first timed round: the warm-up round has 16 one-row decodes and 15 batches,
 then the timed round's 16 one-row decodes, k = 2, 3, 4, and this one."""
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """No llama-server built before (the build test builds a stand-in), and no real cache touched."""
+    monkeypatch.setenv("SPEC_INSPECTOR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPEC_INSPECTOR_LLAMA_SERVER", raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -35,12 +35,10 @@ BREAK_EVEN_BRUSH = "#90caf9"
 LAYOUT_PENS = ("#1565c0", "#6a1b9a", "#2e7d32", "#c62828")
 """Colours of the weight layouts' c(k) curves (the loaded layout's is ``COST_PEN``)."""
 EMPTY_LABEL = "No cost model measured yet."
-EMPTY_TEXT = ("Press <b>Measure</b>: the loaded model decodes the current prompt, then verify batches of 1..16 rows "
-              "after it (a warm-up round and 3 timed rounds, the median kept; the runtime lock is held meanwhile). "
-              "It costs more the longer the prompt, since every row reads every cached position: on 2 cores "
-              "about 5 s after a short prompt, about 1.5 min after the 6,700-token long example (its prefill "
-              "alone 1 min). Progress, the time left and Cancel (which keeps the curve measured so far) are "
-              "shown while it runs.")
+EMPTY_TEXT = ("Press <b>Measure</b>: the loaded model decodes the prompt, then verify batches of 1..16 rows after "
+              "it (a warm-up round, then 3 timed rounds). On 2 cores about 5 s after a short prompt; longer "
+              "prompts cost more (the 6,700-token long example about 1.5 min). Progress, time left and Cancel "
+              "are shown meanwhile.")
 PLOT_MIN_WIDTH = 460
 PLOT_MIN_HEIGHT = 420
 """The plots' smallest size: a smaller tab (1024x640) scrolls them instead of squeezing the c(k) plot to its
@@ -166,7 +164,7 @@ class CostView(QWidget):
         self.empty_hint = QLabel(EMPTY_TEXT)
         self.empty_hint.setWordWrap(True)
         self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.empty_hint.setStyleSheet("color:#555;font-size:11pt;padding:40px;background:white")
+        self.empty_hint.setStyleSheet("color:#555;font-size:11pt;padding:16px;background:white")
         self.layout_widget.setMinimumSize(PLOT_MIN_WIDTH, PLOT_MIN_HEIGHT)
         self.plots = QScrollArea()
         self.plots.setWidget(self.layout_widget)
