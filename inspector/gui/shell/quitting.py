@@ -87,12 +87,15 @@ class Workers:
         return out
 
     def wait(self, timeout_ms: int) -> None:
-        """Wait (blocking) for the engine thread, then the Tune and build threads, up to ``timeout_ms`` each."""
+        """Wait (blocking) for the engine thread, the Tune and build threads, the files being written and a
+        draft being made, up to ``timeout_ms`` each."""
         self.thread.wait(timeout_ms)
         self.tune.wait(timeout_ms)
         build = self.build()
         if build is not None:
             build.wait(timeout_ms)
+        for job in (*self.files.jobs, *([self.sources.job] if self.sources.job is not None else [])):
+            job.wait(timeout_ms / 1000)
 
 
 class QuitControl(QObject):
@@ -171,8 +174,12 @@ class QuitControl(QObject):
         self.timer.start()
 
     def stop_now(self) -> None:
-        """The window is destroyed without closing (a test's teardown): stop everything and wait for the
-        threads here, since destroying a running ``QThread`` aborts the process."""
+        """Stop everything and wait for it here (blocking), without a question: for a window destroyed
+        without closing, since destroying a running ``QThread`` aborts the process, and for the tests'
+        teardown (the next test must not share the runtime with this window's jobs). A close after it
+        closes at once."""
+        if self.done:
+            return
         if self.box is not None:
             self.box.done(0)
         if not self.stopping:
@@ -181,6 +188,8 @@ class QuitControl(QObject):
             self._stop(True)
         self.workers.wait(DESTROY_WAIT_MS)
         self.timer.stop()
+        if not self.workers.still_running():
+            self._finish()
 
     def _say(self) -> None:
         left = self.workers.still_running()
