@@ -8,7 +8,7 @@ engine thread ended, and that it is then destroyed without aborting. On a window
 the close blocks until it gives up and the window closes with the thread still running.
 
 Item 2: Measure reports its progress (prefill, round, k, time left) from the worker's signals to the
-Cost model tab and the status bar, and Cancel stops it before the next batch size, keeping the curve
+Cost model tab and the status bar, and Cancel stops it before its next decode, keeping the curve
 measured so far (shown, used, not stored).
 """
 
@@ -152,7 +152,7 @@ def test_measure_reports_progress_and_cancel_keeps_the_curve_measured_so_far(qtb
         assert view.cancel.isVisible() and view.busy.isVisible()
         qtbot.waitUntil(hold.held.is_set, timeout=HOLD_TIMEOUT_MS)  # k = 5 of the first timed round
         qtbot.waitUntil(lambda: "round 1 of 3, k = 4 of 16" in w.status_state.text(), timeout=10_000)
-        assert w.status_state.text().startswith("busy · measuring the cost model: round 1 of 3, k = 4 of 16 · ")
+        assert w.status_state.text().startswith("measuring c(k): round 1 of 3, k = 4 of 16 · ")
         assert "left" in w.status_state.text() and w.load_progress.isVisible() and w.load_progress.value() > 0
         assert 0 < view.busy.value() < view.busy.maximum()
         label = view.ceiling_label.text()

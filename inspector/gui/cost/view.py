@@ -69,7 +69,7 @@ class CostView(QWidget):
         self.busy.setMaximumWidth(160)
         self.busy.hide()
         self.cancel = QPushButton("Cancel")
-        self.cancel.setToolTip("stop after the batch size in flight: the curve measured so far is kept and used")
+        self.cancel.setToolTip("stop after the decode in flight: the batch sizes measured so far are kept and used")
         self.cancel.hide()
         self._plan = ""
         self._estimate = ""

@@ -146,8 +146,8 @@ class AnalysisWorker(QObject):
     @Slot(object)
     def measure_cost(self, req: CostRequest) -> None:
         """Measure c(k), k = 1..``req.k_max`` (``measure_cost_model``, under the runtime lock), with its
-        progress on ``costProgress``; ``job.request_cancel`` stops it before the next prefill chunk or batch
-        size: the curve timed so far arrives as a ``partial`` ``CostMeasured`` (``failed("cost", "")`` when
+        progress on ``costProgress``; ``job.request_cancel`` stops it before the next prefill chunk or
+        decode: the curve timed so far arrives as a ``partial`` ``CostMeasured`` (``failed("cost", "")`` when
         nothing was timed)."""
         if not self._ready("cost"):
             return

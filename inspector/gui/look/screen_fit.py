@@ -45,6 +45,7 @@ class ScreenFit(QObject):
     def __init__(self, window: QWidget) -> None:
         super().__init__(window)
         self.window = window
+        self.visible = window.isVisible
         self.shown = False
         """True after the first fit on a show: from then on the window's own screen counts."""
         self.shown_at = 0.0  # monotonic seconds of the last show (moves within SETTLE_S are fitted)
@@ -70,7 +71,7 @@ class ScreenFit(QObject):
     def refit(self) -> None:
         """Fit the window again once its frame is known (``REFIT_MS`` after a show; not when the timer comes
         later than ``SETTLE_S``: a move then is the user's)."""
-        if self.window.isVisible() and time.monotonic() - self.shown_at < SETTLE_S:
+        if self.visible() and time.monotonic() - self.shown_at < SETTLE_S:
             fit_to_screen(self.window)
 
 

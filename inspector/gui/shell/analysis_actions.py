@@ -97,7 +97,8 @@ class AnalysisActions(QObject):
         self.requestCompare.connect(self.worker.run_compare)
         self.requestLayouts.connect(self.worker.measure_layouts)
         self.worker.layoutsMeasured.connect(self._layouts_measured)
-        self.worker.layoutProgress.connect(lambda text: cost_view.set_busy(True, text))
+        self.worker.layoutProgress.connect(
+            lambda text: self.worker.job.cancel.is_set() or cost_view.set_busy(True, text, cancellable=True))
         self.worker.costMeasured.connect(self._cost_measured)
         self.worker.costProgress.connect(self._cost_progress)
         self.worker.compareProgress.connect(self._compare_progress)
@@ -223,10 +224,10 @@ class AnalysisActions(QObject):
         return True
 
     def cancel_measure(self) -> None:
-        """Stop the measurement after the batch size in flight (thread safe); what was timed is kept."""
+        """Stop the measurement before its next decode (thread safe); the batch sizes timed are kept."""
         self.worker.job.request_cancel()
         self.cost_view.cancel.setEnabled(False)
-        self.feedback.status("busy · cancelling the measurement after the batch size in flight …")
+        self.feedback.status("busy · cancelling the measurement after the decode in flight …")
 
     def _cost_progress(self, p) -> None:
         if self.busy != "cost" or self.worker.job.cancel.is_set():
@@ -235,7 +236,7 @@ class AnalysisActions(QObject):
         if p.stage != PLAN:
             self.progress.setRange(0, PROGRESS_STEPS)
             self.progress.setValue(int(p.fraction * PROGRESS_STEPS))
-        self.feedback.status(f"busy · measuring the cost model: {progress_text(p)}")
+        self.feedback.status(f"measuring c(k): {progress_text(p)}")
 
     def _cost_measured(self, m: CostMeasured) -> None:
         key = cost_key(m.model_path, m.n_threads)
