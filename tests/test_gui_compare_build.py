@@ -98,7 +98,9 @@ def test_closing_the_window_cancels_a_build(qtbot, runtime, tmp_path):
     slow = builder.build = StandIn()
     choice.build.click()
     qtbot.waitUntil(lambda: choice.build_progress.value() == 37, timeout=10_000)
-    w.close()  # waits for the build thread
+    w.close()  # asks; Stop and quit cancels the build, and the window closes when its thread has ended
+    w.quitting.quit_button.click()
+    qtbot.waitUntil(lambda: not w.isVisible(), timeout=30_000)
     assert slow.cancelled and slow.thread.isFinished()
 
 

@@ -33,7 +33,8 @@ def make_window(qtbot, runtime, tmp_path, *, max_tokens: int = MAX_TOKENS, examp
 
     settings = QSettings(str(tmp_path / settings_file), QSettings.Format.IniFormat)
     w = MainWindow(runtime, settings=settings, data_dir=tmp_path / "data", **kwargs)
-    qtbot.addWidget(w)
+    # At the test's end its jobs stop here, not behind a question (the next test shares the runtime).
+    qtbot.addWidget(w, before_close_func=lambda window: window.quitting.stop_now())
     w.panel.choose_example(example)
     w.panel.max_tokens.setValue(max_tokens)
     if ngram_min is not None:

@@ -18,6 +18,7 @@ from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import RequestCancelled
 from inspector.engine.stats import decode_tokens_per_s
 from inspector.llama.cost_model import CostModel, cost_model_of, measure_cost_rounds, measurement_positions
+from inspector.llama.cost_progress import CostMeasureCancelled
 from inspector.sources.registry import SourceContext, make_source
 from inspector.sources.synthetic import constant_rate
 
@@ -109,10 +110,18 @@ def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int =
             exc.partial = result
             raise exc
 
+    def measured(rounds_of):
+        """``rounds_of()``, a cost measurement that stops between batches when cancelled (then with the rows done)."""
+        try:
+            return rounds_of()
+        except CostMeasureCancelled:
+            stop_if_cancelled()
+            raise
+
     context = len(prompt) + max_new_tokens // 2
     cost_prompt = context_prompt(prompt, max(1, min(context, runtime.n_ctx - measurement_positions(k_max))))
     progress(f"measuring the cost model (k = 1..{k_max}, {repeats} repeats, after {len(cost_prompt)} positions) ...")
-    rounds = measure_cost_rounds(scheduler, cost_prompt, k_max=k_max, repeats=repeats)
+    rounds = measured(lambda: measure_cost_rounds(scheduler, cost_prompt, k_max=k_max, repeats=repeats, cancel=cancel))
     settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_max=DRAFT_MAX, probabilities=False)
     memory: dict = {}
 
@@ -154,7 +163,8 @@ def synthetic_table(runtime, prompt_tokens: Sequence[int], max_new_tokens: int =
         rate = constant_rate(tau, DRAFT_MAX)
         for f in cost_fractions:
             stop_if_cancelled()
-            rounds += measure_cost_rounds(scheduler, cost_prompt, k_max=k_max, repeats=1, warm_up=False)
+            rounds += measured(lambda: measure_cost_rounds(scheduler, cost_prompt, k_max=k_max, repeats=1,
+                                                           warm_up=False, cancel=cancel))
             cost_ms = f * cost_model_of(rounds).row_ms[0]
             progress(f"synthetic mean length {tau:g}, draft cost {f:g} c(1) = {cost_ms:.2f} ms ...")
             speeds, beside, lengths, runs = [], [], [], []

@@ -15,12 +15,15 @@ curve is, in words.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from statistics import median
 from time import perf_counter_ns
-from typing import Sequence
+from typing import Callable, Sequence
 
 from inspector.engine.settings import DEFAULT_DRAFT_MAX
+from inspector.llama.cost_progress import (PLAN, PREFILL, ROUNDS, CostMeasureCancelled, CostProgress, MeasureClock,
+                                           partial_rows, partial_text)
 from inspector.engine.tree import spread_parents
 
 
@@ -236,12 +239,16 @@ def measurement_positions(k_max: int) -> int:
     return max(k_max, PLAIN_LEAD_STEPS + PLAIN_TIMED_STEPS)
 
 
-def measure_cost_model(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5) -> CostModel:
+def measure_cost_model(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5,
+                       progress: Callable[[CostProgress], None] | None = None,
+                       cancel: threading.Event | None = None) -> CostModel:
     """Measure c(k) for k = 1..k_max on the loaded model: ``repeats`` rounds of
     ``measure_cost_rounds`` after one warm-up round, the median per k. Interleaving the
     rounds spreads a disturbance (another process) over all batch sizes instead of one.
+    ``progress`` and ``cancel`` as ``measure_cost_rounds`` takes them.
     Raises ``ValueError`` when the prompt and the rows do not fit the context."""
-    return cost_model_of(measure_cost_rounds(scheduler, prompt_tokens, k_max, repeats))
+    return cost_model_of(measure_cost_rounds(scheduler, prompt_tokens, k_max, repeats, progress=progress,
+                                             cancel=cancel))
 
 
 def cost_model_of(rounds: Sequence[Sequence[float]]) -> CostModel:
@@ -249,16 +256,32 @@ def cost_model_of(rounds: Sequence[Sequence[float]]) -> CostModel:
     return CostModel(tuple(median(r[k] for r in rounds) for k in range(len(rounds[0]))))
 
 
-def after_prompt(scheduler, prompt_tokens: Sequence[int], measure):
+PREFILL_CHUNK = 256
+"""Tokens a measurement prefills at a time: Cancel waits for one chunk at most (at 6,700 positions a chunk
+of 512 took 8 s on 2 cores)."""
+
+
+def after_prompt(scheduler, prompt_tokens: Sequence[int], measure, prefilled: Callable[[int, int, float], None]
+                 | None = None, cancel: threading.Event | None = None):
     """``measure(runtime, session, base)`` under the scheduler lock (kind ``cost_model``) on a temporary
     session holding ``prompt_tokens`` but the last (``base`` = their count - 1 positions; the batches
-    measured start at ``base`` with the last prompt token), dropped afterwards; its value."""
+    measured start at ``base`` with the last prompt token), dropped afterwards; its value. The prompt is
+    prefilled in chunks of ``PREFILL_CHUNK`` (or the runtime's smaller ``n_batch``): ``prefilled(position,
+    tokens, seconds)`` after each,
+    and ``cancel`` set stops it between chunks (``CostMeasureCancelled``, nothing measured)."""
     def op(rt):
         sid = rt.open_session(None)
         try:
             base = len(prompt_tokens) - 1
-            if base:
-                rt.prefill(sid, list(prompt_tokens[:-1]), 0)
+            step = min(PREFILL_CHUNK, int(getattr(rt, "n_batch", 0) or 0) or max(1, base))
+            for start in range(0, base, step):
+                if cancel is not None and cancel.is_set():
+                    raise CostMeasureCancelled(None, "")
+                t = perf_counter_ns()
+                chunk = list(prompt_tokens[start:min(base, start + step)])
+                rt.prefill(sid, chunk, start)
+                if prefilled is not None:
+                    prefilled(start, len(chunk), (perf_counter_ns() - t) / 1e9)
             return measure(rt, sid, base)
         finally:
             rt.drop_session(sid)
@@ -267,11 +290,17 @@ def after_prompt(scheduler, prompt_tokens: Sequence[int], measure):
 
 
 def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16, repeats: int = 5,
-                        warm_up: bool = True) -> list[tuple[float, ...]]:
+                        warm_up: bool = True, progress: Callable[[CostProgress], None] | None = None,
+                        cancel: threading.Event | None = None) -> list[tuple[float, ...]]:
     """``repeats`` rounds, each the time of a batch of every k = 1..k_max rows in turn decoded after
     the prompt (milliseconds; trimmed back each time), after one untimed warm-up round unless
     ``warm_up`` is False (a model already decoding). Runs under the scheduler lock; uses a
     temporary session.
+
+    ``progress(CostProgress)`` is called (on this thread) before the prefill, after each of its chunks and
+    after each batch size; ``cancel`` (a ``threading.Event``, set from any thread) stops the measurement
+    before its next chunk or decode with ``CostMeasureCancelled``, whose ``partial`` is the curve of the
+    batch sizes timed (``partial_rows``; None when none was).
 
     Each batch size is timed as runs meet it. A verify batch of k >= 2 rows follows a batch of another
     size (a plain step, or a window of another length): timed right after the (k - 1)-row batch. c(1),
@@ -290,29 +319,72 @@ def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16
         raise ValueError(f"prompt of {len(prompt_tokens)} tokens + {measurement_positions(k_max)} rows "
                          f"exceeds n_ctx")
     rows_src = list(prompt_tokens) * (1 + k_max // max(1, len(prompt_tokens)))
+    rt0 = scheduler.runtime
+    clock = MeasureClock(len(prompt_tokens) - 1, min(PREFILL_CHUNK, int(getattr(rt0, "n_batch", 0) or 0)
+                                                     or len(prompt_tokens)), k_max, repeats + int(warm_up))
+    started = perf_counter_ns()
+    state = {"stage": PLAN, "prefilled": 0, "round": 0, "k": 0, "estimate": None, "timed": False}
+    rounds: list[tuple[float, ...]] = []
+    times: list[float] = []
+    warm: list[float] = []
+
+    def report() -> None:
+        left = clock.left_s()
+        elapsed = (perf_counter_ns() - started) / 1e9
+        if left is not None:  # the whole measurement's cost at this context length, as known now
+            state["estimate"] = elapsed + left
+        fraction = elapsed / (elapsed + left) if left is not None and elapsed + left > 0 else 0.0
+        if progress is not None:
+            progress(CostProgress(state["stage"], len(prompt_tokens), state["prefilled"], state["round"], repeats,
+                                  warm_up, state["k"], k_max, elapsed, left, fraction, state["estimate"]))
+
+    def stop_if_cancelled() -> None:
+        if cancel is not None and cancel.is_set():
+            timed = [r for r in (*rounds, *([tuple(times)] if state["timed"] else [])) if r]
+            rows = partial_rows(timed, warm)
+            note = partial_text(len(rows), k_max, len(timed), repeats, not timed) if rows else ""
+            raise CostMeasureCancelled(CostModel(rows) if rows else None, note)
+
+    def prefilled(position: int, tokens: int, seconds: float) -> None:
+        clock.prefill_done(position, tokens, seconds)
+        state["stage"], state["prefilled"] = PREFILL, position + tokens
+        report()
 
     def measure(rt, sid: int, base: int) -> list[tuple[float, ...]]:
-        rounds: list[tuple[float, ...]] = []
+        nonlocal times, warm
+        state["stage"], state["prefilled"] = ROUNDS, len(prompt_tokens)
         for rnd in range(repeats + int(warm_up)):
             times = []
+            if warm_up and rnd == 0:
+                warm = times
+            state["round"] = rnd + int(not warm_up)
+            state["timed"] = state["round"] > 0
             for k in range(1, k_max + 1):
+                step = perf_counter_ns()
                 if k == 1:  # a plain step follows plain steps: the first ones are not timed
                     for position in range(base, base + PLAIN_LEAD_STEPS):
+                        stop_if_cancelled()
                         rt.decode_rows(sid, rows_src[:1], position)
                     t = perf_counter_ns()
                     for position in range(base + PLAIN_LEAD_STEPS, base + one_row_positions):
+                        stop_if_cancelled()  # an Event's is_set: nanoseconds beside a decode
                         rt.decode_rows(sid, rows_src[:1], position)
                     times.append((perf_counter_ns() - t) / 1e6 / PLAIN_TIMED_STEPS)
                 else:
+                    stop_if_cancelled()
                     t = perf_counter_ns()
                     rt.decode_rows(sid, rows_src[:k], base)
                     times.append((perf_counter_ns() - t) / 1e6)
                 rt.trim(sid, base)
+                clock.step_done(rnd, k, (perf_counter_ns() - step) / 1e9)
+                state["k"] = k
+                report()
             if rnd or not warm_up:
                 rounds.append(tuple(times))
         return rounds
 
-    return after_prompt(scheduler, prompt_tokens, measure)
+    report()
+    return after_prompt(scheduler, prompt_tokens, measure, prefilled, cancel)
 
 
 def measure_tree_costs(scheduler, prompt_tokens: Sequence[int], k_max: int = 9, repeats: int = 5,

@@ -98,12 +98,21 @@ class ServerBuildActions(QObject):
             self.choice.set_building("cancelling: stopping the build's processes …")
 
     def shutdown(self) -> None:
-        """Cancel a build and end the build thread (the main window closes)."""
+        """Cancel a build and ask the build thread to end (the main window closes; it does not wait here:
+        ``thread_running`` says when it has ended)."""
         if self._worker is not None:
             self._worker.cancel.set()
         if self._thread is not None:
             self._thread.quit()
-            self._thread.wait(60000)
+
+    def thread_running(self) -> bool:
+        """The build thread has not ended (it ends after ``shutdown``, once the build's processes are killed)."""
+        return self._thread is not None and not self._thread.isFinished()
+
+    def wait(self, timeout_ms: int) -> None:
+        """Wait (blocking) for the build thread to end, up to ``timeout_ms``."""
+        if self._thread is not None:
+            self._thread.wait(timeout_ms)
 
     def _progress(self, text: str) -> None:
         if self.building and not self._worker.cancel.is_set():

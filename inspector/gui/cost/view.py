@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, Q
 
 from inspector.gui.look.wording import count_noun
 from inspector.llama.cost_model import NOMINAL_ACCEPTANCE, auto_draft_max, verify_cost_diagnosis
+from inspector.llama.cost_progress import PLAN, estimate_text, progress_text
 
 COST_PEN = "#1565c0"
 CEILING_PEN = "#e65100"
@@ -34,8 +35,16 @@ BREAK_EVEN_BRUSH = "#90caf9"
 LAYOUT_PENS = ("#1565c0", "#6a1b9a", "#2e7d32", "#c62828")
 """Colours of the weight layouts' c(k) curves (the loaded layout's is ``COST_PEN``)."""
 EMPTY_LABEL = "No cost model measured yet."
-EMPTY_TEXT = ("Press <b>Measure</b>: the loaded model decodes verify batches of 1..16 rows after the current "
-              "prompt (median of 3 repeats, a few seconds; the runtime lock is held meanwhile).")
+EMPTY_TEXT = ("Press <b>Measure</b>: the loaded model decodes the prompt, then verify batches of 1..16 rows after "
+              "it (a warm-up round, then 3 timed rounds). On 2 cores about 5 s after a short prompt; longer "
+              "prompts cost more (the 6,700-token long example about 1.5 min). Progress, time left and Cancel "
+              "are shown meanwhile.")
+PLOT_MIN_WIDTH = 460
+PLOT_MIN_HEIGHT = 420
+"""The plots' smallest size: a smaller tab (1024x640) scrolls them instead of squeezing the c(k) plot to its
+legend and axes."""
+PROGRESS_STEPS = 1000
+"""The progress bar's range while a measurement reports its share done."""
 
 
 class CostView(QWidget):
@@ -52,13 +61,18 @@ class CostView(QWidget):
         lay.setSpacing(4)
         top = QHBoxLayout()
         self.measure = QPushButton("Measure")
-        self.measure.setToolTip("time verify batches of 1..16 rows on the loaded model (engine thread; "
-                                "not while a run goes)")
+        self.measure.setToolTip("time verify batches of 1..16 rows on the loaded model after the prompt (engine "
+                                "thread; not while a run goes): seconds after a short prompt, minutes after a "
+                                "long one (its prefill, and c(k) grows with the context)")
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
-        self.busy.setMaximumWidth(90)
-        self.busy.setTextVisible(False)
+        self.busy.setMaximumWidth(160)
         self.busy.hide()
+        self.cancel = QPushButton("Cancel")
+        self.cancel.setToolTip("stop after the decode in flight: the batch sizes measured so far are kept and used")
+        self.cancel.hide()
+        self._plan = ""
+        self._estimate = ""
         self.ceiling_label = QLabel(EMPTY_LABEL)
         self.ceiling_label.setWordWrap(True)
         self.ceiling_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -83,6 +97,7 @@ class CostView(QWidget):
         top.addWidget(self.use_layout)
         top.addWidget(self.use_draft_max)
         top.addWidget(self.busy)
+        top.addWidget(self.cancel)
         top.addStretch(1)
         top.addWidget(self.export)
         lay.addLayout(top)
@@ -149,10 +164,15 @@ class CostView(QWidget):
         self.empty_hint = QLabel(EMPTY_TEXT)
         self.empty_hint.setWordWrap(True)
         self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.empty_hint.setStyleSheet("color:#555;font-size:11pt;padding:40px;background:white")
+        self.empty_hint.setStyleSheet("color:#555;font-size:11pt;padding:16px;background:white")
+        self.layout_widget.setMinimumSize(PLOT_MIN_WIDTH, PLOT_MIN_HEIGHT)
+        self.plots = QScrollArea()
+        self.plots.setWidget(self.layout_widget)
+        self.plots.setWidgetResizable(True)
+        self.plots.setFrameShape(QScrollArea.Shape.NoFrame)
         self.stack = QStackedWidget()
         self.stack.addWidget(self.empty_hint)
-        self.stack.addWidget(self.layout_widget)
+        self.stack.addWidget(self.plots)
         body = QHBoxLayout()
         body.addWidget(self.stack, 3)
         body.addWidget(self.figures, 1)
@@ -177,15 +197,38 @@ class CostView(QWidget):
             self.use_layout.hide()
         self._version += 1
 
-    def set_busy(self, busy: bool, text: str = "") -> None:
-        """Show the measuring state: busy bar on, Measure off, ``text`` in the label."""
+    def set_busy(self, busy: bool, text: str = "", cancellable: bool = False) -> None:
+        """Show the measuring state: busy bar on (no share known yet), Measure off, ``text`` in the label,
+        Cancel shown when ``cancellable``."""
         self.busy.setVisible(busy)
+        self.busy.setRange(0, 0)
+        self.cancel.setVisible(busy and cancellable)
+        self.cancel.setEnabled(busy and cancellable)
         for button in (self.measure, self.try_layouts, self.use_layout, self.use_draft_max):
             button.setEnabled(not busy)
         if busy:
+            self._plan = self._estimate = ""
             self.ceiling_label.setText(text or "measuring…")
         else:
             self._drawn = -1
+
+    def set_progress(self, p) -> None:
+        """Show a measurement's ``CostProgress``: the share done on the bar, what it measures now and the
+        time left, and what the whole measurement costs at this context length once estimated."""
+        if not self.busy.isVisible():
+            return
+        if p.stage == PLAN:
+            self._plan = progress_text(p)
+            now = "starting …"
+        else:
+            self.busy.setRange(0, PROGRESS_STEPS)
+            self.busy.setValue(int(p.fraction * PROGRESS_STEPS))
+            now = progress_text(p)
+        self._estimate = estimate_text(p) or self._estimate
+        self.ceiling_label.setText(
+            f"<p><b>Measuring c(k)</b> {html.escape(self._plan)}</p>"
+            + (f"<p>{html.escape(self._estimate)}</p>" if self._estimate else "")
+            + f"<p>Now: {html.escape(now)}</p><p>Cancel keeps the batch sizes measured so far.</p>")
 
     def set_layouts(self, layouts) -> None:
         """Show every layout's c(k) (list of (weight type, ``CostMeasured``), the loaded one first) next
@@ -253,7 +296,7 @@ class CostView(QWidget):
             self.stack.setCurrentWidget(self.empty_hint)
             self.use_draft_max.hide()  # nothing measured for this model: nothing to suggest
             return
-        self.stack.setCurrentWidget(self.layout_widget)
+        self.stack.setCurrentWidget(self.plots)
         cm = m.model
         k = np.arange(1, len(cm.row_ms) + 1)
         cost = np.array(cm.row_ms, float)
@@ -275,8 +318,10 @@ class CostView(QWidget):
         if layouts:
             top = max(float(cost.max()), *(max(lm.model.row_ms) for _t, lm in self.layouts))
             self.cost_plot.setYRange(0, top * 1.1, padding=0)
+        partial = (f"<p><b>Partial curve</b> (cancelled: {html.escape(m.partial)}): shown and used until you "
+                   "Measure again, not stored.</p>") if m.partial else ""
         self.ceiling_label.setText(
-            f"<p><b>{self.ceiling_text()}</b></p>"
+            f"<p><b>{self.ceiling_text()}</b></p>{partial}"
             f"<p>c(1) = {cost[0]:.1f} ms, c({len(cost)}) = {cost[-1]:.1f} ms ({threads}"
             + (f", after a prompt of {count_noun(m.prompt_tokens, 'token')}" if m.prompt_tokens else
                ", stored by bench or compare")
@@ -293,7 +338,7 @@ class CostView(QWidget):
         import pyqtgraph.exporters as ex
 
         self.refresh()
-        self.stack.setCurrentWidget(self.layout_widget)
+        self.stack.setCurrentWidget(self.plots)
         self.title.setText(self._title(with_model=True))
         try:
             exporter = ex.ImageExporter(self.layout_widget.scene())

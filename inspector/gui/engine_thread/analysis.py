@@ -22,6 +22,7 @@ from inspector.engine.errors import RequestCancelled
 from inspector.engine.settings import GenerationSettings
 from inspector.llama.cost_cache import placement, store_cost_model
 from inspector.llama.cost_model import measure_cost_model, measurement_positions
+from inspector.llama.cost_progress import CostMeasureCancelled
 from inspector.llama.model_file import weight_types_of
 from inspector.llama.quantize import weight_form
 from inspector.llama.runtime import LlamaRuntime
@@ -57,6 +58,9 @@ class CostMeasured:
     weight_types: tuple = ()
     layers: str = ""
     """Where the layers ran ("30/30 layers on RPC0[...]"); "" or "all layers on the CPU" locally."""
+    partial: str = ""
+    """"" for a whole measurement; else it was cancelled and this says what the curve holds ("k = 1..7 of
+    16, 1 of 3 repeats"): shown and used, never stored."""
 
 
 LAYOUT_TYPES = ("Q8_0", "Q4_0")
@@ -108,7 +112,9 @@ class AnalysisWorker(QObject):
     """
 
     costMeasured = Signal(object)
-    """``CostMeasured``."""
+    """``CostMeasured`` (``partial`` when cancelled after some batch sizes were timed)."""
+    costProgress = Signal(object)
+    """``inspector.llama.cost_progress.CostProgress``: after each prefill chunk and each batch size."""
     layoutsMeasured = Signal(object)
     """List of (weight type, ``CostMeasured``): the loaded model's own layout first."""
     layoutProgress = Signal(str)
@@ -122,7 +128,7 @@ class AnalysisWorker(QObject):
     compareDone = Signal(object, str)
     """(``inspector.bench.compare.CompareResult``, note): the note says when it was cancelled."""
     failed = Signal(str, str)
-    """(what: ``cost`` or ``compare``, message)."""
+    """(what: ``cost``, ``layouts`` or ``compare``, message; "" when cancelled before anything was measured)."""
 
     def __init__(self, engine) -> None:
         super().__init__()
@@ -139,22 +145,34 @@ class AnalysisWorker(QObject):
 
     @Slot(object)
     def measure_cost(self, req: CostRequest) -> None:
-        """Measure c(k), k = 1..``req.k_max`` (``measure_cost_model``, under the runtime lock)."""
+        """Measure c(k), k = 1..``req.k_max`` (``measure_cost_model``, under the runtime lock), with its
+        progress on ``costProgress``; ``job.request_cancel`` stops it before the next prefill chunk or
+        decode: the curve timed so far arrives as a ``partial`` ``CostMeasured`` (``failed("cost", "")`` when
+        nothing was timed)."""
         if not self._ready("cost"):
             return
         rt = self.engine.runtime
+        partial = ""
         try:
             tokens = self.job.prompt_tokens(req.prompt_text, req.raw)
             tokens = tokens[: max(1, rt.n_ctx - measurement_positions(req.k_max) - 1)]
-            cm = measure_cost_model(self.engine.scheduler, tokens, k_max=req.k_max, repeats=req.repeats)
-            store_cost_model(rt.model_path, rt.n_threads, cm, placement(rt), len(tokens))  # runs read it: adaptive length, auto draft max
+            try:
+                cm = measure_cost_model(self.engine.scheduler, tokens, k_max=req.k_max, repeats=req.repeats,
+                                        progress=self.costProgress.emit, cancel=self.job.cancel)
+            except CostMeasureCancelled as exc:
+                if exc.partial is None:
+                    self.failed.emit("cost", "")
+                    return
+                cm, partial = exc.partial, exc.note
+            if not partial:  # runs read it: adaptive length, auto draft max
+                store_cost_model(rt.model_path, rt.n_threads, cm, placement(rt), len(tokens))
         except Exception as exc:
             log.exception("cost model failed")
             self.failed.emit("cost", str(exc) or type(exc).__name__)
             return
         self.costMeasured.emit(CostMeasured(cm, str(rt.model_path), int(getattr(rt, "n_threads", 0) or 0), len(tokens),
                                             tuple(getattr(getattr(rt, "info", None), "weight_types", ())),
-                                            str(getattr(rt, "layers", ""))))
+                                            str(getattr(rt, "layers", "")), partial))
 
     @Slot(object)
     def measure_layouts(self, req: LayoutsRequest) -> None:
@@ -176,13 +194,16 @@ class AnalysisWorker(QObject):
                 try:
                     target = other or rt
                     sched = RuntimeScheduler(other) if other is not None else self.engine.scheduler
-                    cm = measure_cost_model(sched, tokens, k_max=req.k_max, repeats=req.repeats)
+                    cm = measure_cost_model(sched, tokens, k_max=req.k_max, repeats=req.repeats, cancel=self.job.cancel)
                     store_cost_model(path, target.n_threads, cm, placement(target))
                 finally:
                     if other is not None:
                         other.close()
                 results.append((t, CostMeasured(cm, str(path), int(target.n_threads or 0), len(tokens),
                                                 weight_types_of(path))))
+        except RequestCancelled:
+            self.failed.emit("layouts", "")
+            return
         except Exception as exc:
             log.exception("weight layouts failed")
             self.failed.emit("layouts", str(exc) or type(exc).__name__)

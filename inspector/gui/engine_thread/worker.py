@@ -124,6 +124,8 @@ class EngineWorker(QObject):
     """(source name, message): the run's proposal source could not be made (the run did not start)."""
     runFinished = Signal(str, object)
     """(reason, ``RunEnd`` or None when the run never started): the run ended; its records are in ``records``."""
+    shutdownDone = Signal()
+    """``shutdown`` ran (on this thread, after the job in flight returned): the window ends the thread."""
     baselineReady = Signal(object, str)
     """(``BaselineResult`` or None, error; "" when cancelled): the plain-decoding comparison of the run
     that just ended (emitted before ``runFinished``, after its ``BaselineDone`` record)."""
@@ -293,13 +295,15 @@ class EngineWorker(QObject):
 
     @Slot()
     def shutdown(self) -> None:
-        """Stop background sessions, drop sessions, close an owned runtime (worker thread)."""
+        """Stop background sessions, drop sessions, close an owned runtime (worker thread), then
+        ``shutdownDone``."""
         if self.contention is not None:
             self.contention.stop_all()
         self._close_source()
         if self.runtime is not None and self.owns_runtime:
             self.runtime.close()
             self.runtime = None
+        self.shutdownDone.emit()
 
     def set_background(self, n: int) -> None:
         """Run ``n`` background sessions (0..3) through the same scheduler."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QEvent, QObject, QRect, Qt
+from PySide6.QtCore import QEvent, QObject, QRect, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QWidget
 
@@ -26,6 +26,11 @@ SETTLE_S = 1.0
 """After a show, for this long a move (the window manager placing the window and adding its frame, which
 can push a remembered position's title bar above the screen) is fitted again; later moves are the
 user's and are left alone."""
+
+REFIT_MS = (100, 400, 900)
+"""After a show the window is fitted again at these delays: the window manager adds its frame (its title bar
+above the client) without a Move event, and only then is the frame known (issue 54 item 4: at 1024x640 the
+title bar lay above the screen)."""
 
 OWN_WINDOWS = (Qt.WindowType.Window, Qt.WindowType.Dialog)
 """The kinds of child windows fitted: windows and dialogs (popups and tooltips place themselves)."""
@@ -40,6 +45,7 @@ class ScreenFit(QObject):
     def __init__(self, window: QWidget) -> None:
         super().__init__(window)
         self.window = window
+        self.visible = window.isVisible
         self.shown = False
         """True after the first fit on a show: from then on the window's own screen counts."""
         self.shown_at = 0.0  # monotonic seconds of the last show (moves within SETTLE_S are fitted)
@@ -51,6 +57,8 @@ class ScreenFit(QObject):
             self.shown_at = time.monotonic()
             if kind == QEvent.Type.ShowToParent:
                 self.shown = True
+                for ms in REFIT_MS:  # the window manager frames it without moving it: no Move event
+                    QTimer.singleShot(ms, self.refit)
         elif kind == QEvent.Type.Move and time.monotonic() - self.shown_at < SETTLE_S:
             fit_to_screen(self.window)
         elif kind == QEvent.Type.ChildPolished:
@@ -58,6 +66,13 @@ class ScreenFit(QObject):
             if isinstance(child, QWidget) and child.windowType() in OWN_WINDOWS:  # not menus, tooltips
                 keep_on_screen(child)
         return False
+
+
+    def refit(self) -> None:
+        """Fit the window again once its frame is known (``REFIT_MS`` after a show; not when the timer comes
+        later than ``SETTLE_S``: a move then is the user's)."""
+        if self.visible() and time.monotonic() - self.shown_at < SETTLE_S:
+            fit_to_screen(self.window)
 
 
 def keep_on_screen(window: QWidget, width: int | None = None, height: int | None = None) -> QWidget:
@@ -128,4 +143,6 @@ def fit_to_screen(window: QWidget, first: bool = False) -> None:
     x = max(room.left(), min(x, room.left() + room.width() - outer_w))
     y = max(room.top(), min(y, room.top() + room.height() - outer_h))
     if (x, y) != (at.x(), at.y()):
+        if window.frameGeometry() == window.geometry():  # no frame yet: a move places the client, and the
+            x, y = x + left, y + top  # window manager's frame then goes above and left of it
         window.move(x, y)

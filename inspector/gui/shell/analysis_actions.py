@@ -26,6 +26,7 @@ from inspector.bench.compare_result import CompareConfig
 from inspector.gui.audit.actions import AuditActions
 from inspector.gui.compare.server_build import ServerBuildActions
 from inspector.gui.compare.view import CompareView
+from inspector.gui.cost.view import PROGRESS_STEPS
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
 from inspector.gui.look.banner_colours import BANNER_HINT
 from inspector.gui.look.wording import count_noun
@@ -34,6 +35,7 @@ from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
 from inspector.gui.tune.actions import TuneActions
 from inspector.llama.cost_cache import load_cost_model, placement
 from inspector.llama.cost_model import CostModel
+from inspector.llama.cost_progress import PLAN, progress_text
 from inspector.llama.model_file import weight_types_of
 from inspector.prompts import TURNS_EXAMPLES, example_prompts
 from inspector.session.run_states import BUSY, IDLE
@@ -67,7 +69,8 @@ class AnalysisActions(QObject):
     requestMeasure = Signal(object)
     requestCompare = Signal(object)
     costReady = Signal(object, str)
-    """(``CostMeasured`` or None, error): a measurement ended (tests, status)."""
+    """(``CostMeasured`` or None, error or note): a measurement ended (tests, status); cancelled: a ``partial``
+    ``CostMeasured`` and "cancelled: kept …", or None and "cancelled"."""
     layoutsReady = Signal(object, str)
     """(list of (weight type, ``CostMeasured``) or None, error): "Try other weight types" ended."""
     requestLayouts = Signal(object)
@@ -78,8 +81,9 @@ class AnalysisActions(QObject):
 
     def __init__(self, panel, host: MenuHost, feedback: Feedback, *, run, shown: ShownSession, worker, thread,
                  settings, tabs, cost_view, stats, timeline, model_info, load_model, session_changed,
-                 shutdown) -> None:
+                 shutdown, progress) -> None:
         super().__init__(host.parent)
+        self.progress = progress  # the status bar's bar: a measurement's share done
         self.panel, self.host, self.feedback, self.run, self.shown = panel, host, feedback, run, shown
         self.engine, self.settings, self.model_info, self.load_model = worker, settings, model_info, load_model
         self.tabs, self.cost_view, self.stats, self.timeline = tabs, cost_view, stats, timeline
@@ -93,8 +97,10 @@ class AnalysisActions(QObject):
         self.requestCompare.connect(self.worker.run_compare)
         self.requestLayouts.connect(self.worker.measure_layouts)
         self.worker.layoutsMeasured.connect(self._layouts_measured)
-        self.worker.layoutProgress.connect(lambda text: cost_view.set_busy(True, text))
+        self.worker.layoutProgress.connect(
+            lambda text: self.worker.job.cancel.is_set() or cost_view.set_busy(True, text, cancellable=True))
         self.worker.costMeasured.connect(self._cost_measured)
+        self.worker.costProgress.connect(self._cost_progress)
         self.worker.compareProgress.connect(self._compare_progress)
         self.worker.compareTurnProgress.connect(self._compare_turn_progress)
         self.worker.compareRows.connect(lambda partial: self.compare_view and self.compare_view.show_rows(partial))
@@ -103,6 +109,7 @@ class AnalysisActions(QObject):
         worker.baselineReady.connect(self._baseline_ready)
         worker.modelLoaded.connect(self._model_loaded)
         cost_view.measure.clicked.connect(self.measure)
+        cost_view.cancel.clicked.connect(self.cancel_measure)
         cost_view.export.clicked.connect(self.export_png_dialog)
         cost_view.try_layouts.clicked.connect(self.try_layouts)
         cost_view.use_layout.clicked.connect(self.use_layout)
@@ -189,6 +196,7 @@ class AnalysisActions(QObject):
 
     def _end(self) -> None:
         self.busy = ""
+        self.progress.hide()
         if self.run.state == BUSY:
             self.run.set_state(IDLE)
 
@@ -201,25 +209,46 @@ class AnalysisActions(QObject):
 
     # -- cost model ----------------------------------------------------------------
     def measure(self) -> bool:
-        """Measure the cost model of the loaded model after the current prompt, on the engine thread.
-        Refused (with a message) while a run goes or no model is loaded."""
+        """Measure the cost model of the loaded model after the current prompt, on the engine thread, its
+        progress in the Cost model tab and the status bar (``CostProgress`` from the worker), Cancel in the
+        tab. Refused (with a message) while a run goes or no model is loaded."""
         if not self._start("cost", "measuring the cost model…"):
             return False
-        self.cost_view.set_busy(True, "measuring c(k) for k = 1..16 verification rows (median of 3) …")
+        self.cost_view.set_busy(True, "measuring c(k) for k = 1..16 verification rows (median of 3) …", cancellable=True)
         self.tabs.setCurrentWidget(self.cost_view)
+        self.progress.setRange(0, 0)
+        self.progress.show()
         text, raw = self._prompt()
+        self.worker.job.reset_cancel()
         self.requestMeasure.emit(CostRequest(text, raw))
         return True
+
+    def cancel_measure(self) -> None:
+        """Stop the measurement before its next decode (thread safe); the batch sizes timed are kept."""
+        self.worker.job.request_cancel()
+        self.cost_view.cancel.setEnabled(False)
+        self.feedback.status("busy · cancelling the measurement after the decode in flight …")
+
+    def _cost_progress(self, p) -> None:
+        if self.busy != "cost" or self.worker.job.cancel.is_set():
+            return
+        self.cost_view.set_progress(p)
+        if p.stage != PLAN:
+            self.progress.setRange(0, PROGRESS_STEPS)
+            self.progress.setValue(int(p.fraction * PROGRESS_STEPS))
+        self.feedback.status(f"measuring c(k): {progress_text(p)}")
 
     def _cost_measured(self, m: CostMeasured) -> None:
         key = cost_key(m.model_path, m.n_threads)
         self.cost_models[key] = m
-        self._save(key, m)
+        if not m.partial:
+            self._save(key, m)
         self._use(m)
         self.cost_view.set_busy(False)
         self._end()
-        self.feedback.status(f"cost model measured: {self.cost_view.ceiling_text()}")
-        self.costReady.emit(m, "")
+        note = f"cancelled: kept {m.partial}" if m.partial else ""
+        self.feedback.status(f"cost model {'measured' if not note else note}: {self.cost_view.ceiling_text()}")
+        self.costReady.emit(m, note)
 
     # -- weight layouts ----------------------------------------------------------------
     def try_layouts(self) -> bool:
@@ -228,7 +257,8 @@ class AnalysisActions(QObject):
         if not self._start("layouts", "trying other weight types…"):
             return False
         self.cost_view.set_busy(True, "converting the model to other weight types (llama.cpp quantize, cached) "
-                                        "and measuring c(k) for each …")
+                                        "and measuring c(k) for each …", cancellable=True)
+        self.worker.job.reset_cancel()
         self.tabs.setCurrentWidget(self.cost_view)
         text, raw = self._prompt()
         self.requestLayouts.emit(LayoutsRequest(text, raw))
@@ -268,6 +298,11 @@ class AnalysisActions(QObject):
 
     def _failed(self, what: str, message: str) -> None:
         self._end()
+        if what in ("layouts", "cost") and not message:  # cancelled before anything was measured
+            self.cost_view.set_busy(False)
+            self.feedback.status("cancelled before any batch size was measured: nothing kept")
+            (self.layoutsReady if what == "layouts" else self.costReady).emit(None, "cancelled")
+            return
         if what == "layouts":
             self.cost_view.set_busy(False)
             self.feedback.error("Cannot try other weight types", message)

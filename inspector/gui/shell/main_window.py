@@ -4,7 +4,7 @@ worker (on its own ``QThread``) and the views.
 The worker appends a run's immutable records to its ``RecordStream``; a
 ``QTimer`` at ``REDRAW_HZ`` has the ``RecordFeed`` apply them to the shown ``SessionRecord``
 (``inspector.session.session_record``) and redraws the views from it. The GUI thread never calls
-llama.cpp and never waits for the worker (except when the window closes).
+llama.cpp and never waits for the worker (a close while it works is deferred: ``quitting``).
 
 The window is composed, not assembled from mixins: ``build_ui`` makes its widgets (a ``WindowUI``),
 ``build_menus`` its File and Run menus (``RunMenus``), ``run`` (``RunControl``: the state, what it
@@ -21,7 +21,7 @@ import html
 import importlib
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QThread, QTimer, Signal
+from PySide6.QtCore import QEvent, QSettings, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
@@ -44,6 +44,7 @@ from inspector.gui.shell.layout import build_ui
 from inspector.gui.shell.menus import MenuCommands, build_menus
 from inspector.gui.shell.model_line import ModelLine
 from inspector.gui.shell.panel_wiring import wire_panel
+from inspector.gui.shell.quitting import QuitControl, Workers
 from inspector.gui.shell.run_control import RunControl
 from inspector.gui.shell.window_settings import restore_controls, restore_window, save_window
 from inspector.gui.tokens.conversation_bar import ConversationActions
@@ -102,7 +103,6 @@ class MainWindow(QMainWindow):
         self.data_dir = Path(data_dir) if data_dir is not None else app_data_dir()
         self.session = SessionRecord()
         self.last_error = ""
-        self._closing = False
         self.draft_dir = Path(draft_dir) if draft_dir is not None else None
 
         # Import the chat-template formatter (jinja2) now: importing it on the worker
@@ -181,7 +181,8 @@ class MainWindow(QMainWindow):
             self.panel, self.host, self.feedback, run=self.run, shown=self.shown, worker=self.worker,
             thread=self.thread, settings=self.settings, tabs=self.tabs, cost_view=self.cost_view, stats=self.stats,
             timeline=self.timeline, model_info=lambda: self.model_info, load_model=self.load_selected_model,
-            session_changed=(self.runFinished, self.files.opened), shutdown=self.requestShutdown)
+            session_changed=(self.runFinished, self.files.opened), shutdown=self.requestShutdown,
+            progress=self.load_progress)
         self.token_view.auditRequested.connect(self.analysis.audit.audit)  # "Audit this difference…" on its line
         self.synthetic = SyntheticActions(
             self.synthetic_view, self.panel, self.feedback, run=self.run, worker=self.worker, thread=self.thread,
@@ -192,6 +193,10 @@ class MainWindow(QMainWindow):
         self.serve = ServeActions(self.requests, self.request_log, menus.act_serve, panel=self.panel,
                                   worker=self.worker, run=self.run, shown=self.shown, feedback=self.feedback,
                                   host=self.host, settings=self.settings, turns=self.turns)
+        self.quitting = QuitControl(self.host, self.feedback, Workers(
+            self.thread, self.run, self.serve, self.analysis.tune, lambda: self.analysis.server_build, self.files,
+            self.sources), stop=self._stop_all, close=self.close)
+        """Ctrl+Q or the close button while something works: ask, cancel, wait without blocking, quit."""
         self._wire_worker()
         self.thread.start()
         wire_panel(self.panel, self.run, files=self.files, sources=self.sources, worker=self.worker,
@@ -264,6 +269,7 @@ class MainWindow(QMainWindow):
         self.requestRun.connect(w.start_run)
         self.requestLoad.connect(w.load_model)
         self.requestShutdown.connect(w.shutdown)
+        w.shutdownDone.connect(self.thread.quit, Qt.ConnectionType.DirectConnection)  # after the job in flight
         w.modelProgress.connect(self.model_line.progress_changed)
         w.modelLoaded.connect(self.model_line.loaded)
         w.modelFailed.connect(self._model_failed)
@@ -464,22 +470,29 @@ class MainWindow(QMainWindow):
         """Remember the window's geometry, splitters and the side panel's values (``window_settings``)."""
         save_window(self.settings, self, self._splits(), self.panel)
 
-    def shutdown(self, timeout_ms: int = 30000) -> None:
-        """Stop the run and background sessions, then end the worker thread (blocks; used at close)."""
-        if self._closing:
-            return
-        self._closing = True
-        self.timer.stop()
-        self.serve.shutdown()
+    def _stop_all(self, now: bool) -> None:
+        """Cancel the run and every job, stop serving, then end the worker threads (``QuitControl``); the
+        engine's ``shutdown`` runs after the job in flight. ``now``: wait for the server here."""
+        self.save_settings()
+        self.centralWidget().setEnabled(False)
+        self.menuBar().setEnabled(False)
         self.worker.request_stop(closing=True)
-        self.requestShutdown.emit()
-        self.thread.quit()
-        self.thread.wait(timeout_ms)
-        self.files.wait()
-        if self.sources.job is not None:
-            self.sources.job.wait(60)
+        if now:
+            self.serve.shutdown()
+            self.requestShutdown.emit()
+        else:  # the server uses the runtime the engine's shutdown closes: that waits for it
+            self.serve.stop(then=self.requestShutdown.emit)
+
+    def event(self, ev) -> bool:
+        if ev.type() == QEvent.Type.DeferredDelete and not self.quitting.done:
+            self.quitting.stop_now()  # destroyed without a close (a test): a running QThread would abort
+        return super().event(ev)
 
     def closeEvent(self, ev) -> None:
-        self.save_settings()
-        self.shutdown()
+        """Close now when nothing works; else ask, stop and close when stopped (``QuitControl``)."""
+        if not self.quitting.close_requested():
+            ev.ignore()
+            return
+        self.timer.stop()
+        self.serve.shutdown()
         super().closeEvent(ev)

@@ -69,6 +69,8 @@ class RunControl(QObject):
         self.making_draft, self.opening = making_draft, opening
         self.autosave_dir = autosave_dir
         self.state = IDLE
+        self.detail = ""
+        """The detail the state was entered with ("measuring the cost model…" for ``BUSY``)."""
         self.armed_faults = FaultPlan()
         self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
         self._run_status: str | None = None  # "source ngram · up to 128 tokens" while a live run goes
@@ -78,7 +80,7 @@ class RunControl(QObject):
     def set_state(self, state: str, detail: str = "") -> None:
         """Enter ``state`` (``inspector.session.run_states``): enable the controls it allows, set the
         banner and the status bar, emit ``stateChanged``."""
-        self.state = state
+        self.state, self.detail = state, detail
         p = self.panel
         origin = self.session().origin
         on = control_states(state, origin=origin, making_draft=self.making_draft(), opening=self.opening())

@@ -224,12 +224,25 @@ class TuneActions(QObject):
         self.tuned.emit(rows, note)
 
     def shutdown(self) -> None:
-        """Stop the grid and end its thread (the main window closes)."""
+        """Stop the grid and a Verify run, and ask the grid's thread to end (the main window closes; it does
+        not wait here: ``thread_running`` says when it has ended)."""
         self.cancel()
         self.analysis.job.request_cancel()
         if self._thread is not None:
             self._thread.quit()
-            self._thread.wait(30000)
+
+    def grid_running(self) -> bool:
+        """The grid is being predicted."""
+        return self._busy()
+
+    def thread_running(self) -> bool:
+        """The grid's thread has not ended (it ends after ``shutdown``)."""
+        return self._thread is not None and not self._thread.isFinished()
+
+    def wait(self, timeout_ms: int) -> None:
+        """Wait (blocking) for the grid's thread to end, up to ``timeout_ms``."""
+        if self._thread is not None:
+            self._thread.wait(timeout_ms)
 
     # -- llama-server ----------------------------------------------------------------
     def copy_flags(self, row) -> str | None:
