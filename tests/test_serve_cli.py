@@ -172,3 +172,17 @@ def test_a_conversation_document_is_a_turns_file(tmp_path):
     f.write_text(json.dumps({"kind": "request"}))
     with pytest.raises(ValueError, match="not a conversation"):
         read_turns(f)
+
+
+def test_the_printed_try_line_works_as_printed_with_an_api_key(tmp_path):
+    """Issue 54 item 5: with ``--api-key`` the "try:" curl line carries the key, so it answers 200, not 401."""
+    proc, _ = _start(tmp_path, "--api-key", "s3cret key", "-n", "4")
+    try:
+        line = proc.stdout.readline()
+        assert line.strip().startswith("try: curl"), line
+        done = subprocess.run(line.strip()[len("try: "):] + " -s -o /dev/null -w '%{http_code}'", shell=True,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert done.stdout == "200", (line, done.stdout, done.stderr)

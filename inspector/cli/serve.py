@@ -13,6 +13,7 @@ as ``cancelled`` with "the server stopped"), writes the session document and exi
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import threading
 import time
@@ -218,7 +219,8 @@ def cmd_serve(args) -> int:
     server.wait_started()
     where = f"; requests recorded in {options.receipts.folder}" if options.receipts else ""
     print(f"serving {Path(model_name).name} on {address} (source {options.source}; one slot){where}", flush=True)
-    print(f"  try: curl {address}/v1/chat/completions -H 'Content-Type: application/json' "
+    key = f" -H {shlex.quote('Authorization: Bearer ' + args.api_key)}" if args.api_key else ""
+    print(f"  try: curl {address}/v1/chat/completions -H 'Content-Type: application/json'{key} "
           "-d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}'", flush=True)
     status = 0
     try:
