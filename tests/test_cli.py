@@ -360,3 +360,17 @@ def test_view_prints_the_same_windows_vs_plain_line_as_the_run(tmp_path):
     view = cli("view", out)
     assert view.returncode == 0, view.stderr
     assert [l for l in view.stdout.splitlines() if l.startswith("windows vs plain:")] == line
+
+
+def test_run_n_minus_one_runs_until_the_end_of_generation_or_a_full_context(tmp_path):
+    """Issue 54 item 6: ``-n -1`` is llama.cpp's "no limit": the run ends at an end-of-generation token or
+    when the context is full, never at a token count, and says nothing about raising -c for it."""
+    out = tmp_path / "r.json"
+    p = cli("run", "--prompt", "Count from one to one hundred, one number per line.", "-n", "-1", "-c", "96",
+            "--receipts", out)
+    assert p.returncode == 0, p.stderr
+    doc = load_document(out)
+    assert doc["output"]["finish_reason"] in ("eog", "context_full"), doc["output"]["finish_reason"]
+    assert "raise --n-ctx" not in p.stderr
+    bad = cli("run", "--prompt", "Hi", "-n", "-2")
+    assert bad.returncode == 2 and "max_new_tokens" in one_clear_line(bad.stderr)

@@ -69,8 +69,9 @@ def add_run_command(sub) -> None:
                      help="an option for the source's factory (repeatable; checked against the source's "
                           "declared options)")
     add_source_flags(run)  # --ngram-max, --draft-model, --script, ...: from the sources' declarations
-    run.add_argument("--max-tokens", "-n", "--predict", "--n-predict", type=setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
-                     help=f"most tokens to generate (llama.cpp -n; >= 1) [{DEFAULT_MAX_NEW_TOKENS}]")
+    run.add_argument("--max-tokens", "-n", "--predict", "--n-predict", type=_max_tokens, default=DEFAULT_MAX_NEW_TOKENS,
+                     help=f"most tokens to generate (llama.cpp -n; >= 1, or -1: until the end of generation or a "
+                          f"full context) [{DEFAULT_MAX_NEW_TOKENS}]")
     run.add_argument("--draft-max", "--draft", "--draft-n", "--spec-draft-n-max", type=draft_max_value, default=None, metavar="N|auto",
                      help=f"most proposal tokens per window (0..{COUNT_MAX}), or auto: the best window of the cost model "
                           "stored for this model and thread count (bench, compare --cost-model or the window's "
@@ -221,7 +222,7 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
     contended = run_contention_note(record, runtime.model_path, runtime.n_threads, placement(runtime))
     if contended:
         print(f"spec-inspector: {contended}", file=sys.stderr)
-    if record.finish_reason == "context_full":
+    if record.finish_reason == "context_full" and args.max_tokens != -1:
         print(f"spec-inspector: generation stopped: the context ({runtime.n_ctx} positions) is full; "
               f"raise --n-ctx", file=sys.stderr)
     print(format_summary(record.summary(), wall, kv_length=end.kv_length, canonical=end.canonical_position,
@@ -262,6 +263,11 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
     return status
 
 
+def _max_tokens(text: str) -> int:
+    """``-n``: -1 (llama.cpp's "until the end of generation or a full context"), or a count >= 1."""
+    return -1 if text.strip() == "-1" else setting("max_new_tokens", int)(text)
+
+
 def _run_settings(args):
     """``(GenerationSettings, notes)`` of ``run``, checked before the model loads.
 
@@ -277,7 +283,7 @@ def _run_settings(args):
     try:
         sampling, notes = sampling_from_args(args)
         settings = GenerationSettings(
-            max_new_tokens=args.max_tokens, stop=tuple(args.stop),
+            max_new_tokens=args.n_ctx if args.max_tokens == -1 else args.max_tokens, stop=tuple(args.stop),
             draft_max=DEFAULT_DRAFT_MAX if args.draft_max is None else args.draft_max,
             proposal_deadline_ms=args.proposal_deadline_ms, sampling=sampling, verification=args.verification,
             probabilities=args.probabilities,
