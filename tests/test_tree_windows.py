@@ -817,3 +817,19 @@ def test_bench_trees_measures_tree_and_chain_costs_and_runs_every_branching_sour
     assert "trees of 2 branches cost" in text
     assert text.count("faster (") + text.count("no tree: ") == len(TREE_SOURCES)  # one verdict per source
     assert text.count("copy-with-corrections: best chain ") == 1
+
+
+def test_the_tree_tab_says_no_window_is_selected_when_a_session_begins(qtbot, runtime, tmp_path, tree_run):
+    """Issue 54 item 7: a new session (a run's start, Ctrl+N, a file opened) selects no window; the Tree tab
+    says so instead of calling a window discarded or failed."""
+    from test_gui_support import make_window, open_receipts
+    from inspector.gui.windows.tree_drawing import NO_RECEIPT_TEXT, NO_WINDOW_TEXT
+
+    tokens, g, _ = tree_run(COPY)
+    path = write_document(build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False),
+                          tmp_path / "tree.json")
+    w = make_window(qtbot, runtime, tmp_path)
+    assert open_receipts(qtbot, w, path) == ""
+    detail = w.window_detail
+    assert detail.selected is None
+    assert detail.tree_tab.summary.text() == NO_WINDOW_TEXT != NO_RECEIPT_TEXT

@@ -39,7 +39,7 @@ from inspector.session.session_record import SessionRecord
 from inspector.gui.look.table_copy import install_row_copy
 from inspector.gui.tokens.token_figures import margin_text, probability_text
 from inspector.gui.windows.table import WIDEST, WINDOW_HEADERS, WindowTableModel
-from inspector.gui.windows.tree_drawing import TreeTab, walk_accepted
+from inspector.gui.windows.tree_drawing import CHAIN_TEXT, NO_WINDOW_TEXT, TreeTab, walk_accepted
 from inspector.gui.windows.tree_text import tree_branches_html, tree_summary
 
 EMPTY_TEXT = "Select a window."
@@ -234,7 +234,7 @@ class WindowDetail(QWidget):
         self._follow_pending = False
         self.model.set_session(session)
         self.rows.setRowCount(0)
-        self.tree_tab.show_receipt(None, None, str)
+        self.tree_tab.show_receipt(None, None, str, NO_WINDOW_TEXT)
         self._set_fields(None)
         self.raw.setPlainText("")
         self.refresh()
@@ -373,8 +373,8 @@ class WindowDetail(QWidget):
         tree = info.get("tree")
         if tree is not None:
             self.tree_tab.show_hold(tree, row, current, self.session.text_of, base)
-        else:
-            self.tree_tab.show_receipt(None, current, self.session.text_of)
+        else:  # a window held before its verification ended: a chain, no receipt yet
+            self.tree_tab.show_receipt(None, current, self.session.text_of, CHAIN_TEXT)
         rows = [
             ("decision", None),
             ("proposal", f"{len(proposal)} tokens · committed so far {len(info.get('committed', ()))}"),

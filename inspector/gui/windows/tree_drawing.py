@@ -37,6 +37,7 @@ LEGEND = ("green: accepted · red: rejected where the target predicted otherwise
           "target committed after the walk (correction or bonus) · grey: never reached")
 CHAIN_TEXT = "This window proposed one chain: the rows table below is the whole of it."
 NO_RECEIPT_TEXT = "No receipt: this proposal was discarded or its window failed (the Receipt tab says why)."
+NO_WINDOW_TEXT = "No window selected: pick a window in the table above or a token in the text."
 HOLD_COLOR = "#f9a825"
 """Border of the node Step token holds before (the row table's hold colour, darker to show as a line)."""
 BOX_H, LANE_H, GAP_X, PAD, MARGIN, MAX_BOX_W = 20, 26, 14, 10, 4, 90
@@ -257,11 +258,13 @@ class TreeTab(QWidget):
         super().showEvent(event)
         QTimer.singleShot(0, self._scroll_to_focus)  # after the scroll area's layout
 
-    def show_receipt(self, receipt, current_token: int | None, text_of: Callable[[int], str]) -> None:
-        """Draw a verified window's tree (``receipt.tree``), or say it proposed a chain or has no receipt."""
+    def show_receipt(self, receipt, current_token: int | None, text_of: Callable[[int], str],
+                     empty_text: str = NO_RECEIPT_TEXT) -> None:
+        """Draw a verified window's tree (``receipt.tree``), or say it proposed a chain or, without a receipt,
+        ``empty_text`` (by default: the window has none)."""
         tree = None if receipt is None else receipt.tree
         if tree is None:
-            self.summary.setText(CHAIN_TEXT if receipt is not None else NO_RECEIPT_TEXT)
+            self.summary.setText(CHAIN_TEXT if receipt is not None else empty_text)
             self.summary.setToolTip("")
             self.drawing.set_tree(None)
             self._focus = None
