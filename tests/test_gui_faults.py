@@ -143,3 +143,24 @@ def test_an_armed_fault_that_never_fires_is_named_at_the_end_with_the_reason(qtb
     banner, tip = w.banner.text(), w.banner.toolTip()
     assert "<br>Not fired: callback_error at commit token 64" in banner, banner  # one line, cut to fit
     assert f"no window committed 64 tokens (the most one committed: {most})" in tip, tip
+
+
+def test_arming_a_fault_moves_no_button(qtbot, runtime, tmp_path):
+    """Issue 54 item 8: the red "armed for the next run" note has its room reserved: arming a fault leaves Run
+    and Step where they were, so a click meant for Run never lands on Step."""
+    from test_gui_support import make_window
+
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=12, ngram_min=1)
+    w.show()
+    qtbot.waitExposed(w)
+    w.redraw()
+    before = {name: b.mapTo(w, b.rect().topLeft()) for name, b in (("run", w.panel.run),
+                                                                   ("step", w.panel.step_window))}
+    w.panel.fault_token.setValue(64)
+    w.panel.fault_callback.click()
+    w.redraw()
+    qtbot.wait(50)
+    assert w.panel.pending_faults.text()
+    after = {name: b.mapTo(w, b.rect().topLeft()) for name, b in (("run", w.panel.run),
+                                                                  ("step", w.panel.step_window))}
+    assert after == before

@@ -5,6 +5,7 @@ group (fault buttons, background sessions). Widgets only: the window connects th
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton
 
 from inspector.gui.engine_thread.contention import MAX_BACKGROUND
@@ -92,10 +93,13 @@ class FaultButtons(QGroupBox):
         row.addWidget(self.background)
         row.addStretch(1)
         grid.addLayout(row, 2, 0, 1, 3)
-        # On a row of its own, wrapped: a long armed fault's text never squeezes the buttons above.
+        # On a row of its own, wrapped: a long armed fault's text never squeezes the buttons above; two lines
+        # high whether empty or not, so arming a fault moves nothing under the mouse (the whole text: tooltip).
         self.pending_faults = QLabel("")
         self.pending_faults.setStyleSheet("color:#c62828")
         self.pending_faults.setWordWrap(True)
+        self.pending_faults.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.pending_faults.setFixedHeight(2 * self.pending_faults.fontMetrics().lineSpacing() + 2)
         grid.addWidget(self.pending_faults, 3, 0, 1, 3)
 
     def set_faults_enabled(self, on: bool) -> None:

@@ -323,6 +323,7 @@ class MainWindow(QMainWindow):
         text = self.run.pending_faults_text()
         if text != self.panel.pending_faults.text():
             self.panel.pending_faults.setText(text)
+            self.panel.pending_faults.setToolTip(text)
 
     def every_tick(self, slot) -> None:
         """Call ``slot()`` on every redraw tick (``REDRAW_HZ``), beside the window's own views."""
