@@ -116,6 +116,29 @@ def test_tools_on_a_reasoning_template_are_no_longer_refused():
     assert tt.refusal == "" and tt.format is not None and tt.format.per_call_start == "<tool_call>\n"
 
 
+def test_a_tool_marker_inside_the_reasoning_block_does_not_wake_the_lazy_grammar(runtime):
+    from inspector.llama.grammar import GrammarState
+    from inspector.serve.tool_calls import tool_grammar
+    from inspector.serve.tool_format import ToolFormat
+
+    fmt = ToolFormat(per_call_start="<tool_call>\n", per_call_end="</tool_call>", parallel=True)
+    g = tool_grammar(fmt, TOOLS, False, True)
+
+    def tok(text):
+        return runtime.tokenize(text, add_special=False, parse_special=True)
+
+    gate = (tuple(tok("<think>")), tuple(tok("</think>")), ())
+    plain = tok("zz")[0]
+    for text, gated, woken in (("<think>\n<tool_call>\n", True, False), ("<think>\n<tool_call>\n", False, True),
+                               ("<think>a</think>\n<tool_call>\n", True, True)):
+        state = GrammarState(runtime.vocab, g.gbnf, runtime.n_vocab, g.triggers, gate if gated else ())
+        try:
+            state.sync(tok(text))
+            assert state.allows(state.sampler, plain) is (not woken), (text, gated)
+        finally:
+            state.close()
+
+
 # -- the real model, ours against llama-server -----------------------------------------------------------
 
 N = 60
@@ -202,6 +225,8 @@ CASES = {
                                                       "chat_template_kwargs": {"enable_thinking": False}}),
     "chat plain": lambda u: _post(u, {"max_tokens": 16}),
     "chat tools required": lambda u: _post(u, {"tools": TOOLS, "tool_choice": "required", "max_tokens": 40}),
+    "chat tools auto": lambda u: _post(u, {"tools": TOOLS, "max_tokens": 24}),
+    "chat tools auto streamed": lambda u: _stream(u, {"tools": TOOLS, "max_tokens": 24}),
     "responses": lambda u: _responses(u, False, THINK),
     "responses streamed": lambda u: _responses(u, True, THINK),
 }

@@ -25,7 +25,7 @@ the answer as llama-server's chat route does (llama.cpp 0c1e570).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inspector.serve.errors import ApiError
 from inspector.serve.json_grammar import literal
@@ -242,12 +242,29 @@ def prepare_reasoning(rt, p, cache: dict, messages: list[dict]) -> dict:
     while n < min(len(with_gp), len(without)) and with_gp[n] == without[n]:
         n += 1
     p.reasoning = ReasoningParse(fmt, with_gp[n:], p.reasoning_format != "none")
+    c = p.constraints
+    if c is not None and c.grammar is not None and c.triggers and fmt.start_tag:
+        p.constraints = replace(c, gate=gate_tokens(rt, fmt, with_gp[n:]))
     opened = fmt.start_tag and fmt.start_tag in p.reasoning.generation_prompt
     if opened and p.reasoning.extract and p.tool_format is not None and p.tool_choice == "required":
         raise ApiError("this model's chat template opens the reasoning block in its generation prompt; "
                        "spec-inspector serve does not constrain tool calls (tool_choice: required) after it; "
                        "use tool_choice auto or send the request without 'tools'")
     return kwargs
+
+
+def gate_tokens(rt, fmt: ReasoningFormat, generation_prompt: str) -> tuple:
+    """A lazy grammar's reasoning gate (``Constraints.gate``): the markers' tokens and the generation prompt's
+    (``common/sampling.cpp``: tokenized with special tokens, a first token that only adds a space left out)."""
+    def tok(text: str) -> tuple[int, ...]:
+        return tuple(rt.tokenize(text, add_special=False, parse_special=True))
+
+    prefill = list(tok(generation_prompt))
+    if prefill and generation_prompt and not generation_prompt[0].isspace():
+        piece = rt.token_piece(prefill[0], True)
+        if piece[:1].isspace():
+            prefill = prefill[1:]
+    return tok(fmt.start_tag), tok(fmt.end_tag), tuple(prefill)
 
 
 def reasoning_rules(fmt: ReasoningFormat, until_rules) -> tuple[str, dict[str, str]]:
