@@ -105,6 +105,21 @@ def test_the_grammar_block_is_llama_servers():
     assert "reasoning-text" in rules
 
 
+def test_the_request_fields_are_read_as_llama_server_reads_them():
+    from inspector.serve.errors import ApiError
+    from inspector.serve.params import parse_request
+    from inspector.serve.reasoning import enable_thinking
+
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    assert parse_request({**chat, "reasoning_format": "none"}, "chat", ServeDefaults()).reasoning_format == "none"
+    with pytest.raises(ApiError, match="Unknown reasoning format"):
+        parse_request({**chat, "reasoning_format": "think"}, "chat", ServeDefaults())
+    assert parse_request({**chat, "reasoning_effort": "none"}, "chat", ServeDefaults()).reasoning_effort_none
+    assert enable_thinking({}, True) and not enable_thinking({"enable_thinking": False}, True)
+    with pytest.raises(ApiError, match="expected boolean"):
+        enable_thinking({"enable_thinking": "false"}, True)
+
+
 def test_tools_on_a_reasoning_template_are_no_longer_refused():
     source, render = _render(QWEN3)
 

@@ -26,7 +26,13 @@ Tools as llama-server converts them: ``tools`` (``input_schema`` -> ``parameters
 block -> a ``tool`` message after it (its text blocks joined); the chat rules then take them
 (``inspector.serve.params``; a template whose tool-call format would have to be parsed is refused there).
 ``image`` and ``thinking`` blocks and ``thinking`` enabled are refused (400, naming them): the model
-takes text only.
+takes text only (llama-server would give a request's ``thinking`` blocks to the template as
+``reasoning_content`` and turn ``thinking: enabled`` into a reasoning budget; neither is served here).
+
+A reply on a template with reasoning blocks (``inspector.serve.reasoning``) opens with a ``thinking`` block
+(``signature: ""``) when the answer has reasoning, as ``to_json_anthropic`` writes it; its stream sends the
+thinking block (index 0, ``thinking_delta`` events) before the text block (then index 1), and closes it at the
+end with an empty ``signature_delta``.
 """
 
 from __future__ import annotations

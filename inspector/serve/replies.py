@@ -3,6 +3,11 @@
 writes them (``to_json_non_oaicompat``, ``to_json_oaicompat``, ``to_json_oaicompat_chat``, their
 ``_stream`` forms, ``probs_to_json``) and ``LLAMA_SERVER_API.md`` captured them.
 
+Reasoning: on a template with reasoning blocks (``inspector.serve.reasoning``) a chat message carries the
+block's text as ``reasoning_content`` (only when not empty) and its stream sends ``reasoning_content`` deltas
+while the block is open, ``content`` deltas after (one chunk per part that grew, as llama-server's message
+diffs, ``server_chat_msg_diff_to_json_oaicompat`` in ``tools/server/server-chat.cpp``).
+
 Probabilities: each token's ``logprob`` and ``top_logprobs`` come from its own verification row (an
 accepted draft token's too): the raw softmax at temperature 0, after the sampler chain otherwise (the
 row's ``basis``; llama-server's default is the raw softmax, ``post_sampling_probs`` false).

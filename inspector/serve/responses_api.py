@@ -21,6 +21,10 @@ it (non-empty ``tools`` included). We drop ``model`` (llama-server ignores it: t
 served model) and keep only each message's role and content. Errors are llama-server's
 ``{"error": {...}}``; one in a stream is a plain ``data: {"error": ...}`` event.
 
+A reply on a template with reasoning blocks (``inspector.serve.reasoning``) has a ``reasoning`` output item
+first (``rs_`` id, a ``reasoning_text`` part) when the answer has reasoning; its stream adds the item before its
+``response.reasoning_text.delta`` events and ends it with ``response.output_item.done``.
+
 Tool calls as llama-server converts them: a ``function_call`` item -> an assistant message's
 ``tool_calls`` (merged into the assistant message before it), a ``function_call_output`` item -> a
 ``tool`` message (its ``input_text`` parts as text). Text only: ``input_image`` parts, ``refusal`` parts
