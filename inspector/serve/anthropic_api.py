@@ -25,9 +25,9 @@ Tools as llama-server converts them: ``tools`` (``input_schema`` -> ``parameters
 ``tool_use`` block -> the assistant message's ``tool_calls`` (``input`` as JSON text), a ``tool_result``
 block -> a ``tool`` message after it (its text blocks joined); the chat rules then take them
 (``inspector.serve.params``; a template whose tool-call format would have to be parsed is refused there).
-``image`` and ``thinking`` blocks and ``thinking`` enabled are refused (400, naming them): the model
-takes text only (llama-server would give a request's ``thinking`` blocks to the template as
-``reasoning_content`` and turn ``thinking: enabled`` into a reasoning budget; neither is served here).
+A ``thinking`` block becomes its message's ``reasoning_content`` (the blocks' texts joined; the template
+renders it or not). ``image`` blocks and ``thinking`` enabled are refused (400, naming them): the model takes
+text only, and llama-server turns ``thinking: enabled`` into a reasoning budget, which is not served here.
 
 A reply on a template with reasoning blocks (``inspector.serve.reasoning``) opens with a ``thinking`` block
 (``signature: ""``) when the answer has reasoning, as ``to_json_anthropic`` writes it; its stream sends the
@@ -49,7 +49,7 @@ DEFAULT_MAX_TOKENS = 4096
 """llama-server's ``max_tokens`` when the request has none (Anthropic requires it; llama-server does not)."""
 PASSED = ("temperature", "top_p", "top_k", "stream", "chat_template_kwargs")
 """Fields passed to the chat body as they are (llama-server's "common params")."""
-REFUSED_BLOCKS = {"image": "image content", "thinking": "thinking (reasoning) content"}
+REFUSED_BLOCKS = {"image": "image content"}
 """Content blocks llama-server converts that spec-inspector serve does not serve (text only)."""
 
 
@@ -113,11 +113,13 @@ def to_chat(body) -> dict:
         if not isinstance(content, list):
             messages.append(msg)
             continue
-        parts, calls, results = [], [], []
+        parts, calls, results, reasoning = [], [], [], ""
         for block in content:
             kind = _text_of(block, "type")
             if kind == "text":
                 parts.append(block)
+            elif kind == "thinking":
+                reasoning += _text_of(block, "thinking")
             elif kind == "tool_use":
                 calls.append({"id": _text_of(block, "id"), "type": "function", "function": {
                     "name": _text_of(block, "name"), "arguments": json.dumps(
@@ -128,10 +130,12 @@ def to_chat(body) -> dict:
             elif kind in REFUSED_BLOCKS:
                 raise ApiError(f"messages[{i}]: '{kind}' content blocks are not supported by spec-inspector serve "
                                f"(text only: {REFUSED_BLOCKS[kind]} are not served)")
-        if parts or calls:
+        if parts or calls or reasoning:
             converted: dict = {"role": role, "content": parts if parts else ""}
             if calls:
                 converted["tool_calls"] = calls
+            if reasoning:
+                converted["reasoning_content"] = reasoning
             messages.append(converted)
         messages.extend(results)
     chat: dict = {"messages": messages}

@@ -27,8 +27,9 @@ first (``rs_`` id, a ``reasoning_text`` part) when the answer has reasoning; its
 
 Tool calls as llama-server converts them: a ``function_call`` item -> an assistant message's
 ``tool_calls`` (merged into the assistant message before it), a ``function_call_output`` item -> a
-``tool`` message (its ``input_text`` parts as text). Text only: ``input_image`` parts, ``refusal`` parts
-and ``reasoning`` items are refused (400, naming them).
+``tool`` message (its ``input_text`` parts as text). A ``reasoning`` item -> its assistant message's
+``reasoning_content`` (merged into the assistant message before it), as llama-server converts it. Text only:
+``input_image`` and ``refusal`` parts are refused (400, naming them).
 """
 
 from __future__ import annotations
@@ -137,7 +138,17 @@ def _messages(value) -> list[dict]:
                 (_is(item, "output", str) or _is(item, "output", list)):
             messages.append({"content": _call_output(item["output"]), "role": "tool", "tool_call_id": item["call_id"]})
         elif kind == "reasoning" and _is(item, "summary", list):
-            raise ApiError("'reasoning' items are not supported by spec-inspector serve (text only)")
+            parts = item.get("content")
+            if not isinstance(parts, list):
+                raise ApiError("item['content'] is not an array")
+            if not parts:
+                raise ApiError("item['content'] is empty")
+            if not _is(parts[0], "text", str):
+                raise ApiError("item['content']['text'] is not a string")
+            if merge:
+                messages[-1]["reasoning_content"] = parts[0]["text"]
+            else:
+                messages.append({"role": "assistant", "content": [], "reasoning_content": parts[0]["text"]})
         else:
             raise ApiError("Cannot determine type of 'item'")
     return messages
