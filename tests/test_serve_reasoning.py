@@ -269,29 +269,7 @@ CASES = {
     "responses": lambda u: _responses(u, False, THINK),
     "responses streamed": lambda u: _responses(u, True, THINK),
 }
-R1_def _anthropic_round_trip(url: str) -> dict:
-    """A client sends its earlier answer's thinking block back (Claude Code does): the message's reasoning_content."""
-    client = anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=300)
-    r = client.messages.create(model="c", max_tokens=8, extra_body={"temperature": 0}, messages=[
-        {"role": "user", "content": "Say something short."},
-        {"role": "assistant", "content": [{"type": "thinking", "thinking": "a short thought", "signature": ""},
-                                          {"type": "text", "text": "Something short."}]},
-        {"role": "user", "content": "Again."}])
-    return {"blocks": [(b.type, getattr(b, "text", None)) for b in r.content], "input": r.usage.input_tokens}
-
-
-def _responses_round_trip(url: str) -> dict:
-    body = {"model": "codex", "max_output_tokens": 8, "temperature": 0, "input": [
-        {"role": "user", "content": "Say something short."},
-        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "a short thought"}]},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Something short."}]},
-        {"role": "user", "content": "Again."}]}
-    r = httpx.post(url + "/v1/responses", json=body, timeout=300, trust_env=False).json()
-    return {"output": [(o["type"], (o.get("content") or [{}])[0].get("text")) for o in r["output"]],
-            "input": r["usage"]["input_tokens"]} if "output" in r else r
-
-
-CASES = {
+R1_CASES = {
     "r1 chat": lambda u: _post(u, {"grammar": OPENED}),
     "r1 chat streamed": lambda u: _stream(u, {"grammar": OPENED}),
     "r1 chat reasoning_format none": lambda u: _post(u, {"grammar": OPENED, "reasoning_format": "none"}),
