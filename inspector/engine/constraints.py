@@ -17,6 +17,9 @@ runtime applies it (``inspector.llama.grammar``) as llama.cpp 0c1e570's ``common
 - ``triggers``: the grammar is lazy (``llama_sampler_init_grammar_lazy_patterns``): it constrains nothing
   until the generated text matches one of these regular expressions, then applies from the match on (the
   tool-call grammars of llama-server's chat route under ``tool_choice: auto``).
+- ``gate``: a lazy grammar's reasoning-block gate (start marker tokens, end marker tokens, the generation
+  prompt's tokens; ``inspector.llama.reasoning_gate``): inside the block the grammar is neither applied nor
+  given tokens (llama.cpp's reasoning-budget sampler, made for a lazy grammar on a reasoning template).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Constraints:
     grammar: str | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()
     triggers: tuple[str, ...] = ()
+    gate: tuple = ()
 
     def __post_init__(self) -> None:
         if self.grammar is not None and not isinstance(self.grammar, str):

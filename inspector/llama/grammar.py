@@ -37,6 +37,7 @@ import numpy as np
 
 from inspector.engine.constraints import Constraints
 from inspector.engine.errors import EngineError
+from inspector.llama.reasoning_gate import ReasoningGate
 
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 """``llama_token_data`` (id, logit, p) as a numpy record, so a row can be handed to a sampler without copies."""
@@ -73,7 +74,9 @@ class GrammarState:
     by the first of ``triggers`` (regular expressions) the generated text matches, when there are any.
     Raises ``GrammarRefused`` for a grammar llama.cpp does not parse."""
 
-    def __init__(self, vocab, text: str, n_vocab: int, triggers: Sequence[str] = ()) -> None:
+    def __init__(self, vocab, text: str, n_vocab: int, triggers: Sequence[str] = (), gate: Sequence = ()) -> None:
+        self.gate = ReasoningGate(*gate) if gate else None
+        """A lazy grammar's reasoning-block gate (``inspector.llama.reasoning_gate``), or None."""
         if triggers:
             patterns = (ctypes.c_char_p * len(triggers))(*(t.encode("utf-8") for t in triggers))
             self.sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
@@ -113,11 +116,31 @@ class GrammarState:
         k = len(done)
         if k > len(generated) or list(generated[:k]) != done:
             llama_cpp.llama_sampler_reset(self.sampler)
+            if self.gate is not None:
+                self.gate.reset()
             done.clear()
             k = 0
         for token in generated[k:]:
-            self.accept(self.sampler, token)
+            self.feed(self.sampler, self.gate, token)
             done.append(token)
+
+    def feed(self, sampler, gate, token: int) -> None:
+        """``sampler`` takes one generated token behind ``gate`` (None: none): not while a reasoning block is
+        open; the end marker's tokens when it closes (``common_sampler_accept``)."""
+        if gate is None:
+            self.accept(sampler, token)
+            return
+        applies = not gate.open
+        if gate.advance(token) and not applies:
+            for t in gate.end:  # the replay; a grammar that would refuse it is left as it is (llama.cpp throws)
+                if self.allows(sampler, t):
+                    llama_cpp.llama_sampler_accept(sampler, t)
+        if applies:
+            self.accept(sampler, token)
+
+    def applies(self, gate) -> bool:
+        """Whether the grammar constrains the next token (``grammar_should_apply``: not inside a block)."""
+        return gate is None or not gate.open
 
     def masked(self, sampler, logits: np.ndarray) -> TokenArray:
         """``logits`` (one row) as a token array with ``sampler``'s grammar applied (refused tokens at -inf)."""
@@ -144,7 +167,8 @@ class SessionConstraint:
                 summed[token] = summed.get(token, 0.0) + bias  # llama.cpp adds every entry
             self.bias_ids = np.fromiter(summed, np.int64, len(summed))
             self.bias_values = np.fromiter(summed.values(), np.float32, len(summed))
-        self.grammar = GrammarState(vocab, constraints.grammar, n_vocab, constraints.triggers) if constraints.grammar else None
+        self.grammar = GrammarState(vocab, constraints.grammar, n_vocab, constraints.triggers,
+                                    constraints.gate) if constraints.grammar else None
         self.last_rejection: int | None = None
         """The proposal index (0-based) the grammar forbade at the last verification's stop, or None."""
 
@@ -190,16 +214,17 @@ class SessionConstraint:
         greedy = rt.sessions.is_greedy(sid)
         chain = None if greedy else rt.sessions.chain(sid)
         work = llama_cpp.llama_sampler_clone(g.sampler)
+        gate = g.gate.copy() if g.gate is not None else None
         out: list[int] = []
         try:
             for i in range(n):
                 if greedy:
                     token = int(logits[i].argmax())
-                    if not g.allows(work, token):
+                    if g.applies(gate) and not g.allows(work, token):
                         token = int(g.masked(work, logits[i]).buf["logit"].argmax())
                 else:
                     token = int(llama_cpp.llama_sampler_sample(chain, rt.ctx, row_index[i]))
-                    if not g.allows(work, token):  # llama.cpp's resampling with the grammar first
+                    if g.applies(gate) and not g.allows(work, token):  # resampled with the grammar first
                         arr = g.masked(work, logits[i])
                         llama_cpp.llama_sampler_apply(chain, arr.pointer())
                         token = int(arr.buf[arr.c.selected]["id"])
@@ -208,10 +233,10 @@ class SessionConstraint:
                     break
                 proposed = tokens[i + 1]
                 if token != proposed or rt.is_eog(token):
-                    if token != proposed and not g.allows(work, proposed):
+                    if token != proposed and g.applies(gate) and not g.allows(work, proposed):
                         self.last_rejection = i
                     break
-                g.accept(work, token)
+                g.feed(work, gate, token)
         finally:
             llama_cpp.llama_sampler_free(work)
         if len(out) < n:  # rows past the stop: nothing commits them; predicted without the grammar

@@ -25,8 +25,14 @@ Tools as llama-server converts them: ``tools`` (``input_schema`` -> ``parameters
 ``tool_use`` block -> the assistant message's ``tool_calls`` (``input`` as JSON text), a ``tool_result``
 block -> a ``tool`` message after it (its text blocks joined); the chat rules then take them
 (``inspector.serve.params``; a template whose tool-call format would have to be parsed is refused there).
-``image`` and ``thinking`` blocks and ``thinking`` enabled are refused (400, naming them): the model
-takes text only.
+A ``thinking`` block becomes its message's ``reasoning_content`` (the blocks' texts joined; the template
+renders it or not). ``image`` blocks and ``thinking`` enabled are refused (400, naming them): the model takes
+text only, and llama-server turns ``thinking: enabled`` into a reasoning budget, which is not served here.
+
+A reply on a template with reasoning blocks (``inspector.serve.reasoning``) opens with a ``thinking`` block
+(``signature: ""``) when the answer has reasoning, as ``to_json_anthropic`` writes it; its stream sends the
+thinking block (index 0, ``thinking_delta`` events) before the text block (then index 1), and closes it at the
+end with an empty ``signature_delta``.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ DEFAULT_MAX_TOKENS = 4096
 """llama-server's ``max_tokens`` when the request has none (Anthropic requires it; llama-server does not)."""
 PASSED = ("temperature", "top_p", "top_k", "stream", "chat_template_kwargs")
 """Fields passed to the chat body as they are (llama-server's "common params")."""
-REFUSED_BLOCKS = {"image": "image content", "thinking": "thinking (reasoning) content"}
+REFUSED_BLOCKS = {"image": "image content"}
 """Content blocks llama-server converts that spec-inspector serve does not serve (text only)."""
 
 
@@ -107,11 +113,13 @@ def to_chat(body) -> dict:
         if not isinstance(content, list):
             messages.append(msg)
             continue
-        parts, calls, results = [], [], []
+        parts, calls, results, reasoning = [], [], [], ""
         for block in content:
             kind = _text_of(block, "type")
             if kind == "text":
                 parts.append(block)
+            elif kind == "thinking":
+                reasoning += _text_of(block, "thinking")
             elif kind == "tool_use":
                 calls.append({"id": _text_of(block, "id"), "type": "function", "function": {
                     "name": _text_of(block, "name"), "arguments": json.dumps(
@@ -122,10 +130,12 @@ def to_chat(body) -> dict:
             elif kind in REFUSED_BLOCKS:
                 raise ApiError(f"messages[{i}]: '{kind}' content blocks are not supported by spec-inspector serve "
                                f"(text only: {REFUSED_BLOCKS[kind]} are not served)")
-        if parts or calls:
+        if parts or calls or reasoning:
             converted: dict = {"role": role, "content": parts if parts else ""}
             if calls:
                 converted["tool_calls"] = calls
+            if reasoning:
+                converted["reasoning_content"] = reasoning
             messages.append(converted)
         messages.extend(results)
     chat: dict = {"messages": messages}
@@ -179,6 +189,8 @@ class AnthropicRenderer(Renderer):
         super().__init__(replies, job)
         self.started = False
         self.text_started = False
+        self.thinking = False
+        """A thinking block was opened (index 0; the text block is then index 1)."""
 
     def _stop(self, r: JobResult, calls=()) -> tuple[str, str | None]:
         reason = ("tool_use" if calls else "end_turn") if r.stop_type in ("eos", "word") else "max_tokens"
@@ -188,9 +200,10 @@ class AnthropicRenderer(Renderer):
         return {"cache_read_input_tokens": cache_n, "input_tokens": self.replies.prompt_n - cache_n}
 
     def final(self, r: JobResult, tokens: list[TokenOut]) -> dict:
-        content, calls = self.replies.tool_message(r)
+        reasoning, content, calls = self.replies.chat_message(r)
         reason, sequence = self._stop(r, calls)
-        blocks = [{"type": "text", "text": content}] if content else []
+        blocks = [{"type": "thinking", "thinking": reasoning, "signature": ""}] if reasoning else []
+        blocks += [{"type": "text", "text": content}] if content else []
         blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)} for c in calls]
         return {"id": self.replies.id, "type": "message", "role": "assistant", "content": blocks,
                 "model": self.replies.model, "stop_reason": reason, "stop_sequence": sequence,
@@ -210,30 +223,56 @@ class AnthropicRenderer(Renderer):
 
     def chunk(self, t: TokenOut) -> list[dict]:
         out = self._start(self.job.cache_n)
-        text = t.text if self.replies.p.tool_format is None else self.replies.tool_delta(t.text)
+        p = self.replies.p
+        if p.reasoning is not None:
+            thought, text = self.replies.reasoning_delta(t.text)
+            out += self._thinking_events(thought)
+        else:
+            text = t.text if p.tool_format is None else self.replies.tool_delta(t.text)
+        return out + self._text_events(text)
+
+    def _thinking_events(self, thought: str) -> list[dict]:
+        out = []
+        if thought:
+            if not self.thinking:
+                self.thinking = True
+                out.append(sse({"type": "content_block_start", "index": 0,
+                                "content_block": {"type": "thinking", "thinking": ""}}, "content_block_start"))
+            out.append(sse({"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "thinking_delta", "thinking": thought}}, "content_block_delta"))
+        return out
+
+    def _text_events(self, text: str) -> list[dict]:
+        out = []
+        index = 1 if self.thinking else 0
         if text:
             if not self.text_started:
                 self.text_started = True
-                out.append(sse({"type": "content_block_start", "index": 0,
+                out.append(sse({"type": "content_block_start", "index": index,
                                 "content_block": {"type": "text", "text": ""}}, "content_block_start"))
-            out.append(sse({"type": "content_block_delta", "index": 0,
+            out.append(sse({"type": "content_block_delta", "index": index,
                             "delta": {"type": "text_delta", "text": text}}, "content_block_delta"))
         return out
 
     def last(self, r: JobResult) -> list[dict]:
         out = self._start(r.cache_n)  # the first token made no visible event of ours (an end of generation)
-        content, calls = self.replies.tool_message(r)
-        rest = content[len(self.replies.sent):] if self.replies.p.tool_format is not None else ""
-        if rest:
-            if not self.text_started:
-                self.text_started = True
-                out.append(sse({"type": "content_block_start", "index": 0,
-                                "content_block": {"type": "text", "text": ""}}, "content_block_start"))
+        reasoning, content, calls = self.replies.chat_message(r)
+        p = self.replies.p
+        if p.reasoning is not None:
+            split = self.replies._split
+            said = split.reasoning if split is not None else ""
+            out += self._thinking_events(reasoning[len(said):] if reasoning.startswith(said) else "")
+        parsed = p.tool_format is not None or p.reasoning is not None
+        rest = content[len(self.replies.sent):] if parsed and content.startswith(self.replies.sent) else ""
+        out += self._text_events(rest)
+        if self.thinking:  # llama-server closes the thinking block with an empty signature
             out.append(sse({"type": "content_block_delta", "index": 0,
-                            "delta": {"type": "text_delta", "text": rest}}, "content_block_delta"))
-        if self.text_started:
+                            "delta": {"type": "signature_delta", "signature": ""}}, "content_block_delta"))
             out.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
-        for i, c in enumerate(calls, start=1 if self.text_started else 0):  # each call: its own tool_use block
+        if self.text_started:
+            out.append(sse({"type": "content_block_stop", "index": 1 if self.thinking else 0}, "content_block_stop"))
+        first = (1 if self.thinking else 0) + (1 if self.text_started else 0)
+        for i, c in enumerate(calls, start=first):  # each call: its own tool_use block
             out.append(sse({"type": "content_block_start", "index": i, "content_block": {
                 "type": "tool_use", "id": c.id, "name": c.name, "input": {}}}, "content_block_start"))
             out.append(sse({"type": "content_block_delta", "index": i, "delta": {

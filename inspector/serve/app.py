@@ -40,6 +40,7 @@ from starlette.routing import Route
 
 from inspector.receipts.document import json_problem
 from inspector.serve.chat_tools import prepare_tools
+from inspector.serve.reasoning import prepare_reasoning
 from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LARGE, UNAVAILABLE, ApiError
 from inspector.serve.http_policy import CorsPolicy, HttpPolicy
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
@@ -132,7 +133,8 @@ def _prompt_of(state: ServeState, p) -> tuple[str, list[int]]:
         p.constraints = resolve_constraints(rt, p.constraints)  # logit_bias texts, the grammar checked
         if p.endpoint == "chat":
             messages = prepare_tools(rt, p, state.template_tools)
-            text = rt.chat_messages_prompt(messages, list(p.tools), p.template_kwargs)
+            kwargs = prepare_reasoning(rt, p, state.template_tools, messages)
+            text = rt.chat_messages_prompt(messages, list(p.tools), kwargs)
             return text, rt.tokenize(text, add_special=True, parse_special=True)
         tokens = _tokens_of(rt, p.prompt)
         return (p.prompt if isinstance(p.prompt, str) else rt.detokenize(tokens)), tokens

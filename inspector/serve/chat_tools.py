@@ -2,7 +2,8 @@
 ``tools/server/server-common.cpp`` ``oaicompat_chat_params_parse``, ``common/chat.cpp``
 ``common_chat_templates_apply_jinja``): the template's tool-call format found once per template, the
 assistant messages' arguments given to a template that reads them as objects, and the grammar that
-constrains the calls. Replies parse the calls back (``inspector.serve.tool_calls``)."""
+constrains the calls (after the optional reasoning block of a template that has one,
+``inspector.serve.reasoning``). Replies parse the calls back (``inspector.serve.tool_calls``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 
 from inspector.engine.constraints import Constraints
 from inspector.serve.errors import ApiError
+from inspector.serve.reasoning import template_reasoning
 from inspector.serve.tool_calls import tool_grammar
 from inspector.serve.tool_format import ToolFormatUnsupported, analyze_tool_format, template_caps
 
@@ -26,8 +28,6 @@ SPECIALIZED = (
 """Templates llama-server parses with a parser of their own (``common_chat_try_specialized_template``, the
 markers it looks for in the template's source), not with the autoparser whose JSON rules spec-inspector follows."""
 
-REASONING_MARKERS = ("<think>", "[THINK]", "<|START_THINKING|>", "<seed:think>")
-
 
 class TemplateTools:
     """What one chat template does with tools: ``caps`` (``template_caps``), the JSON ``format`` or None, and
@@ -43,10 +43,6 @@ class TemplateTools:
         if special:
             self.refusal = (f"this model's chat template ({special}) has its own tool-call parser in llama-server; "
                             "spec-inspector serve parses JSON tool calls only (Qwen 2.5, Hermes, Mistral Nemo)")
-            return
-        if any(m in source for m in REASONING_MARKERS):
-            self.refusal = ("this model's chat template has reasoning blocks; llama-server parses them out of "
-                            "tool-call answers and spec-inspector serve does not yet")
             return
         try:
             self.format = analyze_tool_format(render)
@@ -111,7 +107,8 @@ def prepare_tools(rt, p, cache: dict) -> list[dict]:
         return messages  # a response_format's grammar wins (chat-auto-parser-generator.cpp)
     p.tool_format = tt.format
     parallel = tt.caps["parallel"] if p.parallel_tool_calls is None else p.parallel_tool_calls
-    g = tool_grammar(tt.format, p.tools, p.tool_choice == "required", parallel)
+    fmt = template_reasoning(rt, cache) if p.reasoning_format != "none" else None
+    g = tool_grammar(tt.format, p.tools, p.tool_choice == "required", parallel, fmt)
     if g is not None:
         bias = p.constraints.logit_bias if p.constraints is not None else ()
         p.constraints = Constraints(grammar=g.gbnf, logit_bias=bias, triggers=g.triggers)

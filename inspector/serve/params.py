@@ -22,6 +22,9 @@ from inspector.engine.settings import MAX_TOP_PROBABILITIES, SamplingSettings, i
 from inspector.serve.constraint_params import CONSTRAINT_FIELDS, parse_constraints
 from inspector.serve.errors import ApiError
 
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+"""``reasoning_format`` names llama-server takes (``common_reasoning_format_from_name``, common/chat.cpp 0c1e570)."""
+
 MAX_TOP_PROBS = MAX_TOP_PROBABILITIES
 """Most probabilities per token (``n_probs``, ``top_logprobs``; llama-server has no bound, and a row has at
 most its vocabulary): a request asking more than the window's 5 gets its rows' figures with that many
@@ -46,7 +49,7 @@ NEUTRAL_BELOW_ZERO = ("top_n_sigma", "adaptive_target")
 IGNORED = ("model", "user", "include", "prompt_cache_key", "service_tier", "truncation", "background",
            "max_tool_calls", "text", "safety_identifier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
            "mirostat_tau", "mirostat_eta", "xtc_threshold", "dynatemp_exponent", "adaptive_decay", "stream_options",
-           "reasoning_format", "metadata", "store", "sse_ping_interval")
+           "metadata", "store", "sse_ping_interval")
 """Fields that change nothing here when their feature is off (the model name names nothing to check: one
 model is served; the Responses API's ``include``, ``prompt_cache_key``, ``text`` ... llama-server passes on
 to its chat parameters, which ignore them)."""
@@ -64,7 +67,7 @@ ENDPOINT_FIELDS = {
     "completions": COMMON | CONSTRAINT_FIELDS | {"prompt", "logprobs"},
     "chat": COMMON | CONSTRAINT_FIELDS | {"messages", "logprobs", "top_logprobs", "response_format", "tools",
                                           "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
-                                          "reasoning_effort"},
+                                          "reasoning_effort", "reasoning_format"},
 }
 """What each endpoint takes besides ``NEUTRAL``, ``NEUTRAL_BELOW_ZERO`` and ``IGNORED``."""
 
@@ -120,6 +123,12 @@ class CompletionParams:
     """Chat: the template's ``ToolFormat`` when the answer's tool calls are parsed back (set when prepared)."""
     template_kwargs: dict = field(default_factory=dict)
     """Chat: ``chat_template_kwargs``, more variables for the template."""
+    reasoning_format: str = "auto"
+    """Chat: ``reasoning_format`` (``none``: a reasoning block stays in the content)."""
+    reasoning_effort_none: bool = False
+    """Chat: ``reasoning_effort: none`` (``enable_thinking`` false)."""
+    reasoning: object = None
+    """Chat: the ``inspector.serve.reasoning.ReasoningParse`` of a template with reasoning blocks (set when prepared)."""
     response_fields: tuple[str, ...] = ()
     """Only these fields (``/``-joined paths) of a ``/completion`` reply (``replies.nested_values``)."""
     constraints: object = None
@@ -319,6 +328,8 @@ def _messages(value) -> tuple:
         if unknown:
             raise ApiError(f"messages[{i}]: field(s) {', '.join(sorted(unknown))} are not supported")
         msg = {"role": "system" if m["role"] == "developer" else m["role"], "content": content}
+        if isinstance(m.get("reasoning_content"), str) and m["reasoning_content"]:
+            msg["reasoning_content"] = m["reasoning_content"]  # given to the template, as llama-server does
         if m.get("tool_calls") is not None:
             msg["tool_calls"] = _tool_calls(m["tool_calls"], f"messages[{i}]")
         for name in ("tool_call_id", "name"):
@@ -406,6 +417,15 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
             p.template_kwargs["reasoning_effort"] = effort
         elif effort == "none":
             p.template_kwargs.pop("reasoning_effort", None)
+            p.reasoning_effort_none = True
+        fmt = body.get("reasoning_format")
+        if fmt is not None:
+            if not isinstance(fmt, str) or fmt not in REASONING_FORMATS:
+                raise ApiError(f"Unknown reasoning format: {fmt}")
+            if fmt == "deepseek-legacy" and body.get("stream") is True:
+                raise ApiError("Field 'reasoning_format': 'deepseek-legacy' (reasoning inline in a stream) is not "
+                               "supported by spec-inspector serve; use 'deepseek', 'auto' or 'none'")
+            p.reasoning_format = fmt
         choice = body.get("tool_choice")
         p.tool_choice = choice if isinstance(choice, str) else "auto" if choice is None else "function"
         if isinstance(body.get("parallel_tool_calls"), bool):

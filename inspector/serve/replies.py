@@ -3,6 +3,11 @@
 writes them (``to_json_non_oaicompat``, ``to_json_oaicompat``, ``to_json_oaicompat_chat``, their
 ``_stream`` forms, ``probs_to_json``) and ``LLAMA_SERVER_API.md`` captured them.
 
+Reasoning: on a template with reasoning blocks (``inspector.serve.reasoning``) a chat message carries the
+block's text as ``reasoning_content`` (only when not empty) and its stream sends ``reasoning_content`` deltas
+while the block is open, ``content`` deltas after (one chunk per part that grew, as llama-server's message
+diffs, ``server_chat_msg_diff_to_json_oaicompat`` in ``tools/server/server-chat.cpp``).
+
 Probabilities: each token's ``logprob`` and ``top_logprobs`` come from its own verification row (an
 accepted draft token's too): the raw softmax at temperature 0, after the sampler chain otherwise (the
 row's ``basis``; llama-server's default is the raw softmax, ``post_sampling_probs`` false).
@@ -21,6 +26,7 @@ from inspector.serve.errors import ApiError
 from inspector.serve.json_grammar import CHAT_ROOT, chat_content
 from inspector.serve.params import SAMPLER_ORDER, CompletionParams
 from inspector.serve.job import JobResult, TokenOut
+from inspector.serve.reasoning import ReasoningSplit
 from inspector.serve.tool_calls import ToolCall, parse_tool_calls, visible_content
 
 FINGERPRINT = "b0-0c1e570"
@@ -119,6 +125,8 @@ class Replies:
         self.sent = ""
         """The content streamed so far (an answer with tool calls or a JSON value, held back in parts)."""
         self._call_ids: dict[int, str] = {}
+        self._split = None
+        """A template with reasoning blocks: the stream's ``ReasoningSplit`` once it began."""
 
     # -- /completion ---------------------------------------------------------------------
     def completion_chunk(self, t: TokenOut) -> dict:
@@ -162,15 +170,29 @@ class Replies:
         return {"created": self.created, "model": self.model, "system_fingerprint": FINGERPRINT, "object": obj,
                 "id": self.id}
 
-    def tool_message(self, r: JobResult) -> tuple[str, list[ToolCall]]:
-        """A chat answer's content and tool calls (``parse_tool_calls``; none when the request's calls are not
-        parsed back), each call with its id (the model's, else a new ``call_`` id, kept for the stream)."""
+    def chat_message(self, r: JobResult) -> tuple[str, str, list[ToolCall]]:
+        """A chat answer's reasoning (``inspector.serve.reasoning``; "" when the template has no reasoning
+        blocks or it is kept in the content), content and tool calls (``parse_tool_calls``; none when the
+        request's calls are not parsed back), each call with its id (the model's, else a new ``call_`` id,
+        kept for the stream)."""
+        complete = r.finish_reason != "length"
+        grammar = getattr(self.p.constraints, "grammar", None)
+        if self.p.reasoning is None:
+            reasoning, rest = "", r.content
+        else:
+            reasoning, rest = self.p.reasoning.split(r.content)
         if self.p.tool_format is None:
-            return chat_content(r.content, getattr(self.p.constraints, "grammar", None), r.finish_reason != "length"), []
-        content, calls = parse_tool_calls(r.content, self.p.tool_format, self.p.tools)
+            if self.p.reasoning is not None and self._chat_json() is None:
+                return reasoning, rest, []
+            return reasoning, chat_content(rest, grammar, complete), []
+        content, calls = parse_tool_calls(rest, self.p.tool_format, self.p.tools)
         for i, c in enumerate(calls):
             c.id = c.id or self._call_ids.setdefault(i, completion_id(""))
-        return content, calls
+        return reasoning, content, calls
+
+    def tool_message(self, r: JobResult) -> tuple[str, list[ToolCall]]:
+        """A chat answer's content and tool calls (``chat_message`` without the reasoning)."""
+        return self.chat_message(r)[1:]
 
     def finish_reason(self, r: JobResult, calls: list) -> str:
         """llama-server's: ``tool_calls`` when the answer ended on its own with calls (server-task.cpp)."""
@@ -179,8 +201,10 @@ class Replies:
     def openai_final(self, r: JobResult, tokens: list[TokenOut]) -> dict:
         """The non-streamed ``chat.completion`` or ``text_completion``."""
         if self.p.endpoint == "chat":
-            content, calls = self.tool_message(r)
+            reasoning, content, calls = self.chat_message(r)
             message = {"role": "assistant", "content": content}
+            if reasoning:
+                message["reasoning_content"] = reasoning
             if calls:
                 message["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments},
                                           "id": c.id} for c in calls]
@@ -211,28 +235,64 @@ class Replies:
         llama-server's stream carries its chat parser's diffs. ``complete``: the answer ended (True: whole;
         False: cut by the limit, its trailing spaces kept as the reply keeps them)."""
         self._raw += text
+        return self._advance(self._json_visible(self._raw, grammar, complete))
+
+    @staticmethod
+    def _json_visible(raw: str, grammar: str, complete: bool | None) -> str:
         if complete is not None:
-            visible = chat_content(self._raw, grammar, complete)
-        else:
-            visible = chat_content(self._raw, grammar, True)
-            head = self._raw.lstrip(" \t\n")
-            if "```json".startswith(head):
-                visible = ""
-            elif head.startswith("```json"):
-                visible = visible.rstrip("`")
+            return chat_content(raw, grammar, complete)
+        visible = chat_content(raw, grammar, True)
+        head = raw.lstrip(" \t\n")
+        if "```json".startswith(head):
+            visible = ""
+        elif head.startswith("```json"):
+            visible = visible.rstrip("`")
+        return visible
+
+    def _advance(self, visible: str) -> str:
+        """The part of ``visible`` (the content so far) not sent yet ("" when it no longer extends it)."""
         if not visible.startswith(self.sent):
             return ""
         delta, self.sent = visible[len(self.sent):], visible
         return delta
 
+    def reasoning_delta(self, text: str) -> tuple[str, str]:
+        """(reasoning, content) not streamed yet after ``text`` on a template with reasoning blocks: the
+        content part as the answer's kind shows it (a tool answer's visible content, a JSON value's)."""
+        if self._split is None:
+            self._split = ReasoningSplit(self.p.reasoning)
+        reasoning, rest = self._split.feed(text)
+        grammar = self._chat_json()
+        if self.p.tool_format is not None:
+            visible = visible_content(rest, self.p.tool_format)
+        elif grammar is not None:
+            visible = self._json_visible(rest, grammar, None)
+        else:
+            visible = rest
+        return reasoning, self._advance(visible)
+
     def tool_delta(self, text: str) -> str:
         """The content not streamed yet of an answer whose tool calls are parsed back (``visible_content``)."""
         self._raw += text
-        visible = visible_content(self._raw, self.p.tool_format)
-        if not visible.startswith(self.sent):
-            return ""
-        delta, self.sent = visible[len(self.sent):], visible
-        return delta
+        return self._advance(visible_content(self._raw, self.p.tool_format))
+
+    def openai_chunks(self, t: TokenOut) -> list[dict]:
+        """A token's stream chunks: ``openai_chunk``'s, or on a template with reasoning blocks one chunk per
+        part that grew (``reasoning_content``, then ``content``: llama-server's diffs, one chunk each)."""
+        if self.p.endpoint != "chat" or self.p.reasoning is None:
+            one = self.openai_chunk(t)
+            return [] if one is None else [one]
+        lp = self._logprobs([t])
+        out = []
+        for key, text in zip(("reasoning_content", "content"), self.reasoning_delta(t.text)):
+            if text:
+                choice = {"finish_reason": None, "index": self.p.index, "delta": {key: text}}
+                if lp is not None and not out:
+                    choice["logprobs"] = lp
+                out.append({"choices": [choice], **self._head("chat.completion.chunk")})
+                if t.timings is not None:
+                    out[-1]["timings"] = t.timings
+        return out
 
     def openai_chunk(self, t: TokenOut) -> dict | None:
         """A stream chunk for one token (None: nothing to send yet, a chat JSON answer's held-back spaces)."""
@@ -264,9 +324,14 @@ class Replies:
         if self.p.endpoint == "chat":
             grammar = self._chat_json()
             rest, calls = "" if grammar is None else self._json_delta("", grammar, r.finish_reason != "length"), []
-            if self.p.tool_format is not None:
-                content, calls = self.tool_message(r)
+            if self.p.tool_format is not None or self.p.reasoning is not None:
+                reasoning, content, calls = self.chat_message(r)
                 rest = content[len(self.sent):] if content.startswith(self.sent) else ""
+                said = self._split.reasoning if self._split is not None else ""
+                more = reasoning[len(said):] if reasoning.startswith(said) else ""
+                if more:
+                    out.append({"choices": [{"finish_reason": None, "index": self.p.index,
+                                             "delta": {"reasoning_content": more}}], **self._head("chat.completion.chunk")})
             if rest:  # a cut answer's trailing spaces, held back while more might follow
                 out.append({"choices": [{"finish_reason": None, "index": self.p.index, "delta": {"content": rest}}],
                             **self._head("chat.completion.chunk")})
@@ -316,8 +381,9 @@ class Renderer:
         return [] if first is None else [sse(first)]
 
     def chunk(self, t: TokenOut) -> list[dict]:
-        event = self.replies.completion_chunk(t) if self.plain else self.replies.openai_chunk(t)
-        return [] if event is None else [sse(event)]
+        if self.plain:
+            return [sse(self.replies.completion_chunk(t))]
+        return [sse(event) for event in self.replies.openai_chunks(t)]
 
     def last(self, r: JobResult) -> list[dict]:
         if self.plain:

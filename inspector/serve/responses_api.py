@@ -21,10 +21,15 @@ it (non-empty ``tools`` included). We drop ``model`` (llama-server ignores it: t
 served model) and keep only each message's role and content. Errors are llama-server's
 ``{"error": {...}}``; one in a stream is a plain ``data: {"error": ...}`` event.
 
+A reply on a template with reasoning blocks (``inspector.serve.reasoning``) has a ``reasoning`` output item
+first (``rs_`` id, a ``reasoning_text`` part) when the answer has reasoning; its stream adds the item before its
+``response.reasoning_text.delta`` events and ends it with ``response.output_item.done``.
+
 Tool calls as llama-server converts them: a ``function_call`` item -> an assistant message's
 ``tool_calls`` (merged into the assistant message before it), a ``function_call_output`` item -> a
-``tool`` message (its ``input_text`` parts as text). Text only: ``input_image`` parts, ``refusal`` parts
-and ``reasoning`` items are refused (400, naming them).
+``tool`` message (its ``input_text`` parts as text). A ``reasoning`` item -> its assistant message's
+``reasoning_content`` (merged into the assistant message before it), as llama-server converts it. Text only:
+``input_image`` and ``refusal`` parts are refused (400, naming them).
 """
 
 from __future__ import annotations
@@ -133,7 +138,17 @@ def _messages(value) -> list[dict]:
                 (_is(item, "output", str) or _is(item, "output", list)):
             messages.append({"content": _call_output(item["output"]), "role": "tool", "tool_call_id": item["call_id"]})
         elif kind == "reasoning" and _is(item, "summary", list):
-            raise ApiError("'reasoning' items are not supported by spec-inspector serve (text only)")
+            parts = item.get("content")
+            if not isinstance(parts, list):
+                raise ApiError("item['content'] is not an array")
+            if not parts:
+                raise ApiError("item['content'] is empty")
+            if not _is(parts[0], "text", str):
+                raise ApiError("item['content']['text'] is not a string")
+            if merge:
+                messages[-1]["reasoning_content"] = parts[0]["text"]
+            else:
+                messages.append({"role": "assistant", "content": [], "reasoning_content": parts[0]["text"]})
         else:
             raise ApiError("Cannot determine type of 'item'")
     return messages
@@ -188,6 +203,8 @@ class ResponsesRenderer(Renderer):
         self.message_id = completion_id("msg_")
         self.created = False
         self.text_started = False
+        self.reasoning_id = completion_id("rs_")
+        self.reasoning_started = False
 
     def _usage(self, r: JobResult) -> dict:
         n = self.replies.prompt_n
@@ -206,7 +223,11 @@ class ResponsesRenderer(Renderer):
 
     def final(self, r: JobResult, tokens: list[TokenOut]) -> dict:
         output = []
-        content, calls = self.replies.tool_message(r)
+        reasoning, content, calls = self.replies.chat_message(r)
+        if reasoning:
+            output.append({"id": completion_id("rs_"), "summary": [], "type": "reasoning",
+                           "content": [{"text": reasoning, "type": "reasoning_text"}], "encrypted_content": "",
+                           "status": "completed"})
         if content:
             output.append({"content": [self._part(content)], "id": completion_id("msg_"), "role": "assistant",
                            "status": "completed", "type": "message"})
@@ -228,8 +249,26 @@ class ResponsesRenderer(Renderer):
 
     def chunk(self, t: TokenOut) -> list[dict]:
         out = self._start()
-        text = t.text if self.replies.p.tool_format is None else self.replies.tool_delta(t.text)
+        p = self.replies.p
+        if p.reasoning is not None:
+            thought, text = self.replies.reasoning_delta(t.text)
+            out += self._reasoning_events(thought)
+        else:
+            text = t.text if p.tool_format is None else self.replies.tool_delta(t.text)
         return out + self._text_events(text)
+
+    def _reasoning_events(self, thought: str) -> list[dict]:
+        """The reasoning item (added before its first text) and its ``response.reasoning_text.delta`` events."""
+        out = []
+        if thought:
+            if not self.reasoning_started:
+                self.reasoning_started = True
+                item = {"id": self.reasoning_id, "summary": [], "type": "reasoning", "content": [],
+                        "encrypted_content": "", "status": "in_progress"}
+                out.append(sse({"type": "response.output_item.added", "item": item}, "response.output_item.added"))
+            out.append(sse({"type": "response.reasoning_text.delta", "delta": thought, "item_id": self.reasoning_id},
+                           "response.reasoning_text.delta"))
+        return out
 
     def _text_events(self, text: str) -> list[dict]:
         """The events of ``text`` streamed: the message item and its part before the first text, then the delta."""
@@ -249,9 +288,20 @@ class ResponsesRenderer(Renderer):
     def last(self, r: JobResult) -> list[dict]:
         out = self._start()  # the first token made no visible event of ours (an end of generation)
         output = []
-        content, calls = self.replies.tool_message(r)
-        rest = content[len(self.replies.sent):] if self.replies.p.tool_format is not None else ""
+        reasoning, content, calls = self.replies.chat_message(r)
+        p = self.replies.p
+        if p.reasoning is not None:
+            split = self.replies._split
+            said = split.reasoning if split is not None else ""
+            out += self._reasoning_events(reasoning[len(said):] if reasoning.startswith(said) else "")
+        parsed = p.tool_format is not None or p.reasoning is not None
+        rest = content[len(self.replies.sent):] if parsed and content.startswith(self.replies.sent) else ""
         out += self._text_events(rest)  # content held back while it might have begun a tool call
+        if reasoning:
+            item = {"id": self.reasoning_id, "summary": [], "type": "reasoning",
+                    "content": [{"text": reasoning, "type": "reasoning_text"}], "encrypted_content": ""}
+            out.append(sse({"type": "response.output_item.done", "item": item}, "response.output_item.done"))
+            output.append(item)
         if content:
             part = self._part(content)
             item = {"type": "message", "status": "completed", "id": self.message_id, "content": [part],

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from inspector.serve.json_grammar import SchemaRules, literal
+from inspector.serve.reasoning import reasoning_rules
 from inspector.serve.tool_format import ToolFormat
 
 JSON_NUMBER = '"-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? (("e" | "E") [+-]? [0-9]+)?'
@@ -91,10 +92,12 @@ def regex_escape(word: str) -> str:
     return re.sub(r"([.^$|()*+?\[\]{}\\])", r"\\\1", word)
 
 
-def tool_grammar(fmt: ToolFormat, tools, required: bool, parallel: bool) -> ToolGrammar | None:
+def tool_grammar(fmt: ToolFormat, tools, required: bool, parallel: bool, reasoning=None) -> ToolGrammar | None:
     """The grammar llama-server gives a chat with ``tools`` (OpenAI tool definitions) under ``fmt``:
     ``required`` (``tool_choice: required``) or auto; ``parallel`` (``parallel_tool_calls``: several calls in
-    one call section). None: auto on a format without a marker (llama-server constrains nothing then)."""
+    one call section); ``reasoning``: the template's ``ReasoningFormat`` when its block is parsed out (the
+    ``required`` grammar then opens with the optional block). None: auto on a format without a marker
+    (llama-server constrains nothing then)."""
     if not required and not fmt.trigger:
         return None
     rules = SchemaRules()
@@ -127,7 +130,12 @@ def tool_grammar(fmt: ToolFormat, tools, required: bool, parallel: bool) -> Tool
         top = "tool-call"
     if required:
         rules.rules.update(until_rules("content", fmt.tool_start))
-        rules.rules["root"] = f"space content? {top}"
+        block = ""
+        if reasoning is not None:
+            block, more = reasoning_rules(reasoning, until_rules)
+            rules.rules.update(more)
+            block += " "
+        rules.rules["root"] = f"space {block}content? {top}"
         return ToolGrammar(rules.text())
     rules.rules["root"] = "tool-call | tool-calls" if fmt.per_call_start else "tool-call"
     return ToolGrammar(rules.text(), (regex_escape(fmt.trigger),))
