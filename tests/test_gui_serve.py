@@ -10,6 +10,8 @@ import threading
 import openai
 from PySide6.QtCore import QSettings
 
+from inspector.receipts import load_document
+
 from test_gui_support import RUN_TIMEOUT_MS, make_window
 
 MAX = 12
@@ -106,6 +108,16 @@ def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_
     # The request shown is the client's conversation, not a raw prompt (the trial read "turn raw off").
     why = w.turns.why_not()
     assert "served request" in why and "raw" not in why, why
+    # Export session… (issue 54 item 3): the run's requests as the conversation document serve --session writes.
+    assert w.requests.export.isEnabled()
+    out_path = tmp_path / "served-session.json"
+    w.serve.export_session(out_path)
+    qtbot.waitUntil(lambda: "session:" in w.requests.status.text() or "not exported" in w.requests.status.text(),
+                    timeout=30_000)
+    doc = load_document(out_path)
+    assert doc["kind"] == "conversation" and [t["conversation"]["user_text"] for t in doc["turns"]] == [
+        "Name three colors.", "Name three animals."]
+    assert "tune --turns" in w.requests.status.text()
 
 
 def test_a_busy_port_is_said_on_the_error_line_and_the_switch_goes_back_off(qtbot, runtime, tmp_path):

@@ -33,6 +33,8 @@ class RequestsView(QWidget):
 
     requestPicked = Signal(int)
     followChanged = Signal(bool)
+    exportRequested = Signal()
+    """Export session… was clicked (the serve actions ask where and write it)."""
 
     def __init__(self, log: RequestLog, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -63,6 +65,13 @@ class RequestsView(QWidget):
         self.copy.setEnabled(False)
         self.copy.clicked.connect(self.copy_address)
         row.addWidget(self.copy)
+        self.export = QPushButton("Export session…")
+        self.export.setToolTip("save this server run's requests as one conversation document (what serve "
+                               "--session writes): replay it under other sources with tune --turns or compare "
+                               "--turns")
+        self.export.setEnabled(False)
+        self.export.clicked.connect(self.exportRequested.emit)
+        row.addWidget(self.export)
         row.addStretch(1)
         self.follow = QCheckBox("Follow the newest")
         self.follow.setChecked(True)
