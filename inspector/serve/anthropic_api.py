@@ -259,7 +259,7 @@ class AnthropicRenderer(Renderer):
         reasoning, content, calls = self.replies.chat_message(r)
         p = self.replies.p
         if p.reasoning is not None:
-            split = self.replies._split
+            split = self.replies.split
             said = split.reasoning if split is not None else ""
             out += self._thinking_events(reasoning[len(said):] if reasoning.startswith(said) else "")
         parsed = p.tool_format is not None or p.reasoning is not None

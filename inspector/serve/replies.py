@@ -125,7 +125,7 @@ class Replies:
         self.sent = ""
         """The content streamed so far (an answer with tool calls or a JSON value, held back in parts)."""
         self._call_ids: dict[int, str] = {}
-        self._split = None
+        self.split = None
         """A template with reasoning blocks: the stream's ``ReasoningSplit`` once it began."""
 
     # -- /completion ---------------------------------------------------------------------
@@ -259,9 +259,9 @@ class Replies:
     def reasoning_delta(self, text: str) -> tuple[str, str]:
         """(reasoning, content) not streamed yet after ``text`` on a template with reasoning blocks: the
         content part as the answer's kind shows it (a tool answer's visible content, a JSON value's)."""
-        if self._split is None:
-            self._split = ReasoningSplit(self.p.reasoning)
-        reasoning, rest = self._split.feed(text)
+        if self.split is None:
+            self.split = ReasoningSplit(self.p.reasoning)
+        reasoning, rest = self.split.feed(text)
         grammar = self._chat_json()
         if self.p.tool_format is not None:
             visible = visible_content(rest, self.p.tool_format)
@@ -327,7 +327,7 @@ class Replies:
             if self.p.tool_format is not None or self.p.reasoning is not None:
                 reasoning, content, calls = self.chat_message(r)
                 rest = content[len(self.sent):] if content.startswith(self.sent) else ""
-                said = self._split.reasoning if self._split is not None else ""
+                said = self.split.reasoning if self.split is not None else ""
                 more = reasoning[len(said):] if reasoning.startswith(said) else ""
                 if more:
                     out.append({"choices": [{"finish_reason": None, "index": self.p.index,
