@@ -61,6 +61,8 @@ def test_fault_button_repairs_then_reports_and_resume_finishes(qtbot, runtime, t
     with qtbot.waitSignal(w.errorShown, timeout=120_000):
         w.run.run_clicked()
     assert w.state == ERROR
+    w.stats.refresh()
+    assert w.stats.labels["finish"].text() == "— (stopped by an error: Resume continues it)"  # issue 54 item 9
     g = w.worker.generation
     info = w.error_info
     # Repaired state: KV length = canonical position (or the session retired, and says so).

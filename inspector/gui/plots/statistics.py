@@ -342,6 +342,8 @@ class StatsView(QWidget):
         L["prefill"].setText(f"{m.prefill_elapsed_us / 1000:.0f} ms ({count_noun(s.prompt_token_count, 'prompt token')})")
         ended = s.ended_as if s.ended_as != "error" else None
         live = "— (not finished: running)" if s.header is not None else "— (no run yet)"
+        if s.ended_as == "error" or (s.errors and s.end is None):
+            live = "— (stopped by an error: Resume continues it)"
         L["finish"].setText(m.finish_reason or ended or (live if s.origin == "live" else "unfinished"))
         self._show_baseline(s.baseline)
         self._show_speedups(s, m)
