@@ -147,7 +147,7 @@ def test_one_max_tokens_default_for_the_engine_and_the_cli():
     assert parser.parse_args(["run", "--prompt", "x"]).max_tokens == DEFAULT_MAX_NEW_TOKENS
     assert parser.parse_args(["compare"]).max_tokens == DEFAULT_MAX_NEW_TOKENS
     help_text = " ".join(cli("run", "--help").stdout.split())
-    assert re.search(r"--max-tokens, -n, --predict, --n-predict MAX_TOKENS most tokens to generate \(llama.cpp -n; >= 1\) \[128\]", help_text), help_text
+    assert re.search(r"--max-tokens, -n, --predict, --n-predict MAX_TOKENS most tokens to generate \(llama.cpp -n; >= 1, or -1: until the end of generation or a full context\) \[128\]", help_text), help_text
 
 
 # -- 4. a document without "schema" ----------------------------------------------------------------------
