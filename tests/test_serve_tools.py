@@ -260,7 +260,17 @@ def _responses(url: str, stream: bool) -> dict:
                        for o in done]} if done is not None else {"stream": "no response.completed"}
 
 
+def _raw_keys(url: str) -> dict:
+    """The fields of the raw chat reply's choice and message (the SDK hides a key written as null)."""
+    r = httpx.post(url + "/v1/chat/completions", json={"messages": FEW_SHOT, "tools": TOOLS, "max_tokens": N,
+                                                        "temperature": 0}, timeout=300, trust_env=False).json()
+    choice = r["choices"][0]
+    return {"choice": sorted(choice), "message": sorted(choice["message"]),
+            "call": sorted(choice["message"].get("tool_calls", [{}])[0])}
+
+
 CASES = {
+    "chat raw fields": _raw_keys,
     "chat auto": lambda u: _chat(u, "auto", False),
     "chat auto streamed": lambda u: _chat(u, "auto", True),
     "chat required": lambda u: _chat(u, "required", False),

@@ -214,7 +214,8 @@ class Replies:
             choice = {"text": r.content, "index": self.p.index, "finish_reason": r.finish_reason}
             obj = "text_completion"
         lp = self._logprobs(tokens)
-        choice["logprobs"] = lp
+        if lp is not None or self.p.endpoint != "chat":  # llama-server: a chat choice has them only when asked
+            choice["logprobs"] = lp
         return {"choices": [choice], **self._head(obj), "usage": self._usage(r), "timings": r.timings()}
 
     def openai_first(self) -> dict | None:
