@@ -207,7 +207,8 @@ def test_converted_schemas_are_grammars_llama_cpp_parses(runtime, schema):
 
 
 def test_schemas_llama_cpp_refuses_are_refused_with_its_message():
-    from inspector.serve.json_grammar import SchemaUnsupported, schema_grammar
+    from inspector.serve.json_grammar import schema_grammar
+    from inspector.serve.json_schema_read import SchemaUnsupported
 
     head = "JSON schema conversion failed:\n"
     for schema, message in (  # llama-server 0c1e570's messages for these schemas, as it answered them

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from inspector.serve.json_grammar import SchemaRules, SchemaUnsupported, literal, schema_grammar
-from inspector.serve.json_schema_read import INT64_MAX, INT64_MIN, read_schema
+from inspector.serve.json_grammar import SchemaRules, literal, schema_grammar
+from inspector.serve.json_schema_read import INT64_MAX, INT64_MIN, SchemaUnsupported, read_schema
 
 SPACE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
 CASES = json.loads((Path(__file__).parent / "data" / "llama_cpp_json_schema_cases.json").read_text("utf-8"))["cases"]

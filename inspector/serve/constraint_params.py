@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from inspector.engine.constraints import Constraints
 from inspector.serve.errors import SERVER, ApiError
-from inspector.serve.json_grammar import SchemaUnsupported, reversed_repetition, schema_grammar
+from inspector.serve.json_grammar import reversed_repetition, schema_grammar
+from inspector.serve.json_schema_read import SchemaUnsupported
 
 CONSTRAINT_FIELDS = {"grammar", "json_schema", "logit_bias"}
 """Fields every completion endpoint takes (chat also ``response_format``)."""
