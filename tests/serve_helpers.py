@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+from inspector.bench.server_process import LlamaServerProcess
 from inspector.engine import GenerationSettings
 from inspector.engine.settings import SamplingSettings
+from inspector.llama.server_parity import server_context
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import ReceiptsDir
-from inspector.serve.server import ServeOptions
+from inspector.serve.server import InspectorServer, ServeOptions
 
 
 def serve_options(tmp_path, **kw) -> ServeOptions:
@@ -32,3 +35,30 @@ def wait_done(server, n: int, timeout_s: float = 60) -> list:
             return rows
         time.sleep(0.05)
     raise AssertionError(f"requests not done after {timeout_s} s: {[(r.id, r.state) for r in server.slot.snapshot_rows()]}")
+
+
+def cases_on_ours(scheduler, runtime, template: Path, cases: dict, folder: Path) -> dict:
+    """Each case's result (``cases``: name -> ``send(address)``) from an ``InspectorServer`` on the shared runtime
+    given the chat ``template`` file as ``--chat-template-file`` gives it, greedy-ready defaults, no speculation."""
+    runtime.vocabulary.template_override = template.read_text()
+    try:
+        ours = InspectorServer(scheduler, str(runtime.model_path), ServeOptions(
+            port=0, source="none", template=GenerationSettings(draft_max=0),
+            defaults=ServeDefaults(SamplingSettings(temperature=0.8)), receipts=ReceiptsDir(folder)))
+        ours.start()
+        try:
+            assert ours.wait_started(), "uvicorn did not start within 10 s"
+            return {name: send(ours.address) for name, send in cases.items()}
+        finally:
+            ours.stop()
+    finally:
+        runtime.vocabulary.template_override = None
+
+
+def cases_on_llama_server(binary, runtime, template: Path, cases: dict) -> dict:
+    """Each case's result from a real llama-server on the runtime's model and context settings, with
+    ``--jinja --chat-template-file template`` and its host prompt cache off (ours keeps the last prompt only)."""
+    flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(), "--cache-ram", "0", "--jinja",
+             "--chat-template-file", str(template)]
+    with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=1, n_ctx=runtime.n_ctx) as server:
+        return {name: send(server.url) for name, send in cases.items()}

@@ -23,17 +23,13 @@ import openai
 import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from inspector.bench.server_process import LlamaServerProcess
-from inspector.engine import GenerationSettings
-from inspector.engine.settings import SamplingSettings
-from inspector.llama.server_parity import server_context
 from inspector.serve.chat_tools import TemplateTools
 from inspector.serve.params import ServeDefaults
 from inspector.serve.reasoning import ReasoningFormat, ReasoningParse, ReasoningSplit, analyze_reasoning, \
     parse_reasoning, reasoning_rules
-from inspector.serve.receipts_dir import ReceiptsDir
-from inspector.serve.server import InspectorServer, ServeOptions
 from inspector.serve.tool_calls import until_rules
+
+from serve_helpers import cases_on_llama_server, cases_on_ours
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 QWEN3 = TEMPLATES / "Qwen-Qwen3-0.6B.jinja"
@@ -280,38 +276,13 @@ R1_CASES = {
 }
 
 
-def _ours(scheduler, runtime, template: Path, cases: dict, tmp: Path) -> dict:
-    source = template.read_text()
-    patch = pytest.MonkeyPatch()
-    patch.setattr(runtime.vocabulary, "chat_template", lambda: source)
-    try:
-        ours = InspectorServer(scheduler, str(runtime.model_path), ServeOptions(
-            port=0, source="none", template=GenerationSettings(draft_max=0),
-            defaults=ServeDefaults(SamplingSettings(temperature=0.8)), receipts=ReceiptsDir(tmp)))
-        ours.start()
-        try:
-            assert ours.wait_started(), "uvicorn did not start within 10 s"
-            return {name: send(ours.address) for name, send in cases.items()}
-        finally:
-            ours.stop()
-    finally:
-        patch.undo()
-
-
-def _theirs(binary, runtime, template: Path, cases: dict) -> dict:
-    flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(), "--cache-ram", "0", "--jinja",
-             "--chat-template-file", str(template)]
-    with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=1, n_ctx=runtime.n_ctx) as server:
-        return {name: send(server.url) for name, send in cases.items()}
-
-
 @pytest.fixture(scope="module")
 def both(scheduler, runtime, llama_server_binary, tmp_path_factory):
     """Every case's result from our serve and from llama-server (Qwen3's template, then DeepSeek-R1's)."""
-    mine = _ours(scheduler, runtime, QWEN3, CASES, tmp_path_factory.mktemp("qwen3"))
-    mine |= _ours(scheduler, runtime, R1, R1_CASES, tmp_path_factory.mktemp("r1"))
-    theirs = _theirs(llama_server_binary, runtime, QWEN3, CASES)
-    theirs |= _theirs(llama_server_binary, runtime, R1, R1_CASES)
+    mine = cases_on_ours(scheduler, runtime, QWEN3, CASES, tmp_path_factory.mktemp("qwen3"))
+    mine |= cases_on_ours(scheduler, runtime, R1, R1_CASES, tmp_path_factory.mktemp("r1"))
+    theirs = cases_on_llama_server(llama_server_binary, runtime, QWEN3, CASES)
+    theirs |= cases_on_llama_server(llama_server_binary, runtime, R1, R1_CASES)
     return mine, theirs
 
 

@@ -26,16 +26,11 @@ import openai
 import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from inspector.bench.server_process import LlamaServerProcess
-from inspector.engine import GenerationSettings
-from inspector.engine.settings import SamplingSettings
-from inspector.llama.server_parity import server_context
 from inspector.serve.chat_tools import TemplateTools
-from inspector.serve.params import ServeDefaults
-from inspector.serve.receipts_dir import ReceiptsDir
-from inspector.serve.server import InspectorServer, ServeOptions
 from inspector.serve.tool_calls import parse_tool_calls, tool_grammar, until_rules, visible_content
 from inspector.serve.tool_format import ToolFormat, analyze_tool_format
+
+from serve_helpers import cases_on_llama_server, cases_on_ours
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 QWEN = TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"
@@ -287,27 +282,8 @@ CASES = {
 @pytest.fixture(scope="module")
 def both(scheduler, runtime, llama_server_binary, tmp_path_factory):
     """Every case's result from our serve and from llama-server, both on Qwen 2.5's chat template."""
-    template = QWEN.read_text()
-    patch = pytest.MonkeyPatch()
-    patch.setattr(runtime.vocabulary, "chat_template", lambda: template)
-    try:
-        ours = InspectorServer(scheduler, str(runtime.model_path), ServeOptions(
-            port=0, source="none", template=GenerationSettings(draft_max=0),
-            defaults=ServeDefaults(SamplingSettings(temperature=0.8)),
-            receipts=ReceiptsDir(tmp_path_factory.mktemp("served"))))
-        ours.start()
-        try:
-            assert ours.wait_started(), "uvicorn did not start within 10 s"
-            mine = {name: send(ours.address) for name, send in CASES.items()}
-        finally:
-            ours.stop()
-    finally:
-        patch.undo()
-    flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(), "--cache-ram", "0", "--jinja",
-             "--chat-template-file", str(QWEN)]
-    with LlamaServerProcess(llama_server_binary, runtime.model_path, args=flags, threads=1,
-                            n_ctx=runtime.n_ctx) as server:
-        theirs = {name: send(server.url) for name, send in CASES.items()}
+    mine = cases_on_ours(scheduler, runtime, QWEN, CASES, tmp_path_factory.mktemp("served"))
+    theirs = cases_on_llama_server(llama_server_binary, runtime, QWEN, CASES)
     return mine, theirs
 
 

@@ -223,13 +223,8 @@ class AnthropicRenderer(Renderer):
 
     def chunk(self, t: TokenOut) -> list[dict]:
         out = self._start(self.job.cache_n)
-        p = self.replies.p
-        if p.reasoning is not None:
-            thought, text = self.replies.reasoning_delta(t.text)
-            out += self._thinking_events(thought)
-        else:
-            text = t.text if p.tool_format is None else self.replies.tool_delta(t.text)
-        return out + self._text_events(text)
+        thought, text = self.replies.stream_parts(t.text)
+        return out + self._thinking_events(thought) + self._text_events(text)
 
     def _thinking_events(self, thought: str) -> list[dict]:
         out = []

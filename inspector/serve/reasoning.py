@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from inspector.serve.errors import ApiError
 from inspector.serve.json_grammar import literal
+from inspector.serve.tool_format import render_diff
 
 THINKING_CONTENT = "REASON_PART I am thinking END_R"
 USER_MSG = "U_USER_MSG Hello END_U"
@@ -55,18 +56,6 @@ class ReasoningFormat:
         return self.end.strip(_SPACE)
 
 
-def _diff(left: str, right: str) -> tuple[str, str]:
-    """What each of two texts has where they differ (common prefix and suffix removed)."""
-    n = min(len(left), len(right))
-    pre = 0
-    while pre < n and left[pre] == right[pre]:
-        pre += 1
-    suf = 0
-    while suf < n - pre and left[-1 - suf] == right[-1 - suf]:
-        suf += 1
-    return left[pre:len(left) - suf], right[pre:len(right) - suf]
-
-
 def analyze_reasoning(source: str, render) -> ReasoningFormat | None:
     """The template's reasoning markers, or None when it has no reasoning blocks. ``render(messages,
     generation_prompt, enable_thinking)`` renders a chat (a render that fails counts as no reasoning found)."""
@@ -82,7 +71,7 @@ def analyze_reasoning(source: str, render) -> ReasoningFormat | None:
     plain = text([user, {"role": "assistant", "content": ASSISTANT_MSG}], False, True)
     rich = text([user, {"role": "assistant", "content": ASSISTANT_MSG, "reasoning_content": THINKING_CONTENT}],
                 False, True)
-    if plain is not None and rich is not None and THINKING_CONTENT in _diff(plain, rich)[1]:
+    if plain is not None and rich is not None and THINKING_CONTENT in render_diff(plain, rich)[1]:
         t = re.escape(THINKING_CONTENT)
         m = re.search(f"({_MARKER}\\s*){t}(\\s*{_MARKER}\\s*)", rich)
         if m:
@@ -93,7 +82,7 @@ def analyze_reasoning(source: str, render) -> ReasoningFormat | None:
     off = text([user], True, False)
     on = text([user], True, True)
     if off is not None and on is not None:
-        left, right = _diff(off, on)
+        left, right = render_diff(off, on)
         lt, rt = left.strip(_SPACE), right.strip(_SPACE)
         if not lt and right:
             if rt and on.endswith(rt) and not start:

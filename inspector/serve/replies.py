@@ -272,6 +272,13 @@ class Replies:
             visible = rest
         return reasoning, self._advance(visible)
 
+    def stream_parts(self, text: str) -> tuple[str, str]:
+        """(reasoning, content) a token's ``text`` adds to a chat stream, as the answer's kind shows it: split at
+        the reasoning block (``reasoning_delta``), a tool answer's visible content (``tool_delta``), or as is."""
+        if self.p.reasoning is not None:
+            return self.reasoning_delta(text)
+        return "", text if self.p.tool_format is None else self.tool_delta(text)
+
     def tool_delta(self, text: str) -> str:
         """The content not streamed yet of an answer whose tool calls are parsed back (``visible_content``)."""
         self._raw += text

@@ -249,13 +249,8 @@ class ResponsesRenderer(Renderer):
 
     def chunk(self, t: TokenOut) -> list[dict]:
         out = self._start()
-        p = self.replies.p
-        if p.reasoning is not None:
-            thought, text = self.replies.reasoning_delta(t.text)
-            out += self._reasoning_events(thought)
-        else:
-            text = t.text if p.tool_format is None else self.replies.tool_delta(t.text)
-        return out + self._text_events(text)
+        thought, text = self.replies.stream_parts(t.text)
+        return out + self._reasoning_events(thought) + self._text_events(text)
 
     def _reasoning_events(self, thought: str) -> list[dict]:
         """The reasoning item (added before its first text) and its ``response.reasoning_text.delta`` events."""

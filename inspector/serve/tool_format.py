@@ -76,8 +76,9 @@ class ToolFormat:
         return self.section_start or self.per_call_start
 
 
-def _diff_right(left: str, right: str) -> str:
-    """What ``right`` has where it differs from ``left`` (common prefix and suffix removed, never overlapping)."""
+def render_diff(left: str, right: str) -> tuple[str, str]:
+    """What each of two renders has where they differ: their common prefix and suffix removed, never
+    overlapping (``compare_variants``' split, taken here on characters)."""
     n = min(len(left), len(right))
     pre = 0
     while pre < n and left[pre] == right[pre]:
@@ -85,7 +86,8 @@ def _diff_right(left: str, right: str) -> str:
     suf = 0
     while suf < n - pre and left[-1 - suf] == right[-1 - suf]:
         suf += 1
-    return right[pre:len(right) - suf]
+    return left[pre:len(left) - suf], right[pre:len(right) - suf]
+
 
 
 def template_caps(render) -> dict:
@@ -133,7 +135,7 @@ def analyze_tool_format(render) -> ToolFormat | None:
     plain = {"role": "assistant", "content": ASSISTANT_MSG}
     one = {"role": "assistant", "content": "", "tool_calls": [_call(FUN_FIRST, "call00001")]}
     try:
-        haystack = _diff_right(render([user, plain], PROBE_TOOLS, False), render([user, one], PROBE_TOOLS, False))
+        haystack = render_diff(render([user, plain], PROBE_TOOLS, False), render([user, one], PROBE_TOOLS, False))[1]
     except Exception:
         return None  # the probe does not render: llama.cpp's analysis ends with no tool format too
     if not haystack:
@@ -181,7 +183,7 @@ def analyze_tool_format(render) -> ToolFormat | None:
         two = {"role": "assistant", "content": "", "tool_calls": [_call(FUN_FIRST, "call00001"),
                                                                   _call(FUN_SECOND, "call00002")]}
         try:
-            second = _diff_right(render([user, one], PROBE_TOOLS, False), render([user, two], PROBE_TOOLS, False))
+            second = render_diff(render([user, one], PROBE_TOOLS, False), render([user, two], PROBE_TOOLS, False))[1]
         except Exception:
             second = ""
         if section_start in second:
