@@ -391,14 +391,20 @@ def test_the_branches_text_puts_the_kept_branch_first_with_its_accepted_tokens_m
     assert len(lines) == 3 and "t10" in lines[1] and "t21" in lines[2]
 
 
-def test_the_receipt_pane_shows_a_tree_windows_branches(qtbot, runtime, tmp_path, tree_run):
+def _tree_run_shown(qtbot, runtime, tmp_path, tree_run):
+    """A tree run of COPY (its ``Generation``) and a window showing its receipts document."""
     from test_gui_support import make_window, open_receipts
 
-    tokens, g, _ = tree_run(COPY)
+    _, g, _ = tree_run(COPY)
     path = write_document(build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False),
                           tmp_path / "tree.json")
     w = make_window(qtbot, runtime, tmp_path)
     assert open_receipts(qtbot, w, path) == ""
+    return g, w
+
+
+def test_the_receipt_pane_shows_a_tree_windows_branches(qtbot, runtime, tmp_path, tree_run):
+    g, w = _tree_run_shown(qtbot, runtime, tmp_path, tree_run)
     window = next(r.window_index for r in g.receipts if r.tree is not None)
     w.window_detail.select_window(window)
     text = w.window_detail.fields.toPlainText()
@@ -500,15 +506,10 @@ def test_a_walk_that_stops_inside_the_tree_ends_in_the_correction_and_step_token
 
 def test_the_tree_tab_draws_a_tree_windows_nodes_and_says_when_a_window_was_a_chain(qtbot, runtime, tmp_path,
                                                                                       tree_run):
-    from test_gui_support import make_window, open_receipts
     from inspector.gui.look import outcomes as O
     from inspector.gui.windows.tree_drawing import CHAIN_TEXT, LANE_H, NO_RECEIPT_TEXT
 
-    tokens, g, _ = tree_run(COPY)
-    path = write_document(build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False),
-                          tmp_path / "tree.json")
-    w = make_window(qtbot, runtime, tmp_path)
-    assert open_receipts(qtbot, w, path) == ""
+    g, w = _tree_run_shown(qtbot, runtime, tmp_path, tree_run)
     detail = w.window_detail
     tree_receipt = next(r for r in g.receipts if r.tree is not None and r.accepted_proposal_tokens >= 2)
     detail.select_window(tree_receipt.window_index)
@@ -822,14 +823,9 @@ def test_bench_trees_measures_tree_and_chain_costs_and_runs_every_branching_sour
 def test_the_tree_tab_says_no_window_is_selected_when_a_session_begins(qtbot, runtime, tmp_path, tree_run):
     """Issue 54 item 7: a new session (a run's start, Ctrl+N, a file opened) selects no window; the Tree tab
     says so instead of calling a window discarded or failed."""
-    from test_gui_support import make_window, open_receipts
     from inspector.gui.windows.tree_drawing import NO_RECEIPT_TEXT, NO_WINDOW_TEXT
 
-    tokens, g, _ = tree_run(COPY)
-    path = write_document(build_document(g, runtime, prompt_text=COPY, templated_text=None, raw=False),
-                          tmp_path / "tree.json")
-    w = make_window(qtbot, runtime, tmp_path)
-    assert open_receipts(qtbot, w, path) == ""
+    g, w = _tree_run_shown(qtbot, runtime, tmp_path, tree_run)
     detail = w.window_detail
     assert detail.selected is None
     assert detail.tree_tab.summary.text() == NO_WINDOW_TEXT != NO_RECEIPT_TEXT
