@@ -111,7 +111,7 @@ def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_
     # Export session… (issue 54 item 3): the run's requests as the conversation document serve --session writes.
     assert w.requests.export.isEnabled()
     out_path = tmp_path / "served-session.json"
-    w.serve.export_session(out_path)
+    w.serve.export.write(out_path)
     qtbot.waitUntil(lambda: "session:" in w.requests.status.text() or "not exported" in w.requests.status.text(),
                     timeout=30_000)
     doc = load_document(out_path)

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QFileDialog
 
 from inspector.gui.files.receipts_loading import read_session
 from inspector.gui.files.session_store import BackgroundJob
@@ -29,9 +28,9 @@ from inspector.gui.look.wording import count_noun
 from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
 from inspector.gui.serve.request_log import RequestLog
 from inspector.gui.serve.requests_view import RequestsView
+from inspector.gui.serve.session_export import SessionExport
 from inspector.serve.params import ServeDefaults
-from inspector.receipts import write_document
-from inspector.serve.receipts_dir import ReceiptsDir, default_receipts_dir, session_document
+from inspector.serve.receipts_dir import ReceiptsDir, default_receipts_dir
 from inspector.serve.server import DEFAULT_PORT, InspectorServer, ServeError, ServeOptions
 from inspector.session.run_states import IDLE, SERVING
 
@@ -77,7 +76,7 @@ class ServeActions(QObject):
         self._loading = None  # a BackgroundJob reading an older request's receipts
         self.last_receipts: ReceiptsDir | None = None
         """The receipts folder of the last server run (what Export session… gathers)."""
-        self._exporting = None  # the BackgroundJob writing a session document
+        self.export = SessionExport(view, lambda: self.last_receipts, self)
         self._banner = ""
         self._model = ""
         self._status = ""  # the tab's line while serving (a failed pick says why instead, until the next show)
@@ -91,7 +90,7 @@ class ServeActions(QObject):
         act.setIconText("Serve")
         view.use_serve_action(act)
         view.requestPicked.connect(self.pick)
-        view.exportRequested.connect(self.export_clicked)
+        view.exportRequested.connect(self.export.ask)
         view.followChanged.connect(self.set_follow)
         self.changed.connect(self.log.note)
         self.started.connect(self._started)
@@ -352,39 +351,6 @@ class ServeActions(QObject):
         if text != self._banner:
             self._banner = text
             self.feedback.banner(text, BANNER_HINT)
-
-    def export_clicked(self) -> None:
-        """Export session…: ask where, then ``export_session``."""
-        path, _ = QFileDialog.getSaveFileName(self.view, "Export served session", "served-session.json",
-                                              "Conversation documents (*.json)")
-        if path:
-            self.export_session(Path(path))
-
-    def export_session(self, path: Path) -> None:
-        """Write the last server run's requests as one conversation document at ``path`` (what ``serve
-        --session`` writes; ``session_document``), on a background thread; the tab's line says where, or why
-        not."""
-        receipts = self.last_receipts
-        if receipts is None:
-            self.view.say("no server run has recorded requests yet", error=True)
-            return
-
-        def work():
-            doc = session_document(receipts.files(this_run_only=True))
-            write_document(doc, path)
-            return len(doc["turns"])
-
-        job = self._exporting = BackgroundJob(work, self)
-        job.done.connect(lambda n, error: self._exported(path, n, error))
-        job.start()
-
-    def _exported(self, path: Path, n, error: str) -> None:
-        self._exporting = None
-        if error:
-            self.view.say(f"session not exported: {error}", error=True)
-            return
-        self.view.say(f"session: {path} ({count_noun(n, 'request')}); replay it under other sources: "
-                      f"spec-inspector tune --turns {path}, or compare --turns {path}")
 
     def _enable(self) -> None:
         """The switch works while idle on a live session, and while serving (not mid-start or mid-stop)."""

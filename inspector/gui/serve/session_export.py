@@ -1,0 +1,61 @@
+"""Export session…: a server run's requests written as one conversation document (what ``serve --session``
+writes, ``inspector.serve.receipts_dir.session_document``), for replay under other sources with ``tune --turns``
+or ``compare --turns``. The document is gathered and written on a background thread; the Requests tab's line
+says where it went, or why not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QFileDialog
+
+from inspector.gui.files.session_store import BackgroundJob
+from inspector.gui.look.wording import count_noun
+from inspector.gui.serve.requests_view import RequestsView
+from inspector.receipts import write_document
+from inspector.serve.receipts_dir import ReceiptsDir, session_document
+
+
+class SessionExport(QObject):
+    """Writes the requests of the server run ``receipts()`` names (its ``ReceiptsDir``, None before any run)
+    and reports on ``view``'s line."""
+
+    def __init__(self, view: RequestsView, receipts: Callable[[], ReceiptsDir | None], parent=None) -> None:
+        super().__init__(parent)
+        self.view = view
+        self.receipts = receipts
+        self._job = None  # the BackgroundJob writing a document
+
+    def ask(self) -> None:
+        """Export session… clicked: ask where, then ``write``."""
+        path, _ = QFileDialog.getSaveFileName(self.view, "Export served session", "served-session.json",
+                                              "Conversation documents (*.json)")
+        if path:
+            self.write(Path(path))
+
+    def write(self, path: Path) -> None:
+        """Write the last server run's requests as one conversation document at ``path``, on a background
+        thread; the tab's line says where, or why not."""
+        receipts = self.receipts()
+        if receipts is None:
+            self.view.say("no server run has recorded requests yet", error=True)
+            return
+
+        def work():
+            doc = session_document(receipts.files(this_run_only=True))
+            write_document(doc, path)
+            return len(doc["turns"])
+
+        job = self._job = BackgroundJob(work, self)
+        job.done.connect(lambda n, error: self._written(path, n, error))
+        job.start()
+
+    def _written(self, path: Path, n, error: str) -> None:
+        self._job = None
+        if error:
+            self.view.say(f"session not exported: {error}", error=True)
+            return
+        self.view.say(f"session: {path} ({count_noun(n, 'request')}); replay it under other sources: "
+                      f"spec-inspector tune --turns {path}, or compare --turns {path}")
