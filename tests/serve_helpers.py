@@ -30,11 +30,11 @@ def wait_done(server, n: int, timeout_s: float = 60) -> list:
     """The server's traffic rows once its first ``n`` requests are done; ``AssertionError`` after ``timeout_s``."""
     t = time.monotonic() + timeout_s
     while time.monotonic() < t:
-        rows = server.slot.snapshot_rows()
+        rows = server.slots.snapshot_rows()
         if len(rows) >= n and all(r.state == "done" for r in rows[:n]):
             return rows
         time.sleep(0.05)
-    raise AssertionError(f"requests not done after {timeout_s} s: {[(r.id, r.state) for r in server.slot.snapshot_rows()]}")
+    raise AssertionError(f"requests not done after {timeout_s} s: {[(r.id, r.state) for r in server.slots.snapshot_rows()]}")
 
 
 def cases_on_ours(scheduler, runtime, template: Path, cases: dict, folder: Path) -> dict:

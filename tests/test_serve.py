@@ -167,7 +167,7 @@ def test_bad_input_gets_llama_servers_error_json_and_the_server_keeps_serving(se
     assert "mirostat_typo" in cases["unknown field"].json()["error"]["message"]
     ok = httpx.post(a + "/completion", json={"prompt": "hi", "n_predict": 4, "temperature": 0}, timeout=60)
     assert ok.status_code == 200 and ok.json()["tokens_predicted"] >= 1
-    assert len(server.slot.snapshot_rows()) == 1, "a refused request reached the slot"
+    assert len(server.slots.snapshot_rows()) == 1, "a refused request reached the slot"
 
 
 def test_an_api_key_is_required_everywhere_but_health(serve):
@@ -206,7 +206,7 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_request_within_one_win
     cancelled = rows[1]
     assert cancelled.ended_as == "cancelled"
     assert cancelled.output_tokens < fresh["tokens_predicted"]
-    assert cancelled.receipts_path, server.slot.receipts.error
+    assert cancelled.receipts_path, server.slots.receipts.error
     doc = load_document(cancelled.receipts_path)
     for w in doc["windows"]:  # complete windows only, each canonical
         assert w["canonical_position"] == w["base_position"] + len(w["committed_tokens"])
@@ -293,7 +293,7 @@ def test_the_receipts_folder_is_bounded_and_the_session_exports_as_one_conversat
         client.chat.completions.create(model=server.state.model_name, max_tokens=4, temperature=0,
                                        messages=[{"role": "user", "content": f"Count to {i + 2}."}])
     wait_done(server, 5)
-    files = server.slot.receipts.files()
+    files = server.slots.receipts.files()
     assert len(files) == 3
     doc = session_document(files)
     assert doc["kind"] == "conversation" and len(doc["turns"]) == 3

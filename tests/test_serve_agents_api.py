@@ -226,7 +226,7 @@ def both(scheduler, runtime, llama_server_binary, tmp_path_factory):
     try:
         assert ours.wait_started(), "uvicorn did not start within 10 s"
         mine = _run_all(ours.address)
-        docs = [load_document(r.receipts_path) for r in ours.slot.snapshot_rows() if r.receipts_path]
+        docs = [load_document(r.receipts_path) for r in ours.slots.snapshot_rows() if r.receipts_path]
     finally:
         ours.stop()
     flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(), *NO_RAM_CACHE]

@@ -30,7 +30,7 @@ GREEDY = {"temperature": 0}
 
 def _slow_tokens(server, seconds: float) -> None:
     """Make the slot hand over each batch of tokens ``seconds`` late (a long generation without the CPU)."""
-    slot = server.slot
+    slot = server.slots.slots[0]
     original = slot._send
 
     def late(*args):
@@ -201,7 +201,7 @@ def test_a_connection_whose_headers_do_not_arrive_in_time_is_closed_with_408(ser
             pass
         assert time.monotonic() - t0 < 4
     assert httpx.get(server.address + "/health", timeout=5).status_code == 200
-    assert not server.slot.snapshot_rows()
+    assert not server.slots.snapshot_rows()
 
 
 # -- 4. a stop is said as a stop -----------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_a_stop_during_a_stream_tells_the_client_the_server_is_stopping_and_reco
                 if len(events) == 1:
                     behind.start()
                     t = time.monotonic() + 10
-                    while server.slot.waiting < 1 and time.monotonic() < t:
+                    while server.slots.waiting < 1 and time.monotonic() < t:
                         time.sleep(0.02)
                     stopper = threading.Thread(target=server.stop)
                     stopper.start()
@@ -232,12 +232,12 @@ def test_a_stop_during_a_stream_tells_the_client_the_server_is_stopping_and_reco
     behind.join(30)
     reply = waiting["reply"]  # the request waiting behind it: refused as stopped, not as a failure
     assert reply.status_code == 503 and reply.json()["error"]["message"] == "the server is stopping", reply.text
-    assert server.slot.snapshot_rows()[1].error == "the server stopped"
+    assert server.slots.snapshot_rows()[1].error == "the server stopped"
     err = events[-1].get("error")
     assert err is not None, events[-1]
     assert err["type"] == "unavailable_error" and err["code"] == 503
     assert err["message"] == "the server is stopping"
-    row = server.slot.snapshot_rows()[0]
+    row = server.slots.snapshot_rows()[0]
     assert row.ended_as == "cancelled" and row.error == "the server stopped"
     doc = load_document(row.receipts_path)
     assert doc["served"]["ended_as"] == "cancelled" and doc["served"]["error"] == "the server stopped"
@@ -258,7 +258,7 @@ def test_a_stop_after_the_client_left_keeps_the_record_and_raises_nothing_on_the
     server.stop()
     rows = wait_done(server, 1, 30)
     assert not uncaught, uncaught
-    assert rows[0].receipts_path, server.slot.receipts.error
+    assert rows[0].receipts_path, server.slots.receipts.error
     assert load_document(rows[0].receipts_path)["served"]["ended_as"] == "cancelled"
 
 
@@ -270,7 +270,7 @@ def test_a_delivery_that_fails_never_ends_the_engine_thread_nor_loses_the_record
         raise RuntimeError("Event loop is closed")
 
     tokens = runtime.tokenize("Hello", add_special=True)
-    server.slot.submit(Job("/completion", p, tokens, "Hello", closed))
+    server.slots.submit(Job("/completion", p, tokens, "Hello", closed))
     rows = wait_done(server, 1, 30)
     assert rows[0].receipts_path and load_document(rows[0].receipts_path)["served"]["request_id"] == 1
     r = httpx.post(server.address + "/completion", json={"prompt": "Hello", "n_predict": 4, **GREEDY}, timeout=30)
@@ -316,4 +316,4 @@ def test_nan_and_lone_surrogates_over_http_are_400_naming_the_field(serve):
         "Field 'messages[0].content': invalid Unicode: a lone surrogate \\ud800 at character 3"
     r = httpx.post(a + "/tokenize", headers=h, content=b'{"content": "\\udc00"}')
     assert r.status_code == 400 and "Field 'content'" in r.json()["error"]["message"], r.text
-    assert not server.slot.snapshot_rows()
+    assert not server.slots.snapshot_rows()

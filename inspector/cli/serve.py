@@ -37,8 +37,10 @@ from inspector.serve.http_policy import CorsPolicy
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import (DEFAULT_KEEP, DEFAULT_MAX_MB, ReceiptsDir, ReceiptsDirError,
                                           default_receipts_dir, session_document)
-from inspector.serve.server import DEFAULT_PORT, LOOPBACK, InspectorServer, ServeError, ServeOptions, check_host
-from inspector.serve.slot import DEFAULT_MAX_QUEUE, SERVER_STOPPED
+from inspector.serve.server import (DEFAULT_PORT, LOOPBACK, InspectorServer, ServeError, ServeOptions, check_host,
+                                   slots_text)
+from inspector.serve.slot import SERVER_STOPPED
+from inspector.serve.slots import BATCHED, DEFAULT_MAX_QUEUE, MAX_PARALLEL, SCHEDULES, check_parallel
 from inspector.sources.registry import PLAIN, source_names
 
 
@@ -119,6 +121,16 @@ def add_serve_command(sub) -> None:
     rec.add_argument("--session", type=Path, metavar="OUT.json",
                      help="when the server stops, write this run's requests as one conversation document "
                           "(view, tune, compare --turns and the window open it)")
+    par = s.add_argument_group("slots (llama-server's -np)")
+    par.add_argument("-np", "--parallel", dest="n_parallel", type=whole_number(1, MAX_PARALLEL, "n_parallel"),
+                     default=1, metavar="N",
+                     help="slots: N requests run at once, each its own KV sequence [1]")
+    par.add_argument("--schedule", choices=SCHEDULES, default=BATCHED,
+                     help="with -np > 1: batched (every slot's rows of a step in one llama_decode, as llama-server) "
+                          "or locked (each slot its own session under the one runtime lock) [batched]")
+    par.add_argument("-kvu", "--kv-unified", dest="kv_unified", action="store_true",
+                     help="one KV pool for all slots, each slot up to the whole context (llama-server's -kvu); "
+                          "without it each slot gets n_ctx / N positions, as llama-server splits them")
     s.add_argument("--max-queue", type=whole_number(0, 100_000, "max_queue"), default=DEFAULT_MAX_QUEUE, metavar="N",
                    help=f"requests that may wait behind the running one; beyond, 503 with Retry-After "
                         f"[{DEFAULT_MAX_QUEUE}]")
@@ -135,6 +147,10 @@ def _check(args) -> None:
         check_n_batch_for_source(args.n_batch, speculative=args.source != PLAIN)
     except ValueError as exc:
         raise UserError(f"--n-batch: {exc}") from None
+    try:
+        check_parallel(args.n_parallel, args.n_ctx, min(args.n_batch, args.n_ctx))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _options(args) -> ServeOptions:
@@ -168,7 +184,8 @@ def _options(args) -> ServeOptions:
                         max_queue=args.max_queue, api_key=args.api_key, aliases=tuple(args.alias),
                         receipts=receipts, max_body_bytes=args.max_body_mb << 20,
                         cors=CorsPolicy(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
-                        metrics_endpoint=args.metrics, slots_endpoint=args.slots)
+                        metrics_endpoint=args.metrics, slots_endpoint=args.slots, n_parallel=args.n_parallel,
+                        schedule=args.schedule, kv_unified=args.kv_unified)
 
 
 def request_line(row) -> str:
@@ -196,7 +213,8 @@ def cmd_serve(args) -> int:
     if template is not None and template_problem(template):
         return fail(template_problem(template), EXIT_USAGE)
     try:
-        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.threads or None, n_seq_max=1)
+        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.threads or None,
+                                      n_seq_max=args.n_parallel)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
     if template is not None:
@@ -210,15 +228,15 @@ def cmd_serve(args) -> int:
                 print(request_line(row), flush=True)
 
     model_name = str(runtime.model_path)
-    server = InspectorServer(RuntimeScheduler(runtime), model_name, options, on_change=on_change)
     try:
+        server = InspectorServer(RuntimeScheduler(runtime), model_name, options, on_change=on_change)
         address = server.start()
-    except ServeError as exc:
+    except (ServeError, ValueError) as exc:
         runtime.close()
         return fail(str(exc))
     server.wait_started()
     where = f"; requests recorded in {options.receipts.folder}" if options.receipts else ""
-    print(f"serving {Path(model_name).name} on {address} (source {options.source}; one slot){where}", flush=True)
+    print(f"serving {Path(model_name).name} on {address} (source {options.source}; {slots_text(options)}){where}", flush=True)
     key = f" -H {shlex.quote('Authorization: Bearer ' + args.api_key)}" if args.api_key else ""
     print(f"  try: curl {address}/v1/chat/completions -H 'Content-Type: application/json'{key} "
           "-d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}'", flush=True)

@@ -9,6 +9,7 @@ from time import perf_counter_ns
 from typing import Any, Callable, Generic, TypeVar
 
 from inspector.engine.records import LockOperation
+from inspector.engine.step_batch import StepBatch
 
 T = TypeVar("T")
 
@@ -41,6 +42,16 @@ class RuntimeScheduler:
         self.totals: dict[str, list[int]] = {}
         """kind -> [acquisitions, total wait us, total hold us]."""
         self._listeners: list[Callable[[LockOperation], None]] = []
+        self.steps = None
+        """The batched schedule's ``StepBatch`` (``batch_steps``), or None: each decode runs alone."""
+
+    def batch_steps(self, decode: Callable, n_batch: int):
+        """Join the decodes of the active sessions into steps (the batched schedule,
+        ``inspector.engine.step_batch``): returns the ``StepBatch``, whose condition is this lock.
+        ``decode(rows)``: the runtime's one-batch decode; ``n_batch``: most rows per step."""
+        if self.steps is None:
+            self.steps = StepBatch(threading.Condition(self._lock), decode, n_batch)
+        return self.steps
 
     def add_listener(self, listener: Callable[[LockOperation], None]) -> None:
         """Call ``listener(op)`` after each operation (any thread)."""
@@ -62,6 +73,8 @@ class RuntimeScheduler:
             try:
                 value = operation(self.runtime)
             finally:
+                if self.steps is not None:
+                    self.steps.released(threading.get_ident())
                 t2 = perf_counter_ns()
                 self._record(kind, session_id, t0, t1, t2)
         return Timed(value, (t1 - t0) // 1000, (t2 - t1) // 1000)

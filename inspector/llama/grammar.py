@@ -223,7 +223,7 @@ class SessionConstraint:
                     if g.applies(gate) and not g.allows(work, token):
                         token = int(g.masked(work, logits[i]).buf["logit"].argmax())
                 else:
-                    token = int(llama_cpp.llama_sampler_sample(chain, rt.ctx, row_index[i]))
+                    token = int(llama_cpp.llama_sampler_sample(chain, rt.ctx, rt.logits.batch_index(row_index[i])))
                     if g.applies(gate) and not g.allows(work, token):  # resampled with the grammar first
                         arr = g.masked(work, logits[i])
                         llama_cpp.llama_sampler_apply(chain, arr.pointer())
@@ -241,7 +241,8 @@ class SessionConstraint:
             llama_cpp.llama_sampler_free(work)
         if len(out) < n:  # rows past the stop: nothing commits them; predicted without the grammar
             rest = logits[len(out):].argmax(axis=1).tolist() if greedy else [
-                llama_cpp.llama_sampler_sample(chain, rt.ctx, row_index[i]) for i in range(len(out), n)]
+                llama_cpp.llama_sampler_sample(chain, rt.ctx, rt.logits.batch_index(row_index[i]))
+                for i in range(len(out), n)]
             out.extend(int(t) for t in rest)
         return out
 

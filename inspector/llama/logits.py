@@ -4,6 +4,11 @@
 llama.cpp's buffer (``llama_get_logits``, through the raw function of ``inspector.llama.native`` so no
 ctypes conversion runs per call); ``row(i)``: one output row (``llama_get_logits_ith``, negative from the
 end); ``top2(i)``: its top token, runner-up and their logit margin. Views are valid until the next decode.
+
+In the batched schedule (``inspector.engine.step_batch``) one decode holds several sessions' rows:
+``window`` points the reader at one session's rows (its first output row, that row's batch index, its
+rows with logits), so ``rows``, ``row`` and ``batch_index`` read that session's rows as if they were the
+whole batch; ``window(0, 0, 0)`` (after a decode of one session) reads the whole batch.
 """
 
 from __future__ import annotations
@@ -25,8 +30,23 @@ class LogitsReader:
     def __init__(self, ctx, n_vocab: int) -> None:
         self.ctx = ctx
         self.n_vocab = n_vocab
-        self._views: dict[int, np.ndarray] = {}
+        self._views: dict[tuple[int, int], np.ndarray] = {}
         self._address = 0
+        self.first = 0
+        self.batch_first = 0
+        self.count = 0
+
+    def window(self, first: int, batch_first: int, count: int) -> None:
+        """Read output rows ``first .. first + count - 1`` (the first at batch index ``batch_first``) as
+        rows 0.. (module docstring); ``count`` 0: the whole last decode."""
+        self.first, self.batch_first, self.count = first, batch_first, count
+
+    def batch_index(self, row: int) -> int:
+        """The batch index of row ``row`` of the window (negative: from its end), for llama.cpp calls that
+        take one (``llama_get_logits_ith``, ``llama_sampler_sample``)."""
+        if not self.count:
+            return row
+        return self.batch_first + (row if row >= 0 else self.count + row)
 
     def rows(self, n: int) -> np.ndarray:
         """The last decode's logits as a (n, n_vocab) float32 view; every one of the n rows must have had
@@ -39,18 +59,19 @@ class LogitsReader:
         if addr != self._address:  # llama.cpp moved its output buffer (it grew): views of the old one go
             self._views.clear()
             self._address = addr
-        view = self._views.get(n)
+        key = (self.first, n)
+        view = self._views.get(key)
         if view is None:
             # Kept per row count while the buffer stays put: building a view costs ~25 us right after a
             # decode (cold caches), a dict lookup ~1 us.
-            buffer = (ctypes.c_float * (n * self.n_vocab)).from_address(addr)
-            view = self._views[n] = np.frombuffer(buffer, dtype=np.float32).reshape(n, self.n_vocab)
+            buffer = (ctypes.c_float * (n * self.n_vocab)).from_address(addr + 4 * self.first * self.n_vocab)
+            view = self._views[key] = np.frombuffer(buffer, dtype=np.float32).reshape(n, self.n_vocab)
         return view
 
     def row(self, row: int) -> np.ndarray:
         """Logits of output ``row`` of the last decode (n_vocab float32 values, a view). Raises
         ``EngineError`` when the row has none."""
-        ptr = llama_cpp.llama_get_logits_ith(self.ctx, row)
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, self.batch_index(row))
         if not ptr:
             raise EngineError(f"no logits for row {row} of the last decode")
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))

@@ -26,6 +26,7 @@ from inspector.llama.context_settings import ContextRefused, ContextSettings, se
 from inspector.llama.server_parity import describe_runtime
 from inspector.llama.sessions import SessionTable
 from inspector.llama.grammar import constrain_session
+from inspector.llama.joined_decode import fill_rows, join_step
 from inspector.llama.tree_batch import BranchSequences, fill_tree_batch
 
 logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
@@ -169,6 +170,8 @@ class LlamaRuntime:
         """The open sessions: sampler chains, greedy or not, penalties (``inspector.llama.sessions``)."""
         self.logits = LogitsReader(self.ctx, self.n_vocab)
         """The last decode's logits as numpy views (``inspector.llama.logits``)."""
+        self.steps = None
+        """The batched schedule's ``StepBatch`` (``RuntimeScheduler.batch_steps``), or None: decodes run alone."""
         self.architecture = self.info.architecture
         self.converted_from: str | None = None
         """The model file this one was converted from (``inspector.llama.quantize.weight_form``, set by
@@ -251,6 +254,23 @@ class LlamaRuntime:
         if not self.sessions.is_open(sid):
             raise EngineError(f"session {sid} is not open")
 
+    def _rows(self, sid: int, tokens: Sequence[int], position: int, all_logits: bool,
+              abort: threading.Event | None) -> None:
+        """Decode one session's rows: alone, or in the batched schedule's step (``steps``)."""
+        if self.steps is None:
+            self._fill(sid, tokens, position, all_logits)
+            self._decode(len(tokens), position, abort, sid)
+            return
+        self._check_batch(sid, len(tokens), position, position + len(tokens))
+        self.sessions.filled(sid, tokens, position)
+        join_step(self.steps, self.logits, sid, tokens, position, all_logits, abort)
+
+    def decode_step(self, rows) -> None:
+        """Decode one step of the batched schedule: ``rows`` (``BatchRow``, several sessions) in ONE
+        ``llama_decode`` (``StepBatch`` calls it under the lock). Raises as ``decode_rows``."""
+        fill_rows(self._batch, rows)
+        self._decode(len(rows), rows[0].position if rows else 0, None)
+
     def _fill(self, sid: int, tokens: Sequence[int], position: int, all_logits: bool) -> None:
         n = len(tokens)
         self._check_batch(sid, n, position, position + n)
@@ -267,6 +287,7 @@ class LlamaRuntime:
         b.n_tokens = n
 
     def _decode(self, n: int, position: int, abort: threading.Event | None, sid: int = -1) -> None:
+        self.logits.window(0, 0, 0)
         with self.abort.decoding(sid, abort):
             t = time.perf_counter_ns()
             self.decode_calls += 1
@@ -291,8 +312,7 @@ class LlamaRuntime:
         (``DecodeAborted``). Raises ``EngineError`` if the batch exceeds ``n_batch`` or the context,
         ``DecodeFailed`` on a non-zero ``llama_decode`` status."""
         n = len(tokens)
-        self._fill(sid, tokens, position, True)
-        self._decode(n, position, abort, sid)
+        self._rows(sid, tokens, position, True, abort)
         c = self.sessions.constraints.get(sid)  # grammar, logit bias: inspector.llama.grammar
         if c is not None:
             return c.rows(self, sid, tokens, position, n) or self._predictions(sid, n)
@@ -310,8 +330,8 @@ class LlamaRuntime:
             return out
         chain = self.sessions.chain(sid)
         sample = llama_cpp.llama_sampler_sample
-        ctx = self.ctx
-        return [sample(chain, ctx, i) for i in range(n)]
+        ctx, at = self.ctx, self.logits.batch_index
+        return [sample(chain, ctx, at(i)) for i in range(n)]
 
     def decode_logits(
         self, sid: int, tokens: Sequence[int], position: int, abort: threading.Event | None = None
@@ -319,8 +339,7 @@ class LlamaRuntime:
         """Like ``decode_rows`` but return every row's logits, shape (rows, n_vocab),
         a float32 copy (for the ``rejection`` verification rule)."""
         n = len(tokens)
-        self._fill(sid, tokens, position, True)
-        self._decode(n, position, abort, sid)
+        self._rows(sid, tokens, position, True, abort)
         c = self.sessions.constraints.get(sid)
         if c is not None:
             c.logits_only(self, sid, n, position)  # bias, then penalties; EngineError under a grammar
@@ -344,6 +363,8 @@ class LlamaRuntime:
         if len(parents) != n - 1:
             raise EngineError(f"a tree of {n} rows needs {n - 1} parents, observed {len(parents)}")
         depth, on = depths(parents), row_branches(parents)
+        if self.steps is not None:
+            raise EngineError("tree windows need one slot (serve -np 1): the batched schedule joins chains only")
         if self.sessions.has_penalties(sid) or sid in self.sessions.constraints:
             raise EngineError("tree windows take no penalties (repeat, frequency, presence), grammar or logit "
                               "bias: use a chain, or none of them")
@@ -395,6 +416,10 @@ class LlamaRuntime:
     def prefill(self, sid: int, tokens: Sequence[int], position: int) -> None:
         """Decode ``tokens`` into session ``sid`` from ``position``, in chunks of
         ``n_batch``, asking for logits on the last row only (never sampled here)."""
+        if self.steps is not None:  # the step's budget chunks the prompt, as llama-server's batch does
+            if tokens:
+                self._rows(sid, tokens, position, False, None)
+            return
         step = self.n_batch
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
@@ -418,7 +443,7 @@ class LlamaRuntime:
             self.penalize_last_rows(sid, 1, position + len(tokens) - 1)
         if self.sessions.is_greedy(sid):
             return int(self.last_logits(1)[0].argmax())
-        return int(llama_cpp.llama_sampler_sample(self.sessions.chain(sid), self.ctx, -1))
+        return int(llama_cpp.llama_sampler_sample(self.sessions.chain(sid), self.ctx, self.logits.batch_index(-1)))
 
     def trim(self, sid: int, position: int) -> bool:
         """Remove positions >= ``position`` of session ``sid``. Returns llama.cpp's answer (``llama_memory_seq_rm``):

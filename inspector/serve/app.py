@@ -16,8 +16,8 @@ llama-server answers whatever name a client sends (many clients send a fixed one
 
 Prompts are tokenized under the runtime's lock (``RuntimeScheduler.execute``; a runtime in a child
 process answers one call at a time) in Starlette's thread pool, never on the event loop; the engine runs
-on the slot's thread. Streams are Server-Sent Events (sse-starlette), one event per token; a client
-that goes away (or stops reading for ``SEND_TIMEOUT_S``) cancels its request (``ServeSlot.cancel``); a
+on the slots' threads. Streams are Server-Sent Events (sse-starlette), one event per token; a client
+that goes away (or stops reading for ``SEND_TIMEOUT_S``) cancels its request (``ServeSlots.cancel``); a
 request cut short by the server's stop answers 503 ``unavailable_error`` "the server is stopping" (a
 stream: as its last event). A body holding a lone surrogate (``"\ud800"``, valid JSON, no text) is
 refused with 400 naming the field.
@@ -48,7 +48,8 @@ from inspector.serve.constraint_params import resolve_constraints
 from inspector.serve.params import ServeDefaults, parse_request, unicode_problem
 from inspector.serve import anthropic_api, responses_api
 from inspector.serve.replies import FINGERPRINT, Renderer, Replies, generation_settings, piece_json, slots_json
-from inspector.serve.slot import STOPPING, ServeSlot
+from inspector.serve.slot import STOPPING
+from inspector.serve.slots import ServeSlots
 from inspector.serve.job import Job, JobResult, TokenOut
 
 MAX_BODY_BYTES = 16 << 20
@@ -64,7 +65,7 @@ class ServeState:
     ``/slots`` answer (llama-server's ``--metrics``, ``--slots``). ``started``: seconds since the epoch
     (``Process-Start-Time-Unix``)."""
 
-    slot: ServeSlot
+    slots: ServeSlots
     metrics: ServeMetrics
     model_name: str
     aliases: tuple = ()
@@ -80,7 +81,7 @@ class ServeState:
 
     @property
     def runtime(self):
-        return self.slot.runtime
+        return self.slots.runtime
 
 
 async def _body(request: Request, limit: int):
@@ -140,7 +141,7 @@ def _prompt_of(state: ServeState, p) -> tuple[str, list[int]]:
         return (p.prompt if isinstance(p.prompt, str) else rt.detokenize(tokens)), tokens
 
     try:
-        return state.slot.scheduler.execute("stats", -1, work).value
+        return state.slots.scheduler.execute("stats", -1, work).value
     except ApiError:
         raise
     except Exception as exc:  # a model without a chat template, a tokenizer error
@@ -149,13 +150,13 @@ def _prompt_of(state: ServeState, p) -> tuple[str, list[int]]:
 
 def _prepare(state: ServeState, p) -> dict:
     """The request's prompt tokens, text and receipts blocks (runs under the runtime's lock)."""
-    rt = state.runtime
+    n_ctx = state.slots.n_ctx_slot  # a slot's context (llama-server's n_ctx_slot)
     text, tokens = _prompt_of(state, p)
     if not tokens:
         raise ApiError("the prompt is empty after tokenization")
-    if len(tokens) >= rt.n_ctx:
-        raise ApiError(f"request ({len(tokens)} tokens) exceeds the available context size ({rt.n_ctx} tokens), "
-                       "try increasing it", EXCEED_CONTEXT, n_prompt_tokens=len(tokens), n_ctx=rt.n_ctx)
+    if len(tokens) >= n_ctx:
+        raise ApiError(f"request ({len(tokens)} tokens) exceeds the available context size ({n_ctx} tokens), "
+                       "try increasing it", EXCEED_CONTEXT, n_prompt_tokens=len(tokens), n_ctx=n_ctx)
     conversation, prompt_text, templated = None, text, None
     if p.endpoint == "chat":
         templated = text
@@ -188,14 +189,14 @@ def build_app(state: ServeState, inner=None) -> Starlette:
         client = f"{request.client.host}:{request.client.port}" if request.client else ""
         job = Job(request.url.path, p, prep["tokens"], prep["prompt_text"], deliver,
                   templated_text=prep["templated"], conversation=prep["conversation"], client=client)
-        max_tokens = p.n_predict if p.n_predict >= 0 else state.runtime.n_ctx - len(prep["tokens"])
+        n_ctx = state.slots.n_ctx_slot
+        max_tokens = p.n_predict if p.n_predict >= 0 else n_ctx - len(prep["tokens"])
         replies = Replies(p, state.model_name, prep["templated"] or prep["prompt_text"], len(prep["tokens"]),
-                          state.runtime.token_piece,
-                          generation_settings(p, state.runtime.n_ctx, state.slot.source, max_tokens))
+                          state.runtime.token_piece, generation_settings(p, n_ctx, state.slots.source, max_tokens))
         if before:  # one request, one id (llama-server's completion_id for all its tasks)
             replies.id, replies.created = before[0].render.replies.id, before[0].render.replies.created
         render = (Renderer if api is None else api.Renderer)(replies, job)
-        state.slot.submit(job, len(before))
+        state.slots.submit(job, len(before))
         return Submitted(job, queue, render)
 
     async def completion(request: Request, endpoint: str, api=None):
@@ -205,17 +206,17 @@ def build_app(state: ServeState, inner=None) -> Starlette:
         p = parse_request(body if api is None else api.to_chat(body), endpoint, state.defaults)
         parts = [p] if len(p.prompts) <= 1 else [replace(p, prompt=x, index=i) for i, x in enumerate(p.prompts)]
         preps = [await run_in_threadpool(_prepare, state, q) for q in parts]
-        slot = state.slot
+        slots = state.slots
         runs: list[Submitted] = []
         try:
             for q, prep in zip(parts, preps):
                 runs.append(submit(request, q, prep, api, runs))
         except ApiError:
             for r in runs:
-                slot.cancel(r.job)
+                slots.cancel(r.job)
             raise
         if p.stream:
-            return EventSourceResponse(_stream(slot, runs), sep="\n", send_timeout=SEND_TIMEOUT_S, ping=15)
+            return EventSourceResponse(_stream(slots, runs), sep="\n", send_timeout=SEND_TIMEOUT_S, ping=15)
         bodies = []
         try:
             for r in runs:
@@ -231,7 +232,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
         finally:
             for r in runs:  # the client left, or one prompt failed: the rest are not run
                 if r.job.result is None:
-                    slot.cancel(r.job)
+                    slots.cancel(r.job)
         if len(bodies) == 1:
             return JSONResponse(bodies[0])
         if endpoint == "completion":  # several prompts: an array (llama-server, handle_completions_impl)
@@ -253,7 +254,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
         add_special = bool(body.get("add_special", False))
         parse_special = bool(body.get("parse_special", True))
         text = body["content"]
-        ids = (await run_in_threadpool(state.slot.scheduler.execute, "stats", -1,
+        ids = (await run_in_threadpool(state.slots.scheduler.execute, "stats", -1,
                                        lambda rt: rt.tokenize(text, add_special, parse_special))).value
         if body.get("with_pieces"):
             piece = state.runtime.token_piece
@@ -267,7 +268,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n
                                                 for t in ids):
             raise ApiError(f"'tokens' must be an array of token ids 0..{n - 1}")
-        text = (await run_in_threadpool(state.slot.scheduler.execute, "stats", -1,
+        text = (await run_in_threadpool(state.slots.scheduler.execute, "stats", -1,
                                         lambda rt: rt.detokenize(ids))).value
         return JSONResponse({"content": text})
 
@@ -290,16 +291,16 @@ def build_app(state: ServeState, inner=None) -> Starlette:
         rt = state.runtime
         d = state.defaults
         return JSONResponse({
-            "default_generation_settings": {"n_ctx": rt.n_ctx, "params": {
+            "default_generation_settings": {"n_ctx": state.slots.n_ctx_slot, "params": {
                 "n_predict": d.n_predict, "temperature": d.sampling.temperature, "top_k": d.sampling.top_k,
                 "top_p": d.sampling.top_p, "min_p": d.sampling.min_p, "seed": -1 if d.random_seed else d.sampling.seed,
-                "speculative.types": "none" if state.slot.source == "none" else f"none,{state.slot.source}"}},
-            "total_slots": 1, "model_path": str(getattr(rt, "model_path", "")), "model_alias": state.model_name,
+                "speculative.types": "none" if state.slots.source == "none" else f"none,{state.slots.source}"}},
+            "total_slots": state.slots.n_parallel, "model_path": str(getattr(rt, "model_path", "")), "model_alias": state.model_name,
             "chat_template": rt.chat_template() or "", "build_info": FINGERPRINT, "modalities": {"vision": False,
                                                                                                "audio": False},
             "endpoint_slots": state.slots_endpoint, "endpoint_props": False,
             "endpoint_metrics": state.metrics_endpoint, "is_sleeping": False,
-            "spec_inspector": {"source": state.slot.source, "source_options": state.slot.source_options}})
+            "spec_inspector": {"source": state.slots.source, "source_options": state.slots.source_options}})
 
     async def metrics(request: Request):
         if not state.metrics_endpoint:
@@ -310,7 +311,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
     async def slots(request: Request):
         if not state.slots_endpoint:
             raise ApiError("This server does not support slots endpoint. Start it with `--slots`", NOT_SUPPORTED)
-        return JSONResponse(slots_json(state.slot, state.runtime.n_ctx))
+        return JSONResponse(slots_json(state.slots, state.slots.n_ctx_slot))
 
     def route(endpoint, api=None):
         async def handler(request: Request):
@@ -374,7 +375,7 @@ async def _collect(request: Request, run: Submitted):
         tokens.append(item)
 
 
-async def _stream(slot: ServeSlot, runs: list[Submitted]):
+async def _stream(slots: ServeSlots, runs: list[Submitted]):
     """The SSE events of a streamed request, as each prompt's ``Renderer`` writes them, the prompts in turn
     (the slot runs them in order; OpenAI's ``[DONE]`` after the last one only); cancelled (client gone, or
     not reading) -> every job not done is."""
@@ -389,7 +390,7 @@ async def _stream(slot: ServeSlot, runs: list[Submitted]):
     finally:
         for run in runs:
             if run.job.result is None:
-                slot.cancel(run.job)
+                slots.cancel(run.job)
 
 
 async def _stream_one(run: Submitted, last: bool):

@@ -38,12 +38,15 @@ class ServeMetrics:
     ``/metrics`` (any thread). ``draft_max``: the per-position lines written even when zero.
     ``queue``: a callable giving ``(processing, deferred)`` requests now."""
 
-    def __init__(self, draft_max: int = 0, queue=lambda: (0, 0)) -> None:
+    def __init__(self, draft_max: int = 0, queue=lambda: (0, 0), steps=None) -> None:
         self._lock = threading.Lock()
         self.values = {name: 0.0 for name, _ in COUNTERS}
         self.n_tokens_max = 0
         self.per_position: list[int] = [0] * max(0, draft_max)
         self._queue = queue
+        self.steps = steps
+        """The batched schedule's ``StepBatch`` (None: one decode per slot): ``n_decode`` and the busy
+        slots per decode are its steps', as llama-server counts its ``update_slots`` decodes."""
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -73,6 +76,9 @@ class ServeMetrics:
             v = dict(self.values)
             per = list(self.per_position)
             n_max = self.n_tokens_max
+        busy = 1.0 if v["n_decode"] else 0.0
+        if self.steps is not None and self.steps.step_count:
+            v["n_decode"], busy = self.steps.step_count, self.steps.busy_per_decode
         for name, doc in COUNTERS[:6]:
             yield CounterMetricFamily(f"llamacpp:{name}", doc, value=v[name])
         yield GaugeMetricFamily("llamacpp:n_tokens_max", "Largest observed sequence length (prompt + generation)",
@@ -96,7 +102,7 @@ class ServeMetrics:
         yield GaugeMetricFamily("llamacpp:requests_processing", "Number of requests processing", value=processing)
         yield GaugeMetricFamily("llamacpp:requests_deferred", "Number of requests deferred", value=deferred)
         yield GaugeMetricFamily("llamacpp:n_busy_slots_per_decode",
-                                "Average number of busy slots per llama_decode() call", value=1 if v["n_decode"] else 0)
+                                "Average number of busy slots per llama_decode() call", value=busy)
 
     def text(self) -> bytes:
         """The ``/metrics`` body."""

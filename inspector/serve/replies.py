@@ -410,20 +410,25 @@ SLOT_PARAMS = ("seed", "temperature", "top_k", "top_p", "min_p", "repeat_last_n"
 these and the settings of samplers spec-inspector does not run)."""
 
 
-def slots_json(slot, n_ctx: int) -> list[dict]:
-    """``GET /slots``: the one slot as llama.cpp 0c1e570 ``tools/server/server-context.cpp``
+def slots_json(slots, n_ctx: int) -> list[dict]:
+    """``GET /slots``: every slot as llama.cpp 0c1e570 ``tools/server/server-context.cpp``
     ``server_slot::to_json(only_metrics=true)`` writes it: ``id``, ``n_ctx`` (tokens), ``speculative``,
-    ``is_processing``, and once a request ran, its task's prompt counts, settings and ``next_token``
-    (``n_decoded``, ``n_remain``: tokens). ``slot``: the ``ServeSlot``."""
+    ``is_processing``, and once a request ran on it, its task's prompt counts, settings and ``next_token``
+    (``n_decoded``, ``n_remain``: tokens). ``slots``: the ``ServeSlots``."""
+    return [slot_json(slot, slots.source, n_ctx) for slot in slots.slots]
+
+
+def slot_json(slot, source: str, n_ctx: int) -> dict:
+    """One slot of ``slots_json`` (``slot``: a ``ServeSlot``; ``source``: the server's proposal source)."""
     job = slot.last_job
     running = slot.busy
-    out = {"id": 0, "n_ctx": n_ctx, "speculative": slot.source != "none", "is_processing": running}
+    out = {"id": slot.id, "n_ctx": n_ctx, "speculative": source != "none", "is_processing": running}
     if job is None:
-        return [out]
+        return out
     p, r, gen = job.params, job.result, job.generation
     decoded = gen.generated_count if gen is not None else (r.predicted_n if r is not None else 0)
     max_tokens = p.n_predict if p.n_predict >= 0 else n_ctx - len(job.prompt_tokens)
-    settings = generation_settings(p, n_ctx, slot.source, max_tokens)
+    settings = generation_settings(p, n_ctx, source, max_tokens)
     out.update({
         "id_task": job.id, "n_prompt_tokens": len(job.prompt_tokens),
         "n_prompt_tokens_processed": r.prompt_n if r is not None else 0,
@@ -432,4 +437,4 @@ def slots_json(slot, n_ctx: int) -> list[dict]:
         "next_token": [{"has_next_token": running, "has_new_line": "\n" in (r.content if r is not None else ""),
                         "n_remain": -1 if p.n_predict < 0 else max(0, p.n_predict - decoded),
                         "n_decoded": decoded}]})
-    return [out]
+    return out

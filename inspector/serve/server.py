@@ -23,7 +23,7 @@ from inspector.serve.http_guard import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, guarded
 from inspector.serve.metrics import ServeMetrics
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import ReceiptsDir, ReceiptsDirError
-from inspector.serve.slot import DEFAULT_MAX_QUEUE, ServeSlot
+from inspector.serve.slots import BATCHED, DEFAULT_MAX_QUEUE, ServeSlots
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,19 @@ class ServeOptions:
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     metrics_endpoint: bool = False
     slots_endpoint: bool = True
+    n_parallel: int = 1
+    """Slots (llama-server's ``-np``)."""
+    schedule: str = BATCHED
+    """How several slots share the runtime: ``batched`` or ``locked`` (``inspector.serve.slots``)."""
+    kv_unified: bool = False
+    """Every slot may use the whole context (llama-server's ``-kvu``); else ``n_ctx / n_parallel`` each."""
+
+
+def slots_text(options: ServeOptions) -> str:
+    """How the slots run, in a few words (the start line): "one slot", "4 slots, batched, 512 positions each"."""
+    if options.n_parallel == 1:
+        return "one slot"
+    return f"{options.n_parallel} slots, {options.schedule}" + ("" if options.kv_unified else ", n_ctx split per slot")
 
 
 def check_host(host: str, expose: bool) -> str:
@@ -89,12 +102,14 @@ class InspectorServer:
     def __init__(self, scheduler, model_name: str, options: ServeOptions, *, on_change=None,
                  feed: bool = False) -> None:
         self.options = options
-        self.slot = ServeSlot(scheduler, options.source, options.source_options, template=options.template,
-                              draft_max_auto=options.draft_max_auto, max_queue=options.max_queue,
-                              receipts=options.receipts, on_change=on_change, feed=feed)
-        self.metrics = ServeMetrics(options.template.draft_max, self._queue_counts)
-        self.slot.metrics = self.metrics
-        self.state = ServeState(self.slot, self.metrics, model_name, tuple(options.aliases), options.defaults,
+        self.slots = ServeSlots(scheduler, options.source, options.source_options, template=options.template,
+                                draft_max_auto=options.draft_max_auto, max_queue=options.max_queue,
+                                receipts=options.receipts, on_change=on_change, feed=feed,
+                                n_parallel=options.n_parallel, schedule=options.schedule,
+                                kv_unified=options.kv_unified)
+        self.metrics = ServeMetrics(options.template.draft_max, self._queue_counts, self.slots.steps)
+        self.slots.metrics = self.metrics
+        self.state = ServeState(self.slots, self.metrics, model_name, tuple(options.aliases), options.defaults,
                                 options.api_key, options.max_body_bytes, cors=options.cors,
                                 metrics_endpoint=options.metrics_endpoint, slots_endpoint=options.slots_endpoint)
         self._server: uvicorn.Server | None = None
@@ -104,7 +119,7 @@ class InspectorServer:
         """``http://HOST:PORT`` once started."""
 
     def _queue_counts(self) -> tuple[int, int]:
-        return (1 if self.slot.busy else 0), self.slot.waiting
+        return self.slots.processing, self.slots.waiting
 
     def start(self) -> str:
         """Bind, start the slot and uvicorn; returns the address clients use (``http://HOST:PORT``).
@@ -137,7 +152,7 @@ class InspectorServer:
                                 timeout_keep_alive=30, timeout_graceful_shutdown=SHUTDOWN_GRACE_S, lifespan="off",
                                 http=guarded_protocol(o.header_timeout_s, o.body_timeout_s))
         self._server = uvicorn.Server(config)
-        self.slot.start()
+        self.slots.start()
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name="spec-inspector serve http", daemon=True)
         self._thread.start()
@@ -161,10 +176,10 @@ class InspectorServer:
         """Stop serving: the waiting and running requests are cancelled as stopped (their clients are told
         "the server is stopping", llama-server's 503 ``unavailable_error``; their records say "the server
         stopped"), uvicorn ends (open streams close), the slot's session is dropped. Idempotent."""
-        self.slot.begin_stop()
+        self.slots.begin_stop()
         if self._server is not None:
             self._server.should_exit = True
-        self.slot.stop()
+        self.slots.stop()
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None

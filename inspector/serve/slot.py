@@ -28,20 +28,18 @@ target's probabilities of each token's own verification row, accepted draft toke
 from __future__ import annotations
 
 import logging
-import threading
-from collections import deque
+import time
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Sequence
 
 from inspector.engine import GenerationObserver, GenerationSettings
 from inspector.engine.errors import EngineError, PromptTooLong, RequestCancelled
 from inspector.llama.server_parity import server_counted_accepted
-from inspector.serve.errors import UNAVAILABLE, ApiError
 from inspector.serve.job import Job, JobResult, ServedRequest, TokenOut
 from inspector.serve.params import CompletionParams
 from inspector.session.session_record import SessionRecord
-from inspector.session.run_records import RecordStream
 from inspector.session.run import RunRefused, RunRequest, SessionRun
+from inspector.sources.slot_memory import SlotMemory
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +49,6 @@ CLIENT_GONE = "the client went away"
 """The error of a request cancelled because its client went away."""
 STOPPING = "the server is stopping"
 """What the client of a request cancelled by the stop is told (503 ``unavailable_error``)."""
-DEFAULT_MAX_QUEUE = 16
-"""Requests that may wait while one runs; beyond, 503 with ``Retry-After`` (``--max-queue``)."""
 KEEP_RECORDS = 64
 """Requests whose ``SessionRecord`` stays in memory (the newest); older ones are read back from their
 receipts file when shown, so a long-running server's memory stays flat."""
@@ -90,156 +86,61 @@ def reused_prompt_tokens(cached: Sequence[int], prompt: Sequence[int], cache_pro
 
 
 class ServeSlot:
-    """The queue and the engine thread. ``scheduler``: the runtime's ``RuntimeScheduler`` (the window
-    shares its worker's; nothing else decodes while serving). ``source`` / ``source_options``: the
-    proposal source of every request (``none``: plain decoding). ``template``: the server's
-    ``GenerationSettings`` (draft max, deadline, probabilities); a request sets its limits, stop
-    strings and sampling. ``draft_max_auto``: take the draft max from the stored cost model.
-    ``receipts``: a ``ReceiptsDir`` (None: keep none). ``metrics``: a ``ServeMetrics`` (or None).
-    ``on_change(row)``: a request arrived, started or ended (engine or HTTP thread). ``feed``: give
-    every request a ``RecordStream`` of its records (the window)."""
+    """One slot: its KV session (opened on its first request and kept), the tokens that session holds
+    (the prompt cache), what its source remembers, and the request it runs (``run``, on the slot's
+    thread). ``slot_id``: 0.. (``/slots``' ``id``). ``pool``: the ``ServeSlots`` it belongs to (the
+    scheduler, the source and its options, the settings template, receipts, metrics, the schedule)."""
 
-    def __init__(self, scheduler, source: str = "ngram", source_options: dict | None = None, *,
-                 template: GenerationSettings | None = None, draft_max_auto: bool = False,
-                 max_queue: int = DEFAULT_MAX_QUEUE, receipts=None, metrics=None,
-                 on_change: Callable[[ServedRequest], None] | None = None, feed: bool = False) -> None:
-        self.scheduler = scheduler
-        self.runtime = scheduler.runtime
-        self.source = source
-        self.source_options = dict(source_options or {})
-        self.template = template or GenerationSettings()
-        self.draft_max_auto = draft_max_auto
-        self.max_queue = max_queue
-        self.receipts = receipts
-        self.metrics = metrics
-        self.on_change = on_change
-        self.feed = feed
-        self.memory: dict = {}
-        """What the source remembers across requests (``SourceContext.memory``)."""
-        self.rows: deque[ServedRequest] = deque(maxlen=KEEP_ROWS)
-        self._rows_lock = threading.Lock()
-        self._queue: deque[Job] = deque()
-        self._cond = threading.Condition()
-        self._current: Job | None = None
+    def __init__(self, slot_id: int, pool) -> None:
+        self.id = slot_id
+        self.pool = pool
+        self.scheduler = pool.scheduler
+        self.runtime = pool.scheduler.runtime
+        self.memory = SlotMemory(pool.shared_memory)
+        """What the source remembers across this slot's requests (``SourceContext.memory``; llama.cpp's
+        shared parts in the pool's, ``inspector.sources.slot_memory``)."""
+        self.current: Job | None = None
+        """The request running on this slot now."""
         self.last_job: Job | None = None
         """The request running now or the last one that ran (``/slots``)."""
-        self._next_id = 1
-        self._stopping = False
-        self._session: int | None = None
-        self._cached: list[int] = []
-        self._thread: threading.Thread | None = None
-
-    # -- any thread ---------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the engine thread (idempotent)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="spec-inspector serve slot", daemon=True)
-            self._thread.start()
-
-    @property
-    def waiting(self) -> int:
-        """Requests queued behind the running one."""
-        with self._cond:
-            return len(self._queue)
+        self.last_used = -1.0
+        """``time.monotonic()`` when its last request ended (-1: never; llama-server's ``t_last_used``)."""
+        self.session: int | None = None
+        self.cached: list[int] = []
 
     @property
     def busy(self) -> bool:
-        """A request is running."""
-        return self._current is not None
+        """A request runs on this slot."""
+        return self.current is not None
 
-    def submit(self, job: Job, queued_before: int = 0) -> ServedRequest:
-        """Queue ``job``; returns its traffic row. ``queued_before``: jobs of the same request queued before it
-        (its other prompts: a request counts once against the limit, as llama-server takes all its prompts).
-        Raises ``ApiError`` 503 (``Retry-After: 1``) when ``max_queue`` requests already wait, or the slot is
-        stopping."""
-        with self._cond:
-            if self._stopping:
-                raise ApiError(STOPPING, UNAVAILABLE)
-            if len(self._queue) - queued_before >= self.max_queue:
-                raise ApiError(f"the queue is full ({self.max_queue} requests wait behind the running one; "
-                               "spec-inspector serve --max-queue): retry later", UNAVAILABLE,
-                               headers={"Retry-After": "1"})
-            job.id = self._next_id
-            self._next_id += 1
-            row = ServedRequest(job.id, job.endpoint, job.arrived, len(job.prompt_tokens), job.client,
-                                feed=RecordStream() if self.feed else None)
-            job.row = row
-            with self._rows_lock:
-                self.rows.append(row)
-            self._queue.append(job)
-            self._cond.notify()
-        self._changed(row)
-        return row
+    def run(self, job: Job) -> None:
+        """Run ``job`` to its end on the calling thread (the slot's); never raises: a failure ends the request
+        with its error and the slot stays usable."""
+        self.current = self.last_job = job
+        try:
+            if job.cancelled.is_set():
+                self._end_unrun(job, "cancelled", SERVER_STOPPED if self.pool.stopping else
+                                f"{CLIENT_GONE} before the request ran")
+            else:
+                self._run(job)
+        except Exception as exc:  # never lose the server to one request
+            log.exception("serve: request %d failed", job.id)
+            self._end_unrun(job, "error", str(exc) or type(exc).__name__)
+        finally:
+            self.current = None
+            self.last_used = time.monotonic()
 
-    def cancel(self, job: Job) -> None:
-        """The client went away (or the server stops): skip ``job`` if it waits, cancel it if it runs (its
-        next commit or the decode in flight). Any thread; idempotent."""
-        job.cancelled.set()
-        g = job.generation
-        if g is not None:
-            g.cancel()
-
-    def begin_stop(self) -> None:
-        """Refuse new requests and cancel the waiting and the running one as stopped: each ends
-        ``cancelled`` with ``SERVER_STOPPED`` (in its record and ``served.error``) and its client gets
-        ``STOPPING`` as llama-server's 503 ``unavailable_error``. Returns at once; idempotent."""
-        with self._cond:
-            self._stopping = True
-            waiting = list(self._queue)
-            self._cond.notify_all()
-        for job in waiting:
-            self.cancel(job)
-        current = self._current
-        if current is not None:
-            self.cancel(current)
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """``begin_stop``, then end the engine thread (it records the cancelled requests) and drop the
-        slot's KV session."""
-        self.begin_stop()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        sid, self._session = self._session, None
+    def drop_session(self) -> None:
+        """Drop the slot's KV session (the server stops)."""
+        sid, self.session = self.session, None
         if sid is not None:
             try:
                 self.scheduler.execute("drop", sid, lambda r: r.drop_session(sid))
             except EngineError:
                 pass
 
-    def snapshot_rows(self) -> list[ServedRequest]:
-        """The traffic rows, oldest first (a copy of the list; rows are updated in place)."""
-        with self._rows_lock:
-            return list(self.rows)
-
     def _changed(self, row: ServedRequest) -> None:
-        if self.on_change is not None:
-            try:
-                self.on_change(row)
-            except Exception:  # a viewer's failure never stops the server
-                log.exception("serve: on_change failed")
-
-    # -- the engine thread --------------------------------------------------------------
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._stopping:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                job = self._queue.popleft()
-                self._current = job
-                self.last_job = job
-            try:
-                if job.cancelled.is_set():
-                    self._end_unrun(job, "cancelled", SERVER_STOPPED if self._stopping else
-                                    f"{CLIENT_GONE} before the request ran")
-                else:
-                    self._run(job)
-            except Exception as exc:  # never lose the server to one request
-                log.exception("serve: request %d failed", job.id)
-                self._end_unrun(job, "error", str(exc) or type(exc).__name__)
-            finally:
-                self._current = None
+        self.pool.changed(row)
 
     def _end_unrun(self, job: Job, ended_as: str, error: str) -> None:
         row = job.row
@@ -259,20 +160,20 @@ class ServeSlot:
             log.debug("serve: request %d: could not hand %s to its client: %s", job.id, type(item).__name__, exc)
 
     def _settings(self, p: CompletionParams, prompt_n: int) -> GenerationSettings:
-        room = max(1, self.runtime.n_ctx - prompt_n)
-        limit = room if p.n_predict < 0 else max(1, p.n_predict)
-        return replace(self.template, max_new_tokens=limit, stop=tuple(p.stop), sampling=p.sampling,
-                       probabilities=self.template.probabilities or p.n_probs > 0 or p.logprobs,
-                       top_probabilities=max(self.template.top_probabilities, p.n_probs))
+        room = max(1, self.pool.n_ctx_slot - prompt_n)
+        limit = room if p.n_predict < 0 else max(1, min(p.n_predict, room))
+        return replace(self.pool.template, max_new_tokens=limit, stop=tuple(p.stop), sampling=p.sampling,
+                       probabilities=self.pool.template.probabilities or p.n_probs > 0 or p.logprobs,
+                       top_probabilities=max(self.pool.template.top_probabilities, p.n_probs))
 
     def _open_slot_session(self, settings: GenerationSettings, tokens: list[int], reuse: int) -> int:
         """The slot's KV session with ``reuse`` prompt tokens kept and the request's sampler."""
-        if self._session is None:
+        if self.session is None:
             sampling = settings.sampling
-            self._session = self.scheduler.execute("open", -1, lambda r: r.open_session(sampling)).value
-            self._cached = []
+            self.session = self.scheduler.execute("open", -1, lambda r: r.open_session(sampling)).value
+            self.cached = []
             reuse = 0
-        sid, cached = self._session, self._cached
+        sid, cached = self.session, self.cached
         self.scheduler.execute("open", sid, lambda r: r.reopen_session(sid, settings.sampling, reuse, cached))
         return sid
 
@@ -285,7 +186,7 @@ class ServeSlot:
             self._changed(row)
             return
         settings = self._settings(p, len(tokens))
-        reuse = reused_prompt_tokens(self._cached, tokens, p.cache_prompt)
+        reuse = reused_prompt_tokens(self.cached, tokens, p.cache_prompt)
         record = SessionRecord()
         feed = row.feed
 
@@ -295,8 +196,8 @@ class ServeSlot:
                 _feed(item)
 
         stream = _Stream()
-        request = RunRequest(job.prompt_text, settings, self.source, dict(self.source_options), raw=True,
-                             prompt_token_ids=tuple(tokens), draft_max_auto=self.draft_max_auto,
+        request = RunRequest(job.prompt_text, settings, self.pool.source, dict(self.pool.source_options), raw=True,
+                             prompt_token_ids=tuple(tokens), draft_max_auto=self.pool.draft_max_auto,
                              conversation=job.conversation, source_memory=self.memory, kv_reuse=reuse)
         run = SessionRun(self.scheduler, request, push, observer=stream)
         row.record = record
@@ -318,9 +219,12 @@ class ServeSlot:
         self._changed(row)
         sent = 0
         reason, error = "error", ""
+        steps = self.scheduler.steps
         try:
             if job.cancelled.is_set():
                 raise RequestCancelled()
+            if steps is not None:  # the batched schedule: from now on every step waits for this slot's rows
+                self.scheduler.execute("open", sid, lambda r: steps.activate(sid))
             run.start()
             sent = self._send(job, record, stream, sent)
             while not gen.finished:
@@ -330,24 +234,26 @@ class ServeSlot:
                 sent = self._send(job, record, stream, sent)
             reason = gen.finish_reason
         except RequestCancelled:
-            reason, error = "cancelled", SERVER_STOPPED if self._stopping else CLIENT_GONE
+            reason, error = "cancelled", SERVER_STOPPED if self.pool.stopping else CLIENT_GONE
         except PromptTooLong as exc:
             error = str(exc)
         except Exception as exc:  # an engine error after repair: the complete windows are kept
             error = str(exc) or type(exc).__name__
         finally:
             job.generation = None
+            if steps is not None:
+                self.scheduler.execute("close", sid, lambda r: steps.deactivate(sid))
         end = run.end(reason, keep_session=True)
         self._send(job, record, stream, sent)
         run.close_source()
         self._keep_cache(gen, end)
         result = self._result(job, gen, record, reuse, reason, error)
         result.stopped = error == SERVER_STOPPED
-        if self.receipts is not None:
-            result.receipts_path = self.receipts.write(job, record, reuse, reason, error)
+        if self.pool.receipts is not None:
+            result.receipts_path = self.pool.receipts.write(job, record, reuse, reason, error)
         self._finish_row(row, gen, record, result)
-        if self.metrics is not None:
-            self.metrics.observe(result, self.runtime.n_ctx)
+        if self.pool.metrics is not None:
+            self.pool.metrics.observe(result, self.runtime.n_ctx)
         job.result = result
         self._deliver(job, result)
         self._changed(row)
@@ -379,11 +285,11 @@ class ServeSlot:
         """What the slot's KV holds now: every token but the current one when the KV is canonical; else
         nothing (the session is emptied, the next request prefills everything)."""
         if not gen.session_retired and end.kv_length is not None and end.kv_length == gen.canonical_position:
-            self._cached = list(gen.tokens[:-1])
+            self.cached = list(gen.tokens[:-1])
             return
-        self._cached = []
-        sid = self._session
-        self._session = None
+        self.cached = []
+        sid = self.session
+        self.session = None
         if sid is not None and not gen.session_retired:
             try:
                 self.scheduler.execute("drop", sid, lambda r: r.drop_session(sid))
@@ -428,14 +334,4 @@ class ServeSlot:
         row.error = result.error
         row.receipts_path = result.receipts_path
         row.state = "done"
-        self._evict()
-
-    def _evict(self) -> None:
-        """Keep the newest ``KEEP_RECORDS`` requests' records in memory (older ones: their receipts file,
-        when there is one)."""
-        with self._rows_lock:
-            done = [r for r in self.rows if r.state == "done" and r.record is not None]
-        for r in done[:-KEEP_RECORDS]:
-            r.record = None
-            r.feed = None
-
+        self.pool.evict()

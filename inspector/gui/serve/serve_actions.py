@@ -150,7 +150,7 @@ class ServeActions(QObject):
         except (ServeError, ValueError) as exc:
             self._refused(str(exc))
             return False
-        self.log.attach(self.server.slot.snapshot_rows)
+        self.log.attach(self.server.slots.snapshot_rows)
         self.last_receipts = options.receipts
         self.turns.forget()  # the views show requests from now on
         threads = p.threads.value() or os.cpu_count() or 1
@@ -163,7 +163,7 @@ class ServeActions(QObject):
         """(Its own thread.) Set the runtime's threads as Run does, bind, start, wait until uvicorn accepts."""
         try:
             if getattr(runtime, "n_threads", threads) != threads:
-                server.slot.scheduler.execute("stats", -1, lambda r: r.set_threads(threads))
+                server.slots.scheduler.execute("stats", -1, lambda r: r.set_threads(threads))
             address = server.start()
             server.wait_started()
         except Exception as exc:  # ServeError: one line; anything else: its message

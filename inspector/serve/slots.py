@@ -1,0 +1,274 @@
+"""The slots of ``spec-inspector serve`` (llama-server's ``-np N``): one queue, N slots, a thread per slot.
+
+Rules followed from llama.cpp 0c1e570 ``tools/server/server-context.cpp``:
+
+- a request waits in one queue, in arrival order, until a slot is idle; then it takes the idle slot
+  whose cached tokens share the largest fraction of its prompt (``get_available_slot``: more than
+  ``SLOT_PROMPT_SIMILARITY`` = 0.1 of it, ``--slot-prompt-similarity``), else the least recently used
+  idle slot (ties: the later slot, as its ``<=`` does; at start, the last slot).
+- each slot is its own KV sequence with its own prompt cache (``inspector.serve.slot``); the sources'
+  memory is the slot's, but for what llama.cpp shares across slots (``inspector.sources.slot_memory``).
+- **schedules**: ``batched`` (the default with more than one slot) joins every slot's decode of a step
+  into one ``llama_decode`` as ``update_slots`` does (``inspector.engine.step_batch``: generating slots'
+  sampled token and draft rows first, then prompt chunks up to ``n_batch``); ``locked`` runs each slot's
+  session on its own thread with every window verified and repaired under the one runtime lock, no
+  cross-slot batching (SPEC "The runtime lock": the lock plots then show the waits). One slot is the
+  same in both.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import Callable
+
+from inspector.engine import GenerationSettings
+from inspector.serve.errors import UNAVAILABLE, ApiError
+from inspector.serve.job import Job, ServedRequest
+from inspector.serve.slot import KEEP_RECORDS, KEEP_ROWS, STOPPING, ServeSlot, common_prefix
+from inspector.session.run_records import RecordStream
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_QUEUE = 16
+"""Requests that may wait while the slots run; beyond, 503 with ``Retry-After`` (``--max-queue``)."""
+SLOT_PROMPT_SIMILARITY = 0.1
+"""llama-server's default ``--slot-prompt-similarity`` (``common/common.h``)."""
+BATCHED, LOCKED = "batched", "locked"
+SCHEDULES = (BATCHED, LOCKED)
+"""``--schedule``: how several slots share the runtime (module docstring)."""
+MAX_PARALLEL = 256
+"""Most slots (``-np``); llama.cpp's ``LLAMA_MAX_SEQ`` is 256."""
+
+
+def check_parallel(n_parallel: int, n_ctx: int, n_batch: int) -> None:
+    """Raise ``ValueError`` (one line) unless ``n_parallel`` slots fit: 1 .. ``MAX_PARALLEL``, at least 8
+    context positions (tokens) per slot, and ``n_parallel <= n_batch`` (llama.cpp makes a context with
+    one output row per sequence and at most ``n_batch`` outputs)."""
+    if not 1 <= n_parallel <= MAX_PARALLEL:
+        raise ValueError(f"-np {n_parallel}: the number of slots must be 1..{MAX_PARALLEL}")
+    if n_ctx // n_parallel < 8:
+        raise ValueError(f"-np {n_parallel} slots do not fit a context of {n_ctx} positions "
+                         f"({n_ctx // n_parallel} each): raise -c or lower -np")
+    if n_parallel > n_batch:
+        raise ValueError(f"-np {n_parallel} slots need -b (n_batch) >= {n_parallel}, observed {n_batch}")
+
+
+def pick_slot(idle: list[ServeSlot], prompt: list[int], similarity: float = SLOT_PROMPT_SIMILARITY) -> ServeSlot:
+    """The idle slot a request with ``prompt`` (tokens) takes (module docstring; ``idle`` in slot order,
+    not empty)."""
+    best, best_sim = None, 0.0
+    if similarity > 0 and prompt:
+        for slot in idle:
+            if not slot.cached:
+                continue
+            sim = common_prefix(slot.cached, prompt) / len(prompt)
+            if sim > best_sim and sim > similarity:
+                best, best_sim = slot, sim
+    if best is not None:
+        return best
+    chosen = idle[0]
+    for slot in idle:
+        if slot.last_used <= chosen.last_used:
+            chosen = slot
+    return chosen
+
+
+class ServeSlots:
+    """The queue and the slots. ``scheduler``: the runtime's ``RuntimeScheduler`` (the window shares its
+    worker's; nothing else decodes while serving). ``n_parallel``: slots; ``schedule``: ``batched`` or
+    ``locked`` (module docstring). ``source`` / ``source_options``: the proposal source of every request
+    (``none``: plain decoding). ``template``: the server's ``GenerationSettings`` (draft max, deadline,
+    probabilities); a request sets its limits, stop strings and sampling. ``draft_max_auto``: take the
+    draft max from the stored cost model. ``receipts``: a ``ReceiptsDir`` (None: keep none). ``metrics``:
+    a ``ServeMetrics`` (or None). ``on_change(row)``: a request arrived, started or ended (a slot's or the
+    HTTP thread). ``feed``: give every request a ``RecordStream`` of its records (the window).
+    Raises ``ValueError`` for a slot count the runtime cannot hold (``check_parallel``) or a batched
+    schedule on a runtime in another process."""
+
+    def __init__(self, scheduler, source: str = "ngram", source_options: dict | None = None, *,
+                 template: GenerationSettings | None = None, draft_max_auto: bool = False,
+                 max_queue: int = DEFAULT_MAX_QUEUE, receipts=None, metrics=None,
+                 on_change: Callable[[ServedRequest], None] | None = None, feed: bool = False,
+                 n_parallel: int = 1, schedule: str = BATCHED, kv_unified: bool = False) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"--schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+        self.scheduler = scheduler
+        self.runtime = scheduler.runtime
+        check_parallel(n_parallel, self.runtime.n_ctx, self.runtime.n_batch)
+        self.source = source
+        self.source_options = dict(source_options or {})
+        self.template = template or GenerationSettings()
+        self.draft_max_auto = draft_max_auto
+        self.max_queue = max_queue
+        self.receipts = receipts
+        self.metrics = metrics
+        self.on_change = on_change
+        self.feed = feed
+        self.n_ctx_slot = self.runtime.n_ctx if kv_unified or n_parallel == 1 else self.runtime.n_ctx // n_parallel
+        """Positions (tokens) one slot's request may use: the whole context with ``kv_unified`` (one KV pool,
+        llama-server's ``-kvu``), else ``n_ctx / n_parallel`` (llama.cpp's ``llama_n_ctx_seq`` of a split
+        cache, which llama-server's ``n_ctx_slot`` reads)."""
+        self.schedule = schedule if n_parallel > 1 else LOCKED
+        """The schedule in effect (one slot: ``locked``, the same thing)."""
+        self.steps = None
+        """The batched schedule's ``StepBatch`` (its steps: what each decode carried), or None."""
+        if self.schedule == BATCHED:
+            decode_step = getattr(self.runtime, "decode_step", None)
+            if decode_step is None:
+                raise ValueError("--schedule batched needs the model in this process (a model split over RPC "
+                                 "runs in a child process): use --schedule locked")
+            self.steps = scheduler.batch_steps(decode_step, self.runtime.n_batch)
+            self.runtime.steps = self.steps
+        self.shared_memory: dict = {}
+        """What every slot's source shares (``inspector.sources.slot_memory``)."""
+        self.slots = [ServeSlot(i, self) for i in range(n_parallel)]
+        self.rows: deque[ServedRequest] = deque(maxlen=KEEP_ROWS)
+        self._rows_lock = threading.Lock()
+        self._queue: deque[Job] = deque()
+        self._assigned: dict[int, Job] = {}
+        self._cond = threading.Condition()
+        self._next_id = 1
+        self.stopping = False
+        self._threads: list[threading.Thread] = []
+
+    # -- any thread ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Start one thread per slot (idempotent)."""
+        if not self._threads:
+            for slot in self.slots:
+                t = threading.Thread(target=self._loop, args=(slot,), name=f"spec-inspector serve slot {slot.id}",
+                                     daemon=True)
+                self._threads.append(t)
+                t.start()
+
+    @property
+    def n_parallel(self) -> int:
+        return len(self.slots)
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued until a slot is idle."""
+        with self._cond:
+            return len(self._queue)
+
+    @property
+    def processing(self) -> int:
+        """Slots running a request."""
+        return sum(1 for s in self.slots if s.busy)
+
+    @property
+    def busy(self) -> bool:
+        """Some slot runs a request."""
+        return any(s.busy for s in self.slots)
+
+    @property
+    def last_job(self) -> Job | None:
+        """The newest request that ran or runs (any slot)."""
+        jobs = [s.last_job for s in self.slots if s.last_job is not None]
+        return max(jobs, key=lambda j: j.id) if jobs else None
+
+    def submit(self, job: Job, queued_before: int = 0) -> ServedRequest:
+        """Queue ``job``; returns its traffic row. ``queued_before``: jobs of the same request queued before it
+        (its other prompts: a request counts once against the limit, as llama-server takes all its prompts).
+        Raises ``ApiError`` 503 (``Retry-After: 1``) when ``max_queue`` requests already wait, or the server is
+        stopping."""
+        with self._cond:
+            if self.stopping:
+                raise ApiError(STOPPING, UNAVAILABLE)
+            if len(self._queue) - queued_before >= self.max_queue:
+                raise ApiError(f"the queue is full ({self.max_queue} requests wait for a slot; "
+                               "spec-inspector serve --max-queue): retry later", UNAVAILABLE,
+                               headers={"Retry-After": "1"})
+            job.id = self._next_id
+            self._next_id += 1
+            row = ServedRequest(job.id, job.endpoint, job.arrived, len(job.prompt_tokens), job.client,
+                                feed=RecordStream() if self.feed else None)
+            job.row = row
+            with self._rows_lock:
+                self.rows.append(row)
+            self._queue.append(job)
+            self._dispatch()
+        self.changed(row)
+        return row
+
+    def cancel(self, job: Job) -> None:
+        """The client went away (or the server stops): skip ``job`` if it waits, cancel it if it runs (its
+        next commit, the decode in flight, or its place in the coming step). Any thread; idempotent."""
+        job.cancelled.set()
+        g = job.generation
+        if g is not None:
+            g.cancel()
+
+    def begin_stop(self) -> None:
+        """Refuse new requests and cancel the waiting and running ones as stopped: each ends ``cancelled``
+        with ``SERVER_STOPPED`` and its client gets ``STOPPING`` (503). Returns at once; idempotent."""
+        with self._cond:
+            self.stopping = True
+            waiting = list(self._queue) + list(self._assigned.values())
+            self._dispatch()
+            self._cond.notify_all()
+        for job in waiting:
+            self.cancel(job)
+        for slot in self.slots:
+            if slot.current is not None:
+                self.cancel(slot.current)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """``begin_stop``, then end the slots' threads (they record the cancelled requests) and drop the
+        slots' KV sessions."""
+        self.begin_stop()
+        for t in self._threads:
+            t.join(timeout_s)
+        for slot in self.slots:
+            slot.drop_session()
+        if self.steps is not None and getattr(self.runtime, "steps", None) is self.steps:
+            self.runtime.steps = None
+            self.scheduler.steps = None
+
+    def snapshot_rows(self) -> list[ServedRequest]:
+        """The traffic rows, oldest first (a copy of the list; rows are updated in place)."""
+        with self._rows_lock:
+            return list(self.rows)
+
+    def changed(self, row: ServedRequest) -> None:
+        """Tell the viewer (``on_change``) about ``row``; its failure never stops the server."""
+        if self.on_change is not None:
+            try:
+                self.on_change(row)
+            except Exception:
+                log.exception("serve: on_change failed")
+
+    def evict(self) -> None:
+        """Keep the newest ``KEEP_RECORDS`` requests' records in memory (older ones: their receipts file)."""
+        with self._rows_lock:
+            done = [r for r in self.rows if r.state == "done" and r.record is not None]
+        for r in done[:-KEEP_RECORDS]:
+            r.record = None
+            r.feed = None
+
+    # -- dispatch -----------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        """Hand queued requests to idle slots (holding ``_cond``)."""
+        while self._queue:
+            idle = [s for s in self.slots if not s.busy and s.id not in self._assigned]
+            if not idle:
+                return
+            job = self._queue.popleft()
+            slot = pick_slot(idle, job.prompt_tokens)
+            self._assigned[slot.id] = job
+            self._cond.notify_all()
+
+    def _loop(self, slot: ServeSlot) -> None:
+        while True:
+            with self._cond:
+                while slot.id not in self._assigned and not (self.stopping and not self._queue):
+                    self._cond.wait()
+                job = self._assigned.pop(slot.id, None)
+                if job is None:
+                    return
+                slot.current = job  # busy before the lock is let go: dispatch skips it
+            slot.run(job)
+            with self._cond:
+                self._dispatch()
