@@ -109,6 +109,10 @@ class Job:
         """The request's traffic row (``ServeSlot.submit`` sets it)."""
         self.result: JobResult | None = None
         """How it ended (set on the engine thread just before it is delivered)."""
+        self.slot = -1
+        """The slot that ran it (``ServeSlots`` sets it when a slot takes it; -1 while it waits)."""
+        self.steps: list = []
+        """The batched schedule's steps its rows rode in (``StepRecord``, in order), or none."""
         self.cache_n = 0
         """Prompt tokens reused from the slot's cache (the engine thread sets it when the request starts to
         run, before its first token: the Anthropic stream's ``message_start`` reports it)."""
@@ -143,6 +147,19 @@ class ServedRequest:
     """Every record of the request as it runs, for a viewer that builds its own ``SessionRecord``."""
     context_at_windows: tuple = ()
     """(base position, accepted, proposed) of each window: where speculation pays against the context."""
+    slot: int = -1
+    """The slot that ran it (-1: none yet)."""
+    started: float | None = None
+    """When a slot began it (seconds since the epoch)."""
+    first_token_at: float | None = None
+    """When its first token was handed to the client (seconds since the epoch)."""
+    ended: float | None = None
+    """When it ended (seconds since the epoch)."""
+
+    @property
+    def waiting_s(self) -> float | None:
+        """Seconds between its arrival and a slot taking it (None while it waits)."""
+        return None if self.started is None else max(0.0, self.started - self.arrived)
 
     @property
     def acceptance(self) -> float | None:

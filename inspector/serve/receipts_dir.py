@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from inspector.receipts import ReceiptsFileError, write_document
+from inspector.serve.concurrency import concurrency_block
 from inspector.session.conversation import Conversation, conversation_document
 from inspector.session.document import record_document
 from inspector.session.record_from_file import record_from_document
@@ -135,7 +136,8 @@ class ReceiptsDir:
                          "arrived": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.arrived)),
                          "arrived_unix_s": job.arrived, "prompt_reused": reused, "ended_as": ended_as,
                          "stream": bool(job.params.stream), "server_stamp": self.stamp,
-                         **({"error": error[:ERROR_CHARS]} if error else {})}
+                         **({"error": error[:ERROR_CHARS]} if error else {}),
+                         **({"concurrency": concurrency_block(job, record)} if job.slot >= 0 else {})}
         path = self.path_of(job.id)
         try:
             with self._lock:

@@ -117,6 +117,8 @@ class ServeSlot:
         """Run ``job`` to its end on the calling thread (the slot's); never raises: a failure ends the request
         with its error and the slot stays usable."""
         self.current = self.last_job = job
+        job.slot = job.row.slot = self.id
+        job.row.started = time.time()
         try:
             if job.cancelled.is_set():
                 self._end_unrun(job, "cancelled", SERVER_STOPPED if self.pool.stopping else
@@ -127,6 +129,7 @@ class ServeSlot:
             log.exception("serve: request %d failed", job.id)
             self._end_unrun(job, "error", str(exc) or type(exc).__name__)
         finally:
+            job.row.ended = time.time()
             self.current = None
             self.last_used = time.monotonic()
 
@@ -171,6 +174,7 @@ class ServeSlot:
         if self.session is None:
             sampling = settings.sampling
             self.session = self.scheduler.execute("open", -1, lambda r: r.open_session(sampling)).value
+            self.pool.session_opened(self)
             self.cached = []
             reuse = 0
         sid, cached = self.session, self.cached
@@ -270,6 +274,8 @@ class ServeSlot:
             timings = JobResult(prompt_n=len(job.prompt_tokens) - reuse, cache_n=reuse,
                                 prompt_ms=gen.prefill_elapsed_us / 1000.0, predicted_n=gen.generated_count,
                                 predicted_ms=gen.decode_elapsed_us / 1000.0).timings()
+        if sent == 0 and len(tokens) and job.row.first_token_at is None:
+            job.row.first_token_at = time.time()
         while sent < len(tokens) and sent < len(stream.deltas):
             info = tokens[sent]
             probs = record.token_probabilities(info) if wanted else None

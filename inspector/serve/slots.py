@@ -121,6 +121,8 @@ class ServeSlots:
                                  "runs in a child process): use --schedule locked")
             self.steps = scheduler.batch_steps(decode_step, self.runtime.n_batch)
             self.runtime.steps = self.steps
+            self.steps.listeners.append(self._on_step)
+        self._by_session: dict = {}
         self.shared_memory: dict = {}
         """What every slot's source shares (``inspector.sources.slot_memory``)."""
         self.slots = [ServeSlot(i, self) for i in range(n_parallel)]
@@ -247,6 +249,18 @@ class ServeSlots:
         for r in done[:-KEEP_RECORDS]:
             r.record = None
             r.feed = None
+
+    def session_opened(self, slot: ServeSlot) -> None:
+        """``slot`` opened its KV session (its id is ``slot.session``): the steps it rides in are its request's."""
+        self._by_session[slot.session] = slot
+
+    def _on_step(self, record) -> None:
+        """A step was decoded (under the runtime lock): each request whose rows it carried keeps it."""
+        for part in record.parts:
+            slot = self._by_session.get(part.session_id)
+            job = slot.current if slot is not None else None
+            if job is not None and (not job.steps or job.steps[-1] is not record):
+                job.steps.append(record)
 
     # -- dispatch -----------------------------------------------------------------------
     def _dispatch(self) -> None:
