@@ -10,8 +10,9 @@ decoded once; each slot then reads its own rows.
 Here each slot runs its ``Generation`` on its own thread (the engine is unchanged): a decode of an
 *active* session (a slot with a request) joins the step (``join``) and waits; the step is decoded
 when every active session has joined, so a slot still drafting holds the step back exactly as
-llama-server drafts for all slots before it builds the batch. A session that is not active (a probe)
-joins as a guest and rides with the next step. The thread that completes the step decodes it (no
+llama-server drafts for all slots before it builds the batch. A session that is not active (the
+rollback probe a slot's thread runs before its first window) joins as a guest: its step is decoded at
+once, with whatever else joined (it never waits for the active sessions: its own thread may be one). The thread that completes the step decodes it (no
 extra thread, no extra wake-up), under the runtime lock, which every joiner holds around its decode
 and releases only while it waits (``threading.Condition`` over the scheduler's lock).
 
@@ -180,7 +181,12 @@ class StepBatch:
 
     # -- the step -----------------------------------------------------------------------------
     def _ready(self) -> bool:
-        return bool(self._pending) and not self._unread and self.active.issubset(self._pending)
+        """A step can be decoded: no rows of the last one are still being read, and every active session
+        joined, or a guest did (its thread may be an active session's, inside an operation of its own: a
+        probe; it never waits for the others)."""
+        if not self._pending or self._unread:
+            return False
+        return self.active.issubset(self._pending) or any(sid not in self.active for sid in self._pending)
 
     def _maybe_run(self) -> None:
         while self._ready():

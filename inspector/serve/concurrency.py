@@ -29,8 +29,6 @@ def concurrency_block(job, record) -> dict:
            "waiting_ms": round(1000.0 * row.waiting_s, 3) if row.waiting_s is not None else None,
            "started_unix_s": row.started, "first_token_unix_s": row.first_token_at, "ended_unix_s": time.time()}
     if job.steps:
-        sid = record.receipts[0].session_id if record.receipts else None
         out["steps"] = [s.to_json() for s in job.steps]
-        if sid is not None:
-            out["window_steps"] = window_steps(job.steps, sid)
+        out["window_steps"] = window_steps(job.steps, record.receipts[0].session_id) if record.receipts else []
     return out

@@ -34,6 +34,7 @@ from typing import Sequence
 
 from inspector.engine import GenerationObserver, GenerationSettings
 from inspector.engine.errors import EngineError, PromptTooLong, RequestCancelled
+from inspector.engine.faults import FaultPlan
 from inspector.llama.server_parity import server_counted_accepted
 from inspector.serve.job import Job, JobResult, ServedRequest, TokenOut
 from inspector.serve.params import CompletionParams
@@ -107,6 +108,8 @@ class ServeSlot:
         """``time.monotonic()`` when its last request ended (-1: never; llama-server's ``t_last_used``)."""
         self.session: int | None = None
         self.cached: list[int] = []
+        self.faults = FaultPlan()
+        """Faults armed on this slot: they fire in its next requests, no other slot's (``ServeSlots.arm``)."""
 
     @property
     def busy(self) -> bool:
@@ -202,7 +205,8 @@ class ServeSlot:
         stream = _Stream()
         request = RunRequest(job.prompt_text, settings, self.pool.source, dict(self.pool.source_options), raw=True,
                              prompt_token_ids=tuple(tokens), draft_max_auto=self.pool.draft_max_auto,
-                             conversation=job.conversation, source_memory=self.memory, kv_reuse=reuse)
+                             conversation=job.conversation, source_memory=self.memory, kv_reuse=reuse,
+                             faults=self.faults)
         run = SessionRun(self.scheduler, request, push, observer=stream)
         row.record = record
         row.state = "running"

@@ -250,6 +250,13 @@ class ServeSlots:
             r.record = None
             r.feed = None
 
+    def arm(self, slot_id: int, fault) -> None:
+        """Arm ``fault`` (an ``inspector.engine.faults.Fault``) on slot ``slot_id``: it fires in that slot's
+        next request only; the other slots run untouched. Raises ``ValueError`` for a slot that is not one."""
+        if not 0 <= slot_id < len(self.slots):
+            raise ValueError(f"slot {slot_id} is not one of 0..{len(self.slots) - 1}")
+        self.slots[slot_id].faults.add(fault)
+
     def session_opened(self, slot: ServeSlot) -> None:
         """``slot`` opened its KV session (its id is ``slot.session``): the steps it rides in are its request's."""
         self._by_session[slot.session] = slot
