@@ -16,7 +16,7 @@ from inspector.serve.job import ServedRequest
 
 from test_gui_support import make_window
 
-MAX = 24
+MAX = 16
 PROMPTS = ("Name three colors.", "Count from one to ten.", "Write a short sentence about the sea.")
 
 

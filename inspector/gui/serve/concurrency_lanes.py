@@ -47,6 +47,8 @@ SHOWN_COLOR = "#ff6f00"
 KIND_COLORS = {PROMPT: "#fb8c00", PLAIN: "#43a047", DRAFT: "#8e24aa"}
 """A step cell's colour by the kind of rows the slot put in it."""
 KINDS = (PROMPT, PLAIN, DRAFT)
+STEP_LANE_PX = 9
+"""Height of a slot's row in the steps strip (pixels)."""
 MIN_CELL_PX = 2.0
 """A step cell is at least this wide on screen (a decode of a few ms is under a pixel at a minute's span)."""
 
@@ -223,7 +225,7 @@ class ConcurrencyLanes(QWidget):
         lp.setMouseEnabled(y=False)
         lp.hideButtons()
         lp.showGrid(x=True, alpha=0.2)
-        lp.getAxis("bottom").setStyle(showValues=False)
+        lp.setLabel("bottom", "seconds since Serve began")
         self.waits = lp.plot([], [], pen=pg.mkPen(WAIT_COLOR, width=1.5), connect="pairs")
         self.bar_items = {k: pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], brush=c, pen=None)
                           for k, c in STATE_COLORS.items()}
@@ -245,15 +247,16 @@ class ConcurrencyLanes(QWidget):
         sp.hideButtons()
         sp.setXLink(lp)
         sp.setLabel("bottom", "seconds since Serve began")
-        sp.getAxis("left").setWidth(lp.getAxis("left").width())
+        sp.getAxis("left").setToolTip("each decode step: a cell in the row of every slot whose rows it carried "
+                                      "(rows in the order of the lanes above)")
         self.cell_items = {k: pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], brush=KIND_COLORS[k], pen=None)
                            for k in KINDS}
         for item in self.cell_items.values():
             sp.addItem(item)
         self.steps_note = QLabel("")
         self.steps_note.setStyleSheet("color:#555")
-        lay.addWidget(self.lanes_plot, 3)
-        lay.addWidget(self.steps_plot, 2)
+        lay.addWidget(self.lanes_plot, 1)
+        lay.addWidget(self.steps_plot)
         lay.addWidget(self.steps_note)
         self.steps_plot.hide()
         lp.scene().sigMouseClicked.connect(self._clicked)
@@ -276,8 +279,9 @@ class ConcurrencyLanes(QWidget):
         ticks = [(QUEUE_LANE, "queue")] + [(i, f"slot {i}") for i in range(n)]
         self.lanes_plot.getPlotItem().getAxis("left").setTicks([ticks, []])
         self.lanes_plot.getPlotItem().setYRange(QUEUE_LANE - 0.5, n - 0.5, padding=0)
-        self.steps_plot.getPlotItem().getAxis("left").setTicks([ticks[1:], []])
+        self.steps_plot.getPlotItem().getAxis("left").setTicks([[((n - 1) / 2, "steps")], []])
         self.steps_plot.getPlotItem().setYRange(-0.5, n - 0.5, padding=0)
+        self.steps_plot.setFixedHeight(STEP_LANE_PX * n + self.fontMetrics().height() * 3 + 8)
 
     def refresh(self) -> None:
         """Redraw from the feed (the redraw tick): every tick while a request waits or runs, else when the
@@ -298,13 +302,13 @@ class ConcurrencyLanes(QWidget):
         self._draw_bars(bars)
         if batch is None:
             self.cells = step_cells([], {}, 0.0)
-            self.steps_plot.hide()
+            self._show_steps(False)
             self.steps_note.setText("" if feed.n_slots == 1 else
                                     "locked schedule: each slot decodes on its own under the runtime lock "
                                     "(no shared steps to show)")
             self.steps_note.setVisible(feed.n_slots > 1)
             return
-        self.steps_plot.show()
+        self._show_steps(True)
         self.steps_note.hide()
         zero_s = self.perf_to_epoch + batch.epoch_ns * 1e-9 - self.origin
         (x_lo, x_hi), width_px = self.lanes_plot.getPlotItem().viewRange()[0], max(1, self.lanes_plot.width())
@@ -313,6 +317,14 @@ class ConcurrencyLanes(QWidget):
         for k, item in self.cell_items.items():
             m = np.asarray([c == k for c in cells.kind], bool).reshape(-1)
             item.setOpts(x0=cells.x0[m], x1=cells.x1[m], y0=cells.lane[m] - CELL_HALF, y1=cells.lane[m] + CELL_HALF)
+
+    def _show_steps(self, on: bool) -> None:
+        """The steps strip under the lanes (the time axis moves down to it), or the lanes alone."""
+        if on == self.steps_plot.isVisibleTo(self):
+            return
+        self.steps_plot.setVisible(on)
+        lp = self.lanes_plot.getPlotItem()
+        lp.showAxis("bottom", not on)
 
     def _draw_bars(self, bars: RequestBars) -> None:
         x, y = waiting_segments(bars)

@@ -65,25 +65,6 @@ class RequestsView(QWidget):
         self.port.setToolTip("the port to listen on, on 127.0.0.1 (this machine only); any: a free one. "
                              f"llama-server's default is {DEFAULT_PORT}")
         row.addWidget(self.port)
-        row.addWidget(QLabel("Slots (-np)"))
-        self.slots = QSpinBox()
-        self.slots.setRange(1, MAX_SLOTS)
-        self.slots.setToolTip("-np: requests served at once, each in its own slot (KV sequence); more wait in "
-                              "one queue. llama-server's default is 1")
-        row.addWidget(self.slots)
-        self.schedule = QComboBox()
-        self.schedule.addItems(SCHEDULES)
-        for i, name in enumerate(SCHEDULES):
-            self.schedule.setItemData(i, SCHEDULE_TIPS[name], Qt.ItemDataRole.ToolTipRole)
-        self.schedule.setToolTip("--schedule (ours): how several slots share the model. " + "; ".join(
-            SCHEDULE_TIPS.values()))
-        row.addWidget(self.schedule)
-        self.kv_unified = QCheckBox("-kvu")
-        self.kv_unified.setToolTip("-kvu (--kv-unified): every slot may use the whole context; off: the context "
-                                   "is split, n_ctx / slots positions each (llama-server's default)")
-        row.addWidget(self.kv_unified)
-        self.slots.valueChanged.connect(self._slots_changed)
-        self._slots_changed(self.slots.value())
         self.address_label = QLabel(NOT_SERVING)
         self.address_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.address_label.setToolTip("the address clients use: an OpenAI-compatible base URL is this + /v1")
@@ -108,9 +89,30 @@ class RequestsView(QWidget):
         self.follow.clicked.connect(self.followChanged.emit)
         row.addWidget(self.follow)
         lay.addLayout(row)
+        slots_row = QHBoxLayout()  # the slots box, then what serving does (elided: the tab stays narrow)
+        slots_row.addWidget(QLabel("Slots (-np)"))
+        self.slots = QSpinBox()
+        self.slots.setRange(1, MAX_SLOTS)
+        self.slots.setToolTip("-np: requests served at once, each in its own slot (KV sequence); more wait in "
+                              "one queue. llama-server's default is 1")
+        slots_row.addWidget(self.slots)
+        self.schedule = QComboBox()
+        self.schedule.addItems(SCHEDULES)
+        for i, name in enumerate(SCHEDULES):
+            self.schedule.setItemData(i, SCHEDULE_TIPS[name], Qt.ItemDataRole.ToolTipRole)
+        self.schedule.setToolTip("--schedule (ours): how several slots share the model. " + "; ".join(
+            SCHEDULE_TIPS.values()))
+        slots_row.addWidget(self.schedule)
+        self.kv_unified = QCheckBox("-kvu")
+        self.kv_unified.setToolTip("-kvu (--kv-unified): every slot may use the whole context; off: the context "
+                                   "is split, n_ctx / slots positions each (llama-server's default)")
+        slots_row.addWidget(self.kv_unified)
+        self.slots.valueChanged.connect(self._slots_changed)
+        self._slots_changed(self.slots.value())
         self.status = ElidedLabel("")
         self.status.setStyleSheet(NOTE_STYLE)
-        lay.addWidget(self.status)
+        slots_row.addWidget(self.status, 1)
+        lay.addLayout(slots_row)
 
         self.model = RequestTableModel(log)
         self.table = QTableView()
