@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 import openai
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QPointF, QSettings, Qt
 
 from inspector.engine.step_batch import DRAFT, PLAIN, PROMPT, SlotRows, StepRecord
 from inspector.gui.serve.concurrency_lanes import QUEUE_LANE, bar_at, request_bars, step_cells, waiting_segments
@@ -108,9 +108,12 @@ def test_three_concurrent_requests_ride_three_lanes_and_shared_steps(qtbot, runt
     assert sum(len(item.opts["x0"]) for item in lanes.cell_items.values()) == len(lanes.cells.index)
 
     # Clicking a bar picks its request in the table, and every view shows it.
-    first = int(bars.ids[np.argmin(bars.lane)])
-    w.serve.set_follow(False)
-    lanes.pick(first)
+    first = min(int(i) for i in bars.ids if i != w.request_log.shown)  # the views show the newest (following)
+    x, y = lanes.bar_centre(first)
+    vb = lanes.lanes_plot.getPlotItem().vb
+    at = lanes.lanes_plot.mapFromScene(vb.mapViewToScene(QPointF(x, y)))
+    qtbot.mouseClick(lanes.lanes_plot.viewport(), Qt.MouseButton.LeftButton, pos=at)
+    qtbot.waitUntil(lambda: w.request_log.shown == first, timeout=5_000)
     assert w.requests.table.selectionModel().isRowSelected(w.requests.model.row_of(first))
     assert w.request_log.shown == first and w.session is w.request_log.records[first]
 

@@ -210,7 +210,8 @@ class ConcurrencyLanes(QWidget):
         self.legend = QLabel(
             "<b>Slots</b> "
             + " ".join(f"<span style='color:{STATE_COLORS[k]}'>■</span> {k}" for k in ("running", "done", "error"))
-            + f" <span style='color:{WAIT_COLOR}'>━</span> waiting <b style='color:{FIRST_COLOR}'>|</b> first token"
+            + f" &nbsp;<span style='color:{WAIT_COLOR}'>━</span> waiting &nbsp;<b style='color:{FIRST_COLOR}'>|</b> "
+              "first token"
             + " &nbsp;│&nbsp; <b>Steps</b> "
             + " ".join(f"<span style='color:{KIND_COLORS[k]}'>■</span> {k}" for k in KINDS))
         self.legend.setToolTip("each request in the lane of the slot that ran it: the line is its wait in the "
@@ -233,7 +234,7 @@ class ConcurrencyLanes(QWidget):
             lp.addItem(item)
         self.shown_item = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], brush=None, pen=pg.mkPen(SHOWN_COLOR, width=2))
         lp.addItem(self.shown_item)
-        self.firsts = pg.ScatterPlotItem([], [], symbol="|", size=14, pen=pg.mkPen(FIRST_COLOR, width=2), brush=None)
+        self.firsts = pg.ScatterPlotItem([], [], symbol="|", size=18, pen=None, brush=FIRST_COLOR)
         lp.addItem(self.firsts)
         self.labels = [pg.TextItem("", color="#263238", anchor=(1.0, 0.5)) for _ in range(LABELS)]
         for t in self.labels:
@@ -290,9 +291,11 @@ class ConcurrencyLanes(QWidget):
         if feed is None:
             return
         rows = feed.rows
-        live = any(r.state != "done" for r in rows[-64:])
+        recent = rows[-64:]
+        live = any(r.state != "done" for r in recent)
         batch = feed.steps
-        key = (len(rows), rows[-1].id if rows else 0, getattr(batch, "step_count", 0), self.shown, feed.n_slots)
+        key = (len(rows), rows[-1].id if rows else 0, sum(r.ended is not None for r in recent), live,
+               getattr(batch, "step_count", 0), self.shown, feed.n_slots)  # a request's end is drawn once more
         if not live and key == self._drawn:
             return
         self._drawn = key
