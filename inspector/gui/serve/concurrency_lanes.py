@@ -47,6 +47,8 @@ SHOWN_COLOR = "#ff6f00"
 KIND_COLORS = {PROMPT: "#fb8c00", PLAIN: "#43a047", DRAFT: "#8e24aa"}
 """A step cell's colour by the kind of rows the slot put in it."""
 KINDS = (PROMPT, PLAIN, DRAFT)
+LANES_MIN_PX = 48
+"""The lanes plot's least height (the tab is a small part of the window)."""
 STEP_LANE_PX = 9
 """Height of a slot's row in the steps strip (pixels)."""
 MIN_CELL_PX = 2.0
@@ -222,6 +224,7 @@ class ConcurrencyLanes(QWidget):
         lay.addWidget(self.legend)
         self.lanes_plot = pg.PlotWidget(background="w")
         lp = self.lanes_plot.getPlotItem()
+        self.lanes_plot.setMinimumHeight(LANES_MIN_PX)
         lp.invertY(True)
         lp.setMouseEnabled(y=False)
         lp.hideButtons()

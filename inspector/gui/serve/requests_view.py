@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QItemSelectionModel, Qt, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
-                               QSpinBox, QSplitter, QTableView, QToolButton, QVBoxLayout, QWidget)
+                               QSpinBox, QSplitter, QTableView, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 
 from inspector.gui.look.table_copy import install_row_copy
 from inspector.gui.panel.widgets import ElidedLabel
@@ -23,8 +23,10 @@ from inspector.serve.server import DEFAULT_PORT
 from inspector.serve.slots import BATCHED, SCHEDULES
 
 NOT_SERVING = "not serving"
-SPLIT_SHARES = (30, 38, 32)
-"""Parts of the tab's height the table, the lanes and the plots get until the user drags the splits."""
+TABLE_SHARE = 40
+"""Percent of the tab's height the table gets (the plots the rest) until the user drags the split."""
+TABLE_MIN_PX = 50
+"""The table's least height: its header and a row (on a small screen the token stream needs the room)."""
 MAX_SLOTS = 16
 """Most slots the window's Serve offers (``serve -np`` takes more)."""
 SCHEDULE_TIPS = {
@@ -122,6 +124,7 @@ class RequestsView(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         self.table.verticalHeader().setDefaultSectionSize(22)
+        self.table.setMinimumHeight(TABLE_MIN_PX)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
@@ -134,11 +137,17 @@ class RequestsView(QWidget):
         self.plots = RequestPlots(log)
         self.lanes = ConcurrencyLanes()
         self.lanes.requestPicked.connect(self.pick_row)
+        self.pages = QTabWidget()  # one at a time: the tab is a small part of the window
+        self.pages.setDocumentMode(True)
+        self.pages.addTab(self.plots, "Speculation")
+        self.pages.setTabToolTip(0, "how speculation paid per request over time, and against the context length")
+        self.pages.addTab(self.lanes, "Slots")
+        self.pages.setTabToolTip(1, "which slot ran which request when (Slots (-np) > 1: requests at once), and "
+                                    "what each decode step of the batched schedule carried")
         self.split = QSplitter(Qt.Orientation.Vertical)
         self.split.addWidget(self.table)
-        self.split.addWidget(self.lanes)
-        self.split.addWidget(self.plots)
-        self.split.setSizes(list(SPLIT_SHARES))  # scaled to the tab's height when it is laid out
+        self.split.addWidget(self.pages)
+        self.split.setSizes([TABLE_SHARE, 100 - TABLE_SHARE])  # scaled to the tab's height when it is laid out
         lay.addWidget(self.split, 1)
 
     def use_serve_action(self, action) -> None:
@@ -161,6 +170,10 @@ class RequestsView(QWidget):
         n = self.slots.value()
         return {"n_parallel": n, "schedule": self.schedule.currentText() if n > 1 else BATCHED,
                 "kv_unified": n > 1 and self.kv_unified.isChecked()}
+
+    def show_lanes(self) -> None:
+        """Show the Slots page (several slots serve)."""
+        self.pages.setCurrentWidget(self.lanes)
 
     def pick_row(self, rid: int) -> None:
         """Select request ``rid``'s row as a click on it does (``requestPicked``): a bar clicked in the lanes."""

@@ -180,6 +180,8 @@ class ServeActions(QObject):
         slots, log = self.server.slots, self.log
         self.view.lanes.attach(lambda: LanesFeed(log.rows, slots.steps, slots.session_slots(), slots.n_parallel))
         self._options = options
+        if options.n_parallel > 1:
+            self.view.show_lanes()  # what several slots do
         self.last_receipts = options.receipts
         self.turns.forget()  # the views show requests from now on
         threads = p.threads.value() or os.cpu_count() or 1
