@@ -31,11 +31,11 @@ def test_bars_and_step_cells_follow_the_rows_and_steps_given():
     assert bars.start.tolist() == [0.5, 1.0, 1.5] and bars.end.tolist() == [2.0, 3.0, 3.0]  # running, waiting: now
     assert bars.first[0] == 0.75 and np.isnan(bars.first[1:]).all()
     assert bars.state == ("done", "running", "running")
-    # Wait lines: request 1 waited 0.5 s in its lane; request 2 never waited; request 3 waits in the queue lane.
+    # Wait lines, in the queue lane: request 1 waited 0.5 s; request 2 never waited; request 3 waits still.
     x, y = waiting_segments(bars)
-    assert x.tolist() == [0.0, 0.5, 1.5, 3.0] and y.tolist() == [0, 0, QUEUE_LANE, QUEUE_LANE]
-    assert bar_at(bars, 1.0, 0.1) == 1 and bar_at(bars, 0.2, 0.0) == 1 and bar_at(bars, 2.5, 1.2) == 2
-    assert bar_at(bars, 2.5, 0.0) is None and bar_at(bars, 2.0, -1.0) == 3
+    assert x.tolist() == [0.0, 0.5, 1.5, 3.0] and y.tolist() == [QUEUE_LANE] * 4
+    assert bar_at(bars, 1.0, 0.1) == 1 and bar_at(bars, 0.2, -1.0) == 1 and bar_at(bars, 2.5, 1.2) == 2
+    assert bar_at(bars, 0.2, 0.0) is None and bar_at(bars, 2.5, 0.0) is None and bar_at(bars, 2.0, -1.0) == 3
     assert request_bars([done, running, waiting], t0, t0 + 3.0, keep=1).ids.tolist() == [3]
 
     # Steps: session 7 is slot 0, session 9 slot 1, session 4 (a probe) no slot's; times in µs since the epoch.

@@ -1,10 +1,10 @@
 """The Requests tab's concurrency lanes (pyqtgraph): which slot ran which request when, and what each decode
 step carried.
 
-Top: a lane per slot (``serve -np N``) on a time axis (seconds since Serve began). Each request is a thin
-line from its arrival to a slot taking it (it waited in the queue), then a bar until it ended (or now, while
-it runs), with a tick where its first token went to the client. A request still waiting sits in the
-``queue`` lane. Below, with the batched schedule: each decode step is a thin column, a cell in the lane of
+Top: a lane per slot (``serve -np N``) on a time axis (seconds since Serve began). Each request is a bar in
+the lane of the slot that ran it, from a slot taking it until it ended (or now, while it runs), with a tick
+where its first token went to the client; the ``queue`` lane above holds a thin line per request from its
+arrival to a slot taking it (its wait). Below, with the batched schedule: each decode step is a thin column, a cell in the lane of
 every slot whose rows rode in it, coloured by the kind of rows (prompt, plain, draft), so one sees which
 slots a step joined. Clicking a bar picks its request (``requestPicked``).
 
@@ -33,7 +33,7 @@ KEEP_REQUESTS = 500
 KEEP_STEPS = 2000
 """The newest decode steps drawn."""
 LABELS = 24
-"""Request ids written beside their bars (the newest ones: a pool of text items made once)."""
+"""Request ids written in their bars (the newest ones: a pool of text items made once)."""
 QUEUE_LANE = -1
 """The lane (y) of requests still waiting for a slot; slot ``i``'s lane is ``i`` (the y axis is inverted)."""
 BAR_HALF = 0.32
@@ -44,6 +44,7 @@ STATE_COLORS = {"running": "#1e88e5", "done": "#90a4ae", "error": "#e53935", "ca
 WAIT_COLOR = "#757575"
 FIRST_COLOR = "#212121"
 SHOWN_COLOR = "#ff6f00"
+LABEL_COLOR = "#0d1b2a"
 KIND_COLORS = {PROMPT: "#fb8c00", PLAIN: "#43a047", DRAFT: "#8e24aa"}
 """A step cell's colour by the kind of rows the slot put in it."""
 KINDS = (PROMPT, PLAIN, DRAFT)
@@ -131,14 +132,19 @@ def request_bars(rows: Sequence[ServedRequest], origin: float, now: float, keep:
                        f(end, float) - origin, f(first, float) - origin, tuple(state))
 
 
+def wait_ends(bars: RequestBars) -> np.ndarray:
+    """Where each request's wait ends: a slot took it (``start``), or it ended (now while it waits)."""
+    return np.where(bars.lane == QUEUE_LANE, bars.end, bars.start)
+
+
 def waiting_segments(bars: RequestBars) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of the wait lines, in pairs (``connect="pairs"``): from its arrival to a slot taking it in the
-    request's lane, or to its end (now while it waits) in the queue lane."""
-    x1 = np.where(bars.lane == QUEUE_LANE, bars.end, bars.start)
+    """(x, y) of the wait lines, in pairs (``connect="pairs"``), all in the queue lane: from a request's arrival
+    to a slot taking it (or its end, now while it waits). In the queue lane they stay seen after a slot took
+    the request (its own lane is taken by the request before it, then)."""
+    x1 = wait_ends(bars)
     keep = x1 > bars.arrived
     x = np.column_stack([bars.arrived[keep], x1[keep]]).ravel()
-    y = np.repeat(bars.lane[keep].astype(float), 2)
-    return x, y
+    return x, np.full(len(x), float(QUEUE_LANE))
 
 
 def step_cells(steps: Sequence, slot_of_session: Mapping[int, int], zero_s: float,
@@ -165,12 +171,15 @@ def step_cells(steps: Sequence, slot_of_session: Mapping[int, int], zero_s: floa
 
 
 def bar_at(bars: RequestBars, x: float, y: float, slack: float = 0.0) -> int | None:
-    """The id of the request whose bar or wait line is at (``x``, ``y``) (view coordinates; ``slack``: seconds
-    of tolerance either side), the newest when several are; None when none is."""
+    """The id of the request whose bar (a slot's lane) or wait line (the queue lane) is at (``x``, ``y``) (view
+    coordinates; ``slack``: seconds of tolerance either side), the newest when several are; None when none is."""
     lane = int(round(y))
     if abs(y - lane) > 0.5:
         return None
-    hit = (bars.lane == lane) & (bars.arrived - slack <= x) & (x <= bars.end + slack)
+    if lane == QUEUE_LANE:
+        hit = (bars.arrived - slack <= x) & (x <= wait_ends(bars) + slack)
+    else:
+        hit = (bars.lane == lane) & (bars.start - slack <= x) & (x <= bars.end + slack)
     found = np.flatnonzero(hit)
     return int(bars.ids[found[-1]]) if len(found) else None
 
@@ -231,7 +240,8 @@ class ConcurrencyLanes(QWidget):
         lp.showGrid(x=True, alpha=0.2)
         lp.setLabel("bottom", "seconds since Serve began")
         self.waits = lp.plot([], [], pen=pg.mkPen(WAIT_COLOR, width=1.5), connect="pairs")
-        self.bar_items = {k: pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], brush=c, pen=None)
+        edge = pg.mkPen("w", width=1)  # a request that began as the one before it ended still shows as two bars
+        self.bar_items = {k: pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[], brush=c, pen=edge)
                           for k, c in STATE_COLORS.items()}
         for item in self.bar_items.values():
             lp.addItem(item)
@@ -239,7 +249,7 @@ class ConcurrencyLanes(QWidget):
         lp.addItem(self.shown_item)
         self.firsts = pg.ScatterPlotItem([], [], symbol="|", size=18, pen=None, brush=FIRST_COLOR)
         lp.addItem(self.firsts)
-        self.labels = [pg.TextItem("", color="#263238", anchor=(1.0, 0.5)) for _ in range(LABELS)]
+        self.labels = [pg.TextItem("", color=LABEL_COLOR, anchor=(0.0, 0.5)) for _ in range(LABELS)]
         for t in self.labels:
             t.setZValue(5)
             t.hide()
@@ -352,7 +362,7 @@ class ConcurrencyLanes(QWidget):
                 t.hide()
                 continue
             t.setText(f"#{bars.ids[i]}")
-            t.setPos(float(bars.arrived[i]), float(bars.lane[i]))
+            t.setPos(float(bars.start[i]), float(bars.lane[i]))  # inside the bar, from its start
             t.show()
 
     def _clicked(self, ev) -> None:
