@@ -120,3 +120,16 @@ def test_three_concurrent_requests_ride_three_lanes_and_shared_steps(qtbot, runt
     w.menus.act_serve.trigger()
     qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
     assert w.requests.slots.isEnabled() and w.requests.schedule.isEnabled()
+
+
+def test_more_slots_than_the_loaded_context_holds_is_refused_with_the_reason(qtbot, runtime, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    settings.setValue("serve/slots", runtime.n_seq_max + 1)
+    settings.sync()
+    w = make_window(qtbot, runtime, tmp_path)
+    w.menus.act_serve.trigger()
+    assert w.serve.server is None and not w.menus.act_serve.isChecked() and w.state == "idle"
+    assert f"-np {runtime.n_seq_max + 1}" in w.requests.status.text()
+    assert f"holds {runtime.n_seq_max} sessions" in w.requests.status.text()
+    w.requests.slots.setValue(1)  # remembered: the next window starts with it
+    assert int(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat).value("serve/slots")) == 1
