@@ -4,9 +4,9 @@ step carried.
 Top: a lane per slot (``serve -np N``) on a time axis (seconds since Serve began). Each request is a bar in
 the lane of the slot that ran it, from a slot taking it until it ended (or now, while it runs), with a tick
 where its first token went to the client; the ``queue`` lane above holds a thin line per request from its
-arrival to a slot taking it (its wait). Below, with the batched schedule: each decode step is a thin column, a cell in the lane of
-every slot whose rows rode in it, coloured by the kind of rows (prompt, plain, draft), so one sees which
-slots a step joined. Clicking a bar picks its request (``requestPicked``).
+arrival to a slot taking it (its wait). Below, with the batched schedule: each decode step is a thin column, a
+cell in the lane of every slot whose rows rode in it, coloured by the kind of rows (prompt, plain, draft), so
+one sees which slots a step joined. Clicking a bar picks its request (``requestPicked``).
 
 The widget gets only a ``feed`` (a callable returning a ``LanesFeed`` or None); the items are made once and
 updated with ``setData`` / ``setOpts`` on the view's redraw tick; what is drawn is bounded (the newest
