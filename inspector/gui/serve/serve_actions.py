@@ -6,10 +6,9 @@ On: the engine worker's runtime and ``RuntimeScheduler`` serve (``InspectorServe
 them; the window is ``SERVING`` (Run and Step are off, the banner says where it serves). The server's
 ``on_change`` (its threads) reaches this thread as the queued ``changed`` signal; each request's records are
 drained into the ``RequestLog`` on the redraw tick, and the request shown goes to every view with
-``set_session`` as a conversation turn does. Starting (binding,
-uvicorn) and stopping (joining the server's threads) run on threads of their own: the GUI thread never waits.
-Off: the running request is cancelled, then Run works again. Another model or closing the window stops
-serving first.
+``set_session`` as a conversation turn does. Starting (binding, uvicorn) and stopping (joining the server's
+threads) run on threads of their own: the GUI thread never waits. Off: the running request is cancelled, then
+Run works again. Another model or closing the window stops serving first.
 """
 
 from __future__ import annotations
