@@ -137,8 +137,13 @@ class ServeSlots:
 
     # -- any thread ---------------------------------------------------------------------
     def start(self) -> None:
-        """Start one thread per slot (idempotent)."""
+        """Start one thread per slot (idempotent); with the batched schedule, probe the runtime's KV rollback first."""
         if not self._threads:
+            if self.steps is not None:
+                # The runtime's KV rollback probe (a request with a source asks it first) decodes on a spare
+                # session: from a slot whose own session is active, that guest decode would wait for a step that
+                # waits for the slot. Probed here, before any slot runs, it is decoded alone.
+                self.scheduler.execute("probe", -1, lambda rt: getattr(rt, "rollback", None))
             for slot in self.slots:
                 t = threading.Thread(target=self._loop, args=(slot,), name=f"spec-inspector serve slot {slot.id}",
                                      daemon=True)
@@ -260,6 +265,11 @@ class ServeSlots:
     def session_opened(self, slot: ServeSlot) -> None:
         """``slot`` opened its KV session (its id is ``slot.session``): the steps it rides in are its request's."""
         self._by_session[slot.session] = slot
+
+    def session_slots(self) -> dict[int, int]:
+        """Which slot each KV session the slots opened belongs to (session id: slot id), for a viewer of the
+        steps (``StepRecord`` parts name sessions). Any thread."""
+        return {sid: slot.id for sid, slot in dict(self._by_session).items()}
 
     def _on_step(self, record) -> None:
         """A step was decoded (under the runtime lock): each request whose rows it carried keeps it."""

@@ -10,19 +10,30 @@ from __future__ import annotations
 
 from PySide6.QtCore import QItemSelectionModel, Qt, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSpinBox,
-                               QSplitter, QTableView, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
+                               QSpinBox, QSplitter, QTableView, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 
 from inspector.gui.look.table_copy import install_row_copy
 from inspector.gui.panel.widgets import ElidedLabel
+from inspector.gui.serve.concurrency_lanes import ConcurrencyLanes
 from inspector.gui.serve.request_log import RequestLog
 from inspector.gui.serve.request_plots import RequestPlots
 from inspector.gui.serve.requests_table import REQUEST_HEADERS, WIDEST, RequestTableModel
 from inspector.serve.server import DEFAULT_PORT
+from inspector.serve.slots import BATCHED, SCHEDULES
 
 NOT_SERVING = "not serving"
-TABLE_SHARE = 45
+TABLE_SHARE = 40
 """Percent of the tab's height the table gets (the plots the rest) until the user drags the split."""
+TABLE_MIN_PX = 50
+"""The table's least height: its header and a row (on a small screen the token stream needs the room)."""
+MAX_SLOTS = 16
+"""Most slots the window's Serve offers (``serve -np`` takes more)."""
+SCHEDULE_TIPS = {
+    "batched": "--schedule batched: every slot's rows of a step go into one llama_decode, as llama-server does",
+    "locked": "--schedule locked: each slot decodes on its own, one at a time under the runtime lock (no "
+              "cross-slot batching: the lock plots show the waits)",
+}
 ERROR_STYLE = "color:#b71c1c"
 NOTE_STYLE = "color:#555"
 
@@ -80,9 +91,30 @@ class RequestsView(QWidget):
         self.follow.clicked.connect(self.followChanged.emit)
         row.addWidget(self.follow)
         lay.addLayout(row)
+        slots_row = QHBoxLayout()  # the slots box, then what serving does (elided: the tab stays narrow)
+        slots_row.addWidget(QLabel("Slots (-np)"))
+        self.slots = QSpinBox()
+        self.slots.setRange(1, MAX_SLOTS)
+        self.slots.setToolTip("-np: requests served at once, each in its own slot (KV sequence); more wait in "
+                              "one queue. llama-server's default is 1")
+        slots_row.addWidget(self.slots)
+        self.schedule = QComboBox()
+        self.schedule.addItems(SCHEDULES)
+        for i, name in enumerate(SCHEDULES):
+            self.schedule.setItemData(i, SCHEDULE_TIPS[name], Qt.ItemDataRole.ToolTipRole)
+        self.schedule.setToolTip("--schedule (ours): how several slots share the model. " + "; ".join(
+            SCHEDULE_TIPS.values()))
+        slots_row.addWidget(self.schedule)
+        self.kv_unified = QCheckBox("-kvu")
+        self.kv_unified.setToolTip("-kvu (--kv-unified): every slot may use the whole context; off: the context "
+                                   "is split, n_ctx / slots positions each (llama-server's default)")
+        slots_row.addWidget(self.kv_unified)
+        self.slots.valueChanged.connect(self._slots_changed)
+        self._slots_changed(self.slots.value())
         self.status = ElidedLabel("")
         self.status.setStyleSheet(NOTE_STYLE)
-        lay.addWidget(self.status)
+        slots_row.addWidget(self.status, 1)
+        lay.addLayout(slots_row)
 
         self.model = RequestTableModel(log)
         self.table = QTableView()
@@ -92,6 +124,7 @@ class RequestsView(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         self.table.verticalHeader().setDefaultSectionSize(22)
+        self.table.setMinimumHeight(TABLE_MIN_PX)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
@@ -102,15 +135,53 @@ class RequestsView(QWidget):
         install_row_copy(self.table)
         self.table.selectionModel().currentRowChanged.connect(self._row_changed)
         self.plots = RequestPlots(log)
+        self.lanes = ConcurrencyLanes()
+        self.lanes.requestPicked.connect(self.pick_row)
+        self.pages = QTabWidget()  # one at a time: the tab is a small part of the window
+        self.pages.setDocumentMode(True)
+        self.pages.addTab(self.plots, "Speculation")
+        self.pages.setTabToolTip(0, "how speculation paid per request over time, and against the context length")
+        self.pages.addTab(self.lanes, "Slots")
+        self.pages.setTabToolTip(1, "which slot ran which request when (Slots (-np) > 1: requests at once), and "
+                                    "what each decode step of the batched schedule carried")
         self.split = QSplitter(Qt.Orientation.Vertical)
         self.split.addWidget(self.table)
-        self.split.addWidget(self.plots)
+        self.split.addWidget(self.pages)
         self.split.setSizes([TABLE_SHARE, 100 - TABLE_SHARE])  # scaled to the tab's height when it is laid out
         lay.addWidget(self.split, 1)
 
     def use_serve_action(self, action) -> None:
         """Show the window's checkable Serve action as this tab's switch."""
         self.serve_button.setDefaultAction(action)
+
+    def _slots_changed(self, n: int) -> None:
+        """The schedule and -kvu mean something only with more than one slot."""
+        serving = not self.slots.isEnabled()
+        self.schedule.setEnabled(n > 1 and not serving)
+        self.kv_unified.setEnabled(n > 1 and not serving)
+
+    def enable_slots(self, on: bool) -> None:
+        """The slots box can be changed (not while serving)."""
+        self.slots.setEnabled(on)
+        self._slots_changed(self.slots.value())
+
+    def slot_options(self) -> dict:
+        """The slots box as ``ServeOptions`` fields: ``n_parallel``, ``schedule``, ``kv_unified``."""
+        n = self.slots.value()
+        return {"n_parallel": n, "schedule": self.schedule.currentText() if n > 1 else BATCHED,
+                "kv_unified": n > 1 and self.kv_unified.isChecked()}
+
+    def show_lanes(self) -> None:
+        """Show the Slots page (several slots serve)."""
+        self.pages.setCurrentWidget(self.lanes)
+
+    def pick_row(self, rid: int) -> None:
+        """Select request ``rid``'s row as a click on it does (``requestPicked``): a bar clicked in the lanes."""
+        self.model.sync()
+        r = self.model.row_of(rid)
+        if r >= 0:
+            self.table.selectRow(r)
+            self.table.scrollTo(self.model.index(r, 0))
 
     # -- what ServeActions says -------------------------------------------------------------
     def show_address(self, address: str) -> None:
@@ -163,4 +234,6 @@ class RequestsView(QWidget):
         """Redraw the table and the plots when the log moved (the redraw tick, while the tab is shown)."""
         if self.model.sync():
             self.select_request(self.log.shown)
+        self.lanes.shown = self.log.shown
+        self.lanes.refresh()
         self.plots.refresh()

@@ -1,14 +1,14 @@
 """The window's Serve switch (GUI thread): the loaded model served as a llama-server-compatible endpoint, and
 which request every view shows.
 
-On: the engine worker's runtime and ``RuntimeScheduler`` serve (``InspectorServer``, one slot), with the side
-panel's source, its options and sampling taken as Run takes them; the window is ``SERVING`` (Run and Step are
-off, the banner says where it serves). The server's ``on_change`` (its threads) reaches this thread as the
-queued ``changed`` signal; each request's records are drained into the ``RequestLog`` on the redraw tick, and
-the request shown goes to every view with ``set_session`` as a conversation turn does. Starting (binding,
-uvicorn) and stopping (joining the server's threads) run on threads of their own: the GUI thread never waits.
-Off: the running request is cancelled, then Run works again. Another model or closing the window stops
-serving first.
+On: the engine worker's runtime and ``RuntimeScheduler`` serve (``InspectorServer``, with the tab's slots box:
+``-np``, the schedule, ``-kvu``), with the side panel's source, its options and sampling taken as Run takes
+them; the window is ``SERVING`` (Run and Step are off, the banner says where it serves). The server's
+``on_change`` (its threads) reaches this thread as the queued ``changed`` signal; each request's records are
+drained into the ``RequestLog`` on the redraw tick, and the request shown goes to every view with
+``set_session`` as a conversation turn does. Starting (binding, uvicorn) and stopping (joining the server's
+threads) run on threads of their own: the GUI thread never waits. Off: the running request is cancelled, then
+Run works again. Another model or closing the window stops serving first.
 """
 
 from __future__ import annotations
@@ -26,16 +26,20 @@ from inspector.gui.files.session_store import BackgroundJob
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT
 from inspector.gui.look.wording import count_noun
 from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
+from inspector.gui.serve.concurrency_lanes import LanesFeed
 from inspector.gui.serve.request_log import RequestLog
 from inspector.gui.serve.requests_view import RequestsView
 from inspector.gui.serve.session_export import SessionExport
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import ReceiptsDir, default_receipts_dir
-from inspector.serve.server import DEFAULT_PORT, InspectorServer, ServeError, ServeOptions
+from inspector.serve.server import DEFAULT_PORT, InspectorServer, ServeError, ServeOptions, slots_text
+from inspector.serve.slots import SCHEDULES
 from inspector.session.run_states import IDLE, SERVING
 
 PORT_KEY = "serve/port"
 """Settings key of the port Serve listens on (0: any free port)."""
+SLOTS_KEY, SCHEDULE_KEY, KVU_KEY = "serve/slots", "serve/schedule", "serve/kv_unified"
+"""Settings keys of the slots box: slots (``-np``), the schedule, ``-kvu``."""
 SERVE_SHORTCUT = "Ctrl+Shift+S"
 
 
@@ -45,7 +49,7 @@ class ServeActions(QObject):
     engine ``worker``'s runtime; of the window it gets only ``run`` (``RunControl``: ``state``, ``set_state``,
     ``chosen_model``, ``stateChanged``), ``shown`` (``ShownSession``: a picked request goes to every view),
     ``feedback`` (``Feedback``: the banner), ``host`` (``MenuHost``: the redraw tick), ``settings``
-    (QSettings: the port) and ``turns`` (``ConversationActions``: serving leaves the conversation).
+    (QSettings: the port and the slots box) and ``turns`` (``ConversationActions``: serving leaves the conversation).
 
     ``server``: the ``InspectorServer`` while serving (starting and stopping included), else None;
     ``address``: where it serves ("" when not); ``follow``: every view follows the newest request;
@@ -79,12 +83,14 @@ class ServeActions(QObject):
         self.export = SessionExport(view, lambda: self.last_receipts, self)
         self._banner = ""
         self._model = ""
+        self._options: ServeOptions | None = None
         self._status = ""  # the tab's line while serving (a failed pick says why instead, until the next show)
         try:
             view.port.setValue(int(settings.value(PORT_KEY, DEFAULT_PORT)))
         except (TypeError, ValueError):
             view.port.setValue(DEFAULT_PORT)
         view.port.valueChanged.connect(lambda v: settings.setValue(PORT_KEY, v))
+        self._restore_slots(settings)
         act = act_serve
         act.setCheckable(True)
         act.setIconText("Serve")
@@ -98,6 +104,21 @@ class ServeActions(QObject):
         run.stateChanged.connect(lambda _s: self._enable())
         host.every_tick(self._tick)
         self._enable()
+
+    def _restore_slots(self, settings) -> None:
+        """The slots box as last left (``SLOTS_KEY`` …), remembered as it changes."""
+        view = self.view
+        try:
+            view.slots.setValue(int(settings.value(SLOTS_KEY, 1)))
+        except (TypeError, ValueError):
+            view.slots.setValue(1)
+        schedule = str(settings.value(SCHEDULE_KEY, SCHEDULES[0]))
+        if schedule in SCHEDULES:
+            view.schedule.setCurrentText(schedule)
+        view.kv_unified.setChecked(str(settings.value(KVU_KEY, "false")).lower() in ("true", "1"))
+        view.slots.valueChanged.connect(lambda v: settings.setValue(SLOTS_KEY, v))
+        view.schedule.currentTextChanged.connect(lambda t: settings.setValue(SCHEDULE_KEY, t))
+        view.kv_unified.toggled.connect(lambda on: settings.setValue(KVU_KEY, on))
 
     @property
     def serving(self) -> bool:
@@ -120,6 +141,10 @@ class ServeActions(QObject):
             return "wait until the model has loaded" if self.run.state == "loading" else "stop the run first"
         if self.engine.runtime is None or self.engine.scheduler is None:
             return "no model is loaded: pick one in the Model box (it loads), then Serve"
+        room = getattr(self.engine.runtime, "n_seq_max", None)
+        if room is not None and self.view.slots.value() > room:
+            return (f"-np {self.view.slots.value()}: the loaded model's context holds {room} sessions (KV "
+                    f"sequences); lower Slots to {room} or less")
         problem = self.panel.source_problem()
         return f"{problem[0]}: {problem[1]}" if problem else ""
 
@@ -139,7 +164,8 @@ class ServeActions(QObject):
             template=settings, draft_max_auto=p.draft_max_auto(),
             defaults=ServeDefaults(settings.sampling, p.max_tokens.value(), random_seed=False),
             receipts=ReceiptsDir(self.receipts_dir) if self.receipts_dir is not None else None,
-            metrics_endpoint=True)  # the window's server is for looking: /metrics on (llama-server: --metrics)
+            metrics_endpoint=True,  # the window's server is for looking: /metrics on (llama-server: --metrics)
+            **self.view.slot_options())
         runtime = self.engine.runtime
         converted = getattr(runtime, "converted_from", None)
         self._model = Path(str(converted or runtime.model_path)).name + (
@@ -151,6 +177,11 @@ class ServeActions(QObject):
             self._refused(str(exc))
             return False
         self.log.attach(self.server.slots.snapshot_rows)
+        slots, log = self.server.slots, self.log
+        self.view.lanes.attach(lambda: LanesFeed(log.rows, slots.steps, slots.session_slots(), slots.n_parallel))
+        self._options = options
+        if options.n_parallel > 1:
+            self.view.show_lanes()  # what several slots do
         self.last_receipts = options.receipts
         self.turns.forget()  # the views show requests from now on
         threads = p.threads.value() or os.cpu_count() or 1
@@ -182,8 +213,11 @@ class ServeActions(QObject):
             return
         self.address = address
         self.view.show_address(address)
-        self._status = (f"source {self.panel.source.currentText()} · one slot: requests run one at a time in "
-                        f"arrival order · receipts: {self.receipts_dir or 'none'}")
+        o = self._options
+        how = ("one slot: requests run one at a time in arrival order" if o.n_parallel == 1 else
+               f"{slots_text(o)}: up to {o.n_parallel} requests at once, more wait in arrival order")
+        self._status = (f"source {self.panel.source.currentText()} · {how} · receipts: "
+                        f"{self.receipts_dir or 'none'}")
         self.view.say(self._status)
         self.run.set_state(SERVING, address)  # and the switch (``_enable``)
         self._banner = ""
@@ -358,6 +392,7 @@ class ServeActions(QObject):
         serving = self.server is not None
         act.setEnabled((serving and not self.transition) or (not serving and self.run.state == IDLE))
         self.view.port.setEnabled(not serving)
+        self.view.enable_slots(not serving)
         self.view.export.setEnabled(self.last_receipts is not None)
         act.setChecked(serving)
         act.setIconText("● Serving" if serving else "Serve")  # the toolbar and the tab's switch

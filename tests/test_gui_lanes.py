@@ -1,0 +1,135 @@
+"""The Requests tab's concurrency lanes (issue 53): the window's Serve with several slots, each request a bar in its
+slot's lane and each batched decode step a column of the slots whose rows it carried; and the geometry functions on
+hand-made rows and steps. Nothing here names the model's words."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import openai
+from PySide6.QtCore import QPointF, QSettings, Qt
+
+from inspector.engine.step_batch import DRAFT, PLAIN, PROMPT, SlotRows, StepRecord
+from inspector.gui.serve.concurrency_lanes import QUEUE_LANE, bar_at, request_bars, step_cells, waiting_segments
+from inspector.serve.job import ServedRequest
+
+from test_gui_support import make_window
+
+MAX = 16
+PROMPTS = ("Name three colors.", "Count from one to ten.", "Write a short sentence about the sea.")
+
+
+def test_bars_and_step_cells_follow_the_rows_and_steps_given():
+    t0 = 1000.0
+    done = ServedRequest(1, "/completion", t0 + 0.0, 5, state="done", ended_as="eog", slot=0, started=t0 + 0.5,
+                         first_token_at=t0 + 0.75, ended=t0 + 2.0)
+    running = ServedRequest(2, "/completion", t0 + 1.0, 5, state="running", slot=1, started=t0 + 1.0)
+    waiting = ServedRequest(3, "/completion", t0 + 1.5, 5)
+    bars = request_bars([done, running, waiting], origin=t0, now=t0 + 3.0)
+    assert bars.ids.tolist() == [1, 2, 3] and bars.lane.tolist() == [0, 1, QUEUE_LANE]
+    assert bars.start.tolist() == [0.5, 1.0, 1.5] and bars.end.tolist() == [2.0, 3.0, 3.0]  # running, waiting: now
+    assert bars.first[0] == 0.75 and np.isnan(bars.first[1:]).all()
+    assert bars.state == ("done", "running", "running")
+    # Wait lines, in the queue lane: request 1 waited 0.5 s; request 2 never waited; request 3 waits still.
+    x, y = waiting_segments(bars)
+    assert x.tolist() == [0.0, 0.5, 1.5, 3.0] and y.tolist() == [QUEUE_LANE] * 4
+    assert bar_at(bars, 1.0, 0.1) == 1 and bar_at(bars, 0.2, -1.0) == 1 and bar_at(bars, 2.5, 1.2) == 2
+    assert bar_at(bars, 0.2, 0.0) is None and bar_at(bars, 2.5, 0.0) is None and bar_at(bars, 2.0, -1.0) == 3
+    assert request_bars([done, running, waiting], t0, t0 + 3.0, keep=1).ids.tolist() == [3]
+
+    # Steps: session 7 is slot 0, session 9 slot 1, session 4 (a probe) no slot's; times in µs since the epoch.
+    steps = [StepRecord(1, 0, 2000, (SlotRows(7, PROMPT, 5),), 1),
+             StepRecord(2, 10_000, 3000, (SlotRows(7, DRAFT, 4), SlotRows(9, PROMPT, 5), SlotRows(4, PLAIN, 1)), 2),
+             StepRecord(3, 20_000, 100, (SlotRows(9, PLAIN, 1),), 2)]
+    cells = step_cells(steps, {7: 0, 9: 1}, zero_s=5.0, min_width_s=0.001)
+    assert cells.index.tolist() == [1, 2, 2, 3] and cells.lane.tolist() == [0, 0, 1, 1]
+    assert cells.kind == (PROMPT, DRAFT, PROMPT, PLAIN) and cells.rows.tolist() == [5, 4, 5, 1]
+    assert np.allclose(cells.x0, [5.0, 5.01, 5.01, 5.02]) and np.allclose(cells.x1, [5.002, 5.013, 5.013, 5.021])
+    assert cells.slots_per_step() == {1: 1, 2: 2, 3: 1}
+
+
+def serving_window(qtbot, runtime, tmp_path):
+    """A window whose Serve listens on any free port with 3 slots, batched (through the remembered settings)."""
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    for key, value in (("serve/port", 0), ("serve/slots", 3), ("serve/schedule", "batched")):
+        settings.setValue(key, value)
+    settings.sync()
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
+    assert (w.requests.slots.value(), w.requests.schedule.currentText()) == (3, "batched")
+    assert w.requests.schedule.isEnabled()
+    w.serve.receipts_dir = None
+    return w
+
+
+def ask_all(address: str, out: list) -> list[threading.Thread]:
+    """Send the three prompts at once, each from a thread of its own; replies (or errors) land in ``out``."""
+    barrier = threading.Barrier(len(PROMPTS))
+
+    def go(text: str) -> None:
+        try:
+            client = openai.OpenAI(base_url=address + "/v1", api_key="none", max_retries=0, timeout=120)
+            barrier.wait(10)
+            out.append(client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}],
+                                                      max_tokens=MAX, temperature=0))
+        except Exception as exc:  # reported by the test
+            out.append(exc)
+
+    threads = [threading.Thread(target=go, args=(p,), daemon=True) for p in PROMPTS]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_three_concurrent_requests_ride_three_lanes_and_shared_steps(qtbot, runtime, tmp_path):
+    w = serving_window(qtbot, runtime, tmp_path)
+    w.tabs.setCurrentWidget(w.requests)
+    w.menus.act_serve.trigger()
+    qtbot.waitUntil(lambda: w.serve.address != "" or not w.menus.act_serve.isChecked(), timeout=30_000)
+    assert w.serve.address, w.requests.status.text()
+    assert not w.requests.slots.isEnabled() and not w.requests.schedule.isEnabled()
+    assert "3 slots, batched" in w.requests.status.text()
+    out: list = []
+    threads = ask_all(w.serve.address, out)
+    qtbot.waitUntil(lambda: not any(t.is_alive() for t in threads), timeout=60_000)
+    errors = [r for r in out if isinstance(r, Exception)]
+    assert not errors and len(out) == 3, errors
+    lanes = w.requests.lanes
+    qtbot.waitUntil(lambda: w.refresh_all() or (len(lanes.bars.ids) == 3 and "running" not in lanes.bars.state),
+                    timeout=10_000)
+    bars = lanes.bars
+    assert sorted(bars.lane.tolist()) == [0, 1, 2]  # three bars, three different lanes
+    assert (bars.end > bars.start).all() and not np.isnan(bars.first).any()
+    assert ((bars.first >= bars.start) & (bars.first <= bars.end)).all()
+    drawn = sum(len(item.opts["x0"]) for item in lanes.bar_items.values())
+    assert drawn == 3 and lanes.steps_plot.isVisible()
+    shared = [i for i, n in lanes.cells.slots_per_step().items() if n >= 2]
+    assert shared, lanes.cells.slots_per_step()  # some decode step carried rows of two slots or more
+    assert sum(len(item.opts["x0"]) for item in lanes.cell_items.values()) == len(lanes.cells.index)
+
+    # Clicking a bar picks its request in the table, and every view shows it.
+    first = min(int(i) for i in bars.ids if i != w.request_log.shown)  # the views show the newest (following)
+    x, y = lanes.bar_centre(first)
+    vb = lanes.lanes_plot.getPlotItem().vb
+    at = lanes.lanes_plot.mapFromScene(vb.mapViewToScene(QPointF(x, y)))
+    qtbot.mouseClick(lanes.lanes_plot.viewport(), Qt.MouseButton.LeftButton, pos=at)
+    qtbot.waitUntil(lambda: w.request_log.shown == first, timeout=5_000)
+    assert w.requests.table.selectionModel().isRowSelected(w.requests.model.row_of(first))
+    assert w.request_log.shown == first and w.session is w.request_log.records[first]
+
+    w.menus.act_serve.trigger()
+    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+    assert w.requests.slots.isEnabled() and w.requests.schedule.isEnabled()
+
+
+def test_more_slots_than_the_loaded_context_holds_is_refused_with_the_reason(qtbot, runtime, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    settings.setValue("serve/slots", runtime.n_seq_max + 1)
+    settings.sync()
+    w = make_window(qtbot, runtime, tmp_path)
+    w.menus.act_serve.trigger()
+    assert w.serve.server is None and not w.menus.act_serve.isChecked() and w.state == "idle"
+    assert f"-np {runtime.n_seq_max + 1}" in w.requests.status.text()
+    assert f"holds {runtime.n_seq_max} sessions" in w.requests.status.text()
+    w.requests.slots.setValue(1)  # remembered: the next window starts with it
+    assert int(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat).value("serve/slots")) == 1
