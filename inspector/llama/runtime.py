@@ -108,6 +108,11 @@ class LlamaRuntime:
         """One line when a setting could not be honoured (layers asked for, no device to put them on)."""
         self.vocabulary = Vocabulary(self.model, self.model_path)
         """Tokens, their text and the chat template (``inspector.llama.vocab``)."""
+        v = self.vocabulary  # its methods are the runtime's own (each documented there):
+        self.is_eog, self.token_piece, self.token_text = v.is_eog, v.token_piece, v.token_text
+        self.detokenize, self.tokenize = v.detokenize, v.tokenize
+        self.chat_prompt, self.chat_messages_prompt, self.prompt_tokens = (v.chat_prompt, v.chat_messages_prompt,
+                                                                           v.prompt_tokens)
         self.vocab = self.vocabulary.vocab
         self.n_vocab = self.vocabulary.n_vocab
         self.vocab_type = self.vocabulary.vocab_type
@@ -457,43 +462,9 @@ class LlamaRuntime:
         """Nothing to release: llama.cpp's KV cache keeps no verify checkpoint. Kept as a runtime operation
         so a full accept still records its repair lock acquisition (SPEC step 7, ``runtime_lock_acquires`` = 2)."""
 
-    # -- vocabulary (``inspector.llama.vocab.Vocabulary``) --------------------
-    def is_eog(self, token: int) -> bool:
-        """End-of-generation test (``llama_vocab_is_eog``), cached."""
-        return self.vocabulary.is_eog(token)
-
-    def token_piece(self, token: int, special: bool = False) -> bytes:
-        """The token's bytes; may be a partial UTF-8 sequence (``Vocabulary.token_piece``)."""
-        return self.vocabulary.token_piece(token, special)
-
-    def token_text(self, token: int) -> str:
-        """Display text of one token (special tokens rendered; partial UTF-8 shown as U+FFFD)."""
-        return self.vocabulary.token_text(token)
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        """Join the tokens' bytes and decode once (UTF-8 safe; special tokens not rendered)."""
-        return self.vocabulary.detokenize(tokens)
-
-    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
-        """Text -> token ids (``llama_tokenize``). ``add_special`` adds BOS if the model wants it."""
-        return self.vocabulary.tokenize(text, add_special, parse_special)
-
     def chat_template(self) -> str | None:
-        """The model's chat template, or None."""
+        """The model's chat template, or None (``Vocabulary.chat_template``: an override first)."""
         return self.vocabulary.chat_template()
-
-    def chat_prompt(self, user_text: str, system_prompt: str = "") -> str:
-        """``user_text`` through the chat template (``Vocabulary.chat_prompt``); ``EngineError`` without one."""
-        return self.vocabulary.chat_prompt(user_text, system_prompt)
-
-    def chat_messages_prompt(self, messages: list[dict], tools: list | None = None, extra: dict | None = None,
-                             generation_prompt: bool = True) -> str:
-        """A chat through the chat template (``Vocabulary.chat_messages_prompt``); ``EngineError`` without one."""
-        return self.vocabulary.chat_messages_prompt(messages, tools, extra, generation_prompt)
-
-    def prompt_tokens(self, text: str, raw: bool = False, system_prompt: str = "") -> list[int]:
-        """Token ids of a prompt (``Vocabulary.prompt_tokens``); ``ValueError`` for raw with a system prompt."""
-        return self.vocabulary.prompt_tokens(text, raw, system_prompt)
 
     # -- diagnostics ---------------------------------------------------------
     def row_logits(self, row: int) -> "np.ndarray":
