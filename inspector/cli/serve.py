@@ -51,8 +51,9 @@ def add_serve_command(sub) -> None:
         description="Serve llama-server's HTTP API (/completion, /v1/completions, /v1/chat/completions, "
                     "/v1/models, /health, /props, /tokenize, /detokenize, /slots, /metrics with --metrics) and the agents' APIs "
                     "(Anthropic /v1/messages and /v1/messages/count_tokens, OpenAI /v1/responses and "
-                    "/v1/responses/input_tokens; text only) with one slot: requests run one at a time in arrival "
-                    "order, each recorded as a receipts document. Point any OpenAI-compatible client at the "
+                    "/v1/responses/input_tokens; text only) with one slot (requests run one at a time in arrival "
+                    "order) or -np N slots (N at once, batched as llama-server batches them), each request "
+                    "recorded as a receipts document. Point any OpenAI-compatible client at the "
                     "address it prints plus /v1; a Claude-Code-style agent at the address itself "
                     "(ANTHROPIC_BASE_URL).")
     s.add_argument("--model", "-m", type=Path, help="GGUF model (default: bundled SmolLM2-135M-Instruct Q4_1)")
