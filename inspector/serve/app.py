@@ -172,7 +172,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
     """The Starlette application of one server, behind its CORS and key checks (an ASGI app); ``inner``: what
     wraps the routes inside those checks (the server's request limit, so its 503 carries CORS too)."""
 
-    def submit(request: Request, p, prep: dict, api, before: list) -> Submitted:
+    def submit(request: Request, p, prep: dict, api, before: list, arrived: float) -> Submitted:
         """Queue one prompt's job on the slot (``ApiError`` 503 when the queue is full); ``api``: None or
         the agents' API module whose ``Renderer`` writes the replies; ``before``: the request's prompts queued
         already (they count once against the limit and share the reply's id)."""
@@ -188,7 +188,8 @@ def build_app(state: ServeState, inner=None) -> Starlette:
 
         client = f"{request.client.host}:{request.client.port}" if request.client else ""
         job = Job(request.url.path, p, prep["tokens"], prep["prompt_text"], deliver,
-                  templated_text=prep["templated"], conversation=prep["conversation"], client=client)
+                  templated_text=prep["templated"], conversation=prep["conversation"], client=client,
+                  arrived=arrived)
         n_ctx = state.slots.n_ctx_slot
         max_tokens = p.n_predict if p.n_predict >= 0 else n_ctx - len(prep["tokens"])
         replies = Replies(p, state.model_name, prep["templated"] or prep["prompt_text"], len(prep["tokens"]),
@@ -202,6 +203,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
     async def completion(request: Request, endpoint: str, api=None):
         """One request's generations (a completion may hold several prompts, answered in turn); ``api``:
         None, or the agents' API module whose ``to_chat`` converts the body."""
+        arrived = time.time()  # before its body and its tokenization (which waits for the runtime lock)
         body = await _body(request, state.max_body_bytes)
         p = parse_request(body if api is None else api.to_chat(body), endpoint, state.defaults)
         parts = [p] if len(p.prompts) <= 1 else [replace(p, prompt=x, index=i) for i, x in enumerate(p.prompts)]
@@ -210,7 +212,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
         runs: list[Submitted] = []
         try:
             for q, prep in zip(parts, preps):
-                runs.append(submit(request, q, prep, api, runs))
+                runs.append(submit(request, q, prep, api, runs, arrived))
         except ApiError:
             for r in runs:
                 slots.cancel(r.job)

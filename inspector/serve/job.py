@@ -91,7 +91,7 @@ class Job:
 
     def __init__(self, endpoint: str, params: CompletionParams, prompt_tokens: Sequence[int], prompt_text: str,
                  deliver: Callable[[object], None], *, templated_text: str | None = None,
-                 conversation: dict | None = None, client: str = "") -> None:
+                 conversation: dict | None = None, client: str = "", arrived: float | None = None) -> None:
         self.id = 0
         self.endpoint = endpoint
         self.params = params
@@ -101,7 +101,9 @@ class Job:
         self.conversation = conversation
         self.client = client
         self.deliver = deliver
-        self.arrived = time.time()
+        self.arrived = time.time() if arrived is None else arrived
+        """When the request arrived (seconds since the epoch): before its body was read and its prompt
+        tokenized, so its wait counts the time tokenizing waited for the runtime lock."""
         self.cancelled = threading.Event()
         self.generation = None
         """The running ``Generation`` (engine thread sets it), for ``ServeSlot.cancel``."""

@@ -40,6 +40,9 @@ SCHEDULES = (BATCHED, LOCKED)
 """``--schedule``: how several slots share the runtime (module docstring)."""
 MAX_PARALLEL = 256
 """Most slots (``-np``); llama.cpp's ``LLAMA_MAX_SEQ`` is 256."""
+WINDOW_SLOTS = 16
+"""Most slots the window's Serve offers: the window loads its model with this many KV sequences (or
+``n_batch``, if fewer: llama.cpp reserves an output row per sequence)."""
 
 
 def check_parallel(n_parallel: int, n_ctx: int, n_batch: int) -> None:

@@ -32,6 +32,7 @@ from inspector.llama.devices import Offload, RpcUnavailable
 from inspector.llama.model_file import ModelFileError
 from inspector.llama.quantize import open_target
 from inspector.receipts.autosave_folder import open_autosave
+from inspector.serve.slots import WINDOW_SLOTS
 from inspector.session.run_records import REFUSED, SPECULATION_REFUSED, STEP_FAILED, RecordStream, RunError
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 from inspector.session.run_states import IDLE, LOADING, RUNNING
@@ -248,7 +249,8 @@ class EngineWorker(QObject):
 
         try:
             n_batch, settings = context_from_values(context)  # the logical batch and a ContextSettings
-            rt = open_target(path, weights, on_convert=converting, n_ctx=n_ctx, n_seq_max=4,
+            rt = open_target(path, weights, on_convert=converting, n_ctx=n_ctx,
+                             n_seq_max=max(1, min(WINDOW_SLOTS, n_batch, n_ctx)),
                              progress=self.modelProgress.emit, offload=offload, n_batch=n_batch, context=settings)
         except (ModelFileError, EngineError, ValueError, OSError, RpcUnavailable) as exc:
             # The model loaded before (if any) stays loaded and usable, unless it is gone (a lost RPC server).

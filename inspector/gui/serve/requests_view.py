@@ -20,14 +20,14 @@ from inspector.gui.serve.request_log import RequestLog
 from inspector.gui.serve.request_plots import RequestPlots
 from inspector.gui.serve.requests_table import REQUEST_HEADERS, WIDEST, RequestTableModel
 from inspector.serve.server import DEFAULT_PORT
-from inspector.serve.slots import BATCHED, SCHEDULES
+from inspector.serve.slots import BATCHED, SCHEDULES, WINDOW_SLOTS
 
 NOT_SERVING = "not serving"
 TABLE_SHARE = 40
 """Percent of the tab's height the table gets (the plots the rest) until the user drags the split."""
 TABLE_MIN_PX = 50
 """The table's least height: its header and a row (on a small screen the token stream needs the room)."""
-MAX_SLOTS = 16
+MAX_SLOTS = WINDOW_SLOTS
 """Most slots the window's Serve offers (``serve -np`` takes more)."""
 SCHEDULE_TIPS = {
     "batched": "--schedule batched: every slot's rows of a step go into one llama_decode, as llama-server does",
