@@ -245,3 +245,93 @@ def test_a_slot_count_that_cannot_run_is_one_line_before_the_model_loads(flags, 
     p = cli("serve", *flags, timeout=60)
     assert p.returncode == 2, p.stderr
     assert words in one_clear_line(p.stderr) and "loading" not in p.stderr
+
+
+def test_grammar_and_sampling_read_their_own_rows_of_a_shared_step(serve):
+    """A grammar-constrained chat (``response_format``), a sampled one and a greedy one at once: each reads
+    only its own rows of the steps they share (JSON that parses; a sampled answer of its length)."""
+    import json
+
+    server = _parallel(serve, 3)
+
+    def constrained(address, prompt):
+        return httpx.post(address + "/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": prompt}], "max_tokens": 48, "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {
+                "type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"},
+                                                           "maxItems": 3}},
+                "required": ["items"]}}}}).json()
+
+    def sampled(address, prompt):
+        return httpx.post(address + "/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": prompt}], "max_tokens": 24, "temperature": 0.9,
+            "seed": 7}).json()
+
+    def send(address, prompt):
+        return (constrained if prompt == PROMPTS[0] else sampled if prompt == PROMPTS[1] else _chat)(address, prompt)
+
+    replies = _at_once(server.address, PROMPTS[:3], send)
+    rows = wait_done(server, 3)
+    assert all(r.ended_as in ("length", "eog", "stop") for r in rows), [(r.ended_as, r.error) for r in rows]
+    shared = [s for s in server.slots.steps.steps if len(s.parts) >= 2]
+    assert shared, "the three requests never shared a step"
+    content = _content(replies[0])
+    if replies[0]["choices"][0]["finish_reason"] == "stop":
+        assert isinstance(json.loads(content)["items"], list)
+    else:  # cut at max_tokens: still the grammar's prefix
+        assert content.lstrip().startswith("{")
+    assert replies[1]["usage"]["completion_tokens"] >= 1
+
+
+def test_each_session_reads_its_own_rows_of_a_shared_step(runtime, scheduler):
+    """Two sessions' rows in one decode (the batched schedule): each session's logits are the ones it gets
+    decoding alone, but for the batch's arithmetic (well under a logit); another session's rows would be
+    nowhere near (a row read at the wrong offset is another token's row)."""
+    prompts = [runtime.tokenize(p, add_special=True) for p in PROMPTS[:2]]
+    drafts = [[p[-1], p[-2], p[-3]] for p in prompts]  # three rows each, after the prompt
+
+    def alone(i):
+        def op(rt):
+            sid = rt.open_session(None)
+            try:
+                rt.prefill(sid, prompts[i], 0)
+                rt.decode_rows(sid, drafts[i], len(prompts[i]))
+                return np.array(rt.last_logits(3))
+            finally:
+                rt.drop_session(sid)
+        return scheduler.execute("stats", -1, op).value
+
+    expected = [alone(0), alone(1)]
+    sids = [scheduler.execute("open", -1, lambda rt: rt.open_session(None)).value for _ in range(2)]
+    for sid, p in zip(sids, prompts):
+        scheduler.execute("prefill", sid, lambda rt, sid=sid, p=p: rt.prefill(sid, p, 0))
+    steps = scheduler.batch_steps(runtime.decode_step, runtime.n_batch)
+    runtime.steps = steps
+    got: dict = {}
+    try:
+        with steps.condition:
+            for sid in sids:
+                steps.activate(sid)
+
+        def verify(i):
+            def op(rt):
+                rt.decode_rows(sids[i], drafts[i], len(prompts[i]))
+                got[i] = np.array(rt.last_logits(3))
+                steps.deactivate(sids[i])
+            scheduler.execute("verify", sids[i], op)
+
+        threads = [threading.Thread(target=verify, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert steps.steps[-1].rows == 6, "the two windows were not one step"
+    finally:
+        runtime.steps = None
+        scheduler.steps = None
+        for sid in sids:
+            scheduler.execute("drop", sid, lambda rt, sid=sid: rt.drop_session(sid))
+    for i in range(2):
+        assert np.abs(got[i] - expected[i]).max() < NEAR_TIE
+        assert (got[i].argmax(axis=1) == expected[i].argmax(axis=1)).all()
+    assert np.abs(got[0] - expected[1]).max() > 1.0, "the two sessions' rows are alike: the test shows nothing"
