@@ -26,7 +26,7 @@ def serving(qtbot, runtime, tmp_path, slots: int, schedule: str = "batched"):
     settings.sync()
     w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
     w.serve.receipts_dir = None
-    assert not w.panel.fault_slot.isEnabled()  # not serving: the slot box is off
+    assert not w.panel.fault_slot.isVisible()  # not serving: no slot box
     w.menus.act_serve.trigger()
     qtbot.waitUntil(lambda: w.serve.address != "" or not w.menus.act_serve.isChecked(), timeout=30_000)
     assert w.serve.address, w.requests.status.text()
@@ -56,13 +56,13 @@ def ask_at_once(address: str, prompts, max_tokens: int = MAX) -> tuple[list, lis
 def stop_serving(qtbot, w) -> None:
     w.menus.act_serve.trigger()
     qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
-    assert not w.panel.fault_slot.isEnabled()
+    assert not w.panel.fault_slot.isVisible()
 
 
 def test_a_fault_armed_on_slot_1_from_the_panel_fails_only_that_slots_request(qtbot, runtime, tmp_path):
     w = serving(qtbot, runtime, tmp_path, 3)
     p = w.panel
-    assert p.fault_callback.isEnabled() and p.fault_slot.isEnabled()
+    assert p.fault_callback.isEnabled() and p.fault_slot.isEnabled() and p.fault_slot.isVisible()
     assert (p.fault_slot.minimum(), p.fault_slot.maximum()) == (0, 2)  # llama-server's slot ids, as /slots lists
     p.fault_slot.setValue(1)
     p.fault_token.setValue(1)
@@ -83,14 +83,15 @@ def test_a_fault_armed_on_slot_1_from_the_panel_fails_only_that_slots_request(qt
     assert all(r.ended_as != "error" and "injected" not in (r.error or "") for r in others), \
         [(r.slot, r.ended_as, r.error) for r in others]
     assert not w.serve.server.slots.slots[1].faults.pending()  # fired once
-    qtbot.waitUntil(lambda: "fired on slot 1" in p.pending_faults.text(), timeout=2_000)
+    qtbot.waitUntil(lambda: f"fired on slot 1 in request {failed[0].id}" in p.pending_faults.text(), timeout=2_000)
     stop_serving(qtbot, w)
 
 
 def test_one_slot_arms_on_slot_0_with_the_slot_box_fixed(qtbot, runtime, tmp_path):
     w = serving(qtbot, runtime, tmp_path, 1)
     p = w.panel
-    assert p.fault_cancel.isEnabled() and not p.fault_slot.isEnabled() and p.fault_slot.maximum() == 0
+    assert p.fault_cancel.isEnabled() and p.fault_slot.isVisible() and not p.fault_slot.isEnabled()
+    assert p.fault_slot.maximum() == 0
     qtbot.mouseClick(p.fault_cancel, Qt.MouseButton.LeftButton)
     assert [f.kind for f in w.serve.server.slots.slots[0].faults.pending()] == ["cancel"]
     out, threads = ask_at_once(w.serve.address, PROMPTS[:1])
@@ -122,8 +123,12 @@ def test_the_lock_plots_draw_each_slot_apart_in_the_locked_schedule(qtbot, runti
 
     qtbot.waitUntil(lambda: w.request_log.shown is not None and min(drawn(), default=0) > 0, timeout=10_000)
     assert plots.n_slots == 2 and len(drawn()) == 2 and all(n > 0 for n in drawn())
-    # The kinds' series are empty: every point is a slot's; the legend names both slots and the shown one.
-    assert not any(n for k, n in plots.series_counts().items() if not k.startswith("slot"))
+    # The kinds' series are empty: every point is a slot's, or (grey) no slot's session's, as the rollback probe;
+    # the legend names both slots and the shown one.
+    counts = plots.series_counts()
+    assert not any(n for k, n in counts.items() if not k.startswith("slot") and k != "background"), counts
+    other = [op for op in w.session.lock_ops if op.session_id not in sessions]
+    assert counts["background"] == len(other)
     assert "slot 0" in plots.legend.text() and "slot 1" in plots.legend.text()
     assert "(this request)" in plots.legend.text()
     # Each slot's points are its own session's decodes: as many as the shown record holds for that session.

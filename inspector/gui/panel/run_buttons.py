@@ -98,8 +98,9 @@ class FaultButtons(QGroupBox):
                                "other sessions generating through the same runtime lock (plain and n-gram)")
         row.addWidget(self.background)
         row.addStretch(1)
-        # On the background row (always there, off until the window serves): serving moves no button.
-        self.slot_label = QLabel("slot")
+        # On the background row (shown while the window serves, on a row that is always there: serving moves
+        # no button).
+        self.slot_label = QLabel("arm on slot")
         self.fault_slot = spin(0, 0, 0, f"{SLOT_TIP} (off: the window does not serve)")
         self.slot_label.setToolTip(self.fault_slot.toolTip())
         row.addWidget(self.slot_label)
@@ -131,7 +132,8 @@ class FaultButtons(QGroupBox):
         box = self.fault_slot
         box.setRange(0, max(0, n_slots - 1))
         box.setEnabled(n_slots > 1)
-        self.slot_label.setEnabled(n_slots > 0)
+        box.setVisible(n_slots > 0)
+        self.slot_label.setVisible(n_slots > 0)
         tip = (f"{SLOT_TIP} (slots 0..{n_slots - 1})" if n_slots > 1 else
                f"{SLOT_TIP} (one slot: faults go to slot 0)" if n_slots == 1 else
                f"{SLOT_TIP} (off: the window does not serve)")

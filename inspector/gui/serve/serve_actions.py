@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,7 +94,8 @@ class ServeActions(QObject):
         self._options: ServeOptions | None = None
         self._status = ""  # the tab's line while serving (a failed pick says why instead, until the next show)
         self._slot_map = None  # (session_slots, slots) of the last server: which slot ran each served session
-        self._armed: list = []  # (slot id, Fault, that slot's FaultPlan) armed on this server, oldest first
+        self._armed: list = []  # (slot id, Fault, that slot's FaultPlan, time armed) on this server, oldest first
+        self._fired_in: int | None = None  # the request the last armed fault fired in, once known
         run.served_faults = self
         try:
             view.port.setValue(int(settings.value(PORT_KEY, DEFAULT_PORT)))
@@ -426,15 +428,20 @@ class ServeActions(QObject):
         slots = self.server.slots
         slot = min(max(0, self.panel.fault_slot.value()), slots.n_parallel - 1)
         slots.arm(slot, fault)
-        self._armed.append((slot, fault, slots.slots[slot].faults))
+        self._armed.append((slot, fault, slots.slots[slot].faults, time.time()))
+        self._fired_in = None
 
     def pending_faults_text(self) -> str:
         """The panel's fault line while serving: each fault armed on a slot and not fired yet ("armed on slot 1,
-        fires in its next request: …"), else the last one that fired ("fired on slot 1: …"); "" when none."""
-        pending = [(slot, f) for slot, f, plan in self._armed if any(p is f for p in plan.pending())]
+        fires in its next request: …"), else the last one that fired and the request it fired in (the slot's first
+        one started after it was armed: "fired on slot 1 in request 4: …"); "" when none."""
+        pending = [(slot, f) for slot, f, plan, _t in self._armed if any(p is f for p in plan.pending())]
         if pending:
-            return "; ".join(f"armed on slot {slot}, fires in its next request: {f.describe()}" for slot, f in pending)
-        if self._armed:
-            slot, f, _plan = self._armed[-1]
-            return f"fired on slot {slot} (the Requests tab shows its request): {f.describe()}"
-        return ""
+            return "; ".join(f"armed on slot {slot} (its next request): {f.describe()}" for slot, f in pending)
+        if not self._armed:
+            return ""
+        slot, f, _plan, armed_at = self._armed[-1]
+        if self._fired_in is None:  # looked up once: the rows are many on a long-running server
+            self._fired_in = next((r.id for r in self.log.rows if r.slot == slot and r.started is not None
+                                   and r.started >= armed_at), None)
+        return f"fired on slot {slot}{f' in request {self._fired_in}' if self._fired_in else ''}: {f.describe()}"
