@@ -53,7 +53,7 @@ SLOT_COLOURS = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#c62828", "#00838f"
 OTHER_SERIES = "background"
 """While a served request is shown, the series of the operations of no slot's session (the KV rollback probe a
 source asks for on its first request, sessions opened): grey, as background sessions are in a run."""
-RUN_TIME, SERVED_TIME = "time since the run started (s)", "time since the shown request started (s)"
+RUN_TIME, SERVED_TIME = "time since the run started (s)", "time since the request started (s)"
 """The time axes' label: a run's, a served request's (``show_slots``)."""
 LOG_NOTE = " &nbsp; <span style='color:#555'>(log scale; the row marked 0 below the dashed line: 0 µs)</span>"
 BINS = np.linspace(0, 6, 49)
