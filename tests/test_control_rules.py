@@ -70,7 +70,7 @@ def test_busy_measuring_or_comparing_refuses_runs_and_keeps_the_settings_editabl
 
 
 def test_serving_refuses_runs_and_settings_but_another_model_may_be_chosen():
-    assert enabled(SERVING) == {"choose_model", "live_options", "make_draft"}
+    assert enabled(SERVING) == {"faults", "choose_model", "live_options", "make_draft"}  # faults: armed on a slot
     assert state_label(SERVING, "http://127.0.0.1:8080") == "serving · http://127.0.0.1:8080"
 
 

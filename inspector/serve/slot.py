@@ -34,7 +34,7 @@ from typing import Sequence
 
 from inspector.engine import GenerationObserver, GenerationSettings
 from inspector.engine.errors import EngineError, PromptTooLong, RequestCancelled
-from inspector.engine.faults import FaultPlan
+from inspector.engine.faults import CANCEL, FaultPlan
 from inspector.llama.server_parity import server_counted_accepted
 from inspector.serve.job import Job, JobResult, ServedRequest, TokenOut
 from inspector.serve.params import CompletionParams
@@ -48,6 +48,8 @@ SERVER_STOPPED = "the server stopped"
 """The error of a request cancelled because the server stopped (``served.error``, the traffic row)."""
 CLIENT_GONE = "the client went away"
 """The error of a request cancelled because its client went away."""
+INJECTED_CANCEL = "cancelled by an injected fault (cancel, armed on this slot)"
+"""The error of a request a cancel fault armed on its slot ended (``ServeSlots.arm``)."""
 STOPPING = "the server is stopping"
 """What the client of a request cancelled by the stop is told (503 ``unavailable_error``)."""
 KEEP_RECORDS = 64
@@ -228,6 +230,7 @@ class ServeSlot:
         sent = 0
         reason, error = "error", ""
         steps = self.scheduler.steps
+        fired_before = len(self.faults.fired)
         try:
             if job.cancelled.is_set():
                 raise RequestCancelled()
@@ -242,7 +245,9 @@ class ServeSlot:
                 sent = self._send(job, record, stream, sent)
             reason = gen.finish_reason
         except RequestCancelled:
-            reason, error = "cancelled", SERVER_STOPPED if self.pool.stopping else CLIENT_GONE
+            injected = not job.cancelled.is_set() and any(f.kind == CANCEL for f, _w in self.faults.fired[fired_before:])
+            reason, error = "cancelled", (SERVER_STOPPED if self.pool.stopping else INJECTED_CANCEL if injected else
+                                          CLIENT_GONE)
         except PromptTooLong as exc:
             error = str(exc)
         except Exception as exc:  # an engine error after repair: the complete windows are kept

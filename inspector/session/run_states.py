@@ -49,7 +49,7 @@ def control_states(state: str, *, origin: str = LIVE, opening: bool = False,
     draft model is being made. ``run_continues``: Run reads Continue; ``setup``: the run's
     settings (model, source, prompt, sampling, limits); ``live_options``: the fault token,
     break-on boxes, Compare with plain decoding and background sessions (usable during a run);
-    ``faults``: the fault buttons (armed before a run, injected during it); ``choose_model``: the model
+    ``faults``: the fault buttons (armed before a run, injected during it, armed on a slot while serving); ``choose_model``: the model
     file and its weight form (also while serving: choosing another model stops serving first)."""
     viewing = origin != LIVE
     idle = state == IDLE
@@ -64,7 +64,7 @@ def control_states(state: str, *, origin: str = LIVE, opening: bool = False,
         "step_token": can_start or stepping,
         "stop": active,
         "resume": state == ERROR,
-        "faults": (active and state != ERROR) or (idle and not viewing),
+        "faults": (active and state != ERROR) or (idle and not viewing) or state == SERVING,
         "setup": not active and state not in (LOADING, SERVING) and not viewing,
         "choose_model": (not active and state != LOADING and not viewing) or state == SERVING,
         "live_options": not viewing,

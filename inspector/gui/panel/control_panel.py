@@ -205,7 +205,7 @@ class ControlPanel(QWidget):
         fb = self.fault_group
         self.fault_cancel, self.fault_callback, self.fault_token = fb.fault_cancel, fb.fault_callback, fb.fault_token
         self.fault_trim, self.fault_drift, self.fault_buttons = fb.fault_trim, fb.fault_drift, fb.fault_buttons
-        self.background, self.pending_faults = fb.background, fb.pending_faults
+        self.background, self.pending_faults, self.fault_slot = fb.background, fb.pending_faults, fb.fault_slot
         fixed.addWidget(fb)
         self._wheel_guard = WheelGuard(self)
         guard_wheel(self, self._wheel_guard)
@@ -237,6 +237,10 @@ class ControlPanel(QWidget):
     def set_faults_enabled(self, on: bool) -> None:
         """Enable the fault buttons (a run is running or paused); disabled ones say when they work."""
         self.fault_group.set_faults_enabled(on)
+
+    def set_serving(self, n_slots: int) -> None:
+        """The window serves with ``n_slots`` slots (0: it does not): the fault buttons' slot box follows."""
+        self.fault_group.set_serving(n_slots)
 
     def example_name(self) -> str:
         """The example prompt in the editor ("" for a custom prompt)."""

@@ -11,7 +11,11 @@ from PySide6.QtWidgets import QCheckBox, QGridLayout, QGroupBox, QHBoxLayout, QL
 from inspector.gui.engine_thread.contention import MAX_BACKGROUND
 from inspector.gui.panel.widgets import spin
 
-FAULT_DISABLED_TIP = "Available in a live session: before a run (armed for it) or while it runs or is paused."
+FAULT_DISABLED_TIP = ("Available in a live session: before a run (armed for it), while it runs or is paused, "
+                      "and while the window serves (armed on a slot).")
+SLOT_TIP = ("while the window serves: the slot (llama-server's id, as /slots lists them) a fault button arms; the "
+            "fault fires in that slot's next request only, the other slots run untouched")
+SERVING_TIP = "While the window serves: armed on the slot chosen beside \"slot\"; it fires in that slot's next request."
 BREAK_KINDS = (("first_mismatch", "mismatch"), ("stopped", "stopped"), ("discard", "discard"), ("error", "error"))
 """(window outcome, box label) of the break-on boxes; ``error`` is checked by default."""
 
@@ -62,7 +66,8 @@ class RunButtons(QGroupBox):
 class FaultButtons(QGroupBox):
     """The Faults and contention group: ``fault_cancel``, ``fault_callback`` with its token
     ``fault_token``, ``fault_trim``, ``fault_drift`` (all four in ``fault_buttons``), the
-    ``background`` sessions spin box and the ``pending_faults`` line."""
+    ``background`` sessions spin box, the ``fault_slot`` box (while serving: the slot a fault is armed on)
+    and the ``pending_faults`` line."""
 
     def __init__(self, parent=None) -> None:
         super().__init__("Faults (fire once) and contention", parent)
@@ -85,6 +90,7 @@ class FaultButtons(QGroupBox):
         grid.addWidget(self.fault_drift, 1, 2)
         self.fault_buttons = (self.fault_cancel, self.fault_callback, self.fault_trim, self.fault_drift)
         self._fault_tips = {b: b.toolTip() for b in self.fault_buttons}
+        self._serving = False
         self.set_faults_enabled(False)
         row = QHBoxLayout()
         row.addWidget(QLabel("Background sessions"))
@@ -92,6 +98,14 @@ class FaultButtons(QGroupBox):
                                "other sessions generating through the same runtime lock (plain and n-gram)")
         row.addWidget(self.background)
         row.addStretch(1)
+        # On the background row (shown while the window serves, on a row that is always there: serving moves
+        # no button).
+        self.slot_label = QLabel("arm on slot")
+        self.fault_slot = spin(0, 0, 0, f"{SLOT_TIP} (off: the window does not serve)")
+        self.slot_label.setToolTip(self.fault_slot.toolTip())
+        row.addWidget(self.slot_label)
+        row.addWidget(self.fault_slot)
+        self.set_serving(0)
         grid.addLayout(row, 2, 0, 1, 3)
         # On a row of its own, wrapped: a long armed fault's text never squeezes the buttons above; two lines
         # high whether empty or not, so arming a fault moves nothing under the mouse (the whole text: tooltip).
@@ -103,7 +117,26 @@ class FaultButtons(QGroupBox):
         grid.addWidget(self.pending_faults, 3, 0, 1, 3)
 
     def set_faults_enabled(self, on: bool) -> None:
-        """Enable the fault buttons (a run is running or paused); disabled ones say when they work."""
+        """Enable the fault buttons (a run is running or paused, or the window serves); disabled ones say when
+        they work, enabled ones while serving say where they arm."""
         for b in self.fault_buttons:
             b.setEnabled(on)
-            b.setToolTip(self._fault_tips[b] if on else f"{self._fault_tips[b]}\n{FAULT_DISABLED_TIP}")
+            tip = self._fault_tips[b]
+            b.setToolTip(f"{tip}\n{SERVING_TIP}" if on and self._serving else tip if on else
+                         f"{tip}\n{FAULT_DISABLED_TIP}")
+
+    def set_serving(self, n_slots: int) -> None:
+        """The window serves with ``n_slots`` slots (0: it does not): the slot box offers 0..n_slots-1 (one slot:
+        0, fixed), off when not serving."""
+        self._serving = n_slots > 0
+        box = self.fault_slot
+        box.setRange(0, max(0, n_slots - 1))
+        box.setEnabled(n_slots > 1)
+        box.setVisible(n_slots > 0)
+        self.slot_label.setVisible(n_slots > 0)
+        tip = (f"{SLOT_TIP} (slots 0..{n_slots - 1})" if n_slots > 1 else
+               f"{SLOT_TIP} (one slot: faults go to slot 0)" if n_slots == 1 else
+               f"{SLOT_TIP} (off: the window does not serve)")
+        box.setToolTip(tip)
+        self.slot_label.setToolTip(tip)
+        self.set_faults_enabled(self.fault_cancel.isEnabled())

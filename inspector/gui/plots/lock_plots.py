@@ -12,6 +12,12 @@ Each plot keeps ``PLOT_MIN_PX`` of height: on a short tab (1024x640) the plots
 and the totals under them scroll under the legend, and File > Export plots
 saves them whole (``export_pixmap``).
 
+While a served request is shown (``show_slots``: the window serves with several slots, llama-server's
+``-np``), the points are coloured by slot instead: one series per slot ("slot k", the KV session each slot
+ran, ``ServeSlots.session_slots``), every decode kind in it, so in the locked schedule each slot's waits for
+the lock show apart; the operations of no slot's session (the KV rollback probe) in grey. The slot items are
+made once, as many as the most slots shown so far.
+
 Times are drawn on a log10 microsecond scale (``MicrosecondAxis``). A log
 scale has no place for 0, and an uncontended lock is often acquired in under
 a microsecond (recorded as 0 µs): such operations are drawn on a row of their
@@ -42,6 +48,14 @@ SERIES = (
     ("background", "#9e9e9e"),
 )
 KIND_TO_SERIES = {"verify": "verify", "trim": "repair", "retire": "repair", "prefill": "prefill", "step": "step"}
+SLOT_COLOURS = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#ad1457", "#6d4c41")
+"""Each slot's colour while a served request is shown (slot k: ``SLOT_COLOURS[k % 8]``)."""
+OTHER_SERIES = "background"
+"""While a served request is shown, the series of the operations of no slot's session (the KV rollback probe a
+source asks for on its first request, sessions opened): grey, as background sessions are in a run."""
+RUN_TIME, SERVED_TIME = "time since the run started (s)", "time since the request started (s)"
+"""The time axes' label: a run's, a served request's (``show_slots``)."""
+LOG_NOTE = " &nbsp; <span style='color:#555'>(log scale; the row marked 0 below the dashed line: 0 µs)</span>"
 BINS = np.linspace(0, 6, 49)
 """Histogram bins: log10(microseconds) from 1 µs to 1 s."""
 ZERO_ROW = -1.0
@@ -139,16 +153,20 @@ class LockPlots(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.setSpacing(2)
-        self.legend = QLabel(" &nbsp; ".join(
+        self.session_slots = None
+        """While a served request is shown: ``() -> {KV session id: slot id}`` (``show_slots``), else None."""
+        self.n_slots = 0
+        self.kind_legend = " &nbsp; ".join(
             f"<span style='color:{color};font-size:14pt'>{'◆' if name == 'prefill' else '●'}</span>&nbsp;{name}"
-            for name, color in SERIES) + " &nbsp; <span style='color:#555'>(log scale; the row marked 0 below "
-                                         "the dashed line: 0 µs)</span>")
+            for name, color in SERIES) + LOG_NOTE
+        self.legend = QLabel(self.kind_legend)
         self.legend.setWordWrap(True)  # two lines on a small screen, never wider than the tab
-        self.legend.setToolTip("one point per runtime operation under the lock; repair = trim or retire; "
-                               "background = all background sessions; an operation that did not wait at all "
-                               "(0 µs) is drawn on the row marked 0 at the bottom of the scale")
-        self.wait_plot = self._plot("lock wait", "time since the run started (s)", y_us=True)
-        self.hold_plot = self._plot("lock hold", "time since the run started (s)", y_us=True)
+        self.kind_tip = ("one point per runtime operation under the lock; repair = trim or retire; "
+                         "background = all background sessions; an operation that did not wait at all "
+                         "(0 µs) is drawn on the row marked 0 at the bottom of the scale")
+        self.legend.setToolTip(self.kind_tip)
+        self.wait_plot = self._plot("lock wait", RUN_TIME, y_us=True)
+        self.hold_plot = self._plot("lock hold", RUN_TIME, y_us=True)
         self.wait_hist = self._plot("operations", "lock wait (log scale; 0 = no wait)", x_us=True)
         self.hold_hist = self._plot("operations", "lock hold (log scale)", x_us=True)
         # No titles: a title row takes 30 px of a short plot, and the axes say what each plot shows.
@@ -165,6 +183,11 @@ class LockPlots(QWidget):
             hpen = pg.mkPen(color, width=2)
             self.hist_wait[name] = self.wait_hist.plot([0, 1], [0], stepMode="center", pen=hpen)
             self.hist_hold[name] = self.hold_hist.plot([0, 1], [0], stepMode="center", pen=hpen)
+        self.slot_wait: list[pg.PlotDataItem] = []
+        self.slot_hold: list[pg.PlotDataItem] = []
+        self.slot_hist_wait: list[pg.PlotDataItem] = []
+        self.slot_hist_hold: list[pg.PlotDataItem] = []
+        """One item per slot in each plot (``show_slots``), made once and kept (emptied when not drawn)."""
         self.totals = QLabel("")
         self.totals.setWordWrap(True)
         outer.addWidget(self.legend)
@@ -231,8 +254,27 @@ class LockPlots(QWidget):
         self._drawn_ops = -1
 
     def series_counts(self) -> dict[str, int]:
-        """Operations drawn per series."""
-        return {k: (0 if v.xData is None else len(v.xData)) for k, v in self.scatter_wait.items()}
+        """Operations drawn per series (the kinds', and ``slot k`` for each slot drawn)."""
+        counts = {k: (0 if v.xData is None else len(v.xData)) for k, v in self.scatter_wait.items()}
+        for k, item in enumerate(self.slot_wait[:self.n_slots]):
+            counts[f"slot {k}"] = 0 if item.xData is None else len(item.xData)
+        return counts
+
+    def show_slots(self, session_slots, n_slots: int) -> None:
+        """Colour the points by slot (a served request is shown): ``session_slots()`` -> {KV session id: slot id}
+        of the server's ``n_slots`` slots; ``None`` (0 slots): by operation kind again. Makes the slot items
+        not made yet (once); the next ``refresh`` draws."""
+        self.session_slots = session_slots
+        self.n_slots = n_slots if session_slots is not None else 0
+        while len(self.slot_wait) < self.n_slots:
+            color = SLOT_COLOURS[len(self.slot_wait) % len(SLOT_COLOURS)]
+            kw = dict(pen=None, symbol="o", symbolSize=6, symbolPen=None, symbolBrush=color)
+            self.slot_wait.append(self.wait_plot.plot([], [], **kw))
+            self.slot_hold.append(self.hold_plot.plot([], [], **kw))
+            hpen = pg.mkPen(color, width=2)
+            self.slot_hist_wait.append(self.wait_hist.plot([0, 1], [0], stepMode="center", pen=hpen))
+            self.slot_hist_hold.append(self.hold_hist.plot([0, 1], [0], stepMode="center", pen=hpen))
+        self._drawn_ops = -1
 
     def refresh(self) -> None:
         s = self.session
@@ -241,6 +283,14 @@ class LockPlots(QWidget):
         ops = s.lock_ops
         self._drawn_ops = len(ops)
         self.start_us = run_start_us(s)
+        if self.n_slots:
+            self._draw_slots(ops, s.main_session_id)
+            return
+        self._clear_slots(0)
+        self._time_label(RUN_TIME)
+        if self.legend.text() != self.kind_legend:
+            self.legend.setText(self.kind_legend)
+            self.legend.setToolTip(self.kind_tip)
         main = s.main_session_id
         groups: dict[str, list] = {name: [] for name, _ in SERIES}
         for op in ops:
@@ -265,6 +315,76 @@ class LockPlots(QWidget):
                 zero = int((g[:, 1] == 0).sum())
                 lines.append(f"<b>{name}</b> {count_noun(len(g), 'op')}, wait mean {g[:, 1].mean():,.0f} µs "
                              f"max {g[:, 1].max():,.0f} µs ({zero} at 0 µs), hold mean {g[:, 2].mean():,.0f} µs")
+        self.totals.setText(" &nbsp;·&nbsp; ".join(lines))
+
+    def _time_label(self, text: str) -> None:
+        """The time axes' label (set only when it changes)."""
+        for p in (self.wait_plot, self.hold_plot):
+            axis = p.getAxis("bottom")
+            if axis.labelText != text:
+                p.setLabel("bottom", text)
+
+    def _clear_slots(self, first: int) -> None:
+        """Empty the slot items from slot ``first`` on."""
+        for k in range(first, len(self.slot_wait)):
+            if self.slot_wait[k].xData is not None and len(self.slot_wait[k].xData):
+                for item in (self.slot_wait[k], self.slot_hold[k]):
+                    item.setData([], [])
+                for item in (self.slot_hist_wait[k], self.slot_hist_hold[k]):
+                    item.setData([0, 1], [0])
+
+    def _draw_slots(self, ops, main: int | None) -> None:
+        """Every decode operation (``KIND_TO_SERIES`` kinds) of a slot's session, one series per slot; the kinds'
+        series emptied; the legend and the totals per slot (``main``: the shown request's session)."""
+        by_session = self.session_slots()
+        n = self.n_slots
+        groups: list[list] = [[] for _ in range(n + 1)]  # each slot's, then the other operations'
+        for op in ops:
+            slot = by_session.get(op.session_id)
+            if slot is None or slot >= n:
+                groups[n].append((op.started_us, op.wait_us, op.hold_us))
+            elif op.kind in KIND_TO_SERIES:
+                groups[slot].append((op.started_us, op.wait_us, op.hold_us))
+        for name, _ in SERIES:
+            g = np.array(groups[n] if name == OTHER_SERIES else [], float).reshape(-1, 3)
+            t = (g[:, 0] - self.start_us) / 1e6
+            set_limited(self.scatter_wait[name], t, log_us(g[:, 1]))
+            set_limited(self.scatter_hold[name], t, log_us(g[:, 2]))
+            self.hist_wait[name].setData(HIST_EDGES, self._histogram(g[:, 1]))
+            self.hist_hold[name].setData(HIST_EDGES, self._histogram(g[:, 2]))
+        self._clear_slots(n)
+        shown = by_session.get(main)
+        legend, lines = [], []
+        for k in range(n + 1):
+            g = np.array(groups[k], float).reshape(-1, 3)
+            if k == n:  # drawn above, in the background series
+                if len(g):
+                    legend.append(f"<span style='color:{dict(SERIES)[OTHER_SERIES]};font-size:14pt'>●</span>"
+                                  "&nbsp;no slot's (probe)")
+                    lines.append(f"<b>no slot's</b> {count_noun(len(g), 'op')}, hold max {g[:, 2].max():,.0f} µs")
+                break
+            t = (g[:, 0] - self.start_us) / 1e6
+            set_limited(self.slot_wait[k], t, log_us(g[:, 1]))
+            set_limited(self.slot_hold[k], t, log_us(g[:, 2]))
+            self.slot_hist_wait[k].setData(HIST_EDGES, self._histogram(g[:, 1]))
+            self.slot_hist_hold[k].setData(HIST_EDGES, self._histogram(g[:, 2]))
+            mine = " (this request)" if k == shown else ""
+            legend.append(f"<span style='color:{SLOT_COLOURS[k % len(SLOT_COLOURS)]};font-size:14pt'>●</span>"
+                          f"&nbsp;slot {k}{mine}")
+            if len(g):
+                zero = int((g[:, 1] == 0).sum())
+                lines.append(f"<b>slot {k}</b> {count_noun(len(g), 'op')}, wait mean {g[:, 1].mean():,.0f} µs "
+                             f"max {g[:, 1].max():,.0f} µs ({zero} at 0 µs), hold mean {g[:, 2].mean():,.0f} µs")
+        self._time_label(SERVED_TIME)
+        text = " &nbsp; ".join(legend) + LOG_NOTE
+        if self.legend.text() != text:
+            self.legend.setText(text)
+            self.legend.setToolTip("served requests: one colour per slot (its KV session), each point a decode under "
+                                   "the runtime lock (verify, repair, prefill, step) while the shown request ran; "
+                                   "in the locked schedule the slots wait for each other here. Grey: operations of "
+                                   "no slot's session (the KV rollback probe a source asks for first, a session "
+                                   "opened), which the slots wait for too. An operation that did not wait at all "
+                                   "(0 µs) is drawn on the row marked 0")
         self.totals.setText(" &nbsp;·&nbsp; ".join(lines))
 
     @staticmethod

@@ -9,6 +9,10 @@ drained into the ``RequestLog`` on the redraw tick, and the request shown goes t
 ``set_session`` as a conversation turn does. Starting (binding, uvicorn) and stopping (joining the server's
 threads) run on threads of their own: the GUI thread never waits. Off: the running request is cancelled, then
 Run works again. Another model or closing the window stops serving first.
+
+While serving, the side panel's fault buttons arm their fault on the slot chosen in its slot box
+(``ServeSlots.arm``: it fires in that slot's next request), and the views told of the slots
+(``slot_views``: the Lock timing plots) draw each slot's session apart while a served request is shown.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import html
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,6 +55,8 @@ class ServeActions(QObject):
     ``chosen_model``, ``stateChanged``), ``shown`` (``ShownSession``: a picked request goes to every view),
     ``feedback`` (``Feedback``: the banner), ``host`` (``MenuHost``: the redraw tick), ``settings``
     (QSettings: the port and the slots box) and ``turns`` (``ConversationActions``: serving leaves the conversation).
+    ``slot_views``: views with ``show_slots(session_slots, n_slots)`` (which slot each KV session is, or None when
+    what is shown is no served request). It sets itself as ``run.served_faults``: the fault buttons arm on slots.
 
     ``server``: the ``InspectorServer`` while serving (starting and stopping included), else None;
     ``address``: where it serves ("" when not); ``follow``: every view follows the newest request;
@@ -63,11 +70,12 @@ class ServeActions(QObject):
     """The server stopped (its threads joined)."""
 
     def __init__(self, view: RequestsView, log: RequestLog, act_serve, *, panel, worker, run, shown: ShownSession,
-                 feedback: Feedback, host: MenuHost, settings, turns) -> None:
+                 feedback: Feedback, host: MenuHost, settings, turns, slot_views=()) -> None:
         super().__init__(host.parent)
         self.view, self.log, self.act_serve = view, log, act_serve
         self.panel, self.engine, self.run, self.shown, self.feedback = panel, worker, run, shown, feedback
         self.turns = turns
+        self.slot_views = tuple(slot_views)
         self.server: InspectorServer | None = None
         self.address = ""
         self.follow = True
@@ -85,6 +93,10 @@ class ServeActions(QObject):
         self._model = ""
         self._options: ServeOptions | None = None
         self._status = ""  # the tab's line while serving (a failed pick says why instead, until the next show)
+        self._slot_map = None  # (session_slots, slots) of the last server: which slot ran each served session
+        self._armed: list = []  # (slot id, Fault, that slot's FaultPlan, time armed) on this server, oldest first
+        self._fired_in: int | None = None  # the request the last armed fault fired in, once known
+        run.served_faults = self
         try:
             view.port.setValue(int(settings.value(PORT_KEY, DEFAULT_PORT)))
         except (TypeError, ValueError):
@@ -178,6 +190,8 @@ class ServeActions(QObject):
             return False
         self.log.attach(self.server.slots.snapshot_rows)
         slots, log = self.server.slots, self.log
+        self._slot_map = (slots.session_slots, slots.n_parallel)
+        self._armed = []
         self.view.lanes.attach(lambda: LanesFeed(log.rows, slots.steps, slots.session_slots(), slots.n_parallel))
         self._options = options
         if options.n_parallel > 1:
@@ -348,6 +362,9 @@ class ServeActions(QObject):
 
     def _show(self, record) -> None:
         self._shown_record = record
+        session_slots, n_slots = self._slot_map or (None, 0)
+        for v in self.slot_views:
+            v.show_slots(session_slots, n_slots)
         self.view.say(self._status)
         self.shown.show(record)
         self.shown.redraw_all()
@@ -367,6 +384,8 @@ class ServeActions(QObject):
                 and self.shown.current() is not self._shown_record:  # a run or a file is shown now
             self.log.shown, self._shown_record = None, None
             self.view.select_request(None)
+            for v in self.slot_views:
+                v.show_slots(None, 0)
         if self.server is not None and not self.transition:
             self._say_banner()
 
@@ -392,9 +411,37 @@ class ServeActions(QObject):
         serving = self.server is not None
         act.setEnabled((serving and not self.transition) or (not serving and self.run.state == IDLE))
         self.view.port.setEnabled(not serving)
+        self.panel.set_serving(self.server.slots.n_parallel if serving and self.transition != "stopping" else 0)
         self.view.enable_slots(not serving)
         self.view.export.setEnabled(self.last_receipts is not None)
         act.setChecked(serving)
         act.setIconText("● Serving" if serving else "Serve")  # the toolbar and the tab's switch
         act.setToolTip(f"serving at {self.address}: click to stop ({SERVE_SHORTCUT})" if self.address else
                        f"serve the loaded model as a llama-server-compatible endpoint ({SERVE_SHORTCUT})")
+
+    # -- faults armed on slots -----------------------------------------------------------------
+    def arm(self, fault) -> None:
+        """Arm ``fault`` (``inspector.engine.faults.Fault``) on the slot chosen in the panel's slot box
+        (``ServeSlots.arm``: it fires in that slot's next request). Nothing while no server runs."""
+        if self.server is None:
+            return
+        slots = self.server.slots
+        slot = min(max(0, self.panel.fault_slot.value()), slots.n_parallel - 1)
+        slots.arm(slot, fault)
+        self._armed.append((slot, fault, slots.slots[slot].faults, time.time()))
+        self._fired_in = None
+
+    def pending_faults_text(self) -> str:
+        """The panel's fault line while serving: each fault armed on a slot and not fired yet ("armed on slot 1,
+        fires in its next request: …"), else the last one that fired and the request it fired in (the slot's first
+        one started after it was armed: "fired on slot 1 in request 4: …"); "" when none."""
+        pending = [(slot, f) for slot, f, plan, _t in self._armed if any(p is f for p in plan.pending())]
+        if pending:
+            return "; ".join(f"armed on slot {slot} (its next request): {f.describe()}" for slot, f in pending)
+        if not self._armed:
+            return ""
+        slot, f, _plan, armed_at = self._armed[-1]
+        if self._fired_in is None:  # looked up once: the rows are many on a long-running server
+            self._fired_in = next((r.id for r in self.log.rows if r.slot == slot and r.started is not None
+                                   and r.started >= armed_at), None)
+        return f"fired on slot {slot}{f' in request {self._fired_in}' if self._fired_in else ''}: {f.describe()}"

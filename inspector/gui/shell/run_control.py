@@ -29,8 +29,8 @@ from inspector.llama import bundled_model_path
 from inspector.llama.cost_cache import placement
 from inspector.session.contention import run_contention_note
 from inspector.session.session_record import SessionRecord
-from inspector.session.run_states import (ACTIVE_STATES, ERROR, IDLE, LOADING, PAUSED, RUNNING, TOKEN_HOLD,
-                                          control_states, state_label)
+from inspector.session.run_states import (ACTIVE_STATES, ERROR, IDLE, LOADING, PAUSED, RUNNING, SERVING,
+                                          TOKEN_HOLD, control_states, state_label)
 from inspector.sources.registry import PLAIN, describe_source
 
 RUN_ACTIONS = ("run", "pause", "step_window", "step_token", "stop", "resume", "open_receipts")
@@ -41,7 +41,9 @@ class RunControl(QObject):
     """The window's state and run commands.
 
     ``state``: one of ``inspector.session.run_states``; ``armed_faults``: faults pressed while no
-    run goes (the next run starts with them, at the first opportunity). ``stateChanged(state)``
+    run goes (the next run starts with them, at the first opportunity); ``served_faults``: while the
+    window serves, where the fault buttons arm instead (an object with ``arm(fault)`` and
+    ``pending_faults_text()``: the Serve switch's ``ServeActions`` sets itself). ``stateChanged(state)``
     follows every ``set_state``.
 
     ``session()``: the shown ``SessionRecord``; ``show_session(record)``: show another one in every
@@ -72,6 +74,7 @@ class RunControl(QObject):
         self.detail = ""
         """The detail the state was entered with ("measuring the cost model…" for ``BUSY``)."""
         self.armed_faults = FaultPlan()
+        self.served_faults = None
         self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
         self._run_status: str | None = None  # "source ngram · up to 128 tokens" while a live run goes
         panel.source.currentTextChanged.connect(self.forget_refusal)
@@ -145,6 +148,8 @@ class RunControl(QObject):
     def pending_faults_text(self) -> str:
         """The panel's line of faults not fired yet: the running generation's, or those armed for the
         next run ("" when none)."""
+        if self.state == SERVING and self.served_faults is not None:
+            return self.served_faults.pending_faults_text()
         running = self.state in ACTIVE_STATES
         pending = self.worker.faults.pending() if running else self.armed_faults.pending()
         if not pending:
@@ -398,8 +403,11 @@ class RunControl(QObject):
 
     def inject(self, fault: Fault) -> None:
         """Add ``fault`` to the running generation's fault plan (thread safe); with no run going, arm it
-        for the next run (it fires at the first opportunity there)."""
-        if self.state in (RUNNING, PAUSED, TOKEN_HOLD):
+        for the next run (it fires at the first opportunity there); while serving, arm it on the slot
+        chosen (``served_faults.arm``: it fires in that slot's next request)."""
+        if self.state == SERVING and self.served_faults is not None:
+            self.served_faults.arm(fault)
+        elif self.state in (RUNNING, PAUSED, TOKEN_HOLD):
             self.worker.faults.add(fault)
         else:
             self.armed_faults.add(fault)
