@@ -335,3 +335,15 @@ def test_each_session_reads_its_own_rows_of_a_shared_step(runtime, scheduler):
         assert np.abs(got[i] - expected[i]).max() < NEAR_TIE
         assert (got[i].argmax(axis=1) == expected[i].argmax(axis=1)).all()
     assert np.abs(got[0] - expected[1]).max() > 1.0, "the two sessions' rows are alike: the test shows nothing"
+
+
+def test_a_request_may_ask_for_its_slot_and_a_slot_that_is_not_one_is_refused(serve):
+    server = _parallel(serve, 2)
+    for wanted in (0, 1, 0):
+        r = httpx.post(server.address + "/completion", timeout=120,
+                       json={"prompt": PROMPTS[0], "n_predict": 4, "temperature": 0, "id_slot": wanted}).json()
+        assert r["id_slot"] == wanted
+    rows = wait_done(server, 3)
+    assert [row.slot for row in rows] == [0, 1, 0]
+    r = httpx.post(server.address + "/completion", timeout=60, json={"prompt": "x", "id_slot": 2})
+    assert r.status_code == 400 and "id_slot 2" in r.json()["error"]["message"]

@@ -54,6 +54,8 @@ class JobResult:
     accepted_per_position: tuple[int, ...] = ()
     """Accepted draft tokens per draft position, as llama-server counts them (``server_counted_accepted``)."""
     receipts_path: str = ""
+    slot: int = 0
+    """The slot that ran it (llama-server's ``id_slot`` in the reply)."""
     stopped: bool = False
     """Cancelled because the server stopped (its client is told so: 503 ``unavailable_error``)."""
 

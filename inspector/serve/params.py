@@ -39,7 +39,7 @@ NEUTRAL = {
     "dynatemp_range": (0.0,), "n_keep": (0, -1), "n_discard": (0,), "n_indent": (0,), "ignore_eos": (False,),
     "return_progress": (False,), "min_keep": (0,),
     "n": (1,), "n_cmpl": (1,), "best_of": (1,), "echo": (False,),
-    "backend_sampling": (False,), "id_slot": (-1, 0), "n_cache_reuse": (0,), "lora": ([],), "verbose": (False,),
+    "backend_sampling": (False,), "n_cache_reuse": (0,), "lora": ([],), "verbose": (False,),
     "t_max_predict_ms": (-1, 0), "grammar_lazy": (False,),
 }
 """Fields taken only with the value that leaves their feature out (what llama-server does then is what
@@ -57,7 +57,8 @@ SAMPLER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "
 """llama-server's default sampler chain (``samplers``): ours applies the same order."""
 
 COMMON = {"stream", "cache_prompt", "return_tokens", *SAMPLING, "stop", "samplers", "n_predict", "max_tokens",
-          "max_completion_tokens", "n_probs", "timings_per_token", "response_fields", "post_sampling_probs"}
+          "max_completion_tokens", "n_probs", "timings_per_token", "response_fields", "post_sampling_probs",
+          "id_slot"}
 """Every endpoint's fields; each declared sampling setting is a request field by its name (llama-server's)."""
 REQUEST_LIMITS = {"top_p": (0.0, 1.0), "min_p": (0.0, 1.0), "repeat_last_n": (-1, 2**31 - 1), "seed": (-1, 2**32 - 1)}
 """The bounds a request's sampling field is read with (``-1``: llama-server's "whole context" / random
@@ -101,6 +102,8 @@ class CompletionParams:
     include_usage: bool = False
     cache_prompt: bool = True
     return_tokens: bool = False
+    id_slot: int = -1
+    """The slot the request asks for (llama-server's ``id_slot``; -1: any idle one)."""
     n_predict: int = -1
     n_probs: int = 0
     logprobs: bool = False
@@ -454,6 +457,8 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
         if body.get(name) is not None:
             p.n_predict = _number(body, name, int, -1, 2**31 - 1)
             break
+    if body.get("id_slot") is not None:
+        p.id_slot = _number(body, "id_slot", int, -1, 255)
     if body.get("n_probs") is not None:
         p.n_probs = max(0, _number(body, "n_probs", int, None, MAX_TOP_PROBS))
     if endpoint == "chat":

@@ -143,7 +143,7 @@ class Replies:
     def completion_final(self, r: JobResult, tokens: list[TokenOut], stream: bool) -> dict:
         """The ``/completion`` reply (``stream``: the last stream event, without the text sent before)."""
         out = {"index": self.p.index, "content": "" if stream else r.content,
-               "tokens": [] if stream or not self.p.return_tokens else list(r.tokens), "id_slot": 0, "stop": True,
+               "tokens": [] if stream or not self.p.return_tokens else list(r.tokens), "id_slot": r.slot, "stop": True,
                "model": self.model, "tokens_predicted": r.predicted_n, "tokens_evaluated": self.prompt_n,
                "generation_settings": self.settings, "prompt": self.prompt_text,
                "has_new_line": "\n" in r.content, "truncated": False, "stop_type": r.stop_type,

@@ -153,7 +153,7 @@ class ServeSlot:
     def _end_unrun(self, job: Job, ended_as: str, error: str) -> None:
         row = job.row
         row.state, row.ended_as, row.error = "done", ended_as, error
-        job.result = JobResult(ended_as=ended_as, error=error, prompt_n=len(job.prompt_tokens),
+        job.result = JobResult(ended_as=ended_as, error=error, prompt_n=len(job.prompt_tokens), slot=self.id,
                                stopped=error == SERVER_STOPPED)
         self._deliver(job, job.result)
         self._changed(row)
@@ -190,7 +190,7 @@ class ServeSlot:
         p, row, tokens = job.params, job.row, job.prompt_tokens
         if p.n_predict == 0:  # llama-server evaluates the prompt only; nothing to generate here
             row.state, row.ended_as = "done", "limit"
-            job.result = JobResult(stop_type="limit", ended_as="length", prompt_n=len(tokens))
+            job.result = JobResult(stop_type="limit", ended_as="length", prompt_n=len(tokens), slot=self.id)
             self._deliver(job, job.result)
             self._changed(row)
             return
@@ -334,7 +334,7 @@ class ServeSlot:
             prompt_ms=gen.prefill_elapsed_us / 1000.0, predicted_n=gen.generated_count,
             predicted_ms=gen.decode_elapsed_us / 1000.0,
             draft_n=sum(len(r.proposal_token_ids) for r in gen.receipts), draft_n_accepted=sum(counted),
-            drafts=len(gen.receipts), accepted_per_position=tuple(per_pos),
+            drafts=len(gen.receipts), accepted_per_position=tuple(per_pos), slot=self.id,
             decodes=-(-(len(job.prompt_tokens) - reuse) // self.runtime.n_batch) + gen.decode_step)
 
     def _finish_row(self, row: ServedRequest, gen, record: SessionRecord, result: JobResult) -> None:

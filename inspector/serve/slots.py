@@ -187,6 +187,9 @@ class ServeSlots:
         with self._cond:
             if self.stopping:
                 raise ApiError(STOPPING, UNAVAILABLE)
+            if job.params.id_slot >= len(self.slots):
+                raise ApiError(f"id_slot {job.params.id_slot}: there are {len(self.slots)} slots (0.."
+                               f"{len(self.slots) - 1}; spec-inspector serve -np)")
             if len(self._queue) - queued_before >= self.max_queue:
                 raise ApiError(f"the queue is full ({self.max_queue} requests wait for a slot; "
                                "spec-inspector serve --max-queue): retry later", UNAVAILABLE,
@@ -284,13 +287,19 @@ class ServeSlots:
 
     # -- dispatch -----------------------------------------------------------------------
     def _dispatch(self) -> None:
-        """Hand queued requests to idle slots (holding ``_cond``)."""
-        while self._queue:
+        """Hand queued requests to idle slots, in arrival order (holding ``_cond``); a request that asks for
+        a busy slot (``id_slot``) waits for it while later ones go on (llama-server defers its task)."""
+        for job in list(self._queue):
             idle = [s for s in self.slots if not s.busy and s.id not in self._assigned]
             if not idle:
                 return
-            job = self._queue.popleft()
+            wanted = job.params.id_slot
+            if wanted >= 0:
+                idle = [s for s in idle if s.id == wanted]
+                if not idle:
+                    continue
             slot = pick_slot(idle, job.prompt_tokens)
+            self._queue.remove(job)
             self._assigned[slot.id] = job
             self._cond.notify_all()
 
