@@ -156,6 +156,12 @@ def test_four_concurrent_sdk_requests_answer_as_alone_but_for_near_ties_and_ride
         _parting(scheduler, a, by_prompt[a["prompt"]["text"]])
 
 
+def _completion(address: str, prompt: str) -> dict:
+    """``/completion`` with the generated token ids in the reply (``return_tokens``), greedy."""
+    return httpx.post(address + "/completion", timeout=120, json={
+        "prompt": prompt, "n_predict": N_PREDICT, "temperature": 0, "return_tokens": True}).json()
+
+
 @pytest.mark.slow
 def test_the_same_concurrent_requests_draft_as_llama_server_with_the_same_slots(serve, runtime, scheduler,
                                                                                 start_llama_server):
@@ -164,22 +170,21 @@ def test_the_same_concurrent_requests_draft_as_llama_server_with_the_same_slots(
     equal, the drafts are."""
     name, options, draft_max = SOURCE
     ours_server = _parallel(serve, 4)
-    ours = _at_once(ours_server.address)
+    ours = _at_once(ours_server.address, send=_completion)
     docs = {d["prompt"]["text"]: d for d in (load_document(r.receipts_path) for r in wait_done(ours_server, 4))}
     ours_metrics = parse_metrics(httpx.get(ours_server.address + "/metrics").text)
     ours_server.stop()  # never two llama.cpp processes decoding at once
     flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(), "--cache-ram", "0",
              *server_arguments(name, options, draft_max=draft_max), "-np", "4", "-kvu"]
     theirs_server = start_llama_server(args=flags, threads=2, n_ctx=runtime.n_ctx)
-    theirs = _at_once(theirs_server.url)
+    theirs = _at_once(theirs_server.url, send=_completion)
     theirs_metrics = theirs_server.client.metrics()
     theirs_server.stop()
     equal = 0
     for prompt, a, b in zip(PROMPTS, ours, theirs):
-        doc = docs[prompt]
-        b_tokens = runtime.tokenize(_content(b), add_special=False, parse_special=True)
-        if _content(a) != _content(b):
-            _near_tie(scheduler, doc["prompt"]["token_ids"], doc["output"]["token_ids"], b_tokens)
+        assert a["tokens"] == docs[prompt]["output"]["token_ids"]
+        if a["tokens"] != b["tokens"]:
+            _near_tie(scheduler, docs[prompt]["prompt"]["token_ids"], a["tokens"], b["tokens"])
             continue
         equal += 1
         assert a["timings"].get("draft_n") == b["timings"].get("draft_n")
