@@ -23,6 +23,7 @@ from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runti
                                   weight_type)
 from inspector.cli.audit import compare_verdicts
 from inspector.cli.bench_best import add_best_flag, bench_best_command
+from inspector.cli.bench_concurrency import add_concurrency_flags, bench_concurrency_command, fill_defaults
 from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_lengths_command, bench_on_target,
                                        bench_weights_command, print_result)
 from inspector.cli.bench_synthetic import add_synthetic_flag, bench_synthetic_command
@@ -59,11 +60,12 @@ def add_bench_commands(sub) -> None:
     bn.add_argument("--threads", "-t", type=THREADS, default=None,
                     help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; measure with nothing else running")
     bn.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
-    bn.add_argument("--max-tokens", "-n", "--predict", "--n-predict", type=whole_number(1, DEFAULT_N_CTX), default=128,
-                    help=f"tokens per run (1..{DEFAULT_N_CTX}, the context) [128]")
+    bn.add_argument("--max-tokens", "-n", "--predict", "--n-predict", type=whole_number(1, DEFAULT_N_CTX), default=None,
+                    help=f"tokens per run (1..{DEFAULT_N_CTX}, the context) [128; 64 with --concurrency]")
     bn.add_argument("--k-max", type=whole_number(1, 256), default=16,
                     help="largest verify batch in the cost model (1..256) [16]")
-    bn.add_argument("--repeats", type=whole_number(1, 1000), default=3, help="repeats per cost-model point (1..1000) [3]")
+    bn.add_argument("--repeats", type=whole_number(1, 1000), default=None,
+                    help="repeats per cost-model point (1..1000) [3; 2 rounds with --concurrency]")
     bn.add_argument("--no-llama-cpp-python", action="store_true", help="skip LlamaPromptLookupDecoding")
     bn.add_argument("--weights", metavar="T1,T2,...",
                     help="compare weight layouts instead: convert the model to each type (llama.cpp quantize, "
@@ -73,6 +75,7 @@ def add_bench_commands(sub) -> None:
     add_synthetic_flag(bn)
     add_trees_flag(bn)
     add_best_flag(bn)
+    add_concurrency_flags(bn)
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
     bn.add_argument("--turns", metavar="FILE|NAME", help="instead: every source over a conversation (e.g. agent-edits; "
                     f"1..{MAX_TURNS} turns): acceptance, mean length, windows, speedup, share of the ceiling, "
@@ -141,6 +144,11 @@ def add_bench_commands(sub) -> None:
 
 
 def cmd_bench(args) -> int:
+    fill_defaults(args)
+    if args.concurrency is not None:
+        if args.config:
+            return fail("bench --concurrency takes --sources (llama-server's n-gram types), not --config", EXIT_USAGE)
+        return bench_concurrency_command(args)
     if args.config and args.llama_server is None and not args.serve and not args.context_lengths:  # ignored
         return fail("--config chooses the work of bench --llama-server, --serve or --context-lengths: add one, or "
                     "use compare --config", EXIT_USAGE)

@@ -132,6 +132,10 @@ def add_serve_command(sub) -> None:
     par.add_argument("-kvu", "--kv-unified", dest="kv_unified", action="store_true",
                      help="one KV pool for all slots, each slot up to the whole context (llama-server's -kvu); "
                           "without it each slot gets n_ctx / N positions, as llama-server splits them")
+    par.add_argument("--spec-max-active", type=whole_number(1, MAX_PARALLEL, "spec_max_active"), default=None,
+                     metavar="M", help="drafts off (plain steps) while more than M slots are generating, decided "
+                                       "per window (as vLLM and SGLang turn speculation off past a batch size; "
+                                       "llama-server has no such rule) [no limit]")
     s.add_argument("--max-queue", type=whole_number(0, 100_000, "max_queue"), default=DEFAULT_MAX_QUEUE, metavar="N",
                    help=f"requests that may wait behind the running one; beyond, 503 with Retry-After "
                         f"[{DEFAULT_MAX_QUEUE}]")
@@ -186,7 +190,7 @@ def _options(args) -> ServeOptions:
                         receipts=receipts, max_body_bytes=args.max_body_mb << 20,
                         cors=CorsPolicy(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
                         metrics_endpoint=args.metrics, slots_endpoint=args.slots, n_parallel=args.n_parallel,
-                        schedule=args.schedule, kv_unified=args.kv_unified)
+                        schedule=args.schedule, kv_unified=args.kv_unified, spec_max_active=args.spec_max_active)
 
 
 def request_line(row) -> str:

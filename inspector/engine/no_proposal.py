@@ -23,6 +23,7 @@ NO_ROOM = "no_room"
 NOT_SAID = "not_said"
 SOURCE_ERROR = "source_error"
 DISCARDED = "discarded"
+BUSY_SLOTS = "busy_slots"
 
 ENGINE_REASONS = {
     PLAIN_DECODING: "plain decoding was chosen (source none): nothing is asked",
@@ -30,6 +31,7 @@ ENGINE_REASONS = {
     NOT_SAID: "the source proposed nothing and did not say why",
     SOURCE_ERROR: "the source raised an error (logged); the step ran plainly",
     DISCARDED: "the source's proposal was discarded before verification (the discard names the reason)",
+    BUSY_SLOTS: "serve --spec-max-active: more slots were generating than it allows, so the source was not asked",
 }
 """The engine's own reasons -> their meaning."""
 

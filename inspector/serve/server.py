@@ -71,13 +71,17 @@ class ServeOptions:
     """How several slots share the runtime: ``batched`` or ``locked`` (``inspector.serve.slots``)."""
     kv_unified: bool = False
     """Every slot may use the whole context (llama-server's ``-kvu``); else ``n_ctx / n_parallel`` each."""
+    spec_max_active: int | None = None
+    """Drafts off while more than this many slots generate (``inspector.serve.spec_gate``); None: always on."""
 
 
 def slots_text(options: ServeOptions) -> str:
     """How the slots run, in a few words (the start line): "one slot", "4 slots, batched, 512 positions each"."""
     if options.n_parallel == 1:
         return "one slot"
-    return f"{options.n_parallel} slots, {options.schedule}" + ("" if options.kv_unified else ", n_ctx split per slot")
+    gate = f", drafts off above {options.spec_max_active} generating" if options.spec_max_active is not None else ""
+    return (f"{options.n_parallel} slots, {options.schedule}" + ("" if options.kv_unified else ", n_ctx split per slot")
+            + gate)
 
 
 def check_host(host: str, expose: bool) -> str:
@@ -106,7 +110,7 @@ class InspectorServer:
                                 draft_max_auto=options.draft_max_auto, max_queue=options.max_queue,
                                 receipts=options.receipts, on_change=on_change, feed=feed,
                                 n_parallel=options.n_parallel, schedule=options.schedule,
-                                kv_unified=options.kv_unified)
+                                kv_unified=options.kv_unified, spec_max_active=options.spec_max_active)
         self.metrics = ServeMetrics(options.template.draft_max, self._queue_counts, self.slots.steps)
         self.slots.metrics = self.metrics
         self.state = ServeState(self.slots, self.metrics, model_name, tuple(options.aliases), options.defaults,

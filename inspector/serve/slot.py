@@ -38,6 +38,7 @@ from inspector.engine.faults import CANCEL, FaultPlan
 from inspector.llama.server_parity import server_counted_accepted
 from inspector.serve.job import Job, JobResult, ServedRequest, TokenOut
 from inspector.serve.params import CompletionParams
+from inspector.serve.spec_gate import SpecGate
 from inspector.session.session_record import SessionRecord
 from inspector.session.run import RunRefused, RunRequest, SessionRun
 from inspector.sources.slot_memory import SlotMemory
@@ -216,6 +217,8 @@ class ServeSlot:
             run.tokenize()
             run.templated_text = job.templated_text
             run.make_source()
+            if self.pool.spec_max_active is not None and run.source is not None:
+                run.source = SpecGate(run.source, self.pool.generating, self.pool.spec_max_active)
             sid = self._open_slot_session(settings, tokens, reuse)
         except (RunRefused, EngineError) as exc:
             run.close_source()

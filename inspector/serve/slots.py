@@ -87,14 +87,16 @@ class ServeSlots:
     draft max from the stored cost model. ``receipts``: a ``ReceiptsDir`` (None: keep none). ``metrics``:
     a ``ServeMetrics`` (or None). ``on_change(row)``: a request arrived, started or ended (a slot's or the
     HTTP thread). ``feed``: give every request a ``RecordStream`` of its records (the window).
-    Raises ``ValueError`` for a slot count the runtime cannot hold (``check_parallel``) or a batched
+    ``spec_max_active``: drafts off while more slots than this generate (``inspector.serve.spec_gate``;
+    None: no limit, as llama-server). Raises ``ValueError`` for a slot count the runtime cannot hold (``check_parallel``) or a batched
     schedule on a runtime in another process."""
 
     def __init__(self, scheduler, source: str = "ngram", source_options: dict | None = None, *,
                  template: GenerationSettings | None = None, draft_max_auto: bool = False,
                  max_queue: int = DEFAULT_MAX_QUEUE, receipts=None, metrics=None,
                  on_change: Callable[[ServedRequest], None] | None = None, feed: bool = False,
-                 n_parallel: int = 1, schedule: str = BATCHED, kv_unified: bool = False) -> None:
+                 n_parallel: int = 1, schedule: str = BATCHED, kv_unified: bool = False,
+                 spec_max_active: int | None = None) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"--schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
         self.scheduler = scheduler
@@ -109,6 +111,10 @@ class ServeSlots:
         self.metrics = metrics
         self.on_change = on_change
         self.feed = feed
+        if spec_max_active is not None and spec_max_active < 1:
+            raise ValueError(f"--spec-max-active {spec_max_active}: expected 1 or more slots")
+        self.spec_max_active = spec_max_active
+        """Most slots generating at once with drafts on (``inspector.serve.spec_gate``), or None."""
         self.n_ctx_slot = self.runtime.n_ctx if kv_unified or n_parallel == 1 else self.runtime.n_ctx // n_parallel
         """Positions (tokens) one slot's request may use: the whole context with ``kv_unified`` (one KV pool,
         llama-server's ``-kvu``), else ``n_ctx / n_parallel`` (llama.cpp's ``llama_n_ctx_seq`` of a split
@@ -167,6 +173,10 @@ class ServeSlots:
     def processing(self) -> int:
         """Slots running a request."""
         return sum(1 for s in self.slots if s.busy)
+
+    def generating(self) -> int:
+        """Slots whose request is generating now (its ``Generation`` open: prefill, windows and plain steps)."""
+        return sum(1 for s in self.slots if (job := s.current) is not None and job.generation is not None)
 
     @property
     def busy(self) -> bool:

@@ -1,0 +1,410 @@
+"""``spec-inspector bench --concurrency 1,2,4``: N clients at once against our ``serve -np N`` and llama-server's.
+
+For every level N (1..``MAX_LEVEL`` clients) and every configuration (plain decoding first, then each chosen
+llama.cpp source with llama-server's flags for it, ``inspector.sources.server_flags``), each contender
+serves N client threads on 127.0.0.1 that start together and each send the same fixed list of streamed
+greedy ``/v1/chat/completions`` requests (the bundled examples, client i starting at the i-th so that
+concurrent requests differ; ``n_predict`` tokens each), after one short warm-up request. Contenders:
+
+- ``ours batched``: our ``InspectorServer`` in this process with ``-np N -kvu`` and the batched schedule
+  (every slot's rows of a step in one ``llama_decode``, as llama-server's ``update_slots``);
+- ``ours locked``: the same with ``--schedule locked`` (each slot under the runtime lock, no joined decode);
+- ``ours batched, spec-max-active M`` when asked: batched with drafts off while more than M slots generate
+  (``inspector.serve.spec_gate``), for the speculative configurations only (plain decoding is unchanged);
+- ``llama-server``: a real llama-server started with ``-np N -kvu``, the same thread count, context size and
+  batch sizes (``LlamaServerProcess``; the later ``-np`` overrides its ``-np 1``).
+
+A fresh server for every run, one at a time: two llama.cpp processes decoding at once on a small machine
+slow each other many times over, so ours and llama-server never run together. The repeats run in rounds
+(every level, configuration and contender once per round) and the contenders' order reverses every
+round, so a slow phase of the machine falls on both programs.
+
+Per run: aggregate generated tokens/s (every reply's ``timings.predicted_n`` over the wall time from the
+clients' start to the last reply's end) and each request's latency (request sent -> its stream ended,
+ms). A cell (level, configuration, contender) reports the median over rounds of the aggregate tokens/s, of
+each run's latency median and of each run's p95 (nearest rank), and ours / llama-server: the median of the
+rounds' ratios of aggregate tokens/s (each pair from the same round). For each configuration and contender:
+the lowest level where speculation stops paying (the configuration's aggregate tokens/s at or below plain
+decoding's on the same contender at that level; the gated contender's plain is ``ours batched``'s).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Callable, Sequence
+
+import httpx
+
+from inspector.bench.compare import check_config_options, parse_config
+from inspector.bench.compare_result import CompareConfig
+from inspector.bench.server_bench import SERVER_BENCH_CONFIGS
+from inspector.bench.server_http import ServerError
+from inspector.bench.server_process import LlamaServerProcess
+from inspector.bench.serve_bench import REQUEST_TIMEOUT_S, WARM_UP, server_flags, stream_chat
+from inspector.engine import GenerationSettings, RuntimeScheduler
+from inspector.llama.server_parity import server_context
+from inspector.prompts import EXAMPLES, example_prompt
+from inspector.serve.params import ServeDefaults
+from inspector.serve.receipts_dir import ReceiptsDir
+from inspector.serve.server import InspectorServer, ServeOptions
+from inspector.serve.slots import BATCHED, LOCKED
+from inspector.sources.registry import PLAIN
+
+MAX_LEVEL = 8
+"""Most concurrent clients a level may have (``--concurrency``)."""
+DEFAULT_LEVELS = (1, 2, 4)
+DEFAULT_SOURCES = ("ngram-simple",)
+"""The speculative configurations run beside plain decoding unless ``--sources`` says otherwise."""
+DEFAULT_N_PREDICT = 64
+"""Tokens each request asks for (``--max-tokens``' default with ``--concurrency``)."""
+DEFAULT_REPEATS = 2
+"""Rounds (``--repeats``' default with ``--concurrency``)."""
+LLAMA_SERVER = "llama-server"
+OURS_BATCHED = "ours batched"
+OURS_LOCKED = "ours locked"
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """``--concurrency 1,2,4``: client counts 1..``MAX_LEVEL``, each once, in increasing order. Raises
+    ``ValueError`` (one line) naming the bad value."""
+    levels = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            n = int(part)
+        except ValueError:
+            raise ValueError(f"expected client counts 1..{MAX_LEVEL} such as 1,2,4, got {text!r}") from None
+        if not 1 <= n <= MAX_LEVEL:
+            raise ValueError(f"{n} clients is outside 1..{MAX_LEVEL} (levels such as 1,2,4), got {text!r}")
+        levels.append(n)
+    return tuple(sorted(set(levels)))
+
+
+def source_configs(names: Sequence[str]) -> list[CompareConfig]:
+    """Plain decoding and each named source, at the settings ``bench --llama-server`` gives it
+    (``SERVER_BENCH_CONFIGS``: draft max 16, the source's own maximum equal to it). Raises ``ValueError``
+    for a name without such a configuration (a source llama-server does not have, or the draft model's)."""
+    known = {parse_config(c).source: c for c in SERVER_BENCH_CONFIGS if c != PLAIN}
+    out = [parse_config(PLAIN)]
+    for name in names:
+        if name == PLAIN:
+            continue
+        if name not in known:
+            raise ValueError(f"--sources: {name!r} is not one of llama-server's n-gram types here "
+                             f"(expected {', '.join(known)})")
+        if all(c.source != name for c in out):
+            out.append(parse_config(known[name]))
+    return out
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One server setup of a level: ``label`` (the table's), ``ours`` (our serve in this process, else
+    llama-server), our ``schedule`` (``batched`` or ``locked``) and ``spec_max_active`` (slots; None: no gate)."""
+
+    label: str
+    ours: bool = True
+    schedule: str = BATCHED
+    spec_max_active: int | None = None
+
+    def plain_label(self) -> str:
+        """The contender whose plain decoding this one's speculation is weighed against."""
+        return OURS_BATCHED if self.spec_max_active is not None else self.label
+
+
+def contenders(spec_max_active: int | None = None) -> list[Contender]:
+    """The contenders of every level, in the first round's order (llama-server last)."""
+    out = [Contender(OURS_BATCHED), Contender(OURS_LOCKED, schedule=LOCKED)]
+    if spec_max_active is not None:
+        out.append(Contender(f"ours batched, spec-max-active {spec_max_active}", spec_max_active=spec_max_active))
+    out.append(Contender(LLAMA_SERVER, ours=False))
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0 < q <= 1) of ``values`` (not empty): the smallest value with at
+    least ``q`` of them at or below it."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+@dataclass
+class LevelRun:
+    """One run: N clients against one server. ``wall_s``: seconds from the clients' start to the last reply;
+    ``tokens``: generated tokens over every reply (``timings.predicted_n``); ``latencies_s``: each request's
+    seconds, sent -> stream ended; ``draft_n`` / ``draft_n_accepted``: summed over the replies."""
+
+    wall_s: float
+    tokens: int
+    latencies_s: list[float]
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Aggregate generated tokens per second of wall time."""
+        return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_json(self) -> dict:
+        """The run's figures (seconds, tokens)."""
+        return {"wall_s": self.wall_s, "tokens": self.tokens, "tokens_per_s": self.tokens_per_s,
+                "latencies_s": self.latencies_s, "draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted}
+
+
+def _client(url: str) -> httpx.Client:
+    """A client of ``url``: no proxy, a new connection per request (cpp-httplib closes idle ones)."""
+    return httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT_S, trust_env=False,
+                        limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: int) -> LevelRun:
+    """``n_clients`` threads that start together, each sending every prompt in turn (client i from the i-th,
+    wrapping) as a streamed greedy chat of at most ``n_predict`` tokens to the server at ``url``, after one
+    warm-up request (not measured). Raises the first client's ``ServerError`` (an HTTP failure too)."""
+    with _client(url) as warm:
+        stream_chat(warm, WARM_UP, 1)
+    start: list[float] = []
+    barrier = threading.Barrier(n_clients, action=lambda: start.append(time.perf_counter()))
+    lock = threading.Lock()
+    run = LevelRun(0.0, 0, [])
+    errors: list[BaseException] = []
+    ends: list[float] = []
+
+    def client(i: int) -> None:
+        order = [prompts[(i + k) % len(prompts)] for k in range(len(prompts))]
+        try:
+            with _client(url) as c:
+                barrier.wait()
+                for prompt in order:
+                    sent = time.perf_counter()
+                    chat = stream_chat(c, [{"role": "user", "content": prompt}], n_predict)
+                    done = time.perf_counter()
+                    draft_n, accepted = chat.drafts
+                    with lock:
+                        run.latencies_s.append(done - sent)
+                        run.tokens += int(chat.timings.get("predicted_n", 0))
+                        run.draft_n += draft_n
+                        run.draft_n_accepted += accepted
+                        ends.append(done)
+        except (ServerError, httpx.HTTPError, threading.BrokenBarrierError) as exc:
+            with lock:
+                errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=client, args=(i,), name=f"bench client {i}", daemon=True)
+               for i in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    real = [e for e in errors if not isinstance(e, threading.BrokenBarrierError)]
+    if real or errors:
+        exc = (real or errors)[0]
+        raise exc if isinstance(exc, ServerError) else ServerError(f"{url}: {type(exc).__name__}: {exc}")
+    run.wall_s = max(ends) - start[0]
+    return run
+
+
+def ours_level(scheduler: RuntimeScheduler, config: CompareConfig, contender: Contender, n_clients: int,
+               prompts: Sequence[str], n_predict: int) -> LevelRun:
+    """A fresh ``InspectorServer`` on ``scheduler``'s runtime with ``-np n_clients -kvu``, ``contender``'s
+    schedule and gate and ``config``'s source (serve's defaults otherwise: per-row probabilities, receipts
+    in a temporary folder removed afterwards), ``drive_clients`` against it, then stopped."""
+    options = check_config_options(config.source, dict(config.options), config.draft_max)
+    with tempfile.TemporaryDirectory(prefix="spec-inspector-concurrency-") as folder:
+        server = InspectorServer(scheduler, str(scheduler.runtime.model_path), ServeOptions(
+            port=0, source=config.source, source_options=options,
+            template=GenerationSettings(draft_max=config.draft_max), defaults=ServeDefaults(),
+            receipts=ReceiptsDir(folder), n_parallel=n_clients, schedule=contender.schedule, kv_unified=True,
+            spec_max_active=contender.spec_max_active))
+        try:
+            url = server.start()
+            if not server.wait_started():
+                raise ServerError("our serve did not start within 10 s")
+            return drive_clients(url, prompts, n_clients, n_predict)
+        finally:
+            server.stop()
+
+
+def theirs_level(runtime, binary: str, config: CompareConfig, n_clients: int, prompts: Sequence[str],
+                 n_predict: int) -> LevelRun:
+    """A fresh llama-server with ``config``'s flags and ``-np n_clients -kvu``, our thread count, context size
+    and batch sizes, ``drive_clients`` against it, then stopped. Raises ``ServerError``."""
+    flags = [*server_flags(runtime, config), "-np", str(n_clients), "-kvu"]
+    with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=runtime.n_threads, n_ctx=runtime.n_ctx,
+                            context=server_context(runtime)) as server:
+        return drive_clients(server.url, prompts, n_clients, n_predict)
+
+
+@dataclass
+class Cell:
+    """One level, configuration (``source``: its source name) and contender, over the rounds: ``runs`` (one per
+    round it ran), ``ratios`` (ours / llama-server's aggregate tokens/s, per round; empty for llama-server's own
+    cell), ``error`` (one line: the server could not run it)."""
+
+    level: int
+    source: str
+    contender: str
+    runs: list[LevelRun] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Median over rounds of the aggregate tokens/s (None: no run)."""
+        return median(r.tokens_per_s for r in self.runs) if self.runs else None
+
+    @property
+    def latency_median_ms(self) -> float | None:
+        """Median over rounds of each run's median request latency (ms)."""
+        return median(1000 * median(r.latencies_s) for r in self.runs) if self.runs else None
+
+    @property
+    def latency_p95_ms(self) -> float | None:
+        """Median over rounds of each run's p95 request latency (ms, nearest rank)."""
+        return median(1000 * percentile(r.latencies_s, 0.95) for r in self.runs) if self.runs else None
+
+    @property
+    def ratio(self) -> float | None:
+        """Median of the rounds' ours / llama-server ratios (None: llama-server's cell, or no pair)."""
+        return median(self.ratios) if self.ratios else None
+
+    def to_json(self) -> dict:
+        """The cell's figures (tokens/s, ms) and its runs."""
+        return {"level": self.level, "source": self.source, "contender": self.contender,
+                "tokens_per_s": self.tokens_per_s, "latency_median_ms": self.latency_median_ms,
+                "latency_p95_ms": self.latency_p95_ms, "ratio": self.ratio, "ratios": self.ratios,
+                "runs": [r.to_json() for r in self.runs], "error": self.error}
+
+
+@dataclass
+class ConcurrencyResult:
+    """The whole bench: its levels, configurations and contenders (labels) and a ``Cell`` for each."""
+
+    levels: tuple[int, ...]
+    configs: list[CompareConfig]
+    contenders: list[Contender]
+    cells: dict[tuple[int, str, str], Cell]
+
+    def cell(self, level: int, source: str, contender: str) -> Cell:
+        """The cell of ``level`` clients, ``source`` (a configuration's source name) and ``contender`` (label)."""
+        return self.cells[(level, source, contender)]
+
+    def runs_source(self, source: str, contender: Contender) -> bool:
+        """Whether ``contender`` runs ``source``'s configuration (the gate only matters when drafting)."""
+        return source != PLAIN or contender.spec_max_active is None
+
+    def measured(self, source: str, contender: Contender) -> bool:
+        """Whether every level has figures for ``source`` and plain decoding on ``contender``."""
+        return all(self.cell(level, s, label).tokens_per_s is not None for level in self.levels
+                   for s, label in ((source, contender.label), (PLAIN, contender.plain_label())))
+
+    def stops_paying(self, source: str, contender: Contender) -> int | None:
+        """The lowest level whose aggregate tokens/s with ``source`` is at or below plain decoding's on the same
+        contender (``Contender.plain_label``), or None: it paid at every level measured (or was not measured)."""
+        for level in self.levels:
+            spec = self.cell(level, source, contender.label).tokens_per_s
+            plain = self.cell(level, PLAIN, contender.plain_label()).tokens_per_s
+            if spec is not None and plain is not None and spec <= plain:
+                return level
+        return None
+
+    def to_json(self) -> dict:
+        """Every cell's figures and, per speculative source and contender, where speculation stops paying."""
+        speculative = [c.source for c in self.configs if c.source != PLAIN]
+        return {"levels": list(self.levels), "configs": [c.to_json() for c in self.configs],
+                "contenders": [c.label for c in self.contenders],
+                "cells": [c.to_json() for c in self.cells.values()],
+                "stops_paying": {s: {c.label: self.stops_paying(s, c) for c in self.contenders} for s in speculative}}
+
+
+def concurrency_bench(runtime, binary: str, *, levels: Sequence[int] = DEFAULT_LEVELS,
+                      configs: Sequence[CompareConfig], examples: Sequence[str] = EXAMPLES,
+                      n_predict: int = DEFAULT_N_PREDICT, repeats: int = DEFAULT_REPEATS,
+                      spec_max_active: int | None = None,
+                      progress: Callable[[str], None] = lambda _m: None) -> ConcurrencyResult:
+    """Every level x configuration x contender, ``repeats`` rounds (see the module docstring).
+
+    ``runtime``: our loaded ``LlamaRuntime`` with at least ``max(levels)`` sequences (``n_seq_max``); its
+    model, thread count, context size and batch sizes are llama-server's too. ``binary``: a llama-server
+    executable. ``configs``: plain decoding first (``source_configs``). A run llama-server cannot do keeps
+    our figures and sets its cell's ``error``; ours raise (``ServerError``, ``EngineError``)."""
+    scheduler = RuntimeScheduler(runtime)
+    prompts = [example_prompt(name) for name in examples]
+    order = contenders(spec_max_active)
+    result = ConcurrencyResult(tuple(levels), list(configs), order, {})
+    for level in levels:
+        for config in configs:
+            for c in order:
+                if result.runs_source(config.source, c):
+                    result.cells[(level, config.source, c.label)] = Cell(level, config.source, c.label)
+    for rep in range(repeats):
+        for level in levels:
+            for config in configs:
+                this_round: dict[str, LevelRun] = {}
+                for c in order if rep % 2 == 0 else order[::-1]:
+                    cell = result.cells.get((level, config.source, c.label))
+                    if cell is None or cell.error is not None:
+                        continue
+                    progress(f"round {rep + 1}/{repeats} · {level} clients · {config.source} · {c.label}")
+                    if c.ours:
+                        run = ours_level(scheduler, config, c, level, prompts, n_predict)
+                    else:
+                        try:
+                            run = theirs_level(runtime, binary, config, level, prompts, n_predict)
+                        except ServerError as exc:
+                            cell.error = str(exc)
+                            continue
+                    cell.runs.append(run)
+                    this_round[c.label] = run
+                theirs = this_round.get(LLAMA_SERVER)
+                if theirs is not None and theirs.tokens_per_s > 0:
+                    for label, run in this_round.items():
+                        if label != LLAMA_SERVER:
+                            result.cell(level, config.source, label).ratios.append(run.tokens_per_s / theirs.tokens_per_s)
+    return result
+
+
+def format_concurrency_bench(result: ConcurrencyResult, *, examples: Sequence[str], n_predict: int, repeats: int,
+                             threads: int) -> str:
+    """The bench as a text table: a line per level, configuration and contender (aggregate tokens/s, request
+    latency median and p95 in ms, ours / llama-server), then where speculation stops paying per contender."""
+    num = lambda x, f: f.format(x) if x is not None else "n/a"  # noqa: E731
+    lines = [f"concurrency: N clients at once, each sending {len(examples)} examples as streamed greedy chat "
+             f"requests of {n_predict} tokens; -np N -kvu on every server, {threads} threads on both sides; "
+             f"medians over {repeats} rounds (order alternating)",
+             "configurations: " + "; ".join(c.label for c in result.configs),
+             f"{'clients':>7s}  {'source':14s} {'server':34s} {'tok/s':>7s} {'median ms':>9s} {'p95 ms':>7s} "
+             f"{'ours/llama-server':>17s}"]
+    for level in result.levels:
+        for config in result.configs:
+            for c in result.contenders:
+                cell = result.cells.get((level, config.source, c.label))
+                if cell is None:
+                    continue
+                ratio = "-" if not c.ours else num(cell.ratio, "{:.2f}")
+                tail = f"  error: {cell.error}" if cell.error else ""
+                lines.append(f"{level:>7d}  {config.source[:14]:14s} {c.label[:34]:34s} "
+                             f"{num(cell.tokens_per_s, '{:.1f}'):>7s} {num(cell.latency_median_ms, '{:.0f}'):>9s} "
+                             f"{num(cell.latency_p95_ms, '{:.0f}'):>7s} {ratio:>17s}{tail}")
+    lines.append("")
+    lines.append("speculation stops paying (its aggregate tok/s <= plain decoding's on the same server) at:")
+    for config in result.configs:
+        if config.source == PLAIN:
+            continue
+        said = []
+        for c in result.contenders:
+            level = result.stops_paying(config.source, c)
+            if level is not None:
+                said.append(f"{c.label} {level} client{'s' if level > 1 else ''}")
+            elif result.measured(config.source, c):
+                said.append(f"{c.label} never (up to {max(result.levels)} clients)")
+            else:
+                said.append(f"{c.label} n/a")
+        lines.append(f"  {config.source}: " + "; ".join(said))
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""``bench --concurrency 1,2,4``: N concurrent clients against our ``serve -np N`` (batched, locked, and gated
+with ``--spec-max-active``) and llama-server ``-np N -kvu``, plain and each ``--sources`` source
+(``inspector.bench.concurrency_bench``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from inspector.bench.concurrency_bench import (DEFAULT_LEVELS, DEFAULT_N_PREDICT, DEFAULT_REPEATS, DEFAULT_SOURCES,
+                                               MAX_LEVEL, concurrency_bench, format_concurrency_bench, parse_levels,
+                                               source_configs)
+from inspector.bench.server_compare import check_llama_server, is_url
+from inspector.bench.server_http import ServerError
+from inspector.bench.run import TASKS
+from inspector.cli.bench_costs import print_result
+from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime
+from inspector.cli.ranges import whole_number
+from inspector.cli.server_target import our_llama_server
+from inspector.engine.errors import EngineError
+from inspector.engine.llama_settings import DEFAULT_N_CTX
+from inspector.llama.devices import RpcUnavailable
+from inspector.llama.model_file import ModelFileError
+
+OTHER_DEFAULTS = {"repeats": 3, "max_tokens": 128}
+"""``--repeats`` and ``--max-tokens`` of every other bench mode when not given."""
+
+
+def levels_type(text: str) -> tuple[int, ...]:
+    """argparse type of ``--concurrency``: ``parse_levels`` (one-line ``ArgumentTypeError``)."""
+    try:
+        return parse_levels(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_concurrency_flags(parser) -> None:
+    """``bench --concurrency LEVELS``, ``--sources`` and ``--spec-max-active``."""
+    parser.add_argument("--concurrency", type=levels_type, nargs="?", const=DEFAULT_LEVELS, default=None,
+                        metavar="N1,N2,...",
+                        help=f"instead: N clients at once (1..{MAX_LEVEL} per level) each sending the bundled "
+                             "examples (or --tasks) as streamed greedy chat requests, against our serve -np N -kvu "
+                             "(batched and locked) and llama-server -np N -kvu (--llama-server PATH, default: the "
+                             "one built from our llama.cpp), never two servers at once, for plain decoding and each "
+                             "--sources source: aggregate tok/s, request latency median and p95, ours/llama-server, "
+                             "and the level where speculation stops paying; --repeats rounds [2], --max-tokens per "
+                             f"request [{DEFAULT_N_PREDICT}] [{','.join(map(str, DEFAULT_LEVELS))}]")
+    parser.add_argument("--sources", default=",".join(DEFAULT_SOURCES), metavar="NAME,...",
+                        help="with --concurrency: the speculative sources beside plain decoding, from llama-server's "
+                             f"n-gram types [{','.join(DEFAULT_SOURCES)}]")
+    parser.add_argument("--spec-max-active", type=whole_number(1, MAX_LEVEL, "spec_max_active"), default=None,
+                        metavar="M", help="with --concurrency: also our batched serve with --spec-max-active M "
+                                          "(drafts off while more than M slots generate)")
+
+
+def fill_defaults(args) -> None:
+    """``--repeats`` and ``--max-tokens`` not given: the concurrency bench's defaults with ``--concurrency``, the
+    other modes' (``OTHER_DEFAULTS``) otherwise."""
+    concurrency = getattr(args, "concurrency", None) is not None
+    if args.repeats is None:
+        args.repeats = DEFAULT_REPEATS if concurrency else OTHER_DEFAULTS["repeats"]
+    if args.max_tokens is None:
+        args.max_tokens = DEFAULT_N_PREDICT if concurrency else OTHER_DEFAULTS["max_tokens"]
+
+
+def bench_concurrency_command(args) -> int:
+    """Run ``bench --concurrency`` and print its table (``--json OUT``: the figures); exit 2 for bad input
+    (said before the model loads), 1 when a server failed."""
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        return fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+    try:
+        configs = source_configs([s.strip() for s in args.sources.split(",") if s.strip()])
+    except ValueError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    target = args.llama_server or ""
+    if is_url(target):
+        return fail("bench --concurrency starts its own llama-server for every run (-np N per level): give a "
+                    "llama-server binary, or nothing for the one built from our llama.cpp", EXIT_USAGE)
+    try:
+        if target:
+            check_llama_server(target)
+    except ValueError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    target = target or our_llama_server()
+    if target is None:
+        return 1
+    levels = args.concurrency
+    try:
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=max(levels), n_threads=args.threads or None)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return fail(str(exc))
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    progress(f"llama-server: {target}, {runtime.n_threads} threads on both sides; levels "
+             f"{','.join(map(str, levels))}; {args.repeats} rounds, {args.max_tokens} tokens per request")
+    try:
+        result = concurrency_bench(runtime, target, levels=levels, configs=configs, examples=tasks,
+                                   n_predict=args.max_tokens, repeats=args.repeats,
+                                   spec_max_active=args.spec_max_active, progress=progress)
+    except (EngineError, ServerError) as exc:
+        return fail(str(exc))
+    finally:
+        threads = runtime.n_threads
+        runtime.close()
+    doc = {"llama_server": target, "threads": threads, "n_predict": args.max_tokens, "repeats": args.repeats,
+           "examples": tasks, "spec_max_active": args.spec_max_active, **result.to_json()}
+    print_result(format_concurrency_bench(result, examples=tasks, n_predict=args.max_tokens, repeats=args.repeats,
+                                          threads=threads), doc, args.json)
+    return 1 if any(c.error for c in result.cells.values()) else 0
