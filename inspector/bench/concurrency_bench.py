@@ -166,8 +166,11 @@ def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: i
     """``n_clients`` threads that start together, each sending every prompt in turn (client i from the i-th,
     wrapping) as a streamed greedy chat of at most ``n_predict`` tokens to the server at ``url``, after one
     warm-up request (not measured). Raises the first client's ``ServerError`` (an HTTP failure too)."""
-    with _client(url) as warm:
-        stream_chat(warm, WARM_UP, 1)
+    try:
+        with _client(url) as warm:
+            stream_chat(warm, WARM_UP, 1)
+    except httpx.HTTPError as exc:
+        raise ServerError(f"{url}: {type(exc).__name__}: {exc}") from None
     start: list[float] = []
     barrier = threading.Barrier(n_clients, action=lambda: start.append(time.perf_counter()))
     lock = threading.Lock()
@@ -202,9 +205,8 @@ def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: i
         t.start()
     for t in threads:
         t.join()
-    real = [e for e in errors if not isinstance(e, threading.BrokenBarrierError)]
-    if real or errors:
-        exc = (real or errors)[0]
+    if errors:  # the first real failure (the others' broken barrier follows from it)
+        exc = sorted(errors, key=lambda e: isinstance(e, threading.BrokenBarrierError))[0]
         raise exc if isinstance(exc, ServerError) else ServerError(f"{url}: {type(exc).__name__}: {exc}")
     run.wall_s = max(ends) - start[0]
     return run
