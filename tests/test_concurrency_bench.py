@@ -74,9 +74,8 @@ def _concurrent_drafts(address: str, prompt: str, n: int = 2) -> list[int]:
     return [int(r["timings"].get("draft_n", 0)) for r in replies]
 
 
-def test_spec_max_active_1_makes_fewer_drafts_with_two_requests_at_once(serve, runtime, scheduler):
+def test_spec_max_active_1_makes_fewer_drafts_with_two_requests_at_once(serve, runtime):
     prompt = runtime.chat_prompt(example_prompt("copy-exact"))
-    scheduler.execute("probe", -1, lambda rt: rt.rollback)  # probed before the slots share steps (as bench does)
     free = serve(n_parallel=2, kv_unified=True)
     ungated = _concurrent_drafts(free.address, prompt)
     free.stop()

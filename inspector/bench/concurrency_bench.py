@@ -337,9 +337,6 @@ def concurrency_bench(runtime, binary: str, *, levels: Sequence[int] = DEFAULT_L
     executable. ``configs``: plain decoding first (``source_configs``). A run llama-server cannot do keeps
     our figures and sets its cell's ``error``; ours raise (``ServerError``, ``EngineError``)."""
     scheduler = RuntimeScheduler(runtime)
-    # the KV cache's rollback probe (first speculative request) runs now, before any slots share steps: two
-    # slots probing at once inside the batched schedule would wait for each other
-    scheduler.execute("probe", -1, lambda rt: getattr(rt, "rollback", None))
     prompts = [example_prompt(name) for name in examples]
     order = contenders(spec_max_active)
     result = ConcurrencyResult(tuple(levels), list(configs), order, {})
