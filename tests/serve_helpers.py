@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
+
+import openai
 
 from inspector.bench.server_process import LlamaServerProcess
 from inspector.engine import GenerationSettings
@@ -62,3 +65,23 @@ def cases_on_llama_server(binary, runtime, template: Path, cases: dict) -> dict:
              "--chat-template-file", str(template)]
     with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=1, n_ctx=runtime.n_ctx) as server:
         return {name: send(server.url) for name, send in cases.items()}
+
+
+def ask_at_once(address: str, prompts, max_tokens: int = 16) -> tuple[list, list[threading.Thread]]:
+    """Send ``prompts`` at once, a thread each; each reply (or the exception a failed one raised) lands in the list."""
+    out: list = []
+    barrier = threading.Barrier(len(prompts))
+
+    def go(text: str) -> None:
+        try:
+            client = openai.OpenAI(base_url=address + "/v1", api_key="none", max_retries=0, timeout=60)
+            barrier.wait(10)
+            out.append(client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}],
+                                                      max_tokens=max_tokens, temperature=0))
+        except Exception as exc:  # a failed request may raise: the test reads the traffic rows
+            out.append(exc)
+
+    threads = [threading.Thread(target=go, args=(p,), daemon=True) for p in prompts]
+    for t in threads:
+        t.start()
+    return out, threads

@@ -4,16 +4,15 @@ hand-made rows and steps. Nothing here names the model's words."""
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
-import openai
 from PySide6.QtCore import QPointF, QSettings, Qt
 
 from inspector.engine.step_batch import DRAFT, PLAIN, PROMPT, SlotRows, StepRecord
 from inspector.gui.serve.concurrency_lanes import QUEUE_LANE, bar_at, request_bars, step_cells, waiting_segments
 from inspector.serve.job import ServedRequest
 
+from serve_helpers import ask_at_once
 from test_gui_support import make_window
 
 MAX = 16
@@ -62,25 +61,6 @@ def serving_window(qtbot, runtime, tmp_path):
     return w
 
 
-def ask_all(address: str, out: list) -> list[threading.Thread]:
-    """Send the three prompts at once, each from a thread of its own; replies (or errors) land in ``out``."""
-    barrier = threading.Barrier(len(PROMPTS))
-
-    def go(text: str) -> None:
-        try:
-            client = openai.OpenAI(base_url=address + "/v1", api_key="none", max_retries=0, timeout=120)
-            barrier.wait(10)
-            out.append(client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}],
-                                                      max_tokens=MAX, temperature=0))
-        except Exception as exc:  # reported by the test
-            out.append(exc)
-
-    threads = [threading.Thread(target=go, args=(p,), daemon=True) for p in PROMPTS]
-    for t in threads:
-        t.start()
-    return threads
-
-
 def test_three_concurrent_requests_ride_three_lanes_and_shared_steps(qtbot, runtime, tmp_path):
     w = serving_window(qtbot, runtime, tmp_path)
     w.tabs.setCurrentWidget(w.requests)
@@ -89,8 +69,7 @@ def test_three_concurrent_requests_ride_three_lanes_and_shared_steps(qtbot, runt
     assert w.serve.address, w.requests.status.text()
     assert not w.requests.slots.isEnabled() and not w.requests.schedule.isEnabled()
     assert "3 slots, batched" in w.requests.status.text()
-    out: list = []
-    threads = ask_all(w.serve.address, out)
+    out, threads = ask_at_once(w.serve.address, PROMPTS, MAX)
     qtbot.waitUntil(lambda: not any(t.is_alive() for t in threads), timeout=60_000)
     errors = [r for r in out if isinstance(r, Exception)]
     assert not errors and len(out) == 3, errors

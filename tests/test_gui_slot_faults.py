@@ -4,14 +4,13 @@ session apart. Real model, the ``openai`` SDK; nothing here names the model's wo
 
 from __future__ import annotations
 
-import threading
 
-import openai
 from PySide6.QtCore import QSettings, Qt
 
 from inspector.gui.plots.lock_plots import ZERO_ROW
 from inspector.serve.slots import LOCKED
 
+from serve_helpers import ask_at_once
 from test_gui_support import make_window
 
 MAX = 16
@@ -31,26 +30,6 @@ def serving(qtbot, runtime, tmp_path, slots: int, schedule: str = "batched"):
     qtbot.waitUntil(lambda: w.serve.address != "" or not w.menus.act_serve.isChecked(), timeout=30_000)
     assert w.serve.address, w.requests.status.text()
     return w
-
-
-def ask_at_once(address: str, prompts, max_tokens: int = MAX) -> tuple[list, list[threading.Thread]]:
-    """Send ``prompts`` at once, a thread each; each reply (or the exception a failed one raised) lands in the list."""
-    out: list = []
-    barrier = threading.Barrier(len(prompts))
-
-    def go(text: str) -> None:
-        try:
-            client = openai.OpenAI(base_url=address + "/v1", api_key="none", max_retries=0, timeout=60)
-            barrier.wait(10)
-            out.append(client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}],
-                                                      max_tokens=max_tokens, temperature=0))
-        except Exception as exc:  # a failed request may raise: the test reads the traffic rows
-            out.append(exc)
-
-    threads = [threading.Thread(target=go, args=(p,), daemon=True) for p in prompts]
-    for t in threads:
-        t.start()
-    return out, threads
 
 
 def stop_serving(qtbot, w) -> None:

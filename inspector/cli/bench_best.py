@@ -7,10 +7,9 @@ import sys
 
 from inspector.bench.best import best_bench, format_best
 from inspector.bench.run import TASKS
-from inspector.bench.server_compare import check_llama_server, is_url
 from inspector.cli.bench_costs import print_result
 from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime
-from inspector.cli.server_target import our_llama_server
+from inspector.cli.server_target import binary_to_start
 from inspector.engine import RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.engine.llama_settings import DEFAULT_N_CTX
@@ -52,18 +51,9 @@ def bench_best_command(args) -> int:
         workloads = best_workloads(args.tasks)
     except ValueError as exc:
         return fail(str(exc), EXIT_USAGE)
-    target = args.llama_server or ""
-    if is_url(target):
-        return fail("bench --best starts its own llama-server for every configuration: give a llama-server binary, "
-                    "or nothing for the one built from our llama.cpp", EXIT_USAGE)
-    try:
-        if target:
-            check_llama_server(target)
-    except ValueError as exc:
-        return fail(str(exc), EXIT_USAGE)
-    target = target or our_llama_server()
+    target, status = binary_to_start(args.llama_server, "bench --best", "configuration")
     if target is None:
-        return 1
+        return status
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:

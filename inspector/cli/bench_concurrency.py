@@ -10,13 +10,12 @@ import sys
 from inspector.bench.concurrency_bench import (DEFAULT_LEVELS, DEFAULT_N_PREDICT, DEFAULT_REPEATS, DEFAULT_SOURCES,
                                                MAX_LEVEL, concurrency_bench, format_concurrency_bench, parse_levels,
                                                source_configs)
-from inspector.bench.server_compare import check_llama_server, is_url
 from inspector.bench.server_http import ServerError
 from inspector.bench.run import TASKS
 from inspector.cli.bench_costs import print_result
 from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime
 from inspector.cli.ranges import whole_number
-from inspector.cli.server_target import our_llama_server
+from inspector.cli.server_target import binary_to_start
 from inspector.engine.errors import EngineError
 from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.llama.devices import RpcUnavailable
@@ -74,18 +73,9 @@ def bench_concurrency_command(args) -> int:
         configs = source_configs([s.strip() for s in args.sources.split(",") if s.strip()])
     except ValueError as exc:
         return fail(str(exc), EXIT_USAGE)
-    target = args.llama_server or ""
-    if is_url(target):
-        return fail("bench --concurrency starts its own llama-server for every run (-np N per level): give a "
-                    "llama-server binary, or nothing for the one built from our llama.cpp", EXIT_USAGE)
-    try:
-        if target:
-            check_llama_server(target)
-    except ValueError as exc:
-        return fail(str(exc), EXIT_USAGE)
-    target = target or our_llama_server()
+    target, status = binary_to_start(args.llama_server, "bench --concurrency", "run (-np N per level)")
     if target is None:
-        return 1
+        return status
     levels = args.concurrency
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=max(levels), n_threads=args.threads or None)
