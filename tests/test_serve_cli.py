@@ -16,7 +16,8 @@ import pytest
 from inspector.receipts import load_document
 from inspector.serve.errors import ApiError
 from inspector.serve.params import MAX_TOP_PROBS, ServeDefaults, parse_request
-from inspector.serve.slot import common_prefix, reused_prompt_tokens
+from inspector.serve.prompt_cache import common_prefix
+from inspector.serve.slot import reused_prompt_tokens
 from inspector.session.conversation import read_turns
 
 from test_cli import cli, one_clear_line

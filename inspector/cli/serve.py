@@ -35,6 +35,7 @@ from inspector.llama.template_override import override_chat_template, template_p
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.serve.http_policy import CorsPolicy
 from inspector.serve.params import ServeDefaults
+from inspector.serve.prompt_cache import DEFAULT_CACHE_RAM_MIB
 from inspector.serve.receipts_dir import (DEFAULT_KEEP, DEFAULT_MAX_MB, ReceiptsDir, ReceiptsDirError,
                                           default_receipts_dir, session_document)
 from inspector.serve.server import (DEFAULT_PORT, LOOPBACK, InspectorServer, ServeError, ServeOptions, check_host,
@@ -136,6 +137,14 @@ def add_serve_command(sub) -> None:
                      metavar="M", help="drafts off (plain steps) while more than M slots are generating, decided "
                                        "per window (as vLLM and SGLang turn speculation off past a batch size; "
                                        "llama-server has no such rule) [no limit]")
+    par.add_argument("-cram", "--cache-ram", dest="cache_ram_mib", type=whole_number(-1, 1 << 30, "cache_ram_mib"),
+                     default=DEFAULT_CACHE_RAM_MIB, metavar="N",
+                     help="prompt cache in host memory (llama-server's): MiB that slots' saved KV states may take, "
+                          "restored when a later request shares their prefix; -1 no limit, 0 off "
+                          f"[{DEFAULT_CACHE_RAM_MIB}]")
+    par.add_argument("--cache-idle-slots", action=argparse.BooleanOptionalAction, default=True,
+                     help="when a request starts, save idle slots to the prompt cache, and with -kvu empty them "
+                          "(llama-server's) [on]")
     s.add_argument("--max-queue", type=whole_number(0, 100_000, "max_queue"), default=DEFAULT_MAX_QUEUE, metavar="N",
                    help=f"requests that may wait behind the running one; beyond, 503 with Retry-After "
                         f"[{DEFAULT_MAX_QUEUE}]")
@@ -190,7 +199,8 @@ def _options(args) -> ServeOptions:
                         receipts=receipts, max_body_bytes=args.max_body_mb << 20,
                         cors=CorsPolicy(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),
                         metrics_endpoint=args.metrics, slots_endpoint=args.slots, n_parallel=args.n_parallel,
-                        schedule=args.schedule, kv_unified=args.kv_unified, spec_max_active=args.spec_max_active)
+                        schedule=args.schedule, kv_unified=args.kv_unified, spec_max_active=args.spec_max_active,
+                        cache_ram_mib=args.cache_ram_mib, cache_idle_slots=args.cache_idle_slots)
 
 
 def request_line(row) -> str:

@@ -24,6 +24,7 @@ from inspector.engine.tree import depths, row_branches
 from inspector.llama.model_file import ModelInfo, check_gguf
 from inspector.llama.context_settings import ContextRefused, ContextSettings, settled
 from inspector.llama.server_parity import describe_runtime
+from inspector.llama.sequence_state import SequenceState
 from inspector.llama.sessions import SessionTable
 from inspector.llama.grammar import constrain_session
 from inspector.llama.joined_decode import fill_rows, join_step
@@ -173,6 +174,8 @@ class LlamaRuntime:
         """Aborts the decode in flight (``request_abort``; ``inspector.llama.abort``)."""
         self.sessions = SessionTable(self.n_seq_max, self.mem)
         """The open sessions: sampler chains, greedy or not, penalties (``inspector.llama.sessions``)."""
+        state = SequenceState(self.ctx)  # llama-server's prompt cache (``inspector.llama.sequence_state``):
+        self.save_sequence, self.restore_sequence = state.save, state.restore
         self.logits = LogitsReader(self.ctx, self.n_vocab)
         """The last decode's logits as numpy views (``inspector.llama.logits``)."""
         self.steps = None

@@ -120,6 +120,9 @@ class Job:
         self.cache_n = 0
         """Prompt tokens reused from the slot's cache (the engine thread sets it when the request starts to
         run, before its first token: the Anthropic stream's ``message_start`` reports it)."""
+        self.cache_restored = 0
+        """Tokens of the cached prompt restored into the slot for it (llama-server's ``--cache-ram`` prompt cache,
+        ``inspector.serve.prompt_cache``; 0: none)."""
 
 
 @dataclass

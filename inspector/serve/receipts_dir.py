@@ -134,7 +134,8 @@ class ReceiptsDir:
         doc = record_document(record)
         doc["served"] = {"request_id": job.id, "endpoint": job.endpoint, "client": job.client,
                          "arrived": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.arrived)),
-                         "arrived_unix_s": job.arrived, "prompt_reused": reused, "ended_as": ended_as,
+                         "arrived_unix_s": job.arrived, "prompt_reused": reused,
+                         "prompt_cache_restored": job.cache_restored, "ended_as": ended_as,
                          "stream": bool(job.params.stream), "server_stamp": self.stamp,
                          **({"error": error[:ERROR_CHARS]} if error else {}),
                          **({"concurrency": concurrency_block(job, record)} if job.slot >= 0 else {})}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import uvicorn
 
 from inspector.engine import GenerationSettings
+from inspector.serve.prompt_cache import DEFAULT_CACHE_RAM_MIB
 from inspector.serve.app import MAX_BODY_BYTES, ServeState, build_app
 from inspector.serve.http_policy import CorsPolicy
 from inspector.serve.http_guard import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, guarded_protocol, limit_requests
@@ -73,6 +74,10 @@ class ServeOptions:
     """Every slot may use the whole context (llama-server's ``-kvu``); else ``n_ctx / n_parallel`` each."""
     spec_max_active: int | None = None
     """Drafts off while more than this many slots generate (``inspector.serve.spec_gate``); None: always on."""
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    """llama-server's prompt cache in host memory (``--cache-ram`` MiB; -1: no limit; 0: none)."""
+    cache_idle_slots: bool = True
+    """Save idle slots to the prompt cache when a request starts (``--cache-idle-slots``)."""
 
 
 def slots_text(options: ServeOptions) -> str:
@@ -110,7 +115,8 @@ class InspectorServer:
                                 draft_max_auto=options.draft_max_auto, max_queue=options.max_queue,
                                 receipts=options.receipts, on_change=on_change, feed=feed,
                                 n_parallel=options.n_parallel, schedule=options.schedule,
-                                kv_unified=options.kv_unified, spec_max_active=options.spec_max_active)
+                                kv_unified=options.kv_unified, spec_max_active=options.spec_max_active,
+                                cache_ram_mib=options.cache_ram_mib, cache_idle_slots=options.cache_idle_slots)
         self.metrics = ServeMetrics(options.template.draft_max, self._queue_counts, self.slots.steps)
         self.slots.metrics = self.metrics
         self.state = ServeState(self.slots, self.metrics, model_name, tuple(options.aliases), options.defaults,

@@ -28,16 +28,18 @@ target's probabilities of each token's own verification row, accepted draft toke
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import replace
 from typing import Sequence
 
-from inspector.engine import GenerationObserver, GenerationSettings
+from inspector.engine import GenerationObserver, GenerationSettings, SamplingSettings
 from inspector.engine.errors import EngineError, PromptTooLong, RequestCancelled
 from inspector.engine.faults import CANCEL, FaultPlan
 from inspector.llama.server_parity import server_counted_accepted
 from inspector.serve.job import Job, JobResult, ServedRequest, TokenOut
 from inspector.serve.params import CompletionParams
+from inspector.serve.prompt_cache import cache_update_wanted, common_prefix
 from inspector.serve.spec_gate import SpecGate
 from inspector.session.session_record import SessionRecord
 from inspector.session.run import RunRefused, RunRequest, SessionRun
@@ -68,15 +70,6 @@ class _Stream(GenerationObserver):
 
     def on_token(self, token, text):
         self.deltas.append(text)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token lists (llama.cpp's ``get_common_prefix``)."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def reused_prompt_tokens(cached: Sequence[int], prompt: Sequence[int], cache_prompt: bool) -> int:
@@ -113,6 +106,9 @@ class ServeSlot:
         self.cached: list[int] = []
         self.faults = FaultPlan()
         """Faults armed on this slot: they fire in its next requests, no other slot's (``ServeSlots.arm``)."""
+        self.lock = threading.Lock()
+        """Held while the slot's KV session and ``cached`` change hands with the prompt cache (its own request
+        starting, ``park`` from another slot's thread)."""
 
     @property
     def busy(self) -> bool:
@@ -175,13 +171,18 @@ class ServeSlot:
                        probabilities=self.pool.template.probabilities or p.n_probs > 0 or p.logprobs,
                        top_probabilities=max(self.pool.template.top_probabilities, p.n_probs))
 
-    def _open_slot_session(self, settings: GenerationSettings, tokens: list[int], reuse: int) -> int:
-        """The slot's KV session with ``reuse`` prompt tokens kept and the request's sampler."""
+    def _ensure_session(self, sampling) -> int:
+        """The slot's KV session, opened (empty) on first use. Raises ``EngineError``."""
         if self.session is None:
-            sampling = settings.sampling
             self.session = self.scheduler.execute("open", -1, lambda r: r.open_session(sampling)).value
             self.pool.session_opened(self)
             self.cached = []
+        return self.session
+
+    def _open_slot_session(self, settings: GenerationSettings, tokens: list[int], reuse: int) -> int:
+        """The slot's KV session with ``reuse`` prompt tokens kept and the request's sampler."""
+        if self.session is None:
+            self._ensure_session(settings.sampling)
             reuse = 0
         sid, cached = self.session, self.cached
         self.scheduler.execute("open", sid, lambda r: r.reopen_session(sid, settings.sampling, reuse, cached))
@@ -196,7 +197,10 @@ class ServeSlot:
             self._changed(row)
             return
         settings = self._settings(p, len(tokens))
-        reuse = reused_prompt_tokens(self.cached, tokens, p.cache_prompt)
+        with self.lock:
+            job.cache_restored = self._take_prompt_cache(tokens, settings.sampling)
+            reuse = reused_prompt_tokens(self.cached, tokens, p.cache_prompt)
+        self.pool.park_idle_slots(self)
         record = SessionRecord()
         feed = row.feed
 
@@ -298,6 +302,62 @@ class ServeSlot:
                                             tuple(probs.top), timings=timings))
             sent += 1
         return sent
+
+    def _take_prompt_cache(self, prompt: list[int], sampling) -> int:
+        """This slot takes a request with ``prompt`` (tokens): with llama-server's prompt cache on, save what the
+        slot holds and restore the cached prompt that suits the request better, when ``cache_update_wanted``
+        (``inspector.serve.prompt_cache``). Returns the tokens restored (0: none). Holding ``lock``. A failure
+        (llama.cpp could not save or restore) is logged and empties the slot; the request goes on."""
+        cache = self.pool.prompt_cache
+        if cache is None or not cache_update_wanted(self.cached, prompt, self.pool.similarity):
+            return 0
+        try:
+            sid = self._ensure_session(sampling)
+            self.save_to_cache()
+            entry = cache.best(self.cached, prompt)
+            if entry is None:
+                return 0
+            self.scheduler.execute("cache", sid, lambda r: r.restore_sequence(sid, entry.data))
+            cache.take(entry)
+            self.cached = list(entry.tokens)
+            return len(entry.tokens)
+        except EngineError as exc:
+            log.warning("serve: slot %d: prompt cache: %s", self.id, exc)
+            self.clear()
+            return 0
+
+    def save_to_cache(self) -> None:
+        """Save the slot's KV state and the tokens it holds into the pool's prompt cache (nothing when it holds
+        none, or the cache already has them). Holding ``lock``. Raises ``EngineError``."""
+        cache, sid, held = self.pool.prompt_cache, self.session, self.cached
+        if cache is None or sid is None or not held or cache.holds(held):
+            return
+        data = self.scheduler.execute("cache", sid, lambda r: r.save_sequence(sid)).value
+        cache.store(held, data)
+
+    def clear(self) -> None:
+        """Empty the slot's KV sequence (llama-server's ``prompt_clear``); its session stays open. Holding ``lock``."""
+        self.cached = []
+        sid = self.session
+        if sid is not None:
+            try:
+                self.scheduler.execute("cache", sid, lambda r: r.reopen_session(sid, SamplingSettings(), 0, []))
+            except EngineError:
+                pass
+
+    def park(self) -> None:
+        """Another slot's request started while this one is idle (``--cache-idle-slots``): save this slot's state
+        to the prompt cache and, with a unified KV cache, empty it so its cells serve the running slots. Any
+        thread; nothing when this slot is running a request."""
+        with self.lock:
+            if self.busy:
+                return
+            try:
+                self.save_to_cache()
+            except EngineError as exc:
+                log.warning("serve: slot %d: prompt cache: %s", self.id, exc)
+            if self.pool.kv_unified:
+                self.clear()
 
     def _keep_cache(self, gen, end) -> None:
         """What the slot's KV holds now: every token but the current one when the KV is canonical; else

@@ -26,7 +26,8 @@ from typing import Callable
 from inspector.engine import GenerationSettings
 from inspector.serve.errors import UNAVAILABLE, ApiError
 from inspector.serve.job import Job, ServedRequest
-from inspector.serve.slot import KEEP_RECORDS, KEEP_ROWS, STOPPING, ServeSlot, common_prefix
+from inspector.serve.prompt_cache import DEFAULT_CACHE_RAM_MIB, PromptCache, common_prefix
+from inspector.serve.slot import KEEP_RECORDS, KEEP_ROWS, STOPPING, ServeSlot
 from inspector.session.run_records import RecordStream
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ class ServeSlots:
                  max_queue: int = DEFAULT_MAX_QUEUE, receipts=None, metrics=None,
                  on_change: Callable[[ServedRequest], None] | None = None, feed: bool = False,
                  n_parallel: int = 1, schedule: str = BATCHED, kv_unified: bool = False,
-                 spec_max_active: int | None = None) -> None:
+                 spec_max_active: int | None = None, cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB,
+                 cache_idle_slots: bool = True) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"--schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
         self.scheduler = scheduler
@@ -119,6 +121,12 @@ class ServeSlots:
         """Positions (tokens) one slot's request may use: the whole context with ``kv_unified`` (one KV pool,
         llama-server's ``-kvu``), else ``n_ctx / n_parallel`` (llama.cpp's ``llama_n_ctx_seq`` of a split
         cache, which llama-server's ``n_ctx_slot`` reads)."""
+        self.kv_unified = kv_unified
+        self.similarity = SLOT_PROMPT_SIMILARITY
+        self.prompt_cache = PromptCache(cache_ram_mib, self.runtime.n_ctx) if cache_ram_mib != 0 else None
+        """llama-server's prompt cache in host memory (``--cache-ram`` MiB, 0: none; ``inspector.serve.prompt_cache``)."""
+        self.cache_idle_slots = cache_idle_slots and self.prompt_cache is not None
+        """Save idle slots to the prompt cache when a request starts (and empty them with ``kv_unified``)."""
         self.schedule = schedule if n_parallel > 1 else LOCKED
         """The schedule in effect (one slot: ``locked``, the same thing)."""
         self.steps = None
@@ -277,6 +285,16 @@ class ServeSlots:
         if not 0 <= slot_id < len(self.slots):
             raise ValueError(f"slot {slot_id} is not one of 0..{len(self.slots) - 1}")
         self.slots[slot_id].faults.add(fault)
+
+    def park_idle_slots(self, started: ServeSlot) -> None:
+        """A request started on ``started``: with ``--cache-idle-slots``, every other slot that is idle saves its
+        state to the prompt cache (and is emptied with a unified KV cache: ``ServeSlot.park``), as llama-server
+        does when it launches a task. Called on ``started``'s thread."""
+        if not self.cache_idle_slots:
+            return
+        for slot in self.slots:
+            if slot is not started and not slot.busy:
+                slot.park()
 
     def session_opened(self, slot: ServeSlot) -> None:
         """``slot`` opened its KV session (its id is ``slot.session``): the steps it rides in are its request's."""
