@@ -10,15 +10,26 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from types import SimpleNamespace
 
 import httpx
+import pytest
 
+from inspector.bench.compare import check_config_options
 from inspector.bench.concurrency_bench import (LLAMA_SERVER, OURS_BATCHED, OURS_LOCKED, Cell, ConcurrencyResult,
-                                               LevelRun, contenders, format_concurrency_bench, parse_levels,
-                                               percentile, source_configs)
+                                               Contender, LevelRun, contenders, drive_clients,
+                                               format_concurrency_bench, ours_arguments, parse_levels, percentile,
+                                               source_configs)
+from inspector.bench.server_process import ServeProcess, ServerStartError, last_lines
+from inspector.cli.main import build_parser
+from inspector.cli.sources import source_options_from_args
 from inspector.engine.no_proposal import BUSY_SLOTS, NoProposal
+from inspector.llama.context_settings import ContextSettings
 from inspector.prompts import example_prompt
+from inspector.receipts import load_document
 from inspector.serve.spec_gate import SpecGate
+from inspector.sources.registry import describe_source
 
 from test_cli import cli, one_clear_line
 
@@ -152,3 +163,67 @@ def test_bad_concurrency_levels_and_sources_are_one_line_errors_before_the_model
         assert p.returncode == 2, (args, p.stderr)
         line = one_clear_line(p.stderr)
         assert "loading" not in p.stderr and line.startswith("spec-inspector"), line
+
+
+def _settings(model, **asked) -> SimpleNamespace:
+    """What ``ours_arguments`` reads of a loaded runtime, without loading one."""
+    return SimpleNamespace(model_path=model, n_threads=3, n_ctx=1536, n_batch=384, n_ubatch=96,
+                           asked=ContextSettings(**asked))
+
+
+def test_our_serve_gets_the_runtimes_settings_and_each_configurations_source_slots_and_schedule(tmp_path):
+    settings = _settings(tmp_path / "m.gguf", flash_attn="off", type_k="q8_0")
+    cases = [(c, who, n) for c in source_configs(["ngram-simple", "ngram-mod", "ngram-cache"])
+             for who in contenders(2) if who.ours for n in (1, 3)]
+    assert {c.source for c, _, _ in cases} == {"none", "ngram-simple", "ngram-mod", "ngram-cache"}
+    for config, who, n in cases:
+        argv = ours_arguments(settings, config, who, n, str(tmp_path / "rec"))
+        args = build_parser().parse_args(["serve", *argv])  # argparse exits on a flag serve does not take
+        assert (args.model, args.threads, args.n_ctx, args.n_batch) == (tmp_path / "m.gguf", 3, 1536, 384), argv
+        assert (args.n_ubatch, args.flash_attn, args.type_k, args.type_v) == (96, "off", "q8_0", "f16"), argv
+        assert (args.n_parallel, args.kv_unified, args.schedule) == (n, True, who.schedule), argv
+        assert args.spec_max_active == who.spec_max_active, argv
+        assert (args.source, args.draft_max) == (config.source, config.draft_max), argv
+        assert args.receipts_dir == tmp_path / "rec" and not args.no_receipts and args.probabilities, argv
+        # the child's source gets the options the configuration checks to (as in-process before), and
+        # serve's flag defaults for the rest (the source's own defaults)
+        declared = describe_source(config.source).options or ()
+        flag_defaults = {o.name: o.default for o in declared if o.flag and not o.required}
+        made = describe_source(config.source).check_options(source_options_from_args(args))
+        wanted = check_config_options(config.source, dict(config.options), config.draft_max)
+        assert made == {**flag_defaults, **wanted}, argv
+        assert ("--host" not in argv) and ("--port" not in argv)  # ServeProcess gives them
+        assert {"-b", "-ub", "-fa", "-ctk", "-ctv"} <= set(argv)  # even at a default (ours may differ)
+    plain, simple = source_configs(["ngram-simple"])
+    assert plain.options == {} and "--source-option" not in ours_arguments(settings, plain, Contender("x"), 1, "r")
+    assert ours_arguments(settings, simple, Contender("x"), 1, "r").count("--source-option") == len(simple.options) > 0
+
+
+def test_our_serve_that_exits_at_start_is_a_one_line_start_error_with_its_last_lines(model_path):
+    t0 = time.monotonic()
+    with pytest.raises(ServerStartError) as err:
+        ServeProcess(["--model", model_path, "--no-such-flag"], timeout_s=60)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("our serve exited (code 2)"), message
+    assert "--no-such-flag" in message, message
+    assert time.monotonic() - t0 < 60
+    assert last_lines("a\n\nb\nc\nd\n", 2) == "c | d" and last_lines("") == "(no output)"
+    assert last_lines("x" * 500).endswith("x" * 300) and len(last_lines("x" * 500)) == 303
+
+
+def test_our_serve_as_a_child_process_serves_two_clients_at_once_and_records_them(model_path, tmp_path):
+    settings = SimpleNamespace(model_path=model_path, n_threads=1, n_ctx=1024, n_batch=256, n_ubatch=256,
+                               asked=ContextSettings())
+    (plain,) = source_configs([])
+    folder = tmp_path / "receipts"
+    argv = ours_arguments(settings, plain, Contender(OURS_BATCHED), 2, str(folder))
+    with ServeProcess(argv, timeout_s=120) as server:
+        assert server.running() and server.argv[server.argv.index("serve") - 2:][:2] == ["-m", "inspector"]
+        run = drive_clients(server.url, [example_prompt("copy-exact")], 2, 2)
+    assert not server.running()
+    assert len(run.latencies_s) == 2 and 0 < run.tokens <= 4 and run.wall_s > 0
+    docs = [load_document(f) for f in sorted(folder.glob("req-*.json"))]
+    assert len(docs) == 3, server.log_text()  # the warm-up and the two clients' requests, recorded by the child
+    settings_seen = {(d["settings"]["source"]["name"], d["settings"]["draft_max"], d["settings"].get("probabilities"))
+                     for d in docs}
+    assert settings_seen == {("none", 0, True)}, settings_seen  # the configuration's, serve's defaults otherwise

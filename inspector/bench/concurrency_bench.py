@@ -6,15 +6,19 @@ serves N client threads on 127.0.0.1 that start together and each send the same 
 greedy ``/v1/chat/completions`` requests (the bundled examples, client i starting at the i-th so that
 concurrent requests differ; ``n_predict`` tokens each), after one short warm-up request. Contenders:
 
-- ``ours batched``: our ``InspectorServer`` in this process with ``-np N -kvu`` and the batched schedule
-  (every slot's rows of a step in one ``llama_decode``, as llama-server's ``update_slots``);
+- ``ours batched``: our ``spec-inspector serve`` started as a child process (``ServeProcess``) with ``-np N
+  -kvu`` and the batched schedule (every slot's rows of a step in one ``llama_decode``, as llama-server's
+  ``update_slots``), the same model, thread count, context size and batch and context settings as
+  llama-server's (``ours_arguments``);
 - ``ours locked``: the same with ``--schedule locked`` (each slot under the runtime lock, no joined decode);
 - ``ours batched, spec-max-active M`` when asked: batched with drafts off while more than M slots generate
   (``inspector.serve.spec_gate``), for the speculative configurations only (plain decoding is unchanged);
 - ``llama-server``: a real llama-server started with ``-np N -kvu``, the same thread count, context size and
   batch sizes (``LlamaServerProcess``; the later ``-np`` overrides its ``-np 1``).
 
-A fresh server for every run, one at a time: two llama.cpp processes decoding at once on a small machine
+Both servers run as their own process, as users run them, and the N client threads in this one (the
+bench's): neither server shares an interpreter (Python's GIL) with the clients that parse its streams. A
+fresh server for every run, one at a time: two llama.cpp processes decoding at once on a small machine
 slow each other many times over, so ours and llama-server never run together. The repeats run in rounds
 (every level, configuration and contender once per round) and the contenders' order reverses every
 round, so a slow phase of the machine falls on both programs.
@@ -35,6 +39,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import median
 from typing import Callable, Sequence
 
@@ -44,17 +49,15 @@ from inspector.bench.compare import check_config_options, parse_config
 from inspector.bench.compare_result import CompareConfig
 from inspector.bench.server_bench import SERVER_BENCH_CONFIGS
 from inspector.bench.server_http import ServerError
-from inspector.bench.server_process import LlamaServerProcess
+from inspector.bench.server_process import LlamaServerProcess, ServeProcess
 from inspector.bench.serve_bench import REQUEST_TIMEOUT_S, WARM_UP, server_flags, stream_chat
-from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.llama.server_parity import server_context
 from inspector.prompts import EXAMPLES, example_prompt
-from inspector.serve.params import ServeDefaults
-from inspector.serve.receipts_dir import ReceiptsDir
-from inspector.serve.server import InspectorServer, ServeOptions
 from inspector.serve.slots import BATCHED, LOCKED
-from inspector.sources.registry import PLAIN
+from inspector.sources.registry import PLAIN, describe_source
 
+START_TIMEOUT_S = 120.0
+"""Longest wait for a server child's ``/health`` to answer 200 (seconds)."""
 MAX_LEVEL = 8
 """Most concurrent clients a level may have (``--concurrency``)."""
 DEFAULT_LEVELS = (1, 2, 4)
@@ -104,7 +107,7 @@ def source_configs(names: Sequence[str]) -> list[CompareConfig]:
 
 @dataclass(frozen=True)
 class Contender:
-    """One server setup of a level: ``label`` (the table's), ``ours`` (our serve in this process, else
+    """One server setup of a level: ``label`` (the table's), ``ours`` (our serve as a child process, else
     llama-server), our ``schedule`` (``batched`` or ``locked``) and ``spec_max_active`` (slots; None: no gate)."""
 
     label: str
@@ -212,25 +215,41 @@ def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: i
     return run
 
 
-def ours_level(scheduler: RuntimeScheduler, config: CompareConfig, contender: Contender, n_clients: int,
-               prompts: Sequence[str], n_predict: int) -> LevelRun:
-    """A fresh ``InspectorServer`` on ``scheduler``'s runtime with ``-np n_clients -kvu``, ``contender``'s
-    schedule and gate and ``config``'s source (serve's defaults otherwise: per-row probabilities, receipts
-    in a temporary folder removed afterwards), ``drive_clients`` against it, then stopped."""
-    options = check_config_options(config.source, dict(config.options), config.draft_max)
+def ours_arguments(runtime, config: CompareConfig, contender: Contender, n_clients: int,
+                   receipts_dir: str) -> list[str]:
+    """Our ``serve``'s flags (besides ``--host`` and ``--port``) for one run: ``runtime``'s model
+    (``model_path``), ``--threads`` (``n_threads``), ``-c`` (``n_ctx``), ``-b`` (``n_batch``) and every context
+    setting llama-server gets (``server_context``: ``-ub``, ``-fa``, ``-ctk``, ``-ctv``, written out even at their
+    defaults); ``-np n_clients -kvu``, ``contender``'s ``--schedule`` and ``--spec-max-active``; ``config``'s
+    ``--source``, ``--draft-max`` and each option as ``--source-option KEY=VALUE`` (an option the source takes
+    from the draft max comes from ``--draft-max``); receipts into ``receipts_dir``. ``runtime``: a loaded
+    ``LlamaRuntime`` or any object with those attributes. Raises ``ValueError`` / ``UnknownSource`` for options
+    the source does not take (``check_config_options``)."""
+    check_config_options(config.source, dict(config.options), config.draft_max)
+    from_draft_max = {o.name for o in describe_source(config.source).options or () if o.from_setting == "draft_max"}
+    args = ["--model", str(Path(runtime.model_path).absolute()), "--threads", str(runtime.n_threads),
+            "-c", str(runtime.n_ctx), "-b", str(runtime.n_batch), *server_context(runtime).args(),
+            "-np", str(n_clients), "-kvu", "--schedule", contender.schedule]
+    if contender.spec_max_active is not None:
+        args += ["--spec-max-active", str(contender.spec_max_active)]
+    args += ["--source", config.source, "--draft-max", str(config.draft_max)]
+    for key, value in config.options.items():
+        if key not in from_draft_max:
+            args += ["--source-option", f"{key}={value}"]
+    return [*args, "--receipts-dir", str(receipts_dir)]
+
+
+def ours_level(runtime, config: CompareConfig, contender: Contender, n_clients: int, prompts: Sequence[str],
+               n_predict: int) -> LevelRun:
+    """A fresh ``spec-inspector serve`` child process (``ServeProcess``) with ``ours_arguments`` (serve's
+    defaults otherwise: per-row probabilities on; receipts in a temporary folder removed afterwards),
+    ``drive_clients`` against it, then stopped (SIGTERM, SIGKILL after 5 s). Raises ``ServerError``: it did
+    not answer ``/health`` within ``START_TIMEOUT_S`` seconds or exited first (``ServerStartError``, with the
+    last lines of its output), or a request failed; ``ValueError`` for options the source does not take."""
     with tempfile.TemporaryDirectory(prefix="spec-inspector-concurrency-") as folder:
-        server = InspectorServer(scheduler, str(scheduler.runtime.model_path), ServeOptions(
-            port=0, source=config.source, source_options=options,
-            template=GenerationSettings(draft_max=config.draft_max), defaults=ServeDefaults(),
-            receipts=ReceiptsDir(folder), n_parallel=n_clients, schedule=contender.schedule, kv_unified=True,
-            spec_max_active=contender.spec_max_active))
-        try:
-            url = server.start()
-            if not server.wait_started():
-                raise ServerError("our serve did not start within 10 s")
-            return drive_clients(url, prompts, n_clients, n_predict)
-        finally:
-            server.stop()
+        args = ours_arguments(runtime, config, contender, n_clients, folder)
+        with ServeProcess(args, timeout_s=START_TIMEOUT_S) as server:
+            return drive_clients(server.url, prompts, n_clients, n_predict)
 
 
 def theirs_level(runtime, binary: str, config: CompareConfig, n_clients: int, prompts: Sequence[str],
@@ -239,7 +258,7 @@ def theirs_level(runtime, binary: str, config: CompareConfig, n_clients: int, pr
     and batch sizes, ``drive_clients`` against it, then stopped. Raises ``ServerError``."""
     flags = [*server_flags(runtime, config), "-np", str(n_clients), "-kvu"]
     with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=runtime.n_threads, n_ctx=runtime.n_ctx,
-                            context=server_context(runtime)) as server:
+                            context=server_context(runtime), timeout_s=START_TIMEOUT_S) as server:
         return drive_clients(server.url, prompts, n_clients, n_predict)
 
 
@@ -332,11 +351,10 @@ def concurrency_bench(runtime, binary: str, *, levels: Sequence[int] = DEFAULT_L
                       progress: Callable[[str], None] = lambda _m: None) -> ConcurrencyResult:
     """Every level x configuration x contender, ``repeats`` rounds (see the module docstring).
 
-    ``runtime``: our loaded ``LlamaRuntime`` with at least ``max(levels)`` sequences (``n_seq_max``); its
-    model, thread count, context size and batch sizes are llama-server's too. ``binary``: a llama-server
-    executable. ``configs``: plain decoding first (``source_configs``). A run llama-server cannot do keeps
-    our figures and sets its cell's ``error``; ours raise (``ServerError``, ``EngineError``)."""
-    scheduler = RuntimeScheduler(runtime)
+    ``runtime``: our loaded ``LlamaRuntime`` (or an object with its settings: ``ours_arguments``); its model,
+    thread count, context size and batch and context settings are both servers' (each its own child process).
+    ``binary``: a llama-server executable. ``configs``: plain decoding first (``source_configs``). A run
+    llama-server cannot do keeps our figures and sets its cell's ``error``; ours raise (``ServerError``)."""
     prompts = [example_prompt(name) for name in examples]
     order = contenders(spec_max_active)
     result = ConcurrencyResult(tuple(levels), list(configs), order, {})
@@ -355,7 +373,7 @@ def concurrency_bench(runtime, binary: str, *, levels: Sequence[int] = DEFAULT_L
                         continue
                     progress(f"round {rep + 1}/{repeats} · {level} clients · {config.source} · {c.label}")
                     if c.ours:
-                        run = ours_level(scheduler, config, c, level, prompts, n_predict)
+                        run = ours_level(runtime, config, c, level, prompts, n_predict)
                     else:
                         try:
                             run = theirs_level(runtime, binary, config, level, prompts, n_predict)

@@ -43,9 +43,14 @@ class ContextRules:
         """llama-server's flags for the settings that are not its defaults (none for the defaults)."""
         return server_flag_args(context_object_settings(), self)
 
+    def args(self) -> list[str]:
+        """Every setting as llama.cpp's (and our CLI's) flags, defaults too, e.g. ``["-ub", "512", "-fa",
+        "auto", "-ctk", "f16", "-ctv", "f16"]``."""
+        return [part for s in context_object_settings() for part in (s.flags[0], str(getattr(self, s.name)))]
+
     def flags(self) -> str:
         """Every setting as llama.cpp's flags, e.g. ``-ub 512 -fa auto -ctk f16 -ctv f16``."""
-        return " ".join(f"{s.flags[0]} {getattr(self, s.name)}" for s in context_object_settings())
+        return " ".join(self.args())
 
     def values(self) -> dict:
         """The fields by name (the declarations' names)."""
