@@ -60,8 +60,8 @@ def cases_on_ours(scheduler, runtime, template: Path, cases: dict, folder: Path)
 
 def cases_on_llama_server(binary, runtime, template: Path, cases: dict) -> dict:
     """Each case's result from a real llama-server on the runtime's model and context settings, with
-    ``--jinja --chat-template-file template`` and its host prompt cache off (ours keeps the last prompt only)."""
-    flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(), "--cache-ram", "0", "--jinja",
+    ``--jinja --chat-template-file template`` (its host prompt cache on, as ours)."""
+    flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(), "--jinja",
              "--chat-template-file", str(template)]
     with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=1, n_ctx=runtime.n_ctx) as server:
         return {name: send(server.url) for name, send in cases.items()}

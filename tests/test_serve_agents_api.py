@@ -41,11 +41,6 @@ SYSTEM = "You are a brief assistant."
 TIMES = ("created", "created_at", "completed_at")
 COUNTS = ("cache_n", "prompt_n", "predicted_n")
 """What of ``timings`` is compared (token counts; the rest is time)."""
-NO_RAM_CACHE = ("--cache-ram", "0")
-"""llama-server's host-memory prompt cache (``--cache-ram``, 8192 MiB by default in 0c1e570) restores an
-older request's prompt (here the SDK's repeat of the first request reused 31 of its 32 prompt tokens
-there, 14 here): our slot keeps only the last request's tokens, for every endpoint (README "Differences
-that remain"), so that cache is off for the comparison."""
 _ID = re.compile(r"^(chatcmpl-|resp_|msg_|rs_)[0-9A-Za-z]{32}$")
 
 
@@ -229,7 +224,7 @@ def both(scheduler, runtime, llama_server_binary, tmp_path_factory):
         docs = [load_document(r.receipts_path) for r in ours.slots.snapshot_rows() if r.receipts_path]
     finally:
         ours.stop()
-    flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(), *NO_RAM_CACHE]
+    flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args()]
     with LlamaServerProcess(llama_server_binary, runtime.model_path, args=flags, threads=1,
                             n_ctx=runtime.n_ctx) as server:
         theirs = _run_all(server.url)

@@ -174,7 +174,7 @@ def test_the_same_concurrent_requests_draft_as_llama_server_with_the_same_slots(
     docs = {d["prompt"]["text"]: d for d in (load_document(r.receipts_path) for r in wait_done(ours_server, 4))}
     ours_metrics = parse_metrics(httpx.get(ours_server.address + "/metrics").text)
     ours_server.stop()  # never two llama.cpp processes decoding at once
-    flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(), "--cache-ram", "0",
+    flags = ["-b", str(runtime.n_batch), *server_context(runtime).server_args(),
              *server_arguments(name, options, draft_max=draft_max), "-np", "4", "-kvu"]
     theirs_server = start_llama_server(args=flags, threads=2, n_ctx=runtime.n_ctx)
     theirs = _at_once(theirs_server.url, send=_completion)
