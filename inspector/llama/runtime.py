@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 
 from inspector.llama import llama_log  # noqa: E402  (imports llama_cpp)
 from inspector.llama.abort import AbortSwitch  # noqa: E402
+from inspector.llama.decode_thread import DecodeThread  # noqa: E402
 from inspector.llama.build_check import check_build, llama_library_path, probe_model  # noqa: E402
 from inspector.llama.model_load import create_context, load_model  # noqa: E402
 from inspector.llama.logits import LogitsReader  # noqa: E402
@@ -114,12 +115,8 @@ class LlamaRuntime:
         self.detokenize, self.tokenize = v.detokenize, v.tokenize
         self.chat_prompt, self.chat_messages_prompt, self.prompt_tokens = (v.chat_prompt, v.chat_messages_prompt,
                                                                            v.prompt_tokens)
-        self.vocab = self.vocabulary.vocab
-        self.n_vocab = self.vocabulary.n_vocab
-        self.vocab_type = self.vocabulary.vocab_type
-        self.n_ctx = n_ctx
-        self.n_batch = min(n_batch, n_ctx)
-        self.n_seq_max = max(1, n_seq_max)
+        self.vocab, self.n_vocab, self.vocab_type = v.vocab, v.n_vocab, v.vocab_type
+        self.n_ctx, self.n_batch, self.n_seq_max = n_ctx, min(n_batch, n_ctx), max(1, n_seq_max)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = self.n_batch
@@ -164,12 +161,11 @@ class LlamaRuntime:
         self.decode_calls = 0
         """``llama_decode`` calls so far (a tree window is one: tests, benchmarks)."""
         self.predict_ns = 0
-        """Total time spent picking greedy predictions from the rows' logits (argmax,
-        nanoseconds), for benchmarks: verification work outside llama.cpp."""
+        """Time picking greedy predictions from the rows' logits (argmax, ns; benchmarks)."""
         self.probability_ns = 0
-        """Total time spent in ``row_probabilities`` (nanoseconds) and the rows it summarised, for
-        benchmarks (µs per row: ``probability_ns / 1000 / probability_rows``)."""
+        """Time in ``row_probabilities`` (ns) over the rows it summarised (benchmarks)."""
         self.probability_rows = 0
+        self.decoder = DecodeThread()  # every llama_decode on one OS thread (inspector.llama.decode_thread: why)
         self.abort = AbortSwitch(self.ctx)
         """Aborts the decode in flight (``request_abort``; ``inspector.llama.abort``)."""
         self.sessions = SessionTable(self.n_seq_max, self.mem)
@@ -192,6 +188,8 @@ class LlamaRuntime:
         """Free every sampler, the batch, the context and the model (idempotent)."""
         for s in self.sessions.ids():
             self.drop_session(s)
+        if getattr(self, "decoder", None) is not None:
+            self.decoder.close()
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
@@ -300,16 +298,20 @@ class LlamaRuntime:
             t = time.perf_counter_ns()
             self.decode_calls += 1
             try:
-                rc = llama_cpp.llama_decode(self.ctx, self._batch)
-                # With layers on an RPC server (or a GPU) llama_decode returns before the work is done
-                # (LLAMA_CPP_NOTES): wait here, so decode time is the decode's. A no-op on the CPU.
-                llama_cpp.llama_synchronize(self.ctx)
+                rc = self.decoder.call(self._decode_batch)
             finally:
                 self.decode_ns += time.perf_counter_ns() - t
         if rc == 2:
             raise DecodeAborted(rc, n, position)
         if rc != 0:
             raise DecodeFailed(rc, n, position)
+
+    def _decode_batch(self) -> int:
+        """``llama_decode`` of the filled batch (on the decode thread), waited for: on RPC or a GPU it returns
+        before the work is done (LLAMA_CPP_NOTES)."""
+        rc = llama_cpp.llama_decode(self.ctx, self._batch)
+        llama_cpp.llama_synchronize(self.ctx)
+        return rc
 
     def decode_rows(
         self, sid: int, tokens: Sequence[int], position: int, abort: threading.Event | None = None
