@@ -227,3 +227,10 @@ def test_our_serve_as_a_child_process_serves_two_clients_at_once_and_records_the
     settings_seen = {(d["settings"]["source"]["name"], d["settings"]["draft_max"], d["settings"].get("probabilities"))
                      for d in docs}
     assert settings_seen == {("none", 0, True)}, settings_seen  # the configuration's, serve's defaults otherwise
+
+
+def test_each_client_opens_with_its_own_system_message():
+    from inspector.bench.concurrency_bench import client_system
+
+    messages = {client_system(i) for i in range(8)}
+    assert len(messages) == 8

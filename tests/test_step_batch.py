@@ -87,6 +87,9 @@ def test_a_step_waits_for_every_active_session_then_carries_generating_rows_firs
     assert (out[2].output_first, out[2].batch_first, out[2].outputs, out[2].steps) == (0, 5, 1, (1, 2))
     kinds = [(p.session_id, p.kind, p.rows) for p in steps.steps[0].parts]
     assert kinds == [(0, "plain", 1), (1, "draft", 3), (2, "prompt", 4)]
+    # each session's KV length once the step is decoded: the position after its last row in it
+    assert [p.kv_end for p in steps.steps[0].parts] == [31, 23, 4]
+    assert [p.kv_end for p in steps.steps[1].parts] == [10]
     assert steps.step_count == 2 and steps.busy_per_decode == 2.0
 
 

@@ -165,10 +165,18 @@ def _client(url: str) -> httpx.Client:
                         limits=httpx.Limits(max_keepalive_connections=0))
 
 
+def client_system(i: int) -> str:
+    """The system message of client ``i`` (0-based): its own from the first token on."""
+    return f"You are assistant number {i + 1} of several; answer the user."
+
+
 def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: int) -> LevelRun:
     """``n_clients`` threads that start together, each sending every prompt in turn (client i from the i-th,
     wrapping) as a streamed greedy chat of at most ``n_predict`` tokens to the server at ``url``, after one
-    warm-up request (not measured). Raises the first client's ``ServerError`` (an HTTP failure too)."""
+    warm-up request (not measured). Each client's requests open with its own system message
+    (``client_system``), so no request finds another client's prompt in a server's prompt cache
+    (``--cache-ram``): which one would depends on arrival order, and the runs would not do the same work.
+    Raises the first client's ``ServerError`` (an HTTP failure too)."""
     try:
         with _client(url) as warm:
             stream_chat(warm, WARM_UP, 1)
@@ -186,9 +194,10 @@ def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: i
         try:
             with _client(url) as c:
                 barrier.wait()
+                system = {"role": "system", "content": client_system(i)}
                 for prompt in order:
                     sent = time.perf_counter()
-                    chat = stream_chat(c, [{"role": "user", "content": prompt}], n_predict)
+                    chat = stream_chat(c, [system, {"role": "user", "content": prompt}], n_predict)
                     done = time.perf_counter()
                     draft_n, accepted = chat.drafts
                     with lock:

@@ -61,6 +61,9 @@ class SlotRows:
     session_id: int
     kind: str
     rows: int
+    kv_end: int = -1
+    """The session's KV length once the step is decoded (positions, tokens: its rows' last position + 1; a
+    window's rejected rows are trimmed after it); -1: not known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,8 @@ class StepRecord:
     def to_json(self) -> dict:
         return {"step": self.index, "started_us": self.started_us, "decode_us": self.decode_us,
                 "active": self.active, "rows": self.rows,
-                "parts": [{"session_id": p.session_id, "kind": p.kind, "rows": p.rows} for p in self.parts]}
+                "parts": [{"session_id": p.session_id, "kind": p.kind, "rows": p.rows, "kv_end": p.kv_end}
+                          for p in self.parts]}
 
 
 @dataclass(eq=False)
@@ -207,7 +211,8 @@ class StepBatch:
             for i, t in enumerate(e.tokens):
                 rows.append(BatchRow(t, e.position + i, e.session_id, True))
             taken.append((e, start, len(e.tokens), len(e.tokens)))
-            parts.append(SlotRows(e.session_id, DRAFT if len(e.tokens) > 1 else PLAIN, len(e.tokens)))
+            parts.append(SlotRows(e.session_id, DRAFT if len(e.tokens) > 1 else PLAIN, len(e.tokens),
+                                   e.position + len(e.tokens)))
         for e in ordered:  # then prompts, in slot order, as many tokens as fit
             if e.all_outputs or len(rows) >= self.n_batch:
                 continue
@@ -218,7 +223,7 @@ class StepBatch:
                 rows.append(BatchRow(e.tokens[e.done + i], e.position + e.done + i, e.session_id,
                                      last and i == n - 1))
             taken.append((e, start, n, 1 if last else 0))
-            parts.append(SlotRows(e.session_id, PROMPT, n))
+            parts.append(SlotRows(e.session_id, PROMPT, n, e.position + e.done + n))
         t0 = time.perf_counter_ns()
         error: BaseException | None = None
         try:
