@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from inspector.receipts.document import json_problem
+from inspector.serve.loop_mail import LoopMail
 from inspector.serve.chat_tools import prepare_tools
 from inspector.serve.reasoning import prepare_reasoning
 from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LARGE, UNAVAILABLE, ApiError
@@ -172,19 +173,20 @@ def build_app(state: ServeState, inner=None) -> Starlette:
     """The Starlette application of one server, behind its CORS and key checks (an ASGI app); ``inner``: what
     wraps the routes inside those checks (the server's request limit, so its 503 carries CORS too)."""
 
+    mails: dict = {}  # the event loop's LoopMail (one loop per server run)
+
     def submit(request: Request, p, prep: dict, api, before: list, arrived: float) -> Submitted:
         """Queue one prompt's job on the slot (``ApiError`` 503 when the queue is full); ``api``: None or
         the agents' API module whose ``Renderer`` writes the replies; ``before``: the request's prompts queued
         already (they count once against the limit and share the reply's id)."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
+        if mails.get("loop") is not loop:
+            mails["loop"], mails["mail"] = loop, LoopMail(loop)
+        mail = mails["mail"]
 
         def deliver(item) -> None:
-            if not loop.is_closed():  # closed: the server stopped and this client is gone
-                try:
-                    loop.call_soon_threadsafe(queue.put_nowait, item)
-                except RuntimeError:  # closed since the check
-                    pass
+            mail.post(queue, item)  # dropped once the loop closed: the server stopped, this client is gone
 
         client = f"{request.client.host}:{request.client.port}" if request.client else ""
         job = Job(request.url.path, p, prep["tokens"], prep["prompt_text"], deliver,
