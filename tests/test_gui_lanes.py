@@ -86,6 +86,18 @@ def test_three_concurrent_requests_ride_three_lanes_and_shared_steps(qtbot, runt
     assert shared, lanes.cells.slots_per_step()  # some decode step carried rows of two slots or more
     assert sum(len(item.opts["x0"]) for item in lanes.cell_items.values()) == len(lanes.cells.index)
 
+    # The KV lanes: a line per slot over the same steps, on the same time axis; each slot's KV grew from where
+    # its request began (its prompt, then its tokens) in at least two of them.
+    kv = lanes.kv
+    assert kv.isVisible() and len(kv.lines.kv) == 3
+    grew = [i for i, k in enumerate(kv.lines.kv) if len(k) and k[-1] > k[0]]
+    assert len(grew) >= 2, [k.tolist()[:12] for k in kv.lines.kv]
+    for i in grew:
+        x, y = kv.curves[i].getData()
+        assert len(x) == len(kv.lines.x[i]) and np.allclose(y, kv.lines.y(i)) and (np.diff(x) >= 0).all()
+        assert bars.start.min() - 0.5 <= x.min() and x.max() <= bars.end.max() + 0.5  # no step before a request
+    assert 0 < kv.lines.largest <= kv.lines.scale and f"0–{kv.lines.scale} tokens" in kv.note.text()
+
     # Clicking a bar picks its request in the table, and every view shows it.
     first = min(int(i) for i in bars.ids if i != w.request_log.shown)  # the views show the newest (following)
     x, y = lanes.bar_centre(first)

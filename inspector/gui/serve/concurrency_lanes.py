@@ -6,7 +6,8 @@ the lane of the slot that ran it, from a slot taking it until it ended (or now, 
 where its first token went to the client; the ``queue`` lane above holds a thin line per request from its
 arrival to a slot taking it (its wait). Below, with the batched schedule: each decode step is a thin column, a
 cell in the lane of every slot whose rows rode in it, coloured by the kind of rows (prompt, plain, draft), so
-one sees which slots a step joined. Clicking a bar picks its request (``requestPicked``).
+one sees which slots a step joined; between the two, each slot's KV length over the steps (``KvLanes``).
+Clicking a bar picks its request (``requestPicked``).
 
 The widget gets only a ``feed`` (a callable returning a ``LanesFeed`` or None); the items are made once and
 updated with ``setData`` / ``setOpts`` on the view's redraw tick; what is drawn is bounded (the newest
@@ -26,6 +27,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from inspector.engine.step_batch import DRAFT, PLAIN, PROMPT
+from inspector.gui.serve.kv_lanes import KvLanes, slot_parts
 from inspector.serve.job import ServedRequest
 
 KEEP_REQUESTS = 500
@@ -60,12 +62,14 @@ MIN_CELL_PX = 2.0
 class LanesFeed:
     """What the lanes show: the requests' ``rows`` (oldest first, updated in place by the server), the batched
     schedule's ``steps`` (a ``StepBatch``, None with the locked schedule or one slot), which slot each KV
-    session belongs to (``slot_of_session``: the step records name sessions) and the number of slots."""
+    session belongs to (``slot_of_session``: the step records name sessions), the number of slots and the
+    positions (tokens) one slot's request may use (``n_ctx_slot``; 0: not known)."""
 
     rows: Sequence[ServedRequest]
     steps: object | None
     slot_of_session: Mapping[int, int]
     n_slots: int
+    n_ctx_slot: int = 0
 
 
 @dataclass(frozen=True)
@@ -151,15 +155,12 @@ def step_cells(steps: Sequence, slot_of_session: Mapping[int, int], zero_s: floa
                min_width_s: float = 0.0) -> StepCells:
     """The cells of ``steps`` (``StepRecord``: ``started_us`` / ``decode_us`` in microseconds since the step
     batch's epoch), the epoch being ``zero_s`` seconds after Serve began; a cell is at least ``min_width_s``
-    wide. A part of a session no slot owns (a probe riding along) is left out."""
+    wide. Only the parts a slot's request put in a step are drawn (``slot_parts``: not a probe's)."""
     index, x0, x1, lane, kind, rows = [], [], [], [], [], []
     for s in steps:
         a = zero_s + s.started_us * 1e-6
         b = a + max(s.decode_us * 1e-6, min_width_s)
-        for p in s.parts:
-            slot = slot_of_session.get(p.session_id)
-            if slot is None:
-                continue
+        for slot, p in slot_parts(s, slot_of_session):
             index.append(s.index)
             x0.append(a)
             x1.append(b)
@@ -227,8 +228,9 @@ class ConcurrencyLanes(QWidget):
             + " ".join(f"<span style='color:{KIND_COLORS[k]}'>■</span> {k}" for k in KINDS))
         self.legend.setToolTip("each request in the lane of the slot that ran it: the line is its wait in the "
                                "queue, the bar its run, the tick its first token; click a bar to show that request. "
-                               "Below (batched schedule): each decode step, a cell per slot whose rows it carried "
-                               "(prompt tokens, a plain step's one row, a window's draft rows)")
+                               "Below (batched schedule): each slot's KV length over time, then each decode "
+                               "step, a cell per slot whose rows it carried (prompt tokens, a plain step's one row, "
+                               "a window's draft rows)")
         self.legend.setWordWrap(True)
         lay.addWidget(self.legend)
         self.lanes_plot = pg.PlotWidget(background="w")
@@ -269,14 +271,19 @@ class ConcurrencyLanes(QWidget):
             sp.addItem(item)
         self.steps_note = QLabel("")
         self.steps_note.setStyleSheet("color:#555")
+        self.kv = KvLanes()
+        self.kv.link(lp)
         lay.addWidget(self.lanes_plot, 1)
+        lay.addWidget(self.kv, 1)
         lay.addWidget(self.steps_plot)
         lay.addWidget(self.steps_note)
         self.steps_plot.hide()
+        self.kv.hide()
         lp.scene().sigMouseClicked.connect(self._clicked)
         for axis in ("left",):
             lp.getAxis(axis).setWidth(56)
             sp.getAxis(axis).setWidth(56)
+            self.kv.plot.getPlotItem().getAxis(axis).setWidth(56)
 
     def attach(self, feed: Callable[[], LanesFeed | None]) -> None:
         """Show a new server's traffic from now on (its times count from now)."""
@@ -328,17 +335,19 @@ class ConcurrencyLanes(QWidget):
         self.steps_note.hide()
         zero_s = self.perf_to_epoch + batch.epoch_ns * 1e-9 - self.origin
         (x_lo, x_hi), width_px = self.lanes_plot.getPlotItem().viewRange()[0], max(1, self.lanes_plot.width())
-        self.cells = cells = step_cells(newest_steps(batch), feed.slot_of_session, zero_s,
-                                        MIN_CELL_PX * (x_hi - x_lo) / width_px)
+        steps = newest_steps(batch)
+        self.cells = cells = step_cells(steps, feed.slot_of_session, zero_s, MIN_CELL_PX * (x_hi - x_lo) / width_px)
+        self.kv.draw(steps, feed.slot_of_session, zero_s, feed.n_slots, feed.n_ctx_slot)
         for k, item in self.cell_items.items():
             m = np.asarray([c == k for c in cells.kind], bool).reshape(-1)
             item.setOpts(x0=cells.x0[m], x1=cells.x1[m], y0=cells.lane[m] - CELL_HALF, y1=cells.lane[m] + CELL_HALF)
 
     def _show_steps(self, on: bool) -> None:
-        """The steps strip under the lanes (the time axis moves down to it), or the lanes alone."""
+        """The KV lanes and the steps strip under the lanes (the time axis moves down to it), or the lanes alone."""
         if on == self.steps_plot.isVisibleTo(self):
             return
         self.steps_plot.setVisible(on)
+        self.kv.setVisible(on)
         lp = self.lanes_plot.getPlotItem()
         lp.showAxis("bottom", not on)
 

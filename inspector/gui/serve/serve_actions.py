@@ -192,7 +192,8 @@ class ServeActions(QObject):
         slots, log = self.server.slots, self.log
         self._slot_map = (slots.session_slots, slots.n_parallel)
         self._armed = []
-        self.view.lanes.attach(lambda: LanesFeed(log.rows, slots.steps, slots.session_slots(), slots.n_parallel))
+        self.view.lanes.attach(lambda: LanesFeed(log.rows, slots.steps, slots.session_slots(), slots.n_parallel,
+                                                   slots.n_ctx_slot))
         self._options = options
         if options.n_parallel > 1:
             self.view.show_lanes()  # what several slots do
