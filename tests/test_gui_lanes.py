@@ -70,7 +70,7 @@ def test_three_concurrent_requests_ride_three_lanes_and_shared_steps(qtbot, runt
     assert not w.requests.slots.isEnabled() and not w.requests.schedule.isEnabled()
     assert "3 slots, batched" in w.requests.status.text()
     out, threads = ask_at_once(w.serve.address, PROMPTS, MAX)
-    qtbot.waitUntil(lambda: not any(t.is_alive() for t in threads), timeout=60_000)
+    qtbot.waitUntil(lambda: not any(t.is_alive() for t in threads), timeout=180_000)
     errors = [r for r in out if isinstance(r, Exception)]
     assert not errors and len(out) == 3, errors
     lanes = w.requests.lanes
