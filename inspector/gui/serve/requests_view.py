@@ -13,6 +13,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
                                QSpinBox, QSplitter, QTableView, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 
+from inspector.serve.prompt_cache import DEFAULT_CACHE_RAM_MIB
 from inspector.gui.look.table_copy import install_row_copy
 from inspector.gui.panel.widgets import ElidedLabel
 from inspector.gui.serve.concurrency_lanes import ConcurrencyLanes
@@ -109,6 +110,12 @@ class RequestsView(QWidget):
         self.kv_unified.setToolTip("-kvu (--kv-unified): every slot may use the whole context; off: the context "
                                    "is split, n_ctx / slots positions each (llama-server's default)")
         slots_row.addWidget(self.kv_unified)
+        self.cache_ram = QCheckBox("-cram")
+        self.cache_ram.setChecked(True)
+        self.cache_ram.setToolTip(f"--cache-ram: keep earlier prompts' KV in host memory (up to "
+                                  f"{DEFAULT_CACHE_RAM_MIB} MiB, llama-server's default) and restore the one a request "
+                                  "shares most with; off: --cache-ram 0")
+        slots_row.addWidget(self.cache_ram)
         self.slots.valueChanged.connect(self._slots_changed)
         self._slots_changed(self.slots.value())
         self.status = ElidedLabel("")
@@ -163,13 +170,16 @@ class RequestsView(QWidget):
     def enable_slots(self, on: bool) -> None:
         """The slots box can be changed (not while serving)."""
         self.slots.setEnabled(on)
+        self.cache_ram.setEnabled(on)
         self._slots_changed(self.slots.value())
 
     def slot_options(self) -> dict:
-        """The slots box as ``ServeOptions`` fields: ``n_parallel``, ``schedule``, ``kv_unified``."""
+        """The slots box as ``ServeOptions`` fields: ``n_parallel``, ``schedule``, ``kv_unified``,
+        ``cache_ram_mib`` (MiB; 0: no prompt cache)."""
         n = self.slots.value()
         return {"n_parallel": n, "schedule": self.schedule.currentText() if n > 1 else BATCHED,
-                "kv_unified": n > 1 and self.kv_unified.isChecked()}
+                "kv_unified": n > 1 and self.kv_unified.isChecked(),
+                "cache_ram_mib": DEFAULT_CACHE_RAM_MIB if self.cache_ram.isChecked() else 0}
 
     def show_lanes(self) -> None:
         """Show the Slots page (several slots serve)."""

@@ -43,8 +43,9 @@ from inspector.session.run_states import IDLE, SERVING
 
 PORT_KEY = "serve/port"
 """Settings key of the port Serve listens on (0: any free port)."""
-SLOTS_KEY, SCHEDULE_KEY, KVU_KEY = "serve/slots", "serve/schedule", "serve/kv_unified"
-"""Settings keys of the slots box: slots (``-np``), the schedule, ``-kvu``."""
+SLOTS_KEY, SCHEDULE_KEY, KVU_KEY, CACHE_RAM_KEY = ("serve/slots", "serve/schedule", "serve/kv_unified",
+                                                   "serve/cache_ram")
+"""Settings keys of the slots box: slots (``-np``), the schedule, ``-kvu``, the prompt cache (``-cram``)."""
 SERVE_SHORTCUT = "Ctrl+Shift+S"
 
 
@@ -131,6 +132,8 @@ class ServeActions(QObject):
         view.slots.valueChanged.connect(lambda v: settings.setValue(SLOTS_KEY, v))
         view.schedule.currentTextChanged.connect(lambda t: settings.setValue(SCHEDULE_KEY, t))
         view.kv_unified.toggled.connect(lambda on: settings.setValue(KVU_KEY, on))
+        view.cache_ram.setChecked(str(settings.value(CACHE_RAM_KEY, "true")).lower() in ("true", "1"))
+        view.cache_ram.toggled.connect(lambda on: settings.setValue(CACHE_RAM_KEY, on))
 
     @property
     def serving(self) -> bool:
