@@ -123,6 +123,8 @@ class ServeSlots:
         cache, which llama-server's ``n_ctx_slot`` reads)."""
         self.kv_unified = kv_unified
         self.similarity = SLOT_PROMPT_SIMILARITY
+        """The share of a prompt an idle slot must hold to be chosen for it, and the prompt cache's test of that
+        choice (llama-server's ``--slot-prompt-similarity``)."""
         self.prompt_cache = PromptCache(cache_ram_mib, self.runtime.n_ctx) if cache_ram_mib != 0 else None
         """llama-server's prompt cache in host memory (``--cache-ram`` MiB, 0: none; ``inspector.serve.prompt_cache``)."""
         self.cache_idle_slots = cache_idle_slots and self.prompt_cache is not None
@@ -326,7 +328,7 @@ class ServeSlots:
                 idle = [s for s in idle if s.id == wanted]
                 if not idle:
                     continue
-            slot = pick_slot(idle, job.prompt_tokens)
+            slot = pick_slot(idle, job.prompt_tokens, self.similarity)
             self._queue.remove(job)
             self._assigned[slot.id] = job
             self._cond.notify_all()
