@@ -229,8 +229,24 @@ def test_our_serve_as_a_child_process_serves_two_clients_at_once_and_records_the
     assert settings_seen == {("none", 0, True)}, settings_seen  # the configuration's, serve's defaults otherwise
 
 
-def test_each_client_opens_with_its_own_system_message():
+def test_each_client_opens_with_its_own_system_message_and_each_round_with_its_own():
     from inspector.bench.concurrency_bench import client_system
 
-    messages = {client_system(i) for i in range(8)}
-    assert len(messages) == 8
+    messages = {client_system(i, r) for i in range(8) for r in range(5)}
+    assert len(messages) == 40
+    # rounds part at once: an earlier round's prompt shares at most the opening words with a later one's
+    first, later = client_system(0, 0), client_system(0, 1)
+    shared = next(k for k, (a, b) in enumerate(zip(first, later)) if a != b)
+    assert shared < 10, (first, later)
+
+
+def test_ours_batched_and_llama_server_are_neighbours_in_every_round_and_the_order_reverses():
+    from inspector.bench.concurrency_bench import round_order
+
+    order = contenders(spec_max_active=1)
+    for rep in range(4):
+        labels = [c.label for c in round_order(order, rep)]
+        assert sorted(labels) == sorted(c.label for c in order)
+        assert abs(labels.index(OURS_BATCHED) - labels.index(LLAMA_SERVER)) == 1, labels
+        assert labels == [c.label for c in round_order(order, rep + 1)][::-1], labels
+    assert [c.label for c in round_order(order[1:], 0)][-1] == LLAMA_SERVER  # without ours batched: still all

@@ -17,11 +17,17 @@ concurrent requests differ; ``n_predict`` tokens each), after one short warm-up 
   batch sizes (``LlamaServerProcess``; the later ``-np`` overrides its ``-np 1``).
 
 Both servers run as their own process, as users run them, and the N client threads in this one (the
-bench's): neither server shares an interpreter (Python's GIL) with the clients that parse its streams. A
-fresh server for every run, one at a time: two llama.cpp processes decoding at once on a small machine
-slow each other many times over, so ours and llama-server never run together. The repeats run in rounds
-(every level, configuration and contender once per round) and the contenders' order reverses every
-round, so a slow phase of the machine falls on both programs.
+bench's): neither server shares an interpreter (Python's GIL) with the clients that parse its streams. For
+each level and configuration every contender's server is started once (one after the other, each waiting
+for ``/health``) and kept running while the rounds take turns on them; only the server being measured has
+requests, the others sit idle (a llama.cpp server without requests computes nothing: they never decode at
+once, which on a small machine would slow both many times over). This machine's speed drifts by 10-60%
+over minutes (other work on the host): a fresh server per run put minutes between the two runs a ratio
+compares, and the ratio moved by 0.1-0.25 from one bench to the next. Now the two runs of a ratio are
+neighbours (``round_order``: ``ours batched`` right before or after llama-server, the order reversing
+every round, so a slow phase falls on both programs) and each round takes seconds. Each round's clients
+open with system messages of that round's own (``client_system``), so no request finds an earlier round's
+prompt in a server's prompt cache and every round does the same work, as on a fresh server.
 
 Per run: aggregate generated tokens/s (every reply's ``timings.predicted_n`` over the wall time from the
 clients' start to the last reply's end) and each request's latency (request sent -> its stream ended,
@@ -38,6 +44,7 @@ import math
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -49,7 +56,7 @@ from inspector.bench.compare import check_config_options, parse_config
 from inspector.bench.compare_result import CompareConfig
 from inspector.bench.server_bench import SERVER_BENCH_CONFIGS
 from inspector.bench.server_http import ServerError
-from inspector.bench.server_process import LlamaServerProcess, ServeProcess
+from inspector.bench.server_process import ChildServer, LlamaServerProcess, ServeProcess
 from inspector.bench.serve_bench import REQUEST_TIMEOUT_S, WARM_UP, server_flags, stream_chat
 from inspector.llama.server_parity import server_context
 from inspector.prompts import EXAMPLES, example_prompt
@@ -165,18 +172,20 @@ def _client(url: str) -> httpx.Client:
                         limits=httpx.Limits(max_keepalive_connections=0))
 
 
-def client_system(i: int) -> str:
-    """The system message of client ``i`` (0-based): its own from the first token on."""
-    return f"You are assistant number {i + 1} of several; answer the user."
+def client_system(i: int, round_index: int = 0) -> str:
+    """The system message of client ``i`` in round ``round_index`` (both 0-based): its own from the first
+    tokens on (the round first: a prompt shares only the chat template's opening with an earlier round's)."""
+    return f"Round {round_index + 1}. You are assistant number {i + 1} of several; answer the user."
 
 
-def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: int) -> LevelRun:
+def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: int,
+                  round_index: int = 0) -> LevelRun:
     """``n_clients`` threads that start together, each sending every prompt in turn (client i from the i-th,
     wrapping) as a streamed greedy chat of at most ``n_predict`` tokens to the server at ``url``, after one
-    warm-up request (not measured). Each client's requests open with its own system message
-    (``client_system``), so no request finds another client's prompt in a server's prompt cache
-    (``--cache-ram``): which one would depends on arrival order, and the runs would not do the same work.
-    Raises the first client's ``ServerError`` (an HTTP failure too)."""
+    warm-up request (not measured). Each client's requests open with its own system message of round
+    ``round_index`` (``client_system``), so no request finds another client's prompt, or an earlier round's,
+    in a server's prompt cache (``--cache-ram``): which one would depends on arrival order, and the runs would
+    not do the same work. Raises the first client's ``ServerError`` (an HTTP failure too)."""
     try:
         with _client(url) as warm:
             stream_chat(warm, WARM_UP, 1)
@@ -194,7 +203,7 @@ def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: i
         try:
             with _client(url) as c:
                 barrier.wait()
-                system = {"role": "system", "content": client_system(i)}
+                system = {"role": "system", "content": client_system(i, round_index)}
                 for prompt in order:
                     sent = time.perf_counter()
                     chat = stream_chat(c, [system, {"role": "user", "content": prompt}], n_predict)
@@ -248,27 +257,30 @@ def ours_arguments(runtime, config: CompareConfig, contender: Contender, n_clien
     return [*args, "--receipts-dir", str(receipts_dir)]
 
 
-def ours_level(runtime, config: CompareConfig, contender: Contender, n_clients: int, prompts: Sequence[str],
-               n_predict: int) -> LevelRun:
-    """A fresh ``spec-inspector serve`` child process (``ServeProcess``) with ``ours_arguments`` (serve's
-    defaults otherwise: per-row probabilities on; receipts in a temporary folder removed afterwards),
-    ``drive_clients`` against it, then stopped (SIGTERM, SIGKILL after 5 s). Raises ``ServerError``: it did
-    not answer ``/health`` within ``START_TIMEOUT_S`` seconds or exited first (``ServerStartError``, with the
-    last lines of its output), or a request failed; ``ValueError`` for options the source does not take."""
-    with tempfile.TemporaryDirectory(prefix="spec-inspector-concurrency-") as folder:
-        args = ours_arguments(runtime, config, contender, n_clients, folder)
-        with ServeProcess(args, timeout_s=START_TIMEOUT_S) as server:
-            return drive_clients(server.url, prompts, n_clients, n_predict)
-
-
-def theirs_level(runtime, binary: str, config: CompareConfig, n_clients: int, prompts: Sequence[str],
-                 n_predict: int) -> LevelRun:
-    """A fresh llama-server with ``config``'s flags and ``-np n_clients -kvu``, our thread count, context size
-    and batch sizes, ``drive_clients`` against it, then stopped. Raises ``ServerError``."""
+def start_server(runtime, binary: str, config: CompareConfig, contender: Contender, n_clients: int,
+                 receipts_dir: str) -> ChildServer:
+    """``contender``'s server for ``n_clients`` clients and ``config``, started and answering ``/health``: our
+    ``spec-inspector serve`` as a child process (``ServeProcess``) with ``ours_arguments`` (serve's defaults
+    otherwise: per-row probabilities on; receipts into ``receipts_dir``), or a llama-server with ``config``'s
+    flags and ``-np n_clients -kvu``, our thread count, context size and batch sizes (``LlamaServerProcess``).
+    Stop it with ``stop()`` (a context manager). Raises ``ServerError`` (``ServerStartError``: it did not
+    answer within ``START_TIMEOUT_S`` seconds or exited first, with the last lines of its output);
+    ``ValueError`` for options the source does not take."""
+    if contender.ours:
+        return ServeProcess(ours_arguments(runtime, config, contender, n_clients, receipts_dir),
+                            timeout_s=START_TIMEOUT_S)
     flags = [*server_flags(runtime, config), "-np", str(n_clients), "-kvu"]
-    with LlamaServerProcess(binary, runtime.model_path, args=flags, threads=runtime.n_threads, n_ctx=runtime.n_ctx,
-                            context=server_context(runtime), timeout_s=START_TIMEOUT_S) as server:
-        return drive_clients(server.url, prompts, n_clients, n_predict)
+    return LlamaServerProcess(binary, runtime.model_path, args=flags, threads=runtime.n_threads, n_ctx=runtime.n_ctx,
+                              context=server_context(runtime), timeout_s=START_TIMEOUT_S)
+
+
+def round_order(order: Sequence[Contender], round_index: int) -> list[Contender]:
+    """The contenders in the order round ``round_index`` (0-based) measures them: the others first, then ``ours
+    batched`` and llama-server side by side (the ratio the speed target reads compares two neighbouring runs);
+    every odd round reversed."""
+    ordered = ([c for c in order if c.label not in (OURS_BATCHED, LLAMA_SERVER)]
+               + [c for c in order if c.label == OURS_BATCHED] + [c for c in order if c.label == LLAMA_SERVER])
+    return ordered if round_index % 2 == 0 else ordered[::-1]
 
 
 @dataclass
@@ -372,30 +384,43 @@ def concurrency_bench(runtime, binary: str, *, levels: Sequence[int] = DEFAULT_L
             for c in order:
                 if result.runs_source(config.source, c):
                     result.cells[(level, config.source, c.label)] = Cell(level, config.source, c.label)
-    for rep in range(repeats):
-        for level in levels:
-            for config in configs:
-                this_round: dict[str, LevelRun] = {}
-                for c in order if rep % 2 == 0 else order[::-1]:
-                    cell = result.cells.get((level, config.source, c.label))
-                    if cell is None or cell.error is not None:
-                        continue
-                    progress(f"round {rep + 1}/{repeats} · {level} clients · {config.source} · {c.label}")
-                    if c.ours:
-                        run = ours_level(runtime, config, c, level, prompts, n_predict)
-                    else:
-                        try:
-                            run = theirs_level(runtime, binary, config, level, prompts, n_predict)
-                        except ServerError as exc:
-                            cell.error = str(exc)
+    for level in levels:
+        for config in configs:
+            here = [c for c in order if (level, config.source, c.label) in result.cells]
+            with tempfile.TemporaryDirectory(prefix="spec-inspector-concurrency-") as folder, ExitStack() as stack:
+                servers: dict[str, ChildServer] = {}
+                for c in here:
+                    progress(f"{level} clients · {config.source} · starting {c.label}")
+                    try:
+                        servers[c.label] = stack.enter_context(
+                            start_server(runtime, binary, config, c, level, str(Path(folder) / f"receipts-{len(servers)}")))
+                    except ServerError as exc:
+                        if c.ours:
+                            raise
+                        result.cell(level, config.source, c.label).error = str(exc)
+                for rep in range(repeats):
+                    this_round: dict[str, LevelRun] = {}
+                    for c in round_order(here, rep):
+                        server = servers.get(c.label)
+                        if server is None:
                             continue
-                    cell.runs.append(run)
-                    this_round[c.label] = run
-                theirs = this_round.get(LLAMA_SERVER)
-                if theirs is not None and theirs.tokens_per_s > 0:
-                    for label, run in this_round.items():
-                        if label != LLAMA_SERVER:
-                            result.cell(level, config.source, label).ratios.append(run.tokens_per_s / theirs.tokens_per_s)
+                        progress(f"round {rep + 1}/{repeats} · {level} clients · {config.source} · {c.label}")
+                        try:
+                            run = drive_clients(server.url, prompts, level, n_predict, rep)
+                        except ServerError as exc:
+                            if c.ours:
+                                raise
+                            result.cell(level, config.source, c.label).error = str(exc)
+                            servers.pop(c.label).stop()
+                            continue
+                        result.cell(level, config.source, c.label).runs.append(run)
+                        this_round[c.label] = run
+                    theirs = this_round.get(LLAMA_SERVER)
+                    if theirs is not None and theirs.tokens_per_s > 0:
+                        for label, run in this_round.items():
+                            if label != LLAMA_SERVER:
+                                result.cell(level, config.source, label).ratios.append(
+                                    run.tokens_per_s / theirs.tokens_per_s)
     return result
 
 
@@ -406,7 +431,7 @@ def format_concurrency_bench(result: ConcurrencyResult, *, examples: Sequence[st
     num = lambda x, f: f.format(x) if x is not None else "n/a"  # noqa: E731
     lines = [f"concurrency: N clients at once, each sending {len(examples)} examples as streamed greedy chat "
              f"requests of {n_predict} tokens; -np N -kvu on every server, {threads} threads on both sides; "
-             f"medians over {repeats} rounds (order alternating)",
+             f"medians over {repeats} rounds (servers kept running, order alternating)",
              "configurations: " + "; ".join(c.label for c in result.configs),
              f"{'clients':>7s}  {'source':14s} {'server':34s} {'tok/s':>7s} {'median ms':>9s} {'p95 ms':>7s} "
              f"{'ours/llama-server':>17s}"]

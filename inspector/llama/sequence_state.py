@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 
 import llama_cpp
+import numpy as np
 
 from inspector.engine.errors import EngineError
 
@@ -25,23 +26,31 @@ class SequenceState:
     def __init__(self, ctx) -> None:
         self.ctx = ctx
 
-    def save(self, sid: int) -> bytes:
-        """Sequence ``sid``'s KV state (bytes; ``b""`` for an empty sequence's header only is still returned
-        as llama.cpp writes it). Raises ``EngineError`` when llama.cpp writes fewer bytes than it sized."""
+    def save(self, sid: int) -> np.ndarray:
+        """Sequence ``sid``'s KV state: a uint8 array of llama.cpp's bytes (an empty sequence's header
+        only, as llama.cpp writes it), written in place: no zeroing before and no copy after, each a pass
+        over megabytes while holding the interpreter lock (serve's other slots wait for it). Raises
+        ``EngineError`` when llama.cpp writes fewer bytes than it sized."""
         size = int(llama_cpp.llama_state_seq_get_size_ext(self.ctx, sid, WHOLE_SEQUENCE))
-        buf = (ctypes.c_uint8 * size)()
-        written = int(llama_cpp.llama_state_seq_get_data_ext(self.ctx, buf, size, sid, WHOLE_SEQUENCE))
+        buf = np.empty(size, dtype=np.uint8)
+        written = int(llama_cpp.llama_state_seq_get_data_ext(self.ctx, _pointer(buf), size, sid, WHOLE_SEQUENCE))
         if written != size:
             raise EngineError(f"llama.cpp saved {written} of {size} bytes of KV sequence {sid}")
-        return bytes(buf)
+        return buf
 
-    def restore(self, sid: int, data: bytes) -> None:
-        """Put ``data`` (from ``save`` of any sequence of this context) into sequence ``sid``, replacing what it
-        held. Raises ``EngineError`` when llama.cpp does not read it whole (no room in the KV cache, another
-        model's state): the sequence is then emptied."""
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        read = int(llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(data), sid, WHOLE_SEQUENCE))
-        if read != len(data):
+    def restore(self, sid: int, data) -> None:
+        """Put ``data`` (``save``'s array of any sequence of this context, or the same bytes) into sequence
+        ``sid``, replacing what it held. Raises ``EngineError`` when llama.cpp does not read it whole (no room
+        in the KV cache, another model's state): the sequence is then emptied."""
+        buf = np.ascontiguousarray(np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray))
+                                   else data, dtype=np.uint8)
+        read = int(llama_cpp.llama_state_seq_set_data_ext(self.ctx, _pointer(buf), len(buf), sid, WHOLE_SEQUENCE))
+        if read != len(buf):
             llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), sid, -1, -1)
-            raise EngineError(f"llama.cpp could not restore {len(data)} bytes into KV sequence {sid} "
+            raise EngineError(f"llama.cpp could not restore {len(buf)} bytes into KV sequence {sid} "
                               f"(read {read}): no room in the KV cache, or not this context's state")
+
+
+def _pointer(buf: np.ndarray):
+    """``buf``'s memory as the ``uint8_t *`` llama.cpp's state calls take (no copy)."""
+    return buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))

@@ -29,6 +29,7 @@ class Vocabulary:
         self._pieces: dict[int, bytes] = {}
         self._special_pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        self._formatters: dict[tuple[str, bool], Jinja2ChatFormatter] = {}
         self.template_override: str | None = None
         """A chat template given by the user (llama.cpp's ``--chat-template``), used instead of the GGUF's."""
 
@@ -105,9 +106,19 @@ class Vocabulary:
         return fmt(messages=list(messages), tools=tools or None, **(extra or {})).prompt
 
     def _formatter(self, generation_prompt: bool = True) -> Jinja2ChatFormatter:
+        """The chat template compiled once per template text and ``generation_prompt`` (compiling takes
+        ~10 ms of Python, holding the interpreter lock while serve's slots decode); rendering a compiled
+        template is safe from several threads."""
         template = self.chat_template()
         if not template:
             raise NoChatTemplate(f"model {self.model_path} has no chat template; use --raw")
+        key = (template, generation_prompt)
+        kept = self._formatters.get(key)
+        if kept is None:
+            kept = self._formatters[key] = self._compile(template, generation_prompt)
+        return kept
+
+    def _compile(self, template: str, generation_prompt: bool) -> Jinja2ChatFormatter:
         bos = self.token_piece(llama_cpp.llama_vocab_bos(self.vocab), True).decode("utf-8", "replace")
         eos = self.token_piece(llama_cpp.llama_vocab_eos(self.vocab), True).decode("utf-8", "replace")
         return Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=generation_prompt)

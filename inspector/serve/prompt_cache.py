@@ -26,6 +26,8 @@ import threading
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 
 DEFAULT_CACHE_RAM_MIB = 8192
 """llama-server's default ``--cache-ram`` (MiB; ``common/common.h`` ``cache_ram_mib``)."""
@@ -57,12 +59,13 @@ def cache_update_wanted(held: Sequence[int], prompt: Sequence[int], similarity: 
     return lcp / len(held) < SAVE_BELOW_KEEP
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CachedPrompt:
-    """One saved slot: the tokens its KV sequence held and that sequence's state (llama.cpp's bytes)."""
+    """One saved slot: the tokens its KV sequence held and that sequence's state (llama.cpp's bytes: the
+    ``SequenceState.save`` array, kept as is, or ``bytes``). Entries compare by identity."""
 
     tokens: tuple[int, ...]
-    data: bytes
+    data: "bytes | np.ndarray"
 
     @property
     def size(self) -> int:
@@ -100,7 +103,7 @@ class PromptCache:
         with self._lock:
             return self._holds(tuple(tokens))
 
-    def store(self, tokens: Sequence[int], data: bytes) -> bool:
+    def store(self, tokens: Sequence[int], data: "bytes | np.ndarray") -> bool:
         """Save a slot's ``tokens`` and state ``data`` (``alloc``'s rules, module docstring); whether it was kept."""
         tokens = tuple(tokens)
         with self._lock:
@@ -111,7 +114,7 @@ class PromptCache:
             self.entries = [e for e in self.entries if common_prefix(e.tokens, tokens) != len(e.tokens)]
             while self.entries and self.limit_size and self._size() + len(data) > self.limit_size:
                 self.entries.pop(0)
-            self.entries.append(CachedPrompt(tokens, bytes(data)))
+            self.entries.append(CachedPrompt(tokens, data))  # kept, not copied (megabytes)
             self.saved += 1
             self._update()
             return True
