@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import socket
 import threading
+from pathlib import Path
 
 import openai
 from PySide6.QtCore import QSettings
 
+from inspector.bench.compare_result import CompareConfig
 from inspector.receipts import load_document
 
 from test_gui_support import RUN_TIMEOUT_MS, make_window
@@ -118,6 +120,23 @@ def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_
     assert doc["kind"] == "conversation" and [t["conversation"]["user_text"] for t in doc["turns"]] == [
         "Name three colors.", "Name three animals."]
     assert "tune --turns" in w.requests.status.text()
+    # Replay under other sources… (issue 54 item 3): the same document, chosen in the Compare window, which runs
+    # every served request as a turn under the configurations chosen there.
+    assert w.requests.replay.isEnabled()
+    w.requests.replay.click()
+    qtbot.waitUntil(lambda: w.analysis.compare_view is not None and w.analysis.compare_view.isVisible(), timeout=30_000)
+    v = w.analysis.compare_view
+    name, turns = v.conversation()
+    assert Path(name).parent == tmp_path / "served" / "sessions" and turns == ("Name three colors.", "Name three animals.")
+    assert v.input.currentText().endswith("(2 turns)") and "Compare window" in w.requests.status.text()
+    v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram", "ngram", 4)])
+    v.max_tokens.setValue(6)
+    v.repeats.setValue(1)
+    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        v.run.click()
+    result, note = blocker.args
+    assert note == "" and [len(run.generations) for run in result.runs] == [2, 2]
+    assert all(row.error is None and 0 < row.summary.generated_tokens <= 12 for row in result.rows)
 
 
 def test_a_busy_port_is_said_on_the_error_line_and_the_switch_goes_back_off(qtbot, runtime, tmp_path):

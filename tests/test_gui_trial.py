@@ -275,3 +275,23 @@ def test_exported_receipts_hold_only_the_runs_own_lock_operations(qtbot, runtime
     assert kinds.count("step") == steps
     start = doc["timing"]["request_started_us"]
     assert all(op["started_us"] >= start for op in doc["lock_operations"])
+
+
+def test_opening_receipts_or_a_new_session_never_leaves_the_focus_in_the_near_tie_box(qtbot, runtime, tmp_path):
+    """Issue 54 item 9: after opening receipts (the focused control disabled) or Ctrl+N, the focus had moved on
+    to the near-tie box with its "0.5" selected, a keystroke away from being replaced."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=6)
+    w.show()
+    qtbot.waitExposed(w)
+    w.activateWindow()
+    run_to_end(qtbot, w)
+    out = tmp_path / "shown.json"
+    export_session(qtbot, w, out)
+    spin = w.token_view.near_tie_spin
+    for focused in (w.panel.run, w.panel.max_tokens, w.panel.source):
+        focused.setFocus()
+        qtbot.waitUntil(focused.hasFocus, timeout=5_000)
+        assert open_receipts(qtbot, w, out) == ""
+        assert QApplication.focusWidget() is not spin, focused
+        w.new_live_session()
+        assert QApplication.focusWidget() is not spin, focused

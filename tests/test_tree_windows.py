@@ -382,10 +382,11 @@ def test_the_suffix_source_proposes_a_tree_where_a_match_has_several_continuatio
 
 def test_the_branches_text_puts_the_kept_branch_first_with_its_accepted_tokens_marked():
     from inspector.engine.records import TreeReceipt
-    from inspector.gui.windows.tree_text import ACCEPTED_COLOR, tree_branches_html, tree_summary
+    from inspector.gui.windows.tree_text import ACCEPTED_COLOR, tree_branches_html, tree_disposition, tree_summary
 
     tree = TreeReceipt(TOKENS, PARENTS, (20, 0, 22, 0, 0, 77, 0), (2, 5, 6))
     assert tree_summary(tree, 2) == "7 rows in one batch · 3 branches · kept branch 3 (rows 2, 5, 6), 2 accepted"
+    assert tree_disposition("full_accept", tree) == "full_accept (branch 3 of 3)"  # one branch, whole; not the tree
     lines = tree_branches_html(tree, 2, lambda t: f"t{t}").split("<br>")
     assert lines[0].startswith("✓ ") and lines[0].count(ACCEPTED_COLOR) == 2 and "t23" in lines[0]
     assert len(lines) == 3 and "t10" in lines[1] and "t21" in lines[2]
@@ -409,6 +410,15 @@ def test_the_receipt_pane_shows_a_tree_windows_branches(qtbot, runtime, tmp_path
     w.window_detail.select_window(window)
     text = w.window_detail.fields.toPlainText()
     assert "rows in one batch" in text and "✓" in text
+    # The Windows table says which branch a tree window's disposition is about (the trial read "full_accept",
+    # "8 tree", acc 2: the tree looked accepted whole).
+    m = w.window_detail.model
+    cells = {int(m.index(i, 0).data()): m.index(i, 1).data() for i in range(m.rowCount())}
+    for r in g.receipts:
+        if r.tree is not None:
+            assert cells[r.window_index].startswith(f"{r.disposition} (branch ") and " of " in cells[r.window_index]
+        else:
+            assert cells[r.window_index] == r.disposition
 
 
 def test_compare_counts_tree_windows_and_the_rows_verified_per_token(target, chat_tokens, tmp_path):

@@ -32,6 +32,8 @@ PLOT_MIN = (150, 110)
 """Smallest chart (pixels): three side by side fit the tab at 1024x640."""
 X_LABEL = "KV position"
 """The x axis of the three charts (tokens: the KV length before the window or step; the tooltips say it)."""
+EMPTY_SPAN = 16
+"""The KV positions (tokens) the axis spans before anything was drawn."""
 
 
 def _points(colour: str, symbol: str = "o", size: int = 6) -> dict:
@@ -141,6 +143,8 @@ class PositionsView(QWidget):
         set_limited(self.lost, px[~gain], profit[~gain])
         xs = f.window_x + f.step_x
         span = (min(xs), max(xs)) if xs else None
-        if span is not None and span != self._span:  # every window and step in view (the three axes are linked)
+        if span is None:
+            span = (0, EMPTY_SPAN)  # nothing yet (a new session): not the last session's positions
+        if span != self._span:  # every window and step in view (the three axes are linked)
             self._span = span
             self.accept_plot.setXRange(span[0] - 0.5, span[1] + 0.5, padding=0.03)

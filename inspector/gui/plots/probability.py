@@ -30,6 +30,8 @@ NONE_RECORDED = "No probability figures in this run's receipts."
 TITLE_SIZE = "9pt"
 LABEL_PT = 7
 """Point size of the count labels above the bars."""
+INSIDE_ABOVE = 0.8
+"""A bar taller than this (accepted / judged) has its count inside its top instead of above it."""
 
 
 def no_figures_reason(session: SessionRecord | None) -> str | None:
@@ -93,7 +95,11 @@ class AcceptancePlot(pg.PlotWidget):
             text = str(b.judged) if b.judged else ""
             if label.toPlainText() != text:
                 label.setText(text)
-            label.setPos(float(c), float(b.rate or 0.0))
+            rate = float(b.rate or 0.0)
+            # Above a short bar; inside the top of a tall one: above a bar near 1.0 the label left the plot at
+            # the Statistics tab's sizes (its top cut off in a trial).
+            label.setAnchor((0.5, 0.0) if rate > INSIDE_ABOVE else (0.5, 1.0))
+            label.setPos(float(c), rate)
 
     def counts(self) -> list[int]:
         """The judged counts the labels show, one per bin (0 for an empty bin)."""

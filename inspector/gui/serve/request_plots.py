@@ -9,6 +9,8 @@ as the line falling. Items are made once and updated with ``setData`` when the `
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
@@ -44,6 +46,24 @@ def binned_acceptance(points: np.ndarray, bins: int = CONTEXT_BINS) -> tuple[np.
     return mids[keep], acc[keep] / prop[keep]
 
 
+class ClockAxis(pg.DateAxisItem):
+    """Arrival times as this machine's clock reads them, "12:03:21" at every zoom (tenths added when ticks are
+    less than a second apart; the month and day when they are days apart): pyqtgraph's date axis labels a few
+    seconds of requests "21.000 22.000 ...", which a trial did not read as times."""
+
+    def tickStrings(self, values, scale, spacing):
+        fmt = "%m-%d %H:%M" if spacing >= 86_400 else "%H:%M:%S"
+        out = []
+        for v in values:
+            try:
+                text = time.strftime(fmt, time.localtime(v))
+            except (OverflowError, OSError, ValueError):  # far outside the clock's range (an empty axis zoomed out)
+                out.append("")
+                continue
+            out.append(text + (f".{int(v * 10) % 10}" if spacing < 1 else ""))
+        return out
+
+
 class RequestPlots(QWidget):
     """Acceptance and tokens/s per request over time; acceptance against the context length of each window."""
 
@@ -67,7 +87,7 @@ class RequestPlots(QWidget):
                                "at (its base position), and the acceptance of all windows in each of "
                                f"{CONTEXT_BINS} stretches of context")
         self.legend.setWordWrap(True)
-        self.per_request = pg.PlotWidget(background="w", axisItems={"bottom": pg.DateAxisItem("bottom")})
+        self.per_request = pg.PlotWidget(background="w", axisItems={"bottom": ClockAxis("bottom")})
         pr = self.per_request.getPlotItem()
         pr.setLabel("left", "acceptance (%)")
         pr.setLabel("bottom", "arrival time")

@@ -46,6 +46,8 @@ class RequestsView(QWidget):
     requestPicked = Signal(int)
     followChanged = Signal(bool)
     exportRequested = Signal()
+    replayRequested = Signal()
+    """Replay under other sources… clicked: the served session goes to the Compare window."""
     """Export session… was clicked (the serve actions ask where and write it)."""
 
     def __init__(self, log: RequestLog, parent: QWidget | None = None) -> None:
@@ -84,6 +86,13 @@ class RequestsView(QWidget):
         self.export.setEnabled(False)
         self.export.clicked.connect(self.exportRequested.emit)
         row.addWidget(self.export)
+        self.replay = QPushButton("Replay under other sources…")
+        self.replay.setToolTip("run this server run's requests again, one conversation turn each, under the proposal "
+                               "sources you choose in the Compare window (what compare --turns does with an "
+                               "exported session)")
+        self.replay.setEnabled(False)
+        self.replay.clicked.connect(self.replayRequested.emit)
+        row.addWidget(self.replay)
         row.addStretch(1)
         self.follow = QCheckBox("Follow the newest")
         self.follow.setChecked(True)

@@ -110,6 +110,7 @@ class ServeActions(QObject):
         view.use_serve_action(act)
         view.requestPicked.connect(self.pick)
         view.exportRequested.connect(self.export.ask)
+        view.replayRequested.connect(self.export.replay)
         view.followChanged.connect(self.set_follow)
         self.changed.connect(self.log.note)
         self.started.connect(self._started)
@@ -418,6 +419,7 @@ class ServeActions(QObject):
         self.panel.set_serving(self.server.slots.n_parallel if serving and self.transition != "stopping" else 0)
         self.view.enable_slots(not serving)
         self.view.export.setEnabled(self.last_receipts is not None)
+        self.view.replay.setEnabled(self.last_receipts is not None)
         act.setChecked(serving)
         act.setIconText("● Serving" if serving else "Serve")  # the toolbar and the tab's switch
         act.setToolTip(f"serving at {self.address}: click to stop ({SERVE_SHORTCUT})" if self.address else

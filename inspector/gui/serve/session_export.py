@@ -1,14 +1,15 @@
-"""Export session…: a server run's requests written as one conversation document (what ``serve --session``
-writes, ``inspector.serve.receipts_dir.session_document``), for replay under other sources with ``tune --turns``
-or ``compare --turns``. The document is gathered and written on a background thread; the Requests tab's line
-says where it went, or why not."""
+"""Export session… and Replay under other sources…: a server run's requests written as one conversation document
+(what ``serve --session`` writes, ``inspector.serve.receipts_dir.session_document``), for replay under other sources
+with ``tune --turns`` or ``compare --turns``, or at once in the Compare window (``replayReady``: the document is
+written beside the run's receipts, in ``sessions/``). The document is gathered and written on a background thread;
+the Requests tab's line says where it went, or why not."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog
 
 from inspector.gui.files.session_store import BackgroundJob
@@ -21,6 +22,9 @@ from inspector.serve.receipts_dir import ReceiptsDir, session_document
 class SessionExport(QObject):
     """Writes the requests of the server run ``receipts()`` names (its ``ReceiptsDir``, None before any run)
     and reports on ``view``'s line."""
+
+    replayReady = Signal(str)
+    """The path of a session document written for Replay under other sources… (the Compare window opens it)."""
 
     def __init__(self, view: RequestsView, receipts: Callable[[], ReceiptsDir | None], parent=None) -> None:
         super().__init__(parent)
@@ -35,9 +39,18 @@ class SessionExport(QObject):
         if path:
             self.write(Path(path))
 
-    def write(self, path: Path) -> None:
+    def replay(self) -> None:
+        """Replay under other sources… clicked: write the session to ``sessions/served-session-<run>.json`` in the
+        run's receipts folder, then ``replayReady`` with its path."""
+        receipts = self.receipts()
+        if receipts is None:
+            self.view.say("no server run has recorded requests yet", error=True)
+            return
+        self.write(receipts.folder / "sessions" / f"served-session-{receipts.stamp}.json", replay=True)
+
+    def write(self, path: Path, replay: bool = False) -> None:
         """Write the last server run's requests as one conversation document at ``path``, on a background
-        thread; the tab's line says where, or why not."""
+        thread; the tab's line says where, or why not; ``replay``: then ``replayReady``."""
         receipts = self.receipts()
         if receipts is None:
             self.view.say("no server run has recorded requests yet", error=True)
@@ -49,13 +62,18 @@ class SessionExport(QObject):
             return len(doc["turns"])
 
         job = self._job = BackgroundJob(work, self)
-        job.done.connect(lambda n, error: self._written(path, n, error))
+        job.done.connect(lambda n, error: self._written(path, n, error, replay))
         job.start()
 
-    def _written(self, path: Path, n, error: str) -> None:
+    def _written(self, path: Path, n, error: str, replay: bool = False) -> None:
         self._job = None
         if error:
             self.view.say(f"session not exported: {error}", error=True)
+            return
+        if replay:
+            self.view.say(f"session: {path} ({count_noun(n, 'request')}), chosen in the Compare window: pick the "
+                          "sources and Run")
+            self.replayReady.emit(str(path))
             return
         self.view.say(f"session: {path} ({count_noun(n, 'request')}); replay it under other sources: "
                       f"spec-inspector tune --turns {path}, or compare --turns {path}")

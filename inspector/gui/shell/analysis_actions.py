@@ -38,7 +38,7 @@ from inspector.llama.cost_model import CostModel
 from inspector.llama.cost_progress import PLAN, progress_text
 from inspector.llama.model_file import weight_types_of
 from inspector.prompts import TURNS_EXAMPLES, example_prompts
-from inspector.session.run_states import BUSY, IDLE
+from inspector.session.run_states import BUSY, IDLE, SERVING
 from inspector.sources.registry import declares_option
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
 
@@ -185,7 +185,9 @@ class AnalysisActions(QObject):
     # -- busy state ----------------------------------------------------------------
     def _start(self, what: str, detail: str) -> bool:
         if not self.run.is_idle:
-            self.feedback.error("Run in progress", f"Stop the run before {detail.rstrip('…')}.")
+            serving = self.run.state == SERVING  # e.g. Replay under other sources… clicked while serving
+            self.feedback.error("Serving" if serving else "Run in progress",
+                                f"Stop {'serving' if serving else 'the run'} before {detail.rstrip('…')}.")
             return False
         if self.engine.runtime is None:
             self.feedback.error("No model loaded", "Load a model first (the bundled one loads at startup).")
@@ -393,6 +395,11 @@ class AnalysisActions(QObject):
         self.compare_view.show()
         self.compare_view.raise_()
         return self.compare_view
+
+    def replay_session(self, path: str) -> bool:
+        """Replay under other sources… (the Requests tab): the Compare window with the served session document
+        ``path`` chosen, each request a turn; False (with a message) when it cannot be used."""
+        return self.show_compare().choose_conversation(path)
 
     def _describe_prompt(self) -> None:
         p = self.panel

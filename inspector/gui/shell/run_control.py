@@ -23,7 +23,7 @@ from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui.engine_thread.worker import RunConfig, Stepping
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT, BANNER_NEUTRAL, BANNER_WARN
 from inspector.gui.look.wording import count_noun
-from inspector.gui.shell.banner import BANNER_PAD, Banner
+from inspector.gui.shell.banner import Banner
 from inspector.gui.shell.model_line import ModelLine
 from inspector.llama import bundled_model_path
 from inspector.llama.cost_cache import placement
@@ -85,6 +85,7 @@ class RunControl(QObject):
         banner and the status bar, emit ``stateChanged``."""
         self.state, self.detail = state, detail
         p = self.panel
+        focus = p.window().focusWidget()  # before any control is disabled (Qt then moves the focus on)
         origin = self.session().origin
         on = control_states(state, origin=origin, making_draft=self.making_draft(), opening=self.opening())
         p.run.setEnabled(on["run"])
@@ -98,7 +99,6 @@ class RunControl(QObject):
         setup_on = on["setup"]
         bar = p.setup_scroll.verticalScrollBar()
         scrolled = bar.value()
-        focus = p.window().focusWidget()
         if not setup_on and focus is not None and p.setup.isAncestorOf(focus):
             # Disabling the focused input would move the focus (and scroll the panel) to the next one.
             self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
@@ -123,6 +123,10 @@ class RunControl(QObject):
         self.status.setText(state_label(state, detail, origin=origin))
         if state != TOKEN_HOLD:
             self.token_view.show_hold(None)
+        if focus is not None and not focus.isEnabled() and p.window().focusWidget() is not focus:
+            # Qt moved the focus to the next control in the tab order, the near-tie box once (its value selected,
+            # a keystroke away from being replaced): the token stream takes it instead.
+            self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
         self.stateChanged.emit(state)
 
     def refresh_controls(self) -> None:
@@ -158,17 +162,15 @@ class RunControl(QObject):
 
     def finish_banner(self, reason: str, end, record) -> tuple[str, str, str]:
         """The banner after a live run ended with ``reason`` (``RunEnd`` ``end``, its ``SessionRecord``):
-        ``(text, style, tooltip)``. Two lines at most, so the view below never moves: the finish, then
-        the ``end_notes`` on one line cut to the banner's width ("…"), all of them in the tooltip."""
+        ``(text, style, tooltip)``: the finish, then the ``end_notes`` whole (the banner wraps them: a note cut to
+        "…" with the rest in a tooltip went unread in a trial), also in the tooltip."""
         text = (f"Finished: <b>{reason}</b> · {count_noun(len(record.tokens), 'token')} · "
                 f"KV length {end.kv_length} (canonical position {end.canonical_position})")
         notes = self.end_notes(record)
         if not notes:
             return text, BANNER_DONE, ""
         full = "; ".join(f"{title}: {note}" for title, note in notes)
-        width = max(120, self.banner.width() - 2 * BANNER_PAD - 12)
-        line = self.banner.fontMetrics().elidedText(full, Qt.TextElideMode.ElideRight, width)
-        return f"{text}<br>{html.escape(line)}", BANNER_WARN, full
+        return f"{text}<br>{html.escape(full)}", BANNER_WARN, full
 
     def end_notes(self, record) -> list[tuple[str, str]]:
         """After a live run (its ``SessionRecord``): ``(title, text)`` of what the user should know

@@ -23,20 +23,21 @@ from inspector.engine.stats import SLOW_VERIFICATION_FACTOR, SLOW_VERIFICATION_H
 from inspector.session.entries import WindowEntry
 from inspector.session.session_record import SessionRecord
 from inspector.gui.look.table_copy import COPY_HEADER_ROLE
+from inspector.gui.windows.tree_text import tree_disposition
 
 WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed",
                   "verification ms")
 WINDOW_HEADERS = ("#", "disposition", "prop.", "acc.", "comm.", "base", "canon.", "trim", "verify ms")
 WINDOW_TIPS = (
     "window index (1-based; failed windows are numbered too, as in the event log)",
-    "full_accept, first_mismatch, stopped; failed (no receipt): the window raised an error and was discarded; "
+    "full_accept, first_mismatch, stopped (a tree window: of the branch it kept, \"branch 2 of 3\"); failed (no receipt): the window raised an error and was discarded; "
     "cancelled (no receipt): Stop (or an injected cancellation) ended it, repaired first",
     "proposal tokens (a tree window: all its nodes, \"tree\"; the Receipt pane lists its branches)",
     "accepted proposal tokens", "committed tokens (canonical predictions)",
     "base_position (tokens)", "canonical_position after repair (tokens)", "KV rows removed by the repair",
     "verification_elapsed_us in ms; red: more than 5x the run's median (llama.cpp's threads waited for a core)",
 )
-WIDEST = ("99999", "cancelled (no receipt)", "99 tree", "acc.", "comm.", "99999", "99999", "trim", "99999.9")
+WIDEST = ("99999", "first_mismatch (branch 9 of 9)", "99 tree", "acc.", "comm.", "99999", "99999", "trim", "99999.9")
 """The widest value (or header) of each column: column widths are set from these, so nothing is cut."""
 FAILED = "failed (no receipt)"
 CANCELLED = "cancelled (no receipt)"
@@ -59,7 +60,8 @@ def entry_values(e: WindowEntry) -> tuple:
     if e.receipt is not None:
         r = e.receipt
         proposed = r.proposal_token_count if r.tree is None else f"{len(r.tree.node_token_ids)} tree"
-        disposition = r.disposition if r.grammar_rejected_row is None else f"{r.disposition} (grammar)"
+        disposition = r.disposition if r.tree is None else tree_disposition(r.disposition, r.tree)
+        disposition = disposition if r.grammar_rejected_row is None else f"{disposition} (grammar)"
         return (r.window_index, disposition, proposed, r.accepted_proposal_tokens,
                 r.canonical_prediction_count, r.base_position, r.canonical_position, r.trimmed_rows,
                 f"{r.verification_elapsed_us / 1000:.1f}")

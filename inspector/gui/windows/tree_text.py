@@ -16,11 +16,22 @@ ACCEPTED_COLOR = "#2e7d32"
 OTHER_COLOR = "#757575"
 
 
+def kept_branch(tree: TreeReceipt) -> tuple[int, int]:
+    """(the kept branch's number, 1-based in leaf order; the number of branches)."""
+    leaf_rows = leaves(tree.node_parents)
+    return leaf_rows.index(tree.branch_rows[-1]) + 1, len(leaf_rows)
+
+
+def tree_disposition(disposition: str, tree: TreeReceipt) -> str:
+    """A tree window's disposition with the branch it describes: ``full_accept`` is that branch accepted whole,
+    e.g. "full_accept (branch 2 of 3)" (a tree as a whole is never accepted: only one branch is kept)."""
+    kept, n = kept_branch(tree)
+    return f"{disposition} (branch {kept} of {n})"
+
+
 def tree_summary(tree: TreeReceipt, accepted: int) -> str:
     """"9 rows in one batch · 3 branches · kept branch 2 (rows 4, 6, 7)"."""
-    leaf_rows = leaves(tree.node_parents)
-    kept = leaf_rows.index(tree.branch_rows[-1]) + 1
-    n_branches = len(leaf_rows)
+    kept, n_branches = kept_branch(tree)
     rows = ", ".join(map(str, tree.branch_rows))
     return (f"{tree.rows} rows in one batch · {n_branches} branches · kept branch {kept} (rows {rows}), "
             f"{accepted} accepted")
