@@ -123,7 +123,7 @@ def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_
     # Replay under other sources… (issue 54 item 3): the same document, chosen in the Compare window, which runs
     # every served request as a turn under the configurations chosen there.
     assert w.requests.replay.isEnabled()
-    w.requests.replay.click()
+    w.requests.replay.trigger()  # Session > Replay under other sources…
     qtbot.waitUntil(lambda: w.analysis.compare_view is not None and w.analysis.compare_view.isVisible(), timeout=30_000)
     v = w.analysis.compare_view
     name, turns = v.conversation()

@@ -386,7 +386,7 @@ def test_the_branches_text_puts_the_kept_branch_first_with_its_accepted_tokens_m
 
     tree = TreeReceipt(TOKENS, PARENTS, (20, 0, 22, 0, 0, 77, 0), (2, 5, 6))
     assert tree_summary(tree, 2) == "7 rows in one batch · 3 branches · kept branch 3 (rows 2, 5, 6), 2 accepted"
-    assert tree_disposition("full_accept", tree) == "full_accept (branch 3 of 3)"  # one branch, whole; not the tree
+    assert tree_disposition("full_accept", tree) == "full_accept · br 3/3"  # one branch, whole; not the tree
     lines = tree_branches_html(tree, 2, lambda t: f"t{t}").split("<br>")
     assert lines[0].startswith("✓ ") and lines[0].count(ACCEPTED_COLOR) == 2 and "t23" in lines[0]
     assert len(lines) == 3 and "t10" in lines[1] and "t21" in lines[2]
@@ -416,7 +416,7 @@ def test_the_receipt_pane_shows_a_tree_windows_branches(qtbot, runtime, tmp_path
     cells = {int(m.index(i, 0).data()): m.index(i, 1).data() for i in range(m.rowCount())}
     for r in g.receipts:
         if r.tree is not None:
-            assert cells[r.window_index].startswith(f"{r.disposition} (branch ") and " of " in cells[r.window_index]
+            assert cells[r.window_index].startswith(f"{r.disposition} · br ") and "/" in cells[r.window_index]
         else:
             assert cells[r.window_index] == r.disposition
 

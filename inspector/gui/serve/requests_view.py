@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QItemSelectionModel, Qt, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
-                               QSpinBox, QSplitter, QTableView, QTabWidget, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QMenu,
+                               QPushButton, QSpinBox, QSplitter, QTableView, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 
 from inspector.serve.prompt_cache import DEFAULT_CACHE_RAM_MIB
 from inspector.gui.look.table_copy import install_row_copy
@@ -79,20 +79,27 @@ class RequestsView(QWidget):
         self.copy.setEnabled(False)
         self.copy.clicked.connect(self.copy_address)
         row.addWidget(self.copy)
-        self.export = QPushButton("Export session…")
+        self.session_menu = QToolButton()  # one narrow button: the tab fits 1024 pixels with the full names inside
+        self.session_menu.setText("Session")
+        self.session_menu.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.session_menu.setToolTip("this server run's requests: export them as one conversation document, or "
+                                     "replay them under other sources")
+        menu = QMenu(self.session_menu)
+        self.export = menu.addAction("Export session…")
         self.export.setToolTip("save this server run's requests as one conversation document (what serve "
                                "--session writes): replay it under other sources with tune --turns or compare "
                                "--turns")
         self.export.setEnabled(False)
-        self.export.clicked.connect(self.exportRequested.emit)
-        row.addWidget(self.export)
-        self.replay = QPushButton("Replay under other sources…")
+        self.export.triggered.connect(lambda _checked=False: self.exportRequested.emit())
+        self.replay = menu.addAction("Replay under other sources…")
         self.replay.setToolTip("run this server run's requests again, one conversation turn each, under the proposal "
                                "sources you choose in the Compare window (what compare --turns does with an "
                                "exported session)")
         self.replay.setEnabled(False)
-        self.replay.clicked.connect(self.replayRequested.emit)
-        row.addWidget(self.replay)
+        self.replay.triggered.connect(lambda _checked=False: self.replayRequested.emit())
+        menu.setToolTipsVisible(True)
+        self.session_menu.setMenu(menu)
+        row.addWidget(self.session_menu)
         row.addStretch(1)
         self.follow = QCheckBox("Follow the newest")
         self.follow.setChecked(True)

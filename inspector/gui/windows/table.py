@@ -23,21 +23,22 @@ from inspector.engine.stats import SLOW_VERIFICATION_FACTOR, SLOW_VERIFICATION_H
 from inspector.session.entries import WindowEntry
 from inspector.session.session_record import SessionRecord
 from inspector.gui.look.table_copy import COPY_HEADER_ROLE
-from inspector.gui.windows.tree_text import tree_disposition
+from inspector.gui.windows.tree_text import tree_disposition, tree_disposition_tip
 
 WINDOW_COLUMNS = ("window", "disposition", "proposed", "accepted", "committed", "base", "canonical", "trimmed",
                   "verification ms")
 WINDOW_HEADERS = ("#", "disposition", "prop.", "acc.", "comm.", "base", "canon.", "trim", "verify ms")
 WINDOW_TIPS = (
     "window index (1-based; failed windows are numbered too, as in the event log)",
-    "full_accept, first_mismatch, stopped (a tree window: of the branch it kept, \"branch 2 of 3\"); failed (no receipt): the window raised an error and was discarded; "
+    "full_accept, first_mismatch, stopped (a tree window: of the branch it kept, \"br 2/3\": branch 2 of 3); "
+    "failed (no receipt): the window raised an error and was discarded; "
     "cancelled (no receipt): Stop (or an injected cancellation) ended it, repaired first",
     "proposal tokens (a tree window: all its nodes, \"tree\"; the Receipt pane lists its branches)",
     "accepted proposal tokens", "committed tokens (canonical predictions)",
     "base_position (tokens)", "canonical_position after repair (tokens)", "KV rows removed by the repair",
     "verification_elapsed_us in ms; red: more than 5x the run's median (llama.cpp's threads waited for a core)",
 )
-WIDEST = ("99999", "first_mismatch (branch 9 of 9)", "99 tree", "acc.", "comm.", "99999", "99999", "trim", "99999.9")
+WIDEST = ("99999", "first_mismatch · br 9/9", "99 tree", "acc.", "comm.", "99999", "99999", "trim", "99999.9")
 """The widest value (or header) of each column: column widths are set from these, so nothing is cut."""
 FAILED = "failed (no receipt)"
 CANCELLED = "cancelled (no receipt)"
@@ -171,6 +172,8 @@ class WindowTableModel(QAbstractTableModel):
             rc = e.receipt
             tip = (f"window {rc.window_index} · decision {decision_id_text(rc.decision_id)} ({rc.source}) · "
                    f"decode step {rc.decode_step}")
+            if rc.tree is not None:
+                tip += "\n" + tree_disposition_tip(rc.disposition, rc.tree)
             if rc.grammar_rejected_row is not None:
                 tip += (f"\nthe grammar forbids proposal token {rc.grammar_rejected_row + 1}: a draft token the "
                         "grammar forbids is never accepted")

@@ -23,10 +23,17 @@ def kept_branch(tree: TreeReceipt) -> tuple[int, int]:
 
 
 def tree_disposition(disposition: str, tree: TreeReceipt) -> str:
-    """A tree window's disposition with the branch it describes: ``full_accept`` is that branch accepted whole,
-    e.g. "full_accept (branch 2 of 3)" (a tree as a whole is never accepted: only one branch is kept)."""
+    """A tree window's disposition with the branch it describes, short enough for the Windows table at 1024
+    pixels: "full_accept · br 2/3" (``full_accept`` is the kept branch accepted whole: a tree as a whole is never
+    accepted, only one branch is kept; ``tree_disposition_tip`` says it in words)."""
     kept, n = kept_branch(tree)
-    return f"{disposition} (branch {kept} of {n})"
+    return f"{disposition} · br {kept}/{n}"
+
+
+def tree_disposition_tip(disposition: str, tree: TreeReceipt) -> str:
+    """"full_accept of branch 2 of 3 (the kept one): the other branches' rows were dropped"."""
+    kept, n = kept_branch(tree)
+    return f"{disposition} of branch {kept} of {n} (the kept one): the other branches' rows were dropped"
 
 
 def tree_summary(tree: TreeReceipt, accepted: int) -> str:
