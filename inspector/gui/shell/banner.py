@@ -8,12 +8,15 @@ the file, conversation and analysis actions) and calls ``say``.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel
+from PySide6.QtWidgets import QLabel, QMessageBox
 
 from inspector.gui.look.banner_colours import BANNER_NEUTRAL
 
 BANNER_PAD = 4
 """Padding around the banner's text, in pixels."""
+DETAILS_HREF = "details"
+DETAILS_LINK = "details"
+"""A link a banner cut to its two lines ends with: it shows the whole text (the banner's tooltip) in a box."""
 
 
 class Banner(QLabel):
@@ -23,10 +26,22 @@ class Banner(QLabel):
     def __init__(self) -> None:
         super().__init__("")
         self.setWordWrap(True)
-        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                     | Qt.TextInteractionFlag.LinksAccessibleByMouse)
+        self.linkActivated.connect(self._link)
+        self.details: QMessageBox | None = None
+        """The box the **details** link opened last (not modal)."""
         fm = self.fontMetrics()
         self.setMinimumHeight(2 * fm.lineSpacing() + 2 * BANNER_PAD + 2)  # hints and run status fit in two lines
         self.say("", BANNER_NEUTRAL)
+
+    def _link(self, href: str) -> None:
+        if href != DETAILS_HREF:
+            return
+        box = self.details = QMessageBox(QMessageBox.Icon.Information, "Details", self.toolTip(),
+                                         QMessageBox.StandardButton.Close, self.window())
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        box.open()  # not modal: the window goes on
 
     def say(self, text: str, style: str, tip: str = "") -> None:
         """Show ``text`` (rich text) in ``style`` (one of the ``BANNER_*`` colors), ``tip`` as its tooltip."""

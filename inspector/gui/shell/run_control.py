@@ -23,7 +23,7 @@ from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui.engine_thread.worker import RunConfig, Stepping
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT, BANNER_NEUTRAL, BANNER_WARN
 from inspector.gui.look.wording import count_noun
-from inspector.gui.shell.banner import Banner
+from inspector.gui.shell.banner import BANNER_PAD, DETAILS_HREF, DETAILS_LINK, Banner
 from inspector.gui.shell.model_line import ModelLine
 from inspector.llama import bundled_model_path
 from inspector.llama.cost_cache import placement
@@ -162,15 +162,20 @@ class RunControl(QObject):
 
     def finish_banner(self, reason: str, end, record) -> tuple[str, str, str]:
         """The banner after a live run ended with ``reason`` (``RunEnd`` ``end``, its ``SessionRecord``):
-        ``(text, style, tooltip)``: the finish, then the ``end_notes`` whole (the banner wraps them: a note cut to
-        "…" with the rest in a tooltip went unread in a trial), also in the tooltip."""
+        ``(text, style, tooltip)``. Two lines at most, so the view below never moves: the finish, then the
+        ``end_notes`` on one line cut to fit before a **details** link that shows them whole (``Banner``: a note
+        cut to "…" with the rest only in a tooltip went unread in a trial), all of them in the tooltip too."""
         text = (f"Finished: <b>{reason}</b> · {count_noun(len(record.tokens), 'token')} · "
                 f"KV length {end.kv_length} (canonical position {end.canonical_position})")
         notes = self.end_notes(record)
         if not notes:
             return text, BANNER_DONE, ""
         full = "; ".join(f"{title}: {note}" for title, note in notes)
-        return f"{text}<br>{html.escape(full)}", BANNER_WARN, full
+        fm = self.banner.fontMetrics()
+        width = max(120, self.banner.width() - 2 * BANNER_PAD - 12 - fm.horizontalAdvance(f" {DETAILS_LINK}"))
+        line = fm.elidedText(full, Qt.TextElideMode.ElideRight, width)
+        link = "" if line == full else f" <a href='{DETAILS_HREF}'>{DETAILS_LINK}</a>"
+        return f"{text}<br>{html.escape(line)}{link}", BANNER_WARN, full
 
     def end_notes(self, record) -> list[tuple[str, str]]:
         """After a live run (its ``SessionRecord``): ``(title, text)`` of what the user should know
