@@ -396,11 +396,6 @@ class AnalysisActions(QObject):
         self.compare_view.raise_()
         return self.compare_view
 
-    def replay_session(self, path: str) -> bool:
-        """Replay under other sources… (the Requests tab): the Compare window with the served session document
-        ``path`` chosen, each request a turn; False (with a message) when it cannot be used."""
-        return self.show_compare().choose_conversation(path)
-
     def _describe_prompt(self) -> None:
         p = self.panel
         name = p.example_name() or "custom prompt"

@@ -193,7 +193,7 @@ class MainWindow(QMainWindow):
         self.serve = ServeActions(self.requests, self.request_log, menus.act_serve, panel=self.panel,
                                   worker=self.worker, run=self.run, shown=self.shown, feedback=self.feedback,
                                   host=self.host, settings=self.settings, turns=self.turns, slot_views=(self.lock_plots,))
-        self.serve.export.replayReady.connect(self.analysis.replay_session)  # Replay under other sources…
+        self.serve.export.replayReady.connect(lambda path: self.analysis.show_compare().choose_conversation(path))
         self.quitting = QuitControl(self.host, self.feedback, Workers(
             self.thread, self.run, self.serve, self.analysis.tune, lambda: self.analysis.server_build, self.files,
             self.sources), stop=self._stop_all, close=self.close)
