@@ -98,6 +98,8 @@ class ServeSlot:
         shared parts in the pool's, ``inspector.sources.slot_memory``)."""
         self.current: Job | None = None
         """The request running on this slot now."""
+        self.finishing = False
+        """Its request's reply is sent and the slot is not idle yet: no request is handed out meanwhile."""
         self.last_job: Job | None = None
         """The request running now or the last one that ran (``/slots``)."""
         self.last_used = -1.0
@@ -134,6 +136,7 @@ class ServeSlot:
             job.row.ended = time.time()
             self.current = None
             self.last_used = time.monotonic()
+            self.finishing = False
 
     def drop_session(self) -> None:
         """Drop the slot's KV session (the server stops)."""
@@ -275,6 +278,7 @@ class ServeSlot:
         if self.pool.metrics is not None:
             self.pool.metrics.observe(result, self.runtime.n_ctx)
         job.result = result
+        self.finishing = True  # the client may send its next request at once: it waits until this slot is idle
         self._deliver(job, result)
         self._changed(row)
 

@@ -319,6 +319,8 @@ class ServeSlots:
     def _dispatch(self) -> None:
         """Hand queued requests to idle slots, in arrival order (holding ``_cond``); a request that asks for
         a busy slot (``id_slot``) waits for it while later ones go on (llama-server defers its task)."""
+        if any(s.finishing for s in self.slots):
+            return  # a slot that answered is idle before the next request picks one (llama-server releases it first)
         for job in list(self._queue):
             idle = [s for s in self.slots if not s.busy and s.id not in self._assigned]
             if not idle:
