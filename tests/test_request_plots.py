@@ -25,7 +25,9 @@ def test_a_few_seconds_of_requests_are_labelled_with_clock_times(qtbot):
     t0 = time.mktime((2026, 12, 6, 12, 3, 21, 0, 0, -1))
     labels = [s for s in _labels(axis, t0, t0 + 3) if s]
     assert labels and all(s.count(":") == 2 for s in labels), labels  # "12:03:22", never "22.000"
-    assert "12:03:22" in [s.split(".")[0] for s in labels], labels
+    assert "12:03:22" in labels and not any("." in s for s in labels), labels
+    within = [s for s in _labels(axis, t0 + 0.4, t0 + 1.6, 330) if s]
+    assert within == ["12:03:22"], within  # about a second of requests: a whole-second tick, not none
     hours = [s for s in _labels(axis, t0, t0 + 4 * 3600) if s]
     assert hours and all(s.count(":") == 2 and "." not in s for s in hours), hours
 

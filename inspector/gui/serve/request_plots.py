@@ -9,6 +9,7 @@ as the line falling. Items are made once and updated with ``setData`` when the `
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -46,10 +47,26 @@ def binned_acceptance(points: np.ndarray, bins: int = CONTEXT_BINS) -> tuple[np.
     return mids[keep], acc[keep] / prop[keep]
 
 
+LABEL_PX = 80
+"""Pixels a clock-time label ("12:03:21") needs on the arrival axis."""
+
+
 class ClockAxis(pg.DateAxisItem):
     """Arrival times as this machine's clock reads them, "12:03:21" at every zoom (tenths added when ticks are
     less than a second apart; the month and day when they are days apart): pyqtgraph's date axis labels a few
     seconds of requests "21.000 22.000 ...", which a trial did not read as times."""
+
+    def tickValues(self, minVal, maxVal, size):
+        """pyqtgraph's ticks a second apart or more; where it has none such (it jumps from minutes to
+        milliseconds over a few seconds, and labels with tenths are too wide to draw: the axis showed none), whole
+        seconds at the first of 1, 2, 5, 10, 15, 30 apart that leaves ``LABEL_PX`` pixels per label."""
+        levels = [(spacing, values) for spacing, values in super().tickValues(minVal, maxVal, size)
+                  if spacing >= 1 and len(values)]
+        if levels or not math.isfinite(maxVal - minVal) or maxVal - minVal > 600:
+            return levels
+        fit = max(1, int(size // LABEL_PX))
+        step = next((s for s in (1, 2, 5, 10, 15, 30) if (maxVal - minVal) / s <= fit), 60)
+        return [(float(step), [float(v) for v in range(math.ceil(minVal / step) * step, math.floor(maxVal) + 1, step)])]
 
     def tickStrings(self, values, scale, spacing):
         fmt = "%m-%d %H:%M" if spacing >= 86_400 else "%H:%M:%S"

@@ -85,18 +85,14 @@ class RequestsView(QWidget):
         self.session_menu.setToolTip("this server run's requests: export them as one conversation document, or "
                                      "replay them under other sources")
         menu = QMenu(self.session_menu)
-        self.export = menu.addAction("Export session…")
-        self.export.setToolTip("save this server run's requests as one conversation document (what serve "
-                               "--session writes): replay it under other sources with tune --turns or compare "
-                               "--turns")
-        self.export.setEnabled(False)
-        self.export.triggered.connect(lambda _checked=False: self.exportRequested.emit())
-        self.replay = menu.addAction("Replay under other sources…")
-        self.replay.setToolTip("run this server run's requests again, one conversation turn each, under the proposal "
-                               "sources you choose in the Compare window (what compare --turns does with an "
-                               "exported session)")
-        self.replay.setEnabled(False)
-        self.replay.triggered.connect(lambda _checked=False: self.replayRequested.emit())
+        self.export = _menu_action(menu, "Export session…", self.exportRequested,
+                                   "save this server run's requests as one conversation document (what serve "
+                                   "--session writes): replay it under other sources with tune --turns or compare "
+                                   "--turns")
+        self.replay = _menu_action(menu, "Replay under other sources…", self.replayRequested,
+                                   "run this server run's requests again, one conversation turn each, under the "
+                                   "proposal sources you choose in the Compare window (what compare --turns does "
+                                   "with an exported session)")
         menu.setToolTipsVisible(True)
         self.session_menu.setMenu(menu)
         row.addWidget(self.session_menu)
@@ -263,3 +259,12 @@ class RequestsView(QWidget):
         self.lanes.shown = self.log.shown
         self.lanes.refresh()
         self.plots.refresh()
+
+
+def _menu_action(menu: QMenu, text: str, signal, tip: str):
+    """A menu entry, off until a server run recorded requests, that emits ``signal`` when chosen."""
+    action = menu.addAction(text)
+    action.setToolTip(tip)
+    action.setEnabled(False)
+    action.triggered.connect(lambda _checked=False: signal.emit())
+    return action
