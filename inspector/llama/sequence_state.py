@@ -42,8 +42,7 @@ class SequenceState:
         """Put ``data`` (``save``'s array of any sequence of this context, or the same bytes) into sequence
         ``sid``, replacing what it held. Raises ``EngineError`` when llama.cpp does not read it whole (no room
         in the KV cache, another model's state): the sequence is then emptied."""
-        buf = np.ascontiguousarray(np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray))
-                                   else data, dtype=np.uint8)
+        buf = np.frombuffer(data, dtype=np.uint8)  # a view: save's array or bytes, never copied
         read = int(llama_cpp.llama_state_seq_set_data_ext(self.ctx, _pointer(buf), len(buf), sid, WHOLE_SEQUENCE))
         if read != len(buf):
             llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), sid, -1, -1)
