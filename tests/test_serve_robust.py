@@ -19,7 +19,7 @@ from inspector.receipts import load_document
 from inspector.serve.errors import ApiError
 from inspector.serve.job import Job
 from inspector.serve.params import ServeDefaults, parse_request
-from inspector.serve.receipts_dir import ReceiptsDir
+from inspector.serve.receipts_dir import RESCAN_WRITES, ReceiptsDir
 from inspector.serve.server import InspectorServer, ServeError
 
 from serve_helpers import serve_options, wait_done
@@ -92,11 +92,34 @@ def test_the_folder_bound_removes_only_documents_serve_wrote(tmp_path):
     rd = ReceiptsDir(folder, keep=2)
     for i in range(1, 3):
         _served_doc(rd.path_of(i), i, now - 10 + i)
-    rd._bound()
+    rd.bound_after(rd.path_of(2))
     assert mine.exists() and lookalike.exists(), "a document serve did not write was removed"
     assert not earlier.exists(), "an earlier run's document was not counted"
     assert rd.path_of(1).exists() and rd.path_of(2).exists()
     assert [p.name for p in rd.files(this_run_only=True)] == [rd.path_of(1).name, rd.path_of(2).name]
+
+
+def test_the_folder_is_listed_once_per_hundred_writes_and_a_file_added_meanwhile_counts_at_the_next(
+        tmp_path, monkeypatch):
+    folder = tmp_path / "served"
+    folder.mkdir()
+    now = time.time()
+    for i in range(1, 6):  # an earlier run's documents
+        _served_doc(folder / f"req-20240101-000000-{i:06d}.json", i, now - 1000 + i)
+    rd = ReceiptsDir(folder, keep=5)
+    listings = []
+    real_files = rd.files
+    monkeypatch.setattr(rd, "files", lambda *a, **k: listings.append(1) or real_files(*a, **k))
+    for i in range(1, RESCAN_WRITES + 2):
+        _served_doc(rd.path_of(i), i, now - 500 + i)
+        rd.bound_after(rd.path_of(i))
+        if i == 10:  # another program's document, newer than every one of ours
+            _served_doc(folder / "req-20240101-000000-999999.json", 999999, now)
+    assert len(listings) == 2, "the folder was not listed exactly at the first write and RESCAN_WRITES writes later"
+    names = sorted(p.name for p in folder.iterdir())
+    assert len(names) == 5, names
+    assert "req-20240101-000000-999999.json" in names, "the other program's newest document was removed"
+    assert rd.path_of(RESCAN_WRITES + 1).name in names
 
 
 # -- 3. slow clients ------------------------------------------------------------------------------------------
