@@ -250,3 +250,28 @@ def test_ours_batched_and_llama_server_are_neighbours_in_every_round_and_the_ord
         assert abs(labels.index(OURS_BATCHED) - labels.index(LLAMA_SERVER)) == 1, labels
         assert labels == [c.label for c in round_order(order, rep + 1)][::-1], labels
     assert [c.label for c in round_order(order[1:], 0)][-1] == LLAMA_SERVER  # without ours batched: still all
+
+
+def test_a_round_is_one_wave_where_clients_send_different_examples_and_the_rounds_go_through_all():
+    from inspector.bench.concurrency_bench import client_prompts
+
+    examples = ["a", "b", "c", "d"]
+    for rnd in range(4):
+        wave = [client_prompts(examples, i, rnd, per_client=1) for i in range(3)]
+        assert all(len(w) == 1 for w in wave)
+        assert len({w[0] for w in wave}) == 3, wave  # concurrent requests differ
+    firsts = {client_prompts(examples, 0, rnd, per_client=1)[0] for rnd in range(4)}
+    assert firsts == set(examples)  # four rounds: client 0 sent every example
+    assert client_prompts(examples, 1, 2) == ["d", "a", "b", "c"]  # every prompt, from round + client
+
+
+def test_a_cells_latencies_pool_every_request_of_every_round_and_its_ratios_give_the_middle_half():
+    cell = Cell(2, "none", OURS_BATCHED, runs=[LevelRun(1.0, 10, [0.1, 0.2]), LevelRun(1.0, 10, [0.3, 4.0])],
+                ratios=[0.8, 0.9, 1.0, 1.1, 1.2])
+    assert cell.latency_median_ms == pytest.approx(250.0)  # the median of 0.1, 0.2, 0.3, 4.0 s
+    assert cell.latency_p95_ms == pytest.approx(4000.0)
+    assert cell.ratio == 1.0 and cell.ratio_quartiles == (0.9, 1.1)
+    result = ConcurrencyResult((2,), source_configs([]), [Contender(OURS_BATCHED)],
+                               {(2, "none", OURS_BATCHED): cell})
+    table = format_concurrency_bench(result, examples=["a"], n_predict=8, repeats=5, threads=2)
+    assert "1.00 [0.90-1.10]" in table, table

@@ -2,9 +2,10 @@
 
 For every level N (1..``MAX_LEVEL`` clients) and every configuration (plain decoding first, then each chosen
 llama.cpp source with llama-server's flags for it, ``inspector.sources.server_flags``), each contender
-serves N client threads on 127.0.0.1 that start together and each send the same fixed list of streamed
-greedy ``/v1/chat/completions`` requests (the bundled examples, client i starting at the i-th so that
-concurrent requests differ; ``n_predict`` tokens each), after one short warm-up request. Contenders:
+serves, round after round, a wave of N client threads on 127.0.0.1 that start together and each send one
+streamed greedy ``/v1/chat/completions`` request (one of the bundled examples: in round r client i sends
+example r + i, so that concurrent requests differ and the rounds go through every example; ``n_predict``
+tokens each), after one short warm-up request. Contenders:
 
 - ``ours batched``: our ``spec-inspector serve`` started as a child process (``ServeProcess``) with ``-np N
   -kvu`` and the batched schedule (every slot's rows of a step in one ``llama_decode``, as llama-server's
@@ -25,15 +26,17 @@ once, which on a small machine would slow both many times over). This machine's 
 over minutes (other work on the host): a fresh server per run put minutes between the two runs a ratio
 compares, and the ratio moved by 0.1-0.25 from one bench to the next. Now the two runs of a ratio are
 neighbours (``round_order``: ``ours batched`` right before or after llama-server, the order reversing
-every round, so a slow phase falls on both programs) and each round takes seconds. Each round's clients
+every round, so a slow phase falls on both programs) and each round is one wave of requests, a few seconds:
+measured at one client, rounds of four requests per client (5-20 s) gave ratios from 0.81 to 0.95 within one
+bench, a request per round a 95% interval of 0.91-0.96 around the median over 40 rounds. Each round's clients
 open with system messages of that round's own (``client_system``), so no request finds an earlier round's
 prompt in a server's prompt cache and every round does the same work, as on a fresh server.
 
 Per run: aggregate generated tokens/s (every reply's ``timings.predicted_n`` over the wall time from the
 clients' start to the last reply's end) and each request's latency (request sent -> its stream ended,
-ms). A cell (level, configuration, contender) reports the median over rounds of the aggregate tokens/s, of
-each run's latency median and of each run's p95 (nearest rank), and ours / llama-server: the median of the
-rounds' ratios of aggregate tokens/s (each pair from the same round). For each configuration and contender:
+ms). A cell (level, configuration, contender) reports the median over rounds of the aggregate tokens/s, the
+median and p95 (nearest rank) of every request's latency over its rounds, and ours / llama-server: the median
+of the rounds' ratios of aggregate tokens/s (each pair from the same round). For each configuration and contender:
 the lowest level where speculation stops paying (the configuration's aggregate tokens/s at or below plain
 decoding's on the same contender at that level; the gated contender's plain is ``ours batched``'s).
 """
@@ -72,7 +75,7 @@ DEFAULT_SOURCES = ("ngram-simple",)
 """The speculative configurations run beside plain decoding unless ``--sources`` says otherwise."""
 DEFAULT_N_PREDICT = 64
 """Tokens each request asks for (``--max-tokens``' default with ``--concurrency``)."""
-DEFAULT_REPEATS = 2
+DEFAULT_REPEATS = 8
 """Rounds (``--repeats``' default with ``--concurrency``)."""
 LLAMA_SERVER = "llama-server"
 OURS_BATCHED = "ours batched"
@@ -178,11 +181,18 @@ def client_system(i: int, round_index: int = 0) -> str:
     return f"Round {round_index + 1}. You are assistant number {i + 1} of several; answer the user."
 
 
+def client_prompts(prompts: Sequence[str], i: int, round_index: int = 0, per_client: int | None = None) -> list[str]:
+    """What client ``i`` sends in round ``round_index`` (both 0-based), in order: ``per_client`` prompts (all
+    when None) from ``prompts``, starting at the (``round_index`` + ``i``)-th and wrapping."""
+    n = len(prompts) if per_client is None else per_client
+    return [prompts[(round_index + i + k) % len(prompts)] for k in range(n)]
+
+
 def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: int,
-                  round_index: int = 0) -> LevelRun:
-    """``n_clients`` threads that start together, each sending every prompt in turn (client i from the i-th,
-    wrapping) as a streamed greedy chat of at most ``n_predict`` tokens to the server at ``url``, after one
-    warm-up request (not measured). Each client's requests open with its own system message of round
+                  round_index: int = 0, per_client: int | None = None) -> LevelRun:
+    """``n_clients`` threads that start together, each sending its ``client_prompts`` (``per_client`` of them,
+    every prompt when None) in turn as a streamed greedy chat of at most ``n_predict`` tokens to the server at
+    ``url``, after one warm-up request (not measured). Each client's requests open with its own system message of round
     ``round_index`` (``client_system``), so no request finds another client's prompt, or an earlier round's,
     in a server's prompt cache (``--cache-ram``): which one would depends on arrival order, and the runs would
     not do the same work. Raises the first client's ``ServerError`` (an HTTP failure too)."""
@@ -199,7 +209,7 @@ def drive_clients(url: str, prompts: Sequence[str], n_clients: int, n_predict: i
     ends: list[float] = []
 
     def client(i: int) -> None:
-        order = [prompts[(i + k) % len(prompts)] for k in range(len(prompts))]
+        order = client_prompts(prompts, i, round_index, per_client)
         try:
             with _client(url) as c:
                 barrier.wait()
@@ -303,18 +313,23 @@ class Cell:
 
     @property
     def latency_median_ms(self) -> float | None:
-        """Median over rounds of each run's median request latency (ms)."""
-        return median(1000 * median(r.latencies_s) for r in self.runs) if self.runs else None
+        """Median latency (ms) of every request of every round."""
+        return 1000 * median(t for r in self.runs for t in r.latencies_s) if self.runs else None
 
     @property
     def latency_p95_ms(self) -> float | None:
-        """Median over rounds of each run's p95 request latency (ms, nearest rank)."""
-        return median(1000 * percentile(r.latencies_s, 0.95) for r in self.runs) if self.runs else None
+        """p95 latency (ms, nearest rank) of every request of every round."""
+        return 1000 * percentile([t for r in self.runs for t in r.latencies_s], 0.95) if self.runs else None
 
     @property
     def ratio(self) -> float | None:
         """Median of the rounds' ours / llama-server ratios (None: llama-server's cell, or no pair)."""
         return median(self.ratios) if self.ratios else None
+
+    @property
+    def ratio_quartiles(self) -> tuple[float, float]:
+        """The first and third quartiles of the rounds' ratios (nearest rank): the middle half of them."""
+        return percentile(self.ratios, 0.25), percentile(self.ratios, 0.75)
 
     def to_json(self) -> dict:
         """The cell's figures (tokens/s, ms) and its runs."""
@@ -406,7 +421,7 @@ def concurrency_bench(runtime, binary: str, *, levels: Sequence[int] = DEFAULT_L
                             continue
                         progress(f"round {rep + 1}/{repeats} · {level} clients · {config.source} · {c.label}")
                         try:
-                            run = drive_clients(server.url, prompts, level, n_predict, rep)
+                            run = drive_clients(server.url, prompts, level, n_predict, rep, per_client=1)
                         except ServerError as exc:
                             if c.ours:
                                 raise
@@ -429,12 +444,13 @@ def format_concurrency_bench(result: ConcurrencyResult, *, examples: Sequence[st
     """The bench as a text table: a line per level, configuration and contender (aggregate tokens/s, request
     latency median and p95 in ms, ours / llama-server), then where speculation stops paying per contender."""
     num = lambda x, f: f.format(x) if x is not None else "n/a"  # noqa: E731
-    lines = [f"concurrency: N clients at once, each sending {len(examples)} examples as streamed greedy chat "
-             f"requests of {n_predict} tokens; -np N -kvu on every server, {threads} threads on both sides; "
-             f"medians over {repeats} rounds (servers kept running, order alternating)",
+    lines = [f"concurrency: N clients at once, each sending one streamed greedy chat request per round (one of "
+             f"{len(examples)} examples, {n_predict} tokens); -np N -kvu on every server, {threads} threads on both "
+             f"sides; medians over {repeats} rounds (servers kept running, order alternating); ours/llama-server: "
+             "median of the rounds' ratios [middle half of them]",
              "configurations: " + "; ".join(c.label for c in result.configs),
              f"{'clients':>7s}  {'source':14s} {'server':34s} {'tok/s':>7s} {'median ms':>9s} {'p95 ms':>7s} "
-             f"{'ours/llama-server':>17s}"]
+             f"{'ours/llama-server':>22s}"]
     for level in result.levels:
         for config in result.configs:
             for c in result.contenders:
@@ -442,10 +458,13 @@ def format_concurrency_bench(result: ConcurrencyResult, *, examples: Sequence[st
                 if cell is None:
                     continue
                 ratio = "-" if not c.ours else num(cell.ratio, "{:.2f}")
+                if cell.ratios and len(cell.ratios) > 1:
+                    low, high = cell.ratio_quartiles
+                    ratio += f" [{low:.2f}-{high:.2f}]"
                 tail = f"  error: {cell.error}" if cell.error else ""
                 lines.append(f"{level:>7d}  {config.source[:14]:14s} {c.label[:34]:34s} "
                              f"{num(cell.tokens_per_s, '{:.1f}'):>7s} {num(cell.latency_median_ms, '{:.0f}'):>9s} "
-                             f"{num(cell.latency_p95_ms, '{:.0f}'):>7s} {ratio:>17s}{tail}")
+                             f"{num(cell.latency_p95_ms, '{:.0f}'):>7s} {ratio:>22s}{tail}")
     lines.append("")
     lines.append("speculation stops paying (its aggregate tok/s <= plain decoding's on the same server) at:")
     for config in result.configs:

@@ -42,7 +42,8 @@ def add_concurrency_flags(parser) -> None:
                              "(batched and locked) and llama-server -np N -kvu (--llama-server PATH, default: the "
                              "one built from our llama.cpp), never two servers at once, for plain decoding and each "
                              "--sources source: aggregate tok/s, request latency median and p95, ours/llama-server, "
-                             "and the level where speculation stops paying; --repeats rounds [2], --max-tokens per "
+                             "and the level where speculation stops paying; --repeats rounds of one request per client "
+                             f"[{DEFAULT_REPEATS}], --max-tokens per "
                              f"request [{DEFAULT_N_PREDICT}] [{','.join(map(str, DEFAULT_LEVELS))}]")
     parser.add_argument("--sources", default=",".join(DEFAULT_SOURCES), metavar="NAME,...",
                         help="with --concurrency: the speculative sources beside plain decoding, from llama-server's "
