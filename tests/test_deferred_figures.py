@@ -203,8 +203,9 @@ def _autosaved_run(tmp_path, steps: int | None = None, clean: bool = True):
                      open_autosave=lambda header: AutosaveWriter(path, header))
     g = run.prepare()
     run.start()
-    while not g.finished and (steps is None or g.decode_step < steps):
-        run.step()
+    for _ in run.steps() if steps is None or steps > 0 else ():
+        if steps is not None and g.decode_step >= steps:
+            break
     run.end(g.finish_reason or "stopped", clean=clean)
     return record, g, path
 

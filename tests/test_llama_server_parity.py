@@ -124,8 +124,8 @@ def test_ngram_mods_pool_carries_across_two_requests_as_in_llama_server(schedule
         g = run.open()
         try:
             run.start()
-            while not g.finished:
-                run.step()
+            for _ in run.steps():
+                pass
         finally:
             run.end(g.finish_reason or "error")
             run.close_source()

@@ -160,8 +160,8 @@ def test_a_second_request_on_the_same_memory_is_said_to_be_warm_and_the_first_is
             g = run.open()
             try:
                 run.start()
-                while not g.finished:
-                    run.step()
+                for _ in run.steps():
+                    pass
             finally:
                 run.end(g.finish_reason or "error")
                 run.close_source()

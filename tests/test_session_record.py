@@ -181,8 +181,7 @@ def test_a_record_drained_from_the_stream_in_batches_equals_one_applied_directly
     gen = run.prepare()
     run.start()
     batched = SessionRecord()
-    while not gen.finished:
-        run.step()
+    for _ in run.steps():
         batched.extend(stream.drain())  # one batch per decode step, as the window's redraw tick
     run.end(gen.finish_reason)
     batched.extend(stream.drain())
@@ -358,3 +357,27 @@ def test_the_record_names_the_tokens_changed_in_place_since_a_version(tmp_path):
     s.set_baseline({"identical": False, "divergence": {"index": 5}})
     assert s.token_changes_since(v) == 3  # the mark moved off token 3, onto 5
     assert s.token_changes_since(before_end) == 3 and s.snapshot().token_changes_since(v) == 3
+
+
+def test_the_drive_loop_yields_after_every_step_and_a_steps_error_ends_it_until_resumed(tmp_path):
+    model = tmp_path / "fake.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    rt = DescribedRuntime(model, eog=(999,))
+    request = RunRequest("abc", GenerationSettings(max_new_tokens=10, draft_max=16), "list",
+                         faults=FaultPlan([Fault("callback_error", window=1, token=1)]))
+    run = SessionRun(RuntimeScheduler(rt), request, SessionRecord().apply,
+                     make_source=lambda req: ListSource([[7, 8, 9], [1, 2], [3]]))
+    gen = run.prepare()
+    run.start()
+    seen = []
+    with pytest.raises(EngineError):
+        for g in run.steps():
+            seen.append(g.decode_step)
+    assert not gen.finished and seen == []  # the first window's injected error ended the loop
+    gen.resume()
+    for g in run.steps():
+        assert g is gen
+        seen.append(g.decode_step)
+    run.end(gen.finish_reason)
+    assert gen.finished and gen.generated_count == 10
+    assert seen == list(range(seen[0], seen[0] + len(seen))), seen  # one yield per step, in order

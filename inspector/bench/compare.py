@@ -259,8 +259,8 @@ def _run_request(scheduler, config: CompareConfig, settings: GenerationSettings,
             gen.cancel_event = cancel
         try:
             run.start()
-            while not gen.finished:
-                run.step()
+            for _ in run.steps():
+                pass
         except RequestCancelled:
             raise
         except Exception as exc:

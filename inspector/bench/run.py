@@ -71,11 +71,11 @@ def run_task(scheduler, source, tokens, max_tokens, draft_max: int = 8) -> Gener
     before, predict_before = rt.decode_ns, getattr(rt, "predict_ns", 0)
     prob_before = getattr(rt, "probability_ns", 0), getattr(rt, "probability_rows", 0)
     g.window_outside_us = []  # per window step: time outside llama_decode (microseconds)
-    while not g.finished:
-        windows, d0, t0 = len(g.receipts), rt.decode_ns, perf_counter_ns()
-        run.step()
+    windows, d0, t0 = len(g.receipts), rt.decode_ns, perf_counter_ns()
+    for _ in run.steps():
         if len(g.receipts) > windows:
             g.window_outside_us.append((perf_counter_ns() - t0 - (rt.decode_ns - d0)) / 1000)
+        windows, d0, t0 = len(g.receipts), rt.decode_ns, perf_counter_ns()
     g.decode_ns_inside = rt.decode_ns - before
     g.predict_ns = getattr(rt, "predict_ns", 0) - predict_before
     g.probability_ns = getattr(rt, "probability_ns", 0) - prob_before[0]

@@ -118,13 +118,13 @@ def measure_run(scheduler: RuntimeScheduler, config: CompareConfig, prompt_token
         draft_ns = lambda: getattr(draft, "decode_ns", 0)  # noqa: E731
         d0, p0, r0, dd0 = rt.decode_ns, rt.probability_ns, rt.probability_rows, draft_ns()
         split = {"plain": [0, 0], "window": [0, 0]}  # ns inside, outside llama_decode per kind of step
-        while not g.finished:
-            t, d, windows = perf_counter_ns(), rt.decode_ns + draft_ns(), g.window_count
-            run.step()
+        t, d, windows = perf_counter_ns(), rt.decode_ns + draft_ns(), g.window_count
+        for _ in run.steps():
             inside = rt.decode_ns + draft_ns() - d
             kind = split["window" if g.window_count != windows else "plain"]
             kind[0] += inside
             kind[1] += perf_counter_ns() - t - inside
+            t, d, windows = perf_counter_ns(), rt.decode_ns + draft_ns(), g.window_count
         inside_ns = rt.decode_ns - d0 + draft_ns() - dd0
         prob_ns, rows = rt.probability_ns - p0, rt.probability_rows - r0
         run.end(g.finish_reason)

@@ -83,8 +83,8 @@ def measure(model_path: str | None = None, task: str = TASK, max_tokens: int = 1
             run = SessionRun(scheduler, RunRequest(prompt, gen_settings, "ngram", dict(options)), SessionRecord().apply)
             g = run.prepare()
             run.start()
-            while not g.finished:
-                run.step()
+            for _ in run.steps():
+                pass
             run.end(g.finish_reason)
             return g.summary().decode_tokens_per_s
 

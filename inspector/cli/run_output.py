@@ -80,7 +80,8 @@ def drive_run(run, gen, printer: StreamPrinter, resume: bool) -> bool:
     attempts = 0
     while not gen.finished:
         try:
-            run.step()
+            for _ in run.steps():
+                pass
         except Exception as exc:  # engine or injected error: already repaired, receipts kept
             printer.catch_up(gen.text.text)
             sys.stdout.flush()

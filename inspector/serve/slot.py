@@ -248,11 +248,12 @@ class ServeSlot:
                 self.scheduler.execute("open", sid, lambda r: steps.activate(sid))
             run.start()
             sent = self._send(job, record, stream, sent)
-            while not gen.finished:
-                if job.cancelled.is_set():
-                    raise RequestCancelled()
-                run.step()
+            for _ in run.steps() if not job.cancelled.is_set() else ():  # cancelled during the prefill: no step
                 sent = self._send(job, record, stream, sent)
+                if job.cancelled.is_set():
+                    break
+            if job.cancelled.is_set() and not gen.finished:
+                raise RequestCancelled()
             reason = gen.finish_reason
         except RequestCancelled:
             injected = not job.cancelled.is_set() and any(f.kind == CANCEL for f, _w in self.faults.fired[fired_before:])

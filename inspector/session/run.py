@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings
 from inspector.engine.baseline import run_baseline
@@ -282,6 +282,16 @@ class SessionRun:
             self.generation.step()
         finally:
             self.progress()
+
+    def steps(self) -> Iterator[Generation]:
+        """The drive loop of every run (``run``, ``serve``, compare, the benchmarks): each iteration runs one
+        ``step`` and yields the generation, until it finishes; the loop's body is the per-step hook (send the
+        new tokens, check a cancellation, time the step). Call after ``start``. A step's error (raised after
+        repair) ends the iterator: after ``generation.resume()`` take a new one to go on."""
+        gen = self.generation
+        while not gen.finished:
+            self.step()
+            yield gen
 
     def kv_info(self) -> dict:
         """``kv_length`` (read from the runtime; None when retired or unreadable), ``canonical_position``
