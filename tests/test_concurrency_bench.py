@@ -179,7 +179,7 @@ def test_our_serve_gets_the_runtimes_settings_and_each_configurations_source_slo
     for config, who, n in cases:
         argv = ours_arguments(settings, config, who, n, str(tmp_path / "rec"))
         args = build_parser().parse_args(["serve", *argv])  # argparse exits on a flag serve does not take
-        assert (args.model, args.threads, args.n_ctx, args.n_batch) == (tmp_path / "m.gguf", 3, 1536, 384), argv
+        assert (args.model, args.n_threads, args.n_ctx, args.n_batch) == (tmp_path / "m.gguf", 3, 1536, 384), argv
         assert (args.n_ubatch, args.flash_attn, args.type_k, args.type_v) == (96, "off", "q8_0", "f16"), argv
         assert (args.n_parallel, args.kv_unified, args.schedule) == (n, True, who.schedule), argv
         assert args.spec_max_active == who.spec_max_active, argv

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from inspector.cli.main import build_parser
+from inspector.engine.llama_settings import N_THREADS, THREADS_MAX
 from inspector.exact_options import ExactOptionParser
 
 LLAMA_CPP_FLAGS = """
@@ -382,7 +383,7 @@ SHARED = {
     "-f": ({"prompt_file"}, "p.txt", Path("p.txt")),
     "-n": ({"max_tokens", "n_predict"}, "7", 7),
     "-c": ({"n_ctx"}, "512", 512),
-    "-t": ({"threads"}, "1", 1),
+    "-t": ({"n_threads"}, "1", 1),
     "-s": ({"seed"}, "5", 5),
     "-sys": ({"system_prompt"}, "be brief", "be brief"),
     "-ngl": ({"n_gpu_layers"}, "3", 3),
@@ -509,3 +510,14 @@ def test_a_value_attached_to_a_one_letter_option_is_not_split_off():
         with pytest.raises(SystemExit):
             p.parse_args(argv)
     assert p.parse_args(["-c", "nv"]).c == "nv"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_threads_come_from_their_one_declaration_with_its_range_and_help(command):
+    parser = command_parsers()[command]
+    (action,) = [a for a in parser._actions if "--threads" in a.option_strings]
+    assert action.option_strings == list(N_THREADS.flags) and action.dest == "n_threads"
+    assert action.help.startswith(N_THREADS.help_text())
+    assert parse(parser, ["-t", str(THREADS_MAX)]).n_threads == THREADS_MAX
+    assert parse(parser, ["-t", str(THREADS_MAX + 1)]) is None
+    assert parse(parser, []).n_threads == N_THREADS.default == 0

@@ -225,3 +225,4 @@ def test_the_window_copies_the_threads_it_runs_with(qtbot, tmp_path):
     w.panel.threads.setValue(1)
     argv = shlex.split(w.analysis.copy_server_flags())
     assert argv[argv.index("-t") + 1] == "1"
+

@@ -22,6 +22,7 @@ from inspector.bench.server_compare import check_llama_server, is_url
 from inspector.bench.server_http import REQUEST_DEADLINE_S, ServerError
 from inspector.bench.server_text import SERVER_THREADS, llama_server_tokens
 from inspector.cli.common import EXIT_USAGE, fail
+from inspector.cli.context import add_threads_flag
 from inspector.cli.ranges import positive, whole_number
 from inspector.cli.server_target import our_llama_server
 from inspector.engine import RuntimeScheduler
@@ -52,7 +53,7 @@ def add_audit_command(sub) -> None:
     a.add_argument("--max-width", type=positive, metavar="K",
                    help=f"widest verify batch to try, rows (default: the run's draft max + 1, at most "
                         f"{MAX_AUDIT_WIDTH})")
-    a.add_argument("--threads", type=positive, help="CPU threads (default: all)")
+    add_threads_flag(a)
     a.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH|URL",
                    help="also generate the prompt greedily through llama-server (same n_predict and penalties) "
                         "and audit where its text parts from ours: a llama-server binary (started on 127.0.0.1 "
@@ -102,7 +103,7 @@ def cmd_audit(args) -> int:
         n_batch, context = context_from_values(loaded_context(model.get("llama_cpp")))
         n_ctx = int(model.get("n_ctx") or 2048)
         print(f"loading {path} ...", file=sys.stderr, flush=True)
-        runtime = open_target(path, n_ctx=n_ctx, n_batch=n_batch, n_seq_max=2, n_threads=args.threads,
+        runtime = open_target(path, n_ctx=n_ctx, n_batch=n_batch, n_seq_max=2, n_threads=args.n_threads,
                               context=context)  # llama.cpp loads here, not when the command line starts
     except (ModelFileError, EngineError, ValueError) as exc:
         return fail(str(exc))

@@ -28,9 +28,9 @@ from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_l
                                        bench_weights_command, print_result)
 from inspector.cli.bench_synthetic import add_synthetic_flag, bench_synthetic_command
 from inspector.cli.bench_trees import add_trees_flag, bench_trees_command
-from inspector.cli.context import add_context_flags
+from inspector.cli.context import add_context_flags, add_threads_flag
 from inspector.cli.devices import add_offload_flags
-from inspector.cli.ranges import THREADS, THREADS_MAX, setting, whole_number
+from inspector.cli.ranges import setting, whole_number
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.server_target import our_llama_server
 from inspector.cli.turns import add_turns_argument
@@ -57,8 +57,7 @@ def add_bench_commands(sub) -> None:
     bn.add_argument("--target-weights", type=weight_type, metavar="TYPE",
                     help="run the target in this weight type: the model converted with llama.cpp's quantizer (cached; "
                           "the file itself when it already is), e.g. Q8_0; bench --weights compares layouts")
-    bn.add_argument("--threads", "-t", type=THREADS, default=None,
-                    help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; measure with nothing else running")
+    add_threads_flag(bn, "measure with nothing else running")
     bn.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
     bn.add_argument("--max-tokens", "-n", "--predict", "--n-predict", type=whole_number(1, DEFAULT_N_CTX), default=None,
                     help=f"tokens per run (1..{DEFAULT_N_CTX}, the context) [128; 64 with --concurrency]")
@@ -121,8 +120,7 @@ def add_bench_commands(sub) -> None:
                          "draft:draft_model=D.gguf (repeatable; default: plain and ngram with draft_max 4, 8, 16)")
     cp.add_argument("--max-tokens", "-n", "--predict", "--n-predict", type=setting("max_new_tokens", int), default=DEFAULT_MAX_NEW_TOKENS,
                     help=f"tokens per run [{DEFAULT_MAX_NEW_TOKENS}]")
-    cp.add_argument("--threads", "-t", type=THREADS, default=None,
-                    help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
+    add_threads_flag(cp, "on a busy machine fewer is faster")
     cp.add_argument("--repeats", type=whole_number(1, 100), default=3,
                     help="runs per configuration, in rounds (every configuration once per round, plain first, so a "
                          "slow phase of the machine reaches them all): tok/s and speedups are medians, the other "
@@ -197,7 +195,7 @@ def _bench_gui(args, task: str) -> int:
     speed = _window_speed()
     try:
         result = speed.measure(str(args.model) if args.model else None, task, max_tokens=args.max_tokens,
-                               repeats=args.repeats, threads=args.threads or None, show=args.show)
+                               repeats=args.repeats, threads=args.n_threads or None, show=args.show)
     except (ModelFileError, EngineError, ValueError, RuntimeError) as exc:
         return fail(str(exc))
     print_result(speed.format_gui_speed(result), result, args.json)
@@ -238,7 +236,7 @@ def _bench_serve(args) -> int:
     tasks, target, configs = checked
     configs = configs or list(SERVE_BENCH_CONFIGS)
     try:
-        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -268,7 +266,7 @@ def _bench_llama_server(args) -> int:
         return checked
     tasks, target, configs = checked
     try:
-        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
     original = str(getattr(runtime, "converted_from", None) or runtime.model_path)  # not a converted form's
@@ -320,7 +318,7 @@ def _bench_turns(args) -> int:
     except ValueError as exc:
         return fail(str(exc), EXIT_USAGE)
     try:
-        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
@@ -364,7 +362,7 @@ def _bench_rpc(args) -> int:
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         result = bench_rpc(args.model or bundled_model_path(), args.rpc, max_tokens=args.max_tokens,
-                           k_max=args.k_max, repeats=args.repeats, threads=args.threads or None,
+                           k_max=args.k_max, repeats=args.repeats, threads=args.n_threads or None,
                            n_gpu_layers=args.n_gpu_layers, progress=progress)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
@@ -403,7 +401,7 @@ def cmd_compare(args) -> int:
     except ServerError as exc:  # a URL (a path that is no llama-server is a ValueError: a usage error above)
         return fail(str(exc))
     try:
-        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.threads or None)
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.n_threads or None)
         tokens = runtime.prompt_tokens(prompt, system_prompt=args.system_prompt)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))

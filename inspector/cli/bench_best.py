@@ -55,7 +55,7 @@ def bench_best_command(args) -> int:
     if target is None:
         return status
     try:
-        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.threads or None)
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731

@@ -67,7 +67,7 @@ def bench_on_target(args, work, n_ctx: int = DEFAULT_N_CTX) -> int:
     print the table (``--json OUT``: the figures). An engine error or a refused value ends it in one line
     (exit 1); returns the exit status."""
     try:
-        runtime = open_target_runtime(args, n_ctx=n_ctx, n_seq_max=1, n_threads=args.threads or None)
+        runtime = open_target_runtime(args, n_ctx=n_ctx, n_seq_max=1, n_threads=args.n_threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))
     try:
@@ -91,7 +91,7 @@ def bench_weights_command(args) -> int:
     progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         result = bench_weights(args.model or bundled_model_path(), types, max_tokens=args.max_tokens,
-                               k_max=args.k_max, repeats=args.repeats, threads=args.threads or None,
+                               k_max=args.k_max, repeats=args.repeats, threads=args.n_threads or None,
                                progress=progress)
     except (ModelFileError, EngineError, ValueError) as exc:
         return fail(str(exc))

@@ -12,19 +12,20 @@ import argparse
 from inspector.cli.ranges import setting, whole_number
 from inspector.engine.llama_settings import COUNT_MAX
 from inspector.engine import llama_settings
-from inspector.engine.llama_settings import N_CTX, OUR_N_BATCH, Setting
+from inspector.engine.llama_settings import N_CTX, N_THREADS, OUR_N_BATCH, Setting
 from inspector.llama.context_settings import ContextSettings
 
 N_BATCH = OUR_N_BATCH
 """Our logical batch (rows per decode) when not given (``OUR_N_BATCH``); llama-server's is 2048."""
 
 
-def add_setting_flag(p, s: Setting, serve: bool = False) -> None:
+def add_setting_flag(p, s: Setting, serve: bool = False, note: str = "") -> None:
     """Add the flag of the declared setting ``s`` to ``p`` (a parser or an argument group): its names,
     ``dest`` its name, its default (``serve``: llama-server's), its type (a whole number in its range, a
-    choice, or a value its ``rule`` checks: ``inspector.cli.ranges.setting``), its help with the default."""
+    choice, or a value its ``rule`` checks: ``inspector.cli.ranges.setting``), its help with the default and
+    the command's own ``note`` after it."""
     default = s.server_default if serve else s.default
-    kwargs: dict = {"dest": s.name, "default": default, "help": s.help_text(serve)}
+    kwargs: dict = {"dest": s.name, "default": default, "help": s.help_text(serve) + (f"; {note}" if note else "")}
     if s.metavar:
         kwargs["metavar"] = s.metavar
     if s.kind == "choice":
@@ -42,6 +43,12 @@ def add_context_flags(p: argparse.ArgumentParser) -> None:
     ``-ctk``, ``-ctv``) to ``p``."""
     for s in llama_settings.CONTEXT.values():
         add_setting_flag(p, s)
+
+
+def add_threads_flag(p, note: str = "") -> None:
+    """Add ``-t``/``--threads`` (``N_THREADS``: CPU threads, 0 = all cores; ``args.n_threads``) to ``p``, with the
+    command's ``note`` after the help."""
+    add_setting_flag(p, N_THREADS, note=note)
 
 
 def add_n_ctx_flag(p) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from inspector.bench.compare import parse_config
 from inspector.cli.common import EXIT_USAGE, fail as _fail
-from inspector.cli.context import add_context_flags, add_n_ctx_flag, context_from_args
+from inspector.cli.context import add_context_flags, add_n_ctx_flag, add_threads_flag, context_from_args
 from inspector.cli.ranges import whole_number
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.sources.server_flags import LLAMA_SERVER_FLAGS_FROM, server_command, server_notes
@@ -27,8 +27,7 @@ def add_flags_command(sub) -> None:
     fl.add_argument("config", metavar="SOURCE[:key=value,...]",
                     help="a configuration as compare takes it, e.g. ngram-mod:n_min=16 or draft:draft_model=D.gguf")
     fl.add_argument("--model", "-m", type=Path, help="add -m MODEL (the target GGUF)")
-    fl.add_argument("-t", "--threads", type=whole_number(0), default=None, metavar="N",
-                    help="add -t N (CPU threads; 0 or absent: llama.cpp's default)")
+    add_threads_flag(fl, "0: no -t (llama.cpp's own default)")
     add_n_ctx_flag(fl)
     fl.add_argument("-sys", "--system-prompt", default="", metavar="TEXT",
                     help="the run's system prompt: llama-server has no flag for it, a note says where it goes")
@@ -50,7 +49,7 @@ def cmd_flags(args) -> int:
             raise ValueError(f"llama.cpp refuses this context: {context.refusal()}")
         line = server_command(config.source, config.options, draft_max=config.draft_max,
                               model=str(args.model) if args.model else None, sampling=sampling, n_ctx=args.n_ctx,
-                              n_batch=args.n_batch, context=context, n_threads=args.threads)
+                              n_batch=args.n_batch, context=context, n_threads=args.n_threads)
         notes = [*sampling_notes, *server_notes(config.source, config.options, draft_max=config.draft_max,
                                                 system_prompt=args.system_prompt)]
     except ValueError as exc:

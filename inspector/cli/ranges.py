@@ -8,7 +8,7 @@ import argparse
 import math
 
 from inspector.engine.faults import Fault
-from inspector.engine.llama_settings import COUNT_MAX
+from inspector.engine.llama_settings import COUNT_MAX, THREADS_MAX
 from inspector.engine.settings import check_stop, interpret_setting
 
 
@@ -32,11 +32,9 @@ def whole_number(low: int, high: int = COUNT_MAX, name: str = "N"):
 positive = whole_number(1, name="positive")
 """1..2147483647."""
 
-THREADS_MAX = 512
-"""ggml's ``GGML_MAX_N_THREADS``: more threads than this llama.cpp cannot start."""
-
 THREADS = whole_number(0, THREADS_MAX, name="threads")
-"""``--threads``: 0 (all cores) .. ``THREADS_MAX``."""
+"""``rpc-server --threads``: 0 (half the cores, as llama.cpp's rpc-server) .. ``THREADS_MAX``; the model-loading
+commands' ``-t`` is the declared ``N_THREADS`` (``inspector.cli.context.add_threads_flag``)."""
 
 
 def check_count(value: int, what: str, low: int = 0, high: int = COUNT_MAX) -> int:

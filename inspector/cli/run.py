@@ -14,10 +14,10 @@ from pathlib import Path
 
 from inspector.cli.common import (EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE, UserError, fail, open_target_runtime,
                                   read_text, strip_final_newline, weight_type)
-from inspector.cli.context import add_context_flags, add_n_ctx_flag
+from inspector.cli.context import add_context_flags, add_n_ctx_flag, add_threads_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, keep_interrupted_run, signals_held
-from inspector.cli.ranges import (THREADS, THREADS_MAX, draft_max as draft_max_value, fault as fault_value, setting,
+from inspector.cli.ranges import (draft_max as draft_max_value, fault as fault_value, setting,
                                   stop_string)
 from inspector.engine.llama_settings import COUNT_MAX
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
@@ -78,8 +78,7 @@ def add_run_command(sub) -> None:
                           "Cost model tab store one), else 8 [auto]")
     add_n_ctx_flag(run)  # -c, --ctx-size, --n-ctx
     run.set_defaults(n_ctx=None)  # not given: the example's context (``example_n_ctx``), else the default
-    run.add_argument("--threads", "-t", type=THREADS, default=None,
-                     help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit) [0 = all cores]; on a busy machine fewer is faster")
+    add_threads_flag(run, "on a busy machine fewer is faster")
     add_offload_flags(run)
     add_context_flags(run)
     run.add_argument("--stop", action="append", default=[], type=stop_string, metavar="STR",
@@ -162,7 +161,7 @@ def cmd_run(args) -> int:
         print(f"spec-inspector: note: {note}", file=sys.stderr)
 
     try:
-        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.threads or None,
+        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.n_threads or None,
                                       n_seq_max=2 if args.baseline else 1)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from inspector.cli.common import EXIT_USAGE, UserError, fail, open_target_runtime, read_text, weight_type
-from inspector.cli.context import add_context_flags, add_n_ctx_flag
+from inspector.cli.context import add_context_flags, add_n_ctx_flag, add_threads_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, signals_held
-from inspector.cli.ranges import THREADS, THREADS_MAX, draft_max as draft_max_value, setting, whole_number
+from inspector.cli.ranges import draft_max as draft_max_value, setting, whole_number
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
 from inspector.engine import GenerationSettings, RuntimeScheduler
@@ -102,8 +102,7 @@ def add_serve_command(sub) -> None:
                    help="tokens to generate when a request does not say (-1 = until end of generation or a "
                         "full context, llama-server's default) [-1]")
     add_n_ctx_flag(s)  # -c, --ctx-size, --n-ctx
-    s.add_argument("--threads", "-t", type=THREADS, default=None,
-                   help=f"CPU threads (llama.cpp -t; 0..{THREADS_MAX}) [0 = all cores]")
+    add_threads_flag(s)
     add_offload_flags(s)
     add_context_flags(s)
     add_sampling_flags(s, "sampling defaults of a request (llama-server's)", server_defaults=True)
@@ -228,7 +227,7 @@ def cmd_serve(args) -> int:
     if template is not None and template_problem(template):
         return fail(template_problem(template), EXIT_USAGE)
     try:
-        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.threads or None,
+        runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.n_threads or None,
                                       n_seq_max=args.n_parallel)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
         return fail(str(exc))

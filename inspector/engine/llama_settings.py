@@ -221,6 +221,16 @@ N_CTX = Setting(
 """``-c``: always given to llama-server (no ``server_default``: its default 0 takes the model's training
 context). The window's context field is in its Limits group (``inspector.gui.panel.control_panel``)."""
 
+THREADS_MAX = 512
+"""ggml's ``GGML_MAX_N_THREADS``: more threads than this llama.cpp cannot start."""
+
+N_THREADS = Setting(
+    "n_threads", "int", 0, ("-t", "--threads"), metavar="N", minimum=0, maximum=THREADS_MAX, sized=True,
+    default_note="= all cores", control=(0, THREADS_MAX, 1), label="-t", title="threads",
+    help=f"CPU threads for decoding (llama.cpp -t; 0..{THREADS_MAX}, ggml's limit)", server_flags=("-t", "--threads"))
+"""``-t``: every command that loads the model and the window's threads box; given to llama-server when not 0
+(``inspector.sources.server_flags``). The receipts' ``model.n_threads`` is the count in use (0 resolved)."""
+
 CONTEXT: dict[str, Setting] = {s.name: s for s in (
     Setting("n_batch", "int", OUR_N_BATCH, ("-b", "--batch-size", "--n-batch"), metavar="N", minimum=1,
             server_default=SERVER_N_BATCH, server_flags=("-b", "--batch-size"), sized=True, control=(1, 131072, 1),

@@ -27,7 +27,7 @@ import shlex
 from typing import Mapping
 
 from inspector.engine import llama_settings
-from inspector.engine.llama_settings import N_CTX, server_flag_args
+from inspector.engine.llama_settings import N_CTX, N_THREADS, server_flag_args
 from inspector.engine.settings import SamplingSettings, sampling_settings
 from inspector.llama.context_settings import ContextSettings
 from inspector.sources.llama_ngram_cache import N_DRAFT
@@ -110,7 +110,7 @@ def server_arguments(source: str, options: Mapping | None = None, *, draft_max: 
     Raises ``NoServerEquivalent`` for a source llama-server does not have (our ``ngram``, ``suffix``,
     ``scripted``, ``replay``) or options that make trees (``TREE_OPTIONS``), ``UnknownSource`` and the
     source's option errors (``ValueError``)."""
-    args = (["-m", str(model)] if model else []) + (["-t", str(n_threads)] if n_threads else []) \
+    args = (["-m", str(model)] if model else []) + ([N_THREADS.server_flags[0], str(n_threads)] if n_threads else []) \
         + context_server_arguments(n_ctx, n_batch, context)
     last = sampling_server_arguments(sampling) if sampling is not None else []
     if source == "none":

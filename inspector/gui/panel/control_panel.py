@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.engine import llama_settings
-from inspector.engine.llama_settings import DEFAULT_N_CTX
+from inspector.engine.llama_settings import DEFAULT_N_CTX, N_THREADS
 from inspector.engine.settings import (DEFAULT_DRAFT_MAX, DEFAULT_MAX_NEW_TOKENS, PENALTY_FIELDS, GenerationSettings,
                                        SamplingSettings)
 from inspector.engine.probabilities import COST_NOTE
@@ -126,7 +126,8 @@ class ControlPanel(QWidget):
                                f"tokens to generate [{DEFAULT_MAX_NEW_TOKENS}]")
         self.n_ctx = spin(64, 131072, DEFAULT_N_CTX, f"--n-ctx (llama.cpp -c): context size in positions, prompt "
                           f"+ output [{DEFAULT_N_CTX}]; a change reloads the model")
-        self.threads = spin(0, 256, 0, "--threads (llama.cpp -t): CPU threads for decoding; 0 = all cores")
+        low, high, _step = N_THREADS.control
+        self.threads = spin(int(low), int(high), N_THREADS.default, f"--threads: {N_THREADS.help_text()}")
         self.threads.setSpecialValueText("all cores")
         self.stop_strings = QLineEdit()
         self.stop_strings.setPlaceholderText("stop strings, separated by |  (\\n = newline)")
