@@ -48,8 +48,8 @@ def test_every_module_the_package_imports_is_a_runtime_dependency():
     owners = packages_distributions()
     undeclared = {}
     for path in (ROOT / "inspector").rglob("*.py"):
-        if "assets" in path.parts:
-            continue
+        if "assets" in path.parts or path.parent == ROOT / "inspector" / "docs":
+            continue  # inspector/docs/hooks.py runs inside MkDocs (the test extra), never in the program
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
