@@ -56,7 +56,7 @@ loads the model): ``--pure-only`` leaves those tests out too."""
 def pytest_addoption(parser):
     parser.addoption("--pure-only", action="store_true",
                      help="run only the tests that need no model and no Qt (the mutation run's selection: "
-                          "README 'Mutation testing')")
+                          "docs: architecture.md, Mutation testing)")
 
 
 def pytest_collection_modifyitems(config, items):

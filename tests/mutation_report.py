@@ -1,4 +1,4 @@
-"""Kill rate per module of the last ``mutmut run`` (issue 42; README "Mutation testing").
+"""Kill rate per module of the last ``mutmut run`` (issue 42; docs: architecture.md, "Mutation testing").
 
 Reads mutmut's own result files (``mutants/**/*.py.meta``: the test run's exit code per mutant) and
 prints, per mutated module: mutants, killed, survived, not covered by the pure tests, and the kill rate

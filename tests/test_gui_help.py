@@ -40,10 +40,11 @@ def test_the_status_bar_shows_the_runs_decode_tokens_per_second(qtbot, runtime, 
     assert w.status_speed.text() == f"{s.summary().decode_tokens_per_s:.1f} tokens/s"  # the summary's figure
 
 
-def test_read_me_shows_the_readmes_images_and_opens_at_the_window(qtbot, tmp_path, monkeypatch):
+def test_read_me_shows_the_readmes_images_and_opens_at_its_top(qtbot, tmp_path, monkeypatch):
     """Issue 36, 8 (2): Help > Read me showed a broken image (``assets/screenshot.png`` looked up beside the
-    working folder) and opened at the install commands. Every image resolves from the installed package's
-    assets, no wider than the view, and the view opens at "The window"; Quick start is a pick away."""
+    working folder). Every image of the README and of a page (``../../../assets/...``) resolves from the
+    installed package's assets, no wider than the view; it opens at the README's top (issue 55: the README is
+    short, the rest is in the pages), every section a pick away."""
     from PySide6.QtCore import QUrl
     from PySide6.QtGui import QImage, QTextDocument
 
@@ -55,29 +56,74 @@ def test_read_me_shows_the_readmes_images_and_opens_at_the_window(qtbot, tmp_pat
     w.resize(1280, 800)
     d = w.help.show_readme()
     qtbot.waitExposed(d)
-    view, doc = d.text, d.text.document()
+    view = d.text
     qtbot.waitUntil(lambda: not view.fit_timer.isActive() and view.fitted_width > 600)  # images fit the shown width
-    names = [name for _p, name in image_positions(doc)]
-    assert "assets/screenshot.png" in names and not d.images_left_out
     assets = inspector.asset_path("").resolve()
-    for name in names:
-        image = doc.resource(QTextDocument.ResourceType.ImageResource, QUrl(name))  # what the view draws
-        assert isinstance(image, QImage) and not image.isNull(), f"unresolved image {name}"
-        assert inspector.asset_path(name.removeprefix("assets/")).resolve().is_relative_to(assets)
-    qtbot.waitUntil(lambda: first_visible_heading(view) == "The window")
-    assert view.verticalScrollBar().value() > 0 and d.sections.currentText() == "The window"  # Quick start is above
-    assert view.horizontalScrollBar().maximum() == 0  # images and code lines fit the width
+    for page, image in (("README.md", "assets/screenshot.png"), ("window.md", "../../../assets/tune.png")):
+        if page != d.page:
+            d.show_page(page)
+        doc = view.document()
+        names = [name for _p, name in image_positions(doc)]
+        assert image in names and not d.images_left_out, (page, names, d.images_left_out)
+        for name in names:
+            image = doc.resource(QTextDocument.ResourceType.ImageResource, QUrl(name))  # what the view draws
+            assert isinstance(image, QImage) and not image.isNull(), f"unresolved image {name} on {page}"
+            assert inspector.asset_path(name.rsplit("assets/", 1)[1]).resolve().is_relative_to(assets)
+        assert view.horizontalScrollBar().maximum() == 0  # images and code lines fit the width
+    d.show_page("README.md")
+    assert view.verticalScrollBar().value() == 0 and d.sections.currentText() == "spec-inspector"
     d.sections.setCurrentIndex(d.sections.findText("Quick start"))
     d.go_to(d.sections.currentData())
     qtbot.waitUntil(lambda: first_visible_heading(view) == "Quick start")
-    view.verticalScrollBar().setValue(0)  # the picker follows the text: the top is the README's title
-    assert d.sections.currentText() == "spec-inspector"
-    view.setSource(QUrl("#several-machines-llamacpp-rpc"))  # the README's own links land on their heading
-    qtbot.waitUntil(lambda: first_visible_heading(view) == "Several machines: llama.cpp RPC")
+    d.show_page("run.md", "same-as-llama-server")  # a page at a heading
+    qtbot.waitUntil(lambda: first_visible_heading(view) == "Same as llama-server")
+    assert d.sections.currentText().strip() == "Same as llama-server"
     d.resize(640, 480)  # a narrower dialog: the images shrink, the text at the top stays
     qtbot.waitUntil(lambda: view.fitted_width < 640)
-    qtbot.waitUntil(lambda: "Several machines" in section_at(view))
-    assert "Quick start" in view.toPlainText() and "When things go wrong" in view.toPlainText()
+    qtbot.waitUntil(lambda: "Same as llama-server" in section_at(view))
+
+
+def click_link(qtbot, view, text: str) -> None:
+    """Click the link whose text is ``text`` in the QTextBrowser ``view`` (scrolled into view first)."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QTextDocument
+
+    cursor = view.document().find(text, 0, QTextDocument.FindFlag.FindCaseSensitively)
+    assert not cursor.isNull() and cursor.charFormat().isAnchor(), f"no link {text!r}"
+    cursor.setPosition(cursor.selectionStart() + 1)
+    view.setTextCursor(cursor)
+    view.ensureCursorVisible()
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.cursorRect(cursor).center())
+
+
+def test_read_me_follows_the_links_of_the_readme_and_the_pages_and_lists_every_page(qtbot):
+    """Issue 55: the README links each documentation page; in Read me a click shows that page, a page's link
+    to another page's heading shows it there, and the page list holds the README and every page."""
+    from pathlib import Path
+
+    import inspector
+    from inspector.gui.shell.readme_view import ReadmeDialog, first_visible_heading
+    from inspector.gui.shell.help_menu import readme_text
+
+    d = ReadmeDialog(None, readme_text(), (900, 640))
+    qtbot.addWidget(d)
+    d.show()
+    qtbot.waitExposed(d)
+    pages = sorted(p.name for p in (Path(inspector.__file__).parent / "docs" / "pages").glob("*.md"))
+    listed = [d.pages.itemData(i) for i in range(d.pages.count())]
+    assert listed[0] == "README.md" and sorted(listed[1:]) == pages
+    click_link(qtbot, d.text, "Serve")  # README: [Serve](inspector/docs/pages/serve.md)
+    qtbot.waitUntil(lambda: d.page == "serve.md")
+    assert d.pages.currentData() == "serve.md" and "API endpoints" in d.text.toPlainText()
+    d.show_page("install.md")
+    click_link(qtbot, d.text, "Several machines")  # install.md: [Several machines](rpc.md)
+    qtbot.waitUntil(lambda: d.page == "rpc.md")
+    d.show_page("window.md")
+    click_link(qtbot, d.text, "Same as llama-server")  # window.md: [...](run.md#same-as-llama-server)
+    qtbot.waitUntil(lambda: d.page == "run.md")
+    qtbot.waitUntil(lambda: first_visible_heading(d.text) == "Same as llama-server")
+    d.show_page("receipts.md")  # generated from the schema, as the site's build does
+    assert "Request document" in d.text.toPlainText() and "model.sha256" in d.text.toPlainText()
 
 
 def test_read_me_leaves_out_an_image_it_cannot_find(qtbot):

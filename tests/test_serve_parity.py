@@ -37,7 +37,7 @@ SERVER_THREADS = 1
 servers never decode at once."""
 NO_DEADLINE_MS = 600_000.0
 """Our proposal deadline: on a busy machine a late draft would be discarded, a rule llama-server does not
-have (it waits for its proposer; README "Differences that remain")."""
+have (it waits for its proposer; docs: run.md, "Differences that remain")."""
 CONVERSATION = "file-edits"
 """A settings file, then "change one line, show the whole file": the second answer copies the first."""
 SOURCES = {

@@ -95,7 +95,7 @@ def cmd_view(args) -> int:
     elif args.turn is not None:
         return fail(f"{args.file} is one request, not a conversation: --turn does not apply")
     if args.window and not (args.windows or args.events):
-        # Only the asked windows (and which file version they come from), as the README shows.
+        # Only the asked windows (and which file version they come from), as the docs show (run.md).
         print(f"file: {version_note(doc)}")
         missing = ("this is a schema-1 file, written before per-row probabilities" if doc["schema_version"] == 1
                    else "turned off for this run (--no-probabilities)")

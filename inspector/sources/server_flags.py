@@ -36,7 +36,7 @@ from inspector.sources.registry import describe_source, source_names
 LLAMA_SERVER_FLAGS_FROM = ("llama.cpp 0c1e570's llama-server flag names, the llama.cpp spec-inspector runs "
                            "(common/arg.cpp: --spec-type and the per-type --spec-ngram-* flags, --model-draft with "
                            "--spec-type draft-simple, --spec-draft-n-max/-n-min/-p-min)")
-"""Where the flag names come from, as ``spec-inspector flags`` and the README say it."""
+"""Where the flag names come from, as ``spec-inspector flags`` and the docs (run.md) say it."""
 SPEC_TYPE = "--spec-type"
 SYSTEM_PROMPT_NOTE = ("llama-server takes no system prompt flag (llama.cpp 0c1e570 gives -sys/--system-prompt to "
                       "llama-cli and llama-completion only): send the system prompt as the first entry of each "

@@ -85,7 +85,7 @@ class HelpActions:
         self.act_shortcuts = host.add_action(menu, "Keyboard shortcuts", self.show_shortcuts, ["F1"],
                                              "every shortcut of the window")
         self.act_readme = host.add_action(menu, "Read me", self.show_readme, [],
-                                          "the README: what each view shows, the command line, measurements")
+                                          "the README and the documentation: what each view shows, the command line, measurements")
         self.act_about = host.add_action(menu, "About spec-inspector", self.show_about)
         self.dialog: QDialog | None = None
         """The last dialog shown (tests read it)."""
@@ -115,7 +115,7 @@ class HelpActions:
         return self._text_dialog("Keyboard shortcuts", "| action | keys |\n|---|---|\n" + rows, (620, height))
 
     def show_readme(self) -> QDialog:
-        """The README with its images, opened at "The window" (``readme_view.ReadmeDialog``)."""
+        """The README and the documentation's pages with their images (``readme_view.ReadmeDialog``)."""
         d = ReadmeDialog(self.parent, readme_text(), (min(900, self.parent.width()), min(640, self.parent.height())))
         self.dialog = d
         d.show()

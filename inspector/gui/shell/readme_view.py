@@ -1,13 +1,16 @@
-"""Help > Read me (issue 36, 8): the README as a user of the window wants it.
+"""Help > Read me (issue 36, 8; issue 55): the README and the documentation's pages as a user of the window
+wants them.
 
-- Its images (``assets/...``, relative to the README) come from the installed package
+- A page picker holds the README and every page of the documentation site the package ships
+  (``docs_pages``); a link of the README to a page (``inspector/docs/pages/serve.md``), of a page to another
+  (``run.md#same-as-llama-server``) or to a heading of its own shows that page at that heading.
+- Its images (``assets/...`` relative to the README, ``../../../assets/...`` to a page) come from the installed package
   (``inspector.asset_path``: the ``assets/`` folder in a checkout, ``inspector/assets`` in a wheel, whose
   package data holds every ``*.png``), each at most the view's width (it scales when the dialog does); an
   image whose file is missing is left out with nothing in its place (never a broken-image icon).
 - Every heading is an anchor named as GitHub names it (``heading_anchor``), so the README's own
   ``[...](#section)`` links work, and a section picker above the text jumps to any heading.
-- It opens at ``START_SECTION`` ("The window"): the install commands of Quick start are above it, a
-  scroll or a pick away.
+- It opens at the README's top: what the program is and its screenshot; Quick start below.
 
 The text is the README of the checkout the package runs from (an editable install's metadata keeps the
 README of the day it was installed), else the installed package's metadata (``help_menu.readme_text``).
@@ -23,11 +26,10 @@ from PySide6.QtGui import QImage, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QComboBox, QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QTextBrowser, QVBoxLayout
 
 import inspector
+from inspector.gui.shell.docs_pages import README, link_target, page_markdown, site_pages
 
-START_SECTION = "The window"
-"""The heading Read me opens at: what each view shows (Quick start's install commands are above)."""
-ASSETS_PREFIX = "assets/"
-"""How the README names its images: relative to the repository, in ``assets/``."""
+ASSETS_FOLDER = "assets"
+"""Where the README and the pages find their images: the repository's ``assets/`` folder."""
 
 
 def checkout_readme() -> Path | None:
@@ -40,11 +42,14 @@ def checkout_readme() -> Path | None:
 
 
 def image_file(name: str) -> Path | None:
-    """The file of the README image ``name`` (``assets/screenshot.png``) in the installed package, or None
-    (another folder, a URL, or no such file)."""
-    if not name.startswith(ASSETS_PREFIX) or ".." in name.split("/"):
+    """The file of the README's or a page's image ``name`` (``assets/screenshot.png``,
+    ``../../../assets/tree.png``) in the installed package, or None (another folder, a URL, or no such file)."""
+    parts = name.split("/")
+    while parts and parts[0] == "..":
+        parts.pop(0)
+    if len(parts) < 2 or parts[0] != ASSETS_FOLDER or ".." in parts:
         return None
-    path = inspector.asset_path(name[len(ASSETS_PREFIX):])
+    path = inspector.asset_path("/".join(parts[1:]))
     return path if path.is_file() else None
 
 
@@ -242,27 +247,36 @@ class ReadmeBrowser(QTextBrowser):
 
 
 class ReadmeDialog(QDialog):
-    """The README (``markdown``) with its images, a section picker, opened at ``START_SECTION``."""
+    """The README (``markdown``) and the documentation's pages (a page picker), each with its images and a
+    section picker; links between them work (``follow_link``). Opens at the README's top."""
 
     def __init__(self, parent, markdown: str, size: tuple[int, int]) -> None:
         super().__init__(parent)
         self.setWindowTitle("spec-inspector: read me")
+        self.readme = markdown
+        self.page = README
+        """The page shown: ``README`` or a site page's file name."""
         self.text = ReadmeBrowser(self)  # tests read it
-        self.text.setOpenExternalLinks(True)
-        self.text.setMarkdown(markdown)
-        doc = self.text.document()
-        self.images_shown, self.images_left_out = place_images(doc)
-        name_headings(doc)
-        wrap_code(doc)
+        self.text.setOpenExternalLinks(True)  # a URL opens in the browser; a page link is ours
+        self.text.setOpenLinks(False)
+        self.text.anchorClicked.connect(self.follow_link)
+        self.pages = QComboBox(self)
+        self.pages.setToolTip("the README and every page of the documentation")
+        self.pages.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.pages.setMinimumContentsLength(16)  # nor does a long page title
+        self.pages.addItem("README", README)
+        for title, name in site_pages():
+            self.pages.addItem(title, name)
+        self.pages.activated.connect(lambda i: self.show_page(self.pages.itemData(i)))
         self.sections = QComboBox(self)
-        self.sections.setToolTip("jump to a section of the README")
+        self.sections.setToolTip("jump to a section of the page")
         self.sections.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.sections.setMinimumContentsLength(24)  # a long heading does not widen the dialog
-        for level, text in headings(doc):
-            self.sections.addItem("    " * max(0, level - 2) + text, heading_anchor(text))
         self.sections.activated.connect(lambda i: self.go_to(self.sections.itemData(i)))
         self.text.verticalScrollBar().valueChanged.connect(self.follow_scroll)
         pick = QHBoxLayout()
+        pick.addWidget(QLabel("Page:"))
+        pick.addWidget(self.pages)
         pick.addWidget(QLabel("Section:"))
         pick.addWidget(self.sections, 1)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, parent=self)
@@ -272,10 +286,40 @@ class ReadmeDialog(QDialog):
         layout.addWidget(self.text)
         layout.addWidget(buttons)
         self.resize(*size)
+        self.show_page(README)
+
+    def show_page(self, name: str, anchor: str = "") -> None:
+        """Show page ``name`` (``README`` or a site page's file name) with its images fitted, at heading
+        ``anchor`` (its top when ""); the pickers follow."""
+        self.page = name
+        self.pages.setCurrentIndex(max(0, self.pages.findData(name)))
+        self.text.setMarkdown(self.readme if name == README else page_markdown(name))
+        doc = self.text.document()
+        self.images_shown, self.images_left_out = place_images(doc)
+        name_headings(doc)
+        wrap_code(doc)
+        self.sections.clear()
+        for level, text in headings(doc):
+            self.sections.addItem("    " * max(0, level - 2) + text, heading_anchor(text))
+        self.text.fitted_width = -1.0  # a new document: its images fit the view's width again
         self.text.fit()
-        start = self.sections.findData(heading_anchor(START_SECTION))
-        if start >= 0:
-            self.sections.setCurrentIndex(start)
+        if anchor:
+            self.go_to(anchor)
+        else:
+            self.text.verticalScrollBar().setValue(0)
+        self.follow_scroll()
+
+    def follow_link(self, url: QUrl) -> None:
+        """Show what a clicked relative link points at: a heading of this page, or another page (at its
+        heading); a link to no page does nothing (URLs open in the browser before they get here)."""
+        target = link_target(url.toString())
+        if target is None:
+            return
+        page, anchor = target
+        if page and page != self.page:
+            self.show_page(page, anchor)
+        elif anchor:
+            self.go_to(anchor)
 
     def follow_scroll(self) -> None:
         """The section picker names the section the text shows."""
@@ -287,7 +331,3 @@ class ReadmeDialog(QDialog):
         """Scroll the text to the heading ``anchor`` (a ``heading_anchor``), its top at the view's top."""
         self.text.kept = None  # a jump wins over the place a resize keeps
         self.text.scrollToAnchor(anchor)
-
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        super().showEvent(event)
-        self.go_to(heading_anchor(START_SECTION))  # the images' fit to the shown width keeps it at the top
