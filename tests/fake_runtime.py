@@ -47,9 +47,10 @@ class FakeRuntime:
             logits[i, (t + 2) % self.n_vocab] = 2.0
         return logits
 
-    def row_probabilities(self, n, proposed, predictions, sampling=None, top=5):
-        """Figures from ``last_logits``."""
-        return summarise_rows(self.last_logits(n), proposed, predictions, sampling, top=top)
+    def row_probabilities(self, n, proposed, predictions, sampling=None, rows=None, top=5):
+        """Figures from ``last_logits`` (``rows``: only these, in order)."""
+        logits = self.last_logits(n)
+        return summarise_rows(logits if rows is None else logits[list(rows)], proposed, predictions, sampling, top=top)
 
     def prefill(self, sid, tokens, position):
         self.decode_rows(sid, tokens, position)

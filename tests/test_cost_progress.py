@@ -74,10 +74,21 @@ def test_cancel_during_the_prefill_keeps_nothing_and_decodes_no_batch(fake):
     assert caught.value.partial is None and fake.decodes == [(8, 0)]
 
 
-def test_partial_rows_take_the_median_of_the_rounds_that_reached_each_k_or_else_the_warm_up():
-    assert partial_rows([(6.0, 9.0, 12.0), (8.0, 10.0)], warm=(1.0, 2.0, 3.0)) == (7.0, 9.5, 12.0)
-    assert partial_rows([], warm=(5.0, 7.0)) == (5.0, 7.0)
-    assert partial_rows([()], warm=()) == ()
+def test_partial_rows_take_the_median_of_the_rounds_that_reached_each_k():
+    assert partial_rows([(6.0, 9.0, 12.0), (8.0, 10.0)]) == (7.0, 9.5, 12.0)
+    assert partial_rows([]) == () and partial_rows([()]) == ()
+
+
+def test_cancel_during_the_warm_up_round_keeps_no_curve(fake):
+    cancel = threading.Event()
+
+    def progress(p):
+        if p.stage == ROUNDS and p.round == 0 and p.k == 4:  # the untimed warm-up round, well into it
+            cancel.set()
+
+    with pytest.raises(CostMeasureCancelled) as caught:
+        measure_cost_model(Scheduler(fake), list(range(20)), k_max=5, repeats=3, progress=progress, cancel=cancel)
+    assert caught.value.partial is None and caught.value.note == ""
 
 
 def test_the_clock_extrapolates_a_prefill_that_gets_dearer_with_the_context():

@@ -96,6 +96,9 @@ def test_closing_during_an_engine_job_asks_cancels_it_and_quits_without_waiting_
         assert w.isVisible() and not w.thread.isFinished()
         box = w.quitting.box
         assert box is not None and box.text().startswith("Quitting now stops ")
+        assert box.informativeText().startswith("It is cancelled at its next step"), box.informativeText()  # one job
+        assert ("receipts stay autosaved" in box.text()) == (start is start_run), box.text()
+        assert ("results so far are not kept" in box.text()) == (start is not start_run), box.text()
         w.quitting.quit_button.click()
         assert w.quitting.stopping and w.isVisible()
         qtbot.waitUntil(lambda: w.status_state.text().startswith("stopping… waiting for "), timeout=5_000)

@@ -151,8 +151,11 @@ def test_greedy_rows_give_accepted_tokens_rank_1_and_the_mismatched_proposal_a_l
     mismatches = 0
     for r in alternating_run.receipts:
         p = r.probabilities
-        assert p is not None and p.basis == SOFTMAX and p.rows == r.verification_rows
-        for i in range(r.verification_rows):
+        # figures for the judged rows: through the first mismatch's row, or every row after a full accept
+        judged = r.accepted_proposal_tokens + 1 if r.disposition == "first_mismatch" else r.verification_rows
+        assert p is not None and p.basis == SOFTMAX and p.rows == judged, (r.disposition, p.rows, r.verification_rows)
+        assert all(r.row_probabilities(i) is None for i in range(judged, r.verification_rows))
+        for i in range(judged):
             row = r.row_probabilities(i)
             assert row.predicted == row.top[0][0], "a greedy row's prediction is its top-1 token"
             assert 0.0 <= row.predicted_p <= 1.0 and all(0.0 <= q <= 1.0 for _, q in row.top)
@@ -165,7 +168,8 @@ def test_greedy_rows_give_accepted_tokens_rank_1_and_the_mismatched_proposal_a_l
             mismatches += 1
             row = r.row_probabilities(r.accepted_proposal_tokens)
             assert row.proposed_rank > 1 and row.proposed_p <= row.predicted_p
-        assert r.row_probabilities(r.verification_rows - 1).proposed is None  # the bonus row
+        if r.disposition == "full_accept":
+            assert r.row_probabilities(r.verification_rows - 1).proposed is None  # the bonus row
     assert mismatches >= 1
 
 
@@ -344,7 +348,9 @@ def test_run_events_show_p_and_rank_and_view_prints_a_window_row_by_row(tmp_path
     assert v.returncode == 0, v.stderr
     rows = [line for line in v.stdout.splitlines() if line.strip().startswith("row ")]
     assert len(rows) == window["verification_rows"]
-    assert all("margin" in line and "top:" in line for line in rows)
+    judged = len(window["probabilities"]["predicted_p"])
+    assert all("margin" in line and "top:" in line for line in rows[:judged])
+    assert not any("margin" in line for line in rows[judged:])  # after the first mismatch: never judged
     assert f"schema v{SCHEMA_VERSION}" in v.stdout
     missing = cli("view", out, "--window", 999)
     assert missing.returncode != 0 and "no window 999" in missing.stderr

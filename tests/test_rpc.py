@@ -124,7 +124,8 @@ def test_greedy_ngram_speculation_over_rpc_keeps_the_invariants_and_the_local_ou
         assert r.canonical_position == r.base_position + r.canonical_prediction_count
         assert r.trimmed_rows == r.position_after_verification - r.canonical_position
         assert r.runtime_lock_acquires == 2
-        assert r.probabilities is not None and r.probabilities.rows == r.verification_rows  # made in the child
+        judged = r.accepted_proposal_tokens + 1 if r.disposition == "first_mismatch" else r.verification_rows
+        assert r.probabilities is not None and r.probabilities.rows == judged  # made in the child
     assert_same_greedy_output(scheduler, tokens, local.generated, g.generated)
 
 

@@ -216,7 +216,7 @@ def format_window_rows(receipt, token_text, missing: str = "turned off for this 
         proposed = r.proposal_token_ids[i] if i < r.proposal_token_count else None
         head = f"  row {i:2d}  position {pos:5d}  {outcomes[i]:12s}"
         prop = "bonus row" if proposed is None else f"proposed {token_text(proposed)!r}"
-        row = None if probs is None else probs.row(i, r.proposal_token_ids, r.verification_row_predictions)
+        row = r.row_probabilities(i)  # None without figures, and on the rows after a mismatch (never judged)
         if row is None:
             lines.append(f"{head}  {prop}  predicted {token_text(pred)!r}")
             continue

@@ -9,6 +9,7 @@ instead of letting Qt abort.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import sys
 from pathlib import Path
@@ -49,7 +50,10 @@ def create_window(runtime=None, **kwargs):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the inspector window until it closes; returns the exit status."""
+    """Run the inspector window until it closes; returns the exit status. A crash in native code (a segfault
+    in llama.cpp or Qt) prints every thread's Python stack to stderr first (``faulthandler``): what a report
+    of one needs (a quit during Measure crashed once in five tries, issue 54)."""
+    faulthandler.enable()
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if not display_available():
         print(NO_DISPLAY_MESSAGE, file=sys.stderr)

@@ -326,7 +326,6 @@ def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16
     state = {"stage": PLAN, "prefilled": 0, "round": 0, "k": 0, "estimate": None, "timed": False}
     rounds: list[tuple[float, ...]] = []
     times: list[float] = []
-    warm: list[float] = []
 
     def report() -> None:
         left = clock.left_s()
@@ -341,8 +340,8 @@ def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16
     def stop_if_cancelled() -> None:
         if cancel is not None and cancel.is_set():
             timed = [r for r in (*rounds, *([tuple(times)] if state["timed"] else [])) if r]
-            rows = partial_rows(timed, warm)
-            note = partial_text(len(rows), k_max, len(timed), repeats, not timed) if rows else ""
+            rows = partial_rows(timed)
+            note = partial_text(len(rows), k_max, len(timed), repeats) if rows else ""
             raise CostMeasureCancelled(CostModel(rows) if rows else None, note)
 
     def prefilled(position: int, tokens: int, seconds: float) -> None:
@@ -351,12 +350,10 @@ def measure_cost_rounds(scheduler, prompt_tokens: Sequence[int], k_max: int = 16
         report()
 
     def measure(rt, sid: int, base: int) -> list[tuple[float, ...]]:
-        nonlocal times, warm
+        nonlocal times
         state["stage"], state["prefilled"] = ROUNDS, len(prompt_tokens)
         for rnd in range(repeats + int(warm_up)):
             times = []
-            if warm_up and rnd == 0:
-                warm = times
             state["round"] = rnd + int(not warm_up)
             state["timed"] = state["round"] > 0
             for k in range(1, k_max + 1):

@@ -69,21 +69,20 @@ class CostMeasureCancelled(RequestCancelled):
         self.note = note
 
 
-def partial_rows(timed: Sequence[Sequence[float]], warm: Sequence[float] = ()) -> tuple[float, ...]:
+def partial_rows(timed: Sequence[Sequence[float]]) -> tuple[float, ...]:
     """c(k) of the batch sizes timed so far: per k, the median over the timed rounds that reached it (the
-    last one may be incomplete: rounds go k = 1, 2, ... in order, so they cover 1..n); with no timed batch,
-    the warm-up round's times. Empty when nothing was timed."""
+    last one may be incomplete: rounds go k = 1, 2, ... in order, so they cover 1..n). Empty when nothing
+    was timed: the warm-up round's times are never a curve (its first decodes pay for first touches: on a
+    busy machine it read c(6) = 3.6 s, and draft max auto chose from it)."""
     rounds = [list(r) for r in timed if r]
     if not rounds:
-        return tuple(warm)
+        return ()
     n = max(len(r) for r in rounds)
     return tuple(median(r[k] for r in rounds if len(r) > k) for k in range(n))
 
 
-def partial_text(rows: int, k_max: int, rounds: int, repeats: int, warm_only: bool) -> str:
+def partial_text(rows: int, k_max: int, rounds: int, repeats: int) -> str:
     """What a partial curve holds, in words ("k = 1..7 of 16, 1 of 3 repeats")."""
-    if warm_only:
-        return f"k = 1..{rows} of {k_max}, from the untimed warm-up round only"
     return f"k = 1..{rows} of {k_max}, {rounds} of {repeats} repeats"
 
 

@@ -32,6 +32,14 @@ DESTROY_WAIT_MS = 120_000
 """How long ``stop_now`` (the window destroyed without a close) waits for the threads."""
 
 
+def quit_note(jobs: int) -> str:
+    """The quit question's second line for ``jobs`` things that would stop (1 or more)."""
+    if jobs == 1:
+        return "It is cancelled at its next step; the window closes as soon as it has stopped, usually within a second."
+    return ("Each is cancelled at its next step; the window closes as soon as every one has stopped, usually within "
+            "a second.")
+
+
 @dataclass(frozen=True)
 class Workers:
     """What may still work when the window closes, each read through its public members: the engine
@@ -55,7 +63,8 @@ class Workers:
         if state in RUN_STATES:
             out.append("the run (it stops where it is; its receipts stay autosaved)")
         elif state == BUSY:
-            out.append((self.run.detail or "a job on the engine thread").rstrip("…. "))
+            out.append((self.run.detail or "a job on the engine thread").rstrip("…. ") + " (its results so far are "
+                       "not kept)")
         elif state == SERVING:
             out.append("serving requests")
         build = self.build()
@@ -149,8 +158,7 @@ class QuitControl(QObject):
         box = QMessageBox(QMessageBox.Icon.Question, "Quit spec-inspector?",
                           "Quitting now stops " + "; ".join(jobs) + ".", QMessageBox.StandardButton.NoButton,
                           self.parent_widget)
-        box.setInformativeText("Each is cancelled at its next step (a job's results so far are not kept); the "
-                               "window closes as soon as every one has stopped, usually within a second.")
+        box.setInformativeText(quit_note(len(jobs)))
         self.quit_button = box.addButton("Stop and quit", QMessageBox.ButtonRole.AcceptRole)
         box.addButton("Keep working", QMessageBox.ButtonRole.RejectRole)
         box.setDefaultButton(self.quit_button)

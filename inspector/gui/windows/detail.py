@@ -94,7 +94,8 @@ def _item(text, *, color: str | None = None, align_right=False) -> QTableWidgetI
 
 def _figures(probs, row: int) -> tuple[str, str, str, str]:
     """(p(proposed), rank, p(target), margin) of verification row ``row`` as table texts;
-    empty texts without figures (turned off, a schema v1 file, a window not verified yet)."""
+    empty texts without figures (turned off, a schema v1 file, a window not verified yet, a row after the first
+    mismatch: never judged, ``inspector.engine.window.judged_rows``)."""
     if probs is None or not 0 <= row < probs.rows:
         return "", "", "", ""
     rank = probs.proposed_rank[row]
