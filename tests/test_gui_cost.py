@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from inspector.gui.engine_thread.analysis import CostMeasured
 from inspector.llama.cost_model import CostModel
 from inspector.session.run_states import BUSY, IDLE
 from test_gui_support import make_window, run_to_end
@@ -151,3 +152,15 @@ def test_draft_max_auto_is_the_default_and_a_run_takes_the_stored_curves_best_wi
     assert w.panel.draft_max_used.text() == ""
     run_to_end(qtbot, w)
     assert w.session.settings["draft_max"] == 2 and "draft_max_from" not in w.session.settings
+
+
+def test_a_measurement_started_before_the_tab_was_shown_keeps_the_stored_curve_on_screen(qtbot, runtime, tmp_path):
+    """Issue 54: Ctrl+M with the Cost model tab never opened showed "Press Measure…" for the whole
+    measurement instead of the curve the model already had."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    view = w.cost_view
+    assert w.tabs.currentWidget() is not view
+    view.set_cost_model(CostMeasured(CostModel((10.0, 12.0, 15.0, 19.0)), str(runtime.model_path), 2, 40))
+    view.set_busy(True, "measuring …", cancellable=True)  # what Ctrl+M does first, before the tab shows
+    w.tabs.setCurrentWidget(view)
+    assert view.stack.currentWidget() is view.plots and view.point_count() == 4

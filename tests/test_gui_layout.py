@@ -87,3 +87,24 @@ def test_the_token_stream_gets_half_the_height_at_1024x640_and_nothing_is_cut_at
     w.ui.right_split.setSizes([150, 500])
     layout_at(qtbot, w, 1024, 640)
     assert w.ui.right_split.sizes()[0] < 200
+
+
+def test_the_cost_model_tab_never_widens_the_window_past_1024_px_while_it_measures(qtbot, runtime, tmp_path):
+    """Issue 54: with a curve shown, Measure's progress bar and Cancel beside the buttons made the window
+    1,209 px wide on a 1024x640 screen."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    layout_at(qtbot, w, 1024, 640)
+    cv = w.cost_view
+    w.tabs.setCurrentWidget(cv)
+    cv.use_layout.setText("Use Q8_0 form")  # what a measured curve offers
+    cv.use_layout.show()
+    cv.use_draft_max.setText("Use draft max 15")
+    cv.use_draft_max.show()
+    QApplication.processEvents()
+    assert w.minimumSizeHint().width() <= 1024
+    assert w.analysis.measure()
+    qtbot.waitUntil(lambda: cv.cancel.isVisible(), timeout=10_000)
+    QApplication.processEvents()
+    assert cv.busy.isVisible() and w.minimumSizeHint().width() <= 1024 and w.width() <= 1024, w.minimumSizeHint()
+    cv.cancel.click()
+    qtbot.waitUntil(lambda: not cv.busy.isVisible(), timeout=60_000)

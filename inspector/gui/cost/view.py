@@ -66,7 +66,7 @@ class CostView(QWidget):
                                 "long one (its prefill, and c(k) grows with the context)")
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
-        self.busy.setMaximumWidth(160)
+        self.busy.setMaximumWidth(120)
         self.busy.hide()
         self.cancel = QPushButton("Cancel")
         self.cancel.setToolTip("stop after the decode in flight: the batch sizes measured so far are kept and used")
@@ -76,9 +76,10 @@ class CostView(QWidget):
         self.ceiling_label = QLabel(EMPTY_LABEL)
         self.ceiling_label.setWordWrap(True)
         self.ceiling_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.export = QPushButton("Export cost curve PNG…")
+        self.export = QPushButton("Export PNG…")
+        self.export.setToolTip("save the c(k) and break-even plots as a PNG image")
         self.export.setEnabled(False)
-        self.try_layouts = QPushButton("Try other weight types")
+        self.try_layouts = QPushButton("Try weight types")
         self.try_layouts.setToolTip("convert the loaded model to Q8_0 and Q4_0 (llama.cpp quantize, cached) and "
                                     "measure c(k) of each: on a CPU the weight type decides whether extra rows are cheap")
         self.use_layout = QPushButton("Use …")
@@ -90,17 +91,22 @@ class CostView(QWidget):
                                       "- 1): right when proposals are mostly accepted; lower it when they are not")
         self.use_draft_max.hide()
         self.layouts: list = []
-        """(weight type, ``CostMeasured``) of "Try other weight types", the loaded layout first."""
+        """(weight type, ``CostMeasured``) of "Try weight types", the loaded layout first."""
         self._layout_curves: list = []
+        # Two rows, each narrower than the tab at 1024x640: in one row the buttons, the progress bar and Cancel
+        # made the window 1,209 px wide during a measurement (issue 54).
         top.addWidget(self.measure)
-        top.addWidget(self.try_layouts)
-        top.addWidget(self.use_layout)
-        top.addWidget(self.use_draft_max)
         top.addWidget(self.busy)
         top.addWidget(self.cancel)
         top.addStretch(1)
         top.addWidget(self.export)
         lay.addLayout(top)
+        second = QHBoxLayout()
+        second.addWidget(self.try_layouts)
+        second.addWidget(self.use_layout)
+        second.addWidget(self.use_draft_max)
+        second.addStretch(1)
+        lay.addLayout(second)
         # The figures and the diagnosis in a scrolling column right of the plots: above them (five
         # lines at 1280x800) they left the c(k) plot about 70 px high.
         self.ceiling_label.setStyleSheet("color:#222")
@@ -199,7 +205,10 @@ class CostView(QWidget):
 
     def set_busy(self, busy: bool, text: str = "", cancellable: bool = False) -> None:
         """Show the measuring state: busy bar on (no share known yet), Measure off, ``text`` in the label,
-        Cancel shown when ``cancellable``."""
+        Cancel shown when ``cancellable``. A curve set while the tab was never shown is drawn first: while
+        busy the tab keeps what it shows (a measurement started with Ctrl+M showed "Press Measure…" instead)."""
+        if busy:
+            self.refresh()
         self.busy.setVisible(busy)
         self.busy.setRange(0, 0)
         self.cancel.setVisible(busy and cancellable)

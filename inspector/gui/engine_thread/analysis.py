@@ -64,7 +64,7 @@ class CostMeasured:
 
 
 LAYOUT_TYPES = ("Q8_0", "Q4_0")
-"""Weight types "Try other weight types" measures besides the loaded model's own."""
+"""Weight types "Try weight types" measures besides the loaded model's own."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class AnalysisWorker(QObject):
     layoutsMeasured = Signal(object)
     """List of (weight type, ``CostMeasured``): the loaded model's own layout first."""
     layoutProgress = Signal(str)
-    """What "Try other weight types" does now (converting, measuring)."""
+    """What "Try weight types" does now (converting, measuring)."""
     compareProgress = Signal(int, int, str)
     """(configurations done, total, label of the one starting)."""
     compareTurnProgress = Signal(int, int, int, int, str)

@@ -54,7 +54,7 @@ class ModelChoice(QGroupBox):
         self.weights.setToolTip(
             "--target-weights: run the model in this weight type, converted once with llama.cpp's quantize "
             "(cached); remembered per model. On a CPU the weight type decides whether extra verification rows "
-            "are cheap: Cost model tab > Try other weight types measures it")
+            "are cheap: Cost model tab > Try weight types measures it")
         self.weights_by_model: dict[str, str] = {}
         """Model path ("" = bundled) -> the weight type chosen for it (absent: as stored)."""
         wrow = QHBoxLayout()

@@ -72,7 +72,7 @@ class AnalysisActions(QObject):
     """(``CostMeasured`` or None, error or note): a measurement ended (tests, status); cancelled: a ``partial``
     ``CostMeasured`` and "cancelled: kept …", or None and "cancelled"."""
     layoutsReady = Signal(object, str)
-    """(list of (weight type, ``CostMeasured``) or None, error): "Try other weight types" ended."""
+    """(list of (weight type, ``CostMeasured``) or None, error): "Try weight types" ended."""
     requestLayouts = Signal(object)
     compareReady = Signal(object, str)
     """(``CompareResult`` or None, note or error): a comparison ended (tests, status)."""
