@@ -193,3 +193,20 @@ def test_a_receipts_folder_that_cannot_be_written_is_said_on_the_error_line_inst
     assert not w.menus.act_serve.isChecked() and w.serve.server is None and w.serve.address == ""
     said = w.requests.status.text()
     assert "Serve did not start" in said and str(a_file / "served") in said and "cannot write" in said, said
+
+
+def test_a_comparison_asked_while_serving_is_refused_over_the_compare_window_naming_serve_off(qtbot, runtime,
+                                                                                             tmp_path):
+    """Issue 54: Run comparison while serving showed its refusal over the main window, and the Compare window
+    dropped behind it."""
+    w = serving_window(qtbot, runtime, tmp_path)
+    serve_on(qtbot, w)
+    v = w.analysis.show_compare()
+    v.set_configs([CompareConfig("plain", "none", 0)])
+    v.with_server.setChecked(False)
+    v.run.click()
+    assert v.error_box is not None and v.error_box.parent() is v
+    assert "Stop serving" in v.error_box.text() and "Ctrl+Shift+S" in v.error_box.text()
+    assert w.state == "serving"
+    w.menus.act_serve.trigger()
+    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)

@@ -183,14 +183,19 @@ class AnalysisActions(QObject):
             self.feedback.status("comparison with plain decoding stopped")
 
     # -- busy state ----------------------------------------------------------------
-    def _start(self, what: str, detail: str) -> bool:
+    def _start(self, what: str, detail: str, error=None) -> bool:
+        """Begin job ``what`` on the engine thread (``detail``: the busy state's words), or refuse it with a
+        message box (``error(title, message)``: the main window's by default; the window the job was asked
+        from, so the box shows over it) while a run goes, while serving, or without a model."""
+        error = error or self.feedback.error
         if not self.run.is_idle:
             serving = self.run.state == SERVING  # e.g. Replay under other sources… clicked while serving
-            self.feedback.error("Serving" if serving else "Run in progress",
-                                f"Stop {'serving' if serving else 'the run'} before {detail.rstrip('…')}.")
+            error("Serving" if serving else "Run in progress",
+                  f"Stop {'serving (Run > Serve, Ctrl+Shift+S)' if serving else 'the run'} before "
+                  f"{detail.rstrip('…')}.")
             return False
         if self.engine.runtime is None:
-            self.feedback.error("No model loaded", "Load a model first (the bundled one loads at startup).")
+            error("No model loaded", "Load a model first (the bundled one loads at startup).")
             return False
         self.busy = what
         self.run.set_state(BUSY, detail)
@@ -411,7 +416,7 @@ class AnalysisActions(QObject):
         run goes or no model is loaded."""
         v = self.compare_view or self.show_compare()
         self._describe_prompt()
-        if not self._start("compare", "comparing configurations…"):
+        if not self._start("compare", "comparing configurations…", v.show_error):
             return False
         self._save_configs(configs, conversation)
         text, raw = self._prompt()
