@@ -33,8 +33,12 @@ class SessionExport(QObject):
         self._job = None  # the BackgroundJob writing a document
 
     def ask(self) -> None:
-        """Export session… clicked: ask where, then ``write``."""
-        path, _ = QFileDialog.getSaveFileName(self.view, "Export served session", "served-session.json",
+        """Export session… clicked: ask where (first offered: the run's receipts folder, named after the run),
+        then ``write``."""
+        receipts = self.receipts()
+        suggested = ("served-session.json" if receipts is None
+                     else str(receipts.folder / f"served-session-{receipts.stamp}.json"))
+        path, _ = QFileDialog.getSaveFileName(self.view, "Export served session", suggested,
                                               "Conversation documents (*.json)")
         if path:
             self.write(Path(path))
