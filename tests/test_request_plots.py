@@ -44,3 +44,13 @@ def test_the_acceptance_per_stretch_of_context_sums_accepted_over_proposed():
     points = np.array([[0, 1, 2], [0, 1, 2], [100, 0, 4], [100, 4, 4]], float)
     mids, acc = binned_acceptance(points, bins=2)
     assert list(mids) == [25.0, 75.0] and list(acc) == [0.5, 0.5]
+
+
+def test_the_context_length_axis_ticks_whole_tokens_only(qtbot):
+    plots = RequestPlots(RequestLog())
+    qtbot.addWidget(plots)
+    plots.resize(1000, 300)
+    plots.grab()
+    axis = plots.by_context.getPlotItem().getAxis("bottom")
+    values = [v for _spacing, vs in axis.tickValues(48.3, 49.9, 400) for v in vs]
+    assert values and all(float(v).is_integer() for v in values), values  # the trial read 48.6, 48.8, ...

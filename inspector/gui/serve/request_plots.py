@@ -16,6 +16,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
+from inspector.gui.plots.timeline import IntegerAxis
 from inspector.gui.serve.request_log import RequestLog
 
 ACCEPT_COLOR = "#1565c0"
@@ -126,7 +127,7 @@ class RequestPlots(QWidget):
         """Every request's arrival time, unseen: the time axis spans requests that proposed nothing too."""
         self.shown_mark = pr.plot([], [], pen=None, symbol="o", symbolSize=15, symbolBrush=None,
                                   symbolPen=pg.mkPen(SHOWN_COLOR, width=2))
-        self.by_context = pg.PlotWidget(background="w")
+        self.by_context = pg.PlotWidget(background="w", axisItems={"bottom": IntegerAxis("bottom")})  # whole tokens
         bc = self.by_context.getPlotItem()
         bc.setLabel("left", "acceptance (%)")
         bc.setLabel("bottom", "base position of the window (tokens)")

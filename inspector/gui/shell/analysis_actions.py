@@ -63,8 +63,7 @@ class AnalysisActions(QObject):
     ``state``, ``set_state``), ``shown`` (``ShownSession``), the engine ``worker`` and its ``thread``,
     ``settings`` (QSettings), ``model_info()``, ``load_model()`` (load the panel's model: Use this
     form), the signals after which the shown session may have changed (``session_changed``, for Tune)
-    and ``shutdown`` (the window closes).
-    """
+    and ``shutdown`` (the window closes)."""
 
     requestMeasure = Signal(object)
     requestCompare = Signal(object)
@@ -184,15 +183,13 @@ class AnalysisActions(QObject):
 
     # -- busy state ----------------------------------------------------------------
     def _start(self, what: str, detail: str, error=None) -> bool:
-        """Begin job ``what`` on the engine thread (``detail``: the busy state's words), or refuse it with a
-        message box (``error(title, message)``: the main window's by default; the window the job was asked
-        from, so the box shows over it) while a run goes, while serving, or without a model."""
+        """Begin job ``what`` (``detail``: the busy state's words), or refuse it while a run goes, while serving
+        or without a model in a box by ``error(title, message)`` (the main window's, or the asking window's)."""
         error = error or self.feedback.error
         if not self.run.is_idle:
             serving = self.run.state == SERVING  # e.g. Replay under other sources… clicked while serving
-            error("Serving" if serving else "Run in progress",
-                  f"Stop {'serving (Run > Serve, Ctrl+Shift+S)' if serving else 'the run'} before "
-                  f"{detail.rstrip('…')}.")
+            what_stops = "serving (Run > Serve, Ctrl+Shift+S)" if serving else "the run"
+            error("Serving" if serving else "Run in progress", f"Stop {what_stops} before {detail.rstrip('…')}.")
             return False
         if self.engine.runtime is None:
             error("No model loaded", "Load a model first (the bundled one loads at startup).")
