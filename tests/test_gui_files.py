@@ -215,3 +215,16 @@ def test_an_option_a_saved_file_does_not_record_shows_its_declared_default_not_t
     assert w.panel.source_options()["n_min"] == NGRAM.option("n_min").default != live
     w.panel.show_live()
     assert w.panel.source_options()["n_min"] == live
+
+
+def test_the_window_remembers_the_live_settings_not_those_of_an_opened_file(qtbot, tmp_path):
+    """Issue 54: after viewing a receipts file, a restart showed the file's prompt instead of the user's."""
+    w = make_window(qtbot, None, tmp_path, max_tokens=33)
+    w.panel.prompt.setPlainText("my own prompt")
+    w.panel.show_saved({"max_new_tokens": 7, "source": {"name": "ngram", "settings": {}}}, "the file's prompt",
+                       "m.gguf")
+    assert w.panel.prompt.toPlainText() == "the file's prompt"
+    w.save_settings()
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    assert settings.value("controls/prompt") == "my own prompt"
+    assert int(settings.value("controls/max_tokens")) == 33

@@ -363,6 +363,10 @@ class ControlPanel(QWidget):
         """Every setting as a plain dict (saved in QSettings)."""
         return self.value_io.values()
 
+    def live_values(self) -> dict:
+        """The live settings, also while a saved session's are shown (``PanelValues.live_values``)."""
+        return self.value_io.live_values()
+
     def apply_values(self, v: dict) -> None:
         """Set the panel from ``values()`` output; unknown or bad entries are ignored."""
         self.value_io.apply_values(v)

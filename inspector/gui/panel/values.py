@@ -117,6 +117,10 @@ class PanelValues:
         self.apply_values(values)
         p.setup.setToolTip("")
 
+    def live_values(self) -> dict:
+        """The live settings (``values``), also while a saved session's are shown: what the window remembers."""
+        return dict(self._live_values) if self._live_values is not None else self.values()
+
     @property
     def showing_saved(self) -> bool:
         """The panel shows a saved session's settings (``show_saved``)."""

@@ -50,13 +50,13 @@ def restore_controls(settings: QSettings, panel) -> None:
 
 
 def save_window(settings: QSettings, window: QWidget, splits: dict[str, QSplitter], panel) -> None:
-    """Remember ``window``'s geometry, the state of each splitter of ``splits`` and the panel's values
-    (written to disk now)."""
+    """Remember ``window``'s geometry, the state of each splitter of ``splits`` and the panel's live values (not
+    an opened file's: a restart after viewing receipts showed the file's prompt; written to disk now)."""
     settings.setValue("window/geometry", window.saveGeometry())
     for key, split in splits.items():
         settings.setValue(key, split.saveState())
     settings.beginGroup(CONTROLS_GROUP)
-    for k, v in panel.values().items():
+    for k, v in panel.live_values().items():
         settings.setValue(k, v)
     settings.endGroup()
     settings.sync()
