@@ -21,7 +21,8 @@ import sys
 import threading
 
 from inspector.cli.interrupt import INTERRUPT_SIGNALS, Interrupted
-from inspector.cli.ranges import THREADS, THREADS_MAX
+from inspector.cli.ranges import THREADS
+from inspector.engine.llama_settings import THREADS_MAX
 from inspector.llama.devices import DEFAULT_RPC_PORT, SECURITY_WARNING, RpcUnavailable, rpc_server_devices, serve_rpc
 
 PROG = "spec-inspector rpc-server"

@@ -18,8 +18,8 @@ from inspector.bench.tune import (DRAFT_MAX_GRID, MODEL_FREE, NotReplayable, col
                                   verify)
 from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.interrupt import Interrupted
-from inspector.cli.ranges import THREADS_MAX, whole_number
-from inspector.engine.llama_settings import COUNT_MAX
+from inspector.cli.ranges import whole_number
+from inspector.engine.llama_settings import COUNT_MAX, THREADS_MAX
 from inspector.engine.records import decoded_rows_of
 from inspector.engine import RuntimeScheduler
 from inspector.engine.errors import EngineError

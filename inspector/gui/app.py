@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the inspector window until it closes; returns the exit status. A crash in native code (a segfault
     in llama.cpp or Qt) prints every thread's Python stack to stderr first (``faulthandler``): what a report
     of one needs (a quit during Measure crashed once in five tries, issue 54)."""
-    faulthandler.enable()
+    try:
+        faulthandler.enable()
+    except (AttributeError, ValueError, OSError):  # stderr is no file (redirected into an object): no dump
+        pass
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if not display_available():
         print(NO_DISPLAY_MESSAGE, file=sys.stderr)
