@@ -13,7 +13,7 @@ from inspector.engine.faults import Fault, FaultPlan
 from inspector.engine.proposal import Proposal
 from inspector.engine.scheduler import Timed
 from inspector.engine.settings import SamplingSettings
-from inspector.engine.window import WindowContext, WindowTrace, execute_window
+from inspector.engine.window import WindowContext, WindowTrace, execute_window, judged_rows
 
 from fake_runtime import FakeRuntime
 
@@ -275,8 +275,9 @@ def test_the_rejection_rule_accepts_a_sure_token_and_resamples_the_rejected_one_
     assert rt.calls[0] == "logits 3@3" and rt.aborts == [ctx.cancel]
     assert (r.disposition, r.committed_tokens, r.accepted_proposal_tokens) == ("first_mismatch", (104, 105), 1)
     p = r.probabilities
-    assert p.basis == "sampler" and p.proposed_p[:2] == (1.0, 0.0) and p.predicted_p == (1.0, 1.0, 1.0)
-    assert [t[0] for t in p.top_tokens] == [104, 105, 0]
+    # figures for the judged rows only: row 2 follows the rejected 999 (judged_rows)
+    assert p.basis == "sampler" and p.proposed_p == (1.0, 0.0) and p.predicted_p == (1.0, 1.0)
+    assert [t[0] for t in p.top_tokens] == [104, 105]
 
 
 def test_the_rule_for_a_proposal_depends_on_greedy_the_chosen_rule_and_the_drafts_distributions():
@@ -292,3 +293,10 @@ def test_the_rule_for_a_proposal_depends_on_greedy_the_chosen_rule_and_the_draft
     assert rule(hot, "rejection", None) == "sample_match"
     assert rule(hot, "sample_match", [[1.0]]) == "sample_match"
     assert rule(hot, "sample_match", None) == "sample_match"
+
+
+def test_the_judged_rows_end_at_the_first_mismatch_and_take_every_row_after_a_full_accept():
+    assert judged_rows([5, 6, 7], [5, 9, 7, 8]) == 2  # row 1 rejected 6: its row gives the correction
+    assert judged_rows([5, 6, 7], [4, 6, 7, 8]) == 1
+    assert judged_rows([5, 6, 7], [5, 6, 7, 8]) == 4  # full accept: the bonus row too
+    assert judged_rows([], [3]) == 1
