@@ -3,10 +3,13 @@ at 1024x640, nothing cut at 1280x800. Offscreen, on the real model; no test reli
 
 from __future__ import annotations
 
-from PySide6.QtGui import QFontMetrics
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QFontMetrics, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from inspector.engine.records import decision_id_text
+from inspector.gui.engine_thread.analysis import CostMeasured
+from inspector.llama.cost_model import CostModel
 from test_gui_support import make_window, run_to_end
 
 
@@ -108,3 +111,26 @@ def test_the_cost_model_tab_never_widens_the_window_past_1024_px_while_it_measur
     assert cv.busy.isVisible() and w.minimumSizeHint().width() <= 1024 and w.width() <= 1024, w.minimumSizeHint()
     cv.cancel.click()
     qtbot.waitUntil(lambda: not cv.busy.isVisible(), timeout=60_000)
+
+
+def test_the_wheel_over_the_cost_plots_scrolls_the_tab_and_never_zooms_the_curve(qtbot, runtime, tmp_path):
+    """Issue 54: at 1024x640 the wheel over the c(k) plot zoomed it (its axis read -5000 ms) instead of
+    scrolling the tab's plots."""
+    w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    layout_at(qtbot, w, 1024, 640)
+    cv = w.cost_view
+    w.tabs.setCurrentWidget(cv)
+    cv.set_cost_model(CostMeasured(CostModel(tuple(10.0 + 3 * k for k in range(16))), str(runtime.model_path), 2, 40))
+    cv.refresh()
+    QApplication.processEvents()
+    bar = cv.plots.verticalScrollBar()
+    assert bar.maximum() > 0, "the plots fit: nothing to scroll at this size"
+    before = cv.cost_plot.getViewBox().viewRange()
+    view = cv.layout_widget.viewport()
+    centre = QPointF(view.rect().center())
+    event = QWheelEvent(centre, QPointF(view.mapToGlobal(centre.toPoint())), QPoint(0, 0), QPoint(0, -120),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(view, event)
+    QApplication.processEvents()
+    assert cv.cost_plot.getViewBox().viewRange() == before
+    assert bar.value() > 0, "the wheel did not scroll the plots"

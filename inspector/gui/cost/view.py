@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QStackedWidget,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QApplication, QHBoxLayout, QLabel, QProgressBar, QPushButton, QScrollArea,
+                               QStackedWidget, QVBoxLayout, QWidget)
 
 from inspector.gui.look.wording import count_noun
 from inspector.llama.cost_model import NOMINAL_ACCEPTANCE, auto_draft_max, verify_cost_diagnosis
@@ -45,6 +45,23 @@ PLOT_MIN_HEIGHT = 420
 legend and axes."""
 PROGRESS_STEPS = 1000
 """The progress bar's range while a measurement reports its share done."""
+
+
+class ScrollingPlots(pg.GraphicsLayoutWidget):
+    """Plots that hand the mouse wheel to ``scroll_area`` (the ``QScrollArea`` around them; set after it is
+    made): at 1024x640 the tab's plots scroll, and the wheel zoomed a curve instead (its axis read -5000 ms).
+    Qt does not pass a wheel event a view accepted on to its parents, so it is given to the area's scroll bar."""
+
+    scroll_area = None
+
+    def wheelEvent(self, ev) -> None:
+        area = self.scroll_area
+        if area is None:
+            ev.ignore()
+            return
+        d = ev.angleDelta()
+        bar = area.horizontalScrollBar() if abs(d.x()) > abs(d.y()) else area.verticalScrollBar()
+        QApplication.sendEvent(bar, ev)
 
 
 class CostView(QWidget):
@@ -118,7 +135,7 @@ class CostView(QWidget):
         self.figures.setMinimumWidth(260)
         self.figures.setMaximumWidth(380)
 
-        self.layout_widget = pg.GraphicsLayoutWidget()
+        self.layout_widget = ScrollingPlots()
         self.layout_widget.setBackground("w")
         self.title = self.layout_widget.addLabel("", row=0, col=0, color="#333", size="10pt")
         # Legends in their own rows above the plots: never on top of the data.
@@ -164,6 +181,9 @@ class CostView(QWidget):
         for plot in (p, b):  # equal axis widths: k lines up in both plots
             plot.getAxis("left").setWidth(60)
             plot.getAxis("right").setWidth(60)
+            plot.setMouseEnabled(x=False, y=False)  # no dragging or zooming: the axes are the measurement's
+            plot.hideButtons()
+        self.ceiling_vb.setMouseEnabled(x=False, y=False)
         self.layout_widget.ci.layout.setRowStretchFactor(2, 3)
         self.layout_widget.ci.layout.setRowStretchFactor(4, 2)
         # Before Measure: the hint, not empty 0..1 axes.
@@ -174,6 +194,7 @@ class CostView(QWidget):
         self.layout_widget.setMinimumSize(PLOT_MIN_WIDTH, PLOT_MIN_HEIGHT)
         self.plots = QScrollArea()
         self.plots.setWidget(self.layout_widget)
+        self.layout_widget.scroll_area = self.plots
         self.plots.setWidgetResizable(True)
         self.plots.setFrameShape(QScrollArea.Shape.NoFrame)
         self.stack = QStackedWidget()
