@@ -11,22 +11,20 @@ immutable results to the session and the views.
 
 from __future__ import annotations
 
-import hashlib
 import html
-import json
 import os
 from dataclasses import replace
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from inspector.bench.compare_result import CompareConfig
 from inspector.gui.audit.actions import AuditActions
 from inspector.gui.compare.server_build import ServerBuildActions
 from inspector.gui.compare.view import CompareView
 from inspector.gui.cost.view import PROGRESS_STEPS
+from inspector.gui.shell.analysis_settings import (cost_key, restore_compare, save_compare, save_server_choice,
+                                                   store_cost, stored_cost)
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest, CostMeasured, CostRequest, LayoutsRequest
 from inspector.gui.look.banner_colours import BANNER_HINT
 from inspector.gui.look.wording import count_noun
@@ -34,22 +32,12 @@ from inspector.gui.panel.control_panel import source_names
 from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
 from inspector.gui.tune.actions import TuneActions
 from inspector.llama.cost_cache import load_cost_model, placement
-from inspector.llama.cost_model import CostModel
 from inspector.llama.cost_progress import PLAN, progress_text
 from inspector.llama.model_file import weight_types_of
-from inspector.prompts import TURNS_EXAMPLES, example_prompts
+from inspector.prompts import example_prompts
 from inspector.session.run_states import BUSY, IDLE, SERVING
 from inspector.sources.registry import declares_option
 from inspector.sources.server_flags import NoServerEquivalent, server_command, server_notes
-
-SETTINGS_GROUP = "cost_models"
-"""QSettings group of the cached cost models, one JSON value per model file and CPU thread count."""
-
-
-def cost_key(model_path: str, n_threads: int) -> str:
-    """The cache key of a cost model: model file and CPU threads (settings keys cannot hold paths)."""
-    return hashlib.sha1(f"{Path(model_path).resolve()}|{n_threads}".encode()).hexdigest()[:16]
-
 
 class AnalysisActions(QObject):
     """Baseline results, cost-model measurement and its per-model cache, Compare and Tune.
@@ -246,7 +234,7 @@ class AnalysisActions(QObject):
         key = cost_key(m.model_path, m.n_threads)
         self.cost_models[key] = m
         if not m.partial:
-            self._save(key, m)
+            store_cost(self.settings, key, m)
         self._use(m)
         self.cost_view.set_busy(False)
         self._end()
@@ -274,7 +262,7 @@ class AnalysisActions(QObject):
         own = results[0][1]  # the loaded layout's c(k): the current cost model too
         key = cost_key(own.model_path, own.n_threads)
         self.cost_models[key] = own
-        self._save(key, own)
+        store_cost(self.settings, key, own)
         self._use(own)
         self.cost_view.set_layouts(results)
         self.feedback.status("weight layouts measured: " + ", ".join(
@@ -338,7 +326,7 @@ class AnalysisActions(QObject):
         where = placement(rt) if rt is not None else ""
         for threads in (n, n - 1 if n >= cores and n > 1 else n):
             key = cost_key(path, threads)
-            m = None if where else self.cost_models.get(key) or self._load(key)  # the window's own, local
+            m = None if where else self.cost_models.get(key) or stored_cost(self.settings, key)  # the window's own, local
             if m is None:  # what bench, compare or another window stored for this placement
                 cm = load_cost_model(path, threads, where)
                 m = None if cm is None else CostMeasured(cm, path, threads, 0, weight_types_of(path),
@@ -348,24 +336,6 @@ class AnalysisActions(QObject):
                 self._use(m)
                 return
         self._use(None)
-
-    def _save(self, key: str, m: CostMeasured) -> None:
-        s = self.settings
-        s.setValue(f"{SETTINGS_GROUP}/{key}", json.dumps({
-            "row_ms": list(m.model.row_ms), "model_path": m.model_path, "n_threads": m.n_threads,
-            "prompt_tokens": m.prompt_tokens}))
-        s.sync()
-
-    def _load(self, key: str) -> CostMeasured | None:
-        raw = self.settings.value(f"{SETTINGS_GROUP}/{key}")
-        try:
-            d = json.loads(raw) if isinstance(raw, str) else None
-            if not d or not d["row_ms"] or min(d["row_ms"]) <= 0:
-                return None
-            return CostMeasured(CostModel(tuple(float(x) for x in d["row_ms"])), str(d["model_path"]),
-                                int(d["n_threads"]), int(d.get("prompt_tokens", 0)), weight_types_of(d["model_path"]))
-        except (TypeError, ValueError, KeyError):
-            return None
 
     def export_png_dialog(self) -> None:
         if self.current is None:
@@ -385,8 +355,8 @@ class AnalysisActions(QObject):
             v = CompareView(source_names(), self.host.parent)
             v.runRequested.connect(self.run_compare)
             v.cancelRequested.connect(self.worker.job.request_cancel, Qt.ConnectionType.DirectConnection)
-            self._restore_configs(v)
-            v.server_choice.changed.connect(self._save_server_choice)
+            restore_compare(self.settings, v)
+            v.server_choice.changed.connect(lambda *_a: save_server_choice(self.settings, self.compare_view))
             self.server_build = ServerBuildActions(v.server_choice, parent=self)
             self.shutdown.connect(self.server_build.shutdown)
             self.host.every_tick(v.refresh)  # redrawn with the window's views
@@ -415,7 +385,7 @@ class AnalysisActions(QObject):
         self._describe_prompt()
         if not self._start("compare", "comparing configurations…", v.show_error):
             return False
-        self._save_configs(configs, conversation)
+        save_compare(self.settings, v, configs, conversation)
         text, raw = self._prompt()
         panel = self.panel
         configs = [self._with_panel_draft(c) for c in configs]
@@ -467,34 +437,3 @@ class AnalysisActions(QObject):
             v.set_result(result, text)
         self.feedback.status(f"comparison {note or 'done'}")
         self.compareReady.emit(result, note)
-
-    def _save_configs(self, configs, conversation=None) -> None:
-        s = self.settings
-        s.setValue("compare/configs", json.dumps([c.to_json() for c in configs]))
-        s.setValue("compare/conversation", "" if conversation is None else conversation[0])
-        self._save_server_choice()
-
-    def _save_server_choice(self) -> None:
-        """Remember "also through llama-server" and its path or URL (as typed or chosen)."""
-        if self.compare_view is not None:
-            s = self.settings
-            s.setValue("compare/llama_server", self.compare_view.server_target.text().strip())
-            s.setValue("compare/with_llama_server", self.compare_view.with_server.isChecked())
-
-    def _restore_configs(self, v) -> None:
-        raw = self.settings.value("compare/configs")
-        target = self.settings.value("compare/llama_server")
-        if isinstance(target, str):
-            v.server_target.setText(target)
-        v.with_server.setChecked(str(self.settings.value("compare/with_llama_server")).lower() == "true")
-        try:
-            items = json.loads(raw) if isinstance(raw, str) else None
-            if items:
-                v.set_configs([CompareConfig(str(d["label"]), str(d["source"]), int(d["draft_max"]),
-                                             dict(d.get("options") or {})) for d in items])
-        except (TypeError, ValueError, KeyError):
-            pass
-        chosen = self.settings.value("compare/conversation")
-        if isinstance(chosen, str) and chosen:
-            if chosen in TURNS_EXAMPLES or os.path.isfile(chosen):  # a file since removed is not offered
-                v.choose_conversation(chosen)
