@@ -40,9 +40,9 @@ class FakeRuntime:
         return [(t + 1) % self.n_vocab for t in tokens]
 
     def last_logits(self, n):
-        """Made-up logits of the last decode's n rows: after token t, t+1 has logit 4, t+2 logit 2, the rest 0."""
+        """Made-up logits of the last decode's first n rows (as the runtime's): after token t, t+1 has logit 4, t+2 logit 2, the rest 0."""
         logits = np.zeros((n, self.n_vocab), dtype=np.float32)
-        for i, t in enumerate(self._last_rows[-n:]):
+        for i, t in enumerate(self._last_rows[:n]):
             logits[i, (t + 1) % self.n_vocab] = 4.0
             logits[i, (t + 2) % self.n_vocab] = 2.0
         return logits
@@ -54,9 +54,12 @@ class FakeRuntime:
 
     def prefill(self, sid, tokens, position):
         self.decode_rows(sid, tokens, position)
+        self._last_rows = self._last_rows[-1:]  # a prompt's logits: its last row only, as llama.cpp's
 
     def prefill_predict(self, sid, tokens, position):
-        return self.decode_rows(sid, tokens, position)[-1]
+        prediction = self.decode_rows(sid, tokens, position)[-1]
+        self._last_rows = self._last_rows[-1:]
+        return prediction
 
     def trim(self, sid, position) -> bool:
         self.calls.append(f"trim {position}")

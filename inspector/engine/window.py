@@ -8,7 +8,7 @@ the observable order is verify -> commits -> repair -> error.
 The runtime it drives (through ``RuntimeScheduler``) needs: ``kv_length(s)``,
 ``decode_rows(s, tokens, position, abort)`` (one batch, a prediction per row;
 ``decode_logits`` with the same arguments for the ``rejection`` rule),
-``row_probabilities(rows, proposed, predictions, sampling, rows=...)`` (the last batch's per-row
+``row_probabilities(n, proposed, predictions, sampling)`` (the last batch's first n rows'
 figures, ``inspector.engine.probabilities``; only when ``WindowContext.probabilities``, and only for the
 judged rows, ``judged_rows``),
 ``trim(s, position) -> bool``, ``retire_checkpoint(s, start, count)``,
@@ -51,7 +51,6 @@ from inspector.engine.tree import walk_tree
 CommitCallback = Callable[[int, int, int], bool]
 """``(token, row, base_position) -> stop``: commits the prediction of verification
 row ``row`` (its stream position is base_position + row + 1); True asks to stop; may raise."""
-
 
 
 def judged_rows(proposal: Sequence[int], predictions: Sequence[int]) -> int:
@@ -221,8 +220,8 @@ def execute_window(
             predictions = rt.decode_rows(sid, rows, base_position, cancel)
             if ctx.probabilities:  # from the same batch's logits, still under the lock
                 judged = judged_rows(tokens, predictions)
-                probs = rt.row_probabilities(n_rows, tokens[:judged], predictions[:judged], ctx.sampling,
-                                             rows=range(judged), top=ctx.top_probabilities)
+                probs = rt.row_probabilities(judged, tokens[:judged], predictions[:judged], ctx.sampling,
+                                             top=ctx.top_probabilities)  # the batch's first rows
             if ctx.grammar:
                 trace.grammar_rejected_row = rt.grammar_rejection(sid)
         return predictions, rt.kv_length(sid), probs, None

@@ -410,9 +410,7 @@ class LlamaRuntime:
         ``probability_ns`` and the rows summarised to ``probability_rows`` (benchmarks)."""
         t = time.perf_counter_ns()
         logits = self.last_logits(n)
-        if isinstance(rows, range) and rows.step == 1 and rows.start == 0:
-            logits = logits[:len(rows)]  # the first rows: a view, no copy
-        elif rows is not None:
+        if rows is not None:
             logits = logits[list(rows)]
         out = summarise_rows(logits, proposed, predictions, sampling, top=top)
         self.probability_ns += time.perf_counter_ns() - t
