@@ -1,5 +1,7 @@
 """Plain steps' probability figures summarised in batches (issue 41, ``inspector.engine.deferred_figures``):
-the same figures as one row at a time, ready for every reader, and summarised together.
+the same figures as one row at a time, ready for every reader, and summarised together. The batches serve the
+sampler basis and builds without the C kernel; every test here but the last ones runs them (``_batches``);
+the last ones check that where the kernel sums the softmax basis each row is summarised at once, in place.
 
 The real model's plain steps go through the batches in ``test_probabilities`` (figures equal a separate
 decode of the same prefix; the autosave of a real run reads back with every token's figures) and
@@ -15,10 +17,12 @@ import numpy as np
 import pytest
 
 from inspector.engine import GenerationSettings, RuntimeScheduler
-from inspector.engine.deferred_figures import MAX_AGE_MS, DeferredFigures, FigureBatch, split_rows
+from inspector.engine import deferred_figures
+from inspector.engine.deferred_figures import MAX_AGE_MS, DeferredFigures, FigureBatch, split_rows, summarises_at_once
 from inspector.engine.generation import Generation
 from inspector.engine.probabilities import summarise_rows
 from inspector.engine.records import STEP
+from inspector.engine.settings import SamplingSettings
 from inspector.session.run_records import RecordingObserver, TokenTexts
 
 from inspector.receipts.autosave import AutosaveWriter, read_autosave
@@ -30,6 +34,13 @@ from fake_runtime import FakeRuntime, ListSource, follow
 from test_session_record import DescribedRuntime
 
 V = 3000
+
+
+@pytest.fixture(autouse=True)
+def _batches(request, monkeypatch):
+    """Every test runs the batches (as a build without the kernel does), unless marked ``at_once``."""
+    if "at_once" not in request.keywords:
+        monkeypatch.setattr(deferred_figures, "summarises_at_once", lambda sampling, top=5: False)
 
 
 def _rows(n: int, seed: int = 7) -> np.ndarray:
@@ -290,3 +301,28 @@ def test_a_run_closed_without_its_end_keeps_the_events_after_its_last_line(tmp_p
     back = record_from_autosave(path)
     assert back.unfinished and back.skipped_lines == 0
     assert [(e.seq, e.kind) for e in back.events] == [(e.seq, e.kind) for e in live.events]
+
+
+@pytest.mark.at_once
+def test_with_the_kernel_a_softmax_rows_figures_are_ready_at_once_and_equal_the_batches():
+    assert summarises_at_once(None) and summarises_at_once(GenerationSettings().sampling)
+    assert not summarises_at_once(SamplingSettings(temperature=0.8))  # the sampler basis: numpy, batched
+    assert not summarises_at_once(None, top=65)  # more tokens kept than the kernel keeps
+    rows = _rows(5)
+    at_once, batched = FigureBatch(V), FigureBatch(V, at_once=False)
+    assert at_once.at_once and not batched.at_once
+    handles = [(at_once.add(r, int(r.argmax())), batched.add(r, int(r.argmax()))) for r in rows]
+    assert all(a.ready for a, _b in handles) and at_once.pending == 0 and at_once.batches == 0
+    assert batched.pending == 5
+    for a, b in handles:
+        _same(a.value, b.value)
+
+
+@pytest.mark.at_once
+def test_with_the_kernel_a_generations_plain_steps_are_summarised_as_they_come():
+    g = _run(FakeRuntime())
+    figures = _step_figures(g)
+    assert len(figures) == 19 and g.figures.at_once and g.figures.batches == 0
+    alone = _step_figures(_run(_ImmediateRuntime()))
+    for pos, p in figures.items():
+        _same(p.value, alone[pos])

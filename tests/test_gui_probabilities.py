@@ -219,14 +219,18 @@ def test_probabilities_turned_off_are_named_so(qtbot, tmp_path):
 
 
 def test_plain_steps_drawn_before_their_batch_ran_get_their_mark_once_it_has_run(qtbot, make_generation, chat_tokens,
-                                                                                 runtime):
-    """A plain step's figures wait in a batch of up to 8 rows (issue 41): the view, redrawn after every
+                                                                                 runtime, monkeypatch):
+    """A plain step's figures wait in a batch of up to 8 rows (issue 41; the sampler basis, or a build without
+    the C kernel, which this test stands for: with it a greedy row is summarised at once): the view, redrawn after every
     step of a run on the bundled model, draws those tokens without running the batch on the GUI thread,
     and ends with the marks of a drawing of the finished record."""
     from inspector.session.session_record import SessionRecord
     from inspector.session.run_records import RecordingObserver, RunHeader
     from test_gui_support import example_text
 
+    from inspector.engine import deferred_figures
+
+    monkeypatch.setattr(deferred_figures, "summarises_at_once", lambda sampling, top=5: False)
     prompt = chat_tokens(example_text("open-ended"))
     records = []
     g = make_generation(None, prompt, RecordingObserver(records.append, runtime.token_text, runtime.n_vocab),

@@ -8,6 +8,11 @@ pass), and summarises up to ``BATCH_ROWS`` rows in one ``summarise_rows`` call, 
 batch is full, when its oldest row is ``MAX_AGE_MS`` old (under one redraw period of the window), or when
 the generation ends; the cold start is then paid once per batch.
 
+Where the C kernel sums the figures (``inspector.engine.probabilities.figure_path``; the softmax basis, at most
+``KERNEL_MAX_TOP`` tokens kept) a row costs ~30 us summarised where it lies in llama.cpp's buffer, less than
+copying it (~95 us): ``FigureBatch`` then summarises each row as it comes (``at_once``), and its stand-in is
+ready at once; the batches stay for the sampler basis and for a build without the kernel (issue 53).
+
 The step's event carries a ``DeferredFigures`` at once: a stand-in for the row's ``WindowProbabilities``
 that reads as one (every attribute and method). Reading it before its batch ran summarises the batch
 there and then, on the reader's thread, so every reader sees the figures it asks for: the event stream,
@@ -23,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from inspector.engine.probabilities import TOP, WindowProbabilities, summarise_rows
+from inspector.engine.probabilities import KERNEL_MAX_TOP, TOP, WindowProbabilities, figure_kernel, summarise_rows
 from inspector.engine.settings import GenerationSettings, SamplingSettings
 
 BATCH_ROWS = 8
@@ -51,7 +56,7 @@ class DeferredFigures:
 
     __slots__ = ("_batch", "_value")
 
-    def __init__(self, batch: "FigureBatch") -> None:
+    def __init__(self, batch: "FigureBatch | None") -> None:
         self._batch = batch
         self._value: WindowProbabilities | None = None
 
@@ -104,16 +109,25 @@ def figure_batch(runtime, settings: GenerationSettings) -> "FigureBatch | None":
     return FigureBatch(runtime.n_vocab, settings.sampling, account, top=settings.top_probabilities)
 
 
+def summarises_at_once(sampling: SamplingSettings | None, top: int = TOP) -> bool:
+    """True where a plain step's row is best summarised at once, in place: the C kernel is built and sums this
+    basis (softmax: no sampler or temperature 0) for ``top`` tokens a row (module docstring)."""
+    return figure_kernel is not None and (sampling is None or sampling.greedy) and max(2, top) <= KERNEL_MAX_TOP
+
+
 class FigureBatch:
     """The pending plain-step rows of one generation (``n_vocab`` logits each) and their summaries.
 
     ``add`` runs on the generation's thread under the runtime lock (the row is llama.cpp's until the
     next decode); ``flush`` on any thread (a lock keeps the two apart). ``sampling``: the session's
     sampler (the figures' basis, as ``summarise_rows``). ``account(ns, rows)``: told the time each copy
-    and each summary took (the runtime's benchmark counters). ``top``: the most likely tokens kept per row."""
+    and each summary took (the runtime's benchmark counters). ``top``: the most likely tokens kept per row.
+    ``at_once``: summarise each row in ``add``, in place (no copy, no batch); None: where the C kernel sums
+    this basis (``summarises_at_once``)."""
 
     def __init__(self, n_vocab: int, sampling: SamplingSettings | None = None,
-                 account: Callable[[int, int], None] | None = None, rows: int = BATCH_ROWS, top: int = TOP) -> None:
+                 account: Callable[[int, int], None] | None = None, rows: int = BATCH_ROWS, top: int = TOP,
+                 at_once: bool | None = None) -> None:
         if rows < 1:
             raise ValueError(f"a figure batch holds at least 1 row, observed {rows}")
         self.n_vocab = n_vocab
@@ -122,6 +136,7 @@ class FigureBatch:
         self._account = account or (lambda _ns, _rows: None)
         self._capacity = rows
         self._shift = sampling is None or sampling.greedy  # the softmax basis: rows are kept minus their max
+        self.at_once = summarises_at_once(sampling, top) if at_once is None else at_once
         self._all_shifted = True
         self._buffer: np.ndarray | None = None
         self._pending: list[tuple[DeferredFigures, int]] = []
@@ -141,6 +156,13 @@ class FigureBatch:
         another length."""
         if logits_row.shape != (self.n_vocab,):
             raise ValueError(f"a row of {self.n_vocab} logits expected, observed shape {logits_row.shape}")
+        if self.at_once:
+            t = perf_counter_ns()
+            handle = DeferredFigures(None)
+            handle.resolve(summarise_rows(logits_row.reshape(1, -1), (), [int(prediction)], self.sampling,
+                                          top=self.top))
+            self._account(perf_counter_ns() - t, 1)
+            return handle
         with self._lock:
             if len(self._pending) >= self._capacity:
                 self._flush_locked()

@@ -18,10 +18,13 @@ Ranks always follow the logits (1 = the argmax; ties go to the lower token id, a
 ``numpy.argmax`` and ``llama_sampler_init_greedy`` pick). The margin is in logits
 (the top token's logit minus the second's), whatever the basis. Entropy is in nats.
 
-Cost: the top ``TOP`` from the maxima of blocks of 1,024 logits, one comparison pass and a
-sort of the few candidates (never a sort or partition of the vocabulary) and, for the
-softmax, one exp pass and two dot products per row: about 40-90 microseconds per row on a
-2-core CPU with a 49,152-token vocabulary. ``bench`` prints the time per row.
+Cost: for the softmax basis the C kernel ``inspector.engine.figure_kernel`` (built by pip install; issue 53)
+finds each row's largest logits and sums its exp and exp * logit in two passes over the row: ~30 microseconds
+a row of 49,152 logits with AVX2, ~100 on baseline x86-64. Without it (or for more than ``KERNEL_MAX_TOP``
+tokens kept, or a row with a NaN or +inf logit) numpy does: the top ``TOP`` from the maxima of blocks of
+1,024 logits, one comparison pass and a sort of the few candidates (never a sort or partition of the
+vocabulary), one exp pass and two dot products per row: 150-300 microseconds a row. The two paths give the
+same figures to float32 rounding (tests/test_figure_kernel.py). ``bench`` prints the time per row and the path.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ import numpy as np
 from inspector.engine.sampling import distribution
 from inspector.engine.settings import SamplingSettings
 
+try:
+    from inspector.engine import figure_kernel
+except ImportError:  # pragma: no cover - built without a C compiler (pyproject's optional extension): numpy
+    figure_kernel = None
+
 TOP = 5
 """Tokens kept per row with their probabilities."""
 SOFTMAX = "softmax"
@@ -48,8 +56,29 @@ COST_NOTE = ("about 0.1-0.15 ms per verification row and 0.15-0.2 ms for a plain
              "then summarised with up to 7 others) on a 2-core CPU (spec-inspector bench --llama-server prints it "
              "as p/row)")
 """What the figures cost, as the CLI help and the window's tooltip say it (measured by ``bench``)."""
+KERNEL_MAX_TOP = 64
+"""Most tokens per row the C kernel keeps (its ``MAX_K``); a request for more takes the numpy path."""
 _BLOCK = 1024
 _DIGITS = 4
+
+
+def figure_path() -> str:
+    """Which code sums the softmax figures here: ``"C (x86-64-v3)"`` or ``"C (baseline)"`` (the kernel, and the
+    instruction set it picked at load time), or ``"numpy"`` (the extension did not build)."""
+    return "numpy" if figure_kernel is None else f"C ({figure_kernel.isa()})"
+
+
+def _kernel_sums(x: np.ndarray, k: int):
+    """``(top_idx, top_val, z, s)`` of every row of ``x`` from the C kernel (module docstring): the ``k`` largest
+    logits' ids and values, largest first, ties to the lower id; ``z`` = sum exp(x - max), ``s`` = sum
+    exp(x - max) * (x - max), per row. None when the numpy path must do it: no kernel, ``k`` above
+    ``KERNEL_MAX_TOP``, logits that are not one C-contiguous float32 block, a row the kernel leaves (NaN, +inf)."""
+    if figure_kernel is None or k > KERNEL_MAX_TOP or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    got = figure_kernel.rows(x, x.shape[1], k)
+    if None in got:
+        return None
+    return [r[2] for r in got], [r[3] for r in got], [r[0] for r in got], [r[1] for r in got]
 
 
 def _r(x: float) -> float:
@@ -302,6 +331,29 @@ def _logits_of(x: np.ndarray, top_idx: Sequence[Sequence[int]], top_val: Sequenc
     return out
 
 
+def _numpy_sums(x: np.ndarray, m: Sequence[float], shifted: bool) -> tuple[list[float], list[float]]:
+    """Per row of ``x``: z = sum exp(x - m) and s = sum exp(x - m) * (x - m), ``m`` the rows' largest logits (0
+    when ``shifted``), in numpy (the path without the C kernel, and its reference)."""
+    n = x.shape[0]
+    # One row (a plain step) subtracts a Python float: one numpy call fewer (each costs 10-20 us cold).
+    if shifted:
+        x_m = x
+    else:
+        shift = m[0] if n == 1 else np.array(m, dtype=np.float32)[:, None]
+        x_m = np.subtract(x, shift, out=_scratch("shifted", x.shape, np.float32))
+    e = np.exp(x_m, out=_scratch("exp", x.shape, np.float32))
+    # Row sums, and entropy = log z - sum(e * (x - max)) / z: BLAS (one thread: thread_pools).
+    z = (e @ _ones(x.shape[1])).tolist()
+    with np.errstate(invalid="ignore"):  # 0 * -inf where a logit is -inf: mended below
+        s = [float(e[i] @ x_m[i]) for i in range(n)]
+    for i in range(n):
+        if not math.isfinite(s[i]):  # a -inf logit (0 * -inf): that row in float64, masked
+            d = x_m[i].astype(np.float64)
+            keep = np.isfinite(d)
+            s[i] = float(np.exp(d[keep]) @ d[keep])
+    return z, s
+
+
 def summarise_rows(
     logits: np.ndarray,
     proposed: Sequence[int],
@@ -310,6 +362,7 @@ def summarise_rows(
     draft_q: Sequence[float] | None = None,
     shifted: bool = False,
     top: int = TOP,
+    kernel: bool = True,
 ) -> WindowProbabilities:
     """The probability figures of a verify batch (or a plain step's single row).
 
@@ -323,7 +376,8 @@ def summarise_rows(
     its own subtraction, one pass over the rows fewer (a row and the row minus a constant have the same figures
     up to float32 rounding: at times the 4th significant digit of a probability). Values are rounded to 4
     significant digits (the receipts keep what the window shows: 3). ``top``: how many of each row's most
-    likely tokens are kept (>= 2; ``TOP`` unless a served request asks ``n_probs`` for more).
+    likely tokens are kept (>= 2; ``TOP`` unless a served request asks ``n_probs`` for more). ``kernel``: let the
+    C kernel sum the softmax basis where it can (module docstring); False: numpy only (the reference, in tests).
     Raises ``ValueError`` when the shapes disagree.
     """
     x = np.asarray(logits)
@@ -332,31 +386,21 @@ def summarise_rows(
                          f"rows proposal tokens, observed logits {x.shape}, {len(predictions)} predictions, "
                          f"{len(proposed)} proposal tokens")
     n = x.shape[0]
-    top_idx, top_val = _top(x, max(2, top))
-    margin = [t[0] - t[1] if len(t) > 1 else math.inf for t in top_val]
     sampled = sampling is not None and not sampling.greedy
+    sums = _kernel_sums(x, min(max(2, top), x.shape[1])) if kernel and not sampled else None
+    if sums is not None:
+        top_idx, top_val, z, s = sums
+    else:
+        top_idx, top_val = _top(x, max(2, top))
+    margin = [t[0] - t[1] if len(t) > 1 else math.inf for t in top_val]
     predictions = [int(t) for t in predictions]
     proposed = [int(t) for t in proposed]
     k = len(proposed)
     if not sampled:
         # x - max: <= 0, no cancellation below. Into kept buffers (``_scratch``).
         m = [t[0] for t in top_val]
-        # One row (a plain step) subtracts a Python float: one numpy call fewer (each costs 10-20 us cold).
-        if shifted:
-            x_m = x
-        else:
-            shift = m[0] if n == 1 else np.array(m, dtype=np.float32)[:, None]
-            x_m = np.subtract(x, shift, out=_scratch("shifted", x.shape, np.float32))
-        e = np.exp(x_m, out=_scratch("exp", x.shape, np.float32))
-        # Row sums, and entropy = log z - sum(e * (x - max)) / z: BLAS (one thread: thread_pools).
-        z = (e @ _ones(x.shape[1])).tolist()
-        with np.errstate(invalid="ignore"):  # 0 * -inf where a logit is -inf: mended below
-            s = [float(e[i] @ x_m[i]) for i in range(n)]
-        for i in range(n):
-            if not math.isfinite(s[i]):  # a -inf logit (0 * -inf): that row in float64, masked
-                d = x_m[i].astype(np.float64)
-                keep = np.isfinite(d)
-                s[i] = float(np.exp(d[keep]) @ d[keep])
+        if sums is None:
+            z, s = _numpy_sums(x, m, shifted)
         ent = [_r(max(0.0, math.log(z[i]) - s[i] / z[i])) for i in range(n)]
         top_p = [tuple(_r(math.exp(t - m[i]) / z[i]) for t in top_val[i]) for i in range(n)]
         picked = _logits_of(x, top_idx, top_val, list(range(n)) + list(range(k)), predictions + proposed)
