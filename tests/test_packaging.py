@@ -32,6 +32,8 @@ def test_the_wheel_holds_every_package_and_every_asset(tmp_path):
                   if p.is_file() and p.suffix in {".md", ".yml", ".py"})
     assert "inspector/docs/mkdocs.yml" in docs and "inspector/docs/pages/index.md" in docs
     assert not [d for d in docs if d not in names], "documentation left out of the wheel"
+    kernel = [n for n in names if n.startswith("inspector/engine/figure_kernel.") and n.endswith((".so", ".pyd"))]
+    assert kernel, "the figures' C extension (inspector/engine/figure_kernel.c) is not in the wheel"
 
 
 def _declared_runtime_distributions() -> set[str]:

@@ -19,6 +19,7 @@ from statistics import median
 from time import perf_counter_ns
 
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
+from inspector.engine.probabilities import figure_path
 from inspector.llama.cost_cache import placement, store_cost_model
 from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
 from inspector.prompts import EXAMPLES, example_prompt
@@ -176,6 +177,7 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
                        "diagnosis": verify_cost_diagnosis(
                            cm, tuple(getattr(getattr(runtime, "info", None), "weight_types", ())))},
         "tasks": [r.__dict__ for r in results],
+        "figure_path": figure_path(),
         "definitions": {
             "tps": "generated tokens / decode time (prefill excluded)",
             "python_us_per_step": "decode time outside llama_decode per decode step (window or plain step), microseconds",
@@ -184,6 +186,7 @@ def run_bench(runtime, tasks=None, max_tokens: int = 128, k_max: int = 16, repea
             "probability_us_per_row": "of which the per-row probability figures (top 5, softmax, entropy, margin), "
                                       "per verification row, microseconds (adapt run)",
             "probability_us_per_step": "the same per decode step (window or plain step), microseconds",
+            "figure_path": "which code sums the figures: the C kernel (and its instruction set) or numpy",
             "engine_us_per_step": "of which the engine's Python bookkeeping (query, classify, commit, repair, receipt), "
                                   "probability figures excluded",
             "ngram_tps": "n-gram source, adaptive proposal length with this run's cost model (draft max 16)",
@@ -201,6 +204,7 @@ def format_bench(result: dict) -> str:
     lines = [
         "cost model: c(k) ms = " + " ".join(f"{k + 1}:{v:.1f}" for k, v in enumerate(cm["row_ms"])),
         f"ceiling {cm['ceiling']:.2f}x at {cm['best_rows']} rows",
+        f"probability figures summed by {result.get('figure_path', 'numpy')}",
         *([textwrap.fill(cm["diagnosis"], 110)] if cm.get("diagnosis") else []),
         "",
         f"{'task':22s} {'plain':>6s} {'fixed':>6s} {'adapt':>6s} {'lcpp':>6s} {'adapt/plain':>11s} {'fixed/plain':>11s} "

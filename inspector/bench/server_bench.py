@@ -37,6 +37,7 @@ from inspector.bench.compare_result import CompareConfig
 from inspector.llama.server_parity import server_counted_accepted
 from inspector.bench.server_process import LlamaServerProcess
 from inspector.bench.server_http import ServerError
+from inspector.engine.probabilities import figure_path
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.llama.server_parity import server_context
 from inspector.engine.llama_settings import DEFAULT_N_CTX
@@ -331,6 +332,7 @@ def format_server_bench(rows: Sequence[BenchRow], gui: dict | None = None, speed
             lines.append(f"time outside llama_decode with probabilities, {what}: {100 * min(shares):.1f}-"
                          f"{100 * max(shares):.1f}% of the time inside it (median {100 * median(shares):.1f}%; "
                          f"goal <= {100 * OUTSIDE_GOAL:.0f}%)")
+    lines.append(f"probability figures summed by {figure_path()}")
     if speedup is not None and speedup.get("error"):
         lines.append(f"ngram / plain on the {SPEEDUP_WEIGHTS} form: not measured: {speedup['error']}")
     elif speedup is not None and speedup.get("speedup"):

@@ -52,9 +52,9 @@ BASES = (SOFTMAX, SAMPLER)
 DEFAULT_NEAR_TIE_MARGIN = 0.5
 """A row whose top two logits differ by less than this (logits) is a near-tie: a different
 CPU's kernels can swap the two (the baseline's divergence check uses the same idea)."""
-COST_NOTE = ("about 0.1-0.15 ms per verification row and 0.15-0.2 ms for a plain step's single row (copied, "
-             "then summarised with up to 7 others) on a 2-core CPU (spec-inspector bench --llama-server prints it "
-             "as p/row)")
+COST_NOTE = ("about 0.06-0.1 ms per verification row and 0.1-0.2 ms for a plain step's row on a 2-core CPU with "
+             "the C kernel the install builds (without it, in numpy: 0.1-0.15 and 0.15-0.3 ms; spec-inspector "
+             "bench --llama-server prints it as p/row, and which path runs)")
 """What the figures cost, as the CLI help and the window's tooltip say it (measured by ``bench``)."""
 KERNEL_MAX_TOP = 64
 """Most tokens per row the C kernel keeps (its ``MAX_K``); a request for more takes the numpy path."""
