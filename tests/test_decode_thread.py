@@ -1,5 +1,6 @@
 """Every ``llama_decode`` runs on the runtime's one decode thread (``inspector.llama.decode_thread``), whichever
-thread asks, as llama-server's one loop decodes for every slot."""
+thread asks, as llama-server's one loop decodes for every slot: the native worker (``decode_worker.c``) where
+built, else a Python thread."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import threading
 
 import pytest
 
-from inspector.llama.decode_thread import DecodeThread
+import llama_cpp
+
+from inspector.llama.decode_thread import BatchDecoder, DecodeThread, DecodeWorker
 
 
 def test_calls_from_several_threads_all_run_on_one_thread_in_order():
@@ -52,14 +55,8 @@ def test_a_closed_decoder_starts_again_on_the_next_call():
     decoder.close()
 
 
-def test_every_decode_of_the_real_runtime_runs_on_its_decode_thread(runtime, scheduler):
-    seen: set[int] = set()
-    real = runtime.decoder.call
-
-    def spy(fn):
-        return real(lambda: (seen.add(threading.get_ident()), fn())[1])
-
-    runtime.decoder.call = spy
+def _decode_from_two_threads(runtime, scheduler) -> None:
+    """A prefill asked from a new thread, then a plain step from this one, on the shared runtime."""
     sid = runtime.open_session()
     try:
         tokens = runtime.tokenize("One two three four")
@@ -72,6 +69,45 @@ def test_every_decode_of_the_real_runtime_runs_on_its_decode_thread(runtime, sch
         t.join()
         scheduler.execute("plain", sid, lambda r: r.decode_rows(sid, [tokens[0]], len(tokens)))
     finally:
-        runtime.decoder.call = real
         runtime.drop_session(sid)
-    assert seen == {runtime.decoder.ident}
+
+
+def test_the_runtime_decodes_on_the_native_worker_whatever_thread_asks(runtime, scheduler):
+    """The install builds ``inspector/llama/decode_worker.c``; every decode runs on its one native thread."""
+    assert DecodeWorker is not None, "the native decode worker did not build"
+    assert runtime.decoder.native
+    worker = runtime.decoder._worker
+    before = worker.decodes
+    _decode_from_two_threads(runtime, scheduler)
+    assert worker.decodes == before + 2
+    assert worker.native_id not in (0, threading.get_native_id())
+
+
+def test_without_the_worker_every_decode_runs_on_the_python_decode_thread(runtime, scheduler, monkeypatch):
+    fallback = BatchDecoder(runtime.ctx, native=False)
+    seen: set[int] = set()
+    real = fallback._thread.call
+    monkeypatch.setattr(fallback._thread, "call", lambda fn: real(lambda: (seen.add(threading.get_ident()), fn())[1]))
+    native = runtime.decoder
+    runtime.decoder = fallback
+    try:
+        _decode_from_two_threads(runtime, scheduler)
+        ident = fallback._thread.ident
+    finally:
+        runtime.decoder = native
+        fallback.close()
+    assert seen == {ident} and ident is not None and threading.get_ident() not in seen
+
+
+def test_the_worker_returns_llama_decodes_status_and_refuses_after_close(runtime):
+    decoder = BatchDecoder(runtime.ctx, native=True)
+    empty = llama_cpp.llama_batch_init(1, 0, 1)
+    try:
+        empty.n_tokens = 0
+        assert decoder.decode(empty) == -1  # llama_decode: "n_tokens == 0"
+        decoder.close()
+        decoder.close()  # idempotent
+        with pytest.raises(RuntimeError, match="closed"):
+            decoder.decode(empty)
+    finally:
+        llama_cpp.llama_batch_free(empty)

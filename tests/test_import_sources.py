@@ -18,11 +18,15 @@ TESTS = Path(__file__).parent
 
 
 def module_file(module: str) -> Path | None:
-    """The file of ``inspector`` module ``module`` (a package: its ``__init__.py``), or None."""
+    """The file of ``inspector`` module ``module`` (a package: its ``__init__.py``; a C extension: its ``.c``
+    source), or None."""
     path = ROOT.parent.joinpath(*module.split("."))
     if (path / "__init__.py").exists():
         return path / "__init__.py"
-    return path.with_suffix(".py") if path.with_suffix(".py").exists() else None
+    for suffix in (".py", ".c"):  # .c: a C extension's source (pyproject's ext-modules), the module it defines
+        if path.with_suffix(suffix).exists():
+            return path.with_suffix(suffix)
+    return None
 
 
 @lru_cache(maxsize=None)
@@ -61,7 +65,7 @@ def through_reexports(paths) -> list[str]:
                     and node.module.split(".")[0] == "inspector"):
                 continue
             source = module_file(node.module)
-            if source is None:
+            if source is None or source.suffix != ".py":  # not ours, or a C extension: its names are not read
                 continue
             names, public = defined_names(source)
             package = source.name == "__init__.py"

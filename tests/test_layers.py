@@ -6,6 +6,7 @@ over 500 lines. Read from the source files (imports inside functions count too),
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,13 @@ def modules():
         yield name, path
 
 
+def extension_modules() -> set[str]:
+    """The C extension modules pyproject declares (``[[tool.setuptools.ext-modules]]``): leaves of the import
+    graph (their C imports no module of ours)."""
+    project = tomllib.loads((ROOT.parent / "pyproject.toml").read_text("utf-8"))
+    return {e["name"] for e in project.get("tool", {}).get("setuptools", {}).get("ext-modules", [])}
+
+
 def imported(path: Path):
     tree = ast.parse(path.read_text("utf-8"))
     for node in ast.walk(tree):
@@ -75,13 +83,14 @@ def _graph():
     """Module -> the ``inspector`` modules it imports (``from package import submodule`` is an edge to
     the submodule), and every ``(importer, module, name)`` of a private name imported."""
     mods = dict(modules())
+    leaves = extension_modules()
 
     def resolve(target: str) -> str:
-        while target and target not in mods:
+        while target and target not in mods and target not in leaves:
             target = target.rsplit(".", 1)[0] if "." in target else ""
         return target
 
-    graph: dict[str, set[str]] = {m: set() for m in mods}
+    graph: dict[str, set[str]] = {m: set() for m in [*mods, *leaves]}
     private = []
     for name, path in mods.items():
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
@@ -89,7 +98,7 @@ def _graph():
                     node.module.startswith("inspector"):
                 for a in node.names:
                     sub = f"{node.module}.{a.name}"
-                    target = sub if sub in mods else resolve(node.module)
+                    target = sub if sub in mods or sub in leaves else resolve(node.module)
                     if target and target != name:
                         graph[name].add(target)
                     if a.name.startswith("_") and not a.name.startswith("__"):

@@ -57,16 +57,18 @@ def cpu_ticks():
 x = (np.random.default_rng(0).standard_normal((17, 49152)) * 3).astype(np.float32)
 before = cpu_ticks()
 for _ in range(300):
-    summarise_rows(x, list(range(16)), x.argmax(axis=1).tolist())
+    summarise_rows(x, list(range(16)), x.argmax(axis=1).tolist(), kernel={kernel})
 after = cpu_ticks()
 me = os.getpid()
 print(after[me] - before.get(me, 0), sum(v - before.get(t, 0) for t, v in after.items() if t != me))
 """
 
 
-def _spin_ticks(uncap: str = "") -> tuple[int, int]:
-    out = subprocess.run([sys.executable, "-c", SPIN_CHECK.format(uncap=uncap)], capture_output=True, text=True,
-                         timeout=300)
+def _spin_ticks(uncap: str = "", kernel: bool = True) -> tuple[int, int]:
+    """(the calling thread's CPU ticks, every other thread's) over 300 summaries of a 17-row window, in a fresh
+    process; ``kernel``: the C kernel sums them (False: numpy, whose dot products are BLAS's)."""
+    out = subprocess.run([sys.executable, "-c", SPIN_CHECK.format(uncap=uncap, kernel=kernel)], capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     main, others = (int(v) for v in out.stdout.split())
     return main, others
@@ -75,15 +77,16 @@ def _spin_ticks(uncap: str = "") -> tuple[int, int]:
 def test_probability_figures_burn_no_cpu_on_any_thread_but_the_callers():
     """The CPU time of every other thread of the process while 300 17-row summaries run, as a share of
     the calling thread's (a ratio in one process, not a timed threshold): spinning BLAS threads take
-    a core from llama.cpp's next decode."""
-    main, others = _spin_ticks()
-    assert main > 0
-    assert others <= 0.05 * main, f"other threads used {others} ticks beside the caller's {main}"
+    a core from llama.cpp's next decode. Both paths: the C kernel's and numpy's (a build without the kernel)."""
+    for kernel in (True, False):
+        main, others = _spin_ticks(kernel=kernel)
+        assert main > 0
+        assert others <= 0.05 * main, f"kernel={kernel}: other threads used {others} ticks beside the caller's {main}"
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no second BLAS thread to spin")
 def test_the_spin_check_sees_a_blas_pool_that_was_not_capped():
     """The check above can fail: with numpy's BLAS let loose on two threads, the other thread burns CPU."""
     main, others = _spin_ticks("from threadpoolctl import threadpool_limits; "
-                               "threadpool_limits(limits=2, user_api='blas')")
+                               "threadpool_limits(limits=2, user_api='blas')", kernel=False)
     assert others > 0.05 * main

@@ -58,3 +58,10 @@ def raw_logits_function():
     fn.argtypes = [llama_cpp.llama_context_p_ctypes]
     fn.restype = ctypes.c_void_p
     return fn
+
+
+def library_function_address(name: str) -> int:
+    """The address of libllama's exported function ``name`` (e.g. ``llama_decode``), for C code that calls it
+    directly (``inspector/llama/decode_worker.c``). Raises ``AttributeError`` when libllama has none."""
+    fn = llama_cpp.llama_cpp._lib[name]
+    return ctypes.cast(fn, ctypes.c_void_p).value or 0

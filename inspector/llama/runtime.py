@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 from inspector.llama import llama_log  # noqa: E402  (imports llama_cpp)
 from inspector.llama.abort import AbortSwitch  # noqa: E402
-from inspector.llama.decode_thread import DecodeThread  # noqa: E402
+from inspector.llama.decode_thread import BatchDecoder  # noqa: E402
 from inspector.llama.build_check import check_build, llama_library_path, probe_model  # noqa: E402
 from inspector.llama.model_load import create_context, load_model  # noqa: E402
 from inspector.llama.logits import LogitsReader  # noqa: E402
@@ -165,7 +165,7 @@ class LlamaRuntime:
         self.probability_ns = 0
         """Time in ``row_probabilities`` (ns) over the rows it summarised (benchmarks)."""
         self.probability_rows = 0
-        self.decoder = DecodeThread()  # every llama_decode on one OS thread (inspector.llama.decode_thread: why)
+        self.decoder = BatchDecoder(self.ctx)  # every llama_decode on one OS thread (inspector.llama.decode_thread)
         self.abort = AbortSwitch(self.ctx)
         """Aborts the decode in flight (``request_abort``; ``inspector.llama.abort``)."""
         self.sessions = SessionTable(self.n_seq_max, self.mem)
@@ -298,20 +298,13 @@ class LlamaRuntime:
             t = time.perf_counter_ns()
             self.decode_calls += 1
             try:
-                rc = self.decoder.call(self._decode_batch)
+                rc = self.decoder.decode(self._batch)
             finally:
                 self.decode_ns += time.perf_counter_ns() - t
         if rc == 2:
             raise DecodeAborted(rc, n, position)
         if rc != 0:
             raise DecodeFailed(rc, n, position)
-
-    def _decode_batch(self) -> int:
-        """``llama_decode`` of the filled batch (on the decode thread), waited for: on RPC or a GPU it returns
-        before the work is done (LLAMA_CPP_NOTES)."""
-        rc = llama_cpp.llama_decode(self.ctx, self._batch)
-        llama_cpp.llama_synchronize(self.ctx)
-        return rc
 
     def decode_rows(
         self, sid: int, tokens: Sequence[int], position: int, abort: threading.Event | None = None
