@@ -67,14 +67,17 @@ def test_bench_concurrency_has_a_row_per_level_source_and_server_with_positive_r
     assert any(ln.startswith("  ngram-simple: ours batched ") for ln in p.stdout.splitlines())
 
 
-def _concurrent_drafts(address: str, prompt: str, n: int = 2) -> list[int]:
-    """``draft_n`` of ``n`` greedy ``/completion`` requests sent at once (0 when a reply drafted nothing)."""
+def _concurrent_drafts(address: str, prompt: str, n: int = 2, n_predict: int = 96) -> list[int]:
+    """``draft_n`` of ``n`` greedy ``/completion`` requests of ``n_predict`` tokens sent at once (0 when a reply
+    drafted nothing). 96 tokens: the two requests' generations overlap even when one arrives tens of
+    milliseconds after the other (with 32 tokens, in a loaded suite, one was once served before the other's
+    generation began, and the gate had nothing to gate)."""
     replies: list[dict] = [{}] * n
     barrier = threading.Barrier(n)
 
     def send(i: int) -> None:
         barrier.wait()
-        replies[i] = httpx.post(address + "/completion", json={"prompt": prompt, "n_predict": 32, "temperature": 0},
+        replies[i] = httpx.post(address + "/completion", json={"prompt": prompt, "n_predict": n_predict, "temperature": 0},
                                 timeout=300).json()
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(n)]
