@@ -23,7 +23,8 @@ from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runti
                                   weight_type)
 from inspector.cli.audit import compare_verdicts
 from inspector.cli.bench_best import add_best_flag, bench_best_command
-from inspector.cli.bench_concurrency import add_concurrency_flags, bench_concurrency_command, fill_defaults
+from inspector.cli.bench_concurrency import (add_concurrency_flags, bench_concurrency_command, bench_paired_command,
+                                            fill_defaults)
 from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_lengths_command, bench_on_target,
                                        bench_weights_command, print_result)
 from inspector.cli.bench_synthetic import add_synthetic_flag, bench_synthetic_command
@@ -143,6 +144,11 @@ def add_bench_commands(sub) -> None:
 
 def cmd_bench(args) -> int:
     fill_defaults(args)
+    if args.paired is not None:
+        if args.config or args.concurrency is not None:
+            return fail("bench --paired takes --sources (llama-server's n-gram types), not --config or --concurrency",
+                        EXIT_USAGE)
+        return bench_paired_command(args)
     if args.concurrency is not None:
         if args.config:
             return fail("bench --concurrency takes --sources (llama-server's n-gram types), not --config", EXIT_USAGE)

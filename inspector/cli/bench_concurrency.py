@@ -10,6 +10,7 @@ import sys
 from inspector.bench.concurrency_bench import (DEFAULT_LEVELS, DEFAULT_N_PREDICT, DEFAULT_REPEATS, DEFAULT_SOURCES,
                                                MAX_LEVEL, concurrency_bench, format_concurrency_bench, parse_levels,
                                                source_configs)
+from inspector.bench.paired_bench import DEFAULT_PAIRS, MAX_PAIRS, format_paired_bench, paired_bench
 from inspector.bench.server_http import ServerError
 from inspector.bench.run import TASKS
 from inspector.cli.bench_costs import print_result
@@ -48,6 +49,13 @@ def add_concurrency_flags(parser) -> None:
     parser.add_argument("--sources", default=",".join(DEFAULT_SOURCES), metavar="NAME,...",
                         help="with --concurrency: the speculative sources beside plain decoding, from llama-server's "
                              f"n-gram types [{','.join(DEFAULT_SOURCES)}]")
+    parser.add_argument("--paired", type=whole_number(1, MAX_PAIRS, "paired"), nargs="?", const=DEFAULT_PAIRS,
+                        default=None, metavar="N",
+                        help="instead: N single streamed greedy chat requests (the bundled examples, or --tasks), "
+                             "each sent to our serve and to llama-server, both kept running, order ABBA: ours / "
+                             "llama-server per pair (total time, per token, first token), median and middle half; "
+                             "plain decoding and each --sources source; measures a 1%% difference where "
+                             f"--concurrency 1's rounds cannot [{DEFAULT_PAIRS}]")
     parser.add_argument("--spec-max-active", type=whole_number(1, MAX_LEVEL, "spec_max_active"), default=None,
                         metavar="M", help="with --concurrency: also our batched serve with --spec-max-active M "
                                           "(drafts off while more than M slots generate)")
@@ -56,7 +64,7 @@ def add_concurrency_flags(parser) -> None:
 def fill_defaults(args) -> None:
     """``--repeats`` and ``--max-tokens`` not given: the concurrency bench's defaults with ``--concurrency``, the
     other modes' (``OTHER_DEFAULTS``) otherwise."""
-    concurrency = getattr(args, "concurrency", None) is not None
+    concurrency = getattr(args, "concurrency", None) is not None or getattr(args, "paired", None) is not None
     if args.repeats is None:
         args.repeats = DEFAULT_REPEATS if concurrency else OTHER_DEFAULTS["repeats"]
     if args.max_tokens is None:
@@ -99,3 +107,37 @@ def bench_concurrency_command(args) -> int:
     print_result(format_concurrency_bench(result, examples=tasks, n_predict=args.max_tokens, repeats=args.repeats,
                                           threads=threads), doc, args.json)
     return 1 if any(c.error for c in result.cells.values()) else 0
+
+
+def bench_paired_command(args) -> int:
+    """Run ``bench --paired N`` and print its table (``--json OUT``: every pair's ratios); exit 2 for bad input
+    (said before the model loads), 1 when a server failed."""
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        return fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
+    try:
+        configs = source_configs([s.strip() for s in args.sources.split(",") if s.strip()])
+    except ValueError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    target, status = binary_to_start(args.llama_server, "bench --paired", "configuration")
+    if target is None:
+        return status
+    try:
+        runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
+    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+        return fail(str(exc))
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        rows = paired_bench(runtime, target, configs, pairs=args.paired, examples=tasks, n_predict=args.max_tokens,
+                            progress=progress)
+    except (EngineError, ServerError) as exc:
+        return fail(str(exc))
+    finally:
+        threads = runtime.n_threads
+        runtime.close()
+    doc = {"llama_server": target, "threads": threads, "n_predict": args.max_tokens, "pairs": args.paired,
+           "examples": tasks, "rows": [r.to_json() for r in rows]}
+    print_result(format_paired_bench(rows, pairs=args.paired, n_predict=args.max_tokens, threads=threads), doc,
+                 args.json)
+    return 0
