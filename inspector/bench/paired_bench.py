@@ -26,6 +26,7 @@ import httpx
 from inspector.bench.compare_result import CompareConfig
 from inspector.bench.concurrency_bench import LLAMA_SERVER, OURS_BATCHED, Contender, client_system, start_server
 from inspector.bench.serve_bench import REQUEST_TIMEOUT_S, WARM_UP, stream_chat
+from inspector.bench.server_http import ServerError
 from inspector.prompts import EXAMPLES, example_prompt
 
 DEFAULT_PAIRS = 40
@@ -68,10 +69,20 @@ def pair_order(i: int) -> tuple[str, str]:
 
 
 def _timed(client: httpx.Client, messages: list[dict], n_predict: int) -> tuple[float, float, float]:
-    start = time.perf_counter()
-    chat = stream_chat(client, messages, n_predict)
-    total = time.perf_counter() - start
-    return total, float(chat.timings.get("predicted_per_token_ms") or 0.0), chat.first_token_s or total
+    """(total seconds, the server's ms per generated token, seconds to the first token) of one request. A
+    connection the server closed between two requests (a kept-alive one it let go: seen once with
+    llama-server) is retried once; a second failure is a ``ServerError``."""
+    for attempt in (1, 2):
+        try:
+            start = time.perf_counter()
+            chat = stream_chat(client, messages, n_predict)
+        except httpx.TransportError as exc:
+            if attempt == 2:
+                raise ServerError(f"{client.base_url}: {type(exc).__name__}: {exc}") from None
+            continue
+        total = time.perf_counter() - start
+        return total, float(chat.timings.get("predicted_per_token_ms") or 0.0), chat.first_token_s or total
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def paired_bench(runtime, binary: str, configs: Sequence[CompareConfig], *, pairs: int = DEFAULT_PAIRS,
