@@ -32,8 +32,9 @@ def test_the_wheel_holds_every_package_and_every_asset(tmp_path):
                   if p.is_file() and p.suffix in {".md", ".yml", ".py"})
     assert "inspector/docs/mkdocs.yml" in docs and "inspector/docs/pages/index.md" in docs
     assert not [d for d in docs if d not in names], "documentation left out of the wheel"
-    kernel = [n for n in names if n.startswith("inspector/engine/figure_kernel.") and n.endswith((".so", ".pyd"))]
-    assert kernel, "the figures' C extension (inspector/engine/figure_kernel.c) is not in the wheel"
+    for module in ("inspector/engine/figure_kernel", "inspector/llama/decode_worker"):  # pyproject's C extensions
+        built = [n for n in names if n.startswith(f"{module}.") and n.endswith((".so", ".pyd"))]
+        assert built, f"the C extension {module}.c is not in the wheel"
 
 
 def _declared_runtime_distributions() -> set[str]:
