@@ -71,9 +71,10 @@ def fill_defaults(args) -> None:
         args.max_tokens = DEFAULT_N_PREDICT if concurrency else OTHER_DEFAULTS["max_tokens"]
 
 
-def bench_concurrency_command(args) -> int:
-    """Run ``bench --concurrency`` and print its table (``--json OUT``: the figures); exit 2 for bad input
-    (said before the model loads), 1 when a server failed."""
+def _work(args, command: str, why: str):
+    """``(tasks, configs, llama-server binary)`` of a bench that starts both servers itself (``--tasks``,
+    ``--sources``, ``--llama-server``), or the exit status after a one-line error (``command`` and ``why``
+    name it, as ``binary_to_start`` says them)."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
@@ -82,9 +83,17 @@ def bench_concurrency_command(args) -> int:
         configs = source_configs([s.strip() for s in args.sources.split(",") if s.strip()])
     except ValueError as exc:
         return fail(str(exc), EXIT_USAGE)
-    target, status = binary_to_start(args.llama_server, "bench --concurrency", "run (-np N per level)")
-    if target is None:
-        return status
+    target, status = binary_to_start(args.llama_server, command, why)
+    return status if target is None else (tasks, configs, target)
+
+
+def bench_concurrency_command(args) -> int:
+    """Run ``bench --concurrency`` and print its table (``--json OUT``: the figures); exit 2 for bad input
+    (said before the model loads), 1 when a server failed."""
+    work = _work(args, "bench --concurrency", "run (-np N per level)")
+    if isinstance(work, int):
+        return work
+    tasks, configs, target = work
     levels = args.concurrency
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=max(levels), n_threads=args.n_threads or None)
@@ -112,17 +121,10 @@ def bench_concurrency_command(args) -> int:
 def bench_paired_command(args) -> int:
     """Run ``bench --paired N`` and print its table (``--json OUT``: every pair's ratios); exit 2 for bad input
     (said before the model loads), 1 when a server failed."""
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown or not tasks:
-        return fail(f"unknown task {', '.join(unknown) or '(none)'}: expected {', '.join(TASKS)}", EXIT_USAGE)
-    try:
-        configs = source_configs([s.strip() for s in args.sources.split(",") if s.strip()])
-    except ValueError as exc:
-        return fail(str(exc), EXIT_USAGE)
-    target, status = binary_to_start(args.llama_server, "bench --paired", "configuration")
-    if target is None:
-        return status
+    work = _work(args, "bench --paired", "configuration")
+    if isinstance(work, int):
+        return work
+    tasks, configs, target = work
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
     except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
