@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from inspector.engine.probabilities import KERNEL_MAX_TOP, TOP, WindowProbabilities, figure_kernel, summarise_rows
+from inspector.engine.probabilities import TOP, WindowProbabilities, kernel_takes, summarise_rows
 from inspector.engine.settings import GenerationSettings, SamplingSettings
 
 BATCH_ROWS = 8
@@ -111,8 +111,8 @@ def figure_batch(runtime, settings: GenerationSettings) -> "FigureBatch | None":
 
 def summarises_at_once(sampling: SamplingSettings | None, top: int = TOP) -> bool:
     """True where a plain step's row is best summarised at once, in place: the C kernel is built and sums this
-    basis (softmax: no sampler or temperature 0) for ``top`` tokens a row (module docstring)."""
-    return figure_kernel is not None and (sampling is None or sampling.greedy) and max(2, top) <= KERNEL_MAX_TOP
+    basis for ``top`` tokens a row (``kernel_takes``): then summarising costs less than copying the row."""
+    return kernel_takes(sampling, top)
 
 
 class FigureBatch:

@@ -68,6 +68,12 @@ def figure_path() -> str:
     return "numpy" if figure_kernel is None else f"C ({figure_kernel.isa()})"
 
 
+def kernel_takes(sampling: SamplingSettings | None, top: int = TOP) -> bool:
+    """True when the C kernel sums this basis's figures (module docstring): it is built, the basis is the
+    softmax (no sampler, or temperature 0) and at most ``KERNEL_MAX_TOP`` tokens a row are kept (``top``)."""
+    return figure_kernel is not None and (sampling is None or sampling.greedy) and max(2, top) <= KERNEL_MAX_TOP
+
+
 def _kernel_sums(x: np.ndarray, k: int):
     """``(top_idx, top_val, z, s)`` of every row of ``x`` from the C kernel (module docstring): the ``k`` largest
     logits' ids and values, largest first, ties to the lower id; ``z`` = sum exp(x - max), ``s`` = sum
@@ -387,7 +393,7 @@ def summarise_rows(
                          f"{len(proposed)} proposal tokens")
     n = x.shape[0]
     sampled = sampling is not None and not sampling.greedy
-    sums = _kernel_sums(x, min(max(2, top), x.shape[1])) if kernel and not sampled else None
+    sums = _kernel_sums(x, min(max(2, top), x.shape[1])) if kernel and kernel_takes(sampling, top) else None
     if sums is not None:
         top_idx, top_val, z, s = sums
     else:
