@@ -413,6 +413,7 @@ SHARED = {
     "--host": ({"host"}, "0.0.0.0", "0.0.0.0"),
     "--port": ({"port"}, "8081", 8081),
     "--api-key": ({"api_key"}, "k", "k"),
+    "--sse-ping-interval": ({"sse_ping_interval"}, "5", 5),
     "--spec-ngram-simple-size-n": ({"spec_ngram_simple_size_n"}, "3", 3),
     "--spec-ngram-simple-size-m": ({"spec_ngram_simple_size_m"}, "16", 16),
     "--spec-ngram-map-k-size-n": ({"spec_ngram_map_k_size_n"}, "3", 3),

@@ -34,7 +34,7 @@ from inspector.llama.model_file import ModelFileError
 from inspector.llama.template_override import override_chat_template, template_problem
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.serve.http_policy import CorsPolicy
-from inspector.serve.params import ServeDefaults
+from inspector.serve.params import DEFAULT_PING_S, ServeDefaults
 from inspector.serve.prompt_cache import DEFAULT_CACHE_RAM_MIB
 from inspector.serve.receipts_dir import (DEFAULT_KEEP, DEFAULT_MAX_MB, ReceiptsDir, ReceiptsDirError,
                                           default_receipts_dir, session_document)
@@ -74,6 +74,9 @@ def add_serve_command(sub) -> None:
                      help="require 'Authorization: Bearer KEY' on every route but /health (llama-server's "
                           "--api-key; compared in constant time); a wrong key gets 401")
     http = s.add_argument_group("HTTP (llama-server's flags and defaults)")
+    http.add_argument("--sse-ping-interval", type=whole_number(-1, 2**31 - 1, "sse_ping_interval"),
+                      default=DEFAULT_PING_S, metavar="N",
+                      help=f"seconds of silence before a stream gets a ':' comment (-1: never; default {DEFAULT_PING_S})")
     http.add_argument("--metrics", action="store_true", help="answer GET /metrics (Prometheus text); without it, 501")
     http.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
                       help="answer GET /slots (the slot's state) [on]")
@@ -193,7 +196,8 @@ def _options(args) -> ServeOptions:
         raise UserError(str(exc)) from None
     return ServeOptions(host=args.host, port=args.port, expose=args.expose, source=args.source,
                         source_options=source_options, template=template, draft_max_auto=args.draft_max is None,
-                        defaults=ServeDefaults(sampling, args.n_predict, random_seed=args.seed == -1),
+                        defaults=ServeDefaults(sampling, args.n_predict, random_seed=args.seed == -1,
+                                               sse_ping_interval=args.sse_ping_interval),
                         max_queue=args.max_queue, api_key=args.api_key, aliases=tuple(args.alias),
                         receipts=receipts, max_body_bytes=args.max_body_mb << 20,
                         cors=CorsPolicy(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials),

@@ -16,8 +16,9 @@ llama-server answers whatever name a client sends (many clients send a fixed one
 
 Prompts are tokenized under the runtime's lock (``RuntimeScheduler.execute``; a runtime in a child
 process answers one call at a time) in Starlette's thread pool, never on the event loop; the engine runs
-on the slots' threads. Streams are Server-Sent Events (sse-starlette), one event per token; a client
-that goes away (or stops reading for ``SEND_TIMEOUT_S``) cancels its request (``ServeSlots.cancel``); a
+on the slots' threads. Streams are Server-Sent Events (``inspector.serve.event_stream``), one event per token,
+a ``:`` comment after ``sse_ping_interval`` seconds of silence as llama-server; a client that goes away (or
+stops reading for ``SEND_TIMEOUT_S``) cancels its request (``ServeSlots.cancel``); a
 request cut short by the server's stop answers 503 ``unavailable_error`` "the server is stopping" (a
 stream: as its last event). A body holding a lone surrogate (``"\ud800"``, valid JSON, no text) is
 refused with 400 naming the field.
@@ -31,7 +32,6 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 
-from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
@@ -42,6 +42,7 @@ from inspector.receipts.document import json_problem
 from inspector.serve.loop_mail import LoopMail
 from inspector.serve.chat_tools import prepare_tools
 from inspector.serve.reasoning import prepare_reasoning
+from inspector.serve.event_stream import EventStream, encode_event, next_or_ping
 from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LARGE, UNAVAILABLE, ApiError
 from inspector.serve.http_policy import CorsPolicy, HttpPolicy
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
@@ -220,7 +221,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
                 slots.cancel(r.job)
             raise
         if p.stream:
-            return EventSourceResponse(_stream(slots, runs), sep="\n", send_timeout=SEND_TIMEOUT_S, ping=15)
+            return EventStream(_stream(slots, runs), SEND_TIMEOUT_S)
         bodies = []
         try:
             for r in runs:
@@ -380,9 +381,9 @@ async def _collect(request: Request, run: Submitted):
 
 
 async def _stream(slots: ServeSlots, runs: list[Submitted]):
-    """The SSE events of a streamed request, as each prompt's ``Renderer`` writes them, the prompts in turn
-    (the slot runs them in order; OpenAI's ``[DONE]`` after the last one only); cancelled (client gone, or
-    not reading) -> every job not done is."""
+    """The SSE events of a streamed request (bytes: ``encode_event``), as each prompt's ``Renderer`` writes
+    them, the prompts in turn (the slot runs them in order; OpenAI's ``[DONE]`` after the last one only);
+    cancelled (client gone, or not reading) -> every job not done is."""
     try:
         for i, run in enumerate(runs):
             last = i == len(runs) - 1
@@ -398,20 +399,25 @@ async def _stream(slots: ServeSlots, runs: list[Submitted]):
 
 
 async def _stream_one(run: Submitted, last: bool):
-    """One prompt's SSE events: the first ones, a chunk per token, then the last ones (an error event when
-    it failed)."""
+    """One prompt's SSE events: the first ones, a chunk per token (``PING`` after the request's
+    ``sse_ping_interval`` seconds without one), then the last ones (an error event when it failed)."""
     render = run.render
+    ping_s = run.job.params.sse_ping_interval
     for event in render.first():
-        yield event
+        yield encode_event(event)
     while True:
-        item = await run.queue.get()
+        item = await next_or_ping(run.queue, ping_s)
         if isinstance(item, JobResult):
             break
+        if isinstance(item, bytes):
+            yield item
+            continue
         for event in render.chunk(item):
-            yield event
+            yield encode_event(event)
     if item.ended_as in ("error", "cancelled") and item.error:
-        yield render.error(ApiError(STOPPING, UNAVAILABLE) if item.stopped else ApiError(item.error, SERVER))
+        failure = ApiError(STOPPING, UNAVAILABLE) if item.stopped else ApiError(item.error, SERVER)
+        yield encode_event(render.error(failure))
         return
     for event in render.last(item):
         if last or event.get("data") != "[DONE]":
-            yield event
+            yield encode_event(event)

@@ -49,16 +49,18 @@ NEUTRAL_BELOW_ZERO = ("top_n_sigma", "adaptive_target")
 IGNORED = ("model", "user", "include", "prompt_cache_key", "service_tier", "truncation", "background",
            "max_tool_calls", "text", "safety_identifier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
            "mirostat_tau", "mirostat_eta", "xtc_threshold", "dynatemp_exponent", "adaptive_decay", "stream_options",
-           "metadata", "store", "sse_ping_interval")
+           "metadata", "store")
 """Fields that change nothing here when their feature is off (the model name names nothing to check: one
 model is served; the Responses API's ``include``, ``prompt_cache_key``, ``text`` ... llama-server passes on
 to its chat parameters, which ignore them)."""
+DEFAULT_PING_S = 30
+"""llama-server's ``--sse-ping-interval`` default (``common/common.h`` ``sse_ping_interval``), seconds."""
 SAMPLER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 """llama-server's default sampler chain (``samplers``): ours applies the same order."""
 
 COMMON = {"stream", "cache_prompt", "return_tokens", *SAMPLING, "stop", "samplers", "n_predict", "max_tokens",
           "max_completion_tokens", "n_probs", "timings_per_token", "response_fields", "post_sampling_probs",
-          "id_slot"}
+          "id_slot", "sse_ping_interval"}
 """Every endpoint's fields; each declared sampling setting is a request field by its name (llama-server's)."""
 REQUEST_LIMITS = {"top_p": (0.0, 1.0), "min_p": (0.0, 1.0), "repeat_last_n": (-1, 2**31 - 1), "seed": (-1, 2**32 - 1)}
 """The bounds a request's sampling field is read with (``-1``: llama-server's "whole context" / random
@@ -83,6 +85,8 @@ class ServeDefaults:
     n_predict: int = -1
     random_seed: bool = True
     """No ``seed`` in the request: draw one (llama-server's default seed is -1)."""
+    sse_ping_interval: int = DEFAULT_PING_S
+    """Seconds of silence after which a stream gets a ``:`` comment (``--sse-ping-interval``; -1: never)."""
 
 
 @dataclass
@@ -114,6 +118,8 @@ class CompletionParams:
     model: str | None = None
     timings_per_token: bool = False
     """Every stream event carries the ``timings`` so far."""
+    sse_ping_interval: int = DEFAULT_PING_S
+    """A stream's keep-alive: seconds of silence before a ``:`` comment (-1: none; llama-server's field)."""
     post_sampling_probs: bool = False
     """Probabilities after the sampler chain (``prob``, ``top_probs``) instead of the raw softmax's logs."""
     tools: tuple = ()
@@ -459,6 +465,9 @@ def parse_request(body, endpoint: str, defaults: ServeDefaults) -> CompletionPar
             break
     if body.get("id_slot") is not None:
         p.id_slot = _number(body, "id_slot", int, -1, 255)
+    p.sse_ping_interval = defaults.sse_ping_interval
+    if body.get("sse_ping_interval") is not None:  # server-schema.cpp's hard limits
+        p.sse_ping_interval = _number(body, "sse_ping_interval", int, -1, 2**31 - 1)
     if body.get("n_probs") is not None:
         p.n_probs = max(0, _number(body, "n_probs", int, None, MAX_TOP_PROBS))
     if endpoint == "chat":

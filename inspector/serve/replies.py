@@ -360,8 +360,8 @@ class Replies:
 
 
 def sse(data, event: str | None = None) -> dict:
-    """One Server-Sent Event for sse-starlette: ``data: JSON`` (a string is sent as it is), after
-    ``event: NAME`` when named (llama-server's ``format_anthropic_sse`` / ``format_oai_resp_sse``)."""
+    """One Server-Sent Event (``inspector.serve.event_stream.encode_event`` writes it): ``data: JSON`` (a string
+    is sent as it is), after ``event: NAME`` when named (llama-server's ``format_anthropic_sse`` / ``format_oai_resp_sse``)."""
     out = {"data": data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}
     if event is not None:
         out["event"] = event
