@@ -147,3 +147,60 @@ def test_every_row_of_a_real_run_has_the_same_figures_on_both_paths(make_generat
     assert g.receipts and g.plain_steps >= 1 and len(windows) >= 2 and len(pairs) >= g.plain_steps + len(windows)
     for ours, reference in pairs:
         _same_figures(ours, reference)
+
+
+def _python_figures(x: np.ndarray, k: int, predictions, proposed):
+    """The softmax figures written out in Python from ``rows()``'s sums and top tokens: the expressions
+    ``summarise_rows``' numpy path evaluates, each rounded as it rounds (``float(f"{v:.4g}")``)."""
+    import math
+
+    def r(v):
+        return float(f"{float(v):.4g}")
+
+    def rank(row, ids, t):
+        if t in ids:
+            return ids.index(t) + 1
+        return int(np.count_nonzero(row > row[t]) + np.count_nonzero(row[:t] == row[t])) + 1
+
+    cols = [[] for _ in range(8)]
+    for i, (z, s, ids, vals) in enumerate(_kernel().rows(x, x.shape[1], k)):
+        row, m = x[i], vals[0]
+        prop = i < len(proposed)
+        cols[0].append(r(math.exp(float(row[proposed[i]]) - m) / z) if prop else None)
+        cols[1].append(rank(row, list(ids), proposed[i]) if prop else None)
+        cols[2].append(r(math.exp(float(row[predictions[i]]) - m) / z))
+        cols[3].append(tuple(ids))
+        cols[4].append(tuple(r(math.exp(v - m) / z) for v in vals))
+        cols[5].append(r(max(0.0, math.log(z) - s / z)))
+        cols[6].append(r(vals[0] - vals[1]))
+        cols[7].append(rank(row, list(ids), predictions[i]))
+    return tuple(tuple(c) for c in cols)
+
+
+def test_the_kernels_figures_are_exactly_the_python_expressions_of_its_sums():
+    rng = np.random.default_rng(11)
+    for n_vocab, n_rows, k in ((49152, 1, 5), (49152, 5, 5), (3000, 4, 20), (10, 3, 2)):
+        x = (rng.standard_normal((n_rows, n_vocab)) * 4).astype(np.float32)
+        x[0, 3] = x[0].max()  # a tie at the top: the lower id first
+        predictions = x.argmax(axis=1).tolist()
+        predictions[-1] = int(rng.integers(0, n_vocab))  # a prediction that is not the argmax (a grammar's)
+        proposed = rng.integers(0, n_vocab, size=n_rows - 1).tolist()  # mostly outside the top: ranks counted
+        assert _kernel().figures(x, n_vocab, k, predictions, proposed) == _python_figures(x, k, predictions, proposed)
+
+
+def test_a_token_outside_the_vocabulary_is_left_to_numpy_which_refuses_it():
+    x = np.zeros((2, 50), dtype=np.float32)
+    assert _kernel().figures(x, 50, 5, [0, 0], [50]) is None
+    assert _kernel().figures(x, 50, 5, [0, -1], []) is None
+    with pytest.raises(IndexError):
+        summarise_rows(x, [50], [0, 0])
+
+
+def test_the_figures_refuse_predictions_that_do_not_match_the_rows():
+    x = np.zeros((2, 50), dtype=np.float32)
+    with pytest.raises(ValueError):
+        _kernel().figures(x, 50, 5, [0], [])
+    with pytest.raises(ValueError):
+        _kernel().figures(x, 50, 5, [0, 0], [1, 2, 3])
+    with pytest.raises(ValueError):
+        _kernel().figures(x, 49, 5, [0, 0], [])

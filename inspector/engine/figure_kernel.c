@@ -15,6 +15,10 @@
  * so that the compiler vectorises the sums; on x86-64 with GCC the row function is also built for x86-64-v3
  * (AVX2 + FMA) and picked at load time: ~30 us a row of 49,152 logits there, ~100 us on baseline x86-64.
  * Raises ValueError for a buffer that is not whole rows, k outside 1..MAX_K or above n_vocab.
+ * figures(logits, n_vocab, k, predictions, proposed) -> the rows' softmax figures as summarise_rows' columns
+ * (proposed_p, proposed_rank, predicted_p, top_tokens, top_p, entropy, margin, predicted_rank), each value the
+ * double expression the Python path evaluates, rounded to 4 significant digits by CPython's own float <-> text
+ * calls; None where rows() gives None for a row or a token id is outside the vocabulary (numpy then).
  * isa() -> str: the instruction set the row function runs with ("x86-64-v3" or "baseline").
  */
 #define PY_SSIZE_T_CLEAN
@@ -185,6 +189,165 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* x rounded to 4 significant digits as Python's float(f"{x:.4g}") rounds it (the same two CPython calls). */
+static PyObject *rounded(double x) {
+    char *text = PyOS_double_to_string(x, 'g', 4, 0, NULL);
+    if (text == NULL) return NULL;
+    double back = PyOS_string_to_double(text, NULL, NULL);
+    PyMem_Free(text);
+    if (back == -1.0 && PyErr_Occurred()) return NULL;
+    return PyFloat_FromDouble(back);
+}
+
+/* Rank (1 = largest) of token t in a row: its place among the row's k largest when there, else the logits above
+ * its own plus the equal ones of lower ids, plus 1 (ties to the lower id, as the top tokens). */
+static long rank_of(const float *x, Py_ssize_t v, const int32_t *ti, int k, int32_t t) {
+    for (int j = 0; j < k; j++)
+        if (ti[j] == t) return j + 1;
+    const float val = x[t];
+    long above = 0;
+    for (Py_ssize_t c = 0; c < v; c++) above += x[c] > val || (x[c] == val && c < t);
+    return above + 1;
+}
+
+/* The token ids of a sequence argument (predictions, proposed), each checked against n_vocab; -1 on error
+ * (an exception set), 1 when an id is outside the vocabulary (the caller takes the numpy path), 0 when read. */
+static int read_ids(PyObject *seq, Py_ssize_t v, int32_t **out, Py_ssize_t *n) {
+    PyObject *fast = PySequence_Fast(seq, "token ids must be a sequence");
+    if (fast == NULL) return -1;
+    *n = PySequence_Fast_GET_SIZE(fast);
+    *out = PyMem_Malloc((*n > 0 ? *n : 1) * sizeof(int32_t));
+    if (*out == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        long t = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (t == -1 && PyErr_Occurred()) {
+            rc = -1;
+            break;
+        }
+        if (t < 0 || t >= v) rc = 1;
+        (*out)[i] = (int32_t)t;
+    }
+    Py_DECREF(fast);
+    if (rc == -1) PyMem_Free(*out);
+    return rc;
+}
+
+/* The softmax figures of every row, as inspector.engine.probabilities.summarise_rows writes them (its module
+ * docstring): columns (proposed_p, proposed_rank, predicted_p, top_tokens, top_p, entropy, margin, predicted_rank),
+ * or None when a row needs the numpy path. Each value is the same double expression the Python path evaluates
+ * (exp(logit - max) / z, log z - s / z, ...), rounded by `rounded`. */
+static PyObject *figures(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t n_vocab;
+    int k;
+    PyObject *pred_arg, *prop_arg;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*niOO", &buf, &n_vocab, &k, &pred_arg, &prop_arg)) return NULL;
+    PyObject *result = NULL, *cols[8] = {NULL};
+    int32_t *pred = NULL, *prop = NULL, *ti = NULL;
+    float *tv = NULL;
+    double *z = NULL, *s = NULL;
+    Py_ssize_t n_pred = 0, n_prop = 0;
+    if (n_vocab < 1 || k < 1 || k > MAX_K || k > n_vocab || buf.len % (n_vocab * (Py_ssize_t)sizeof(float)) != 0) {
+        PyErr_Format(PyExc_ValueError, "figure_kernel.figures: %zd bytes are not whole rows of %zd float32 logits, or "
+                     "k = %d is outside 1..%d and n_vocab", buf.len, n_vocab, k, MAX_K);
+        goto done;
+    }
+    const Py_ssize_t n = buf.len / (n_vocab * (Py_ssize_t)sizeof(float));
+    const float *x = (const float *)buf.buf;
+    int rp = read_ids(pred_arg, n_vocab, &pred, &n_pred);
+    if (rp == -1) goto done;
+    int rq = read_ids(prop_arg, n_vocab, &prop, &n_prop);
+    if (rq == -1) goto done;
+    if (n_pred != n || n_prop > n) {
+        PyErr_Format(PyExc_ValueError, "figure_kernel.figures: %zd rows need %zd predictions and at most as many "
+                     "proposal tokens, observed %zd and %zd", n, n, n_pred, n_prop);
+        goto done;
+    }
+    if (rp == 1 || rq == 1) { /* an id outside the vocabulary: the numpy path says what it says */
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+    ti = PyMem_Malloc((n > 0 ? n : 1) * k * sizeof(int32_t));
+    tv = PyMem_Malloc((n > 0 ? n : 1) * k * sizeof(float));
+    z = PyMem_Malloc((n > 0 ? n : 1) * sizeof(double));
+    s = PyMem_Malloc((n > 0 ? n : 1) * sizeof(double));
+    if (ti == NULL || tv == NULL || z == NULL || s == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (row_stats(x + r * n_vocab, n_vocab, k, z + r, s + r, ti + r * k, tv + r * k) != 0) {
+            Py_INCREF(Py_None);
+            result = Py_None;
+            goto done;
+        }
+    }
+    for (int c = 0; c < 8; c++)
+        if ((cols[c] = PyTuple_New(n)) == NULL) goto done;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        const float *row = x + r * n_vocab;
+        const int32_t *rti = ti + r * k;
+        const float *rtv = tv + r * k;
+        const double m = rtv[0], zr = z[r];
+        PyObject *ids = PyTuple_New(k), *ps = PyTuple_New(k);
+        if (ids == NULL || ps == NULL) {
+            Py_XDECREF(ids);
+            Py_XDECREF(ps);
+            goto done;
+        }
+        PyTuple_SET_ITEM(cols[3], r, ids);
+        PyTuple_SET_ITEM(cols[4], r, ps);
+        for (int j = 0; j < k; j++) {
+            PyObject *a = PyLong_FromLong(rti[j]), *b = rounded(exp((double)rtv[j] - m) / zr);
+            if (a == NULL || b == NULL) {
+                Py_XDECREF(a);
+                Py_XDECREF(b);
+                goto done;
+            }
+            PyTuple_SET_ITEM(ids, j, a);
+            PyTuple_SET_ITEM(ps, j, b);
+        }
+        double ent = log(zr) - s[r] / zr;
+        PyObject *items[6];
+        items[0] = r < n_prop ? rounded(exp((double)row[prop[r]] - m) / zr) : (Py_INCREF(Py_None), Py_None);
+        items[1] = r < n_prop ? PyLong_FromLong(rank_of(row, n_vocab, rti, k, prop[r])) : (Py_INCREF(Py_None), Py_None);
+        items[2] = rounded(exp((double)row[pred[r]] - m) / zr);
+        items[3] = rounded(ent > 0.0 ? ent : 0.0);
+        items[4] = rounded(k > 1 ? (double)rtv[0] - (double)rtv[1] : INFINITY);
+        items[5] = PyLong_FromLong(rank_of(row, n_vocab, rti, k, pred[r]));
+        static const int where[6] = {0, 1, 2, 5, 6, 7};
+        int failed = 0;
+        for (int c = 0; c < 6; c++) {
+            if (items[c] == NULL) failed = 1;
+            else PyTuple_SET_ITEM(cols[where[c]], r, items[c]);
+        }
+        if (failed) goto done;
+    }
+    result = PyTuple_New(8);
+    if (result != NULL)
+        for (int c = 0; c < 8; c++) {
+            PyTuple_SET_ITEM(result, c, cols[c]);
+            cols[c] = NULL;
+        }
+done:
+    for (int c = 0; c < 8; c++) Py_XDECREF(cols[c]);
+    PyMem_Free(pred);
+    PyMem_Free(prop);
+    PyMem_Free(ti);
+    PyMem_Free(tv);
+    PyMem_Free(z);
+    PyMem_Free(s);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyObject *isa(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
@@ -197,6 +360,8 @@ static PyObject *isa(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS, "rows(logits, n_vocab, k) -> [(z, s, top_ids, top_logits) or None per row]"},
+    {"figures", figures, METH_VARARGS,
+     "figures(logits, n_vocab, k, predictions, proposed) -> the softmax figures' columns, or None: the numpy path"},
     {"isa", isa, METH_NOARGS, "isa() -> the instruction set rows() runs with"},
     {NULL, NULL, 0, NULL},
 };

@@ -74,17 +74,15 @@ def kernel_takes(sampling: SamplingSettings | None, top: int = TOP) -> bool:
     return figure_kernel is not None and (sampling is None or sampling.greedy) and max(2, top) <= KERNEL_MAX_TOP
 
 
-def _kernel_sums(x: np.ndarray, k: int):
-    """``(top_idx, top_val, z, s)`` of every row of ``x`` from the C kernel (module docstring): the ``k`` largest
-    logits' ids and values, largest first, ties to the lower id; ``z`` = sum exp(x - max), ``s`` = sum
-    exp(x - max) * (x - max), per row. None when the numpy path must do it: no kernel, ``k`` above
-    ``KERNEL_MAX_TOP``, logits that are not one C-contiguous float32 block, a row the kernel leaves (NaN, +inf)."""
+def _kernel_figures(x: np.ndarray, k: int, predictions: Sequence[int], proposed: Sequence[int]):
+    """The softmax figures' columns of every row of ``x`` from the C kernel (module docstring): ``(proposed_p,
+    proposed_rank, predicted_p, top_tokens, top_p, entropy, margin, predicted_rank)``, each value the expression
+    the numpy path evaluates, rounded alike. None when the numpy path must do it: no kernel, ``k`` above
+    ``KERNEL_MAX_TOP``, logits that are not one C-contiguous float32 block, a row the kernel leaves (NaN, +inf),
+    a token id outside the vocabulary."""
     if figure_kernel is None or k > KERNEL_MAX_TOP or x.dtype != np.float32 or not x.flags.c_contiguous:
         return None
-    got = figure_kernel.rows(x, x.shape[1], k)
-    if None in got:
-        return None
-    return [r[2] for r in got], [r[3] for r in got], [r[0] for r in got], [r[1] for r in got]
+    return figure_kernel.figures(x, x.shape[1], k, predictions, proposed)
 
 
 def _r(x: float) -> float:
@@ -393,11 +391,13 @@ def summarise_rows(
                          f"{len(proposed)} proposal tokens")
     n = x.shape[0]
     sampled = sampling is not None and not sampling.greedy
-    sums = _kernel_sums(x, min(max(2, top), x.shape[1])) if kernel and kernel_takes(sampling, top) else None
-    if sums is not None:
-        top_idx, top_val, z, s = sums
-    else:
-        top_idx, top_val = _top(x, max(2, top))
+    if kernel and kernel_takes(sampling, top):
+        cols = _kernel_figures(x, min(max(2, top), x.shape[1]), predictions, proposed)
+        if cols is not None:
+            p_prop, r_prop, p_pred, top_tokens, top_p, ent, margin, ranks = cols
+            return WindowProbabilities(SOFTMAX, p_prop, r_prop, p_pred, top_tokens, top_p, ent, margin,
+                                       None if draft_q is None else tuple(_r(q) for q in draft_q), ranks)
+    top_idx, top_val = _top(x, max(2, top))
     margin = [t[0] - t[1] if len(t) > 1 else math.inf for t in top_val]
     predictions = [int(t) for t in predictions]
     proposed = [int(t) for t in proposed]
@@ -405,8 +405,7 @@ def summarise_rows(
     if not sampled:
         # x - max: <= 0, no cancellation below. Into kept buffers (``_scratch``).
         m = [t[0] for t in top_val]
-        if sums is None:
-            z, s = _numpy_sums(x, m, shifted)
+        z, s = _numpy_sums(x, m, shifted)
         ent = [_r(max(0.0, math.log(z[i]) - s[i] / z[i])) for i in range(n)]
         top_p = [tuple(_r(math.exp(t - m[i]) / z[i]) for t in top_val[i]) for i in range(n)]
         picked = _logits_of(x, top_idx, top_val, list(range(n)) + list(range(k)), predictions + proposed)
