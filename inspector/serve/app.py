@@ -368,9 +368,10 @@ async def _collect(request: Request, run: Submitted):
     """Wait for ``run``'s tokens and result: ``(JobResult, [TokenOut])``, or None when the client went away
     (the caller cancels what is not done)."""
     tokens: list[TokenOut] = []
+    queue = run.queue
     while True:
         try:
-            item = await asyncio.wait_for(run.queue.get(), 0.25)
+            item = queue.get_nowait() if not queue.empty() else await asyncio.wait_for(queue.get(), 0.25)
         except asyncio.TimeoutError:
             if await request.is_disconnected():
                 return None

@@ -89,7 +89,8 @@ class JobResult:
 class Job:
     """One accepted HTTP request waiting for or using the slot. ``deliver(item)`` is called on the
     engine thread with each ``TokenOut`` and finally the ``JobResult`` (it must not block: the HTTP
-    side hands them to its event loop)."""
+    side hands them to its event loop); a request that is not streamed gets its tokens together, just
+    before its result (``held``: one wake-up of the HTTP side per request, not one per token)."""
 
     def __init__(self, endpoint: str, params: CompletionParams, prompt_tokens: Sequence[int], prompt_text: str,
                  deliver: Callable[[object], None], *, templated_text: str | None = None,
@@ -120,6 +121,8 @@ class Job:
         self.cache_n = 0
         """Prompt tokens reused from the slot's cache (the engine thread sets it when the request starts to
         run, before its first token: the Anthropic stream's ``message_start`` reports it)."""
+        self.held: list = []
+        """A request that is not streamed: its ``TokenOut`` so far, delivered with its result."""
         self.cache_restored = 0
         """Tokens of the cached prompt restored into the slot for it (llama-server's ``--cache-ram`` prompt cache,
         ``inspector.serve.prompt_cache``; 0: none)."""

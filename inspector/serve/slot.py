@@ -280,6 +280,9 @@ class ServeSlot:
             self.pool.metrics.observe(result, self.runtime.n_ctx)
         job.result = result
         self.finishing = True  # the client may send its next request at once: it waits until this slot is idle
+        for item in job.held:  # not streamed: the tokens, then the result (posted together: one wake-up)
+            self._deliver(job, item)
+        job.held = []
         self._deliver(job, result)
         self._changed(row)
 
@@ -297,14 +300,15 @@ class ServeSlot:
                                 predicted_ms=gen.decode_elapsed_us / 1000.0).timings()
         if sent == 0 and len(tokens) and job.row.first_token_at is None:
             job.row.first_token_at = time.time()
+        out = self._deliver if job.params.stream else (lambda _job, item: _job.held.append(item))
         while sent < len(tokens) and sent < len(stream.deltas):
             info = tokens[sent]
             probs = record.token_probabilities(info) if wanted else None
             if probs is None:
-                self._deliver(job, TokenOut(info.token, stream.deltas[sent], piece(info.token), None, timings=timings))
+                out(job, TokenOut(info.token, stream.deltas[sent], piece(info.token), None, timings=timings))
             else:
-                self._deliver(job, TokenOut(info.token, stream.deltas[sent], piece(info.token), probs.predicted_p,
-                                            tuple(probs.top), timings=timings))
+                out(job, TokenOut(info.token, stream.deltas[sent], piece(info.token), probs.predicted_p,
+                                  tuple(probs.top), timings=timings))
             sent += 1
         return sent
 
