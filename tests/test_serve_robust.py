@@ -340,3 +340,21 @@ def test_nan_and_lone_surrogates_over_http_are_400_naming_the_field(serve):
     r = httpx.post(a + "/tokenize", headers=h, content=b'{"content": "\\udc00"}')
     assert r.status_code == 400 and "Field 'content'" in r.json()["error"]["message"], r.text
     assert not server.slots.snapshot_rows()
+
+
+def test_a_request_not_streamed_gets_its_tokens_with_its_result_and_a_streamed_one_as_they_come(serve, runtime):
+    server = serve(source="none", source_options={})
+    tokens = runtime.tokenize("Hello", add_special=True)
+    seen = {}
+    for stream in (False, True):
+        p = parse_request({"prompt": "Hello", "n_predict": 8, "stream": stream, **GREEDY}, "completion",
+                          server.state.defaults)
+        got = seen[stream] = []
+        server.slots.submit(Job("/completion", p, tokens, "Hello",
+                                lambda item, got=got: got.append((time.perf_counter(), type(item).__name__))))
+        wait_done(server, 1 + stream, 30)
+    held, streamed = seen[False], seen[True]
+    assert [k for _, k in held][-1] == "JobResult" and [k for _, k in streamed][-1] == "JobResult"
+    assert len(held) == len(streamed) >= 3  # the same tokens and the result both ways
+    assert held[-1][0] - held[0][0] < 0.005  # handed over together, at the end
+    assert streamed[-1][0] - streamed[0][0] > held[-1][0] - held[0][0]  # one per decode step
