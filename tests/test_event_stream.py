@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from inspector.serve.event_stream import PING, EventStream, SendTimedOut, encode_event, next_or_ping
+from inspector.serve.event_stream import PING, EventStream, Pinger, SendTimedOut, encode_event
 from inspector.serve.params import DEFAULT_PING_S, ServeDefaults, parse_request
 from inspector.serve.errors import ApiError
 
@@ -37,32 +37,51 @@ def test_the_ping_is_llama_servers_comment():
     assert PING == b":\n\n"
 
 
-def test_an_item_already_waiting_is_taken_without_a_ping():
+def test_silence_longer_than_the_interval_puts_a_ping_in_the_queue():
     async def go():
         q: asyncio.Queue = asyncio.Queue()
-        q.put_nowait("token")
-        return await next_or_ping(q, 0.001)
+        pinger = Pinger(q, 0.05, asyncio.get_running_loop())
+        try:
+            return await asyncio.wait_for(q.get(), 2)
+        finally:
+            pinger.close()
 
-    assert asyncio.run(go()) == "token"
+    assert asyncio.run(go()) == PING
 
 
-def test_silence_longer_than_the_interval_gives_a_ping_and_the_item_still_comes_after():
+def test_writes_more_often_than_the_interval_get_no_ping():
     async def go():
         q: asyncio.Queue = asyncio.Queue()
-        first = await next_or_ping(q, 0.05)
-        q.put_nowait("token")
-        return first, await next_or_ping(q, 0.05)
+        pinger = Pinger(q, 0.2, asyncio.get_running_loop())
+        for _ in range(8):
+            await asyncio.sleep(0.05)
+            pinger.seen()
+        pinger.close()
+        return q.qsize()
 
-    assert asyncio.run(go()) == (PING, "token")
+    assert asyncio.run(go()) == 0
 
 
-def test_no_interval_waits_for_the_item_however_long():
+def test_writes_made_elsewhere_count_as_traffic():
     async def go():
         q: asyncio.Queue = asyncio.Queue()
-        asyncio.get_running_loop().call_later(0.2, q.put_nowait, "late")
-        return await next_or_ping(q, -1)
+        pinger = Pinger(q, 0.2, asyncio.get_running_loop(), also=time.monotonic)  # "written just now", always
+        await asyncio.sleep(0.5)
+        pinger.close()
+        return q.qsize()
 
-    assert asyncio.run(go()) == "late"
+    assert asyncio.run(go()) == 0
+
+
+def test_no_interval_never_pings():
+    async def go():
+        q: asyncio.Queue = asyncio.Queue()
+        pinger = Pinger(q, -1, asyncio.get_running_loop())
+        await asyncio.sleep(0.2)
+        pinger.close()
+        return q.qsize()
+
+    assert asyncio.run(go()) == 0
 
 
 def test_a_client_that_stops_reading_ends_the_stream_and_its_cleanup_runs():

@@ -13,6 +13,7 @@ as ``cancelled`` with "the server stopped"), writes the session document and exi
 from __future__ import annotations
 
 import argparse
+import gc
 import shlex
 import sys
 import threading
@@ -253,6 +254,11 @@ def cmd_serve(args) -> int:
         runtime.close()
         return fail(str(exc))
     server.wait_started()
+    # What lives for the whole serve (the model's objects, modules, the app) never needs a collector's visit:
+    # frozen, a full collection walks only the requests' objects (measured: 28 ms each unfrozen, on the slot's
+    # thread between two decode steps; 1.8 ms of collections per 64-token request in all).
+    gc.collect()
+    gc.freeze()
     where = f"; requests recorded in {options.receipts.folder}" if options.receipts else ""
     print(f"serving {Path(model_name).name} on {address} (source {options.source}; {slots_text(options)}){where}", flush=True)
     key = f" -H {shlex.quote('Authorization: Bearer ' + args.api_key)}" if args.api_key else ""

@@ -42,7 +42,8 @@ from inspector.receipts.document import json_problem
 from inspector.serve.loop_mail import LoopMail
 from inspector.serve.chat_tools import prepare_tools
 from inspector.serve.reasoning import prepare_reasoning
-from inspector.serve.event_stream import EventStream, encode_event, next_or_ping
+from inspector.serve.direct_stream import DirectStream, Raw, transport_of
+from inspector.serve.event_stream import PING, EventStream, Pinger, encode_event
 from inspector.serve.errors import EXCEED_CONTEXT, NOT_SUPPORTED, SERVER, TOO_LARGE, UNAVAILABLE, ApiError
 from inspector.serve.http_policy import CorsPolicy, HttpPolicy
 from inspector.serve.metrics import CONTENT_TYPE, ServeMetrics
@@ -176,10 +177,11 @@ def build_app(state: ServeState, inner=None) -> Starlette:
 
     mails: dict = {}  # the event loop's LoopMail (one loop per server run)
 
-    def submit(request: Request, p, prep: dict, api, before: list, arrived: float) -> Submitted:
+    def submit(request: Request, p, prep: dict, api, before: list, arrived: float, direct: bool = False) -> Submitted:
         """Queue one prompt's job on the slot (``ApiError`` 503 when the queue is full); ``api``: None or
         the agents' API module whose ``Renderer`` writes the replies; ``before``: the request's prompts queued
-        already (they count once against the limit and share the reply's id)."""
+        already (they count once against the limit and share the reply's id); ``direct``: a stream the slot's
+        thread may write itself when the connection allows (``inspector.serve.direct_stream``)."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         if mails.get("loop") is not loop:
@@ -200,7 +202,18 @@ def build_app(state: ServeState, inner=None) -> Starlette:
         if before:  # one request, one id (llama-server's completion_id for all its tasks)
             replies.id, replies.created = before[0].render.replies.id, before[0].render.replies.created
         render = (Renderer if api is None else api.Renderer)(replies, job)
-        state.slots.submit(job, len(before))
+        transport = transport_of(request.scope) if direct else None
+        if transport is not None:
+            try:
+                job.direct = DirectStream(transport, render)
+            except OSError:  # no duplicate descriptor: the loop writes
+                job.direct = None
+        try:
+            state.slots.submit(job, len(before))
+        except BaseException:
+            if job.direct is not None:
+                job.direct.finish()
+            raise
         return Submitted(job, queue, render)
 
     async def completion(request: Request, endpoint: str, api=None):
@@ -215,7 +228,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
         runs: list[Submitted] = []
         try:
             for q, prep in zip(parts, preps):
-                runs.append(submit(request, q, prep, api, runs, arrived))
+                runs.append(submit(request, q, prep, api, runs, arrived, direct=p.stream and len(parts) == 1))
         except ApiError:
             for r in runs:
                 slots.cancel(r.job)
@@ -401,20 +414,37 @@ async def _stream(slots: ServeSlots, runs: list[Submitted]):
 
 async def _stream_one(run: Submitted, last: bool):
     """One prompt's SSE events: the first ones, a chunk per token (``PING`` after the request's
-    ``sse_ping_interval`` seconds without one), then the last ones (an error event when it failed)."""
-    render = run.render
-    ping_s = run.job.params.sse_ping_interval
-    for event in render.first():
-        yield encode_event(event)
-    while True:
-        item = await next_or_ping(run.queue, ping_s)
-        if isinstance(item, JobResult):
-            break
-        if isinstance(item, bytes):
-            yield item
-            continue
-        for event in render.chunk(item):
+    ``sse_ping_interval`` seconds without one), then the last ones (an error event when it failed). With a
+    ``DirectStream`` the slot's thread writes the token chunks itself once the loop has written what came
+    before (``inspector.serve.direct_stream``); what it posts instead comes here."""
+    render, queue, direct = run.render, run.queue, run.job.direct
+    pinger = Pinger(queue, run.job.params.sse_ping_interval, asyncio.get_running_loop(),
+                    None if direct is None else direct.quiet_since)
+    try:
+        for event in render.first():
             yield encode_event(event)
+        if direct is not None:
+            direct.start()
+        while True:
+            item = await queue.get()
+            if isinstance(item, JobResult):
+                break
+            if item is PING:
+                if direct is None or not direct.ping(item):
+                    yield item
+                continue
+            pinger.seen()
+            if isinstance(item, Raw):
+                direct.write_raw(item)
+                continue
+            for event in render.chunk(item):
+                yield encode_event(event)
+            if direct is not None:
+                direct.consumed_one()
+    finally:
+        pinger.close()
+        if direct is not None:
+            direct.finish()
     if item.ended_as in ("error", "cancelled") and item.error:
         failure = ApiError(STOPPING, UNAVAILABLE) if item.stopped else ApiError(item.error, SERVER)
         yield encode_event(render.error(failure))

@@ -17,6 +17,7 @@ threads decode the next token, on the same cores.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import AsyncIterator
 
 from starlette.responses import StreamingResponse
@@ -39,16 +40,34 @@ def encode_event(event: dict) -> bytes:
     return (head + body + "\n").encode("utf-8")
 
 
-async def next_or_ping(queue: asyncio.Queue, ping_s: float):
-    """The queue's next item, or ``PING`` when none came within ``ping_s`` seconds (<= 0: wait for ever). An
-    item already waiting is taken at once (no timer)."""
-    if not queue.empty() or ping_s <= 0:
-        return await queue.get()
-    try:
-        async with asyncio.timeout(ping_s):
-            return await queue.get()
-    except TimeoutError:
-        return PING
+class Pinger:
+    """Puts ``PING`` into a stream's ``queue`` when nothing was written for ``ping_s`` seconds (<= 0: never):
+    one timer per stream, re-armed from the last write (``seen``), so a token costs no timer. ``also``: a
+    callable giving the ``time.monotonic()`` of writes made elsewhere (``DirectStream.quiet_since``), or None.
+    ``close`` when the stream ends."""
+
+    def __init__(self, queue: asyncio.Queue, ping_s: float, loop: asyncio.AbstractEventLoop, also=None) -> None:
+        self.queue, self.ping_s, self.loop, self.also = queue, ping_s, loop, also
+        self.last = time.monotonic()
+        self._handle = loop.call_later(ping_s, self._tick) if ping_s > 0 else None
+
+    def seen(self) -> None:
+        """Something was written now."""
+        self.last = time.monotonic()
+
+    def _tick(self) -> None:
+        last = self.last if self.also is None else max(self.last, self.also())
+        quiet = time.monotonic() - last
+        if quiet >= self.ping_s * 0.999:
+            self.queue.put_nowait(PING)
+            self.last = time.monotonic()
+            quiet = 0.0
+        self._handle = self.loop.call_later(self.ping_s - quiet, self._tick)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 class SendTimedOut(Exception):

@@ -10,6 +10,8 @@ within ``HEADER_TIMEOUT_S`` of the connection (or of the request's first byte on
 body within ``BODY_TIMEOUT_S`` of the headers; past it the connection is closed (headers: with a 408
 reply). uvicorn's own limit is turned off (``limit_concurrency=None``) and ``limit_requests`` refuses
 with llama-server's 503 only when that many requests are being handled; ``/health`` always answers.
+The request's scope also carries the connection's transport (``extensions``, ``direct_stream.TRANSPORT_KEY``)
+for the streams the slot's thread writes itself (``inspector.serve.direct_stream``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from inspector.serve.direct_stream import TRANSPORT_KEY
 from inspector.serve.errors import UNAVAILABLE, ApiError
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,9 @@ class GuardedH11Protocol(H11Protocol):
         if self._deadline is None and self.conn.their_state is h11.IDLE:  # a new request begins
             self._arm("headers", self.header_timeout_s)
         super().data_received(data)
+        scope = getattr(self, "scope", None)
+        if scope is not None:  # before its handler runs (a task started at the loop's next turn)
+            scope.setdefault("extensions", {})[TRANSPORT_KEY] = self.transport
         self._follow()
 
     def on_response_complete(self) -> None:

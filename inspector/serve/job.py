@@ -123,6 +123,8 @@ class Job:
         run, before its first token: the Anthropic stream's ``message_start`` reports it)."""
         self.held: list = []
         """A request that is not streamed: its ``TokenOut`` so far, delivered with its result."""
+        self.direct = None
+        """A stream the slot's thread may write itself (``inspector.serve.direct_stream.DirectStream``), or None."""
         self.cache_restored = 0
         """Tokens of the cached prompt restored into the slot for it (llama-server's ``--cache-ram`` prompt cache,
         ``inspector.serve.prompt_cache``; 0: none)."""

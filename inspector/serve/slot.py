@@ -301,14 +301,19 @@ class ServeSlot:
         if sent == 0 and len(tokens) and job.row.first_token_at is None:
             job.row.first_token_at = time.time()
         out = self._deliver if job.params.stream else (lambda _job, item: _job.held.append(item))
+        direct = job.direct
         while sent < len(tokens) and sent < len(stream.deltas):
             info = tokens[sent]
             probs = record.token_probabilities(info) if wanted else None
             if probs is None:
-                out(job, TokenOut(info.token, stream.deltas[sent], piece(info.token), None, timings=timings))
+                item = TokenOut(info.token, stream.deltas[sent], piece(info.token), None, timings=timings)
             else:
-                out(job, TokenOut(info.token, stream.deltas[sent], piece(info.token), probs.predicted_p,
-                                  tuple(probs.top), timings=timings))
+                item = TokenOut(info.token, stream.deltas[sent], piece(info.token), probs.predicted_p,
+                                tuple(probs.top), timings=timings)
+            if direct is not None:  # written here when the stream lets this thread write (direct_stream)
+                item = direct.offer(item)
+            if item is not None:
+                out(job, item)
             sent += 1
         return sent
 
