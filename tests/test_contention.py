@@ -82,3 +82,11 @@ def test_a_run_beside_two_spinning_processes_says_contention_in_the_banner(spinn
     assert w.session.end.others_cpu_share >= 0.25
     assert "<br>Slow: Contention: other processes used" in w.banner.text()
     assert "Likely fix: close the other process" in w.banner.toolTip()
+
+
+def test_a_lock_operation_writes_every_field_it_has():
+    import dataclasses
+
+    op = LockOperation("step", 3, 10, 20, 30)
+    assert op.to_json() == dataclasses.asdict(op) == {"kind": "step", "session_id": 3, "started_us": 10,
+                                                      "wait_us": 20, "hold_us": 30}
