@@ -294,13 +294,14 @@ class LlamaRuntime:
 
     def _decode(self, n: int, position: int, abort: threading.Event | None, sid: int = -1) -> None:
         self.logits.window(0, 0, 0)
-        with self.abort.decoding(sid, abort):
-            t = time.perf_counter_ns()
-            self.decode_calls += 1
-            try:
-                rc = self.decoder.decode(self._batch)
-            finally:
-                self.decode_ns += time.perf_counter_ns() - t
+        self.abort.begin(sid, abort)
+        t = time.perf_counter_ns()
+        self.decode_calls += 1
+        try:
+            rc = self.decoder.decode(self._batch)
+        finally:
+            self.decode_ns += time.perf_counter_ns() - t
+            self.abort.end()
         if rc == 2:
             raise DecodeAborted(rc, n, position)
         if rc != 0:
