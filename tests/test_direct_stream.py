@@ -124,3 +124,57 @@ def test_a_client_that_does_not_read_moves_the_stream_back_to_the_loop_with_the_
     d.finish()
     ours.close()
     theirs.close()
+
+
+def _direct(render=None, sndbuf=None):
+    ours, theirs = socket.socketpair()
+    if sndbuf:
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    transport = _Transport(ours)
+    d = DirectStream(transport, render or _Render())
+    d.start()
+    assert d.state == DIRECT
+    return d, transport, ours, theirs
+
+
+def test_a_chunk_that_fails_to_render_goes_to_the_loop_which_meets_the_failure_as_before():
+    class Broken:
+        def chunk(self, item):
+            raise ValueError("cannot render")
+
+    d, transport, ours, theirs = _direct(Broken())
+    assert d.offer("token") == "token" and d.state == LOOP and d.posted == 1
+    assert d.offer("next") == "next"  # the loop's path from now on
+    d.finish()
+    ours.close()
+    theirs.close()
+
+
+def test_a_ping_never_lands_inside_a_chunk_whose_rest_waits_for_the_loop():
+    d, transport, ours, theirs = _direct(sndbuf=4096)
+    rest = None
+    for _ in range(10_000):
+        rest = d.offer("x" * 1000)
+        if rest is not None:
+            break
+    assert isinstance(rest, Raw) and d.state == LOOP
+    assert d.ping(b":\n\n") is True and transport.written == []  # dropped: the rest of the chunk goes first
+    d.write_raw(rest)
+    assert transport.written == [rest.data]
+    assert d.ping(b":\n\n") is False  # nothing pending: the loop sends it
+    d.finish()
+    ours.close()
+    theirs.close()
+
+
+def test_a_client_that_left_stops_the_slot_writing_without_an_error():
+    d, transport, ours, theirs = _direct()
+    theirs.close()
+    for _ in range(3):  # the first send may still succeed; then EPIPE or ECONNRESET, and no error here
+        if d.state == "done":
+            break
+        assert d.offer("token") is None
+    assert d.state == "done"
+    assert d.offer("later") == "later"  # to the loop, which finds the client gone and cancels
+    d.finish()
+    ours.close()

@@ -33,6 +33,10 @@ from inspector.serve.event_stream import encode_event
 TRANSPORT_KEY = "spec-inspector.transport"
 """The request scope's ``extensions`` key holding the connection's asyncio transport (``http_guard``)."""
 PARKED, DIRECT, LOOP, DONE = "parked", "direct", "loop", "done"
+_NO_SIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+"""Linux's flag against SIGPIPE (absent on macOS, where CPython ignores SIGPIPE anyway: EPIPE then)."""
+_GONE = (BrokenPipeError, ConnectionResetError)
+"""Send errors that mean the client left."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,12 @@ class DirectStream:
     def __init__(self, transport, render) -> None:
         self._transport = transport
         self._render = render
-        self._sock = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
+        fd = os.dup(transport.get_extra_info("socket").fileno())
+        try:
+            self._sock = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)
+            raise
         self._sock.setblocking(False)
         self._lock = threading.Lock()
         self.state = PARKED
@@ -88,17 +97,24 @@ class DirectStream:
             if self.state != DIRECT:
                 self.posted += 1
                 return item
-            data = b"".join(encode_event(e) for e in self._render.chunk(item))
+            try:
+                data = b"".join(encode_event(e) for e in self._render.chunk(item))
+            except Exception:  # a rendering failure is the loop's to meet, as on the loop's path
+                self.state = LOOP
+                self.posted += 1
+                return item
             if not data:
                 return None
             out = frame(data)
             try:
-                sent = self._sock.send(out, socket.MSG_NOSIGNAL)
+                sent = self._sock.send(out, _NO_SIGNAL)
             except BlockingIOError:
                 sent = 0
-            except OSError:  # the client left: the loop sees it and cancels the request
+            except _GONE:  # the client left: the loop sees it and cancels the request
                 self.state = DONE
                 return None
+            except OSError:  # nothing went out: the loop writes it, and the rest
+                sent = 0
             self.last_write = time.monotonic()
             self.direct_chunks += 1
             if sent == len(out):
@@ -131,18 +147,24 @@ class DirectStream:
         self.consumed_one()
 
     def ping(self, data: bytes) -> bool:
-        """Send the keep-alive ``data`` here when the slot's thread writes (True); False: the loop sends it."""
+        """Send the keep-alive ``data`` here when the slot's thread writes (True); False: the loop sends it.
+        A ping is dropped (True) while the rest of a chunk the socket took in part waits in the queue: it
+        must not land inside that chunk."""
         with self._lock:
+            if self.state == LOOP and self.consumed < self.posted:
+                return True
             if self.state != DIRECT:
                 return False
             out = frame(data)
             try:
-                sent = self._sock.send(out, socket.MSG_NOSIGNAL)
+                sent = self._sock.send(out, _NO_SIGNAL)
             except BlockingIOError:
                 sent = 0
-            except OSError:
+            except _GONE:
                 self.state = DONE
                 return True
+            except OSError:
+                sent = 0
             if sent < len(out):  # the rest first, by the loop; the loop writes from now on
                 self.state = LOOP
                 self._transport.write(out[sent:])
@@ -156,5 +178,6 @@ class DirectStream:
         """The request's result came: the loop writes the rest; the duplicate socket is closed. Idempotent."""
         with self._lock:
             self.state = DONE
+            self._render = None  # no cycle through the job: its objects go when the request does
             if self._sock.fileno() >= 0:
                 self._sock.close()
