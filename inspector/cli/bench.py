@@ -19,8 +19,8 @@ from inspector.bench.server_http import REQUEST_DEADLINE_S
 from inspector.bench.server_http import ServerError
 from inspector.bench.serve_bench import SERVE_BENCH_CONFIGS, format_serve_bench, serve_bench
 from inspector.bench.turns import combine_turns_benches, format_combined, format_turns_bench, run_turns_bench
-from inspector.cli.common import (EXIT_USAGE, UserError, fail, open_target_runtime, read_text, strip_final_newline,
-                                  weight_type)
+from inspector.cli.common import (EXIT_USAGE, RUNTIME_OPEN_ERRORS, UserError, fail, open_target_runtime,
+                                  progress_line, read_text, strip_final_newline, weight_type)
 from inspector.cli.audit import compare_verdicts
 from inspector.cli.bench_best import add_best_flag, bench_best_command
 from inspector.cli.bench_concurrency import (add_concurrency_flags, bench_concurrency_command, bench_paired_command,
@@ -41,7 +41,7 @@ from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS
 from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.llama.cost_cache import load_cost_model, placement, store_cost_model
 from inspector.llama.cost_model import measure_cost_model, verify_cost_diagnosis
-from inspector.llama.devices import RpcUnavailable
+
 from inspector.llama.model_file import ModelFileError, bundled_model_path
 from inspector.llama.quantize import make_draft
 from inspector.llama.server_parity import server_context
@@ -243,9 +243,9 @@ def _bench_serve(args) -> int:
     configs = configs or list(SERVE_BENCH_CONFIGS)
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    progress = progress_line
     print(f"llama-server: {target}, {runtime.n_threads} threads on both sides; {args.repeats} repeats, "
           f"{args.max_tokens} tokens", file=sys.stderr, flush=True)
     try:
@@ -273,7 +273,7 @@ def _bench_llama_server(args) -> int:
     tasks, target, configs = checked
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
     original = str(getattr(runtime, "converted_from", None) or runtime.model_path)  # not a converted form's
     if not configs:
@@ -284,7 +284,7 @@ def _bench_llama_server(args) -> int:
             return fail(str(exc))
         configs = [*SERVER_BENCH_CONFIGS, CompareConfig("draft (Q4_0 of the model) draft_max 8", "draft", 8,
                                                         {"draft_model": str(draft)})]
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    progress = progress_line
     print(f"llama-server: {target}, {runtime.n_threads} threads on both sides; {args.repeats} repeats, "
           f"{args.max_tokens} tokens", file=sys.stderr, flush=True)
     try:
@@ -325,7 +325,7 @@ def _bench_turns(args) -> int:
         return fail(str(exc), EXIT_USAGE)
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
     results = {}
@@ -365,12 +365,12 @@ def _bench_turns(args) -> int:
 def _bench_rpc(args) -> int:
     """``bench --rpc HOST:PORT``: c(k) and speedups with the model local and over the RPC servers
     (``inspector.bench.rpc``), in one run."""
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    progress = progress_line
     try:
         result = bench_rpc(args.model or bundled_model_path(), args.rpc, max_tokens=args.max_tokens,
                            k_max=args.k_max, repeats=args.repeats, threads=args.n_threads or None,
                            n_gpu_layers=args.n_gpu_layers, progress=progress)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
     print_result(format_rpc(result), result, args.json)
     return 0
@@ -409,7 +409,7 @@ def cmd_compare(args) -> int:
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=2, n_threads=args.n_threads or None)
         tokens = runtime.prompt_tokens(prompt, system_prompt=args.system_prompt)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
     scheduler = RuntimeScheduler(runtime)
     settings = GenerationSettings(max_new_tokens=args.max_tokens, sampling=sampling)

@@ -3,20 +3,19 @@ against the copy oracle (``inspector.bench.best``)."""
 
 from __future__ import annotations
 
-import sys
 
 from inspector.bench.best import best_bench, format_best
 from inspector.bench.run import TASKS
 from inspector.cli.bench_costs import print_result
-from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime
+from inspector.cli.common import RUNTIME_OPEN_ERRORS, progress_line, EXIT_USAGE, fail, open_target_runtime
 from inspector.cli.server_target import binary_to_start
 from inspector.engine import RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.llama.cost_cache import load_cost_model, placement, store_cost_model
 from inspector.llama.cost_model import measure_cost_model
-from inspector.llama.devices import RpcUnavailable
-from inspector.llama.model_file import ModelFileError
+
+
 from inspector.prompts import TURNS_EXAMPLES, example_prompt
 
 BEST_WORKLOADS = (*TASKS, *TURNS_EXAMPLES)
@@ -56,9 +55,9 @@ def bench_best_command(args) -> int:
         return status
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    progress = progress_line
     try:
         costs = load_cost_model(runtime.model_path, runtime.n_threads, placement(runtime))
         if costs is None:

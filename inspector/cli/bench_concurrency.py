@@ -5,7 +5,6 @@ with ``--spec-max-active``) and llama-server ``-np N -kvu``, plain and each ``--
 from __future__ import annotations
 
 import argparse
-import sys
 
 from inspector.bench.concurrency_bench import (DEFAULT_LEVELS, DEFAULT_N_PREDICT, DEFAULT_REPEATS, DEFAULT_SOURCES,
                                                MAX_LEVEL, concurrency_bench, format_concurrency_bench, parse_levels,
@@ -14,13 +13,12 @@ from inspector.bench.paired_bench import DEFAULT_PAIRS, MAX_PAIRS, format_paired
 from inspector.bench.server_http import ServerError
 from inspector.bench.run import TASKS
 from inspector.cli.bench_costs import print_result
-from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime
+from inspector.cli.common import RUNTIME_OPEN_ERRORS, progress_line, EXIT_USAGE, fail, open_target_runtime
 from inspector.cli.ranges import whole_number
 from inspector.cli.server_target import binary_to_start
 from inspector.engine.errors import EngineError
 from inspector.engine.llama_settings import DEFAULT_N_CTX
-from inspector.llama.devices import RpcUnavailable
-from inspector.llama.model_file import ModelFileError
+
 
 OTHER_DEFAULTS = {"repeats": 3, "max_tokens": 128}
 """``--repeats`` and ``--max-tokens`` of every other bench mode when not given."""
@@ -97,9 +95,9 @@ def bench_concurrency_command(args) -> int:
     levels = args.concurrency
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=max(levels), n_threads=args.n_threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    progress = progress_line
     progress(f"llama-server: {target}, {runtime.n_threads} threads on both sides; levels "
              f"{','.join(map(str, levels))}; {args.repeats} rounds, {args.max_tokens} tokens per request")
     try:
@@ -127,9 +125,9 @@ def bench_paired_command(args) -> int:
     tasks, configs, target = work
     try:
         runtime = open_target_runtime(args, n_ctx=DEFAULT_N_CTX, n_seq_max=1, n_threads=args.n_threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    progress = progress_line
     try:
         rows = paired_bench(runtime, target, configs, pairs=args.paired, examples=tasks, n_predict=args.max_tokens,
                             progress=progress)

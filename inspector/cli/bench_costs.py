@@ -14,11 +14,11 @@ from inspector.bench.context_costs import (cost_by_context, format_cost_by_conte
                                            sources_by_context)
 from inspector.bench.run import TASKS
 from inspector.bench.weights import bench_weights, format_weights
-from inspector.cli.common import EXIT_USAGE, fail, open_target_runtime, weight_type
+from inspector.cli.common import RUNTIME_OPEN_ERRORS, progress_line, EXIT_USAGE, fail, open_target_runtime, weight_type
 from inspector.engine import GenerationSettings, RuntimeScheduler
 from inspector.engine.llama_settings import DEFAULT_N_CTX
 from inspector.engine.errors import EngineError
-from inspector.llama.devices import RpcUnavailable
+
 from inspector.llama.cost_cache import placement, store_context_costs
 from inspector.llama.cost_model import measurement_positions
 from inspector.llama.model_file import ModelFileError, bundled_model_path
@@ -68,7 +68,7 @@ def bench_on_target(args, work, n_ctx: int = DEFAULT_N_CTX) -> int:
     (exit 1); returns the exit status."""
     try:
         runtime = open_target_runtime(args, n_ctx=n_ctx, n_seq_max=1, n_threads=args.n_threads or None)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
     try:
         text, result = work(runtime)
@@ -88,7 +88,7 @@ def bench_weights_command(args) -> int:
             raise ValueError("no weight type given, e.g. --weights Q4_1,Q8_0,Q4_0")
     except (ValueError, argparse.ArgumentTypeError) as exc:
         return fail(f"--weights: {exc}", EXIT_USAGE)
-    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    progress = progress_line
     try:
         result = bench_weights(args.model or bundled_model_path(), types, max_tokens=args.max_tokens,
                                k_max=args.k_max, repeats=args.repeats, threads=args.n_threads or None,

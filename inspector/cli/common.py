@@ -11,8 +11,10 @@ from pathlib import Path
 from inspector.cli.context import context_options
 from inspector.cli.devices import offload_from_args
 from inspector.cli.sources import SourceFlagError, read_text_file
-from inspector.llama.model_file import bundled_model_path
+from inspector.engine.errors import EngineError
+from inspector.llama.model_file import ModelFileError, bundled_model_path
 from inspector.llama.quantize import QUANT_TYPES, open_target
+from inspector.llama.devices import RpcUnavailable
 
 EXIT_USAGE = 2
 """A bad argument or value (argparse's status)."""
@@ -24,6 +26,16 @@ EXIT_GENERATION_ERROR = 3
 
 class UserError(Exception):
     """A mistake in what the user asked, said in one line (``fail``) with ``EXIT_USAGE``."""
+
+
+RUNTIME_OPEN_ERRORS = (ModelFileError, EngineError, ValueError, RpcUnavailable)
+"""What ``open_target_runtime`` raises for a bad model, bad settings or an RPC server out of reach: each command
+says it in one line (``fail``)."""
+
+
+def progress_line(message: str) -> None:
+    """Print ``message`` on stderr at once: a long command's progress, apart from its output."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def fail(message: str, status: int = EXIT_ERROR) -> int:

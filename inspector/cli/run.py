@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from inspector.cli.common import (EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE, UserError, fail, open_target_runtime,
-                                  read_text, strip_final_newline, weight_type)
+from inspector.cli.common import (EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE, RUNTIME_OPEN_ERRORS, UserError, fail,
+                                  open_target_runtime, read_text, strip_final_newline, weight_type)
 from inspector.cli.context import add_context_flags, add_n_ctx_flag, add_threads_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, keep_interrupted_run, signals_held
@@ -29,8 +29,8 @@ from inspector.engine.faults import FAULT_KINDS
 from inspector.engine.probabilities import COST_NOTE
 from inspector.engine.settings import DEFAULT_DRAFT_MAX, DEFAULT_MAX_NEW_TOKENS, check_n_batch_for_source
 from inspector.llama.cost_cache import placement
-from inspector.llama.devices import RpcUnavailable
-from inspector.llama.model_file import ModelFileError
+
+
 from inspector.prompts import ALL_EXAMPLES, LONG_EXAMPLES, example_n_ctx, example_path
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.receipts.autosave import AutosaveWriter
@@ -163,7 +163,7 @@ def cmd_run(args) -> int:
     try:
         runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.n_threads or None,
                                       n_seq_max=2 if args.baseline else 1)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
     if turns is not None:
         try:

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from inspector.cli.common import EXIT_USAGE, UserError, fail, open_target_runtime, read_text, weight_type
+from inspector.cli.common import RUNTIME_OPEN_ERRORS, EXIT_USAGE, UserError, fail, open_target_runtime, read_text, weight_type
 from inspector.cli.context import add_context_flags, add_n_ctx_flag, add_threads_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, signals_held
@@ -28,10 +28,10 @@ from inspector.cli.ranges import draft_max as draft_max_value, setting, whole_nu
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
 from inspector.engine import GenerationSettings, RuntimeScheduler
-from inspector.engine.errors import EngineError
+
 from inspector.engine.settings import DEFAULT_DRAFT_MAX, check_n_batch_for_source
-from inspector.llama.devices import RpcUnavailable
-from inspector.llama.model_file import ModelFileError
+
+
 from inspector.llama.template_override import override_chat_template, template_problem
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.serve.http_policy import CorsPolicy
@@ -234,7 +234,7 @@ def cmd_serve(args) -> int:
     try:
         runtime = open_target_runtime(args, n_ctx=args.n_ctx, n_threads=args.n_threads or None,
                                       n_seq_max=args.n_parallel)
-    except (ModelFileError, EngineError, ValueError, RpcUnavailable) as exc:
+    except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
     if template is not None:
         runtime.apply(override_chat_template, template) if hasattr(runtime, "apply") else \
