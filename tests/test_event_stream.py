@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from inspector.serve.event_stream import PING, EventStream, Pinger, SendTimedOut, encode_event
+from inspector.serve.event_stream import PING, EventStream, Pinger, encode_event
 from inspector.serve.params import DEFAULT_PING_S, ServeDefaults, parse_request
 from inspector.serve.errors import ApiError
 
@@ -105,11 +105,11 @@ def test_a_client_that_stops_reading_ends_the_stream_and_its_cleanup_runs():
         await EventStream(events(), send_timeout_s=0.1).stream_response(send)
 
     t = time.monotonic()
-    with pytest.raises(SendTimedOut):
-        asyncio.run(go())
+    asyncio.run(go())
     assert time.monotonic() - t < 5
     assert cleaned == [True]
     assert sent[0]["type"] == "http.response.start"
+    assert all(m.get("more_body", True) for m in sent)  # left unfinished: uvicorn closes the connection
 
 
 def test_every_event_goes_out_in_order_and_the_body_ends():

@@ -207,7 +207,7 @@ def build_app(state: ServeState, inner=None) -> Starlette:
             try:
                 job.direct = DirectStream(transport, render)
             except OSError:  # no duplicate descriptor: the loop writes
-                job.direct = None
+                pass
         try:
             state.slots.submit(job, len(before))
         except BaseException:

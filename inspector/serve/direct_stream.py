@@ -105,23 +105,30 @@ class DirectStream:
                 return item
             if not data:
                 return None
-            out = frame(data)
-            try:
-                sent = self._sock.send(out, _NO_SIGNAL)
-            except BlockingIOError:
-                sent = 0
-            except _GONE:  # the client left: the loop sees it and cancels the request
-                self.state = DONE
-                return None
-            except OSError:  # nothing went out: the loop writes it, and the rest
-                sent = 0
-            self.last_write = time.monotonic()
+            rest = self._send(data)
             self.direct_chunks += 1
-            if sent == len(out):
+            if not rest:
                 return None
-            self.state = LOOP  # a client that does not read: the loop's path (and its send timeout) from now on
-            self.posted += 1
-            return Raw(out[sent:])
+            self.posted += 1  # a client that does not read: the loop's path (and its send timeout) from now on
+            return Raw(rest)
+
+    def _send(self, data: bytes) -> bytes | None:
+        """Send ``data`` as one chunk (holding the lock): the bytes the socket did not take (b"": all went;
+        then the state is ``LOOP``), or None when the client left (``DONE``: the loop sees it and cancels)."""
+        out = frame(data)
+        try:
+            sent = self._sock.send(out, _NO_SIGNAL)
+        except BlockingIOError:
+            sent = 0
+        except _GONE:
+            self.state = DONE
+            return None
+        except OSError:  # nothing went out: the loop writes it
+            sent = 0
+        self.last_write = time.monotonic()
+        if sent < len(out):
+            self.state = LOOP
+        return out[sent:]
 
     # -- the loop's thread --------------------------------------------------------------------------------------
     def consumed_one(self) -> None:
@@ -155,19 +162,9 @@ class DirectStream:
                 return True
             if self.state != DIRECT:
                 return False
-            out = frame(data)
-            try:
-                sent = self._sock.send(out, _NO_SIGNAL)
-            except BlockingIOError:
-                sent = 0
-            except _GONE:
-                self.state = DONE
-                return True
-            except OSError:
-                sent = 0
-            if sent < len(out):  # the rest first, by the loop; the loop writes from now on
-                self.state = LOOP
-                self._transport.write(out[sent:])
+            rest = self._send(data)
+            if rest:  # the rest first, by the loop (this is its thread); it writes from now on
+                self._transport.write(rest)
             return True
 
     def quiet_since(self) -> float:

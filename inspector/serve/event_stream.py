@@ -17,11 +17,14 @@ threads decode the next token, on the same cores.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import AsyncIterator
 
 from starlette.responses import StreamingResponse
 from starlette.types import Send
+
+log = logging.getLogger(__name__)
 
 PING = b":\n\n"
 """llama-server's keep-alive comment (``server-context.cpp``: ``output = ":\\n\\n"``)."""
@@ -70,15 +73,11 @@ class Pinger:
             self._handle = None
 
 
-class SendTimedOut(Exception):
-    """The client read nothing for the response's ``send_timeout_s``: its stream was closed."""
-
-
 class EventStream(StreamingResponse):
     """``text/event-stream`` from ``events``, an async iterator of bytes (``encode_event``, ``PING``): each item
     written as it comes, one ASGI message each. ``send_timeout_s``: seconds one write may wait for a client
-    that does not read; past it the events' iterator is closed and ``SendTimedOut`` ends the response
-    (uvicorn closes the connection)."""
+    that does not read; past it the events' iterator is closed, one line is logged and the response ends
+    unfinished (uvicorn closes the connection)."""
 
     media_type = "text/event-stream"
 
@@ -94,7 +93,8 @@ class EventStream(StreamingResponse):
                 async with asyncio.timeout(self.send_timeout_s):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except TimeoutError:
-            raise SendTimedOut(f"the client read nothing for {self.send_timeout_s:g} s") from None
+            log.info("serve: closed a stream whose client read nothing for %g s", self.send_timeout_s)
+            return
         finally:  # a disconnect, a timeout: the iterator's cleanup (the request's cancel) runs now
             await events.aclose()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
