@@ -29,13 +29,10 @@ from multiprocessing import shared_memory
 from pathlib import Path
 
 from inspector.engine.errors import EngineError, RuntimeLost  # noqa: F401  (RuntimeLost: re-exported)
+from inspector.engine.runtime_protocol import RUNTIME_FACTS, RUNTIME_METHODS
 from inspector.engine.text import token_label
 from inspector.llama.devices import RPC_TIMEOUT_S, RpcUnavailable, add_rpc_servers, list_devices
 
-_LOCAL = ("info", "model_path", "n_ctx", "n_batch", "n_seq_max", "tree_branches", "n_threads", "n_vocab", "vocab_type",
-          "architecture", "swa_full", "layers", "offload", "rpc_devices", "offload_note", "converted_from")
-"""Attributes read once from the child after loading (they do not change; ``n_threads`` follows
-``set_threads``)."""
 RPC_HELLO_TIMEOUT_S = 30.0
 """Longest wait for the RPC servers to answer llama.cpp's hello (seconds): something that accepts the
 connection but is not llama.cpp's RPC server never answers."""
@@ -85,8 +82,8 @@ def _child(conn, model_path: str, options: dict, flag_name: str, stderr_path: st
     # Cancellation: llama.cpp's abort callback reads the shared byte instead of the runtime's own.
     flag = (ctypes.c_char * 2).from_buffer(flag_mem.buf)
     rt.abort.read_flag(flag)
-    methods = sorted(n for n in dir(rt) if not n.startswith("_") and callable(getattr(rt, n, None)))
-    conn.send(("ready", {a: getattr(rt, a) for a in _LOCAL}, methods))
+    methods = [n for n in RUNTIME_METHODS if callable(getattr(rt, n, None))]  # the protocol's: all of them
+    conn.send(("ready", {a: getattr(rt, a) for a in RUNTIME_FACTS}, methods))
     while True:
         try:
             msg = conn.recv()
@@ -121,7 +118,8 @@ def _attrs(exc: BaseException) -> dict:
 
 
 class RemoteRuntime:
-    """A ``LlamaRuntime`` (same methods and attributes) running in a child process.
+    """A ``LlamaRuntime`` running in a child process: the ``Runtime`` protocol's methods forwarded to it and its
+    facts copied once (``inspector.engine.runtime_protocol``).
 
     ``model_path`` and ``runtime_options`` (``n_ctx``, ``n_threads``, ``offload``, ...) go to
     ``LlamaRuntime`` in the child; ``progress`` gets the load progress (0.0..1.0) here. Raises
@@ -251,8 +249,9 @@ class RemoteRuntime:
 
     # -- the runtime's methods ------------------------------------------------------------------
     def __getattr__(self, name: str):
-        """Any other ``LlamaRuntime`` method, forwarded (data attributes other than ``_LOCAL`` do not
-        exist here: ``vocab``, ``ctx`` and ``model`` are pointers in the child's memory)."""
+        """Any other method of the ``Runtime`` protocol (``RUNTIME_METHODS``), forwarded to the child (data
+        attributes other than ``RUNTIME_FACTS`` do not exist here: ``vocab``, ``ctx`` and ``model`` are pointers
+        in the child's memory)."""
         if name.startswith("_") or name not in self.__dict__.get("_methods", ()):
             raise AttributeError(f"RemoteRuntime has no {name!r} (a pointer in the child, or no such method)")
 
