@@ -17,7 +17,7 @@ from inspector.gui.look import outcomes as O
 from inspector.gui.look.table_copy import selected_rows_text
 from inspector.gui.tokens.token_figures import margin_text, probability_text, quoted
 from inspector.gui.tokens.token_view import NEAR_TIE_KEY, TokenView
-from inspector.gui.windows.detail import FIGURE_COLUMNS, ROW_HEADERS
+from inspector.gui.windows.verification_rows import FIGURE_COLUMNS, ROW_HEADERS
 from test_gui_support import make_window, open_receipts, run_to_end, use_source
 
 MAX_TOKENS = 16

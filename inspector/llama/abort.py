@@ -32,7 +32,8 @@ class AbortSwitch:
         llama_cpp.llama_set_abort_callback(ctx, self._callback, ctypes.cast(self._flag, ctypes.c_void_p))
 
     def request(self, sid: int) -> None:
-        """Abort the decode in flight if session ``sid`` owns it (any thread); else nothing."""
+        """Abort the decode in flight if session ``sid`` owns it (any thread); else nothing. The caller sets its
+        cancellation event first: a decode that starts later checks that event (``begin``), so none is lost."""
         with self._lock:
             if self._owner == sid:
                 self._flag[0] = b"\x01"

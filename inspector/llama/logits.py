@@ -68,6 +68,16 @@ class LogitsReader:
             view = self._views[key] = np.frombuffer(buffer, dtype=np.float32).reshape(n, self.n_vocab)
         return view
 
+    def predictions(self, n: int, chain=None) -> list[int]:
+        """The prediction of each of the last decode's ``n`` rows (all with logits, in batch order): greedy, the
+        argmax of every row at once (the same choice as ``llama_sampler_init_greedy``, lower id on a tie,
+        without n C sampler calls); else ``llama_sampler_sample`` with ``chain`` (a session's sampler chain)
+        on each row. Raises ``EngineError`` when llama.cpp has no logits."""
+        if chain is None:
+            return self.rows(n).argmax(axis=1).tolist()
+        sample, ctx, at = llama_cpp.llama_sampler_sample, self.ctx, self.batch_index
+        return [sample(chain, ctx, at(i)) for i in range(n)]
+
     def row(self, row: int) -> np.ndarray:
         """Logits of output ``row`` of the last decode (n_vocab float32 values, a view). Raises
         ``EngineError`` when the row has none."""

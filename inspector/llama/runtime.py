@@ -25,6 +25,7 @@ from inspector.llama.model_file import ModelInfo, check_gguf
 from inspector.llama.context_settings import ContextRefused, ContextSettings, settled
 from inspector.llama.server_parity import describe_runtime
 from inspector.llama.sequence_state import SequenceState
+from inspector.llama.session_batch import SessionBatch
 from inspector.llama.sessions import SessionTable
 from inspector.llama.grammar import constrain_session
 from inspector.llama.joined_decode import fill_rows, join_step
@@ -112,7 +113,7 @@ class LlamaRuntime:
         """Tokens, their text and the chat template (``inspector.llama.vocab``)."""
         v = self.vocabulary  # its methods are the runtime's own (each documented there):
         self.is_eog, self.token_piece, self.token_text = v.is_eog, v.token_piece, v.token_text
-        self.detokenize, self.tokenize = v.detokenize, v.tokenize
+        self.detokenize, self.tokenize, self.chat_template = v.detokenize, v.tokenize, v.chat_template
         self.chat_prompt, self.chat_messages_prompt, self.prompt_tokens = (v.chat_prompt, v.chat_messages_prompt,
                                                                            v.prompt_tokens)
         self.vocab, self.n_vocab, self.vocab_type = v.vocab, v.n_vocab, v.vocab_type
@@ -170,10 +171,17 @@ class LlamaRuntime:
         """Aborts the decode in flight (``request_abort``; ``inspector.llama.abort``)."""
         self.sessions = SessionTable(self.n_seq_max, self.mem)
         """The open sessions: sampler chains, greedy or not, penalties (``inspector.llama.sessions``)."""
+        # Abilities the components have, each documented there (the ``Runtime`` protocol lists them all):
+        self.request_abort = self.abort.request
+        self.session_open, self.grammar_rejection = self.sessions.is_open, self.sessions.grammar_rejection
+        self.keep_branch = self.branch_seqs.keep
+        self.batch_rows = SessionBatch(self._batch, self.sessions, self.n_batch, n_ctx)
+        """The batch, checked and filled with one session's rows (``inspector.llama.session_batch``)."""
         state = SequenceState(self.ctx)  # llama-server's prompt cache (``inspector.llama.sequence_state``):
         self.save_sequence, self.restore_sequence = state.save, state.restore
         self.logits = LogitsReader(self.ctx, self.n_vocab)
         """The last decode's logits as numpy views (``inspector.llama.logits``)."""
+        self.last_logits, self.row_logits, self.row_logits_top2 = self.logits.rows, self.logits.row, self.logits.top2
         self.steps = None
         """The batched schedule's ``StepBatch`` (``RuntimeScheduler.batch_steps``), or None: decodes run alone."""
         self.architecture = self.info.architecture
@@ -204,11 +212,6 @@ class LlamaRuntime:
         with contextlib.suppress(Exception):
             self.close()
 
-    def request_abort(self, sid: int) -> None:
-        """Abort the decode in flight if it belongs to session ``sid`` (any thread). The caller sets its
-        cancellation event first; ``decode_rows`` checks that event when it starts, so none is lost."""
-        self.abort.request(sid)
-
     def set_threads(self, n_threads: int) -> None:
         """Use ``n_threads`` CPU threads for later decodes (``llama_set_n_threads``; under the scheduler lock)."""
         n = max(1, int(n_threads))
@@ -236,38 +239,19 @@ class LlamaRuntime:
         """Give session ``sid`` a grammar and logit bias (``Constraints``; ``inspector.llama.grammar.constrain_session``)."""
         constrain_session(self, sid, constraints, start, known)
 
-    def grammar_rejection(self, sid: int) -> int | None:
-        """The proposal index the grammar forbade at session ``sid``'s last verification stop, or None."""
-        c = self.sessions.constraints.get(sid)
-        return None if c is None else c.last_rejection
-
-    def session_open(self, sid: int) -> bool:
-        return self.sessions.is_open(sid)
-
     def kv_length(self, sid: int) -> int:
         """Tokens of session ``sid`` in the KV cache (``llama_memory_seq_pos_max`` + 1)."""
         return int(llama_cpp.llama_memory_seq_pos_max(self.mem, sid)) + 1
 
     # -- decoding ------------------------------------------------------------
-    def _check_batch(self, sid: int, n: int, position: int, end: int) -> None:
-        """Raise ``EngineError`` unless a batch of ``n`` rows from ``position`` whose last row sits at
-        ``end - 1`` fits ``n_batch`` and the context, on an open session (checked before llama.cpp sees it)."""
-        if n > self.n_batch:
-            raise EngineError(f"batch of {n} rows exceeds n_batch {self.n_batch}")
-        if end > self.n_ctx:
-            raise EngineError(f"batch of {n} rows at position {position} exceeds the context: "
-                              f"needs {end} positions, n_ctx is {self.n_ctx}")
-        if not self.sessions.is_open(sid):
-            raise EngineError(f"session {sid} is not open")
-
     def _rows(self, sid: int, tokens: Sequence[int], position: int, all_logits: bool,
               abort: threading.Event | None) -> None:
         """Decode one session's rows: alone, or in the batched schedule's step (``steps``)."""
         if self.steps is None:
-            self._fill(sid, tokens, position, all_logits)
+            self.batch_rows.fill(sid, tokens, position, all_logits)
             self._decode(len(tokens), position, abort, sid)
             return
-        self._check_batch(sid, len(tokens), position, position + len(tokens))
+        self.batch_rows.check(sid, len(tokens), position, position + len(tokens))
         self.sessions.filled(sid, tokens, position)
         join_step(self.steps, self.logits, sid, tokens, position, all_logits, abort)
 
@@ -276,21 +260,6 @@ class LlamaRuntime:
         ``llama_decode`` (``StepBatch`` calls it under the lock). Raises as ``decode_rows``."""
         fill_rows(self._batch, rows)
         self._decode(len(rows), rows[0].position if rows else 0, None)
-
-    def _fill(self, sid: int, tokens: Sequence[int], position: int, all_logits: bool) -> None:
-        n = len(tokens)
-        self._check_batch(sid, n, position, position + n)
-        self.sessions.filled(sid, tokens, position)
-        b = self._batch
-        tok, pos, nseq, seq, lg = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
-        last = n - 1
-        for i in range(n):
-            tok[i] = tokens[i]
-            pos[i] = position + i
-            nseq[i] = 1
-            seq[i][0] = sid
-            lg[i] = 1 if all_logits or i == last else 0
-        b.n_tokens = n
 
     def _decode(self, n: int, position: int, abort: threading.Event | None, sid: int = -1) -> None:
         self.logits.window(0, 0, 0)
@@ -319,23 +288,22 @@ class LlamaRuntime:
         self._rows(sid, tokens, position, True, abort)
         c = self.sessions.constraints.get(sid)  # grammar, logit bias: inspector.llama.grammar
         if c is not None:
-            return c.rows(self, sid, tokens, position, n) or self._predictions(sid, n)
-        if self.sessions.has_penalties(sid):
+            picked = c.rows(self, sid, tokens, position, n)
+            if picked:
+                return picked
+        elif self.sessions.has_penalties(sid):
             self.penalize_last_rows(sid, n, position)
         return self._predictions(sid, n)
 
     def _predictions(self, sid: int, n: int) -> list[int]:
-        if self.sessions.is_greedy(sid):
-            # Greedy: argmax of every row at once (all rows have logits, in batch order);
-            # the same choice as llama_sampler_init_greedy, without n C sampler calls.
-            t = time.perf_counter_ns()
-            out = self.last_logits(n).argmax(axis=1).tolist()
-            self.predict_ns += time.perf_counter_ns() - t
-            return out
-        chain = self.sessions.chain(sid)
-        sample = llama_cpp.llama_sampler_sample
-        ctx, at = self.ctx, self.logits.batch_index
-        return [sample(chain, ctx, at(i)) for i in range(n)]
+        """Session ``sid``'s sampler's prediction of each of the last decode's ``n`` rows (``LogitsReader.
+        predictions``); greedy picks count in ``predict_ns``."""
+        if not self.sessions.is_greedy(sid):
+            return self.logits.predictions(n, self.sessions.chain(sid))
+        t = time.perf_counter_ns()
+        out = self.logits.predictions(n)
+        self.predict_ns += time.perf_counter_ns() - t
+        return out
 
     def decode_logits(
         self, sid: int, tokens: Sequence[int], position: int, abort: threading.Event | None = None
@@ -372,7 +340,7 @@ class LlamaRuntime:
         if self.sessions.has_penalties(sid) or sid in self.sessions.constraints:
             raise EngineError("tree windows take no penalties (repeat, frequency, presence), grammar or logit "
                               "bias: use a chain, or none of them")
-        self._check_batch(sid, n, position, position + max(depth) + 1)
+        self.batch_rows.check(sid, n, position, position + max(depth) + 1)
         fill_tree_batch(self._batch, tokens, position, depth, on, self.branch_seqs.lend(sid, len(on[0])))
         try:
             self._decode(n, position, abort, sid)
@@ -380,12 +348,6 @@ class LlamaRuntime:
             self.branch_seqs.give_back()
             raise
         return self._predictions(sid, n)
-
-    def keep_branch(self, sid: int, branch: int, position: int) -> None:
-        """After ``decode_tree``: keep in session ``sid`` the root (at ``position``) and branch ``branch``'s
-        rows (its ordinal among the tree's leaves); the rest of the tree leaves the cache
-        (``BranchSequences.keep``). ``sid`` then holds a chain, as after ``decode_rows`` of that branch."""
-        self.branch_seqs.keep(sid, branch, position)
 
     def penalize_last_rows(self, sid: int, n: int, position: int) -> None:
         """Apply session ``sid``'s penalties in place to the last decode's ``n`` rows with logits, the
@@ -411,12 +373,6 @@ class LlamaRuntime:
         self.probability_rows += len(logits)
         return out
 
-    def last_logits(self, n: int) -> "np.ndarray":
-        """The last decode's ``n`` rows of logits (every row had its logits flag), shape (n, n_vocab) float32:
-        a view of llama.cpp's buffer, valid until the next decode (copy what you keep). Raises
-        ``EngineError`` when llama.cpp has none."""
-        return self.logits.rows(n)
-
     def prefill(self, sid: int, tokens: Sequence[int], position: int) -> None:
         """Decode ``tokens`` into session ``sid`` from ``position``, in chunks of
         ``n_batch``, asking for logits on the last row only (never sampled here)."""
@@ -427,7 +383,7 @@ class LlamaRuntime:
         step = self.n_batch
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
-            self._fill(sid, chunk, position + start, False)
+            self.batch_rows.fill(sid, chunk, position + start, False)
             self._decode(len(chunk), position + start, None)
 
     def prefill_predict(self, sid: int, tokens: Sequence[int], position: int) -> int:
@@ -460,19 +416,6 @@ class LlamaRuntime:
     def retire_checkpoint(self, sid: int, start: int, count: int) -> None:
         """Nothing to release: llama.cpp's KV cache keeps no verify checkpoint. Kept as a runtime operation
         so a full accept still records its repair lock acquisition (SPEC step 7, ``runtime_lock_acquires`` = 2)."""
-
-    def chat_template(self) -> str | None:
-        """The model's chat template, or None (``Vocabulary.chat_template``: an override first)."""
-        return self.vocabulary.chat_template()
-
-    # -- diagnostics ---------------------------------------------------------
-    def row_logits(self, row: int) -> "np.ndarray":
-        """Logits of output ``row`` of the last decode, a float32 view (``LogitsReader.row``)."""
-        return self.logits.row(row)
-
-    def row_logits_top2(self, row: int) -> tuple[int, int, float]:
-        """(top token, second token, logit margin) of ``row`` of the last decode."""
-        return self.logits.top2(row)
 
     # -- cache capabilities --------------------------------------------------
     @property

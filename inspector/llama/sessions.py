@@ -114,7 +114,14 @@ class SessionTable:
         return list(self._chains)
 
     def is_open(self, sid: int) -> bool:
+        """Whether session ``sid`` is open (has a sampler chain)."""
         return sid in self._chains
+
+    def grammar_rejection(self, sid: int) -> int | None:
+        """The proposal index the grammar forbade at session ``sid``'s last verification stop, or None (no
+        grammar, or it forbade nothing)."""
+        c = self.constraints.get(sid)
+        return None if c is None else c.last_rejection
 
     def is_greedy(self, sid: int) -> bool:
         return sid in self._greedy

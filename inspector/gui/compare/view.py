@@ -4,8 +4,9 @@ configurations, side by side (``inspector.bench.compare``).
 This module owns the window itself: running (Run / Cancel, progress per configuration and per turn
 for a conversation), the results table (decode tokens/s, speedup vs plain, expected speedup from the
 cost model, acceptance rate, mean accepted length, windows, same output as plain; a conversation's
-row has a per-turn tooltip), the two plots (decode tokens/s per configuration; acceptance by proposal
-position per configuration), Export JSON / CSV, and closing. The top of the window, the
+row has a per-turn tooltip; its columns and cells: ``inspector.gui.compare.results_table``), the two
+plots (decode tokens/s per configuration; acceptance by proposal position per configuration), Export
+JSON / CSV, and closing. The top of the window, the
 configurations panel (the editable configurations table with its option cells, Add / Remove /
 Defaults, and what to run on: the main window's prompt, a bundled conversation or a turns file), is
 ``inspector.gui.compare.configs.CompareConfigsPanel``.
@@ -32,19 +33,15 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QAction, QBrush, QColor, QKeySequence
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFileDialog,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QMessageBox,
     QPushButton,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -54,64 +51,13 @@ from inspector.sources.registry import PLAIN
 from inspector.bench.compare_result import CompareConfig, CompareResult
 from inspector.bench.compare_result import write_compare_csv, write_compare_json
 from inspector.gui.compare.configs import CompareConfigsPanel
+from inspector.gui.compare.results_table import COLORS, make_results_table, show_result_rows
 from inspector.gui.compare.server_choice import ServerChoice
 from inspector.gui.look.screen_fit import keep_on_screen
 from inspector.gui.look.table_copy import install_row_copy
 
-RESULT_HEADERS = ("configuration", "decode tokens/s", "speedup vs plain", "expected speedup", "acceptance rate",
-                  "mean accepted length", "windows", "same output as plain")
-RESULT_TIPS = (
-    "", "generated tokens / decode time (prefill excluded)",
-    "decode tokens/s / the plain run's decode tokens/s",
-    "what the cost model predicts from this run's windows (Cost model tab: Measure)",
-    "accepted / proposed tokens over verified windows",
-    "1 + accepted / windows: tokens committed per window",
-    "verified proposal windows (receipts)",
-    "the generated token ids equal the plain run's",
-)
-WINDOWS_COLUMN = 6
-"""The windows column: "60 (5 tree)" when some verified token trees; its tooltip, rows per token."""
-SERVER_HEADERS = ("llama-server\ntokens/s", "drafted\nours / server", "accepted\nours / server",
-                  "same as\nllama-server")
-SERVER_TIPS = (
-    "llama-server's timings.predicted_per_second on the same prompt tokens (greedy, its flags for this row)",
-    "proposal tokens drafted: ours / llama-server's draft_n",
-    "proposal tokens accepted: ours / llama-server's draft_n_accepted",
-    "the same generated tokens and the same windows (drafted, accepted, accepted per draft position); "
-    "else where the outputs part and our target's top-2 logit margin there",
-)
-"""Columns added after ``RESULT_HEADERS`` when the comparison ran through llama-server too."""
 DODGE = 0.04
 """Sideways offset between configurations in the acceptance plot (proposal positions)."""
-COLORS = ("#616161", "#1565c0", "#2e7d32", "#e65100", "#6a1b9a", "#00838f", "#c62828", "#9e9d24")
-
-
-def turns_text(run) -> str:
-    """A conversation row's turns, one line each (tokens, windows, accepted, why it ended); "" for a
-    run that is not a conversation (``inspector.bench.compare.TurnsRun``)."""
-    gens = getattr(run, "generations", None)
-    if not gens:
-        return ""
-    lines = [f"{len(gens)} turn{'s' if len(gens) != 1 else ''}, summed in this row:"]
-    for n, g in enumerate(gens, 1):
-        accepted = sum(x.accepted_proposal_tokens for x in g.receipts)
-        lines.append(f"turn {n}: {len(g.generated)} tokens, {len(g.receipts)} windows, {accepted} accepted, "
-                     f"ended: {g.finish_reason or 'n/a'}")
-    return "\n".join(lines)
-
-
-def two_lines(label: str) -> str:
-    """A header on two lines, split at the space nearest its middle ("mean accepted\nlength");
-    a label without a space, or already on two lines, as it is."""
-    if "\n" in label or " " not in label:
-        return label
-    spaces = [i for i, ch in enumerate(label) if ch == " "]
-    cut = min(spaces, key=lambda i: abs(i - len(label) / 2))
-    return label[:cut] + "\n" + label[cut + 1:]
-
-
-def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
-    return "n/a" if x is None else f"{x:{spec}}{suffix}"
 
 
 def _tick(label: str) -> str:
@@ -159,15 +105,7 @@ class CompareView(QWidget):
         self.repeats = top.repeats
 
         # Results
-        self.results = QTableWidget(0, len(RESULT_HEADERS))
-        self.results.setHorizontalHeaderLabels(RESULT_HEADERS)
-        for i, tip in enumerate(RESULT_TIPS):
-            self.results.horizontalHeaderItem(i).setToolTip(tip)
-        self.results.verticalHeader().setVisible(False)
-        self.results.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        rh = self.results.horizontalHeader()
-        rh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        rh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.results = make_results_table()
         self.export_json = QPushButton("Export JSON…")
         self.export_csv = QPushButton("Export CSV…")
         for b in (self.export_json, self.export_csv):
@@ -348,83 +286,8 @@ class CompareView(QWidget):
         rows = res.rows if res is not None else ()
         runs = res.runs if res is not None else ()
         server = res.llama_server if res is not None else ()
-        t = self.results
-        if t.columnCount() != len(RESULT_HEADERS) + (len(SERVER_HEADERS) if server else 0):
-            self._set_result_columns(bool(server))
-        t.setRowCount(len(rows))
-        for i, r in enumerate(rows):
-            turns_tip = turns_text(runs[i]) if i < len(runs) else ""
-            s = r.summary
-            same = "n/a" if r.same_output_as_plain is None else ("yes" if r.same_output_as_plain else "no")
-            cells = (r.config.label, _fmt(s.decode_tokens_per_s, ".1f"), _fmt(r.speedup_vs_plain, ".2f", "x"),
-                     _fmt(r.expected_speedup, ".2f", "x"),
-                     _fmt(None if s.acceptance_rate is None else 100 * s.acceptance_rate, ".1f", " %"),
-                     _fmt(s.mean_accepted_length, ".2f"),
-                     f"{s.windows} ({r.tree_windows} tree)" if r.tree_windows else str(s.windows), same)
-            for col, text in enumerate(cells):
-                it = QTableWidgetItem(text)
-                if col:
-                    it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if col == 0:
-                    it.setForeground(QBrush(QColor(COLORS[i % len(COLORS)])))
-                    tip = "\n".join(x for x in (turns_tip, r.warm and f"warm: {r.warm}: its source remembered "
-                                                 "earlier requests, so this is no cold run") if x)
-                    if tip:
-                        it.setToolTip(tip)
-                    if r.warm:  # italic: a warm row (the tooltip says what it remembered)
-                        font = it.font()
-                        font.setItalic(True)
-                        it.setFont(font)
-                if col == WINDOWS_COLUMN and r.rows_per_token is not None:
-                    it.setToolTip(f"{r.rows_per_token:.2f} rows verified per generated token (a tree window's "
-                                  "every node, one per plain step)")
-                if r.error:
-                    it.setToolTip(r.error + (f"\n{turns_tip}" if col == 0 and turns_tip else ""))
-                    it.setBackground(QBrush(QColor("#ffebee")))
-                elif col == 7 and r.same_output_as_plain is False:
-                    it.setBackground(QBrush(QColor("#fff3e0")))
-                    it.setToolTip("the output differs from plain decoding (batch arithmetic can flip a near-tie; "
-                                  "sampling with temperature > 0 differs by design)")
-                t.setItem(i, col, it)
-            if server:
-                self._server_cells(i, server[i])
+        show_result_rows(self.results, rows, runs, server)
         self._draw_plots(rows)
-
-    def _set_result_columns(self, server: bool) -> None:
-        """Our columns, and llama-server's four after them when ``server``: then every header takes two
-        lines (twelve columns fit 1024 px) and llama-server's tokens/s is shown beside ours (moved on
-        screen only: the columns' indices stay ``RESULT_HEADERS`` then ``SERVER_HEADERS``)."""
-        t, h = self.results, self.results.horizontalHeader()
-        for visual in range(h.count()):  # back to the natural order before the columns change
-            h.moveSection(h.visualIndex(visual), visual)
-        headers = RESULT_HEADERS + (SERVER_HEADERS if server else ())
-        t.setColumnCount(len(headers))
-        t.setHorizontalHeaderLabels([two_lines(x) for x in headers] if server else list(headers))
-        for i, tip in enumerate(RESULT_TIPS + (SERVER_TIPS if server else ())):
-            t.horizontalHeaderItem(i).setToolTip(tip)
-        if server:
-            h.moveSection(h.visualIndex(len(RESULT_HEADERS)), 2)
-
-    def _server_cells(self, i: int, v) -> None:
-        """Row ``i``'s llama-server columns from its ``ServerRow``: figures, or the error / note across them."""
-        first = len(RESULT_HEADERS)
-        if v.drafted is None:  # an error or a note instead of figures: said in the last column, whole in its tooltip
-            cells = ("", "", "", "failed" if v.error else "not compared")
-        else:
-            cells = (_fmt(v.tokens_per_s, ".1f"), f"{v.ours_drafted} / {v.drafted}", f"{v.ours_accepted} / {v.accepted}",
-                     "yes" if v.same_output and v.same_windows else
-                     ("windows differ" if v.same_output else v.describe_output()))
-        tip = "\n".join(x for x in (v.error, v.note, " ".join(v.flags) and "llama-server " + " ".join(v.flags)) if x)
-        for k, text in enumerate(cells):
-            it = QTableWidgetItem(text)
-            it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            if tip:
-                it.setToolTip(tip)
-            if v.error:
-                it.setBackground(QBrush(QColor("#ffebee")))
-            elif k == 3 and v.drafted is not None and not (v.same_output and v.same_windows):
-                it.setBackground(QBrush(QColor("#fff3e0")))
-            self.results.setItem(i, first + k, it)
 
     def _draw_plots(self, rows) -> None:
         n = len(rows)

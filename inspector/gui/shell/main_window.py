@@ -9,7 +9,8 @@ llama.cpp and never waits for the worker (a close while it works is deferred: ``
 The window is composed, not assembled from mixins: ``build_ui`` makes its widgets (a ``WindowUI``),
 ``build_menus`` its File and Run menus (``RunMenus``), ``run`` (``RunControl``: the state, what it
 enables, Run / Pause / Step / Stop / Resume), ``model_line`` (``ModelLine``: what a model load
-shows), ``feed`` (``RecordFeed``), and the helpers of its menus and rows (``files``, ``turns``,
+shows), ``run_events`` (``RunEvents``: what the worker's reports on a run show), ``feed``
+(``RecordFeed``), and the helpers of its menus and rows (``files``, ``turns``,
 ``sources``, ``analysis``, ``synthetic``, ``help``, ``serve``: the Serve switch and the Requests tab). No helper holds
 the window: each gets the widgets it drives and the handles of ``inspector.gui.ports.handles``
 (``feedback``, ``shown``, ``host``), made here once.
@@ -17,7 +18,6 @@ the window: each gets the widgets it drives and the handles of ``inspector.gui.p
 
 from __future__ import annotations
 
-import html
 import importlib
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from inspector.gui.engine_thread.record_feed import RecordFeed
 from inspector.gui.engine_thread.worker import EngineWorker
 from inspector.gui.files.actions import FileActions
 from inspector.gui.files.session_store import app_data_dir
-from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_HINT
+from inspector.gui.look.banner_colours import BANNER_HINT
 from inspector.gui.look.wording import count_noun
 from inspector.gui.panel.source_actions import SourceActions
 from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
@@ -38,7 +38,6 @@ from inspector.gui.serve.serve_actions import ServeActions
 from inspector.gui.shell import none_refcount
 from inspector.gui.shell.analysis_actions import AnalysisActions
 from inspector.gui.shell.synthetic_actions import SyntheticActions
-from inspector.gui.shell.banner import repair_text
 from inspector.gui.shell.help_menu import HelpActions
 from inspector.gui.shell.layout import build_ui
 from inspector.gui.shell.menus import MenuCommands, build_menus
@@ -46,12 +45,12 @@ from inspector.gui.shell.model_line import ModelLine
 from inspector.gui.shell.panel_wiring import wire_panel
 from inspector.gui.shell.quitting import QuitControl, Workers
 from inspector.gui.shell.run_control import RunControl
+from inspector.gui.shell.run_events import RunEvents
 from inspector.gui.shell.window_settings import restore_controls, restore_window, save_window
 from inspector.gui.tokens.conversation_bar import ConversationActions
-from inspector.session.run_records import REFUSED, SPECULATION_REFUSED, RunEnd, RunError
-from inspector.session.run_states import ERROR, IDLE
+from inspector.session.run_records import RunEnd, RunError
+from inspector.session.run_states import IDLE
 from inspector.session.session_record import SessionRecord
-from inspector.sources.registry import declaration_or_none
 
 REDRAW_HZ = 15
 """Redraws a second: each takes a core from llama.cpp's decode threads (25 Hz: 8-10% of a core, 15 Hz: 5-7%)."""
@@ -199,6 +198,12 @@ class MainWindow(QMainWindow):
             self.sources), stop=self._stop_all, close=self.close)
         """Ctrl+Q or the close button while something works: ask, cancel, wait without blocking, quit."""
         self._wire_worker()
+        self.run_events = RunEvents(
+            self.worker, self.run, self.model_line, panel=self.panel, banner=self.banner, progress=self.load_progress,
+            token_view=self.token_view, window_detail=self.window_detail, settings=self.settings, shown=self.shown,
+            feedback=self.feedback, remember_error=self.remember_error, error_shown=self.errorShown.emit,
+            source_refused=self.sourceRefused.emit, run_finished=self.runFinished.emit, parent=self)
+        """The worker's reports on a run (its state, a hold, an error, its end) and what the window shows of them."""
         self.thread.start()
         wire_panel(self.panel, self.run, files=self.files, sources=self.sources, worker=self.worker,
                    load_model=self.load_selected_model)
@@ -227,6 +232,16 @@ class MainWindow(QMainWindow):
     def model_info(self) -> dict | None:
         """The loaded model's ``describe()``, or None."""
         return self.model_line.info
+
+    @property
+    def error_info(self) -> RunError | None:
+        """The last run error shown in the banner (``RunEvents.error_info``), or None."""
+        return self.run_events.error_info
+
+    @property
+    def finish_info(self) -> RunEnd | None:
+        """The last run's ``RunEnd`` (``RunEvents.finish_info``), or None."""
+        return self.run_events.finish_info
 
     def load_selected_model(self) -> bool:
         """``RunControl.load_selected_model`` (while serving, serving stops first: ``ServeActions.then_load``)."""
@@ -272,14 +287,7 @@ class MainWindow(QMainWindow):
         self.requestShutdown.connect(w.shutdown)
         w.shutdownDone.connect(self.thread.quit, Qt.ConnectionType.DirectConnection)  # after the job in flight
         w.modelProgress.connect(self.model_line.progress_changed)
-        w.modelLoaded.connect(self.model_line.loaded)
-        w.modelFailed.connect(self._model_failed)
-        w.runStarted.connect(self._run_started)
-        w.stateChanged.connect(self._worker_state)
-        w.aboutToCommit.connect(self._about_to_commit)
-        w.errorOccurred.connect(self._error)
-        w.sourceFailed.connect(self._source_failed)
-        w.runFinished.connect(self._run_finished)
+        w.modelLoaded.connect(self.model_line.loaded)  # the run's reports: ``RunEvents`` (made next)
 
     # -- sessions ---------------------------------------------------------------------
     def set_session(self, session: SessionRecord) -> None:
@@ -340,94 +348,11 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.window_detail)
         self.window_detail.select_window(w)
 
-    # -- worker signals -----------------------------------------------------------------------
+    # -- the worker's records and the banner -------------------------------------------------
     def drain_records(self) -> None:
         """Apply the records the worker appended since the last call to the shown live session
         (a session read from a file takes none; they belong to no shown run)."""
         self.feed.feed(self.session)
-
-    def _worker_state(self, state: str, detail: str) -> None:
-        self.drain_records()  # the banner counts what the run did up to this state (a pause: its last step)
-        self.run.worker_state(state, detail)
-
-    def _model_failed(self, message: str, path: str = "") -> None:
-        self.run.restore_before_run()  # a run that could not load its model keeps the session shown before
-        self.model_line.failed(message, path)
-
-    def _source_failed(self, name: str, message: str) -> None:
-        """The worker could not make the run's source: show why, and the previous session again."""
-        self.run.restore_before_run()
-        self.run.run_ended()
-        self.load_progress.hide()
-        self.run.set_state(IDLE, f"{name} source refused")
-        self.set_banner(f"<b>The run did not start:</b> {html.escape(message)}. Change the {html.escape(name)} "
-                        "source's options or choose another proposal source, then <b>Run</b>.", BANNER_ERROR)
-        declared = declaration_or_none(name)
-        loads_model = declared is not None and declared.loads_model  # its model file was refused
-        title = "Draft model refused" if "refused" in message and loads_model else \
-            f"Cannot use the {name} proposal source"
-        self.show_error(title, message)
-        self.sourceRefused.emit(message)
-
-    def _run_started(self, info: dict) -> None:
-        self.drain_records()  # the run's header
-        self.panel.show_draft_max_used(self.session.settings)
-        if info.get("autosave"):
-            self.settings.setValue("autosave/path", info["autosave"])
-            self.settings.setValue("autosave/clean", False)
-            self.settings.sync()
-        self.run.run_started()
-
-    def _about_to_commit(self, info: dict) -> None:
-        """Step token holds before a commit: the token view names the token and what it is
-        (accepted proposal token, correction, bonus token, plain step); the Windows tab shows
-        the window being committed (no receipt yet)."""
-        self.redraw()  # drains the records first: the held token's text is among them
-        self.token_view.show_hold(info)
-        self.window_detail.show_in_flight(info)
-
-    def _error(self, err: RunError) -> None:
-        """A run's error: a dialog when the run did not start, else the banner with where the
-        repair left the KV cache (the run waits for Resume)."""
-        self.drain_records()
-        message = err.message
-        self.last_error = message
-        if err.kind == SPECULATION_REFUSED:
-            self.show_error("Speculative decoding is not supported by this model",
-                            message + "\n\nChoose the proposal source “none” to decode plainly.")
-            return
-        if err.kind == REFUSED:
-            self.show_error("Run failed", message)
-            return
-        if err.ended:  # the runtime is gone (a lost RPC server): the run is over, its receipts stay
-            self.set_banner(f"<b>Error:</b> {html.escape(message)}<br>The run ended here; its receipts are kept "
-                            "(Export receipts). Start the server again, then <b>Run</b>.", BANNER_ERROR)
-            self.error_info = err
-            self.redraw()
-            self.errorShown.emit(message)
-            return
-        self.set_banner(f"<b>Error:</b> {message}<br>{repair_text(err)}. Press <b>Resume</b> to continue.",
-                        BANNER_ERROR)
-        self.error_info = err
-        self.redraw()
-        if self.state != ERROR:
-            self.run.set_state(ERROR, message)
-        self.errorShown.emit(message)
-
-    def _run_finished(self, reason: str, end: RunEnd | None) -> None:
-        """The run ended (``end`` None: it never started)."""
-        self.run.run_ended()
-        self.settings.setValue("autosave/clean", True)
-        self.settings.sync()
-        self.finish_info = end
-        self.redraw()  # drains the run's last records (its end, a comparison with plain decoding)
-        if reason != "error" and end is not None:
-            self.banner.say(*self.run.finish_banner(reason, end, self.session))
-        elif self.state != ERROR and (end is None or not (self.session.tokens or end.errors)):  # it never ran
-            self.set_banner(f"<b>The run did not start:</b> {html.escape(self.last_error or 'see the message')}",
-                            BANNER_ERROR)
-        self.run.set_state(IDLE, reason)
-        self.runFinished.emit(reason, end)
 
     def set_banner(self, text: str, style: str) -> None:
         """Show ``text`` in the banner above the tokens (``style``: one of the ``BANNER_*`` colors).
@@ -435,6 +360,10 @@ class MainWindow(QMainWindow):
         self.banner.say(text, style)
 
     # -- dialogs ---------------------------------------------------------------------------
+    def remember_error(self, message: str) -> None:
+        """Keep ``message`` as ``last_error`` (an error the banner shows, not a dialog)."""
+        self.last_error = message
+
     def show_error(self, title: str, message: str, icon=QMessageBox.Icon.Critical) -> None:
         """Show an error (``icon``: Information for what is no failure) without blocking (a window-modal
         box); kept in ``last_error``."""

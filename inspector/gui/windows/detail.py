@@ -5,7 +5,8 @@ proposed token, target prediction, the target's figures: p(proposed) and its
 rank, p(target), the top-2 logit margin; then the outcome); rows whose KV entries the
 repair removed (position >= canonical_position) are struck through, and
 predictions past the committed ones are marked branch-conditioned (never
-output). Below: the receipt's positions and timings, and its raw JSON.
+output): its columns and cells are ``inspector.gui.windows.verification_rows``'s.
+Below: the receipt's positions and timings, and its raw JSON.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import time
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QTextOption
+from PySide6.QtGui import QFont, QTextOption
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
@@ -24,8 +25,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QSplitter,
     QTableView,
-    QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QTextBrowser,
     QVBoxLayout,
@@ -33,76 +32,17 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.engine.records import decision_id_text
-from inspector.engine.classify import row_outcomes, token_outcome
-from inspector.gui.look import outcomes as O
+from inspector.engine.classify import token_outcome
 from inspector.session.session_record import SessionRecord
 from inspector.gui.look.table_copy import install_row_copy
-from inspector.gui.tokens.token_figures import margin_text, probability_text
 from inspector.gui.windows.table import WIDEST, WINDOW_HEADERS, WindowTableModel
 from inspector.gui.windows.tree_drawing import CHAIN_TEXT, NO_WINDOW_TEXT, TreeTab, walk_accepted
 from inspector.gui.windows.tree_text import tree_branches_html, tree_summary
+from inspector.gui.windows.verification_rows import ROW_LABELS, fill_rows, make_rows_table, token_text
 
 EMPTY_TEXT = "Select a window."
-HOLD_BACKGROUND = "#fff59d"
-"""Background of the row Step token holds before."""
-ROW_LABELS = {O.ACCEPTED: "accepted proposal token", O.CORRECTION: "correction", O.BONUS: "bonus token",
-              O.BRANCH: "branch-conditioned (never output)", O.NOT_COMMITTED: "not committed"}
-"""Outcome of a verification row in words (rows table, hold banner)."""
 FOLLOW_S = 0.5
 """Shortest time between two follows of the newest window while a run goes (seconds)."""
-
-ROW_COLUMNS = ("row", "position", "input token", "proposed token", "target prediction", "outcome",
-               "p(proposed)", "rank", "p(target)", "margin")
-ROW_HEADERS = ("row", "pos.", "input", "proposed", "target", "outcome", "p(proposed)", "rank", "p(target)", "margin")
-"""Short header labels of the rows table (``ROW_COLUMNS`` are their tooltips, with ``ROW_TIPS``)."""
-ROW_TIPS = (
-    "verification row (0: the current token's row)",
-    "KV position of the row's input token (tokens)",
-    "input token of the row: the current token, then the proposal tokens",
-    "proposed token this row verifies",
-    "target prediction: the token the target model predicts after the input token",
-    "accepted, correction, bonus token, branch-conditioned (never output), not committed; trimmed: KV entry removed",
-    "the target's probability of the proposed token on this row (0..1; the softmax of the logits at T=0, "
-    "after the sampler chain at T>0); — on the bonus row; empty when the window has no figures",
-    "rank of the proposed token among the target's logits on this row (1 = the target's top choice)",
-    "the target's probability of its own prediction on this row (0..1)",
-    "the target's top logit minus its second on this row (logits); a small margin is a near-tie",
-)
-OUTCOME_COLUMN = 5
-"""Index of the outcome column (shown last)."""
-FIGURE_COLUMNS = 6
-"""Index of the first probability column (p(proposed), rank, p(target), margin). On screen (and in a
-copy) they come before the outcome, which stays last and takes the table's spare width."""
-
-
-def _tok(s: SessionRecord, t: int | None) -> str:
-    if t is None:
-        return "—"
-    text = s.text_of(t).replace("\n", "\\n").replace("\t", "\\t")
-    return f"'{text}'  ({t})"
-
-
-def _item(text, *, color: str | None = None, align_right=False) -> QTableWidgetItem:
-    it = QTableWidgetItem(str(text))
-    it.setFlags(Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled)
-    if color:
-        it.setBackground(QBrush(QColor(color)))
-    if align_right:
-        it.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-    return it
-
-
-def _figures(probs, row: int) -> tuple[str, str, str, str]:
-    """(p(proposed), rank, p(target), margin) of verification row ``row`` as table texts;
-    empty texts without figures (turned off, a schema v1 file, a window not verified yet, a row after the first
-    mismatch: never judged, ``inspector.engine.window.judged_rows``)."""
-    if probs is None or not 0 <= row < probs.rows:
-        return "", "", "", ""
-    rank = probs.proposed_rank[row]
-    return (probability_text(probs.proposed_p[row]), "—" if rank is None else str(rank),
-            probability_text(probs.predicted_p[row]), margin_text(probs.margin[row]))
-
-
 DETAIL_MIN_WIDTH = 250
 """The Receipt pane's least width: its field names and values side by side, never a letter a line."""
 FIELD_KEYS = ("source", "decision", "proposal", "correction / bonus", "positions", "repair", "generated",
@@ -206,21 +146,7 @@ class WindowDetail(QWidget):
         split.setSizes([self._table_width, 880 - self._table_width])
         outer.addWidget(split)
 
-        self.rows = QTableWidget(0, len(ROW_COLUMNS))
-        self.rows.setHorizontalHeaderLabels(ROW_HEADERS)
-        for c, tip in enumerate(ROW_TIPS):
-            self.rows.horizontalHeaderItem(c).setToolTip(f"{ROW_COLUMNS[c]}: {tip}")
-        self.rows.verticalHeader().setVisible(False)
-        self.rows.setWordWrap(False)
-        self.rows.verticalHeader().setDefaultSectionSize(22)
-        self.rows.setToolTip("struck through: KV entries the repair removed (position >= canonical_position)")
-        rows_header = self.rows.horizontalHeader()
-        rows_header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        rows_header.setStretchLastSection(True)
-        for c in range(FIGURE_COLUMNS, len(ROW_COLUMNS)):  # the short figures before the long outcome texts
-            rows_header.moveSection(rows_header.visualIndex(c), OUTCOME_COLUMN + c - FIGURE_COLUMNS)
-        self._resize_row_columns()
-        install_row_copy(self.rows)  # Ctrl+C copies the selected rows as tab-separated text
+        self.rows = make_rows_table()
         outer.addWidget(self.rows)
         outer.setStretchFactor(0, 1)
         outer.setStretchFactor(1, 1)
@@ -302,57 +228,11 @@ class WindowDetail(QWidget):
             canonical, after = d.partial.canonical_position, d.partial.position_after_verification
         base, committed = e.base_position, len(e.committed)
         self.tree_tab.show_receipt(r, self._current_token(w, base), self.session.text_of)
-        self._fill_rows(self._current_token(w, base), e.proposal, e.predictions, base, committed, canonical, after,
-                        probs=r.probabilities if r is not None else None)
+        fill_rows(self.rows, self.session, self._current_token(w, base), e.proposal, e.predictions, base, committed,
+                  canonical, after, probs=r.probabilities if r is not None else None)
         self._set_fields(lambda: self._fields_html(w, r, d, e.accepted, base, after, canonical, committed))
         self._raw_for = None
         self._show_raw()
-
-    def _fill_rows(self, current, proposal, preds, base, committed, canonical, after, held_row=None,
-                   probs=None) -> None:
-        """The rows table: one row per verification row (KV position base + row), each with the
-        engine's row outcome (``inspector.engine.classify.row_outcomes``) and the target's figures.
-
-        ``committed``: rows whose prediction was committed; ``canonical``: the repaired KV
-        length (None while the window is still committing); ``held_row``: the row whose
-        prediction Step token holds before committing (None otherwise); ``probs``: the
-        receipt's ``WindowProbabilities`` (None: the figure columns stay empty)."""
-        s = self.session
-        n_rows = len(proposal) + 1
-        self.rows.setRowCount(n_rows)
-        strike = QFont()
-        strike.setStrikeOut(True)
-        outcomes = row_outcomes(proposal, preds, committed, held_row)
-        for i, outcome in enumerate(outcomes):
-            inp = current if i == 0 else proposal[i - 1]
-            prop = proposal[i] if i < len(proposal) else None
-            pred = preds[i] if i < len(preds) else None
-            held = held_row is not None and i == held_row
-            pred_text = "—" if pred is None else _tok(s, pred)
-            removed = canonical is not None and after is not None and base + i >= canonical
-            label = ROW_LABELS.get(outcome, outcome)
-            if held:
-                label = f"held: about to commit ({label})"
-            if removed:
-                label += " · trimmed"
-            vals = (i, base + i, _tok(s, inp) + ("  [current]" if i == 0 else ""), _tok(s, prop), pred_text, label)
-            vals += _figures(probs, i)
-            for c, v in enumerate(vals):
-                it = _item(v, color=HOLD_BACKGROUND if held else O.BACKGROUNDS.get(outcome),
-                           align_right=c < 2 or c >= FIGURE_COLUMNS)
-                if outcome in O.COLORS:
-                    it.setForeground(QBrush(QColor(O.COLORS[outcome])))
-                if removed:
-                    it.setFont(strike)
-                self.rows.setItem(i, c, it)
-        self._resize_row_columns()
-
-    def _resize_row_columns(self) -> None:
-        # At most draft max + 1 rows: sizing the columns to their texts is cheap (the outcome,
-        # shown last, stretches to the table's width).
-        for c in range(len(ROW_COLUMNS)):
-            if c != OUTCOME_COLUMN:
-                self.rows.resizeColumnToContents(c)
 
     def show_in_flight(self, info: dict) -> None:
         """Show the window Step token holds in (no receipt yet): its proposal, the rows verified
@@ -366,8 +246,8 @@ class WindowDetail(QWidget):
         w, row = info["window"], info["row"]
         proposal, preds, base = info["proposal"], info["predictions"], info["base_position"]
         current = self._current_token(w, base)
-        self._fill_rows(current, proposal, preds, base, len(info.get("committed", ())),
-                        None, info.get("position_after_verification"), held_row=row)
+        fill_rows(self.rows, self.session, current, proposal, preds, base, len(info.get("committed", ())),
+                  None, info.get("position_after_verification"), held_row=row)
         kind = ROW_LABELS.get(token_outcome(row, info["token"], proposal), "")
         e = html.escape
         decision = decision_id_text(info.get("decision_id", b""))
@@ -381,7 +261,7 @@ class WindowDetail(QWidget):
             ("proposal", f"{len(proposal)} tokens · committed so far {len(info.get('committed', ()))}"),
             *([("tree", e(tree_summary(tree, walk_accepted(tree))) + " (the Tree tab marks the held node)")]
               if tree is not None else []),
-            ("held", f"row {row} (KV position {base + row}): {e(_tok(self.session, info['token']))} — {kind}"),
+            ("held", f"row {row} (KV position {base + row}): {e(token_text(self.session, info['token']))} — {kind}"),
             ("positions", f"base {base} → verified {info.get('position_after_verification')} → canonical: "
                           "after the commit loop and repair"),
         ]
@@ -419,9 +299,9 @@ class WindowDetail(QWidget):
                 ("decision", None),
                 ("proposal", f"{r.proposal_token_count} tokens · accepted {r.accepted_proposal_tokens} · "
                              f"committed {committed}"),
-                ("correction / bonus", e(_tok(s, nxt)) if nxt is not None else "none (stopped)"),
+                ("correction / bonus", e(token_text(s, nxt)) if nxt is not None else "none (stopped)"),
                 *([("grammar", f"forbids proposal token {r.grammar_rejected_row + 1} "
-                               f"({e(_tok(s, r.proposal_token_ids[r.grammar_rejected_row]))}): never accepted")]
+                               f"({e(token_text(s, r.proposal_token_ids[r.grammar_rejected_row]))}): never accepted")]
                   if r.grammar_rejected_row is not None else []),
                 *([("tree", e(tree_summary(r.tree, r.accepted_proposal_tokens)) + " (drawn in the Tree tab)"),
                    ("branches", tree_branches_html(r.tree, r.accepted_proposal_tokens, s.text_of))]
