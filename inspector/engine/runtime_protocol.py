@@ -18,11 +18,10 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 
-@runtime_checkable
-class Runtime(Protocol):
-    """A loaded model and one context holding several sessions (KV sequences), as ``LlamaRuntime``."""
+class RuntimeFacts(Protocol):
+    """What a runtime knows from its load on (a ``RemoteRuntime`` copies it from its child once), and its
+    counters."""
 
-    # -- facts, read once after loading (a RemoteRuntime copies them from its child) -------------
     info: Any
     """``inspector.llama.model_file.ModelInfo`` of the model file."""
     model_path: str
@@ -48,19 +47,20 @@ class Runtime(Protocol):
     offload_note: str
     converted_from: str | None
 
-    # -- counters (nanoseconds; benchmarks) ------------------------------------------------------
     decode_ns: int
-    """Total time inside ``llama_decode``."""
+    """Total time inside ``llama_decode`` (nanoseconds; benchmarks)."""
     predict_ns: int
-    """Total time picking greedy predictions from the rows' logits."""
+    """Total time picking greedy predictions from the rows' logits (nanoseconds; benchmarks)."""
 
-    # -- lifecycle -------------------------------------------------------------------------------
+
+class RuntimeSessions(Protocol):
+    """The runtime's life and its sessions: each a KV sequence with its own sampler."""
+
     def close(self) -> None: ...
     def request_abort(self, sid: int) -> None: ...
     def set_threads(self, n_threads: int) -> None: ...
     def describe(self) -> dict: ...
 
-    # -- sessions --------------------------------------------------------------------------------
     def open_session(self, sampling=None) -> int: ...
     def reopen_session(self, sid: int, sampling, kept: int, tokens: Sequence[int]) -> int: ...
     def drop_session(self, sid: int) -> None: ...
@@ -71,7 +71,10 @@ class Runtime(Protocol):
     def save_sequence(self, sid: int): ...
     def restore_sequence(self, sid: int, data) -> None: ...
 
-    # -- decoding --------------------------------------------------------------------------------
+
+class RuntimeDecoding(Protocol):
+    """Decoding rows into sessions, and the last decode's rows (logits, predictions, figures)."""
+
     def prefill(self, sid: int, tokens: Sequence[int], position: int) -> None: ...
     def prefill_predict(self, sid: int, tokens: Sequence[int], position: int) -> int: ...
     def decode_rows(self, sid: int, tokens: Sequence[int], position: int, abort=None) -> list[int]: ...
@@ -83,7 +86,6 @@ class Runtime(Protocol):
     def trim(self, sid: int, position: int) -> bool: ...
     def retire_checkpoint(self, sid: int, start: int, count: int) -> None: ...
 
-    # -- the last decode's rows ------------------------------------------------------------------
     def penalize_last_rows(self, sid: int, n: int, position: int) -> None: ...
     def row_probabilities(self, n: int, proposed: Sequence[int], predictions: Sequence[int], sampling=None,
                           rows: Sequence[int] | None = None, top: int = 5): ...
@@ -91,7 +93,11 @@ class Runtime(Protocol):
     def row_logits(self, row: int): ...
     def row_logits_top2(self, row: int) -> tuple[int, int, float]: ...
 
-    # -- tokens and the chat template (``inspector.llama.vocab.Vocabulary``) ---------------------
+
+class RuntimeTokens(Protocol):
+    """Tokens, their text and the chat template (``inspector.llama.vocab.Vocabulary``), and what the KV
+    cache can do."""
+
     def is_eog(self, token: int) -> bool: ...
     def token_piece(self, token: int, special: bool = False) -> bytes: ...
     def token_text(self, token: int) -> str: ...
@@ -103,16 +109,24 @@ class Runtime(Protocol):
                              generation_prompt: bool = True) -> str: ...
     def chat_template(self) -> str | None: ...
 
-    # -- the KV cache's abilities ----------------------------------------------------------------
     @property
     def rollback(self): ...
     def probe_rollback(self): ...
 
 
+@runtime_checkable
+class Runtime(RuntimeFacts, RuntimeSessions, RuntimeDecoding, RuntimeTokens, Protocol):
+    """A loaded model and one context holding several sessions (KV sequences), as ``LlamaRuntime``: every
+    ability of the four parts above."""
+
+
+_PARTS = (RuntimeFacts, RuntimeSessions, RuntimeDecoding, RuntimeTokens)
+
+
 def _members(kind: str) -> tuple[str, ...]:
     if kind == "facts":
-        return tuple(n for n in Runtime.__annotations__)
-    return tuple(n for n, v in vars(Runtime).items()
+        return tuple(RuntimeFacts.__annotations__)
+    return tuple(n for part in _PARTS[1:] for n, v in vars(part).items()
                  if not n.startswith("_") and (callable(v) or isinstance(v, property)) and n != "rollback")
 
 
