@@ -17,10 +17,9 @@ import httpx
 import pytest
 
 from inspector.bench.compare import check_config_options
-from inspector.bench.concurrency_bench import (LLAMA_SERVER, OURS_BATCHED, OURS_LOCKED, Cell, ConcurrencyResult,
-                                               Contender, LevelRun, contenders, drive_clients,
-                                               format_concurrency_bench, ours_arguments, parse_levels, percentile,
-                                               source_configs)
+from inspector.bench.concurrency_bench import contenders, drive_clients, ours_arguments, parse_levels, source_configs
+from inspector.bench.concurrency_result import (LLAMA_SERVER, OURS_BATCHED, OURS_LOCKED, Cell, ConcurrencyResult,
+                                                Contender, LevelRun, format_concurrency_bench, percentile)
 from inspector.bench.server_process import ServeProcess, ServerStartError, last_lines
 from inspector.cli.main import build_parser
 from inspector.cli.sources import source_options_from_args

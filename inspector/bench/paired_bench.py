@@ -24,7 +24,8 @@ from typing import Callable, Sequence
 import httpx
 
 from inspector.bench.compare_result import CompareConfig
-from inspector.bench.concurrency_bench import LLAMA_SERVER, OURS_BATCHED, Contender, client_system, start_server
+from inspector.bench.concurrency_bench import client_system, start_server
+from inspector.bench.concurrency_result import LLAMA_SERVER, OURS_BATCHED, Contender
 from inspector.bench.serve_bench import REQUEST_TIMEOUT_S, WARM_UP, stream_chat
 from inspector.bench.server_http import ServerError
 from inspector.prompts import EXAMPLES, example_prompt

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 
 from inspector.bench.concurrency_bench import (DEFAULT_LEVELS, DEFAULT_N_PREDICT, DEFAULT_REPEATS, DEFAULT_SOURCES,
-                                               MAX_LEVEL, concurrency_bench, format_concurrency_bench, parse_levels,
-                                               source_configs)
+                                               MAX_LEVEL, concurrency_bench, parse_levels, source_configs)
+from inspector.bench.concurrency_result import format_concurrency_bench
 from inspector.bench.paired_bench import DEFAULT_PAIRS, MAX_PAIRS, format_paired_bench, paired_bench
 from inspector.bench.server_http import ServerError
 from inspector.bench.run import TASKS

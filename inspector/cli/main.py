@@ -6,7 +6,7 @@
 ``spec-inspector view FILE``  prints the summary of a receipts file (``inspector.cli.view``).
 ``spec-inspector make-draft`` re-quantizes a model into a draft model.
 ``spec-inspector trace FILE -o OUT`` writes a Chrome trace (Perfetto) of a receipts file.
-``spec-inspector bench`` / ``compare`` measure speed (``inspector.cli.bench``).
+``spec-inspector bench`` / ``compare`` measure speed (``inspector.cli.bench``, ``inspector.cli.compare``).
 ``spec-inspector audit FILE`` why a greedy run's output differs from plain decoding (``inspector.cli.audit``).
 
 Every failure a user can cause (bad flag, missing file, damaged model, prompt
@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 
 from inspector.cli.audit import add_audit_command, cmd_audit
-from inspector.cli.bench import add_bench_commands, cmd_bench, cmd_compare
+from inspector.cli.bench import add_bench_commands, cmd_bench
+from inspector.cli.compare import cmd_compare
 from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.devices import add_commands as add_device_commands, cmd_devices
 from inspector.cli.flags import add_flags_command, cmd_flags

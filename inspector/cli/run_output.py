@@ -162,7 +162,7 @@ def format_events(events, token_text, receipts=(), discards=()) -> list[str]:
     or their JSON forms. A verify event takes the decision id of its window's
     receipt (or, for a window that ended in an error, of the discard that kept
     its partial window); the n-th discard event is the n-th discard (both are
-    appended in the same order, ``Generation._discard``).
+    appended in the same order, ``inspector.engine.failure_log.FailureLog.discard``).
     """
     by_window, figures = {}, {}
     for d in discards:

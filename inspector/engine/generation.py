@@ -24,16 +24,17 @@ from inspector.engine import faults as F
 from inspector.engine.classify import FROM_PREFILL, token_outcome
 from inspector.engine.deferred_figures import figure_batch
 from inspector.engine.constraints import Constraints
-from inspector.engine.errors import DecodeAborted, InjectedCallbackError, PromptTooLong, RequestCancelled
+from inspector.engine.errors import DecodeAborted, InjectedCallbackError, RequestCancelled
+from inspector.engine.failure_log import FailureLog
 from inspector.engine.faults import FaultPlan
 from inspector.engine.finish import FINISH_CONTEXT_FULL, FINISH_LENGTH, finish_after_commit
 from inspector.engine.no_proposal import DISCARDED, NO_ROOM, PLAIN_DECODING, no_room_detail
 from inspector.engine.observer import GenerationObserver
-from inspector.engine.proposal import (EXECUTION_FAILED, POSITION_MISMATCH, Proposal, ProposalRequest, ProposalSource,
-                                       max_proposal_tokens)
-from inspector.engine.records import (COMMIT, DISCARD, ERROR, FINISH, PREFILL, REPAIR, STEP, Discard, EngineEvent,
-                                      WindowReceipt, failure_place)
-from inspector.engine.runtime_calls import check_speculation_supported, plain_step_call, prefill_call
+from inspector.engine.prefill import check_start, open_session, prefill, resync, trim_prompt, window_context
+from inspector.engine.proposal import POSITION_MISMATCH, Proposal, ProposalRequest, ProposalSource, max_proposal_tokens
+from inspector.engine.records import (COMMIT, ERROR, FINISH, PREFILL, STEP, Discard, EngineEvent, WindowReceipt,
+                                      failure_place)
+from inspector.engine.runtime_calls import plain_step_call
 from inspector.engine.scheduler import RuntimeScheduler
 from inspector.engine.settings import GenerationSettings
 from inspector.engine.source_query import query_source
@@ -98,6 +99,7 @@ class Generation:
         self.finish_reason: str | None = None
         self.session_retired = False
         self.errors: list[str] = []
+        self._failures = FailureLog(self.errors, self.discards, source, self.observer, self._emit)
         self.cancel_event = threading.Event()
         self.text = CommittedText(self.runtime.token_piece, settings.stop)
         self.prefill_elapsed_us = 0
@@ -184,11 +186,7 @@ class Generation:
         ``SpeculationUnsupported`` when a proposal source is set but the runtime's KV cache cannot remove a partial
         suffix exactly (its ``rollback`` probe; plain decoding, with no source, still runs). A cancellation before the
         first token is committed raises ``RequestCancelled`` with nothing committed; ``resume()`` then starts over."""
-        n_ctx = self.runtime.n_ctx
-        if self.prompt_token_count >= n_ctx:
-            raise PromptTooLong(self.prompt_token_count, n_ctx)
-        if self.source is not None:
-            check_speculation_supported(self.scheduler, getattr(self.runtime, "model_path", "?"))
+        check_start(self.scheduler, self.prompt_token_count, self.source is not None)
         self._open_and_prefill(first=self.generated_count == 0)
         self._started = True
 
@@ -199,42 +197,19 @@ class Generation:
         committed as the first generated token. Otherwise (a retired session replaced) every
         committed token but the current one is decoded, and nothing is predicted."""
         if self.session_id is None or self.session_retired:
-            sampling = self.settings.sampling
-            self.session_id = self.scheduler.execute("open", -1, lambda rt: rt.open_session(sampling)).value
+            self.session_id = open_session(self.scheduler, self.settings.sampling)
             self.session_retired = False
-        self._ctx = WindowContext(
-            self.scheduler, self.session_id, self.request_id, self.cancel_event, self.faults,
-            self._emit, self._before_commit, self.settings.sampling,
-            self.settings.verification, self._rng, self.settings.probabilities,
-            self.constraints is not None and self.constraints.grammar is not None,
-            self.settings.top_probabilities,
-        )
-        sid = self.session_id
+        self._ctx = window_context(self.scheduler, self.session_id, self.request_id, self.cancel_event, self.faults,
+                                   self._emit, self._before_commit, self.settings, self._rng, self.constraints)
         prefix = list(self.tokens) if first else self.tokens[:-1]
         kept, self.kv_reuse = (self.kv_reuse if first else 0), 0  # a later prefill starts from position 0
-        prefill = prefill_call(sid, prefix, first, self.settings.sampling, first and self.settings.probabilities, kept,
-                               progress=getattr(self.observer, "on_prefill", None),
-                               constraints=(self.constraints, self.prompt_token_count), top=self.settings.top_probabilities)
-        t = perf_counter_ns()
-        kv, token, probs = self.scheduler.execute("prefill", sid, prefill).value
-        if first:
-            self._begin_source(prefix)
-        self.prefill_elapsed_us += (perf_counter_ns() - t) // 1000
+        kv, token, probs, elapsed_us = prefill(self._ctx, prefix, first, kept, self.settings, self.observer,
+                                               (self.constraints, self.prompt_token_count), self.source)
+        self.prefill_elapsed_us += elapsed_us
         self._emit(PREFILL, token=token, row=None if token is None else 0, position=kv,
                    detail=f"{len(prefix)} tokens" + (f", {kept} reused" if kept else ""), probabilities=probs)
         if token is not None:
             self._commit_first(token, kv)
-
-    def _begin_source(self, prompt: list[int]) -> None:
-        """The source's optional ``begin(prompt_tokens)`` (``ProposalSource``), in the prefill's time;
-        an exception there is logged and ignored."""
-        begin = getattr(self.source, "begin", None)
-        if begin is None:
-            return
-        try:
-            begin(tuple(prompt))
-        except Exception:
-            log.exception("proposal source %s failed in begin()", self.source.name)
 
     def _commit_first(self, token: int, kv: int) -> None:
         """Commit the prefill's prediction (``kv`` = prompt tokens, its position) as the first
@@ -245,16 +220,13 @@ class Generation:
         self._commit_window = None
         self._before_commit(None, 0, token, kv)
         if self.cancel_event.is_set():
-            sid = self.session_id
-            self.scheduler.execute("trim", sid, lambda rt: rt.trim(sid, 0))
-            exc = RequestCancelled()
-            self._error(exc, None)
-            raise exc
+            trim_prompt(self._ctx)
+            raise self._failures.cancelled()
         self._started = True  # from here the stream holds the token: resume() continues, it does not start over
         try:
             self._commit(token, 0, base, FROM_PREFILL)
         except BaseException as exc:
-            self._error(exc, None)
+            self._failures.error(exc, None)
             raise
         self._check_finished()
 
@@ -269,22 +241,8 @@ class Generation:
             return
         if self.session_retired:
             self._open_and_prefill()
-        else:
-            self._resync()
-
-    def _resync(self) -> None:
-        """Bring the KV length back to ``canonical_position`` (trim extra, decode missing)."""
-        sid = self.session_id
-        base = self.canonical_position
-        kv = self.kv_length()
-        if kv == base:
-            return
-        if kv > base:
-            repair_to(self._ctx, WindowTrace(), base, None, "resync")
-            return
-        missing = self.tokens[kv:base]
-        self.scheduler.execute("prefill", sid, lambda rt: rt.prefill(sid, missing, kv))
-        self._emit(REPAIR, position=base, detail=f"resync: decoded {len(missing)} missing tokens")
+        else:  # the KV length back to ``canonical_position`` (trim extra, decode missing)
+            resync(self._ctx, self.tokens, self.kv_length())
 
     def run(self, max_steps: int | None = None) -> str | None:
         """Run decode steps until the request finishes (or ``max_steps`` ran). Returns the finish reason
@@ -363,14 +321,12 @@ class Generation:
             self.window_count = window_index
             if trace.session_retired:
                 self.session_retired = True
-            self._error(exc, window_index)
-            self._discard(trace.as_recorded(proposal), EXECUTION_FAILED, base, error=str(exc) or type(exc).__name__,
-                          partial=trace.partial(window_index, base), error_type=type(exc).__name__)
+            self._failures.window_failed(exc, self.decode_step, window_index, proposal, trace, base)
             raise
         finally:
             self.window_in_flight = None
         if receipt is None:
-            self._discard(proposal, POSITION_MISMATCH, base)
+            self._failures.discard(self.decode_step, proposal, POSITION_MISMATCH, base)
             self._plain_step(base, f"{DISCARDED}: {POSITION_MISMATCH}")
             return
         self.window_count = window_index
@@ -394,7 +350,7 @@ class Generation:
         if answer.error is not None:
             self._emit(ERROR, detail=answer.error)
         if answer.invalid is not None:
-            self._discard(answer.invalid, answer.reason, self.canonical_position)
+            self._failures.discard(self.decode_step, answer.invalid, answer.reason, self.canonical_position)
         return answer.proposal, answer.elapsed_us, answer.why
 
     def _plain_step(self, base: int, why: str = "") -> None:
@@ -411,14 +367,14 @@ class Generation:
         try:
             timed = self.scheduler.execute("step", sid, step)
             if timed.value is None:
-                self._resync()
+                resync(self._ctx, self.tokens, self.kv_length())
                 timed = self.scheduler.execute("step", sid, step)
         except DecodeAborted:
             repair_to(self._ctx, WindowTrace(), base, None, "after aborted step")
-            self._error(RequestCancelled(), None)
+            self._failures.error(RequestCancelled(), None)
             raise RequestCancelled() from None
         except Exception as exc:  # a failed plain step (e.g. the runtime is gone): an error event, then up
-            self._error(exc, None)
+            self._failures.error(exc, None)
             raise
         token, probs = timed.value
         self._emit(STEP, token=token, row=0, position=base + 1, detail=why, probabilities=probs)
@@ -427,14 +383,12 @@ class Generation:
             cancel.set()
         if cancel.is_set():
             repair_to(self._ctx, WindowTrace(), base, None, "cancelled before commit")
-            exc = RequestCancelled()
-            self._error(exc, None)
-            raise exc
+            raise self._failures.cancelled()
         self.plain_steps += 1  # a plain step counts once its token is committed (a cancelled one is not)
         try:
             self._commit(token, 0, base)
         except BaseException as exc:
-            self._error(exc, None)
+            self._failures.error(exc, None)
             raise
         self._check_finished()
 
@@ -476,25 +430,6 @@ class Generation:
         self._emit(FINISH, detail=reason)
         self.observer.on_finish(reason)
 
-    def _discard(self, proposal: Proposal, reason: str, base: int, *, error=None, partial=None,
-                 error_type: str = "") -> None:
-        decision = proposal.decision_id
-        d = Discard(self.decode_step, decision.hex() if isinstance(decision, bytes) else str(decision),
-                    self.source.name, reason, tuple(proposal.token_ids), base, error, partial, error_type)
-        self.discards.append(d)
-        self._emit(DISCARD, partial.window_index if partial else None,
-                   detail=reason if error is None else f"{reason}: {error}")
-        try:
-            self.source.discard(proposal.decision_id, reason)
-        except Exception:
-            log.exception("proposal source %s failed in discard()", self.source.name)
-        self.observer.on_discard(d)
-
     def failure_place(self) -> str:
         """Where the last error happened, for messages (``inspector.engine.records.failure_place``)."""
         return failure_place(self.events, self.window_count)
-
-    def _error(self, exc: BaseException, window: int | None) -> None:
-        msg = str(exc) or type(exc).__name__
-        self.errors.append(msg)
-        self._emit(ERROR, window, detail=msg)
