@@ -228,3 +228,47 @@ def test_the_window_remembers_the_live_settings_not_those_of_an_opened_file(qtbo
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     assert settings.value("controls/prompt") == "my own prompt"
     assert int(settings.value("controls/max_tokens")) == 33
+
+
+def drop_on(window, path: str, kind: str = "drop") -> bool:
+    """Drag ``path`` onto ``window`` (``kind``: "enter" for the drag entering, "drop" for the drop itself);
+    returns whether the window accepted it."""
+    from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+    from PySide6.QtGui import QDragEnterEvent, QDropEvent
+    from PySide6.QtWidgets import QApplication
+
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(path)])
+    if kind == "enter":
+        ev = QDragEnterEvent(QPoint(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                             Qt.KeyboardModifier.NoModifier)
+    else:
+        ev = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                        Qt.KeyboardModifier.NoModifier)
+    ev.ignore()
+    QApplication.sendEvent(window, ev)
+    return ev.isAccepted()
+
+
+def test_a_receipts_document_dropped_on_the_window_is_opened_and_other_files_are_refused(qtbot, tmp_path):
+    from pathlib import Path
+
+    from inspector.gui.files.file_drop import dropped_kind
+
+    assert [dropped_kind(p) for p in ("a.GGUF", "r.json", "s.jsonl", "notes.txt")] == ["model", "receipts",
+                                                                                    "receipts", None]
+    w = make_window(qtbot, None, tmp_path)
+    doc = Path(__file__).parent / "data" / "receipts-v1.json"
+    other = tmp_path / "notes.txt"
+    other.write_text("not a receipts document", "utf-8")
+    assert not drop_on(w, str(other), "enter")
+    opened = []
+    w.files.opened.connect(lambda *args: opened.append(args))
+    drop_on(w, str(other))
+    qtbot.wait(200)
+    assert opened == [] and w.session.origin == "live"
+    assert drop_on(w, str(doc), "enter")
+    with qtbot.waitSignal(w.files.opened, timeout=120_000) as blocker:
+        drop_on(w, str(doc))
+    assert blocker.args[1] == ""
+    assert w.session.origin == "document" and len(w.session.tokens) > 0

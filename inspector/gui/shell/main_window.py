@@ -29,6 +29,7 @@ from inspector.engine.stats import decode_tokens_per_s
 from inspector.gui.engine_thread.record_feed import RecordFeed
 from inspector.gui.engine_thread.worker import EngineWorker
 from inspector.gui.files.actions import FileActions
+from inspector.gui.files.file_drop import FileDrop
 from inspector.gui.files.session_store import app_data_dir
 from inspector.gui.look.banner_colours import BANNER_HINT
 from inspector.gui.look.wording import count_noun
@@ -173,6 +174,8 @@ class MainWindow(QMainWindow):
             settings=self.settings, progress=self.load_progress,
             plots=(("timeline", self.timeline), ("lock-timing", self.lock_plots), ("statistics", self.stats)),
             serving=lambda: self.serve.serving, load_model=self.load_selected_model, set_title=self.setWindowTitle)
+        self.file_drop = FileDrop(self.files.use_model, self.files.open_receipts, parent=self)
+        self.installEventFilter(self.file_drop)  # a GGUF or a receipts document dropped on the window
         self.sources = SourceActions(self.panel, self.run, status=self.status_state, show_error=self.show_error,
                                      draft_dir=self.draft_dir, parent=self)
         self.sources.draftMade.connect(self.draftMade)
@@ -372,20 +375,6 @@ class MainWindow(QMainWindow):
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
         self.error_box = box
-
-    # -- drag and drop ---------------------------------------------------------------------
-    def dragEnterEvent(self, ev) -> None:
-        if any(u.toLocalFile().lower().endswith((".gguf", ".json", ".jsonl")) for u in ev.mimeData().urls()):
-            ev.acceptProposedAction()
-
-    def dropEvent(self, ev) -> None:
-        for u in ev.mimeData().urls():
-            path = u.toLocalFile()
-            if path.lower().endswith(".gguf"):
-                self.files.use_model(path)
-            elif path.lower().endswith((".json", ".jsonl")):
-                self.files.open_receipts(path)
-            break
 
     # -- settings and closing ----------------------------------------------------------------
     def _splits(self) -> dict:
