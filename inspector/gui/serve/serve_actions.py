@@ -20,7 +20,6 @@ from __future__ import annotations
 import html
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from inspector.gui.serve.concurrency_lanes import LanesFeed
 from inspector.gui.serve.request_log import RequestLog
 from inspector.gui.serve.requests_view import RequestsView
 from inspector.gui.serve.session_export import SessionExport
+from inspector.gui.serve.slot_faults import SlotFaults
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import ReceiptsDir, default_receipts_dir
 from inspector.serve.server import DEFAULT_PORT, InspectorServer, ServeError, ServeOptions, slots_text
@@ -57,7 +57,7 @@ class ServeActions(QObject):
     ``feedback`` (``Feedback``: the banner), ``host`` (``MenuHost``: the redraw tick), ``settings``
     (QSettings: the port and the slots box) and ``turns`` (``ConversationActions``: serving leaves the conversation).
     ``slot_views``: views with ``show_slots(session_slots, n_slots)`` (which slot each KV session is, or None when
-    what is shown is no served request). It sets itself as ``run.served_faults``: the fault buttons arm on slots.
+    what is shown is no served request). Its ``faults`` (``SlotFaults``) are ``run.served_faults``: the fault buttons arm on slots.
 
     ``server``: the ``InspectorServer`` while serving (starting and stopping included), else None;
     ``address``: where it serves ("" when not); ``follow``: every view follows the newest request;
@@ -95,9 +95,8 @@ class ServeActions(QObject):
         self._options: ServeOptions | None = None
         self._status = ""  # the tab's line while serving (a failed pick says why instead, until the next show)
         self._slot_map = None  # (session_slots, slots) of the last server: which slot ran each served session
-        self._armed: list = []  # (slot id, Fault, that slot's FaultPlan, time armed) on this server, oldest first
-        self._fired_in: int | None = None  # the request the last armed fault fired in, once known
-        run.served_faults = self
+        self.faults = SlotFaults(lambda: self.server, panel.fault_slot, log)
+        run.served_faults = self.faults
         try:
             view.port.setValue(int(settings.value(PORT_KEY, DEFAULT_PORT)))
         except (TypeError, ValueError):
@@ -195,7 +194,7 @@ class ServeActions(QObject):
         self.log.attach(self.server.slots.snapshot_rows)
         slots, log = self.server.slots, self.log
         self._slot_map = (slots.session_slots, slots.n_parallel)
-        self._armed = []
+        self.faults.clear()
         self.view.lanes.attach(lambda: LanesFeed(log.rows, slots.steps, slots.session_slots(), slots.n_parallel,
                                                    slots.n_ctx_slot))
         self._options = options
@@ -425,29 +424,3 @@ class ServeActions(QObject):
         act.setToolTip(f"serving at {self.address}: click to stop ({SERVE_SHORTCUT})" if self.address else
                        f"serve the loaded model as a llama-server-compatible endpoint ({SERVE_SHORTCUT})")
 
-    # -- faults armed on slots -----------------------------------------------------------------
-    def arm(self, fault) -> None:
-        """Arm ``fault`` (``inspector.engine.faults.Fault``) on the slot chosen in the panel's slot box
-        (``ServeSlots.arm``: it fires in that slot's next request). Nothing while no server runs."""
-        if self.server is None:
-            return
-        slots = self.server.slots
-        slot = min(max(0, self.panel.fault_slot.value()), slots.n_parallel - 1)
-        slots.arm(slot, fault)
-        self._armed.append((slot, fault, slots.slots[slot].faults, time.time()))
-        self._fired_in = None
-
-    def pending_faults_text(self) -> str:
-        """The panel's fault line while serving: each fault armed on a slot and not fired yet ("armed on slot 1,
-        fires in its next request: …"), else the last one that fired and the request it fired in (the slot's first
-        one started after it was armed: "fired on slot 1 in request 4: …"); "" when none."""
-        pending = [(slot, f) for slot, f, plan, _t in self._armed if any(p is f for p in plan.pending())]
-        if pending:
-            return "; ".join(f"armed on slot {slot} (its next request): {f.describe()}" for slot, f in pending)
-        if not self._armed:
-            return ""
-        slot, f, _plan, armed_at = self._armed[-1]
-        if self._fired_in is None:  # looked up once: the rows are many on a long-running server
-            self._fired_in = next((r.id for r in self.log.rows if r.slot == slot and r.started is not None
-                                   and r.started >= armed_at), None)
-        return f"fired on slot {slot}{f' in request {self._fired_in}' if self._fired_in else ''}: {f.describe()}"
