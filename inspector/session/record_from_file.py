@@ -16,7 +16,8 @@ from inspector.engine.classify import FROM_PREFILL
 from inspector.engine.probabilities import top_texts_of
 from inspector.engine.records import LockOperation, discard_from_json, event_from_json, receipt_from_json
 from inspector.receipts.autosave import header_problems, read_autosave, read_autosave_turns
-from inspector.session.session_record import SessionRecord, stored_weights
+from inspector.session.record_apply import stored_weights
+from inspector.session.session_record import SessionRecord
 
 
 def record_from_document(doc: dict, path: str | Path | None = None) -> SessionRecord:

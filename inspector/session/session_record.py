@@ -1,6 +1,7 @@
 """``SessionRecord``: one request as every view and export reads it, live (no Qt).
 
-A run fills it by ``apply`` of the records it appends (``inspector.session.run_records``); a receipts
+A run fills it by ``apply`` of the records it appends (``inspector.session.run_records``; how each
+changes the record is ``inspector.session.record_apply``); a receipts
 document or an autosave fills it through ``inspector.session.record_from_file``, with ``apply`` and
 the few public methods below (``add_token``, ``mark_end``, ``set_baseline``), and the three agree
 on the same run (``tests/test_session_record.py``). Token outcomes are the engine's (each commit
@@ -15,37 +16,20 @@ from __future__ import annotations
 
 import copy
 from bisect import bisect_left
-from pathlib import Path
 
-from inspector.engine.classify import BONUS, FROM_PREFILL, TOKEN_OUTCOMES, token_outcome
 from inspector.engine.deferred_figures import DeferredFigures
-from inspector.engine.records import (
-    COMMIT,
-    FINISH,
-    PREFILL,
-    REPAIR,
-    STEP,
-    VERIFY,
-    Discard,
-    EngineEvent,
-    LockOperation,
-    Summary,
-    WindowReceipt,
-)
+from inspector.engine.records import Discard, EngineEvent, LockOperation, Summary, WindowReceipt
 from inspector.engine.stats import slow_verification_threshold_us, summarize_receipts
-from inspector.engine.text import ShownText, label_bytes
+from inspector.engine.text import ShownText
 from inspector.session.entries import END, TokenInfo, WindowEntry
-from inspector.session.run_records import (
-    STEP_FAILED,
-    BaselineDone,
-    PrefillProgress,
-    Progress,
-    ProposalStarted,
-    RunEnd,
-    RunError,
-    RunHeader,
-    TokenTexts,
+from inspector.session.record_apply import (
+    HANDLERS,
+    append_token,
+    change_baseline,
+    flush_held_bytes,
+    mark_last_token_end,
 )
+from inspector.session.run_records import ProposalStarted, RunEnd, RunHeader
 
 __all__ = ["END", "SessionRecord", "TokenInfo", "WindowEntry"]
 
@@ -70,13 +54,16 @@ class SessionRecord:
         """How the live run ended, once it has."""
         self.receipts: list[WindowReceipt] = []
         self.discards: list[Discard] = []
-        self._windows: list[WindowEntry] = []  # by window index (windows are numbered in order)
+        self.window_entries: list[WindowEntry] = []
+        """Verified and failed windows by window index (windows are numbered in order): ``windows()``."""
         self.events: list[EngineEvent] = []
         self.lock_ops: list[LockOperation] = []
         self.texts: dict[int, str] = {}
         self.tokens: list[TokenInfo] = []
-        self._shown = ShownText()  # the token stream's text (``TokenInfo.shown``): bytes held back
-        self._flushed = 0  # characters of held bytes' labels shown at the end (not in ``output_text``)
+        self.shown_text = ShownText()
+        """The token stream's text (``TokenInfo.shown``): bytes held back."""
+        self.flushed_chars = 0
+        """Characters of held bytes' labels shown at the end (not in ``output_text``)."""
         self.step_probabilities: dict = {}
         """Plain steps' one-row ``WindowProbabilities`` by the KV position the step's token reached."""
         self.in_flight: ProposalStarted | None = None
@@ -137,7 +124,8 @@ class SessionRecord:
         self.version = 0
         """Counts the changes (never goes down); a view keeps the version it drew and redraws when
         it differs."""
-        self._token_changes: list[tuple[int, int]] = []  # (version, token index) of each token changed in place
+        self.token_changes: list[tuple[int, int]] = []
+        """(version, token index) of each token changed in place: ``token_changes_since``."""
         self._slow: tuple | None = None  # (receipts counted, slow verification threshold µs)
 
     # -- live input ------------------------------------------------------------
@@ -150,92 +138,11 @@ class SessionRecord:
         """Append one record of a run (an engine record or one of ``inspector.session.run_records``).
         Lock operations count only between the run's header and its end. Raises ``TypeError``
         for anything else."""
-        handler = _HANDLERS.get(type(item))
+        handler = HANDLERS.get(type(item))
         if handler is None:
             raise TypeError(f"not a session record: {type(item).__name__}")
         self.version += 1
         handler(self, item)
-
-    def _texts(self, item: TokenTexts) -> None:
-        self.texts.update(item.texts)
-
-    def _proposal(self, item: ProposalStarted) -> None:
-        self.in_flight = item
-
-    def _lock_op(self, op: LockOperation) -> None:
-        if self.header is not None and self.end is None:
-            self.lock_ops.append(op)
-
-    def _progress(self, item: Progress) -> None:
-        self.decode_elapsed_us = item.decode_elapsed_us
-        self.prefill_elapsed_us = item.prefill_elapsed_us
-        self.canonical_position = item.canonical_position
-        if item.kv_length is not None:
-            self.kv_length = item.kv_length
-        if item.faults_fired and self.settings is not None:
-            self.settings["faults"] = list(item.faults_fired)
-
-    def _prefill_progress(self, item: PrefillProgress) -> None:
-        self.prefill_done, self.prefill_total = item.done, item.total
-
-    def _baseline_done(self, item: BaselineDone) -> None:
-        self.baseline_error = item.error
-        if item.result is not None:
-            self.baseline_result = item.result
-            self._set_baseline(item.result.to_json(self.text_of))
-
-    def _start(self, h: RunHeader) -> None:
-        self.header = h
-        self.main_session_id = h.session_id
-        self.prompt_text = h.prompt_text
-        self.prompt_token_count = len(h.prompt_token_ids)
-        self.model_name = Path(str(h.model.get("converted_from") or h.model.get("path", ""))).name
-        self.model_weights = str(h.model.get("weights", "")) if h.model.get("converted_from") else ""
-        self.model_stored_weights = stored_weights(h.model)
-        self.settings = dict(h.settings)
-        self.source_name = h.settings.get("source", {}).get("name", "")
-        self.background_sessions = h.background_sessions
-        self.conversation = dict(h.conversation) if h.conversation else None
-
-    def _run_error(self, e: RunError) -> None:
-        self.errors.append(e.message)
-        if e.kind == STEP_FAILED:  # where the repair left the KV cache (None: the session was retired)
-            self.kv_length = e.kv_length
-
-    def _finish_run(self, e: RunEnd) -> None:
-        self.end = e
-        self._end_stream()
-        self.incomplete_utf8_bytes = e.incomplete_utf8_bytes
-        self.ended_as = e.reason
-        self.errors = list(e.errors)
-        self.in_flight = None
-        self.decode_elapsed_us = e.decode_elapsed_us
-        self.prefill_elapsed_us = e.prefill_elapsed_us
-        self.kv_length = e.kv_length
-        if e.canonical_position is not None:
-            self.canonical_position = e.canonical_position
-        self.background_sessions = max(self.background_sessions, e.background_sessions)
-        if self.settings is not None:
-            self.settings["faults"] = list(e.faults_fired)
-            self.settings["background_sessions"] = self.background_sessions
-
-    def _add_event(self, ev: EngineEvent) -> None:
-        self.events.append(ev)
-        kind = ev.kind
-        if kind == COMMIT and ev.token is not None:
-            outcome = ev.detail if ev.detail in TOKEN_OUTCOMES else None
-            if ev.window is None and outcome != FROM_PREFILL:
-                self.plain_steps += 1  # as the engine counts: a plain step whose token was committed
-            self._append_token(ev.token, ev.window, ev.row or 0, ev.position or 0, outcome)
-        elif kind in (STEP, PREFILL):
-            self.kv_length = ev.position  # the current token's row (the prompt) joined the KV cache
-            if ev.probabilities is not None and ev.position is not None:
-                self.step_probabilities[ev.position] = ev.probabilities
-        elif kind == FINISH:
-            self.finish_reason = ev.detail or None
-            self._mark_end()
-        elif kind in (VERIFY, REPAIR) and ev.position is not None:  # a retired session's repair has none
-            self.kv_length = ev.position
 
     @property
     def probabilities_state(self) -> str:
@@ -269,66 +176,6 @@ class SessionRecord:
         p = self.step_probabilities.get(info.position)
         return isinstance(p, DeferredFigures) and not p.ready
 
-    def _proposal_of(self, window: int) -> tuple | None:
-        f = self.in_flight
-        if f is not None and f.window == window:
-            return f.token_ids
-        e = self.window(window)
-        return e.proposal if e is not None else None
-
-    def _append_token(self, token: int, window: int | None, row: int, position: int, outcome: str | None) -> None:
-        proposal = None if window is None else self._proposal_of(window)
-        if outcome is None:  # receipts written before commit events named their outcome
-            outcome = token_outcome(row, token, proposal) if window is None or proposal is not None else BONUS
-        proposed = proposal[row] if proposal is not None and row < len(proposal) else None
-        text = self.texts.get(token, "")
-        index = len(self.tokens)
-        self.tokens.append(TokenInfo(index, token, text, window, row, position, proposed, outcome,
-                                     self._shown.push(index, label_bytes(text))))
-        self.canonical_position = position
-
-    def _mark_end(self) -> None:
-        if self.tokens:
-            self.tokens[-1].outcome = END
-            self._token_changes.append((self.version, len(self.tokens) - 1))
-        self._end_stream()
-
-    def _end_stream(self) -> None:
-        # No token follows: bytes held back for a character never completed are shown as their
-        # labels (<0xNN>) with the tokens they came from, so every token has text in the stream.
-        held = self._shown.flush()
-        for i, label in held:
-            self.tokens[i].shown += label
-            self._flushed += len(label)
-        if held:
-            self._token_changes.append((self.version, held[0][0]))
-
-    def _add_window(self, entry: WindowEntry) -> None:
-        w = self._windows
-        if not w or w[-1].window_index < entry.window_index:
-            w.append(entry)
-        else:
-            w.insert(bisect_left([e.window_index for e in w], entry.window_index), entry)
-        if self.in_flight is not None and self.in_flight.window == entry.window_index:
-            self.in_flight = None
-
-    def _add_receipt(self, r: WindowReceipt) -> None:
-        self.receipts.append(r)
-        self._add_window(WindowEntry(r.window_index, r, None))
-        self.canonical_position = r.canonical_position
-
-    def _add_discard(self, d: Discard) -> None:
-        self.discards.append(d)
-        if d.partial is not None:
-            self._add_window(WindowEntry(d.partial.window_index, None, d))
-            self.canonical_position = d.partial.canonical_position
-
-    def _set_baseline(self, d: dict | None) -> None:
-        before = self.divergence_index
-        self.baseline = d
-        for i in {before, self.divergence_index} - {None}:  # the mark moves off one token, onto another
-            self._token_changes.append((self.version, i))
-
     # -- what a file adds (``inspector.session.record_from_file``) ---------------------
     def add_token(self, token: int, window: int | None, row: int, position: int, outcome: str | None) -> None:
         """Append one committed token read from a file whose lines carry no commit events.
@@ -338,32 +185,32 @@ class SessionRecord:
         the engine's, or None to decide it from the window's proposal (``token_outcome``; the bonus
         row when the window is unknown). Its text is ``texts[token]`` ("" if not known yet)."""
         self.version += 1
-        self._append_token(token, window, row, position, outcome)
+        append_token(self, token, window, row, position, outcome)
 
     def mark_end(self) -> None:
         """The last token ended generation: its outcome becomes ``END`` (nothing without tokens)."""
         self.version += 1
-        self._mark_end()
+        mark_last_token_end(self)
 
     def end_stream(self) -> None:
         """No token follows (a record read from a file): a character the tokens ended inside is
         shown as its bytes' labels (``TokenInfo.shown``); a live run's end does this itself."""
         self.version += 1
-        self._end_stream()
+        flush_held_bytes(self)
 
     def set_baseline(self, baseline: dict | None) -> None:
         """Set the comparison with plain decoding, in the receipts document's ``baseline`` form
         (``divergence``: ``index`` of the first differing generated token, tokens, ``margin``;
         ``identical``; ``plain_token_ids``), or None when none ran."""
         self.version += 1
-        self._set_baseline(baseline)
+        change_baseline(self, baseline)
 
     def token_changes_since(self, version: int) -> int | None:
         """The lowest index of a token changed in place after ``version`` (its outcome became
         ``END``, or the divergence mark moved onto or off it), or None. Appended tokens are not
         changes: a view compares ``len(tokens)`` with what it drew."""
         low = None
-        for v, i in reversed(self._token_changes):
+        for v, i in reversed(self.token_changes):
             if v <= version:
                 break
             low = i if low is None else min(low, i)
@@ -373,11 +220,11 @@ class SessionRecord:
         """A copy that later records do not change (its lists and dicts are copied; the records in
         them are immutable): what an export on another thread writes while the run goes on."""
         s = copy.copy(self)
-        for name in ("receipts", "discards", "_windows", "events", "lock_ops", "tokens", "errors",
-                     "_token_changes"):
+        for name in ("receipts", "discards", "window_entries", "events", "lock_ops", "tokens", "errors",
+                     "token_changes"):
             setattr(s, name, list(getattr(self, name)))
         s.texts = dict(self.texts)
-        s._shown = copy.copy(self._shown)
+        s.shown_text = copy.copy(self.shown_text)
         s.step_probabilities = dict(self.step_probabilities)
         s.settings = dict(self.settings) if self.settings is not None else None
         return s
@@ -403,15 +250,15 @@ class SessionRecord:
             return self.end.output_text
         tokens = self.tokens[:-1] if self.finish_reason == "eog" and self.tokens else self.tokens
         text = "".join(t.shown for t in tokens)
-        return text[: len(text) - self._flushed]
+        return text[: len(text) - self.flushed_chars]
 
     def windows(self) -> list[WindowEntry]:
         """Verified and failed windows, by window index (do not modify the list)."""
-        return self._windows
+        return self.window_entries
 
     def window(self, index: int) -> WindowEntry | None:
         """The window with 1-based ``index`` (verified or failed), or None."""
-        w = self._windows
+        w = self.window_entries
         if w and w[-1].window_index == index:
             return w[-1]
         i = bisect_left(w, index, key=lambda e: e.window_index)
@@ -425,7 +272,7 @@ class SessionRecord:
     @property
     def failed_windows(self) -> dict[int, Discard]:
         """Window index -> the discard of each window that failed (a new dict)."""
-        return {e.window_index: e.discard for e in self._windows if e.receipt is None}
+        return {e.window_index: e.discard for e in self.window_entries if e.receipt is None}
 
     @property
     def generated_token_ids(self) -> list[int]:
@@ -449,21 +296,3 @@ class SessionRecord:
             generated_tokens=len(self.tokens), decode_elapsed_us=self.decode_elapsed_us,
             prefill_elapsed_us=self.prefill_elapsed_us, finish_reason=self.finish_reason,
         )
-
-
-_HANDLERS = {
-    EngineEvent: SessionRecord._add_event, TokenTexts: SessionRecord._texts,
-    ProposalStarted: SessionRecord._proposal, WindowReceipt: SessionRecord._add_receipt,
-    Discard: SessionRecord._add_discard, LockOperation: SessionRecord._lock_op,
-    Progress: SessionRecord._progress, PrefillProgress: SessionRecord._prefill_progress,
-    RunHeader: SessionRecord._start, RunEnd: SessionRecord._finish_run, RunError: SessionRecord._run_error,
-    BaselineDone: SessionRecord._baseline_done,
-}
-"""Record type -> how ``SessionRecord.apply`` files it."""
-
-
-def stored_weights(model: dict) -> str:
-    """The weight type of a receipts ``model`` block's file as stored: ``converted_from_weights`` when the
-    run used a converted form, else its ``weights``; "" when the block does not say."""
-    return str(model.get("converted_from_weights") or model.get("weights") or "") if model.get("converted_from") \
-        else str(model.get("weights") or "")

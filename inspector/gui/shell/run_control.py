@@ -21,13 +21,12 @@ from PySide6.QtCore import QObject, Qt, Signal
 
 from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui.engine_thread.worker import RunConfig, Stepping
-from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT, BANNER_NEUTRAL, BANNER_WARN
+from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_NEUTRAL
 from inspector.gui.look.wording import count_noun
-from inspector.gui.shell.banner import BANNER_PAD, DETAILS_HREF, DETAILS_LINK, Banner
+from inspector.gui.shell.banner import Banner
 from inspector.gui.shell.model_line import ModelLine
+from inspector.gui.shell.run_banner import RunBanner
 from inspector.llama import bundled_model_path
-from inspector.llama.cost_cache import placement
-from inspector.session.contention import run_contention_note
 from inspector.session.session_record import SessionRecord
 from inspector.session.run_states import (ACTIVE_STATES, ERROR, IDLE, LOADING, PAUSED, RUNNING, SERVING,
                                           TOKEN_HOLD, control_states, state_label)
@@ -76,7 +75,8 @@ class RunControl(QObject):
         self.armed_faults = FaultPlan()
         self.served_faults = None
         self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
-        self._run_status: str | None = None  # "source ngram · up to 128 tokens" while a live run goes
+        self.run_banner = RunBanner(banner, worker, session)
+        """The banner's lines about a live run (``inspector.gui.shell.run_banner``)."""
         panel.source.currentTextChanged.connect(self.forget_refusal)
 
     # -- state ---------------------------------------------------------------------------
@@ -115,7 +115,7 @@ class RunControl(QObject):
             b.setEnabled(on["live_options"])  # a saved session is read only; live runs keep these usable
         if setup_on:
             p.follow_temperature(p.temperature.value())
-        self._run_banner(state)
+        self.run_banner.during(state)
         p.make_draft.setEnabled(on["make_draft"])
         for name in RUN_ACTIONS:
             self.actions[name].setEnabled(on[name])
@@ -160,57 +160,6 @@ class RunControl(QObject):
             return ""
         return ("pending: " if running else "armed for the next run: ") + "; ".join(f.describe() for f in pending)
 
-    def finish_banner(self, reason: str, end, record) -> tuple[str, str, str]:
-        """The banner after a live run ended with ``reason`` (``RunEnd`` ``end``, its ``SessionRecord``):
-        ``(text, style, tooltip)``. Two lines at most, so the view below never moves: the finish, then the
-        ``end_notes`` on one line cut to fit before a **details** link that shows them whole (``Banner``: a note
-        cut to "…" with the rest only in a tooltip went unread in a trial), all of them in the tooltip too."""
-        text = (f"Finished: <b>{reason}</b> · {count_noun(len(record.tokens), 'token')} · "
-                f"KV length {end.kv_length} (canonical position {end.canonical_position})")
-        notes = self.end_notes(record)
-        if not notes:
-            return text, BANNER_DONE, ""
-        full = "; ".join(f"{title}: {note}" for title, note in notes)
-        fm = self.banner.fontMetrics()
-        width = max(120, self.banner.width() - 2 * BANNER_PAD - 12 - fm.horizontalAdvance(f" {DETAILS_LINK}"))
-        line = fm.elidedText(full, Qt.TextElideMode.ElideRight, width)
-        link = "" if line == full else f" <a href='{DETAILS_HREF}'>{DETAILS_LINK}</a>"
-        return f"{text}<br>{html.escape(line)}{link}", BANNER_WARN, full
-
-    def end_notes(self, record) -> list[tuple[str, str]]:
-        """After a live run (its ``SessionRecord``): ``(title, text)`` of what the user should know
-        besides the finish: each fault still pending and why it never fired (``Fault.why_unfired``),
-        and contention the run measured (``run_contention_note``)."""
-        notes = []
-        receipts = record.receipts
-        pending = self.worker.faults.pending()
-        if pending:
-            most = max((len(r.committed_tokens) for r in receipts), default=0)
-            notes.append(("Not fired", "; ".join(f.why_unfired(len(receipts), most) for f in pending)))
-        rt = self.worker.runtime
-        if rt is not None:
-            contended = run_contention_note(record, getattr(rt, "model_path", ""), rt.n_threads, placement(rt))
-            if contended:
-                notes.append(("Slow", contended))
-        return notes
-
-    def _run_banner(self, state: str) -> None:
-        """The banner during a live run says what the run is doing now: running, paused (with
-        what continues it) or holding before a commit; errors and the end set their own text."""
-        what = self._run_status
-        if what is None or state not in (RUNNING, PAUSED, TOKEN_HOLD):
-            return
-        n = count_noun(len(self.session().tokens), "token")
-        if state == PAUSED:
-            self.banner.say(f"<b>Paused</b>: {what} · {n} so far. <b>Continue</b> (Ctrl+R) runs on; Step window "
-                            "(F10) and Step token (F11) go one window or one token at a time.", BANNER_HINT)
-        elif state == TOKEN_HOLD:
-            self.banner.say(f"<b>Step token</b>: holding before a commit ({n} so far; the token is named above "
-                            "the stream, a window's rows in the Windows tab). F11 commits it; Continue (Ctrl+R) "
-                            "runs on.", BANNER_HINT)
-        elif self.banner.text().startswith(("<b>Paused", "<b>Step token")):
-            self.banner.say(f"Running: {what} …", BANNER_NEUTRAL)
-
     # -- the worker's lifecycle ------------------------------------------------------------
     def worker_state(self, state: str, detail: str) -> None:
         """The worker entered ``state`` (``EngineWorker.stateChanged``; its records drained already)."""
@@ -230,7 +179,7 @@ class RunControl(QObject):
 
     def run_ended(self) -> None:
         """The run ended or never started: the banner no longer follows it."""
-        self._run_status = None
+        self.run_banner.status = None
 
     def restore_before_run(self) -> None:
         """Show the session (and faults) shown before the last ``start_run`` again, if that run never
@@ -300,9 +249,9 @@ class RunControl(QObject):
         self.show_session(session)  # a run from the prompt leaves the conversation once it starts
         loading = "loading the model, then " if self.worker.runtime is None else ""
         what = "stepping" if paused or first_action else "running"
-        self._run_status = (f"turn {turn['conversation']['turn']} · " if turn else "") + \
+        self.run_banner.status = (f"turn {turn['conversation']['turn']} · " if turn else "") + \
             f"source <b>{src}</b> · up to {count_noun(panel.max_tokens.value(), 'token')}"
-        self.banner.say(f"{(loading + what).capitalize()}: {self._run_status} …", BANNER_NEUTRAL)
+        self.banner.say(f"{(loading + what).capitalize()}: {self.run_banner.status} …", BANNER_NEUTRAL)
         self.set_state(RUNNING if self.worker.runtime is not None else LOADING)
         self.request_run(cfg)
         return True

@@ -132,7 +132,7 @@ class RunEvents(QObject):
         self.shown.redraw()  # drains the run's last records (its end, a comparison with plain decoding)
         session = self.shown.current()
         if reason != "error" and end is not None:
-            self.banner.say(*self.run.finish_banner(reason, end, session))
+            self.banner.say(*self.run.run_banner.finish(reason, end, session))
         elif self.run.state != ERROR and (end is None or not (session.tokens or end.errors)):  # it never ran
             self.banner.say(f"<b>The run did not start:</b> "
                             f"{html.escape(self.feedback.last_error() or 'see the message')}", BANNER_ERROR)
