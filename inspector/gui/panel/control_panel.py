@@ -9,10 +9,11 @@ the mouse wheel unless they have focus, so wheeling over the panel scrolls it.
 Widgets only: ``MainWindow`` connects them. The panel is put together from group widgets it
 owns, each in its own module of ``inspector.gui.panel``: ``model_choice`` (Model: model list,
 weights, offload), ``source_choice`` (Proposal source: picker, option pages, draft max),
-``prompt_box`` (Prompt), ``run_group`` and ``fault_group`` (``run_buttons``: Run; Faults and
-contention) and ``llama_context`` (llama.cpp's context settings); Limits and Sampling are its own.
-The panel keeps the groups' widgets and methods under its own public names (``panel.run``,
-``panel.model_path()``, ...), so the window talks to the panel only. ``values`` /
+``limits_group`` and ``sampling_group`` (``generation_groups``: Limits, with ``llama_context``, llama.cpp's
+context settings; Sampling), ``prompt_box`` (Prompt), ``run_group`` and ``fault_group``
+(``run_buttons``: Run; Faults and contention). The panel keeps the groups' widgets and methods under
+its own public names (``panel.run``, ``panel.model_path()``, ...; the model group's and the Limits and
+Sampling groups' methods are bound in ``__init__``), so the window talks to the panel only. ``values`` /
 ``apply_values`` convert to and from a plain dict (QSettings and tests; ``value_io``:
 ``inspector.gui.panel.values.PanelValues``).
 """
@@ -20,33 +21,18 @@ The panel keeps the groups' widgets and methods under its own public names (``pa
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
-    QGridLayout,
-    QGroupBox,
-    QLabel,
-    QLineEdit,
-    QPushButton,
-    QScrollArea,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QPushButton, QScrollArea, QVBoxLayout, QWidget
 
-from inspector.engine import llama_settings
-from inspector.engine.llama_settings import DEFAULT_N_CTX, N_THREADS
-from inspector.engine.settings import (DEFAULT_DRAFT_MAX, DEFAULT_MAX_NEW_TOKENS, PENALTY_FIELDS, GenerationSettings,
-                                       SamplingSettings)
-from inspector.engine.probabilities import COST_NOTE
+from inspector.engine.llama_settings import DEFAULT_N_CTX
+from inspector.engine.settings import DEFAULT_DRAFT_MAX, GenerationSettings
 from inspector.gui.engine_thread.worker import ModelLoad
-from inspector.gui.panel.context_controls import ContextControls
+from inspector.gui.panel.generation_groups import LimitsGroup, SamplingGroup
 from inspector.gui.panel.model_choice import ModelChoice
 from inspector.gui.panel.prompt_box import PromptBox
 from inspector.gui.panel.run_buttons import FaultButtons, RunButtons
 from inspector.gui.panel.source_choice import SourceChoice
-from inspector.gui.panel.values import PanelValues, parse_stop_strings
-from inspector.gui.panel.widgets import WheelGuard, guard_wheel, setting_control, setting_tip, spin
-from inspector.llama.devices import Offload
+from inspector.gui.panel.values import PanelValues
+from inspector.gui.panel.widgets import WheelGuard, guard_wheel
 from inspector.prompts import example_n_ctx
 from inspector.session.run import RunRequest
 from inspector.sources import registry
@@ -54,12 +40,6 @@ from inspector.sources.registry import PLAIN
 
 PICKER_ORDER = ("ngram", "draft", "scripted", "replay")
 """Built-in sources first in the source picker, in this order; then entry-point sources, then ``none``."""
-PROBABILITIES_TIP = (
-    "Keep the target's figures for every verification row in the receipts (the proposed token's probability "
-    "and rank, the top 5 tokens, entropy, logit margin; the draft's q for a draft model): the Statistics tab's "
-    f"acceptance-vs-probability charts and the Windows tab's p columns read them. Costs {COST_NOTE} "
-    "(read from the verify batch's logits, no extra decode). Off (--no-probabilities): "
-    "receipts without probability blocks, the smallest files.")
 
 
 def source_names() -> list[str]:
@@ -101,6 +81,13 @@ class ControlPanel(QWidget):
         m = self.model_choice
         self.model_combo, self.open_model, self.model_status = m.model_combo, m.open_model, m.model_status
         self.weights, self.gpu_layers, self.rpc_servers = m.weights, m.gpu_layers, m.rpc_servers
+        # Its abilities are the panel's own (each documented in ``ModelChoice``):
+        self.offload, self.model_path, self.recent_models = m.offload, m.model_path, m.recent_models
+        self.target_weights, self.set_target_weights, self.know_stored_weights = (m.target_weights,
+                                                                                 m.set_target_weights,
+                                                                                 m.know_stored_weights)
+        self.add_recent_model, self.select_model, self.remove_recent_model = (m.add_recent_model, m.select_model,
+                                                                              m.remove_recent_model)
         lay.addWidget(m)
 
         # Proposal source (its page's option controls are also panel attributes named by their keys:
@@ -117,69 +104,22 @@ class ControlPanel(QWidget):
                 setattr(self, c.key, c.widget)
         lay.addWidget(sc)
 
-        # Limits (llama.cpp's names in the tooltips)
-        g = QGroupBox("Limits")
-        grid = QGridLayout(g)
-        grid.setContentsMargins(6, 4, 6, 4)
-        grid.setSpacing(4)
-        self.max_tokens = spin(1, 32768, DEFAULT_MAX_NEW_TOKENS, "--max-tokens (llama.cpp -n, n_predict): most "
-                               f"tokens to generate [{DEFAULT_MAX_NEW_TOKENS}]")
-        self.n_ctx = spin(64, 131072, DEFAULT_N_CTX, f"--n-ctx (llama.cpp -c): context size in positions, prompt "
-                          f"+ output [{DEFAULT_N_CTX}]; a change reloads the model")
-        low, high, _step = N_THREADS.control
-        self.threads = spin(int(low), int(high), N_THREADS.default, f"--threads: {N_THREADS.help_text()}")
-        self.threads.setSpecialValueText("all cores")
-        self.stop_strings = QLineEdit()
-        self.stop_strings.setPlaceholderText("stop strings, separated by |  (\\n = newline)")
-        self.stop_strings.setToolTip("--stop: generation ends when the committed text contains one of these "
-                                     "(the stop string is not output). Separate several with |; write a newline "
-                                     "as \\n, a tab as \\t, a | as \\|.")
-        for i, (name, w) in enumerate((("max tokens", self.max_tokens), ("context", self.n_ctx),
-                                       ("threads", self.threads))):
-            grid.addWidget(QLabel(name), i // 2, (i % 2) * 2)
-            grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
-        self.probabilities = QCheckBox("probabilities")
-        self.probabilities.setChecked(True)
-        self.probabilities.setToolTip(PROBABILITIES_TIP)
-        grid.addWidget(self.probabilities, 1, 2, 1, 2)
-        grid.addWidget(QLabel("stop"), 2, 0)
-        grid.addWidget(self.stop_strings, 2, 1, 1, 3)
-        self.llama_context = ContextControls()  # -b -ub -fa -ctk -ctv, beside the context size
-        grid.addWidget(self.llama_context, 3, 0, 1, 4)
-        lay.addWidget(g)
-
-        # Sampling
-        g = QGroupBox("Sampling (temperature 0 = greedy)")
-        grid = QGridLayout(g)
-        grid.setContentsMargins(6, 4, 6, 4)
-        grid.setSpacing(4)
-        self.sampling_controls = {s.name: setting_control(s, setting_tip(s))
-                                  for s in llama_settings.SAMPLING.values()}
-        """A declared sampling setting's name (``SAMPLING``) -> its control, two to a row in declaration order
-        (the verification choice takes the sixth place)."""
-        c = self.sampling_controls
-        self.temperature, self.top_k, self.top_p, self.min_p, self.seed = (
-            c[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed"))
-        self.penalties = {name: c[name] for name in PENALTY_FIELDS}
-        """``PENALTY_FIELDS`` name -> its box (llama.cpp's --repeat-penalty, ...)."""
-        self.verification = QComboBox()
-        self.verification.addItems(["sample_match", "rejection"])
-        self.verification.setToolTip(
-            "how a sampled run verifies proposals (temperature > 0 only)\n"
-            "sample_match: accept while the proposal equals the target's sample (any source)\n"
-            "rejection: speculative sampling with the draft's probabilities (draft source; "
-            "other sources fall back to sample_match)")
-        cells = [*c, "verification"]
-        cells.insert(5, cells.pop())  # beside the seed, before the penalties
-        for i, name in enumerate(cells):
-            w = self.verification if name == "verification" else c[name]
-            tag = QLabel("verify" if name == "verification" else llama_settings.SAMPLING[name].label)
-            tag.setToolTip(w.toolTip())  # "freq.": the panel keeps its width; the tooltip says it all
-            grid.addWidget(tag, i // 2, (i % 2) * 2)
-            grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
-        self.temperature.valueChanged.connect(self.follow_temperature)
-        self.follow_temperature(self.temperature.value())
-        lay.addWidget(g)
+        # Limits and Sampling (llama.cpp's names in the tooltips)
+        self.limits_group = LimitsGroup()
+        """The Limits group (its widgets and ``stop_list`` are also the panel's)."""
+        li = self.limits_group
+        self.max_tokens, self.n_ctx, self.threads = li.max_tokens, li.n_ctx, li.threads
+        self.stop_strings, self.probabilities, self.llama_context = li.stop_strings, li.probabilities, li.llama_context
+        self.stop_list = li.stop_list
+        lay.addWidget(li)
+        self.sampling_group = SamplingGroup()
+        """The Sampling group (its widgets, ``follow_temperature`` and ``sampling_settings`` are also the panel's)."""
+        sg = self.sampling_group
+        self.sampling_controls, self.penalties, self.verification = sg.sampling_controls, sg.penalties, sg.verification
+        self.temperature, self.top_k, self.top_p, self.min_p, self.seed = (sg.temperature, sg.top_k, sg.top_p,
+                                                                           sg.min_p, sg.seed)
+        self.follow_temperature, self.sampling_settings = sg.follow_temperature, sg.sampling_settings
+        lay.addWidget(sg)
 
         # Prompt
         self.prompt_box = PromptBox()
@@ -213,10 +153,6 @@ class ControlPanel(QWidget):
         # As wide as the widest setup row (and the scroll bar): no input is cut on the right.
         self.setMinimumWidth(self.setup.minimumSizeHint().width()
                              + self.setup_scroll.verticalScrollBar().sizeHint().width() + 6)
-
-    def follow_temperature(self, t: float) -> None:
-        """Offer the verification choice only when sampling (temperature ``t`` > 0; greedy has one)."""
-        self.verification.setEnabled(t > 0.0)
 
     def source_options(self) -> dict:
         """Keyword options for the selected source's factory (``SourceChoice.source_options``)."""
@@ -298,10 +234,6 @@ class ControlPanel(QWidget):
         return ModelLoad(path, self.n_ctx.value(), self.threads.value() or None, self.target_weights(), offload,
                          self.llama_context.values())
 
-    def sampling_settings(self) -> SamplingSettings:
-        """The sampling typed in the panel: each declared setting's control (``sampling_controls``)."""
-        return SamplingSettings(**{name: w.value() for name, w in self.sampling_controls.items()})
-
     def show_draft_max_used(self, settings: dict | None) -> None:
         """Name the draft max a run with ``auto`` used (its settings' ``draft_max_from``), else nothing."""
         self.source_choice.show_draft_max_used(settings)
@@ -315,48 +247,6 @@ class ControlPanel(QWidget):
         """Draft max is ``auto``: the run takes it from the stored cost model
         (``inspector.llama.cost_model.auto_draft_max``; ``RunRequest.draft_max_auto``)."""
         return self.source_choice.draft_max_auto()
-
-    def stop_list(self) -> tuple[str, ...]:
-        """The stop strings typed in the panel: separated by ``|``; ``\\n``, ``\\t``, ``\\|`` and
-        ``\\\\`` are a newline, a tab, a ``|`` and a backslash. Empty entries are dropped."""
-        return parse_stop_strings(self.stop_strings.text())
-
-    # -- the model group (``ModelChoice``) -------------------------------------------
-    def offload(self) -> Offload:
-        """The offload settings typed in (``Offload``). Raises ``ValueError`` for a bad RPC list."""
-        return self.model_choice.offload()
-
-    def model_path(self) -> str:
-        """The chosen model file ("" = bundled)."""
-        return self.model_choice.model_path()
-
-    def target_weights(self) -> str:
-        """The weight type the chosen model runs in ("" = as stored; else a ``TARGET_TYPES`` entry)."""
-        return self.model_choice.target_weights()
-
-    def set_target_weights(self, weight_type: str) -> None:
-        """Run the chosen model in ``weight_type`` from now on (``ModelChoice.set_target_weights``)."""
-        self.model_choice.set_target_weights(weight_type)
-
-    def know_stored_weights(self, path: str, weight_type: str) -> None:
-        """The file of ``path`` is stored in ``weight_type`` (``ModelChoice.know_stored_weights``)."""
-        self.model_choice.know_stored_weights(path, weight_type)
-
-    def add_recent_model(self, path: str, select: bool = True) -> None:
-        """Put ``path`` in the model list (``ModelChoice.add_recent_model``)."""
-        self.model_choice.add_recent_model(path, select)
-
-    def select_model(self, path: str) -> None:
-        """Select the entry of ``path`` (e.g. the loaded model), adding it if needed."""
-        self.model_choice.select_model(path)
-
-    def remove_recent_model(self, path: str) -> None:
-        """Drop ``path`` from the model list (a file that failed to load); never the bundled entry."""
-        self.model_choice.remove_recent_model(path)
-
-    def recent_models(self) -> list[str]:
-        """The model list's files, most recent first (the bundled entry not included)."""
-        return self.model_choice.recent_models()
 
     # -- values (``PanelValues``) -----------------------------------------------------
     def values(self) -> dict:
