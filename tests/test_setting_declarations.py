@@ -123,3 +123,14 @@ def test_llama_servers_defaults_give_no_flag_and_read_back_as_they_were():
     sampling = SamplingSettings(temperature=0.8, seed=5)  # llama-server's defaults but the seed
     assert server_arguments("none", sampling=sampling) == ["--seed", "5"]
     assert parse_sampling_arguments(["--seed", "5"]) == sampling
+
+
+def test_the_windows_context_and_threads_boxes_take_their_ranges_and_defaults_from_the_declarations(qtbot):
+    from inspector.engine.llama_settings import N_CTX, N_THREADS
+    from inspector.gui.panel.generation_groups import LimitsGroup
+
+    g = LimitsGroup()
+    qtbot.addWidget(g)
+    for box, s in ((g.n_ctx, N_CTX), (g.threads, N_THREADS)):
+        assert (box.minimum(), box.maximum(), box.value()) == (s.control[0], s.control[1], s.default), s.name
+        assert s.flags[0] in box.toolTip() or s.label in box.toolTip()

@@ -217,9 +217,12 @@ CONTEXT_HELP_MORE = "applied when the model loads (the window: at the next model
 
 N_CTX = Setting(
     "n_ctx", "int", DEFAULT_N_CTX, ("-c", "--ctx-size", "--n-ctx"), metavar="N", minimum=1, sized=True,
+    control=(64, 131072, 1), label="-c", title="context",
     help=f"context size in tokens (llama.cpp -c; 1..{COUNT_MAX})", server_flags=("-c", "--ctx-size"))
 """``-c``: always given to llama-server (no ``server_default``: its default 0 takes the model's training
-context). The window's context field is in its Limits group (``inspector.gui.panel.control_panel``)."""
+context). The window's context box is in its Limits group (``inspector.gui.panel.generation_groups``), its range
+``control``: from 64 (a smaller context holds no chat prompt and its answer) to 131072 (128k, the longest
+context of the models our users run; the command line takes more)."""
 
 THREADS_MAX = 512
 """ggml's ``GGML_MAX_N_THREADS``: more threads than this llama.cpp cannot start."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QGroupBox, QLabel, QLineEdit
 
 from inspector.engine import llama_settings
-from inspector.engine.llama_settings import DEFAULT_N_CTX, N_THREADS
+from inspector.engine.llama_settings import N_CTX, N_THREADS
 from inspector.engine.probabilities import COST_NOTE
 from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, PENALTY_FIELDS, SamplingSettings
 from inspector.gui.panel.context_controls import ContextControls
@@ -44,8 +44,9 @@ class LimitsGroup(QGroupBox):
         grid = compact_grid(self)
         self.max_tokens = spin(1, 32768, DEFAULT_MAX_NEW_TOKENS, "--max-tokens (llama.cpp -n, n_predict): most "
                                f"tokens to generate [{DEFAULT_MAX_NEW_TOKENS}]")
-        self.n_ctx = spin(64, 131072, DEFAULT_N_CTX, f"--n-ctx (llama.cpp -c): context size in positions, prompt "
-                          f"+ output [{DEFAULT_N_CTX}]; a change reloads the model")
+        low, high, _step = N_CTX.control
+        self.n_ctx = spin(int(low), int(high), N_CTX.default, f"--n-ctx (llama.cpp -c): context size in positions, "
+                          f"prompt + output [{N_CTX.default}]; a change reloads the model")
         low, high, _step = N_THREADS.control
         self.threads = spin(int(low), int(high), N_THREADS.default, f"--threads: {N_THREADS.help_text()}")
         self.threads.setSpecialValueText("all cores")
