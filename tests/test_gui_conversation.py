@@ -22,6 +22,12 @@ def send_turn(qtbot, w, text: str) -> tuple:
     return tuple(blocker.args)
 
 
+
+def shown_dialog(w):
+    """The last error dialog the window opened (``MainWindow.show_error``: a window-modal box that does not
+    block), or None."""
+    return getattr(w, "error_box", None)
+
 def test_the_next_turn_waits_for_a_finished_run_and_says_why(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
     bar = w.conversation_bar
@@ -86,12 +92,13 @@ def test_a_turn_that_no_longer_fits_the_context_is_refused_and_the_earlier_turn_
     first = w.session
     errors = []
     w.errorShown.connect(errors.append)
-    dialogs = []
-    w.show_error = lambda title, message: dialogs.append((title, message))
+    before = shown_dialog(w)
     reason, end = send_turn(qtbot, w, "word " * (runtime.n_ctx + 10))
     assert reason == "error"
     assert "Turn 2 did not run" in w.banner.text() and "context holds" in w.banner.text()
-    assert dialogs and any(k in dialogs[0][1].lower() for k in ("context", "long")), dialogs
+    box = shown_dialog(w)
+    assert box is not None and box is not before and any(k in box.text().lower() for k in ("context", "long"))
+    box.close()
     assert w.session is first and w.conversation_bar.turn.count() == 1
     assert w.conversation_bar.send.isEnabled()
 
@@ -134,13 +141,14 @@ def test_a_refused_run_from_the_prompt_keeps_the_conversation_and_a_stop_before_
     path, error = export_session(qtbot, w, tmp_path / "conv.json")
     assert error == ""
     # A run from the prompt whose source cannot be made (replay of a conversation file: refused by name).
-    dialogs = []
-    w.show_error = lambda title, message, *a: dialogs.append(message)
+    before = shown_dialog(w)
     assert w.panel.set_source("replay")
     w.panel.option_controls["replay"]["replay"].set_value(str(path))
     with qtbot.waitSignal(w.sourceRefused, timeout=RUN_TIMEOUT_MS):
         assert w.run.start_run()
-    assert dialogs and "is a conversation of 2 turns" in dialogs[-1]
+    box = shown_dialog(w)
+    assert box is not None and box is not before and "is a conversation of 2 turns" in box.text()
+    box.close()
     assert w.session is second and w.turns.conversation is not None and w.conversation_bar.turn.count() == 2
     assert w.panel.set_source("ngram")
     # Another context size would load the model again: the next turn waits for it.
