@@ -122,7 +122,8 @@ def test_a_paused_run_says_it_has_not_finished_rather_than_a_finish_reason_of_ru
 def test_a_model_without_a_chat_template_names_the_windows_raw_box(qtbot, runtime, tmp_path, monkeypatch):
     """Defect 5: the refusal said "use --raw" (the command line's word); the window's control is the
     "raw (no chat template)" box."""
-    monkeypatch.setattr(runtime.vocabulary, "chat_template", lambda: "")
+    for holder in (runtime.vocabulary, runtime):  # the runtime lends the vocabulary's chat_template
+        monkeypatch.setattr(holder, "chat_template", lambda: "")
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
     with qtbot.waitSignal(w.runFinished, timeout=60_000):
         assert w.run.start_run()

@@ -275,7 +275,8 @@ def test_tools_a_template_writes_in_a_form_not_parsed_are_refused_in_one_line(ru
     tool_template = ("{% if tools %}{% for t in tools %}<tool>{{ t.function.name }}</tool>{% endfor %}{% endif %}"
                      "{% for m in messages %}{{ m.role }}: {{ m.content }}"
                      "{% for c in m.tool_calls or [] %}[call {{ c.function.name }}]{% endfor %}\n{% endfor %}")
-    monkeypatch.setattr(vocab, "chat_template", lambda: tool_template)
+    for holder in (vocab, runtime):  # the runtime lends the vocabulary's chat_template
+        monkeypatch.setattr(holder, "chat_template", lambda: tool_template)
     p = parse_request({"messages": [{"role": "user", "content": "hi"}], "tools": WEATHER}, "chat", ServeDefaults())
     with pytest.raises(ApiError, match="tagged form"):
         prepare_tools(runtime, p, {})

@@ -179,6 +179,26 @@ def test_a_cancel_added_while_holding_before_a_commit_fires_at_that_very_commit(
     assert kinds(g, 1) == ["verify", "commit", "repair", "error", "discard"]
 
 
+
+def test_an_observer_set_after_the_generation_was_made_hears_of_its_discards():
+    rt, src, g = make([follow(4)])
+    heard = []
+
+    class Listens(GenerationObserver):
+        def before_commit(self, window, row, token, position):
+            if window == 1 and row == 1:
+                g.faults.add(Fault("cancel"))
+
+        def on_discard(self, discard):
+            heard.append(discard.reason)
+
+    g.observer = Listens()
+    g.start()
+    g._ctx.before_commit = g.observer.before_commit
+    with pytest.raises(RequestCancelled):
+        g.step()
+    assert heard == [d.reason for d in g.discards] and len(heard) == 1
+
 def test_fault_spec_without_a_token_means_the_next_commit_token():
     assert Fault.parse("cancel").token is None and Fault.parse("cancel@3").window == 3
     assert Fault.parse("callback_error@2:4") == Fault("callback_error", 2, 4)

@@ -22,12 +22,12 @@ log = logging.getLogger(__name__)
 
 class FailureLog:
     """A request's errors and discards, recorded into ``errors`` (messages) and ``discards`` (``Discard``s), the
-    generation's lists. ``source``: the request's ``ProposalSource`` (None when it decodes plainly: it discards
-    nothing); ``observer``: its ``GenerationObserver``; ``emit(kind, window, ..., detail=...)``: records an
-    ``EngineEvent``."""
+    generation's lists. ``source()``: the request's ``ProposalSource`` (None when it decodes plainly: it discards
+    nothing); ``observer()``: its ``GenerationObserver`` (both read when a failure is recorded: the generation's
+    attributes, which a caller may replace); ``emit(kind, window, ..., detail=...)``: records an ``EngineEvent``."""
 
-    def __init__(self, errors: list[str], discards: list[Discard], source, observer,
-                 emit: Callable[..., None]) -> None:
+    def __init__(self, errors: list[str], discards: list[Discard], source: Callable[[], object],
+                 observer: Callable[[], object], emit: Callable[..., None]) -> None:
         self.errors = errors
         self.discards = discards
         self.source = source
@@ -55,16 +55,17 @@ class FailureLog:
         (``Discard``); then a ``discard`` event, the source's ``discard`` (SPEC step 9: a failure there is logged,
         never fatal) and the observer's ``on_discard``, in that order."""
         decision = proposal.decision_id
+        source = self.source()
         d = Discard(decode_step, decision.hex() if isinstance(decision, bytes) else str(decision),
-                    self.source.name, reason, tuple(proposal.token_ids), base, error, partial, error_type)
+                    source.name, reason, tuple(proposal.token_ids), base, error, partial, error_type)
         self.discards.append(d)
         self.emit(DISCARD, partial.window_index if partial else None,
                   detail=reason if error is None else f"{reason}: {error}")
         try:
-            self.source.discard(proposal.decision_id, reason)
+            source.discard(proposal.decision_id, reason)
         except Exception:
-            log.exception("proposal source %s failed in discard()", self.source.name)
-        self.observer.on_discard(d)
+            log.exception("proposal source %s failed in discard()", source.name)
+        self.observer().on_discard(d)
 
     def window_failed(self, exc: BaseException, decode_step: int, window_index: int, proposal: Proposal,
                       trace: WindowTrace, base: int) -> None:

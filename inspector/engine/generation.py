@@ -99,7 +99,8 @@ class Generation:
         self.finish_reason: str | None = None
         self.session_retired = False
         self.errors: list[str] = []
-        self._failures = FailureLog(self.errors, self.discards, source, self.observer, self._emit)
+        self._failures = FailureLog(self.errors, self.discards, lambda: self.source, lambda: self.observer,
+                                    self._emit)
         self.cancel_event = threading.Event()
         self.text = CommittedText(self.runtime.token_piece, settings.stop)
         self.prefill_elapsed_us = 0

@@ -9,8 +9,13 @@ and in ``LlamaRuntime``, and the proxy has it (``tests/test_runtime_protocol.py`
 What the engine itself calls is the smaller part (``open_session``, ``kv_length``, ``decode_rows``,
 ``prefill_predict``, ``trim``, ``retire_checkpoint``, ``drop_session``, ``is_eog``, ``token_piece``, ...;
 ``tests/fake_runtime.py`` implements just that). Every method runs under the ``RuntimeScheduler`` lock
-unless its ``LlamaRuntime`` docstring says otherwise; each member's units, errors and llama.cpp origin are
-documented on ``LlamaRuntime`` (and ``inspector.llama.vocab.Vocabulary`` for the token ones).
+unless its documentation says otherwise; each member's units, errors and llama.cpp origin are documented where
+``LlamaRuntime`` has it: its own methods, or the component that lends it (``request_abort``:
+``inspector.llama.abort.AbortSwitch.request``; ``session_open``, ``grammar_rejection``:
+``inspector.llama.sessions.SessionTable``; ``keep_branch``: ``inspector.llama.tree_batch.BranchSequences.keep``;
+``last_logits``, ``row_logits``, ``row_logits_top2``: ``inspector.llama.logits.LogitsReader`` ``rows``, ``row``,
+``top2``; the token ones and ``chat_template``: ``inspector.llama.vocab.Vocabulary``; ``save_sequence``,
+``restore_sequence``: ``inspector.llama.sequence_state.SequenceState``).
 """
 
 from __future__ import annotations

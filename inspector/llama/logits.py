@@ -49,8 +49,9 @@ class LogitsReader:
         return self.batch_first + (row if row >= 0 else self.count + row)
 
     def rows(self, n: int) -> np.ndarray:
-        """The last decode's logits as a (n, n_vocab) float32 view; every one of the n rows must have had
-        its logits flag set. Raises ``EngineError`` when llama.cpp has none."""
+        """The last decode's logits as a (n, n_vocab) float32 view of llama.cpp's buffer, valid until the next
+        decode (copy what you keep); every one of the n rows must have had its logits flag set. Raises
+        ``EngineError`` when llama.cpp has none."""
         if _get_logits_address is None:  # pragma: no cover
             return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(n, self.n_vocab))
         addr = _get_logits_address(self.ctx)

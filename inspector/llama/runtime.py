@@ -201,6 +201,8 @@ class LlamaRuntime:
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
+            if getattr(self, "batch_rows", None) is not None:
+                self.batch_rows.batch = None  # no fill writes into the freed batch
         if getattr(self, "ctx", None):
             llama_cpp.llama_free(self.ctx)
             self.ctx = None
