@@ -136,8 +136,15 @@ def test_every_row_of_a_real_run_has_the_same_figures_on_both_paths(make_generat
         pairs.append((ours, real(np.array(logits), *args, **{**kwargs, "kernel": False})))
         return ours
 
+    def plain(row, k, predictions, proposed=(), draft_q=None):  # a plain step's row goes to the kernel directly
+        ours = real_kernel(row, k, predictions, proposed, draft_q)
+        pairs.append((ours, real(np.array(row).reshape(1, -1), proposed, predictions, top=k, kernel=False)))
+        return ours
+
+    real_kernel = probabilities.kernel_figures
     monkeypatch.setattr(llama_runtime, "summarise_rows", both)
     monkeypatch.setattr(deferred_figures, "summarise_rows", both)
+    monkeypatch.setattr(deferred_figures, "kernel_figures", plain)
     prompt = chat_tokens(PROMPT)
     plan = ((4, None), (4, 1), None, None)  # a full accept, a first mismatch, two plain steps
     g = make_generation(Follower(scheduler, plan, prompt=prompt), prompt, max_new_tokens=24, draft_max=4)

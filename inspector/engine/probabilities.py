@@ -74,15 +74,22 @@ def kernel_takes(sampling: SamplingSettings | None, top: int = TOP) -> bool:
     return figure_kernel is not None and (sampling is None or sampling.greedy) and max(2, top) <= KERNEL_MAX_TOP
 
 
-def _kernel_figures(x: np.ndarray, k: int, predictions: Sequence[int], proposed: Sequence[int]):
-    """The softmax figures' columns of every row of ``x`` from the C kernel (module docstring): ``(proposed_p,
-    proposed_rank, predicted_p, top_tokens, top_p, entropy, margin, predicted_rank)``, each value the expression
-    the numpy path evaluates, rounded alike. None when the numpy path must do it: no kernel, ``k`` above
-    ``KERNEL_MAX_TOP``, logits that are not one C-contiguous float32 block, a row the kernel leaves (NaN, +inf),
-    a token id outside the vocabulary."""
+def kernel_figures(x: np.ndarray, k: int, predictions: Sequence[int], proposed: Sequence[int] = (),
+                   draft_q: Sequence[float] | None = None) -> "WindowProbabilities | None":
+    """The softmax figures of every row of ``x`` (rows x n_vocab, or one row of n_vocab) from the C kernel (module
+    docstring), each value the expression the numpy path evaluates, rounded alike; ``k``: the most likely tokens
+    kept per row (2..``KERNEL_MAX_TOP``, at most n_vocab: the caller's ``top``, as ``summarise_rows`` clamps it).
+    None when the numpy path must do it: no kernel, ``k`` above ``KERNEL_MAX_TOP``, logits that are not one
+    C-contiguous float32 block, a row the kernel leaves (NaN, +inf), a token id outside the vocabulary. A plain
+    step's row goes straight here (``inspector.engine.deferred_figures``: no shape checks on the decode path)."""
     if figure_kernel is None or k > KERNEL_MAX_TOP or x.dtype != np.float32 or not x.flags.c_contiguous:
         return None
-    return figure_kernel.figures(x, x.shape[1], k, predictions, proposed)
+    cols = figure_kernel.figures(x, x.shape[-1], k, predictions, proposed)
+    if cols is None:
+        return None
+    p_prop, r_prop, p_pred, top_tokens, top_p, ent, margin, ranks = cols
+    return WindowProbabilities(SOFTMAX, p_prop, r_prop, p_pred, top_tokens, top_p, ent, margin,
+                               None if draft_q is None else tuple(_r(q) for q in draft_q), ranks)
 
 
 def _r(x: float) -> float:
@@ -392,11 +399,9 @@ def summarise_rows(
     n = x.shape[0]
     sampled = sampling is not None and not sampling.greedy
     if kernel and kernel_takes(sampling, top):
-        cols = _kernel_figures(x, min(max(2, top), x.shape[1]), predictions, proposed)
-        if cols is not None:
-            p_prop, r_prop, p_pred, top_tokens, top_p, ent, margin, ranks = cols
-            return WindowProbabilities(SOFTMAX, p_prop, r_prop, p_pred, top_tokens, top_p, ent, margin,
-                                       None if draft_q is None else tuple(_r(q) for q in draft_q), ranks)
+        figures = kernel_figures(x, min(max(2, top), x.shape[1]), predictions, proposed, draft_q)
+        if figures is not None:
+            return figures
     top_idx, top_val = _top(x, max(2, top))
     margin = [t[0] - t[1] if len(t) > 1 else math.inf for t in top_val]
     predictions = [int(t) for t in predictions]
