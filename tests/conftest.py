@@ -35,7 +35,7 @@ from inspector.bench.server_build import (  # noqa: E402
     find_llama_server,
     server_version,
 )
-from inspector.bench.server_process import LlamaServerProcess  # noqa: E402
+from inspector.bench.server_process import LlamaServerProcess, ServerDeadlines  # noqa: E402
 from inspector.llama.server_parity import LLAMA_CPP_COMMIT  # noqa: E402
 from inspector.engine import Generation, GenerationObserver, GenerationSettings, RuntimeScheduler  # noqa: E402
 from inspector.llama import bundled_model_path  # noqa: E402
@@ -269,7 +269,7 @@ def start_llama_server(llama_server_binary, model_path):
     def start(args=(), threads: int = 1, n_ctx: int = N_CTX, timeout_s: float = 120,
               metrics: bool = True) -> LlamaServerProcess:
         server = LlamaServerProcess(llama_server_binary, model_path, args=args, threads=threads, n_ctx=n_ctx,
-                                    timeout_s=timeout_s, metrics=metrics)
+                                    deadlines=ServerDeadlines(start_s=timeout_s), metrics=metrics)
         started.append(server)
         return server
 

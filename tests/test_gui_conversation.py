@@ -24,7 +24,7 @@ def send_turn(qtbot, w, text: str) -> tuple:
 
 
 def shown_dialog(w):
-    """The last error dialog the window opened (``MainWindow.show_error``: a window-modal box that does not
+    """The last error dialog the window opened (for ``WindowModel.show_error``: a window-modal box that does not
     block), or None."""
     return getattr(w, "error_box", None)
 

@@ -87,7 +87,7 @@ def test_every_window_and_dialog_fits_a_1024x640_screen(qtbot, runtime, tmp_path
         settle()
         assert_inside(room, dialog)
         dialog.close()
-    w.show_error("Cannot load the model", "no such file " * 150)  # (Qt fixes a message box's size to its text)
+    w.model.show_error("Cannot load the model", "no such file " * 150)  # (Qt fixes a message box's size to its text)
     settle()
     assert_inside(room, w.error_box)
     w.error_box.close()

@@ -154,7 +154,7 @@ def test_a_busy_port_is_said_on_the_error_line_and_the_switch_goes_back_off(qtbo
 
 
 def test_a_request_listed_before_its_arrival_is_handed_over_gets_its_whole_record():
-    from inspector.gui.serve.request_log import RequestLog
+    from inspector.gui.model.request_log import RequestLog
     from inspector.serve.job import ServedRequest
     from inspector.session.run_records import RecordStream
 

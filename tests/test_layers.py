@@ -179,7 +179,7 @@ def test_the_gui_has_no_loose_modules_beyond_its_packages_and_the_app_entry():
 
 # -- gui/'s packages in one order ------------------------------------------------------------------
 GUI_LAYERS = {
-    "look": 0, "ports": 0,
+    "look": 0, "ports": 0, "model": 0,
     "engine_thread": 1, "files": 1,
     "panel": 2, "tokens": 2, "plots": 2, "cost": 2, "compare": 2, "tune": 2, "audit": 2,
     "windows": 3, "serve": 3,

@@ -19,7 +19,8 @@ from inspector.bench.server_build import (NotALlamaServer, ServerBuildCancelled,
                                           cached_server_path, find_llama_server, server_version)
 from inspector.llama.server_parity import LLAMA_CPP_COMMIT
 from inspector.bench.server_compare import version_note
-from inspector.bench.server_process import LlamaServerProcess, ServerStartError, complaint_line, free_port
+from inspector.bench.server_process import (LlamaServerProcess, ServerDeadlines, ServerStartError, complaint_line,
+                                            free_port)
 from inspector.bench.server_client import LlamaServerClient, parse_completion, parse_metrics
 from inspector.bench.server_http import ServerUnreachable, WrongServer
 
@@ -232,7 +233,7 @@ def test_a_server_that_never_answers_times_out_in_one_line_and_is_stopped(tmp_pa
     pid_file = tmp_path / "pid"
     fake, model = _fake_binary(tmp_path, f'echo $$ > {pid_file}\necho "loading forever"\nexec sleep 60\n')
     with pytest.raises(ServerStartError) as err:
-        LlamaServerProcess(fake, model, timeout_s=1.5)
+        LlamaServerProcess(fake, model, deadlines=ServerDeadlines(start_s=1.5))
     message = _one_line(err.value)
     assert "not ready within 1.5 s" in message and "loading forever" in message, message
     pid = int(pid_file.read_text())

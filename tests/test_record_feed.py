@@ -1,9 +1,9 @@
-"""The worker's records reach the shown session through ``RecordFeed`` (engine-thread package): a live
+"""The worker's records reach the shown session through ``RecordFeed`` (the window model's package): a live
 session takes them in order, a session read from a file takes none. No model, no Qt window."""
 
 from __future__ import annotations
 
-from inspector.gui.engine_thread.record_feed import RecordFeed
+from inspector.gui.model.record_feed import RecordFeed
 from inspector.session.session_record import SessionRecord
 from inspector.session.run_records import RecordStream, TokenTexts
 

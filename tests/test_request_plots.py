@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from inspector.gui.serve.request_log import RequestLog
+from inspector.gui.model.request_log import RequestLog
 from inspector.gui.serve.request_plots import ClockAxis, RequestPlots, binned_acceptance
 
 

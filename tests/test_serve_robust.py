@@ -17,7 +17,7 @@ import pytest
 
 from inspector.receipts import load_document
 from inspector.serve.errors import ApiError
-from inspector.serve.job import Job
+from inspector.serve.job import Job, JobPrompt
 from inspector.serve.params import ServeDefaults, parse_request
 from inspector.serve.receipts_dir import RESCAN_WRITES, ReceiptsDir
 from inspector.serve.server import InspectorServer, ServeError
@@ -293,7 +293,7 @@ def test_a_delivery_that_fails_never_ends_the_engine_thread_nor_loses_the_record
         raise RuntimeError("Event loop is closed")
 
     tokens = runtime.tokenize("Hello", add_special=True)
-    server.slots.submit(Job("/completion", p, tokens, "Hello", closed))
+    server.slots.submit(Job("/completion", p, JobPrompt(tokens, "Hello"), closed))
     rows = wait_done(server, 1, 30)
     assert rows[0].receipts_path and load_document(rows[0].receipts_path)["served"]["request_id"] == 1
     r = httpx.post(server.address + "/completion", json={"prompt": "Hello", "n_predict": 4, **GREEDY}, timeout=30)
@@ -350,7 +350,7 @@ def test_a_request_not_streamed_gets_its_tokens_with_its_result_and_a_streamed_o
         p = parse_request({"prompt": "Hello", "n_predict": 8, "stream": stream, **GREEDY}, "completion",
                           server.state.defaults)
         got = seen[stream] = []
-        server.slots.submit(Job("/completion", p, tokens, "Hello",
+        server.slots.submit(Job("/completion", p, JobPrompt(tokens, "Hello"),
                                 lambda item, got=got: got.append((time.perf_counter(), type(item).__name__))))
         wait_done(server, 1 + stream, 30)
     held, streamed = seen[False], seen[True]

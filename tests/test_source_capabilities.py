@@ -106,8 +106,8 @@ def test_loads_model_a_source_declaring_it_waits_for_the_draft_being_made(qtbot,
     plugin(monkeypatch, SourceDescriptor("my-lookup", ()))
     w = make_window(qtbot, runtime, tmp_path)
     dialogs = []
-    w.run.show_error = lambda title, message, *a: dialogs.append(title)
-    w.run.making_draft = lambda: True
+    w.model.errorRaised.connect(lambda title, message, icon: dialogs.append(title))
+    w.model.set_busy("draft", object())  # as SourceActions marks a draft being made
 
     def no_model():
         raise FileNotFoundError("no model here")

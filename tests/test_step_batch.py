@@ -219,6 +219,19 @@ def test_a_slot_count_that_cannot_run_is_refused_in_one_line(n_parallel, n_ctx, 
     check_parallel(4, 2048, 512)
 
 
+def test_serve_options_hand_every_slot_option_on_with_the_same_default():
+    from dataclasses import fields
+
+    from inspector.serve.server import ServeOptions
+    from inspector.serve.slots import SlotOptions
+
+    names = [f.name for f in fields(SlotOptions)]
+    assert ServeOptions().slot_options() == SlotOptions()
+    given = ServeOptions(n_parallel=3, schedule="locked", kv_unified=True, spec_max_active=2, cache_ram_mib=0,
+                         cache_idle_slots=False, max_queue=5).slot_options()
+    assert [getattr(given, n) for n in names] == [3, "locked", True, 2, 0, False, 5]
+
+
 def test_a_guest_decodes_at_once_with_what_joined_even_while_an_active_session_has_not():
     """The rollback probe runs on an active slot's own thread: waiting for that slot would wait forever."""
     sched, steps, decodes = _scheduled()

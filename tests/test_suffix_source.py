@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest
 from inspector.sources.registry import SourceContext, make_source
-from inspector.sources.suffix import PAD, SuffixMemory, SuffixSource, load_memory, speculate
+from inspector.sources.suffix import PAD, SuffixConfig, SuffixMemory, SuffixSource, load_memory, speculate
 from scenarios import plain_reference, assert_same_greedy_output
 
 
@@ -42,7 +43,7 @@ def suffix(memory: dict, **options):
 
 def scored(**options):
     """A suffix source with SuffixDecoding's rule: the best-scoring candidate, whenever there is one."""
-    return SuffixSource(length="score", **options)
+    return SuffixSource(config=SuffixConfig(length="score", **options))
 
 
 def test_it_proposes_the_most_frequent_continuation_of_the_longest_match():
@@ -502,7 +503,7 @@ from inspector.sources.suffix import source as ss
     {"max_spec_factor": 0.0}, {"max_cached_tokens": 0}, {"length": "score"},
 ])
 def test_suffix_options_at_their_bounds_are_accepted(kwargs):
-    SuffixSource(**kwargs)
+    SuffixSource(config=SuffixConfig(**kwargs))
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -519,7 +520,11 @@ def test_suffix_options_at_their_bounds_are_accepted(kwargs):
 ])
 def test_bad_suffix_options_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        SuffixSource(**kwargs)
+        SuffixSource(config=SuffixConfig(**kwargs))
+
+
+def test_the_suffix_config_has_one_field_per_declared_option_in_its_order():
+    assert tuple(f.name for f in fields(SuffixConfig)) == tuple(o.name for o in ss.SUFFIX.options)
 
 
 def test_suffix_settings_and_warm_state_are_pinned():
@@ -527,34 +532,34 @@ def test_suffix_settings_and_warm_state_are_pinned():
         "max_tree_depth": 24, "max_spec_factor": 1.0, "max_spec_offset": 0.0, "min_token_prob": 0.1,
         "max_cached_tokens": 100_000, "memory_file": "", "length": "adaptive", "remembered_requests": 0,
         "remembered_tokens": 0, "row_cost_ratio": 0.5}
-    assert SuffixSource(row_costs=[3.0, 4.0]).settings()["row_costs"] == [1.0, 1.3333]
-    assert "row_costs" not in SuffixSource(length="score").settings()
+    assert SuffixSource(config=SuffixConfig(row_costs=[3.0, 4.0])).settings()["row_costs"] == [1.0, 1.3333]
+    assert "row_costs" not in SuffixSource(config=SuffixConfig(length="score")).settings()
     assert SuffixSource(SuffixMemory([[1, 2, 3]])).warm_state() == "3 tokens remembered from 1 earlier request"
     two = SuffixSource(SuffixMemory([[1, 2, 3], [4, 5]]))
     assert two.warm_state() == "5 tokens remembered from 2 earlier requests"
     assert (two.settings()["remembered_requests"], two.settings()["remembered_tokens"]) == (2, 5)
-    assert SuffixSource(SuffixMemory([[1, 2, 3]]), max_cached_tokens=0).warm_state() == ""
+    assert SuffixSource(SuffixMemory([[1, 2, 3]]), SuffixConfig(max_cached_tokens=0)).warm_state() == ""
 
 
 def test_suffix_proposal_length_is_factor_times_match_plus_offset_within_cap_and_depth():
-    s = SuffixSource(max_tree_depth=10, max_spec_factor=2.0, max_spec_offset=1.0)
+    s = SuffixSource(config=SuffixConfig(max_tree_depth=10, max_spec_factor=2.0, max_spec_offset=1.0))
     assert s._limit(3, 16) == 7  # 2 x 3 + 1; depth - 3 = 7
     assert s._limit(3, 5) == 5  # the cap
     assert s._limit(8, 16) == 2  # depth 10 - 8
-    assert SuffixSource(max_spec_factor=0.5)._limit(3, 16) == 1  # 1.5, whole tokens
+    assert SuffixSource(config=SuffixConfig(max_spec_factor=0.5))._limit(3, 16) == 1  # 1.5, whole tokens
     assert SuffixSource()._limit(3, 16) == 3
 
 
 def test_by_score_the_memory_wins_only_when_strictly_higher():
     # the request: (1, 2) then 5, 9 (score 0.5 + 0.5 with its own last occurrence counted); the memory: 5 (score 1)
-    s = SuffixSource(SuffixMemory([[1, 2, 5]]), length="score")
+    s = SuffixSource(SuffixMemory([[1, 2, 5]]), SuffixConfig(length="score"))
     p = ask(s, [1, 2, 5, 9, 1, 2])
     assert p.token_ids == (5, 9) and p.decision_id == b"suffix:1:m2:req"
-    s = SuffixSource(SuffixMemory([[1, 2, 5, 6]]), length="score")
+    s = SuffixSource(SuffixMemory([[1, 2, 5, 6]]), SuffixConfig(length="score"))
     p = ask(s, [7, 1, 2])  # nothing in the request; the memory: 5, 6
     assert p.token_ids == (5, 6) and p.decision_id == b"suffix:1:m2:mem"
     assert ask(s, [7, 1, 2]).decision_id == b"suffix:2:m2:mem"
-    unused = SuffixSource(SuffixMemory([[1, 2, 5, 6]]), length="score", max_cached_tokens=0)
+    unused = SuffixSource(SuffixMemory([[1, 2, 5, 6]]), SuffixConfig(length="score", max_cached_tokens=0))
     assert unused.propose(ProposalRequest([7, 1, 2], 3, 0, 8, float("inf"))) == NoProposal("no_match")
 
 
@@ -569,7 +574,7 @@ def test_a_failing_suffix_source_says_so_and_logs_once(caplog):
 
 def test_the_committed_tokens_of_a_receipt_reach_the_memory_at_close():
     memory = SuffixMemory()
-    s = SuffixSource(memory, length="score")
+    s = SuffixSource(memory, SuffixConfig(length="score"))
     ask(s, [1, 2, 3], prompt_count=3)
     s.report(SimpleNamespace(committed_tokens=(9, 9), base_position=7, decision_id="00"))  # not at the stream's end
     s.report(SimpleNamespace(committed_tokens=(4, 5), base_position=2, decision_id="00"))  # after token 3
@@ -579,7 +584,7 @@ def test_the_committed_tokens_of_a_receipt_reach_the_memory_at_close():
 
 def test_a_memory_that_cannot_be_saved_is_logged_not_raised(tmp_path, caplog):
     path = str(tmp_path / "no" / "m.json")
-    s = SuffixSource(memory_file=path)
+    s = SuffixSource(config=SuffixConfig(memory_file=path))
     with caplog.at_level(logging.WARNING, logger=ss.log.name):
         s.close()
     assert [r.getMessage() for r in caplog.records] == [
@@ -614,34 +619,34 @@ FREE = [1.0, 1.0, 1.0, 1.0]  # a cost table where every batch costs one plain st
 def test_adaptive_suffix_takes_the_match_length_allowing_the_most_tokens_within_the_depth():
     # depth 6: [1, 2, 3, 4, 5] matches 5 back; limits per match length min(m, 6 - m): 1 2 3 2 1. Match 3:
     # 6, 7, 8 (reach 0.5, 0.5 x 0.65, ...: rate 2.04 per step) beats match 5: 6 (rate 1.65)
-    s = SuffixSource(max_tree_depth=6, row_costs=FREE)
+    s = SuffixSource(config=SuffixConfig(max_tree_depth=6, row_costs=FREE))
     p = ask(s, [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5])
     assert p.token_ids == (6, 7, 8) and p.decision_id == b"suffix:1:m3:req"
 
 
 def test_adaptive_suffix_proposes_a_single_token_and_says_no_match_below_min_prob():
-    s = SuffixSource(row_costs=FREE)
+    s = SuffixSource(config=SuffixConfig(row_costs=FREE))
     p = ask(s, [5, 6, 9, 5])  # match 1 (limit 1): 6, rate 1 + 0.35
     assert p.token_ids == (6,) and p.decision_id == b"suffix:1:m1:req"
-    s = SuffixSource(row_costs=FREE, min_token_prob=0.6)
+    s = SuffixSource(config=SuffixConfig(row_costs=FREE, min_token_prob=0.6))
     assert s.propose(ProposalRequest([1, 2, 1, 3, 1], 5, 0, 8, float("inf"))) == NoProposal("no_match")  # 1/2 < 0.6
 
 
 def test_adaptive_suffix_prefers_the_request_on_an_equal_rate():
-    s = SuffixSource(SuffixMemory([[1, 2, 3, 4, 8, 1]]), row_costs=FREE)
+    s = SuffixSource(SuffixMemory([[1, 2, 3, 4, 8, 1]]), SuffixConfig(row_costs=FREE))
     p = ask(s, [1, 2, 3, 4, 8, 1, 2, 3])  # both trees: match 3, then 4, 8, 1 with probability 1
     assert p.token_ids == (4, 8, 1) and p.decision_id == b"suffix:1:m3:req"
 
 
 def test_by_score_the_memory_wins_with_a_higher_score_whatever_the_match_lengths():
     # the request: 5, 1 (score 1.0, match 2); the memory: 7, 8 (score 2.0, match 2)
-    s = SuffixSource(SuffixMemory([[1, 2, 7, 8]]), length="score")
+    s = SuffixSource(SuffixMemory([[1, 2, 7, 8]]), SuffixConfig(length="score"))
     p = ask(s, [1, 2, 5, 1, 2])
     assert p.token_ids == (7, 8) and p.decision_id == b"suffix:1:m2:mem"
 
 
 def test_adaptive_suffix_learns_each_accepted_token_in_the_bucket_of_its_match():
-    s = SuffixSource(row_costs=FREE)
+    s = SuffixSource(config=SuffixConfig(row_costs=FREE))
     s.report(SimpleNamespace(decision_id="00", base_position=0))  # unknown decision, no committed tokens
     p = ask(s, [1, 2, 3, 4, 1, 2, 3])
     assert p.token_ids == (4, 1, 2) and p.decision_id == b"suffix:1:m3:req"
@@ -655,7 +660,7 @@ def test_adaptive_suffix_learns_each_accepted_token_in_the_bucket_of_its_match()
 
 def test_a_source_keeping_one_token_still_remembers_its_output():
     memory = SuffixMemory()
-    s = SuffixSource(memory, max_cached_tokens=1, length="score")
+    s = SuffixSource(memory, SuffixConfig(max_cached_tokens=1, length="score"))
     ask(s, [1, 2, 3], prompt_count=2)
     s.close()
     assert memory.sequences() == [[3]]
@@ -670,13 +675,13 @@ def test_make_suffix_stamps_the_memory_with_the_models_vocabulary():
 def test_adaptive_suffix_weighs_the_whole_path_against_the_cost_of_its_rows():
     # c(k) of 1 to 4 rows: 10, 12, 14, 16 ms (relative 1, 1.2, 1.4, 1.6). Match 3, path 4, 5, 6: reach 0.5,
     # 0.5 x 0.65, 0.5 x 0.65 x 0.65; the whole path commits 1 + 1.036 for 1.6 steps (1.27 > 1.02): all of it
-    s = SuffixSource(row_costs=[10.0, 12.0, 14.0, 16.0])
+    s = SuffixSource(config=SuffixConfig(row_costs=[10.0, 12.0, 14.0, 16.0]))
     p = ask(s, [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3])
     assert p.token_ids == (4, 5, 6) and p.decision_id == b"suffix:1:m3:req"
 
 
 def test_a_discarded_suffix_decision_is_not_learned_from():
-    s = SuffixSource(row_costs=FREE)
+    s = SuffixSource(config=SuffixConfig(row_costs=FREE))
     for discard_as in (lambda p: p.decision_id, lambda p: p.decision_id.hex()):  # bytes, or the receipts' hex
         p = ask(s, [1, 2, 3, 4, 1, 2, 3])
         s.discard(discard_as(p), "test")
@@ -689,13 +694,13 @@ def test_a_discarded_suffix_decision_is_not_learned_from():
 
 def test_a_next_turn_is_a_new_request_and_a_rolled_back_stream_the_same_one():
     memory = SuffixMemory()
-    s = SuffixSource(memory, length="score")
+    s = SuffixSource(memory, SuffixConfig(length="score"))
     ask(s, [1, 2, 3, 4], prompt_count=2)  # output 3, 4
     ask(s, [1, 2, 3, 4, 5, 6], prompt_count=5)  # the next turn (prompt 5 tokens): the first output joins the memory
     s.close()
     assert memory.sequences() == [[3, 4], [6]]
     memory = SuffixMemory()
-    s = SuffixSource(memory, length="score")
+    s = SuffixSource(memory, SuffixConfig(length="score"))
     ask(s, [1, 2, 3, 4], prompt_count=2)
     ask(s, [1, 2, 3], prompt_count=2)  # the same request, its stream shorter (rolled back to 3)
     s.close()

@@ -353,11 +353,11 @@ def test_the_suffix_tree_takes_continuations_best_first_by_path_probability():
 
 @pytest.mark.parametrize("prompt", [COPY, STORY], ids=["copy", "story"])
 def test_suffix_trees_give_plain_decodings_output(prompt, make_generation, chat_tokens, target):
-    from inspector.sources.suffix.source import SuffixSource
+    from inspector.sources.suffix.source import SuffixConfig, SuffixSource
 
     tokens = chat_tokens(prompt)
-    g = make_generation(SuffixSource(tree_nodes=8, length="score", max_cached_tokens=0, min_token_prob=0.0),
-                        tokens, on=target, max_new_tokens=MAX)
+    config = SuffixConfig(tree_nodes=8, length="score", max_cached_tokens=0, min_token_prob=0.0)
+    g = make_generation(SuffixSource(config=config), tokens, on=target, max_new_tokens=MAX)
     g.run()
     plain, _ = plain_reference(target, tokens, MAX)
     assert_same_greedy_output(target, tokens, plain, g.generated)
@@ -366,13 +366,14 @@ def test_suffix_trees_give_plain_decodings_output(prompt, make_generation, chat_
 
 def test_the_suffix_source_proposes_a_tree_where_a_match_has_several_continuations():
     from inspector.engine.proposal import ProposalRequest
-    from inspector.sources.suffix.source import SuffixSource
+    from inspector.sources.suffix.source import SuffixConfig, SuffixSource
 
     # "1 2" went on with 3 twice and 4 once; the tokens before each "1 2" differ, so that is the longest match.
     stream = [10, 1, 2, 3, 11, 1, 2, 4, 12, 1, 2, 3, 13, 1, 2]
     request = ProposalRequest(stream, len(stream), 0, 8, float("inf"))
-    tree = SuffixSource(tree_nodes=6, length="score", max_cached_tokens=0, min_token_prob=0.2).propose(request)
-    chain = SuffixSource(length="score", max_cached_tokens=0, min_token_prob=0.2).propose(request)
+    tree = SuffixSource(config=SuffixConfig(tree_nodes=6, length="score", max_cached_tokens=0,
+                                            min_token_prob=0.2)).propose(request)
+    chain = SuffixSource(config=SuffixConfig(length="score", max_cached_tokens=0, min_token_prob=0.2)).propose(request)
     assert chain.parents is None and tree.is_tree
     assert chain.token_ids[0] == tree.token_ids[0] == 3 and 4 in tree.token_ids
     assert tree.parents[tree.token_ids.index(4)] == 0  # 4 is the other child of the current token

@@ -58,7 +58,7 @@ from inspector.bench.concurrency_result import (LLAMA_SERVER, OURS_BATCHED, OURS
                                                Contender, LevelRun)
 from inspector.bench.server_bench import SERVER_BENCH_CONFIGS
 from inspector.bench.server_http import ServerError
-from inspector.bench.server_process import ChildServer, LlamaServerProcess, ServeProcess
+from inspector.bench.server_process import ChildServer, LlamaServerProcess, ServeProcess, ServerDeadlines
 from inspector.bench.serve_bench import REQUEST_TIMEOUT_S, WARM_UP, server_flags, stream_chat
 from inspector.llama.server_parity import server_context
 from inspector.prompts import EXAMPLES, example_prompt
@@ -232,7 +232,7 @@ def start_server(runtime, binary: str, config: CompareConfig, contender: Contend
                             timeout_s=START_TIMEOUT_S)
     flags = [*server_flags(runtime, config), "-np", str(n_clients), "-kvu"]
     return LlamaServerProcess(binary, runtime.model_path, args=flags, threads=runtime.n_threads, n_ctx=runtime.n_ctx,
-                              context=server_context(runtime), timeout_s=START_TIMEOUT_S)
+                              context=server_context(runtime), deadlines=ServerDeadlines(start_s=START_TIMEOUT_S))
 
 
 def round_order(order: Sequence[Contender], round_index: int) -> list[Contender]:

@@ -30,7 +30,7 @@ from inspector.sources.registry import PLAIN
 from inspector.bench.compare_result import CompareResult, CompareRow
 from inspector.bench.server_build import NotALlamaServer, server_version
 from inspector.llama.server_parity import LLAMA_CPP_COMMIT
-from inspector.bench.server_process import LlamaServerProcess, penalty_fields
+from inspector.bench.server_process import LlamaServerProcess, ServerDeadlines, penalty_fields
 from inspector.bench.server_http import REQUEST_DEADLINE_S, ServerError, ServerRequestError
 from inspector.bench.server_client import LlamaServerClient, ServerCompletion, ServerMetrics
 from inspector.engine.baseline import first_difference, top2_after
@@ -262,8 +262,8 @@ def compare_with_llama_server(
                 figures = dict(shared)
                 flags = []
             else:
-                with LlamaServerProcess(target, Path(model), args=flags, threads=threads, n_ctx=n_ctx,
-                                        context=context, request_timeout_s=request_timeout_s) as server:
+                with LlamaServerProcess(target, Path(model), args=flags, threads=threads, n_ctx=n_ctx, context=context,
+                                        deadlines=ServerDeadlines(request_s=request_timeout_s)) as server:
                     done = server.client.complete(prompt_tokens, n_predict, fields)
                     figures = _server_figures(done, server.client.metrics(), None)
         except ServerError as exc:

@@ -43,6 +43,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.bench.server_client import LlamaServerClient
@@ -208,34 +209,44 @@ class ChildServer:
             self.stop()
 
 
+@dataclass(frozen=True)
+class ServerDeadlines:
+    """How long a reference llama-server may take (seconds)."""
+
+    start_s: float = 120
+    """To answer ``GET /health`` with 200 after it starts (the model loads first)."""
+    request_s: float = REQUEST_DEADLINE_S
+    """Each request of its ``client`` (``inspector.bench.server_client.LlamaServerClient``)."""
+
+
 class LlamaServerProcess(ChildServer):
     """A llama-server child process on 127.0.0.1 serving ``model`` with one slot; a context
     manager (``stop()`` on exit). ``args`` are appended to the command line; ``threads`` sets
     ``-t`` and ``-tb``; ``n_ctx`` is ``-c``; ``context`` (``inspector.llama.context_settings.ContextSettings``)
     adds ``-ub``, ``-fa``, ``-ctk``, ``-ctv`` for each that is not llama-server's default. Waits up to
-    ``timeout_s`` seconds for ``/health``; ``client``'s requests end within ``request_timeout_s`` each;
-    ``metrics``: start it with ``--metrics``. Raises ``ServerStartError`` (one line: what llama-server
-    complained about, or the timeout)."""
+    ``deadlines.start_s`` seconds for ``/health``; ``client``'s requests end within ``deadlines.request_s``
+    each (``ServerDeadlines``; None: its defaults); ``metrics``: start it with ``--metrics``. Raises
+    ``ServerStartError`` (one line: what llama-server complained about, or the timeout)."""
 
     name = "llama-server"
 
     def __init__(self, binary: Path | str, model: Path | str, *, args: Sequence[str] = (), threads: int = 1,
-                 n_ctx: int = 1024, timeout_s: float = 120, context=None,
-                 request_timeout_s: float = REQUEST_DEADLINE_S, metrics: bool = True):
+                 n_ctx: int = 1024, context=None, deadlines: ServerDeadlines | None = None, metrics: bool = True):
+        deadlines = deadlines or ServerDeadlines()
         super().__init__("llama-server")
         self.binary = Path(binary).expanduser().absolute()  # "./llama-server" is this folder's, not PATH's
         self.model = Path(model)
         if not self.model.is_file():
             self.stop()
             raise ServerStartError(f"cannot start llama-server: no model file at {self.model}")
-        self.client = LlamaServerClient(self.url, timeout_s=request_timeout_s)
+        self.client = LlamaServerClient(self.url, timeout_s=deadlines.request_s)
         argv = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(self.port),
                 "-t", str(threads), "-tb", str(threads), "-np", "1", "-c", str(n_ctx),
                 "--no-ui", *(["--metrics"] if metrics else []),
                 *(context.server_args() if context is not None else ()),
                 *[str(a) for a in args]]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-        self.start(argv, env=env, timeout_s=timeout_s)
+        self.start(argv, env=env, timeout_s=deadlines.start_s)
 
 
 def inspector_command() -> tuple[list[str], dict]:

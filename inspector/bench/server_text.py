@@ -16,7 +16,7 @@ from typing import Sequence
 from inspector.bench.server_client import LlamaServerClient
 from inspector.bench.server_compare import is_url, version_note
 from inspector.bench.server_http import REQUEST_DEADLINE_S
-from inspector.bench.server_process import LlamaServerProcess, penalty_fields
+from inspector.bench.server_process import LlamaServerProcess, ServerDeadlines, penalty_fields
 from inspector.engine.settings import SamplingSettings
 
 SERVER_THREADS = 1
@@ -48,6 +48,6 @@ def llama_server_tokens(target: str, *, model: str | Path, prompt_tokens: Sequen
     else:
         note = version_note(target)
         with LlamaServerProcess(target, Path(model), threads=threads, n_ctx=n_ctx, context=context,
-                                timeout_s=start_timeout_s, request_timeout_s=request_timeout_s) as server:
+                                deadlines=ServerDeadlines(start_timeout_s, request_timeout_s)) as server:
             done = server.client.complete(prompt_tokens, n_predict, fields)
     return tuple(int(t) for t in done.tokens), note

@@ -4,6 +4,7 @@ from inspector.engine.classify import classify_window, window_disposition
 from inspector.engine.faults import Fault, FaultPlan
 from inspector.engine.generation import Generation
 from inspector.engine.observer import GenerationObserver
+from inspector.engine.prefill import SessionPlace
 from inspector.engine.proposal import Proposal, ProposalRequest, ProposalSource
 from inspector.engine.records import Discard, EngineEvent, WindowReceipt
 from inspector.engine.scheduler import RuntimeScheduler
@@ -12,5 +13,5 @@ from inspector.engine.settings import GenerationSettings, SamplingSettings
 __all__ = [
     "classify_window", "window_disposition", "Fault", "FaultPlan", "Generation",
     "GenerationObserver", "Proposal", "ProposalRequest", "ProposalSource", "Discard",
-    "EngineEvent", "WindowReceipt", "RuntimeScheduler", "GenerationSettings", "SamplingSettings",
+    "EngineEvent", "WindowReceipt", "RuntimeScheduler", "GenerationSettings", "SamplingSettings", "SessionPlace",
 ]

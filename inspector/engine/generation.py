@@ -30,7 +30,8 @@ from inspector.engine.faults import FaultPlan
 from inspector.engine.finish import FINISH_CONTEXT_FULL, FINISH_LENGTH, finish_after_commit
 from inspector.engine.no_proposal import DISCARDED, NO_ROOM, PLAIN_DECODING, no_room_detail
 from inspector.engine.observer import GenerationObserver
-from inspector.engine.prefill import check_start, open_session, prefill, resync, trim_prompt, window_context
+from inspector.engine.prefill import (SessionPlace, check_start, open_session, prefill, resync, trim_prompt,
+                                     window_context)
 from inspector.engine.proposal import POSITION_MISMATCH, Proposal, ProposalRequest, ProposalSource, max_proposal_tokens
 from inspector.engine.records import (COMMIT, ERROR, FINISH, PREFILL, STEP, Discard, EngineEvent, WindowReceipt,
                                       failure_place)
@@ -50,8 +51,11 @@ class Generation:
 
     ``scheduler``: owns the runtime (see ``inspector.engine.window`` for the calls used). ``source``: a
     ``ProposalSource`` or None (plain decoding). ``prompt_tokens``: >= 1 token ids, all prefilled by ``start``, whose
-    last row predicts the first generated token (the first current token). ``session_id``: an open session of the
-    runtime, or None to open one. Raises ``PromptTooLong`` from ``start`` when the prompt does not fit."""
+    last row predicts the first generated token (the first current token). ``place``: the request's id, its KV session
+    (None: open one) and the prompt tokens that session holds already (``SessionPlace``; default: request 1, a new
+    session, nothing reused). ``faults``, ``observer``, ``constraints`` (grammar, logit bias): None for none.
+    Raises ``ValueError`` for an empty prompt or a ``kv_reuse`` outside 0 .. prompt tokens - 1, and
+    ``PromptTooLong`` from ``start`` when the prompt does not fit."""
 
     def __init__(
         self,
@@ -60,11 +64,9 @@ class Generation:
         prompt_tokens: Sequence[int],
         settings: GenerationSettings,
         *,
-        request_id: int = 1,
-        session_id: int | None = None,
+        place: SessionPlace | None = None,
         faults: FaultPlan | None = None,
         observer: GenerationObserver | None = None,
-        kv_reuse: int = 0,
         constraints: Constraints | None = None,
     ) -> None:
         if not prompt_tokens:
@@ -75,15 +77,17 @@ class Generation:
         self.settings = settings
         self.constraints = None if constraints is None or constraints.empty else constraints
         """Grammar and logit bias (``inspector.engine.constraints``), or None."""
-        self.request_id = request_id
-        self.session_id = session_id
+        place = place if place is not None else SessionPlace()
+        self.request_id = place.request_id
+        self.session_id = place.session_id
         self.faults = faults if faults is not None else FaultPlan()
         self.observer = observer or GenerationObserver()
         self.tokens: list[int] = list(prompt_tokens)
         self.prompt_token_count = len(self.tokens)
-        if not 0 <= kv_reuse < self.prompt_token_count:
-            raise ValueError(f"reused prompt tokens must be 0 <= n < {self.prompt_token_count}, observed {kv_reuse}")
-        self.kv_reuse = kv_reuse
+        if not 0 <= place.kv_reuse < self.prompt_token_count:
+            raise ValueError(f"reused prompt tokens must be 0 <= n < {self.prompt_token_count}, "
+                             f"observed {place.kv_reuse}")
+        self.kv_reuse = place.kv_reuse
         """Prompt tokens the session holds at positions 0.. (llama-server's ``cache_prompt``): kept by the prefill."""
         self.receipts: list[WindowReceipt] = []
         self.discards: list[Discard] = []

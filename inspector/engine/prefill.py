@@ -12,6 +12,7 @@ the first token itself; events are recorded only through the ``WindowContext``'s
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Callable, Sequence
 
@@ -26,6 +27,18 @@ from inspector.engine.settings import GenerationSettings, SamplingSettings
 from inspector.engine.window import WindowContext, WindowTrace, repair_to
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SessionPlace:
+    """Where a request runs in the runtime: its ``request_id`` (receipts and events carry it), its KV session
+    (``session_id``: an open session of the runtime, or None to open one) and how many of its prompt tokens that
+    session already holds at positions 0.. (``kv_reuse``: llama-server's ``cache_prompt``, kept by the prefill;
+    0 <= ``kv_reuse`` < the prompt's tokens, checked by ``Generation``)."""
+
+    request_id: int = 1
+    session_id: int | None = None
+    kv_reuse: int = 0
 
 
 def check_start(scheduler: RuntimeScheduler, prompt_token_count: int, speculating: bool) -> None:

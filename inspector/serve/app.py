@@ -53,7 +53,7 @@ from inspector.serve import anthropic_api, responses_api
 from inspector.serve.replies import FINGERPRINT, Renderer, Replies, generation_settings, piece_json, slots_json
 from inspector.serve.slot import STOPPING
 from inspector.serve.slots import ServeSlots
-from inspector.serve.job import Job, JobResult, TokenOut
+from inspector.serve.job import Job, JobPrompt, JobResult, TokenOut
 
 MAX_BODY_BYTES = 16 << 20
 """Largest request body (``--max-body-mb``); a larger one gets 413."""
@@ -151,7 +151,7 @@ def _prompt_of(state: ServeState, p) -> tuple[str, list[int]]:
         raise ApiError(str(exc) or type(exc).__name__) from None
 
 
-def _prepare(state: ServeState, p) -> dict:
+def _prepare(state: ServeState, p) -> JobPrompt:
     """The request's prompt tokens, text and receipts blocks (runs under the runtime's lock)."""
     n_ctx = state.slots.n_ctx_slot  # a slot's context (llama-server's n_ctx_slot)
     text, tokens = _prompt_of(state, p)
@@ -168,7 +168,7 @@ def _prepare(state: ServeState, p) -> dict:
         if last["role"] == "user":
             conversation = {"turn": 1, "turns": 1, "user_text": last["content"],
                             "history": [{"role": m["role"], "content": m["content"]} for m in p.messages[:-1]]}
-    return {"tokens": tokens, "prompt_text": prompt_text, "templated": templated, "conversation": conversation}
+    return JobPrompt(tokens, prompt_text, templated, conversation)
 
 
 def build_app(state: ServeState, inner=None) -> Starlette:
@@ -177,7 +177,8 @@ def build_app(state: ServeState, inner=None) -> Starlette:
 
     mails: dict = {}  # the event loop's LoopMail (one loop per server run)
 
-    def submit(request: Request, p, prep: dict, api, before: list, arrived: float, direct: bool = False) -> Submitted:
+    def submit(request: Request, p, prep: JobPrompt, api, before: list, arrived: float,
+               direct: bool = False) -> Submitted:
         """Queue one prompt's job on the slot (``ApiError`` 503 when the queue is full); ``api``: None or
         the agents' API module whose ``Renderer`` writes the replies; ``before``: the request's prompts queued
         already (they count once against the limit and share the reply's id); ``direct``: a stream the slot's
@@ -192,12 +193,10 @@ def build_app(state: ServeState, inner=None) -> Starlette:
             mail.post(queue, item)  # dropped once the loop closed: the server stopped, this client is gone
 
         client = f"{request.client.host}:{request.client.port}" if request.client else ""
-        job = Job(request.url.path, p, prep["tokens"], prep["prompt_text"], deliver,
-                  templated_text=prep["templated"], conversation=prep["conversation"], client=client,
-                  arrived=arrived)
+        job = Job(request.url.path, p, prep, deliver, client=client, arrived=arrived)
         n_ctx = state.slots.n_ctx_slot
-        max_tokens = p.n_predict if p.n_predict >= 0 else n_ctx - len(prep["tokens"])
-        replies = Replies(p, state.model_name, prep["templated"] or prep["prompt_text"], len(prep["tokens"]),
+        max_tokens = p.n_predict if p.n_predict >= 0 else n_ctx - len(prep.tokens)
+        replies = Replies(p, state.model_name, prep.templated_text or prep.text, len(prep.tokens),
                           state.runtime.token_piece, generation_settings(p, n_ctx, state.slots.source, max_tokens))
         if before:  # one request, one id (llama-server's completion_id for all its tasks)
             replies.id, replies.created = before[0].render.replies.id, before[0].render.replies.created

@@ -86,22 +86,38 @@ class JobResult:
         return t
 
 
+@dataclass(frozen=True)
+class JobPrompt:
+    """A request's prompt as the slot runs and records it (``inspector.serve.app`` prepares it under the
+    runtime's lock)."""
+
+    tokens: Sequence[int]
+    """The prompt's token ids, all prefilled (at least 1; fewer than the slot's context)."""
+    text: str
+    """The prompt the receipts keep: a chat's last message, else the prompt text."""
+    templated_text: str | None = None
+    """A chat's whole prompt after the model's chat template (None: not a chat)."""
+    conversation: dict | None = None
+    """The receipts' ``conversation`` block of a chat whose last message is the user's (``RunRequest``), or None."""
+
+
 class Job:
-    """One accepted HTTP request waiting for or using the slot. ``deliver(item)`` is called on the
+    """One accepted HTTP request waiting for or using the slot. ``prompt``: its ``JobPrompt`` (kept as
+    ``prompt_tokens``, ``prompt_text``, ``templated_text``, ``conversation``); ``client``: ``HOST:PORT`` ("":
+    unknown); ``arrived``: seconds since the epoch (None: now). ``deliver(item)`` is called on the
     engine thread with each ``TokenOut`` and finally the ``JobResult`` (it must not block: the HTTP
     side hands them to its event loop); a request that is not streamed gets its tokens together, just
     before its result (``held``: one wake-up of the HTTP side per request, not one per token)."""
 
-    def __init__(self, endpoint: str, params: CompletionParams, prompt_tokens: Sequence[int], prompt_text: str,
-                 deliver: Callable[[object], None], *, templated_text: str | None = None,
-                 conversation: dict | None = None, client: str = "", arrived: float | None = None) -> None:
+    def __init__(self, endpoint: str, params: CompletionParams, prompt: JobPrompt,
+                 deliver: Callable[[object], None], *, client: str = "", arrived: float | None = None) -> None:
         self.id = 0
         self.endpoint = endpoint
         self.params = params
-        self.prompt_tokens = list(prompt_tokens)
-        self.prompt_text = prompt_text
-        self.templated_text = templated_text
-        self.conversation = conversation
+        self.prompt_tokens = list(prompt.tokens)
+        self.prompt_text = prompt.text
+        self.templated_text = prompt.templated_text
+        self.conversation = prompt.conversation
         self.client = client
         self.deliver = deliver
         self.arrived = time.time() if arrived is None else arrived

@@ -24,7 +24,7 @@ from inspector.serve.http_guard import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, guarded
 from inspector.serve.metrics import ServeMetrics
 from inspector.serve.params import ServeDefaults
 from inspector.serve.receipts_dir import ReceiptsDir, ReceiptsDirError
-from inspector.serve.slots import BATCHED, DEFAULT_MAX_QUEUE, ServeSlots
+from inspector.serve.slots import BATCHED, DEFAULT_MAX_QUEUE, RequestTemplate, ServeSlots, SlotOptions
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,16 @@ class ServeOptions:
     cache_idle_slots: bool = True
     """Save idle slots to the prompt cache when a request starts (``--cache-idle-slots``)."""
 
+    def request_template(self) -> RequestTemplate:
+        """What every request runs with: the source, its options, the template, draft max auto."""
+        return RequestTemplate(self.source, self.source_options, self.template, self.draft_max_auto)
+
+    def slot_options(self) -> SlotOptions:
+        """How the slots and the queue run (``SlotOptions``: ``-np``, ``--schedule``, ``-kvu``, ...)."""
+        return SlotOptions(n_parallel=self.n_parallel, schedule=self.schedule, kv_unified=self.kv_unified,
+                           spec_max_active=self.spec_max_active, cache_ram_mib=self.cache_ram_mib,
+                           cache_idle_slots=self.cache_idle_slots, max_queue=self.max_queue)
+
 
 def slots_text(options: ServeOptions) -> str:
     """How the slots run, in a few words (the start line): "one slot", "4 slots, batched, 512 positions each"."""
@@ -111,12 +121,8 @@ class InspectorServer:
     def __init__(self, scheduler, model_name: str, options: ServeOptions, *, on_change=None,
                  feed: bool = False) -> None:
         self.options = options
-        self.slots = ServeSlots(scheduler, options.source, options.source_options, template=options.template,
-                                draft_max_auto=options.draft_max_auto, max_queue=options.max_queue,
-                                receipts=options.receipts, on_change=on_change, feed=feed,
-                                n_parallel=options.n_parallel, schedule=options.schedule,
-                                kv_unified=options.kv_unified, spec_max_active=options.spec_max_active,
-                                cache_ram_mib=options.cache_ram_mib, cache_idle_slots=options.cache_idle_slots)
+        self.slots = ServeSlots(scheduler, options.request_template(), options.slot_options(),
+                                receipts=options.receipts, on_change=on_change, feed=feed)
         self.metrics = ServeMetrics(options.template.draft_max, self._queue_counts, self.slots.steps)
         self.slots.metrics = self.metrics
         self.state = ServeState(self.slots, self.metrics, model_name, tuple(options.aliases), options.defaults,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable
 
 from inspector.engine import GenerationSettings
@@ -44,6 +45,45 @@ MAX_PARALLEL = 256
 WINDOW_SLOTS = 16
 """Most slots the window's Serve offers: the window loads its model with this many KV sequences (or
 ``n_batch``, if fewer: llama.cpp reserves an output row per sequence)."""
+
+
+@dataclass(frozen=True)
+class SlotOptions:
+    """How the queue and the slots run: llama-server's server parameters (``common/common.h`` 0c1e570:
+    ``n_parallel``, ``kv_unified``, ``cache_ram_mib``, ``cache_idle_slots``) and ours (``schedule``,
+    ``spec_max_active``, ``max_queue``). Checked by ``ServeSlots``, which raises ``ValueError`` for a value it
+    cannot run."""
+
+    n_parallel: int = 1
+    """Slots (llama-server's ``-np``), 1 .. ``MAX_PARALLEL`` (``check_parallel``)."""
+    schedule: str = BATCHED
+    """How several slots share the runtime: one of ``SCHEDULES`` (``--schedule``; module docstring)."""
+    kv_unified: bool = False
+    """Every slot may use the whole context (llama-server's ``-kvu``); else ``n_ctx / n_parallel`` each."""
+    spec_max_active: int | None = None
+    """Drafts off while more than this many slots generate (``inspector.serve.spec_gate``, ``--spec-max-active``,
+    1 or more); None: always on, as llama-server."""
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    """llama-server's prompt cache in host memory (``--cache-ram`` MiB; -1: no limit; 0: none)."""
+    cache_idle_slots: bool = True
+    """Save idle slots to the prompt cache when a request starts (``--cache-idle-slots``)."""
+    max_queue: int = DEFAULT_MAX_QUEUE
+    """Requests that may wait while the slots run (``--max-queue``; ours); beyond, 503."""
+
+
+@dataclass(frozen=True)
+class RequestTemplate:
+    """What every served request runs with: its proposal source and the server's ``GenerationSettings``
+    (a request sets its own limits, stop strings and sampling over them: ``ServeSlot``)."""
+
+    source: str = "ngram"
+    """A name of ``inspector.sources.registry`` (``none``: plain decoding)."""
+    source_options: dict = field(default_factory=dict)
+    """The source's options by name (checked by its declaration when a request makes it)."""
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    """The server's template: draft max, proposal deadline (ms), probabilities."""
+    draft_max_auto: bool = False
+    """Take the draft max from the stored cost model instead (``RunRequest.draft_max_auto``)."""
 
 
 def check_parallel(n_parallel: int, n_ctx: int, n_batch: int) -> None:
@@ -81,34 +121,31 @@ def pick_slot(idle: list[ServeSlot], prompt: list[int], similarity: float = SLOT
 
 class ServeSlots:
     """The queue and the slots. ``scheduler``: the runtime's ``RuntimeScheduler`` (the window shares its
-    worker's; nothing else decodes while serving). ``n_parallel``: slots; ``schedule``: ``batched`` or
-    ``locked`` (module docstring). ``source`` / ``source_options``: the proposal source of every request
-    (``none``: plain decoding). ``template``: the server's ``GenerationSettings`` (draft max, deadline,
-    probabilities); a request sets its limits, stop strings and sampling. ``draft_max_auto``: take the
-    draft max from the stored cost model. ``receipts``: a ``ReceiptsDir`` (None: keep none). ``metrics``:
-    a ``ServeMetrics`` (or None). ``on_change(row)``: a request arrived, started or ended (a slot's or the
-    HTTP thread). ``feed``: give every request a ``RecordStream`` of its records (the window).
-    ``spec_max_active``: drafts off while more slots than this generate (``inspector.serve.spec_gate``;
-    None: no limit, as llama-server). Raises ``ValueError`` for a slot count the runtime cannot hold (``check_parallel``) or a batched
-    schedule on a runtime in another process."""
+    worker's; nothing else decodes while serving). ``request_template``: the proposal source and
+    ``GenerationSettings`` of every request (``RequestTemplate``; None: its defaults). ``slot_options``: how
+    many slots, their schedule, KV cache, prompt cache and queue (``SlotOptions``; None: one slot).
+    ``receipts``: a ``ReceiptsDir`` (None: keep none). ``metrics``: a ``ServeMetrics`` (or None).
+    ``on_change(row)``: a request arrived, started or ended (a slot's or the HTTP thread). ``feed``: give
+    every request a ``RecordStream`` of its records (the window). Raises ``ValueError`` for a schedule that
+    is not one, a slot count the runtime cannot hold (``check_parallel``), ``spec_max_active`` below 1 or a
+    batched schedule on a runtime in another process."""
 
-    def __init__(self, scheduler, source: str = "ngram", source_options: dict | None = None, *,
-                 template: GenerationSettings | None = None, draft_max_auto: bool = False,
-                 max_queue: int = DEFAULT_MAX_QUEUE, receipts=None, metrics=None,
-                 on_change: Callable[[ServedRequest], None] | None = None, feed: bool = False,
-                 n_parallel: int = 1, schedule: str = BATCHED, kv_unified: bool = False,
-                 spec_max_active: int | None = None, cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB,
-                 cache_idle_slots: bool = True) -> None:
+    def __init__(self, scheduler, request_template: RequestTemplate | None = None,
+                 slot_options: SlotOptions | None = None, *, receipts=None, metrics=None,
+                 on_change: Callable[[ServedRequest], None] | None = None, feed: bool = False) -> None:
+        request = request_template or RequestTemplate()
+        o = slot_options or SlotOptions()
+        n_parallel, schedule, kv_unified, spec_max_active = o.n_parallel, o.schedule, o.kv_unified, o.spec_max_active
         if schedule not in SCHEDULES:
             raise ValueError(f"--schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
         self.scheduler = scheduler
         self.runtime = scheduler.runtime
         check_parallel(n_parallel, self.runtime.n_ctx, self.runtime.n_batch)
-        self.source = source
-        self.source_options = dict(source_options or {})
-        self.template = template or GenerationSettings()
-        self.draft_max_auto = draft_max_auto
-        self.max_queue = max_queue
+        self.source = request.source
+        self.source_options = dict(request.source_options or {})
+        self.template = request.settings or GenerationSettings()
+        self.draft_max_auto = request.draft_max_auto
+        self.max_queue = o.max_queue
         self.receipts = receipts
         self.metrics = metrics
         self.on_change = on_change
@@ -125,9 +162,9 @@ class ServeSlots:
         self.similarity = SLOT_PROMPT_SIMILARITY
         """The share of a prompt an idle slot must hold to be chosen for it, and the prompt cache's test of that
         choice (llama-server's ``--slot-prompt-similarity``)."""
-        self.prompt_cache = PromptCache(cache_ram_mib, self.runtime.n_ctx) if cache_ram_mib != 0 else None
+        self.prompt_cache = PromptCache(o.cache_ram_mib, self.runtime.n_ctx) if o.cache_ram_mib != 0 else None
         """llama-server's prompt cache in host memory (``--cache-ram`` MiB, 0: none; ``inspector.serve.prompt_cache``)."""
-        self.cache_idle_slots = cache_idle_slots and self.prompt_cache is not None
+        self.cache_idle_slots = o.cache_idle_slots and self.prompt_cache is not None
         """Save idle slots to the prompt cache when a request starts (and empty them with ``kv_unified``)."""
         self.schedule = schedule if n_parallel > 1 else LOCKED
         """The schedule in effect (one slot: ``locked``, the same thing)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings
+from inspector.engine import FaultPlan, Generation, GenerationObserver, GenerationSettings, SessionPlace
 from inspector.engine.baseline import run_baseline
 from inspector.engine.errors import EngineError, RequestCancelled
 from inspector.llama.cost_cache import load_cost_model, placement, stored_context_lengths, stored_row_costs
@@ -233,8 +233,9 @@ class SessionRun:
                 self.autosave = observer = AutosaveRecorder(self._open_autosave(header), rt, recording)
             except OSError as exc:
                 self.autosave_error = exc.strerror or str(exc)
-        gen = Generation(self.scheduler, self.source, self.prompt_tokens, req.settings, session_id=sid,
-                         faults=req.faults, observer=observer, kv_reuse=req.kv_reuse)
+        gen = Generation(self.scheduler, self.source, self.prompt_tokens, req.settings,
+                         place=SessionPlace(session_id=sid, kv_reuse=req.kv_reuse), faults=req.faults,
+                         observer=observer)
         if self.autosave is not None:
             self.autosave.generation = gen  # the prefill record carries the prompt's figures
         self.generation = gen

@@ -16,7 +16,8 @@ from PySide6.QtCore import QObject, Qt, Signal
 from inspector.gui.engine_thread.audit_job import AuditShown, AuditWorker
 from inspector.gui.look.wording import count_noun
 from inspector.gui.audit.view import AuditView
-from inspector.gui.ports.handles import MenuHost, ShownSession
+from inspector.gui.model.window_model import WindowModel
+from inspector.gui.ports.handles import MenuHost
 from inspector.receipts.document import ReceiptsFileError
 from inspector.session.audit_run import AuditInputs, AuditRefused, inputs_from_record
 from inspector.session.run_states import BUSY, IDLE
@@ -29,30 +30,30 @@ class AuditActions(QObject):
     when an audit ended (tests, status): the message is "" on success, else why not ("cancelled" when
     cancelled).
 
-    Of the window it gets only: ``host`` (``MenuHost``: the menu item, the view's parent), ``run``
-    (``RunControl``: ``is_idle``, ``state``, ``set_state``), ``shown`` (``ShownSession``), the engine
-    ``worker`` and its ``thread``, and ``shutdown`` (the window closes)."""
+    It gets the window's model (``WindowModel``: the session shown, the engine worker and its thread,
+    ``shutdownRequested``), ``host`` (``MenuHost``: the menu item, the view's parent) and ``run``
+    (``RunControl``: ``is_idle``, ``state``, ``set_state``)."""
 
     requestAudit = Signal(object)
     audited = Signal(object, str)
 
-    def __init__(self, host: MenuHost, menu, *, run, shown: ShownSession, worker, thread, shutdown) -> None:
+    def __init__(self, model: WindowModel, host: MenuHost, menu, run) -> None:
         super().__init__(host.parent)
         self.parent_widget = host.parent
-        self.run, self.shown, self.engine = run, shown, worker
+        self.model, self.run, self.engine = model, run, model.worker
         self.view: AuditView | None = None
         self.busy = False
         self.act_audit = host.add_action(
             menu, AUDIT_ACTION, self.audit, ["Ctrl+Shift+A"],
             "where the shown greedy run parts from plain decoding: the target's pick there at every verify "
             "width, and whether batch-shape numerics explain it")
-        self.auditor = AuditWorker(worker)
-        self.auditor.moveToThread(thread)
+        self.auditor = AuditWorker(model.worker)
+        self.auditor.moveToThread(model.thread)
         self.requestAudit.connect(self.auditor.run_audit)
         self.auditor.progress.connect(self._progress)
         self.auditor.done.connect(self._done)
         self.auditor.failed.connect(self._failed)
-        shutdown.connect(self.auditor.job.request_cancel, Qt.ConnectionType.DirectConnection)
+        model.shutdownRequested.connect(self.auditor.job.request_cancel, Qt.ConnectionType.DirectConnection)
 
     def show_view(self) -> AuditView:
         """Open (or raise) the Audit window; returns it."""
@@ -72,7 +73,7 @@ class AuditActions(QObject):
         v = self.show_view()
         if self.busy:
             return False
-        s = self.shown.current()
+        s = self.model.session
         try:
             inputs = inputs_from_record(s)
         except AuditRefused as exc:
@@ -101,7 +102,7 @@ class AuditActions(QObject):
 
     def _end(self) -> None:
         self.busy = False
-        if self.run.state == BUSY:
+        if self.model.state == BUSY:
             self.run.set_state(IDLE)
 
     def _progress(self, what: str, done: int, total: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
+from inspector.engine import Generation, GenerationSettings, RuntimeScheduler, SessionPlace
 from inspector.engine.errors import EngineError
 from inspector.sources import NgramSource
 
@@ -55,7 +55,7 @@ class _Background(threading.Thread):
             source = NgramSource() if self.number % 2 == 0 else None
             self.requests += 1
             g = Generation(sched, source, tokens, GenerationSettings(max_new_tokens=BACKGROUND_TOKENS),
-                           request_id=1000 + 100 * self.number + self.requests, session_id=sid)
+                           place=SessionPlace(1000 + 100 * self.number + self.requests, sid))
             self.generation = g
             try:
                 if not self.stop_event.is_set():

@@ -17,7 +17,8 @@ from inspector.gui.files.receipts_loading import read_session
 from inspector.gui.files.session_store import BackgroundJob, autosave_is_clean
 from inspector.gui.look.banner_colours import BANNER_FILE, BANNER_FILE_PARTIAL
 from inspector.gui.look.wording import count_noun
-from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
+from inspector.gui.model.window_model import BUSY_PROGRESS, WindowModel
+from inspector.gui.ports.handles import MenuHost
 from inspector.receipts import load_document, write_document
 from inspector.receipts.trace import write_trace
 from inspector.session.conversation import conversation_document
@@ -28,28 +29,25 @@ from inspector.session.run_states import LOADING
 class FileActions(QObject):
     """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery.
 
-    It uses the window's conversation (``turns``: which turns a file holds, what an export writes), the
-    side ``panel`` (recent models), the status bar's ``progress`` bar and the ``plots`` it exports
-    (``(name, widget)`` pairs). Of the window it gets only ``run`` (``RunControl``: ``state``,
-    ``is_idle``, ``engine_busy``, ``refresh_controls``, ``load_after``), ``shown`` (``ShownSession``),
-    ``feedback`` (``Feedback``), ``host`` (``MenuHost``: dialogs' parent), ``settings`` (QSettings),
-    ``serving()`` (the Serve switch is on), ``load_model()`` (load the panel's model; while serving,
-    serving stops first) and ``set_title(text)`` (the window's title)."""
+    It gets the window's model (``WindowModel``: the session shown, what the window says, the settings, whether
+    it serves, the progress bar, the window's title, and the load of the panel's model it asks for: while
+    serving, serving stops first), the conversation (``turns``: which turns a file holds, what an export
+    writes), ``host`` (``MenuHost``: dialogs' parent), the side ``panel`` (recent models), ``run``
+    (``RunControl``: ``state``, ``is_idle``, ``engine_busy``, ``refresh_controls``, ``load_after``) and the
+    ``plots`` it exports (``(name, widget)`` pairs)."""
 
     exported = Signal(str, str)
     """(path, error): a receipts export finished ("" error on success)."""
-    opened = Signal(str, str)
-    """(path, error): opening a receipts file ended ("" error when it is shown)."""
 
-    def __init__(self, turns, *, panel, run, shown: ShownSession, feedback: Feedback, host: MenuHost, settings,
-                 progress, plots, serving, load_model, set_title) -> None:
+    def __init__(self, model: WindowModel, turns, host: MenuHost, panel, run, plots) -> None:
         super().__init__(host.parent)
-        self.turns, self.panel, self.run, self.shown, self.feedback = turns, panel, run, shown, feedback
-        self.parent_widget, self.settings, self.progress, self.plots = host.parent, settings, progress, tuple(plots)
-        self.serving, self.load_model, self.set_title = serving, load_model, set_title
+        self.model, self.turns, self.panel, self.run = model, turns, panel, run
+        self.parent_widget, self.settings, self.plots = host.parent, model.settings, tuple(plots)
         self.jobs: list[BackgroundJob] = []
+        self.opened = model.fileOpened
+        """(path, error): opening a receipts file ended (the model's ``fileOpened``)."""
         self.opening: str | None = None
-        """The receipts file being read on a background thread, or None."""
+        """The receipts file being read on a background thread, or None (the model's ``busy("opening")``)."""
 
     # -- models ------------------------------------------------------------------------
     def open_model_dialog(self) -> None:
@@ -60,16 +58,16 @@ class FileActions(QObject):
     def use_model(self, path: str) -> None:
         """Select ``path`` as the model (added to the recent models) and load it on the worker thread (while
         serving, serving stops first)."""
-        if self.serving():
+        if self.model.serving:
             self.panel.add_recent_model(str(Path(path).resolve()))
-            self.load_model()
+            self.model.load_model()
             return
         if self.run.engine_busy:
-            self.feedback.error("Run in progress", "Stop the run before changing the model.")
+            self.model.show_error("Run in progress", "Stop the run before changing the model.")
             return
         self.panel.add_recent_model(str(Path(path).resolve()))
         if self.run.is_idle:
-            self.load_model()
+            self.model.load_model()
         else:  # queued after the load in flight
             self.run.load_after(path)
 
@@ -95,42 +93,41 @@ class FileActions(QObject):
         status bar then names the document's schema version (``version_note``).
         Returns whether the opening started."""
         if self.run.engine_busy:  # a model loading (at startup) is no run
-            self.feedback.error("Run in progress", "Stop the run before opening receipts.")
+            self.model.show_error("Run in progress", "Stop the run before opening receipts.")
             return False
         if self.opening:
-            self.feedback.error("Opening receipts", f"Still opening {Path(self.opening).name}.")
+            self.model.show_error("Opening receipts", f"Still opening {Path(self.opening).name}.")
             return False
         path = str(path)
         self.opening = path
+        self.model.set_busy("opening", path)
         job = BackgroundJob(lambda: read_session(path), self)
         job.done.connect(lambda result, error: self._opened(path, result, error))
         self.jobs.append(job)
         self.run.refresh_controls()  # Run and Open wait for the file
-        self.feedback.status(f"opening {Path(path).name} …")
-        self.progress.setRange(0, 0)  # busy
-        self.progress.show()
+        self.model.say(f"opening {Path(path).name} …")
+        self.model.show_progress(0, BUSY_PROGRESS)
         job.start()
         return True
 
     def _opened(self, path: str, result, error: str) -> None:
         self.opening = None
+        self.model.set_busy("opening", None)
         self.jobs = [j for j in self.jobs if j.running()]
-        self.progress.setRange(0, 100)
-        if self.run.state != LOADING:
-            self.progress.hide()
+        self.model.show_progress(0 if self.model.state == LOADING else None)  # a model's load keeps its bar
         session, message, note, conversation = result if result is not None else (None, error, "", None)
         if session is None or self.run.engine_busy:
-            self.feedback.status("")
-            self.feedback.error("Cannot open receipts", message or "a run started meanwhile")
+            self.model.say("")
+            self.model.show_error("Cannot open receipts", message or "a run started meanwhile")
             self.run.refresh_controls()
             self.opened.emit(path, message or "a run started meanwhile")
             return
-        self.shown.show(session)
+        self.model.show_session(session)
         if conversation is not None:
             self.turns.adopt(conversation, path)
         else:
             self.turns.forget()
-        self.shown.redraw()  # the shown tab; the others draw when shown
+        self.model.redraw()  # the shown tab; the others draw when shown
         skipped = session.skipped_lines
         partial = (f" <b>Partial view:</b> {count_noun(skipped, 'damaged or incomplete line')} "
                    "skipped.") if skipped else ""
@@ -140,16 +137,16 @@ class FileActions(QObject):
                       if session.background_sessions else "")
         turns = (f"a conversation of {count_noun(len(conversation.records), 'turn')} (pick one beside "
                  "the Next turn row; this is the last), " if conversation is not None else "")
-        self.feedback.banner(f"Viewing <b>{html.escape(Path(path).name)}</b> — {turns}"
+        self.model.set_banner(f"Viewing <b>{html.escape(Path(path).name)}</b> — {turns}"
                             f"{count_noun(len(session.tokens), 'token')}, {count_noun(len(session.receipts), 'window')}"
                             f", model {html.escape(session.model_name)}.{unfinished}{partial}{background} Read only "
                             "(the panel shows the file's settings): File &gt; New live session (Ctrl+N) enables the "
                             "run controls.", BANNER_FILE_PARTIAL if skipped or session.unfinished else BANNER_FILE)
-        self.set_title(f"spec-inspector — {Path(path).name}")
+        self.model.set_title(f"spec-inspector — {Path(path).name}")
         self._remember_dir(path)
         self.run.refresh_controls()
         if note:  # the schema version, after the state's own text (``refresh_controls``)
-            self.feedback.status(f"viewing {Path(path).name} (read only) · {note}")
+            self.model.say(f"viewing {Path(path).name} (read only) · {note}")
         self.opened.emit(path, "")
 
     def export_receipts_dialog(self) -> None:
@@ -178,7 +175,7 @@ class FileActions(QObject):
     def _export(self, path: str, write) -> BackgroundJob | None:
         """Run ``write(receipts document of the shown session)`` on a background thread
         (``inspector.session.document.record_document``: the file holds what the window shows)."""
-        s = self.shown.current()
+        s = self.model.session
         conv = self.turns.export_conversation()
         if isinstance(conv, str):  # a conversation file: written as it was read
             def job():
@@ -197,22 +194,22 @@ class FileActions(QObject):
             def job():
                 return write(record_document(shown))
         else:
-            self.feedback.error("Nothing to export", "Run a generation or open receipts first "
+            self.model.show_error("Nothing to export", "Run a generation or open receipts first "
                                 "(an autosave can be viewed but not exported as a receipts document).")
             return None
         j = BackgroundJob(job, self)
         j.done.connect(self._export_done)
         self.jobs.append(j)
-        self.feedback.status(f"exporting {Path(path).name} …")
+        self.model.say(f"exporting {Path(path).name} …")
         j.start()
         return j
 
     def _export_done(self, result, error: str) -> None:
         if error:
-            self.feedback.error("Export failed", error)
+            self.model.show_error("Export failed", error)
             self.exported.emit("", error)
         else:
-            self.feedback.status(f"receipts written: {result}")
+            self.model.say(f"receipts written: {result}")
             self._remember_dir(str(result))
             self.exported.emit(str(result), "")
 
@@ -226,12 +223,12 @@ class FileActions(QObject):
                                               "PNG images (*.png)")
         if path:
             written = self.export_plots(path)
-            self.feedback.status("plots written: " + ", ".join(Path(p).name for p in written))
+            self.model.say("plots written: " + ", ".join(Path(p).name for p in written))
 
     def export_plots(self, path: str) -> list[str]:
         """Save the timeline, lock plots and statistics as PNG files next to ``path``
         (``NAME-timeline.png`` etc.); returns the files written."""
-        self.shown.redraw_all()
+        self.model.redraw_all()
         base = Path(path)
         stem = base.with_suffix("")
         out = []
@@ -241,7 +238,7 @@ class FileActions(QObject):
             target = f"{stem}-{name}.png"
             whole = getattr(widget, "export_pixmap", None)  # a view that scrolls saves all of itself
             if not (whole() if whole is not None else widget.grab()).save(target):
-                self.feedback.error("Export failed", f"cannot write {target}")
+                self.model.show_error("Export failed", f"cannot write {target}")
                 return out
             out.append(target)
         return out
@@ -276,6 +273,6 @@ class FileActions(QObject):
     def open_last_autosave(self) -> None:
         path = self.settings.value("autosave/path")
         if not path or not Path(path).exists():
-            self.feedback.error("No autosave", "No autosaved run was found.")
+            self.model.show_error("No autosave", "No autosaved run was found.")
             return
         self.open_receipts(str(path))

@@ -1,21 +1,21 @@
 """Files of the source panel (a path option's Open… dialog: draft model, replay receipts, a
 third-party source's file) and "Make draft from target".
 
-``SourceActions`` holds the side panel, the window's ``RunControl`` (the chosen model, the
-controls a draft in progress disables), the status line and the window's ``show_error``; the
-quantization runs on a ``BackgroundJob`` thread.
+``SourceActions`` gets the window's model (``WindowModel``: what the window says, where drafts go, and that a
+draft is being made: ``busy("draft")``), the side panel and the window's ``RunControl`` (the chosen model, the
+controls a draft in progress disables); the quantization runs on a ``BackgroundJob`` thread.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from inspector.gui.files.session_store import BackgroundJob
+from inspector.gui.model.window_model import WindowModel
 from inspector.llama.quantize import make_draft
 
 
@@ -26,11 +26,10 @@ class SourceActions(QObject):
 
     draftMade = Signal(str, str)
 
-    def __init__(self, panel, run, *, status, show_error: Callable[[str, str], None], draft_dir: Path | None,
-                 parent: QWidget) -> None:
+    def __init__(self, model: WindowModel, panel, run, parent: QWidget) -> None:
         super().__init__(parent)
-        self.panel, self.run, self.status, self.show_error = panel, run, status, show_error
-        self.draft_dir = draft_dir
+        self.model, self.panel, self.run = model, panel, run
+        self.draft_dir = model.draft_dir
         self.dialog_parent = parent
         self.job: BackgroundJob | None = None
 
@@ -55,7 +54,7 @@ class SourceActions(QObject):
         try:
             target = str(self.run.chosen_model())
         except Exception as exc:
-            self.show_error("No model", str(exc))
+            self.model.show_error("No model", str(exc))
             return None
         p = self.panel
         qtype = p.draft_type.currentText()
@@ -68,25 +67,27 @@ class SourceActions(QObject):
         p.make_draft.setEnabled(False)
         p.make_draft.setText(f"Making {qtype} draft…")
         p.draft_busy.show()
-        self.status.setText(f"making a {qtype} draft of {Path(target).name} (llama.cpp quantize)…")
+        self.model.say(f"making a {qtype} draft of {Path(target).name} (llama.cpp quantize)…")
         j = BackgroundJob(job, self.dialog_parent)
         j.done.connect(self._draft_done)
         self.job = j
+        self.model.set_busy("draft", j)
         j.start()
         return j
 
     def _draft_done(self, result, error: str) -> None:
         p = self.panel
         self.job = None
+        self.model.set_busy("draft", None)
         p.draft_busy.hide()
         p.make_draft.setText("Make draft from target")
         self.run.refresh_controls()
         if error:
-            self.status.setText("making the draft failed")
-            self.show_error("Cannot make the draft", error)
+            self.model.say("making the draft failed")
+            self.model.show_error("Cannot make the draft", error)
             self.draftMade.emit("", error)
             return
         p.draft_model.setText(str(result))
         p.set_source("draft")
-        self.status.setText(f"draft ready: {Path(result).name}")
+        self.model.say(f"draft ready: {Path(result).name}")
         self.draftMade.emit(str(result), "")

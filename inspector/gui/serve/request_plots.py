@@ -17,7 +17,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from inspector.gui.plots.timeline import IntegerAxis
-from inspector.gui.serve.request_log import RequestLog
+from inspector.gui.model.request_log import RequestLog
 
 ACCEPT_COLOR = "#1565c0"
 SPEED_COLOR = "#2e7d32"

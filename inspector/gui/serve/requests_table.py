@@ -14,7 +14,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor
 
 from inspector.gui.look.table_copy import COPY_HEADER_ROLE
-from inspector.gui.serve.request_log import RequestLog
+from inspector.gui.model.request_log import RequestLog
 from inspector.serve.job import ServedRequest
 
 REQUEST_COLUMNS = ("request", "arrived", "endpoint", "prompt tokens", "reused", "output tokens", "windows",

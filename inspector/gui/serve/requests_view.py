@@ -17,7 +17,7 @@ from inspector.serve.prompt_cache import DEFAULT_CACHE_RAM_MIB
 from inspector.gui.look.table_copy import install_row_copy
 from inspector.gui.panel.widgets import ElidedLabel
 from inspector.gui.serve.concurrency_lanes import ConcurrencyLanes
-from inspector.gui.serve.request_log import RequestLog
+from inspector.gui.model.request_log import RequestLog
 from inspector.gui.serve.request_plots import RequestPlots
 from inspector.gui.serve.requests_table import REQUEST_HEADERS, WIDEST, RequestTableModel
 from inspector.serve.server import DEFAULT_PORT

@@ -29,9 +29,9 @@ from inspector.gui.files.receipts_loading import read_session
 from inspector.gui.files.session_store import BackgroundJob
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT
 from inspector.gui.look.wording import count_noun
-from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
+from inspector.gui.model.window_model import WindowModel
+from inspector.gui.ports.handles import MenuHost
 from inspector.gui.serve.concurrency_lanes import LanesFeed
-from inspector.gui.serve.request_log import RequestLog
 from inspector.gui.serve.requests_view import RequestsView
 from inspector.gui.serve.session_export import SessionExport
 from inspector.gui.serve.slot_faults import SlotFaults
@@ -51,13 +51,14 @@ SERVE_SHORTCUT = "Ctrl+Shift+S"
 
 class ServeActions(QObject):
     """Serve on / off: the switch ``act_serve`` (the Run menu's, the toolbar's and the tab's), the Requests tab
-    ``view`` and the ``log`` it shows. It reads the side ``panel`` (source, options, sampling, threads) and the
-    engine ``worker``'s runtime; of the window it gets only ``run`` (``RunControl``: ``state``, ``set_state``,
-    ``chosen_model``, ``stateChanged``), ``shown`` (``ShownSession``: a picked request goes to every view),
-    ``feedback`` (``Feedback``: the banner), ``host`` (``MenuHost``: the redraw tick), ``settings``
-    (QSettings: the port and the slots box) and ``turns`` (``ConversationActions``: serving leaves the conversation).
-    ``slot_views``: views with ``show_slots(session_slots, n_slots)`` (which slot each KV session is, or None when
-    what is shown is no served request). Its ``faults`` (``SlotFaults``) are ``run.served_faults``: the fault buttons arm on slots.
+    ``view`` and the ``log`` it shows (the model's ``requests``). It reads the side ``panel`` (source, options,
+    sampling, threads); it gets the window's model (``WindowModel``: the engine worker's runtime, the session
+    shown, where a picked request goes to every view, the banner, the settings that keep the port and the
+    slots box, ``serving``, which it keeps), ``run`` (``RunControl``: ``state``, ``set_state``, ``chosen_model``,
+    ``stateChanged``), ``host`` (``MenuHost``: the redraw tick) and ``turns`` (``ConversationActions``: serving
+    leaves the conversation). ``slot_views``: views with ``show_slots(session_slots, n_slots)`` (which slot each
+    KV session is, or None when what is shown is no served request). Its ``faults`` (``SlotFaults``) are
+    ``run.served_faults``: the fault buttons arm on slots.
 
     ``server``: the ``InspectorServer`` while serving (starting and stopping included), else None;
     ``address``: where it serves ("" when not); ``follow``: every view follows the newest request;
@@ -70,13 +71,14 @@ class ServeActions(QObject):
     stopped = Signal()
     """The server stopped (its threads joined)."""
 
-    def __init__(self, view: RequestsView, log: RequestLog, act_serve, *, panel, worker, run, shown: ShownSession,
-                 feedback: Feedback, host: MenuHost, settings, turns, slot_views=()) -> None:
+    def __init__(self, model: WindowModel, view: RequestsView, act_serve, panel, run, host: MenuHost, turns,
+                 slot_views=()) -> None:
         super().__init__(host.parent)
-        self.view, self.log, self.act_serve = view, log, act_serve
-        self.panel, self.engine, self.run, self.shown, self.feedback = panel, worker, run, shown, feedback
+        self.model, self.view, self.log, self.act_serve = model, view, model.requests, act_serve
+        self.panel, self.engine, self.run = panel, model.worker, run
         self.turns = turns
         self.slot_views = tuple(slot_views)
+        settings = model.settings
         self.server: InspectorServer | None = None
         self.address = ""
         self.follow = True
@@ -95,7 +97,7 @@ class ServeActions(QObject):
         self._options: ServeOptions | None = None
         self._status = ""  # the tab's line while serving (a failed pick says why instead, until the next show)
         self._slot_map = None  # (session_slots, slots) of the last server: which slot ran each served session
-        self.faults = SlotFaults(lambda: self.server, panel.fault_slot, log)
+        self.faults = SlotFaults(lambda: self.server, panel.fault_slot, self.log)
         run.served_faults = self.faults
         try:
             view.port.setValue(int(settings.value(PORT_KEY, DEFAULT_PORT)))
@@ -114,7 +116,7 @@ class ServeActions(QObject):
         self.changed.connect(self.log.note)
         self.started.connect(self._started)
         self.stopped.connect(self._stopped)
-        run.stateChanged.connect(lambda _s: self._enable())
+        self.model.stateChanged.connect(lambda _s: self._enable())
         host.every_tick(self._tick)
         self._enable()
 
@@ -150,10 +152,10 @@ class ServeActions(QObject):
     # -- on ------------------------------------------------------------------------------------
     def why_not(self) -> str:
         """Why Serve cannot start now ("" when it can)."""
-        if self.shown.current().origin != "live":
+        if self.model.session.origin != "live":
             return "a receipts file is shown: File > New live session (Ctrl+N) first"
-        if self.run.state != IDLE:
-            return "wait until the model has loaded" if self.run.state == "loading" else "stop the run first"
+        if self.model.state != IDLE:
+            return "wait until the model has loaded" if self.model.state == "loading" else "stop the run first"
         if self.engine.runtime is None or self.engine.scheduler is None:
             return "no model is loaded: pick one in the Model box (it loads), then Serve"
         room = getattr(self.engine.runtime, "n_seq_max", None)
@@ -191,6 +193,7 @@ class ServeActions(QObject):
         except (ServeError, ValueError) as exc:
             self._refused(str(exc))
             return False
+        self.model.serving = True
         self.log.attach(self.server.slots.snapshot_rows)
         slots, log = self.server.slots, self.log
         self._slot_map = (slots.session_slots, slots.n_parallel)
@@ -224,7 +227,7 @@ class ServeActions(QObject):
     def _started(self, address: str, error: str) -> None:
         self.transition = ""
         if error:
-            self.server = None
+            self.server, self.model.serving = None, False
             self.run.set_state(IDLE, "serve did not start")
             self._refused(error)
             self._run_then()
@@ -246,7 +249,7 @@ class ServeActions(QObject):
         self.act_serve.setChecked(False)
         self.view.show_address("")
         self.view.say(f"Serve did not start: {why}", error=True)
-        self.feedback.banner(f"<b>Serve did not start:</b> {html.escape(why)}", BANNER_ERROR)
+        self.model.set_banner(f"<b>Serve did not start:</b> {html.escape(why)}", BANNER_ERROR)
         self._enable()
 
     # -- off -------------------------------------------------------------------------------------
@@ -270,7 +273,7 @@ class ServeActions(QObject):
 
     def _stopped(self) -> None:
         self.transition = ""
-        self.server = None
+        self.server, self.model.serving = None, False
         self.address = ""
         self.act_serve.setChecked(False)
         self.view.show_address("")
@@ -278,7 +281,7 @@ class ServeActions(QObject):
         self._status = f"served {count_noun(n, 'request')}; pick one to show it"
         self.view.say(self._status)
         self.run.set_state(IDLE, "serving stopped")
-        self.feedback.banner(f"Serving stopped after {count_noun(n, 'request')}. Pick one in the Requests tab to "
+        self.model.set_banner(f"Serving stopped after {count_noun(n, 'request')}. Pick one in the Requests tab to "
                             "show it; <b>Run</b> (Ctrl+R) runs the prompt again.", BANNER_DONE)
         self._run_then()
 
@@ -311,7 +314,7 @@ class ServeActions(QObject):
 
     def shutdown(self) -> None:
         """The window closes: stop serving and wait for it (blocks; the window waits for its worker too)."""
-        server, self.server = self.server, None
+        server, self.server, self.model.serving = self.server, None, False
         if self._thread is not None:
             self._thread.join(30)
         if server is not None:
@@ -328,7 +331,7 @@ class ServeActions(QObject):
     def pick(self, rid: int) -> None:
         """The user picked request ``rid``: show it in every view; picking the newest follows again, an older
         one holds until the next pick. Only while serving or idle (a run shows its own session)."""
-        if self.run.state not in (IDLE, SERVING):
+        if self.model.state not in (IDLE, SERVING):
             self.view.select_request(self.log.shown)
             return
         newest = self.log.newest_started()
@@ -356,7 +359,7 @@ class ServeActions(QObject):
                           error=True)
 
     def _read(self, job, rid: int, result, error: str) -> None:
-        if job is not self._loading or self.log.shown != rid or self.run.state not in (IDLE, SERVING):
+        if job is not self._loading or self.log.shown != rid or self.model.state not in (IDLE, SERVING):
             return
         session = result[0] if result is not None else None
         if session is None:
@@ -370,14 +373,14 @@ class ServeActions(QObject):
         for v in self.slot_views:
             v.show_slots(session_slots, n_slots)
         self.view.say(self._status)
-        self.shown.show(record)
-        self.shown.redraw_all()
+        self.model.show_session(record)
+        self.model.redraw_all()
         self._banner = ""
         self._say_banner()
 
     def _follow(self) -> None:
         target = self.log.newest_started()
-        if target is not None and target.id != self.log.shown and self.run.state in (IDLE, SERVING):
+        if target is not None and target.id != self.log.shown and self.model.state in (IDLE, SERVING):
             self.show_request(target.id)
 
     def _tick(self) -> None:
@@ -385,7 +388,7 @@ class ServeActions(QObject):
         if self.log.drain() and self.follow and self.server is not None:
             self._follow()
         if self.log.shown is not None and self._shown_record is not None \
-                and self.shown.current() is not self._shown_record:  # a run or a file is shown now
+                and self.model.session is not self._shown_record:  # a run or a file is shown now
             self.log.shown, self._shown_record = None, None
             self.view.select_request(None)
             for v in self.slot_views:
@@ -407,13 +410,13 @@ class ServeActions(QObject):
                 f"({SERVE_SHORTCUT}). {showing}")
         if text != self._banner:
             self._banner = text
-            self.feedback.banner(text, BANNER_HINT)
+            self.model.set_banner(text, BANNER_HINT)
 
     def _enable(self) -> None:
         """The switch works while idle on a live session, and while serving (not mid-start or mid-stop)."""
         act = self.act_serve
         serving = self.server is not None
-        act.setEnabled((serving and not self.transition) or (not serving and self.run.state == IDLE))
+        act.setEnabled((serving and not self.transition) or (not serving and self.model.state == IDLE))
         self.view.port.setEnabled(not serving)
         self.panel.set_serving(self.server.slots.n_parallel if serving and self.transition != "stopping" else 0)
         self.view.enable_slots(not serving)

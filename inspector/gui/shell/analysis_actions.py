@@ -29,7 +29,8 @@ from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest,
 from inspector.gui.look.banner_colours import BANNER_HINT
 from inspector.gui.look.wording import count_noun
 from inspector.gui.panel.control_panel import source_names
-from inspector.gui.ports.handles import Feedback, MenuHost, ShownSession
+from inspector.gui.model.window_model import BUSY_PROGRESS, WindowModel
+from inspector.gui.ports.handles import MenuHost
 from inspector.gui.tune.actions import TuneActions
 from inspector.llama.cost_cache import load_cost_model, placement
 from inspector.llama.cost_progress import PLAN, progress_text
@@ -46,12 +47,10 @@ class AnalysisActions(QObject):
     app's lifetime, and in QSettings). ``current``: the loaded model's, or None.
 
     It reads the side ``panel`` (prompt, source, sampling, draft model) and drives the ``tabs`` and the
-    views whose cost model it sets (``cost_view``, ``stats``, ``timeline``). Of the window it gets only:
-    ``host`` (``MenuHost``), ``feedback`` (``Feedback``), ``run`` (``RunControl``: ``is_idle``,
-    ``state``, ``set_state``), ``shown`` (``ShownSession``), the engine ``worker`` and its ``thread``,
-    ``settings`` (QSettings), ``model_info()``, ``load_model()`` (load the panel's model: Use this
-    form), the signals after which the shown session may have changed (``session_changed``, for Tune)
-    and ``shutdown`` (the window closes)."""
+    views whose cost model it sets (``cost_view``, ``stats``, ``timeline``). It gets the window's model
+    (``WindowModel``: the session shown, what the window says, the engine worker and its thread, the settings,
+    the loaded model's ``model_info``, ``load_model`` for Use this form, ``shutdownRequested``), ``host``
+    (``MenuHost``) and ``run`` (``RunControl``: ``is_idle``, ``state``, ``set_state``)."""
 
     requestMeasure = Signal(object)
     requestCompare = Signal(object)
@@ -66,20 +65,18 @@ class AnalysisActions(QObject):
     costChanged = Signal(object)
     """The ``CostModel`` now shown (None: none for this model): the Synthetic acceptance tab predicts from it."""
 
-    def __init__(self, panel, host: MenuHost, feedback: Feedback, *, run, shown: ShownSession, worker, thread,
-                 settings, tabs, cost_view, stats, timeline, model_info, load_model, session_changed,
-                 shutdown, progress) -> None:
+    def __init__(self, model: WindowModel, panel, host: MenuHost, run, tabs, cost_view, stats, timeline) -> None:
         super().__init__(host.parent)
-        self.progress = progress  # the status bar's bar: a measurement's share done
-        self.panel, self.host, self.feedback, self.run, self.shown = panel, host, feedback, run, shown
-        self.engine, self.settings, self.model_info, self.load_model = worker, settings, model_info, load_model
+        self.model, self.panel, self.host, self.run = model, panel, host, run
+        self.engine, self.settings = model.worker, model.settings
+        worker = model.worker
         self.tabs, self.cost_view, self.stats, self.timeline = tabs, cost_view, stats, timeline
         self.cost_models: dict[str, CostMeasured] = {}
         self.current: CostMeasured | None = None
         self.busy = ""
         """What the engine thread measures for us ("" when nothing)."""
         self.worker = AnalysisWorker(worker)
-        self.worker.moveToThread(thread)
+        self.worker.moveToThread(model.thread)
         self.requestMeasure.connect(self.worker.measure_cost)
         self.requestCompare.connect(self.worker.run_compare)
         self.requestLayouts.connect(self.worker.measure_layouts)
@@ -112,20 +109,18 @@ class AnalysisActions(QObject):
             menu, "Copy as llama-server flags", self.copy_server_flags, ["Ctrl+Shift+L"],
             "copy the llama-server arguments that reproduce the chosen source and its settings "
             "(llama.cpp's ngram-* proposers and draft models), the context and the sampling")
-        self.tune = TuneActions(host, menu, lambda: self.current, run=run, shown=shown, worker=worker, thread=thread,
-                                model_info=model_info, session_changed=session_changed, shutdown=shutdown)
+        self.tune = TuneActions(model, host, menu, lambda: self.current, run)
         """The Tune window (Tune from this run…, Ctrl+Shift+K)."""
-        self.audit = AuditActions(host, menu, run=run, shown=shown, worker=worker, thread=thread, shutdown=shutdown)
+        self.audit = AuditActions(model, host, menu, run)
         """The Audit window (Audit the difference from plain decoding…, Ctrl+Shift+A)."""
         self.compare_view = None
         self.server_build: ServerBuildActions | None = None
         """Builds llama-server for the Compare window (on a thread of its own), made with the window."""
         self._compare_turns: tuple | None = None
         """The turns of the conversation being compared (None: the prompt, or no comparison)."""
-        self.shutdown = shutdown
-        shutdown.connect(self.worker.job.request_cancel, Qt.ConnectionType.DirectConnection)
-        if model_info() is not None:
-            self._model_loaded(model_info())
+        model.shutdownRequested.connect(self.worker.job.request_cancel, Qt.ConnectionType.DirectConnection)
+        if model.model_info is not None:
+            self._model_loaded(model.model_info)
 
     # -- llama-server --------------------------------------------------------------
     def copy_server_flags(self) -> str | None:
@@ -136,7 +131,7 @@ class AnalysisActions(QObject):
         llama-server lacks gets a message naming those it has. Returns the line, or None."""
         p = self.panel
         draft_max = p.draft_max_in_effect()  # auto: what the last run resolved, as the panel's "→ 7" says
-        model = (self.model_info() or {}).get("path")
+        model = (self.model.model_info or {}).get("path")
         source = p.source.currentText()
         try:
             line = server_command(source, p.source_options(), draft_max=draft_max, model=model,
@@ -146,14 +141,14 @@ class AnalysisActions(QObject):
             notes = server_notes(source, p.source_options(), draft_max=draft_max,
                                  system_prompt="" if p.raw.isChecked() else p.system_prompt.text())
         except NoServerEquivalent as exc:
-            self.feedback.error("No llama-server flags for this source", str(exc), QMessageBox.Icon.Information)
+            self.model.show_error("No llama-server flags for this source", str(exc), QMessageBox.Icon.Information)
             return None
         except ValueError as exc:
-            self.feedback.error("No llama-server flags for this source", str(exc))
+            self.model.show_error("No llama-server flags for this source", str(exc))
             return None
         QGuiApplication.clipboard().setText(line)
-        self.feedback.status("llama-server flags copied to the clipboard")
-        self.feedback.banner("<b>Copied to the clipboard:</b> <code>" + html.escape(line) + "</code>" +
+        self.model.say("llama-server flags copied to the clipboard")
+        self.model.set_banner("<b>Copied to the clipboard:</b> <code>" + html.escape(line) + "</code>" +
                           "".join(f"<br>Note: {html.escape(n)}" for n in notes), BANNER_HINT)
         return line
 
@@ -161,21 +156,21 @@ class AnalysisActions(QObject):
     def _baseline_ready(self, result, error: str) -> None:
         """The comparison with plain decoding of the run that just ended (before its ``runFinished``);
         the result reaches the shown session as its ``BaselineDone`` record."""
-        self.shown.drain()
+        self.model.drain()
         if error:
-            self.feedback.status(f"comparison with plain decoding failed: {error}")
-            self.feedback.error("Comparison with plain decoding failed", error)
+            self.model.say(f"comparison with plain decoding failed: {error}")
+            self.model.show_error("Comparison with plain decoding failed", error)
             return
         if result is None:  # Stop during the comparison
-            self.feedback.status("comparison with plain decoding stopped")
+            self.model.say("comparison with plain decoding stopped")
 
     # -- busy state ----------------------------------------------------------------
     def _start(self, what: str, detail: str, error=None) -> bool:
         """Begin job ``what`` (``detail``: the busy state's words), or refuse it while a run goes, while serving
         or without a model in a box by ``error(title, message)`` (the main window's, or the asking window's)."""
-        error = error or self.feedback.error
+        error = error or self.model.show_error
         if not self.run.is_idle:
-            serving = self.run.state == SERVING  # e.g. Replay under other sources… clicked while serving
+            serving = self.model.state == SERVING  # e.g. Replay under other sources… clicked while serving
             what_stops = "serving (Run > Serve, Ctrl+Shift+S)" if serving else "the run"
             error("Serving" if serving else "Run in progress", f"Stop {what_stops} before {detail.rstrip('…')}.")
             return False
@@ -188,8 +183,8 @@ class AnalysisActions(QObject):
 
     def _end(self) -> None:
         self.busy = ""
-        self.progress.hide()
-        if self.run.state == BUSY:
+        self.model.show_progress(None)
+        if self.model.state == BUSY:
             self.run.set_state(IDLE)
 
     def _prompt(self) -> tuple[str, bool]:
@@ -208,8 +203,7 @@ class AnalysisActions(QObject):
             return False
         self.cost_view.set_busy(True, "measuring c(k) for k = 1..16 verification rows (median of 3) …", cancellable=True)
         self.tabs.setCurrentWidget(self.cost_view)
-        self.progress.setRange(0, 0)
-        self.progress.show()
+        self.model.show_progress(0, BUSY_PROGRESS)
         text, raw = self._prompt()
         self.worker.job.reset_cancel()
         self.requestMeasure.emit(CostRequest(text, raw))
@@ -219,16 +213,15 @@ class AnalysisActions(QObject):
         """Stop the measurement before its next decode (thread safe); the batch sizes timed are kept."""
         self.worker.job.request_cancel()
         self.cost_view.cancel.setEnabled(False)
-        self.feedback.status("busy · cancelling the measurement after the decode in flight …")
+        self.model.say("busy · cancelling the measurement after the decode in flight …")
 
     def _cost_progress(self, p) -> None:
         if self.busy != "cost" or self.worker.job.cancel.is_set():
             return
         self.cost_view.set_progress(p)
         if p.stage != PLAN:
-            self.progress.setRange(0, PROGRESS_STEPS)
-            self.progress.setValue(int(p.fraction * PROGRESS_STEPS))
-        self.feedback.status(f"measuring c(k): {progress_text(p)}")
+            self.model.show_progress(int(p.fraction * PROGRESS_STEPS), PROGRESS_STEPS)
+        self.model.say(f"measuring c(k): {progress_text(p)}")
 
     def _cost_measured(self, m: CostMeasured) -> None:
         key = cost_key(m.model_path, m.n_threads)
@@ -239,7 +232,7 @@ class AnalysisActions(QObject):
         self.cost_view.set_busy(False)
         self._end()
         note = f"cancelled: kept {m.partial}" if m.partial else ""
-        self.feedback.status(f"cost model {'measured' if not note else note}: {self.cost_view.ceiling_text()}")
+        self.model.say(f"cost model {'measured' if not note else note}: {self.cost_view.ceiling_text()}")
         self.costReady.emit(m, note)
 
     # -- weight layouts ----------------------------------------------------------------
@@ -265,7 +258,7 @@ class AnalysisActions(QObject):
         store_cost(self.settings, key, own)
         self._use(own)
         self.cost_view.set_layouts(results)
-        self.feedback.status("weight layouts measured: " + ", ".join(
+        self.model.say("weight layouts measured: " + ", ".join(
             f"{t} {m.model.ceiling:.1f}x" for t, m in results))
         self.layoutsReady.emit(results, "")
 
@@ -275,7 +268,7 @@ class AnalysisActions(QObject):
         n = self.cost_view.suggested_draft_max()
         if n >= 1:
             self.panel.draft_max.setValue(n)
-            self.feedback.status(f"draft max {n}: the cost curve's best window")
+            self.model.say(f"draft max {n}: the cost curve's best window")
         return n
 
     def use_layout(self) -> bool:
@@ -286,23 +279,23 @@ class AnalysisActions(QObject):
             return False
         weight_type, _m = best
         self.panel.set_target_weights(weight_type)
-        return self.load_model()
+        return self.model.load_model()
 
     def _failed(self, what: str, message: str) -> None:
         self._end()
         if what in ("layouts", "cost") and not message:  # cancelled before anything was measured
             self.cost_view.set_busy(False)
-            self.feedback.status("cancelled before any batch size was measured: nothing kept")
+            self.model.say("cancelled before any batch size was measured: nothing kept")
             (self.layoutsReady if what == "layouts" else self.costReady).emit(None, "cancelled")
             return
         if what == "layouts":
             self.cost_view.set_busy(False)
-            self.feedback.error("Cannot try other weight types", message)
+            self.model.show_error("Cannot try other weight types", message)
             self.layoutsReady.emit(None, message)
             return
         if what == "cost":
             self.cost_view.set_busy(False)
-            self.feedback.error("Cannot measure the cost model", message)
+            self.model.show_error("Cannot measure the cost model", message)
             self.costReady.emit(None, message)
         elif self.compare_view is not None:
             self._compare_turns = None
@@ -339,14 +332,14 @@ class AnalysisActions(QObject):
 
     def export_png_dialog(self) -> None:
         if self.current is None:
-            self.feedback.error("No cost model", "Measure the cost model first (Cost model tab).")
+            self.model.show_error("No cost model", "Measure the cost model first (Cost model tab).")
             return
         path, _ = QFileDialog.getSaveFileName(self.host.parent, "Export cost curve PNG", "cost-curve.png", "PNG images (*.png)")
         if path:
             if self.cost_view.export_png(path):
-                self.feedback.status(f"cost curve written: {path}")
+                self.model.say(f"cost curve written: {path}")
             else:
-                self.feedback.error("Export failed", f"cannot write {path}")
+                self.model.show_error("Export failed", f"cannot write {path}")
 
     # -- compare -------------------------------------------------------------------
     def show_compare(self):
@@ -358,7 +351,7 @@ class AnalysisActions(QObject):
             restore_compare(self.settings, v)
             v.server_choice.changed.connect(lambda *_a: save_server_choice(self.settings, self.compare_view))
             self.server_build = ServerBuildActions(v.server_choice, parent=self)
-            self.shutdown.connect(self.server_build.shutdown)
+            self.model.shutdownRequested.connect(self.server_build.shutdown)
             self.host.every_tick(v.refresh)  # redrawn with the window's views
             self.compare_view = v
         self.compare_view.cost_model = None if self.current is None else self.current.model
@@ -413,12 +406,12 @@ class AnalysisActions(QObject):
             return
         if self.compare_view is not None:
             self.compare_view.set_progress(done, total, label)
-        self.feedback.status(f"busy · comparing configurations: {done + 1}/{total} {label}")
+        self.model.say(f"busy · comparing configurations: {done + 1}/{total} {label}")
 
     def _compare_turn_progress(self, turn: int, turns: int, done: int, total: int, label: str) -> None:
         if self.compare_view is not None:
             self.compare_view.set_turn_progress(turn, turns, done, total, label)
-        self.feedback.status(f"busy · comparing configurations: turn {turn}/{turns}, "
+        self.model.say(f"busy · comparing configurations: turn {turn}/{turns}, "
                                     f"configuration {done + 1}/{total} {label}")
 
     def _compare_done(self, result, note: str) -> None:
@@ -435,5 +428,5 @@ class AnalysisActions(QObject):
             if failed:
                 text += f" · failed: {', '.join(failed)} (hover the row for the error)"
             v.set_result(result, text)
-        self.feedback.status(f"comparison {note or 'done'}")
+        self.model.say(f"comparison {note or 'done'}")
         self.compareReady.emit(result, note)

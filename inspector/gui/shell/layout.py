@@ -24,7 +24,8 @@ from inspector.gui.plots.event_log import EventLog
 from inspector.gui.plots.lock_plots import LockPlots
 from inspector.gui.plots.statistics import StatsView
 from inspector.gui.plots.timeline import Timeline
-from inspector.gui.serve.request_log import RequestLog
+from inspector.gui.model.request_log import RequestLog
+from inspector.gui.model.window_model import BUSY_PROGRESS, WindowModel
 from inspector.gui.serve.requests_view import RequestsView
 from inspector.gui.shell.banner import Banner
 from inspector.gui.tokens.conversation_bar import ConversationBar
@@ -105,13 +106,29 @@ class WindowUI:
     """The status line (a long error ends with "…", all of it in the tooltip)."""
     status_counts: QLabel
     status_speed: QLabel
-    load_progress: QProgressBar
+    load_progress: "StatusProgress"
 
 
-def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
+class StatusProgress(QProgressBar):
+    """The status bar's progress bar: it follows the model's ``progressChanged`` (``show_progress``)."""
+
+    def show_progress(self, value: int | None, maximum: int) -> None:
+        """Show ``value`` of ``maximum`` (``BUSY_PROGRESS``: busy, no value), or hide the bar (None)."""
+        if value is None:
+            self.hide()
+            return
+        self.setRange(0, maximum)
+        if maximum != BUSY_PROGRESS:
+            self.setValue(value)
+        self.show()
+
+
+def build_ui(window: QMainWindow, model: WindowModel) -> WindowUI:
     """Make the panel, views, tabs, splitters and status bar of ``window`` (its central widget and status
-    bar are set); ``settings``: the QSettings the token view remembers its threshold in;
-    ``transcript_source()``: the Conversation tab's ``(records, shown, pickable)``."""
+    bar are set); ``model``: the window's model (its ``settings``, where the token view remembers its threshold,
+    and its served ``requests``, the Requests tab's). The Conversation tab's turns come from its ``source``,
+    which the conversation's helper sets."""
+    settings = model.settings
     panel = ControlPanel()
     panel.setMinimumWidth(max(380, panel.minimumWidth()))
     banner = Banner()
@@ -126,7 +143,7 @@ def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
     event_log = EventLog()
     tabs = QTabWidget()
     tabs.addTab(window_detail, "Windows")
-    transcript = TranscriptView(transcript_source)
+    transcript = TranscriptView()
     tabs.addTab(transcript, "Conversation")
     tabs.addTab(timeline, "KV timeline")
     tabs.addTab(lock_plots, "Lock timing")
@@ -134,7 +151,7 @@ def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
     tabs.addTab(event_log, "Event log")
     tabs.addTab(cost_view, "Cost model")
     tabs.addTab(synthetic_view, "Synthetic acceptance")
-    request_log = RequestLog()
+    request_log = model.requests
     requests = RequestsView(request_log)
     tabs.addTab(requests, "Requests")
     tabs.currentChanged.connect(lambda _i: tabs.currentWidget().refresh())
@@ -168,7 +185,7 @@ def build_ui(window: QMainWindow, settings, transcript_source) -> WindowUI:
     status_speed.setFixedSize(fm.horizontalAdvance(" 0000.0 tokens/s "), fm.height() + 2)
     status_speed.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     status_speed.setToolTip("decode tokens/s: generated tokens / decode time, prefill excluded")
-    load_progress = QProgressBar()
+    load_progress = StatusProgress()
     load_progress.setRange(0, 100)
     load_progress.setMaximumWidth(200)
     load_progress.hide()

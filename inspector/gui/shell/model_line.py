@@ -2,22 +2,20 @@
 
 ``ModelLine`` handles the worker's ``modelProgress``, ``modelLoaded`` and ``modelFailed``: the
 progress bar, the model panel's status line (file, weight form, GGUF name), the weights box's
-knowledge of each file's own weight type, and the banner's word on a load. It is owned by
-``MainWindow`` and holds the side panel, the worker, the banner, the status line, the progress
-bar and the window's ``session()`` and ``show_error`` callables.
+knowledge of each file's own weight type, and the banner's word on a load. It gets the window's
+model (``WindowModel``: the loaded model's ``model_info``, the session shown, what the window says) and
+the side panel.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QRect, Qt
 
 from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_HINT
-from inspector.gui.shell.banner import Banner
-from inspector.session.session_record import SessionRecord
+from inspector.gui.model.window_model import WindowModel
 
 LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R)."
 
@@ -25,17 +23,18 @@ LOADED_HINT = "Model loaded. Pick an example prompt and press <b>Run</b> (Ctrl+R
 class ModelLine(QObject):
     """What the window shows of the loaded model.
 
-    ``info``: the loaded model's ``describe()`` dict, or None before one is loaded. A ``QObject`` (a child
-    of ``parent``) so the worker's signals reach its methods on the GUI thread."""
+    ``info``: the loaded model's ``describe()`` dict (the model's ``model_info``), or None before one is loaded.
+    A ``QObject`` (a child of ``parent``) so the worker's signals reach its methods on the GUI thread."""
 
-    def __init__(self, panel, worker, *, banner: Banner, status, progress, session: Callable[[], SessionRecord],
-                 show_error: Callable[..., None], info: dict | None = None, parent: QObject | None = None) -> None:
+    def __init__(self, model: WindowModel, panel, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.panel, self.worker = panel, worker
-        self.banner, self.status, self.progress = banner, status, progress
-        self.session, self.show_error = session, show_error
-        self.info: dict | None = info
+        self.model, self.panel, self.worker = model, panel, model.worker
         self._hint_on_load = False  # show "Model loaded. …" when the load in flight ends (not a run's load)
+
+    @property
+    def info(self) -> dict | None:
+        """The loaded model's ``describe()`` (``WindowModel.model_info``), or None."""
+        return self.model.model_info
 
     def expect_load(self, hint: bool) -> None:
         """The load in flight (or the next one) ends with the banner's "Model loaded" hint when ``hint``
@@ -44,8 +43,7 @@ class ModelLine(QObject):
 
     def progress_changed(self, v: float) -> None:
         """The load is ``v`` (0..1) done."""
-        self.progress.show()
-        self.progress.setValue(int(v * 100))
+        self.model.show_progress(int(v * 100))
 
     def show(self, info: dict | None) -> None:
         """The model panel's status line: the loaded model (file, GGUF name) or "not loaded"; a saved
@@ -78,20 +76,20 @@ class ModelLine(QObject):
 
     def loaded(self, info: dict) -> None:
         """A model was loaded (``info``: its ``describe()``): the panel follows it, the banner says so."""
-        self.info = info
-        self.progress.hide()
+        self.model.model_info = info
+        self.model.show_progress(None)
         self.show(info)
         if info.get("offload_note"):  # e.g. -ngl asked for, no GPU and no RPC server: say so, once
-            self.status.setText(f"note: {info['offload_note']}")
+            self.model.say(f"note: {info['offload_note']}")
         self.panel.select_model(str(info.get("converted_from") or info["path"]))  # a converted file: its original
         self.panel.know_stored_weights(self.panel.model_path(), info.get("converted_from_weights", "")
                                        if info.get("converted_from") else info.get("weights", ""))
         self.panel.n_ctx.setValue(int(info["n_ctx"]))  # the context the loaded model has
         self.panel.llama_context.show_loaded(info.get("llama_cpp"))  # and its -b -ub -fa -ctk -ctv
         hint, self._hint_on_load = self._hint_on_load, False
-        session = self.session()
+        session = self.model.session
         if hint and session.origin == "live" and not session.tokens:
-            self.banner.say(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "
+            self.model.set_banner(f"{LOADED_HINT} &nbsp;<span style='color:#555'>(Step window F10 and Step token "
                             "F11 go one window or one token at a time.)</span>", BANNER_HINT)
         elif session.origin == "live" and session.header is not None:
             self._say_session_ran_elsewhere(info)
@@ -99,7 +97,7 @@ class ModelLine(QObject):
     def _say_session_ran_elsewhere(self, info: dict) -> None:
         """The loaded model (or weight form) is not the one the shown live session ran on: the banner
         says whose run is shown, and how to run on the new one."""
-        ran = self.session().header.model
+        ran = self.model.session.header.model
         then = (str(ran.get("converted_from") or ran.get("path", "")),
                 str(ran.get("weights", "")) if ran.get("converted_from") else "",
                 str(ran.get("converted_from_weights") or ran.get("weights", "")))
@@ -116,14 +114,14 @@ class ModelLine(QObject):
             return f"{shown} as stored ({stored})" if stored else f"{shown} as stored"
 
         self.panel.show_draft_max_used(None)  # what auto resolved to belonged to the other model or form
-        self.banner.say(f"Loaded {name(now)}. The run shown ran on {name(then)} (its receipts are kept: Export "
+        self.model.set_banner(f"Loaded {name(now)}. The run shown ran on {name(then)} (its receipts are kept: Export "
                         "receipts); <b>Run</b> (Ctrl+R) runs on the new model.", BANNER_HINT)
 
     def failed(self, message: str, path: str = "") -> None:
         """``path`` could not be loaded: the model loaded before stays loaded, selected and usable;
         the bad file leaves the recent models (the window showed the session from before the run first)."""
         self._hint_on_load = False
-        self.progress.hide()
+        self.model.show_progress(None)
         if path and not self.panel.rpc_servers.text().strip():  # an RPC failure is the server's, not the file's
             self.panel.remove_recent_model(path)
         loaded = self.info if self.worker.runtime is not None else None
@@ -132,8 +130,8 @@ class ModelLine(QObject):
             self.panel.select_model(str(loaded.get("converted_from") or loaded["path"]))
         keeps = (f"{html.escape(Path(loaded['path']).name)} stays loaded." if loaded is not None
                  else "No model is loaded: pick one in the Model list or Open… a GGUF file.")
-        session = self.session()
+        session = self.model.session
         if session.origin == "live" and not session.tokens:
-            self.banner.say(f"<b>Cannot load {html.escape(Path(path).name) or 'the model'}</b> (see the message). "
+            self.model.set_banner(f"<b>Cannot load {html.escape(Path(path).name) or 'the model'}</b> (see the message). "
                             f"{keeps}", BANNER_ERROR)
-        self.show_error("Cannot load the model", message)
+        self.model.show_error("Cannot load the model", message)

@@ -20,7 +20,8 @@ from typing import Callable
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox
 
-from inspector.gui.ports.handles import Feedback, MenuHost
+from inspector.gui.model.window_model import WindowModel
+from inspector.gui.ports.handles import MenuHost
 from inspector.session.run_states import BUSY, RUN_STATES, SERVING
 
 POLL_MS = 50
@@ -43,13 +44,13 @@ def quit_note(jobs: int) -> str:
 @dataclass(frozen=True)
 class Workers:
     """What may still work when the window closes, each read through its public members: the engine
-    ``thread`` (a ``QThread``), ``run`` (``RunControl``: ``state``, ``detail``), ``serve``
+    ``thread`` (a ``QThread``), ``model`` (the ``WindowModel``: ``state``, ``state_detail``), ``serve``
     (``ServeActions``: ``serving``), ``tune`` (``TuneActions``: ``grid_running``, ``thread_running``),
     ``build`` (a callable giving the ``ServerBuildActions`` or None), ``files`` (``FileActions``: ``jobs``)
     and ``sources`` (``SourceActions``: ``job``)."""
 
     thread: QThread
-    run: object
+    model: object
     serve: object
     tune: object
     build: Callable[[], object]
@@ -59,11 +60,11 @@ class Workers:
     def interrupted(self) -> list[str]:
         """What a close would stop (asked about first), in words; empty when nothing."""
         out = []
-        state = self.run.state
+        state = self.model.state
         if state in RUN_STATES:
             out.append("the run (it stops where it is; its receipts stay autosaved)")
         elif state == BUSY:
-            out.append((self.run.detail or "a job on the engine thread").rstrip("…. ") + " (its results so far are "
+            out.append((self.model.state_detail or "a job on the engine thread").rstrip("…. ") + " (its results so far are "
                        "not kept)")
         elif state == SERVING:
             out.append("serving requests")
@@ -80,7 +81,7 @@ class Workers:
         """What has not ended yet, in words; empty when the window may close."""
         out = []
         if not self.thread.isFinished():
-            out.append((self.run.detail or "the engine thread").rstrip("…. ") if self.run.state == BUSY
+            out.append((self.model.state_detail or "the engine thread").rstrip("…. ") if self.model.state == BUSY
                        else "the engine thread")
         if self.serve.serving:
             out.append("serving")
@@ -117,10 +118,10 @@ class QuitControl(QObject):
 
     stopped = Signal()
 
-    def __init__(self, host: MenuHost, feedback: Feedback, workers: Workers, *, stop: Callable[[bool], None],
+    def __init__(self, model: WindowModel, host: MenuHost, workers: Workers, *, stop: Callable[[bool], None],
                  close: Callable[[], object]) -> None:
         super().__init__(host.parent)
-        self.parent_widget, self.feedback, self.workers = host.parent, feedback, workers
+        self.parent_widget, self.model, self.workers = host.parent, model, workers
         self._stop, self._close = stop, close
         self.box: QMessageBox | None = None
         self.stopping = False
@@ -202,7 +203,7 @@ class QuitControl(QObject):
     def _say(self) -> None:
         left = self.workers.still_running()
         if left:
-            self.feedback.status(f"stopping… waiting for {', '.join(left)} to end, then quitting "
+            self.model.say(f"stopping… waiting for {', '.join(left)} to end, then quitting "
                                  f"({perf_counter() - self._t0:.1f} s)")
 
     def _poll(self) -> None:

@@ -4,12 +4,12 @@ it ends (the finish, then what the user should know besides: faults that never f
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_HINT, BANNER_NEUTRAL, BANNER_WARN
 from inspector.gui.look.wording import count_noun
+from inspector.gui.model.window_model import WindowModel
 from inspector.gui.shell.banner import BANNER_PAD, DETAILS_HREF, DETAILS_LINK, Banner
 from inspector.llama.cost_cache import placement
 from inspector.session.contention import run_contention_note
@@ -17,14 +17,15 @@ from inspector.session.run_states import PAUSED, RUNNING, TOKEN_HOLD
 
 
 class RunBanner:
-    """The run's lines in ``banner`` (a ``Banner``); ``worker``: the ``EngineWorker`` (its faults and runtime);
-    ``session()``: the shown ``SessionRecord``. ``status``: what the live run does ("source ngram · up to 128
-    tokens"), set when it starts, None when none runs."""
+    """The run's lines in the banner: said through ``model`` (the ``WindowModel``: its worker's faults and
+    runtime, the session shown), measured on ``banner`` (the ``Banner`` widget: a long end is cut to its width).
+    ``status``: what the live run does ("source ngram · up to 128 tokens"), set when it starts, None when none
+    runs."""
 
-    def __init__(self, banner: Banner, worker, session: Callable[[], object]) -> None:
+    def __init__(self, model: WindowModel, banner: Banner) -> None:
+        self.model = model
         self.banner = banner
-        self.worker = worker
-        self.session = session
+        self.worker = model.worker
         self.status: str | None = None
 
     def during(self, state: str) -> None:
@@ -33,16 +34,16 @@ class RunBanner:
         what = self.status
         if what is None or state not in (RUNNING, PAUSED, TOKEN_HOLD):
             return
-        n = count_noun(len(self.session().tokens), "token")
+        n = count_noun(len(self.model.session.tokens), "token")
         if state == PAUSED:
-            self.banner.say(f"<b>Paused</b>: {what} · {n} so far. <b>Continue</b> (Ctrl+R) runs on; Step window "
+            self.model.set_banner(f"<b>Paused</b>: {what} · {n} so far. <b>Continue</b> (Ctrl+R) runs on; Step window "
                             "(F10) and Step token (F11) go one window or one token at a time.", BANNER_HINT)
         elif state == TOKEN_HOLD:
-            self.banner.say(f"<b>Step token</b>: holding before a commit ({n} so far; the token is named above "
+            self.model.set_banner(f"<b>Step token</b>: holding before a commit ({n} so far; the token is named above "
                             "the stream, a window's rows in the Windows tab). F11 commits it; Continue (Ctrl+R) "
                             "runs on.", BANNER_HINT)
-        elif self.banner.text().startswith(("<b>Paused", "<b>Step token")):
-            self.banner.say(f"Running: {what} …", BANNER_NEUTRAL)
+        elif self.model.banner_html.startswith(("<b>Paused", "<b>Step token")):
+            self.model.set_banner(f"Running: {what} …", BANNER_NEUTRAL)
 
     def finish(self, reason: str, end, record) -> tuple[str, str, str]:
         """The banner after a live run ended with ``reason`` (``RunEnd`` ``end``, its ``SessionRecord``):

@@ -2,27 +2,26 @@
 holding before a commit, busy, error), what each state enables, the banner line that says
 what a run is doing, and the Run / Pause / Step window / Step token / Stop / Resume commands.
 
-``RunControl`` is owned by ``MainWindow`` and holds only what it acts on: the side panel, the
-worker, the model line, the banner, the status line and progress bar, the token view (the
-held token, the focus) and the window's run actions, plus a few callables of the window
-(show a session, show an error, save the settings, redraw, send a run or a load to the
-worker). It never calls llama.cpp: requests go to the worker through queued signals
-(``request_run``, ``request_load``) or its thread-safe ``request_*`` methods.
+``RunControl`` gets the window's model (``WindowModel``: the state it sets, the session shown, what the
+window says) and what it acts on: the side panel, the model line, the token view (the held token, the
+focus), the banner (to measure) and the window's run actions. It never calls llama.cpp: requests go to the
+worker through the model's queued signals (``runRequested``, ``loadRequested``) or the worker's thread-safe
+``request_*`` methods.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Qt
 
 from inspector.engine.faults import Fault, FaultPlan
 from inspector.gui.engine_thread.worker import RunConfig, Stepping
 from inspector.gui.look.banner_colours import BANNER_ERROR, BANNER_NEUTRAL
 from inspector.gui.look.wording import count_noun
+from inspector.gui.model.window_model import WindowModel
 from inspector.gui.shell.banner import Banner
 from inspector.gui.shell.model_line import ModelLine
 from inspector.gui.shell.run_banner import RunBanner
@@ -39,55 +38,42 @@ RUN_ACTIONS = ("run", "pause", "step_window", "step_token", "stop", "resume", "o
 class RunControl(QObject):
     """The window's state and run commands.
 
-    ``state``: one of ``inspector.session.run_states``; ``armed_faults``: faults pressed while no
+    The state is the model's ``state``; ``armed_faults``: faults pressed while no
     run goes (the next run starts with them, at the first opportunity); ``served_faults``: while the
     window serves, where the fault buttons arm instead (an object with ``arm(fault)`` and
-    ``pending_faults_text()``: the Serve switch's ``ServeActions`` sets itself). ``stateChanged(state)``
+    ``pending_faults_text()``: the Serve switch's ``ServeActions`` sets itself). The model's ``stateChanged(state)``
     follows every ``set_state``.
 
-    ``session()``: the shown ``SessionRecord``; ``show_session(record)``: show another one in every
-    view; ``redraw()`` / ``redraw_all()``: redraw the shown tab / every view now;
-    ``show_error(title, message)``: a message box; ``save_settings()``; ``request_run(RunConfig)`` and
-    ``request_load(path, n_ctx, weights, offload, context)``: queued to the worker;
-    ``making_draft()`` / ``opening()``: a draft is being made / a receipts file is being read
-    (Run waits for them); ``autosave_dir``: where runs autosave."""
+    ``model``: the ``WindowModel`` (the session shown, the state, what the window says, the worker, where runs
+    autosave; a run or a load is queued to the worker through it); ``panel``: the side panel; ``model_line``;
+    ``token_view`` (the held token, the focus); ``banner`` (the
+    ``Banner``: a run's end is cut to its width); ``actions``: the window's run actions by ``RUN_ACTIONS`` name.
+    Run waits while a draft is being made or a receipts file read (the model's ``busy("draft")`` /
+    ``busy("opening")``)."""
 
-    stateChanged = Signal(str)
-
-    def __init__(self, panel, worker, model_line: ModelLine, *, banner: Banner, status, progress, token_view,
-                 actions: dict, session: Callable[[], SessionRecord], show_session: Callable[[SessionRecord], None],
-                 show_error: Callable[..., None], redraw: Callable[[], None], redraw_all: Callable[[], None],
-                 save_settings: Callable[[], None], request_run: Callable, request_load: Callable,
-                 making_draft: Callable[[], bool], opening: Callable[[], bool], autosave_dir: Path,
-                 parent: QObject | None = None) -> None:
+    def __init__(self, model: WindowModel, panel, model_line: ModelLine, token_view, banner: Banner,
+                 actions: dict, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.panel, self.worker, self.model_line = panel, worker, model_line
-        self.banner, self.status, self.progress, self.token_view = banner, status, progress, token_view
+        self.model, self.panel, self.worker, self.model_line = model, panel, model.worker, model_line
+        self.token_view = token_view
         self.actions = actions
-        self.session, self.show_session, self.show_error = session, show_session, show_error
-        self.redraw, self.redraw_all, self.save_settings = redraw, redraw_all, save_settings
-        self.request_run, self.request_load = request_run, request_load
-        self.making_draft, self.opening = making_draft, opening
-        self.autosave_dir = autosave_dir
-        self.state = IDLE
-        self.detail = ""
-        """The detail the state was entered with ("measuring the cost model…" for ``BUSY``)."""
         self.armed_faults = FaultPlan()
         self.served_faults = None
         self._before_run = None  # (session, faults) shown before the last start_run: restored if its source fails
-        self.run_banner = RunBanner(banner, worker, session)
+        self.run_banner = RunBanner(model, banner)
         """The banner's lines about a live run (``inspector.gui.shell.run_banner``)."""
         panel.source.currentTextChanged.connect(self.forget_refusal)
 
     # -- state ---------------------------------------------------------------------------
     def set_state(self, state: str, detail: str = "") -> None:
         """Enter ``state`` (``inspector.session.run_states``): enable the controls it allows, set the
-        banner and the status bar, emit ``stateChanged``."""
-        self.state, self.detail = state, detail
+        banner and the status bar; the model's ``state`` and ``state_detail`` hold it, then its ``stateChanged``
+        tells."""
+        self.model.state, self.model.state_detail = state, detail
         p = self.panel
         focus = p.window().focusWidget()  # before any control is disabled (Qt then moves the focus on)
-        origin = self.session().origin
-        on = control_states(state, origin=origin, making_draft=self.making_draft(), opening=self.opening())
+        origin = self.model.session.origin
+        on = control_states(state, origin=origin, making_draft=self.model.busy("draft"), opening=self.model.busy("opening"))
         p.run.setEnabled(on["run"])
         p.run.setText("▶ Continue" if on["run_continues"] else "▶ Run")
         p.pause.setEnabled(on["pause"])
@@ -120,41 +106,41 @@ class RunControl(QObject):
         for name in RUN_ACTIONS:
             self.actions[name].setEnabled(on[name])
         self.actions["run"].setIconText(p.run.text())  # toolbar and panel say the same: Run or Continue
-        self.status.setText(state_label(state, detail, origin=origin))
+        self.model.say(state_label(state, detail, origin=origin))
         if state != TOKEN_HOLD:
             self.token_view.show_hold(None)
         if focus is not None and not focus.isEnabled() and p.window().focusWidget() is not focus:
             # Qt moved the focus to the next control in the tab order, the near-tie box once (its value selected,
             # a keystroke away from being replaced): the token stream takes it instead.
             self.token_view.stream.setFocus(Qt.FocusReason.OtherFocusReason)
-        self.stateChanged.emit(state)
+        self.model.stateChanged.emit(state)
 
     def refresh_controls(self) -> None:
         """Apply the current state again (after what the rules read changed: a file opened, a draft made)."""
-        self.set_state(self.state)
+        self.set_state(self.model.state)
 
     @property
     def is_idle(self) -> bool:
         """No run, load, measurement or comparison is going."""
-        return self.state == IDLE
+        return self.model.state == IDLE
 
     @property
     def engine_busy(self) -> bool:
         """A run (paused, holding or at an error too), a measurement or a comparison holds the engine
         thread; a model loading does not (what is asked next waits for it)."""
-        return self.state not in (IDLE, LOADING)
+        return self.model.state not in (IDLE, LOADING)
 
     def forget_refusal(self, source: str) -> None:
         """Another source was chosen: a red "The run did not start" about the last one no longer holds."""
-        if self.banner.style_now == BANNER_ERROR and "did not start" in self.banner.text():
-            self.banner.say(f"Source <b>{html.escape(source)}</b> chosen: press <b>Run</b>.", BANNER_NEUTRAL)
+        if self.model.banner_style == BANNER_ERROR and "did not start" in self.model.banner_html:
+            self.model.set_banner(f"Source <b>{html.escape(source)}</b> chosen: press <b>Run</b>.", BANNER_NEUTRAL)
 
     def pending_faults_text(self) -> str:
         """The panel's line of faults not fired yet: the running generation's, or those armed for the
         next run ("" when none)."""
-        if self.state == SERVING and self.served_faults is not None:
+        if self.model.state == SERVING and self.served_faults is not None:
             return self.served_faults.pending_faults_text()
-        running = self.state in ACTIVE_STATES
+        running = self.model.state in ACTIVE_STATES
         pending = self.worker.faults.pending() if running else self.armed_faults.pending()
         if not pending:
             return ""
@@ -164,18 +150,17 @@ class RunControl(QObject):
     def worker_state(self, state: str, detail: str) -> None:
         """The worker entered ``state`` (``EngineWorker.stateChanged``; its records drained already)."""
         if state == LOADING:
-            self.progress.setValue(0)
-            self.progress.show()
-        if state in (RUNNING, PAUSED, TOKEN_HOLD) and self.state == ERROR and detail != "resumed":
+            self.model.show_progress(0)
+        if state in (RUNNING, PAUSED, TOKEN_HOLD) and self.model.state == ERROR and detail != "resumed":
             return
-        if state == IDLE and self.state != LOADING:
+        if state == IDLE and self.model.state != LOADING:
             return  # the run's end is handled by the window's runFinished handler
         self.set_state(state, "" if state == IDLE else detail)
 
     def run_started(self) -> None:
         """The worker picked the run up: the session shown before it is no longer restored."""
         self._before_run = None
-        self.set_state(PAUSED if self.state == PAUSED else self.state if self.state != LOADING else RUNNING)
+        self.set_state(PAUSED if self.model.state == PAUSED else self.model.state if self.model.state != LOADING else RUNNING)
 
     def run_ended(self) -> None:
         """The run ended or never started: the banner no longer follows it."""
@@ -187,8 +172,8 @@ class RunControl(QObject):
         if self._before_run is not None:
             session, faults = self._before_run
             self.worker.faults = faults
-            self.show_session(session)
-            self.redraw_all()
+            self.model.show_session(session)
+            self.model.redraw_all()
         self._before_run = None
 
     # -- starting ------------------------------------------------------------------------
@@ -210,20 +195,20 @@ class RunControl(QObject):
         else:
             prompt = turn["conversation"]["user_text"]
         if not prompt.strip():
-            self.show_error("No prompt", "Type a prompt or pick an example prompt first.")
+            self.model.show_error("No prompt", "Type a prompt or pick an example prompt first.")
             return False
         src = panel.source.currentText()
         problem = panel.source_problem()  # by the source's declared options: required, ranges, rules
         if problem is not None:
-            self.show_error(*problem)
+            self.model.show_error(*problem)
             return False
-        if self.making_draft() and describe_source(src).loads_model:  # it would load the draft being made
-            self.show_error("Draft in progress", "Wait until the draft is made.")
+        if self.model.busy("draft") and describe_source(src).loads_model:  # it would load the draft being made
+            self.model.show_error("Draft in progress", "Wait until the draft is made.")
             return False
         try:
             model = self.chosen_model()
         except Exception as exc:
-            self.show_error("No model", str(exc))
+            self.model.show_error("No model", str(exc))
             return False
         offload = self.offload_or_none()
         if offload is None or not self.context_allowed(speculative=src != PLAIN):
@@ -234,26 +219,26 @@ class RunControl(QObject):
                           chat_messages=turn["chat_messages"] if turn else None,
                           conversation=turn["conversation"] if turn else None)
         cfg = RunConfig(request, panel.model_load(str(model), offload),
-                        Stepping(panel.break_on(), paused, first_action), self.autosave_dir)
+                        Stepping(panel.break_on(), paused, first_action), self.model.autosave_dir)
         # Reset the stepping here, not on the worker: a Stop pressed before the worker picks the
         # run up (it may still be tokenizing or loading the model) is kept.
         self.worker.step.begin_run(start_paused=paused, first_action=first_action, break_on=cfg.stepping.break_on)
         cfg.stepping.begun = True
         self.armed_faults = FaultPlan()
-        self.save_settings()  # a crash during the run must not lose the settings it ran with
-        self._before_run = (self.session(), self.worker.faults)
+        self.model.save_settings()  # a crash during the run must not lose the settings it ran with
+        self._before_run = (self.model.session, self.worker.faults)
         self.worker.faults = request.faults  # fault buttons work before the worker picks the run up
         session = SessionRecord()
         session.prompt_text = prompt
         session.source_name = src
-        self.show_session(session)  # a run from the prompt leaves the conversation once it starts
+        self.model.show_session(session)  # a run from the prompt leaves the conversation once it starts
         loading = "loading the model, then " if self.worker.runtime is None else ""
         what = "stepping" if paused or first_action else "running"
         self.run_banner.status = (f"turn {turn['conversation']['turn']} · " if turn else "") + \
             f"source <b>{src}</b> · up to {count_noun(panel.max_tokens.value(), 'token')}"
-        self.banner.say(f"{(loading + what).capitalize()}: {self.run_banner.status} …", BANNER_NEUTRAL)
+        self.model.set_banner(f"{(loading + what).capitalize()}: {self.run_banner.status} …", BANNER_NEUTRAL)
         self.set_state(RUNNING if self.worker.runtime is not None else LOADING)
-        self.request_run(cfg)
+        self.model.runRequested.emit(cfg)
         return True
 
     def _system_prompt(self, turn: dict | None) -> str:
@@ -267,32 +252,31 @@ class RunControl(QObject):
     def load_selected_model(self) -> bool:
         """Load the model chosen in the panel (bundled by default) on the worker thread,
         with the progress bar; a hint to press Run shows once it is loaded."""
-        if self.state != IDLE:
+        if self.model.state != IDLE:
             return False
         try:
             model = str(self.chosen_model())
         except Exception as exc:
-            self.show_error("No model", str(exc))
+            self.model.show_error("No model", str(exc))
             return False
         offload = self.offload_or_none()
         if offload is None or not self.context_allowed(speculative=False):
             return False
         self.model_line.expect_load(hint=True)
         self.panel.model_status.setText(f"loading {Path(model).name} …")
-        session = self.session()
+        session = self.model.session
         if session.origin == "live" and not session.tokens:
-            self.banner.say(f"Loading the model <b>{html.escape(Path(model).name)}</b> …", BANNER_NEUTRAL)
-        self.progress.setValue(0)
-        self.progress.show()
+            self.model.set_banner(f"Loading the model <b>{html.escape(Path(model).name)}</b> …", BANNER_NEUTRAL)
+        self.model.show_progress(0)
         self.set_state(LOADING, Path(model).name)
-        self.request_load(model, self.panel.n_ctx.value(), self.panel.target_weights(), offload,
+        self.model.loadRequested.emit(model, self.panel.n_ctx.value(), self.panel.target_weights(), offload,
                           self.panel.llama_context.values())
         return True
 
     def load_after(self, path: str) -> None:
         """Queue loading ``path`` after the load in flight (the panel's context, weights and offload)."""
         self.panel.model_status.setText(f"loading {Path(path).name} …")
-        self.request_load(str(Path(path).resolve()), self.panel.n_ctx.value(), self.panel.target_weights(),
+        self.model.loadRequested.emit(str(Path(path).resolve()), self.panel.n_ctx.value(), self.panel.target_weights(),
                           self.offload_or_none(), self.panel.llama_context.values())
 
     def context_allowed(self, speculative: bool) -> bool:
@@ -300,7 +284,7 @@ class RunControl(QObject):
         after saying why in one line (nothing is loaded)."""
         problem = self.panel.llama_context.problem(speculative)
         if problem:
-            self.show_error("llama.cpp context", problem)
+            self.model.show_error("llama.cpp context", problem)
         return not problem
 
     def offload_or_none(self):
@@ -308,52 +292,52 @@ class RunControl(QObject):
         try:
             return self.panel.offload()
         except ValueError as exc:
-            self.show_error("RPC servers", str(exc))
+            self.model.show_error("RPC servers", str(exc))
             return None
 
     # -- run commands ----------------------------------------------------------------------
     def run_clicked(self) -> None:
         """Run: start a run when idle on a live session, continue a paused one, resume after an error."""
-        if self.state == IDLE and self.session().origin != "live":
+        if self.model.state == IDLE and self.model.session.origin != "live":
             return
-        if self.state == IDLE:
+        if self.model.state == IDLE:
             self.start_run()
-        elif self.state in (PAUSED, TOKEN_HOLD):
+        elif self.model.state in (PAUSED, TOKEN_HOLD):
             self.worker.request_continue()
             self.set_state(RUNNING)
-        elif self.state == ERROR:
+        elif self.model.state == ERROR:
             self.resume_clicked()
 
     def pause_clicked(self) -> None:
         """Pause the running generation (between windows, or at the held token)."""
-        if self.state in (RUNNING, TOKEN_HOLD):
+        if self.model.state in (RUNNING, TOKEN_HOLD):
             self.worker.request_pause()
 
     def step_window_clicked(self) -> None:
         """Run one window: from a pause, or a new run holding after its first window."""
-        if self.state == IDLE and self.session().origin == "live":
+        if self.model.state == IDLE and self.model.session.origin == "live":
             self.start_run(paused=True, first_action="window")
-        elif self.state in (PAUSED, TOKEN_HOLD):
+        elif self.model.state in (PAUSED, TOKEN_HOLD):
             self.worker.request_step_window()
             self.set_state(RUNNING, "one window")
 
     def step_token_clicked(self) -> None:
         """Commit one token: from a pause, or a new run holding before its first commit."""
-        if self.state == IDLE and self.session().origin == "live":
+        if self.model.state == IDLE and self.model.session.origin == "live":
             self.start_run(paused=True, first_action="token")
-        elif self.state in (PAUSED, TOKEN_HOLD):
+        elif self.model.state in (PAUSED, TOKEN_HOLD):
             self.worker.request_step_token()
             self.set_state(RUNNING, "one token")
 
     def stop_clicked(self) -> None:
         """Stop the run (running, paused, holding or at an error)."""
-        if self.state in (RUNNING, PAUSED, TOKEN_HOLD, ERROR):
+        if self.model.state in (RUNNING, PAUSED, TOKEN_HOLD, ERROR):
             self.worker.request_stop()
 
     def resume_clicked(self) -> None:
         """Resume after an error (the worker repaired or retired the session)."""
-        if self.state == ERROR:
-            self.banner.say("Resuming after the error …", BANNER_NEUTRAL)
+        if self.model.state == ERROR:
+            self.model.set_banner("Resuming after the error …", BANNER_NEUTRAL)
             self.worker.request_resume()
             self.set_state(RUNNING, "resuming")
 
@@ -361,10 +345,10 @@ class RunControl(QObject):
         """Add ``fault`` to the running generation's fault plan (thread safe); with no run going, arm it
         for the next run (it fires at the first opportunity there); while serving, arm it on the slot
         chosen (``served_faults.arm``: it fires in that slot's next request)."""
-        if self.state == SERVING and self.served_faults is not None:
+        if self.model.state == SERVING and self.served_faults is not None:
             self.served_faults.arm(fault)
-        elif self.state in (RUNNING, PAUSED, TOKEN_HOLD):
+        elif self.model.state in (RUNNING, PAUSED, TOKEN_HOLD):
             self.worker.faults.add(fault)
         else:
             self.armed_faults.add(fault)
-        self.redraw()
+        self.model.redraw()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, Signal
 
 from inspector.gui.engine_thread.synthetic import SyntheticRequest, SyntheticWorker
-from inspector.gui.ports.handles import Feedback
+from inspector.gui.model.window_model import WindowModel
 from inspector.prompts import example_prompts
 from inspector.session.run_states import BUSY, IDLE
 
@@ -19,22 +19,21 @@ from inspector.session.run_states import BUSY, IDLE
 class SyntheticActions(QObject):
     """Feeds ``view`` (``SyntheticView``) and runs its measured table.
 
-    ``panel``: the side panel (the prompt the table decodes); ``run``: ``RunControl`` (``is_idle``,
-    ``state``, ``set_state``); ``worker``/``thread``: the engine worker and its thread; ``cost_changed``
-    (``Signal(object)``: a ``CostModel`` or None) and ``compare_ready`` (``Signal(object, str)``) from the
-    analysis actions, ``cost_model``: the one shown now; ``shutdown``: the window closes.
+    ``model``: the window's model (the engine worker and its thread, what the window says, its
+    ``shutdownRequested``); ``panel``: the side panel (the prompt the table decodes); ``run``: ``RunControl``
+    (``is_idle``, ``state``, ``set_state``); ``tabs``: the window's tabs; ``analysis``: the ``AnalysisActions``
+    (its ``costChanged`` and ``compareReady``, and the cost model shown now, ``current``).
     """
 
     requestMeasure = Signal(object)
     measured = Signal(object, str)
     """(the table's result or None, note or error): "Measure for real" ended (tests, status)."""
 
-    def __init__(self, view, panel, feedback: Feedback, *, run, worker, thread, tabs, cost_changed, compare_ready,
-                 cost_model, shutdown) -> None:
+    def __init__(self, model: WindowModel, view, panel, run, tabs, analysis) -> None:
         super().__init__(view)
-        self.view, self.panel, self.feedback, self.run, self.engine, self.tabs = view, panel, feedback, run, worker, tabs
-        self.worker = SyntheticWorker(worker)
-        self.worker.moveToThread(thread)
+        self.model, self.view, self.panel, self.run, self.engine, self.tabs = model, view, panel, run, model.worker, tabs
+        self.worker = SyntheticWorker(model.worker)
+        self.worker.moveToThread(model.thread)
         self.running = False
         self.requestMeasure.connect(self.worker.measure)
         self.worker.progress.connect(view.set_progress)
@@ -43,19 +42,19 @@ class SyntheticActions(QObject):
         self.worker.failed.connect(self._failed)
         view.measure.clicked.connect(self.start)
         view.cancel.clicked.connect(self.cancel)
-        cost_changed.connect(view.set_cost_model)
-        compare_ready.connect(lambda result, _note: result is not None and view.set_compare(result))
-        view.set_cost_model(cost_model)
-        shutdown.connect(self.worker.job.request_cancel, Qt.ConnectionType.DirectConnection)
+        analysis.costChanged.connect(view.set_cost_model)
+        analysis.compareReady.connect(lambda result, _note: result is not None and view.set_compare(result))
+        view.set_cost_model(None if analysis.current is None else analysis.current.model)
+        model.shutdownRequested.connect(self.worker.job.request_cancel, Qt.ConnectionType.DirectConnection)
 
     def start(self) -> bool:
         """Run the measured table on the engine thread after the panel's prompt; refused (with a message)
         while a run goes or nothing is loaded."""
         if not self.run.is_idle:
-            self.feedback.error("Run in progress", "Stop the run before measuring the synthetic table.")
+            self.model.show_error("Run in progress", "Stop the run before measuring the synthetic table.")
             return False
         if self.engine.runtime is None:
-            self.feedback.error("No model loaded", "Load a model first (the bundled one loads at startup).")
+            self.model.show_error("No model loaded", "Load a model first (the bundled one loads at startup).")
             return False
         self.running = True
         self.run.set_state(BUSY, "measuring the synthetic table…")
@@ -76,18 +75,18 @@ class SyntheticActions(QObject):
 
     def _end(self) -> None:
         self.running = False
-        if self.run.state == BUSY:
+        if self.model.state == BUSY:
             self.run.set_state(IDLE)
 
     def _done(self, result, note: str) -> None:
         self._end()
         self.view.set_measured(result)
         self.view.set_running(False, note or "measured: squares are the measured speedups")
-        self.feedback.status(f"synthetic table {note or 'measured'}")
+        self.model.say(f"synthetic table {note or 'measured'}")
         self.measured.emit(result, note)
 
     def _failed(self, message: str) -> None:
         self._end()
         self.view.set_running(False, f"failed: {message}")
-        self.feedback.error("Cannot measure the synthetic table", message)
+        self.model.show_error("Cannot measure the synthetic table", message)
         self.measured.emit(None, message)

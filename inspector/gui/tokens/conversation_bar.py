@@ -23,7 +23,7 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidget
 
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT
-from inspector.gui.ports.handles import Feedback, ShownSession
+from inspector.gui.model.window_model import WindowModel
 from inspector.session.conversation import Conversation, conversation_block
 from inspector.session.run_states import IDLE, SERVING
 
@@ -123,16 +123,14 @@ class ConversationActions(QObject):
     not part of one yet; a first Send makes the shown run turn 1). ``source_path``: the
     conversation file it was read from ("" for a live one).
 
-    It drives the ``bar`` and reads the side ``panel``'s model choice. Of the window it gets only ``run``
-    (``RunControl``: ``state``, ``start_run``, ``chosen_model``, ``stateChanged``), ``shown``
-    (``ShownSession``), ``feedback`` (``Feedback``), ``served()`` (the served requests' records: none
-    of them continues here), and the signals ``run_finished`` (reason, ``RunEnd`` or None),
-    ``source_refused`` (message) and ``run_started`` (the worker's)."""
+    It drives the ``bar`` and reads the side ``panel``'s model choice. It gets the window's model
+    (``WindowModel``: the session shown, the window's state, what the window says, its ``runFinished`` and
+    ``sourceRefused``, the worker's ``runStarted``, the served ``requests``, none of whose records continues
+    here) and ``run`` (``RunControl``: ``state``, ``start_run``, ``chosen_model``, ``stateChanged``)."""
 
-    def __init__(self, bar: ConversationBar, panel, *, run, shown: ShownSession, feedback: Feedback, served,
-                 run_finished, source_refused, run_started, parent=None) -> None:
+    def __init__(self, model: WindowModel, bar: ConversationBar, panel, run, parent=None) -> None:
         super().__init__(parent)
-        self.run, self.shown, self.feedback, self.served = run, shown, feedback, served
+        self.model, self.run = model, run
         self.bar = bar
         self.panel = panel
         self.conversation: Conversation | None = None
@@ -140,14 +138,24 @@ class ConversationActions(QObject):
         self._running_turn = None  # the record of the turn being run, until it ends
         bar.sendRequested.connect(self.send)
         bar.turnChosen.connect(self.show_turn)
-        run.stateChanged.connect(lambda _s: self.refresh())
-        run_finished.connect(self._run_finished)
-        source_refused.connect(lambda _m: self._run_finished("error", None))
-        run_started.connect(self._run_started)
+        self.model.stateChanged.connect(lambda _s: self.refresh())
+        model.runFinished.connect(self._run_finished)
+        model.sourceRefused.connect(lambda _m: self._run_finished("error", None))
+        model.worker.runStarted.connect(self._run_started)
         for box in (panel.model_combo, panel.weights):  # another model or form: say so at once
             box.currentIndexChanged.connect(lambda _i: self.refresh())
 
     # -- what the bar allows ---------------------------------------------------------------
+    def transcript_source(self) -> tuple:
+        """The Conversation tab's ``(records, shown, pickable)`` (``TranscriptView.source``): the conversation's
+        turns (the running one included), or the shown run alone when it is no turn; a turn is picked only
+        while idle."""
+        shown = self.model.session
+        records = self.records()
+        if shown not in records:
+            records = [shown] if shown.header is not None or shown.document is not None else []
+        return records, shown, self.model.state == IDLE
+
     def records(self) -> list:
         """The turns' records, the one running included."""
         conv = self.conversation
@@ -158,16 +166,16 @@ class ConversationActions(QObject):
 
     def why_not(self) -> str:
         """Why a next turn cannot be sent now ("" when it can)."""
-        w, s = self.run, self.shown.current()
+        state, s = self.model.state, self.model.session
         if self.source_path or s.origin != "live":
             return "a receipts file is read only: File > New live session (Ctrl+N), then Run, to start a conversation"
-        if w.state == SERVING:
+        if state == SERVING:
             return "the window is serving: turn Serve off (Run menu) to continue a conversation"
-        if w.state != IDLE:
+        if state != IDLE:
             return "the next turn can be sent when this run has ended"
         if s.header is None or s.end is None:
             return "run a prompt first (Ctrl+R); then continue the conversation here"
-        if any(r is s for r in self.served()):
+        if any(r is s for r in self.model.requests.records.values()):
             return "a served request is shown (its client holds the conversation): Run a prompt to start one here"
         if (s.settings or {}).get("raw"):
             return "a raw prompt is no chat: turn raw off and run again to continue as a conversation"
@@ -203,9 +211,9 @@ class ConversationActions(QObject):
     def refresh(self) -> None:
         """Set the bar from the window's state and the conversation."""
         rs = self.records()
-        shown = next((k for k, r in enumerate(rs) if r is self.shown.current()), len(rs) - 1)
+        shown = next((k for k, r in enumerate(rs) if r is self.model.session), len(rs) - 1)
         self.bar.show_turns([turn_label(k, r) for k, r in enumerate(rs, 1)], shown)
-        self.bar.turn.setEnabled(self.run.state == IDLE)
+        self.bar.turn.setEnabled(self.model.state == IDLE)
         why = self.why_not()
         self.bar.set_sendable(not why, why, max(len(rs), 1) + 1)
 
@@ -225,10 +233,10 @@ class ConversationActions(QObject):
         stepping); returns whether it started (the reason is shown otherwise)."""
         why = self.why_not()
         if why or not text.strip():
-            self.feedback.error("Cannot send the next turn", why or "Type a message first.")
+            self.model.show_error("Cannot send the next turn", why or "Type a message first.")
             return False
         conv = self.conversation
-        shown = self.shown.current()
+        shown = self.model.session
         if conv is None or not conv.records or conv.records[-1] is not shown:
             if conv is None or shown not in conv.records:  # the shown run becomes turn 1 of a new conversation
                 conv = Conversation()
@@ -241,7 +249,7 @@ class ConversationActions(QObject):
         fields = conv.next_turn(text)
         if not self.run.start_run(turn=fields, paused=paused):
             return False
-        self._running_turn = self.shown.current()
+        self._running_turn = self.model.session
         self.refresh()  # the message stays until the turn is counted (a refused turn keeps it)
         return True
 
@@ -253,15 +261,15 @@ class ConversationActions(QObject):
     def show_turn(self, index: int) -> None:
         """Show turn ``index`` (0-based) in every view (only while no run goes)."""
         rs = self.records()
-        if self.run.state != IDLE or not 0 <= index < len(rs) or rs[index] is self.shown.current():
+        if self.model.state != IDLE or not 0 <= index < len(rs) or rs[index] is self.model.session:
             self.refresh()
             return
-        self.shown.show(rs[index])
-        self.shown.redraw_all()
+        self.model.show_session(rs[index])
+        self.model.redraw_all()
         k = index + 1
         where = (" — read only (File &gt; New live session, Ctrl+N, to run)" if rs[index].origin != "live" else
                  "; the next turn continues after the last")
-        self.feedback.banner(f"Showing turn <b>{k}</b> of {len(rs)}: "
+        self.model.set_banner(f"Showing turn <b>{k}</b> of {len(rs)}: "
                             f"{html.escape(turn_label(k, rs[index]).split(': ', 1)[-1])}{where}", BANNER_HINT)
         self.refresh()
 
@@ -271,15 +279,15 @@ class ConversationActions(QObject):
             if end is not None and turn.end is not None and turn.tokens:
                 self.conversation.add_turn(turn)
                 self.bar.message.clear()
-                if turn is self.shown.current() and reason != "error":
-                    self.feedback.banner(f"Turn {self.conversation.turns} · {self.feedback.banner_text()}", BANNER_DONE)
+                if turn is self.model.session and reason != "error":
+                    self.model.set_banner(f"Turn {self.conversation.turns} · {self.model.banner_html}", BANNER_DONE)
             elif self.conversation.records:  # the turn never ran (its prompt no longer fits, ...)
                 n = len(self.conversation.records)
-                self.shown.show(self.conversation.records[-1])
-                self.shown.redraw_all()
+                self.model.show_session(self.conversation.records[-1])
+                self.model.redraw_all()
                 why = ("it was stopped before its first token" if end is not None and end.reason == "stopped"
-                       else html.escape(self.feedback.last_error() or reason))
-                self.feedback.banner(f"<b>Turn {n + 1} did not run:</b> {why}<br>Turn {n} is shown; its receipts "
+                       else html.escape(self.model.last_error or reason))
+                self.model.set_banner(f"<b>Turn {n + 1} did not run:</b> {why}<br>Turn {n} is shown; its receipts "
                                     "are kept, and Send tries the message again.", BANNER_ERROR)
         self.refresh()
 
@@ -289,7 +297,7 @@ class ConversationActions(QObject):
         records are snapshots (the running turn too), or the path of the file it came from; None when
         the shown session is a single run."""
         rs = [r for r in self.records() if r.header is not None or r.document is not None]  # a turn not begun yet: none
-        if len(rs) < 2 or self.shown.current() not in self.records():
+        if len(rs) < 2 or self.model.session not in self.records():
             return None
         if self.source_path:
             return self.source_path

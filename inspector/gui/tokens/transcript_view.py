@@ -41,13 +41,13 @@ class TranscriptView(QWidget):
 
     ``source``: a callable returning ``(records, shown, pickable)``: the turns' ``SessionRecord``s (turn 1
     first, the running turn last), the record the other views show, and whether a turn can be picked now
-    (no run goes)."""
+    (no run goes); None (until the window sets it): no turns."""
 
     turnChosen = Signal(int)
 
-    def __init__(self, source, parent: QWidget | None = None) -> None:
+    def __init__(self, source=None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.source = source
+        self.source = source if source is not None else (lambda: ([], None, False))
         self._signature: tuple | None = None
         self._records: list = []
         self._live_answer = ""  # the running turn's answer as drawn (new text is appended after it)

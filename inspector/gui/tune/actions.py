@@ -24,7 +24,8 @@ from inspector.bench.tune import (NotReplayable, cold_replay_note, costs_from_re
 from inspector.engine.settings import GenerationSettings, SamplingSettings
 from inspector.gui.engine_thread.analysis import AnalysisWorker, CompareRequest
 from inspector.gui.look.wording import count_noun
-from inspector.gui.ports.handles import MenuHost, ShownSession
+from inspector.gui.model.window_model import WindowModel
+from inspector.gui.ports.handles import MenuHost
 from inspector.gui.tune.view import TuneView
 from inspector.receipts.document import ReceiptsFileError
 from inspector.session.run_states import BUSY, IDLE
@@ -78,22 +79,20 @@ class TuneActions(QObject):
     ``measured()``: the Cost model tab's ``CostMeasured`` (or None), the c(k) a run without a plain step
     falls back on.
 
-    Of the window it gets only: ``host`` (``MenuHost``: the menu item, the view's parent), ``run``
-    (``RunControl``: ``is_idle``, ``state``, ``set_state``), ``shown`` (``ShownSession``), the engine
-    ``worker`` and its ``thread``, ``model_info()`` (the loaded model's ``describe()`` or None), the
-    signals after which the shown session may have changed (``session_changed``) and ``shutdown``
-    (the window closes)."""
+    It gets the window's model (``WindowModel``: the session shown, the engine worker and its thread, the
+    loaded model's ``model_info``, the signals after which the shown session may have changed: ``runFinished``
+    and ``fileOpened``, and ``shutdownRequested``), ``host`` (``MenuHost``: the menu item, the view's parent) and
+    ``run`` (``RunControl``: ``is_idle``, ``state``, ``set_state``)."""
 
     requestTune = Signal(object)
     requestVerify = Signal(object)
     tuned = Signal(object, str)
     verified = Signal(object, str)
 
-    def __init__(self, host: MenuHost, menu, measured, *, run, shown: ShownSession, worker, thread,
-                 model_info, session_changed, shutdown) -> None:
+    def __init__(self, model: WindowModel, host: MenuHost, menu, measured, run) -> None:
         super().__init__(host.parent)
         self.parent_widget = host.parent
-        self.run, self.shown, self.engine, self.model_info = run, shown, worker, model_info
+        self.model, self.run, self.engine = model, run, model.worker
         self.measured = measured
         self.view: TuneView | None = None
         self.recording = None
@@ -107,13 +106,13 @@ class TuneActions(QObject):
             menu, "Tune from this run…", self.show_tune, ["Ctrl+Shift+K"],
             "predict what other model-free sources and settings would have done on this greedy run, without "
             "the model, best first; verify the best for real")
-        self.analysis = AnalysisWorker(worker)
-        self.analysis.moveToThread(thread)
+        self.analysis = AnalysisWorker(model.worker)
+        self.analysis.moveToThread(model.thread)
         self.requestVerify.connect(self.analysis.run_compare)
         self.analysis.compareDone.connect(self._verify_done)
         self.analysis.failed.connect(lambda _what, message: self._verify_done(None, f"failed: {message}"))
-        shutdown.connect(self.shutdown, Qt.ConnectionType.DirectConnection)
-        for signal in session_changed:
+        model.shutdownRequested.connect(self.shutdown, Qt.ConnectionType.DirectConnection)
+        for signal in (model.runFinished, model.fileOpened):
             signal.connect(lambda *_a: self._session_changed())
 
     # -- the window ------------------------------------------------------------------
@@ -134,7 +133,7 @@ class TuneActions(QObject):
         return self.view
 
     def _key(self) -> tuple:
-        s = self.shown.current()
+        s = self.model.session
         return (id(s), s.version)
 
     def _busy(self) -> bool:
@@ -146,7 +145,7 @@ class TuneActions(QObject):
 
     def load(self) -> bool:
         """Build the recording and c(k) from the shown session; the view says why when it cannot."""
-        s, v = self.shown.current(), self.view
+        s, v = self.model.session, self.view
         self.recording = self.costs = None
         try:
             if s.origin == "live" and s.header is not None and s.end is None:
@@ -249,7 +248,7 @@ class TuneActions(QObject):
         """Copy ``llama-server ...`` for ``row`` (a ``TuneRow``) to the clipboard, with its notes in the
         view's status line; our own sources (``ngram``, ``suffix``) have none: the view says so."""
         v = self.view
-        model = (self.model_info() or {}).get("path") if self.shown.current().origin == "live" else None
+        model = (self.model.model_info or {}).get("path") if self.model.session.origin == "live" else None
         try:
             line = server_command(row.source, row.options, draft_max=row.draft_max, model=model,
                                   sampling=SamplingSettings(), n_ctx=self.recording.n_ctx if self.recording else None)
@@ -278,7 +277,7 @@ class TuneActions(QObject):
         if self.engine.runtime is None:
             v.set_verified("Verify needs a model: load one first")
             return False
-        sampling = (self.shown.current().settings or {}).get("sampling") or {}
+        sampling = (self.model.session.settings or {}).get("sampling") or {}
         names = {f.name for f in dataclasses.fields(SamplingSettings)}
         try:
             sampling = SamplingSettings(**{k: x for k, x in sampling.items() if k in names})
@@ -298,7 +297,7 @@ class TuneActions(QObject):
         row, self._verifying = self._verifying, None
         if row is None:
             return
-        if self.run.state == BUSY:
+        if self.model.state == BUSY:
             self.run.set_state(IDLE)
         i = next((k for k, r in enumerate(result.rows) if r.config.source == row.source), None) if result else None
         if i is None or result.rows[i].error:

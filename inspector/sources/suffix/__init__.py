@@ -73,8 +73,10 @@ occurrence (arctic-inference: hash-map order); a proposal scans the remembered t
 """
 
 from inspector.sources.suffix.memory import SuffixMemory, load_memory, memory_for, vocabulary_fingerprint
-from inspector.sources.suffix.source import ADAPTIVE_PLAIN, FAILED, LENGTHS, NO_MATCH, REASONS, SuffixSource
+from inspector.sources.suffix.source import (ADAPTIVE_PLAIN, FAILED, LENGTHS, NO_MATCH, REASONS, SuffixConfig,
+                                             SuffixSource)
 from inspector.sources.suffix.tree import MAX_DEPTH, PAD, candidates, speculate
 
-__all__ = ["ADAPTIVE_PLAIN", "FAILED", "LENGTHS", "MAX_DEPTH", "NO_MATCH", "PAD", "REASONS", "SuffixMemory",
-           "SuffixSource", "candidates", "load_memory", "memory_for", "speculate", "vocabulary_fingerprint"]
+__all__ = ["ADAPTIVE_PLAIN", "FAILED", "LENGTHS", "MAX_DEPTH", "NO_MATCH", "PAD", "REASONS", "SuffixConfig",
+           "SuffixMemory", "SuffixSource", "candidates", "load_memory", "memory_for", "speculate",
+           "vocabulary_fingerprint"]

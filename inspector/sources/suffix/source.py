@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,55 +45,83 @@ MAX_PENDING = 256
 """Decisions awaiting their receipt kept at most (receipts that never come back: errors)."""
 
 
+@dataclass(frozen=True)
+class SuffixConfig:
+    """The suffix source's tuning: one field per option of its declaration (``SUFFIX``), named as vLLM's
+    ``suffix_decoding_*`` and arctic-inference's options are (package docstring); ``make_suffix`` fills it
+    from a run's options. Raises ``ValueError`` (one line naming the option) for a value out of its range;
+    the two spec bounds and ``min_token_prob`` are kept as floats."""
+
+    max_tree_depth: int = 24
+    """Match plus proposal (tokens), 2 .. ``MAX_DEPTH``: the depth of the suffix trees."""
+    max_spec_factor: float = 1.0
+    """At most this many proposal tokens per matched token (>= 0)."""
+    max_spec_offset: float = 0.0
+    """Tokens added to ``max_spec_factor`` x match length."""
+    min_token_prob: float = 0.1
+    """0..1: a path stops where its probability (count / parent count, multiplied along it) falls below."""
+    max_cached_tokens: int = 100_000
+    """Tokens of earlier outputs remembered, >= 0 (0: this request neither uses nor changes the memory)."""
+    memory_file: str = ""
+    """Where the memory is saved at ``close`` ("": not saved)."""
+    length: str = "adaptive"
+    """One of ``LENGTHS``: ``adaptive`` (the cost rule) or ``score`` (SuffixDecoding's)."""
+    tree_nodes: int = 0
+    """0: propose a chain; N (up to ``MAX_TREE_NODES``): a tree of up to N tokens, verified in one batch."""
+    row_costs: list | None = None
+    """The adaptive length's cost table: ms per batch of k = 1.. rows; None: the linear model fitted from the
+    receipts (``make_suffix`` resolves the option: the context's stored cost model by default)."""
+
+    def __post_init__(self) -> None:
+        depth = self.max_tree_depth
+        if not (isinstance(depth, int) and not isinstance(depth, bool)) or not 2 <= depth <= MAX_DEPTH:
+            raise ValueError(f"max_tree_depth must be a whole number 2 <= max_tree_depth <= {MAX_DEPTH}, "
+                             f"observed {depth!r}")
+        if not 0.0 <= self.min_token_prob <= 1.0:
+            raise ValueError(f"min_token_prob must be 0 <= min_token_prob <= 1, observed {self.min_token_prob!r}")
+        if self.max_spec_factor < 0:
+            raise ValueError(f"max_spec_factor must be >= 0, observed {self.max_spec_factor!r}")
+        cached = self.max_cached_tokens
+        if isinstance(cached, bool) or not isinstance(cached, int) or cached < 0:
+            raise ValueError(f"max_cached_tokens must be a whole number >= 0, observed {cached!r}")
+        nodes = self.tree_nodes
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 0 <= nodes <= MAX_TREE_NODES:
+            raise ValueError(f"tree_nodes must be a whole number 0 <= tree_nodes <= {MAX_TREE_NODES}, "
+                             f"observed {nodes!r}")
+        if self.length not in LENGTHS:
+            raise ValueError(f"length must be one of {', '.join(LENGTHS)}, observed {self.length!r}")
+        for name in ("max_spec_factor", "max_spec_offset", "min_token_prob"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+
+
 class SuffixSource:
     """SuffixDecoding proposals (see the package docstring): the most frequent continuation of a
     suffix match in this request's prompt + output or in the outputs of earlier requests
-    (``memory``, shared by the session's requests).
-
-    ``max_tree_depth``: 2..64, match plus proposal (tokens); ``max_spec_factor``,
-    ``max_spec_offset``: at most factor x match length + offset tokens; ``min_token_prob``: 0..1;
-    ``max_cached_tokens``: tokens of earlier outputs remembered (0: this request neither uses nor
-    changes the memory); ``memory_file``: where the memory is saved at ``close`` ("" : not saved).
-    ``length``: ``"adaptive"`` (default: the cost rule, with ``row_costs``, ms per batch of k = 1..
-    rows, or the linear model fitted from the receipts when None) or ``"score"`` (SuffixDecoding's).
-    ``tree_nodes``: 0 (default) proposes a chain; N > 0 proposes a tree (``inspector.engine.tree``) of up
-    to N tokens (and at least the chain's), the best continuations of the chosen match by path
-    probability (SuffixDecoding's tree, ``tree.best_first_tree``), verified in one batch.
+    (``memory``, shared by the session's requests), tuned by ``config`` (``SuffixConfig``; None: its
+    defaults). ``length`` ``"adaptive"`` applies the cost rule with ``row_costs``; ``"score"``
+    SuffixDecoding's. ``tree_nodes`` N > 0 proposes a tree (``inspector.engine.tree``) of up to N tokens
+    (and at least the chain's), the best continuations of the chosen match by path probability
+    (SuffixDecoding's tree, ``tree.best_first_tree``), verified in one batch.
     Decision ids: ``suffix:<count>:m<match length>:<req|mem>`` (which tree the draft came from).
-    Raises ``ValueError`` for an option out of its range."""
+    The options are checked by ``SuffixConfig`` (``ValueError`` for one out of its range)."""
 
     name = "suffix"
 
-    def __init__(self, memory: SuffixMemory | None = None, max_tree_depth: int = 24, max_spec_factor: float = 1.0,
-                 max_spec_offset: float = 0.0, min_token_prob: float = 0.1, max_cached_tokens: int = 100_000,
-                 memory_file: str = "", length: str = "adaptive", row_costs=None, tree_nodes: int = 0) -> None:
-        depth_ok = isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
-        if not depth_ok or not 2 <= max_tree_depth <= MAX_DEPTH:
-            raise ValueError(f"max_tree_depth must be a whole number 2 <= max_tree_depth <= {MAX_DEPTH}, "
-                             f"observed {max_tree_depth!r}")
-        if not 0.0 <= min_token_prob <= 1.0:
-            raise ValueError(f"min_token_prob must be 0 <= min_token_prob <= 1, observed {min_token_prob!r}")
-        if max_spec_factor < 0:
-            raise ValueError(f"max_spec_factor must be >= 0, observed {max_spec_factor!r}")
-        if isinstance(max_cached_tokens, bool) or not isinstance(max_cached_tokens, int) or max_cached_tokens < 0:
-            raise ValueError(f"max_cached_tokens must be a whole number >= 0, observed {max_cached_tokens!r}")
-        if isinstance(tree_nodes, bool) or not isinstance(tree_nodes, int) or not 0 <= tree_nodes <= MAX_TREE_NODES:
-            raise ValueError(f"tree_nodes must be a whole number 0 <= tree_nodes <= {MAX_TREE_NODES}, "
-                             f"observed {tree_nodes!r}")
-        if length not in LENGTHS:
-            raise ValueError(f"length must be one of {', '.join(LENGTHS)}, observed {length!r}")
+    def __init__(self, memory: SuffixMemory | None = None, config: SuffixConfig | None = None) -> None:
+        c = config if config is not None else SuffixConfig()
+        self.config = c
         self.memory = memory if memory is not None else SuffixMemory()
-        self.max_tree_depth = max_tree_depth
-        self.max_spec_factor = float(max_spec_factor)
-        self.max_spec_offset = float(max_spec_offset)
-        self.min_token_prob = float(min_token_prob)
-        self.max_cached_tokens = max_cached_tokens
-        self.memory_file = memory_file
-        self.length = length
-        self.tree_nodes = tree_nodes
-        self.policy = self._policy(row_costs) if length == "adaptive" else None
-        if max_cached_tokens:  # 0: this request neither uses nor changes the memory
-            self.memory.trim(max_cached_tokens)
+        self.max_tree_depth = c.max_tree_depth
+        self.max_spec_factor = c.max_spec_factor
+        self.max_spec_offset = c.max_spec_offset
+        self.min_token_prob = c.min_token_prob
+        self.max_cached_tokens = c.max_cached_tokens
+        self.memory_file = c.memory_file
+        self.length = c.length
+        self.tree_nodes = c.tree_nodes
+        self.policy = self._policy(c.row_costs) if c.length == "adaptive" else None
+        if c.max_cached_tokens:  # 0: this request neither uses nor changes the memory
+            self.memory.trim(c.max_cached_tokens)
         self.remembered_at_start = (len(self.memory), self.memory.tokens)
         self._stream: TokenStream | None = None
         self._prompt_count = 0
@@ -343,7 +372,7 @@ def make_suffix(ctx, **options) -> SuffixSource:
         o["row_costs"] = list(ctx.row_costs) if ctx.row_costs else None
     elif o["row_costs"] == "linear":
         o["row_costs"] = None
-    return SuffixSource(memory_for(ctx.memory, o["memory_file"], ctx.runtime), **o)
+    return SuffixSource(memory_for(ctx.memory, o["memory_file"], ctx.runtime), SuffixConfig(**o))
 
 
 # The factory carries its declaration, as a plugin's does (``inspector.sources.registry.BUILTIN_FACTORIES``).
