@@ -64,6 +64,9 @@ def window_model(runtime, settings: QSettings | None, data_dir: Path | None, dra
                  window: QMainWindow) -> WindowModel:
     """The model of ``window`` (``MainWindow``'s arguments: ``runtime`` or None, the QSettings or None for the
     user's, the data folder or None for the app's), its engine worker moved to the engine thread (not started)."""
+    # Import the chat-template formatter (jinja2) now: importing it on the worker
+    # during the first run holds the GIL long enough to stall the event loop.
+    importlib.import_module("llama_cpp.llama_chat_format")
     worker = EngineWorker(runtime, owns_runtime=False)
     thread = QThread(window)
     thread.setObjectName("spec-inspector-engine")
@@ -104,9 +107,6 @@ class MainWindow(QMainWindow):
         none_refcount.install()
         super().__init__()
         self.setWindowTitle(TITLE)
-        # Import the chat-template formatter (jinja2) now: importing it on the worker
-        # during the first run holds the GIL long enough to stall the event loop.
-        importlib.import_module("llama_cpp.llama_chat_format")
         self.model = model = window_model(runtime, settings, data_dir, draft_dir, self)
         model.loader = self.load_selected_model
         self.timer = QTimer(self)
