@@ -46,8 +46,8 @@ class RunControl(QObject):
 
     ``model``: the ``WindowModel`` (the session shown, the state, what the window says, the worker, where runs
     autosave; a run or a load is queued to the worker through it); ``panel``: the side panel; ``model_line``;
-    ``token_view`` (the held token, the focus); ``banner`` (the
-    ``Banner``: a run's end is cut to its width); ``actions``: the window's run actions by ``RUN_ACTIONS`` name.
+    ``token_view`` (the held token, the focus); ``banner`` (the ``Banner``: a run's end is cut to its width);
+    ``actions``: the window's run actions by ``RUN_ACTIONS`` name.
     Run waits while a draft is being made or a receipts file read (the model's ``busy("draft")`` /
     ``busy("opening")``)."""
 
@@ -73,7 +73,8 @@ class RunControl(QObject):
         p = self.panel
         focus = p.window().focusWidget()  # before any control is disabled (Qt then moves the focus on)
         origin = self.model.session.origin
-        on = control_states(state, origin=origin, making_draft=self.model.busy("draft"), opening=self.model.busy("opening"))
+        on = control_states(state, origin=origin, making_draft=self.model.busy("draft"),
+                            opening=self.model.busy("opening"))
         p.run.setEnabled(on["run"])
         p.run.setText("▶ Continue" if on["run_continues"] else "▶ Run")
         p.pause.setEnabled(on["pause"])
