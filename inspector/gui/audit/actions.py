@@ -32,7 +32,7 @@ class AuditActions(QObject):
 
     It gets the window's model (``WindowModel``: the session shown, the engine worker and its thread,
     ``shutdownRequested``), ``host`` (``MenuHost``: the menu item, the view's parent) and ``run``
-    (``RunControl``: ``is_idle``, ``state``, ``set_state``)."""
+    (``RunControl``: ``is_idle``, ``set_state``)."""
 
     requestAudit = Signal(object)
     audited = Signal(object, str)

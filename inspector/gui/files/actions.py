@@ -114,7 +114,7 @@ class FileActions(QObject):
         self.opening = None
         self.model.set_busy("opening", None)
         self.jobs = [j for j in self.jobs if j.running()]
-        self.model.show_progress(0 if self.model.state == LOADING else None)  # a model's load keeps its bar
+        self.model.show_progress(0 if self.model.state == LOADING else None)  # a load going: its bar again (0 until its next step)
         session, message, note, conversation = result if result is not None else (None, error, "", None)
         if session is None or self.run.engine_busy:
             self.model.say("")

@@ -63,7 +63,8 @@ class WindowModel(QObject):
     loadRequested = Signal(str, int, str, object, object)
     """(path, n_ctx, weights, offload, context): queued to the worker's ``load_model``."""
     shutdownRequested = Signal()
-    """The window closes: the engine thread's jobs end (queued to the worker's ``shutdown``)."""
+    """The window closes: the helpers cancel their jobs, then the worker's ``shutdown`` is queued (the window
+    connects it last)."""
     settingsSaveAsked = Signal()
     """Remember the window's settings now (its geometry and the side panel's values)."""
     fileOpened = Signal(str, str)
@@ -103,7 +104,6 @@ class WindowModel(QObject):
         """What ``load_model`` calls: the window sets it once its run control and server exist."""
         self.runRequested.connect(worker.start_run)
         self.loadRequested.connect(worker.load_model)
-        self.shutdownRequested.connect(worker.shutdown)
 
     @property
     def autosave_dir(self) -> Path:

@@ -25,6 +25,7 @@ class MenuHost:
     add_menu: Callable[[str], QMenu]
     """``(title)``: a new menu in the window's menu bar."""
     add_action: Callable[..., QAction]
-    """``(menu, text, slot, shortcuts=(), tip="")``: a menu item with window-wide shortcuts."""
+    """``(menu, text, slot, shortcuts=(), tip="")``: a menu item with window-wide shortcuts (``slot`` None: its
+    command is connected later, as the window's own File and Run menus are)."""
     every_tick: Callable[[Callable[[], None]], None]
     """``(slot)``: call ``slot()`` on every redraw tick of the window (15 Hz)."""

@@ -54,7 +54,7 @@ class ServeActions(QObject):
     ``view`` and the ``log`` it shows (the model's ``requests``). It reads the side ``panel`` (source, options,
     sampling, threads); it gets the window's model (``WindowModel``: the engine worker's runtime, the session
     shown, where a picked request goes to every view, the banner, the settings that keep the port and the
-    slots box, ``serving``, which it keeps), ``run`` (``RunControl``: ``state``, ``set_state``, ``chosen_model``,
+    slots box, ``serving``, which it keeps), ``run`` (``RunControl``: ``set_state``, ``chosen_model``; the model's
     ``stateChanged``), ``host`` (``MenuHost``: the redraw tick) and ``turns`` (``ConversationActions``: serving
     leaves the conversation). ``slot_views``: views with ``show_slots(session_slots, n_slots)`` (which slot each
     KV session is, or None when what is shown is no served request). Its ``faults`` (``SlotFaults``) are

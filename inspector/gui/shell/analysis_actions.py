@@ -50,7 +50,7 @@ class AnalysisActions(QObject):
     views whose cost model it sets (``cost_view``, ``stats``, ``timeline``). It gets the window's model
     (``WindowModel``: the session shown, what the window says, the engine worker and its thread, the settings,
     the loaded model's ``model_info``, ``load_model`` for Use this form, ``shutdownRequested``), ``host``
-    (``MenuHost``) and ``run`` (``RunControl``: ``is_idle``, ``state``, ``set_state``)."""
+    (``MenuHost``) and ``run`` (``RunControl``: ``is_idle``, ``set_state``)."""
 
     requestMeasure = Signal(object)
     requestCompare = Signal(object)

@@ -165,7 +165,8 @@ class MainWindow(QMainWindow):
         w = model.worker
         w.shutdownDone.connect(self.thread.quit, Qt.ConnectionType.DirectConnection)  # after the job in flight
         w.modelProgress.connect(self.model_line.progress_changed)
-        w.modelLoaded.connect(self.model_line.loaded)  # the run's reports: ``RunEvents``
+        w.modelLoaded.connect(self.model_line.loaded)  # the run's reports: ``RunEvents`` connects them
+        model.shutdownRequested.connect(w.shutdown)  # after the helpers' cancels (direct) of the jobs in flight
         ui.transcript.source = self.turns.transcript_source
         ui.transcript.turnChosen.connect(self.turns.show_turn)
         ui.token_view.windowClicked.connect(self.show_window)

@@ -21,7 +21,7 @@ class SyntheticActions(QObject):
 
     ``model``: the window's model (the engine worker and its thread, what the window says, its
     ``shutdownRequested``); ``panel``: the side panel (the prompt the table decodes); ``run``: ``RunControl``
-    (``is_idle``, ``state``, ``set_state``); ``tabs``: the window's tabs; ``analysis``: the ``AnalysisActions``
+    (``is_idle``, ``set_state``); ``tabs``: the window's tabs; ``analysis``: the ``AnalysisActions``
     (its ``costChanged`` and ``compareReady``, and the cost model shown now, ``current``).
     """
 

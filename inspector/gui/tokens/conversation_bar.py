@@ -126,7 +126,7 @@ class ConversationActions(QObject):
     It drives the ``bar`` and reads the side ``panel``'s model choice. It gets the window's model
     (``WindowModel``: the session shown, the window's state, what the window says, its ``runFinished`` and
     ``sourceRefused``, the worker's ``runStarted``, the served ``requests``, none of whose records continues
-    here) and ``run`` (``RunControl``: ``state``, ``start_run``, ``chosen_model``, ``stateChanged``)."""
+    here) and ``run`` (``RunControl``: ``start_run``, ``chosen_model``; the model's ``stateChanged``)."""
 
     def __init__(self, model: WindowModel, bar: ConversationBar, panel, run, parent=None) -> None:
         super().__init__(parent)
@@ -280,7 +280,8 @@ class ConversationActions(QObject):
                 self.conversation.add_turn(turn)
                 self.bar.message.clear()
                 if turn is self.model.session and reason != "error":
-                    self.model.set_banner(f"Turn {self.conversation.turns} · {self.model.banner_html}", BANNER_DONE)
+                    self.model.set_banner(f"Turn {self.conversation.turns} · {self.model.banner_html}", BANNER_DONE,
+                                          self.model.banner_tip)  # a cut banner's "details" keep the whole text
             elif self.conversation.records:  # the turn never ran (its prompt no longer fits, ...)
                 n = len(self.conversation.records)
                 self.model.show_session(self.conversation.records[-1])

@@ -82,7 +82,7 @@ class TuneActions(QObject):
     It gets the window's model (``WindowModel``: the session shown, the engine worker and its thread, the
     loaded model's ``model_info``, the signals after which the shown session may have changed: ``runFinished``
     and ``fileOpened``, and ``shutdownRequested``), ``host`` (``MenuHost``: the menu item, the view's parent) and
-    ``run`` (``RunControl``: ``is_idle``, ``state``, ``set_state``)."""
+    ``run`` (``RunControl``: ``is_idle``, ``set_state``)."""
 
     requestTune = Signal(object)
     requestVerify = Signal(object)
