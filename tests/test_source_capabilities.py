@@ -117,3 +117,4 @@ def test_loads_model_a_source_declaring_it_waits_for_the_draft_being_made(qtbot,
     assert not w.run.start_run() and dialogs == ["Draft in progress"]
     assert w.panel.set_source("my-lookup")
     assert not w.run.start_run() and dialogs == ["Draft in progress", "No model"]
+    w.model.set_busy("draft", None)  # no draft was really being made: nothing for the close to wait for

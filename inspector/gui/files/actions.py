@@ -23,17 +23,17 @@ from inspector.receipts import load_document, write_document
 from inspector.receipts.trace import write_trace
 from inspector.session.conversation import conversation_document
 from inspector.session.document import record_document
-from inspector.session.run_states import LOADING
+from inspector.session.run_states import LOADING, SERVING
 
 
 class FileActions(QObject):
     """Open GGUF / Open receipts / Export receipts / Export plots / autosave recovery.
 
-    It gets the window's model (``WindowModel``: the session shown, what the window says, the settings, whether
-    it serves, the progress bar, the window's title, and the load of the panel's model it asks for: while
+    It gets the window's model (``WindowModel``: the session shown, what the window says, the settings, its
+    state, the progress bar, the window's title, and the load of the panel's model it asks for: while
     serving, serving stops first), the conversation (``turns``: which turns a file holds, what an export
     writes), ``host`` (``MenuHost``: dialogs' parent), the side ``panel`` (recent models), ``run``
-    (``RunControl``: ``state``, ``is_idle``, ``engine_busy``, ``refresh_controls``, ``load_after``) and the
+    (``RunControl``: ``is_idle``, ``engine_busy``, ``refresh_controls``, ``load_after``) and the
     ``plots`` it exports (``(name, widget)`` pairs)."""
 
     exported = Signal(str, str)
@@ -46,8 +46,11 @@ class FileActions(QObject):
         self.jobs: list[BackgroundJob] = []
         self.opened = model.fileOpened
         """(path, error): opening a receipts file ended (the model's ``fileOpened``)."""
-        self.opening: str | None = None
-        """The receipts file being read on a background thread, or None (the model's ``busy("opening")``)."""
+
+    @property
+    def opening(self) -> str | None:
+        """The receipts file being read on a background thread, or None (the model's ``busy_with("opening")``)."""
+        return self.model.busy_with("opening")
 
     # -- models ------------------------------------------------------------------------
     def open_model_dialog(self) -> None:
@@ -58,7 +61,7 @@ class FileActions(QObject):
     def use_model(self, path: str) -> None:
         """Select ``path`` as the model (added to the recent models) and load it on the worker thread (while
         serving, serving stops first)."""
-        if self.model.serving:
+        if self.model.state == SERVING:  # a server starts, serves or stops
             self.panel.add_recent_model(str(Path(path).resolve()))
             self.model.load_model()
             return
@@ -99,7 +102,6 @@ class FileActions(QObject):
             self.model.show_error("Opening receipts", f"Still opening {Path(self.opening).name}.")
             return False
         path = str(path)
-        self.opening = path
         self.model.set_busy("opening", path)
         job = BackgroundJob(lambda: read_session(path), self)
         job.done.connect(lambda result, error: self._opened(path, result, error))
@@ -111,7 +113,6 @@ class FileActions(QObject):
         return True
 
     def _opened(self, path: str, result, error: str) -> None:
-        self.opening = None
         self.model.set_busy("opening", None)
         self.jobs = [j for j in self.jobs if j.running()]
         self.model.show_progress(0 if self.model.state == LOADING else None)  # a load going: its bar again (0 until its next step)

@@ -91,12 +91,8 @@ class WindowModel(QObject):
         self.banner_html, self.banner_style, self.banner_tip = "", "", ""
         self.last_error = ""
         """The message of the last error shown, in a box or the banner ("" when none)."""
-        self.progress: int | None = None
-        """The status bar's progress value (None: hidden)."""
         self.model_info: dict | None = None
         """The loaded model's ``describe()`` (path, name, weights, n_ctx, ...), or None before one is loaded."""
-        self.serving = False
-        """A server is starting, serving or stopping in the window (the Serve switch's ``ServeActions`` sets it)."""
         self.requests = RequestLog()
         """The traffic of the server the window runs or ran last (the Requests tab's rows and records)."""
         self._busy: dict[str, object] = {}
@@ -132,8 +128,8 @@ class WindowModel(QObject):
 
     # -- the window's state ----------------------------------------------------------------------------
     def set_busy(self, name: str, job) -> None:
-        """Record that ``name``'s long work is ``job`` (None: done): a draft being made, a file being read. Run
-        waits for some of them (``busy``)."""
+        """Record that ``name``'s long work is ``job`` (None: done): a draft being made (``"draft"``, its
+        ``BackgroundJob``), a receipts file being read (``"opening"``, its path). Run waits for them."""
         if job is None:
             self._busy.pop(name, None)
         else:
@@ -142,6 +138,10 @@ class WindowModel(QObject):
     def busy(self, name: str) -> bool:
         """True while ``name``'s long work goes (``set_busy``)."""
         return name in self._busy
+
+    def busy_with(self, name: str):
+        """What ``name``'s long work is (``set_busy``'s ``job``), or None."""
+        return self._busy.get(name)
 
     # -- what the window says --------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -168,13 +168,7 @@ class WindowModel(QObject):
     def show_progress(self, value: int | None, maximum: int = 100) -> None:
         """Show the status bar's progress at ``value`` of ``maximum`` (``BUSY_PROGRESS``: busy, no value), or
         hide it (None)."""
-        self.progress = value
         self.progressChanged.emit(value, maximum)
-
-    @property
-    def progress_shown(self) -> bool:
-        """True while the status bar's progress shows."""
-        return self.progress is not None
 
     # -- commands the window carries out -------------------------------------------------------------
     def load_model(self) -> bool:

@@ -31,7 +31,11 @@ class SourceActions(QObject):
         self.model, self.panel, self.run = model, panel, run
         self.draft_dir = model.draft_dir
         self.dialog_parent = parent
-        self.job: BackgroundJob | None = None
+
+    @property
+    def job(self) -> BackgroundJob | None:
+        """The running make-draft job, or None (the model's ``busy_with("draft")``)."""
+        return self.model.busy_with("draft")
 
     def open_option_file(self, source: str, name: str) -> None:
         """The Open… dialog of path option ``name`` of ``source`` (its ``file_filter``, starting in
@@ -70,14 +74,12 @@ class SourceActions(QObject):
         self.model.say(f"making a {qtype} draft of {Path(target).name} (llama.cpp quantize)…")
         j = BackgroundJob(job, self.dialog_parent)
         j.done.connect(self._draft_done)
-        self.job = j
         self.model.set_busy("draft", j)
         j.start()
         return j
 
     def _draft_done(self, result, error: str) -> None:
         p = self.panel
-        self.job = None
         self.model.set_busy("draft", None)
         p.draft_busy.hide()
         p.make_draft.setText("Make draft from target")

@@ -54,7 +54,7 @@ class ServeActions(QObject):
     ``view`` and the ``log`` it shows (the model's ``requests``). It reads the side ``panel`` (source, options,
     sampling, threads); it gets the window's model (``WindowModel``: the engine worker's runtime, the session
     shown, where a picked request goes to every view, the banner, the settings that keep the port and the
-    slots box, ``serving``, which it keeps), ``run`` (``RunControl``: ``set_state``, ``chosen_model``; the model's
+    slots box), ``run`` (``RunControl``: ``set_state``, ``chosen_model``; the model's
     ``stateChanged``), ``host`` (``MenuHost``: the redraw tick) and ``turns`` (``ConversationActions``: serving
     leaves the conversation). ``slot_views``: views with ``show_slots(session_slots, n_slots)`` (which slot each
     KV session is, or None when what is shown is no served request). Its ``faults`` (``SlotFaults``) are
@@ -193,7 +193,6 @@ class ServeActions(QObject):
         except (ServeError, ValueError) as exc:
             self._refused(str(exc))
             return False
-        self.model.serving = True
         self.log.attach(self.server.slots.snapshot_rows)
         slots, log = self.server.slots, self.log
         self._slot_map = (slots.session_slots, slots.n_parallel)
@@ -227,7 +226,7 @@ class ServeActions(QObject):
     def _started(self, address: str, error: str) -> None:
         self.transition = ""
         if error:
-            self.server, self.model.serving = None, False
+            self.server = None
             self.run.set_state(IDLE, "serve did not start")
             self._refused(error)
             self._run_then()
@@ -273,7 +272,7 @@ class ServeActions(QObject):
 
     def _stopped(self) -> None:
         self.transition = ""
-        self.server, self.model.serving = None, False
+        self.server = None
         self.address = ""
         self.act_serve.setChecked(False)
         self.view.show_address("")
@@ -314,7 +313,7 @@ class ServeActions(QObject):
 
     def shutdown(self) -> None:
         """The window closes: stop serving and wait for it (blocks; the window waits for its worker too)."""
-        server, self.server, self.model.serving = self.server, None, False
+        server, self.server = self.server, None
         if self._thread is not None:
             self._thread.join(30)
         if server is not None:
