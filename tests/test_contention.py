@@ -77,11 +77,12 @@ def test_a_run_beside_two_spinning_processes_says_contention_in_the_banner(spinn
     from test_gui_support import make_window
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
-    with qtbot.waitSignal(w.runFinished, timeout=120_000):
-        w.run.run_clicked()
-    assert w.session.end.others_cpu_share >= 0.25
-    assert "<br>Slow: Contention: other processes used" in w.banner.text()
-    assert "Likely fix: close the other process" in w.banner.toolTip()
+    model = w.model
+    with qtbot.waitSignal(model.runFinished, timeout=120_000):
+        model.commands.run()
+    assert model.session.end.others_cpu_share >= 0.25
+    assert "<br>Slow: Contention: other processes used" in model.banner_html
+    assert "Likely fix: close the other process" in model.banner_tip
 
 
 def test_a_lock_operation_writes_every_field_it_has():

@@ -12,9 +12,9 @@ import time
 import httpx
 import pytest
 
+from inspector.serve.errors import ApiError
 from inspector.serve.event_stream import PING, EventStream, Pinger, encode_event
 from inspector.serve.params import DEFAULT_PING_S, ServeDefaults, parse_request
-from inspector.serve.errors import ApiError
 
 
 def test_an_event_is_a_data_line_and_a_blank_line():

@@ -13,10 +13,12 @@ from __future__ import annotations
 import html
 
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR
+from inspector.gui.panel.control_panel import ControlPanel
+from inspector.gui.tokens.token_view import TokenView
 from inspector.session.audit import NOT_EXPLAINED, RUN_PREFIX
 from inspector.session.run_states import BUSY, IDLE
 from inspector.sources.registry import PLAIN
-from test_gui_support import DecodeHold, example_text, make_window, open_receipts, plain_tokens, run_to_end, \
+from test_gui_support import part, DecodeHold, example_text, make_window, open_receipts, plain_tokens, run_to_end, \
     run_with_planted_divergence
 
 PLANTED = 6
@@ -38,19 +40,22 @@ def test_a_planted_divergence_is_audited_in_the_window_live_and_opened(qtbot, ru
     text = example_text("copy-with-corrections")
     planted = min(PLANTED, len(plain_tokens(runtime, text, MAX_TOKENS)) - 1)
     w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX_TOKENS)
-    w.panel.draft_max.setValue(DRAFT_MAX)
-    w.panel.baseline.setChecked(True)  # compared with plain decoding after the run: the audit reuses it
+    model = w.model
+    panel = part(w, ControlPanel)
+    token_view = part(w, TokenView)
+    panel.draft_max.setValue(DRAFT_MAX)
+    panel.baseline.setChecked(True)  # compared with plain decoding after the run: the audit reuses it
     shown, message = audit(qtbot, w)  # no run yet: refused in one line, the engine left alone
-    assert shown is None and "no run yet" in message and w.state == IDLE
+    assert shown is None and "no run yet" in message and model.state == IDLE
     assert "no run yet" in w.analysis.audit.view.verdict_text()
 
     row_position = len(runtime.prompt_tokens(text)) - 1 + planted  # the row that predicts generated[planted]
     run_with_planted_divergence(qtbot, w, runtime, row_position)
-    planted_token = w.session.generated_token_ids[planted]
-    tv = w.token_view
+    planted_token = model.session.generated_token_ids[planted]
+    tv = token_view
     assert f"token {planted}" in tv.baseline_text() and "Audit this difference" in tv.baseline_text()
     shown, message = audit(qtbot, w, lambda: tv.baseline_label.linkActivated.emit("audit"))  # the line's link
-    assert message == "" and w.state == IDLE
+    assert message == "" and model.state == IDLE
     a = shown.audit
     assert not a.identical and a.result.position == planted
     assert a.result.speculative_token == planted_token
@@ -69,10 +74,10 @@ def test_a_planted_divergence_is_audited_in_the_window_live_and_opened(qtbot, ru
 
     # The receipts, exported and opened again: the same verdict, the KV also rebuilt from the run's windows.
     out = tmp_path / "planted.json"
-    with qtbot.waitSignal(w.files.exported, timeout=60_000):
-        w.files.export_receipts(str(out))
+    with qtbot.waitSignal(model.exported, timeout=60_000):
+        model.commands.export_receipts_file(str(out))
     assert open_receipts(qtbot, w, out) == ""
-    assert w.session.origin == "document"
+    assert model.session.origin == "document"
     opened, message = audit(qtbot, w)
     assert message == ""
     assert opened.audit.result.position == planted and opened.audit.result.verdict.startswith(NOT_EXPLAINED)
@@ -82,11 +87,13 @@ def test_a_planted_divergence_is_audited_in_the_window_live_and_opened(qtbot, ru
 
 def test_a_plain_run_is_identical_to_plain_decoding_and_the_window_says_so(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8, example="open-ended")
-    w.panel.source.setCurrentText(PLAIN)
+    model = w.model
+    panel = part(w, ControlPanel)
+    panel.source.setCurrentText(PLAIN)
     run_to_end(qtbot, w)
     shown, message = audit(qtbot, w)
     assert message == "" and shown.audit.identical
-    assert list(shown.audit.reference_tokens) == w.session.generated_token_ids
+    assert list(shown.audit.reference_tokens) == model.session.generated_token_ids
     v = w.analysis.audit.view
     assert "Identical to plain decoding" in v.verdict_text() and BANNER_DONE in v.verdict.styleSheet()
     assert v.table.isHidden() and v.rows() == []
@@ -97,9 +104,9 @@ def test_a_plain_run_is_identical_to_plain_decoding_and_the_window_says_so(qtbot
     with hold.installed():
         w.analysis.audit.act_audit.trigger()
         qtbot.waitUntil(hold.held.is_set, timeout=120_000)
-        assert w.state == BUSY and not v.progress.isHidden() and not v.cancel.isHidden()
+        assert model.state == BUSY and not v.progress.isHidden() and not v.cancel.isHidden()
         with qtbot.waitSignal(w.analysis.audit.audited, timeout=120_000) as blocker:
             v.cancel.click()
             hold.release()
-    assert tuple(blocker.args) == (None, "cancelled") and w.state == IDLE
+    assert tuple(blocker.args) == (None, "cancelled") and model.state == IDLE
     assert "cancelled" in v.verdict_text() and v.progress.isHidden()

@@ -8,28 +8,31 @@ import json
 
 from inspector.bench.compare import default_configs
 from inspector.bench.compare_result import CompareConfig
+from inspector.gui.panel.control_panel import ControlPanel
 from inspector.session.run_states import BUSY, IDLE
-from test_gui_support import RUN_TIMEOUT_MS, DecodeHold, make_window
+from test_gui_support import DecodeHold, make_window, part, RUN_TIMEOUT_MS
 
 
 def test_two_configurations_fill_the_table_and_export(qtbot, runtime, tmp_path):
     """The n-gram configuration matches single tokens: its first query always proposes
     (a window whatever the model says); token counts are checked against each run's finish."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
-    v = w.analysis.show_compare()
+    model = w.model
+    panel = part(w, ControlPanel)
+    v = model.commands.compare()
     assert [c.source for c in v.config_list()] == ["none", "ngram", "ngram", "ngram"]  # the defaults
     assert [c.draft_max for c in v.config_list()] == [0, 4, 8, 16]
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram 4", "ngram", 4, {"n_max": 3, "n_min": 1})])
     configs = v.config_list()
     assert configs[1].options == {"n_max": 3, "n_min": 1, "length": "fixed"}  # fixed: the default length
     assert v.repeats.value() == 3  # every configuration three times, in rounds: tok/s are medians
-    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
-        assert w.analysis.run_compare(configs)
-        assert w.state == BUSY and not w.panel.run.isEnabled() and not v.run.isEnabled()
-        assert not w.analysis.measure()  # one job at a time
+    with qtbot.waitSignal(model.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert model.commands.run_compare(configs)
+        assert model.state == BUSY and not panel.run.isEnabled() and not v.run.isEnabled()
+        assert not model.commands.measure_cost()  # one job at a time
     result, note = blocker.args
     assert note == ""
-    assert w.state == IDLE and v.run.isEnabled()
+    assert model.state == IDLE and v.run.isEnabled()
     v.refresh()
     assert v.row_count() == 2
     assert [v.results.item(i, 0).text() for i in range(2)] == ["plain", "ngram 4"]
@@ -63,16 +66,18 @@ def test_two_configurations_fill_the_table_and_export(qtbot, runtime, tmp_path):
 
 def test_bad_configuration_is_refused_before_running(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     v.set_configs([CompareConfig("bad", "ngram", 4, {"n_max": 2, "n_min": 3})])
     v._run_clicked()
-    assert w.state == IDLE
+    assert model.state == IDLE
     assert "row" in v.error_box.text() and "n_min=3, n_max=2" in v.error_box.text()
 
 
 def test_length_column_passes_the_ngram_length(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     v.set_configs([CompareConfig("plain", "none", 0),
                    CompareConfig("a", "ngram", 8, {"length": "adaptive", "row_cost_ratio": "0.5"})])
     t = v.configs
@@ -93,16 +98,17 @@ def test_cancel_keeps_the_window_usable(qtbot, runtime, tmp_path):
     before the click (a decode reached earlier is held until then), so the comparison
     stops before its last configuration however fast the CPU."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     hold = DecodeHold(runtime)
-    with hold.installed(), qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
-        assert w.analysis.run_compare(v.config_list())
+    with hold.installed(), qtbot.waitSignal(model.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert model.commands.run_compare(v.config_list())
         v.cancel.click()  # before the engine thread starts: still counts
         hold.release()
     result, note = blocker.args
     assert note.startswith("cancelled after")
     assert result is not None and len(result.rows) < 4
-    assert w.state == IDLE and v.run.isEnabled() and not v.cancel.isEnabled()
+    assert model.state == IDLE and v.run.isEnabled() and not v.cancel.isEnabled()
     v.refresh()
     assert v.row_count() == len(result.rows) and v.status.text() == note
 
@@ -114,7 +120,8 @@ def test_every_source_is_listed_with_its_own_options(qtbot, runtime, tmp_path):
     from inspector.sources.registry import source_names
 
     w = make_window(qtbot, runtime, tmp_path)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("s", "ngram-simple", 8, {"size_n": "2"})])
     combo = v.configs.cellWidget(1, 1)
     listed = [combo.itemText(i) for i in range(combo.count())]
@@ -131,7 +138,7 @@ def test_every_source_is_listed_with_its_own_options(qtbot, runtime, tmp_path):
     assert "max_tree_depth=24" in cell.placeholderText() and "optional: memory_file" in cell.placeholderText()
     cell.setText("max_tree_depth=1")
     v._run_clicked()
-    assert w.state == IDLE
+    assert model.state == IDLE
     text = v.error_box.text()
     assert text.startswith("row 2 (s): source suffix option max_tree_depth") and "observed '1'" in text
     cell.setText("size_n=3")
@@ -148,12 +155,13 @@ def test_every_source_is_listed_with_its_own_options(qtbot, runtime, tmp_path):
 def test_new_sources_compare_in_the_window(qtbot, runtime, tmp_path):
     """An ngram-simple and a suffix row give one result row each (after the plain reference)."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=12)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     v.set_configs([CompareConfig("", "ngram-simple", 4, {"size_n": 1, "size_m": 4}), CompareConfig("", "suffix", 4)])
-    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+    with qtbot.waitSignal(model.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         v.run.click()
     result, note = blocker.args
-    assert note == "" and w.state == IDLE
+    assert note == "" and model.state == IDLE
     assert [r.config.label for r in result.rows] == [
         "plain (reference)", "ngram-simple draft_max 4 size_n=1 size_m=4", "suffix draft_max 4"]
     for row in result.rows:
@@ -170,11 +178,13 @@ def test_conversation_compare_sums_every_turn(qtbot, runtime, tmp_path):
 
     turns = read_turns(turns_path("agent-edits"))
     w = make_window(qtbot, runtime, tmp_path, max_tokens=20)
-    v = w.analysis.show_compare()
+    model = w.model
+    panel = part(w, ControlPanel)
+    v = model.commands.compare()
     assert v.max_tokens.value() == 20  # the main window's, until set here
     v.max_tokens.setValue(8)  # the trial: the window had no max tokens of its own
-    w.panel.max_tokens.setValue(30)
-    w.analysis.show_compare()
+    panel.max_tokens.setValue(30)
+    model.commands.compare()
     assert v.max_tokens.value() == 8
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("suffix", "suffix", 4)])
     assert v.conversation() is None and v.input.currentText().startswith("prompt: copy-with-corrections")
@@ -185,10 +195,10 @@ def test_conversation_compare_sums_every_turn(qtbot, runtime, tmp_path):
     seen = []
     show = v.set_turn_progress
     v.set_turn_progress = lambda *a: (show(*a), seen.append((a, v.status.text())))
-    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+    with qtbot.waitSignal(model.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         v.run.click()
     result, note = blocker.args
-    assert note == "" and w.state == IDLE
+    assert note == "" and model.state == IDLE
     n = len(turns)
     assert [a for a, _ in seen] == [(t, n, c, 2, label) for c, label in enumerate(("plain", "suffix"))
                                     for t in range(1, n + 1)]
@@ -209,7 +219,8 @@ def test_conversation_compare_sums_every_turn(qtbot, runtime, tmp_path):
 
 def test_turns_file_is_checked_when_opened(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     bad = tmp_path / "empty.txt"
     bad.write_text("first\n---\n\n", "utf-8")
     assert not v.add_turns_file(str(bad))
@@ -226,7 +237,8 @@ def test_a_rows_automatic_label_follows_its_source_and_draft_max_until_the_user_
     """The trial: rows switched from the default ngram to suffix kept "ngram draft_max 4" as their
     label in the results, the plots and the export."""
     w = make_window(qtbot, runtime, tmp_path)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     v.set_configs(default_configs())
     v.configs.cellWidget(1, 1).setCurrentText("suffix")
     assert v.configs.item(1, 0).text() == "suffix draft_max 4"
@@ -253,7 +265,8 @@ def test_rows_appear_as_each_configuration_finishes_and_the_settings_stay_locked
     monkeypatch.setenv("SPEC_INSPECTOR_CACHE", str(tmp_path / "cache"))  # no llama-server built here
     monkeypatch.delenv("SPEC_INSPECTOR_LLAMA_SERVER", raising=False)
     w = make_window(qtbot, runtime, tmp_path, max_tokens=16)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram 4", "ngram", 4, {"n_min": 1}),
                    CompareConfig("ngram 8", "ngram", 8, {"n_min": 1})])
     v.with_server.setChecked(True)
@@ -266,12 +279,12 @@ def test_rows_appear_as_each_configuration_finishes_and_the_settings_stay_locked
                 v.with_server,
                 v.server_target, v.server_choice.choose, v.configs.cellWidget(1, 2), v.options_cell(1)]
     hold = DecodeHold(runtime, when=lambda: bool(finished))
-    with hold.installed(), qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+    with hold.installed(), qtbot.waitSignal(model.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         v.run.click()
         qtbot.waitUntil(lambda: hold.held.is_set(), timeout=RUN_TIMEOUT_MS)
         qtbot.waitUntil(lambda: v.row_count() == 1, timeout=5000)  # the redraw timer shows it
         assert v.results.item(0, 0).text() == "plain" and v.results.item(0, 2).text() == "1.00x"
-        assert finished == [1] and w.state == BUSY
+        assert finished == [1] and model.state == BUSY
         assert v.status.text() == "running 2/9: ngram 4 (round 1/3) …"  # the progress stays (3 rounds)
         assert not any(x.isEnabled() for x in settings) and v.cancel.isEnabled()
         assert not v.export_json.isEnabled() and not v.export_csv.isEnabled()

@@ -15,7 +15,8 @@ import pytest
 from PySide6.QtCore import QThread
 
 from inspector.bench.server_build import ServerBuildCancelled, ServerBuildError, build_llama_server, cached_server_path
-from test_gui_support import make_window
+from inspector.gui.panel.control_panel import ControlPanel
+from test_gui_support import make_window, part
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +54,8 @@ class StandIn:
 
 def compare_window(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     v.with_server.setChecked(True)
     v.server_target.setText("")
     return w, v, v.server_choice, w.analysis.server_build
@@ -61,6 +63,8 @@ def compare_window(qtbot, runtime, tmp_path):
 
 def test_build_llama_server_from_the_window_with_progress_and_cancel(qtbot, runtime, tmp_path):
     w, v, choice, builder = compare_window(qtbot, runtime, tmp_path)
+    model = w.model
+    panel = part(w, ControlPanel)
     assert choice.build_row.isVisibleTo(v) and choice.build.isVisibleTo(v)
     assert "Choose… a llama-server binary" in choice.build_note.text() and "terminal" not in choice.build_note.text()
     slow = builder.build = StandIn()
@@ -69,8 +73,8 @@ def test_build_llama_server_from_the_window_with_progress_and_cancel(qtbot, runt
     assert choice.build_note.text() == "building llama-server: 37%"
     assert choice.cancel_build.isVisibleTo(v) and not choice.build.isVisibleTo(v)
     app_thread = QThread.currentThread()
-    assert slow.thread not in (app_thread, w.thread)  # neither the GUI thread nor the engine thread
-    assert w.run.is_idle and w.panel.run.isEnabled() and v.run.isEnabled()  # the window stays usable
+    assert slow.thread not in (app_thread, model.thread)  # neither the GUI thread nor the engine thread
+    assert w.run.is_idle and panel.run.isEnabled() and v.run.isEnabled()  # the window stays usable
     with qtbot.waitSignal(builder.built, timeout=10_000) as blocker:
         choice.cancel_build.click()
     assert blocker.args == ["", "", True] and slow.cancelled
@@ -118,13 +122,14 @@ def test_the_real_build_uses_a_binary_already_built(qtbot, runtime, tmp_path):
 
 def test_a_chosen_binary_or_the_environments_is_used_and_remembered(qtbot, runtime, tmp_path, monkeypatch):
     w, v, choice, builder = compare_window(qtbot, runtime, tmp_path)
+    model = w.model
     v.with_server.setChecked(False)
     binary = tmp_path / "llama-server"
     binary.write_text("#!/bin/sh\n")
     assert choice.choose_binary(str(binary)) == str(binary)
     assert v.with_server.isChecked() and v.llama_server_target() == str(binary)
     assert not choice.build_row.isVisibleTo(v)
-    assert w.settings.value("compare/llama_server") == str(binary)
+    assert model.settings.value("compare/llama_server") == str(binary)
     v2 = make_window(qtbot, runtime, tmp_path).analysis.show_compare()  # remembered
     assert v2.llama_server_target() == str(binary)
     # $SPEC_INSPECTOR_LLAMA_SERVER, as the command line honours it: what an empty path means.

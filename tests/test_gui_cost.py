@@ -6,10 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from PySide6.QtWidgets import QTabWidget
+from inspector.gui.cost.view import CostView
 from inspector.gui.engine_thread.analysis import CostMeasured
+from inspector.gui.panel.control_panel import ControlPanel
+from inspector.gui.plots.statistics import StatsView
 from inspector.llama.cost_model import CostModel
 from inspector.session.run_states import BUSY, IDLE
-from test_gui_support import make_window, run_to_end
+from test_gui_support import make_window, part, run_to_end
 
 MEASURE_TIMEOUT_MS = 180_000
 
@@ -18,18 +22,22 @@ def test_measure_fills_the_plot_and_statistics_show_expected_speedup(qtbot, runt
     """The run matches single tokens (``ngram_min=1``): its first query always proposes,
     so there is a window to predict a speedup for whatever the model says."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=32, ngram_min=1)
-    view = w.cost_view
+    model = w.model
+    panel = part(w, ControlPanel)
+    stats = part(w, StatsView)
+    cost_view = part(w, CostView)
+    view = cost_view
     assert view.point_count() == 0 and not view.export.isEnabled()
     w.refresh_all()
-    assert "measure the cost model" in w.stats.labels["expected"].text()
-    with qtbot.waitSignal(w.analysis.costReady, timeout=MEASURE_TIMEOUT_MS) as blocker:
-        assert w.analysis.measure()
+    assert "measure the cost model" in stats.labels["expected"].text()
+    with qtbot.waitSignal(model.costReady, timeout=MEASURE_TIMEOUT_MS) as blocker:
+        assert model.commands.measure_cost()
         # Busy while the engine thread measures: no run, no second measurement.
-        assert w.state == BUSY and not w.panel.run.isEnabled() and not view.measure.isEnabled()
-        assert not w.analysis.measure()
+        assert model.state == BUSY and not panel.run.isEnabled() and not view.measure.isEnabled()
+        assert not model.commands.measure_cost()
     measured, error = blocker.args
     assert error == ""
-    assert w.state == IDLE and w.panel.run.isEnabled()
+    assert model.state == IDLE and panel.run.isEnabled()
     w.refresh_all()
     cm = measured.model
     assert len(cm.row_ms) == 16 and all(ms > 0 for ms in cm.row_ms)
@@ -42,7 +50,7 @@ def test_measure_fills_the_plot_and_statistics_show_expected_speedup(qtbot, runt
     # Draft max follows the curve: its best window's rows - 1 (none when one row is best on this CPU).
     if cm.best_rows > 1:
         assert view.use_draft_max.text() == f"Use draft max {cm.best_rows - 1}"
-        assert w.analysis.use_draft_max() == cm.best_rows - 1 == w.panel.draft_max.value()
+        assert w.analysis.use_draft_max() == cm.best_rows - 1 == panel.draft_max.value()
     else:
         assert w.analysis.use_draft_max() == 0 and not view.use_draft_max.isVisible()
     png = tmp_path / "cost-curve.png"
@@ -50,23 +58,24 @@ def test_measure_fills_the_plot_and_statistics_show_expected_speedup(qtbot, runt
 
     # Statistics: expected speedup from the cost model beside the (estimated) observed one.
     run_to_end(qtbot, w)
-    s = w.stats
+    s = stats
     assert s.expected_speedup is not None and s.expected_speedup > 0
     assert s.labels["expected"].text().startswith(f"{s.expected_speedup:.2f}x")
     assert s.observed_estimated and s.observed_speedup > 0
     assert "estimate" in s.labels["observed"].text()
 
     # A run is going: Measure is refused.
-    assert w.run.start_run()
-    assert not w.analysis.measure()
-    qtbot.waitUntil(lambda: w.state == IDLE, timeout=MEASURE_TIMEOUT_MS)
+    assert model.commands.start_run()
+    assert not model.commands.measure_cost()
+    qtbot.waitUntil(lambda: model.state == IDLE, timeout=MEASURE_TIMEOUT_MS)
 
     # The cost model is remembered per model: a new window with these settings shows it.
     v = make_window(qtbot, runtime, tmp_path)
+    v_cost_view = part(v, CostView)
     assert v.analysis.current is not None
     assert v.analysis.current.model.row_ms == cm.row_ms
     v.refresh_all()
-    assert v.cost_view.point_count() == 16
+    assert v_cost_view.point_count() == 16
 
 
 def test_try_other_weight_types_plots_each_layout_and_offers_the_best(qtbot, runtime, tmp_path, monkeypatch):
@@ -75,10 +84,13 @@ def test_try_other_weight_types_plots_each_layout_and_offers_the_best(qtbot, run
     this CPU makes it."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     w = make_window(qtbot, runtime, tmp_path)
-    view = w.cost_view
+    model = w.model
+    panel = part(w, ControlPanel)
+    cost_view = part(w, CostView)
+    view = cost_view
     with qtbot.waitSignal(w.analysis.layoutsReady, timeout=MEASURE_TIMEOUT_MS) as blocker:
         assert w.analysis.try_layouts()
-        assert w.state == BUSY and not view.try_layouts.isEnabled()
+        assert model.state == BUSY and not view.try_layouts.isEnabled()
     layouts, error = blocker.args
     assert error == "" and [t for t, _m in layouts] == ["Q4_1", "Q8_0", "Q4_0"]
     assert all(len(m.model.row_ms) == 16 and min(m.model.row_ms) > 0 for _t, m in layouts)
@@ -97,10 +109,10 @@ def test_try_other_weight_types_plots_each_layout_and_offers_the_best(qtbot, run
         best = layouts[2]
     assert view.offered_layout() is best and view.use_layout.text() == f"Use {best[0]} form"
     assert not view.use_layout.isHidden()
-    with qtbot.waitSignal(w.worker.modelLoaded, timeout=MEASURE_TIMEOUT_MS):
+    with qtbot.waitSignal(model.worker.modelLoaded, timeout=MEASURE_TIMEOUT_MS):
         assert w.analysis.use_layout()
-    assert str(w.worker.runtime.model_path) == best[1].model_path
-    assert w.panel.target_weights() == best[0] and w.panel.model_path() == ""  # the bundled entry, in that form
+    assert str(model.worker.runtime.model_path) == best[1].model_path
+    assert panel.target_weights() == best[0] and panel.model_path() == ""  # the bundled entry, in that form
 
 
 def test_the_weights_choice_converts_once_loads_that_form_and_is_remembered_per_model(qtbot, runtime, tmp_path,
@@ -110,25 +122,28 @@ def test_the_weights_choice_converts_once_loads_that_form_and_is_remembered_per_
     the same settings has the choice back; another model keeps "as stored"."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
-    assert w.panel.target_weights() == ""
-    w.panel.set_target_weights("Q8_0")
-    with qtbot.waitSignal(w.worker.modelLoaded, timeout=MEASURE_TIMEOUT_MS) as blocker:
+    model = w.model
+    panel = part(w, ControlPanel)
+    assert panel.target_weights() == ""
+    panel.set_target_weights("Q8_0")
+    with qtbot.waitSignal(model.worker.modelLoaded, timeout=MEASURE_TIMEOUT_MS) as blocker:
         assert w.load_selected_model()
     info = blocker.args[0]
     assert info["weights"] == "Q8_0" and info["converted_from"] == str(Path(runtime.model_path).resolve())
     assert (tmp_path / "cache" / "spec-inspector").exists()
-    qtbot.waitUntil(lambda: w.state == IDLE, timeout=MEASURE_TIMEOUT_MS)
-    assert "in Q8_0 form" in w.panel.model_status.text() and w.panel.model_path() == ""
+    qtbot.waitUntil(lambda: model.state == IDLE, timeout=MEASURE_TIMEOUT_MS)
+    assert "in Q8_0 form" in panel.model_status.text() and panel.model_path() == ""
     run_to_end(qtbot, w)  # runs on the converted form: no second load
-    assert w.session.header.model["converted_from"] == info["converted_from"]
-    w.panel.add_recent_model(str(tmp_path / "other.gguf"))
-    assert w.panel.target_weights() == ""  # another model: as stored
-    w.panel.model_combo.setCurrentIndex(0)
-    assert w.panel.target_weights() == "Q8_0"
+    assert model.session.header.model["converted_from"] == info["converted_from"]
+    panel.add_recent_model(str(tmp_path / "other.gguf"))
+    assert panel.target_weights() == ""  # another model: as stored
+    panel.model_combo.setCurrentIndex(0)
+    assert panel.target_weights() == "Q8_0"
     w.save_settings()
     v = make_window(qtbot, runtime, tmp_path)
-    v.panel.model_combo.setCurrentIndex(0)
-    assert v.panel.target_weights() == "Q8_0"
+    v_panel = part(v, ControlPanel)
+    v_panel.model_combo.setCurrentIndex(0)
+    assert v_panel.target_weights() == "Q8_0"
 
 
 def test_draft_max_auto_is_the_default_and_a_run_takes_the_stored_curves_best_window(qtbot, runtime, tmp_path):
@@ -142,25 +157,29 @@ def test_draft_max_auto_is_the_default_and_a_run_takes_the_stored_curves_best_wi
     store_cost_model(runtime.model_path, os.cpu_count() or 1,
                      CostModel((10.0, 12.0, 14.0, 16.0, 30.0, 36.0, 42.0, 48.0)))
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24, ngram_min=1)
-    assert w.panel.draft_max_auto() and w.panel.draft_max.text() == "auto"
+    model = w.model
+    panel = part(w, ControlPanel)
+    assert panel.draft_max_choice() is None and panel.draft_max.text() == "auto"
     run_to_end(qtbot, w)
-    assert w.session.settings["draft_max"] == 3
-    assert w.panel.draft_max_used.text().strip() == "→ 3" and "ceiling 2.50x" in w.panel.draft_max_used.toolTip()
-    assert w.session.receipts and all(r.proposal_token_count <= 3 for r in w.session.receipts)
+    assert model.session.settings["draft_max"] == 3
+    assert panel.draft_max_used.text().strip() == "→ 3" and "ceiling 2.50x" in panel.draft_max_used.toolTip()
+    assert model.session.receipts and all(r.proposal_token_count <= 3 for r in model.session.receipts)
     # A draft max typed in is used as given.
-    w.panel.draft_max.setValue(2)
-    assert w.panel.draft_max_used.text() == ""
+    panel.draft_max.setValue(2)
+    assert panel.draft_max_used.text() == ""
     run_to_end(qtbot, w)
-    assert w.session.settings["draft_max"] == 2 and "draft_max_from" not in w.session.settings
+    assert model.session.settings["draft_max"] == 2 and "draft_max_from" not in model.session.settings
 
 
 def test_a_measurement_started_before_the_tab_was_shown_keeps_the_stored_curve_on_screen(qtbot, runtime, tmp_path):
     """Issue 54: Ctrl+M with the Cost model tab never opened showed "Press Measure…" for the whole
     measurement instead of the curve the model already had."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
-    view = w.cost_view
-    assert w.tabs.currentWidget() is not view
+    cost_view = part(w, CostView)
+    tabs = part(w, QTabWidget, "views")
+    view = cost_view
+    assert tabs.currentWidget() is not view
     view.set_cost_model(CostMeasured(CostModel((10.0, 12.0, 15.0, 19.0)), str(runtime.model_path), 2, 40))
     view.set_busy(True, "measuring …", cancellable=True)  # what Ctrl+M does first, before the tab shows
-    w.tabs.setCurrentWidget(view)
+    tabs.setCurrentWidget(view)
     assert view.stack.currentWidget() is view.plots and view.point_count() == 4

@@ -7,37 +7,41 @@ from importlib import metadata
 import llama_cpp
 from PySide6.QtCore import qVersion
 
+from PySide6.QtWidgets import QLabel
 from inspector.engine.stats import decode_tokens_per_s
-from test_gui_support import make_window, run_to_end
+from test_gui_support import make_window, part, run_to_end
 
 
 def test_the_help_menu_lists_every_shortcut_the_readme_and_the_versions_it_runs_on(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
+    model = w.model
     menus = [a.text().replace("&", "") for a in w.menuBar().actions()]
     assert menus[-1] == "Help"
-    shortcuts = w.help.show_shortcuts().text.toMarkdown()  # table rows: "|action|keys|"
+    d = model.commands.show_shortcuts()
+    shortcuts = d.text.toMarkdown()  # table rows: "|action|keys|"
     for action, keys in (("Run / continue", "Ctrl+R"), ("Step window", "F10"), ("Step token", "F11"),
                          ("Compare configurations…", "Ctrl+K"), ("Keyboard shortcuts", "F1"),
                          ("Send the next turn", "Ctrl+Enter"), ("Step the next turn", "Shift+Enter")):
         line = next(l for l in shortcuts.splitlines() if l.strip("| ").startswith(action))
         assert keys in line, line
-    d = w.help.dialog
     assert d.width() <= 620, "the shortcuts dialog is sized to its table, not the README's 900 px"
-    readme = w.help.show_readme().text.toPlainText()
+    readme = model.commands.show_readme().text.toPlainText()
     assert "Quick start" in readme and "When things go wrong" in readme
-    about = w.help.show_about().text()
+    about = model.commands.show_about().text()
     for version in (llama_cpp.__version__, metadata.version("llama-cpp-python"), "0c1e570", qVersion()):
         assert version in about
 
 
 def test_the_status_bar_shows_the_runs_decode_tokens_per_second(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
-    assert w.status_speed.text() == ""  # nothing decoded yet
+    model = w.model
+    status_speed = part(w, QLabel, "status-speed")
+    assert status_speed.text() == ""  # nothing decoded yet
     run_to_end(qtbot, w)
-    s = w.session
+    s = model.session
     assert s.decode_elapsed_us > 0
-    assert w.status_speed.text() == f"{decode_tokens_per_s(len(s.tokens), s.decode_elapsed_us):.1f} tokens/s"
-    assert w.status_speed.text() == f"{s.summary().decode_tokens_per_s:.1f} tokens/s"  # the summary's figure
+    assert status_speed.text() == f"{decode_tokens_per_s(len(s.tokens), s.decode_elapsed_us):.1f} tokens/s"
+    assert status_speed.text() == f"{s.summary().decode_tokens_per_s:.1f} tokens/s"  # the summary's figure
 
 
 def test_read_me_shows_the_readmes_images_and_opens_at_its_top(qtbot, tmp_path, monkeypatch):
@@ -53,8 +57,9 @@ def test_read_me_shows_the_readmes_images_and_opens_at_its_top(qtbot, tmp_path, 
 
     monkeypatch.chdir(tmp_path)  # a user starts the app anywhere, not in a clone
     w = make_window(qtbot, None, tmp_path)
+    model = w.model
     w.resize(1280, 800)
-    d = w.help.show_readme()
+    d = model.commands.show_readme()
     qtbot.waitExposed(d)
     view = d.text
     qtbot.waitUntil(lambda: not view.fit_timer.isActive() and view.fitted_width > 600)  # images fit the shown width

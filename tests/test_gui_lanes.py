@@ -12,8 +12,10 @@ from inspector.engine.step_batch import DRAFT, PLAIN, PROMPT, SlotRows, StepReco
 from inspector.gui.serve.concurrency_lanes import QUEUE_LANE, bar_at, request_bars, step_cells, waiting_segments
 from inspector.serve.job import ServedRequest
 
+from PySide6.QtWidgets import QTabWidget
+from inspector.gui.serve.requests_view import RequestsView
 from serve_helpers import ask_at_once
-from test_gui_support import make_window
+from test_gui_support import make_window, part
 
 MAX = 16
 PROMPTS = ("Name three colors.", "Count from one to ten.", "Write a short sentence about the sea.")
@@ -55,25 +57,30 @@ def serving_window(qtbot, runtime, tmp_path):
         settings.setValue(key, value)
     settings.sync()
     w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
-    assert (w.requests.slots.value(), w.requests.schedule.currentText()) == (3, "batched")
-    assert w.requests.schedule.isEnabled()
-    w.serve.receipts_dir = None
+    model = w.model
+    requests_view = part(w, RequestsView)
+    assert (requests_view.slots.value(), requests_view.schedule.currentText()) == (3, "batched")
+    assert requests_view.schedule.isEnabled()
+    model.serve_receipts_dir = None
     return w
 
 
 def test_three_concurrent_requests_ride_three_lanes_and_shared_steps(qtbot, runtime, tmp_path):
     w = serving_window(qtbot, runtime, tmp_path)
-    w.tabs.setCurrentWidget(w.requests)
-    w.menus.act_serve.trigger()
-    qtbot.waitUntil(lambda: w.serve.address != "" or not w.menus.act_serve.isChecked(), timeout=30_000)
-    assert w.serve.address, w.requests.status.text()
-    assert not w.requests.slots.isEnabled() and not w.requests.schedule.isEnabled()
-    assert "3 slots, batched" in w.requests.status.text()
-    out, threads = ask_at_once(w.serve.address, PROMPTS, MAX)
+    model = w.model
+    requests_view = part(w, RequestsView)
+    tabs = part(w, QTabWidget, "views")
+    tabs.setCurrentWidget(requests_view)
+    model.commands.serve(True)
+    qtbot.waitUntil(lambda: model.serve_address != "" or not model.serving, timeout=30_000)
+    assert model.serve_address, requests_view.status.text()
+    assert not requests_view.slots.isEnabled() and not requests_view.schedule.isEnabled()
+    assert "3 slots, batched" in requests_view.status.text()
+    out, threads = ask_at_once(model.serve_address, PROMPTS, MAX)
     qtbot.waitUntil(lambda: not any(t.is_alive() for t in threads), timeout=180_000)
     errors = [r for r in out if isinstance(r, Exception)]
     assert not errors and len(out) == 3, errors
-    lanes = w.requests.lanes
+    lanes = requests_view.lanes
     qtbot.waitUntil(lambda: w.refresh_all() or (len(lanes.bars.ids) == 3 and "running" not in lanes.bars.state),
                     timeout=10_000)
     bars = lanes.bars
@@ -99,18 +106,18 @@ def test_three_concurrent_requests_ride_three_lanes_and_shared_steps(qtbot, runt
     assert 0 < kv.lines.largest <= kv.lines.scale and f"0–{kv.lines.scale} tokens" in kv.note.text()
 
     # Clicking a bar picks its request in the table, and every view shows it.
-    first = min(int(i) for i in bars.ids if i != w.request_log.shown)  # the views show the newest (following)
+    first = min(int(i) for i in bars.ids if i != model.requests.shown)  # the views show the newest (following)
     x, y = lanes.bar_centre(first)
     vb = lanes.lanes_plot.getPlotItem().vb
     at = lanes.lanes_plot.mapFromScene(vb.mapViewToScene(QPointF(x, y)))
     qtbot.mouseClick(lanes.lanes_plot.viewport(), Qt.MouseButton.LeftButton, pos=at)
-    qtbot.waitUntil(lambda: w.request_log.shown == first, timeout=5_000)
-    assert w.requests.table.selectionModel().isRowSelected(w.requests.model.row_of(first))
-    assert w.request_log.shown == first and w.session is w.request_log.records[first]
+    qtbot.waitUntil(lambda: model.requests.shown == first, timeout=5_000)
+    assert requests_view.table.selectionModel().isRowSelected(requests_view.model.row_of(first))
+    assert model.requests.shown == first and model.session is model.requests.records[first]
 
-    w.menus.act_serve.trigger()
-    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
-    assert w.requests.slots.isEnabled() and w.requests.schedule.isEnabled()
+    model.commands.serve(False)
+    qtbot.waitUntil(lambda: model.state == "idle", timeout=30_000)
+    assert requests_view.slots.isEnabled() and requests_view.schedule.isEnabled()
 
 
 def test_more_slots_than_the_loaded_context_holds_is_refused_with_the_reason(qtbot, runtime, tmp_path):
@@ -118,9 +125,11 @@ def test_more_slots_than_the_loaded_context_holds_is_refused_with_the_reason(qtb
     settings.setValue("serve/slots", runtime.n_seq_max + 1)
     settings.sync()
     w = make_window(qtbot, runtime, tmp_path)
-    w.menus.act_serve.trigger()
-    assert w.serve.server is None and not w.menus.act_serve.isChecked() and w.state == "idle"
-    assert f"-np {runtime.n_seq_max + 1}" in w.requests.status.text()
-    assert f"holds {runtime.n_seq_max} sessions" in w.requests.status.text()
-    w.requests.slots.setValue(1)  # remembered: the next window starts with it
+    model = w.model
+    requests_view = part(w, RequestsView)
+    model.commands.serve(True)
+    assert model.server is None and not model.serving and model.state == "idle"
+    assert f"-np {runtime.n_seq_max + 1}" in requests_view.status.text()
+    assert f"holds {runtime.n_seq_max} sessions" in requests_view.status.text()
+    requests_view.slots.setValue(1)  # remembered: the next window starts with it
     assert int(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat).value("serve/slots")) == 1

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QFontMetrics, QWheelEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QTabWidget
 
 from inspector.engine.records import decision_id_text
+from inspector.gui.cost.view import CostView
 from inspector.gui.engine_thread.analysis import CostMeasured
+from inspector.gui.tokens.token_view import TokenView
+from inspector.gui.windows.detail import WindowDetail
 from inspector.llama.cost_model import CostModel
-from test_gui_support import make_window, run_to_end
+from test_gui_support import make_window, part, run_to_end
 
 
 def text_blocks(doc):
@@ -31,12 +34,15 @@ def decision_block(detail):
 def test_a_decision_id_never_wraps_in_the_receipt_pane_and_is_elided_with_all_of_it_in_the_tooltip(qtbot, runtime,
                                                                                                   tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24, ngram_min=1)
+    model = w.model
+    window_detail = part(w, WindowDetail)
+    tabs = part(w, QTabWidget, "views")
     run_to_end(qtbot, w)
-    d = w.window_detail
-    receipt = w.session.receipts[-1]
+    d = window_detail
+    receipt = model.session.receipts[-1]
     full = decision_id_text(receipt.decision_id)
     assert len(full) >= 10
-    w.tabs.setCurrentWidget(d)
+    tabs.setCurrentWidget(d)
     d.select_window(receipt.window_index)
     QApplication.processEvents()
     block = decision_block(d)
@@ -71,20 +77,22 @@ def test_the_token_stream_gets_half_the_height_at_1024x640_and_nothing_is_cut_at
     gets half the right-hand height (the legend one line at 1280 px, two at most at 1024), and at 1280x800
     the tabs keep their room; a split the user dragged is kept."""
     w = make_window(qtbot, runtime, tmp_path)
-    stream = w.token_view.stream
+    token_view = part(w, TokenView)
+    tabs = part(w, QTabWidget, "views")
+    stream = token_view.stream
     line = QFontMetrics(stream.document().defaultFont()).lineSpacing()  # a line of the stream's text
     layout_at(qtbot, w, 1024, 640)
     assert w.width() <= 1024 and w.height() <= 640
     assert stream.height() >= 7 * line, (stream.height(), line)
-    assert w.tabs.height() >= 230
-    legend = w.token_view.legend
+    assert tabs.height() >= 230
+    legend = token_view.legend
     legend_line = legend.fontMetrics().lineSpacing()
     assert legend.heightForWidth(legend.width()) <= 2 * legend_line + 6
     layout_at(qtbot, w, 1280, 800)
-    assert stream.height() >= 11 * line and w.tabs.height() >= 330
+    assert stream.height() >= 11 * line and tabs.height() >= 330
     assert legend.sizeHint().width() <= legend.width()  # one line
-    for tab in range(w.tabs.count()):  # every tab's name whole
-        assert w.tabs.tabBar().tabRect(tab).right() <= w.tabs.width(), w.tabs.tabText(tab)
+    for tab in range(tabs.count()):  # every tab's name whole
+        assert tabs.tabBar().tabRect(tab).right() <= tabs.width(), tabs.tabText(tab)
     # The user's split wins from then on.
     w.ui.right_split.splitterMoved.emit(100, 1)
     w.ui.right_split.setSizes([150, 500])
@@ -96,16 +104,19 @@ def test_the_cost_model_tab_never_widens_the_window_past_1024_px_while_it_measur
     """Issue 54: with a curve shown, Measure's progress bar and Cancel beside the buttons made the window
     1,209 px wide on a 1024x640 screen."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    model = w.model
+    cost_view = part(w, CostView)
+    tabs = part(w, QTabWidget, "views")
     layout_at(qtbot, w, 1024, 640)
-    cv = w.cost_view
-    w.tabs.setCurrentWidget(cv)
+    cv = cost_view
+    tabs.setCurrentWidget(cv)
     cv.use_layout.setText("Use Q8_0 form")  # what a measured curve offers
     cv.use_layout.show()
     cv.use_draft_max.setText("Use draft max 15")
     cv.use_draft_max.show()
     QApplication.processEvents()
     assert w.minimumSizeHint().width() <= 1024
-    assert w.analysis.measure()
+    assert model.commands.measure_cost()
     qtbot.waitUntil(lambda: cv.cancel.isVisible(), timeout=10_000)
     QApplication.processEvents()
     assert cv.busy.isVisible() and w.minimumSizeHint().width() <= 1024 and w.width() <= 1024, w.minimumSizeHint()
@@ -117,9 +128,11 @@ def test_the_wheel_over_the_cost_plots_scrolls_the_tab_and_never_zooms_the_curve
     """Issue 54: at 1024x640 the wheel over the c(k) plot zoomed it (its axis read -5000 ms) instead of
     scrolling the tab's plots."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    cost_view = part(w, CostView)
+    tabs = part(w, QTabWidget, "views")
     layout_at(qtbot, w, 1024, 640)
-    cv = w.cost_view
-    w.tabs.setCurrentWidget(cv)
+    cv = cost_view
+    tabs.setCurrentWidget(cv)
     cv.set_cost_model(CostMeasured(CostModel(tuple(10.0 + 3 * k for k in range(16))), str(runtime.model_path), 2, 40))
     cv.refresh()
     QApplication.processEvents()

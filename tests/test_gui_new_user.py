@@ -6,18 +6,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtWidgets import QTabWidget
+from inspector.gui.panel.control_panel import ControlPanel
+from inspector.gui.plots.lock_plots import LockPlots
+from inspector.gui.plots.statistics import StatsView
+from inspector.gui.tokens.conversation_bar import ConversationBar
+from inspector.gui.windows.detail import WindowDetail
 from inspector.session.run_states import IDLE
-from test_gui_support import make_window, run_to_end
+from test_gui_support import make_window, part, run_to_end
 
 LOAD_TIMEOUT_MS = 180_000
 
 
 def load_weights(qtbot, w, weight_type: str) -> dict:
     """Choose ``weight_type`` in the weights box and load the model in that form; returns its info."""
-    w.panel.set_target_weights(weight_type)
-    with qtbot.waitSignal(w.worker.modelLoaded, timeout=LOAD_TIMEOUT_MS) as blocker:
+    model = w.model
+    panel = part(w, ControlPanel)
+    panel.set_target_weights(weight_type)
+    with qtbot.waitSignal(model.worker.modelLoaded, timeout=LOAD_TIMEOUT_MS) as blocker:
         assert w.load_selected_model()
-    qtbot.waitUntil(lambda: w.state == IDLE, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: model.state == IDLE, timeout=LOAD_TIMEOUT_MS)
     return blocker.args[0]
 
 
@@ -27,11 +35,13 @@ def test_the_next_turn_continues_a_run_on_another_weight_form(qtbot, runtime, tm
     words, never the cache file's name."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    panel = part(w, ControlPanel)
+    conversation_bar = part(w, ConversationBar)
     info = load_weights(qtbot, w, "Q8_0")
     run_to_end(qtbot, w)
-    bar = w.conversation_bar
+    bar = conversation_bar
     assert bar.send.isEnabled(), bar.message.placeholderText()
-    w.panel.set_target_weights("")
+    panel.set_target_weights("")
     assert not bar.send.isEnabled()
     why = bar.message.placeholderText()
     assert "Q8_0 form" in why and "weights" in why and Path(info["path"]).name not in why
@@ -43,14 +53,16 @@ def test_the_weights_box_is_read_only_during_a_run(qtbot, runtime, tmp_path):
     from test_gui_support import DecodeHold, wait_state
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
-    assert w.panel.weights.isEnabled()
+    model = w.model
+    panel = part(w, ControlPanel)
+    assert panel.weights.isEnabled()
     with DecodeHold(runtime).installed() as hold:
-        assert w.run.start_run()
+        assert model.commands.start_run()
         qtbot.waitUntil(hold.held.is_set, timeout=60_000)
-        assert not w.panel.weights.isEnabled() and not w.panel.model_combo.isEnabled()
+        assert not panel.weights.isEnabled() and not panel.model_combo.isEnabled()
         hold.release()
     wait_state(qtbot, w, IDLE)
-    assert w.panel.weights.isEnabled()
+    assert panel.weights.isEnabled()
 
 
 def test_a_receipts_view_shows_the_files_weight_form_and_a_model_load_keeps_it(qtbot, runtime, tmp_path,
@@ -66,43 +78,47 @@ def test_a_receipts_view_shows_the_files_weight_form_and_a_model_load_keeps_it(q
     path = tmp_path / "q8.json"
     assert export_session(qtbot, w, path)[1] == ""
     v = make_window(qtbot, runtime, tmp_path, settings_file="other.ini")
-    assert v.panel.target_weights() == ""
+    v_panel = part(v, ControlPanel)
+    assert v_panel.target_weights() == ""
     assert open_receipts(qtbot, v, path) == ""
-    assert v.panel.weights.currentData() == "Q8_0" and not v.panel.weights.isEnabled()
-    line = v.panel.model_status.text()
+    assert v_panel.weights.currentData() == "Q8_0" and not v_panel.weights.isEnabled()
+    line = v_panel.model_status.text()
     assert "Q8_0 form" in line and "read only" in line and Path(info["path"]).name not in line
     v.model_line.loaded(runtime.describe())  # the live model's load ends while the file is shown
-    assert v.panel.model_status.text() == line and v.panel.weights.currentData() == "Q8_0"
+    assert v_panel.model_status.text() == line and v_panel.weights.currentData() == "Q8_0"
 
 
 def test_the_weights_box_offers_no_conversion_to_the_files_own_type(qtbot, runtime, tmp_path):
     """Defect 2: the bundled file is Q4_1: the box says "as stored (Q4_1)" and offers no "Q4_1 form"."""
     stored = runtime.describe()["weights"]
     w = make_window(qtbot, runtime, tmp_path)
-    box = w.panel.weights
+    panel = part(w, ControlPanel)
+    box = panel.weights
     texts = [box.itemText(i) for i in range(box.count())]
     assert f"{stored} form" not in texts and box.findData(stored) < 0
     assert stored in box.itemText(0)
-    w.panel.set_target_weights(stored)  # e.g. the cost view's best layout is the stored one
-    assert w.panel.target_weights() == ""
+    panel.set_target_weights(stored)  # e.g. the cost view's best layout is the stored one
+    assert panel.target_weights() == ""
 
 
 def test_a_refused_draft_model_leaves_no_running_banner(qtbot, runtime, tmp_path):
     """Defect 3: after a draft model is refused the banner said "Running: source draft · ..." while
     nothing ran; it says the run did not start, and why."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
-    w.panel.set_source("draft")
-    w.panel.draft_model.setText(str(tmp_path / "missing.gguf"))
-    with qtbot.waitSignal(w.sourceRefused, timeout=30_000):
-        assert w.run.start_run()
+    model = w.model
+    panel = part(w, ControlPanel)
+    panel.set_source("draft")
+    panel.draft_model.setText(str(tmp_path / "missing.gguf"))
+    with qtbot.waitSignal(model.sourceRefused, timeout=30_000):
+        assert model.commands.start_run()
     qtbot.wait(200)
-    banner = w.banner.text()
-    assert w.state == IDLE and not banner.startswith(("Running", "Loading")), banner
+    banner = model.banner_html
+    assert model.state == IDLE and not banner.startswith(("Running", "Loading")), banner
     assert "did not start" in banner and "missing.gguf" in banner
     w.error_box.close()
     # Another source chosen: the red refusal about the draft no longer stands (issue 36, 8).
-    w.panel.set_source("ngram")
-    assert "did not start" not in w.banner.text() and "ngram" in w.banner.text()
+    panel.set_source("ngram")
+    assert "did not start" not in model.banner_html and "ngram" in model.banner_html
 
 
 def test_a_paused_run_says_it_has_not_finished_rather_than_a_finish_reason_of_running(qtbot, runtime, tmp_path):
@@ -111,12 +127,14 @@ def test_a_paused_run_says_it_has_not_finished_rather_than_a_finish_reason_of_ru
     from test_gui_support import wait_state
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
-    w.run.step_window_clicked()
+    model = w.model
+    stats = part(w, StatsView)
+    model.commands.step_window()
     wait_state(qtbot, w, PAUSED)
     w.refresh_all()
-    assert w.stats.labels["finish"].text() == "— (not finished: running)"
-    w.run.stop_clicked()
-    qtbot.waitUntil(lambda: w.state == IDLE, timeout=60_000)
+    assert stats.labels["finish"].text() == "— (not finished: running)"
+    model.commands.stop()
+    qtbot.waitUntil(lambda: model.state == IDLE, timeout=60_000)
 
 
 def test_a_model_without_a_chat_template_names_the_windows_raw_box(qtbot, runtime, tmp_path, monkeypatch):
@@ -125,10 +143,12 @@ def test_a_model_without_a_chat_template_names_the_windows_raw_box(qtbot, runtim
     for holder in (runtime.vocabulary, runtime):  # the runtime lends the vocabulary's chat_template
         monkeypatch.setattr(holder, "chat_template", lambda: "")
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
-    with qtbot.waitSignal(w.runFinished, timeout=60_000):
-        assert w.run.start_run()
-    shown = w.error_box.text() + " " + w.banner.text()
-    assert "--raw" not in shown and w.panel.raw.text() in shown, shown
+    model = w.model
+    panel = part(w, ControlPanel)
+    with qtbot.waitSignal(model.runFinished, timeout=60_000):
+        assert model.commands.start_run()
+    shown = w.error_box.text() + " " + model.banner_html
+    assert "--raw" not in shown and panel.raw.text() in shown, shown
     w.error_box.close()
 
 
@@ -138,17 +158,20 @@ def test_an_idle_new_session_says_no_run_and_baseline_not_run_is_not_green(qtbot
     from inspector.session.session_record import SessionRecord
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    model = w.model
+    panel = part(w, ControlPanel)
+    stats = part(w, StatsView)
     w.refresh_all()
-    assert w.stats.labels["finish"].text() != "running"
-    w.panel.baseline.setChecked(True)
+    assert stats.labels["finish"].text() != "running"
+    panel.baseline.setChecked(True)
     run_to_end(qtbot, w)
-    qtbot.waitUntil(lambda: w.session.baseline is not None, timeout=60_000)
+    qtbot.waitUntil(lambda: model.session.baseline is not None, timeout=60_000)
     w.refresh_all()
     w.set_session(SessionRecord())
     w.refresh_all()
-    label = w.stats.labels["baseline"]
+    label = stats.labels["baseline"]
     assert label.text() == "not run" and "color" not in label.styleSheet()
-    assert w.stats.labels["finish"].text() != "running"
+    assert stats.labels["finish"].text() != "running"
 
 
 def test_the_status_bar_never_cuts_an_error_mid_word(qtbot, runtime, tmp_path):
@@ -176,14 +199,16 @@ def test_loading_another_model_says_the_session_shown_ran_on_the_other_one(qtbot
     import shutil
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    model = w.model
+    panel = part(w, ControlPanel)
     run_to_end(qtbot, w)
     other = tmp_path / "other-model.gguf"
     shutil.copyfile(runtime.model_path, other)
-    w.panel.add_recent_model(str(other))
-    with qtbot.waitSignal(w.worker.modelLoaded, timeout=LOAD_TIMEOUT_MS):
+    panel.add_recent_model(str(other))
+    with qtbot.waitSignal(model.worker.modelLoaded, timeout=LOAD_TIMEOUT_MS):
         assert w.load_selected_model()
-    qtbot.waitUntil(lambda: w.state == IDLE, timeout=LOAD_TIMEOUT_MS)
-    banner = w.banner.text()
+    qtbot.waitUntil(lambda: model.state == IDLE, timeout=LOAD_TIMEOUT_MS)
+    banner = model.banner_html
     assert "other-model.gguf" in banner and Path(runtime.model_path).name in banner and "Run" in banner, banner
 
 
@@ -194,16 +219,19 @@ def test_the_window_is_usable_at_1024x640(qtbot, runtime, tmp_path):
     from PySide6.QtWidgets import QApplication
 
     w = make_window(qtbot, runtime, tmp_path)
+    window_detail = part(w, WindowDetail)
+    lock_plots = part(w, LockPlots)
+    tabs = part(w, QTabWidget, "views")
     w.resize(1024, 640)
     qtbot.waitExposed(w)
     QApplication.processEvents()
     assert w.width() <= 1024 and w.minimumSizeHint().width() <= 1024
-    bar = w.window_detail.detail_tabs.tabBar()
+    bar = window_detail.detail_tabs.tabBar()
     for i in range(bar.count()):
         assert bar.tabRect(i).right() <= bar.width(), bar.tabText(i)  # every tab's name whole
-    w.tabs.setCurrentWidget(w.lock_plots)
+    tabs.setCurrentWidget(lock_plots)
     QApplication.processEvents()
-    legend = w.lock_plots.legend
+    legend = lock_plots.legend
     assert legend.wordWrap() or legend.sizeHint().width() <= legend.width()
 
 
@@ -215,14 +243,16 @@ def test_after_a_weight_form_switch_the_banner_names_the_stored_form_and_the_sta
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
-    w.panel.draft_max.setValue(DRAFT_MAX_AUTO)
+    model = w.model
+    panel = part(w, ControlPanel)
+    panel.draft_max.setValue(DRAFT_MAX_AUTO)
     run_to_end(qtbot, w)
-    assert w.panel.draft_max_used.text().strip().startswith("→")
+    assert panel.draft_max_used.text().strip().startswith("→")
     stored = runtime.info.main_weight_type
     load_weights(qtbot, w, "Q8_0")
-    banner = w.banner.text()
+    banner = model.banner_html
     assert "in Q8_0 form" in banner and f"as stored ({stored})" in banner, banner
-    assert w.panel.draft_max_used.text() == ""
+    assert panel.draft_max_used.text() == ""
 
 
 def test_a_receipts_file_and_an_autosave_of_a_run_as_stored_name_the_files_weight_type(qtbot, runtime, tmp_path):
@@ -231,12 +261,14 @@ def test_a_receipts_file_and_an_autosave_of_a_run_as_stored_name_the_files_weigh
 
     stored = runtime.describe()["weights"]
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
+    model = w.model
     run_to_end(qtbot, w)
     path = tmp_path / "stored.json"
     assert export_session(qtbot, w, path)[1] == ""
-    autosave = w.session.header.autosave_path
+    autosave = model.session.header.autosave_path
     for opened in (path, autosave):
         v = make_window(qtbot, runtime, tmp_path, settings_file=f"view-{Path(opened).suffix[1:]}.ini")
+        v_panel = part(v, ControlPanel)
         assert open_receipts(qtbot, v, opened) == ""
-        assert v.panel.weights.currentText() == f"as stored ({stored})", opened
-        assert f"as stored ({stored})" in v.panel.model_status.text(), opened
+        assert v_panel.weights.currentText() == f"as stored ({stored})", opened
+        assert f"as stored ({stored})" in v_panel.model_status.text(), opened

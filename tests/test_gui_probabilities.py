@@ -15,10 +15,12 @@ from PySide6.QtCore import QItemSelectionModel
 from inspector.engine.probabilities import DEFAULT_NEAR_TIE_MARGIN
 from inspector.gui.look import outcomes as O
 from inspector.gui.look.table_copy import selected_rows_text
+from inspector.gui.panel.control_panel import ControlPanel
 from inspector.gui.tokens.token_figures import margin_text, probability_text, quoted
 from inspector.gui.tokens.token_view import NEAR_TIE_KEY, TokenView
+from inspector.gui.windows.detail import WindowDetail
 from inspector.gui.windows.verification_rows import FIGURE_COLUMNS, ROW_HEADERS
-from test_gui_support import make_window, open_receipts, run_to_end, use_source
+from test_gui_support import make_window, open_receipts, part, run_to_end, use_source
 
 MAX_TOKENS = 16
 V1_FILE = Path(__file__).parent / "data" / "receipts-v1.json"
@@ -37,11 +39,13 @@ def _run(qtbot, monkeypatch, runtime, tmp_path):
 
     use_source(monkeypatch, "follow", factory)
     w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path, max_tokens=MAX_TOKENS)
+    model = w.model
+    panel = part(w, ControlPanel)
     holder["w"] = w
-    holder["prompt"] = runtime.prompt_tokens(w.panel.prompt.toPlainText())
-    assert w.panel.set_source("follow")
+    holder["prompt"] = runtime.prompt_tokens(panel.prompt.toPlainText())
+    assert panel.set_source("follow")
     run_to_end(qtbot, w)
-    assert w.session.receipts, "the follow source proposes at the first query"
+    assert model.session.receipts, "the follow source proposes at the first query"
     return w
 
 
@@ -52,7 +56,9 @@ def _expected_marks(s, threshold: float) -> list[int]:
 
 def test_hover_names_the_rows_p_rank_and_top_five(qtbot, monkeypatch, runtime, tmp_path):
     w = _run(qtbot, monkeypatch, runtime, tmp_path)
-    s, view = w.session, w.token_view
+    model = w.model
+    token_view = part(w, TokenView)
+    s, view = model.session, token_view
     assert all(s.token_probabilities(t) is not None for t in s.tokens), "every committed token has its row's figures"
     seen = set()
     for t in s.tokens:
@@ -82,11 +88,13 @@ def test_hover_names_the_rows_p_rank_and_top_five(qtbot, monkeypatch, runtime, t
 
 def test_rows_table_shows_the_selected_windows_figures_and_copies_them(qtbot, monkeypatch, runtime, tmp_path):
     w = _run(qtbot, monkeypatch, runtime, tmp_path)
-    d = w.window_detail
+    model = w.model
+    window_detail = part(w, WindowDetail)
+    d = window_detail
     assert ROW_HEADERS[FIGURE_COLUMNS:] == ("p(proposed)", "rank", "p(target)", "margin")
     tips = [d.rows.horizontalHeaderItem(c).toolTip() for c in range(FIGURE_COLUMNS, len(ROW_HEADERS))]
     assert "0..1" in tips[0] and "logits" in tips[3]
-    for r in w.session.receipts:
+    for r in model.session.receipts:
         p = r.probabilities
         d.select_window(r.window_index)
         assert d.rows.rowCount() == r.verification_rows >= p.rows
@@ -114,7 +122,9 @@ def test_rows_table_shows_the_selected_windows_figures_and_copies_them(qtbot, mo
 
 def test_near_tie_threshold_marks_tokens_and_is_remembered(qtbot, monkeypatch, runtime, tmp_path):
     w = _run(qtbot, monkeypatch, runtime, tmp_path)
-    s, view = w.session, w.token_view
+    model = w.model
+    token_view = part(w, TokenView)
+    s, view = model.session, token_view
     assert view.near_tie_spin.value() == DEFAULT_NEAR_TIE_MARGIN
     assert view.near_tie_marks() == _expected_marks(s, DEFAULT_NEAR_TIE_MARGIN)
     view.near_tie_spin.setValue(10.0)
@@ -129,15 +139,18 @@ def test_near_tie_threshold_marks_tokens_and_is_remembered(qtbot, monkeypatch, r
     assert marks == _expected_marks(s, round(middle, 1))
     view.set_session(s)
     assert view.near_tie_marks() == marks
-    assert w.token_view.stream.toPlainText() == "".join(t.shown for t in s.tokens)  # the mark adds no text
+    assert token_view.stream.toPlainText() == "".join(t.shown for t in s.tokens)  # the mark adds no text
     view.near_tie_spin.setValue(3.7)
     w.close()
     again = make_window(qtbot, None, tmp_path)  # same settings file
-    assert again.token_view.near_tie_spin.value() == 3.7
-    assert again.token_view.near_tie_margin == 3.7
-    assert float(again.settings.value(NEAR_TIE_KEY)) == 3.7
+    again_model = again.model
+    again_token_view = part(again, TokenView)
+    assert again_token_view.near_tie_spin.value() == 3.7
+    assert again_token_view.near_tie_margin == 3.7
+    assert float(again_model.settings.value(NEAR_TIE_KEY)) == 3.7
     fresh = make_window(qtbot, None, tmp_path, settings_file="other.ini")
-    assert fresh.token_view.near_tie_margin == DEFAULT_NEAR_TIE_MARGIN
+    fresh_token_view = part(fresh, TokenView)
+    assert fresh_token_view.near_tie_margin == DEFAULT_NEAR_TIE_MARGIN
 
 
 def test_tokens_drawn_before_their_receipt_get_their_mark_when_it_arrives(qtbot, make_generation, scheduler,
@@ -185,9 +198,12 @@ def test_tokens_drawn_before_their_receipt_get_their_mark_when_it_arrives(qtbot,
 
 def test_schema_v1_file_opens_and_says_it_has_no_figures(qtbot, tmp_path):
     v = make_window(qtbot, None, tmp_path, settings_file="viewer.ini")
+    v_model = v.model
+    v_token_view = part(v, TokenView)
+    v_window_detail = part(v, WindowDetail)
     assert open_receipts(qtbot, v, V1_FILE) == ""
     v.refresh_all()
-    s, view = v.session, v.token_view
+    s, view = v_model.session, v_token_view
     assert s.origin == "document" and len(s.receipts) == 5
     assert view.token_count() == len(s.tokens) > 0
     for t in s.tokens:
@@ -195,7 +211,7 @@ def test_schema_v1_file_opens_and_says_it_has_no_figures(qtbot, tmp_path):
         assert f"predicted (committed): {quoted(t.text)} ({t.token})" in view.tooltip(t.index)
     view.near_tie_spin.setValue(10.0)
     assert view.near_tie_marks() == []
-    d = v.window_detail
+    d = v_window_detail
     d.select_window(1)
     assert d.rows.rowCount() > 0
     assert all(d.rows.item(i, c).text() == "" for i in range(d.rows.rowCount())

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
+from PySide6.QtWidgets import QTabWidget
 from inspector.engine.probability_stats import acceptance_by_probability, judged_count, probability_by_position
+from inspector.gui.panel.control_panel import ControlPanel
+from inspector.gui.plots.statistics import StatsView
 from inspector.receipts import load_document
-from test_gui_support import export_session, make_window, open_receipts, run_to_end
+from test_gui_support import export_session, make_window, open_receipts, part, run_to_end
 
 V1 = Path(__file__).parent / "data" / "receipts-v1.json"
 SHORT = 16
@@ -26,11 +29,15 @@ def fits(plot) -> bool:
 
 def test_a_run_shows_acceptance_against_the_targets_probability(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=SHORT, ngram_min=1)
-    assert w.panel.probabilities.isChecked() and w.panel.generation_settings().probabilities
+    model = w.model
+    panel = part(w, ControlPanel)
+    stats = part(w, StatsView)
+    tabs = part(w, QTabWidget, "views")
+    assert panel.probabilities.isChecked() and panel.generation_settings().probabilities
     run_to_end(qtbot, w)
-    w.tabs.setCurrentWidget(w.stats)
+    tabs.setCurrentWidget(stats)
     w.refresh_all()
-    st, receipts = w.stats, w.session.receipts
+    st, receipts = stats, model.session.receipts
     assert receipts and all(r.probabilities is not None for r in receipts)
     assert st.no_figures_text() == "" and st.vs_p.isVisible()
     expected = acceptance_by_probability(receipts)
@@ -50,43 +57,53 @@ def test_a_run_shows_acceptance_against_the_targets_probability(qtbot, runtime, 
 
 def test_with_probabilities_off_the_file_has_no_blocks_and_the_box_is_remembered(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=SHORT, ngram_min=1)
-    w.panel.probabilities.setChecked(False)
-    assert not w.panel.generation_settings().probabilities
+    model = w.model
+    panel = part(w, ControlPanel)
+    stats = part(w, StatsView)
+    tabs = part(w, QTabWidget, "views")
+    panel.probabilities.setChecked(False)
+    assert not panel.generation_settings().probabilities
     run_to_end(qtbot, w)
-    assert w.session.receipts and all(r.probabilities is None for r in w.session.receipts)
+    assert model.session.receipts and all(r.probabilities is None for r in model.session.receipts)
     out = tmp_path / "off.json"
     assert export_session(qtbot, w, out) == [str(out), ""]
     doc = load_document(out)  # validates against the schema
     assert doc["settings"]["probabilities"] is False
     assert doc["windows"] and not any("probabilities" in x for x in doc["windows"])
     assert not any("probabilities" in e for e in doc["events"])
-    w.tabs.setCurrentWidget(w.stats)
+    tabs.setCurrentWidget(stats)
     w.refresh_all()
-    assert "turned off" in w.stats.no_figures_text()
-    assert not w.stats.vs_p.isVisible()
+    assert "turned off" in stats.no_figures_text()
+    assert not stats.vs_p.isVisible()
     w.save_settings()
     again = make_window(qtbot, None, tmp_path)  # the same settings file: the box stays off
-    assert not again.panel.probabilities.isChecked()
+    again_panel = part(again, ControlPanel)
+    assert not again_panel.probabilities.isChecked()
     fresh = make_window(qtbot, None, tmp_path, settings_file="fresh.ini")
-    assert fresh.panel.probabilities.isChecked()  # on by default
+    fresh_panel = part(fresh, ControlPanel)
+    assert fresh_panel.probabilities.isChecked()  # on by default
     from inspector.engine.probabilities import COST_NOTE
 
-    assert COST_NOTE in fresh.panel.probabilities.toolTip()
-    assert "smallest files" in fresh.panel.probabilities.toolTip()
+    assert COST_NOTE in fresh_panel.probabilities.toolTip()
+    assert "smallest files" in fresh_panel.probabilities.toolTip()
 
 
 def test_opening_a_v1_file_names_its_version_and_shows_no_figures(qtbot, tmp_path):
     v = make_window(qtbot, None, tmp_path)
-    assert v.panel.probabilities.isChecked() and v.panel.probabilities.isEnabled()
+    v_model = v.model
+    v_panel = part(v, ControlPanel)
+    v_stats = part(v, StatsView)
+    v_tabs = part(v, QTabWidget, "views")
+    assert v_panel.probabilities.isChecked() and v_panel.probabilities.isEnabled()
     assert open_receipts(qtbot, v, V1) == ""
-    status = v.status_state.text()
+    status = v_model.status_text
     assert "receipts-v1.json" in status and "schema v1" in status and "no per-row probabilities" in status
-    v.tabs.setCurrentWidget(v.stats)
+    v_tabs.setCurrentWidget(v_stats)
     v.refresh_all()
-    assert "schema v1" in v.stats.no_figures_text()
+    assert "schema v1" in v_stats.no_figures_text()
     # the file's settings, read only: it had no figures
-    assert not v.panel.probabilities.isChecked() and not v.panel.probabilities.isEnabled()
+    assert not v_panel.probabilities.isChecked() and not v_panel.probabilities.isEnabled()
     v.new_live_session()
-    assert v.panel.probabilities.isChecked() and v.panel.probabilities.isEnabled()
+    assert v_panel.probabilities.isChecked() and v_panel.probabilities.isEnabled()
     v.refresh_all()
-    assert v.stats.no_figures_text() == ""
+    assert v_stats.no_figures_text() == ""

@@ -5,20 +5,24 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 
+from inspector.gui.serve.requests_view import RequestsView
 from inspector.serve.prompt_cache import DEFAULT_CACHE_RAM_MIB
-from test_gui_support import make_window
+from test_gui_support import make_window, part
 
 
 def _serve(qtbot, w):
-    w.menus.act_serve.trigger()
-    qtbot.waitUntil(lambda: w.serve.address != "" or not w.menus.act_serve.isChecked(), timeout=30_000)
-    assert w.serve.address, w.requests.status.text()
-    return w.serve.server
+    model = w.model
+    requests_view = part(w, RequestsView)
+    model.commands.serve(True)
+    qtbot.waitUntil(lambda: model.serve_address != "" or not model.serving, timeout=30_000)
+    assert model.serve_address, requests_view.status.text()
+    return model.server
 
 
 def _stop(qtbot, w):
-    w.menus.act_serve.trigger()
-    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+    model = w.model
+    model.commands.serve(False)
+    qtbot.waitUntil(lambda: model.state == "idle", timeout=30_000)
 
 
 def test_the_prompt_cache_is_on_by_default_and_off_when_unchecked_and_remembered(qtbot, runtime, tmp_path):
@@ -26,18 +30,21 @@ def test_the_prompt_cache_is_on_by_default_and_off_when_unchecked_and_remembered
     settings.setValue("serve/port", 0)
     settings.sync()
     w = make_window(qtbot, runtime, tmp_path)
-    w.serve.receipts_dir = None
-    assert w.requests.cache_ram.isChecked()
-    assert w.requests.slot_options()["cache_ram_mib"] == DEFAULT_CACHE_RAM_MIB
+    model = w.model
+    requests_view = part(w, RequestsView)
+    model.serve_receipts_dir = None
+    assert requests_view.cache_ram.isChecked()
+    assert requests_view.slot_options()["cache_ram_mib"] == DEFAULT_CACHE_RAM_MIB
     server = _serve(qtbot, w)
     assert server.slots.prompt_cache is not None
-    assert not w.requests.cache_ram.isEnabled(), "the switch must not change while serving"
+    assert not requests_view.cache_ram.isEnabled(), "the switch must not change while serving"
     _stop(qtbot, w)
-    w.requests.cache_ram.setChecked(False)
+    requests_view.cache_ram.setChecked(False)
     server = _serve(qtbot, w)
     assert server.slots.prompt_cache is None
     _stop(qtbot, w)
     w.close()
     again = make_window(qtbot, runtime, tmp_path)
-    assert not again.requests.cache_ram.isChecked()
-    assert again.requests.slot_options()["cache_ram_mib"] == 0
+    again_requests_view = part(again, RequestsView)
+    assert not again_requests_view.cache_ram.isChecked()
+    assert again_requests_view.slot_options()["cache_ram_mib"] == 0

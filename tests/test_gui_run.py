@@ -7,9 +7,17 @@ import threading
 from PySide6.QtCore import QElapsedTimer, QPoint, Qt, QTimer
 from PySide6.QtGui import QTextCursor
 
+from PySide6.QtWidgets import QTabWidget
 from inspector.gui.look import outcomes as O
+from inspector.gui.panel.control_panel import ControlPanel
+from inspector.gui.plots.event_log import EventLog
+from inspector.gui.plots.lock_plots import LockPlots
+from inspector.gui.plots.statistics import StatsView
+from inspector.gui.plots.timeline import Timeline
+from inspector.gui.tokens.token_view import TokenView
+from inspector.gui.windows.detail import WindowDetail
 from inspector.session.run_states import PAUSED
-from test_gui_support import DecodeHold, follow_window, make_window, run_to_end, wait_state
+from test_gui_support import DecodeHold, follow_window, make_window, part, run_to_end, wait_state
 
 
 def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path, monkeypatch):
@@ -17,27 +25,35 @@ def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path, monkeypatch):
     every other window (``follow_window``): accepted tokens, corrections and trimmed
     rows whatever the model says (an n-gram source gets them only where the model copies)."""
     w = follow_window(qtbot, monkeypatch, runtime, tmp_path)
+    model = w.model
+    token_view = part(w, TokenView)
+    window_detail = part(w, WindowDetail)
+    timeline = part(w, Timeline)
+    lock_plots = part(w, LockPlots)
+    stats = part(w, StatsView)
+    event_log = part(w, EventLog)
+    tabs = part(w, QTabWidget, "views")
     reason, info = run_to_end(qtbot, w)
-    g = w.worker.generation
-    s = w.session
+    g = model.worker.generation
+    s = model.session
     assert reason == g.finish_reason
     assert len(g.receipts) >= 2
     assert "first_mismatch" in {r.disposition for r in g.receipts}
     # Token view: exactly the committed tokens, nothing branch-conditioned.
     assert [t.token for t in s.tokens] == g.generated
-    assert w.token_view.token_count() == len(g.generated)
-    assert w.token_view.stream.toPlainText() == "".join(t.shown for t in w.session.tokens)
+    assert token_view.token_count() == len(g.generated)
+    assert token_view.stream.toPlainText() == "".join(t.shown for t in model.session.tokens)
     # Window table, timeline, statistics: one entry per receipt.
-    assert w.window_detail.window_count() == len(g.receipts)
-    assert w.timeline.point_count() == len(g.receipts)
-    assert w.stats.summary.windows == len(g.receipts)
+    assert window_detail.window_count() == len(g.receipts)
+    assert timeline.point_count() == len(g.receipts)
+    assert stats.summary.windows == len(g.receipts)
     engine = g.summary()
-    assert w.stats.summary.acceptance_rate == engine.acceptance_rate
-    assert w.stats.summary.acceptance_by_position == engine.acceptance_by_position
-    assert w.stats.summary.dispositions == engine.dispositions
-    assert w.stats.summary.plain_steps == g.plain_steps
+    assert stats.summary.acceptance_rate == engine.acceptance_rate
+    assert stats.summary.acceptance_by_position == engine.acceptance_by_position
+    assert stats.summary.dispositions == engine.dispositions
+    assert stats.summary.plain_steps == g.plain_steps
     # Event log: every engine event, in order.
-    assert w.event_log.kinds() == [e.kind for e in g.events]
+    assert event_log.kinds() == [e.kind for e in g.events]
     # Token outcomes agree with the receipts.
     outcomes = {t.outcome for t in s.tokens}
     assert O.ACCEPTED in outcomes and O.FROM_PREFILL in outcomes
@@ -53,32 +69,32 @@ def test_copy_heavy_run_fills_every_view(qtbot, runtime, tmp_path, monkeypatch):
     # KV state after the run.
     assert info.kv_length == info.canonical_position == g.canonical_position
     # The lock plots saw the main session's verify operations.
-    assert w.lock_plots.series_counts()["verify"] == len(g.receipts)
+    assert lock_plots.series_counts()["verify"] == len(g.receipts)
     # Selecting a window shows its rows; rows past the committed ones are struck through.
     r = next(r for r in g.receipts if r.trimmed_rows > 0)
-    w.window_detail.select_window(r.window_index)
-    assert w.window_detail.rows.rowCount() == r.verification_rows
-    last = w.window_detail.rows.item(r.verification_rows - 1, 0)
+    window_detail.select_window(r.window_index)
+    assert window_detail.rows.rowCount() == r.verification_rows
+    last = window_detail.rows.item(r.verification_rows - 1, 0)
     assert last.font().strikeOut()
-    assert not w.window_detail.rows.item(0, 0).font().strikeOut()
+    assert not window_detail.rows.item(0, 0).font().strikeOut()
     # Hover text of an accepted token names window, row, proposal and position.
     t = next(t for t in s.tokens if t.outcome == O.ACCEPTED)
-    tip = w.token_view.tooltip(t.index)
+    tip = token_view.tooltip(t.index)
     assert f"window {t.window}, row {t.row} at KV position {t.position - 1}" in tip
     assert f"the prefill's last row (the prompt's last token at KV position {s.prompt_token_count - 1})" in \
-        w.token_view.tooltip(0)
+        token_view.tooltip(0)
     # The pointer finds that token in the text, and a click selects its window.
-    w.tabs.setCurrentWidget(w.timeline)
-    stream = w.token_view.stream
+    tabs.setCurrentWidget(timeline)
+    stream = token_view.stream
     cur = QTextCursor(stream.document())
-    cur.setPosition(w.token_view._starts[t.index])
+    cur.setPosition(token_view._starts[t.index])
     stream.setTextCursor(cur)
     stream.ensureCursorVisible()
     point = stream.cursorRect(cur).center() + QPoint(3, 0)
     assert stream.token_at(point) == t.index
     qtbot.mouseClick(stream.viewport(), Qt.MouseButton.LeftButton, pos=point)
-    assert w.tabs.currentWidget() is w.window_detail
-    assert w.window_detail.selected == t.window
+    assert tabs.currentWidget() is window_detail
+    assert window_detail.selected == t.window
 
 
 def test_gui_thread_never_blocks_while_generating(qtbot, runtime, tmp_path):
@@ -88,14 +104,16 @@ def test_gui_thread_never_blocks_while_generating(qtbot, runtime, tmp_path):
     (speed is measured by ``spec-inspector bench``); the longest event-loop stop of the
     run is printed."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
-    w.panel.background.setValue(1)
+    model = w.model
+    panel = part(w, ControlPanel)
+    panel.background.setValue(1)
     qtbot.waitExposed(w)
 
     def engine_thread() -> bool:  # the run's decodes: not the GUI thread, not a background session
         t = threading.current_thread()
         return t is not threading.main_thread() and not t.name.startswith("spec-inspector-background")
 
-    hold = DecodeHold(runtime, when=lambda: engine_thread() and w.worker.running)
+    hold = DecodeHold(runtime, when=lambda: engine_thread() and model.worker.running)
     ticks_while_held = [0]
     gaps, clock = [], QElapsedTimer()
     clock.start()
@@ -103,7 +121,7 @@ def test_gui_thread_never_blocks_while_generating(qtbot, runtime, tmp_path):
 
     def tick():
         now = clock.elapsed()
-        if w.session.tokens or hold.held.is_set():
+        if model.session.tokens or hold.held.is_set():
             gaps.append(now - last[0])
         last[0] = now
         if hold.held.is_set() and not hold.released:
@@ -120,7 +138,7 @@ def test_gui_thread_never_blocks_while_generating(qtbot, runtime, tmp_path):
             run_to_end(qtbot, w)
     finally:
         timer.stop()
-        w.panel.background.setValue(0)
+        panel.background.setValue(0)
     assert hold.held.is_set() and hold.released, "the event loop did not turn while the engine decoded"
     assert threading.main_thread().name not in hold.threads, "a decode ran on the GUI thread"
     print(f"longest event-loop stop while generating: {max(gaps)} ms over {len(gaps)} ticks")
@@ -131,22 +149,25 @@ def test_background_sessions_make_lock_waits_visible(qtbot, runtime, tmp_path):
     recorded (waiting for it, not for time), so the plots show background operations
     however fast the main run is."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=40)
-    w.panel.background.setValue(2)
-    qtbot.waitUntil(lambda: w.worker.contention is not None and w.worker.contention.count == 2)
-    assert w.run.start_run(paused=True)
+    model = w.model
+    panel = part(w, ControlPanel)
+    lock_plots = part(w, LockPlots)
+    panel.background.setValue(2)
+    qtbot.waitUntil(lambda: model.worker.contention is not None and model.worker.contention.count == 2)
+    assert model.commands.start_run(paused=True)
     wait_state(qtbot, w, PAUSED)
-    main = w.session.main_session_id
+    main = model.session.main_session_id
 
     def background_ops():
-        return [op for op in w.session.lock_ops if op.session_id >= 0 and op.session_id != main]
+        return [op for op in model.session.lock_ops if op.session_id >= 0 and op.session_id != main]
 
     qtbot.waitUntil(lambda: len(background_ops()) > 0, timeout=120_000)
-    with qtbot.waitSignal(w.runFinished, timeout=180_000):
-        w.run.run_clicked()
+    with qtbot.waitSignal(model.runFinished, timeout=180_000):
+        model.commands.run()
     w.refresh_all()
-    counts = w.lock_plots.series_counts()
+    counts = lock_plots.series_counts()
     assert counts["background"] > 0
-    ops = [op for op in w.session.lock_ops if op.session_id == w.session.main_session_id]
+    ops = [op for op in model.session.lock_ops if op.session_id == model.session.main_session_id]
     assert ops and all(op.wait_us >= 0 for op in ops)
-    w.panel.background.setValue(0)
-    assert w.worker.contention.count == 0
+    panel.background.setValue(0)
+    assert model.worker.contention.count == 0

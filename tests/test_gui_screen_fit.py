@@ -57,6 +57,7 @@ def test_every_window_and_dialog_fits_a_1024x640_screen(qtbot, runtime, tmp_path
     assert (room.width(), room.height()) == (1024, 640)
     remember_geometry(tmp_path / "settings.ini", small, 1600, 1000)  # remembered from a bigger screen
     w = make_window(qtbot, runtime, tmp_path, max_tokens=16)
+    model = w.model
     settle()
     assert w.screen().name() == "small"
     assert_inside(room, w)
@@ -68,7 +69,7 @@ def test_every_window_and_dialog_fits_a_1024x640_screen(qtbot, runtime, tmp_path
     settle()
     assert_inside(room, w)
 
-    compare = w.analysis.show_compare()
+    compare = model.commands.compare()
     settle()
     assert compare.screen().name() == "small"
     assert_inside(room, compare, compare.close_button, compare.export_csv, compare.export_json, compare.run)
@@ -83,11 +84,11 @@ def test_every_window_and_dialog_fits_a_1024x640_screen(qtbot, runtime, tmp_path
     settle()
     assert_inside(room, tune, tune.verify, tune.copy_flags)
 
-    for dialog in (w.help.show_readme(), w.help.show_shortcuts(), w.help.show_about()):
+    for dialog in (model.commands.show_readme(), model.commands.show_shortcuts(), model.commands.show_about()):
         settle()
         assert_inside(room, dialog)
         dialog.close()
-    w.model.show_error("Cannot load the model", "no such file " * 150)  # (Qt fixes a message box's size to its text)
+    model.show_error("Cannot load the model", "no such file " * 150)  # (Qt fixes a message box's size to its text)
     settle()
     assert_inside(room, w.error_box)
     w.error_box.close()
@@ -95,7 +96,7 @@ def test_every_window_and_dialog_fits_a_1024x640_screen(qtbot, runtime, tmp_path
     # Shown again after the user moved it half off the screen: back inside.
     compare.close()
     compare.move(room.right() - 200, room.bottom() - 100)
-    w.analysis.show_compare()
+    model.commands.compare()
     settle()
     assert_inside(room, compare)
 
@@ -103,9 +104,10 @@ def test_every_window_and_dialog_fits_a_1024x640_screen(qtbot, runtime, tmp_path
 def test_a_big_screen_keeps_the_windows_sizes(qtbot, runtime, tmp_path):
     desk = screen_named("desk")
     w = make_window(qtbot, runtime, tmp_path)
+    model = w.model
     settle()
     assert w.screen() is desk and (w.width(), w.height()) == (1280, 800)
-    compare = w.analysis.show_compare()
+    compare = model.commands.compare()
     tune = w.analysis.tune.show_tune()
     settle()
     assert (compare.width(), compare.height()) == (1100, 760)

@@ -14,7 +14,11 @@ from PySide6.QtCore import QSettings
 from inspector.bench.compare_result import CompareConfig
 from inspector.receipts import load_document
 
-from test_gui_support import RUN_TIMEOUT_MS, make_window
+from PySide6.QtWidgets import QTabWidget
+from inspector.gui.panel.control_panel import ControlPanel
+from inspector.gui.serve.requests_view import RequestsView
+from inspector.gui.tokens.token_view import TokenView
+from test_gui_support import make_window, part, RUN_TIMEOUT_MS
 
 MAX = 12
 GREEDY = {"temperature": 0}
@@ -27,8 +31,10 @@ def serving_window(qtbot, runtime, tmp_path, port: int = 0):
     settings.setValue("serve/port", port)
     settings.sync()
     w = make_window(qtbot, runtime, tmp_path, max_tokens=MAX)
-    assert w.requests.port.value() == port
-    w.serve.receipts_dir = tmp_path / "served"
+    model = w.model
+    requests_view = part(w, RequestsView)
+    assert requests_view.port.value() == port
+    model.serve_receipts_dir = tmp_path / "served"
     return w
 
 
@@ -49,90 +55,98 @@ def ask(address: str, text: str, out: dict) -> threading.Thread:
 
 
 def serve_on(qtbot, w) -> str:
-    w.menus.act_serve.trigger()
-    assert w.state == "serving" and not w.panel.run.isEnabled() and not w.menus.act_run.isEnabled()
-    qtbot.waitUntil(lambda: w.serve.address != "" or not w.menus.act_serve.isChecked(), timeout=30_000)
-    assert w.serve.address.startswith("http://127.0.0.1:"), w.requests.status.text()
-    qtbot.waitUntil(lambda: "Serving" in w.banner.text(), timeout=5_000)  # said on the redraw tick after
-    return w.serve.address
+    model = w.model
+    panel = part(w, ControlPanel)
+    requests_view = part(w, RequestsView)
+    model.commands.serve(True)
+    assert model.state == "serving" and not panel.run.isEnabled() and not w.menus.act_run.isEnabled()
+    qtbot.waitUntil(lambda: model.serve_address != "" or not model.serving, timeout=30_000)
+    assert model.serve_address.startswith("http://127.0.0.1:"), requests_view.status.text()
+    qtbot.waitUntil(lambda: "Serving" in model.banner_html, timeout=5_000)  # said on the redraw tick after
+    return model.serve_address
 
 
 def test_a_served_chat_request_is_listed_and_shown_in_every_view_then_serve_off_runs_again(qtbot, runtime,
                                                                                            tmp_path):
     w = serving_window(qtbot, runtime, tmp_path)
+    wm = w.model
+    panel = part(w, ControlPanel)
+    token_view = part(w, TokenView)
+    requests_view = part(w, RequestsView)
+    tabs = part(w, QTabWidget, "views")
     address = serve_on(qtbot, w)
-    assert w.menus.act_serve.isChecked() and w.requests.copy.isEnabled()
-    assert "Serving" in w.banner.text() and address in w.banner.text()
-    assert not w.panel.step_window.isEnabled() and not w.panel.source.isEnabled() and w.panel.model_combo.isEnabled()
-    w.tabs.setCurrentWidget(w.requests)
+    assert wm.serving and requests_view.copy.isEnabled()
+    assert "Serving" in wm.banner_html and address in wm.banner_html
+    assert not panel.step_window.isEnabled() and not panel.source.isEnabled() and panel.model_combo.isEnabled()
+    tabs.setCurrentWidget(requests_view)
     out: dict = {}
     client = ask(address, "Name three colors.", out)
     qtbot.waitUntil(lambda: not client.is_alive(), timeout=RUN_TIMEOUT_MS)
     assert "error" not in out, out.get("error")
     reply = out["reply"]
-    model = w.requests.model
+    model = requests_view.model
     qtbot.waitUntil(lambda: model.rowCount() == 1 and model.values(model.rows[0])[-1] != "running…", timeout=10_000)
     row = model.rows[0]
     cells = dict(zip(("id", "arrived", "endpoint", "prompt", "reused", "output"), model.values(row)))
     assert cells["endpoint"] == "/v1/chat/completions"
     assert cells["prompt"] == reply.usage.prompt_tokens and cells["output"] == reply.usage.completion_tokens
     # Every view follows the request: the token stream holds its tokens, the Windows tab its windows.
-    qtbot.waitUntil(lambda: w.token_view.token_count() == reply.usage.completion_tokens, timeout=10_000)
-    shown = w.token_view.stream.toPlainText()  # the reply's text, then the end-of-generation token's when it ended so
-    assert shown == "".join(t.shown for t in w.session.tokens)
+    qtbot.waitUntil(lambda: token_view.token_count() == reply.usage.completion_tokens, timeout=10_000)
+    shown = token_view.stream.toPlainText()  # the reply's text, then the end-of-generation token's when it ended so
+    assert shown == "".join(t.shown for t in wm.session.tokens)
     assert shown.startswith(reply.choices[0].message.content)
-    assert w.session is w.request_log.records[row.id]
-    qtbot.waitUntil(lambda: w.session.end is not None, timeout=10_000)  # its end arrives through the record feed
-    assert len(w.session.receipts) == row.windows
-    assert "request <b>1</b>" in w.banner.text()
+    assert wm.session is wm.requests.records[row.id]
+    qtbot.waitUntil(lambda: wm.session.end is not None, timeout=10_000)  # its end arrives through the record feed
+    assert len(wm.session.receipts) == row.windows
+    assert "request <b>1</b>" in wm.banner_html
     # The table reads the row in place; the plots redraw once the request's end reached the window's log (a
     # queued note), so wait for that redraw rather than racing it.
-    qtbot.waitUntil(lambda: w.refresh_all() or w.requests.plots.drawn_points()["tokens_per_s"] == 1, timeout=10_000)
-    assert w.requests.table.selectionModel().isRowSelected(0)
+    qtbot.waitUntil(lambda: w.refresh_all() or requests_view.plots.drawn_points()["tokens_per_s"] == 1, timeout=10_000)
+    assert requests_view.table.selectionModel().isRowSelected(0)
     assert (tmp_path / "served").is_dir() and row.receipts_path
 
     # A second request is followed; picking the first holds it (Follow the newest unticks); the newest follows again.
     client = ask(address, "Name three animals.", out)
     qtbot.waitUntil(lambda: not client.is_alive(), timeout=RUN_TIMEOUT_MS)
-    qtbot.waitUntil(lambda: w.session is w.request_log.records.get(2) and w.session.end is not None, timeout=10_000)
-    w.requests.table.selectRow(0)
-    assert w.session is w.request_log.records[1] and not w.serve.follow and not w.requests.follow.isChecked()
-    assert "request <b>1</b>" in w.banner.text() and "held" in w.banner.text()
-    w.requests.table.selectRow(1)
-    assert w.session is w.request_log.records[2] and w.requests.follow.isChecked()
+    qtbot.waitUntil(lambda: wm.session is wm.requests.records.get(2) and wm.session.end is not None, timeout=10_000)
+    requests_view.table.selectRow(0)
+    assert wm.session is wm.requests.records[1] and not w.serve.follow and not requests_view.follow.isChecked()
+    assert "request <b>1</b>" in wm.banner_html and "held" in wm.banner_html
+    requests_view.table.selectRow(1)
+    assert wm.session is wm.requests.records[2] and requests_view.follow.isChecked()
 
     # Off: the server stops on its own thread, then Run works again and the requests stay listed.
-    w.menus.act_serve.trigger()
-    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
-    assert not w.menus.act_serve.isChecked() and w.panel.run.isEnabled() and w.menus.act_run.isEnabled()
-    assert w.panel.source.isEnabled() and not w.requests.copy.isEnabled()
-    assert model.rowCount() == 2 and "Serving stopped" in w.banner.text()
+    wm.commands.serve(False)
+    qtbot.waitUntil(lambda: wm.state == "idle", timeout=30_000)
+    assert not wm.serving and panel.run.isEnabled() and w.menus.act_run.isEnabled()
+    assert panel.source.isEnabled() and not requests_view.copy.isEnabled()
+    assert model.rowCount() == 2 and "Serving stopped" in wm.banner_html
     # The request shown is the client's conversation, not a raw prompt (the trial read "turn raw off").
     why = w.turns.why_not()
     assert "served request" in why and "raw" not in why, why
     # Export session… (issue 54 item 3): the run's requests as the conversation document serve --session writes.
-    assert w.requests.export.isEnabled()
+    assert requests_view.export.isEnabled()
     out_path = tmp_path / "served-session.json"
     w.serve.export.write(out_path)
-    qtbot.waitUntil(lambda: "session:" in w.requests.status.text() or "not exported" in w.requests.status.text(),
+    qtbot.waitUntil(lambda: "session:" in requests_view.status.text() or "not exported" in requests_view.status.text(),
                     timeout=30_000)
     doc = load_document(out_path)
     assert doc["kind"] == "conversation" and [t["conversation"]["user_text"] for t in doc["turns"]] == [
         "Name three colors.", "Name three animals."]
-    assert "tune --turns" in w.requests.status.text()
+    assert "tune --turns" in requests_view.status.text()
     # Replay under other sources… (issue 54 item 3): the same document, chosen in the Compare window, which runs
     # every served request as a turn under the configurations chosen there.
-    assert w.requests.replay.isEnabled()
-    w.requests.replay.trigger()  # Session > Replay under other sources…
+    assert requests_view.replay.isEnabled()
+    requests_view.replay.trigger()  # Session > Replay under other sources…
     qtbot.waitUntil(lambda: w.analysis.compare_view is not None and w.analysis.compare_view.isVisible(), timeout=30_000)
     v = w.analysis.compare_view
     name, turns = v.conversation()
     assert Path(name).parent == tmp_path / "served" / "sessions" and turns == ("Name three colors.", "Name three animals.")
-    assert v.input.currentText().endswith("(2 turns)") and "Compare window" in w.requests.status.text()
+    assert v.input.currentText().endswith("(2 turns)") and "Compare window" in requests_view.status.text()
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram", "ngram", 4)])
     v.max_tokens.setValue(6)
     v.repeats.setValue(1)
-    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+    with qtbot.waitSignal(wm.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
         v.run.click()
     result, note = blocker.args
     assert note == "" and [len(run.generations) for run in result.runs] == [2, 2]
@@ -145,12 +159,15 @@ def test_a_busy_port_is_said_on_the_error_line_and_the_switch_goes_back_off(qtbo
     taken.listen(1)
     try:
         w = serving_window(qtbot, runtime, tmp_path, port=taken.getsockname()[1])
-        w.menus.act_serve.trigger()
-        qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+        model = w.model
+        panel = part(w, ControlPanel)
+        requests_view = part(w, RequestsView)
+        model.commands.serve(True)
+        qtbot.waitUntil(lambda: model.state == "idle", timeout=30_000)
     finally:
         taken.close()
-    assert not w.menus.act_serve.isChecked() and w.serve.server is None and w.panel.run.isEnabled()
-    assert "cannot listen on 127.0.0.1" in w.requests.status.text()
+    assert not model.serving and model.server is None and panel.run.isEnabled()
+    assert "cannot listen on 127.0.0.1" in requests_view.status.text()
 
 
 def test_a_request_listed_before_its_arrival_is_handed_over_gets_its_whole_record():
@@ -174,11 +191,12 @@ def test_the_serving_banner_names_the_weight_form_it_serves(qtbot, runtime, tmp_
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     w = serving_window(qtbot, runtime, tmp_path)
+    model = w.model
     load_weights(qtbot, w, "Q8_0")
     serve_on(qtbot, w)
-    assert "in Q8_0 form" in w.banner.text(), w.banner.text()
-    w.menus.act_serve.trigger()
-    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+    assert "in Q8_0 form" in model.banner_html, model.banner_html
+    model.commands.serve(False)
+    qtbot.waitUntil(lambda: model.state == "idle", timeout=30_000)
 
 
 def test_a_receipts_folder_that_cannot_be_written_is_said_on_the_error_line_instead_of_serving(qtbot, runtime,
@@ -187,11 +205,13 @@ def test_a_receipts_folder_that_cannot_be_written_is_said_on_the_error_line_inst
     a_file = tmp_path / "a-file"
     a_file.write_text("not a folder")
     w = serving_window(qtbot, runtime, tmp_path)
-    w.serve.receipts_dir = a_file / "served"
-    w.menus.act_serve.trigger()
-    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
-    assert not w.menus.act_serve.isChecked() and w.serve.server is None and w.serve.address == ""
-    said = w.requests.status.text()
+    model = w.model
+    requests_view = part(w, RequestsView)
+    model.serve_receipts_dir = a_file / "served"
+    model.commands.serve(True)
+    qtbot.waitUntil(lambda: model.state == "idle", timeout=30_000)
+    assert not model.serving and model.server is None and model.serve_address == ""
+    said = requests_view.status.text()
     assert "Serve did not start" in said and str(a_file / "served") in said and "cannot write" in said, said
 
 
@@ -200,13 +220,14 @@ def test_a_comparison_asked_while_serving_is_refused_over_the_compare_window_nam
     """Issue 54: Run comparison while serving showed its refusal over the main window, and the Compare window
     dropped behind it."""
     w = serving_window(qtbot, runtime, tmp_path)
+    model = w.model
     serve_on(qtbot, w)
-    v = w.analysis.show_compare()
+    v = model.commands.compare()
     v.set_configs([CompareConfig("plain", "none", 0)])
     v.with_server.setChecked(False)
     v.run.click()
     assert v.error_box is not None and v.error_box.parent() is v
     assert "Stop serving" in v.error_box.text() and "Ctrl+Shift+S" in v.error_box.text()
-    assert w.state == "serving"
-    w.menus.act_serve.trigger()
-    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+    assert model.state == "serving"
+    model.commands.serve(False)
+    qtbot.waitUntil(lambda: model.state == "idle", timeout=30_000)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QTabWidget, QWidget
 
 from inspector.gui.look.screen_fit import FRAME_ALLOWANCE, fit_to_screen
 from inspector.llama.cost_cache import store_cost_model
 from inspector.llama.cost_model import CostModel
 from test_gui_screen_fit import screen_named, settle
-from test_gui_support import make_window
+from inspector.gui.cost.view import CostView
+from test_gui_support import make_window, part
 
 PLOT_MIN_WIDTH, PLOT_MIN_HEIGHT = 460, 420
 """The plots' smallest size (``inspector.gui.cost.view``), written here by hand."""
@@ -53,8 +54,10 @@ def test_the_cost_model_plots_keep_their_size_and_scroll_on_a_small_screen(qtbot
     store_cost_model(runtime.model_path, os.cpu_count() or 1,
                      CostModel(tuple(10.0 + 4.0 * k for k in range(16))))
     w, room = on_small_screen(qtbot, runtime, tmp_path)
-    view = w.cost_view
-    w.tabs.setCurrentWidget(view)
+    cost_view = part(w, CostView)
+    tabs = part(w, QTabWidget, "views")
+    view = cost_view
+    tabs.setCurrentWidget(view)
     w.refresh_all()
     settle()
     assert view.point_count() == 16 and view.stack.currentWidget() is view.plots

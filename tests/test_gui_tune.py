@@ -8,13 +8,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from inspector.bench.tune import DRAFT_MAX_GRID, MODEL_FREE, OPTION_GRID, grid
+from inspector.gui.panel.control_panel import ControlPanel
 from inspector.gui.tune.view import ALL_SOURCES, DRAFT_MAX, ROW_ROLE
 from inspector.session.run_states import BUSY, IDLE
-from test_gui_support import RUN_TIMEOUT_MS, make_window, run_to_end
+from test_gui_support import make_window, part, RUN_TIMEOUT_MS, run_to_end
 
 
 def test_tune_fills_its_table_heatmap_and_flags_from_the_finished_run_and_verifies(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=48)
+    model = w.model
     run_to_end(qtbot, w)
     tune = w.analysis.tune
     with qtbot.waitSignal(tune.tuned, timeout=120_000) as blocker:
@@ -57,17 +59,18 @@ def test_tune_fills_its_table_heatmap_and_flags_from_the_finished_run_and_verifi
     v.table.selectRow(0)
     with qtbot.waitSignal(tune.verified, timeout=RUN_TIMEOUT_MS) as blocker:
         v.verify.click()
-        assert w.state == BUSY and not v.verify.isEnabled()
+        assert model.state == BUSY and not v.verify.isEnabled()
     out, _note = blocker.args
     assert out is not None and out.label == rows[0].label
     assert out.measured_tokens_per_s > 0 and out.measured_speedup is not None
     assert out.windows_match is True or not out.same_output
-    assert "measured" in v.verified.text() and w.state == IDLE and v.verify.isEnabled()
+    assert "measured" in v.verified.text() and model.state == IDLE and v.verify.isEnabled()
 
 
 def test_a_sampled_run_shows_why_it_cannot_be_tuned(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
-    w.panel.temperature.setValue(0.7)
+    panel = part(w, ControlPanel)
+    panel.temperature.setValue(0.7)
     run_to_end(qtbot, w)
     v = w.analysis.tune.show_tune()
     assert "temperature &gt; 0" in v.refused() or "temperature > 0" in v.refused()

@@ -7,28 +7,39 @@ from pathlib import Path
 
 from PySide6.QtCore import QPoint, QPointF, QSettings, Qt
 from PySide6.QtGui import QWheelEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QTabWidget
 
 import inspector
+from inspector.gui.panel.control_panel import ControlPanel
 from inspector.gui.panel.prompt_box import CUSTOM_PROMPT
 from inspector.gui.panel.run_buttons import FAULT_DISABLED_TIP
+from inspector.gui.plots.event_log import EventLog
+from inspector.gui.plots.lock_plots import LockPlots
+from inspector.gui.shell.banner import Banner
+from inspector.gui.shell.layout import StatusProgress
+from inspector.gui.tokens.token_view import TokenView
+from inspector.gui.windows.detail import WindowDetail
 from inspector.prompts import example_prompts
 from inspector.session.run_states import IDLE, LOADING
-from test_gui_support import DecodeHold, make_window, run_to_end
+from test_gui_support import DecodeHold, make_window, part, run_to_end
 
 
 def _texts_shown(w, runtime, g) -> None:
     """Token view, rows table and event log show the run's real token texts."""
-    s = w.session
+    wm = w.model
+    token_view = part(w, TokenView)
+    window_detail = part(w, WindowDetail)
+    event_log = part(w, EventLog)
+    s = wm.session
     assert s.tokens and all(t.text == runtime.token_text(t.token) for t in s.tokens)
-    assert w.token_view.stream.toPlainText() == "".join(t.shown for t in s.tokens)
-    assert "\u2205" not in w.token_view.stream.toPlainText()
+    assert token_view.stream.toPlainText() == "".join(t.shown for t in s.tokens)
+    assert "\u2205" not in token_view.stream.toPlainText()
     r = g.receipts[0]
-    w.window_detail.select_window(r.window_index)
-    cell = w.window_detail.rows.item(0, 4).text()  # row 0's prediction: 'text'  (id)
+    window_detail.select_window(r.window_index)
+    cell = window_detail.rows.item(0, 4).text()  # row 0's prediction: 'text'  (id)
     pred = r.verification_row_predictions[0]
     assert cell.startswith("'" + runtime.token_text(pred).replace("\n", "\\n")) and f"<{pred}>" not in cell
-    model = w.event_log.model
+    model = event_log.model
     commit = next(i for i, e in enumerate(s.events) if e.kind == "commit" and e.token is not None)
     shown = " ".join(str(model.data(model.index(commit, c))) for c in range(model.columnCount()))
     tok = s.events[commit].token
@@ -39,13 +50,15 @@ def test_second_run_shows_token_texts(qtbot, runtime, tmp_path):
     """Single-token n-gram matches: the first query always proposes, so each run has a
     window to show whatever the model says."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24, ngram_min=1)
+    model = w.model
+    lock_plots = part(w, LockPlots)
     run_to_end(qtbot, w)
-    _texts_shown(w, runtime, w.worker.generation)
+    _texts_shown(w, runtime, model.worker.generation)
     # The main session's prefill is a point of the lock-timing plots.
-    assert w.lock_plots.series_counts()["prefill"] == 1
+    assert lock_plots.series_counts()["prefill"] == 1
     run_to_end(qtbot, w)
-    _texts_shown(w, runtime, w.worker.generation)
-    assert w.lock_plots.series_counts()["prefill"] == 1
+    _texts_shown(w, runtime, model.worker.generation)
+    assert lock_plots.series_counts()["prefill"] == 1
 
 
 def test_startup_loads_the_model_with_progress_and_a_hint(qtbot, model_path, tmp_path):
@@ -54,19 +67,23 @@ def test_startup_loads_the_model_with_progress_and_a_hint(qtbot, model_path, tmp
 
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     w = MainWindow(None, settings=settings, data_dir=tmp_path / "data", load_at_start=True)
+    model = w.model
+    panel = part(w, ControlPanel)
+    load_progress = part(w, StatusProgress)
+    banner = part(w, Banner)
     qtbot.addWidget(w)
     progress = []
-    w.worker.modelProgress.connect(progress.append, Qt.ConnectionType.DirectConnection)
+    model.worker.modelProgress.connect(progress.append, Qt.ConnectionType.DirectConnection)
     w.show()
     try:
-        assert w.state == LOADING and w.load_progress.isVisible()
-        assert not w.panel.run.isEnabled()
-        qtbot.waitUntil(lambda: w.state == IDLE and w.model_info is not None, timeout=60_000)
+        assert model.state == LOADING and load_progress.isVisible()
+        assert not panel.run.isEnabled()
+        qtbot.waitUntil(lambda: model.state == IDLE and model.model_info is not None, timeout=60_000)
         assert progress and max(progress) == 1.0
-        assert Path(w.model_info["path"]) == Path(model_path)
-        assert not w.load_progress.isVisible() and w.panel.run.isEnabled()
-        assert w.banner.isVisible() and "Model loaded" in w.banner.text() and LOADED_HINT in w.banner.text()
-        assert w.panel.model_status.text().startswith("loaded:")
+        assert Path(model.model_info["path"]) == Path(model_path)
+        assert not load_progress.isVisible() and panel.run.isEnabled()
+        assert banner.isVisible() and "Model loaded" in model.banner_html and LOADED_HINT in model.banner_html
+        assert panel.model_status.text().startswith("loaded:")
     finally:
         w.close()  # closes the runtime it loaded
 
@@ -74,7 +91,8 @@ def test_startup_loads_the_model_with_progress_and_a_hint(qtbot, model_path, tmp
 def test_example_picker_follows_the_editor_across_launches(qtbot, runtime, tmp_path):
     names = list(example_prompts())
     w = make_window(qtbot, runtime, tmp_path)  # copy-with-corrections
-    p = w.panel
+    panel = part(w, ControlPanel)
+    p = panel
     assert p.examples.currentText() == "copy-with-corrections" == p.example_name()
     p.prompt.setPlainText(p.prompt.toPlainText() + " Please.")
     assert p.examples.currentText() == CUSTOM_PROMPT and p.example_name() == ""
@@ -89,14 +107,16 @@ def test_example_picker_follows_the_editor_across_launches(qtbot, runtime, tmp_p
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     w3 = MainWindow(runtime, settings=settings, data_dir=tmp_path / "data")
+    w3_panel = part(w3, ControlPanel)
     qtbot.addWidget(w3)
-    assert w3.panel.examples.currentText() == "open-ended"
-    assert w3.panel.prompt.toPlainText() == example_prompts()["open-ended"]
+    assert w3_panel.examples.currentText() == "open-ended"
+    assert w3_panel.prompt.toPlainText() == example_prompts()["open-ended"]
     # First launch (no settings): the default example, by name.
     fresh = MainWindow(runtime, settings=QSettings(str(tmp_path / "new.ini"), QSettings.Format.IniFormat),
                        data_dir=tmp_path / "data")
+    fresh_panel = part(fresh, ControlPanel)
     qtbot.addWidget(fresh)
-    assert fresh.panel.examples.currentText() == "copy-with-corrections"
+    assert fresh_panel.examples.currentText() == "copy-with-corrections"
 
 
 def test_example_text_is_the_file_without_its_final_newline(qtbot, runtime, tmp_path):
@@ -107,16 +127,18 @@ def test_example_text_is_the_file_without_its_final_newline(qtbot, runtime, tmp_
         raw = f.read_text("utf-8")
         assert example_prompts()[f.stem] == (raw[:-1] if raw.endswith("\n") else raw)
     w = make_window(qtbot, runtime, tmp_path)
+    model = w.model
+    panel = part(w, ControlPanel)
     raw = (folder / "copy-with-corrections.txt").read_text("utf-8")
-    assert w.panel.prompt.toPlainText() == raw.removesuffix("\n")
+    assert panel.prompt.toPlainText() == raw.removesuffix("\n")
     # The run gets exactly that text (as `spec-inspector run --prompt-file` does).
     sent = []
     w.requestRun.disconnect()
     w.requestRun.connect(sent.append)
-    assert w.run.start_run()
+    assert model.commands.start_run()
     assert sent[0].request.prompt_text == raw.removesuffix("\n")
-    w.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
-    qtbot.waitUntil(lambda: w.state == IDLE)
+    model.worker.runFinished.emit("stopped", None)  # nothing ran: back to idle
+    qtbot.waitUntil(lambda: model.state == IDLE)
 
 
 def _fully_visible(widget, window) -> bool:
@@ -130,10 +152,12 @@ def _fully_visible(widget, window) -> bool:
 
 def test_side_panel_at_1280x800(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
+    panel = part(w, ControlPanel)
+    token_view = part(w, TokenView)
     w.resize(1280, 800)
     qtbot.waitExposed(w)
     QApplication.processEvents()
-    p = w.panel
+    p = panel
     for b in (p.run, p.pause, p.stop, p.step_window, p.step_token, p.resume, *p.fault_buttons, p.fault_token,
               p.background, *p.break_boxes.values()):
         assert _fully_visible(b, w), b.text() if hasattr(b, "text") else b
@@ -149,7 +173,7 @@ def test_side_panel_at_1280x800(qtbot, runtime, tmp_path):
     p.setup_scroll.widget().setMinimumHeight(2000)  # make sure the setup can scroll
     QApplication.processEvents()
     bar.setValue(0)
-    w.token_view.stream.setFocus()
+    token_view.stream.setFocus()
     for target, value in ((p.max_tokens, p.max_tokens.value), (p.temperature, p.temperature.value),
                           (p.source, p.source.currentIndex), (p.examples, p.examples.currentIndex)):
         before = value()
@@ -172,9 +196,10 @@ def test_side_panel_at_1280x800(qtbot, runtime, tmp_path):
 
 def test_run_keeps_the_side_panel_where_it_was(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
+    panel = part(w, ControlPanel)
     w.resize(1280, 800)
     qtbot.waitExposed(w)
-    p = w.panel
+    p = panel
     p.setup_scroll.widget().setMinimumHeight(1500)
     QApplication.processEvents()
     bar = p.setup_scroll.verticalScrollBar()
@@ -186,8 +211,10 @@ def test_run_keeps_the_side_panel_where_it_was(qtbot, runtime, tmp_path):
 
 def test_lock_legend_is_outside_the_plots(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path)
-    lp = w.lock_plots
-    w.tabs.setCurrentWidget(lp)
+    lock_plots = part(w, LockPlots)
+    tabs = part(w, QTabWidget, "views")
+    lp = lock_plots
+    tabs.setCurrentWidget(lp)
     qtbot.waitExposed(w)
     QApplication.processEvents()
     assert lp.wait_plot.getPlotItem().legend is None and lp.hold_plot.getPlotItem().legend is None
@@ -200,18 +227,21 @@ def test_banner_keeps_its_space_when_a_run_starts(qtbot, runtime, tmp_path):
     """The banner is looked at while the run's first decode is held in the runtime
     (``DecodeHold``): the run is surely going, however fast the CPU."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=16)
+    model = w.model
+    token_view = part(w, TokenView)
+    banner = part(w, Banner)
     w.resize(1280, 800)
     qtbot.waitExposed(w)
     QApplication.processEvents()
-    y = w.token_view.mapTo(w, QPoint(0, 0)).y()
-    assert w.banner.isVisible() and "Model loaded" in w.banner.text()
-    hold = DecodeHold(runtime, when=lambda: w.worker.running)
-    with hold.installed(), qtbot.waitSignal(w.runFinished, timeout=180_000):
-        assert w.run.start_run()
+    y = token_view.mapTo(w, QPoint(0, 0)).y()
+    assert banner.isVisible() and "Model loaded" in model.banner_html
+    hold = DecodeHold(runtime, when=lambda: model.worker.running)
+    with hold.installed(), qtbot.waitSignal(model.runFinished, timeout=180_000):
+        assert model.commands.start_run()
         qtbot.waitUntil(hold.held.is_set, timeout=120_000)
         QApplication.processEvents()
-        assert w.banner.isVisible() and "Running" in w.banner.text()  # the run status replaces the hint
-        assert w.token_view.mapTo(w, QPoint(0, 0)).y() == y  # the view below does not jump
+        assert banner.isVisible() and "Running" in model.banner_html  # the run status replaces the hint
+        assert token_view.mapTo(w, QPoint(0, 0)).y() == y  # the view below does not jump
         hold.release()
     QApplication.processEvents()
-    assert "Finished" in w.banner.text() and w.token_view.mapTo(w, QPoint(0, 0)).y() == y
+    assert "Finished" in model.banner_html and token_view.mapTo(w, QPoint(0, 0)).y() == y

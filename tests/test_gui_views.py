@@ -12,11 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PySide6.QtCore import QItemSelectionModel, Qt
-from PySide6.QtWidgets import QAbstractItemView, QApplication, QLineEdit, QTableView
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QLineEdit, QTableView, QTabWidget
 
 from inspector.engine.records import LockOperation
+from inspector.gui.panel.control_panel import ControlPanel
+from inspector.gui.plots.lock_plots import LockPlots
+from inspector.gui.plots.statistics import StatsView
 from inspector.session.run_states import BUSY, IDLE
-from test_gui_support import RUN_TIMEOUT_MS, kv_data_rect, make_window, run_to_end
+from test_gui_support import kv_data_rect, make_window, part, RUN_TIMEOUT_MS, run_to_end
 
 MAX_TOKENS = 12
 
@@ -201,9 +204,11 @@ def test_lock_plots_are_readable_at_1024x640_and_1280x800(qtbot, runtime, tmp_pa
     plot keeps at least 80 px of data (the plots scroll under the legend when the tab is short) and no two
     tick labels of any axis meet."""
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
+    lock_plots = part(w, LockPlots)
+    tabs = part(w, QTabWidget, "views")
     run_to_end(qtbot, w)
-    lp = w.lock_plots
-    w.tabs.setCurrentWidget(lp)
+    lp = lock_plots
+    tabs.setCurrentWidget(lp)
     for size in ((1280, 800), (1024, 640)):
         w.resize(*size)
         qtbot.waitExposed(w)
@@ -226,17 +231,20 @@ def test_lock_plots_are_readable_at_1024x640_and_1280x800(qtbot, runtime, tmp_pa
 # -- 3. Statistics with no windows -------------------------------------------------------
 def test_max_tokens_one_statistics_say_na_and_keep_a_sane_axis(qtbot, runtime, tmp_path):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=1)
-    w.panel.baseline.setChecked(True)
+    model = w.model
+    panel = part(w, ControlPanel)
+    stats = part(w, StatsView)
+    panel.baseline.setChecked(True)
     run_to_end(qtbot, w)
-    st = w.stats
+    st = stats
     st.refresh()
     assert st.summary.windows == 0 and st.summary.generated_tokens == 1
     # The one token came from the prefill's last row: no decode step, so no decode time on either side and
     # no decode tokens/s to compare (the plain run was made, and gave the same token).
-    assert w.worker.generation.decode_step == 0 and st.summary.plain_steps == 0
+    assert model.worker.generation.decode_step == 0 and st.summary.plain_steps == 0
     assert st.summary.decode_tokens_per_s is None
-    b = w.session.baseline
-    assert b is not None and b["plain_token_ids"] == [t.token for t in w.session.tokens]
+    b = model.session.baseline
+    assert b is not None and b["plain_token_ids"] == [t.token for t in model.session.tokens]
     assert b["plain_decode_tokens_per_s"] is None and b["speculative_decode_tokens_per_s"] is None
     assert b["observed_speedup"] is None
     for key in ("acceptance", "mean_len", "expected", "observed"):
@@ -268,22 +276,23 @@ def test_compare_window_closes_and_a_running_comparison_goes_on(qtbot, runtime, 
     from inspector.bench.compare_result import CompareConfig
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=8)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     qtbot.waitExposed(v)
     assert v.close_button.isVisible()
     v.close_button.click()
     assert not v.isVisible()
-    v = w.analysis.show_compare()
+    v = model.commands.compare()
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("ngram 4", "ngram", 4)])
-    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
-        assert w.analysis.run_compare(v.config_list())
+    with qtbot.waitSignal(model.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert model.commands.run_compare(v.config_list())
         qtbot.keyClick(v.results, Qt.Key.Key_Escape)  # from a child: Esc reaches the window
         assert not v.isVisible()
-        assert w.state == BUSY  # closing hides the window; the comparison keeps running
+        assert model.state == BUSY  # closing hides the window; the comparison keeps running
     result, note = blocker.args
     assert note == "" and len(result.rows) == 2 and not any(r.error for r in result.rows)
-    assert w.state == IDLE
-    assert w.analysis.show_compare() is v and v.isVisible()
+    assert model.state == IDLE
+    assert model.commands.compare() is v and v.isVisible()
     v.refresh()
     assert v.row_count() == 2 and v.run.isEnabled()
     # Ctrl+W closes it too.
@@ -292,7 +301,7 @@ def test_compare_window_closes_and_a_running_comparison_goes_on(qtbot, runtime, 
     qtbot.keyClick(v.results, Qt.Key.Key_W, Qt.KeyboardModifier.ControlModifier)
     assert not v.isVisible()
     # Esc in an open cell editor cancels the edit and keeps the window.
-    v = w.analysis.show_compare()
+    v = model.commands.compare()
     v.configs.editItem(v.configs.item(0, 0))
     assert v.configs.state() == QAbstractItemView.State.EditingState
     label = v.configs.item(0, 0).text()

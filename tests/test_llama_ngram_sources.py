@@ -10,8 +10,8 @@ import pytest
 
 from inspector.engine.no_proposal import NoProposal
 from inspector.engine.proposal import ProposalRequest
-from inspector.sources.hash_order import Part
 from inspector.sources import llama_ngram_cache as nc
+from inspector.sources.hash_order import Part
 from inspector.sources.llama_ngram_map import NgramMapSource, NgramSimpleSource
 from inspector.sources.llama_ngram_mod import NgramModSource
 from inspector.sources.registry import SourceContext, check_source_options, describe_source, make_source, source_names

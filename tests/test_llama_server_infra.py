@@ -17,8 +17,8 @@ import pytest
 
 from inspector.bench.server_build import (NotALlamaServer, ServerBuildCancelled, ServerBuildError, build_llama_server,
                                           cached_server_path, find_llama_server, server_version)
-from inspector.llama.server_parity import LLAMA_CPP_COMMIT
 from inspector.bench.server_compare import version_note
+from inspector.llama.server_parity import LLAMA_CPP_COMMIT
 from inspector.bench.server_process import (LlamaServerProcess, ServerDeadlines, ServerStartError, complaint_line,
                                             free_port)
 from inspector.bench.server_client import LlamaServerClient, parse_completion, parse_metrics

@@ -15,11 +15,11 @@ import pytest
 from inspector import asset_path
 from inspector.bench.compare import run_compare
 from inspector.bench.compare_result import CompareConfig
-from inspector.bench.server_process import free_port
 from inspector.bench.server_compare import compare_with_llama_server
-from inspector.llama.server_parity import server_counted_accepted
+from inspector.bench.server_process import free_port
 from inspector.engine import Generation, GenerationSettings
 from inspector.llama.quantize import make_draft
+from inspector.llama.server_parity import server_counted_accepted
 from inspector.prompts import EXAMPLES, example_prompt
 from inspector.session.run import RunRequest, SessionRun
 from inspector.sources.server_flags import server_arguments
@@ -192,14 +192,15 @@ def test_a_llama_server_that_will_not_start_costs_each_row_one_line_and_keeps_ou
 
 def test_the_compare_window_shows_llama_servers_figures_beside_ours(qtbot, runtime, tmp_path, llama_server_binary):
     w = make_window(qtbot, runtime, tmp_path, max_tokens=24)
-    v = w.analysis.show_compare()
+    model = w.model
+    v = model.commands.compare()
     v.set_configs([CompareConfig("plain", "none", 0), CompareConfig("simple", "ngram-simple", 16,
                                                                     {"size_n": 3, "size_m": 16}),
                    CompareConfig("ours", "ngram", 4)])
     v.with_server.setChecked(True)
     v.server_target.setText(str(llama_server_binary))
-    with qtbot.waitSignal(w.analysis.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
-        assert w.analysis.run_compare(v.config_list())
+    with qtbot.waitSignal(model.compareReady, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert model.commands.run_compare(v.config_list())
     result, _note = blocker.args
     v.refresh()
     first = v.results.columnCount() - 4

@@ -12,8 +12,10 @@ import sys
 
 import pytest
 from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QTabWidget
 
 from inspector.gui.plots.positions import PositionsView
+from inspector.gui.plots.statistics import StatsView
 from inspector.prompts import LONG_EXAMPLE_N_CTX, LONG_FILE_EDIT
 from inspector.session.run_states import IDLE
 
@@ -40,29 +42,34 @@ def test_the_long_example_runs_headless_and_in_the_window_with_the_per_position_
 
     # The window: picking the example raises the context from the default; Run loads the model at it.
     from inspector.gui.shell.main_window import MainWindow
+    from inspector.gui.panel.control_panel import ControlPanel
+    from test_gui_support import part
 
     w = MainWindow(None, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
                    data_dir=tmp_path / "data")
+    model = w.model
+    stats = part(w, StatsView)
+    tabs = part(w, QTabWidget, "views")
     qtbot.addWidget(w)
     w.show()
-    panel = w.panel
+    panel = part(w, ControlPanel)
     assert panel.n_ctx.value() < LONG_EXAMPLE_N_CTX
     panel.choose_example(LONG_FILE_EDIT)
     assert panel.n_ctx.value() == LONG_EXAMPLE_N_CTX and panel.prompt_box.context_note.isVisible()
     panel.max_tokens.setValue(8)
     panel.ngram_min.setValue(1)  # the first query proposes: a window whatever the model says
     try:
-        with qtbot.waitSignal(w.runFinished, timeout=LONG_TIMEOUT_S * 1000):
-            assert w.run.start_run()
-        qtbot.waitUntil(lambda: w.state == IDLE, timeout=30_000)
-        s = w.session
-        assert w.model_info["n_ctx"] == LONG_EXAMPLE_N_CTX
+        with qtbot.waitSignal(model.runFinished, timeout=LONG_TIMEOUT_S * 1000):
+            assert model.commands.start_run()
+        qtbot.waitUntil(lambda: model.state == IDLE, timeout=30_000)
+        s = model.session
+        assert model.model_info["n_ctx"] == LONG_EXAMPLE_N_CTX
         assert s.prompt_token_count == prompt and s.summary().generated_tokens >= 1
         assert s.receipts, "ngram_min 1 proposes at the first query"
-        view = w.stats.positions
+        view = stats.positions
         assert isinstance(view, PositionsView)
-        w.tabs.setCurrentWidget(w.stats)
-        w.stats.pages.setCurrentWidget(view)
+        tabs.setCurrentWidget(stats)
+        stats.pages.setCurrentWidget(view)
         w.refresh_all()
         f = view.figures
         assert list(view.accept.xData) == [r.base_position for r in s.receipts]

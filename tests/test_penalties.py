@@ -13,8 +13,8 @@ import pytest
 
 from inspector.bench.server_process import penalty_fields
 from inspector.engine import Generation, GenerationSettings
-from inspector.engine.proposal import Proposal
 from inspector.engine.penalties import penalize_row, penalize_rows
+from inspector.engine.proposal import Proposal
 from inspector.engine.settings import SamplingSettings
 from inspector.prompts import example_prompt
 from inspector.sources.ngram import NgramSource

@@ -119,12 +119,15 @@ def test_run_says_a_long_prefill_once_on_standard_error_and_nothing_on_standard_
 
 
 def test_the_windows_status_line_shows_the_prefill_until_the_first_token(qtbot, tmp_path):
-    from test_gui_support import make_window
+    from PySide6.QtWidgets import QLabel
+    from test_gui_support import make_window, part
 
     w = make_window(qtbot, None, tmp_path)
-    w.session.apply(PrefillProgress(512, 1300))
+    model = w.model
+    status_counts = part(w, QLabel, "status-counts")
+    model.session.apply(PrefillProgress(512, 1300))
     w.redraw()
-    assert w.status_counts.text() == "prefill: 512/1300 prompt tokens"
-    w.session.apply(PrefillProgress(1300, 1300))
+    assert status_counts.text() == "prefill: 512/1300 prompt tokens"
+    model.session.apply(PrefillProgress(1300, 1300))
     w.redraw()
-    assert "prefill" not in w.status_counts.text() and "canonical position" in w.status_counts.text()
+    assert "prefill" not in status_counts.text() and "canonical position" in status_counts.text()

@@ -18,8 +18,8 @@ from inspector.engine.records import COMMIT, PREFILL, STEP
 from inspector.engine.settings import SamplingSettings
 from inspector.receipts.document import SCHEMA_VERSION, load_document, validate_document, version_note
 from inspector.session.document import build_document
-from inspector.session.session_record import SessionRecord
 from inspector.session.record_from_file import record_from_autosave, record_from_document
+from inspector.session.session_record import SessionRecord
 from tests.scenarios import ALTERNATE, Follower
 
 V1_FILE = Path(__file__).parent / "data" / "receipts-v1.json"

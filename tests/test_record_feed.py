@@ -4,8 +4,8 @@ session takes them in order, a session read from a file takes none. No model, no
 from __future__ import annotations
 
 from inspector.gui.model.record_feed import RecordFeed
-from inspector.session.session_record import SessionRecord
 from inspector.session.run_records import RecordStream, TokenTexts
+from inspector.session.session_record import SessionRecord
 
 
 def test_a_live_session_takes_every_record_pushed_since_the_last_feed_in_order():

@@ -227,31 +227,34 @@ def test_the_window_runs_over_rpc_and_stays_up_when_the_server_goes_away(qtbot, 
     on the server; the server is killed mid-run: the run ends with the line naming the server and
     the window, its receipts stay, and the window still works (the next run is refused clearly)."""
     from inspector.session.run_states import IDLE
-    from test_gui_support import make_window
+    from inspector.gui.panel.control_panel import ControlPanel
+    from test_gui_support import make_window, part
 
     port = free_port()
     server = start_server(port)
     try:
         w = make_window(qtbot, runtime, tmp_path, max_tokens=400, ngram_min=1)
-        w.panel.rpc_servers.setText(f"127.0.0.1:{port}")
-        w.panel.gpu_layers.setValue(99)
-        w.panel.threads.setValue(1)
-        with qtbot.waitSignal(w.runFinished, timeout=300_000):
-            assert w.run.start_run()
-            qtbot.waitUntil(lambda: len(w.worker.generation.receipts if w.worker.generation else ()) >= 2,
+        model = w.model
+        panel = part(w, ControlPanel)
+        panel.rpc_servers.setText(f"127.0.0.1:{port}")
+        panel.gpu_layers.setValue(99)
+        panel.threads.setValue(1)
+        with qtbot.waitSignal(model.runFinished, timeout=300_000):
+            assert model.commands.start_run()
+            qtbot.waitUntil(lambda: len(model.worker.generation.receipts if model.worker.generation else ()) >= 2,
                             timeout=300_000)
-            assert f"RPC0[127.0.0.1:{port}]" in w.panel.model_status.text()
+            assert f"RPC0[127.0.0.1:{port}]" in panel.model_status.text()
             server.kill()
         w.refresh_all()
         assert re.search(rf"RPC server 127.0.0.1:{port} went away (at window|in a plain step after window) \d+",
-                         w.last_error), w.last_error
-        assert "The run ended here" in w.banner.text() and "Resume" not in w.banner.text()
-        assert len(w.session.receipts) >= 2 and w.state == IDLE
-        with qtbot.waitSignal(w.runFinished, timeout=120_000):  # the next run: no server, a clear refusal
-            assert w.run.start_run()
-        assert "cannot connect" in w.last_error and w.isVisible()
-        assert len(w.session.receipts) >= 2  # the refused run kept the session shown before it
-        assert w.panel.model_status.text() == "not loaded" and w.panel.model_path() == ""  # the dead child dropped
+                         model.last_error), model.last_error
+        assert "The run ended here" in model.banner_html and "Resume" not in model.banner_html
+        assert len(model.session.receipts) >= 2 and model.state == IDLE
+        with qtbot.waitSignal(model.runFinished, timeout=120_000):  # the next run: no server, a clear refusal
+            assert model.commands.start_run()
+        assert "cannot connect" in model.last_error and w.isVisible()
+        assert len(model.session.receipts) >= 2  # the refused run kept the session shown before it
+        assert panel.model_status.text() == "not loaded" and panel.model_path() == ""  # the dead child dropped
     finally:
         server.kill()
 

@@ -15,8 +15,8 @@ import pytest
 from inspector.serve import anthropic_api, responses_api
 from inspector.serve.errors import SERVER, ApiError
 from inspector.serve.job import JobResult, TokenOut
-from inspector.serve.replies import Replies
 from inspector.serve.params import ServeDefaults, parse_request
+from inspector.serve.replies import Replies
 
 
 def _chat(body):

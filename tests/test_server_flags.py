@@ -6,8 +6,8 @@ import shlex
 
 import pytest
 
-from inspector.engine.settings import SamplingSettings
 from inspector.engine.llama_settings import SEED_MAX
+from inspector.engine.settings import SamplingSettings
 from inspector.llama.context_settings import ContextSettings
 from inspector.sources.registry import describe_source
 from inspector.sources.server_flags import (
@@ -86,24 +86,27 @@ def test_the_flags_command_prints_one_llama_server_line_and_refuses_a_source_wit
 def test_the_window_copies_the_chosen_sources_llama_server_flags(qtbot, runtime, tmp_path):
     from PySide6.QtGui import QGuiApplication
 
-    from tests.test_gui_support import make_window
+    from inspector.gui.panel.control_panel import ControlPanel
+    from tests.test_gui_support import make_window, part
 
     w = make_window(qtbot, runtime, tmp_path)
-    w.panel.source.setCurrentText("ngram-mod")
-    line = w.analysis.copy_server_flags()
+    model = w.model
+    panel = part(w, ControlPanel)
+    panel.source.setCurrentText("ngram-mod")
+    line = model.commands.copy_server_flags()
     assert line is not None and "--spec-type ngram-mod" in line and line.startswith("llama-server -m ")
-    assert QGuiApplication.clipboard().text() == line and "copied" in w.status_state.text()
+    assert QGuiApplication.clipboard().text() == line and "copied" in model.status_text
     # The whole line is readable in the banner, with what the flags do not carry (our draft max cap).
-    assert "--spec-ngram-mod-n-max 64" in w.banner.text() and "caps each proposal at draft max" in w.banner.text()
+    assert "--spec-ngram-mod-n-max 64" in model.banner_html and "caps each proposal at draft max" in model.banner_html
     source, options, _ = parse_server_arguments(shlex.split(line))
     assert source == "ngram-mod" and options["n_min"] == describe_source("ngram-mod").option("n_min").default
     # With draft max auto, the note names the value the last run resolved (the panel's "→ 7"), not the default.
-    w.panel.draft_max.setValue(-1)
-    w.panel.show_draft_max_used({"draft_max": 7, "draft_max_from": "auto: the stored cost model"})
-    w.analysis.copy_server_flags()
-    assert "at draft max 7;" in w.banner.text()
-    w.panel.source.setCurrentText("ngram")
-    assert w.analysis.copy_server_flags() is None and "no llama-server equivalent" in w.last_error
+    panel.draft_max.setValue(-1)
+    panel.show_draft_max_used({"draft_max": 7, "draft_max_from": "auto: the stored cost model"})
+    model.commands.copy_server_flags()
+    assert "at draft max 7;" in model.banner_html
+    panel.source.setCurrentText("ngram")
+    assert model.commands.copy_server_flags() is None and "no llama-server equivalent" in model.last_error
 
 
 def test_the_notes_say_what_the_flags_do_not_carry():
@@ -186,19 +189,22 @@ def test_the_flags_command_adds_the_context_and_sampling_flags():
 
 
 def test_the_window_copies_its_sampling_and_context_as_llama_server_flags(qtbot, tmp_path):
-    from tests.test_gui_support import make_window
+    from inspector.gui.panel.control_panel import ControlPanel
+    from tests.test_gui_support import make_window, part
 
     w = make_window(qtbot, None, tmp_path)
-    p = w.panel
+    model = w.model
+    panel = part(w, ControlPanel)
+    p = panel
     p.source.setCurrentText("none")
     p.penalties["repeat_penalty"].setValue(1.25)
     p.llama_context.n_ubatch.setValue(256)
     p.system_prompt.setText("Be brief.")
-    argv = shlex.split(w.analysis.copy_server_flags())
+    argv = shlex.split(model.commands.copy_server_flags())
     assert parse_sampling_arguments(argv) == p.generation_settings().sampling  # greedy: --temp 0
     assert parse_context_arguments(argv) == {"n_ctx": p.n_ctx.value(), "n_batch": p.llama_context.n_batch.value(),
                                              "context": p.llama_context.settings()}
-    assert "no system prompt flag" in w.banner.text()
+    assert "no system prompt flag" in model.banner_html
 
 
 def test_our_ngram_names_its_nearest_llama_server_type_with_sizes_from_its_own_options():
@@ -218,11 +224,14 @@ def test_the_threads_a_run_set_are_copied_as_dash_t():
 
 
 def test_the_window_copies_the_threads_it_runs_with(qtbot, tmp_path):
-    from tests.test_gui_support import make_window
+    from inspector.gui.panel.control_panel import ControlPanel
+    from tests.test_gui_support import make_window, part
 
     w = make_window(qtbot, None, tmp_path)
-    w.panel.source.setCurrentText("none")
-    w.panel.threads.setValue(1)
-    argv = shlex.split(w.analysis.copy_server_flags())
+    model = w.model
+    panel = part(w, ControlPanel)
+    panel.source.setCurrentText("none")
+    panel.threads.setValue(1)
+    argv = shlex.split(model.commands.copy_server_flags())
     assert argv[argv.index("-t") + 1] == "1"
 

@@ -28,11 +28,11 @@ from inspector.engine.errors import EngineError
 from inspector.receipts import validate_document
 from inspector.receipts.autosave import AutosaveWriter
 from inspector.session.document import record_document
-from inspector.session.session_record import SessionRecord
 from inspector.session.entries import END
 from inspector.session.record_from_file import record_from_autosave, record_from_document
-from inspector.session.run_records import RecordStream, RunEnd
 from inspector.session.run import RunRefused, RunRequest, SessionRun
+from inspector.session.run_records import RecordStream, RunEnd
+from inspector.session.session_record import SessionRecord
 
 from fake_runtime import FakeRuntime, ListSource, follow
 

@@ -100,21 +100,24 @@ def test_compare_column_options_go_in_the_compare_windows_columns(qtbot, monkeyp
 
 
 def test_loads_model_a_source_declaring_it_waits_for_the_draft_being_made(qtbot, runtime, tmp_path, monkeypatch):
-    from test_gui_support import make_window
+    from inspector.gui.panel.control_panel import ControlPanel
+    from test_gui_support import make_window, part
 
     plugin(monkeypatch, SourceDescriptor("my-loader", (), capabilities={"loads_model"}))
     plugin(monkeypatch, SourceDescriptor("my-lookup", ()))
     w = make_window(qtbot, runtime, tmp_path)
+    model = w.model
+    panel = part(w, ControlPanel)
     dialogs = []
-    w.model.errorRaised.connect(lambda title, message, icon: dialogs.append(title))
-    w.model.set_busy("draft", object())  # as SourceActions marks a draft being made
+    model.errorRaised.connect(lambda title, message, icon: dialogs.append(title))
+    model.set_busy("draft", object())  # as SourceActions marks a draft being made
 
     def no_model():
         raise FileNotFoundError("no model here")
 
     w.run.chosen_model = no_model  # a run that passes the draft check stops at the model
-    assert w.panel.set_source("my-loader")
-    assert not w.run.start_run() and dialogs == ["Draft in progress"]
-    assert w.panel.set_source("my-lookup")
-    assert not w.run.start_run() and dialogs == ["Draft in progress", "No model"]
-    w.model.set_busy("draft", None)  # no draft was really being made: nothing for the close to wait for
+    assert panel.set_source("my-loader")
+    assert not model.commands.start_run() and dialogs == ["Draft in progress"]
+    assert panel.set_source("my-lookup")
+    assert not model.commands.start_run() and dialogs == ["Draft in progress", "No model"]
+    model.set_busy("draft", None)  # no draft was really being made: nothing for the close to wait for

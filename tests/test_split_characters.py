@@ -134,34 +134,41 @@ def cli(*args, timeout=300):
 
 
 def test_every_view_of_a_run_shows_cjk_and_emoji_split_over_tokens(qtbot, runtime, tmp_path):
-    from test_gui_support import export_session, make_window, open_receipts, run_to_end
+    from inspector.gui.panel.control_panel import ControlPanel
+    from inspector.gui.tokens.token_view import TokenView
+    from inspector.gui.windows.detail import WindowDetail
+    from test_gui_support import export_session, make_window, open_receipts, part, run_to_end
 
     answer = runtime.tokenize(TEXT)
     split = [i for i, t in enumerate(answer) if len(runtime.token_piece(t)) == 1 and runtime.token_piece(t)[0] >= 0x80]
     assert len(split) >= 10, "the bundled vocabulary splits these characters over tokens (one-byte tokens)"
     prompt = runtime.prompt_tokens(PROMPT)
     w = make_window(qtbot, _says(runtime, prompt, answer), tmp_path, max_tokens=len(answer))
-    w.panel.prompt.setPlainText(PROMPT)
-    w.panel.set_source("scripted")
-    w.panel.script.setPlainText(TEXT)  # windows whose proposals and predictions are split characters
+    model = w.model
+    panel = part(w, ControlPanel)
+    token_view = part(w, TokenView)
+    window_detail = part(w, WindowDetail)
+    panel.prompt.setPlainText(PROMPT)
+    panel.set_source("scripted")
+    panel.script.setPlainText(TEXT)  # windows whose proposals and predictions are split characters
     run_to_end(qtbot, w)
-    s = w.session
+    s = model.session
     assert [t.token for t in s.tokens] == answer
     assert runtime.detokenize(answer) == TEXT  # the runtime's own detokenization: no U+FFFD
 
     # The token stream: every character whole, the same text as the runtime's detokenization.
-    assert w.token_view.stream.toPlainText() == TEXT
+    assert token_view.stream.toPlainText() == TEXT
     assert s.output_text == TEXT
     # Tooltips: each token's own bytes; a completing token names the character it completes.
     byte = runtime.token_piece(answer[split[0]])[0]
-    assert f"&#x27;&lt;0x{byte:02X}&gt;&#x27; ({answer[split[0]]})" in w.token_view.tooltip(split[0])
+    assert f"&#x27;&lt;0x{byte:02X}&gt;&#x27; ({answer[split[0]]})" in token_view.tooltip(split[0])
     completing = next(k for k in range(len(answer)) if s.tokens[k].shown and s.tokens[k].shown != s.tokens[k].text)
-    assert "a character split over tokens" in w.token_view.tooltip(completing)
+    assert "a character split over tokens" in token_view.tooltip(completing)
     for k in range(len(answer)):
-        _no_replacement(w.token_view.tooltip(k), f"tooltip of token {k}")
+        _no_replacement(token_view.tooltip(k), f"tooltip of token {k}")
 
     # The Windows rows table and the Receipt pane.
-    d = w.window_detail
+    d = window_detail
     assert d.window_count() >= 1
     labels = 0
     for entry in s.windows():
@@ -185,9 +192,10 @@ def test_every_view_of_a_run_shows_cjk_and_emoji_split_over_tokens(qtbot, runtim
     assert doc["output"]["token_texts"] == [runtime.token_text(t) for t in answer]
     assert "\ufffd" not in out.read_text("utf-8") and "\\ufffd" not in out.read_text("utf-8")
     v = make_window(qtbot, None, tmp_path, settings_file="viewer.ini")
+    v_token_view = part(v, TokenView)
     assert open_receipts(qtbot, v, out) == ""
     v.refresh_all()
-    assert v.token_view.stream.toPlainText() == TEXT
+    assert v_token_view.stream.toPlainText() == TEXT
     p = cli("view", out, "--events", *(a for e in s.windows() for a in ("--window", e.window_index)))
     assert p.returncode == 0, p.stderr
     assert TEXT in p.stdout and "<0x" in p.stdout

@@ -61,21 +61,24 @@ def test_compare_takes_the_system_prompt_into_every_configurations_prompt(tmp_pa
 
 
 def test_the_windows_system_prompt_runs_is_kept_and_opens_every_turn_of_the_conversation(qtbot, runtime, tmp_path):
-    from test_gui_support import make_window, run_to_end
+    from inspector.gui.panel.control_panel import ControlPanel
+    from test_gui_support import make_window, part, run_to_end
 
     w = make_window(qtbot, runtime, tmp_path, max_tokens=4)
-    w.panel.system_prompt.setText(SYSTEM)
+    model = w.model
+    panel = part(w, ControlPanel)
+    panel.system_prompt.setText(SYSTEM)
     run_to_end(qtbot, w)
-    first = w.session
+    first = model.session
     assert first.settings["system_prompt"] == SYSTEM
-    with qtbot.waitSignal(w.runFinished, timeout=180_000):
+    with qtbot.waitSignal(model.runFinished, timeout=180_000):
         assert w.turns.send("Say it again.")
-    second = w.session
+    second = model.session
     assert second.settings["system_prompt"] == SYSTEM
     assert second.conversation["history"][0] == {"role": "system", "content": SYSTEM}
     assert second.header.templated_text.count(SYSTEM) == 1
-    w.panel.raw.setChecked(True)
-    assert not w.panel.system_prompt.isEnabled()  # a raw prompt goes without the template
+    panel.raw.setChecked(True)
+    assert not panel.system_prompt.isEnabled()  # a raw prompt goes without the template
 
 
 def test_compare_over_turns_opens_every_configurations_chat_with_the_system_prompt(scheduler):

@@ -406,14 +406,18 @@ def _tree_run_shown(qtbot, runtime, tmp_path, tree_run):
 
 
 def test_the_receipt_pane_shows_a_tree_windows_branches(qtbot, runtime, tmp_path, tree_run):
+    from inspector.gui.windows.detail import WindowDetail
+    from test_gui_support import part
+
     g, w = _tree_run_shown(qtbot, runtime, tmp_path, tree_run)
+    window_detail = part(w, WindowDetail)
     window = next(r.window_index for r in g.receipts if r.tree is not None)
-    w.window_detail.select_window(window)
-    text = w.window_detail.fields.toPlainText()
+    window_detail.select_window(window)
+    text = window_detail.fields.toPlainText()
     assert "rows in one batch" in text and "✓" in text
     # The Windows table says which branch a tree window's disposition is about (the trial read "full_accept",
     # "8 tree", acc 2: the tree looked accepted whole).
-    m = w.window_detail.model
+    m = window_detail.model
     cells = {int(m.index(i, 0).data()): m.index(i, 1).data() for i in range(m.rowCount())}
     for r in g.receipts:
         if r.tree is not None:
@@ -520,8 +524,12 @@ def test_the_tree_tab_draws_a_tree_windows_nodes_and_says_when_a_window_was_a_ch
     from inspector.gui.look import outcomes as O
     from inspector.gui.windows.tree_drawing import CHAIN_TEXT, LANE_H, NO_RECEIPT_TEXT
 
+    from inspector.gui.windows.detail import WindowDetail
+    from test_gui_support import part
+
     g, w = _tree_run_shown(qtbot, runtime, tmp_path, tree_run)
-    detail = w.window_detail
+    window_detail = part(w, WindowDetail)
+    detail = window_detail
     tree_receipt = next(r for r in g.receipts if r.tree is not None and r.accepted_proposal_tokens >= 2)
     detail.select_window(tree_receipt.window_index)
     detail.detail_tabs.setCurrentWidget(detail.tree_tab)
@@ -836,7 +844,11 @@ def test_the_tree_tab_says_no_window_is_selected_when_a_session_begins(qtbot, ru
     says so instead of calling a window discarded or failed."""
     from inspector.gui.windows.tree_drawing import NO_RECEIPT_TEXT, NO_WINDOW_TEXT
 
+    from inspector.gui.windows.detail import WindowDetail
+    from test_gui_support import part
+
     g, w = _tree_run_shown(qtbot, runtime, tmp_path, tree_run)
-    detail = w.window_detail
+    window_detail = part(w, WindowDetail)
+    detail = window_detail
     assert detail.selected is None
     assert detail.tree_tab.summary.text() == NO_WINDOW_TEXT != NO_RECEIPT_TEXT

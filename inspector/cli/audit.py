@@ -104,7 +104,7 @@ def cmd_audit(args) -> int:
         n_ctx = int(model.get("n_ctx") or 2048)
         print(f"loading {path} ...", file=sys.stderr, flush=True)
         runtime = open_target(path, n_ctx=n_ctx, n_batch=n_batch, n_seq_max=2, n_threads=args.n_threads,
-                              context=context)  # llama.cpp loads here, not when the command line starts
+                              **context.values())  # llama.cpp loads here, not when the command line starts
     except (ModelFileError, EngineError, ValueError) as exc:
         return fail(str(exc))
     try:

@@ -64,8 +64,8 @@ def context_from_args(args) -> ContextSettings:
 
 
 def context_options(args) -> dict:
-    """``LlamaRuntime`` keyword options from the flags: ``n_batch`` and ``context`` (``ContextSettings``);
-    none of them for a command without the flags."""
+    """``LlamaRuntime`` keyword options from the flags: ``n_batch`` and llama.cpp's context settings by name
+    (``ContextSettings``' fields); none of them for a command without the flags."""
     if getattr(args, "n_batch", None) is None:
         return {}
-    return {"n_batch": args.n_batch, "context": context_from_args(args)}
+    return {"n_batch": args.n_batch, **context_from_args(args).values()}

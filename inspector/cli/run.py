@@ -27,7 +27,7 @@ from inspector.engine import FaultPlan, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.engine.faults import FAULT_KINDS
 from inspector.engine.probabilities import COST_NOTE
-from inspector.engine.settings import DEFAULT_DRAFT_MAX, DEFAULT_MAX_NEW_TOKENS, check_n_batch_for_source
+from inspector.engine.settings import DEFAULT_MAX_NEW_TOKENS, check_n_batch_for_source, requested_draft_max
 from inspector.llama.cost_cache import placement
 
 
@@ -177,7 +177,7 @@ def cmd_run(args) -> int:
         opener = lambda header: AutosaveWriter(args.autosave, header)  # noqa: E731
     request = RunRequest(prompt, settings, args.source, options, raw=args.raw, system_prompt=args.system_prompt,
                          faults=FaultPlan(list(args.inject)),
-                         draft_max_auto=args.draft_max is None)
+                         draft_max_auto=requested_draft_max(args.draft_max)[1])
     run = SessionRun(RuntimeScheduler(runtime), request, record.apply, observer=printer, open_autosave=opener)
     try:
         run.tokenize()
@@ -283,7 +283,7 @@ def _run_settings(args):
         sampling, notes = sampling_from_args(args)
         settings = GenerationSettings(
             max_new_tokens=args.n_ctx if args.max_tokens == -1 else args.max_tokens, stop=tuple(args.stop),
-            draft_max=DEFAULT_DRAFT_MAX if args.draft_max is None else args.draft_max,
+            draft_max=requested_draft_max(args.draft_max)[0],
             proposal_deadline_ms=args.proposal_deadline_ms, sampling=sampling, verification=args.verification,
             probabilities=args.probabilities,
         )

@@ -29,7 +29,7 @@ from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
 from inspector.engine import GenerationSettings, RuntimeScheduler
 
-from inspector.engine.settings import DEFAULT_DRAFT_MAX, check_n_batch_for_source
+from inspector.engine.settings import check_n_batch_for_source, requested_draft_max
 
 
 from inspector.llama.template_override import override_chat_template, template_problem
@@ -179,7 +179,8 @@ def _options(args) -> ServeOptions:
         raise UserError(str(exc)) from None
     try:
         sampling, _notes = sampling_from_args(args)
-        template = GenerationSettings(draft_max=DEFAULT_DRAFT_MAX if args.draft_max is None else args.draft_max,
+        draft_max, draft_max_auto = requested_draft_max(args.draft_max)
+        template = GenerationSettings(draft_max=draft_max,
                                       proposal_deadline_ms=args.proposal_deadline_ms,
                                       probabilities=args.probabilities)
     except ValueError as exc:
@@ -196,7 +197,7 @@ def _options(args) -> ServeOptions:
     except ReceiptsDirError as exc:
         raise UserError(str(exc)) from None
     return ServeOptions(host=args.host, port=args.port, expose=args.expose, source=args.source,
-                        source_options=source_options, template=template, draft_max_auto=args.draft_max is None,
+                        source_options=source_options, template=template, draft_max_auto=draft_max_auto,
                         defaults=ServeDefaults(sampling, args.n_predict, random_seed=args.seed == -1,
                                                sse_ping_interval=args.sse_ping_interval),
                         max_queue=args.max_queue, api_key=args.api_key, aliases=tuple(args.alias),

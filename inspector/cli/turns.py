@@ -22,6 +22,7 @@ import time
 from inspector.cli.common import EXIT_ERROR, EXIT_GENERATION_ERROR, UserError
 from inspector.cli.interrupt import Interrupted, end_interrupted, interrupted_line, signals_held
 from inspector.engine import FaultPlan, RuntimeScheduler
+from inspector.engine.settings import requested_draft_max
 from inspector.engine.errors import EngineError
 from inspector.prompts import TURNS_EXAMPLES, turns_path
 from inspector.receipts import ReceiptsFileError, write_document
@@ -92,7 +93,7 @@ def _run_turn(args, scheduler, conv, printer, n: int, text: str, settings, optio
     record = SessionRecord()
     request = RunRequest(text, settings, args.source, options, faults=FaultPlan(list(args.inject)),
                          system_prompt=args.system_prompt,
-                         draft_max_auto=args.draft_max is None,
+                         draft_max_auto=requested_draft_max(args.draft_max)[1],
                          **conv.next_turn(text))
     run = SessionRun(scheduler, request, record.apply, observer=printer, open_autosave=_autosave(args, conv, n, text))
     current.update(run=run, record=record)

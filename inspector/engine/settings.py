@@ -30,6 +30,18 @@ DEFAULT_DRAFT_MAX = 8
 """Proposal tokens at most per window when nothing else is asked for (``GenerationSettings.draft_max``), and
 draft max ``auto``'s value without a measured cost model (``inspector.llama.cost_model.auto_draft_max``)."""
 
+AUTO_DRAFT_MAX = None
+"""Draft max ``auto`` as every front end hands it on (``--draft-max auto``, the window's draft max box at its
+"auto" end, the window's and ``serve``'s request template): the run service takes the stored cost model's choice
+when the source is made (``requested_draft_max``)."""
+
+
+def requested_draft_max(draft_max: int | None) -> tuple[int, bool]:
+    """``(GenerationSettings.draft_max, RunRequest.draft_max_auto)`` for a front end's draft max (proposal tokens,
+    or ``AUTO_DRAFT_MAX``): auto runs with ``DEFAULT_DRAFT_MAX`` until the run service resolves it
+    (``inspector.session.run.SessionRun.make_source``). The one place "auto" becomes the request's fields."""
+    return (DEFAULT_DRAFT_MAX, True) if draft_max is AUTO_DRAFT_MAX else (draft_max, False)
+
 MIN_SPECULATIVE_N_BATCH = 2
 """Smallest ``n_batch`` that leaves room for a proposal: a verification batch
 is ``[current token] + proposal``, so the proposal cap is ``n_batch - 1``

@@ -48,7 +48,8 @@ llama_log.install()
 
 
 TREE_BRANCHES = 8
-"""Most branches of a tree window by default (``LlamaRuntime(tree_branches=)``)."""
+"""Most branches of a tree window (``LlamaRuntime.tree_branches``, fewer when the batch is small): the context gets
+``TREE_BRANCHES - 1`` more KV sequences, borrowed for a branch (``decode_tree``)."""
 
 
 class LlamaRuntime:
@@ -57,16 +58,15 @@ class LlamaRuntime:
     ``model_path``: a GGUF file, checked with ``check_gguf`` first. ``n_ctx``: context size (positions, shared by all
     sessions: the KV cache is unified, so each session may use up to ``n_ctx``). ``n_batch``: most rows per decode; a
     verify batch is at most ``n_batch`` rows (so proposals are capped at ``n_batch - 1``). ``n_seq_max``: most
-    sessions at once. ``n_threads``: CPU threads. ``tree_branches``: most branches of a tree window (``decode_tree``):
-    the context gets ``tree_branches - 1`` more KV sequences, borrowed for a branch. ``swa_full``: full-size
-    sliding-window cache (needed for exact rollback on sliding-window models such as Gemma 3; LLAMA_CPP_NOTES "Gemma
+    sessions at once (a tree window borrows ``TREE_BRANCHES - 1`` more). ``n_threads``: CPU threads.
+    ``swa_full``: full-size sliding-window cache (needed for exact rollback on sliding-window models such as Gemma 3; LLAMA_CPP_NOTES "Gemma
     3"). ``progress``: called with 0.0..1.0 while the weights load. ``offload``: llama.cpp's offload settings
     (``inspector.llama.devices.Offload``: ``-ngl``, split mode, RPC servers); None = llama.cpp's defaults. RPC servers
     are registered here, so a runtime with RPC belongs in a child process (``inspector.llama.remote``).
     Raises ``ModelFileError`` for a file llama.cpp cannot load, ``RpcUnavailable`` for an RPC server that does not
-    answer (or a build without RPC). ``context``: llama.cpp's context settings (``ContextSettings``: ``-ub``, ``-fa``,
-    ``-ctk``, ``-ctv``, declared in ``inspector.engine.llama_settings.CONTEXT``; None: llama-server's defaults), or
-    ``context_values`` of them by name (``n_ubatch=64, flash_attn="on"``, over ``context``'s); ``ValueError`` for a
+    answer (or a build without RPC). ``context_values``: llama.cpp's context settings by name (``ContextSettings``'s
+    fields: ``-ub``, ``-fa``, ``-ctk``, ``-ctv``, declared in ``inspector.engine.llama_settings.CONTEXT``;
+    ``n_ubatch=64, flash_attn="on"``, or ``**settings.values()``; absent: llama-server's defaults); ``ValueError`` for a
     value llama.cpp does not take, ``ContextRefused`` (a ``ModelFileError``) for a combination it refuses, before the
     weights load; ``TypeError`` for a name that is not one.
     """
@@ -82,18 +82,16 @@ class LlamaRuntime:
         n_batch: int = 512,
         n_seq_max: int = 4,
         n_threads: int | None = None,
-        tree_branches: int = TREE_BRANCHES,
         swa_full: bool = True,
         progress: Callable[[float], None] | None = None,
         offload=None,
-        context: ContextSettings | None = None,
         **context_values,
     ) -> None:
         if n_ctx < 2:
             raise ValueError(f"n_ctx must be >= 2, observed {n_ctx}")
         if n_batch < 1:
             raise ValueError(f"n_batch must be >= 1, observed {n_batch}")
-        asked = ContextSettings(**{**(context.values() if context is not None else {}), **context_values})
+        asked = ContextSettings(**context_values)
         if asked.refusal():
             raise ContextRefused(model_path, f"llama.cpp refuses this context: {asked.refusal()}")
         self.info: ModelInfo = check_gguf(model_path)
@@ -125,7 +123,7 @@ class LlamaRuntime:
         # llama.cpp reserves an output row per sequence when it makes the context and takes at most
         # n_batch outputs (cparams.n_outputs_max, src/llama-context.cpp 0c1e570): no more sequences than
         # that, or llama_init_from_model aborts the process (n_batch 1, say).
-        self.tree_branches = max(1, min(tree_branches, self.n_batch - self.n_seq_max + 1))
+        self.tree_branches = max(1, min(TREE_BRANCHES, self.n_batch - self.n_seq_max + 1))
         """Most branches (leaves) of one tree window (``decode_tree``); 1 when n_batch leaves no room."""
         borrowed = range(self.n_seq_max, self.n_seq_max + self.tree_branches - 1)
         cparams.n_seq_max = self.n_seq_max + len(borrowed)

@@ -251,7 +251,7 @@ class EngineWorker(QObject):
             n_batch, settings = context_from_values(context)  # the logical batch and a ContextSettings
             rt = open_target(path, weights, on_convert=converting, n_ctx=n_ctx,
                              n_seq_max=max(1, min(WINDOW_SLOTS, n_batch, n_ctx)),
-                             progress=self.modelProgress.emit, offload=offload, n_batch=n_batch, context=settings)
+                             progress=self.modelProgress.emit, offload=offload, n_batch=n_batch, **settings.values())
         except (ModelFileError, EngineError, ValueError, OSError, RpcUnavailable) as exc:
             # The model loaded before (if any) stays loaded and usable, unless it is gone (a lost RPC server).
             if self.runtime is not None and not getattr(self.runtime, "alive", True):

@@ -20,8 +20,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
+from inspector.gui.model.commands import WindowCommands
 from inspector.gui.model.record_feed import RecordFeed
 from inspector.gui.model.request_log import RequestLog
+from inspector.serve.receipts_dir import default_receipts_dir
 from inspector.session.run_states import IDLE
 from inspector.session.session_record import SessionRecord
 
@@ -71,6 +73,12 @@ class WindowModel(QObject):
     """(path, error): opening a receipts file ended ("" error when it is shown)."""
     titleChanged = Signal(str)
     """The window's title (a receipts file opened names it)."""
+    exported = Signal(str, str)
+    """(path written or "", error or ""): an export of the shown session (receipts, trace) ended."""
+    compareReady = Signal(object, str)
+    """(``CompareResult`` or None, note or error): a comparison of sources ended."""
+    costReady = Signal(object, str)
+    """(``CostModel`` or None, note or error): a cost model measurement ended."""
 
     def __init__(self, worker, thread, settings: QSettings, data_dir: Path, draft_dir: Path | None = None,
                  parent: QObject | None = None) -> None:
@@ -95,6 +103,14 @@ class WindowModel(QObject):
         """The loaded model's ``describe()`` (path, name, weights, n_ctx, ...), or None before one is loaded."""
         self.requests = RequestLog()
         """The traffic of the server the window runs or ran last (the Requests tab's rows and records)."""
+        self.server = None
+        """The ``InspectorServer`` the window serves with (Run > Serve), or None."""
+        self.serve_address = ""
+        """Where it serves (``http://127.0.0.1:PORT``), "" while it is not listening."""
+        self.serve_receipts_dir: Path | None = default_receipts_dir()
+        """Where the server writes each request's receipts document (None: none written); read when it starts."""
+        self.commands: WindowCommands | None = None
+        """What the window can be told to do (``WindowCommands``): the window fills it once its helpers exist."""
         self._busy: dict[str, object] = {}
         self.loader: Callable[[], bool] | None = None
         """What ``load_model`` calls: the window sets it once its run control and server exist."""
@@ -125,6 +141,12 @@ class WindowModel(QObject):
     def redraw_all(self) -> None:
         """``redraw``, then every view, hidden tabs too (exports, tests)."""
         self.redrawRequested.emit(True)
+
+    @property
+    def serving(self) -> bool:
+        """True while a server is starting, serving or stopping (``server`` is set; the state is ``SERVING``
+        once it listens)."""
+        return self.server is not None
 
     # -- the window's state ----------------------------------------------------------------------------
     def set_busy(self, name: str, job) -> None:

@@ -24,7 +24,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from inspector.engine.llama_settings import DEFAULT_N_CTX
-from inspector.engine.settings import DEFAULT_DRAFT_MAX, GenerationSettings
+from inspector.engine.settings import GenerationSettings, requested_draft_max
 from inspector.gui.engine_thread.worker import ModelLoad
 from inspector.gui.panel.generation_groups import LimitsGroup, SamplingGroup
 from inspector.gui.panel.model_choice import ModelChoice
@@ -212,8 +212,8 @@ class ControlPanel(QWidget):
         probability figures (the "probabilities" box)."""
         sampling = self.sampling_settings()
         verification = self.verification.currentText() if not sampling.greedy else "sample_match"
-        draft_max = DEFAULT_DRAFT_MAX if self.draft_max_auto() else self.draft_max.value()
-        return GenerationSettings(max_new_tokens=self.max_tokens.value(), draft_max=draft_max,
+        return GenerationSettings(max_new_tokens=self.max_tokens.value(),
+                                  draft_max=requested_draft_max(self.draft_max_choice())[0],
                                   stop=self.stop_list(), sampling=sampling, verification=verification,
                                   probabilities=self.probabilities.isChecked())
 
@@ -224,7 +224,8 @@ class ControlPanel(QWidget):
         (faults, a conversation's turn)."""
         raw = self.raw.isChecked()
         return RunRequest(prompt_text, self.generation_settings(), self.source.currentText(), self.source_options(),
-                          raw, baseline=self.baseline.isChecked(), draft_max_auto=self.draft_max_auto(),
+                          raw, baseline=self.baseline.isChecked(),
+                          draft_max_auto=requested_draft_max(self.draft_max_choice())[1],
                           system_prompt="" if raw else self.system_prompt.text())
 
     def model_load(self, path: str, offload=None) -> ModelLoad:
@@ -243,10 +244,9 @@ class ControlPanel(QWidget):
         (``show_draft_max_used``), else the default until a run resolves it."""
         return self.source_choice.draft_max_in_effect()
 
-    def draft_max_auto(self) -> bool:
-        """Draft max is ``auto``: the run takes it from the stored cost model
-        (``inspector.llama.cost_model.auto_draft_max``; ``RunRequest.draft_max_auto``)."""
-        return self.source_choice.draft_max_auto()
+    def draft_max_choice(self) -> int | None:
+        """The draft max box's value: proposal tokens, or ``AUTO_DRAFT_MAX`` (``requested_draft_max``)."""
+        return self.source_choice.draft_max_choice()
 
     # -- values (``PanelValues``) -----------------------------------------------------
     def values(self) -> dict:

@@ -19,14 +19,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.engine.settings import DEFAULT_DRAFT_MAX
+from inspector.engine.settings import AUTO_DRAFT_MAX, DEFAULT_DRAFT_MAX
 from inspector.gui.panel.source_options import OptionControl, build_source_page, describe
 from inspector.gui.panel.widgets import Note, spin
 from inspector.llama.quantize import DRAFT_TYPES
 from inspector.sources.registry import PLAIN
 
 DRAFT_MAX_AUTO = -1
-"""The draft max spin box's ``auto`` value (shown as "auto")."""
+"""The draft max spin box's stand-in for ``AUTO_DRAFT_MAX`` (shown as "auto"; ``draft_max_choice`` turns it
+back into None)."""
 OTHER_TIP = "third-party source (entry point spec_inspector.sources)"
 
 
@@ -142,7 +143,8 @@ class SourceChoice(QGroupBox):
         controls = self.option_controls.get(name, {})
         out = {n: c.value() for n, c in controls.items()}
         d = self.source_descriptors.get(name)
-        settings = {"draft_max": self.draft_max.value()} if not self.draft_max_auto() else {}
+        choice = self.draft_max_choice()
+        settings = {"draft_max": choice} if choice is not AUTO_DRAFT_MAX else {}
         for o in (d.options or ()) if d is not None else ():  # auto: the registry takes the run's value
             if o.from_setting in settings:
                 value = settings[o.from_setting]
@@ -178,18 +180,22 @@ class SourceChoice(QGroupBox):
         st = settings or {}
         why = str(st.get("draft_max_from") or "")
         self.auto_draft_max = st.get("draft_max") if why else None
-        self.draft_max_used.setText(f"  → {st.get('draft_max')}" if why and self.draft_max_auto() else "")
+        self.draft_max_used.setText(f"  → {st.get('draft_max')}" if why and self.draft_max_choice() is AUTO_DRAFT_MAX
+                                    else "")
         self.draft_max_used.setToolTip(why)
 
     def draft_max_in_effect(self) -> int:
         """The draft max a run uses: the box's value, or with ``auto`` the value the last run resolved
         (``show_draft_max_used``), else the default until a run resolves it."""
-        if not self.draft_max_auto():
-            return self.draft_max.value()
+        choice = self.draft_max_choice()
+        if choice is not AUTO_DRAFT_MAX:
+            return choice
         resolved = self.auto_draft_max
         return int(resolved) if isinstance(resolved, int) else DEFAULT_DRAFT_MAX
 
-    def draft_max_auto(self) -> bool:
-        """Draft max is ``auto``: the run takes it from the stored cost model
-        (``inspector.llama.cost_model.auto_draft_max``; ``RunRequest.draft_max_auto``)."""
-        return self.draft_max.value() == DRAFT_MAX_AUTO
+    def draft_max_choice(self) -> int | None:
+        """The draft max box's value: proposal tokens, or ``AUTO_DRAFT_MAX`` at the box's "auto" end (its
+        ``DRAFT_MAX_AUTO``, a spin box's stand-in for it): the run takes it from the stored cost model
+        (``inspector.engine.settings.requested_draft_max``)."""
+        value = self.draft_max.value()
+        return AUTO_DRAFT_MAX if value == DRAFT_MAX_AUTO else value

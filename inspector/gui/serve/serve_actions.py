@@ -25,6 +25,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from inspector.engine.settings import requested_draft_max
 from inspector.gui.files.receipts_loading import read_session
 from inspector.gui.files.session_store import BackgroundJob
 from inspector.gui.look.banner_colours import BANNER_DONE, BANNER_ERROR, BANNER_HINT
@@ -36,7 +37,7 @@ from inspector.gui.serve.requests_view import RequestsView
 from inspector.gui.serve.session_export import SessionExport
 from inspector.gui.serve.slot_faults import SlotFaults
 from inspector.serve.params import ServeDefaults
-from inspector.serve.receipts_dir import ReceiptsDir, default_receipts_dir
+from inspector.serve.receipts_dir import ReceiptsDir
 from inspector.serve.server import DEFAULT_PORT, InspectorServer, ServeError, ServeOptions, slots_text
 from inspector.serve.slots import SCHEDULES
 from inspector.session.run_states import IDLE, SERVING
@@ -60,9 +61,9 @@ class ServeActions(QObject):
     KV session is, or None when what is shown is no served request). Its ``faults`` (``SlotFaults``) are
     ``run.served_faults``: the fault buttons arm on slots.
 
-    ``server``: the ``InspectorServer`` while serving (starting and stopping included), else None;
-    ``address``: where it serves ("" when not); ``follow``: every view follows the newest request;
-    ``receipts_dir``: where each request's receipts document goes (None: none written)."""
+    The server (``InspectorServer``, starting and stopping included), where it serves and where each request's
+    receipts document goes are the model's (``server``, ``serve_address``, ``serve_receipts_dir``); ``follow``:
+    every view follows the newest request."""
 
     changed = Signal(object)
     """(``ServedRequest``): a request arrived, started or ended (emitted on the server's threads)."""
@@ -79,10 +80,7 @@ class ServeActions(QObject):
         self.turns = turns
         self.slot_views = tuple(slot_views)
         settings = model.settings
-        self.server: InspectorServer | None = None
-        self.address = ""
         self.follow = True
-        self.receipts_dir: Path | None = default_receipts_dir()
         self.transition = ""
         """``starting`` or ``stopping`` while a thread does it, else ""."""
         self._then: list[Callable[[], object]] = []
@@ -97,7 +95,7 @@ class ServeActions(QObject):
         self._options: ServeOptions | None = None
         self._status = ""  # the tab's line while serving (a failed pick says why instead, until the next show)
         self._slot_map = None  # (session_slots, slots) of the last server: which slot ran each served session
-        self.faults = SlotFaults(lambda: self.server, panel.fault_slot, self.log)
+        self.faults = SlotFaults(lambda: self.model.server, panel.fault_slot, self.log)
         run.served_faults = self.faults
         try:
             view.port.setValue(int(settings.value(PORT_KEY, DEFAULT_PORT)))
@@ -139,8 +137,8 @@ class ServeActions(QObject):
 
     @property
     def serving(self) -> bool:
-        """A server is starting, serving or stopping."""
-        return self.server is not None
+        """A server is starting, serving or stopping (the model's ``serving``)."""
+        return self.model.serving
 
     def toggle(self, on: bool) -> None:
         """The Serve switch was pressed (``on``: checked)."""
@@ -168,7 +166,7 @@ class ServeActions(QObject):
     def start(self) -> bool:
         """Serve the loaded model on 127.0.0.1 at the Requests tab's port with the panel's source, options and
         sampling; returns whether it is starting (else the reason is on the tab's line, the switch off)."""
-        if self.server is not None:
+        if self.model.server is not None:
             return True
         why = self.why_not()
         if why:
@@ -178,9 +176,9 @@ class ServeActions(QObject):
         settings = p.generation_settings()
         options = ServeOptions(
             port=self.view.port.value(), source=p.source.currentText(), source_options=p.source_options(),
-            template=settings, draft_max_auto=p.draft_max_auto(),
+            template=settings, draft_max_auto=requested_draft_max(p.draft_max_choice())[1],
             defaults=ServeDefaults(settings.sampling, p.max_tokens.value(), random_seed=False),
-            receipts=ReceiptsDir(self.receipts_dir) if self.receipts_dir is not None else None,
+            receipts=ReceiptsDir(receipts_dir) if (receipts_dir := self.model.serve_receipts_dir) is not None else None,
             metrics_endpoint=True,  # the window's server is for looking: /metrics on (llama-server: --metrics)
             **self.view.slot_options())
         runtime = self.engine.runtime
@@ -188,13 +186,13 @@ class ServeActions(QObject):
         self._model = Path(str(converted or runtime.model_path)).name + (
             f" in {runtime.info.main_weight_type} form" if converted else "")  # as the model line says it
         try:
-            self.server = InspectorServer(self.engine.scheduler, str(runtime.model_path), options,
-                                          on_change=self.changed.emit, feed=True)
+            self.model.server = InspectorServer(self.engine.scheduler, str(runtime.model_path), options,
+                                                on_change=self.changed.emit, feed=True)
         except (ServeError, ValueError) as exc:
             self._refused(str(exc))
             return False
-        self.log.attach(self.server.slots.snapshot_rows)
-        slots, log = self.server.slots, self.log
+        self.log.attach(self.model.server.slots.snapshot_rows)
+        slots, log = self.model.server.slots, self.log
         self._slot_map = (slots.session_slots, slots.n_parallel)
         self.faults.clear()
         self.view.lanes.attach(lambda: LanesFeed(log.rows, slots.steps, slots.session_slots(), slots.n_parallel,
@@ -205,7 +203,7 @@ class ServeActions(QObject):
         self.last_receipts = options.receipts
         self.turns.forget()  # the views show requests from now on
         threads = p.threads.value() or os.cpu_count() or 1
-        self._go("starting", lambda s=self.server: self._start_server(s, runtime, threads))
+        self._go("starting", lambda s=self.model.server: self._start_server(s, runtime, threads))
         self.run.set_state(SERVING, "starting…")
         self.view.say(f"starting on port {options.port or 'any'} …")
         return True
@@ -226,18 +224,18 @@ class ServeActions(QObject):
     def _started(self, address: str, error: str) -> None:
         self.transition = ""
         if error:
-            self.server = None
+            self.model.server = None
             self.run.set_state(IDLE, "serve did not start")
             self._refused(error)
             self._run_then()
             return
-        self.address = address
+        self.model.serve_address = address
         self.view.show_address(address)
         o = self._options
         how = ("one slot: requests run one at a time in arrival order" if o.n_parallel == 1 else
                f"{slots_text(o)}: up to {o.n_parallel} requests at once, more wait in arrival order")
         self._status = (f"source {self.panel.source.currentText()} · {how} · receipts: "
-                        f"{self.receipts_dir or 'none'}")
+                        f"{self.model.serve_receipts_dir or 'none'}")
         self.view.say(self._status)
         self.run.set_state(SERVING, address)  # and the switch (``_enable``)
         self._banner = ""
@@ -257,7 +255,7 @@ class ServeActions(QObject):
         dropped), then call ``then()`` on this thread; with no server, ``then()`` now. Returns True."""
         if then is not None:
             self._then.append(then)
-        if self.server is None:
+        if self.model.server is None:
             self._run_then()
             return True
         if self.transition == "starting":
@@ -265,15 +263,15 @@ class ServeActions(QObject):
             return True
         if self.transition == "stopping":
             return True
-        self._go("stopping", lambda s=self.server: (s.stop(), self.stopped.emit()))
+        self._go("stopping", lambda s=self.model.server: (s.stop(), self.stopped.emit()))
         self.run.set_state(SERVING, "stopping…")
         self.view.say("stopping: the running request is cancelled …")
         return True
 
     def _stopped(self) -> None:
         self.transition = ""
-        self.server = None
-        self.address = ""
+        self.model.server = None
+        self.model.serve_address = ""
         self.act_serve.setChecked(False)
         self.view.show_address("")
         n = len(self.log.rows)
@@ -298,7 +296,7 @@ class ServeActions(QObject):
     def then_load(self, load: Callable[[], bool]) -> bool:
         """Load a model with ``load()``: at once when not serving; while serving, serving stops first (unless
         the panel's choice is the model being served)."""
-        if self.server is None:
+        if self.model.server is None:
             return load()
         p = self.panel
         try:
@@ -313,7 +311,7 @@ class ServeActions(QObject):
 
     def shutdown(self) -> None:
         """The window closes: stop serving and wait for it (blocks; the window waits for its worker too)."""
-        server, self.server = self.server, None
+        server, self.model.server = self.model.server, None
         if self._thread is not None:
             self._thread.join(30)
         if server is not None:
@@ -384,7 +382,7 @@ class ServeActions(QObject):
 
     def _tick(self) -> None:
         """The redraw tick: drain the requests' records, follow the newest, keep the banner current."""
-        if self.log.drain() and self.follow and self.server is not None:
+        if self.log.drain() and self.follow and self.model.server is not None:
             self._follow()
         if self.log.shown is not None and self._shown_record is not None \
                 and self.model.session is not self._shown_record:  # a run or a file is shown now
@@ -392,11 +390,11 @@ class ServeActions(QObject):
             self.view.select_request(None)
             for v in self.slot_views:
                 v.show_slots(None, 0)
-        if self.server is not None and not self.transition:
+        if self.model.server is not None and not self.transition:
             self._say_banner()
 
     def _say_banner(self) -> None:
-        if self.server is None or self.transition:
+        if self.model.server is None or self.transition:
             return
         row = self.log.row(self.log.shown) if self.log.shown is not None else None
         if row is None:
@@ -404,7 +402,7 @@ class ServeActions(QObject):
         else:
             state = {"running": "running", "waiting": "waiting"}.get(row.state, row.ended_as or "done")
             showing = f"Showing request <b>{row.id}</b> ({state}){'' if self.follow else ', held'}."
-        a = html.escape(self.address)
+        a = html.escape(self.model.serve_address)
         text = (f"<b>Serving</b> {html.escape(self._model)} at <b>{a}</b>; Run and Step wait until Serve is off "
                 f"({SERVE_SHORTCUT}). {showing}")
         if text != self._banner:
@@ -414,15 +412,16 @@ class ServeActions(QObject):
     def _enable(self) -> None:
         """The switch works while idle on a live session, and while serving (not mid-start or mid-stop)."""
         act = self.act_serve
-        serving = self.server is not None
+        serving = self.model.server is not None
         act.setEnabled((serving and not self.transition) or (not serving and self.model.state == IDLE))
         self.view.port.setEnabled(not serving)
-        self.panel.set_serving(self.server.slots.n_parallel if serving and self.transition != "stopping" else 0)
+        self.panel.set_serving(self.model.server.slots.n_parallel if serving and self.transition != "stopping" else 0)
         self.view.enable_slots(not serving)
         self.view.export.setEnabled(self.last_receipts is not None)
         self.view.replay.setEnabled(self.last_receipts is not None)
         act.setChecked(serving)
         act.setIconText("● Serving" if serving else "Serve")  # the toolbar and the tab's switch
-        act.setToolTip(f"serving at {self.address}: click to stop ({SERVE_SHORTCUT})" if self.address else
+        address = self.model.serve_address
+        act.setToolTip(f"serving at {address}: click to stop ({SERVE_SHORTCUT})" if address else
                        f"serve the loaded model as a llama-server-compatible endpoint ({SERVE_SHORTCUT})")
 

@@ -142,6 +142,7 @@ def build_ui(window: QMainWindow, model: WindowModel) -> WindowUI:
     synthetic_view = SyntheticView()
     event_log = EventLog()
     tabs = QTabWidget()
+    tabs.setObjectName("views")
     tabs.addTab(window_detail, "Windows")
     transcript = TranscriptView()
     tabs.addTab(transcript, "Conversation")
@@ -177,11 +178,13 @@ def build_ui(window: QMainWindow, model: WindowModel) -> WindowUI:
 
     status_state = ElidedLabel("")
     status_counts = QLabel("")
+    status_counts.setObjectName("status-counts")
     # A fixed size: the counts change at every redraw and must not re-lay out the window.
     fm = status_counts.fontMetrics()
     status_counts.setFixedSize(fm.horizontalAdvance(STATUS_TEMPLATE), fm.height() + 2)
     status_counts.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     status_speed = QLabel("")  # live decode tokens/s of the session shown
+    status_speed.setObjectName("status-speed")
     status_speed.setFixedSize(fm.horizontalAdvance(" 0000.0 tokens/s "), fm.height() + 2)
     status_speed.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     status_speed.setToolTip("decode tokens/s: generated tokens / decode time, prefill excluded")

@@ -34,6 +34,7 @@ from inspector.gui.files.file_drop import FileDrop
 from inspector.gui.files.session_store import app_data_dir
 from inspector.gui.look.banner_colours import BANNER_HINT
 from inspector.gui.look.wording import count_noun
+from inspector.gui.model.commands import WindowCommands
 from inspector.gui.model.window_model import WindowModel
 from inspector.gui.panel.source_actions import SourceActions
 from inspector.gui.ports.handles import MenuHost
@@ -43,7 +44,7 @@ from inspector.gui.shell.analysis_actions import AnalysisActions
 from inspector.gui.shell.synthetic_actions import SyntheticActions
 from inspector.gui.shell.help_menu import HelpActions
 from inspector.gui.shell.layout import build_ui
-from inspector.gui.shell.menus import MenuCommands, build_menus
+from inspector.gui.shell.menus import build_menus
 from inspector.gui.shell.model_line import ModelLine
 from inspector.gui.shell.panel_wiring import wire_panel
 from inspector.gui.shell.quitting import QuitControl, Workers
@@ -175,16 +176,29 @@ class MainWindow(QMainWindow):
         self.serve.export.replayReady.connect(lambda path: self.analysis.show_compare().choose_conversation(path))
         self.setAcceptDrops(True)
         self.installEventFilter(self.file_drop)  # a GGUF or a receipts document dropped on the window
-        self.menus.connect(MenuCommands(
-            new_live_session=self.new_live_session, open_model=self.files.open_model_dialog,
-            open_receipts=self.files.open_receipts_dialog, export_receipts=self.files.export_receipts_dialog,
-            export_plots=self.files.export_plots_dialog, export_trace=self.files.export_trace_dialog,
-            open_last_autosave=self.files.open_last_autosave, quit=self.close, run=self.run.run_clicked,
-            pause=self.run.pause_clicked, step_window=self.run.step_window_clicked,
-            step_token=self.run.step_token_clicked, stop=self.run.stop_clicked, resume=self.run.resume_clicked,
-            serve=self.serve.toggle))
+        model.commands = self._commands()
+        self.menus.connect(model.commands)
+        self.files.exported.connect(model.exported)
+        self.analysis.compareReady.connect(model.compareReady)
+        self.analysis.costReady.connect(model.costReady)
         wire_panel(ui.panel, self.run, files=self.files, sources=self.sources, worker=w,
                    load_model=self.load_selected_model)
+
+    def _commands(self) -> WindowCommands:
+        """The window's commands: its helpers' own methods (``WindowCommands``)."""
+        files, run, analysis = self.files, self.run, self.analysis
+        return WindowCommands(
+            new_live_session=self.new_live_session, open_model=files.open_model_dialog,
+            open_receipts=files.open_receipts_dialog, export_receipts=files.export_receipts_dialog,
+            export_plots=files.export_plots_dialog, export_trace=files.export_trace_dialog,
+            open_last_autosave=files.open_last_autosave, quit=self.close, run=run.run_clicked,
+            pause=run.pause_clicked, step_window=run.step_window_clicked, step_token=run.step_token_clicked,
+            stop=run.stop_clicked, resume=run.resume_clicked, serve=self.serve.toggle, start_run=run.start_run,
+            open_receipts_file=files.open_receipts, export_receipts_file=files.export_receipts,
+            export_trace_file=files.export_trace, export_plots_to=files.export_plots,
+            compare=analysis.show_compare, run_compare=analysis.run_compare, measure_cost=analysis.measure,
+            copy_server_flags=analysis.copy_server_flags, show_readme=self.help.show_readme,
+            show_shortcuts=self.help.show_shortcuts, show_about=self.help.show_about)
 
     def _start(self, model_path: str | None, load: bool, offer_recovery: bool) -> None:
         """Start the engine thread, restore the settings, show an empty live session; load the model (``load``)

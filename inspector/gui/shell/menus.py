@@ -4,40 +4,19 @@
 
 The menus are made before the window's helpers (``RunControl`` enables their actions by state), without
 commands; once the helpers exist the window gives each item its command (``RunMenus.connect`` with
-``MenuCommands``: the helpers' own methods).
+the model's ``WindowCommands``: the helpers' own methods).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMainWindow
 
+from inspector.gui.model.commands import WindowCommands
 from inspector.gui.ports.handles import MenuHost
 from inspector.gui.serve.serve_actions import SERVE_SHORTCUT
-
-
-@dataclass(frozen=True)
-class MenuCommands:
-    """What the File and Run menus' items do (each a callable without arguments, but ``serve(on)``)."""
-
-    new_live_session: Callable[[], None]
-    open_model: Callable[[], None]
-    open_receipts: Callable[[], None]
-    export_receipts: Callable[[], None]
-    export_plots: Callable[[], None]
-    export_trace: Callable[[], None]
-    open_last_autosave: Callable[[], None]
-    quit: Callable[[], None]
-    run: Callable[[], None]
-    pause: Callable[[], None]
-    step_window: Callable[[], None]
-    step_token: Callable[[], None]
-    stop: Callable[[], None]
-    resume: Callable[[], None]
-    serve: Callable[[bool], None]
 
 
 @dataclass(frozen=True)
@@ -66,7 +45,7 @@ class RunMenus:
                 "step_token": self.act_step_token, "stop": self.act_stop, "resume": self.act_resume,
                 "open_receipts": self.act_open}
 
-    def connect(self, do: MenuCommands) -> None:
+    def connect(self, do: WindowCommands) -> None:
         """Give each action its command (once the helpers that carry them out exist)."""
         for action, slot in ((self.act_new, do.new_live_session), (self.act_open_model, do.open_model),
                              (self.act_open, do.open_receipts), (self.act_export, do.export_receipts),
