@@ -63,6 +63,9 @@ def test_read_me_shows_the_readmes_images_and_opens_at_its_top(qtbot, tmp_path, 
     qtbot.waitExposed(d)
     view = d.text
     qtbot.waitUntil(lambda: not view.fit_timer.isActive() and view.fitted_width > 600)  # images fit the shown width
+    # Opened at the top, the section picker names the top's section (it named the last one before the page was
+    # laid out: "When things go wrong").
+    assert view.verticalScrollBar().value() == 0 and d.sections.currentText() == "spec-inspector"
     assets = inspector.asset_path("").resolve()
     for page, image in (("README.md", "assets/screenshot.png"), ("window.md", "../../../assets/tune.png")):
         if page != d.page:

@@ -274,6 +274,9 @@ class ReadmeDialog(QDialog):
         self.sections.setMinimumContentsLength(24)  # a long heading does not widen the dialog
         self.sections.activated.connect(lambda i: self.go_to(self.sections.itemData(i)))
         self.text.verticalScrollBar().valueChanged.connect(self.follow_scroll)
+        # The page is laid out after it is shown (and again when the dialog's width changes): the picker
+        # follows then too, not only on a scroll (before, it named the last section over the page's top).
+        self.text.document().documentLayout().documentSizeChanged.connect(lambda _size: self.follow_scroll())
         pick = QHBoxLayout()
         pick.addWidget(QLabel("Page:"))
         pick.addWidget(self.pages)
