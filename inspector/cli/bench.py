@@ -22,6 +22,7 @@ from inspector.cli.bench_concurrency import (add_concurrency_flags, bench_concur
 from inspector.cli.bench_costs import (add_context_lengths_flag, bench_context_lengths_command, bench_on_target,
                                        bench_weights_command, print_result)
 from inspector.cli.bench_synthetic import add_synthetic_flag, bench_synthetic_command
+from inspector.cli.bench_figures import add_figures_flag, bench_figures_command
 from inspector.cli.bench_trees import add_trees_flag, bench_trees_command
 from inspector.cli.compare import add_compare_command
 from inspector.cli.context import add_context_flags, add_threads_flag
@@ -66,6 +67,7 @@ def add_bench_commands(sub) -> None:
     add_context_lengths_flag(bn)
     add_synthetic_flag(bn)
     add_trees_flag(bn)
+    add_figures_flag(bn)
     add_best_flag(bn)
     add_concurrency_flags(bn)
     bn.add_argument("--json", type=Path, metavar="OUT", help="also write the figures as JSON")
@@ -97,6 +99,8 @@ def add_bench_commands(sub) -> None:
 
 
 def cmd_bench(args) -> int:
+    if args.figures:  # no model, its own --repeats default
+        return bench_figures_command(args)
     fill_defaults(args)
     if args.paired is not None:
         if args.config or args.concurrency is not None:
