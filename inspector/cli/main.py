@@ -8,6 +8,7 @@
 ``spec-inspector trace FILE -o OUT`` writes a Chrome trace (Perfetto) of a receipts file.
 ``spec-inspector bench`` / ``compare`` measure speed (``inspector.cli.bench``, ``inspector.cli.compare``).
 ``spec-inspector audit FILE`` why a greedy run's output differs from plain decoding (``inspector.cli.audit``).
+``spec-inspector diff A B`` what changed between two runs of the same prompt (``inspector.cli.diff``).
 
 Every failure a user can cause (bad flag, missing file, damaged model, prompt
 too long) ends with one line on stderr and a non-zero exit status.
@@ -28,6 +29,7 @@ from inspector.cli.bench import add_bench_commands, cmd_bench
 from inspector.cli.compare import cmd_compare
 from inspector.cli.common import EXIT_USAGE, fail
 from inspector.cli.devices import add_commands as add_device_commands, cmd_devices
+from inspector.cli.diff import add_diff_command, cmd_diff
 from inspector.cli.flags import add_flags_command, cmd_flags
 from inspector.cli.interrupt import Interrupted, install_interrupt_handlers
 from inspector.cli.paths import OutputPathError, check_outputs, expand_user_paths
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags_command(sub)
     add_tune_command(sub)
     add_audit_command(sub)
+    add_diff_command(sub)
     add_make_draft_command(sub)
     add_device_commands(sub)  # devices and rpc-server
     return parser
@@ -111,7 +114,7 @@ def cmd_gui(argv: list[str]) -> int:
 HANDLERS = {
     "run": cmd_run, "view": cmd_view, "make-draft": cmd_make_draft, "trace": cmd_trace, "bench": cmd_bench,
     "compare": cmd_compare, "rpc-server": cmd_rpc_server, "devices": cmd_devices, "flags": cmd_flags,
-    "tune": cmd_tune, "serve": cmd_serve, "audit": cmd_audit,
+    "tune": cmd_tune, "serve": cmd_serve, "audit": cmd_audit, "diff": cmd_diff,
 }
 """Each command's function: ``cmd(args) -> exit status``."""
 COMMANDS = tuple(HANDLERS)

@@ -173,32 +173,32 @@ class FileActions(QObject):
         ``exported(path, error)`` reports the end."""
         return self._export(path, lambda doc: str(write_trace(doc, path)))
 
-    def _export(self, path: str, write) -> BackgroundJob | None:
-        """Run ``write(receipts document of the shown session)`` on a background thread
-        (``inspector.session.document.record_document``: the file holds what the window shows)."""
+    def shown_document(self, what: str = "export"):
+        """A callable that returns the shown session's receipts document, to be called on a background thread
+        (``inspector.session.document.record_document``: the file holds what the window shows; a conversation's
+        every turn; a file as it was read), or None when nothing shown makes one (a box says so: "Nothing to ``what``")."""
         s = self.model.session
         conv = self.turns.export_conversation()
-        if isinstance(conv, str):  # a conversation file: written as it was read
-            def job():
-                return write(load_document(conv))
-        elif conv is not None:  # every turn of the live conversation (snapshots: a turn may still run)
-            def job():
-                return write(conversation_document(conv))
-        elif s.origin == "document":  # a saved receipts document (an autosave cannot be exported)
+        if isinstance(conv, str):  # a conversation file: as it was read
+            return lambda: load_document(conv)
+        if conv is not None:  # every turn of the live conversation (snapshots: a turn may still run)
+            return lambda: conversation_document(conv)
+        if s.origin == "document":  # a saved receipts document (an autosave cannot be exported)
             doc, source = s.document, s.document_path
-
-            def job():
-                return write(doc if doc is not None else load_document(source))
-        elif s.origin == "live" and s.header is not None:
+            return lambda: doc if doc is not None else load_document(source)
+        if s.origin == "live" and s.header is not None:
             shown = s.snapshot()  # on this thread: the run may go on appending while the job writes
+            return lambda: record_document(shown)
+        self.model.show_error(f"Nothing to {what}", "Run a generation or open receipts first "
+                              "(an autosave can be viewed but not made a receipts document).")
+        return None
 
-            def job():
-                return write(record_document(shown))
-        else:
-            self.model.show_error("Nothing to export", "Run a generation or open receipts first "
-                                "(an autosave can be viewed but not exported as a receipts document).")
+    def _export(self, path: str, write) -> BackgroundJob | None:
+        """Run ``write(receipts document of the shown session)`` (``shown_document``) on a background thread."""
+        document = self.shown_document()
+        if document is None:
             return None
-        j = BackgroundJob(job, self)
+        j = BackgroundJob(lambda: write(document()), self)
         j.done.connect(self._export_done)
         self.jobs.append(j)
         self.model.say(f"exporting {Path(path).name} …")

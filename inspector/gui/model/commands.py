@@ -23,6 +23,8 @@ class WindowCommands:
     """File > Open GGUF model… (a file dialog)."""
     open_receipts: Callable[[], None]
     """File > Open receipts… (a file dialog)."""
+    compare_receipts: Callable[[], None]
+    """File > Compare with receipts… (a file dialog): the shown run beside another document of its prompt."""
     export_receipts: Callable[[], None]
     """File > Export receipts… (a file dialog)."""
     export_plots: Callable[[], None]
@@ -52,6 +54,9 @@ class WindowCommands:
     it cannot start (the reason is shown)."""
     open_receipts_file: Callable[[str], bool]
     """Read a receipts document (path) on a background thread; the model's ``fileOpened`` tells the end."""
+    compare_receipts_file: Callable[[str], object]
+    """Compare the shown run with the receipts document at a path on a background thread (``DiffDialog``); the
+    model's ``receiptsCompared`` tells the end. None when nothing shown makes a document."""
     export_receipts_file: Callable[[str], object]
     """Write the shown session's receipts (path) on a background thread; the model's ``exported`` tells the
     end. None when nothing can be exported."""

@@ -79,6 +79,8 @@ class WindowModel(QObject):
     """(``CompareResult`` or None, note or error): a comparison of sources ended."""
     costReady = Signal(object, str)
     """(``CostModel`` or None, note or error): a cost model measurement ended."""
+    receiptsCompared = Signal(object, str)
+    """(``Comparison`` or None, error): File > Compare with receipts… ended (its dialog is open)."""
 
     def __init__(self, worker, thread, settings: QSettings, data_dir: Path, draft_dir: Path | None = None,
                  parent: QObject | None = None) -> None:

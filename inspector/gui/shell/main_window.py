@@ -31,6 +31,7 @@ from inspector.engine.stats import decode_tokens_per_s
 from inspector.gui.engine_thread.worker import EngineWorker
 from inspector.gui.files.actions import FileActions
 from inspector.gui.files.file_drop import FileDrop
+from inspector.gui.files.receipts_diff import ReceiptsComparison
 from inspector.gui.files.session_store import app_data_dir
 from inspector.gui.look.banner_colours import BANNER_HINT
 from inspector.gui.look.wording import count_noun
@@ -64,7 +65,8 @@ TITLE = "spec-inspector — speculative decoding on llama.cpp"
 def window_model(runtime, settings: QSettings | None, data_dir: Path | None, draft_dir: Path | None,
                  window: QMainWindow) -> WindowModel:
     """The model of ``window`` (``MainWindow``'s arguments: ``runtime`` or None, the QSettings or None for the
-    user's, the data folder or None for the app's), its engine worker moved to the engine thread (not started)."""
+    user's, the data folder or None for the app's), its engine worker moved to the engine thread (not started),
+    its ``loader`` the window's ``load_selected_model``."""
     # Import the chat-template formatter (jinja2) now: importing it on the worker
     # during the first run holds the GIL long enough to stall the event loop.
     importlib.import_module("llama_cpp.llama_chat_format")
@@ -75,7 +77,15 @@ def window_model(runtime, settings: QSettings | None, data_dir: Path | None, dra
     model = WindowModel(worker, thread, settings if settings is not None else QSettings(
         "spec-inspector", "spec-inspector"), app_data_dir() if data_dir is None else data_dir, draft_dir, window)
     model.model_info = runtime.describe() if runtime is not None else None
+    model.loader = window.load_selected_model
     return model
+
+
+def redraw_timer(window: QMainWindow) -> QTimer:
+    """The window's redraw timer at ``REDRAW_HZ`` (not started: the views and helpers connect to it first)."""
+    timer = QTimer(window)
+    timer.setInterval(1000 // REDRAW_HZ)
+    return timer
 
 
 class MainWindow(QMainWindow):
@@ -107,11 +117,8 @@ class MainWindow(QMainWindow):
                  draft_dir: Path | None = None, load_at_start: bool = False) -> None:
         none_refcount.install()
         super().__init__()
-        self.setWindowTitle(TITLE)
         self.model = model = window_model(runtime, settings, data_dir, draft_dir, self)
-        model.loader = self.load_selected_model
-        self.timer = QTimer(self)
-        self.timer.setInterval(1000 // REDRAW_HZ)
+        self.timer = redraw_timer(self)
         self.ui = ui = build_ui(self, model)
         self._name_widgets(ui)
         self.host = MenuHost(parent=self, add_menu=self.menuBar().addMenu, add_action=self.add_action,
@@ -123,7 +130,7 @@ class MainWindow(QMainWindow):
         self.turns = ConversationActions(model, ui.conversation_bar, ui.panel, self.run, parent=self)
         self.files = FileActions(model, self.turns, self.host, ui.panel, self.run, plots=(
             ("timeline", ui.timeline), ("lock-timing", ui.lock_plots), ("statistics", ui.stats)))
-        self.file_drop = FileDrop(self.files.use_model, self.files.open_receipts, parent=self)
+        self.comparison = ReceiptsComparison(model, self.files.shown_document, self, self.files.receipts_dir)
         self.sources = SourceActions(model, ui.panel, self.run, parent=self)
         self.analysis = AnalysisActions(model, ui.panel, self.host, self.run, ui.tabs, ui.cost_view, ui.stats,
                                         ui.timeline)
@@ -174,6 +181,7 @@ class MainWindow(QMainWindow):
         ui.token_view.auditRequested.connect(self.analysis.audit.audit)  # "Audit this difference…" on its line
         self.sources.draftMade.connect(model.draftMade)
         self.serve.export.replayReady.connect(lambda path: self.analysis.show_compare().choose_conversation(path))
+        self.file_drop = FileDrop(self.files.use_model, self.files.open_receipts, parent=self)
         self.setAcceptDrops(True)
         self.installEventFilter(self.file_drop)  # a GGUF or a receipts document dropped on the window
         model.commands = self._commands()
@@ -190,6 +198,7 @@ class MainWindow(QMainWindow):
         return WindowCommands(
             new_live_session=self.new_live_session, open_model=files.open_model_dialog,
             open_receipts=files.open_receipts_dialog, export_receipts=files.export_receipts_dialog,
+            compare_receipts=self.comparison.compare_dialog, compare_receipts_file=self.comparison.compare_with,
             export_plots=files.export_plots_dialog, export_trace=files.export_trace_dialog,
             open_last_autosave=files.open_last_autosave, quit=self.close, run=run.run_clicked,
             pause=run.pause_clicked, step_window=run.step_window_clicked, step_token=run.step_token_clicked,
@@ -203,6 +212,7 @@ class MainWindow(QMainWindow):
     def _start(self, model_path: str | None, load: bool, offer_recovery: bool) -> None:
         """Start the engine thread, restore the settings, show an empty live session; load the model (``load``)
         and offer the last autosave (``offer_recovery``)."""
+        self.setWindowTitle(TITLE)
         self.thread.start()
         self._restore_settings()
         if model_path:

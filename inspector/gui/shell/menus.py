@@ -26,6 +26,7 @@ class RunMenus:
     act_new: QAction
     act_open_model: QAction
     act_open: QAction
+    act_compare: QAction
     act_export: QAction
     act_png: QAction
     act_trace: QAction
@@ -48,7 +49,8 @@ class RunMenus:
     def connect(self, do: WindowCommands) -> None:
         """Give each action its command (once the helpers that carry them out exist)."""
         for action, slot in ((self.act_new, do.new_live_session), (self.act_open_model, do.open_model),
-                             (self.act_open, do.open_receipts), (self.act_export, do.export_receipts),
+                             (self.act_open, do.open_receipts), (self.act_compare, do.compare_receipts),
+                             (self.act_export, do.export_receipts),
                              (self.act_png, do.export_plots), (self.act_trace, do.export_trace),
                              (self.act_recover, do.open_last_autosave), (self.act_quit, do.quit),
                              (self.act_run, do.run), (self.act_pause, do.pause),
@@ -69,6 +71,9 @@ def build_menus(window: QMainWindow, host: MenuHost) -> RunMenus:
     act_new = add(f, "New live session", ["Ctrl+N"], "leave the opened receipts and enable the run controls again")
     act_open_model = add(f, "Open GGUF model…")
     act_open = add(f, "Open receipts…", ["Ctrl+O"])
+    act_compare = add(f, "Compare with receipts…", ["Ctrl+Shift+O"],
+                      "the shown run beside another receipts document of the same prompt: setup, where the "
+                      "outputs part, the figures side by side (as spec-inspector diff)")
     act_export = add(f, "Export receipts…", ["Ctrl+E"])
     act_png = add(f, "Export plots as PNG…", ["Ctrl+Shift+E"])
     act_trace = add(f, "Export Perfetto trace…", ["Ctrl+Shift+T"],
@@ -99,5 +104,5 @@ def build_menus(window: QMainWindow, host: MenuHost) -> RunMenus:
     tb.addSeparator()
     tb.addAction(act_open)
     tb.addAction(act_export)
-    return RunMenus(act_new, act_open_model, act_open, act_export, act_png, act_trace, act_recover, act_run,
-                    act_pause, act_step_window, act_step_token, act_stop, act_resume, act_serve, act_quit)
+    return RunMenus(act_new, act_open_model, act_open, act_compare, act_export, act_png, act_trace, act_recover,
+                    act_run, act_pause, act_step_window, act_step_token, act_stop, act_resume, act_serve, act_quit)
