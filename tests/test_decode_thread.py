@@ -111,3 +111,23 @@ def test_the_worker_returns_llama_decodes_status_and_refuses_after_close(runtime
             decoder.decode(empty)
     finally:
         llama_cpp.llama_batch_free(empty)
+
+
+def test_a_draft_context_decodes_on_its_targets_thread_and_closing_it_leaves_the_target_decoding(runtime, scheduler,
+                                                                                                model_path):
+    """llama-server's loop decodes the draft and the target on one thread; a context per thread made the two
+    OpenMP teams throttle each other (the draft source ran at ~0.7x llama-server's speed)."""
+    from inspector.engine import RuntimeScheduler
+    from inspector.llama.runtime import LlamaRuntime
+
+    worker = runtime.decoder._worker
+    draft = LlamaRuntime(model_path, n_ctx=128, n_batch=16, n_seq_max=1, n_threads=1)
+    try:
+        before = worker.decodes
+        _decode_from_two_threads(draft, RuntimeScheduler(draft))
+        assert worker.decodes == before + 2  # the draft's decodes ran on the target's worker thread
+    finally:
+        draft.close()
+    before = worker.decodes
+    _decode_from_two_threads(runtime, scheduler)  # the target goes on after the draft closed
+    assert worker.decodes == before + 2 and not worker.closed

@@ -16,6 +16,11 @@ holds still orders the decodes.
 decode is handed over with two pthread signals while the caller waits without the GIL: ~115 us a decode
 through ``DecodeThread`` (its Python locks and two GIL handovers on a busy 2-core machine), ~45 us through the
 worker (issue 53). Without the extension, ``DecodeThread`` does it.
+
+The thread is the process's, not a context's: a draft model's context decodes on the same OS thread as its
+target's (``shared_worker``, ``shared_thread``), as llama-server's loop decodes both. With a thread per context
+the two contexts' OpenMP teams throttled each other (above): the draft source ran at 0.63-0.74x llama-server's
+speed in ``bench --llama-server`` (40 against 62 tokens/s on copy-with-corrections), its other rows at ~1.0x.
 """
 
 from __future__ import annotations
@@ -116,15 +121,39 @@ class DecodeThread:
             job.done.set()
 
 
+_SHARED: dict[str, object] = {}
+
+
+def shared_worker():
+    """The process's one native ``DecodeWorker`` (made on first use, again after a ``close``): every context's
+    decodes on one OS thread (module docstring). Raises ``RuntimeError`` when the extension is not built."""
+    if DecodeWorker is None:
+        raise RuntimeError("the native decode worker is not built (inspector/llama/decode_worker.c)")
+    w = _SHARED.get("worker")
+    if w is None or w.closed:
+        w = _SHARED["worker"] = DecodeWorker(library_function_address("llama_decode"),
+                                             library_function_address("llama_synchronize"))
+    return w
+
+
+def shared_thread() -> DecodeThread:
+    """The process's one ``DecodeThread`` (without the native worker): every context's decodes on it."""
+    t = _SHARED.get("thread")
+    if t is None:
+        t = _SHARED["thread"] = DecodeThread()
+    return t
+
+
 def _address(pointer) -> int:
     """A ctypes pointer or function as an int address (0 for NULL)."""
     return ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
 
 class BatchDecoder:
-    """``llama_decode`` then ``llama_synchronize`` of context ``ctx`` (a ``llama_context`` pointer) on one OS thread,
-    whichever thread asks (module docstring): the native ``DecodeWorker`` where built (``native`` None or True),
-    else a ``DecodeThread``. ``decode(batch)`` returns ``llama_decode``'s status; ``close()`` ends the thread."""
+    """``llama_decode`` then ``llama_synchronize`` of context ``ctx`` (a ``llama_context`` pointer) on the process's
+    one decode thread, whichever thread asks (module docstring): the native ``shared_worker`` where built (``native``
+    None or True), else the ``shared_thread``. ``decode(batch)`` returns ``llama_decode``'s status; ``close()``
+    ends this decoder (the shared thread goes on for the other contexts)."""
 
     def __init__(self, ctx, native: bool | None = None) -> None:
         self._ctx = ctx
@@ -133,17 +162,19 @@ class BatchDecoder:
             raise RuntimeError("the native decode worker is not built (inspector/llama/decode_worker.c)")
         self._worker = None
         self._thread: DecodeThread | None = None
+        self.closed = False
         if self.native:
-            self._worker = DecodeWorker(library_function_address("llama_decode"),
-                                        library_function_address("llama_synchronize"))
+            self._worker = shared_worker()
             self._ctx_address = _address(ctx)
         else:
-            self._thread = DecodeThread()
+            self._thread = shared_thread()
 
     def decode(self, batch) -> int:
         """Decode ``batch`` (a ``llama_cpp.llama_batch`` filled for this context) on the decode thread, waited
         for (on RPC or a GPU ``llama_decode`` returns before the work is done: LLAMA_CPP_NOTES). Raises
-        ``RuntimeError`` after ``close`` (native worker)."""
+        ``RuntimeError`` after ``close``."""
+        if self.closed:
+            raise RuntimeError("this context's decoder is closed")
         if self._worker is not None:
             return self._worker.decode(self._ctx_address, ctypes.addressof(batch))
         return self._thread.call(lambda: self._decode_here(batch))
@@ -154,8 +185,5 @@ class BatchDecoder:
         return rc
 
     def close(self) -> None:
-        """End the decode thread after the decode in flight (idempotent)."""
-        if self._worker is not None:
-            self._worker.close()
-        elif self._thread is not None:
-            self._thread.close()
+        """Take no more decodes of this context (idempotent); the shared thread goes on."""
+        self.closed = True
