@@ -145,3 +145,20 @@ def test_a_broken_or_unrelated_file_gets_one_line_and_status_2(tmp_path):
     assert p.returncode == 0, p.stderr
     p = cli("diff", a, other)
     assert p.returncode == 2 and "not the same prompt" in one_clear_line(p.stderr)
+
+
+def test_the_q8_0_form_of_the_model_names_the_weights_and_parts_where_the_token_ids_part(tmp_path):
+    a, b = _run(tmp_path, "q4.json"), _run(tmp_path, "q8.json", "--target-weights", "Q8_0")
+    p = cli("diff", a, b, "--json", tmp_path / "d.json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads((tmp_path / "d.json").read_text())["pairs"][0]
+    da, db = (json.loads(open(x).read()) for x in (a, b))
+    setup = {s["name"]: (s["a"], s["b"]) for s in d["setup"]}
+    assert setup["weights"] == (da["model"]["weights"], "Q8_0") and da["model"]["weights"] != "Q8_0"
+    assert "model file" not in setup  # the same model, converted: the file it came from is named
+    ta, tb = da["output"]["token_ids"], db["output"]["token_ids"]
+    if ta == tb:
+        assert d["outputs_equal"]
+    else:  # other weights may pick other tokens: the diff names the first place they part, and its margins
+        first = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+        assert d["parting"]["index"] == first and f"parts at generated token {first} " in p.stdout
