@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from inspector.session.diff import DiffRefused, diff_documents, matched_requests, setup_differences
+from inspector.session.diff import DiffRefused, diff_documents, format_diff, matched_requests, setup_differences
 from test_cli import COPY_PROMPT, cli, one_clear_line
 
 
@@ -49,6 +49,8 @@ def test_outputs_part_at_the_first_different_token_and_when_one_stops_early():
     assert d.parting.a_margin is None
     d = diff_documents(_doc([5, 6, 7]), _doc([5, 6]))
     assert (d.parting.index, d.parting.a_token, d.parting.b_token, d.parting.b_text) == (2, 7, None, "(ended)")
+    assert "parts at generated token 2 (A 3 tokens, B 2): A 't7' (7, margin - logits), B ended there" in \
+        format_diff(d)
 
 
 def test_the_setup_names_what_differs_in_order():

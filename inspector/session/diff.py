@@ -247,6 +247,13 @@ def _value(v) -> str:
     return str(v)
 
 
+def parting_side(token: int | None, text: str, margin: float | None) -> str:
+    """One side of a parting in words: its token, id and the row's margin, or that its output ended there."""
+    if token is None:
+        return "ended there"
+    return f"{text!r} ({token}, margin {_value(margin)} logits)"
+
+
 def format_diff(d: RunDiff, a_name: str = "A", b_name: str = "B") -> str:
     """The diff as text: setup, output, figures side by side with B / A, acceptance per position, the windows
     that changed most."""
@@ -258,8 +265,8 @@ def format_diff(d: RunDiff, a_name: str = "A", b_name: str = "B") -> str:
     else:
         p = d.parting
         lines.append(f"output: parts at generated token {p.index} (A {d.a_tokens} tokens, B {d.b_tokens}): "
-                     f"A {p.a_text!r} ({_value(p.a_token)}, margin {_value(p.a_margin)} logits), "
-                     f"B {p.b_text!r} ({_value(p.b_token)}, margin {_value(p.b_margin)} logits)")
+                     f"A {parting_side(p.a_token, p.a_text, p.a_margin)}, "
+                     f"B {parting_side(p.b_token, p.b_text, p.b_margin)}")
     lines += ["", f"{'figure':<38}{'A':>12}{'B':>12}{'B / A':>9}"]
     for f in d.figures + d.by_position:
         ratio = f"{f.ratio:.2f}" if f.ratio is not None else "-"

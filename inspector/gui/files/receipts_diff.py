@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QLabel, Q
 from inspector.gui.files.session_store import BackgroundJob
 from inspector.gui.model.window_model import WindowModel
 from inspector.receipts import load_document
-from inspector.session.diff import RunDiff, diff_documents, matched_requests, requests_of
+from inspector.session.diff import RunDiff, diff_documents, matched_requests, parting_side, requests_of
 
 PART_COLOUR = "#ffd7a8"
 """The background of the token where the outputs part (and of what follows it on the other side)."""
@@ -73,8 +73,9 @@ class DiffDialog(QDialog):
             said = f"<b>Outputs equal</b> ({d.a_tokens} tokens)."
         else:
             p = d.parting
-            said = (f"<b>Outputs part at generated token {p.index}</b>: A {html.escape(repr(p.a_text))} (margin "
-                    f"{_num(p.a_margin)} logits), B {html.escape(repr(p.b_text))} (margin {_num(p.b_margin)} logits).")
+            said = (f"<b>Outputs part at generated token {p.index}</b>: A "
+                    f"{html.escape(parting_side(p.a_token, p.a_text, p.a_margin))}, B "
+                    f"{html.escape(parting_side(p.b_token, p.b_text, p.b_margin))}.")
         setup = "; ".join(f"{s.name}: {html.escape(_num(s.a))} → {html.escape(_num(s.b))}" for s in d.setup)
         more = f" {c.pairs} requests matched by prompt; the first is shown (all: spec-inspector diff)." \
             if c.pairs > 1 else ""
