@@ -64,6 +64,6 @@ def test_a_file_of_another_prompt_is_refused_in_a_box_and_the_window_goes_on(qtb
 
 
 def test_nothing_shown_is_said_before_any_file_is_read(qtbot, tmp_path):
-    w = make_window(qtbot, None, tmp_path)
-    assert w.model.commands.compare_receipts_file(str(tmp_path / "absent.json")) is None
-    assert "Run a generation or open receipts first" in w.model.last_error
+    model = make_window(qtbot, None, tmp_path).model
+    assert model.commands.compare_receipts_file(str(tmp_path / "absent.json")) is None
+    assert "Run a generation or open receipts first" in model.last_error
