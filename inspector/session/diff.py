@@ -239,11 +239,13 @@ def _preview(text: str | None, most: int = 30) -> str:
     return repr(t if len(t) <= most else t[:most] + "…")
 
 
-def _value(v) -> str:
+def value_text(v, digits: int = 3) -> str:
+    """A figure or setting as the diff shows it: "-" for None, a float with ``digits`` decimals below 10 and one
+    above, anything else as ``str``."""
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+        return f"{v:.{digits}f}" if abs(v) < 10 else f"{v:.1f}"
     return str(v)
 
 
@@ -251,14 +253,14 @@ def parting_side(token: int | None, text: str, margin: float | None) -> str:
     """One side of a parting in words: its token, id and the row's margin, or that its output ended there."""
     if token is None:
         return "ended there"
-    return f"{text!r} ({token}, margin {_value(margin)} logits)"
+    return f"{text!r} ({token}, margin {value_text(margin)} logits)"
 
 
 def format_diff(d: RunDiff, a_name: str = "A", b_name: str = "B") -> str:
     """The diff as text: setup, output, figures side by side with B / A, acceptance per position, the windows
     that changed most."""
     lines = [f"A: {a_name}", f"B: {b_name}", "", "setup:"]
-    lines += [f"  {s.name:<16} {_value(s.a)}  ->  {_value(s.b)}" for s in d.setup] or ["  the same"]
+    lines += [f"  {s.name:<16} {value_text(s.a)}  ->  {value_text(s.b)}" for s in d.setup] or ["  the same"]
     lines.append("")
     if d.outputs_equal:
         lines.append(f"output: equal ({d.a_tokens} tokens)")
@@ -269,8 +271,7 @@ def format_diff(d: RunDiff, a_name: str = "A", b_name: str = "B") -> str:
                      f"B {parting_side(p.b_token, p.b_text, p.b_margin)}")
     lines += ["", f"{'figure':<38}{'A':>12}{'B':>12}{'B / A':>9}"]
     for f in d.figures + d.by_position:
-        ratio = f"{f.ratio:.2f}" if f.ratio is not None else "-"
-        lines.append(f"{f.name:<38}{_value(f.a):>12}{_value(f.b):>12}{ratio:>9}")
+        lines.append(f"{f.name:<38}{value_text(f.a):>12}{value_text(f.b):>12}{value_text(f.ratio, 2):>9}")
     for title, changes in (("gained the most", d.gained), ("lost the most", d.lost)):
         if changes:
             lines += ["", f"windows that {title} accepted tokens (same KV position):"]

@@ -19,7 +19,8 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QLabel, Q
 from inspector.gui.files.session_store import BackgroundJob
 from inspector.gui.model.window_model import WindowModel
 from inspector.receipts import load_document
-from inspector.session.diff import RunDiff, diff_documents, matched_requests, parting_side, requests_of
+from inspector.session.diff import (RunDiff, diff_documents, matched_requests, parting_side, requests_of,
+                                    value_text)
 
 PART_COLOUR = "#ffd7a8"
 """The background of the token where the outputs part (and of what follows it on the other side)."""
@@ -76,7 +77,7 @@ class DiffDialog(QDialog):
             said = (f"<b>Outputs part at generated token {p.index}</b>: A "
                     f"{html.escape(parting_side(p.a_token, p.a_text, p.a_margin))}, B "
                     f"{html.escape(parting_side(p.b_token, p.b_text, p.b_margin))}.")
-        setup = "; ".join(f"{s.name}: {html.escape(_num(s.a))} → {html.escape(_num(s.b))}" for s in d.setup)
+        setup = "; ".join(f"{s.name}: {html.escape(value_text(s.a))} → {html.escape(value_text(s.b))}" for s in d.setup)
         more = f" {c.pairs} requests matched by prompt; the first is shown (all: spec-inspector diff)." \
             if c.pairs > 1 else ""
         self.headline.setText(f"A: {html.escape(a_name)} · B: {html.escape(c.path)}<br>{said}<br>"
@@ -96,7 +97,7 @@ class DiffDialog(QDialog):
         self.figures.setHorizontalHeaderLabels(["figure", "A", "B", "B / A"])
         self.figures.verticalHeader().setVisible(False)
         for r, f in enumerate(rows):
-            for col, value in enumerate((f.name, _num(f.a), _num(f.b), _num(f.ratio, 2))):
+            for col, value in enumerate((f.name, value_text(f.a), value_text(f.b), value_text(f.ratio, 2))):
                 item = QTableWidgetItem(value)
                 item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
                 if col:
@@ -108,14 +109,6 @@ class DiffDialog(QDialog):
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
         self.resize(760, 600)
-
-
-def _num(v, digits: int = 3) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}" if abs(v) < 10 else f"{v:.1f}"
-    return str(v)
 
 
 class ReceiptsComparison(QObject):
