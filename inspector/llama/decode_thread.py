@@ -158,8 +158,6 @@ class BatchDecoder:
     def __init__(self, ctx, native: bool | None = None) -> None:
         self._ctx = ctx
         self.native = DecodeWorker is not None if native is None else native
-        if self.native and DecodeWorker is None:
-            raise RuntimeError("the native decode worker is not built (inspector/llama/decode_worker.c)")
         self._worker = None
         self._thread: DecodeThread | None = None
         self.closed = False
