@@ -109,6 +109,10 @@ def add_run_command(sub) -> None:
     run.add_argument("--no-probabilities", dest="probabilities", action="store_false",
                      help="keep no per-row probability figures (p, rank, top 5, entropy, margin) in the receipts: "
                           f"the smallest files; they cost {COST_NOTE}")
+    run.add_argument("-bs", "--backend-sampling", action="store_true",
+                     help="llama.cpp's backend sampling (llama-server -bs): each row's greedy prediction and "
+                          "probability figures are computed in llama.cpp's graph, where the logits are, and only "
+                          "they cross to the host (greedy runs; a GPU saves the copy and the scan of each row)")
     run.add_argument("--baseline", action="store_true",
                      help="also run plain one-token decoding with the same sampling and report the first "
                           "token where the outputs differ (and the target's top-2 logit margin there)")
@@ -165,6 +169,11 @@ def cmd_run(args) -> int:
                                       n_seq_max=2 if args.baseline else 1)
     except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
+    if args.backend_sampling:
+        refused = backend_sampling_refusal(args, runtime, settings)
+        if refused:
+            runtime.close()
+            return fail(refused, EXIT_USAGE)
     if turns is not None:
         try:
             return run_turns(args, runtime, turns, settings, options)
@@ -260,6 +269,21 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
     run.close_source()
     runtime.close()
     return status
+
+
+def backend_sampling_refusal(args, runtime, settings) -> str:
+    """Turn on ``runtime``'s backend sampling for ``run -bs`` (``LlamaRuntime.sample_in_graph``, keeping the
+    run's top tokens); the one-line reason when it cannot be, or ""."""
+    if args.baseline:
+        return "--baseline reads the logits on the host: leave out -bs (or --baseline)"
+    if not settings.sampling.greedy:
+        return ("-bs computes greedy rows in the graph; this run samples (--temp > 0): leave out -bs or use "
+                "--temp 0")
+    try:
+        runtime.sample_in_graph(settings.top_probabilities)
+    except EngineError as exc:
+        return str(exc)
+    return ""
 
 
 def _max_tokens(text: str) -> int:

@@ -22,6 +22,8 @@ from inspector.engine.errors import EngineError
 from inspector.llama.native import raw_logits_function
 
 _get_logits_address = raw_logits_function()
+_ON_DEVICE = ("the last decode's logits stayed in llama.cpp's graph (backend sampling, -bs): this needs them on the "
+              "host; run without -bs")
 
 
 class LogitsReader:
@@ -35,6 +37,9 @@ class LogitsReader:
         self.first = 0
         self.batch_first = 0
         self.count = 0
+        self.on_device = False
+        """True when the last decode's rows were sampled in llama.cpp's graph (backend sampling,
+        ``inspector.llama.graph_figures``): llama.cpp copied no logits, so every read here raises."""
 
     def window(self, first: int, batch_first: int, count: int) -> None:
         """Read output rows ``first .. first + count - 1`` (the first at batch index ``batch_first``) as
@@ -52,6 +57,8 @@ class LogitsReader:
         """The last decode's logits as a (n, n_vocab) float32 view of llama.cpp's buffer, valid until the next
         decode (copy what you keep); every one of the n rows must have had its logits flag set. Raises
         ``EngineError`` when llama.cpp has none."""
+        if self.on_device:
+            raise EngineError(_ON_DEVICE)
         if _get_logits_address is None:  # pragma: no cover
             return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(n, self.n_vocab))
         addr = _get_logits_address(self.ctx)
@@ -82,6 +89,8 @@ class LogitsReader:
     def row(self, row: int) -> np.ndarray:
         """Logits of output ``row`` of the last decode (n_vocab float32 values, a view). Raises
         ``EngineError`` when the row has none."""
+        if self.on_device:
+            raise EngineError(_ON_DEVICE)
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, self.batch_index(row))
         if not ptr:
             raise EngineError(f"no logits for row {row} of the last decode")

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
 from inspector.engine.probabilities import TOP, WindowProbabilities, summarise_rows
+from inspector.engine.sampled_rows import sampled_figures
 from inspector.engine.settings import SamplingSettings
 from inspector.engine.tree import depths, row_branches
 from inspector.llama.model_file import ModelInfo, check_gguf
@@ -39,6 +40,7 @@ from inspector.llama import llama_log  # noqa: E402  (imports llama_cpp)
 from inspector.llama.abort import AbortSwitch  # noqa: E402
 from inspector.llama.decode_thread import BatchDecoder  # noqa: E402
 from inspector.llama.build_check import check_build, llama_library_path, probe_model  # noqa: E402
+from inspector.llama.graph_figures import GraphFigures  # noqa: E402
 from inspector.llama.model_load import create_context, load_model  # noqa: E402
 from inspector.llama.logits import LogitsReader  # noqa: E402
 from inspector.llama.rollback import RollbackProbe, probe_rollback  # noqa: E402
@@ -135,6 +137,9 @@ class LlamaRuntime:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        # A sequence sampled in the graph (sample_in_graph) may have as many output rows as the batch; without a
+        # sampler on the context this changes nothing (src/llama-context.cpp checks it for sampled sequences only).
+        cparams.n_outputs_max_per_seq = 0
         self.n_threads = threads
         self.n_ubatch = cparams.n_ubatch
         self.n_swa = int(llama_cpp.llama_model_n_swa(self.model))
@@ -180,6 +185,8 @@ class LlamaRuntime:
         self.logits = LogitsReader(self.ctx, self.n_vocab)
         """The last decode's logits as numpy views (``inspector.llama.logits``)."""
         self.last_logits, self.row_logits, self.row_logits_top2 = self.logits.rows, self.logits.row, self.logits.top2
+        self.graph_figures: GraphFigures | None = None
+        """Backend sampling (``sample_in_graph``): the sessions whose rows are sampled in llama.cpp's graph."""
         self.steps = None
         """The batched schedule's ``StepBatch`` (``RuntimeScheduler.batch_steps``), or None: decodes run alone."""
         self.architecture = self.info.architecture
@@ -194,6 +201,8 @@ class LlamaRuntime:
         """Free every sampler, the batch, the context and the model (idempotent)."""
         for s in self.sessions.ids():
             self.drop_session(s)
+        if getattr(self, "graph_figures", None) is not None:
+            self.graph_figures.close()
         if getattr(self, "decoder", None) is not None:
             self.decoder.close()
         if getattr(self, "_batch", None) is not None:
@@ -219,25 +228,57 @@ class LlamaRuntime:
         self.n_threads = n
 
     # -- sessions ------------------------------------------------------------
+    def sample_in_graph(self, top: int = TOP) -> None:
+        """Backend sampling (llama.cpp's ``-bs``, issue 56): from now on a session opened with greedy
+        ``SamplingSettings`` and no penalties has each output row's prediction and probability figures
+        (``top`` tokens kept) computed in llama.cpp's graph, on the device that computed the logits, and its
+        logits stay there (``inspector.llama.graph_figures``). Sessions opened without settings (``None``:
+        the rollback and cost probes) and the others keep the host path. Raises ``EngineError`` when the
+        sampler cannot run here, ``top`` is out of its range, or the batched schedule runs (``steps``)."""
+        if self.steps is not None:
+            raise EngineError("backend sampling (-bs) takes one slot at a time: the batched schedule joins "
+                              "several sessions' rows in one decode")
+        self.graph_figures = GraphFigures(self.ctx, max(2, top))
+        self.local_logits = False  # each plain step summarises its own row (deferred_figures.figure_batch)
+
     def open_session(self, sampling: SamplingSettings | None = None) -> int:
-        """Open a session (a free KV sequence id) with its own sampler; its id (``EngineError``: all in use)."""
-        return self.sessions.open_free(sampling or SamplingSettings())
+        """Open a session (a free KV sequence id) with its own sampler; its id (``EngineError``: all in use).
+        With ``sample_in_graph`` on, a greedy session without penalties samples in the graph."""
+        sid = self.sessions.open_free(sampling or SamplingSettings())
+        self._place_sampling(sid, sampling)
+        return sid
+
+    def _place_sampling(self, sid: int, sampling: SamplingSettings | None) -> None:
+        """Sample session ``sid`` in the graph or on the host (``sample_in_graph``'s rule)."""
+        g = self.graph_figures
+        if g is None:
+            return
+        if sampling is not None and self.sessions.is_greedy(sid) and not self.sessions.has_penalties(sid) \
+                and sid not in self.sessions.constraints:
+            g.attach(sid)
+        else:
+            g.detach(sid)
 
     def reopen_session(self, sid: int, sampling: SamplingSettings, kept: int, tokens: Sequence[int]) -> int:
         """Keep positions ``0 .. kept - 1`` of session ``sid`` (``tokens[:kept]``), remove the rest and give it
         a new sampler: the next request of a served slot reuses its prompt cache (llama-server's
         ``cache_prompt``; ``SessionTable.reopen_keeping``, its errors). Returns the KV length."""
         self.sessions.reopen_keeping(sid, sampling, kept, tokens)
+        self._place_sampling(sid, sampling)
         return self.kv_length(sid)
 
     def drop_session(self, sid: int) -> None:
         """Remove the whole sequence from the KV cache and free its sampler."""
         llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
+        if self.graph_figures is not None:
+            self.graph_figures.detach(sid)
         self.sessions.drop(sid)
 
     def constrain(self, sid: int, constraints, start: int, known: Sequence[int] = ()) -> None:
         """Give session ``sid`` a grammar and logit bias (``Constraints``; ``inspector.llama.grammar.constrain_session``)."""
         constrain_session(self, sid, constraints, start, known)
+        if self.graph_figures is not None and sid in self.sessions.constraints:
+            self.graph_figures.detach(sid)  # a grammar or a bias works on the logits: the host path
 
     def kv_length(self, sid: int) -> int:
         """Tokens of session ``sid`` in the KV cache (``llama_memory_seq_pos_max`` + 1)."""
@@ -249,7 +290,13 @@ class LlamaRuntime:
         """Decode one session's rows: alone, or in the batched schedule's step (``steps``)."""
         if self.steps is None:
             self.batch_rows.fill(sid, tokens, position, all_logits)
+            g = self.graph_figures
+            on_device = g is not None and g.on(sid)
+            if on_device:
+                g.propose(sid, tokens[1:])  # row i judges proposal token i (the verification batch's next row)
             self._decode(len(tokens), position, abort, sid)
+            if on_device:
+                self.logits.on_device, g.outputs = True, len(tokens) if all_logits else 1
             return
         self.batch_rows.check(sid, len(tokens), position, position + len(tokens))
         self.sessions.filled(sid, tokens, position)
@@ -263,6 +310,7 @@ class LlamaRuntime:
 
     def _decode(self, n: int, position: int, abort: threading.Event | None, sid: int = -1) -> None:
         self.logits.window(0, 0, 0)
+        self.logits.on_device = False
         self.abort.begin(sid, abort)
         t = time.perf_counter_ns()
         self.decode_calls += 1
@@ -301,7 +349,7 @@ class LlamaRuntime:
         if not self.sessions.is_greedy(sid):
             return self.logits.predictions(n, self.sessions.chain(sid))
         t = time.perf_counter_ns()
-        out = self.logits.predictions(n)
+        out = self.graph_figures.predictions(n) if self.logits.on_device else self.logits.predictions(n)
         self.predict_ns += time.perf_counter_ns() - t
         return out
 
@@ -337,6 +385,8 @@ class LlamaRuntime:
         depth, on = depths(parents), row_branches(parents)
         if self.steps is not None:
             raise EngineError("tree windows need one slot (serve -np 1): the batched schedule joins chains only")
+        if self.graph_figures is not None and self.graph_figures.on(sid):
+            raise EngineError("tree windows take the host path: run without backend sampling (-bs)")
         if self.sessions.has_penalties(sid) or sid in self.sessions.constraints:
             raise EngineError("tree windows take no penalties (repeat, frequency, presence), grammar or logit "
                               "bias: use a chain, or none of them")
@@ -365,6 +415,12 @@ class LlamaRuntime:
         tokens kept per row. Adds its time to
         ``probability_ns`` and the rows summarised to ``probability_rows`` (benchmarks)."""
         t = time.perf_counter_ns()
+        if self.logits.on_device:  # sample_in_graph: the graph's sums, not the logits
+            picked = list(range(n)) if rows is None else list(rows)
+            out = sampled_figures(self.graph_figures.rows(picked), proposed, predictions, top)
+            self.probability_ns += time.perf_counter_ns() - t
+            self.probability_rows += len(picked)
+            return out
         logits = self.last_logits(n)
         if rows is not None:
             logits = logits[list(rows)]
@@ -381,10 +437,15 @@ class LlamaRuntime:
                 self._rows(sid, tokens, position, False, None)
             return
         step = self.n_batch
+        on_device = self.graph_figures is not None and self.graph_figures.on(sid)
+        if on_device:
+            self.graph_figures.propose(sid, ())
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
             self.batch_rows.fill(sid, chunk, position + start, False)
             self._decode(len(chunk), position + start, None)
+        if on_device:
+            self.logits.on_device, self.graph_figures.outputs = True, 1
 
     def prefill_predict(self, sid: int, tokens: Sequence[int], position: int) -> int:
         """``prefill`` ``tokens`` (>= 1) and return the session sampler's prediction from the last
@@ -401,6 +462,8 @@ class LlamaRuntime:
             return picked[0]
         if c is None and self.sessions.has_penalties(sid):
             self.penalize_last_rows(sid, 1, position + len(tokens) - 1)
+        if self.logits.on_device:
+            return self.graph_figures.predictions(1)[0]
         if self.sessions.is_greedy(sid):
             return int(self.last_logits(1)[0].argmax())
         return int(llama_cpp.llama_sampler_sample(self.sessions.chain(sid), self.ctx, self.logits.batch_index(-1)))

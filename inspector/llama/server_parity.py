@@ -38,6 +38,7 @@ def llama_cpp_settings(runtime) -> dict:
                      "to compare")
     asked = getattr(runtime, "asked", None) or ContextSettings()
     context = getattr(runtime, "context", None) or asked
+    in_graph = getattr(runtime, "graph_figures", None) is not None
     if runtime.n_ubatch != SERVER_N_UBATCH:
         notes.append(f"physical batch {runtime.n_ubatch} rows (llama-server: -ub {SERVER_N_UBATCH}): a prompt "
                      f"longer than {runtime.n_ubatch} tokens is computed in other pieces, "
@@ -58,7 +59,8 @@ def llama_cpp_settings(runtime) -> dict:
         "kv_unified": True,
         "n_seq_max": runtime.n_seq_max,
         "swa_full": bool(runtime.swa_full),
-        "server_args": context_server_args(runtime),
+        "backend_sampling": in_graph,
+        "server_args": context_server_args(runtime) + (["-bs"] if in_graph else []),
         "differs_from_llama_server": notes,
     }
 

@@ -130,6 +130,7 @@ SETUP = (
     ("flash_attn", lambda d: _get(d, "model", "llama_cpp", "flash_attn")),
     ("type_k", lambda d: _get(d, "model", "llama_cpp", "type_k")),
     ("type_v", lambda d: _get(d, "model", "llama_cpp", "type_v")),
+    ("backend sampling", lambda d: bool(_get(d, "model", "llama_cpp", "backend_sampling"))),
     ("source", lambda d: _get(d, "settings", "source", "name")),
     ("source options", lambda d: _get(d, "settings", "source", "settings")),
     ("draft_max", lambda d: _get(d, "settings", "draft_max")),

@@ -1,0 +1,128 @@
+"""Backend sampling (issue 56): the figures computed in llama.cpp's graph equal the host path's.
+
+Pure: the figures made from a row's sums (``inspector.engine.sampled_rows``) against ``summarise_rows`` on the
+same logits. Real: ``run -bs`` on the bundled model against the same run on the host path: the same tokens and
+windows, and every row's figures equal to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from inspector.engine.errors import EngineError
+from inspector.engine.probabilities import summarise_rows
+from inspector.engine.sampled_rows import STATS, row_from_outputs, sampled_figures
+from test_cli import COPY_PROMPT, cli, one_clear_line
+
+
+def _graph_outputs(x: np.ndarray, k: int, proposed: int, rng) -> tuple[list[int], list[float]]:
+    """What the figures sampler leaves for row ``x`` (figure_sampler.c), worked out here in float64: the k
+    largest logits' ids in a shuffled order (ggml_top_k's are in none), their logits, then m, z, s, the
+    proposed token's logit and the count of logits above it."""
+    top = list(np.argsort(-x, kind="stable")[:k])
+    rng.shuffle(top)
+    m = float(x.max())
+    d = np.maximum(x.astype(np.float64) - m, -87.0)
+    e = np.exp(d)
+    stats = [m, float(e.sum()), float((e * d).sum()), float(x[proposed]), int((x > x[proposed]).sum())]
+    return [int(t) for t in top], [float(x[t]) for t in top] + stats
+
+
+def test_figures_from_the_graphs_sums_equal_the_host_paths_on_every_row():
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((6, 3000)) * 3).astype(np.float32)
+    predictions = x.argmax(axis=1).tolist()
+    # proposed tokens: the top one, the third, one far down the row (outside the candidates), and so on
+    order = np.argsort(-x, axis=1, kind="stable")
+    proposed = [int(order[0, 0]), int(order[1, 2]), int(order[2, 1500]), int(order[3, 7]), int(order[4, 2999])]
+    rows = [row_from_outputs(*_graph_outputs(x[i], 8, proposed[i] if i < 5 else 0, rng)) for i in range(6)]
+    got = sampled_figures(rows, proposed, predictions, top=5)
+    want = summarise_rows(x, proposed, predictions, top=5)
+    assert got.top_tokens == want.top_tokens and got.proposed_rank == want.proposed_rank
+    assert got.proposed_rank[2] == 1501 and got.proposed_rank[5] is None  # outside the candidates; the bonus row
+    assert got.predicted_rank == want.predicted_rank == (1,) * 6
+    for name in ("proposed_p", "predicted_p", "entropy", "margin"):
+        for a, b in zip(getattr(got, name), getattr(want, name)):
+            assert (a is None and b is None) or math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6), (name, a, b)
+    for a, b in zip(got.top_p, want.top_p):
+        assert all(math.isclose(p, q, rel_tol=1e-3, abs_tol=1e-9) for p, q in zip(a, b))
+
+
+def test_a_row_with_the_wrong_count_of_values_or_too_few_candidates_is_refused():
+    with pytest.raises(EngineError, match="candidates"):
+        row_from_outputs([1, 2], [0.5, 0.25, 0.0])
+    row = row_from_outputs([3, 1], [1.0, 2.0] + [2.0, 1.5, -0.1, 0.0, 5])
+    assert row.candidates == (1, 3) and row.logits == (2.0, 1.0)  # sorted largest first
+    with pytest.raises(EngineError, match="the graph kept 2"):
+        sampled_figures([row], [], [1], top=3)
+    with pytest.raises(EngineError, match="not among"):
+        sampled_figures([row], [], [9], top=2)
+    assert STATS == 5
+
+
+# -- the real model -----------------------------------------------------------------------------------------
+
+
+def _blocks(doc: dict) -> list[tuple[str, dict]]:
+    """Every probabilities block of a receipts document, with where it is."""
+    out = []
+
+    def walk(o, path):
+        if isinstance(o, dict):
+            if "top_p" in o and "basis" in o:
+                out.append((path, o))
+                return
+            for k, v in o.items():
+                walk(v, f"{path}/{k}")
+        elif isinstance(o, list):
+            for i, v in enumerate(o):
+                walk(v, f"{path}[{i}]")
+
+    walk(doc, "")
+    return out
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_close(p, q) for p, q in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6)
+    return a == b
+
+
+def test_run_with_backend_sampling_gives_the_host_paths_tokens_windows_and_figures(tmp_path):
+    docs = []
+    for name, extra in (("host.json", ()), ("graph.json", ("-bs",))):
+        out = tmp_path / name
+        p = cli("run", "--prompt-file", COPY_PROMPT, "--ngram-min", "1", "--max-tokens", "48", "--threads", "1",
+                "--receipts", out, *extra)
+        assert p.returncode == 0, p.stderr
+        docs.append(json.loads(out.read_text()))
+    host, graph = docs
+    assert graph["model"]["llama_cpp"]["backend_sampling"] is True
+    assert host["model"]["llama_cpp"]["backend_sampling"] is False
+    assert "-bs" in graph["model"]["llama_cpp"]["server_args"]
+    assert graph["output"]["token_ids"] == host["output"]["token_ids"]
+    assert [(w["base_position"], w["proposal_token_ids"], w["accepted_proposal_tokens"])
+            for w in graph["windows"]] == [(w["base_position"], w["proposal_token_ids"],
+                                            w["accepted_proposal_tokens"]) for w in host["windows"]]
+    a, b = _blocks(host), _blocks(graph)
+    assert len(a) == len(b) and len(a) > len(host["windows"])  # the windows' and the plain steps' rows
+    rows = 0
+    for (pa, x), (pb, y) in zip(a, b):
+        assert pa == pb and x.keys() == y.keys()
+        for key in x:
+            assert _close(x[key], y[key]), (pa, key, x[key], y[key])
+        rows += len(x["predicted_p"])
+    assert rows >= 48
+
+
+def test_backend_sampling_refuses_what_needs_the_logits_on_the_host_in_one_line():
+    p = cli("run", "--prompt", "hi", "-bs", "--baseline", "--max-tokens", "4", "--threads", "1")
+    assert p.returncode == 2 and "--baseline" in one_clear_line(p.stderr)
+    p = cli("run", "--prompt", "hi", "-bs", "--temp", "0.8", "--max-tokens", "4", "--threads", "1")
+    assert p.returncode == 2 and "--temp 0" in one_clear_line(p.stderr)
