@@ -13,9 +13,13 @@ import math
 import numpy as np
 import pytest
 
+from inspector.bench.server_process import LlamaServerProcess
+from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
 from inspector.engine.probabilities import summarise_rows
 from inspector.engine.sampled_rows import STATS, row_from_outputs, sampled_figures
+from inspector.llama.runtime import LlamaRuntime
+from inspector.llama.server_parity import server_context
 from test_cli import COPY_PROMPT, cli, one_clear_line
 
 
@@ -126,3 +130,24 @@ def test_backend_sampling_refuses_what_needs_the_logits_on_the_host_in_one_line(
     assert p.returncode == 2 and "--baseline" in one_clear_line(p.stderr)
     p = cli("run", "--prompt", "hi", "-bs", "--temp", "0.8", "--max-tokens", "4", "--threads", "1")
     assert p.returncode == 2 and "--temp 0" in one_clear_line(p.stderr)
+
+
+@pytest.mark.slow
+def test_plain_greedy_output_sampled_in_the_graph_equals_llama_server_with_bs(model_path, llama_server_binary):
+    rt = LlamaRuntime(model_path, n_ctx=512, n_batch=512, n_seq_max=1, n_threads=1)
+    try:
+        rt.sample_in_graph(5)
+        tokens = rt.prompt_tokens("Write two sentences about a lighthouse keeper.")
+        g = Generation(RuntimeScheduler(rt), None, tokens, GenerationSettings(max_new_tokens=24))
+        try:
+            g.run()
+        finally:
+            g.close()
+        assert rt.decode_calls >= 20 and rt.graph_figures is not None and not rt.local_logits
+        with LlamaServerProcess(llama_server_binary, model_path, threads=1, n_ctx=512,
+                                context=server_context(rt)) as server:
+            assert server.argv[-1] == "-bs", server.argv
+            theirs = list(server.client.complete(tokens, 24).tokens)
+        assert g.generated and g.generated == theirs
+    finally:
+        rt.close()

@@ -83,3 +83,26 @@ def read_text(path: Path, what: str) -> str:
 def strip_final_newline(text: str) -> str:
     """``text`` without one final newline (a prompt file's last line break is not part of the prompt)."""
     return text[:-1] if text.endswith("\n") else text
+
+
+def add_backend_sampling_flag(parser) -> None:
+    """``-bs`` / ``--backend-sampling`` (llama.cpp's name and meaning, ``common/arg.cpp``) on ``parser``."""
+    parser.add_argument("-bs", "--backend-sampling", action="store_true",
+                        help="llama.cpp's backend sampling (llama-server -bs): each row's greedy prediction and "
+                             "probability figures are computed in llama.cpp's graph, where the logits are, and only "
+                             "they cross to the host (greedy runs; a GPU saves the copy and the scan of each row)")
+
+
+def backend_sampling_refusal(args, runtime, settings) -> str:
+    """Turn on ``runtime``'s backend sampling for ``run -bs`` and ``compare -bs`` (``LlamaRuntime.sample_in_graph``, keeping the
+    run's top tokens); the one-line reason when it cannot be, or ""."""
+    if getattr(args, "baseline", False):
+        return "--baseline reads the logits on the host: leave out -bs (or --baseline)"
+    if not settings.sampling.greedy:
+        return ("-bs computes greedy rows in the graph; this run samples (--temp > 0): leave out -bs or use "
+                "--temp 0")
+    try:
+        runtime.sample_in_graph(settings.top_probabilities)
+    except EngineError as exc:
+        return str(exc)
+    return ""

@@ -14,7 +14,8 @@ from inspector.bench.server_client import SERVER_LIMITS_HELP
 from inspector.bench.server_compare import check_llama_server, compare_with_llama_server, format_server_rows, is_url
 from inspector.bench.server_http import REQUEST_DEADLINE_S, ServerError
 from inspector.cli.audit import compare_verdicts
-from inspector.cli.common import (EXIT_USAGE, RUNTIME_OPEN_ERRORS, UserError, fail, open_target_runtime, read_text,
+from inspector.cli.common import (EXIT_USAGE, RUNTIME_OPEN_ERRORS, UserError, add_backend_sampling_flag,
+                                  backend_sampling_refusal, fail, open_target_runtime, read_text,
                                   strip_final_newline, weight_type)
 from inspector.cli.context import add_context_flags, add_threads_flag
 from inspector.cli.devices import add_offload_flags
@@ -62,6 +63,7 @@ def add_compare_command(sub) -> None:
                          "columns the first round's (1..100) [3]")
     cp.add_argument("--cost-model", action="store_true",
                     help="measure the cost model first and add each run's expected speedup")
+    add_backend_sampling_flag(cp)
     cp.add_argument("--json", type=Path, metavar="OUT", help="write the comparison as JSON")
     cp.add_argument("--csv", type=Path, metavar="OUT", help="write the comparison as CSV")
     cp.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH|URL",
@@ -116,8 +118,12 @@ def cmd_compare(args) -> int:
         tokens = runtime.prompt_tokens(prompt, system_prompt=args.system_prompt)
     except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
-    scheduler = RuntimeScheduler(runtime)
     settings = GenerationSettings(max_new_tokens=args.max_tokens, sampling=sampling)
+    refused = backend_sampling_refusal(args, runtime, settings) if args.backend_sampling else ""
+    if refused:
+        runtime.close()
+        return fail(refused, EXIT_USAGE)
+    scheduler = RuntimeScheduler(runtime)
     cost_model = None
     if args.cost_model:
         print("measuring the cost model ...", file=sys.stderr, flush=True)

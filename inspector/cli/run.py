@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from inspector.cli.common import (EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE, RUNTIME_OPEN_ERRORS, UserError, fail,
-                                  open_target_runtime, read_text, strip_final_newline, weight_type)
+from inspector.cli.common import (EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE, RUNTIME_OPEN_ERRORS, UserError,
+                                  add_backend_sampling_flag, backend_sampling_refusal, fail, open_target_runtime,
+                                  read_text, strip_final_newline, weight_type)
 from inspector.cli.context import add_context_flags, add_n_ctx_flag, add_threads_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, keep_interrupted_run, signals_held
@@ -109,10 +110,7 @@ def add_run_command(sub) -> None:
     run.add_argument("--no-probabilities", dest="probabilities", action="store_false",
                      help="keep no per-row probability figures (p, rank, top 5, entropy, margin) in the receipts: "
                           f"the smallest files; they cost {COST_NOTE}")
-    run.add_argument("-bs", "--backend-sampling", action="store_true",
-                     help="llama.cpp's backend sampling (llama-server -bs): each row's greedy prediction and "
-                          "probability figures are computed in llama.cpp's graph, where the logits are, and only "
-                          "they cross to the host (greedy runs; a GPU saves the copy and the scan of each row)")
+    add_backend_sampling_flag(run)
     run.add_argument("--baseline", action="store_true",
                      help="also run plain one-token decoding with the same sampling and report the first "
                           "token where the outputs differ (and the target's top-2 logit margin there)")
@@ -269,21 +267,6 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
     run.close_source()
     runtime.close()
     return status
-
-
-def backend_sampling_refusal(args, runtime, settings) -> str:
-    """Turn on ``runtime``'s backend sampling for ``run -bs`` (``LlamaRuntime.sample_in_graph``, keeping the
-    run's top tokens); the one-line reason when it cannot be, or ""."""
-    if args.baseline:
-        return "--baseline reads the logits on the host: leave out -bs (or --baseline)"
-    if not settings.sampling.greedy:
-        return ("-bs computes greedy rows in the graph; this run samples (--temp > 0): leave out -bs or use "
-                "--temp 0")
-    try:
-        runtime.sample_in_graph(settings.top_probabilities)
-    except EngineError as exc:
-        return str(exc)
-    return ""
 
 
 def _max_tokens(text: str) -> int:

@@ -9,7 +9,7 @@ the receipts with one line for each setting that differs.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from inspector.engine.llama_settings import SERVER_N_UBATCH, context_object_settings
@@ -60,21 +60,42 @@ def llama_cpp_settings(runtime) -> dict:
         "n_seq_max": runtime.n_seq_max,
         "swa_full": bool(runtime.swa_full),
         "backend_sampling": in_graph,
-        "server_args": context_server_args(runtime) + (["-bs"] if in_graph else []),
+        "server_args": context_server_args(runtime),
         "differs_from_llama_server": notes,
     }
 
 
-def server_context(runtime) -> ContextSettings:
-    """The context settings to give llama-server so it computes as ``runtime`` does: the physical batch
-    our runtime uses and flash attention and cache types as asked (``auto`` stays ``auto``)."""
+@dataclass(frozen=True)
+class ServerContext:
+    """What llama-server is started with so it computes as a runtime does: ``context`` (its context settings)
+    and ``backend_sampling`` (``-bs``: the runtime samples greedy rows in the graph, ``LlamaRuntime.
+    sample_in_graph``; llama-server then samples a request on the backend when it asks for no ``n_probs``,
+    tools/server/server-context.cpp 0c1e570)."""
+
+    context: ContextSettings
+    backend_sampling: bool = False
+
+    def server_args(self) -> list[str]:
+        """llama-server's flags: the context's that are not its defaults, then ``-bs`` when on."""
+        return self.context.server_args() + (["-bs"] if self.backend_sampling else [])
+
+    def args(self) -> list[str]:
+        """Every context setting as our CLI's (and llama.cpp's) flags (``ContextSettings.args``)."""
+        return self.context.args()
+
+
+def server_context(runtime) -> ServerContext:
+    """How to start llama-server so it computes as ``runtime`` does: the physical batch our runtime uses,
+    flash attention and cache types as asked (``auto`` stays ``auto``), and ``-bs`` when it samples in the
+    graph."""
     asked = getattr(runtime, "asked", None) or ContextSettings()
-    return replace(asked, n_ubatch=int(runtime.n_ubatch))
+    return ServerContext(replace(asked, n_ubatch=int(runtime.n_ubatch)),
+                         getattr(runtime, "graph_figures", None) is not None)
 
 
 def context_server_args(runtime) -> list[str]:
-    """llama-server's flags that give it ``runtime``'s context settings (``-ub``, ``-fa``, ``-ctk``,
-    ``-ctv``; only those that are not its defaults), so both compute alike."""
+    """llama-server's flags that give it ``runtime``'s settings (``-ub``, ``-fa``, ``-ctk``, ``-ctv``, only
+    those that are not its defaults; ``-bs``), so both compute alike."""
     return server_context(runtime).server_args()
 
 
