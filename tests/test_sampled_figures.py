@@ -16,6 +16,7 @@ import pytest
 from inspector.bench.server_process import LlamaServerProcess
 from inspector.engine import Generation, GenerationSettings, RuntimeScheduler
 from inspector.engine.errors import EngineError
+from inspector.engine.settings import SamplingSettings
 from inspector.engine.probabilities import summarise_rows
 from inspector.engine.sampled_rows import STATS, row_from_outputs, sampled_figures
 from inspector.llama.runtime import LlamaRuntime
@@ -149,5 +150,25 @@ def test_plain_greedy_output_sampled_in_the_graph_equals_llama_server_with_bs(mo
             assert server.argv[-1] == "-bs", server.argv
             theirs = list(server.client.complete(tokens, 24).tokens)
         assert g.generated and g.generated == theirs
+    finally:
+        rt.close()
+
+
+def test_the_c_reading_of_a_verify_batch_equals_the_pure_reference_exactly(model_path):
+    rt = LlamaRuntime(model_path, n_ctx=256, n_batch=64, n_seq_max=1, n_threads=1)
+    try:
+        rt.sample_in_graph(6)
+        sid = rt.open_session(SamplingSettings())
+        tokens = rt.prompt_tokens("Name three colours of the rainbow.")
+        first = rt.prefill_predict(sid, tokens, 0)
+        rows = [first, 13, 42, first, 7]  # a proposal of 4 tokens, some surely rejected
+        predictions = rt.decode_rows(sid, rows, len(tokens))
+        g = rt.graph_figures
+        got = g.figures(range(5), rows[1:], predictions, 6)
+        want = sampled_figures(g.rows(range(5)), rows[1:], predictions, 6)
+        assert got == want and got.rows == 5 and got.proposed_rank[-1] is None
+        assert all(len(t) == 6 for t in got.top_tokens) and list(got.predicted_rank) == [1] * 5
+        with pytest.raises(EngineError, match="asked for"):
+            g.figures(range(5), rows[1:], predictions, 7)  # the sampler keeps 6
     finally:
         rt.close()

@@ -10,8 +10,8 @@ order): the greedy prediction the decode path takes (numpy's ``argmax``), the C 
 step's row and of a window's rows (``kernel_figures``, what a run uses), and numpy's (``summarise_rows`` with
 ``kernel=False``, the fallback and the reference).
 
-Backend sampling (llama.cpp's sampler chain in the graph, on the device that made the logits) is the other path
-the issue asks for; it is not built yet, so this table has the host path only.
+Backend sampling (``run -bs``: the figures' sums computed in llama.cpp's graph, on the device that made the logits)
+is the other path; it needs a model's graph, so ``inspector.bench.figures_paths`` measures it on real models.
 """
 
 from __future__ import annotations

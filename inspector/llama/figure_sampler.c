@@ -24,11 +24,15 @@
  *   llama_sampler_chain_add; the chain owns it (llama_sampler_free of the chain frees it).
  * set_proposed(sampler, ids): the proposed token of each output row of the sampler's sequence in the next decode
  *   (a sequence of int; ids outside 0..n_vocab-1 read as 0); resets the cursor.
+ * figures(ctx, outputs, rows, proposed, predictions, top) -> the figures' columns of the last decode's output rows
+ *   ``rows`` from what the sampler left (below; as figure_kernel.figures gives them); RuntimeError for a row
+ *   without them.
  * STATS: the number of values after the k candidates' logits in a row's logits (5: m, z, s, x_p, greater).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +93,10 @@ static T *(*g_set_name)(T *, const char *);
 static int64_t (*g_nelements)(const T *);
 static void (*g_tensor_set)(T *, const void *, size_t, size_t);
 static struct llama_sampler *(*l_sampler_init)(struct llama_sampler_i *, void *);
+static int32_t *(*l_candidates)(void *, int32_t);
+static uint32_t (*l_candidates_count)(void *, int32_t);
+static float *(*l_logits)(void *, int32_t);
+static uint32_t (*l_logits_count)(void *, int32_t);
 
 typedef struct {
     int k;
@@ -219,6 +227,10 @@ static PyObject *bind(PyObject *self, PyObject *args) {
         {g, "ggml_set_name", (void **)&g_set_name},   {g, "ggml_nelements", (void **)&g_nelements},
         {g, "ggml_backend_tensor_set", (void **)&g_tensor_set},
         {l, "llama_sampler_init", (void **)&l_sampler_init},
+        {l, "llama_get_sampled_candidates_ith", (void **)&l_candidates},
+        {l, "llama_get_sampled_candidates_count_ith", (void **)&l_candidates_count},
+        {l, "llama_get_sampled_logits_ith", (void **)&l_logits},
+        {l, "llama_get_sampled_logits_count_ith", (void **)&l_logits_count},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (resolve(table[i].lib, table[i].name, table[i].slot) != 0) return NULL;
@@ -282,10 +294,161 @@ static PyObject *set_proposed(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* x rounded to 4 significant digits by CPython's float <-> text calls (as figure_kernel.c and the Python path). */
+static PyObject *rounded(double x) {
+    char *text = PyOS_double_to_string(x, 'g', 4, 0, NULL);
+    if (text == NULL) return NULL;
+    double back = PyOS_string_to_double(text, NULL, NULL);
+    PyMem_Free(text);
+    if (back == -1.0 && PyErr_Occurred()) return NULL;
+    return PyFloat_FromDouble(back);
+}
+
+static int read_ints(PyObject *seq, int32_t **out, Py_ssize_t *n) {
+    PyObject *fast = PySequence_Fast(seq, "figure_sampler: token ids and rows must be sequences");
+    if (fast == NULL) return -1;
+    *n = PySequence_Fast_GET_SIZE(fast);
+    *out = PyMem_Malloc((*n > 0 ? *n : 1) * sizeof(int32_t));
+    if (*out == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        (*out)[i] = (int32_t)v;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* figures(ctx, outputs, rows, proposed, predictions, top): the softmax figures' columns of the last decode's output
+ * rows ``rows`` (0 = its first; llama.cpp's index r - outputs) from what the sampler left, as figure_kernel.figures
+ * gives them (proposed_p, proposed_rank, predicted_p, top_tokens, top_p, entropy, margin, predicted_rank; the same
+ * expressions, rounded alike): the candidates sorted largest first, ties to the lower id; a proposed token among
+ * them takes its place, else the graph's count of logits above it + 1. RuntimeError for a row the graph left
+ * nothing for, fewer candidates than max(2, top) or a prediction outside them. */
+static PyObject *figures(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ctx_arg, *rows_arg, *prop_arg, *pred_arg, *result = NULL, *cols[8] = {NULL};
+    int outputs, top;
+    if (!PyArg_ParseTuple(args, "OiOOOi", &ctx_arg, &outputs, &rows_arg, &prop_arg, &pred_arg, &top)) return NULL;
+    if (l_candidates == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "figure_sampler: bind() first");
+        return NULL;
+    }
+    void *ctx = PyLong_AsVoidPtr(ctx_arg);
+    if (ctx == NULL && PyErr_Occurred()) return NULL;
+    int32_t *rows = NULL, *prop = NULL, *pred = NULL;
+    Py_ssize_t n = 0, n_prop = 0, n_pred = 0;
+    const int k = top > 2 ? top : 2;
+    if (read_ints(rows_arg, &rows, &n) || read_ints(prop_arg, &prop, &n_prop) || read_ints(pred_arg, &pred, &n_pred))
+        goto done;
+    if (n_pred != n || n_prop > n) {
+        PyErr_Format(PyExc_RuntimeError, "figure_sampler.figures: %zd rows need %zd predictions and at most as many "
+                     "proposal tokens, observed %zd and %zd", n, n, n_pred, n_prop);
+        goto done;
+    }
+    for (int c = 0; c < 8; c++)
+        if ((cols[c] = PyTuple_New(n)) == NULL) goto done;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        const int32_t at = rows[r] - outputs;
+        const int32_t *cand = l_candidates(ctx, at);
+        const float *vals = l_logits(ctx, at);
+        const uint32_t nc = l_candidates_count(ctx, at), nv = l_logits_count(ctx, at);
+        if (cand == NULL || vals == NULL || nc > MAX_K || nv != nc + STATS || (int)nc < k) {
+            PyErr_Format(PyExc_RuntimeError, "llama.cpp left no figures for row %d of the last decode (backend "
+                         "sampling: %u candidates, %u values, %d asked for)", rows[r], nc, nv, k);
+            goto done;
+        }
+        int order[MAX_K];
+        for (uint32_t j = 0; j < nc; j++) { /* insertion sort: largest logit first, ties to the lower id */
+            int at_j = (int)j;
+            while (at_j > 0 && (vals[j] > vals[order[at_j - 1]] ||
+                                (vals[j] == vals[order[at_j - 1]] && cand[j] < cand[order[at_j - 1]]))) {
+                order[at_j] = order[at_j - 1];
+                at_j--;
+            }
+            order[at_j] = (int)j;
+        }
+        const double m = vals[nc], z = vals[nc + 1], sums = vals[nc + 2], xp = vals[nc + 3];
+        const long greater = (long)vals[nc + 4];
+        PyObject *ids = PyTuple_New(k), *ps = PyTuple_New(k);
+        if (ids == NULL || ps == NULL) {
+            Py_XDECREF(ids);
+            Py_XDECREF(ps);
+            goto done;
+        }
+        PyTuple_SET_ITEM(cols[3], r, ids);
+        PyTuple_SET_ITEM(cols[4], r, ps);
+        for (int j = 0; j < k; j++) {
+            PyObject *a = PyLong_FromLong(cand[order[j]]), *b = rounded(exp((double)vals[order[j]] - m) / z);
+            if (a == NULL || b == NULL) {
+                Py_XDECREF(a);
+                Py_XDECREF(b);
+                goto done;
+            }
+            PyTuple_SET_ITEM(ids, j, a);
+            PyTuple_SET_ITEM(ps, j, b);
+        }
+        long pred_rank = 0, prop_rank = 0;
+        double pred_logit = 0.0, prop_logit = xp;
+        for (uint32_t j = 0; j < nc; j++) {
+            if (cand[order[j]] == pred[r] && pred_rank == 0) {
+                pred_rank = (long)j + 1;
+                pred_logit = vals[order[j]];
+            }
+            if (r < n_prop && cand[order[j]] == prop[r] && prop_rank == 0) {
+                prop_rank = (long)j + 1;
+                prop_logit = vals[order[j]];
+            }
+        }
+        if (pred_rank == 0) {
+            PyErr_Format(PyExc_RuntimeError, "row %d's prediction %d is not among the graph's candidates", rows[r],
+                         pred[r]);
+            goto done;
+        }
+        if (r < n_prop && prop_rank == 0) prop_rank = greater + 1;
+        const double ent = log(z) - sums / z;
+        PyObject *items[6];
+        items[0] = r < n_prop ? rounded(exp(prop_logit - m) / z) : (Py_INCREF(Py_None), Py_None);
+        items[1] = r < n_prop ? PyLong_FromLong(prop_rank) : (Py_INCREF(Py_None), Py_None);
+        items[2] = rounded(exp(pred_logit - m) / z);
+        items[3] = rounded(ent > 0.0 ? ent : 0.0);
+        items[4] = rounded((double)vals[order[0]] - (double)vals[order[1]]);
+        items[5] = PyLong_FromLong(pred_rank);
+        static const int where[6] = {0, 1, 2, 5, 6, 7};
+        int failed = 0;
+        for (int c = 0; c < 6; c++) {
+            if (items[c] == NULL) failed = 1;
+            else PyTuple_SET_ITEM(cols[where[c]], r, items[c]);
+        }
+        if (failed) goto done;
+    }
+    result = PyTuple_New(8);
+    if (result != NULL)
+        for (int c = 0; c < 8; c++) {
+            PyTuple_SET_ITEM(result, c, cols[c]);
+            cols[c] = NULL;
+        }
+done:
+    for (int c = 0; c < 8; c++) Py_XDECREF(cols[c]);
+    PyMem_Free(rows);
+    PyMem_Free(prop);
+    PyMem_Free(pred);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, "bind(ggml_base_path, llama_path): resolve llama.cpp's functions"},
     {"new", new_sampler, METH_VARARGS, "new(k) -> the address of a new figures sampler keeping k candidates"},
     {"set_proposed", set_proposed, METH_VARARGS, "set_proposed(sampler, ids): each output row's proposed token"},
+    {"figures", figures, METH_VARARGS,
+     "figures(ctx, outputs, rows, proposed, predictions, top) -> the softmax figures' columns of those output rows"},
     {NULL, NULL, 0, NULL},
 };
 

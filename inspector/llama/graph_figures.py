@@ -9,7 +9,9 @@ inside the graph and copies only those to the host, not the row's logits (``need
 src/llama-context.cpp): ``predictions`` reads the argmax (``llama_get_sampled_token_ith``), ``rows`` the sums
 (``llama_get_sampled_candidates_ith`` / ``_logits_ith``; ``inspector.engine.sampled_rows``). ``propose`` tells
 the sampler each row's proposed token before the decode (its rank and probability are computed in the graph
-too). ``detach`` gives the sequence back to the host path (the chain is freed; llama.cpp aborts when a chain it
+too). ``figures`` turns a decode's rows into ``WindowProbabilities`` in C (``figure_sampler.figures``: the same
+expressions as ``inspector.engine.sampled_rows.sampled_figures``, the pure reference it is tested against, without
+Python's cost per row right after a decode). ``detach`` gives the sequence back to the host path (the chain is freed; llama.cpp aborts when a chain it
 initialised is set again, so every ``attach`` makes a new one).
 
 Only greedy sessions without a grammar, logit bias or penalties sample on the backend: their prediction is the
@@ -25,6 +27,7 @@ import os
 import llama_cpp
 
 from inspector.engine.errors import EngineError
+from inspector.engine.probabilities import SOFTMAX, WindowProbabilities
 from inspector.engine.sampled_rows import SampledRow, row_from_outputs
 
 try:
@@ -63,6 +66,7 @@ class GraphFigures:
         if not 2 <= k <= MAX_K:
             raise EngineError(f"backend sampling keeps 2..{MAX_K} top tokens a row, observed {k}")
         self.ctx, self.k = ctx, k
+        self._ctx_address = ctypes.cast(ctx, ctypes.c_void_p).value
         self.outputs = 0
         """Output rows of the last decode (the runtime sets it): output row r is llama.cpp's index r - outputs
         (its negative indices count output rows from the end; its others are batch positions)."""
@@ -106,6 +110,17 @@ class GraphFigures:
         if any(t < 0 for t in out):
             raise EngineError("llama.cpp sampled no token for a row of the last decode (backend sampling)")
         return out
+
+    def figures(self, rows, proposed, predictions, top: int) -> WindowProbabilities:
+        """The softmax figures of the last decode's output rows ``rows`` (0 = its first, in order; arguments as
+        ``sampled_figures``), computed in C from what the graph left. Raises ``EngineError`` for a row without
+        them, more top tokens than the sampler keeps, or a prediction outside the candidates."""
+        try:
+            cols = figure_sampler.figures(self._ctx_address, self.outputs, rows, proposed, predictions, top)
+        except RuntimeError as exc:
+            raise EngineError(str(exc)) from None
+        p_prop, r_prop, p_pred, tokens, top_p, entropy, margin, ranks = cols
+        return WindowProbabilities(SOFTMAX, p_prop, r_prop, p_pred, tokens, top_p, entropy, margin, None, ranks)
 
     def rows(self, rows) -> list[SampledRow]:
         """The figures' sums of the last decode's output rows ``rows`` (0 = its first output row, in order)."""

@@ -19,7 +19,6 @@ from typing import Callable, Sequence
 
 from inspector.engine.errors import DecodeAborted, DecodeFailed, EngineError
 from inspector.engine.probabilities import TOP, WindowProbabilities, summarise_rows
-from inspector.engine.sampled_rows import sampled_figures
 from inspector.engine.settings import SamplingSettings
 from inspector.engine.tree import depths, row_branches
 from inspector.llama.model_file import ModelInfo, check_gguf
@@ -416,8 +415,8 @@ class LlamaRuntime:
         ``probability_ns`` and the rows summarised to ``probability_rows`` (benchmarks)."""
         t = time.perf_counter_ns()
         if self.logits.on_device:  # sample_in_graph: the graph's sums, not the logits
-            picked = list(range(n)) if rows is None else list(rows)
-            out = sampled_figures(self.graph_figures.rows(picked), proposed, predictions, top)
+            picked = range(n) if rows is None else rows
+            out = self.graph_figures.figures(picked, proposed, predictions, top)
             self.probability_ns += time.perf_counter_ns() - t
             self.probability_rows += len(picked)
             return out
