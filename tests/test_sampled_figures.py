@@ -11,6 +11,7 @@ import json
 import math
 
 import numpy as np
+import openai
 import pytest
 
 from inspector.bench.server_process import LlamaServerProcess
@@ -21,6 +22,8 @@ from inspector.engine.probabilities import summarise_rows
 from inspector.engine.sampled_rows import STATS, row_from_outputs, sampled_figures
 from inspector.llama.runtime import LlamaRuntime
 from inspector.llama.server_parity import server_context
+from inspector.serve.server import InspectorServer
+from serve_helpers import ask_at_once, serve_options, wait_done
 from test_cli import COPY_PROMPT, cli, one_clear_line
 
 
@@ -172,3 +175,58 @@ def test_the_c_reading_of_a_verify_batch_equals_the_pure_reference_exactly(model
             g.figures(range(5), rows[1:], predictions, 7)  # the sampler keeps 6
     finally:
         rt.close()
+
+
+def _served(model_path, tmp_path, name: str, in_graph: bool) -> tuple[dict, list[dict]]:
+    """A 2-slot batched server (``serve -np 2``) on a runtime of its own, sampling in the graph or not: two greedy
+    chat requests at once, then the same two one after the other (each step then holds one request's rows, so
+    the arithmetic is the same on both servers), then one asking for logprobs. Returns the texts (by prompt, then
+    the logprobs) and the receipts documents of the requests sent alone."""
+    rt = LlamaRuntime(model_path, n_ctx=1024, n_batch=256, n_seq_max=2, n_threads=1)
+    try:
+        if in_graph:
+            rt.sample_in_graph(64)
+        server = InspectorServer(RuntimeScheduler(rt), str(model_path),
+                                 serve_options(tmp_path / name, n_parallel=2, metrics_endpoint=False))
+        server.start()
+        try:
+            assert server.wait_started(), "uvicorn did not start within 10 s"
+            replies, threads = ask_at_once(server.address, PROMPTS, max_tokens=24)
+            for t in threads:
+                t.join(60)
+            assert len(replies) == 2 and not [r for r in replies if isinstance(r, Exception)], replies
+            out = {"at once": sorted(r.choices[0].message.content for r in replies)}
+            wait_done(server, 2)
+            client = openai.OpenAI(base_url=server.address + "/v1", api_key="none", max_retries=0, timeout=60)
+            for text in PROMPTS:
+                out[text] = client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": text}], max_tokens=24,
+                    temperature=0).choices[0].message.content
+            logprobs = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=8, temperature=0,
+                logprobs=True, top_logprobs=3)
+            wait_done(server, 5)
+        finally:
+            server.stop()
+        out["logprobs"] = [(t.token, round(t.logprob, 3)) for t in logprobs.choices[0].logprobs.content]
+        docs = [json.loads(p.read_text()) for p in sorted((tmp_path / name / "served").glob("*.json"))]
+        return out, sorted(docs, key=lambda d: d["created"])[2:4]
+    finally:
+        rt.close()
+
+
+PROMPTS = ["Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
+           "List the numbers from one to twelve in words."]
+
+
+def test_a_batched_server_sampling_in_the_graph_answers_as_on_the_host(model_path, tmp_path):
+    host, host_docs = _served(model_path, tmp_path, "host", False)
+    graph, graph_docs = _served(model_path, tmp_path, "graph", True)
+    assert graph == host  # the texts at once and alone, and the logprobs (that request took the host path)
+    assert len(host_docs) == len(graph_docs) == 2
+    for a, b in zip(host_docs, graph_docs):
+        assert a["output"]["token_ids"] == b["output"]["token_ids"] and len(b["windows"]) > 0
+        assert b["model"]["llama_cpp"]["backend_sampling"] and not a["model"]["llama_cpp"]["backend_sampling"]
+        for (pa, x), (pb, y) in zip(_blocks(a), _blocks(b)):
+            assert pa == pb and all(_close(x[k], y[k]) for k in x), (pa, [(k, x[k], y[k]) for k in x
+                                                                          if not _close(x[k], y[k])])

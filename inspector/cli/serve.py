@@ -20,7 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from inspector.cli.common import RUNTIME_OPEN_ERRORS, EXIT_USAGE, UserError, fail, open_target_runtime, read_text, weight_type
+from inspector.cli.common import (RUNTIME_OPEN_ERRORS, EXIT_USAGE, UserError, add_backend_sampling_flag, fail,
+                                  open_target_runtime, read_text, weight_type)
 from inspector.cli.context import add_context_flags, add_n_ctx_flag, add_threads_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, signals_held
@@ -28,10 +29,12 @@ from inspector.cli.ranges import draft_max as draft_max_value, setting, whole_nu
 from inspector.cli.sampling import add_sampling_flags, sampling_from_args
 from inspector.cli.sources import SourceFlagError, add_source_flags, source_options_from_args
 from inspector.engine import GenerationSettings, RuntimeScheduler
+from inspector.engine.errors import EngineError
 
 from inspector.engine.settings import check_n_batch_for_source, requested_draft_max
 
 
+from inspector.llama.graph_figures import MAX_K as GRAPH_MAX_TOP
 from inspector.llama.template_override import override_chat_template, template_problem
 from inspector.receipts import ReceiptsFileError, write_document
 from inspector.serve.http_policy import CorsPolicy
@@ -114,6 +117,7 @@ def add_serve_command(sub) -> None:
                    metavar="MS", help="a proposal that arrives later is discarded (> 0) [2000]")
     s.add_argument("--no-probabilities", dest="probabilities", action="store_false",
                    help="keep no per-row probability figures (a request asking n_probs or logprobs still gets them)")
+    add_backend_sampling_flag(s)
     rec = s.add_argument_group("recording")
     rec.add_argument("--receipts-dir", type=Path, default=None, metavar="DIR",
                      help=f"one receipts document per request here [{default_receipts_dir()}]")
@@ -237,6 +241,12 @@ def cmd_serve(args) -> int:
                                       n_seq_max=args.n_parallel)
     except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
+    if args.backend_sampling:
+        try:  # every greedy request without n_probs samples in the graph, as llama-server -bs
+            runtime.sample_in_graph(GRAPH_MAX_TOP)
+        except EngineError as exc:
+            runtime.close()
+            return fail(str(exc))
     if template is not None:
         runtime.apply(override_chat_template, template) if hasattr(runtime, "apply") else \
             override_chat_template(runtime, template)

@@ -24,9 +24,9 @@
  *   llama_sampler_chain_add; the chain owns it (llama_sampler_free of the chain frees it).
  * set_proposed(sampler, ids): the proposed token of each output row of the sampler's sequence in the next decode
  *   (a sequence of int; ids outside 0..n_vocab-1 read as 0); resets the cursor.
- * figures(ctx, outputs, rows, proposed, predictions, top) -> the figures' columns of the last decode's output rows
- *   ``rows`` from what the sampler left (below; as figure_kernel.figures gives them); RuntimeError for a row
- *   without them.
+ * figures(ctx, base, rows, proposed, predictions, top) -> the figures' columns of the last decode's output rows
+ *   ``rows`` (llama.cpp's index base + row) from what the sampler left (below; as figure_kernel.figures gives
+ *   them); RuntimeError for a row without them.
  * STATS: the number of values after the k candidates' logits in a row's logits (5: m, z, s, x_p, greater).
  */
 #define PY_SSIZE_T_CLEAN
@@ -326,8 +326,9 @@ static int read_ints(PyObject *seq, int32_t **out, Py_ssize_t *n) {
     return 0;
 }
 
-/* figures(ctx, outputs, rows, proposed, predictions, top): the softmax figures' columns of the last decode's output
- * rows ``rows`` (0 = its first; llama.cpp's index r - outputs) from what the sampler left, as figure_kernel.figures
+/* figures(ctx, base, rows, proposed, predictions, top): the softmax figures' columns of the last decode's output
+ * rows ``rows`` (llama.cpp's index of row r is base + r: a batch position, or negative from the last output row)
+ * from what the sampler left, as figure_kernel.figures
  * gives them (proposed_p, proposed_rank, predicted_p, top_tokens, top_p, entropy, margin, predicted_rank; the same
  * expressions, rounded alike): the candidates sorted largest first, ties to the lower id; a proposed token among
  * them takes its place, else the graph's count of logits above it + 1. RuntimeError for a row the graph left
@@ -335,8 +336,8 @@ static int read_ints(PyObject *seq, int32_t **out, Py_ssize_t *n) {
 static PyObject *figures(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *ctx_arg, *rows_arg, *prop_arg, *pred_arg, *result = NULL, *cols[8] = {NULL};
-    int outputs, top;
-    if (!PyArg_ParseTuple(args, "OiOOOi", &ctx_arg, &outputs, &rows_arg, &prop_arg, &pred_arg, &top)) return NULL;
+    int base, top;
+    if (!PyArg_ParseTuple(args, "OiOOOi", &ctx_arg, &base, &rows_arg, &prop_arg, &pred_arg, &top)) return NULL;
     if (l_candidates == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "figure_sampler: bind() first");
         return NULL;
@@ -356,7 +357,7 @@ static PyObject *figures(PyObject *self, PyObject *args) {
     for (int c = 0; c < 8; c++)
         if ((cols[c] = PyTuple_New(n)) == NULL) goto done;
     for (Py_ssize_t r = 0; r < n; r++) {
-        const int32_t at = rows[r] - outputs;
+        const int32_t at = base + rows[r];
         const int32_t *cand = l_candidates(ctx, at);
         const float *vals = l_logits(ctx, at);
         const uint32_t nc = l_candidates_count(ctx, at), nv = l_logits_count(ctx, at);
@@ -448,7 +449,7 @@ static PyMethodDef methods[] = {
     {"new", new_sampler, METH_VARARGS, "new(k) -> the address of a new figures sampler keeping k candidates"},
     {"set_proposed", set_proposed, METH_VARARGS, "set_proposed(sampler, ids): each output row's proposed token"},
     {"figures", figures, METH_VARARGS,
-     "figures(ctx, outputs, rows, proposed, predictions, top) -> the softmax figures' columns of those output rows"},
+     "figures(ctx, base, rows, proposed, predictions, top) -> the softmax figures' columns of those output rows"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -67,9 +67,11 @@ class GraphFigures:
             raise EngineError(f"backend sampling keeps 2..{MAX_K} top tokens a row, observed {k}")
         self.ctx, self.k = ctx, k
         self._ctx_address = ctypes.cast(ctx, ctypes.c_void_p).value
-        self.outputs = 0
-        """Output rows of the last decode (the runtime sets it): output row r is llama.cpp's index r - outputs
-        (its negative indices count output rows from the end; its others are batch positions)."""
+        self.base = 0
+        """Where the last decode's rows of the session start (the runtime sets it): row r is llama.cpp's index
+        ``base + r``: the batch position of the session's first output row (the batched schedule's step), or minus
+        its output rows when the decode was the session's alone (llama.cpp's negative indices count output rows
+        from the last; its others are batch positions)."""
         self._chains: dict[int, tuple[object, int]] = {}
 
     def attach(self, sid: int) -> None:
@@ -105,8 +107,8 @@ class GraphFigures:
     def predictions(self, n: int) -> list[int]:
         """The argmax of each of the last decode's first ``n`` output rows, computed in the graph. Raises
         ``EngineError`` for a row the graph did not sample."""
-        get, last = llama_cpp.llama_get_sampled_token_ith, self.outputs
-        out = [get(self.ctx, i - last) for i in range(n)]
+        get, base = llama_cpp.llama_get_sampled_token_ith, self.base
+        out = [get(self.ctx, base + i) for i in range(n)]
         if any(t < 0 for t in out):
             raise EngineError("llama.cpp sampled no token for a row of the last decode (backend sampling)")
         return out
@@ -116,7 +118,7 @@ class GraphFigures:
         ``sampled_figures``), computed in C from what the graph left. Raises ``EngineError`` for a row without
         them, more top tokens than the sampler keeps, or a prediction outside the candidates."""
         try:
-            cols = figure_sampler.figures(self._ctx_address, self.outputs, rows, proposed, predictions, top)
+            cols = figure_sampler.figures(self._ctx_address, self.base, rows, proposed, predictions, top)
         except RuntimeError as exc:
             raise EngineError(str(exc)) from None
         p_prop, r_prop, p_pred, tokens, top_p, entropy, margin, ranks = cols
@@ -125,7 +127,7 @@ class GraphFigures:
     def rows(self, rows) -> list[SampledRow]:
         """The figures' sums of the last decode's output rows ``rows`` (0 = its first output row, in order)."""
         ctx, out = self.ctx, []
-        for i in (r - self.outputs for r in rows):
+        for i in (self.base + r for r in rows):
             cand = llama_cpp.llama_get_sampled_candidates_ith(ctx, i)
             vals = llama_cpp.llama_get_sampled_logits_ith(ctx, i)
             if not cand or not vals:

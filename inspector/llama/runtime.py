@@ -232,11 +232,8 @@ class LlamaRuntime:
         ``SamplingSettings`` and no penalties has each output row's prediction and probability figures
         (``top`` tokens kept) computed in llama.cpp's graph, on the device that computed the logits, and its
         logits stay there (``inspector.llama.graph_figures``). Sessions opened without settings (``None``:
-        the rollback and cost probes) and the others keep the host path. Raises ``EngineError`` when the
-        sampler cannot run here, ``top`` is out of its range, or the batched schedule runs (``steps``)."""
-        if self.steps is not None:
-            raise EngineError("backend sampling (-bs) takes one slot at a time: the batched schedule joins "
-                              "several sessions' rows in one decode")
+        the rollback and cost probes), reopened ``on_host`` and the others keep the host path. Raises
+        ``EngineError`` when the sampler cannot run here or ``top`` is out of its range."""
         self.graph_figures = GraphFigures(self.ctx, max(2, top))
         self.local_logits = False  # each plain step summarises its own row (deferred_figures.figure_batch)
 
@@ -248,7 +245,9 @@ class LlamaRuntime:
         return sid
 
     def _place_sampling(self, sid: int, sampling: SamplingSettings | None) -> None:
-        """Sample session ``sid`` in the graph or on the host (``sample_in_graph``'s rule)."""
+        """Sample session ``sid`` in the graph or on the host (``sample_in_graph``'s rule; ``sampling`` None: the
+        host). A session that stays in the graph keeps its chain (setting one makes llama.cpp reserve its graph
+        again at the next decode)."""
         g = self.graph_figures
         if g is None:
             return
@@ -258,12 +257,15 @@ class LlamaRuntime:
         else:
             g.detach(sid)
 
-    def reopen_session(self, sid: int, sampling: SamplingSettings, kept: int, tokens: Sequence[int]) -> int:
+    def reopen_session(self, sid: int, sampling: SamplingSettings, kept: int, tokens: Sequence[int],
+                       on_host: bool = False) -> int:
         """Keep positions ``0 .. kept - 1`` of session ``sid`` (``tokens[:kept]``), remove the rest and give it
         a new sampler: the next request of a served slot reuses its prompt cache (llama-server's
-        ``cache_prompt``; ``SessionTable.reopen_keeping``, its errors). Returns the KV length."""
+        ``cache_prompt``; ``SessionTable.reopen_keeping``, its errors). Returns the KV length. ``on_host``: its
+        rows stay on the host path even when ``sample_in_graph`` would take them (a request that wants the
+        logits: llama-server's ``n_probs`` before sampling)."""
         self.sessions.reopen_keeping(sid, sampling, kept, tokens)
-        self._place_sampling(sid, sampling)
+        self._place_sampling(sid, None if on_host else sampling)
         return self.kv_length(sid)
 
     def drop_session(self, sid: int) -> None:
@@ -286,20 +288,25 @@ class LlamaRuntime:
     # -- decoding ------------------------------------------------------------
     def _rows(self, sid: int, tokens: Sequence[int], position: int, all_logits: bool,
               abort: threading.Event | None) -> None:
-        """Decode one session's rows: alone, or in the batched schedule's step (``steps``)."""
+        """Decode one session's rows: alone, or in the batched schedule's step (``steps``). A session sampled in
+        the graph (``sample_in_graph``) tells its sampler each row's proposed token first, and where its rows are
+        after."""
+        g = self.graph_figures
+        on_device = g is not None and g.on(sid)
+        if on_device:
+            g.propose(sid, tokens[1:])  # row i judges proposal token i (the verification batch's next row)
         if self.steps is None:
             self.batch_rows.fill(sid, tokens, position, all_logits)
-            g = self.graph_figures
-            on_device = g is not None and g.on(sid)
-            if on_device:
-                g.propose(sid, tokens[1:])  # row i judges proposal token i (the verification batch's next row)
             self._decode(len(tokens), position, abort, sid)
             if on_device:
-                self.logits.on_device, g.outputs = True, len(tokens) if all_logits else 1
+                self.logits.on_device, g.base = True, -(len(tokens) if all_logits else 1)
             return
         self.batch_rows.check(sid, len(tokens), position, position + len(tokens))
         self.sessions.filled(sid, tokens, position)
-        join_step(self.steps, self.logits, sid, tokens, position, all_logits, abort)
+        joined = join_step(self.steps, self.logits, sid, tokens, position, all_logits, abort)
+        self.logits.on_device = on_device  # the step may hold other sessions' rows: this session's way is its own
+        if on_device:
+            g.base = joined.batch_first
 
     def decode_step(self, rows) -> None:
         """Decode one step of the batched schedule: ``rows`` (``BatchRow``, several sessions) in ONE
@@ -444,7 +451,7 @@ class LlamaRuntime:
             self.batch_rows.fill(sid, chunk, position + start, False)
             self._decode(len(chunk), position + start, None)
         if on_device:
-            self.logits.on_device, self.graph_figures.outputs = True, 1
+            self.logits.on_device, self.graph_figures.base = True, -1
 
     def prefill_predict(self, sid: int, tokens: Sequence[int], position: int) -> int:
         """``prefill`` ``tokens`` (>= 1) and return the session sampler's prediction from the last

@@ -182,13 +182,17 @@ class ServeSlot:
             self.cached = []
         return self.session
 
-    def _open_slot_session(self, settings: GenerationSettings, tokens: list[int], reuse: int) -> int:
-        """The slot's KV session with ``reuse`` prompt tokens kept and the request's sampler."""
+    def _open_slot_session(self, settings: GenerationSettings, tokens: list[int], reuse: int,
+                           on_host: bool = False) -> int:
+        """The slot's KV session with ``reuse`` prompt tokens kept and the request's sampler; ``on_host``: its rows
+        stay on the host path under ``serve -bs`` (a request asking for ``n_probs``, as llama-server samples such a
+        request on the host: tools/server/server-context.cpp 0c1e570, "pre sampling logits")."""
         if self.session is None:
             self._ensure_session(settings.sampling)
             reuse = 0
         sid, cached = self.session, self.cached
-        self.scheduler.execute("open", sid, lambda r: r.reopen_session(sid, settings.sampling, reuse, cached))
+        self.scheduler.execute("open", sid,
+                               lambda r: r.reopen_session(sid, settings.sampling, reuse, cached, on_host=on_host))
         return sid
 
     def _run(self, job: Job) -> None:
@@ -226,7 +230,7 @@ class ServeSlot:
             run.make_source()
             if self.pool.spec_max_active is not None and run.source is not None:
                 run.source = SpecGate(run.source, self.pool.generating, self.pool.spec_max_active)
-            sid = self._open_slot_session(settings, tokens, reuse)
+            sid = self._open_slot_session(settings, tokens, reuse, on_host=p.n_probs > 0)
         except (RunRefused, EngineError) as exc:
             run.close_source()
             self._end_unrun(job, "error", str(exc))
