@@ -88,6 +88,16 @@ class GraphFigures:
             raise EngineError("llama.cpp could not run the figures sampler on this model's output device")
         self._chains[sid] = (chain, sampler)
 
+    def place(self, sid: int, wanted: bool, sessions) -> None:
+        """Sample session ``sid`` in the graph when ``wanted`` and its sampling allows (greedy, no penalties, no
+        grammar or logit bias: ``sessions``, an ``inspector.llama.sessions.SessionTable``), else on the host. A
+        session that stays in the graph keeps its chain (setting one makes llama.cpp reserve its graph again at
+        the next decode)."""
+        if wanted and sessions.is_greedy(sid) and not sessions.has_penalties(sid) and sid not in sessions.constraints:
+            self.attach(sid)
+        else:
+            self.detach(sid)
+
     def detach(self, sid: int) -> None:
         """Give session ``sid`` back to the host path and free its chain (nothing when it had none)."""
         entry = self._chains.pop(sid, None)

@@ -241,21 +241,9 @@ class LlamaRuntime:
         """Open a session (a free KV sequence id) with its own sampler; its id (``EngineError``: all in use).
         With ``sample_in_graph`` on, a greedy session without penalties samples in the graph."""
         sid = self.sessions.open_free(sampling or SamplingSettings())
-        self._place_sampling(sid, sampling)
+        if self.graph_figures is not None:
+            self.graph_figures.place(sid, sampling is not None, self.sessions)
         return sid
-
-    def _place_sampling(self, sid: int, sampling: SamplingSettings | None) -> None:
-        """Sample session ``sid`` in the graph or on the host (``sample_in_graph``'s rule; ``sampling`` None: the
-        host). A session that stays in the graph keeps its chain (setting one makes llama.cpp reserve its graph
-        again at the next decode)."""
-        g = self.graph_figures
-        if g is None:
-            return
-        if sampling is not None and self.sessions.is_greedy(sid) and not self.sessions.has_penalties(sid) \
-                and sid not in self.sessions.constraints:
-            g.attach(sid)
-        else:
-            g.detach(sid)
 
     def reopen_session(self, sid: int, sampling: SamplingSettings, kept: int, tokens: Sequence[int],
                        on_host: bool = False) -> int:
@@ -265,7 +253,8 @@ class LlamaRuntime:
         rows stay on the host path even when ``sample_in_graph`` would take them (a request that wants the
         logits: llama-server's ``n_probs`` before sampling)."""
         self.sessions.reopen_keeping(sid, sampling, kept, tokens)
-        self._place_sampling(sid, None if on_host else sampling)
+        if self.graph_figures is not None:
+            self.graph_figures.place(sid, not on_host, self.sessions)
         return self.kv_length(sid)
 
     def drop_session(self, sid: int) -> None:
