@@ -26,6 +26,7 @@ from inspector.llama.devices import Offload, RpcUnavailable, rpc_supported
 from inspector.prompts import example_prompt
 from inspector.receipts import load_document
 from inspector.sources import NgramSource
+from figures_helpers import figures_close, probability_blocks
 from scenarios import ALTERNATE, Follower, NoEndOfTurn, first_window, run_resuming_after_each_error, assert_same_greedy_output
 
 
@@ -144,6 +145,27 @@ def test_each_fault_over_rpc_repairs_before_its_error_and_resume_matches_an_unin
     errors = run_resuming_after_each_error(g)
     assert plan.fired and len(errors) == 1
     assert g.generated == reference.generated
+
+
+@needs_rpc
+def test_backend_sampling_on_the_rpc_device_gives_the_host_paths_tokens_and_figures(rpc_server, tmp_path):
+    """-bs with every layer on the RPC server: the figures are computed where the logits are (the server's
+    device) and only they cross the connection; tokens and every row's figures as without -bs."""
+    docs = []
+    for name, extra in (("host.json", ()), ("graph.json", ("-bs",))):
+        out = tmp_path / name
+        p = subprocess.run([sys.executable, "-m", "inspector", "run", "--example", "copy-with-corrections", "--rpc",
+                            rpc_server, "-ngl", "99", "--threads", "1", "--max-tokens", "24", "--receipts", str(out),
+                            *extra], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        docs.append(load_document(out))
+    host, graph = docs
+    assert graph["model"]["llama_cpp"]["backend_sampling"] and "RPC0" in graph["model"]["layers"]
+    assert graph["output"]["token_ids"] == host["output"]["token_ids"]
+    a, b = probability_blocks(host), probability_blocks(graph)
+    assert len(a) == len(b) > 0
+    for (pa, x), (pb, y) in zip(a, b):
+        assert pa == pb and all(figures_close(x[k], y[k]) for k in x), (pa, x, y)
 
 
 @needs_rpc

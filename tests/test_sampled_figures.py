@@ -24,6 +24,7 @@ from inspector.llama.runtime import LlamaRuntime
 from inspector.llama.server_parity import server_context
 from inspector.serve.server import InspectorServer
 from serve_helpers import ask_at_once, serve_options, wait_done
+from figures_helpers import figures_close, probability_blocks
 from test_cli import COPY_PROMPT, cli, one_clear_line
 
 
@@ -75,33 +76,6 @@ def test_a_row_with_the_wrong_count_of_values_or_too_few_candidates_is_refused()
 # -- the real model -----------------------------------------------------------------------------------------
 
 
-def _blocks(doc: dict) -> list[tuple[str, dict]]:
-    """Every probabilities block of a receipts document, with where it is."""
-    out = []
-
-    def walk(o, path):
-        if isinstance(o, dict):
-            if "top_p" in o and "basis" in o:
-                out.append((path, o))
-                return
-            for k, v in o.items():
-                walk(v, f"{path}/{k}")
-        elif isinstance(o, list):
-            for i, v in enumerate(o):
-                walk(v, f"{path}[{i}]")
-
-    walk(doc, "")
-    return out
-
-
-def _close(a, b) -> bool:
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(_close(p, q) for p, q in zip(a, b))
-    if isinstance(a, float) or isinstance(b, float):
-        return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6)
-    return a == b
-
-
 def test_run_with_backend_sampling_gives_the_host_paths_tokens_windows_and_figures(tmp_path):
     docs = []
     for name, extra in (("host.json", ()), ("graph.json", ("-bs",))):
@@ -118,13 +92,13 @@ def test_run_with_backend_sampling_gives_the_host_paths_tokens_windows_and_figur
     assert [(w["base_position"], w["proposal_token_ids"], w["accepted_proposal_tokens"])
             for w in graph["windows"]] == [(w["base_position"], w["proposal_token_ids"],
                                             w["accepted_proposal_tokens"]) for w in host["windows"]]
-    a, b = _blocks(host), _blocks(graph)
+    a, b = probability_blocks(host), probability_blocks(graph)
     assert len(a) == len(b) and len(a) > len(host["windows"])  # the windows' and the plain steps' rows
     rows = 0
     for (pa, x), (pb, y) in zip(a, b):
         assert pa == pb and x.keys() == y.keys()
         for key in x:
-            assert _close(x[key], y[key]), (pa, key, x[key], y[key])
+            assert figures_close(x[key], y[key]), (pa, key, x[key], y[key])
         rows += len(x["predicted_p"])
     assert rows >= 48
 
@@ -227,6 +201,6 @@ def test_a_batched_server_sampling_in_the_graph_answers_as_on_the_host(model_pat
     for a, b in zip(host_docs, graph_docs):
         assert a["output"]["token_ids"] == b["output"]["token_ids"] and len(b["windows"]) > 0
         assert b["model"]["llama_cpp"]["backend_sampling"] and not a["model"]["llama_cpp"]["backend_sampling"]
-        for (pa, x), (pb, y) in zip(_blocks(a), _blocks(b)):
-            assert pa == pb and all(_close(x[k], y[k]) for k in x), (pa, [(k, x[k], y[k]) for k in x
-                                                                          if not _close(x[k], y[k])])
+        for (pa, x), (pb, y) in zip(probability_blocks(a), probability_blocks(b)):
+            assert pa == pb and all(figures_close(x[k], y[k]) for k in x), (pa, [(k, x[k], y[k]) for k in x
+                                                                          if not figures_close(x[k], y[k])])
