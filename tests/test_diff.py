@@ -164,3 +164,29 @@ def test_the_q8_0_form_of_the_model_names_the_weights_and_parts_where_the_token_
     else:  # other weights may pick other tokens: the diff names the first place they part, and its margins
         first = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
         assert d["parting"]["index"] == first and f"parts at generated token {first} " in p.stdout
+
+
+def test_ngram_against_suffix_on_the_bundled_conversation_gives_a_row_per_turn(tmp_path):
+    docs = {}
+    for source in ("ngram", "suffix"):
+        out = tmp_path / f"{source}.json"
+        p = cli("run", "--turns", "agent-edits", "--source", source, "--max-tokens", "12", "--threads", "1",
+                "--receipts", out)
+        assert p.returncode == 0, p.stderr
+        docs[source] = str(out)
+    p = cli("diff", docs["ngram"], docs["suffix"], "--json", tmp_path / "d.json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads((tmp_path / "d.json").read_text())
+    turns = [json.loads(open(docs[s]).read())["turns"] for s in ("ngram", "suffix")]
+    assert len(turns[0]) == len(turns[1]) >= 2
+    # A turn's prompt holds the turns before it: where an output parts (a near-tie), the later prompts differ
+    # and those turns stand unmatched; up to there, turn i pairs with turn i.
+    parted = next((i for i, (x, y) in enumerate(zip(*turns)) if x["output"]["token_ids"] != y["output"]["token_ids"]),
+                  len(turns[0]) - 1)
+    assert len(d["pairs"]) >= parted + 1 and p.stdout.count("== request") == len(d["pairs"])
+    for i, pair in enumerate(d["pairs"][:parted + 1]):  # each names the source and compares the outputs
+        assert ("source", "ngram", "suffix") in [(s["name"], s["a"], s["b"]) for s in pair["setup"]]
+        ta, tb = (t[i]["output"]["token_ids"] for t in turns)
+        assert pair["outputs_equal"] == (ta == tb)
+    if parted == len(turns[0]) - 1:
+        assert d["a_unmatched"] == d["b_unmatched"] == [] and len(d["pairs"]) == len(turns[0])

@@ -169,6 +169,31 @@ def test_backend_sampling_on_the_rpc_device_gives_the_host_paths_tokens_and_figu
 
 
 @needs_rpc
+def test_diff_of_an_rpc_run_against_a_local_one_names_where_the_layers_went(rpc_server, tmp_path):
+    runs = {}
+    for name, extra in (("local.json", ()), ("rpc.json", ("--rpc", rpc_server, "-ngl", "99"))):
+        out = tmp_path / name
+        p = subprocess.run([sys.executable, "-m", "inspector", "run", "--example", "copy-with-corrections",
+                            "--threads", "1", "--max-tokens", "24", "--receipts", str(out), *extra],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        runs[name] = out
+    p = subprocess.run([sys.executable, "-m", "inspector", "diff", str(runs["local.json"]), str(runs["rpc.json"]),
+                        "--json", str(tmp_path / "d.json")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    pair = json.loads((tmp_path / "d.json").read_text())["pairs"][0]
+    setup = {s["name"]: (s["a"], s["b"]) for s in pair["setup"]}
+    local, remote = (load_document(runs[n]) for n in ("local.json", "rpc.json"))
+    assert setup["layers"] == (local["model"]["layers"], remote["model"]["layers"]) and "RPC0" in setup["layers"][1]
+    ta, tb = local["output"]["token_ids"], remote["output"]["token_ids"]
+    assert pair["outputs_equal"] == (ta == tb)
+    if ta != tb:  # another device's arithmetic may flip a near-tie: the diff names where
+        first = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+        assert pair["parting"]["index"] == first
+    assert "decode tokens/s" in {f["name"] for f in pair["figures"]}
+
+
+@needs_rpc
 def test_an_unreachable_server_is_a_clear_error_within_seconds(model_path):
     from inspector.llama.remote import RemoteRuntime
 
