@@ -59,6 +59,18 @@ def test_the_setup_names_what_differs_in_order():
                                                                              ("source", "ngram", "suffix")]
 
 
+def test_the_machine_and_the_build_are_named_when_they_differ_and_unrecorded_reads_as_dash():
+    a, b = _doc([1]), _doc([1])
+    a["model"]["machine"] = {"cpu": "AMD EPYC", "logical_cores": 2, "llama_cpp_python": "0.3.36",
+                             "llama_cpp_system_info": "CPU : AVX2 = 1 |"}
+    b["model"]["machine"] = {**a["model"]["machine"], "cpu": "Apple M2", "llama_cpp_system_info": "CPU : NEON = 1 |"}
+    assert [(s.name, s.a, s.b) for s in setup_differences(a, b)] == [
+        ("llama.cpp features", "CPU : AVX2 = 1 |", "CPU : NEON = 1 |"), ("CPU", "AMD EPYC", "Apple M2")]
+    older = _doc([1])  # a file of schema v3 names no machine
+    assert ("CPU", None, "AMD EPYC") in [(s.name, s.a, s.b) for s in setup_differences(older, a)]
+    assert "CPU" in format_diff(diff_documents(older, a)) and "-  ->  AMD EPYC" in format_diff(diff_documents(older, a))
+
+
 def test_windows_at_the_same_position_that_gained_and_lost_are_ranked_by_the_change():
     a = _doc([1], windows=[_window(10, 1), _window(20, 4), _window(30, 2), _window(40, 0)])
     b = _doc([1], windows=[_window(10, 4), _window(20, 1), _window(30, 3), _window(50, 4)])

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from inspector.receipts import ReceiptsFileError, load_document
+from inspector.receipts.document import version_note
 
 V1 = Path(__file__).parent / "data" / "receipts-v1.json"
 
@@ -138,6 +139,26 @@ def test_a_summary_that_counts_other_windows_is_refused(tmp_path):
 
 def test_the_bundled_v1_document_still_loads():
     assert len(load_document(V1)["windows"]) == 5
+
+
+def test_a_v3_document_written_before_the_machine_block_still_loads_and_says_its_version(tmp_path):
+    v3 = Path(__file__).parent / "data" / "receipts-v3.json"  # a real run's document, written by schema v3's code
+    doc = load_document(v3)
+    assert doc["schema_version"] == 3 and "machine" not in doc["model"] and doc["windows"]
+    assert version_note(doc) == "receipts schema v3"
+    p = cli("view", v3, "--windows")
+    assert p.returncode == 0 and len(p.stdout.splitlines()) > len(doc["windows"]), p.stderr
+
+
+def test_a_new_documents_model_names_its_machine_in_schema_v4(tmp_path):
+    out = tmp_path / "r.json"
+    p = cli("run", "--prompt", "Name two colours.", "--max-tokens", "4", "--threads", "1", "--receipts", out)
+    assert p.returncode == 0, p.stderr
+    doc = load_document(out)
+    machine = doc["model"]["machine"]
+    assert doc["schema_version"] == 4 and machine["logical_cores"] >= 1
+    assert machine["llama_cpp_python"] and "CPU" in machine["llama_cpp_system_info"] and machine["os"]
+    assert doc["model"]["llama_cpp"]["backend_sampling"] is False
 
 
 # -- conversation documents ------------------------------------------------------------------------

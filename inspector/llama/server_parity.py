@@ -14,6 +14,7 @@ from typing import Callable
 
 from inspector.engine.llama_settings import SERVER_N_UBATCH, context_object_settings
 from inspector.llama.context_settings import ContextSettings
+from inspector.llama.machine import machine_facts
 
 LLAMA_CPP_COMMIT = "0c1e570"
 """The llama.cpp commit llama-cpp-python 0.3.36 vendors (its sdist's ``vendor/llama.cpp``): our
@@ -144,6 +145,7 @@ def describe_runtime(runtime) -> dict:
         "n_threads": rt.n_threads,
         "weights": rt.info.main_weight_type,
         "layers": rt.layers,
+        "machine": machine_facts(),
         **({"offload": rt.offload.to_json()} if not rt.offload.default else {}),
         **({"devices": [d.to_json() for d in rt.rpc_devices]} if rt.rpc_devices else {}),
         **({"offload_note": rt.offload_note} if rt.offload_note else {}),

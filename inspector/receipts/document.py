@@ -23,11 +23,12 @@ from inspector.llama.model_file import file_sha256
 from inspector.receipts.consistency import InconsistentDocument, check_consistency, non_finite_message, non_finite_path
 
 SCHEMA_ID = "spec-inspector/receipts"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version written. 2 adds per-row probabilities (``inspector.engine.probabilities``); 3 adds a window's
-optional ``grammar_rejected_row`` (``inspector.engine.constraints``); version-1 and -2 files still validate
-and open (``READABLE_VERSIONS``)."""
-READABLE_VERSIONS = (1, 2, 3)
+optional ``grammar_rejected_row`` (``inspector.engine.constraints``); 4 the model's ``machine`` block
+(``inspector.llama.machine``) and ``llama_cpp.backend_sampling``; files of versions 1-3 still validate and open
+(``READABLE_VERSIONS``)."""
+READABLE_VERSIONS = (1, 2, 3, 4)
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
 DEFINITIONS = {
@@ -125,7 +126,7 @@ def version_note(doc: dict) -> str:
     v = doc.get("schema_version")
     if v == 1:
         return "receipts schema v1 (no per-row probabilities)"
-    if v in (2, 3) and not doc.get("settings", {}).get("probabilities", True):
+    if v in (2, 3, 4) and not doc.get("settings", {}).get("probabilities", True):
         return f"receipts schema v{v} (probabilities were turned off for this run)"
     return f"receipts schema v{v}"
 
