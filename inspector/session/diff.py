@@ -79,6 +79,21 @@ class WindowChange:
 
 
 @dataclass(frozen=True)
+class AlignedWindow:
+    """One KV position where either run began a window (its main session's first window there): each run's
+    (proposed, accepted) proposal tokens there, None where it began none."""
+
+    base_position: int
+    a: tuple[int, int] | None
+    b: tuple[int, int] | None
+
+    @property
+    def change(self) -> int | None:
+        """B's accepted tokens minus A's, None unless both began a window here."""
+        return self.b[1] - self.a[1] if self.a is not None and self.b is not None else None
+
+
+@dataclass(frozen=True)
 class RunDiff:
     """``diff_documents``' answer (module docstring)."""
 
@@ -212,17 +227,24 @@ def _by_position(a: dict, b: dict) -> tuple[Figure, ...]:
                  for i in range(max(len(pa), len(pb))))
 
 
-def _window_changes(a: dict, b: dict) -> tuple[tuple[WindowChange, ...], tuple[WindowChange, ...]]:
-    """The windows at the same KV position (the main session's, first window there) that gained and lost the
-    most accepted tokens, ``MOST_CHANGED`` each, largest change first."""
-    def at(doc: dict) -> dict[int, int]:
-        out: dict[int, int] = {}
+def aligned_windows(a: dict, b: dict) -> tuple[AlignedWindow, ...]:
+    """Both runs' windows side by side by the KV position they began at (``AlignedWindow``), in position order:
+    the Windows tables of the window's comparison, and the gained and lost windows."""
+    def at(doc: dict) -> dict[int, tuple[int, int]]:
+        out: dict[int, tuple[int, int]] = {}
         for w in doc["windows"]:
-            out.setdefault(int(w["base_position"]), int(w["accepted_proposal_tokens"]))
+            proposed = int(w.get("proposal_token_count", len(w.get("proposal_token_ids") or ())))
+            out.setdefault(int(w["base_position"]), (proposed, int(w["accepted_proposal_tokens"])))
         return out
 
     wa, wb = at(a), at(b)
-    changes = [WindowChange(p, wa[p], wb[p]) for p in sorted(wa.keys() & wb.keys()) if wa[p] != wb[p]]
+    return tuple(AlignedWindow(p, wa.get(p), wb.get(p)) for p in sorted(wa.keys() | wb.keys()))
+
+
+def _window_changes(a: dict, b: dict) -> tuple[tuple[WindowChange, ...], tuple[WindowChange, ...]]:
+    """The windows at the same KV position (``aligned_windows``) that gained and lost the most accepted tokens,
+    ``MOST_CHANGED`` each, largest change first."""
+    changes = [WindowChange(w.base_position, w.a[1], w.b[1]) for w in aligned_windows(a, b) if w.change]
     gained = sorted((c for c in changes if c.change > 0), key=lambda c: (-c.change, c.base_position))
     lost = sorted((c for c in changes if c.change < 0), key=lambda c: (c.change, c.base_position))
     return tuple(gained[:MOST_CHANGED]), tuple(lost[:MOST_CHANGED])

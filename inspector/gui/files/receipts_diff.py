@@ -2,8 +2,9 @@
 
 ``ReceiptsComparison`` reads the other document and makes the shown session's (``FileActions.shown_document``) on
 a background thread, pairs their requests by prompt and compares the first pair (``inspector.session.diff``, what
-``spec-inspector diff`` prints); ``DiffDialog`` shows it: what differs in the setup, both outputs one above the
-other with the token where they part marked, and the figures side by side with B / A.
+``spec-inspector diff`` prints); ``DiffDialog`` shows it: what differs in the setup, then in tabs both outputs one
+above the other with the token where they part marked, the windows aligned by KV position with each one's change
+(``inspector.gui.files.diff_views``), the figures side by side with B / A, and A's and B's statistics overlaid.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QLabel, QTableWidget, QTableWidgetItem,
-                               QTextEdit, QVBoxLayout)
+                               QTabWidget, QTextEdit, QVBoxLayout, QWidget)
 
+from inspector.gui.files.diff_views import AlignedWindowsTable, ComparisonPlots
 from inspector.gui.files.session_store import BackgroundJob
 from inspector.gui.model.window_model import WindowModel
 from inspector.receipts import load_document
-from inspector.session.diff import (RunDiff, diff_documents, matched_requests, parting_side, requests_of,
-                                    value_text)
+from inspector.session.diff import (AlignedWindow, RunDiff, aligned_windows, diff_documents, matched_requests,
+                                    parting_side, requests_of, value_text)
 
 PART_COLOUR = "#ffd7a8"
 """The background of the token where the outputs part (and of what follows it on the other side)."""
@@ -29,13 +31,14 @@ PART_COLOUR = "#ffd7a8"
 @dataclass(frozen=True)
 class Comparison:
     """The shown run (A) against a receipts file (B): the first pair of requests with the same prompt, its diff,
-    both requests' output token texts, and how many pairs there were."""
+    both requests' output token texts, their windows aligned by KV position, and how many pairs there were."""
 
     path: str
     diff: RunDiff
     a_texts: tuple[str, ...]
     b_texts: tuple[str, ...]
     pairs: int
+    windows: tuple[AlignedWindow, ...] = ()
 
 
 def compare_documents(a: dict, b: dict, path: str) -> Comparison:
@@ -45,7 +48,7 @@ def compare_documents(a: dict, b: dict, path: str) -> Comparison:
     i, j = pairs[0]
     ra, rb = requests_of(a)[i], requests_of(b)[j]
     return Comparison(path, diff_documents(ra, rb), tuple(ra["output"].get("token_texts") or ()),
-                      tuple(rb["output"].get("token_texts") or ()), len(pairs))
+                      tuple(rb["output"].get("token_texts") or ()), len(pairs), aligned_windows(ra, rb))
 
 
 def output_html(texts, part: int | None) -> str:
@@ -60,8 +63,9 @@ def output_html(texts, part: int | None) -> str:
 
 
 class DiffDialog(QDialog):
-    """A ``Comparison``: the setup that differs, the two outputs (A above B) with the parting marked, and the
-    figures with B / A (a table). Not modal."""
+    """A ``Comparison``: the setup that differs, then tabs: the two outputs (A above B) with the parting marked,
+    the windows aligned by KV position (``AlignedWindowsTable``), the figures with B / A (a table), and A's and
+    B's statistics overlaid (``ComparisonPlots``). Not modal."""
 
     def __init__(self, parent, c: Comparison, a_name: str) -> None:
         super().__init__(parent)
@@ -85,13 +89,20 @@ class DiffDialog(QDialog):
         self.outputs = []
         layout = QVBoxLayout(self)
         layout.addWidget(self.headline)
+        self.tabs = QTabWidget()
+        outputs = QWidget()
+        column = QVBoxLayout(outputs)
         for name, texts in (("A", c.a_texts), ("B", c.b_texts)):
             view = QTextEdit()
             view.setReadOnly(True)
             view.setHtml(f"<b>{name}</b> " + output_html(texts, part))
             view.setMinimumHeight(60)
             self.outputs.append(view)
-            layout.addWidget(view, 1)
+            column.addWidget(view, 1)
+        self.tabs.addTab(outputs, "Outputs")
+        self.windows = AlignedWindowsTable(c.windows)
+        self.tabs.addTab(self.windows, f"Windows ({sum(w.a is not None for w in c.windows)} / "
+                                       f"{sum(w.b is not None for w in c.windows)})")
         rows = d.figures + d.by_position
         self.figures = QTableWidget(len(rows), 4)
         self.figures.setHorizontalHeaderLabels(["figure", "A", "B", "B / A"])
@@ -104,7 +115,10 @@ class DiffDialog(QDialog):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.figures.setItem(r, col, item)
         self.figures.resizeColumnsToContents()
-        layout.addWidget(self.figures, 2)
+        self.tabs.addTab(self.figures, "Figures")
+        self.plots = ComparisonPlots(d.by_position, c.windows)
+        self.tabs.addTab(self.plots, "Plots")
+        layout.addWidget(self.tabs, 1)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, parent=self)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
