@@ -25,7 +25,9 @@ from inspector.llama.server_parity import server_context
 from inspector.serve.server import InspectorServer
 from serve_helpers import ask_at_once, serve_options, wait_done
 from figures_helpers import figures_close, probability_blocks
+from scenarios import plain_reference
 from test_cli import COPY_PROMPT, cli, one_clear_line
+from test_tree_windows import TreeFollower
 
 
 def _graph_outputs(x: np.ndarray, k: int, proposed: int, rng) -> tuple[list[int], list[float]]:
@@ -204,3 +206,20 @@ def test_a_batched_server_sampling_in_the_graph_answers_as_on_the_host(model_pat
         for (pa, x), (pb, y) in zip(probability_blocks(a), probability_blocks(b)):
             assert pa == pb and all(figures_close(x[k], y[k]) for k in x), (pa, [(k, x[k], y[k]) for k in x
                                                                           if not figures_close(x[k], y[k])])
+
+
+def test_tree_windows_of_a_session_sampling_in_the_graph_take_the_host_path_and_plain_decodings_output(model_path):
+    rt = LlamaRuntime(model_path, n_ctx=1024, n_batch=64, n_seq_max=1, n_threads=1)
+    try:
+        rt.sample_in_graph(5)
+        scheduler = RuntimeScheduler(rt)
+        tokens = rt.prompt_tokens(COPY_PROMPT.read_text().rstrip("\n"))
+        g = Generation(scheduler, TreeFollower(scheduler, tokens), tokens, GenerationSettings(max_new_tokens=24))
+        g.run()
+        g.close()
+        trees = [r for r in g.receipts if r.tree is not None]
+        assert trees, [r.disposition for r in g.receipts]
+        plain, _second = plain_reference(scheduler, tokens, len(g.generated))
+        assert g.generated == plain[:len(g.generated)]
+    finally:
+        rt.close()

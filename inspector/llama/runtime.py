@@ -380,12 +380,15 @@ class LlamaRuntime:
         depth, on = depths(parents), row_branches(parents)
         if self.steps is not None:
             raise EngineError("tree windows need one slot (serve -np 1): the batched schedule joins chains only")
-        if self.graph_figures is not None and self.graph_figures.on(sid):
-            raise EngineError("tree windows take the host path: run without backend sampling (-bs)")
         if self.sessions.has_penalties(sid) or sid in self.sessions.constraints:
             raise EngineError("tree windows take no penalties (repeat, frequency, presence), grammar or logit "
                               "bias: use a chain, or none of them")
         self.batch_rows.check(sid, n, position, position + max(depth) + 1)
+        if len(on[0]) < 2 and self.graph_figures is not None and self.graph_figures.on(sid):
+            raise EngineError("a one-branch tree is a chain: decode it with decode_rows")
+        # Sampling in the graph (sample_in_graph) or not, a tree's rows take the host path: a tree's second branch
+        # borrows a sequence, which samples on the host, so llama.cpp copies every row's logits (needs_raw_logits,
+        # src/llama-context.cpp 0c1e570).
         fill_tree_batch(self._batch, tokens, position, depth, on, self.branch_seqs.lend(sid, len(on[0])))
         try:
             self._decode(n, position, abort, sid)
