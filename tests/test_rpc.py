@@ -79,6 +79,17 @@ def rpc_server():
     p.wait(timeout=10)
 
 
+@pytest.fixture
+def own_rpc_server():
+    """An RPC server of the test's own: llama.cpp's serves one client at a time, and ``rpc_runtime`` keeps its
+    connection to ``rpc_server`` for the module."""
+    port = free_port()
+    p = start_server(port)
+    yield f"127.0.0.1:{port}"
+    p.terminate()
+    p.wait(timeout=10)
+
+
 @pytest.fixture(scope="module")
 def rpc_runtime(model_path, rpc_server):
     """The bundled model with every layer on the RPC server, in a child process."""
@@ -148,9 +159,10 @@ def test_each_fault_over_rpc_repairs_before_its_error_and_resume_matches_an_unin
 
 
 @needs_rpc
-def test_backend_sampling_on_the_rpc_device_gives_the_host_paths_tokens_and_figures(rpc_server, tmp_path):
+def test_backend_sampling_on_the_rpc_device_gives_the_host_paths_tokens_and_figures(own_rpc_server, tmp_path):
     """-bs with every layer on the RPC server: the figures are computed where the logits are (the server's
     device) and only they cross the connection; tokens and every row's figures as without -bs."""
+    rpc_server = own_rpc_server
     docs = []
     for name, extra in (("host.json", ()), ("graph.json", ("-bs",))):
         out = tmp_path / name
@@ -169,7 +181,8 @@ def test_backend_sampling_on_the_rpc_device_gives_the_host_paths_tokens_and_figu
 
 
 @needs_rpc
-def test_diff_of_an_rpc_run_against_a_local_one_names_where_the_layers_went(rpc_server, tmp_path):
+def test_diff_of_an_rpc_run_against_a_local_one_names_where_the_layers_went(own_rpc_server, tmp_path):
+    rpc_server = own_rpc_server
     runs = {}
     for name, extra in (("local.json", ()), ("rpc.json", ("--rpc", rpc_server, "-ngl", "99"))):
         out = tmp_path / name

@@ -10,7 +10,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QHBoxLayout, QTableWidget, QTableWidgetItem, QWidget
 
-from inspector.gui.plots.timeline import IntegerAxis
 from inspector.session.diff import AlignedWindow, Figure
 
 A_COLOUR, B_COLOUR = "#1f77b4", "#ff7f0e"
@@ -69,11 +68,11 @@ class ComparisonPlots(QWidget):
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         row = QHBoxLayout(self)
-        self.by_position = pg.PlotWidget(background="w", axisItems={"bottom": IntegerAxis("bottom")})
+        self.by_position = pg.PlotWidget(background="w")
         self.by_position.setTitle("Acceptance per draft position", size="8pt")
         self.by_position.setLabel("bottom", "proposal position (1-based)")
         self.by_position.setYRange(0, 1.05)
-        self.cumulative = pg.PlotWidget(background="w", axisItems={"bottom": IntegerAxis("bottom")})
+        self.cumulative = pg.PlotWidget(background="w")
         self.cumulative.setTitle("Accepted proposal tokens so far", size="8pt")
         self.cumulative.setLabel("bottom", "KV position")
         self.curves: dict[str, list] = {}
@@ -88,5 +87,7 @@ class ComparisonPlots(QWidget):
             xs, ys = cumulative_accepted(windows, side)
             cum = self.cumulative.plot(xs, ys, pen=pen, name=side.upper())
             self.curves[side] = [acc, cum]
+        positions = range(1, len(by_position) + 1)  # whole proposal positions only, however wide the plot
+        self.by_position.getAxis("bottom").setTicks([[(i, str(i)) for i in positions]])
         row.addWidget(self.by_position, 1)
         row.addWidget(self.cumulative, 1)
