@@ -39,7 +39,8 @@ def test_equal_outputs_have_no_parting_and_the_figures_ratio_is_b_over_a():
     assert d.outputs_equal and d.parting is None and d.setup == ()
     tps = next(f for f in d.figures if f.name == "decode tokens/s")
     assert (tps.a, tps.b, tps.ratio) == (100.0, 150.0, 1.5)
-    assert [(f.name, f.a, f.b) for f in d.by_position] == [("position 1", 0.5, 0.5), ("position 2", 0.25, 0.25)]
+    assert [(f.name, f.a, f.b) for f in d.by_position] == [("draft position 1", 0.5, 0.5),
+                                                                ("draft position 2", 0.25, 0.25)]
 
 
 def test_outputs_part_at_the_first_different_token_and_when_one_stops_early():
@@ -146,6 +147,11 @@ def test_an_output_that_parts_fails_with_the_flag_and_names_the_place(tmp_path):
     assert p.returncode == 1, p.stderr
     assert f"output: parts at generated token {k} " in p.stdout
     assert cli("diff", a, b).returncode == 0  # without the flag a divergence is a finding, not a failure
+
+
+def test_compare_given_two_receipts_files_points_to_diff():
+    p = cli("compare", "a.json", "b.json")
+    assert p.returncode == 2 and "spec-inspector diff A.json B.json" in one_clear_line(p.stderr)
 
 
 def test_a_broken_or_unrelated_file_gets_one_line_and_status_2(tmp_path):

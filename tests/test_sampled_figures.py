@@ -110,6 +110,9 @@ def test_backend_sampling_refuses_what_needs_the_logits_on_the_host_in_one_line(
     assert p.returncode == 2 and "--baseline" in one_clear_line(p.stderr)
     p = cli("run", "--prompt", "hi", "-bs", "--temp", "0.8", "--max-tokens", "4", "--threads", "1")
     assert p.returncode == 2 and "--temp 0" in one_clear_line(p.stderr)
+    p = cli("compare", "--prompt", "hi", "-bs", "--repeat-penalty", "1.1", "--max-tokens", "4", "--threads", "1")
+    assert p.returncode == 2 and "penalties" in one_clear_line(p.stderr)
+    assert "loading" not in p.stderr  # said before the model loads
 
 
 @pytest.mark.slow

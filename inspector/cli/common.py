@@ -93,16 +93,26 @@ def add_backend_sampling_flag(parser) -> None:
                              "they cross to the host (greedy runs; a GPU saves the copy and the scan of each row)")
 
 
-def backend_sampling_refusal(args, runtime, settings) -> str:
-    """Turn on ``runtime``'s backend sampling for ``run -bs`` and ``compare -bs`` (``LlamaRuntime.sample_in_graph``, keeping the
-    run's top tokens); the one-line reason when it cannot be, or ""."""
+def backend_sampling_refusal(args, sampling) -> str:
+    """Why ``run -bs`` / ``compare -bs`` cannot sample in the graph with these ``args`` and ``sampling``
+    (``SamplingSettings``), said before the model loads; "" when they can. The sampler in the graph is greedy's
+    without penalties (``inspector.llama.graph_figures``); ``--baseline`` reads the logits on the host."""
     if getattr(args, "baseline", False):
         return "--baseline reads the logits on the host: leave out -bs (or --baseline)"
-    if not settings.sampling.greedy:
+    if not sampling.greedy:
         return ("-bs computes greedy rows in the graph; this run samples (--temp > 0): leave out -bs or use "
                 "--temp 0")
+    if sampling.penalized:
+        return ("-bs computes greedy rows without penalties in the graph; this run has penalties (--repeat-penalty, "
+                "--presence-penalty, --frequency-penalty): leave out -bs or the penalties")
+    return ""
+
+
+def start_backend_sampling(runtime, top: int) -> str:
+    """Turn on ``runtime``'s backend sampling (``LlamaRuntime.sample_in_graph``, ``top`` tokens kept a row); the
+    one-line reason when it cannot run here, or ""."""
     try:
-        runtime.sample_in_graph(settings.top_probabilities)
+        runtime.sample_in_graph(top)
     except EngineError as exc:
         return str(exc)
     return ""

@@ -16,7 +16,7 @@ from inspector.bench.server_http import REQUEST_DEADLINE_S, ServerError
 from inspector.cli.audit import compare_verdicts
 from inspector.cli.common import (EXIT_USAGE, RUNTIME_OPEN_ERRORS, UserError, add_backend_sampling_flag,
                                   backend_sampling_refusal, fail, open_target_runtime, read_text,
-                                  strip_final_newline, weight_type)
+                                  start_backend_sampling, strip_final_newline, weight_type)
 from inspector.cli.context import add_context_flags, add_threads_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.ranges import setting, whole_number
@@ -107,6 +107,8 @@ def cmd_compare(args) -> int:
         if args.llama_server is not None and not sampling.greedy:
             raise UserError("compare --llama-server compares greedy decoding (its requests are greedy, with the "
                              "penalties given): leave out --temperature, or --llama-server")
+        if args.backend_sampling and backend_sampling_refusal(args, sampling):
+            raise UserError(backend_sampling_refusal(args, sampling))
         if args.llama_server:  # a path or URL that cannot serve is said before anything runs
             check_llama_server(args.llama_server, args.llama_server_timeout)
     except (ValueError, UserError) as exc:
@@ -119,10 +121,10 @@ def cmd_compare(args) -> int:
     except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
     settings = GenerationSettings(max_new_tokens=args.max_tokens, sampling=sampling)
-    refused = backend_sampling_refusal(args, runtime, settings) if args.backend_sampling else ""
+    refused = start_backend_sampling(runtime, settings.top_probabilities) if args.backend_sampling else ""
     if refused:
         runtime.close()
-        return fail(refused, EXIT_USAGE)
+        return fail(refused)
     scheduler = RuntimeScheduler(runtime)
     cost_model = None
     if args.cost_model:

@@ -146,8 +146,11 @@ def _command(argv: list[str]) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
+        files = [e for e in extras if e.endswith((".json", ".jsonl"))]
+        hint = "; two receipts files are compared with spec-inspector diff A.json B.json" \
+            if args.command == "compare" and files else ""
         print(f"spec-inspector {args.command}: error: unrecognized arguments: {' '.join(extras)} "
-              f"(see spec-inspector {args.command} --help)", file=sys.stderr)
+              f"(see spec-inspector {args.command} --help{hint})", file=sys.stderr)
         return EXIT_USAGE
     expand_user_paths(args)  # ~ is the home folder in every path flag: one rule (issue 37)
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from inspector.cli.common import (EXIT_ERROR, EXIT_GENERATION_ERROR, EXIT_USAGE, RUNTIME_OPEN_ERRORS, UserError,
                                   add_backend_sampling_flag, backend_sampling_refusal, fail, open_target_runtime,
-                                  read_text, strip_final_newline, weight_type)
+                                  read_text, start_backend_sampling, strip_final_newline, weight_type)
 from inspector.cli.context import add_context_flags, add_n_ctx_flag, add_threads_flag
 from inspector.cli.devices import add_offload_flags
 from inspector.cli.interrupt import Interrupted, keep_interrupted_run, signals_held
@@ -154,6 +154,8 @@ def cmd_run(args) -> int:
             raise UserError("--system-prompt goes through the chat template: leave out --raw (or the system prompt)")
         options = _source_options(args)  # required options, files and cross-option rules: the declarations'
         settings, notes = _run_settings(args)
+        if args.backend_sampling and backend_sampling_refusal(args, settings.sampling):
+            raise UserError(backend_sampling_refusal(args, settings.sampling))
     except UserError as exc:
         return fail(str(exc), EXIT_USAGE)
     note = rejection_note(args.source, args.verification, settings.sampling.temperature)
@@ -168,10 +170,10 @@ def cmd_run(args) -> int:
     except RUNTIME_OPEN_ERRORS as exc:
         return fail(str(exc))
     if args.backend_sampling:
-        refused = backend_sampling_refusal(args, runtime, settings)
+        refused = start_backend_sampling(runtime, settings.top_probabilities)
         if refused:
             runtime.close()
-            return fail(refused, EXIT_USAGE)
+            return fail(refused)
     if turns is not None:
         try:
             return run_turns(args, runtime, turns, settings, options)
@@ -242,6 +244,8 @@ def _finish_run(args, run, gen, record, printer, request, runtime) -> int:
         print(trees)
     if run.draft_max_from:
         print(f"draft max:            {run.request.settings.draft_max} ({run.draft_max_from})")
+    if args.backend_sampling:
+        print("backend sampling:     on (-bs: each row's prediction and figures computed in llama.cpp's graph)")
     policy = getattr(run.source, "policy", None)
     if policy is not None and not record.receipts:
         costs = "the stored cost model" if policy.row_costs is not None else \

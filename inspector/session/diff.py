@@ -223,7 +223,7 @@ def _figures(a: dict, b: dict) -> tuple[Figure, ...]:
 
 def _by_position(a: dict, b: dict) -> tuple[Figure, ...]:
     pa, pb = a["summary"].get("acceptance_by_position") or [], b["summary"].get("acceptance_by_position") or []
-    return tuple(Figure(f"position {i + 1}", pa[i] if i < len(pa) else None, pb[i] if i < len(pb) else None)
+    return tuple(Figure(f"draft position {i + 1}", pa[i] if i < len(pa) else None, pb[i] if i < len(pb) else None)
                  for i in range(max(len(pa), len(pb))))
 
 
@@ -300,10 +300,9 @@ def format_diff(d: RunDiff, a_name: str = "A", b_name: str = "B") -> str:
     for f in d.figures + d.by_position:
         lines.append(f"{f.name:<38}{value_text(f.a):>12}{value_text(f.b):>12}{value_text(f.ratio, 2):>9}")
     for title, changes in (("gained the most", d.gained), ("lost the most", d.lost)):
-        if changes:
-            lines += ["", f"windows that {title} accepted tokens (same KV position):"]
-            lines += [f"  position {c.base_position}: {c.a_accepted} -> {c.b_accepted} ({c.change:+d})"
-                      for c in changes]
+        lines += ["", f"windows that {title} accepted tokens (same KV position):"]
+        lines += [f"  KV position {c.base_position}: {c.a_accepted} -> {c.b_accepted} ({c.change:+d})"
+                  for c in changes] or ["  none"]
     return "\n".join(lines)
 
 

@@ -70,15 +70,15 @@ class ComparisonPlots(QWidget):
         row = QHBoxLayout(self)
         self.by_position = pg.PlotWidget(background="w")
         self.by_position.setTitle("Acceptance per draft position", size="8pt")
-        self.by_position.setLabel("bottom", "proposal position (1-based)")
+        self.by_position.setLabel("bottom", "draft position (1-based)")
         self.by_position.setYRange(0, 1.05)
         self.cumulative = pg.PlotWidget(background="w")
         self.cumulative.setTitle("Accepted proposal tokens so far", size="8pt")
         self.cumulative.setLabel("bottom", "KV position")
         self.curves: dict[str, list] = {}
         """"a" and "b": each run's (acceptance, cumulative) curves."""
-        for plot in (self.by_position, self.cumulative):
-            plot.addLegend(offset=(-10, 10))
+        self.by_position.addLegend(offset=(-10, 10))  # acceptance falls to the right: the legend there
+        self.cumulative.addLegend(offset=(10, 10))  # the sums rise to the right: the legend at the top left
         for side, colour in (("a", A_COLOUR), ("b", B_COLOUR)):
             values = [(i + 1, getattr(f, side)) for i, f in enumerate(by_position) if getattr(f, side) is not None]
             pen = pg.mkPen(colour, width=2)

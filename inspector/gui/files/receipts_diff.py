@@ -73,6 +73,7 @@ class DiffDialog(QDialog):
         self.setWindowTitle(f"Compare: {a_name} / {Path(c.path).name}")
         self.headline = QLabel()
         self.headline.setWordWrap(True)
+        self.headline.setToolTip(f"B: {c.path}")
         part = d.parting.index if d.parting is not None else None
         if d.outputs_equal:
             said = f"<b>Outputs equal</b> ({d.a_tokens} tokens)."
@@ -84,7 +85,7 @@ class DiffDialog(QDialog):
         setup = "; ".join(f"{s.name}: {html.escape(value_text(s.a))} → {html.escape(value_text(s.b))}" for s in d.setup)
         more = f" {c.pairs} requests matched by prompt; the first is shown (all: spec-inspector diff)." \
             if c.pairs > 1 else ""
-        self.headline.setText(f"A: {html.escape(a_name)} · B: {html.escape(c.path)}<br>{said}<br>"
+        self.headline.setText(f"A: {html.escape(a_name)} · B: {html.escape(Path(c.path).name)}<br>{said}<br>"
                               f"Setup: {setup or 'the same'}.{more}")
         self.outputs = []
         layout = QVBoxLayout(self)
