@@ -23,6 +23,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "figure_columns.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -189,16 +190,6 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* x rounded to 4 significant digits as Python's float(f"{x:.4g}") rounds it (the same two CPython calls). */
-static PyObject *rounded(double x) {
-    char *text = PyOS_double_to_string(x, 'g', 4, 0, NULL);
-    if (text == NULL) return NULL;
-    double back = PyOS_string_to_double(text, NULL, NULL);
-    PyMem_Free(text);
-    if (back == -1.0 && PyErr_Occurred()) return NULL;
-    return PyFloat_FromDouble(back);
-}
-
 /* Rank (1 = largest) of token t in a row: its place among the row's k largest when there, else the logits above
  * its own plus the equal ones of lower ids, plus 1 (ties to the lower id, as the top tokens). */
 static long rank_of(const float *x, Py_ssize_t v, const int32_t *ti, int k, int32_t t) {
@@ -240,7 +231,7 @@ static int read_ids(PyObject *seq, Py_ssize_t v, int32_t **out, Py_ssize_t *n) {
 /* The softmax figures of every row, as inspector.engine.probabilities.summarise_rows writes them (its module
  * docstring): columns (proposed_p, proposed_rank, predicted_p, top_tokens, top_p, entropy, margin, predicted_rank),
  * or None when a row needs the numpy path. Each value is the same double expression the Python path evaluates
- * (exp(logit - max) / z, log z - s / z, ...), rounded by `rounded`. */
+ * (exp(logit - max) / z, log z - s / z, ...), rounded by fc_rounded (figure_columns.h, shared with figure_sampler.c). */
 static PyObject *figures(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t n_vocab;
@@ -248,7 +239,7 @@ static PyObject *figures(PyObject *self, PyObject *args) {
     PyObject *pred_arg, *prop_arg;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*niOO", &buf, &n_vocab, &k, &pred_arg, &prop_arg)) return NULL;
-    PyObject *result = NULL, *cols[8] = {NULL};
+    PyObject *result = NULL, *cols[FC_COLUMNS] = {NULL};
     int32_t *pred = NULL, *prop = NULL, *ti = NULL;
     float *tv = NULL;
     double *z = NULL, *s = NULL;
@@ -289,55 +280,21 @@ static PyObject *figures(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    for (int c = 0; c < 8; c++)
-        if ((cols[c] = PyTuple_New(n)) == NULL) goto done;
+    if (fc_new_columns(cols, n) != 0) goto done;
     for (Py_ssize_t r = 0; r < n; r++) {
         const float *row = x + r * n_vocab;
         const int32_t *rti = ti + r * k;
-        const float *rtv = tv + r * k;
-        const double m = rtv[0], zr = z[r];
-        PyObject *ids = PyTuple_New(k), *ps = PyTuple_New(k);
-        if (ids == NULL || ps == NULL) {
-            Py_XDECREF(ids);
-            Py_XDECREF(ps);
-            goto done;
+        fc_row f = {rti, tv + r * k, k, tv[r * k], z[r], s[r], 0, 0.0,
+                    rank_of(row, n_vocab, rti, k, pred[r]), row[pred[r]]};
+        if (r < n_prop) {
+            f.prop_rank = rank_of(row, n_vocab, rti, k, prop[r]);
+            f.prop_logit = row[prop[r]];
         }
-        PyTuple_SET_ITEM(cols[3], r, ids);
-        PyTuple_SET_ITEM(cols[4], r, ps);
-        for (int j = 0; j < k; j++) {
-            PyObject *a = PyLong_FromLong(rti[j]), *b = rounded(exp((double)rtv[j] - m) / zr);
-            if (a == NULL || b == NULL) {
-                Py_XDECREF(a);
-                Py_XDECREF(b);
-                goto done;
-            }
-            PyTuple_SET_ITEM(ids, j, a);
-            PyTuple_SET_ITEM(ps, j, b);
-        }
-        double ent = log(zr) - s[r] / zr;
-        PyObject *items[6];
-        items[0] = r < n_prop ? rounded(exp((double)row[prop[r]] - m) / zr) : (Py_INCREF(Py_None), Py_None);
-        items[1] = r < n_prop ? PyLong_FromLong(rank_of(row, n_vocab, rti, k, prop[r])) : (Py_INCREF(Py_None), Py_None);
-        items[2] = rounded(exp((double)row[pred[r]] - m) / zr);
-        items[3] = rounded(ent > 0.0 ? ent : 0.0);
-        items[4] = rounded(k > 1 ? (double)rtv[0] - (double)rtv[1] : INFINITY);
-        items[5] = PyLong_FromLong(rank_of(row, n_vocab, rti, k, pred[r]));
-        static const int where[6] = {0, 1, 2, 5, 6, 7};
-        int failed = 0;
-        for (int c = 0; c < 6; c++) {
-            if (items[c] == NULL) failed = 1;
-            else PyTuple_SET_ITEM(cols[where[c]], r, items[c]);
-        }
-        if (failed) goto done;
+        if (fc_put_row(cols, r, &f) != 0) goto done;
     }
-    result = PyTuple_New(8);
-    if (result != NULL)
-        for (int c = 0; c < 8; c++) {
-            PyTuple_SET_ITEM(result, c, cols[c]);
-            cols[c] = NULL;
-        }
+    result = fc_take_columns(cols);
 done:
-    for (int c = 0; c < 8; c++) Py_XDECREF(cols[c]);
+    for (int c = 0; c < FC_COLUMNS; c++) Py_XDECREF(cols[c]);
     PyMem_Free(pred);
     PyMem_Free(prop);
     PyMem_Free(ti);

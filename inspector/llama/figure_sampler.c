@@ -32,6 +32,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include "../engine/figure_columns.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -294,16 +295,6 @@ static PyObject *set_proposed(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* x rounded to 4 significant digits by CPython's float <-> text calls (as figure_kernel.c and the Python path). */
-static PyObject *rounded(double x) {
-    char *text = PyOS_double_to_string(x, 'g', 4, 0, NULL);
-    if (text == NULL) return NULL;
-    double back = PyOS_string_to_double(text, NULL, NULL);
-    PyMem_Free(text);
-    if (back == -1.0 && PyErr_Occurred()) return NULL;
-    return PyFloat_FromDouble(back);
-}
-
 static int read_ints(PyObject *seq, int32_t **out, Py_ssize_t *n) {
     PyObject *fast = PySequence_Fast(seq, "figure_sampler: token ids and rows must be sequences");
     if (fast == NULL) return -1;
@@ -335,7 +326,7 @@ static int read_ints(PyObject *seq, int32_t **out, Py_ssize_t *n) {
  * nothing for, fewer candidates than max(2, top) or a prediction outside them. */
 static PyObject *figures(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *ctx_arg, *rows_arg, *prop_arg, *pred_arg, *result = NULL, *cols[8] = {NULL};
+    PyObject *ctx_arg, *rows_arg, *prop_arg, *pred_arg, *result = NULL, *cols[FC_COLUMNS] = {NULL};
     int base, top;
     if (!PyArg_ParseTuple(args, "OiOOOi", &ctx_arg, &base, &rows_arg, &prop_arg, &pred_arg, &top)) return NULL;
     if (l_candidates == NULL) {
@@ -354,8 +345,7 @@ static PyObject *figures(PyObject *self, PyObject *args) {
                      "proposal tokens, observed %zd and %zd", n, n, n_pred, n_prop);
         goto done;
     }
-    for (int c = 0; c < 8; c++)
-        if ((cols[c] = PyTuple_New(n)) == NULL) goto done;
+    if (fc_new_columns(cols, n) != 0) goto done;
     for (Py_ssize_t r = 0; r < n; r++) {
         const int32_t at = base + rows[r];
         const int32_t *cand = l_candidates(ctx, at);
@@ -376,68 +366,35 @@ static PyObject *figures(PyObject *self, PyObject *args) {
             }
             order[at_j] = (int)j;
         }
-        const double m = vals[nc], z = vals[nc + 1], sums = vals[nc + 2], xp = vals[nc + 3];
-        const long greater = (long)vals[nc + 4];
-        PyObject *ids = PyTuple_New(k), *ps = PyTuple_New(k);
-        if (ids == NULL || ps == NULL) {
-            Py_XDECREF(ids);
-            Py_XDECREF(ps);
-            goto done;
-        }
-        PyTuple_SET_ITEM(cols[3], r, ids);
-        PyTuple_SET_ITEM(cols[4], r, ps);
-        for (int j = 0; j < k; j++) {
-            PyObject *a = PyLong_FromLong(cand[order[j]]), *b = rounded(exp((double)vals[order[j]] - m) / z);
-            if (a == NULL || b == NULL) {
-                Py_XDECREF(a);
-                Py_XDECREF(b);
-                goto done;
-            }
-            PyTuple_SET_ITEM(ids, j, a);
-            PyTuple_SET_ITEM(ps, j, b);
-        }
-        long pred_rank = 0, prop_rank = 0;
-        double pred_logit = 0.0, prop_logit = xp;
+        int32_t ids[MAX_K];
+        float logits[MAX_K];
         for (uint32_t j = 0; j < nc; j++) {
-            if (cand[order[j]] == pred[r] && pred_rank == 0) {
-                pred_rank = (long)j + 1;
-                pred_logit = vals[order[j]];
+            ids[j] = cand[order[j]];
+            logits[j] = vals[order[j]];
+        }
+        /* after the candidates' logits: m, z, s, the proposed token's logit, the logits above it (STATS) */
+        fc_row f = {ids, logits, k, vals[nc], vals[nc + 1], vals[nc + 2], 0, vals[nc + 3], 0, 0.0};
+        for (uint32_t j = 0; j < nc; j++) {
+            if (ids[j] == pred[r] && f.pred_rank == 0) {
+                f.pred_rank = (long)j + 1;
+                f.pred_logit = logits[j];
             }
-            if (r < n_prop && cand[order[j]] == prop[r] && prop_rank == 0) {
-                prop_rank = (long)j + 1;
-                prop_logit = vals[order[j]];
+            if (r < n_prop && ids[j] == prop[r] && f.prop_rank == 0) {
+                f.prop_rank = (long)j + 1;
+                f.prop_logit = logits[j];
             }
         }
-        if (pred_rank == 0) {
+        if (f.pred_rank == 0) {
             PyErr_Format(PyExc_RuntimeError, "row %d's prediction %d is not among the graph's candidates", rows[r],
                          pred[r]);
             goto done;
         }
-        if (r < n_prop && prop_rank == 0) prop_rank = greater + 1;
-        const double ent = log(z) - sums / z;
-        PyObject *items[6];
-        items[0] = r < n_prop ? rounded(exp(prop_logit - m) / z) : (Py_INCREF(Py_None), Py_None);
-        items[1] = r < n_prop ? PyLong_FromLong(prop_rank) : (Py_INCREF(Py_None), Py_None);
-        items[2] = rounded(exp(pred_logit - m) / z);
-        items[3] = rounded(ent > 0.0 ? ent : 0.0);
-        items[4] = rounded((double)vals[order[0]] - (double)vals[order[1]]);
-        items[5] = PyLong_FromLong(pred_rank);
-        static const int where[6] = {0, 1, 2, 5, 6, 7};
-        int failed = 0;
-        for (int c = 0; c < 6; c++) {
-            if (items[c] == NULL) failed = 1;
-            else PyTuple_SET_ITEM(cols[where[c]], r, items[c]);
-        }
-        if (failed) goto done;
+        if (r < n_prop && f.prop_rank == 0) f.prop_rank = (long)vals[nc + 4] + 1; /* outside: the count above + 1 */
+        if (fc_put_row(cols, r, &f) != 0) goto done;
     }
-    result = PyTuple_New(8);
-    if (result != NULL)
-        for (int c = 0; c < 8; c++) {
-            PyTuple_SET_ITEM(result, c, cols[c]);
-            cols[c] = NULL;
-        }
+    result = fc_take_columns(cols);
 done:
-    for (int c = 0; c < 8; c++) Py_XDECREF(cols[c]);
+    for (int c = 0; c < FC_COLUMNS; c++) Py_XDECREF(cols[c]);
     PyMem_Free(rows);
     PyMem_Free(prop);
     PyMem_Free(pred);
