@@ -40,6 +40,7 @@ from inspector.llama.abort import AbortSwitch  # noqa: E402
 from inspector.llama.decode_thread import BatchDecoder  # noqa: E402
 from inspector.llama.build_check import check_build, llama_library_path, probe_model  # noqa: E402
 from inspector.llama.graph_figures import GraphFigures  # noqa: E402
+from inspector.llama.machine import machine_facts  # noqa: E402
 from inspector.llama.model_load import create_context, load_model  # noqa: E402
 from inspector.llama.logits import LogitsReader  # noqa: E402
 from inspector.llama.rollback import RollbackProbe, probe_rollback  # noqa: E402
@@ -97,7 +98,7 @@ class LlamaRuntime:
             raise ContextRefused(model_path, f"llama.cpp refuses this context: {asked.refusal()}")
         self.info: ModelInfo = check_gguf(model_path)
         self.model_path = self.info.path
-        check_build(probe_model(self.model_path), llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
+        check_build(probe_model(self.model_path), machine_facts()["llama_cpp_system_info"],
                     llama_library_path())  # a build that crashes here: one line, not a segfault
         loaded = load_model(self.info, offload, progress)
         self.model = loaded.model
